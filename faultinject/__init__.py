@@ -1,0 +1,68 @@
+"""Named fault points that make a process (driver or Spark Python worker) die on cue.
+
+Code marks places with :func:`fault_point`; a plan armed through the environment
+(``TWOPC_FAULTS`` inline spec, or ``TWOPC_FAULT_PLAN`` JSON file path) decides which
+of them fire and how.  Inline grammar (comma-separated rules)::
+
+    name[@batch=N][@partition=P][:action][*times]
+
+``action``: ``crash`` (default; SIGKILL the job's driver group from
+``TWOPC_CRASH_PGID``, then our own group, then ourselves), ``kill`` (SIGKILL only this
+process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``).  ``times``
+(default 1) is counted across processes and restarts through marker files in a state
+directory: ``TWOPC_FAULT_STATE``, else the plan file's ``state_dir``, else
+``<plan file>.state``; for inline specs without ``TWOPC_FAULT_STATE`` it is
+``<tempdir>/twopc-faults-<hash of spec>`` -- which persists, so give tests their own
+state directory (``armed()`` and ``ChaosRunner`` do).
+
+``TWOPC_FAULTS`` wins over ``TWOPC_FAULT_PLAN`` when both are set.  This package uses
+only the standard library.
+"""
+
+from __future__ import annotations
+
+from ._errors import FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
+from ._registry import declare, declared_points
+from ._runtime import EXIT_CODE, armed, export_crash_group, fault_point, read_firings
+from ._spec import (
+    ACTIONS,
+    ENV_CRASH_PGID,
+    ENV_PLAN,
+    ENV_SPEC,
+    ENV_STATE,
+    Action,
+    FaultPlan,
+    FaultRule,
+    default_state_dir,
+)
+from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
+from .servers import LocalPostgres, LocalRedis
+
+__all__ = [
+    "ACTIONS",
+    "ENV_CRASH_PGID",
+    "ENV_PLAN",
+    "ENV_SPEC",
+    "ENV_STATE",
+    "EXIT_CODE",
+    "Action",
+    "ChaosJobFailed",
+    "ChaosReport",
+    "ChaosRun",
+    "ChaosRunner",
+    "FaultPlan",
+    "FaultRule",
+    "FaultSpecError",
+    "InjectedFault",
+    "LocalPostgres",
+    "LocalRedis",
+    "ServerUnavailable",
+    "UnknownFaultPoint",
+    "armed",
+    "declare",
+    "declared_points",
+    "default_state_dir",
+    "export_crash_group",
+    "fault_point",
+    "read_firings",
+]

@@ -1,0 +1,27 @@
+"""``python -m faultinject points``: list the declared fault points."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from . import declared_points
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit status."""
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["points"]:
+        print("usage: python -m faultinject points", file=sys.stderr)
+        return 2
+    try:
+        importlib.import_module("twopc")  # declares the protocol's points, if installed
+    except ImportError:
+        pass
+    for name, description in sorted(declared_points().items()):
+        print(f"{name}\t{description}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,57 @@
+"""Exception types of :mod:`faultinject`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+GRAMMAR = (
+    "grammar: RULE[,RULE...] where RULE = name[@batch=N][@partition=P][:action][*times]; "
+    "action is one of crash|kill|raise|exit (default crash), times is a positive integer "
+    "(default 1); e.g. 'after_decision@batch=2:crash' or 'during_invoke:kill*2'"
+)
+
+
+class FaultSpecError(ValueError):
+    """A fault specification (inline spec, JSON plan or rule) is malformed.
+
+    The message names the offending part and, for inline specs, repeats the grammar.
+    """
+
+
+class UnknownFaultPoint(FaultSpecError):
+    """A plan names fault points that were never declared.
+
+    Attributes:
+        unknown: the undeclared point names, in plan order.
+        known: the declared point names, sorted.
+    """
+
+    def __init__(self, unknown: list[str], known: Mapping[str, str]) -> None:
+        self.unknown = list(unknown)
+        self.known = sorted(known)
+        listing = ", ".join(self.known) if self.known else "(none declared)"
+        super().__init__(
+            f"unknown fault point(s): {', '.join(self.unknown)}; known points: {listing}"
+        )
+
+
+class InjectedFault(Exception):
+    """Raised by :func:`faultinject.fault_point` for rules whose action is ``raise``.
+
+    Attributes:
+        point: the fault-point name that fired.
+        context: ``batch_id`` plus the keyword context passed to ``fault_point``.
+    """
+
+    def __init__(self, point: str, context: Mapping[str, object]) -> None:
+        self.point = point
+        self.context = dict(context)
+        super().__init__(f"injected fault at {point!r} {self.context!r}")
+
+    def __reduce__(self) -> tuple[type[InjectedFault], tuple[str, dict[str, object]]]:
+        # Keep the exception picklable (it may cross a Spark worker boundary).
+        return (type(self), (self.point, self.context))
+
+
+class ServerUnavailable(RuntimeError):
+    """A throwaway server could not be started; the message says why and how to fix it."""

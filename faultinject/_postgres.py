@@ -1,0 +1,349 @@
+"""Throwaway PostgreSQL cluster built from the local server binaries."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from ._errors import ServerUnavailable
+from ._procutil import free_port, kill_tree, log_tail
+
+_FIX = (
+    "install the PostgreSQL server binaries (apt-get install postgresql) or point "
+    "TWOPC_TEST_POSTGRES_URL at a server with max_prepared_transactions >= 64"
+)
+
+
+def find_pg_bindir(explicit: str | None = None) -> str:
+    """Directory holding ``initdb``/``postgres``/``pg_isready``/``psql``.
+
+    Order: ``explicit``, ``$TWOPC_PG_BINDIR``, ``pg_config --bindir``, the highest
+    ``/usr/lib/postgresql/*/bin``, the directory of ``initdb`` on ``PATH``.
+
+    Raises:
+        ServerUnavailable: no directory with an ``initdb`` was found.
+    """
+    candidates: list[str] = []
+    candidates += [c for c in (explicit, os.environ.get("TWOPC_PG_BINDIR")) if c]
+    pg_config = shutil.which("pg_config")
+    if pg_config:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(
+                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
+            ).stdout.strip()
+            candidates.append(out)
+
+    def version(path: str) -> tuple[int, ...]:
+        match = re.search(r"/postgresql/([0-9.]+)/bin$", path)
+        return tuple(int(p) for p in match.group(1).split(".") if p) if match else ()
+
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True)
+    initdb = shutil.which("initdb")
+    if initdb:
+        candidates.append(os.path.dirname(os.path.realpath(initdb)))
+    for cand in candidates:
+        if all(os.access(os.path.join(cand, b), os.X_OK) for b in ("initdb", "postgres")):
+            return cand
+    raise ServerUnavailable(f"no PostgreSQL server binaries found (looked in {candidates}); {_FIX}")
+
+
+def _ensure_user(name: str) -> pwd.struct_passwd:
+    """Return the passwd entry of ``name``, creating a system user if needed (root only)."""
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    proc = subprocess.run(
+        [useradd, "--system", "--no-create-home", "--user-group",
+         "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+    )
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        raise ServerUnavailable(
+            f"PostgreSQL refuses to run as root and creating user {name!r} failed: "
+            f"{proc.stderr.strip() or proc.returncode}; create it by hand or {_FIX}"
+        ) from None
+
+
+class LocalPostgres:
+    """A private PostgreSQL cluster in a temporary directory, for tests and demos.
+
+    Listens on ``127.0.0.1:<port>`` (a free port chosen at first start and kept across
+    restarts) and on a unix socket in the temporary directory.  Has a role and database
+    ``twopc`` (random password) and superuser ``postgres`` (trust over the unix socket
+    only).  As root, every server binary runs as the system user ``run_as`` (created
+    if missing), because ``initdb``/``postgres`` refuse to run as root.
+
+    Guarantees: ``fsync=on``; prepared transactions survive :meth:`kill` +
+    :meth:`restart` (crash recovery replays them).  :meth:`stop` removes everything.
+    Servers still running at interpreter exit are stopped by an ``atexit`` hook.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_prepared_transactions: int = 64,
+        max_connections: int = 100,
+        port: int | None = None,
+        bindir: str | None = None,
+        base_dir: str | None = None,
+        run_as: str = "twopc-pg",
+        settings: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self.max_prepared_transactions = max_prepared_transactions
+        self.max_connections = max_connections
+        self._port = port
+        self._bindir = bindir
+        self._base_dir = base_dir
+        self._run_as = run_as
+        self._settings = dict(settings or {})
+        self._timeout = startup_timeout_s
+        self.password = secrets.token_urlsafe(18)
+        self.user = "twopc"
+        self.database = "twopc"
+        self._tmp: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._ids: dict[str, Any] = {}
+
+    # -- public properties -------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """TCP port (valid after the first :meth:`start`)."""
+        if self._port is None:
+            raise ServerUnavailable("LocalPostgres has not been started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """SQLAlchemy URL ``postgresql+psycopg://twopc:<pw>@127.0.0.1:<port>/twopc``."""
+        return f"postgresql+psycopg://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.database}"
+
+    @property
+    def dsn(self) -> str:
+        """libpq/psycopg connection string for role ``twopc`` over TCP."""
+        return (
+            f"host=127.0.0.1 port={self.port} user={self.user} "
+            f"password={self.password} dbname={self.database}"
+        )
+
+    @property
+    def admin_dsn(self) -> str:
+        """psycopg connection string for superuser ``postgres`` over the unix socket."""
+        return f"host={self._require_tmp()} port={self.port} user=postgres dbname={self.database}"
+
+    @property
+    def data_dir(self) -> str:
+        """The cluster's data directory."""
+        return os.path.join(self._require_tmp(), "data")
+
+    @property
+    def log_path(self) -> str:
+        """The server log file (stdout+stderr of the postmaster)."""
+        return os.path.join(self._require_tmp(), "server.log")
+
+    @property
+    def running(self) -> bool:
+        """True while the postmaster process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """Postmaster pid while running."""
+        return self._proc.pid if self.running and self._proc else None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> LocalPostgres:
+        """Create the cluster on first call, then start the server and wait until ready.
+
+        Raises:
+            ServerUnavailable: binaries missing, initdb/startup failed or timed out
+                (the message includes the server log tail).
+        """
+        if self.running:
+            return self
+        bindir = self._bindir = find_pg_bindir(self._bindir)
+        if self._tmp is None:
+            self._create_cluster(bindir)  # initdb, first launch, role/database
+        else:
+            self._launch(bindir)
+        return self
+
+    def stop(self) -> None:
+        """Fast-shutdown the server (SIGKILL if it hangs) and delete the cluster.  Idempotent."""
+        self._shutdown()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
+    def kill(self) -> None:
+        """Simulate a database crash: SIGKILL the postmaster and all its backends."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
+        proc.wait()
+
+    def restart(self) -> None:
+        """Stop gracefully if running (data kept) and start again; after :meth:`kill`
+        this performs crash recovery.  Raises :class:`ServerUnavailable` on failure."""
+        self._shutdown()
+        self.start()
+
+    def __enter__(self) -> LocalPostgres:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ------------------------------------------------------------------
+    def _require_tmp(self) -> str:
+        if self._tmp is None:
+            raise ServerUnavailable("LocalPostgres has not been started (or was stopped)")
+        return self._tmp
+
+    def _run(self, argv: list[str], what: str) -> None:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=self._timeout,
+                              **self._ids)
+        if proc.returncode != 0:
+            raise ServerUnavailable(
+                f"{what} failed (exit {proc.returncode}): {proc.stdout[-2000:]}"
+                f"{proc.stderr[-2000:]}\n{_FIX}"
+            )
+
+    def _create_cluster(self, bindir: str) -> None:
+        tmp = tempfile.mkdtemp(prefix="twopc-pg-", dir=self._base_dir)
+        self._tmp = tmp
+        atexit.register(self.stop)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update(HOME=tmp, LC_ALL="C", LANG="C")
+        self._ids = {"env": env, "cwd": tmp}
+        if os.geteuid() == 0:
+            user = _ensure_user(self._run_as)
+            os.chown(tmp, user.pw_uid, user.pw_gid)
+            self._ids.update(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
+            parent = os.path.dirname(tmp)
+            if not (os.stat(parent).st_mode & 0o001):
+                raise ServerUnavailable(
+                    f"{parent} is not traversable by user {self._run_as!r}; "
+                    "pass base_dir= or set TMPDIR to a world-traversable directory"
+                )
+        self._run(
+            [os.path.join(bindir, "initdb"), "-D", os.path.join(tmp, "data"),
+             "--username=postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
+             "--encoding=UTF8", "--no-locale", "--no-sync"],
+            "initdb",
+        )
+        if self._port is None:
+            self._port = free_port()
+        settings = {
+            "listen_addresses": "'127.0.0.1'",
+            "port": str(self._port),
+            "unix_socket_directories": f"'{tmp}'",
+            "max_prepared_transactions": str(self.max_prepared_transactions),
+            "max_connections": str(self.max_connections),
+            "fsync": "on",
+            "synchronous_commit": "on",
+            "full_page_writes": "on",
+            "logging_collector": "off",
+            "shared_buffers": "32MB",
+        }
+        settings.update(self._settings)
+        with open(os.path.join(tmp, "data", "postgresql.conf"), "a", encoding="utf-8") as fh:
+            fh.write("\n# twopc LocalPostgres\n")
+            fh.writelines(f"{k} = {v}\n" for k, v in settings.items())
+        self._launch(bindir)
+        pw = self.password
+        psql = [os.path.join(bindir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
+                "-h", tmp, "-p", str(self._port), "-U", "postgres", "-d", "postgres"]
+        self._run(
+            psql + ["-c", f"CREATE ROLE {self.user} LOGIN PASSWORD '{pw}'",
+                    "-c", f"CREATE DATABASE {self.database} OWNER {self.user}"],
+            "creating role/database",
+        )
+
+    def _launch(self, bindir: str) -> None:
+        tmp = self._require_tmp()
+        with open(os.path.join(tmp, "server.log"), "ab") as log:
+            self._proc = subprocess.Popen(
+                [os.path.join(bindir, "postgres"), "-D", os.path.join(tmp, "data")],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                **self._ids,
+            )
+        self._wait_ready(bindir)
+
+    def _wait_ready(self, bindir: str) -> None:
+        tmp, proc = self._require_tmp(), self._proc
+        assert proc is not None
+        deadline = time.monotonic() + self._timeout
+        isready = [os.path.join(bindir, "pg_isready"), "-q", "-h", tmp, "-p", str(self._port),
+                   "-U", "postgres", "-d", "postgres", "-t", "2"]
+        while True:
+            if proc.poll() is not None:
+                raise ServerUnavailable(
+                    f"postgres exited with {proc.returncode} during startup; log tail:\n"
+                    f"{log_tail(self.log_path)}\n{_FIX}"
+                )
+            if (
+                subprocess.run(isready, capture_output=True, env=self._ids.get("env")).returncode == 0
+                and self._serving_pid() == proc.pid
+            ):
+                return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ServerUnavailable(
+                    f"postgres not ready after {self._timeout:.0f}s; log tail:\n"
+                    f"{log_tail(self.log_path)}\n{_FIX}"
+                )
+            time.sleep(0.1)
+
+    def _serving_pid(self) -> int | None:
+        """Pid recorded in ``postmaster.pid`` (None if absent/unreadable)."""
+        try:
+            with open(os.path.join(self.data_dir, "postmaster.pid"), encoding="ascii") as fh:
+                return int(fh.readline().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _shutdown(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.send_signal(signal.SIGINT)  # fast shutdown
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_tree(proc.pid)
+        proc.wait()
+        self._proc = None

@@ -1,0 +1,76 @@
+"""Process-group/session helpers (Linux ``/proc``; falls back to ``killpg`` elsewhere)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import time
+
+
+def _proc_ids(pid: int) -> tuple[int, int] | None:
+    """(pgrp, session) of ``pid`` from ``/proc``, or None if gone/unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    # fields: state ppid pgrp session ...
+    if len(fields) < 4 or fields[0] == b"Z":
+        return None
+    return int(fields[2]), int(fields[3])
+
+
+def members(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
+    """Live (non-zombie) pids in process group ``pgid`` and/or session ``sid``."""
+    out: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if not name.isdigit():
+            continue
+        ids = _proc_ids(int(name))
+        if ids is None:
+            continue
+        if (pgid is not None and ids[0] == pgid) or (sid is not None and ids[1] == sid):
+            out.append(int(name))
+    return out
+
+
+def kill_tree(leader: int, *, timeout_s: float = 10.0) -> None:
+    """SIGKILL the process group and session led by ``leader`` and wait until gone.
+
+    Processes that moved to another session are not touched.  Never raises.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(OSError):
+            os.killpg(leader, signal.SIGKILL)
+        left = [p for p in members(pgid=leader, sid=leader) if p != me]
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.05)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free on ``host`` a moment ago (bind to port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def log_tail(path: str, lines: int = 30) -> str:
+    """The last ``lines`` lines of a text file, or a note if it cannot be read."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return "".join(fh.readlines()[-lines:])
+    except OSError as exc:
+        return f"(no log: {exc})"

@@ -1,0 +1,180 @@
+"""Throwaway redis-server with an fsync-always append-only file."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from types import TracebackType
+
+from ._errors import ServerUnavailable
+from ._procutil import free_port, kill_tree, log_tail
+
+_FIX = (
+    "run `make redis` (or `apt-get install -y redis-server`), or point "
+    "TWOPC_TEST_REDIS_URL at a redis server"
+)
+
+
+def find_redis_server(explicit: str | None = None) -> str:
+    """Path of ``redis-server``: ``explicit``, ``$TWOPC_REDIS_SERVER``, ``PATH``, /usr/bin.
+
+    Raises:
+        ServerUnavailable: not found (message says how to install it).
+    """
+    for cand in (explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
+                 "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    raise ServerUnavailable(f"redis-server not found; {_FIX}")
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class LocalRedis:
+    """A private redis-server on ``127.0.0.1:<port>`` with data in a temporary directory.
+
+    Runs with ``appendonly yes``, ``appendfsync always`` (configurable) and no RDB
+    snapshots, so every acknowledged write survives :meth:`kill` + :meth:`restart`
+    (the AOF is replayed).  The port is kept across restarts.  :meth:`stop` removes
+    the data; servers still running at interpreter exit are stopped by ``atexit``.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        appendfsync: str = "always",
+        binary: str | None = None,
+        base_dir: str | None = None,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        self._port = port
+        self.appendfsync = appendfsync
+        self._binary = binary
+        self._base_dir = base_dir
+        self._timeout = startup_timeout_s
+        self._tmp: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def port(self) -> int:
+        """TCP port (valid after the first :meth:`start`)."""
+        if self._port is None:
+            raise ServerUnavailable("LocalRedis has not been started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:<port>/0``."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def data_dir(self) -> str:
+        """Directory holding the AOF."""
+        if self._tmp is None:
+            raise ServerUnavailable("LocalRedis has not been started (or was stopped)")
+        return self._tmp
+
+    @property
+    def log_path(self) -> str:
+        """The server log file."""
+        return os.path.join(self.data_dir, "redis.log")
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self) -> LocalRedis:
+        """Start the server (first call creates the data dir) and wait until PING answers.
+
+        Raises:
+            ServerUnavailable: redis-server missing, exited, or not ready in time.
+        """
+        if self.running:
+            return self
+        binary = self._binary = find_redis_server(self._binary)
+        if self._tmp is None:
+            self._tmp = tempfile.mkdtemp(prefix="twopc-redis-", dir=self._base_dir)
+            atexit.register(self.stop)
+        if self._port is None:
+            self._port = free_port()
+        argv = [binary, "--port", str(self._port), "--bind", "127.0.0.1", "--dir", self._tmp,
+                "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
+                "--daemonize", "no", "--logfile", ""]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, start_new_session=True,
+                                          cwd=self._tmp)
+        deadline = time.monotonic() + self._timeout
+        while not _ping(self._port):
+            if self._proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise ServerUnavailable(
+                    f"redis-server did not come up on port {self._port}; log tail:\n"
+                    f"{log_tail(self.log_path)}\n{_FIX}"
+                )
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        """Simulate a crash: SIGKILL the server (and any AOF-rewrite child)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
+        proc.wait()
+
+    def restart(self) -> None:
+        """Shut down (SIGTERM; data kept) if running, then start; replays the AOF."""
+        self._shutdown()
+        self.start()
+
+    def stop(self) -> None:
+        """Shut the server down and delete its data directory.  Idempotent."""
+        self._shutdown()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
+    def _shutdown(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=15)
+        kill_tree(proc.pid)
+        proc.wait()
+        self._proc = None
+
+    def __enter__(self) -> LocalRedis:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,293 @@
+"""Arming from the environment, slot claiming and firing of fault points."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any, NoReturn
+
+from ._errors import FaultSpecError, InjectedFault
+from ._spec import (
+    ENV_CRASH_PGID,
+    ENV_PLAN,
+    ENV_SPEC,
+    ENV_STATE,
+    FaultPlan,
+    FaultRule,
+    default_state_dir,
+)
+
+EXIT_CODE = 17
+"""Exit status used by the ``exit`` action."""
+
+_EnvKey = tuple[str | None, str | None, str | None]
+
+
+class _Armed:
+    """A parsed plan bound to its state directory, with per-process exhaustion cache."""
+
+    def __init__(self, plan: FaultPlan, state_dir: str) -> None:
+        self.plan = plan
+        self.state_dir = state_dir
+        self.by_point: dict[str, list[tuple[int, FaultRule]]] = {}
+        for index, rule in enumerate(plan.rules):
+            self.by_point.setdefault(rule.point, []).append((index, rule))
+        self.exhausted: set[int] = set()
+
+    def hit(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> None:
+        candidates = self.by_point.get(point)
+        if not candidates:
+            return
+        for index, rule in candidates:
+            if index in self.exhausted or not rule.matches(point, batch_id, context):
+                continue
+            line = (
+                f"faultinject: firing {point} ({rule.action}) batch={batch_id} pid={os.getpid()}"
+            )
+            if self._claim(index, rule, line):
+                _fire(rule, point, batch_id, context, line)
+                return
+            self.exhausted.add(index)
+
+    def _claim(self, index: int, rule: FaultRule, line: str) -> bool:
+        """Atomically take one of the rule's ``times`` slots; False if all are used."""
+        digest = hashlib.sha256(rule.to_spec().encode()).hexdigest()[:10]
+        rule_dir = os.path.join(self.state_dir, f"rule-{index:03d}-{digest}")
+        os.makedirs(rule_dir, exist_ok=True)
+        for slot in range(1, rule.times + 1):
+            try:
+                fd = os.open(
+                    os.path.join(rule_dir, f"slot-{slot}"),
+                    os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                    0o644,
+                )
+            except FileExistsError:
+                continue
+            try:
+                os.write(fd, (line + "\n").encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            return True
+        return False
+
+
+_lock = threading.Lock()
+_UNSET: Any = object()
+_cache_key: _EnvKey | Any = _UNSET
+_armed_now: _Armed | None = None
+
+
+_ENV_NAMES: tuple[str, str, str] = (ENV_SPEC, ENV_PLAN, ENV_STATE)
+# ``os.environ`` is a ``MutableMapping`` whose ``get`` costs ~1 µs (it re-encodes the
+# key and decodes the value).  On POSIX its backing dict ``_data`` (encoded key →
+# encoded value) is kept in sync by every ``os.environ`` update, so the unarmed check
+# reads that dict directly; elsewhere it falls back to ``os.environ.get``.
+_raw_env: dict[Any, Any] | None = getattr(os.environ, "_data", None)
+_raw_keys: tuple[Any, ...] = ()
+if isinstance(_raw_env, dict):
+    try:
+        _raw_keys = tuple(os.environ.encodekey(k) for k in _ENV_NAMES)
+    except Exception:  # pragma: no cover - unusual os.environ implementation
+        _raw_env = None
+else:  # pragma: no cover
+    _raw_env = None
+
+
+def _env_key() -> _EnvKey:
+    raw = getattr(os.environ, "_data", None) if _raw_env is not None else None
+    if isinstance(raw, dict):
+        k1, k2, k3 = _raw_keys
+        found = (raw.get(k1), raw.get(k2), raw.get(k3))
+        if found == (None, None, None):
+            return (None, None, None)
+    env = os.environ
+    return (env.get(ENV_SPEC), env.get(ENV_PLAN), env.get(ENV_STATE))
+
+
+def _arm(key: _EnvKey) -> _Armed | None:
+    spec, plan_path, state = key
+    if spec is not None and spec.strip():
+        plan = FaultPlan.parse(spec)
+        state_dir = state or default_state_dir(plan.to_spec())
+    elif plan_path:
+        try:
+            plan = FaultPlan.load(plan_path)
+        except OSError as exc:
+            raise FaultSpecError(f"cannot read {ENV_PLAN}={plan_path!r}: {exc}") from None
+        state_dir = state or plan.state_dir or (os.path.abspath(plan_path) + ".state")
+    else:
+        return None
+    if not plan.rules:
+        return None
+    return _Armed(plan, state_dir)
+
+
+def _current() -> _Armed | None:
+    global _cache_key, _armed_now
+    key = _env_key()
+    if key == _cache_key:
+        return _armed_now
+    with _lock:
+        if key != _cache_key:
+            armed = _arm(key)  # may raise FaultSpecError: surface it at every hit
+            _armed_now, _cache_key = armed, key
+        return _armed_now
+
+
+def fault_point(name: str, *, batch_id: int | None = None, **context: object) -> None:
+    """Mark a place where the process may be made to die.
+
+    Unarmed (neither ``TWOPC_FAULTS`` nor ``TWOPC_FAULT_PLAN`` set) this only compares
+    the current values of the three ``TWOPC_FAULT*`` variables with a cached tuple and
+    returns.  When armed, the first matching rule that can claim an unused slot in the
+    state directory fires its action; otherwise the call returns normally.
+
+    Raises:
+        InjectedFault: a matching ``raise`` rule fired.
+        FaultSpecError: the environment holds a malformed spec or unreadable plan.
+    Never returns for ``crash``/``kill``/``exit`` rules that fire.
+    """
+    armed = _current()
+    if armed is not None:
+        armed.hit(name, batch_id, context)
+
+
+def _announce(line: str) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, (line + "\n").encode())
+
+
+def _crash_pgid() -> int | None:
+    raw = os.environ.get(ENV_CRASH_PGID, "").strip()
+    try:
+        pgid = int(raw)
+    except ValueError:
+        return None
+    return pgid if pgid > 1 else None
+
+
+def _fire(
+    rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str
+) -> None:
+    _announce(line)
+    if rule.action == "raise":
+        raise InjectedFault(point, {"batch_id": batch_id, **context})
+    if rule.action == "exit":
+        os._exit(EXIT_CODE)
+    if rule.action == "crash":
+        _crash()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _crash() -> NoReturn:
+    """SIGKILL the job's driver group, then our own group, then ourselves."""
+    target = _crash_pgid()
+    own = os.getpgrp()
+    if target is not None and target != own:
+        with contextlib.suppress(OSError):
+            os.killpg(target, signal.SIGKILL)
+    if own > 1:
+        with contextlib.suppress(OSError):
+            os.killpg(own, signal.SIGKILL)
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(EXIT_CODE)  # unreachable; keeps type checkers honest
+
+
+def export_crash_group() -> int:
+    """Record this process's group as the job's crash group and return its id.
+
+    Sets ``os.environ["TWOPC_CRASH_PGID"] = str(os.getpgrp())`` so that everything
+    started afterwards (the Spark JVM, its Python workers) inherits it and a ``crash``
+    fired anywhere kills this group.  Job scripts must call it before starting Spark
+    and should run as their own group leader (``ChaosRunner`` and ``setsid`` do that);
+    otherwise a crash also kills whatever shares the group (e.g. ``make``).
+    """
+    pgid = os.getpgrp()
+    os.environ[ENV_CRASH_PGID] = str(pgid)
+    return pgid
+
+
+@contextlib.contextmanager
+def armed(
+    plan: FaultPlan | str,
+    state_dir: str | os.PathLike[str] | None = None,
+    *,
+    spark_context: Any = None,
+) -> Iterator[FaultPlan]:
+    """Arm ``plan`` in this process for the duration of the block.
+
+    Sets ``TWOPC_FAULTS``/``TWOPC_FAULT_STATE`` (and removes ``TWOPC_FAULT_PLAN``),
+    restoring the previous values on exit.  The state directory is ``state_dir``, else
+    the plan's, else a fresh temporary directory that is deleted on exit.  Yields the
+    plan with ``state_dir`` filled in.
+
+    ``spark_context``: an active ``SparkContext``; its ``environment`` dict gets the same
+    variables, so Python functions shipped to executors *after* this point (UDFs,
+    ``foreachPartition``) see the plan (Spark starts a separate worker daemon per
+    environment).  Without it only code in this process is armed.
+
+    Never use a ``crash`` rule in-process: it kills this process group.
+
+    Raises:
+        FaultSpecError: ``plan`` is a malformed spec.
+    """
+    parsed = FaultPlan.coerce(plan)
+    created: str | None = None
+    chosen = os.fspath(state_dir) if state_dir is not None else parsed.state_dir
+    if chosen is None:
+        chosen = created = tempfile.mkdtemp(prefix="twopc-faults-")
+    env = parsed.env(chosen)
+    targets: list[MutableMapping[str, str]] = [os.environ]
+    if spark_context is not None:
+        targets.append(spark_context.environment)
+    saved = [{k: t.get(k) for k in (ENV_SPEC, ENV_PLAN, ENV_STATE)} for t in targets]
+    try:
+        for target in targets:
+            target.pop(ENV_PLAN, None)
+            target.update(env)
+        yield dataclasses.replace(parsed, state_dir=chosen)
+    finally:
+        for target, old in zip(targets, saved):
+            for key, value in old.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+
+
+def read_firings(state_dir: str | os.PathLike[str]) -> list[str]:
+    """The ``faultinject: firing ...`` lines recorded in ``state_dir``, oldest first.
+
+    Returns ``[]`` if the directory does not exist.
+    """
+    root = os.fspath(state_dir)
+    found: list[tuple[float, str]] = []
+    if not os.path.isdir(root):
+        return []
+    for rule_dir in os.listdir(root):
+        path = os.path.join(root, rule_dir)
+        if not os.path.isdir(path):
+            continue
+        for slot in os.listdir(path):
+            slot_path = os.path.join(path, slot)
+            try:
+                with open(slot_path, encoding="utf-8", errors="replace") as fh:
+                    text = fh.read().strip()
+                found.append((os.stat(slot_path).st_mtime, text))
+            except OSError:
+                continue
+    return [text for _, text in sorted(found)]

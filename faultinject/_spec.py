@@ -1,0 +1,282 @@
+"""Fault rules and plans: parsing, validation and serialisation (no side effects)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from typing import Any, Final, Literal, cast
+
+from ._errors import GRAMMAR, FaultSpecError, UnknownFaultPoint
+
+Action = Literal["crash", "kill", "raise", "exit"]
+ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit")
+
+ENV_SPEC: Final = "TWOPC_FAULTS"
+ENV_PLAN: Final = "TWOPC_FAULT_PLAN"
+ENV_STATE: Final = "TWOPC_FAULT_STATE"
+ENV_CRASH_PGID: Final = "TWOPC_CRASH_PGID"
+
+_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
+_INT_RE: Final = re.compile(r"[0-9]+\Z")
+_RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times"})
+_PLAN_KEYS: Final = frozenset({"rules", "state_dir"})
+
+
+def check_point_name(name: str) -> str:
+    """Return ``name`` if it is a valid fault-point name, else raise :class:`FaultSpecError`."""
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise FaultSpecError(
+            f"bad fault point name {name!r}: must match [A-Za-z_][A-Za-z0-9_.-]*; {GRAMMAR}"
+        )
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultRule:
+    """One rule: fire ``action`` at ``point`` (optionally only for one batch/partition).
+
+    ``times`` bounds how often the rule fires in total, across processes and restarts
+    that share a state directory.  Construction validates every field and raises
+    :class:`FaultSpecError` on bad values.
+    """
+
+    point: str
+    batch: int | None = None
+    partition: int | None = None
+    action: Action = "crash"
+    times: int = 1
+
+    def __post_init__(self) -> None:
+        check_point_name(self.point)
+        for field in ("batch", "partition"):
+            value = getattr(self, field)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise FaultSpecError(
+                    f"rule {self.point!r}: {field} must be a non-negative integer, got {value!r}"
+                )
+        if self.action not in ACTIONS:
+            raise FaultSpecError(
+                f"rule {self.point!r}: unknown action {self.action!r}; "
+                f"expected one of {'|'.join(ACTIONS)}"
+            )
+        if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
+            raise FaultSpecError(
+                f"rule {self.point!r}: times must be a positive integer, got {self.times!r}"
+            )
+
+    def matches(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> bool:
+        """True if this rule applies to a hit of ``point`` with the given batch/context."""
+        if point != self.point:
+            return False
+        if self.batch is not None and batch_id != self.batch:
+            return False
+        if self.partition is not None and context.get("partition") != self.partition:
+            return False
+        return True
+
+    def to_spec(self) -> str:
+        """The inline-spec form of this rule (round-trips through :meth:`FaultPlan.parse`)."""
+        text = self.point
+        if self.batch is not None:
+            text += f"@batch={self.batch}"
+        if self.partition is not None:
+            text += f"@partition={self.partition}"
+        return f"{text}:{self.action}*{self.times}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict with the keys of the plan-file format."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
+        """Build a rule from a plan-file entry; raises :class:`FaultSpecError` on bad input."""
+        if not isinstance(data, Mapping):
+            raise FaultSpecError(f"plan rule must be a JSON object, got {data!r}")
+        extra = set(data) - _RULE_KEYS
+        if extra:
+            raise FaultSpecError(
+                f"plan rule {dict(data)!r}: unknown key(s) {sorted(extra)}; "
+                f"allowed: {sorted(_RULE_KEYS)}"
+            )
+        if "point" not in data:
+            raise FaultSpecError(f"plan rule {dict(data)!r}: missing 'point'")
+        return cls(
+            point=data["point"],
+            batch=data.get("batch"),
+            partition=data.get("partition"),
+            action=data.get("action") or "crash",
+            times=1 if data.get("times") is None else data["times"],
+        )
+
+
+def _parse_rule(text: str, index: int) -> FaultRule:
+    where = f"rule {index + 1} {text!r}"
+    body = text.strip()
+    if not body:
+        raise FaultSpecError(f"{where} is empty; {GRAMMAR}")
+    times = 1
+    if "*" in body:
+        body, times_text = body.rsplit("*", 1)
+        if not _INT_RE.match(times_text.strip()) or int(times_text) < 1:
+            raise FaultSpecError(
+                f"{where}: times {times_text!r} is not a positive integer; {GRAMMAR}"
+            )
+        times = int(times_text)
+    action = "crash"
+    if ":" in body:
+        body, action = body.split(":", 1)
+        action = action.strip().lower()
+        if action not in ACTIONS:
+            raise FaultSpecError(
+                f"{where}: unknown action {action!r} (expected {'|'.join(ACTIONS)}); {GRAMMAR}"
+            )
+    name, *filters = body.split("@")
+    name = name.strip()
+    if not _NAME_RE.match(name):
+        raise FaultSpecError(f"{where}: bad fault point name {name!r}; {GRAMMAR}")
+    values: dict[str, int] = {}
+    for flt in filters:
+        key, sep, value = flt.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or key not in ("batch", "partition"):
+            raise FaultSpecError(
+                f"{where}: bad filter '@{flt}' (expected @batch=N or @partition=P); {GRAMMAR}"
+            )
+        if key in values:
+            raise FaultSpecError(f"{where}: filter '@{key}' given twice; {GRAMMAR}")
+        if not _INT_RE.match(value):
+            raise FaultSpecError(
+                f"{where}: filter '@{flt}' needs a non-negative integer; {GRAMMAR}"
+            )
+        values[key] = int(value)
+    return FaultRule(
+        point=name,
+        batch=values.get("batch"),
+        partition=values.get("partition"),
+        action=cast(Action, action),
+        times=times,
+    )
+
+
+def default_state_dir(spec: str) -> str:
+    """State directory used when an inline spec is armed without ``TWOPC_FAULT_STATE``.
+
+    It is ``<tempdir>/twopc-faults-<sha256(spec)[:16]>``: stable for a given spec, so
+    ``times`` stay consumed across runs until that directory is deleted.
+    """
+    digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f"twopc-faults-{digest}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultPlan:
+    """An ordered set of :class:`FaultRule` plus an optional state directory.
+
+    When several rules match a hit, the first one (in order) that still has an unused
+    slot fires.
+    """
+
+    rules: tuple[FaultRule, ...] = ()
+    state_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+        for rule in self.rules:
+            if not isinstance(rule, FaultRule):
+                raise FaultSpecError(f"plan rules must be FaultRule objects, got {rule!r}")
+        if self.state_dir is not None:
+            object.__setattr__(self, "state_dir", os.fspath(self.state_dir))
+
+    @classmethod
+    def parse(cls, spec: str) -> FaultPlan:
+        """Parse an inline spec (see module grammar); blank spec → empty plan.
+
+        Raises:
+            FaultSpecError: naming the bad rule/part and showing the grammar.
+        """
+        if not isinstance(spec, str):
+            raise FaultSpecError(f"fault spec must be a string, got {spec!r}")
+        if not spec.strip():
+            return cls()
+        return cls(tuple(_parse_rule(part, i) for i, part in enumerate(spec.split(","))))
+
+    @classmethod
+    def from_json(cls, text: str) -> FaultPlan:
+        """Parse the JSON plan format ``{"rules": [...], "state_dir": "..."}``.
+
+        Raises:
+            FaultSpecError: on invalid JSON, unknown keys or bad rule fields.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise FaultSpecError(f"fault plan is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise FaultSpecError("fault plan must be a JSON object with a 'rules' list")
+        extra = set(data) - _PLAN_KEYS
+        if extra:
+            raise FaultSpecError(f"fault plan: unknown key(s) {sorted(extra)}")
+        rules = data.get("rules", [])
+        if not isinstance(rules, list):
+            raise FaultSpecError("fault plan: 'rules' must be a list")
+        state_dir = data.get("state_dir")
+        if state_dir is not None and not isinstance(state_dir, str):
+            raise FaultSpecError("fault plan: 'state_dir' must be a string or null")
+        return cls(tuple(FaultRule.from_dict(r) for r in rules), state_dir)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> FaultPlan:
+        """Read a JSON plan file.  Raises :class:`FaultSpecError` or ``OSError``."""
+        with open(path, encoding="utf-8") as fh:
+            return cls.from_json(fh.read())
+
+    @classmethod
+    def coerce(cls, plan: FaultPlan | str) -> FaultPlan:
+        """Return ``plan`` itself, or parse it if it is an inline spec string."""
+        return plan if isinstance(plan, FaultPlan) else cls.parse(plan)
+
+    def to_spec(self) -> str:
+        """Inline-spec form (drops ``state_dir``)."""
+        return ",".join(rule.to_spec() for rule in self.rules)
+
+    def to_json(self) -> str:
+        """The JSON plan-file form (includes ``state_dir``)."""
+        return json.dumps(
+            {"rules": [r.to_dict() for r in self.rules], "state_dir": self.state_dir},
+            indent=2,
+        )
+
+    def env(self, state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
+        """Environment variables that arm this plan in a child process.
+
+        Uses ``state_dir``, else the plan's ``state_dir``, else :func:`default_state_dir`.
+        Callers should also drop any inherited ``TWOPC_FAULT_PLAN`` (``TWOPC_FAULTS``
+        takes precedence over it anyway).
+        """
+        spec = self.to_spec()
+        chosen = state_dir if state_dir is not None else self.state_dir
+        return {
+            ENV_SPEC: spec,
+            ENV_STATE: os.fspath(chosen) if chosen is not None else default_state_dir(spec),
+        }
+
+    def validate(self, known: Mapping[str, str] | None = None) -> FaultPlan:
+        """Check every rule's point is in ``known`` (default: the declared points).
+
+        Returns ``self``; raises :class:`UnknownFaultPoint` listing the known names.
+        """
+        if known is None:
+            from ._registry import declared_points
+
+            known = declared_points()
+        unknown = [r.point for r in self.rules if r.point not in known]
+        if unknown:
+            raise UnknownFaultPoint(list(dict.fromkeys(unknown)), known)
+        return self

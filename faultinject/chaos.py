@@ -1,0 +1,251 @@
+"""Run a job command under a fault plan, restarting it after each crash until it succeeds.
+
+The harness is dependency-free: the job is any command.  Each run starts in a new
+session (so the job is its own process-group leader) with the plan armed through the
+environment and ``TWOPC_CRASH_PGID`` set to the job's group, so a ``crash`` fired in any
+descendant (a Spark JVM's Python worker included) takes the whole job down.  Rule
+``times`` live in one state directory shared by all runs, so a restarted job does not
+crash again at a point whose ``times`` are used up.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO
+
+from ._procutil import kill_tree
+from ._runtime import read_firings
+from ._spec import ENV_CRASH_PGID, ENV_PLAN, ENV_SPEC, ENV_STATE, FaultPlan
+
+PROGRESS_PREFIXES = ("faultinject:", "progress:")
+"""Child stderr lines with these prefixes are passed to ``on_progress``."""
+
+_WRAPPER = 'TWOPC_CRASH_PGID=$$; export TWOPC_CRASH_PGID; exec "$@"'
+
+
+@dataclasses.dataclass(frozen=True)
+class ChaosRun:
+    """Outcome of one run of the job.
+
+    ``returncode`` is the raw ``Popen`` code (negative = killed by that signal);
+    ``signal`` is the signal number if it died by one; ``stderr_tail`` the last lines.
+    """
+
+    returncode: int
+    signal: int | None
+    duration_s: float
+    stderr_tail: str
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True if the run exited 0 within the time budget."""
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        """Short human-readable outcome, e.g. ``'killed by SIGKILL after 1.2s'``."""
+        if self.timed_out:
+            how = "timed out (killed)"
+        elif self.signal is not None:
+            how = f"killed by {signal.Signals(self.signal).name}"
+        else:
+            how = f"exit {self.returncode}"
+        return f"{how} after {self.duration_s:.1f}s"
+
+
+@dataclasses.dataclass(frozen=True)
+class ChaosReport:
+    """All runs of one :meth:`ChaosRunner.run_until_done` call.
+
+    ``fired`` holds the firing lines recorded in the state directory (complete even when
+    a crash swallowed the stderr line).
+    """
+
+    runs: tuple[ChaosRun, ...]
+    fired: tuple[str, ...]
+    state_dir: str
+
+    @property
+    def completed(self) -> bool:
+        """True if the last run exited 0."""
+        return bool(self.runs) and self.runs[-1].ok
+
+    @property
+    def crashes(self) -> int:
+        """Runs that ended by a signal or a nonzero exit (timeouts excluded)."""
+        return sum(1 for r in self.runs if not r.ok and not r.timed_out)
+
+    @property
+    def timed_out(self) -> bool:
+        """True if the time budget ran out (the last run was killed)."""
+        return any(r.timed_out for r in self.runs)
+
+    def summary(self) -> str:
+        """Multi-line description of every run."""
+        lines = [f"{len(self.runs)} run(s), {self.crashes} crash(es), completed={self.completed}"]
+        lines += [f"  run {i + 1}: {r.describe()}" for i, r in enumerate(self.runs)]
+        return "\n".join(lines)
+
+    def raise_for_status(self) -> ChaosReport:
+        """Return self if completed, else raise :class:`ChaosJobFailed`."""
+        if not self.completed:
+            raise ChaosJobFailed(self)
+        return self
+
+
+class ChaosJobFailed(RuntimeError):
+    """The job never exited 0 within ``max_restarts`` restarts / the time budget."""
+
+    def __init__(self, report: ChaosReport) -> None:
+        self.report = report
+        tail = report.runs[-1].stderr_tail if report.runs else ""
+        super().__init__(f"chaos job did not complete: {report.summary()}\nstderr tail:\n{tail}")
+
+
+class ChaosRunner:
+    """Runs a job command repeatedly under a fault plan.
+
+    Args:
+        env: base environment for the job (default: ``os.environ``); inherited
+            ``TWOPC_FAULT*``/``TWOPC_CRASH_PGID`` variables are replaced.
+        cwd: working directory of the job.
+        state_dir: directory for rule slots; default: the plan's, else a temporary
+            directory removed when ``run_until_done`` returns.
+        stdout: where the job's stdout goes (``None`` = inherit).
+        echo_stderr: also copy every child stderr line to this process's stderr.
+        tail_lines: how many stderr lines each :class:`ChaosRun` keeps.
+    """
+
+    def __init__(
+        self,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+        stdout: int | IO[bytes] | None = None,
+        echo_stderr: bool = False,
+        tail_lines: int = 40,
+    ) -> None:
+        self.env = dict(os.environ if env is None else env)
+        self.cwd = cwd
+        self.state_dir = os.fspath(state_dir) if state_dir is not None else None
+        self.stdout = stdout
+        self.echo_stderr = echo_stderr
+        self.tail_lines = tail_lines
+
+    def run_until_done(
+        self,
+        cmd: Sequence[str],
+        plan: FaultPlan | str,
+        *,
+        max_restarts: int = 10,
+        timeout_s: float = 600.0,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> ChaosReport:
+        """Run ``cmd`` until it exits 0, restarting it after every abnormal end.
+
+        ``timeout_s`` is the budget for all runs together; when it runs out the job's
+        session is SIGKILLed and the report says ``timed_out``.  ``on_progress`` is
+        called (from a reader thread) with each child stderr line starting with
+        ``faultinject:`` or ``progress:``.  After every run, leftover processes of the
+        job's group/session are SIGKILLed.  Never raises for job failures: inspect
+        ``report.completed`` or call ``report.raise_for_status()``.
+
+        Raises:
+            FaultSpecError: ``plan`` is malformed.
+            OSError: ``cmd`` cannot be started.
+        """
+        parsed = FaultPlan.coerce(plan)
+        created: str | None = None
+        state_dir = self.state_dir or parsed.state_dir
+        if state_dir is None:
+            state_dir = created = tempfile.mkdtemp(prefix="twopc-chaos-")
+        os.makedirs(state_dir, exist_ok=True)
+        env = {
+            k: v
+            for k, v in self.env.items()
+            if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_CRASH_PGID)
+        }
+        env.update(parsed.env(state_dir))
+        deadline = time.monotonic() + timeout_s
+        runs: list[ChaosRun] = []
+        try:
+            while True:
+                run = self._run_once(list(cmd), env, deadline, on_progress)
+                runs.append(run)
+                if run.ok or run.timed_out or len(runs) > max_restarts:
+                    break
+            fired = tuple(read_firings(state_dir))
+        finally:
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
+        return ChaosReport(tuple(runs), fired, state_dir)
+
+    def _run_once(
+        self,
+        cmd: list[str],
+        env: dict[str, str],
+        deadline: float,
+        on_progress: Callable[[str], None] | None,
+    ) -> ChaosRun:
+        started = time.monotonic()
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", _WRAPPER, "faultinject-job", *cmd],
+            env=env,
+            cwd=self.cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self.stdout,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        tail: collections.deque[str] = collections.deque(maxlen=self.tail_lines)
+        reader = threading.Thread(
+            target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True
+        )
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_tree(proc.pid)
+            proc.wait()
+        reader.join(timeout=5.0)
+        rc = proc.returncode
+        return ChaosRun(
+            returncode=rc,
+            signal=-rc if rc < 0 else None,
+            duration_s=time.monotonic() - started,
+            stderr_tail="\n".join(tail),
+            timed_out=timed_out,
+        )
+
+    def _pump(
+        self,
+        proc: subprocess.Popen[bytes],
+        tail: collections.deque[str],
+        on_progress: Callable[[str], None] | None,
+    ) -> None:
+        assert proc.stderr is not None
+        with proc.stderr:
+            for raw in proc.stderr:
+                line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+                tail.append(line)
+                if self.echo_stderr:
+                    sys.stderr.write(line + "\n")
+                if on_progress is not None and line.startswith(PROGRESS_PREFIXES):
+                    try:
+                        on_progress(line)
+                    except Exception as exc:  # a broken callback must not hang the pump
+                        sys.stderr.write(f"faultinject.chaos: on_progress failed: {exc!r}\n")

@@ -1,0 +1,190 @@
+"""Session fixtures: real PostgreSQL, real redis, one shared SparkSession.
+
+Servers come from, in order: ``TWOPC_TEST_POSTGRES_URL`` / ``TWOPC_TEST_REDIS_URL``;
+testcontainers when a Docker engine answers; servers started from local binaries
+(:class:`faultinject.LocalPostgres` / :class:`faultinject.LocalRedis`).  If none works
+the fixture fails (never skips) and says how to get a server.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from faultinject import LocalPostgres, LocalRedis, ServerUnavailable
+
+MIN_PREPARED = 64
+
+_PG_HELP = (
+    "No PostgreSQL for the tests. Either set TWOPC_TEST_POSTGRES_URL="
+    "postgresql+psycopg://user:pw@host:port/db (server with max_prepared_transactions "
+    f">= {MIN_PREPARED}), run a Docker engine (testcontainers), or install the "
+    "PostgreSQL server binaries (apt-get install postgresql)."
+)
+_REDIS_HELP = (
+    "No redis for the tests. Either set TWOPC_TEST_REDIS_URL=redis://host:port/0, run a "
+    "Docker engine (testcontainers), or install redis-server (`make redis`)."
+)
+
+
+def _docker_available() -> bool:
+    """True if a Docker engine answers a ping within a couple of seconds."""
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:
+        return False
+
+
+def _check_prepared(url: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            value = int(conn.execute(sa.text("SHOW max_prepared_transactions")).scalar_one())
+    finally:
+        engine.dispose()
+    if value < MIN_PREPARED:
+        pytest.fail(
+            f"PostgreSQL at {engine.url!r} has max_prepared_transactions={value}; the tests "
+            f"need >= {MIN_PREPARED} (set it in postgresql.conf and restart the server)",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def _postgres() -> Iterator[tuple[str, LocalPostgres | None]]:
+    url = os.environ.get("TWOPC_TEST_POSTGRES_URL")
+    if url:
+        _check_prepared(url)
+        yield url, None
+        return
+    if _docker_available():
+        try:
+            from testcontainers.community.postgres import PostgresContainer
+        except ImportError:  # testcontainers < 4.14
+            from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer("postgres:16", driver="psycopg").with_command(
+            f"postgres -c max_prepared_transactions={MIN_PREPARED} -c fsync=on"
+        )
+        with container:
+            url = container.get_connection_url()
+            _check_prepared(url)
+            yield url, None
+        return
+    server = LocalPostgres(max_prepared_transactions=MIN_PREPARED)
+    try:
+        server.start()
+    except ServerUnavailable as exc:
+        pytest.fail(f"{_PG_HELP}\nLocal start failed: {exc}", pytrace=False)
+    try:
+        yield server.url, server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_url(_postgres: tuple[str, LocalPostgres | None]) -> str:
+    """SQLAlchemy URL (``postgresql+psycopg://...``) of a server with >= 64 prepared xacts."""
+    return _postgres[0]
+
+
+@pytest.fixture(scope="session")
+def postgres_server(_postgres: tuple[str, LocalPostgres | None]) -> LocalPostgres | None:
+    """The locally started :class:`LocalPostgres` (for crash tests), else None."""
+    return _postgres[1]
+
+
+@pytest.fixture(scope="session")
+def _redis() -> Iterator[tuple[str, LocalRedis | None]]:
+    url = os.environ.get("TWOPC_TEST_REDIS_URL")
+    if url:
+        yield url, None
+        return
+    if _docker_available():
+        try:
+            from testcontainers.community.redis import RedisContainer
+        except ImportError:  # testcontainers < 4.14
+            from testcontainers.redis import RedisContainer
+
+        container = RedisContainer("redis:7").with_command(
+            "redis-server --appendonly yes --appendfsync always --save ''"
+        )
+        with container:
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(container.port)
+            yield f"redis://{host}:{port}/0", None
+        return
+    server = LocalRedis(appendfsync="always")
+    try:
+        server.start()
+    except ServerUnavailable as exc:
+        pytest.fail(f"{_REDIS_HELP}\nLocal start failed: {exc}", pytrace=False)
+    try:
+        yield server.url, server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(_redis: tuple[str, LocalRedis | None]) -> str:
+    """``redis://host:port/0`` of a redis with AOF (fsync always when started here)."""
+    return _redis[0]
+
+
+@pytest.fixture(scope="session")
+def redis_server(_redis: tuple[str, LocalRedis | None]) -> LocalRedis | None:
+    """The locally started :class:`LocalRedis` (for crash tests), else None."""
+    return _redis[1]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One shared ``SparkSession`` (local[2,3]: 2 cores, tasks retried up to 3 times)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("twopc-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .getOrCreate()
+    )
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def tmp_checkpoint(tmp_path: Path) -> str:
+    """A fresh, empty directory (str) to use as a streaming checkpoint location."""
+    path = tmp_path / "checkpoint"
+    path.mkdir()
+    return str(path)
+
+
+@pytest.fixture
+def pg_engine(postgres_url: str) -> Iterator[sa.Engine]:
+    """A SQLAlchemy engine on :func:`postgres_url`, disposed after the test."""
+    engine = sa.create_engine(postgres_url, pool_pre_ping=True)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

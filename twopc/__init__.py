@@ -1,0 +1,101 @@
+"""twopc: exactly-once side effects from Spark through two-phase-commit sinks.
+
+Public API:
+
+- :class:`TwoPhaseCommitSink`, :class:`TransactionHandle`, :class:`TransactionContext`,
+  :class:`CommitOutcome`: the contract a sink implements.
+- :class:`CommitLedger`, :class:`CommitCoordinator`, :class:`RecoveryCoordinator`: the
+  protocol's durable state, the driver's decision, and recovery after a crash.
+- :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
+  :func:`foreach_batch_writer`: the Spark integration.
+- The exception tree rooted at :class:`TwoPCError`.
+"""
+
+from ._context import TransactionContext
+from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
+from ._errors import (
+    ConfigurationError,
+    HandleError,
+    HandleVersionError,
+    LedgerError,
+    MissingOptionError,
+    ProtocolError,
+    SchemaMismatchError,
+    SinkError,
+    SinkUnavailableError,
+    TargetConfigurationError,
+    TransactionLostError,
+    TwoPCError,
+    UnknownHandleKindError,
+    redact,
+)
+from ._faults import POINTS as FAULT_POINTS
+from ._handle import (
+    TransactionHandle,
+    decode_handle,
+    dumps_handle,
+    encode_handle,
+    loads_handle,
+    registered_handle_kinds,
+)
+from ._ledger import BatchState, CommitLedger, Decision
+from ._options import RuntimeOptions, default_sink_id, option
+from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
+from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._spark import (
+    TwoPCCommitMessage,
+    TwoPhaseCommitBatchWriter,
+    TwoPhaseCommitDataSource,
+    TwoPhaseCommitStreamWriter,
+    data_source_for,
+    foreach_batch_writer,
+    register,
+)
+
+__all__ = [
+    "FAULT_POINTS",
+    "BatchResult",
+    "BatchState",
+    "CommitCoordinator",
+    "CommitLedger",
+    "CommitMetrics",
+    "CommitOutcome",
+    "ConfigurationError",
+    "Decision",
+    "HandleError",
+    "HandleVersionError",
+    "LedgerError",
+    "MissingOptionError",
+    "ProtocolError",
+    "RecoveryCoordinator",
+    "RecoveryPlan",
+    "RecoveryReport",
+    "RuntimeOptions",
+    "SchemaMismatchError",
+    "SinkError",
+    "SinkUnavailableError",
+    "TargetConfigurationError",
+    "TransactionContext",
+    "TransactionHandle",
+    "TransactionLostError",
+    "TwoPCCommitMessage",
+    "TwoPCError",
+    "TwoPhaseCommitBatchWriter",
+    "TwoPhaseCommitDataSource",
+    "TwoPhaseCommitSink",
+    "TwoPhaseCommitStreamWriter",
+    "UnknownHandleKindError",
+    "data_source_for",
+    "decode_handle",
+    "default_sink_id",
+    "dumps_handle",
+    "encode_handle",
+    "foreach_batch_writer",
+    "loads_handle",
+    "option",
+    "redact",
+    "register",
+    "registered_handle_kinds",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,254 @@
+"""The driver-side commit coordinator.
+
+Spark calls the writer's ``commit(messages, batchId)`` on the driver once every task of a
+batch has finished, or ``abort(messages, batchId)`` when the write job failed. The
+coordinator turns those calls into the two-phase-commit decision:
+
+1. ``before_decision``: nothing is decided; a crash here leaves only prepared
+   transactions, which recovery rolls back (the batch replays).
+2. The decision (every handle of the batch) is written to the ledger, durably.
+3. ``after_decision`` / ``between_commits``: the batch is decided; a crash here is finished
+   by recovery with ``recover_and_commit`` before anything else runs.
+4. ``after_commit``: every handle committed, the committed mark is missing; recovery
+   re-commits (``ALREADY_COMMITTED``) and marks.
+5. ``after_mark``: twopc is done, Spark has not written ``commits/<batch>``; Spark replays
+   the batch with the same id and the coordinator aborts the replay's new transactions.
+
+Cases it handles: a first commit; a replayed batch whose decision is recorded but not
+finished; a replayed batch that is already committed; ``abort`` with ``None`` slots; and
+prepared transactions of failed, retried or speculative attempts that never reached the
+driver (found with :meth:`TwoPhaseCommitSink.list_prepared` and rolled back).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import faultinject
+
+from . import _faults  # noqa: F401 - declares the fault points
+from ._errors import ProtocolError, TransactionLostError
+from ._handle import TransactionHandle
+from ._ledger import BatchState, CommitLedger, Decision
+from ._sink import CommitOutcome, TwoPhaseCommitSink
+
+__all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
+
+log = logging.getLogger("twopc.coordinator")
+
+AnySink = TwoPhaseCommitSink  # type: ignore[type-arg]
+
+
+@dataclass
+class CommitMetrics:
+    """Counters in the spirit of Flink's committer metrics."""
+
+    commits_total: int = 0
+    committed: int = 0
+    already_committed: int = 0
+    lost: int = 0
+    aborted: int = 0
+    swept: int = 0
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What the coordinator did with one batch.
+
+    ``action`` is ``committed`` (first commit), ``finished`` (a recorded decision was
+    finished), ``replay-ignored`` (the batch was already committed: the replay's
+    transactions were aborted) or ``aborted``.
+    """
+
+    batch_id: int
+    action: str
+    committed: int = 0
+    already_committed: int = 0
+    aborted: int = 0
+    swept: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+@dataclass
+class _Tally:
+    committed: int = 0
+    already: int = 0
+    lost: list[str] = field(default_factory=list)
+
+
+def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
+                    metrics: CommitMetrics | None = None) -> _Tally:
+    """Commit every handle of *decision*, then mark the batch committed.
+
+    Raises:
+        TransactionLostError: a handle is neither prepared nor committed. The others are
+            committed, the batch is left DECIDED so that every retry raises again.
+    """
+    tally = _Tally()
+    m = metrics or CommitMetrics()
+    for i, handle in enumerate(decision.handles):
+        if i == 1:
+            faultinject.fault_point("between_commits", batch_id=decision.batch_id)
+        outcome = sink.recover_and_commit(handle) if recovering else sink.commit(handle)
+        m.commits_total += 1
+        if outcome is CommitOutcome.COMMITTED:
+            tally.committed += 1
+            m.committed += 1
+        elif outcome is CommitOutcome.ALREADY_COMMITTED:
+            tally.already += 1
+            m.already_committed += 1
+        else:
+            tally.lost.append(handle.txn_id)
+            m.lost += 1
+    if tally.lost:
+        log.error("twopc: batch %s lost transactions %s", decision.batch_id, tally.lost)
+        raise TransactionLostError(
+            f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
+            f"transactions {tally.lost} are neither prepared nor committed in {sink.describe()}: "
+            f"their rows are lost (was a prepared transaction rolled back by hand?). The batch "
+            f"stays decided but unfinished in {ledger.location}; restore the rows, then run "
+            f"`python -m recovery --accept-lost {decision.batch_id}` to mark it done"
+        )
+    faultinject.fault_point("after_commit", batch_id=decision.batch_id)
+    ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
+    return tally
+
+
+def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[TransactionHandle],
+                     *, up_to_batch: int | None, metrics: CommitMetrics | None = None) -> list[str]:
+    """Resolve prepared transactions whose batch is settled: commit those a recorded decision
+    names, roll back the others (orphans). Only handles with ``batch_id <= up_to_batch``
+    are touched (all, when it is None). Returns the rolled-back txn ids.
+
+    Safe only when no task of those batches can still be chosen by the driver: at query
+    start, before any task runs, and at the driver's commit of ``up_to_batch``.
+    """
+    m = metrics or CommitMetrics()
+    decisions: dict[int, Decision | None] = {}
+    rolled_back = []
+    for h in sorted(handles, key=lambda h: (h.batch_id, h.txn_id)):
+        if up_to_batch is not None and h.batch_id > up_to_batch:
+            continue
+        if h.batch_id not in decisions:
+            decisions[h.batch_id] = ledger.decision(h.batch_id)
+        d = decisions[h.batch_id]
+        if d is not None and h.txn_id in d.txn_ids:
+            sink.recover_and_commit(h)
+            m.commits_total += 1
+            continue
+        sink.recover_and_abort(h)
+        m.swept += 1
+        rolled_back.append(h.txn_id)
+    return rolled_back
+
+
+class CommitCoordinator:
+    """Decides and commits batches for one sink id, on the driver.
+
+    Args:
+        sink: the sink.
+        ledger: the checkpoint's commit ledger.
+        sink_id: the sink id whose transactions this coordinator owns.
+        keep_last: how many committed batches' ledger records to keep (like Spark's
+            ``minBatchesToRetain``).
+    """
+
+    def __init__(self, sink: AnySink, ledger: CommitLedger, sink_id: str, *, keep_last: int = 100) -> None:
+        self.sink = sink
+        self.ledger = ledger
+        self.sink_id = sink_id
+        self.keep_last = keep_last
+        self.metrics = CommitMetrics()
+
+    def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
+        """Commit the batch made of *handles* (one per partition, ``None`` for partitions
+        that wrote nothing), exactly once.
+
+        Guarantees: when this returns, every effect of the batch is committed exactly once
+        (by this call or an earlier one), and no transaction of this sink with a batch id
+        ``<= batch_id`` is left prepared.
+
+        Raises:
+            TransactionLostError: a decided transaction is gone.
+            ProtocolError: a handle belongs to another sink or batch.
+            SinkError: the target failed; rerunning (or recovery) finishes the batch.
+        """
+        started = time.monotonic()
+        fresh = self._check(batch_id, handles)
+        state = self.ledger.state(batch_id)
+        if state is BatchState.COMMITTED:
+            for h in fresh:
+                self.sink.recover_and_abort(h)
+            swept = self._sweep(batch_id)
+            return self._done(batch_id, "replay-ignored", started, aborted=len(fresh), swept=swept)
+        if state is BatchState.DECIDED:
+            decision = self.ledger.decision(batch_id)
+            assert decision is not None
+            action, recovering = "finished", True
+        else:
+            faultinject.fault_point("before_decision", batch_id=batch_id)
+            decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+            faultinject.fault_point("after_decision", batch_id=batch_id)
+            action, recovering = "committed", False
+        tally = finish_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics)
+        faultinject.fault_point("after_mark", batch_id=batch_id)
+        extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
+        for h in extra:
+            self.sink.recover_and_abort(h)
+        swept = self._sweep(batch_id)
+        self.ledger.purge(keep_last=self.keep_last)
+        return self._done(batch_id, action, started, committed=tally.committed,
+                          already=tally.already, aborted=len(extra), swept=swept)
+
+    def abort_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
+        """Roll back the failed write of *batch_id*. ``None`` slots (failed tasks) are fine:
+        their prepared transactions, if any, are found by sink id and batch.
+
+        A batch that a previous run already decided is finished rather than rolled back:
+        a decision is final.
+        """
+        started = time.monotonic()
+        fresh = self._check(batch_id, handles)
+        decision = self.ledger.decision(batch_id)
+        state = self.ledger.state(batch_id)
+        if decision is not None and state is BatchState.DECIDED:
+            finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics)
+        keep = decision.txn_ids if decision is not None else frozenset()
+        extra = [h for h in fresh if h.txn_id not in keep]
+        for h in extra:
+            self.sink.recover_and_abort(h)
+            self.metrics.aborted += 1
+        swept = self._sweep(batch_id)
+        return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
+
+    # ------------------------------------------------------------------------------
+    def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:
+        fresh = []
+        for h in handles:
+            if h is None:
+                continue
+            if h.sink_id != self.sink_id or h.batch_id != batch_id:
+                raise ProtocolError(
+                    f"handle {h.txn_id} belongs to sink {h.sink_id!r} batch {h.batch_id}, "
+                    f"not to sink {self.sink_id!r} batch {batch_id}"
+                )
+            fresh.append(h)
+        return fresh
+
+    def _sweep(self, batch_id: int) -> list[str]:
+        prepared = self.sink.list_prepared(self.sink_id)
+        return resolve_prepared(self.sink, self.ledger, prepared, up_to_batch=batch_id, metrics=self.metrics)
+
+    def _done(self, batch_id: int, action: str, started: float, *, committed: int = 0, already: int = 0,
+              aborted: int = 0, swept: Sequence[str] = ()) -> BatchResult:
+        self.metrics.aborted += aborted if action != "aborted" else 0
+        result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept),
+                             time.monotonic() - started)
+        log.info(
+            "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
+            self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
+        )
+        return result

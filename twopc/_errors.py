@@ -1,0 +1,109 @@
+"""The twopc exception tree.
+
+Every error twopc raises on purpose derives from :class:`TwoPCError`, so a caller can
+catch the whole family with one clause, or a branch of it::
+
+    TwoPCError
+    ├── ConfigurationError          bad options or input; nothing was written
+    │   ├── MissingOptionError      a required option is absent
+    │   ├── SchemaMismatchError     the DataFrame does not fit the target
+    │   └── TargetConfigurationError  the target is set up wrong (e.g. 2PC disabled)
+    ├── HandleError                 a serialized transaction handle cannot be read
+    │   ├── UnknownHandleKindError  no handle type is registered for its kind
+    │   └── HandleVersionError      written by a newer (or unsupported older) twopc
+    ├── LedgerError                 the commit ledger cannot be read or written
+    ├── SinkError                   the target system failed an operation
+    │   └── SinkUnavailableError    the target cannot be reached or refused login
+    ├── TransactionLostError        a decided transaction is neither prepared nor committed
+    └── ProtocolError               an invariant of the protocol was violated
+
+Messages name the problem and the fix. They never contain credentials: sinks build
+them from redacted URLs, and :func:`redact` strips any secret that a driver error
+might echo back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = [
+    "ConfigurationError",
+    "HandleError",
+    "HandleVersionError",
+    "LedgerError",
+    "MissingOptionError",
+    "ProtocolError",
+    "SchemaMismatchError",
+    "SinkError",
+    "SinkUnavailableError",
+    "TargetConfigurationError",
+    "TransactionLostError",
+    "TwoPCError",
+    "UnknownHandleKindError",
+    "redact",
+]
+
+
+class TwoPCError(Exception):
+    """Base class of every error twopc raises on purpose."""
+
+
+class ConfigurationError(TwoPCError):
+    """Options or input are wrong. Raised before anything is written."""
+
+
+class MissingOptionError(ConfigurationError):
+    """A required option is missing."""
+
+
+class SchemaMismatchError(ConfigurationError):
+    """The DataFrame's schema does not fit the target (missing table, columns, types)."""
+
+
+class TargetConfigurationError(ConfigurationError):
+    """The target system is configured in a way the guarantee cannot hold with."""
+
+
+class HandleError(TwoPCError):
+    """A serialized transaction handle cannot be decoded."""
+
+
+class UnknownHandleKindError(HandleError):
+    """The envelope names a handle kind that no imported sink registered."""
+
+
+class HandleVersionError(HandleError):
+    """The envelope's version is newer than this twopc understands (or too old)."""
+
+
+class LedgerError(TwoPCError):
+    """The commit ledger in the checkpoint location cannot be read or written."""
+
+
+class SinkError(TwoPCError):
+    """The target system failed an operation of the protocol."""
+
+
+class SinkUnavailableError(SinkError):
+    """The target system cannot be reached, or refused the credentials."""
+
+
+class TransactionLostError(TwoPCError):
+    """A transaction that was decided for commit is neither prepared nor committed.
+
+    Its effects are gone (e.g. an operator ran ``ROLLBACK PREPARED`` or the target lost
+    data). twopc never papers over this: the batch stays decided-but-unfinished in the
+    ledger and every retry raises again until an operator intervenes.
+    """
+
+
+class ProtocolError(TwoPCError):
+    """An invariant of the two-phase-commit protocol was violated (a bug or tampering)."""
+
+
+def redact(message: str, secrets: Iterable[str | None]) -> str:
+    """Return *message* with every non-empty secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            message = message.replace(secret, "***")
+    return message

@@ -1,0 +1,173 @@
+"""Transaction handles and their versioned envelope.
+
+A handle is the small, immutable, credential-free value that ``pre_commit`` returns and
+that the driver stores in the commit ledger before it commits. It must be enough, together
+with the sink's own options, to commit or roll back the prepared transaction from any
+process, at any later time.
+
+Handles travel in an envelope ``{"kind": ..., "version": ..., "payload": {...}}``. Decoding
+an unknown kind or a newer version raises, it never guesses.
+
+Subclass :class:`TransactionHandle` as a frozen dataclass and give it a kind and a version::
+
+    @dataclass(frozen=True)
+    class FileHandle(TransactionHandle, kind="twopc.file", version=1):
+        path: str
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from ._errors import HandleError, HandleVersionError, UnknownHandleKindError
+
+__all__ = [
+    "TransactionHandle",
+    "decode_handle",
+    "dumps_handle",
+    "encode_handle",
+    "loads_handle",
+    "registered_handle_kinds",
+]
+
+_REGISTRY: dict[str, type[TransactionHandle]] = {}
+
+H = TypeVar("H", bound="TransactionHandle")
+
+
+@dataclass(frozen=True)
+class TransactionHandle:
+    """Base of every sink's handle.
+
+    Attributes:
+        txn_id: the sink-unique id of the prepared transaction (a GID, a file name...).
+        sink_id: the sink the transaction belongs to.
+        batch_id: the batch (micro-batch id or ``txnVersion``) it was written for.
+        partition_id: the Spark partition it holds.
+        attempt_id: the Spark task attempt that wrote it.
+    """
+
+    txn_id: str
+    sink_id: str
+    batch_id: int
+    partition_id: int
+    attempt_id: int
+
+    KIND: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 0
+
+    def __init_subclass__(cls, *, kind: str | None = None, version: int = 1, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if kind is None:
+            return
+        if version < 1:
+            raise ValueError(f"handle version must be >= 1, got {version}")
+        existing = _REGISTRY.get(kind)
+        if existing is not None and existing.__qualname__ != cls.__qualname__:
+            raise ValueError(f"handle kind {kind!r} is already registered by {existing.__qualname__}")
+        cls.KIND = kind
+        cls.VERSION = version
+        _REGISTRY[kind] = cls
+
+    def to_payload(self) -> dict[str, Any]:
+        """Return the JSON-compatible payload of this handle (its dataclass fields)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_payload(cls: type[H], payload: Mapping[str, Any], version: int) -> H:
+        """Build a handle from a payload written by handle *version*.
+
+        The default accepts only the current version; override :meth:`upgrade` to read
+        older ones.
+
+        Raises:
+            HandleVersionError: *version* is newer than :attr:`VERSION` or cannot be upgraded.
+            HandleError: the payload does not have this handle's fields.
+        """
+        if version > cls.VERSION:
+            raise HandleVersionError(
+                f"handle of kind {cls.KIND!r} has version {version}, but this twopc reads up to "
+                f"version {cls.VERSION}: upgrade twopc on the driver and the executors"
+            )
+        if version < cls.VERSION:
+            payload = cls.upgrade(dict(payload), version)
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(payload) - names
+        missing = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING} - set(payload)
+        if unknown or missing:
+            raise HandleError(
+                f"handle of kind {cls.KIND!r} version {version} has unexpected fields "
+                f"{sorted(unknown)} and lacks {sorted(missing)}: the ledger record is damaged"
+            )
+        return cls(**payload)
+
+    @classmethod
+    def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
+        """Convert a payload of an older *version* to the current one. Default: refuse."""
+        raise HandleVersionError(
+            f"handle of kind {cls.KIND!r} version {version} is older than {cls.VERSION} "
+            f"and {cls.__qualname__} defines no upgrade from it"
+        )
+
+
+def registered_handle_kinds() -> dict[str, type[TransactionHandle]]:
+    """Return a copy of the kind -> handle class registry."""
+    return dict(_REGISTRY)
+
+
+def encode_handle(handle: TransactionHandle) -> dict[str, Any]:
+    """Wrap *handle* in its versioned envelope.
+
+    Raises:
+        HandleError: the handle's class was not declared with a ``kind``.
+    """
+    cls = type(handle)
+    if not cls.KIND or _REGISTRY.get(cls.KIND) is not cls:
+        raise HandleError(f"{cls.__qualname__} has no registered kind: declare it with "
+                          f"`class {cls.__name__}(TransactionHandle, kind=..., version=...)`")
+    return {"kind": cls.KIND, "version": cls.VERSION, "payload": handle.to_payload()}
+
+
+def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
+    """Read a handle from its envelope.
+
+    Raises:
+        UnknownHandleKindError: no imported module registered the envelope's kind.
+        HandleVersionError: the envelope was written by a newer handle version.
+        HandleError: the envelope is malformed.
+    """
+    try:
+        kind = envelope["kind"]
+        version = envelope["version"]
+        payload = envelope["payload"]
+    except (KeyError, TypeError) as exc:
+        raise HandleError(f"not a handle envelope (needs kind, version, payload): {envelope!r:.200}") from exc
+    if not isinstance(kind, str) or not isinstance(version, int) or not isinstance(payload, Mapping):
+        raise HandleError(f"malformed handle envelope: {envelope!r:.200}")
+    cls = _REGISTRY.get(kind)
+    if cls is None:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise UnknownHandleKindError(
+            f"unknown handle kind {kind!r} (known: {known}): import the module that defines "
+            f"the sink that wrote it before reading this checkpoint"
+        )
+    return cls.from_payload(payload, version)
+
+
+def dumps_handle(handle: TransactionHandle) -> str:
+    """Serialize *handle* to a compact JSON envelope string."""
+    return json.dumps(encode_handle(handle), separators=(",", ":"), sort_keys=True)
+
+
+def loads_handle(text: str) -> TransactionHandle:
+    """Parse a JSON envelope string written by :func:`dumps_handle`."""
+    try:
+        envelope = json.loads(text)
+    except ValueError as exc:
+        raise HandleError(f"handle envelope is not JSON: {text!r:.200}") from exc
+    return decode_handle(envelope)

@@ -1,0 +1,94 @@
+"""Runtime options shared by every twopc data source."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._errors import ConfigurationError, MissingOptionError
+
+__all__ = ["RuntimeOptions", "default_sink_id", "option"]
+
+_SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+#: Options consumed by the runtime; everything else is the sink's.
+RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain", "path"})
+
+
+def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
+    """Look up *name* case-insensitively (Spark lower-cases option keys)."""
+    lowered = name.lower()
+    for k, v in options.items():
+        if k.lower() == lowered:
+            return v
+    return default
+
+
+def default_sink_id(checkpoint_location: str) -> str:
+    """A stable sink id derived from the checkpoint location."""
+    loc = checkpoint_location.rstrip("/")
+    if "://" not in loc:
+        loc = os.path.abspath(loc)
+    return "q" + hashlib.sha256(loc.encode("utf-8")).hexdigest()[:16]
+
+
+def validate_sink_id(sink_id: str) -> str:
+    if not _SINK_ID.match(sink_id):
+        raise ConfigurationError(
+            f"sinkId {sink_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ . - "
+            f"starting with a letter or digit"
+        )
+    return sink_id
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """The options every twopc data source understands.
+
+    - ``checkpointLocation`` (required): where the commit ledger lives. Streaming queries
+      pass theirs automatically; batch writes must set it.
+    - ``sinkId`` (alias ``txnAppId``): defaults to an id derived from the checkpoint.
+    - ``txnVersion``: batch writes only, required. A number that identifies this write;
+      a write whose version is <= the last committed one writes nothing (Delta's model).
+    - ``minBatchesToRetain``: ledger records kept, default 100.
+    """
+
+    checkpoint_location: str
+    sink_id: str | None
+    txn_version: int | None
+    keep_last: int
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> RuntimeOptions:
+        loc = option(options, "checkpointLocation")
+        if not loc:
+            how = (
+                'df.writeStream.option("checkpointLocation", "/durable/path/query-name")'
+                if streaming
+                else 'df.write.option("checkpointLocation", "/durable/path/job-name")'
+            )
+            raise MissingOptionError(
+                f"twopc needs a checkpointLocation to record its commit decisions durably: add {how}"
+            )
+        sink_id = option(options, "sinkId") or option(options, "txnAppId")
+        if sink_id is not None:
+            validate_sink_id(sink_id)
+        version_text = option(options, "txnVersion")
+        version: int | None = None
+        if version_text is not None:
+            if not version_text.strip().isdigit():
+                raise ConfigurationError(f"txnVersion must be a non-negative integer, got {version_text!r}")
+            version = int(version_text)
+        elif not streaming:
+            raise MissingOptionError(
+                "a twopc batch write needs option txnVersion: a number that identifies this run of "
+                "the job (e.g. the date as 20261122, or a run counter). Rerunning with the same or a "
+                'lower version writes nothing. Add .option("txnVersion", N)'
+            )
+        keep = option(options, "minBatchesToRetain", "100") or "100"
+        if not keep.isdigit() or int(keep) < 1:
+            raise ConfigurationError(f"minBatchesToRetain must be an integer >= 1, got {keep!r}")
+        return cls(loc, sink_id, version, int(keep))

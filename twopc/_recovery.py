@@ -1,0 +1,128 @@
+"""Recovery: bring a sink's target to the state its ledger decided.
+
+Runs automatically on the driver when a query (or a batch write) is planned, before any
+task writes, and by hand through ``python -m recovery``. Why before the tasks: a
+prepared transaction keeps its row locks, so a replayed attempt that writes the same
+key would otherwise wait on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import faultinject
+
+from ._coordinator import AnySink, CommitMetrics, finish_decision, resolve_prepared
+from ._ledger import CommitLedger
+
+__all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]
+
+log = logging.getLogger("twopc.recovery")
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What :meth:`RecoveryCoordinator.run` would do, read without changing anything."""
+
+    sink_id: str
+    batches_to_finish: tuple[int, ...]
+    transactions_to_commit: tuple[str, ...]
+    orphans_to_roll_back: tuple[str, ...]
+
+    @property
+    def is_clean(self) -> bool:
+        return not (self.batches_to_finish or self.transactions_to_commit or self.orphans_to_roll_back)
+
+
+@dataclass
+class RecoveryReport:
+    """What :meth:`RecoveryCoordinator.run` did."""
+
+    sink_id: str
+    finished_batches: list[int] = field(default_factory=list)
+    committed: int = 0
+    already_committed: int = 0
+    rolled_back: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def changed_anything(self) -> bool:
+        return bool(self.finished_batches or self.committed or self.rolled_back)
+
+    def summary(self) -> str:
+        return (
+            f"sink {self.sink_id}: finished batches {self.finished_batches or 'none'}, "
+            f"{self.committed} committed now, {self.already_committed} already committed, "
+            f"{len(self.rolled_back)} orphan(s) rolled back, {self.seconds * 1000:.1f} ms"
+        )
+
+
+class RecoveryCoordinator:
+    """Finishes decided batches and rolls back orphans of one sink id.
+
+    Args:
+        sink: the sink whose target is recovered (built from its own options: handles
+            carry no credentials).
+        ledger: the commit ledger of the checkpoint (or pass ``checkpoint_location``).
+        sink_id: the sink id; defaults to the one recorded in the ledger.
+
+    Guarantees, when :meth:`run` returns: every batch the ledger holds a decision for is
+    committed and marked; no transaction of the sink id is left prepared. It is safe to run
+    any number of times, and concurrently with nothing else writing with the same sink id.
+    """
+
+    def __init__(self, sink: AnySink, ledger: CommitLedger | None = None, *,
+                 checkpoint_location: str | None = None, sink_id: str | None = None) -> None:
+        if ledger is None:
+            if checkpoint_location is None:
+                raise ValueError("pass a ledger or a checkpoint_location")
+            ledger = CommitLedger(checkpoint_location)
+        self.sink = sink
+        self.ledger = ledger
+        self.sink_id = sink_id or ledger.bind_sink_id(None, default="")
+        if not self.sink_id:
+            raise ValueError(f"no sink id recorded in {ledger.location}; pass sink_id")
+        self.metrics = CommitMetrics()
+
+    def plan(self) -> RecoveryPlan:
+        """Return what :meth:`run` would do, changing nothing."""
+        pending = self.ledger.pending()
+        decided: dict[int, frozenset[str]] = {}
+        to_commit, orphans = [], []
+        for h in self.sink.list_prepared(self.sink_id):
+            if h.batch_id not in decided:
+                d = self.ledger.decision(h.batch_id)
+                decided[h.batch_id] = d.txn_ids if d else frozenset()
+            (to_commit if h.txn_id in decided[h.batch_id] else orphans).append(h.txn_id)
+        return RecoveryPlan(self.sink_id, tuple(d.batch_id for d in pending), tuple(to_commit), tuple(orphans))
+
+    def run(self) -> RecoveryReport:
+        """Finish every decided batch, then roll back every orphan.
+
+        Raises:
+            TransactionLostError: a decided transaction is gone (the batch stays decided).
+            SinkError: the target failed; run again.
+        """
+        started = time.monotonic()
+        report = RecoveryReport(self.sink_id)
+        for decision in self.ledger.pending():
+            tally = finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics)
+            report.finished_batches.append(decision.batch_id)
+            report.committed += tally.committed
+            report.already_committed += tally.already
+            faultinject.fault_point("during_recovery", batch_id=decision.batch_id)
+        prepared = self.sink.list_prepared(self.sink_id)
+        before = self.metrics.commits_total
+        report.rolled_back = resolve_prepared(self.sink, self.ledger, prepared, up_to_batch=None,
+                                              metrics=self.metrics)
+        report.committed += self.metrics.commits_total - before
+        if report.rolled_back:
+            faultinject.fault_point("during_recovery", batch_id=None)
+        report.seconds = time.monotonic() - started
+        if report.changed_anything:
+            log.warning("twopc recovery: %s", report.summary())
+        else:
+            log.debug("twopc recovery: %s", report.summary())
+        return report

@@ -1,0 +1,154 @@
+"""The two-phase-commit sink contract."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from ._context import TransactionContext
+from ._handle import TransactionHandle
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from typing import Self
+
+__all__ = ["CommitOutcome", "TwoPhaseCommitSink"]
+
+V = TypeVar("V")
+T = TypeVar("T")
+H = TypeVar("H", bound=TransactionHandle)
+
+
+class CommitOutcome(enum.Enum):
+    """What a commit request found (after Flink Sink V2's committer outcomes)."""
+
+    COMMITTED = "committed"
+    """The prepared transaction was committed by this call."""
+    ALREADY_COMMITTED = "already_committed"
+    """It had been committed before (a replay); nothing changed."""
+    LOST = "lost"
+    """It is neither prepared nor committed: its effects are gone. The caller raises."""
+
+
+class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
+    """A sink whose writes become visible all at once, exactly once.
+
+    Type parameters: ``V`` the value :meth:`invoke` takes (a row as a ``dict`` for the
+    built-in sinks), ``T`` the open-transaction object (process-local, never serialized),
+    ``H`` the :class:`TransactionHandle` subclass :meth:`pre_commit` returns.
+
+    Life of one task attempt's transaction (executor side)::
+
+        txn = sink.begin_transaction(ctx)
+        sink.invoke_batch(txn, batch)     # any number of times
+        handle = sink.pre_commit(txn)     # durable, invisible, committable from anywhere
+        # or, on any failure before pre_commit returns: sink.rollback(txn)
+
+    Then, on the driver, after the handles were recorded in the commit ledger:
+    :meth:`commit` (or :meth:`recover_and_commit` for a handle read back from the ledger
+    after a restart), or :meth:`abort` / :meth:`recover_and_abort` for attempts Spark did
+    not choose. :meth:`list_prepared` lets the runtime find prepared transactions whose
+    handles never reached the driver (failed, retried or speculative attempts).
+
+    Instances are built from Spark options by :meth:`from_options` and pickled to the
+    executors: keep only plain configuration in attributes and open connections lazily.
+    """
+
+    handle_type: ClassVar[type[TransactionHandle]] = TransactionHandle
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> Self:
+        """Build the sink from Spark writer options (keys compared case-insensitively).
+
+        Raises:
+            ConfigurationError: an option is missing or invalid.
+        """
+        raise NotImplementedError(f"{cls.__qualname__} must implement from_options() to be used from Spark")
+
+    def validate(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+        """Check, on the driver before any task runs, that rows of *schema* can be written.
+
+        Raises:
+            ConfigurationError: the target is missing, misconfigured or does not fit
+                *schema*. Nothing has been written when this raises.
+            SinkUnavailableError: the target cannot be reached.
+        """
+
+    @abstractmethod
+    def begin_transaction(self, context: TransactionContext) -> T:
+        """Open the transaction of one task attempt."""
+
+    @abstractmethod
+    def invoke(self, txn: T, value: V) -> None:
+        """Add one value to the open transaction."""
+
+    def invoke_batch(self, txn: T, batch: pa.RecordBatch) -> None:
+        """Add an Arrow record batch. The default calls :meth:`invoke` per row as a dict;
+        sinks override it to load whole batches without per-row Python objects."""
+        for row in batch.to_pylist():
+            self.invoke(txn, row)  # type: ignore[arg-type]
+
+    @abstractmethod
+    def pre_commit(self, txn: T) -> H:
+        """Make the transaction durable but invisible, and return its handle.
+
+        After this returns, the transaction survives a crash of this process and of the
+        target, and can be committed or rolled back from any process with the handle.
+        """
+
+    @abstractmethod
+    def rollback(self, txn: T) -> None:
+        """Discard an open transaction that was not prepared. Must not raise for one that
+        is already gone."""
+
+    @abstractmethod
+    def commit(self, handle: H) -> CommitOutcome:
+        """Commit a prepared transaction. Idempotent.
+
+        Returns:
+            ``COMMITTED`` when this call committed it, ``ALREADY_COMMITTED`` when it had
+            been committed before, ``LOST`` when it is neither prepared nor committed.
+
+        Raises:
+            SinkError: the target failed; the transaction is unchanged and the call can
+                be retried.
+        """
+
+    @abstractmethod
+    def abort(self, handle: H) -> None:
+        """Roll back a prepared transaction. Idempotent: a handle that is already gone is
+        fine.
+
+        Raises:
+            ProtocolError: the transaction had been committed.
+            SinkError: the target failed.
+        """
+
+    def recover_and_commit(self, handle: H) -> CommitOutcome:
+        """Commit a handle read back from the ledger after a restart. Same contract as
+        :meth:`commit`; the common case is ``ALREADY_COMMITTED``."""
+        return self.commit(handle)
+
+    def recover_and_abort(self, handle: H) -> None:
+        """Roll back a handle found after a restart. Same contract as :meth:`abort`."""
+        self.abort(handle)
+
+    @abstractmethod
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[H]:
+        """Return the handles of every transaction of *sink_id* (and *batch_id*, when given)
+        that is prepared and not yet committed or rolled back."""
+
+    def describe(self) -> str:
+        """A one-line, credential-free description used in logs and reports."""
+        return type(self).__qualname__
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. The sink stays usable: connections reopen lazily."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

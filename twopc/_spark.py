@@ -1,0 +1,290 @@
+"""Spark integration: Python data sources that drive any :class:`TwoPhaseCommitSink`.
+
+How Spark calls them (PySpark 4.1+), and where the protocol runs:
+
+- Plan time, on the driver, once per micro-batch (or per batch write), before any task:
+  ``DataSource(options)`` then ``streamWriter()`` / ``writer()``. twopc validates the
+  options and the target here, binds the sink id, and runs recovery (finish decided
+  batches, roll back orphans), so that no task meets a stale prepared transaction.
+- Tasks, on executors: ``write(iterator of pyarrow.RecordBatch)`` opens one transaction
+  per task attempt, loads the batches, prepares, and returns the handle. The batch id
+  comes from the ``streaming.sql.batchId`` local property Spark sets on every task.
+- Commit, on the driver, in a separate Python process that receives an *unpickled* copy
+  of the data source: ``commit(messages, batchId)`` / ``abort(...)`` run the
+  :class:`CommitCoordinator`. The copy knows it is not the plan-time instance, so it
+  does not run recovery (which would roll back the batch being committed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import faultinject
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from ._context import TransactionContext
+from ._coordinator import AnySink, BatchResult, CommitCoordinator
+from ._errors import ConfigurationError, ProtocolError
+from ._handle import TransactionHandle, dumps_handle, loads_handle
+from ._ledger import CommitLedger
+from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id
+from ._recovery import RecoveryCoordinator
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "TwoPCCommitMessage",
+    "TwoPhaseCommitDataSource",
+    "data_source_for",
+    "foreach_batch_writer",
+    "register",
+]
+
+log = logging.getLogger("twopc.spark")
+
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+@dataclass(frozen=True)
+class TwoPCCommitMessage(WriterCommitMessage):
+    """What a task returns to the driver: its handle as a JSON envelope (``None`` when the
+    task wrote nothing) and how many rows it wrote."""
+
+    handle: str | None
+    rows: int
+    partition_id: int
+    attempt_id: int
+
+
+def _sink_options(options: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in options.items() if k.lower() not in RUNTIME_KEYS}
+
+
+class _WriterCore:
+    """Protocol logic shared by the batch and the streaming writer (picklable)."""
+
+    def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool) -> None:
+        self.sink = sink
+        self.sink_id = sink_id
+        self.runtime = runtime
+        self.skip = skip
+
+    # -- executor side ------------------------------------------------------------
+    def write_task(self, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TwoPCCommitMessage:
+        tc = TaskContext.get()
+        if tc is None:
+            raise ProtocolError("twopc writers must run inside a Spark task")
+        partition, attempt = tc.partitionId(), tc.taskAttemptId()
+        if self.skip:
+            return TwoPCCommitMessage(None, 0, partition, attempt)
+        if batch_id is None:
+            prop = tc.getLocalProperty(BATCH_ID_PROPERTY)
+            if prop is None:
+                raise ProtocolError(f"Spark did not set the {BATCH_ID_PROPERTY} task property")
+            batch_id = int(prop)
+        ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, tc.attemptNumber())
+        txn = self.sink.begin_transaction(ctx)
+        rows = 0
+        try:
+            for rb in batches:
+                if rb.num_rows == 0:
+                    continue
+                self.sink.invoke_batch(txn, rb)
+                if rows == 0:
+                    faultinject.fault_point("during_invoke", batch_id=batch_id, partition=partition)
+                rows += rb.num_rows
+            faultinject.fault_point("before_pre_commit", batch_id=batch_id, partition=partition)
+            if rows == 0:
+                self.sink.rollback(txn)
+                return TwoPCCommitMessage(None, 0, partition, attempt)
+            handle = self.sink.pre_commit(txn)
+        except BaseException:
+            _quietly(self.sink.rollback, txn)
+            raise
+        try:
+            faultinject.fault_point("after_pre_commit", batch_id=batch_id, partition=partition)
+        except BaseException:
+            _quietly(self.sink.abort, handle)
+            raise
+        finally:
+            self.sink.close()
+        return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt)
+
+    # -- driver side --------------------------------------------------------------
+    def coordinator(self) -> CommitCoordinator:
+        ledger = CommitLedger(self.runtime.checkpoint_location)
+        return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last)
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+        if self.skip:
+            log.warning("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
+            return None
+        try:
+            return self.coordinator().commit_batch(batch_id, _handles(messages))
+        finally:
+            self.sink.close()
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+        if self.skip:
+            return None
+        try:
+            return self.coordinator().abort_batch(batch_id, _handles(messages))
+        finally:
+            self.sink.close()
+
+
+def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
+    out: list[TransactionHandle | None] = []
+    for m in messages:
+        if m is None:
+            out.append(None)
+        elif isinstance(m, TwoPCCommitMessage):
+            out.append(loads_handle(m.handle) if m.handle is not None else None)
+        else:
+            raise ProtocolError(f"unexpected commit message {type(m).__name__}")
+    return out
+
+
+def _quietly(fn: Callable[[Any], Any], arg: Any) -> None:
+    try:
+        fn(arg)
+    except Exception:  # noqa: BLE001 - the original error is what matters
+        log.exception("twopc: cleanup after a failed write also failed; recovery will finish it")
+
+
+class TwoPhaseCommitStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming writer: one transaction per task attempt, one decision per micro-batch."""
+
+    def __init__(self, core: _WriterCore) -> None:
+        self.core = core
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:  # type: ignore[override]
+        return self.core.write_task(iterator, None)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        self.core.commit(messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        self.core.abort(messages, batchId)
+
+
+class TwoPhaseCommitBatchWriter(DataSourceArrowWriter):
+    """Batch writer: all-or-nothing across tasks; ``txnVersion`` makes reruns write nothing."""
+
+    def __init__(self, core: _WriterCore) -> None:
+        self.core = core
+
+    @property
+    def version(self) -> int:
+        assert self.core.runtime.txn_version is not None
+        return self.core.runtime.txn_version
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:  # type: ignore[override]
+        return self.core.write_task(iterator, self.version)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.core.commit(messages, self.version)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.core.abort(messages, self.version)
+
+
+class TwoPhaseCommitDataSource(DataSource):
+    """A Spark data source (write side) around a :class:`TwoPhaseCommitSink` class.
+
+    Subclass it, set :attr:`sink_class` and :attr:`format_name`, and register it with
+    :func:`register`; or let :func:`data_source_for` do both.
+    """
+
+    sink_class: ClassVar[type[AnySink]]
+    format_name: ClassVar[str] = ""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self._plan_time = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_plan_time"] = False  # copies Spark ships are never the plan-time instance
+        return state
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.format_name or cls.sink_class.__name__.lower()
+
+    def writer(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitBatchWriter:
+        return TwoPhaseCommitBatchWriter(self._core(schema, overwrite, streaming=False))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitStreamWriter:  # noqa: N802
+        return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
+
+    def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
+        if overwrite:
+            raise ConfigurationError(
+                f"{self.name()} does not support overwrite/complete mode yet: use "
+                + ('outputMode("append")' if streaming else 'mode("append")')
+            )
+        runtime = RuntimeOptions.parse(self.options, streaming=streaming)
+        sink = self.sink_class.from_options(_sink_options(self.options))
+        ledger = CommitLedger(runtime.checkpoint_location)
+        sink_id = ledger.bind_sink_id(runtime.sink_id, default_sink_id(runtime.checkpoint_location))
+        skip = False
+        if self._plan_time:
+            sink.validate(to_arrow_schema(schema, timezone="UTC"))
+            RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+            if not streaming:
+                latest = ledger.latest_committed()
+                assert runtime.txn_version is not None
+                skip = latest is not None and runtime.txn_version <= latest
+                if skip:
+                    log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
+                                "this write will write nothing", sink_id, latest, runtime.txn_version)
+            sink.close()
+        return _WriterCore(sink, sink_id, runtime, skip=skip)
+
+
+def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:
+    """Return a data source class for *sink_class*, usable as ``format(name)``."""
+    return type(
+        f"{sink_class.__name__}DataSource",
+        (TwoPhaseCommitDataSource,),
+        {"sink_class": sink_class, "format_name": name, "__module__": sink_class.__module__},
+    )
+
+
+def register(spark: SparkSession, *data_sources: type[TwoPhaseCommitDataSource]) -> None:
+    """Register twopc data sources with *spark* so ``format(name)`` finds them."""
+    for ds in data_sources:
+        spark.dataSource.register(ds)
+
+
+def foreach_batch_writer(format_name: str, checkpoint_location: str,
+                         **options: str) -> Callable[[DataFrame, int], None]:
+    """Return a ``foreachBatch`` function that writes each micro-batch exactly once.
+
+    Each call becomes a twopc batch write with ``txnVersion = batch_id``, so a replayed
+    micro-batch (same id) writes nothing. *checkpoint_location* should be the query's own.
+    The data source named *format_name* must be registered.
+    """
+
+    def write(df: DataFrame, batch_id: int) -> None:
+        (df.write.format(format_name).mode("append")
+           .options(**options)
+           .option("checkpointLocation", checkpoint_location)
+           .option("txnVersion", str(batch_id))
+           .save())
+
+    return write
