@@ -43,6 +43,10 @@ demo: venv
 	$(VPY) -m recovery.demo
 
 bench: venv
+	@if [ ! -e /usr/share/java/postgresql.jar ] && [ "$$(id -u)" = 0 ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java) || true; \
+	fi
 	$(VPY) -m recovery.bench
 
 clean:

@@ -151,8 +151,12 @@ class ChaosRunner:
         max_restarts: int = 10,
         timeout_s: float = 600.0,
         on_progress: Callable[[str], None] | None = None,
+        on_run_end: Callable[[ChaosRun, list[str]], None] | None = None,
     ) -> ChaosReport:
         """Run ``cmd`` until it exits 0, restarting it after every abnormal end.
+
+        ``on_run_end`` is called after each run with the run and the firing lines that
+        run added (so a caller can report each crash as it happens).
 
         ``timeout_s`` is the budget for all runs together; when it runs out the job's
         session is SIGKILLed and the report says ``timed_out``.  ``on_progress`` is
@@ -181,8 +185,11 @@ class ChaosRunner:
         runs: list[ChaosRun] = []
         try:
             while True:
+                before = len(read_firings(state_dir))
                 run = self._run_once(list(cmd), env, deadline, on_progress)
                 runs.append(run)
+                if on_run_end is not None:
+                    on_run_end(run, read_firings(state_dir)[before:])
                 if run.ok or run.timed_out or len(runs) > max_restarts:
                     break
             fired = tuple(read_firings(state_dir))

@@ -199,7 +199,10 @@ class CommitCoordinator:
         for h in extra:
             self.sink.recover_and_abort(h)
         swept = self._sweep(batch_id)
-        self.ledger.purge(keep_last=self.keep_last)
+        if self.ledger.purge(keep_last=self.keep_last):
+            retained = self.ledger.committed_batches()
+            if retained:
+                self.sink.purge_committed(self.sink_id, retained[0])
         return self._done(batch_id, action, started, committed=tally.committed,
                           already=tally.already, aborted=len(extra), swept=swept)
 

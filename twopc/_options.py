@@ -15,7 +15,7 @@ __all__ = ["RuntimeOptions", "default_sink_id", "option"]
 _SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 #: Options consumed by the runtime; everything else is the sink's.
-RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain", "path"})
+RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain"})
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:

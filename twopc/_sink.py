@@ -140,6 +140,12 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """Return the handles of every transaction of *sink_id* (and *batch_id*, when given)
         that is prepared and not yet committed or rolled back."""
 
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:  # noqa: B027 - optional hook
+        """Forget bookkeeping (e.g. marker rows) of *sink_id*'s committed batches with id
+        ``< below_batch``. Called when the ledger purges those batches: they can no longer
+        be replayed, so "already committed" need not be answerable for them. Default: no-op.
+        """
+
     def describe(self) -> str:
         """A one-line, credential-free description used in logs and reports."""
         return type(self).__qualname__

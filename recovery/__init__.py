@@ -1,0 +1,23 @@
+"""Recovery: bring a sink's target to what its ledger decided, after any crash.
+
+:class:`RecoveryCoordinator` commits every decided-but-unfinished batch and rolls back
+every orphaned prepared transaction of a sink id. twopc's Spark runtime runs it
+automatically at plan time, before any task writes; operators run it by hand with
+``python -m recovery`` (see ``--help``). :func:`verify_postgres_ids` checks a table
+for exactly-once (duplicates, lost, unexpected, dangling prepared transactions).
+"""
+
+from twopc import RecoveryCoordinator, RecoveryPlan, RecoveryReport
+
+from ._cli import build_sink, main
+from ._verify import Verification, verify_postgres_ids
+
+__all__ = [
+    "RecoveryCoordinator",
+    "RecoveryPlan",
+    "RecoveryReport",
+    "Verification",
+    "build_sink",
+    "main",
+    "verify_postgres_ids",
+]

@@ -1,0 +1,200 @@
+"""``make demo``: crash a streaming query into PostgreSQL again and again, then verify.
+
+``python -m recovery.demo`` starts a throwaway PostgreSQL (or uses ``--url`` /
+``TWOPC_DEMO_POSTGRES_URL``), writes input files, and runs a Spark streaming query into the
+``twopc-postgres`` sink under a fault plan that hard-kills the whole job (driver, JVM and
+Python workers, SIGKILL, no cleanup) at random protocol points. After each crash the job
+is restarted from the same checkpoint, until the input is done. Then it prints the
+verification: rows expected, rows found, duplicates, lost, dangling prepared transactions.
+
+``python -m recovery.demo job ...`` is one run of the query (what the chaos runner starts);
+it reads the database URL from ``TWOPC_DEMO_URL`` so the password is not on a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["INPUT_SCHEMA", "create_table", "fault_plan", "main", "run_job", "write_input"]
+
+INPUT_SCHEMA = "id BIGINT, payload STRING, amount DOUBLE"
+CRASH_POINTS = (
+    "during_invoke", "before_pre_commit", "after_pre_commit", "before_decision", "after_decision",
+    "between_commits", "after_commit", "after_mark",
+)
+
+
+def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_file: int = 0) -> list[int]:
+    """Write *files* JSON-lines files of consecutive ids (file k holds ids
+    ``k*rows_per_file ...``), starting at file number *first_file*; return the ids."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = []
+    for f in range(first_file, first_file + files):
+        lines = []
+        for i in range(f * rows_per_file, (f + 1) * rows_per_file):
+            ids.append(i)
+            lines.append(json.dumps({"id": i, "payload": f"event-{i}", "amount": i * 0.5}))
+        tmp = folder / f".part-{f:05d}.json.tmp"
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.rename(folder / f"part-{f:05d}.json")
+    return ids
+
+
+def create_table(url: str, table: str) -> None:
+    """(Re)create the demo table: no primary key, so a duplicate would show."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
+            conn.execute(sa.text(f'CREATE TABLE "{table}" (id bigint NOT NULL, payload text, amount double precision)'))
+    finally:
+        engine.dispose()
+
+
+def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
+    """One crash at each of *points*, at distinct random batches (in order)."""
+    rng = random.Random(seed)
+    at = sorted(rng.sample(range(batches), min(len(points), batches)))
+    return ",".join(f"{p}@batch={b}:crash" for p, b in zip(points, at))
+
+
+def run_job(input_dir: str, checkpoint: str, table: str, partitions: int) -> None:
+    """One run of the streaming query: all available input, then stop."""
+    import faultinject
+
+    faultinject.export_crash_group()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    url = os.environ["TWOPC_DEMO_URL"]
+
+    from pyspark.sql import SparkSession
+
+    import sinks
+
+    spark = (SparkSession.builder.master("local[2,3]").appName("twopc-demo")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", str(partitions))
+             .config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sinks.register_all(spark)
+    from twopc import CommitLedger
+
+    ledger = CommitLedger(checkpoint)
+    pending = [d.batch_id for d in ledger.pending()]
+    print(f"progress: job started; ledger: last committed batch {ledger.latest_committed()}, "
+          f"decided but unfinished {pending or 'none'}", file=sys.stderr, flush=True)
+    stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
+    query = (stream.repartition(partitions).writeStream.format("twopc-postgres")
+             .option("url", url).option("dbtable", table)
+             .option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    seen = -1
+
+    def report() -> None:
+        nonlocal seen
+        for p in query.recentProgress:
+            if p["batchId"] > seen:
+                seen = p["batchId"]
+                print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
+
+    while query.isActive:
+        report()
+        time.sleep(0.3)
+    query.awaitTermination()
+    report()
+    spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recovery.demo", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    job = sub.add_parser("job", help="one run of the streaming query (used by the chaos runner)")
+    job.add_argument("--input", required=True)
+    job.add_argument("--checkpoint", required=True)
+    job.add_argument("--table", required=True)
+    job.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--url", default=os.environ.get("TWOPC_DEMO_POSTGRES_URL"),
+                        help="SQLAlchemy URL of a PostgreSQL with max_prepared_transactions > 0 "
+                             "(default: start a throwaway one)")
+    parser.add_argument("--files", type=int, default=8, help="input files = micro-batches")
+    parser.add_argument("--rows", type=int, default=5000, help="rows per file")
+    parser.add_argument("--crashes", type=int, default=5, help="how many times to kill the job")
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    if args.command == "job":
+        run_job(args.input, args.checkpoint, args.table, args.partitions)
+        return 0
+    return _demo(args)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+
+    import faultinject
+    from twopc import CommitLedger
+
+    from ._verify import verify_postgres_ids
+
+    seed = args.seed if args.seed is not None else random.randrange(10_000)
+    rng = random.Random(seed)
+    points = rng.sample(CRASH_POINTS, min(args.crashes, len(CRASH_POINTS)))
+    server = None
+    url = args.url
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="twopc-demo-") as work:
+        if url is None:
+            print("demo: starting a throwaway PostgreSQL (max_prepared_transactions=64) ...", flush=True)
+            server = faultinject.LocalPostgres().start()
+            url = server.url
+        try:
+            table = "twopc_demo_events"
+            create_table(url, table)
+            ids = write_input(Path(work) / "input", args.files, args.rows)
+            checkpoint = str(Path(work) / "checkpoint")
+            plan = fault_plan(points, args.files, seed)
+            print(f"demo: {len(ids)} rows in {args.files} micro-batches into table {table}")
+            print(f"demo: fault plan (seed {seed}): {plan}")
+            print("demo: each crash SIGKILLs driver, JVM and Python workers; the job is then restarted", flush=True)
+            runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url},
+                                             stdout=open(os.devnull, "wb"))  # noqa: SIM115
+            cmd = [sys.executable, "-m", "recovery.demo", "job", "--input", str(Path(work) / "input"),
+                   "--checkpoint", checkpoint, "--table", table]
+            def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
+                what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
+                print(f"    run ended: {run.describe()} ({what})", flush=True)
+
+            report = runner.run_until_done(cmd, plan, max_restarts=len(points) + 3, timeout_s=1200,
+                                           on_progress=lambda line: print("   ", line, flush=True),
+                                           on_run_end=run_ended)
+            print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, "
+                  f"{time.monotonic() - started:.0f}s")
+            engine = sa.create_engine(url)
+            try:
+                result = verify_postgres_ids(engine, table, ids, sink_id=CommitLedger(checkpoint).recorded_sink_id())
+            finally:
+                engine.dispose()
+            print("verification:")
+            print(result.render())
+            if not report.completed:
+                print("demo: the job did not complete:\n" + report.summary(), file=sys.stderr)
+                return 1
+            return 0 if result.ok else 1
+        finally:
+            if server is not None:
+                server.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

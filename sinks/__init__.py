@@ -1,0 +1,39 @@
+"""Two-phase-commit sinks for twopc.
+
+- :class:`PostgresSink` (``format("twopc-postgres")``): one ``PREPARE TRANSACTION`` per task
+  attempt, bulk-loaded with COPY, committed by the driver.
+- :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic
+  rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
+
+``register_all(spark)`` registers every built-in data source.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from twopc import register
+
+from ._file import FileDataSource, FileHandle, FileSink
+from ._postgres import PostgresDataSource, PostgresHandle, PostgresSink
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "DATA_SOURCES",
+    "FileDataSource",
+    "FileHandle",
+    "FileSink",
+    "PostgresDataSource",
+    "PostgresHandle",
+    "PostgresSink",
+    "register_all",
+]
+
+DATA_SOURCES = (PostgresDataSource, FileDataSource)
+
+
+def register_all(spark: SparkSession) -> None:
+    """Register ``twopc-postgres`` and ``twopc-file`` with *spark*."""
+    register(spark, *DATA_SOURCES)

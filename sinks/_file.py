@@ -1,0 +1,216 @@
+"""A file sink: the worked example of writing a two-phase-commit sink.
+
+Each task attempt writes one Parquet file; readers see it only once it is committed.
+The three places a file can be are the three states of its transaction::
+
+    <path>/_twopc/staging/<txn>.parquet    open: being written (invisible)
+    <path>/_twopc/prepared/<txn>.parquet   prepared: complete and fsynced (invisible)
+    <path>/<txn>.parquet                   committed: visible to readers
+
+Every step is a ``rename`` within one filesystem, which is atomic, followed by an fsync of
+the folder, so a crash leaves each file whole in exactly one of those places. Spark and
+most readers ignore names starting with ``_``, so ``spark.read.parquet(path)`` sees only
+committed files. ``<txn>`` encodes sink id, batch, partition and attempt, so prepared
+files of attempts that never reached the driver can be found and removed.
+
+The path must be one filesystem that the driver and every executor see at the same
+path (a local disk in ``local[*]`` mode, or a shared POSIX mount).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from twopc import (
+    CommitOutcome,
+    MissingOptionError,
+    ProtocolError,
+    TransactionContext,
+    TransactionHandle,
+    TwoPhaseCommitDataSource,
+    TwoPhaseCommitSink,
+    option,
+)
+
+__all__ = ["FileDataSource", "FileHandle", "FileSink"]
+
+_SUFFIX = ".parquet"
+
+
+@dataclass(frozen=True)
+class FileHandle(TransactionHandle, kind="twopc.file", version=1):
+    """A prepared Parquet file: ``txn_id`` is its name (without the suffix)."""
+
+    rows: int = 0
+
+
+@dataclass
+class _OpenFile:
+    """An open transaction: a Parquet writer on a staging file."""
+
+    context: TransactionContext
+    txn_id: str
+    staging: str
+    writer: pq.ParquetWriter | None = None
+    rows: int = 0
+    pending_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
+    """Exactly-once Parquet files in a folder.
+
+    Args:
+        path: the output folder (created if missing).
+    """
+
+    handle_type = FileHandle
+
+    def __init__(self, path: str) -> None:
+        self.path = os.path.abspath(path)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> FileSink:
+        path = option(options, "path")
+        if not path:
+            raise MissingOptionError('the file sink needs an output folder: .option("path", "/data/out") '
+                                     "or .save(path)")
+        return cls(path)
+
+    def describe(self) -> str:
+        return f"FileSink({self.path})"
+
+    # -- layout ------------------------------------------------------------------------
+    def _dir(self, state: str) -> str:
+        return os.path.join(self.path, "_twopc", state) if state else self.path
+
+    def _file(self, state: str, txn_id: str) -> str:
+        return os.path.join(self._dir(state), txn_id + _SUFFIX)
+
+    @staticmethod
+    def _txn_id(ctx: TransactionContext) -> str:
+        # '~' cannot occur in a sink id, so the name parses back unambiguously.
+        return f"{ctx.sink_id}~{ctx.batch_id}~{ctx.partition_id}~{ctx.attempt_id}~{secrets.token_hex(4)}"
+
+    @staticmethod
+    def _parse(txn_id: str) -> FileHandle | None:
+        parts = txn_id.split("~")
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:4]):
+            return None
+        return FileHandle(txn_id, parts[0], int(parts[1]), int(parts[2]), int(parts[3]), rows=-1)
+
+    # -- executor side -----------------------------------------------------------------
+    def begin_transaction(self, context: TransactionContext) -> _OpenFile:
+        for state in ("staging", "prepared"):
+            os.makedirs(self._dir(state), exist_ok=True)
+        txn_id = self._txn_id(context)
+        return _OpenFile(context, txn_id, self._file("staging", txn_id))
+
+    def invoke(self, txn: _OpenFile, value: dict[str, Any]) -> None:
+        txn.pending_rows.append(value)
+
+    def invoke_batch(self, txn: _OpenFile, batch: pa.RecordBatch) -> None:
+        self._flush_rows(txn)
+        if txn.writer is None:
+            txn.writer = pq.ParquetWriter(txn.staging, batch.schema)
+        txn.writer.write_batch(batch)
+        txn.rows += batch.num_rows
+
+    def _flush_rows(self, txn: _OpenFile) -> None:
+        if txn.pending_rows:
+            rows, txn.pending_rows = txn.pending_rows, []
+            self.invoke_batch(txn, pa.RecordBatch.from_pylist(rows))
+
+    def pre_commit(self, txn: _OpenFile) -> FileHandle:
+        """Close and fsync the staging file, then rename it into ``prepared/``."""
+        self._flush_rows(txn)
+        if txn.writer is None:  # no rows: an empty file keeps the protocol uniform
+            txn.writer = pq.ParquetWriter(txn.staging, pa.schema([]))
+        txn.writer.close()
+        with open(txn.staging, "rb+") as f:
+            os.fsync(f.fileno())
+        os.rename(txn.staging, self._file("prepared", txn.txn_id))
+        _fsync_dir(self._dir("prepared"))
+        c = txn.context
+        return FileHandle(txn.txn_id, c.sink_id, c.batch_id, c.partition_id, c.attempt_id, rows=txn.rows)
+
+    def rollback(self, txn: _OpenFile) -> None:
+        if txn.writer is not None:
+            try:
+                txn.writer.close()
+            except Exception:  # noqa: BLE001 - the file is being discarded anyway
+                pass
+        try:
+            os.unlink(txn.staging)
+        except FileNotFoundError:
+            pass
+
+    # -- driver side -------------------------------------------------------------------
+    def commit(self, handle: FileHandle) -> CommitOutcome:
+        """Rename the prepared file into the output folder (atomic, idempotent)."""
+        final = self._file("", handle.txn_id)
+        try:
+            os.rename(self._file("prepared", handle.txn_id), final)
+        except FileNotFoundError:
+            return CommitOutcome.ALREADY_COMMITTED if os.path.exists(final) else CommitOutcome.LOST
+        _fsync_dir(self.path)
+        return CommitOutcome.COMMITTED
+
+    def abort(self, handle: FileHandle) -> None:
+        """Delete the prepared (or orphaned staging) file. Raises ProtocolError if it had
+        been committed."""
+        gone = 0
+        for state in ("prepared", "staging"):
+            try:
+                os.unlink(self._file(state, handle.txn_id))
+            except FileNotFoundError:
+                gone += 1
+        if gone == 2 and os.path.exists(self._file("", handle.txn_id)):
+            raise ProtocolError(f"cannot abort {handle.txn_id}: it was committed")
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[FileHandle]:
+        """Prepared files of *sink_id*, plus staging files that a killed attempt left behind
+        (the runtime only calls this when no attempt of those batches can still run)."""
+        names: list[str] = []
+        for state in ("prepared", "staging"):
+            try:
+                names += os.listdir(self._dir(state))
+            except FileNotFoundError:
+                pass
+        out = []
+        for name in sorted(set(names)):
+            if not name.endswith(_SUFFIX):
+                continue
+            h = self._parse(name[: -len(_SUFFIX)])
+            if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id):
+                out.append(h)
+        return out
+
+    def committed_files(self) -> list[str]:
+        """Paths of the committed files, for readers that do not skip ``_`` folders."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return []
+        return sorted(os.path.join(self.path, n) for n in names if n.endswith(_SUFFIX))
+
+
+class FileDataSource(TwoPhaseCommitDataSource):
+    """``format("twopc-file")``: exactly-once Parquet files."""
+
+    sink_class = FileSink
+    format_name = "twopc-file"
