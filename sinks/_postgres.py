@@ -371,6 +371,20 @@ def _is_connection_error(exc: BaseException) -> bool:
 
 # -- the sink -------------------------------------------------------------------------
 
+def _give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
+    """Return *conn* to the pool (whose reset rolls back an open, unprepared transaction; a
+    prepared one is no longer the session's), or invalidate it if it is broken. Never raises."""
+    if conn is None:
+        return
+    try:
+        if broken:
+            conn.invalidate()
+        else:
+            conn.close()
+    except Exception:  # noqa: BLE001 - releasing must not fail
+        log.debug("twopc postgres: releasing a connection failed", exc_info=True)
+
+
 class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
     """Exactly-once appends to one PostgreSQL table through ``PREPARE TRANSACTION``.
 
@@ -529,15 +543,7 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
 
     def _drop_control(self, *, broken: bool) -> None:
         conn, self._control = self._control, None
-        if conn is None:
-            return
-        try:
-            if broken:
-                conn.invalidate()
-            else:
-                conn.close()
-        except Exception:  # noqa: BLE001 - releasing must not fail
-            log.debug("twopc postgres: releasing a connection failed", exc_info=True)
+        _give_back(conn, broken=broken)
 
     def _control_execute(self, query: Any, params: Sequence[Any] | None = None,
                          *, fetch: bool = False) -> list[tuple[Any, ...]]:
@@ -1002,15 +1008,7 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
             broken = True
         if self._open is not None:
             self._open.discard(txn)
-        if conn is None:
-            return
-        try:
-            if broken:
-                conn.invalidate()
-            else:
-                conn.close()  # back to the pool; the pool's reset rolls back any open txn
-        except Exception:  # noqa: BLE001
-            log.debug("twopc postgres: releasing the connection of %s failed", txn.gid, exc_info=True)
+        _give_back(conn, broken=broken)
 
     def _abandon(self, txn: _PgTxn, exc: BaseException) -> None:
         """Roll back after a non-driver error (our own check, an interrupt)."""
