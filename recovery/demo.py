@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import time
@@ -133,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=5, help="how many times to kill the job")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
+    # SIGTERM runs the cleanup (stop the throwaway server) like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.command == "job":
         run_job(args.input, args.checkpoint, args.table, args.partitions)
         return 0
