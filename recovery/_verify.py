@@ -60,7 +60,7 @@ def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[in
     col = prep.quote(id_column)
     prefix = f"twopc:{sink_id}:" if sink_id else "twopc:"
     with engine.connect() as conn:
-        counts = dict(conn.execute(sa.text(f"SELECT {col}, count(*) FROM {tbl} GROUP BY {col}")).all())
+        counts: dict[int, int] = dict(conn.execute(sa.text(f"SELECT {col}, count(*) FROM {tbl} GROUP BY {col}")).all())
         dangling = [r[0] for r in conn.execute(sa.text(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
             "AND starts_with(gid, :p)"), {"p": prefix})]

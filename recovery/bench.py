@@ -25,6 +25,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 __all__ = ["main"]
 
@@ -81,7 +85,7 @@ def bench_throughput(url: str, rows: int, work: Path) -> list[tuple[str, float]]
     small = spark.range(20_000, numPartitions=2).selectExpr(
         "id", "concat('payload-', id) as payload", "cast(id as double) * 0.5 as amount")
 
-    def run(name: str, table: str, write: Callable[[object, str, int], object]) -> None:
+    def run(name: str, table: str, write: Callable[[DataFrame, str, int], object]) -> None:
         """Warm up (JVM JIT, Python workers, connections) on a small write, then measure."""
         create_table(url, table + "_warm")
         write(small, table + "_warm", 1)
@@ -100,17 +104,19 @@ def bench_throughput(url: str, rows: int, work: Path) -> list[tuple[str, float]]
         jdbc_url, props = _jdbc(url)
         for name, extra in (("spark jdbc, batchsize 10000", ""),
                             ("spark jdbc, batchsize 10000, reWriteBatchedInserts", "?reWriteBatchedInserts=true")):
-            run(name, "bench_jdbc" + ("_rw" if extra else ""), lambda d, t, v, e=extra: (
-                d.write.format("jdbc").mode("append").option("url", jdbc_url + e).option("dbtable", t)
-                .option("batchsize", "10000").option("driver", "org.postgresql.Driver")
-                .options(**props).save()))
+            def jdbc_write(d: DataFrame, t: str, _v: int, e: str = extra) -> None:
+                (d.write.format("jdbc").mode("append").option("url", jdbc_url + e).option("dbtable", t)
+                 .option("batchsize", "10000").option("driver", "org.postgresql.Driver")
+                 .options(**props).save())
+
+            run(name, "bench_jdbc" + ("_rw" if extra else ""), jdbc_write)
     else:
         print(f"bench: Spark's JDBC writer skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
     csv = work / "rows.csv"
     pacsv.write_csv(df.toArrow(), csv, pacsv.WriteOptions(include_header=False))
     dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
-    def raw_copy(_df: object, table: str, _v: int) -> None:
+    def raw_copy(_df: DataFrame, table: str, _v: int) -> None:
         with psycopg.connect(dsn) as conn, conn.cursor() as cur:
             with cur.copy(f'COPY "{table}" (id, payload, amount) FROM STDIN (FORMAT csv)') as cp, \
                     open(csv, "rb") as f:
@@ -156,7 +162,12 @@ def bench_protocol(url: str, work: Path, batches: int) -> tuple[float, float]:
             with c.cursor() as cur, cur.copy('COPY "bench_proto" (id, payload, amount) FROM STDIN') as cp:
                 for i in range(100):
                     cp.write_row((i, "x", 0.5))
-        without.append(_timed(lambda: [c.commit() for c in conns]))
+
+        def commit_all() -> None:
+            for c in conns:
+                c.commit()
+
+        without.append(_timed(commit_all))
     for c in conns:
         c.close()
     sink.close()

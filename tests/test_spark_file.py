@@ -95,3 +95,32 @@ def test_foreach_batch_adapter_writes_each_micro_batch_once(spark, tmp_path) -> 
     # Spark replays a micro-batch with the same id after a crash: it writes nothing.
     fn(spark.createDataFrame([(999, "x", 1.0)], INPUT_SCHEMA), 1)
     assert committed_ids(FileSink(str(out))) == ids
+
+
+def test_only_the_plan_time_instance_runs_recovery() -> None:
+    """Spark builds the data source from options at plan time, and ships pickled copies to
+    the commit process: copies must never think they are the plan-time instance (recovery
+    there would roll back the batch being committed)."""
+    import pickle
+
+    from sinks import FileDataSource
+
+    ds = FileDataSource({"path": "/tmp/x", "checkpointLocation": "/tmp/ck"})
+    assert ds._plan_time is True
+    assert pickle.loads(pickle.dumps(ds))._plan_time is False
+
+
+def test_sink_id_can_be_set_and_is_bound_to_the_checkpoint(spark, tmp_path) -> None:
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    df = _df(spark, 0, 10)
+    (df.write.format("twopc-file").mode("append").option("path", str(out)).option("checkpointLocation", str(ck))
+       .option("txnVersion", "1").option("sinkId", "orders-daily").save())
+    assert CommitLedger(str(ck)).recorded_sink_id() == "orders-daily"
+    assert all(Path(p).name.startswith("orders-daily~") for p in FileSink(str(out)).committed_files())
+    with pytest.raises(Exception, match="belongs to sink id 'orders-daily'"):
+        (df.write.format("twopc-file").mode("append").option("path", str(out)).option("checkpointLocation", str(ck))
+           .option("txnVersion", "2").option("sinkId", "another").save())
+    with pytest.raises(Exception, match="sinkId 'bad id!' is invalid"):
+        (df.write.format("twopc-file").mode("append").option("path", str(out))
+           .option("checkpointLocation", str(tmp_path / "ck2")).option("txnVersion", "1").option("sinkId", "bad id!")
+           .save())

@@ -90,7 +90,8 @@ class RecoveryCoordinator:
         """Return what :meth:`run` would do, changing nothing."""
         pending = self.ledger.pending()
         decided: dict[int, frozenset[str]] = {}
-        to_commit, orphans = [], []
+        to_commit: list[str] = []
+        orphans: list[str] = []
         for h in self.sink.list_prepared(self.sink_id):
             if h.batch_id not in decided:
                 d = self.ledger.decision(h.batch_id)

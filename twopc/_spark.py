@@ -13,6 +13,14 @@ How Spark calls them (PySpark 4.1+), and where the protocol runs:
   of the data source: ``commit(messages, batchId)`` / ``abort(...)`` run the
   :class:`CommitCoordinator`. The copy knows it is not the plan-time instance, so it
   does not run recovery (which would roll back the batch being committed).
+
+A retried task attempt that meets its predecessor's prepared transaction: the dead
+attempt's transaction still holds its row locks, and the driver cannot roll it back while
+the batch runs, because with speculation that attempt might still be the one Spark
+chooses (rolling back a transaction the driver may commit is data loss). So sinks bound
+the wait (the PostgreSQL sink's ``lockTimeout``): the retry fails with a clear error,
+the write fails, and the restart's plan-time recovery rolls the orphan back before any
+task runs. Writes that touch no common key (plain appends) never wait.
 """
 
 from __future__ import annotations
