@@ -42,12 +42,13 @@ test: venv redis
 demo: venv
 	$(VPY) -m recovery.demo
 
-bench: venv
+bench: venv redis
 	@if [ ! -e /usr/share/java/postgresql.jar ] && [ "$$(id -u)" = 0 ]; then \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java) || true; \
 	fi
 	$(VPY) -m recovery.bench
+	$(VPY) -m recovery.bench_redis
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

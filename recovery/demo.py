@@ -24,9 +24,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ._job import INPUT_SCHEMA, crashable_spark, run_stream_to_end
+
 __all__ = ["INPUT_SCHEMA", "create_table", "fault_plan", "main", "run_job", "write_input"]
 
-INPUT_SCHEMA = "id BIGINT, payload STRING, amount DOUBLE"
 CRASH_POINTS = (
     "during_invoke", "before_pre_commit", "after_pre_commit", "before_decision", "after_decision",
     "between_commits", "after_commit", "after_mark",
@@ -71,51 +72,11 @@ def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
 
 
 def run_job(input_dir: str, checkpoint: str, table: str, partitions: int) -> None:
-    """One run of the streaming query: all available input, then stop."""
-    import faultinject
-
-    faultinject.export_crash_group()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    """One run of the streaming query into PostgreSQL: all available input, then stop."""
     url = os.environ["TWOPC_DEMO_URL"]
-
-    from pyspark.sql import SparkSession
-
-    import sinks
-
-    spark = (SparkSession.builder.master("local[2,3]").appName("twopc-demo")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", str(partitions))
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    sinks.register_all(spark)
-    from twopc import CommitLedger
-
-    ledger = CommitLedger(checkpoint)
-    pending = [d.batch_id for d in ledger.pending()]
-    print(f"progress: job started; ledger: last committed batch {ledger.latest_committed()}, "
-          f"decided but unfinished {pending or 'none'}", file=sys.stderr, flush=True)
-    stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
-    query = (stream.repartition(partitions).writeStream.format("twopc-postgres")
-             .option("url", url).option("dbtable", table)
-             .option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    seen = -1
-
-    def report() -> None:
-        nonlocal seen
-        for p in query.recentProgress:
-            if p["batchId"] > seen:
-                seen = p["batchId"]
-                print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
-
-    while query.isActive:
-        report()
-        time.sleep(0.3)
-    query.awaitTermination()
-    report()
-    spark.stop()
+    spark = crashable_spark("twopc-demo", partitions)
+    run_stream_to_end(spark, input_dir, checkpoint, partitions, lambda df: (
+        df.writeStream.format("twopc-postgres").option("url", url).option("dbtable", table)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,8 @@
 
 - :class:`PostgresSink` (``format("twopc-postgres")``): one ``PREPARE TRANSACTION`` per task
   attempt, bulk-loaded with COPY, committed by the driver.
+- :class:`RedisSink` (``format("twopc-redis")``): writes staged under the sink's hash tag,
+  applied by one atomic, idempotent server-side FUNCTION per transaction.
 - :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic
   rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
 
@@ -16,6 +18,20 @@ from twopc import register
 
 from ._file import FileDataSource, FileHandle, FileSink
 from ._postgres import PostgresDataSource, PostgresHandle, PostgresSink
+from ._redis import (
+    HIncrByOp,
+    HSetOp,
+    IncrByOp,
+    RedisDataSource,
+    RedisHandle,
+    RedisSink,
+    RedisTargetError,
+    RPushOp,
+    SetOp,
+    XAddOp,
+    ZAddOp,
+    parse_mapping,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,12 +44,24 @@ __all__ = [
     "PostgresDataSource",
     "PostgresHandle",
     "PostgresSink",
+    "RedisDataSource",
+    "RedisHandle",
+    "RedisSink",
+    "RedisTargetError",
+    "HIncrByOp",
+    "HSetOp",
+    "IncrByOp",
+    "RPushOp",
+    "SetOp",
+    "XAddOp",
+    "ZAddOp",
+    "parse_mapping",
     "register_all",
 ]
 
-DATA_SOURCES = (PostgresDataSource, FileDataSource)
+DATA_SOURCES = (PostgresDataSource, RedisDataSource, FileDataSource)
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-postgres`` and ``twopc-file`` with *spark*."""
+    """Register ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with *spark*."""
     register(spark, *DATA_SOURCES)

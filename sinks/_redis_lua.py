@@ -1,0 +1,191 @@
+"""Server-side code of the Redis sink: one Lua library, loaded as a FUNCTION library
+(Redis 7+, survives restarts through the AOF/RDB) or, on older servers, as EVALSHA scripts
+(re-sent on ``NOSCRIPT``).
+
+The staging of a transaction is one Redis LIST of *groups*. A group is a header element
+``"<CMD> <n>"`` followed by ``n`` argument elements. Check groups (``?T``, ``?I``, ``?H``)
+come first; apply groups (``SET``, ``HSET``, ``INCRBY``, ``HINCRBY``, ``XADD``, ``RPUSH``,
+``ZADD``) follow, each one ``redis.call`` with at most :data:`MAX_ARGS` arguments (Lua's
+``unpack`` fails above ~8000 values).
+
+- ``?T <type> <op> key...``: every key must be of Redis type ``<type>`` or not exist.
+- ``?I <op> key...``: every key must be missing or hold an integer within +-10^18.
+- ``?H <op> key field key field...``: every hash field must be missing or such an integer.
+
+Commit runs every check before its first write, so a wrong key type (or a counter that
+is not an integer) is reported with nothing applied: a Lua error would not roll back the
+writes already done. Integers within +-10^18 plus a delta within +-10^18 cannot overflow
+a signed 64-bit integer, so INCRBY/HINCRBY cannot fail midway either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+__all__ = ["FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS", "function_name", "library_code", "script_code"]
+
+#: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
+MAX_ARGS = 1000
+
+#: Versioned library name: a change of the server-side protocol gets a new name.
+LIBRARY_NAME = "twopc_redis_v1"
+
+_PRELUDE = r"""
+local APPLY = {SET=true, HSET=true, INCRBY=true, HINCRBY=true, XADD=true, RPUSH=true, ZADD=true}
+
+-- Iterate the groups of a staging list, reading it in slices of 1000 elements.
+local function groups(key)
+  local buf, pos, base = {}, 1, 0
+  local function nxt()
+    if pos > #buf then
+      buf = redis.call('LRANGE', key, base, base + 999)
+      base = base + #buf
+      pos = 1
+      if #buf == 0 then return nil end
+    end
+    local v = buf[pos]
+    pos = pos + 1
+    return v
+  end
+  return function()
+    local h = nxt()
+    if h == nil then return nil end
+    local cmd, n = string.match(h, '^(%S+) (%d+)$')
+    if cmd == nil then return 'DAMAGED', nil end
+    local a = {}
+    for i = 1, tonumber(n) do
+      local v = nxt()
+      if v == nil then return 'DAMAGED', nil end
+      a[i] = v
+    end
+    return cmd, a
+  end
+end
+
+-- nil/false (missing), or an integer Redis parses, within +-10^18.
+local function small_int(v)
+  if not v then return true end
+  local s = v
+  if string.sub(s, 1, 1) == '-' then
+    s = string.sub(s, 2)
+    if s == '0' then return false end
+  end
+  if s == '0' then return true end
+  return #s <= 18 and string.match(s, '^[1-9]%d*$') ~= nil
+end
+
+-- Run every check group; return nil when all pass, else an error reply table.
+local function check(skey)
+  local nextgroup = groups(skey)
+  while true do
+    local cmd, a = nextgroup()
+    if cmd == nil then return nil end
+    if cmd == 'DAMAGED' then return {'DAMAGED', 'malformed group', ''} end
+    if string.sub(cmd, 1, 1) ~= '?' then
+      if not APPLY[cmd] then return {'DAMAGED', 'unknown command ' .. cmd, ''} end
+      return nil
+    end
+    if cmd == '?T' then
+      local want, op = a[1], a[2]
+      for i = 3, #a do
+        local t = redis.call('TYPE', a[i])['ok']
+        if t ~= 'none' and t ~= want then return {'WRONGTYPE', a[i], t, op, want} end
+      end
+    elseif cmd == '?I' then
+      for i = 2, #a do
+        if not small_int(redis.call('GET', a[i])) then return {'NOTINT', a[i], '', a[1]} end
+      end
+    elseif cmd == '?H' then
+      for i = 2, #a, 2 do
+        if not small_int(redis.call('HGET', a[i], a[i + 1])) then return {'NOTINT', a[i], a[i + 1], a[1]} end
+      end
+    else
+      return {'DAMAGED', 'unknown check ' .. cmd, ''}
+    end
+  end
+end
+
+-- Apply every apply group (checks are skipped); returns the number of calls made.
+local function apply(skey)
+  local nextgroup = groups(skey)
+  local n = 0
+  while true do
+    local cmd, a = nextgroup()
+    if cmd == nil then return n end
+    if string.sub(cmd, 1, 1) ~= '?' then
+      if not APPLY[cmd] then return error('twopc: staging damaged, unknown command ' .. cmd) end
+      redis.call(cmd, unpack(a))
+      n = n + 1
+    end
+  end
+end
+"""
+
+# Each body sees ``keys`` and ``args`` (FUNCTION callback arguments, or KEYS/ARGV).
+FUNCTIONS: dict[str, str] = {
+    # keys: txns, staging   args: txn_id, element...
+    "stage": r"""
+  if not redis.call('ZSCORE', keys[1], args[1]) then return {'ABORTED'} end
+  redis.call('RPUSH', keys[2], unpack(args, 2))
+  return {'OK'}
+""",
+    # keys: txns, prepared, staging   args: txn_id, element count
+    "prepare": r"""
+  if not redis.call('ZSCORE', keys[1], args[1]) then return {'ABORTED'} end
+  local have = redis.call('LLEN', keys[3])
+  if have ~= tonumber(args[2]) then return {'DAMAGED', 'staging has ' .. have .. ' elements', args[2]} end
+  local err = check(keys[3])
+  if err then return err end
+  redis.call('HSET', keys[2], args[1], args[2])
+  return {'PREPARED'}
+""",
+    # keys: txns, prepared, staging, markers   args: txn_id, batch_id
+    "commit": r"""
+  if redis.call('ZSCORE', keys[4], args[1]) then return {'ALREADY'} end
+  local n = redis.call('HGET', keys[2], args[1])
+  if not n then
+    if redis.call('ZSCORE', keys[1], args[1]) then return {'UNPREPARED'} end
+    return {'LOST'}
+  end
+  local have = redis.call('LLEN', keys[3])
+  if have ~= tonumber(n) then return {'DAMAGED', 'staging has ' .. have .. ' elements', n} end
+  local err = check(keys[3])
+  if err then return err end
+  local calls = apply(keys[3])
+  redis.call('ZADD', keys[4], args[2], args[1])
+  redis.call('UNLINK', keys[3])
+  redis.call('HDEL', keys[2], args[1])
+  redis.call('ZREM', keys[1], args[1])
+  return {'COMMITTED', tostring(calls)}
+""",
+    # keys: txns, prepared, staging, markers   args: txn_id
+    "abort": r"""
+  if redis.call('ZSCORE', keys[4], args[1]) then return {'COMMITTED'} end
+  local gone = redis.call('UNLINK', keys[3]) + redis.call('HDEL', keys[2], args[1])
+    + redis.call('ZREM', keys[1], args[1])
+  return {'ABORTED', tostring(gone)}
+""",
+}
+
+
+def function_name(name: str) -> str:
+    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``)."""
+    return f"{LIBRARY_NAME}_{name}"
+
+
+def library_code() -> str:
+    """The FUNCTION library source (``FUNCTION LOAD REPLACE`` it)."""
+    parts = [f"#!lua name={LIBRARY_NAME}\n", _PRELUDE]
+    for name, body in FUNCTIONS.items():
+        parts.append(f"\nredis.register_function('{function_name(name)}', function(keys, args)\n{body}end)\n")
+    return "".join(parts)
+
+
+def script_code(name: str) -> str:
+    """The EVAL script of step *name*, for servers without FUNCTION (Redis < 7)."""
+    return _PRELUDE + "\nlocal keys, args = KEYS, ARGV\n" + FUNCTIONS[name]
+
+
+def script_sha(name: str) -> str:
+    """SHA1 of :func:`script_code` (what ``EVALSHA`` needs)."""
+    return hashlib.sha1(script_code(name).encode("utf-8")).hexdigest()
