@@ -857,12 +857,10 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
             if plan is None:
                 cols = _match_columns(batch.schema.names, [f.type for f in batch.schema], txn.columns,
                                       self.table, check_types=True, check_required=False)
-                binary = self._copy_format == "binary" or (
-                    self._copy_format == "auto"
-                    and all(binary_supported(f.type, c) for f, c in zip(batch.schema, cols, strict=True)))
-                if binary and not all(binary_supported(f.type, c) for f, c in zip(batch.schema, cols, strict=True)):
-                    bad = [c.name for f, c in zip(batch.schema, cols, strict=True) if not binary_supported(f.type, c)]
+                bad = [c.name for f, c in zip(batch.schema, cols, strict=True) if not binary_supported(f.type, c)]
+                if self._copy_format == "binary" and bad:
                     raise ConfigurationError(f"copyFormat=binary cannot encode columns {bad}: use auto or csv")
+                binary = self._copy_format == "binary" or (self._copy_format == "auto" and not bad)
                 plan = (cols, binary)
                 txn.plans[batch.schema] = plan
             cols, binary = plan

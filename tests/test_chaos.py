@@ -9,8 +9,6 @@ the task, and the dead attempt's prepared transaction must not survive.
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,9 +20,10 @@ from recovery import verify_postgres_ids
 from recovery.demo import create_table, write_input
 from twopc import CommitLedger
 
+from ._chaos_helpers import fired, run_job_until_done
+
 pytestmark = pytest.mark.chaos
 
-REPO = Path(__file__).resolve().parent.parent
 FILES, ROWS = 4, 40
 DRIVER_POINTS = ["before_decision", "after_decision", "between_commits", "after_commit", "after_mark"]
 EXECUTOR_POINTS = ["during_invoke", "before_pre_commit", "after_pre_commit"]
@@ -35,14 +34,9 @@ def _chaos(postgres_url: str, tmp_path: Path, plan: str, *, max_restarts: int = 
     create_table(postgres_url, table)
     ids = write_input(tmp_path / "in", FILES, ROWS)
     ck = tmp_path / "ck"
-    runner = faultinject.ChaosRunner(
-        env={**os.environ, "TWOPC_DEMO_URL": postgres_url, "PYSPARK_PYTHON": sys.executable},
-        cwd=REPO, state_dir=tmp_path / "faults", stdout=open(os.devnull, "wb"),  # noqa: SIM115
-    )
-    cmd = [sys.executable, "-m", "recovery.demo", "job", "--input", str(tmp_path / "in"),
-           "--checkpoint", str(ck), "--table", table]
-    report = runner.run_until_done(cmd, plan, max_restarts=max_restarts, timeout_s=900)
-    assert report.completed, report.summary()
+    report = run_job_until_done(
+        ["recovery.demo", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--table", table],
+        {"TWOPC_DEMO_URL": postgres_url}, tmp_path / "faults", plan, max_restarts=max_restarts, timeout_s=900)
     engine = sa.create_engine(postgres_url)
     try:
         result = verify_postgres_ids(engine, table, ids, sink_id=CommitLedger(str(ck)).recorded_sink_id())
@@ -53,25 +47,21 @@ def _chaos(postgres_url: str, tmp_path: Path, plan: str, *, max_restarts: int = 
     return report
 
 
-def _fired(report: faultinject.ChaosReport, point: str) -> bool:
-    return any(f" {point} " in line for line in report.fired)
-
-
 @pytest.mark.parametrize("point", EXECUTOR_POINTS + DRIVER_POINTS)
 def test_job_crash_at_each_point_then_restart_is_exactly_once(postgres_url, tmp_path, point) -> None:
     report = _chaos(postgres_url, tmp_path, f"{point}@batch=1:crash")
-    assert _fired(report, point), report.summary()
+    assert fired(report, point), report.summary()
     assert report.crashes == 1, report.summary()
 
 
 def test_crash_inside_recovery_then_restart_is_exactly_once(postgres_url, tmp_path) -> None:
     report = _chaos(postgres_url, tmp_path, "after_decision@batch=1:crash,during_recovery:crash")
-    assert _fired(report, "after_decision") and _fired(report, "during_recovery"), report.summary()
+    assert fired(report, "after_decision") and fired(report, "during_recovery"), report.summary()
     assert report.crashes == 2, report.summary()
 
 
 @pytest.mark.parametrize("point", EXECUTOR_POINTS)
 def test_a_killed_task_attempt_is_retried_and_leaves_nothing_behind(postgres_url, tmp_path, point) -> None:
     report = _chaos(postgres_url, tmp_path, f"{point}@batch=1@partition=0:kill")
-    assert _fired(report, point), report.summary()
+    assert fired(report, point), report.summary()
     assert report.crashes == 0 and len(report.runs) == 1, report.summary()

@@ -12,8 +12,6 @@ crashed at in some test, and each test checks exactly-once at the end. Two ``kil
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from pathlib import Path
 
@@ -25,9 +23,10 @@ from recovery.demo import write_input
 from recovery.redis_job import ENV_URL, verify_redis
 from twopc import CommitLedger
 
+from ._chaos_helpers import fired, run_job_until_done
+
 pytestmark = pytest.mark.chaos
 
-REPO = Path(__file__).resolve().parent.parent
 FILES, ROWS = 4, 30
 
 # Each plan crashes the whole job once per "crash" rule (a restart follows each), at its own
@@ -47,22 +46,13 @@ def _chaos(redis_url: str, tmp_path: Path, plan: str, *, max_restarts: int = 8) 
     tag = f"chaos{uuid.uuid4().hex[:10]}"
     ids = write_input(tmp_path / "in", FILES, ROWS)
     ck = tmp_path / "ck"
-    runner = faultinject.ChaosRunner(
-        env={**os.environ, ENV_URL: redis_url, "PYSPARK_PYTHON": sys.executable},
-        cwd=REPO, state_dir=tmp_path / "faults", stdout=open(os.devnull, "wb"),  # noqa: SIM115
-    )
-    cmd = [sys.executable, "-m", "recovery.redis_job", "job", "--input", str(tmp_path / "in"),
-           "--checkpoint", str(ck), "--tag", tag]
-    report = runner.run_until_done(cmd, plan, max_restarts=max_restarts, timeout_s=600)
-    assert report.completed, report.summary() + "\n" + report.runs[-1].stderr_tail
+    report = run_job_until_done(
+        ["recovery.redis_job", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--tag", tag],
+        {ENV_URL: redis_url}, tmp_path / "faults", plan, max_restarts=max_restarts, timeout_s=600)
     result = verify_redis(redis_url, tag, ids, sink_id=CommitLedger(str(ck)).recorded_sink_id())
     assert result.ok, "\n" + result.render()
     assert CommitLedger(str(ck)).pending() == []
     return report
-
-
-def _fired(report: faultinject.ChaosReport, point: str) -> bool:
-    return any(f" {point} " in line for line in report.fired)
 
 
 def test_the_plans_cover_every_fault_point() -> None:
@@ -76,5 +66,5 @@ def test_job_crashed_at_every_fault_point_then_restarted_is_exactly_once(redis_u
     rules = PLANS[name]
     report = _chaos(redis_url, tmp_path, ",".join(rules))
     for rule in rules:
-        assert _fired(report, rule.split("@")[0].split(":")[0]), f"{rule} did not fire\n{report.summary()}"
+        assert fired(report, rule.split("@")[0].split(":")[0]), f"{rule} did not fire\n{report.summary()}"
     assert report.crashes == sum(r.endswith(":crash") for r in rules), report.summary()

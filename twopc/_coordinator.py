@@ -117,6 +117,24 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     return tally
 
 
+def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle], *,
+                      up_to_batch: int | None) -> tuple[list[TransactionHandle], list[TransactionHandle]]:
+    """Split prepared transactions with ``batch_id <= up_to_batch`` (all, when it is None)
+    into those a recorded decision names (to commit) and orphans (to roll back), in batch
+    order. Reads the ledger only."""
+    decisions: dict[int, frozenset[str]] = {}
+    decided: list[TransactionHandle] = []
+    orphans: list[TransactionHandle] = []
+    for h in sorted(handles, key=lambda h: (h.batch_id, h.txn_id)):
+        if up_to_batch is not None and h.batch_id > up_to_batch:
+            continue
+        if h.batch_id not in decisions:
+            d = ledger.decision(h.batch_id)
+            decisions[h.batch_id] = d.txn_ids if d is not None else frozenset()
+        (decided if h.txn_id in decisions[h.batch_id] else orphans).append(h)
+    return decided, orphans
+
+
 def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[TransactionHandle],
                      *, up_to_batch: int | None, metrics: CommitMetrics | None = None) -> list[str]:
     """Resolve prepared transactions whose batch is settled: commit those a recorded decision
@@ -127,22 +145,14 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     start, before any task runs, and at the driver's commit of ``up_to_batch``.
     """
     m = metrics or CommitMetrics()
-    decisions: dict[int, Decision | None] = {}
-    rolled_back = []
-    for h in sorted(handles, key=lambda h: (h.batch_id, h.txn_id)):
-        if up_to_batch is not None and h.batch_id > up_to_batch:
-            continue
-        if h.batch_id not in decisions:
-            decisions[h.batch_id] = ledger.decision(h.batch_id)
-        d = decisions[h.batch_id]
-        if d is not None and h.txn_id in d.txn_ids:
-            sink.recover_and_commit(h)
-            m.commits_total += 1
-            continue
+    decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
+    for h in decided:
+        sink.recover_and_commit(h)
+        m.commits_total += 1
+    for h in orphans:
         sink.recover_and_abort(h)
         m.swept += 1
-        rolled_back.append(h.txn_id)
-    return rolled_back
+    return [h.txn_id for h in orphans]
 
 
 class CommitCoordinator:
@@ -223,7 +233,6 @@ class CommitCoordinator:
         extra = [h for h in fresh if h.txn_id not in keep]
         for h in extra:
             self.sink.recover_and_abort(h)
-            self.metrics.aborted += 1
         swept = self._sweep(batch_id)
         return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
 
@@ -247,7 +256,7 @@ class CommitCoordinator:
 
     def _done(self, batch_id: int, action: str, started: float, *, committed: int = 0, already: int = 0,
               aborted: int = 0, swept: Sequence[str] = ()) -> BatchResult:
-        self.metrics.aborted += aborted if action != "aborted" else 0
+        self.metrics.aborted += aborted
         result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept),
                              time.monotonic() - started)
         log.info(

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import faultinject
 
-from ._coordinator import AnySink, CommitMetrics, finish_decision, resolve_prepared
+from ._coordinator import AnySink, CommitMetrics, classify_prepared, finish_decision, resolve_prepared
 from ._ledger import CommitLedger
 
 __all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]
@@ -89,15 +89,9 @@ class RecoveryCoordinator:
     def plan(self) -> RecoveryPlan:
         """Return what :meth:`run` would do, changing nothing."""
         pending = self.ledger.pending()
-        decided: dict[int, frozenset[str]] = {}
-        to_commit: list[str] = []
-        orphans: list[str] = []
-        for h in self.sink.list_prepared(self.sink_id):
-            if h.batch_id not in decided:
-                d = self.ledger.decision(h.batch_id)
-                decided[h.batch_id] = d.txn_ids if d else frozenset()
-            (to_commit if h.txn_id in decided[h.batch_id] else orphans).append(h.txn_id)
-        return RecoveryPlan(self.sink_id, tuple(d.batch_id for d in pending), tuple(to_commit), tuple(orphans))
+        to_commit, orphans = classify_prepared(self.ledger, self.sink.list_prepared(self.sink_id), up_to_batch=None)
+        return RecoveryPlan(self.sink_id, tuple(d.batch_id for d in pending),
+                            tuple(h.txn_id for h in to_commit), tuple(h.txn_id for h in orphans))
 
     def run(self) -> RecoveryReport:
         """Finish every decided batch, then roll back every orphan.
