@@ -18,6 +18,9 @@ from twopc import register
 
 from ._file import FileDataSource, FileHandle, FileSink
 from ._postgres import PostgresDataSource, PostgresHandle, PostgresSink
+from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
+from ._jdbc_options import JdbcOptions
+from ._staging import StagingHandle, StagingSink
 from ._redis import (
     HIncrByOp,
     HSetOp,
@@ -49,19 +52,25 @@ __all__ = [
     "RedisSink",
     "RedisTargetError",
     "HIncrByOp",
+    "JdbcDataSource",
+    "JdbcOptions",
+    "JdbcSink",
     "HSetOp",
     "IncrByOp",
     "RPushOp",
     "SetOp",
+    "StagingHandle",
+    "StagingSink",
     "XAddOp",
     "ZAddOp",
     "parse_mapping",
     "register_all",
+    "write_jdbc",
 ]
 
-DATA_SOURCES = (PostgresDataSource, RedisDataSource, FileDataSource)
+DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource)
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with *spark*."""
+    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with *spark*."""
     register(spark, *DATA_SOURCES)

@@ -36,10 +36,8 @@ Options (``df.write.format("twopc-postgres").option(...)``, keys case-insensitiv
 from __future__ import annotations
 
 import logging
-import os
 import re
 import secrets
-import threading
 import urllib.parse
 import weakref
 from collections.abc import Mapping, Sequence
@@ -82,6 +80,8 @@ from ._arrow_copy import (
     encode_csv,
     normalize_array,
 )
+from ._engines import EngineCache
+from ._sqltypes import parse_table_name
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
@@ -95,7 +95,6 @@ MAX_GID_BYTES = 199
 _GID_CHARS = re.compile(r"^[A-Za-z0-9_.:-]{1,199}$")
 _SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _LOCK_TIMEOUT = re.compile(r"^\s*\d+(\.\d+)?\s*(us|ms|s|min|h|d)?\s*$")
-_PLAIN_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 _COPY_CHUNK = 1 << 20
 #: rows that :meth:`PostgresSink.invoke` buffers before it sends them
 _ROW_BUFFER = 2000
@@ -118,45 +117,30 @@ class PostgresHandle(TransactionHandle, kind="twopc.postgres", version=1):
 
 # -- engines (one per process and URL, reused by every task a Python worker runs) -----
 
-_ENGINES: dict[tuple[Any, ...], Engine] = {}
-_ENGINES_PID = os.getpid()
-_ENGINES_LOCK = threading.Lock()
+_ENGINES = EngineCache()
 
 
 def _engine_for(url: URL, connect_timeout: int) -> Engine:
-    global _ENGINES_PID
-    key = (url.render_as_string(hide_password=False), connect_timeout)
-    with _ENGINES_LOCK:
-        if _ENGINES_PID != os.getpid():
-            # forked child: the parent's connections are not ours; psycopg does not close
-            # them on garbage collection in another process, so just forget them.
-            _ENGINES.clear()
-            _ENGINES_PID = os.getpid()
-        engine = _ENGINES.get(key)
-        if engine is None:
-            connect_args: dict[str, Any] = {"connect_timeout": connect_timeout}
-            if "application_name" not in url.query:
-                connect_args["application_name"] = "twopc"
-            engine = create_engine(
-                url,
-                isolation_level="AUTOCOMMIT",  # we send BEGIN / PREPARE TRANSACTION ourselves
-                pool_pre_ping=True,  # workers are reused: a connection may have died between tasks
-                pool_size=4,
-                max_overflow=16,
-                connect_args=connect_args,
-            )
-            _ENGINES[key] = engine
-        return engine
+    def make() -> Engine:
+        connect_args: dict[str, Any] = {"connect_timeout": connect_timeout}
+        if "application_name" not in url.query:
+            connect_args["application_name"] = "twopc"
+        return create_engine(
+            url,
+            isolation_level="AUTOCOMMIT",  # we send BEGIN / PREPARE TRANSACTION ourselves
+            pool_pre_ping=True,  # workers are reused: a connection may have died between tasks
+            pool_size=4,
+            max_overflow=16,
+            connect_args=connect_args,
+        )
+
+    return _ENGINES.get((url.render_as_string(hide_password=False), connect_timeout), make)
 
 
 def dispose_engines() -> None:
     """Close every pooled connection of this process (prepared transactions are not
     affected: they no longer belong to a session)."""
-    with _ENGINES_LOCK:
-        engines = list(_ENGINES.values())
-        _ENGINES.clear()
-    for e in engines:
-        e.dispose()
+    _ENGINES.dispose()
 
 
 # -- names and URLs -----------------------------------------------------------------
@@ -164,45 +148,8 @@ def dispose_engines() -> None:
 def _parse_qualified(text: str, what: str) -> tuple[str | None, str]:
     """Parse ``[schema.]name`` with PostgreSQL rules: ``"quoted"`` parts are verbatim,
     unquoted ones are folded to lower case and must be plain identifiers."""
-    parts: list[str] = []
-    i, s = 0, text.strip()
-    while True:
-        if i < len(s) and s[i] == '"':
-            j, buf = i + 1, []
-            while True:
-                k = s.find('"', j)
-                if k < 0:
-                    raise ConfigurationError(f"{what} {text!r}: unterminated double quote")
-                buf.append(s[j:k])
-                if k + 1 < len(s) and s[k + 1] == '"':
-                    buf.append('"')
-                    j = k + 2
-                    continue
-                i = k + 1
-                break
-            part = "".join(buf)
-            if not part:
-                raise ConfigurationError(f"{what} {text!r}: empty quoted name")
-            parts.append(part)
-        else:
-            k = s.find(".", i)
-            raw = s[i:] if k < 0 else s[i:k]
-            if not _PLAIN_IDENT.match(raw):
-                raise ConfigurationError(
-                    f"{what} {text!r}: {raw!r} is not a plain identifier; write names with spaces, "
-                    f"upper case or special characters in double quotes, e.g. "
-                    f'"{_quote_ident(raw) if raw else chr(34) + "name" + chr(34)}"'
-                )
-            parts.append(raw.lower())
-            i = len(s) if k < 0 else k
-        if i >= len(s):
-            break
-        if s[i] != ".":
-            raise ConfigurationError(f"{what} {text!r}: expected '.' after a quoted name")
-        i += 1
-    if len(parts) > 2:
-        raise ConfigurationError(f"{what} {text!r}: use [schema.]table (database names are not allowed)")
-    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    name = parse_table_name(text, "postgresql", what)
+    return name.schema, name.name
 
 
 def _quote_ident(name: str) -> str:
@@ -400,6 +347,10 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
         connect_timeout: seconds to wait for a connection.
         copy_format: ``"auto"`` (binary COPY when every column allows it, else CSV),
             ``"binary"`` or ``"csv"``.
+        isolation_level: Spark's name (``READ_COMMITTED``, ``SERIALIZABLE``...) for write
+            transactions; ``None``: the server's default.
+        statement_timeout_s: PostgreSQL ``statement_timeout`` of write transactions (0: none).
+        session_init_statement: SQL run at the start of every write transaction.
 
     Raises:
         ConfigurationError: an argument is invalid.
@@ -412,7 +363,8 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
 
     def __init__(self, url: str, table: str, *, user: str | None = None, password: str | None = None,
                  marker_table: str = "twopc_markers", lock_timeout: str | int = "30s",
-                 connect_timeout: int = 10, copy_format: str = "auto") -> None:
+                 connect_timeout: int = 10, copy_format: str = "auto", isolation_level: str | None = None,
+                 statement_timeout_s: int = 0, session_init_statement: str | None = None) -> None:
         if not url:
             raise MissingOptionError("PostgresSink needs option url (postgresql://host:port/database)")
         if not table:
@@ -435,6 +387,13 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
         if copy_format not in ("auto", "binary", "csv"):
             raise ConfigurationError(f"copyFormat must be auto, binary or csv, got {copy_format!r}")
         self._copy_format = copy_format
+        levels = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
+                  "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
+        if isolation_level is not None and isolation_level not in levels:
+            raise ConfigurationError(f"isolationLevel must be one of {', '.join(levels)}, got {isolation_level!r}")
+        self._begin_sql = "BEGIN" + (f" ISOLATION LEVEL {levels[isolation_level]}" if isolation_level else "")
+        self._statement_timeout = f"{int(statement_timeout_s)}s"
+        self._session_init = session_init_statement
         self._control: PoolProxiedConnection | None = None
         self._open: weakref.WeakSet[_PgTxn] = weakref.WeakSet()
 
@@ -762,9 +721,12 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
         self._open.add(txn)
         pg = self._pg(txn)
         try:
-            pg.execute("BEGIN")
-            pg.execute("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true)",
-                       (self._lock_timeout,))
+            pg.execute(self._begin_sql)
+            pg.execute("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
+                       "set_config('statement_timeout', %s, true)",
+                       (self._lock_timeout, self._statement_timeout))
+            if self._session_init:
+                pg.execute(self._session_init)  # type: ignore[call-overload]
             oid = self._table_oid(pg, self._schema, self._name)
             if oid is None:
                 raise SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
@@ -1031,9 +993,11 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
         if isinstance(exc, pgerr.LockNotAvailable):
             return SinkError(
                 f"could not {action}: lock timeout ({self._lock_timeout}) while waiting for rows of "
-                f"{self.table}. A prepared transaction of an earlier attempt holds these rows; twopc "
-                f"rolls it back at the next recovery (query restart) — this attempt fails instead of "
-                f"waiting. (PostgreSQL: {primary})")
+                f"{self.table} held by another prepared transaction: either another task of this write "
+                f"wrote the same unique key (duplicate keys across partitions: deduplicate, or use "
+                f"upsertKeys / commitMode=staging), or a prepared transaction of an earlier attempt, "
+                f"which twopc rolls back at the next recovery (query restart). This attempt fails "
+                f"instead of waiting. (PostgreSQL: {primary})")
         if isinstance(exc, pgerr.IntegrityError):
             kind = {"23502": "NOT NULL", "23505": "unique", "23503": "foreign key",
                     "23514": "check", "23P01": "exclusion"}.get(state, "integrity")

@@ -39,7 +39,7 @@ from ._handle import (
     registered_handle_kinds,
 )
 from ._ledger import BatchState, CommitLedger, Decision
-from ._options import RuntimeOptions, default_sink_id, option
+from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 from ._spark import (
@@ -89,6 +89,8 @@ __all__ = [
     "decode_handle",
     "default_sink_id",
     "dumps_handle",
+    "ephemeral_sink_id",
+    "ephemeral_started",
     "encode_handle",
     "foreach_batch_writer",
     "loads_handle",

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import faultinject
@@ -89,10 +89,8 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     """
     tally = _Tally()
     m = metrics or CommitMetrics()
-    for i, handle in enumerate(decision.handles):
-        if i == 1:
-            faultinject.fault_point("between_commits", batch_id=decision.batch_id)
-        outcome = sink.recover_and_commit(handle) if recovering else sink.commit(handle)
+    for handle, outcome in zip(decision.handles, _commit_outcomes(sink, decision, recovering=recovering),
+                               strict=True):
         m.commits_total += 1
         if outcome is CommitOutcome.COMMITTED:
             tally.committed += 1
@@ -115,6 +113,21 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     faultinject.fault_point("after_commit", batch_id=decision.batch_id)
     ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
     return tally
+
+
+def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
+    """Commit *decision*'s handles: all at once when the sink can, else one by one."""
+    outcomes = sink.commit_all(decision.handles, recovering=recovering)
+    if outcomes is not None:
+        if len(outcomes) != len(decision.handles):
+            raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
+                                f"for {len(decision.handles)} handles")
+        yield from outcomes
+        return
+    for i, handle in enumerate(decision.handles):
+        if i == 1:
+            faultinject.fault_point("between_commits", batch_id=decision.batch_id)
+        yield sink.recover_and_commit(handle) if recovering else sink.commit(handle)
 
 
 def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle], *,
@@ -146,9 +159,14 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     """
     m = metrics or CommitMetrics()
     decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
+    by_batch: dict[int, list[TransactionHandle]] = {}
     for h in decided:
-        sink.recover_and_commit(h)
-        m.commits_total += 1
+        by_batch.setdefault(h.batch_id, []).append(h)
+    for group in by_batch.values():
+        if sink.commit_all(group, recovering=True) is None:
+            for h in group:
+                sink.recover_and_commit(h)
+        m.commits_total += len(group)
     for h in orphans:
         sink.recover_and_abort(h)
         m.swept += 1
@@ -198,6 +216,8 @@ class CommitCoordinator:
             decision = self.ledger.decision(batch_id)
             assert decision is not None
             action, recovering = "finished", True
+        elif fresh and self.sink.commits_atomically_for(fresh):
+            return self._commit_atomically(batch_id, fresh, started)
         else:
             faultinject.fault_point("before_decision", batch_id=batch_id)
             decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
@@ -215,6 +235,31 @@ class CommitCoordinator:
                 self.sink.purge_committed(self.sink_id, retained[0])
         return self._done(batch_id, action, started, committed=tally.committed,
                           already=tally.already, aborted=len(extra), swept=swept)
+
+    def _commit_atomically(self, batch_id: int, fresh: list[TransactionHandle], started: float) -> BatchResult:
+        """The batch's one local commit transaction is its own decision: commit first, then
+        record it. A failed commit (a constraint, say) leaves no decision, so Spark's abort
+        rolls the attempts back; a crash after it is answered by the target's batch marker
+        (``ALREADY_COMMITTED``) when Spark replays the batch."""
+        faultinject.fault_point("before_decision", batch_id=batch_id)
+        outcomes = self.sink.commit_all(fresh)
+        if outcomes is None or len(outcomes) != len(fresh):
+            raise ProtocolError(f"{self.sink.describe()} claims atomic commits but commit_all returned {outcomes!r}")
+        faultinject.fault_point("after_decision", batch_id=batch_id)
+        self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+        self.ledger.mark_committed(batch_id, summary={"transactions": len(fresh), "atomic": True})
+        committed = sum(o is CommitOutcome.COMMITTED for o in outcomes)
+        self.metrics.commits_total += len(fresh)
+        self.metrics.committed += committed
+        self.metrics.already_committed += len(fresh) - committed
+        faultinject.fault_point("after_mark", batch_id=batch_id)
+        swept = self._sweep(batch_id)
+        if self.ledger.purge(keep_last=self.keep_last):
+            retained = self.ledger.committed_batches()
+            if retained:
+                self.sink.purge_committed(self.sink_id, retained[0])
+        return self._done(batch_id, "committed", started, committed=committed, already=len(fresh) - committed,
+                          swept=swept)
 
     def abort_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         """Roll back the failed write of *batch_id*. ``None`` slots (failed tasks) are fine:

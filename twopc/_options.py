@@ -5,12 +5,14 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ._errors import ConfigurationError, MissingOptionError
 
-__all__ = ["RuntimeOptions", "default_sink_id", "option"]
+__all__ = ["RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started", "option"]
 
 _SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -33,6 +35,18 @@ def default_sink_id(checkpoint_location: str) -> str:
     if "://" not in loc:
         loc = os.path.abspath(loc)
     return "q" + hashlib.sha256(loc.encode("utf-8")).hexdigest()[:16]
+
+
+def ephemeral_sink_id() -> str:
+    """A fresh sink id for a write without checkpointLocation: ``eph-`` + its start time
+    (unix seconds, 8 hex) + 8 random hex, so a later write can tell an abandoned one by age."""
+    return f"eph-{int(time.time()):08x}{secrets.token_hex(4)}"
+
+
+def ephemeral_started(sink_id: str) -> float | None:
+    """The start time (unix seconds) encoded in an :func:`ephemeral_sink_id`, else None."""
+    m = re.fullmatch(r"eph-([0-9a-f]{8})[0-9a-f]{8}", sink_id)
+    return float(int(m.group(1), 16)) if m else None
 
 
 def validate_sink_id(sink_id: str) -> str:
@@ -60,10 +74,36 @@ class RuntimeOptions:
     sink_id: str | None
     txn_version: int | None
     keep_last: int
+    ephemeral: bool = False
+    """True when the write has no ``checkpointLocation`` and its ledger lives in a
+    temporary directory (allowed only for sinks that commit a batch atomically)."""
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> RuntimeOptions:
+    def parse(cls, options: Mapping[str, str], *, streaming: bool,
+              ephemeral_location: str | None = None) -> RuntimeOptions:
+        """Parse the runtime options.
+
+        *ephemeral_location*: a temporary ledger directory to use when the options have no
+        ``checkpointLocation`` (batch writes to sinks that commit atomically); then
+        ``txnVersion`` defaults to 0, and needs ``txnAppId`` to mean anything.
+
+        Raises:
+            MissingOptionError: ``checkpointLocation`` (or, for batch writes with one,
+                ``txnVersion``) is missing.
+            ConfigurationError: an option is invalid.
+        """
         loc = option(options, "checkpointLocation")
+        if not loc and ephemeral_location is not None and not streaming:
+            sink_id = option(options, "sinkId") or option(options, "txnAppId")
+            if sink_id is not None:
+                validate_sink_id(sink_id)
+            version_text = option(options, "txnVersion")
+            if version_text is not None and sink_id is None:
+                raise ConfigurationError(
+                    "txnVersion without checkpointLocation needs txnAppId: the target remembers "
+                    "which (txnAppId, txnVersion) it committed. Add .option(\"txnAppId\", \"job-name\")")
+            return cls(ephemeral_location, sink_id, _parse_version(version_text) if version_text else 0,
+                       1, ephemeral=True)
         if not loc:
             how = (
                 'df.writeStream.option("checkpointLocation", "/durable/path/query-name")'
@@ -79,9 +119,7 @@ class RuntimeOptions:
         version_text = option(options, "txnVersion")
         version: int | None = None
         if version_text is not None:
-            if not version_text.strip().isdigit():
-                raise ConfigurationError(f"txnVersion must be a non-negative integer, got {version_text!r}")
-            version = int(version_text)
+            version = _parse_version(version_text)
         elif not streaming:
             raise MissingOptionError(
                 "a twopc batch write needs option txnVersion: a number that identifies this run of "
@@ -92,3 +130,9 @@ class RuntimeOptions:
         if not keep.isdigit() or int(keep) < 1:
             raise ConfigurationError(f"minBatchesToRetain must be an integer >= 1, got {keep!r}")
         return cls(loc, sink_id, version, int(keep))
+
+
+def _parse_version(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ConfigurationError(f"txnVersion must be a non-negative integer, got {text!r}")
+    return int(text)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ._context import TransactionContext
+from ._errors import ConfigurationError
 from ._handle import TransactionHandle
 
 if TYPE_CHECKING:
@@ -76,6 +77,39 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
             SinkUnavailableError: the target cannot be reached.
         """
 
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
+                        checkpointed: bool) -> None:
+        """Tell the sink what kind of write it serves, before :meth:`validate`.
+
+        The Spark runtime calls this in every process that builds a writer (on the driver
+        at plan time, and again in a streaming query's commit process), so it must depend
+        only on its arguments and the options: no server contact. *overwrite* is Spark's
+        overwrite flag (``mode("overwrite")``, ``outputMode("complete")``); *checkpointed*
+        says whether the write has a ``checkpointLocation`` for the commit ledger.
+
+        The default refuses overwrite.
+
+        Raises:
+            ConfigurationError: the sink cannot serve this kind of write.
+        """
+        if overwrite:
+            how = 'outputMode("append")' if streaming else 'mode("append")'
+            raise ConfigurationError(f"{type(self).__name__} does not support overwrite/complete mode: use {how}")
+
+    @property
+    def commits_atomically(self) -> bool:
+        """True when :meth:`commit_all` commits a whole batch in one local transaction of
+        the target, so a decision needs no durable ledger to be finished after a crash: a
+        batch write may then omit ``checkpointLocation``. Default ``False``."""
+        return False
+
+    def commits_atomically_for(self, handles: Sequence[H]) -> bool:
+        """Whether :meth:`commit_all` commits *handles* in one local transaction of the
+        target that decides by itself (no ledger decision needed first). The coordinator
+        then commits before recording, so a commit the target refuses leaves nothing
+        decided. Default: :attr:`commits_atomically`."""
+        return self.commits_atomically
+
     @abstractmethod
     def begin_transaction(self, context: TransactionContext) -> T:
         """Open the transaction of one task attempt."""
@@ -125,6 +159,19 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
             ProtocolError: the transaction had been committed.
             SinkError: the target failed.
         """
+
+    def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome] | None:
+        """Commit every handle of one decided batch together, or return ``None`` (the
+        default) to have the coordinator call :meth:`commit` per handle.
+
+        Sinks that can make a whole batch visible in one local transaction override it
+        (see :attr:`commits_atomically`). Same contract as :meth:`commit`, per handle and
+        in order; idempotent as a whole.
+
+        Raises:
+            SinkError: the target failed; nothing changed and the call can be retried.
+        """
+        return None
 
     def recover_and_commit(self, handle: H) -> CommitOutcome:
         """Commit a handle read back from the ledger after a restart. Same contract as

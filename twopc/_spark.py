@@ -26,6 +26,8 @@ task runs. Writes that touch no common key (plain appends) never wait.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -43,10 +45,10 @@ from pyspark.sql.types import StructType
 
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
-from ._errors import ConfigurationError, ProtocolError
+from ._errors import ProtocolError
 from ._handle import TransactionHandle, dumps_handle, loads_handle
 from ._ledger import CommitLedger
-from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id
+from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
 
 if TYPE_CHECKING:
@@ -144,6 +146,7 @@ class _WriterCore:
             return self.coordinator().commit_batch(batch_id, _handles(messages))
         finally:
             self.sink.close()
+            self._forget_ephemeral()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         if self.skip:
@@ -152,6 +155,13 @@ class _WriterCore:
             return self.coordinator().abort_batch(batch_id, _handles(messages))
         finally:
             self.sink.close()
+            self._forget_ephemeral()
+
+    def _forget_ephemeral(self) -> None:
+        """Delete the temporary ledger of a write without checkpointLocation: its sink
+        commits a batch in one local transaction, so nothing in it is needed afterwards."""
+        if self.runtime.ephemeral:
+            shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
 
 
 def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
@@ -240,18 +250,21 @@ class TwoPhaseCommitDataSource(DataSource):
         return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
-        if overwrite:
-            raise ConfigurationError(
-                f"{self.name()} does not support overwrite/complete mode yet: use "
-                + ('outputMode("append")' if streaming else 'mode("append")')
-            )
-        runtime = RuntimeOptions.parse(self.options, streaming=streaming)
         sink = self.sink_class.from_options(_sink_options(self.options))
+        arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        checkpointed = bool(option(self.options, "checkpointLocation"))
+        sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        ephemeral = None
+        if not checkpointed and not streaming and sink.commits_atomically:
+            ephemeral = tempfile.mkdtemp(prefix="twopc-ledger-")
+        runtime = RuntimeOptions.parse(self.options, streaming=streaming, ephemeral_location=ephemeral)
         ledger = CommitLedger(runtime.checkpoint_location)
-        sink_id = ledger.bind_sink_id(runtime.sink_id, default_sink_id(runtime.checkpoint_location))
+        default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
+            runtime.checkpoint_location)
+        sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
         skip = False
         if self._plan_time:
-            sink.validate(to_arrow_schema(schema, timezone="UTC"))
+            sink.validate(arrow_schema)
             RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
             if not streaming:
                 latest = ledger.latest_committed()

@@ -1,0 +1,339 @@
+"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
+
+Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options (see
+:mod:`sinks._jdbc_options` for every option and how Spark's are handled). The sink picks
+one of two commit modes and logs which:
+
+``prepared``
+    Each task attempt loads its rows inside a transaction that it prepares —
+    PostgreSQL ``PREPARE TRANSACTION`` (:class:`~sinks.PostgresSink`, binary COPY from
+    Arrow) or MySQL/MariaDB XA (:class:`~sinks.MySqlXaSink`) — and the driver commits
+    them after recording its decision in the checkpoint. The fastest mode; it needs a
+    ``checkpointLocation``, a server that allows prepared transactions, and an existing
+    table, and it serves appends.
+``staging``
+    Each task attempt commits its rows into a staging table; the driver moves the chosen
+    attempts' rows into the table in ONE local transaction (:class:`~sinks.StagingSink`).
+    Works on any database with transactions (SQLite included), and is what overwrite,
+    table creation, ``upsertKeys``, ``saveMode`` errorifexists/ignore and batch writes
+    without ``checkpointLocation`` use: the commit transaction is its own decision.
+
+``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server
+allow it, else ``staging``; ``commitMode=prepared`` makes "not allowed" an error.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.exc import SQLAlchemyError
+
+from twopc import (
+    CommitOutcome,
+    ConfigurationError,
+    ProtocolError,
+    TransactionContext,
+    TransactionHandle,
+    TwoPhaseCommitDataSource,
+    TwoPhaseCommitSink,
+    register,
+)
+
+from ._jdbc_options import JdbcOptions
+from ._postgres import PostgresHandle, PostgresSink
+from ._sqltypes import parse_table_name
+from ._staging import StagingHandle, StagingSink, engine_for
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["JdbcDataSource", "JdbcSink", "write_jdbc"]
+
+log = logging.getLogger("twopc.sinks.jdbc")
+
+PREPARED = "prepared"
+STAGING = "staging"
+
+
+class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
+    """Exactly-once writes to a SQL table with Spark's JDBC writer options.
+
+    Args:
+        options: parsed options (:meth:`from_options` parses Spark's).
+
+    The commit mode is settled by :meth:`configure_write` (when the write itself needs
+    staging) or :meth:`validate` (asking the server); it travels to the executors with
+    the pickled sink. Handles say which mode made them, so commit and recovery work in
+    any process.
+    """
+
+    handle_type = TransactionHandle
+
+    def __init__(self, options: JdbcOptions) -> None:
+        self.options = options
+        self.write_mode = options.save_mode or "append"
+        self.mode: str | None = STAGING if options.commit_mode == STAGING else None
+        self.reason = "commitMode=staging" if self.mode else ""
+        self.schema: pa.Schema | None = None
+        self._overwrite = False
+        self._streaming = False
+        self._prepared: TwoPhaseCommitSink[Any, Any, Any] | None = None
+        self._staging: StagingSink | None = None
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> JdbcSink:
+        """Parse Spark's JDBC writer options (and twopc's).
+
+        Raises:
+            MissingOptionError: ``url`` or ``dbtable`` is missing.
+            ConfigurationError: an option is invalid or not supported.
+        """
+        return cls(JdbcOptions.parse(options))
+
+    # -- description -------------------------------------------------------------------
+    @property
+    def dialect(self) -> str:
+        return self.options.dialect
+
+    def describe(self) -> str:
+        return (f"JDBC {self.options.safe_url()} table {self.options.table}"
+                + (f" ({self.mode} mode)" if self.mode else ""))
+
+    def __repr__(self) -> str:
+        return f"JdbcSink({self.describe()})"
+
+    # -- backends ----------------------------------------------------------------------
+    def _prepared_sink(self) -> TwoPhaseCommitSink[Any, Any, Any]:
+        if self._prepared is None:
+            o = self.options
+            url = o.url.render_as_string(hide_password=False)
+            if o.dialect == "postgresql":
+                self._prepared = PostgresSink(
+                    url, o.table, marker_table=o.marker_table, lock_timeout=o.lock_timeout,
+                    connect_timeout=o.connect_timeout, copy_format=o.copy_format,
+                    isolation_level=o.isolation_level, statement_timeout_s=o.query_timeout,
+                    session_init_statement=o.session_init_statement)
+            elif o.dialect == "mysql":
+                from ._mysql_xa import MySqlXaSink
+
+                self._prepared = MySqlXaSink(
+                    o.url, o.table, marker_table=o.marker_table, batch_size=o.batch_size,
+                    lock_timeout_s=_seconds(o.lock_timeout_ms), connect_timeout=o.connect_timeout,
+                    isolation_level=o.isolation_level, session_init_statement=o.session_init_statement)
+            else:
+                raise ConfigurationError(f"{o.dialect} has no prepared-transaction mode in twopc: use commitMode=staging")
+        return self._prepared
+
+    def _staging_sink(self) -> StagingSink:
+        if self._staging is None:
+            o = self.options
+            self._staging = StagingSink(
+                o.url, o.table, mode=self.write_mode, truncate=o.truncate, upsert_keys=o.upsert_keys,
+                create_table_options=o.create_table_options,
+                create_table_column_types=o.create_table_column_types, table_comment=o.table_comment,
+                batch_size=o.batch_size,
+                isolation_level=o.isolation_level, session_init_statement=o.session_init_statement,
+                query_timeout=o.query_timeout, stage_table=o.staging_table,
+                lock_timeout_s=_seconds(o.lock_timeout_ms), connect_timeout=o.connect_timeout,
+                copy_format=o.copy_format, secrets=o.secrets())
+            if self.schema is not None:
+                self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
+                                              checkpointed=True)
+        return self._staging
+
+    def _backend(self) -> TwoPhaseCommitSink[Any, Any, Any]:
+        if self.mode == PREPARED:
+            return self._prepared_sink()
+        if self.mode == STAGING:
+            return self._staging_sink()
+        raise ProtocolError("JdbcSink: the commit mode is not settled (validate() settles it on the driver)")
+
+    def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
+        if isinstance(handle, StagingHandle):
+            return self._staging_sink()
+        if isinstance(handle, PostgresHandle) and self.dialect == "postgresql":
+            return self._prepared_sink()
+        if type(handle).__name__ == "MySqlXaHandle" and self.dialect == "mysql":
+            return self._prepared_sink()
+        raise ProtocolError(f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")
+
+    # -- mode --------------------------------------------------------------------------
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
+        """Settle the save mode and whether this write needs the staging commit.
+
+        Raises:
+            ConfigurationError: ``saveMode`` contradicts Spark's mode, or
+                ``commitMode=prepared`` with a write that needs staging.
+        """
+        o = self.options
+        if overwrite and o.save_mode in ("errorifexists", "ignore"):
+            raise ConfigurationError(f"saveMode {o.save_mode} contradicts Spark's mode overwrite: drop one of them")
+        self.write_mode = "overwrite" if overwrite else (o.save_mode or "append")
+        self.schema, self._overwrite, self._streaming = schema, self.write_mode == "overwrite", streaming
+        reasons = []
+        if not checkpointed:
+            reasons.append("no checkpointLocation to record the commit decision in")
+        if self.write_mode != "append":
+            reasons.append(f"save mode {self.write_mode} (its DDL and rows commit in one transaction)")
+        if o.upsert_keys:
+            reasons.append("upsertKeys")
+        if o.dialect not in ("postgresql", "mysql"):
+            reasons.append(f"{o.dialect} has no prepared transactions twopc can use")
+        if reasons:
+            if o.commit_mode == PREPARED:
+                raise ConfigurationError("commitMode=prepared cannot serve this write: " + "; ".join(reasons)
+                                         + ". Use commitMode=auto or staging")
+            self.mode, self.reason = STAGING, "; ".join(reasons) if o.commit_mode == "auto" else "commitMode=staging"
+        if self._staging is not None:
+            self._staging.configure_write(schema, overwrite=self._overwrite, streaming=streaming,
+                                          checkpointed=checkpointed)
+
+    @property
+    def commits_atomically(self) -> bool:
+        return self.mode == STAGING
+
+    def commits_atomically_for(self, handles: Sequence[TransactionHandle]) -> bool:
+        """Staging handles commit in one local transaction; prepared ones do not."""
+        return bool(handles) and all(isinstance(h, StagingHandle) for h in handles)
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Settle the commit mode (asking the server when it is still open), log it, and
+        validate the target through the chosen mode.
+
+        Raises:
+            SinkUnavailableError: no connection.
+            TargetConfigurationError / SchemaMismatchError: see the modes' ``validate``.
+            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
+        """
+        self.schema = self.schema or schema
+        if self.mode is None:
+            ok, why = self._server_can_prepare()
+            if ok:
+                self.mode, self.reason = PREPARED, why
+            elif self.options.commit_mode == PREPARED:
+                raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
+            else:
+                self.mode, self.reason = STAGING, why
+        log.info("twopc-jdbc: %s mode for %s (%s)", self.mode, self.options.table, self.reason)
+        self._backend().validate(schema)
+
+    def _server_can_prepare(self) -> tuple[bool, str]:
+        o = self.options
+        engine = engine_for(o.url, o.connect_timeout)
+        target = parse_table_name(o.table, o.dialect)
+        try:
+            with engine.connect() as conn:
+                if not sa.inspect(conn).has_table(target.name, schema=target.schema):
+                    return False, f"table {target.display()} does not exist: staging creates it in the commit"
+                if o.dialect == "postgresql":
+                    n = int(conn.exec_driver_sql("SHOW max_prepared_transactions").scalar_one())
+                    if n <= 0:
+                        return False, ("the server has max_prepared_transactions = 0 (set it > 0 and restart "
+                                       "PostgreSQL for the faster prepared mode)")
+                    return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}"
+        except SQLAlchemyError as exc:
+            raise self._staging_sink()._unavailable(exc) from None
+        if o.dialect == "mysql":
+            from ._mysql_xa import MySqlXaSink
+
+            prepared = self._prepared_sink()
+            assert isinstance(prepared, MySqlXaSink)
+            ok, why = prepared.xa_available()
+            return ok, (f"MySQL/MariaDB XA: {why}" if ok else why)
+        return False, f"{o.dialect} has no prepared transactions twopc can use"
+
+    # -- executor side: the settled mode ----------------------------------------------------
+    def begin_transaction(self, context: TransactionContext) -> Any:
+        return self._backend().begin_transaction(context)
+
+    def invoke(self, txn: Any, value: dict[str, Any]) -> None:
+        self._backend().invoke(txn, value)
+
+    def invoke_batch(self, txn: Any, batch: pa.RecordBatch) -> None:
+        self._backend().invoke_batch(txn, batch)
+
+    def pre_commit(self, txn: Any) -> TransactionHandle:
+        handle: TransactionHandle = self._backend().pre_commit(txn)
+        return handle
+
+    def rollback(self, txn: Any) -> None:
+        self._backend().rollback(txn)
+
+    # -- driver side: by handle kind ----------------------------------------------------------
+    def commit(self, handle: TransactionHandle) -> CommitOutcome:
+        return self._for(handle).commit(handle)
+
+    def commit_all(self, handles: Sequence[TransactionHandle], *,
+                   recovering: bool = False) -> list[CommitOutcome] | None:
+        if handles and all(isinstance(h, StagingHandle) for h in handles):
+            return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]
+        return None
+
+    def abort(self, handle: TransactionHandle) -> None:
+        self._for(handle).abort(handle)
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
+        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*."""
+        out: list[TransactionHandle] = []
+        if self.dialect in ("postgresql", "mysql"):
+            out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
+        out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
+        return out
+
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:
+        if self.dialect in ("postgresql", "mysql") and self.mode != STAGING:
+            self._prepared_sink().purge_committed(sink_id, below_batch)
+        if self.mode != PREPARED:
+            self._staging_sink().purge_committed(sink_id, below_batch)
+
+    def close(self) -> None:
+        for s in (self._prepared, self._staging):
+            if s is not None:
+                s.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_prepared"] = None
+        state["_staging"] = None
+        return state
+
+
+def _seconds(ms: int) -> int:
+    """Whole seconds (at least 1) of a lock timeout in ms, for databases that count seconds."""
+    return max(1, -(-int(ms) // 1000))
+
+
+class JdbcDataSource(TwoPhaseCommitDataSource):
+    """Spark data source ``twopc-jdbc``."""
+
+    sink_class = JdbcSink
+    format_name = "twopc-jdbc"
+
+
+def write_jdbc(df: DataFrame, url: str, table: str, mode: str | None = None,
+               properties: Mapping[str, str] | None = None, **options: str) -> None:
+    """``df.write.jdbc(url, table, mode, properties)`` made exactly-once.
+
+    The same arguments as :meth:`pyspark.sql.DataFrameWriter.jdbc`; *mode* is Spark's
+    save mode (default ``errorifexists``). Spark does not let Python data sources take
+    ``errorifexists`` or ``ignore`` through ``.mode()``, so they are passed as the
+    ``saveMode`` option here. Extra keyword *options* are twopc's (``checkpointLocation``,
+    ``upsertKeys``, ``commitMode``...).
+
+    Raises:
+        ConfigurationError: an option is invalid (before anything is written).
+    """
+    register(df.sparkSession, JdbcDataSource)
+    w = df.write.format(JdbcDataSource.format_name).option("url", url).option("dbtable", table)
+    for k, v in {**(properties or {}), **options}.items():
+        w = w.option(k, v)
+    m = (mode or "errorifexists").lower()
+    if m in ("error", "errorifexists", "default", "ignore"):
+        w = w.mode("append").option("saveMode", m)
+    else:
+        w = w.mode(m)
+    w.save()

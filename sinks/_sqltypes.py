@@ -1,0 +1,191 @@
+"""Table names and the DataFrame-to-SQL type mapping of the JDBC sink, for any dialect.
+
+Identifiers are always emitted quoted by the dialect's own preparer, so a table or
+column name can never inject SQL.
+
+Type mapping for tables twopc creates (``createTableColumnTypes`` overrides it per
+column, verbatim):
+
+==========================  ====================  ==================  ==========
+Spark (Arrow)               PostgreSQL            MySQL / MariaDB     SQLite
+==========================  ====================  ==================  ==========
+ByteType, ShortType         SMALLINT              SMALLINT            INTEGER
+IntegerType                 INTEGER               INTEGER             INTEGER
+LongType                    BIGINT                BIGINT              INTEGER
+FloatType                   REAL                  FLOAT               REAL
+DoubleType                  DOUBLE PRECISION      DOUBLE              REAL
+DecimalType(p, s)           NUMERIC(p, s)         DECIMAL(p, s)       NUMERIC
+BooleanType                 BOOLEAN               BOOL                BOOLEAN
+StringType                  TEXT                  LONGTEXT            TEXT
+BinaryType                  BYTEA                 LONGBLOB            BLOB
+DateType                    DATE                  DATE                DATE
+TimestampType               TIMESTAMPTZ           DATETIME(6) (UTC)   DATETIME (UTC)
+TimestampNTZType            TIMESTAMP             DATETIME(6)         DATETIME
+==========================  ====================  ==================  ==========
+
+Arrays, maps and structs have no portable column type: they are refused with a hint
+(``to_json()`` them, or give the column a type with ``createTableColumnTypes``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql
+from sqlalchemy.engine import Dialect
+
+from twopc import ConfigurationError, SchemaMismatchError
+
+__all__ = ["TableName", "arrow_to_sqlalchemy", "column_ddl", "create_table_sql", "parse_table_name"]
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+_QUOTES = {'"': '"', "`": "`", "[": "]"}
+_QUOTE_NAMES = {'"': "double quotes", "`": "backticks", "[": "brackets"}
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A parsed ``[schema.]name`` (schema is a database in MySQL)."""
+
+    schema: str | None
+    name: str
+
+    def quoted(self, dialect: Dialect) -> str:
+        q = dialect.identifier_preparer.quote_identifier
+        return f"{q(self.schema)}.{q(self.name)}" if self.schema else q(self.name)
+
+    def display(self) -> str:
+        def one(p: str) -> str:
+            return p if _PLAIN.match(p) else '"' + p.replace('"', '""') + '"'
+        return f"{one(self.schema)}.{one(self.name)}" if self.schema else one(self.name)
+
+    def sibling(self, name: str) -> TableName:
+        """A table with another name in the same schema."""
+        return TableName(self.schema, name)
+
+
+def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> TableName:
+    """Parse ``[schema.]table`` as the database would read it.
+
+    Quoted parts are taken verbatim (``"x"`` on PostgreSQL, ```x``` on MySQL, any of
+    ``"x"``, ```x```, ``[x]`` elsewhere); unquoted parts must be plain identifiers and are
+    folded to lower case on PostgreSQL (as PostgreSQL does).
+
+    Raises:
+        ConfigurationError: the name is empty, malformed, or has more than two parts.
+    """
+    s = text.strip()
+    if not s:
+        raise ConfigurationError(f"{what} is empty: give a table name such as public.events")
+    quotes = {"postgresql": '"', "mysql": "`"}.get(dialect_name, "".join(_QUOTES))
+    parts: list[str] = []
+    i = 0
+    while True:
+        if i < len(s) and s[i] in quotes:
+            close = _QUOTES[s[i]]
+            j, buf = i + 1, []
+            while True:
+                k = s.find(close, j)
+                if k < 0:
+                    raise ConfigurationError(f"{what} {text!r}: unterminated {s[i]} quote")
+                buf.append(s[j:k])
+                if k + 1 < len(s) and s[k + 1] == close and close != "]":
+                    buf.append(close)
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            part = "".join(buf)
+            if not part:
+                raise ConfigurationError(f"{what} {text!r}: empty quoted name")
+            parts.append(part)
+        else:
+            k = s.find(".", i)
+            raw = s[i:] if k < 0 else s[i:k]
+            if not _PLAIN.match(raw):
+                raise ConfigurationError(
+                    f"{what} {text!r}: {raw!r} is not a plain identifier; quote names with spaces, "
+                    f"dots or special characters in {_QUOTE_NAMES[quotes[0]]}, e.g. "
+                    f"{quotes[0]}{raw or 'name'}{_QUOTES[quotes[0]]}")
+            parts.append(raw.lower() if dialect_name == "postgresql" else raw)
+            i = len(s) if k < 0 else k
+        if i >= len(s):
+            break
+        if s[i] != ".":
+            raise ConfigurationError(f"{what} {text!r}: expected '.' after a quoted name")
+        i += 1
+    if len(parts) > 2:
+        raise ConfigurationError(f"{what} {text!r}: use [schema.]table")
+    return TableName(parts[0], parts[1]) if len(parts) == 2 else TableName(None, parts[0])
+
+
+def arrow_to_sqlalchemy(field: pa.Field) -> sa.types.TypeEngine[Any]:
+    """The column type twopc creates for an Arrow field (see the module table).
+
+    Raises:
+        SchemaMismatchError: the type has no portable SQL column type.
+    """
+    t = field.type
+    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
+        return sa.SmallInteger()
+    if pa.types.is_int32(t) or pa.types.is_uint16(t):
+        return sa.Integer()
+    if pa.types.is_int64(t) or pa.types.is_uint32(t):
+        return sa.BigInteger()
+    if pa.types.is_float32(t):
+        return sa.REAL().with_variant(mysql.FLOAT(), "mysql", "mariadb")
+    if pa.types.is_float64(t):
+        return sa.Double().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql").with_variant(
+            mysql.DOUBLE(), "mysql", "mariadb")
+    if pa.types.is_decimal(t):
+        return sa.Numeric(t.precision, t.scale)
+    if pa.types.is_boolean(t):
+        return sa.Boolean(create_constraint=False)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return sa.LargeBinary().with_variant(postgresql.BYTEA(), "postgresql").with_variant(
+            mysql.LONGBLOB(), "mysql", "mariadb")
+    if pa.types.is_date(t):
+        return sa.Date()
+    if pa.types.is_timestamp(t):
+        return sa.DateTime(timezone=t.tz is not None).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    raise SchemaMismatchError(
+        f"column {field.name}: Spark type {t} has no SQL column type twopc can create; convert it "
+        f"(e.g. to_json(col) for arrays, maps and structs) or set createTableColumnTypes")
+
+
+def column_ddl(field: pa.Field, dialect: Dialect, overrides: Mapping[str, str]) -> str:
+    """``"name" TYPE`` for CREATE TABLE (``createTableColumnTypes`` wins, matched
+    case-insensitively; a DataFrame column that is non-nullable gets NOT NULL)."""
+    q = dialect.identifier_preparer.quote_identifier
+    override = next((v for k, v in overrides.items() if k.lower() == field.name.lower()), None)
+    type_sql = override if override is not None else arrow_to_sqlalchemy(field).compile(dialect=dialect)
+    return f"{q(field.name)} {type_sql}" + ("" if field.nullable else " NOT NULL")
+
+
+def create_table_sql(table: TableName, schema: pa.Schema, dialect: Dialect, *,
+                     overrides: Mapping[str, str] | None = None, options: str = "",
+                     extra_columns: tuple[str, ...] = ()) -> str:
+    """``CREATE TABLE`` for *schema* (Spark's JDBC writer semantics: ``options`` is
+    appended verbatim, like ``createTableOptions``).
+
+    Raises:
+        SchemaMismatchError: a column type cannot be mapped.
+        ConfigurationError: ``createTableColumnTypes`` names a column the DataFrame lacks.
+    """
+    ov = dict(overrides or {})
+    names = {f.name.lower() for f in schema}
+    unknown = [k for k in ov if k.lower() not in names]
+    if unknown:
+        raise ConfigurationError(
+            f"createTableColumnTypes names columns the DataFrame does not have: {', '.join(unknown)}; "
+            f"DataFrame columns: {', '.join(schema.names)}")
+    cols = list(extra_columns) + [column_ddl(f, dialect, ov) for f in schema]
+    tail = f" {options.strip()}" if options.strip() else ""
+    return f"CREATE TABLE {table.quoted(dialect)} ({', '.join(cols)}){tail}"
