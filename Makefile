@@ -15,7 +15,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 # (editable installs map the packages that existed at install time).
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py faultinject/__init__.py)
 
-.PHONY: venv redis test demo bench clean
+.PHONY: venv redis mariadb test demo bench clean
 
 venv: $(STAMP)
 
@@ -36,7 +36,36 @@ redis:
 	  exit 1; \
 	fi
 
-test: venv redis
+# MariaDB server binaries for the XA sink's tests (LocalMariaDB runs its own mariadbd in a
+# temporary folder).  The package's own service is kept from starting: a policy-rc.d that
+# answers 101 ("action forbidden") is put in place for the install when none exists.
+mariadb:
+	@if command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; then \
+	  echo "mariadbd: $$(command -v mariadbd || echo /usr/sbin/mariadbd)"; \
+	elif [ -n "$$TWOPC_TEST_MARIADB_URL" ]; then \
+	  echo "mariadb: tests use TWOPC_TEST_MARIADB_URL"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  policy=/usr/sbin/policy-rc.d; own_policy=; \
+	  if [ ! -e $$policy ]; then \
+	    printf '#!/bin/sh\n# twopc make mariadb: no service starts during the install\nexit 101\n' > $$policy; \
+	    chmod 755 $$policy; own_policy=1; \
+	  fi; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mariadb-server; \
+	  rc=$$?; \
+	  if [ -n "$$own_policy" ]; then rm -f $$policy; fi; \
+	  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet mariadb 2>/dev/null; then \
+	    systemctl stop mariadb; systemctl disable mariadb 2>/dev/null || true; \
+	  fi; \
+	  exit $$rc; \
+	else \
+	  echo "mariadbd (the MariaDB server) is not installed. Install it with:" >&2; \
+	  echo "    sudo apt-get install -y --no-install-recommends mariadb-server" >&2; \
+	  echo "or point the tests at a server (InnoDB, XA allowed):" >&2; \
+	  echo "    TWOPC_TEST_MARIADB_URL=mysql+pymysql://user:pw@host:port/db" >&2; \
+	  exit 1; \
+	fi
+
+test: venv redis mariadb
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: venv

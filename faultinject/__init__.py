@@ -36,7 +36,7 @@ from ._spec import (
     default_state_dir,
 )
 from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
-from .servers import LocalPostgres, LocalRedis
+from .servers import LocalMariaDB, LocalPostgres, LocalRedis
 
 __all__ = [
     "ACTIONS",
@@ -54,6 +54,7 @@ __all__ = [
     "FaultRule",
     "FaultSpecError",
     "InjectedFault",
+    "LocalMariaDB",
     "LocalPostgres",
     "LocalRedis",
     "ServerUnavailable",

@@ -1,5 +1,8 @@
 """Two-phase-commit sinks for twopc.
 
+- :class:`JdbcSink` (``format("twopc-jdbc")``): the drop-in for Spark's JDBC writer, with
+  Spark's options; commits through prepared transactions (:class:`PostgresSink`,
+  :class:`MySqlXaSink`) or, portably, a staging table (:class:`StagingSink`).
 - :class:`PostgresSink` (``format("twopc-postgres")``): one ``PREPARE TRANSACTION`` per task
   attempt, bulk-loaded with COPY, committed by the driver.
 - :class:`RedisSink` (``format("twopc-redis")``): writes staged under the sink's hash tag,
@@ -20,6 +23,7 @@ from ._file import FileDataSource, FileHandle, FileSink
 from ._postgres import PostgresDataSource, PostgresHandle, PostgresSink
 from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
 from ._jdbc_options import JdbcOptions
+from ._mysql_xa import MySqlXaHandle, MySqlXaSink
 from ._staging import StagingHandle, StagingSink
 from ._redis import (
     HIncrByOp,
@@ -55,6 +59,8 @@ __all__ = [
     "JdbcDataSource",
     "JdbcOptions",
     "JdbcSink",
+    "MySqlXaHandle",
+    "MySqlXaSink",
     "HSetOp",
     "IncrByOp",
     "RPushOp",

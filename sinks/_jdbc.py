@@ -44,6 +44,7 @@ from twopc import (
 )
 
 from ._jdbc_options import JdbcOptions
+from ._mysql_xa import MySqlXaHandle, MySqlXaSink
 from ._postgres import PostgresHandle, PostgresSink
 from ._sqltypes import parse_table_name
 from ._staging import StagingHandle, StagingSink, engine_for
@@ -118,8 +119,6 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
                     isolation_level=o.isolation_level, statement_timeout_s=o.query_timeout,
                     session_init_statement=o.session_init_statement)
             elif o.dialect == "mysql":
-                from ._mysql_xa import MySqlXaSink
-
                 self._prepared = MySqlXaSink(
                     o.url, o.table, marker_table=o.marker_table, batch_size=o.batch_size,
                     lock_timeout_s=_seconds(o.lock_timeout_ms), connect_timeout=o.connect_timeout,
@@ -157,7 +156,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             return self._staging_sink()
         if isinstance(handle, PostgresHandle) and self.dialect == "postgresql":
             return self._prepared_sink()
-        if type(handle).__name__ == "MySqlXaHandle" and self.dialect == "mysql":
+        if isinstance(handle, MySqlXaHandle) and self.dialect == "mysql":
             return self._prepared_sink()
         raise ProtocolError(f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")
 
@@ -238,8 +237,6 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         except SQLAlchemyError as exc:
             raise self._staging_sink()._unavailable(exc) from None
         if o.dialect == "mysql":
-            from ._mysql_xa import MySqlXaSink
-
             prepared = self._prepared_sink()
             assert isinstance(prepared, MySqlXaSink)
             ok, why = prepared.xa_available()

@@ -80,6 +80,7 @@ from ._arrow_copy import (
     encode_csv,
     normalize_array,
 )
+from ._columns import match_columns
 from ._engines import EngineCache
 from ._sqltypes import parse_table_name
 
@@ -1169,46 +1170,9 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
 
 def _match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[PgColumn],
                    table: str, *, check_types: bool, check_required: bool) -> list[PgColumn]:
-    """Map DataFrame column names to table columns (exact match first, then a unique
-    case-insensitive match, as Spark is case-insensitive by default).
-
-    Raises:
-        SchemaMismatchError: listing every unknown column, type mismatch and required
-            column the DataFrame lacks.
-    """
-    by_name = {c.name: c for c in columns}
-    by_lower: dict[str, list[PgColumn]] = {}
-    for c in columns:
-        by_lower.setdefault(c.name.lower(), []).append(c)
-    problems: list[str] = []
-    out: list[PgColumn] = []
-    used: set[str] = set()
-    for i, n in enumerate(names):
-        col = by_name.get(n)
-        if col is None:
-            cands = by_lower.get(n.lower(), [])
-            col = cands[0] if len(cands) == 1 else None
-        if col is None:
-            problems.append(f"column {n}: not in table {table}")
-            continue
-        if col.name in used:
-            problems.append(f"column {n}: maps to table column {col.name} twice")
-            continue
-        used.add(col.name)
-        if col.generated:
-            problems.append(f"column {n}: table column {col.name} is generated and cannot be written")
-        elif check_types and types is not None and not compatible(types[i], col):
-            problems.append(f"column {n}: DataFrame type {arrow_type_name(types[i])}, table type {col.display_type}")
-        out.append(col)
-    if check_required:
-        for c in columns:
-            if c.name not in used and c.not_null and not c.has_default:
-                problems.append(f"column {c.name}: NOT NULL without default in {table} but absent from the DataFrame")
-    if problems:
-        cols = ", ".join(f"{c.name} {c.display_type}" for c in columns)
-        raise SchemaMismatchError(
-            f"the DataFrame does not fit table {table}: " + "; ".join(problems) + f". Table columns: {cols}")
-    return out
+    """:func:`sinks._columns.match_columns` with this database's type rules."""
+    return match_columns(names, types, columns, table, compatible=compatible if check_types else None,
+                         type_name=arrow_type_name, check_required=check_required)
 
 
 class PostgresDataSource(TwoPhaseCommitDataSource):

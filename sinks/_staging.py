@@ -740,7 +740,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
             self._begin(conn)
             d = conn.dialect
             marker = conn.execute(sa.text(
-                f"SELECT rows FROM {self.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
+                f"SELECT {self._q('rows')} FROM {self.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
                 {"s": sink_id, "b": batch_id}).first()
             if marker is not None:
                 self._delete_staged(conn, ids)
@@ -759,7 +759,8 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
                     f"{self.stage.display()} (were they deleted?); nothing was written to {self.target.display()}")
             total = sum(counts.values())
             self._move(conn, ids)
-            conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} (sink_id, batch_id, rows, committed_at) "
+            conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} "
+                                 f"(sink_id, batch_id, {self._q('rows')}, committed_at) "
                                  f"VALUES (:s, :b, :r, :t)"),
                          {"s": sink_id, "b": batch_id, "r": total,
                           "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
@@ -781,6 +782,10 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
         d = conn.dialect
         t = self.target.quoted(d)
         exists = self._has_table(conn, self.target)
+        if self.mode == "errorifexists" and exists:
+            raise TargetConfigurationError(
+                f"table {self.target.display()} was created by someone else while this write ran, and the "
+                f"save mode is errorifexists: nothing was written")
         if self.mode == "ignore" and exists:
             self._delete_staged(conn, ids)
             log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.target.display())

@@ -296,3 +296,49 @@ def test_sqlite_file_batch_and_streaming(spark, tmp_path) -> None:
     assert ids[:40] == list(range(40))
     assert sorted(ids[40:]) == sorted(1000 + i for i in range(60)) and len(ids) == 100
     assert staged == [0]
+
+
+def _mariadb_jdbc(sa_url: str) -> tuple[str, dict[str, str]]:
+    u = make_url(sa_url)
+    return f"jdbc:mariadb://{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
+
+
+def test_mariadb_prepared_xa_and_staging(spark, mariadb_url, tmp_path) -> None:
+    engine = sa.create_engine(mariadb_url)
+    url, creds = _mariadb_jdbc(mariadb_url)
+    prepared, created = _name(), _name()
+    try:
+        with engine.begin() as c:
+            c.exec_driver_sql(f"CREATE TABLE {prepared} (id BIGINT PRIMARY KEY, payload TEXT, amount DOUBLE, "
+                              f"ts DATETIME(6)) ENGINE=InnoDB")
+
+        def write(df, table: str, **extra: str) -> None:
+            w = (df.write.format("twopc-jdbc").mode("append").option("url", url).option("dbtable", table)
+                 .option("driver", "org.mariadb.jdbc.Driver").options(**creds))
+            for k, v in extra.items():
+                w = w.option(k, v)
+            w.save()
+
+        # prepared (XA) needs a checkpoint; commitMode=prepared makes "could not" an error
+        write(_df(spark, 0, 120), prepared, commitMode="prepared", checkpointLocation=str(tmp_path / "ck"),
+              txnVersion="1")
+        write(_df(spark, 0, 120), prepared, commitMode="prepared", checkpointLocation=str(tmp_path / "ck"),
+              txnVersion="1")  # a rerun of the same version writes nothing
+        kinds = {h["kind"] for d in (tmp_path / "ck" / "twopc" / "decisions").glob("*.json")
+                 for h in json.loads(d.read_text())["handles"]}
+        assert kinds == {"twopc.mysql_xa"}
+        # a duplicate key aborts the whole batch, naming the key; nothing written, nothing prepared
+        with pytest.raises(Exception, match="(?i)duplicate"):
+            write(_df(spark, 500, 600).union(_df(spark, 0, 1, parts=1)), prepared, commitMode="prepared",
+                  checkpointLocation=str(tmp_path / "ck"), txnVersion="2")
+        # staging, no checkpoint, the table created from the DataFrame; then an upsert
+        write(_df(spark, 0, 50), created, upsertKeys="id")  # creates the table with PRIMARY KEY (id)
+        write(_df(spark, 40, 60).selectExpr("id", "'changed' AS payload", "amount", "ts"), created, upsertKeys="id")
+        with engine.connect() as c:
+            assert [r[0] for r in c.exec_driver_sql(f"SELECT id FROM {prepared} ORDER BY id")] == list(range(120))
+            rows = dict(c.exec_driver_sql(f"SELECT id, payload FROM {created}").all())
+            xa = c.exec_driver_sql("XA RECOVER").all()
+        assert sorted(rows) == list(range(60)) and rows[39] == "event-39" and rows[45] == "changed"
+        assert [x for x in xa if b"twopc:" in (x[3] if isinstance(x[3], bytes) else str(x[3]).encode())] == []
+    finally:
+        engine.dispose()

@@ -1,4 +1,4 @@
-"""StagingSink on a real PostgreSQL and a SQLite file: load, one-transaction commit,
+"""StagingSink on a real PostgreSQL, a real MariaDB and a SQLite file: load, one-transaction commit,
 idempotent replay, abort, lost rows, DDL of the save modes, upsert."""
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def _batch(start: int, n: int, *, name: str = "n") -> pa.RecordBatch:
     }, schema=SCHEMA)
 
 
-@pytest.fixture(params=["postgresql", "sqlite"])
+@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, sa.Engine]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'target.db'}"
     else:
-        url = request.getfixturevalue("postgres_url")
+        url = request.getfixturevalue({"postgresql": "postgres_url", "mariadb": "mariadb_url"}[request.param])
     engine = sa.create_engine(url)
     yield url, engine
     engine.dispose()

@@ -1,0 +1,395 @@
+"""Throwaway MariaDB server built from the local ``mariadbd`` binaries."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from types import TracebackType
+
+from ._errors import ServerUnavailable
+from ._procutil import free_port, kill_tree, log_tail
+
+_FIX = (
+    "run `make mariadb` (or `apt-get install -y --no-install-recommends mariadb-server`), "
+    "or point TWOPC_TEST_MARIADB_URL at a MariaDB/MySQL server with InnoDB and XA "
+    "(mysql+pymysql://user:pw@host:port/db)"
+)
+
+
+def _first_executable(candidates: list[str | None]) -> str | None:
+    for cand in candidates:
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def find_mariadbd(explicit: str | None = None) -> str:
+    """Path of the MariaDB server binary: ``explicit``, ``$TWOPC_MARIADBD``, ``mariadbd``
+    on ``PATH``, then ``/usr/sbin``, ``/usr/local/sbin``, ``/usr/local/bin``.
+
+    Raises:
+        ServerUnavailable: not found (the message says how to install it).
+    """
+    found = _first_executable([
+        explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
+        "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
+        "/usr/local/mysql/bin/mariadbd",
+    ])
+    if found is None:
+        raise ServerUnavailable(f"mariadbd (the MariaDB server) not found; {_FIX}")
+    return found
+
+
+def find_mariadb_install_db(explicit: str | None = None, *, server: str | None = None) -> str:
+    """Path of ``mariadb-install-db``: ``explicit``, ``$TWOPC_MARIADB_INSTALL_DB``, ``PATH``
+    (also under its old name ``mysql_install_db``), the server binary's folder and its
+    sibling ``bin``, then ``/usr/bin``.
+
+    Raises:
+        ServerUnavailable: not found.
+    """
+    dirs: list[str] = []
+    if server:
+        d = os.path.dirname(os.path.realpath(server))
+        dirs += [d, os.path.join(os.path.dirname(d), "bin"), os.path.join(os.path.dirname(d), "scripts")]
+    dirs += ["/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts"]
+    found = _first_executable(
+        [explicit, os.environ.get("TWOPC_MARIADB_INSTALL_DB"), shutil.which("mariadb-install-db"),
+         shutil.which("mysql_install_db")]
+        + [os.path.join(d, n) for d in dirs for n in ("mariadb-install-db", "mysql_install_db")]
+    )
+    if found is None:
+        raise ServerUnavailable(f"mariadb-install-db not found (it comes with mariadbd); {_FIX}")
+    return found
+
+
+def _sql_string(value: str) -> str:
+    """A MariaDB string literal (for the bootstrap SQL; values here are generated, but quote
+    them properly anyway)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _greeting(port: int) -> str | None:
+    """Server version from the MySQL protocol handshake on ``127.0.0.1:port``, or None when
+    nothing (or an error packet, or something else) answers."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.settimeout(1.0)
+            data = b""
+            while len(data) < 4:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    return None
+                data += chunk
+            length = struct.unpack("<I", data[:3] + b"\x00")[0]
+            while len(data) < 4 + min(length, 256):
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError:
+        return None
+    payload = data[4:]
+    if not payload or payload[0] != 10:  # protocol version 10; 0xff is an error packet
+        return None
+    version = payload[1:payload.find(b"\x00", 1)] if b"\x00" in payload[1:] else b""
+    text = version.decode("ascii", "replace")
+    if text.startswith("5.5.5-"):  # MariaDB's prefix for old replication clients
+        text = text[len("5.5.5-"):]
+    return text or None
+
+
+class LocalMariaDB:
+    """A private MariaDB server in a temporary directory, for tests and demos.
+
+    Built with ``mariadb-install-db`` and run as ``mariadbd --no-defaults`` (no system
+    option file is read), listening on ``127.0.0.1:<port>`` (a free port chosen at first
+    start and kept across restarts) and on a unix socket in the temporary directory.
+
+    Accounts (no ``--skip-grant-tables``: logins are checked):
+
+    * ``twopc`` with a random password (:attr:`password`), from any host: all privileges
+      on database ``twopc`` (utf8mb4) and on databases named ``twopc_*`` (tests create
+      those for ``db.table`` names), plus ``XA_RECOVER_ADMIN`` on servers that have it.
+    * ``twopc_admin`` with another random password (:attr:`admin_password`): every
+      privilege, for tests that need one (:attr:`admin_url`).
+
+    As root, ``mariadbd`` runs with ``--user=root`` (it refuses root otherwise).
+
+    Guarantees: ``innodb_flush_log_at_trx_commit=1`` (every commit and every ``XA PREPARE``
+    is on disk when acknowledged), so prepared XA transactions survive :meth:`kill` +
+    :meth:`restart` (InnoDB crash recovery brings them back, ``XA RECOVER`` lists them).
+    :meth:`stop` removes everything; servers still running at interpreter exit are
+    stopped by an ``atexit`` hook.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        binary: str | None = None,
+        install_db: str | None = None,
+        base_dir: str | None = None,
+        buffer_pool_size: str = "32M",
+        max_connections: int = 200,
+        settings: Mapping[str, str] | None = None,
+        startup_timeout_s: float = 60.0,
+    ) -> None:
+        self._port = port
+        self._binary = binary
+        self._install_db = install_db
+        self._base_dir = base_dir
+        self.buffer_pool_size = buffer_pool_size
+        self.max_connections = max_connections
+        self._settings = dict(settings or {})
+        self._timeout = startup_timeout_s
+        self.user = "twopc"
+        self.password = secrets.token_urlsafe(18)
+        self.database = "twopc"
+        self.admin_user = "twopc_admin"
+        self.admin_password = secrets.token_urlsafe(18)
+        self.version: str | None = None
+        """Server version from the handshake (e.g. ``10.11.6-MariaDB-0+deb12u1``), once started."""
+        self._tmp: str | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # -- public properties -------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """TCP port (valid after the first :meth:`start`)."""
+        if self._port is None:
+            raise ServerUnavailable("LocalMariaDB has not been started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """SQLAlchemy URL ``mysql+pymysql://twopc:<pw>@127.0.0.1:<port>/twopc``."""
+        return f"mysql+pymysql://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.database}"
+
+    @property
+    def admin_url(self) -> str:
+        """SQLAlchemy URL of the all-privileges account ``twopc_admin``."""
+        return (f"mysql+pymysql://{self.admin_user}:{self.admin_password}@127.0.0.1:{self.port}/"
+                f"{self.database}")
+
+    @property
+    def socket_path(self) -> str:
+        """The server's unix socket."""
+        return os.path.join(self._require_tmp(), "mysqld.sock")
+
+    @property
+    def data_dir(self) -> str:
+        """The server's data directory."""
+        return os.path.join(self._require_tmp(), "data")
+
+    @property
+    def log_path(self) -> str:
+        """The server's error log (``--log-error``) plus anything it printed."""
+        return os.path.join(self._require_tmp(), "server.log")
+
+    @property
+    def running(self) -> bool:
+        """True while the ``mariadbd`` process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """``mariadbd``'s pid while running."""
+        return self._proc.pid if self.running and self._proc else None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> LocalMariaDB:
+        """Create the data directory and accounts on first call, then start the server
+        and wait until it answers on its TCP port.
+
+        Raises:
+            ServerUnavailable: binaries missing, ``mariadb-install-db`` or the server
+                failed or timed out (the message includes the log tail and the fix).
+        """
+        if self.running:
+            return self
+        binary = self._binary = find_mariadbd(self._binary)
+        if self._tmp is None:
+            self._install(binary)
+        self._launch(binary)
+        return self
+
+    def stop(self) -> None:
+        """Shut the server down (SIGKILL if it hangs) and delete its files.  Idempotent."""
+        self._shutdown()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
+    def kill(self) -> None:
+        """Simulate a database crash: SIGKILL ``mariadbd``."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
+        proc.wait()
+
+    def restart(self) -> None:
+        """Shut down cleanly if running (data kept) and start again; after :meth:`kill`
+        InnoDB runs crash recovery.  Raises :class:`ServerUnavailable` on failure."""
+        self._shutdown()
+        self.start()
+
+    def __enter__(self) -> LocalMariaDB:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- internals ------------------------------------------------------------------
+    def _require_tmp(self) -> str:
+        if self._tmp is None:
+            raise ServerUnavailable("LocalMariaDB has not been started (or was stopped)")
+        return self._tmp
+
+    def _common_args(self) -> list[str]:
+        args = [f"--datadir={self.data_dir}", f"--innodb-buffer-pool-size={self.buffer_pool_size}",
+                "--innodb-log-file-size=16M", "--character-set-server=utf8mb4",
+                "--collation-server=utf8mb4_unicode_ci", "--skip-name-resolve"]
+        if os.geteuid() == 0:
+            args.append("--user=root")  # mariadbd refuses to run as root without it
+        return args
+
+    def _bootstrap_sql(self) -> str:
+        user, pw = _sql_string(self.user), _sql_string(self.password)
+        admin, apw = _sql_string(self.admin_user), _sql_string(self.admin_password)
+        db = self.database.replace("`", "``")
+        lines = [
+            "FLUSH PRIVILEGES;",  # bootstrap runs without grant tables until this
+            f"CREATE DATABASE IF NOT EXISTS `{db}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci;",
+        ]
+        for host in ("%", "127.0.0.1", "localhost"):
+            h = _sql_string(host)
+            lines += [
+                f"CREATE USER {user}@{h} IDENTIFIED BY {pw};",
+                f"GRANT ALL PRIVILEGES ON `{db}`.* TO {user}@{h};",
+                f"GRANT ALL PRIVILEGES ON `{db}\\_%`.* TO {user}@{h};",
+                # MySQL 8 needs XA_RECOVER_ADMIN for XA RECOVER; MariaDB has no such privilege
+                # (the GRANT fails to parse there, which the handler swallows).
+                "BEGIN NOT ATOMIC DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; "
+                f"EXECUTE IMMEDIATE {_sql_string(f'GRANT XA_RECOVER_ADMIN ON *.* TO {user}@{h}')}; END;",
+                f"CREATE USER {admin}@{h} IDENTIFIED BY {apw};",
+                f"GRANT ALL PRIVILEGES ON *.* TO {admin}@{h} WITH GRANT OPTION;",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def _install(self, binary: str) -> None:
+        install_db = self._install_db = find_mariadb_install_db(self._install_db, server=binary)
+        tmp = tempfile.mkdtemp(prefix="twopc-mariadb-", dir=self._base_dir)
+        self._tmp = tmp
+        atexit.register(self.stop)
+        if len(os.path.join(tmp, "mysqld.sock")) > 100:
+            raise ServerUnavailable(f"temporary folder {tmp} is too long for a unix socket path; "
+                                    f"pass base_dir= or set TMPDIR to a short path")
+        extra = os.path.join(tmp, "bootstrap.sql")
+        fd = os.open(extra, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(self._bootstrap_sql())
+        argv = [install_db, "--no-defaults", *self._common_args(),
+                "--auth-root-authentication-method=socket", "--skip-test-db",
+                f"--extra-file={extra}"]
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=self._timeout, cwd=tmp,
+                                  env={**os.environ, "LC_ALL": "C", "LANG": "C"})
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ServerUnavailable(f"mariadb-install-db failed: {exc}\n{_FIX}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(extra)  # it holds the passwords
+        if proc.returncode != 0:
+            out = (proc.stdout + proc.stderr).replace(self.password, "***").replace(self.admin_password, "***")
+            raise ServerUnavailable(
+                f"mariadb-install-db failed (exit {proc.returncode}): {out[-3000:]}\n{_FIX}")
+        if self._port is None:
+            self._port = free_port()
+
+    def _launch(self, binary: str) -> None:
+        tmp = self._require_tmp()
+        pid_file = os.path.join(tmp, "mysqld.pid")
+        with contextlib.suppress(OSError):
+            os.unlink(pid_file)
+        options = {
+            "port": str(self.port),
+            "bind-address": "127.0.0.1",
+            "socket": self.socket_path,
+            "pid-file": pid_file,
+            "log-error": self.log_path,
+            "tmpdir": tmp,
+            "max-connections": str(self.max_connections),
+            "innodb-flush-log-at-trx-commit": "1",
+            "innodb-doublewrite": "1",
+            "max-allowed-packet": "64M",
+            "max-connect-errors": "1000000",  # readiness probes close without logging in
+        }
+        options.update(self._settings)
+        argv = [binary, "--no-defaults", *self._common_args(),
+                *(f"--{k}={v}" for k, v in options.items())]
+        with open(self.log_path, "ab") as log:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                          start_new_session=True, cwd=tmp)
+        self._wait_ready(pid_file)
+
+    def _wait_ready(self, pid_file: str) -> None:
+        proc = self._proc
+        assert proc is not None
+        deadline = time.monotonic() + self._timeout
+        while True:
+            if proc.poll() is not None:
+                raise ServerUnavailable(
+                    f"mariadbd exited with {proc.returncode} during startup; log tail:\n"
+                    f"{log_tail(self.log_path)}\n{_FIX}")
+            if self._serving_pid(pid_file) == proc.pid:
+                version = _greeting(self.port)
+                if version is not None:
+                    self.version = version
+                    return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise ServerUnavailable(
+                    f"mariadbd not ready on port {self.port} after {self._timeout:.0f}s; log tail:\n"
+                    f"{log_tail(self.log_path)}\n{_FIX}")
+            time.sleep(0.1)
+
+    @staticmethod
+    def _serving_pid(pid_file: str) -> int | None:
+        try:
+            with open(pid_file, encoding="ascii") as fh:
+                return int(fh.readline().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _shutdown(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.terminate()  # SIGTERM: clean shutdown
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+        kill_tree(proc.pid)
+        proc.wait()
+        self._proc = None

@@ -1,0 +1,76 @@
+"""Matching DataFrame columns to a table's columns, for every SQL sink."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
+
+import pyarrow as pa
+
+from twopc import SchemaMismatchError
+
+__all__ = ["TableColumn", "match_columns"]
+
+
+class TableColumn(Protocol):
+    """What matching needs to know about a table column."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def display_type(self) -> str: ...
+    @property
+    def not_null(self) -> bool: ...
+    @property
+    def has_default(self) -> bool: ...
+    @property
+    def generated(self) -> bool: ...
+
+
+C = TypeVar("C", bound=TableColumn)
+
+
+def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], table: str, *,
+                  compatible: Callable[[pa.DataType, C], bool] | None, type_name: Callable[[pa.DataType], str],
+                  check_required: bool) -> list[C]:
+    """Map DataFrame column names to table columns: an exact match first, then a unique
+    case-insensitive one (Spark is case-insensitive by default). Types are checked with
+    *compatible* when it and *types* are given.
+
+    Raises:
+        SchemaMismatchError: listing every unknown column, type mismatch and required
+            column (NOT NULL without default, with *check_required*) the DataFrame lacks.
+    """
+    by_name = {c.name: c for c in columns}
+    by_lower: dict[str, list[C]] = {}
+    for c in columns:
+        by_lower.setdefault(c.name.lower(), []).append(c)
+    problems: list[str] = []
+    out: list[C] = []
+    used: set[str] = set()
+    for i, n in enumerate(names):
+        col = by_name.get(n)
+        if col is None:
+            cands = by_lower.get(n.lower(), [])
+            col = cands[0] if len(cands) == 1 else None
+        if col is None:
+            problems.append(f"column {n}: not in table {table}")
+            continue
+        if col.name in used:
+            problems.append(f"column {n}: maps to table column {col.name} twice")
+            continue
+        used.add(col.name)
+        if col.generated:
+            problems.append(f"column {n}: table column {col.name} is generated and cannot be written")
+        elif compatible is not None and types is not None and not compatible(types[i], col):
+            problems.append(f"column {n}: DataFrame type {type_name(types[i])}, table type {col.display_type}")
+        out.append(col)
+    if check_required:
+        for c in columns:
+            if c.name not in used and c.not_null and not c.has_default:
+                problems.append(f"column {c.name}: NOT NULL without default in {table} but absent from the DataFrame")
+    if problems:
+        cols = ", ".join(f"{c.name} {c.display_type}" for c in columns)
+        raise SchemaMismatchError(
+            f"the DataFrame does not fit table {table}: " + "; ".join(problems) + f". Table columns: {cols}")
+    return out
