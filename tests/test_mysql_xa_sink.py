@@ -297,7 +297,7 @@ def test_commit_waits_for_an_xid_attached_to_a_live_session(mariadb_url, table, 
         cur.execute("XA START %s", (gid,))
         cur.execute(f"INSERT INTO {table} (id) VALUES (1)")
         cur.execute("INSERT INTO twopc_markers (gid, sink_id, batch_id, partition_id, `rows`) "
-                    f"VALUES (%s, %s, 1, 0, 1)", (gid, sink_id))
+                    "VALUES (%s, %s, 1, 0, 1)", (gid, sink_id))
         cur.execute("XA END %s", (gid,))
         cur.execute("XA PREPARE %s", (gid,))
     (h,) = sink.list_prepared(sink_id)

@@ -342,3 +342,13 @@ def test_mariadb_prepared_xa_and_staging(spark, mariadb_url, tmp_path) -> None:
         assert [x for x in xa if b"twopc:" in (x[3] if isinstance(x[3], bytes) else str(x[3]).encode())] == []
     finally:
         engine.dispose()
+
+
+def test_rerun_with_txn_app_id_and_version_writes_nothing_without_checkpoint(spark, postgres_url, pg_engine) -> None:
+    table = _name()
+    _create(pg_engine, table)
+    for version in ("7", "7", "8"):
+        (_spark_jdbc_writer(_df(spark, 0, 30), postgres_url, table)
+         .option("txnAppId", f"nightly-{table}").option("txnVersion", version).save())
+    assert _ids(pg_engine, table) == sorted(list(range(30)) * 2)  # versions 7 and 8, once each
+    assert _leftovers(pg_engine) == (0, 0)
