@@ -58,6 +58,7 @@ log = logging.getLogger("twopc.sinks.jdbc")
 
 PREPARED = "prepared"
 STAGING = "staging"
+_ANNOUNCED: set[tuple[str, str, str, str]] = set()
 
 
 class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
@@ -217,7 +218,10 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
                 raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
             else:
                 self.mode, self.reason = STAGING, why
-        log.info("twopc-jdbc: %s mode for %s (%s)", self.mode, self.options.table, self.reason)
+        announce = (self.options.safe_url(), self.options.table, self.mode, self.reason)
+        if announce not in _ANNOUNCED:  # once per process: streaming validates every micro-batch
+            _ANNOUNCED.add(announce)
+            log.warning("twopc-jdbc: %s commit mode for %s (%s)", self.mode, self.options.table, self.reason)
         self._backend().validate(schema)
 
     def _server_can_prepare(self) -> tuple[bool, str]:

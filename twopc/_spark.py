@@ -264,8 +264,15 @@ class TwoPhaseCommitDataSource(DataSource):
         sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
         skip = False
         if self._plan_time:
-            sink.validate(arrow_schema)
-            RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+            try:
+                sink.validate(arrow_schema)
+                RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+            except BaseException:
+                if ephemeral is not None:
+                    shutil.rmtree(ephemeral, ignore_errors=True)
+                raise
+            finally:
+                sink.close()
             if not streaming:
                 latest = ledger.latest_committed()
                 assert runtime.txn_version is not None
@@ -273,7 +280,6 @@ class TwoPhaseCommitDataSource(DataSource):
                 if skip:
                     log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
                                 "this write will write nothing", sink_id, latest, runtime.txn_version)
-            sink.close()
         return _WriterCore(sink, sink_id, runtime, skip=skip)
 
 
