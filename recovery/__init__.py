@@ -4,13 +4,15 @@
 every orphaned prepared transaction of a sink id. twopc's Spark runtime runs it
 automatically at plan time, before any task writes; operators run it by hand with
 ``python -m recovery`` (see ``--help``). :func:`verify_postgres_ids` checks a table
-for exactly-once (duplicates, lost, unexpected, dangling prepared transactions).
+for exactly-once (duplicates, lost, unexpected, dangling prepared transactions);
+:func:`verify_ids` does the same on any SQLAlchemy database, and :func:`staged_rows_left`
+counts what the staging mode left behind.
 """
 
 from twopc import RecoveryCoordinator, RecoveryPlan, RecoveryReport
 
 from ._cli import build_sink, main
-from ._verify import Verification, verify_postgres_ids
+from ._verify import Verification, staged_rows_left, verify_ids, verify_postgres_ids
 
 __all__ = [
     "RecoveryCoordinator",
@@ -19,5 +21,7 @@ __all__ = [
     "Verification",
     "build_sink",
     "main",
+    "staged_rows_left",
+    "verify_ids",
     "verify_postgres_ids",
 ]

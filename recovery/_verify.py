@@ -1,4 +1,6 @@
-"""Exactly-once verification of a PostgreSQL table, Jepsen set-checker style."""
+"""Exactly-once verification of a table, Jepsen set-checker style: :func:`verify_ids` on any
+SQLAlchemy engine, :func:`verify_postgres_ids` adding PostgreSQL's dangling prepared
+transactions, and :func:`staged_rows_left` for the staging commit mode's leftovers."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-__all__ = ["Verification", "verify_postgres_ids"]
+__all__ = ["STAGE_TABLE_PREFIX", "Verification", "staged_rows_left", "verify_ids", "verify_postgres_ids"]
+
+STAGE_TABLE_PREFIX = "twopc_stage_"
+"""Default name prefix of the staging tables of ``twopc-jdbc``'s staging mode."""
 
 
 @dataclass(frozen=True)
@@ -74,3 +79,73 @@ def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[in
         unexpected=tuple(sorted(found_ids - set(expected))),
         dangling=tuple(sorted(dangling)),
     )
+
+
+def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,
+               id_column: str = "id") -> Verification:
+    """Compare the ids in *table* with *expected_ids* on any SQLAlchemy engine
+    (PostgreSQL, MySQL/MariaDB, SQLite, ...): duplicates, lost, unexpected. ``dangling``
+    is always empty (see :func:`verify_postgres_ids` and :func:`staged_rows_left` for a
+    sink's leftovers). *table* may be ``schema.table``."""
+    expected = sorted(set(expected_ids))
+    prep = engine.dialect.identifier_preparer
+    tbl = ".".join(prep.quote(p) for p in table.split("."))
+    col = prep.quote(id_column)
+    with engine.connect() as conn:
+        counts: dict[int, int] = {int(k): int(n) for k, n in conn.execute(
+            sa.text(f"SELECT {col}, count(*) FROM {tbl} GROUP BY {col}")).all()}
+    found_ids = set(counts)
+    return Verification(
+        expected=len(expected),
+        found=sum(counts.values()),
+        distinct=len(found_ids),
+        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
+        lost=tuple(i for i in expected if i not in found_ids),
+        unexpected=tuple(sorted(found_ids - set(expected))),
+        dangling=(),
+    )
+
+
+def staged_rows_left(engine: sa.Engine, *, sink_id: str | None = None,
+                     prefix: str = STAGE_TABLE_PREFIX) -> dict[str, int]:
+    """Rows left in the staging tables (names starting with *prefix*, default
+    ``twopc_stage_``) of PostgreSQL (every schema) or SQLite (the main database), as
+    ``{table: rows}`` for every staging table found (an empty dict when there is none).
+
+    With *sink_id*, only rows staged by that sink count (``twopc_txn`` starting with
+    ``twopc:<sink_id>:``), so other writers on the same database do not interfere.
+
+    Raises:
+        ValueError: the engine is neither PostgreSQL nor SQLite.
+    """
+    dialect = engine.dialect.name
+    like = _like_prefix(prefix)
+    prep = engine.dialect.identifier_preparer
+    names: list[tuple[str | None, str]]
+    with engine.connect() as conn:
+        if dialect == "postgresql":
+            names = [(s, t) for s, t in conn.execute(sa.text(
+                "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relkind IN ('r', 'p') AND c.relname LIKE :p ESCAPE '\\' "
+                "AND n.nspname NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2"), {"p": like})]
+        elif dialect == "sqlite":
+            names = [(None, t) for (t,) in conn.execute(sa.text(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE :p ESCAPE '\\' "
+                "ORDER BY name"), {"p": like})]
+        else:
+            raise ValueError(f"staged_rows_left supports PostgreSQL and SQLite, not {dialect}")
+        out: dict[str, int] = {}
+        for schema, name in names:
+            qualified = (f"{prep.quote(schema)}." if schema else "") + prep.quote(name)
+            sql = f"SELECT count(*) FROM {qualified}"
+            params: dict[str, str] = {}
+            if sink_id is not None:
+                sql += f" WHERE {prep.quote('twopc_txn')} LIKE :t ESCAPE '\\'"
+                params = {"t": _like_prefix(f"twopc:{sink_id}:")}
+            out[f"{schema}.{name}" if schema else name] = int(conn.execute(sa.text(sql), params).scalar_one())
+    return out
+
+
+def _like_prefix(text: str) -> str:
+    """A LIKE pattern (``ESCAPE '\\'``) matching strings that start with *text*."""
+    return text.replace("\\", "\\\\").replace("_", "\\_").replace("%", "\\%") + "%"

@@ -8,7 +8,10 @@ is restarted from the same checkpoint, until the input is done. Then it prints t
 verification: rows expected, rows found, duplicates, lost, dangling prepared transactions.
 
 ``python -m recovery.demo job ...`` is one run of the query (what the chaos runner starts);
-it reads the database URL from ``TWOPC_DEMO_URL`` so the password is not on a command line.
+it reads the database URL from ``TWOPC_DEMO_URL`` so the password is not on a command line
+(``--url`` overrides it, e.g. for a SQLite file). ``--format`` picks the sink (default
+``twopc-postgres``; ``twopc-jdbc`` takes a ``jdbc:postgresql://`` or ``jdbc:sqlite:`` URL)
+and each ``--option key=value`` is passed to the writer, e.g. ``--option commitMode=staging``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ._job import INPUT_SCHEMA, crashable_spark, run_stream_to_end
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import DataStreamWriter
 
 __all__ = ["INPUT_SCHEMA", "create_table", "fault_plan", "main", "run_job", "write_input"]
 
@@ -71,12 +79,33 @@ def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
     return ",".join(f"{p}@batch={b}:crash" for p, b in zip(points, at))
 
 
-def run_job(input_dir: str, checkpoint: str, table: str, partitions: int) -> None:
-    """One run of the streaming query into PostgreSQL: all available input, then stop."""
-    url = os.environ["TWOPC_DEMO_URL"]
+def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
+            format_name: str = "twopc-postgres", url: str | None = None,
+            options: Mapping[str, str] | None = None) -> None:
+    """One run of the streaming query into *format_name* (default ``twopc-postgres``): all
+    available input, then stop. *url* defaults to ``TWOPC_DEMO_URL``; *options* are extra
+    writer options."""
+    url = url or os.environ.get("TWOPC_DEMO_URL")
+    if not url:
+        raise SystemExit("recovery.demo job: give --url or set TWOPC_DEMO_URL")
+    extra = dict(options or {})
     spark = crashable_spark("twopc-demo", partitions)
-    run_stream_to_end(spark, input_dir, checkpoint, partitions, lambda df: (
-        df.writeStream.format("twopc-postgres").option("url", url).option("dbtable", table)))
+
+    def write(df: DataFrame) -> DataStreamWriter:
+        w = df.writeStream.format(format_name).option("url", url).option("dbtable", table)
+        for k, v in extra.items():
+            w = w.option(k, v)
+        return w
+
+    run_stream_to_end(spark, input_dir, checkpoint, partitions, write)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    """``key=value`` of ``--option`` (the value may contain ``=``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return key.strip(), value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -87,6 +116,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     job.add_argument("--checkpoint", required=True)
     job.add_argument("--table", required=True)
     job.add_argument("--partitions", type=int, default=2)
+    job.add_argument("--format", dest="format_name", default="twopc-postgres",
+                     help="the sink's Spark format (default twopc-postgres)")
+    job.add_argument("--option", dest="options", action="append", type=_key_value, default=[],
+                     metavar="KEY=VALUE", help="a writer option (repeatable), e.g. commitMode=staging")
+    job.add_argument("--url", dest="job_url", default=None,
+                     help="the sink's url option (default: $TWOPC_DEMO_URL, which keeps a password "
+                          "off the command line)")
     parser.add_argument("--url", default=os.environ.get("TWOPC_DEMO_POSTGRES_URL"),
                         help="SQLAlchemy URL of a PostgreSQL with max_prepared_transactions > 0 "
                              "(default: start a throwaway one)")
@@ -98,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM runs the cleanup (stop the throwaway server) like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.command == "job":
-        run_job(args.input, args.checkpoint, args.table, args.partitions)
+        run_job(args.input, args.checkpoint, args.table, args.partitions, format_name=args.format_name,
+                url=args.job_url, options=dict(args.options))
         return 0
     return _demo(args)
 
