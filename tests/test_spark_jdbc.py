@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 
 import sinks
 from recovery.demo import write_input
-from sinks import write_jdbc
+from sinks import StagingSink, write_jdbc
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -52,13 +52,15 @@ def _ids(engine: sa.Engine, table: str) -> list[int]:
         return [r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table} ORDER BY id")]
 
 
-def _leftovers(engine: sa.Engine) -> tuple[int, int]:
-    """(prepared transactions of twopc, staged rows in any staging table)."""
+def _leftovers(engine: sa.Engine, table: str) -> tuple[int, int]:
+    """(prepared transactions of twopc on the server, rows in *table*'s staging table).
+    Other tests' prepared transactions are resolved before they end; staging tables are
+    per target, so only this test's counts."""
+    stage = StagingSink(engine.url, table).stage.name
     with engine.connect() as c:
         prepared = c.execute(sa.text("SELECT count(*) FROM pg_prepared_xacts WHERE gid LIKE 'twopc:%'")).scalar_one()
-        stages = [r[0] for r in c.exec_driver_sql(
-            "SELECT relname FROM pg_class WHERE relname LIKE 'twopc_stage_%%' AND relkind = 'r'")]
-        staged = sum(c.exec_driver_sql(f'SELECT count(*) FROM "{s}"').scalar_one() for s in stages)
+        staged = c.execute(sa.text(f'SELECT count(*) FROM "{stage}"')).scalar_one() \
+            if sa.inspect(c).has_table(stage) else 0
     return int(prepared), int(staged)
 
 
@@ -78,7 +80,7 @@ def test_drop_in_batch_append_without_checkpoint_uses_staging_once(spark, postgr
     with caplog.at_level(logging.INFO, logger="twopc"):
         _spark_jdbc_writer(_df(spark, 0, 300), postgres_url, table).save()
     assert _ids(pg_engine, table) == list(range(300))
-    assert _leftovers(pg_engine) == (0, 0)
+    assert _leftovers(pg_engine, table) == (0, 0)
 
 
 def test_batch_append_with_checkpoint_uses_prepared_mode(spark, postgres_url, pg_engine, tmp_path) -> None:
@@ -92,7 +94,7 @@ def test_batch_append_with_checkpoint_uses_prepared_mode(spark, postgres_url, pg
     kinds = {h["kind"] for d in (tmp_path / "ck" / "twopc" / "decisions").glob("*.json")
              for h in json.loads(d.read_text())["handles"]}
     assert kinds == {"twopc.postgres"}  # PREPARE TRANSACTION, not the staging table
-    assert _leftovers(pg_engine) == (0, 0)
+    assert _leftovers(pg_engine, table) == (0, 0)
 
 
 def test_commit_mode_prepared_refuses_writes_that_need_staging(spark, postgres_url, pg_engine) -> None:
@@ -114,7 +116,7 @@ def test_overwrite_is_atomic_and_a_failed_overwrite_keeps_the_old_rows(spark, po
     with pytest.raises(Exception, match="(?i)not.null|null value"):
         _spark_jdbc_writer(bad, postgres_url, table, mode="overwrite").option("truncate", "true").save()
     assert _ids(pg_engine, table) == list(range(1000, 1020))
-    assert _leftovers(pg_engine) == (0, 0)
+    assert _leftovers(pg_engine, table) == (0, 0)
 
 
 def test_overwrite_without_truncate_recreates_the_table_from_the_dataframe(spark, postgres_url, pg_engine) -> None:
@@ -181,7 +183,7 @@ def test_unique_violation_aborts_the_whole_batch_and_names_the_constraint(spark,
         (_spark_jdbc_writer(dup, postgres_url, table).option("commitMode", mode)
          .option("checkpointLocation", str(tmp_path / "ck")).option("txnVersion", "1").save())
     assert _ids(pg_engine, table) == []
-    assert _leftovers(pg_engine) == (0, 0)
+    assert _leftovers(pg_engine, table) == (0, 0)
 
 
 def test_type_mismatch_is_refused_before_any_task(spark, postgres_url, pg_engine) -> None:
@@ -201,7 +203,7 @@ def test_nul_bytes_are_refused_with_nothing_written(spark, postgres_url, pg_engi
     with pytest.raises(Exception, match="NUL"):
         _spark_jdbc_writer(bad, postgres_url, table).save()
     assert _ids(pg_engine, table) == []
-    assert _leftovers(pg_engine) == (0, 0)
+    assert _leftovers(pg_engine, table) == (0, 0)
 
 
 def test_identifiers_are_quoted_never_injected(spark, postgres_url, pg_engine) -> None:
@@ -351,4 +353,4 @@ def test_rerun_with_txn_app_id_and_version_writes_nothing_without_checkpoint(spa
         (_spark_jdbc_writer(_df(spark, 0, 30), postgres_url, table)
          .option("txnAppId", f"nightly-{table}").option("txnVersion", version).save())
     assert _ids(pg_engine, table) == sorted(list(range(30)) * 2)  # versions 7 and 8, once each
-    assert _leftovers(pg_engine) == (0, 0)
+    assert _leftovers(pg_engine, table) == (0, 0)

@@ -104,6 +104,8 @@ def test_abort_deletes_staged_rows_and_missing_rows_write_nothing(db) -> None:
         sink.commit_all([h1, h2])
     assert _rows(engine, table) == []
     assert [h.txn_id for h in sink.list_prepared("s2")] == [h1.txn_id]
+    sink.abort(h1)
+    assert sink.list_prepared("s2") == []
 
 
 def test_constraint_violation_aborts_the_whole_batch_and_names_it(db) -> None:
