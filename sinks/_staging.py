@@ -840,12 +840,6 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
                 sql = f"INSERT INTO {t} ({ins}) SELECT {sel} FROM {src} {where} ON DUPLICATE KEY UPDATE {sets}"
             else:
                 raise ConfigurationError(f"upsertKeys is not supported on {self._dialect_name}")
-        if self._dialect_name == "postgresql" and not self.upsert_keys:
-            # one scan of the staging table: delete the rows and insert what the delete returns
-            sql = (f"WITH moved AS (DELETE FROM {src} {where} RETURNING {sel}) "
-                   f"INSERT INTO {t} ({ins}) SELECT {sel} FROM moved")
-            conn.execute(sa.text(sql).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
-            return
         conn.execute(sa.text(sql).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
         self._delete_staged(conn, ids)
 

@@ -354,3 +354,21 @@ def test_rerun_with_txn_app_id_and_version_writes_nothing_without_checkpoint(spa
          .option("txnAppId", f"nightly-{table}").option("txnVersion", version).save())
     assert _ids(pg_engine, table) == sorted(list(range(30)) * 2)  # versions 7 and 8, once each
     assert _leftovers(pg_engine, table) == (0, 0)
+
+
+def test_streaming_complete_mode_replaces_the_table_each_micro_batch(spark, postgres_url, pg_engine, tmp_path) -> None:
+    table = _name()
+    inp = tmp_path / "in"
+    write_input(inp, files=3, rows_per_file=20)
+    u = make_url(postgres_url)
+    q = (spark.readStream.schema("id long, payload string, amount double").option("maxFilesPerTrigger", 1)
+         .json(str(inp)).selectExpr("id % 4 AS bucket").groupBy("bucket").count()
+         .writeStream.outputMode("complete").format("twopc-jdbc")
+         .option("url", f"jdbc:postgresql://{u.host}:{u.port}/{u.database}").option("dbtable", table)
+         .option("user", u.username).option("password", u.password)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    with pg_engine.connect() as c:
+        rows = dict(c.exec_driver_sql(f"SELECT bucket, count FROM {table}").all())
+    assert rows == {0: 15, 1: 15, 2: 15, 3: 15}  # the last micro-batch's full result, once
+    assert _leftovers(pg_engine, table) == (0, 0)
