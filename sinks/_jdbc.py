@@ -249,6 +249,12 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     # -- executor side: the settled mode ----------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> Any:
+        """Open the attempt's transaction in the settled mode (see the mode's sink).
+
+        Raises:
+            ProtocolError: the mode was not settled (``validate`` did not run).
+            SinkUnavailableError: no connection.
+        """
         return self._backend().begin_transaction(context)
 
     def invoke(self, txn: Any, value: dict[str, Any]) -> None:
@@ -266,15 +272,30 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     # -- driver side: by handle kind ----------------------------------------------------------
     def commit(self, handle: TransactionHandle) -> CommitOutcome:
+        """Commit through the mode that made *handle* (its kind says which).
+
+        Raises:
+            ProtocolError: the handle belongs to another database or sink kind.
+            SinkError: see :meth:`PostgresSink.commit`, :meth:`MySqlXaSink.commit`,
+                :meth:`StagingSink.commit_all`.
+        """
         return self._for(handle).commit(handle)
 
     def commit_all(self, handles: Sequence[TransactionHandle], *,
                    recovering: bool = False) -> list[CommitOutcome] | None:
+        """Staging handles: one local transaction (:meth:`StagingSink.commit_all`);
+        prepared ones: ``None`` (the coordinator commits them one by one)."""
         if handles and all(isinstance(h, StagingHandle) for h in handles):
             return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]
         return None
 
     def abort(self, handle: TransactionHandle) -> None:
+        """Roll back through the mode that made *handle*. Idempotent.
+
+        Raises:
+            ProtocolError: the transaction was committed, or the handle is foreign.
+            SinkError: the database failed; retry.
+        """
         self._for(handle).abort(handle)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
