@@ -7,17 +7,16 @@ import contextlib
 import os
 import secrets
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from types import TracebackType
 
 from ._errors import ServerUnavailable
 from ._procutil import free_port, kill_tree, log_tail
+from ._server import LocalServer
 
 _FIX = (
     "run `make mariadb` (or `apt-get install -y --no-install-recommends mariadb-server`), "
@@ -109,7 +108,7 @@ def _greeting(port: int) -> str | None:
     return text or None
 
 
-class LocalMariaDB:
+class LocalMariaDB(LocalServer):
     """A private MariaDB server in a temporary directory, for tests and demos.
 
     Built with ``mariadb-install-db`` and run as ``mariadbd --no-defaults`` (no system
@@ -165,13 +164,6 @@ class LocalMariaDB:
 
     # -- public properties -------------------------------------------------------
     @property
-    def port(self) -> int:
-        """TCP port (valid after the first :meth:`start`)."""
-        if self._port is None:
-            raise ServerUnavailable("LocalMariaDB has not been started")
-        return self._port
-
-    @property
     def url(self) -> str:
         """SQLAlchemy URL ``mysql+pymysql://twopc:<pw>@127.0.0.1:<port>/twopc``."""
         return f"mysql+pymysql://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.database}"
@@ -198,11 +190,6 @@ class LocalMariaDB:
         return os.path.join(self._require_tmp(), "server.log")
 
     @property
-    def running(self) -> bool:
-        """True while the ``mariadbd`` process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
     def pid(self) -> int | None:
         """``mariadbd``'s pid while running."""
         return self._proc.pid if self.running and self._proc else None
@@ -224,47 +211,7 @@ class LocalMariaDB:
         self._launch(binary)
         return self
 
-    def stop(self) -> None:
-        """Shut the server down (SIGKILL if it hangs) and delete its files.  Idempotent."""
-        self._shutdown()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
-
-    def kill(self) -> None:
-        """Simulate a database crash: SIGKILL ``mariadbd``."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(OSError):
-            os.kill(proc.pid, signal.SIGKILL)
-        kill_tree(proc.pid)
-        proc.wait()
-
-    def restart(self) -> None:
-        """Shut down cleanly if running (data kept) and start again; after :meth:`kill`
-        InnoDB runs crash recovery.  Raises :class:`ServerUnavailable` on failure."""
-        self._shutdown()
-        self.start()
-
-    def __enter__(self) -> LocalMariaDB:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- internals ------------------------------------------------------------------
-    def _require_tmp(self) -> str:
-        if self._tmp is None:
-            raise ServerUnavailable("LocalMariaDB has not been started (or was stopped)")
-        return self._tmp
-
     def _common_args(self) -> list[str]:
         args = [f"--datadir={self.data_dir}", f"--innodb-buffer-pool-size={self.buffer_pool_size}",
                 "--innodb-log-file-size=16M", "--character-set-server=utf8mb4",

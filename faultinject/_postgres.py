@@ -15,11 +15,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 from ._errors import ServerUnavailable
 from ._procutil import free_port, kill_tree, log_tail
+from ._server import LocalServer
 
 _FIX = (
     "install the PostgreSQL server binaries (apt-get install postgresql) or point "
@@ -82,7 +82,7 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
         ) from None
 
 
-class LocalPostgres:
+class LocalPostgres(LocalServer):
     """A private PostgreSQL cluster in a temporary directory, for tests and demos.
 
     Listens on ``127.0.0.1:<port>`` (a free port chosen at first start and kept across
@@ -125,13 +125,6 @@ class LocalPostgres:
 
     # -- public properties -------------------------------------------------------
     @property
-    def port(self) -> int:
-        """TCP port (valid after the first :meth:`start`)."""
-        if self._port is None:
-            raise ServerUnavailable("LocalPostgres has not been started")
-        return self._port
-
-    @property
     def url(self) -> str:
         """SQLAlchemy URL ``postgresql+psycopg://twopc:<pw>@127.0.0.1:<port>/twopc``."""
         return f"postgresql+psycopg://{self.user}:{self.password}@127.0.0.1:{self.port}/{self.database}"
@@ -160,11 +153,6 @@ class LocalPostgres:
         return os.path.join(self._require_tmp(), "server.log")
 
     @property
-    def running(self) -> bool:
-        """True while the postmaster process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
     def pid(self) -> int | None:
         """Postmaster pid while running."""
         return self._proc.pid if self.running and self._proc else None
@@ -186,47 +174,7 @@ class LocalPostgres:
             self._launch(bindir)
         return self
 
-    def stop(self) -> None:
-        """Fast-shutdown the server (SIGKILL if it hangs) and delete the cluster.  Idempotent."""
-        self._shutdown()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
-
-    def kill(self) -> None:
-        """Simulate a database crash: SIGKILL the postmaster and all its backends."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(OSError):
-            os.kill(proc.pid, signal.SIGKILL)
-        kill_tree(proc.pid)
-        proc.wait()
-
-    def restart(self) -> None:
-        """Stop gracefully if running (data kept) and start again; after :meth:`kill`
-        this performs crash recovery.  Raises :class:`ServerUnavailable` on failure."""
-        self._shutdown()
-        self.start()
-
-    def __enter__(self) -> LocalPostgres:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
     # -- internals ------------------------------------------------------------------
-    def _require_tmp(self) -> str:
-        if self._tmp is None:
-            raise ServerUnavailable("LocalPostgres has not been started (or was stopped)")
-        return self._tmp
-
     def _run(self, argv: list[str], what: str) -> None:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=self._timeout,
                               **self._ids)

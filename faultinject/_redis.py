@@ -11,10 +11,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from types import TracebackType
 
 from ._errors import ServerUnavailable
 from ._procutil import free_port, kill_tree, log_tail
+from ._server import LocalServer
 
 _FIX = (
     "run `make redis` (or `apt-get install -y redis-server`), or point "
@@ -44,7 +44,7 @@ def _ping(port: int) -> bool:
         return False
 
 
-class LocalRedis:
+class LocalRedis(LocalServer):
     """A private redis-server on ``127.0.0.1:<port>`` with data in a temporary directory.
 
     Runs with ``appendonly yes``, ``appendfsync always`` (configurable) and no RDB
@@ -71,13 +71,6 @@ class LocalRedis:
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
-    def port(self) -> int:
-        """TCP port (valid after the first :meth:`start`)."""
-        if self._port is None:
-            raise ServerUnavailable("LocalRedis has not been started")
-        return self._port
-
-    @property
     def url(self) -> str:
         """``redis://127.0.0.1:<port>/0``."""
         return f"redis://127.0.0.1:{self.port}/0"
@@ -93,11 +86,6 @@ class LocalRedis:
     def log_path(self) -> str:
         """The server log file."""
         return os.path.join(self.data_dir, "redis.log")
-
-    @property
-    def running(self) -> bool:
-        """True while the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> LocalRedis:
         """Start the server (first call creates the data dir) and wait until PING answers.
@@ -142,19 +130,6 @@ class LocalRedis:
         kill_tree(proc.pid)
         proc.wait()
 
-    def restart(self) -> None:
-        """Shut down (SIGTERM; data kept) if running, then start; replays the AOF."""
-        self._shutdown()
-        self.start()
-
-    def stop(self) -> None:
-        """Shut the server down and delete its data directory.  Idempotent."""
-        self._shutdown()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
-
     def _shutdown(self) -> None:
         proc = self._proc
         if proc is None:
@@ -168,13 +143,3 @@ class LocalRedis:
         proc.wait()
         self._proc = None
 
-    def __enter__(self) -> LocalRedis:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -453,7 +453,7 @@ class JdbcOptions:
         for k, v in self.url.query.items():
             if k.lower() in _SECRET_QUERY_KEYS:
                 values.extend(v if isinstance(v, tuple) else (v,))
-        return _secret_forms(values)
+        return secret_forms(values)
 
     def describe(self) -> str:
         """``JDBC <dialect> <url without password> table <table>`` (+ driver class)."""
@@ -1294,7 +1294,9 @@ def _translate_sqlite(props: list[_Prop]) -> _Translated:
 
 # -- secrets ----------------------------------------------------------------------------------
 
-def _secret_forms(values: Iterable[str | None]) -> list[str]:
+def secret_forms(values: Iterable[str | None]) -> list[str]:
+    """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
+    SQLAlchemy renders it), longest first, for :func:`twopc.redact`."""
     forms: set[str] = set()
     for v in values:
         if not v:
@@ -1324,4 +1326,4 @@ def _secret_guesses(options: Mapping[str, str]) -> list[str]:
                     _, colon, pw = m.group(1).partition(":")
                     if colon:
                         values += [pw, urllib.parse.unquote(pw)]
-    return _secret_forms(values)
+    return secret_forms(values)

@@ -76,6 +76,7 @@ from twopc import (
 
 from ._columns import match_columns
 from ._engines import EngineCache
+from ._jdbc_options import secret_forms
 from ._sqltypes import parse_table_name
 
 if TYPE_CHECKING:
@@ -275,13 +276,6 @@ def _normalize_url(raw: str | URL, user: str | None = None, password: str | None
     if password is not None:
         url = url.set(password=password)
     return url
-
-
-def _secrets(password: str | None) -> list[str]:
-    if not password:
-        return []
-    return sorted({password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)},
-                  key=len, reverse=True)
 
 
 def _server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
@@ -652,7 +646,7 @@ class MySqlXaSink(TwoPhaseCommitSink[dict[str, Any], _XaTxn, MySqlXaHandle]):
         return f"{u.host or 'localhost'}{port}/{u.database or ''}" + (f" as {u.username}" if u.username else "")
 
     def _redact(self, text: str) -> str:
-        return redact(text, _secrets(self._password))
+        return redact(text, secret_forms([self._password]))
 
     # -- connections -------------------------------------------------------------------
     def _engine(self) -> Engine:

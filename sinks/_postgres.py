@@ -82,6 +82,7 @@ from ._arrow_copy import (
 )
 from ._columns import match_columns
 from ._engines import EngineCache
+from ._jdbc_options import secret_forms
 from ._sqltypes import parse_table_name
 
 if TYPE_CHECKING:
@@ -264,13 +265,6 @@ def _normalize_url(raw: str, user: str | None, password: str | None) -> URL:
     if password is not None:
         url = url.set(password=password)
     return url
-
-
-def _secrets(password: str | None) -> list[str]:
-    if not password:
-        return []
-    return sorted({password, urllib.parse.quote(password, safe=""), urllib.parse.quote_plus(password)},
-                  key=len, reverse=True)
 
 
 # -- open transaction -----------------------------------------------------------------
@@ -464,7 +458,7 @@ class PostgresSink(TwoPhaseCommitSink[dict[str, Any], _PgTxn, PostgresHandle]):
         return f"{where}{port}/{u.database or ''}" + (f" as {u.username}" if u.username else "")
 
     def _redact(self, text: str) -> str:
-        return redact(text, _secrets(self._password))
+        return redact(text, secret_forms([self._password]))
 
     # -- connections -------------------------------------------------------------------
     def _engine(self) -> Engine:

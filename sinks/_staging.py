@@ -61,6 +61,7 @@ from twopc import (
 
 from ._arrow_copy import BINARY_HEADER, BINARY_TRAILER, binary_supported, encode_binary, encode_csv, normalize_array
 from ._engines import EngineCache
+from ._jdbc_options import secret_forms
 from ._sqltypes import TableName, create_table_sql, parse_table_name
 
 __all__ = ["StagingHandle", "StagingSink", "WriteMode"]
@@ -145,11 +146,6 @@ def engine_for(url: URL, connect_timeout: int) -> Engine:
     return _ENGINES.get((url.render_as_string(hide_password=False), connect_timeout), make)
 
 
-def dispose_staging_engines() -> None:
-    """Close the pooled connections of this process."""
-    _ENGINES.dispose()
-
-
 def _stage_name(target: TableName) -> str:
     import hashlib
 
@@ -230,8 +226,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
         if copy_format not in ("auto", "binary", "csv"):
             raise ConfigurationError(f"copyFormat must be auto, binary or csv, got {copy_format!r}")
         self.copy_format = copy_format
-        self._secrets = sorted({s for s in secrets if s} | ({u.password} if u.password else set()),
-                               key=len, reverse=True)
+        self._secrets = secret_forms([*secrets, u.password])
         self.schema: pa.Schema | None = None
         self.streaming = False
         if self.upsert_keys and mode == "overwrite":
@@ -799,7 +794,9 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
                 exists = False
         if not exists:
             if self.schema is None:
-                self.schema = self._stage_schema(conn)
+                raise SchemaMismatchError(
+                    f"{self.target.display()} does not exist and this process does not know the DataFrame "
+                    f"schema to create it (recovery without a query): create the table, then recover")
             conn.exec_driver_sql(self._create_ddl(conn))
             if self.table_comment and self._dialect_name == "postgresql":
                 conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {_sql_string(self.table_comment, backslash=False)}")
@@ -842,11 +839,6 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
                 raise ConfigurationError(f"upsertKeys is not supported on {self._dialect_name}")
         conn.execute(sa.text(sql).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
         self._delete_staged(conn, ids)
-
-    def _stage_schema(self, conn: Connection) -> pa.Schema:
-        raise SchemaMismatchError(
-            f"{self.target.display()} does not exist and this process does not know the DataFrame schema "
-            f"to create it (recovery without a query): create the table, then recover")
 
     def _delete_staged(self, conn: Connection, ids: Sequence[str]) -> None:
         if not ids:
@@ -906,19 +898,6 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
             return None
         return StagingHandle(txn_id, m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)),
                              table=self.target.display(), stage_table=self.stage.display(), rows=-1)
-
-    def is_committed(self, sink_id: str, batch_id: int) -> bool:
-        """Whether the batch marker ``(sink_id, batch_id)`` exists."""
-        conn = self._connect()
-        try:
-            with _fresh(conn):
-                if not self._has_table(conn, self.batches):
-                    return False
-                return conn.execute(sa.text(
-                    f"SELECT 1 FROM {self.batches.quoted(conn.dialect)} WHERE sink_id = :s AND batch_id = :b"),
-                    {"s": sink_id, "b": batch_id}).first() is not None
-        finally:
-            conn.close()
 
     def purge_committed(self, sink_id: str, below_batch: int) -> None:
         """Delete batch markers of *sink_id* below *below_batch* (best effort)."""

@@ -1,0 +1,89 @@
+"""What every throwaway server of the test session shares: a process in a temporary
+folder, a port kept across restarts, and stop / kill / restart / ``with``."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from ._errors import ServerUnavailable
+from ._procutil import kill_tree
+
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["LocalServer"]
+
+
+class LocalServer:
+    """Base of :class:`LocalPostgres`, :class:`LocalMariaDB` and :class:`LocalRedis`.
+
+    Subclasses set ``_port`` (or leave it None until :meth:`start` picks one), create
+    ``_tmp`` and register :meth:`stop` with ``atexit`` on first start, keep the server's
+    ``Popen`` in ``_proc``, and implement :meth:`start` and :meth:`_shutdown` (a graceful
+    stop that keeps the data).
+    """
+
+    _port: int | None
+    _tmp: str | None
+    _proc: subprocess.Popen[bytes] | None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def _shutdown(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def port(self) -> int:
+        """TCP port (valid after the first :meth:`start`)."""
+        if self._port is None:
+            raise ServerUnavailable(f"{type(self).__name__} has not been started")
+        return self._port
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> None:
+        """Shut the server down and delete its files.  Idempotent."""
+        self._shutdown()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
+    def kill(self) -> None:
+        """Simulate a crash: SIGKILL the server and every process of its group."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            os.kill(proc.pid, signal.SIGKILL)
+        kill_tree(proc.pid)
+        proc.wait()
+
+    def restart(self) -> None:
+        """Shut down gracefully if running (data kept) and start again; after :meth:`kill`
+        the server runs its crash recovery.  Raises :class:`ServerUnavailable` on failure."""
+        self._shutdown()
+        self.start()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def _require_tmp(self) -> str:
+        if self._tmp is None:
+            raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
+        return self._tmp
