@@ -4,6 +4,7 @@ transactions, and :func:`staged_rows_left` for the staging commit mode's leftove
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -59,26 +60,13 @@ def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[in
                         sink_id: str | None, id_column: str = "id") -> Verification:
     """Compare the ids in *table* with *expected_ids* and list the sink's dangling
     prepared transactions (all of ``twopc:`` when *sink_id* is None)."""
-    expected = sorted(set(expected_ids))
-    prep = engine.dialect.identifier_preparer
-    tbl = ".".join(prep.quote(p) for p in table.split("."))
-    col = prep.quote(id_column)
     prefix = f"twopc:{sink_id}:" if sink_id else "twopc:"
     with engine.connect() as conn:
-        counts: dict[int, int] = dict(conn.execute(sa.text(f"SELECT {col}, count(*) FROM {tbl} GROUP BY {col}")).all())
         dangling = [r[0] for r in conn.execute(sa.text(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
             "AND starts_with(gid, :p)"), {"p": prefix})]
-    found_ids = set(counts)
-    return Verification(
-        expected=len(expected),
-        found=sum(counts.values()),
-        distinct=len(found_ids),
-        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
-        lost=tuple(i for i in expected if i not in found_ids),
-        unexpected=tuple(sorted(found_ids - set(expected))),
-        dangling=tuple(sorted(dangling)),
-    )
+    return dataclasses.replace(verify_ids(engine, table, expected_ids, id_column=id_column),
+                               dangling=tuple(sorted(dangling)))
 
 
 def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,
