@@ -8,6 +8,7 @@ Public API:
   protocol's durable state, the driver's decision, and recovery after a crash.
 - :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
   :func:`foreach_batch_writer`: the Spark integration.
+- :class:`Xid`: the transaction id every sink gives its prepared transactions.
 - The exception tree rooted at :class:`TwoPCError`.
 """
 
@@ -51,9 +52,11 @@ from ._spark import (
     foreach_batch_writer,
     register,
 )
+from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
 
 __all__ = [
     "FAULT_POINTS",
+    "MAX_XID_BYTES",
     "BatchResult",
     "BatchState",
     "CommitCoordinator",
@@ -85,6 +88,7 @@ __all__ = [
     "TwoPhaseCommitSink",
     "TwoPhaseCommitStreamWriter",
     "UnknownHandleKindError",
+    "Xid",
     "data_source_for",
     "decode_handle",
     "default_sink_id",
@@ -98,6 +102,7 @@ __all__ = [
     "redact",
     "register",
     "registered_handle_kinds",
+    "validate_sink_id",
 ]
 
 __version__ = "0.1.0"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ._xid import Xid
+
 __all__ = ["TransactionContext"]
 
 
@@ -24,3 +26,11 @@ class TransactionContext:
     partition_id: int
     attempt_id: int
     attempt_number: int = 0
+
+    def xid(self) -> Xid:
+        """A new transaction id for this attempt (fresh nonce: a retry never reuses one).
+
+        Raises:
+            ConfigurationError: the sink id cannot be part of a transaction id.
+        """
+        return Xid.new(self.sink_id, self.batch_id, self.partition_id, self.attempt_id)

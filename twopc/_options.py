@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ._errors import ConfigurationError, MissingOptionError
+from ._xid import validate_sink_id
 
 __all__ = ["RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started", "option"]
-
-_SINK_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 #: Options consumed by the runtime; everything else is the sink's.
 RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain"})
@@ -47,15 +46,6 @@ def ephemeral_started(sink_id: str) -> float | None:
     """The start time (unix seconds) encoded in an :func:`ephemeral_sink_id`, else None."""
     m = re.fullmatch(r"eph-([0-9a-f]{8})[0-9a-f]{8}", sink_id)
     return float(int(m.group(1), 16)) if m else None
-
-
-def validate_sink_id(sink_id: str) -> str:
-    if not _SINK_ID.match(sink_id):
-        raise ConfigurationError(
-            f"sinkId {sink_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ . - "
-            f"starting with a letter or digit"
-        )
-    return sink_id
 
 
 @dataclass(frozen=True)
