@@ -1,0 +1,200 @@
+"""One way every sink reads its Spark options, and one duration type.
+
+:class:`OptionReader` looks options up case-insensitively (Spark lower-cases keys), parses
+typed values with messages that name the option and the fix, and refuses an option that
+no one claimed, listing the supported ones, so a typo never passes silently. Options of
+the twopc runtime (``checkpointLocation``, ``txnVersion``...) and the ones Spark adds by
+itself (``path`` from ``save(path)``, ``queryName`` from ``.queryName()``) are always
+accepted. Error messages never show a value that may be a secret.
+
+:class:`Duration` is every timeout and lock wait of every sink: ``30s``, ``500ms``,
+``2min``, ``1h``, ``1d``, ``250us``, or a plain number of seconds (``30``, ``0.5``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import ClassVar, TypeVar
+
+from twopc import ConfigurationError, MissingOptionError
+from twopc._options import RUNTIME_KEYS
+
+__all__ = ["SPARK_PASSED_OPTIONS", "Duration", "OptionReader"]
+
+#: Options Spark hands every writer without the user typing them (lower-case).
+SPARK_PASSED_OPTIONS: frozenset[str] = frozenset({"path", "queryname"})
+
+_ALWAYS_ACCEPTED = frozenset(RUNTIME_KEYS) | SPARK_PASSED_OPTIONS
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$", re.IGNORECASE)
+_UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
+            "d": 86_400_000.0}
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+S = TypeVar("S", bound=str)
+
+
+@dataclass(frozen=True, order=True)
+class Duration:
+    """A non-negative length of time, in whole milliseconds (sub-millisecond values round
+    up, so a limit never becomes 0 = "no limit" by rounding)."""
+
+    ms: int
+
+    DEFAULT_UNIT: ClassVar[str] = "s"
+
+    @classmethod
+    def parse(cls, value: str | float | Duration, name: str) -> Duration:
+        """Read ``30s``, ``500ms``, ``2min``, ``1h``, ``1d``, ``250us`` or a plain number of
+        seconds (a number given as ``int``/``float`` is seconds too).
+
+        Raises:
+            ConfigurationError: the text is not a duration; the message names *name*.
+        """
+        if isinstance(value, Duration):
+            return value
+        if isinstance(value, bool):
+            raise ConfigurationError(f"{name} must be a duration such as 30s, 500ms or 2min, got {value!r}")
+        if isinstance(value, int | float):
+            if not math.isfinite(value) or value < 0:
+                raise ConfigurationError(f"{name} must be a duration >= 0, got {value!r}")
+            return cls(math.ceil(value * 1000))
+        m = _DURATION.match(value) if isinstance(value, str) else None
+        if m is None:
+            raise ConfigurationError(
+                f"{name} must be a duration such as 30s, 500ms, 2min, 1h or a number of seconds, got {value!r}")
+        return cls(math.ceil(float(m.group(1)) * _UNIT_MS[(m.group(2) or cls.DEFAULT_UNIT).lower()]))
+
+    @property
+    def seconds(self) -> float:
+        """The duration in seconds."""
+        return self.ms / 1000
+
+    @property
+    def whole_seconds(self) -> int:
+        """Whole seconds, rounded up (for settings counted in seconds; 0 stays 0)."""
+        return -(-self.ms // 1000)
+
+    def __str__(self) -> str:
+        if self.ms % 1000:
+            return f"{self.ms}ms"
+        s = self.ms // 1000
+        if s and s % 3600 == 0:
+            return f"{s // 3600}h"
+        if s and s % 60 == 0:
+            return f"{s // 60}min"
+        return f"{s}s"
+
+
+class OptionReader:
+    """The options of one write, read by one format (see the module docstring).
+
+    Args:
+        options: Spark's writer options (any key spelling).
+        format_name: the format, for messages (``twopc-redis``).
+
+    Raises:
+        ConfigurationError: two spellings of one key carry different values.
+    """
+
+    def __init__(self, options: Mapping[str, str], format_name: str) -> None:
+        self.format_name = format_name
+        self._values: dict[str, str] = {}
+        self._spelled: dict[str, str] = {}
+        for key, value in options.items():
+            low = key.lower()
+            if low in self._values and self._values[low] != value:
+                raise ConfigurationError(
+                    f"option {key} is given twice (keys are case-insensitive) with different values")
+            self._values[low] = value
+            self._spelled.setdefault(low, key)
+        self._claimed: set[str] = set()
+        self._names: list[str] = []
+
+    # -- lookups -------------------------------------------------------------------------
+    def get(self, name: str) -> str | None:
+        """The raw value of option *name*, or ``None``; marks it as known."""
+        low = name.lower()
+        self._claimed.add(low)
+        if name not in self._names:
+            self._names.append(name)
+        return self._values.get(low)
+
+    def text(self, name: str, default: str | None = None) -> str | None:
+        """The value stripped; blank counts as absent."""
+        raw = self.get(name)
+        if raw is None or not raw.strip():
+            return default
+        return raw.strip()
+
+    def required(self, name: str, example: str) -> str:
+        """The value, or a :class:`MissingOptionError` showing *example*."""
+        value = self.text(name)
+        if value is None:
+            raise MissingOptionError(f'{self.format_name} needs option "{name}", e.g. {example}')
+        return value
+
+    def integer(self, name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+        """A whole number within [*minimum*, *maximum*]."""
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if not re.fullmatch(r"[+-]?\d+", raw):
+            raise ConfigurationError(f"{name} must be a whole number >= {minimum}, got {raw!r}")
+        value = int(raw)
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            raise ConfigurationError(f"{name} must be a whole number {bound}, got {value}")
+        return value
+
+    def boolean(self, name: str, default: bool, *, strict: bool = False) -> bool:
+        """``true``/``false`` (with *strict* off also ``1/0``, ``yes/no``, ``on/off``)."""
+        raw = self.text(name)
+        if raw is None:
+            return default
+        low = raw.lower()
+        if low in (("true",) if strict else _TRUE):
+            return True
+        if low in (("false",) if strict else _FALSE):
+            return False
+        raise ConfigurationError(f"{name} must be true or false, got {raw!r}")
+
+    def choice(self, name: str, allowed: Iterable[S], default: S) -> S:
+        """One of *allowed* (compared case-insensitively)."""
+        raw = self.text(name)
+        if raw is None:
+            return default
+        options = tuple(allowed)
+        for a in options:
+            if raw.lower() == a.lower():
+                return a
+        listed = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
+        raise ConfigurationError(f"{name} must be {listed}, got {raw!r}")
+
+    def duration(self, name: str, default: Duration | str | float) -> Duration:
+        """A :class:`Duration` (``30s``, ``500ms``, plain seconds)."""
+        raw = self.text(name)
+        return Duration.parse(default if raw is None else raw, name)
+
+    # -- what is left ------------------------------------------------------------------------
+    def unclaimed(self) -> dict[str, str]:
+        """Options nobody has looked up (spelled as given), but for the runtime's and
+        Spark's own."""
+        return {self._spelled[k]: v for k, v in self._values.items()
+                if k not in self._claimed and k not in _ALWAYS_ACCEPTED}
+
+    def refuse_unknown(self, *, hint: str = "") -> None:
+        """Raise when an option was given that no lookup claimed.
+
+        Raises:
+            ConfigurationError: naming the unknown options and listing the supported ones.
+        """
+        unknown = self.unclaimed()
+        if unknown:
+            names = ", ".join(sorted(unknown, key=str.lower))
+            raise ConfigurationError(
+                f"option(s) {names} are not {self.format_name} options. Supported: "
+                f"{', '.join(self._names)}" + (f". {hint}" if hint else ""))

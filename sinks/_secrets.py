@@ -1,0 +1,70 @@
+"""Keeping secrets out of every message a sink builds.
+
+:func:`secret_forms` lists every spelling of a secret that can reach a message (as typed,
+URL-quoted, as SQLAlchemy renders it); :func:`redacted_errors` scrubs whatever might be a
+password in the options from a :class:`~twopc.ConfigurationError` raised while they are
+parsed (a URL that fails to parse may still hold its password).
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+
+from sqlalchemy.engine import URL
+
+from twopc import ConfigurationError, redact
+
+__all__ = ["SECRET_KEYS", "redacted_errors", "secret_forms", "secret_guesses"]
+
+#: Option and URL parameter names whose value is a secret (lower-case).
+SECRET_KEYS = frozenset({"password", "sslpassword", "passwd"})
+
+_SECRET_IN_URL = re.compile(r"(?:^|[?&;])(?:ssl)?passw(?:or)?d=([^&;#]*)", re.IGNORECASE)
+_USERINFO_IN_URL = (re.compile(r"//([^/?#]*)@"), re.compile(r"//([^/?#@]*)@"))
+
+
+def secret_forms(values: Iterable[str | None]) -> list[str]:
+    """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
+    SQLAlchemy renders it), longest first, for :func:`twopc.redact`."""
+    forms: set[str] = set()
+    for v in values:
+        if not v:
+            continue
+        forms.update({v, urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)})
+        rendered = URL.create("x", username="u", password=v, host="h").render_as_string(hide_password=False)
+        forms.add(rendered[len("x://u:"):-len("@h")])
+    return sorted((f for f in forms if f), key=len, reverse=True)
+
+
+def secret_guesses(options: Mapping[str, str]) -> list[str]:
+    """Every value of *options* that may be a password (secret options, and passwords in
+    a ``url`` option's user info or query string), in all its spellings."""
+    values: list[str | None] = []
+    for k, v in options.items():
+        if not isinstance(v, str):
+            continue
+        if k.lower() in SECRET_KEYS:
+            values.append(v)
+        if k.lower() == "url":
+            for m in _SECRET_IN_URL.finditer(v):
+                values += [m.group(1), urllib.parse.unquote_plus(m.group(1))]
+            for pattern in _USERINFO_IN_URL:  # up to the last and to the first '@'
+                for m in pattern.finditer(v):
+                    _, colon, pw = m.group(1).partition(":")
+                    if colon:
+                        values += [pw, urllib.parse.unquote(pw)]
+    return secret_forms(values)
+
+
+@contextmanager
+def redacted_errors(options: Mapping[str, str]) -> Iterator[None]:
+    """Re-raise a :class:`~twopc.ConfigurationError` from the block with every possible
+    secret of *options* replaced by ``***`` (same class, no chained original)."""
+    guesses = secret_guesses(options)
+    try:
+        yield
+    except ConfigurationError as exc:
+        raise type(exc)(redact(str(exc), guesses)) from None
