@@ -11,59 +11,69 @@
   rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
 
 ``register_all(spark)`` registers every built-in data source.
+
+Layout: a folder per backend (:mod:`sinks.sql` — what every SQL sink shares, the options
+reader, the URL translator, the prepared-transaction base, the staging mode and the
+``twopc-jdbc`` drop-in; :mod:`sinks.postgres`; :mod:`sinks.mysql`; :mod:`sinks.redis`),
+and the file sink in ``sinks/_file.py``. Backends that need a database driver load when
+first used, so ``import sinks`` works with any subset of the extras installed
+(``twopc[postgres]``, ``twopc[mysql]``, ``twopc[redis]``); every built-in handle kind is
+registered either way, so any ledger can be read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from twopc import register
 
+from . import _handles  # noqa: F401 - registers the driver-backed handle kinds
 from ._file import FileDataSource, FileHandle, FileSink
-from ._postgres import PostgresDataSource, PostgresHandle, PostgresSink
-from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
-from ._jdbc_options import JdbcOptions
-from ._mysql_xa import MySqlXaHandle, MySqlXaSink
-from ._staging import StagingHandle, StagingSink
-from ._redis import (
-    HIncrByOp,
-    HSetOp,
-    IncrByOp,
-    RedisDataSource,
-    RedisHandle,
-    RedisSink,
-    RedisTargetError,
-    RPushOp,
-    SetOp,
-    XAddOp,
-    ZAddOp,
-    parse_mapping,
-)
+from ._handles import MySqlXaHandle, PostgresHandle
+from ._sources import PostgresDataSource, RedisDataSource
+from .sql import JdbcDataSource, JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from .mysql import MySqlXaSink
+    from .postgres import PostgresSink
+    from .redis import (
+        HIncrByOp,
+        HSetOp,
+        IncrByOp,
+        RedisHandle,
+        RedisSink,
+        RedisTargetError,
+        RPushOp,
+        SetOp,
+        XAddOp,
+        ZAddOp,
+        parse_mapping,
+    )
 
 __all__ = [
     "DATA_SOURCES",
     "FileDataSource",
     "FileHandle",
     "FileSink",
-    "PostgresDataSource",
-    "PostgresHandle",
-    "PostgresSink",
-    "RedisDataSource",
-    "RedisHandle",
-    "RedisSink",
-    "RedisTargetError",
     "HIncrByOp",
+    "HSetOp",
+    "IncrByOp",
     "JdbcDataSource",
     "JdbcOptions",
     "JdbcSink",
     "MySqlXaHandle",
     "MySqlXaSink",
-    "HSetOp",
-    "IncrByOp",
+    "PostgresDataSource",
+    "PostgresHandle",
+    "PostgresSink",
     "RPushOp",
+    "RedisDataSource",
+    "RedisHandle",
+    "RedisSink",
+    "RedisTargetError",
     "SetOp",
     "StagingHandle",
     "StagingSink",
@@ -74,9 +84,32 @@ __all__ = [
     "write_jdbc",
 ]
 
+#: names that live in a backend needing a driver: imported on first use
+_LAZY = {
+    "PostgresSink": "postgres",
+    "MySqlXaSink": "mysql",
+    **{name: "redis" for name in ("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisHandle", "RedisSink",
+                                   "RedisTargetError", "SetOp", "XAddOp", "ZAddOp", "parse_mapping")},
+}
+
 DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource)
 
 
+def __getattr__(name: str) -> Any:
+    backend = _LAZY.get(name)
+    if backend is None:
+        raise AttributeError(f"module 'sinks' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{backend}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with *spark*."""
+    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with
+    *spark* (a backend whose driver is missing fails when first written to, naming the
+    extra to install)."""
     register(spark, *DATA_SOURCES)

@@ -10,8 +10,10 @@ The three places a file can be are the three states of its transaction::
 Every step is a ``rename`` within one filesystem, which is atomic, followed by an fsync of
 the folder, so a crash leaves each file whole in exactly one of those places. Spark and
 most readers ignore names starting with ``_``, so ``spark.read.parquet(path)`` sees only
-committed files. ``<txn>`` encodes sink id, batch, partition and attempt, so prepared
-files of attempts that never reached the driver can be found and removed.
+committed files. ``<txn>`` is the transaction's :class:`twopc.Xid` in its path form
+(``{sink}~{batch}~{partition}~{attempt}~{nonce}``: a file name may not hold ``:``), which
+encodes sink id, batch, partition and attempt, so prepared files of attempts that never
+reached the driver can be found and removed.
 
 The path must be one filesystem that the driver and every executor see at the same
 path (a local disk in ``local[*]`` mode, or a shared POSIX mount).
@@ -19,8 +21,8 @@ path (a local disk in ``local[*]`` mode, or a shared POSIX mount).
 
 from __future__ import annotations
 
+import contextlib
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,8 +38,10 @@ from twopc import (
     TransactionHandle,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
-    option,
+    Xid,
 )
+
+from ._options import OptionReader
 
 __all__ = ["FileDataSource", "FileHandle", "FileSink"]
 
@@ -85,7 +89,15 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> FileSink:
-        path = option(options, "path")
+        """Build the sink from Spark options: ``path`` (or ``save(path)``), nothing else.
+
+        Raises:
+            MissingOptionError: no output folder.
+            ConfigurationError: an unknown option.
+        """
+        reader = OptionReader(options, "twopc-file")
+        path = reader.text("path")
+        reader.refuse_unknown()
         if not path:
             raise MissingOptionError('the file sink needs an output folder: .option("path", "/data/out") '
                                      "or .save(path)")
@@ -102,22 +114,17 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
         return os.path.join(self._dir(state), txn_id + _SUFFIX)
 
     @staticmethod
-    def _txn_id(ctx: TransactionContext) -> str:
-        # '~' cannot occur in a sink id, so the name parses back unambiguously.
-        return f"{ctx.sink_id}~{ctx.batch_id}~{ctx.partition_id}~{ctx.attempt_id}~{secrets.token_hex(4)}"
-
-    @staticmethod
     def _parse(txn_id: str) -> FileHandle | None:
-        parts = txn_id.split("~")
-        if len(parts) != 5 or not all(p.isdigit() for p in parts[1:4]):
+        xid = Xid.parse(txn_id)
+        if xid is None or xid.path_name != txn_id:
             return None
-        return FileHandle(txn_id, parts[0], int(parts[1]), int(parts[2]), int(parts[3]), rows=-1)
+        return FileHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id, rows=-1)
 
     # -- executor side -----------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _OpenFile:
         for state in ("staging", "prepared"):
             os.makedirs(self._dir(state), exist_ok=True)
-        txn_id = self._txn_id(context)
+        txn_id = context.xid().path_name
         return _OpenFile(context, txn_id, self._file("staging", txn_id))
 
     def invoke(self, txn: _OpenFile, value: dict[str, Any]) -> None:
@@ -150,21 +157,23 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
 
     def rollback(self, txn: _OpenFile) -> None:
         if txn.writer is not None:
-            try:
+            with contextlib.suppress(Exception):  # the file is being discarded anyway
                 txn.writer.close()
-            except Exception:  # noqa: BLE001 - the file is being discarded anyway
-                pass
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(txn.staging)
-        except FileNotFoundError:
-            pass
 
     # -- driver side -------------------------------------------------------------------
     def commit(self, handle: FileHandle) -> CommitOutcome:
-        """Rename the prepared file into the output folder (atomic, idempotent)."""
-        final = self._file("", handle.txn_id)
+        """Rename the prepared file into the output folder (atomic, idempotent).
+
+        Raises:
+            ProtocolError: the handle's id is not a twopc id (a damaged ledger must not
+                name a path outside the folder).
+        """
+        txn_id = Xid.checked(handle.txn_id, what="twopc file transaction")
+        final = self._file("", txn_id)
         try:
-            os.rename(self._file("prepared", handle.txn_id), final)
+            os.rename(self._file("prepared", txn_id), final)
         except FileNotFoundError:
             return CommitOutcome.ALREADY_COMMITTED if os.path.exists(final) else CommitOutcome.LOST
         _fsync_dir(self.path)
@@ -173,13 +182,14 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
     def abort(self, handle: FileHandle) -> None:
         """Delete the prepared (or orphaned staging) file. Raises ProtocolError if it had
         been committed."""
+        txn_id = Xid.checked(handle.txn_id, what="twopc file transaction")
         gone = 0
         for state in ("prepared", "staging"):
             try:
-                os.unlink(self._file(state, handle.txn_id))
+                os.unlink(self._file(state, txn_id))
             except FileNotFoundError:
                 gone += 1
-        if gone == 2 and os.path.exists(self._file("", handle.txn_id)):
+        if gone == 2 and os.path.exists(self._file("", txn_id)):
             raise ProtocolError(f"cannot abort {handle.txn_id}: it was committed")
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[FileHandle]:
@@ -187,10 +197,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
         (the runtime only calls this when no attempt of those batches can still run)."""
         names: list[str] = []
         for state in ("prepared", "staging"):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 names += os.listdir(self._dir(state))
-            except FileNotFoundError:
-                pass
         out = []
         for name in sorted(set(names)):
             if not name.endswith(_SUFFIX):

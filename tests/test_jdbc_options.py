@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`sinks._jdbc_options` (no server): Spark's JDBC writer options,
+"""Unit tests of :mod:`sinks.sql._options` and the URL translator (no server): Spark's JDBC writer options,
 twopc's own, JDBC URL translation, driver parameters, and that no password leaks."""
 
 from __future__ import annotations
@@ -13,16 +13,12 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from sinks._jdbc_options import (
-    IGNORED_OPTIONS,
-    MYSQL_JAVA_ONLY,
-    PG_JAVA_ONLY,
-    REJECTED_OPTIONS,
-    JdbcOptions,
-    parse_column_list,
-    parse_column_types,
-)
+from sinks._options import SPARK_PASSED_OPTIONS, Duration
+from sinks.sql._column_lists import parse_column_list, parse_column_types
+from sinks.sql._options import REJECTED_OPTIONS, JdbcOptions
+from sinks.sql._params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
 from twopc import ConfigurationError, MissingOptionError, redact
+from twopc._options import RUNTIME_KEYS
 
 PG = "jdbc:postgresql://db.example:5432/app"
 PW = "S3cr3t-Pa55!"
@@ -158,7 +154,9 @@ def test_url_translation(url: str, extra: dict[str, str], expected: dict[str, An
     for attr, want in expected.items():
         if attr == "query":
             assert query(o) == want
-        elif attr in ("dialect", "connect_timeout"):
+        elif attr == "connect_timeout":
+            assert o.connect_timeout == Duration(want * 1000)
+        elif attr == "dialect":
             assert getattr(o, attr) == want
         else:
             assert getattr(o.url, attr) == want, attr
@@ -176,7 +174,7 @@ def test_user_and_password_options_override_the_url() -> None:
 def test_connect_timeout_is_not_left_in_the_url() -> None:
     for url in ("jdbc:postgresql://h/app?connectTimeout=5", "jdbc:mysql://h/app?connectTimeout=5000"):
         o = parse(url)
-        assert o.connect_timeout == 5
+        assert o.connect_timeout == Duration(5000)
         assert not {"connect_timeout", "connectTimeout"} & set(o.url.query)
 
 
@@ -308,11 +306,12 @@ def test_defaults() -> None:
     assert (o.dialect, o.table, o.driver) == ("postgresql", "events", None)
     assert o.batch_size == 1000 and o.truncate is False
     assert o.create_table_options == "" and o.create_table_column_types == {} and o.table_comment == ""
-    assert o.isolation_level == "READ_COMMITTED" and o.query_timeout == 0 and o.session_init_statement is None
+    assert o.isolation_level == "READ_COMMITTED" and o.query_timeout == Duration(0)
+    assert o.session_init_statement is None
     assert o.commit_mode == "auto" and o.upsert_keys == () and o.save_mode is None
     assert o.marker_table == "twopc_markers" and o.staging_table is None
-    assert o.lock_timeout == "30s" and o.lock_timeout_ms == 30_000
-    assert o.connect_timeout == 10 and o.copy_format == "auto"
+    assert o.lock_timeout == Duration(30_000) and str(o.lock_timeout) == "30s"
+    assert o.connect_timeout == Duration(10_000) and o.copy_format == "auto"
 
 
 SPARK_VALUES: list[tuple[dict[str, str], str, Any]] = [
@@ -331,8 +330,8 @@ SPARK_VALUES: list[tuple[dict[str, str], str, Any]] = [
     ({"isolationLevel": "SERIALIZABLE"}, "isolation_level", "SERIALIZABLE"),
     ({"isolationLevel": "read_uncommitted"}, "isolation_level", "READ_UNCOMMITTED"),
     ({"isolationLevel": "REPEATABLE_READ"}, "isolation_level", "REPEATABLE_READ"),
-    ({"queryTimeout": "0"}, "query_timeout", 0),
-    ({"queryTimeout": "30"}, "query_timeout", 30),
+    ({"queryTimeout": "0"}, "query_timeout", Duration(0)),
+    ({"queryTimeout": "30"}, "query_timeout", Duration(30_000)),
     ({"sessionInitStatement": "SET search_path TO x"}, "session_init_statement", "SET search_path TO x"),
     ({"sessionInitStatement": "  "}, "session_init_statement", None),
     ({"createTableColumnTypes": "a VARCHAR(64), b DECIMAL(10,2)"}, "create_table_column_types",
@@ -371,7 +370,7 @@ SPARK_ERRORS: list[tuple[dict[str, str], type[Exception], list[str]]] = [
     ({"cascadeTruncate": "x"}, ConfigurationError, ["cascadeTruncate must be true or false"]),
     ({"isolationLevel": "NONE"}, ConfigurationError, ["isolationLevel=NONE", "transactions"]),
     ({"isolationLevel": "SNAPSHOT"}, ConfigurationError, ["isolationLevel", "READ_COMMITTED", "'SNAPSHOT'"]),
-    ({"queryTimeout": "-1"}, ConfigurationError, ["queryTimeout", ">= 0"]),
+    ({"queryTimeout": "-1"}, ConfigurationError, ["queryTimeout", "duration"]),
     ({"queryTimeout": "1m"}, ConfigurationError, ["queryTimeout"]),
     ({"createTableColumnTypes": "a INT; DROP TABLE x"}, ConfigurationError, ["createTableColumnTypes", "';'"]),
     ({"DBTABLE": "a", "dbtable": "b"}, ConfigurationError, ["given twice"]),
@@ -420,7 +419,7 @@ def test_rejected_options_win_over_a_missing_url() -> None:
     assert "coalesce" in str(err)
 
 
-@pytest.mark.parametrize("key", sorted(IGNORED_OPTIONS))
+@pytest.mark.parametrize("key", sorted(RUNTIME_KEYS | SPARK_PASSED_OPTIONS))
 def test_runtime_options_are_ignored(key: str) -> None:
     assert parse(**{key: "whatever"}) == parse()
 
@@ -451,17 +450,19 @@ TWOPC_VALUES: list[tuple[str, dict[str, str], str, Any]] = [
     (PG, {"markerTable": "ops.markers"}, "marker_table", "ops.markers"),
     (PG, {"markerTable": ""}, "marker_table", "twopc_markers"),
     (PG, {"stagingTable": "ops.stage"}, "staging_table", "ops.stage"),
-    (PG, {"lockTimeout": "500ms"}, "lock_timeout", "500ms"),
-    (PG, {"lockTimeout": "2 min"}, "lock_timeout", "2min"),
-    (PG, {"lockTimeout": "1500"}, "lock_timeout_ms", 1500),
-    (PG, {"lockTimeout": "1.5s"}, "lock_timeout_ms", 1500),
-    (PG, {"lockTimeout": "2min"}, "lock_timeout_ms", 120_000),
-    (PG, {"lockTimeout": "1h"}, "lock_timeout_ms", 3_600_000),
-    (PG, {"lockTimeout": "1d"}, "lock_timeout_ms", 86_400_000),
-    (PG, {"lockTimeout": "10us"}, "lock_timeout_ms", 1),
-    (PG, {"lockTimeout": "0"}, "lock_timeout_ms", 0),
-    (PG, {"connectTimeout": "3"}, "connect_timeout", 3),
-    (PG, {"connectTimeout": "3600"}, "connect_timeout", 3600),
+    (PG, {"lockTimeout": "500ms"}, "lock_timeout", Duration(500)),
+    (PG, {"lockTimeout": "2 min"}, "lock_timeout", Duration(120_000)),
+    (PG, {"lockTimeout": "15"}, "lock_timeout", Duration(15_000)),  # a plain number is seconds, for every sink
+    (PG, {"lockTimeout": "1.5s"}, "lock_timeout", Duration(1500)),
+    (PG, {"lockTimeout": "2min"}, "lock_timeout", Duration(120_000)),
+    (PG, {"lockTimeout": "1h"}, "lock_timeout", Duration(3_600_000)),
+    (PG, {"lockTimeout": "1d"}, "lock_timeout", Duration(86_400_000)),
+    (PG, {"lockTimeout": "10us"}, "lock_timeout", Duration(1)),
+    (PG, {"lockTimeout": "0"}, "lock_timeout", Duration(0)),
+    (PG, {"connectTimeout": "3"}, "connect_timeout", Duration(3000)),
+    (PG, {"connectTimeout": "3600"}, "connect_timeout", Duration(3_600_000)),
+    (PG, {"connectTimeout": "2500ms"}, "connect_timeout", Duration(2500)),
+    (PG, {"queryTimeout": "7"}, "query_timeout", Duration(7000)),
     (PG, {"copyFormat": "BINARY"}, "copy_format", "binary"),
     (PG, {"copyFormat": "csv"}, "copy_format", "csv"),
     ("jdbc:mysql://h/db", {"copyFormat": "auto"}, "copy_format", "auto"),
@@ -488,7 +489,7 @@ TWOPC_ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
     (PG, {"stagingTable": " "}, ["stagingTable is empty"]),
     (PG, {"lockTimeout": "soon"}, ["lockTimeout", "'soon'", "30s"]),
     (PG, {"lockTimeout": "5 weeks"}, ["lockTimeout"]),
-    (PG, {"connectTimeout": "0"}, ["connectTimeout", ">= 1"]),
+    (PG, {"connectTimeout": "0"}, ["connectTimeout", "between 1 and"]),
     (PG, {"connectTimeout": "ten"}, ["connectTimeout", "'ten'"]),
     (PG, {"connectTimeout": "5000"}, ["connectTimeout", "seconds", "milliseconds"]),
     (PG, {"copyFormat": "text"}, ["copyFormat", "binary", "csv", "'text'"]),
@@ -818,12 +819,6 @@ def test_frozen_pickles_and_compares() -> None:
         o.table = "x"  # type: ignore[misc]
 
 
-def test_lock_timeout_ms_of_a_directly_built_instance() -> None:
-    o = dataclasses.replace(parse(), lock_timeout="whenever")
-    with pytest.raises(ConfigurationError, match="lockTimeout 'whenever'"):
-        o.lock_timeout_ms
-
-
 def test_describe_names_the_driver_class() -> None:
     o = parse(driver="org.postgresql.Driver")
     assert o.describe() == ("JDBC postgresql postgresql+psycopg://db.example:5432/app table events "
@@ -835,4 +830,4 @@ def test_field_names_are_the_public_api() -> None:
         "url", "dialect", "table", "driver", "batch_size", "truncate", "create_table_options",
         "create_table_column_types", "table_comment", "isolation_level", "query_timeout",
         "session_init_statement", "commit_mode", "upsert_keys", "save_mode", "marker_table", "staging_table",
-        "lock_timeout", "connect_timeout", "copy_format"]
+        "lock_timeout", "connect_timeout", "copy_format", "format_name"]

@@ -23,8 +23,9 @@ import pytest
 import sqlalchemy as sa
 
 import faultinject
-from sinks import _mysql_xa
-from sinks._mysql_xa import MySqlXaHandle, MySqlXaSink, dispose_engines
+from sinks.mysql import _sink as _mysql_xa
+from sinks import MySqlXaHandle, MySqlXaSink
+from sinks.sql import dispose_engines
 from twopc import (
     BatchState,
     CommitCoordinator,
@@ -316,7 +317,7 @@ def test_commit_waits_for_an_xid_attached_to_a_live_session(mariadb_url, table, 
 _WRITER = textwrap.dedent("""
     import os, sys, time
     import pyarrow as pa
-    from sinks._mysql_xa import MySqlXaSink
+    from sinks import MySqlXaSink
     from twopc import TransactionContext, dumps_handle
 
     sink = MySqlXaSink(os.environ["URL"], os.environ["TABLE"])
@@ -362,7 +363,7 @@ def test_prepared_xid_survives_a_kill_of_the_writing_process(mariadb_url, table,
 
 
 def test_a_writer_killed_before_prepare_leaves_nothing_and_no_locks(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table, lock_timeout_s=5)
+    sink = _validated(mariadb_url, table, lock_timeout=5)
     _killed_writer(mariadb_url, table, sink_id, "invoked")
     # the server rolls the open XA transaction back when the session dies; the same keys are free
     h = _prepare(sink, _ctx(sink_id, batch=3, attempt=10), _batch([1, 2]))
@@ -408,7 +409,7 @@ def test_rollback_never_raises_when_the_connection_died(mariadb_url, table, sink
     sink = _validated(mariadb_url, table)
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1]))
-    _sql(mariadb_url, f"KILL CONNECTION {txn.connection_id}")
+    _sql(mariadb_url, f"KILL CONNECTION {txn.session_id}")
     sink.rollback(txn)
     sink.close()
     assert _count(mariadb_url, table) == 0 and _recovered(mariadb_url, sink_id) == []
@@ -418,7 +419,7 @@ def test_a_write_session_killed_before_prepare_is_unavailable_and_leaves_nothing
     sink = _validated(mariadb_url, table)
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1, 2]))
-    _sql(mariadb_url, f"KILL CONNECTION {txn.connection_id}")  # e.g. the server restarted, a DBA
+    _sql(mariadb_url, f"KILL CONNECTION {txn.session_id}")  # e.g. the server restarted, a DBA
     with pytest.raises(SinkUnavailableError, match="lost the connection") as info:
         sink.pre_commit(txn)
     assert _password(mariadb_url) not in str(info.value)
@@ -544,11 +545,11 @@ def test_from_options_is_case_insensitive_and_translates_urls(mariadb_url, table
         MySqlXaSink.from_options({"url": mariadb_url})
     with pytest.raises(MissingOptionError, match="url"):
         MySqlXaSink.from_options({"dbtable": table})
-    with pytest.raises(ConfigurationError, match="MySQL or MariaDB"):
+    with pytest.raises(ConfigurationError, match="writes to MySQL/MariaDB"):
         MySqlXaSink("postgresql://h/db", table)
     with pytest.raises(ConfigurationError, match="isolationLevel"):
         MySqlXaSink(mariadb_url, table, isolation_level="SNAPSHOT")
-    with pytest.raises(ConfigurationError, match="batchSize"):
+    with pytest.raises(ConfigurationError, match="batchsize"):
         MySqlXaSink(mariadb_url, table, batch_size=0)
 
 
@@ -562,24 +563,25 @@ def test_session_init_statement_runs_once_per_connection_before_xa_start(mariadb
         sink.invoke_batch(first, _batch([0]))
         sink.rollback(first)  # the connection goes back to the pool...
         second = sink.begin_transaction(_ctx(sink_id, batch=1))  # ...and is reused
-        assert second.connection_id == first.connection_id
+        assert second.session_id == first.session_id
         sink.invoke_batch(second, _batch([1]))
         assert sink.commit(sink.pre_commit(second)) is CommitOutcome.COMMITTED  # prepared: connection closed
         assert sink.commit(_prepare(sink, _ctx(sink_id, batch=2), _batch([2]))) is CommitOutcome.COMMITTED
         logged = _sql(mariadb_url, f"SELECT conn, COUNT(*), MIN(at_pct) FROM {log_table} GROUP BY conn ORDER BY 1")
         assert [n for _c, n, _p in logged] == [1, 1] and {p for _c, _n, p in logged} == {"100%"}
-        assert logged[0][0] == first.connection_id
+        assert logged[0][0] == first.session_id
         assert _sql(mariadb_url, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,)]
     finally:
         _sql(mariadb_url, f"DROP TABLE {log_table}")
 
 
-def test_gtrid_longer_than_64_bytes_is_a_protocol_error_naming_the_limit(mariadb_url, table):
+def test_gtrid_longer_than_64_bytes_is_a_configuration_error_naming_the_limit(mariadb_url, table):
     sink = MySqlXaSink(mariadb_url, table)
     long_id = "q" + "x" * 50
-    with pytest.raises(ProtocolError, match="64-byte"):
+    with pytest.raises(ConfigurationError, match="64-byte") as info:
         sink.make_gid(_ctx(long_id, batch=20261122, partition=12, attempt=123456))
-    with pytest.raises(ProtocolError):
+    assert "sinkId" in str(info.value)
+    with pytest.raises(ConfigurationError, match="sinkId"):
         sink.make_gid(_ctx("bad id'"))
     assert len(sink.make_gid(_ctx("q0123456789abcdef", batch=20261122, partition=199, attempt=1234567))) <= 64
     with pytest.raises(ProtocolError):
@@ -761,10 +763,10 @@ def test_unknown_column_in_a_batch_is_a_schema_mismatch(mariadb_url, table, sink
 
 
 def test_lock_timeout_fails_fast_when_a_prepared_attempt_holds_the_rows(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table, lock_timeout_s=1)
+    sink = _validated(mariadb_url, table, lock_timeout=1)
     holder = _prepare(sink, _ctx(sink_id, attempt=1), _batch([1]))  # a dead attempt's prepared txn
     txn = sink.begin_transaction(_ctx(sink_id, attempt=2))
-    with pytest.raises(SinkError, match="lock wait timeout") as info:
+    with pytest.raises(SinkError, match="lock timeout") as info:
         sink.invoke_batch(txn, _batch([1]))
         sink.pre_commit(txn)
     assert "recovery" in str(info.value)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from faultinject import LocalPostgres
 from sinks import PostgresDataSource, PostgresHandle, PostgresSink
-from sinks._postgres import dispose_engines
+from sinks.sql import dispose_engines
 from twopc import (
     CommitOutcome,
     ConfigurationError,
@@ -266,7 +266,7 @@ def test_prepare_of_an_aborted_transaction_is_detected(postgres_url, pg_engine, 
     sink = _validated(postgres_url, table)
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1]))
-    sink._end_copy(txn)  # the COPY stays open across batches; finish it to use the session
+    txn.loader.end()  # the COPY stays open across batches; finish it to use the session
     pg = txn.conn.driver_connection  # type: ignore[union-attr]
     with pytest.raises(psycopg.errors.DivisionByZero):
         pg.execute("SELECT 1/0")  # aborts the transaction behind the sink's back
@@ -344,11 +344,11 @@ def test_from_options_is_case_insensitive_and_translates_urls(postgres_url):
     assert f"{u.host}:{u.port}/{u.database}" in s.describe() and "public.t1" in s.describe()
     j = PostgresSink.from_options({"url": f"jdbc:postgresql://{u.host}:{u.port}/{u.database}?user={u.username}"
                                           f"&password={pw}&ssl=false&loggerLevel=OFF", "table": "t"})
-    ju = sa.make_url(j._url)
+    ju = j.options.url
     assert (ju.drivername, ju.host, ju.port, ju.database, ju.username, ju.password) == (
         "postgresql+psycopg", u.host, u.port, u.database, u.username, pw)
     q = PostgresSink(f"postgresql://{u.host}:{u.port}/{u.database}?user={u.username}&password={pw}", "t")
-    assert pw not in q.describe() and sa.make_url(q._url).password == pw
+    assert pw not in q.describe() and q.options.url.password == pw
     with pytest.raises(MissingOptionError, match="url"):
         PostgresSink.from_options({"dbtable": "t"})
     with pytest.raises(MissingOptionError, match="dbtable"):
@@ -357,7 +357,7 @@ def test_from_options_is_case_insensitive_and_translates_urls(postgres_url):
         PostgresSink(postgres_url, "t", lock_timeout="soon")
     with pytest.raises(ConfigurationError, match="double quotes"):
         PostgresSink(postgres_url, "Weird Table")
-    with pytest.raises(ConfigurationError, match="PostgreSQL URL"):
+    with pytest.raises(ConfigurationError, match="writes to PostgreSQL"):
         PostgresSink("mysql://h/db", "t")
 
 
@@ -375,7 +375,7 @@ def test_sink_pickles_without_connections(postgres_url, table, sink_id):
 
 def test_gid_validation(postgres_url, table):
     sink = PostgresSink(postgres_url, table)
-    with pytest.raises(ProtocolError):
+    with pytest.raises(ConfigurationError, match="sinkId"):
         sink.begin_transaction(_ctx("bad:id"))
     bad = PostgresHandle("twopc:x:1:0:1:abcd'; DROP TABLE x; --", "x", 1, 0, 1, table=table, rows=1)
     with pytest.raises(ProtocolError):
@@ -681,7 +681,7 @@ def test_every_kind_of_value_round_trips_exactly_across_chunks(postgres_url, pg_
     with pg_engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {name} (id bigint, i integer, s text, d double precision, "
                           f"ts timestamptz, ntz timestamp, b boolean, j jsonb)")
-    n = 70_003  # sinks._arrow_copy.CHUNK_ROWS is 65,536
+    n = 70_003  # sinks.postgres._binary.CHUNK_ROWS is 65,536
     texts = ["", "é ☃ 𝄞", 'q"x', "a,b", "line\nnext", "\\.", "\\N", "NULL", " ", "\r\n", "\t", '""']
     floats = [float("nan"), float("inf"), -float("inf"), -0.0, 1e-310, -1.5, 2.0**53, 0.1]
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

@@ -1,41 +1,22 @@
-"""Arrow record batches to PostgreSQL ``COPY ... FROM STDIN`` streams, without Python
-objects per row (and without numpy: only pyarrow compute kernels and :mod:`array`).
+"""Arrow record batches to PostgreSQL binary ``COPY ... FROM STDIN`` streams, without
+Python objects per row (and without numpy: only pyarrow compute kernels and :mod:`array`).
 
-Two encodings:
-
-- **binary** (``COPY ... (FORMAT binary)``): each field is ``int32 length || big-endian
-  value``. Values are cast to the table's type first (binary input must match it
-  exactly; ``bigint`` -> ``integer`` is range-checked) and byte-swapped with
-  :meth:`array.array.byteswap`. A row is then assembled from *parts*: constant bytes
-  (the field count, the lengths of fixed-width fields), fixed-width values, and
-  variable-width data (text, bytea, and values of columns with nulls, whose rows differ
-  in width). Runs of constant and fixed-width parts are interleaved row by row with one
-  ``take`` over 1-8 byte units; with variable data between them, the runs and the data
-  are interleaved with one more ``take`` over binary values, whose data buffer is the
-  COPY stream. Gather indices depend only on the layout and the number of rows and are
-  cached. Only the pairs in :data:`BINARY_TYPES` are encoded this way.
-- **CSV** (``COPY ... (FORMAT csv)``) written by ``pyarrow.csv``, used when a column has a
-  type the binary encoder does not cover (numeric, uuid, enums, time, ...). Strings are
-  always quoted (``quoting_style="needed"`` quotes every string value), so an empty
-  string is ``""`` and stays an empty string, while a null is an unquoted empty field,
-  which PostgreSQL reads as NULL. ``bytea`` values are sent as ``\\x`` hex; zoned
-  timestamps as their UTC wall time marked ``Z`` (see :func:`_utc_text`).
-
-``copyFormat=auto`` uses binary whenever every column allows it, because binary is the
-faster of the two end to end (``make bench``, 2M rows of (bigint, text, double,
-timestamptz), prepared mode, ``local[2]``, same session, interleaved: binary ~785k rows/s
-against CSV ~620k rows/s, medians of 5). The client encodes binary ~2.5x faster (1M rows:
-~0.06-0.07 s against ~0.17 s CPU) and the server parses it ~2x cheaper (~0.5 s against
-~0.95 s CPU per million rows, the largest difference).
-
-Both encoders reject text containing NUL bytes (PostgreSQL cannot store them) with a
-:class:`ConfigurationError` naming the column, before anything reaches the server.
+Each field is ``int32 length || big-endian value``. Values are cast to the table's type
+first (binary input must match it exactly; ``bigint`` -> ``integer`` is range-checked)
+and byte-swapped with :meth:`array.array.byteswap`. A row is then assembled from *parts*:
+constant bytes (the field count, the lengths of fixed-width fields), fixed-width values,
+and variable-width data (text, bytea, and values of columns with nulls, whose rows differ
+in width). Runs of constant and fixed-width parts are interleaved row by row with one
+``take`` over 1-8 byte units; with variable data between them, the runs and the data are
+interleaved with one more ``take`` over binary values, whose data buffer is the COPY
+stream. Gather indices depend only on the layout and the number of rows and are cached.
+Only the pairs in :data:`BINARY_TYPES` are encoded this way; :mod:`sinks.postgres._copy`
+falls back to CSV for the others.
 """
 
 from __future__ import annotations
 
 import array
-import io
 import struct
 import sys
 import threading
@@ -45,21 +26,12 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from twopc import ConfigurationError, SinkError
 
-__all__ = [
-    "BINARY_HEADER",
-    "BINARY_TRAILER",
-    "PgColumn",
-    "binary_supported",
-    "check_no_nul",
-    "compatible",
-    "encode_binary",
-    "encode_csv",
-    "normalize_array",
-]
+from ._columns import PgColumn, check_no_nul, is_binary, is_large, is_string, value_bytes
+
+__all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]
 
 BINARY_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 BINARY_TRAILER = b"\xff\xff"
@@ -76,154 +48,20 @@ _END_TS = 9_223_371_331_200_000_000
 # server checks the exact bound).
 _MIN_DATE = -2_451_545
 _END_DATE = 2_147_483_494 - 2_451_545
-
-
-@dataclass(frozen=True)
-class PgColumn:
-    """A column of the target table, as the catalog describes it.
-
-    Attributes:
-        name: exact column name.
-        base_type: ``pg_type.typname`` of the column's type, domains resolved to their
-            base type (``int4``, ``text``, ``timestamptz``...).
-        display_type: the type as ``format_type`` prints it (``character varying(20)``).
-        kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
-        category: ``pg_type.typcategory`` (``A`` for arrays).
-        not_null: the column is ``NOT NULL``.
-        has_default: the column has a default, is an identity or generated column.
-        generated: the column is ``GENERATED ALWAYS AS (...) STORED`` (cannot be written).
-    """
-
-    name: str
-    base_type: str
-    display_type: str
-    kind: str = "b"
-    category: str = ""
-    not_null: bool = False
-    has_default: bool = False
-    generated: bool = False
-
-
 _INT_PG = frozenset({"int2", "int4", "int8"})
 _FLOAT_PG = frozenset({"float4", "float8"})
-_STRING_PG = frozenset({"text", "varchar", "bpchar", "name", "citext", "json", "jsonb", "uuid", "xml"})
 
-
-def _is_int(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t)
-
-
-def _is_string(t: pa.DataType) -> bool:
-    return (pa.types.is_string(t) or pa.types.is_large_string(t)
-            or getattr(pa.types, "is_string_view", lambda _t: False)(t))
-
-
-def _is_binary(t: pa.DataType) -> bool:
-    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
-            or getattr(pa.types, "is_binary_view", lambda _t: False)(t))
-
-
-def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
-    """Whether values of *arrow_type* can be written to *col*.
-
-    integers -> integer family, numeric, real/double; floats -> real/double/numeric;
-    strings -> text, varchar, char, name, citext, json(b), uuid, xml, enums; bool ->
-    boolean; timestamps -> timestamp / timestamptz; dates -> date; decimals -> numeric;
-    binary -> bytea; time -> time; an all-null column -> anything.
-    """
-    t = arrow_type
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    pg = col.base_type
-    if pa.types.is_null(t):
-        return True
-    if col.category == "A":
-        return False
-    if _is_int(t):
-        return pg in _INT_PG or pg in _FLOAT_PG or pg == "numeric"
-    if pa.types.is_floating(t):
-        return pg in _FLOAT_PG or pg == "numeric"
-    if pa.types.is_decimal(t):
-        return pg == "numeric"
-    if _is_string(t):
-        return pg in _STRING_PG or col.kind == "e"
-    if pa.types.is_boolean(t):
-        return pg == "bool"
-    if pa.types.is_timestamp(t):
-        return pg in ("timestamp", "timestamptz")
-    if pa.types.is_date(t):
-        return pg == "date"
-    if _is_binary(t):
-        return pg == "bytea"
-    if pa.types.is_time(t):
-        return pg == "time"
-    return False
-
-
-def arrow_type_name(t: pa.DataType) -> str:
-    """A short, stable name of an Arrow type for error messages."""
-    return str(t)
-
-
-# -- normalisation -------------------------------------------------------------------
-
-def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Flatten chunks, decode dictionaries and views into plain Arrow arrays."""
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
-    t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.dictionary_decode()
-        t = arr.type
-    if getattr(pa.types, "is_string_view", lambda _t: False)(t):
-        arr = arr.cast(pa.large_string())
-    elif getattr(pa.types, "is_binary_view", lambda _t: False)(t) or pa.types.is_fixed_size_binary(t):
-        arr = arr.cast(pa.large_binary())
-    elif pa.types.is_date64(t):
-        arr = arr.cast(pa.date32())
-    return arr
-
-
-_NUL_SCAN = 1 << 20
-
-
-def _has_nul_byte(arr: pa.Array) -> bool:
-    """Whether any value of a string array (string or large_string) holds a NUL byte:
-    one ``memchr``-speed scan of the values' bytes, window by window. A hit may lie in
-    the bytes of a null slot (Arrow allows them): the caller then checks value by value."""
-    data = _data_of(arr)
-    return any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN))
-
-
-def check_no_nul(name: str, arr: pa.Array) -> None:
-    """Raise :class:`ConfigurationError` when a string of *arr* contains a NUL byte."""
-    if not _is_string(arr.type) or len(arr) == 0 or arr.null_count == len(arr):
-        return
-    if not _has_nul_byte(arr):
-        return
-    hits = pc.match_substring(arr, "\x00")
-    if not pc.any(hits).as_py():
-        return
-    idx = pc.index(hits, True).as_py()
-    raise ConfigurationError(
-        f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which "
-        f"PostgreSQL text cannot store. Remove it before writing, e.g. "
-        f"F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
-    )
-
-
-# -- binary COPY ---------------------------------------------------------------------
 
 #: (predicate on the Arrow type, PostgreSQL base types) pairs the binary encoder handles.
 BINARY_TYPES: tuple[tuple[Callable[[pa.DataType], bool], frozenset[str]], ...] = (
     (pa.types.is_null, frozenset({"*"})),
-    (_is_int, _INT_PG | _FLOAT_PG),
+    (pa.types.is_integer, _INT_PG | _FLOAT_PG),
     (pa.types.is_floating, _FLOAT_PG),
     (pa.types.is_boolean, frozenset({"bool"})),
-    (_is_string, frozenset({"text", "varchar", "bpchar", "json", "jsonb"})),
+    (is_string, frozenset({"text", "varchar", "bpchar", "json", "jsonb"})),
     (pa.types.is_date, frozenset({"date"})),
     (pa.types.is_timestamp, frozenset({"timestamp", "timestamptz"})),
-    (_is_binary, frozenset({"bytea"})),
+    (is_binary, frozenset({"bytea"})),
 )
 
 
@@ -299,7 +137,7 @@ def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, s
     """
     t = arr.type
     pg = col.base_type
-    if _is_int(t) and pg in _INT_TARGET:
+    if pa.types.is_integer(t) and pg in _INT_TARGET:
         target, pgname = _INT_TARGET[pg]
         if t == target:
             return arr, "i"
@@ -307,7 +145,7 @@ def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, s
             return arr.cast(target, safe=True), "i"
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise _out_of_range(name, pgname) from None
-    if (_is_int(t) or pa.types.is_floating(t)) and pg in _FLOAT_TARGET:
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and pg in _FLOAT_TARGET:
         target = _FLOAT_TARGET[pg]
         return (arr if t == target else arr.cast(target, safe=False)), "f"
     if pa.types.is_boolean(t):
@@ -363,7 +201,7 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
     n = len(arr)
     if pa.types.is_null(t) or arr.null_count == n:
         return [_NULL_BYTES]
-    if _is_string(t) or _is_binary(t):
+    if is_string(t) or is_binary(t):
         jsonb = col.base_type == "jsonb"
         if jsonb and arr.null_count:
             return [_var_field(arr, jsonb=True)]  # the version byte only for non-null values
@@ -481,12 +319,8 @@ def _value_bytes(arr: pa.Array) -> int:
     if pa.types.is_fixed_size_binary(arr.type):
         return len(arr) * arr.type.byte_width
     bufs = arr.buffers()
-    offsets = memoryview(bufs[1]).cast("q" if _is_large(arr.type) else "i")
+    offsets = memoryview(bufs[1]).cast("q" if is_large(arr.type) else "i")
     return int(offsets[arr.offset + len(arr)] - offsets[arr.offset])
-
-
-def _is_large(t: pa.DataType) -> bool:
-    return pa.types.is_large_binary(t) or pa.types.is_large_string(t)
 
 
 def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:
@@ -521,16 +355,7 @@ def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:
             s = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, buf])
         stack.append(s if s.type == typ else s.cast(typ))
     rows = pa.concat_arrays(stack).take(_interleave_index(n, len(segments)))
-    return _data_of(rows)
-
-
-def _data_of(rows: pa.Array) -> memoryview:
-    """The bytes of every value of a binary-like array, concatenated (zero copy)."""
-    n = len(rows)
-    bufs = rows.buffers()
-    offsets = memoryview(bufs[1]).cast("q" if _is_large(rows.type) else "i")
-    start, end = offsets[rows.offset], offsets[rows.offset + n]
-    return memoryview(bufs[2])[start:end] if bufs[2] is not None else memoryview(b"")
+    return value_bytes(rows)
 
 
 def encode_binary(arrays: Sequence[pa.Array], names: Sequence[str],
@@ -553,52 +378,3 @@ def encode_binary(arrays: Sequence[pa.Array], names: Sequence[str],
         for name, arr, col in zip(names, arrays, columns, strict=True):
             pieces.extend(_binary_pieces(name, arr if n == n_total else arr.slice(lo, n), col))
         yield _assemble(pieces, n)
-
-
-# -- CSV COPY ------------------------------------------------------------------------
-
-def _bytea_hex(arr: pa.Array) -> pa.Array:
-    """``\\x<hex>`` texts (bytea input syntax) for a binary array.
-
-    Arrow has no hex kernel, so this one loops in Python; it runs only when a bytea
-    column shares a batch with a column that forces CSV (numeric, uuid, ...)."""
-    return pa.array([None if v is None else "\\x" + v.hex() for v in arr.cast(_LB).to_pylist()],
-                    pa.large_string())
-
-
-def _utc_text(arr: pa.Array) -> pa.Array:
-    """Zoned timestamps as text of the instant in UTC, ``2026-01-01 00:00:00.000000Z``.
-
-    Arrow stores zoned timestamps as UTC instants; printed through their zone it would
-    look up the zone for every value (~35x slower than printing naive timestamps,
-    measured: ~2 s per million values) and truncate historic offsets to minutes (Paris'
-    +00:09:21 would lose seconds). So the values are printed as naive timestamps (the
-    same numbers: the UTC wall time) and marked ``Z``, which PostgreSQL reads as UTC
-    whatever the session's time zone. Nulls stay null."""
-    text = arr.cast(pa.timestamp(arr.type.unit)).cast(pa.string())
-    return pc.binary_join_element_wise(text, pa.scalar("Z"), pa.scalar(""))
-
-
-def encode_csv(arrays: Sequence[pa.Array], names: Sequence[str],
-               columns: Sequence[PgColumn]) -> Iterator[memoryview]:
-    """Yield CSV text for ``COPY ... (FORMAT csv)`` (no header), chunk by chunk.
-
-    Raises:
-        ConfigurationError: a string contains a NUL byte.
-    """
-    prepared = []
-    for name, arr in zip(names, arrays, strict=True):
-        check_no_nul(name, arr)
-        if _is_binary(arr.type):
-            arr = _bytea_hex(arr)
-        elif pa.types.is_timestamp(arr.type) and arr.type.tz is not None:
-            arr = _utc_text(arr)
-        prepared.append(arr)
-    del columns  # the server parses text for any column type
-    opts = pacsv.WriteOptions(include_header=False, quoting_style="needed", batch_size=8192)
-    cols = [f"c{i}" for i in range(len(prepared))]  # header is off; avoid odd names
-    batch = pa.RecordBatch.from_arrays(prepared, names=cols)
-    for lo in range(0, batch.num_rows, CHUNK_ROWS):
-        sink = io.BytesIO()
-        pacsv.write_csv(batch.slice(lo, CHUNK_ROWS), sink, opts)
-        yield sink.getbuffer()

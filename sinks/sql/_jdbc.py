@@ -1,13 +1,14 @@
 """``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
 
 Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options (see
-:mod:`sinks._jdbc_options` for every option and how Spark's are handled). The sink picks
+:mod:`sinks.sql._options` for every option and how Spark's are handled). The sink picks
 one of two commit modes and logs which:
 
 ``prepared``
     Each task attempt loads its rows inside a transaction that it prepares —
     PostgreSQL ``PREPARE TRANSACTION`` (:class:`~sinks.PostgresSink`, binary COPY from
-    Arrow) or MySQL/MariaDB XA (:class:`~sinks.MySqlXaSink`) — and the driver commits
+    Arrow) or MySQL/MariaDB XA (:class:`~sinks.MySqlXaSink`), both built on
+    :class:`~sinks.sql.PreparedSqlSink` — and the driver commits
     them after recording its decision in the checkpoint. The fastest mode; it needs a
     ``checkpointLocation``, a server that allows prepared transactions, and an existing
     table, and it serves appends.
@@ -43,11 +44,12 @@ from twopc import (
     register,
 )
 
-from ._jdbc_options import JdbcOptions
-from ._mysql_xa import MySqlXaHandle, MySqlXaSink
-from ._postgres import PostgresHandle, PostgresSink
-from ._sqltypes import parse_table_name
-from ._staging import StagingHandle, StagingSink, engine_for
+from .._handles import PreparedSqlHandle
+from ._engines import engine_for
+from ._names import parse_table_name
+from ._options import JdbcOptions
+from ._prepared import PreparedSqlSink
+from ._staging import StagingHandle, StagingSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -83,7 +85,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self.schema: pa.Schema | None = None
         self._overwrite = False
         self._streaming = False
-        self._prepared: TwoPhaseCommitSink[Any, Any, Any] | None = None
+        self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
 
     @classmethod
@@ -109,37 +111,25 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return f"JdbcSink({self.describe()})"
 
     # -- backends ----------------------------------------------------------------------
-    def _prepared_sink(self) -> TwoPhaseCommitSink[Any, Any, Any]:
+    def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
         if self._prepared is None:
             o = self.options
-            url = o.url.render_as_string(hide_password=False)
             if o.dialect == "postgresql":
-                self._prepared = PostgresSink(
-                    url, o.table, marker_table=o.marker_table, lock_timeout=o.lock_timeout,
-                    connect_timeout=o.connect_timeout, copy_format=o.copy_format,
-                    isolation_level=o.isolation_level, statement_timeout_s=o.query_timeout,
-                    session_init_statement=o.session_init_statement)
+                from ..postgres import PostgresSink
+
+                self._prepared = PostgresSink.from_jdbc_options(o)
             elif o.dialect == "mysql":
-                self._prepared = MySqlXaSink(
-                    o.url, o.table, marker_table=o.marker_table, batch_size=o.batch_size,
-                    lock_timeout_s=_seconds(o.lock_timeout_ms), connect_timeout=o.connect_timeout,
-                    isolation_level=o.isolation_level, session_init_statement=o.session_init_statement)
+                from ..mysql import MySqlXaSink
+
+                self._prepared = MySqlXaSink.from_jdbc_options(o)
             else:
-                raise ConfigurationError(f"{o.dialect} has no prepared-transaction mode in twopc: use commitMode=staging")
+                raise ConfigurationError(
+                    f"{o.dialect} has no prepared-transaction mode in twopc: use commitMode=staging")
         return self._prepared
 
     def _staging_sink(self) -> StagingSink:
         if self._staging is None:
-            o = self.options
-            self._staging = StagingSink(
-                o.url, o.table, mode=self.write_mode, truncate=o.truncate, upsert_keys=o.upsert_keys,
-                create_table_options=o.create_table_options,
-                create_table_column_types=o.create_table_column_types, table_comment=o.table_comment,
-                batch_size=o.batch_size,
-                isolation_level=o.isolation_level, session_init_statement=o.session_init_statement,
-                query_timeout=o.query_timeout, stage_table=o.staging_table,
-                lock_timeout_s=_seconds(o.lock_timeout_ms), connect_timeout=o.connect_timeout,
-                copy_format=o.copy_format, secrets=o.secrets())
+            self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
             if self.schema is not None:
                 self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
                                               checkpointed=True)
@@ -155,11 +145,12 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
         if isinstance(handle, StagingHandle):
             return self._staging_sink()
-        if isinstance(handle, PostgresHandle) and self.dialect == "postgresql":
-            return self._prepared_sink()
-        if isinstance(handle, MySqlXaHandle) and self.dialect == "mysql":
-            return self._prepared_sink()
-        raise ProtocolError(f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")
+        if isinstance(handle, PreparedSqlHandle) and self.dialect in ("postgresql", "mysql"):
+            prepared = self._prepared_sink()
+            if isinstance(handle, prepared.handle_type):
+                return prepared
+        raise ProtocolError(
+            f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")
 
     # -- mode --------------------------------------------------------------------------
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
@@ -226,7 +217,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     def _server_can_prepare(self) -> tuple[bool, str]:
         o = self.options
-        engine = engine_for(o.url, o.connect_timeout)
+        engine = engine_for(o.url, o.connect_timeout.whole_seconds, autocommit=False)
         target = parse_table_name(o.table, o.dialect)
         try:
             with engine.connect() as conn:
@@ -241,6 +232,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         except SQLAlchemyError as exc:
             raise self._staging_sink()._unavailable(exc) from None
         if o.dialect == "mysql":
+            from ..mysql import MySqlXaSink
+
             prepared = self._prepared_sink()
             assert isinstance(prepared, MySqlXaSink)
             ok, why = prepared.xa_available()
@@ -276,7 +269,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
         Raises:
             ProtocolError: the handle belongs to another database or sink kind.
-            SinkError: see :meth:`PostgresSink.commit`, :meth:`MySqlXaSink.commit`,
+            SinkError: see :meth:`PreparedSqlSink.commit`,
                 :meth:`StagingSink.commit_all`.
         """
         return self._for(handle).commit(handle)
@@ -324,11 +317,6 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return state
 
 
-def _seconds(ms: int) -> int:
-    """Whole seconds (at least 1) of a lock timeout in ms, for databases that count seconds."""
-    return max(1, -(-int(ms) // 1000))
-
-
 class JdbcDataSource(TwoPhaseCommitDataSource):
     """Spark data source ``twopc-jdbc``."""
 
@@ -354,8 +342,6 @@ def write_jdbc(df: DataFrame, url: str, table: str, mode: str | None = None,
     for k, v in {**(properties or {}), **options}.items():
         w = w.option(k, v)
     m = (mode or "errorifexists").lower()
-    if m in ("error", "errorifexists", "default", "ignore"):
-        w = w.mode("append").option("saveMode", m)
-    else:
-        w = w.mode(m)
+    # Spark refuses errorifexists/ignore from a Python data source's .mode(): pass them as an option
+    w = w.mode("append").option("saveMode", m) if m in ("error", "errorifexists", "default", "ignore") else w.mode(m)
     w.save()

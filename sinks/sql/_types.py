@@ -1,7 +1,4 @@
-"""Table names and the DataFrame-to-SQL type mapping of the JDBC sink, for any dialect.
-
-Identifiers are always emitted quoted by the dialect's own preparer, so a table or
-column name can never inject SQL.
+"""The DataFrame-to-SQL type mapping for tables twopc creates, for any dialect.
 
 Type mapping for tables twopc creates (``createTableColumnTypes`` overrides it per
 column, verbatim):
@@ -29,9 +26,7 @@ Arrays, maps and structs have no portable column type: they are refused with a h
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -41,87 +36,9 @@ from sqlalchemy.engine import Dialect
 
 from twopc import ConfigurationError, SchemaMismatchError
 
-__all__ = ["TableName", "arrow_to_sqlalchemy", "column_ddl", "create_table_sql", "parse_table_name"]
+from ._names import TableName
 
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
-_QUOTES = {'"': '"', "`": "`", "[": "]"}
-_QUOTE_NAMES = {'"': "double quotes", "`": "backticks", "[": "brackets"}
-
-
-@dataclass(frozen=True)
-class TableName:
-    """A parsed ``[schema.]name`` (schema is a database in MySQL)."""
-
-    schema: str | None
-    name: str
-
-    def quoted(self, dialect: Dialect) -> str:
-        q = dialect.identifier_preparer.quote_identifier
-        return f"{q(self.schema)}.{q(self.name)}" if self.schema else q(self.name)
-
-    def display(self) -> str:
-        def one(p: str) -> str:
-            return p if _PLAIN.match(p) else '"' + p.replace('"', '""') + '"'
-        return f"{one(self.schema)}.{one(self.name)}" if self.schema else one(self.name)
-
-    def sibling(self, name: str) -> TableName:
-        """A table with another name in the same schema."""
-        return TableName(self.schema, name)
-
-
-def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> TableName:
-    """Parse ``[schema.]table`` as the database would read it.
-
-    Quoted parts are taken verbatim (``"x"`` on PostgreSQL, ```x``` on MySQL, any of
-    ``"x"``, ```x```, ``[x]`` elsewhere); unquoted parts must be plain identifiers and are
-    folded to lower case on PostgreSQL (as PostgreSQL does).
-
-    Raises:
-        ConfigurationError: the name is empty, malformed, or has more than two parts.
-    """
-    s = text.strip()
-    if not s:
-        raise ConfigurationError(f"{what} is empty: give a table name such as public.events")
-    quotes = {"postgresql": '"', "mysql": "`"}.get(dialect_name, "".join(_QUOTES))
-    parts: list[str] = []
-    i = 0
-    while True:
-        if i < len(s) and s[i] in quotes:
-            close = _QUOTES[s[i]]
-            j, buf = i + 1, []
-            while True:
-                k = s.find(close, j)
-                if k < 0:
-                    raise ConfigurationError(f"{what} {text!r}: unterminated {s[i]} quote")
-                buf.append(s[j:k])
-                if k + 1 < len(s) and s[k + 1] == close and close != "]":
-                    buf.append(close)
-                    j = k + 2
-                    continue
-                i = k + 1
-                break
-            part = "".join(buf)
-            if not part:
-                raise ConfigurationError(f"{what} {text!r}: empty quoted name")
-            parts.append(part)
-        else:
-            k = s.find(".", i)
-            raw = s[i:] if k < 0 else s[i:k]
-            if not _PLAIN.match(raw):
-                raise ConfigurationError(
-                    f"{what} {text!r}: {raw!r} is not a plain identifier; quote names with spaces, "
-                    f"dots or special characters in {_QUOTE_NAMES[quotes[0]]}, e.g. "
-                    f"{quotes[0]}{raw or 'name'}{_QUOTES[quotes[0]]}")
-            parts.append(raw.lower() if dialect_name == "postgresql" else raw)
-            i = len(s) if k < 0 else k
-        if i >= len(s):
-            break
-        if s[i] != ".":
-            raise ConfigurationError(f"{what} {text!r}: expected '.' after a quoted name")
-        i += 1
-    if len(parts) > 2:
-        raise ConfigurationError(f"{what} {text!r}: use [schema.]table")
-    return TableName(parts[0], parts[1]) if len(parts) == 2 else TableName(None, parts[0])
+__all__ = ["arrow_to_sqlalchemy", "column_ddl", "create_table_sql"]
 
 
 def arrow_to_sqlalchemy(field: pa.Field) -> sa.types.TypeEngine[Any]:

@@ -1,0 +1,40 @@
+"""The handles of the backends that need a database driver, defined without it.
+
+A handle is what the commit ledger stores (in its versioned envelope): every process that
+imports :mod:`sinks` must be able to read any built-in kind back — the commit process
+of a streaming query, or an operator's recovery — whether or not it has imported the
+backend yet. So these handle classes live here, driver-free, and register their kinds when
+:mod:`sinks` is imported; their sinks import them from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from twopc import TransactionHandle
+
+__all__ = ["MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle"]
+
+
+@dataclass(frozen=True)
+class PreparedSqlHandle(TransactionHandle):
+    """What the handles of prepared SQL transactions carry besides the base fields.
+    ``txn_id`` is the transaction's id (GID or XA gtrid), an :class:`twopc.Xid`.
+
+    Attributes:
+        table: the target table (for reports; commit does not need it).
+        rows: rows written, ``-1`` when unknown (handles rebuilt by ``list_prepared``).
+    """
+
+    table: str = ""
+    rows: int = -1
+
+
+@dataclass(frozen=True)
+class PostgresHandle(PreparedSqlHandle, kind="twopc.postgres", version=1):
+    """A prepared PostgreSQL transaction. ``txn_id`` is its GID."""
+
+
+@dataclass(frozen=True)
+class MySqlXaHandle(PreparedSqlHandle, kind="twopc.mysql_xa", version=1):
+    """A prepared XA transaction. ``txn_id`` is its gtrid (bqual empty, formatID 1)."""

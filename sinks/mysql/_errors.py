@@ -1,0 +1,118 @@
+"""PyMySQL errors in twopc's terms: the server's error codes, which ones mean the session is
+gone, and the credential-free :class:`~twopc.SinkError` every other one becomes."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pymysql
+
+from twopc import SinkError, SinkUnavailableError
+
+from ..sql._errors import ROLLED_BACK, constraint_violated, lock_timed_out
+
+__all__ = ["errmsg", "errno", "is_connection_error", "map_error"]
+
+# server error codes (MariaDB / MySQL share them unless noted)
+ER_DBACCESS_DENIED = 1044
+ER_ACCESS_DENIED = 1045
+ER_BAD_NULL = 1048
+ER_BAD_DB = 1049
+ER_DUP_ENTRY = 1062
+ER_TABLEACCESS_DENIED = 1142
+ER_NO_SUCH_TABLE = 1146
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+ER_SPECIFIC_ACCESS_DENIED = 1227
+ER_NO_DEFAULT_FOR_FIELD = 1364
+ER_XAER_NOTA = 1397
+ER_XAER_RMFAIL = 1399
+ER_XA_RBROLLBACK = 1402
+ER_XA_RBTIMEOUT = 1613
+ER_XA_RBDEADLOCK = 1614
+ACCESS_DENIED = frozenset({ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED, ER_SPECIFIC_ACCESS_DENIED})
+XA_ROLLED_BACK = frozenset({ER_XA_RBROLLBACK, ER_XA_RBTIMEOUT, ER_XA_RBDEADLOCK})
+_FK_ERRORS = {1216, 1217, 1451, 1452}
+_CHECK_ERRORS = {4025, 3819}  # MariaDB ER_CONSTRAINT_FAILED, MySQL ER_CHECK_CONSTRAINT_VIOLATED
+_DATA_ERRORS = {1264: "out of range", 1406: "too long", 1366: "incorrect", 1292: "incorrect",
+                1265: "truncated", 1367: "illegal"}
+#: errors that mean the session is gone (client CR_* codes are 2000-2999)
+_CONNECTION_ERRORS = {1040, 1053, 1129, 1130, 1152, 1153, 1158, 1159, 1160, 1161, 1927, 4031}
+
+
+def errno(exc: BaseException) -> int:
+    """The server's (or client's) error code of *exc*, 0 when it has none."""
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return args[0] if args and isinstance(args[0], int) else 0
+
+
+def errmsg(exc: BaseException) -> str:
+    """The error's message on one line."""
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    if len(args) >= 2 and isinstance(args[1], str):
+        return " ".join(args[1].split())
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether *exc* means the session is gone (so its open transaction is too)."""
+    if isinstance(exc, pymysql.err.InterfaceError):
+        return True
+    if isinstance(exc, pymysql.err.OperationalError):
+        code = errno(exc)
+        return code == 0 or 2000 <= code < 3000 or code in _CONNECTION_ERRORS
+    return isinstance(exc, OSError)
+
+
+def _named(pattern: str, msg: str) -> str:
+    m = re.search(pattern, msg)
+    return m.group(1).replace("``", "`") if m else "?"
+
+
+def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
+              where: str, redact: Callable[[str], str]) -> SinkError:
+    """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
+    naming the violated constraint or the fix; never containing a secret."""
+    code, msg = errno(exc), redact(errmsg(exc))
+    if is_connection_error(exc):
+        return SinkUnavailableError(f"lost the connection to MariaDB/MySQL at {where} while trying "
+                                    f"to {action}: {code} {msg}")
+    if code == ER_LOCK_WAIT_TIMEOUT:
+        return lock_timed_out(action, lock_timeout, table, f"{code} {msg}")
+    if code in (ER_LOCK_DEADLOCK, ER_XA_RBDEADLOCK):
+        return SinkError(f"could not {action}: deadlock on {table} ({code} {msg}). {ROLLED_BACK}")
+    if code == ER_DUP_ENTRY:
+        key = _named(r"for key '([^']*)'", msg)
+        return constraint_violated(action, "unique", f"key {key!r}", table, msg)
+    if code == ER_BAD_NULL:
+        col = _named(r"Column '([^']*)'", msg)
+        return constraint_violated(action, "NOT NULL", f"column {col!r}", table, msg)
+    if code == ER_NO_DEFAULT_FOR_FIELD:
+        col = _named(r"Field '([^']*)'", msg)
+        return SinkError(f"could not {action}: column {col!r} of {table} is NOT NULL "
+                         f"without a default and was not written: {msg}. {ROLLED_BACK}")
+    if code in _FK_ERRORS:
+        name = _named(r"CONSTRAINT `((?:[^`]|``)*)`", msg)
+        return constraint_violated(action, "foreign key", f"constraint {name!r}", table, msg)
+    if code in _CHECK_ERRORS:
+        name = _named(r"CONSTRAINT `((?:[^`]|``)*)`", msg)
+        if name == "?":
+            name = _named(r"constraint '([^']*)'", msg)
+        return constraint_violated(action, "check", f"constraint {name!r}", table, msg)
+    if code in _DATA_ERRORS:
+        col = _named(r"column `?'?([^'`]*)'?`? at row", msg)
+        if col == "?":
+            col = _named(r"column '([^']*)'", msg)
+        return SinkError(f"could not {action}: value {_DATA_ERRORS[code]} for column {col!r} of "
+                         f"{table}: {msg}. {ROLLED_BACK}")
+    if code == ER_NO_SUCH_TABLE:
+        return SinkError(f"could not {action}: {msg} (was the table or the marker table {marker_table} "
+                         f"dropped? validate() creates the marker table)")
+    if code in ACCESS_DENIED:
+        return SinkError(f"could not {action}: permission denied: {msg}")
+    if code in XA_ROLLED_BACK:
+        return SinkError(f"could not {action}: the server had already rolled the XA transaction back "
+                         f"({code} {msg}). {ROLLED_BACK}")
+    return SinkError(f"could not {action}: MariaDB/MySQL error {code}: {msg}. {ROLLED_BACK}")

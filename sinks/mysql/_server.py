@@ -1,0 +1,185 @@
+"""What a MariaDB/MySQL server says about itself and a table: whether it can run the XA
+protocol, a table's type, engine and columns, and the prepared xids ``XA RECOVER`` lists.
+
+Server semantics the XA sink relies on (checked here and by the tests against MariaDB
+10.11): a prepared XA transaction survives the disconnect of the session that prepared it
+(MariaDB >= 10.5, MySQL >= 5.7.7; older servers roll it back, and are refused); InnoDB
+replays prepared XA transactions after a crash; ``XA RECOVER`` is server-wide.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pymysql
+
+from ..sql._names import TableName
+from ._errors import ACCESS_DENIED, errmsg, errno
+from ._values import MyColumn
+
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
+
+__all__ = ["FORMAT_ID", "TableInfo", "exec_sql", "parse_recover", "probe_xa", "server_kind", "session_settings",
+           "similar_tables", "table_columns", "table_info"]
+
+#: formatID of the xids the sink makes (``XA START 'gtrid'`` uses 1)
+FORMAT_ID = 1
+_GTRID_CHARS = re.compile(r"^[A-Za-z0-9_.:~-]{1,64}$")
+
+
+def exec_sql(cur: Cursor, query: str, params: Sequence[Any] = ()) -> int:
+    """Execute with a parameter tuple, always: every statement of the sink is written for
+    pymysql's ``%`` formatting (identifiers quoted with ``%`` doubled)."""
+    return cur.execute(query, tuple(params))
+
+
+def server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
+    """("MariaDB" | "MySQL", (major, minor, patch)) from ``SELECT VERSION()``."""
+    kind = "MariaDB" if "mariadb" in version.lower() else "MySQL"
+    text = version[len("5.5.5-"):] if version.startswith("5.5.5-") else version
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+    nums = (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (0, 0, 0)
+    return kind, nums
+
+
+def _version_problem(version: str) -> str | None:
+    kind, v = server_kind(version)
+    if kind == "MariaDB" and v < (10, 5, 0):
+        return (f"MariaDB {version} rolls back a prepared XA transaction when its client disconnects "
+                f"(fixed in MariaDB 10.5): upgrade to MariaDB >= 10.5")
+    if kind == "MySQL" and v < (5, 7, 7):
+        return (f"MySQL {version} rolls back a prepared XA transaction when its client disconnects "
+                f"(fixed in MySQL 5.7.7): upgrade MySQL")
+    return None
+
+
+def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
+    """Whether the server can run the XA protocol: its version keeps prepared XA
+    transactions across a client disconnect, InnoDB is there with XA support, and the user
+    may run ``XA RECOVER``. ``(ok, description or reason)``; no secret in either.
+
+    Raises:
+        pymysql.Error: the server failed to answer.
+    """
+    exec_sql(cur, "SELECT VERSION()")
+    row = cur.fetchone()
+    version = str(row[0]) if row else "?"
+    problem = _version_problem(version)
+    if problem:
+        return False, problem
+    exec_sql(cur, "SELECT SUPPORT, TRANSACTIONS, XA FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'")
+    eng = cur.fetchone()
+    if eng is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
+        return False, f"{version} at {where} has no InnoDB engine, which XA needs"
+    if str(eng[2]).upper() != "YES":
+        return False, f"{version} at {where}: InnoDB reports no XA support"
+    try:
+        exec_sql(cur, "XA RECOVER")
+        cur.fetchall()
+    except pymysql.err.MySQLError as exc:
+        if errno(exc) in ACCESS_DENIED:
+            return False, (f"the user may not run XA RECOVER on {version} at {where}: "
+                           f"GRANT XA_RECOVER_ADMIN ON *.* TO <user> ({redact(errmsg(exc))})")
+        raise
+    kind, _ = server_kind(version)
+    return True, (f"{kind} {version} at {where}: InnoDB with XA; prepared transactions survive "
+                  f"client disconnects; XA RECOVER allowed")
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A table as ``information_schema.TABLES`` describes it (names as stored)."""
+
+    schema: str
+    name: str
+    table_type: str
+    engine: str | None
+
+
+def table_info(cur: Cursor, table: TableName) -> TableInfo | None:
+    """Type, engine and stored names of *table* (``None``: no such table).
+
+    ``information_schema`` compares names case-insensitively, MariaDB on Linux does not
+    (``lower_case_table_names = 0``): an exact match is required there.
+    """
+    exec_sql(cur, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, ENGINE, DATABASE(), @@lower_case_table_names "
+                  "FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE()) "
+                  "AND TABLE_NAME = %s", (table.schema, table.name))
+    rows = list(cur.fetchall())
+    if not rows:
+        return None
+    want_db = table.schema if table.schema is not None else rows[0][4]
+    exact = [r for r in rows if r[0] == want_db and r[1] == table.name]
+    if not exact and int(rows[0][5] or 0) != 0:
+        exact = rows[:1]
+    if not exact:
+        return None
+    r = exact[0]
+    return TableInfo(str(r[0]), str(r[1]), str(r[2]), None if r[3] is None else str(r[3]))
+
+
+def similar_tables(cur: Cursor, table: TableName) -> list[TableName]:
+    """Up to three tables of the database whose name differs only in case."""
+    exec_sql(cur, "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+                  "WHERE LOWER(TABLE_NAME) = LOWER(%s) AND TABLE_SCHEMA = COALESCE(%s, DATABASE()) LIMIT 3",
+             (table.name, table.schema))
+    return [TableName(str(s), str(n), "mysql") for s, n in cur.fetchall()]
+
+
+def table_columns(cur: Cursor, info: TableInfo) -> list[MyColumn]:
+    """The columns of the table *info* describes, in order."""
+    exec_sql(cur, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, "
+                  "COLUMN_DEFAULT, EXTRA FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
+                  "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (info.schema, info.name))
+    out = []
+    for sch, tab, col, dtype, ctype, nullable, default, extra in cur.fetchall():
+        if sch != info.schema or tab != info.name:
+            continue
+        ext = str(extra or "").lower()
+        generated = "generated" in ext or ext.strip() in ("virtual", "persistent", "stored")
+        has_default = default is not None or "auto_increment" in ext or generated or nullable == "YES"
+        out.append(MyColumn(str(col), str(dtype).lower(), str(ctype), nullable == "NO", has_default, generated))
+    return out
+
+
+def parse_recover(rows: Iterable[Sequence[Any]]) -> list[str]:
+    """Gtrids from ``XA RECOVER`` rows ``(formatID, gtrid_length, bqual_length, data)``,
+    keeping only xids of the sink's shape (formatID 1, empty bqual, ASCII gtrid)."""
+    out = []
+    for row in rows:
+        try:
+            fmt, glen, blen, data = int(row[0]), int(row[1]), int(row[2]), row[3]
+        except (TypeError, ValueError, IndexError):
+            continue
+        if fmt != FORMAT_ID or blen != 0:
+            continue
+        raw = data if isinstance(data, bytes | bytearray) else str(data).encode("utf-8", "surrogateescape")
+        try:
+            gid = bytes(raw[:glen]).decode("ascii")
+        except UnicodeDecodeError:
+            continue
+        if _GTRID_CHARS.match(gid):
+            out.append(gid)
+    return out
+
+
+def session_settings(lock_timeout_s: int, query_timeout_s: float) -> list[tuple[str, tuple[Any, ...]]]:
+    """The statements (with parameters) that make a session write like twopc needs, for
+    every MySQL/MariaDB commit mode: lock waits bounded by *lock_timeout_s* (at least 1 s;
+    the server counts whole seconds), ``time_zone = '+00:00'`` (timestamps are sent as UTC),
+    ``STRICT_TRANS_TABLES`` added to ``sql_mode`` when no strict mode is set (a NULL in a
+    NOT NULL column or a too-long value fails the write instead of being silently
+    changed), and MariaDB's ``max_statement_time`` when *query_timeout_s* > 0."""
+    lock = max(1, min(lock_timeout_s, 1_073_741_824))
+    out: list[tuple[str, tuple[Any, ...]]] = [(
+        "SET SESSION innodb_lock_wait_timeout = %s, lock_wait_timeout = %s, time_zone = '+00:00', "
+        "sql_mode = IF(FIND_IN_SET('STRICT_TRANS_TABLES', @@SESSION.sql_mode) "
+        "OR FIND_IN_SET('STRICT_ALL_TABLES', @@SESSION.sql_mode), @@SESSION.sql_mode, "
+        "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_TRANS_TABLES'))", (lock, lock))]
+    if query_timeout_s > 0:
+        out.append(("SET SESSION max_statement_time = %s", (query_timeout_s,)))
+    return out

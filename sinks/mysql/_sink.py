@@ -1,0 +1,438 @@
+"""MariaDB / MySQL two-phase-commit sink built on XA transactions.
+
+Each Spark task attempt opens one XA transaction on its own connection, inserts its rows
+with multi-row ``INSERT ... VALUES (...), (...)`` statements, writes a marker row, and
+``XA PREPARE``\\ s it under an xid whose gtrid is a :class:`twopc.Xid` naming the sink,
+batch, partition and attempt (bqual empty, formatID 1; MariaDB and MySQL limit a gtrid to
+64 bytes). The driver then runs ``XA COMMIT`` (or ``XA ROLLBACK``) from another connection.
+A repeated ``XA COMMIT`` answers ``XAER_NOTA`` exactly like a rolled-back xid does, so the
+marker row (committed atomically with the data) tells "already committed" from "lost". The
+protocol itself lives in :class:`~sinks.sql.PreparedSqlSink`; this module is XA's part.
+
+While the session that prepared an xid is still connected, the transaction stays attached
+to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
+session itself can start nothing new (``XAER_RMFAIL``). So ``pre_commit`` closes the writing
+connection and waits until the server has ended the session; it is never put back into a
+pool. ``XA RECOVER`` lists the xid in both states, which is how ``commit`` tells "attached
+to a live session" (retry) from "gone". ``XA RECOVER`` is server-wide (not per database):
+the sink id must be unique per server, which the default id derived from the checkpoint
+location is.
+
+Requirements on the server: InnoDB target table (other engines cannot take part in XA),
+``INSERT`` on it, ``CREATE`` on its database the first time (for the marker table; or
+create it yourself: :meth:`MySqlXaSink.marker_table_ddl`), and, on MySQL 8,
+``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions. Session settings:
+:func:`sinks.mysql._server.session_settings`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pymysql
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import DBAPIError
+
+from twopc import ConfigurationError, SchemaMismatchError, SinkError, TargetConfigurationError
+
+from .._handles import MySqlXaHandle
+from ..sql._dialect import SqlTxn, give_back
+from ..sql._options import JdbcOptions
+from ..sql._prepared import PreparedSqlSink
+from . import _server as server
+from ._errors import (
+    ACCESS_DENIED,
+    ER_BAD_DB,
+    ER_NO_SUCH_TABLE,
+    ER_XAER_NOTA,
+    XA_ROLLED_BACK,
+    errmsg,
+    errno,
+    is_connection_error,
+    map_error,
+)
+from ._server import exec_sql
+from ._values import MyColumn, check_array, check_value, compatible, normalize_array
+
+if TYPE_CHECKING:
+    from pymysql.connections import Connection as PyMySQLConnection
+
+__all__ = ["MySqlXaHandle", "MySqlXaSink"]
+
+log = logging.getLogger("twopc.sinks.mysql")
+
+_TXN_TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")
+#: how long pre_commit waits for the server to end the writing session after closing it,
+#: and commit/abort retry an xid still attached to a live session
+_DETACH_WAIT_S = 10.0
+_ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
+              "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
+
+
+class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
+    """Exactly-once appends to one MariaDB/MySQL InnoDB table through XA transactions.
+
+    Args:
+        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL
+            (``mysql://``, ``mysql+pymysql://``, ``mariadb://``...; the driver is replaced
+            by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
+        table: ``[database.]table`` in MySQL syntax; quote names with backticks. Without a
+            database, the URL's database is used.
+        **options: ``user``, ``password``, ``marker_table``, ``batch_size`` (rows per
+            multi-row ``INSERT``), ``lock_timeout`` (``innodb_lock_wait_timeout`` of write
+            transactions, whole seconds, at least 1), ``connect_timeout``,
+            ``isolation_level``, ``query_timeout`` (MariaDB ``max_statement_time``),
+            ``session_init_statement`` (run once on every new write connection, before its
+            first ``XA START``).
+
+    Raises:
+        ConfigurationError: an argument is invalid (nothing is contacted).
+    """
+
+    handle_type = MySqlXaHandle
+    dialect = "mysql"
+    format_name = "MySqlXaSink"
+    product = "MariaDB/MySQL"
+    driver_error = pymysql.Error
+    id_name = "XA transaction id"
+
+    def _configure(self, options: JdbcOptions) -> None:
+        super()._configure(options)
+        if self._target.schema is None and not options.url.database:
+            raise ConfigurationError(
+                f"table {options.table!r} names no database and the url has none: write database.table or "
+                f"add the database to the url (mysql+pymysql://host:port/database)")
+
+    # -- dialect basics ----------------------------------------------------------------------
+    def _quote(self, name: str) -> str:
+        return ("`" + name.replace("`", "``") + "`").replace("%", "%%")
+
+    def _connect_failure(self, exc: BaseException) -> tuple[str, str]:
+        code = errno(exc)
+        reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
+        hint = ""
+        if code == 1045:
+            hint = " (check the user and password)"
+        elif code == 1044:
+            hint = " (the user has no access to this database)"
+        elif code in (2003, 2005) or "timed out" in reason.lower():
+            hint = " (check host and port, and that the server accepts TCP connections)"
+        return reason, hint
+
+    def _is_connection_error(self, exc: BaseException) -> bool:
+        return is_connection_error(exc)
+
+    def _is_missing_table(self, exc: BaseException) -> bool:
+        return errno(exc) == ER_NO_SUCH_TABLE
+
+    def _error_code(self, exc: BaseException) -> str:
+        return str(errno(exc) or "")
+
+    def _error_text(self, exc: BaseException) -> str:
+        return f"{errno(exc)} {errmsg(exc)}"
+
+    def _map_error(self, exc: BaseException, action: str) -> SinkError:
+        return map_error(exc, action, table=self.table, marker_table=self.marker_table,
+                         lock_timeout=f"{self._lock_seconds}s", where=self._where(), redact=self._redact)
+
+    def _compatible(self, arrow_type: pa.DataType, column: MyColumn) -> bool:
+        return compatible(arrow_type, column)
+
+    @property
+    def _lock_seconds(self) -> int:
+        return max(1, self.options.lock_timeout.whole_seconds)
+
+    # -- XA availability -------------------------------------------------------------------
+    @classmethod
+    def probe_xa(cls, url: str | URL, *, connect_timeout: int = 10) -> tuple[bool, str]:
+        """Tell whether the server at *url* can run this sink's XA protocol (version,
+        InnoDB with XA, ``XA RECOVER`` allowed). Never raises: ``twopc-jdbc`` uses the
+        answer to pick the prepared (XA) or the staging mode.
+
+        Returns:
+            ``(True, description)`` or ``(False, reason)``; neither contains the password.
+        """
+        try:
+            probe = cls(url, "information_schema.twopc_probe", connect_timeout=connect_timeout)
+        except ConfigurationError as exc:
+            return False, str(exc)
+        return probe.xa_available()
+
+    def xa_available(self) -> tuple[bool, str]:
+        """:meth:`probe_xa` for this sink's server."""
+        try:
+            conn = self._engine().raw_connection()
+        except (pymysql.Error, DBAPIError, OSError) as exc:
+            return False, str(self._unavailable(exc))
+        broken = False
+        try:
+            with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+                return server.probe_xa(cur, self._where(), self._redact)
+        except pymysql.Error as exc:
+            broken = is_connection_error(exc)
+            return False, f"probing XA at {self._where()} failed: {self._redact(self._error_text(exc))}"
+        finally:
+            give_back(conn, broken=broken)
+
+    # -- validation (driver) -------------------------------------------------------------
+    def _check_server(self, my: PyMySQLConnection) -> None:
+        with my.cursor() as cur:
+            ok, reason = server.probe_xa(cur, self._where(), self._redact)
+        if not ok:
+            raise TargetConfigurationError(f"twopc cannot write exactly once through XA: {reason}")
+
+    def _target_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
+        with my.cursor() as cur:
+            info = server.table_info(cur, self._target)
+            if info is None:
+                if not validating:
+                    raise SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
+                similar = server.similar_tables(cur, self._target)
+                hint = (f" Did you mean {', '.join(t.display() for t in similar)}? Table names are "
+                        f"case-sensitive here." if similar else "")
+                db = self._target.schema or self.options.url.database
+                raise SchemaMismatchError(
+                    f"table {self.table} does not exist in database {db!r}: create it first (e.g. CREATE TABLE "
+                    f"{self.table} (...) ENGINE=InnoDB with a column per DataFrame column).{hint}")
+            if validating and info.table_type not in _TXN_TABLE_TYPES:
+                raise TargetConfigurationError(
+                    f"{self.table} is a {info.table_type.lower()}, not a table: twopc writes to base tables only")
+            if validating and (info.engine or "").lower() != "innodb":
+                raise TargetConfigurationError(
+                    f"{self.table} uses the {info.engine} engine, which cannot take part in XA transactions "
+                    f"(its rows would be written even when the transaction is rolled back): XA needs "
+                    f"InnoDB. Convert it with ALTER TABLE {self.table} ENGINE=InnoDB")
+            return server.table_columns(cur, info)
+
+    def marker_table_ddl(self) -> str:
+        """The SQL :meth:`validate` runs to create the marker table (for DBAs)."""
+        return self._marker_ddl().replace("%%", "%")
+
+    def _marker_ddl(self) -> str:
+        return (
+            f"CREATE TABLE IF NOT EXISTS {self._qualified(self._marker)} ("
+            "`gid` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY, "
+            "`sink_id` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, "
+            "`batch_id` BIGINT NOT NULL, `partition_id` INT NOT NULL, `rows` BIGINT NOT NULL, "
+            "`prepared_at` TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), "
+            "KEY `twopc_sink_batch` (`sink_id`, `batch_id`)) ENGINE=InnoDB"
+        )
+
+    def _marker_columns(self, my: PyMySQLConnection) -> list[str] | None:
+        with my.cursor() as cur:
+            info = server.table_info(cur, self._marker)
+            if info is None:
+                return None
+            if (info.engine or "").lower() != "innodb":
+                raise TargetConfigurationError(
+                    f"the marker table {self.marker_table} uses the {info.engine} engine: it must be InnoDB to "
+                    f"commit atomically with the data (ALTER TABLE {self.marker_table} ENGINE=InnoDB)")
+            return [c.name for c in server.table_columns(cur, info)]
+
+    def _create_markers(self, my: PyMySQLConnection) -> None:
+        try:
+            with my.cursor() as cur:
+                exec_sql(cur, self._marker_ddl())
+        except pymysql.err.MySQLError as exc:
+            code = errno(exc)
+            if code in ACCESS_DENIED:
+                raise TargetConfigurationError(
+                    f"cannot create the marker table {self.marker_table}: permission denied. Create it once "
+                    f"as an owner: {self.marker_table_ddl()}; GRANT SELECT, INSERT, DELETE ON "
+                    f"{self.marker_table} TO <user>") from None
+            if code == ER_BAD_DB:
+                raise TargetConfigurationError(
+                    f"cannot create the marker table {self.marker_table}: its database does not exist. "
+                    f"Set option markerTable to a table in an existing database") from None
+            raise
+
+    # -- executor side -------------------------------------------------------------------
+    def _begin(self, txn: SqlTxn[MyColumn]) -> None:
+        """Run ``sessionInitStatement`` once per connection, the session settings and the
+        isolation level, read the table's columns, then ``XA START``."""
+        my: PyMySQLConnection = self._usable(txn)
+        o = self.options
+        assert txn.conn is not None
+        with my.cursor() as cur:
+            if o.session_init_statement is not None:
+                done: set[str] = txn.conn.info.setdefault("twopc_session_init", set())
+                if o.session_init_statement not in done:
+                    exec_sql(cur, o.session_init_statement.replace("%", "%%"))
+                    while cur.nextset():
+                        pass
+                    done.add(o.session_init_statement)
+            for stmt, params in server.session_settings(self._lock_seconds, o.query_timeout.seconds):
+                exec_sql(cur, stmt, params)
+            exec_sql(cur, "SELECT CONNECTION_ID()")
+            row = cur.fetchone()
+            txn.session_id = int(row[0]) if row else 0
+        txn.columns = self._target_columns(my, validating=False)
+        with my.cursor() as cur:
+            exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {_ISOLATION[o.isolation_level]}")
+            exec_sql(cur, "XA START %s", (txn.gid,))
+        txn.state = "active"
+
+    def _insert_sql(self, cols: list[MyColumn]) -> str:
+        names = ", ".join(self._quote(c.name) for c in cols)
+        return f"INSERT INTO {self._qualified(self._target)} ({names}) VALUES ({', '.join(['%s'] * len(cols))})"
+
+    def _insert(self, txn: SqlTxn[MyColumn], query: str, rows: list[tuple[Any, ...]]) -> None:
+        assert txn.conn is not None
+        with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+            for i in range(0, len(rows), self.options.batch_size):
+                cur.executemany(query, rows[i:i + self.options.batch_size])
+
+    def _load_rows(self, txn: SqlTxn[MyColumn], cols: list[MyColumn], keys: tuple[str, ...],
+                   rows: list[dict[str, Any]]) -> None:
+        values = [tuple(check_value(r[k], k, i, self.table) for k in keys) for i, r in enumerate(rows)]
+        self._insert(txn, self._insert_sql(cols), values)
+
+    def _plan(self, schema: pa.Schema, cols: list[MyColumn]) -> str:
+        return self._insert_sql(cols)
+
+    def _load_batch(self, txn: SqlTxn[MyColumn], batch: pa.RecordBatch, plan: str) -> None:
+        arrays = []
+        for name, arr in zip(batch.schema.names, batch.columns, strict=True):
+            arr = normalize_array(arr)
+            check_array(arr, name, self.table)
+            arrays.append(arr)
+        size = self.options.batch_size
+        for start in range(0, batch.num_rows, size):
+            chunk = [a.slice(start, size).to_pylist() for a in arrays]
+            self._insert(txn, plan, list(zip(*chunk, strict=True)))
+
+    def _prepare(self, txn: SqlTxn[MyColumn]) -> None:
+        """Marker row, ``XA END``, ``XA PREPARE``, check with ``XA RECOVER`` that the
+        server really prepared it, then close the connection and wait until the server has
+        ended that session (only then can another session commit the xid)."""
+        my: PyMySQLConnection = self._usable(txn)
+        prepare_sent = False
+        try:
+            with my.cursor() as cur:
+                exec_sql(cur, self._marker_insert(), self._marker_values(txn))
+                exec_sql(cur, "XA END %s", (txn.gid,))
+                txn.state = "idle"
+                prepare_sent = True
+                exec_sql(cur, "XA PREPARE %s", (txn.gid,))
+                txn.state = "prepared"
+                exec_sql(cur, "XA RECOVER")
+                prepared = txn.gid in server.parse_recover(cur.fetchall())
+        except pymysql.Error as exc:
+            if prepare_sent and is_connection_error(exc):
+                self._release(txn, broken=True)
+                self._rollback_prepared_quietly(txn)
+            self._fail(txn, exc, f"prepare the XA transaction on {self.table}")
+        except BaseException as exc:
+            if txn.state == "prepared":
+                txn.prepared = True  # nothing else may touch the session: close it, sweep the orphan
+                self._release(txn, broken=True)
+                self._rollback_prepared_quietly(txn)
+            else:
+                self._abandon(txn, exc)
+            raise
+        if not prepared:
+            self._abandon(txn, SinkError("XA RECOVER does not list the transaction"))
+            raise SinkError(
+                f"MariaDB/MySQL acknowledged XA PREPARE of {txn.gid} on {self.table} but XA RECOVER does not "
+                f"list it: nothing was written; the task must be retried")
+        txn.prepared = True
+        self._release(txn, broken=True)  # close: a prepared xid is committable only once its session ended
+        self._wait_detached(txn)
+
+    def _wait_detached(self, txn: SqlTxn[MyColumn]) -> None:
+        """Wait (bounded) until the server has ended the closed write session, so that the
+        returned handle is committable at once. Best effort: commit retries anyway."""
+        if not txn.session_id:
+            return
+        deadline = time.monotonic() + _DETACH_WAIT_S
+        delay = 0.002
+        try:
+            while True:
+                _n, rows = self._control_execute(
+                    "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s", (txn.session_id,), fetch=True)
+                if not rows or time.monotonic() > deadline:
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+        except (SinkError, pymysql.Error):
+            log.debug("twopc mysql xa: could not watch session %s end", txn.session_id, exc_info=True)
+
+    def rollback(self, txn: SqlTxn[MyColumn]) -> None:
+        """Roll back an open, unprepared transaction (``XA END`` + ``XA ROLLBACK``; if that
+        fails the connection is closed, which makes the server roll it back). Idempotent;
+        never raises."""
+        if txn.prepared or txn.conn is None:
+            return
+        broken = False
+        try:
+            with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+                if txn.state == "active":
+                    self._xa_quietly(cur, "END", txn.gid, XA_ROLLED_BACK)
+                    txn.state = "idle"
+                if txn.state in ("idle", "prepared"):
+                    self._xa_quietly(cur, "ROLLBACK", txn.gid, XA_ROLLED_BACK | {ER_XAER_NOTA})
+                    txn.state = "none"
+        except Exception:
+            broken = True
+            log.debug("twopc mysql xa: rollback of %s failed; closing the connection", txn.gid, exc_info=True)
+        txn.failed = txn.failed or "rolled back"
+        self._release(txn, broken=broken or txn.state != "none")
+
+    @staticmethod
+    def _xa_quietly(cur: Any, verb: str, gid: str, fine: frozenset[int] | set[int]) -> None:
+        """``XA <verb>``, accepting the errors in *fine* (the transaction is already gone)."""
+        try:
+            exec_sql(cur, f"XA {verb} %s", (gid,))
+        except pymysql.err.MySQLError as exc:
+            if is_connection_error(exc) or errno(exc) not in fine:
+                raise
+
+    def _rollback_prepared_quietly(self, txn: SqlTxn[MyColumn]) -> None:
+        """After the write connection broke around ``XA PREPARE``: end its server session
+        (``KILL``; the server may not have noticed the disconnect yet, and a prepared xid is
+        attached to its session until then) and roll the xid back if it was prepared. Best
+        effort, never raises: recovery's sweep rolls back whatever remains."""
+        try:
+            if txn.session_id:
+                with contextlib.suppress(pymysql.err.MySQLError):  # unknown thread: already gone
+                    self._control_execute(f"KILL CONNECTION {int(txn.session_id)}")
+                self._wait_detached(txn)
+            self._control_execute("XA ROLLBACK %s", (txn.gid,))
+        except Exception:
+            log.debug("twopc mysql xa: could not roll back %s after a failed prepare", txn.gid, exc_info=True)
+
+    # -- driver side -----------------------------------------------------------------------
+    def _prepared_ids(self, prefix: str) -> list[str]:
+        _n, rows = self._control_execute("XA RECOVER", fetch=True)
+        return [g for g in server.parse_recover(rows) if g.startswith(prefix)]
+
+    def _finish(self, verb: str, gid: str) -> bool:
+        """``XA COMMIT``/``XA ROLLBACK`` *gid*; ``False`` if the server does not know the xid
+        (``XAER_NOTA`` and not listed by ``XA RECOVER``).
+
+        An xid that ``XA RECOVER`` lists but ``XA COMMIT`` calls unknown is still attached
+        to a live session (the one that prepared it has not ended yet): retried for a
+        while, then a :class:`SinkError`.
+        """
+        deadline = time.monotonic() + _DETACH_WAIT_S
+        delay = 0.01
+        while True:
+            try:
+                self._control_execute(f"XA {verb} %s", (gid,))
+                return True
+            except pymysql.err.MySQLError as exc:
+                if errno(exc) != ER_XAER_NOTA:
+                    raise self._map_error(exc, f"XA {verb} {gid}") from None
+            if gid not in self._prepared_ids(gid):
+                return False
+            if time.monotonic() > deadline:
+                raise SinkError(
+                    f"XA {verb} {gid}: the transaction is prepared but still attached to a live session "
+                    f"(the task's connection has not ended); nothing changed, retry later or end that "
+                    f"connection (KILL it)")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)

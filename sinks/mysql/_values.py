@@ -1,0 +1,132 @@
+"""Values for MariaDB/MySQL: which Arrow types fit which column types, and the values the
+server would mangle or reject, refused before they are sent (naming the column).
+
+Writes run with ``time_zone = '+00:00'``: Arrow timestamps are written as naive UTC with
+microseconds."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from twopc import ConfigurationError
+
+__all__ = ["MyColumn", "check_array", "check_value", "compatible", "normalize_array"]
+
+
+@dataclass(frozen=True)
+class MyColumn:
+    """One column of the target table (from ``information_schema.COLUMNS``)."""
+
+    name: str
+    data_type: str
+    """lower-case ``DATA_TYPE`` (``bigint``, ``varchar``, ``datetime``...)"""
+    column_type: str
+    """full ``COLUMN_TYPE`` for messages (``bigint(20) unsigned``)"""
+    not_null: bool
+    has_default: bool
+    generated: bool
+
+    @property
+    def display_type(self) -> str:
+        return self.column_type
+
+
+_INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "bit"}
+_FLOAT_TYPES = {"float", "double", "real", "decimal", "numeric"}
+_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json",
+               "uuid", "inet4", "inet6"}
+_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit"}
+_DATETIME_TYPES = {"datetime", "timestamp"}
+
+
+def compatible(t: pa.DataType, col: MyColumn) -> bool:
+    """Whether Arrow values of type *t* can be written to *col* without loss of meaning."""
+    d = col.data_type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_null(t):
+        return True
+    if pa.types.is_boolean(t):
+        return d in _INT_TYPES or d in _FLOAT_TYPES
+    if pa.types.is_integer(t):
+        return d in _INT_TYPES or d in _FLOAT_TYPES or d in _TEXT_TYPES
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return d in _FLOAT_TYPES or d in _TEXT_TYPES
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return (d in _TEXT_TYPES or d in _BINARY_TYPES or d in _DATETIME_TYPES or d in ("date", "time")
+                or d in ("decimal", "numeric"))
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return d in _BINARY_TYPES
+    if pa.types.is_timestamp(t):
+        return d in _DATETIME_TYPES or d == "date"
+    if pa.types.is_date(t):
+        return d == "date" or d in _DATETIME_TYPES
+    if pa.types.is_time(t) or pa.types.is_duration(t):
+        return d == "time"
+    return False
+
+
+def normalize_array(arr: pa.Array) -> pa.Array:
+    """Cast an Arrow array to one whose ``to_pylist()`` gives values pymysql can escape:
+    dictionaries decoded, timestamps as naive UTC with microseconds, halves as floats."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if pa.types.is_timestamp(t):
+        unit = "us" if t.unit == "ns" else t.unit
+        if t.tz is not None or unit != t.unit:
+            arr = arr.cast(pa.timestamp(unit), safe=False)  # tz-aware -> the UTC wall clock
+    elif pa.types.is_time64(t) and t.unit == "ns":
+        arr = arr.cast(pa.time64("us"), safe=False)
+    elif pa.types.is_duration(t) and t.unit == "ns":
+        arr = arr.cast(pa.duration("us"), safe=False)
+    elif pa.types.is_float16(t):
+        arr = arr.cast(pa.float32())
+    return arr
+
+
+def check_array(arr: pa.Array, column: str, table: str) -> None:
+    """Refuse values MariaDB would mangle or reject, naming the column.
+
+    Raises:
+        ConfigurationError: a string has a NUL byte, or a float is NaN or infinite.
+    """
+    t = arr.type
+    if arr.null_count == len(arr):
+        return
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        if pc.any(pc.match_substring(arr, "\x00")).as_py():
+            raise ConfigurationError(
+                f"column {column!r}: a value contains a NUL byte (\\x00); twopc refuses to write it "
+                f"to {table} (MySQL clients and tools truncate text there): remove it before writing")
+    elif pa.types.is_floating(t) and (pc.any(pc.is_nan(arr)).as_py() or pc.any(pc.is_inf(arr)).as_py()):
+        raise ConfigurationError(
+            f"column {column!r}: a value is NaN or infinite, which MariaDB/MySQL cannot store; "
+            f"replace it (e.g. with NULL) before writing to {table}")
+
+
+def check_value(value: Any, column: str, row: int, table: str) -> Any:
+    """Check and convert one Python value of a dict row (see :func:`_check_array`)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise ConfigurationError(
+                f"column {column!r}: the value of row {row} contains a NUL byte (\\x00); twopc refuses "
+                f"to write it to {table}: remove it before writing")
+    elif isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise ConfigurationError(
+                f"column {column!r}: the value of row {row} is {value!r}, which MariaDB/MySQL cannot "
+                f"store; replace it (e.g. with None) before writing to {table}")
+    elif isinstance(value, dt.datetime) and value.tzinfo is not None:
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+# -- open transaction -----------------------------------------------------------------

@@ -1,0 +1,158 @@
+"""Columns of a PostgreSQL table as the COPY encoders see them, and the rules shared by
+both COPY formats: which Arrow types fit which column types, how arrays are normalised
+before encoding, and the refusal of text with NUL bytes (PostgreSQL cannot store them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from twopc import ConfigurationError
+
+__all__ = ["PgColumn", "check_no_nul", "compatible", "is_binary", "is_large", "is_string", "normalize_array",
+           "value_bytes"]
+
+_INT_PG = frozenset({"int2", "int4", "int8"})
+_FLOAT_PG = frozenset({"float4", "float8"})
+_STRING_PG = frozenset({"text", "varchar", "bpchar", "name", "citext", "json", "jsonb", "uuid", "xml"})
+
+
+@dataclass(frozen=True)
+class PgColumn:
+    """A column of the target table, as the catalog describes it.
+
+    Attributes:
+        name: exact column name.
+        base_type: ``pg_type.typname`` of the column's type, domains resolved to their
+            base type (``int4``, ``text``, ``timestamptz``...).
+        display_type: the type as ``format_type`` prints it (``character varying(20)``).
+        kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
+        category: ``pg_type.typcategory`` (``A`` for arrays).
+        not_null: the column is ``NOT NULL``.
+        has_default: the column has a default, is an identity or generated column.
+        generated: the column is ``GENERATED ALWAYS AS (...) STORED`` (cannot be written).
+    """
+
+    name: str
+    base_type: str
+    display_type: str
+    kind: str = "b"
+    category: str = ""
+    not_null: bool = False
+    has_default: bool = False
+    generated: bool = False
+
+
+def is_string(t: pa.DataType) -> bool:
+    return (pa.types.is_string(t) or pa.types.is_large_string(t)
+            or getattr(pa.types, "is_string_view", lambda _t: False)(t))
+
+
+def is_binary(t: pa.DataType) -> bool:
+    return (pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+            or getattr(pa.types, "is_binary_view", lambda _t: False)(t))
+
+
+def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
+    """Whether values of *arrow_type* can be written to *col*.
+
+    integers -> integer family, numeric, real/double; floats -> real/double/numeric;
+    strings -> text, varchar, char, name, citext, json(b), uuid, xml, enums; bool ->
+    boolean; timestamps -> timestamp / timestamptz; dates -> date; decimals -> numeric;
+    binary -> bytea; time -> time; an all-null column -> anything.
+    """
+    t = arrow_type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    pg = col.base_type
+    if pa.types.is_null(t):
+        return True
+    if col.category == "A":
+        return False
+    if pa.types.is_integer(t):
+        return pg in _INT_PG or pg in _FLOAT_PG or pg == "numeric"
+    if pa.types.is_floating(t):
+        return pg in _FLOAT_PG or pg == "numeric"
+    if pa.types.is_decimal(t):
+        return pg == "numeric"
+    if is_string(t):
+        return pg in _STRING_PG or col.kind == "e"
+    if pa.types.is_boolean(t):
+        return pg == "bool"
+    if pa.types.is_timestamp(t):
+        return pg in ("timestamp", "timestamptz")
+    if pa.types.is_date(t):
+        return pg == "date"
+    if is_binary(t):
+        return pg == "bytea"
+    if pa.types.is_time(t):
+        return pg == "time"
+    return False
+
+
+def arrow_type_name(t: pa.DataType) -> str:
+    """A short, stable name of an Arrow type for error messages."""
+    return str(t)
+
+
+# -- normalisation -------------------------------------------------------------------
+
+def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Flatten chunks, decode dictionaries and views into plain Arrow arrays."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.dictionary_decode()
+        t = arr.type
+    if getattr(pa.types, "is_string_view", lambda _t: False)(t):
+        arr = arr.cast(pa.large_string())
+    elif getattr(pa.types, "is_binary_view", lambda _t: False)(t) or pa.types.is_fixed_size_binary(t):
+        arr = arr.cast(pa.large_binary())
+    elif pa.types.is_date64(t):
+        arr = arr.cast(pa.date32())
+    return arr
+
+
+_NUL_SCAN = 1 << 20
+
+
+def _has_nul_byte(arr: pa.Array) -> bool:
+    """Whether any value of a string array (string or large_string) holds a NUL byte:
+    one ``memchr``-speed scan of the values' bytes, window by window. A hit may lie in
+    the bytes of a null slot (Arrow allows them): the caller then checks value by value."""
+    data = value_bytes(arr)
+    return any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN))
+
+
+def check_no_nul(name: str, arr: pa.Array) -> None:
+    """Raise :class:`ConfigurationError` when a string of *arr* contains a NUL byte."""
+    if not is_string(arr.type) or len(arr) == 0 or arr.null_count == len(arr):
+        return
+    if not _has_nul_byte(arr):
+        return
+    hits = pc.match_substring(arr, "\x00")
+    if not pc.any(hits).as_py():
+        return
+    idx = pc.index(hits, True).as_py()
+    raise ConfigurationError(
+        f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which "
+        f"PostgreSQL text cannot store. Remove it before writing, e.g. "
+        f"F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
+    )
+
+
+
+def is_large(t: pa.DataType) -> bool:
+    return pa.types.is_large_binary(t) or pa.types.is_large_string(t)
+
+
+def value_bytes(rows: pa.Array) -> memoryview:
+    """The bytes of every value of a binary-like array, concatenated (zero copy)."""
+    n = len(rows)
+    bufs = rows.buffers()
+    offsets = memoryview(bufs[1]).cast("q" if is_large(rows.type) else "i")
+    start, end = offsets[rows.offset], offsets[rows.offset + n]
+    return memoryview(bufs[2])[start:end] if bufs[2] is not None else memoryview(b"")

@@ -1,0 +1,74 @@
+"""psycopg errors in twopc's terms: which ones mean the session is gone, and the
+credential-free :class:`~twopc.SinkError` every other one becomes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psycopg
+from psycopg import errors as pgerr
+
+from twopc import SinkError, SinkUnavailableError
+
+from ..sql._errors import ROLLED_BACK, constraint_violated, lock_timed_out
+
+__all__ = ["diag", "error_text", "is_connection_error", "map_error"]
+
+_CONSTRAINT_KINDS = {"23502": "NOT NULL", "23505": "unique", "23503": "foreign key", "23514": "check",
+                     "23P01": "exclusion"}
+
+
+def diag(exc: psycopg.Error) -> tuple[str, str]:
+    """(SQLSTATE, primary message) of a driver error."""
+    text = str(exc).strip()
+    primary = exc.diag.message_primary or (text.splitlines()[0] if text else type(exc).__name__)
+    return (exc.sqlstate or ""), primary
+
+
+def error_text(exc: BaseException) -> str:
+    """``SQLSTATE primary message`` on one line."""
+    if isinstance(exc, psycopg.Error):
+        state, primary = diag(exc)
+        return f"{state} {primary}".strip()
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether *exc* means the session is gone (class 08, admin shutdown, a closed
+    connection), so its transaction is gone with it."""
+    if isinstance(exc, psycopg.OperationalError):
+        state = getattr(exc, "sqlstate", None)
+        return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+    return isinstance(exc, psycopg.InterfaceError)
+
+
+def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
+              where: str, redact: Callable[[str], str]) -> SinkError:
+    """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
+    naming the violated constraint or the fix; never containing a secret."""
+    if not isinstance(exc, psycopg.Error):
+        return SinkError(f"could not {action}: {redact(error_text(exc))}. {ROLLED_BACK}")
+    state, primary = diag(exc)
+    primary = redact(primary)
+    d = exc.diag
+    if isinstance(exc, pgerr.LockNotAvailable):
+        return lock_timed_out(action, lock_timeout, table, f"PostgreSQL: {primary}")
+    if isinstance(exc, pgerr.IntegrityError):
+        what = []
+        if d.column_name:
+            what.append(f"column {d.column_name!r}")
+        if d.constraint_name:
+            what.append(f"constraint {d.constraint_name!r}")
+        detail = f" {redact(d.message_detail)}" if d.message_detail and state in ("23505", "23503") else ""
+        return constraint_violated(action, _CONSTRAINT_KINDS.get(state, "integrity"), ", ".join(what),
+                                   d.table_name or table, primary + detail)
+    if is_connection_error(exc):
+        return SinkUnavailableError(f"lost the connection to PostgreSQL at {where} while trying to "
+                                    f"{action}: {redact(' '.join(str(exc).split()))}")
+    if isinstance(exc, pgerr.UndefinedTable):
+        return SinkError(f"could not {action}: {primary} (was the table or the marker table "
+                         f"{marker_table} dropped? validate() creates the marker table)")
+    context = f" ({redact(d.context.splitlines()[0])})" if d.context else ""
+    if state == "53200":
+        primary += " — raise max_prepared_transactions or resolve stale prepared transactions"
+    return SinkError(f"could not {action}: {state} {primary}{context}. {ROLLED_BACK}")

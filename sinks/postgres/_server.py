@@ -1,0 +1,72 @@
+"""What a PostgreSQL server says about a table (its oid, its columns with domains resolved
+to their base types, the tables a mistyped name probably meant), and how a write session
+is set up, for both commit modes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from .._options import Duration
+from ..sql._names import TableName
+from ._columns import PgColumn
+
+__all__ = ["regclass_text", "session_settings", "similar_tables", "table_columns", "table_oid"]
+
+
+def regclass_text(table: TableName) -> str:
+    """*table* as ``to_regclass`` reads it: every part quoted, so it is taken verbatim."""
+    def q(p: str) -> str:
+        return '"' + p.replace('"', '""') + '"'
+    return f"{q(table.schema)}.{q(table.name)}" if table.schema else q(table.name)
+
+
+def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
+    """The oid of *table*, ``None`` when there is no such relation."""
+    row = pg.execute("SELECT to_regclass(%s)::oid", (regclass_text(table),)).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:
+    """The columns of relation *oid*, in order, each with its base type (domains resolved,
+    up to 16 levels), whether it is NOT NULL, has a default (or is identity/generated),
+    and whether it is generated (cannot be written)."""
+    rows = pg.execute(
+        """
+        SELECT a.attname, bt.typname, format_type(a.atttypid, a.atttypmod), bt.typtype,
+               bt.typcategory, a.attnotnull,
+               a.atthasdef OR a.attidentity <> '' OR a.attgenerated <> '',
+               a.attgenerated <> ''
+        FROM pg_attribute a
+        CROSS JOIN LATERAL (
+            WITH RECURSIVE chain(oid, depth) AS (
+                SELECT a.atttypid, 0
+                UNION ALL
+                SELECT t.typbasetype, c.depth + 1 FROM chain c JOIN pg_type t ON t.oid = c.oid
+                WHERE t.typtype = 'd' AND c.depth < 16)
+            SELECT oid FROM chain ORDER BY depth DESC LIMIT 1) base
+        JOIN pg_type bt ON bt.oid = base.oid
+        WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum
+        """, (oid,)).fetchall()
+    return [PgColumn(r[0], r[1], r[2], r[3], r[4], bool(r[5]), bool(r[6]), bool(r[7])) for r in rows]
+
+
+def similar_tables(pg: psycopg.Connection[Any], table: TableName) -> list[TableName]:
+    """Up to three tables whose name differs from *table*'s only in case (a mixed-case
+    name given without quotes is folded to lower case)."""
+    rows = pg.execute(
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r','p') "
+        "AND (%s::text IS NULL OR lower(n.nspname) = lower(%s)) LIMIT 3",
+        (table.name, table.schema, table.schema)).fetchall()
+    return [TableName(s, n, "postgresql") for s, n in rows]
+
+
+def session_settings(lock_timeout: Duration, query_timeout: Duration) -> tuple[str, tuple[str, str]]:
+    """The statement (and its parameters) that makes a write transaction wait at most
+    *lock_timeout* for row locks (0: no limit), run statements of at most *query_timeout*
+    (0: no limit), and read and write timestamps in UTC. Local to the transaction."""
+    return ("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
+            "set_config('statement_timeout', %s, true)", (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))

@@ -1,0 +1,296 @@
+"""PostgreSQL two-phase-commit sink.
+
+Each Spark task attempt opens one PostgreSQL transaction, bulk-loads its rows with
+``COPY ... FROM STDIN`` (binary when every column allows it, else CSV; see
+:mod:`sinks.postgres._copy`), writes a marker row, and ``PREPARE TRANSACTION``\\ s it under
+a GID that names the sink, batch, partition and attempt (a :class:`twopc.Xid`)::
+
+    twopc:{sink_id}:{batch_id}:{partition_id}:{attempt_id}:{8 random hex}
+
+The driver then runs ``COMMIT PREPARED`` (or ``ROLLBACK PREPARED``) from any session.
+Because a repeated ``COMMIT PREPARED`` answers "does not exist" exactly like a rolled-back
+GID does, the marker row (committed atomically with the data) tells "already committed"
+from "lost". The protocol itself lives in :class:`~sinks.sql.PreparedSqlSink`; this module
+is PostgreSQL's part of it.
+
+Requirements on the server: ``max_prepared_transactions`` > 0 (at least the number of
+concurrent write tasks), ``INSERT`` on the target table, and ``CREATE`` on the marker
+table's schema the first time (or create the marker table yourself; see
+:meth:`PostgresSink.marker_table_ddl`).
+
+Options (``df.write.format("twopc-postgres").option(...)``): the options of ``twopc-jdbc``
+with the same meanings (see :mod:`sinks.sql._options`), for PostgreSQL URLs, appending to
+an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``,
+``postgresql://...``), ``dbtable``, ``user``, ``password``, ``markerTable`` (default
+``twopc_markers``), ``lockTimeout`` (default ``30s``), ``connectTimeout`` (default ``10s``),
+``copyFormat`` (``auto``, ``binary``, ``csv``), ``isolationLevel``, ``queryTimeout``,
+``sessionInitStatement``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import errors as pgerr
+from psycopg import sql
+
+from twopc import (
+    ConfigurationError,
+    SchemaMismatchError,
+    SinkError,
+    TargetConfigurationError,
+)
+
+from .._handles import PostgresHandle
+from ..sql._dialect import SqlTxn
+from ..sql._prepared import PreparedSqlSink
+from . import _server as server
+from ._columns import PgColumn, compatible
+from ._copy import CopyPlan, CopyStream, identifier, plan_copy
+from ._errors import error_text, is_connection_error, map_error
+
+__all__ = ["PostgresHandle", "PostgresSink"]
+
+log = logging.getLogger("twopc.sinks.postgres")
+
+_ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
+              "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
+
+
+class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
+    """Exactly-once appends to one PostgreSQL table through ``PREPARE TRANSACTION``.
+
+    Args:
+        url: a ``jdbc:postgresql://`` URL or a SQLAlchemy URL (``postgresql://``,
+            ``postgresql+psycopg://``; other PostgreSQL drivers are replaced by psycopg 3).
+        table: ``[schema.]table`` in PostgreSQL syntax (quote mixed-case names).
+        **options: ``user``, ``password``, ``marker_table``, ``lock_timeout`` (PostgreSQL
+            ``lock_timeout`` of write transactions: ``"30s"``, ``"500ms"``, ``0`` waits
+            forever; a task that meets rows locked by a prepared transaction of an earlier
+            attempt fails after this time), ``connect_timeout``, ``copy_format``
+            (``"auto"``, ``"binary"``, ``"csv"``), ``isolation_level`` (Spark's names),
+            ``query_timeout`` (``statement_timeout`` of write transactions),
+            ``session_init_statement`` (SQL run at the start of every write transaction).
+
+    Raises:
+        ConfigurationError: an argument is invalid.
+    """
+
+    handle_type = PostgresHandle
+    dialect = "postgresql"
+    format_name = "twopc-postgres"
+    product = "PostgreSQL"
+    driver_error = psycopg.Error
+    id_name = "GID"
+
+    # -- dialect basics ----------------------------------------------------------------------
+    def _quote(self, name: str) -> str:
+        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
+
+    def _connect_failure(self, exc: BaseException) -> tuple[str, str]:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        low = reason.lower()
+        hint = ""
+        if "password authentication failed" in low or "no password supplied" in low:
+            hint = " (check the user and password options)"
+        elif "connection refused" in low or "timeout" in low or "resolve host" in low:
+            hint = " (check host and port, and that PostgreSQL accepts TCP connections)"
+        return reason, hint
+
+    def _is_connection_error(self, exc: BaseException) -> bool:
+        return is_connection_error(exc)
+
+    def _is_missing_table(self, exc: BaseException) -> bool:
+        return isinstance(exc, pgerr.UndefinedTable)
+
+    def _error_code(self, exc: BaseException) -> str:
+        return getattr(exc, "sqlstate", None) or ""
+
+    def _error_text(self, exc: BaseException) -> str:
+        return error_text(exc)
+
+    def _map_error(self, exc: BaseException, action: str) -> SinkError:
+        return map_error(exc, action, table=self.table, marker_table=self.marker_table,
+                         lock_timeout=str(self.options.lock_timeout), where=self._where(), redact=self._redact)
+
+    def _compatible(self, arrow_type: pa.DataType, column: PgColumn) -> bool:
+        return compatible(arrow_type, column)
+
+    # -- validation (driver) -------------------------------------------------------------
+    def _check_server(self, pg: psycopg.Connection[Any]) -> None:
+        row = pg.execute("SHOW max_prepared_transactions").fetchone()
+        if row is None or int(row[0]) <= 0:
+            raise TargetConfigurationError(
+                f"PostgreSQL at {self._where()} has max_prepared_transactions = "
+                f"{row[0] if row else '?'}, so it cannot prepare transactions and twopc cannot "
+                f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
+                f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
+
+    def _target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
+        oid = server.table_oid(pg, self._target)
+        if oid is None:
+            if not validating:
+                raise SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
+            similar = server.similar_tables(pg, self._target)
+            hint = (f" Did you mean {', '.join(t.display() for t in similar)}? Quote mixed-case names in "
+                    f"dbtable." if similar else "")
+            raise SchemaMismatchError(
+                f"table {self.table} does not exist in database {self.options.url.database!r}: create it first "
+                f"(e.g. CREATE TABLE {self.table} (...) with a column per DataFrame column).{hint}")
+        if validating:
+            kind, can_insert = pg.execute(
+                "SELECT c.relkind, has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = %s",
+                (oid,)).fetchone() or ("?", False)
+            if kind not in ("r", "p"):
+                raise TargetConfigurationError(
+                    f"{self.table} is not a table (relkind {kind!r}): twopc writes to ordinary or "
+                    f"partitioned tables only")
+            if not can_insert:
+                raise TargetConfigurationError(
+                    f"the user has no INSERT privilege on {self.table}: GRANT INSERT ON {self.table} TO <user>")
+        return server.table_columns(pg, oid)
+
+    def marker_table_ddl(self) -> list[str]:
+        """The SQL :meth:`validate` runs to create the marker table (for DBAs)."""
+        return [q.as_string(None) for q in self._marker_ddl()]
+
+    def _marker_ddl(self) -> list[sql.Composed]:
+        marker = identifier(self._marker)
+        index = sql.Identifier(self._marker.name[:40] + "_sink_batch_idx")
+        return [
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (gid text PRIMARY KEY, sink_id text NOT NULL, "
+                    "batch_id bigint NOT NULL, partition_id int NOT NULL, rows bigint NOT NULL, "
+                    "prepared_at timestamptz NOT NULL DEFAULT now())").format(marker),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(index, marker),
+        ]
+
+    def _marker_columns(self, pg: psycopg.Connection[Any]) -> list[str] | None:
+        oid = server.table_oid(pg, self._marker)
+        return None if oid is None else [c.name for c in server.table_columns(pg, oid)]
+
+    def _create_markers(self, pg: psycopg.Connection[Any]) -> None:
+        try:
+            with pg.transaction():
+                for q in self._marker_ddl():
+                    pg.execute(q)
+        except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
+            pass  # created concurrently
+        except pgerr.InvalidSchemaName:
+            raise TargetConfigurationError(
+                f"cannot create the marker table {self.marker_table}: its schema does not exist. "
+                f"Create the schema or set option markerTable to a table in an existing schema") from None
+        except pgerr.InsufficientPrivilege:
+            raise TargetConfigurationError(
+                f"cannot create the marker table {self.marker_table}: permission denied. Create it "
+                f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
+                f"{self.marker_table} TO <user>") from None
+
+    # -- executor side -------------------------------------------------------------------
+    def _begin(self, txn: SqlTxn[PgColumn]) -> None:
+        pg: psycopg.Connection[Any] = self._usable(txn)
+        o = self.options
+        pg.execute("BEGIN ISOLATION LEVEL " + _ISOLATION[o.isolation_level])
+        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
+        if o.session_init_statement:
+            pg.execute(o.session_init_statement)  # user SQL, run as given
+        txn.columns = self._target_columns(pg, validating=False)
+        txn.loader = CopyStream(pg, self._target)
+
+    def _load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
+                   rows: list[dict[str, Any]]) -> None:
+        for k in keys:
+            for i, r in enumerate(rows):
+                v = r[k]
+                if isinstance(v, str) and "\x00" in v:
+                    raise ConfigurationError(
+                        f"column {k!r}: the value of row {i} contains a NUL byte (\\x00), which "
+                        f"PostgreSQL text cannot store; remove it before writing")
+        txn.loader.write_rows(cols, [[r[k] for k in keys] for r in rows])
+
+    def _plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
+        return plan_copy(schema, cols, self.options.copy_format)
+
+    def _load_batch(self, txn: SqlTxn[PgColumn], batch: pa.RecordBatch, plan: CopyPlan) -> None:
+        txn.loader.write_batch(batch, plan)
+
+    def _end_load(self, txn: SqlTxn[PgColumn]) -> None:
+        txn.loader.end()
+
+    def _prepare(self, txn: SqlTxn[PgColumn]) -> None:
+        pg: psycopg.Connection[Any] = self._usable(txn)
+        prepare_sent = False
+        try:
+            with pg.cursor() as cur:
+                cur.execute(self._marker_insert(), self._marker_values(txn))
+                prepare_sent = True
+                cur.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
+                status = cur.statusmessage
+                prepared = status == "PREPARE TRANSACTION" and cur.execute(
+                    "SELECT 1 FROM pg_prepared_xacts WHERE gid = %s AND database = current_database()",
+                    (txn.gid,)).fetchone() is not None
+        except psycopg.Error as exc:
+            if prepare_sent:
+                self._rollback_prepared_quietly(txn.gid)
+            self._fail(txn, exc, f"prepare the transaction on {self.table}")
+        except BaseException as exc:
+            if prepare_sent:
+                self._rollback_prepared_quietly(txn.gid)
+            self._abandon(txn, exc)
+            raise
+        if not prepared:
+            self._release(txn, broken=False)
+            txn.failed = f"PREPARE TRANSACTION answered {status!r}"
+            raise SinkError(
+                f"PostgreSQL did not prepare transaction {txn.gid} on {self.table} (it answered "
+                f"{status!r}): the transaction had already been aborted by an earlier error, so "
+                f"nothing was written; the task must be retried")
+        txn.prepared = True
+        self._release(txn, broken=False)  # the session is idle: returning it cannot touch the prepared txn
+
+    def rollback(self, txn: SqlTxn[PgColumn]) -> None:
+        """Roll back an open, unprepared transaction. Idempotent; never raises."""
+        if txn.prepared or txn.conn is None:
+            return
+        broken = False
+        if txn.loader is not None:
+            txn.loader.cancel()
+        try:
+            pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]
+            if not pg.closed and pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                pg.execute("ROLLBACK")
+        except Exception:
+            broken = True
+            log.debug("twopc postgres: rollback of %s failed; discarding the connection", txn.gid, exc_info=True)
+        txn.failed = txn.failed or "rolled back"
+        self._release(txn, broken=broken)
+
+    def _release(self, txn: SqlTxn[PgColumn], *, broken: bool) -> None:
+        if txn.loader is not None and txn.loader.is_open:  # only after a broken connection
+            txn.loader.drop()
+            broken = True
+        super()._release(txn, broken=broken)
+
+    def _rollback_prepared_quietly(self, gid: str) -> None:
+        try:
+            self._control_execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+        except Exception:
+            log.debug("twopc postgres: could not roll back %s after a failed prepare", gid, exc_info=True)
+
+    # -- driver side -----------------------------------------------------------------------
+    def _finish(self, verb: str, gid: str) -> bool:
+        try:
+            self._control_execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
+        except pgerr.UndefinedObject:
+            return False
+        except psycopg.Error as exc:
+            raise self._map_error(exc, f"{verb} PREPARED {gid}") from None
+        return True
+
+    def _prepared_ids(self, prefix: str) -> list[str]:
+        _n, rows = self._control_execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
+            (prefix,), fetch=True)
+        return [str(r[0]) for r in rows]

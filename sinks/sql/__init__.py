@@ -1,0 +1,38 @@
+"""SQL sinks: what every database sink shares, and the ``twopc-jdbc`` drop-in.
+
+- :class:`JdbcSink` (``format("twopc-jdbc")``), :func:`write_jdbc`: the drop-in for Spark's
+  JDBC writer, choosing the prepared or the staging commit mode.
+- :class:`JdbcOptions`: the one reader of every SQL format's options (Spark's JDBC
+  writer options plus twopc's), with :func:`translate_url`, the one URL translator.
+- :class:`PreparedSqlSink`: the base of the sinks that prepare transactions
+  (:class:`sinks.postgres.PostgresSink`, :class:`sinks.mysql.MySqlXaSink`).
+- :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
+
+This package needs no database driver; the backends in :mod:`sinks.postgres` and
+:mod:`sinks.mysql` need theirs (``twopc[postgres]``, ``twopc[mysql]``).
+"""
+
+from .._handles import PreparedSqlHandle
+from ._engines import dispose_engines
+from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
+from ._names import TableName, parse_table_name
+from ._options import JdbcOptions
+from ._prepared import PreparedSqlSink
+from ._staging import StagingHandle, StagingSink
+from ._url import SqlUrl, translate_url
+
+__all__ = [
+    "JdbcDataSource",
+    "JdbcOptions",
+    "JdbcSink",
+    "PreparedSqlHandle",
+    "PreparedSqlSink",
+    "SqlUrl",
+    "StagingHandle",
+    "StagingSink",
+    "TableName",
+    "dispose_engines",
+    "parse_table_name",
+    "translate_url",
+    "write_jdbc",
+]

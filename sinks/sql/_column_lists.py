@@ -1,0 +1,165 @@
+"""Column lists in options: ``upsertKeys`` (``a, "B c", `d```) and Spark's
+``createTableColumnTypes`` (``"name VARCHAR(64), price DECIMAL(10,2)"``)."""
+
+from __future__ import annotations
+
+import re
+
+from twopc import ConfigurationError
+
+__all__ = ["parse_column_list", "parse_column_types"]
+
+_UNQUOTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TYPE_OUTSIDE_QUOTES = re.compile(r"[A-Za-z0-9_ \t\r\n(),.\[\]]")
+
+
+def _read_name(text: str, i: int, what: str) -> tuple[str, int]:
+    """Read a column name at *i*: ``name``, ```quoted` `` (doubled backtick escapes it)
+    or ``"quoted"`` (doubled quote escapes it). Returns the name and the next index."""
+    if i < len(text) and text[i] in "`\"":
+        q = text[i]
+        j, buf = i + 1, []
+        while True:
+            k = text.find(q, j)
+            if k < 0:
+                raise ConfigurationError(f"{what}: unterminated {q} quote in a column name")
+            buf.append(text[j:k])
+            if k + 1 < len(text) and text[k + 1] == q:
+                buf.append(q)
+                j = k + 2
+                continue
+            name = "".join(buf)
+            if not name:
+                raise ConfigurationError(f"{what}: empty quoted column name")
+            if "\x00" in name:
+                raise ConfigurationError(f"{what}: a column name cannot contain a NUL character")
+            return name, k + 1
+    m = _UNQUOTED_NAME.match(text, i)
+    if not m:
+        snippet = text[i:i + 20]
+        raise ConfigurationError(
+            f"{what}: expected a column name at {snippet!r}; quote names with spaces or special "
+            f"characters in backticks, e.g. `my col`")
+    return m.group(0), m.end()
+
+
+def _skip_ws(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
+
+
+def parse_column_list(text: str, what: str = "upsertKeys") -> list[str]:
+    """Parse ``a, "B c", `d``` into column names. Empty text gives ``[]``.
+
+    Raises:
+        ConfigurationError: syntax error or duplicate name (compared case-insensitively).
+    """
+    names: list[str] = []
+    i = _skip_ws(text, 0)
+    if i >= len(text):
+        return names
+    while True:
+        name, i = _read_name(text, i, what)
+        if name.lower() in (n.lower() for n in names):
+            raise ConfigurationError(f"{what}: column {name!r} is listed twice")
+        names.append(name)
+        i = _skip_ws(text, i)
+        if i >= len(text):
+            return names
+        if text[i] != ",":
+            raise ConfigurationError(f"{what}: expected ',' after column {name!r}, got {text[i:i + 20]!r}")
+        i = _skip_ws(text, i + 1)
+        if i >= len(text):
+            raise ConfigurationError(f"{what}: trailing comma (empty column name)")
+
+
+def parse_column_types(text: str, what: str = "createTableColumnTypes") -> dict[str, str]:
+    """Parse Spark's ``createTableColumnTypes``: ``"name VARCHAR(64), price DECIMAL(10,2)"``.
+
+    Entries are ``column type`` separated by commas outside parentheses; a column name may
+    be quoted with backticks or double quotes. The type is kept verbatim (stripped), so it
+    must be safe to paste into DDL: letters, digits, ``_``, spaces, ``.``, ``[]``,
+    balanced parentheses (commas only inside them) and balanced single-quoted literals
+    (e.g. ``ENUM('a','b')``). Empty text gives ``{}``.
+
+    Raises:
+        ConfigurationError: syntax error, duplicate column (case-insensitive), or a type
+            with ``;``, ``--``, ``/*``, ``*/``, unbalanced parentheses or quotes, or other
+            characters that could end the type and inject SQL.
+    """
+    result: dict[str, str] = {}
+    seen: set[str] = set()
+    n = len(text)
+    i = _skip_ws(text, 0)
+    if i >= n:
+        return result
+    while True:
+        if i >= n:
+            raise ConfigurationError(f"{what}: trailing comma (empty entry)")
+        quoted = text[i] in "`\""
+        name, i = _read_name(text, i, what)
+        if i < n and not text[i].isspace() and not quoted and text[i] != ",":
+            raise ConfigurationError(
+                f"{what}: column name {name + text[i:i + 10]!r}... has characters that need quoting; "
+                f"quote it in backticks")
+        start = i
+        depth, in_quote = 0, False
+        while i < n:
+            c = text[i]
+            if in_quote:
+                if c == "'":
+                    if i + 1 < n and text[i + 1] == "'":
+                        i += 1
+                    else:
+                        in_quote = False
+            elif c == "'":
+                in_quote = True
+            elif c == "(":
+                depth += 1
+            elif c == ")":
+                depth -= 1
+                if depth < 0:
+                    raise ConfigurationError(f"{what}: column {name!r}: unbalanced parentheses in its type")
+            elif c == "," and depth == 0:
+                break
+            i += 1
+        type_text = text[start:i].strip()
+        _check_type(name, type_text, depth, in_quote, what)
+        if name.lower() in seen:
+            raise ConfigurationError(f"{what}: column {name!r} is listed twice")
+        seen.add(name.lower())
+        result[name] = type_text
+        if i >= n:
+            return result
+        i = _skip_ws(text, i + 1)
+
+
+def _check_type(name: str, type_text: str, depth: int, in_quote: bool, what: str) -> None:
+    where = f"{what}: column {name!r}"
+    if not type_text:
+        raise ConfigurationError(f"{where} has no type (write `name TYPE`, e.g. `{name} VARCHAR(64)`)")
+    for bad, label in ((";", "';'"), ("--", "'--' (SQL comment)"), ("/*", "'/*' (SQL comment)"),
+                       ("*/", "'*/' (SQL comment)")):
+        if bad in type_text:
+            raise ConfigurationError(f"{where}: type {type_text!r} contains {label}, which is not allowed")
+    if in_quote:
+        raise ConfigurationError(f"{where}: type {type_text!r} has an unterminated ' quote")
+    if depth != 0:
+        raise ConfigurationError(f"{where}: type {type_text!r} has unbalanced parentheses")
+    if not type_text[0].isascii() or not type_text[0].isalpha():
+        raise ConfigurationError(f"{where}: type {type_text!r} must start with a letter")
+    quote = False
+    for c in type_text:
+        if c == "'":
+            quote = not quote  # a doubled '' toggles twice
+            continue
+        if quote:
+            if c == "\\" or (not c.isprintable() and c != " "):
+                raise ConfigurationError(f"{where}: type {type_text!r}: character {c!r} is not allowed "
+                                         f"in a quoted literal")
+        elif not _TYPE_OUTSIDE_QUOTES.match(c):
+            raise ConfigurationError(f"{where}: type {type_text!r}: character {c!r} is not allowed in a "
+                                     f"column type")
+
+

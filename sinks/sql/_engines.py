@@ -1,0 +1,109 @@
+"""One pooled SQLAlchemy engine per process, URL and use, shared by every task a Python
+worker runs (a worker process serves many tasks; a connection per task would cost a
+login each).
+
+Engines for the prepared modes run in ``AUTOCOMMIT`` (the sinks send ``BEGIN`` /
+``PREPARE TRANSACTION`` and ``XA ...`` themselves); the staging mode's engine uses
+SQLAlchemy's transactions. Both ping a pooled connection before use (a worker may sit
+idle between tasks and its connection die meanwhile).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+
+__all__ = ["EngineCache", "dispose_engines", "engine_for"]
+
+#: application_name / client program name the servers show for twopc's sessions
+APPLICATION_NAME = "twopc"
+
+
+class EngineCache:
+    """Engines by key, forgotten in forked children (the parent's connections are not
+    theirs: psycopg and PyMySQL do not close them on garbage collection in another
+    process, so they are dropped without closing)."""
+
+    def __init__(self) -> None:
+        self._engines: dict[Hashable, Engine] = {}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, factory: Callable[[], Engine]) -> Engine:
+        """The engine for *key*, made by *factory* the first time in this process."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._engines.clear()
+                self._pid = os.getpid()
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = self._engines[key] = factory()
+            return engine
+
+    def dispose(self) -> None:
+        """Close every pooled connection of this process (prepared transactions are not
+        affected: they no longer belong to a session)."""
+        with self._lock:
+            engines = list(self._engines.values())
+            self._engines.clear()
+        for e in engines:
+            e.dispose()
+
+
+_ENGINES = EngineCache()
+
+
+def engine_for(url: URL, connect_timeout: int, *, autocommit: bool) -> Engine:
+    """The process's pooled engine for *url* (credentials included) and this use.
+
+    *connect_timeout* is in whole seconds. With *autocommit* the engine hands out
+    connections in ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
+    """
+
+    def make() -> Engine:
+        backend = url.get_backend_name()
+        args: dict[str, Any] = {}
+        if backend == "sqlite":
+            args = {"timeout": max(60, connect_timeout)}
+        elif backend == "postgresql":
+            args = {"connect_timeout": connect_timeout}
+            if "application_name" not in url.query:
+                args["application_name"] = APPLICATION_NAME
+        elif backend in ("mysql", "mariadb"):
+            args = {"connect_timeout": connect_timeout}
+            if "charset" not in url.query:
+                args["charset"] = "utf8mb4"
+        kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": args}
+        if autocommit:
+            kwargs.update(isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=16)
+        engine = sa.create_engine(url, **kwargs)
+        if backend == "sqlite":
+            _sqlite_begin_immediate(engine)
+        return engine
+
+    return _ENGINES.get((url.render_as_string(hide_password=False), connect_timeout, autocommit), make)
+
+
+def dispose_engines() -> None:
+    """Close every pooled connection of this process (prepared transactions are not
+    affected: they no longer belong to a session)."""
+    _ENGINES.dispose()
+
+
+def _sqlite_begin_immediate(engine: Engine) -> None:
+    """pysqlite's own transaction handling skips BEGIN before DDL; take over (SQLAlchemy's
+    documented recipe) and start every transaction with BEGIN IMMEDIATE (writers queue on
+    the busy timeout instead of failing on a lock upgrade)."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,132 @@
+"""Table names as each database reads them: parsing ``[schema.]table`` options, quoting for
+SQL, and display names for messages.
+
+Identifiers always reach SQL quoted (by the dialect's own preparer, or the backends'
+quoting helpers), so a table or column name can never inject SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from sqlalchemy.engine import Dialect
+
+from twopc import ConfigurationError
+
+__all__ = ["TableName", "parse_table_name"]
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+#: names shown without quotes, per dialect (PostgreSQL folds unquoted names to lower case)
+_SHOWN_PLAIN = {"postgresql": re.compile(r"^[a-z_][a-z0-9_]*$"), "mysql": re.compile(r"^(?!\d+$)[A-Za-z0-9_$]+$")}
+_QUOTES = {'"': '"', "`": "`", "[": "]"}
+_QUOTE_NAMES = {'"': "double quotes", "`": "backticks", "[": "brackets"}
+#: MariaDB's and MySQL's longest identifier
+_MYSQL_NAME_CHARS = 64
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A parsed ``[schema.]name`` (the schema is a database on MySQL/MariaDB).
+
+    Attributes:
+        schema: the schema (or database), ``None`` for the connection's default.
+        name: the table name, exactly as the database stores it.
+        dialect: the dialect it was parsed for (``postgresql``, ``mysql``, ``sqlite``,
+            another SQLAlchemy backend name); decides how :meth:`display` quotes.
+    """
+
+    schema: str | None
+    name: str
+    dialect: str = ""
+
+    def quoted(self, dialect: Dialect) -> str:
+        """The name quoted by SQLAlchemy *dialect*'s preparer, for SQL text."""
+        q = dialect.identifier_preparer.quote_identifier
+        return f"{q(self.schema)}.{q(self.name)}" if self.schema else q(self.name)
+
+    def display(self) -> str:
+        """The name as a user would type it (quoted only where it has to be)."""
+        plain = _SHOWN_PLAIN.get(self.dialect, _PLAIN)
+        quote = "`" if self.dialect == "mysql" else '"'
+
+        def one(p: str) -> str:
+            return p if plain.match(p) else quote + p.replace(quote, quote * 2) + quote
+
+        return f"{one(self.schema)}.{one(self.name)}" if self.schema else one(self.name)
+
+    def __str__(self) -> str:
+        return self.display()
+
+    def sibling(self, name: str) -> TableName:
+        """A table with another name in the same schema."""
+        return replace(self, name=name)
+
+
+def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> TableName:
+    """Parse ``[schema.]table`` as the database would read it.
+
+    Quoted parts are taken verbatim (``"x"`` on PostgreSQL, ```x``` on MySQL, any of
+    ``"x"``, ```x```, ``[x]`` elsewhere); unquoted parts must be plain identifiers and are
+    folded to lower case on PostgreSQL (as PostgreSQL does). On MySQL/MariaDB a name may
+    not hold NUL and is at most 64 characters.
+
+    Raises:
+        ConfigurationError: the name is empty, malformed, or has more than two parts.
+    """
+    s = text.strip()
+    if not s:
+        raise ConfigurationError(f"{what} is empty: give a table name such as public.events")
+    quotes = {"postgresql": '"', "mysql": "`"}.get(dialect_name, "".join(_QUOTES))
+    parts: list[str] = []
+    i = 0
+    while True:
+        if i < len(s) and s[i] in quotes:
+            part, i = _quoted_part(s, i, text, what)
+            parts.append(part)
+        else:
+            k = s.find(".", i)
+            raw = s[i:] if k < 0 else s[i:k]
+            if not _PLAIN.match(raw):
+                raise ConfigurationError(
+                    f"{what} {text!r}: {raw!r} is not a plain identifier; quote names with spaces, "
+                    f"dots or special characters in {_QUOTE_NAMES[quotes[0]]}, e.g. "
+                    f"{quotes[0]}{raw or 'name'}{_QUOTES[quotes[0]]}")
+            parts.append(raw.lower() if dialect_name == "postgresql" else raw)
+            i = len(s) if k < 0 else k
+        if i >= len(s):
+            break
+        if s[i] != ".":
+            raise ConfigurationError(f"{what} {text!r}: expected '.' after a quoted name")
+        i += 1
+    if len(parts) > 2:
+        raise ConfigurationError(f"{what} {text!r}: use [schema.]table")
+    if dialect_name == "mysql":
+        for part in parts:
+            if "\x00" in part:
+                raise ConfigurationError(f"{what} {text!r}: names cannot contain NUL characters")
+            if len(part) > _MYSQL_NAME_CHARS:
+                raise ConfigurationError(
+                    f"{what} {text!r}: {part[:20]!r}... is longer than MySQL's {_MYSQL_NAME_CHARS} characters")
+    schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
+    return TableName(schema, name, dialect_name)
+
+
+def _quoted_part(s: str, i: int, text: str, what: str) -> tuple[str, int]:
+    """The quoted name starting at ``s[i]`` (a doubled closing quote escapes it, but for
+    ``[...]``) and the index after it."""
+    close = _QUOTES[s[i]]
+    j, buf = i + 1, []
+    while True:
+        k = s.find(close, j)
+        if k < 0:
+            raise ConfigurationError(f"{what} {text!r}: unterminated {s[i]} quote")
+        buf.append(s[j:k])
+        if k + 1 < len(s) and s[k + 1] == close and close != "]":
+            buf.append(close)
+            j = k + 2
+            continue
+        part = "".join(buf)
+        if not part:
+            raise ConfigurationError(f"{what} {text!r}: empty quoted name")
+        return part, k + 1

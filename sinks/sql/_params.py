@@ -1,0 +1,428 @@
+"""JDBC driver parameters, translated to the Python drivers' own.
+
+A parameter in a JDBC URL's query string, or a writer option that is not an option of the
+format (Spark hands unknown options to the JDBC driver as connection properties), is
+translated to the Python driver's equivalent (:data:`PG_PARAMETERS` for psycopg,
+:data:`MYSQL_PARAMETERS` for PyMySQL, :data:`SQLITE_PARAMETERS` for sqlite3), accepted
+with an INFO log when it only tunes the Java driver (the ``*_JAVA_ONLY`` lists), and
+refused otherwise: a parameter is never dropped silently.
+
+Differences from the Java drivers, on purpose:
+
+- PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's
+  meaning; libpq's default would not verify the server).
+- MySQL: PyMySQL has no opportunistic TLS. An explicit ``useSSL=true`` or
+  ``sslMode=PREFERRED`` therefore *requires* TLS (without certificate check, like
+  ``REQUIRED``); with no TLS parameter at all the connection is not encrypted.
+  ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA as a PEM file (``serverSslCert``):
+  PyMySQL cannot read Java trust stores.
+- A connect timeout of 0 ("wait forever") is not supported: twopc always uses a finite
+  one (the ``connectTimeout`` option, default 10 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from twopc import ConfigurationError
+
+from .._secrets import SECRET_KEYS
+
+__all__ = [
+    "MYSQL_JAVA_ONLY",
+    "MYSQL_PARAMETERS",
+    "PG_JAVA_ONLY",
+    "PG_PARAMETERS",
+    "SQLITE_PARAMETERS",
+    "DriverParam",
+    "Translated",
+    "translate_mysql",
+    "translate_pg",
+    "translate_sqlite",
+]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+
+class DriverParam(NamedTuple):
+    """One driver parameter: from the JDBC URL's query string or an extra option."""
+
+    key: str  # lower case
+    name: str  # as written
+    value: str
+    source: str  # "the JDBC URL" or "option"
+
+
+class Translated(NamedTuple):
+    """The Python driver's URL query parameters, and the connect timeout in seconds
+    found among the JDBC parameters (``None``: none given)."""
+
+    query: dict[str, str | tuple[str, ...]]
+    connect_timeout: int | None
+
+
+#: PostgreSQL JDBC parameters translated to libpq (psycopg) equivalents.
+PG_PARAMETERS: tuple[str, ...] = (
+    "user", "password", "ssl", "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword",
+    "applicationName", "connectTimeout", "loginTimeout", "currentSchema", "options",
+    "targetServerType", "gssEncMode", "channelBinding", "loadBalanceHosts",
+)
+#: PostgreSQL JDBC parameters that only tune the Java driver: accepted, logged at INFO.
+PG_JAVA_ONLY: tuple[str, ...] = (
+    "reWriteBatchedInserts", "stringtype", "prepareThreshold", "tcpKeepAlive", "tcpNoDelay",
+    "defaultRowFetchSize", "binaryTransfer", "binaryTransferEnable", "binaryTransferDisable",
+    "preparedStatementCacheQueries", "preparedStatementCacheSizeMiB", "preferQueryMode",
+    "loggerLevel", "loggerFile", "logUnclosedConnections", "assumeMinServerVersion",
+    "receiveBufferSize", "sendBufferSize", "disableColumnSanitiser", "socketTimeout",
+    "cancelSignalTimeout", "escapeSyntaxCallMode", "maxResultBuffer", "adaptiveFetch",
+    "adaptiveFetchMinimum", "adaptiveFetchMaximum", "logServerErrorDetail",
+    "quoteReturningIdentifiers", "hideUnprivilegedObjects", "hostRecheckSeconds",
+    "cleanupSavepoints",
+)
+#: MySQL / MariaDB JDBC parameters translated to PyMySQL equivalents.
+MYSQL_PARAMETERS: tuple[str, ...] = (
+    "user", "password", "sslMode", "useSSL", "requireSSL", "verifyServerCertificate",
+    "trustServerCertificate", "disableSslHostnameVerification", "serverSslCert",
+    "connectTimeout", "socketTimeout", "characterEncoding", "serverTimezone",
+    "connectionTimeZone",
+)
+#: MySQL / MariaDB JDBC parameters that only tune the Java driver: accepted, logged at INFO.
+MYSQL_JAVA_ONLY: tuple[str, ...] = (
+    "rewriteBatchedStatements", "useServerPrepStmts", "cachePrepStmts", "prepStmtCacheSize",
+    "prepStmtCacheSqlLimit", "useUnicode", "useLegacyDatetimeCode",
+    "useJDBCCompliantTimezoneShift", "allowPublicKeyRetrieval", "zeroDateTimeBehavior",
+    "tcpKeepAlive", "tcpNoDelay", "useCompression", "useLocalSessionState",
+    "elideSetAutoCommits", "maintainTimeStats", "cacheResultSetMetadata",
+    "cacheServerConfiguration", "useCursorFetch", "defaultFetchSize", "tinyInt1isBit",
+    "transformedBitIsBoolean", "yearIsDateType", "autoReconnect", "useBulkStmts",
+    "useBatchMultiSend", "useReadAheadInput", "dumpQueriesOnException", "profileSQL", "logger",
+)
+#: SQLite JDBC (xerial) parameters translated to sqlite3 equivalents.
+SQLITE_PARAMETERS: tuple[str, ...] = ("busy_timeout",)
+
+_PG_JAVA_ONLY = frozenset(k.lower() for k in PG_JAVA_ONLY)
+_MYSQL_JAVA_ONLY = frozenset(k.lower() for k in MYSQL_JAVA_ONLY)
+
+#: Known parameters that are refused, with specific advice (keys lower-case).
+_PG_REFUSED: dict[str, str] = {
+    "sslfactory": "is a Java SSL socket factory; use sslmode (e.g. sslmode=require instead of "
+                  "NonValidatingFactory, or sslmode=verify-full with sslrootcert)",
+    "sslhostnameverifier": "is a Java class; use sslmode=verify-full to check the host name, "
+                           "or sslmode=verify-ca not to",
+    "sslpasswordcallback": "is a Java class; give the key's password as sslpassword",
+    "readonly": "would make every write fail",
+    "autosave": "changes transaction semantics on errors; twopc manages its transactions itself",
+}
+_MYSQL_REFUSED: dict[str, str] = {
+    "trustcertificatekeystoreurl": "is a Java key store, which PyMySQL cannot read: give the CA "
+                                   "certificate as a PEM file with serverSslCert=/path/ca.pem",
+    "clientcertificatekeystoreurl": "is a Java key store, which PyMySQL cannot read: use a "
+                                    "SQLAlchemy URL mysql+pymysql://...?ssl_cert=/path/cert.pem"
+                                    "&ssl_key=/path/key.pem",
+    "keystore": "is a Java key store, which PyMySQL cannot read: use a SQLAlchemy URL "
+                "mysql+pymysql://...?ssl_cert=/path/cert.pem&ssl_key=/path/key.pem",
+    "sessionvariables": "runs arbitrary SET statements on connect; use sessionInitStatement",
+    "readonly": "would make every write fail",
+}
+
+_MYSQL_TLS_KEYS = frozenset({"sslmode", "usessl", "requiressl", "verifyservercertificate",
+                             "trustservercertificate", "disablesslhostnameverification", "serversslcert"})
+_PG_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_MYSQL_SSLMODES = {
+    "disabled": "disabled", "disable": "disabled",
+    "preferred": "preferred",
+    "required": "required", "trust": "required",
+    "verify_ca": "verify_ca", "verify-ca": "verify_ca",
+    "verify_identity": "verify_identity", "verify-full": "verify_identity",
+}
+_UTC_NAMES = frozenset({"utc", "etc/utc", "gmt", "etc/gmt", "z", "+00:00", "-00:00", "+0", "utc+0",
+                        "gmt+0", "universal", "zulu"})
+_UTF8_NAMES = frozenset({"utf-8", "utf8", "utf8mb4"})
+
+
+
+def _unknown(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...],
+             java_only: tuple[str, ...], supported: str) -> ConfigurationError:
+    if prop.source == "the JDBC URL":
+        head = f"parameter {prop.name} in the JDBC URL is not supported for {dialect_label}"
+        tail = ""
+    else:
+        head = (f"option {prop.name} is neither a Spark JDBC nor a twopc option, nor a {dialect_label} "
+                f"driver parameter twopc knows (Spark passes unknown options to the JDBC driver)")
+        tail = f" {supported}." if supported else ""
+    accepted = f"; accepted without effect (Java driver tuning): {', '.join(java_only)}" if java_only else ""
+    return ConfigurationError(
+        f"{head}. Driver parameters translated for {dialect_label}: {', '.join(mapped)}{accepted}.{tail} "
+        f"Remove it, or give a SQLAlchemy URL with the Python driver's own parameters")
+
+
+def _java_only(prop: DriverParam, dialect_label: str) -> None:
+    log.info("twopc: %s %s=%s only tunes the Java %s JDBC driver; it has no effect here",
+             "URL parameter" if prop.source == "the JDBC URL" else "option", prop.name,
+             prop.value if prop.key not in SECRET_KEYS else "***", dialect_label)
+
+
+def _seconds(prop: DriverParam, unit_ms: bool) -> int | None:
+    """A JDBC timeout in seconds (rounded up); None for 0 (= no limit in JDBC)."""
+    t = prop.value.strip()
+    if not t.isdigit():
+        unit = "milliseconds" if unit_ms else "seconds"
+        raise ConfigurationError(f"{prop.name} must be a whole number of {unit}, got {prop.value!r}")
+    n = int(t)
+    if n == 0:
+        return None
+    return max(1, math.ceil(n / 1000)) if unit_ms else n
+
+
+def _jdbc_bool(prop: DriverParam) -> bool:
+    t = prop.value.strip().lower()
+    if t in ("true", "", "1", "yes"):
+        return True
+    if t in ("false", "0", "no"):
+        return False
+    raise ConfigurationError(f"{prop.name} must be true or false, got {prop.value!r}")
+
+
+def _libpq_escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace(" ", "\\ ")
+
+
+def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[str, ...]],
+                 supported: str = "") -> Translated:
+    """libpq (psycopg) parameters for pgjdbc parameters (see :data:`PG_PARAMETERS`)."""
+    q: dict[str, str | tuple[str, ...]] = {}
+    timeout: int | None = None
+    login_timeout: int | None = None
+    ssl_flag = False
+    zero_timeout = False
+    schema: str | None = None
+    for p in props:
+        k, v = p.key, p.value
+        if k == "ssl":
+            t = v.strip().lower()
+            if t not in ("", "true", "false"):
+                raise ConfigurationError(f"ssl must be true or false, got {v!r}")
+            ssl_flag = t != "false"
+        elif k == "sslmode":
+            t = v.strip().lower()
+            if t not in _PG_SSLMODES:
+                raise ConfigurationError(f"sslmode must be one of {', '.join(_PG_SSLMODES)}, got {v!r}")
+            q["sslmode"] = t
+        elif k in ("sslrootcert", "sslcert", "sslkey", "sslpassword"):
+            if k == "sslkey" and v.lower().endswith((".pk8", ".der")):
+                log.info("twopc: sslkey %s looks like a PKCS-8 DER key (pgjdbc's format); libpq "
+                         "needs the key as PEM", v)
+            q[k] = v
+        elif k == "applicationname":
+            q["application_name"] = v
+        elif k in ("connecttimeout", "logintimeout"):
+            sec = _seconds(p, unit_ms=False)
+            zero_timeout = zero_timeout or sec is None
+            if k == "connecttimeout":
+                timeout = sec
+            else:
+                login_timeout = sec
+        elif k == "currentschema":
+            if not v.strip():
+                raise ConfigurationError("currentSchema is empty")
+            schema = v.strip()
+        elif k == "options":
+            base = base_query.get("options")
+            if base is not None and base != v:
+                raise ConfigurationError("driver parameter options is set in the url and, differently, "
+                                         "by a JDBC parameter or option: give it once")
+            q["options"] = v
+        elif k == "targetservertype":
+            t = v.strip().lower()
+            if t == "any":
+                q["target_session_attrs"] = "any"
+            elif t in ("primary", "master", "preferprimary"):
+                q["target_session_attrs"] = "read-write"
+            elif t in ("secondary", "slave", "prefersecondary", "preferslave", "standby", "preferstandby"):
+                raise ConfigurationError(
+                    f"targetServerType={v} would connect to a standby, which cannot be written; use "
+                    f"targetServerType=primary")
+            else:
+                raise ConfigurationError(f"targetServerType must be any or primary, got {v!r}")
+        elif k == "gssencmode":
+            t = v.strip().lower()
+            if t not in ("disable", "allow", "prefer", "require"):
+                raise ConfigurationError(f"gssEncMode must be disable, allow, prefer or require, got {v!r}")
+            q["gssencmode"] = t
+        elif k == "channelbinding":
+            t = v.strip().lower()
+            if t not in ("disable", "prefer", "require"):
+                raise ConfigurationError(f"channelBinding must be disable, prefer or require, got {v!r}")
+            q["channel_binding"] = t
+        elif k == "loadbalancehosts":
+            q["load_balance_hosts"] = "random" if _jdbc_bool(p) else "disable"
+        elif k in _PG_JAVA_ONLY:
+            _java_only(p, "PostgreSQL")
+        elif k in _PG_REFUSED:
+            raise ConfigurationError(f"{_param_label(p)} is not supported: it {_PG_REFUSED[k]}")
+        else:
+            raise _unknown(p, "PostgreSQL", PG_PARAMETERS, PG_JAVA_ONLY, supported)
+    if ssl_flag and "sslmode" not in q and "sslmode" not in base_query:
+        # pgjdbc: ssl=true without sslmode verifies the certificate and the host name
+        q["sslmode"] = "verify-full"
+        log.info("twopc: ssl=true means sslmode=verify-full (as in pgjdbc)")
+    if schema is not None:
+        existing = q.get("options", base_query.get("options", ""))
+        existing_text = existing[-1] if isinstance(existing, tuple) else existing
+        search = f"-csearch_path={_libpq_escape(schema)}"
+        q["options"] = f"{existing_text} {search}".strip()
+    if zero_timeout and timeout is None and login_timeout is None:
+        log.info("twopc: a connect timeout of 0 (no limit) is not supported; using the "
+                 "connectTimeout option (default 10 s)")
+    return Translated(q, timeout if timeout is not None else login_timeout)
+
+
+def _param_label(p: DriverParam) -> str:
+    return f"parameter {p.name} in the JDBC URL" if p.source == "the JDBC URL" else f"option {p.name}"
+
+
+def translate_mysql(props: list[DriverParam], flavor: str, supported: str = "") -> Translated:
+    """PyMySQL parameters for MySQL/MariaDB Connector/J parameters (*flavor* ``mysql`` or
+    ``mariadb``: their TLS parameters differ; see :data:`MYSQL_PARAMETERS`)."""
+    q: dict[str, str | tuple[str, ...]] = {}
+    timeout: int | None = None
+    by_key = {p.key: p for p in props}
+    for p in props:
+        k, v = p.key, p.value
+        if k in _MYSQL_TLS_KEYS:
+            continue
+        if k == "connecttimeout":
+            sec = _seconds(p, unit_ms=True)
+            if sec is None:
+                log.info("twopc: connectTimeout=0 (no limit) is not supported; using the "
+                         "connectTimeout option (default 10 s)")
+            timeout = sec
+        elif k == "sockettimeout":
+            sec = _seconds(p, unit_ms=True)
+            if sec is not None:
+                q["read_timeout"] = str(sec)
+                q["write_timeout"] = str(sec)
+        elif k == "characterencoding":
+            if v.strip().lower() not in _UTF8_NAMES:
+                raise ConfigurationError(
+                    f"characterEncoding={v} is not supported: twopc-jdbc writes UTF-8 (charset "
+                    f"utf8mb4); use characterEncoding=UTF-8 or remove it")
+            q["charset"] = "utf8mb4"
+        elif k in ("servertimezone", "connectiontimezone"):
+            if v.strip().lower() not in _UTC_NAMES:
+                raise ConfigurationError(
+                    f"{p.name}={v} is not supported: twopc-jdbc sends timestamps as UTC; use "
+                    f"{p.name}=UTC or remove it")
+            log.info("twopc: %s=%s: timestamps are written in UTC", p.name, v)
+        elif k in _MYSQL_JAVA_ONLY:
+            _java_only(p, "MySQL/MariaDB")
+        elif k in _MYSQL_REFUSED:
+            raise ConfigurationError(f"{_param_label(p)} is not supported: it {_MYSQL_REFUSED[k]}")
+        else:
+            raise _unknown(p, "MySQL/MariaDB", MYSQL_PARAMETERS, MYSQL_JAVA_ONLY, supported)
+    q.update(_mysql_tls(by_key, flavor))
+    return Translated(q, timeout)
+
+
+def _mysql_tls(by_key: Mapping[str, DriverParam], flavor: str) -> dict[str, str | tuple[str, ...]]:
+    """Map Connector/J / MariaDB Connector/J TLS parameters to PyMySQL's ``ssl_*`` URL
+    parameters (read by SQLAlchemy's mysql dialect). Never weakens what was asked for;
+    every TLS parameter that ends up without effect is logged at INFO."""
+    used: set[str] = set()
+
+    def flag(key: str) -> bool | None:
+        p = by_key.get(key)
+        if p is None:
+            return None
+        used.add(key)
+        return _jdbc_bool(p)
+
+    ca_prop = by_key.get("serversslcert")
+    ca: str | None = None
+    if ca_prop is not None:
+        ca = ca_prop.value.strip()
+        if not ca or ca.startswith("-----BEGIN") or ca.lower().startswith("classpath:"):
+            raise ConfigurationError(
+                "serverSslCert must be the path of a PEM file with the CA certificate (inline "
+                "certificates and classpath: resources are not supported)")
+    mode_prop = by_key.get("sslmode")
+    mode: str | None
+    if mode_prop is not None:
+        used.add("sslmode")
+        key = mode_prop.value.strip().lower()
+        if key not in _MYSQL_SSLMODES:
+            raise ConfigurationError(
+                f"sslMode must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY (MariaDB: "
+                f"disable, trust, verify-ca, verify-full), got {mode_prop.value!r}")
+        mode = _MYSQL_SSLMODES[key]
+    elif flavor == "mariadb":  # MariaDB Connector/J 2.x: useSsl verifies unless told not to
+        use = flag("usessl")
+        if use:
+            if flag("trustservercertificate"):
+                mode = "required"
+            elif flag("disablesslhostnameverification"):
+                mode = "verify_ca"
+            else:
+                mode = "verify_identity"
+        else:
+            mode = "disabled" if use is False else None
+    else:  # MySQL Connector/J: useSSL=true alone is PREFERRED
+        use, require, verify = flag("usessl"), flag("requiressl"), flag("verifyservercertificate")
+        if use is False:
+            mode = "disabled"
+        elif verify:
+            mode = "verify_ca"
+        elif require:
+            mode = "required"
+        elif use:
+            mode = "preferred"
+        else:
+            mode = None
+    if mode in ("preferred", "required") and flag("verifyservercertificate"):
+        mode = "verify_ca"  # stricter of the two
+    q: dict[str, str | tuple[str, ...]] = {}
+    if mode in ("preferred", "required"):
+        if mode == "preferred":
+            log.info("twopc: PyMySQL has no opportunistic TLS: TLS is required (without "
+                     "certificate verification), as with sslMode=REQUIRED")
+        q["ssl_check_hostname"] = "false"
+        if ca is not None:
+            used.add("serversslcert")
+            q["ssl_ca"] = ca
+            log.info("twopc: serverSslCert given: the server certificate is verified")
+    elif mode in ("verify_ca", "verify_identity"):
+        if ca is None:
+            raise ConfigurationError(
+                f"TLS with certificate verification "
+                f"({'VERIFY_CA' if mode == 'verify_ca' else 'VERIFY_IDENTITY'}) needs the CA certificate "
+                f"as a PEM file, because PyMySQL cannot read Java trust stores: add "
+                f"serverSslCert=/path/ca.pem to the URL, or give a SQLAlchemy URL "
+                f"mysql+pymysql://...?ssl_ca=/path/ca.pem")
+        used.add("serversslcert")
+        q["ssl_ca"] = ca
+        if mode == "verify_ca":
+            q["ssl_check_hostname"] = "false"
+    for key, p in by_key.items():
+        if key in _MYSQL_TLS_KEYS and key not in used:
+            log.info("twopc: %s=%s has no effect with the other TLS parameters given (TLS: %s)",
+                     p.name, p.value, (mode or "not requested").replace("_", " "))
+    return q
+
+
+def translate_sqlite(props: list[DriverParam], supported: str = "") -> Translated:
+    """sqlite3 parameters for xerial's (see :data:`SQLITE_PARAMETERS`)."""
+    q: dict[str, str | tuple[str, ...]] = {}
+    for p in props:
+        if p.key == "busy_timeout":
+            t = p.value.strip()
+            if not t.isdigit():
+                raise ConfigurationError(f"busy_timeout must be a whole number of milliseconds, got {p.value!r}")
+            q["timeout"] = f"{int(t) / 1000:g}"
+        else:
+            raise _unknown(p, "SQLite", SQLITE_PARAMETERS, (), supported)
+    return Translated(q, None)
+
+

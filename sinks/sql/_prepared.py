@@ -1,0 +1,176 @@
+"""The base of every sink that prepares SQL transactions (PostgreSQL ``PREPARE TRANSACTION``,
+MySQL/MariaDB XA): the protocol is written once here, the dialects supply hooks.
+
+What the base owns:
+
+- configuration (one :class:`~sinks.sql._options.JdbcOptions`, read by the same parser
+  as ``twopc-jdbc``), pickling without connections, descriptions without secrets;
+- connections: a per-process pool (:func:`~sinks.sql._engines.engine_for`), a *control*
+  connection for the driver's statements, retried once on a new connection when it turns
+  out dead (every control statement is idempotent);
+- the transaction id (:class:`twopc.Xid`, checked against the target's byte limit) and
+  the marker table: a row written inside each prepared transaction, so that a commit
+  that finds its transaction gone can tell "already committed" (marker present) from
+  "lost" (absent) — the database answers both the same way;
+- the open transaction's life: buffering dict rows, loading Arrow batches, marker +
+  prepare, rollback, and how every failure leaves nothing behind;
+- commit / abort / list_prepared / purge_committed.
+
+What a dialect supplies (methods starting with ``_`` that raise ``NotImplementedError``
+here): opening a write transaction, loading rows, preparing, finishing a prepared id
+(``COMMIT``/``ROLLBACK``), listing prepared ids, the target's catalog (columns, checks),
+the marker table's DDL, and the mapping of driver errors to twopc's exception tree.
+
+Failure windows, in one place: a task that dies before ``PREPARE`` leaves an open
+transaction the server rolls back with the session; one that dies after it leaves a
+prepared transaction that recovery finds by :meth:`PreparedSqlSink.list_prepared` and rolls
+back unless a decision names it; a commit that dies after ``COMMIT`` is answered
+``ALREADY_COMMITTED`` by the marker on retry.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import pyarrow as pa
+
+from twopc import ConfigurationError, SinkError, SinkUnavailableError, TargetConfigurationError, TwoPhaseCommitSink
+
+from .._handles import PreparedSqlHandle
+from ._columns import TableColumn
+from ._dialect import SqlTxn, give_back, log
+from ._names import parse_table_name
+from ._options import JdbcOptions
+from ._prepared_committer import PreparedCommitter
+from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from sqlalchemy.pool import PoolProxiedConnection
+
+__all__ = ["PreparedSqlSink"]
+
+C = TypeVar("C", bound=TableColumn)
+H = TypeVar("H", bound=PreparedSqlHandle)
+
+
+class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
+                      TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[C, H]):
+    """Exactly-once appends to one SQL table through prepared transactions.
+
+    Args:
+        url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
+            (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
+        table: ``[schema.]table`` in the database's syntax (quote special names).
+        **options: the format's options as keywords (see :mod:`sinks.sql._options`):
+            ``user``, ``password``, ``marker_table``, ``lock_timeout`` (a duration such as
+            ``"30s"``, or seconds), ``connect_timeout``, ``isolation_level``,
+            ``query_timeout``, ``session_init_statement``, ``batch_size``, ``copy_format``,
+            ``driver``.
+
+    Raises:
+        ConfigurationError: an argument is invalid (nothing is contacted).
+
+    The instance holds only configuration and pickles to executors; connections come from
+    a per-process pool, opened lazily and reused across tasks.
+    """
+
+    def __init__(self, url: Any, table: str, **options: Any) -> None:
+        self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.format_name, dialect=self.dialect,
+                                                **options))
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> Self:
+        """Build the sink from Spark writer options, read by the same parser as
+        ``twopc-jdbc`` (:meth:`JdbcOptions.parse`).
+
+        Raises:
+            MissingOptionError: ``url`` or ``dbtable`` is missing.
+            ConfigurationError: an option is invalid, unknown, or needs ``twopc-jdbc``.
+        """
+        return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=cls.format_name, dialect=cls.dialect))
+
+    @classmethod
+    def from_jdbc_options(cls, options: JdbcOptions) -> Self:
+        """Build the sink from parsed options (how ``twopc-jdbc`` makes its prepared mode).
+
+        Raises:
+            ConfigurationError: the options are for another database.
+        """
+        sink = cls.__new__(cls)
+        sink._configure(options)
+        return sink
+
+    def _configure(self, options: JdbcOptions) -> None:
+        if options.dialect != self.dialect:
+            raise ConfigurationError(f"{type(self).__name__} writes to {self.product}, not {options.dialect}")
+        self.options = options
+        self._target = parse_table_name(options.table, self.dialect)
+        self._marker = parse_table_name(options.marker_table, self.dialect, "markerTable")
+        self._control: PoolProxiedConnection | None = None
+        self._open: weakref.WeakSet[SqlTxn[C]] | None = weakref.WeakSet()
+
+    # -- pickling / description ---------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_control"] = None
+        state["_open"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open = weakref.WeakSet()
+
+    def close(self) -> None:
+        """Roll back transactions of this object that are still open (never prepared
+        ones) and return the connections to the process pool. The sink stays usable."""
+        for txn in list(self._open or ()):
+            self.rollback(txn)
+        self._drop_control(broken=False)
+
+    # -- validation (driver, plan time) ----------------------------------------------------
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the server and the table before any task writes; create the marker table.
+
+        Raises:
+            SinkUnavailableError: the server cannot be reached or refused the login.
+            TargetConfigurationError: the server cannot prepare transactions, the target
+                is not a table that can take part in them, privileges are missing, or the
+                marker table cannot be created or is not a twopc marker table.
+            SchemaMismatchError: the table does not exist, or a DataFrame column is missing
+                from it or has an incompatible type, or a NOT NULL column without default
+                is absent from the DataFrame (every problem is listed).
+        """
+        conn = self._checkout()
+        try:
+            dbapi = conn.driver_connection
+            self._check_server(dbapi)
+            columns = self._target_columns(dbapi, validating=True)
+            self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
+            self._ensure_markers(dbapi)
+        except self.driver_error as exc:
+            broken = self._is_connection_error(exc)
+            give_back(conn, broken=broken)
+            raise (SinkUnavailableError if broken else SinkError)(
+                f"validating {self.table} on {self._where()} failed: {self._redact(self._error_text(exc))}"
+            ) from None
+        except BaseException:
+            give_back(conn, broken=False)
+            raise
+        give_back(conn, broken=False)
+
+    def _ensure_markers(self, dbapi: Any) -> None:
+        have = self._marker_columns(dbapi)
+        if have is not None:
+            missing = [c for c in MARKER_COLUMNS if c not in {h.lower() for h in have}]
+            if missing:
+                raise TargetConfigurationError(
+                    f"{self.marker_table} exists but is not a twopc marker table (it lacks columns "
+                    f"{', '.join(missing)}): set option markerTable to another name")
+            return
+        self._create_markers(dbapi)
+        log.info("twopc: created marker table %s", self.marker_table)
+

@@ -1,0 +1,135 @@
+"""The driver side of a prepared-transaction SQL sink: commit and abort by transaction id
+(told apart from "lost" by the marker row), listing the prepared transactions of a sink,
+and purging markers the ledger no longer needs."""
+
+from __future__ import annotations
+
+import logging
+from typing import Generic, TypeVar
+
+from twopc import MAX_XID_BYTES, CommitOutcome, ProtocolError, SinkError, TransactionHandle, Xid
+
+from ._columns import TableColumn
+from ._dialect import SqlDialect
+
+__all__ = ["PreparedCommitter"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+C = TypeVar("C", bound=TableColumn)
+H = TypeVar("H", bound=TransactionHandle)
+
+
+class PreparedCommitter(SqlDialect[C], Generic[C, H]):
+    """Finish prepared transactions from any process that has the handles."""
+
+    def _checked_gid(self, handle: TransactionHandle) -> str:
+        return Xid.checked(handle.txn_id, max_bytes=MAX_XID_BYTES[self.dialect],
+                           what=f"twopc {self.product} {self.id_name}")
+
+    def _marker_exists(self, gid: str) -> bool:
+        try:
+            _n, rows = self._control_execute(
+                f"SELECT 1 FROM {self._qualified(self._marker)} WHERE {self._quote('gid')} = %s", (gid,), fetch=True)
+        except self.driver_error as exc:
+            if self._is_missing_table(exc):
+                return False
+            raise self._map_error(exc, "read the marker table") from None
+        return bool(rows)
+
+    def commit(self, handle: H) -> CommitOutcome:
+        """Commit the handle's prepared transaction from the control connection.
+
+        Returns:
+            ``COMMITTED``; ``ALREADY_COMMITTED`` when the database does not know the id
+            and its marker row exists; ``LOST`` when it knows neither (rolled back).
+
+        Raises:
+            ProtocolError: the handle's id is malformed.
+            SinkUnavailableError: the connection failed (nothing changed, or the commit
+                happened and a retry answers ``ALREADY_COMMITTED``).
+            SinkError: another server error; retry.
+        """
+        gid = self._checked_gid(handle)
+        if self._finish("COMMIT", gid):
+            return CommitOutcome.COMMITTED
+        if self._marker_exists(gid):
+            return CommitOutcome.ALREADY_COMMITTED
+        log.error("twopc: %s is neither prepared nor committed on %s", gid, self.table)
+        return CommitOutcome.LOST
+
+    def abort(self, handle: H) -> None:
+        """Roll back the handle's prepared transaction; an id that is already gone is fine.
+
+        Raises:
+            ProtocolError: the id is gone and its marker row exists: it was committed; or
+                the handle's id is malformed.
+            SinkError / SinkUnavailableError: the server failed; retry.
+        """
+        gid = self._checked_gid(handle)
+        if self._finish("ROLLBACK", gid):
+            return
+        if self._marker_exists(gid):
+            raise ProtocolError(f"asked to roll back {gid}, but it was already committed to {self.table} "
+                                f"(its marker row exists)")
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[H]:
+        """Prepared transactions of *sink_id* (and *batch_id*) the database lists;
+        ``rows`` is ``-1`` (unknown) in the returned handles.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        prefix = Xid.prefix(sink_id)
+        try:
+            gids = self._prepared_ids(prefix)
+        except self.driver_error as exc:
+            raise self._map_error(exc, "list prepared transactions") from None
+        out = []
+        for gid in sorted(g for g in gids if g.startswith(prefix)):
+            h = self.parse_gid(gid)
+            if h is None or h.sink_id != sink_id:
+                log.warning("twopc: ignoring prepared transaction with malformed id %r", gid)
+                continue
+            if batch_id is None or h.batch_id == batch_id:
+                out.append(h)
+        return out
+
+    def parse_gid(self, gid: str) -> H | None:
+        """Rebuild a handle from a transaction id (``None`` if it is not a canonical twopc id)."""
+        xid = Xid.parse(gid)
+        if xid is None or xid.text != gid:
+            return None
+        return self.handle_type(gid, xid.sink_id, xid.batch_id, xid.partition_id,
+                                xid.attempt_id, table=self.table, rows=-1)
+
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:
+        """The runtime's hook after the ledger forgot batches ``< below_batch``: delete
+        their marker rows (:meth:`purge_markers`). Best effort: the batch being committed
+        is already committed and marked, so a failure is logged, not raised (the rows are
+        deleted at the next purge)."""
+        try:
+            deleted = self.purge_markers(sink_id, below_batch)
+        except SinkError as exc:
+            log.warning("twopc: could not purge marker rows of sink %s below batch %s: %s", sink_id, below_batch, exc)
+            return
+        log.debug("twopc: purged %s marker rows of sink %s below batch %s", deleted, sink_id, below_batch)
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
+
+        Markers let :meth:`commit` tell ``ALREADY_COMMITTED`` from ``LOST``; purge only
+        batches older than every batch the commit ledger still holds (a purged batch's
+        replayed commit would be reported ``LOST``).
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        try:
+            count, _rows = self._control_execute(
+                f"DELETE FROM {self._qualified(self._marker)} WHERE {self._quote('sink_id')} = %s "
+                f"AND {self._quote('batch_id')} < %s", (sink_id, below_batch))
+        except self.driver_error as exc:
+            raise self._map_error(exc, f"purge markers from {self.marker_table}") from None
+        return count
+

@@ -1,0 +1,205 @@
+"""The executor side of a prepared-transaction SQL sink: one transaction per task attempt,
+from ``begin_transaction`` to ``pre_commit``, and how every failure on the way leaves
+nothing behind (a driver error rolls the transaction back and becomes a credential-free
+:class:`~twopc.SinkError`; a broken connection is discarded, which makes the server roll
+back; anything else rolls back before it propagates)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+
+from twopc import ConfigurationError, ProtocolError, SinkError, TransactionContext, TransactionHandle
+
+from ._columns import TableColumn
+from ._dialect import SqlDialect, SqlTxn, give_back
+
+__all__ = ["MARKER_COLUMNS", "PreparedWriter"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+#: Columns every marker table has (the DDL adds ``prepared_at``).
+MARKER_COLUMNS = ("gid", "sink_id", "batch_id", "partition_id", "rows")
+
+C = TypeVar("C", bound=TableColumn)
+H = TypeVar("H", bound=TransactionHandle)
+
+
+class PreparedWriter(SqlDialect[C], Generic[C, H]):
+    """Begin, load, prepare or roll back one task attempt's transaction."""
+
+    def make_gid(self, context: TransactionContext) -> str:
+        """A new transaction id for *context* (:meth:`TransactionContext.xid`), within the
+        database's limit.
+
+        Raises:
+            ConfigurationError: the sink id is invalid or too long for the database's ids.
+        """
+        return context.xid().fitting(self.dialect)
+
+    def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
+        """Check out a connection, start the write transaction with the session settings
+        (lock and statement timeouts, UTC, isolation level, ``sessionInitStatement``),
+        and read the table's columns.
+
+        Raises:
+            SinkUnavailableError: no connection.
+            SchemaMismatchError: the table no longer exists.
+            ConfigurationError: the sink id cannot make a transaction id here.
+            SinkError: the server refused a statement (e.g. the session init statement).
+        """
+        gid = self.make_gid(context)
+        txn: SqlTxn[C] = SqlTxn(context, gid, self._checkout())
+        if self._open is not None:
+            self._open.add(txn)
+        try:
+            self._begin(txn)
+        except self.driver_error as exc:
+            self._fail(txn, exc, "begin a transaction")
+        except BaseException:
+            self._release(txn, broken=txn.state != "none")
+            raise
+        log.debug("twopc: began %s", gid)
+        return txn
+
+    def _usable(self, txn: SqlTxn[C]) -> Any:
+        """The DB-API connection of an open, unprepared transaction."""
+        if txn.prepared:
+            raise ProtocolError(f"transaction {txn.gid} is already prepared")
+        if txn.failed is not None or txn.conn is None:
+            raise SinkError(f"transaction {txn.gid} was already rolled back: {txn.failed or 'closed'}")
+        return txn.conn.driver_connection
+
+    def invoke(self, txn: SqlTxn[C], value: dict[str, Any]) -> None:
+        """Buffer one row (a dict of column -> value); rows are sent ``batch_size`` at a
+        time and at :meth:`pre_commit`.
+
+        Raises:
+            SchemaMismatchError: a key is not a column of the table.
+            ConfigurationError: a value cannot be stored (e.g. a NUL byte in text).
+            SinkError: the server rejected the rows (the transaction is rolled back).
+        """
+        self._usable(txn)
+        if not isinstance(value, Mapping):
+            raise ConfigurationError(f"{type(self).__name__}.invoke takes a dict of column -> value, "
+                                     f"got {type(value).__name__}")
+        txn.pending.append(dict(value))
+        if len(txn.pending) >= self.options.batch_size:
+            self._flush_rows(txn)
+
+    def _flush_rows(self, txn: SqlTxn[C]) -> None:
+        self._usable(txn)
+        pending, txn.pending = txn.pending, []
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in pending:
+            groups.setdefault(tuple(row), []).append(row)
+        try:
+            for keys, rows in groups.items():
+                if not keys:
+                    raise ConfigurationError(f"{type(self).__name__}.invoke got an empty row (no columns)")
+                cols = self._match(list(keys), None, txn.columns, check_types=False, check_required=False)
+                self._load_rows(txn, cols, keys, rows)
+                txn.rows += len(rows)
+        except self.driver_error as exc:
+            self._fail(txn, exc, f"write rows to {self.table}")
+        except BaseException as exc:
+            self._abandon(txn, exc)
+            raise
+
+    def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
+        """Load a whole Arrow batch into the transaction, without Python objects per row
+        where the dialect can (PostgreSQL COPY).
+
+        Raises:
+            SchemaMismatchError: a batch column is not in the table or has an incompatible
+                type.
+            ConfigurationError: a value cannot be stored (NUL bytes, NaN on MySQL...);
+                nothing of the transaction remains.
+            SinkError: the server rejected the data, e.g. a constraint violation or a lock
+                timeout (the transaction is rolled back: nothing of it remains). A dialect
+                that streams may report it at a later call or at :meth:`pre_commit`.
+        """
+        self._usable(txn)
+        if batch.num_rows == 0:
+            return
+        if txn.pending:
+            self._flush_rows(txn)
+        try:
+            plan = txn.plans.get(batch.schema)
+            if plan is None:
+                cols = self._match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
+                                   check_types=True, check_required=False)
+                if not cols:
+                    raise ConfigurationError(f"{type(self).__name__}.invoke_batch got a batch without columns")
+                plan = txn.plans[batch.schema] = self._plan(batch.schema, cols)
+            self._load_batch(txn, batch, plan)
+            txn.rows += batch.num_rows
+        except self.driver_error as exc:
+            self._fail(txn, exc, f"write rows to {self.table}")
+        except BaseException as exc:
+            self._abandon(txn, exc)
+            raise
+
+    def pre_commit(self, txn: SqlTxn[C]) -> H:
+        """Finish loading, write the marker row, prepare the transaction, check that the
+        database really prepared it, and release the connection (which does not roll a
+        prepared transaction back).
+
+        Raises:
+            SinkError: the server rejected the rows, the marker or the prepare (e.g. a
+                constraint violation, a lock timeout, no room for more prepared
+                transactions). Nothing is left prepared.
+            SinkUnavailableError: the connection broke (if the prepare had reached the
+                server, the orphan is rolled back here when possible, else by the next
+                sweep or recovery).
+        """
+        self._usable(txn)
+        if txn.pending:
+            self._flush_rows(txn)
+        try:
+            self._end_load(txn)
+        except self.driver_error as exc:
+            self._fail(txn, exc, f"write rows to {self.table}")
+        except BaseException as exc:
+            self._abandon(txn, exc)
+            raise
+        self._prepare(txn)
+        log.debug("twopc: prepared %s (%s rows)", txn.gid, txn.rows)
+        c = txn.context
+        return self.handle_type(txn.gid, c.sink_id, c.batch_id, c.partition_id, c.attempt_id,
+                                table=self.table, rows=txn.rows)
+
+    def _marker_insert(self) -> str:
+        """The marker row's ``INSERT`` (parameters: gid, sink_id, batch_id, partition_id, rows)."""
+        cols = ", ".join(self._quote(c) for c in MARKER_COLUMNS)
+        return f"INSERT INTO {self._qualified(self._marker)} ({cols}) VALUES (%s, %s, %s, %s, %s)"
+
+    @staticmethod
+    def _marker_values(txn: SqlTxn[C]) -> tuple[Any, ...]:
+        c = txn.context
+        return (txn.gid, c.sink_id, c.batch_id, c.partition_id, txn.rows)
+
+    def _release(self, txn: SqlTxn[C], *, broken: bool) -> None:
+        conn, txn.conn = txn.conn, None
+        if self._open is not None:
+            self._open.discard(txn)
+        give_back(conn, broken=broken)
+
+    def _abandon(self, txn: SqlTxn[C], exc: BaseException) -> None:
+        """Roll back after a non-driver error (our own check, an interrupt)."""
+        txn.failed = f"{type(exc).__name__}: {exc}"[:200]
+        self.rollback(txn)
+
+    def _fail(self, txn: SqlTxn[C], exc: BaseException, action: str) -> Any:
+        """Roll the transaction back and raise a credential-free :class:`SinkError`."""
+        broken = self._is_connection_error(exc)
+        txn.failed = f"{self._error_code(exc) or 'connection'} during {action}"
+        if broken:
+            self._release(txn, broken=True)
+        else:
+            self.rollback(txn)
+        raise self._map_error(exc, action) from None
+

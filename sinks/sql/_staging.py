@@ -1,0 +1,593 @@
+"""Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
+transactions (PostgreSQL, MySQL/MariaDB, SQLite, ...), no two-phase commit needed.
+
+Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`,
+``twopc:{sink}:{batch}:{partition}:{attempt}:{8 hex}``), into a durable staging table and
+commits that local transaction: this is its *prepare* (durable, invisible in the target).
+On PostgreSQL the rows go through the same COPY stream as the prepared mode
+(:mod:`sinks.postgres._copy`). The driver's commit then runs ONE local transaction that
+
+1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists
+   (a replay), deleting the replay's staged rows;
+2. checks that every chosen attempt's staged row count equals its handle's count (a
+   staged attempt that vanished makes the commit raise, with nothing written);
+3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
+   overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``) or ``DROP`` + ``CREATE``;
+4. moves the chosen attempts' rows (:func:`~sinks.sql._staging_sql.move_sql`);
+5. deletes them from staging and inserts the batch marker.
+
+Readers therefore see the old table or the new one, never a part (overwrite included,
+where the database's DDL is transactional: PostgreSQL and SQLite; on MySQL/MariaDB DDL
+commits implicitly, so there overwrite deletes and inserts, keeping the table, and a
+missing table is created at validation, before any task runs).
+
+Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort` (the
+coordinator's sweep, or recovery). Staged rows of writes without a checkpoint whose
+driver died (sink ids ``eph-...``) are deleted after ``retention_hours`` by the next write:
+deleting them is always safe, because a commit that finds fewer staged rows than its
+handles promise writes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+
+from twopc import (
+    CommitOutcome,
+    ConfigurationError,
+    ProtocolError,
+    SchemaMismatchError,
+    SinkError,
+    SinkUnavailableError,
+    TargetConfigurationError,
+    TransactionContext,
+    TransactionHandle,
+    TransactionLostError,
+    TwoPhaseCommitSink,
+    Xid,
+    redact,
+)
+
+from ._engines import engine_for
+from ._names import parse_table_name
+from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
+from ._staging_ddl import StagingDdl
+from ._staging_sql import TXN_COLUMN, fresh, move_sql, sql_string
+from ._url import safe_url
+
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["StagingHandle", "StagingSink"]
+
+log = logging.getLogger("twopc.sinks.staging")
+
+_ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
+              "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
+_MODES = ("append", "overwrite", "errorifexists", "ignore")
+
+
+@dataclass(frozen=True)
+class StagingHandle(TransactionHandle, kind="twopc.staging", version=1):
+    """Rows of one task attempt, committed into the staging table under ``txn_id``.
+
+    Attributes:
+        table: the target table (display name).
+        stage_table: the staging table (display name).
+        rows: rows staged; ``-1`` when unknown (handles rebuilt by ``list_prepared``).
+    """
+
+    table: str = ""
+    stage_table: str = ""
+    rows: int = -1
+
+
+@dataclass(eq=False)
+class _StageTxn:
+    context: TransactionContext
+    txn_id: str
+    conn: Connection | None
+    rows: int = 0
+    prepared: bool = False
+    copy: Any = None  # PostgreSQL: the CopyStream into the staging table
+    plans: dict[pa.Schema, Any] = field(default_factory=dict)
+
+
+class StagingSink(StagingDdl, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
+    """Exactly-once writes through a staging table and one local commit transaction.
+
+    Args:
+        url: a JDBC URL or a SQLAlchemy URL with credentials (``postgresql+psycopg://``,
+            ``mysql+pymysql://``, ``sqlite:///file.db``, ...).
+        table: ``[schema.]table`` in the database's syntax (quote special names).
+        mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
+        batch_table: the table of committed batch markers.
+        retention_hours: age after which staged rows of dead ``eph-`` writes are deleted.
+        **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql._options`):
+            ``truncate``, ``upsert_keys``, ``create_table_options``,
+            ``create_table_column_types``, ``table_comment``, ``batch_size``,
+            ``isolation_level``, ``session_init_statement``, ``query_timeout``,
+            ``staging_table``, ``lock_timeout``, ``connect_timeout``, ``copy_format``,
+            ``user``, ``password``.
+
+    Raises:
+        ConfigurationError: an argument is invalid.
+    """
+
+    handle_type = StagingHandle
+
+    def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
+                 retention_hours: float = 24.0, **options: Any) -> None:
+        self._configure(JdbcOptions.from_kwargs(url, table, format_name=JDBC_FORMAT, dialect=None, **options),
+                        mode=mode, batch_table=batch_table, retention_hours=retention_hours)
+
+    @classmethod
+    def from_jdbc_options(cls, options: JdbcOptions, *, mode: str | None = None,
+                          batch_table: str = "twopc_batches", retention_hours: float = 24.0) -> Self:
+        """The staging sink of a ``twopc-jdbc`` write (*mode* defaults to its ``saveMode``)."""
+        sink = cls.__new__(cls)
+        sink._configure(options, mode=mode or options.save_mode or "append", batch_table=batch_table,
+                        retention_hours=retention_hours)
+        return sink
+
+    def _configure(self, o: JdbcOptions, *, mode: str, batch_table: str, retention_hours: float) -> None:
+        dialect = o.url.get_backend_name()
+        self._dialect_name = "mysql" if dialect == "mariadb" else dialect
+        if mode not in _MODES:
+            raise ConfigurationError(f"save mode must be one of {', '.join(_MODES)}, got {mode!r}")
+        if o.table_comment and self._dialect_name not in ("postgresql", "mysql"):
+            raise ConfigurationError(f"tableComment is not supported on {self._dialect_name}: remove the option")
+        self.options = o
+        self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against _MODES above
+        self.target = parse_table_name(o.table, self._dialect_name)
+        self.stage = (parse_table_name(o.staging_table, self._dialect_name, "stagingTable") if o.staging_table
+                      else self.target.sibling(self.default_stage_name()))
+        self.batches = parse_table_name(batch_table, self._dialect_name, "batch marker table")
+        if self.batches.schema is None and self.target.schema is not None and self._dialect_name != "sqlite":
+            self.batches = self.target.sibling(self.batches.name)
+        self.retention_hours = float(retention_hours)
+        self.schema: pa.Schema | None = None
+        self.streaming = False
+        if o.upsert_keys and mode == "overwrite":
+            log.info("twopc staging: upsertKeys with overwrite: the table is emptied first, keys only dedupe")
+
+    # -- description ----------------------------------------------------------------------
+    @property
+    def upsert_keys(self) -> tuple[str, ...]:
+        return self.options.upsert_keys
+
+    @property
+    def truncate(self) -> bool:
+        return self.options.truncate
+
+    def describe(self) -> str:
+        return (f"{self._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
+                f"(staging via {self.stage.display()})")
+
+    def __repr__(self) -> str:
+        return f"StagingSink({self.describe()})"
+
+    def _redact(self, text: str) -> str:
+        return redact(text, self.options.secrets())
+
+    @property
+    def commits_atomically(self) -> bool:
+        return True
+
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
+        """Remember the DataFrame schema; Spark's overwrite flag turns ``append`` into
+        ``overwrite`` (``outputMode("complete")`` replaces the table every micro-batch).
+
+        Raises:
+            ConfigurationError: overwrite together with ``saveMode`` errorifexists/ignore.
+        """
+        if overwrite:
+            if self.mode in ("errorifexists", "ignore"):
+                raise ConfigurationError(
+                    f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
+            self.mode = "overwrite"
+        self.schema = schema
+        self.streaming = streaming
+
+    # -- connections ------------------------------------------------------------------------
+    def _engine(self) -> Engine:
+        return engine_for(self.options.url, self.options.connect_timeout.whole_seconds, autocommit=False)
+
+    def _connect(self) -> Connection:
+        try:
+            conn = self._engine().connect()
+        except (DBAPIError, OSError) as exc:
+            raise self._unavailable(exc) from None
+        if self._dialect_name != "sqlite":
+            conn = conn.execution_options(isolation_level=_ISOLATION[self.options.isolation_level])
+        return conn
+
+    def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
+        orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        reason = self._redact(" ".join(str(orig).split()) or type(orig).__name__)
+        u = self.options.url
+        where = u.database if self._dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
+        return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}")
+
+    def _begin(self, conn: Connection) -> None:
+        """Start a transaction with the session settings of a write (the same as the
+        prepared modes': :func:`sinks.postgres._server.session_settings`,
+        :func:`sinks.mysql._server.session_settings`)."""
+        fresh(conn)
+        o = self.options
+        if self._dialect_name == "postgresql":
+            from ..postgres._server import session_settings as pg_session
+
+            conn.exec_driver_sql(*pg_session(o.lock_timeout, o.query_timeout))
+        elif self._dialect_name == "mysql":
+            from ..mysql._server import session_settings as my_session
+
+            for stmt, params in my_session(max(1, o.lock_timeout.whole_seconds), o.query_timeout.seconds):
+                conn.exec_driver_sql(stmt, params)
+        if o.session_init_statement:
+            conn.exec_driver_sql(o.session_init_statement)
+
+    def _q(self, name: str) -> str:
+        return self._engine().dialect.identifier_preparer.quote_identifier(name)
+
+    def _error(self, exc: BaseException, action: str) -> SinkError:
+        """A credential-free error naming the violated constraint when there is one."""
+        if isinstance(exc, OperationalError) and getattr(exc, "connection_invalidated", False):
+            return self._unavailable(exc)
+        orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        text = self._redact(" ".join(str(orig).split()))[:600]
+        if isinstance(exc, IntegrityError):
+            diag = getattr(orig, "diag", None)
+            what = []
+            if diag is not None and getattr(diag, "column_name", None):
+                what.append(f"column {diag.column_name!r}")
+            if diag is not None and getattr(diag, "constraint_name", None):
+                what.append(f"constraint {diag.constraint_name!r}")
+            named = f" ({', '.join(what)})" if what else ""
+            return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
+                             f"{text}. The whole batch was rolled back: nothing was written")
+        return SinkError(f"could not {action}: {text}; the transaction was rolled back")
+
+    # -- executor side -------------------------------------------------------------------
+    def begin_transaction(self, context: TransactionContext) -> _StageTxn:
+        """Open a local transaction for this attempt's staged rows.
+
+        Raises:
+            SinkUnavailableError: no connection.
+            ConfigurationError: the sink id cannot make a transaction id.
+        """
+        txn_id = context.xid().text
+        conn = self._connect()
+        txn = _StageTxn(context, txn_id, conn)
+        try:
+            self._begin(conn)
+            if self._dialect_name == "postgresql":
+                from ..postgres._copy import CopyStream
+
+                conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
+                txn.copy = CopyStream(conn.connection.driver_connection, self.stage)  # type: ignore[arg-type]
+        except SQLAlchemyError as exc:
+            self._close(txn)
+            raise self._error(exc, "begin a staging transaction") from None
+        return txn
+
+    def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
+        """Stage one row (dict of column -> value)."""
+        self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
+
+    def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
+        """Stage an Arrow batch: PostgreSQL COPY (binary when possible) straight from
+        Arrow; elsewhere multi-row ``INSERT`` in chunks of ``batchsize``.
+
+        Raises:
+            ConfigurationError: a string holds a NUL byte.
+            SinkError: the database rejected the rows (the attempt is rolled back).
+        """
+        if txn.conn is None or txn.prepared:
+            raise ProtocolError(f"staging transaction {txn.txn_id} is not open")
+        if batch.num_rows == 0:
+            return
+        try:
+            if txn.copy is not None:
+                self._copy_batch(txn, batch)
+            else:
+                self._insert_batch(txn, batch)
+            txn.rows += batch.num_rows
+        except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
+            self._stage_failed(txn, exc)
+
+    def _stage_failed(self, txn: _StageTxn, exc: Exception) -> NoReturn:
+        """Roll the attempt back and raise: a database error (through SQLAlchemy, or
+        psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
+        anything else (a NUL byte, an interrupt) as it is."""
+        self.rollback(txn)
+        if isinstance(exc, SQLAlchemyError):
+            raise self._error(exc, f"stage rows for {self.target.display()}") from None
+        if _is_copy_error(txn, exc):
+            raise SinkError(f"could not stage rows for {self.target.display()}: "
+                            f"{self._redact(' '.join(str(exc).split()))[:400]}") from None
+        raise exc
+
+    def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
+        assert txn.conn is not None
+        names = batch.schema.names
+        columns = []
+        for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
+            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+                _check_nul(name, arr)
+            values = arr.to_pylist()
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+                values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
+            columns.append(values)
+        cols = ", ".join(self._q(n) for n in [TXN_COLUMN, *names])
+        mark = "%s" if self._dialect_name == "mysql" else "?"
+        marks = ", ".join([mark] * (len(names) + 1))
+        stmt = f"INSERT INTO {self.stage.quoted(txn.conn.dialect)} ({cols}) VALUES ({marks})"
+        rows = list(zip([txn.txn_id] * batch.num_rows, *columns, strict=True))
+        size = self.options.batch_size
+        for i in range(0, len(rows), size):
+            txn.conn.exec_driver_sql(stmt, rows[i:i + size])
+
+    def _copy_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
+        plan = txn.plans.get(batch.schema)
+        if plan is None:
+            plan = txn.plans[batch.schema] = txn.copy.plan_for(batch.schema, self.options.copy_format)
+        txn.copy.write_batch(batch, plan)
+
+    def pre_commit(self, txn: _StageTxn) -> StagingHandle:
+        """Commit the staged rows locally (durable, invisible in the target).
+
+        Raises:
+            SinkError / SinkUnavailableError: the database failed; nothing is staged.
+        """
+        if txn.conn is None or txn.prepared:
+            raise ProtocolError(f"staging transaction {txn.txn_id} is not open")
+        try:
+            if txn.copy is not None:
+                txn.copy.end()
+            txn.conn.commit()
+        except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
+            self._stage_failed(txn, exc)
+            raise SinkError(f"could not stage rows for {self.target.display()}: "
+                            f"{self._redact(' '.join(str(exc).split()))[:400]}") from None
+        txn.prepared = True
+        self._close(txn)
+        ctx = txn.context
+        return StagingHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
+                             table=self.target.display(), stage_table=self.stage.display(), rows=txn.rows)
+
+    def rollback(self, txn: _StageTxn) -> None:
+        """Discard an attempt's unstaged rows. Idempotent; never raises."""
+        if txn.prepared or txn.conn is None:
+            return
+        if txn.copy is not None:
+            txn.copy.cancel()
+        try:
+            txn.conn.rollback()
+        except Exception:
+            log.debug("twopc staging: rollback of %s failed", txn.txn_id, exc_info=True)
+            with contextlib.suppress(Exception):  # the connection is being discarded anyway
+                txn.conn.invalidate()
+        self._close(txn)
+
+    @staticmethod
+    def _close(txn: _StageTxn) -> None:
+        conn, txn.conn = txn.conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # releasing must not mask the error being handled
+                conn.close()
+
+    # -- driver side ---------------------------------------------------------------------
+    def _checked(self, handle: TransactionHandle) -> str:
+        if not isinstance(handle, StagingHandle):
+            raise ProtocolError(f"handle {handle.txn_id!r:.80} is not a twopc staging transaction")
+        return Xid.checked(handle.txn_id, what="twopc staging transaction")
+
+    def commit(self, handle: StagingHandle) -> CommitOutcome:
+        """Commit one handle as a batch of its own (the runtime uses :meth:`commit_all`)."""
+        return self.commit_all([handle])[0]
+
+    def commit_all(self, handles: Sequence[StagingHandle], *, recovering: bool = False) -> list[CommitOutcome]:
+        """Move the rows of *handles* (one batch's chosen attempts) into the target and
+        write the batch marker, in one local transaction. Idempotent.
+
+        Returns:
+            ``COMMITTED`` for each, or ``ALREADY_COMMITTED`` for each when the batch
+            marker exists (the replay's staged rows are deleted).
+
+        Raises:
+            TransactionLostError: an attempt's staged rows are missing or incomplete;
+                nothing was written.
+            SinkError: the database refused (a constraint, a type), nothing was written;
+                the message names the constraint.
+            SinkUnavailableError: the connection failed; nothing or everything was
+                committed, and a retry answers accordingly.
+        """
+        if not handles:
+            return []
+        ids = [self._checked(h) for h in handles]
+        batch_ids = {(h.sink_id, h.batch_id) for h in handles}
+        if len(batch_ids) != 1:
+            raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
+        sink_id, batch_id = batch_ids.pop()
+        conn = self._connect()
+        try:
+            self._begin(conn)
+            d = conn.dialect
+            marker = conn.execute(sa.text(
+                f"SELECT {self._q('rows')} FROM {self.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
+                {"s": sink_id, "b": batch_id}).first()
+            if marker is not None:
+                self._delete_staged(conn, ids)
+                conn.commit()
+                return [CommitOutcome.ALREADY_COMMITTED] * len(handles)
+            counts: dict[str, int] = dict(conn.execute(
+                sa.text(f"SELECT {self._q(TXN_COLUMN)}, count(*) FROM {self.stage.quoted(d)} "
+                        f"WHERE {self._q(TXN_COLUMN)} IN :ids GROUP BY {self._q(TXN_COLUMN)}")
+                .bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids}).all())
+            bad = [h.txn_id for h in handles if counts.get(h.txn_id, 0) != h.rows and not
+                   (h.rows < 0 and counts.get(h.txn_id, 0) > 0)]
+            if bad:
+                conn.rollback()
+                raise TransactionLostError(
+                    f"batch {batch_id} of sink {sink_id!r}: staged rows of {bad} are missing from "
+                    f"{self.stage.display()} (were they deleted?); nothing was written to {self.target.display()}")
+            total = sum(counts.values())
+            self._move(conn, ids)
+            conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} "
+                                 f"(sink_id, batch_id, {self._q('rows')}, committed_at) "
+                                 f"VALUES (:s, :b, :r, :t)"),
+                         {"s": sink_id, "b": batch_id, "r": total,
+                          "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
+            conn.commit()
+        except SQLAlchemyError as exc:
+            _quiet_rollback(conn)
+            raise self._error(exc, f"commit batch {batch_id} into {self.target.display()}") from None
+        except BaseException:
+            _quiet_rollback(conn)
+            raise
+        finally:
+            conn.close()
+        log.info("twopc staging: committed batch %s of %s: %s rows into %s", batch_id, sink_id, total,
+                 self.target.display())
+        return [CommitOutcome.COMMITTED] * len(handles)
+
+    def _move(self, conn: Connection, ids: list[str]) -> None:
+        """DDL of the write mode, then the one statement that moves the chosen attempts'
+        rows, then their deletion from staging."""
+        d = conn.dialect
+        t = self.target.quoted(d)
+        exists = self._has_table(conn, self.target)
+        if self.mode == "errorifexists" and exists:
+            raise TargetConfigurationError(
+                f"table {self.target.display()} was created by someone else while this write ran, and the "
+                f"save mode is errorifexists: nothing was written")
+        if self.mode == "ignore" and exists:
+            self._delete_staged(conn, ids)
+            log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.target.display())
+            return
+        if self.mode == "overwrite" and exists:
+            if self.truncate or self._dialect_name == "mysql":
+                conn.exec_driver_sql(f"TRUNCATE TABLE {t}" if self._dialect_name == "postgresql"
+                                     else f"DELETE FROM {t}")
+            else:
+                conn.exec_driver_sql(f"DROP TABLE {t}")
+                exists = False
+        if not exists:
+            if self.schema is None:
+                raise SchemaMismatchError(
+                    f"{self.target.display()} does not exist and this process does not know the DataFrame "
+                    f"schema to create it (recovery without a query): create the table, then recover")
+            conn.exec_driver_sql(self._create_ddl(conn))
+            if self.options.table_comment and self._dialect_name == "postgresql":
+                comment = sql_string(self.options.table_comment, backslash=False)
+                conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {comment}")
+        stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)
+                      if c["name"] != TXN_COLUMN]
+        target_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.target.name, schema=self.target.schema)]
+        mapping = []
+        for s in stage_cols:
+            exact = [c for c in target_cols if c == s] or [c for c in target_cols if c.lower() == s.lower()]
+            if len(exact) != 1:
+                raise SchemaMismatchError(f"staged column {s} matches no single column of {self.target.display()}")
+            mapping.append((s, exact[0]))
+        stmt = move_sql(self._dialect_name, self._q, t, self.stage.quoted(d), mapping, self.upsert_keys)
+        conn.execute(sa.text(stmt).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
+        self._delete_staged(conn, ids)
+
+    def _delete_staged(self, conn: Connection, ids: Sequence[str]) -> None:
+        if not ids:
+            return
+        conn.execute(sa.text(f"DELETE FROM {self.stage.quoted(conn.dialect)} WHERE {self._q(TXN_COLUMN)} IN :ids")
+                     .bindparams(sa.bindparam("ids", expanding=True)), {"ids": list(ids)})
+
+    def abort(self, handle: StagingHandle) -> None:
+        """Delete an attempt's staged rows. Idempotent.
+
+        Raises:
+            ProtocolError: the handle is not a staging handle.
+            SinkError / SinkUnavailableError: the database failed; retry.
+        """
+        txn_id = self._checked(handle)
+        conn = self._connect()
+        try:
+            self._begin(conn)
+            if self._has_table(conn, self.stage):
+                self._delete_staged(conn, [txn_id])
+            conn.commit()
+        except SQLAlchemyError as exc:
+            _quiet_rollback(conn)
+            raise self._error(exc, f"delete staged rows of {txn_id}") from None
+        finally:
+            conn.close()
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
+        """Attempts of *sink_id* (and *batch_id*) with rows in the staging table."""
+        conn = self._connect()
+        try:
+            with fresh(conn):
+                txns = self._staged_txns(conn, Xid.prefix(sink_id))
+        except SQLAlchemyError as exc:
+            raise self._error(exc, "list staged transactions") from None
+        finally:
+            conn.close()
+        out = []
+        for txn_id in txns:
+            h = self.parse_txn_id(txn_id)
+            if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id):
+                out.append(h)
+        return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
+
+    def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
+        """Rebuild a handle from a staged transaction id (``None`` if it is not one)."""
+        xid = Xid.parse(txn_id)
+        if xid is None or xid.text != txn_id:
+            return None
+        return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
+                             table=self.target.display(), stage_table=self.stage.display(), rows=-1)
+
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:
+        """Delete batch markers of *sink_id* below *below_batch* (best effort)."""
+        conn = self._connect()
+        try:
+            with fresh(conn):
+                conn.execute(sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
+                                     f"WHERE sink_id = :s AND batch_id < :b"), {"s": sink_id, "b": below_batch})
+        except SQLAlchemyError as exc:
+            log.warning("twopc staging: could not purge batch markers: %s", self._redact(str(exc))[:200])
+        finally:
+            conn.close()
+
+
+def _quiet_rollback(conn: Connection) -> None:
+    with contextlib.suppress(Exception):  # the connection is closed next, which rolls back too
+        conn.rollback()
+
+
+def _is_copy_error(txn: _StageTxn, exc: BaseException) -> bool:
+    """Whether *exc* is the database refusing a COPY (psycopg's own error: the COPY stream
+    talks to psycopg directly, not through SQLAlchemy)."""
+    if txn.copy is None:
+        return False
+    import psycopg
+
+    return isinstance(exc, psycopg.Error)
+
+
+def _check_nul(name: str, arr: pa.Array) -> None:
+    import pyarrow.compute as pc
+
+    if pc.any(pc.match_substring(arr, "\x00")).as_py():
+        raise ConfigurationError(
+            f"column {name!r}: a value contains a NUL byte (\\x00), which the database cannot store "
+            f"in text; remove it before writing. Nothing was written")

@@ -1,0 +1,195 @@
+"""The staging mode's plan-time side: checking the target against the DataFrame, and
+creating (or re-creating) the staging and batch marker tables before any task runs.
+
+:class:`StagingDdl` is a part of :class:`~sinks.sql.StagingSink` (a mixin): the attributes
+it reads are declared below and set by the sink.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from twopc import SchemaMismatchError, SinkError, TargetConfigurationError, ephemeral_started
+
+from ._names import TableName
+from ._options import JdbcOptions
+from ._staging_sql import (
+    TXN_COLUMN,
+    batches_table,
+    check_columns,
+    check_unique,
+    default_stage_name,
+    fresh,
+    sql_string,
+    stage_table,
+)
+from ._types import create_table_sql
+
+__all__ = ["StagingDdl"]
+
+log = logging.getLogger("twopc.sinks.staging")
+
+#: sink ids of writes without a checkpoint start with this (:func:`twopc.ephemeral_sink_id`)
+EPHEMERAL_PREFIX = "eph-"
+
+
+class StagingDdl:
+    """Validation and DDL of the staging mode."""
+
+    options: JdbcOptions
+    mode: str
+    target: TableName
+    stage: TableName
+    batches: TableName
+    schema: pa.Schema | None
+    retention_hours: float
+    _dialect_name: str
+
+    # provided by the sink
+    def _connect(self) -> Connection:
+        raise NotImplementedError
+
+    def _error(self, exc: BaseException, action: str) -> SinkError:
+        raise NotImplementedError
+
+    def _q(self, name: str) -> str:
+        raise NotImplementedError
+
+    def _delete_staged(self, conn: Connection, ids: Any) -> None:
+        raise NotImplementedError
+
+    def default_stage_name(self) -> str:
+        """The staging table's name when ``stagingTable`` is not set."""
+        return default_stage_name(self.target)
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the target against the DataFrame and prepare staging.
+
+        Creates the staging table (re-creating it when it is empty and its columns no
+        longer fit) and the batch marker table; on MySQL/MariaDB also a missing target
+        (DDL there cannot join the commit transaction). Deletes staged rows of dead
+        ``eph-`` writes older than the retention.
+
+        Raises:
+            SinkUnavailableError: no connection.
+            TargetConfigurationError: ``errorifexists`` and the table exists; the staging
+                table holds rows of an unfinished write with other columns; DDL refused.
+            SchemaMismatchError: the DataFrame does not fit the existing table, or
+                ``upsertKeys`` has no matching unique constraint.
+        """
+        self.schema = schema
+        keys = self.options.upsert_keys
+        conn = self._connect()
+        try:
+            exists = self._has_table(conn, self.target)
+            if exists and self.mode == "errorifexists":
+                raise TargetConfigurationError(
+                    f"table {self.target.display()} already exists and the save mode is errorifexists: "
+                    f"use mode append or overwrite, or drop the table")
+            recreate = self.mode == "overwrite" and not self.options.truncate
+            ddl = self._create_ddl(conn)  # maps every column type now: errors before any task runs
+            if exists and not recreate:
+                check_columns(conn, self.target, schema)
+            if keys:
+                missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
+                if missing:
+                    raise SchemaMismatchError(f"upsertKeys {missing} are not DataFrame columns ({schema.names})")
+                if exists and not recreate:
+                    check_unique(conn, self.target, keys)
+            if not exists and self._dialect_name == "mysql" and self.mode != "ignore":
+                with fresh(conn):
+                    conn.exec_driver_sql(ddl)
+                log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)",
+                         self.target.display())
+            self._ensure_stage(conn, schema)
+            self._ensure_batches(conn)
+            self._expire_ephemeral(conn)
+        except SQLAlchemyError as exc:
+            raise self._error(exc, f"validate {self.target.display()}") from None
+        finally:
+            conn.close()
+
+    def _create_ddl(self, conn: Connection) -> str:
+        """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
+        primary key on ``upsertKeys``, MySQL's table comment)."""
+        assert self.schema is not None
+        o = self.options
+        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types,
+                               options="", extra_columns=())
+        if o.upsert_keys:
+            names = {n.lower(): n for n in self.schema.names}
+            keys = ", ".join(self._q(names.get(k.lower(), k)) for k in o.upsert_keys)
+            ddl = ddl[:ddl.rindex(")")] + f", PRIMARY KEY ({keys}))"
+        if o.create_table_options.strip():
+            ddl += " " + o.create_table_options.strip()
+        if o.table_comment and self._dialect_name == "mysql":
+            ddl += " COMMENT = " + sql_string(o.table_comment, backslash=True)
+        return ddl
+
+    @staticmethod
+    def _has_table(conn: Connection, t: TableName) -> bool:
+        return sa.inspect(conn).has_table(t.name, schema=t.schema)
+
+    def _ensure_stage(self, conn: Connection, schema: pa.Schema) -> None:
+        want = [TXN_COLUMN, *schema.names]
+        if self._has_table(conn, self.stage):
+            have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
+            if have == want:
+                return
+            with fresh(conn):
+                n = conn.execute(sa.text(f"SELECT count(*) FROM {self.stage.quoted(conn.dialect)}")).scalar_one()
+                if n:
+                    raise TargetConfigurationError(
+                        f"staging table {self.stage.display()} holds {n} rows of an unfinished write whose "
+                        f"columns differ from this DataFrame's; finish it first (python -m recovery with that "
+                        f"query's checkpoint) or delete them")
+                conn.exec_driver_sql(f"DROP TABLE {self.stage.quoted(conn.dialect)}")
+        try:
+            with fresh(conn):
+                stage_table(self.stage, schema, self._dialect_name).create(conn, checkfirst=True)
+        except SQLAlchemyError:
+            if not self._has_table(conn, self.stage):  # else: created concurrently
+                raise
+
+    def _ensure_batches(self, conn: Connection) -> None:
+        if self._has_table(conn, self.batches):
+            return
+        try:
+            with fresh(conn):
+                batches_table(self.batches).create(conn, checkfirst=True)
+        except SQLAlchemyError:
+            if not self._has_table(conn, self.batches):
+                raise
+
+    def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
+        """Distinct transaction ids in the staging table starting with *prefix* (a superset
+        where the prefix holds ``_``, a LIKE wildcard: callers parse what they get)."""
+        if not self._has_table(conn, self.stage):
+            return []
+        col = self._q(TXN_COLUMN)
+        rows = conn.execute(sa.text(f"SELECT DISTINCT {col} FROM {self.stage.quoted(conn.dialect)} "
+                                    f"WHERE {col} LIKE :p"), {"p": prefix + "%"}).all()
+        return [r[0] for r in rows if str(r[0]).startswith(prefix)]
+
+    def _expire_ephemeral(self, conn: Connection) -> None:
+        """Delete staged rows of ``eph-`` writes (no checkpoint) whose driver started more
+        than the retention ago: it is gone, or, if alive, its commit will find rows missing
+        and write nothing — never half."""
+        now = dt.datetime.now(dt.UTC).timestamp()
+        stale = []
+        for txn_id in self._staged_txns(conn, f"twopc:{EPHEMERAL_PREFIX}"):
+            started = ephemeral_started(txn_id.split(":")[1])
+            if started is not None and now - started > self.retention_hours * 3600:
+                stale.append(txn_id)
+        if stale:
+            with fresh(conn):
+                self._delete_staged(conn, stale)
+            log.warning("twopc staging: deleted staged rows of %s abandoned writes from %s", len(stale),
+                        self.stage.display())

@@ -1,0 +1,202 @@
+"""The tables and statements of the staging commit mode, for any SQLAlchemy dialect: the
+staging table and the batch marker table, how the DataFrame is checked against the target,
+and the one statement that moves a batch's staged rows into the target (plain, or an
+upsert in each dialect's syntax)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from twopc import ConfigurationError, SchemaMismatchError
+
+from ._columns import match_columns
+from ._names import TableName
+from ._types import arrow_to_sqlalchemy
+
+__all__ = [
+    "TXN_COLUMN",
+    "ReflectedColumn",
+    "batches_table",
+    "check_columns",
+    "check_unique",
+    "default_stage_name",
+    "fresh",
+    "move_sql",
+    "sql_string",
+    "stage_table",
+]
+
+#: the staging table's column holding each row's transaction id
+TXN_COLUMN = "twopc_txn"
+
+
+def default_stage_name(target: TableName) -> str:
+    """``twopc_stage_<12 hex of the target's name>``."""
+    digest = hashlib.sha256(f"{target.schema}.{target.name}".encode()).hexdigest()[:12]
+    return f"twopc_stage_{digest}"
+
+
+def fresh(conn: Connection) -> Any:
+    """``conn.begin()`` after ending a transaction that reflection queries auto-began."""
+    if conn.in_transaction():
+        conn.commit()
+    return conn.begin()
+
+
+def sql_string(text: str, *, backslash: bool) -> str:
+    """A SQL string literal (for DDL that takes no bind parameters)."""
+    if "\x00" in text:
+        raise ConfigurationError("tableComment must not contain NUL bytes")
+    body = text.replace("\\", "\\\\") if backslash else text
+    return "'" + body.replace("'", "''") + "'"
+
+
+def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str) -> sa.Table:
+    """The staging table for DataFrames of *schema*: the transaction id, then every
+    column, nullable. On PostgreSQL the id defaults to the transaction's
+    ``twopc.txn_id`` setting, so COPY need not send it with every row."""
+    txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
+    if dialect_name == "postgresql":
+        txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False,
+                            server_default=sa.text("current_setting('twopc.txn_id')"))
+    return sa.Table(stage.name, sa.MetaData(), txn_col,
+                    *[sa.Column(f.name, arrow_to_sqlalchemy(f), nullable=True) for f in schema],
+                    schema=stage.schema)
+
+
+def batches_table(batches: TableName) -> sa.Table:
+    """The batch marker table: one row per committed batch of a sink."""
+    return sa.Table(batches.name, sa.MetaData(),
+                    sa.Column("sink_id", sa.String(64), primary_key=True),
+                    sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
+                    sa.Column("rows", sa.BigInteger, nullable=False),
+                    sa.Column("committed_at", sa.DateTime, nullable=False),
+                    schema=batches.schema)
+
+
+@dataclass(frozen=True)
+class ReflectedColumn:
+    """A column as SQLAlchemy's inspector reflects it (the :class:`~sinks.sql._columns.TableColumn`
+    that :func:`~sinks.sql._columns.match_columns` needs)."""
+
+    name: str
+    type: Any
+    not_null: bool
+    has_default: bool
+    generated: bool
+
+    @property
+    def display_type(self) -> str:
+        return str(self.type)
+
+    @classmethod
+    def of(cls, c: dict[str, Any]) -> ReflectedColumn:
+        generated = c.get("computed") is not None
+        has_default = (c.get("default") is not None or c.get("autoincrement") is True or generated
+                       or c.get("identity") is not None)
+        return cls(c["name"], c["type"], not c.get("nullable", True), has_default, generated)
+
+
+def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> list[ReflectedColumn]:
+    """The target's columns, after checking that the DataFrame fits them (names, loose
+    type categories, required columns).
+
+    Raises:
+        SchemaMismatchError: listing every problem.
+    """
+    cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
+    return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
+                         compatible=lambda t, c: _type_fits(t, c.type), type_name=str, check_required=True)
+
+
+def check_unique(conn: Connection, target: TableName, keys: Sequence[str]) -> None:
+    """Raise :class:`SchemaMismatchError` unless a primary key, unique constraint or unique
+    index of the target covers exactly *keys* (compared case-insensitively)."""
+    insp = sa.inspect(conn)
+    want = {k.lower() for k in keys}
+    sets: list[set[str]] = []
+    pk = insp.get_pk_constraint(target.name, schema=target.schema)
+    if pk and pk.get("constrained_columns"):
+        sets.append({c.lower() for c in pk["constrained_columns"]})
+    for u in insp.get_unique_constraints(target.name, schema=target.schema):
+        sets.append({c.lower() for c in u["column_names"]})
+    for ix in insp.get_indexes(target.name, schema=target.schema):
+        if ix.get("unique"):
+            sets.append({c.lower() for c in ix["column_names"] if c})
+    if want not in sets:
+        raise SchemaMismatchError(
+            f"upsertKeys ({', '.join(keys)}) need a primary key or unique constraint on exactly those columns of "
+            f"{target.display()}: e.g. ALTER TABLE {target.display()} ADD UNIQUE ({', '.join(keys)})")
+
+
+def move_sql(dialect_name: str, quote: Any, target: str, stage: str, mapping: Sequence[tuple[str, str]],
+             upsert_keys: Sequence[str]) -> str:
+    """The statement that moves the staged rows of the transactions bound as ``:ids`` from
+    *stage* into *target* (both quoted), *mapping* pairing staging and target columns.
+
+    With *upsert_keys*: ``ON CONFLICT ... DO UPDATE`` (PostgreSQL, SQLite; of two staged
+    rows with one key the later wins) or ``ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB).
+
+    Raises:
+        ConfigurationError: upsert on a dialect without a known upsert syntax.
+    """
+    q = quote
+    ins = ", ".join(q(tc) for _, tc in mapping)
+    sel = ", ".join(q(sc) for sc, _ in mapping)
+    where = f"WHERE {q(TXN_COLUMN)} IN :ids"
+    plain = f"INSERT INTO {target} ({ins}) SELECT {sel} FROM {stage} {where}"
+    if not upsert_keys:
+        return plain
+    keys = []
+    for k in upsert_keys:
+        m = [tc for sc, tc in mapping if sc.lower() == k.lower()]
+        keys.append(m[0] if m else k)
+    keyset = {k.lower() for k in keys}
+    others = [tc for _, tc in mapping if tc.lower() not in keyset]
+    qk = ", ".join(q(k) for k in keys)
+    if dialect_name == "postgresql":
+        skeys = ", ".join(q(sc) for sc, tc in mapping if tc.lower() in keyset)
+        sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in others)
+        action = f"DO UPDATE SET {sets}" if others else "DO NOTHING"
+        return (f"INSERT INTO {target} ({ins}) SELECT DISTINCT ON ({skeys}) {sel} FROM {stage} {where} "
+                f"ORDER BY {skeys}, ctid DESC ON CONFLICT ({qk}) {action}")
+    if dialect_name == "sqlite":
+        sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in others)
+        return (f"INSERT INTO {target} ({ins}) SELECT {sel} FROM {stage} {where} ORDER BY rowid "
+                f"ON CONFLICT ({qk}) " + (f"DO UPDATE SET {sets}" if others else "DO NOTHING"))
+    if dialect_name == "mysql":
+        sets = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in (others or keys[:1]))
+        return f"{plain} ON DUPLICATE KEY UPDATE {sets}"
+    raise ConfigurationError(f"upsertKeys is not supported on {dialect_name}")
+
+
+def _type_fits(arrow: pa.DataType, sqltype: Any) -> bool:
+    """Loose category check between a DataFrame type and a reflected column type."""
+    try:
+        py = sqltype.python_type
+    except (NotImplementedError, AttributeError):
+        return True
+    if pa.types.is_integer(arrow):
+        return py in (int, float, decimal.Decimal, bool)
+    if pa.types.is_floating(arrow) or pa.types.is_decimal(arrow):
+        return py in (float, decimal.Decimal, int)
+    if pa.types.is_boolean(arrow):
+        return py in (bool, int)
+    if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
+        return py is str
+    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
+        return py is bytes
+    if pa.types.is_timestamp(arrow):
+        return py in (dt.datetime, str)
+    if pa.types.is_date(arrow):
+        return py in (dt.date, dt.datetime, str)
+    return True

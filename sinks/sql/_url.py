@@ -1,0 +1,357 @@
+"""One URL translator for every SQL sink.
+
+:func:`translate_url` reads a JDBC URL (``jdbc:postgresql://host[:port][,host2[:port]]/db``,
+``jdbc:mysql://host[:port]/db``, ``jdbc:mariadb://...``, ``jdbc:sqlite:/path/file.db``) or a
+SQLAlchemy URL (``postgresql://``, ``mysql://``, ``mariadb://``, ``sqlite:///``, or any other
+backend, e.g. ``mssql+pyodbc://``), and gives the SQLAlchemy URL of the Python driver twopc
+connects with (psycopg 3, PyMySQL, sqlite3), credentials set and driver parameters
+translated (:mod:`sinks.sql._params`). ``twopc-jdbc`` and ``twopc-postgres`` both use it,
+so a URL means the same through either format.
+
+Credentials found in a URL's query string move into the URL's user info, so that
+:func:`safe_url` hides them; :func:`url_secrets` lists every spelling of them for
+:func:`twopc.redact`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import urllib.parse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, TypeAlias
+
+from sqlalchemy.engine import URL, make_url
+
+from twopc import ConfigurationError
+
+from .._secrets import SECRET_KEYS, secret_forms
+from ._params import DriverParam, Translated, translate_mysql, translate_pg, translate_sqlite
+
+__all__ = ["Dialect", "SqlUrl", "safe_url", "translate_url", "url_secrets"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+Dialect: TypeAlias = Literal["postgresql", "mysql", "sqlite", "other"]
+
+
+@dataclass(frozen=True, repr=False)
+class SqlUrl:
+    """A translated URL.
+
+    Attributes:
+        url: the SQLAlchemy URL *with* credentials: never print it (:func:`safe_url`).
+            Its query never holds a connect timeout; that is :attr:`connect_timeout`.
+        dialect: ``postgresql``, ``mysql`` (MySQL and MariaDB), ``sqlite`` or ``other``.
+        connect_timeout: the connect timeout in seconds found among the JDBC parameters
+            (``connectTimeout``, ``loginTimeout``), or ``None``.
+    """
+
+    url: URL
+    dialect: Dialect
+    connect_timeout: int | None = None
+
+    def __repr__(self) -> str:
+        return f"SqlUrl({safe_url(self.url)!r}, {self.dialect!r})"
+
+
+def safe_url(url: URL) -> str:
+    """*url* as text with the password (and ``sslpassword``) replaced by ``***``."""
+    hidden = {k: "***" for k in url.query if k.lower() in SECRET_KEYS}
+    if hidden:
+        url = url.update_query_dict(hidden)
+    return url.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
+def url_secrets(url: URL) -> list[str]:
+    """Every form (raw, URL-quoted) of *url*'s password and other secret parameters,
+    longest first, for :func:`twopc.redact`."""
+    values: list[str | None] = [url.password]
+    for k, v in url.query.items():
+        if k.lower() in SECRET_KEYS:
+            values.extend(v if isinstance(v, tuple) else (v,))
+    return secret_forms(values)
+
+
+class _JdbcParts(NamedTuple):
+    subprotocol: str  # postgresql | mysql | mariadb | sqlite
+    user: str | None
+    password: str | None
+    hosts: list[str]
+    database: str | None
+    params: list[tuple[str, str]]
+
+
+def translate_url(raw: str, *, user: str | None = None, password: str | None = None,
+                  properties: Sequence[tuple[str, str]] = (), supported: str = "") -> SqlUrl:
+    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options) into a
+    SQLAlchemy URL for the Python driver, with the credentials set.
+
+    Args:
+        raw: ``jdbc:postgresql://``, ``jdbc:mysql://``, ``jdbc:mariadb://``,
+            ``jdbc:sqlite:``, or a SQLAlchemy URL.
+        user, password: override the URL's credentials.
+        properties: ``(name, value)`` driver parameters given as options.
+        supported: the format's supported options, for the message about an unknown one.
+
+    No server is contacted.
+
+    Raises:
+        ConfigurationError: the URL is malformed, names an unsupported driver or database
+            form, or a parameter is unknown, refused, or given twice differently. The
+            message never contains the password.
+    """
+    props: dict[str, DriverParam] = {}
+    base_query: dict[str, str | tuple[str, ...]] = {}
+
+    def add(key: str, value: str, source: str) -> None:
+        lk = key.lower()
+        old = props.get(lk)
+        if old is not None and old.value != value:
+            where = "twice in the JDBC URL" if old.source == source else f"in {old.source} and as {source}"
+            raise ConfigurationError(f"parameter {key} is given {where}, with different values: give it once")
+        props[lk] = DriverParam(lk, key, value, source)
+
+    if raw.lower().startswith("jdbc:"):
+        parts = _split_jdbc(raw)
+        for k, v in parts.params:
+            add(k, v, "the JDBC URL")
+        url_user, url_password = parts.user, parts.password
+        if parts.subprotocol == "postgresql":
+            dialect: Dialect = "postgresql"
+            host, port, multi = _pg_hosts(parts.hosts)
+            if multi:
+                base_query["host"] = tuple(multi)
+            url = URL.create("postgresql+psycopg", host=host, port=port, database=parts.database)
+        elif parts.subprotocol in ("mysql", "mariadb"):
+            dialect = "mysql"
+            if len(parts.hosts) > 1:
+                raise ConfigurationError(
+                    "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
+                    "host[:port]")
+            host, port = _host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
+            url = URL.create("mysql+pymysql", host=host, port=port, database=parts.database)
+        else:
+            dialect = "sqlite"
+            url = URL.create("sqlite", database=parts.database)
+        flavor = parts.subprotocol
+    else:
+        try:
+            url = make_url(raw)
+        except Exception:  # noqa: BLE001 - ArgumentError, ValueError (bad port)...: the text may hold the password
+            raise ConfigurationError(
+                "url is neither a JDBC URL (jdbc:postgresql://host:port/db, jdbc:mysql://..., "
+                "jdbc:mariadb://..., jdbc:sqlite:/path/file.db) nor a valid SQLAlchemy URL "
+                "(postgresql://user@host:port/db, mysql://..., sqlite:////abs/path.db)") from None
+        url, dialect = _normalize_sqlalchemy(url)
+        url_user, url_password = url.username, url.password
+        flavor = "mysql" if dialect == "mysql" else dialect
+        base_query = dict(url.query)
+        for key in list(base_query):  # credentials in the query string would show in describe()
+            if key.lower() in ("user", "password"):
+                value = base_query.pop(key)
+                text = value[-1] if isinstance(value, tuple) else value
+                if key.lower() == "user":
+                    url_user = text
+                else:
+                    url_password = text
+        url = url.set(query={})
+
+    for k, v in properties:
+        add(k, v, "option")
+    for cred in ("user", "password"):
+        prop = props.pop(cred, None)
+        if prop is not None:
+            if cred == "user":
+                url_user = prop.value
+            else:
+                url_password = prop.value
+
+    if dialect == "postgresql":
+        translated = translate_pg(list(props.values()), base_query, supported)
+    elif dialect == "mysql":
+        translated = translate_mysql(list(props.values()), flavor, supported)
+    elif dialect == "sqlite":
+        translated = translate_sqlite(list(props.values()), supported)
+    else:
+        if props:
+            names = ", ".join(p.name for p in props.values())
+            raise ConfigurationError(
+                f"option(s) {names} are not twopc or Spark JDBC options, and driver "
+                f"parameters are only translated for PostgreSQL, MySQL/MariaDB and SQLite: put "
+                f"them in the SQLAlchemy URL's query string in your driver's own spelling. "
+                f"{supported}")
+        translated = Translated({}, None)
+
+    query = dict(base_query)
+    for k, value in translated.query.items():
+        if k == "options" and k in query:  # merged by _translate_pg
+            query[k] = value
+            continue
+        if k in query and query[k] != value:
+            raise ConfigurationError(
+                f"driver parameter {k} is set in the url and, differently, by a JDBC "
+                f"parameter or option: give it once")
+        query[k] = value
+    url = url.set(query=query)
+
+    if user is not None:
+        url_user = user
+    if password is not None:
+        url_password = password
+    if dialect == "sqlite":
+        if url_user or url_password:
+            log.info("twopc: SQLite has no login; ignoring user/password")
+        url = url.set(username=None, password=None)
+        _check_sqlite_durable(url)
+    else:
+        # a password without a user keeps username "" so that the rendered URL keeps it too
+        # (SQLAlchemy drops the password of a URL without username when rendering)
+        username = url_user if url_user else ("" if url_password else None)
+        url = url.set(username=username, password=url_password)
+    return SqlUrl(url, dialect, translated.connect_timeout)
+
+
+def _normalize_sqlalchemy(url: URL) -> tuple[URL, Dialect]:
+    backend, _, driver = url.drivername.partition("+")
+    backend = backend.lower()
+    driver = driver.lower()
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "psycopg", "psycopg2", "psycopg2cffi"):
+            raise ConfigurationError(
+                f"twopc connects to PostgreSQL with psycopg 3, not {driver}: use a "
+                f"postgresql:// or postgresql+psycopg:// URL")
+        return url.set(drivername="postgresql+psycopg"), "postgresql"
+    if backend in ("mysql", "mariadb"):
+        if driver not in ("", "pymysql", "mysqldb"):
+            raise ConfigurationError(
+                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// "
+                f"or mysql+pymysql:// URL")
+        return url.set(drivername="mysql+pymysql"), "mysql"
+    if backend == "sqlite":
+        if driver not in ("", "pysqlite"):
+            raise ConfigurationError(
+                f"twopc uses Python's sqlite3 for SQLite, not {driver}: use a sqlite:/// URL")
+        return url.set(drivername="sqlite"), "sqlite"
+    return url, "other"
+
+
+def _check_sqlite_durable(url: URL) -> None:
+    db = (url.database or "").strip()
+    mode = url.query.get("mode")
+    if (not db or db == ":memory:" or db.startswith("file::memory:") or mode == "memory"
+            or (isinstance(mode, tuple) and "memory" in mode)):
+        raise ConfigurationError(
+            "an in-memory SQLite database cannot be used: twopc stages data and records commit "
+            "markers that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db "
+            "or sqlite:////data/app.db")
+
+
+def _split_jdbc(raw: str) -> _JdbcParts:
+    body = raw[len("jdbc:"):]
+    sub, sep, rest = body.partition(":")
+    sub = sub.lower()
+    if not sep or sub not in ("postgresql", "mysql", "mariadb", "sqlite"):
+        shown = sub if re.fullmatch(r"[a-z0-9+._-]{1,30}", sub) else "?"
+        raise ConfigurationError(
+            f"JDBC subprotocol {shown!r} is not supported: twopc translates jdbc:postgresql:, "
+            f"jdbc:mysql:, jdbc:mariadb: and jdbc:sqlite: URLs. For another database give a "
+            f"SQLAlchemy URL instead (e.g. mssql+pyodbc://..., oracle+oracledb://...); "
+            f"commitMode=staging may work there")
+    if sub == "sqlite":
+        return _split_sqlite(rest)
+    path, _, query_text = rest.partition("?")
+    if sub == "postgresql":
+        if path.startswith("//"):
+            netloc, _, dbpath = path[2:].partition("/")
+        else:  # jdbc:postgresql:database  or  jdbc:postgresql:/
+            netloc, dbpath = "", path.lstrip("/")
+    else:
+        if not path.startswith("//"):
+            raise ConfigurationError(
+                f"this jdbc:{sub}: URL form is not supported: twopc translates "
+                f"jdbc:{sub}://host[:port]/database (no load-balancing, replication or failover "
+                f"variants); give a SQLAlchemy URL mysql+pymysql://host:port/db instead")
+        netloc, _, dbpath = path[2:].partition("/")
+    user = password = None
+    if "@" in netloc:
+        userinfo, _, netloc = netloc.rpartition("@")
+        u, colon, p = userinfo.partition(":")
+        user = urllib.parse.unquote(u) or None
+        password = urllib.parse.unquote(p) if colon else None
+    hosts = [h.strip() for h in netloc.split(",") if h.strip()]
+    if sub != "postgresql" and any("(" in h or "=" in h for h in hosts):
+        raise ConfigurationError(
+            "the JDBC URL uses the address=(host=...)(port=...) host syntax, which twopc does not "
+            "translate: write host[:port]")
+    database = urllib.parse.unquote(dbpath) or None
+    params = _query_params(query_text)
+    return _JdbcParts(sub, user, password, hosts, database, params)
+
+
+def _split_sqlite(rest: str) -> _JdbcParts:
+    path, _, query_text = rest.partition("?")
+    if path.lower().startswith("file:"):
+        path = path[len("file:"):]
+        if path.startswith("//"):
+            host, slash, tail = path[2:].partition("/")
+            if host not in ("", "localhost"):
+                raise ConfigurationError("a file: SQLite URI with a host name is not supported: give a local path")
+            path = slash + tail
+    if not path or path == ":memory:" or path.startswith(":memory:") or path.startswith(":resource:"):
+        if path.startswith(":resource:"):
+            raise ConfigurationError("a SQLite database in a Java resource is read-only: give a file path, "
+                                     "e.g. jdbc:sqlite:/data/app.db")
+        raise ConfigurationError(
+            "an in-memory SQLite database cannot be used: twopc stages data and records commit markers "
+            "that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db")
+    return _JdbcParts("sqlite", None, None, [], path, _query_params(query_text))
+
+
+def _query_params(query_text: str) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for piece in query_text.split("&"):
+        if not piece:
+            continue
+        k, _, v = piece.partition("=")
+        key = urllib.parse.unquote_plus(k).strip()
+        if not key:
+            raise ConfigurationError("the JDBC URL has a parameter without a name")
+        out.append((key, urllib.parse.unquote_plus(v)))
+    return out
+
+
+def _host_port(h: str) -> tuple[str, int | None]:
+    port_text = ""
+    if h.startswith("["):  # [ipv6]:port
+        addr, _, tail = h[1:].partition("]")
+        host, port_text = addr, tail.lstrip(":")
+    elif h.count(":") == 1:
+        host, port_text = h.split(":")
+    else:
+        host = h
+    if not host:
+        raise ConfigurationError("the JDBC URL has an empty host name")
+    if port_text:
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigurationError("invalid port in the JDBC URL: use host:port with a number 1-65535")
+        return host, int(port_text)
+    return host, None
+
+
+def _pg_hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
+    """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
+    SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
+    if not hosts:
+        return "localhost", None, []
+    parsed = [_host_port(h) for h in hosts]
+    if len(parsed) == 1:
+        return parsed[0][0], parsed[0][1], []
+    multi = []
+    for host, port in parsed:
+        h = f"[{host}]" if ":" in host else host
+        multi.append(f"{h}:{port}" if port else h)
+    return None, None, multi
+
+
