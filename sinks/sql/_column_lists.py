@@ -7,6 +7,8 @@ import re
 
 from twopc import ConfigurationError
 
+from ._names import read_quoted
+
 __all__ = ["parse_column_list", "parse_column_types"]
 
 _UNQUOTED_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -17,23 +19,7 @@ def _read_name(text: str, i: int, what: str) -> tuple[str, int]:
     """Read a column name at *i*: ``name``, ```quoted` `` (doubled backtick escapes it)
     or ``"quoted"`` (doubled quote escapes it). Returns the name and the next index."""
     if i < len(text) and text[i] in "`\"":
-        q = text[i]
-        j, buf = i + 1, []
-        while True:
-            k = text.find(q, j)
-            if k < 0:
-                raise ConfigurationError(f"{what}: unterminated {q} quote in a column name")
-            buf.append(text[j:k])
-            if k + 1 < len(text) and text[k + 1] == q:
-                buf.append(q)
-                j = k + 2
-                continue
-            name = "".join(buf)
-            if not name:
-                raise ConfigurationError(f"{what}: empty quoted column name")
-            if "\x00" in name:
-                raise ConfigurationError(f"{what}: a column name cannot contain a NUL character")
-            return name, k + 1
+        return read_quoted(text, i, f"{what}: column name")
     m = _UNQUOTED_NAME.match(text, i)
     if not m:
         snippet = text[i:i + 20]

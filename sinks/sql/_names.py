@@ -14,7 +14,7 @@ from sqlalchemy.engine import Dialect
 
 from twopc import ConfigurationError
 
-__all__ = ["TableName", "parse_table_name"]
+__all__ = ["TableName", "parse_table_name", "read_quoted"]
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 #: names shown without quotes, per dialect (PostgreSQL folds unquoted names to lower case)
@@ -68,8 +68,8 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
 
     Quoted parts are taken verbatim (``"x"`` on PostgreSQL, ```x``` on MySQL, any of
     ``"x"``, ```x```, ``[x]`` elsewhere); unquoted parts must be plain identifiers and are
-    folded to lower case on PostgreSQL (as PostgreSQL does). On MySQL/MariaDB a name may
-    not hold NUL and is at most 64 characters.
+    folded to lower case on PostgreSQL (as PostgreSQL does). No name may hold NUL; on
+    MySQL/MariaDB a name is at most 64 characters.
 
     Raises:
         ConfigurationError: the name is empty, malformed, or has more than two parts.
@@ -82,7 +82,7 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
     i = 0
     while True:
         if i < len(s) and s[i] in quotes:
-            part, i = _quoted_part(s, i, text, what)
+            part, i = read_quoted(s, i, f"{what} {text!r}")
             parts.append(part)
         else:
             k = s.find(".", i)
@@ -103,8 +103,6 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
         raise ConfigurationError(f"{what} {text!r}: use [schema.]table")
     if dialect_name == "mysql":
         for part in parts:
-            if "\x00" in part:
-                raise ConfigurationError(f"{what} {text!r}: names cannot contain NUL characters")
             if len(part) > _MYSQL_NAME_CHARS:
                 raise ConfigurationError(
                     f"{what} {text!r}: {part[:20]!r}... is longer than MySQL's {_MYSQL_NAME_CHARS} characters")
@@ -112,15 +110,20 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
     return TableName(schema, name, dialect_name)
 
 
-def _quoted_part(s: str, i: int, text: str, what: str) -> tuple[str, int]:
-    """The quoted name starting at ``s[i]`` (a doubled closing quote escapes it, but for
-    ``[...]``) and the index after it."""
+def read_quoted(s: str, i: int, where: str) -> tuple[str, int]:
+    """The quoted name starting at ``s[i]`` (``"..."``, ```...```, or ``[...]``; a doubled
+    closing quote escapes it, but for ``[...]``) and the index after it. *where* begins the
+    error messages.
+
+    Raises:
+        ConfigurationError: the quote is not closed, or the name is empty or holds NUL.
+    """
     close = _QUOTES[s[i]]
     j, buf = i + 1, []
     while True:
         k = s.find(close, j)
         if k < 0:
-            raise ConfigurationError(f"{what} {text!r}: unterminated {s[i]} quote")
+            raise ConfigurationError(f"{where}: unterminated {s[i]} quote")
         buf.append(s[j:k])
         if k + 1 < len(s) and s[k + 1] == close and close != "]":
             buf.append(close)
@@ -128,5 +131,7 @@ def _quoted_part(s: str, i: int, text: str, what: str) -> tuple[str, int]:
             continue
         part = "".join(buf)
         if not part:
-            raise ConfigurationError(f"{what} {text!r}: empty quoted name")
+            raise ConfigurationError(f"{where}: empty quoted name")
+        if "\x00" in part:
+            raise ConfigurationError(f"{where}: a name cannot contain a NUL character")
         return part, k + 1
