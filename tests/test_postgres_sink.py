@@ -808,3 +808,25 @@ def test_any_text_round_trips_in_both_formats(postgres_url, pg_engine, values):
     finally:
         with pg_engine.begin() as c:
             c.exec_driver_sql(f"DROP TABLE {name}")
+
+
+def test_twopc_postgres_honours_isolation_level_session_init_and_query_timeout(postgres_url, pg_engine, table,
+                                                                              sink_id):
+    """Options the old twopc-postgres took in its constructor but never read from Spark
+    options: they now mean the same as in twopc-jdbc (one options reader)."""
+    log_table = f"log_{_uid()}"
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {log_table} (iso text, stmt_timeout text, lock_timeout text)")
+    try:
+        sink = PostgresSink.from_options({
+            "url": postgres_url, "dbtable": table, "isolationLevel": "SERIALIZABLE", "queryTimeout": "42",
+            "lockTimeout": "1.5s",
+            "sessionInitStatement": f"INSERT INTO {log_table} SELECT current_setting('transaction_isolation'), "
+                                    f"current_setting('statement_timeout'), current_setting('lock_timeout')"})
+        sink.validate(_batch([0]).schema)
+        assert sink.commit(_prepare(sink, _ctx(sink_id), _batch([1]))) is CommitOutcome.COMMITTED
+        # the init statement ran inside the prepared transaction, with the session's settings
+        assert _rows(pg_engine, f"SELECT * FROM {log_table}") == [("serializable", "42s", "1500ms")]
+    finally:
+        with pg_engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE {log_table}")
