@@ -21,7 +21,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml $(PKG_INITS)
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -e '.[test]'
+	$(VPY) -m pip install -e '.[all,test]'
 	@touch $@
 
 redis:
