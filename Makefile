@@ -13,7 +13,8 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 # Re-install when the project metadata changes or a package's __init__.py appears
 # (editable installs map the packages that existed at install time).
-PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py faultinject/__init__.py)
+PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
+                        faultinject/__init__.py)
 
 .PHONY: venv redis mariadb test demo bench clean
 
@@ -69,15 +70,15 @@ test: venv redis mariadb
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: venv
-	$(VPY) -m recovery.demo
+	$(VPY) -m recovery.demos.demo
 
 bench: venv redis
 	@if [ ! -e /usr/share/java/postgresql.jar ] && [ "$$(id -u)" = 0 ]; then \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java) || true; \
 	fi
-	$(VPY) -m recovery.bench
-	$(VPY) -m recovery.bench_redis
+	$(VPY) -m recovery.demos.bench
+	$(VPY) -m recovery.demos.bench_redis
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 import sinks
-from recovery.demo import write_input
+from recovery.demos.demo import write_input
 from sinks import StagingSink, write_jdbc
 
 
