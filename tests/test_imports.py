@@ -47,13 +47,15 @@ def test_lazy_names_load_on_first_use() -> None:
     code = (
         "import json, sys, faultinject\n"
         "before = 'faultinject.servers' in sys.modules\n"
+        "listed = {'LocalPostgres', 'ChaosRunner'} <= set(dir(faultinject))\n"
         "from faultinject import LocalPostgres\n"
         "runner = faultinject.ChaosRunner\n"
-        "print(json.dumps({'before': before, 'servers': 'faultinject.servers' in sys.modules,\n"
+        "print(json.dumps({'before': before, 'listed': listed,\n"
+        "                  'servers': 'faultinject.servers' in sys.modules,\n"
         "                  'chaos': 'faultinject.chaos' in sys.modules,\n"
         "                  'names': [LocalPostgres.__module__, runner.__module__]}))\n"
     )
-    assert _fresh(code) == {"before": False, "servers": True, "chaos": True,
+    assert _fresh(code) == {"before": False, "listed": True, "servers": True, "chaos": True,
                             "names": ["faultinject._postgres", "faultinject.chaos"]}
 
 
