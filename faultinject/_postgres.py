@@ -230,8 +230,8 @@ class LocalPostgres(LocalServer):
         psql = [os.path.join(bindir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
                 "-h", tmp, "-p", str(self._port), "-U", "postgres", "-d", "postgres"]
         self._run(
-            psql + ["-c", f"CREATE ROLE {self.user} LOGIN PASSWORD '{pw}'",
-                    "-c", f"CREATE DATABASE {self.database} OWNER {self.user}"],
+            [*psql, "-c", f"CREATE ROLE {self.user} LOGIN PASSWORD '{pw}'",
+             "-c", f"CREATE DATABASE {self.database} OWNER {self.user}"],
             "creating role/database",
         )
 
@@ -288,10 +288,8 @@ class LocalPostgres(LocalServer):
         if proc.poll() is None:
             with contextlib.suppress(OSError):
                 proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
         kill_tree(proc.pid)
         proc.wait()
         self._proc = None

@@ -8,9 +8,6 @@ Submodules and the ``from __future__ import annotations`` / ``TYPE_CHECKING`` im
 not names a package defines.
 """
 
-from __future__ import annotations
-
-import __future__
 import importlib
 import typing
 from types import ModuleType
@@ -86,7 +83,9 @@ def _defined_public_names(package: ModuleType) -> set[str]:
         value = getattr(package, name)
         if isinstance(value, ModuleType) and value.__name__.startswith(package.__name__ + "."):
             continue  # a submodule: not a name the __init__ defines
-        if (name, value) in (("annotations", __future__.annotations), ("TYPE_CHECKING", typing.TYPE_CHECKING)):
+        if name == "TYPE_CHECKING" and value is typing.TYPE_CHECKING:
+            continue
+        if name == "annotations" and type(value).__module__ == "__future__":
             continue
         out.add(name)
     return out

@@ -133,8 +133,8 @@ def _assert_staging_exactly_once(engine: sa.Engine, table: str, ids: list[int], 
     assert _handle_kinds(ledger) == {"twopc.staging"}, _handle_kinds(ledger)
     # exactly one batch marker per micro-batch, and their row counts add up to the input
     with engine.connect() as conn:
-        markers = dict(conn.execute(sa.text("SELECT batch_id, rows FROM twopc_batches WHERE sink_id = :s"),
-                                    {"s": sink_id}).all())
+        markers: dict[int, int] = dict(conn.execute(
+            sa.text("SELECT batch_id, rows FROM twopc_batches WHERE sink_id = :s"), {"s": sink_id}).all())
     assert sorted(markers) == list(range(files)) and sum(markers.values()) == len(ids), markers
 
 

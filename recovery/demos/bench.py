@@ -29,6 +29,7 @@ mode (one local transaction moving the staged rows, plus the ledger records).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import statistics
@@ -170,11 +171,10 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
     def raw_copy(_df: DataFrame, table: str, _v: int) -> None:
-        with psycopg.connect(dsn) as conn, conn.cursor() as cur:
-            with cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, \
-                    open(csv, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    cp.write(chunk)
+        with (psycopg.connect(dsn) as conn, conn.cursor() as cur,
+              cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, open(csv, "rb") as f):
+            while chunk := f.read(1 << 20):
+                cp.write(chunk)
 
     plan: list[tuple[str, str, Callable[[DataFrame, str, int], object]]] = []
     for key in writers:
@@ -230,7 +230,7 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
                 txn = sink.begin_transaction(TransactionContext("bench", b, p, b * 2 + p))
                 sink.invoke_batch(txn, data)
                 handles.append(sink.pre_commit(txn))
-            timings.append(plan + _timed(lambda: coord.commit_batch(b, handles)))
+            timings.append(plan + _timed(functools.partial(coord.commit_batch, b, handles)))
         sink.close()
         return statistics.median(timings) * 1000
 

@@ -86,10 +86,10 @@ class RedisVerification:
             f"  rows expected                 {self.expected}",
             f"  total counter                 {self.total_counter}",
             f"  per-category counters         {self.category_counters} (expected {self.expected_categories})",
-            f"  row hashes found              {self.rows_found} (wrong {self.rows_wrong[:10]}, "
-            f"unexpected {self.rows_unexpected})",
-            f"  stream entries                {self.stream_entries} (duplicates {self.stream_duplicates[:10]}, "
-            f"lost {self.stream_lost[:10]}, unexpected {self.stream_unexpected[:10]})",
+            (f"  row hashes found              {self.rows_found} (wrong {self.rows_wrong[:10]}, "
+             f"unexpected {self.rows_unexpected})"),
+            (f"  stream entries                {self.stream_entries} (duplicates {self.stream_duplicates[:10]}, "
+             f"lost {self.stream_lost[:10]}, unexpected {self.stream_unexpected[:10]})"),
             f"  staging left                  {self.dangling[:10]}",
             f"  verdict: {'EXACTLY ONCE' if self.ok else 'VIOLATED'}",
         ]
