@@ -7,21 +7,25 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# What `make lint` checks, and so what `make test` is gated on: every package and the tests.
+# Narrow it for a run with `make lint LINT_PATHS="twopc tests"` (or the environment).
+LINT_PATHS ?= twopc sinks recovery faultinject tests
 
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 # Re-install when the project metadata changes or a package's __init__.py appears
 # (editable installs map the packages that existed at install time).
-PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py faultinject/__init__.py)
+PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
+                        faultinject/__init__.py)
 
-.PHONY: venv redis mariadb test demo bench clean
+.PHONY: venv redis mariadb lint test demo bench clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml $(PKG_INITS)
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -e '.[test]'
+	$(VPY) -m pip install -e '.[all,test]'
 	@touch $@
 
 redis:
@@ -65,19 +69,33 @@ mariadb:
 	  exit 1; \
 	fi
 
-test: venv redis mariadb
+# The lint and type gate: ruff and mypy (configured in pyproject.toml), and every `noqa` or
+# `type: ignore` must say why on its own line.  All three run; any finding fails.
+SUPPRESSION_WITHOUT_REASON := \#[[:space:]]*(noqa(:[[:space:]]*[A-Z]+[0-9]+([[:space:]]*,[[:space:]]*[A-Z]+[0-9]+)*)?|type:[[:space:]]*ignore(\[[^]]*\])?)[[:space:]]*$$
+
+lint: venv
+	@rc=0; \
+	echo "ruff check $(LINT_PATHS)"; $(VPY) -m ruff check $(LINT_PATHS) || rc=1; \
+	echo "mypy $(LINT_PATHS)"; $(VPY) -m mypy $(LINT_PATHS) || rc=1; \
+	echo "noqa / type: ignore with a reason"; \
+	if grep -rnE --include='*.py' '$(SUPPRESSION_WITHOUT_REASON)' $(LINT_PATHS); then \
+	  echo "lint: say on the same line why each suppression above is needed" >&2; rc=1; \
+	fi; \
+	exit $$rc
+
+test: lint venv redis mariadb
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: venv
-	$(VPY) -m recovery.demo
+	$(VPY) -m recovery.demos.demo
 
 bench: venv redis
 	@if [ ! -e /usr/share/java/postgresql.jar ] && [ "$$(id -u)" = 0 ]; then \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
 	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java) || true; \
 	fi
-	$(VPY) -m recovery.bench
-	$(VPY) -m recovery.bench_redis
+	$(VPY) -m recovery.demos.bench
+	$(VPY) -m recovery.demos.bench_redis
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -17,9 +17,15 @@ state directory (``armed()`` and ``ChaosRunner`` do).
 
 ``TWOPC_FAULTS`` wins over ``TWOPC_FAULT_PLAN`` when both are set.  This package uses
 only the standard library.
+
+Importing it loads only the fault points (twopc imports it on every executor).  The chaos
+runner (:class:`ChaosRunner` and its reports) and the throwaway servers
+(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`) load on first use:
+``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
 """
 
-from __future__ import annotations
+import importlib as _importlib
+from typing import TYPE_CHECKING
 
 from ._errors import FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
 from ._registry import declare, declared_points
@@ -35,8 +41,21 @@ from ._spec import (
     FaultRule,
     default_state_dir,
 )
-from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
-from .servers import LocalMariaDB, LocalPostgres, LocalRedis
+
+if TYPE_CHECKING:
+    from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
+    from .servers import LocalMariaDB, LocalPostgres, LocalRedis
+
+# Public name -> the submodule that defines it, imported on first access (PEP 562).
+_LAZY: dict[str, str] = {
+    "ChaosJobFailed": ".chaos",
+    "ChaosReport": ".chaos",
+    "ChaosRun": ".chaos",
+    "ChaosRunner": ".chaos",
+    "LocalMariaDB": ".servers",
+    "LocalPostgres": ".servers",
+    "LocalRedis": ".servers",
+}
 
 __all__ = [
     "ACTIONS",
@@ -67,3 +86,16 @@ __all__ = [
     "fault_point",
     "read_firings",
 ]
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

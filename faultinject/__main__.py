@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
@@ -14,10 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     if args != ["points"]:
         print("usage: python -m faultinject points", file=sys.stderr)
         return 2
-    try:
+    with contextlib.suppress(ImportError):
         importlib.import_module("twopc")  # declares the protocol's points, if installed
-    except ImportError:
-        pass
     for name, description in sorted(declared_points().items()):
         print(f"{name}\t{description}")
     return 0

@@ -236,8 +236,8 @@ class LocalMariaDB(LocalServer):
                 f"GRANT ALL PRIVILEGES ON `{db}\\_%`.* TO {user}@{h};",
                 # MySQL 8 needs XA_RECOVER_ADMIN for XA RECOVER; MariaDB has no such privilege
                 # (the GRANT fails to parse there, which the handler swallows).
-                "BEGIN NOT ATOMIC DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; "
-                f"EXECUTE IMMEDIATE {_sql_string(f'GRANT XA_RECOVER_ADMIN ON *.* TO {user}@{h}')}; END;",
+                ("BEGIN NOT ATOMIC DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; "
+                 f"EXECUTE IMMEDIATE {_sql_string(f'GRANT XA_RECOVER_ADMIN ON *.* TO {user}@{h}')}; END;"),
                 f"CREATE USER {admin}@{h} IDENTIFIED BY {apw};",
                 f"GRANT ALL PRIVILEGES ON *.* TO {admin}@{h} WITH GRANT OPTION;",
             ]

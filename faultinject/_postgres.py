@@ -175,8 +175,8 @@ class LocalPostgres(LocalServer):
         return self
 
     # -- internals ------------------------------------------------------------------
-    def _run(self, argv: list[str], what: str) -> None:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=self._timeout,
+    def _run(self, argv: list[str], what: str, *, stdin: str | None = None) -> None:
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout,
                               **self._ids)
         if proc.returncode != 0:
             raise ServerUnavailable(
@@ -226,13 +226,15 @@ class LocalPostgres(LocalServer):
             fh.write("\n# twopc LocalPostgres\n")
             fh.writelines(f"{k} = {v}\n" for k, v in settings.items())
         self._launch(bindir)
-        pw = self.password
         psql = [os.path.join(bindir, "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
                 "-h", tmp, "-p", str(self._port), "-U", "postgres", "-d", "postgres"]
+        # The statements go in on stdin: a password on psql's command line would show in
+        # every process listing.  psql runs each one in its own transaction, as with -c.
         self._run(
-            psql + ["-c", f"CREATE ROLE {self.user} LOGIN PASSWORD '{pw}'",
-                    "-c", f"CREATE DATABASE {self.database} OWNER {self.user}"],
+            psql,
             "creating role/database",
+            stdin=(f"CREATE ROLE {self.user} LOGIN PASSWORD '{self.password}';\n"
+                   f"CREATE DATABASE {self.database} OWNER {self.user};\n"),
         )
 
     def _launch(self, bindir: str) -> None:
@@ -288,10 +290,8 @@ class LocalPostgres(LocalServer):
         if proc.poll() is None:
             with contextlib.suppress(OSError):
                 proc.send_signal(signal.SIGINT)  # fast shutdown
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
         kill_tree(proc.pid)
         proc.wait()
         self._proc = None

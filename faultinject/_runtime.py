@@ -96,7 +96,7 @@ _raw_keys: tuple[Any, ...] = ()
 if isinstance(_raw_env, dict):
     try:
         _raw_keys = tuple(os.environ.encodekey(k) for k in _ENV_NAMES)
-    except Exception:  # pragma: no cover - unusual os.environ implementation
+    except Exception:  # noqa: BLE001 - any failure only means: use os.environ.get  # pragma: no cover
         _raw_env = None
 else:  # pragma: no cover
     _raw_env = None
@@ -259,7 +259,7 @@ def armed(
             target.update(env)
         yield dataclasses.replace(parsed, state_dir=chosen)
     finally:
-        for target, old in zip(targets, saved):
+        for target, old in zip(targets, saved, strict=True):
             for key, value in old.items():
                 if value is None:
                     target.pop(key, None)

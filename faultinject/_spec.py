@@ -77,9 +77,7 @@ class FaultRule:
             return False
         if self.batch is not None and batch_id != self.batch:
             return False
-        if self.partition is not None and context.get("partition") != self.partition:
-            return False
-        return True
+        return self.partition is None or context.get("partition") == self.partition
 
     def to_spec(self) -> str:
         """The inline-spec form of this rule (round-trips through :meth:`FaultPlan.parse`)."""

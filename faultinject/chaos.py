@@ -254,5 +254,5 @@ class ChaosRunner:
                 if on_progress is not None and line.startswith(PROGRESS_PREFIXES):
                     try:
                         on_progress(line)
-                    except Exception as exc:  # a broken callback must not hang the pump
+                    except Exception as exc:  # noqa: BLE001 - a broken callback must not hang the pump
                         sys.stderr.write(f"faultinject.chaos: on_progress failed: {exc!r}\n")

@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from twopc import (
     BatchState,
@@ -22,7 +23,7 @@ from twopc import (
 __all__ = ["build_sink", "main"]
 
 
-def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink:  # type: ignore[type-arg]
+def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink[Any, Any, Any]:
     """Build the sink behind a data source name (``twopc-postgres``, ``twopc-file``) or a
     ``module:SinkClass`` path, from writer options.
 

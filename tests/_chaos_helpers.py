@@ -4,6 +4,7 @@ completes, and asking which faults fired."""
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ def run_job_until_done(module_args: Sequence[str], env: dict[str, str], state_di
     """``python -m <module_args>`` restarted after every crash until it exits 0 (asserted)."""
     runner = faultinject.ChaosRunner(
         env={**os.environ, **env, "PYSPARK_PYTHON": sys.executable},
-        cwd=REPO, state_dir=state_dir, stdout=open(os.devnull, "wb"),  # noqa: SIM115
+        cwd=REPO, state_dir=state_dir, stdout=subprocess.DEVNULL,
     )
     report = runner.run_until_done([sys.executable, "-m", *module_args], plan,
                                    max_restarts=max_restarts, timeout_s=timeout_s)

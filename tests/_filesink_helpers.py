@@ -35,6 +35,6 @@ def committed_ids(sink: FileSink) -> list[int]:
 def crash_commit(coord: CommitCoordinator, point: str, batch: int, handles: Sequence[TransactionHandle],
                  state_dir: Path) -> None:
     """The driver dies at fault *point* while committing *batch* (the fault must fire)."""
-    with faultinject.armed(f"{point}@batch={batch}:raise", state_dir=str(state_dir)):
-        with pytest.raises(faultinject.InjectedFault):
-            coord.commit_batch(batch, handles)
+    with (faultinject.armed(f"{point}@batch={batch}:raise", state_dir=str(state_dir)),
+          pytest.raises(faultinject.InjectedFault)):
+        coord.commit_batch(batch, handles)

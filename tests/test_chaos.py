@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 import faultinject
 from recovery import verify_postgres_ids
-from recovery.demo import create_table, write_input
+from recovery.demos.demo import create_table, write_input
 from twopc import CommitLedger
 
 from ._chaos_helpers import fired, run_job_until_done
@@ -35,7 +35,7 @@ def _chaos(postgres_url: str, tmp_path: Path, plan: str, *, max_restarts: int = 
     ids = write_input(tmp_path / "in", FILES, ROWS)
     ck = tmp_path / "ck"
     report = run_job_until_done(
-        ["recovery.demo", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--table", table],
+        ["recovery.demos.demo", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--table", table],
         {"TWOPC_DEMO_URL": postgres_url}, tmp_path / "faults", plan, max_restarts=max_restarts, timeout_s=900)
     engine = sa.create_engine(postgres_url)
     try:

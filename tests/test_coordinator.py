@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import ClassVar
 
 import pytest
 
@@ -147,7 +148,7 @@ def test_recovery_plan_changes_nothing_and_run_does_what_it_said(env, tmp_path) 
 
 def test_retention_purges_old_ledger_records_and_the_sinks_bookkeeping(tmp_path) -> None:
     class Recording(FileSink):
-        purged: list[tuple[str, int]] = []
+        purged: ClassVar[list[tuple[str, int]]] = []
 
         def purge_committed(self, sink_id: str, below_batch: int) -> None:
             self.purged.append((sink_id, below_batch))

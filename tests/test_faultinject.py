@@ -332,7 +332,7 @@ def test_chaos_runner_gives_up_and_times_out(tmp_path: Path) -> None:
 
 
 def test_armed_reaches_spark_python_workers(spark: object) -> None:
-    sc = spark.sparkContext  # type: ignore[attr-defined]
+    sc = spark.sparkContext  # type: ignore[attr-defined]  # the session fixture, typed object here
 
     def hit(index: int, rows: object) -> object:
         fault_point("p", batch_id=0, partition=index)

@@ -40,7 +40,7 @@ from sqlalchemy.engine import make_url
 
 import faultinject
 from recovery import staged_rows_left, verify_ids, verify_postgres_ids
-from recovery.demo import create_table, write_input
+from recovery.demos.demo import create_table, write_input
 from twopc import CommitLedger
 
 from ._chaos_helpers import fired, run_job_until_done
@@ -100,7 +100,7 @@ def _run(tmp_path: Path, table: str, files: int, faults: Sequence[Fault], *, env
     ck = tmp_path / "ck"
     crashes = sum(f.action == "crash" for f in faults)
     report = run_job_until_done(
-        ["recovery.demo", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--table", table,
+        ["recovery.demos.demo", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--table", table,
          "--format", "twopc-jdbc", *args],
         env, tmp_path / "faults", _plan(faults), max_restarts=crashes + 1, timeout_s=180 * (crashes + 1))
     summary = report.summary() + "\nfired:\n" + "\n".join(report.fired)
@@ -133,8 +133,8 @@ def _assert_staging_exactly_once(engine: sa.Engine, table: str, ids: list[int], 
     assert _handle_kinds(ledger) == {"twopc.staging"}, _handle_kinds(ledger)
     # exactly one batch marker per micro-batch, and their row counts add up to the input
     with engine.connect() as conn:
-        markers = dict(conn.execute(sa.text("SELECT batch_id, rows FROM twopc_batches WHERE sink_id = :s"),
-                                    {"s": sink_id}).all())
+        markers: dict[int, int] = dict(conn.execute(
+            sa.text("SELECT batch_id, rows FROM twopc_batches WHERE sink_id = :s"), {"s": sink_id}).all())
     assert sorted(markers) == list(range(files)) and sum(markers.values()) == len(ids), markers
 
 

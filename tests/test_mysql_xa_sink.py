@@ -4,6 +4,7 @@ quoting and credentials."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import gc
 import os
@@ -86,10 +87,9 @@ def _recovered(url: str, sink_id: str) -> list[str]:
 
 def _roll_back_leftovers(url: str, sink_id: str) -> None:
     for gid in _recovered(url, sink_id):
-        try:
+        # (an OperationalError: still attached to a live session of a failed test, which ends it)
+        with contextlib.suppress(pymysql.err.OperationalError):
             _sql(url, "XA ROLLBACK %s", (gid,))
-        except pymysql.err.OperationalError:
-            pass  # still attached to a live session of a failed test: it ends with that session
 
 
 @pytest.fixture(autouse=True)
@@ -181,7 +181,7 @@ def test_arrow_and_dict_rows_round_trip_with_nulls_timestamps_and_a_marker(maria
         "id": pa.array([1, 2, 3], pa.int64()),
         "s": pa.array(["héllo 👋", None, ""], pa.string()),
         "x": pa.array([0.5, None, -1e300], pa.float64()),
-        "ts": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.timezone.utc), None,
+        "ts": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC), None,
                         dt.datetime(2024, 1, 1, 1, 0, tzinfo=paris)], pa.timestamp("us", "UTC")),
     })
     naive = pa.record_batch({"id": pa.array([4], pa.int64()),
@@ -358,7 +358,7 @@ def test_prepared_xid_survives_a_kill_of_the_writing_process(mariadb_url, table,
     assert found.txn_id == shipped.txn_id and (found.batch_id, found.partition_id, found.attempt_id) == (3, 0, 9)
     assert _count(mariadb_url, table) == 0
     assert sink.commit(found) is CommitOutcome.COMMITTED
-    assert sink.commit(shipped) is CommitOutcome.ALREADY_COMMITTED  # type: ignore[arg-type]
+    assert sink.commit(shipped) is CommitOutcome.ALREADY_COMMITTED  # type: ignore[arg-type]  # a MySqlXaHandle, typed as its base
     assert _sql(mariadb_url, f"SELECT id, s FROM {table} ORDER BY id") == [(1, "a"), (2, "b")]
 
 
@@ -432,7 +432,7 @@ def test_commit_survives_a_dead_control_connection(mariadb_url, table, sink_id):
     sink = _validated(mariadb_url, table)
     h = _prepare(sink, _ctx(sink_id), _batch([1]))
     sink.list_prepared(sink_id)  # opens the control connection
-    control_id = sink._control.driver_connection.thread_id()  # type: ignore[union-attr]
+    control_id = sink._control.driver_connection.thread_id()  # type: ignore[union-attr]  # list_prepared opened it
     _sql(mariadb_url, f"KILL CONNECTION {control_id}")
     assert sink.commit(h) is CommitOutcome.COMMITTED  # replaced and retried once
     assert sink.commit(h) is CommitOutcome.ALREADY_COMMITTED
@@ -469,9 +469,9 @@ def test_recovery_rolls_back_an_orphan_and_commits_a_decided_batch(mariadb_url, 
     decided = [_prepare(sink, _ctx(sink_id, batch=0, partition=p, attempt=p), _batch([p * 10, p * 10 + 1]))
                for p in range(2)]
     # the driver records its decision and dies before committing anything
-    with faultinject.armed("after_decision@batch=0:raise", state_dir=str(tmp_path / "faults")):
-        with pytest.raises(faultinject.InjectedFault):
-            coord.commit_batch(0, decided)
+    with (faultinject.armed("after_decision@batch=0:raise", state_dir=str(tmp_path / "faults")),
+          pytest.raises(faultinject.InjectedFault)):
+        coord.commit_batch(0, decided)
     assert ledger.state(0) is BatchState.DECIDED and _count(mariadb_url, table) == 0
     # an attempt of the next batch prepared, and its handle never reached the driver
     orphan = _prepare(sink, _ctx(sink_id, batch=1, partition=0, attempt=5), _batch([42]))
@@ -531,6 +531,7 @@ def test_from_options_is_case_insensitive_and_translates_urls(mariadb_url, table
     u = sa.make_url(mariadb_url)
     bare = u.set(username=None, password=None).render_as_string(hide_password=False).replace(
         "mysql+pymysql://", "mysql://")
+    assert u.username is not None and u.password is not None
     sink = MySqlXaSink.from_options({"URL": bare, "DbTable": table, "USER": u.username, "Password": u.password,
                                      "lockTimeout": "5s", "BATCHSIZE": "3", "isolationLevel": "READ_COMMITTED",
                                      "sessionInitStatement": "SET @twopc_test = 1"})
@@ -629,13 +630,13 @@ def test_validate_refuses_non_innodb_tables_and_views(mariadb_url):
     _sql(mariadb_url, f"CREATE TABLE inno_{u} (id BIGINT) ENGINE=InnoDB")
     _sql(mariadb_url, f"CREATE VIEW v_{u} AS SELECT id FROM inno_{u}")
     try:
-        with pytest.raises(TargetConfigurationError, match="MyISAM.*XA needs InnoDB"):
+        with pytest.raises(TargetConfigurationError, match=r"MyISAM.*XA needs InnoDB"):
             MySqlXaSink(mariadb_url, f"my_{u}").validate(pa.schema([("id", pa.int64())]))
         with pytest.raises(TargetConfigurationError, match="view"):
             MySqlXaSink(mariadb_url, f"v_{u}").validate(pa.schema([("id", pa.int64())]))
         with pytest.raises(TargetConfigurationError, match="not a twopc marker table"):
             MySqlXaSink(mariadb_url, f"inno_{u}", marker_table=f"inno_{u}").validate(pa.schema([("id", pa.int64())]))
-        with pytest.raises(TargetConfigurationError, match="marker table.*MyISAM"):
+        with pytest.raises(TargetConfigurationError, match=r"marker table.*MyISAM"):
             _sql(mariadb_url, f"CREATE TABLE mk_{u} (gid VARCHAR(64) PRIMARY KEY, sink_id VARCHAR(64), "
                               f"batch_id BIGINT, partition_id INT, `rows` BIGINT) ENGINE=MyISAM")
             MySqlXaSink(mariadb_url, f"inno_{u}", marker_table=f"mk_{u}").validate(pa.schema([("id", pa.int64())]))
@@ -656,7 +657,9 @@ def test_validate_wrong_password_is_unavailable_and_never_shows_the_password(mar
         for e in _chain(info.value):
             assert wrong not in str(e) and pw not in str(e) and wrong not in repr(e)
         assert "1045" in str(info.value) and "password" in str(info.value)
-        assert sa.make_url(mariadb_url).host in str(info.value)
+        host = sa.make_url(mariadb_url).host
+        assert host is not None
+        assert host in str(info.value)
         assert info.value.__cause__ is None
     assert wrong not in sink.describe() and wrong not in repr(sink)
     ok, reason = MySqlXaSink.probe_xa(url)

@@ -242,7 +242,7 @@ def test_rollback_never_raises_when_the_connection_died(postgres_url, pg_engine,
     sink = _validated(postgres_url, table)
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1]))
-    pid = txn.conn.driver_connection.info.backend_pid  # type: ignore[union-attr]
+    pid = txn.conn.driver_connection.info.backend_pid  # type: ignore[union-attr]  # open: a batch went in
     with pg_engine.connect() as c:
         c.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
     sink.rollback(txn)
@@ -254,7 +254,7 @@ def test_commit_survives_a_dead_control_connection(postgres_url, pg_engine, tabl
     sink = _validated(postgres_url, table)
     h = _prepare(sink, _ctx(sink_id), _batch([1]))
     sink.list_prepared(sink_id)  # opens the control connection
-    pid = sink._control.driver_connection.info.backend_pid  # type: ignore[union-attr]
+    pid = sink._control.driver_connection.info.backend_pid  # type: ignore[union-attr]  # list_prepared opened it
     with pg_engine.connect() as c:
         c.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
     assert sink.commit(h) is CommitOutcome.COMMITTED  # replaced and retried once
@@ -267,7 +267,7 @@ def test_prepare_of_an_aborted_transaction_is_detected(postgres_url, pg_engine, 
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1]))
     txn.loader.end()  # the COPY stays open across batches; finish it to use the session
-    pg = txn.conn.driver_connection  # type: ignore[union-attr]
+    pg: Any = txn.conn.driver_connection  # type: ignore[union-attr]  # open: a batch went in
     with pytest.raises(psycopg.errors.DivisionByZero):
         pg.execute("SELECT 1/0")  # aborts the transaction behind the sink's back
     with pytest.raises(SinkError) as info:
@@ -336,6 +336,7 @@ def test_handle_envelope_round_trip_without_credentials(postgres_url, table, sin
 def test_from_options_is_case_insensitive_and_translates_urls(postgres_url):
     u = sa.make_url(postgres_url)
     pw = _password(postgres_url)
+    assert u.username is not None
     s = PostgresSink.from_options({"URL": f"postgresql://{u.host}:{u.port}/{u.database}", "DbTable": "Public.T1",
                                    "user": u.username, "PASSWORD": pw, "markertable": "ops.Markers",
                                    "locktimeout": "500ms"})
@@ -436,7 +437,9 @@ def test_validate_wrong_password_is_unavailable_and_never_shows_the_password(pos
             sink.validate(_batch([1]).schema)
         for e in _chain(info.value):
             assert wrong not in str(e) and pw not in str(e) and wrong not in repr(e)
-        assert "password" in str(info.value) and sa.make_url(postgres_url).host in str(info.value)
+        host = sa.make_url(postgres_url).host
+        assert host is not None
+        assert "password" in str(info.value) and host in str(info.value)
         assert info.value.__cause__ is None
         assert wrong not in sink.describe()
 
@@ -553,7 +556,7 @@ def test_lock_timeout_fails_fast_with_a_clear_error(postgres_url, pg_engine, tab
         try:
             _prepare(b, _ctx(sink_id, partition=0, attempt=2), _batch([1]))
             result["exc"] = None
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - the thread hands whatever it raised to the test
             result["exc"] = exc
 
     t = threading.Thread(target=attempt_b, daemon=True)
@@ -648,7 +651,7 @@ def test_timestamps_dates_and_time_zones_round_trip(postgres_url, pg_engine, sin
     with pg_engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {name} (id int, tz timestamptz, ntz timestamp, "
                           f"paris timestamptz, nanos timestamptz, d date)")
-    utc = dt.timezone.utc
+    utc = dt.UTC
     tzs = [dt.datetime(2024, 2, 29, 23, 59, 59, 999999, utc), dt.datetime(1, 1, 1, tzinfo=utc),
            dt.datetime(1969, 12, 31, 23, 0, 0, 1, utc), dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=utc), None]
     ntzs = [t.replace(tzinfo=None) if t else None for t in tzs]
@@ -684,13 +687,13 @@ def test_every_kind_of_value_round_trips_exactly_across_chunks(postgres_url, pg_
     n = 70_003  # sinks.postgres._binary.CHUNK_ROWS is 65,536
     texts = ["", "é ☃ 𝄞", 'q"x', "a,b", "line\nnext", "\\.", "\\N", "NULL", " ", "\r\n", "\t", '""']
     floats = [float("nan"), float("inf"), -float("inf"), -0.0, 1e-310, -1.5, 2.0**53, 0.1]
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     ids = list(range(n))
     ints = [None if k % 11 == 3 else (-1) ** k * k * 30_000 for k in ids]
     strs = [None if k % 13 == 5 else texts[k % len(texts)] + str(k) for k in ids]
     dbls = [None if k % 7 == 2 else floats[k % len(floats)] if k % 3 else -k / 3 for k in ids]
     tss = [None if k % 17 == 0 else start - dt.timedelta(days=3 * k, microseconds=k * 37) for k in ids]
-    ntzs = [None if k % 19 == 1 or t is None else t.replace(tzinfo=None) for k, t in zip(ids, tss)]
+    ntzs = [None if k % 19 == 1 or t is None else t.replace(tzinfo=None) for k, t in zip(ids, tss, strict=True)]
     bools = [None if k % 23 == 4 else k % 2 == 0 for k in ids]
     jsons = [None if k % 29 == 6 else json.dumps({"k": -k, "t": texts[k % len(texts)]}) for k in ids]
     table = pa.table({
@@ -735,7 +738,7 @@ def test_binary_and_csv_load_every_supported_type_identically(postgres_url, pg_e
         "p": pa.array([1, None, 2**53], pa.int64()),
         "q": pa.array([dt.date(2000, 1, 1), None, dt.date(1999, 12, 31)], pa.date64()),
     })
-    results = []
+    results: list[list[tuple[Any, ...]]] = []
     for fmt in ("auto", "csv"):
         name = f"t_{_uid()}"
         with pg_engine.begin() as c:
@@ -768,7 +771,7 @@ def test_invoke_rows_are_written_with_their_types(postgres_url, pg_engine, sink_
                           f"ok boolean DEFAULT true)")
     sink = _validated(postgres_url, name, pa.schema([("id", pa.int64())]))
     txn = sink.begin_transaction(_ctx(sink_id))
-    ts = dt.datetime(2024, 1, 2, 3, 4, 5, 6, dt.timezone.utc)
+    ts = dt.datetime(2024, 1, 2, 3, 4, 5, 6, dt.UTC)
     for i in range(2500):  # crosses the row buffer size
         sink.invoke(txn, {"id": i, "s": "" if i == 0 else None if i == 1 else f"r{i}", "ts": ts,
                           "n": decimal.Decimal("1.10"), "b": b"\x00\x01"})

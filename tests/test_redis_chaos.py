@@ -1,4 +1,4 @@
-"""The crash matrix applied to the Redis sink: a streaming query (``recovery.redis_job``) in a
+"""The crash matrix applied to the Redis sink: a streaming query (``recovery.demos.redis_job``) in a
 subprocess is SIGKILLed (driver, JVM and Python workers) at every protocol fault point and
 restarted from its checkpoint until its input is done. Then every counter equals the number
 of source rows, every row hash and stream entry is there once, and no staging is left.
@@ -19,8 +19,8 @@ import pytest
 
 import faultinject
 import twopc
-from recovery.demo import write_input
-from recovery.redis_job import ENV_URL, verify_redis
+from recovery.demos.demo import write_input
+from recovery.demos.redis_job import ENV_URL, verify_redis
 from twopc import CommitLedger
 
 from ._chaos_helpers import fired, run_job_until_done
@@ -47,7 +47,7 @@ def _chaos(redis_url: str, tmp_path: Path, plan: str, *, max_restarts: int = 8) 
     ids = write_input(tmp_path / "in", FILES, ROWS)
     ck = tmp_path / "ck"
     report = run_job_until_done(
-        ["recovery.redis_job", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--tag", tag],
+        ["recovery.demos.redis_job", "job", "--input", str(tmp_path / "in"), "--checkpoint", str(ck), "--tag", tag],
         {ENV_URL: redis_url}, tmp_path / "faults", plan, max_restarts=max_restarts, timeout_s=600)
     result = verify_redis(redis_url, tag, ids, sink_id=CommitLedger(str(ck)).recorded_sink_id())
     assert result.ok, "\n" + result.render()

@@ -184,7 +184,7 @@ def test_list_prepared_filters_by_sink_and_batch(redis_url, tag) -> None:
     a0 = _prepare(sink, _rows(2), sink_id="s1", batch=0, partition=0)
     a1 = _prepare(sink, _rows(2), sink_id="s1", batch=0, partition=1)
     b = _prepare(sink, _rows(2), sink_id="s1", batch=1)
-    other = _prepare(RedisSink(redis_url, [IncrByOp("{{%s}}:other" % tag, 1)], hash_tag=tag), _rows(2),
+    other = _prepare(RedisSink(redis_url, [IncrByOp("{{" + tag + "}}:other", 1)], hash_tag=tag), _rows(2),
                      sink_id="s2", batch=0)
     assert {h.txn_id for h in sink.list_prepared("s1")} == {a0.txn_id, a1.txn_id, b.txn_id}
     assert {h.txn_id for h in sink.list_prepared("s1", 0)} == {a0.txn_id, a1.txn_id}
@@ -341,7 +341,7 @@ def test_key_slot_matches_redis_cluster() -> None:
     assert key_slot("somekey") == 11058
     assert key_slot("foo{hash_tag}") == key_slot("hash_tag") == 2515
     assert key_slot("{user1000}.following") == key_slot("{user1000}.followers")
-    assert key_slot("foo{}{bar}") == key_slot("foo{}{bar}".encode())  # empty tag: whole key hashed
+    assert key_slot("foo{}{bar}") == key_slot(b"foo{}{bar}")  # empty tag: whole key hashed
     assert key_slot(b"{shop}:x") == key_slot("{shop}")
 
 
@@ -357,12 +357,12 @@ def test_cross_slot_keys_are_refused(redis_url, r, tag) -> None:
     msg = str(err.value)
     assert "'counts:c0'" in msg and f"{{{tag}}}" in msg and "Put the hash tag into the key template" in msg
     fixed = RedisSink(redis_url, [IncrByOp("{{elsewhere}}:n", 1)], hash_tag=tag, require_same_slot=True)
-    with pytest.raises(ConfigurationError, match="key template '{{elsewhere}}:n' hashes to cluster slot"):
+    with pytest.raises(ConfigurationError, match=r"key template '{{elsewhere}}:n' hashes to cluster slot"):
         fixed.validate(SCHEMA)
     with pytest.raises(ConfigurationError, match="hashes to cluster slot"):
         fixed.begin_transaction(TransactionContext("s1", 0, 0, 1))
     # the same mapping on a standalone server with the default (auto) check is fine
-    ok = RedisSink(redis_url, [IncrByOp("{{%s}}:n" % tag, 1), IncrByOp("%s:other:{category}" % tag, 1)],
+    ok = RedisSink(redis_url, [IncrByOp("{{" + tag + "}}:n", 1), IncrByOp(tag + ":other:{category}", 1)],
                    hash_tag=tag)
     ok.commit(_prepare(ok, _rows(3)))
     assert r.get(f"{{{tag}}}:n") == "3"
@@ -385,11 +385,11 @@ def test_weak_persistence_and_evicting_policies_are_refused(own_redis, caplog) -
     sink = RedisSink(own_redis.url, [IncrByOp("{{x}}:n", 1)], hash_tag="x")
     sink.validate(SCHEMA)
     c.config_set("appendonly", "no")
-    with pytest.raises(TargetConfigurationError, match="appendonly no.*appendonly yes.*appendfsync always"):
+    with pytest.raises(TargetConfigurationError, match=r"appendonly no.*appendonly yes.*appendfsync always"):
         sink.validate(SCHEMA)
     c.config_set("appendonly", "yes")
     c.config_set("appendfsync", "everysec")
-    with pytest.raises(TargetConfigurationError, match="appendfsync everysec.*durability=everysec"):
+    with pytest.raises(TargetConfigurationError, match=r"appendfsync everysec.*durability=everysec"):
         sink.validate(SCHEMA)
     weak = RedisSink(own_redis.url, [IncrByOp("{{x}}:n", 1)], hash_tag="x", durability="everysec")
     with caplog.at_level(logging.WARNING, logger="twopc.sinks.redis"):
@@ -397,7 +397,7 @@ def test_weak_persistence_and_evicting_policies_are_refused(own_redis, caplog) -
     assert "about 1 s" in caplog.text
     c.config_set("appendfsync", "always")
     c.config_set("maxmemory-policy", "allkeys-lru")
-    with pytest.raises(TargetConfigurationError, match="allkeys-lru.*maxmemory-policy noeviction"):
+    with pytest.raises(TargetConfigurationError, match=r"allkeys-lru.*maxmemory-policy noeviction"):
         sink.validate(SCHEMA)
     c.config_set("maxmemory-policy", "volatile-lru")  # markers have no TTL: never evicted
     sink.validate(SCHEMA)
@@ -499,7 +499,7 @@ def test_mapping_json_round_trip_and_errors(redis_url) -> None:
             parse_mapping(bad)
     bad_ops: list[tuple[list[Any], str]] = [
         ([IncrByOp("k", "qty")], "exactly one column"),
-        ([IncrByOp("k", 1.5)], "an integer"),  # type: ignore[arg-type]
+        ([IncrByOp("k", 1.5)], "an integer"),  # type: ignore[arg-type]  # the wrong type is what is tested
         ([RPushOp("k:{a.b}", "{x}")], "plain column"),
         ([RPushOp("k:{", "v")], "not a valid template"),
         ([SetOp("k", "v", ttl=0)], "ttl must be"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -74,7 +75,7 @@ def test_local_postgres_stop_removes_everything() -> None:
     server.stop()
     server.stop()  # idempotent
     assert not server.running and not os.path.exists(data_dir)
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
 def test_local_redis_survives_kill_via_aof() -> None:
@@ -203,7 +204,7 @@ def test_local_mariadb_stop_removes_everything() -> None:
     server.stop()
     server.stop()  # idempotent
     assert not server.running and not os.path.exists(data_dir)
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    assert not os.path.exists(f"/proc/{pid}") or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
 
 
 def test_mariadb_fixture_answers_and_supports_xa(mariadb_url: str) -> None:

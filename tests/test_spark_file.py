@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import sinks
-from recovery.demo import INPUT_SCHEMA, write_input
+from recovery.demos.demo import INPUT_SCHEMA, write_input
 from sinks import FileSink
 from twopc import CommitLedger, foreach_batch_writer
 

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 import sinks
-from recovery.demo import write_input
+from recovery.demos.demo import write_input
 from sinks import StagingSink, write_jdbc
 
 
@@ -26,7 +26,9 @@ def _registered(spark) -> None:
 
 def _jdbc_url(sa_url: str, *, password_in_url: bool = True) -> str:
     u = make_url(sa_url)
-    q = f"?user={u.username}" + (f"&password={urllib.parse.quote(u.password or '', safe='')}" if password_in_url else "")
+    q = f"?user={u.username}"
+    if password_in_url:
+        q += f"&password={urllib.parse.quote(u.password or '', safe='')}"
     return f"jdbc:postgresql://{u.host}:{u.port}/{u.database}{q}"
 
 
@@ -113,7 +115,7 @@ def test_overwrite_is_atomic_and_a_failed_overwrite_keeps_the_old_rows(spark, po
     assert _ids(pg_engine, table) == list(range(1000, 1020))
     # a NULL id violates NOT NULL: the overwrite must fail and keep the previous contents
     bad = _df(spark, 0, 30).selectExpr("CASE WHEN id = 17 THEN NULL ELSE id END AS id", "payload", "amount", "ts")
-    with pytest.raises(Exception, match="(?i)not.null|null value"):
+    with pytest.raises(Exception, match=r"(?i)not.null|null value"):
         _spark_jdbc_writer(bad, postgres_url, table, mode="overwrite").option("truncate", "true").save()
     assert _ids(pg_engine, table) == list(range(1000, 1020))
     assert _leftovers(pg_engine, table) == (0, 0)
@@ -147,7 +149,9 @@ def test_missing_table_is_created_with_spark_type_options(spark, postgres_url, p
 
 def test_errorifexists_and_ignore_through_write_jdbc(spark, postgres_url, pg_engine) -> None:
     table = _name()
-    props = {"user": make_url(postgres_url).username, "password": make_url(postgres_url).password}
+    u = make_url(postgres_url)
+    assert u.username is not None and u.password is not None
+    props = {"user": u.username, "password": u.password}
     url = _jdbc_url(postgres_url, password_in_url=False)
     write_jdbc(_df(spark, 0, 5), url, table, properties=props)  # default mode errorifexists: creates it
     with pytest.raises(Exception, match="already exists"):
@@ -210,7 +214,7 @@ def test_identifiers_are_quoted_never_injected(spark, postgres_url, pg_engine) -
     victim = _name()
     _create(pg_engine, victim)
     for evil in (f"{victim}; DROP TABLE {victim}", f"x\" ; DROP TABLE {victim}; --"):
-        with pytest.raises(Exception, match="(?i)dbtable|identifier|quote|not fit|does not exist"):
+        with pytest.raises(Exception, match=r"(?i)dbtable|identifier|quote|not fit|does not exist"):
             _spark_jdbc_writer(_df(spark, 0, 3), postgres_url, evil).save()
     assert sa.inspect(pg_engine).has_table(victim)
     weird = f'Odd "Name" {uuid.uuid4().hex[:6]}'
@@ -258,13 +262,13 @@ def test_password_never_reaches_logs_checkpoint_handles_or_errors(spark, postgre
         try:  # an error after connecting: a column the table lacks
             (spark.range(1).selectExpr("id", "'x' AS nope").write.format("twopc-jdbc").mode("append")
              .option("url", url).option("dbtable", table).save())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - Spark wraps it; only the text is checked
             errors.append(str(exc))
         try:  # an error from the server: wrong password in the URL, right one in the option
             (spark.range(1).write.format("twopc-jdbc").mode("append")
              .option("url", url.replace(urllib.parse.quote(password, safe=""), "wrong" + password[:3]))
              .option("dbtable", table).save())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - Spark wraps it; only the text is checked
             errors.append(str(exc))
     assert len(errors) == 2
     assert len(_ids(pg_engine, table)) == 20
@@ -330,7 +334,7 @@ def test_mariadb_prepared_xa_and_staging(spark, mariadb_url, tmp_path) -> None:
                  for h in json.loads(d.read_text())["handles"]}
         assert kinds == {"twopc.mysql_xa"}
         # a duplicate key aborts the whole batch, naming the key; nothing written, nothing prepared
-        with pytest.raises(Exception, match="(?i)duplicate"):
+        with pytest.raises(Exception, match=r"(?i)duplicate"):
             write(_df(spark, 500, 600).union(_df(spark, 0, 1, parts=1)), prepared, commitMode="prepared",
                   checkpointLocation=str(tmp_path / "ck"), txnVersion="2")
         # staging, no checkpoint, the table created from the DataFrame; then an upsert
@@ -338,7 +342,7 @@ def test_mariadb_prepared_xa_and_staging(spark, mariadb_url, tmp_path) -> None:
         write(_df(spark, 40, 60).selectExpr("id", "'changed' AS payload", "amount", "ts"), created, upsertKeys="id")
         with engine.connect() as c:
             assert [r[0] for r in c.exec_driver_sql(f"SELECT id FROM {prepared} ORDER BY id")] == list(range(120))
-            rows = dict(c.exec_driver_sql(f"SELECT id, payload FROM {created}").all())
+            rows: dict[int, str] = dict(c.exec_driver_sql(f"SELECT id, payload FROM {created}").all())
             xa = c.exec_driver_sql("XA RECOVER").all()
         assert sorted(rows) == list(range(60)) and rows[39] == "event-39" and rows[45] == "changed"
         assert [x for x in xa if b"twopc:" in (x[3] if isinstance(x[3], bytes) else str(x[3]).encode())] == []

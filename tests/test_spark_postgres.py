@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 import sinks
 from recovery import verify_postgres_ids
-from recovery.demo import INPUT_SCHEMA, create_table, write_input
+from recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
 from twopc import CommitLedger
 
 

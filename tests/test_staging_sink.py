@@ -4,6 +4,7 @@ idempotent replay, abort, lost rows, DDL of the save modes, upsert."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ def _batch(start: int, n: int, *, name: str = "n") -> pa.RecordBatch:
 
 
 @pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, sa.Engine]:
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, sa.Engine]]:
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'target.db'}"
     else:

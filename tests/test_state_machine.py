@@ -9,6 +9,8 @@ It runs against the real file sink (files, renames and fsyncs on disk).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import shutil
 import tempfile
 from contextlib import nullcontext
@@ -64,7 +66,7 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
         ids = batch_ids(self.current)
         bounds = [0, *sorted(cuts), len(ids)]
         self.handles = [run_task(self.sink, SINK, self.current, p, self._next_attempt(), ids[a:b])
-                        for p, (a, b) in enumerate(zip(bounds, bounds[1:]))]
+                        for p, (a, b) in enumerate(itertools.pairwise(bounds))]
         for p in range(orphans):
             run_task(self.sink, SINK, self.current, p, self._next_attempt(), ids[:1])
 
@@ -111,11 +113,9 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
         self._new_driver()
         if crash_in_recovery and self.ledger.pending():
             state = self.fault_state / str(self._next_attempt())
-            with faultinject.armed("during_recovery:raise", state_dir=str(state)):
-                try:
-                    RecoveryCoordinator(self.sink, self.ledger, sink_id=SINK).run()
-                except faultinject.InjectedFault:
-                    pass
+            with (faultinject.armed("during_recovery:raise", state_dir=str(state)),
+                  contextlib.suppress(faultinject.InjectedFault)):
+                RecoveryCoordinator(self.sink, self.ledger, sink_id=SINK).run()
             self._new_driver()
         RecoveryCoordinator(self.sink, self.ledger, sink_id=SINK).run()
         assert self.sink.list_prepared(SINK) == [], "recovery left prepared transactions"

@@ -9,7 +9,8 @@ Public API:
 - :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
   :func:`foreach_batch_writer`: the Spark integration.
 - :class:`Xid`: the transaction id every sink gives its prepared transactions.
-- The exception tree rooted at :class:`TwoPCError`.
+- The exception tree rooted at :class:`TwoPCError` (:class:`MissingExtraError`: a backend's
+  driver is not installed; the message names the pip extra).
 """
 
 from ._context import TransactionContext
@@ -19,6 +20,7 @@ from ._errors import (
     HandleError,
     HandleVersionError,
     LedgerError,
+    MissingExtraError,
     MissingOptionError,
     ProtocolError,
     SchemaMismatchError,
@@ -68,6 +70,7 @@ __all__ = [
     "HandleError",
     "HandleVersionError",
     "LedgerError",
+    "MissingExtraError",
     "MissingOptionError",
     "ProtocolError",
     "RecoveryCoordinator",

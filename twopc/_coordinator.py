@@ -26,6 +26,7 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import faultinject
 
@@ -39,7 +40,8 @@ __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
 log = logging.getLogger("twopc.coordinator")
 
-AnySink = TwoPhaseCommitSink  # type: ignore[type-arg]
+AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
+"""A sink of any value, transaction and handle types (what the protocol's drivers take)."""
 
 
 @dataclass

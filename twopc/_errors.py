@@ -6,6 +6,7 @@ catch the whole family with one clause, or a branch of it::
     TwoPCError
     ├── ConfigurationError          bad options or input; nothing was written
     │   ├── MissingOptionError      a required option is absent
+    │   ├── MissingExtraError       a backend's driver is not installed (also an ImportError)
     │   ├── SchemaMismatchError     the DataFrame does not fit the target
     │   └── TargetConfigurationError  the target is set up wrong (e.g. 2PC disabled)
     ├── HandleError                 a serialized transaction handle cannot be read
@@ -31,6 +32,7 @@ __all__ = [
     "HandleError",
     "HandleVersionError",
     "LedgerError",
+    "MissingExtraError",
     "MissingOptionError",
     "ProtocolError",
     "SchemaMismatchError",
@@ -54,6 +56,36 @@ class ConfigurationError(TwoPCError):
 
 class MissingOptionError(ConfigurationError):
     """A required option is missing."""
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """A backend's Python driver is not installed (or fails to import).
+
+    twopc's core needs only pyspark, pyarrow and SQLAlchemy; each backend's driver comes with
+    an extra (``pip install 'twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
+    message names the one to install. It is a :class:`ConfigurationError` (raised before
+    anything is written, caught with the rest of the family) and an :class:`ImportError` (what
+    Python code expects of a missing module). Raised by ``twopc._extras.require``.
+
+    Attributes:
+        name: the module that could not be imported (as on any ``ImportError``).
+        extra: the extra that installs it.
+        what: what needed it, e.g. ``"twopc-postgres"``.
+    """
+
+    def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
+        super().__init__(
+            f"{what} needs the Python module {module_name!r}, {reason}. "
+            f"Install it with: pip install 'twopc[{extra}]'",
+            name=module_name,
+        )
+        self.extra = extra
+        self.what = what
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str, str, str]]:
+        # ImportError pickles as (message,): rebuild from the parts instead.
+        return (type(self), (self.name or "", self.extra, self.what, self.reason))
 
 
 class SchemaMismatchError(ConfigurationError):

@@ -12,8 +12,9 @@ from ._errors import ConfigurationError
 from ._handle import TransactionHandle
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from typing import Self
+
+    import pyarrow as pa
 
 __all__ = ["CommitOutcome", "TwoPhaseCommitSink"]
 
@@ -68,7 +69,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """
         raise NotImplementedError(f"{cls.__qualname__} must implement from_options() to be used from Spark")
 
-    def validate(self, schema: pa.Schema) -> None:  # noqa: B027 - optional hook
+    def validate(self, schema: pa.Schema) -> None:  # optional hook: a no-op by default
         """Check, on the driver before any task runs, that rows of *schema* can be written.
 
         Raises:
@@ -122,7 +123,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """Add an Arrow record batch. The default calls :meth:`invoke` per row as a dict;
         sinks override it to load whole batches without per-row Python objects."""
         for row in batch.to_pylist():
-            self.invoke(txn, row)  # type: ignore[arg-type]
+            self.invoke(txn, row)
 
     @abstractmethod
     def pre_commit(self, txn: T) -> H:
@@ -187,7 +188,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """Return the handles of every transaction of *sink_id* (and *batch_id*, when given)
         that is prepared and not yet committed or rolled back."""
 
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:  # noqa: B027 - optional hook
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:  # optional hook: a no-op by default
         """Forget bookkeeping (e.g. marker rows) of *sink_id*'s committed batches with id
         ``< below_batch``. Called when the ledger purges those batches: they can no longer
         be replayed, so "already committed" need not be answerable for them. Default: no-op.
@@ -197,7 +198,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """A one-line, credential-free description used in logs and reports."""
         return type(self).__qualname__
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> None:  # optional hook: a no-op by default
         """Release connections. The sink stays usable: connections reopen lazily."""
 
     def __enter__(self) -> Self:

@@ -32,7 +32,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import faultinject
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
@@ -42,6 +41,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
+
+import faultinject
 
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
@@ -179,7 +180,7 @@ def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[Transaction
 def _quietly(fn: Callable[[Any], Any], arg: Any) -> None:
     try:
         fn(arg)
-    except Exception:  # noqa: BLE001 - the original error is what matters
+    except Exception:  # logged, not raised: the original error is what matters
         log.exception("twopc: cleanup after a failed write also failed; recovery will finish it")
 
 
@@ -189,13 +190,13 @@ class TwoPhaseCommitStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, core: _WriterCore) -> None:
         self.core = core
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
         return self.core.write_task(iterator, None)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
         self.core.commit(messages, batchId)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
         self.core.abort(messages, batchId)
 
 
@@ -210,7 +211,7 @@ class TwoPhaseCommitBatchWriter(DataSourceArrowWriter):
         assert self.core.runtime.txn_version is not None
         return self.core.runtime.txn_version
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
         return self.core.write_task(iterator, self.version)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -246,7 +247,7 @@ class TwoPhaseCommitDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitBatchWriter:
         return TwoPhaseCommitBatchWriter(self._core(schema, overwrite, streaming=False))
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitStreamWriter:  # noqa: N802
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitStreamWriter:  # noqa: N802 - Spark's method name
         return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:

@@ -4,7 +4,7 @@
 Needs PyMySQL: ``pip install 'twopc[mysql]'``.
 """
 
-from .._extras import require
+from twopc._extras import require
 
 require("pymysql", "mysql", "the MariaDB/MySQL sink")
 

@@ -1,8 +1,8 @@
 """A streaming query into the ``twopc-redis`` sink, for the crash matrix, plus its verifier.
 
-``python -m recovery.redis_job job --input DIR --checkpoint DIR --tag TAG`` is one run of
+``python -m recovery.demos.redis_job job --input DIR --checkpoint DIR --tag TAG`` is one run of
 the query (what :class:`faultinject.ChaosRunner` starts and kills): JSON input files as
-written by :func:`recovery.demo.write_input` (``id, payload, amount``), one file per
+written by :func:`recovery.demos.demo.write_input` (``id, payload, amount``), one file per
 micro-batch (``maxFilesPerTrigger=1``), ``availableNow``, ``repartition(2)``. The Redis URL
 comes from ``TWOPC_REDIS_JOB_URL`` so a password never shows on a command line. Per row:
 
@@ -86,10 +86,10 @@ class RedisVerification:
             f"  rows expected                 {self.expected}",
             f"  total counter                 {self.total_counter}",
             f"  per-category counters         {self.category_counters} (expected {self.expected_categories})",
-            f"  row hashes found              {self.rows_found} (wrong {self.rows_wrong[:10]}, "
-            f"unexpected {self.rows_unexpected})",
-            f"  stream entries                {self.stream_entries} (duplicates {self.stream_duplicates[:10]}, "
-            f"lost {self.stream_lost[:10]}, unexpected {self.stream_unexpected[:10]})",
+            (f"  row hashes found              {self.rows_found} (wrong {self.rows_wrong[:10]}, "
+             f"unexpected {self.rows_unexpected})"),
+            (f"  stream entries                {self.stream_entries} (duplicates {self.stream_duplicates[:10]}, "
+             f"lost {self.stream_lost[:10]}, unexpected {self.stream_unexpected[:10]})"),
             f"  staging left                  {self.dangling[:10]}",
             f"  verdict: {'EXACTLY ONCE' if self.ok else 'VIOLATED'}",
         ]
@@ -137,7 +137,7 @@ def verify_redis(url: str, tag: str, ids: Sequence[int], *, sink_id: str | None 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.redis_job", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m recovery.demos.redis_job", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     job = sub.add_parser("job", help="one run of the streaming query (used by the chaos runner)")
     job.add_argument("--input", required=True)

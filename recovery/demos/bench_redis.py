@@ -1,4 +1,4 @@
-"""``python -m recovery.bench_redis``: the Redis sink's cost, in one run, on the same rows.
+"""``python -m recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
 
 1. Throughput end to end through the sink API (``begin_transaction``, ``invoke_batch``,
    ``pre_commit`` per partition, then ``commit`` of every handle, as the driver does) against
@@ -150,7 +150,7 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.bench_redis", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_redis", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4, help="transactions the rows are split into")
     parser.add_argument("--repeats", type=int, default=3)

@@ -29,6 +29,7 @@ mode (one local transaction moving the staged rows, plus the ledger records).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import statistics
@@ -170,11 +171,10 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
     def raw_copy(_df: DataFrame, table: str, _v: int) -> None:
-        with psycopg.connect(dsn) as conn, conn.cursor() as cur:
-            with cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, \
-                    open(csv, "rb") as f:
-                while chunk := f.read(1 << 20):
-                    cp.write(chunk)
+        with (psycopg.connect(dsn) as conn, conn.cursor() as cur,
+              cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, open(csv, "rb") as f):
+            while chunk := f.read(1 << 20):
+                cp.write(chunk)
 
     plan: list[tuple[str, str, Callable[[DataFrame, str, int], object]]] = []
     for key in writers:
@@ -230,7 +230,7 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
                 txn = sink.begin_transaction(TransactionContext("bench", b, p, b * 2 + p))
                 sink.invoke_batch(txn, data)
                 handles.append(sink.pre_commit(txn))
-            timings.append(plan + _timed(lambda: coord.commit_batch(b, handles)))
+            timings.append(plan + _timed(functools.partial(coord.commit_batch, b, handles)))
         sink.close()
         return statistics.median(timings) * 1000
 
@@ -298,7 +298,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("TWOPC_BENCH_POSTGRES_URL"))
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3,
