@@ -176,10 +176,10 @@ def session_settings(lock_timeout_s: int, query_timeout_s: float) -> list[tuple[
     changed), and MariaDB's ``max_statement_time`` when *query_timeout_s* > 0."""
     lock = max(1, min(lock_timeout_s, 1_073_741_824))
     out: list[tuple[str, tuple[Any, ...]]] = [(
-        "SET SESSION innodb_lock_wait_timeout = %s, lock_wait_timeout = %s, time_zone = '+00:00', "
+        ("SET SESSION innodb_lock_wait_timeout = %s, lock_wait_timeout = %s, time_zone = '+00:00', "
         "sql_mode = IF(FIND_IN_SET('STRICT_TRANS_TABLES', @@SESSION.sql_mode) "
         "OR FIND_IN_SET('STRICT_ALL_TABLES', @@SESSION.sql_mode), @@SESSION.sql_mode, "
-        "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_TRANS_TABLES'))", (lock, lock))]
+        "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_TRANS_TABLES'))"), (lock, lock))]
     if query_timeout_s > 0:
         out.append(("SET SESSION max_statement_time = %s", (query_timeout_s,)))
     return out

@@ -68,5 +68,5 @@ def session_settings(lock_timeout: Duration, query_timeout: Duration) -> tuple[s
     """The statement (and its parameters) that makes a write transaction wait at most
     *lock_timeout* for row locks (0: no limit), run statements of at most *query_timeout*
     (0: no limit), and read and write timestamps in UTC. Local to the transaction."""
-    return ("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
-            "set_config('statement_timeout', %s, true)", (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))
+    return (("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
+            "set_config('statement_timeout', %s, true)"), (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))

@@ -68,7 +68,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any, Literal, TypeAlias
 
 from sqlalchemy.engine import URL
 
@@ -124,9 +124,9 @@ _KERBEROS = ("is Kerberos login of the Java JDBC driver, which twopc does not su
 #: Spark options that are refused, with the reason (keys lower-case).
 REJECTED_OPTIONS: dict[str, tuple[str, str]] = {
     "numpartitions": ("numPartitions",
-                      "makes Spark's JDBC writer coalesce the DataFrame; twopc writes the "
+                      ("makes Spark's JDBC writer coalesce the DataFrame; twopc writes the "
                       "partitions it is given, one transaction each. Call df.coalesce(n) (or "
-                      "df.repartition(n)) before .write instead"),
+                      "df.repartition(n)) before .write instead")),
     "query": ("query", "is read-only: a write needs dbtable, the target table"),
     "preparequery": ("prepareQuery", _READ_ONLY),
     "partitioncolumn": ("partitionColumn", _READ_ONLY),
@@ -149,8 +149,8 @@ REJECTED_OPTIONS: dict[str, tuple[str, str]] = {
     "principal": ("principal", _KERBEROS),
     "refreshkrb5config": ("refreshKrb5Config", _KERBEROS),
     "connectionprovider": ("connectionProvider",
-                           "selects a Java JDBC connection provider plugin, which twopc "
-                           "cannot use (it connects with Python drivers); remove it"),
+                           ("selects a Java JDBC connection provider plugin, which twopc "
+                           "cannot use (it connects with Python drivers); remove it")),
 }
 
 _JAVA_CLASS = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*$")
@@ -428,9 +428,10 @@ def _isolation(text: str | None) -> IsolationLevel:
         raise ConfigurationError(
             "isolationLevel=NONE is not supported: twopc needs transactions to write exactly once; "
             "use READ_COMMITTED (the default) or a stricter level")
-    if t not in _ISOLATION_LEVELS:
-        raise ConfigurationError(f"isolationLevel must be one of {', '.join(_ISOLATION_LEVELS)}, got {text!r}")
-    return cast(IsolationLevel, t)
+    for level in _ISOLATION_LEVELS:
+        if t == level:
+            return level
+    raise ConfigurationError(f"isolationLevel must be one of {', '.join(_ISOLATION_LEVELS)}, got {text!r}")
 
 
 def _driver(text: str | None, dialect: Dialect) -> str | None:

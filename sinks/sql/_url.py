@@ -299,7 +299,7 @@ def _split_sqlite(rest: str) -> _JdbcParts:
             if host not in ("", "localhost"):
                 raise ConfigurationError("a file: SQLite URI with a host name is not supported: give a local path")
             path = slash + tail
-    if not path or path == ":memory:" or path.startswith(":memory:") or path.startswith(":resource:"):
+    if not path or path == ":memory:" or path.startswith((":memory:", ":resource:")):
         if path.startswith(":resource:"):
             raise ConfigurationError("a SQLite database in a Java resource is read-only: give a file path, "
                                      "e.g. jdbc:sqlite:/data/app.db")
