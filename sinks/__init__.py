@@ -25,7 +25,7 @@ from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
 from ._jdbc_options import JdbcOptions
 from ._mysql_xa import MySqlXaHandle, MySqlXaSink
 from ._staging import StagingHandle, StagingSink
-from ._redis import (
+from .redis import (
     HIncrByOp,
     HSetOp,
     IncrByOp,

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from faultinject import LocalRedis
-from sinks._redis import (
+from sinks.redis import (
     HIncrByOp,
     HSetOp,
     IncrByOp,
@@ -33,7 +33,6 @@ from sinks._redis import (
     mapping_json,
     parse_mapping,
 )
-from sinks._redis_lua import LIBRARY_NAME, MAX_ARGS
 from twopc import (
     CommitCoordinator,
     CommitLedger,
@@ -49,6 +48,9 @@ from twopc import (
     dumps_handle,
     loads_handle,
 )
+
+LIBRARY_NAME = "twopc_redis_v1"  # the FUNCTION library, part of the on-server format
+MAX_ARGS = 1000  # arguments per staged group at most (the staging format the library reads)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("category", pa.string()), ("qty", pa.int64()),
                     ("payload", pa.string()), ("score", pa.float64())])
