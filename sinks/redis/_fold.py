@@ -136,12 +136,13 @@ def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str
     elif isinstance(op, HSetOp | XAddOp):
         pairs = c.field_pairs or column_pairs(all_columns, c.what)
         rendered = [(f.render(cols, n, f"{c.what} field"), v.render(cols, n, f"{c.what} value")) for f, v in pairs]
-        for i, k in enumerate(keys):
-            if isinstance(op, HSetOp):
+        if isinstance(op, HSetOp):
+            for i, k in enumerate(keys):
                 h = st.setdefault(k, {})
                 for fs, vs in rendered:
                     h[as_text(fs[i])] = vs[i]
-            else:
+        else:
+            for i, k in enumerate(keys):
                 st.setdefault(k, []).append([x for fs, vs in rendered for x in (fs[i], vs[i])])
     elif isinstance(op, IncrByOp):
         for k, d in zip(keys, _ints(c, cols, n, "by", -COUNTER_LIMIT, COUNTER_LIMIT), strict=True):
