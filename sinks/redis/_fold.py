@@ -110,7 +110,9 @@ def fold(compiled: Sequence[Compiled], txn: RedisTxn, cols: Mapping[str, list[An
     """
     want = key_slot(txn.tag)
     for c in compiled:
-        keys = [as_text(k) for k in c.key.render(cols, n, f"{c.what} key")]
+        keys = c.key.render(cols, n, f"{c.what} key")
+        if c.key.exact is not None:  # only "{column}" keeps bytes cells as bytes
+            keys = [as_text(k) for k in keys]
         check_each = slot_check and c.key.fixed_slot() is None
         for k in dict.fromkeys(keys):
             o = txn.owner.setdefault(k, c.index)
@@ -143,7 +145,11 @@ def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str
                     h[as_text(fs[i])] = vs[i]
         else:
             for i, k in enumerate(keys):
-                st.setdefault(k, []).append([x for fs, vs in rendered for x in (fs[i], vs[i])])
+                entry: list[Any] = []
+                for fs, vs in rendered:
+                    entry.append(fs[i])
+                    entry.append(vs[i])
+                st.setdefault(k, []).append(entry)
     elif isinstance(op, IncrByOp):
         for k, d in zip(keys, _ints(c, cols, n, "by", -COUNTER_LIMIT, COUNTER_LIMIT), strict=True):
             st[k] = st.get(k, 0) + d

@@ -180,13 +180,15 @@ def encode(v: Any, column: str, what: str) -> str | bytes:
         raise null_error(column, what)
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, int):  # before the rarer types: ids and counts are the common cells
+        return str(v)
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, datetime.date | datetime.time):
         return v.isoformat()
     if isinstance(v, list | dict | tuple):
         return json.dumps(v, default=str, separators=(",", ":"))
-    return str(v)  # int, Decimal, anything else
+    return str(v)  # Decimal, anything else
 
 
 def _encode_text(v: Any, column: str, what: str) -> str:
