@@ -187,7 +187,7 @@ def test_list_prepared_filters_by_sink_and_batch(redis_url, tag) -> None:
     a0 = _prepare(sink, _rows(2), sink_id="s1", batch=0, partition=0)
     a1 = _prepare(sink, _rows(2), sink_id="s1", batch=0, partition=1)
     b = _prepare(sink, _rows(2), sink_id="s1", batch=1)
-    other = _prepare(RedisSink(redis_url, [IncrByOp("{{%s}}:other" % tag, 1)], hash_tag=tag), _rows(2),
+    other = _prepare(RedisSink(redis_url, [IncrByOp(f"{{{{{tag}}}}}:other", 1)], hash_tag=tag), _rows(2),
                      sink_id="s2", batch=0)
     assert {h.txn_id for h in sink.list_prepared("s1")} == {a0.txn_id, a1.txn_id, b.txn_id}
     assert {h.txn_id for h in sink.list_prepared("s1", 0)} == {a0.txn_id, a1.txn_id}
@@ -344,7 +344,7 @@ def test_key_slot_matches_redis_cluster() -> None:
     assert key_slot("somekey") == 11058
     assert key_slot("foo{hash_tag}") == key_slot("hash_tag") == 2515
     assert key_slot("{user1000}.following") == key_slot("{user1000}.followers")
-    assert key_slot("foo{}{bar}") == key_slot("foo{}{bar}".encode())  # empty tag: whole key hashed
+    assert key_slot("foo{}{bar}") == key_slot(b"foo{}{bar}")  # empty tag: whole key hashed
     assert key_slot(b"{shop}:x") == key_slot("{shop}")
 
 
@@ -365,7 +365,7 @@ def test_cross_slot_keys_are_refused(redis_url, r, tag) -> None:
     with pytest.raises(ConfigurationError, match="hashes to cluster slot"):
         fixed.begin_transaction(TransactionContext("s1", 0, 0, 1))
     # the same mapping on a standalone server with the default (auto) check is fine
-    ok = RedisSink(redis_url, [IncrByOp("{{%s}}:n" % tag, 1), IncrByOp("%s:other:{category}" % tag, 1)],
+    ok = RedisSink(redis_url, [IncrByOp(f"{{{{{tag}}}}}:n", 1), IncrByOp(f"{tag}:other:{{category}}", 1)],
                    hash_tag=tag)
     ok.commit(_prepare(ok, _rows(3)))
     assert r.get(f"{{{tag}}}:n") == "3"
