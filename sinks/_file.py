@@ -104,7 +104,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
         return cls(path)
 
     def describe(self) -> str:
-        return f"FileSink({self.path})"
+        return f"Parquet files in {self.path}"
 
     # -- layout ------------------------------------------------------------------------
     def _dir(self, state: str) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from twopc import TransactionHandle
 
-__all__ = ["MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle"]
+__all__ = ["MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle", "RedisHandle"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,17 @@ class PostgresHandle(PreparedSqlHandle, kind="twopc.postgres", version=1):
 @dataclass(frozen=True)
 class MySqlXaHandle(PreparedSqlHandle, kind="twopc.mysql_xa", version=1):
     """A prepared XA transaction. ``txn_id`` is its gtrid (bqual empty, formatID 1)."""
+
+
+@dataclass(frozen=True)
+class RedisHandle(TransactionHandle, kind="twopc.redis", version=1):
+    """A prepared Redis transaction: ``txn_id`` names its staging list.
+
+    Attributes:
+        hash_tag: the hash tag its keys were written under (``{...}``); empty means "the
+            sink's configured tag".
+        staged: staging elements, ``-1`` when unknown (handles rebuilt by list_prepared).
+    """
+
+    hash_tag: str = ""
+    staged: int = -1

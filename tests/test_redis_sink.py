@@ -16,7 +16,8 @@ import pytest
 import redis
 
 from faultinject import LocalRedis
-from sinks._redis import (
+from sinks._options import Duration
+from sinks.redis import (
     HIncrByOp,
     HSetOp,
     IncrByOp,
@@ -33,7 +34,6 @@ from sinks._redis import (
     mapping_json,
     parse_mapping,
 )
-from sinks._redis_lua import LIBRARY_NAME, MAX_ARGS
 from twopc import (
     CommitCoordinator,
     CommitLedger,
@@ -49,6 +49,9 @@ from twopc import (
     dumps_handle,
     loads_handle,
 )
+
+LIBRARY_NAME = "twopc_redis_v1"  # the FUNCTION library, part of the on-server format
+MAX_ARGS = 1000  # arguments per staged group at most (the staging format the library reads)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("category", pa.string()), ("qty", pa.int64()),
                     ("payload", pa.string()), ("score", pa.float64())])
@@ -513,6 +516,52 @@ def test_mapping_json_round_trip_and_errors(redis_url) -> None:
         RedisSink("postgresql://x/y", ops)
     with pytest.raises(ConfigurationError, match="hashTag"):
         RedisSink(redis_url, ops, hash_tag="{a{b}")
+
+
+def test_options_are_read_by_one_reader_and_unknown_ones_refused(redis_url, tag) -> None:
+    mapping = mapping_json([IncrByOp(f"{{{{{tag}}}}}:n", 1)])
+    base = {"url": redis_url, "mapping": mapping, "hashTag": tag}
+    with pytest.raises(ConfigurationError) as err:
+        RedisSink.from_options({**base, "socketTimout": "5s", "hashtagg": "x"})
+    msg = str(err.value)
+    assert "hashtagg, socketTimout are not twopc-redis options" in msg
+    assert ("Supported: url, password, mapping, hashTag, requireSameSlot, durability, skipConfigCheck, scriptMode, "
+            "socketTimeout, connectTimeout") in msg
+    # the runtime's options and the ones Spark adds by itself are not the sink's, but accepted
+    RedisSink.from_options({**base, "checkpointLocation": "/ck", "txnVersion": "3", "sinkId": "s",
+                            "txnAppId": "a", "minBatchesToRetain": "5", "path": "/p", "queryname": "q"})
+    for given, seconds in (("500ms", 0.5), ("30s", 30.0), ("2min", 120.0), ("2", 2.0), ("0.25", 0.25)):
+        sink = RedisSink.from_options({**base, "SOCKETTIMEOUT": given, "connectTimeout": given})
+        assert sink._server.config.socket_timeout == sink._server.config.connect_timeout == seconds
+    defaults = RedisSink.from_options(base)._server.config
+    assert (defaults.socket_timeout, defaults.connect_timeout) == (60.0, 10.0)
+    for bad, match in (("0", "socketTimeout must be > 0"), ("soon", "socketTimeout must be a duration"),
+                       ("-1s", "socketTimeout must be a duration")):
+        with pytest.raises(ConfigurationError, match=match):
+            RedisSink.from_options({**base, "socketTimeout": bad})
+    api = RedisSink(redis_url, mapping, socket_timeout=Duration(1500), connect_timeout=3)
+    assert (api._server.config.socket_timeout, api._server.config.connect_timeout) == (1.5, 3.0)
+    assert RedisSink.from_options({**base, "requireSameSlot": "yes"})._same_slot is True
+    for name, value, match in (("requireSameSlot", "maybe", "auto, true or false"),
+                               ("durability", "never", "always or everysec"),
+                               ("scriptMode", "lua", "auto, function or eval"),
+                               ("skipConfigCheck", "perhaps", "true or false")):
+        with pytest.raises(ConfigurationError, match=match):
+            RedisSink.from_options({**base, name: value})
+
+
+def test_option_errors_never_show_the_password(redis_url) -> None:
+    mapping = mapping_json([IncrByOp("{{x}}:n", 1)])
+    secret = "Pa55-w0rd"
+    for options in ({"url": f"redis://app:{secret}@127.0.0.1:6379/0", "mapping": mapping, "durability": secret},
+                    {"url": f"redis://127.0.0.1:6379/0?password={secret}", "mapping": mapping, "scriptMode": secret},
+                    {"url": redis_url, "password": secret, "mapping": mapping, "socketTimeout": secret},
+                    {"url": f"redis://app:{secret}@127.0.0.1:6379/0", "mapping": mapping, secret: "x"}):
+        with pytest.raises(ConfigurationError) as err:
+            RedisSink.from_options(options)
+        assert secret not in str(err.value) and "***" in str(err.value)
+        assert secret not in repr(RedisSink.from_options({k: v for k, v in options.items()
+                                                          if k in ("url", "password", "mapping")}))
 
 
 def test_sink_pickles_and_handle_round_trips(redis_url, tag) -> None:

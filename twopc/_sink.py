@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import enum
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ._context import TransactionContext
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, SinkError
 from ._handle import TransactionHandle
 
 if TYPE_CHECKING:
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["CommitOutcome", "TwoPhaseCommitSink"]
+
+log = logging.getLogger("twopc.sink")
 
 V = TypeVar("V")
 T = TypeVar("T")
@@ -188,15 +191,40 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """Return the handles of every transaction of *sink_id* (and *batch_id*, when given)
         that is prepared and not yet committed or rolled back."""
 
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:  # optional hook: a no-op by default
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:
         """Forget bookkeeping (e.g. marker rows) of *sink_id*'s committed batches with id
         ``< below_batch``. Called when the ledger purges those batches: they can no longer
-        be replayed, so "already committed" need not be answerable for them. Default: no-op.
+        be replayed, so "already committed" need not be answerable for them.
+
+        Default: :meth:`purge_markers`, best effort (the batch being committed is already
+        committed and marked, so a :class:`SinkError` is logged, not raised: the next purge
+        retries).
         """
+        try:
+            removed = self.purge_markers(sink_id, below_batch)
+        except SinkError as exc:
+            log.warning("twopc: %s could not purge the markers of sink %s below batch %s (the next purge "
+                        "retries): %s", self.describe(), sink_id, below_batch, exc)
+            return
+        log.debug("twopc: %s purged %s markers of sink %s below batch %s", self.describe(), removed, sink_id,
+                  below_batch)
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Delete the commit markers of *sink_id*'s batches ``< below_batch``; return how
+        many. Default: the sink keeps none, 0.
+
+        Raises:
+            SinkError: the target failed.
+        """
+        return 0
 
     def describe(self) -> str:
         """A one-line, credential-free description used in logs and reports."""
         return type(self).__qualname__
+
+    def __repr__(self) -> str:
+        """``ClassName(<describe()>)``: credential-free like :meth:`describe`."""
+        return f"{type(self).__name__}({self.describe()})"
 
     def close(self) -> None:  # optional hook: a no-op by default
         """Release connections. The sink stays usable: connections reopen lazily."""

@@ -40,7 +40,7 @@ def _table(n: int, start: int = 0) -> Any:
 
 
 def _ops(tag: str) -> list[Any]:
-    from sinks._redis import HIncrByOp, HSetOp, IncrByOp, XAddOp
+    from sinks.redis import HIncrByOp, HSetOp, IncrByOp, XAddOp
 
     t = "{{" + tag + "}}"
     return [HSetOp(f"{t}:row:{{id}}", columns=("payload", "amount")), IncrByOp(f"{t}:total", 1),
@@ -49,7 +49,7 @@ def _ops(tag: str) -> list[Any]:
 
 def bench_sink(url: str, table: Any, partitions: int) -> float:
     """Seconds to write *table* through the sink API in *partitions* transactions."""
-    from sinks._redis import RedisSink
+    from sinks.redis import RedisSink
     from twopc import CommitOutcome, TransactionContext
 
     tag = "bs" + uuid.uuid4().hex[:8]
@@ -123,7 +123,7 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
     *fields* rows of the mixed mapping; and of an already-committed replay."""
     import redis
 
-    from sinks._redis import HSetOp, RedisSink
+    from sinks.redis import HSetOp, RedisSink
     from twopc import TransactionContext
 
     r = redis.Redis.from_url(url)

@@ -32,7 +32,7 @@ ENV_URL = "TWOPC_REDIS_JOB_URL"
 
 def job_mapping(tag: str) -> str:
     """The ``mapping`` option of the job, for hash tag *tag* (without braces)."""
-    from sinks._redis import HIncrByOp, HSetOp, IncrByOp, XAddOp, mapping_json
+    from sinks.redis import HIncrByOp, HSetOp, IncrByOp, XAddOp, mapping_json
 
     t = "{{" + tag + "}}"
     return mapping_json([

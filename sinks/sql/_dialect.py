@@ -128,9 +128,6 @@ class SqlDialect(Generic[C]):
         """``<product> <url without password> table <table>``."""
         return f"{self.product} {safe_url(self.options.url)} table {self.table}"
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.describe()})"
-
     def _where(self) -> str:
         """``host:port/database as user`` for messages (no password)."""
         u = self.options.url

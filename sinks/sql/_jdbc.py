@@ -107,9 +107,6 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))
 
-    def __repr__(self) -> str:
-        return f"JdbcSink({self.describe()})"
-
     # -- backends ----------------------------------------------------------------------
     def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
         if self._prepared is None:

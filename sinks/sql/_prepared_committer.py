@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Generic, TypeVar
 
-from twopc import MAX_XID_BYTES, CommitOutcome, ProtocolError, SinkError, TransactionHandle, Xid
+from twopc import MAX_XID_BYTES, CommitOutcome, ProtocolError, TransactionHandle, Xid
 
 from ._columns import TableColumn
 from ._dialect import SqlDialect
@@ -102,18 +102,6 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             return None
         return self.handle_type(gid, xid.sink_id, xid.batch_id, xid.partition_id,
                                 xid.attempt_id, table=self.table, rows=-1)
-
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:
-        """The runtime's hook after the ledger forgot batches ``< below_batch``: delete
-        their marker rows (:meth:`purge_markers`). Best effort: the batch being committed
-        is already committed and marked, so a failure is logged, not raised (the rows are
-        deleted at the next purge)."""
-        try:
-            deleted = self.purge_markers(sink_id, below_batch)
-        except SinkError as exc:
-            log.warning("twopc: could not purge marker rows of sink %s below batch %s: %s", sink_id, below_batch, exc)
-            return
-        log.debug("twopc: purged %s marker rows of sink %s below batch %s", deleted, sink_id, below_batch)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.

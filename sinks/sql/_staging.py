@@ -174,9 +174,6 @@ class StagingSink(StagingDdl, TwoPhaseCommitSink[dict[str, Any], _StageTxn, Stag
         return (f"{self._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
                 f"(staging via {self.stage.display()})")
 
-    def __repr__(self) -> str:
-        return f"StagingSink({self.describe()})"
-
     def _redact(self, text: str) -> str:
         return redact(text, self.options.secrets())
 
@@ -556,15 +553,21 @@ class StagingSink(StagingDdl, TwoPhaseCommitSink[dict[str, Any], _StageTxn, Stag
         return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
                              table=self.target.display(), stage_table=self.stage.display(), rows=-1)
 
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:
-        """Delete batch markers of *sink_id* below *below_batch* (best effort)."""
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
+        runtime's :meth:`purge_committed` calls it, best effort).
+
+        Raises:
+            SinkError / SinkUnavailableError: the database failed.
+        """
         conn = self._connect()
         try:
             with fresh(conn):
-                conn.execute(sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
-                                     f"WHERE sink_id = :s AND batch_id < :b"), {"s": sink_id, "b": below_batch})
+                stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} WHERE sink_id = :s AND batch_id < :b")
+                result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
+            return int(result.rowcount)
         except SQLAlchemyError as exc:
-            log.warning("twopc staging: could not purge batch markers: %s", self._redact(str(exc))[:200])
+            raise self._error(exc, f"purge batch markers from {self.batches.display()}") from None
         finally:
             conn.close()
 

@@ -16,18 +16,27 @@ Commit runs every check before its first write, so a wrong key type (or a counte
 is not an integer) is reported with nothing applied: a Lua error would not roll back the
 writes already done. Integers within +-10^18 plus a delta within +-10^18 cannot overflow
 a signed 64-bit integer, so INCRBY/HINCRBY cannot fail midway either.
+
+Every step takes the transaction id as an opaque string (``args[1]``, and the staging
+key the client names): nothing here depends on the id's shape, so ids of either form of
+:class:`twopc.Xid` commit alike.
+
+The code loaded under :data:`LIBRARY_NAME` never changes: servers keep a loaded library
+across restarts, and ``FUNCTION LOAD REPLACE`` from processes of two versions during an
+upgrade would otherwise swap each other's code. A change of any step gets a new name
+(``twopc_redis_v2``); ``tests/test_redis_sink.py`` pins the code's digest.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-__all__ = ["FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS", "function_name", "library_code", "script_code"]
+__all__ = ["FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS", "function_name", "library_code", "script_code", "script_sha"]
 
 #: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
 MAX_ARGS = 1000
 
-#: Versioned library name: a change of the server-side protocol gets a new name.
+#: Versioned library name: any change of the code below gets a new name (see the module docstring).
 LIBRARY_NAME = "twopc_redis_v1"
 
 _PRELUDE = r"""

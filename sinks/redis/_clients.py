@@ -1,0 +1,162 @@
+"""Redis connections of the sink: one client per process, URL, password and timeouts.
+
+The sink pickles to executors with configuration only; each process opens its clients
+lazily here, learns once per client whether the server is a cluster (``INFO cluster``) and
+then uses ``redis.cluster.RedisCluster``. A forked process starts with no clients.
+:func:`dispose_clients` closes them all. The password never reaches a message: every
+server error goes through :meth:`ClientConfig.error`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+import redis.exceptions as rex
+
+from twopc import ConfigurationError, SinkError, SinkUnavailableError, redact
+
+from .._secrets import secret_forms
+
+__all__ = ["ClientConfig", "Pooled", "dispose_clients", "split_url"]
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where and how to connect: *url* holds no password (see :func:`split_url`)."""
+
+    url: str
+    password: str | None = field(repr=False)
+    socket_timeout: float
+    connect_timeout: float
+
+    def where(self) -> str:
+        """``host:port/db``, for messages."""
+        u = urllib.parse.urlsplit(self.url)
+        return f"{u.hostname or 'localhost'}:{u.port or 6379}{u.path or ''}"
+
+    def redact(self, text: str) -> str:
+        """*text* with every spelling of the password replaced by ``***``."""
+        return redact(text, secret_forms([self.password])) if self.password else text
+
+    def error(self, exc: BaseException, action: str) -> SinkError:
+        """The :class:`~twopc.SinkError` for *exc*, raised while trying to *action*:
+        :class:`~twopc.SinkUnavailableError` for a refused login or an unreachable server."""
+        text = self.redact(" ".join(str(exc).split()))
+        if isinstance(exc, rex.AuthenticationError | rex.AuthorizationError):
+            return SinkUnavailableError(f"Redis at {self.where()} refused the login while trying to {action}: "
+                                        f"{text}; check the password option")
+        if isinstance(exc, rex.ConnectionError | rex.TimeoutError | rex.BusyLoadingError):
+            return SinkUnavailableError(f"cannot reach Redis at {self.where()} while trying to {action}: {text}")
+        return SinkError(f"Redis at {self.where()} failed to {action}: {text}")
+
+    def pooled(self) -> Pooled:
+        """This process's client for this configuration (opened on first use).
+
+        Raises:
+            ConfigurationError: the URL is not usable.
+            SinkUnavailableError / SinkError: the server could not say whether it is a cluster.
+        """
+        global _PID
+        with _LOCK:
+            if os.getpid() != _PID:
+                _CLIENTS.clear()
+                _LOADED.clear()
+                _PID = os.getpid()
+            pooled = _CLIENTS.get(self)
+            if pooled is None:
+                pooled = _CLIENTS[self] = self._open()
+            return pooled
+
+    def _open(self) -> Pooled:
+        kwargs: dict[str, Any] = {"socket_timeout": self.socket_timeout,
+                                  "socket_connect_timeout": self.connect_timeout, "client_name": "twopc"}
+        if self.password is not None:
+            kwargs["password"] = self.password
+        try:
+            client: Any = redis.Redis.from_url(self.url, **kwargs)
+        except (ValueError, rex.RedisError) as exc:
+            raise ConfigurationError(f"url is not a usable Redis URL ({self.redact(str(exc))}): "
+                                     f"use redis://host:port/db or rediss://host:port/db") from None
+        try:
+            cluster = bool(int(client.info("cluster").get("cluster_enabled", 0) or 0))
+        except rex.RedisError as exc:
+            client.close()
+            raise self.error(exc, "read INFO cluster") from None
+        if cluster:  # pragma: no cover - no cluster server in the test environment
+            from redis.cluster import RedisCluster
+
+            client.close()
+            client = RedisCluster.from_url(self.url, **kwargs)
+        return Pooled(client, cluster)
+
+    def library_loaded(self, mode: str) -> bool:
+        """Whether this process loaded the server-side library (in *mode*) on this server."""
+        return (self.url, mode) in _LOADED
+
+    def mark_loaded(self, mode: str) -> None:
+        """Record that the library is loaded, until :func:`dispose_clients`."""
+        _LOADED.add((self.url, mode))
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """A pooled client and whether its server is a cluster."""
+
+    client: Any  # redis.Redis or redis.cluster.RedisCluster (their command methods are untyped)
+    cluster: bool
+
+
+_CLIENTS: dict[ClientConfig, Pooled] = {}
+_LOADED: set[tuple[str, str]] = set()
+_PID = os.getpid()
+_LOCK = threading.Lock()
+
+
+def dispose_clients() -> None:
+    """Close every pooled Redis connection of this process."""
+    with _LOCK:
+        pooled = list(_CLIENTS.values())
+        _CLIENTS.clear()
+        _LOADED.clear()
+    for p in pooled:
+        with contextlib.suppress(Exception):  # closing is best effort: nothing to report
+            p.client.close()
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """The URL without its password, and the password (percent-decoded; a ``password``
+    query parameter wins over the user info).
+
+    Raises:
+        ConfigurationError: not a ``redis://`` or ``rediss://`` URL (the message never
+            shows the URL).
+    """
+    raw = url.strip()
+    try:
+        u = urllib.parse.urlsplit(raw)
+        _ = u.port
+    except ValueError:
+        raise ConfigurationError("url is not a valid Redis URL: use redis://host:port/db or rediss://host:port/db") \
+            from None
+    if u.scheme not in ("redis", "rediss"):
+        raise ConfigurationError(f"url must start with redis:// or rediss://, got a {u.scheme or 'schemeless'!r} URL")
+    password = urllib.parse.unquote(u.password) if u.password is not None else None
+    netloc = u.hostname or ""
+    if ":" in netloc:
+        netloc = f"[{netloc}]"
+    if u.port is not None:
+        netloc += f":{u.port}"
+    if u.username:
+        netloc = f"{u.username}@{netloc}"
+    query = urllib.parse.parse_qsl(u.query, keep_blank_values=True)
+    if any(k.lower() == "password" for k, _ in query):
+        password = next(v for k, v in query if k.lower() == "password")
+        query = [(k, v) for k, v in query if k.lower() != "password"]
+    clean = urllib.parse.urlunsplit((u.scheme, netloc, u.path, urllib.parse.urlencode(query), ""))
+    return clean, password

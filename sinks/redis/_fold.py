@@ -1,0 +1,282 @@
+"""The open transaction of the Redis sink: rows folded into effects, then laid out as the
+staging list that ``pre_commit`` pushes.
+
+Within one transaction (one Spark task attempt) effects are folded before staging: SETs,
+HSET fields and ZADD members keep the last value per key/field/member, INCRBY/HINCRBY
+deltas are summed, XADD entries and RPUSH values keep row order. Each target key may be
+written by only one op of the mapping within a transaction.
+
+The staging list is check groups then apply groups, each ``"<CMD> <n>"`` followed by ``n``
+arguments, at most :data:`~sinks.redis._lua.MAX_ARGS` arguments a group (the format
+:mod:`sinks.redis._lua` reads).
+"""
+
+from __future__ import annotations
+
+import decimal
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from twopc import ConfigurationError, SchemaMismatchError, TransactionContext
+
+from ._keys import key_slot, slot_message
+from ._lua import MAX_ARGS
+from ._mapping import (
+    COUNTER_LIMIT,
+    MAX_TTL_S,
+    Compiled,
+    HIncrByOp,
+    HSetOp,
+    IncrByOp,
+    RPushOp,
+    SetOp,
+    XAddOp,
+    ZAddOp,
+    column_pairs,
+)
+from ._templates import Template, as_text, null_error
+
+__all__ = ["RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements"]
+
+
+@dataclass(eq=False)
+class RedisTxn:
+    """The open transaction of one task attempt (process-local): folded effects, one dict
+    per op of the mapping."""
+
+    context: TransactionContext
+    txn_id: str
+    tag: str
+    state: list[dict[str, Any]]
+    owner: dict[str, int] = field(default_factory=dict)
+    rows: int = 0
+    registered: bool = False
+    prepared: bool = False
+
+    def clear(self) -> None:
+        """Forget the folded effects."""
+        self.state = [{} for _ in self.state]
+        self.owner.clear()
+
+
+def row_columns(compiled: Sequence[Compiled], row: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The cells of *row* the mapping reads, as one-row columns.
+
+    Raises:
+        ConfigurationError: a referenced column is missing.
+    """
+    cols: dict[str, list[Any]] = {}
+    for c in compiled:
+        for name in c.columns():
+            if name not in row:
+                raise ConfigurationError(f"{c.what} references column {name!r}, which the row does not have")
+            cols[name] = [row[name]]
+    if any(c.reads_all_columns for c in compiled):
+        for k, v in row.items():
+            cols.setdefault(k, [v])
+    return cols
+
+
+def batch_columns(compiled: Sequence[Compiled], batch: pa.RecordBatch) -> dict[str, list[Any]]:
+    """The columns of *batch* the mapping reads, converted once per batch.
+
+    Raises:
+        SchemaMismatchError: a referenced column is missing.
+    """
+    names = batch.schema.names
+    needed: set[str] = set(names) if any(c.reads_all_columns for c in compiled) else set()
+    for c in compiled:
+        needed |= c.columns()
+    cols = {}
+    for name in needed:
+        if name not in names:
+            raise SchemaMismatchError(f"the mapping references column {name!r}, which the batch does not "
+                                      f"have (columns: {', '.join(names)})")
+        cols[name] = batch.column(names.index(name)).to_pylist()
+    return cols
+
+
+def fold(compiled: Sequence[Compiled], txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str],
+         n: int, *, slot_check: bool, tag_option_set: bool) -> None:
+    """Fold rows 0..n-1 of *cols* into *txn*.
+
+    Raises:
+        ConfigurationError: a referenced cell is null or of the wrong type, a key is
+            outside the tag's slot (with *slot_check*), or two ops write one key.
+    """
+    want = key_slot(txn.tag)
+    for c in compiled:
+        keys = c.key.render(cols, n, f"{c.what} key")
+        if c.key.exact is not None:  # only "{column}" keeps bytes cells as bytes
+            keys = [as_text(k) for k in keys]
+        check_each = slot_check and c.key.fixed_slot() is None
+        for k in dict.fromkeys(keys):
+            o = txn.owner.setdefault(k, c.index)
+            if o != c.index:
+                raise ConfigurationError(
+                    f"key {k!r} is written by {compiled[o].what} and {c.what} in one transaction: give each op "
+                    f"of the mapping its own keys (effects of two ops on one key would depend on their order)")
+            if check_each and key_slot(k) != want:
+                raise ConfigurationError(slot_message(f"target key {k!r}", key_slot(k), txn.tag, want, c.what,
+                                                      tag_option_set=tag_option_set))
+        _fold_op(c, txn.state[c.index], keys, cols, all_columns, n)
+    txn.rows += n
+
+
+def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str, list[Any]],
+             all_columns: list[str], n: int) -> None:
+    op = c.op
+    if isinstance(op, SetOp):
+        vals = _render(c, c.value, cols, n, "value")
+        ttls = _ints(c, cols, n, "ttl", 1, MAX_TTL_S) if c.number is not None else [None] * n
+        for k, v, t in zip(keys, vals, ttls, strict=True):
+            st[k] = (v, t)
+    elif isinstance(op, HSetOp | XAddOp):
+        pairs = c.field_pairs or column_pairs(all_columns, c.what)
+        rendered = [(f.render(cols, n, f"{c.what} field"), v.render(cols, n, f"{c.what} value")) for f, v in pairs]
+        if isinstance(op, HSetOp):
+            for i, k in enumerate(keys):
+                h = st.setdefault(k, {})
+                for fs, vs in rendered:
+                    h[as_text(fs[i])] = vs[i]
+        else:
+            for i, k in enumerate(keys):
+                entry: list[Any] = []
+                for fs, vs in rendered:
+                    entry.append(fs[i])
+                    entry.append(vs[i])
+                st.setdefault(k, []).append(entry)
+    elif isinstance(op, IncrByOp):
+        for k, d in zip(keys, _ints(c, cols, n, "by", -COUNTER_LIMIT, COUNTER_LIMIT), strict=True):
+            st[k] = st.get(k, 0) + d
+    elif isinstance(op, HIncrByOp):
+        fields = _render(c, c.field, cols, n, "field")
+        for k, f, d in zip(keys, fields, _ints(c, cols, n, "by", -COUNTER_LIMIT, COUNTER_LIMIT), strict=True):
+            h = st.setdefault(k, {})
+            name = as_text(f)
+            h[name] = h.get(name, 0) + d
+    elif isinstance(op, RPushOp):
+        for k, v in zip(keys, _render(c, c.value, cols, n, "value"), strict=True):
+            st.setdefault(k, []).append(v)
+    elif isinstance(op, ZAddOp):
+        for k, m, s in zip(keys, _render(c, c.value, cols, n, "member"), _scores(c, cols, n), strict=True):
+            st.setdefault(k, {})[m] = s
+
+
+def _render(c: Compiled, template: Template | None, cols: Mapping[str, list[Any]], n: int, what: str) -> list[Any]:
+    assert template is not None, f"{c.what} was compiled without its {what}"
+    return template.render(cols, n, f"{c.what} {what}")
+
+
+def _ints(c: Compiled, cols: Mapping[str, list[Any]], n: int, what: str, lo: int, hi: int) -> list[int]:
+    assert c.number is not None
+    vals = c.number.values(cols, n)
+    if c.number.column is None:
+        return vals
+    for v in vals:
+        if v is None:
+            raise null_error(c.number.column, f"{c.what} {what}")
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ConfigurationError(
+                f"{c.what} {what}: column {c.number.column!r} holds {v!r} ({type(v).__name__}); {c.op.OP} "
+                f"needs an integer")
+        if not lo <= v <= hi:
+            raise ConfigurationError(f"{c.what} {what}: {v} is outside {lo}..{hi}")
+    return vals
+
+
+def _scores(c: Compiled, cols: Mapping[str, list[Any]], n: int) -> list[str]:
+    assert c.number is not None
+    out = []
+    for v in c.number.values(cols, n):
+        if v is None:
+            raise null_error(str(c.number.column), f"{c.what} score")
+        if isinstance(v, decimal.Decimal):
+            v = float(v)
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise ConfigurationError(f"{c.what} score: {v!r} ({type(v).__name__}) is not a number; ZADD needs "
+                                     f"a numeric score")
+        if isinstance(v, float) and math.isnan(v):
+            raise ConfigurationError(f"{c.what} score is NaN; ZADD needs a number")
+        out.append(str(v) if isinstance(v, int) else repr(v))
+    return out
+
+
+class _Staging:
+    """The staging list being built: groups of at most MAX_ARGS arguments."""
+
+    def __init__(self) -> None:
+        self.out: list[Any] = []
+
+    def group(self, cmd: str, args: Sequence[Any]) -> None:
+        self.out.append(f"{cmd} {len(args)}")
+        self.out.extend(args)
+
+    def chunked(self, cmd: str, head: Sequence[Any], items: Sequence[Any], width: int) -> None:
+        """Groups of *head* plus as many *items* as fit, *width* items at a time."""
+        step = max(width, ((MAX_ARGS - len(head)) // width) * width)
+        for i in range(0, len(items), step):
+            self.group(cmd, [*head, *items[i: i + step]])
+
+
+def staging_elements(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[Any]:
+    """The staging list of the folded *state*: check groups, then apply groups.
+
+    Raises:
+        ConfigurationError: a counter's deltas add up beyond +-10^18, or an XADD entry has
+            more fields than one call takes.
+    """
+    s = _Staging()
+    for c, st in zip(compiled, state, strict=True):
+        if st:
+            s.chunked("?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
+    for c, st in zip(compiled, state, strict=True):
+        if st and isinstance(c.op, IncrByOp):
+            s.chunked("?I", [c.op.OP], list(st), 1)
+        elif st and isinstance(c.op, HIncrByOp):
+            s.chunked("?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
+    for c, st in zip(compiled, state, strict=True):
+        _stage_op(s, c, st)
+    return s.out
+
+
+def _stage_op(s: _Staging, c: Compiled, st: dict[str, Any]) -> None:
+    op = c.op
+    if isinstance(op, SetOp):
+        for k, (v, t) in st.items():
+            s.group("SET", [k, v] if t is None else [k, v, "EX", str(t)])
+    elif isinstance(op, HSetOp):
+        for k, h in st.items():
+            s.chunked("HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
+    elif isinstance(op, IncrByOp):
+        for k, d in st.items():
+            _check_delta(c, k, d)
+            s.group("INCRBY", [k, str(d)])
+    elif isinstance(op, HIncrByOp):
+        for k, h in st.items():
+            for f, d in h.items():
+                _check_delta(c, k, d)
+                s.group("HINCRBY", [k, f, str(d)])
+    elif isinstance(op, XAddOp):
+        for k, entries in st.items():
+            for e in entries:
+                if len(e) + 2 > MAX_ARGS:
+                    raise ConfigurationError(f"{c.what}: an entry has {len(e) // 2} fields; at most "
+                                             f"{(MAX_ARGS - 2) // 2} are supported")
+                s.group("XADD", [k, "*", *e])
+    elif isinstance(op, RPushOp):
+        for k, vals in st.items():
+            s.chunked("RPUSH", [k], vals, 1)
+    elif isinstance(op, ZAddOp):
+        for k, zs in st.items():
+            s.chunked("ZADD", [k], [x for mem, sc in zs.items() for x in (sc, mem)], 2)
+
+
+def _check_delta(c: Compiled, key: str, d: int) -> None:
+    if abs(d) > COUNTER_LIMIT:
+        raise ConfigurationError(f"{c.what}: the deltas for key {key!r} add up to {d} in one transaction, "
+                                 f"beyond +-{COUNTER_LIMIT}; write fewer rows per partition")

@@ -1,0 +1,287 @@
+"""The Redis server as the sink sees it: its configuration checks, the server-side library,
+running its steps and reading their replies.
+
+:class:`RedisServer` loads the library of :mod:`sinks.redis._lua` once per process and
+server (``FUNCTION LOAD REPLACE``; ``SCRIPT LOAD`` on servers without FUNCTION), runs a
+step with ``FCALL`` or ``EVALSHA``, and loads the library again when the server lost it
+(``FUNCTION FLUSH``, ``NOSCRIPT`` after a restart).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions as rex
+
+from twopc import ProtocolError, SinkError, TargetConfigurationError
+
+from . import _lua as lua
+from ._clients import ClientConfig, Pooled
+from ._keys import RedisKeys
+from ._mapping import COUNTER_LIMIT
+from ._templates import as_text
+
+__all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply", "missing_library"]
+
+log = logging.getLogger("twopc.sinks.redis")
+
+_FIX_AOF = "CONFIG SET appendonly yes; CONFIG SET appendfsync always; CONFIG REWRITE (or set them in redis.conf)"
+
+
+@dataclass
+class RedisServer:
+    """One Redis server (or cluster) of a sink: plain configuration, pickled with the sink.
+
+    Attributes:
+        config: how to connect.
+        mode: ``"function"`` or ``"eval"``; ``None`` until asked (Redis >= 7: function).
+    """
+
+    config: ClientConfig
+    mode: str | None = None
+
+    def pooled(self) -> Pooled:
+        """This process's client (see :meth:`ClientConfig.pooled`)."""
+        return self.config.pooled()
+
+    def client(self) -> Any:
+        """This process's client."""
+        return self.pooled().client
+
+    def where(self) -> str:
+        """``host:port/db``."""
+        return self.config.where()
+
+    def error(self, exc: BaseException, action: str) -> SinkError:
+        """See :meth:`ClientConfig.error`."""
+        return self.config.error(exc, action)
+
+    def ping(self) -> None:
+        """Raises :class:`~twopc.SinkUnavailableError` when the server cannot be reached."""
+        try:
+            self.client().ping()
+        except rex.RedisError as exc:
+            raise self.error(exc, "connect") from None
+
+    # -- configuration -----------------------------------------------------------------------
+    def check_config(self, *, durability: str, skip: bool) -> None:
+        """Check that the server persists every write (or every second, with
+        *durability* ``everysec``) and never evicts keys.
+
+        Raises:
+            TargetConfigurationError: persistence is weaker than *durability* allows, the
+                eviction policy may evict markers, or CONFIG is unavailable without *skip*.
+        """
+        if skip:
+            log.warning("twopc redis: skipConfigCheck=true: not checking persistence and eviction of %s",
+                        self.where())
+            return
+        values = {name: self._config_get(name) for name in ("appendonly", "appendfsync", "maxmemory-policy")}
+        policy = values["maxmemory-policy"]
+        if policy.startswith("allkeys-"):
+            raise TargetConfigurationError(
+                f"Redis at {self.where()} has maxmemory-policy {policy}: it may evict twopc's commit markers and "
+                f"prepared staging, which would turn committed batches into 'lost' ones and lose prepared "
+                f"writes. Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
+                f"redis.conf)")
+        aof, fsync = values["appendonly"], values["appendfsync"]
+        if aof != "yes":
+            raise TargetConfigurationError(
+                f"Redis at {self.where()} has appendonly {aof}: prepared transactions and commit markers would "
+                f"not survive a restart. Enable the append-only file with fsync on every write: {_FIX_AOF}")
+        if fsync == "always":
+            return
+        if durability == "everysec" and fsync == "everysec":
+            log.warning("twopc redis: %s uses appendfsync everysec (accepted by durability=everysec): an OS "
+                        "crash or power loss can lose about 1 s of acknowledged writes, including prepared "
+                        "staging and commits", self.where())
+            return
+        raise TargetConfigurationError(
+            f"Redis at {self.where()} has appendfsync {fsync}: an OS crash could lose acknowledged prepared "
+            f"transactions or commits. Set appendfsync always ({_FIX_AOF}), or accept about 1 s of loss with "
+            f"appendfsync everysec and option durability=everysec")
+
+    def _config_get(self, name: str) -> str:
+        try:
+            got = self.client().config_get(name)
+        except rex.ResponseError as exc:
+            raise TargetConfigurationError(
+                f"Redis at {self.where()} does not allow CONFIG GET ({self.config.redact(str(exc))}), as managed "
+                f"services often do: twopc cannot check that it persists every write (appendonly yes, "
+                f"appendfsync always) and never evicts keys (maxmemory-policy noeviction). Check both "
+                f"with your provider, then set option skipConfigCheck=true to proceed") from None
+        except rex.RedisError as exc:
+            raise self.error(exc, "read its configuration") from None
+        raw = got.get(name) if name in got else got.get(name.encode(), b"")
+        return as_text(raw or "").lower()
+
+    # -- the server-side library ---------------------------------------------------------------
+    def script_mode(self) -> str:
+        """``function`` or ``eval``: asks the server's version the first time.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        if self.mode is None:
+            try:
+                version = str(self.client().info("server").get("redis_version", "0"))
+            except rex.RedisError as exc:
+                raise self.error(exc, "read INFO server") from None
+            major = version.split(".")[0]
+            self.mode = "function" if major.isdigit() and int(major) >= 7 else "eval"
+        return self.mode
+
+    def load(self, *, force: bool = False) -> None:
+        """``FUNCTION LOAD REPLACE`` the library (once per process and server; on every
+        primary of a cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        mode = self.script_mode()
+        if self.config.library_loaded(mode) and not force:
+            return
+        pooled = self.pooled()
+        try:
+            if mode == "function":
+                nodes = [pooled.client]
+                if pooled.cluster:  # pragma: no cover - untested without a cluster
+                    nodes = [pooled.client.get_redis_connection(n) for n in pooled.client.get_primaries()]
+                for node in nodes:
+                    node.function_load(lua.library_code(), replace=True)
+            else:
+                for name in lua.FUNCTIONS:
+                    pooled.client.script_load(lua.script_code(name))
+        except rex.RedisError as exc:
+            raise self.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None
+        self.config.mark_loaded(mode)
+
+    def call(self, target: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Queue or run server-side step *name* on *target* (a client or a pipeline)."""
+        if self.script_mode() == "function":
+            return target.fcall(lua.function_name(name), len(keys), *keys, *args)
+        return target.evalsha(lua.script_sha(name), len(keys), *keys, *args)
+
+    def run(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> list[str]:
+        """Run one server-side step, loading the library again when the server lost it.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        client = self.client()
+        self.load()
+        for _ in (0, 1):
+            try:
+                return decode_reply(self.call(client, name, keys, args))
+            except rex.RedisError as exc:
+                if not missing_library(exc):
+                    raise self.error(exc, action) from None
+            self.load(force=True)
+        raise SinkError(f"Redis at {self.where()}: the server-side library vanished twice while trying to {action}")
+
+    def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
+              start_over: Callable[[], object]) -> list[str]:
+        """Register *txn_id* (``ZADD P:txns``), push its staging *elements* in ``stage``
+        calls of at most :data:`~sinks.redis._lua.MAX_ARGS` elements, and ``prepare`` it:
+        one pipeline. When the server lost the library, *start_over* removes what got
+        staged and the pipeline runs once more with the library loaded again.
+
+        Returns:
+            The ``prepare`` reply (see :func:`check_reply`).
+
+        Raises:
+            SinkError: the transaction was rolled back meanwhile (recovery took the
+                attempt for an orphan), or the server failed (SinkUnavailableError when
+                it could not be reached).
+        """
+        staging = keys.staging(txn_id)
+        client = self.client()
+        self.load()
+        step = lua.MAX_ARGS
+        for attempt in (0, 1):
+            pipe = client.pipeline(transaction=False)
+            pipe.zadd(keys.txns, {txn_id: batch_id}, nx=True)
+            for i in range(0, len(elements), step):
+                self.call(pipe, "stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
+            self.call(pipe, "prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except rex.RedisError as exc:
+                raise self.error(exc, f"stage transaction {txn_id}") from None
+            errors = [r for r in replies if isinstance(r, Exception)]
+            if errors and attempt == 0 and any(missing_library(e) for e in errors):
+                start_over()
+                self.load(force=True)
+                continue
+            if errors:
+                raise self.error(errors[0], f"stage transaction {txn_id}")
+            if any(decode_reply(r)[0] != "OK" for r in replies[1:-1]):
+                raise SinkError(f"transaction {txn_id} was rolled back while it was being staged "
+                                f"(recovery treated this attempt as an orphan); the task can be retried")
+            return decode_reply(replies[-1])
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+def decode_reply(reply: Any) -> list[str]:
+    """A step's reply as a list of strings (anything else as its repr, in a list)."""
+    if not isinstance(reply, list | tuple) or not reply:
+        return [repr(reply)]
+    return [as_text(x) for x in reply]
+
+
+def missing_library(exc: BaseException) -> bool:
+    """Whether *exc* says the server lost the library (``NOSCRIPT``, function not found)."""
+    return isinstance(exc, rex.NoScriptError) or (
+        isinstance(exc, rex.ResponseError) and "function not found" in str(exc).lower())
+
+
+class RedisTargetError(SinkError):
+    """A target key cannot take the op (wrong Redis type, or a counter that is not an
+    integer within +-10^18). Nothing of the transaction was applied; its staging is kept.
+
+    Attributes: ``key``, ``redis_type`` (as TYPE reports it), ``op``, ``field`` (HINCRBY).
+    """
+
+    def __init__(self, message: str, *, key: str, redis_type: str, op: str, field: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.redis_type = redis_type
+        self.op = op
+        self.field = field
+
+
+def check_reply(reply: list[str], txn_id: str, step: str) -> None:
+    """Raise for a ``prepare``/``commit`` reply other than PREPARED or COMMITTED.
+
+    Raises:
+        RedisTargetError: a target key has the wrong type, or a counter a non-integer.
+        ProtocolError: the transaction was never prepared.
+        SinkError: it was rolled back, its staging is damaged, or the reply is unknown.
+    """
+    status = reply[0]
+    if status in ("PREPARED", "COMMITTED"):
+        return
+    if status == "WRONGTYPE":
+        key, actual, op, want = reply[1], reply[2], reply[3], reply[4]
+        raise RedisTargetError(
+            f"cannot {step} {txn_id}: target key {key!r} is a Redis {actual}, but {op} needs a {want} (or no "
+            f"key); nothing was applied. Delete or rename the key, or change the mapping",
+            key=key, redis_type=actual, op=op)
+    if status == "NOTINT":
+        key, fld, op = reply[1], reply[2], reply[3]
+        where = f"field {fld!r} of hash {key!r}" if fld else f"key {key!r}"
+        raise RedisTargetError(
+            f"cannot {step} {txn_id}: {where} does not hold an integer within +-{COUNTER_LIMIT}, so {op} could "
+            f"fail; nothing was applied. Fix or delete the value", key=key,
+            redis_type="hash" if fld else "string", op=op, field=fld)
+    if status == "ABORTED":
+        raise SinkError(f"cannot {step} {txn_id}: it was rolled back (recovery treated it as an orphan)")
+    if status == "UNPREPARED":
+        raise ProtocolError(f"cannot {step} {txn_id}: it was never prepared (its staging is incomplete)")
+    if status == "DAMAGED":
+        raise SinkError(f"cannot {step} {txn_id}: its staging is damaged ({' '.join(reply[1:])}); "
+                        f"nothing was applied")
+    raise SinkError(f"cannot {step} {txn_id}: unexpected reply {reply!r}")

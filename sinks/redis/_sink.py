@@ -1,0 +1,434 @@
+"""The Redis sink: the two-phase-commit protocol on top of the mapping and the library.
+
+How a transaction travels (``T`` is the sink's hash tag, ``P`` = ``T:<sink_id>``, ``<txn>``
+the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
+
+    executor  pre_commit: ZADD P:txns <batch> <txn>           register (open)
+                          FCALL stage -> RPUSH P:staging:<txn>  the writes, in groups
+                          FCALL prepare                         checks, then HSET P:prepared
+    driver    commit:     FCALL commit  (one atomic server-side call)
+                            marker in P:committed?  -> ALREADY_COMMITTED
+                            neither prepared nor marker -> LOST
+                            check the TYPE of every target key (and counter values)
+                            apply the staged writes in chunks of <= 1000 arguments
+                            ZADD P:committed <batch> <txn>; delete the staging
+              abort:      FCALL abort: delete staging, prepared entry and registration
+
+``P:txns`` is a sorted set of the live transactions scored by batch id:
+:meth:`RedisSink.list_prepared` reads it, never SCAN. ``P:committed`` is the marker sorted
+set (scored by batch id), trimmed by :meth:`RedisSink.purge_markers`; markers never carry
+a TTL. Ids are made by :meth:`twopc.TransactionContext.xid` and read only through
+:meth:`twopc.Xid.parse`, which also reads the ``{sink}~{batch}~{partition}~{attempt}~{nonce}``
+ids that versions before 0.2 wrote: their transactions and markers stay committable,
+abortable and answer ``ALREADY_COMMITTED``. The server-side steps treat an id as an opaque
+string, and a handle's id is checked (:meth:`twopc.Xid.checked`) before it reaches Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import redis.exceptions as rex
+
+from twopc import (
+    CommitOutcome,
+    ConfigurationError,
+    MissingOptionError,
+    ProtocolError,
+    SinkError,
+    TransactionContext,
+    TransactionHandle,
+    TwoPhaseCommitSink,
+    Xid,
+)
+
+from .._handles import RedisHandle
+from .._options import Duration, OptionReader
+from .._secrets import redacted_errors
+from ._clients import ClientConfig, split_url
+from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
+from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message
+from ._mapping import RedisOp, check_schema, compile_mapping
+from ._server import RedisServer, RedisTargetError, check_reply
+from ._templates import as_text
+
+__all__ = ["FORMAT_NAME", "OPTIONS", "RedisHandle", "RedisSink", "RedisTargetError"]
+
+log = logging.getLogger("twopc.sinks.redis")
+
+FORMAT_NAME = "twopc-redis"
+
+#: The options of ``format("twopc-redis")``, as spelled in the docs (keys are case-insensitive).
+OPTIONS = ("url", "password", "mapping", "hashTag", "requireSameSlot", "durability", "skipConfigCheck",
+           "scriptMode", "socketTimeout", "connectTimeout")
+
+DEFAULT_SOCKET_TIMEOUT = Duration(60_000)
+DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
+
+
+class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
+    """Exactly-once Redis writes (see :mod:`sinks.redis` for the mapping and the options).
+
+    Args:
+        url: ``redis://`` or ``rediss://`` URL; a password in it is moved out of the URL.
+        mapping: the ops (dataclasses) or the JSON mapping text.
+        password: overrides the URL's password.
+        hash_tag: tag of the sink's keys (``{x}`` or ``x``); default ``{twopc:<sink id>}``.
+        require_same_slot: ``"auto"`` (cluster only), ``True`` or ``False``.
+        durability: ``"always"`` or ``"everysec"``.
+        skip_config_check: trust the server's persistence/eviction settings without CONFIG.
+        script_mode: ``"auto"``, ``"function"`` or ``"eval"``.
+        socket_timeout, connect_timeout: seconds, or a :class:`~sinks._options.Duration`.
+
+    Raises:
+        ConfigurationError: an argument is invalid.
+
+    The instance holds configuration only and pickles to executors; connections come from
+    a per-process pool, opened lazily.
+    """
+
+    handle_type = RedisHandle
+
+    def __init__(self, url: str, mapping: Sequence[RedisOp] | str, *, password: str | None = None,
+                 hash_tag: str | None = None, require_same_slot: bool | str = "auto",
+                 durability: str = "always", skip_config_check: bool = False,
+                 script_mode: str = "auto", socket_timeout: float | Duration = DEFAULT_SOCKET_TIMEOUT,
+                 connect_timeout: float | Duration = DEFAULT_CONNECT_TIMEOUT) -> None:
+        if not url:
+            raise MissingOptionError('RedisSink needs option url, e.g. "redis://host:6379/0"')
+        clean_url, url_password = split_url(url)
+        self._ops, self._compiled = compile_mapping(mapping)
+        self._hash_tag = normalize_tag(hash_tag) if hash_tag else None
+        self._same_slot = _same_slot(require_same_slot)
+        self._durability = _one_of("durability", durability, ("always", "everysec"))
+        self._skip_config_check = bool(skip_config_check)
+        mode = _one_of("scriptMode", script_mode, ("auto", "function", "eval"))
+        config = ClientConfig(clean_url, password if password is not None else url_password,
+                              _timeout("socketTimeout", socket_timeout), _timeout("connectTimeout", connect_timeout))
+        self._server = RedisServer(config, None if mode == "auto" else mode)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> RedisSink:
+        """Build the sink from Spark options (see :mod:`sinks.redis` for the keys).
+
+        Raises:
+            MissingOptionError: ``url`` or ``mapping`` is missing.
+            ConfigurationError: an option is invalid, or is not an option of
+                ``twopc-redis`` (the message lists the supported ones). No message shows
+                the password.
+        """
+        with redacted_errors(options):
+            o = OptionReader(options, FORMAT_NAME)
+            for name in OPTIONS:  # claim them all first, so a typo is named before anything else
+                o.get(name)
+            o.refuse_unknown()
+            return cls(
+                o.required("url", '.option("url", "redis://host:6379/0")'),
+                o.required("mapping", 'a JSON list of ops: .option("mapping", '
+                                      '\'[{"op": "INCRBY", "key": "{{app}}:rows", "by": 1}]\')'),
+                password=o.get("password"),
+                hash_tag=o.text("hashTag"),
+                require_same_slot=o.text("requireSameSlot", "auto") or "auto",
+                durability=o.text("durability", "always") or "always",
+                skip_config_check=o.boolean("skipConfigCheck", False),
+                script_mode=o.text("scriptMode", "auto") or "auto",
+                socket_timeout=o.duration("socketTimeout", DEFAULT_SOCKET_TIMEOUT),
+                connect_timeout=o.duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
+            )
+
+    # -- description -------------------------------------------------------------------
+    @property
+    def ops(self) -> list[RedisOp]:
+        """The mapping."""
+        return list(self._ops)
+
+    def describe(self) -> str:
+        """``Redis <url without password>``."""
+        return f"Redis {self._server.config.url}"
+
+    def close(self) -> None:
+        """Nothing to release per sink: connections are pooled per process
+        (:func:`~sinks.redis.dispose_clients` closes them)."""
+
+    # -- keys --------------------------------------------------------------------------
+    def hash_tag(self, sink_id: str) -> str:
+        """The hash tag of *sink_id*'s keys (``{...}``)."""
+        return self._hash_tag or default_hash_tag(sink_id)
+
+    def keys_for(self, sink_id: str, tag: str | None = None) -> RedisKeys:
+        """The sink's own keys for *sink_id* (under *tag*, default :meth:`hash_tag`)."""
+        return RedisKeys.of(sink_id, tag or self.hash_tag(sink_id))
+
+    def check_same_slot(self, key: str, sink_id: str, op: str = "") -> None:
+        """Refuse *key* when it does not hash to the slot of *sink_id*'s hash tag.
+
+        Raises:
+            ConfigurationError: the key is in another slot (the message says to put the
+                hash tag into the key template).
+        """
+        tag = self.hash_tag(sink_id)
+        if key_slot(key) != key_slot(tag):
+            raise ConfigurationError(self._slot_message(f"target key {key!r}", key_slot(key), tag, op))
+
+    def _slot_message(self, subject: str, got: int, tag: str, op: str) -> str:
+        return slot_message(subject, got, tag, key_slot(tag), op, tag_option_set=self._hash_tag is not None)
+
+    def _check_fixed_slots(self, tag: str) -> None:
+        want = key_slot(tag)
+        for c in self._compiled:
+            got = c.key.fixed_slot()
+            if got is not None and got != want:
+                raise ConfigurationError(self._slot_message(f"key template {c.op.key!r}", got, tag, c.what))
+
+    def _slot_check_on(self) -> bool:
+        if self._same_slot is not None:
+            return self._same_slot
+        return self._server.pooled().cluster
+
+    # -- validation ---------------------------------------------------------------------
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the mapping against *schema* and the server's configuration, and load the
+        server-side library.
+
+        Raises:
+            SchemaMismatchError: a referenced column is missing, or has a type the op cannot
+                take (INCRBY/HINCRBY/ttl need integer columns, ZADD a numeric score).
+            TargetConfigurationError: persistence is weaker than ``durability`` allows, the
+                eviction policy may evict markers, or CONFIG is unavailable without
+                ``skipConfigCheck=true``.
+            ConfigurationError: a key template with a fixed slot is outside the sink's slot
+                (when the slot check is on and ``hashTag`` is set; cluster without hashTag).
+            SinkUnavailableError: the server cannot be reached or refused the login.
+        """
+        check_schema(self._compiled, schema)
+        self._server.ping()
+        self._server.check_config(durability=self._durability, skip=self._skip_config_check)
+        if self._slot_check_on():
+            if self._hash_tag is None and self._server.pooled().cluster:
+                raise ConfigurationError(
+                    f"Redis at {self._server.where()} is a cluster: set option hashTag (e.g. \"shop\") and put it "
+                    f"into every key template (\"{{{{shop}}}}:orders\") so each commit touches one slot")
+            if self._hash_tag is not None:
+                self._check_fixed_slots(self._hash_tag)
+        self._server.load()
+
+    # -- executor side ---------------------------------------------------------------------
+    def begin_transaction(self, context: TransactionContext) -> RedisTxn:
+        """Open a transaction (in memory: nothing reaches Redis before :meth:`pre_commit`).
+
+        Raises:
+            ConfigurationError: the slot check is on and a key template with a fixed slot
+                is outside the sink's slot.
+            SinkUnavailableError: the slot check needed the server and could not reach it.
+        """
+        tag = self.hash_tag(context.sink_id)
+        if self._slot_check_on():
+            self._check_fixed_slots(tag)
+        return RedisTxn(context, str(context.xid()), tag, [{} for _ in self._compiled])
+
+    def invoke(self, txn: RedisTxn, value: dict[str, Any]) -> None:
+        """Add one row (a dict of column -> value).
+
+        Raises:
+            ConfigurationError: a referenced column is missing or null, a value has the
+                wrong type for its op, a key is outside the slot, or two ops write one key.
+        """
+        self._fold(txn, row_columns(self._compiled, value), list(value), 1)
+
+    def invoke_batch(self, txn: RedisTxn, batch: pa.RecordBatch) -> None:
+        """Add an Arrow record batch (columns converted once per batch).
+
+        Raises:
+            ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
+        """
+        self._fold(txn, batch_columns(self._compiled, batch), list(batch.schema.names), batch.num_rows)
+
+    def _fold(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int) -> None:
+        fold(self._compiled, txn, cols, all_columns, n, slot_check=self._slot_check_on(),
+             tag_option_set=self._hash_tag is not None)
+
+    def pre_commit(self, txn: RedisTxn) -> RedisHandle:
+        """Stage the transaction's writes durably and mark it prepared.
+
+        Registers the transaction (``ZADD P:txns``), pushes its staging list in calls of
+        at most 1000 elements (each refused once the transaction was rolled back, so a
+        zombie attempt cannot re-create staging), then ``prepare`` checks the staging's
+        length and the target keys' types and records it prepared. With appendfsync
+        always, every step is on disk when its reply arrives.
+
+        Raises:
+            RedisTargetError: a target key has the wrong type or a counter a non-integer
+                value (nothing was applied; :meth:`rollback` removes the staging).
+            ConfigurationError: a counter delta is beyond +-10^18 in this transaction.
+            SinkError / SinkUnavailableError: the server failed or the transaction was
+                rolled back meanwhile.
+        """
+        ctx = txn.context
+        elements = staging_elements(self._compiled, txn.state)
+        keys = self.keys_for(ctx.sink_id, txn.tag)
+        txn.registered = True
+        reply = self._server.stage(keys, txn.txn_id, ctx.batch_id, elements,
+                                   start_over=lambda: self._abort_keys(keys, txn.txn_id))
+        check_reply(reply, txn.txn_id, "prepare")
+        txn.prepared = True
+        return RedisHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
+                           hash_tag=txn.tag, staged=len(elements))
+
+    def rollback(self, txn: RedisTxn) -> None:
+        """Discard an open transaction; if :meth:`pre_commit` got as far as Redis, delete
+        what it staged. Never raises for a transaction that is already gone (errors are
+        logged: recovery removes the staging later through :meth:`list_prepared`)."""
+        txn.clear()
+        if not txn.registered:
+            return
+        try:
+            self._abort_keys(self.keys_for(txn.context.sink_id, txn.tag), txn.txn_id)
+        except SinkError as exc:
+            log.warning("twopc redis: could not roll back %s (recovery will): %s", txn.txn_id, exc)
+
+    # -- driver side ------------------------------------------------------------------------
+    def _handle_keys(self, handle: TransactionHandle) -> RedisKeys:
+        """The keys of *handle*'s transaction, once its id, fields and tag are checked."""
+        if not isinstance(handle, RedisHandle):
+            raise ProtocolError(f"RedisSink got a {type(handle).__name__}, not a RedisHandle")
+        xid = Xid.parse(Xid.checked(handle.txn_id, what="twopc Redis transaction id"))
+        fields = (handle.sink_id, handle.batch_id, handle.partition_id, handle.attempt_id)
+        if xid is None or (xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id) != fields:
+            raise ProtocolError(f"handle txn_id {handle.txn_id!r} does not match the handle's sink, batch, "
+                                f"partition and attempt {fields}: the ledger record is damaged")
+        if handle.hash_tag:
+            try:
+                ok = normalize_tag(handle.hash_tag) == handle.hash_tag
+            except ConfigurationError:
+                ok = False
+            if not ok:
+                raise ProtocolError(f"handle hash_tag {handle.hash_tag!r:.80} is not a Redis hash tag {{...}}")
+        return self.keys_for(handle.sink_id, handle.hash_tag or None)
+
+    def commit(self, handle: RedisHandle) -> CommitOutcome:
+        """Run the commit function: one atomic server-side call.
+
+        Returns:
+            ``COMMITTED`` (checks passed, writes applied, marker recorded, staging
+            deleted); ``ALREADY_COMMITTED`` when the marker exists (nothing changes);
+            ``LOST`` when there is neither a prepared staging nor a marker.
+
+        Raises:
+            RedisTargetError: a target key has the wrong type (or a counter a
+                non-integer); nothing was applied and the staging is kept, so the commit
+                can be retried once the key is fixed.
+            ProtocolError: the handle is malformed or the transaction was never prepared.
+            SinkUnavailableError / SinkError: the server failed; the transaction is
+                unchanged, or was committed (a retry answers ``ALREADY_COMMITTED``).
+        """
+        keys = self._handle_keys(handle)
+        reply = self._server.run("commit", [keys.txns, keys.prepared, keys.staging(handle.txn_id), keys.committed],
+                                 [handle.txn_id, handle.batch_id], f"commit {handle.txn_id}")
+        if reply[0] == "ALREADY":
+            return CommitOutcome.ALREADY_COMMITTED
+        if reply[0] == "LOST":
+            log.error("twopc redis: %s is neither prepared nor committed on %s", handle.txn_id, self._server.where())
+            return CommitOutcome.LOST
+        check_reply(reply, handle.txn_id, "commit")
+        return CommitOutcome.COMMITTED
+
+    def _abort_keys(self, keys: RedisKeys, txn_id: str) -> bool:
+        """Delete *txn_id*'s staging; True when it existed. Raises ProtocolError when the
+        transaction was committed."""
+        reply = self._server.run("abort", [keys.txns, keys.prepared, keys.staging(txn_id), keys.committed],
+                                 [txn_id], f"roll back {txn_id}")
+        if reply[0] == "COMMITTED":
+            raise ProtocolError(f"asked to roll back {txn_id}, but it was already committed to "
+                                f"{self._server.where()} (its commit marker exists)")
+        return reply[0] == "ABORTED" and int(reply[1]) > 0
+
+    def abort(self, handle: RedisHandle) -> None:
+        """Delete the staging, the prepared entry and the registration of the handle's
+        transaction. Idempotent: one that is already gone is fine.
+
+        Raises:
+            ProtocolError: it had been committed (its marker exists), or the handle is malformed.
+            SinkError / SinkUnavailableError: the server failed; retry.
+        """
+        self._abort_keys(self._handle_keys(handle), handle.txn_id)
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[RedisHandle]:
+        """Transactions of *sink_id* (and *batch_id*) that are registered and neither
+        committed nor rolled back, from the ``P:txns`` sorted set (no SCAN). Includes
+        attempts that died while staging (not yet prepared): rolling them back removes
+        their partial staging. Each handle's ``txn_id`` is the id as registered (either
+        form); ``staged`` is ``-1``.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        keys = self.keys_for(sink_id)
+        lo, hi = ("-inf", "+inf") if batch_id is None else (batch_id, batch_id)
+        try:
+            members = self._server.client().zrangebyscore(keys.txns, lo, hi)
+        except rex.RedisError as exc:
+            raise self._server.error(exc, "list prepared transactions") from None
+        tag = self.hash_tag(sink_id)
+        out = []
+        for m in members:
+            txn_id = as_text(m)
+            xid = Xid.parse(txn_id)
+            if xid is None or xid.sink_id != sink_id:
+                log.warning("twopc redis: ignoring malformed transaction id %r in %s", txn_id, keys.txns)
+                continue
+            out.append(RedisHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
+                                   hash_tag=tag, staged=-1))
+        return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many.
+        The runtime's :meth:`purge_committed` calls it, best effort.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        keys = self.keys_for(sink_id)
+        try:
+            return int(self._server.client().zremrangebyscore(keys.committed, "-inf", f"({int(below_batch)}"))
+        except rex.RedisError as exc:
+            raise self._server.error(exc, "purge commit markers") from None
+
+    def is_committed(self, handle: RedisHandle) -> bool:
+        """True when the handle's commit marker exists."""
+        keys = self._handle_keys(handle)
+        try:
+            return self._server.client().zscore(keys.committed, handle.txn_id) is not None
+        except rex.RedisError as exc:
+            raise self._server.error(exc, "read commit markers") from None
+
+
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    v = value.strip().lower()
+    if v not in allowed:
+        raise ConfigurationError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
+    return v
+
+
+def _same_slot(value: bool | str) -> bool | None:
+    """``requireSameSlot``: None for auto, else a boolean (the words OptionReader takes)."""
+    if not isinstance(value, str):
+        return bool(value)
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        return OptionReader({"requireSameSlot": value}, FORMAT_NAME).boolean("requireSameSlot", False)
+    except ConfigurationError:
+        raise ConfigurationError(f"requireSameSlot must be auto, true or false, got {value!r}") from None
+
+
+def _timeout(name: str, value: float | Duration) -> float:
+    """A timeout in seconds, > 0."""
+    d = Duration.parse(value, name)
+    if d.ms <= 0:
+        raise ConfigurationError(f"{name} must be > 0, got {value!r}")
+    return d.seconds
