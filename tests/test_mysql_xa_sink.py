@@ -24,8 +24,8 @@ import pytest
 import sqlalchemy as sa
 
 import faultinject
-from sinks.mysql import _sink as _mysql_xa
 from sinks import MySqlXaHandle, MySqlXaSink
+from sinks.mysql import _sink as _mysql_xa
 from sinks.sql import dispose_engines
 from twopc import (
     BatchState,
