@@ -23,18 +23,18 @@ registered either way, so any ledger can be read.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from twopc import register
+import twopc as _twopc
 
-from . import _handles  # noqa: F401 - registers the driver-backed handle kinds
 from ._file import FileDataSource, FileHandle, FileSink
 from ._handles import MySqlXaHandle, PostgresHandle
 from ._sources import PostgresDataSource, RedisDataSource
 from .sql import JdbcDataSource, JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from pyspark.sql import SparkSession
 
     from .mysql import MySqlXaSink
@@ -99,6 +99,8 @@ def __getattr__(name: str) -> Any:
     backend = _LAZY.get(name)
     if backend is None:
         raise AttributeError(f"module 'sinks' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(f".{backend}", __name__), name)
     globals()[name] = value
     return value
@@ -112,4 +114,4 @@ def register_all(spark: SparkSession) -> None:
     """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with
     *spark* (a backend whose driver is missing fails when first written to, naming the
     extra to install)."""
-    register(spark, *DATA_SOURCES)
+    _twopc.register(spark, *DATA_SOURCES)

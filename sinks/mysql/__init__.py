@@ -4,9 +4,9 @@
 Needs PyMySQL: ``pip install 'twopc[mysql]'``.
 """
 
-from twopc._extras import require
+from twopc._extras import require as _require
 
-require("pymysql", "mysql", "the MariaDB/MySQL sink")
+_require("pymysql", "mysql", "the MariaDB/MySQL sink")
 
 from ._sink import MySqlXaHandle, MySqlXaSink  # noqa: E402 - after the driver check
 

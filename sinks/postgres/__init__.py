@@ -4,9 +4,9 @@ from Arrow (``format("twopc-postgres")``, and the prepared mode of ``twopc-jdbc`
 Needs psycopg 3: ``pip install 'twopc[postgres]'``.
 """
 
-from twopc._extras import require
+from twopc._extras import require as _require
 
-require("psycopg", "postgres", "the PostgreSQL sink (twopc-postgres)")
+_require("psycopg", "postgres", "the PostgreSQL sink (twopc-postgres)")
 
 from .._sources import PostgresDataSource  # noqa: E402 - after the driver check
 from ._sink import PostgresHandle, PostgresSink  # noqa: E402 - after the driver check

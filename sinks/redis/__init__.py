@@ -110,9 +110,9 @@ library), ``_clients`` (per-process clients, :func:`dispose_clients`), ``_server
 (configuration checks, loading the library, running a step), ``_sink`` (the sink).
 """
 
-from twopc._extras import require
+from twopc._extras import require as _require
 
-require("redis", "redis", "the Redis sink (twopc-redis)")
+_require("redis", "redis", "the Redis sink (twopc-redis)")
 
 from .._sources import RedisDataSource  # noqa: E402 - after the driver check
 from ._clients import dispose_clients  # noqa: E402 - after the driver check
