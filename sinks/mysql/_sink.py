@@ -170,7 +170,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             return False, str(self._unavailable(exc))
         broken = False
         try:
-            with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+            with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
                 return server.probe_xa(cur, self._where(), self._redact)
         except pymysql.Error as exc:
             broken = is_connection_error(exc)
@@ -282,7 +282,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
 
     def _insert(self, txn: SqlTxn[MyColumn], query: str, rows: list[tuple[Any, ...]]) -> None:
         assert txn.conn is not None
-        with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+        with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
             for i in range(0, len(rows), self.options.batch_size):
                 cur.executemany(query, rows[i:i + self.options.batch_size])
 
@@ -369,7 +369,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             return
         broken = False
         try:
-            with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+            with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
                 if txn.state == "active":
                     self._xa_quietly(cur, "END", txn.gid, XA_ROLLED_BACK)
                     txn.state = "idle"

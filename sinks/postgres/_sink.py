@@ -258,7 +258,7 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         if txn.loader is not None:
             txn.loader.cancel()
         try:
-            pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]
+            pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]  # psycopg: the engine's driver
             if not pg.closed and pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 pg.execute("ROLLBACK")
         except Exception:

@@ -188,7 +188,7 @@ class SqlDialect(Generic[C]):
             reused = self._control is not None
             conn = self._control_conn()
             try:
-                with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]
+                with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
                     cur.execute(query, tuple(params) if params else None)
                     return cur.rowcount, (list(cur.fetchall()) if fetch else [])
             except self.driver_error as exc:

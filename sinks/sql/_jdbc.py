@@ -276,7 +276,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """Staging handles: one local transaction (:meth:`StagingSink.commit_all`);
         prepared ones: ``None`` (the coordinator commits them one by one)."""
         if handles and all(isinstance(h, StagingHandle) for h in handles):
-            return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]
+            return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]  # all StagingHandle: checked above
         return None
 
     def abort(self, handle: TransactionHandle) -> None:

@@ -272,7 +272,7 @@ class StagingSink(StagingDdl, TwoPhaseCommitSink[dict[str, Any], _StageTxn, Stag
                 from ..postgres._copy import CopyStream
 
                 conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
-                txn.copy = CopyStream(conn.connection.driver_connection, self.stage)  # type: ignore[arg-type]
+                txn.copy = CopyStream(conn.connection.driver_connection, self.stage)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
         except SQLAlchemyError as exc:
             self._close(txn)
             raise self._error(exc, "begin a staging transaction") from None
