@@ -1,4 +1,5 @@
-"""The handles of the backends that need a database driver, defined without it.
+"""The handles of the built-in sinks (the ledger's on-disk formats), defined without their
+drivers. (The file sink, the worked example of writing a sink, keeps its handle next to it.)
 
 A handle is what the commit ledger stores (in its versioned envelope): every process that
 imports :mod:`sinks` must be able to read any built-in kind back — the commit process
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 
 from twopc import TransactionHandle
 
-__all__ = ["MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle", "RedisHandle"]
+__all__ = ["MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle", "RedisHandle", "StagingHandle"]
 
 
 @dataclass(frozen=True)
@@ -52,3 +53,18 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=1):
 
     hash_tag: str = ""
     staged: int = -1
+
+
+@dataclass(frozen=True)
+class StagingHandle(TransactionHandle, kind="twopc.staging", version=1):
+    """Rows of one task attempt, committed into the staging table under ``txn_id``.
+
+    Attributes:
+        table: the target table (display name).
+        stage_table: the staging table (display name).
+        rows: rows staged; ``-1`` when unknown (handles rebuilt by ``list_prepared``).
+    """
+
+    table: str = ""
+    stage_table: str = ""
+    rows: int = -1

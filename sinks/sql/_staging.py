@@ -33,36 +33,29 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pyarrow as pa
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from twopc import (
-    CommitOutcome,
     ConfigurationError,
     ProtocolError,
-    SchemaMismatchError,
     SinkError,
     SinkUnavailableError,
-    TargetConfigurationError,
     TransactionContext,
-    TransactionHandle,
-    TransactionLostError,
     TwoPhaseCommitSink,
-    Xid,
     redact,
 )
 
+from .._handles import StagingHandle
 from ._engines import engine_for
 from ._names import parse_table_name
 from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
-from ._staging_ddl import StagingDdl
-from ._staging_sql import TXN_COLUMN, fresh, move_sql, sql_string
+from ._staging_commit import StagingCommitter
+from ._staging_sql import TXN_COLUMN, fresh
 from ._url import safe_url
 
 if TYPE_CHECKING:
@@ -77,21 +70,6 @@ _ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ CO
 _MODES = ("append", "overwrite", "errorifexists", "ignore")
 
 
-@dataclass(frozen=True)
-class StagingHandle(TransactionHandle, kind="twopc.staging", version=1):
-    """Rows of one task attempt, committed into the staging table under ``txn_id``.
-
-    Attributes:
-        table: the target table (display name).
-        stage_table: the staging table (display name).
-        rows: rows staged; ``-1`` when unknown (handles rebuilt by ``list_prepared``).
-    """
-
-    table: str = ""
-    stage_table: str = ""
-    rows: int = -1
-
-
 @dataclass(eq=False)
 class _StageTxn:
     context: TransactionContext
@@ -103,7 +81,7 @@ class _StageTxn:
     plans: dict[pa.Schema, Any] = field(default_factory=dict)
 
 
-class StagingSink(StagingDdl, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
+class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
     """Exactly-once writes through a staging table and one local commit transaction.
 
     Args:
@@ -383,198 +361,6 @@ class StagingSink(StagingDdl, TwoPhaseCommitSink[dict[str, Any], _StageTxn, Stag
         if conn is not None:
             with contextlib.suppress(Exception):  # releasing must not mask the error being handled
                 conn.close()
-
-    # -- driver side ---------------------------------------------------------------------
-    def _checked(self, handle: TransactionHandle) -> str:
-        if not isinstance(handle, StagingHandle):
-            raise ProtocolError(f"handle {handle.txn_id!r:.80} is not a twopc staging transaction")
-        return Xid.checked(handle.txn_id, what="twopc staging transaction")
-
-    def commit(self, handle: StagingHandle) -> CommitOutcome:
-        """Commit one handle as a batch of its own (the runtime uses :meth:`commit_all`)."""
-        return self.commit_all([handle])[0]
-
-    def commit_all(self, handles: Sequence[StagingHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Move the rows of *handles* (one batch's chosen attempts) into the target and
-        write the batch marker, in one local transaction. Idempotent.
-
-        Returns:
-            ``COMMITTED`` for each, or ``ALREADY_COMMITTED`` for each when the batch
-            marker exists (the replay's staged rows are deleted).
-
-        Raises:
-            TransactionLostError: an attempt's staged rows are missing or incomplete;
-                nothing was written.
-            SinkError: the database refused (a constraint, a type), nothing was written;
-                the message names the constraint.
-            SinkUnavailableError: the connection failed; nothing or everything was
-                committed, and a retry answers accordingly.
-        """
-        if not handles:
-            return []
-        ids = [self._checked(h) for h in handles]
-        batch_ids = {(h.sink_id, h.batch_id) for h in handles}
-        if len(batch_ids) != 1:
-            raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
-        sink_id, batch_id = batch_ids.pop()
-        conn = self._connect()
-        try:
-            self._begin(conn)
-            d = conn.dialect
-            marker = conn.execute(sa.text(
-                f"SELECT {self._q('rows')} FROM {self.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
-                {"s": sink_id, "b": batch_id}).first()
-            if marker is not None:
-                self._delete_staged(conn, ids)
-                conn.commit()
-                return [CommitOutcome.ALREADY_COMMITTED] * len(handles)
-            counts: dict[str, int] = dict(conn.execute(
-                sa.text(f"SELECT {self._q(TXN_COLUMN)}, count(*) FROM {self.stage.quoted(d)} "
-                        f"WHERE {self._q(TXN_COLUMN)} IN :ids GROUP BY {self._q(TXN_COLUMN)}")
-                .bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids}).all())
-            bad = [h.txn_id for h in handles if counts.get(h.txn_id, 0) != h.rows and not
-                   (h.rows < 0 and counts.get(h.txn_id, 0) > 0)]
-            if bad:
-                conn.rollback()
-                raise TransactionLostError(
-                    f"batch {batch_id} of sink {sink_id!r}: staged rows of {bad} are missing from "
-                    f"{self.stage.display()} (were they deleted?); nothing was written to {self.target.display()}")
-            total = sum(counts.values())
-            self._move(conn, ids)
-            conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} "
-                                 f"(sink_id, batch_id, {self._q('rows')}, committed_at) "
-                                 f"VALUES (:s, :b, :r, :t)"),
-                         {"s": sink_id, "b": batch_id, "r": total,
-                          "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
-            conn.commit()
-        except SQLAlchemyError as exc:
-            _quiet_rollback(conn)
-            raise self._error(exc, f"commit batch {batch_id} into {self.target.display()}") from None
-        except BaseException:
-            _quiet_rollback(conn)
-            raise
-        finally:
-            conn.close()
-        log.info("twopc staging: committed batch %s of %s: %s rows into %s", batch_id, sink_id, total,
-                 self.target.display())
-        return [CommitOutcome.COMMITTED] * len(handles)
-
-    def _move(self, conn: Connection, ids: list[str]) -> None:
-        """DDL of the write mode, then the one statement that moves the chosen attempts'
-        rows, then their deletion from staging."""
-        d = conn.dialect
-        t = self.target.quoted(d)
-        exists = self._has_table(conn, self.target)
-        if self.mode == "errorifexists" and exists:
-            raise TargetConfigurationError(
-                f"table {self.target.display()} was created by someone else while this write ran, and the "
-                f"save mode is errorifexists: nothing was written")
-        if self.mode == "ignore" and exists:
-            self._delete_staged(conn, ids)
-            log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.target.display())
-            return
-        if self.mode == "overwrite" and exists:
-            if self.truncate or self._dialect_name == "mysql":
-                conn.exec_driver_sql(f"TRUNCATE TABLE {t}" if self._dialect_name == "postgresql"
-                                     else f"DELETE FROM {t}")
-            else:
-                conn.exec_driver_sql(f"DROP TABLE {t}")
-                exists = False
-        if not exists:
-            if self.schema is None:
-                raise SchemaMismatchError(
-                    f"{self.target.display()} does not exist and this process does not know the DataFrame "
-                    f"schema to create it (recovery without a query): create the table, then recover")
-            conn.exec_driver_sql(self._create_ddl(conn))
-            if self.options.table_comment and self._dialect_name == "postgresql":
-                comment = sql_string(self.options.table_comment, backslash=False)
-                conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {comment}")
-        stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)
-                      if c["name"] != TXN_COLUMN]
-        target_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.target.name, schema=self.target.schema)]
-        mapping = []
-        for s in stage_cols:
-            exact = [c for c in target_cols if c == s] or [c for c in target_cols if c.lower() == s.lower()]
-            if len(exact) != 1:
-                raise SchemaMismatchError(f"staged column {s} matches no single column of {self.target.display()}")
-            mapping.append((s, exact[0]))
-        stmt = move_sql(self._dialect_name, self._q, t, self.stage.quoted(d), mapping, self.upsert_keys)
-        conn.execute(sa.text(stmt).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
-        self._delete_staged(conn, ids)
-
-    def _delete_staged(self, conn: Connection, ids: Sequence[str]) -> None:
-        if not ids:
-            return
-        conn.execute(sa.text(f"DELETE FROM {self.stage.quoted(conn.dialect)} WHERE {self._q(TXN_COLUMN)} IN :ids")
-                     .bindparams(sa.bindparam("ids", expanding=True)), {"ids": list(ids)})
-
-    def abort(self, handle: StagingHandle) -> None:
-        """Delete an attempt's staged rows. Idempotent.
-
-        Raises:
-            ProtocolError: the handle is not a staging handle.
-            SinkError / SinkUnavailableError: the database failed; retry.
-        """
-        txn_id = self._checked(handle)
-        conn = self._connect()
-        try:
-            self._begin(conn)
-            if self._has_table(conn, self.stage):
-                self._delete_staged(conn, [txn_id])
-            conn.commit()
-        except SQLAlchemyError as exc:
-            _quiet_rollback(conn)
-            raise self._error(exc, f"delete staged rows of {txn_id}") from None
-        finally:
-            conn.close()
-
-    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
-        """Attempts of *sink_id* (and *batch_id*) with rows in the staging table."""
-        conn = self._connect()
-        try:
-            with fresh(conn):
-                txns = self._staged_txns(conn, Xid.prefix(sink_id))
-        except SQLAlchemyError as exc:
-            raise self._error(exc, "list staged transactions") from None
-        finally:
-            conn.close()
-        out = []
-        for txn_id in txns:
-            h = self.parse_txn_id(txn_id)
-            if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id):
-                out.append(h)
-        return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
-
-    def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
-        """Rebuild a handle from a staged transaction id (``None`` if it is not one)."""
-        xid = Xid.parse(txn_id)
-        if xid is None or xid.text != txn_id:
-            return None
-        return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
-                             table=self.target.display(), stage_table=self.stage.display(), rows=-1)
-
-    def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
-        runtime's :meth:`purge_committed` calls it, best effort).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed.
-        """
-        conn = self._connect()
-        try:
-            with fresh(conn):
-                stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} WHERE sink_id = :s AND batch_id < :b")
-                result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
-            return int(result.rowcount)
-        except SQLAlchemyError as exc:
-            raise self._error(exc, f"purge batch markers from {self.batches.display()}") from None
-        finally:
-            conn.close()
-
-
-def _quiet_rollback(conn: Connection) -> None:
-    with contextlib.suppress(Exception):  # the connection is closed next, which rolls back too
-        conn.rollback()
 
 
 def _is_copy_error(txn: _StageTxn, exc: BaseException) -> bool:

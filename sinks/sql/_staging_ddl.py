@@ -53,6 +53,9 @@ class StagingDdl:
     _dialect_name: str
 
     # provided by the sink
+    def _begin(self, conn: Connection) -> None:
+        raise NotImplementedError
+
     def _connect(self) -> Connection:
         raise NotImplementedError
 
