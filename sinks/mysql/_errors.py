@@ -13,7 +13,8 @@ from twopc import SinkError, SinkUnavailableError
 
 from ..sql._errors import ROLLED_BACK, constraint_violated, lock_timed_out
 
-__all__ = ["errmsg", "errno", "is_connection_error", "map_error"]
+__all__ = ["connect_failure", "errmsg", "errno", "error_code", "error_text", "is_connection_error",
+           "is_missing_table", "map_error"]
 
 # server error codes (MariaDB / MySQL share them unless noted)
 ER_DBACCESS_DENIED = 1044
@@ -54,6 +55,35 @@ def errmsg(exc: BaseException) -> str:
     if len(args) >= 2 and isinstance(args[1], str):
         return " ".join(args[1].split())
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def error_code(exc: BaseException) -> str:
+    """The error number of *exc* as text, ``""`` when it has none."""
+    return str(errno(exc) or "")
+
+
+def error_text(exc: BaseException) -> str:
+    """``number message`` on one line."""
+    return f"{errno(exc)} {errmsg(exc)}"
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """Whether *exc* says a table does not exist."""
+    return errno(exc) == ER_NO_SUCH_TABLE
+
+
+def connect_failure(exc: BaseException) -> tuple[str, str]:
+    """(reason, hint) of a failed connection attempt."""
+    code = errno(exc)
+    reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
+    hint = ""
+    if code == ER_ACCESS_DENIED:
+        hint = " (check the user and password)"
+    elif code == ER_DBACCESS_DENIED:
+        hint = " (the user has no access to this database)"
+    elif code in (2003, 2005) or "timed out" in reason.lower():
+        hint = " (check host and port, and that the server accepts TCP connections)"
+    return reason, hint
 
 
 def is_connection_error(exc: BaseException) -> bool:

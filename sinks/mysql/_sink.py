@@ -47,16 +47,14 @@ from . import _server as server
 from ._errors import (
     ACCESS_DENIED,
     ER_BAD_DB,
-    ER_NO_SUCH_TABLE,
     ER_XAER_NOTA,
     XA_ROLLED_BACK,
-    errmsg,
     errno,
     is_connection_error,
-    map_error,
 )
 from ._server import exec_sql
-from ._values import MyColumn, check_array, check_value, compatible, normalize_array
+from ._spec import MYSQL, lock_seconds
+from ._values import MyColumn, check_array, check_value, normalize_array
 
 if TYPE_CHECKING:
     from pymysql.connections import Connection as PyMySQLConnection
@@ -94,11 +92,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     """
 
     handle_type = MySqlXaHandle
-    dialect = "mysql"
-    format_name = "MySqlXaSink"
-    product = "MariaDB/MySQL"
-    driver_error = pymysql.Error
-    id_name = "XA transaction id"
+    spec = MYSQL
 
     def _configure(self, options: JdbcOptions) -> None:
         super()._configure(options)
@@ -106,45 +100,6 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             raise ConfigurationError(
                 f"table {options.table!r} names no database and the url has none: write database.table or "
                 f"add the database to the url (mysql+pymysql://host:port/database)")
-
-    # -- dialect basics ----------------------------------------------------------------------
-    def _quote(self, name: str) -> str:
-        return ("`" + name.replace("`", "``") + "`").replace("%", "%%")
-
-    def _connect_failure(self, exc: BaseException) -> tuple[str, str]:
-        code = errno(exc)
-        reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
-        hint = ""
-        if code == 1045:
-            hint = " (check the user and password)"
-        elif code == 1044:
-            hint = " (the user has no access to this database)"
-        elif code in (2003, 2005) or "timed out" in reason.lower():
-            hint = " (check host and port, and that the server accepts TCP connections)"
-        return reason, hint
-
-    def _is_connection_error(self, exc: BaseException) -> bool:
-        return is_connection_error(exc)
-
-    def _is_missing_table(self, exc: BaseException) -> bool:
-        return errno(exc) == ER_NO_SUCH_TABLE
-
-    def _error_code(self, exc: BaseException) -> str:
-        return str(errno(exc) or "")
-
-    def _error_text(self, exc: BaseException) -> str:
-        return f"{errno(exc)} {errmsg(exc)}"
-
-    def _map_error(self, exc: BaseException, action: str) -> SinkError:
-        return map_error(exc, action, table=self.table, marker_table=self.marker_table,
-                         lock_timeout=f"{self._lock_seconds}s", where=self._where(), redact=self._redact)
-
-    def _compatible(self, arrow_type: pa.DataType, column: MyColumn) -> bool:
-        return compatible(arrow_type, column)
-
-    @property
-    def _lock_seconds(self) -> int:
-        return max(1, self.options.lock_timeout.whole_seconds)
 
     # -- XA availability -------------------------------------------------------------------
     @classmethod
@@ -265,7 +220,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
                     while cur.nextset():
                         pass
                     done.add(o.session_init_statement)
-            for stmt, params in server.session_settings(self._lock_seconds, o.query_timeout.seconds):
+            for stmt, params in server.session_settings(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
                 exec_sql(cur, stmt, params)
             exec_sql(cur, "SELECT CONNECTION_ID()")
             row = cur.fetchone()

@@ -12,7 +12,8 @@ from twopc import SinkError, SinkUnavailableError
 
 from ..sql._errors import ROLLED_BACK, constraint_violated, lock_timed_out
 
-__all__ = ["diag", "error_text", "is_connection_error", "map_error"]
+__all__ = ["connect_failure", "diag", "error_code", "error_text", "is_connection_error", "is_missing_table",
+           "map_error"]
 
 _CONSTRAINT_KINDS = {"23502": "NOT NULL", "23505": "unique", "23503": "foreign key", "23514": "check",
                      "23P01": "exclusion"}
@@ -31,6 +32,28 @@ def error_text(exc: BaseException) -> str:
         state, primary = diag(exc)
         return f"{state} {primary}".strip()
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def error_code(exc: BaseException) -> str:
+    """The SQLSTATE of *exc*, ``""`` when it has none."""
+    return getattr(exc, "sqlstate", None) or ""
+
+
+def is_missing_table(exc: BaseException) -> bool:
+    """Whether *exc* says a table does not exist."""
+    return isinstance(exc, pgerr.UndefinedTable)
+
+
+def connect_failure(exc: BaseException) -> tuple[str, str]:
+    """(reason, hint) of a failed connection attempt."""
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    low = reason.lower()
+    hint = ""
+    if "password authentication failed" in low or "no password supplied" in low:
+        hint = " (check the user and password options)"
+    elif "connection refused" in low or "timeout" in low or "resolve host" in low:
+        hint = " (check host and port, and that PostgreSQL accepts TCP connections)"
+    return reason, hint
 
 
 def is_connection_error(exc: BaseException) -> bool:

@@ -48,9 +48,9 @@ from .._handles import PostgresHandle
 from ..sql._dialect import SqlTxn
 from ..sql._prepared import PreparedSqlSink
 from . import _server as server
-from ._columns import PgColumn, compatible
+from ._columns import PgColumn
 from ._copy import CopyPlan, CopyStream, identifier, plan_copy
-from ._errors import error_text, is_connection_error, map_error
+from ._spec import POSTGRES
 
 __all__ = ["PostgresHandle", "PostgresSink"]
 
@@ -80,44 +80,7 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     """
 
     handle_type = PostgresHandle
-    dialect = "postgresql"
-    format_name = "twopc-postgres"
-    product = "PostgreSQL"
-    driver_error = psycopg.Error
-    id_name = "GID"
-
-    # -- dialect basics ----------------------------------------------------------------------
-    def _quote(self, name: str) -> str:
-        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
-
-    def _connect_failure(self, exc: BaseException) -> tuple[str, str]:
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        low = reason.lower()
-        hint = ""
-        if "password authentication failed" in low or "no password supplied" in low:
-            hint = " (check the user and password options)"
-        elif "connection refused" in low or "timeout" in low or "resolve host" in low:
-            hint = " (check host and port, and that PostgreSQL accepts TCP connections)"
-        return reason, hint
-
-    def _is_connection_error(self, exc: BaseException) -> bool:
-        return is_connection_error(exc)
-
-    def _is_missing_table(self, exc: BaseException) -> bool:
-        return isinstance(exc, pgerr.UndefinedTable)
-
-    def _error_code(self, exc: BaseException) -> str:
-        return getattr(exc, "sqlstate", None) or ""
-
-    def _error_text(self, exc: BaseException) -> str:
-        return error_text(exc)
-
-    def _map_error(self, exc: BaseException, action: str) -> SinkError:
-        return map_error(exc, action, table=self.table, marker_table=self.marker_table,
-                         lock_timeout=str(self.options.lock_timeout), where=self._where(), redact=self._redact)
-
-    def _compatible(self, arrow_type: pa.DataType, column: PgColumn) -> bool:
-        return compatible(arrow_type, column)
+    spec = POSTGRES
 
     # -- validation (driver) -------------------------------------------------------------
     def _check_server(self, pg: psycopg.Connection[Any]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
@@ -23,6 +23,7 @@ from sqlalchemy.exc import DBAPIError
 
 from twopc import SinkError, SinkUnavailableError, TransactionContext, redact
 
+from .._options import Duration
 from ._columns import TableColumn, match_columns
 from ._engines import engine_for
 from ._names import TableName
@@ -32,7 +33,7 @@ from ._url import Dialect, safe_url
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["SqlDialect", "SqlTxn", "give_back"]
+__all__ = ["DialectSpec", "SqlDialect", "SqlTxn", "give_back"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
@@ -87,19 +88,49 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
         log.debug("twopc: releasing a connection failed", exc_info=True)
 
 
+@dataclass(frozen=True)
+class DialectSpec:
+    """What the prepared base needs to know about a database, as values and functions (the
+    dialect's module-level helpers): one object per backend, instead of a method per fact.
+
+    Attributes:
+        name: the dialect (``postgresql``, ``mysql``), a key of :data:`twopc.MAX_XID_BYTES`.
+        format_name: the name the sink's options are read under (its Spark format).
+        product: the database's name in messages.
+        id_name: what the database calls a transaction id, in messages.
+        driver_error: the driver's base exception class.
+        quote: quotes an identifier for a statement sent with ``%s`` parameters.
+        connect_failure: (reason, hint) of a failed connection attempt.
+        is_connection_error: whether an error means the session is gone.
+        is_missing_table: whether an error means a table does not exist.
+        error_code: the error's code (SQLSTATE, MySQL error number), ``""`` if none.
+        error_text: the error as one line: its code and primary message.
+        compatible: whether an Arrow type can be written to a column.
+        map_error: a driver error as a credential-free :class:`SinkError`.
+        lock_timeout_text: how the ``lockTimeout`` in force reads in messages.
+    """
+
+    name: Dialect
+    format_name: str
+    product: str
+    id_name: str
+    driver_error: type[Exception]
+    quote: Callable[[str], str]
+    connect_failure: Callable[[BaseException], tuple[str, str]]
+    is_connection_error: Callable[[BaseException], bool]
+    is_missing_table: Callable[[BaseException], bool]
+    error_code: Callable[[BaseException], str]
+    error_text: Callable[[BaseException], str]
+    compatible: Callable[[pa.DataType, Any], bool]
+    map_error: Callable[..., SinkError]
+    lock_timeout_text: Callable[[Duration], str]
+
+
 class SqlDialect(Generic[C]):
     """Configuration, connections and dialect hooks of a prepared-transaction SQL sink."""
 
-    #: the database this sink writes to
-    dialect: ClassVar[Dialect]
-    #: its Spark format
-    format_name: ClassVar[str]
-    #: the database's name in messages
-    product: ClassVar[str]
-    #: the driver's base exception class
-    driver_error: ClassVar[type[Exception]] = Exception
-    #: what the database calls a transaction id, for messages
-    id_name: ClassVar[str] = "transaction id"
+    #: what the base needs to know about the database
+    spec: ClassVar[DialectSpec]
 
     #: the handle class the sink makes (a :class:`~sinks.PreparedSqlHandle` kind)
     handle_type: ClassVar[type[Any]]
@@ -126,7 +157,7 @@ class SqlDialect(Generic[C]):
 
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
-        return f"{self.product} {safe_url(self.options.url)} table {self.table}"
+        return f"{self.spec.product} {safe_url(self.options.url)} table {self.table}"
 
     def _where(self) -> str:
         """``host:port/database as user`` for messages (no password)."""
@@ -153,14 +184,14 @@ class SqlDialect(Generic[C]):
         err: SinkUnavailableError | None = None
         try:
             return self._engine().raw_connection()
-        except (self.driver_error, DBAPIError, OSError) as exc:
+        except (self.spec.driver_error, DBAPIError, OSError) as exc:
             err = self._unavailable(exc)
         raise err
 
     def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason, hint = self._connect_failure(orig)
-        return SinkUnavailableError(f"cannot connect to {self.product} at {self._where()}: "
+        return SinkUnavailableError(f"cannot connect to {self.spec.product} at {self._where()}: "
                                     f"{self._redact(reason)}{hint}")
 
     def _control_conn(self) -> PoolProxiedConnection:
@@ -191,15 +222,15 @@ class SqlDialect(Generic[C]):
                 with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
                     cur.execute(query, tuple(params) if params else None)
                     return cur.rowcount, (list(cur.fetchall()) if fetch else [])
-            except self.driver_error as exc:
+            except self.spec.driver_error as exc:
                 if not self._is_connection_error(exc):
                     raise
                 self._drop_control(broken=True)
-                err = SinkUnavailableError(f"lost the connection to {self.product} at {self._where()}: "
+                err = SinkUnavailableError(f"lost the connection to {self.spec.product} at {self._where()}: "
                                            f"{self._redact(self._error_text(exc))}")
             if not reused or attempt == 2:
                 break
-            log.info("twopc: the control connection to %s was dead; retrying on a new one", self.product)
+            log.info("twopc: the control connection to %s was dead; retrying on a new one", self.spec.product)
         assert err is not None
         raise err
 
@@ -212,33 +243,36 @@ class SqlDialect(Generic[C]):
     # -- dialect hooks -----------------------------------------------------------------------
     def _quote(self, name: str) -> str:
         """*name* quoted as an identifier, safe in a statement sent with ``%s`` parameters."""
-        raise NotImplementedError
+        return self.spec.quote(name)
 
     def _qualified(self, table: TableName) -> str:
         return f"{self._quote(table.schema)}.{self._quote(table.name)}" if table.schema else self._quote(table.name)
 
     def _connect_failure(self, exc: BaseException) -> tuple[str, str]:
         """(reason, hint) of a failed connection attempt."""
-        raise NotImplementedError
+        return self.spec.connect_failure(exc)
 
     def _is_connection_error(self, exc: BaseException) -> bool:
-        raise NotImplementedError
+        return self.spec.is_connection_error(exc)
 
     def _is_missing_table(self, exc: BaseException) -> bool:
-        raise NotImplementedError
+        return self.spec.is_missing_table(exc)
 
     def _error_code(self, exc: BaseException) -> str:
-        raise NotImplementedError
+        return self.spec.error_code(exc)
 
     def _error_text(self, exc: BaseException) -> str:
         """The driver error as one line: its code and primary message."""
-        raise NotImplementedError
+        return self.spec.error_text(exc)
 
     def _map_error(self, exc: BaseException, action: str) -> SinkError:
-        raise NotImplementedError
+        """The credential-free :class:`SinkError` for a failed *action*."""
+        return self.spec.map_error(exc, action, table=self.table, marker_table=self.marker_table,
+                                   lock_timeout=self.spec.lock_timeout_text(self.options.lock_timeout),
+                                   where=self._where(), redact=self._redact)
 
     def _compatible(self, arrow_type: pa.DataType, column: C) -> bool:
-        raise NotImplementedError
+        return self.spec.compatible(arrow_type, column)
 
     def _check_server(self, dbapi: Any) -> None:
         """Raise :class:`TargetConfigurationError` unless the server can prepare."""

@@ -79,7 +79,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
     """
 
     def __init__(self, url: Any, table: str, **options: Any) -> None:
-        self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.format_name, dialect=self.dialect,
+        self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.spec.format_name, dialect=self.spec.name,
                                                 **options))
 
     @classmethod
@@ -91,7 +91,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             MissingOptionError: ``url`` or ``dbtable`` is missing.
             ConfigurationError: an option is invalid, unknown, or needs ``twopc-jdbc``.
         """
-        return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=cls.format_name, dialect=cls.dialect))
+        spec = cls.spec
+        return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=spec.format_name, dialect=spec.name))
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions) -> Self:
@@ -105,11 +106,11 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         return sink
 
     def _configure(self, options: JdbcOptions) -> None:
-        if options.dialect != self.dialect:
-            raise ConfigurationError(f"{type(self).__name__} writes to {self.product}, not {options.dialect}")
+        if options.dialect != self.spec.name:
+            raise ConfigurationError(f"{type(self).__name__} writes to {self.spec.product}, not {options.dialect}")
         self.options = options
-        self._target = parse_table_name(options.table, self.dialect)
-        self._marker = parse_table_name(options.marker_table, self.dialect, "markerTable")
+        self._target = parse_table_name(options.table, self.spec.name)
+        self._marker = parse_table_name(options.marker_table, self.spec.name, "markerTable")
         self._control: PoolProxiedConnection | None = None
         self._open: weakref.WeakSet[SqlTxn[C]] | None = weakref.WeakSet()
 
@@ -151,7 +152,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             columns = self._target_columns(dbapi, validating=True)
             self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             self._ensure_markers(dbapi)
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             broken = self._is_connection_error(exc)
             give_back(conn, broken=broken)
             raise (SinkUnavailableError if broken else SinkError)(

@@ -24,14 +24,14 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
     """Finish prepared transactions from any process that has the handles."""
 
     def _checked_gid(self, handle: TransactionHandle) -> str:
-        return Xid.checked(handle.txn_id, max_bytes=MAX_XID_BYTES[self.dialect],
-                           what=f"twopc {self.product} {self.id_name}")
+        return Xid.checked(handle.txn_id, max_bytes=MAX_XID_BYTES[self.spec.name],
+                           what=f"twopc {self.spec.product} {self.spec.id_name}")
 
     def _marker_exists(self, gid: str) -> bool:
         try:
             _n, rows = self._control_execute(
                 f"SELECT 1 FROM {self._qualified(self._marker)} WHERE {self._quote('gid')} = %s", (gid,), fetch=True)
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             if self._is_missing_table(exc):
                 return False
             raise self._map_error(exc, "read the marker table") from None
@@ -83,7 +83,7 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         prefix = Xid.prefix(sink_id)
         try:
             gids = self._prepared_ids(prefix)
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             raise self._map_error(exc, "list prepared transactions") from None
         out = []
         for gid in sorted(g for g in gids if g.startswith(prefix)):
@@ -117,7 +117,7 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             count, _rows = self._control_execute(
                 f"DELETE FROM {self._qualified(self._marker)} WHERE {self._quote('sink_id')} = %s "
                 f"AND {self._quote('batch_id')} < %s", (sink_id, below_batch))
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             raise self._map_error(exc, f"purge markers from {self.marker_table}") from None
         return count
 

@@ -38,7 +38,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
         Raises:
             ConfigurationError: the sink id is invalid or too long for the database's ids.
         """
-        return context.xid().fitting(self.dialect)
+        return context.xid().fitting(self.spec.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
         """Check out a connection, start the write transaction with the session settings
@@ -57,7 +57,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
             self._open.add(txn)
         try:
             self._begin(txn)
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             self._fail(txn, exc, "begin a transaction")
         except BaseException:
             self._release(txn, broken=txn.state != "none")
@@ -103,7 +103,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
                 cols = self._match(list(keys), None, txn.columns, check_types=False, check_required=False)
                 self._load_rows(txn, cols, keys, rows)
                 txn.rows += len(rows)
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             self._fail(txn, exc, f"write rows to {self.table}")
         except BaseException as exc:
             self._abandon(txn, exc)
@@ -137,7 +137,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
                 plan = txn.plans[batch.schema] = self._plan(batch.schema, cols)
             self._load_batch(txn, batch, plan)
             txn.rows += batch.num_rows
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             self._fail(txn, exc, f"write rows to {self.table}")
         except BaseException as exc:
             self._abandon(txn, exc)
@@ -161,7 +161,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
             self._flush_rows(txn)
         try:
             self._end_load(txn)
-        except self.driver_error as exc:
+        except self.spec.driver_error as exc:
             self._fail(txn, exc, f"write rows to {self.table}")
         except BaseException as exc:
             self._abandon(txn, exc)

@@ -206,8 +206,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             conn.exec_driver_sql(*pg_session(o.lock_timeout, o.query_timeout))
         elif self._dialect_name == "mysql":
             from ..mysql._server import session_settings as my_session
+            from ..mysql._spec import lock_seconds
 
-            for stmt, params in my_session(max(1, o.lock_timeout.whole_seconds), o.query_timeout.seconds):
+            for stmt, params in my_session(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
                 conn.exec_driver_sql(stmt, params)
         if o.session_init_statement:
             conn.exec_driver_sql(o.session_init_statement)
