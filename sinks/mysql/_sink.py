@@ -37,7 +37,7 @@ import pymysql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from twopc import ConfigurationError, SchemaMismatchError, SinkError, TargetConfigurationError
+from twopc import ConfigurationError, SinkError, TargetConfigurationError
 
 from .._handles import MySqlXaHandle
 from ..sql._dialect import SqlTxn, give_back
@@ -67,8 +67,6 @@ _TXN_TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")
 #: how long pre_commit waits for the server to end the writing session after closing it,
 #: and commit/abort retry an xid still attached to a live session
 _DETACH_WAIT_S = 10.0
-_ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
-              "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
 
 
 class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
@@ -144,15 +142,11 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
         with my.cursor() as cur:
             info = server.table_info(cur, self._target)
             if info is None:
-                if not validating:
-                    raise SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
-                similar = server.similar_tables(cur, self._target)
-                hint = (f" Did you mean {', '.join(t.display() for t in similar)}? Table names are "
-                        f"case-sensitive here." if similar else "")
-                db = self._target.schema or self.options.url.database
-                raise SchemaMismatchError(
-                    f"table {self.table} does not exist in database {db!r}: create it first (e.g. CREATE TABLE "
-                    f"{self.table} (...) ENGINE=InnoDB with a column per DataFrame column).{hint}")
+                similar = server.similar_tables(cur, self._target) if validating else []
+                raise self._no_such_table(similar, validating=validating,
+                                          database=self._target.schema or self.options.url.database,
+                                          case_hint="Table names are case-sensitive here.",
+                                          table_options=" ENGINE=InnoDB")
             if validating and info.table_type not in _TXN_TABLE_TYPES:
                 raise TargetConfigurationError(
                     f"{self.table} is a {info.table_type.lower()}, not a table: twopc writes to base tables only")
@@ -227,7 +221,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             txn.session_id = int(row[0]) if row else 0
         txn.columns = self._target_columns(my, validating=False)
         with my.cursor() as cur:
-            exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {_ISOLATION[o.isolation_level]}")
+            exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {o.isolation_sql}")
             exec_sql(cur, "XA START %s", (txn.gid,))
         txn.state = "active"
 

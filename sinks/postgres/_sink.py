@@ -39,7 +39,6 @@ from psycopg import sql
 
 from twopc import (
     ConfigurationError,
-    SchemaMismatchError,
     SinkError,
     TargetConfigurationError,
 )
@@ -56,8 +55,6 @@ __all__ = ["PostgresHandle", "PostgresSink"]
 
 log = logging.getLogger("twopc.sinks.postgres")
 
-_ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
-              "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
 
 
 class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
@@ -95,14 +92,9 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     def _target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         oid = server.table_oid(pg, self._target)
         if oid is None:
-            if not validating:
-                raise SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
-            similar = server.similar_tables(pg, self._target)
-            hint = (f" Did you mean {', '.join(t.display() for t in similar)}? Quote mixed-case names in "
-                    f"dbtable." if similar else "")
-            raise SchemaMismatchError(
-                f"table {self.table} does not exist in database {self.options.url.database!r}: create it first "
-                f"(e.g. CREATE TABLE {self.table} (...) with a column per DataFrame column).{hint}")
+            similar = server.similar_tables(pg, self._target) if validating else []
+            raise self._no_such_table(similar, validating=validating, database=self.options.url.database,
+                                      case_hint="Quote mixed-case names in dbtable.")
         if validating:
             kind, can_insert = pg.execute(
                 "SELECT c.relkind, has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = %s",
@@ -155,7 +147,7 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     def _begin(self, txn: SqlTxn[PgColumn]) -> None:
         pg: psycopg.Connection[Any] = self._usable(txn)
         o = self.options
-        pg.execute("BEGIN ISOLATION LEVEL " + _ISOLATION[o.isolation_level])
+        pg.execute("BEGIN ISOLATION LEVEL " + o.isolation_sql)
         pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given

@@ -21,7 +21,7 @@ import pyarrow as pa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from twopc import SinkError, SinkUnavailableError, TransactionContext, redact
+from twopc import SchemaMismatchError, SinkError, SinkUnavailableError, TransactionContext, redact
 
 from .._options import Duration
 from ._columns import TableColumn, match_columns
@@ -233,6 +233,17 @@ class SqlDialect(Generic[C]):
             log.info("twopc: the control connection to %s was dead; retrying on a new one", self.spec.product)
         assert err is not None
         raise err
+
+    def _no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
+                       case_hint: str, table_options: str = "") -> SchemaMismatchError:
+        """The error for a target that does not exist: at validation, with the tables whose
+        names differ only in case and the DDL to start from; while writing, short."""
+        if not validating:
+            return SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
+        hint = f" Did you mean {', '.join(t.display() for t in similar)}? {case_hint}" if similar else ""
+        return SchemaMismatchError(
+            f"table {self.table} does not exist in database {database!r}: create it first (e.g. CREATE TABLE "
+            f"{self.table} (...){table_options} with a column per DataFrame column).{hint}")
 
     def _match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
                check_types: bool, check_required: bool) -> list[C]:

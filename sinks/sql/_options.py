@@ -369,6 +369,11 @@ class JdbcOptions:
                     f"{', '.join(given)} need(s) the staging commit mode: use format {JDBC_FORMAT} "
                     f"(same options) instead")
 
+    @property
+    def isolation_sql(self) -> str:
+        """:attr:`isolation_level` as SQL spells it (``READ COMMITTED``)."""
+        return self.isolation_level.replace("_", " ")
+
     # -- presentation ----------------------------------------------------------------------
     def safe_url(self) -> str:
         """The URL as a string with the password (and ``sslpassword``) replaced by ``***``."""

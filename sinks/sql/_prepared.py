@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import pyarrow as pa
 
@@ -47,8 +47,6 @@ from ._prepared_committer import PreparedCommitter
 from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
 
 if TYPE_CHECKING:
-    from typing import Self
-
     from sqlalchemy.pool import PoolProxiedConnection
 
 __all__ = ["PreparedSqlSink"]

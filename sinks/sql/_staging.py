@@ -34,7 +34,7 @@ import contextlib
 import datetime as dt
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Self
 
 import pyarrow as pa
 from sqlalchemy.engine import Connection, Engine
@@ -58,15 +58,10 @@ from ._staging_commit import StagingCommitter
 from ._staging_sql import TXN_COLUMN, fresh
 from ._url import safe_url
 
-if TYPE_CHECKING:
-    from typing import Self
-
 __all__ = ["StagingHandle", "StagingSink"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
-_ISOLATION = {"READ_UNCOMMITTED": "READ UNCOMMITTED", "READ_COMMITTED": "READ COMMITTED",
-              "REPEATABLE_READ": "REPEATABLE READ", "SERIALIZABLE": "SERIALIZABLE"}
 _MODES = ("append", "overwrite", "errorifexists", "ignore")
 
 
@@ -184,7 +179,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         except (DBAPIError, OSError) as exc:
             raise self._unavailable(exc) from None
         if self._dialect_name != "sqlite":
-            conn = conn.execution_options(isolation_level=_ISOLATION[self.options.isolation_level])
+            conn = conn.execution_options(isolation_level=self.options.isolation_sql)
         return conn
 
     def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
