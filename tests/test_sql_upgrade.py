@@ -93,7 +93,8 @@ def test_postgres_state_of_the_previous_version_recovers(postgres_url, pg, tmp_p
     assert report.finished_batches == [3] and report.rolled_back == [orphan]
     with pg.connect() as c:
         assert c.exec_driver_sql(f"SELECT id FROM {table}").all() == [(1,)]
-    assert sink.commit(_old_handle("twopc.postgres", PostgresHandle, decided, table=table, rows=1)) is CommitOutcome.ALREADY_COMMITTED
+    again = _old_handle("twopc.postgres", PostgresHandle, decided, table=table, rows=1)
+    assert sink.commit(again) is CommitOutcome.ALREADY_COMMITTED
     assert sink.list_prepared(sink_id) == []
     sink.close()
 
