@@ -21,6 +21,8 @@ import sqlalchemy as sa
 
 from faultinject import LocalMariaDB, LocalPostgres, LocalRedis, ServerUnavailable
 
+pytest_plugins = ("pytester",)
+
 MIN_PREPARED = 64
 
 _PG_HELP = (
