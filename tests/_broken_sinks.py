@@ -161,8 +161,21 @@ class RollbackPrepares(FileSink):
         os.rename(txn.staging, self._file("prepared", txn.txn_id))
 
 
+class ClaimsAtomicCommit(FileSink):
+    """Claims to commit a whole batch in one local transaction (``commits_atomically``), but
+    keeps no batch marker: Spark's replay of a batch committed just before the driver died
+    (before it recorded the batch) is committed again."""
+
+    @property
+    def commits_atomically(self) -> bool:
+        return True
+
+    def commit_all(self, handles: Sequence[FileHandle], *, recovering: bool = False) -> list[CommitOutcome]:
+        return [self.commit(h) for h in handles]
+
+
 BROKEN: tuple[type[FileSink], ...] = (
     CommitNotIdempotent, MarkerMissing, NeverAlreadyCommitted, LostIsHidden, AbortIgnoresPreparedState,
     AbortUndoesCommit, AbortNotIdempotent, ListsEveryone, ListsNothing, HandleCarriesPassword,
-    UnpicklableAfterUse, CloseRollsBackPrepared, VisibleBeforeCommit, RollbackPrepares,
+    UnpicklableAfterUse, CloseRollsBackPrepared, VisibleBeforeCommit, RollbackPrepares, ClaimsAtomicCommit,
 )

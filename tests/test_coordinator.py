@@ -16,6 +16,7 @@ from twopc import (
     TransactionLostError,
 )
 
+from ._broken_sinks import ClaimsAtomicCommit
 from ._filesink_helpers import committed_ids, crash_commit, run_task
 
 SINK = "q1"
@@ -106,6 +107,22 @@ def test_lost_transaction_is_loud_and_the_batch_stays_decided(env, tmp_path) -> 
     assert ledger.state(0) is BatchState.DECIDED
     with pytest.raises(TransactionLostError):
         RecoveryCoordinator(sink, ledger, sink_id=SINK).run()
+
+
+def test_an_atomic_commit_that_answers_lost_is_loud_and_the_batch_stays_decided(tmp_path) -> None:
+    """A sink that commits batches through commit_all and answers LOST for a transaction
+    that is gone: the batch must not be marked committed (it was, silently, before the
+    conformance kit's lost-transaction check found it)."""
+    sink = ClaimsAtomicCommit(str(tmp_path / "out"))
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    h = run_task(sink, SINK, 0, 0, 0, [1])
+    sink.abort(h)  # rolled back behind the coordinator's back
+    with pytest.raises(TransactionLostError, match=h.txn_id):
+        CommitCoordinator(sink, ledger, SINK).commit_batch(0, [h])
+    assert ledger.state(0) is BatchState.DECIDED
+    with pytest.raises(TransactionLostError):
+        RecoveryCoordinator(sink, ledger, sink_id=SINK).run()
+    assert ledger.state(0) is BatchState.DECIDED and committed_ids(sink) == []
 
 
 DRIVER_POINTS = ["before_decision", "after_decision", "between_commits", "after_commit", "after_mark"]

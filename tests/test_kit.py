@@ -89,6 +89,7 @@ EXPECTED: dict[type[FileSink], set[str]] = {
         "abort_is_idempotent", "list_prepared_finds_exactly_the_prepared",
         "coordinator_commits_sweeps_and_ignores_replays", "lost_transaction_is_loud", *ALL_CRASHES},
     broken.RollbackPrepares: {"rollback_leaves_nothing"},
+    broken.ClaimsAtomicCommit: crashes("after_decision", "during_recovery"),
 }
 
 
