@@ -12,7 +12,6 @@ stream says.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager

@@ -247,6 +247,7 @@ def check_handle_round_trips_without_credentials(harness: SinkHarness) -> None:
             run.clean(dumps_handle(handle), f"{what}'s envelope")
             run.clean(repr(handle), f"repr() of {what}")
         run.clean(run.sink.describe(), "the sink's describe()")
+        run.clean(repr(run.sink), "repr() of the sink")
         run.sink.abort(h)
 
 
