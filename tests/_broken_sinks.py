@@ -9,10 +9,17 @@ import shutil
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from sinks import FileHandle, FileSink
 from twopc import CommitOutcome, option
+from twopc.testing import SinkHarness
+
+#: A password in every broken sink's options: no failure message may show it.
+SECRET = "s3cret-Pa55word"
 
 
 class CommitNotIdempotent(FileSink):
@@ -179,3 +186,25 @@ BROKEN: tuple[type[FileSink], ...] = (
     AbortUndoesCommit, AbortNotIdempotent, ListsEveryone, ListsNothing, HandleCarriesPassword,
     UnpicklableAfterUse, CloseRollsBackPrepared, VisibleBeforeCommit, RollbackPrepares, ClaimsAtomicCommit,
 )
+
+
+def harness_on(sink: type[FileSink] | str, out: Path) -> SinkHarness:
+    """A harness on a folder: read back the committed files' ids; verify that no prepared or
+    staging file of a sink id is left (what a sink that hides prepared transactions from
+    its own list_prepared cannot fake)."""
+
+    def read_ids() -> list[int]:
+        ids: list[int] = []
+        for path in FileSink.from_options({"path": str(out)}).committed_files():
+            table = pq.read_table(path)
+            if table.num_columns:
+                ids += table.column("id").to_pylist()
+        return ids
+
+    def verify(sink_id: str) -> None:
+        for state in ("prepared", "staging"):
+            folder = out / "_twopc" / state
+            left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
+            assert not left, f"{state} files left: {left}"
+
+    return SinkHarness(sink, {"path": str(out), "password": SECRET}, read_ids, verify=verify)

@@ -31,8 +31,10 @@ __all__ = ["HARNESSES", "OwnHarness", "harness_for"]
 
 @dataclass(repr=False)
 class OwnHarness(SinkHarness):
-    """A harness that also hands its tests the target's engine (SQL targets)."""
+    """A harness that also tells its tests the handle kind the sink must make (the commit
+    mode it really used) and, for SQL targets, the target's engine."""
 
+    handle_kind: str = ""
     engine: sa.Engine | None = None
 
 
@@ -58,7 +60,8 @@ def file_harness(tmp_path: Path) -> Iterator[SinkHarness]:
             left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
             assert not left, f"{state} files of {sink_id} left: {left}"
 
-    yield SinkHarness("sinks:FileSink", {"path": out}, read_ids, verify=verify, name="FileSink")
+    yield OwnHarness("sinks:FileSink", {"path": out}, read_ids, verify=verify, name="FileSink",
+                     handle_kind="twopc.file")
 
 
 @contextmanager
@@ -122,8 +125,9 @@ def postgres_harness(postgres_url: str) -> Iterator[SinkHarness]:
         def verify(sink_id: str) -> None:
             assert _pg_prepared(engine, sink_id) == [], "prepared transactions left in pg_prepared_xacts"
 
-        yield SinkHarness("sinks:PostgresDataSource", {"url": f"postgresql://{where}", **creds, "dbtable": table},
-                          lambda: _read(engine, table), verify=verify, name="PostgresSink (twopc-postgres)")
+        yield OwnHarness("sinks:PostgresDataSource", {"url": f"postgresql://{where}", **creds, "dbtable": table},
+                         lambda: _read(engine, table), verify=verify, name="PostgresSink (twopc-postgres)",
+                         handle_kind="twopc.postgres", engine=engine)
 
 
 @contextmanager
@@ -133,8 +137,9 @@ def mysql_xa_harness(mariadb_url: str) -> Iterator[SinkHarness]:
         def verify(sink_id: str) -> None:
             assert _xa_recovered(engine, sink_id) == [], "prepared XA transactions left in XA RECOVER"
 
-        yield SinkHarness("sinks:MySqlXaSink", {"url": f"mysql://{where}", **creds, "dbtable": table},
-                          lambda: _read(engine, table), verify=verify, name="MySqlXaSink (MariaDB XA)")
+        yield OwnHarness("sinks:MySqlXaSink", {"url": f"mysql://{where}", **creds, "dbtable": table},
+                         lambda: _read(engine, table), verify=verify, name="MySqlXaSink (MariaDB XA)",
+                         handle_kind="twopc.mysql_xa", engine=engine)
 
 
 @contextmanager
@@ -155,7 +160,9 @@ def jdbc_harness(url: str, kind: str, commit_mode: str) -> Iterator[SinkHarness]
         yield OwnHarness("sinks:JdbcDataSource", {"url": f"{jdbc}://{where}", **creds, "dbtable": table,
                                                   "commitMode": commit_mode},
                          lambda: _read(engine, table), verify=verify,
-                         name=f"JdbcSink (twopc-jdbc, {commit_mode}, {kind})", engine=engine)
+                         name=f"JdbcSink (twopc-jdbc, {commit_mode}, {kind})", engine=engine,
+                         handle_kind={"staging": "twopc.staging", "postgresql": "twopc.postgres",
+                                      "mariadb": "twopc.mysql_xa"}["staging" if commit_mode == "staging" else kind])
 
 
 @contextmanager
@@ -173,7 +180,7 @@ def sqlite_staging_harness(tmp_path: Path) -> Iterator[SinkHarness]:
         yield OwnHarness("sinks:JdbcDataSource", {"url": f"jdbc:sqlite:{db}", "dbtable": "events",
                                                   "commitMode": "staging"},
                          lambda: _read(engine, "events"), verify=verify,
-                         name="JdbcSink (twopc-jdbc, staging, SQLite)", engine=engine)
+                         name="JdbcSink (twopc-jdbc, staging, SQLite)", engine=engine, handle_kind="twopc.staging")
     finally:
         engine.dispose()
 
@@ -206,7 +213,8 @@ def redis_harness(redis_url: str) -> Iterator[SinkHarness]:
         assert rows == len({f['id'] for _i, f in entries}), f"{rows} row hashes for the stream's distinct ids"
 
     try:
-        yield SinkHarness("sinks:RedisDataSource", options, read_ids, verify=verify, name="RedisSink (twopc-redis)")
+        yield OwnHarness("sinks:RedisDataSource", options, read_ids, verify=verify, name="RedisSink (twopc-redis)",
+                         handle_kind="twopc.redis")
     finally:
         client.close()
 

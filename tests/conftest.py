@@ -21,8 +21,6 @@ import sqlalchemy as sa
 
 from faultinject import LocalMariaDB, LocalPostgres, LocalRedis, ServerUnavailable
 
-pytest_plugins = ("pytester",)
-
 MIN_PREPARED = 64
 
 _PG_HELP = (

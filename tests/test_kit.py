@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 import twopc
@@ -27,31 +26,11 @@ from twopc.testing import (
 )
 
 from . import _broken_sinks as broken
+from ._broken_sinks import SECRET, harness_on
+
+pytest_plugins = ("pytester",)
 
 ROOT = Path(__file__).resolve().parents[1]
-SECRET = "s3cret-Pa55word"
-
-
-def file_harness(sink: type[FileSink] | str, out: Path) -> SinkHarness:
-    """A harness on a folder: read back the committed files' ids; verify that no prepared or
-    staging file of a sink id is left (what a sink that hides prepared transactions from
-    its own list_prepared cannot fake)."""
-
-    def read_ids() -> list[int]:
-        ids: list[int] = []
-        for path in FileSink.from_options({"path": str(out)}).committed_files():
-            table = pq.read_table(path)
-            if table.num_columns:
-                ids += table.column("id").to_pylist()
-        return ids
-
-    def verify(sink_id: str) -> None:
-        for state in ("prepared", "staging"):
-            folder = out / "_twopc" / state
-            left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
-            assert not left, f"{state} files left: {left}"
-
-    return SinkHarness(sink, {"path": str(out), "password": SECRET}, read_ids, verify=verify)
 
 
 def crashes(*points: str) -> set[str]:
@@ -94,14 +73,14 @@ EXPECTED: dict[type[FileSink], set[str]] = {
 
 
 def test_a_correct_sink_passes_every_check(tmp_path: Path) -> None:
-    report = run_contract(file_harness(FileSink, tmp_path / "out"))
+    report = run_contract(harness_on(FileSink, tmp_path / "out"))
     assert report.ok, report.render()
     assert report.passed == list(CONTRACT_CHECKS)
 
 
 @pytest.mark.parametrize("sink", list(EXPECTED), ids=lambda s: s.__name__)
 def test_the_kit_fails_a_broken_sink_in_exactly_the_checks_it_breaks(tmp_path: Path, sink: type[FileSink]) -> None:
-    report = run_contract(file_harness(sink, tmp_path / "out"))
+    report = run_contract(harness_on(sink, tmp_path / "out"))
     assert set(report.failed) == EXPECTED[sink], report.render()
     for name, exc in report.failed.items():
         assert isinstance(exc, ContractViolation) and exc.check.split("[")[0] == name.split("[")[0], (name, exc)
@@ -115,13 +94,13 @@ def test_every_check_fails_for_some_broken_sink() -> None:
 
 
 def test_failure_messages_say_what_broke(tmp_path: Path) -> None:
-    report = run_contract(file_harness(broken.MarkerMissing, tmp_path / "out"), ["commit_is_idempotent"])
+    report = run_contract(harness_on(broken.MarkerMissing, tmp_path / "out"), ["commit_is_idempotent"])
     assert "a second commit of a committed transaction: commit answered LOST, expected ALREADY_COMMITTED" \
         in str(report.failed["commit_is_idempotent"])
-    report = run_contract(file_harness(broken.HandleCarriesPassword, tmp_path / "o2"),
+    report = run_contract(harness_on(broken.HandleCarriesPassword, tmp_path / "o2"),
                           ["handle_round_trips_without_credentials"])
     assert "contains a credential" in str(report.failed["handle_round_trips_without_credentials"])
-    report = run_contract(file_harness(broken.UnpicklableAfterUse, tmp_path / "o3"), ["sink_pickles_after_use"])
+    report = run_contract(harness_on(broken.UnpicklableAfterUse, tmp_path / "o3"), ["sink_pickles_after_use"])
     assert "cannot be pickled with pickle after use (TypeError" in str(report.failed["sink_pickles_after_use"])
 
 
@@ -240,4 +219,4 @@ def test_pytest_collects_the_inherited_checks_and_reports_the_broken_ones(pytest
     assert "TestFileSink::" not in "\n".join(line for line in result.outlines if line.startswith("FAILED"))
     missing = pytester.runpytest("-q", "-p", "no:cacheprovider", "-k", "TestWithoutHarness and test_commit_is_idempotent")
     missing.assert_outcomes(errors=1)
-    missing.stdout.fnmatch_lines(["*TestWithoutHarness must define a `harness` fixture*"])
+    missing.stdout.fnmatch_lines(["*fixture 'harness' not found*"])

@@ -16,14 +16,24 @@ commit per transaction, 8 for those that commit a batch atomically (staging).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from twopc.testing import CrashMatrixResult, CrashMatrixTests, SinkHarness
+from twopc.testing import (
+    ContractViolation,
+    CrashMatrixResult,
+    CrashMatrixTests,
+    Fault,
+    SinkHarness,
+    run_crash_matrix,
+)
 
+from . import _broken_sinks as broken
+from ._broken_sinks import harness_on
 from ._kit_harnesses import OwnHarness, harness_for
 
 pytestmark = pytest.mark.chaos
@@ -37,6 +47,10 @@ class TestCrashMatrixOfOwnSinks(CrashMatrixTests):
 
     def run_matrix(self, harness: SinkHarness, tmp_path: Path) -> CrashMatrixResult:
         result = super().run_matrix(harness, tmp_path / "matrix")
+        assert isinstance(harness, OwnHarness)
+        folder = Path(result.checkpoint, "twopc", "decisions")
+        kinds = {h["kind"] for f in folder.glob("*.json") for h in json.loads(f.read_text())["handles"]}
+        assert kinds == {harness.handle_kind}, f"decisions hold {kinds}: the sink ran in another commit mode"
         if harness.options.get("commitMode") == "staging":
             _one_marker_per_micro_batch(harness, result)
         return result
@@ -49,3 +63,12 @@ def _one_marker_per_micro_batch(harness: SinkHarness, result: CrashMatrixResult)
         markers = dict(c.execute(sa.text("SELECT batch_id, rows FROM twopc_batches WHERE sink_id = :s"),
                                  {"s": result.sink_id}).all())
     assert sorted(markers) == list(range(result.batches)) and sum(markers.values()) == len(result.ids), markers
+
+
+def test_the_crash_matrix_fails_a_sink_whose_commit_is_not_idempotent(tmp_path: Path) -> None:
+    """A matrix that cannot fail proves nothing: crash after the commits of batch 1, before
+    the ledger marks it; the restart's recovery commits again, and this sink applies the
+    rows twice."""
+    harness = harness_on(broken.CommitNotIdempotent, tmp_path / "out")
+    with pytest.raises(ContractViolation, match=r"not exactly once: lost \[\], duplicated \[\d+"):
+        run_crash_matrix(harness, tmp_path / "matrix", plan=[Fault("after_commit", 1)])

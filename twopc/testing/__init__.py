@@ -61,7 +61,7 @@ from ._coordination import (
     check_driver_crash_then_recovery_is_exactly_once,
     check_lost_transaction_is_loud,
 )
-from ._crash import CrashMatrixResult, Fault, crash_plan, run_crash_matrix
+from ._crash import DEFAULT_SPARK_CONF, CrashMatrixResult, Fault, crash_plan, run_crash_matrix
 from ._harness import (
     DEFAULT_SCHEMA,
     ContractViolation,
@@ -78,6 +78,7 @@ __all__ = [
     "CONTRACT_CHECKS",
     "COORDINATOR_CHECKS",
     "DEFAULT_SCHEMA",
+    "DEFAULT_SPARK_CONF",
     "DRIVER_CRASH_POINTS",
     "PROTOCOL_CHECKS",
     "ContractReport",

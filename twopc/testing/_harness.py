@@ -8,7 +8,7 @@ import secrets
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import pyarrow as pa
 
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 H = TypeVar("H", bound=TransactionHandle)
-AnySink = TwoPhaseCommitSink  # type: ignore[type-arg]
+AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
 
 #: The rows the kit writes unless a harness says otherwise: what ``recovery.demo`` writes.
 DEFAULT_SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64())])
@@ -226,7 +226,7 @@ class SinkHarness:
         """The Spark data source: the harness's own, or one made with :func:`twopc.data_source_for`."""
         obj = self._target()
         if issubclass(obj, TwoPhaseCommitDataSource):
-            return obj
+            return cast(type[TwoPhaseCommitDataSource], obj)
         return data_source_for(obj, self.format_name or f"twopc-kit-{obj.__name__.lower()}")
 
     def sink_path(self) -> str:

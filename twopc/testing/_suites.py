@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -28,22 +28,17 @@ from ._coordination import (
     check_lost_transaction_is_loud,
 )
 from ._crash import CrashMatrixResult, Fault, run_crash_matrix
-from ._harness import HarnessError, SinkHarness
+from ._harness import SinkHarness
 
 __all__ = ["CrashMatrixTests", "SinkContractTests"]
 
 
-class _NeedsHarness:
-    @pytest.fixture
-    def harness(self) -> SinkHarness:
-        """Override in your subclass: return a :class:`SinkHarness` on a fresh target."""
-        raise HarnessError(f"{type(self).__name__} must define a `harness` fixture returning a SinkHarness")
-
-
-class SinkContractTests(_NeedsHarness):
-    """The protocol and coordinator checks as tests. Subclass it as ``Test...`` and define
-    a ``harness`` fixture; each check's docstring (in :mod:`twopc.testing`) says what it
-    guarantees. No Spark is started; each test takes milliseconds to a second."""
+class SinkContractTests:
+    """The protocol and coordinator checks as tests. Subclass it as ``Test...`` and provide
+    a ``harness`` fixture returning a :class:`SinkHarness` on a fresh target (in the class,
+    the module or a ``conftest.py``: the base class defines none, so yours is found
+    wherever pytest looks). Each check's docstring says what it guarantees. No Spark is
+    started; each test takes milliseconds to a second."""
 
     def test_invisible_until_commit_then_exactly_once(self, harness: SinkHarness) -> None:
         check_invisible_until_commit_then_exactly_once(harness)
@@ -89,19 +84,21 @@ class SinkContractTests(_NeedsHarness):
         check_lost_transaction_is_loud(harness)
 
 
-class CrashMatrixTests(_NeedsHarness):
-    """The crash matrix through Spark as one test (see :func:`run_crash_matrix`): about one
-    Spark start per crash plus one, i.e. 8-10 starts, a few minutes on two cores. Mark
-    your subclass as slow if your suite separates those.
+class CrashMatrixTests:
+    """The crash matrix through Spark as one test (see :func:`run_crash_matrix`), with the
+    same ``harness`` fixture: about one Spark start per crash plus one, i.e. 8-10 starts,
+    a few minutes on two cores. Mark your subclass as slow if your suite separates those.
 
     Class attributes tune it: ``crash_plan`` (default :func:`crash_plan` for the sink),
-    ``rows_per_batch``, ``partitions`` (cycled from run to run), ``run_timeout_s``.
+    ``rows_per_batch``, ``partitions`` (cycled from run to run), ``run_timeout_s``,
+    ``spark_conf`` (added to the job's ``SparkSession``).
     """
 
     crash_plan: ClassVar[Sequence[Fault] | None] = None
     rows_per_batch: ClassVar[int] = 20
     partitions: ClassVar[Sequence[int]] = (2, 3, 4)
     run_timeout_s: ClassVar[float] = 240.0
+    spark_conf: ClassVar[Mapping[str, str] | None] = None
 
     def test_crash_matrix_through_spark(self, harness: SinkHarness, tmp_path: Path) -> None:
         print(self.run_matrix(harness, tmp_path).summary())  # shown with -rP
@@ -109,4 +106,5 @@ class CrashMatrixTests(_NeedsHarness):
     def run_matrix(self, harness: SinkHarness, tmp_path: Path) -> CrashMatrixResult:
         """Run the matrix with the class's settings (override to add sink-specific checks)."""
         return run_crash_matrix(harness, tmp_path, plan=self.crash_plan, rows_per_batch=self.rows_per_batch,
-                                partitions=self.partitions, run_timeout_s=self.run_timeout_s)
+                                partitions=self.partitions, run_timeout_s=self.run_timeout_s,
+                                spark_conf=self.spark_conf)

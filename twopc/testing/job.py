@@ -65,13 +65,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from twopc import CommitLedger
 
-    spark = (SparkSession.builder.master("local[2,3]").appName("twopc-kit-crash-matrix")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", str(partitions))
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
+    builder = (SparkSession.builder.master("local[2,3]").appName("twopc-kit-crash-matrix")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(partitions))
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1"))
+    for key, value in spec.get("spark_conf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     source = _data_source(spec["sink"], spec.get("format"))
     spark.dataSource.register(source)
