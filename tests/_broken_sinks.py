@@ -15,7 +15,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from sinks import FileHandle, FileSink
-from twopc import CommitOutcome, option
+from twopc import CommitOutcome, SinkUnavailableError, option
 from twopc.testing import SinkHarness
 
 #: A password in every broken sink's options: no failure message may show it.
@@ -131,6 +131,17 @@ class HandleCarriesPassword(FileSink):
                            password=self.password)
 
 
+class ErrorShowsPassword(HandleCarriesPassword):
+    """A login error quotes the password it was given (handles are clean)."""
+
+    def pre_commit(self, txn: Any) -> FileHandle:
+        return FileSink.pre_commit(self, txn)
+
+    def validate(self, schema: Any) -> None:
+        if self.password != SECRET:
+            raise SinkUnavailableError(f"login refused for password {self.password!r}")
+
+
 class UnpicklableAfterUse(FileSink):
     """Keeps a lock (a stand-in for a live connection) once used: pickling fails."""
 
@@ -184,7 +195,7 @@ class ClaimsAtomicCommit(FileSink):
 BROKEN: tuple[type[FileSink], ...] = (
     CommitNotIdempotent, MarkerMissing, NeverAlreadyCommitted, LostIsHidden, AbortIgnoresPreparedState,
     AbortUndoesCommit, AbortNotIdempotent, ListsEveryone, ListsNothing, HandleCarriesPassword,
-    UnpicklableAfterUse, CloseRollsBackPrepared, VisibleBeforeCommit, RollbackPrepares, ClaimsAtomicCommit,
+    ErrorShowsPassword, UnpicklableAfterUse, CloseRollsBackPrepared, VisibleBeforeCommit, RollbackPrepares, ClaimsAtomicCommit,
 )
 
 

@@ -61,6 +61,7 @@ EXPECTED: dict[type[FileSink], set[str]] = {
                           "handle_round_trips_without_credentials",
                           "coordinator_commits_sweeps_and_ignores_replays", *ALL_CRASHES},
     broken.HandleCarriesPassword: {"handle_round_trips_without_credentials"},
+    broken.ErrorShowsPassword: {"a_wrong_credential_never_shows_in_errors"},
     broken.UnpicklableAfterUse: {"sink_pickles_after_use"},
     broken.CloseRollsBackPrepared: {"committable_from_a_restarted_driver"},
     broken.VisibleBeforeCommit: {

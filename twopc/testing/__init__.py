@@ -9,10 +9,11 @@ target. It then checks
   (``ALREADY_COMMITTED``); rolled-back and never-prepared transactions are ``LOST``;
   abort is idempotent and refuses a committed transaction (``ProtocolError``);
   ``list_prepared`` finds exactly the prepared ones of a sink id and batch; handles
-  survive their envelope and carry no credentials; the sink pickles after use and its
-  copy works; ``rollback`` leaves nothing; and the real :class:`~twopc.CommitCoordinator`
-  and :class:`~twopc.RecoveryCoordinator` drive it through orphans, replays, a driver
-  dying at each protocol edge, and a lost transaction (loud);
+  survive their envelope and carry no credentials, nor does an error raised with a wrong
+  password; the sink pickles after use and its copy works; ``rollback`` leaves nothing;
+  and the real :class:`~twopc.CommitCoordinator` and :class:`~twopc.RecoveryCoordinator`
+  drive it through orphans, replays, a driver dying at each protocol edge, and a lost
+  transaction (loud);
 - **the crash matrix through Spark** (:func:`run_crash_matrix`): a streaming query into
   the sink, in a subprocess (``python -m twopc.testing.job``), SIGKILLed at every point
   of ``twopc.FAULT_POINTS``, plus task kills Spark retries, with every replay
@@ -42,6 +43,7 @@ stderr or the checkpoint.
 
 from ._checks import (
     PROTOCOL_CHECKS,
+    check_a_wrong_credential_never_shows_in_errors,
     check_abort_after_commit_is_refused,
     check_abort_is_idempotent,
     check_commit_is_idempotent,
@@ -89,6 +91,7 @@ __all__ = [
     "HarnessError",
     "SinkContractTests",
     "SinkHarness",
+    "check_a_wrong_credential_never_shows_in_errors",
     "check_abort_after_commit_is_refused",
     "check_abort_is_idempotent",
     "check_commit_is_idempotent",

@@ -9,6 +9,7 @@ verifying that nothing of its sink ids is left prepared. A check passes or raise
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import uuid
@@ -22,6 +23,7 @@ from ._run import CheckRun, few
 
 __all__ = [
     "PROTOCOL_CHECKS",
+    "check_a_wrong_credential_never_shows_in_errors",
     "check_abort_after_commit_is_refused",
     "check_abort_is_idempotent",
     "check_commit_is_idempotent",
@@ -306,6 +308,45 @@ def check_rollback_leaves_nothing(harness: SinkHarness) -> None:
         run.expect_visible(ids, "after the commit that followed the rollbacks")
 
 
+def check_a_wrong_credential_never_shows_in_errors(harness: SinkHarness) -> None:
+    """Guarantees: with every credential of the options replaced by a wrong one, whatever
+    error building, validating or using the sink raises (and every exception it chains)
+    shows neither the wrong credential nor the right one. A target that accepts the wrong
+    credential (no authentication) raises nothing, and there is nothing to show."""
+    with CheckRun(harness, "a_wrong_credential_never_shows_in_errors") as run:
+        sid = run.sink_id()
+        if not run.secrets:
+            return
+        wrong = f"Wr0ng{uuid.uuid4().hex[:12]}"
+        options = {}
+        for key, value in harness.options.items():
+            for secret in sorted(run.secrets, key=len, reverse=True):
+                value = value.replace(secret, wrong)
+            options[key] = value
+        bad = dataclasses.replace(harness, options=options, secrets=[*run.secrets, wrong])
+        try:
+            sink = run.adopt(bad.new_sink())
+            txn = sink.begin_transaction(run.context(sid, 0, 0))
+            sink.rollback(txn)
+        except Exception as exc:  # noqa: BLE001 - the error itself is what is checked
+            for e in _chain(exc):
+                for text in (str(e), repr(e)):
+                    if wrong in text or any(s in text for s in run.secrets):
+                        run.fail(f"{type(e).__name__} raised with a wrong credential shows a credential: keep "
+                                 f"passwords out of error messages")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is not None and all(e is not s for s in seen):
+            seen.append(e)
+            todo += [e.__cause__, e.__context__]
+    return seen
+
+
 PROTOCOL_CHECKS: dict[str, Callable[[SinkHarness], None]] = {
     "invisible_until_commit_then_exactly_once": check_invisible_until_commit_then_exactly_once,
     "commit_is_idempotent": check_commit_is_idempotent,
@@ -318,5 +359,6 @@ PROTOCOL_CHECKS: dict[str, Callable[[SinkHarness], None]] = {
     "handle_round_trips_without_credentials": check_handle_round_trips_without_credentials,
     "sink_pickles_after_use": check_sink_pickles_after_use,
     "rollback_leaves_nothing": check_rollback_leaves_nothing,
+    "a_wrong_credential_never_shows_in_errors": check_a_wrong_credential_never_shows_in_errors,
 }
 """Every protocol check by name, in the order a report lists them."""

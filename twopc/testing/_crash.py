@@ -84,7 +84,11 @@ class CrashMatrixResult:
     fired: list[list[str]] = field(default_factory=list)
     seconds: float = 0.0
 
+    def __repr__(self) -> str:  # the report's stderr tails could hold what a broken sink leaked
+        return f"CrashMatrixResult(sink_id={self.sink_id!r}, runs={len(self.report.runs)}, ids={len(self.ids)})"
+
     def summary(self) -> str:
+        """One line per run: partitions, how it ended, the faults it fired."""
         lines = [f"{len(self.report.runs)} run(s), {self.report.crashes} crash(es), {self.seconds:.0f}s, "
                  f"{len(self.ids)} ids in {self.batches} micro-batches, sink id {self.sink_id}"]
         for i, run in enumerate(self.report.runs):
@@ -213,9 +217,11 @@ def _partitions(runs_file: Path) -> list[int]:
 
 def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Fault], ck: Path, files: int, *,
             varied: bool) -> None:
+    __tracebackhide__ = True
     secrets = harness.secret_strings()
 
     def fail(message: str) -> None:
+        __tracebackhide__ = True
         text = f"{harness.label}: {message}\n{result.summary()}"
         for s in sorted(secrets, key=len, reverse=True):
             text = text.replace(s, "***")

@@ -9,6 +9,7 @@ from typing import ClassVar
 import pytest
 
 from ._checks import (
+    check_a_wrong_credential_never_shows_in_errors,
     check_abort_after_commit_is_refused,
     check_abort_is_idempotent,
     check_commit_is_idempotent,
@@ -72,6 +73,9 @@ class SinkContractTests:
 
     def test_rollback_leaves_nothing(self, harness: SinkHarness) -> None:
         check_rollback_leaves_nothing(harness)
+
+    def test_a_wrong_credential_never_shows_in_errors(self, harness: SinkHarness) -> None:
+        check_a_wrong_credential_never_shows_in_errors(harness)
 
     def test_coordinator_commits_sweeps_and_ignores_replays(self, harness: SinkHarness) -> None:
         check_coordinator_commits_sweeps_and_ignores_replays(harness)
