@@ -63,7 +63,13 @@ from ._coordination import (
     check_driver_crash_then_recovery_is_exactly_once,
     check_lost_transaction_is_loud,
 )
-from ._crash import DEFAULT_SPARK_CONF, CrashMatrixResult, Fault, crash_plan, run_crash_matrix
+from ._crash import (
+    DEFAULT_SPARK_CONF,
+    CrashMatrixResult,
+    Fault,
+    crash_plan,
+    run_crash_matrix,
+)
 from ._harness import (
     DEFAULT_SCHEMA,
     ContractViolation,
