@@ -1,6 +1,9 @@
-"""MySqlXaSink against a real MariaDB (the ``mariadb_url`` fixture; no mocks): the XA
-protocol, recovery answers, crashes of the writing process, validation, data errors,
-quoting and credentials."""
+"""MySqlXaSink against a real MariaDB (the ``mariadb_url`` fixture; no mocks): what only
+this sink does (XA ids and marker rows, xids attached to live sessions, crashes of the
+writing process, validation, data errors, quoting and credentials). The protocol contract
+every sink shares (commit idempotent, lost after rollback, abort refused after commit,
+list_prepared, envelope, pickling, coordinator and recovery) runs through the conformance
+kit in test_kit_sinks.py."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import contextlib
 import datetime as dt
 import gc
 import os
-import pickle
 import signal
 import subprocess
 import sys
@@ -23,28 +25,20 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-import faultinject
 from sinks import MySqlXaHandle, MySqlXaSink
 from sinks.mysql import _sink as _mysql_xa
 from sinks.sql import dispose_engines
 from twopc import (
-    BatchState,
-    CommitCoordinator,
-    CommitLedger,
     CommitOutcome,
     ConfigurationError,
     MissingOptionError,
     ProtocolError,
-    RecoveryCoordinator,
     SchemaMismatchError,
     SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
     TransactionContext,
-    TransactionLostError,
-    decode_handle,
     dumps_handle,
-    encode_handle,
     loads_handle,
 )
 
@@ -225,37 +219,6 @@ def test_more_rows_than_batch_size_are_inserted_in_chunks(mariadb_url, table, si
         (100, sum(ids), "v0", 49.5)]
 
 
-def test_commit_twice_is_already_committed(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    assert sink.commit(h) is CommitOutcome.COMMITTED
-    assert sink.commit(h) is CommitOutcome.ALREADY_COMMITTED
-    assert sink.recover_and_commit(h) is CommitOutcome.ALREADY_COMMITTED
-    assert _count(mariadb_url, table) == 1
-
-
-def test_commit_of_a_transaction_rolled_back_behind_our_back_is_lost(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    _sql(mariadb_url, "XA ROLLBACK %s", (h.txn_id,))  # an operator's hand
-    assert sink.commit(h) is CommitOutcome.LOST
-    assert _count(mariadb_url, table) == 0
-
-
-def test_abort_is_idempotent_and_abort_after_commit_is_a_protocol_error(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table)
-    h1 = _prepare(sink, _ctx(sink_id, partition=0), _batch([1]))
-    sink.abort(h1)
-    sink.abort(h1)  # already gone: fine
-    sink.recover_and_abort(h1)
-    assert _recovered(mariadb_url, sink_id) == []
-    h2 = _prepare(sink, _ctx(sink_id, partition=1), _batch([2]))
-    assert sink.commit(h2) is CommitOutcome.COMMITTED
-    with pytest.raises(ProtocolError, match="already committed"):
-        sink.abort(h2)
-    assert _sql(mariadb_url, f"SELECT id FROM {table}") == [(2,)]
-
-
 def test_prepared_xid_survives_disconnect_and_is_committed_from_another_connection(mariadb_url, table, sink_id):
     """The server facts the sink relies on, then the sink itself after pool disposal."""
     # 1. raw XA: prepare, close the connection, commit from another one
@@ -372,37 +335,15 @@ def test_a_writer_killed_before_prepare_leaves_nothing_and_no_locks(mariadb_url,
     assert _sql(mariadb_url, f"SELECT id, s FROM {table} ORDER BY id") == [(1, "v1"), (2, "v2")]
 
 
-def test_list_prepared_filters_by_sink_id_and_batch(mariadb_url, table):
-    u = _uid()
-    a, look_alike = f"a_{u}", f"a_{u}x"
-    sink = _validated(mariadb_url, table)
-    ha1 = _prepare(sink, _ctx(a, batch=1, partition=0), _batch([1]))
-    ha2 = _prepare(sink, _ctx(a, batch=2, partition=0), _batch([2]))
-    hb = _prepare(sink, _ctx(look_alike, batch=1, partition=0), _batch([3]))
-    try:
-        assert sorted(h.txn_id for h in sink.list_prepared(a)) == sorted([ha1.txn_id, ha2.txn_id])
-        assert [h.txn_id for h in sink.list_prepared(a, batch_id=2)] == [ha2.txn_id]
-        assert [h.txn_id for h in sink.list_prepared(look_alike)] == [hb.txn_id]
-        listed = sink.list_prepared(a, batch_id=1)[0]
-        assert (listed.sink_id, listed.batch_id, listed.partition_id, listed.attempt_id, listed.rows) == (
-            a, 1, 0, 1, -1)
-        assert sink.list_prepared(f"nobody_{u}") == []
-    finally:
-        for h in (ha1, ha2, hb):
-            sink.abort(h)
-    assert sink.list_prepared(a) == [] and sink.list_prepared(look_alike) == []
-
-
-def test_rollback_of_an_open_transaction_leaves_nothing(mariadb_url, table, sink_id):
+def test_a_rolled_back_transaction_refuses_more_rows(mariadb_url, table, sink_id):
+    """(That rollback leaves nothing is the conformance kit's: test_kit_sinks.py.)"""
     sink = _validated(mariadb_url, table)
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1, 2]))
     sink.rollback(txn)
-    sink.rollback(txn)  # idempotent
     with pytest.raises(SinkError, match="rolled back"):
         sink.invoke_batch(txn, _batch([3]))
     assert _count(mariadb_url, table) == 0 and _recovered(mariadb_url, sink_id) == []
-    assert sink.commit(_prepare(sink, _ctx(sink_id), _batch([4]))) is CommitOutcome.COMMITTED  # pool usable
 
 
 def test_rollback_never_raises_when_the_connection_died(mariadb_url, table, sink_id):
@@ -460,72 +401,7 @@ def test_purge_markers_deletes_only_older_batches_of_the_sink(mariadb_url, table
     MySqlXaSink(mariadb_url, table, marker_table=f"missing_{_uid()}").purge_committed(sink_id, 4)  # logged only
 
 
-# -- recovery -----------------------------------------------------------------------------
-
-def test_recovery_rolls_back_an_orphan_and_commits_a_decided_batch(mariadb_url, table, sink_id, tmp_path):
-    sink = _validated(mariadb_url, table)
-    ledger = CommitLedger(str(tmp_path / "ck"))
-    coord = CommitCoordinator(sink, ledger, sink_id)
-    decided = [_prepare(sink, _ctx(sink_id, batch=0, partition=p, attempt=p), _batch([p * 10, p * 10 + 1]))
-               for p in range(2)]
-    # the driver records its decision and dies before committing anything
-    with (faultinject.armed("after_decision@batch=0:raise", state_dir=str(tmp_path / "faults")),
-          pytest.raises(faultinject.InjectedFault)):
-        coord.commit_batch(0, decided)
-    assert ledger.state(0) is BatchState.DECIDED and _count(mariadb_url, table) == 0
-    # an attempt of the next batch prepared, and its handle never reached the driver
-    orphan = _prepare(sink, _ctx(sink_id, batch=1, partition=0, attempt=5), _batch([42]))
-    restarted = MySqlXaSink(mariadb_url, table)  # a fresh driver: only options, no state
-    rc = RecoveryCoordinator(restarted, CommitLedger(str(tmp_path / "ck")), sink_id=sink_id)
-    plan = rc.plan()
-    assert plan.batches_to_finish == (0,) and plan.orphans_to_roll_back == (orphan.txn_id,)
-    report = rc.run()
-    assert report.finished_batches == [0] and report.rolled_back == [orphan.txn_id]
-    assert report.committed == 2
-    assert _sql(mariadb_url, f"SELECT id FROM {table} ORDER BY id") == [(0,), (1,), (10,), (11,)]
-    assert restarted.list_prepared(sink_id) == [] and _recovered(mariadb_url, sink_id) == []
-    assert CommitLedger(str(tmp_path / "ck")).state(0) is BatchState.COMMITTED
-    assert not RecoveryCoordinator(restarted, ledger, sink_id=sink_id).run().changed_anything
-
-
-def test_coordinator_reports_lost_transactions(mariadb_url, table, sink_id, tmp_path):
-    sink = _validated(mariadb_url, table)
-    ledger = CommitLedger(str(tmp_path / "ck"))
-    coord = CommitCoordinator(sink, ledger, sink_id)
-    h0 = _prepare(sink, _ctx(sink_id, batch=0, partition=0), _batch([1]))
-    h1 = _prepare(sink, _ctx(sink_id, batch=0, partition=1), _batch([2]))
-    loser = _prepare(sink, _ctx(sink_id, batch=0, partition=1, attempt=9), _batch([3]))
-    result = coord.commit_batch(0, [h0, h1])
-    assert (result.committed, result.swept) == (2, (loser.txn_id,))
-    assert _sql(mariadb_url, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,)]
-    h2 = _prepare(sink, _ctx(sink_id, batch=1), _batch([4]))
-    sink.abort(h2)
-    with pytest.raises(TransactionLostError):
-        coord.commit_batch(1, [h2])
-
-
-# -- handles, options, pickling -----------------------------------------------------------
-
-def test_handle_envelope_round_trip_without_credentials(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    try:
-        env = encode_handle(h)
-        assert env["kind"] == "twopc.mysql_xa" and env["version"] == 1
-        assert decode_handle(env) == h
-        assert _password(mariadb_url) not in dumps_handle(h)
-    finally:
-        sink.abort(h)
-
-
-def test_sink_pickles_without_connections(mariadb_url, table, sink_id):
-    sink = _validated(mariadb_url, table)
-    sink.list_prepared(sink_id)  # opens the control connection
-    clone = pickle.loads(pickle.dumps(sink))
-    assert clone._control is None and clone.describe() == sink.describe()
-    assert _password(mariadb_url) not in sink.describe() and _password(mariadb_url) not in repr(sink)
-    assert clone.commit(_prepare(clone, _ctx(sink_id), _batch([1]))) is CommitOutcome.COMMITTED
-
+# -- options, ids --------------------------------------------------------------------------
 
 def test_from_options_is_case_insensitive_and_translates_urls(mariadb_url, table, sink_id):
     u = sa.make_url(mariadb_url)

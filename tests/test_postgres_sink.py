@@ -1,5 +1,8 @@
 """PostgresSink against a real PostgreSQL (the ``postgres_url`` / ``pg_engine`` fixtures):
-the 2PC protocol, recovery answers, validation errors, COPY encodings and quoting."""
+what only this sink does (GIDs and marker rows, sessions dying, lock timeouts, validation
+errors, COPY encodings, quoting). The protocol contract every sink shares (commit
+idempotent, lost after rollback, abort refused after commit, list_prepared, envelope,
+pickling, coordinator and recovery) runs through the conformance kit in test_kit_sinks.py."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import datetime as dt
 import decimal
 import gc
 import json
-import pickle
 import threading
 import uuid
 from collections.abc import Iterator
@@ -21,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from faultinject import LocalPostgres
-from sinks import PostgresDataSource, PostgresHandle, PostgresSink
+from sinks import PostgresHandle, PostgresSink
 from sinks.sql import dispose_engines
 from twopc import (
     CommitOutcome,
@@ -33,10 +35,7 @@ from twopc import (
     SinkUnavailableError,
     TargetConfigurationError,
     TransactionContext,
-    TransactionLostError,
-    decode_handle,
     dumps_handle,
-    encode_handle,
     loads_handle,
 )
 
@@ -151,38 +150,6 @@ def test_prepare_then_commit_makes_rows_visible_once_with_a_marker(postgres_url,
     sink.close()
 
 
-def test_commit_twice_is_already_committed(postgres_url, pg_engine, table, sink_id):
-    sink = _validated(postgres_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    assert sink.commit(h) is CommitOutcome.COMMITTED
-    assert sink.commit(h) is CommitOutcome.ALREADY_COMMITTED
-    assert sink.recover_and_commit(h) is CommitOutcome.ALREADY_COMMITTED
-    assert _rows(pg_engine, f"SELECT count(*) FROM {table}") == [(1,)]
-
-
-def test_commit_of_a_rolled_back_transaction_is_lost(postgres_url, pg_engine, table, sink_id):
-    sink = _validated(postgres_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    with pg_engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        c.exec_driver_sql(f"ROLLBACK PREPARED '{h.txn_id}'")  # an operator's hand
-    assert sink.commit(h) is CommitOutcome.LOST
-    assert _rows(pg_engine, f"SELECT count(*) FROM {table}") == [(0,)]
-
-
-def test_abort_is_idempotent_and_abort_after_commit_is_a_protocol_error(postgres_url, pg_engine, table, sink_id):
-    sink = _validated(postgres_url, table)
-    h1 = _prepare(sink, _ctx(sink_id, partition=0), _batch([1]))
-    sink.abort(h1)
-    sink.abort(h1)  # already gone: fine
-    sink.recover_and_abort(h1)
-    assert _prepared_gids(pg_engine, sink_id) == []
-    h2 = _prepare(sink, _ctx(sink_id, partition=1), _batch([2]))
-    assert sink.commit(h2) is CommitOutcome.COMMITTED
-    with pytest.raises(ProtocolError, match="already committed"):
-        sink.abort(h2)
-    assert _rows(pg_engine, f"SELECT id FROM {table}") == [(2,)]
-
-
 def test_prepared_transaction_survives_close_gc_and_pool_disposal(postgres_url, pg_engine, table, sink_id):
     sink = _validated(postgres_url, table)
     h = _prepare(sink, _ctx(sink_id), _batch([1, 2, 3]))
@@ -203,39 +170,15 @@ def test_prepared_transaction_survives_close_gc_and_pool_disposal(postgres_url, 
     assert _rows(pg_engine, f"SELECT count(*) FROM {table}") == [(3,)]
 
 
-def test_list_prepared_filters_by_sink_id_and_batch_with_like_wildcards(postgres_url, pg_engine, table):
-    u = _uid()
-    a, look_alike = f"a_{u}", f"aX{u}"  # '_' is a LIKE wildcard: 'twopc:a_...' must not match 'aX'
-    sink = _validated(postgres_url, table)
-    ha1 = _prepare(sink, _ctx(a, batch=1, partition=0), _batch([1]))
-    ha2 = _prepare(sink, _ctx(a, batch=2, partition=0), _batch([2]))
-    hb = _prepare(sink, _ctx(look_alike, batch=1, partition=0), _batch([3]))
-    try:
-        assert sorted(h.txn_id for h in sink.list_prepared(a)) == sorted([ha1.txn_id, ha2.txn_id])
-        assert [h.txn_id for h in sink.list_prepared(a, batch_id=2)] == [ha2.txn_id]
-        assert [h.txn_id for h in sink.list_prepared(look_alike)] == [hb.txn_id]
-        listed = sink.list_prepared(a, batch_id=1)[0]
-        assert (listed.sink_id, listed.batch_id, listed.partition_id, listed.attempt_id, listed.rows) == (
-            a, 1, 0, 1, -1)
-        assert sink.list_prepared(f"nobody_{u}") == []
-    finally:
-        for h in (ha1, ha2, hb):
-            sink.abort(h)
-    assert sink.list_prepared(a) == [] and sink.list_prepared(look_alike) == []
-
-
-def test_rollback_of_an_open_transaction_leaves_nothing(postgres_url, pg_engine, table, sink_id):
+def test_a_rolled_back_transaction_refuses_more_rows(postgres_url, pg_engine, table, sink_id):
+    """(That rollback leaves nothing is the conformance kit's: test_kit_sinks.py.)"""
     sink = _validated(postgres_url, table)
     txn = sink.begin_transaction(_ctx(sink_id))
     sink.invoke_batch(txn, _batch([1, 2]))
     sink.rollback(txn)
-    sink.rollback(txn)  # idempotent
     with pytest.raises(SinkError, match="rolled back"):
         sink.invoke_batch(txn, _batch([3]))
     assert _rows(pg_engine, f"SELECT count(*) FROM {table}") == [(0,)]
-    assert _prepared_gids(pg_engine, sink_id) == []
-    # the pool is still usable
-    assert sink.commit(_prepare(sink, _ctx(sink_id), _batch([4]))) is CommitOutcome.COMMITTED
 
 
 def test_rollback_never_raises_when_the_connection_died(postgres_url, pg_engine, table, sink_id):
@@ -301,37 +244,7 @@ def test_purge_markers_deletes_only_older_batches_of_the_sink(postgres_url, pg_e
     broken.purge_committed(sink_id, below_batch=4)  # best effort: logged, not raised
 
 
-def test_coordinator_reports_lost_transactions(postgres_url, pg_engine, table, sink_id, tmp_path):
-    from twopc import CommitCoordinator, CommitLedger
-
-    sink = _validated(postgres_url, table)
-    ledger = CommitLedger(str(tmp_path / "ck"))
-    coord = CommitCoordinator(sink, ledger, sink_id)
-    h0 = _prepare(sink, _ctx(sink_id, batch=0, partition=0), _batch([1]))
-    h1 = _prepare(sink, _ctx(sink_id, batch=0, partition=1), _batch([2]))
-    orphan = _prepare(sink, _ctx(sink_id, batch=0, partition=1, attempt=9), _batch([3]))
-    result = coord.commit_batch(0, [h0, h1])
-    assert (result.committed, result.swept) == (2, (orphan.txn_id,))
-    assert _rows(pg_engine, f"SELECT id FROM {table} ORDER BY id") == [(1,), (2,)]
-    h2 = _prepare(sink, _ctx(sink_id, batch=1), _batch([4]))
-    sink.abort(h2)
-    with pytest.raises(TransactionLostError):
-        coord.commit_batch(1, [h2])
-
-
-# -- handles, options, pickling -----------------------------------------------------------
-
-def test_handle_envelope_round_trip_without_credentials(postgres_url, table, sink_id):
-    sink = _validated(postgres_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    try:
-        env = encode_handle(h)
-        assert env["kind"] == "twopc.postgres" and env["version"] == 1
-        assert decode_handle(env) == h
-        assert _password(postgres_url) not in dumps_handle(h)
-    finally:
-        sink.abort(h)
-
+# -- options, ids --------------------------------------------------------------------------
 
 def test_from_options_is_case_insensitive_and_translates_urls(postgres_url):
     u = sa.make_url(postgres_url)
@@ -360,18 +273,6 @@ def test_from_options_is_case_insensitive_and_translates_urls(postgres_url):
         PostgresSink(postgres_url, "Weird Table")
     with pytest.raises(ConfigurationError, match="writes to PostgreSQL"):
         PostgresSink("mysql://h/db", "t")
-
-
-def test_sink_pickles_without_connections(postgres_url, table, sink_id):
-    sink = _validated(postgres_url, table)
-    h = _prepare(sink, _ctx(sink_id), _batch([1]))
-    sink.list_prepared(sink_id)  # opens the control connection
-    assert sink._control is not None
-    clone = pickle.loads(pickle.dumps(sink))
-    assert clone._control is None and clone.describe() == sink.describe()
-    assert clone.commit(h) is CommitOutcome.COMMITTED
-    ds = pickle.loads(pickle.dumps(PostgresDataSource({"url": postgres_url, "dbtable": table})))
-    assert type(ds) is PostgresDataSource and PostgresDataSource.name() == "twopc-postgres"
 
 
 def test_gid_validation(postgres_url, table):

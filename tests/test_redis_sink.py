@@ -1,12 +1,13 @@
-"""The Redis sink against a real redis-server (no fakes): the protocol, the mapping, bad
-input (each refused with nothing applied), server configuration checks, restarts and a
-SIGKILL of the server between pre_commit and commit."""
+"""The Redis sink against a real redis-server (no fakes): what only this sink does (the
+mapping's ops, chunked commits, bad input refused with nothing applied, server
+configuration checks, restarts and a SIGKILL of the server between pre_commit and commit).
+The protocol contract every sink shares (lost, abort, list_prepared, envelope, pickling,
+coordinator and recovery) runs through the conformance kit in test_kit_sinks.py."""
 
 from __future__ import annotations
 
 import json
 import logging
-import pickle
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -40,12 +41,10 @@ from twopc import (
     CommitOutcome,
     ConfigurationError,
     MissingOptionError,
-    ProtocolError,
     SchemaMismatchError,
     SinkUnavailableError,
     TargetConfigurationError,
     TransactionContext,
-    TransactionLostError,
     dumps_handle,
     loads_handle,
 )
@@ -134,7 +133,8 @@ def test_commit_applies_each_op_exactly_once(redis_url, r, tag) -> None:
     assert _staging(r, tag) == [] and sink.list_prepared("s1") == []
 
 
-def test_commit_twice_is_already_committed_and_changes_nothing(redis_url, r, tag) -> None:
+def test_a_replayed_commit_changes_no_key_of_any_op_type(redis_url, r, tag) -> None:
+    """Every op type of the mapping (the kit's harness uses three), byte for byte."""
     sink = _sink(redis_url, tag)
     h = _prepare(sink, _rows(10))
     assert sink.commit(h) is CommitOutcome.COMMITTED
@@ -148,58 +148,6 @@ def test_commit_twice_is_already_committed_and_changes_nothing(redis_url, r, tag
     assert r.get(f"{{{tag}}}:total") == "10" and r.xlen(f"{{{tag}}}:events") == 10
 
 
-def test_abort_removes_staging_and_is_idempotent(redis_url, r, tag) -> None:
-    sink = _sink(redis_url, tag)
-    h = _prepare(sink, _rows(10))
-    assert len(_staging(r, tag)) == 1 and [x.txn_id for x in sink.list_prepared("s1")] == [h.txn_id]
-    sink.abort(h)
-    sink.abort(h)
-    assert _staging(r, tag) == [] and sink.list_prepared("s1") == []
-    assert r.get(f"{{{tag}}}:total") is None
-    assert sink.commit(h) is CommitOutcome.LOST  # rolled back: neither staging nor marker
-
-
-def test_abort_of_a_committed_transaction_is_a_protocol_error(redis_url, tag) -> None:
-    sink = _sink(redis_url, tag)
-    h = _prepare(sink, _rows(3))
-    sink.commit(h)
-    with pytest.raises(ProtocolError, match="already committed"):
-        sink.abort(h)
-
-
-def test_commit_without_staging_or_marker_is_lost(redis_url, tag) -> None:
-    sink = _sink(redis_url, tag)
-    ghost = RedisHandle("s1~4~0~9~deadbeef", "s1", 4, 0, 9, hash_tag="{" + tag + "}")
-    assert sink.commit(ghost) is CommitOutcome.LOST
-
-
-def test_coordinator_raises_loudly_on_a_lost_transaction(redis_url, tag, tmp_path) -> None:
-    sink = _sink(redis_url, tag)
-    ledger = CommitLedger(str(tmp_path / "ck"))
-    h = _prepare(sink, _rows(3), batch=0)
-    sink.abort(h)  # e.g. deleted by hand
-    with pytest.raises(TransactionLostError, match=h.txn_id):
-        CommitCoordinator(sink, ledger, "s1").commit_batch(0, [h])
-
-
-def test_list_prepared_filters_by_sink_and_batch(redis_url, tag) -> None:
-    sink = _sink(redis_url, tag)
-    a0 = _prepare(sink, _rows(2), sink_id="s1", batch=0, partition=0)
-    a1 = _prepare(sink, _rows(2), sink_id="s1", batch=0, partition=1)
-    b = _prepare(sink, _rows(2), sink_id="s1", batch=1)
-    other = _prepare(RedisSink(redis_url, [IncrByOp("{{" + tag + "}}:other", 1)], hash_tag=tag), _rows(2),
-                     sink_id="s2", batch=0)
-    assert {h.txn_id for h in sink.list_prepared("s1")} == {a0.txn_id, a1.txn_id, b.txn_id}
-    assert {h.txn_id for h in sink.list_prepared("s1", 0)} == {a0.txn_id, a1.txn_id}
-    assert [h.txn_id for h in sink.list_prepared("s1", 1)] == [b.txn_id]
-    assert [h.txn_id for h in sink.list_prepared("s2")] == [other.txn_id]
-    assert sink.list_prepared("s1", 7) == []
-    got = sink.list_prepared("s1", 1)[0]
-    assert (got.sink_id, got.batch_id, got.partition_id, got.attempt_id) == ("s1", 1, 0, 1)
-    sink.commit(b)
-    assert {h.txn_id for h in sink.list_prepared("s1")} == {a0.txn_id, a1.txn_id}
-
-
 def test_purge_committed_trims_markers_below_the_batch(redis_url, r, tag) -> None:
     sink = _sink(redis_url, tag)
     handles = [_prepare(sink, _rows(1), batch=b) for b in range(5)]
@@ -210,22 +158,6 @@ def test_purge_committed_trims_markers_below_the_batch(redis_url, r, tag) -> Non
     sink.purge_committed("s1", 3)
     assert sorted(int(s) for _, s in r.zrange(markers, 0, -1, withscores=True)) == [3, 4]
     assert sink.commit(handles[4]) is CommitOutcome.ALREADY_COMMITTED
-
-
-def test_coordinator_and_recovery_drive_the_sink(redis_url, r, tag, tmp_path) -> None:
-    """The core's CommitCoordinator, unchanged: commit, replay, orphan sweep."""
-    sink = _sink(redis_url, tag)
-    ledger = CommitLedger(str(tmp_path / "ck"))
-    coord = CommitCoordinator(sink, ledger, "s1")
-    h0 = _prepare(sink, _rows(5), batch=0, partition=0)
-    h1 = _prepare(sink, _rows(5, 5), batch=0, partition=1)
-    orphan = _prepare(sink, _rows(5, 5), batch=0, partition=1, attempt=7)  # a retried attempt's leftover
-    res = coord.commit_batch(0, [h0, h1])
-    assert res.committed == 2 and orphan.txn_id in res.swept
-    replay = _prepare(sink, _rows(10), batch=0)
-    assert coord.commit_batch(0, [replay]).action == "replay-ignored"
-    assert r.get(f"{{{tag}}}:total") == "10" and r.xlen(f"{{{tag}}}:events") == 10
-    assert _staging(r, tag) == [] and sink.list_prepared("s1") == []
 
 
 def test_large_transaction_commits_in_chunks(redis_url, r, tag) -> None:
@@ -564,14 +496,12 @@ def test_option_errors_never_show_the_password(redis_url) -> None:
                                                           if k in ("url", "password", "mapping")}))
 
 
-def test_sink_pickles_and_handle_round_trips(redis_url, tag) -> None:
+def test_from_options_reads_the_options_case_insensitively(redis_url, r, tag) -> None:
     sink = RedisSink.from_options({"url": redis_url, "MAPPING": mapping_json(_all_ops(tag)), "hashTag": f"{{{tag}}}",
                                    "durability": "always", "requireSameSlot": "true"})
-    copy = pickle.loads(pickle.dumps(sink))
-    h = _prepare(copy, _rows(2))
-    back = loads_handle(dumps_handle(h))
-    assert back == h and isinstance(back, RedisHandle)
-    assert sink.commit(back) is CommitOutcome.COMMITTED
+    assert sink.hash_tag("s1") == f"{{{tag}}}" and sink.ops == _all_ops(tag)
+    assert sink.commit(_prepare(sink, _rows(2))) is CommitOutcome.COMMITTED
+    assert r.get(f"{{{tag}}}:total") == "2"
     assert RedisDataSource.name() == "twopc-redis" and RedisDataSource.sink_class is RedisSink
 
 

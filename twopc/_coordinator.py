@@ -104,17 +104,21 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
             tally.lost.append(handle.txn_id)
             m.lost += 1
     if tally.lost:
-        log.error("twopc: batch %s lost transactions %s", decision.batch_id, tally.lost)
-        raise TransactionLostError(
-            f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
-            f"transactions {tally.lost} are neither prepared nor committed in {sink.describe()}: "
-            f"their rows are lost (was a prepared transaction rolled back by hand?). The batch "
-            f"stays decided but unfinished in {ledger.location}; restore the rows, then run "
-            f"`python -m recovery --accept-lost {decision.batch_id}` to mark it done"
-        )
+        raise _lost(sink, ledger, decision, tally.lost)
     faultinject.fault_point("after_commit", batch_id=decision.batch_id)
     ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
     return tally
+
+
+def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[str]) -> TransactionLostError:
+    log.error("twopc: batch %s lost transactions %s", decision.batch_id, lost)
+    return TransactionLostError(
+        f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
+        f"transactions {lost} are neither prepared nor committed in {sink.describe()}: "
+        f"their rows are lost (was a prepared transaction rolled back by hand?). The batch "
+        f"stays decided but unfinished in {ledger.location}; restore the rows, then run "
+        f"`python -m recovery --accept-lost {decision.batch_id}` to mark it done"
+    )
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
@@ -248,7 +252,11 @@ class CommitCoordinator:
         if outcomes is None or len(outcomes) != len(fresh):
             raise ProtocolError(f"{self.sink.describe()} claims atomic commits but commit_all returned {outcomes!r}")
         faultinject.fault_point("after_decision", batch_id=batch_id)
-        self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+        decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+        lost = [h.txn_id for h, o in zip(fresh, outcomes, strict=True) if o is CommitOutcome.LOST]
+        if lost:  # decided and unfinished, like a lost transaction of a per-handle commit: loud every retry
+            self.metrics.lost += len(lost)
+            raise _lost(self.sink, self.ledger, decision, lost)
         self.ledger.mark_committed(batch_id, summary={"transactions": len(fresh), "atomic": True})
         committed = sum(o is CommitOutcome.COMMITTED for o in outcomes)
         self.metrics.commits_total += len(fresh)

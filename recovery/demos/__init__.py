@@ -4,8 +4,7 @@ Run them as modules (each starts what it needs: a throwaway server, Spark, the c
 
 - ``python -m recovery.demos.demo`` (``make demo``): crash a streaming query into PostgreSQL
   over and over, then verify exactly-once. ``... demo job`` is one run of that query, which the
-  crash matrix in ``tests/`` starts too.
-- ``python -m recovery.demos.redis_job``: the same query into the Redis sink, and its verifier.
+  demo's chaos runner starts and kills.
 - ``python -m recovery.demos.bench`` and ``python -m recovery.demos.bench_redis``
   (``make bench``): throughput and protocol cost against Spark's JDBC writer, a raw COPY and
   plain Redis writes.

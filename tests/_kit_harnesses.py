@@ -1,0 +1,248 @@
+"""Conformance-kit harnesses for the project's own sinks (``twopc.testing``).
+
+Each builds its sink only through stable public API: the class or data source exported by
+``sinks``, configured with Spark-style options (what ``from_options`` reads), because the
+module layout inside ``sinks/`` is not stable. Each harness gets a fresh target (a table,
+a folder, a Redis hash tag), reads it back as ids, and adds the sink-specific verification
+the kit cannot know: nothing of the sink left in ``pg_prepared_xacts`` / ``XA RECOVER`` /
+the staging tables / Redis staging keys, and for Redis every op applied as often as the
+stream says.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import redis
+import sqlalchemy as sa
+
+from recovery import staged_rows_left
+from sinks import FileSink, RedisSink
+from twopc.testing import SinkHarness
+
+__all__ = ["HARNESSES", "OwnHarness", "harness_for"]
+
+
+@dataclass(repr=False)
+class OwnHarness(SinkHarness):
+    """A harness that also tells its tests the handle kind the sink must make (the commit
+    mode it really used) and, for SQL targets, the target's engine."""
+
+    handle_kind: str = ""
+    engine: sa.Engine | None = None
+
+
+def _uid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+@contextmanager
+def file_harness(tmp_path: Path) -> Iterator[SinkHarness]:
+    out = str(tmp_path / "out")
+
+    def read_ids() -> list[int]:
+        ids: list[int] = []
+        for path in FileSink.from_options({"path": out}).committed_files():
+            table = pq.read_table(path)
+            if table.num_columns:
+                ids += table.column("id").to_pylist()
+        return ids
+
+    def verify(sink_id: str) -> None:
+        for state in ("prepared", "staging"):
+            folder = Path(out, "_twopc", state)
+            left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
+            assert not left, f"{state} files of {sink_id} left: {left}"
+
+    yield OwnHarness("sinks:FileSink", {"path": out}, read_ids, verify=verify, name="FileSink",
+                     handle_kind="twopc.file")
+
+
+@contextmanager
+def _table(url: str, ddl: str) -> Iterator[tuple[str, sa.Engine]]:
+    name = f"kit_{_uid()}"
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as c:
+            c.exec_driver_sql(ddl.format(name=name))
+        yield name, engine
+    finally:
+        with engine.begin() as c:
+            c.exec_driver_sql("SET LOCAL lock_timeout = '10s'" if engine.dialect.name == "postgresql"
+                              else "SET SESSION lock_wait_timeout = 10")
+            c.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+        engine.dispose()
+
+
+def _read(engine: sa.Engine, table: str) -> list[int]:
+    with engine.connect() as c:
+        return [int(r[0]) for r in c.exec_driver_sql(f"SELECT id FROM {table}")]
+
+
+def _pg_prepared(engine: sa.Engine, sink_id: str) -> list[str]:
+    with engine.connect() as c:
+        return [r[0] for r in c.exec_driver_sql(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %(p)s)",
+            {"p": f"twopc:{sink_id}:"})]
+
+
+def _xa_recovered(engine: sa.Engine, sink_id: str) -> list[str]:
+    with engine.connect() as c:
+        rows = c.exec_driver_sql("XA RECOVER").all()
+    gids = [bytes(data[:glen]).decode("ascii", "replace") for _fmt, glen, _blen, data in rows]
+    return [g for g in gids if g.startswith(f"twopc:{sink_id}:")]
+
+
+def _mysql_staged(engine: sa.Engine, sink_id: str) -> dict[str, int]:
+    with engine.connect() as c:
+        tables = [r[0] for r in c.exec_driver_sql(
+            "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME LIKE 'twopc\\_stage\\_%%'")]
+        return {t: int(c.exec_driver_sql(f"SELECT COUNT(*) FROM `{t}` WHERE twopc_txn LIKE %(p)s",
+                                         {"p": f"twopc:{sink_id}:%"}).scalar_one()) for t in tables}
+
+
+def _credentials(url: str) -> tuple[str, dict[str, str]]:
+    """``host:port/db`` of a SQLAlchemy URL and its credentials as options."""
+    u = sa.make_url(url)
+    return f"{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
+
+
+PG_DDL = "CREATE TABLE {name} (id bigint NOT NULL, payload text, amount double precision)"
+MY_DDL = "CREATE TABLE {name} (id BIGINT NOT NULL, payload TEXT, amount DOUBLE) ENGINE=InnoDB"
+
+
+@contextmanager
+def postgres_harness(postgres_url: str) -> Iterator[SinkHarness]:
+    where, creds = _credentials(postgres_url)
+    with _table(postgres_url, PG_DDL) as (table, engine):
+        def verify(sink_id: str) -> None:
+            assert _pg_prepared(engine, sink_id) == [], "prepared transactions left in pg_prepared_xacts"
+
+        yield OwnHarness("sinks:PostgresDataSource", {"url": f"postgresql://{where}", **creds, "dbtable": table},
+                         lambda: _read(engine, table), verify=verify, name="PostgresSink (twopc-postgres)",
+                         handle_kind="twopc.postgres", engine=engine)
+
+
+@contextmanager
+def mysql_xa_harness(mariadb_url: str) -> Iterator[SinkHarness]:
+    where, creds = _credentials(mariadb_url)
+    with _table(mariadb_url, MY_DDL) as (table, engine):
+        def verify(sink_id: str) -> None:
+            assert _xa_recovered(engine, sink_id) == [], "prepared XA transactions left in XA RECOVER"
+
+        yield OwnHarness("sinks:MySqlXaSink", {"url": f"mysql://{where}", **creds, "dbtable": table},
+                         lambda: _read(engine, table), verify=verify, name="MySqlXaSink (MariaDB XA)",
+                         handle_kind="twopc.mysql_xa", engine=engine)
+
+
+@contextmanager
+def jdbc_harness(url: str, kind: str, commit_mode: str) -> Iterator[SinkHarness]:
+    """``twopc-jdbc`` (JdbcDataSource) on PostgreSQL or MariaDB in *commit_mode*."""
+    where, creds = _credentials(url)
+    jdbc = {"postgresql": "jdbc:postgresql", "mariadb": "jdbc:mariadb"}[kind]
+    with _table(url, PG_DDL if kind == "postgresql" else MY_DDL) as (table, engine):
+        def verify(sink_id: str) -> None:
+            if kind == "postgresql":
+                assert _pg_prepared(engine, sink_id) == [], "prepared transactions left in pg_prepared_xacts"
+                left = staged_rows_left(engine, sink_id=sink_id)
+            else:
+                assert _xa_recovered(engine, sink_id) == [], "prepared XA transactions left in XA RECOVER"
+                left = _mysql_staged(engine, sink_id)
+            assert sum(left.values()) == 0, f"staged rows left: {left}"
+
+        yield OwnHarness("sinks:JdbcDataSource", {"url": f"{jdbc}://{where}", **creds, "dbtable": table,
+                                                  "commitMode": commit_mode},
+                         lambda: _read(engine, table), verify=verify,
+                         name=f"JdbcSink (twopc-jdbc, {commit_mode}, {kind})", engine=engine,
+                         handle_kind={"staging": "twopc.staging", "postgresql": "twopc.postgres",
+                                      "mariadb": "twopc.mysql_xa"}["staging" if commit_mode == "staging" else kind])
+
+
+@contextmanager
+def sqlite_staging_harness(tmp_path: Path) -> Iterator[SinkHarness]:
+    db = tmp_path / "target.db"
+    engine = sa.create_engine(f"sqlite:///{db}")
+    try:
+        with engine.begin() as c:
+            c.exec_driver_sql("CREATE TABLE events (id INTEGER NOT NULL, payload TEXT, amount REAL)")
+
+        def verify(sink_id: str) -> None:
+            left = staged_rows_left(engine, sink_id=sink_id)
+            assert sum(left.values()) == 0, f"staged rows left: {left}"
+
+        yield OwnHarness("sinks:JdbcDataSource", {"url": f"jdbc:sqlite:{db}", "dbtable": "events",
+                                                  "commitMode": "staging"},
+                         lambda: _read(engine, "events"), verify=verify,
+                         name="JdbcSink (twopc-jdbc, staging, SQLite)", engine=engine, handle_kind="twopc.staging")
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def redis_harness(redis_url: str) -> Iterator[SinkHarness]:
+    tag = f"kit{_uid()}"
+    t = "{{" + tag + "}}"
+    mapping = json.dumps([
+        {"op": "INCRBY", "key": f"{t}:total", "by": 1},
+        {"op": "HSET", "key": f"{t}:row:{{id}}", "columns": ["payload", "amount"]},
+        {"op": "XADD", "key": f"{t}:events", "columns": ["id", "payload"]},
+    ])
+    options = {"url": redis_url, "mapping": mapping, "hashTag": tag}
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = "{" + tag + "}"
+
+    def events() -> list[tuple[Any, Any]]:
+        return list(client.xrange(f"{keys}:events") or [])
+
+    def read_ids() -> list[int]:
+        return [int(fields["id"]) for _id, fields in events()]
+
+    def verify(sink_id: str) -> None:
+        own = RedisSink.from_options(options).keys_for(sink_id)
+        assert client.zcard(own.txns) == 0 and client.hlen(own.prepared) == 0, "transactions left registered"
+        staged = list(client.scan_iter(match=own.staging_prefix + "*", count=1000))
+        assert not staged, f"staging left: {staged[:5]}"
+        entries = events()
+        total = int(client.get(f"{keys}:total") or 0)
+        rows = sum(1 for _ in client.scan_iter(match=f"{keys}:row:*", count=1000))
+        assert total == len(entries), f"counter {total} != {len(entries)} stream entries: an op applied twice"
+        assert rows == len({f['id'] for _i, f in entries}), f"{rows} row hashes for the stream's distinct ids"
+
+    try:
+        yield OwnHarness("sinks:RedisDataSource", options, read_ids, verify=verify, name="RedisSink (twopc-redis)",
+                         handle_kind="twopc.redis")
+    finally:
+        client.close()
+
+
+HARNESSES = ("file", "postgres", "mysql_xa", "staging_postgres", "staging_sqlite", "redis", "staging_mariadb",
+             "jdbc_prepared_postgres", "jdbc_prepared_mariadb")
+"""Every harness: the six sinks of the crash matrix first, then the contract-only ones."""
+
+
+@contextmanager
+def harness_for(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkHarness]:
+    """The harness *name*, its servers from the session fixtures (``request.getfixturevalue``)."""
+    fixture = request.getfixturevalue
+    makers = {
+        "file": lambda: file_harness(tmp_path),
+        "postgres": lambda: postgres_harness(fixture("postgres_url")),
+        "mysql_xa": lambda: mysql_xa_harness(fixture("mariadb_url")),
+        "staging_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "staging"),
+        "staging_sqlite": lambda: sqlite_staging_harness(tmp_path),
+        "redis": lambda: redis_harness(fixture("redis_url")),
+        "staging_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "staging"),
+        "jdbc_prepared_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "prepared"),
+        "jdbc_prepared_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "prepared"),
+    }
+    with makers[name]() as harness:
+        yield harness

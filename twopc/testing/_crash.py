@@ -1,0 +1,276 @@
+"""The crash matrix: a streaming query into the sink, in a subprocess
+(``python -m twopc.testing.job``), SIGKILLed at every fault point and restarted from its
+checkpoint until its input is done; then exactly-once is verified."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import sysconfig
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+import faultinject
+
+from .._context import TransactionContext
+from .._ledger import CommitLedger
+from ._harness import ContractViolation, SinkHarness
+from ._run import few
+
+__all__ = ["DEFAULT_SPARK_CONF", "CrashMatrixResult", "Fault", "crash_plan", "run_crash_matrix"]
+
+CHECK = "crash_matrix"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One rule of the plan: ``crash`` kills the whole job (driver, JVM, Python workers);
+    ``kill`` only the Python worker of one task attempt, which Spark retries."""
+
+    point: str
+    batch: int | None
+    action: str = "crash"
+    partition: int | None = None
+
+    def spec(self) -> str:
+        where = "" if self.batch is None else f"@batch={self.batch}"
+        where += "" if self.partition is None else f"@partition={self.partition}"
+        return f"{self.point}{where}:{self.action}"
+
+    def fired_in(self, lines: Sequence[str]) -> bool:
+        batch = f" batch={self.batch} " if self.batch is not None else " "
+        return any(f" {self.point} ({self.action}){batch}" in line for line in lines)
+
+
+def crash_plan(*, atomic: bool) -> list[Fault]:
+    """Every point of ``twopc.FAULT_POINTS`` the sink's commit path reaches, one crash per
+    micro-batch (so each starts from a clean state), then two task kills sharing the last
+    batch. Nothing may follow the kills: a later micro-batch's (or a restart's) plan-time
+    recovery, not the driver's sweep after the commit, would then remove the killed
+    attempt's orphan. Sinks that commit a batch atomically never reach ``between_commits``
+    and ``after_commit``; their ``during_recovery`` fires in the first restart whose
+    recovery rolls back staged attempts (an executor crash kills the job while another task
+    of the batch may have staged already), while per-transaction sinks crash inside the
+    recovery that finishes the batch decided before the ``after_decision`` crash."""
+    driver = ["before_decision", "after_decision"] + ([] if atomic else ["between_commits", "after_commit"])
+    points = ["during_invoke", "before_pre_commit", "after_pre_commit", *driver, "after_mark"]
+    plan = [Fault(p, b) for b, p in enumerate(points)]
+    decided = points.index("after_decision")
+    plan.insert(decided + 1, Fault("during_recovery", None if atomic else decided))
+    last = len(points)
+    return [*plan, Fault("during_invoke", last, "kill", 0), Fault("after_pre_commit", last, "kill", 1)]
+
+
+@dataclass
+class CrashMatrixResult:
+    """What a crash-matrix run did: the chaos report, the sink id, the input ids, the number
+    of micro-batches, the checkpoint (for a caller's own checks), the partitions each run
+    used and the faults each run fired."""
+
+    report: faultinject.ChaosReport
+    sink_id: str
+    ids: list[int]
+    batches: int
+    checkpoint: str
+    partitions: list[int] = field(default_factory=list)
+    fired: list[list[str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def __repr__(self) -> str:  # the report's stderr tails could hold what a broken sink leaked
+        return f"CrashMatrixResult(sink_id={self.sink_id!r}, runs={len(self.report.runs)}, ids={len(self.ids)})"
+
+    def summary(self) -> str:
+        """One line per run: partitions, how it ended, the faults it fired."""
+        lines = [(f"{len(self.report.runs)} run(s), {self.report.crashes} crash(es), {self.seconds:.0f}s, "
+                 f"{len(self.ids)} ids in {self.batches} micro-batches, sink id {self.sink_id}")]
+        for i, run in enumerate(self.report.runs):
+            parts = self.partitions[i] if i < len(self.partitions) else "?"
+            what = "; ".join(x.split("firing ", 1)[-1] for x in self.fired[i]) if i < len(self.fired) else ""
+            lines.append(f"  run {i + 1}: {parts} partitions, {run.describe()}  {what}")
+        return "\n".join(lines)
+
+
+def _commits_atomically(harness: SinkHarness, probe_id: int) -> bool:
+    """Ask the sink how it commits: prepare one row, ask, roll it back."""
+    sink = harness.new_sink()
+    try:
+        sid = f"kitprobe{os.getpid()}{int(time.time() * 1000) % 10**8}"
+        txn = sink.begin_transaction(TransactionContext(sid, 0, 0, 1))
+        sink.invoke_batch(txn, harness.rows([probe_id]))
+        h = sink.pre_commit(txn)
+        try:
+            return bool(sink.commits_atomically_for([h]))
+        finally:
+            sink.abort(h)
+    finally:
+        sink.close()
+
+
+def _write_input(folder: Path, harness: SinkHarness, files: int, rows: int, base: int) -> list[int]:
+    """One Parquet file per micro-batch, modification times one second apart (Spark's
+    file source takes the oldest first)."""
+    folder.mkdir(parents=True)
+    ids: list[int] = []
+    start = time.time() - files
+    for f in range(files):
+        chunk = list(range(base + f * rows, base + (f + 1) * rows))
+        ids += chunk
+        tmp, final = folder / f".part-{f:05d}.parquet.tmp", folder / f"part-{f:05d}.parquet"
+        pq.write_table(pa.Table.from_batches([harness.rows(chunk)]), tmp)
+        os.utime(tmp, (start + f, start + f))
+        tmp.rename(final)
+    return ids
+
+
+def _python_path() -> str:
+    """``sys.path`` entries outside the interpreter's own folders, so the job and Spark's
+    Python workers import what the test process imports (a sink in a test module too)."""
+    own = {os.path.realpath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
+           if (p := sysconfig.get_paths().get(k))}
+    extra: list[str] = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(path) and not any(path == o or path.startswith(o + os.sep) for o in own):
+            extra.append(path)
+    old = os.environ.get("PYTHONPATH")
+    return os.pathsep.join(dict.fromkeys([*extra, *([old] if old else [])]))
+
+
+#: Spark settings of the job unless the caller gives its own: the C1 JIT only and the serial
+#: GC start a short-lived driver JVM faster (about 2 s of each run's ~18 s on two cores).
+DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
+                     plan: Sequence[Fault] | None = None, rows_per_batch: int = 20,
+                     partitions: Sequence[int] = (2, 3, 4), run_timeout_s: float = 240.0,
+                     spark_conf: Mapping[str, str] | None = None) -> CrashMatrixResult:
+    """Run the crash matrix for *harness* in *workdir* (an empty folder) and verify it.
+
+    The job streams one input file per micro-batch into the sink's data source, with
+    ``repartition(n)``, *n* cycling through *partitions* from run to run, so every replay
+    after a crash is partitioned differently. Its options reach it in a 0600 file that is
+    deleted afterwards, never on a command line. A job costs about one Spark start per
+    crash plus one. *spark_conf* is added to the job's ``SparkSession`` (default
+    :data:`DEFAULT_SPARK_CONF`), e.g. ``spark.jars`` for a sink that needs a JAR.
+
+    Guarantees when it returns: the job completed; every fault of the plan fired, and the
+    job crashed once per ``crash`` fault; every input id is visible exactly once;
+    ``list_prepared(sink_id)`` is empty; the ledger has every batch committed and none
+    pending; the harness's ``verify`` passed; no secret of the options is in the
+    checkpoint or the job's stderr.
+
+    Raises:
+        ContractViolation: any of that is not so (the message has the runs' summary).
+    """
+    work = Path(workdir)
+    base = int(time.time() * 1000) % 10**9 * 1000
+    chosen = list(plan) if plan is not None else crash_plan(atomic=_commits_atomically(harness, base - 1))
+    files = max(f.batch for f in chosen if f.batch is not None) + 1
+    ids = _write_input(work / "in", harness, files, rows_per_batch, base)
+    ck, runs_file, spec_path = work / "ck", work / "runs.txt", work / "job.json"
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
+            "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
+            "checkpoint": str(ck), "partitions": list(partitions), "runs_file": str(runs_file),
+            "spark_conf": dict(DEFAULT_SPARK_CONF if spark_conf is None else spark_conf)}
+    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f)
+    crashes = sum(f.action == "crash" for f in chosen)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+           "PYTHONPATH": _python_path()}
+    fired: list[list[str]] = []
+    started = time.monotonic()
+    try:
+        with open(os.devnull, "wb") as devnull:
+            runner = faultinject.ChaosRunner(env=env, cwd=work, state_dir=work / "faults", stdout=devnull,
+                                             tail_lines=300)
+            report = runner.run_until_done(
+                [sys.executable, "-m", "twopc.testing.job", str(spec_path)], ",".join(f.spec() for f in chosen),
+                max_restarts=crashes + 1, timeout_s=run_timeout_s * (crashes + 2),
+                on_run_end=lambda _run, lines: fired.append(list(lines)))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            spec_path.unlink()
+    result = CrashMatrixResult(report, "", ids, files, str(ck), _partitions(runs_file), fired,
+                               time.monotonic() - started)
+    _verify(harness, result, chosen, ck, files, varied=len(set(partitions)) > 1)
+    return result
+
+
+def _partitions(runs_file: Path) -> list[int]:
+    try:
+        return [int(line.split()[1]) for line in runs_file.read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Fault], ck: Path, files: int, *,
+            varied: bool) -> None:
+    __tracebackhide__ = True
+    secrets = harness.secret_strings()
+
+    def fail(message: str) -> None:
+        __tracebackhide__ = True
+        text = f"{harness.label}: {message}\n{result.summary()}"
+        for s in sorted(secrets, key=len, reverse=True):
+            text = text.replace(s, "***")
+        raise ContractViolation(CHECK, text)
+
+    report = result.report
+    for run in report.runs:
+        if any(s in run.stderr_tail for s in secrets):
+            fail("a credential from the sink's options appears in the job's stderr")
+    if not report.completed:
+        tail = "\n".join(report.runs[-1].stderr_tail.splitlines()[-40:])
+        fail("the job did not complete; last stderr lines:\n" + tail)
+    missing = [f.spec() for f in plan if not f.fired_in(report.fired)]
+    if missing:
+        fail(f"faults {missing} never fired: the plan does not test what it says")
+    crashes = sum(f.action == "crash" for f in plan)
+    if report.crashes != crashes or len(report.runs) != crashes + 1:
+        fail(f"expected {crashes} crashes and {crashes + 1} runs: a run failed on its own")
+    parts = result.partitions
+    for i, lines in enumerate(result.fired):
+        crashed_after_decision = any(" after_decision (crash)" in line for line in lines)
+        if varied and crashed_after_decision and parts[i] in parts[i + 1:i + 3]:
+            fail("the runs after the after_decision crash were not partitioned differently")
+    ledger = CommitLedger(str(ck))
+    sid = ledger.recorded_sink_id() or ""
+    result.sink_id = sid
+    if ledger.pending() or ledger.committed_batches() != list(range(files)):
+        fail(f"the ledger has pending batches {[d.batch_id for d in ledger.pending()]} and committed "
+             f"{ledger.committed_batches()}, expected 0..{files - 1} committed")
+    want = set(result.ids)
+    lo, hi = min(want), max(want)
+    seen = Counter(i for i in (int(x) for x in harness.read_ids()) if lo <= i <= hi)
+    lost, dup = want - set(seen), {i for i, n in seen.items() if n > 1}
+    extra = set(seen) - want
+    if lost or dup or extra:
+        fail(f"not exactly once: lost {few(lost)}, duplicated {few(dup)}, unexpected {few(extra)}")
+    sink = harness.new_sink()
+    try:
+        left = sink.list_prepared(sid)
+    finally:
+        sink.close()
+    if left:
+        fail(f"transactions left prepared: {few(h.txn_id for h in left)}")
+    if harness.verify is not None:
+        try:
+            harness.verify(sid)
+        except AssertionError as exc:
+            fail(f"the harness's verify({sid!r}) failed: {exc}")
+    for path in ck.rglob("*"):
+        if path.is_file() and any(s.encode() in path.read_bytes() for s in secrets):
+            fail(f"a credential from the sink's options is in the checkpoint file {path.relative_to(ck)}")
+

@@ -1,0 +1,102 @@
+"""``python -m twopc.testing.job SPEC``: one run of the crash matrix's streaming query.
+
+*SPEC* is the path of a JSON file that :func:`twopc.testing.run_crash_matrix` writes
+(mode 0600) and deletes afterwards: the sink as ``module:Class``, its options (secrets
+included, which is why they never travel on a command line), the input schema, folders,
+and the partition counts to cycle through. The run appends ``<run> <partitions>`` to the
+spec's runs file, so each restart repartitions the replay differently, then streams one
+Parquet file per micro-batch (``availableNow``) into the sink's data source and stops.
+
+A ``crash`` fault fired in the driver or in any Python worker kills the whole job
+(:func:`faultinject.export_crash_group`); :class:`faultinject.ChaosRunner` restarts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import faultinject
+
+__all__ = ["main"]
+
+
+def _record_run(runs_file: str, partitions: Sequence[int]) -> tuple[int, int]:
+    try:
+        with open(runs_file, encoding="utf-8") as f:
+            run = sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        run = 0
+    chosen = int(partitions[run % len(partitions)])
+    with open(runs_file, "a", encoding="utf-8") as f:
+        f.write(f"{run + 1} {chosen}\n")
+        f.flush()
+        os.fsync(f.fileno())
+    return run + 1, chosen
+
+
+def _data_source(path: str, format_name: str | None) -> Any:
+    from twopc import TwoPhaseCommitDataSource, data_source_for
+    from twopc.testing._harness import _load
+
+    obj = _load(path)
+    if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
+        return obj
+    return data_source_for(obj, format_name or f"twopc-kit-{obj.__name__.lower()}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m twopc.testing.job SPEC.json", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as f:
+        spec = json.load(f)
+    faultinject.export_crash_group()
+    run, partitions = _record_run(spec["runs_file"], spec["partitions"])
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from twopc import CommitLedger
+
+    builder = (SparkSession.builder.master("local[2,3]").appName("twopc-kit-crash-matrix")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", str(partitions))
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1"))
+    for key, value in spec.get("spark_conf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    source = _data_source(spec["sink"], spec.get("format"))
+    spark.dataSource.register(source)
+    ledger = CommitLedger(spec["checkpoint"])
+    print(f"progress: run {run}, {partitions} partitions, last committed batch {ledger.latest_committed()}",
+          file=sys.stderr, flush=True)
+    stream = (spark.readStream.schema(StructType.fromJson(spec["schema"]))
+              .option("maxFilesPerTrigger", 1).parquet(spec["input"]))
+    writer = stream.repartition(partitions).writeStream.format(source.name())
+    for key, value in spec["options"].items():
+        writer = writer.option(key, value)
+    query = writer.option("checkpointLocation", spec["checkpoint"]).trigger(availableNow=True).start()
+    seen = -1
+    while query.isActive:
+        for p in query.recentProgress:
+            if p["batchId"] > seen:
+                seen = p["batchId"]
+                print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
+        time.sleep(0.3)
+    query.awaitTermination()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
