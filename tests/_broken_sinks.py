@@ -220,6 +220,6 @@ def harness_on(sink: type[FileSink] | str, out: Path) -> SinkHarness:
             assert not left, f"{state} files left: {left}"
 
     options = {"path": str(out)}
-    if issubclass(sink, HandleCarriesPassword):
+    if isinstance(sink, type) and issubclass(sink, HandleCarriesPassword):
         options["password"] = SECRET
     return SinkHarness(sink, options, read_ids, verify=verify)

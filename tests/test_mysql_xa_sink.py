@@ -37,18 +37,22 @@ from twopc import (
     SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
-    TransactionContext,
     dumps_handle,
     loads_handle,
 )
+
+from ._sql_helpers import batch as _batch
+from ._sql_helpers import chain as _chain
+from ._sql_helpers import ctx as _ctx
+from ._sql_helpers import password as _password
+from ._sql_helpers import prepare as _prepare
+from ._sql_helpers import uid as _uid
+from ._sql_helpers import validated
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-def _uid() -> str:
-    return uuid.uuid4().hex[:10]
 
 
 def _connect(url: str, **kw: Any) -> pymysql.connections.Connection[Any]:
@@ -113,52 +117,6 @@ def table(mariadb_url: str, sink_id: str) -> Iterator[str]:
     yield name
     _roll_back_leftovers(mariadb_url, sink_id)
     _sql(mariadb_url, f"DROP TABLE IF EXISTS {name}")
-
-
-def _ctx(sink_id: str, batch: int = 1, partition: int = 0, attempt: int = 1) -> TransactionContext:
-    return TransactionContext(sink_id, batch, partition, attempt)
-
-
-def _batch(ids: list[int], **cols: Any) -> pa.RecordBatch:
-    data: dict[str, Any] = {"id": pa.array(ids, pa.int64())}
-    data["s"] = pa.array(cols.get("s", [f"v{i}" for i in ids]), pa.string())
-    data["x"] = pa.array(cols.get("x", [i / 2 for i in ids]), pa.float64())
-    return pa.record_batch(data)
-
-
-def _prepare(sink: MySqlXaSink, ctx: TransactionContext, *batches: pa.RecordBatch) -> MySqlXaHandle:
-    txn = sink.begin_transaction(ctx)
-    try:
-        for b in batches:
-            sink.invoke_batch(txn, b)
-        return sink.pre_commit(txn)
-    except BaseException:
-        sink.rollback(txn)
-        raise
-
-
-def _validated(url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> MySqlXaSink:
-    sink = MySqlXaSink(url, table, **kw)
-    sink.validate(schema or _batch([0]).schema)
-    return sink
-
-
-def _password(url: str) -> str:
-    pw = sa.make_url(url).password
-    assert pw, "the test server must use a password"
-    return pw
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        todo += [e.__cause__, e.__context__]
 
 
 def _count(url: str, table: str) -> int:
@@ -686,3 +644,7 @@ def test_names_needing_quotes_work_and_cannot_inject(mariadb_url, sink_id):
         assert _sql(mariadb_url, f"SELECT COUNT(*) FROM {victim}") == [(0,)]  # the victim survived
     finally:
         _sql(mariadb_url, f"DROP TABLE IF EXISTS {qweird}, {victim}, `{marker.replace('`', '``')}`")
+
+
+def _validated(url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> MySqlXaSink:
+    return validated(MySqlXaSink, url, table, schema, **kw)

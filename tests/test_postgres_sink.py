@@ -11,7 +11,6 @@ import decimal
 import gc
 import json
 import threading
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,18 +33,22 @@ from twopc import (
     SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
-    TransactionContext,
     dumps_handle,
     loads_handle,
 )
+
+from ._sql_helpers import batch as _batch
+from ._sql_helpers import chain as _chain
+from ._sql_helpers import ctx as _ctx
+from ._sql_helpers import password as _password
+from ._sql_helpers import prepare as _prepare
+from ._sql_helpers import uid as _uid
+from ._sql_helpers import validated
 
 FORMATS = ["binary", "csv"]
 
 
 # -- helpers ----------------------------------------------------------------------------
-
-def _uid() -> str:
-    return uuid.uuid4().hex[:10]
 
 
 @pytest.fixture
@@ -76,28 +79,6 @@ def table(pg_engine: sa.Engine, sink_id: str) -> Iterator[str]:
         c.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
 
 
-def _ctx(sink_id: str, batch: int = 1, partition: int = 0, attempt: int = 1) -> TransactionContext:
-    return TransactionContext(sink_id, batch, partition, attempt)
-
-
-def _batch(ids: list[int], **cols: Any) -> pa.RecordBatch:
-    data: dict[str, Any] = {"id": pa.array(ids, pa.int64())}
-    data["s"] = pa.array(cols.get("s", [f"v{i}" for i in ids]), pa.string())
-    data["x"] = pa.array(cols.get("x", [i / 2 for i in ids]), pa.float64())
-    return pa.record_batch(data)
-
-
-def _prepare(sink: PostgresSink, ctx: TransactionContext, *batches: pa.RecordBatch) -> PostgresHandle:
-    txn = sink.begin_transaction(ctx)
-    try:
-        for b in batches:
-            sink.invoke_batch(txn, b)
-        return sink.pre_commit(txn)
-    except BaseException:
-        sink.rollback(txn)
-        raise
-
-
 def _rows(engine: sa.Engine, sql_text: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
     with engine.connect() as c:
         return [tuple(r) for r in c.exec_driver_sql(sql_text, params or {}).fetchall()]
@@ -106,30 +87,6 @@ def _rows(engine: sa.Engine, sql_text: str, params: dict[str, Any] | None = None
 def _prepared_gids(engine: sa.Engine, sink_id: str) -> list[str]:
     return [r[0] for r in _rows(engine, "SELECT gid FROM pg_prepared_xacts WHERE starts_with(gid, %(p)s) "
                                         "ORDER BY gid", {"p": f"twopc:{sink_id}:"})]
-
-
-def _validated(url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> PostgresSink:
-    sink = PostgresSink(url, table, **kw)
-    sink.validate(schema or _batch([0]).schema)
-    return sink
-
-
-def _password(url: str) -> str:
-    pw = sa.make_url(url).password
-    assert pw, "the test server must use a password"
-    return pw
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        todo += [e.__cause__, e.__context__]
 
 
 # -- the protocol -------------------------------------------------------------------------
@@ -734,3 +691,7 @@ def test_twopc_postgres_honours_isolation_level_session_init_and_query_timeout(p
     finally:
         with pg_engine.begin() as c:
             c.exec_driver_sql(f"DROP TABLE {log_table}")
+
+
+def _validated(url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> PostgresSink:
+    return validated(PostgresSink, url, table, schema, **kw)

@@ -1,0 +1,71 @@
+"""What the tests of the prepared-transaction SQL sinks share: fresh names, the rows they
+write, and one task attempt's life (begin, load, prepare; rolled back on any failure)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import sqlalchemy as sa
+
+from twopc import TransactionContext, TwoPhaseCommitSink
+
+S = TypeVar("S", bound="TwoPhaseCommitSink[Any, Any, Any]")
+
+
+def uid() -> str:
+    """10 random hex digits, for table names and sink ids."""
+    return uuid.uuid4().hex[:10]
+
+
+def ctx(sink_id: str, batch: int = 1, partition: int = 0, attempt: int = 1) -> TransactionContext:
+    return TransactionContext(sink_id, batch, partition, attempt)
+
+
+def batch(ids: list[int], **cols: Any) -> pa.RecordBatch:
+    """Rows ``(id bigint, s text, x double)``; ``s`` and ``x`` default to ``v<id>`` and ``id/2``."""
+    data: dict[str, Any] = {"id": pa.array(ids, pa.int64())}
+    data["s"] = pa.array(cols.get("s", [f"v{i}" for i in ids]), pa.string())
+    data["x"] = pa.array(cols.get("x", [i / 2 for i in ids]), pa.float64())
+    return pa.record_batch(data)
+
+
+def prepare(sink: Any, context: TransactionContext, *batches: pa.RecordBatch) -> Any:
+    """One task attempt: begin, load *batches*, prepare; rolled back if anything fails."""
+    txn = sink.begin_transaction(context)
+    try:
+        for b in batches:
+            sink.invoke_batch(txn, b)
+        return sink.pre_commit(txn)
+    except BaseException:
+        sink.rollback(txn)
+        raise
+
+
+def validated(sink_class: type[S], url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> S:
+    """A sink of *sink_class* on *table*, validated for *schema* (default: :func:`batch`'s)."""
+    sink = sink_class(url, table, **kw)  # type: ignore[call-arg]  # the SQL sinks take (url, table, **options)
+    sink.validate(schema or batch([0]).schema)
+    return sink
+
+
+def password(url: str) -> str:
+    """The password of the test server's URL (which must have one)."""
+    pw = sa.make_url(url).password
+    assert pw, "the test server must use a password"
+    return pw
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """*exc* and every exception it was raised from or during."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [e.__cause__, e.__context__]
