@@ -174,3 +174,23 @@ _WITHOUT = textwrap.dedent("""
 def test_a_missing_driver_names_the_extra_and_nothing_else_breaks() -> None:
     done = subprocess.run([sys.executable, "-c", _WITHOUT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+_STAGING_WITHOUT_PSYCOPG = textwrap.dedent("""
+    import sys
+    sys.modules["psycopg"] = None  # as if twopc[postgres] were not installed
+    import pyarrow as pa
+    from sinks import StagingSink
+    sink = StagingSink("postgresql://u@127.0.0.1:1/db", "t")  # options alone need no driver
+    try:
+        sink.validate(pa.schema([("id", pa.int64())]))
+    except ImportError as exc:
+        assert "twopc[postgres]" in str(exc), exc
+        print("ok")
+""")
+
+
+def test_a_sql_url_without_its_driver_names_the_extra() -> None:
+    done = subprocess.run([sys.executable, "-c", _STAGING_WITHOUT_PSYCOPG], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -18,10 +18,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
+from twopc._extras import require
+
 __all__ = ["EngineCache", "dispose_engines", "engine_for"]
 
 #: application_name / client program name the servers show for twopc's sessions
 APPLICATION_NAME = "twopc"
+#: the Python driver of each backend twopc translates URLs for, and the extra installing it
+_DRIVERS = {"postgresql": ("psycopg", "postgres"), "mysql": ("pymysql", "mysql"), "mariadb": ("pymysql", "mysql")}
 
 
 class EngineCache:
@@ -67,6 +71,9 @@ def engine_for(url: URL, connect_timeout: int, *, autocommit: bool) -> Engine:
 
     def make() -> Engine:
         backend = url.get_backend_name()
+        driver = _DRIVERS.get(backend)
+        if driver is not None:  # a missing driver names twopc's extra, not just the module
+            require(driver[0], driver[1], f"writing to {backend} (twopc-jdbc)")
         args: dict[str, Any] = {}
         if backend == "sqlite":
             args = {"timeout": max(60, connect_timeout)}
