@@ -5,6 +5,7 @@ runs (the kit pickles them and can run them in other processes)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import threading
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from sinks import FileHandle, FileSink
 from twopc import CommitOutcome, SinkUnavailableError, option
 from twopc.testing import SinkHarness
+
+from ._filesink_helpers import assert_nothing_left, committed_ids
 
 #: The password of the sinks that take one (their failure messages must never show it; the
 #: plain file sink refuses an option it does not know, so the others get none).
@@ -202,24 +203,9 @@ BROKEN: tuple[type[FileSink], ...] = (
 
 def harness_on(sink: type[FileSink] | str, out: Path) -> SinkHarness:
     """A harness on a folder: read back the committed files' ids; verify that no prepared or
-    staging file of a sink id is left (what a sink that hides prepared transactions from
-    its own list_prepared cannot fake)."""
-
-    def read_ids() -> list[int]:
-        ids: list[int] = []
-        for path in FileSink.from_options({"path": str(out)}).committed_files():
-            table = pq.read_table(path)
-            if table.num_columns:
-                ids += table.column("id").to_pylist()
-        return ids
-
-    def verify(sink_id: str) -> None:
-        for state in ("prepared", "staging"):
-            folder = out / "_twopc" / state
-            left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
-            assert not left, f"{state} files left: {left}"
-
+    staging file of a sink id is left."""
     options = {"path": str(out)}
     if isinstance(sink, type) and issubclass(sink, HandleCarriesPassword):
         options["password"] = SECRET
-    return SinkHarness(sink, options, read_ids, verify=verify)
+    return SinkHarness(sink, options, functools.partial(committed_ids, out),
+                       verify=functools.partial(assert_nothing_left, out))

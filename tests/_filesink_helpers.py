@@ -22,14 +22,26 @@ def run_task(sink: FileSink, sink_id: str, batch: int, partition: int, attempt: 
     return sink.pre_commit(txn)
 
 
-def committed_ids(sink: FileSink) -> list[int]:
-    """Every id in the committed (visible) files, duplicates included, sorted."""
+def committed_ids(sink: FileSink | str | Path) -> list[int]:
+    """Every id in the committed (visible) files of *sink* (or of a file sink on a folder),
+    duplicates included, sorted."""
+    if not isinstance(sink, FileSink):
+        sink = FileSink(str(sink))
     out: list[int] = []
     for path in sink.committed_files():
         table = pq.read_table(path)
         if table.num_columns:
             out += table.column("id").to_pylist()
     return sorted(out)
+
+
+def assert_nothing_left(out: str | Path, sink_id: str) -> None:
+    """No prepared or staging file of *sink_id* is left in the file sink's folder *out* (what
+    a sink that hides prepared transactions from its own list_prepared cannot fake)."""
+    for state in ("prepared", "staging"):
+        folder = Path(out, "_twopc", state)
+        left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
+        assert not left, f"{state} files of {sink_id} left: {left}"
 
 
 def crash_commit(coord: CommitCoordinator, point: str, batch: int, handles: Sequence[TransactionHandle],

@@ -11,6 +11,7 @@ stream says.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator
@@ -19,14 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 import redis
 import sqlalchemy as sa
 
 from recovery import staged_rows_left
-from sinks import FileSink, RedisSink
+from sinks import RedisSink
 from twopc.testing import SinkHarness
+
+from ._filesink_helpers import assert_nothing_left, committed_ids
 
 __all__ = ["HARNESSES", "OwnHarness", "harness_for"]
 
@@ -47,23 +49,8 @@ def _uid() -> str:
 @contextmanager
 def file_harness(tmp_path: Path) -> Iterator[SinkHarness]:
     out = str(tmp_path / "out")
-
-    def read_ids() -> list[int]:
-        ids: list[int] = []
-        for path in FileSink.from_options({"path": out}).committed_files():
-            table = pq.read_table(path)
-            if table.num_columns:
-                ids += table.column("id").to_pylist()
-        return ids
-
-    def verify(sink_id: str) -> None:
-        for state in ("prepared", "staging"):
-            folder = Path(out, "_twopc", state)
-            left = [p.name for p in folder.glob(f"{sink_id}~*")] if folder.is_dir() else []
-            assert not left, f"{state} files of {sink_id} left: {left}"
-
-    yield OwnHarness("sinks:FileSink", {"path": out}, read_ids, verify=verify, name="FileSink",
-                     handle_kind="twopc.file")
+    yield OwnHarness("sinks:FileSink", {"path": out}, functools.partial(committed_ids, out),
+                     verify=functools.partial(assert_nothing_left, out), name="FileSink", handle_kind="twopc.file")
 
 
 @contextmanager
