@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import twopc as _twopc
 
 from ._file import FileDataSource, FileHandle, FileSink
-from ._handles import MySqlXaHandle, PostgresHandle
+from ._handles import MySqlXaHandle, PostgresHandle, RedisHandle
 from ._sources import PostgresDataSource, RedisDataSource
 from .sql import JdbcDataSource, JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
         HIncrByOp,
         HSetOp,
         IncrByOp,
-        RedisHandle,
         RedisSink,
         RedisTargetError,
         RPushOp,
@@ -88,7 +87,7 @@ __all__ = [
 _LAZY = {
     "PostgresSink": "postgres",
     "MySqlXaSink": "mysql",
-    **{name: "redis" for name in ("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisHandle", "RedisSink",
+    **{name: "redis" for name in ("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisSink",
                                    "RedisTargetError", "SetOp", "XAddOp", "ZAddOp", "parse_mapping")},
 }
 
