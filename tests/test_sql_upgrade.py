@@ -12,7 +12,6 @@ staging table's ``twopc_txn`` column and ``twopc_batches``, and the handle envel
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,11 +31,10 @@ from twopc import (
     loads_handle,
 )
 
+from ._sql_helpers import uid as _uid
+
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 
-
-def _uid() -> str:
-    return uuid.uuid4().hex[:10]
 
 
 H = TypeVar("H", bound=TransactionHandle)

@@ -103,8 +103,6 @@ MYSQL_JAVA_ONLY: tuple[str, ...] = (
 #: SQLite JDBC (xerial) parameters translated to sqlite3 equivalents.
 SQLITE_PARAMETERS: tuple[str, ...] = ("busy_timeout",)
 
-_PG_JAVA_ONLY = frozenset(k.lower() for k in PG_JAVA_ONLY)
-_MYSQL_JAVA_ONLY = frozenset(k.lower() for k in MYSQL_JAVA_ONLY)
 
 #: Known parameters that are refused, with specific advice (keys lower-case).
 _PG_REFUSED: dict[str, str] = {
@@ -157,6 +155,22 @@ def _unknown(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...],
     return ConfigurationError(
         f"{head}. Driver parameters translated for {dialect_label}: {', '.join(mapped)}{accepted}.{tail} "
         f"Remove it, or give a SQLAlchemy URL with the Python driver's own parameters")
+
+
+def _untranslated(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...], java_only: tuple[str, ...],
+                  refused: dict[str, str], supported: str) -> None:
+    """A parameter with no Python equivalent: logged when it only tunes the Java driver,
+    else refused (with specific advice when there is some).
+
+    Raises:
+        ConfigurationError: it is refused or unknown.
+    """
+    if prop.key in {k.lower() for k in java_only}:
+        _java_only(prop, dialect_label)
+    elif prop.key in refused:
+        raise ConfigurationError(f"{_param_label(prop)} is not supported: it {refused[prop.key]}")
+    else:
+        raise _unknown(prop, dialect_label, mapped, java_only, supported)
 
 
 def _java_only(prop: DriverParam, dialect_label: str) -> None:
@@ -259,12 +273,8 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
             q["channel_binding"] = t
         elif k == "loadbalancehosts":
             q["load_balance_hosts"] = "random" if _jdbc_bool(p) else "disable"
-        elif k in _PG_JAVA_ONLY:
-            _java_only(p, "PostgreSQL")
-        elif k in _PG_REFUSED:
-            raise ConfigurationError(f"{_param_label(p)} is not supported: it {_PG_REFUSED[k]}")
         else:
-            raise _unknown(p, "PostgreSQL", PG_PARAMETERS, PG_JAVA_ONLY, supported)
+            _untranslated(p, "PostgreSQL", PG_PARAMETERS, PG_JAVA_ONLY, _PG_REFUSED, supported)
     if ssl_flag and "sslmode" not in q and "sslmode" not in base_query:
         # pgjdbc: ssl=true without sslmode verifies the certificate and the host name
         q["sslmode"] = "verify-full"
@@ -317,12 +327,8 @@ def translate_mysql(props: list[DriverParam], flavor: str, supported: str = "") 
                     f"{p.name}={v} is not supported: twopc-jdbc sends timestamps as UTC; use "
                     f"{p.name}=UTC or remove it")
             log.info("twopc: %s=%s: timestamps are written in UTC", p.name, v)
-        elif k in _MYSQL_JAVA_ONLY:
-            _java_only(p, "MySQL/MariaDB")
-        elif k in _MYSQL_REFUSED:
-            raise ConfigurationError(f"{_param_label(p)} is not supported: it {_MYSQL_REFUSED[k]}")
         else:
-            raise _unknown(p, "MySQL/MariaDB", MYSQL_PARAMETERS, MYSQL_JAVA_ONLY, supported)
+            _untranslated(p, "MySQL/MariaDB", MYSQL_PARAMETERS, MYSQL_JAVA_ONLY, _MYSQL_REFUSED, supported)
     q.update(_mysql_tls(by_key, flavor))
     return Translated(q, timeout)
 
