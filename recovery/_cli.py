@@ -1,9 +1,11 @@
-"""``python -m recovery``: inspect or run recovery for one checkpoint by hand."""
+"""``twopc status`` / ``twopc recover`` (also ``python -m recovery``): inspect a checkpoint's
+sink and run recovery by hand."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import logging
 import os
 import sys
@@ -18,7 +20,9 @@ from twopc import (
     TwoPCError,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
+    sink_status,
 )
+from twopc._logs import configure_cli_logging, log_event
 
 __all__ = ["build_sink", "main"]
 
@@ -61,48 +65,90 @@ def _options(pairs: Sequence[str], env_pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m recovery",
-        description="Finish decided batches and roll back orphaned prepared transactions of a twopc sink.",
-    )
-    parser.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
-    parser.add_argument("--format", required=True, help="twopc-postgres, twopc-file, or module:SinkClass")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+_COMMANDS = ("status", "recover")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
+    common.add_argument("--format", help="twopc-postgres, twopc-file, ... or module:SinkClass (required unless "
+                                         "the checkpoint has no sink yet, or with --accept-lost)")
+    common.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="a writer option of the sink (repeatable)")
-    parser.add_argument("--option-env", action="append", default=[], metavar="KEY=ENVVAR",
+    common.add_argument("--option-env", action="append", default=[], metavar="KEY=ENVVAR",
                         help="a writer option read from an environment variable (for passwords)")
-    parser.add_argument("--sink-id", help="default: the id recorded in the checkpoint")
-    parser.add_argument("--dry-run", action="store_true", help="only print what would be done")
-    parser.add_argument("--accept-lost", type=int, metavar="BATCH",
-                        help="mark a decided batch whose transactions were lost as done (after you "
-                             "restored its rows by other means)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    common.add_argument("--sink-id", help="default: the id recorded in the checkpoint")
+    parser = argparse.ArgumentParser(
+        prog="twopc",
+        description="Operate a twopc sink: `status` shows what is unsettled (exit 1 when an operator is "
+                    "needed), `recover` finishes decided batches and rolls back orphaned prepared transactions. "
+                    "Also `python -m recovery [status|recover]`; without a command, `recover`.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    status = sub.add_parser("status", parents=[common], help="show every unsettled transaction (read-only)")
+    status.add_argument("--json", action="store_true", help="print JSON for scripts")
+    recover = sub.add_parser("recover", parents=[common], help="run recovery")
+    recover.add_argument("--dry-run", action="store_true", help="only print what would be done")
+    recover.add_argument("--accept-lost", type=int, metavar="BATCH",
+                         help="mark a decided batch whose transactions were lost as done (after you "
+                              "restored its rows by other means)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``twopc status`` / ``twopc recover``. Returns the exit code: 0 done (status:
+    nothing needs an operator), 1 status found something that needs an operator, 2 error."""
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if not args_in or (args_in[0] not in _COMMANDS and args_in[0] not in ("-h", "--help")):
+        args_in = ["recover", *args_in]  # `python -m recovery --checkpoint ...` predates the commands
+    args = _parser().parse_args(args_in)
+    configure_cli_logging()
     try:
         ledger = CommitLedger(args.checkpoint)
         sink_id = args.sink_id or ledger.recorded_sink_id()
         if not sink_id:
-            print(f"no twopc sink has written to {args.checkpoint} yet: nothing to recover")
+            what = "show" if args.command == "status" else "recover"
+            print(f"no twopc sink has written to {args.checkpoint} yet: nothing to {what}")
             return 0
-        if args.accept_lost is not None:
-            if ledger.state(args.accept_lost) is not BatchState.DECIDED:
-                raise ConfigurationError(f"batch {args.accept_lost} is not decided-and-unfinished")
-            ledger.mark_committed(args.accept_lost, summary={"accepted_lost_by_operator": True})
-            print(f"batch {args.accept_lost} marked done; its lost transactions will not be retried")
-            return 0
+        if args.command == "recover" and args.accept_lost is not None:
+            return _accept_lost(ledger, args.accept_lost)
+        if not args.format:
+            raise ConfigurationError("--format is required: the data source name the query writes with "
+                                     "(twopc-postgres, twopc-jdbc, ...) or module:SinkClass")
         sink = build_sink(args.format, _options(args.option, args.option_env))
         with sink:
-            rc = RecoveryCoordinator(sink, ledger, sink_id=sink_id)
-            if args.dry_run:
-                plan = rc.plan()
-                print(f"sink {sink_id} on {sink.describe()}")
-                print(f"  batches to finish:        {list(plan.batches_to_finish) or 'none'}")
-                print(f"  transactions to commit:   {len(plan.transactions_to_commit)}")
-                print(f"  orphans to roll back:     {len(plan.orphans_to_roll_back)}")
-                return 0
-            print(rc.run().summary())
-        return 0
+            if args.command == "status":
+                return _status(sink, ledger, sink_id, as_json=args.json)
+            return _recover(sink, ledger, sink_id, dry_run=args.dry_run)
     except TwoPCError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool) -> int:
+    status = sink_status(sink, ledger, sink_id)
+    print(json.dumps(status.to_json(), indent=1, sort_keys=True) if as_json else status.render())
+    return 1 if status.needs_operator else 0
+
+
+def _accept_lost(ledger: CommitLedger, batch: int) -> int:
+    if ledger.state(batch) is not BatchState.DECIDED:
+        raise ConfigurationError(f"batch {batch} is not decided-and-unfinished")
+    ledger.mark_committed(batch, summary={"accepted_lost_by_operator": True})
+    log_event(logging.getLogger("twopc.recovery"), logging.WARNING, "lost_accepted",
+              "twopc: batch %s marked done by an operator; its lost transactions will not be retried",
+              batch, batch=batch)
+    print(f"batch {batch} marked done; its lost transactions will not be retried")
+    return 0
+
+
+def _recover(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, dry_run: bool) -> int:
+    rc = RecoveryCoordinator(sink, ledger, sink_id=sink_id)
+    if dry_run:
+        plan = rc.plan()
+        print(f"sink {sink_id} on {sink.describe()}")
+        print(f"  batches to finish:        {list(plan.batches_to_finish) or 'none'}")
+        print(f"  transactions to commit:   {len(plan.transactions_to_commit)}")
+        print(f"  orphans to roll back:     {len(plan.orphans_to_roll_back)}")
+        return 0
+    print(rc.run().summary())
+    return 0

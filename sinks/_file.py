@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from twopc import (
     CommitOutcome,
     MissingOptionError,
+    PreparedDetail,
     ProtocolError,
     TransactionContext,
     TransactionHandle,
@@ -206,6 +207,19 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
             h = self._parse(name[: -len(_SUFFIX)])
             if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id):
                 out.append(h)
+        return out
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """:meth:`list_prepared` with each file's modification time and size in bytes."""
+        out = []
+        for h in self.list_prepared(sink_id):
+            for state in ("prepared", "staging"):
+                try:
+                    st = os.stat(self._file(state, h.txn_id))
+                except FileNotFoundError:
+                    continue
+                out.append(PreparedDetail(h, f"{state} file", st.st_mtime, st.st_size, "bytes"))
+                break
         return out
 
     def committed_files(self) -> list[str]:

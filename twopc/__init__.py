@@ -41,6 +41,7 @@ from ._handle import (
     loads_handle,
     registered_handle_kinds,
 )
+from ._inspect import Headroom, PreparedDetail
 from ._ledger import BatchState, CommitLedger, Decision
 from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
@@ -54,6 +55,7 @@ from ._spark import (
     foreach_batch_writer,
     register,
 )
+from ._status import SinkStatus, UnsettledTransaction, sink_status
 from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
 
 __all__ = [
@@ -69,9 +71,11 @@ __all__ = [
     "Decision",
     "HandleError",
     "HandleVersionError",
+    "Headroom",
     "LedgerError",
     "MissingExtraError",
     "MissingOptionError",
+    "PreparedDetail",
     "ProtocolError",
     "RecoveryCoordinator",
     "RecoveryPlan",
@@ -79,6 +83,7 @@ __all__ = [
     "RuntimeOptions",
     "SchemaMismatchError",
     "SinkError",
+    "SinkStatus",
     "SinkUnavailableError",
     "TargetConfigurationError",
     "TransactionContext",
@@ -91,6 +96,7 @@ __all__ = [
     "TwoPhaseCommitSink",
     "TwoPhaseCommitStreamWriter",
     "UnknownHandleKindError",
+    "UnsettledTransaction",
     "Xid",
     "data_source_for",
     "decode_handle",
@@ -105,6 +111,7 @@ __all__ = [
     "redact",
     "register",
     "registered_handle_kinds",
+    "sink_status",
     "validate_sink_id",
 ]
 

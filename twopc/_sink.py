@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ._context import TransactionContext
 from ._errors import ConfigurationError, SinkError
 from ._handle import TransactionHandle
+from ._inspect import Headroom, PreparedDetail
 
 if TYPE_CHECKING:
     from typing import Self
@@ -190,6 +191,32 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[H]:
         """Return the handles of every transaction of *sink_id* (and *batch_id*, when given)
         that is prepared and not yet committed or rolled back."""
+
+    def prepared_details(self, sink_id: str) -> Sequence[PreparedDetail]:
+        """What :meth:`list_prepared` finds for *sink_id*, with what the target can tell
+        about each (its age and size). Read-only. The default wraps :meth:`list_prepared`
+        and knows neither age nor size; sinks whose target records them override it.
+
+        Raises:
+            SinkError: the target failed.
+        """
+        return [PreparedDetail(h) for h in self.list_prepared(sink_id)]
+
+    def headroom(self) -> Headroom | None:
+        """How many prepared transactions (or staged entries) the target holds now, for
+        every user, against its limit; ``None`` (the default) when the sink cannot tell.
+        Read-only.
+
+        Raises:
+            SinkError: the target failed.
+        """
+        return None
+
+    def commit_mode(self) -> str:
+        """How this sink commits, in one line for the start-up log (credential-free):
+        the default names the class and whether a batch commits in one local transaction."""
+        how = "one local transaction per batch" if self.commits_atomically else "a prepared transaction per task"
+        return f"{type(self).__name__}: {how}"
 
     def purge_committed(self, sink_id: str, below_batch: int) -> None:
         """Forget bookkeeping (e.g. marker rows) of *sink_id*'s committed batches with id

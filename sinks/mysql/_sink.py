@@ -37,7 +37,7 @@ import pymysql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from twopc import ConfigurationError, SinkError, TargetConfigurationError
+from twopc import ConfigurationError, Headroom, SinkError, TargetConfigurationError
 
 from .._handles import MySqlXaHandle
 from ..sql._dialect import SqlTxn, give_back
@@ -355,6 +355,10 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             log.debug("twopc mysql xa: could not roll back %s after a failed prepare", txn.gid, exc_info=True)
 
     # -- driver side -----------------------------------------------------------------------
+    def _headroom(self) -> Headroom:
+        _n, rows = self._control_execute("XA RECOVER", fetch=True)
+        return Headroom("XA RECOVER", len(rows), None)
+
     def _prepared_ids(self, prefix: str) -> list[str]:
         _n, rows = self._control_execute("XA RECOVER", fetch=True)
         return [g for g in server.parse_recover(rows) if g.startswith(prefix)]

@@ -39,6 +39,7 @@ from psycopg import sql
 
 from twopc import (
     ConfigurationError,
+    Headroom,
     SinkError,
     TargetConfigurationError,
 )
@@ -243,6 +244,18 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         except psycopg.Error as exc:
             raise self._map_error(exc, f"{verb} PREPARED {gid}") from None
         return True
+
+    def _prepared_since(self, prefix: str) -> dict[str, float]:
+        _n, rows = self._control_execute(
+            "SELECT gid, extract(epoch FROM prepared)::float8 FROM pg_prepared_xacts "
+            "WHERE database = current_database() AND starts_with(gid, %s)", (prefix,), fetch=True)
+        return {str(r[0]): float(r[1]) for r in rows}
+
+    def _headroom(self) -> Headroom:
+        _n, rows = self._control_execute(
+            "SELECT (SELECT count(*) FROM pg_prepared_xacts), current_setting('max_prepared_transactions')::int",
+            fetch=True)
+        return Headroom("max_prepared_transactions", int(rows[0][0]), int(rows[0][1]))
 
     def _prepared_ids(self, prefix: str) -> list[str]:
         _n, rows = self._control_execute(

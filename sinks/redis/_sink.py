@@ -27,6 +27,7 @@ string, and a handle's id is checked (:meth:`twopc.Xid.checked`) before it reach
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,7 +37,9 @@ import redis.exceptions as rex
 from twopc import (
     CommitOutcome,
     ConfigurationError,
+    Headroom,
     MissingOptionError,
+    PreparedDetail,
     ProtocolError,
     SinkError,
     TransactionContext,
@@ -382,6 +385,50 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
             out.append(RedisHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
                                    hash_tag=tag, staged=-1))
         return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """:meth:`list_prepared` with each transaction's staged element count (from
+        ``P:prepared``; unknown for one that died while staging) and when its staging list
+        was last written (``OBJECT IDLETIME``; unknown under an LFU eviction policy).
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        handles = self.list_prepared(sink_id)
+        keys = self.keys_for(sink_id)
+        client = self._server.client()
+        now = time.time()
+        out = []
+        try:
+            for h in handles:
+                count = client.hget(keys.prepared, h.txn_id)
+                try:
+                    idle = client.object("idletime", keys.staging(h.txn_id))
+                except rex.ResponseError:  # an LFU maxmemory-policy keeps no idle time
+                    idle = None
+                out.append(PreparedDetail(h, "staging list", None if idle is None else now - float(idle),
+                                          None if count is None else int(count), "elements"))
+        except rex.RedisError as exc:
+            raise self._server.error(exc, "read prepared transactions") from None
+        return out
+
+    def headroom(self) -> Headroom:
+        """Staging lists of every sink on the server (``SCAN`` of ``*:staging:*``); Redis
+        has no limit but memory.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        try:
+            n = sum(1 for _ in self._server.client().scan_iter(match="*:staging:twopc:*", count=1000))
+        except rex.RedisError as exc:
+            raise self._server.error(exc, "count staging keys") from None
+        return Headroom("staging keys", n, None)
+
+    def commit_mode(self) -> str:
+        """One Redis FUNCTION (or Lua script) call per transaction, marker included."""
+        how = {"function": "FUNCTION", "eval": "EVALSHA"}.get(self._server.mode or "", "FUNCTION/EVALSHA")
+        return f"RedisSink: prepared staging lists, each committed by one atomic {how} call with its marker"
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many.

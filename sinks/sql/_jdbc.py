@@ -36,6 +36,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from twopc import (
     CommitOutcome,
     ConfigurationError,
+    Headroom,
+    PreparedDetail,
     ProtocolError,
     TransactionContext,
     TransactionHandle,
@@ -295,6 +297,23 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
         out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
         return out
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*, with
+        what each mode's target tells about them."""
+        out: list[PreparedDetail] = []
+        if self.dialect in ("postgresql", "mysql"):
+            out.extend(self._prepared_sink().prepared_details(sink_id))
+        out.extend(self._staging_sink().prepared_details(sink_id))
+        return out
+
+    def headroom(self) -> Headroom | None:
+        """The server's prepared-transaction room (PostgreSQL/MySQL); ``None`` elsewhere."""
+        return self._prepared_sink().headroom() if self.dialect in ("postgresql", "mysql") else None
+
+    def commit_mode(self) -> str:
+        """The settled mode and why (after :meth:`validate`)."""
+        return f"twopc-jdbc {self.mode or 'unsettled'} mode ({self.reason or 'settled at validate'})"
 
     def purge_committed(self, sink_id: str, below_batch: int) -> None:
         if self.dialect in ("postgresql", "mysql") and self.mode != STAGING:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Generic, TypeVar
 
-from twopc import MAX_XID_BYTES, CommitOutcome, ProtocolError, TransactionHandle, Xid
+from twopc import MAX_XID_BYTES, CommitOutcome, Headroom, PreparedDetail, ProtocolError, TransactionHandle, Xid
 
 from ._columns import TableColumn
 from ._dialect import SqlDialect
@@ -94,6 +94,39 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             if batch_id is None or h.batch_id == batch_id:
                 out.append(h)
         return out
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """:meth:`list_prepared` with when each was prepared, where the server records it
+        (PostgreSQL does; XA RECOVER does not).
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        handles = self.list_prepared(sink_id)
+        try:
+            since = self._prepared_since(Xid.prefix(sink_id)) if handles else {}
+        except self.spec.driver_error as exc:
+            raise self._map_error(exc, "read when transactions were prepared") from None
+        return [PreparedDetail(h, "prepared transaction", since.get(h.txn_id)) for h in handles]
+
+    def _prepared_since(self, prefix: str) -> dict[str, float]:
+        """Unix seconds each prepared id with *prefix* was prepared at; empty when the
+        server does not record it (the default)."""
+        return {}
+
+    def headroom(self) -> Headroom | None:
+        """Prepared transactions the server holds for every user, against its limit.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        try:
+            return self._headroom()
+        except self.spec.driver_error as exc:
+            raise self._map_error(exc, "count prepared transactions") from None
+
+    def _headroom(self) -> Headroom | None:
+        return None
 
     def parse_gid(self, gid: str) -> H | None:
         """Rebuild a handle from a transaction id (``None`` if it is not a canonical twopc id)."""

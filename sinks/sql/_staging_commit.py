@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import (
     CommitOutcome,
+    PreparedDetail,
     ProtocolError,
     SchemaMismatchError,
     TargetConfigurationError,
@@ -180,20 +181,32 @@ class StagingCommitter(StagingDdl):
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
         """Attempts of *sink_id* (and *batch_id*) with rows in the staging table."""
+        return [h for h, _rows in self._staged(sink_id) if batch_id is None or h.batch_id == batch_id]
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """Staged attempts of *sink_id* with their row counts (the staging table records
+        no time: their age is unknown).
+
+        Raises:
+            SinkError / SinkUnavailableError: the database failed.
+        """
+        return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
+
+    def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
         conn = self._connect()
         try:
             with fresh(conn):
-                txns = self._staged_txns(conn, Xid.prefix(sink_id))
+                counts = self._staged_counts(conn, Xid.prefix(sink_id))
         except SQLAlchemyError as exc:
             raise self._error(exc, "list staged transactions") from None
         finally:
             conn.close()
         out = []
-        for txn_id in txns:
+        for txn_id, rows in counts.items():
             h = self.parse_txn_id(txn_id)
-            if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id):
-                out.append(h)
-        return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
+            if h is not None and h.sink_id == sink_id:
+                out.append((h, rows))
+        return sorted(out, key=lambda p: (p[0].batch_id, p[0].txn_id))
 
     def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
         """Rebuild a handle from a staged transaction id (``None`` if it is not one)."""

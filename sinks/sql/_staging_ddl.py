@@ -172,14 +172,18 @@ class StagingDdl:
                 raise
 
     def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
-        """Distinct transaction ids in the staging table starting with *prefix* (a superset
-        where the prefix holds ``_``, a LIKE wildcard: callers parse what they get)."""
+        """Distinct transaction ids in the staging table starting with *prefix*."""
+        return list(self._staged_counts(conn, prefix))
+
+    def _staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
+        """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
+        where the prefix holds ``_``, a wildcard: the prefix is checked again here)."""
         if not self._has_table(conn, self.stage):
-            return []
+            return {}
         col = self._q(TXN_COLUMN)
-        rows = conn.execute(sa.text(f"SELECT DISTINCT {col} FROM {self.stage.quoted(conn.dialect)} "
-                                    f"WHERE {col} LIKE :p"), {"p": prefix + "%"}).all()
-        return [r[0] for r in rows if str(r[0]).startswith(prefix)]
+        rows = conn.execute(sa.text(f"SELECT {col}, COUNT(*) FROM {self.stage.quoted(conn.dialect)} "
+                                    f"WHERE {col} LIKE :p GROUP BY {col}"), {"p": prefix + "%"}).all()
+        return {str(r[0]): int(r[1]) for r in rows if str(r[0]).startswith(prefix)}
 
     def _expire_ephemeral(self, conn: Connection) -> None:
         """Delete staged rows of ``eph-`` writes (no checkpoint) whose driver started more

@@ -1,0 +1,108 @@
+"""twopc's log records: one per protocol event, with its facts as fields, and handlers that
+get them out of Spark's Python worker processes.
+
+Every protocol event (a decision recorded, a commit outcome, a batch's summary, a recovery
+action, an orphan rolled back, a lost transaction) is one record on a ``twopc.*`` logger
+whose message reads well on its own and whose ``extra`` carries the facts as fields:
+``record.twopc_event`` (the event's name) and ``record.twopc`` (a dict: sink id, batch,
+transaction ids, counts, seconds). Nothing in a record is a credential: the fields are
+ids, counts and durations, and targets are named by ``describe()``.
+
+Where the records go. Spark runs twopc's plan-time work, its tasks and its driver-side
+commit in Python worker processes it starts itself, not in the application's process, so
+a handler the application configures never sees them. Those workers' stderr is copied to
+the JVM's stderr: the driver's console (or the driver's log file under a cluster manager)
+for planning and commit, each executor's stderr log for tasks. :func:`configure_worker_logging`
+therefore gives the ``twopc`` logger, in those processes only, a stderr handler with time
+and level, unless the process already has handlers. Environment variables (set them for
+the driver, and with ``spark.executorEnv.*`` for executors):
+
+- ``TWOPC_LOG_LEVEL``: ``INFO`` (default: one summary line per batch, plus every recovery
+  action), ``DEBUG`` (every transaction's outcome too), ``WARNING``, ``OFF``.
+- ``TWOPC_LOG_FORMAT``: ``text`` (default) or ``json`` (one JSON object per line with the
+  record's fields, for log shippers).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+__all__ = ["ENV_LOG_FORMAT", "ENV_LOG_LEVEL", "JsonFormatter", "configure_cli_logging", "configure_worker_logging",
+           "log_event"]
+
+ENV_LOG_LEVEL = "TWOPC_LOG_LEVEL"
+ENV_LOG_FORMAT = "TWOPC_LOG_FORMAT"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_HANDLER_NAME = "twopc-stderr"
+
+
+def log_event(logger: logging.Logger, level: int, event: str, msg: str, *args: object, **fields: Any) -> None:
+    """Log one protocol *event*: *msg* % *args* as the message, *fields* as
+    ``record.twopc`` (and the event's name as ``record.twopc_event``)."""
+    if logger.isEnabledFor(level):
+        logger.log(level, msg, *args, extra={"twopc_event": event, "twopc": fields}, stacklevel=2)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, ``event`` and the record's twopc fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname, "logger": record.name, "message": record.getMessage(),
+        }
+        event = getattr(record, "twopc_event", None)
+        if event:
+            out["event"] = event
+        fields = getattr(record, "twopc", None)
+        if isinstance(fields, dict):
+            out.update({k: v for k, v in fields.items() if k not in out})
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str, sort_keys=False)
+
+
+def _formatter() -> logging.Formatter:
+    if os.environ.get(ENV_LOG_FORMAT, "text").strip().lower() == "json":
+        return JsonFormatter()
+    return logging.Formatter(TEXT_FORMAT)
+
+
+def _level() -> int | None:
+    name = os.environ.get(ENV_LOG_LEVEL, "INFO").strip().upper() or "INFO"
+    if name == "OFF":
+        return None
+    level = logging.getLevelName(name)
+    return level if isinstance(level, int) else logging.INFO
+
+
+def configure_worker_logging() -> None:
+    """In a Spark Python worker: send the ``twopc`` logger's records to stderr with time and
+    level (see the module). Idempotent; does nothing when the process already has handlers
+    on ``twopc`` or the root logger (an application that configured logging keeps its own)."""
+    twopc = logging.getLogger("twopc")
+    if any(h.get_name() == _HANDLER_NAME for h in twopc.handlers):
+        return
+    if twopc.handlers or logging.getLogger().handlers:
+        return
+    level = _level()
+    handler: logging.Handler = logging.StreamHandler(sys.stderr) if level is not None else logging.NullHandler()
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(_formatter())
+    twopc.addHandler(handler)
+    twopc.setLevel(level if level is not None else logging.CRITICAL + 1)
+    twopc.propagate = False
+
+
+def configure_cli_logging() -> None:
+    """For ``twopc status`` / ``twopc recover``: every logger to stderr with time and level
+    (``TWOPC_LOG_FORMAT=json`` for JSON)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_formatter())
+    logging.basicConfig(level=_level() or logging.WARNING, handlers=[handler], force=True)

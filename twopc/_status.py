@@ -1,0 +1,166 @@
+"""The operator's view of one sink: what the ledger decided, what the target still holds.
+
+:func:`sink_status` reads the checkpoint's ledger and the target (through the sink's
+read-only :meth:`~twopc.TwoPhaseCommitSink.prepared_details` and
+:meth:`~twopc.TwoPhaseCommitSink.headroom`) and changes nothing. ``twopc status`` prints
+it; :attr:`SinkStatus.needs_operator` is its exit code.
+
+Each unsettled transaction has one state:
+
+- ``in-doubt``: a recorded decision names it and it is still prepared; its batch is
+  decided but not committed (a driver died after the decision). Holds locks until
+  ``twopc recover`` (or the query's restart) commits it.
+- ``decided-gone``: a decided, unfinished batch names it but the target no longer holds it
+  prepared: it was committed before the committed mark was written (recover marks the
+  batch), or it was lost (recover says so, and ``--accept-lost`` is the way out).
+- ``orphan``: prepared, or staged, but named by no decision (a failed, retried or
+  speculative attempt, or a batch that died before its decision). Recovery rolls it back.
+  While a query runs, the attempts of the batch being written show here too, for as long
+  as the batch takes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._coordinator import AnySink, classify_prepared
+from ._inspect import Headroom, PreparedDetail
+from ._ledger import CommitLedger
+
+__all__ = ["SinkStatus", "UnsettledTransaction", "sink_status"]
+
+IN_DOUBT = "in-doubt"
+DECIDED_GONE = "decided-gone"
+ORPHAN = "orphan"
+
+
+@dataclass(frozen=True)
+class UnsettledTransaction:
+    """One transaction that is not settled (see the module's states)."""
+
+    state: str
+    txn_id: str
+    batch_id: int
+    partition_id: int
+    attempt_id: int
+    holds: str
+    age_seconds: float | None
+    """Seconds since the target prepared it, or, when the target cannot tell, since its
+    batch's decision (``age_from`` says which); ``None`` when neither is known."""
+    age_from: str | None
+    size: int | None
+    size_unit: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SinkStatus:
+    """The state of one sink id: its ledger and what its target holds."""
+
+    sink_id: str
+    target: str
+    checkpoint: str
+    last_decided: int | None
+    last_committed: int | None
+    in_doubt_batches: tuple[int, ...]
+    transactions: tuple[UnsettledTransaction, ...]
+    headroom: Headroom | None
+    checked_at: float = field(default_factory=time.time)
+
+    @property
+    def needs_operator(self) -> bool:
+        """True when something is unsettled (a decided batch not committed, or a prepared
+        transaction left) or the target cannot take another prepared transaction."""
+        return bool(self.in_doubt_batches or self.transactions) or bool(self.headroom and self.headroom.exhausted)
+
+    @property
+    def oldest_in_doubt_seconds(self) -> float | None:
+        ages = [t.age_seconds for t in self.transactions if t.state != ORPHAN and t.age_seconds is not None]
+        return max(ages) if ages else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sink_id": self.sink_id, "target": self.target, "checkpoint": self.checkpoint,
+            "last_decided_batch": self.last_decided, "last_committed_batch": self.last_committed,
+            "in_doubt_batches": list(self.in_doubt_batches),
+            "transactions": [t.to_json() for t in self.transactions],
+            "headroom": self.headroom.to_json() if self.headroom else None,
+            "needs_operator": self.needs_operator, "checked_at": self.checked_at,
+        }
+
+    def render(self) -> str:
+        """The human table ``twopc status`` prints."""
+        lines = [f"sink {self.sink_id} on {self.target}", f"checkpoint {self.checkpoint}",
+                 (f"last decided batch: {_or_none(self.last_decided)}   "
+                  f"last committed batch: {_or_none(self.last_committed)}")]
+        if self.in_doubt_batches:
+            lines.append(f"batches decided but not committed (in doubt): {list(self.in_doubt_batches)}")
+        if self.transactions:
+            rows = [("STATE", "BATCH", "PARTITION", "ATTEMPT", "AGE", "SIZE", "HOLDS", "TRANSACTION")]
+            rows += [(t.state, str(t.batch_id), str(t.partition_id), str(t.attempt_id), _age(t),
+                      "?" if t.size is None else f"{t.size} {t.size_unit}", t.holds, t.txn_id)
+                     for t in self.transactions]
+            widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+            lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1] for r in rows]
+        else:
+            lines.append("no unsettled transactions")
+        if self.headroom is not None:
+            h = self.headroom
+            limit = f" of {h.limit} allowed" if h.limit is not None else " (no limit)"
+            lines.append(f"headroom: {h.what}: {h.in_use} in use{limit}{'  EXHAUSTED' if h.exhausted else ''}")
+        lines.append("needs an operator: run `twopc recover` with the same options, or restart the query"
+                     if self.needs_operator else "ok: nothing needs an operator")
+        return "\n".join(lines)
+
+
+def _or_none(batch: int | None) -> str:
+    return "none" if batch is None else str(batch)
+
+
+def _age(t: UnsettledTransaction) -> str:
+    if t.age_seconds is None:
+        return "?"
+    s = int(t.age_seconds)
+    text = f"{s}s" if s < 120 else f"{s // 60}m" if s < 7200 else f"{s // 3600}h"
+    return text + ("" if t.age_from == "target" else " (decided)")
+
+
+def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus:
+    """Read *sink_id*'s state from *ledger* and *sink*'s target; change nothing.
+
+    Raises:
+        SinkError: the target failed.
+        LedgerError: the checkpoint cannot be read.
+    """
+    now = time.time()
+    pending = ledger.pending()
+    details = {d.handle.txn_id: d for d in sink.prepared_details(sink_id)}
+    decided, orphans = classify_prepared(ledger, [d.handle for d in details.values()], up_to_batch=None)
+    decided_at = {d.batch_id: d.decided_at for d in ledger.decisions(sorted({h.batch_id for h in decided}))}
+    txns = [_unsettled(IN_DOUBT, details[h.txn_id], decided_at.get(h.batch_id), now) for h in decided]
+    for decision in pending:
+        txns += [_unsettled(DECIDED_GONE, PreparedDetail(h, "nothing (committed or lost)"), decision.decided_at, now)
+                 for h in decision.handles if h.txn_id not in details]
+    txns += [_unsettled(ORPHAN, details[h.txn_id], None, now) for h in orphans]
+    txns.sort(key=lambda t: (t.batch_id, t.state, t.partition_id, t.txn_id))
+    decided_batches = ledger.decided_batches()
+    return SinkStatus(sink_id, sink.describe(), ledger.checkpoint_location,
+                      decided_batches[-1] if decided_batches else None, ledger.latest_committed(),
+                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(), now)
+
+
+def _unsettled(state: str, d: PreparedDetail, decided_at: float | None, now: float) -> UnsettledTransaction:
+    h = d.handle
+    if d.prepared_at is not None:
+        age, source = max(0.0, now - d.prepared_at), "target"
+    elif decided_at is not None and decided_at > 0:
+        age, source = max(0.0, now - decided_at), "decision"
+    else:
+        age, source = None, None
+    return UnsettledTransaction(state, h.txn_id, h.batch_id, h.partition_id, h.attempt_id, d.holds, age, source,
+                                d.size, d.size_unit)
+
