@@ -19,12 +19,12 @@ from pyspark.sql.pandas.types import from_arrow_schema
 import faultinject
 from twopc.testing import DEFAULT_SPARK_CONF, SinkHarness
 
-__all__ = ["crash_query_once", "twopc_cli"]
+__all__ = ["REPO", "cli_env", "crash_query_once", "twopc_cli"]
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     old = os.environ.get("PYTHONPATH")
     return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
             "PYTHONPATH": os.pathsep.join([str(REPO), *([old] if old else [])]), **(extra or {})}
@@ -50,7 +50,7 @@ def crash_query_once(harness: SinkHarness, work: Path, fault: str, *, ids: Seque
     with os.fdopen(fd, "w") as f:
         json.dump(spec, f)
     try:
-        runner = faultinject.ChaosRunner(env=_env(), cwd=work, state_dir=work / "faults", stdout=subprocess.DEVNULL,
+        runner = faultinject.ChaosRunner(env=cli_env(), cwd=work, state_dir=work / "faults", stdout=subprocess.DEVNULL,
                                          tail_lines=80)
         report = runner.run_until_done([sys.executable, "-m", "twopc.testing.job", str(spec_path)], fault,
                                        max_restarts=0, timeout_s=300)
@@ -71,5 +71,5 @@ def twopc_cli(*args: str, options: Mapping[str, str] | None = None, timeout: flo
     extra = {f"TWOPC_TEST_OPT_{i}": v for i, v in enumerate(options.values())}
     pairs = [a for i, k in enumerate(options) for a in ("--option-env", f"{k}=TWOPC_TEST_OPT_{i}")]
     return subprocess.run([script, *args, *pairs], capture_output=True, text=True, timeout=timeout,
-                          env=_env({**extra, **(env or {})}), cwd=REPO)
+                          env=cli_env({**extra, **(env or {})}), cwd=REPO)
 

@@ -34,6 +34,7 @@ from . import _faults  # noqa: F401 - declares the fault points
 from ._errors import ProtocolError, TransactionLostError
 from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
+from ._logs import log_event
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
@@ -94,6 +95,10 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     for handle, outcome in zip(decision.handles, _commit_outcomes(sink, decision, recovering=recovering),
                                strict=True):
         m.commits_total += 1
+        log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
+                  "twopc: sink=%s batch=%s txn=%s outcome=%s", decision.sink_id, decision.batch_id, handle.txn_id,
+                  outcome.value, sink_id=decision.sink_id, batch=decision.batch_id, txn_id=handle.txn_id,
+                  outcome=outcome.value, recovering=recovering)
         if outcome is CommitOutcome.COMMITTED:
             tally.committed += 1
             m.committed += 1
@@ -111,7 +116,9 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
 
 
 def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[str]) -> TransactionLostError:
-    log.error("twopc: batch %s lost transactions %s", decision.batch_id, lost)
+    log_event(log, logging.ERROR, "transaction_lost", "twopc: sink=%s batch=%s lost transactions %s",
+              decision.sink_id, decision.batch_id, lost, sink_id=decision.sink_id, batch=decision.batch_id,
+              txn_ids=lost)
     return TransactionLostError(
         f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
         f"transactions {lost} are neither prepared nor committed in {sink.describe()}: "
@@ -176,6 +183,9 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     for h in orphans:
         sink.recover_and_abort(h)
         m.swept += 1
+        log_event(log, logging.INFO, "orphan_rolled_back", "twopc: sink=%s batch=%s rolled back orphan %s",
+                  h.sink_id, h.batch_id, h.txn_id, sink_id=h.sink_id, batch=h.batch_id, txn_id=h.txn_id,
+                  partition=h.partition_id, attempt=h.attempt_id)
     return [h.txn_id for h in orphans]
 
 
@@ -227,6 +237,7 @@ class CommitCoordinator:
         else:
             faultinject.fault_point("before_decision", batch_id=batch_id)
             decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+            _decided(decision)
             faultinject.fault_point("after_decision", batch_id=batch_id)
             action, recovering = "committed", False
         tally = finish_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics)
@@ -253,6 +264,7 @@ class CommitCoordinator:
             raise ProtocolError(f"{self.sink.describe()} claims atomic commits but commit_all returned {outcomes!r}")
         faultinject.fault_point("after_decision", batch_id=batch_id)
         decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+        _decided(decision)
         lost = [h.txn_id for h, o in zip(fresh, outcomes, strict=True) if o is CommitOutcome.LOST]
         if lost:  # decided and unfinished, like a lost transaction of a per-handle commit: loud every retry
             self.metrics.lost += len(lost)
@@ -314,8 +326,17 @@ class CommitCoordinator:
         self.metrics.aborted += aborted
         result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept),
                              time.monotonic() - started)
-        log.info(
+        log_event(
+            log, logging.INFO, "batch_done",
             "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
             self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
+            sink_id=self.sink_id, batch=batch_id, action=action, committed=committed, already_committed=already,
+            aborted=aborted, swept=list(swept), seconds=round(result.seconds, 6),
         )
         return result
+
+
+def _decided(decision: Decision) -> None:
+    log_event(log, logging.DEBUG, "decision_recorded", "twopc: sink=%s batch=%s decided %s transaction(s)",
+              decision.sink_id, decision.batch_id, len(decision.handles), sink_id=decision.sink_id,
+              batch=decision.batch_id, txn_ids=sorted(decision.txn_ids))

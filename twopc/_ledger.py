@@ -331,3 +331,14 @@ class CommitLedger:
             self._store.delete("decisions/" + _name(b))
             self._store.delete("committed/" + _name(b))
         return victims
+
+    # -- auxiliary state (twopc's metrics) ----------------------------------------------
+    def read_aux(self, name: str) -> str | None:
+        """The auxiliary record *name* (a plain file name in the ledger folder), or None."""
+        return self._store.read(name)
+
+    def write_aux(self, name: str, text: str) -> None:
+        """Replace the auxiliary record *name* atomically (never a decision or a mark)."""
+        if "/" in name or name in ("sink.json",):
+            raise ValueError(f"{name!r} is not an auxiliary record name")
+        self._store.create(name, text, exclusive=False)

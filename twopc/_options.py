@@ -16,7 +16,8 @@ from ._xid import validate_sink_id
 __all__ = ["RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started", "option"]
 
 #: Options consumed by the runtime; everything else is the sink's.
-RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain"})
+RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain",
+                          "metricsport", "metricshost", "maxconcurrenttransactions"})
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:

@@ -16,6 +16,7 @@ import faultinject
 
 from ._coordinator import AnySink, CommitMetrics, classify_prepared, finish_decision, resolve_prepared
 from ._ledger import CommitLedger
+from ._logs import log_event
 
 __all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]
 
@@ -107,6 +108,11 @@ class RecoveryCoordinator:
             report.finished_batches.append(decision.batch_id)
             report.committed += tally.committed
             report.already_committed += tally.already
+            log_event(log, logging.WARNING, "recovery_finished_batch",
+                      "twopc recovery: sink=%s batch=%s finished a decided batch: %s committed now, %s already",
+                      self.sink_id, decision.batch_id, tally.committed, tally.already, sink_id=self.sink_id,
+                      batch=decision.batch_id, txn_ids=sorted(decision.txn_ids), committed=tally.committed,
+                      already_committed=tally.already)
             faultinject.fault_point("during_recovery", batch_id=decision.batch_id)
         prepared = self.sink.list_prepared(self.sink_id)
         before = self.metrics.commits_total
@@ -116,8 +122,9 @@ class RecoveryCoordinator:
         if report.rolled_back:
             faultinject.fault_point("during_recovery", batch_id=None)
         report.seconds = time.monotonic() - started
-        if report.changed_anything:
-            log.warning("twopc recovery: %s", report.summary())
-        else:
-            log.debug("twopc recovery: %s", report.summary())
+        log_event(log, logging.WARNING if report.changed_anything else logging.DEBUG, "recovery_run",
+                  "twopc recovery: %s", report.summary(), sink_id=self.sink_id,
+                  finished_batches=report.finished_batches,
+                  committed=report.committed, already_committed=report.already_committed,
+                  rolled_back=report.rolled_back, seconds=round(report.seconds, 6))
         return report

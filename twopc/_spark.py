@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -49,6 +50,8 @@ from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._errors import ProtocolError
 from ._handle import TransactionHandle, dumps_handle, loads_handle
 from ._ledger import CommitLedger
+from ._logs import configure_worker_logging
+from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
 
@@ -78,6 +81,9 @@ class TwoPCCommitMessage(WriterCommitMessage):
     rows: int
     partition_id: int
     attempt_id: int
+    prepared_at: float = 0.0
+    """Unix seconds when the task's transaction was prepared (0: nothing prepared), for the
+    prepare-to-commit metric."""
 
 
 def _sink_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -87,14 +93,17 @@ def _sink_options(options: Mapping[str, str]) -> dict[str, str]:
 class _WriterCore:
     """Protocol logic shared by the batch and the streaming writer (picklable)."""
 
-    def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool) -> None:
+    def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
+                 format_name: str = "") -> None:
         self.sink = sink
         self.sink_id = sink_id
         self.runtime = runtime
         self.skip = skip
+        self.format_name = format_name
 
     # -- executor side ------------------------------------------------------------
     def write_task(self, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TwoPCCommitMessage:
+        configure_worker_logging()
         tc = TaskContext.get()
         if tc is None:
             raise ProtocolError("twopc writers must run inside a Spark task")
@@ -132,7 +141,7 @@ class _WriterCore:
             raise
         finally:
             self.sink.close()
-        return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt)
+        return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time())
 
     # -- driver side --------------------------------------------------------------
     def coordinator(self) -> CommitCoordinator:
@@ -140,23 +149,36 @@ class _WriterCore:
         return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+        configure_worker_logging()
         if self.skip:
             log.warning("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
             return None
-        try:
-            return self.coordinator().commit_batch(batch_id, _handles(messages))
-        finally:
-            self.sink.close()
-            self._forget_ephemeral()
+        return self._finish("commit", messages, batch_id)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+        configure_worker_logging()
         if self.skip:
             return None
+        return self._finish("abort", messages, batch_id)
+
+    def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:
+        coordinator = self.coordinator()
         try:
-            return self.coordinator().abort_batch(batch_id, _handles(messages))
+            handles = _handles(messages)
+            if stage == "commit":
+                result = coordinator.commit_batch(batch_id, handles)
+            else:
+                result = coordinator.abort_batch(batch_id, handles)
+        except BaseException:
+            observe_failure(coordinator.ledger, self.sink_id, self.format_name, stage, coordinator.metrics.lost)
+            raise
         finally:
             self.sink.close()
             self._forget_ephemeral()
+        if not self.runtime.ephemeral:
+            observe_commit(coordinator.ledger, self.sink_id, self.format_name, result,
+                           [m for m in messages if isinstance(m, TwoPCCommitMessage)])
+        return result
 
     def _forget_ephemeral(self) -> None:
         """Delete the temporary ledger of a write without checkpointLocation: its sink
@@ -264,10 +286,13 @@ class TwoPhaseCommitDataSource(DataSource):
             runtime.checkpoint_location)
         sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
         skip = False
+        configure_worker_logging()
         if self._plan_time:
             try:
                 sink.validate(arrow_schema)
-                RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+                report = RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+                if not runtime.ephemeral:
+                    at_plan_time(sink, sink_id, ledger, report, self.options)
             except BaseException:
                 if ephemeral is not None:
                     shutil.rmtree(ephemeral, ignore_errors=True)
@@ -281,7 +306,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 if skip:
                     log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
                                 "this write will write nothing", sink_id, latest, runtime.txn_version)
-        return _WriterCore(sink, sink_id, runtime, skip=skip)
+        return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name())
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:

@@ -1,0 +1,140 @@
+"""Metrics and logs of a real running query, read where an operator reads them: the
+Prometheus endpoint that ``metricsPort`` starts (scraped while the query runs), and the
+driver's console (the application's stderr, where Spark copies its Python workers' stderr).
+Plus the pieces in-process: the collector registered into an application's own registry,
+and the JSON log format."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sinks import FileSink
+from twopc import CommitCoordinator, CommitLedger
+from twopc._logs import JsonFormatter, log_event
+from twopc._metrics import record_batch, register_metrics
+
+from ._filesink_helpers import crash_commit, run_task
+from ._ops_helpers import REPO, cli_env
+
+BATCHES = 3
+ROWS = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            labels = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("sink_id", "format")))
+            out[(s.name, labels)] = s.value
+    return out
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_running_querys_endpoint_counts_its_batches_and_its_console_shows_each_batch(tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    for b in range(BATCHES):
+        table = pa.table({"id": pa.array(range(b * ROWS, (b + 1) * ROWS), pa.int64())})
+        pq.write_table(table, tmp_path / "in" / f"part-{b}.parquet")
+        os.utime(tmp_path / "in" / f"part-{b}.parquet", (time.time() - BATCHES + b,) * 2)
+    port = _free_port()
+    spec = {"input": str(tmp_path / "in"), "checkpoint": str(tmp_path / "ck"),
+            "options": {"path": str(tmp_path / "out"), "metricsPort": str(port), "metricsHost": "127.0.0.1"}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    stderr_path = tmp_path / "console.txt"
+    with open(stderr_path, "wb") as console_file:
+        proc = subprocess.Popen([sys.executable, "-m", "tests._ops_query", str(tmp_path / "spec.json")], cwd=REPO,
+                                env=cli_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=console_file,
+                                text=True)
+        try:
+            assert proc.stdout is not None and proc.stdin is not None
+            ready = proc.stdout.readline()
+            assert ready.strip() == f"READY {BATCHES}", (ready, stderr_path.read_text()[-3000:])
+            scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+            proc.stdin.close()
+            assert proc.wait(timeout=120) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    m = _samples(scraped)
+    assert m[("twopc_batches_total", (("action", "committed"),))] == BATCHES, scraped
+    assert m[("twopc_in_doubt_transactions", ())] == 0 and m[("twopc_oldest_in_doubt_seconds", ())] == 0
+    assert m[("twopc_commits_total", (("outcome", "committed"),))] == len(FileSink(str(tmp_path / "out"))
+                                                                          .committed_files())
+    assert m[("twopc_commit_seconds_count", ())] == BATCHES
+    assert m[("twopc_prepare_to_commit_seconds_count", ())] == BATCHES
+    assert m[("twopc_batch_rows_sum", ())] == BATCHES * ROWS
+    console = stderr_path.read_text()
+    summary = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO twopc\.coordinator: twopc: sink=\S+ "
+                         r"batch=(\d+) action=committed committed=\d+ ", re.M)
+    assert sorted(int(b) for b in summary.findall(console)) == list(range(BATCHES)), console[-3000:]
+    assert re.search(r"^\S+ \S+ INFO twopc\.spark: twopc: sink \S+ commits through FileSink", console, re.M)
+    deadline = time.monotonic() + 30  # the server ends with the Spark driver's JVM
+    while _port_open(port):
+        assert time.monotonic() < deadline, "the metrics server outlived the query's JVM"
+        time.sleep(0.2)
+
+
+def test_the_collector_joins_an_applications_registry_and_reads_the_ledger_at_scrape(tmp_path: Path) -> None:
+    """The hook: register into the application's registry; the in-doubt gauge comes from the
+    ledger, so a driver killed after its decision shows at the next scrape."""
+    sink = FileSink(str(tmp_path / "out"))
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    ledger.bind_sink_id(None, default="job1")
+    record_batch(ledger, sink_id="job1", format_name="twopc-file", action="committed", committed=2,
+                 already_committed=0, aborted=0, swept=1, seconds=0.02, rows=7, first_prepared_at=time.time() - 1)
+    registry = CollectorRegistry()
+    register_metrics(registry, str(tmp_path / "ck"))
+    m = _samples(generate_latest(registry).decode())
+    assert m[("twopc_batches_total", (("action", "committed"),))] == 1
+    assert m[("twopc_orphans_swept_total", ())] == 1 and m[("twopc_batch_rows_sum", ())] == 7
+    assert m[("twopc_in_doubt_transactions", ())] == 0
+    handles = [run_task(sink, "job1", 1, p, p, [p]) for p in range(2)]
+    crash_commit(CommitCoordinator(sink, ledger, "job1"), "after_decision", 1, handles, tmp_path / "f")
+    m = _samples(generate_latest(registry).decode())
+    assert m[("twopc_in_doubt_transactions", ())] == 2 and m[("twopc_oldest_in_doubt_seconds", ())] >= 0
+    assert 'sink_id="job1"' in generate_latest(registry).decode()
+
+
+def test_json_log_records_carry_the_events_fields(caplog: pytest.LogCaptureFixture) -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("twopc.test_ops")
+    logger.addHandler(handler)
+    try:
+        log_event(logger, logging.WARNING, "orphan_rolled_back", "twopc: rolled back %s", "t1",
+                  sink_id="s", batch=3, txn_id="t1")
+    finally:
+        logger.removeHandler(handler)
+    record = json.loads(stream.getvalue())
+    assert record["event"] == "orphan_rolled_back" and record["level"] == "WARNING"
+    assert (record["sink_id"], record["batch"], record["txn_id"]) == ("s", 3, "t1")
+    assert record["message"] == "twopc: rolled back t1" and record["time"].endswith("+00:00")

@@ -1,0 +1,217 @@
+"""Prometheus metrics of a twopc sink, kept in the checkpoint so they outlive Spark's workers.
+
+Why in the checkpoint: Spark runs a Python data source's plan-time work and its driver-side
+commit in Python worker processes of its own (reused across micro-batches while Spark
+keeps them, restarted whenever it does not; never the application's process), so counters
+held in memory there would reset at Spark's whim, and the application's process never
+sees them. The process that commits a batch therefore adds the batch's figures to
+``<checkpointLocation>/twopc/metrics.json`` (written atomically; one writer at a time, the
+driver's commit, like the ledger), and a scrape reads that file plus the ledger: the
+in-doubt gauges are computed from the ledger's pending decisions at scrape time, so they
+are right even after a crash nobody recorded. The executors' figures (rows, when each
+task prepared) reach the driver in the commit messages, with the handles.
+
+Serving them: :func:`register_metrics` adds a collector for a checkpoint to a registry the
+application already has (its own ``/metrics``); :func:`serve_metrics` serves a registry
+on a port from the calling process; the writer option ``metricsPort`` starts, once, a
+small server process (:mod:`twopc._metrics_server`) that lives as long as the Spark driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ._errors import LedgerError
+from ._ledger import CommitLedger
+
+__all__ = ["MetricsCollector", "record_batch", "record_failure", "record_recovery", "register_metrics",
+           "serve_metrics"]
+
+log = logging.getLogger("twopc.metrics")
+
+STATE_FILE = "metrics.json"
+_FORMAT = 1
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+ROWS_BUCKETS = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+HISTOGRAMS: Mapping[str, tuple[tuple[float, ...], str]] = {
+    "commit_seconds": (SECONDS_BUCKETS, "Seconds the driver's commit of a batch took (decision, commits, mark, sweep)"),
+    "prepare_to_commit_seconds": (SECONDS_BUCKETS, "Seconds from a batch's first prepared transaction to its commit"),
+    "batch_rows": (ROWS_BUCKETS, "Rows per committed batch"),
+}
+COUNTERS: Mapping[str, tuple[str, str | None]] = {
+    "commits": ("Transactions the driver committed, by outcome", "outcome"),
+    "batches": ("Batches the driver's commit handled, by action (committed, finished, replay-ignored, aborted)",
+                "action"),
+    "aborts": ("Transactions rolled back because Spark did not choose their attempt, or the write failed", None),
+    "orphans_swept": ("Prepared transactions no decision named, rolled back (retried or dead attempts)", None),
+    "recovery_runs": ("Recovery runs that finished a decided batch or rolled back an orphan", None),
+    "failures": ("Commits or aborts of a batch that raised, by stage", "stage"),
+}
+
+
+def _empty_state() -> dict[str, Any]:
+    return {"format": _FORMAT, "labels": {}, "counters": {}, "histograms": {}}
+
+
+def _load(ledger: CommitLedger) -> dict[str, Any]:
+    text = ledger.read_aux(STATE_FILE)
+    if text is None:
+        return _empty_state()
+    try:
+        state = json.loads(text)
+    except ValueError:
+        log.warning("twopc: %s/%s is damaged; metrics restart from zero", ledger.location, STATE_FILE)
+        return _empty_state()
+    return state if isinstance(state, dict) and state.get("format") == _FORMAT else _empty_state()
+
+
+def _update(ledger: CommitLedger, change: Any) -> None:
+    """Read-modify-write the state; metrics never fail a commit (a failure is logged)."""
+    try:
+        state = _load(ledger)
+        change(state)
+        ledger.write_aux(STATE_FILE, json.dumps(state, sort_keys=True))
+    except (LedgerError, OSError) as exc:
+        log.warning("twopc: could not update the metrics in %s: %s", ledger.location, exc)
+
+
+def _count(state: dict[str, Any], name: str, label: str = "", by: float = 1) -> None:
+    counters = state["counters"].setdefault(name, {})
+    counters[label] = counters.get(label, 0) + by
+
+
+def _observe(state: dict[str, Any], name: str, value: float) -> None:
+    buckets = HISTOGRAMS[name][0]
+    h = state["histograms"].setdefault(name, {"counts": [0] * (len(buckets) + 1), "sum": 0.0})
+    index = next((i for i, le in enumerate(buckets) if value <= le), len(buckets))
+    h["counts"][index] += 1
+    h["sum"] += value
+
+
+def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action: str, committed: int,
+                 already_committed: int, aborted: int, swept: int, seconds: float, rows: int,
+                 first_prepared_at: float | None) -> None:
+    """Add one batch's figures (what :class:`~twopc.BatchResult` and the commit messages say)."""
+    def change(state: dict[str, Any]) -> None:
+        state["labels"] = {"sink_id": sink_id, "format": format_name}
+        _count(state, "batches", action)
+        _count(state, "commits", "committed", committed)
+        _count(state, "commits", "already_committed", already_committed)
+        _count(state, "aborts", "", aborted)
+        _count(state, "orphans_swept", "", swept)
+        if action in ("committed", "finished"):
+            _observe(state, "commit_seconds", seconds)
+            _observe(state, "batch_rows", rows)
+            if first_prepared_at:
+                _observe(state, "prepare_to_commit_seconds", max(0.0, time.time() - first_prepared_at))
+    _update(ledger, change)
+
+
+def record_failure(ledger: CommitLedger, *, sink_id: str, format_name: str, stage: str, lost: int = 0) -> None:
+    """Count a commit or abort that raised (and the transactions it found lost)."""
+    def change(state: dict[str, Any]) -> None:
+        state["labels"] = {"sink_id": sink_id, "format": format_name}
+        _count(state, "failures", stage)
+        if lost:
+            _count(state, "commits", "lost", lost)
+    _update(ledger, change)
+
+
+def record_recovery(ledger: CommitLedger, *, committed: int, rolled_back: int, finished_batches: int) -> None:
+    """Count a recovery run that changed something."""
+    def change(state: dict[str, Any]) -> None:
+        _count(state, "recovery_runs")
+        _count(state, "commits", "committed", committed)
+        _count(state, "orphans_swept", "", rolled_back)
+        _count(state, "batches", "finished", finished_batches)
+    _update(ledger, change)
+
+
+class MetricsCollector(Collector):
+    """Prometheus collector of the sinks of some checkpoints, read at every scrape.
+
+    Args:
+        checkpoints: checkpoint locations, or a callable returning them (re-read per scrape).
+    """
+
+    def __init__(self, checkpoints: Sequence[str] | Any) -> None:
+        self._checkpoints = checkpoints
+
+    def _locations(self) -> list[str]:
+        c = self._checkpoints
+        return list(c() if callable(c) else c)
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["sink_id", "format"]
+        counters = {n: CounterMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
+                    for n, (doc, lab) in COUNTERS.items()}
+        hists = {n: HistogramMetricFamily(f"twopc_{n}", doc, labels=labels) for n, (_b, doc) in HISTOGRAMS.items()}
+        in_doubt = GaugeMetricFamily("twopc_in_doubt_transactions",
+                                     "Transactions of batches decided but not committed (ledger, at scrape)",
+                                     labels=labels)
+        oldest = GaugeMetricFamily("twopc_oldest_in_doubt_seconds",
+                                   "Age of the oldest decided-but-uncommitted batch's decision, 0 when none",
+                                   labels=labels)
+        now = time.time()
+        for location in self._locations():
+            try:
+                ledger = CommitLedger(location)
+                state = _load(ledger)
+                pending = ledger.pending()
+                sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
+            except (LedgerError, OSError) as exc:
+                log.warning("twopc: cannot read metrics of %s: %s", location, exc)
+                continue
+            base = [sink_id, str(state["labels"].get("format", ""))]
+            for name, family in counters.items():
+                for label, value in sorted(state["counters"].get(name, {}).items()):
+                    family.add_metric(base + ([label] if COUNTERS[name][1] else []), float(value))
+            for name, hist in hists.items():
+                h = state["histograms"].get(name)
+                if h is not None:
+                    hist.add_metric(base, _cumulative(HISTOGRAMS[name][0], h["counts"]), float(h["sum"]))
+            in_doubt.add_metric(base, float(sum(len(d.handles) for d in pending)))
+            oldest.add_metric(base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
+        yield from counters.values()
+        yield from hists.values()
+        yield in_doubt
+        yield oldest
+
+
+def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    total = 0
+    for le, n in zip([*[str(b) for b in bounds], "+Inf"], counts, strict=True):
+        total += n
+        out.append((le, float(total)))
+    return out
+
+
+def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) -> MetricsCollector:
+    """Register a collector of the sinks of *checkpoint_locations* into *registry* (the
+    application's own, e.g. ``prometheus_client.REGISTRY``). Returns it (to unregister)."""
+    collector = MetricsCollector(list(checkpoint_locations))
+    registry.register(collector)
+    return collector
+
+
+def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "0.0.0.0") -> CollectorRegistry:
+    """Serve the sinks of *checkpoint_locations* on ``http://addr:port/metrics`` from a
+    daemon thread of this (long-lived) process, e.g. the application's driver process.
+    Returns the registry.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    registry = CollectorRegistry()
+    register_metrics(registry, *checkpoint_locations)
+    start_http_server(port, addr=addr, registry=registry)
+    return registry

@@ -1,0 +1,116 @@
+"""What the Spark runtime tells operators around each batch: the start-up lines (commit mode,
+guards), the metrics of every commit, abort and recovery, and the metrics server.
+
+Kept out of :mod:`twopc._spark` so the runtime reads as the protocol; every function here
+is best effort where it must be (metrics never fail a commit) and loud where it must be
+(a guard that refuses raises :class:`~twopc.TargetConfigurationError`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from . import _metrics
+from ._coordinator import AnySink, BatchResult
+from ._errors import ConfigurationError, SinkError, TargetConfigurationError
+from ._ledger import CommitLedger
+from ._logs import log_event
+from ._metrics_server import ensure_server, metrics_port
+from ._options import option
+from ._recovery import RecoveryReport
+
+if TYPE_CHECKING:
+    from ._spark import TwoPCCommitMessage
+
+__all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure"]
+
+log = logging.getLogger("twopc.spark")
+
+_ANNOUNCED: set[tuple[str, str]] = set()
+#: Task attempts Spark may run for one partition at a time, beyond the first: a failed
+#: attempt's prepared transaction stays until the batch's commit sweeps it.
+DEFAULT_TASK_MAX_FAILURES = 4
+
+
+def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, report: RecoveryReport,
+                 options: Mapping[str, str]) -> None:
+    """After plan-time recovery: say once per process which commit mode the sink uses,
+    check the target's prepared-transaction room, count a recovery that changed anything,
+    and start the metrics server when ``metricsPort`` is set.
+
+    Raises:
+        TargetConfigurationError: the target has no room for the query's prepared
+            transactions (see :func:`check_headroom`).
+        ConfigurationError: ``metricsPort`` is invalid or taken by another program.
+    """
+    key = (sink_id, sink.commit_mode())
+    if key not in _ANNOUNCED:  # streaming plans every micro-batch: once per process is enough
+        _ANNOUNCED.add(key)
+        log_event(log, logging.INFO, "commit_mode", "twopc: sink %s commits through %s",
+                  sink_id, key[1], sink_id=sink_id, commit_mode=key[1])
+    check_headroom(sink, options)
+    if report.changed_anything:
+        _metrics.record_recovery(ledger, committed=report.committed, rolled_back=len(report.rolled_back),
+                                 finished_batches=len(report.finished_batches))
+    served = metrics_port(options)
+    if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):
+        log_event(log, logging.INFO, "metrics_server", "twopc: serving metrics on %s:%s/metrics",
+                  served[1], served[0], port=served[0])
+
+
+def check_headroom(sink: AnySink, options: Mapping[str, str]) -> None:
+    """Refuse to start when the target's limit on prepared transactions (PostgreSQL's
+    ``max_prepared_transactions``) is below what one batch may hold at once: one per
+    partition plus a retried attempt's (``spark.task.maxFailures``, default 4) (option
+    ``maxConcurrentTransactions`` overrides the estimate). Warn when what other users
+    already hold leaves less than that.
+
+    Raises:
+        TargetConfigurationError: the limit is too low (the message says the fix).
+    """
+    try:
+        room = sink.headroom()
+    except SinkError as exc:
+        log.debug("twopc: could not read %s's headroom: %s", sink.describe(), exc)
+        return
+    if room is None or room.limit is None:
+        return
+    wanted_text = option(options, "maxConcurrentTransactions")
+    if wanted_text is not None and not wanted_text.strip().isdigit():
+        raise ConfigurationError(f"maxConcurrentTransactions must be a whole number, got {wanted_text!r}")
+    wanted = int(wanted_text) if wanted_text else 1 + DEFAULT_TASK_MAX_FAILURES
+    if room.limit < wanted:
+        raise TargetConfigurationError(
+            f"{sink.describe()}: {room.what} is {room.limit}, below the {wanted} prepared transactions a batch "
+            f"of this query may hold at once (one per partition writing plus retried attempts): raise "
+            f"{room.what} to at least the number of partitions plus spark.task.maxFailures (and restart "
+            f"the server), or use commitMode=staging; set option maxConcurrentTransactions to your "
+            f"partition count plus retries to tell twopc the real figure")
+    if room.limit - room.in_use < wanted:
+        log_event(log, logging.WARNING, "headroom_low",
+                  "twopc: %s holds %s of %s allowed %s: fewer than %s left for this query; stale prepared "
+                  "transactions of other users may be holding them (`twopc status` lists ours)",
+                  sink.describe(), room.in_use, room.limit, room.what, wanted, in_use=room.in_use,
+                  limit=room.limit)
+
+
+def _first_prepared(messages: Sequence[TwoPCCommitMessage | None]) -> float | None:
+    times = [m.prepared_at for m in messages if m is not None and m.prepared_at]
+    return min(times) if times else None
+
+
+def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result: BatchResult,
+                   messages: Sequence[TwoPCCommitMessage | None]) -> None:
+    """Add a batch's figures to the checkpoint's metrics (best effort)."""
+    _metrics.record_batch(ledger, sink_id=sink_id, format_name=format_name, action=result.action,
+                          committed=result.committed, already_committed=result.already_committed,
+                          aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
+                          rows=sum(m.rows for m in messages if m is not None),
+                          first_prepared_at=_first_prepared(messages))
+
+
+def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int) -> None:
+    """Count a commit or abort that raised, and the transactions it found *lost* (best effort)."""
+    _metrics.record_failure(ledger, sink_id=sink_id, format_name=format_name, stage=stage, lost=lost)
