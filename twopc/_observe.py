@@ -19,7 +19,6 @@ from ._ledger import CommitLedger
 from ._logs import log_event
 from ._metrics_server import ensure_server, metrics_port
 from ._options import option
-from ._recovery import RecoveryReport
 
 if TYPE_CHECKING:
     from ._spark import TwoPCCommitMessage
@@ -34,11 +33,9 @@ _ANNOUNCED: set[tuple[str, str]] = set()
 DEFAULT_TASK_MAX_FAILURES = 4
 
 
-def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, report: RecoveryReport,
-                 options: Mapping[str, str]) -> None:
+def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Mapping[str, str]) -> None:
     """After plan-time recovery: say once per process which commit mode the sink uses,
-    check the target's prepared-transaction room, count a recovery that changed anything,
-    and start the metrics server when ``metricsPort`` is set.
+    check the target's prepared-transaction room, and start the metrics server when ``metricsPort`` is set.
 
     Raises:
         TargetConfigurationError: the target has no room for the query's prepared
@@ -51,9 +48,6 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, report: Reco
         log_event(log, logging.INFO, "commit_mode", "twopc: sink %s commits through %s",
                   sink_id, key[1], sink_id=sink_id, commit_mode=key[1])
     check_headroom(sink, options)
-    if report.changed_anything:
-        _metrics.record_recovery(ledger, committed=report.committed, rolled_back=len(report.rolled_back),
-                                 finished_batches=len(report.finished_batches))
     served = metrics_port(options)
     if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):
         log_event(log, logging.INFO, "metrics_server", "twopc: serving metrics on %s:%s/metrics",

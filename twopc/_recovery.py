@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import faultinject
 
+from . import _metrics
 from ._coordinator import AnySink, CommitMetrics, classify_prepared, finish_decision, resolve_prepared
 from ._ledger import CommitLedger
 from ._logs import log_event
@@ -122,6 +123,9 @@ class RecoveryCoordinator:
         if report.rolled_back:
             faultinject.fault_point("during_recovery", batch_id=None)
         report.seconds = time.monotonic() - started
+        if report.changed_anything:
+            _metrics.record_recovery(self.ledger, committed=report.committed, rolled_back=len(report.rolled_back),
+                                     finished_batches=len(report.finished_batches))
         log_event(log, logging.WARNING if report.changed_anything else logging.DEBUG, "recovery_run",
                   "twopc recovery: %s", report.summary(), sink_id=self.sink_id,
                   finished_batches=report.finished_batches,

@@ -290,9 +290,9 @@ class TwoPhaseCommitDataSource(DataSource):
         if self._plan_time:
             try:
                 sink.validate(arrow_schema)
-                report = RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+                RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
                 if not runtime.ephemeral:
-                    at_plan_time(sink, sink_id, ledger, report, self.options)
+                    at_plan_time(sink, sink_id, ledger, self.options)
             except BaseException:
                 if ephemeral is not None:
                     shutil.rmtree(ephemeral, ignore_errors=True)
