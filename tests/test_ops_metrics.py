@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sinks import FileSink
-from twopc import CommitCoordinator, CommitLedger
+from twopc import CommitCoordinator, CommitLedger, register_metrics
 from twopc._logs import JsonFormatter, log_event
-from twopc._metrics import record_batch, register_metrics
+from twopc._metrics import record_batch
 
 from ._filesink_helpers import crash_commit, run_task
 from ._ops_helpers import REPO, cli_env

@@ -8,6 +8,8 @@ Public API:
   protocol's durable state, the driver's decision, and recovery after a crash.
 - :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
   :func:`foreach_batch_writer`: the Spark integration.
+- :func:`sink_status` (what ``twopc status`` shows), :func:`register_metrics` and
+  :func:`serve_metrics` (Prometheus): the operator's side.
 - :class:`Xid`: the transaction id every sink gives its prepared transactions.
 - The exception tree rooted at :class:`TwoPCError` (:class:`MissingExtraError`: a backend's
   driver is not installed; the message names the pip extra).
@@ -43,6 +45,7 @@ from ._handle import (
 )
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import BatchState, CommitLedger, Decision
+from ._metrics import register_metrics, serve_metrics
 from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
 from ._sink import CommitOutcome, TwoPhaseCommitSink
@@ -110,7 +113,9 @@ __all__ = [
     "option",
     "redact",
     "register",
+    "register_metrics",
     "registered_handle_kinds",
+    "serve_metrics",
     "sink_status",
     "validate_sink_id",
 ]

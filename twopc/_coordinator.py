@@ -251,7 +251,7 @@ class CommitCoordinator:
             if retained:
                 self.sink.purge_committed(self.sink_id, retained[0])
         return self._done(batch_id, action, started, committed=tally.committed,
-                          already=tally.already, aborted=len(extra), swept=swept)
+                          already=tally.already, aborted=len(extra), swept=swept, txn_ids=decision.txn_ids)
 
     def _commit_atomically(self, batch_id: int, fresh: list[TransactionHandle], started: float) -> BatchResult:
         """The batch's one local commit transaction is its own decision: commit first, then
@@ -281,7 +281,7 @@ class CommitCoordinator:
             if retained:
                 self.sink.purge_committed(self.sink_id, retained[0])
         return self._done(batch_id, "committed", started, committed=committed, already=len(fresh) - committed,
-                          swept=swept)
+                          swept=swept, txn_ids=decision.txn_ids)
 
     def abort_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         """Roll back the failed write of *batch_id*. ``None`` slots (failed tasks) are fine:
@@ -322,7 +322,7 @@ class CommitCoordinator:
         return resolve_prepared(self.sink, self.ledger, prepared, up_to_batch=batch_id, metrics=self.metrics)
 
     def _done(self, batch_id: int, action: str, started: float, *, committed: int = 0, already: int = 0,
-              aborted: int = 0, swept: Sequence[str] = ()) -> BatchResult:
+              aborted: int = 0, swept: Sequence[str] = (), txn_ids: frozenset[str] = frozenset()) -> BatchResult:
         self.metrics.aborted += aborted
         result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept),
                              time.monotonic() - started)
@@ -331,7 +331,7 @@ class CommitCoordinator:
             "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
             self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
             sink_id=self.sink_id, batch=batch_id, action=action, committed=committed, already_committed=already,
-            aborted=aborted, swept=list(swept), seconds=round(result.seconds, 6),
+            aborted=aborted, swept=list(swept), txn_ids=sorted(txn_ids), seconds=round(result.seconds, 6),
         )
         return result
 
