@@ -47,14 +47,14 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
         _ANNOUNCED.add(key)
         log_event(log, logging.INFO, "commit_mode", "twopc: sink %s commits through %s",
                   sink_id, key[1], sink_id=sink_id, commit_mode=key[1])
-    check_headroom(sink, options)
+        check_headroom(sink, sink_id, options)
     served = metrics_port(options)
     if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):
         log_event(log, logging.INFO, "metrics_server", "twopc: serving metrics on %s:%s/metrics",
                   served[1], served[0], port=served[0])
 
 
-def check_headroom(sink: AnySink, options: Mapping[str, str]) -> None:
+def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> None:
     """Refuse to start when the target's limit on prepared transactions (PostgreSQL's
     ``max_prepared_transactions``) is below what one batch may hold at once: one per
     partition plus a retried attempt's (``spark.task.maxFailures``, default 4) (option
@@ -65,7 +65,7 @@ def check_headroom(sink: AnySink, options: Mapping[str, str]) -> None:
         TargetConfigurationError: the limit is too low (the message says the fix).
     """
     try:
-        room = sink.headroom()
+        room = sink.headroom(sink_id)
     except SinkError as exc:
         log.debug("twopc: could not read %s's headroom: %s", sink.describe(), exc)
         return

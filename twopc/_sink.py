@@ -202,10 +202,11 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """
         return [PreparedDetail(h) for h in self.list_prepared(sink_id)]
 
-    def headroom(self) -> Headroom | None:
-        """How many prepared transactions (or staged entries) the target holds now, for
-        every user, against its limit; ``None`` (the default) when the sink cannot tell.
-        Read-only.
+    def headroom(self, sink_id: str) -> Headroom | None:
+        """How many prepared transactions (or staged entries) the target holds now against
+        its limit: for every user where the target has a shared limit (PostgreSQL's
+        ``max_prepared_transactions``), else *sink_id*'s own where counting every user
+        would be costly; ``None`` (the default) when the sink cannot tell. Read-only.
 
         Raises:
             SinkError: the target failed.

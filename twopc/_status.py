@@ -150,7 +150,7 @@ def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus
     decided_batches = ledger.decided_batches()
     return SinkStatus(sink_id, sink.describe(), ledger.checkpoint_location,
                       decided_batches[-1] if decided_batches else None, ledger.latest_committed(),
-                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(), now)
+                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(sink_id), now)
 
 
 def _unsettled(state: str, d: PreparedDetail, decided_at: float | None, now: float) -> UnsettledTransaction:

@@ -412,18 +412,19 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
             raise self._server.error(exc, "read prepared transactions") from None
         return out
 
-    def headroom(self) -> Headroom:
-        """Staging lists of every sink on the server (``SCAN`` of ``*:staging:*``); Redis
-        has no limit but memory.
+    def headroom(self, sink_id: str) -> Headroom:
+        """*sink_id*'s registered transactions, each with a staging key (``ZCARD`` of
+        ``P:txns``: counting every sink's would take a ``SCAN`` of the keyspace). Redis has
+        no limit but memory.
 
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
         try:
-            n = sum(1 for _ in self._server.client().scan_iter(match="*:staging:twopc:*", count=1000))
+            n = int(self._server.client().zcard(self.keys_for(sink_id).txns))
         except rex.RedisError as exc:
             raise self._server.error(exc, "count staging keys") from None
-        return Headroom("staging keys", n, None)
+        return Headroom("staging keys of this sink", n, None)
 
     def commit_mode(self) -> str:
         """One Redis FUNCTION (or Lua script) call per transaction, marker included."""

@@ -307,9 +307,9 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         out.extend(self._staging_sink().prepared_details(sink_id))
         return out
 
-    def headroom(self) -> Headroom | None:
+    def headroom(self, sink_id: str) -> Headroom | None:
         """The server's prepared-transaction room (PostgreSQL/MySQL); ``None`` elsewhere."""
-        return self._prepared_sink().headroom() if self.dialect in ("postgresql", "mysql") else None
+        return self._prepared_sink().headroom(sink_id) if self.dialect in ("postgresql", "mysql") else None
 
     def commit_mode(self) -> str:
         """The settled mode and why (after :meth:`validate`)."""

@@ -114,8 +114,9 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         server does not record it (the default)."""
         return {}
 
-    def headroom(self) -> Headroom | None:
-        """Prepared transactions the server holds for every user, against its limit.
+    def headroom(self, sink_id: str) -> Headroom | None:
+        """Prepared transactions the server holds for every user (not only *sink_id*),
+        against its limit.
 
         Raises:
             SinkUnavailableError / SinkError: the server failed.
