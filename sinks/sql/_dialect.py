@@ -155,6 +155,11 @@ class SqlDialect(Generic[C]):
         """Rows per multi-row ``INSERT`` (dialects that insert)."""
         return self.options.batch_size
 
+    def commit_mode(self) -> str:
+        """Prepared mode: one prepared transaction per task attempt, committed by the driver."""
+        return (f"{self.spec.product} prepared transactions: one per task attempt, committed by the driver "
+                f"after the ledger's decision")
+
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
         return f"{self.spec.product} {safe_url(self.options.url)} table {self.table}"

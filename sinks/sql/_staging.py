@@ -154,6 +154,11 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     def commits_atomically(self) -> bool:
         return True
 
+    def commit_mode(self) -> str:
+        """Staging: each task stages its rows; the driver moves a batch in one local transaction."""
+        return (f"staging mode: tasks stage rows in {self.stage.display()}, the driver moves each batch into "
+                f"{self.target.display()} in one local transaction with its batch marker (save mode {self.mode})")
+
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
         """Remember the DataFrame schema; Spark's overwrite flag turns ``append`` into
         ``overwrite`` (``outputMode("complete")`` replaces the table every micro-batch).
