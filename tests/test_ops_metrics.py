@@ -116,6 +116,8 @@ def test_the_collector_joins_an_applications_registry_and_reads_the_ledger_at_sc
     assert m[("twopc_batches_total", (("action", "committed"),))] == 1
     assert m[("twopc_orphans_swept_total", ())] == 1 and m[("twopc_batch_rows_sum", ())] == 7
     assert m[("twopc_in_doubt_transactions", ())] == 0
+    assert m[("twopc_commits_total", (("outcome", "lost"),))] == 0  # a series to alert on before the first loss
+    assert m[("twopc_recovery_runs_total", ())] == 0
     handles = [run_task(sink, "job1", 1, p, p, [p]) for p in range(2)]
     crash_commit(CommitCoordinator(sink, ledger, "job1"), "after_decision", 1, handles, tmp_path / "f")
     m = _samples(generate_latest(registry).decode())

@@ -46,6 +46,13 @@ HISTOGRAMS: Mapping[str, tuple[tuple[float, ...], str]] = {
     "prepare_to_commit_seconds": (SECONDS_BUCKETS, "Seconds from a batch's first prepared transaction to its commit"),
     "batch_rows": (ROWS_BUCKETS, "Rows per committed batch"),
 }
+#: Label values every counter shows from the start (0 until counted), so alerts on an
+#: increase see a series before the first event.
+KNOWN_LABELS: Mapping[str, tuple[str, ...]] = {
+    "commits": ("committed", "already_committed", "lost"),
+    "batches": ("committed", "finished", "replay-ignored", "aborted"),
+    "failures": ("commit", "abort"),
+}
 COUNTERS: Mapping[str, tuple[str, str | None]] = {
     "commits": ("Transactions the driver committed, by outcome", "outcome"),
     "batches": ("Batches the driver's commit handled, by action (committed, finished, replay-ignored, aborted)",
@@ -172,7 +179,8 @@ class MetricsCollector(Collector):
                 continue
             base = [sink_id, str(state["labels"].get("format", ""))]
             for name, family in counters.items():
-                for label, value in sorted(state["counters"].get(name, {}).items()):
+                values = {**dict.fromkeys(KNOWN_LABELS.get(name, ("",)), 0), **state["counters"].get(name, {})}
+                for label, value in sorted(values.items()):
                     family.add_metric(base + ([label] if COUNTERS[name][1] else []), float(value))
             for name, hist in hists.items():
                 h = state["histograms"].get(name)
