@@ -15,6 +15,7 @@ filesystem layer, writing a temporary object and moving it into place.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import os
@@ -338,7 +339,24 @@ class CommitLedger:
         return self._store.read(name)
 
     def write_aux(self, name: str, text: str) -> None:
-        """Replace the auxiliary record *name* atomically (never a decision or a mark)."""
+        """Replace the auxiliary record *name* atomically (never a decision or a mark). On a
+        local disk without fsync: a crash may lose the last update, never tear it.
+
+        Raises:
+            LedgerError: it cannot be written.
+        """
         if "/" in name or name in ("sink.json",):
             raise ValueError(f"{name!r} is not an auxiliary record name")
-        self._store.create(name, text, exclusive=False)
+        if not self._store.local:
+            self._store.create(name, text, exclusive=False)
+            return
+        final = self._store.path(name)
+        tmp = self._store.path(f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise LedgerError(f"cannot write {final}: {exc}") from exc
