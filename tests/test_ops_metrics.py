@@ -140,3 +140,27 @@ def test_json_log_records_carry_the_events_fields(caplog: pytest.LogCaptureFixtu
     assert record["event"] == "orphan_rolled_back" and record["level"] == "WARNING"
     assert (record["sink_id"], record["batch"], record["txn_id"]) == ("s", 3, "t1")
     assert record["message"] == "twopc: rolled back t1" and record["time"].endswith("+00:00")
+
+
+def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tmp_path: Path) -> None:
+    """The driver's commit path (what Spark calls) counts what raised: a decided transaction
+    someone rolled back by hand is lost; the commit raises and the metrics say so."""
+    from twopc import RuntimeOptions, TransactionLostError, TwoPCCommitMessage, dumps_handle
+    from twopc._spark import _WriterCore
+
+    sink = FileSink(str(tmp_path / "out"))
+    ck = str(tmp_path / "ck")
+    CommitLedger(ck).bind_sink_id(None, default="job1")
+    handles = [run_task(sink, "job1", 0, p, p, [p]) for p in range(2)]
+    sink.abort(handles[0])  # an operator's ROLLBACK PREPARED, in file-sink terms
+    core = _WriterCore(sink, "job1", RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
+                       format_name="twopc-file")
+    messages = [TwoPCCommitMessage(dumps_handle(h), 1, h.partition_id, h.attempt_id, time.time()) for h in handles]
+    with pytest.raises(TransactionLostError):
+        core.commit(messages, 0)
+    registry = CollectorRegistry()
+    register_metrics(registry, ck)
+    m = _samples(generate_latest(registry).decode())
+    assert m[("twopc_failures_total", (("stage", "commit"),))] == 1
+    assert m[("twopc_commits_total", (("outcome", "lost"),))] == 1
+    assert m[("twopc_in_doubt_transactions", ())] == 2 and m[("twopc_batches_total", (("action", "committed"),))] == 0

@@ -86,7 +86,7 @@ def _update(ledger: CommitLedger, change: Any) -> None:
         state = _load(ledger)
         change(state)
         ledger.write_aux(STATE_FILE, json.dumps(state, sort_keys=True))
-    except (LedgerError, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - metrics never fail (or mask the error of) a commit
         log.warning("twopc: could not update the metrics in %s: %s", ledger.location, exc)
 
 

@@ -170,7 +170,8 @@ class _WriterCore:
             else:
                 result = coordinator.abort_batch(batch_id, handles)
         except BaseException:
-            observe_failure(coordinator.ledger, self.sink_id, self.format_name, stage, coordinator.metrics.lost)
+            if not self.runtime.ephemeral:
+                observe_failure(coordinator.ledger, self.sink_id, self.format_name, stage, coordinator.metrics.lost)
             raise
         finally:
             self.sink.close()
