@@ -52,9 +52,9 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faultinject": (
         "ACTIONS", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",
-        "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultPlan", "FaultRule",
-        "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
-        "ServerUnavailable", "UnknownFaultPoint",
+        "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultPlan", "FaultProxy",
+        "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
+        "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
         "armed", "declare", "declared_points", "default_state_dir", "export_crash_group", "fault_point",
         "read_firings",
     ),
