@@ -21,7 +21,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "twopc": (
         "FAULT_POINTS", "MAX_XID_BYTES",
         "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
-        "CommitOutcome", "ConfigurationError", "Decision", "HandleError", "HandleVersionError",
+        "CommitOutcome", "CommitPendingError", "CommitRetry", "ConfigurationError", "Decision",
+        "HandleError", "HandleVersionError",
         "LedgerError", "MissingExtraError", "MissingOptionError", "ProtocolError",
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "RuntimeOptions",
         "SchemaMismatchError", "SinkError", "SinkUnavailableError", "TargetConfigurationError",

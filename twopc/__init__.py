@@ -16,6 +16,7 @@ Public API:
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
 from ._errors import (
+    CommitPendingError,
     ConfigurationError,
     HandleError,
     HandleVersionError,
@@ -44,6 +45,7 @@ from ._handle import (
 from ._ledger import BatchState, CommitLedger, Decision
 from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
+from ._retry import CommitRetry
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 from ._spark import (
     TwoPCCommitMessage,
@@ -65,6 +67,8 @@ __all__ = [
     "CommitLedger",
     "CommitMetrics",
     "CommitOutcome",
+    "CommitPendingError",
+    "CommitRetry",
     "ConfigurationError",
     "Decision",
     "HandleError",

@@ -137,7 +137,8 @@ class _WriterCore:
     # -- driver side --------------------------------------------------------------
     def coordinator(self) -> CommitCoordinator:
         ledger = CommitLedger(self.runtime.checkpoint_location)
-        return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last)
+        return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
+                                 retry=self.runtime.retry)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         if self.skip:
@@ -150,10 +151,17 @@ class _WriterCore:
             self._forget_ephemeral()
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+        """Roll the failed write back. Never raises: Spark replaces the error that made it
+        abort with a generic "Writing job failed" when ``abort`` raises, so what cannot be
+        cleaned up now is left for the next start (or ``python -m recovery``) with a warning."""
         if self.skip:
             return None
         try:
             return self.coordinator().abort_batch(batch_id, _handles(messages))
+        except Exception:
+            log.warning("twopc: sink %s could not clean up after the failed write of batch %s; the next start "
+                        "of the query (or python -m recovery) will", self.sink_id, batch_id, exc_info=True)
+            return None
         finally:
             self.sink.close()
             self._forget_ephemeral()
