@@ -137,8 +137,9 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
             f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "
             f"the decision is recorded in {ledger.location} and the prepared transactions wait on the "
             f"server. The next start of the query finishes the batch before it writes anything, or "
-            f"finish it now, once the server answers: python -m recovery --checkpoint <checkpointLocation> "
-            f"--format <format> --option url=... (see python -m recovery --help)")
+            f"finish it now, once the server answers: python -m recovery --checkpoint "
+            f"{ledger.checkpoint_location} --format <the write's format> --option url=... (see "
+            f"python -m recovery --help)")
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
