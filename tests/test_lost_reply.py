@@ -10,6 +10,7 @@ speed."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import urllib.parse
 import uuid
@@ -26,6 +27,7 @@ from faultinject import FaultProxy
 from sinks import MySqlXaSink, PostgresSink
 from sinks.redis import HSetOp, RedisSink
 from sinks.sql import dispose_engines
+from sinks.sql._timeouts import reply_deadline
 from twopc import (
     BatchState,
     CommitCoordinator,
@@ -192,3 +194,22 @@ def test_a_lost_redis_commit_reply_is_bounded_and_finished_once(redis_url: str, 
         _lost_reply_scenario(make(), make, proxy, b"twopc_redis_v1_commit", prepare_batch, ids, tmp_path,
                              f"s{uid()}", where=f"{proxy.listen_host}:{proxy.port}")
     direct.close()
+
+
+def test_reply_deadline_cuts_only_a_wait_that_outlasts_it() -> None:
+    """The PostgreSQL statement deadline on a real socket pair: blocks that end in time are
+    never cut (thousands of them, so the watchdog's bookkeeping is exercised), a read that
+    waits past it sees the connection end."""
+    a, b = socket.socketpair()
+    with a, b:
+        for _ in range(3000):
+            with reply_deadline(a.fileno, 60) as d:
+                pass
+            assert not d.fired
+        b.sendall(b"x")
+        with reply_deadline(a.fileno, 60) as d:
+            assert a.recv(1) == b"x"
+        assert not d.fired
+        with reply_deadline(a.fileno, 0.1) as d:
+            assert a.recv(1) == b""  # shut down: the blocked read ends instead of waiting for ever
+        assert d.fired

@@ -18,10 +18,12 @@ notices a dead peer only after two hours of keepalive silence. So every connecti
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,40 +82,80 @@ class NetTimeouts:
 
 
 class Deadline:
-    """Whether a :func:`reply_deadline` passed (and shut its socket down)."""
+    """One armed :func:`reply_deadline`: whether it passed (and shut its socket down)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("done", "fd", "fired", "when")
+
+    def __init__(self, fd: int, when: float) -> None:
+        self.fd = fd
+        self.when = when
         self.fired = False
         self.done = False
-        self.lock = threading.Lock()
+
+    def __lt__(self, other: Deadline) -> bool:
+        return self.when < other.when
+
+
+class _Watchdog:
+    """One daemon thread per process that fires the deadlines of every connection (a
+    thread per statement would cost more than the statement)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[Deadline] = []
+        self._pid = -1
+
+    def arm(self, fd: int, seconds: float) -> Deadline:
+        d = Deadline(fd, time.monotonic() + seconds)
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child: the thread is not ours
+                self._heap = []
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="twopc-reply-deadlines", daemon=True).start()
+            if len(self._heap) >= _COMPACT_AT:  # disarmed deadlines wait for their time: drop them now
+                self._heap = [x for x in self._heap if not x.done]
+                heapq.heapify(self._heap)
+            heapq.heappush(self._heap, d)
+            if self._heap[0] is d:
+                self._cond.notify()
+        return d
+
+    def disarm(self, d: Deadline) -> None:
+        with self._cond:
+            d.done = True  # left in the heap; skipped when it comes up
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0].when > time.monotonic():
+                    self._cond.wait(max(0.0, self._heap[0].when - time.monotonic()) if self._heap else None)
+                d = heapq.heappop(self._heap)
+                if d.done:
+                    continue
+                d.fired = True
+            _shut_down(d.fd)
+
+
+def _shut_down(fd: int) -> None:
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        log.debug("twopc: shutting down a connection past its deadline failed", exc_info=True)
+
+
+_COMPACT_AT = 1024
+_WATCHDOG = _Watchdog()
 
 
 @contextlib.contextmanager
 def reply_deadline(fileno: Callable[[], int], seconds: float) -> Iterator[Deadline]:
     """Shut down the socket ``fileno()`` names if the block runs longer than *seconds*: a
     driver blocked on a reply then sees the connection end and raises. The socket is shut
-    down, not closed (its descriptor stays the driver's); a block that ends first cancels
+    down, not closed (its descriptor stays the driver's); a block that ends first disarms
     the deadline, so a fast statement is never cut."""
-    state = Deadline()
-    fd = fileno()
-
-    def fire() -> None:
-        with state.lock:
-            if state.done:
-                return
-            state.fired = True
-        try:
-            with socket.socket(fileno=os.dup(fd)) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            log.debug("twopc: shutting down a connection past its deadline failed", exc_info=True)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
-    timer.start()
+    d = _WATCHDOG.arm(fileno(), seconds)
     try:
-        yield state
+        yield d
     finally:
-        with state.lock:
-            state.done = True
-        timer.cancel()
+        _WATCHDOG.disarm(d)
