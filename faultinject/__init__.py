@@ -19,8 +19,9 @@ state directory (``armed()`` and ``ChaosRunner`` do).
 only the standard library.
 
 Importing it loads only the fault points (twopc imports it on every executor).  The chaos
-runner (:class:`ChaosRunner` and its reports) and the throwaway servers
-(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`) load on first use:
+runner (:class:`ChaosRunner` and its reports), the throwaway servers
+(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`) and the network fault
+proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load on first use:
 ``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
 """
 
@@ -43,6 +44,7 @@ from ._spec import (
 )
 
 if TYPE_CHECKING:
+    from ._proxy import FaultProxy, ProxyConnection
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
     from .servers import LocalMariaDB, LocalPostgres, LocalRedis
 
@@ -52,9 +54,11 @@ _LAZY: dict[str, str] = {
     "ChaosReport": ".chaos",
     "ChaosRun": ".chaos",
     "ChaosRunner": ".chaos",
+    "FaultProxy": "._proxy",
     "LocalMariaDB": ".servers",
     "LocalPostgres": ".servers",
     "LocalRedis": ".servers",
+    "ProxyConnection": "._proxy",
 }
 
 __all__ = [
@@ -70,12 +74,14 @@ __all__ = [
     "ChaosRun",
     "ChaosRunner",
     "FaultPlan",
+    "FaultProxy",
     "FaultRule",
     "FaultSpecError",
     "InjectedFault",
     "LocalMariaDB",
     "LocalPostgres",
     "LocalRedis",
+    "ProxyConnection",
     "ServerUnavailable",
     "UnknownFaultPoint",
     "armed",

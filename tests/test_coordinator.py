@@ -16,8 +16,11 @@ from twopc import (
     BatchState,
     CommitCoordinator,
     CommitLedger,
+    CommitPendingError,
+    CommitRetry,
     ProtocolError,
     RecoveryCoordinator,
+    SinkUnavailableError,
     TransactionLostError,
 )
 
@@ -101,3 +104,48 @@ def test_retention_purges_old_ledger_records_and_the_sinks_bookkeeping(tmp_path)
     assert ledger.committed_batches() == [2, 3]
     assert sink.purged == [(SINK, 1), (SINK, 2)]
     assert committed_ids(sink) == [0, 1, 2, 3]
+
+
+class _Unanswered(FileSink):
+    """A file sink whose target does not answer the next *silent* commits (the commit may
+    or may not have happened: here it has, as when a reply is lost on the way back)."""
+
+    silent: ClassVar[int] = 0
+
+    def commit(self, handle):
+        outcome = super().commit(handle)
+        if _Unanswered.silent > 0:
+            _Unanswered.silent -= 1
+            raise SinkUnavailableError(f"no reply from {self.describe()} (test)")
+        return outcome
+
+    def recover_and_commit(self, handle):
+        return self.commit(handle)
+
+
+def test_an_unanswered_commit_is_retried_then_left_decided_for_the_next_start(tmp_path, caplog) -> None:
+    sink = _Unanswered(str(tmp_path / "out"))
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    coord = CommitCoordinator(sink, ledger, SINK, retry=CommitRetry(retries=2, backoff=0))
+    _Unanswered.silent = 2  # two lost replies: the third attempt answers ALREADY_COMMITTED
+    result = coord.commit_batch(0, [run_task(sink, SINK, 0, p, p, [p]) for p in range(2)])
+    assert result.action == "committed" and committed_ids(sink) == [0, 1]
+
+    _Unanswered.silent = 10**6  # the target stays silent
+    handles = [run_task(sink, SINK, 1, p, p, [10 + p]) for p in range(2)]
+    with pytest.raises(CommitPendingError) as err:
+        coord.commit_batch(1, handles)
+    assert "batch 1 of sink 'q1' is decided" in str(err.value) and "3 attempt(s)" in str(err.value)
+    assert "python -m recovery" in str(err.value) and "next start of the query" in str(err.value)
+    assert ledger.state(1) is BatchState.DECIDED
+
+    # Spark's abort after the failed commit: cannot finish the batch either; warns, leaves it, never raises
+    assert coord.abort_batch(1, handles).action == "left-for-recovery"
+    assert "left for recovery" in caplog.text
+    assert ledger.state(1) is BatchState.DECIDED
+
+    _Unanswered.silent = 0  # healed: the next start finishes the decided batch
+    RecoveryCoordinator(sink, ledger, sink_id=SINK).run()
+    assert ledger.state(1) is BatchState.COMMITTED
+    assert committed_ids(sink) == [0, 1, 10, 11]
+    assert sink.list_prepared(SINK) == []

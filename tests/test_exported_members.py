@@ -21,7 +21,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "twopc": (
         "FAULT_POINTS", "MAX_XID_BYTES",
         "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
-        "CommitOutcome", "ConfigurationError", "Decision", "HandleError", "HandleVersionError", "Headroom",
+        "CommitOutcome", "CommitPendingError", "CommitRetry", "ConfigurationError", "Decision",
+        "HandleError", "HandleVersionError", "Headroom",
         "LedgerError", "MissingExtraError", "MissingOptionError", "PreparedDetail", "ProtocolError",
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "RuntimeOptions",
         "SchemaMismatchError", "SinkError", "SinkStatus", "SinkUnavailableError", "TargetConfigurationError",
@@ -53,9 +54,9 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "faultinject": (
         "ACTIONS", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",
-        "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultPlan", "FaultRule",
-        "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
-        "ServerUnavailable", "UnknownFaultPoint",
+        "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultPlan", "FaultProxy",
+        "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
+        "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
         "armed", "declare", "declared_points", "default_state_dir", "export_crash_group", "fault_point",
         "read_firings",
     ),

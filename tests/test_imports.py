@@ -23,9 +23,10 @@ HEAVY = (
     "faultinject._redis",
     "faultinject._procutil",
     "faultinject.chaos",
+    "faultinject._proxy",
 )
 LAZY_NAMES = ("ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner",
-              "LocalMariaDB", "LocalPostgres", "LocalRedis")
+              "FaultProxy", "LocalMariaDB", "LocalPostgres", "LocalRedis", "ProxyConnection")
 
 
 def _fresh(code: str) -> object:

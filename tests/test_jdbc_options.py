@@ -78,7 +78,15 @@ URL_CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
     ("jdbc:postgresql://h/app?connectTimeout=0", {}, dict(connect_timeout=10)),
     ("jdbc:postgresql://h/app?connectTimeout=7", {"connectTimeout": "3"}, dict(connect_timeout=3)),
     (("jdbc:postgresql://h/app?reWriteBatchedInserts=true&stringtype=unspecified&prepareThreshold=0"
-      "&tcpKeepAlive=true"), {}, dict(query={})),
+      "&tcpKeepAlive=true"), {}, dict(query={}, tcp_keepalive=True)),
+    # pgjdbc's socketTimeout (seconds) and tcpKeepAlive become twopc's waits, not dropped
+    ("jdbc:postgresql://h/app?socketTimeout=45&tcpKeepAlive=false", {},
+     dict(query={}, socket_timeout=45, tcp_keepalive=False)),
+    ("jdbc:postgresql://h/app?socketTimeout=45", {"socketTimeout": "90s"}, dict(socket_timeout=90)),
+    ("jdbc:postgresql://h/app?socketTimeout=0", {}, dict(socket_timeout=60)),
+    ("jdbc:postgresql://h/app", {}, dict(socket_timeout=60, tcp_keepalive=True)),
+    ("jdbc:postgresql://h/app", {"lockTimeout": "2min"}, dict(socket_timeout=150)),
+    ("jdbc:postgresql://h/app", {"tcpKeepAlive": "false"}, dict(tcp_keepalive=False)),
     ("jdbc:postgresql://h/app?sslpassword=keypw", {}, dict(query={"sslpassword": "keypw"})),
     # MySQL / MariaDB
     ("jdbc:mysql://db:3306/shop?user=bob&password=" + PW_Q, {},
@@ -86,10 +94,11 @@ URL_CASES: list[tuple[str, dict[str, str], dict[str, Any]]] = [
           password=PW, query={})),
     ("jdbc:mysql://bob:" + PW_Q + "@db/shop", {}, dict(username="bob", password=PW, port=None)),
     ("jdbc:mysql://db", {}, dict(database=None)),
-    ("jdbc:mysql://db/shop?connectTimeout=2500&socketTimeout=60000", {},
-     dict(connect_timeout=3, query={"read_timeout": "60", "write_timeout": "60"})),
+    # Connector/J's socketTimeout is in milliseconds
+    ("jdbc:mysql://db/shop?connectTimeout=2500&socketTimeout=65000&tcpKeepAlive=false", {},
+     dict(connect_timeout=3, query={}, socket_timeout=65, tcp_keepalive=False)),
     ("jdbc:mysql://db/shop?connectTimeout=1", {}, dict(connect_timeout=1)),
-    ("jdbc:mysql://db/shop?socketTimeout=0", {}, dict(query={})),
+    ("jdbc:mysql://db/shop?socketTimeout=0", {}, dict(query={}, socket_timeout=60)),
     ("jdbc:mysql://db/shop?characterEncoding=UTF-8&useUnicode=true", {}, dict(query={"charset": "utf8mb4"})),
     (("jdbc:mysql://db/shop?serverTimezone=UTC&rewriteBatchedStatements=true&useServerPrepStmts=false"
       "&cachePrepStmts=true"), {}, dict(query={})),
@@ -157,8 +166,10 @@ def test_url_translation(url: str, extra: dict[str, str], expected: dict[str, An
             assert query(o) == want
         elif attr == "connect_timeout":
             assert o.connect_timeout == Duration(want * 1000)
-        elif attr == "dialect":
-            assert getattr(o, attr) == want
+        elif attr == "socket_timeout":
+            assert o.socket_timeout == Duration(want * 1000)
+        elif attr in ("dialect", "tcp_keepalive"):
+            assert getattr(o, attr) == want, attr
         else:
             assert getattr(o.url, attr) == want, attr
 
@@ -177,6 +188,27 @@ def test_connect_timeout_is_not_left_in_the_url() -> None:
         o = parse(url)
         assert o.connect_timeout == Duration(5000)
         assert not {"connect_timeout", "connectTimeout"} & set(o.url.query)
+
+
+def test_socket_timeout_must_outlast_the_server_side_waits() -> None:
+    for extra, words in (({"socketTimeout": "30s"}, ["socketTimeout (30 s)", "longer than lockTimeout (30 s)"]),
+                         ({"socketTimeout": "2min", "queryTimeout": "5min"}, ["longer than queryTimeout"]),
+                         ({"socketTimeout": "0"}, ["socketTimeout must be > 0"])):
+        with pytest.raises(ConfigurationError) as err:
+            parse("jdbc:postgresql://h/app", **extra)
+        for w in words:
+            assert w in str(err.value)
+    with pytest.raises(ConfigurationError, match=r"socketTimeout in the url .* milliseconds"):
+        parse("jdbc:mysql://h/app?socketTimeout=20")  # 20 ms, meant as seconds
+
+
+def test_net_timeouts_reach_the_drivers() -> None:
+    pg = parse("jdbc:postgresql://h/app?socketTimeout=45").net_timeouts().connect_args("postgresql")
+    assert (pg["connect_timeout"], pg["keepalives"], pg["keepalives_idle"], pg["tcp_user_timeout"]) == (
+        10, 1, 30, 45_000)
+    assert pg["cursor_factory"].__name__ == "DeadlineCursor"
+    my = parse("jdbc:mysql://h/app?tcpKeepAlive=false").net_timeouts().connect_args("mysql")
+    assert (my["read_timeout"], my["write_timeout"], my["connect_timeout"]) == (60, 60, 10)
 
 
 URL_ERRORS: list[tuple[str, dict[str, str], list[str]]] = [
@@ -829,4 +861,4 @@ def test_field_names_are_the_public_api() -> None:
         "url", "dialect", "table", "driver", "batch_size", "truncate", "create_table_options",
         "create_table_column_types", "table_comment", "isolation_level", "query_timeout",
         "session_init_statement", "commit_mode", "upsert_keys", "save_mode", "marker_table", "staging_table",
-        "lock_timeout", "connect_timeout", "copy_format", "format_name"]
+        "lock_timeout", "connect_timeout", "socket_timeout", "tcp_keepalive", "copy_format", "format_name"]

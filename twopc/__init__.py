@@ -18,6 +18,7 @@ Public API:
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
 from ._errors import (
+    CommitPendingError,
     ConfigurationError,
     HandleError,
     HandleVersionError,
@@ -48,6 +49,7 @@ from ._ledger import BatchState, CommitLedger, Decision
 from ._metrics import register_metrics, serve_metrics
 from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
+from ._retry import CommitRetry
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 from ._spark import (
     TwoPCCommitMessage,
@@ -70,6 +72,8 @@ __all__ = [
     "CommitLedger",
     "CommitMetrics",
     "CommitOutcome",
+    "CommitPendingError",
+    "CommitRetry",
     "ConfigurationError",
     "Decision",
     "HandleError",

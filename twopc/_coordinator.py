@@ -31,10 +31,11 @@ from typing import Any, TypeAlias
 import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
-from ._errors import ProtocolError, TransactionLostError
+from ._errors import ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
+from ._retry import CommitRetry
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
@@ -63,7 +64,8 @@ class BatchResult:
 
     ``action`` is ``committed`` (first commit), ``finished`` (a recorded decision was
     finished), ``replay-ignored`` (the batch was already committed: the replay's
-    transactions were aborted) or ``aborted``.
+    transactions were aborted), ``aborted`` or ``left-for-recovery`` (an abort found the
+    batch decided and could not finish it: the next start or ``python -m recovery`` will).
     """
 
     batch_id: int
@@ -83,17 +85,23 @@ class _Tally:
 
 
 def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
-                    metrics: CommitMetrics | None = None) -> _Tally:
-    """Commit every handle of *decision*, then mark the batch committed.
+                    metrics: CommitMetrics | None = None, retry: CommitRetry | None = None) -> _Tally:
+    """Commit every handle of *decision*, then mark the batch committed. A commit the
+    target does not answer is asked again as *retry* says (every commit is idempotent).
 
     Raises:
         TransactionLostError: a handle is neither prepared nor committed. The others are
             committed, the batch is left DECIDED so that every retry raises again.
+        CommitPendingError: the target did not answer, retries included; the batch is left
+            DECIDED for the next start (or ``python -m recovery``) to finish.
     """
     tally = _Tally()
     m = metrics or CommitMetrics()
-    for handle, outcome in zip(decision.handles, _commit_outcomes(sink, decision, recovering=recovering),
-                               strict=True):
+    outcomes = (retry or CommitRetry()).run(
+        lambda again: list(_commit_outcomes(sink, decision, recovering=recovering or again)),
+        what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
+        pending=lambda n, exc: _pending(sink, ledger, decision, n, exc))
+    for handle, outcome in zip(decision.handles, outcomes, strict=True):
         m.commits_total += 1
         log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
                   "twopc: sink=%s batch=%s txn=%s outcome=%s", decision.sink_id, decision.batch_id, handle.txn_id,
@@ -126,6 +134,19 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
         f"stays decided but unfinished in {ledger.location}; restore the rows, then run "
         f"`python -m recovery --accept-lost {decision.batch_id}` to mark it done"
     )
+
+
+def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: int,
+             exc: SinkUnavailableError) -> str:
+    log.error("twopc: batch %s is decided; its commit to %s got no answer in %s attempts",
+              decision.batch_id, sink.describe(), attempts)
+    return (f"batch {decision.batch_id} of sink {decision.sink_id!r} is decided, but its commit to "
+            f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "
+            f"the decision is recorded in {ledger.location} and the prepared transactions wait on the "
+            f"server. The next start of the query finishes the batch before it writes anything, or "
+            f"finish it now, once the server answers: python -m recovery --checkpoint "
+            f"{ledger.checkpoint_location} --format <the write's format> --option url=... (see "
+            f"python -m recovery --help)")
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
@@ -198,13 +219,17 @@ class CommitCoordinator:
         sink_id: the sink id whose transactions this coordinator owns.
         keep_last: how many committed batches' ledger records to keep (like Spark's
             ``minBatchesToRetain``).
+        retry: how an unanswered commit is retried (``commitRetries``,
+            ``commitRetryBackoff``).
     """
 
-    def __init__(self, sink: AnySink, ledger: CommitLedger, sink_id: str, *, keep_last: int = 100) -> None:
+    def __init__(self, sink: AnySink, ledger: CommitLedger, sink_id: str, *, keep_last: int = 100,
+                 retry: CommitRetry | None = None) -> None:
         self.sink = sink
         self.ledger = ledger
         self.sink_id = sink_id
         self.keep_last = keep_last
+        self.retry = retry or CommitRetry()
         self.metrics = CommitMetrics()
 
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
@@ -218,6 +243,8 @@ class CommitCoordinator:
         Raises:
             TransactionLostError: a decided transaction is gone.
             ProtocolError: a handle belongs to another sink or batch.
+            CommitPendingError: the target did not answer the commit, retries included
+                (the batch stays decided: the next start or recovery finishes it).
             SinkError: the target failed; rerunning (or recovery) finishes the batch.
         """
         started = time.monotonic()
@@ -240,7 +267,8 @@ class CommitCoordinator:
             _decided(decision)
             faultinject.fault_point("after_decision", batch_id=batch_id)
             action, recovering = "committed", False
-        tally = finish_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics)
+        tally = finish_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics,
+                                retry=self.retry)
         faultinject.fault_point("after_mark", batch_id=batch_id)
         extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
         for h in extra:
@@ -259,7 +287,14 @@ class CommitCoordinator:
         rolls the attempts back; a crash after it is answered by the target's batch marker
         (``ALREADY_COMMITTED``) when Spark replays the batch."""
         faultinject.fault_point("before_decision", batch_id=batch_id)
-        outcomes = self.sink.commit_all(fresh)
+        outcomes = self.retry.run(
+            lambda again: self.sink.commit_all(fresh, recovering=again),
+            what=f"the commit of batch {batch_id} to {self.sink.describe()}",
+            pending=lambda n, exc: (
+                f"batch {batch_id} of sink {self.sink_id!r}: its one commit transaction on {self.sink.describe()} "
+                f"got no answer in {n} attempt(s) (last: {exc}); no decision is recorded. Whether it committed, "
+                f"the target's batch marker tells: rerun the write (or restart the query) once the server "
+                f"answers, and a committed batch is not written twice"))
         if outcomes is None or len(outcomes) != len(fresh):
             raise ProtocolError(f"{self.sink.describe()} claims atomic commits but commit_all returned {outcomes!r}")
         faultinject.fault_point("after_decision", batch_id=batch_id)
@@ -288,14 +323,23 @@ class CommitCoordinator:
         their prepared transactions, if any, are found by sink id and batch.
 
         A batch that a previous run already decided is finished rather than rolled back:
-        a decision is final.
+        a decision is final. When it cannot be finished now (the target or the checkpoint
+        storage still fails), it is left for recovery with a warning and this returns
+        ``aborted``: the error that made Spark abort is the one the user must see.
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         decision = self.ledger.decision(batch_id)
         state = self.ledger.state(batch_id)
         if decision is not None and state is BatchState.DECIDED:
-            finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics)
+            try:
+                finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics,
+                                retry=CommitRetry(0))
+            except TwoPCError as exc:
+                log.warning("twopc: batch %s of sink %s is decided but could not be finished while aborting "
+                            "(%s): left for recovery (the next start of the query, or python -m recovery)",
+                            batch_id, self.sink_id, exc)
+                return self._done(batch_id, "left-for-recovery", started)
         keep = decision.txn_ids if decision is not None else frozenset()
         extra = [h for h in fresh if h.txn_id not in keep]
         for h in extra:

@@ -15,6 +15,7 @@ catch the whole family with one clause, or a branch of it::
     ├── LedgerError                 the commit ledger cannot be read or written
     ├── SinkError                   the target system failed an operation
     │   └── SinkUnavailableError    the target cannot be reached or refused login
+    │       └── CommitPendingError  a decided commit got no answer, retries exhausted
     ├── TransactionLostError        a decided transaction is neither prepared nor committed
     └── ProtocolError               an invariant of the protocol was violated
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = [
+    "CommitPendingError",
     "ConfigurationError",
     "HandleError",
     "HandleVersionError",
@@ -118,6 +120,16 @@ class SinkError(TwoPCError):
 
 class SinkUnavailableError(SinkError):
     """The target system cannot be reached, or refused the credentials."""
+
+
+class CommitPendingError(SinkUnavailableError):
+    """A commit got no answer (a timeout, a lost connection) on every retry.
+
+    Nothing is lost and nothing is doubled: a decided batch stays decided in the ledger
+    and its prepared transactions wait on the server; the next start of the query finishes
+    it before anything else runs, or ``python -m recovery`` does. The message names the
+    server (without credentials), the batch, and those two ways.
+    """
 
 
 class TransactionLostError(TwoPCError):

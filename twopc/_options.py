@@ -8,16 +8,18 @@ import re
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ._errors import ConfigurationError, MissingOptionError
+from ._retry import CommitRetry
 from ._xid import validate_sink_id
 
 __all__ = ["RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started", "option"]
 
 #: Options consumed by the runtime; everything else is the sink's.
 RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain",
-                          "metricsport", "metricshost", "maxconcurrenttransactions"})
+                          "metricsport", "metricshost", "maxconcurrenttransactions",
+                          "commitretries", "commitretrybackoff"})
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
@@ -59,6 +61,9 @@ class RuntimeOptions:
     - ``txnVersion``: batch writes only, required. A number that identifies this write;
       a write whose version is <= the last committed one writes nothing (Delta's model).
     - ``minBatchesToRetain``: ledger records kept, default 100.
+    - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled
+      for each retry): how often a commit the target does not answer is asked again
+      before the write fails with :class:`~twopc.CommitPendingError`.
     """
 
     checkpoint_location: str
@@ -68,6 +73,8 @@ class RuntimeOptions:
     ephemeral: bool = False
     """True when the write has no ``checkpointLocation`` and its ledger lives in a
     temporary directory (allowed only for sinks that commit a batch atomically)."""
+    retry: CommitRetry = field(default_factory=CommitRetry)
+    """``commitRetries`` / ``commitRetryBackoff``."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool,
@@ -94,7 +101,7 @@ class RuntimeOptions:
                     "txnVersion without checkpointLocation needs txnAppId: the target remembers "
                     "which (txnAppId, txnVersion) it committed. Add .option(\"txnAppId\", \"job-name\")")
             return cls(ephemeral_location, sink_id, _parse_version(version_text) if version_text else 0,
-                       1, ephemeral=True)
+                       1, ephemeral=True, retry=_retry(options))
         if not loc:
             how = (
                 'df.writeStream.option("checkpointLocation", "/durable/path/query-name")'
@@ -120,7 +127,11 @@ class RuntimeOptions:
         keep = option(options, "minBatchesToRetain", "100") or "100"
         if not keep.isdigit() or int(keep) < 1:
             raise ConfigurationError(f"minBatchesToRetain must be an integer >= 1, got {keep!r}")
-        return cls(loc, sink_id, version, int(keep))
+        return cls(loc, sink_id, version, int(keep), retry=_retry(options))
+
+
+def _retry(options: Mapping[str, str]) -> CommitRetry:
+    return CommitRetry.parse(option(options, "commitRetries"), option(options, "commitRetryBackoff"))
 
 
 def _parse_version(text: str) -> int:

@@ -146,7 +146,8 @@ class _WriterCore:
     # -- driver side --------------------------------------------------------------
     def coordinator(self) -> CommitCoordinator:
         ledger = CommitLedger(self.runtime.checkpoint_location)
-        return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last)
+        return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
+                                 retry=self.runtime.retry)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         configure_worker_logging()
@@ -156,10 +157,18 @@ class _WriterCore:
         return self._finish("commit", messages, batch_id)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+        """Roll the failed write back. Never raises: Spark replaces the error that made it
+        abort with a generic "Writing job failed" when ``abort`` raises, so what cannot be
+        cleaned up now is left for the next start (or ``python -m recovery``) with a warning."""
         configure_worker_logging()
         if self.skip:
             return None
-        return self._finish("abort", messages, batch_id)
+        try:
+            return self._finish("abort", messages, batch_id)
+        except Exception:
+            log.warning("twopc: sink %s could not clean up after the failed write of batch %s; the next start "
+                        "of the query (or python -m recovery) will", self.sink_id, batch_id, exc_info=True)
+            return None
 
     def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:
         coordinator = self.coordinator()

@@ -21,6 +21,7 @@ import redis.exceptions as rex
 
 from twopc import ConfigurationError, SinkError, SinkUnavailableError, redact
 
+from .._net import keepalive_socket_options
 from .._secrets import secret_forms
 
 __all__ = ["ClientConfig", "Pooled", "dispose_clients", "split_url"]
@@ -75,7 +76,8 @@ class ClientConfig:
 
     def _open(self) -> Pooled:
         kwargs: dict[str, Any] = {"socket_timeout": self.socket_timeout,
-                                  "socket_connect_timeout": self.connect_timeout, "client_name": "twopc"}
+                                  "socket_connect_timeout": self.connect_timeout, "client_name": "twopc",
+                                  "socket_keepalive": True, "socket_keepalive_options": keepalive_socket_options()}
         if self.password is not None:
             kwargs["password"] = self.password
         try:

@@ -177,7 +177,7 @@ class SqlDialect(Generic[C]):
 
     # -- connections -------------------------------------------------------------------
     def _engine(self) -> Engine:
-        return engine_for(self.options.url, self.options.connect_timeout.whole_seconds, autocommit=True)
+        return engine_for(self.options.url, self.options.net_timeouts(), autocommit=True)
 
     def _checkout(self) -> PoolProxiedConnection:
         """A pooled connection in autocommit mode.

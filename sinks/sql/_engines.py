@@ -20,6 +20,8 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from twopc._extras import require
 
+from ._timeouts import NetTimeouts
+
 __all__ = ["EngineCache", "dispose_engines", "engine_for"]
 
 #: application_name / client program name the servers show for twopc's sessions
@@ -62,11 +64,12 @@ class EngineCache:
 _ENGINES = EngineCache()
 
 
-def engine_for(url: URL, connect_timeout: int, *, autocommit: bool) -> Engine:
+def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     """The process's pooled engine for *url* (credentials included) and this use.
 
-    *connect_timeout* is in whole seconds. With *autocommit* the engine hands out
-    connections in ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
+    Its connections wait as *timeouts* says (connect, reply, TCP keepalive: see
+    :mod:`sinks.sql._timeouts`). With *autocommit* the engine hands out connections in
+    ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
     """
 
     def make() -> Engine:
@@ -76,13 +79,13 @@ def engine_for(url: URL, connect_timeout: int, *, autocommit: bool) -> Engine:
             require(driver[0], driver[1], f"writing to {backend} (twopc-jdbc)")
         args: dict[str, Any] = {}
         if backend == "sqlite":
-            args = {"timeout": max(60, connect_timeout)}
+            args = {"timeout": max(60, timeouts.connect)}
         elif backend == "postgresql":
-            args = {"connect_timeout": connect_timeout}
+            args = timeouts.connect_args(backend)
             if "application_name" not in url.query:
                 args["application_name"] = APPLICATION_NAME
         elif backend in ("mysql", "mariadb"):
-            args = {"connect_timeout": connect_timeout}
+            args = timeouts.connect_args(backend)
             if "charset" not in url.query:
                 args["charset"] = "utf8mb4"
         kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": args}
@@ -91,15 +94,26 @@ def engine_for(url: URL, connect_timeout: int, *, autocommit: bool) -> Engine:
         engine = sa.create_engine(url, **kwargs)
         if backend == "sqlite":
             _sqlite_begin_immediate(engine)
+        elif backend in ("mysql", "mariadb"):
+            _tune_pymysql_sockets(engine, timeouts)
         return engine
 
-    return _ENGINES.get((url.render_as_string(hide_password=False), connect_timeout, autocommit), make)
+    return _ENGINES.get((url.render_as_string(hide_password=False), timeouts, autocommit), make)
 
 
 def dispose_engines() -> None:
     """Close every pooled connection of this process (prepared transactions are not
     affected: they no longer belong to a session)."""
     _ENGINES.dispose()
+
+
+def _tune_pymysql_sockets(engine: Engine, timeouts: NetTimeouts) -> None:
+    """PyMySQL turns keepalive on with the OS's timing (2 h): set twopc's on each new
+    connection's socket."""
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        timeouts.tune_socket(getattr(dbapi_conn, "_sock", None))
 
 
 def _sqlite_begin_immediate(engine: Engine) -> None:

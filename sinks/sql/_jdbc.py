@@ -216,7 +216,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     def _server_can_prepare(self) -> tuple[bool, str]:
         o = self.options
-        engine = engine_for(o.url, o.connect_timeout.whole_seconds, autocommit=False)
+        engine = engine_for(o.url, o.net_timeouts(), autocommit=False)
         target = parse_table_name(o.table, o.dialect)
         try:
             with engine.connect() as conn:

@@ -49,6 +49,10 @@ twopc's options
 ``lockTimeout``       how long a write waits for another transaction's row locks, a
                       duration: ``30s`` (default), ``500ms``, ``2min``, plain seconds
 ``connectTimeout``    a duration, 1 s .. 1 h, default 10 s
+``socketTimeout``     how long a statement waits for the server's reply, a duration, default
+                      60 s (at least ``lockTimeout`` + ``queryTimeout`` + 30 s); must be
+                      longer than ``lockTimeout`` and ``queryTimeout``
+``tcpKeepAlive``      TCP keepalive probes (30 s idle, every 10 s, 3), default true
 ``copyFormat``        PostgreSQL COPY format: ``auto`` (default), ``binary``, ``csv``
 ====================  ======================================================================
 
@@ -77,6 +81,7 @@ from twopc import ConfigurationError, MissingOptionError
 from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
 from ._column_lists import parse_column_list, parse_column_types
+from ._timeouts import NetTimeouts
 from ._url import Dialect, safe_url, translate_url, url_secrets
 
 __all__ = [
@@ -109,7 +114,7 @@ SPARK_OPTIONS: tuple[str, ...] = (
 #: twopc's own options.
 TWOPC_OPTIONS: tuple[str, ...] = (
     "commitMode", "upsertKeys", "saveMode", "markerTable", "stagingTable", "lockTimeout",
-    "connectTimeout", "copyFormat",
+    "connectTimeout", "socketTimeout", "tcpKeepAlive", "copyFormat",
 )
 #: Options that only the staging mode of ``twopc-jdbc`` can serve.
 STAGING_ONLY_OPTIONS: tuple[str, ...] = (
@@ -169,6 +174,8 @@ _MAX_CONNECT = Duration(3_600_000)
 _NO_LIMIT = Duration(0)
 _LOCK_TIMEOUT = Duration(30_000)
 _CONNECT_TIMEOUT = Duration(10_000)
+_SOCKET_TIMEOUT = Duration(60_000)
+_SOCKET_MARGIN = Duration(30_000)
 _DIALECT_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL/MariaDB", "sqlite": "SQLite"}
 #: keyword arguments of the sinks' constructors -> option names
 _KWARG_OPTIONS = {
@@ -179,7 +186,7 @@ _KWARG_OPTIONS = {
     "session_init_statement": "sessionInitStatement", "commit_mode": "commitMode",
     "upsert_keys": "upsertKeys", "save_mode": "saveMode", "marker_table": "markerTable",
     "staging_table": "stagingTable", "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout",
-    "copy_format": "copyFormat",
+    "copy_format": "copyFormat", "socket_timeout": "socketTimeout", "tcp_keepalive": "tcpKeepAlive",
 }
 
 
@@ -215,6 +222,9 @@ class JdbcOptions:
         lock_timeout: ``lockTimeout``.
         connect_timeout: the ``connectTimeout`` option; else the URL's
             ``connectTimeout``/``loginTimeout``; else 10 s.
+        socket_timeout: the ``socketTimeout`` option; else the URL's ``socketTimeout``;
+            else 60 s, or ``lockTimeout`` + ``queryTimeout`` + 30 s when that is longer.
+        tcp_keepalive: the ``tcpKeepAlive`` option; else the URL's; else true.
         copy_format: ``copyFormat`` (PostgreSQL only).
         format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
     """
@@ -238,6 +248,8 @@ class JdbcOptions:
     staging_table: str | None = None
     lock_timeout: Duration = _LOCK_TIMEOUT
     connect_timeout: Duration = _CONNECT_TIMEOUT
+    socket_timeout: Duration = _SOCKET_TIMEOUT
+    tcp_keepalive: bool = True
     copy_format: CopyFormat = "auto"
     format_name: str = JDBC_FORMAT
 
@@ -302,6 +314,8 @@ class JdbcOptions:
         }
         staging, staging_given = cls._staging_options(r)
         connect_option = r.text("connectTimeout")
+        socket_option = r.text("socketTimeout")
+        keepalive_option = r.text("tcpKeepAlive")
         secrets = {k: r.get(k) for k in ("user", "password")}
         supported = f"Supported options: {', '.join(SPARK_OPTIONS + TWOPC_OPTIONS)}"
         translated = translate_url(raw_url, user=secrets["user"], password=secrets["password"],
@@ -320,6 +334,10 @@ class JdbcOptions:
             raise ConfigurationError(
                 f"{source} is {connect.seconds:g} seconds; it must be between 1 and {_MAX_CONNECT.seconds:g} seconds "
                 f"(a plain number is seconds; MySQL's JDBC URL parameter connectTimeout is in milliseconds)")
+        values["socket_timeout"] = _socket_timeout(socket_option, translated.socket_timeout_ms,
+                                                   values["lock_timeout"], values["query_timeout"])
+        values["tcp_keepalive"] = (r.boolean("tcpKeepAlive", True, strict=True) if keepalive_option is not None
+                                   else translated.tcp_keepalive is not False)
         options = cls(url=translated.url, dialect=dialect, table=table, connect_timeout=connect,
                       format_name=r.format_name, **values, **staging)
         options._check_combinations(staging_given)
@@ -369,6 +387,10 @@ class JdbcOptions:
                     f"{', '.join(given)} need(s) the staging commit mode: use format {JDBC_FORMAT} "
                     f"(same options) instead")
 
+    def net_timeouts(self) -> NetTimeouts:
+        """The connect, reply and TCP waits of this write's connections."""
+        return NetTimeouts(self.connect_timeout.whole_seconds, self.socket_timeout.seconds, self.tcp_keepalive)
+
     @property
     def isolation_sql(self) -> str:
         """:attr:`isolation_level` as SQL spells it (``READ COMMITTED``)."""
@@ -408,6 +430,26 @@ def _option_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(f"`{str(v).replace('`', '``')}`" for v in value)
     return str(value)
+
+
+def _socket_timeout(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration) -> Duration:
+    """``socketTimeout``: the option, else the URL's, else the default. A given one must be
+    longer than every wait a statement may legitimately spend on the server."""
+    longest = Duration(lock.ms + query.ms)
+    if option_text is None and url_ms is None:
+        return max(_SOCKET_TIMEOUT, Duration(longest.ms + _SOCKET_MARGIN.ms))
+    given = Duration.parse(option_text, "socketTimeout") if option_text is not None else Duration(url_ms or 0)
+    source = "option socketTimeout" if option_text is not None else "the socketTimeout in the url"
+    if given.ms <= 0:
+        raise ConfigurationError(f"{source} must be > 0: twopc never waits for a reply without a limit "
+                                 f"(leave it out for the default, {_SOCKET_TIMEOUT.seconds:g} s)")
+    for name, wait in (("lockTimeout", lock), ("queryTimeout", query)):
+        if given.ms <= wait.ms:
+            raise ConfigurationError(
+                f"{source} ({given.seconds:g} s) must be longer than {name} ({wait.seconds:g} s): a statement "
+                f"that waits that long on the server would be cut off. Raise socketTimeout or lower {name} "
+                f"(a plain number is seconds; MySQL's JDBC URL parameter socketTimeout is in milliseconds)")
+    return given
 
 
 def _table_option(r: OptionReader) -> str:

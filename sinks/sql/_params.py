@@ -17,7 +17,10 @@ Differences from the Java drivers, on purpose:
   ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA as a PEM file (``serverSslCert``):
   PyMySQL cannot read Java trust stores.
 - A connect timeout of 0 ("wait forever") is not supported: twopc always uses a finite
-  one (the ``connectTimeout`` option, default 10 s).
+  one (the ``connectTimeout`` option, default 10 s). The same holds for ``socketTimeout``
+  (pgjdbc: seconds; Connector/J: milliseconds), which becomes twopc's ``socketTimeout``
+  (how long a statement waits for its reply), and ``tcpKeepAlive``, which becomes twopc's
+  ``tcpKeepAlive`` (see :mod:`sinks.sql._timeouts`).
 """
 
 from __future__ import annotations
@@ -57,26 +60,30 @@ class DriverParam(NamedTuple):
 
 
 class Translated(NamedTuple):
-    """The Python driver's URL query parameters, and the connect timeout in seconds
-    found among the JDBC parameters (``None``: none given)."""
+    """The Python driver's URL query parameters, and the waits found among the JDBC
+    parameters (``None``: not given): the connect timeout in seconds, the socket (reply)
+    timeout in milliseconds, and whether TCP keepalive is on."""
 
     query: dict[str, str | tuple[str, ...]]
     connect_timeout: int | None
+    socket_timeout_ms: int | None = None
+    tcp_keepalive: bool | None = None
 
 
 #: PostgreSQL JDBC parameters translated to libpq (psycopg) equivalents.
 PG_PARAMETERS: tuple[str, ...] = (
     "user", "password", "ssl", "sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword",
     "applicationName", "connectTimeout", "loginTimeout", "currentSchema", "options",
-    "targetServerType", "gssEncMode", "channelBinding", "loadBalanceHosts",
+    "targetServerType", "gssEncMode", "channelBinding", "loadBalanceHosts", "socketTimeout",
+    "tcpKeepAlive",
 )
 #: PostgreSQL JDBC parameters that only tune the Java driver: accepted, logged at INFO.
 PG_JAVA_ONLY: tuple[str, ...] = (
-    "reWriteBatchedInserts", "stringtype", "prepareThreshold", "tcpKeepAlive", "tcpNoDelay",
+    "reWriteBatchedInserts", "stringtype", "prepareThreshold", "tcpNoDelay",
     "defaultRowFetchSize", "binaryTransfer", "binaryTransferEnable", "binaryTransferDisable",
     "preparedStatementCacheQueries", "preparedStatementCacheSizeMiB", "preferQueryMode",
     "loggerLevel", "loggerFile", "logUnclosedConnections", "assumeMinServerVersion",
-    "receiveBufferSize", "sendBufferSize", "disableColumnSanitiser", "socketTimeout",
+    "receiveBufferSize", "sendBufferSize", "disableColumnSanitiser",
     "cancelSignalTimeout", "escapeSyntaxCallMode", "maxResultBuffer", "adaptiveFetch",
     "adaptiveFetchMinimum", "adaptiveFetchMaximum", "logServerErrorDetail",
     "quoteReturningIdentifiers", "hideUnprivilegedObjects", "hostRecheckSeconds",
@@ -86,7 +93,7 @@ PG_JAVA_ONLY: tuple[str, ...] = (
 MYSQL_PARAMETERS: tuple[str, ...] = (
     "user", "password", "sslMode", "useSSL", "requireSSL", "verifyServerCertificate",
     "trustServerCertificate", "disableSslHostnameVerification", "serverSslCert",
-    "connectTimeout", "socketTimeout", "characterEncoding", "serverTimezone",
+    "connectTimeout", "socketTimeout", "tcpKeepAlive", "characterEncoding", "serverTimezone",
     "connectionTimeZone",
 )
 #: MySQL / MariaDB JDBC parameters that only tune the Java driver: accepted, logged at INFO.
@@ -94,7 +101,7 @@ MYSQL_JAVA_ONLY: tuple[str, ...] = (
     "rewriteBatchedStatements", "useServerPrepStmts", "cachePrepStmts", "prepStmtCacheSize",
     "prepStmtCacheSqlLimit", "useUnicode", "useLegacyDatetimeCode",
     "useJDBCCompliantTimezoneShift", "allowPublicKeyRetrieval", "zeroDateTimeBehavior",
-    "tcpKeepAlive", "tcpNoDelay", "useCompression", "useLocalSessionState",
+    "tcpNoDelay", "useCompression", "useLocalSessionState",
     "elideSetAutoCommits", "maintainTimeStats", "cacheResultSetMetadata",
     "cacheServerConfiguration", "useCursorFetch", "defaultFetchSize", "tinyInt1isBit",
     "transformedBitIsBoolean", "yearIsDateType", "autoReconnect", "useBulkStmts",
@@ -191,6 +198,33 @@ def _seconds(prop: DriverParam, unit_ms: bool) -> int | None:
     return max(1, math.ceil(n / 1000)) if unit_ms else n
 
 
+class _Waits:
+    """``socketTimeout`` and ``tcpKeepAlive`` among the JDBC parameters (both drivers)."""
+
+    def __init__(self) -> None:
+        self.socket_ms: int | None = None
+        self.keepalive: bool | None = None
+
+    def take(self, prop: DriverParam, *, unit_ms: bool) -> bool:
+        """Read *prop* if it is one of them (*unit_ms*: the driver counts socketTimeout in
+        milliseconds, as Connector/J does; pgjdbc counts seconds)."""
+        if prop.key == "sockettimeout":
+            t = prop.value.strip()
+            if not t.isdigit():
+                unit = "milliseconds" if unit_ms else "seconds"
+                raise ConfigurationError(f"{prop.name} must be a whole number of {unit}, got {prop.value!r}")
+            n = int(t) if unit_ms else int(t) * 1000
+            if n == 0:
+                log.info("twopc: socketTimeout=0 (no limit) is not supported; using the socketTimeout "
+                         "option (default 60 s)")
+            self.socket_ms = n or None
+            return True
+        if prop.key == "tcpkeepalive":
+            self.keepalive = _jdbc_bool(prop)
+            return True
+        return False
+
+
 def _jdbc_bool(prop: DriverParam) -> bool:
     t = prop.value.strip().lower()
     if t in ("true", "", "1", "yes"):
@@ -213,8 +247,11 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
     ssl_flag = False
     zero_timeout = False
     schema: str | None = None
+    waits = _Waits()
     for p in props:
         k, v = p.key, p.value
+        if waits.take(p, unit_ms=False):
+            continue
         if k == "ssl":
             t = v.strip().lower()
             if t not in ("", "true", "false"):
@@ -287,7 +324,7 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
     if zero_timeout and timeout is None and login_timeout is None:
         log.info("twopc: a connect timeout of 0 (no limit) is not supported; using the "
                  "connectTimeout option (default 10 s)")
-    return Translated(q, timeout if timeout is not None else login_timeout)
+    return Translated(q, timeout if timeout is not None else login_timeout, waits.socket_ms, waits.keepalive)
 
 
 def _param_label(p: DriverParam) -> str:
@@ -300,9 +337,10 @@ def translate_mysql(props: list[DriverParam], flavor: str, supported: str = "") 
     q: dict[str, str | tuple[str, ...]] = {}
     timeout: int | None = None
     by_key = {p.key: p for p in props}
+    waits = _Waits()
     for p in props:
         k, v = p.key, p.value
-        if k in _MYSQL_TLS_KEYS:
+        if k in _MYSQL_TLS_KEYS or waits.take(p, unit_ms=True):
             continue
         if k == "connecttimeout":
             sec = _seconds(p, unit_ms=True)
@@ -310,11 +348,6 @@ def translate_mysql(props: list[DriverParam], flavor: str, supported: str = "") 
                 log.info("twopc: connectTimeout=0 (no limit) is not supported; using the "
                          "connectTimeout option (default 10 s)")
             timeout = sec
-        elif k == "sockettimeout":
-            sec = _seconds(p, unit_ms=True)
-            if sec is not None:
-                q["read_timeout"] = str(sec)
-                q["write_timeout"] = str(sec)
         elif k == "characterencoding":
             if v.strip().lower() not in _UTF8_NAMES:
                 raise ConfigurationError(
@@ -330,7 +363,7 @@ def translate_mysql(props: list[DriverParam], flavor: str, supported: str = "") 
         else:
             _untranslated(p, "MySQL/MariaDB", MYSQL_PARAMETERS, MYSQL_JAVA_ONLY, _MYSQL_REFUSED, supported)
     q.update(_mysql_tls(by_key, flavor))
-    return Translated(q, timeout)
+    return Translated(q, timeout, waits.socket_ms, waits.keepalive)
 
 
 def _mysql_tls(by_key: Mapping[str, DriverParam], flavor: str) -> dict[str, str | tuple[str, ...]]:

@@ -176,7 +176,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
 
     # -- connections ------------------------------------------------------------------------
     def _engine(self) -> Engine:
-        return engine_for(self.options.url, self.options.connect_timeout.whole_seconds, autocommit=False)
+        return engine_for(self.options.url, self.options.net_timeouts(), autocommit=False)
 
     def _connect(self) -> Connection:
         try:

@@ -46,11 +46,15 @@ class SqlUrl:
         dialect: ``postgresql``, ``mysql`` (MySQL and MariaDB), ``sqlite`` or ``other``.
         connect_timeout: the connect timeout in seconds found among the JDBC parameters
             (``connectTimeout``, ``loginTimeout``), or ``None``.
+        socket_timeout_ms: the JDBC ``socketTimeout`` in milliseconds, or ``None``.
+        tcp_keepalive: the JDBC ``tcpKeepAlive``, or ``None``.
     """
 
     url: URL
     dialect: Dialect
     connect_timeout: int | None = None
+    socket_timeout_ms: int | None = None
+    tcp_keepalive: bool | None = None
 
     def __repr__(self) -> str:
         return f"SqlUrl({safe_url(self.url)!r}, {self.dialect!r})"
@@ -210,7 +214,7 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
         # (SQLAlchemy drops the password of a URL without username when rendering)
         username = url_user if url_user else ("" if url_password else None)
         url = url.set(username=username, password=url_password)
-    return SqlUrl(url, dialect, translated.connect_timeout)
+    return SqlUrl(url, dialect, translated.connect_timeout, translated.socket_timeout_ms, translated.tcp_keepalive)
 
 
 def _normalize_sqlalchemy(url: URL) -> tuple[URL, Dialect]:

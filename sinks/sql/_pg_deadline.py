@@ -1,0 +1,47 @@
+"""psycopg cursors whose statements wait at most ``socketTimeout`` for the server's reply
+(psycopg has no client-side statement timeout: see :mod:`sinks.sql._timeouts`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+
+from ._timeouts import reply_deadline
+
+__all__ = ["deadline_cursor"]
+
+
+@functools.cache
+def deadline_cursor(seconds: float) -> type[psycopg.Cursor[Any]]:
+    """A ``psycopg.Cursor`` class (one per timeout) whose ``execute`` / ``executemany``
+    raise :class:`psycopg.OperationalError` ("no reply ... within N s") when the server
+    does not answer within *seconds*; the connection is then closed (broken)."""
+
+    class DeadlineCursor(psycopg.Cursor[Any]):
+        def execute(self, query: Any, params: Any = None, **kwargs: Any) -> DeadlineCursor:
+            with reply_deadline(self.connection.fileno, seconds) as deadline:
+                try:
+                    return super().execute(query, params, **kwargs)
+                except psycopg.Error:
+                    if deadline.fired:
+                        raise _no_reply(seconds) from None
+                    raise
+
+        def executemany(self, query: Any, params_seq: Iterable[Any], **kwargs: Any) -> None:
+            with reply_deadline(self.connection.fileno, seconds) as deadline:
+                try:
+                    super().executemany(query, params_seq, **kwargs)
+                except psycopg.Error:
+                    if deadline.fired:
+                        raise _no_reply(seconds) from None
+                    raise
+
+    return DeadlineCursor
+
+
+def _no_reply(seconds: float) -> psycopg.OperationalError:
+    return psycopg.OperationalError(
+        f"no reply from the server within {seconds:g} s (socketTimeout); the connection was closed")

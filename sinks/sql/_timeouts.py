@@ -1,0 +1,161 @@
+"""Bounded waits on every SQL connection twopc opens: connect, reply and TCP level.
+
+A reply that never comes (a half-open connection: a NAT or load balancer dropped its
+state, the server host froze) would otherwise block the driver for ever, and the OS
+notices a dead peer only after two hours of keepalive silence. So every connection gets:
+
+- ``connectTimeout``: the connect (and login) attempt;
+- ``socketTimeout``: how long one statement waits for the server's reply. PyMySQL has it
+  (``read_timeout`` / ``write_timeout``); psycopg does not, so twopc's PostgreSQL cursors
+  run each statement under a deadline that shuts the socket down when it passes (the
+  driver then fails with a connection error, and the statement is retried elsewhere as
+  the caller's contract says). A ``COPY`` stream is bounded by the TCP settings only;
+- TCP: keepalive probes after 30 s of silence, every 10 s, 3 of them (``tcpKeepAlive``,
+  default on), and ``tcp_user_timeout`` (unacknowledged data gives up after
+  ``socketTimeout``) on Linux.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, keepalive_socket_options
+
+__all__ = ["NetTimeouts", "reply_deadline"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+
+@dataclass(frozen=True)
+class NetTimeouts:
+    """The waits of one engine's connections.
+
+    Attributes:
+        connect: connect timeout, whole seconds.
+        reply: how long a statement waits for its reply (``socketTimeout``), seconds (> 0).
+        keepalive: whether TCP keepalive probes are sent.
+    """
+
+    connect: int
+    reply: float
+    keepalive: bool = True
+
+    def connect_args(self, backend: str) -> dict[str, Any]:
+        """The driver's connect arguments for these waits (*backend*: ``postgresql``,
+        ``mysql``/``mariadb``; others get the connect timeout only)."""
+        if backend == "postgresql":
+            from ._pg_deadline import deadline_cursor
+
+            args: dict[str, Any] = {"connect_timeout": self.connect, "keepalives": int(self.keepalive),
+                                    "cursor_factory": deadline_cursor(self.reply)}
+            if self.keepalive:
+                args.update(keepalives_idle=KEEPALIVE_IDLE_S, keepalives_interval=KEEPALIVE_INTERVAL_S,
+                            keepalives_count=KEEPALIVE_COUNT)
+            if hasattr(socket, "TCP_USER_TIMEOUT"):
+                args["tcp_user_timeout"] = int(self.reply * 1000)
+            return args
+        if backend in ("mysql", "mariadb"):
+            return {"connect_timeout": self.connect, "read_timeout": self.reply, "write_timeout": self.reply}
+        return {"connect_timeout": self.connect}
+
+    def tune_socket(self, sock: socket.socket | None) -> None:
+        """Set keepalive timing and ``TCP_USER_TIMEOUT`` on a connected TCP socket (for
+        drivers without parameters for them: PyMySQL). Unix sockets are left alone."""
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        with contextlib.suppress(OSError):  # an option the platform lacks: the other waits still hold
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(self.keepalive))
+            if self.keepalive:
+                for opt, value in keepalive_socket_options().items():
+                    sock.setsockopt(socket.IPPROTO_TCP, opt, value)
+            if hasattr(socket, "TCP_USER_TIMEOUT"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(self.reply * 1000))
+
+
+class Deadline:
+    """One armed :func:`reply_deadline`: whether it passed (and shut its socket down)."""
+
+    __slots__ = ("done", "fd", "fired", "when")
+
+    def __init__(self, fd: int, when: float) -> None:
+        self.fd = fd
+        self.when = when
+        self.fired = False
+        self.done = False
+
+    def __lt__(self, other: Deadline) -> bool:
+        return self.when < other.when
+
+
+class _Watchdog:
+    """One daemon thread per process that fires the deadlines of every connection (a
+    thread per statement would cost more than the statement)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[Deadline] = []
+        self._pid = -1
+
+    def arm(self, fd: int, seconds: float) -> Deadline:
+        d = Deadline(fd, time.monotonic() + seconds)
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked child: the thread is not ours
+                self._heap = []
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="twopc-reply-deadlines", daemon=True).start()
+            if len(self._heap) >= _COMPACT_AT:  # disarmed deadlines wait for their time: drop them now
+                self._heap = [x for x in self._heap if not x.done]
+                heapq.heapify(self._heap)
+            heapq.heappush(self._heap, d)
+            if self._heap[0] is d:
+                self._cond.notify()
+        return d
+
+    def disarm(self, d: Deadline) -> None:
+        with self._cond:
+            d.done = True  # left in the heap; skipped when it comes up
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap or self._heap[0].when > time.monotonic():
+                    self._cond.wait(max(0.0, self._heap[0].when - time.monotonic()) if self._heap else None)
+                d = heapq.heappop(self._heap)
+                if d.done:
+                    continue
+                d.fired = True
+            _shut_down(d.fd)
+
+
+def _shut_down(fd: int) -> None:
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        log.debug("twopc: shutting down a connection past its deadline failed", exc_info=True)
+
+
+_COMPACT_AT = 1024
+_WATCHDOG = _Watchdog()
+
+
+@contextlib.contextmanager
+def reply_deadline(fileno: Callable[[], int], seconds: float) -> Iterator[Deadline]:
+    """Shut down the socket ``fileno()`` names if the block runs longer than *seconds*: a
+    driver blocked on a reply then sees the connection end and raises. The socket is shut
+    down, not closed (its descriptor stays the driver's); a block that ends first disarms
+    the deadline, so a fast statement is never cut."""
+    d = _WATCHDOG.arm(fileno(), seconds)
+    try:
+        yield d
+    finally:
+        _WATCHDOG.disarm(d)

@@ -1,0 +1,92 @@
+"""Retrying a commit that the target did not answer: the "retry later" outcome of Flink's
+committer, bounded.
+
+A commit whose reply is lost (a timeout, a reset connection) may or may not have happened.
+Every sink's commit is idempotent by contract (a repeated commit answers
+``ALREADY_COMMITTED``), so the coordinator asks again, with backoff, a bounded number of
+times; then it gives up with :class:`~twopc.CommitPendingError`, which says what is left
+and how it will be finished. Only :class:`~twopc.SinkUnavailableError` is retried: any
+other error is an answer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from ._errors import CommitPendingError, ConfigurationError, SinkUnavailableError
+
+__all__ = ["DEFAULT_COMMIT_RETRIES", "DEFAULT_RETRY_BACKOFF", "CommitRetry"]
+
+log = logging.getLogger("twopc.coordinator")
+
+T = TypeVar("T")
+
+#: retries after the first attempt (``commitRetries``)
+DEFAULT_COMMIT_RETRIES = 3
+#: seconds before the first retry, doubled for each next one (``commitRetryBackoff``)
+DEFAULT_RETRY_BACKOFF = 1.0
+_MAX_BACKOFF = 30.0
+
+
+@dataclass(frozen=True)
+class CommitRetry:
+    """How often, and how patiently, an unanswered commit is asked again.
+
+    Attributes:
+        retries: retries after the first attempt (0: none).
+        backoff: seconds before the first retry; doubled for each next one, at most 30 s.
+    """
+
+    retries: int = DEFAULT_COMMIT_RETRIES
+    backoff: float = DEFAULT_RETRY_BACKOFF
+
+    def __post_init__(self) -> None:
+        if self.retries < 0 or self.backoff < 0:
+            raise ConfigurationError(f"commitRetries and commitRetryBackoff must be >= 0, got {self.retries} "
+                                     f"and {self.backoff}")
+
+    @classmethod
+    def parse(cls, retries: str | None, backoff: str | None) -> CommitRetry:
+        """From the ``commitRetries`` and ``commitRetryBackoff`` (seconds) option texts.
+
+        Raises:
+            ConfigurationError: not a whole number >= 0 / a number of seconds >= 0.
+        """
+        n = DEFAULT_COMMIT_RETRIES
+        if retries is not None:
+            if not retries.strip().isdigit():
+                raise ConfigurationError(f"commitRetries must be a whole number >= 0, got {retries!r}")
+            n = int(retries)
+        b = DEFAULT_RETRY_BACKOFF
+        if backoff is not None:
+            try:
+                b = float(backoff.strip().removesuffix("s"))
+            except ValueError:
+                raise ConfigurationError(f"commitRetryBackoff must be a number of seconds >= 0, got {backoff!r}") \
+                    from None
+        return cls(n, b)
+
+    def run(self, attempt: Callable[[bool], T], *, what: str, pending: Callable[[int, SinkUnavailableError], str]) -> T:
+        """Call ``attempt(retrying)`` until it returns; ``retrying`` is False the first time.
+
+        Raises:
+            CommitPendingError: every attempt raised :class:`SinkUnavailableError`; its
+                message is ``pending(attempts, last error)``.
+            Exception: whatever else an attempt raised, at once.
+        """
+        delay = self.backoff
+        for n in range(self.retries + 1):
+            try:
+                return attempt(n > 0)
+            except SinkUnavailableError as exc:
+                if n == self.retries:
+                    raise CommitPendingError(pending(n + 1, exc)) from None
+                log.warning("twopc: %s got no answer (attempt %s of %s, retrying in %.1fs): %s",
+                            what, n + 1, self.retries + 1, delay, exc)
+            time.sleep(delay)
+            delay = min(delay * 2, _MAX_BACKOFF)
+        raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
