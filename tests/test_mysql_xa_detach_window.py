@@ -90,7 +90,7 @@ def test_a_commit_in_the_window_is_never_reported_committed(server: LocalMariaDB
         hold.arm()
         handle = sink.pre_commit(txn)  # closes the write session: its thread stops in the window
         hold.wait_hit()
-        with pytest.raises(SinkError, match=r"acknowledged XA COMMIT \S+ on \S+ but did not commit it") as err:
+        with pytest.raises(SinkError, match=r"acknowledged XA COMMIT of \S+ on \S+ but did not commit it") as err:
             sink.commit(handle)
         assert "Restart the server" in str(err.value) and "PROCESS" in str(err.value)
         assert _sql(server.admin_url, f"SELECT COUNT(*) FROM {table}") == [(0,)]
