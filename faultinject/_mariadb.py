@@ -119,7 +119,8 @@ class LocalMariaDB(LocalServer):
 
     * ``twopc`` with a random password (:attr:`password`), from any host: all privileges
       on database ``twopc`` (utf8mb4) and on databases named ``twopc_*`` (tests create
-      those for ``db.table`` names), plus ``XA_RECOVER_ADMIN`` on servers that have it.
+      those for ``db.table`` names), ``PROCESS`` (the XA sink reads ``INNODB_TRX``), plus
+      ``XA_RECOVER_ADMIN`` on servers that have it.
     * ``twopc_admin`` with another random password (:attr:`admin_password`): every
       privilege, for tests that need one (:attr:`admin_url`).
 
@@ -234,6 +235,8 @@ class LocalMariaDB(LocalServer):
                 f"CREATE USER {user}@{h} IDENTIFIED BY {pw};",
                 f"GRANT ALL PRIVILEGES ON `{db}`.* TO {user}@{h};",
                 f"GRANT ALL PRIVILEGES ON `{db}\\_%`.* TO {user}@{h};",
+                # the XA sink reads INNODB_TRX to see a prepared transaction detach (README)
+                f"GRANT PROCESS ON *.* TO {user}@{h};",
                 # MySQL 8 needs XA_RECOVER_ADMIN for XA RECOVER; MariaDB has no such privilege
                 # (the GRANT fails to parse there, which the handler swallows).
                 ("BEGIN NOT ATOMIC DECLARE CONTINUE HANDLER FOR SQLEXCEPTION BEGIN END; "

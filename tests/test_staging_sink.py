@@ -158,3 +158,29 @@ def test_nul_bytes_are_refused(db) -> None:
         sink.invoke_batch(txn, bad)
     sink.rollback(txn)
     assert sink.list_prepared("s5") == []
+
+
+def test_a_staging_table_of_other_types_is_recreated_not_reused(postgres_url) -> None:
+    """A staging table left by a DataFrame whose column had another type (same name) would
+    convert the staged values (1.5 into an integer column: 2) before the move: it is
+    re-created with the new types. (PostgreSQL: overwrite re-creates the target there;
+    MariaDB's overwrite keeps the table.)"""
+    url = postgres_url
+    engine = sa.create_engine(url)
+    table = f"stg_retype_{next(_COUNTER)}"
+    try:
+        for typ, values in ((pa.int64(), [1, 2]), (pa.float64(), [1.5, 2.5])):
+            batch = pa.RecordBatch.from_pydict({"id": [1, 2], "x": values},
+                                               schema=pa.schema([("id", pa.int64()), ("x", typ)]))
+            sink = StagingSink(url, table, mode="overwrite")
+            sink.configure_write(batch.schema, overwrite=True, streaming=False, checkpointed=True)
+            sink.validate(batch.schema)
+            sink.commit_all(_write(sink, f"retype{next(_COUNTER)}", 1, [batch]))
+            sink.close()
+        with engine.connect() as c:
+            assert [tuple(r) for r in c.exec_driver_sql(f"SELECT id, x FROM {table} ORDER BY id")] == [(1, 1.5),
+                                                                                                       (2, 2.5)]
+    finally:
+        with engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        engine.dispose()

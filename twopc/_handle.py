@@ -66,12 +66,9 @@ class TransactionHandle:
             return
         if version < 1:
             raise ValueError(f"handle version must be >= 1, got {version}")
-        existing = _REGISTRY.get(kind)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ValueError(f"handle kind {kind!r} is already registered by {existing.__qualname__}")
         cls.KIND = kind
         cls.VERSION = version
-        _REGISTRY[kind] = cls
+        _register(cls)
 
     def to_payload(self) -> dict[str, Any]:
         """Return the JSON-compatible payload of this handle (its dataclass fields)."""
@@ -115,6 +112,39 @@ class TransactionHandle:
         )
 
 
+def _register(cls: type[TransactionHandle]) -> None:
+    """Enter *cls* under its ``KIND``. A class of the same module and name may replace the
+    one registered (a copy of the same class: cloudpickle ships classes defined in
+    ``__main__`` or a notebook by value, and re-imports replace them); another class may not.
+
+    Raises:
+        ValueError: another class already registered the kind.
+    """
+    existing = _REGISTRY.get(cls.KIND)
+    if existing is not None and existing is not cls and (
+            existing.__qualname__ != cls.__qualname__ or existing.__module__ != cls.__module__):
+        raise ValueError(f"handle kind {cls.KIND!r} is already registered by "
+                         f"{existing.__module__}.{existing.__qualname__}")
+    _REGISTRY[cls.KIND] = cls
+
+
+def ensure_registered(cls: type[TransactionHandle]) -> None:
+    """Register *cls* under the kind it declared, if that has not happened in this process.
+
+    A handle class declared with ``kind=...`` registers itself when its class statement
+    runs. A class defined in ``__main__`` or a notebook cell reaches Spark's Python workers
+    by value (cloudpickle rebuilds it there without running ``__init_subclass__``), still
+    carrying its ``KIND`` and ``VERSION``: this registers such a copy on first use.
+    A class without a kind of its own (a subclass that declared none) is left alone.
+
+    Raises:
+        ValueError: another class already registered the kind.
+    """
+    kind = cls.__dict__.get("KIND", "")
+    if kind and _REGISTRY.get(kind) is not cls:
+        _register(cls)
+
+
 def registered_handle_kinds() -> dict[str, type[TransactionHandle]]:
     """Return a copy of the kind -> handle class registry."""
     return dict(_REGISTRY)
@@ -127,6 +157,7 @@ def encode_handle(handle: TransactionHandle) -> dict[str, Any]:
         HandleError: the handle's class was not declared with a ``kind``.
     """
     cls = type(handle)
+    ensure_registered(cls)
     if not cls.KIND or _REGISTRY.get(cls.KIND) is not cls:
         raise HandleError(f"{cls.__qualname__} has no registered kind: declare it with "
                           f"`class {cls.__name__}(TransactionHandle, kind=..., version=...)`")

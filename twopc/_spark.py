@@ -48,7 +48,7 @@ import faultinject
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._errors import ProtocolError
-from ._handle import TransactionHandle, dumps_handle, loads_handle
+from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
 from ._ledger import CommitLedger
 from ._logs import configure_worker_logging
 from ._observe import at_plan_time, observe_commit, observe_failure
@@ -100,6 +100,17 @@ class _WriterCore:
         self.runtime = runtime
         self.skip = skip
         self.format_name = format_name
+        self._register_handle_kind()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._register_handle_kind()
+
+    def _register_handle_kind(self) -> None:
+        """Register the sink's handle kind in this process (planning, task or commit
+        worker): a handle class defined in ``__main__`` or a notebook comes by value, and
+        cloudpickle does not run the hook that registers it."""
+        ensure_registered(getattr(type(self.sink), "handle_type", TransactionHandle))
 
     # -- executor side ------------------------------------------------------------
     def write_task(self, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TwoPCCommitMessage:

@@ -67,6 +67,8 @@ _TXN_TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")
 #: how long pre_commit waits for the server to end the writing session after closing it,
 #: and commit/abort retry an xid still attached to a live session
 _DETACH_WAIT_S = 10.0
+#: servers (``host:port/db as user``) whose account cannot read INNODB_TRX, in this process
+_INNODB_TRX_UNREADABLE: set[str] = set()
 
 
 class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
@@ -293,20 +295,45 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
         self._wait_detached(txn)
 
     def _wait_detached(self, txn: SqlTxn[MyColumn]) -> None:
-        """Wait (bounded) until the server has ended the closed write session, so that the
-        returned handle is committable at once. Best effort: commit retries anyway."""
+        """Wait (bounded) until the server has ended the closed write session and InnoDB
+        has detached its prepared transaction, so that the returned handle is safely
+        committable at once. Best effort: commit retries an attached xid, and checks that a
+        commit it was told succeeded did happen (see :meth:`_finish`).
+
+        MariaDB ends a session in two steps: the xid becomes committable by other sessions
+        (and the session leaves ``PROCESSLIST``) before InnoDB detaches the transaction
+        from it. An ``XA COMMIT`` in between answers OK, commits nothing and forgets the
+        xid, leaving the transaction prepared inside InnoDB until the server restarts. Only
+        ``information_schema.INNODB_TRX`` shows the second step (it needs the ``PROCESS``
+        privilege); without it this waits for the first step only."""
         if not txn.session_id:
             return
         deadline = time.monotonic() + _DETACH_WAIT_S
-        delay = 0.002
+        watch = [("SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s", False),
+                 ("SELECT 1 FROM information_schema.INNODB_TRX WHERE trx_mysql_thread_id = %s", True)]
         try:
-            while True:
-                _n, rows = self._control_execute(
-                    "SELECT 1 FROM information_schema.PROCESSLIST WHERE ID = %s", (txn.session_id,), fetch=True)
-                if not rows or time.monotonic() > deadline:
+            for query, needs_process in watch:
+                if needs_process and self._where() in _INNODB_TRX_UNREADABLE:
                     return
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+                delay = 0.002
+                while True:
+                    try:
+                        _n, rows = self._control_execute(query, (txn.session_id,), fetch=True)
+                    except pymysql.err.MySQLError as exc:
+                        if not needs_process or errno(exc) not in ACCESS_DENIED:
+                            raise
+                        _INNODB_TRX_UNREADABLE.add(self._where())
+                        log.warning("twopc mysql xa: the account cannot read information_schema.INNODB_TRX (no "
+                                    "PROCESS privilege), so twopc cannot wait until MariaDB has detached a "
+                                    "prepared transaction from its ended session; grant it PROCESS (see the "
+                                    "README: XA COMMIT in that window answers OK and commits nothing)")
+                        return
+                    if not rows:
+                        break
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.1)
         except (SinkError, pymysql.Error):
             log.debug("twopc mysql xa: could not watch session %s end", txn.session_id, exc_info=True)
 
@@ -359,6 +386,19 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
         _n, rows = self._control_execute("XA RECOVER", fetch=True)
         return Headroom("XA RECOVER", len(rows), None)
 
+    def _swallowed_commit(self, gid: str) -> SinkError:
+        """The error for an ``XA COMMIT`` that answered OK while its marker row (committed
+        atomically with the data) is not there: the commit raced the end of the session
+        that prepared the xid (see :meth:`_wait_detached`)."""
+        log.error("twopc: MariaDB acknowledged XA COMMIT of %s on %s but did not commit it", gid, self.table)
+        return SinkError(
+            f"MariaDB/MySQL acknowledged XA COMMIT of {gid} on {self.table} but did not commit it (its marker row "
+            f"is absent): the commit raced the end of the session that prepared it, a server bug in which XA "
+            f"COMMIT answers OK, commits nothing and forgets the xid. The transaction stays prepared inside InnoDB, "
+            f"holding its row locks, until the server restarts; XA RECOVER lists it again after the restart. "
+            f"Restart the server, then restart the query (or run python -m recovery) to commit it. Granting the "
+            f"sink's account the PROCESS privilege lets twopc wait out that window")
+
     def _prepared_ids(self, prefix: str) -> list[str]:
         _n, rows = self._control_execute("XA RECOVER", fetch=True)
         return [g for g in server.parse_recover(rows) if g.startswith(prefix)]
@@ -376,6 +416,8 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
         while True:
             try:
                 self._control_execute(f"XA {verb} %s", (gid,))
+                if verb == "COMMIT" and not self._marker_exists(gid):
+                    raise self._swallowed_commit(gid)
                 return True
             except pymysql.err.MySQLError as exc:
                 if errno(exc) != ER_XAER_NOTA:

@@ -16,7 +16,9 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError
 
-__all__ = ["MyColumn", "check_array", "check_value", "compatible", "normalize_array"]
+from ..sql._type_rules import Family, fits
+
+__all__ = ["MyColumn", "check_array", "check_value", "compatible", "family", "normalize_array"]
 
 
 @dataclass(frozen=True)
@@ -37,39 +39,26 @@ class MyColumn:
         return self.column_type
 
 
-_INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year", "bit"}
-_FLOAT_TYPES = {"float", "double", "real", "decimal", "numeric"}
-_TEXT_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "enum", "set", "json",
-               "uuid", "inet4", "inet6"}
-_BINARY_TYPES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bit"}
-_DATETIME_TYPES = {"datetime", "timestamp"}
+_FAMILIES: dict[str, Family] = {
+    **dict.fromkeys(("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"), Family.INT),
+    "bit": Family.BIT, **dict.fromkeys(("float", "double", "real"), Family.FLOAT),
+    **dict.fromkeys(("decimal", "numeric"), Family.DECIMAL),
+    **dict.fromkeys(("char", "varchar", "tinytext", "text", "mediumtext", "longtext"), Family.TEXT),
+    **dict.fromkeys(("enum", "set", "json", "uuid", "inet4", "inet6"), Family.PARSED_TEXT),
+    **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"), Family.BINARY),
+    "date": Family.DATE, "datetime": Family.TIMESTAMP, "timestamp": Family.TIMESTAMP, "time": Family.TIME,
+}
+
+
+def family(col: MyColumn) -> Family:
+    """The type-rule family of a MariaDB/MySQL column."""
+    return _FAMILIES.get(col.data_type, Family.OTHER)
 
 
 def compatible(t: pa.DataType, col: MyColumn) -> bool:
-    """Whether Arrow values of type *t* can be written to *col* without loss of meaning."""
-    d = col.data_type
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    if pa.types.is_null(t):
-        return True
-    if pa.types.is_boolean(t):
-        return d in _INT_TYPES or d in _FLOAT_TYPES
-    if pa.types.is_integer(t):
-        return d in _INT_TYPES or d in _FLOAT_TYPES or d in _TEXT_TYPES
-    if pa.types.is_floating(t) or pa.types.is_decimal(t):
-        return d in _FLOAT_TYPES or d in _TEXT_TYPES
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return (d in _TEXT_TYPES or d in _BINARY_TYPES or d in _DATETIME_TYPES or d in ("date", "time")
-                or d in ("decimal", "numeric"))
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return d in _BINARY_TYPES
-    if pa.types.is_timestamp(t):
-        return d in _DATETIME_TYPES or d == "date"
-    if pa.types.is_date(t):
-        return d == "date" or d in _DATETIME_TYPES
-    if pa.types.is_time(t) or pa.types.is_duration(t):
-        return d == "time"
-    return False
+    """Whether Arrow values of type *t* can be written to *col*: the shared rule
+    (:func:`sinks.sql._type_rules.fits`) for the column's :func:`family`."""
+    return fits(t, family(col), "mysql")
 
 
 def normalize_array(arr: pa.Array) -> pa.Array:

@@ -9,14 +9,15 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from twopc import ConfigurationError
+from twopc import ConfigurationError, SinkError
 
-__all__ = ["PgColumn", "check_no_nul", "compatible", "is_binary", "is_large", "is_string", "normalize_array",
-           "value_bytes"]
+from ..sql._type_rules import Family, fits
+
+__all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
+           "normalize_array", "value_bytes"]
 
 _INT_PG = frozenset({"int2", "int4", "int8"})
 _FLOAT_PG = frozenset({"float4", "float8"})
-_STRING_PG = frozenset({"text", "varchar", "bpchar", "name", "citext", "json", "jsonb", "uuid", "xml"})
 
 
 @dataclass(frozen=True)
@@ -55,41 +56,25 @@ def is_binary(t: pa.DataType) -> bool:
             or getattr(pa.types, "is_binary_view", lambda _t: False)(t))
 
 
-def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
-    """Whether values of *arrow_type* can be written to *col*.
+_FAMILIES: dict[str, Family] = {
+    **dict.fromkeys(_INT_PG, Family.INT), **dict.fromkeys(_FLOAT_PG, Family.FLOAT), "numeric": Family.DECIMAL,
+    "bool": Family.BOOL, **dict.fromkeys(("text", "varchar", "bpchar", "name", "citext"), Family.TEXT),
+    **dict.fromkeys(("json", "jsonb", "uuid", "xml"), Family.PARSED_TEXT), "bytea": Family.BINARY,
+    "date": Family.DATE, "timestamp": Family.TIMESTAMP, "timestamptz": Family.TIMESTAMP, "time": Family.TIME,
+}
 
-    integers -> integer family, numeric, real/double; floats -> real/double/numeric;
-    strings -> text, varchar, char, name, citext, json(b), uuid, xml, enums; bool ->
-    boolean; timestamps -> timestamp / timestamptz; dates -> date; decimals -> numeric;
-    binary -> bytea; time -> time; an all-null column -> anything.
-    """
-    t = arrow_type
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    pg = col.base_type
-    if pa.types.is_null(t):
-        return True
+
+def family(col: PgColumn) -> Family:
+    """The type-rule family of a PostgreSQL column (enums are parsed text)."""
     if col.category == "A":
-        return False
-    if pa.types.is_integer(t):
-        return pg in _INT_PG or pg in _FLOAT_PG or pg == "numeric"
-    if pa.types.is_floating(t):
-        return pg in _FLOAT_PG or pg == "numeric"
-    if pa.types.is_decimal(t):
-        return pg == "numeric"
-    if is_string(t):
-        return pg in _STRING_PG or col.kind == "e"
-    if pa.types.is_boolean(t):
-        return pg == "bool"
-    if pa.types.is_timestamp(t):
-        return pg in ("timestamp", "timestamptz")
-    if pa.types.is_date(t):
-        return pg == "date"
-    if is_binary(t):
-        return pg == "bytea"
-    if pa.types.is_time(t):
-        return pg == "time"
-    return False
+        return Family.OTHER
+    return Family.PARSED_TEXT if col.kind == "e" else _FAMILIES.get(col.base_type, Family.OTHER)
+
+
+def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
+    """Whether values of *arrow_type* can be written to *col*: the shared rule
+    (:func:`sinks.sql._type_rules.fits`) for the column's :func:`family`."""
+    return fits(arrow_type, family(col), "postgresql")
 
 
 def arrow_type_name(t: pa.DataType) -> str:
@@ -114,6 +99,24 @@ def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     elif pa.types.is_date64(t):
         arr = arr.cast(pa.date32())
     return arr
+
+
+def assign(name: str, arr: pa.Array, col: PgColumn) -> pa.Array:
+    """*arr* converted as PostgreSQL's assignment cast would for *col*, where COPY's input
+    function would not: floats and decimals into an integer column are rounded (floats
+    half to even, like ``rint``; decimals half away from zero, like ``numeric``).
+
+    Raises:
+        SinkError: a value is NaN, infinite or out of the integer range.
+    """
+    if family(col) is not Family.INT or not (pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)):
+        return arr
+    mode = "half_to_even" if pa.types.is_floating(arr.type) else "half_towards_infinity"
+    try:
+        return pc.round(arr, 0, round_mode=mode).cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise SinkError(f"column {name!r}: a value is NaN, infinite or out of range for PostgreSQL type "
+                        f"{col.display_type}") from None
 
 
 _NUL_SCAN = 1 << 20

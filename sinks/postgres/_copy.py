@@ -31,7 +31,7 @@ from twopc import ConfigurationError, SinkError
 from ..sql._columns import match_columns
 from ..sql._names import TableName
 from ._binary import BINARY_HEADER, BINARY_TRAILER, binary_supported, encode_binary
-from ._columns import PgColumn, compatible, normalize_array
+from ._columns import PgColumn, assign, compatible, normalize_array
 from ._csv import encode_csv
 from ._server import table_columns, table_oid
 
@@ -113,7 +113,8 @@ class CopyStream:
                 :meth:`end`).
         """
         copy = self._open(plan.columns, plan.binary)
-        arrays = [normalize_array(a) for a in batch.columns]
+        arrays = [assign(n, normalize_array(a), c)
+                  for n, a, c in zip(batch.schema.names, batch.columns, plan.columns, strict=True)]
         encode = encode_binary if plan.binary else encode_csv
         for chunk in encode(arrays, batch.schema.names, plan.columns):
             for i in range(0, len(chunk), _WRITE_BYTES):

@@ -299,6 +299,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         names = batch.schema.names
         columns = []
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
+            if self._dialect_name == "mysql":  # the XA sink's values, checked by its rules
+                from ..mysql._values import check_array, normalize_array
+
+                arr = normalize_array(arr)
+                check_array(arr, name, self.target.display())
+                columns.append(arr.to_pylist())
+                continue
             if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
                 _check_nul(name, arr)
             values = arr.to_pylist()

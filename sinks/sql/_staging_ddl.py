@@ -23,14 +23,14 @@ from ._options import JdbcOptions
 from ._staging_sql import (
     TXN_COLUMN,
     batches_table,
-    check_columns,
     check_unique,
     default_stage_name,
     fresh,
     sql_string,
     stage_table,
 )
-from ._types import create_table_sql
+from ._staging_types import VerbatimType, catalog_columns, check_columns, same_type
+from ._types import arrow_to_sqlalchemy, create_table_sql
 
 __all__ = ["StagingDdl"]
 
@@ -98,8 +98,11 @@ class StagingDdl:
                     f"use mode append or overwrite, or drop the table")
             recreate = self.mode == "overwrite" and not self.options.truncate
             ddl = self._create_ddl(conn)  # maps every column type now: errors before any task runs
+            stage_types: dict[str, str] = {}
             if exists and not recreate:
-                check_columns(conn, self.target, schema)
+                matched = check_columns(conn, self.target, schema)
+                if self._dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
+                    stage_types = {f.name: c.display_type for f, c in zip(schema, matched, strict=True)}
             if keys:
                 missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
                 if missing:
@@ -111,7 +114,7 @@ class StagingDdl:
                     conn.exec_driver_sql(ddl)
                 log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)",
                          self.target.display())
-            self._ensure_stage(conn, schema)
+            self._ensure_stage(conn, schema, stage_types)
             self._ensure_batches(conn)
             self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
@@ -140,23 +143,33 @@ class StagingDdl:
     def _has_table(conn: Connection, t: TableName) -> bool:
         return sa.inspect(conn).has_table(t.name, schema=t.schema)
 
-    def _ensure_stage(self, conn: Connection, schema: pa.Schema) -> None:
+    def _ensure_stage(self, conn: Connection, schema: pa.Schema, types: dict[str, str]) -> None:
+        """Create the staging table, or re-create it (when empty) if its columns are not
+        the DataFrame's, of the target's types where *types* gives them (PostgreSQL,
+        MariaDB/MySQL: rows are then converted on staging exactly as the prepared modes
+        convert them)."""
         want = [TXN_COLUMN, *schema.names]
         if self._has_table(conn, self.stage):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
-            if have == want:
+            # a staged column of another type would convert the values before the target sees them
+            have_types = {c.name: c.display_type for c in catalog_columns(conn, self.stage) or []}
+            want_types = {f.name: types.get(f.name) or arrow_to_sqlalchemy(f).compile(dialect=conn.dialect)
+                          for f in schema} if have_types else {}
+            if have == want and all(same_type(have_types.get(n, ""), t, self._dialect_name)
+                                    for n, t in want_types.items()):
                 return
             with fresh(conn):
                 n = conn.execute(sa.text(f"SELECT count(*) FROM {self.stage.quoted(conn.dialect)}")).scalar_one()
                 if n:
                     raise TargetConfigurationError(
                         f"staging table {self.stage.display()} holds {n} rows of an unfinished write whose "
-                        f"columns differ from this DataFrame's; finish it first (python -m recovery with that "
-                        f"query's checkpoint) or delete them")
+                        f"columns (or their types) differ from this DataFrame's; finish it first (python -m "
+                        f"recovery with that query's checkpoint) or delete them")
                 conn.exec_driver_sql(f"DROP TABLE {self.stage.quoted(conn.dialect)}")
         try:
             with fresh(conn):
-                stage_table(self.stage, schema, self._dialect_name).create(conn, checkfirst=True)
+                stage_table(self.stage, schema, self._dialect_name,
+                            {n: VerbatimType(t) for n, t in types.items()}).create(conn, checkfirst=True)
         except SQLAlchemyError:
             if not self._has_table(conn, self.stage):  # else: created concurrently
                 raise

@@ -5,10 +5,8 @@ upsert in each dialect's syntax)."""
 
 from __future__ import annotations
 
-import datetime as dt
-import decimal
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +16,6 @@ from sqlalchemy.engine import Connection
 
 from twopc import ConfigurationError, SchemaMismatchError
 
-from ._columns import match_columns
 from ._names import TableName
 from ._types import arrow_to_sqlalchemy
 
@@ -26,7 +23,6 @@ __all__ = [
     "TXN_COLUMN",
     "ReflectedColumn",
     "batches_table",
-    "check_columns",
     "check_unique",
     "default_stage_name",
     "fresh",
@@ -60,16 +56,19 @@ def sql_string(text: str, *, backslash: bool) -> str:
     return "'" + body.replace("'", "''") + "'"
 
 
-def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str) -> sa.Table:
+def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
+                types: Mapping[str, sa.types.TypeEngine[Any]] | None = None) -> sa.Table:
     """The staging table for DataFrames of *schema*: the transaction id, then every
-    column, nullable. On PostgreSQL the id defaults to the transaction's
-    ``twopc.txn_id`` setting, so COPY need not send it with every row."""
+    column, nullable, of the type in *types* (the target's) or else the type twopc would
+    create (:func:`~sinks.sql._types.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
+    to the transaction's ``twopc.txn_id`` setting, so COPY need not send it with every row."""
+    types = types or {}
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
     if dialect_name == "postgresql":
         txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False,
                             server_default=sa.text("current_setting('twopc.txn_id')"))
     return sa.Table(stage.name, sa.MetaData(), txn_col,
-                    *[sa.Column(f.name, arrow_to_sqlalchemy(f), nullable=True) for f in schema],
+                    *[sa.Column(f.name, types.get(f.name) or arrow_to_sqlalchemy(f), nullable=True) for f in schema],
                     schema=stage.schema)
 
 
@@ -104,18 +103,6 @@ class ReflectedColumn:
         has_default = (c.get("default") is not None or c.get("autoincrement") is True or generated
                        or c.get("identity") is not None)
         return cls(c["name"], c["type"], not c.get("nullable", True), has_default, generated)
-
-
-def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> list[ReflectedColumn]:
-    """The target's columns, after checking that the DataFrame fits them (names, loose
-    type categories, required columns).
-
-    Raises:
-        SchemaMismatchError: listing every problem.
-    """
-    cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
-    return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
-                         compatible=lambda t, c: _type_fits(t, c.type), type_name=str, check_required=True)
 
 
 def check_unique(conn: Connection, target: TableName, keys: Sequence[str]) -> None:
@@ -177,26 +164,3 @@ def move_sql(dialect_name: str, quote: Any, target: str, stage: str, mapping: Se
         sets = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in (others or keys[:1]))
         return f"{plain} ON DUPLICATE KEY UPDATE {sets}"
     raise ConfigurationError(f"upsertKeys is not supported on {dialect_name}")
-
-
-def _type_fits(arrow: pa.DataType, sqltype: Any) -> bool:
-    """Loose category check between a DataFrame type and a reflected column type."""
-    try:
-        py = sqltype.python_type
-    except (NotImplementedError, AttributeError):
-        return True
-    if pa.types.is_integer(arrow):
-        return py in (int, float, decimal.Decimal, bool)
-    if pa.types.is_floating(arrow) or pa.types.is_decimal(arrow):
-        return py in (float, decimal.Decimal, int)
-    if pa.types.is_boolean(arrow):
-        return py in (bool, int)
-    if pa.types.is_string(arrow) or pa.types.is_large_string(arrow):
-        return py is str
-    if pa.types.is_binary(arrow) or pa.types.is_large_binary(arrow):
-        return py is bytes
-    if pa.types.is_timestamp(arrow):
-        return py in (dt.datetime, str)
-    if pa.types.is_date(arrow):
-        return py in (dt.date, dt.datetime, str)
-    return True

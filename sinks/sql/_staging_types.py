@@ -1,0 +1,99 @@
+"""The staging mode's view of the target's column types: the DataFrame is checked with the
+same rule as the prepared modes (:mod:`sinks.sql._type_rules`, through the catalog reader
+of PostgreSQL and MariaDB/MySQL), and the staging table takes the target's own column types,
+so that staged rows are converted exactly as the prepared modes convert them and the move
+into the target converts nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ._columns import TableColumn, match_columns
+from ._names import TableName
+from ._staging_sql import ReflectedColumn
+from ._type_rules import fits, reflected_family
+
+__all__ = ["VerbatimType", "catalog_columns", "check_columns", "same_type"]
+
+_INT_WIDTH = re.compile(r"\b(tinyint|smallint|mediumint|int|integer|bigint)\(\d+\)")
+_ALIASES = {"bool": "tinyint", "boolean": "tinyint"}  # MySQL's BOOL is TINYINT(1)
+
+
+class VerbatimType(sa.types.UserDefinedType[Any]):
+    """A column type given as DDL text (a type read from the catalog)."""
+
+    cache_ok = True
+
+    def __init__(self, ddl: str) -> None:
+        self.ddl = ddl
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return self.ddl
+
+
+def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
+    """The columns of *table* as the dialect's own catalog reader sees them
+    (:class:`~sinks.postgres._columns.PgColumn`, :class:`~sinks.mysql._values.MyColumn`;
+    ``display_type`` is DDL for the type), ``None`` when the table does not exist or the
+    dialect has no reader (then use SQLAlchemy's reflection)."""
+    raw: Any = conn.connection.driver_connection
+    if conn.dialect.name == "postgresql":
+        from ..postgres._server import table_columns, table_oid
+
+        oid = table_oid(raw, table)
+        return None if oid is None else table_columns(raw, oid)
+    if conn.dialect.name == "mysql":
+        from ..mysql._server import table_columns as my_columns
+        from ..mysql._server import table_info
+
+        with raw.cursor() as cur:
+            info = table_info(cur, table)
+            return None if info is None else my_columns(cur, info)
+    return None
+
+
+def _compatible(dialect: str) -> Any:
+    if dialect == "postgresql":
+        from ..postgres._columns import compatible as pg
+
+        return pg
+    if dialect == "mysql":
+        from ..mysql._values import compatible as my
+
+        return my
+    return lambda t, c: fits(t, reflected_family(c.type), dialect)
+
+
+def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
+    """The target's columns matched to the DataFrame's (in its order), after checking that
+    the DataFrame fits them with the rule every mode shares (names, types, required
+    columns).
+
+    Raises:
+        SchemaMismatchError: listing every problem.
+    """
+    cols: Sequence[Any] | None = catalog_columns(conn, target)
+    if cols is None:
+        cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
+    return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
+                         compatible=_compatible(conn.dialect.name), type_name=str, check_required=True)
+
+
+def same_type(a: str, b: str, dialect: str) -> bool:
+    """Whether two spellings of a column type are the same type: DDL as SQLAlchemy compiles
+    it (``NUMERIC(22, 1)``, ``BIGINT``, ``BOOL``) and as the catalog prints it
+    (``numeric(22,1)``, MariaDB's ``bigint(20)``, ``tinyint(1)``)."""
+    def norm(t: str) -> str:
+        t = t.lower().replace(" ", "")
+        if dialect == "mysql":
+            t = _INT_WIDTH.sub(r"\1", t)
+            t = _ALIASES.get(t, t)
+        return t
+
+    return norm(a) == norm(b)

@@ -1,0 +1,106 @@
+"""Which DataFrame (Arrow) types may be written to which table columns: one rule for every
+commit mode (prepared, XA, staging) of every SQL sink.
+
+Each backend sorts its columns into a :class:`Family` (PostgreSQL by ``pg_type``, MariaDB/MySQL
+by ``DATA_TYPE``, other databases by the type SQLAlchemy reflects); :func:`fits` then answers
+from :data:`RULES`, the one table. It follows what Spark's JDBC writer gets through (Spark
+binds each value with ``setInt``/``setDouble``/``setBigDecimal``/``setString``/... and the
+server converts it to the column's type as in an assignment), with the exceptions the
+README's type table lists. The modes also store the same values: the staging mode stages
+into columns of the target's own types (:mod:`sinks.sql._staging_ddl`), through the same
+encoders as the prepared modes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["RULES", "Family", "arrow_kind", "fits", "reflected_family"]
+
+
+class Family(StrEnum):
+    """What a column stores, as far as the type rules care."""
+
+    INT = "integer"
+    BIT = "bit"
+    FLOAT = "floating point"
+    DECIMAL = "decimal"
+    BOOL = "boolean"
+    TEXT = "text"
+    PARSED_TEXT = "text-parsed"
+    """a type read from text: json(b), uuid, xml, enums, sets, inet"""
+    BINARY = "binary"
+    DATE = "date"
+    TIMESTAMP = "timestamp"
+    TIME = "time"
+    OTHER = "other"
+
+
+_ALL = frozenset({"postgresql", "mysql", "*"})
+_MY = frozenset({"mysql"})
+
+#: Arrow kind -> {column family: the dialects where it fits} ("*": other databases)
+RULES: Mapping[str, Mapping[Family, frozenset[str]]] = {
+    "bool": {Family.BOOL: _ALL, Family.INT: _MY, Family.FLOAT: _MY, Family.DECIMAL: _MY},
+    "int": {Family.INT: _ALL, Family.FLOAT: _ALL, Family.DECIMAL: _ALL, Family.BIT: _MY, Family.TEXT: _MY,
+            Family.PARSED_TEXT: _MY},
+    "float": {Family.FLOAT: _ALL, Family.DECIMAL: _ALL, Family.INT: _ALL, Family.TEXT: _MY,
+              Family.PARSED_TEXT: _MY},
+    "decimal": {Family.DECIMAL: _ALL, Family.FLOAT: _ALL, Family.INT: _ALL, Family.TEXT: _MY,
+                Family.PARSED_TEXT: _MY},
+    "string": {Family.TEXT: _ALL, Family.PARSED_TEXT: _ALL, Family.BINARY: _MY, Family.BIT: _MY,
+               Family.DECIMAL: _MY, Family.DATE: _MY, Family.TIMESTAMP: _MY, Family.TIME: _MY},
+    "binary": {Family.BINARY: _ALL, Family.BIT: _MY},
+    "date": {Family.DATE: _ALL, Family.TIMESTAMP: _ALL},
+    "timestamp": {Family.TIMESTAMP: _ALL, Family.DATE: _MY},
+    "time": {Family.TIME: _ALL},
+    "duration": {Family.TIME: _MY},
+}
+
+
+def arrow_kind(t: pa.DataType) -> str | None:
+    """The rule key of an Arrow type (dictionaries by their values); ``None`` for types no
+    column takes (lists, maps, structs...)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    checks = (("null", pa.types.is_null), ("bool", pa.types.is_boolean), ("int", pa.types.is_integer),
+              ("float", pa.types.is_floating), ("decimal", pa.types.is_decimal),
+              ("string", lambda x: pa.types.is_string(x) or pa.types.is_large_string(x)
+               or getattr(pa.types, "is_string_view", lambda _t: False)(x)),
+              ("binary", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)
+               or pa.types.is_fixed_size_binary(x) or getattr(pa.types, "is_binary_view", lambda _t: False)(x)),
+              ("date", pa.types.is_date), ("timestamp", pa.types.is_timestamp), ("time", pa.types.is_time),
+              ("duration", pa.types.is_duration))
+    return next((kind for kind, pred in checks if pred(t)), None)
+
+
+def fits(t: pa.DataType, family: Family, dialect: str) -> bool:
+    """Whether values of Arrow type *t* may be written to a column of *family* on
+    *dialect* (``postgresql``, ``mysql``; anything else uses the ``*`` rules). An
+    all-null column fits anything; so does, on other databases, a column whose type
+    twopc does not know (SQLite takes any value into an untyped column)."""
+    kind = arrow_kind(t)
+    key = dialect if dialect in ("postgresql", "mysql") else "*"
+    if kind == "null" or (family is Family.OTHER and key == "*"):
+        return True
+    if kind is None:
+        return False
+    return key in RULES[kind].get(family, frozenset())
+
+
+def reflected_family(sqltype: Any) -> Family:
+    """The family of a column type SQLAlchemy reflected (databases without a catalog
+    reader of their own, e.g. SQLite)."""
+    import sqlalchemy as sa
+
+    order: tuple[tuple[type[Any], Family], ...] = (
+        (sa.Boolean, Family.BOOL), (sa.Integer, Family.INT), (sa.Float, Family.FLOAT),
+        (sa.Numeric, Family.DECIMAL), (sa.Enum, Family.PARSED_TEXT), (sa.JSON, Family.PARSED_TEXT),
+        (sa.Uuid, Family.PARSED_TEXT), (sa.String, Family.TEXT), (sa.LargeBinary, Family.BINARY),
+        (sa.BINARY, Family.BINARY), (sa.VARBINARY, Family.BINARY), (sa.DateTime, Family.TIMESTAMP),
+        (sa.Date, Family.DATE), (sa.Time, Family.TIME))
+    return next((fam for cls, fam in order if isinstance(sqltype, cls)), Family.OTHER)
