@@ -15,8 +15,10 @@ Public API:
 
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
+from ._ephemeral import ephemeral_writer_dead
 from ._errors import (
     ConfigurationError,
+    FencedError,
     HandleError,
     HandleVersionError,
     LedgerError,
@@ -67,6 +69,7 @@ __all__ = [
     "CommitOutcome",
     "ConfigurationError",
     "Decision",
+    "FencedError",
     "HandleError",
     "HandleVersionError",
     "LedgerError",
@@ -99,6 +102,7 @@ __all__ = [
     "encode_handle",
     "ephemeral_sink_id",
     "ephemeral_started",
+    "ephemeral_writer_dead",
     "foreach_batch_writer",
     "loads_handle",
     "option",

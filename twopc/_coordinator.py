@@ -206,12 +206,14 @@ class CommitCoordinator:
         ``<= batch_id`` is left prepared.
 
         Raises:
+            FencedError: another driver took the ledger over; nothing was committed.
             TransactionLostError: a decided transaction is gone.
             ProtocolError: a handle belongs to another sink or batch.
             SinkError: the target failed; rerunning (or recovery) finishes the batch.
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
+        self.ledger.check_owner()
         state = self.ledger.state(batch_id)
         if state is BatchState.COMMITTED:
             for h in fresh:
@@ -276,10 +278,14 @@ class CommitCoordinator:
         their prepared transactions, if any, are found by sink id and batch.
 
         A batch that a previous run already decided is finished rather than rolled back:
-        a decision is final.
+        a decision is final. A fenced driver (another owns the ledger) touches nothing.
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
+        if self.ledger.fenced():  # a zombie: the new owner finishes or rolls back what it left
+            log.warning("twopc: sink=%s batch=%s: another driver owns %s; this driver leaves the batch to it",
+                        self.sink_id, batch_id, self.ledger.location)
+            return self._done(batch_id, "fenced", started)
         decision = self.ledger.decision(batch_id)
         state = self.ledger.state(batch_id)
         if decision is not None and state is BatchState.DECIDED:
