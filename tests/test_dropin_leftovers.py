@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -54,7 +55,10 @@ def test_a_killed_drop_in_write_is_cleaned_up_by_the_next_one(spark, postgres_ur
     assert job.returncode != 0 and jvm, f"the job was not killed half-way:\n{job.stdout}\n{job.stderr[-3000:]}"
     [folder] = _leftovers(jvm[0])  # killed before its commit: the temporary ledger is left behind
     owner = json.loads((folder / "owner.json").read_text())
-    assert provably_dead(owner)
+    deadline = time.monotonic() + 60  # SIGKILL is asynchronous: the JVM may still be tearing down
+    while not provably_dead(owner) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert provably_dead(owner), f"the killed job's JVM {owner['pid']} still runs"
     sink_id = json.loads((folder / "twopc" / "sink.json").read_text())["sink_id"]
     assert sink_id.startswith("eph-") and _staged(pg_engine, sink_id) == 30  # its staged rows wait
 
