@@ -21,6 +21,8 @@ import sqlalchemy as sa
 
 from faultinject import LocalMariaDB, LocalPostgres, LocalRedis, ServerUnavailable
 
+from ._s3 import aws_config_path, s3_server  # noqa: F401 - s3_server is a fixture for every test module
+
 MIN_PREPARED = 64
 
 _PG_HELP = (
@@ -156,6 +158,9 @@ def spark() -> Iterator[Any]:
     """One shared ``SparkSession`` (local[2,3]: 2 cores, tasks retried up to 3 times)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Spark's Python processes inherit the environment the JVM starts with: the S3 server of
+    # tests/_s3.py, started later, writes its address into this file (boto3 reads it per client).
+    os.environ.setdefault("AWS_CONFIG_FILE", aws_config_path())
     from pyspark.sql import SparkSession
 
     session = (

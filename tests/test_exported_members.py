@@ -21,7 +21,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "twopc": (
         "FAULT_POINTS", "MAX_XID_BYTES",
         "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
-        "CommitOutcome", "CommitPendingError", "CommitRetry", "ConfigurationError", "Decision",
+        "CommitOutcome", "CommitPendingError", "CommitRetry", "ConfigurationError", "Decision", "FencedError",
         "HandleError", "HandleVersionError", "Headroom",
         "LedgerError", "MissingExtraError", "MissingOptionError", "PreparedDetail", "ProtocolError",
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "RuntimeOptions",
@@ -30,9 +30,9 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "TwoPCError", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitDataSource", "TwoPhaseCommitSink",
         "TwoPhaseCommitStreamWriter", "UnknownHandleKindError", "UnsettledTransaction", "Xid",
         "data_source_for", "decode_handle", "default_sink_id", "dumps_handle", "encode_handle",
-        "ephemeral_sink_id", "ephemeral_started", "foreach_batch_writer", "loads_handle", "option",
-        "redact", "register", "register_metrics", "registered_handle_kinds", "serve_metrics", "sink_status",
-        "validate_sink_id",
+        "ephemeral_sink_id", "ephemeral_started", "ephemeral_writer_dead", "foreach_batch_writer", "loads_handle",
+        "option", "redact", "register", "register_metrics", "registered_handle_kinds", "serve_metrics",
+        "sink_status", "validate_sink_id",
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",

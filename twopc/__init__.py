@@ -17,9 +17,11 @@ Public API:
 
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
+from ._ephemeral import ephemeral_writer_dead
 from ._errors import (
     CommitPendingError,
     ConfigurationError,
+    FencedError,
     HandleError,
     HandleVersionError,
     LedgerError,
@@ -76,6 +78,7 @@ __all__ = [
     "CommitRetry",
     "ConfigurationError",
     "Decision",
+    "FencedError",
     "HandleError",
     "HandleVersionError",
     "Headroom",
@@ -112,6 +115,7 @@ __all__ = [
     "encode_handle",
     "ephemeral_sink_id",
     "ephemeral_started",
+    "ephemeral_writer_dead",
     "foreach_batch_writer",
     "loads_handle",
     "option",

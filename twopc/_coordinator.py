@@ -241,6 +241,7 @@ class CommitCoordinator:
         ``<= batch_id`` is left prepared.
 
         Raises:
+            FencedError: another driver took the ledger over; nothing was committed.
             TransactionLostError: a decided transaction is gone.
             ProtocolError: a handle belongs to another sink or batch.
             CommitPendingError: the target did not answer the commit, retries included
@@ -249,6 +250,7 @@ class CommitCoordinator:
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
+        self.ledger.check_owner()
         state = self.ledger.state(batch_id)
         if state is BatchState.COMMITTED:
             for h in fresh:
@@ -326,9 +328,14 @@ class CommitCoordinator:
         a decision is final. When it cannot be finished now (the target or the checkpoint
         storage still fails), it is left for recovery with a warning and this returns
         ``aborted``: the error that made Spark abort is the one the user must see.
+        A fenced driver (another owns the ledger) touches nothing.
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
+        if self.ledger.fenced():  # a zombie: the new owner finishes or rolls back what it left
+            log.warning("twopc: sink=%s batch=%s: another driver owns %s; this driver leaves the batch to it",
+                        self.sink_id, batch_id, self.ledger.location)
+            return self._done(batch_id, "fenced", started)
         decision = self.ledger.decision(batch_id)
         state = self.ledger.state(batch_id)
         if decision is not None and state is BatchState.DECIDED:

@@ -13,6 +13,7 @@ catch the whole family with one clause, or a branch of it::
     │   ├── UnknownHandleKindError  no handle type is registered for its kind
     │   └── HandleVersionError      written by a newer (or unsupported older) twopc
     ├── LedgerError                 the commit ledger cannot be read or written
+    │   └── FencedError             a newer driver owns the checkpoint: this one may not decide
     ├── SinkError                   the target system failed an operation
     │   └── SinkUnavailableError    the target cannot be reached or refused login
     │       └── CommitPendingError  a decided commit got no answer, retries exhausted
@@ -31,6 +32,7 @@ from collections.abc import Iterable
 __all__ = [
     "CommitPendingError",
     "ConfigurationError",
+    "FencedError",
     "HandleError",
     "HandleVersionError",
     "LedgerError",
@@ -112,6 +114,12 @@ class HandleVersionError(HandleError):
 
 class LedgerError(TwoPCError):
     """The commit ledger in the checkpoint location cannot be read or written."""
+
+
+class FencedError(LedgerError):
+    """Another driver took over the checkpoint (a newer owner epoch is recorded): this driver
+    is a zombie and may not record or act on a decision. Nothing of its batch is committed;
+    the new owner finishes or rolls back what it left."""
 
 
 class SinkError(TwoPCError):

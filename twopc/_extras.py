@@ -5,6 +5,8 @@ SQLAlchemy. A sink imports its driver through :func:`require`, which turns a mis
 into a :class:`~twopc.MissingExtraError` whose message names the extra to install::
 
     psycopg = require("psycopg", "postgres", "twopc-postgres")
+
+The ledger's S3 store (``s3://`` checkpoint locations) needs boto3: the ``s3`` extra.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "mysql": ("pymysql",),
     "redis": ("redis",),
+    "s3": ("boto3",),
 }
 """Each backend extra of ``pyproject.toml`` and the top-level modules it installs (the extra
 ``all`` installs every one of them)."""

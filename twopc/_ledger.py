@@ -7,20 +7,18 @@ Layout under ``<checkpointLocation>/twopc/``::
     committed/<batch>.json          written AFTER every handle of the batch is committed
 
 A batch is UNDECIDED (no decision), DECIDED (decision, no committed mark) or COMMITTED.
-Records are written atomically: on a local filesystem through a temporary file, fsync,
-an exclusive link to the final name (so a decision is written at most once) and an fsync
-of the folder; on other filesystems (``s3://``, ``hdfs://``...) through pyarrow's
-filesystem layer, writing a temporary object and moving it into place.
+Records are written atomically and a decision at most once, by the store of the
+location (:mod:`twopc._stores`): on a local filesystem through a temporary file, fsync,
+an exclusive link to the final name and an fsync of the folder; on S3 by a conditional
+PutObject (``If-None-Match: *``). Locations without such a create are refused.
 """
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import enum
 import json
-import os
 import time
-import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +27,11 @@ import pyarrow.fs as pafs
 
 from ._errors import ConfigurationError, LedgerError, ProtocolError
 from ._handle import TransactionHandle, decode_handle, encode_handle
+from ._owner import DriverIdentity
+from ._ownership import Ownership
+from ._stores import open_store
 
-__all__ = ["BatchState", "CommitLedger", "Decision"]
+__all__ = ["BatchState", "CommitLedger", "Decision", "spark_checkpoint_started"]
 
 _FORMAT = 1
 
@@ -51,23 +52,24 @@ class Decision:
     batch_id: int
     handles: tuple[TransactionHandle, ...]
     decided_at: float = field(default_factory=time.time)
+    epoch: int | None = None
+    """The owner epoch of the driver that recorded it (None: a ledger without owners)."""
 
     @property
     def txn_ids(self) -> frozenset[str]:
         return frozenset(h.txn_id for h in self.handles)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "format": _FORMAT,
-                "sink_id": self.sink_id,
-                "batch_id": self.batch_id,
-                "decided_at": self.decided_at,
-                "handles": [encode_handle(h) for h in self.handles],
-            },
-            sort_keys=True,
-            indent=1,
-        )
+        body: dict[str, Any] = {
+            "format": _FORMAT,
+            "sink_id": self.sink_id,
+            "batch_id": self.batch_id,
+            "decided_at": self.decided_at,
+            "handles": [encode_handle(h) for h in self.handles],
+        }
+        if self.epoch is not None:
+            body["epoch"] = self.epoch
+        return json.dumps(body, sort_keys=True, indent=1)
 
     @classmethod
     def from_json(cls, text: str, where: str) -> Decision:
@@ -77,6 +79,7 @@ class Decision:
             batch_id=int(data["batch_id"]),
             handles=tuple(decode_handle(h) for h in data["handles"]),
             decided_at=float(data.get("decided_at", 0.0)),
+            epoch=_epoch_of(data),
         )
 
 
@@ -96,108 +99,22 @@ def _parse(text: str, where: str) -> dict[str, Any]:
     return data
 
 
-class _Store:
-    """Atomic create/read/list/delete of small files under one root."""
+def spark_checkpoint_started(location: str) -> bool:
+    """Whether Spark's own checkpoint is at *location* (its ``metadata`` file, which a
+    streaming query writes when it starts).
 
-    def __init__(self, location: str, filesystem: pafs.FileSystem | None = None) -> None:
-        if filesystem is not None:
-            self.fs, self.root = filesystem, location.rstrip("/")
-            self.local = isinstance(filesystem, pafs.LocalFileSystem)
-            return
-        try:
-            fs, path = pafs.FileSystem.from_uri(location)
-        except (ValueError, TypeError, OSError) as exc:
-            if "://" in location:
-                raise ConfigurationError(f"cannot open checkpoint location {location!r}: {exc}") from exc
-            fs, path = pafs.LocalFileSystem(), os.path.abspath(location)
-        self.fs = fs
-        self.root = path.rstrip("/")
-        self.local = isinstance(fs, pafs.LocalFileSystem)
+    Raises:
+        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
+        LedgerError: it cannot be read.
+    """
+    return open_store(location).read("metadata") is not None
 
-    def path(self, *parts: str) -> str:
-        return "/".join((self.root, *parts))
 
-    def makedirs(self, rel: str) -> None:
-        try:
-            self.fs.create_dir(self.path(rel), recursive=True)
-        except OSError as exc:
-            raise LedgerError(f"cannot create ledger folder {self.path(rel)}: {exc}") from exc
-
-    def read(self, rel: str) -> str | None:
-        p = self.path(rel)
-        try:
-            if self.local:
-                with open(p, encoding="utf-8") as f:
-                    return f.read()
-            with self.fs.open_input_stream(p) as s:
-                return bytes(s.read()).decode("utf-8")
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if not self.local and self.fs.get_file_info(p).type == pafs.FileType.NotFound:
-                return None
-            raise LedgerError(f"cannot read ledger record {p}: {exc}") from exc
-
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
-        """Write *rel* atomically. With *exclusive*, return False if it already exists."""
-        folder, _, name = rel.rpartition("/")
-        final = self.path(rel)
-        tmp = self.path(folder, f".{name}.{uuid.uuid4().hex}.tmp")
-        data = text.encode("utf-8")
-        try:
-            if self.local:
-                return self._create_local(final, tmp, data, exclusive)
-            if exclusive and self.fs.get_file_info(final).type != pafs.FileType.NotFound:
-                return False
-            with self.fs.open_output_stream(tmp) as out:
-                out.write(data)
-            self.fs.move(tmp, final)
-            return True
-        except OSError as exc:
-            raise LedgerError(f"cannot write ledger record {final}: {exc}") from exc
-
-    @staticmethod
-    def _create_local(final: str, tmp: str, data: bytes, exclusive: bool) -> bool:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            if exclusive:
-                try:
-                    os.link(tmp, final)
-                except FileExistsError:
-                    return False
-            else:
-                os.replace(tmp, final)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        dfd = os.open(os.path.dirname(final), os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-        return True
-
-    def list(self, rel: str) -> list[str]:
-        sel = pafs.FileSelector(self.path(rel), allow_not_found=True)
-        try:
-            infos = self.fs.get_file_info(sel)
-        except OSError as exc:
-            raise LedgerError(f"cannot list ledger folder {self.path(rel)}: {exc}") from exc
-        return [i.base_name for i in infos if i.type == pafs.FileType.File and not i.base_name.startswith(".")]
-
-    def delete(self, rel: str) -> None:
-        try:
-            self.fs.delete_file(self.path(rel))
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            if self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound:
-                raise LedgerError(f"cannot delete ledger record {self.path(rel)}: {exc}") from exc
+def _epoch_of(record: dict[str, Any]) -> int | None:
+    """A decision record's owner epoch, read without decoding its handles (so that any sink's
+    ledger can be judged without importing the sink)."""
+    epoch = record.get("epoch")
+    return int(epoch) if epoch is not None else None
 
 
 def _name(batch_id: int) -> str:
@@ -225,11 +142,48 @@ class CommitLedger:
             (then *checkpoint_location* is a path within it).
     """
 
-    def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None) -> None:
+    def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
+                 epoch: int | None = None) -> None:
         self.checkpoint_location = checkpoint_location
-        self._store = _Store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
-        self._store.makedirs("decisions")
-        self._store.makedirs("committed")
+        self._store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
+        for folder in ("decisions", "committed", "owners", "verdicts"):
+            self._store.makedirs(folder)
+        self._owners = Ownership(self._store, epoch)
+
+    # -- ownership (see twopc._ownership) ------------------------------------------------
+    @property
+    def epoch(self) -> int | None:
+        """This driver's owner epoch: set by :meth:`claim`, or given to the constructor by a
+        process working for the driver that claimed it; None for a ledger used without owners."""
+        return self._owners.epoch
+
+    def claim(self, identity: DriverIdentity | None = None) -> int:
+        """Become the owner of this ledger, or stay it (the same driver: host, pid and start
+        time), and return the owner epoch. A new owner fences every older one: from now on
+        their decisions are refused (:class:`FencedError`) and the ones they record anyway
+        are void. Call before recovery rolls anything back.
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        return self._owners.claim(self._pending_epochs, identity)
+
+    def _pending_epochs(self) -> list[tuple[int, int | None]]:
+        committed = set(self.committed_batches())
+        out = []
+        for b in self.decided_batches():
+            rel = "decisions/" + _name(b)
+            if b not in committed and (text := self._store.read(rel)) is not None:
+                out.append((b, _epoch_of(_parse(text, self._store.path(rel)))))
+        return out
+
+    def check_owner(self) -> None:
+        """Raise :class:`FencedError` if another driver took the ledger over since :meth:`claim`."""
+        self._owners.check(self.location)
+
+    def fenced(self) -> bool:
+        """Whether another driver took the ledger over since :meth:`claim`."""
+        return self._owners.newer_owner() is not None
 
     @property
     def location(self) -> str:
@@ -264,32 +218,55 @@ class CommitLedger:
     def state(self, batch_id: int) -> BatchState:
         if self._store.read("committed/" + _name(batch_id)) is not None:
             return BatchState.COMMITTED
-        if self._store.read("decisions/" + _name(batch_id)) is not None:
+        rel = "decisions/" + _name(batch_id)
+        text = self._store.read(rel)
+        if text is not None and self._owners.valid(batch_id, _epoch_of(_parse(text, self._store.path(rel)))):
             return BatchState.DECIDED
         return BatchState.UNDECIDED
 
-    def decision(self, batch_id: int) -> Decision | None:
+    def _raw_decision(self, batch_id: int) -> Decision | None:
         rel = "decisions/" + _name(batch_id)
         text = self._store.read(rel)
         return None if text is None else Decision.from_json(text, self._store.path(rel))
 
+    def decision(self, batch_id: int) -> Decision | None:
+        """The decision that stands for *batch_id*, or None (a fenced driver's void decision
+        counts as none)."""
+        d = self._raw_decision(batch_id)
+        if d is None or self._owners.valid(batch_id, d.epoch):
+            return d
+        if self._store.read("committed/" + _name(batch_id)) is not None:
+            return d
+        return None
+
     def record_decision(self, decision: Decision) -> Decision:
         """Durably record *decision* unless the batch already has one; return the one that
-        stands. Must complete before any handle of the batch is committed.
+        stands. Must complete before any handle of the batch is committed. A void decision
+        of a fenced driver is replaced.
 
         Raises:
+            FencedError: another driver took the ledger over: nothing may be committed.
             ProtocolError: a different decision is already recorded for the batch.
         """
+        if self.epoch is not None:
+            decision = dataclasses.replace(decision, epoch=self.epoch)
         rel = "decisions/" + _name(decision.batch_id)
-        if self._store.create(rel, decision.to_json(), exclusive=True):
-            return decision
-        existing = self.decision(decision.batch_id)
-        assert existing is not None
-        if existing.txn_ids != decision.txn_ids:
-            raise ProtocolError(
-                f"batch {decision.batch_id} already has a different decision in {self.location}"
-            )
-        return existing
+        while True:
+            if self._store.create(rel, decision.to_json(), exclusive=True):
+                self.check_owner()
+                return decision
+            existing = self._raw_decision(decision.batch_id)
+            if existing is None:
+                continue
+            if self.decision(decision.batch_id) is None:  # void: its driver was fenced and stopped
+                self._store.delete(rel)
+                continue
+            self.check_owner()
+            if existing.txn_ids != decision.txn_ids:
+                raise ProtocolError(
+                    f"batch {decision.batch_id} already has a different decision in {self.location}"
+                )
+            return existing
 
     def mark_committed(self, batch_id: int, *, summary: dict[str, Any] | None = None) -> None:
         """Record that every handle of *batch_id* is committed (idempotent)."""
@@ -308,7 +285,7 @@ class CommitLedger:
         out = []
         for b in self.decided_batches():
             if b not in committed:
-                d = self.decision(b)
+                d = self.decision(b)  # void decisions of fenced drivers are not pending
                 if d is not None:
                     out.append(d)
         return out
@@ -347,16 +324,4 @@ class CommitLedger:
         """
         if "/" in name or name in ("sink.json",):
             raise ValueError(f"{name!r} is not an auxiliary record name")
-        if not self._store.local:
-            self._store.create(name, text, exclusive=False)
-            return
-        final = self._store.path(name)
-        tmp = self._store.path(f".{name}.{uuid.uuid4().hex}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, final)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise LedgerError(f"cannot write {final}: {exc}") from exc
+        self._store.replace(name, text)

@@ -104,7 +104,9 @@ class RuntimeOptions:
                        1, ephemeral=True, retry=_retry(options))
         if not loc:
             how = (
-                'df.writeStream.option("checkpointLocation", "/durable/path/query-name")'
+                'df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
+                "session's spark.sql.streaming.checkpointLocation before registering the twopc data "
+                'sources and name the query (.queryName("query-name"))'
                 if streaming
                 else 'df.write.option("checkpointLocation", "/durable/path/job-name")'
             )

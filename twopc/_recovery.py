@@ -98,12 +98,16 @@ class RecoveryCoordinator:
     def run(self) -> RecoveryReport:
         """Finish every decided batch, then roll back every orphan.
 
+        Takes the ledger over first (:meth:`CommitLedger.claim`) unless it was claimed.
+
         Raises:
             TransactionLostError: a decided transaction is gone (the batch stays decided).
             SinkError: the target failed; run again.
         """
         started = time.monotonic()
         report = RecoveryReport(self.sink_id)
+        if self.ledger.epoch is None:
+            self.ledger.claim()  # fence any driver still running before rolling anything back
         for decision in self.ledger.pending():
             tally = finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics)
             report.finished_batches.append(decision.batch_id)

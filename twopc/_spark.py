@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,11 +44,13 @@ from pyspark.sql.types import StructType
 
 import faultinject
 
+from ._checkpoint import bind_session_checkpoint, missing_spark_checkpoint, session_checkpoint_root, with_checkpoint
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
+from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._errors import ProtocolError
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
-from ._ledger import CommitLedger
+from ._ledger import CommitLedger, spark_checkpoint_started
 from ._logs import configure_worker_logging
 from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
@@ -94,12 +95,13 @@ class _WriterCore:
     """Protocol logic shared by the batch and the streaming writer (picklable)."""
 
     def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
-                 format_name: str = "") -> None:
+                 format_name: str = "", epoch: int | None = None) -> None:
         self.sink = sink
         self.sink_id = sink_id
         self.runtime = runtime
         self.skip = skip
         self.format_name = format_name
+        self.epoch = epoch
         self._register_handle_kind()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -156,7 +158,7 @@ class _WriterCore:
 
     # -- driver side --------------------------------------------------------------
     def coordinator(self) -> CommitCoordinator:
-        ledger = CommitLedger(self.runtime.checkpoint_location)
+        ledger = CommitLedger(self.runtime.checkpoint_location, epoch=self.epoch)
         return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
                                  retry=self.runtime.retry)
 
@@ -273,6 +275,10 @@ class TwoPhaseCommitDataSource(DataSource):
 
     sink_class: ClassVar[type[AnySink]]
     format_name: ClassVar[str] = ""
+    #: The session's ``spark.sql.streaming.checkpointLocation`` when :func:`register` ran
+    #: (see :mod:`twopc._checkpoint`): a named streaming query without a
+    #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does.
+    session_checkpoint_root: ClassVar[str | None] = None
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -294,24 +300,31 @@ class TwoPhaseCommitDataSource(DataSource):
         return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
-        sink = self.sink_class.from_options(_sink_options(self.options))
+        options = with_checkpoint(self.options, streaming=streaming, session_root=self.session_checkpoint_root)
+        sink = self.sink_class.from_options(_sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        checkpointed = bool(option(self.options, "checkpointLocation"))
+        checkpointed = bool(option(options, "checkpointLocation"))
         sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
         ephemeral = None
         if not checkpointed and not streaming and sink.commits_atomically:
-            ephemeral = tempfile.mkdtemp(prefix="twopc-ledger-")
-        runtime = RuntimeOptions.parse(self.options, streaming=streaming, ephemeral_location=ephemeral)
+            ephemeral = make_ephemeral_ledger()
+        runtime = RuntimeOptions.parse(options, streaming=streaming, ephemeral_location=ephemeral)
+        if self._plan_time and checkpointed and not option(self.options, "checkpointLocation") \
+                and not spark_checkpoint_started(runtime.checkpoint_location):
+            raise missing_spark_checkpoint(runtime.checkpoint_location)
         ledger = CommitLedger(runtime.checkpoint_location)
         default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
             runtime.checkpoint_location)
         sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
         skip = False
         configure_worker_logging()
+        epoch = None
         if self._plan_time:
             try:
+                epoch = ledger.claim()
                 sink.validate(arrow_schema)
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+                sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up
                 if not runtime.ephemeral:
                     at_plan_time(sink, sink_id, ledger, self.options)
             except BaseException:
@@ -327,7 +340,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 if skip:
                     log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
                                 "this write will write nothing", sink_id, latest, runtime.txn_version)
-        return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name())
+        return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch)
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:
@@ -340,9 +353,15 @@ def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommit
 
 
 def register(spark: SparkSession, *data_sources: type[TwoPhaseCommitDataSource]) -> None:
-    """Register twopc data sources with *spark* so ``format(name)`` finds them."""
+    """Register twopc data sources with *spark* so ``format(name)`` finds them.
+
+    The session's ``spark.sql.streaming.checkpointLocation``, when set, is read now: a named
+    streaming query without a ``checkpointLocation`` option then keeps its ledger where Spark
+    keeps its checkpoint (``<that folder>/<queryName>``). Register again after changing it.
+    """
+    root = session_checkpoint_root(spark)
     for ds in data_sources:
-        spark.dataSource.register(ds)
+        spark.dataSource.register(bind_session_checkpoint(ds, root))
 
 
 def foreach_batch_writer(format_name: str, checkpoint_location: str,

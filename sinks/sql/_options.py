@@ -46,6 +46,10 @@ twopc's options
 ``saveMode``          append, overwrite, errorifexists (``error``, ``default``), ignore
 ``markerTable``       default ``twopc_markers``
 ``stagingTable``      explicit staging table name
+``stagingRetention``  how long staged rows of a write without checkpoint whose driver died
+                      are kept before a later write deletes them, a duration: ``24h``
+                      (default), ``30min``... (rows of a driver provably gone on the
+                      same machine go at once)
 ``lockTimeout``       how long a write waits for another transaction's row locks, a
                       duration: ``30s`` (default), ``500ms``, ``2min``, plain seconds
 ``connectTimeout``    a duration, 1 s .. 1 h, default 10 s
@@ -113,13 +117,13 @@ SPARK_OPTIONS: tuple[str, ...] = (
 )
 #: twopc's own options.
 TWOPC_OPTIONS: tuple[str, ...] = (
-    "commitMode", "upsertKeys", "saveMode", "markerTable", "stagingTable", "lockTimeout",
+    "commitMode", "upsertKeys", "saveMode", "markerTable", "stagingTable", "stagingRetention", "lockTimeout",
     "connectTimeout", "socketTimeout", "tcpKeepAlive", "copyFormat",
 )
 #: Options that only the staging mode of ``twopc-jdbc`` can serve.
 STAGING_ONLY_OPTIONS: tuple[str, ...] = (
     "truncate", "createTableOptions", "createTableColumnTypes", "tableComment", "upsertKeys",
-    "saveMode", "stagingTable",
+    "saveMode", "stagingTable", "stagingRetention",
 )
 
 _READ_ONLY = "only affects reading with Spark's JDBC source; remove it from the write"
@@ -176,6 +180,8 @@ _LOCK_TIMEOUT = Duration(30_000)
 _CONNECT_TIMEOUT = Duration(10_000)
 _SOCKET_TIMEOUT = Duration(60_000)
 _SOCKET_MARGIN = Duration(30_000)
+#: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
+STAGING_RETENTION = Duration(86_400_000)
 _DIALECT_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL/MariaDB", "sqlite": "SQLite"}
 #: keyword arguments of the sinks' constructors -> option names
 _KWARG_OPTIONS = {
@@ -185,7 +191,8 @@ _KWARG_OPTIONS = {
     "isolation_level": "isolationLevel", "query_timeout": "queryTimeout",
     "session_init_statement": "sessionInitStatement", "commit_mode": "commitMode",
     "upsert_keys": "upsertKeys", "save_mode": "saveMode", "marker_table": "markerTable",
-    "staging_table": "stagingTable", "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout",
+    "staging_table": "stagingTable", "staging_retention": "stagingRetention",
+    "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout",
     "copy_format": "copyFormat", "socket_timeout": "socketTimeout", "tcp_keepalive": "tcpKeepAlive",
 }
 
@@ -219,6 +226,8 @@ class JdbcOptions:
             None when absent.
         marker_table: ``markerTable``.
         staging_table: ``stagingTable`` or None.
+        staging_retention: ``stagingRetention``: how long staged rows of a dead write
+            without checkpoint are kept (see :mod:`sinks.sql._staging`).
         lock_timeout: ``lockTimeout``.
         connect_timeout: the ``connectTimeout`` option; else the URL's
             ``connectTimeout``/``loginTimeout``; else 10 s.
@@ -246,6 +255,7 @@ class JdbcOptions:
     save_mode: SaveMode | None = None
     marker_table: str = "twopc_markers"
     staging_table: str | None = None
+    staging_retention: Duration = STAGING_RETENTION
     lock_timeout: Duration = _LOCK_TIMEOUT
     connect_timeout: Duration = _CONNECT_TIMEOUT
     socket_timeout: Duration = _SOCKET_TIMEOUT
@@ -367,6 +377,7 @@ class JdbcOptions:
             "upsert_keys": tuple(parse_column_list(r.text("upsertKeys", "") or "", "upsertKeys")),
             "save_mode": _SAVE_MODES[save_text.lower()] if save_text is not None else None,
             "staging_table": staging_table.strip() if staging_table is not None else None,
+            "staging_retention": r.duration("stagingRetention", STAGING_RETENTION),
         }, given
 
     def _check_combinations(self, staging_given: list[str]) -> None:

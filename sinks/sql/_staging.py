@@ -23,8 +23,11 @@ missing table is created at validation, before any task runs).
 
 Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort` (the
 coordinator's sweep, or recovery). Staged rows of writes without a checkpoint whose
-driver died (sink ids ``eph-...``) are deleted after ``retention_hours`` by the next write:
-deleting them is always safe, because a commit that finds fewer staged rows than its
+driver died (sink ids ``eph-...``) are deleted by the next write to the table: at once when
+that write runs on the machine of the dead driver and can prove it gone (its temporary
+ledger is there, its process is not: :func:`twopc.ephemeral_writer_dead`), else once the
+write started longer ago than the ``stagingRetention`` option (a duration, default 24 h).
+Deleting them is always safe, because a commit that finds fewer staged rows than its
 handles promise writes nothing.
 """
 
@@ -85,12 +88,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        retention_hours: age after which staged rows of dead ``eph-`` writes are deleted.
         **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql._options`):
             ``truncate``, ``upsert_keys``, ``create_table_options``,
             ``create_table_column_types``, ``table_comment``, ``batch_size``,
             ``isolation_level``, ``session_init_statement``, ``query_timeout``,
-            ``staging_table``, ``lock_timeout``, ``connect_timeout``, ``copy_format``,
+            ``staging_table``, ``staging_retention`` (age after which staged rows of
+            dead writes without checkpoint are deleted), ``lock_timeout``,
+            ``connect_timeout``, ``copy_format``,
             ``user``, ``password``.
 
     Raises:
@@ -100,20 +104,19 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     handle_type = StagingHandle
 
     def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
-                 retention_hours: float = 24.0, **options: Any) -> None:
+                 **options: Any) -> None:
         self._configure(JdbcOptions.from_kwargs(url, table, format_name=JDBC_FORMAT, dialect=None, **options),
-                        mode=mode, batch_table=batch_table, retention_hours=retention_hours)
+                        mode=mode, batch_table=batch_table)
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions, *, mode: str | None = None,
-                          batch_table: str = "twopc_batches", retention_hours: float = 24.0) -> Self:
+                          batch_table: str = "twopc_batches") -> Self:
         """The staging sink of a ``twopc-jdbc`` write (*mode* defaults to its ``saveMode``)."""
         sink = cls.__new__(cls)
-        sink._configure(options, mode=mode or options.save_mode or "append", batch_table=batch_table,
-                        retention_hours=retention_hours)
+        sink._configure(options, mode=mode or options.save_mode or "append", batch_table=batch_table)
         return sink
 
-    def _configure(self, o: JdbcOptions, *, mode: str, batch_table: str, retention_hours: float) -> None:
+    def _configure(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
         dialect = o.url.get_backend_name()
         self._dialect_name = "mysql" if dialect == "mariadb" else dialect
         if mode not in _MODES:
@@ -128,7 +131,6 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self.batches = parse_table_name(batch_table, self._dialect_name, "batch marker table")
         if self.batches.schema is None and self.target.schema is not None and self._dialect_name != "sqlite":
             self.batches = self.target.sibling(self.batches.name)
-        self.retention_hours = float(retention_hours)
         self.schema: pa.Schema | None = None
         self.streaming = False
         if o.upsert_keys and mode == "overwrite":

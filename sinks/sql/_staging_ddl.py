@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import SchemaMismatchError, SinkError, TargetConfigurationError, ephemeral_started
+from twopc import SchemaMismatchError, SinkError, TargetConfigurationError, ephemeral_started, ephemeral_writer_dead
 
 from ._names import TableName
 from ._options import JdbcOptions
@@ -49,7 +49,6 @@ class StagingDdl:
     stage: TableName
     batches: TableName
     schema: pa.Schema | None
-    retention_hours: float
     _dialect_name: str
 
     # provided by the sink
@@ -199,14 +198,20 @@ class StagingDdl:
         return {str(r[0]): int(r[1]) for r in rows if str(r[0]).startswith(prefix)}
 
     def _expire_ephemeral(self, conn: Connection) -> None:
-        """Delete staged rows of ``eph-`` writes (no checkpoint) whose driver started more
-        than the retention ago: it is gone, or, if alive, its commit will find rows missing
-        and write nothing — never half."""
+        """Delete staged rows of ``eph-`` writes (no checkpoint) whose driver provably died on
+        this machine, or started more than ``stagingRetention`` ago: it is gone, or, if alive,
+        its commit will find rows missing and write nothing — never half."""
         now = dt.datetime.now(dt.UTC).timestamp()
         stale = []
+        dead: dict[str, bool] = {}
         for txn_id in self._staged_txns(conn, f"twopc:{EPHEMERAL_PREFIX}"):
-            started = ephemeral_started(txn_id.split(":")[1])
-            if started is not None and now - started > self.retention_hours * 3600:
+            sink_id = txn_id.split(":")[1]
+            started = ephemeral_started(sink_id)
+            if started is None:
+                continue
+            if sink_id not in dead:
+                dead[sink_id] = ephemeral_writer_dead(sink_id)
+            if dead[sink_id] or now - started > self.options.staging_retention.seconds:
                 stale.append(txn_id)
         if stale:
             with fresh(conn):

@@ -1,0 +1,85 @@
+"""Where a streaming query's checkpoint is when the writer's options do not say.
+
+Spark passes a Python data source the options the user gave plus the ones it adds itself:
+``path`` (``save(path)`` / ``start(path)``), ``queryName`` (``.queryName(...)``) and
+``checkpointLocation`` when the query was given one. It does not pass the checkpoint it
+resolved from the session's ``spark.sql.streaming.checkpointLocation``: Spark puts a named
+query's checkpoint at ``<that folder>/<queryName>`` and an unnamed one's at
+``<that folder>/<random UUID>`` (a new one at every start), and the Python processes that
+plan and commit a write cannot read the session's configuration.
+
+So :func:`twopc.register` reads the session's default when it registers a data source and
+gives the registered class that folder (:func:`bind_session_checkpoint`); at plan time the
+writer resolves ``<folder>/<queryName>`` exactly as Spark does, and checks that Spark's own
+checkpoint (its ``metadata`` file, written when the query starts) is there, so the ledger
+never lands beside a checkpoint Spark does not use. An unnamed query is refused: its
+checkpoint's name is a random id the writer cannot see (and Spark itself never resumes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._errors import ConfigurationError
+from ._options import option
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["SESSION_CHECKPOINT_CONF", "bind_session_checkpoint", "session_checkpoint_root", "with_checkpoint"]
+
+#: The session configuration holding a streaming query's default checkpoint folder.
+SESSION_CHECKPOINT_CONF = "spark.sql.streaming.checkpointLocation"
+
+T = TypeVar("T", bound=type)
+
+
+def session_checkpoint_root(spark: SparkSession) -> str | None:
+    """The session's default checkpoint folder (``spark.sql.streaming.checkpointLocation``),
+    or None when it is not set."""
+    value = spark.conf.get(SESSION_CHECKPOINT_CONF, None)
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def bind_session_checkpoint(data_source: T, root: str | None) -> T:
+    """*data_source* itself when *root* is None, else a subclass of it that knows the
+    session's default checkpoint folder (a class attribute, so it travels with the class
+    Spark pickles to the processes that plan and commit the write)."""
+    if root is None:
+        return data_source
+    attrs: dict[str, Any] = {"session_checkpoint_root": root, "__module__": data_source.__module__,
+                             "__qualname__": data_source.__qualname__, "__doc__": data_source.__doc__}
+    return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+
+
+def with_checkpoint(options: Mapping[str, str], *, streaming: bool, session_root: str | None) -> dict[str, str]:
+    """*options* with ``checkpointLocation`` set where Spark puts the query's checkpoint
+    when it was not given: ``<session_root>/<queryName>`` for a named streaming query.
+
+    Raises:
+        ConfigurationError: a streaming query without ``checkpointLocation`` and without a
+            name while the session has a default checkpoint folder (the checkpoint's name
+            is a random id Spark does not pass to the writer).
+    """
+    out = dict(options)
+    if not streaming or option(options, "checkpointLocation") or not session_root:
+        return out
+    name = (option(options, "queryName") or "").strip()
+    if not name:
+        raise ConfigurationError(
+            f"this streaming query has no checkpointLocation option and no name: Spark puts its checkpoint "
+            f"in a new random folder under {SESSION_CHECKPOINT_CONF}={session_root} at every start, whose "
+            f"name it does not pass to the writer. Name the query (.queryName(\"orders\")) so its "
+            f"checkpoint is {session_root.rstrip('/')}/<name>, or set .option(\"checkpointLocation\", ...)")
+    out["checkpointLocation"] = f"{session_root.rstrip('/')}/{name}"
+    return out
+
+
+def missing_spark_checkpoint(location: str) -> ConfigurationError:
+    """The error for a resolved default checkpoint in which Spark wrote nothing."""
+    return ConfigurationError(
+        f"Spark's checkpoint for this query is not at {location} (no metadata file): the session's "
+        f"{SESSION_CHECKPOINT_CONF} changed after the twopc data sources were registered. Register "
+        f"them again (sinks.register_all(spark) or twopc.register(spark, ...)) after setting it, or "
+        f"give the query .option(\"checkpointLocation\", ...)")

@@ -1,0 +1,84 @@
+"""Which driver a process works for, and whether a recorded driver is provably gone.
+
+Spark plans and commits a Python data source's writes in Python worker processes that the
+driver's JVM starts (and restarts); the driver is that JVM. :func:`driver_identity` names
+it by host, process id and start time (the start time tells a reused process id apart);
+outside Spark (the recovery CLI, tests) the process itself is the driver.
+
+:func:`provably_dead` answers True only for a driver on this host whose process is gone
+(or whose id now belongs to a process started at another time). A driver on another host
+is never declared dead: nothing here can prove it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import TypedDict
+
+__all__ = ["DriverIdentity", "driver_identity", "provably_dead"]
+
+
+class DriverIdentity(TypedDict):
+    """A driver process: its host name, process id and start time (clock ticks since boot,
+    from ``/proc``; 0 where ``/proc`` is not available)."""
+
+    host: str
+    pid: int
+    started: int
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if there is no such process
+    (or only its zombie, which no longer runs: a killed process waits there until reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return 0
+    # the command name (field 2) may hold spaces and parentheses: fields after the last ')'
+    fields = stat[stat.rindex(")") + 2:].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])  # field 22 of stat(5), counted from field 3
+
+
+def _is_jvm(pid: int) -> bool:
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "java"
+    except OSError:
+        return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(")") + 2:].split()[1])
+    except (OSError, ValueError):
+        return 0
+
+
+def driver_identity() -> DriverIdentity:
+    """The driver this process works for: the nearest ancestor that is a JVM (Spark's driver,
+    for the Python workers that plan and commit writes), else this process."""
+    pid = os.getpid()
+    candidate = _parent(pid)
+    while candidate > 1:
+        if _is_jvm(candidate):
+            pid = candidate
+            break
+        candidate = _parent(candidate)
+    return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
+
+
+def provably_dead(identity: DriverIdentity) -> bool:
+    """True when *identity* is a driver on this host that no longer runs."""
+    if identity.get("host") != socket.gethostname() or not os.path.isdir("/proc/self"):
+        return False
+    started = _start_ticks(int(identity["pid"]))
+    if started is None:
+        return True
+    return bool(identity.get("started")) and started not in (0, identity["started"])
