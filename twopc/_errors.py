@@ -15,6 +15,7 @@ catch the whole family with one clause, or a branch of it::
     ├── LedgerError                 the commit ledger cannot be read or written
     ├── SinkError                   the target system failed an operation
     │   └── SinkUnavailableError    the target cannot be reached or refused login
+    ├── SourceError                 a source cannot read what the offset log recorded
     ├── TransactionLostError        a decided transaction is neither prepared nor committed
     └── ProtocolError               an invariant of the protocol was violated
 
@@ -38,6 +39,7 @@ __all__ = [
     "SchemaMismatchError",
     "SinkError",
     "SinkUnavailableError",
+    "SourceError",
     "TargetConfigurationError",
     "TransactionLostError",
     "TwoPCError",
@@ -118,6 +120,12 @@ class SinkError(TwoPCError):
 
 class SinkUnavailableError(SinkError):
     """The target system cannot be reached, or refused the credentials."""
+
+
+class SourceError(TwoPCError):
+    """A source cannot read what Spark's offset log recorded for a micro-batch: entries of
+    the range were deleted, or the stream was deleted or recreated. Reading on would lose
+    or invent data, so the query stops; the message names the stream, the range and the fix."""
 
 
 class TransactionLostError(TwoPCError):
