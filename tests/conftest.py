@@ -21,6 +21,9 @@ import sqlalchemy as sa
 
 from faultinject import LocalMariaDB, LocalPostgres, LocalRedis, ServerUnavailable
 
+#: fixtures of the Redis Stream source's tests (``r``, ``prefix``)
+pytest_plugins = ["tests._stream_helpers"]
+
 MIN_PREPARED = 64
 
 _PG_HELP = (

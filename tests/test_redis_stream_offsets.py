@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis as redis_py
 from hypothesis import given
 from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -34,18 +31,6 @@ U64 = st.integers(0, 2**64 - 1)
 SCHEMA = StructType([StructField("stream", StringType()), StructField("id", StringType()),
                      StructField("timestamp", TimestampType()),
                      StructField("fields", MapType(StringType(), StringType())), StructField("n", LongType())])
-
-
-@pytest.fixture
-def r(redis_url: str) -> Iterator[Any]:
-    client = redis_py.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"t{uuid.uuid4().hex[:10]}"
 
 
 def options(redis_url: str, streams: str, **extra: str) -> StreamOptions:

@@ -5,27 +5,12 @@ group is created, and a stream deleted while the query runs stops it with a clea
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis as redis_py
 from pyspark.errors import StreamingQueryException
 
 import sinks
-
-
-@pytest.fixture
-def r(redis_url: str) -> Iterator[Any]:
-    client = redis_py.Redis.from_url(redis_url)
-    yield client
-    client.close()
-
-
-@pytest.fixture
-def prefix() -> str:
-    return f"sp{uuid.uuid4().hex[:10]}"
 
 
 def source(spark: Any, redis_url: str, streams: str, **options: str) -> Any:
