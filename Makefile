@@ -87,7 +87,7 @@ test: lint venv redis mariadb
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 demo: venv
-	$(VPY) -m recovery.demos.demo
+	$(VPY) -m recovery.demos.stream_demo
 
 bench: venv redis
 	@if [ ! -e /usr/share/java/postgresql.jar ] && [ "$$(id -u)" = 0 ]; then \

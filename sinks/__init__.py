@@ -7,6 +7,8 @@
   attempt, bulk-loaded with COPY, committed by the driver.
 - :class:`RedisSink` (``format("twopc-redis")``): writes staged under the sink's hash tag,
   applied by one atomic, idempotent server-side FUNCTION per transaction.
+- :class:`RedisStreamDataSource` (``readStream.format("twopc-redis-stream")``): the
+  source side, Redis Streams read exactly once, acknowledged after the sink committed.
 - :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic
   rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
 
@@ -29,7 +31,7 @@ import twopc as _twopc
 
 from ._file import FileDataSource, FileHandle, FileSink
 from ._handles import MySqlXaHandle, PostgresHandle, RedisHandle
-from ._sources import PostgresDataSource, RedisDataSource
+from ._sources import PostgresDataSource, RedisDataSource, RedisStreamDataSource
 from .sql import JdbcDataSource, JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATA_SOURCES",
+    "SOURCES",
     "FileDataSource",
     "FileHandle",
     "FileSink",
@@ -72,6 +75,7 @@ __all__ = [
     "RedisDataSource",
     "RedisHandle",
     "RedisSink",
+    "RedisStreamDataSource",
     "RedisTargetError",
     "SetOp",
     "StagingHandle",
@@ -92,6 +96,9 @@ _LAZY = {
 }
 
 DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource)
+#: the sources (readers): registered by :func:`register_all` too, but they are not sinks
+#: (``python -m recovery`` looks sinks up in :data:`DATA_SOURCES`)
+SOURCES = (RedisStreamDataSource,)
 
 
 def __getattr__(name: str) -> Any:
@@ -110,7 +117,8 @@ def __dir__() -> list[str]:
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis`` and ``twopc-file`` with
+    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file`` and
+    ``twopc-redis-stream`` with
     *spark* (a backend whose driver is missing fails when first written to, naming the
     extra to install)."""
-    _twopc.register(spark, *DATA_SOURCES)
+    _twopc.register(spark, *DATA_SOURCES, *SOURCES)

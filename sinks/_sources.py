@@ -5,11 +5,17 @@ to a format whose driver is missing fails at plan time with the extra to install
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource
 
 from twopc import TwoPhaseCommitDataSource
 
-__all__ = ["PostgresDataSource", "RedisDataSource"]
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import DataSourceStreamReader
+    from pyspark.sql.types import StructType
+
+__all__ = ["PostgresDataSource", "RedisDataSource", "RedisStreamDataSource"]
 
 
 class _SinkClass:
@@ -35,3 +41,31 @@ class RedisDataSource(TwoPhaseCommitDataSource):
 
     sink_class = _SinkClass("sinks.redis", "RedisSink")  # resolves to the class when read
     format_name = "twopc-redis"
+
+
+class RedisStreamDataSource(DataSource):
+    """Spark data source ``twopc-redis-stream``: reads Redis Streams exactly once into a
+    streaming query, acknowledging to a consumer group only after the sink committed
+    (:mod:`sinks.redis_stream`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "twopc-redis-stream"
+
+    def schema(self) -> str:
+        """``stream, id, timestamp, fields`` and the ``fieldsSchema`` columns (DDL)."""
+        from .redis_stream import StreamOptions, schema_ddl
+
+        return schema_ddl(StreamOptions.read(self.options).fields_schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
+        """The reader (:class:`sinks.redis_stream.RedisStreamReader`).
+
+        Raises:
+            ConfigurationError: an option is invalid, or PySpark is older than 4.2 (the
+                reader needs ``latestOffset(start, limit)``).
+        """
+        from .redis_stream import RedisStreamReader, StreamOptions, check_pyspark
+
+        check_pyspark()
+        return RedisStreamReader(StreamOptions.read(self.options), schema)

@@ -23,6 +23,9 @@ from faultinject import LocalMariaDB, LocalPostgres, LocalRedis, ServerUnavailab
 
 from ._s3 import aws_config_path, s3_server  # noqa: F401 - s3_server is a fixture for every test module
 
+#: fixtures of the Redis Stream source's tests (``r``, ``prefix``)
+pytest_plugins = ["tests._stream_helpers"]
+
 MIN_PREPARED = 64
 
 _PG_HELP = (

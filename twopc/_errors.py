@@ -17,6 +17,7 @@ catch the whole family with one clause, or a branch of it::
     ├── SinkError                   the target system failed an operation
     │   └── SinkUnavailableError    the target cannot be reached or refused login
     │       └── CommitPendingError  a decided commit got no answer, retries exhausted
+    ├── SourceError                 a source cannot read what the offset log recorded
     ├── TransactionLostError        a decided transaction is neither prepared nor committed
     └── ProtocolError               an invariant of the protocol was violated
 
@@ -42,6 +43,7 @@ __all__ = [
     "SchemaMismatchError",
     "SinkError",
     "SinkUnavailableError",
+    "SourceError",
     "TargetConfigurationError",
     "TransactionLostError",
     "TwoPCError",
@@ -138,6 +140,12 @@ class CommitPendingError(SinkUnavailableError):
     it before anything else runs, or ``python -m recovery`` does. The message names the
     server (without credentials), the batch, and those two ways.
     """
+
+
+class SourceError(TwoPCError):
+    """A source cannot read what Spark's offset log recorded for a micro-batch: entries of
+    the range were deleted, or the stream was deleted or recreated. Reading on would lose
+    or invent data, so the query stops; the message names the stream, the range and the fix."""
 
 
 class TransactionLostError(TwoPCError):

@@ -352,8 +352,9 @@ def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommit
     )
 
 
-def register(spark: SparkSession, *data_sources: type[TwoPhaseCommitDataSource]) -> None:
-    """Register twopc data sources with *spark* so ``format(name)`` finds them.
+def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
+    """Register twopc data sources (sinks, and sources such as ``twopc-redis-stream``) with
+    *spark* so ``format(name)`` finds them.
 
     The session's ``spark.sql.streaming.checkpointLocation``, when set, is read now: a named
     streaming query without a ``checkpointLocation`` option then keeps its ledger where Spark

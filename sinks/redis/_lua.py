@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS", "function_name", "library_code", "script_code", "script_sha"]
+__all__ = ["FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS", "build_library", "function_name", "library_code", "script_code",
+           "script_sha"]
 
 #: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
 MAX_ARGS = 1000
@@ -184,9 +185,15 @@ def function_name(name: str) -> str:
 
 def library_code() -> str:
     """The FUNCTION library source (``FUNCTION LOAD REPLACE`` it)."""
-    parts = [f"#!lua name={LIBRARY_NAME}\n", _PRELUDE]
-    for name, body in FUNCTIONS.items():
-        parts.append(f"\nredis.register_function('{function_name(name)}', function(keys, args)\n{body}end)\n")
+    return build_library(LIBRARY_NAME, _PRELUDE, FUNCTIONS)
+
+
+def build_library(library: str, prelude: str, functions: dict[str, str]) -> str:
+    """A FUNCTION library named *library*: *prelude*, then each body of *functions*
+    registered as ``<library>_<name>(keys, args)`` (every twopc library is built so)."""
+    parts = [f"#!lua name={library}\n", prelude]
+    for name, body in functions.items():
+        parts.append(f"\nredis.register_function('{library}_{name}', function(keys, args)\n{body}end)\n")
     return "".join(parts)
 
 

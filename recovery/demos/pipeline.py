@@ -1,0 +1,264 @@
+"""The Redis Stream pipeline: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters.
+
+``python -m recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
+:class:`faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
+streams with ``twopc-redis-stream``, each with its own consumer group and checkpoint,
+
+- ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,
+  entry id, ``n`` (the producer's sequence number), payload;
+- ``counters``: ``twopc-redis`` on the same Redis: ``INCRBY {pipe}:entries 1`` and
+  ``HINCRBY {pipe}:per_n <n> 1`` per entry,
+
+with ``availableNow``: it reads what the streams hold when it starts, then stops. *SPEC*
+is a JSON file (mode 0600: it holds the URLs) written by :func:`write_spec`.
+
+Producers (:func:`produce`) give every entry an explicit id ``<epoch ms>-<n>``: a retry
+after a lost reply is refused by Redis as "equal or smaller" instead of adding a
+duplicate, so the streams hold each ``n`` once and are the truth :func:`verify` checks:
+every entry a row exactly once, every counter exactly the number of entries, nothing
+pending in either group, no prepared transaction left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["GROUPS", "PipelineSpec", "Verdict", "create_table", "main", "produce", "verify", "write_spec"]
+
+#: Consumer group of each query.
+GROUPS = {"pg": "twopc-pipeline-pg", "counters": "twopc-pipeline-counters"}
+TAG = "pipe"
+MAPPING = json.dumps([{"op": "INCRBY", "key": "{{pipe}}:entries", "by": 1},
+                      {"op": "HINCRBY", "key": "{{pipe}}:per_n", "field": "{n}", "by": 1}])
+
+
+@dataclass
+class PipelineSpec:
+    """What one run of the job needs (see the module docstring)."""
+
+    redis_url: str
+    pg_url: str
+    streams: list[str]
+    table: str
+    checkpoint: str
+    max_per_trigger: int = 200
+    partitions: int = 2
+    extra_source_options: dict[str, str] = field(default_factory=dict)
+
+
+def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
+    """Write *spec* to *path* with mode 0600 (it holds the URLs)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec.__dict__, f)
+
+
+def create_table(pg_url: str, table: str) -> None:
+    """(Re)create the target table: no key, so a duplicate would show."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.begin() as c:
+            c.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
+            c.execute(sa.text(f'CREATE TABLE "{table}" (stream text NOT NULL, entry_id text NOT NULL, '
+                              f'n bigint NOT NULL, payload text)'))
+    finally:
+        engine.dispose()
+
+
+def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
+    reader = (spark.readStream.format("twopc-redis-stream").option("url", spec.redis_url)
+              .option("streams", ",".join(spec.streams)).option("group", group)
+              .option("startingPosition", "earliest").option("maxEntriesPerTrigger", spec.max_per_trigger)
+              .option("fieldsSchema", "n BIGINT, payload STRING"))
+    for k, v in spec.extra_source_options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def run_job(spec: PipelineSpec) -> None:
+    """One run: both queries to the end of what the streams hold now, then stop."""
+    from recovery.demos._job import crashable_spark
+
+    spark = crashable_spark("twopc-pipeline", spec.partitions)
+    ck = Path(spec.checkpoint)
+    pg = (_source(spark, spec, GROUPS["pg"]).selectExpr("stream", "id AS entry_id", "n", "payload")
+          .writeStream.format("twopc-postgres").option("url", spec.pg_url).option("dbtable", spec.table)
+          .option("checkpointLocation", str(ck / "pg")).trigger(availableNow=True).start())
+    counters = (_source(spark, spec, GROUPS["counters"]).select("n")
+                .writeStream.format("twopc-redis").option("url", spec.redis_url).option("mapping", MAPPING)
+                .option("hashTag", TAG).option("checkpointLocation", str(ck / "counters"))
+                .trigger(availableNow=True).start())
+    seen = {"pg": -1, "counters": -1}
+    queries = {"pg": pg, "counters": counters}
+
+    def report() -> None:
+        for name, q in queries.items():
+            for p in q.recentProgress:
+                if p["batchId"] > seen[name]:
+                    seen[name] = p["batchId"]
+                    print(f"progress: {name} batch {seen[name]} committed ({p['numInputRows']} entries)",
+                          file=sys.stderr, flush=True)
+
+    while any(q.isActive for q in queries.values()):
+        report()
+        time.sleep(0.3)
+    for q in queries.values():
+        q.awaitTermination()
+    report()
+    spark.stop()
+
+
+def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 0, rate: float | None = None,
+            stop: Callable[[], bool] | None = None) -> int:
+    """Append entries ``n = first .. first+count-1`` round-robin to *streams*, each with the
+    explicit id ``<ms>-<n>`` (``ms`` fixed per producer run), at most *rate* per second;
+    waits out a Redis restart. Returns how many were appended (stops early when *stop*)."""
+    import redis
+    import redis.exceptions as rex
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    ms = int(time.time() * 1000)
+    done = 0
+    started = time.monotonic()
+    try:
+        for n in range(first, first + count):
+            if stop is not None and stop():
+                break
+            stream = streams[n % len(streams)]
+            while True:
+                try:
+                    client.xadd(stream, {"n": str(n), "payload": f"event-{n}"}, id=f"{ms}-{n}")
+                    break
+                except rex.ResponseError as exc:
+                    if "equal or smaller" in str(exc):
+                        break  # the first try was applied; its reply was lost
+                    raise
+                except (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError):
+                    time.sleep(0.2)  # the server restarts (demo: SIGKILLed, restarted from its AOF)
+            done += 1
+            if rate:
+                ahead = done / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    time.sleep(ahead)
+    finally:
+        client.close()
+    return done
+
+
+@dataclass
+class Verdict:
+    """What :func:`verify` found."""
+
+    produced: int
+    rows: int
+    duplicates: list[int]
+    lost: list[int]
+    unexpected: list[int]
+    counter_total: int
+    counters_off: list[int]
+    pending: dict[str, int]
+    lag: dict[str, int]
+    dangling_pg: list[str]
+    dangling_redis: list[str]
+
+    @property
+    def ok(self) -> bool:
+        """Exactly once everywhere, nothing pending, nothing left prepared."""
+        return not (self.duplicates or self.lost or self.unexpected or self.counters_off
+                    or self.counter_total != self.produced or any(self.pending.values())
+                    or any(self.lag.values()) or self.dangling_pg or self.dangling_redis)
+
+    def render(self) -> str:
+        """The verification table."""
+        def few(xs: Sequence[Any]) -> str:
+            return f"{len(xs)}" + (f" {list(xs)[:5]}" if xs else "")
+        rows = [("entries produced (in the streams)", str(self.produced)),
+                ("rows in PostgreSQL", str(self.rows)),
+                ("duplicates", few(self.duplicates)), ("lost", few(self.lost)),
+                ("unexpected", few(self.unexpected)),
+                ("Redis counter {pipe}:entries", f"{self.counter_total} (expected {self.produced})"),
+                ("per-entry counters not 1", few(self.counters_off)),
+                ("entries pending in the groups", str(sum(self.pending.values()))),
+                ("entries not yet acknowledged (lag)", str(sum(self.lag.values()))),
+                ("dangling prepared transactions", str(len(self.dangling_pg) + len(self.dangling_redis))),
+                ("verdict", "EXACTLY ONCE" if self.ok else "NOT EXACTLY ONCE")]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
+def verify(spec: PipelineSpec) -> Verdict:
+    """Compare the streams with PostgreSQL, the Redis counters and both groups."""
+    import redis
+    import sqlalchemy as sa
+
+    from sinks.redis import RedisSink
+    from twopc import CommitLedger
+
+    client: Any = redis.Redis.from_url(spec.redis_url)  # redis-py's command methods are loosely typed
+    try:
+        expected: set[int] = set()
+        last: dict[str, bytes] = {}
+        for s in spec.streams:
+            for eid, fields in client.xrange(s, "-", "+"):
+                expected.add(int(fields[b"n"]))
+                last[s] = eid
+        pending, lag = {}, {}
+        for s in spec.streams:
+            for g in client.xinfo_groups(s) if client.exists(s) else []:
+                name = g["name"].decode()
+                pending[f"{s}/{name}"] = int(g["pending"])
+                behind = len(client.xrange(s, f"({g['last-delivered-id'].decode()}", "+"))
+                lag[f"{s}/{name}"] = behind
+        total = int(client.get("{pipe}:entries") or 0)
+        per_n = {int(k): int(v) for k, v in client.hgetall("{pipe}:per_n").items()}
+    finally:
+        client.close()
+    engine = sa.create_engine(spec.pg_url)
+    try:
+        with engine.connect() as c:
+            counts = Counter(int(n) for (n,) in c.execute(sa.text(f'SELECT n FROM "{spec.table}"')))
+            sid = CommitLedger(str(Path(spec.checkpoint) / "pg")).recorded_sink_id() or "?"
+            dangling_pg = [g for (g,) in c.execute(sa.text(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, :p)"),
+                {"p": f"twopc:{sid}:"})]
+    finally:
+        engine.dispose()
+    rsid = CommitLedger(str(Path(spec.checkpoint) / "counters")).recorded_sink_id()
+    dangling_redis = []
+    if rsid:
+        sink = RedisSink(spec.redis_url, MAPPING, hash_tag=TAG)
+        try:
+            dangling_redis = [h.txn_id for h in sink.list_prepared(rsid)]
+        finally:
+            sink.close()
+    return Verdict(
+        produced=len(expected), rows=sum(counts.values()),
+        duplicates=sorted(n for n, c in counts.items() if c > 1), lost=sorted(expected - set(counts)),
+        unexpected=sorted(set(counts) - expected), counter_total=total,
+        counters_off=sorted(n for n in expected | set(per_n) if per_n.get(n, 0) != 1),
+        pending=pending, lag=lag, dangling_pg=dangling_pg, dangling_redis=dangling_redis)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 2 or args[0] != "job":
+        print("usage: python -m recovery.demos.pipeline job SPEC.json", file=sys.stderr)
+        return 2
+    with open(args[1], encoding="utf-8") as f:
+        spec = PipelineSpec(**json.load(f))
+    run_job(spec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Redis Stream entry ids and the source's offsets: pure functions, no server.
+
+An entry id is ``<ms>-<seq>``, two unsigned 64-bit integers, ordered by ``(ms, seq)``.
+The source's offset (what Spark writes to ``<checkpoint>/offsets/<batch>``) is::
+
+    {"v": 1, "streams": {"<key>": {"id": "<last id included>", "n": <entries read so far>}, ...}}
+
+A micro-batch reads, for every stream, the entries with ``start[key] < id <= end[key]``
+(``XRANGE key (start end``), ``end.n - start.n`` of them: a replay that finds another
+number knows entries were deleted (or the stream recreated) and says so. A stream
+missing from *start* starts at ``0-0`` (a pattern found it after the query began). ``0-0`` is never an entry's id, so it
+means "before every entry".
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from twopc import ConfigurationError
+
+__all__ = ["MAX_U64", "START", "ZERO", "EntryId", "Offset", "Position", "Range"]
+
+MAX_U64 = 2**64 - 1
+_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
+
+
+@dataclass(frozen=True, order=True)
+class EntryId:
+    """A stream entry id; ordered like Redis orders them."""
+
+    ms: int
+    seq: int = 0
+
+    @classmethod
+    def parse(cls, text: str | bytes, what: str = "entry id") -> EntryId:
+        """Read ``<ms>-<seq>`` (or ``<ms>``, seq 0).
+
+        Raises:
+            ConfigurationError: not an entry id; the message names *what*.
+        """
+        raw = text.decode() if isinstance(text, bytes) else str(text)
+        m = _ID.match(raw.strip())
+        if m is None or int(m.group(1)) > MAX_U64 or int(m.group(2) or 0) > MAX_U64:
+            raise ConfigurationError(f"{what} must be a Redis Stream entry id <ms>-<seq> such as "
+                                     f"1700000000000-0, got {raw!r:.60}")
+        return cls(int(m.group(1)), int(m.group(2) or 0))
+
+    def next(self) -> EntryId:
+        """The smallest id greater than this one (``XTRIM MINID`` of "everything up to me")."""
+        if self.seq < MAX_U64:
+            return EntryId(self.ms, self.seq + 1)
+        if self.ms >= MAX_U64:
+            raise ValueError("no entry id follows 18446744073709551615-18446744073709551615")
+        return EntryId(self.ms + 1, 0)
+
+    def previous(self) -> EntryId:
+        """The greatest id smaller than this one (an exclusive start that includes this id)."""
+        if self.seq > 0:
+            return EntryId(self.ms, self.seq - 1)
+        if self.ms == 0:
+            return ZERO
+        return EntryId(self.ms - 1, MAX_U64)
+
+    def __str__(self) -> str:
+        return f"{self.ms}-{self.seq}"
+
+
+ZERO = EntryId(0, 0)
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """Where a stream stands in an offset: the last entry id included and how many entries
+    the query has read from the stream up to it (so a replay can tell that entries of a
+    recorded range were deleted)."""
+
+    id: EntryId
+    count: int = 0
+
+
+START = Position(ZERO, 0)
+
+
+@dataclass(frozen=True)
+class Range:
+    """The entries of one stream with ``lo < id <= hi``: *count* of them when planned."""
+
+    stream: str
+    lo: EntryId
+    hi: EntryId
+    count: int
+
+    @property
+    def empty(self) -> bool:
+        """True when the range holds no entry."""
+        return self.count <= 0 or self.hi <= self.lo
+
+
+@dataclass(frozen=True)
+class Offset:
+    """A :class:`Position` per stream (see the module docstring)."""
+
+    streams: Mapping[str, Position]
+
+    VERSION = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """The dict Spark stores in its offset log."""
+        return {"v": self.VERSION,
+                "streams": {k: {"id": str(p.id), "n": p.count} for k, p in sorted(self.streams.items())}}
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any] | str | None) -> Offset:
+        """Read an offset Spark handed back (a dict, or its JSON text).
+
+        Raises:
+            ConfigurationError: not an offset of this source (the checkpoint belongs to
+                another source, or a newer twopc wrote it).
+        """
+        data = json.loads(value) if isinstance(value, str) else (value or {})
+        try:
+            if data.get("v") != cls.VERSION:
+                raise TypeError
+            streams = {str(k): Position(EntryId.parse(v["id"], f"offset of stream {k!r}"), int(v["n"]))
+                       for k, v in data["streams"].items()}
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ConfigurationError(
+                f"the checkpoint's offset {str(value)[:120]!r} is not a twopc-redis-stream offset (version "
+                f"{cls.VERSION}): the checkpoint belongs to another source or a newer twopc; use a new "
+                f"checkpointLocation") from None
+        return cls(streams)
+
+    def get(self, stream: str) -> Position:
+        """The position of *stream* (``0-0``, 0 entries, for a stream the offset does not know)."""
+        return self.streams.get(stream, START)
+
+    def ranges(self, end: Offset) -> list[Range]:
+        """The non-empty ranges from this offset (exclusive) to *end* (inclusive), by stream.
+
+        Raises:
+            ConfigurationError: *end* is behind this offset for a stream (not this query's offsets).
+        """
+        out = []
+        for k, hi in sorted(end.streams.items()):
+            lo = self.get(k)
+            if hi.id < lo.id or hi.count < lo.count:
+                raise ConfigurationError(f"offset of stream {k!r} goes backwards ({lo} to {hi}): the "
+                                         f"checkpoint's offsets are not this query's")
+            r = Range(k, lo.id, hi.id, hi.count - lo.count)
+            if not r.empty:
+                out.append(r)
+        return out

@@ -1,0 +1,120 @@
+"""Server-side code of the Redis Stream source: the FUNCTION library ``twopc_stream_v1``.
+
+- ``plan``: walk a stream's entries ``lo < id <= hi`` (at most *max*; 0 = all) and return
+  only ids: the last one, how many, and every *split*-th id (partition boundaries). The
+  entries' fields never leave the server.
+- ``ack``: the group's acknowledgement of everything up to an id, atomically: create the
+  group there when it is missing, move its ``last-delivered-id`` forward (never back),
+  set the group's ``entries-read`` so ``XINFO GROUPS`` shows the exact lag (when at most
+  100000 entries follow), ``XACK`` every pending entry ``<= id`` of any consumer, and optionally ``XTRIM MINID``
+  (exact) the entries before a given id.
+
+Like ``twopc_redis_v1``, the code loaded under :data:`LIBRARY_NAME` never changes: a change
+gets a new name (``twopc_stream_v2``); ``tests/test_redis_stream_offsets.py`` pins its digest.
+"""
+
+from __future__ import annotations
+
+from ..redis._lua import build_library
+
+__all__ = ["LIBRARY_NAME", "function_name", "library_code"]
+
+LIBRARY_NAME = "twopc_stream_v1"
+
+_PRELUDE = r"""
+-- compare two entry ids '<ms>-<seq>' exactly (64-bit parts do not fit a Lua number)
+local function num_cmp(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  if a == b then return 0 end
+  return a < b and -1 or 1
+end
+local function id_cmp(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  local c = num_cmp(am, bm)
+  if c ~= 0 then return c end
+  return num_cmp(as, bs)
+end
+local function field(flat, name)
+  for i = 1, #flat, 2 do if flat[i] == name then return flat[i + 1] end end
+  return nil
+end
+-- entries-added minus the entries after id (so XINFO GROUPS shows an exact lag), or nil
+-- when more than 100000 entries follow (Redis then estimates the lag itself)
+local function entries_read(key, id)
+  local after, cursor = 0, '(' .. id
+  while true do
+    local got = redis.call('XRANGE', key, cursor, '+', 'COUNT', 1000)
+    after = after + #got
+    if #got < 1000 then break end
+    if after >= 100000 then return nil end
+    cursor = '(' .. got[#got][1]
+  end
+  return field(redis.call('XINFO', 'STREAM', key), 'entries-added') - after
+end
+"""
+
+FUNCTIONS: dict[str, str] = {
+    # keys: stream   args: lo (exclusive), hi (inclusive id or '+'), max (0 = no limit), split (0 = none)
+    "plan": r"""
+  local hi, max, split = args[2], tonumber(args[3]), tonumber(args[4])
+  local cursor, n, last, bounds = '(' .. args[1], 0, '', {}
+  while true do
+    local want = 1000
+    if max > 0 and max - n < want then want = max - n end
+    if want <= 0 then break end
+    local got = redis.call('XRANGE', keys[1], cursor, hi, 'COUNT', want)
+    for i = 1, #got do
+      n = n + 1
+      last = got[i][1]
+      if split > 0 and n % split == 0 then bounds[#bounds + 1] = last end
+    end
+    if #got < want then break end
+    cursor = '(' .. last
+  end
+  return {last, tostring(n), bounds}
+""",
+    # keys: stream   args: group, id, minid for XTRIM ('' = no trim)
+    "ack": r"""
+  if redis.call('EXISTS', keys[1]) == 0 then return {'NOSTREAM'} end
+  local last = nil
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', keys[1])) do
+    if field(g, 'name') == args[1] then last = field(g, 'last-delivered-id') end
+  end
+  local created = '0'
+  if last == nil or id_cmp(args[2], last) > 0 then
+    local n = entries_read(keys[1], args[2])
+    local cmd = {'XGROUP', 'SETID', keys[1], args[1], args[2]}
+    if last == nil then
+      cmd[2] = 'CREATE'
+      created = '1'
+    end
+    if n then
+      cmd[#cmd + 1] = 'ENTRIESREAD'
+      cmd[#cmd + 1] = tostring(n)
+    end
+    redis.call(unpack(cmd))
+  end
+  local acked = 0
+  while true do
+    local p = redis.call('XPENDING', keys[1], args[1], '-', args[2], 1000)
+    if #p == 0 then break end
+    local ids = {}
+    for i = 1, #p do ids[i] = p[i][1] end
+    acked = acked + redis.call('XACK', keys[1], args[1], unpack(ids))
+  end
+  local trimmed = 0
+  if args[3] ~= '' then trimmed = redis.call('XTRIM', keys[1], 'MINID', args[3]) end
+  return {'OK', tostring(acked), tostring(trimmed), created}
+""",
+}
+
+
+def function_name(name: str) -> str:
+    """The FUNCTION name of step *name* (``ack`` -> ``twopc_stream_v1_ack``)."""
+    return f"{LIBRARY_NAME}_{name}"
+
+
+def library_code() -> str:
+    """The FUNCTION library source (``FUNCTION LOAD REPLACE`` it)."""
+    return build_library(LIBRARY_NAME, _PRELUDE, FUNCTIONS)

@@ -1,0 +1,121 @@
+"""The options of ``format("twopc-redis-stream")``, read once on the driver.
+
+=========================  ==================================================================
+``url``                    ``redis://[user[:password]@]host:port/db`` or ``rediss://`` (required)
+``password``               overrides the URL's password (never logged nor stored)
+``streams``                stream keys, comma-separated (``orders,refunds``), or one glob
+                           pattern (``orders:*``: streams that appear later are read from
+                           their first entry) (required)
+``group``                  the consumer group that mirrors the query's committed progress
+                           (required; created when missing)
+``startingPosition``       ``group`` (default: after the group's last delivered id, or
+                           before its oldest pending entry; a missing group starts at the
+                           beginning), ``earliest``, ``latest``, or an entry id (read the
+                           entries after it). Used only when the checkpoint has no offsets.
+``maxEntriesPerTrigger``   most entries per micro-batch, over all streams (default: no limit)
+``maxEntriesPerPartition`` a stream's range is split into Spark partitions of at most this
+                           many entries (default 10000)
+``failOnDataLoss``         ``true`` (default): a recorded range whose entries were deleted
+                           (``XDEL``/``XTRIM`` by someone else), a deleted or recreated
+                           stream fail the query; ``false``: log a warning, read what is left
+``trimAfterCommit``        ``true``: after each commit, ``XTRIM MINID`` (exact) drops the
+                           committed entries (default ``false``; ignores other groups)
+``fieldsSchema``           DDL of typed columns parsed from same-named fields, e.g.
+                           ``amount BIGINT, user STRING`` (missing field: null)
+``socketTimeout``          a duration (``30s``, ``500ms``), default 60s; ``connectTimeout``
+                           the same, default 10s
+=========================  ==================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from twopc import ConfigurationError
+
+from .._options import OptionReader
+from .._secrets import redacted_errors
+from ..redis._clients import ClientConfig, split_url
+from ._ids import EntryId
+
+__all__ = ["FORMAT_NAME", "OPTIONS", "StreamOptions", "check_pyspark"]
+
+FORMAT_NAME = "twopc-redis-stream"
+
+OPTIONS = ("url", "password", "streams", "group", "startingPosition", "maxEntriesPerTrigger",
+           "maxEntriesPerPartition", "failOnDataLoss", "trimAfterCommit", "fieldsSchema", "socketTimeout",
+           "connectTimeout")
+
+_GLOB = re.compile(r"[*?\[]")
+_POSITIONS = ("group", "earliest", "latest")
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """What the source was asked to do (see the module docstring)."""
+
+    client: ClientConfig
+    streams: tuple[str, ...]
+    pattern: str | None
+    group: str
+    starting: str | EntryId
+    max_per_trigger: int | None
+    max_per_partition: int
+    fail_on_data_loss: bool
+    trim_after_commit: bool
+    fields_schema: str = field(default="")
+
+    @classmethod
+    def read(cls, options: Mapping[str, str]) -> StreamOptions:
+        """Parse Spark's options.
+
+        Raises:
+            MissingOptionError: ``url``, ``streams`` or ``group`` is missing.
+            ConfigurationError: an option is invalid or unknown (the message lists the
+                supported ones); no message shows the password.
+        """
+        with redacted_errors(options):
+            o = OptionReader(options, FORMAT_NAME)
+            for name in OPTIONS:
+                o.get(name)
+            o.refuse_unknown()
+            url, url_password = split_url(o.required("url", '.option("url", "redis://host:6379/0")'))
+            password = o.get("password")
+            names = [s.strip() for s in o.required("streams", '.option("streams", "orders")').split(",")]
+            names = [s for s in names if s]
+            patterns = [s for s in names if _GLOB.search(s)]
+            if patterns and len(names) > 1:
+                raise ConfigurationError(f"streams is either a list of keys or one glob pattern, got {names!r:.200}")
+            start_raw = o.text("startingPosition", "group") or "group"
+            starting: str | EntryId = (start_raw.lower() if start_raw.lower() in _POSITIONS
+                                       else EntryId.parse(start_raw, "startingPosition (group, earliest, latest "
+                                                                     "or an entry id)"))
+            max_trigger = o.integer("maxEntriesPerTrigger", 0, minimum=1) if o.text("maxEntriesPerTrigger") else None
+            timeouts = [o.duration(n, d) for n, d in (("socketTimeout", "60s"), ("connectTimeout", "10s"))]
+            if any(t.ms <= 0 for t in timeouts):
+                raise ConfigurationError("socketTimeout and connectTimeout must be > 0")
+            return cls(
+                client=ClientConfig(url, password if password is not None else url_password,
+                                    timeouts[0].seconds, timeouts[1].seconds),
+                streams=tuple(names) if not patterns else (),
+                pattern=patterns[0] if patterns else None,
+                group=o.required("group", '.option("group", "spark-orders")'),
+                starting=starting,
+                max_per_trigger=max_trigger,
+                max_per_partition=o.integer("maxEntriesPerPartition", 10_000, minimum=1),
+                fail_on_data_loss=o.boolean("failOnDataLoss", True),
+                trim_after_commit=o.boolean("trimAfterCommit", False),
+                fields_schema=o.text("fieldsSchema", "") or "",
+            )
+
+
+def check_pyspark() -> None:
+    """Raise :class:`~twopc.ConfigurationError` on PySpark < 4.2 (no ``latestOffset(start, limit)``)."""
+    import pyspark
+
+    major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
+    if (major, minor) < (4, 2):
+        raise ConfigurationError(f"twopc-redis-stream needs PySpark 4.2 or newer (latestOffset(start, limit) for "
+                                 f"admission control); this is PySpark {pyspark.__version__}")

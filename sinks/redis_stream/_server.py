@@ -1,0 +1,204 @@
+"""The source's conversations with Redis: stream discovery, the ``plan`` and ``ack`` steps
+of the ``twopc_stream_v1`` library, reading a range, and telling why a range changed.
+
+Every Redis error becomes a :class:`~twopc.SinkError` (``SinkUnavailableError`` when the
+server cannot be reached) through :meth:`ClientConfig.error`, which never shows the password.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis.exceptions as rex
+
+from twopc import SinkError, SourceError
+
+from ..redis._clients import ClientConfig
+from ..redis._server import missing_library
+from . import _lua as lua
+from ._ids import EntryId, Range
+
+__all__ = ["Plan", "StreamServer"]
+
+#: Entries per XRANGE call when an executor reads a range.
+READ_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``plan`` found in ``lo < id <= hi``: the last id (None when empty), how many
+    entries, and every *split*-th id."""
+
+    last: EntryId | None
+    count: int
+    bounds: tuple[EntryId, ...]
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class StreamServer:
+    """One Redis server seen by the source (a per-process pooled client)."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+
+    def client(self) -> Any:
+        """The pooled client."""
+        return self.config.pooled().client
+
+    def where(self) -> str:
+        """``host:port/db`` for messages."""
+        return self.config.where()
+
+    # -- the library ---------------------------------------------------------------------------
+    def _load(self, *, force: bool = False) -> None:
+        if self.config.library_loaded(lua.LIBRARY_NAME) and not force:
+            return
+        try:
+            self.client().function_load(lua.library_code(), replace=True)
+        except rex.ResponseError as exc:
+            if "unknown command" in str(exc).lower():
+                raise SinkError(f"Redis at {self.where()} has no FUNCTION command: twopc-redis-stream needs "
+                                f"Redis 7.0 or newer") from None
+            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
+        except rex.RedisError as exc:
+            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
+        self.config.mark_loaded(lua.LIBRARY_NAME)
+
+    def fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> Any:
+        """Run step *name* of the library (loading it when the server lost it).
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        self._load()
+        for _ in (0, 1):
+            try:
+                return self.client().fcall(lua.function_name(name), len(keys), *keys, *args)
+            except rex.RedisError as exc:
+                if not missing_library(exc):
+                    raise self.config.error(exc, action) from None
+            self._load(force=True)
+        raise SinkError(f"Redis at {self.where()}: the {lua.LIBRARY_NAME} library vanished twice while trying "
+                        f"to {action}")
+
+    def plan(self, stream: str, lo: EntryId, hi: EntryId | None, *, limit: int = 0, split: int = 0) -> Plan:
+        """The entries ``lo < id <= hi`` (``hi`` None: to the end), at most *limit* (0: all).
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        reply = self.fcall("plan", [stream], [str(lo), "+" if hi is None else str(hi), limit, split],
+                           f"plan a read of stream {stream!r}")
+        last = _text(reply[0])
+        return Plan(EntryId.parse(last) if last else None, int(reply[1]),
+                    tuple(EntryId.parse(b) for b in reply[2]))
+
+    def ack(self, stream: str, group: str, upto: EntryId, *, trim: bool) -> tuple[int, int, bool]:
+        """Acknowledge everything ``<= upto`` for *group* (see :mod:`._lua`); with *trim*,
+        ``XTRIM MINID`` the entries ``<= upto``. Returns (entries XACKed, entries trimmed,
+        group created).
+
+        Raises:
+            SourceError: the stream no longer exists.
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        reply = self.fcall("ack", [stream], [group, str(upto), str(upto.next()) if trim else ""],
+                           f"acknowledge stream {stream!r} up to {upto} for group {group!r}")
+        if _text(reply[0]) == "NOSTREAM":
+            raise SourceError(f"stream {stream!r} on {self.where()} was deleted while the query read it: the "
+                              f"entries up to {upto} are committed but cannot be acknowledged for group "
+                              f"{group!r}. Recreate the stream's group, or start a new query (new "
+                              f"checkpointLocation)")
+        return int(reply[1]), int(reply[2]), _text(reply[3]) == "1"
+
+    # -- plain commands ------------------------------------------------------------------------
+    def discover(self, pattern: str) -> list[str]:
+        """The stream keys matching *pattern* (``SCAN ... TYPE stream``), sorted."""
+        try:
+            return sorted({_text(k) for k in self.client().scan_iter(match=pattern, count=1000, _type="stream")})
+        except rex.RedisError as exc:
+            raise self.config.error(exc, f"list the streams matching {pattern!r}") from None
+
+    def info(self, stream: str) -> dict[str, Any] | None:
+        """``XINFO STREAM`` as a dict, or None when the key does not exist."""
+        try:
+            return dict(self.client().xinfo_stream(stream))
+        except rex.ResponseError as exc:
+            if "no such key" in str(exc).lower():
+                return None
+            raise self.config.error(exc, f"read XINFO STREAM {stream!r}") from None
+        except rex.RedisError as exc:
+            raise self.config.error(exc, f"read XINFO STREAM {stream!r}") from None
+
+    def last_id(self, stream: str) -> EntryId | None:
+        """The stream's ``last-generated-id``, or None when it does not exist."""
+        info = self.info(stream)
+        return None if info is None else EntryId.parse(info["last-generated-id"])
+
+    def group_position(self, stream: str, group: str) -> EntryId | None:
+        """Where *group* stands: its ``last-delivered-id``, or just before its oldest pending
+        entry when that is earlier; None when the stream or the group does not exist."""
+        try:
+            groups = self.client().xinfo_groups(stream)
+        except rex.ResponseError as exc:
+            if "no such key" in str(exc).lower():
+                return None
+            raise self.config.error(exc, f"read the groups of {stream!r}") from None
+        except rex.RedisError as exc:
+            raise self.config.error(exc, f"read the groups of {stream!r}") from None
+        for g in groups:
+            if _text(g["name"]) == group:
+                pos = EntryId.parse(g["last-delivered-id"])
+                if int(g.get("pending") or 0):
+                    try:
+                        oldest = self.client().xpending_range(stream, group, "-", "+", 1)
+                    except rex.RedisError as exc:
+                        raise self.config.error(exc, f"read XPENDING of {stream!r}") from None
+                    if oldest:
+                        pos = min(pos, EntryId.parse(oldest[0]["message_id"]).previous())
+                return pos
+        return None
+
+    def ensure_group(self, stream: str, group: str, at: EntryId) -> None:
+        """Create *group* at *at* (and the stream, empty, when missing); an existing group is kept."""
+        try:
+            self.client().xgroup_create(stream, group, id=str(at), mkstream=True)
+        except rex.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise self.config.error(exc, f"create group {group!r} on {stream!r}") from None
+        except rex.RedisError as exc:
+            raise self.config.error(exc, f"create group {group!r} on {stream!r}") from None
+
+    def read(self, r: Range) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
+        """The entries of *r* in id order, read in chunks of :data:`READ_CHUNK`."""
+        cursor = f"({r.lo}"
+        hi = str(r.hi)
+        while True:
+            try:
+                got = self.client().xrange(r.stream, cursor, hi, count=READ_CHUNK)
+            except rex.RedisError as exc:
+                raise self.config.error(exc, f"read stream {r.stream!r} ({r.lo}, {r.hi}]") from None
+            yield from got
+            if len(got) < READ_CHUNK:
+                return
+            cursor = "(" + _text(got[-1][0])
+
+    def why_changed(self, r: Range, found: int) -> str:
+        """The message for a range that holds *found* entries instead of the recorded count."""
+        head = (f"stream {r.stream!r} on {self.where()}: the micro-batch's range ({r.lo}, {r.hi}] held {r.count} "
+                f"entries when Spark recorded it, and now holds {found}")
+        info = self.info(r.stream)
+        if info is None:
+            cause = "the stream was deleted"
+        elif EntryId.parse(info["last-generated-id"]) < r.hi:
+            cause = (f"the stream was deleted and recreated (its last id is now {_text(info['last-generated-id'])}, "
+                     f"before the range's end)")
+        else:
+            cause = "entries were deleted (XDEL, or XTRIM/MAXLEN by a producer) before they were read"
+        return (f"{head}: {cause}. Nothing of this micro-batch is committed. To go on without the lost "
+                f"entries set failOnDataLoss=false; to start over use a new checkpointLocation")

@@ -1,0 +1,289 @@
+"""The Redis Stream source without Spark, against a real Redis: entry ids, offsets and
+ranges, the options, the ``twopc_stream_v1`` library (plan, ack), and the reader's
+planning, reading and acknowledgement called the way Spark calls them."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
+
+from sinks.redis_stream import (
+    BASE_DDL,
+    EntryId,
+    Offset,
+    Position,
+    RedisStreamReader,
+    StreamOptions,
+    StreamServer,
+    schema_ddl,
+)
+from sinks.redis_stream._lua import library_code
+from twopc import ConfigurationError, MissingOptionError, SourceError
+
+U64 = st.integers(0, 2**64 - 1)
+SCHEMA = StructType([StructField("stream", StringType()), StructField("id", StringType()),
+                     StructField("timestamp", TimestampType()),
+                     StructField("fields", MapType(StringType(), StringType())), StructField("n", LongType())])
+
+
+def options(redis_url: str, streams: str, **extra: str) -> StreamOptions:
+    return StreamOptions.read({"url": redis_url, "streams": streams, "group": "g", **extra})
+
+
+def fill(r: Any, key: str, n: int, start: int = 1) -> list[bytes]:
+    return [r.xadd(key, {"n": str(i)}, id=f"1000-{i}") for i in range(start, start + n)]
+
+
+# -- ids and offsets ------------------------------------------------------------------------------
+@given(U64, U64)
+def test_next_and_previous_are_the_neighbours_in_redis_order(ms: int, seq: int) -> None:
+    e = EntryId(ms, seq)
+    assert EntryId.parse(str(e)) == e
+    if (ms, seq) != (2**64 - 1, 2**64 - 1):
+        assert e < e.next() and e.next().previous() == e
+    if (ms, seq) != (0, 0):
+        assert e.previous() < e and e.previous().next() == e
+
+
+def test_entry_ids_order_numerically_not_as_text() -> None:
+    assert EntryId.parse("9-0") < EntryId.parse("10-0") < EntryId.parse("10-1") < EntryId.parse("10-10")
+    assert EntryId.parse("5") == EntryId(5, 0)
+    for bad in ("", "x-1", "1-", "-1", "1-2-3", str(2**64)):
+        with pytest.raises(ConfigurationError, match="entry id"):
+            EntryId.parse(bad)
+
+
+def test_offsets_round_trip_and_give_the_ranges_between_them() -> None:
+    a = Offset({"s1": Position(EntryId(5, 0), 3)})
+    b = Offset({"s1": Position(EntryId(9, 1), 10), "s2": Position(EntryId(7, 0), 2), "s3": Position(EntryId(0, 0))})
+    assert Offset.from_json(b.to_json()) == b
+    ranges = a.ranges(b)
+    assert [(x.stream, str(x.lo), str(x.hi), x.count) for x in ranges] == [
+        ("s1", "5-0", "9-1", 7), ("s2", "0-0", "7-0", 2)]
+    assert a.ranges(a) == []
+    with pytest.raises(ConfigurationError, match="backwards"):
+        b.ranges(a)
+    bad: Any
+    for bad in ({"v": 2, "streams": {}}, {"streams": {}}, {"v": 1, "streams": {"s": "1-0"}}, '{"v": 1}'):
+        with pytest.raises(ConfigurationError, match="not a twopc-redis-stream offset"):
+            Offset.from_json(bad)
+
+
+# -- options --------------------------------------------------------------------------------------
+def test_options_refuse_unknown_ones_and_need_url_streams_group(redis_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="maxOffsetsPerTrigger are not twopc-redis-stream options"):
+        options(redis_url, "s", maxOffsetsPerTrigger="5")
+    with pytest.raises(MissingOptionError, match='"group"'):
+        StreamOptions.read({"url": redis_url, "streams": "s"})
+    with pytest.raises(ConfigurationError, match="either a list of keys or one glob"):
+        options(redis_url, "a,b*")
+    with pytest.raises(ConfigurationError, match="startingPosition"):
+        options(redis_url, "s", startingPosition="yesterday")
+    o = options(redis_url, "a, b", startingPosition="12-3", maxEntriesPerTrigger="5", checkpointLocation="/x")
+    assert o.streams == ("a", "b") and o.starting == EntryId(12, 3) and o.max_per_trigger == 5
+    assert options(redis_url, "orders:*").pattern == "orders:*"
+
+
+def test_option_errors_never_show_the_password() -> None:
+    with pytest.raises(ConfigurationError) as err:
+        StreamOptions.read({"url": "redis://u:s3cr3tpw@127.0.0.1:1/0", "streams": "s", "group": "g",
+                            "startingPosition": "s3cr3tpw"})
+    assert "s3cr3tpw" not in str(err.value)
+
+
+def test_schema_is_the_base_columns_plus_the_typed_fields() -> None:
+    assert schema_ddl("") == BASE_DDL
+    assert schema_ddl("n BIGINT") == BASE_DDL + ", n BIGINT"
+
+
+# -- the library ----------------------------------------------------------------------------------
+def test_library_code_is_pinned() -> None:
+    """A change of the loaded code needs a new library name (twopc_stream_v2)."""
+    assert hashlib.sha256(library_code().encode()).hexdigest()[:16] == PINNED
+
+
+PINNED = "d9d9d5006316d9a4"
+
+
+def test_plan_counts_limits_and_splits_without_shipping_fields(redis_url: str, r: Any, prefix: str) -> None:
+    key = f"{prefix}:s"
+    fill(r, key, 25)
+    server = StreamServer(options(redis_url, key).client)
+    p = server.plan(key, EntryId(1000, 3), None, split=10)
+    assert (str(p.last), p.count, [str(b) for b in p.bounds]) == ("1000-25", 22, ["1000-13", "1000-23"])
+    p = server.plan(key, EntryId(0), EntryId(1000, 7), limit=5)
+    assert (str(p.last), p.count) == ("1000-5", 5)
+    assert server.plan(key, EntryId(1000, 25), None).last is None
+    assert server.plan(f"{prefix}:missing", EntryId(0), None).count == 0
+
+
+def test_ack_moves_the_group_forward_only_acks_other_consumers_and_trims_exactly(
+        redis_url: str, r: Any, prefix: str) -> None:
+    key = f"{prefix}:s"
+    fill(r, key, 10)
+    server = StreamServer(options(redis_url, key).client)
+    assert server.ack(key, "g", EntryId(1000, 4), trim=False) == (0, 0, True)  # group missing: created
+    r.xreadgroup("g", "other", {key: ">"}, count=3)  # 1000-5..7 pending for another consumer
+    assert server.ack(key, "g", EntryId(1000, 6), trim=False)[0] == 2
+    group = r.xinfo_groups(key)[0]
+    assert group["last-delivered-id"] == b"1000-7" and group["pending"] == 1  # never moved back
+    assert server.ack(key, "g", EntryId(1000, 8), trim=True)[:2] == (1, 8)
+    assert [e for e, _ in r.xrange(key)] == [b"1000-9", b"1000-10"]
+    assert r.xinfo_groups(key)[0]["last-delivered-id"] == b"1000-8"
+    r.delete(key)
+    with pytest.raises(SourceError, match="was deleted"):
+        server.ack(key, "g", EntryId(1000, 9), trim=False)
+
+
+def test_the_library_is_loaded_again_when_the_server_lost_it(redis_url: str, r: Any, prefix: str) -> None:
+    key = f"{prefix}:s"
+    fill(r, key, 3)
+    server = StreamServer(options(redis_url, key).client)
+    assert server.plan(key, EntryId(0), None).count == 3
+    r.function_delete("twopc_stream_v1")
+    assert server.plan(key, EntryId(0), None).count == 3
+
+
+# -- the reader, called like Spark calls it ---------------------------------------------------------
+def reader(redis_url: str, streams: str, **extra: str) -> RedisStreamReader:
+    return RedisStreamReader(options(redis_url, streams, **extra), SCHEMA)
+
+
+def first_batch(redis_url: str, r: Any, key: str, n: int) -> tuple[RedisStreamReader, dict[str, Any], dict[str, Any]]:
+    """*n* entries in *key*; a reader from the earliest, and its first batch's (start, end)."""
+    fill(r, key, n)
+    rd = reader(redis_url, key, startingPosition="earliest")
+    start = rd.initialOffset()
+    return rd, start, rd.latestOffset(start, ReadAllAvailable())
+
+
+def read_all(rd: RedisStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
+    return list(itertools.chain.from_iterable(rd.read(p) for p in rd.partitions(start, end)))
+
+
+def test_batches_cover_every_entry_once_within_the_limit_and_replays_are_identical(
+        redis_url: str, r: Any, prefix: str) -> None:
+    a, b = f"{prefix}:a", f"{prefix}:b"
+    fill(r, a, 30)
+    fill(r, b, 5)
+    rd = reader(redis_url, f"{a},{b}", maxEntriesPerTrigger="12", maxEntriesPerPartition="4",
+                startingPosition="earliest")
+    start = rd.initialOffset()
+    got: list[tuple[Any, ...]] = []
+    for batch in itertools.count():
+        end = rd.latestOffset(start, rd.getDefaultReadLimit())
+        if end == start:
+            break
+        rows = read_all(rd, start, end)
+        assert 0 < len(rows) <= 12
+        assert all(len(p.range.stream) and p.range.count <= 4 for p in rd.partitions(start, end))
+        late = r.xadd(a, {"n": "0"}) if batch < 2 else b""  # appended after the range was recorded
+        r.xreadgroup("g", "someone-else", {a: ">"}, count=2)  # what Redis delivers to others changes nothing
+        assert read_all(rd, start, end) == rows  # the replay of the recorded range
+        assert late.decode() not in {row[1] for row in rows}
+        got += rows
+        rd.commit(end)
+        start = end
+    want = [(a, e.decode()) for e, _ in r.xrange(a)] + [(b, f"1000-{i}") for i in range(1, 6)]
+    assert sorted((s, i) for s, i, *_ in got) == sorted(want) and len(want) > 35
+    assert {row[4] for row in got if row[0] == b} == {1, 2, 3, 4, 5}  # fieldsSchema n BIGINT
+    for key in (a, b):
+        group = r.xinfo_groups(key)[0]
+        assert group["pending"] == 0 and group["lag"] == 0
+
+
+def test_all_available_ignores_the_limit_and_available_now_stops_at_its_start(
+        redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    fill(r, a, 10)
+    rd = reader(redis_url, a, maxEntriesPerTrigger="3", startingPosition="earliest")
+    start = rd.initialOffset()
+    assert Offset.from_json(rd.latestOffset(start, ReadAllAvailable())).get(a) == Position(EntryId(1000, 10), 10)
+    rd.prepareForTriggerAvailableNow()
+    fill(r, a, 5, start=11)
+    end = rd.latestOffset(start, ReadMaxRows(100))
+    assert Offset.from_json(end).get(a).id == EntryId(1000, 10)
+
+
+def test_the_group_is_acknowledged_only_by_commit_or_the_next_plan(redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    rd, start, end = first_batch(redis_url, r, a, 6)
+    read_all(rd, start, end)
+    assert r.xinfo_groups(a)[0]["last-delivered-id"] == b"0-0"  # read, not committed: still lag
+    fresh = reader(redis_url, a, startingPosition="earliest")  # a restart: commit(end) never ran
+    fresh.latestOffset(end, ReadAllAvailable())  # Spark plans the next batch only once `end` is committed
+    assert r.xinfo_groups(a)[0]["last-delivered-id"] == b"1000-6"
+
+
+def test_starting_positions(redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    fill(r, a, 6)
+    assert Offset.from_json(reader(redis_url, a, startingPosition="latest").initialOffset()).get(a).id == \
+        EntryId(1000, 6)
+    assert Offset.from_json(reader(redis_url, a, startingPosition="1000-2").initialOffset()).get(a).id == \
+        EntryId(1000, 2)
+    r.xgroup_create(a, "g2", id="1000-4")
+    r.xreadgroup("g2", "c", {a: ">"}, count=1)  # 1000-5 pending: "group" starts before it
+    o = StreamOptions.read({"url": redis_url, "streams": a, "group": "g2"})
+    assert Offset.from_json(RedisStreamReader(o, SCHEMA).initialOffset()).get(a).id == EntryId(1000, 4)
+    b = f"{prefix}:new"
+    assert Offset.from_json(reader(redis_url, b).initialOffset()).get(b).id == EntryId(0)
+    assert r.xinfo_groups(b)[0]["name"] == b"g"  # group (and empty stream) created
+
+
+def test_a_pattern_finds_streams_that_appear_later(redis_url: str, r: Any, prefix: str) -> None:
+    fill(r, f"{prefix}:p1", 2)
+    rd = reader(redis_url, f"{prefix}:p*", startingPosition="earliest")
+    start = rd.initialOffset()
+    fill(r, f"{prefix}:p2", 3)
+    end = rd.latestOffset(start, ReadAllAvailable())
+    assert {row[0] for row in read_all(rd, start, end)} == {f"{prefix}:p1", f"{prefix}:p2"}
+
+
+def test_deleted_entries_of_a_recorded_range_fail_clearly_or_are_skipped_when_allowed(
+        redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    rd, start, end = first_batch(redis_url, r, a, 8)
+    parts = rd.partitions(start, end)
+    r.xtrim(a, minid="1000-3", approximate=False)  # a producer's MAXLEN/MINID trims unread entries
+    with pytest.raises(SourceError, match=r"held 8 entries .* now holds 6: entries were deleted"):
+        list(rd.read(parts[0]))
+    with pytest.raises(SourceError, match="failOnDataLoss=false"):
+        rd.partitions(start, end)
+    lenient = reader(redis_url, a, startingPosition="earliest", failOnDataLoss="false")
+    assert len(read_all(lenient, start, end)) == 6
+
+
+def test_a_stream_deleted_or_recreated_while_running_fails_clearly(redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    rd, start, end = first_batch(redis_url, r, a, 4)
+    parts = rd.partitions(start, end)
+    rd.commit(end)
+    r.delete(a)
+    with pytest.raises(SourceError, match="was deleted"):
+        rd.latestOffset(end, ReadAllAvailable())
+    with pytest.raises(SourceError, match="the stream was deleted"):
+        list(rd.read(parts[0]))
+    fill(r, a, 2)  # recreated with ids before the query's position
+    with pytest.raises(SourceError, match="was recreated"):
+        rd.latestOffset(end, ReadAllAvailable())
+    for replay in (lambda: rd.partitions(start, end), lambda: list(rd.read(parts[0]))):
+        with pytest.raises(SourceError, match="deleted and recreated"):
+            replay()
+
+
+def test_an_unparsable_typed_field_names_the_entry(redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    r.xadd(a, {"n": "seven"}, id="1000-1")
+    rd = reader(redis_url, a, startingPosition="earliest")
+    start = rd.initialOffset()
+    end = rd.latestOffset(start, ReadAllAvailable())
+    with pytest.raises(SourceError, match=r"entry 1000-1 .* field 'n' = 'seven' is not a long"):
+        read_all(rd, start, end)

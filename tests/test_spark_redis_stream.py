@@ -1,0 +1,97 @@
+"""twopc-redis-stream in Spark (the shared session), against a real Redis: a failed batch
+is replayed with exactly the entries recorded for it, the group moves only after a batch
+committed, several streams (one empty) are read, committed entries are trimmed, a missing
+group is created, and a stream deleted while the query runs stops it with a clear error."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+import sinks
+
+
+def source(spark: Any, redis_url: str, streams: str, **options: str) -> Any:
+    sinks.register_all(spark)
+    reader = (spark.readStream.format("twopc-redis-stream").option("url", redis_url).option("streams", streams)
+              .option("group", "g").option("fieldsSchema", "n BIGINT"))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def test_a_failed_batch_replays_its_recorded_entries_and_the_group_moves_only_after_commit(
+        spark: Any, redis_url: str, r: Any, prefix: str, tmp_checkpoint: str) -> None:
+    a, b, empty = f"{prefix}:a", f"{prefix}:b", f"{prefix}:empty"
+    for i in range(1, 13):
+        r.xadd(a if i % 3 else b, {"n": str(i)}, id=f"1000-{i}")
+    batches: dict[int, list[tuple[str, int]]] = {}
+    fail_batch = {1}
+    positions: dict[int, bytes] = {}
+
+    def sink(df: Any, batch_id: int) -> None:
+        rows = sorted((row.stream, row.n) for row in df.collect())
+        if batch_id in batches:
+            assert rows == batches[batch_id], "a replay read other entries than the first attempt"
+        batches[batch_id] = rows
+        positions[batch_id] = r.xinfo_groups(a)[0]["last-delivered-id"]
+        if batch_id in fail_batch:
+            fail_batch.discard(batch_id)
+            # before the sink fails: new entries, and another consumer of the group takes some
+            for i in range(13, 16):
+                r.xadd(a, {"n": str(i)}, id=f"1000-{i}")
+            r.xreadgroup("g", "someone-else", {a: ">"}, count=2)
+            raise RuntimeError("the sink failed")
+
+    def run() -> Any:
+        return (source(spark, redis_url, f"{a},{b},{empty}", startingPosition="earliest", maxEntriesPerTrigger="5",
+                       trimAfterCommit="true")
+                .writeStream.foreachBatch(sink).option("checkpointLocation", tmp_checkpoint)
+                .trigger(availableNow=True).start())
+
+    q = run()
+    with pytest.raises(StreamingQueryException, match="the sink failed"):
+        q.awaitTermination()
+    # batch 0 was acknowledged before batch 1 ran; batch 1 was not: what the other consumer
+    # took is still pending
+    assert positions[1] == f"1000-{max(n for s, n in batches[0] if s == a)}".encode()
+    assert r.xinfo_groups(a)[0]["pending"] == 2
+    q = run()
+    q.awaitTermination()
+    seen = [n for rows in batches.values() for _, n in rows]
+    assert sorted(seen) == list(range(1, 16)), batches
+    assert all(len(rows) <= 5 for rows in batches.values())
+    for key in (a, b):
+        g = r.xinfo_groups(key)[0]
+        assert g["pending"] == 0 and g["lag"] == 0, g
+        assert r.xlen(key) == 0  # trimAfterCommit: committed entries are gone
+    assert r.xinfo_groups(empty)[0]["name"] == b"g"
+
+
+def test_a_missing_group_is_created_and_a_deleted_stream_stops_the_query_clearly(
+        spark: Any, redis_url: str, r: Any, prefix: str, tmp_checkpoint: str) -> None:
+    a = f"{prefix}:a"
+    for i in range(1, 4):
+        r.xadd(a, {"n": str(i)}, id=f"1000-{i}")
+    seen: list[int] = []
+    groups: list[Any] = []
+
+    def sink(df: Any, batch_id: int) -> None:
+        seen.extend(row.n for row in df.collect())
+        if batch_id == 0:
+            r.xgroup_destroy(a, "g")  # an operator drops the group: the acknowledgement recreates it
+        elif batch_id == 1:
+            groups.extend(r.xinfo_groups(a))
+            r.delete(a)  # and then the stream
+
+    q = (source(spark, redis_url, a, maxEntriesPerTrigger="2").writeStream.foreachBatch(sink)
+         .option("checkpointLocation", tmp_checkpoint).start())
+    try:
+        with pytest.raises(StreamingQueryException, match=f"stream '{a}' .* was deleted while the query read it"):
+            q.processAllAvailable()
+    finally:
+        q.stop()
+    assert [g["last-delivered-id"] for g in groups] == [b"1000-2"]  # recreated at batch 0's end
+    assert seen == [1, 2, 3]
