@@ -81,6 +81,10 @@ def _lost_reply_scenario(sink: AnySink, fresh_sink: Callable[[], AnySink], proxy
     result = _finishes(lambda: coordinator.commit_batch(1, handles))
     assert not isinstance(result, BaseException), result
     assert proxy.swallowed == 1
+    # asked again: by the coordinator (twopc_commits_total{outcome="retried"}) or by the sink's
+    # control connection replacing the dead one (then the answer is ALREADY_COMMITTED)
+    first_retries = coordinator.metrics.retried
+    assert first_retries + coordinator.metrics.already_committed >= 1
     assert ledger.state(1) is BatchState.COMMITTED
     assert ids() == [1, 2, 3]
 
@@ -94,6 +98,7 @@ def _lost_reply_scenario(sink: AnySink, fresh_sink: Callable[[], AnySink], proxy
     assert secret is None or secret not in text
     assert ledger.state(2) is BatchState.DECIDED
     assert proxy.swallowed >= 2
+    assert coordinator.metrics.retried == first_retries + RETRY.retries
 
     proxy.heal()
     sink.close()

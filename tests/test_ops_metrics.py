@@ -109,7 +109,8 @@ def test_the_collector_joins_an_applications_registry_and_reads_the_ledger_at_sc
     ledger = CommitLedger(str(tmp_path / "ck"))
     ledger.bind_sink_id(None, default="job1")
     record_batch(ledger, sink_id="job1", format_name="twopc-file", action="committed", committed=2,
-                 already_committed=0, aborted=0, swept=1, seconds=0.02, rows=7, first_prepared_at=time.time() - 1)
+                 already_committed=0, aborted=0, swept=1, seconds=0.02, rows=7, first_prepared_at=time.time() - 1,
+                 retried=1)
     registry = CollectorRegistry()
     register_metrics(registry, str(tmp_path / "ck"))
     m = _samples(generate_latest(registry).decode())
@@ -117,6 +118,7 @@ def test_the_collector_joins_an_applications_registry_and_reads_the_ledger_at_sc
     assert m[("twopc_orphans_swept_total", ())] == 1 and m[("twopc_batch_rows_sum", ())] == 7
     assert m[("twopc_in_doubt_transactions", ())] == 0
     assert m[("twopc_commits_total", (("outcome", "lost"),))] == 0  # a series to alert on before the first loss
+    assert m[("twopc_commits_total", (("outcome", "retried"),))] == 1
     assert m[("twopc_recovery_runs_total", ())] == 0
     handles = [run_task(sink, "job1", 1, p, p, [p]) for p in range(2)]
     crash_commit(CommitCoordinator(sink, ledger, "job1"), "after_decision", 1, handles, tmp_path / "f")

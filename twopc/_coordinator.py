@@ -56,6 +56,7 @@ class CommitMetrics:
     lost: int = 0
     aborted: int = 0
     swept: int = 0
+    retried: int = 0  # commit attempts repeated because the target did not answer
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,12 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     """
     tally = _Tally()
     m = metrics or CommitMetrics()
+    def attempt(again: bool) -> list[CommitOutcome]:
+        m.retried += again
+        return list(_commit_outcomes(sink, decision, recovering=recovering or again))
+
     outcomes = (retry or CommitRetry()).run(
-        lambda again: list(_commit_outcomes(sink, decision, recovering=recovering or again)),
+        attempt,
         what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
         pending=lambda n, exc: _pending(sink, ledger, decision, n, exc))
     for handle, outcome in zip(decision.handles, outcomes, strict=True):
@@ -289,8 +294,12 @@ class CommitCoordinator:
         rolls the attempts back; a crash after it is answered by the target's batch marker
         (``ALREADY_COMMITTED``) when Spark replays the batch."""
         faultinject.fault_point("before_decision", batch_id=batch_id)
+        def attempt(again: bool) -> list[CommitOutcome] | None:
+            self.metrics.retried += again
+            return self.sink.commit_all(fresh, recovering=again)
+
         outcomes = self.retry.run(
-            lambda again: self.sink.commit_all(fresh, recovering=again),
+            attempt,
             what=f"the commit of batch {batch_id} to {self.sink.describe()}",
             pending=lambda n, exc: (
                 f"batch {batch_id} of sink {self.sink_id!r}: its one commit transaction on {self.sink.describe()} "

@@ -49,12 +49,13 @@ HISTOGRAMS: Mapping[str, tuple[tuple[float, ...], str]] = {
 #: Label values every counter shows from the start (0 until counted), so alerts on an
 #: increase see a series before the first event.
 KNOWN_LABELS: Mapping[str, tuple[str, ...]] = {
-    "commits": ("committed", "already_committed", "lost"),
+    "commits": ("committed", "already_committed", "lost", "retried"),
     "batches": ("committed", "finished", "replay-ignored", "aborted"),
     "failures": ("commit", "abort"),
 }
 COUNTERS: Mapping[str, tuple[str, str | None]] = {
-    "commits": ("Transactions the driver committed, by outcome", "outcome"),
+    "commits": ("Transactions the driver committed, by outcome (retried: a commit attempt repeated because the "
+                "target did not answer)", "outcome"),
     "batches": ("Batches the driver's commit handled, by action (committed, finished, replay-ignored, aborted)",
                 "action"),
     "aborts": ("Transactions rolled back because Spark did not choose their attempt, or the write failed", None),
@@ -105,13 +106,14 @@ def _observe(state: dict[str, Any], name: str, value: float) -> None:
 
 def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action: str, committed: int,
                  already_committed: int, aborted: int, swept: int, seconds: float, rows: int,
-                 first_prepared_at: float | None) -> None:
+                 first_prepared_at: float | None, retried: int = 0) -> None:
     """Add one batch's figures (what :class:`~twopc.BatchResult` and the commit messages say)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "batches", action)
         _count(state, "commits", "committed", committed)
         _count(state, "commits", "already_committed", already_committed)
+        _count(state, "commits", "retried", retried)
         _count(state, "aborts", "", aborted)
         _count(state, "orphans_swept", "", swept)
         if action in ("committed", "finished"):
@@ -122,13 +124,17 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
     _update(ledger, change)
 
 
-def record_failure(ledger: CommitLedger, *, sink_id: str, format_name: str, stage: str, lost: int = 0) -> None:
-    """Count a commit or abort that raised (and the transactions it found lost)."""
+def record_failure(ledger: CommitLedger, *, sink_id: str, format_name: str, stage: str, lost: int = 0,
+                   retried: int = 0) -> None:
+    """Count a commit or abort that raised (and the transactions it found lost, and the
+    commit attempts it repeated)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "failures", stage)
         if lost:
             _count(state, "commits", "lost", lost)
+        if retried:
+            _count(state, "commits", "retried", retried)
     _update(ledger, change)
 
 

@@ -96,15 +96,18 @@ def _first_prepared(messages: Sequence[TwoPCCommitMessage | None]) -> float | No
 
 
 def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result: BatchResult,
-                   messages: Sequence[TwoPCCommitMessage | None]) -> None:
+                   messages: Sequence[TwoPCCommitMessage | None], *, retried: int = 0) -> None:
     """Add a batch's figures to the checkpoint's metrics (best effort)."""
     _metrics.record_batch(ledger, sink_id=sink_id, format_name=format_name, action=result.action,
                           committed=result.committed, already_committed=result.already_committed,
                           aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
                           rows=sum(m.rows for m in messages if m is not None),
-                          first_prepared_at=_first_prepared(messages))
+                          first_prepared_at=_first_prepared(messages), retried=retried)
 
 
-def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int) -> None:
-    """Count a commit or abort that raised, and the transactions it found *lost* (best effort)."""
-    _metrics.record_failure(ledger, sink_id=sink_id, format_name=format_name, stage=stage, lost=lost)
+def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int, *,
+                    retried: int = 0) -> None:
+    """Count a commit or abort that raised, the transactions it found *lost* and the commit
+    attempts it *retried* (best effort)."""
+    _metrics.record_failure(ledger, sink_id=sink_id, format_name=format_name, stage=stage, lost=lost,
+                            retried=retried)

@@ -193,14 +193,16 @@ class _WriterCore:
                 result = coordinator.abort_batch(batch_id, handles)
         except BaseException:
             if not self.runtime.ephemeral:
-                observe_failure(coordinator.ledger, self.sink_id, self.format_name, stage, coordinator.metrics.lost)
+                observe_failure(coordinator.ledger, self.sink_id, self.format_name, stage, coordinator.metrics.lost,
+                                retried=coordinator.metrics.retried)
             raise
         finally:
             self.sink.close()
             self._forget_ephemeral()
         if not self.runtime.ephemeral:
             observe_commit(coordinator.ledger, self.sink_id, self.format_name, result,
-                           [m for m in messages if isinstance(m, TwoPCCommitMessage)])
+                           [m for m in messages if isinstance(m, TwoPCCommitMessage)],
+                           retried=coordinator.metrics.retried)
         return result
 
     def _forget_ephemeral(self) -> None:
