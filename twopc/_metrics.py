@@ -54,8 +54,7 @@ KNOWN_LABELS: Mapping[str, tuple[str, ...]] = {
     "failures": ("commit", "abort"),
 }
 COUNTERS: Mapping[str, tuple[str, str | None]] = {
-    "commits": ("Transactions the driver committed, by outcome (retried: a commit attempt repeated because the "
-                "target did not answer)", "outcome"),
+    "commits": ("Transactions the driver committed, by outcome (retried: commit attempts repeated)", "outcome"),
     "batches": ("Batches the driver's commit handled, by action (committed, finished, replay-ignored, aborted)",
                 "action"),
     "aborts": ("Transactions rolled back because Spark did not choose their attempt, or the write failed", None),
