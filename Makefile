@@ -96,6 +96,7 @@ bench: venv redis
 	fi
 	$(VPY) -m recovery.demos.bench
 	$(VPY) -m recovery.demos.bench_redis
+	$(VPY) -m recovery.demos.bench_stream
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -1,0 +1,248 @@
+"""``python -m recovery.demos.bench_stream``: the Redis Stream source end to end, against the
+same pipeline at-least-once, in one run, on the same entries, as a ratio.
+
+Redis Stream -> Spark -> PostgreSQL, ``local[2]``, the same servers and the same entries (two
+streams, fields ``n`` and ``payload``), each pipeline with its own consumer group and table
+(``stream, entry_id, n, payload``), micro-batches of ``--batch`` entries:
+
+- exactly-once: ``twopc-redis-stream`` (``maxEntriesPerTrigger``, ``fieldsSchema``) into
+  ``twopc-postgres``, ``trigger(availableNow=True)``: ranges fixed in the offset log, read
+  with ``XRANGE`` on the executors, one prepared transaction per task, the group acknowledged
+  in the source's ``commit``;
+- at-least-once: what a user writes without twopc. A ``foreachBatch`` query (ticked by the
+  ``rate-micro-batch`` source) whose function does ``XREADGROUP ... >`` on the driver (a fair
+  share of the batch per stream), ``createDataFrame`` of the entries (Arrow), Spark's JDBC
+  writer (``batchsize=10000``; Debian's ``libpostgresql-jdbc-java``), then ``XACK``.
+
+Each pipeline is warmed up first on a small stream of its own (JVM, Python workers,
+connections). The rounds interleave the two pipelines; each round reads the same entries with
+new groups into new tables. Every run is checked: one row per entry, nothing pending, no lag.
+The time of a run is from the query's start to its end, so both pay Spark's per-batch
+bookkeeping (offset and commit logs). Target, printed as MET/MISSED (the bench never fails on
+a miss): exactly-once >= 0.7x the at-least-once entries/s.
+
+Uses a throwaway :class:`faultinject.LocalPostgres` and :class:`faultinject.LocalRedis`
+(``appendfsync always``, as the pipeline's demo) unless ``TWOPC_BENCH_POSTGRES_URL`` /
+``TWOPC_BENCH_REDIS_URL`` are set. Machines are noisy: compare the ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["main"]
+
+STREAMS = ("{bench}:orders", "{bench}:refunds")
+WARM_STREAMS = ("{bench}:warm-a", "{bench}:warm-b")
+TARGET = 0.7
+EXACTLY = "twopc-redis-stream -> twopc-postgres (exactly-once)"
+AT_LEAST = "XREADGROUP + Spark JDBC writer + XACK (at-least-once)"
+FIELDS = "n BIGINT, payload STRING"
+
+
+def produce(redis_url: str, streams: Sequence[str], count: int) -> None:
+    """(Re)create *streams* with entries ``n = 0 .. count-1`` round-robin, pipelined."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        client.delete(*streams)
+        pipe = client.pipeline(transaction=False)
+        for n in range(count):
+            pipe.xadd(streams[n % len(streams)], {"n": str(n), "payload": f"event-{n}"})
+            if n % 1000 == 999:
+                pipe.execute()
+        pipe.execute()
+    finally:
+        client.close()
+
+
+def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table: str, count: int) -> None:
+    """Every entry one row, nothing pending or lagging in *group*; else ``SystemExit``."""
+    import redis
+
+    from .bench import _count
+
+    found = _count(pg_url, table)
+    client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
+    try:
+        left = []
+        for s in streams:
+            for g in client.xinfo_groups(s):
+                if g["name"].decode() == group and (int(g["pending"]) or int(g.get("lag") or 0)):
+                    left.append(f"{s}: pending {g['pending']}, lag {g.get('lag')}")
+    finally:
+        client.close()
+    if found != count or left:
+        raise SystemExit(f"bench: group {group} wrote {found} rows (expected {count}); {'; '.join(left) or ''}")
+
+
+def run_exactly_once(spark: SparkSession, redis_url: str, pg_url: str, streams: Sequence[str], group: str,
+                     table: str, batch: int, checkpoint: str) -> float:
+    """Seconds for the twopc pipeline to read and commit everything *streams* hold now."""
+    started = time.perf_counter()
+    q = (spark.readStream.format("twopc-redis-stream").option("url", redis_url).option("streams", ",".join(streams))
+         .option("group", group).option("startingPosition", "earliest").option("maxEntriesPerTrigger", batch)
+         .option("fieldsSchema", FIELDS).load()
+         .selectExpr("stream", "id AS entry_id", "n", "payload")
+         .writeStream.format("twopc-postgres").option("url", pg_url).option("dbtable", table)
+         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return time.perf_counter() - started
+
+
+def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams: Sequence[str], group: str,
+                      table: str, batch: int, checkpoint: str) -> float:
+    """Seconds for the plain pipeline (see the module docstring) to drain *streams*."""
+    import pyarrow as pa
+    import redis
+
+    from .bench import _jdbc
+
+    jdbc_url, props = _jdbc(pg_url)
+    client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
+    for s in streams:
+        client.xgroup_create(s, group, id="0", mkstream=True)
+    drained = threading.Event()
+    per_stream = max(1, batch // len(streams))
+
+    def step(_tick: DataFrame, _batch_id: int) -> None:
+        if drained.is_set():
+            return
+        got = client.xreadgroup(group, "bench", dict.fromkeys(streams, ">"), count=per_stream)
+        cols: dict[str, list[Any]] = {"stream": [], "entry_id": [], "n": [], "payload": []}
+        acks: dict[str, list[bytes]] = {}
+        for key, entries in got:
+            s = key.decode()
+            for eid, fields in entries:
+                cols["stream"].append(s)
+                cols["entry_id"].append(eid.decode())
+                cols["n"].append(int(fields[b"n"]))
+                cols["payload"].append(fields[b"payload"].decode())
+                acks.setdefault(s, []).append(eid)
+        if not cols["n"]:
+            drained.set()
+            return
+        (spark.createDataFrame(pa.table(cols)).write.format("jdbc").mode("append").option("url", jdbc_url)
+         .option("dbtable", table).option("batchsize", "10000").option("driver", "org.postgresql.Driver")
+         .options(**props).save())
+        for s, ids in acks.items():
+            client.xack(s, group, *ids)
+
+    started = time.perf_counter()
+    q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).option("numPartitions", 1).load()
+         .writeStream.foreachBatch(step).option("checkpointLocation", checkpoint).start())
+    try:
+        while not drained.wait(0.05):
+            if not q.isActive:
+                q.awaitTermination()  # raises the query's error
+                raise SystemExit("bench: the at-least-once query stopped before the streams were drained")
+    finally:
+        q.stop()
+        client.close()
+    return time.perf_counter() - started
+
+
+Runner = Callable[["SparkSession", str, str, Sequence[str], str, str, int, str], float]
+
+
+def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, work: Path) -> dict[str, list[float]]:
+    """entries/s of each pipeline, *rounds* times (interleaved)."""
+    from pyspark.sql import SparkSession
+
+    import sinks
+
+    from .bench import JDBC_JAR
+    from .pipeline import create_table
+
+    if not os.path.exists(JDBC_JAR):
+        raise SystemExit(f"bench: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
+    spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-stream")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.jars", JDBC_JAR).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sinks.register_all(spark)
+    produce(redis_url, STREAMS, entries)
+    warm = max(2, min(entries, batch) // 2)
+    produce(redis_url, WARM_STREAMS, warm)
+    plan: list[tuple[str, str, Runner]] = [(EXACTLY, "eo", run_exactly_once), (AT_LEAST, "alo", run_at_least_once)]
+    results: dict[str, list[float]] = {}
+    for _name, tag, run in plan:
+        create_table(pg_url, f"bench_{tag}_warm")
+        run(spark, redis_url, pg_url, WARM_STREAMS, f"bench-{tag}-warm", f"bench_{tag}_warm", batch,
+            str(work / f"{tag}-warm"))
+    for r in range(rounds):
+        for name, tag, run in plan:
+            group, table = f"bench-{tag}-{r}", f"bench_{tag}_{r}"
+            create_table(pg_url, table)
+            seconds = run(spark, redis_url, pg_url, STREAMS, group, table, batch, str(work / f"{tag}-{r}"))
+            check(redis_url, pg_url, STREAMS, group, table, entries)
+            results.setdefault(name, []).append(entries / seconds)
+            print(f"bench: round {r + 1}: {name:<55} {entries / seconds:>9,.0f} entries/s  ({seconds:.2f}s)",
+                  flush=True)
+    spark.stop()
+    return results
+
+
+def report(results: dict[str, list[float]], entries: int, batch: int) -> None:
+    """Medians, each round's own ratio, and the target."""
+    rounds = len(results[EXACTLY])
+    print(f"\nRedis Stream -> PostgreSQL, {entries:,} entries in {len(STREAMS)} streams, micro-batches of {batch:,}, "
+          f"local[2], {'median of ' + str(rounds) + ' rounds' if rounds > 1 else 'one round'}:")
+    med = {name: statistics.median(v) for name, v in results.items()}
+    for name, v in results.items():
+        spread = f"   [{min(v):,.0f} .. {max(v):,.0f}]" if len(v) > 1 else ""
+        print(f"  {name:<55} {med[name]:>9,.0f} entries/s{spread}")
+    ratio = med[EXACTLY] / med[AT_LEAST]
+    per_round = [e / a for e, a in zip(results[EXACTLY], results[AT_LEAST], strict=True)]
+    rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if rounds > 1 else ""
+    print(f"\ntarget: exactly-once >= {TARGET}x at-least-once: {med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} = "
+          f"{ratio:.2f}x   {'MET' if ratio >= TARGET else 'MISSED'}{rounds_text}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_stream",
+                                     description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--entries", type=int, default=200_000, help="entries in the streams (default 200000)")
+    parser.add_argument("--batch", type=int, default=20_000, help="entries per micro-batch (default 20000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both pipelines, interleaved (default 3)")
+    args = parser.parse_args(argv)
+    # SIGTERM runs the cleanup (stop the throwaway servers) like Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import faultinject
+
+    servers: list[Any] = []
+    pg_url, redis_url = os.environ.get("TWOPC_BENCH_POSTGRES_URL"), os.environ.get("TWOPC_BENCH_REDIS_URL")
+    with tempfile.TemporaryDirectory(prefix="twopc-bench-stream-") as work:
+        try:
+            if pg_url is None:
+                servers.append(faultinject.LocalPostgres().start())
+                pg_url = servers[-1].url
+            if redis_url is None:
+                servers.append(faultinject.LocalRedis(appendfsync="always").start())
+                redis_url = servers[-1].url
+            results = bench(redis_url, pg_url, args.entries, args.batch, max(1, args.rounds), Path(work))
+        finally:
+            for s in reversed(servers):
+                s.stop()
+    report(results, args.entries, args.batch)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
