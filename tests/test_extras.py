@@ -104,7 +104,7 @@ def test_extras_match_pyproject() -> None:
     assert sorted(backends["all"]) == sorted(r for extra in EXTRAS for r in backends[extra])
     core = [re.split(r"[\[<>=]", r)[0].lower() for r in tomllib.loads(
         (REPO / "pyproject.toml").read_text())["project"]["dependencies"]]
-    assert core == ["pyspark", "pyarrow", "sqlalchemy"]
+    assert core == ["pyspark", "pyarrow", "sqlalchemy", "prometheus-client"]
 
 
 @pytest.mark.parametrize("package", ["twopc", "recovery", "faultinject"])
