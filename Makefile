@@ -19,7 +19,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb lint test demo bench clean
+.PHONY: venv redis mariadb lint test chaos demo bench clean
 
 venv: $(STAMP)
 
@@ -85,6 +85,15 @@ lint: venv
 
 test: lint venv redis mariadb
 	$(VPY) -m pytest $(PYTEST_ARGS)
+
+# Randomized chaos schedules (tests/test_chaos_schedules.py; `make test` runs 30 of them):
+# `make chaos N=500` for a long run, `make chaos SEED=123 N=1` to rerun one schedule;
+# SINKS=file,redis limits the sinks, BROKEN=coordinator|sink runs a deliberately broken one,
+# REPORT=path names the table's file (default $TMPDIR/twopc-chaos-<seed>.txt).
+N ?= 500
+chaos: venv redis mariadb
+	TWOPC_CHAOS_SEED=$(SEED) TWOPC_CHAOS_N=$(N) TWOPC_CHAOS_SINKS=$(SINKS) TWOPC_CHAOS_BROKEN=$(BROKEN) \
+	  TWOPC_CHAOS_REPORT=$(REPORT) $(VPY) -m pytest tests/test_chaos_schedules.py -q $(PYTEST_ARGS)
 
 demo: venv
 	$(VPY) -m recovery.demos.stream_demo

@@ -8,7 +8,10 @@ of them fire and how.  Inline grammar (comma-separated rules)::
 
 ``action``: ``crash`` (default; SIGKILL the job's driver group from
 ``TWOPC_CRASH_PGID``, then our own group, then ourselves), ``kill`` (SIGKILL only this
-process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``).  ``times``
+process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``), and the remote
+actions ``proxy/TARGET/FAULT[/key=value...]`` and ``server/TARGET/FAULT`` that the
+:class:`FaultControl` named by ``TWOPC_FAULT_CONTROL`` performs on the proxy or server it
+owns as TARGET (e.g. ``after_decision:server/postgres/crash``).  ``times``
 (default 1) is counted across processes and restarts through marker files in a state
 directory: ``TWOPC_FAULT_STATE``, else the plan file's ``state_dir``, else
 ``<plan file>.state``; for inline specs without ``TWOPC_FAULT_STATE`` it is
@@ -28,11 +31,12 @@ proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load
 import importlib as _importlib
 from typing import TYPE_CHECKING
 
-from ._errors import FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
+from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
 from ._registry import declare, declared_points
 from ._runtime import EXIT_CODE, armed, export_crash_group, fault_point, read_firings
 from ._spec import (
     ACTIONS,
+    ENV_CONTROL,
     ENV_CRASH_PGID,
     ENV_PLAN,
     ENV_SPEC,
@@ -44,6 +48,7 @@ from ._spec import (
 )
 
 if TYPE_CHECKING:
+    from ._control import FaultControl
     from ._proxy import FaultProxy, ProxyConnection
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
     from .servers import LocalMariaDB, LocalPostgres, LocalRedis
@@ -54,6 +59,7 @@ _LAZY: dict[str, str] = {
     "ChaosReport": ".chaos",
     "ChaosRun": ".chaos",
     "ChaosRunner": ".chaos",
+    "FaultControl": "._control",
     "FaultProxy": "._proxy",
     "LocalMariaDB": ".servers",
     "LocalPostgres": ".servers",
@@ -63,6 +69,7 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "ACTIONS",
+    "ENV_CONTROL",
     "ENV_CRASH_PGID",
     "ENV_PLAN",
     "ENV_SPEC",
@@ -73,6 +80,8 @@ __all__ = [
     "ChaosReport",
     "ChaosRun",
     "ChaosRunner",
+    "FaultControl",
+    "FaultControlError",
     "FaultPlan",
     "FaultProxy",
     "FaultRule",

@@ -6,8 +6,12 @@ from collections.abc import Mapping
 
 GRAMMAR = (
     "grammar: RULE[,RULE...] where RULE = name[@batch=N][@partition=P][:action][*times]; "
-    "action is one of crash|kill|raise|exit (default crash), times is a positive integer "
-    "(default 1); e.g. 'after_decision@batch=2:crash' or 'during_invoke:kill*2'"
+    "action is one of crash|kill|raise|exit (default crash), or proxy/TARGET/FAULT[/key=value...] "
+    "(FAULT reset|blackhole|latency|swallow_reply|heal; keys for=, delay=, pattern=, direction=) or "
+    "server/TARGET/FAULT (FAULT crash|restart|down; key for=), performed by the FaultControl that "
+    "owns TARGET; times is a positive integer (default 1); e.g. 'after_decision@batch=2:crash', "
+    "'during_invoke:kill*2', 'after_decision:server/postgres/crash' or "
+    "'after_pre_commit:proxy/postgres/blackhole/for=2s'"
 )
 
 
@@ -51,6 +55,13 @@ class InjectedFault(Exception):
     def __reduce__(self) -> tuple[type[InjectedFault], tuple[str, dict[str, object]]]:
         # Keep the exception picklable (it may cross a Spark worker boundary).
         return (type(self), (self.point, self.context))
+
+
+class FaultControlError(RuntimeError):
+    """A ``proxy`` or ``server`` rule fired but its :class:`FaultControl` could not perform it:
+    no control channel in the environment (``TWOPC_FAULT_CONTROL``), the channel does not
+    answer, no target of that name, or the target failed (a server that does not come back).
+    The message names the rule and the fix."""
 
 
 class ServerUnavailable(RuntimeError):

@@ -283,6 +283,19 @@ class LocalPostgres(LocalServer):
         except (OSError, ValueError):
             return None
 
+    def crash(self) -> None:
+        """PostgreSQL's immediate shutdown (``pg_ctl stop -m immediate``: SIGQUIT to the
+        postmaster): every backend exits at once, nothing is checkpointed, the next start
+        runs crash recovery. Falls back to SIGKILL if it does not go within 10 s."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(OSError):
+            proc.send_signal(signal.SIGQUIT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        self.kill()
+
     def _shutdown(self) -> None:
         proc = self._proc
         if proc is None:

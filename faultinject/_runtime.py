@@ -20,6 +20,7 @@ from ._spec import (
     ENV_PLAN,
     ENV_SPEC,
     ENV_STATE,
+    REMOTE_ACTIONS,
     FaultPlan,
     FaultRule,
     default_state_dir,
@@ -50,7 +51,7 @@ class _Armed:
             if index in self.exhausted or not rule.matches(point, batch_id, context):
                 continue
             line = (
-                f"faultinject: firing {point} ({rule.action}) batch={batch_id} pid={os.getpid()}"
+                f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
             )
             if self._claim(index, rule, line):
                 _fire(rule, point, batch_id, context, line)
@@ -151,8 +152,12 @@ def fault_point(name: str, *, batch_id: int | None = None, **context: object) ->
     returns.  When armed, the first matching rule that can claim an unused slot in the
     state directory fires its action; otherwise the call returns normally.
 
+    A ``proxy`` or ``server`` rule asks the :class:`FaultControl` named by
+    ``TWOPC_FAULT_CONTROL`` to perform it, waits until it has, and returns.
+
     Raises:
         InjectedFault: a matching ``raise`` rule fired.
+        FaultControlError: a matching ``proxy``/``server`` rule could not be performed.
         FaultSpecError: the environment holds a malformed spec or unreadable plan.
     Never returns for ``crash``/``kill``/``exit`` rules that fire.
     """
@@ -182,6 +187,11 @@ def _fire(
     rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str
 ) -> None:
     _announce(line)
+    if rule.action in REMOTE_ACTIONS:
+        from ._control import request_remote_fault
+
+        request_remote_fault(rule, line)
+        return
     if rule.action == "raise":
         raise InjectedFault(point, {"batch_id": batch_id, **context})
     if rule.action == "exit":

@@ -70,6 +70,12 @@ class LocalServer:
         kill_tree(proc.pid)
         proc.wait()
 
+    def crash(self) -> None:
+        """Crash the server the way it crashes for real, without a clean shutdown: SIGKILL
+        here (MariaDB, Redis); :class:`LocalPostgres` does an immediate shutdown. The data
+        folder is kept; :meth:`restart` runs crash recovery."""
+        self.kill()
+
     def restart(self) -> None:
         """Shut down gracefully if running (data kept) and start again; after :meth:`kill`
         the server runs its crash recovery.  Raises :class:`ServerUnavailable` on failure."""

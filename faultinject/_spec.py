@@ -13,17 +13,46 @@ from typing import Any, Final, Literal, cast
 
 from ._errors import GRAMMAR, FaultSpecError, UnknownFaultPoint
 
-Action = Literal["crash", "kill", "raise", "exit"]
-ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit")
+Action = Literal["crash", "kill", "raise", "exit", "proxy", "server"]
+ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit", "proxy", "server")
+#: Actions performed by the process that owns the target (a :class:`FaultControl`), not by
+#: the process where the rule fires: ``proxy`` arms a fault on a :class:`FaultProxy`,
+#: ``server`` crashes or restarts a throwaway server.
+REMOTE_ACTIONS: Final[tuple[str, ...]] = ("proxy", "server")
+#: The faults each remote action takes.
+PROXY_FAULTS: Final[tuple[str, ...]] = ("reset", "blackhole", "latency", "swallow_reply", "heal")
+SERVER_FAULTS: Final[tuple[str, ...]] = ("crash", "restart", "down")
 
 ENV_SPEC: Final = "TWOPC_FAULTS"
 ENV_PLAN: Final = "TWOPC_FAULT_PLAN"
 ENV_STATE: Final = "TWOPC_FAULT_STATE"
 ENV_CRASH_PGID: Final = "TWOPC_CRASH_PGID"
+ENV_CONTROL: Final = "TWOPC_FAULT_CONTROL"
 
 _NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 _INT_RE: Final = re.compile(r"[0-9]+\Z")
-_RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times"})
+_RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times", "target", "fault", "for",
+                                "delay", "pattern", "direction"})
+_PATTERN_RE: Final = re.compile(r"[A-Za-z0-9_ .\-]+\Z")
+_DURATION_RE: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s)?\Z")
+
+
+def parse_duration(value: object, where: str) -> float:
+    """Seconds of a plan duration: a number of seconds, or text ``"5s"``, ``"500ms"``, ``"2"``.
+
+    Raises:
+        FaultSpecError: anything else, naming *where*.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    match = _DURATION_RE.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise FaultSpecError(f"{where}: {value!r} is not a duration (e.g. 5s, 500ms, 2.5)")
+    return float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{seconds:g}s"
 _PLAN_KEYS: Final = frozenset({"rules", "state_dir"})
 
 
@@ -50,6 +79,12 @@ class FaultRule:
     partition: int | None = None
     action: Action = "crash"
     times: int = 1
+    target: str | None = None
+    fault: str | None = None
+    for_s: float | None = None
+    delay_s: float | None = None
+    pattern: str | None = None
+    direction: str | None = None
 
     def __post_init__(self) -> None:
         check_point_name(self.point)
@@ -70,6 +105,50 @@ class FaultRule:
             raise FaultSpecError(
                 f"rule {self.point!r}: times must be a positive integer, got {self.times!r}"
             )
+        self._check_remote()
+
+    def _check_remote(self) -> None:
+        where = f"rule {self.point!r} ({self.action})"
+        extras = {k: getattr(self, k) for k in ("target", "fault", "for_s", "delay_s", "pattern", "direction")}
+        if self.action not in REMOTE_ACTIONS:
+            given = sorted(k.removesuffix("_s") for k, v in extras.items() if v is not None)
+            if given:
+                raise FaultSpecError(f"{where}: {', '.join(given)} only go with the proxy and server actions")
+            return
+        if not isinstance(self.target, str) or not _NAME_RE.match(self.target):
+            raise FaultSpecError(f"{where}: needs a target, the name its FaultControl gave the "
+                                 f"{self.action} (e.g. 'postgres'), got {self.target!r}")
+        faults = PROXY_FAULTS if self.action == "proxy" else SERVER_FAULTS
+        if self.fault not in faults:
+            raise FaultSpecError(f"{where}: fault must be one of {'|'.join(faults)}, got {self.fault!r}")
+        for name in ("for_s", "delay_s"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, parse_duration(value, f"{where}: {name.removesuffix('_s')}"))
+        allowed = {"proxy": {"blackhole": {"for_s", "direction"}, "latency": {"for_s", "delay_s", "direction"},
+                             "swallow_reply": {"for_s", "pattern"}},
+                   "server": {"down": {"for_s"}}}[self.action].get(self.fault, set())
+        wrong = sorted(k.removesuffix("_s") for k in ("for_s", "delay_s", "pattern", "direction")
+                       if extras[k] is not None and k not in allowed)
+        if wrong:
+            raise FaultSpecError(f"{where}: {self.fault} takes no {', '.join(wrong)}")
+        if self.fault == "swallow_reply" and (not isinstance(self.pattern, str) or not _PATTERN_RE.match(self.pattern)):
+            raise FaultSpecError(f"{where}: swallow_reply needs a pattern of letters, digits, spaces, '_', '.' "
+                                 f"or '-' (the request whose reply is lost, e.g. 'COMMIT PREPARED'), "
+                                 f"got {self.pattern!r}")
+        if self.direction is not None and self.direction not in ("upstream", "downstream", "both"):
+            raise FaultSpecError(f"{where}: direction must be upstream, downstream or both, got {self.direction!r}")
+
+    def remote_request(self) -> dict[str, Any]:
+        """What a ``proxy`` or ``server`` rule asks its :class:`FaultControl` to do (JSON-ready)."""
+        params = {k: v for k, v in (("for", self.for_s), ("delay", self.delay_s), ("pattern", self.pattern),
+                                    ("direction", self.direction)) if v is not None}
+        return {"action": self.action, "target": self.target, "fault": self.fault, "params": params}
+
+    @property
+    def kind(self) -> str:
+        """What the rule does, for reports: ``crash``, ``kill``, ``proxy.blackhole``, ``server.crash``..."""
+        return f"{self.action}.{self.fault}" if self.action in REMOTE_ACTIONS else self.action
 
     def matches(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> bool:
         """True if this rule applies to a hit of ``point`` with the given batch/context."""
@@ -86,11 +165,29 @@ class FaultRule:
             text += f"@batch={self.batch}"
         if self.partition is not None:
             text += f"@partition={self.partition}"
-        return f"{text}:{self.action}*{self.times}"
+        action: str = self.action
+        if self.action in REMOTE_ACTIONS:
+            action += f"/{self.target}/{self.fault}"
+            for key, value in (("for", self.for_s), ("delay", self.delay_s)):
+                if value is not None:
+                    action += f"/{key}={_seconds_text(value)}"
+            for key, text_value in (("pattern", self.pattern), ("direction", self.direction)):
+                if text_value is not None:
+                    action += f"/{key}={text_value}"
+        return f"{text}:{action}*{self.times}"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict with the keys of the plan-file format."""
-        return dataclasses.asdict(self)
+        """JSON-ready dict with the keys of the plan-file format (fields left unset omitted)."""
+        out: dict[str, Any] = {"point": self.point, "batch": self.batch, "partition": self.partition,
+                               "action": self.action, "times": self.times}
+        for key, value in (("target", self.target), ("fault", self.fault), ("pattern", self.pattern),
+                           ("direction", self.direction)):
+            if value is not None:
+                out[key] = value
+        for key, seconds in (("for", self.for_s), ("delay", self.delay_s)):
+            if seconds is not None:
+                out[key] = _seconds_text(seconds)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
@@ -111,6 +208,12 @@ class FaultRule:
             partition=data.get("partition"),
             action=data.get("action") or "crash",
             times=1 if data.get("times") is None else data["times"],
+            target=data.get("target"),
+            fault=data.get("fault"),
+            for_s=data.get("for"),
+            delay_s=data.get("delay"),
+            pattern=data.get("pattern"),
+            direction=data.get("direction"),
         )
 
 
@@ -128,13 +231,16 @@ def _parse_rule(text: str, index: int) -> FaultRule:
             )
         times = int(times_text)
     action = "crash"
+    remote: dict[str, Any] = {}
     if ":" in body:
         body, action = body.split(":", 1)
-        action = action.strip().lower()
+        action, *parts = action.strip().split("/")
+        action = action.lower()
         if action not in ACTIONS:
             raise FaultSpecError(
                 f"{where}: unknown action {action!r} (expected {'|'.join(ACTIONS)}); {GRAMMAR}"
             )
+        remote = _remote_parts(where, action, parts)
     name, *filters = body.split("@")
     name = name.strip()
     if not _NAME_RE.match(name):
@@ -160,7 +266,28 @@ def _parse_rule(text: str, index: int) -> FaultRule:
         partition=values.get("partition"),
         action=cast(Action, action),
         times=times,
+        **remote,
     )
+
+
+def _remote_parts(where: str, action: str, parts: list[str]) -> dict[str, Any]:
+    """``TARGET/FAULT[/key=value...]`` after a ``proxy`` or ``server`` action."""
+    if action not in REMOTE_ACTIONS:
+        if parts:
+            raise FaultSpecError(f"{where}: action {action!r} takes no '/...' part; {GRAMMAR}")
+        return {}
+    if len(parts) < 2:
+        raise FaultSpecError(f"{where}: {action} needs '/TARGET/FAULT' (e.g. {action}/postgres/"
+                             f"{'blackhole' if action == 'proxy' else 'crash'}); {GRAMMAR}")
+    out: dict[str, Any] = {"target": parts[0].strip(), "fault": parts[1].strip()}
+    names = {"for": "for_s", "delay": "delay_s", "pattern": "pattern", "direction": "direction"}
+    for part in parts[2:]:
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in names:
+            raise FaultSpecError(f"{where}: bad parameter {part!r} (expected for=, delay=, pattern= or "
+                                 f"direction=); {GRAMMAR}")
+        out[names[key.strip()]] = value.strip()
+    return out
 
 
 def default_state_dir(spec: str) -> str:

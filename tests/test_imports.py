@@ -24,8 +24,9 @@ HEAVY = (
     "faultinject._procutil",
     "faultinject.chaos",
     "faultinject._proxy",
+    "faultinject._control",
 )
-LAZY_NAMES = ("ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner",
+LAZY_NAMES = ("ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl",
               "FaultProxy", "LocalMariaDB", "LocalPostgres", "LocalRedis", "ProxyConnection")
 
 

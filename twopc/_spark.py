@@ -128,7 +128,14 @@ class _WriterCore:
             if prop is None:
                 raise ProtocolError(f"Spark did not set the {BATCH_ID_PROPERTY} task property")
             batch_id = int(prop)
-        ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, tc.attemptNumber())
+        return self.write_partition(batches, batch_id, partition, attempt, tc.attemptNumber())
+
+    def write_partition(self, batches: Iterator[pa.RecordBatch], batch_id: int, partition: int, attempt: int,
+                        attempt_number: int = 0) -> TwoPCCommitMessage:
+        """One task attempt's write once its identity is known (what :meth:`write_task`
+        does after reading Spark's ``TaskContext``): begin, invoke, prepare, with the
+        executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
+        ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, attempt_number)
         txn = self.sink.begin_transaction(ctx)
         rows = 0
         try:

@@ -38,6 +38,13 @@ there). Options reach the job in a 0600 file, never on a command line; the kit c
 that no secret of them reaches a handle, a description, an error message, the job's
 stderr or the checkpoint.
 
+- **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded
+  schedules of process crashes, worker kills, server crashes and restarts and network faults
+  (through a :class:`faultinject.FaultControl`) at every fault point, each run through
+  ``python -m twopc.testing.microjob`` (twopc's Spark writer driven without a JVM, about a
+  second a restart) and followed by a model check; :func:`shrink_schedule` drops rules
+  while a schedule still fails, :class:`ChaosTable` reports a run.
+
 ``import twopc`` does not import this package (it imports pytest).
 """
 
@@ -79,7 +86,9 @@ from ._harness import (
     derive_secrets,
     fresh_nonce,
 )
+from ._randomized import ChaosTable, ScheduleResult, run_schedule
 from ._report import CONTRACT_CHECKS, ContractReport, run_contract
+from ._schedules import FAULT_KINDS, Schedule, ScheduleTarget, generate_schedule, shrink_schedule
 from ._suites import CrashMatrixTests, SinkContractTests
 
 __all__ = [
@@ -88,13 +97,18 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "DEFAULT_SPARK_CONF",
     "DRIVER_CRASH_POINTS",
+    "FAULT_KINDS",
     "PROTOCOL_CHECKS",
+    "ChaosTable",
     "ContractReport",
     "ContractViolation",
     "CrashMatrixResult",
     "CrashMatrixTests",
     "Fault",
     "HarnessError",
+    "Schedule",
+    "ScheduleResult",
+    "ScheduleTarget",
     "SinkContractTests",
     "SinkHarness",
     "check_a_wrong_credential_never_shows_in_errors",
@@ -116,6 +130,9 @@ __all__ = [
     "default_rows",
     "derive_secrets",
     "fresh_nonce",
+    "generate_schedule",
     "run_contract",
     "run_crash_matrix",
+    "run_schedule",
+    "shrink_schedule",
 ]

@@ -49,14 +49,23 @@ def _data_source(path: str, format_name: str | None) -> Any:
     return data_source_for(obj, format_name or f"twopc-kit-{obj.__name__.lower()}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def read_spec(argv: Sequence[str] | None, module: str) -> dict[str, Any] | None:
+    """The job's spec from its one argument (None after printing the usage), and this
+    process's group made the job's crash group."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m twopc.testing.job SPEC.json", file=sys.stderr)
-        return 2
+        print(f"usage: python -m {module} SPEC.json", file=sys.stderr)
+        return None
     with open(args[0], encoding="utf-8") as f:
-        spec = json.load(f)
+        spec: dict[str, Any] = json.load(f)
     faultinject.export_crash_group()
+    return spec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    spec = read_spec(argv, "twopc.testing.job")
+    if spec is None:
+        return 2
     run, partitions = _record_run(spec["runs_file"], spec["partitions"])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

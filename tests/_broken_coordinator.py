@@ -1,0 +1,23 @@
+"""A deliberately broken coordinator, for proving that the randomized chaos suite catches it:
+it commits a batch's transactions before the decision is recorded (the bug two-phase commit
+exists to prevent). A crash between those commits and the decision leaves committed rows that
+no ledger record explains; Spark replays the batch and they are written twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from twopc import BatchResult, BatchState, CommitCoordinator, TransactionHandle
+
+
+class CommitsBeforeDecision(CommitCoordinator):
+    """Commits every fresh handle of an undecided batch first, then does what the real
+    coordinator does (its ``before_decision`` fault point now fires after the commits)."""
+
+    def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
+        fresh = [h for h in handles if h is not None]
+        if fresh and self.ledger.state(batch_id) is BatchState.UNDECIDED \
+                and not self.sink.commits_atomically_for(fresh):
+            for h in fresh:
+                self.sink.commit(h)
+        return super().commit_batch(batch_id, handles)

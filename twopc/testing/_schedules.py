@@ -1,0 +1,109 @@
+"""Randomized fault schedules: a seeded generator over every fault point and every fault
+kind, and a shrinker that drops rules while a schedule still fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from faultinject import FaultPlan, FaultRule
+
+from .._faults import POINTS
+
+__all__ = ["FAULT_KINDS", "Schedule", "ScheduleTarget", "generate_schedule", "shrink_schedule"]
+
+#: Every fault kind a schedule draws from, with its weight: a process crash (the job:
+#: driver, workers) and a worker kill (one process; a task Spark retries, or the driver
+#: alone) are the foundation and drawn most; the server's crash (immediate shutdown or
+#: SIGKILL, then restart), graceful restart and a spell down; the proxy's connection reset,
+#: stall (blackhole, then reset), latency and swallowed reply.
+FAULT_KINDS: Mapping[str, int] = {
+    "crash": 3, "kill": 2,
+    "server.crash": 1, "server.restart": 1, "server.down": 1,
+    "proxy.reset": 1, "proxy.blackhole": 1, "proxy.latency": 1, "proxy.swallow_reply": 1,
+}
+
+_EXECUTOR = ("during_invoke", "before_pre_commit", "after_pre_commit")
+
+
+@dataclass(frozen=True)
+class ScheduleTarget:
+    """A sink the schedules run against: its name, the name of its server and proxy in the
+    :class:`faultinject.FaultControl` (``None``: no server, only process faults), and the
+    request whose reply ``swallow_reply`` loses (its commit)."""
+
+    name: str
+    server: str | None = None
+    commit_pattern: str = ""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One randomized schedule: the sink, how many micro-batches, the fault rules."""
+
+    seed: int
+    sink: str
+    batches: int
+    rules: tuple[FaultRule, ...]
+
+    @property
+    def plan(self) -> FaultPlan:
+        return FaultPlan(self.rules)
+
+    def describe(self) -> str:
+        rules = ", ".join(r.to_spec().removesuffix("*1") for r in self.rules) or "no faults"
+        return f"seed {self.seed}: {self.sink}, {self.batches} batches: {rules}"
+
+    def without(self, index: int) -> Schedule:
+        return dataclasses.replace(self, rules=self.rules[:index] + self.rules[index + 1:])
+
+
+def _rule(rng: random.Random, kind: str, target: ScheduleTarget, batches: int) -> FaultRule:
+    point = rng.choice(sorted(POINTS))
+    batch = rng.choice([None, *range(batches)])
+    partition = rng.choice([None, None, 0, 1]) if point in _EXECUTOR else None
+    if kind in ("crash", "kill"):
+        return FaultRule(point, batch, partition, kind, times=rng.choice([1, 1, 2]) if kind == "kill" else 1)  # type: ignore[arg-type]  # kind is an Action
+    action, fault = kind.split(".")
+    params: dict[str, object] = {}
+    if fault in ("blackhole", "latency", "swallow_reply", "down"):
+        params["for_s"] = float(rng.choice([1, 2, 3]))
+    if fault == "latency":
+        params["delay_s"] = rng.choice([0.05, 0.1, 0.3])
+    if fault in ("blackhole", "latency"):
+        params["direction"] = rng.choice(["both", "upstream", "downstream"])
+    if fault == "swallow_reply":
+        params["pattern"] = target.commit_pattern
+    return FaultRule(point, batch, partition, action, 1, target.server, fault, **params)  # type: ignore[arg-type]  # action is an Action
+
+
+def generate_schedule(seed: int, targets: Sequence[ScheduleTarget]) -> Schedule:
+    """The schedule of *seed*: the sink is ``targets[seed % len(targets)]`` (consecutive seeds
+    cycle through the sinks), 2-3 micro-batches, 1-3 rules, each at a point of
+    ``twopc.FAULT_POINTS`` with a kind of :data:`FAULT_KINDS` (process kinds only for a sink
+    without a server), optionally limited to one batch and partition. Deterministic: the
+    same seed and targets give the same schedule."""
+    target = targets[seed % len(targets)]
+    rng = random.Random(seed)
+    batches = rng.randint(2, 3)
+    kinds = [k for k in FAULT_KINDS if target.server is not None or "." not in k]
+    weights = [FAULT_KINDS[k] for k in kinds]
+    rules = tuple(_rule(rng, rng.choices(kinds, weights)[0], target, batches) for _ in range(rng.randint(1, 3)))
+    return Schedule(seed, target.name, batches, rules)
+
+
+def shrink_schedule(schedule: Schedule, fails: Callable[[Schedule], bool]) -> Schedule:
+    """A minimal schedule that still fails: drop rules one at a time while *fails* says the
+    smaller schedule fails too (each call runs it again), until no rule can go."""
+    current = schedule
+    changed = True
+    while changed and current.rules:
+        changed = False
+        for i in range(len(current.rules)):
+            smaller = current.without(i)
+            if fails(smaller):
+                current, changed = smaller, True
+                break
+    return current

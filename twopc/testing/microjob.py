@@ -1,0 +1,147 @@
+"""``python -m twopc.testing.microjob SPEC``: the randomized schedules' job, a streaming
+query's micro-batches through twopc's Spark writer without a JVM.
+
+It plays Spark's part in about a second instead of ten: the sink's data source is built as
+Spark builds it (``streamWriter``: plan-time claim of the checkpoint, validation, recovery),
+each micro-batch's input (one Parquet file each, as the crash matrix writes them) is split
+into *n* partitions (*n* cycling from run to run, so every replay is partitioned
+differently), each partition is written by a task in a forked worker process (the writer
+pickled to it, as Spark ships it) through :meth:`_WriterCore.write_partition` — the code
+Spark's ``write`` runs, with the executor's fault points — a failed or killed task is
+retried (up to three attempts, each with a new attempt id), and the driver calls the
+writer's ``commit(messages, batch)`` (``abort`` when a task fails for good or the commit
+raises), then records the batch in its own commit log, as Spark writes ``commits/<batch>``.
+A restart replays every batch not in that log, with the same input.
+
+What it does not have of Spark: the scheduler, speculation, the JVM; the crash matrix
+(:func:`twopc.testing.run_crash_matrix`) runs the real thing.
+
+*SPEC* (JSON, mode 0600, written by :func:`twopc.testing.run_schedule`): ``sink``
+(``module:Class``), ``format``, ``options`` (secrets included), ``schema`` (Spark JSON),
+``input`` (folder of ``part-NNNNN.parquet``), ``checkpoint``, ``partitions``,
+``runs_file``, optionally ``coordinator`` (``module:Class`` replacing
+:class:`twopc.CommitCoordinator` in this job: how the kit's tests prove the randomized
+suite catches a broken coordinator).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from .job import _data_source, _record_run, read_spec
+
+__all__ = ["main"]
+
+#: Attempts per task before the batch fails (Spark's ``spark.task.maxFailures`` of local[2,3]).
+MAX_ATTEMPTS = 3
+
+
+def _write(core: Any, path: str, partitions: int, partition: int, batch_id: int, attempt: int,
+           number: int) -> Any:
+    """One task attempt in a worker: its share of the batch's rows (round robin), written."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    rows = table.take([i for i in range(table.num_rows) if i % partitions == partition])
+    return core.write_partition(iter(rows.to_batches()), batch_id, partition, attempt, number)
+
+
+def _committed(log: Path) -> set[int]:
+    try:
+        return {int(x) for x in log.read_text().split()}
+    except FileNotFoundError:
+        return set()
+
+
+def _record(log: Path, batch_id: int) -> None:
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"{batch_id}\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: list[int]) -> list[Any]:
+    """Every partition's task, retried up to :data:`MAX_ATTEMPTS` times; ``None`` for a task
+    that failed for good (what Spark hands ``abort``)."""
+    messages: dict[int, Any] = {}
+    tries = dict.fromkeys(range(partitions), 0)
+    todo = list(range(partitions))
+    while todo:
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=get_context("fork"))
+        try:
+            futures = {}
+            for p in todo:
+                tries[p] += 1
+                attempts[0] += 1
+                futures[p] = pool.submit(_write, core, path, partitions, p, batch_id, attempts[0], tries[p] - 1)
+            failed = []
+            for p, fut in futures.items():
+                try:
+                    messages[p] = fut.result()
+                except BrokenProcessPool:
+                    failed.append(p)
+                    print(f"progress: batch {batch_id} partition {p}: worker died", file=sys.stderr, flush=True)
+                except Exception as exc:  # noqa: BLE001 - a failed task is retried, as Spark does
+                    failed.append(p)
+                    print(f"progress: batch {batch_id} partition {p} failed: {type(exc).__name__}: {exc}"[:400],
+                          file=sys.stderr, flush=True)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        if any(tries[p] >= MAX_ATTEMPTS for p in failed):
+            return [messages.get(p) for p in range(partitions)]
+        todo = failed
+    return [messages[p] for p in range(partitions)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    spec = read_spec(argv, "twopc.testing.microjob")
+    if spec is None:
+        return 2
+    from pyspark.sql.types import StructType
+
+    from twopc import _spark
+
+    from ._harness import _load
+
+    if spec.get("coordinator"):
+        _spark.CommitCoordinator = _load(spec["coordinator"])  # type: ignore[attr-defined]  # the documented test seam
+    run, partitions = _record_run(spec["runs_file"], spec["partitions"])
+    source = _data_source(spec["sink"], spec.get("format"))
+    options = {**spec["options"], "checkpointLocation": spec["checkpoint"]}
+    writer = source(options).streamWriter(StructType.fromJson(spec["schema"]), False)
+    log = Path(spec["checkpoint"], "microjob-commits")
+    done = _committed(log)
+    files = sorted(Path(spec["input"]).glob("part-*.parquet"))
+    print(f"progress: run {run}, {partitions} partitions, {len(done)} of {len(files)} batches done",
+          file=sys.stderr, flush=True)
+    attempts = [run * 100_000]
+    for batch_id, path in enumerate(files):
+        if batch_id in done:
+            continue
+        messages = _run_tasks(writer.core, str(path), partitions, batch_id, attempts)
+        if any(m is None for m in messages):
+            writer.abort(messages, batch_id)
+            print(f"progress: batch {batch_id} failed: a task failed {MAX_ATTEMPTS} times", file=sys.stderr,
+                  flush=True)
+            return 1
+        try:
+            writer.commit(messages, batch_id)
+        except Exception as exc:  # noqa: BLE001 - any failed commit ends the run as it ends Spark's query
+            print(f"progress: batch {batch_id} commit failed: {type(exc).__name__}: {exc}"[:600], file=sys.stderr,
+                  flush=True)
+            writer.abort(messages, batch_id)
+            return 1
+        _record(log, batch_id)
+        print(f"progress: batch {batch_id} committed", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
