@@ -89,11 +89,12 @@ test: lint venv redis mariadb
 # Randomized chaos schedules (tests/test_chaos_schedules.py; `make test` runs 30 of them):
 # `make chaos N=500` for a long run, `make chaos SEED=123 N=1` to rerun one schedule;
 # SINKS=file,redis limits the sinks, BROKEN=coordinator|sink runs a deliberately broken one,
-# REPORT=path names the table's file (default $TMPDIR/twopc-chaos-<seed>.txt).
+# REPORT=path names the table's file (default $TMPDIR/twopc-chaos-<seed>.txt), MINUTES=45 stops
+# starting schedules after 45 minutes (the table says how many ran), SHRINK=0 skips shrinking.
 N ?= 500
 chaos: venv redis mariadb
 	TWOPC_CHAOS_SEED=$(SEED) TWOPC_CHAOS_N=$(N) TWOPC_CHAOS_SINKS=$(SINKS) TWOPC_CHAOS_BROKEN=$(BROKEN) \
-	  TWOPC_CHAOS_REPORT=$(REPORT) $(VPY) -m pytest tests/test_chaos_schedules.py -q $(PYTEST_ARGS)
+	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/test_chaos_schedules.py -q $(PYTEST_ARGS)
 
 demo: venv
 	$(VPY) -m recovery.demos.stream_demo

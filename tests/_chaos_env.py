@@ -8,8 +8,9 @@ Environment knobs (what ``make chaos`` sets): ``TWOPC_CHAOS_SEED`` (default: fro
 clock, printed), ``TWOPC_CHAOS_N`` (schedules, default 30), ``TWOPC_CHAOS_SINKS``
 (comma-separated, default all five), ``TWOPC_CHAOS_BROKEN`` (``coordinator``: the job
 commits before recording the decision; ``sink``: the file sink's abort ignores prepared
-state), ``TWOPC_CHAOS_REPORT`` (the table's file), ``TWOPC_CHAOS_SHRINK`` (``0``: do not
-shrink a failure).
+state), ``TWOPC_CHAOS_REPORT`` (the table's file, rewritten after every schedule),
+``TWOPC_CHAOS_SHRINK`` (``0``: do not shrink a failure), ``TWOPC_CHAOS_MINUTES`` (stop
+starting schedules after this long; the table says how many ran).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Knobs:
     broken: str
     report: str
     shrink: bool
+    minutes: float = 0.0
 
     @classmethod
     def from_env(cls) -> Knobs:
@@ -68,7 +70,7 @@ class Knobs:
         report = os.environ.get("TWOPC_CHAOS_REPORT") or os.path.join(tempfile.gettempdir(),
                                                                      f"twopc-chaos-{seed}.txt")
         return cls(seed, int(os.environ.get("TWOPC_CHAOS_N") or 30), sinks, broken_what, report,
-                   os.environ.get("TWOPC_CHAOS_SHRINK", "1") != "0")
+                   os.environ.get("TWOPC_CHAOS_SHRINK", "1") != "0", float(os.environ.get("TWOPC_CHAOS_MINUTES") or 0))
 
     def reproduce(self, seed: int) -> str:
         """The one command that runs the schedule of *seed* again."""

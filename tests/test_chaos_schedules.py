@@ -14,6 +14,7 @@ tests/_chaos_env.py for the knobs.
 from __future__ import annotations
 
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,15 @@ def test_randomized_schedules(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         with capsys.disabled():
             print(f"\ntwopc chaos: seed {knobs.seed}, {knobs.n} schedule(s); one schedule again: "
                   f"{knobs.reproduce(knobs.seed)} (its seed)", flush=True)
+        deadline = time.monotonic() + knobs.minutes * 60 if knobs.minutes else None
         for k in range(knobs.n):
+            if deadline is not None and time.monotonic() > deadline:
+                table.note = f"stopped at the time budget ({knobs.minutes:g} min): {k} of {knobs.n} schedules ran"
+                break
             schedule = generate_schedule(knobs.seed + k, env.targets)
             result = _run(env, knobs, schedule, tmp_path / f"s{k}")
             table.add(result)
+            Path(knobs.report).write_text(table.render() + "\n", encoding="utf-8")  # complete if the run is stopped
             with capsys.disabled():
                 print(f"  [{k + 1}/{knobs.n}] {result.summary() if not result.ok else _brief(result)}", flush=True)
         text = table.render()
@@ -66,7 +72,7 @@ def test_randomized_schedules(tmp_path: Path, capsys: pytest.CaptureFixture[str]
         if knobs.shrink:
             tries = iter(range(1000))
             minimal = shrink_schedule(first, lambda s: not _run(env, knobs, s, tmp_path / f"shrink{next(tries)}").ok)
-    lines = [f"{len(failures)} of {knobs.n} schedule(s) broke the model (seed {knobs.seed}):"]
+    lines = [f"{len(failures)} of {len(table.results)} schedule(s) broke the model (seed {knobs.seed}):"]
     lines += [f"  {r.summary()}  -> rerun: {knobs.reproduce(r.schedule.seed)}" for r in failures[:10]]
     if minimal is not first:
         lines.append(f"shrunk: {minimal.describe()}")

@@ -167,6 +167,8 @@ class ChaosTable:
         self.seed = seed
         self.results: list[ScheduleResult] = []
         self.started = time.monotonic()
+        self.note = ""
+        """A line under the title (e.g. that the run stopped at its time budget)."""
 
     def add(self, result: ScheduleResult) -> None:
         self.results.append(result)
@@ -190,7 +192,7 @@ class ChaosTable:
         head = "sink".ljust(width) + "".join(c.rjust(11) for c in self.COLUMNS)
         title = (f"twopc chaos: seed {self.seed}, {len(self.results)} schedule(s) in "
                  f"{time.monotonic() - self.started:.0f}s")
-        lines = [title, head, "-" * len(head)]
+        lines = [title, *([self.note] if self.note else []), head, "-" * len(head)]
         lines += [n.ljust(width) + "".join(str(v).rjust(11) for v in vals) for n, vals in rows]
         fired: collections.Counter[str] = collections.Counter()
         for r in self.results:
