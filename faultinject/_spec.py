@@ -70,7 +70,10 @@ class FaultRule:
     """One rule: fire ``action`` at ``point`` (optionally only for one batch/partition).
 
     ``times`` bounds how often the rule fires in total, across processes and restarts
-    that share a state directory.  Construction validates every field and raises
+    that share a state directory.  ``proxy`` and ``server`` rules also name their
+    ``target`` (the name a :class:`FaultControl` gave it) and ``fault``, and may take
+    ``for_s`` / ``delay_s`` (seconds; ``"5s"``, ``"500ms"`` are accepted), ``pattern``
+    and ``direction``.  Construction validates every field and raises
     :class:`FaultSpecError` on bad values.
     """
 

@@ -19,9 +19,21 @@ from pathlib import Path
 
 import pytest
 
-from twopc.testing import ChaosTable, Schedule, ScheduleResult, generate_schedule, run_schedule, shrink_schedule
+from faultinject import FaultPlan
+from twopc import FAULT_POINTS
+from twopc.testing import (
+    FAULT_KINDS,
+    ChaosTable,
+    Schedule,
+    ScheduleResult,
+    generate_schedule,
+    run_schedule,
+    shrink_schedule,
+)
 
-from ._chaos_env import ChaosEnv, Knobs, chaos_env
+from . import _broken_sinks as broken
+from ._chaos_env import TARGETS, ChaosEnv, Knobs, chaos_env
+from ._kit_harnesses import file_harness
 
 pytestmark = pytest.mark.chaos
 
@@ -77,3 +89,53 @@ def test_randomized_schedules(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     if minimal is not first:
         lines.append(f"shrunk: {minimal.describe()}")
     pytest.fail("\n".join(lines), pytrace=False)
+
+
+# -- the suite can fail: the shrunk schedules that caught the broken pieces, and the generator --
+
+def test_the_schedules_catch_a_coordinator_that_commits_before_its_decision(tmp_path: Path) -> None:
+    """What `make chaos N=30 SEED=4242 BROKEN=coordinator` shrank its first failure to: the
+    driver killed twice at before_decision (which the broken coordinator reaches after its
+    commits), on the file sink. The replay writes the batch again."""
+    schedule = Schedule(4244, "file", 2, FaultPlan.parse("before_decision:kill*2").rules)
+    with file_harness(tmp_path / "target") as harness:
+        result = run_schedule(harness, schedule, tmp_path / "run", coordinator=BROKEN_COORDINATOR)
+    assert result.duplicated > 0 and result.lost == 0, result.summary()
+    assert not result.ok and result.fired["kill"] == 2
+
+
+def test_the_schedules_catch_a_sink_whose_abort_ignores_prepared_state(tmp_path: Path) -> None:
+    """The first schedule of `make chaos N=30 SEED=4242 SINKS=file BROKEN=sink`: a crash while
+    a task writes; the restart's recovery aborts the other task's prepared transaction, and
+    this sink's abort leaves it."""
+    schedule = Schedule(4243, "file", 3, FaultPlan.parse("during_invoke:crash").rules)
+    harness = broken.harness_on(broken.AbortIgnoresPreparedState, tmp_path / "target")
+    result = run_schedule(harness, schedule, tmp_path / "run")
+    assert result.dangling > 0 and result.stale == 1, result.summary()
+    assert result.lost == result.duplicated == 0 and not result.ok
+
+
+def test_schedules_are_seeded_and_cover_every_point_kind_and_sink() -> None:
+    targets = list(TARGETS.values())
+    assert generate_schedule(99, targets) == generate_schedule(99, targets)
+    schedules = [generate_schedule(seed, targets) for seed in range(400)]
+    assert {s.sink for s in schedules[:5]} == set(TARGETS)  # consecutive seeds cycle through the sinks
+    rules = [r for s in schedules for r in s.rules]
+    assert {r.point for r in rules} == set(FAULT_POINTS)
+    assert {r.kind for r in rules} == set(FAULT_KINDS)
+    assert all(r.action in ("crash", "kill") for s in schedules if s.sink == "file" for r in s.rules)
+    assert all(FaultPlan.parse(s.plan.to_spec()) == s.plan for s in schedules)
+
+
+def test_shrinking_drops_every_rule_the_failure_does_not_need() -> None:
+    schedule = Schedule(1, "file", 3, FaultPlan.parse(
+        "during_invoke:crash,before_decision:kill,after_mark:crash,after_decision:crash").rules)
+    runs: list[Schedule] = []
+
+    def fails(s: Schedule) -> bool:
+        runs.append(s)
+        return {"before_decision", "after_mark"} <= {r.point for r in s.rules}
+
+    minimal = shrink_schedule(schedule, fails)
+    assert [r.point for r in minimal.rules] == ["before_decision", "after_mark"]
+    assert len(runs) <= 10
