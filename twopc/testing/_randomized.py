@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import re
+import secrets
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -77,7 +78,7 @@ def run_schedule(harness: SinkHarness, schedule: Schedule, workdir: str | os.Pat
     model: the result lists what broke.
     """
     work = Path(workdir)
-    base = (schedule.seed % 10**6 + 1) * ID_RANGE * 10 + int(time.time()) % 1000 * ID_RANGE
+    base = (secrets.randbelow(2**30) + 1) * ID_RANGE  # as CheckRun: no two schedules share a target's ids
     ids = _write_input(work / "in", harness, schedule.batches, rows_per_batch, base)
     ck, spec_path = work / "ck", work / "job.json"
     from pyspark.sql.pandas.types import from_arrow_schema

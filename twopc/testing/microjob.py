@@ -1,7 +1,7 @@
 """``python -m twopc.testing.microjob SPEC``: the randomized schedules' job, a streaming
 query's micro-batches through twopc's Spark writer without a JVM.
 
-It plays Spark's part in about a second instead of ten: the sink's data source is built as
+It plays Spark's part without a JVM (a restart costs one interpreter start): the sink's data source is built as
 Spark builds it (``streamWriter``: plan-time claim of the checkpoint, validation, recovery),
 each micro-batch's input (one Parquet file each, as the crash matrix writes them) is split
 into *n* partitions (*n* cycling from run to run, so every replay is partitioned
