@@ -41,8 +41,9 @@ stderr or the checkpoint.
 - **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded
   schedules of process crashes, worker kills, server crashes and restarts and network faults
   (through a :class:`faultinject.FaultControl`) at every fault point, each run through
-  ``python -m twopc.testing.microjob`` (twopc's Spark writer driven without a JVM) and followed by a model check; :func:`shrink_schedule` drops rules
-  while a schedule still fails, :class:`ChaosTable` reports a run.
+  ``python -m twopc.testing.microjob`` (twopc's Spark writer driven without a JVM) and
+  followed by a model check; :func:`shrink_schedule` drops rules while a schedule still
+  fails, :class:`ChaosTable` reports a run.
 
 ``import twopc`` does not import this package (it imports pytest).
 """
