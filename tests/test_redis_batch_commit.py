@@ -138,3 +138,15 @@ def test_a_transaction_committed_by_the_v1_function_answers_already_committed(re
     assert r.function_list(library="twopc_redis_v1") and r.function_list(library=lua.BATCH_LIBRARY_NAME)
     assert sink.commit_all([old, new]) == [CommitOutcome.ALREADY_COMMITTED, CommitOutcome.COMMITTED]
     assert r.get("{" + tag + "}:total") == str(2 * ROWS).encode()
+
+
+def test_a_batch_commits_in_one_evalsha_on_servers_without_functions(redis_url, r, tag) -> None:
+    t = "{{" + tag + "}}"
+    sink = RedisSink(redis_url, [IncrByOp(f"{t}:total", 1)], hash_tag=tag, script_mode="eval")
+    sink.validate(SCHEMA)
+    handles = [_prepare(sink, 0, p) for p in range(3)]
+    before = int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+    assert sink.commit_all(handles) == [CommitOutcome.COMMITTED] * 3
+    assert int(r.info("commandstats")["cmdstat_evalsha"]["calls"]) - before == 1
+    assert sink.commit_all(handles) == [CommitOutcome.ALREADY_COMMITTED] * 3
+    assert r.get("{" + tag + "}:total") == str(3 * ROWS).encode()
