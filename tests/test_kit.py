@@ -155,10 +155,12 @@ def test_the_harness_never_shows_its_options() -> None:
 
 def test_crash_plans_reach_every_fault_point_and_kill_last() -> None:
     per_txn, atomic = crash_plan(atomic=False), crash_plan(atomic=True)
+    one_call = crash_plan(atomic=False, one_call=True)
     assert {f.point for f in per_txn if f.action == "crash"} == set(twopc.FAULT_POINTS)
     assert {f.point for f in atomic if f.action == "crash"} == set(twopc.FAULT_POINTS) - {
         "between_commits", "after_commit"}
-    for plan in (per_txn, atomic):
+    assert {f.point for f in one_call if f.action == "crash"} == set(twopc.FAULT_POINTS) - {"between_commits"}
+    for plan in (per_txn, atomic, one_call):
         batches = [f.batch for f in plan if f.action == "crash" and f.point != "during_recovery"]
         assert batches == list(range(len(batches))), "one crash per micro-batch"
         kills = [f for f in plan if f.action == "kill"]

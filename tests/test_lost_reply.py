@@ -196,7 +196,7 @@ def test_a_lost_redis_commit_reply_is_bounded_and_finished_once(redis_url: str, 
             s.validate(schema)
             return s
 
-        _lost_reply_scenario(make(), make, proxy, b"twopc_redis_v1_commit", prepare_batch, ids, tmp_path,
+        _lost_reply_scenario(make(), make, proxy, b"twopc_redis_batch_v1_commit_batch", prepare_batch, ids, tmp_path,
                              f"s{uid()}", where=f"{proxy.listen_host}:{proxy.port}")
     direct.close()
 

@@ -64,14 +64,20 @@ def test_pipeline_is_exactly_once_under_crashes_of_the_job_and_of_redis(postgres
         fired = " ".join(report.fired)
         assert all(f" {p.split('@')[0].split(':')[0]} " in fired for p in PLAN), report.fired
         failed = "\n".join(f"--- run {i}: {r.describe()}\n" + "\n".join(
-            line[:600] for line in r.stderr_tail.splitlines() if "Error" in line or "twopc" in line)
+            line[:600] for line in r.stderr_tail.splitlines() if "Error" in line or "Exception" in line
+            or "twopc" in line)
             for i, r in enumerate(report.runs, 1) if r.returncode not in (0, -9))
-        # Every planned point fired (above) and Redis was killed once. The number of runs the
-        # plan takes is not fixed: some restarts end at once with exit 1 because Spark cannot
-        # deserialize the first micro-batch's tasks (java.io.OptionalDataException in
-        # ResultTask.runTask, both queries, before any twopc code runs; seen in 3 of 5 runs
-        # on 2026-11-23, cause not found yet) and the runner starts the job again. What must
-        # hold whatever the number of runs is the verdict below.
+        # Every planned point fired (above) and Redis was killed once. Restarts used to end at
+        # once with exit 1 in 3 of 5 runs: java.io.OptionalDataException in ResultTask.runTask,
+        # both queries, before any twopc code. The cause was a race in PySpark on the environment
+        # map that every function of one registered Python data source shares (see
+        # twopc/_source_env.py); twopc.register now pre-sets the keys the source runner inserts,
+        # so no run may show it. A run may still end on its own for another reason (on a machine
+        # loaded far beyond its cores, Spark's source runner worker can miss its 10 s connect-back
+        # window); the runner starts the job again and the verdict below must hold whatever the
+        # number of runs. The failed runs' exception lines are in the message.
+        damaged = [i for i, r in enumerate(report.runs, 1) if "OptionalDataException" in r.stderr_tail]
+        assert not damaged, (f"runs {damaged} could not deserialize their tasks", report.summary(), failed)
         assert report.crashes >= len(PLAN) - 1 and redis_kills, (report.summary(), redis_kills, failed)
         verdict = verify(spec)
         assert verdict.produced == 150

@@ -86,6 +86,8 @@ def test_options_refuse_unknown_ones_and_need_url_streams_group(redis_url: str) 
         options(redis_url, "a,b*")
     with pytest.raises(ConfigurationError, match="startingPosition"):
         options(redis_url, "s", startingPosition="yesterday")
+    with pytest.raises(ConfigurationError, match="no option consumer: it never reads with XREADGROUP"):
+        options(redis_url, "s", consumer="worker-1")
     o = options(redis_url, "a, b", startingPosition="12-3", maxEntriesPerTrigger="5", checkpointLocation="/x")
     assert o.streams == ("a", "b") and o.starting == EntryId(12, 3) and o.max_per_trigger == 5
     assert options(redis_url, "orders:*").pattern == "orders:*"

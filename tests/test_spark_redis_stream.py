@@ -11,6 +11,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 import sinks
+from twopc._source_env import RUNNER_KEYS
 
 
 def source(spark: Any, redis_url: str, streams: str, **options: str) -> Any:
@@ -95,3 +96,26 @@ def test_a_missing_group_is_created_and_a_deleted_stream_stops_the_query_clearly
         q.stop()
     assert [g["last-delivered-id"] for g in groups] == [b"1000-2"]  # recreated at batch 0's end
     assert seen == [1, 2, 3]
+
+
+def _source_env_keys(spark: Any) -> set[str]:
+    """The keys of the environment map Spark shares among every function of the registered
+    twopc-redis-stream source (what PythonStreamingSourceRunner.init() puts into)."""
+    ds = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("twopc-redis-stream")
+    return set(ds.dataSourceCls().envVars().keySet())
+
+
+def test_starting_a_query_changes_no_structure_of_the_sources_shared_environment(
+        spark: Any, redis_url: str, r: Any, prefix: str, tmp_checkpoint: str) -> None:
+    # Two queries over one source in one session raced on this map (OptionalDataException in
+    # ResultTask.runTask, see twopc/_source_env.py): the runner's insertions must be replacements.
+    a = f"{prefix}:a"
+    r.xadd(a, {"n": "1"})
+    df = source(spark, redis_url, a, startingPosition="earliest")
+    before = _source_env_keys(spark)
+    assert set(RUNNER_KEYS) <= before
+    assert not set(RUNNER_KEYS) & set(spark.sparkContext.environment), "the keys stay out of other functions"
+    q = (df.writeStream.foreachBatch(lambda d, _b: d.count()).option("checkpointLocation", tmp_checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert _source_env_keys(spark) == before, "the source runner inserted keys into the shared map"

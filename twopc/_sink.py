@@ -115,6 +115,12 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         decided. Default: :attr:`commits_atomically`."""
         return self.commits_atomically
 
+    def commits_in_one_call_for(self, handles: Sequence[H]) -> bool:
+        """Whether :meth:`commit_all` makes *handles* visible with one call of the target,
+        all at once (then the coordinator's ``between_commits`` point is never reached).
+        Default: :meth:`commits_atomically_for`."""
+        return self.commits_atomically_for(handles)
+
     @abstractmethod
     def begin_transaction(self, context: TransactionContext) -> T:
         """Open the transaction of one task attempt."""

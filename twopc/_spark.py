@@ -25,6 +25,7 @@ task runs. Writes that touch no common key (plain appends) never wait.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import time
@@ -55,6 +56,7 @@ from ._logs import configure_worker_logging
 from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
+from ._source_env import is_stream_source, source_environment
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -368,10 +370,15 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     The session's ``spark.sql.streaming.checkpointLocation``, when set, is read now: a named
     streaming query without a ``checkpointLocation`` option then keeps its ledger where Spark
     keeps its checkpoint (``<that folder>/<queryName>``). Register again after changing it.
+
+    Streaming sources are registered with the environment keys PySpark's source runner
+    adds, so two streaming queries over one source in one session cannot corrupt each
+    other's task binaries (see :mod:`twopc._source_env`).
     """
     root = session_checkpoint_root(spark)
     for ds in data_sources:
-        spark.dataSource.register(bind_session_checkpoint(ds, root))
+        with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():
+            spark.dataSource.register(bind_session_checkpoint(ds, root))
 
 
 def foreach_batch_writer(format_name: str, checkpoint_location: str,

@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rounds += 1
                 print(f"demo: job round {rounds} ({'producers done' if finished else 'producers running'}) ...",
                       flush=True)
-                report = runner.run_until_done(cmd, plan, max_restarts=25, timeout_s=900,
+                report = runner.run_until_done(cmd, plan, max_restarts=10, timeout_s=900,
                                                on_progress=lambda line: print("   ", line, flush=True),
                                                on_run_end=run_ended)
                 if not report.completed:

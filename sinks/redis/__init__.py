@@ -2,9 +2,10 @@
 applied exactly once.
 
 Each task attempt's writes are folded in memory, staged under the sink's hash tag at
-``pre_commit``, and applied on the driver by one atomic, idempotent server-side call (a
-FUNCTION of the library ``twopc_redis_v1``, which survives a restart; EVALSHA scripts on
-Redis < 7). :mod:`sinks.redis._sink` describes the protocol step by step. Transaction ids
+``pre_commit``, and applied on the driver, the whole batch in one atomic, idempotent
+server-side call (a FUNCTION of the library ``twopc_redis_batch_v1``, which survives a
+restart; EVALSHA scripts on Redis < 7; one call per hash tag and per 512 transactions).
+:mod:`sinks.redis._sink` describes the protocol step by step. Transaction ids
 are twopc's :class:`~twopc.Xid`, ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``
 (the ``~``-separated ids that versions before 0.2 wrote are still read).
 

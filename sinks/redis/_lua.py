@@ -25,20 +25,46 @@ The code loaded under :data:`LIBRARY_NAME` never changes: servers keep a loaded 
 across restarts, and ``FUNCTION LOAD REPLACE`` from processes of two versions during an
 upgrade would otherwise swap each other's code. A change of any step gets a new name
 (``twopc_redis_v2``); ``tests/test_redis_sink.py`` pins the code's digest.
+
+The batch commit lives in a second library, :data:`BATCH_LIBRARY_NAME`
+(``twopc_redis_batch_v1``: the same prelude, one function): ``commit_batch`` commits every
+transaction of a decided batch in one call, so a reader sees the whole batch or none of it.
+It runs every check of every transaction before its first write; one failing check (or a
+transaction that was never prepared) answers with nothing applied. A process of an older
+version keeps committing with ``twopc_redis_v1_commit``, which stays loaded beside it.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-__all__ = ["FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS", "build_library", "function_name", "library_code", "script_code",
-           "script_sha"]
+__all__ = [
+    "BATCH_FUNCTIONS",
+    "BATCH_LIBRARY_NAME",
+    "FUNCTIONS",
+    "LIBRARY_NAME",
+    "MAX_ARGS",
+    "MAX_BATCH_TXNS",
+    "batch_library_code",
+    "build_library",
+    "function_name",
+    "library_code",
+    "script_code",
+    "script_sha",
+]
 
 #: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
 MAX_ARGS = 1000
 
 #: Versioned library name: any change of the code below gets a new name (see the module docstring).
 LIBRARY_NAME = "twopc_redis_v1"
+
+#: Versioned name of the batch-commit library (same rule as :data:`LIBRARY_NAME`).
+BATCH_LIBRARY_NAME = "twopc_redis_batch_v1"
+
+#: Most transactions one ``commit_batch`` call commits (its keys and arguments grow with
+#: them); a larger batch is committed in several calls, each atomic.
+MAX_BATCH_TXNS = 512
 
 _PRELUDE = r"""
 local APPLY = {SET=true, HSET=true, INCRBY=true, HINCRBY=true, XADD=true, RPUSH=true, ZADD=true}
@@ -177,15 +203,68 @@ FUNCTIONS: dict[str, str] = {
 """,
 }
 
+BATCH_FUNCTIONS: dict[str, str] = {
+    # keys: txns, prepared, markers, staging_1..staging_n   args: batch_id, txn_1..txn_n
+    # Reply: {'DONE', status_1..status_n} (COMMITTED, ALREADY or LOST), or
+    # {'FAILED', txn_i, <the v1 commit's error reply>...} with nothing applied.
+    "commit_batch": r"""
+  local n = #args - 1
+  if #keys ~= n + 3 then return {'FAILED', '', 'DAMAGED', 'keys and transactions differ', ''} end
+  local status = {}
+  for i = 1, n do
+    local txn, skey = args[i + 1], keys[i + 3]
+    if redis.call('ZSCORE', keys[3], txn) then
+      status[i] = 'ALREADY'
+    else
+      local want = redis.call('HGET', keys[2], txn)
+      if not want then
+        if redis.call('ZSCORE', keys[1], txn) then return {'FAILED', txn, 'UNPREPARED'} end
+        status[i] = 'LOST'
+      else
+        local have = redis.call('LLEN', skey)
+        if have ~= tonumber(want) then
+          return {'FAILED', txn, 'DAMAGED', 'staging has ' .. have .. ' elements', want}
+        end
+        local err = check(skey)
+        if err then
+          table.insert(err, 1, txn)
+          table.insert(err, 1, 'FAILED')
+          return err
+        end
+        status[i] = 'COMMITTED'
+      end
+    end
+  end
+  for i = 1, n do
+    if status[i] == 'COMMITTED' then
+      local txn, skey = args[i + 1], keys[i + 3]
+      apply(skey)
+      redis.call('ZADD', keys[3], args[1], txn)
+      redis.call('UNLINK', skey)
+      redis.call('HDEL', keys[2], txn)
+      redis.call('ZREM', keys[1], txn)
+    end
+  end
+  table.insert(status, 1, 'DONE')
+  return status
+""",
+}
+
 
 def function_name(name: str) -> str:
-    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``)."""
-    return f"{LIBRARY_NAME}_{name}"
+    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``,
+    ``commit_batch`` -> ``twopc_redis_batch_v1_commit_batch``)."""
+    return f"{BATCH_LIBRARY_NAME if name in BATCH_FUNCTIONS else LIBRARY_NAME}_{name}"
 
 
 def library_code() -> str:
     """The FUNCTION library source (``FUNCTION LOAD REPLACE`` it)."""
     return build_library(LIBRARY_NAME, _PRELUDE, FUNCTIONS)
+
+
+def batch_library_code() -> str:
+    """The batch-commit FUNCTION library source (loaded beside :func:`library_code`)."""
+    return build_library(BATCH_LIBRARY_NAME, _PRELUDE, BATCH_FUNCTIONS)
 
 
 def build_library(library: str, prelude: str, functions: dict[str, str]) -> str:
@@ -199,7 +278,7 @@ def build_library(library: str, prelude: str, functions: dict[str, str]) -> str:
 
 def script_code(name: str) -> str:
     """The EVAL script of step *name*, for servers without FUNCTION (Redis < 7)."""
-    return _PRELUDE + "\nlocal keys, args = KEYS, ARGV\n" + FUNCTIONS[name]
+    return _PRELUDE + "\nlocal keys, args = KEYS, ARGV\n" + {**FUNCTIONS, **BATCH_FUNCTIONS}[name]
 
 
 def script_sha(name: str) -> str:

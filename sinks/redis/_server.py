@@ -135,8 +135,9 @@ class RedisServer:
         return self.mode
 
     def load(self, *, force: bool = False) -> None:
-        """``FUNCTION LOAD REPLACE`` the library (once per process and server; on every
-        primary of a cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
+        """``FUNCTION LOAD REPLACE`` the libraries (``twopc_redis_v1`` and
+        ``twopc_redis_batch_v1``; once per process and server; on every primary of a
+        cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
 
         Raises:
             SinkUnavailableError / SinkError: the server failed.
@@ -152,8 +153,9 @@ class RedisServer:
                     nodes = [pooled.client.get_redis_connection(n) for n in pooled.client.get_primaries()]
                 for node in nodes:
                     node.function_load(lua.library_code(), replace=True)
+                    node.function_load(lua.batch_library_code(), replace=True)
             else:
-                for name in lua.FUNCTIONS:
+                for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
         except rex.RedisError as exc:
             raise self.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None

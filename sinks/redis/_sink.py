@@ -6,7 +6,8 @@ the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
     executor  pre_commit: ZADD P:txns <batch> <txn>           register (open)
                           FCALL stage -> RPUSH P:staging:<txn>  the writes, in groups
                           FCALL prepare                         checks, then HSET P:prepared
-    driver    commit:     FCALL commit  (one atomic server-side call)
+    driver    commit:     FCALL commit_batch: every transaction of the batch in one atomic
+                          server-side call (per hash tag); commit() alone: FCALL commit
                             marker in P:committed?  -> ALREADY_COMMITTED
                             neither prepared nor marker -> LOST
                             check the TYPE of every target key (and counter values)
@@ -34,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 import redis.exceptions as rex
 
+import faultinject
 from twopc import (
     CommitOutcome,
     ConfigurationError,
@@ -51,6 +53,7 @@ from twopc import (
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
+from . import _lua as lua
 from ._clients import ClientConfig, split_url
 from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
 from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message
@@ -338,6 +341,53 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         check_reply(reply, handle.txn_id, "commit")
         return CommitOutcome.COMMITTED
 
+    def commit_all(self, handles: Sequence[RedisHandle], *, recovering: bool = False) -> list[CommitOutcome]:
+        """Commit every transaction of one decided batch in one atomic server-side call
+        (``twopc_redis_batch_v1_commit_batch``), so a reader sees all of the batch's writes
+        or none. Chunked only when it must be: transactions whose keys live under
+        different hash tags (another slot of a cluster) go in separate calls, and so do
+        more than :data:`~sinks.redis._lua.MAX_BATCH_TXNS` transactions; each call is
+        atomic, and the fault point ``between_commits`` lies between two calls.
+
+        Returns:
+            One outcome per handle, in order (as :meth:`commit`).
+
+        Raises:
+            RedisTargetError: a target key of some transaction has the wrong type (or a
+                counter a non-integer); nothing of that call was applied.
+            ProtocolError: a handle is malformed or a transaction was never prepared.
+            SinkUnavailableError / SinkError: the server failed; a retry answers
+                ``ALREADY_COMMITTED`` for what got committed.
+        """
+        groups: dict[RedisKeys, list[int]] = {}
+        for i, h in enumerate(handles):
+            groups.setdefault(self._handle_keys(h), []).append(i)
+        calls = [(keys, idx[j: j + lua.MAX_BATCH_TXNS]) for keys, idx in groups.items()
+                 for j in range(0, len(idx), lua.MAX_BATCH_TXNS)]
+        outcomes: list[CommitOutcome | None] = [None] * len(handles)
+        for n, (keys, idx) in enumerate(calls):
+            if n == 1:
+                faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
+            txn_ids = [handles[i].txn_id for i in idx]
+            reply = self._server.run("commit_batch", [keys.txns, keys.prepared, keys.committed,
+                                                      *(keys.staging(t) for t in txn_ids)],
+                                     [handles[idx[0]].batch_id, *txn_ids], f"commit {len(txn_ids)} transaction(s)")
+            if reply[0] == "FAILED":
+                check_reply(reply[2:], reply[1], "commit")
+            if reply[0] != "DONE" or len(reply) != len(idx) + 1 or not set(reply[1:]) <= set(_BATCH_OUTCOMES):
+                raise SinkError(f"cannot commit {txn_ids[0]}..: unexpected reply {reply!r:.200}")
+            for i, status in zip(idx, reply[1:], strict=True):
+                outcomes[i] = _BATCH_OUTCOMES[status]
+                if status == "LOST":
+                    log.error("twopc redis: %s is neither prepared nor committed on %s", handles[i].txn_id,
+                              self._server.where())
+        return [o for o in outcomes if o is not None]
+
+    def commits_in_one_call_for(self, handles: Sequence[RedisHandle]) -> bool:
+        """True when *handles* share one hash tag and are at most
+        :data:`~sinks.redis._lua.MAX_BATCH_TXNS`: :meth:`commit_all` then makes one call."""
+        return len({self._handle_keys(h) for h in handles}) <= 1 and len(handles) <= lua.MAX_BATCH_TXNS
+
     def _abort_keys(self, keys: RedisKeys, txn_id: str) -> bool:
         """Delete *txn_id*'s staging; True when it existed. Raises ProtocolError when the
         transaction was committed."""
@@ -427,9 +477,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         return Headroom("staging keys of this sink", n, None)
 
     def commit_mode(self) -> str:
-        """One Redis FUNCTION (or Lua script) call per transaction, marker included."""
+        """One Redis FUNCTION (or Lua script) call per batch, markers included."""
         how = {"function": "FUNCTION", "eval": "EVALSHA"}.get(self._server.mode or "", "FUNCTION/EVALSHA")
-        return f"RedisSink: prepared staging lists, each committed by one atomic {how} call with its marker"
+        return (f"RedisSink: prepared staging lists; a batch is committed by one atomic {how} call with its "
+                f"markers (one per hash tag and per {lua.MAX_BATCH_TXNS} transactions)")
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many.
@@ -453,6 +504,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
             raise self._server.error(exc, "read commit markers") from None
 
 
+
+
+_BATCH_OUTCOMES = {"COMMITTED": CommitOutcome.COMMITTED, "ALREADY": CommitOutcome.ALREADY_COMMITTED,
+                   "LOST": CommitOutcome.LOST}
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> str:

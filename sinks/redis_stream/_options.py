@@ -20,6 +20,8 @@
                            stream fail the query; ``false``: log a warning, read what is left
 ``trimAfterCommit``        ``true``: after each commit, ``XTRIM MINID`` (exact) drops the
                            committed entries (default ``false``; ignores other groups)
+``consumer``               refused, with the reason: the source never reads with
+                           ``XREADGROUP``, so no entry is delivered to or pending for a consumer
 ``fieldsSchema``           DDL of typed columns parsed from same-named fields, e.g.
                            ``amount BIGINT, user STRING`` (missing field: null)
 ``socketTimeout``          a duration (``30s``, ``500ms``), default 60s; ``connectTimeout``
@@ -47,6 +49,13 @@ FORMAT_NAME = "twopc-redis-stream"
 OPTIONS = ("url", "password", "streams", "group", "startingPosition", "maxEntriesPerTrigger",
            "maxEntriesPerPartition", "failOnDataLoss", "trimAfterCommit", "fieldsSchema", "socketTimeout",
            "connectTimeout")
+
+#: Why option ``consumer`` is refused (see the README's "Reading a Redis Stream exactly once").
+NO_CONSUMER = ("twopc-redis-stream takes no option consumer: it never reads with XREADGROUP (it reads the ranges "
+               "recorded in Spark's checkpoint with XRANGE), so no entry is ever delivered to, or pending for, "
+               "a consumer of the group. The group only mirrors the query's committed progress (last-delivered-id "
+               "and XACK after the sink committed); the in-flight batch shows as the group's lag in XINFO GROUPS. "
+               "Remove the option")
 
 _GLOB = re.compile(r"[*?\[]")
 _POSITIONS = ("group", "earliest", "latest")
@@ -80,6 +89,8 @@ class StreamOptions:
             o = OptionReader(options, FORMAT_NAME)
             for name in OPTIONS:
                 o.get(name)
+            if o.get("consumer") is not None:
+                raise ConfigurationError(NO_CONSUMER)
             o.refuse_unknown()
             url, url_password = split_url(o.required("url", '.option("url", "redis://host:6379/0")'))
             password = o.get("password")

@@ -80,8 +80,8 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
     nothing before the decision and the whole batch after it, never a part.
     ``during_recovery`` crashes at ``after_decision`` and again inside the restart's
     recovery. A point the sink's commit path never reaches (``between_commits`` and
-    ``after_commit`` for sinks that commit a batch atomically) is a crash after the batch
-    committed."""
+    ``after_commit`` for sinks that commit a batch atomically, ``between_commits`` for sinks
+    that commit a decided batch in one call) is a crash after the batch committed."""
     if point not in DRIVER_CRASH_POINTS:
         raise ValueError(f"point must be one of {DRIVER_CRASH_POINTS}, got {point!r}")
     with tempfile.TemporaryDirectory(prefix="twopc-kit-") as tmp, \

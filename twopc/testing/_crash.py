@@ -50,7 +50,7 @@ class Fault:
         return any(f" {self.point} ({self.action}){batch}" in line for line in lines)
 
 
-def crash_plan(*, atomic: bool) -> list[Fault]:
+def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
     """Every point of ``twopc.FAULT_POINTS`` the sink's commit path reaches, one crash per
     micro-batch (so each starts from a clean state), then two task kills sharing the last
     batch. Nothing may follow the kills: a later micro-batch's (or a restart's) plan-time
@@ -59,8 +59,11 @@ def crash_plan(*, atomic: bool) -> list[Fault]:
     and ``after_commit``; their ``during_recovery`` fires in the first restart whose
     recovery rolls back staged attempts (an executor crash kills the job while another task
     of the batch may have staged already), while per-transaction sinks crash inside the
-    recovery that finishes the batch decided before the ``after_decision`` crash."""
-    driver = ["before_decision", "after_decision"] + ([] if atomic else ["between_commits", "after_commit"])
+    recovery that finishes the batch decided before the ``after_decision`` crash. Sinks
+    that commit a decided batch in one call (*one_call*, e.g. Redis) never reach
+    ``between_commits`` either, but do reach ``after_commit``."""
+    commits = [] if atomic else ([] if one_call else ["between_commits"]) + ["after_commit"]
+    driver = ["before_decision", "after_decision", *commits]
     points = ["during_invoke", "before_pre_commit", "after_pre_commit", *driver, "after_mark"]
     plan = [Fault(p, b) for b, p in enumerate(points)]
     decided = points.index("after_decision")
@@ -98,8 +101,8 @@ class CrashMatrixResult:
         return "\n".join(lines)
 
 
-def _commits_atomically(harness: SinkHarness, probe_id: int) -> bool:
-    """Ask the sink how it commits: prepare one row, ask, roll it back."""
+def _commit_shape(harness: SinkHarness, probe_id: int) -> tuple[bool, bool]:
+    """Ask the sink how it commits (atomically; in one call): prepare one row, ask, roll it back."""
     sink = harness.new_sink()
     try:
         sid = f"kitprobe{os.getpid()}{int(time.time() * 1000) % 10**8}"
@@ -107,7 +110,7 @@ def _commits_atomically(harness: SinkHarness, probe_id: int) -> bool:
         sink.invoke_batch(txn, harness.rows([probe_id]))
         h = sink.pre_commit(txn)
         try:
-            return bool(sink.commits_atomically_for([h]))
+            return bool(sink.commits_atomically_for([h])), bool(sink.commits_in_one_call_for([h]))
         finally:
             sink.abort(h)
     finally:
@@ -173,7 +176,10 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     """
     work = Path(workdir)
     base = int(time.time() * 1000) % 10**9 * 1000
-    chosen = list(plan) if plan is not None else crash_plan(atomic=_commits_atomically(harness, base - 1))
+    if plan is None:
+        atomic, one_call = _commit_shape(harness, base - 1)
+        plan = crash_plan(atomic=atomic, one_call=one_call)
+    chosen = list(plan)
     files = max(f.batch for f in chosen if f.batch is not None) + 1
     ids = _write_input(work / "in", harness, files, rows_per_batch, base)
     ck, runs_file, spec_path = work / "ck", work / "runs.txt", work / "job.json"
