@@ -29,9 +29,10 @@ an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -58,6 +59,11 @@ from ._spec import POSTGRES
 __all__ = ["PostgresHandle", "PostgresSink"]
 
 log = logging.getLogger("twopc.sinks.postgres")
+
+#: ids per ``COMMIT PREPARED`` pipeline before a batch is spread over several connections
+PER_PIPELINE = 25
+#: at most this many pipelines (connections) commit one batch at once
+MAX_PIPELINES = 8
 
 
 
@@ -249,16 +255,20 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         return True
 
     def _finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """``<verb> PREPARED`` for every id in one pipeline on the control connection (one
-        round trip), in order. PostgreSQL commits each at once (the statement cannot run in
-        a transaction block, so the server ends its implicit transaction after it); the
-        first id it does not know aborts the rest of the pipeline, which is sent again
-        after it (one more round trip per unknown id). *recovering*: ask first which ids
-        are still prepared (one query), so a batch that is mostly finished stays flat too.
+        """``<verb> PREPARED`` for every id, in pipelines: one round trip per pipeline. Up to
+        :data:`PER_PIPELINE` ids share the control connection's one pipeline; a larger
+        batch is spread over up to :data:`MAX_PIPELINES` pipelines on pooled connections
+        that run at once, because PostgreSQL flushes its WAL to disk once per ``COMMIT
+        PREPARED`` and only flushes that overlap are merged (group commit). In each
+        pipeline the server commits every id at once (the statement cannot run in a
+        transaction block, so its implicit transaction ends after it); the first id it does
+        not know aborts the rest of that pipeline, which is sent again after it.
+        *recovering*: ask first which ids are still prepared (one query), so a batch that
+        is mostly finished stays flat too.
 
         Raises:
-            SinkUnavailableError / SinkError: the server failed (ids before the failing
-                one are finished; a retry answers them from the marker).
+            SinkUnavailableError / SinkError: the server failed (other ids may be finished;
+                a retry answers them from the marker).
         """
         done: dict[str, bool] = {}
         pending = list(gids)
@@ -266,16 +276,40 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             still = self._still_prepared(gids)
             done.update((g, False) for g in gids if g not in still)
             pending = [g for g in gids if g in still]
+        count = min(MAX_PIPELINES, -(-len(pending) // PER_PIPELINE))
+        if count <= 1:
+            done.update(self._finish_in_pipeline(verb, pending, self._control_run))
+            return [done[g] for g in gids]
+        chunks = [pending[i::count] for i in range(count)]
+        runners = [self._control_run] + [self._run_pooled] * (count - 1)
+        with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="twopc-commit") as pool:
+            futures = [pool.submit(self._finish_in_pipeline, verb, c, r) for c, r in zip(chunks, runners, strict=True)]
+        errors = []
+        for f in futures:
+            try:
+                done.update(f.result())
+            except Exception as exc:  # noqa: BLE001 - every pipeline ran; the first failure is raised below
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return [done[g] for g in gids]
+
+    def _finish_in_pipeline(self, verb: str, gids: Sequence[str],
+                            run: Callable[[Callable[[Any], int]], int]) -> dict[str, bool]:
+        """``<verb> PREPARED`` of *gids* in one pipeline on the connection *run* lends
+        (again after each id the server does not know); ``{gid: done}``."""
+        done: dict[str, bool] = {}
+        pending = list(gids)
         while pending:
             try:
-                n = self._control_run(functools.partial(_pipelined, verb, pending, self.options.net_timeouts().reply))
+                n = run(functools.partial(_pipelined, verb, pending, self.options.net_timeouts().reply))
             except psycopg.Error as exc:
                 raise self._map_error(exc, f"{verb} PREPARED of {len(pending)} transaction(s)") from None
             done.update((g, True) for g in pending[:n])
             if n < len(pending):
                 done[pending[n]] = False
             pending = pending[n + 1:]
-        return [done[g] for g in gids]
+        return done
 
     def _still_prepared(self, gids: Sequence[str]) -> set[str]:
         try:

@@ -252,6 +252,30 @@ class SqlDialect(Generic[C]):
         assert err is not None
         raise err
 
+    def _run_pooled(self, action: Callable[[Any], R]) -> R:
+        """Call *action* with the DB-API connection of a pooled autocommit connection of its
+        own (not the control connection: for work running beside it, on another thread).
+
+        Raises:
+            SinkUnavailableError: no connection, or it failed (it is discarded).
+            Exception: other driver errors, as the driver's exceptions.
+        """
+        conn = self._checkout()
+        try:
+            result = action(conn.driver_connection)
+        except self.spec.driver_error as exc:
+            broken = self._is_connection_error(exc)
+            give_back(conn, broken=broken)
+            if broken:
+                raise SinkUnavailableError(f"lost a connection to {self.spec.product} at {self._where()}: "
+                                           f"{self._redact(self._error_text(exc))}") from None
+            raise
+        except BaseException:
+            give_back(conn, broken=True)
+            raise
+        give_back(conn, broken=False)
+        return result
+
     def _no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
                        case_hint: str, table_options: str = "") -> SchemaMismatchError:
         """The error for a target that does not exist: at validation, with the tables whose
