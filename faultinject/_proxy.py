@@ -82,6 +82,9 @@ class ProxyConnection:
     Attributes:
         id: 1, 2, ... in the order clients connected.
         bytes_up, bytes_down: bytes forwarded to the server / to the client.
+        round_trips: how many times the client sent after the server had answered (the
+            first request counts): the request/response round trips on this connection,
+            whatever the statements are split into.
         swallowing: whether the server's replies on it are being dropped (after
             :meth:`FaultProxy.swallow_reply` matched a request on it).
     """
@@ -91,7 +94,9 @@ class ProxyConnection:
         self.id = conn_id
         self.bytes_up = 0
         self.bytes_down = 0
+        self.round_trips = 0
         self.swallowing = False
+        self._last_direction = "downstream"
         self._proxy = proxy
         self._client = client
         self._server = server
@@ -99,7 +104,8 @@ class ProxyConnection:
         self._tail = b""  # the end of the last upstream chunk, for patterns split across chunks
 
     def __repr__(self) -> str:
-        return f"ProxyConnection({self.id}, up={self.bytes_up}, down={self.bytes_down}, swallowing={self.swallowing})"
+        return (f"ProxyConnection({self.id}, up={self.bytes_up}, down={self.bytes_down}, "
+                f"round_trips={self.round_trips}, swallowing={self.swallowing})")
 
     def blackhole(self, direction: Direction = "both", seconds: float | None = None) -> None:
         """Drop this connection's bytes in *direction* for *seconds* (``None``: until healed)."""
@@ -352,7 +358,9 @@ class FaultProxy:
                              conn.id)
                 if direction == "upstream":
                     conn.bytes_up += len(data)
+                    conn.round_trips += conn._last_direction == "downstream"
                 else:
                     conn.bytes_down += len(data)
+                conn._last_direction = direction
                 dst.write(data)
                 await dst.drain()

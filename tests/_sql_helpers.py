@@ -3,11 +3,13 @@ write, and one task attempt's life (begin, load, prepare; rolled back on any fai
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pytest
 import sqlalchemy as sa
 
 from twopc import TransactionContext, TwoPhaseCommitSink
@@ -69,3 +71,29 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(e))
         yield e
         todo += [e.__cause__, e.__context__]
+
+
+@contextlib.contextmanager
+def fresh_sql_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, type[Any], str, str]]:
+    """(url, sink class, fresh table (id bigint primary key, s text, x double), fresh sink id)
+    on the server ``request.param`` = (url fixture name, sink class) names; prepared
+    transactions a failed test left are rolled back, the table dropped."""
+    from sinks.sql import dispose_engines
+
+    url_fixture, sink_class = request.param
+    url = request.getfixturevalue(url_fixture)
+    name, sink_id = f"t_{uid()}", f"s_{uid()}"
+    engine = sa.create_engine(url)
+    with engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, s TEXT, x DOUBLE PRECISION)")
+    try:
+        yield url, sink_class, name, sink_id
+    finally:
+        cleaner = sink_class(url, name)
+        for h in cleaner.list_prepared(sink_id):
+            cleaner.recover_and_abort(h)
+        cleaner.close()
+        dispose_engines()
+        with engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+        engine.dispose()

@@ -26,7 +26,6 @@ import sqlalchemy as sa
 from faultinject import FaultProxy
 from sinks import MySqlXaSink, PostgresSink
 from sinks.redis import HSetOp, RedisSink
-from sinks.sql import dispose_engines
 from sinks.sql._timeouts import reply_deadline
 from twopc import (
     BatchState,
@@ -39,7 +38,7 @@ from twopc import (
     TwoPhaseCommitSink,
 )
 
-from ._sql_helpers import batch, ctx, prepare, uid
+from ._sql_helpers import batch, ctx, fresh_sql_target, prepare, uid
 
 AnySink = TwoPhaseCommitSink[Any, Any, Any]
 HANG = 180.0  # far above any configured bound: only a commit that never returns reaches it
@@ -121,21 +120,8 @@ def _sql_prepare(sink: AnySink, sink_id: str, batch_id: int) -> list[Any]:
 def sql_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, type[Any], str, str]]:
     """(url, sink class, fresh table (id bigint primary key, s text, x double), fresh sink id)
     on the parametrized server; prepared transactions a failed test left are rolled back."""
-    url_fixture, sink_class = request.param
-    url = request.getfixturevalue(url_fixture)
-    name, sink_id = f"t_{uid()}", f"s_{uid()}"
-    engine = sa.create_engine(url)
-    with engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {name} (id BIGINT PRIMARY KEY, s TEXT, x DOUBLE PRECISION)")
-    yield url, sink_class, name, sink_id
-    cleaner = sink_class(url, name)
-    for h in cleaner.list_prepared(sink_id):
-        cleaner.recover_and_abort(h)
-    cleaner.close()
-    dispose_engines()
-    with engine.begin() as c:
-        c.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-    engine.dispose()
+    with fresh_sql_target(request) as target:
+        yield target
 
 
 @pytest.mark.parametrize(("sql_target", "pattern"),

@@ -155,18 +155,29 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
-    """Commit *decision*'s handles: all at once when the sink can, else one by one."""
-    outcomes = sink.commit_all(decision.handles, recovering=recovering)
-    if outcomes is not None:
-        if len(outcomes) != len(decision.handles):
-            raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
-                                f"for {len(decision.handles)} handles")
-        yield from outcomes
+    """Commit *decision*'s handles: a sink that commits a batch atomically gets them all in
+    one call; otherwise the first handle, then (``between_commits``) the others together,
+    each through :meth:`~TwoPhaseCommitSink.commit_all` when the sink batches commits (a
+    number of round trips that does not grow with the batch), else one by one."""
+    handles = decision.handles
+    if sink.commits_atomically_for(handles):
+        yield from _commit_group(sink, handles, recovering=recovering)
         return
-    for i, handle in enumerate(decision.handles):
-        if i == 1:
-            faultinject.fault_point("between_commits", batch_id=decision.batch_id)
-        yield sink.recover_and_commit(handle) if recovering else sink.commit(handle)
+    yield from _commit_group(sink, handles[:1], recovering=recovering)
+    if len(handles) > 1:
+        faultinject.fault_point("between_commits", batch_id=decision.batch_id)
+        yield from _commit_group(sink, handles[1:], recovering=recovering)
+
+
+def _commit_group(sink: AnySink, handles: Sequence[TransactionHandle], *,
+                  recovering: bool) -> list[CommitOutcome]:
+    outcomes = sink.commit_all(handles, recovering=recovering) if handles else []
+    if outcomes is None:
+        return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
+    if len(outcomes) != len(handles):
+        raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
+                            f"for {len(handles)} handles")
+    return outcomes
 
 
 def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle], *,

@@ -24,6 +24,11 @@ Protocol cost per micro-batch: the median time of the driver's commit (ledger de
 ``COMMIT PREPARED`` per task, committed mark, orphan sweep) plus plan-time recovery,
 against committing the same transactions without the protocol; the same for the staging
 mode (one local transaction moving the staged rows, plus the ledger records).
+
+Throughput runs at 2 and 16 partitions (``--partitions``). The rows of
+:mod:`recovery.demos.bench_scaling` follow (``--scaling``): the protocol cost at 2, 16, 64
+and 200 partitions, a 20k-row write, and a streaming micro-batch's latency, each beside
+Spark's JDBC writer or plain commits.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import signal
 import statistics
 import sys
@@ -41,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["main"]
 
@@ -103,11 +109,15 @@ def _jdbc(url: str) -> tuple[str, dict[str, str]]:
 
 def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                      writers: Sequence[str] = tuple(WRITERS), spark_conf: Sequence[tuple[str, str]] = (),
-                     twopc_options: Sequence[tuple[str, str]] = ()) -> dict[str, list[float]]:
-    """rows/s of each writer, *repeat* times (rounds interleave the writers).
+                     twopc_options: Sequence[tuple[str, str]] = (), partitions: Sequence[int] = (2,),
+                     then: Callable[[SparkSession], None] | None = None) -> dict[str, list[float]]:
+    """rows/s of each writer, *repeat* times (rounds interleave the writers), at each
+    partition count of *partitions* (the raw COPY, which has none, runs at the first only;
+    a writer's name says the count when there are several).
 
     *spark_conf* is added to the session's configuration (every writer sees it);
-    *twopc_options* to the options of the twopc-jdbc writers only."""
+    *twopc_options* to the options of the twopc-jdbc writers only. *then* runs with the
+    session before it stops."""
     import psycopg
     import pyarrow.csv as pacsv
     import sqlalchemy as sa
@@ -126,21 +136,24 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register_all(spark)
-    df = spark.range(rows, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
-    df.count()
+    frames = {n: spark.range(rows, numPartitions=n).selectExpr(*ROW_EXPRS).cache() for n in partitions}
+    for frame in frames.values():
+        frame.count()
+    df = frames[partitions[0]]
     small = spark.range(20_000, numPartitions=2).selectExpr(*ROW_EXPRS)
     jdbc_url, props = _jdbc(url)
     results: dict[str, list[float]] = {}
     versions: dict[str, int] = {}
 
-    def measure(name: str, table: str, write: Callable[[DataFrame, str, int], object], warm: bool) -> None:
+    def measure(name: str, table: str, write: Callable[[DataFrame, str, int], object], warm: bool,
+                frame: DataFrame) -> None:
         """Warm up (JVM JIT, Python workers, connections) on a small write, then measure."""
         if warm:
             create_table(url, table + "_warm")
             write(small, table + "_warm", 1)
         create_table(url, table)
         versions[table] = versions.get(table, 1) + 1
-        seconds = _timed(lambda: write(df, table, versions[table]))
+        seconds = _timed(lambda: write(frame, table, versions[table]))
         found = _count(url, table)
         if found != rows:
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
@@ -195,8 +208,14 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     for r in range(repeat):
         if repeat > 1:
             print(f"bench: round {r + 1} of {repeat}", flush=True)
-        for name, table, write in plan:
-            measure(name, table, write, warm=r == 0)
+        for n in partitions:
+            for name, table, write in plan:
+                if n != partitions[0] and write is raw_copy:
+                    continue
+                label = name if n == partitions[0] else f"{name}, {n} partitions"
+                measure(label, f"{table}_{n}", write, warm=r == 0, frame=frames[n])
+    if then is not None:
+        then(spark)
     spark.stop()
     return results
 
@@ -275,7 +294,9 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
     base = med.get(PREPARED)
     for name, rates in results.items():
         spread = f"   [{min(rates):,.0f} .. {max(rates):,.0f}]" if len(rates) > 1 else ""
-        ratio = f"prepared is {base / med[name]:5.2f}x" if base else ""
+        m = re.search(r", \d+ partitions$", name)
+        same = med.get(PREPARED + m.group(0)) if m else base  # prepared at the same partition count
+        ratio = f"prepared is {same / med[name]:5.2f}x" if same else ""
         print(f"  {name:<50} {med[name]:>12,.0f} rows/s   {ratio}{spread}")
     if base is None:
         return
@@ -306,6 +327,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--writers", default=",".join(WRITERS),
                         help=f"comma-separated subset of {', '.join(WRITERS)}")
     parser.add_argument("--batches", type=int, default=50, help="micro-batches for the protocol cost (0: skip)")
+    parser.add_argument("--partitions", default="2,16",
+                        help="partition counts of the throughput rows (comma-separated; default 2,16)")
+    parser.add_argument("--scaling", default="partitions,small,micro",
+                        help="issue-14 rows to run: partitions (protocol cost at 2..200 partitions), small "
+                             "(a 20k-row write), micro (micro-batch latency); comma-separated, '' for none")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark configuration, for every writer (experiments; repeatable)")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -326,18 +352,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import faultinject
 
+    from .bench_scaling import PARTITIONS, bench_micro_batches, bench_partitions, bench_small_write, report_scaling
+
     server = None
     url = args.url
     proto: dict[str, float] = {}
+    scaling = {s.strip() for s in args.scaling.split(",") if s.strip()}
+    parts: dict[int, dict[str, float]] = {}
+    small: dict[str, list[float]] = {}
+    micro: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="twopc-bench-") as work:
-        if url is None:
-            server = faultinject.LocalPostgres().start()
+        if url is None:  # room for the 200-partition batches of the protocol-cost rows
+            server = faultinject.LocalPostgres(max_prepared_transactions=2 * max(PARTITIONS)).start()
             url = server.url
         try:
+            def then(spark: SparkSession) -> None:
+                if "small" in scaling:
+                    small.update(bench_small_write(spark, url, Path(work), max(3, args.repeat)))
+                if "micro" in scaling:
+                    micro.update(bench_micro_batches(spark, url, Path(work), 12))
+
             results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
-                                       spark_conf=spark_conf, twopc_options=twopc_options)
+                                       spark_conf=spark_conf, twopc_options=twopc_options,
+                                       partitions=[int(p) for p in args.partitions.split(",") if p.strip()],
+                                       then=then)
             if args.batches > 0:
                 proto = bench_protocol(url, Path(work), args.batches)
+                if "partitions" in scaling:
+                    parts = bench_partitions(url, Path(work), args.batches)
         finally:
             if server is not None:
                 server.stop()
@@ -351,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  staging:  recovery check + one moving transaction + decision + mark    {proto['staging']:6.2f} ms"
               f"   {_verdict(proto['staging'] <= TARGET_PROTOCOL_MS)}")
         print(f"  plain commits of the same 2 transactions                                {proto['plain']:6.2f} ms")
+    report_scaling(parts, small, micro)
     return 0
 
 

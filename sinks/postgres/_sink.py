@@ -29,7 +29,10 @@ an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -46,6 +49,7 @@ from twopc import (
 
 from .._handles import PostgresHandle
 from ..sql._dialect import SqlTxn
+from ..sql._pg_deadline import deadline_pipeline
 from ..sql._prepared import PreparedSqlSink
 from . import _server as server
 from ._columns import PgColumn
@@ -55,6 +59,11 @@ from ._spec import POSTGRES
 __all__ = ["PostgresHandle", "PostgresSink"]
 
 log = logging.getLogger("twopc.sinks.postgres")
+
+#: ids per ``COMMIT PREPARED`` pipeline before a batch is spread over several connections
+PER_PIPELINE = 25
+#: at most this many pipelines (connections) commit one batch at once
+MAX_PIPELINES = 8
 
 
 
@@ -245,6 +254,72 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             raise self._map_error(exc, f"{verb} PREPARED {gid}") from None
         return True
 
+    def _finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
+        """``<verb> PREPARED`` for every id, in pipelines: one round trip per pipeline. Up to
+        :data:`PER_PIPELINE` ids share the control connection's one pipeline; a larger
+        batch is spread over up to :data:`MAX_PIPELINES` pipelines on pooled connections
+        that run at once, because PostgreSQL flushes its WAL to disk once per ``COMMIT
+        PREPARED`` and only flushes that overlap are merged (group commit). In each
+        pipeline the server commits every id at once (the statement cannot run in a
+        transaction block, so its implicit transaction ends after it); the first id it does
+        not know aborts the rest of that pipeline, which is sent again after it.
+        *recovering*: ask first which ids are still prepared (one query), so a batch that
+        is mostly finished stays flat too.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed (other ids may be finished;
+                a retry answers them from the marker).
+        """
+        done: dict[str, bool] = {}
+        pending = list(gids)
+        if recovering:
+            still = self._still_prepared(gids)
+            done.update((g, False) for g in gids if g not in still)
+            pending = [g for g in gids if g in still]
+        count = min(MAX_PIPELINES, -(-len(pending) // PER_PIPELINE))
+        if count <= 1:
+            done.update(self._finish_in_pipeline(verb, pending, self._control_run))
+            return [done[g] for g in gids]
+        chunks = [pending[i::count] for i in range(count)]
+        runners = [self._control_run] + [self._run_pooled] * (count - 1)
+        with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="twopc-commit") as pool:
+            futures = [pool.submit(self._finish_in_pipeline, verb, c, r) for c, r in zip(chunks, runners, strict=True)]
+        errors = []
+        for f in futures:
+            try:
+                done.update(f.result())
+            except Exception as exc:  # noqa: BLE001 - every pipeline ran; the first failure is raised below
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return [done[g] for g in gids]
+
+    def _finish_in_pipeline(self, verb: str, gids: Sequence[str],
+                            run: Callable[[Callable[[Any], int]], int]) -> dict[str, bool]:
+        """``<verb> PREPARED`` of *gids* in one pipeline on the connection *run* lends
+        (again after each id the server does not know); ``{gid: done}``."""
+        done: dict[str, bool] = {}
+        pending = list(gids)
+        while pending:
+            try:
+                n = run(functools.partial(_pipelined, verb, pending, self.options.net_timeouts().reply))
+            except psycopg.Error as exc:
+                raise self._map_error(exc, f"{verb} PREPARED of {len(pending)} transaction(s)") from None
+            done.update((g, True) for g in pending[:n])
+            if n < len(pending):
+                done[pending[n]] = False
+            pending = pending[n + 1:]
+        return done
+
+    def _still_prepared(self, gids: Sequence[str]) -> set[str]:
+        try:
+            _n, rows = self._control_execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
+                (list(gids),), fetch=True)
+        except psycopg.Error as exc:
+            raise self._map_error(exc, "list prepared transactions") from None
+        return {str(r[0]) for r in rows}
+
     def _prepared_since(self, prefix: str) -> dict[str, float]:
         _n, rows = self._control_execute(
             "SELECT gid, extract(epoch FROM prepared)::float8 FROM pg_prepared_xacts "
@@ -262,3 +337,30 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
             (prefix,), fetch=True)
         return [str(r[0]) for r in rows]
+
+
+def _pipelined(verb: str, gids: Sequence[str], reply_seconds: float, pg: psycopg.Connection[Any]) -> int:
+    """Send ``<verb> PREPARED`` for each of *gids* in one pipeline (autocommit), waiting at
+    most *reply_seconds* for the replies; return how many the server finished before the
+    first id it does not know (``len(gids)``: all).
+
+    Raises:
+        psycopg.Error: any other error, or no reply in time (the ids before it are finished).
+    """
+    cursors: list[psycopg.Cursor[Any]] = []
+    expected = verb + " PREPARED"
+    unknown = False
+    try:
+        with deadline_pipeline(pg, reply_seconds):
+            for gid in gids:
+                cur = pg.cursor()
+                cursors.append(cur)
+                cur.execute(sql.SQL(expected + " {}").format(sql.Literal(gid)))
+    except pgerr.UndefinedObject:
+        unknown = True
+    n = 0
+    while n < len(cursors) and cursors[n].statusmessage == expected:
+        n += 1
+    if not unknown and n != len(gids):
+        raise SinkError(f"PostgreSQL answered {cursors[n].statusmessage!r} to {expected} {gids[n]}")
+    return n

@@ -38,6 +38,7 @@ __all__ = ["DialectSpec", "SqlDialect", "SqlTxn", "give_back"]
 log = logging.getLogger("twopc.sinks.sql")
 
 C = TypeVar("C", bound=TableColumn)
+R = TypeVar("R")
 
 
 @dataclass(eq=False)
@@ -215,18 +216,30 @@ class SqlDialect(Generic[C]):
         Every statement sent here is idempotent (``COMMIT``/``ROLLBACK`` of a prepared id
         are disambiguated by the marker row, the rest are reads and a bounded ``DELETE``),
         so a connection that turns out to be dead is replaced and the statement sent once
-        more. Connection-level failures become :class:`SinkUnavailableError`; other driver
-        errors propagate as the driver's exceptions. A statement without *params* is sent
-        as it is (no ``%%`` unescaping): quote identifiers into it only with parameters.
+        more (:meth:`_control_run`). A statement without *params* is sent as it is (no
+        ``%%`` unescaping): quote identifiers into it only with parameters.
+        """
+        def run(dbapi: Any) -> tuple[int, list[tuple[Any, ...]]]:
+            with dbapi.cursor() as cur:
+                cur.execute(query, tuple(params) if params else None)
+                return cur.rowcount, (list(cur.fetchall()) if fetch else [])
+
+        return self._control_run(run)
+
+    def _control_run(self, action: Callable[[Any], R]) -> R:
+        """Call *action* with the control connection's DB-API connection (autocommit).
+
+        *action* must be idempotent as a whole: a connection that turns out to be dead is
+        replaced and *action* called once more. Connection-level failures become
+        :class:`SinkUnavailableError`; other driver errors propagate as the driver's
+        exceptions.
         """
         err: SinkUnavailableError | None = None
         for attempt in (1, 2):
             reused = self._control is not None
             conn = self._control_conn()
             try:
-                with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
-                    cur.execute(query, tuple(params) if params else None)
-                    return cur.rowcount, (list(cur.fetchall()) if fetch else [])
+                return action(conn.driver_connection)
             except self.spec.driver_error as exc:
                 if not self._is_connection_error(exc):
                     raise
@@ -238,6 +251,30 @@ class SqlDialect(Generic[C]):
             log.info("twopc: the control connection to %s was dead; retrying on a new one", self.spec.product)
         assert err is not None
         raise err
+
+    def _run_pooled(self, action: Callable[[Any], R]) -> R:
+        """Call *action* with the DB-API connection of a pooled autocommit connection of its
+        own (not the control connection: for work running beside it, on another thread).
+
+        Raises:
+            SinkUnavailableError: no connection, or it failed (it is discarded).
+            Exception: other driver errors, as the driver's exceptions.
+        """
+        conn = self._checkout()
+        try:
+            result = action(conn.driver_connection)
+        except self.spec.driver_error as exc:
+            broken = self._is_connection_error(exc)
+            give_back(conn, broken=broken)
+            if broken:
+                raise SinkUnavailableError(f"lost a connection to {self.spec.product} at {self._where()}: "
+                                           f"{self._redact(self._error_text(exc))}") from None
+            raise
+        except BaseException:
+            give_back(conn, broken=True)
+            raise
+        give_back(conn, broken=False)
+        return result
 
     def _no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
                        case_hint: str, table_options: str = "") -> SchemaMismatchError:

@@ -276,9 +276,14 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def commit_all(self, handles: Sequence[TransactionHandle], *,
                    recovering: bool = False) -> list[CommitOutcome] | None:
         """Staging handles: one local transaction (:meth:`StagingSink.commit_all`);
-        prepared ones: ``None`` (the coordinator commits them one by one)."""
+        prepared ones: :meth:`PreparedSqlSink.commit_all` (pipelined where the database
+        can); a mix: ``None`` (the coordinator commits them one by one)."""
         if handles and all(isinstance(h, StagingHandle) for h in handles):
             return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]  # all StagingHandle: checked above
+        if handles and all(isinstance(h, PreparedSqlHandle) for h in handles):
+            prepared = self._for(handles[0])
+            if all(self._for(h) is prepared for h in handles):
+                return prepared.commit_all(handles, recovering=recovering)
         return None
 
     def abort(self, handle: TransactionHandle) -> None:

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import psycopg
 
 from ._timeouts import reply_deadline
 
-__all__ = ["deadline_cursor"]
+__all__ = ["deadline_cursor", "deadline_pipeline"]
 
 
 @functools.cache
@@ -40,6 +41,21 @@ def deadline_cursor(seconds: float) -> type[psycopg.Cursor[Any]]:
                     raise
 
     return DeadlineCursor
+
+
+@contextlib.contextmanager
+def deadline_pipeline(conn: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
+    """``conn.pipeline()`` whose replies (all of them, fetched when the block ends) wait at
+    most *seconds*: past it the connection is closed and :class:`psycopg.OperationalError`
+    ("no reply ...") raised, as :func:`deadline_cursor` does for one statement."""
+    with reply_deadline(conn.fileno, seconds) as deadline:
+        try:
+            with conn.pipeline():
+                yield
+        except psycopg.Error:
+            if deadline.fired:
+                raise _no_reply(seconds) from None
+            raise
 
 
 def _no_reply(seconds: float) -> psycopg.OperationalError:

@@ -1,0 +1,229 @@
+"""``make bench``, the parts about fixed and per-batch costs (issue 14): the protocol's
+per-batch cost as the partition count grows, a small write, and a streaming micro-batch's
+latency, each beside what the same work costs without twopc, in the same run.
+
+- Protocol cost at 2, 16, 64 and 200 partitions (prepared mode, PostgreSQL, 10 rows per
+  partition): the driver's commit (ledger decision, first ``COMMIT PREPARED``, the others
+  pipelined, committed mark, orphan sweep) and that plus plan-time recovery, against
+  committing the same transactions one by one without the protocol. Target: the cost at
+  200 partitions <= 3x the cost at 2.
+- Small write: 20,000 rows through ``format("twopc-jdbc")`` with no other option changed
+  (the drop-in; no checkpoint), against Spark's JDBC writer. Target: <= 1.3x its time.
+- Micro-batch latency: a streaming query of small micro-batches (1,000 rows each) into
+  ``twopc-jdbc``, against ``foreachBatch`` with Spark's JDBC writer; the median of
+  Spark's ``triggerExecution`` per micro-batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["PARTITIONS", "bench_micro_batches", "bench_partitions", "bench_small_write", "report_scaling"]
+
+#: partition counts of the protocol-cost rows
+PARTITIONS = (2, 16, 64, 200)
+TARGET_FLAT = 3.0  # cost at 200 partitions <= 3x the cost at 2
+TARGET_SMALL = 1.3  # a 20k-row drop-in write <= 1.3x Spark's JDBC writer
+SMALL_ROWS = 20_000
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def bench_partitions(url: str, work: Path, batches: int,
+                     partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
+    """Per partition count: median ms per batch of the driver's commit (``commit``), of
+    the commit plus plan-time recovery (``protocol``), and of plain commits of the same
+    transactions one after the other (``plain``)."""
+    import psycopg
+    import pyarrow as pa
+    import sqlalchemy as sa
+
+    from sinks import PostgresSink
+    from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
+
+    from .bench import COLUMN_NAMES, create_table
+
+    data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
+                                       "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
+    dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    out: dict[int, dict[str, float]] = {}
+    for n in partitions:
+        rounds = max(3, batches * 2 // n)
+        table = f"bench_parts_{n}"
+        create_table(url, table)
+        sink = PostgresSink(url, table)
+        sink.validate(data.schema)
+        ledger = CommitLedger(str(work / f"parts-ck-{n}"))
+        coord = CommitCoordinator(sink, ledger, f"parts{n}")
+        commits, protocol = [], []
+        for b in range(rounds):
+            plan = _timed(lambda: RecoveryCoordinator(sink, ledger, sink_id=f"parts{n}").run())  # noqa: B023 - called at once
+            handles = []
+            for p in range(n):
+                txn = sink.begin_transaction(TransactionContext(f"parts{n}", b, p, b * n + p))
+                sink.invoke_batch(txn, data)
+                handles.append(sink.pre_commit(txn))
+            commit = _timed(lambda: coord.commit_batch(b, handles))  # noqa: B023 - called at once
+            commits.append(commit)
+            protocol.append(plan + commit)
+        sink.close()
+        plain = []
+        conns = [psycopg.connect(dsn) for _ in range(min(n, 16))]
+        try:
+            for _b in range(rounds):
+                total = 0.0
+                for start in range(0, n, len(conns)):
+                    group = conns[:min(len(conns), n - start)]
+                    for c in group:
+                        with c.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
+                            for i in range(10):
+                                cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
+                    total += _timed(functools.partial(_commit_each, group))
+                plain.append(total)
+        finally:
+            for c in conns:
+                c.close()
+        out[n] = {"commit": statistics.median(commits) * 1000, "protocol": statistics.median(protocol) * 1000,
+                  "plain": statistics.median(plain) * 1000}
+        print(f"bench: {n:>3} partitions: commit {out[n]['commit']:7.2f} ms, protocol {out[n]['protocol']:7.2f} ms, "
+              f"plain commits {out[n]['plain']:7.2f} ms  (median of {rounds})", flush=True)
+    return out
+
+
+def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) -> dict[str, list[float]]:
+    """Seconds of a 20k-row write: the plain drop-in (``twopc-jdbc``, no other option), the
+    same with a checkpoint (prepared mode), and Spark's JDBC writer (when its driver jar is
+    there); *repeat* rounds, interleaved, after one warm-up write each."""
+    from .bench import ROW_EXPRS, _jdbc, create_table
+
+    df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
+    df.count()
+    jdbc_url, props = _jdbc(url)
+
+    def twopc(checkpoint: bool) -> Callable[[DataFrame, str, int], None]:
+        def write(d: DataFrame, t: str, v: int) -> None:
+            w = (d.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
+                 .options(**props))
+            if checkpoint:
+                w = w.option("checkpointLocation", str(work / "small-ck" / t)).option("txnVersion", str(v))
+            w.save()
+        return write
+
+    def spark_jdbc(d: DataFrame, t: str, _v: int) -> None:
+        (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
+         .option("driver", "org.postgresql.Driver").options(**props).save())
+
+    writers: dict[str, Callable[[DataFrame, str, int], None]] = {
+        "twopc-jdbc drop-in (no checkpoint)": twopc(False),
+        "twopc-jdbc with checkpointLocation": twopc(True),
+    }
+    if _has_jdbc_driver():
+        writers["spark jdbc"] = spark_jdbc
+    out: dict[str, list[float]] = {}
+    for i, write in enumerate(writers.values()):
+        create_table(url, f"bench_small_{i}")
+        write(df, f"bench_small_{i}", 1)  # warm-up
+    for r in range(repeat):
+        for i, (name, write) in enumerate(writers.items()):
+            seconds = _timed(lambda: write(df, f"bench_small_{i}", r + 2))  # noqa: B023 - called at once
+            out.setdefault(name, []).append(seconds)
+            print(f"bench: small write, {name:<40} {seconds:6.2f} s", flush=True)
+    df.unpersist()
+    return out
+
+
+def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int) -> dict[str, list[float]]:
+    """ms of Spark's ``triggerExecution`` per micro-batch (1,000 rows each, from JSON files
+    read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer."""
+    from .bench import ROW_EXPRS, _jdbc, create_table
+
+    source = work / "micro-src"
+    spark.range(batches * 1000, numPartitions=batches).selectExpr(*ROW_EXPRS).write.mode("overwrite").json(str(source))
+    schema = spark.read.json(str(source)).schema
+    jdbc_url, props = _jdbc(url)
+    out: dict[str, list[float]] = {}
+
+    def run(name: str, table: str, start: Callable[[Any], Any]) -> None:
+        create_table(url, table)
+        stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
+                  .selectExpr("id", "payload", "amount", "cast(ts AS timestamp) AS ts"))
+        query = start(stream.writeStream.trigger(availableNow=True)
+                      .option("checkpointLocation", str(work / "micro-ck" / table)))
+        query.awaitTermination()
+        times = [float(p["durationMs"]["triggerExecution"]) for p in query.recentProgress
+                 if p.get("numInputRows", 0) > 0]
+        out[name] = times[1:] or times  # the first micro-batch pays the query's start
+        print(f"bench: micro-batch latency, {name:<40} median {statistics.median(out[name]):7.1f} ms "
+              f"over {len(out[name])} micro-batches", flush=True)
+
+    run("twopc-jdbc (exactly-once)", "bench_micro_twopc",
+        lambda w: w.format("twopc-jdbc").option("url", jdbc_url).option("dbtable", "bench_micro_twopc")
+        .options(**props).start())
+    if _has_jdbc_driver():
+        def each(d: DataFrame, _batch_id: int) -> None:
+            (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", "bench_micro_spark")
+             .option("driver", "org.postgresql.Driver").options(**props).save())
+
+        run("spark jdbc in foreachBatch (at-least-once)", "bench_micro_spark", lambda w: w.foreachBatch(each).start())
+    return out
+
+
+def _commit_each(conns: list[Any]) -> None:
+    for c in conns:
+        c.commit()
+
+
+def _has_jdbc_driver() -> bool:
+    import os
+
+    from .bench import JDBC_JAR
+
+    return os.path.exists(JDBC_JAR)
+
+
+def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[float]],
+                   micro: dict[str, list[float]]) -> None:
+    """Print the rows of this module with their ratios and MET/MISSED verdicts."""
+    from .bench import _verdict
+
+    if parts:
+        print("\nprotocol cost per batch as the partition count grows (prepared mode, 10 rows per partition, "
+              "median ms):")
+        print(f"  {'partitions':>10}  {'driver commit':>13}  {'+ plan-time recovery':>20}  "
+              f"{'plain commits, one by one':>25}  protocol / plain")
+        for n, row in parts.items():
+            print(f"  {n:>10}  {row['commit']:13.2f}  {row['protocol']:20.2f}  {row['plain']:25.2f}  "
+                  f"{row['protocol'] / row['plain']:6.2f}x")
+        lo, hi = min(parts), max(parts)
+        r = parts[hi]["protocol"] / parts[lo]["protocol"]
+        print(f"  target: cost at {hi} <= {TARGET_FLAT:g}x cost at {lo}: {parts[hi]['protocol']:.2f} / "
+              f"{parts[lo]['protocol']:.2f} = {r:.2f}x   {_verdict(r <= TARGET_FLAT)}")
+    if small:
+        med = {k: statistics.median(v) for k, v in small.items()}
+        peer = med.get("spark jdbc")
+        print(f"\nsmall write, {SMALL_ROWS:,} rows, median of {max(len(v) for v in small.values())} "
+              f"(ratio = time / Spark JDBC's time):")
+        for name, s in med.items():
+            print(f"  {name:<40} {s:6.2f} s" + (f"   {s / peer:5.2f}x" if peer else ""))
+        drop_in = med["twopc-jdbc drop-in (no checkpoint)"]
+        if peer:
+            print(f"  target: drop-in <= {TARGET_SMALL:g}x Spark's JDBC writer: {drop_in / peer:.2f}x   "
+                  f"{_verdict(drop_in / peer <= TARGET_SMALL)}")
+    if micro:
+        med = {k: statistics.median(v) for k, v in micro.items()}
+        peer = med.get("spark jdbc in foreachBatch (at-least-once)")
+        print("\nmicro-batch latency, 1,000 rows per micro-batch (median triggerExecution):")
+        for name, ms in med.items():
+            print(f"  {name:<45} {ms:7.1f} ms" + (f"   {ms / peer:5.2f}x" if peer else ""))
