@@ -14,12 +14,15 @@ from ._errors import ConfigurationError, MissingOptionError
 from ._retry import CommitRetry
 from ._xid import validate_sink_id
 
-__all__ = ["RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started", "option"]
+__all__ = ["RUNTIME_OPTION_NAMES", "RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started",
+           "option"]
 
-#: Options consumed by the runtime; everything else is the sink's.
-RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain",
-                          "metricsport", "metricshost", "maxconcurrenttransactions",
-                          "commitretries", "commitretrybackoff"})
+#: Options consumed by the runtime, as the README spells them; everything else is the sink's.
+RUNTIME_OPTION_NAMES: tuple[str, ...] = (
+    "checkpointLocation", "sinkId", "txnAppId", "txnVersion", "minBatchesToRetain", "metricsPort",
+    "metricsHost", "maxConcurrentTransactions", "commitRetries", "commitRetryBackoff")
+#: :data:`RUNTIME_OPTION_NAMES` lower-cased (Spark lower-cases option keys).
+RUNTIME_KEYS = frozenset(name.lower() for name in RUNTIME_OPTION_NAMES)
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
