@@ -139,7 +139,18 @@ def _retry(options: Mapping[str, str]) -> CommitRetry:
     return CommitRetry.parse(option(options, "commitRetries"), option(options, "commitRetryBackoff"))
 
 
+#: The largest txnVersion: it is the batch id, a signed 64-bit integer in every marker
+#: table and ledger (Spark's own batch ids are Java longs).
+MAX_TXN_VERSION = 2**63 - 1
+
+
 def _parse_version(text: str) -> int:
     if not text.strip().isdigit():
         raise ConfigurationError(f"txnVersion must be a non-negative integer, got {text!r}")
-    return int(text)
+    version = int(text)
+    if version > MAX_TXN_VERSION:
+        raise ConfigurationError(
+            f"txnVersion {text.strip()[:40]} is too big: it is stored as the batch id, a 64-bit integer "
+            f"(BIGINT), so it must be at most {MAX_TXN_VERSION}. Use a smaller number, e.g. the date "
+            f"as 20261122 or a run counter; nothing was written")
+    return version

@@ -245,6 +245,12 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             raise self._map_error(exc, f"{verb} PREPARED {gid}") from None
         return True
 
+    def _prepared_elsewhere(self, gid: str) -> str | None:
+        _n, rows = self._control_execute(
+            "SELECT database FROM pg_prepared_xacts WHERE gid = %s AND database <> current_database()", (gid,),
+            fetch=True)
+        return f"database {rows[0][0]!s}" if rows else None
+
     def _prepared_since(self, prefix: str) -> dict[str, float]:
         _n, rows = self._control_execute(
             "SELECT gid, extract(epoch FROM prepared)::float8 FROM pg_prepared_xacts "

@@ -332,6 +332,8 @@ def _query_params(query_text: str) -> list[tuple[str, str]]:
             continue
         k, _, v = piece.partition("=")
         key = urllib.parse.unquote_plus(k).strip()
+        if not key and any(name.lower() in SECRET_KEYS for name, _ in out):
+            raise ConfigurationError(after_password("JDBC"))
         if not key:
             raise ConfigurationError("the JDBC URL has a parameter without a name")
         out.append((key, urllib.parse.unquote_plus(v)))
