@@ -5,7 +5,9 @@ typed values with messages that name the option and the fix, and refuses an opti
 no one claimed, listing the supported ones, so a typo never passes silently. Options of
 the twopc runtime (``checkpointLocation``, ``txnVersion``...) and the ones Spark adds by
 itself (``path`` from ``save(path)``, ``queryName`` from ``.queryName()``) are always
-accepted. Error messages never show a value that may be a secret.
+accepted. :func:`unknown_option_hint` is the one rule naming the known option closest to
+an unknown one (every format's refusal uses it). Error messages never show a value that
+may be a secret.
 
 :class:`Duration` is every timeout and lock wait of every sink: ``30s``, ``500ms``,
 ``2min``, ``1h``, ``1d``, ``250us``, or a plain number of seconds (``30``, ``0.5``).
@@ -13,6 +15,7 @@ accepted. Error messages never show a value that may be a secret.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -20,12 +23,14 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from twopc import ConfigurationError, MissingOptionError
-from twopc._options import RUNTIME_KEYS
+from twopc._options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES
 
-__all__ = ["SPARK_PASSED_OPTIONS", "Duration", "OptionReader"]
+__all__ = ["SPARK_PASSED_OPTIONS", "Duration", "OptionReader", "closest_option", "unknown_option_hint"]
 
-#: Options Spark hands every writer without the user typing them (lower-case).
-SPARK_PASSED_OPTIONS: frozenset[str] = frozenset({"path", "queryname"})
+#: Options Spark hands every writer without the user typing them, as spelled in Spark's API.
+SPARK_PASSED_NAMES: tuple[str, ...] = ("path", "queryName")
+#: :data:`SPARK_PASSED_NAMES` lower-cased.
+SPARK_PASSED_OPTIONS: frozenset[str] = frozenset(n.lower() for n in SPARK_PASSED_NAMES)
 
 _ALWAYS_ACCEPTED = frozenset(RUNTIME_KEYS) | SPARK_PASSED_OPTIONS
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$", re.IGNORECASE)
@@ -35,6 +40,25 @@ _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
 S = TypeVar("S", bound=str)
+
+
+def closest_option(name: str, known: Iterable[str]) -> str | None:
+    """The option of *known* (or of the twopc runtime) nearest to *name*, compared
+    case-insensitively (Spark lower-cases option keys), as *known* spells it; ``None``
+    when none is close (difflib ratio below 0.6)."""
+    by_low: dict[str, str] = {}
+    for k in (*known, *RUNTIME_OPTION_NAMES):
+        by_low.setdefault(k.lower(), k)
+    by_low.pop(name.lower(), None)
+    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=0.6)
+    return by_low[match[0]] if match else None
+
+
+def unknown_option_hint(name: str, known: Iterable[str]) -> str:
+    """``did you mean lockTimeout?`` for an unknown option *name* (see
+    :func:`closest_option`), else ``remove it``: the fix part of every refusal."""
+    near = closest_option(name, known)
+    return f"did you mean {near}?" if near else "remove it"
 
 
 @dataclass(frozen=True, order=True)
@@ -190,11 +214,12 @@ class OptionReader:
         """Raise when an option was given that no lookup claimed.
 
         Raises:
-            ConfigurationError: naming the unknown options and listing the supported ones.
+            ConfigurationError: naming each unknown option with the known one closest to
+                it (:func:`unknown_option_hint`), and listing the supported ones.
         """
-        unknown = self.unclaimed()
+        unknown = sorted(self.unclaimed(), key=str.lower)
         if unknown:
-            names = ", ".join(sorted(unknown, key=str.lower))
+            each = "; ".join(f"{name}: {unknown_option_hint(name, self._names)}" for name in unknown)
             raise ConfigurationError(
-                f"option(s) {names} are not {self.format_name} options. Supported: "
+                f"{self.format_name} does not know option(s) {', '.join(unknown)} ({each}). Supported: "
                 f"{', '.join(self._names)}" + (f". {hint}" if hint else ""))

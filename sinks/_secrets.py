@@ -17,13 +17,24 @@ from sqlalchemy.engine import URL
 
 from twopc import ConfigurationError, redact
 
-__all__ = ["SECRET_KEYS", "redacted_errors", "secret_forms", "secret_guesses"]
+__all__ = ["SECRET_KEYS", "after_password", "redacted_errors", "secret_forms", "secret_guesses"]
 
 #: Option and URL parameter names whose value is a secret (lower-case).
 SECRET_KEYS = frozenset({"password", "sslpassword", "passwd"})
 
-_SECRET_IN_URL = re.compile(r"(?:^|[?&;])(?:ssl)?passw(?:or)?d=([^&;#]*)", re.IGNORECASE)
+_SECRET_IN_URL = re.compile(r"(?:^|[?&;])(?:ssl)?passw(?:or)?d=(.*)$", re.IGNORECASE)
 _USERINFO_IN_URL = (re.compile(r"//([^/?#]*)@"), re.compile(r"//([^/?#@]*)@"))
+
+
+def after_password(kind: str) -> str:
+    """The message refusing a parameter that follows ``password=`` in a *kind* (``JDBC``,
+    ``Redis``) URL's query string: it may be the rest of a password holding a raw ``&``,
+    so the message shows neither its name nor its value."""
+    return (
+        f"the {kind} URL has a parameter after password= that twopc cannot accept; if the password holds "
+        "&, =, #, ?, /, %, + or a space, URL-encode it in the URL (& as %26, = as %3D, # as %23, ? as "
+        "%3F, / as %2F, % as %25, + as %2B, space as %20) or give it as the password option instead "
+        "(nothing after password= is shown here, as it may be part of the password)")
 
 
 def secret_forms(values: Iterable[str | None]) -> list[str]:
@@ -41,7 +52,10 @@ def secret_forms(values: Iterable[str | None]) -> list[str]:
 
 def secret_guesses(options: Mapping[str, str]) -> list[str]:
     """Every value of *options* that may be a password (secret options, and passwords in
-    a ``url`` option's user info or query string), in all its spellings."""
+    a ``url`` option's user info or query string), in all its spellings. Everything after
+    ``password=`` in a URL counts: the value up to the next ``&``, the whole rest of the
+    URL, and each name and value in it of 3 characters or more (a password with a raw ``&``
+    runs on; shorter pieces would blank out every message they occur in)."""
     values: list[str | None] = []
     for k, v in options.items():
         if not isinstance(v, str):
@@ -50,7 +64,10 @@ def secret_guesses(options: Mapping[str, str]) -> list[str]:
             values.append(v)
         if k.lower() == "url":
             for m in _SECRET_IN_URL.finditer(v):
-                values += [m.group(1), urllib.parse.unquote_plus(m.group(1))]
+                tail = m.group(1)
+                pieces = {*re.split(r"[&;]", tail)[1:], *re.split(r"[&;=]", tail)[1:]}
+                for piece in (tail, re.split(r"[&;]", tail)[0], *(p for p in pieces if len(p) >= 3)):
+                    values += [piece, urllib.parse.unquote_plus(piece)]
             for pattern in _USERINFO_IN_URL:  # up to the last and to the first '@'
                 for m in pattern.finditer(v):
                     _, colon, pw = m.group(1).partition(":")

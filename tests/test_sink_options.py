@@ -94,7 +94,7 @@ def test_ssl_true_means_verify_full_through_either_format() -> None:
     ({"lockTimeout": "soon"}, "lockTimeout"),
     ({"numPartitions": "4"}, "df.coalesce"),
     ({"isolationLevel": "NONE"}, "isolationLevel=NONE"),
-    ({"url": f"jdbc:postgresql://h/app?user=u&password={PW}&bogus=1"}, "bogus"),
+    ({"url": f"jdbc:postgresql://h/app?user=u&password={PW}&bogus=1"}, "a parameter after password="),
 ])
 def test_both_formats_refuse_the_same_options_the_same_way(build, extra: dict[str, str], needle: str) -> None:
     options = {"url": "jdbc:postgresql://h/app", "dbtable": "t", **extra}
@@ -194,3 +194,46 @@ def test_a_sql_url_without_its_driver_names_the_extra() -> None:
     done = subprocess.run([sys.executable, "-c", _STAGING_WITHOUT_PSYCOPG], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+# -- issue 13 item 6: every format refuses an unknown option, naming the closest known one ----
+_NEAR_BUILDERS = {
+    "twopc-jdbc": lambda o: JdbcOptions.parse({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
+    "twopc-postgres": lambda o: PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
+    "twopc-redis": lambda o: __import__("sinks").RedisSink.from_options(
+        {"url": "redis://h:6379/0", "mapping": '[{"op": "INCRBY", "key": "{t}:n", "by": 1}]', **o}),
+    "twopc-redis-stream": lambda o: __import__("sinks.redis_stream").redis_stream.StreamOptions.read(
+        {"url": "redis://h:6379/0", "streams": "s", "group": "g", **o}),
+    "twopc-file": lambda o: FileSink.from_options({"path": "/tmp/x", **o}),
+}
+
+
+@pytest.mark.parametrize(("fmt", "typo", "meant"), [
+    ("twopc-jdbc", "locktimout", "lockTimeout"),
+    ("twopc-jdbc", "upsertkey", "upsertKeys"),
+    ("twopc-postgres", "LockTimout", "lockTimeout"),
+    ("twopc-postgres", "batchsise", "batchsize"),
+    ("twopc-redis", "hashtg", "hashTag"),
+    ("twopc-redis", "durabilty", "durability"),
+    ("twopc-redis-stream", "maxentriespertriger", "maxEntriesPerTrigger"),
+    ("twopc-file", "pathh", "path"),
+    ("twopc-file", "txnversoin", "txnVersion"),  # a misspelled runtime option reaches the sink
+    ("twopc-redis", "checkpointlocaton", "checkpointLocation"),
+])
+def test_an_unknown_option_is_refused_naming_the_closest_known_one(fmt: str, typo: str, meant: str) -> None:
+    with pytest.raises(ConfigurationError) as err:
+        _NEAR_BUILDERS[fmt]({typo: "1"})
+    first_line = str(err.value).splitlines()[0]
+    assert typo in first_line and f"did you mean {meant}?" in first_line, first_line
+
+
+@pytest.mark.parametrize("fmt", sorted(_NEAR_BUILDERS))
+def test_options_spark_passes_by_itself_stay_accepted(fmt: str) -> None:
+    _NEAR_BUILDERS[fmt]({"path": "/tmp/x", "queryname": "q"})
+
+
+def test_sslmode_as_an_option_to_twopc_postgres_is_honoured_not_ignored() -> None:
+    sink = PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", "sslmode": "require"})
+    assert sink.options.url.query["sslmode"] == "require"
+    with pytest.raises(ConfigurationError, match="sslmode must be one of"):
+        PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", "sslmode": "requried"})

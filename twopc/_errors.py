@@ -161,6 +161,15 @@ class ProtocolError(TwoPCError):
     """An invariant of the two-phase-commit protocol was violated (a bug or tampering)."""
 
 
+#: What to do about a damaged ledger record (the end of every such message).
+DAMAGED_NEXT_STEP = (
+    "the checkpoint is damaged (truncated, or edited by hand); nothing more was committed or rolled back. "
+    "Next step: restore this file from a backup of the checkpoint (or repair the JSON by hand), then "
+    "rerun; `python -m recovery status --checkpoint <checkpointLocation> --format <format> --option ...` "
+    "lists the transactions of this sink still prepared in the target. Do not delete the record: its "
+    "batch may be partly committed, and without it twopc cannot finish it")
+
+
 def redact(message: str, secrets: Iterable[str | None]) -> str:
     """Return *message* with every non-empty secret replaced by ``***``."""
     for secret in secrets:

@@ -99,7 +99,8 @@ class TransactionHandle:
         if unknown or missing:
             raise HandleError(
                 f"handle of kind {cls.KIND!r} version {version} has unexpected fields "
-                f"{sorted(unknown)} and lacks {sorted(missing)}: the ledger record is damaged"
+                f"{sorted(unknown)} and lacks {sorted(missing)}: the ledger record is damaged (or was written "
+                f"by another twopc version: use that one); restore it from a backup of the checkpoint, then rerun"
             )
         return cls(**payload)
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ._errors import ConfigurationError, LedgerError, ProtocolError
+from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError
 from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._owner import DriverIdentity
 from ._ownership import Ownership
@@ -87,9 +87,9 @@ def _parse(text: str, where: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise LedgerError(f"ledger record {where} is not valid JSON: the checkpoint is damaged") from exc
+        raise LedgerError(f"ledger record {where} is not valid JSON: {DAMAGED_NEXT_STEP}") from exc
     if not isinstance(data, dict):
-        raise LedgerError(f"ledger record {where} is not a JSON object: the checkpoint is damaged")
+        raise LedgerError(f"ledger record {where} is not a JSON object: {DAMAGED_NEXT_STEP}")
     fmt = data.get("format")
     if fmt != _FORMAT:
         raise LedgerError(

@@ -14,12 +14,15 @@ from ._errors import ConfigurationError, MissingOptionError
 from ._retry import CommitRetry
 from ._xid import validate_sink_id
 
-__all__ = ["RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started", "option"]
+__all__ = ["RUNTIME_OPTION_NAMES", "RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started",
+           "option"]
 
-#: Options consumed by the runtime; everything else is the sink's.
-RUNTIME_KEYS = frozenset({"checkpointlocation", "sinkid", "txnappid", "txnversion", "minbatchestoretain",
-                          "metricsport", "metricshost", "maxconcurrenttransactions",
-                          "commitretries", "commitretrybackoff"})
+#: Options consumed by the runtime, as the README spells them; everything else is the sink's.
+RUNTIME_OPTION_NAMES: tuple[str, ...] = (
+    "checkpointLocation", "sinkId", "txnAppId", "txnVersion", "minBatchesToRetain", "metricsPort",
+    "metricsHost", "maxConcurrentTransactions", "commitRetries", "commitRetryBackoff")
+#: :data:`RUNTIME_OPTION_NAMES` lower-cased (Spark lower-cases option keys).
+RUNTIME_KEYS = frozenset(name.lower() for name in RUNTIME_OPTION_NAMES)
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
@@ -136,7 +139,18 @@ def _retry(options: Mapping[str, str]) -> CommitRetry:
     return CommitRetry.parse(option(options, "commitRetries"), option(options, "commitRetryBackoff"))
 
 
+#: The largest txnVersion: it is the batch id, a signed 64-bit integer in every marker
+#: table and ledger (Spark's own batch ids are Java longs).
+MAX_TXN_VERSION = 2**63 - 1
+
+
 def _parse_version(text: str) -> int:
     if not text.strip().isdigit():
         raise ConfigurationError(f"txnVersion must be a non-negative integer, got {text!r}")
-    return int(text)
+    version = int(text)
+    if version > MAX_TXN_VERSION:
+        raise ConfigurationError(
+            f"txnVersion {text.strip()[:40]} is too big: it is stored as the batch id, a 64-bit integer "
+            f"(BIGINT), so it must be at most {MAX_TXN_VERSION}. Use a smaller number, e.g. the date "
+            f"as 20261122 or a run counter; nothing was written")
+    return version

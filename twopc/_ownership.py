@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ._errors import FencedError, LedgerError
+from ._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
 from ._owner import DriverIdentity, driver_identity
 from ._stores import Store
 
@@ -70,7 +70,7 @@ class Ownership:
             data = json.loads(text)
         except ValueError as exc:
             raise LedgerError(f"ledger record {self._store.path(folder, _epoch_name(epoch))} is not valid JSON: "
-                              f"the checkpoint is damaged") from exc
+                              f"{DAMAGED_NEXT_STEP}") from exc
         return data if isinstance(data, dict) else None
 
     def claim(self, pending: Any, identity: DriverIdentity | None = None) -> int:

@@ -129,8 +129,17 @@ class LocalStore:
     def makedirs(self, rel: str) -> None:
         try:
             os.makedirs(self.path(rel), exist_ok=True)
+        except (NotADirectoryError, FileExistsError) as exc:
+            blocker = self.path(rel)
+            while blocker != "/" and not os.path.isfile(blocker):
+                blocker = os.path.dirname(blocker)
+            raise LedgerError(
+                f"{blocker} is a file, but the checkpoint needs a folder there (ledger folder {self.path(rel)}): "
+                f"give checkpointLocation the path of a folder (new or empty), or move the file away; "
+                f"nothing was written") from exc
         except OSError as exc:
-            raise LedgerError(f"cannot create ledger folder {self.path(rel)}: {exc}") from exc
+            raise LedgerError(f"cannot create ledger folder {self.path(rel)}: {exc.strerror or exc}: check that "
+                              f"checkpointLocation is a folder this user may write to") from exc
 
     def read(self, rel: str) -> str | None:
         p = self.path(rel)

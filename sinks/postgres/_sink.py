@@ -319,6 +319,11 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         except psycopg.Error as exc:
             raise self._map_error(exc, "list prepared transactions") from None
         return {str(r[0]) for r in rows}
+    def _prepared_elsewhere(self, gid: str) -> str | None:
+        _n, rows = self._control_execute(
+            "SELECT database FROM pg_prepared_xacts WHERE gid = %s AND database <> current_database()", (gid,),
+            fetch=True)
+        return f"database {rows[0][0]!s}" if rows else None
 
     def _prepared_since(self, prefix: str) -> dict[str, float]:
         _n, rows = self._control_execute(

@@ -22,7 +22,7 @@ import redis.exceptions as rex
 from twopc import ConfigurationError, SinkError, SinkUnavailableError, redact
 
 from .._net import keepalive_socket_options
-from .._secrets import secret_forms
+from .._secrets import after_password, secret_forms
 
 __all__ = ["ClientConfig", "Pooled", "dispose_clients", "split_url"]
 
@@ -144,7 +144,9 @@ def split_url(url: str) -> tuple[str, str | None]:
         u = urllib.parse.urlsplit(raw)
         _ = u.port
     except ValueError:
-        raise ConfigurationError("url is not a valid Redis URL: use redis://host:port/db or rediss://host:port/db") \
+        raise ConfigurationError(
+            "url is not a valid Redis URL: use redis://host:port/db or rediss://host:port/db (a password in "
+            "it must be URL-encoded, / as %2F, ? as %3F, # as %23, @ as %40, or given as the password option)") \
             from None
     if u.scheme not in ("redis", "rediss"):
         raise ConfigurationError(f"url must start with redis:// or rediss://, got a {u.scheme or 'schemeless'!r} URL")
@@ -157,8 +159,12 @@ def split_url(url: str) -> tuple[str, str | None]:
     if u.username:
         netloc = f"{u.username}@{netloc}"
     query = urllib.parse.parse_qsl(u.query, keep_blank_values=True)
-    if any(k.lower() == "password" for k, _ in query):
-        password = next(v for k, v in query if k.lower() == "password")
-        query = [(k, v) for k, v in query if k.lower() != "password"]
+    keys = [k.lower() for k, _ in query]
+    if "password" in keys:
+        at = keys.index("password")
+        if at < len(query) - 1:  # a raw '&' in the password would make the rest a "parameter"
+            raise ConfigurationError(after_password("Redis"))
+        password = query[at][1]
+        query = query[:at]
     clean = urllib.parse.urlunsplit((u.scheme, netloc, u.path, urllib.parse.urlencode(query), ""))
     return clean, password

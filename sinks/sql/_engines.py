@@ -88,6 +88,9 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
             args = timeouts.connect_args(backend)
             if "charset" not in url.query:
                 args["charset"] = "utf8mb4"
+            if url.password:  # PyMySQL would send a str password as Latin-1 (and fail on other characters);
+                # the JDBC drivers send UTF-8
+                args["password"] = url.password.encode("utf-8")
         kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": args}
         if autocommit:
             kwargs.update(isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=16)

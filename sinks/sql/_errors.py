@@ -4,9 +4,9 @@ codes onto these)."""
 
 from __future__ import annotations
 
-from twopc import SinkError
+from twopc import SinkError, TargetConfigurationError
 
-__all__ = ["ROLLED_BACK", "constraint_violated", "lock_timed_out"]
+__all__ = ["ROLLED_BACK", "constraint_violated", "lock_timed_out", "session_init_failed"]
 
 #: How every write error ends: nothing of the attempt survives it.
 ROLLED_BACK = "The transaction was rolled back; nothing of this attempt was written"
@@ -28,3 +28,12 @@ def lock_timed_out(action: str, timeout: str, table: str, detail: str) -> SinkEr
         f"(duplicate keys across partitions: deduplicate, or use upsertKeys / commitMode=staging), "
         f"or a prepared transaction of an earlier attempt, which twopc rolls back at the next "
         f"recovery (query restart). This attempt fails instead of waiting ({detail}). {ROLLED_BACK}")
+
+
+def session_init_failed(where: str, detail: str) -> TargetConfigurationError:
+    """Option ``sessionInitStatement`` failed when tried at validation (on the driver,
+    before any task): which option, the server's reason, and the fix."""
+    return TargetConfigurationError(
+        f"option sessionInitStatement failed on {where}: {detail}. It runs at the start of every write "
+        f"connection: fix the statement (try it in a SQL client as the same user) or remove the option; "
+        f"nothing was written")

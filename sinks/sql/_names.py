@@ -23,6 +23,8 @@ _QUOTES = {'"': '"', "`": "`", "[": "]"}
 _QUOTE_NAMES = {'"': "double quotes", "`": "backticks", "[": "brackets"}
 #: MariaDB's and MySQL's longest identifier
 _MYSQL_NAME_CHARS = 64
+#: PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1 of a stock build)
+_PG_NAME_BYTES = 63
 
 
 @dataclass(frozen=True)
@@ -101,11 +103,16 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
         i += 1
     if len(parts) > 2:
         raise ConfigurationError(f"{what} {text!r}: use [schema.]table")
-    if dialect_name == "mysql":
-        for part in parts:
-            if len(part) > _MYSQL_NAME_CHARS:
-                raise ConfigurationError(
-                    f"{what} {text!r}: {part[:20]!r}... is longer than MySQL's {_MYSQL_NAME_CHARS} characters")
+    for part in parts:
+        if dialect_name == "mysql" and len(part) > _MYSQL_NAME_CHARS:
+            raise ConfigurationError(
+                f"{what} {text[:80]!r}: the name {part[:20]!r}... has {len(part)} characters; MySQL/MariaDB "
+                f"identifiers are at most {_MYSQL_NAME_CHARS}: use a shorter name; nothing was written")
+        if dialect_name == "postgresql" and len(part.encode("utf-8")) > _PG_NAME_BYTES:
+            raise ConfigurationError(
+                f"{what} {text[:80]!r}: the name {part[:20]!r}... has {len(part.encode('utf-8'))} bytes; PostgreSQL "
+                f"identifiers are at most {_PG_NAME_BYTES} bytes (longer ones are cut short, so the table written "
+                f"would not be the one named): use a shorter name; nothing was written")
     schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
     return TableName(schema, name, dialect_name)
 

@@ -327,7 +327,7 @@ class JdbcOptions:
         socket_option = r.text("socketTimeout")
         keepalive_option = r.text("tcpKeepAlive")
         secrets = {k: r.get(k) for k in ("user", "password")}
-        supported = f"Supported options: {', '.join(SPARK_OPTIONS + TWOPC_OPTIONS)}"
+        supported = SPARK_OPTIONS + TWOPC_OPTIONS
         translated = translate_url(raw_url, user=secrets["user"], password=secrets["password"],
                                    properties=list(r.unclaimed().items()), supported=supported)
         dialect = translated.dialect

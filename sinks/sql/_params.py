@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from twopc import ConfigurationError
 
-from .._secrets import SECRET_KEYS
+from .._options import unknown_option_hint
+from .._secrets import SECRET_KEYS, after_password
 
 __all__ = [
     "MYSQL_JAVA_ONLY",
@@ -57,6 +58,9 @@ class DriverParam(NamedTuple):
     name: str  # as written
     value: str
     source: str  # "the JDBC URL" or "option"
+    hidden: bool = False
+    """It follows ``password=`` in the JDBC URL's query string, so it may be a piece of a
+    password that holds a raw ``&``: no message or log line shows its name or value."""
 
 
 class Translated(NamedTuple):
@@ -148,24 +152,27 @@ _UTC_NAMES = frozenset({"utc", "etc/utc", "gmt", "etc/gmt", "z", "+00:00", "-00:
 _UTF8_NAMES = frozenset({"utf-8", "utf8", "utf8mb4"})
 
 
-
 def _unknown(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...],
-             java_only: tuple[str, ...], supported: str) -> ConfigurationError:
+             java_only: tuple[str, ...], supported: Sequence[str]) -> ConfigurationError:
+    if prop.hidden:
+        return ConfigurationError(after_password("JDBC"))
+    accepted = f"; accepted without effect (Java driver tuning): {', '.join(java_only)}" if java_only else ""
     if prop.source == "the JDBC URL":
-        head = f"parameter {prop.name} in the JDBC URL is not supported for {dialect_label}"
+        head = (f"parameter {prop.name} in the JDBC URL is not supported for {dialect_label} "
+                f"({unknown_option_hint(prop.name, mapped + java_only)})")
         tail = ""
     else:
         head = (f"option {prop.name} is neither a Spark JDBC nor a twopc option, nor a {dialect_label} "
-                f"driver parameter twopc knows (Spark passes unknown options to the JDBC driver)")
-        tail = f" {supported}." if supported else ""
-    accepted = f"; accepted without effect (Java driver tuning): {', '.join(java_only)}" if java_only else ""
+                f"driver parameter twopc knows ({unknown_option_hint(prop.name, (*supported, *mapped, *java_only))}; "
+                f"Spark passes unknown options to the JDBC driver)")
+        tail = f" Supported options: {', '.join(supported)}." if supported else ""
     return ConfigurationError(
         f"{head}. Driver parameters translated for {dialect_label}: {', '.join(mapped)}{accepted}.{tail} "
         f"Remove it, or give a SQLAlchemy URL with the Python driver's own parameters")
 
 
 def _untranslated(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...], java_only: tuple[str, ...],
-                  refused: dict[str, str], supported: str) -> None:
+                  refused: dict[str, str], supported: Sequence[str]) -> None:
     """A parameter with no Python equivalent: logged when it only tunes the Java driver,
     else refused (with specific advice when there is some).
 
@@ -174,7 +181,7 @@ def _untranslated(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...]
     """
     if prop.key in {k.lower() for k in java_only}:
         _java_only(prop, dialect_label)
-    elif prop.key in refused:
+    elif prop.key in refused and not prop.hidden:
         raise ConfigurationError(f"{_param_label(prop)} is not supported: it {refused[prop.key]}")
     else:
         raise _unknown(prop, dialect_label, mapped, java_only, supported)
@@ -182,8 +189,8 @@ def _untranslated(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...]
 
 def _java_only(prop: DriverParam, dialect_label: str) -> None:
     log.info("twopc: %s %s=%s only tunes the Java %s JDBC driver; it has no effect here",
-             "URL parameter" if prop.source == "the JDBC URL" else "option", prop.name,
-             prop.value if prop.key not in SECRET_KEYS else "***", dialect_label)
+             "URL parameter" if prop.source == "the JDBC URL" else "option", "***" if prop.hidden else prop.name,
+             prop.value if prop.key not in SECRET_KEYS and not prop.hidden else "***", dialect_label)
 
 
 def _seconds(prop: DriverParam, unit_ms: bool) -> int | None:
@@ -239,7 +246,7 @@ def _libpq_escape(value: str) -> str:
 
 
 def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[str, ...]],
-                 supported: str = "") -> Translated:
+                 supported: Sequence[str] = ()) -> Translated:
     """libpq (psycopg) parameters for pgjdbc parameters (see :data:`PG_PARAMETERS`)."""
     q: dict[str, str | tuple[str, ...]] = {}
     timeout: int | None = None
@@ -331,7 +338,7 @@ def _param_label(p: DriverParam) -> str:
     return f"parameter {p.name} in the JDBC URL" if p.source == "the JDBC URL" else f"option {p.name}"
 
 
-def translate_mysql(props: list[DriverParam], flavor: str, supported: str = "") -> Translated:
+def translate_mysql(props: list[DriverParam], flavor: str, supported: Sequence[str] = ()) -> Translated:
     """PyMySQL parameters for MySQL/MariaDB Connector/J parameters (*flavor* ``mysql`` or
     ``mariadb``: their TLS parameters differ; see :data:`MYSQL_PARAMETERS`)."""
     q: dict[str, str | tuple[str, ...]] = {}
@@ -451,7 +458,7 @@ def _mysql_tls(by_key: Mapping[str, DriverParam], flavor: str) -> dict[str, str 
     return q
 
 
-def translate_sqlite(props: list[DriverParam], supported: str = "") -> Translated:
+def translate_sqlite(props: list[DriverParam], supported: Sequence[str] = ()) -> Translated:
     """sqlite3 parameters for xerial's (see :data:`SQLITE_PARAMETERS`)."""
     q: dict[str, str | tuple[str, ...]] = {}
     for p in props:

@@ -41,6 +41,7 @@ from twopc import ConfigurationError, SinkError, SinkUnavailableError, TargetCon
 from .._handles import PreparedSqlHandle
 from ._columns import TableColumn
 from ._dialect import SqlTxn, give_back, log
+from ._errors import session_init_failed
 from ._names import parse_table_name
 from ._options import JdbcOptions
 from ._prepared_committer import PreparedCommitter
@@ -147,6 +148,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         try:
             dbapi = conn.driver_connection
             self._check_server(dbapi)
+            self._try_session_init(dbapi)
             columns = self._target_columns(dbapi, validating=True)
             self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             self._ensure_markers(dbapi)
@@ -160,6 +162,25 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             give_back(conn, broken=False)
             raise
         give_back(conn, broken=False)
+
+    def _try_session_init(self, dbapi: Any) -> None:
+        """Run ``sessionInitStatement`` once in a transaction that is rolled back, so a
+        bad one fails here, naming the option, rather than in every task.
+
+        Raises:
+            TargetConfigurationError: the statement failed.
+        """
+        stmt = self.options.session_init_statement
+        if not stmt:
+            return
+        cur = dbapi.cursor()
+        try:
+            cur.execute(stmt)
+        except self.spec.driver_error as exc:
+            raise session_init_failed(self._where(), self._redact(self._error_text(exc))) from None
+        finally:
+            cur.close()
+            dbapi.rollback()
 
     def _ensure_markers(self, dbapi: Any) -> None:
         have = self._marker_columns(dbapi)

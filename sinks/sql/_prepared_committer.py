@@ -8,10 +8,21 @@ import logging
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-from twopc import MAX_XID_BYTES, CommitOutcome, Headroom, PreparedDetail, ProtocolError, TransactionHandle, Xid
+from twopc import (
+    MAX_XID_BYTES,
+    CommitOutcome,
+    Headroom,
+    PreparedDetail,
+    ProtocolError,
+    SinkError,
+    SinkUnavailableError,
+    TransactionHandle,
+    Xid,
+)
 
 from ._columns import TableColumn
 from ._dialect import SqlDialect
+from ._errors import ROLLED_BACK
 
 __all__ = ["PreparedCommitter"]
 
@@ -52,7 +63,7 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             SinkError: another server error; retry.
         """
         gid = self._checked_gid(handle)
-        if self._finish("COMMIT", gid):
+        if self._finish_truthfully("COMMIT", gid):
             return CommitOutcome.COMMITTED
         if self._marker_exists(gid):
             return CommitOutcome.ALREADY_COMMITTED
@@ -123,11 +134,53 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             SinkError / SinkUnavailableError: the server failed; retry.
         """
         gid = self._checked_gid(handle)
-        if self._finish("ROLLBACK", gid):
+        if self._finish_truthfully("ROLLBACK", gid):
             return
         if self._marker_exists(gid):
             raise ProtocolError(f"asked to roll back {gid}, but it was already committed to {self.table} "
                                 f"(its marker row exists)")
+
+    def _finish_truthfully(self, verb: str, gid: str) -> bool:
+        """:meth:`_finish`, whose failure says what state the transaction is in (asked of
+        the server after the error), never "rolled back" by default.
+
+        Raises:
+            SinkUnavailableError: as :meth:`_finish`.
+            SinkError: the server refused; the message says whether *gid* is still
+                prepared (and can be committed) or gone, and what to do.
+        """
+        try:
+            return self._finish(verb, gid)
+        except SinkUnavailableError:
+            raise
+        except SinkError as exc:
+            reason = str(exc).replace(ROLLED_BACK, "").rstrip(". ")
+            raise SinkError(f"{reason}. {self._state_after_failed_finish(verb, gid)}") from None
+
+    def _state_after_failed_finish(self, verb: str, gid: str) -> str:
+        try:
+            still = gid in self._prepared_ids(gid)
+            other = None if still else self._prepared_elsewhere(gid)
+            committed = not still and other is None and self._marker_exists(gid)
+        except (SinkError, self.spec.driver_error):
+            return (f"Whether {gid} is still prepared could not be read; `python -m recovery status` shows it. "
+                    f"Fix the cause and rerun (or run `python -m recovery`)")
+        if still or other is not None:
+            where = f" in {other}" if other is not None else ""
+            fix = ("connect to that database (the url must name the database the batch was prepared in) and "
+                   "rerun, or run `python -m recovery`" if other is not None
+                   else "fix the cause and rerun, or run `python -m recovery`")
+            return (f"The transaction {gid} is still prepared{where}, holding its rows and locks; nothing was "
+                    f"{'committed' if verb == 'COMMIT' else 'rolled back'}, and it can still be "
+                    f"{'committed' if verb == 'COMMIT' else 'rolled back'}: {fix}")
+        if committed:
+            return f"The transaction {gid} is no longer prepared: it was committed (its marker row exists)"
+        return f"The transaction {gid} is no longer prepared and was not committed: it was rolled back"
+
+    def _prepared_elsewhere(self, gid: str) -> str | None:
+        """Where else on the server *gid* is prepared (another database), if the server
+        can tell; ``None`` by default."""
+        return None
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[H]:
         """Prepared transactions of *sink_id* (and *batch_id*) the database lists;

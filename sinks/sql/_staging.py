@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Self
@@ -194,7 +195,12 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         reason = self._redact(" ".join(str(orig).split()) or type(orig).__name__)
         u = self.options.url
         where = u.database if self._dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
-        return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}")
+        hint = ""
+        if self._dialect_name in ("postgresql", "mysql"):  # the prepared sinks' words for the same failure
+            spec = importlib.import_module(f"..{'postgres' if self._dialect_name == 'postgresql' else 'mysql'}._errors",
+                                           __package__)
+            hint = spec.connect_failure(orig)[1]
+        return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}{hint}")
 
     def _begin(self, conn: Connection) -> None:
         """Start a transaction with the session settings of a write (the same as the

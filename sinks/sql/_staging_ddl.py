@@ -16,8 +16,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import SchemaMismatchError, SinkError, TargetConfigurationError, ephemeral_started, ephemeral_writer_dead
+from twopc import (
+    SchemaMismatchError,
+    SinkError,
+    TargetConfigurationError,
+    ephemeral_started,
+    ephemeral_writer_dead,
+    redact,
+)
 
+from ._errors import session_init_failed
 from ._names import TableName
 from ._options import JdbcOptions
 from ._staging_sql import (
@@ -71,6 +79,26 @@ class StagingDdl:
         """The staging table's name when ``stagingTable`` is not set."""
         return default_stage_name(self.target)
 
+    def _try_session_init(self) -> None:
+        """Run ``sessionInitStatement`` once on a connection of its own, rolled back, so a
+        bad one fails at validation naming the option.
+
+        Raises:
+            TargetConfigurationError: the statement failed.
+        """
+        stmt = self.options.session_init_statement
+        if not stmt:
+            return
+        with self._connect() as conn:
+            try:
+                conn.exec_driver_sql(stmt)
+            except SQLAlchemyError as exc:
+                orig = getattr(exc, "orig", None) or exc
+                detail = redact(" ".join(str(orig).split())[:500], self.options.secrets())
+                raise session_init_failed(self.options.safe_url(), detail) from None
+            finally:
+                conn.rollback()
+
     def validate(self, schema: pa.Schema) -> None:
         """Check the target against the DataFrame and prepare staging.
 
@@ -88,6 +116,7 @@ class StagingDdl:
         """
         self.schema = schema
         keys = self.options.upsert_keys
+        self._try_session_init()
         conn = self._connect()
         try:
             exists = self._has_table(conn, self.target)

@@ -26,7 +26,8 @@ from sqlalchemy.engine import URL, make_url
 
 from twopc import ConfigurationError
 
-from .._secrets import SECRET_KEYS, secret_forms
+from .._options import unknown_option_hint
+from .._secrets import SECRET_KEYS, after_password, secret_forms
 from ._params import DriverParam, Translated, translate_mysql, translate_pg, translate_sqlite
 
 __all__ = ["Dialect", "SqlUrl", "safe_url", "translate_url", "url_secrets"]
@@ -88,7 +89,7 @@ class _JdbcParts(NamedTuple):
 
 
 def translate_url(raw: str, *, user: str | None = None, password: str | None = None,
-                  properties: Sequence[tuple[str, str]] = (), supported: str = "") -> SqlUrl:
+                  properties: Sequence[tuple[str, str]] = (), supported: Sequence[str] = ()) -> SqlUrl:
     """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options) into a
     SQLAlchemy URL for the Python driver, with the credentials set.
 
@@ -97,7 +98,8 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
             ``jdbc:sqlite:``, or a SQLAlchemy URL.
         user, password: override the URL's credentials.
         properties: ``(name, value)`` driver parameters given as options.
-        supported: the format's supported options, for the message about an unknown one.
+        supported: the format's supported options, for the message about an unknown one
+            (which names the closest of them).
 
     No server is contacted.
 
@@ -109,18 +111,23 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
     props: dict[str, DriverParam] = {}
     base_query: dict[str, str | tuple[str, ...]] = {}
 
-    def add(key: str, value: str, source: str) -> None:
+    def add(key: str, value: str, source: str, hidden: bool = False) -> None:
         lk = key.lower()
         old = props.get(lk)
-        if old is not None and old.value != value:
+        # (a user= after password= may be a piece of the password: never let it replace the user)
+        if (old is not None and old.value != value) or (hidden and lk == "user"):
+            if hidden or old is None or old.hidden:
+                raise ConfigurationError(after_password("JDBC"))
             where = "twice in the JDBC URL" if old.source == source else f"in {old.source} and as {source}"
             raise ConfigurationError(f"parameter {key} is given {where}, with different values: give it once")
-        props[lk] = DriverParam(lk, key, value, source)
+        props[lk] = DriverParam(lk, key, value, source, hidden)
 
     if raw.lower().startswith("jdbc:"):
         parts = _split_jdbc(raw)
+        after_secret = False
         for k, v in parts.params:
-            add(k, v, "the JDBC URL")
+            add(k, v, "the JDBC URL", after_secret and k.lower() not in SECRET_KEYS)
+            after_secret = after_secret or k.lower() in SECRET_KEYS
         url_user, url_password = parts.user, parts.password
         if parts.subprotocol == "postgresql":
             dialect: Dialect = "postgresql"
@@ -180,12 +187,12 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
         translated = translate_sqlite(list(props.values()), supported)
     else:
         if props:
-            names = ", ".join(p.name for p in props.values())
+            names = ", ".join(f"{p.name} ({unknown_option_hint(p.name, supported)})" for p in props.values())
             raise ConfigurationError(
                 f"option(s) {names} are not twopc or Spark JDBC options, and driver "
                 f"parameters are only translated for PostgreSQL, MySQL/MariaDB and SQLite: put "
                 f"them in the SQLAlchemy URL's query string in your driver's own spelling. "
-                f"{supported}")
+                f"Supported options: {', '.join(supported)}")
         translated = Translated({}, None)
 
     query = dict(base_query)
@@ -278,6 +285,11 @@ def _split_jdbc(raw: str) -> _JdbcParts:
                 f"jdbc:{sub}://host[:port]/database (no load-balancing, replication or failover "
                 f"variants); give a SQLAlchemy URL mysql+pymysql://host:port/db instead")
         netloc, _, dbpath = path[2:].partition("/")
+    if "@" not in netloc and re.match(r"//[^=@]*:[^=]*@", rest):
+        # user:password@ cut short by a raw '/' or '?' in the password
+        raise ConfigurationError(
+            "the JDBC URL's user info (user:password@host) holds a raw '/' or '?': URL-encode the "
+            "password (/ as %2F, ? as %3F, # as %23, @ as %40, % as %25) or give it as the password option")
     user = password = None
     if "@" in netloc:
         userinfo, _, netloc = netloc.rpartition("@")
@@ -320,6 +332,8 @@ def _query_params(query_text: str) -> list[tuple[str, str]]:
             continue
         k, _, v = piece.partition("=")
         key = urllib.parse.unquote_plus(k).strip()
+        if not key and any(name.lower() in SECRET_KEYS for name, _ in out):
+            raise ConfigurationError(after_password("JDBC"))
         if not key:
             raise ConfigurationError("the JDBC URL has a parameter without a name")
         out.append((key, urllib.parse.unquote_plus(v)))
