@@ -8,7 +8,9 @@ of them fire and how.  Inline grammar (comma-separated rules)::
 
 ``action``: ``crash`` (default; SIGKILL the job's driver group from
 ``TWOPC_CRASH_PGID``, then our own group, then ourselves), ``kill`` (SIGKILL only this
-process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``).  ``times``
+process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``), ``hold``
+(wait until a file named ``release`` appears in the state directory, at most 10 minutes,
+then go on: a slow process, released when the test says).  ``times``
 (default 1) is counted across processes and restarts through marker files in a state
 directory: ``TWOPC_FAULT_STATE``, else the plan file's ``state_dir``, else
 ``<plan file>.state``; for inline specs without ``TWOPC_FAULT_STATE`` it is
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
 from ._registry import declare, declared_points
-from ._runtime import EXIT_CODE, armed, export_crash_group, fault_point, read_firings
+from ._runtime import EXIT_CODE, RELEASE_FILE, armed, export_crash_group, fault_point, read_firings
 from ._spec import (
     ACTIONS,
     ENV_CRASH_PGID,
@@ -68,6 +70,7 @@ __all__ = [
     "ENV_SPEC",
     "ENV_STATE",
     "EXIT_CODE",
+    "RELEASE_FILE",
     "Action",
     "ChaosJobFailed",
     "ChaosReport",

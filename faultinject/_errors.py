@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 GRAMMAR = (
     "grammar: RULE[,RULE...] where RULE = name[@batch=N][@partition=P][:action][*times]; "
-    "action is one of crash|kill|raise|exit (default crash), times is a positive integer "
+    "action is one of crash|kill|raise|exit|hold (default crash), times is a positive integer "
     "(default 1); e.g. 'after_decision@batch=2:crash' or 'during_invoke:kill*2'"
 )
 

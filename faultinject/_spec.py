@@ -13,8 +13,8 @@ from typing import Any, Final, Literal, cast
 
 from ._errors import GRAMMAR, FaultSpecError, UnknownFaultPoint
 
-Action = Literal["crash", "kill", "raise", "exit"]
-ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit")
+Action = Literal["crash", "kill", "raise", "exit", "hold"]
+ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit", "hold")
 
 ENV_SPEC: Final = "TWOPC_FAULTS"
 ENV_PLAN: Final = "TWOPC_FAULT_PLAN"
