@@ -8,7 +8,9 @@ of them fire and how.  Inline grammar (comma-separated rules)::
 
 ``action``: ``crash`` (default; SIGKILL the job's driver group from
 ``TWOPC_CRASH_PGID``, then our own group, then ourselves), ``kill`` (SIGKILL only this
-process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``), and the remote
+process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``), ``hold``
+(wait until a file named ``release`` appears in the state directory, at most 10 minutes,
+then go on: a slow process, released when the test says), and the remote
 actions ``proxy/TARGET/FAULT[/key=value...]`` and ``server/TARGET/FAULT`` that the
 :class:`FaultControl` named by ``TWOPC_FAULT_CONTROL`` performs on the proxy or server it
 owns as TARGET (e.g. ``after_decision:server/postgres/crash``).  ``times``
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
 from ._registry import declare, declared_points
-from ._runtime import EXIT_CODE, armed, export_crash_group, fault_point, read_firings
+from ._runtime import EXIT_CODE, RELEASE_FILE, armed, export_crash_group, fault_point, read_firings
 from ._spec import (
     ACTIONS,
     ENV_CONTROL,
@@ -75,6 +77,7 @@ __all__ = [
     "ENV_SPEC",
     "ENV_STATE",
     "EXIT_CODE",
+    "RELEASE_FILE",
     "Action",
     "ChaosJobFailed",
     "ChaosReport",

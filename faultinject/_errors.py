@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 GRAMMAR = (
     "grammar: RULE[,RULE...] where RULE = name[@batch=N][@partition=P][:action][*times]; "
-    "action is one of crash|kill|raise|exit (default crash), or proxy/TARGET/FAULT[/key=value...] "
+    "action is one of crash|kill|raise|exit|hold (default crash), or proxy/TARGET/FAULT[/key=value...] "
     "(FAULT reset|blackhole|latency|swallow_reply|heal; keys for=, delay=, pattern=, direction=) or "
     "server/TARGET/FAULT (FAULT crash|restart|down; key for=), performed by the FaultControl that "
     "owns TARGET; times is a positive integer (default 1); e.g. 'after_decision@batch=2:crash', "

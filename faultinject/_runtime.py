@@ -11,6 +11,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, NoReturn
 
@@ -28,6 +29,10 @@ from ._spec import (
 
 EXIT_CODE = 17
 """Exit status used by the ``exit`` action."""
+RELEASE_FILE = "release"
+"""A ``hold`` rule waits until a file of this name is in the state directory."""
+HOLD_LIMIT_S = 600.0
+"""... or at most this long."""
 
 _EnvKey = tuple[str | None, str | None, str | None]
 
@@ -54,7 +59,7 @@ class _Armed:
                 f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
             )
             if self._claim(index, rule, line):
-                _fire(rule, point, batch_id, context, line)
+                _fire(rule, point, batch_id, context, line, self.state_dir)
                 return
             self.exhausted.add(index)
 
@@ -184,13 +189,17 @@ def _crash_pgid() -> int | None:
 
 
 def _fire(
-    rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str
+    rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
+    state_dir: str,
 ) -> None:
     _announce(line)
     if rule.action in REMOTE_ACTIONS:
         from ._control import request_remote_fault
 
         request_remote_fault(rule, line)
+        return
+    if rule.action == "hold":
+        _hold(os.path.join(state_dir, RELEASE_FILE))
         return
     if rule.action == "raise":
         raise InjectedFault(point, {"batch_id": batch_id, **context})
@@ -199,6 +208,13 @@ def _fire(
     if rule.action == "crash":
         _crash()
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold(release: str) -> None:
+    """Wait until *release* exists (polled every 50 ms), at most :data:`HOLD_LIMIT_S`."""
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _crash() -> NoReturn:

@@ -13,8 +13,8 @@ from typing import Any, Final, Literal, cast
 
 from ._errors import GRAMMAR, FaultSpecError, UnknownFaultPoint
 
-Action = Literal["crash", "kill", "raise", "exit", "proxy", "server"]
-ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit", "proxy", "server")
+Action = Literal["crash", "kill", "raise", "exit", "hold", "proxy", "server"]
+ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit", "hold", "proxy", "server")
 #: Actions performed by the process that owns the target (a :class:`FaultControl`), not by
 #: the process where the rule fires: ``proxy`` arms a fault on a :class:`FaultProxy`,
 #: ``server`` crashes or restarts a throwaway server.

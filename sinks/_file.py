@@ -104,6 +104,10 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
                                      "or .save(path)")
         return cls(path)
 
+    def target_identity(self) -> str:
+        """``files <absolute output folder>``."""
+        return f"files {self.path}"
+
     def describe(self) -> str:
         return f"Parquet files in {self.path}"
 

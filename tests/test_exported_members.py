@@ -20,7 +20,7 @@ import pytest
 PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "twopc": (
         "FAULT_POINTS", "MAX_XID_BYTES",
-        "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
+        "BatchAbortedError", "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
         "CommitOutcome", "CommitPendingError", "CommitRetry", "ConfigurationError", "Decision", "FencedError",
         "HandleError", "HandleVersionError", "Headroom",
         "LedgerError", "MissingExtraError", "MissingOptionError", "PreparedDetail", "ProtocolError",
@@ -55,7 +55,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "build_sink", "main", "staged_rows_left", "verify_ids", "verify_postgres_ids",
     ),
     "faultinject": (
-        "ACTIONS", "ENV_CONTROL", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",
+        "ACTIONS", "ENV_CONTROL", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE", "RELEASE_FILE",
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl", "FaultControlError",
         "FaultPlan", "FaultProxy",
         "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
@@ -81,7 +81,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "sinks.sql": (
         "JdbcDataSource", "JdbcOptions", "JdbcSink", "PreparedSqlHandle", "PreparedSqlSink", "SqlUrl",
         "StagingHandle", "StagingSink", "TableName",
-        "dispose_engines", "parse_table_name", "translate_url", "write_jdbc",
+        "dispose_engines", "parse_table_name", "require_transactional", "translate_url", "write_jdbc",
     ),
     "sinks.postgres": ("PostgresDataSource", "PostgresHandle", "PostgresSink"),
     "sinks.mysql": ("MySqlXaHandle", "MySqlXaSink"),

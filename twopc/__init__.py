@@ -19,6 +19,7 @@ from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
 from ._ephemeral import ephemeral_writer_dead
 from ._errors import (
+    BatchAbortedError,
     CommitPendingError,
     ConfigurationError,
     FencedError,
@@ -69,6 +70,7 @@ from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
 __all__ = [
     "FAULT_POINTS",
     "MAX_XID_BYTES",
+    "BatchAbortedError",
     "BatchResult",
     "BatchState",
     "CommitCoordinator",

@@ -31,7 +31,7 @@ from typing import Any, TypeAlias
 import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
-from ._errors import ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
+from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
@@ -356,6 +356,7 @@ class CommitCoordinator:
             log.warning("twopc: sink=%s batch=%s: another driver owns %s; this driver leaves the batch to it",
                         self.sink_id, batch_id, self.ledger.location)
             return self._done(batch_id, "fenced", started)
+        self._fence_zombie_prepares(batch_id)
         decision = self.ledger.decision(batch_id)
         state = self.ledger.state(batch_id)
         if decision is not None and state is BatchState.DECIDED:
@@ -373,6 +374,21 @@ class CommitCoordinator:
             self.sink.recover_and_abort(h)
         swept = self._sweep(batch_id)
         return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
+
+    def _fence_zombie_prepares(self, batch_id: int) -> None:
+        """Close the *zombie-prepare window* before the sweep: a task still running when its
+        job aborts (a sibling failed first) can prepare after the sweep below has listed the
+        batch's prepared transactions. The abort record written here first is what such a
+        task checks after it prepared (:meth:`CommitLedger.record_abort`; the task side is
+        in :mod:`twopc._spark`): record-then-sweep here, prepare-then-check there, so every
+        prepared transaction of the aborted run is rolled back by one side or the other.
+        A store that fails here only loses the fence (logged): the sweep still runs."""
+        try:
+            self.ledger.record_abort(batch_id)
+        except LedgerError as exc:
+            log.warning("twopc: sink=%s batch=%s: could not record the abort in %s (%s): a task of the failed "
+                        "job that prepares after this abort stays prepared until the next batch or start",
+                        self.sink_id, batch_id, self.ledger.location, exc)
 
     # ------------------------------------------------------------------------------
     def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:

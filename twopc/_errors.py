@@ -19,6 +19,7 @@ catch the whole family with one clause, or a branch of it::
     │       └── CommitPendingError  a decided commit got no answer, retries exhausted
     ├── SourceError                 a source cannot read what the offset log recorded
     ├── TransactionLostError        a decided transaction is neither prepared nor committed
+    ├── BatchAbortedError           a task prepared after its job was aborted and rolled itself back
     └── ProtocolError               an invariant of the protocol was violated
 
 Messages name the problem and the fix. They never contain credentials: sinks build
@@ -31,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = [
+    "BatchAbortedError",
     "CommitPendingError",
     "ConfigurationError",
     "FencedError",
@@ -155,6 +157,13 @@ class TransactionLostError(TwoPCError):
     data). twopc never papers over this: the batch stays decided-but-unfinished in the
     ledger and every retry raises again until an operator intervenes.
     """
+
+
+class BatchAbortedError(TwoPCError):
+    """A task prepared its transaction after the driver had aborted the task's batch (a
+    sibling task failed first and Spark aborted the job while this one still ran: the
+    *zombie-prepare window*). The task rolled its own prepared transaction back, so the
+    failed job leaves nothing; the error only ends the task, whose job has already failed."""
 
 
 class ProtocolError(TwoPCError):

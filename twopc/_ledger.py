@@ -3,8 +3,11 @@
 Layout under ``<checkpointLocation>/twopc/``::
 
     sink.json                       the sink id this checkpoint belongs to
+    target.json                     what it writes to (TwoPhaseCommitSink.target_identity)
     decisions/<batch>.json          every handle of the batch, written BEFORE any commit
     committed/<batch>.json          written AFTER every handle of the batch is committed
+    aborted/<batch>.<id>.json       one per abort of the batch, written BEFORE the abort's sweep
+                                    (the zombie-prepare fence: :meth:`CommitLedger.record_abort`)
 
 A batch is UNDECIDED (no decision), DECIDED (decision, no committed mark) or COMMITTED.
 Records are written atomically and a decision at most once, by the store of the
@@ -19,6 +22,7 @@ import dataclasses
 import enum
 import json
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +35,7 @@ from ._owner import DriverIdentity
 from ._ownership import Ownership
 from ._stores import open_store
 
-__all__ = ["BatchState", "CommitLedger", "Decision", "spark_checkpoint_started"]
+__all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_at", "spark_checkpoint_started"]
 
 _FORMAT = 1
 
@@ -110,6 +114,21 @@ def spark_checkpoint_started(location: str) -> bool:
     return open_store(location).read("metadata") is not None
 
 
+def abort_marks_at(checkpoint_location: str, batch_id: int) -> frozenset[str]:
+    """:meth:`CommitLedger.abort_marks` read without creating the ledger's folders (a task
+    must not re-create a temporary ledger its driver deleted).
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    return _abort_marks(open_store(checkpoint_location.rstrip("/") + "/twopc"), batch_id)
+
+
+def _abort_marks(store: Any, batch_id: int) -> frozenset[str]:
+    prefix = _name(batch_id).removesuffix(".json") + "."
+    return frozenset(n for n in store.list("aborted") if n.startswith(prefix))
+
+
 def _epoch_of(record: dict[str, Any]) -> int | None:
     """A decision record's owner epoch, read without decoding its handles (so that any sink's
     ledger can be judged without importing the sink)."""
@@ -146,7 +165,7 @@ class CommitLedger:
                  epoch: int | None = None) -> None:
         self.checkpoint_location = checkpoint_location
         self._store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
-        for folder in ("decisions", "committed", "owners", "verdicts"):
+        for folder in ("decisions", "committed", "owners", "verdicts", "aborted"):
             self._store.makedirs(folder)
         self._owners = Ownership(self._store, epoch)
 
@@ -214,6 +233,41 @@ class CommitLedger:
             )
         return recorded
 
+    # -- target ----------------------------------------------------------------------
+    def recorded_target(self) -> str | None:
+        """The target identity recorded in this checkpoint (:meth:`bind_target`), or None."""
+        text = self._store.read("target.json")
+        return None if text is None else str(_parse(text, self._store.path("target.json"))["target"])
+
+    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True) -> None:
+        """Record *identity* (what sink *sink_id* writes to, credential-free) the first time
+        this checkpoint is used, and refuse another target later; with ``record=False``
+        only refuse (the runtime checks before validating the target and records once it
+        validated, so that a mistyped table name is not recorded). A checkpoint written
+        before targets were recorded gets *identity* on its next use; ``None`` (a sink that
+        cannot tell) records and checks nothing.
+
+        Raises:
+            ConfigurationError: another target is recorded: the write must not run, since
+                this checkpoint's committed batch ids (``txnVersion``) and sink id belong to it.
+        """
+        if identity is None:
+            return
+        text = self._store.read("target.json")
+        if text is None:
+            if not record:
+                return
+            self._store.create("target.json", json.dumps({"format": _FORMAT, "target": identity}), exclusive=True)
+            text = self._store.read("target.json") or ""
+        recorded = str(_parse(text, self._store.path("target.json"))["target"])
+        if recorded != identity:
+            raise ConfigurationError(
+                f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) belongs to a write to "
+                f"[{recorded}], but this write goes to [{identity}]: a checkpoint's committed batches "
+                f"(txnVersion) and sink id serve one target, so this write would be skipped or mixed up "
+                f"with the other one's. Nothing was written. Give this write its own checkpointLocation "
+                f"(and sinkId, if you set one)")
+
     # -- batches ---------------------------------------------------------------------
     def state(self, batch_id: int) -> BatchState:
         if self._store.read("committed/" + _name(batch_id)) is not None:
@@ -273,6 +327,33 @@ class CommitLedger:
         body = {"format": _FORMAT, "batch_id": batch_id, "committed_at": time.time(), **(summary or {})}
         self._store.create("committed/" + _name(batch_id), json.dumps(body, sort_keys=True), exclusive=True)
 
+    # -- the zombie-prepare fence -----------------------------------------------------------
+    def record_abort(self, batch_id: int) -> str:
+        """Durably record that the driver aborts (this run of) *batch_id*; return the record's
+        name. The driver calls it BEFORE it sweeps the batch's prepared transactions, and a
+        task checks :meth:`abort_marks` AFTER it prepared: a task that prepared before the
+        record is swept, one that prepares after it sees the record and rolls itself back
+        (the *zombie-prepare window*: a task still running when a sibling's failure aborted
+        its job). Each abort adds a new record, so a later run of the same batch id (a rerun
+        with the same ``txnVersion``, a replayed micro-batch) is told apart by the set of
+        records its tasks saw when they began.
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        name = f"{_name(batch_id).removesuffix('.json')}.{time.time_ns():x}{uuid.uuid4().hex[:8]}.json"
+        body = {"format": _FORMAT, "batch_id": batch_id, "aborted_at": time.time()}
+        self._store.create("aborted/" + name, json.dumps(body), exclusive=True)
+        return name
+
+    def abort_marks(self, batch_id: int) -> frozenset[str]:
+        """The names of the abort records of *batch_id* (:meth:`record_abort`).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        return _abort_marks(self._store, batch_id)
+
     def decided_batches(self) -> list[int]:
         return _batch_ids(self._store.list("decisions"))
 
@@ -308,6 +389,11 @@ class CommitLedger:
         for b in victims:
             self._store.delete("decisions/" + _name(b))
             self._store.delete("committed/" + _name(b))
+        oldest_kept = committed[len(committed) - keep_last]
+        for n in self._store.list("aborted"):  # aborts of batches older than every retained one
+            stem = n.split(".", 1)[0]
+            if stem.isdigit() and int(stem) < oldest_kept:
+                self._store.delete("aborted/" + n)
         return victims
 
     # -- auxiliary state (twopc's metrics) ----------------------------------------------
@@ -322,6 +408,6 @@ class CommitLedger:
         Raises:
             LedgerError: it cannot be written.
         """
-        if "/" in name or name in ("sink.json",):
+        if "/" in name or name in ("sink.json", "target.json"):
             raise ValueError(f"{name!r} is not an auxiliary record name")
         self._store.replace(name, text)

@@ -252,6 +252,16 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """
         return 0
 
+    def target_identity(self) -> str | None:
+        """What this sink writes to, as one credential-free line that stays the same for
+        every write to the same target (SQL: dialect, host, port, database and table; Redis:
+        server, database and key templates; files: the folder). The Spark runtime records it
+        in the ledger the first time a checkpoint is used and refuses a write whose target
+        differs (:meth:`CommitLedger.bind_target`): a checkpoint's committed batch ids and
+        sink id describe one target only. Default ``None``: the sink cannot tell, nothing is
+        checked."""
+        return None
+
     def describe(self) -> str:
         """A one-line, credential-free description used in logs and reports."""
         return type(self).__qualname__

@@ -49,7 +49,8 @@ from ._checkpoint import bind_session_checkpoint, missing_spark_checkpoint, sess
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
-from ._errors import ProtocolError
+from ._errors import BatchAbortedError, ProtocolError
+from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
 from ._ledger import CommitLedger, spark_checkpoint_started
 from ._logs import configure_worker_logging
@@ -138,6 +139,7 @@ class _WriterCore:
         does after reading Spark's ``TaskContext``): begin, invoke, prepare, with the
         executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
         ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, attempt_number)
+        fence = AbortFence.begin(self.runtime.checkpoint_location, batch_id, ephemeral=self.runtime.ephemeral)
         txn = self.sink.begin_transaction(ctx)
         rows = 0
         try:
@@ -158,6 +160,13 @@ class _WriterCore:
             raise
         try:
             faultinject.fault_point("after_pre_commit", batch_id=batch_id, partition=partition)
+            if fence.aborted():  # the zombie-prepare window: see twopc._fence
+                self.sink.recover_and_abort(handle)
+                raise BatchAbortedError(
+                    f"batch {batch_id} of sink {self.sink_id!r} was aborted by the driver while this task "
+                    f"(partition {partition}, attempt {attempt}) was still running (another task of the job "
+                    f"failed first): this task rolled back its prepared transaction {handle.txn_id}, so the "
+                    f"failed job leaves nothing. The job's own error is the one to fix")
         except BaseException:
             _quietly(self.sink.abort, handle)
             raise
@@ -327,13 +336,16 @@ class TwoPhaseCommitDataSource(DataSource):
         default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
             runtime.checkpoint_location)
         sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
+        target = None if runtime.ephemeral else sink.target_identity()
         skip = False
         configure_worker_logging()
         epoch = None
         if self._plan_time:
             try:
+                ledger.bind_target(target, sink_id, record=False)  # another target's checkpoint: touch nothing
                 epoch = ledger.claim()
                 sink.validate(arrow_schema)
+                ledger.bind_target(target, sink_id)  # recorded once the target validated (not a typo)
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
                 sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up
                 if not runtime.ephemeral:

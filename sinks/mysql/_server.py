@@ -23,8 +23,8 @@ from ._values import MyColumn
 if TYPE_CHECKING:
     from pymysql.cursors import Cursor
 
-__all__ = ["FORMAT_ID", "TableInfo", "exec_sql", "parse_recover", "probe_xa", "server_kind", "session_settings",
-           "similar_tables", "table_columns", "table_info"]
+__all__ = ["FORMAT_ID", "TableInfo", "engine_problem", "exec_sql", "parse_recover", "probe_xa", "server_kind",
+           "session_settings", "similar_tables", "table_columns", "table_info"]
 
 #: formatID of the xids the sink makes (``XA START 'gtrid'`` uses 1)
 FORMAT_ID = 1
@@ -120,6 +120,32 @@ def table_info(cur: Cursor, table: TableName) -> TableInfo | None:
         return None
     r = exact[0]
     return TableInfo(str(r[0]), str(r[1]), str(r[2]), None if r[3] is None else str(r[3]))
+
+
+def engine_problem(cur: Cursor, info: TableInfo, display: str, *, role: str = "", xa: bool) -> str | None:
+    """Why writes to the table *info* describes (*display*, named as *role* in the message:
+    ``"the staging table"``) cannot roll back
+    with their transaction, or ``None`` when they can: the rule every MySQL/MariaDB commit mode
+    applies (:func:`sinks.sql.require_transactional`). A view is refused (the engines of the
+    tables under it are not checked cheaply); so is an engine whose ``information_schema.ENGINES``
+    row says ``TRANSACTIONS = NO`` (MyISAM, Aria, MEMORY, CSV, ARCHIVE, ...) and, for the XA
+    mode (*xa*), one without XA support."""
+    what = f"{role} {display}".strip()
+    if info.table_type not in ("BASE TABLE", "SYSTEM VERSIONED"):
+        return (f"{what} is a {info.table_type.lower()}, not a table: twopc writes to base tables only "
+                f"(a view's underlying tables may not roll back). Write to the base table")
+    exec_sql(cur, "SELECT TRANSACTIONS, XA FROM information_schema.ENGINES WHERE ENGINE = %s", (info.engine,))
+    row = cur.fetchone()
+    transactional = row is not None and str(row[0]).upper() == "YES"
+    fix = f"Convert it: ALTER TABLE {display} ENGINE=InnoDB"
+    if not transactional:
+        return (f"{what} uses the {info.engine} engine, which is not transactional: rows written before a "
+                f"failure would stay although the batch is rolled back, so twopc refuses it in every commit "
+                f"mode{' (XA needs InnoDB)' if xa else ''}. {fix}")
+    if xa and str(row[1]).upper() != "YES":  # type: ignore[index]  # row is not None when transactional
+        return (f"{what} uses the {info.engine} engine, which cannot take part in XA transactions: XA needs "
+                f"InnoDB. {fix}")
+    return None
 
 
 def similar_tables(cur: Cursor, table: TableName) -> list[TableName]:

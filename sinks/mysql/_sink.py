@@ -63,7 +63,6 @@ __all__ = ["MySqlXaHandle", "MySqlXaSink"]
 
 log = logging.getLogger("twopc.sinks.mysql")
 
-_TXN_TABLE_TYPES = ("BASE TABLE", "SYSTEM VERSIONED")
 #: how long pre_commit waits for the server to end the writing session after closing it,
 #: and commit/abort retry an xid still attached to a live session
 _DETACH_WAIT_S = 10.0
@@ -149,14 +148,8 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
                                           database=self._target.schema or self.options.url.database,
                                           case_hint="Table names are case-sensitive here.",
                                           table_options=" ENGINE=InnoDB")
-            if validating and info.table_type not in _TXN_TABLE_TYPES:
-                raise TargetConfigurationError(
-                    f"{self.table} is a {info.table_type.lower()}, not a table: twopc writes to base tables only")
-            if validating and (info.engine or "").lower() != "innodb":
-                raise TargetConfigurationError(
-                    f"{self.table} uses the {info.engine} engine, which cannot take part in XA transactions "
-                    f"(its rows would be written even when the transaction is rolled back): XA needs "
-                    f"InnoDB. Convert it with ALTER TABLE {self.table} ENGINE=InnoDB")
+            if validating and (problem := server.engine_problem(cur, info, self.table, xa=True)):
+                raise TargetConfigurationError(problem)
             return server.table_columns(cur, info)
 
     def marker_table_ddl(self) -> str:
@@ -178,10 +171,8 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             info = server.table_info(cur, self._marker)
             if info is None:
                 return None
-            if (info.engine or "").lower() != "innodb":
-                raise TargetConfigurationError(
-                    f"the marker table {self.marker_table} uses the {info.engine} engine: it must be InnoDB to "
-                    f"commit atomically with the data (ALTER TABLE {self.marker_table} ENGINE=InnoDB)")
+            if problem := server.engine_problem(cur, info, self.marker_table, role="the marker table", xa=True):
+                raise TargetConfigurationError(problem)
             return [c.name for c in server.table_columns(cur, info)]
 
     def _create_markers(self, my: PyMySQLConnection) -> None:

@@ -12,7 +12,7 @@ from .._options import Duration
 from ..sql._names import TableName
 from ._columns import PgColumn
 
-__all__ = ["regclass_text", "session_settings", "similar_tables", "table_columns", "table_oid"]
+__all__ = ["regclass_text", "rollback_problem", "session_settings", "similar_tables", "table_columns", "table_oid"]
 
 
 def regclass_text(table: TableName) -> str:
@@ -26,6 +26,30 @@ def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
     """The oid of *table*, ``None`` when there is no such relation."""
     row = pg.execute("SELECT to_regclass(%s)::oid", (regclass_text(table),)).fetchone()
     return None if row is None or row[0] is None else int(row[0])
+
+
+def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, role: str = "") -> str | None:
+    """Why writes to relation *oid* (*display*, named as *role* in the message) cannot roll
+    back with their transaction, or ``None``: the PostgreSQL part of the rule every commit
+    mode applies (:func:`sinks.sql.require_transactional`). A foreign table, or a partitioned
+    table with a foreign partition, writes to another server outside this transaction.
+    UNLOGGED tables are transactional (only not crash-safe) and pass."""
+    row = pg.execute(
+        "SELECT c.relkind, (SELECT string_agg(p.oid::regclass::text, ', ') FROM pg_partition_tree(c.oid) t "
+        "JOIN pg_class p ON p.oid = t.relid WHERE p.relkind = 'f' AND c.relkind = 'p') "
+        "FROM pg_class c WHERE c.oid = %s", (oid,)).fetchone()
+    if row is None:
+        return None
+    what = f"{role} {display}".strip()
+    if row[0] == "f":
+        return (f"{what} is a foreign table: its rows are written on another server, outside the "
+                f"transaction twopc commits or rolls back, so twopc refuses it in every commit mode. Write "
+                f"to a local table (and copy from there)")
+    if row[1]:
+        return (f"{what} has foreign partitions ({row[1]}): rows routed there are written on another "
+                f"server, outside the transaction twopc commits or rolls back. Detach them "
+                f"(ALTER TABLE {display} DETACH PARTITION ...) or write to a local table")
+    return None
 
 
 def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:

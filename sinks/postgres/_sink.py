@@ -113,6 +113,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
                 raise TargetConfigurationError(
                     f"{self.table} is not a table (relkind {kind!r}): twopc writes to ordinary or "
                     f"partitioned tables only")
+            if problem := server.rollback_problem(pg, oid, self.table):
+                raise TargetConfigurationError(problem)
             if not can_insert:
                 raise TargetConfigurationError(
                     f"the user has no INSERT privilege on {self.table}: GRANT INSERT ON {self.table} TO <user>")

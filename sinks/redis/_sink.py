@@ -151,6 +151,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         """The mapping."""
         return list(self._ops)
 
+    def target_identity(self) -> str:
+        """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set): the
+        server, database and key namespace the mapping writes, never the password."""
+        keys = ", ".join(sorted({op.key for op in self._ops}))
+        tag = f" hashTag {self._hash_tag}" if self._hash_tag else ""
+        return f"redis {self._server.config.where()} keys {keys}{tag}"
+
     def describe(self) -> str:
         """``Redis <url without password>``."""
         return f"Redis {self._server.config.url}"

@@ -19,6 +19,7 @@ from ._names import TableName, parse_table_name
 from ._options import JdbcOptions
 from ._prepared import PreparedSqlSink
 from ._staging import StagingHandle, StagingSink
+from ._transactional import require_transactional
 from ._url import SqlUrl, translate_url
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "TableName",
     "dispose_engines",
     "parse_table_name",
+    "require_transactional",
     "translate_url",
     "write_jdbc",
 ]

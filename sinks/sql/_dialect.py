@@ -161,6 +161,10 @@ class SqlDialect(Generic[C]):
         return (f"{self.spec.product} prepared transactions: one per task attempt, committed by the driver "
                 f"after the ledger's decision")
 
+    def target_identity(self) -> str:
+        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
+        return self.options.target_identity()
+
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
         return f"{self.spec.product} {safe_url(self.options.url)} table {self.table}"

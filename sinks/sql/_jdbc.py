@@ -105,6 +105,10 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def dialect(self) -> str:
         return self.options.dialect
 
+    def target_identity(self) -> str:
+        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
+        return self.options.target_identity()
+
     def describe(self) -> str:
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))

@@ -73,6 +73,7 @@ the JDBC driver): translated, logged, or refused (:mod:`sinks.sql._params`).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -85,6 +86,7 @@ from twopc import ConfigurationError, MissingOptionError
 from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
 from ._column_lists import parse_column_list, parse_column_types
+from ._names import TableName, parse_table_name
 from ._timeouts import NetTimeouts
 from ._url import Dialect, safe_url, translate_url, url_secrets
 
@@ -179,6 +181,8 @@ _NO_LIMIT = Duration(0)
 _LOCK_TIMEOUT = Duration(30_000)
 _CONNECT_TIMEOUT = Duration(10_000)
 _SOCKET_TIMEOUT = Duration(60_000)
+#: the port a URL without one connects to, for :meth:`JdbcOptions.target_identity`
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 _SOCKET_MARGIN = Duration(30_000)
 #: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
 STAGING_RETENTION = Duration(86_400_000)
@@ -416,6 +420,23 @@ class JdbcOptions:
         """Every form (raw, URL-quoted) of the password and of other secret URL parameters,
         longest first, for :func:`twopc.redact`."""
         return url_secrets(self.url)
+
+    def target_identity(self) -> str:
+        """What a write with these options writes to, credential-free, the same for every
+        spelling of the same table (:meth:`twopc.TwoPhaseCommitSink.target_identity` of
+        every SQL sink): ``<dialect> <host>:<port>/<database> table <schema.table>``
+        (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
+        a table without a database is in the URL's."""
+        backend = self.url.get_backend_name()
+        dialect = "mysql" if backend == "mariadb" else backend
+        table = parse_table_name(self.table, dialect)
+        db = self.url.database or ""
+        if dialect == "sqlite":
+            return f"sqlite {os.path.abspath(db) if db and db != ':memory:' else db} table {table.display()}"
+        if dialect == "mysql" and table.schema is None and db:
+            table = TableName(db, table.name, dialect)
+        port = self.url.port or _DEFAULT_PORTS.get(dialect) or ""
+        return f"{dialect} {self.url.host or 'localhost'}:{port}/{db} table {table.display()}"
 
     def describe(self) -> str:
         """``JDBC <dialect> <url without password> table <table>`` (+ driver class)."""

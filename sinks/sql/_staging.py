@@ -146,6 +146,10 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     def truncate(self) -> bool:
         return self.options.truncate
 
+    def target_identity(self) -> str:
+        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
+        return self.options.target_identity()
+
     def describe(self) -> str:
         return (f"{self._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
                 f"(staging via {self.stage.display()})")

@@ -38,6 +38,7 @@ from ._staging_sql import (
     stage_table,
 )
 from ._staging_types import VerbatimType, catalog_columns, check_columns, same_type
+from ._transactional import require_transactional
 from ._types import arrow_to_sqlalchemy, create_table_sql
 
 __all__ = ["StagingDdl"]
@@ -120,6 +121,8 @@ class StagingDdl:
         conn = self._connect()
         try:
             exists = self._has_table(conn, self.target)
+            if exists:
+                require_transactional(conn, self.target)
             if exists and self.mode == "errorifexists":
                 raise TargetConfigurationError(
                     f"table {self.target.display()} already exists and the save mode is errorifexists: "
@@ -138,17 +141,30 @@ class StagingDdl:
                 if exists and not recreate:
                     check_unique(conn, self.target, keys)
             if not exists and self._dialect_name == "mysql" and self.mode != "ignore":
-                with fresh(conn):
-                    conn.exec_driver_sql(ddl)
-                log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)",
-                         self.target.display())
+                self._create_target_now(conn, ddl)
             self._ensure_stage(conn, schema, stage_types)
+            require_transactional(conn, self.stage, role="the staging table")
             self._ensure_batches(conn)
+            require_transactional(conn, self.batches, role="the batch marker table")
             self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
             raise self._error(exc, f"validate {self.target.display()}") from None
         finally:
             conn.close()
+
+    def _create_target_now(self, conn: Connection, ddl: str) -> None:
+        """Create the missing target at validation (MySQL DDL cannot join the commit
+        transaction), and drop it again when it cannot roll back (``createTableOptions``
+        naming a non-transactional engine, or such a server default): nothing is left."""
+        with fresh(conn):
+            conn.exec_driver_sql(ddl)
+        try:
+            require_transactional(conn, self.target)
+        except TargetConfigurationError:
+            with fresh(conn):
+                conn.exec_driver_sql(f"DROP TABLE {self.target.quoted(conn.dialect)}")
+            raise
+        log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.target.display())
 
     def _create_ddl(self, conn: Connection) -> str:
         """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a

@@ -69,7 +69,7 @@ def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
                             server_default=sa.text("current_setting('twopc.txn_id')"))
     return sa.Table(stage.name, sa.MetaData(), txn_col,
                     *[sa.Column(f.name, types.get(f.name) or arrow_to_sqlalchemy(f), nullable=True) for f in schema],
-                    schema=stage.schema)
+                    schema=stage.schema, mysql_engine="InnoDB")
 
 
 def batches_table(batches: TableName) -> sa.Table:
@@ -79,7 +79,7 @@ def batches_table(batches: TableName) -> sa.Table:
                     sa.Column("batch_id", sa.BigInteger, primary_key=True, autoincrement=False),
                     sa.Column("rows", sa.BigInteger, nullable=False),
                     sa.Column("committed_at", sa.DateTime, nullable=False),
-                    schema=batches.schema)
+                    schema=batches.schema, mysql_engine="InnoDB")
 
 
 @dataclass(frozen=True)
