@@ -20,6 +20,7 @@ from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
 from ._ephemeral import ephemeral_writer_dead
 from ._errors import (
     CommitPendingError,
+    ConcurrentWriterError,
     ConfigurationError,
     FencedError,
     HandleError,
@@ -64,6 +65,7 @@ from ._spark import (
     register,
 )
 from ._status import SinkStatus, UnsettledTransaction, sink_status
+from ._target import Lease, TargetLedger, resolve_abandoned
 from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
 
 __all__ = [
@@ -77,12 +79,14 @@ __all__ = [
     "CommitOutcome",
     "CommitPendingError",
     "CommitRetry",
+    "ConcurrentWriterError",
     "ConfigurationError",
     "Decision",
     "FencedError",
     "HandleError",
     "HandleVersionError",
     "Headroom",
+    "Lease",
     "LedgerError",
     "MissingExtraError",
     "MissingOptionError",
@@ -98,6 +102,7 @@ __all__ = [
     "SinkUnavailableError",
     "SourceError",
     "TargetConfigurationError",
+    "TargetLedger",
     "TransactionContext",
     "TransactionHandle",
     "TransactionLostError",
@@ -125,6 +130,7 @@ __all__ = [
     "register",
     "register_metrics",
     "registered_handle_kinds",
+    "resolve_abandoned",
     "serve_metrics",
     "sink_status",
     "validate_sink_id",
