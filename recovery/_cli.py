@@ -20,9 +20,11 @@ from twopc import (
     TwoPCError,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
+    resolve_abandoned,
     sink_status,
 )
 from twopc._logs import configure_cli_logging, log_event
+from twopc._target import open_target_ledger, target_ledger_of
 
 __all__ = ["build_sink", "main"]
 
@@ -70,7 +72,9 @@ _COMMANDS = ("status", "recover")
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--checkpoint", required=True, help="the query's checkpointLocation")
+    common.add_argument("--checkpoint", help="the query's checkpointLocation; without it, the writes without a "
+                                             "checkpoint whose ledger is in the target (--format and --option "
+                                             "url=... name the target)")
     common.add_argument("--format", help="twopc-postgres, twopc-file, ... or module:SinkClass (required unless "
                                          "the checkpoint has no sink yet, or with --accept-lost)")
     common.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
@@ -103,6 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(args_in)
     configure_cli_logging()
     try:
+        if not args.checkpoint:
+            return _target_form(args)
         ledger = CommitLedger(args.checkpoint)
         sink_id = args.sink_id or ledger.recorded_sink_id()
         if not sink_id:
@@ -122,6 +128,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TwoPCError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _target_form(args: argparse.Namespace) -> int:
+    """``status`` / ``recover`` of the writes without a checkpoint that keep their ledger in
+    the target (see :mod:`twopc._target`): every writer recorded there, live or gone."""
+    if not args.format:
+        raise ConfigurationError("give --checkpoint (the query's checkpointLocation), or --format and --option "
+                                 "url=... (and dbtable=...) for the writes without a checkpoint")
+    sink = build_sink(args.format, _options(args.option, args.option_env))
+    with sink:
+        backend = target_ledger_of(sink)
+        if backend is None:
+            raise ConfigurationError(f"{sink.describe()} keeps no ledger in its target: give --checkpoint")
+        if args.command == "recover":
+            if getattr(args, "accept_lost", None) is not None or args.dry_run:
+                raise ConfigurationError("--accept-lost and --dry-run need --checkpoint")
+            writers = backend.writers()
+            done = resolve_abandoned(sink, backend)
+            live = [w for w in writers if w not in done]
+            print(f"{backend.location}: resolved {len(done)} write(s) whose driver is gone"
+                  + (f" ({', '.join(done)})" if done else "") + f"; left {len(live)} running write(s) alone"
+                  + (f" ({', '.join(live)})" if live else ""))
+            return 0
+        needs = False
+        out = []
+        for writer in backend.writers():
+            with backend.take(writer) as free:
+                status = sink_status(sink, open_target_ledger(backend, writer), writer)
+            needs = needs or (free and status.needs_operator)
+            if args.json:
+                out.append({**status.to_json(), "writer_running": not free})
+            else:
+                print(status.render())
+                print(f"  writer: {'gone: the next write or twopc recover resolves it' if free else 'running'}")
+        if args.json:
+            print(json.dumps(out, indent=1, sort_keys=True))
+        elif not out and not backend.writers():
+            print(f"{backend.location}: no write without a checkpoint is recorded")
+        return 1 if needs else 0
 
 
 def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool) -> int:

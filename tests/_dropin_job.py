@@ -1,7 +1,8 @@
-"""``python -m tests._dropin_job TABLE``: one drop-in write (``twopc-jdbc``, no checkpoint)
-of ids 0..29 into TABLE, in a Spark driver of its own, for the tests that kill it half-way
-(arm a ``crash`` fault through ``TWOPC_FAULTS``). The database URL comes in the environment
-(``TWOPC_DROPIN_URL``), never on the command line. Prints ``jvm <pid>`` once Spark runs.
+"""``python -m tests._dropin_job TABLE [START]``: one drop-in write (``twopc-jdbc``, no
+checkpoint) of ids START..START+29 (START defaults to 0) into TABLE, in a Spark driver of its
+own, for the tests that kill it half-way (arm a ``crash`` fault through ``TWOPC_FAULTS``). The
+database URL comes in the environment (``TWOPC_DROPIN_URL``), never on the command line.
+Prints ``jvm <pid>`` once Spark runs.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import sys
 import faultinject
 
 
-def main(table: str) -> None:
+def main(table: str, start: int = 0) -> None:
     faultinject.export_crash_group()  # a crash fired in any of the job's processes kills them all
     from pyspark.sql import SparkSession
 
@@ -23,11 +24,11 @@ def main(table: str) -> None:
              .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
     print("jvm", spark.sparkContext._jvm.ProcessHandle.current().pid(), flush=True)  # type: ignore[union-attr]  # py4j
     sinks.register_all(spark)
-    (spark.range(0, 30, numPartitions=3).selectExpr("id", "concat('p', id) as payload")
+    (spark.range(start, start + 30, numPartitions=3).selectExpr("id", "concat('p', id) as payload")
        .write.format("twopc-jdbc").mode("append").option("url", os.environ["TWOPC_DROPIN_URL"])
        .option("dbtable", table).save())
     spark.stop()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)

@@ -76,13 +76,13 @@ def _spark_jdbc_writer(df, url: str, table: str, mode: str = "append"):
             .option("isolationLevel", "READ_COMMITTED"))
 
 
-def test_drop_in_batch_append_without_checkpoint_uses_staging_once(spark, postgres_url, pg_engine, caplog) -> None:
+def test_drop_in_batch_append_without_checkpoint_uses_prepared_mode_once(spark, postgres_url, pg_engine) -> None:
     table = _name()
     _create(pg_engine, table)
-    with caplog.at_level(logging.INFO, logger="twopc"):
-        _spark_jdbc_writer(_df(spark, 0, 300), postgres_url, table).save()
+    _spark_jdbc_writer(_df(spark, 0, 300), postgres_url, table).save()
     assert _ids(pg_engine, table) == list(range(300))
     assert _leftovers(pg_engine, table) == (0, 0)
+    assert not sa.inspect(pg_engine).has_table(StagingSink(pg_engine.url, table).stage.name)  # prepared, not staged
 
 
 def test_batch_append_with_checkpoint_uses_prepared_mode(spark, postgres_url, pg_engine, tmp_path) -> None:
@@ -102,8 +102,9 @@ def test_batch_append_with_checkpoint_uses_prepared_mode(spark, postgres_url, pg
 def test_commit_mode_prepared_refuses_writes_that_need_staging(spark, postgres_url, pg_engine) -> None:
     table = _name()
     _create(pg_engine, table)
-    with pytest.raises(Exception, match="commitMode=prepared cannot serve this write"):
-        _spark_jdbc_writer(_df(spark, 0, 10), postgres_url, table).option("commitMode", "prepared").save()
+    with pytest.raises(Exception, match="commitMode=prepared cannot serve this write: save mode overwrite"):
+        _spark_jdbc_writer(_df(spark, 0, 10), postgres_url, table, mode="overwrite").option(
+            "commitMode", "prepared").save()
     assert _ids(pg_engine, table) == []
 
 
@@ -325,7 +326,7 @@ def test_mariadb_prepared_xa_and_staging(spark, mariadb_url, tmp_path) -> None:
                 w = w.option(k, v)
             w.save()
 
-        # prepared (XA) needs a checkpoint; commitMode=prepared makes "could not" an error
+        # prepared (XA); commitMode=prepared makes "could not" an error
         write(_df(spark, 0, 120), prepared, commitMode="prepared", checkpointLocation=str(tmp_path / "ck"),
               txnVersion="1")
         write(_df(spark, 0, 120), prepared, commitMode="prepared", checkpointLocation=str(tmp_path / "ck"),
@@ -337,11 +338,17 @@ def test_mariadb_prepared_xa_and_staging(spark, mariadb_url, tmp_path) -> None:
         with pytest.raises(Exception, match=r"(?i)duplicate"):
             write(_df(spark, 500, 600).union(_df(spark, 0, 1, parts=1)), prepared, commitMode="prepared",
                   checkpointLocation=str(tmp_path / "ck"), txnVersion="2")
+        # prepared (XA) without a checkpoint: the decision in the server's twopc_ledger, nothing left there
+        write(_df(spark, 200, 220), prepared)
+        with engine.connect() as c:
+            assert c.exec_driver_sql("SELECT count(*) FROM twopc_ledger WHERE sink_id LIKE 'eph-%%'").scalar_one() == 0
+            assert c.exec_driver_sql(f"SELECT count(*) FROM {prepared} WHERE id >= 200").scalar_one() == 20
         # staging, no checkpoint, the table created from the DataFrame; then an upsert
         write(_df(spark, 0, 50), created, upsertKeys="id")  # creates the table with PRIMARY KEY (id)
         write(_df(spark, 40, 60).selectExpr("id", "'changed' AS payload", "amount", "ts"), created, upsertKeys="id")
         with engine.connect() as c:
-            assert [r[0] for r in c.exec_driver_sql(f"SELECT id FROM {prepared} ORDER BY id")] == list(range(120))
+            assert [r[0] for r in c.exec_driver_sql(f"SELECT id FROM {prepared} ORDER BY id")] == [*range(120),
+                                                                                                   *range(200, 220)]
             rows: dict[int, str] = dict(c.exec_driver_sql(f"SELECT id, payload FROM {created}").all())
             xa = c.exec_driver_sql("XA RECOVER").all()
         assert sorted(rows) == list(range(60)) and rows[39] == "event-39" and rows[45] == "changed"

@@ -21,6 +21,7 @@ from ._ephemeral import ephemeral_writer_dead
 from ._errors import (
     BatchAbortedError,
     CommitPendingError,
+    ConcurrentWriterError,
     ConfigurationError,
     FencedError,
     HandleError,
@@ -65,6 +66,7 @@ from ._spark import (
     register,
 )
 from ._status import SinkStatus, UnsettledTransaction, sink_status
+from ._target import Lease, TargetLedger, resolve_abandoned
 from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
 
 __all__ = [
@@ -79,12 +81,14 @@ __all__ = [
     "CommitOutcome",
     "CommitPendingError",
     "CommitRetry",
+    "ConcurrentWriterError",
     "ConfigurationError",
     "Decision",
     "FencedError",
     "HandleError",
     "HandleVersionError",
     "Headroom",
+    "Lease",
     "LedgerError",
     "MissingExtraError",
     "MissingOptionError",
@@ -100,6 +104,7 @@ __all__ = [
     "SinkUnavailableError",
     "SourceError",
     "TargetConfigurationError",
+    "TargetLedger",
     "TransactionContext",
     "TransactionHandle",
     "TransactionLostError",
@@ -127,6 +132,7 @@ __all__ = [
     "register",
     "register_metrics",
     "registered_handle_kinds",
+    "resolve_abandoned",
     "serve_metrics",
     "sink_status",
     "validate_sink_id",

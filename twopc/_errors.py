@@ -8,7 +8,8 @@ catch the whole family with one clause, or a branch of it::
     │   ├── MissingOptionError      a required option is absent
     │   ├── MissingExtraError       a backend's driver is not installed (also an ImportError)
     │   ├── SchemaMismatchError     the DataFrame does not fit the target
-    │   └── TargetConfigurationError  the target is set up wrong (e.g. 2PC disabled)
+    │   ├── TargetConfigurationError  the target is set up wrong (e.g. 2PC disabled)
+    │   └── ConcurrentWriterError   another live writer holds this sink id's lease
     ├── HandleError                 a serialized transaction handle cannot be read
     │   ├── UnknownHandleKindError  no handle type is registered for its kind
     │   └── HandleVersionError      written by a newer (or unsupported older) twopc
@@ -34,6 +35,7 @@ from collections.abc import Iterable
 __all__ = [
     "BatchAbortedError",
     "CommitPendingError",
+    "ConcurrentWriterError",
     "ConfigurationError",
     "FencedError",
     "HandleError",
@@ -102,6 +104,12 @@ class SchemaMismatchError(ConfigurationError):
 
 class TargetConfigurationError(ConfigurationError):
     """The target system is configured in a way the guarantee cannot hold with."""
+
+
+class ConcurrentWriterError(ConfigurationError):
+    """Another writer that is still running holds the lease of this sink id on the target
+    (see :mod:`twopc._target`): two writers with one sink id would roll back each other's
+    transactions. Refused before anything is written."""
 
 
 class HandleError(TwoPCError):

@@ -33,7 +33,7 @@ from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, Protoco
 from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._owner import DriverIdentity
 from ._ownership import Ownership
-from ._stores import open_store
+from ._stores import Store, open_store
 
 __all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_at", "spark_checkpoint_started"]
 
@@ -159,12 +159,14 @@ class CommitLedger:
             URI pyarrow understands). The ledger lives in its ``twopc/`` folder.
         filesystem: a pyarrow filesystem to use instead of resolving the location's URI
             (then *checkpoint_location* is a path within it).
+        store: the records' store itself (a ledger kept in the target, see
+            :mod:`twopc._target`); *checkpoint_location* then only names it in messages.
     """
 
     def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
-                 epoch: int | None = None) -> None:
+                 epoch: int | None = None, store: Store | None = None) -> None:
         self.checkpoint_location = checkpoint_location
-        self._store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
+        self._store = store or open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
         for folder in ("decisions", "committed", "owners", "verdicts", "aborted"):
             self._store.makedirs(folder)
         self._owners = Ownership(self._store, epoch)

@@ -78,6 +78,9 @@ class RuntimeOptions:
     temporary directory (allowed only for sinks that commit a batch atomically)."""
     retry: CommitRetry = field(default_factory=CommitRetry)
     """``commitRetries`` / ``commitRetryBackoff``."""
+    in_target: bool = False
+    """True when the write has no ``checkpointLocation`` and its ledger lives in the target
+    (:mod:`twopc._target`); then ``checkpoint_location`` only names that ledger."""
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool,

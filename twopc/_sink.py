@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from ._target import TargetLedger
+
 __all__ = ["CommitOutcome", "TwoPhaseCommitSink"]
 
 log = logging.getLogger("twopc.sink")
@@ -217,6 +219,13 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         Raises:
             SinkError: the target failed.
         """
+        return None
+
+    def target_ledger(self) -> TargetLedger | None:
+        """Where this sink's server can keep the commit ledger and the writers' leases (see
+        :mod:`twopc._target`), or ``None`` (the default). A sink that offers one can serve
+        batch writes without ``checkpointLocation`` in its prepared mode, and every write
+        through it resolves the abandoned writes of others on its server. No server contact."""
         return None
 
     def commit_mode(self) -> str:

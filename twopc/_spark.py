@@ -26,6 +26,7 @@ task runs. Writes that touch no common key (plain appends) never wait.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import shutil
 import time
@@ -58,6 +59,7 @@ from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
 from ._source_env import is_stream_source, source_environment
+from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,13 +100,14 @@ class _WriterCore:
     """Protocol logic shared by the batch and the streaming writer (picklable)."""
 
     def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
-                 format_name: str = "", epoch: int | None = None) -> None:
+                 format_name: str = "", epoch: int | None = None, lease: Lease | None = None) -> None:
         self.sink = sink
         self.sink_id = sink_id
         self.runtime = runtime
         self.skip = skip
         self.format_name = format_name
         self.epoch = epoch
+        self.lease = lease
         self._register_handle_kind()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -175,8 +178,17 @@ class _WriterCore:
         return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time())
 
     # -- driver side --------------------------------------------------------------
+    def _target(self) -> TargetLedger:
+        target = target_ledger_of(self.sink)
+        if target is None:
+            raise ProtocolError(f"{self.sink.describe()} kept this write's ledger in the target, and now has none")
+        return target
+
     def coordinator(self) -> CommitCoordinator:
-        ledger = CommitLedger(self.runtime.checkpoint_location, epoch=self.epoch)
+        if self.runtime.in_target:
+            ledger = open_target_ledger(self._target(), self.sink_id, lease=self.lease, epoch=self.epoch)
+        else:
+            ledger = CommitLedger(self.runtime.checkpoint_location, epoch=self.epoch)
         return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
                                  retry=self.runtime.retry)
 
@@ -184,6 +196,7 @@ class _WriterCore:
         configure_worker_logging()
         if self.skip:
             log.warning("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
+            self._settle()
             return None
         return self._finish("commit", messages, batch_id)
 
@@ -193,6 +206,7 @@ class _WriterCore:
         cleaned up now is left for the next start (or ``python -m recovery``) with a warning."""
         configure_worker_logging()
         if self.skip:
+            self._settle()
             return None
         try:
             return self._finish("abort", messages, batch_id)
@@ -215,6 +229,7 @@ class _WriterCore:
                                 retried=coordinator.metrics.retried)
             raise
         finally:
+            self._settle()
             self.sink.close()
             self._forget_ephemeral()
         if not self.runtime.ephemeral:
@@ -223,10 +238,18 @@ class _WriterCore:
                            retried=coordinator.metrics.retried)
         return result
 
+    def _settle(self) -> None:
+        """A write whose ledger is in the target: forget its records when nothing of it is
+        left; release the batch write's lease (never raises)."""
+        if self.runtime.in_target:
+            settle_own(self.sink, self._target(), self.sink_id, self.lease)
+        elif self.lease is not None and (target := target_ledger_of(self.sink)) is not None:
+            target.release(self.lease)
+
     def _forget_ephemeral(self) -> None:
         """Delete the temporary ledger of a write without checkpointLocation: its sink
         commits a batch in one local transaction, so nothing in it is needed afterwards."""
-        if self.runtime.ephemeral:
+        if self.runtime.ephemeral and not self.runtime.in_target:
             shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
 
 
@@ -325,34 +348,71 @@ class TwoPhaseCommitDataSource(DataSource):
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
         sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        configure_worker_logging()
+        validated = False
+        target = None
         ephemeral = None
-        if not checkpointed and not streaming and sink.commits_atomically:
-            ephemeral = make_ephemeral_ledger()
-        runtime = RuntimeOptions.parse(options, streaming=streaming, ephemeral_location=ephemeral)
+        if not checkpointed and not streaming:
+            if not sink.commits_atomically and self._plan_time:
+                target = target_ledger_of(sink)
+                if target is not None:
+                    sink.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
+                    validated = True
+                    target = None if sink.commits_atomically else target
+            if sink.commits_atomically:
+                ephemeral = make_ephemeral_ledger()
+        runtime = RuntimeOptions.parse(options, streaming=streaming,
+                                       ephemeral_location=ephemeral or (target.location if target else None))
+        if target is not None:
+            runtime = dataclasses.replace(runtime, in_target=True)
         if self._plan_time and checkpointed and not option(self.options, "checkpointLocation") \
                 and not spark_checkpoint_started(runtime.checkpoint_location):
             raise missing_spark_checkpoint(runtime.checkpoint_location)
-        ledger = CommitLedger(runtime.checkpoint_location)
-        default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
-            runtime.checkpoint_location)
-        sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
-        target = None if runtime.ephemeral else sink.target_identity()
+        lease = None
+        identity = None
+        if target is not None:
+            sink_id = runtime.sink_id or ephemeral_sink_id()
+            lease = target.acquire(sink_id)  # before any record: a held lease is a live writer
+            try:
+                ledger = open_target_ledger(target, sink_id)
+                ledger.bind_sink_id(sink_id, sink_id)
+            except BaseException:
+                settle_own(sink, target, sink_id, lease)
+                raise
+            log.info("twopc: sink %s keeps its ledger in %s (no checkpointLocation)", sink_id, target.location)
+        else:
+            ledger = CommitLedger(runtime.checkpoint_location)
+            default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
+                runtime.checkpoint_location)
+            sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
+            identity = None if runtime.ephemeral else sink.target_identity()
+            if self._plan_time and runtime.sink_id and not runtime.ephemeral \
+                    and (leased := target_ledger_of(sink)) is not None:
+                # a sink id given by the user may be given to two writers: the second one is refused here,
+                # before its recovery would roll back the first one's transactions as orphans
+                lease = leased.acquire(sink_id, keep=streaming)
         skip = False
-        configure_worker_logging()
         epoch = None
         if self._plan_time:
             try:
-                ledger.bind_target(target, sink_id, record=False)  # another target's checkpoint: touch nothing
+                ledger.bind_target(identity, sink_id, record=False)  # another target's checkpoint: touch nothing
                 epoch = ledger.claim()
-                sink.validate(arrow_schema)
-                ledger.bind_target(target, sink_id)  # recorded once the target validated (not a typo)
+                if not validated:
+                    sink.validate(arrow_schema)
+                ledger.bind_target(identity, sink_id)  # recorded once the target validated (not a typo)
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+                if not streaming and (others := target or target_ledger_of(sink)) is not None:
+                    resolve_abandoned(sink, others, skip=sink_id)
                 sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up
                 if not runtime.ephemeral:
                     at_plan_time(sink, sink_id, ledger, self.options)
             except BaseException:
                 if ephemeral is not None:
                     shutil.rmtree(ephemeral, ignore_errors=True)
+                if target is not None:
+                    settle_own(sink, target, sink_id, lease)
+                elif lease is not None and not streaming and (leased := target_ledger_of(sink)) is not None:
+                    leased.release(lease)
                 raise
             finally:
                 sink.close()
@@ -363,7 +423,8 @@ class TwoPhaseCommitDataSource(DataSource):
                 if skip:
                     log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
                                 "this write will write nothing", sink_id, latest, runtime.txn_version)
-        return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch)
+        return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
+                           lease=None if streaming else lease)  # a query keeps its lease while its driver runs
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:

@@ -9,15 +9,16 @@ one of two commit modes and logs which:
     PostgreSQL ``PREPARE TRANSACTION`` (:class:`~sinks.PostgresSink`, binary COPY from
     Arrow) or MySQL/MariaDB XA (:class:`~sinks.MySqlXaSink`), both built on
     :class:`~sinks.sql.PreparedSqlSink` — and the driver commits
-    them after recording its decision in the checkpoint. The fastest mode; it needs a
-    ``checkpointLocation``, a server that allows prepared transactions, and an existing
-    table, and it serves appends.
+    them after recording its decision in the checkpoint, or, for a batch write without
+    ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
+    the write's lease there (:mod:`sinks.sql._target_ledger`). The fastest mode; it needs
+    a server that allows prepared transactions and an existing table, and it serves appends.
 ``staging``
     Each task attempt commits its rows into a staging table; the driver moves the chosen
     attempts' rows into the table in ONE local transaction (:class:`~sinks.StagingSink`).
     Works on any database with transactions (SQLite included), and is what overwrite,
-    table creation, ``upsertKeys``, ``saveMode`` errorifexists/ignore and batch writes
-    without ``checkpointLocation`` use: the commit transaction is its own decision.
+    table creation, ``upsertKeys``, ``saveMode`` errorifexists/ignore and SQLite use: the
+    commit transaction is its own decision.
 
 ``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server
 allow it, else ``staging``; ``commitMode=prepared`` makes "not allowed" an error.
@@ -39,6 +40,7 @@ from twopc import (
     Headroom,
     PreparedDetail,
     ProtocolError,
+    TargetLedger,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitDataSource,
@@ -87,6 +89,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self.schema: pa.Schema | None = None
         self._overwrite = False
         self._streaming = False
+        self._checkpointed = True
         self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
 
@@ -169,8 +172,9 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self.write_mode = "overwrite" if overwrite else (o.save_mode or "append")
         self.schema, self._overwrite, self._streaming = schema, self.write_mode == "overwrite", streaming
         reasons = []
-        if not checkpointed:
+        if not checkpointed and o.dialect not in ("postgresql", "mysql"):
             reasons.append("no checkpointLocation to record the commit decision in")
+        self._checkpointed = checkpointed
         if self.write_mode != "append":
             reasons.append(f"save mode {self.write_mode} (its DDL and rows commit in one transaction)")
         if o.upsert_keys:
@@ -231,7 +235,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
                     if n <= 0:
                         return False, ("the server has max_prepared_transactions = 0 (set it > 0 and restart "
                                        "PostgreSQL for the faster prepared mode)")
-                    return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}"
+                    return True, (f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}"
+                                  + self._ledger_note())
         except SQLAlchemyError as exc:
             raise self._staging_sink()._unavailable(exc) from None
         if o.dialect == "mysql":
@@ -240,8 +245,19 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             prepared = self._prepared_sink()
             assert isinstance(prepared, MySqlXaSink)
             ok, why = prepared.xa_available()
-            return ok, (f"MySQL/MariaDB XA: {why}" if ok else why)
+            return ok, (f"MySQL/MariaDB XA: {why}{self._ledger_note()}" if ok else why)
         return False, f"{o.dialect} has no prepared transactions twopc can use"
+
+    def _ledger_note(self) -> str:
+        if self._checkpointed:
+            return ""
+        return ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
+                "(no checkpointLocation)")
+
+    def target_ledger(self) -> TargetLedger | None:
+        """The prepared mode's ledger table and leases on PostgreSQL and MySQL/MariaDB (see
+        :mod:`sinks.sql._target_ledger`); ``None`` on other databases."""
+        return self._prepared_sink().target_ledger() if self.dialect in ("postgresql", "mysql") else None
 
     # -- executor side: the settled mode ----------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> Any:

@@ -50,6 +50,8 @@ from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
 
+    from ._target_ledger import SqlTargetLedger
+
 __all__ = ["PreparedSqlSink"]
 
 C = TypeVar("C", bound=TableColumn)
@@ -130,6 +132,13 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         for txn in list(self._open or ()):
             self.rollback(txn)
         self._drop_control(broken=False)
+
+    def target_ledger(self) -> SqlTargetLedger:
+        """The ledger table and writers' leases on this server (:mod:`sinks.sql._target_ledger`):
+        batch writes without ``checkpointLocation`` keep their decisions there."""
+        from ._target_ledger import SqlTargetLedger
+
+        return SqlTargetLedger(self)
 
     # -- validation (driver, plan time) ----------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:

@@ -1,0 +1,318 @@
+"""The decision ledger in the target (:mod:`twopc._target`) for the prepared SQL sinks: the
+ledger's records as rows of one table on the server of the prepared transactions, and the
+writers' leases as session locks on that server.
+
+The table is ``twopc_ledger`` in the marker table's schema::
+
+    sink_id   the writer's sink id          name   the record (sink.json, decisions/<batch>.json...)
+    body      the record's JSON             written_at
+
+A record is created by one ``INSERT`` in its own local transaction (the primary key makes a
+second create of a name fail: the ledger's create-at-most-once). The lease of sink id ``S``
+is a session lock: ``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL,
+``GET_LOCK('twopc:<hash of S>', 0)`` on MySQL/MariaDB, held by a small helper process of
+the driver (:mod:`sinks.sql._lease_holder`) for as long as the write runs: Spark plans and
+commits a Python data source's write in short-lived worker processes, so none of them can
+hold a session for the whole write. The helper gives the lock up when the write's commit or
+abort ends (it is told by a signal), or when the driver's JVM is gone (it checks every
+0.2 s), or when it is killed with the job: the server releases a session's locks when the
+session ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from twopc import ConcurrentWriterError, FencedError, Lease, LedgerError, SinkError
+from twopc._owner import DriverIdentity, _start_ticks, driver_identity
+
+from ._dialect import give_back, log
+from ._names import TableName
+
+if TYPE_CHECKING:
+    from ._prepared import PreparedSqlSink
+
+__all__ = ["LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name"]
+
+#: The ledger table's name (in the marker table's schema).
+LEDGER_TABLE = "twopc_ledger"
+_UNIQUE = frozenset({"23505", "1062"})  # PostgreSQL unique_violation, MySQL ER_DUP_ENTRY
+_HOLDER_WAIT = 60.0
+
+
+def lease_key(sink_id: str) -> int:
+    """The PostgreSQL advisory-lock key of *sink_id*'s lease (63 bits, never negative)."""
+    return int.from_bytes(hashlib.sha256(f"twopc-lease:{sink_id}".encode()).digest()[:8], "big") & (2**63 - 1)
+
+
+def lease_name(sink_id: str, database: str) -> str:
+    """The MySQL/MariaDB ``GET_LOCK`` name of *sink_id*'s lease in *database* (46 characters:
+    ``GET_LOCK`` names are server-wide, PostgreSQL's advisory locks are per database)."""
+    return "twopc:" + hashlib.sha256(f"twopc-lease:{database}/{sink_id}".encode()).hexdigest()[:40]
+
+
+def _lock_sql(dialect: str, sink_id: str, database: str) -> tuple[str, str, Any]:
+    """(try-lock statement, unlock statement, parameter) of *sink_id*'s lease."""
+    if dialect == "postgresql":
+        return "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)", lease_key(sink_id)
+    return "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)", lease_name(sink_id, database)
+
+
+class SqlTargetLedger:
+    """The target ledger of a prepared SQL sink (see the module docstring). Picklable: it
+    holds the sink's configuration only."""
+
+    def __init__(self, sink: PreparedSqlSink[Any, Any]) -> None:
+        self.sink = sink
+        self.table = TableName(sink._marker.schema, LEDGER_TABLE, sink.spec.name)
+
+    @property
+    def location(self) -> str:
+        return f"{self.sink.spec.product} {self.sink._where()} table {self.table.display()}"
+
+    @property
+    def _dialect(self) -> str:
+        return self.sink.spec.name
+
+    def _lock(self, sink_id: str) -> tuple[str, str, Any]:
+        return _lock_sql(self._dialect, sink_id, self.sink.options.url.database or "")
+
+    def _q(self) -> str:
+        return self.sink._qualified(self.table)
+
+    def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
+        """One statement on the sink's control connection; driver errors as a SinkError."""
+        try:
+            return self.sink._control_execute(query, params, fetch=fetch)[1]
+        except self.sink.spec.driver_error as exc:
+            raise self.sink._map_error(exc, action) from None
+
+    # -- the records -------------------------------------------------------------------
+    def ensure_table(self) -> None:
+        """Create the ledger table if it does not exist.
+
+        Raises:
+            SinkError: it cannot be created (the message has the DDL to run as an owner).
+        """
+        if self._dialect == "postgresql":
+            ddl = (f"CREATE TABLE IF NOT EXISTS {self._q()} (sink_id text NOT NULL, name text NOT NULL, "
+                   "body text NOT NULL, written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, name))")
+        else:
+            ascii_ = "CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
+            ddl = (f"CREATE TABLE IF NOT EXISTS {self._q()} (`sink_id` VARCHAR(64) {ascii_}, `name` VARCHAR(128) "
+                   f"{ascii_}, `body` LONGTEXT NOT NULL, `written_at` TIMESTAMP(6) NOT NULL DEFAULT "
+                   "CURRENT_TIMESTAMP(6), PRIMARY KEY (`sink_id`, `name`)) ENGINE=InnoDB")
+        try:
+            self.sink._control_execute(ddl)
+        except self.sink.spec.driver_error as exc:
+            if self.sink.spec.error_code(exc) in _UNIQUE:
+                return  # created concurrently (PostgreSQL's catalog race)
+            raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink._where()} "
+                            f"({self.sink._redact(self.sink.spec.error_text(exc))}): create it once as an owner "
+                            f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
+                            f"Or give the write a checkpointLocation") from None
+
+    def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
+        return SqlLedgerStore(self, sink_id, lease)
+
+    def writers(self) -> list[str]:
+        try:
+            rows = self.sink._control_execute(f"SELECT DISTINCT sink_id FROM {self._q()}", fetch=True)[1]
+        except self.sink.spec.driver_error as exc:
+            if self.sink.spec.is_missing_table(exc):
+                return []
+            raise self.sink._map_error(exc, f"list the writers in {self.table.display()}") from None
+        return sorted(str(r[0]) for r in rows)
+
+    def forget(self, sink_id: str) -> None:
+        self.run(f"DELETE FROM {self._q()} WHERE sink_id = %s", (sink_id,),
+                 action=f"delete the records of {sink_id} from {self.table.display()}")
+
+    # -- the leases ----------------------------------------------------------------------
+    def _record(self, sink_id: str) -> Path:
+        """Where this machine notes the lease a driver keeps across its plans (a streaming query)."""
+        where = hashlib.sha256(f"{self.location}\n{sink_id}".encode()).hexdigest()[:32]
+        return Path(tempfile.gettempdir()) / f"twopc-lease-{where}.json"
+
+    def _kept(self, sink_id: str, driver: DriverIdentity) -> Lease | None:
+        """The lease this driver already holds for *sink_id* (noted by an earlier plan), if any."""
+        try:
+            data = json.loads(self._record(sink_id).read_text(encoding="utf-8"))
+            lease = Lease(**data["lease"])
+            mine = data["driver"] == dict(driver)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        alive = _start_ticks(lease.holder_pid) == lease.holder_started
+        return lease if mine and alive and lease.sink_id == sink_id and self.holds(lease) else None
+
+    def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
+        """Start the driver's lease holder for *sink_id* and wait until it holds the lock.
+        With *keep* (a streaming query plans every micro-batch), a lease this driver already
+        holds for *sink_id* is returned as it is.
+
+        Raises:
+            ConcurrentWriterError: another writer holds the lease of *sink_id*.
+            SinkError / SinkUnavailableError: the server failed, or the holder did not start.
+        """
+        driver = driver_identity()
+        if keep and (kept := self._kept(sink_id, driver)) is not None:
+            return kept
+        self.ensure_table()
+        payload = base64.b64encode(pickle.dumps({"options": self.sink.options, "dialect": self._dialect,
+                                                 "sink_id": sink_id, "driver": driver})).decode()
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        proc = subprocess.Popen([sys.executable, "-m", "sinks.sql._lease_holder"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
+                                close_fds=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(payload + "\n")
+            proc.stdin.close()
+            line = proc.stdout.readline().split()  # the holder answers within its connect timeout
+        except OSError:
+            line = []
+        proc.stdout.close()
+        if line[:1] == ["held"] and len(line) == 2:
+            lease = Lease(sink_id, int(line[1]), proc.pid, _start_ticks(proc.pid) or 0, socket.gethostname())
+            if keep:
+                with contextlib.suppress(OSError):
+                    self._record(sink_id).write_text(json.dumps({"lease": dataclasses.asdict(lease),
+                                                                 "driver": dict(driver)}), encoding="utf-8")
+            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.sink._where(), lease.session)
+            return lease
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.wait(timeout=_HOLDER_WAIT)
+        if line[:1] == ["busy"]:
+            raise ConcurrentWriterError(
+                f"another writer with sink id {sink_id!r} is running against {self.sink._where()} (it holds the "
+                f"sink id's lease there): two writers with one sink id would roll back each other's transactions. "
+                f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
+        raise SinkError(f"the lease holder of sink id {sink_id!r} could not take its lease on {self.sink._where()} "
+                        f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
+
+    def holds(self, lease: Lease) -> bool:
+        if self._dialect == "postgresql":
+            key = lease_key(lease.sink_id)
+            rows = self.run("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
+                            "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND database = "
+                            "(SELECT oid FROM pg_database WHERE datname = current_database())",
+                            (lease.session, key >> 32, key & 0xFFFFFFFF), fetch=True, action="check the lease")
+            return bool(rows and int(rows[0][0]) > 0)
+        rows = self.run("SELECT IS_USED_LOCK(%s)", (self._lock(lease.sink_id)[2],), fetch=True,
+                        action="check the lease")
+        return bool(rows) and rows[0][0] is not None and int(rows[0][0]) == lease.session
+
+    def release(self, lease: Lease) -> None:
+        """Stop the lease's holder process (it ends its session, which frees the lock)."""
+        if lease.host != socket.gethostname() or _start_ticks(lease.holder_pid) != lease.holder_started:
+            return  # gone already (or another process has its id now)
+        with contextlib.suppress(OSError):
+            os.kill(lease.holder_pid, signal.SIGTERM)
+
+    @contextlib.contextmanager
+    def take(self, sink_id: str) -> Iterator[bool]:
+        try_lock, unlock, key = self._lock(sink_id)
+        conn = self.sink._checkout()
+        broken = False
+        try:
+            with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
+                cur.execute(try_lock, (key,))
+                got = bool(cur.fetchone()[0])
+            try:
+                yield got
+            finally:
+                if got:
+                    with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # as above
+                        cur.execute(unlock, (key,))
+        except self.sink.spec.driver_error as exc:
+            broken = True
+            raise self.sink._map_error(exc, f"take the lease of {sink_id}") from None
+        finally:
+            give_back(conn, broken=broken)
+
+
+class SqlLedgerStore:
+    """One writer's ledger records in the ledger table (the :class:`twopc._stores.Store`
+    protocol). With a lease, creating a decision first checks the lease is still held."""
+
+    def __init__(self, backend: SqlTargetLedger, sink_id: str, lease: Lease | None) -> None:
+        self.backend = backend
+        self.sink_id = sink_id
+        self.lease = lease
+        self.root = f"{backend.location} sink {sink_id}"
+
+    def path(self, *parts: str) -> str:
+        return f"{self.root}: {'/'.join(parts)}"
+
+    def makedirs(self, rel: str) -> None:
+        """Folders are name prefixes here: nothing to make."""
+
+    def _run(self, query: str, params: Sequence[Any], *, fetch: bool = False, what: str) -> list[tuple[Any, ...]]:
+        try:
+            return self.backend.run(query, params, fetch=fetch, action=what)
+        except SinkError as exc:
+            raise LedgerError(f"cannot {what} in {self.root}: {exc}") from None
+
+    def read(self, rel: str) -> str | None:
+        rows = self._run(f"SELECT body FROM {self.backend._q()} WHERE sink_id = %s AND name = %s",
+                         (self.sink_id, rel), fetch=True, what=f"read ledger record {rel}")
+        return str(rows[0][0]) if rows else None
+
+    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
+        if self.lease is not None and rel.startswith("decisions/") and not self.backend.holds(self.lease):
+            raise FencedError(
+                f"this write (sink id {self.sink_id}) lost its lease on {self.backend.sink._where()}: the connection "
+                f"that held it is gone, so another writer may be resolving its transactions. It records and commits "
+                f"nothing; the next write to the server or `twopc recover` rolls its transactions back")
+        if not exclusive:
+            self.replace(rel, text)
+            return True
+        sink = self.backend.sink
+        try:
+            sink._control_execute(f"INSERT INTO {self.backend._q()} (sink_id, name, body) VALUES (%s, %s, %s)",
+                                  (self.sink_id, rel, text))
+        except sink.spec.driver_error as exc:
+            if sink.spec.error_code(exc) in _UNIQUE:
+                return False
+            raise LedgerError(f"cannot write ledger record {rel} in {self.root}: "
+                              f"{sink._map_error(exc, 'write a ledger record')}") from None
+        except SinkError as exc:
+            raise LedgerError(f"cannot write ledger record {rel} in {self.root}: {exc}") from None
+        return True
+
+    def replace(self, rel: str, text: str) -> None:
+        q = self.backend._q()
+        if self.backend._dialect == "postgresql":
+            sql = (f"INSERT INTO {q} (sink_id, name, body) VALUES (%s, %s, %s) "
+                   "ON CONFLICT (sink_id, name) DO UPDATE SET body = EXCLUDED.body")
+        else:
+            sql = (f"INSERT INTO {q} (sink_id, name, body) VALUES (%s, %s, %s) "
+                   "ON DUPLICATE KEY UPDATE body = VALUES(body)")
+        self._run(sql, (self.sink_id, rel, text), what=f"write ledger record {rel}")
+
+    def list(self, rel: str) -> list[str]:
+        prefix = rel.rstrip("/") + "/"
+        rows = self._run(f"SELECT name FROM {self.backend._q()} WHERE sink_id = %s", (self.sink_id,), fetch=True,
+                         what=f"list ledger folder {rel}")
+        names = [str(r[0])[len(prefix):] for r in rows if str(r[0]).startswith(prefix)]
+        return [n for n in names if n and "/" not in n and not n.startswith(".")]
+
+    def delete(self, rel: str) -> None:
+        self._run(f"DELETE FROM {self.backend._q()} WHERE sink_id = %s AND name = %s", (self.sink_id, rel),
+                  what=f"delete ledger record {rel}")

@@ -1,0 +1,164 @@
+"""The decision ledger in the target, for batch writes without ``checkpointLocation``, and the
+writers' leases that tell a live writer's prepared transactions from a dead one's.
+
+A sink that prepares transactions on a server can also keep the commit ledger there
+(:meth:`TwoPhaseCommitSink.target_ledger`): the same records as a checkpoint's ledger
+(:mod:`twopc._ledger`), rows of one table keyed by sink id, each written and committed in a
+local transaction on the same server as the prepared transactions. A write without a
+checkpoint then runs in prepared mode under a fresh sink id (``eph-...``, or its
+``txnAppId``), and its decision survives its driver.
+
+Without a checkpoint there is no single owner: two jobs may write to one server at once.
+So every writer's driver holds a **lease** on the server for as long as its write runs (a
+session lock keyed by its sink id, which every transaction id carries: see
+:mod:`twopc._xid`), and:
+
+- a writer takes its lease before it records anything; a lease already held means another
+  live writer has this sink id: :class:`ConcurrentWriterError`, before anything is touched;
+- the next write to the server (any twopc writer with a target ledger) and ``twopc
+  recover`` resolve only the writers whose lease they can take themselves
+  (:func:`resolve_abandoned`): free lease = writer gone. They take over its ledger
+  (:meth:`CommitLedger.claim`, which fences it) and finish its decided batch or roll its
+  orphans back, holding the lease while they do; a held lease is left alone;
+- a writer that lost its lease (its lease connection died: a zombie) is refused when it
+  records its decision (:class:`FencedError`): the target ledger's store checks the lease
+  right before the decision row is written, and the takeover's owner epoch fences a
+  decision written after the check.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ._errors import TwoPCError
+from ._ledger import CommitLedger
+from ._owner import DriverIdentity, _start_ticks
+from ._recovery import RecoveryCoordinator
+from ._stores import Store
+
+if TYPE_CHECKING:
+    from ._coordinator import AnySink
+
+__all__ = ["EPHEMERAL_PREFIX", "Lease", "TargetLedger", "open_target_ledger", "resolve_abandoned", "settle_own",
+           "target_ledger_of"]
+
+log = logging.getLogger("twopc.target")
+
+#: sink ids of writes without a checkpoint and without txnAppId (:func:`twopc.ephemeral_sink_id`)
+EPHEMERAL_PREFIX = "eph-"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A writer's lease on the target: the server session holding its lock, and the local
+    process keeping that session open for the driver (credential-free, picklable)."""
+
+    sink_id: str
+    session: int
+    """The server's id of the session holding the lock (PostgreSQL backend pid, MySQL
+    connection id)."""
+    holder_pid: int
+    holder_started: int
+    host: str
+
+
+class TargetLedger(Protocol):
+    """What a sink offers to keep the ledger and the writers' leases on its server."""
+
+    @property
+    def location(self) -> str:
+        """Where the ledger lives, for messages (credential-free)."""
+
+    def store(self, sink_id: str, lease: Lease | None = None) -> Store:
+        """The ledger store of *sink_id*; with *lease*, creating a decision first checks
+        that the lease is still held (else :class:`FencedError`)."""
+
+    def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
+        """Take *sink_id*'s lease for this driver and keep it until :meth:`release` or the
+        driver's end; with *keep*, a lease this driver already holds is returned as it is.
+        Raises :class:`ConcurrentWriterError` when another writer holds it."""
+
+    def holds(self, lease: Lease) -> bool:
+        """Whether *lease*'s session still holds the lock."""
+
+    def release(self, lease: Lease) -> None:
+        """Give the lease up (never raises)."""
+
+    def writers(self) -> list[str]:
+        """Sink ids with records in the ledger (none when it does not exist yet)."""
+
+    def take(self, sink_id: str) -> AbstractContextManager[bool]:
+        """Hold *sink_id*'s lease for the block if it is free (yields True), else yield False."""
+
+    def forget(self, sink_id: str) -> None:
+        """Delete every record of *sink_id*."""
+
+
+def target_ledger_of(sink: AnySink) -> TargetLedger | None:
+    """The sink's target ledger, or None (the default of the sink contract)."""
+    hook = getattr(sink, "target_ledger", None)
+    return hook() if hook is not None else None
+
+
+def _this_process() -> DriverIdentity:
+    """A resolver owns a foreign writer's ledger as this process (never as the driver JVM,
+    which may be the dead writer's own when only its lease holder died)."""
+    pid = os.getpid()
+    return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
+
+
+def open_target_ledger(backend: TargetLedger, sink_id: str, *, lease: Lease | None = None,
+                       epoch: int | None = None) -> CommitLedger:
+    """The commit ledger of *sink_id* kept in the target."""
+    return CommitLedger(f"{backend.location} sink {sink_id}", store=backend.store(sink_id, lease), epoch=epoch)
+
+
+def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None = None) -> list[str]:
+    """Finish the decided batches and roll back the orphans of every writer in the target
+    ledger whose lease is free (its driver is gone), except *skip*; forget the records of a
+    resolved ``eph-`` writer. Returns the sink ids resolved.
+
+    Raises:
+        SinkError / LedgerError: the target failed (what was resolved stays resolved).
+    """
+    done = []
+    for writer in backend.writers():
+        if writer == skip:
+            continue
+        with backend.take(writer) as free:
+            if not free:
+                log.info("twopc: the writer with sink id %s on %s is alive (it holds its lease): its "
+                         "transactions are left alone", writer, backend.location)
+                continue
+            ledger = open_target_ledger(backend, writer)
+            ledger.claim(_this_process())  # fences it, should it come back
+            report = RecoveryCoordinator(sink, ledger, sink_id=writer).run()
+            if report.changed_anything:
+                log.warning("twopc: resolved the abandoned write %s on %s: %s", writer, backend.location,
+                            report.summary())
+            if writer.startswith(EPHEMERAL_PREFIX) and not ledger.pending() and not sink.list_prepared(writer):
+                backend.forget(writer)
+            done.append(writer)
+    return done
+
+
+def settle_own(sink: AnySink, backend: TargetLedger, sink_id: str, lease: Lease | None) -> None:
+    """After a write's commit or abort: forget an ``eph-`` writer's records when nothing of
+    it is pending or prepared, and release its lease. Never raises: what is left is the
+    next write's (or ``twopc recover``'s) to resolve."""
+    try:
+        if sink_id.startswith(EPHEMERAL_PREFIX):
+            ledger = open_target_ledger(backend, sink_id)
+            if not ledger.pending() and not sink.list_prepared(sink_id):
+                backend.forget(sink_id)
+    except TwoPCError as exc:
+        log.warning("twopc: could not clear the records of write %s on %s (the next write clears them): %s",
+                    sink_id, backend.location, exc)
+    finally:
+        if lease is not None:
+            backend.release(lease)
