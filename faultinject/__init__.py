@@ -20,8 +20,9 @@ only the standard library.
 
 Importing it loads only the fault points (twopc imports it on every executor).  The chaos
 runner (:class:`ChaosRunner` and its reports), the throwaway servers
-(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`) and the network fault
-proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load on first use:
+(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`,
+:class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`) and
+the network fault proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load on first use:
 ``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
 """
 
@@ -45,8 +46,9 @@ from ._spec import (
 
 if TYPE_CHECKING:
     from ._proxy import FaultProxy, ProxyConnection
+    from ._spark_cluster import LocalSparkCluster
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
-    from .servers import LocalMariaDB, LocalPostgres, LocalRedis
+    from .servers import LocalMariaDB, LocalPostgres, LocalRedis, LocalRedisCluster
 
 # Public name -> the submodule that defines it, imported on first access (PEP 562).
 _LAZY: dict[str, str] = {
@@ -58,6 +60,8 @@ _LAZY: dict[str, str] = {
     "LocalMariaDB": ".servers",
     "LocalPostgres": ".servers",
     "LocalRedis": ".servers",
+    "LocalRedisCluster": ".servers",
+    "LocalSparkCluster": "._spark_cluster",
     "ProxyConnection": "._proxy",
 }
 
@@ -81,6 +85,8 @@ __all__ = [
     "LocalMariaDB",
     "LocalPostgres",
     "LocalRedis",
+    "LocalRedisCluster",
+    "LocalSparkCluster",
     "ProxyConnection",
     "ServerUnavailable",
     "UnknownFaultPoint",

@@ -37,7 +37,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",
-        "PROTOCOL_CHECKS",
+        "EXECUTOR_POINTS", "PROTOCOL_CHECKS",
         "ContractReport", "ContractViolation", "CrashMatrixResult", "CrashMatrixTests", "Fault", "HarnessError",
         "SinkContractTests", "SinkHarness",
         "check_a_wrong_credential_never_shows_in_errors", "check_abort_after_commit_is_refused",
@@ -46,8 +46,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "check_handle_round_trips_without_credentials", "check_invisible_until_commit_then_exactly_once",
         "check_list_prepared_finds_exactly_the_prepared", "check_lost_transaction_is_loud",
         "check_never_prepared_is_lost", "check_rollback_leaves_nothing", "check_rolled_back_is_lost",
-        "check_sink_pickles_after_use", "crash_plan", "default_rows", "derive_secrets", "fresh_nonce",
-        "run_contract", "run_crash_matrix",
+        "check_sink_pickles_after_use", "cluster_crash_plan", "crash_plan", "default_rows", "derive_secrets",
+        "fresh_nonce", "run_contract", "run_crash_matrix",
     ),
     "recovery": (
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "Verification",
@@ -57,6 +57,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "ACTIONS", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultPlan", "FaultProxy",
         "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
+        "LocalRedisCluster", "LocalSparkCluster",
         "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
         "armed", "declare", "declared_points", "default_state_dir", "export_crash_group", "fault_point",
         "read_firings",

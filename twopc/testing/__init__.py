@@ -65,8 +65,10 @@ from ._coordination import (
 )
 from ._crash import (
     DEFAULT_SPARK_CONF,
+    EXECUTOR_POINTS,
     CrashMatrixResult,
     Fault,
+    cluster_crash_plan,
     crash_plan,
     run_crash_matrix,
 )
@@ -88,6 +90,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "DEFAULT_SPARK_CONF",
     "DRIVER_CRASH_POINTS",
+    "EXECUTOR_POINTS",
     "PROTOCOL_CHECKS",
     "ContractReport",
     "ContractViolation",
@@ -112,6 +115,7 @@ __all__ = [
     "check_rollback_leaves_nothing",
     "check_rolled_back_is_lost",
     "check_sink_pickles_after_use",
+    "cluster_crash_plan",
     "crash_plan",
     "default_rows",
     "derive_secrets",
