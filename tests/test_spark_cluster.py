@@ -46,8 +46,10 @@ def test_the_crash_matrix_on_a_standalone_cluster_survives_lost_executors(
         spark_cluster: LocalSparkCluster, harness: SinkHarness, tmp_path: Path) -> None:
     plan = cluster_crash_plan()
     before = spark_cluster.executors_launched()
+    # run_timeout_s is the hang guard only: a run here starts a driver and up to four executor
+    # JVMs one after the other (each kill launches a replacement), 300 s on two loaded cores
     result = run_crash_matrix(harness, tmp_path / "matrix", plan=plan, master=spark_cluster.master_url,
-                              spark_conf=CLUSTER_CONF, partitions=(2, 3))
+                              spark_conf=CLUSTER_CONF, partitions=(2, 3), run_timeout_s=480.0)
     print(result.summary())  # shown with -rP
     launched = spark_cluster.executors_launched() - before
     killed = sum(f.action == "crash" and f.point in EXECUTOR_POINTS for f in plan)
