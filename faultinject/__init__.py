@@ -25,8 +25,9 @@ only the standard library.
 
 Importing it loads only the fault points (twopc imports it on every executor).  The chaos
 runner (:class:`ChaosRunner` and its reports), the throwaway servers
-(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`) and the network fault
-proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load on first use:
+(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`,
+:class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`) and
+the network fault proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load on first use:
 ``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
 """
 
@@ -52,8 +53,9 @@ from ._spec import (
 if TYPE_CHECKING:
     from ._control import FaultControl
     from ._proxy import FaultProxy, ProxyConnection
+    from ._spark_cluster import LocalSparkCluster
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
-    from .servers import LocalMariaDB, LocalPostgres, LocalRedis
+    from .servers import LocalMariaDB, LocalPostgres, LocalRedis, LocalRedisCluster
 
 # Public name -> the submodule that defines it, imported on first access (PEP 562).
 _LAZY: dict[str, str] = {
@@ -66,6 +68,8 @@ _LAZY: dict[str, str] = {
     "LocalMariaDB": ".servers",
     "LocalPostgres": ".servers",
     "LocalRedis": ".servers",
+    "LocalRedisCluster": ".servers",
+    "LocalSparkCluster": "._spark_cluster",
     "ProxyConnection": "._proxy",
 }
 
@@ -93,6 +97,8 @@ __all__ = [
     "LocalMariaDB",
     "LocalPostgres",
     "LocalRedis",
+    "LocalRedisCluster",
+    "LocalSparkCluster",
     "ProxyConnection",
     "ServerUnavailable",
     "UnknownFaultPoint",

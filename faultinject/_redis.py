@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 
 from ._errors import ServerUnavailable
 from ._procutil import free_port, kill_tree, log_tail
@@ -49,7 +50,8 @@ class LocalRedis(LocalServer):
 
     Runs with ``appendonly yes``, ``appendfsync always`` (configurable) and no RDB
     snapshots, so every acknowledged write survives :meth:`kill` + :meth:`restart`
-    (the AOF is replayed).  The port is kept across restarts.  :meth:`stop` removes
+    (the AOF is replayed).  The port is kept across restarts.  *extra_args* are appended
+    to the command line (e.g. a cluster node's ``--cluster-enabled yes``).  :meth:`stop` removes
     the data; servers still running at interpreter exit are stopped by ``atexit``.
     """
 
@@ -61,8 +63,10 @@ class LocalRedis(LocalServer):
         binary: str | None = None,
         base_dir: str | None = None,
         startup_timeout_s: float = 30.0,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self._port = port
+        self._extra = tuple(extra_args)
         self.appendfsync = appendfsync
         self._binary = binary
         self._base_dir = base_dir
@@ -103,7 +107,7 @@ class LocalRedis(LocalServer):
             self._port = free_port()
         argv = [binary, "--port", str(self._port), "--bind", "127.0.0.1", "--dir", self._tmp,
                 "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
-                "--daemonize", "no", "--logfile", ""]
+                "--daemonize", "no", "--logfile", "", *self._extra]
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                           stderr=subprocess.STDOUT, start_new_session=True,

@@ -18,10 +18,28 @@ from ._procutil import kill_tree
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalServer"]
+__all__ = ["LocalServer", "Startable"]
 
 
-class LocalServer:
+class Startable:
+    """Something started by :meth:`start` and stopped (its files deleted) by :meth:`stop`,
+    and usable as ``with X() as x:``."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class LocalServer(Startable):
     """Base of :class:`LocalPostgres`, :class:`LocalMariaDB` and :class:`LocalRedis`.
 
     Subclasses set ``_port`` (or leave it None until :meth:`start` picks one), create
@@ -81,13 +99,6 @@ class LocalServer:
         the server runs its crash recovery.  Raises :class:`ServerUnavailable` on failure."""
         self._shutdown()
         self.start()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     def _require_tmp(self) -> str:
         if self._tmp is None:

@@ -37,7 +37,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",
-        "FAULT_KINDS", "PROTOCOL_CHECKS",
+        "EXECUTOR_POINTS", "FAULT_KINDS", "PROTOCOL_CHECKS",
         "ChaosTable", "ContractReport", "ContractViolation", "CrashMatrixResult", "CrashMatrixTests", "Fault",
         "HarnessError", "Schedule", "ScheduleResult", "ScheduleTarget",
         "SinkContractTests", "SinkHarness",
@@ -47,7 +47,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "check_handle_round_trips_without_credentials", "check_invisible_until_commit_then_exactly_once",
         "check_list_prepared_finds_exactly_the_prepared", "check_lost_transaction_is_loud",
         "check_never_prepared_is_lost", "check_rollback_leaves_nothing", "check_rolled_back_is_lost",
-        "check_sink_pickles_after_use", "crash_plan", "default_rows", "derive_secrets", "fresh_nonce",
+        "check_sink_pickles_after_use", "cluster_crash_plan", "crash_plan", "default_rows", "derive_secrets", "fresh_nonce",
         "generate_schedule", "run_contract", "run_crash_matrix", "run_schedule", "shrink_schedule",
     ),
     "recovery": (
@@ -59,6 +59,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl", "FaultControlError",
         "FaultPlan", "FaultProxy",
         "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
+        "LocalRedisCluster", "LocalSparkCluster",
         "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
         "armed", "declare", "declared_points", "default_state_dir", "export_crash_group", "fault_point",
         "read_firings",

@@ -90,7 +90,7 @@ class ClientConfig:
         except rex.RedisError as exc:
             client.close()
             raise self.error(exc, "read INFO cluster") from None
-        if cluster:  # pragma: no cover - no cluster server in the test environment
+        if cluster:
             from redis.cluster import RedisCluster
 
             client.close()

@@ -149,7 +149,7 @@ class RedisServer:
         try:
             if mode == "function":
                 nodes = [pooled.client]
-                if pooled.cluster:  # pragma: no cover - untested without a cluster
+                if pooled.cluster:
                     nodes = [pooled.client.get_redis_connection(n) for n in pooled.client.get_primaries()]
                 for node in nodes:
                     node.function_load(lua.library_code(), replace=True)

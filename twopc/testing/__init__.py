@@ -72,8 +72,10 @@ from ._coordination import (
 )
 from ._crash import (
     DEFAULT_SPARK_CONF,
+    EXECUTOR_POINTS,
     CrashMatrixResult,
     Fault,
+    cluster_crash_plan,
     crash_plan,
     run_crash_matrix,
 )
@@ -97,6 +99,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "DEFAULT_SPARK_CONF",
     "DRIVER_CRASH_POINTS",
+    "EXECUTOR_POINTS",
     "FAULT_KINDS",
     "PROTOCOL_CHECKS",
     "ChaosTable",
@@ -126,6 +129,7 @@ __all__ = [
     "check_rollback_leaves_nothing",
     "check_rolled_back_is_lost",
     "check_sink_pickles_after_use",
+    "cluster_crash_plan",
     "crash_plan",
     "default_rows",
     "derive_secrets",

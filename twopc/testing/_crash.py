@@ -25,9 +25,14 @@ from .._ledger import CommitLedger
 from ._harness import ContractViolation, SinkHarness
 from ._run import few
 
-__all__ = ["DEFAULT_SPARK_CONF", "CrashMatrixResult", "Fault", "crash_plan", "run_crash_matrix"]
+__all__ = ["DEFAULT_SPARK_CONF", "EXECUTOR_POINTS", "CrashMatrixResult", "Fault", "cluster_crash_plan", "crash_plan",
+           "run_crash_matrix"]
 
 CHECK = "crash_matrix"
+
+#: The fault points of the commit path that fire in an executor's Python worker (the rest
+#: fire in the driver).
+EXECUTOR_POINTS = frozenset({"during_invoke", "before_pre_commit", "after_pre_commit"})
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,24 @@ def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
     plan.insert(decided + 1, Fault("during_recovery", None if atomic else decided))
     last = len(points)
     return [*plan, Fault("during_invoke", last, "kill", 0), Fault("after_pre_commit", last, "kill", 1)]
+
+
+def cluster_crash_plan() -> list[Fault]:
+    """The plan for a job on a real cluster (``run_crash_matrix(master=...)``): an executor
+    JVM killed while its task writes (batch 0) and right after its transaction is prepared
+    (batch 1: the prepared attempt becomes an orphan; Spark runs the task again on another
+    executor, and the driver's sweep rolls the orphan back), the driver killed after its
+    decision (batch 2: a new application's recovery finishes the batch before its tasks
+    run), and a Python worker killed after its prepare (batch 3). Four faults, one job
+    restart: every JVM a cluster starts costs seconds."""
+    return [Fault("during_invoke", 0), Fault("after_pre_commit", 1), Fault("after_decision", 2),
+            Fault("after_pre_commit", 3, "kill", 0)]
+
+
+def _job_crashes(plan: Sequence[Fault], *, cluster: bool) -> int:
+    """How many of *plan*'s faults kill the whole job: every ``crash``, except, on a
+    cluster, one in an executor (that kills the executor only)."""
+    return sum(f.action == "crash" and not (cluster and f.point in EXECUTOR_POINTS) for f in plan)
 
 
 @dataclass
@@ -155,7 +178,7 @@ DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.driver.extraJavaOptions": "-XX:T
 def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
                      plan: Sequence[Fault] | None = None, rows_per_batch: int = 20,
                      partitions: Sequence[int] = (2, 3, 4), run_timeout_s: float = 240.0,
-                     spark_conf: Mapping[str, str] | None = None) -> CrashMatrixResult:
+                     spark_conf: Mapping[str, str] | None = None, master: str | None = None) -> CrashMatrixResult:
     """Run the crash matrix for *harness* in *workdir* (an empty folder) and verify it.
 
     The job streams one input file per micro-batch into the sink's data source, with
@@ -164,9 +187,13 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     deleted afterwards, never on a command line. A job costs about one Spark start per
     crash plus one. *spark_conf* is added to the job's ``SparkSession`` (default
     :data:`DEFAULT_SPARK_CONF`), e.g. ``spark.jars`` for a sink that needs a JAR.
+    *master* runs the job on a cluster (``spark://host:port``, e.g.
+    :class:`faultinject.LocalSparkCluster`) instead of ``local[2,3]``: the sink is pickled
+    to executors in JVMs of their own, and a ``crash`` at one of :data:`EXECUTOR_POINTS`
+    kills the executor, not the job (see :func:`cluster_crash_plan`).
 
     Guarantees when it returns: the job completed; every fault of the plan fired, and the
-    job crashed once per ``crash`` fault; every input id is visible exactly once;
+    job crashed once per ``crash`` fault that kills the job; every input id is visible exactly once;
     ``list_prepared(sink_id)`` is empty; the ledger has every batch committed and none
     pending; the harness's ``verify`` passed; no secret of the options is in the
     checkpoint or the job's stderr.
@@ -188,11 +215,11 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
             "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
             "checkpoint": str(ck), "partitions": list(partitions), "runs_file": str(runs_file),
-            "spark_conf": dict(DEFAULT_SPARK_CONF if spark_conf is None else spark_conf)}
+            "spark_conf": dict(DEFAULT_SPARK_CONF if spark_conf is None else spark_conf), "master": master}
     fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(spec, f)
-    crashes = sum(f.action == "crash" for f in chosen)
+    crashes = _job_crashes(chosen, cluster=master is not None)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PYTHONPATH": _python_path()}
     fired: list[list[str]] = []
@@ -210,7 +237,7 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
             spec_path.unlink()
     result = CrashMatrixResult(report, "", ids, files, str(ck), _partitions(runs_file), fired,
                                time.monotonic() - started)
-    _verify(harness, result, chosen, ck, files, varied=len(set(partitions)) > 1)
+    _verify(harness, result, chosen, ck, files, varied=len(set(partitions)) > 1, crashes=crashes)
     return result
 
 
@@ -222,7 +249,7 @@ def _partitions(runs_file: Path) -> list[int]:
 
 
 def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Fault], ck: Path, files: int, *,
-            varied: bool) -> None:
+            varied: bool, crashes: int) -> None:
     __tracebackhide__ = True
     secrets = harness.secret_strings()
 
@@ -243,7 +270,6 @@ def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Faul
     missing = [f.spec() for f in plan if not f.fired_in(report.fired)]
     if missing:
         fail(f"faults {missing} never fired: the plan does not test what it says")
-    crashes = sum(f.action == "crash" for f in plan)
     if report.crashes != crashes or len(report.runs) != crashes + 1:
         fail(f"expected {crashes} crashes and {crashes + 1} runs: a run failed on its own")
     parts = result.partitions

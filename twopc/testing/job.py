@@ -9,6 +9,11 @@ Parquet file per micro-batch (``availableNow``) into the sink's data source and 
 
 A ``crash`` fault fired in the driver or in any Python worker kills the whole job
 (:func:`faultinject.export_crash_group`); :class:`faultinject.ChaosRunner` restarts it.
+With a ``master`` in the spec (``spark://...``, e.g. :class:`faultinject.LocalSparkCluster`)
+the executors run in JVMs of their own and get the fault plan through
+``spark.executorEnv.*`` but not the job's crash group: a ``crash`` fired in an executor's
+Python worker kills that executor (the cluster's executors are their own crash group), and
+Spark runs its task again elsewhere.
 """
 
 from __future__ import annotations
@@ -74,12 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from twopc import CommitLedger
 
-    builder = (SparkSession.builder.master("local[2,3]").appName("twopc-kit-crash-matrix")
+    master = spec.get("master") or "local[2,3]"
+    builder = (SparkSession.builder.master(master).appName("twopc-kit-crash-matrix")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", str(partitions))
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1"))
+    if not master.startswith("local"):  # executors in JVMs of their own: hand them the fault plan
+        for name in (faultinject.ENV_SPEC, faultinject.ENV_PLAN, faultinject.ENV_STATE, "PYTHONPATH"):
+            if os.environ.get(name):
+                builder = builder.config(f"spark.executorEnv.{name}", os.environ[name])
     for key, value in spec.get("spark_conf", {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

@@ -1,0 +1,211 @@
+"""A Spark standalone cluster on loopback, from the pyspark package: one master and
+*workers* workers (``spark-class org.apache.spark.deploy.master.Master`` / ``...Worker``),
+so executors run in JVMs of their own and a job's sink is pickled to them.
+
+Each executor JVM is started as the leader of its own process group, with
+``TWOPC_CRASH_PGID`` set to that group: a ``crash`` fault fired in one of its Python
+workers SIGKILLs the executor JVM and its Python workers (an executor lost mid-task, which
+Spark survives by running the task elsewhere), never the worker daemon or the driver.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.util
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._errors import ServerUnavailable
+from ._procutil import free_port, kill_tree, log_tail
+from ._server import Startable
+
+if TYPE_CHECKING:
+    from typing import Self
+
+__all__ = ["LocalSparkCluster", "find_spark_home"]
+
+_EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
+
+# The executors' java: a group (and session) of their own, and that group as crash target.
+_JAVA_WRAPPER = """#!/bin/sh
+case "$*" in
+  *{cls}*) exec setsid env TWOPC_CRASH_PGID=$$ "{java}" "$@" ;;
+esac
+exec "{java}" "$@"
+"""
+
+
+def find_spark_home() -> str:
+    """The Spark distribution inside the installed pyspark package (``bin/``, ``jars/``).
+
+    Raises:
+        ServerUnavailable: pyspark is not installed or has no ``bin/spark-class``.
+    """
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise ServerUnavailable("pyspark is not installed: pip install pyspark")
+    home = os.path.dirname(spec.origin)
+    if not os.access(os.path.join(home, "bin", "spark-class"), os.X_OK):
+        raise ServerUnavailable(f"{home} has no bin/spark-class: reinstall pyspark")
+    return home
+
+
+def _real_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    cand = os.path.join(java_home, "bin", "java") if java_home else None
+    for c in (cand, *(os.path.join(p, "java") for p in os.environ.get("PATH", "").split(os.pathsep))):
+        if c and os.access(c, os.X_OK):
+            return os.path.realpath(c)
+    raise ServerUnavailable("no java found: install a JDK 17+ or set JAVA_HOME")
+
+
+class LocalSparkCluster(Startable):
+    """A standalone master and *workers* workers on ``127.0.0.1``, each worker with *cores*
+    cores and *memory* for executors; folders (logs, work dirs) in a temporary directory.
+
+    :attr:`master_url` is what a job passes to ``SparkSession.builder.master``; a job's
+    ``spark.executor.memory`` must fit in *memory*. :meth:`executor_pids` lists this
+    cluster's executor JVMs, :meth:`kill_executor` SIGKILLs one.
+    """
+
+    def __init__(self, *, workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memory: str = "256m",
+                 base_dir: str | None = None, startup_timeout_s: float = 120.0) -> None:
+        self.workers, self.cores, self.memory = workers, cores, memory
+        self._daemon_memory = daemon_memory
+        self._base_dir = base_dir
+        self._timeout = startup_timeout_s
+        self._tmp: str | None = None
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._port: int | None = None
+        self._worker_ports: list[int] = []
+
+    @property
+    def master_url(self) -> str:
+        """``spark://127.0.0.1:<port>``."""
+        if self._port is None:
+            raise ServerUnavailable("LocalSparkCluster has not been started")
+        return f"spark://127.0.0.1:{self._port}"
+
+    def _env(self, java_home: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
+        env.update(SPARK_HOME=find_spark_home(), SPARK_LOCAL_IP="127.0.0.1", JAVA_HOME=java_home,
+                   SPARK_DAEMON_MEMORY=self._daemon_memory,
+                   SPARK_DAEMON_JAVA_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+                   SPARK_LOG_DIR=str(Path(self._require_tmp(), "logs")))
+        return env
+
+    def _require_tmp(self) -> str:
+        if self._tmp is None:
+            raise ServerUnavailable("LocalSparkCluster has not been started (or was stopped)")
+        return self._tmp
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Path:
+        log = Path(self._require_tmp(), f"{name}.log")
+        with open(log, "ab") as out:
+            self._procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                                env=env, start_new_session=True, cwd=self._tmp))
+        return log
+
+    def _wait_for(self, log: Path, text: str, what: str) -> None:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            with contextlib.suppress(OSError):
+                if text in log.read_text(errors="replace"):
+                    return
+            dead = [p for p in self._procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                tail = log_tail(str(log))
+                self.stop()
+                raise ServerUnavailable(f"the Spark {what} did not start; log tail:\n{tail}")
+            time.sleep(0.1)
+
+    def start(self) -> Self:
+        """Start the master and the workers; wait until every worker registered.
+
+        Raises:
+            ServerUnavailable: pyspark or java missing, or a daemon did not come up in time.
+        """
+        if self._procs:
+            return self
+        home = find_spark_home()
+        self._tmp = tempfile.mkdtemp(prefix="twopc-spark-", dir=self._base_dir)
+        atexit.register(self.stop)
+        java_home = Path(self._tmp, "java")
+        (java_home / "bin").mkdir(parents=True)
+        wrapper = java_home / "bin" / "java"
+        wrapper.write_text(_JAVA_WRAPPER.format(cls=_EXECUTOR_CLASS, java=_real_java()))
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+        env = self._env(str(java_home))
+        spark_class = os.path.join(home, "bin", "spark-class")
+        self._port = free_port()
+        log = self._spawn("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                     "--port", str(self._port), "--webui-port", str(free_port())], env)
+        self._wait_for(log, "I have been elected leader", "master")
+        for i in range(self.workers):
+            port = free_port()
+            self._worker_ports.append(port)
+            work = Path(self._tmp, f"work{i}")
+            work.mkdir()
+            log = self._spawn(f"worker{i}", [
+                spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(port),
+                "--webui-port", str(free_port()), "--cores", str(self.cores), "--memory", self.memory,
+                "--work-dir", str(work), self.master_url], env)
+            self._wait_for(log, "Successfully registered with master", f"worker {i}")
+        return self
+
+    def executor_pids(self) -> list[int]:
+        """The live executor JVMs of this cluster's workers (a scan of ``/proc``)."""
+        marks = [f"Worker@127.0.0.1:{p}".encode() for p in self._worker_ports]
+        out = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                cmd = Path("/proc", name, "cmdline").read_bytes()
+            except OSError:
+                continue
+            if _EXECUTOR_CLASS.encode() in cmd and any(m in cmd for m in marks):
+                out.append(int(name))
+        return sorted(out)
+
+    def executors_launched(self) -> int:
+        """How many executors the workers launched so far (their folders ``app-*/<n>``)."""
+        return sum(1 for p in Path(self._require_tmp()).glob("work*/app-*/*") if p.is_dir())
+
+    def wait_no_executors(self, timeout_s: float = 60.0) -> list[int]:
+        """Wait until no executor of this cluster runs (workers stop an application's
+        executors once its driver is gone); returns the pids still running at the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while (left := self.executor_pids()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return left
+
+    def kill_executor(self, pid: int) -> None:
+        """SIGKILL executor *pid* and its Python workers (its process group)."""
+        with contextlib.suppress(OSError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+    def stop(self) -> None:
+        """Kill the executors, the workers and the master; delete the folder. Idempotent."""
+        for pid in self.executor_pids():
+            self.kill_executor(pid)
+        for proc in reversed(self._procs):
+            kill_tree(proc.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        self._procs = []
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
