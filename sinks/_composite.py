@@ -10,6 +10,7 @@ Options::
     orders.format       twopc-postgres         the participant's format
     orders.columns      id, amount AS total    columns it keeps (AS renames); default all
     orders.transform    my_pkg.mod:to_counts   a function RecordBatch -> RecordBatch
+    orders.batchColumn  twopc_batch            add the batch id to every row (consistent cuts)
     orders.<option>     ...                    any other option of the participant's sink
                                                (orders.url, orders.password, ...)
 
@@ -39,7 +40,7 @@ from twopc import (
 __all__ = ["CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"]
 
 AnySink = TwoPhaseCommitSink[Any, Any, Any]
-_OWN_KEYS = ("format", "columns", "transform")
+_OWN_KEYS = ("format", "columns", "transform", "batchcolumn")
 
 
 def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
@@ -68,7 +69,8 @@ def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
 
 
 def participant(name: str, format: str, options: Mapping[str, str] | None = None, *,
-                columns: Any = None, transform: Callable[[Any], Any] | None = None) -> Participant:
+                columns: Any = None, transform: Callable[[Any], Any] | None = None,
+                batch_column: str | None = None) -> Participant:
     """A :class:`twopc.Participant` whose sink is built from a format name and its options,
     as ``spark.write.format(format).options(**options)`` would build it.
 
@@ -77,7 +79,8 @@ def participant(name: str, format: str, options: Mapping[str, str] | None = None
             names the participant.
     """
     try:
-        return Participant(name, sink_for_format(format, dict(options or {})), columns=columns, transform=transform)
+        return Participant(name, sink_for_format(format, dict(options or {})), columns=columns, transform=transform,
+                           batch_column=batch_column)
     except TwoPCError as exc:
         if f"participant {name!r}" in str(exc):
             raise
@@ -169,7 +172,9 @@ def _build(spec: Mapping[str, Any]) -> Participant:
         transform = _import(transform, f"composite participant {name!r} transform")
         if not callable(transform):
             raise ConfigurationError(f"composite participant {name!r}: transform {spec['transform']!r} is not callable")
-    return participant(name, str(fmt), spec["options"], columns=columns, transform=transform)
+    batch_column = spec.get("batchcolumn", spec.get("batchColumn"))
+    return participant(name, str(fmt), spec["options"], columns=columns, transform=transform,
+                       batch_column=str(batch_column) if batch_column else None)
 
 
 class OptionsCompositeSink(CompositeSink):

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import redis
 import sqlalchemy as sa
 
+from recovery import staged_rows_left
 from sinks import RedisSink
 from twopc import CompositeHandle, participant_sink_id
 from twopc.testing import fresh_nonce
@@ -56,6 +57,7 @@ class CompositeHarness(OwnHarness):
 
     readers: dict[str, Callable[[], list[int]]] = field(default_factory=dict)
     checks: list[Callable[[str], None]] = field(default_factory=list)
+    engines: list[sa.Engine] = field(default_factory=list)
 
 
 def _same_everywhere(readers: dict[str, Callable[[], list[int]]], rows_per_batch: int | None) -> None:
@@ -79,13 +81,25 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
     """A ``twopc-composite`` harness whose participants are *kinds*, in order: ``orders``
     (PostgreSQL table), ``replica`` (a table on the second PostgreSQL server), ``xa``
     (MariaDB XA table), ``events`` (Redis: INCRBY total and XADD of every id), ``files``
-    (file sink, columns ``id, payload``)."""
+    (file sink, columns ``id, payload``), ``staged`` (``twopc-jdbc`` staging mode on
+    PostgreSQL: commits its part of a batch in one local transaction)."""
     options: dict[str, str] = {"targets": ",".join(kinds)}
     readers: dict[str, Callable[[], list[int]]] = {}
     checks: list[Callable[[str], None]] = []
+    engines: list[sa.Engine] = []
     with contextlib.ExitStack() as stack:
         for kind in kinds:
-            if kind in ("orders", "replica", "xa"):
+            if kind == "staged":
+                assert postgres_url is not None
+                table, engine = stack.enter_context(_table(postgres_url, PG_DDL))
+                where, creds = _credentials(postgres_url)
+                options |= {"staged.format": "twopc-jdbc", "staged.url": f"jdbc:postgresql://{where}",
+                            "staged.dbtable": table, "staged.commitMode": "staging", "staged.user": creds["user"],
+                            "staged.password": creds["password"]}
+                readers[kind] = functools.partial(_read, engine, table)
+                engines.append(engine)
+                checks.append(functools.partial(_nothing_staged, engine))
+            elif kind in ("orders", "replica", "xa"):
                 url = {"orders": postgres_url, "replica": second_postgres_url, "xa": mariadb_url}[kind]
                 assert url is not None, f"participant {kind} needs its server's URL"
                 table, engine = stack.enter_context(_table(url, MY_DDL if kind == "xa" else PG_DDL))
@@ -95,6 +109,7 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
                 options |= {f"{kind}.format": fmt, f"{kind}.url": f"{scheme}://{where}", f"{kind}.dbtable": table,
                             f"{kind}.user": creds["user"], f"{kind}.password": creds["password"]}
                 readers[kind] = functools.partial(_read, engine, table)
+                engines.append(engine)
                 lister = _xa_recovered if kind == "xa" else _pg_prepared
                 checks.append(functools.partial(_nothing_prepared, lister, engine, kind))
             elif kind == "events":
@@ -116,7 +131,13 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
 
         yield CompositeHarness("sinks:CompositeDataSource", options, readers[kinds[0]], verify=verify,
                                never_prepared=never_prepared, name=f"twopc-composite ({' + '.join(kinds)})",
-                               handle_kind="twopc.composite", readers=readers, checks=checks)
+                               handle_kind="twopc.composite", readers=readers, checks=checks,
+                               engines=engines)
+
+
+def _nothing_staged(engine: sa.Engine, sink_id: str) -> None:
+    left = staged_rows_left(engine, sink_id=participant_sink_id(sink_id, "staged"))
+    assert sum(left.values()) == 0, f"participant staged: staged rows left: {left}"
 
 
 def _no_files_left(out: str, sink_id: str) -> None:

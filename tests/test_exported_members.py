@@ -33,8 +33,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "TwoPhaseCommitStreamWriter", "UnknownHandleKindError", "UnsettledTransaction", "Xid",
         "composite", "data_source_for", "decode_handle", "default_sink_id", "dumps_handle", "encode_handle",
         "ephemeral_sink_id", "ephemeral_started", "ephemeral_writer_dead", "foreach_batch_writer", "loads_handle",
-        "option", "participant_sink_id", "redact", "register", "register_metrics", "registered_handle_kinds", "serve_metrics",
-        "sink_status", "validate_sink_id",
+        "option", "participant_sink_id", "redact", "register", "register_metrics", "registered_handle_kinds",
+        "serve_metrics", "sink_status", "validate_sink_id",
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -41,6 +42,7 @@ from ._context import TransactionContext
 from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
 from ._inspect import Headroom, PreparedDetail
+from ._logs import log_event
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 from ._xid import Xid
 
@@ -111,12 +113,16 @@ class Participant:
             *columns*), for derived rows such as counters; it may return fewer or more
             rows. It must depend only on its input (a replayed batch must give the same
             rows) and be picklable (Spark ships it to the executors).
+        batch_column: when set, a column of this name (``int64``) holding the micro-batch
+            id (or ``txnVersion``) is added to every row it gets, last: what a reader
+            filters on for a consistent cut across targets (``<= latest committed batch``).
     """
 
     name: str
     sink: AnySink
     columns: Sequence[str] | Mapping[str, str] | None = None
     transform: Transform | None = None
+    batch_column: str | None = None
     _renames: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -138,8 +144,8 @@ class Participant:
             renames = tuple((str(c), str(c)) for c in cols)
         object.__setattr__(self, "_renames", renames)
 
-    def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The rows this participant gets from *batch*.
+    def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
+        """The rows this participant gets from *batch* of micro-batch *batch_id*.
 
         Raises:
             ConfigurationError: a column it keeps is not in *batch*, or the transform
@@ -162,6 +168,12 @@ class Participant:
                 raise ConfigurationError(f"composite participant {self.name!r}: its transform returned "
                                          f"{type(out).__name__}, not a pyarrow.RecordBatch")
             batch = out
+        if self.batch_column:
+            if self.batch_column in batch.schema.names:
+                raise ConfigurationError(f"composite participant {self.name!r}: its rows already have a column "
+                                         f"{self.batch_column!r}; choose another batch_column")
+            batch = batch.append_column(pa.field(self.batch_column, pa.int64(), nullable=False),
+                                        pa.array([batch_id] * batch.num_rows, pa.int64()))
         return batch
 
     def project_schema(self, schema: pa.Schema) -> pa.Schema:
@@ -298,7 +310,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def invoke_batch(self, txn: _CompositeTxn, batch: pa.RecordBatch) -> None:
         """Give every participant its projection of *batch*."""
         for p, t in txn.txns:
-            rows = p.project(batch)
+            rows = p.project(batch, txn.context.batch_id)
             if rows.num_rows:
                 p.sink.invoke_batch(t, rows)
                 txn.rows[p.name] += rows.num_rows
@@ -354,8 +366,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         participant makes the batch visible in one local transaction) or one by one.
 
         Between two participants is the fault point ``between_commits``: the first target
-        shows the batch, the next not yet. Idempotent as a whole (every participant's
-        commit is), so a retry or recovery finishes a partly committed batch.
+        shows the batch, the next not yet. Each participant's end is logged (DEBUG event
+        ``participant_committed``, ``ms_since_first``): the visibility gap of the batch.
+        Idempotent as a whole (every participant's commit is), so a retry or recovery finishes a partly committed batch.
 
         Raises:
             SinkError: a participant failed; the ones before it are committed, and a retry
@@ -363,6 +376,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
         first = True
+        started = time.monotonic()
         for p in self.participants:
             mine = [(i, h) for i, ch in enumerate(handles) for name, h in ch.parts if name == p.name]
             if not mine:
@@ -379,6 +393,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                                     f"{len(parts)} handles")
             for (i, _), outcome in zip(mine, got, strict=True):
                 outcomes[i].append(outcome)
+            ms = (time.monotonic() - started) * 1000
+            log_event(log, logging.DEBUG, "participant_committed",
+                      "twopc composite: batch %s participant %s committed %s transaction(s), %.2f ms after the first "
+                      "participant's commit began", handles[0].batch_id, p.name, len(parts), ms,
+                      sink_id=handles[0].sink_id, batch=handles[0].batch_id, participant=p.name,
+                      transactions=len(parts), ms_since_first=round(ms, 3), recovering=recovering)
         for ch in handles:
             for name, _ in ch.parts:
                 self._participant(name)  # a part of an unknown participant is refused, not skipped
@@ -413,14 +433,14 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         The parts of a composite handle are those still prepared: a batch whose commit
         stopped half way lists only the participants not yet committed."""
         return _group(sink_id, [(p.name, h) for p in self.participants
-                                for h in p.sink.list_prepared(participant_sink_id(sink_id, p.name), batch_id)])
+                                for h in _asking(p, "list_prepared", sink_id, batch_id)])
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """One detail per composite transaction (as :meth:`list_prepared` groups them):
         ``holds`` names what every participant holds, the age is the oldest part's and the
         size the parts' sum when they count in the same unit."""
         found = [(p.name, d) for p in self.participants
-                 for d in p.sink.prepared_details(participant_sink_id(sink_id, p.name))]
+                 for d in _asking(p, "prepared_details", sink_id)]
         out = []
         for h in _group(sink_id, [(name, d.handle) for name, d in found]):
             mine = [(name, d) for name, d in found if (name, d.handle) in h.parts]
@@ -437,7 +457,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         ``None`` when no participant can tell."""
         rooms = []
         for p in self.participants:
-            h = p.sink.headroom(participant_sink_id(sink_id, p.name))
+            h = _asking(p, "headroom", sink_id)
             if h is not None:
                 rooms.append(Headroom(f"{p.name}: {h.what}", h.in_use, h.limit))
         limited = [h for h in rooms if h.limit is not None]
@@ -459,6 +479,16 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def close(self) -> None:
         for p in self.participants:
             _quietly(f"close {p.name}", lambda sink: sink.close(), p.sink)
+
+
+def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:
+    """``p.sink.<method>(<p's sink id>, *args)``, a twopc error re-raised with the
+    participant's name (an operator whose ``twopc status`` fails must know which target
+    did not answer)."""
+    try:
+        return getattr(p.sink, method)(participant_sink_id(sink_id, p.name), *args)
+    except TwoPCError as exc:
+        raise _named(p, exc) from exc
 
 
 def _group(sink_id: str, found: Sequence[tuple[str, TransactionHandle]]) -> list[CompositeHandle]:
