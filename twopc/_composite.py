@@ -112,7 +112,8 @@ class Participant:
         transform: a function from an Arrow record batch to an Arrow record batch (after
             *columns*), for derived rows such as counters; it may return fewer or more
             rows. It must depend only on its input (a replayed batch must give the same
-            rows) and be picklable (Spark ships it to the executors).
+            rows), accept a batch of no rows (the driver runs it on one to learn the
+            participant's schema) and be picklable (Spark ships it to the executors).
         batch_column: when set, a column of this name (``int64``) holding the micro-batch
             id (or ``txnVersion``) is added to every row it gets, last: what a reader
             filters on for a consistent cut across targets (``<= latest committed batch``).
