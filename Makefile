@@ -107,6 +107,7 @@ bench: venv redis
 	$(VPY) -m recovery.demos.bench
 	$(VPY) -m recovery.demos.bench_redis
 	$(VPY) -m recovery.demos.bench_stream
+	$(VPY) -m recovery.demos.bench_composite
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

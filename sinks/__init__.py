@@ -9,6 +9,9 @@
   applied by one atomic, idempotent server-side FUNCTION per transaction.
 - :class:`RedisStreamDataSource` (``readStream.format("twopc-redis-stream")``): the
   source side, Redis Streams read exactly once, acknowledged after the sink committed.
+- :class:`CompositeDataSource` (``format("twopc-composite")``): one batch to several of
+  these targets under one decision (``targets`` option; :func:`participant` builds a
+  :class:`twopc.Participant` from a format name and its options).
 - :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic
   rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
 
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import twopc as _twopc
 
+from ._composite import CompositeDataSource, OptionsCompositeSink, participant, sink_for_format
 from ._file import FileDataSource, FileHandle, FileSink
 from ._handles import MySqlXaHandle, PostgresHandle, RedisHandle
 from ._sources import PostgresDataSource, RedisDataSource, RedisStreamDataSource
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DATA_SOURCES",
     "SOURCES",
+    "CompositeDataSource",
     "FileDataSource",
     "FileHandle",
     "FileSink",
@@ -68,6 +73,7 @@ __all__ = [
     "JdbcSink",
     "MySqlXaHandle",
     "MySqlXaSink",
+    "OptionsCompositeSink",
     "PostgresDataSource",
     "PostgresHandle",
     "PostgresSink",
@@ -83,7 +89,9 @@ __all__ = [
     "XAddOp",
     "ZAddOp",
     "parse_mapping",
+    "participant",
     "register_all",
+    "sink_for_format",
     "write_jdbc",
 ]
 
@@ -95,7 +103,7 @@ _LAZY = {
                                    "RedisTargetError", "SetOp", "XAddOp", "ZAddOp", "parse_mapping")},
 }
 
-DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource)
+DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, CompositeDataSource)
 #: the sources (readers): registered by :func:`register_all` too, but they are not sinks
 #: (``python -m recovery`` looks sinks up in :data:`DATA_SOURCES`)
 SOURCES = (RedisStreamDataSource,)
@@ -117,8 +125,8 @@ def __dir__() -> list[str]:
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file`` and
-    ``twopc-redis-stream`` with
+    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file``,
+    ``twopc-composite`` and ``twopc-redis-stream`` with
     *spark* (a backend whose driver is missing fails when first written to, naming the
     extra to install)."""
     _twopc.register(spark, *DATA_SOURCES, *SOURCES)

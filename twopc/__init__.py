@@ -8,6 +8,8 @@ Public API:
   protocol's durable state, the driver's decision, and recovery after a crash.
 - :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
   :func:`foreach_batch_writer`: the Spark integration.
+- :class:`CompositeSink`, :class:`Participant`, :class:`CompositeHandle`, :func:`composite`:
+  one batch written to several targets under one decision.
 - :func:`sink_status` (what ``twopc status`` shows), :func:`register_metrics` and
   :func:`serve_metrics` (Prometheus): the operator's side.
 - :class:`Xid`: the transaction id every sink gives its prepared transactions.
@@ -15,6 +17,8 @@ Public API:
   driver is not installed; the message names the pip extra).
 """
 
+from ._composite import CompositeHandle, CompositeSink, Participant, participant_sink_id
+from ._composite_source import CompositeDataSourceBase, composite
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator, CommitMetrics
 from ._ephemeral import ephemeral_writer_dead
@@ -81,6 +85,9 @@ __all__ = [
     "CommitOutcome",
     "CommitPendingError",
     "CommitRetry",
+    "CompositeDataSourceBase",
+    "CompositeHandle",
+    "CompositeSink",
     "ConcurrentWriterError",
     "ConfigurationError",
     "Decision",
@@ -92,6 +99,7 @@ __all__ = [
     "LedgerError",
     "MissingExtraError",
     "MissingOptionError",
+    "Participant",
     "PreparedDetail",
     "ProtocolError",
     "RecoveryCoordinator",
@@ -117,6 +125,7 @@ __all__ = [
     "UnknownHandleKindError",
     "UnsettledTransaction",
     "Xid",
+    "composite",
     "data_source_for",
     "decode_handle",
     "default_sink_id",
@@ -128,6 +137,7 @@ __all__ = [
     "foreach_batch_writer",
     "loads_handle",
     "option",
+    "participant_sink_id",
     "redact",
     "register",
     "register_metrics",

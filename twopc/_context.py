@@ -19,6 +19,10 @@ class TransactionContext:
         partition_id: the Spark partition the task writes.
         attempt_id: Spark's task attempt id, unique within one application run.
         attempt_number: 0 for the first attempt of the task, 1 for the first retry, ...
+        nonce: the nonce :meth:`xid` uses (8 lower-case hex digits); ``None`` (the
+            default) draws a fresh one per call. A composite sink gives all its
+            participants the attempt's nonce, so each participant's transaction id tells
+            which composite transaction it belongs to.
     """
 
     sink_id: str
@@ -26,11 +30,16 @@ class TransactionContext:
     partition_id: int
     attempt_id: int
     attempt_number: int = 0
+    nonce: str | None = None
 
     def xid(self) -> Xid:
-        """A new transaction id for this attempt (fresh nonce: a retry never reuses one).
+        """A new transaction id for this attempt (fresh nonce, or :attr:`nonce` when set:
+        a retry is another attempt, so it never reuses one).
 
         Raises:
             ConfigurationError: the sink id cannot be part of a transaction id.
+            ProtocolError: :attr:`nonce` is not 8 lower-case hex digits.
         """
+        if self.nonce is not None:
+            return Xid(self.sink_id, self.batch_id, self.partition_id, self.attempt_id, self.nonce)
         return Xid.new(self.sink_id, self.batch_id, self.partition_id, self.attempt_id)

@@ -70,6 +70,11 @@ class TransactionHandle:
         cls.VERSION = version
         _register(cls)
 
+    def covered_txn_ids(self) -> frozenset[str]:
+        """The transaction ids a decision naming this handle decides: its own ``txn_id``
+        (a composite handle adds those its parts are listed under by ``list_prepared``)."""
+        return frozenset((self.txn_id,))
+
     def to_payload(self) -> dict[str, Any]:
         """Return the JSON-compatible payload of this handle (its dataclass fields)."""
         return dataclasses.asdict(self)

@@ -61,7 +61,8 @@ class Decision:
 
     @property
     def txn_ids(self) -> frozenset[str]:
-        return frozenset(h.txn_id for h in self.handles)
+        """Every transaction id the decision decides (each handle's ``covered_txn_ids``)."""
+        return frozenset().union(*(h.covered_txn_ids() for h in self.handles))
 
     def to_json(self) -> str:
         body: dict[str, Any] = {

@@ -336,6 +336,15 @@ class TwoPhaseCommitDataSource(DataSource):
     def name(cls) -> str:
         return cls.format_name or cls.sink_class.__name__.lower()
 
+    def build_sink(self, options: Mapping[str, str]) -> AnySink:
+        """The sink of one write, from its options (the runtime's removed). Default:
+        ``sink_class.from_options(options)``.
+
+        Raises:
+            ConfigurationError: the options are wrong.
+        """
+        return self.sink_class.from_options(options)
+
     def writer(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitBatchWriter:
         return TwoPhaseCommitBatchWriter(self._core(schema, overwrite, streaming=False))
 
@@ -344,7 +353,7 @@ class TwoPhaseCommitDataSource(DataSource):
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
         options = with_checkpoint(self.options, streaming=streaming, session_root=self.session_checkpoint_root)
-        sink = self.sink_class.from_options(_sink_options(options))
+        sink = self.build_sink(_sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
         sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)

@@ -144,7 +144,7 @@ def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus
     txns = [_unsettled(IN_DOUBT, details[h.txn_id], decided_at.get(h.batch_id), now) for h in decided]
     for decision in pending:
         txns += [_unsettled(DECIDED_GONE, PreparedDetail(h, "nothing (committed or lost)"), decision.decided_at, now)
-                 for h in decision.handles if h.txn_id not in details]
+                 for h in decision.handles if not h.covered_txn_ids() & details.keys()]
     txns += [_unsettled(ORPHAN, details[h.txn_id], None, now) for h in orphans]
     txns.sort(key=lambda t: (t.batch_id, t.state, t.partition_id, t.txn_id))
     decided_batches = ledger.decided_batches()

@@ -1,0 +1,242 @@
+"""``python -m recovery.demos.bench_composite``: a two-target composite against the same two
+sinks written as two separate writes, in one run, on the same rows.
+
+1. Throughput through Spark (``local[2]``, the same cached DataFrame, each writer warmed
+   up first): ``twopc-composite`` with a PostgreSQL table (``id, payload, amount``) and Redis
+   counters (``INCRBY total 1``, ``HINCRBY per_category <category> 1``) as one write and
+   one decision per batch, against ``twopc-postgres`` and ``twopc-redis`` written one after
+   the other from the same DataFrame, each with its own checkpoint and decision (what a
+   user without the composite runs as two queries). Reported as rows/s and as a ratio;
+   target: the composite is not slower (ratio >= 1.0, printed MET/MISSED; the bench never
+   fails on a miss).
+2. The visibility gap: how long after the first participant's commit the last one is
+   done, i.e. how long a reader can see a batch in PostgreSQL but not yet in Redis (from
+   the composite's ``participant_committed`` events, through the real coordinator).
+
+Uses a throwaway :class:`faultinject.LocalPostgres` and :class:`faultinject.LocalRedis`
+unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set. Machines are
+noisy: compare the ratio of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+COMPOSITE = "twopc-composite (PostgreSQL + Redis, one write)"
+SEPARATE = "twopc-postgres, then twopc-redis (two writes)"
+
+
+def _targets(pg_url: str, redis_url: str, tag: str) -> tuple[dict[str, str], dict[str, str], str]:
+    """Options of the PostgreSQL sink, of the Redis sink, and the table name."""
+    import sqlalchemy as sa
+
+    table = f"bench_{uuid.uuid4().hex[:10]}"
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text, amount double precision)")
+    engine.dispose()
+    t = "{{" + tag + "}}"
+    mapping = json.dumps([{"op": "INCRBY", "key": f"{t}:total", "by": 1},
+                          {"op": "HINCRBY", "key": f"{t}:per_category", "field": "{category}", "by": 1}])
+    return {"url": pg_url, "dbtable": table}, {"url": redis_url, "hashTag": tag, "mapping": mapping}, table
+
+
+def _composite_options(pg: dict[str, str], rd: dict[str, str]) -> dict[str, str]:
+    return {"targets": "orders,counters", "orders.format": "twopc-postgres", "orders.columns": "id, payload, amount",
+            **{f"orders.{k}": v for k, v in pg.items()}, "counters.format": "twopc-redis",
+            "counters.columns": "category", **{f"counters.{k}": v for k, v in rd.items()}}
+
+
+def _check(pg_url: str, table: str, redis_url: str, tag: str, rows: int) -> None:
+    import redis
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(pg_url)
+    with engine.connect() as c:
+        n = c.exec_driver_sql(f"SELECT count(*), count(DISTINCT id) FROM {table}").one()
+    engine.dispose()
+    r = redis.Redis.from_url(redis_url)
+    total = int(r.get("{" + tag + "}:total") or 0)
+    r.close()
+    assert tuple(n) == (rows, rows) and total == rows, f"wrote {tuple(n)} rows and counted {total}, expected {rows}"
+
+
+def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str, work: Path,
+                     repeats: int) -> dict[str, list[float]]:
+    """Seconds per write of *df* (warm-up excluded), the two ways interleaved."""
+    results: dict[str, list[float]] = {COMPOSITE: [], SEPARATE: []}
+
+    def composite(d: Any, n: int) -> Callable[[], None]:
+        tag = "bc" + uuid.uuid4().hex[:8]
+        pg, rd, table = _targets(pg_url, redis_url, tag)
+        ck = str(work / f"ck-{tag}")
+
+        def write() -> None:
+            (d.write.format("twopc-composite").mode("append").options(**_composite_options(pg, rd))
+             .option("checkpointLocation", ck).option("txnVersion", "1").save())
+            _check(pg_url, table, redis_url, tag, n)
+        return write
+
+    def separate(d: Any, n: int) -> Callable[[], None]:
+        tag = "bs" + uuid.uuid4().hex[:8]
+        pg, rd, table = _targets(pg_url, redis_url, tag)
+
+        def write() -> None:
+            (d.select("id", "payload", "amount").write.format("twopc-postgres").mode("append").options(**pg)
+             .option("checkpointLocation", str(work / f"ck-{tag}-pg")).option("txnVersion", "1").save())
+            (d.select("category").write.format("twopc-redis").mode("append").options(**rd)
+             .option("checkpointLocation", str(work / f"ck-{tag}-redis")).option("txnVersion", "1").save())
+            _check(pg_url, table, redis_url, tag, n)
+        return write
+
+    small = df.limit(1000)
+    composite(small, 1000)()
+    separate(small, 1000)()
+    for _ in range(repeats):  # interleaved, so drift hits both alike
+        for name, make in ((COMPOSITE, composite), (SEPARATE, separate)):
+            write = make(df, rows)
+            started = time.perf_counter()
+            write()
+            results[name].append(time.perf_counter() - started)
+    return results
+
+
+class _Gaps(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.events: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "twopc_event", None) == "participant_committed":
+            self.events.append(dict(getattr(record, "twopc", {})))
+
+
+def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitions: int,
+              rows_per_partition: int) -> tuple[list[float], list[float]]:
+    """Per batch, through the real coordinator (ledger decision, then every participant):
+    ms from the end of the first participant's commit to the end of the last's (the batch
+    is in PostgreSQL, not yet in Redis), and ms from the start of the first commit to the
+    end of the last (the whole window in which a reader may see part of the batch)."""
+    import pyarrow as pa
+
+    import sinks
+    from twopc import CommitCoordinator, CommitLedger, TransactionContext
+
+    tag = "bg" + uuid.uuid4().hex[:8]
+    pg, rd, _table = _targets(pg_url, redis_url, tag)
+    sink = sinks.OptionsCompositeSink.from_options(_composite_options(pg, rd))
+    schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
+                        ("category", pa.string())])
+    sink.configure_write(schema, overwrite=False, streaming=True, checkpointed=True)
+    sink.validate(schema)
+    ledger = CommitLedger(str(work / "ck-gap"))
+    sid = ledger.bind_sink_id(None, default="benchgap")
+    ledger.claim()
+    coord = CommitCoordinator(sink, ledger, sid)
+    handler = _Gaps()
+    logger = logging.getLogger("twopc.composite")
+    logger.addHandler(handler)
+    old = logger.level
+    logger.setLevel(logging.DEBUG)
+    gaps, windows = [], []
+    try:
+        for b in range(batches):
+            handles = []
+            for p in range(partitions):
+                first = (b * partitions + p) * rows_per_partition
+                ids = list(range(first, first + rows_per_partition))
+                txn = sink.begin_transaction(TransactionContext(sid, b, p, b * partitions + p))
+                sink.invoke_batch(txn, pa.record_batch({
+                    "id": pa.array(ids, pa.int64()), "payload": [f"payload-{i}" for i in ids],
+                    "amount": [i * 0.5 for i in ids], "category": [f"c{i % 10}" for i in ids]}, schema=schema))
+                handles.append(sink.pre_commit(txn))
+            handler.events.clear()
+            coord.commit_batch(b, handles)
+            done = [e["ms_since_first"] for e in handler.events if e["batch"] == b]
+            gaps.append(max(done) - min(done))
+            windows.append(max(done))
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old)
+        sink.close()
+    return gaps, windows
+
+
+@contextlib.contextmanager
+def _servers() -> Iterator[tuple[str, str, str]]:
+    from faultinject import LocalPostgres, LocalRedis
+
+    pg_url, redis_url = os.environ.get("TWOPC_BENCH_POSTGRES_URL"), os.environ.get("TWOPC_BENCH_REDIS_URL")
+    with contextlib.ExitStack() as stack:
+        if not pg_url:
+            pg_url = stack.enter_context(LocalPostgres()).url
+        if not redis_url:
+            redis_url = stack.enter_context(LocalRedis(appendfsync="always")).url
+        where = ("servers from TWOPC_BENCH_*_URL" if os.environ.get("TWOPC_BENCH_POSTGRES_URL")
+                 else "throwaway LocalPostgres (fsync on) and LocalRedis (appendfsync always)")
+        yield pg_url, redis_url, where
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_composite",
+                                     description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gap-batches", type=int, default=20)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    import sinks
+
+    with _servers() as (pg_url, redis_url, where), tempfile.TemporaryDirectory(prefix="twopc-bench-") as tmp:
+        spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-composite")
+                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                 .config("spark.driver.host", "127.0.0.1")
+                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        try:
+            sinks.register_all(spark)
+            df = spark.range(0, args.rows, numPartitions=args.partitions).selectExpr(
+                "id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
+                "concat('c', cast(id % 10 AS string)) AS category").cache()
+            df.count()
+            print(f"bench: {args.rows} rows, {args.partitions} partitions, local[2]; {where}")
+            results = bench_throughput(spark, df, args.rows, pg_url, redis_url, Path(tmp), args.repeats)
+        finally:
+            spark.stop()
+        rate = {name: args.rows / statistics.median(v) for name, v in results.items()}
+        for name, r in rate.items():
+            print(f"  {name:<50} {r:>10,.0f} rows/s   (median of {args.repeats})")
+        ratio = rate[COMPOSITE] / rate[SEPARATE]
+        print(f"  ratio composite / two writes                       {ratio:>10.2f}x   target >= 1.00: "
+              f"{'MET' if ratio >= 1.0 else 'MISSED'}")
+        gaps, windows = bench_gap(pg_url, redis_url, Path(tmp), batches=args.gap_batches,
+                                  partitions=args.partitions, rows_per_partition=1000)
+        print(f"visibility while a batch commits ({args.gap_batches} batches of {args.partitions} x 1000 rows, "
+              f"ms: median / p95 / max):")
+        for label, values in (("PostgreSQL committed, Redis not yet", gaps),
+                              ("first commit started -> last target done", windows)):
+            q = statistics.quantiles(values, n=20, method="inclusive") if len(values) >= 2 else values * 19
+            print(f"  {label:<48} {statistics.median(values):>7.2f} / {q[18]:.2f} / {max(values):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""``format("twopc-composite")``: the composite sink configured from Spark options, its
+participants named by their format (``twopc-postgres``, ``twopc-redis``, ``twopc-file``,
+``twopc-jdbc``, or ``package.module:SinkClass``).
+
+Options::
+
+    targets             orders,counters        the participants, in commit order; or a JSON
+                                               array of {"name", "format", "options",
+                                               "columns", "transform"} objects
+    orders.format       twopc-postgres         the participant's format
+    orders.columns      id, amount AS total    columns it keeps (AS renames); default all
+    orders.transform    my_pkg.mod:to_counts   a function RecordBatch -> RecordBatch
+    orders.batchColumn  twopc_batch            add the batch id to every row (consistent cuts)
+    orders.<option>     ...                    any other option of the participant's sink
+                                               (orders.url, orders.password, ...)
+
+Prefixed options override the same option in a JSON target, so credentials can stay out
+of the JSON (``.option("orders.password", pw)``). The runtime options (``checkpointLocation``,
+``sinkId``, ...) are the composite's. Every participant is built and checked when the
+writer is planned, before any task runs; an error names the participant.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from twopc import (
+    CompositeSink,
+    ConfigurationError,
+    MissingOptionError,
+    Participant,
+    TwoPCError,
+    TwoPhaseCommitDataSource,
+    TwoPhaseCommitSink,
+)
+
+__all__ = ["CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"]
+
+AnySink = TwoPhaseCommitSink[Any, Any, Any]
+_OWN_KEYS = ("format", "columns", "transform", "batchcolumn")
+
+
+def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
+    """Build the sink behind a built-in format name or a ``module:SinkClass`` (or
+    ``module:DataSourceClass``) path from its options.
+
+    Raises:
+        ConfigurationError: unknown format, or the sink refuses the options.
+    """
+    from . import DATA_SOURCES
+
+    for ds in DATA_SOURCES:
+        if ds.name() == format_name and ds is not CompositeDataSource:
+            return ds.sink_class.from_options(options)
+    if format_name == CompositeDataSource.format_name:
+        raise ConfigurationError("a composite participant cannot itself be a twopc-composite: list its targets")
+    if ":" in format_name:
+        obj = _import(format_name, "format")
+        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
+            obj = obj.sink_class
+        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitSink):
+            return obj.from_options(options)
+        raise ConfigurationError(f"{format_name} is not a TwoPhaseCommitSink or TwoPhaseCommitDataSource class")
+    known = ", ".join(ds.name() for ds in DATA_SOURCES if ds is not CompositeDataSource)
+    raise ConfigurationError(f"unknown sink format {format_name!r}: use one of {known}, or package.module:SinkClass")
+
+
+def participant(name: str, format: str, options: Mapping[str, str] | None = None, *,
+                columns: Any = None, transform: Callable[[Any], Any] | None = None,
+                batch_column: str | None = None) -> Participant:
+    """A :class:`twopc.Participant` whose sink is built from a format name and its options,
+    as ``spark.write.format(format).options(**options)`` would build it.
+
+    Raises:
+        ConfigurationError: the format is unknown or refuses the options; the message
+            names the participant.
+    """
+    try:
+        return Participant(name, sink_for_format(format, dict(options or {})), columns=columns, transform=transform,
+                           batch_column=batch_column)
+    except TwoPCError as exc:
+        if f"participant {name!r}" in str(exc):
+            raise
+        raise _named(name, format, exc) from exc
+
+
+def _named(name: str, format_name: str, exc: TwoPCError) -> TwoPCError:
+    text = f"composite participant {name!r} ({format_name}): {exc}"
+    try:
+        return type(exc)(text)
+    except TypeError:
+        return ConfigurationError(text)
+
+
+def _import(path: str, what: str) -> Any:
+    module, sep, attr = path.partition(":")
+    if not sep or not module or not attr:
+        raise ConfigurationError(f"{what} {path!r} is not 'package.module:name'")
+    try:
+        obj: Any = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"cannot import {what} {path!r}: {exc}") from None
+    return obj
+
+
+def parse_columns(text: str) -> dict[str, str]:
+    """``"id, amount AS total"`` -> ``{"id": "id", "amount": "total"}``.
+
+    Raises:
+        ConfigurationError: an entry is empty or not ``name`` / ``name AS new``.
+    """
+    out: dict[str, str] = {}
+    for entry in text.split(","):
+        words = entry.split()
+        if len(words) == 1:
+            out[words[0]] = words[0]
+        elif len(words) == 3 and words[1].lower() == "as":
+            out[words[0]] = words[2]
+        else:
+            raise ConfigurationError(f"columns entry {entry.strip()!r} is not 'name' or 'name AS new_name'")
+    return out
+
+
+def _targets(options: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The participants' specs: ``targets`` (names or JSON) merged with prefixed options."""
+    raw = next((v for k, v in options.items() if k.lower() == "targets"), None)
+    if raw is None or not raw.strip():
+        raise MissingOptionError("twopc-composite needs option targets: participant names (targets=\"orders,"
+                                 "counters\" with orders.format=..., orders.url=...) or a JSON array of "
+                                 "{\"name\", \"format\", \"options\"} objects")
+    specs: list[dict[str, Any]]
+    if raw.lstrip().startswith("["):
+        try:
+            loaded = json.loads(raw)
+        except ValueError as exc:
+            raise ConfigurationError(f"option targets is not valid JSON: {exc}") from None
+        if not all(isinstance(t, dict) and isinstance(t.get("name"), str) for t in loaded):
+            raise ConfigurationError("option targets: every element must be an object with a \"name\"")
+        specs = [dict(t) for t in loaded]
+    else:
+        specs = [{"name": n.strip()} for n in raw.split(",")]
+    for spec in specs:
+        prefix = spec["name"].lower() + "."
+        opts = {str(k): str(v) for k, v in dict(spec.get("options") or {}).items()}
+        for k, v in options.items():
+            if k.lower().startswith(prefix):
+                key = k[len(prefix):]
+                if key.lower() in _OWN_KEYS:
+                    spec[key.lower()] = v
+                else:
+                    opts[key] = v
+        spec["options"] = opts
+    return specs
+
+
+def _build(spec: Mapping[str, Any]) -> Participant:
+    name = spec["name"]
+    fmt = spec.get("format")
+    if not fmt:
+        raise MissingOptionError(f"composite participant {name!r} has no format: set option {name}.format "
+                                 f"(twopc-postgres, twopc-redis, twopc-file, twopc-jdbc or package.module:SinkClass)")
+    columns = spec.get("columns")
+    if isinstance(columns, str):
+        columns = parse_columns(columns)
+    transform = spec.get("transform")
+    if isinstance(transform, str):
+        transform = _import(transform, f"composite participant {name!r} transform")
+        if not callable(transform):
+            raise ConfigurationError(f"composite participant {name!r}: transform {spec['transform']!r} is not callable")
+    batch_column = spec.get("batchcolumn", spec.get("batchColumn"))
+    return participant(name, str(fmt), spec["options"], columns=columns, transform=transform,
+                       batch_column=str(batch_column) if batch_column else None)
+
+
+class OptionsCompositeSink(CompositeSink):
+    """The :class:`twopc.CompositeSink` of ``format("twopc-composite")``, built from options
+    (see the module docstring)."""
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> OptionsCompositeSink:
+        """Build every participant from *options*.
+
+        Raises:
+            ConfigurationError: ``targets`` is missing or malformed, or a participant's
+                format or options are wrong (the message names the participant).
+        """
+        return cls([_build(spec) for spec in _targets(options)])
+
+
+class CompositeDataSource(TwoPhaseCommitDataSource):
+    """Spark data source ``twopc-composite``: one micro-batch written to several targets
+    under one decision (:class:`OptionsCompositeSink`)."""
+
+    sink_class = OptionsCompositeSink
+    format_name = "twopc-composite"
+

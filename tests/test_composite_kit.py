@@ -1,0 +1,25 @@
+"""The conformance kit's contract checks on the composite sink (``twopc-composite``), on real
+servers: a PostgreSQL table, Redis (stream + counter) and the file sink as one sink; and a
+staging participant (``twopc-jdbc`` staging: its part of a batch commits in one local
+transaction) next to a prepared PostgreSQL one. Every check also verifies the participants
+agree (see ``_composite_helpers``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from twopc.testing import SinkContractTests, SinkHarness
+
+from ._composite_helpers import composite_harness
+
+
+class TestCompositeConforms(SinkContractTests):
+    @pytest.fixture(params=["orders+events+files", "staged+orders"])
+    def harness(self, request: pytest.FixtureRequest, postgres_url: str, redis_url: str,
+                tmp_path: Path) -> Iterator[SinkHarness]:
+        with composite_harness(request.param.split("+"), postgres_url=postgres_url, redis_url=redis_url,
+                               tmp_path=tmp_path) as harness:
+            yield harness

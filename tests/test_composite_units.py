@@ -1,0 +1,88 @@
+"""The composite sink's own rules, without Spark: participants' projections and names, one
+participant failing to prepare rolls the others of its attempt back (on a real PostgreSQL
+whose deferred unique constraint fails the PREPARE), and a decision covers the participant
+transactions ``list_prepared`` finds, also for a user's sink whose ids are not Xids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sinks import FileSink, PostgresHandle
+from twopc import CommitLedger, CompositeHandle, CompositeSink, ConfigurationError, Decision, Participant
+from twopc import TransactionContext as Ctx
+from twopc._composite import _group
+from twopc._coordinator import classify_prepared
+
+from ._composite_helpers import composite_harness
+from ._filesink_helpers import assert_nothing_left, committed_ids
+from ._kit_harnesses import _pg_prepared, _table
+
+ROWS = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "payload": ["a", "b", "c"],
+                        "amount": [0.5, 1.0, 1.5]})
+
+
+def test_projection_keeps_renames_and_transforms(tmp_path: Path) -> None:
+    sink = FileSink(str(tmp_path / "out"))
+    renamed = Participant("p", sink, columns={"id": "order_id", "amount": "total"})
+    assert renamed.project(ROWS).to_pydict() == {"order_id": [1, 2, 3], "total": [0.5, 1.0, 1.5]}
+    derived = Participant("d", sink, columns=["amount"], batch_column="twopc_batch",
+                          transform=lambda b: pa.record_batch({"sum": [sum(b.column(0).to_pylist())]}))
+    assert derived.project(ROWS, 7).to_pydict() == {"sum": [3.0], "twopc_batch": [7]}
+    with pytest.raises(ConfigurationError, match=r"participant 'p' keeps columns \['nope'\]"):
+        Participant("p", sink, columns=["nope"]).project(ROWS)
+    with pytest.raises(ConfigurationError, match="participant name 'a b'"):
+        Participant("a b", sink)
+    with pytest.raises(ConfigurationError, match=r"unique: \['p'\]"):
+        CompositeSink([Participant("p", sink), Participant("p", sink)])
+
+
+def test_a_failed_prepare_rolls_back_the_participants_already_prepared(postgres_url: str, tmp_path: Path) -> None:
+    ddl = ("CREATE TABLE {name} (id bigint NOT NULL, payload text, amount double precision, "
+           "UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)")
+    out = tmp_path / "files"
+    with _table(postgres_url, ddl) as (table, engine):
+        from sinks import PostgresSink
+
+        sink = CompositeSink([Participant("files", FileSink(str(out))),
+                              Participant("orders", PostgresSink.from_options({"url": postgres_url,
+                                                                               "dbtable": table}))])
+        sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+        sink.validate(ROWS.schema)
+        txn = sink.begin_transaction(Ctx("unitfail", 0, 0, 1))
+        sink.invoke_batch(txn, ROWS)
+        sink.invoke_batch(txn, ROWS)  # the same ids twice: PREPARE TRANSACTION fails on the deferred unique key
+        with pytest.raises(Exception, match=r"(?i)unique|duplicate"):
+            sink.pre_commit(txn)
+        sink.close()
+        assert_nothing_left(out, "unitfail.files")  # the file participant, prepared first, was rolled back
+        assert _pg_prepared(engine, "unitfail.orders") == []
+        assert committed_ids(out) == [] and sink.list_prepared("unitfail") == []
+
+
+def test_a_decision_covers_participant_transactions_whose_ids_are_not_xids(tmp_path: Path) -> None:
+    sid = "covered"
+    mine = PostgresHandle("custom-1", f"{sid}.mine", 0, 0, 1)
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    ledger.bind_sink_id(sid, default=sid)
+    ledger.claim()
+    ledger.record_decision(Decision(sid, 0, (CompositeHandle("twopc:covered:0:0:1:0badc0de", sid, 0, 0, 1,
+                                                             (("mine", mine),)),)))
+    found = _group(sid, [("mine", mine), ("mine", PostgresHandle("custom-2", f"{sid}.mine", 0, 1, 2))])
+    assert [h.txn_id for h in found] == ["mine:custom-1", "mine:custom-2"]
+    decided, orphans = classify_prepared(ledger, found, up_to_batch=None)
+    assert [h.txn_id for h in decided] == ["mine:custom-1"] and [h.txn_id for h in orphans] == ["mine:custom-2"]
+
+
+def test_participant_options_are_checked_up_front_and_named(postgres_url: str, redis_url: str) -> None:
+    from sinks import OptionsCompositeSink
+
+    with composite_harness(["orders", "events"], postgres_url=postgres_url, redis_url=redis_url) as harness:
+        with pytest.raises(ConfigurationError, match="composite participant 'events' has no format"):
+            OptionsCompositeSink.from_options({k: v for k, v in harness.options.items() if k != "events.format"})
+        with pytest.raises(ConfigurationError, match=r"composite participant 'orders' \(twopc-postgres\): .*bogus"):
+            OptionsCompositeSink.from_options({**harness.options, "orders.bogus": "1"})
+        with pytest.raises(ConfigurationError, match="option targets is not valid JSON"):
+            OptionsCompositeSink.from_options({"targets": "[{"})

@@ -1,0 +1,513 @@
+"""The composite sink: one micro-batch, several targets, one decision.
+
+A :class:`CompositeSink` is a :class:`TwoPhaseCommitSink` made of named
+:class:`Participant` sinks. Each task attempt opens one transaction in every participant,
+gives each its own projection of the rows, and prepares them all; its handle is a
+:class:`CompositeHandle` naming every participant's handle. The driver's one decision in
+the ledger names those composite handles, so a batch is committed in every target or in
+none: recovery finishes every participant of a decided batch and rolls back every
+participant of an undecided one.
+
+Each participant keeps its transactions under its own sink id, ``<sink id>.<participant
+name>``, so :meth:`CompositeSink.list_prepared` can ask each target for what it still holds.
+Every participant of one attempt gets the attempt's nonce (:attr:`TransactionContext.nonce`),
+so a participant's transaction id (an :class:`Xid`) names the composite transaction it
+belongs to: ``list_prepared`` groups what the targets still hold back into composite
+handles with the composite's own ``txn_id``, which a decision names. (A user's sink whose
+ids are not Xids comes back as a composite of one part named ``<participant>:<txn id>``,
+which the decision's handles cover too: :meth:`CompositeHandle.covered_txn_ids`.)
+
+What a reader sees while a batch commits: the participants commit one after another
+(each target all at once), so for the few milliseconds between the first and the last
+participant's commit one target shows the batch and another not yet. A crash in that
+window (fault point ``between_commits``) is finished by recovery; it never rolls back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+import pyarrow as pa
+
+import faultinject
+
+from . import _faults  # noqa: F401 - declares the fault points
+from ._context import TransactionContext
+from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
+from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
+from ._inspect import Headroom, PreparedDetail
+from ._logs import log_event
+from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._xid import Xid
+
+__all__ = ["CompositeHandle", "CompositeSink", "Participant", "participant_sink_id"]
+
+log = logging.getLogger("twopc.composite")
+
+AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
+Transform: TypeAlias = Callable[[pa.RecordBatch], pa.RecordBatch]
+
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_MAX_NAME = 16
+
+
+def participant_sink_id(sink_id: str, name: str) -> str:
+    """The sink id under which participant *name* of composite *sink_id* keeps its
+    transactions: ``<sink id>.<name>``."""
+    return f"{sink_id}.{name}"
+
+
+@dataclass(frozen=True)
+class CompositeHandle(TransactionHandle, kind="twopc.composite", version=1):
+    """One task attempt's transactions in every participant, as ``(name, handle)`` pairs in
+    the composite's participant order. The base fields are the composite's (its sink id);
+    each part's handle carries its participant's sink id."""
+
+    parts: tuple[tuple[str, TransactionHandle], ...] = ()
+
+    def covered_txn_ids(self) -> frozenset[str]:
+        """Its own id and ``<name>:<txn id>`` of every part (how ``list_prepared`` names a
+        participant transaction it finds)."""
+        return frozenset({self.txn_id, *(f"{name}:{h.txn_id}" for name, h in self.parts)})
+
+    def to_payload(self) -> dict[str, Any]:
+        """The base fields and ``parts`` as ``[[name, envelope], ...]`` (each part in its own
+        versioned envelope)."""
+        return {"txn_id": self.txn_id, "sink_id": self.sink_id, "batch_id": self.batch_id,
+                "partition_id": self.partition_id, "attempt_id": self.attempt_id,
+                "parts": [[name, encode_handle(h)] for name, h in self.parts]}
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any], version: int) -> CompositeHandle:
+        """Read a payload of :meth:`to_payload`, decoding every part's envelope.
+
+        Raises:
+            HandleVersionError: newer version; UnknownHandleKindError: a part's kind is not
+                registered; HandleError: the payload is malformed.
+        """
+        base = super().from_payload({k: v for k, v in payload.items() if k != "parts"}, version)
+        raw = payload.get("parts")
+        if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
+            raise HandleError(f"composite handle {base.txn_id!r} has malformed parts: the ledger record is damaged")
+        return cls(base.txn_id, base.sink_id, base.batch_id, base.partition_id, base.attempt_id,
+                   tuple((str(name), decode_handle(env)) for name, env in raw))
+
+
+@dataclass(frozen=True)
+class Participant:
+    """One target of a composite: a named sink and the rows it gets.
+
+    Attributes:
+        name: 1-16 characters ``A-Z a-z 0-9 _``, unique in the composite; part of the
+            participant's sink id (``<sink id>.<name>``), so keep it stable.
+        sink: the participant's sink, configured with its own options.
+        columns: the columns it keeps, in order; a mapping renames (``{"amount": "total"}``
+            keeps ``amount`` as ``total``). ``None`` keeps every column.
+        transform: a function from an Arrow record batch to an Arrow record batch (after
+            *columns*), for derived rows such as counters; it may return fewer or more
+            rows. It must depend only on its input (a replayed batch must give the same
+            rows), accept a batch of no rows (the driver runs it on one to learn the
+            participant's schema) and be picklable (Spark ships it to the executors).
+        batch_column: when set, a column of this name (``int64``) holding the micro-batch
+            id (or ``txnVersion``) is added to every row it gets, last: what a reader
+            filters on for a consistent cut across targets (``<= latest committed batch``).
+    """
+
+    name: str
+    sink: AnySink
+    columns: Sequence[str] | Mapping[str, str] | None = None
+    transform: Transform | None = None
+    batch_column: str | None = None
+    _renames: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.name, str) and 0 < len(self.name) <= _MAX_NAME and set(self.name) <= _NAME_CHARS):
+            raise ConfigurationError(f"composite participant name {self.name!r} is invalid: use 1-{_MAX_NAME} "
+                                     f"characters from A-Z a-z 0-9 _")
+        if not isinstance(self.sink, TwoPhaseCommitSink):
+            raise ConfigurationError(f"composite participant {self.name!r}: {self.sink!r} is not a "
+                                     f"TwoPhaseCommitSink")
+        cols = self.columns
+        if cols is None:
+            renames: tuple[tuple[str, str], ...] = ()
+        elif isinstance(cols, Mapping):
+            renames = tuple((str(k), str(v)) for k, v in cols.items())
+        elif isinstance(cols, str):
+            raise ConfigurationError(f"composite participant {self.name!r}: columns must be a list or a mapping, "
+                                     f"not the string {cols!r}")
+        else:
+            renames = tuple((str(c), str(c)) for c in cols)
+        object.__setattr__(self, "_renames", renames)
+
+    def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
+        """The rows this participant gets from *batch* of micro-batch *batch_id*.
+
+        Raises:
+            ConfigurationError: a column it keeps is not in *batch*, or the transform
+                does not return a record batch.
+        """
+        if self._renames:
+            missing = [src for src, _ in self._renames if src not in batch.schema.names]
+            if missing:
+                raise ConfigurationError(
+                    f"composite participant {self.name!r} keeps columns {missing} that the written DataFrame "
+                    f"does not have (it has {batch.schema.names}): fix the participant's columns")
+            batch = pa.RecordBatch.from_arrays([batch.column(src) for src, _ in self._renames],
+                                               names=[dst for _, dst in self._renames])
+        if self.transform is not None:
+            out = self.transform(batch)
+            if isinstance(out, pa.Table):
+                out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist(
+                    [], schema=out.schema)
+            if not isinstance(out, pa.RecordBatch):
+                raise ConfigurationError(f"composite participant {self.name!r}: its transform returned "
+                                         f"{type(out).__name__}, not a pyarrow.RecordBatch")
+            batch = out
+        if self.batch_column:
+            if self.batch_column in batch.schema.names:
+                raise ConfigurationError(f"composite participant {self.name!r}: its rows already have a column "
+                                         f"{self.batch_column!r}; choose another batch_column")
+            batch = batch.append_column(pa.field(self.batch_column, pa.int64(), nullable=False),
+                                        pa.array([batch_id] * batch.num_rows, pa.int64()))
+        return batch
+
+    def project_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The schema :meth:`project` makes of *schema* (the transform is run on no rows).
+
+        Raises:
+            ConfigurationError: see :meth:`project`.
+        """
+        return self.project(pa.RecordBatch.from_pylist([], schema=schema)).schema
+
+
+@dataclass
+class _CompositeTxn:
+    context: TransactionContext
+    txns: list[tuple[Participant, Any]]
+    rows: dict[str, int]
+
+
+def _named(participant: Participant, exc: TwoPCError) -> TwoPCError:
+    """*exc* again, its message prefixed with the participant (same class when it can be
+    rebuilt from a message, else :class:`ConfigurationError`)."""
+    text = f"composite participant {participant.name!r} ({participant.sink.describe()}): {exc}"
+    try:
+        named = type(exc)(text)
+    except TypeError:
+        named = ConfigurationError(text)
+    return named
+
+
+def _combine(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
+    """A composite handle's outcome from its parts': LOST if any part is lost, COMMITTED if
+    this call committed any, else ALREADY_COMMITTED."""
+    seen = set(outcomes)
+    if CommitOutcome.LOST in seen:
+        return CommitOutcome.LOST
+    if CommitOutcome.COMMITTED in seen:
+        return CommitOutcome.COMMITTED
+    return CommitOutcome.ALREADY_COMMITTED
+
+
+class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeHandle]):
+    """Several participant sinks that commit each batch together (see the module docstring).
+
+    Guarantees: a batch's rows become visible in every participant or in none, exactly
+    once each, whatever crashes (each participant's own guarantees carry over). Not
+    guaranteed: that they become visible at the same instant (the participants commit one
+    after another; a reader that needs a consistent cut reads up to the last batch every
+    target has marked committed).
+
+    Raises (construction):
+        ConfigurationError: no participant, or two with the same name.
+    """
+
+    handle_type = CompositeHandle
+
+    def __init__(self, participants: Sequence[Participant]) -> None:
+        self.participants = tuple(participants)
+        if not self.participants:
+            raise ConfigurationError("a composite sink needs at least one participant")
+        names = [p.name for p in self.participants]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigurationError(f"composite participant names must be unique: {dupes} appear twice")
+        self._register_kinds()
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._register_kinds()
+
+    def _register_kinds(self) -> None:
+        """Register every participant's handle kind in this process (a class shipped by
+        value by cloudpickle did not run the hook that registers it)."""
+        for p in self.participants:
+            ensure_registered(getattr(type(p.sink), "handle_type", TransactionHandle))
+
+    def _participant(self, name: str) -> Participant:
+        for p in self.participants:
+            if p.name == name:
+                return p
+        raise ProtocolError(f"a composite handle names participant {name!r}, which this composite does not have "
+                            f"({[p.name for p in self.participants]}): configure the same participants as the "
+                            f"query that wrote the checkpoint")
+
+    # -- driver, plan time ----------------------------------------------------------
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
+                        checkpointed: bool) -> None:
+        """Configure every participant with its projected schema (and refuse overwrite).
+
+        Raises:
+            ConfigurationError: a participant refuses; the message names it.
+        """
+        super().configure_write(schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        for p in self.participants:
+            try:
+                p.sink.configure_write(p.project_schema(schema), overwrite=overwrite, streaming=streaming,
+                                       checkpointed=checkpointed)
+            except TwoPCError as exc:
+                raise _named(p, exc) from exc
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Validate every participant against its projected schema, on the driver, before any
+        task runs: one wrong participant fails the write, and the error names it.
+
+        Raises:
+            ConfigurationError, SinkUnavailableError: as the participant's ``validate``,
+                the message prefixed with the participant's name.
+        """
+        for p in self.participants:
+            try:
+                p.sink.validate(p.project_schema(schema))
+            except TwoPCError as exc:
+                raise _named(p, exc) from exc
+
+    # -- executor ------------------------------------------------------------------
+    def begin_transaction(self, context: TransactionContext) -> _CompositeTxn:
+        """Open one transaction in every participant, each under its own sink id. When one
+        cannot be opened, those already open are rolled back."""
+        context = dataclasses.replace(context, nonce=context.nonce or secrets.token_hex(4))
+        txn = _CompositeTxn(context, [], {})
+        try:
+            for p in self.participants:
+                sub = dataclasses.replace(context, sink_id=participant_sink_id(context.sink_id, p.name))
+                txn.txns.append((p, p.sink.begin_transaction(sub)))
+                txn.rows[p.name] = 0
+        except BaseException:
+            self.rollback(txn)
+            raise
+        return txn
+
+    def invoke(self, txn: _CompositeTxn, value: dict[str, Any]) -> None:
+        """Add one row (a dict) to every participant, projected."""
+        self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
+
+    def invoke_batch(self, txn: _CompositeTxn, batch: pa.RecordBatch) -> None:
+        """Give every participant its projection of *batch*."""
+        for p, t in txn.txns:
+            rows = p.project(batch, txn.context.batch_id)
+            if rows.num_rows:
+                p.sink.invoke_batch(t, rows)
+                txn.rows[p.name] += rows.num_rows
+
+    def pre_commit(self, txn: _CompositeTxn) -> CompositeHandle:
+        """Prepare every participant that got rows (roll back those that got none), in
+        participant order. When one fails to prepare, the ones already prepared are
+        aborted and the rest rolled back before the error is raised: nothing of the attempt
+        stays prepared anywhere (what a failed abort leaves, recovery rolls back)."""
+        parts: list[tuple[str, TransactionHandle]] = []
+        pending = list(txn.txns)
+        try:
+            while pending:
+                p, t = pending[0]
+                if txn.rows[p.name]:
+                    parts.append((p.name, p.sink.pre_commit(t)))
+                else:
+                    p.sink.rollback(t)
+                pending.pop(0)
+        except BaseException:
+            for name, h in parts:
+                _quietly(f"abort {name}", self._participant(name).sink.abort, h)
+            for p, t in pending:
+                _quietly(f"roll back {p.name}", p.sink.rollback, t)
+            raise
+        ctx = txn.context
+        return CompositeHandle(str(ctx.xid()), ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
+                               tuple(parts))
+
+    def rollback(self, txn: _CompositeTxn) -> None:
+        """Roll back every participant's open transaction (each must not raise for one
+        already gone; the first error is raised after all were tried)."""
+        errors: list[BaseException] = []
+        for p, t in txn.txns:
+            try:
+                p.sink.rollback(t)
+            except Exception as exc:  # noqa: BLE001 - every part is tried; the first error is raised after
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # -- driver, commit --------------------------------------------------------------
+    def commit(self, handle: CompositeHandle) -> CommitOutcome:
+        """Commit every part (participant order); see :meth:`commit_all`."""
+        return self.commit_all([handle])[0]
+
+    def recover_and_commit(self, handle: CompositeHandle) -> CommitOutcome:
+        return self.commit_all([handle], recovering=True)[0]
+
+    def commit_all(self, handles: Sequence[CompositeHandle], *, recovering: bool = False) -> list[CommitOutcome]:
+        """Commit the handles of one decided batch: participant by participant, each
+        participant's parts together through its own :meth:`commit_all` (a staging
+        participant makes the batch visible in one local transaction) or one by one.
+
+        Between two participants is the fault point ``between_commits``: the first target
+        shows the batch, the next not yet. Each participant's end is logged (DEBUG event
+        ``participant_committed``, ``ms_since_first``): the visibility gap of the batch.
+        Idempotent as a whole (every participant's commit is), so a retry or recovery finishes a partly committed batch.
+
+        Raises:
+            SinkError: a participant failed; the ones before it are committed, and a retry
+                (or recovery) commits the rest.
+        """
+        outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
+        first = True
+        started = time.monotonic()
+        for p in self.participants:
+            mine = [(i, h) for i, ch in enumerate(handles) for name, h in ch.parts if name == p.name]
+            if not mine:
+                continue
+            if not first:
+                faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
+            first = False
+            parts = [h for _, h in mine]
+            got = p.sink.commit_all(parts, recovering=recovering)
+            if got is None:
+                got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
+            elif len(got) != len(parts):
+                raise ProtocolError(f"{p.sink.describe()}: commit_all returned {len(got)} outcomes for "
+                                    f"{len(parts)} handles")
+            for (i, _), outcome in zip(mine, got, strict=True):
+                outcomes[i].append(outcome)
+            ms = (time.monotonic() - started) * 1000
+            log_event(log, logging.DEBUG, "participant_committed",
+                      "twopc composite: batch %s participant %s committed %s transaction(s), %.2f ms after the first "
+                      "participant's commit began", handles[0].batch_id, p.name, len(parts), ms,
+                      sink_id=handles[0].sink_id, batch=handles[0].batch_id, participant=p.name,
+                      transactions=len(parts), ms_since_first=round(ms, 3), recovering=recovering)
+        for ch in handles:
+            for name, _ in ch.parts:
+                self._participant(name)  # a part of an unknown participant is refused, not skipped
+        return [_combine(o) if o else CommitOutcome.ALREADY_COMMITTED for o in outcomes]
+
+    def abort(self, handle: CompositeHandle) -> None:
+        """Roll back every part. Every part is tried; then the first error is raised.
+
+        Raises:
+            ProtocolError: a part had been committed.
+            SinkError: a target failed.
+        """
+        self._each_part(handle, lambda s, h: s.abort(h))
+
+    def recover_and_abort(self, handle: CompositeHandle) -> None:
+        self._each_part(handle, lambda s, h: s.recover_and_abort(h))
+
+    def _each_part(self, handle: CompositeHandle, fn: Callable[[AnySink, TransactionHandle], None]) -> None:
+        errors: list[BaseException] = []
+        for name, h in handle.parts:
+            try:
+                fn(self._participant(name).sink, h)
+            except Exception as exc:  # noqa: BLE001 - every part is tried; the first error is raised after
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    # -- recovery and the operator's view -----------------------------------------
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[CompositeHandle]:
+        """Every participant transaction of *sink_id* (and *batch_id*) still prepared,
+        grouped into the composite transactions they belong to (see the module docstring).
+        The parts of a composite handle are those still prepared: a batch whose commit
+        stopped half way lists only the participants not yet committed."""
+        return _group(sink_id, [(p.name, h) for p in self.participants
+                                for h in _asking(p, "list_prepared", sink_id, batch_id)])
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """One detail per composite transaction (as :meth:`list_prepared` groups them):
+        ``holds`` names what every participant holds, the age is the oldest part's and the
+        size the parts' sum when they count in the same unit."""
+        found = [(p.name, d) for p in self.participants
+                 for d in _asking(p, "prepared_details", sink_id)]
+        out = []
+        for h in _group(sink_id, [(name, d.handle) for name, d in found]):
+            mine = [(name, d) for name, d in found if (name, d.handle) in h.parts]
+            ages = [d.prepared_at for _, d in mine if d.prepared_at is not None]
+            units = {d.size_unit for _, d in mine}
+            sizes = [d.size for _, d in mine]
+            size = sum(x for x in sizes if x is not None) if len(units) == 1 and None not in sizes else None
+            out.append(PreparedDetail(h, "; ".join(f"{name}: {d.holds}" for name, d in mine),
+                                      min(ages) if ages else None, size, units.pop() if len(units) == 1 else "rows"))
+        return out
+
+    def headroom(self, sink_id: str) -> Headroom | None:
+        """The participant with the least room left (``what`` prefixed with its name);
+        ``None`` when no participant can tell."""
+        rooms = []
+        for p in self.participants:
+            h = _asking(p, "headroom", sink_id)
+            if h is not None:
+                rooms.append(Headroom(f"{p.name}: {h.what}", h.in_use, h.limit))
+        limited = [h for h in rooms if h.limit is not None]
+        if limited:
+            return min(limited, key=lambda h: (h.limit or 0) - h.in_use)
+        return rooms[0] if rooms else None
+
+    def purge_committed(self, sink_id: str, below_batch: int) -> None:
+        for p in self.participants:
+            p.sink.purge_committed(participant_sink_id(sink_id, p.name), below_batch)
+
+    def commit_mode(self) -> str:
+        inner = "; ".join(f"{p.name}: {p.sink.commit_mode()}" for p in self.participants)
+        return f"CompositeSink: one decision for {len(self.participants)} participants ({inner})"
+
+    def describe(self) -> str:
+        return "composite[" + ", ".join(f"{p.name}={p.sink.describe()}" for p in self.participants) + "]"
+
+    def close(self) -> None:
+        for p in self.participants:
+            _quietly(f"close {p.name}", lambda sink: sink.close(), p.sink)
+
+
+def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:
+    """``p.sink.<method>(<p's sink id>, *args)``, a twopc error re-raised with the
+    participant's name (an operator whose ``twopc status`` fails must know which target
+    did not answer)."""
+    try:
+        return getattr(p.sink, method)(participant_sink_id(sink_id, p.name), *args)
+    except TwoPCError as exc:
+        raise _named(p, exc) from exc
+
+
+def _group(sink_id: str, found: Sequence[tuple[str, TransactionHandle]]) -> list[CompositeHandle]:
+    """Participant handles grouped by the composite transaction their Xid names (same
+    batch, partition, attempt and nonce); a handle whose id is not an Xid stands alone as
+    ``<participant>:<txn id>``."""
+    groups: dict[str, list[tuple[str, TransactionHandle]]] = {}
+    for name, h in found:
+        xid = Xid.parse(h.txn_id)
+        key = (str(Xid(sink_id, xid.batch_id, xid.partition_id, xid.attempt_id, xid.nonce))
+               if xid is not None and xid.sink_id == participant_sink_id(sink_id, name) else f"{name}:{h.txn_id}")
+        groups.setdefault(key, []).append((name, h))
+    return [CompositeHandle(key, sink_id, parts[0][1].batch_id, parts[0][1].partition_id, parts[0][1].attempt_id,
+                            tuple(parts)) for key, parts in groups.items()]
+
+
+def _quietly(what: str, fn: Callable[[Any], Any], arg: Any) -> None:
+    try:
+        fn(arg)
+    except Exception:  # logged, not raised: the error that made us clean up is the one to see
+        log.warning("twopc composite: could not %s while cleaning up (recovery finishes it)", what, exc_info=True)
