@@ -33,8 +33,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "TwoPhaseCommitStreamWriter", "UnknownHandleKindError", "UnsettledTransaction", "Xid",
         "composite", "data_source_for", "decode_handle", "default_sink_id", "dumps_handle", "encode_handle",
         "ephemeral_sink_id", "ephemeral_started", "ephemeral_writer_dead", "foreach_batch_writer", "loads_handle",
-        "option", "participant_sink_id", "redact", "register", "register_metrics", "registered_handle_kinds", "resolve_abandoned",
-        "serve_metrics", "sink_status", "validate_sink_id",
+        "option", "participant_sink_id", "redact", "register", "register_metrics", "registered_handle_kinds",
+        "resolve_abandoned", "serve_metrics", "sink_status", "validate_sink_id",
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",
@@ -48,8 +48,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "check_handle_round_trips_without_credentials", "check_invisible_until_commit_then_exactly_once",
         "check_list_prepared_finds_exactly_the_prepared", "check_lost_transaction_is_loud",
         "check_never_prepared_is_lost", "check_rollback_leaves_nothing", "check_rolled_back_is_lost",
-        "check_sink_pickles_after_use", "cluster_crash_plan", "crash_plan", "default_rows", "derive_secrets", "fresh_nonce",
-        "generate_schedule", "run_contract", "run_crash_matrix", "run_schedule", "shrink_schedule",
+        "check_sink_pickles_after_use", "cluster_crash_plan", "crash_plan", "default_rows", "derive_secrets",
+        "fresh_nonce", "generate_schedule", "run_contract", "run_crash_matrix", "run_schedule", "shrink_schedule",
     ),
     "recovery": (
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "Verification",
