@@ -221,6 +221,9 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             _ANNOUNCED.add(announce)
             log.warning("twopc-jdbc: %s commit mode for %s (%s)", self.mode, self.options.table, self.reason)
         self._backend().validate(schema)
+        if self.mode == PREPARED and not self._checkpointed:
+            # a dead staging write (no checkpoint) to this target left staged rows: the next write cleans up
+            self._staging_sink().expire_abandoned()
 
     def _server_can_prepare(self) -> tuple[bool, str]:
         o = self.options

@@ -152,6 +152,23 @@ class StagingDdl:
         finally:
             conn.close()
 
+    def expire_abandoned(self) -> None:
+        """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing
+        staging: a prepared-mode write to the same target cleans up after a staging write
+        whose driver died. Does nothing when there is no staging table.
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed.
+        """
+        conn = self._connect()
+        try:
+            if self._has_table(conn, self.stage):
+                self._expire_ephemeral(conn)
+        except SQLAlchemyError as exc:
+            raise self._error(exc, f"clean up staged rows in {self.stage.display()}") from None
+        finally:
+            conn.close()
+
     def _create_target_now(self, conn: Connection, ddl: str) -> None:
         """Create the missing target at validation (MySQL DDL cannot join the commit
         transaction), and drop it again when it cannot roll back (``createTableOptions``
