@@ -22,7 +22,6 @@ writer is planned, before any task runs; an error names the participant.
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -36,6 +35,7 @@ from twopc import (
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
 )
+from twopc._objpath import load_object
 
 __all__ = ["CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"]
 
@@ -96,16 +96,12 @@ def _named(name: str, format_name: str, exc: TwoPCError) -> TwoPCError:
 
 
 def _import(path: str, what: str) -> Any:
-    module, sep, attr = path.partition(":")
-    if not sep or not module or not attr:
-        raise ConfigurationError(f"{what} {path!r} is not 'package.module:name'")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        return load_object(path)
+    except ValueError:
+        raise ConfigurationError(f"{what} {path!r} is not 'package.module:name'") from None
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"cannot import {what} {path!r}: {exc}") from None
-    return obj
 
 
 def parse_columns(text: str) -> dict[str, str]:

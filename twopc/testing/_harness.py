@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import secrets
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -13,6 +12,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 import pyarrow as pa
 
 from .._handle import TransactionHandle
+from .._objpath import load_object
 from .._options import RUNTIME_KEYS
 from .._sink import TwoPhaseCommitSink
 from .._spark import TwoPhaseCommitDataSource, data_source_for
@@ -124,16 +124,12 @@ def derive_secrets(options: Mapping[str, str]) -> list[str]:
 
 
 def _load(path: str) -> Any:
-    module, sep, qualname = path.partition(":")
-    if not sep or not module or not qualname:
-        raise HarnessError(f"sink {path!r} is not 'module:Class'")
     try:
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
+        return load_object(path)
+    except ValueError:
+        raise HarnessError(f"sink {path!r} is not 'module:Class'") from None
     except (ImportError, AttributeError) as exc:
         raise HarnessError(f"cannot import sink {path!r}: {exc}") from None
-    return obj
 
 
 def sink_path(sink: str | type[Any]) -> str:
