@@ -361,6 +361,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def recover_and_commit(self, handle: CompositeHandle) -> CommitOutcome:
         return self.commit_all([handle], recovering=True)[0]
 
+    def commits_whole_batch_for(self, handles: Sequence[CompositeHandle]) -> bool:
+        """Always: each participant must get all its handles of the batch in one
+        :meth:`commit_all` (a staging participant commits them in one transaction), and
+        ``between_commits`` fires here, between participants."""
+        return True
+
     def commit_all(self, handles: Sequence[CompositeHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit the handles of one decided batch: participant by participant, each
         participant's parts together through its own :meth:`commit_all` (a staging

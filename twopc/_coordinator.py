@@ -160,7 +160,7 @@ def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> 
     each through :meth:`~TwoPhaseCommitSink.commit_all` when the sink batches commits (a
     number of round trips that does not grow with the batch), else one by one."""
     handles = decision.handles
-    if sink.commits_atomically_for(handles):
+    if sink.commits_whole_batch_for(handles):
         yield from _commit_group(sink, handles, recovering=recovering)
         return
     yield from _commit_group(sink, handles[:1], recovering=recovering)

@@ -117,6 +117,13 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         decided. Default: :attr:`commits_atomically`."""
         return self.commits_atomically
 
+    def commits_whole_batch_for(self, handles: Sequence[H]) -> bool:
+        """Whether the coordinator must hand :meth:`commit_all` every handle of a batch in
+        one call (the sink orders its commits and fires ``between_commits`` itself), rather
+        than the first handle alone and then the rest. Default:
+        :meth:`commits_atomically_for`."""
+        return self.commits_atomically_for(handles)
+
     def commits_in_one_call_for(self, handles: Sequence[H]) -> bool:
         """Whether :meth:`commit_all` makes *handles* visible with one call of the target,
         all at once (then the coordinator's ``between_commits`` point is never reached).
