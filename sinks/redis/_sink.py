@@ -390,6 +390,11 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                               self._server.where())
         return [o for o in outcomes if o is not None]
 
+    def commits_whole_batch_for(self, handles: Sequence[RedisHandle]) -> bool:
+        """True: :meth:`commit_all` takes a whole batch, groups it into as few atomic calls
+        as the keys allow and fires ``between_commits`` between two calls itself."""
+        return True
+
     def commits_in_one_call_for(self, handles: Sequence[RedisHandle]) -> bool:
         """True when *handles* share one hash tag and are at most
         :data:`~sinks.redis._lua.MAX_BATCH_TXNS`: :meth:`commit_all` then makes one call."""

@@ -184,12 +184,17 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             return
         cur = dbapi.cursor()
         try:
+            # The connection is in autocommit mode: without an explicit BEGIN the trial
+            # would commit whatever the statement writes.
+            cur.execute("BEGIN")
             cur.execute(stmt)
         except self.spec.driver_error as exc:
             raise session_init_failed(self._where(), self._redact(self._error_text(exc))) from None
         finally:
-            cur.close()
-            dbapi.rollback()
+            try:
+                cur.execute("ROLLBACK")
+            finally:
+                cur.close()
 
     def _ensure_markers(self, dbapi: Any) -> None:
         have = self._marker_columns(dbapi)
