@@ -862,4 +862,5 @@ def test_field_names_are_the_public_api() -> None:
         "create_table_column_types", "table_comment", "isolation_level", "query_timeout",
         "session_init_statement", "commit_mode", "upsert_keys", "save_mode", "marker_table", "staging_table",
         "staging_retention",
-        "lock_timeout", "connect_timeout", "socket_timeout", "tcp_keepalive", "copy_format", "format_name"]
+        "lock_timeout", "connect_timeout", "socket_timeout", "tcp_keepalive", "copy_format", "dead_letter_table",
+        "format_name"]

@@ -119,3 +119,33 @@ def test_starting_a_query_changes_no_structure_of_the_sources_shared_environment
          .trigger(availableNow=True).start())
     q.awaitTermination()
     assert _source_env_keys(spark) == before, "the source runner inserted keys into the shared map"
+
+
+def test_entries_postgres_refuses_go_to_the_dead_letter_table_and_are_acknowledged(
+        spark: Any, redis_url: str, r: Any, prefix: str, tmp_checkpoint: str, postgres_url: str,
+        pg_engine: Any) -> None:
+    """The one Spark run of the dead-letter route (its cases are sink-level, in
+    test_postgres_dead_letter.py): the option passes through Spark, and a refused entry
+    neither stalls the query nor stays pending."""
+    stream, table, dead = f"{prefix}:orders", f"o_{prefix}", f"d_{prefix}"
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (stream text, id text PRIMARY KEY, n bigint CHECK (n >= 0))")
+    try:
+        for i in range(1, 11):
+            r.xadd(stream, {"n": str(-i if i in (4, 9) else i)}, id=f"1000-{i}")
+        q = (source(spark, redis_url, stream, startingPosition="earliest").select("stream", "id", "n")
+             .writeStream.format("twopc-postgres").option("url", postgres_url).option("dbtable", table)
+             .option("deadLetterTable", dead).option("checkpointLocation", tmp_checkpoint)
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        with pg_engine.connect() as c:
+            kept = [row[0] for row in c.exec_driver_sql(f"SELECT n FROM {table} ORDER BY n")]
+            buried = [tuple(row) for row in c.exec_driver_sql(f"SELECT entry_id, left(reason, 5) FROM {dead} "
+                                                              f"ORDER BY entry_id")]
+        assert kept == [1, 2, 3, 5, 6, 7, 8, 10]
+        assert buried == [("1000-4", "23514"), ("1000-9", "23514")]
+        g = r.xinfo_groups(stream)[0]
+        assert g["pending"] == 0 and g["lag"] == 0, g
+    finally:
+        with pg_engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE IF EXISTS {table}, {dead}")

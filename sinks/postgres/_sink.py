@@ -49,11 +49,13 @@ from twopc import (
 
 from .._handles import PostgresHandle
 from ..sql._dialect import SqlTxn
+from ..sql._names import TableName, parse_table_name
 from ..sql._pg_deadline import deadline_pipeline
 from ..sql._prepared import PreparedSqlSink
 from . import _server as server
 from ._columns import PgColumn
-from ._copy import CopyPlan, CopyStream, identifier, plan_copy
+from ._copy import CopyPlan, identifier, plan_copy
+from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl
 from ._spec import POSTGRES
 
 __all__ = ["PostgresHandle", "PostgresSink"]
@@ -164,7 +166,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given
         txn.columns = self._target_columns(pg, validating=False)
-        txn.loader = CopyStream(pg, self._target)
+        txn.loader = CheckedCopy(pg, self._target, txn.context, dead_letter=self._dead_letter(),
+                                 fail=self._map_error, redact=self._redact)
 
     def _load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
                    rows: list[dict[str, Any]]) -> None:
@@ -185,6 +188,38 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
 
     def _end_load(self, txn: SqlTxn[PgColumn]) -> None:
         txn.loader.end()
+        txn.rows -= txn.loader.dead  # the marker counts the rows that reached the table
+
+    def _dead_letter(self) -> TableName | None:
+        name = self.options.dead_letter_table
+        return None if name is None else parse_table_name(name, self.spec.name, "deadLetterTable")
+
+    def _ensure_markers(self, dbapi: Any) -> None:
+        super()._ensure_markers(dbapi)
+        table = self._dead_letter()
+        if table is None:
+            return
+        pg: psycopg.Connection[Any] = dbapi
+        oid = server.table_oid(pg, table)
+        if oid is None:
+            try:
+                with pg.transaction():
+                    pg.execute(dead_letter_ddl(table))
+            except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
+                pass  # created concurrently
+            except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+                raise TargetConfigurationError(
+                    f"cannot create the dead-letter table {table.display()} ({type(exc).__name__}): create it "
+                    f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
+                    f"{table.display()} TO <user>") from None
+            log.info("twopc: created dead-letter table %s", table.display())
+            return
+        have = {c.name.lower() for c in server.table_columns(pg, oid)}
+        missing = [c for c in DEAD_LETTER_COLUMNS if c not in have]
+        if missing:
+            raise TargetConfigurationError(
+                f"{table.display()} exists but is not a twopc dead-letter table (it lacks columns "
+                f"{', '.join(missing)}): set option deadLetterTable to another name")
 
     def _prepare(self, txn: SqlTxn[PgColumn]) -> None:
         pg: psycopg.Connection[Any] = self._usable(txn)

@@ -75,6 +75,10 @@ Options (keys case-insensitive)
                        ``eval``
 ``socketTimeout``      a duration (``30s``, ``500ms``, ``2min``, or a number of
                        seconds), default 60s; ``connectTimeout`` the same, default 10s
+``deadLetterStream``   a stream key in the sink's slot: rows the mapping refuses (null or
+                       out-of-range numbers, keys outside the slot) become entries there
+                       in the same transaction (:mod:`sinks.redis._dead_letter`); default:
+                       such a row fails the task naming its entry
 =====================  ============================================================
 
 An option not in this table is an error that lists the supported ones; twopc's own

@@ -55,6 +55,7 @@ from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
 from . import _lua as lua
 from ._clients import ClientConfig, split_url
+from ._dead_letter import RowFolder, dead_letter_op
 from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
 from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message
 from ._mapping import RedisOp, check_schema, compile_mapping
@@ -69,7 +70,7 @@ FORMAT_NAME = "twopc-redis"
 
 #: The options of ``format("twopc-redis")``, as spelled in the docs (keys are case-insensitive).
 OPTIONS = ("url", "password", "mapping", "hashTag", "requireSameSlot", "durability", "skipConfigCheck",
-           "scriptMode", "socketTimeout", "connectTimeout")
+           "scriptMode", "socketTimeout", "connectTimeout", "deadLetterStream")
 
 DEFAULT_SOCKET_TIMEOUT = Duration(60_000)
 DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
@@ -102,11 +103,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                  hash_tag: str | None = None, require_same_slot: bool | str = "auto",
                  durability: str = "always", skip_config_check: bool = False,
                  script_mode: str = "auto", socket_timeout: float | Duration = DEFAULT_SOCKET_TIMEOUT,
-                 connect_timeout: float | Duration = DEFAULT_CONNECT_TIMEOUT) -> None:
+                 connect_timeout: float | Duration = DEFAULT_CONNECT_TIMEOUT,
+                 dead_letter_stream: str | None = None) -> None:
         if not url:
             raise MissingOptionError('RedisSink needs option url, e.g. "redis://host:6379/0"')
         clean_url, url_password = split_url(url)
         self._ops, self._compiled = compile_mapping(mapping)
+        self._dead = None if dead_letter_stream is None else dead_letter_op(dead_letter_stream, len(self._compiled))
+        self._all_compiled = self._compiled + ([self._dead] if self._dead is not None else [])
         self._hash_tag = normalize_tag(hash_tag) if hash_tag else None
         self._same_slot = _same_slot(require_same_slot)
         self._durability = _one_of("durability", durability, ("always", "everysec"))
@@ -143,6 +147,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                 script_mode=o.text("scriptMode", "auto") or "auto",
                 socket_timeout=o.duration("socketTimeout", DEFAULT_SOCKET_TIMEOUT),
                 connect_timeout=o.duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
+                dead_letter_stream=o.get("deadLetterStream"),
             )
 
     # -- description -------------------------------------------------------------------
@@ -191,8 +196,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
 
     def _check_fixed_slots(self, tag: str) -> None:
         want = key_slot(tag)
-        for c in self._compiled:
+        for c in self._all_compiled:
             got = c.key.fixed_slot()
+            if got is not None and got != want and c is self._dead:
+                raise ConfigurationError(
+                    f"deadLetterStream {c.key.constant!r} hashes to cluster slot {got}, but the sink's keys use "
+                    f"hash tag {tag} (slot {want}): the dead letters commit with the batch, in one slot. Put the "
+                    f"hash tag into the key, e.g. \"{tag}:dead\"")
             if got is not None and got != want:
                 raise ConfigurationError(self._slot_message(f"key template {c.op.key!r}", got, tag, c.what))
 
@@ -240,7 +250,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         tag = self.hash_tag(context.sink_id)
         if self._slot_check_on():
             self._check_fixed_slots(tag)
-        return RedisTxn(context, str(context.xid()), tag, [{} for _ in self._compiled])
+        return RedisTxn(context, str(context.xid()), tag, [{} for _ in self._all_compiled])
 
     def invoke(self, txn: RedisTxn, value: dict[str, Any]) -> None:
         """Add one row (a dict of column -> value).
@@ -249,7 +259,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
             ConfigurationError: a referenced column is missing or null, a value has the
                 wrong type for its op, a key is outside the slot, or two ops write one key.
         """
-        self._fold(txn, row_columns(self._compiled, value), list(value), 1)
+        self._folder().fold(txn, row_columns(self._compiled, value), list(value), 1, lambda: [dict(value)])
 
     def invoke_batch(self, txn: RedisTxn, batch: pa.RecordBatch) -> None:
         """Add an Arrow record batch (columns converted once per batch).
@@ -257,7 +267,11 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         Raises:
             ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
         """
-        self._fold(txn, batch_columns(self._compiled, batch), list(batch.schema.names), batch.num_rows)
+        self._folder().fold(txn, batch_columns(self._compiled, batch), list(batch.schema.names), batch.num_rows,
+                        batch.to_pylist)
+
+    def _folder(self) -> RowFolder:
+        return RowFolder(self._compiled, self._fold, self._dead)
 
     def _fold(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int) -> None:
         fold(self._compiled, txn, cols, all_columns, n, slot_check=self._slot_check_on(),
@@ -280,7 +294,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                 rolled back meanwhile.
         """
         ctx = txn.context
-        elements = staging_elements(self._compiled, txn.state)
+        elements = staging_elements(self._all_compiled, txn.state)
         keys = self.keys_for(ctx.sink_id, txn.tag)
         txn.registered = True
         reply = self._server.stage(keys, txn.txn_id, ctx.batch_id, elements,

@@ -216,6 +216,10 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
                 raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
             else:
                 self.mode, self.reason = STAGING, why
+        if self.mode == STAGING and self.options.dead_letter_table is not None:
+            raise ConfigurationError(
+                f"deadLetterTable needs the prepared commit mode, but this write uses staging ({self.reason}): "
+                f"remove the option, or make the write one that can prepare (PostgreSQL, append)")
         announce = (self.options.safe_url(), self.options.table, self.mode, self.reason)
         if announce not in _ANNOUNCED:  # once per process: streaming validates every micro-batch
             _ANNOUNCED.add(announce)

@@ -58,6 +58,8 @@ twopc's options
                       longer than ``lockTimeout`` and ``queryTimeout``
 ``tcpKeepAlive``      TCP keepalive probes (30 s idle, every 10 s, 3), default true
 ``copyFormat``        PostgreSQL COPY format: ``auto`` (default), ``binary``, ``csv``
+``deadLetterTable``   PostgreSQL prepared mode: rows the server refuses (SQLSTATE class 22/23)
+                      go to this table in the same transaction (created when missing)
 ====================  ======================================================================
 
 ``twopc-postgres`` takes the same options with the same meanings, for PostgreSQL URLs
@@ -120,7 +122,7 @@ SPARK_OPTIONS: tuple[str, ...] = (
 #: twopc's own options.
 TWOPC_OPTIONS: tuple[str, ...] = (
     "commitMode", "upsertKeys", "saveMode", "markerTable", "stagingTable", "stagingRetention", "lockTimeout",
-    "connectTimeout", "socketTimeout", "tcpKeepAlive", "copyFormat",
+    "connectTimeout", "socketTimeout", "tcpKeepAlive", "copyFormat", "deadLetterTable",
 )
 #: Options that only the staging mode of ``twopc-jdbc`` can serve.
 STAGING_ONLY_OPTIONS: tuple[str, ...] = (
@@ -196,7 +198,7 @@ _KWARG_OPTIONS = {
     "session_init_statement": "sessionInitStatement", "commit_mode": "commitMode",
     "upsert_keys": "upsertKeys", "save_mode": "saveMode", "marker_table": "markerTable",
     "staging_table": "stagingTable", "staging_retention": "stagingRetention",
-    "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout",
+    "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout", "dead_letter_table": "deadLetterTable",
     "copy_format": "copyFormat", "socket_timeout": "socketTimeout", "tcp_keepalive": "tcpKeepAlive",
 }
 
@@ -239,6 +241,8 @@ class JdbcOptions:
             else 60 s, or ``lockTimeout`` + ``queryTimeout`` + 30 s when that is longer.
         tcp_keepalive: the ``tcpKeepAlive`` option; else the URL's; else true.
         copy_format: ``copyFormat`` (PostgreSQL only).
+        dead_letter_table: ``deadLetterTable`` (PostgreSQL prepared mode only): where rows the
+            server refuses go, in the same transaction (:mod:`sinks.postgres._dead_letter`).
         format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
     """
 
@@ -265,6 +269,7 @@ class JdbcOptions:
     socket_timeout: Duration = _SOCKET_TIMEOUT
     tcp_keepalive: bool = True
     copy_format: CopyFormat = "auto"
+    dead_letter_table: str | None = None
     format_name: str = JDBC_FORMAT
 
     # -- building --------------------------------------------------------------------------
@@ -325,6 +330,7 @@ class JdbcOptions:
             "lock_timeout": r.duration("lockTimeout", "30s"),
             "copy_format": r.choice("copyFormat", ("auto", "binary", "csv"), "auto"),
             "commit_mode": r.choice("commitMode", ("auto", "prepared", "staging"), "auto"),
+            "dead_letter_table": _dead_letter_option(r),
         }
         staging, staging_given = cls._staging_options(r)
         connect_option = r.text("connectTimeout")
@@ -394,6 +400,13 @@ class JdbcOptions:
             raise ConfigurationError(
                 f"copyFormat={self.copy_format} applies only to PostgreSQL (COPY); this URL is {self.dialect}: "
                 f"remove the option")
+        if self.dead_letter_table is not None and (self.dialect != "postgresql" or self.commit_mode == "staging"
+                                                   or staging_given):
+            raise ConfigurationError(
+                "deadLetterTable is supported on PostgreSQL in the prepared commit mode only (twopc-postgres, or "
+                "twopc-jdbc appending to a PostgreSQL table); this write is "
+                + (f"to {self.dialect}" if self.dialect != "postgresql" else "in the staging mode")
+                + ": remove the option")
         if self.format_name != JDBC_FORMAT:
             given = staging_given + (["commitMode=staging"] if self.commit_mode == "staging" else [])
             if given:
@@ -482,6 +495,13 @@ def _socket_timeout(option_text: str | None, url_ms: int | None, lock: Duration,
                 f"that waits that long on the server would be cut off. Raise socketTimeout or lower {name} "
                 f"(a plain number is seconds; MySQL's JDBC URL parameter socketTimeout is in milliseconds)")
     return given
+
+
+def _dead_letter_option(r: OptionReader) -> str | None:
+    text = r.text("deadLetterTable")
+    if text is not None and not text.strip():
+        raise ConfigurationError("deadLetterTable is empty: give a table name or leave the option out")
+    return text.strip() if text is not None else None
 
 
 def _table_option(r: OptionReader) -> str:

@@ -1,0 +1,222 @@
+"""Rows PostgreSQL refuses one by one: name them, or route them to a dead-letter table.
+
+A COPY fails as a whole when one row breaks a type or a constraint (SQLSTATE classes 22,
+data exception, and 23, integrity constraint violation). :class:`CheckedCopy` wraps the
+transaction's :class:`~sinks.postgres._copy.CopyStream`:
+
+- without a dead-letter table it keeps a reference to the ``stream`` and ``id`` columns of
+  the batches of the open COPY (zero-copy Arrow slices), so the error names the refused
+  row's entry (PostgreSQL reports its line);
+- with one (option ``deadLetterTable``) it keeps the open COPY's batches and starts each
+  COPY under a savepoint. When the server refuses a row, it rolls back to the savepoint and
+  loads the kept batches again in halves, each under a savepoint of its own, down to the
+  single rows that fail; each of those becomes a row of the dead-letter table (sink, batch,
+  partition, stream, entry id, reason, the row as JSON) in the same transaction, so it is
+  prepared and committed, or rolled back, with the batch. Other errors (a lock timeout, a
+  lost connection) fail the task as before.
+
+Memory: with a dead-letter table, a task keeps its Arrow batches until its COPY ends (at
+``pre_commit``). Cost when nothing is refused: one ``SAVEPOINT`` and one ``RELEASE`` per COPY.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from twopc import SinkError, TransactionContext
+
+from .._entry import ENTRY_COLUMNS, entry_name
+from ..sql._names import TableName
+from ._columns import PgColumn
+from ._copy import CopyPlan, CopyStream, identifier
+from ._errors import diag
+
+__all__ = ["DEAD_LETTER_COLUMNS", "CheckedCopy", "dead_letter_ddl", "is_refused_row"]
+
+log = logging.getLogger("twopc.sinks.postgres")
+
+#: the columns of a dead-letter table
+DEAD_LETTER_COLUMNS = ("sink_id", "batch_id", "partition_id", "stream", "entry_id", "reason", "row")
+_LINE = re.compile(r"COPY .*?, line (\d+)")
+
+
+def is_refused_row(exc: BaseException) -> bool:
+    """Whether *exc* is the server refusing a row's value: a data exception (class 22) or
+    an integrity constraint violation (class 23)."""
+    return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in ("22", "23")
+
+
+def dead_letter_ddl(table: TableName) -> sql.Composed:
+    """``CREATE TABLE IF NOT EXISTS`` of a dead-letter table."""
+    return sql.SQL(
+        "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
+        "stream text, entry_id text, reason text NOT NULL, row jsonb NOT NULL, "
+        "failed_at timestamptz NOT NULL DEFAULT now())").format(identifier(table))
+
+
+def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:
+    if isinstance(exc, psycopg.Error):
+        state, primary = diag(exc)
+        where = exc.diag.context.splitlines()[0] if exc.diag.context else ""
+        detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
+        return redact(f"{state} {primary}{detail}" + (f" [{where}]" if where else ""))[:2000]
+    return redact(str(exc))[:2000]
+
+
+class CheckedCopy:
+    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module).
+
+    Args:
+        pg: the transaction's connection.
+        table: the target.
+        context: the task attempt (recorded with each dead letter).
+        dead_letter: the dead-letter table, or ``None``.
+        fail: turns a driver error and an action into the sink's :class:`SinkError`.
+        redact: removes secrets from a text.
+    """
+
+    def __init__(self, pg: psycopg.Connection[Any], table: TableName, context: TransactionContext, *,
+                 dead_letter: TableName | None, fail: Callable[[BaseException, str], SinkError],
+                 redact: Callable[[str], str]) -> None:
+        self._pg = pg
+        self._table = table
+        self._stream = CopyStream(pg, table)
+        self._context = context
+        self._dead_letter = dead_letter
+        self._fail = fail
+        self._redact = redact
+        self._kept: list[pa.RecordBatch] = []
+        self._plan: CopyPlan | None = None
+        #: rows of this transaction routed to the dead-letter table
+        self.dead = 0
+
+    @property
+    def is_open(self) -> bool:
+        """Whether a COPY is in progress on the connection."""
+        return self._stream.is_open
+
+    def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
+        """:meth:`CopyStream.write_batch`, keeping what naming or dead-lettering needs.
+
+        Raises:
+            SinkError: the server refused a row and there is no dead-letter table (it names
+                the row's entry); or the dead-letter route failed.
+            psycopg.Error: any other error of the server.
+        """
+        if self._kept and plan is not self._plan:
+            self.end()  # the stream would start another COPY: settle this one first
+        if not self._kept and self._dead_letter is not None:
+            self._pg.execute("SAVEPOINT twopc_copy")
+        self._plan = plan
+        self._kept.append(batch if self._dead_letter is not None else _entry_columns(batch))
+        try:
+            self._stream.write_batch(batch, plan)
+        except psycopg.Error as exc:
+            self._settle(exc)
+
+    def write_rows(self, columns: Sequence[PgColumn], rows: Sequence[Sequence[Any]]) -> None:
+        """:meth:`CopyStream.write_rows` (dict rows; neither named nor dead-lettered)."""
+        self.end()
+        self._stream.write_rows(columns, rows)
+
+    def end(self) -> None:
+        """Finish the open COPY; a refused row is named or dead-lettered here.
+
+        Raises:
+            SinkError / psycopg.Error: as :meth:`write_batch`.
+        """
+        try:
+            self._stream.end()
+        except psycopg.Error as exc:
+            self._settle(exc)
+            return
+        if self._kept and self._dead_letter is not None:
+            self._pg.execute("RELEASE SAVEPOINT twopc_copy")
+        self._kept = []
+
+    def cancel(self, reason: BaseException | None = None) -> None:
+        """:meth:`CopyStream.cancel`."""
+        self._kept = []
+        self._stream.cancel(reason)
+
+    def drop(self) -> None:
+        """:meth:`CopyStream.drop`."""
+        self._kept = []
+        self._stream.drop()
+
+    # -- a refused COPY --------------------------------------------------------------------
+    def _settle(self, exc: psycopg.Error) -> None:
+        kept, self._kept = self._kept, []
+        if not is_refused_row(exc) or not kept:
+            raise exc
+        if self._dead_letter is None:
+            raise self._fail(exc, f"write {self._refused(exc, kept)} to {self._table.display()}") from None
+        plan = self._plan
+        assert plan is not None
+        self._stream.cancel(exc)
+        self._pg.execute("ROLLBACK TO SAVEPOINT twopc_copy")
+        for batch in kept:
+            self._split(batch, plan)
+        self._pg.execute("RELEASE SAVEPOINT twopc_copy")
+
+    def _refused(self, exc: psycopg.Error, kept: list[pa.RecordBatch]) -> str:
+        m = _LINE.search(exc.diag.context or "")
+        if m is None:
+            return "rows"
+        line = int(m.group(1)) - 1
+        for b in kept:
+            if line < b.num_rows:
+                return entry_name(b.slice(line, 1).to_pylist()[0])
+            line -= b.num_rows
+        return "rows"
+
+    def _split(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
+        """Load *batch* under a savepoint; if a row is refused, load its halves the same
+        way, down to single rows, which go to the dead-letter table."""
+        self._pg.execute("SAVEPOINT twopc_part")
+        try:
+            self._stream.write_batch(batch, plan)
+            self._stream.end()
+        except psycopg.Error as exc:
+            self._stream.cancel(exc)
+            if not is_refused_row(exc):
+                raise
+            self._pg.execute("ROLLBACK TO SAVEPOINT twopc_part")
+            self._pg.execute("RELEASE SAVEPOINT twopc_part")
+            if batch.num_rows == 1:
+                self._bury(batch.to_pylist()[0], _reason(exc, self._redact))
+                return
+            half = batch.num_rows // 2
+            self._split(batch.slice(0, half), plan)
+            self._split(batch.slice(half), plan)
+            return
+        self._pg.execute("RELEASE SAVEPOINT twopc_part")
+
+    def _bury(self, row: dict[str, Any], reason: str) -> None:
+        assert self._dead_letter is not None
+        c = self._context
+        stream = row.get("stream")
+        entry = row.get("id")
+        self._pg.execute(
+            sql.SQL("INSERT INTO {} ({}) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(
+                identifier(self._dead_letter), sql.SQL(", ").join(sql.Identifier(n) for n in DEAD_LETTER_COLUMNS)),
+            (c.sink_id, c.batch_id, c.partition_id, None if stream is None else str(stream),
+             None if entry is None else str(entry), reason, json.dumps(row, default=str)))
+        self.dead += 1
+        log.warning("twopc postgres: %s of batch %s refused by %s, routed to dead-letter table %s "
+                    "(%s so far in this task): %s", entry_name(row), c.batch_id, self._table.display(),
+                    self._dead_letter.display(), self.dead, reason)
+
+
+def _entry_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """The columns of *batch* that name its rows (no copy)."""
+    names = [n for n in ENTRY_COLUMNS if n in batch.schema.names]
+    return batch.select(names)

@@ -1,0 +1,178 @@
+"""Rows the Redis sink refuses one by one: name them, or route them to a dead-letter stream.
+
+A row is refused when folding it raises :class:`~twopc.ConfigurationError`: a null or
+non-integer counter delta, a delta beyond +-10^18, a NaN score, a key rendered from the row
+that falls outside the sink's slot or is written by two ops of the mapping.
+
+- Without ``deadLetterStream`` the task fails with that error, prefixed with the row's entry
+  (``entry orders 1700000000000-3: ...``; found by folding the batch's rows one at a time
+  into a scratch copy, only on this failing path).
+- With it, each batch is folded into a scratch transaction first and merged into the real
+  one when it folds whole (the cost of a merge; nothing else changes when no row is
+  refused). A batch that does not fold whole is folded row by row; a refused row becomes an
+  ``XADD`` to the dead-letter stream (fields ``stream``, ``id``, ``reason``, ``sink``,
+  ``batch``, ``partition``, ``row``) staged in the same transaction, so the FCALL that
+  commits the batch adds it, and a rollback drops it.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from twopc import ConfigurationError
+
+from .._entry import entry_name
+from ._fold import RedisTxn
+from ._mapping import Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp, _compile
+
+__all__ = ["DEAD_LETTER_FIELDS", "RowFolder", "dead_letter_op"]
+
+log = logging.getLogger("twopc.sinks.redis")
+
+#: the fields of a dead-letter entry
+DEAD_LETTER_FIELDS = ("stream", "id", "reason", "sink", "batch", "partition", "row")
+
+Fold = Callable[[RedisTxn, Mapping[str, list[Any]], list[str], int], None]
+
+
+def dead_letter_op(key: str, index: int) -> Compiled:
+    """The compiled ``XADD`` of dead-letter entries to *key* (a literal key), as op *index*.
+
+    Raises:
+        ConfigurationError: *key* is empty.
+    """
+    if not key:
+        raise ConfigurationError("deadLetterStream is empty: give a stream key or leave the option out")
+    literal = key.replace("{", "{{").replace("}", "}}")
+    return _compile(index, XAddOp(literal, columns=DEAD_LETTER_FIELDS))
+
+
+def _merge(c: Compiled, dst: dict[str, Any], src: dict[str, Any]) -> None:
+    """Fold *src* (effects of later rows) into *dst*, as folding those rows into *dst* would."""
+    op = c.op
+    if isinstance(op, SetOp):
+        dst.update(src)
+    elif isinstance(op, HSetOp | ZAddOp):
+        for k, h in src.items():
+            dst.setdefault(k, {}).update(h)
+    elif isinstance(op, XAddOp | RPushOp):
+        for k, items in src.items():
+            dst.setdefault(k, []).extend(items)
+    elif isinstance(op, IncrByOp):
+        for k, d in src.items():
+            dst[k] = dst.get(k, 0) + d
+    elif isinstance(op, HIncrByOp):
+        for k, h in src.items():
+            t = dst.setdefault(k, {})
+            for f, d in h.items():
+                t[f] = t.get(f, 0) + d
+    else:  # pragma: no cover - a new op class without merge support
+        raise ConfigurationError(f"{c.what}: no merge rule for {op.OP}")
+
+
+class RowFolder:
+    """Folds rows into a transaction, naming or dead-lettering the rows it refuses.
+
+    Args:
+        compiled: the mapping's ops.
+        fold: folds columns into a transaction (the sink's slot rules applied).
+        dead_letter: the compiled dead-letter op (:func:`dead_letter_op`), or ``None``.
+    """
+
+    def __init__(self, compiled: Sequence[Compiled], fold: Fold, dead_letter: Compiled | None) -> None:
+        self._compiled = list(compiled)
+        self._fold = fold
+        self._dead_letter = dead_letter
+
+    def fold(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int,
+             rows: Callable[[], list[dict[str, Any]]]) -> None:
+        """Fold rows 0..n-1 of *cols* into *txn*; *rows* gives the same rows as dicts (only
+        called when a row is refused).
+
+        Raises:
+            ConfigurationError: a row is refused and there is no dead-letter stream (the
+                message starts with the row's entry); or the dead-letter route itself failed.
+        """
+        if self._dead_letter is None:
+            try:
+                self._fold(txn, cols, all_columns, n)
+            except ConfigurationError as exc:
+                raise self._named(txn, cols, all_columns, n, rows, exc) from None
+            return
+        if self._try(txn, cols, all_columns, n):
+            return
+        full = rows()
+        for i in range(n):
+            one = {k: v[i:i + 1] for k, v in cols.items()}
+            try:
+                scratch = self._scratch(txn)
+                self._fold(scratch, one, all_columns, 1)
+            except ConfigurationError as exc:
+                self._bury(txn, full[i], exc)
+                continue
+            self._adopt(txn, scratch, 1)
+
+    def _scratch(self, txn: RedisTxn) -> RedisTxn:
+        s = RedisTxn(txn.context, txn.txn_id, txn.tag, [{} for _ in txn.state])
+        s.owner = collections.ChainMap({}, txn.owner)  # type: ignore[assignment]  # reads see txn's owners, writes stay here
+        return s
+
+    def _try(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int) -> bool:
+        scratch = self._scratch(txn)
+        try:
+            self._fold(scratch, cols, all_columns, n)
+        except ConfigurationError:
+            return False
+        self._adopt(txn, scratch, n)
+        return True
+
+    def _adopt(self, txn: RedisTxn, scratch: RedisTxn, n: int) -> None:
+        for c in self._compiled:
+            if scratch.state[c.index]:
+                _merge(c, txn.state[c.index], scratch.state[c.index])
+        txn.owner.update(scratch.owner.maps[0])  # type: ignore[attr-defined]  # the ChainMap of _scratch
+        txn.rows += n
+
+    def _named(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int,
+               rows: Callable[[], list[dict[str, Any]]], exc: ConfigurationError) -> ConfigurationError:
+        """*exc* prefixed with the first row that does not fold on its own."""
+        scratch = self._scratch(txn)
+        for i in range(n):
+            try:
+                self._fold(scratch, {k: v[i:i + 1] for k, v in cols.items()}, all_columns, 1)
+            except ConfigurationError:
+                return type(exc)(f"{entry_name(rows()[i])}: {exc}")
+        return exc
+
+    def _bury(self, txn: RedisTxn, row: dict[str, Any], exc: ConfigurationError) -> None:
+        assert self._dead_letter is not None
+        c = txn.context
+        fields = {"stream": row.get("stream"), "id": row.get("id"), "reason": str(exc)[:2000], "sink": c.sink_id,
+                  "batch": c.batch_id, "partition": c.partition_id, "row": json.dumps(row, default=_text)}
+        self._fold_dead(txn, {k: "" if v is None else _text(v) for k, v in fields.items()})
+        log.warning("twopc redis: %s of batch %s refused, routed to dead-letter stream: %s",
+                    entry_name(row), c.batch_id, exc)
+
+    def _fold_dead(self, txn: RedisTxn, fields: dict[str, str]) -> None:
+        assert self._dead_letter is not None
+        st = txn.state[self._dead_letter.index]
+        entry: list[Any] = []
+        for name in DEAD_LETTER_FIELDS:
+            entry += [name, fields[name]]
+        key = self._dead_letter.key.render({}, 1, "deadLetterStream")[0]
+        owner = txn.owner.setdefault(key, self._dead_letter.index)
+        if owner != self._dead_letter.index:
+            raise ConfigurationError(f"deadLetterStream {key!r} is also written by mapping[{owner}]: give the "
+                                     f"dead letters a key of their own")
+        st.setdefault(key, []).append(entry)
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "backslashreplace")
+    return str(v)
+
