@@ -82,7 +82,7 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
         left = []
         for s in streams:
             for g in client.xinfo_groups(s):
-                if g["name"].decode() == group and (int(g["pending"]) or int(g.get("lag") or 0)):
+                if g["name"].decode() == group and (int(g["pending"]) or g.get("lag") != 0):
                     left.append(f"{s}: pending {g['pending']}, lag {g.get('lag')}")
     finally:
         client.close()
