@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from sinks import PostgresSink
+from sinks import JdbcSink, PostgresSink
 from sinks.sql import JdbcOptions
 from twopc import CommitOutcome, ConfigurationError, SinkError
 
@@ -110,3 +110,21 @@ def test_dead_letter_is_refused_where_it_cannot_be_kept_in_the_transaction():
     with pytest.raises(ConfigurationError, match="deadLetterTable is supported on PostgreSQL in the prepared"):
         JdbcOptions.parse({"url": "postgresql://h/db", "dbtable": "t", "deadLetterTable": "dead",
                            "commitMode": "staging"})
+
+
+def test_twopc_jdbc_dead_letters_in_prepared_mode_and_refuses_the_option_when_it_stages(
+        postgres_url, pg_engine, target):
+    table, dead, sink_id = target
+    options = {"url": postgres_url, "dbtable": table, "deadLetterTable": dead}
+    sink = JdbcSink.from_options(options)
+    sink.configure_write(SCHEMA, overwrite=False, streaming=True, checkpointed=True)
+    sink.validate(SCHEMA)
+    assert sink.mode == "prepared"
+    assert sink.commit(prepare(sink, ctx(sink_id), _batch([*GOOD, *BAD]))) is CommitOutcome.COMMITTED
+    assert _rows(pg_engine, f"SELECT entry_id FROM {dead} ORDER BY entry_id") == [("3-0",), ("4-0",), ("6-0",)]
+    overwrite = JdbcSink.from_options(options)
+    overwrite.configure_write(SCHEMA, overwrite=True, streaming=False, checkpointed=True)
+    with pytest.raises(ConfigurationError, match="deadLetterTable needs the prepared commit mode, but this write "
+                                                 "uses staging"):
+        overwrite.validate(SCHEMA)
+    sink.close()

@@ -11,7 +11,7 @@ written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
 key and the entry id, a deterministic idempotency key for the sink.
 
 Options: see :mod:`sinks.redis_stream._options`. Modules: ``_ids`` (entry ids, offsets,
-ranges), ``_options``, ``_lua`` (the ``twopc_stream_v1`` library), ``_server`` (Redis
+ranges), ``_options``, ``_lua`` (the ``twopc_stream_v2`` library), ``_server`` (Redis
 calls), ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault points).
 Needs Redis 7.0+ and PySpark 4.2+.
 """

@@ -1,5 +1,5 @@
 """The source's conversations with Redis: stream discovery, the ``plan`` and ``ack`` steps
-of the ``twopc_stream_v1`` library, reading a range, and telling why a range changed.
+of the ``twopc_stream_v2`` library, reading a range, and telling why a range changed.
 
 Every Redis error becomes a :class:`~twopc.SinkError` (``SinkUnavailableError`` when the
 server cannot be reached) through :meth:`ClientConfig.error`, which never shows the password.
