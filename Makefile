@@ -7,6 +7,9 @@ VENV   := .venv
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Which tests `make test` runs: all but the `nightly` ones (long Spark crash matrices, see the
+# README's Testing section); `make test-all` runs every test.
+TEST_MARKERS ?= not nightly
 # What `make lint` checks, and so what `make test` is gated on: every package and the tests.
 # Narrow it for a run with `make lint LINT_PATHS="twopc tests"` (or the environment).
 LINT_PATHS ?= twopc sinks recovery faultinject tests
@@ -19,7 +22,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb lint test chaos demo bench clean
+.PHONY: venv redis mariadb lint test test-all chaos demo bench clean
 
 venv: $(STAMP)
 
@@ -84,7 +87,10 @@ lint: venv
 	exit $$rc
 
 test: lint venv redis mariadb
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
+
+test-all:
+	$(MAKE) test TEST_MARKERS=
 
 # Randomized chaos schedules (tests/test_chaos_schedules.py; `make test` runs 30 of them):
 # `make chaos N=500` for a long run, `make chaos SEED=123 N=1` to rerun one schedule;

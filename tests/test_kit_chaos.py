@@ -40,7 +40,13 @@ pytestmark = pytest.mark.chaos
 
 
 class TestCrashMatrixOfOwnSinks(CrashMatrixTests):
-    @pytest.fixture(params=["file", "postgres", "mysql_xa", "staging_postgres", "staging_sqlite", "redis"])
+    # make test runs the matrix on one sink per commit path (prepared, staged, one server-side
+    # call); the file sink, XA on MariaDB and staging on SQLite are crashed at every fault point
+    # JVM-less by the randomized schedules there, and through Spark here by make test-all.
+    @pytest.fixture(params=["postgres", "staging_postgres", "redis",
+                            pytest.param("file", marks=pytest.mark.nightly),
+                            pytest.param("mysql_xa", marks=pytest.mark.nightly),
+                            pytest.param("staging_sqlite", marks=pytest.mark.nightly)])
     def harness(self, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkHarness]:
         with harness_for(request.param, request, tmp_path) as harness:
             yield harness

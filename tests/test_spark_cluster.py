@@ -23,7 +23,7 @@ from twopc.testing import DEFAULT_SPARK_CONF, EXECUTOR_POINTS, SinkHarness, clus
 
 from ._kit_harnesses import harness_for
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.nightly]  # minutes of executor launches: make test-all
 
 #: Executors as small as the workers allow; the C1 JIT and the serial GC start them faster.
 CLUSTER_CONF = {**DEFAULT_SPARK_CONF, "spark.executor.memory": "512m", "spark.executor.cores": "1",
