@@ -131,8 +131,6 @@ class LocalStore:
         try:
             make_folder(self.path(rel), LedgerError, needs="the checkpoint (its ledger folder)",
                         fix="give checkpointLocation the path of a folder (new or empty)")
-        except LedgerError:
-            raise
         except OSError as exc:
             raise LedgerError(f"cannot create ledger folder {self.path(rel)}: {exc.strerror or exc}: check that "
                               f"checkpointLocation is a folder this user may write to") from exc
