@@ -307,11 +307,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError):
+        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc):
             raise self._error(exc, f"stage rows for {self.target.display()}") from None
-        if _is_copy_error(txn, exc):
-            raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self._redact(' '.join(str(exc).split()))[:400]}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
