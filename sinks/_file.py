@@ -35,12 +35,14 @@ from twopc import (
     MissingOptionError,
     PreparedDetail,
     ProtocolError,
+    TargetConfigurationError,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
     Xid,
 )
+from twopc._folders import make_folder
 
 from ._options import OptionReader
 
@@ -110,6 +112,22 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
 
     def describe(self) -> str:
         return f"Parquet files in {self.path}"
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Create the output folder and its ``_twopc`` folders on the driver, before any task.
+
+        Raises:
+            TargetConfigurationError: a file stands where a folder must be, or the folder
+                cannot be created (the message names the path, option ``path`` and the fix).
+        """
+        for state in ("staging", "prepared"):
+            try:
+                make_folder(self._dir(state), TargetConfigurationError, needs='the file sink (option "path")',
+                            fix='give option "path" the path of a folder (new, or one twopc-file wrote)')
+            except OSError as exc:
+                raise TargetConfigurationError(
+                    f'cannot create the folder {self._dir(state)} of option "path": {exc.strerror or exc}: give '
+                    f"a folder this user may write to; nothing was written") from None
 
     # -- layout ------------------------------------------------------------------------
     def _dir(self, state: str) -> str:

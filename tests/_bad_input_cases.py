@@ -97,6 +97,11 @@ def file_at_checkpoint(run: Run) -> None:
     run.ck.write_text("not a folder")
 
 
+def file_at_output(run: Run) -> None:
+    run.out.parent.mkdir(parents=True, exist_ok=True)
+    run.out.write_text("not a folder")
+
+
 def many(*setups: Callable[[Run], None]) -> Callable[[Run], None]:
     def setup(run: Run) -> None:
         for s in setups:
@@ -166,6 +171,15 @@ CASES: list[Case] = [
          ("unique",), setup=insert_row(PG, 2), kept=1),
     Case("a file where the checkpoint folder should be", J, PG, lambda r: r.pg(),
          ("checkpoint",), setup=many(create_table(PG), file_at_checkpoint)),
+    Case("numeric overflow", J, PG, lambda r: r.pg(), ("column 's'", "widen the column"),
+         setup=create_table(PG, s_type="numeric(4,2)"),
+         rows="spark.range(1, 2, numPartitions=1).selectExpr('id', 'cast(id * 1000.5 as decimal(10,2)) as s')"),
+    Case("NUL byte in a string", J, PG, lambda r: r.pg(), ("column 's'", "NUL", "remove"),
+         setup=create_table(PG), rows="spark.range(1, 2, numPartitions=1).selectExpr('id', \"concat('v', chr(0))"
+                                      " as s\")"),
+    Case("invalid UTF-8 in a string", J, PG, lambda r: r.pg(), ("column 's'", "make_valid_utf8"),
+         setup=create_table(PG), rows="spark.range(1, 2, numPartitions=1).selectExpr('id', "
+                                      "\"cast(unhex('C328') as string) as s\")"),
     Case("password with every URL-special character, URL-encoded: writes", J, PG, lambda r: r.pg(),
          setup=create_table(PG), written=4),
     # -- twopc-jdbc on MariaDB --------------------------------------------------------------------------
@@ -181,6 +195,12 @@ CASES: list[Case] = [
          ("characterEncoding=latin1", "UTF-8")),
     Case("copyFormat on MariaDB", J, MARIA, lambda r: r.maria(copyFormat="binary"),
          ("copyFormat", "remove the option")),
+    Case("numeric overflow (MariaDB)", J, MARIA, lambda r: r.maria(), ("column 's'", "widen the column"),
+         setup=create_table(MARIA, s_type="decimal(4,2)"),
+         rows="spark.range(1, 2, numPartitions=1).selectExpr('id', 'cast(id * 1000.5 as decimal(10,2)) as s')"),
+    Case("emoji into a utf8mb3 column", J, MARIA, lambda r: r.maria(), ("column 's'", "utf8mb4"),
+         setup=create_table(MARIA, s_type="varchar(100) CHARACTER SET utf8mb3"),
+         rows="spark.range(1, 2, numPartitions=1).selectExpr('id', \"concat('v', id, '\\U0001F600') as s\")"),
     Case("duplicate key (MariaDB XA)", J, MARIA, lambda r: r.maria(commitMode="prepared"),
          ("unique",), setup=insert_row(MARIA, 2), kept=1),
     # -- twopc-jdbc on SQLite ---------------------------------------------------------------------------
@@ -219,6 +239,8 @@ CASES: list[Case] = [
     Case("unknown option (twopc-file)", F, "file", lambda r: r.file(compresion="zstd"), ("compresion",)),
     Case("no output folder", F, "file", lambda r: {k: v for k, v in r.file().items() if k != "path"},
          ("output folder", '.option("path"')),
+    Case("a file where the output folder should be (twopc-file)", F, "file", lambda r: r.file(),
+         ("is a file", 'option "path"'), setup=file_at_output),
     Case("a file where the checkpoint folder should be (twopc-file)", F, "file", lambda r: r.file(),
          ("checkpoint",), setup=file_at_checkpoint),
     # -- twopc-redis-stream (source) --------------------------------------------------------------------

@@ -9,7 +9,8 @@ checks every case ends with (nothing left behind, no secret anywhere).
   password, each owning a schema/database of its own, created before the statement logs
   are switched on (so the CREATE statements are not what the scan finds).
 - :class:`StatementLogs`: PostgreSQL ``log_statement=all`` (read from the local server's
-  log file), the MariaDB general log (``log_output=TABLE``); Redis ``MONITOR`` is not read yet.
+  log file), the MariaDB general log (``log_output=TABLE``), Redis ``MONITOR`` (a
+  ``redis-cli`` writing to a file; Redis itself never shows an ``AUTH``'s arguments there).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import threading
+import subprocess
+import tempfile
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -29,6 +32,8 @@ import pytest
 import redis
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
+
+from faultinject._redis_cluster import find_redis_cli
 
 
 def uid() -> str:
@@ -145,10 +150,8 @@ class StatementLogs:
     def __init__(self, pg_admin: str, pg_log: str | None, maria_admin: str, redis_admin: str) -> None:
         self.pg_admin, self.pg_log, self.maria_admin, self.redis_admin = pg_admin, pg_log, maria_admin, redis_admin
         self._pg_offset = 0
-        self._monitor_lines: list[str] = []
-        self._monitor: Any = None
-        self._client: Any = None
-        self._thread: threading.Thread | None = None
+        self._monitor: subprocess.Popen[bytes] | None = None
+        self._monitor_log: Any = None
 
     def start(self) -> None:
         if not self.pg_log or not os.path.exists(self.pg_log):
@@ -166,7 +169,29 @@ class StatementLogs:
             c.exec_driver_sql("TRUNCATE TABLE mysql.general_log")
             c.exec_driver_sql("SET GLOBAL general_log = 'ON'")
         eng.dispose()
+        # Redis: every command the server receives, as MONITOR prints it, into a file (a
+        # redis-cli process of its own: nothing in this process has to keep reading)
+        self._monitor_log = tempfile.NamedTemporaryFile(prefix="twopc-monitor-", suffix=".log")  # noqa: SIM115 - closed in stop()
+        self._monitor = subprocess.Popen([find_redis_cli(), "-u", self.redis_admin, "MONITOR"],
+                                         stdout=self._monitor_log, stderr=subprocess.STDOUT)
+        r = redis.Redis.from_url(self.redis_admin)
+        try:  # MONITOR is on once it shows a command sent after it
+            mark = f"twopc-monitor-{uid()}"
+            for _ in range(200):
+                r.echo(mark)
+                if mark.encode() in Path(self._monitor_log.name).read_bytes():
+                    break
+                time.sleep(0.05)  # redis-cli is starting; polled, bounded
+            else:
+                pytest.fail("Redis MONITOR (redis-cli) showed no command", pytrace=False)
+        finally:
+            r.close()
+
     def stop(self) -> None:
+        if self._monitor is not None:
+            self._monitor.terminate()
+            self._monitor.wait()
+            self._monitor_log.close()
         eng = sa.create_engine(self.pg_admin, isolation_level="AUTOCOMMIT")
         with eng.connect() as c:
             c.exec_driver_sql("ALTER SYSTEM RESET log_statement")
@@ -188,9 +213,8 @@ class StatementLogs:
         with eng.connect() as c:
             maria = "\n".join(str(r[0]) for r in c.exec_driver_sql("SELECT argument FROM mysql.general_log"))
         eng.dispose()
-        # Redis MONITOR is not scanned yet: in the suite its reader thread received nothing
-        # (it works in a standalone script); see the issue 13 report
-        return {"PostgreSQL log": pg, "MariaDB general log": maria}
+        monitor = Path(self._monitor_log.name).read_bytes().decode("utf-8", "replace") if self._monitor_log else ""
+        return {"PostgreSQL log": pg, "MariaDB general log": maria, "Redis MONITOR output": monitor}
 
 
 def checkpoint_problems(root: Path) -> list[str]:

@@ -12,7 +12,7 @@ password holding every URL-special character, and asserts:
 (d) that no piece of the password is in the exception, the console output of the driver
     and of the Python workers, the driver's log records, or the checkpoint;
 and at the end, that it is in none of the servers' statement logs (PostgreSQL
-``log_statement=all``, the MariaDB general log; Redis ``MONITOR`` not yet). The canary test
+``log_statement=all``, the MariaDB general log, Redis ``MONITOR``). The canary test
 puts the password in each of those places and checks that each scan finds it.
 
 Issue 13's items 1-4 (non-transactional tables, a zombie task, a checkpoint reused for

@@ -104,6 +104,24 @@ def test_constraint_violation_aborts_the_whole_batch_and_names_it(db) -> None:
     assert _rows(engine, table) == []
 
 
+@pytest.mark.parametrize("server", ["postgres", "mariadb"])
+def test_a_value_its_column_cannot_hold_is_named_with_the_fix(server, request) -> None:
+    """Numeric overflow in the staging mode: the column and the fix, as the prepared modes
+    say it (one rule: sinks.sql._errors.bad_value), and nothing written."""
+    url = request.getfixturevalue(f"{server}_url")
+    engine = sa.create_engine(url)
+    table = f"stg_{next(_COUNTER)}_ov"
+    with engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id BIGINT NOT NULL, name TEXT, score NUMERIC(4,2), ts TIMESTAMP)")
+    sink = StagingSink(url, table)
+    sink.validate(SCHEMA)
+    with pytest.raises(SinkError) as exc:  # score 150.0 > 99.99
+        sink.commit_all(_write(sink, "s3v", 0, [_batch(300, 2)]))
+    assert "column 'score'" in str(exc.value) and "widen the column" in str(exc.value), exc.value
+    assert _rows(engine, table) == []
+    engine.dispose()
+
+
 def test_upsert_updates_existing_keys(db) -> None:
     url, engine = db
     table = _table(engine, unique=True)

@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 
 from ._errors import ConfigurationError, LedgerError
 from ._extras import require
+from ._folders import make_folder
 
 __all__ = ["LocalStore", "S3Store", "Store", "open_store"]
 
@@ -128,15 +129,8 @@ class LocalStore:
 
     def makedirs(self, rel: str) -> None:
         try:
-            os.makedirs(self.path(rel), exist_ok=True)
-        except (NotADirectoryError, FileExistsError) as exc:
-            blocker = self.path(rel)
-            while blocker != "/" and not os.path.isfile(blocker):
-                blocker = os.path.dirname(blocker)
-            raise LedgerError(
-                f"{blocker} is a file, but the checkpoint needs a folder there (ledger folder {self.path(rel)}): "
-                f"give checkpointLocation the path of a folder (new or empty), or move the file away; "
-                f"nothing was written") from exc
+            make_folder(self.path(rel), LedgerError, needs="the checkpoint (its ledger folder)",
+                        fix="give checkpointLocation the path of a folder (new or empty)")
         except OSError as exc:
             raise LedgerError(f"cannot create ledger folder {self.path(rel)}: {exc.strerror or exc}: check that "
                               f"checkpointLocation is a folder this user may write to") from exc

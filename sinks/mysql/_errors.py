@@ -11,10 +11,10 @@ import pymysql
 
 from twopc import SinkError, SinkUnavailableError
 
-from ..sql._errors import ROLLED_BACK, constraint_violated, lock_timed_out
+from ..sql._errors import ROLLED_BACK, bad_value, constraint_violated, lock_timed_out
 
 __all__ = ["connect_failure", "errmsg", "errno", "error_code", "error_text", "is_connection_error",
-           "is_missing_table", "map_error"]
+           "is_missing_table", "map_error", "value_error"]
 
 # server error codes (MariaDB / MySQL share them unless noted)
 ER_DBACCESS_DENIED = 1044
@@ -37,8 +37,8 @@ ACCESS_DENIED = frozenset({ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED, ER_SPECIFI
 XA_ROLLED_BACK = frozenset({ER_XA_RBROLLBACK, ER_XA_RBTIMEOUT, ER_XA_RBDEADLOCK})
 _FK_ERRORS = {1216, 1217, 1451, 1452}
 _CHECK_ERRORS = {4025, 3819}  # MariaDB ER_CONSTRAINT_FAILED, MySQL ER_CHECK_CONSTRAINT_VIOLATED
-_DATA_ERRORS = {1264: "out of range", 1406: "too long", 1366: "incorrect", 1292: "incorrect",
-                1265: "truncated", 1367: "illegal"}
+_DATA_ERRORS = {1264: "out of range", 1406: "too long", 1366: "incorrect value", 1292: "incorrect value",
+                1265: "truncated", 1367: "illegal value"}
 #: errors that mean the session is gone (client CR_* codes are 2000-2999)
 _CONNECTION_ERRORS = {1040, 1053, 1129, 1130, 1152, 1153, 1158, 1159, 1160, 1161, 1927, 4031}
 
@@ -101,6 +101,23 @@ def _named(pattern: str, msg: str) -> str:
     return m.group(1).replace("``", "`") if m else "?"
 
 
+def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
+    """The :func:`~sinks.sql._errors.bad_value` error of *exc* when it says a value does not
+    fit its column, else None. A 4-byte UTF-8 sequence (``\\xF0``-``\\xF4``: emoji...) refused
+    as an incorrect string value means a utf8mb3 (or narrower) column."""
+    code = errno(exc)
+    if code not in _DATA_ERRORS:
+        return None
+    msg = redact(errmsg(exc))
+    col = _named(r"column (?:`(?:[^`]|``)*`\.)*`((?:[^`]|``)*)` at row", msg)
+    if col == "?":
+        col = _named(r"column '([^']*)'", msg)
+    kind = _DATA_ERRORS[code]
+    if code == 1366 and re.search(r"string value: '\\x[Ff][0-4]", msg):
+        kind = "4-byte character"
+    return bad_value(action, kind, col, table, msg)
+
+
 def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
               where: str, redact: Callable[[str], str]) -> SinkError:
     """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
@@ -131,12 +148,8 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
         if name == "?":
             name = _named(r"constraint '([^']*)'", msg)
         return constraint_violated(action, "check", f"constraint {name!r}", table, msg)
-    if code in _DATA_ERRORS:
-        col = _named(r"column `?'?([^'`]*)'?`? at row", msg)
-        if col == "?":
-            col = _named(r"column '([^']*)'", msg)
-        return SinkError(f"could not {action}: value {_DATA_ERRORS[code]} for column {col!r} of "
-                         f"{table}: {msg}. {ROLLED_BACK}")
+    if (bad := value_error(exc, action, table, redact)) is not None:
+        return bad
     if code == ER_NO_SUCH_TABLE:
         return SinkError(f"could not {action}: {msg} (was the table or the marker table {marker_table} "
                          f"dropped? validate() creates the marker table)")

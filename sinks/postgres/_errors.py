@@ -3,6 +3,7 @@ credential-free :class:`~twopc.SinkError` every other one becomes."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import psycopg
@@ -10,10 +11,10 @@ from psycopg import errors as pgerr
 
 from twopc import SinkError, SinkUnavailableError
 
-from ..sql._errors import ROLLED_BACK, constraint_violated, lock_timed_out
+from ..sql._errors import ROLLED_BACK, bad_value, constraint_violated, lock_timed_out
 
 __all__ = ["connect_failure", "diag", "error_code", "error_text", "is_connection_error", "is_missing_table",
-           "map_error"]
+           "map_error", "value_error"]
 
 _CONSTRAINT_KINDS = {"23502": "NOT NULL", "23505": "unique", "23503": "foreign key", "23514": "check",
                      "23P01": "exclusion"}
@@ -65,6 +66,23 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, psycopg.InterfaceError)
 
 
+#: SQLSTATEs of a value its column cannot hold
+_VALUE_KINDS = {"22003": "out of range", "22001": "too long", "22021": "invalid UTF-8"}
+
+
+def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
+    """The :func:`~sinks.sql._errors.bad_value` error of *exc* when it says a value does not
+    fit its column (the column as COPY's context names it), else None."""
+    state = getattr(exc, "sqlstate", None) or ""
+    if state not in _VALUE_KINDS or not isinstance(exc, psycopg.Error):
+        return None
+    context = (exc.diag.context or "").splitlines()[0] if exc.diag.context else ""
+    m = re.search(r", column (.+?)(?::|$)", context)
+    column = m.group(1) if m else (exc.diag.column_name or "?")
+    detail = redact(diag(exc)[1]) + (f" ({redact(context)})" if context else "")
+    return bad_value(action, _VALUE_KINDS[state], column, table, detail)
+
+
 def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
               where: str, redact: Callable[[str], str]) -> SinkError:
     """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
@@ -85,6 +103,8 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
         detail = f" {redact(d.message_detail)}" if d.message_detail and state in ("23505", "23503") else ""
         return constraint_violated(action, _CONSTRAINT_KINDS.get(state, "integrity"), ", ".join(what),
                                    d.table_name or table, primary + detail)
+    if (bad := value_error(exc, action, table, redact)) is not None:
+        return bad
     if is_connection_error(exc):
         return SinkUnavailableError(f"lost the connection to PostgreSQL at {where} while trying to "
                                     f"{action}: {redact(' '.join(str(exc).split()))}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from twopc import SinkError, TargetConfigurationError
 
-__all__ = ["ROLLED_BACK", "constraint_violated", "lock_timed_out", "session_init_failed"]
+__all__ = ["ROLLED_BACK", "bad_value", "constraint_violated", "lock_timed_out", "session_init_failed"]
 
 #: How every write error ends: nothing of the attempt survives it.
 ROLLED_BACK = "The transaction was rolled back; nothing of this attempt was written"
@@ -17,6 +17,28 @@ def constraint_violated(action: str, kind: str, what: str, table: str, detail: s
     constraint (*what*; empty when the database did not say)."""
     return SinkError(f"could not {action}: {kind} constraint violated ({what or 'unnamed'}) on table "
                      f"{table}: {detail}. {ROLLED_BACK}")
+
+
+#: what to do about a value its column cannot hold, by the kind of problem
+_VALUE_FIXES = {
+    "out of range": "widen the column (a NUMERIC(p,s) with a larger precision p, or a wider integer type) or "
+                    "round/cast the DataFrame column to fit",
+    "too long": "widen the column (a longer VARCHAR(n), or TEXT) or shorten the values",
+    "4-byte character": "change the column to utf8mb4 (ALTER TABLE {table} MODIFY {column} <its type> CHARACTER "
+                        "SET utf8mb4, or ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4): utf8mb3 cannot "
+                        "store 4-byte characters such as emoji",
+    "invalid UTF-8": "the DataFrame column holds bytes that are not valid UTF-8 (a binary value cast to string?): "
+                     "repair them with make_valid_utf8() or drop those rows with is_valid_utf8() before writing",
+}
+
+
+def bad_value(action: str, kind: str, column: str, table: str, detail: str) -> SinkError:
+    """A value its column cannot hold (numeric overflow, too long, a character or bytes
+    the column's character set cannot store): the column, the server's words (with the row
+    it named), the fix for *kind*, and that nothing was written."""
+    fix = _VALUE_FIXES.get(kind, "fix the values, or change the column's type to one that holds them")
+    return SinkError(f"could not {action}: a value does not fit column {column!r} of {table} ({kind}): {detail}. "
+                     f"Fix: {fix.format(table=table, column=column)}. {ROLLED_BACK}")
 
 
 def lock_timed_out(action: str, timeout: str, table: str, detail: str) -> SinkError:

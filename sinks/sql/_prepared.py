@@ -46,6 +46,7 @@ from ._names import parse_table_name
 from ._options import JdbcOptions
 from ._prepared_committer import PreparedCommitter
 from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
+from ._privileges import dbapi_runner, require_privileges
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
@@ -147,7 +148,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         Raises:
             SinkUnavailableError: the server cannot be reached or refused the login.
             TargetConfigurationError: the server cannot prepare transactions, the target
-                is not a table that can take part in them, privileges are missing, or the
+                is not a table that can take part in them, privileges are missing (the user's
+                SELECT, INSERT, DELETE on the marker table: the message has the GRANT), or the
                 marker table cannot be created or is not a twopc marker table.
             SchemaMismatchError: the table does not exist, or a DataFrame column is missing
                 from it or has an incompatible type, or a NOT NULL column without default
@@ -161,6 +163,10 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             columns = self._target_columns(dbapi, validating=True)
             self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             self._ensure_markers(dbapi)
+            # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
+            require_privileges(dbapi_runner(dbapi), self.spec.name, table=self._qualified(self._marker),
+                               display=self.marker_table, columns=[self._quote(c) for c in MARKER_COLUMNS],
+                               privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
         except self.spec.driver_error as exc:
             broken = self._is_connection_error(exc)
             give_back(conn, broken=broken)

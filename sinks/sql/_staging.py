@@ -194,15 +194,20 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             conn = conn.execution_options(isolation_level=self.options.isolation_sql)
         return conn
 
+    def _dialect_errors(self) -> Any:
+        """The error module of the prepared sinks of this dialect (PostgreSQL, MariaDB/MySQL), else None."""
+        if self._dialect_name not in ("postgresql", "mysql"):
+            return None
+        return importlib.import_module(f"..{'postgres' if self._dialect_name == 'postgresql' else 'mysql'}._errors",
+                                       __package__)
+
     def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason = self._redact(" ".join(str(orig).split()) or type(orig).__name__)
         u = self.options.url
         where = u.database if self._dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
         hint = ""
-        if self._dialect_name in ("postgresql", "mysql"):  # the prepared sinks' words for the same failure
-            spec = importlib.import_module(f"..{'postgres' if self._dialect_name == 'postgresql' else 'mysql'}._errors",
-                                           __package__)
+        if (spec := self._dialect_errors()) is not None:  # the prepared sinks' words for the same failure
             hint = spec.connect_failure(orig)[1]
         return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}{hint}")
 
@@ -244,6 +249,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             named = f" ({', '.join(what)})" if what else ""
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
+        spec = self._dialect_errors()  # the prepared sinks' words for a value that does not fit its column
+        if spec is not None and (bad := spec.value_error(orig, action, self.target.display(), self._redact)):
+            return bad
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 
     # -- executor side -------------------------------------------------------------------
@@ -299,11 +307,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError):
+        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc):
             raise self._error(exc, f"stage rows for {self.target.display()}") from None
-        if _is_copy_error(txn, exc):
-            raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self._redact(' '.join(str(exc).split()))[:400]}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:

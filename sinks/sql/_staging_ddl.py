@@ -28,6 +28,7 @@ from twopc import (
 from ._errors import session_init_failed
 from ._names import TableName
 from ._options import JdbcOptions
+from ._privileges import Run, require_privileges
 from ._staging_sql import (
     TXN_COLUMN,
     batches_table,
@@ -111,7 +112,8 @@ class StagingDdl:
         Raises:
             SinkUnavailableError: no connection.
             TargetConfigurationError: ``errorifexists`` and the table exists; the staging
-                table holds rows of an unfinished write with other columns; DDL refused.
+                table holds rows of an unfinished write with other columns; DDL refused; the
+                user lacks SELECT, INSERT or DELETE on the staging or batch marker table.
             SchemaMismatchError: the DataFrame does not fit the existing table, or
                 ``upsertKeys`` has no matching unique constraint.
         """
@@ -146,6 +148,13 @@ class StagingDdl:
             require_transactional(conn, self.stage, role="the staging table")
             self._ensure_batches(conn)
             require_transactional(conn, self.batches, role="the batch marker table")
+            # tasks insert staged rows; the commit reads and deletes them, and keeps a batch marker
+            for t, cols, role in ((self.stage, (TXN_COLUMN,), "the staging table"),
+                                  (self.batches, ("sink_id", "batch_id", "rows", "committed_at"),
+                                   "the batch marker table")):
+                require_privileges(self._probe(conn), self._dialect_name, table=t.quoted(conn.dialect),
+                                   display=t.display(), columns=[self._q(c) for c in cols],
+                                   privileges=("SELECT", "INSERT", "DELETE"), role=role)
             self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
             raise self._error(exc, f"validate {self.target.display()}") from None
@@ -199,6 +208,20 @@ class StagingDdl:
         if o.table_comment and self._dialect_name == "mysql":
             ddl += " COMMENT = " + sql_string(o.table_comment, backslash=True)
         return ddl
+
+    @staticmethod
+    def _probe(conn: Connection) -> Run:
+        """A :data:`~sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
+        its own, rolled back."""
+        def run(query: str) -> list[tuple[Any, ...]]:
+            if conn.in_transaction():
+                conn.commit()
+            try:
+                r = conn.exec_driver_sql(query)
+                return [tuple(row) for row in r.fetchall()] if r.returns_rows else []
+            finally:
+                conn.rollback()
+        return run
 
     @staticmethod
     def _has_table(conn: Connection, t: TableName) -> bool:

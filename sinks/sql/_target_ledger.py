@@ -42,6 +42,7 @@ from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 
 from ._dialect import give_back, log
 from ._names import TableName
+from ._privileges import dbapi_runner, require_privileges
 
 if TYPE_CHECKING:
     from ._prepared import PreparedSqlSink
@@ -103,10 +104,12 @@ class SqlTargetLedger:
 
     # -- the records -------------------------------------------------------------------
     def ensure_table(self) -> None:
-        """Create the ledger table if it does not exist.
+        """Create the ledger table if it does not exist, and check that the user may read,
+        insert, update and delete its records.
 
         Raises:
             SinkError: it cannot be created (the message has the DDL to run as an owner).
+            TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
         """
         if self._dialect == "postgresql":
             ddl = (f"CREATE TABLE IF NOT EXISTS {self._q()} (sink_id text NOT NULL, name text NOT NULL, "
@@ -117,7 +120,14 @@ class SqlTargetLedger:
                    f"{ascii_}, `body` LONGTEXT NOT NULL, `written_at` TIMESTAMP(6) NOT NULL DEFAULT "
                    "CURRENT_TIMESTAMP(6), PRIMARY KEY (`sink_id`, `name`)) ENGINE=InnoDB")
         try:
-            self.sink._control_execute(ddl)
+            # a table an owner created (as the message below says) needs no CREATE privilege
+            self.sink._control_execute(f"SELECT 1 FROM {self._q()} WHERE 1=0")
+            exists = True
+        except self.sink.spec.driver_error:
+            exists = False  # missing, or not readable: the CREATE or the privilege check says which
+        try:
+            if not exists:
+                self.sink._control_execute(ddl)
         except self.sink.spec.driver_error as exc:
             if self.sink.spec.error_code(exc) in _UNIQUE:
                 return  # created concurrently (PostgreSQL's catalog race)
@@ -125,6 +135,13 @@ class SqlTargetLedger:
                             f"({self.sink._redact(self.sink.spec.error_text(exc))}): create it once as an owner "
                             f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
                             f"Or give the write a checkpointLocation") from None
+        cols = [self.sink._quote(c) for c in ("sink_id", "name", "body")]
+        try:  # the records are inserted, replaced (upsert), read and deleted by this driver
+            self.sink._control_run(lambda dbapi: require_privileges(
+                dbapi_runner(dbapi), self._dialect, table=self._q(), display=self.table.display(), columns=cols,
+                privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
+        except self.sink.spec.driver_error as exc:
+            raise self.sink._map_error(exc, f"check the privileges on {self.table.display()}") from None
 
     def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
         return SqlLedgerStore(self, sink_id, lease)

@@ -1,0 +1,102 @@
+"""The one rule every SQL commit mode applies to the tables twopc keeps beside the target (the
+marker table, the staging and batch marker tables, the ledger table): the writer's user must
+be allowed every statement the tasks and the commit will send to them, checked on the driver
+before any task runs.
+
+A user allowed to write the target but not the marker table would otherwise pass
+validation and fail in every task. The check runs each statement the write needs in a form
+that touches no row (``WHERE 1=0``), so the server itself decides, with its roles, column
+grants and wildcard grants, exactly as it will for the tasks; it works the same on
+PostgreSQL and MariaDB/MySQL. The refusal names the table, the missing privileges and the
+``GRANT`` statement that fixes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from twopc import TargetConfigurationError
+
+__all__ = ["dbapi_runner", "require_privileges"]
+
+#: a statement needing exactly one privilege and touching no row ({t}: the table, {c}: the
+#: columns the write inserts, {n}: as many NULLs, {c0}: the first of them)
+_PROBES = {
+    "SELECT": "SELECT 1 FROM {t} WHERE 1=0",
+    "INSERT": "INSERT INTO {t} ({c}) SELECT {n} FROM (SELECT 1 AS x) AS q WHERE 1=0",
+    "UPDATE": "UPDATE {t} SET {c0} = NULL WHERE 1=0",
+    "DELETE": "DELETE FROM {t} WHERE 1=0",
+}
+#: permission denied: PostgreSQL's SQLSTATE; MariaDB/MySQL table, column, database access
+_DENIED = frozenset({"42501", "1142", "1143", "1044"})
+
+Run = Callable[[str], list[tuple[Any, ...]]]
+
+
+def _code(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc  # SQLAlchemy wraps the driver's error
+    args = getattr(orig, "args", ())
+    if args and isinstance(args[0], int):  # PyMySQL's error number (its sqlstate is a class: 42000)
+        return str(args[0])
+    return str(getattr(orig, "sqlstate", None) or "")
+
+
+def _user(run: Run, dialect: str) -> str:
+    if dialect == "postgresql":
+        rows = run("SELECT current_user")
+        return str(rows[0][0]) if rows else "<user>"
+    rows = run("SELECT CURRENT_USER()")
+    name, _, host = (str(rows[0][0]) if rows else "<user>@%").rpartition("@")
+    return f"'{name}'@'{host}'"
+
+
+def _refusal(role: str, table: str, privileges: Sequence[str], user: str) -> TargetConfigurationError:
+    """The refusal of a write whose user lacks *privileges* on *table* (the *role* it plays)."""
+    grant = ", ".join(privileges)
+    return TargetConfigurationError(
+        f"the user {user} has no {grant} privilege on {role} {table}, which every task of this write "
+        f"needs: run as the table's owner: GRANT {grant} ON {table} TO {user}; then write again. Validation "
+        f"stopped before any task: nothing was written")
+
+
+def dbapi_runner(dbapi: Any) -> Run:
+    """A :data:`Run` on a DB-API connection in autocommit mode (no parameters: nothing is
+    %-unescaped)."""
+    def run(query: str) -> list[tuple[Any, ...]]:
+        cur = dbapi.cursor()
+        try:
+            cur.execute(query)
+            return list(cur.fetchall()) if cur.description else []
+        finally:
+            cur.close()
+    return run
+
+
+def require_privileges(run: Run, dialect: str, *, table: str, display: str, columns: Sequence[str],
+                       privileges: Sequence[str], role: str) -> None:
+    """Raise unless the connection's user may run each of *privileges*' statements on
+    *table* (quoted; *display* is its name in messages, *columns* the quoted columns the
+    write inserts: MariaDB's strict mode refuses even an empty INSERT missing one without
+    a default).
+    *run* sends one statement and returns its rows; it must leave the connection usable
+    after an error (the statements change nothing, so they need not be rolled back).
+    Other dialects pass.
+
+    Raises:
+        TargetConfigurationError: naming the table, every missing privilege and the GRANT.
+        Exception: any other error of *run*, as it raised it.
+    """
+    if dialect not in ("postgresql", "mysql"):
+        return
+    missing = []
+    for privilege in privileges:
+        try:
+            run(_PROBES[privilege].format(t=table, c=", ".join(columns), n=", ".join("NULL" for _ in columns),
+                                         c0=columns[0]))
+        except Exception as exc:
+            if _code(exc) not in _DENIED:
+                raise
+            missing.append(privilege)
+    if missing:
+        raise _refusal(role, display, missing, _user(run, dialect))
