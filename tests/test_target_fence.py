@@ -67,3 +67,6 @@ def test_a_task_preparing_after_the_abort_of_a_checkpointless_write_rolls_back(
         with pytest.raises(BatchAbortedError, match="was aborted by the driver"):
             task.result(timeout=120)
     assert _left(pg_engine, table, core.sink_id) == ([], 0)
+    if app_id:  # a txnAppId write keeps its records (which txnVersion it committed): not other tests' business
+        core.sink.target_ledger().forget(core.sink_id)
+        core.sink.close()
