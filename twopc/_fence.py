@@ -15,21 +15,29 @@ its job was aborted while it ran: it rolls its own transaction back and raises
 the task sees the record. A later run of the same batch id (a rerun with the same
 ``txnVersion``, a replayed micro-batch) began after the old records and is not affected.
 
-Writes without a checkpoint keep a temporary ledger on the driver's machine and delete it
-when the write ends: a task on that machine that finds it gone after preparing knows its
-job ended without it (aborted, or it is a losing speculative copy) and rolls back too.
-On other machines such writes have no fence; their sinks commit a batch in one local
-transaction, so what a zombie leaves is only staged, and later writes delete it.
+The records live wherever the write's ledger does: under the checkpoint's ``twopc/aborted/``,
+or, for a write whose ledger is in the target (:mod:`twopc._target`), as rows of the
+target's ledger table on the server of the prepared transactions; one rule for both, read
+through the ledger's store.
+
+A write without a checkpoint (a temporary ledger on the driver's machine, or its records in
+the target) deletes its ledger when it ends (an ``eph-`` write: its driver, or the next
+write that resolves it once its driver is gone): a task that finds the ledger gone after
+preparing knows its job ended without it (aborted, or it is a losing speculative copy) and
+rolls back too. A temporary ledger on another machine cannot be read: there such writes
+have no fence; their sinks commit a batch in one local transaction, so what a zombie leaves
+is only staged, and later writes delete it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._errors import ConfigurationError, LedgerError
-from ._ledger import abort_marks_at
+from ._ledger import abort_marks_in, ledger_exists
+from ._stores import Store
 
 __all__ = ["AbortFence"]
 
@@ -40,24 +48,29 @@ log = logging.getLogger("twopc.spark")
 class AbortFence:
     """What one task attempt saw of its batch's abort records when it began."""
 
-    location: str | None
-    """The checkpoint location, ``None``: no fence (the ledger is not readable here)."""
+    store: Store | None
+    """The ledger's store (:func:`twopc._ledger.ledger_store`, or a target ledger's), ``None``:
+    no fence (the ledger is not readable here)."""
     batch_id: int
     seen: frozenset[str]
     ephemeral: bool
+    """The write deletes its ledger when it ends (no checkpoint): a ledger gone = job ended."""
 
     @classmethod
-    def begin(cls, location: str, batch_id: int, *, ephemeral: bool) -> AbortFence:
-        """Note the abort records of *batch_id* now (before the task writes). Never raises:
-        a ledger this process cannot read gives a fence that never fires (logged)."""
-        if ephemeral and not os.path.isdir(location):  # another machine's temporary ledger
-            return cls(None, batch_id, frozenset(), ephemeral)
+    def begin(cls, open_store: Callable[[], Store], where: str, batch_id: int, *, ephemeral: bool) -> AbortFence:
+        """Note the abort records of *batch_id* in the ledger's store (*open_store*'s; *where*
+        names it) now, before the task writes. Never raises: a ledger this process cannot
+        read gives a fence that never fires (logged)."""
+        none = cls(None, batch_id, frozenset(), ephemeral)
         try:
-            return cls(location, batch_id, abort_marks_at(location, batch_id), ephemeral)
+            store = open_store()
+            if ephemeral and not ledger_exists(store):  # another machine's temporary ledger
+                return none
+            return cls(store, batch_id, abort_marks_in(store, batch_id), ephemeral)
         except (LedgerError, ConfigurationError, OSError) as exc:
             log.warning("twopc: cannot read the ledger in %s from this task (%s): if its job is aborted while it "
-                        "runs, its prepared transaction is left for the next batch or start", location, exc)
-            return cls(None, batch_id, frozenset(), ephemeral)
+                        "runs, its prepared transaction is left for the next batch or start", where, exc)
+            return none
 
     def aborted(self) -> bool:
         """Whether the task's job was aborted (or, without a checkpoint, ended) since
@@ -66,8 +79,8 @@ class AbortFence:
         Raises:
             LedgerError: the ledger cannot be read now (the caller rolls back: unsure).
         """
-        if self.location is None:
+        if self.store is None:
             return False
-        if self.ephemeral and not os.path.isdir(self.location):
+        if self.ephemeral and not ledger_exists(self.store):
             return True
-        return bool(abort_marks_at(self.location, self.batch_id) - self.seen)
+        return bool(abort_marks_in(self.store, self.batch_id) - self.seen)

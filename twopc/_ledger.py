@@ -35,7 +35,8 @@ from ._owner import DriverIdentity
 from ._ownership import Ownership
 from ._stores import Store, open_store
 
-__all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_at", "spark_checkpoint_started"]
+__all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_in", "ledger_exists", "ledger_store",
+           "spark_checkpoint_started"]
 
 _FORMAT = 1
 
@@ -115,17 +116,32 @@ def spark_checkpoint_started(location: str) -> bool:
     return open_store(location).read("metadata") is not None
 
 
-def abort_marks_at(checkpoint_location: str, batch_id: int) -> frozenset[str]:
-    """:meth:`CommitLedger.abort_marks` read without creating the ledger's folders (a task
-    must not re-create a temporary ledger its driver deleted).
+def ledger_store(checkpoint_location: str) -> Store:
+    """The store of the ledger in *checkpoint_location*, opened without creating its folders
+    (a task must not re-create a temporary ledger its driver deleted).
+
+    Raises:
+        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
+    """
+    return open_store(checkpoint_location.rstrip("/") + "/twopc")
+
+
+def ledger_exists(store: Store) -> bool:
+    """Whether the ledger in *store* exists (its ``sink.json``, written when a write binds its
+    sink id and deleted only with the whole ledger).
 
     Raises:
         LedgerError: the store fails.
     """
-    return _abort_marks(open_store(checkpoint_location.rstrip("/") + "/twopc"), batch_id)
+    return store.read("sink.json") is not None
 
 
-def _abort_marks(store: Any, batch_id: int) -> frozenset[str]:
+def abort_marks_in(store: Store, batch_id: int) -> frozenset[str]:
+    """:meth:`CommitLedger.abort_marks` read from the ledger's *store* directly.
+
+    Raises:
+        LedgerError: the store fails.
+    """
     prefix = _name(batch_id).removesuffix(".json") + "."
     return frozenset(n for n in store.list("aborted") if n.startswith(prefix))
 
@@ -355,7 +371,7 @@ class CommitLedger:
         Raises:
             LedgerError: the store fails.
         """
-        return _abort_marks(self._store, batch_id)
+        return abort_marks_in(self._store, batch_id)
 
     def decided_batches(self) -> list[int]:
         return _batch_ids(self._store.list("decisions"))

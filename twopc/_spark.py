@@ -53,12 +53,13 @@ from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._errors import BatchAbortedError, ProtocolError
 from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
-from ._ledger import CommitLedger, spark_checkpoint_started
+from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
 from ._logs import configure_worker_logging
 from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
 from ._source_env import is_stream_source, source_environment
+from ._stores import Store
 from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
 
 if TYPE_CHECKING:
@@ -142,7 +143,8 @@ class _WriterCore:
         does after reading Spark's ``TaskContext``): begin, invoke, prepare, with the
         executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
         ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, attempt_number)
-        fence = AbortFence.begin(self.runtime.checkpoint_location, batch_id, ephemeral=self.runtime.ephemeral)
+        fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
+                                 ephemeral=self.runtime.ephemeral)
         txn = self.sink.begin_transaction(ctx)
         rows = 0
         try:
@@ -176,6 +178,13 @@ class _WriterCore:
         finally:
             self.sink.close()
         return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time())
+
+    def _ledger_store(self) -> Store:
+        """The store of this write's ledger (in the checkpoint, or in the target), for the
+        task's fence; opened without creating anything."""
+        if self.runtime.in_target:
+            return self._target().store(self.sink_id)
+        return ledger_store(self.runtime.checkpoint_location)
 
     # -- driver side --------------------------------------------------------------
     def _target(self) -> TargetLedger:

@@ -22,7 +22,7 @@ from twopc._extras import require
 
 from ._timeouts import NetTimeouts
 
-__all__ = ["EngineCache", "dispose_engines", "engine_for"]
+__all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
 
 #: application_name / client program name the servers show for twopc's sessions
 APPLICATION_NAME = "twopc"
@@ -77,21 +77,7 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
         driver = _DRIVERS.get(backend)
         if driver is not None:  # a missing driver names twopc's extra, not just the module
             require(driver[0], driver[1], f"writing to {backend} (twopc-jdbc)")
-        args: dict[str, Any] = {}
-        if backend == "sqlite":
-            args = {"timeout": max(60, timeouts.connect)}
-        elif backend == "postgresql":
-            args = timeouts.connect_args(backend)
-            if "application_name" not in url.query:
-                args["application_name"] = APPLICATION_NAME
-        elif backend in ("mysql", "mariadb"):
-            args = timeouts.connect_args(backend)
-            if "charset" not in url.query:
-                args["charset"] = "utf8mb4"
-            if url.password:  # PyMySQL would send a str password as Latin-1 (and fail on other characters);
-                # the JDBC drivers send UTF-8
-                args["password"] = url.password.encode("utf-8")
-        kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": args}
+        kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": _connect_args(url, timeouts)}
         if autocommit:
             kwargs.update(isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=16)
         engine = sa.create_engine(url, **kwargs)
@@ -102,6 +88,49 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
         return engine
 
     return _ENGINES.get((url.render_as_string(hide_password=False), timeouts, autocommit), make)
+
+
+def _connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
+    """The DB-API connect arguments twopc adds to what the URL says."""
+    backend = url.get_backend_name()
+    args: dict[str, Any] = {}
+    if backend == "sqlite":
+        args = {"timeout": max(60, timeouts.connect)}
+    elif backend == "postgresql":
+        args = timeouts.connect_args(backend)
+        if "application_name" not in url.query:
+            args["application_name"] = APPLICATION_NAME
+    elif backend in ("mysql", "mariadb"):
+        args = timeouts.connect_args(backend)
+        if "charset" not in url.query:
+            args["charset"] = "utf8mb4"
+        if url.password:  # PyMySQL would send a str password as Latin-1 (and fail on other characters);
+            # the JDBC drivers send UTF-8
+            args["password"] = url.password.encode("utf-8")
+    return args
+
+
+_PLAIN = (str, bytes, int, float, bool, dict, type(None))
+
+
+def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str, Any]]:
+    """The DB-API module and the keyword arguments :func:`engine_for`'s connections are
+    opened with, plain values only (no cursor factory, no adapter map): for a process that
+    opens one connection without importing SQLAlchemy (the lease holder,
+    :mod:`sinks.sql._lease_holder`). Credentials included: never log them.
+
+    Raises:
+        ValueError: *url* is not a PostgreSQL or MySQL/MariaDB URL.
+    """
+    backend = url.get_backend_name()
+    if backend not in _DRIVERS:
+        raise ValueError(f"no DB-API connect parameters for {backend}")
+    dialect = engine_for(url, timeouts, autocommit=True).dialect
+    cargs, cparams = dialect.create_connect_args(url)
+    if cargs:
+        raise ValueError(f"{backend}: positional connect arguments are not supported")
+    params = {**cparams, **_connect_args(url, timeouts)}
+    return _DRIVERS[backend][0], {k: v for k, v in params.items() if isinstance(v, _PLAIN)}
 
 
 def dispose_engines() -> None:

@@ -1,58 +1,84 @@
-"""``python -m sinks.sql._lease_holder``: hold one writer's lease (a session lock, see
+"""``python -P <this file>``: hold one writer's lease (a session lock, see
 :mod:`sinks.sql._target_ledger`) for its driver.
 
-Reads one line on stdin (the sink's options, never on the command line), takes the lock
-without waiting, and answers on stdout ``held <session id>`` or ``busy`` (or ``error
-<kind>``). Holding, it ends when it receives SIGTERM (the write's commit or abort ended),
-when the driver process it works for is gone, or when it is killed; its session ends with
-it, and the server releases the lock.
+Reads one line on stdin (what to connect with and which lock to take, never on the
+command line), takes the lock without waiting, and answers on stdout ``held <session id>``
+or ``busy`` (or ``error <kind>``). Holding, it ends when it receives SIGTERM (the write's
+commit or abort ended), when the driver process it works for is gone, or when it is killed;
+its session ends with it, and the server releases the lock.
+
+Every write without a checkpoint starts one, so it starts fast: it is run as a file, not
+as ``-m sinks.sql._lease_holder`` (which would import the ``sinks`` and ``twopc`` packages:
+pyspark, pyarrow, SQLAlchemy, seconds on a busy machine), and imports the standard library,
+the DB-API driver and :mod:`twopc._owner` (standard library only, loaded from its file).
+The driver hands it plain values (:func:`sinks.sql._engines.dbapi_connect_params`, the
+lock's statements).
 """
 
 from __future__ import annotations
 
 import base64
+import importlib
+import importlib.util
 import os
 import pickle
 import signal
 import sys
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any
-
-from twopc._owner import provably_dead
-
-from ._engines import engine_for
-from ._target_ledger import _lock_sql
 
 POLL_SECONDS = 0.2
 
 
 def _stop(_signum: int, _frame: Any) -> None:
-    """End now: the kernel closes the session's socket and the server frees the lock (a normal
-    exit would wait for the driver's statement-deadline thread)."""
+    """End now: the kernel closes the session's socket and the server frees the lock."""
     os._exit(0)
+
+
+def _too_slow(_signum: int, _frame: Any) -> None:
+    """The connect and the two statements took longer than their bound (a server that
+    accepts the connection but never answers): answer and end."""
+    print("error", "Timeout", flush=True)
+    os._exit(2)
+
+
+def _owner_module() -> ModuleType:
+    """:mod:`twopc._owner` (driver liveness), from its file: importing ``twopc`` would load
+    pyspark and pyarrow."""
+    path = Path(__file__).resolve().parents[2] / "twopc" / "_owner.py"
+    spec = importlib.util.spec_from_file_location("_twopc_owner_for_lease_holder", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     cfg = pickle.loads(base64.b64decode(sys.stdin.readline()))
-    options, dialect, sink_id, driver = cfg["options"], cfg["dialect"], cfg["sink_id"], cfg["driver"]
-    try_lock, _unlock, key = _lock_sql(dialect, sink_id, options.url.database or "")
+    provably_dead = _owner_module().provably_dead
+    signal.signal(signal.SIGALRM, _too_slow)
+    signal.alarm(max(1, int(cfg["bound_seconds"])))
     try:
-        conn = engine_for(options.url, options.net_timeouts(), autocommit=True).raw_connection()
-        with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
-            cur.execute(try_lock, (key,))
-            got = bool(cur.fetchone()[0])
-            cur.execute("SELECT pg_backend_pid()" if dialect == "postgresql" else "SELECT CONNECTION_ID()")
-            session = int(cur.fetchone()[0])
+        conn = importlib.import_module(cfg["module"]).connect(**cfg["connect"], autocommit=True)
+        cur = conn.cursor()
+        cur.execute(cfg["try_lock"], (cfg["key"],))
+        got = bool(cur.fetchone()[0])
+        cur.execute(cfg["session_sql"])
+        session = int(cur.fetchone()[0])
     except Exception as exc:  # noqa: BLE001 - any failure is answered by kind only (a driver's message may name the login)
+        signal.alarm(0)
         print("error", type(exc).__name__, flush=True)
         return 2
+    signal.alarm(0)
     if not got:
         print("busy", flush=True)
         return 1
     print("held", session, flush=True)
     sys.stdout.close()
-    while not provably_dead(driver):
+    while not provably_dead(cfg["driver"]):
         time.sleep(POLL_SECONDS)
     os._exit(0)
 

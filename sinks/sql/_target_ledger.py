@@ -12,8 +12,11 @@ second create of a name fail: the ledger's create-at-most-once). The lease of si
 is a session lock: ``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL,
 ``GET_LOCK('twopc:<hash of S>', 0)`` on MySQL/MariaDB, held by a small helper process of
 the driver (:mod:`sinks.sql._lease_holder`) for as long as the write runs: Spark plans and
-commits a Python data source's write in short-lived worker processes, so none of them can
-hold a session for the whole write. The helper gives the lock up when the write's commit or
+commits a Python data source's write in Python worker processes that no write owns. Spark
+reuses them between calls, but kills one that is idle for a minute (PySpark 4.3: the
+planning worker of a write whose tasks ran 75 s was gone when its commit ran, in another
+worker) and does not reuse them at all with ``spark.python.worker.reuse=false``, so none
+of them can hold a session for the whole write. The helper gives the lock up when the write's commit or
 abort ends (it is told by a signal), or when the driver's JVM is gone (it checks every
 0.2 s), or when it is killed with the job: the server releases a session's locks when the
 session ends.
@@ -40,7 +43,9 @@ from typing import TYPE_CHECKING, Any
 from twopc import ConcurrentWriterError, FencedError, Lease, LedgerError, SinkError
 from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 
+from . import _lease_holder
 from ._dialect import give_back, log
+from ._engines import dbapi_connect_params
 from ._names import TableName
 from ._privileges import dbapi_runner, require_privileges
 
@@ -176,6 +181,21 @@ class SqlTargetLedger:
         alive = _start_ticks(lease.holder_pid) == lease.holder_started
         return lease if mine and alive and lease.sink_id == sink_id and self.holds(lease) else None
 
+    def holder_command(self, sink_id: str, driver: DriverIdentity) -> tuple[list[str], str]:
+        """The lease holder's command line and its one line of input (credentials included:
+        never log it) that take *sink_id*'s lease for *driver*. It is run as a file (``-P``:
+        without its folder on ``sys.path``), not as a module of the ``sinks`` package: see
+        :mod:`sinks.sql._lease_holder`."""
+        options = self.sink.options
+        timeouts = options.net_timeouts()
+        module, connect = dbapi_connect_params(options.url, timeouts)
+        try_lock, _unlock, key = self._lock(sink_id)
+        payload = base64.b64encode(pickle.dumps({
+            "module": module, "connect": connect, "try_lock": try_lock, "key": key, "driver": dict(driver),
+            "session_sql": "SELECT pg_backend_pid()" if self._dialect == "postgresql" else "SELECT CONNECTION_ID()",
+            "bound_seconds": timeouts.connect + timeouts.reply})).decode()
+        return [sys.executable, "-P", _lease_holder.__file__], payload
+
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
         """Start the driver's lease holder for *sink_id* and wait until it holds the lock.
         With *keep* (a streaming query plans every micro-batch), a lease this driver already
@@ -188,21 +208,26 @@ class SqlTargetLedger:
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
-        self.ensure_table()
-        payload = base64.b64encode(pickle.dumps({"options": self.sink.options, "dialect": self._dialect,
-                                                 "sink_id": sink_id, "driver": driver})).decode()
-        root = str(Path(__file__).resolve().parents[2])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        proc = subprocess.Popen([sys.executable, "-m", "sinks.sql._lease_holder"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
-                                close_fds=True)
+        argv, payload = self.holder_command(sink_id, driver)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, close_fds=True)
         assert proc.stdin is not None and proc.stdout is not None
         try:
-            proc.stdin.write(payload + "\n")
-            proc.stdin.close()
-            line = proc.stdout.readline().split()  # the holder answers within its connect timeout
-        except OSError:
-            line = []
+            try:
+                proc.stdin.write(payload + "\n")
+                proc.stdin.close()
+            except OSError:
+                pass  # the holder ended already: its answer (or none) says why
+            self.ensure_table()  # while the holder starts
+            try:
+                line = proc.stdout.readline().split()  # the holder answers within its bound
+            except OSError:
+                line = []
+        except BaseException:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(timeout=_HOLDER_WAIT)
+            raise
         proc.stdout.close()
         if line[:1] == ["held"] and len(line) == 2:
             lease = Lease(sink_id, int(line[1]), proc.pid, _start_ticks(proc.pid) or 0, socket.gethostname())
