@@ -1,6 +1,7 @@
 """The composite sink's own rules, without Spark: participants' projections and names, one
 participant failing to prepare rolls the others of its attempt back (on a real PostgreSQL
-whose deferred unique constraint fails the PREPARE), and a decision covers the participant
+whose deferred unique constraint fails the PREPARE), a participant whose commit may be refused
+after the decision (twopc-jdbc staging) is refused on the driver, and a decision covers the participant
 transactions ``list_prepared`` finds, also for a user's sink whose ids are not Xids."""
 
 from __future__ import annotations
@@ -86,3 +87,33 @@ def test_participant_options_are_checked_up_front_and_named(postgres_url: str, r
             OptionsCompositeSink.from_options({**harness.options, "orders.bogus": "1"})
         with pytest.raises(ConfigurationError, match="option targets is not valid JSON"):
             OptionsCompositeSink.from_options({"targets": "[{"})
+
+
+def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(postgres_url: str) -> None:
+    """A ``twopc-jdbc`` staging participant checks its table's constraints only when the
+    driver moves the rows, after the composite's decision: a refused move would leave a
+    decided batch in the other targets and failing forever in this one. It is refused on
+    the driver, named, with the fix: by ``commitMode=staging`` at configure time (before its
+    validation creates anything), by the automatic choice (a missing table) right after its
+    validation, before any task; a StagingSink given as a Python object too."""
+    from sinks import OptionsCompositeSink, StagingSink
+
+    with composite_harness(["orders", "staged"], postgres_url=postgres_url) as harness:
+        password = harness.options["staged.password"]
+        sink = OptionsCompositeSink.from_options(harness.options)
+        with pytest.raises(ConfigurationError, match=r"composite participant 'staged' \(JDBC .*\(staging mode\)\) "
+                                                     r"cannot join a composite: the staging mode checks") as err:
+            sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+        assert "commitMode=prepared" in str(err.value) and password not in str(err.value)
+
+        auto = {k: v for k, v in harness.options.items() if k != "staged.commitMode"}
+        auto["staged.dbtable"] = harness.options["staged.dbtable"] + "_missing"
+        sink = OptionsCompositeSink.from_options(auto)
+        sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)  # mode still open
+        with pytest.raises(ConfigurationError, match=r"composite participant 'staged'.*cannot join a composite"):
+            sink.validate(ROWS.schema)
+        sink.close()
+        staged = StagingSink(postgres_url, harness.options["staged.dbtable"])
+        with pytest.raises(ConfigurationError, match="participant 'direct'"):
+            CompositeSink([Participant("direct", staged)]).configure_write(
+                ROWS.schema, overwrite=False, streaming=True, checkpointed=True)

@@ -264,7 +264,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """Configure every participant with its projected schema (and refuse overwrite).
 
         Raises:
-            ConfigurationError: a participant refuses; the message names it.
+            ConfigurationError: a participant refuses, or its commit may be refused after
+                the decision (:meth:`TwoPhaseCommitSink.commit_may_be_refused`: the staging
+                mode of ``twopc-jdbc``); the message names it and the fix.
         """
         super().configure_write(schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
         for p in self.participants:
@@ -273,6 +275,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                                        checkpointed=checkpointed)
             except TwoPCError as exc:
                 raise _named(p, exc) from exc
+            _admit(p)
 
     def validate(self, schema: pa.Schema) -> None:
         """Validate every participant against its projected schema, on the driver, before any
@@ -280,13 +283,17 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
         Raises:
             ConfigurationError, SinkUnavailableError: as the participant's ``validate``,
-                the message prefixed with the participant's name.
+                the message prefixed with the participant's name; ConfigurationError also
+                when validation settled a participant on a commit that may be refused
+                (``twopc-jdbc``'s automatic choice of staging), before it prepared anything.
         """
         for p in self.participants:
+            _admit(p)
             try:
                 p.sink.validate(p.project_schema(schema))
             except TwoPCError as exc:
                 raise _named(p, exc) from exc
+            _admit(p)
 
     # -- executor ------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _CompositeTxn:
@@ -361,16 +368,19 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def recover_and_commit(self, handle: CompositeHandle) -> CommitOutcome:
         return self.commit_all([handle], recovering=True)[0]
 
+    def commit_may_be_refused(self) -> str | None:
+        """The first participant's reason (none is admitted with one: :func:`_admit`)."""
+        return next((why for p in self.participants if (why := p.sink.commit_may_be_refused())), None)
+
     def commits_whole_batch_for(self, handles: Sequence[CompositeHandle]) -> bool:
-        """Always: each participant must get all its handles of the batch in one
-        :meth:`commit_all` (a staging participant commits them in one transaction), and
-        ``between_commits`` fires here, between participants."""
+        """Always: each participant gets all its handles of the batch in one
+        :meth:`commit_all` (a sink that commits a batch's handles together needs them
+        together), and ``between_commits`` fires here, between participants."""
         return True
 
     def commit_all(self, handles: Sequence[CompositeHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit the handles of one decided batch: participant by participant, each
-        participant's parts together through its own :meth:`commit_all` (a staging
-        participant makes the batch visible in one local transaction) or one by one.
+        participant's parts together through its own :meth:`commit_all` or one by one.
 
         Between two participants is the fault point ``between_commits``: the first target
         shows the batch, the next not yet. Each participant's end is logged (DEBUG event
@@ -486,6 +496,23 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def close(self) -> None:
         for p in self.participants:
             _quietly(f"close {p.name}", lambda sink: sink.close(), p.sink)
+
+
+def _admit(p: Participant) -> None:
+    """Refuse *p* when its target may refuse a commit after the batch is decided.
+
+    Raises:
+        ConfigurationError: naming the participant, the reason and the fix.
+    """
+    why = p.sink.commit_may_be_refused()
+    if why:
+        raise ConfigurationError(
+            f"composite participant {p.name!r} ({p.sink.describe()}) cannot join a composite: {why}. A composite "
+            f"records its one decision before any target commits, so a commit this target refuses would leave "
+            f"the batch in the other targets and never in this one. Make it commit through prepared transactions "
+            f"(twopc-jdbc commitMode=prepared, twopc-postgres, MariaDB/MySQL XA: an existing table, save mode "
+            f"append, no upsertKeys; their PREPARE checks every constraint), or write this target in a query "
+            f"of its own")
 
 
 def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:

@@ -198,6 +198,12 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """Staging handles commit in one local transaction; prepared ones do not."""
         return bool(handles) and all(isinstance(h, StagingHandle) for h in handles)
 
+    def commit_may_be_refused(self) -> str | None:
+        """The staging mode's reason (see :meth:`StagingSink.commit_may_be_refused`) once
+        this write uses it; ``None`` in the prepared mode (the database checks every
+        constraint at ``PREPARE``) or while the mode is not settled yet."""
+        return self._staging_sink().commit_may_be_refused() if self.mode == STAGING else None
+
     def validate(self, schema: pa.Schema) -> None:
         """Settle the commit mode (asking the server when it is still open), log it, and
         validate the target through the chosen mode.
