@@ -193,10 +193,10 @@ class _CompositeTxn:
     rows: dict[str, int]
 
 
-def _named(participant: Participant, exc: TwoPCError) -> TwoPCError:
-    """*exc* again, its message prefixed with the participant (same class when it can be
-    rebuilt from a message, else :class:`ConfigurationError`)."""
-    text = f"composite participant {participant.name!r} ({participant.sink.describe()}): {exc}"
+def _named(participant: Participant, exc: TwoPCError, note: str = "") -> TwoPCError:
+    """*exc* again, its message prefixed with the participant (and *note*; same class when
+    it can be rebuilt from a message, else :class:`ConfigurationError`)."""
+    text = f"composite participant {participant.name!r} ({participant.sink.describe()}){note}: {exc}"
     try:
         named = type(exc)(text)
     except TypeError:
@@ -388,10 +388,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         Idempotent as a whole (every participant's commit is), so a retry or recovery finishes a partly committed batch.
 
         Raises:
-            SinkError: a participant failed; the ones before it are committed, and a retry
-                (or recovery) commits the rest.
+            SinkError: a participant failed (its error's class, the message prefixed with
+                the participant and the ones committed before it); the ones before it are
+                committed, and a retry (or recovery) commits the rest.
         """
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
+        done: list[str] = []
         first = True
         started = time.monotonic()
         for p in self.participants:
@@ -402,12 +404,17 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                 faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
             first = False
             parts = [h for _, h in mine]
-            got = p.sink.commit_all(parts, recovering=recovering)
-            if got is None:
-                got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
-            elif len(got) != len(parts):
+            try:
+                got = p.sink.commit_all(parts, recovering=recovering)
+                if got is None:
+                    got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
+            except TwoPCError as exc:  # the operator must know which target stopped the commit
+                note = f", after {', '.join(done)} committed batch {handles[0].batch_id}" if done else ""
+                raise _named(p, exc, note) from exc
+            if len(got) != len(parts):
                 raise ProtocolError(f"{p.sink.describe()}: commit_all returned {len(got)} outcomes for "
                                     f"{len(parts)} handles")
+            done.append(p.name)
             for (i, _), outcome in zip(mine, got, strict=True):
                 outcomes[i].append(outcome)
             ms = (time.monotonic() - started) * 1000
