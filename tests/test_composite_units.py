@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 
 from sinks import FileSink, PostgresHandle
 from twopc import CommitLedger, CompositeHandle, CompositeSink, ConfigurationError, Decision, Participant
@@ -93,12 +94,13 @@ def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(po
     """A ``twopc-jdbc`` staging participant checks its table's constraints only when the
     driver moves the rows, after the composite's decision: a refused move would leave a
     decided batch in the other targets and failing forever in this one. It is refused on
-    the driver, named, with the fix: by ``commitMode=staging`` at configure time (before its
-    validation creates anything), by the automatic choice (a missing table) right after its
-    validation, before any task; a StagingSink given as a Python object too."""
+    the driver, named, with the fix, before its validation creates anything: by
+    ``commitMode=staging``, and by the automatic choice (asking the server: here a missing
+    table); a StagingSink given as a Python object too."""
     from sinks import OptionsCompositeSink, StagingSink
 
     with composite_harness(["orders", "staged"], postgres_url=postgres_url) as harness:
+        engine = harness.engines[-1]
         password = harness.options["staged.password"]
         sink = OptionsCompositeSink.from_options(harness.options)
         with pytest.raises(ConfigurationError, match=r"composite participant 'staged' \(JDBC .*\(staging mode\)\) "
@@ -109,10 +111,11 @@ def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(po
         auto = {k: v for k, v in harness.options.items() if k != "staged.commitMode"}
         auto["staged.dbtable"] = harness.options["staged.dbtable"] + "_missing"
         sink = OptionsCompositeSink.from_options(auto)
-        sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)  # mode still open
         with pytest.raises(ConfigurationError, match=r"composite participant 'staged'.*cannot join a composite"):
-            sink.validate(ROWS.schema)
+            sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
         sink.close()
+        stage = StagingSink(postgres_url, auto["staged.dbtable"]).stage
+        assert not sa.inspect(engine).has_table(stage.name), "staging was prepared for a refused participant"
         staged = StagingSink(postgres_url, harness.options["staged.dbtable"])
         with pytest.raises(ConfigurationError, match="participant 'direct'"):
             CompositeSink([Participant("direct", staged)]).configure_write(

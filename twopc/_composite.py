@@ -284,8 +284,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         Raises:
             ConfigurationError, SinkUnavailableError: as the participant's ``validate``,
                 the message prefixed with the participant's name; ConfigurationError also
-                when validation settled a participant on a commit that may be refused
-                (``twopc-jdbc``'s automatic choice of staging), before it prepared anything.
+                for a participant whose commit may be refused (``twopc-jdbc``'s automatic
+                choice of staging, settled by asking its server), before its validation.
         """
         for p in self.participants:
             _admit(p)
@@ -293,7 +293,6 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                 p.sink.validate(p.project_schema(schema))
             except TwoPCError as exc:
                 raise _named(p, exc) from exc
-            _admit(p)
 
     # -- executor ------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _CompositeTxn:
@@ -511,7 +510,10 @@ def _admit(p: Participant) -> None:
     Raises:
         ConfigurationError: naming the participant, the reason and the fix.
     """
-    why = p.sink.commit_may_be_refused()
+    try:
+        why = p.sink.commit_may_be_refused()
+    except TwoPCError as exc:
+        raise _named(p, exc) from exc
     if why:
         raise ConfigurationError(
             f"composite participant {p.name!r} ({p.sink.describe()}) cannot join a composite: {why}. A composite "

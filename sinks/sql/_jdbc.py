@@ -199,10 +199,30 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return bool(handles) and all(isinstance(h, StagingHandle) for h in handles)
 
     def commit_may_be_refused(self) -> str | None:
-        """The staging mode's reason (see :meth:`StagingSink.commit_may_be_refused`) once
-        this write uses it; ``None`` in the prepared mode (the database checks every
-        constraint at ``PREPARE``) or while the mode is not settled yet."""
+        """The staging mode's reason (see :meth:`StagingSink.commit_may_be_refused`) when
+        this write uses it, ``None`` in the prepared mode (the database checks every
+        constraint at ``PREPARE``). Settles the mode first when it is still open (asking
+        the server, as :meth:`validate` would), so a composite can refuse a staging
+        participant before its validation creates anything.
+
+        Raises:
+            SinkUnavailableError: the mode is open and the server does not answer.
+            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
+        """
+        self._settle_mode()
         return self._staging_sink().commit_may_be_refused() if self.mode == STAGING else None
+
+    def _settle_mode(self) -> str:
+        """The commit mode, settled by asking the server when still open."""
+        if self.mode is None:
+            ok, why = self._server_can_prepare()
+            if ok:
+                self.mode, self.reason = PREPARED, why
+            elif self.options.commit_mode == PREPARED:
+                raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
+            else:
+                self.mode, self.reason = STAGING, why
+        return self.mode
 
     def validate(self, schema: pa.Schema) -> None:
         """Settle the commit mode (asking the server when it is still open), log it, and
@@ -214,15 +234,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
         """
         self.schema = self.schema or schema
-        if self.mode is None:
-            ok, why = self._server_can_prepare()
-            if ok:
-                self.mode, self.reason = PREPARED, why
-            elif self.options.commit_mode == PREPARED:
-                raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
-            else:
-                self.mode, self.reason = STAGING, why
-        announce = (self.options.safe_url(), self.options.table, self.mode, self.reason)
+        announce = (self.options.safe_url(), self.options.table, self._settle_mode(), self.reason)
         if announce not in _ANNOUNCED:  # once per process: streaming validates every micro-batch
             _ANNOUNCED.add(announce)
             log.warning("twopc-jdbc: %s commit mode for %s (%s)", self.mode, self.options.table, self.reason)
