@@ -120,3 +120,19 @@ def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(po
         with pytest.raises(ConfigurationError, match="participant 'direct'"):
             CompositeSink([Participant("direct", staged)]).configure_write(
                 ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+
+
+def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path: Path) -> None:
+    """The composite prefixes a participant's error with its name (a commit that stopped at
+    one target says which); the error keeps its class and attributes, also one whose
+    constructor takes more than a message (callers tell a refused key from a lost server)."""
+    from sinks import RedisTargetError
+    from twopc import SinkUnavailableError
+    from twopc._composite import _named
+
+    p = Participant("counters", FileSink(str(tmp_path / "out")))
+    err = _named(p, RedisTargetError("key k is a Redis list", key="k", redis_type="list", op="INCRBY"), ", after x")
+    assert isinstance(err, RedisTargetError) and (err.key, err.redis_type, err.op) == ("k", "list", "INCRBY")
+    assert str(err).startswith("composite participant 'counters' (") and str(err).endswith(", after x: key k is "
+                                                                                         "a Redis list")
+    assert type(_named(p, SinkUnavailableError("no answer"))) is SinkUnavailableError

@@ -194,13 +194,17 @@ class _CompositeTxn:
 
 
 def _named(participant: Participant, exc: TwoPCError, note: str = "") -> TwoPCError:
-    """*exc* again, its message prefixed with the participant (and *note*; same class when
-    it can be rebuilt from a message, else :class:`ConfigurationError`)."""
+    """*exc* again, its message prefixed with the participant (and *note*): the same class
+    and attributes (a class whose constructor takes more than a message is built without
+    calling it), so callers that tell errors apart by class still can."""
     text = f"composite participant {participant.name!r} ({participant.sink.describe()}){note}: {exc}"
+    cls = type(exc)
     try:
-        named = type(exc)(text)
+        named = cls(text)
     except TypeError:
-        named = ConfigurationError(text)
+        named = cls.__new__(cls)
+        named.args = (text,)
+    named.__dict__.update({k: v for k, v in vars(exc).items() if k not in vars(named)})
     return named
 
 
