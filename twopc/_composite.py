@@ -17,6 +17,12 @@ handles with the composite's own ``txn_id``, which a decision names. (A user's s
 ids are not Xids comes back as a composite of one part named ``<participant>:<txn id>``,
 which the decision's handles cover too: :meth:`CompositeHandle.covered_txn_ids`.)
 
+Because the decision is recorded before any participant commits, a participant must not be
+able to refuse a commit once it prepared: one whose target may (its
+:meth:`TwoPhaseCommitSink.commit_may_be_refused` gives a reason, e.g. ``twopc-jdbc``'s staging
+mode, whose table checks constraints only when the rows move) is refused on the driver by
+:meth:`CompositeSink.configure_write` / :meth:`CompositeSink.validate`, before any task runs.
+
 What a reader sees while a batch commits: the participants commit one after another
 (each target all at once), so for the few milliseconds between the first and the last
 participant's commit one target shows the batch and another not yet. A crash in that
