@@ -82,7 +82,7 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
     (PostgreSQL table), ``replica`` (a table on the second PostgreSQL server), ``xa``
     (MariaDB XA table), ``events`` (Redis: INCRBY total and XADD of every id), ``files``
     (file sink, columns ``id, payload``), ``staged`` (``twopc-jdbc`` staging mode on
-    PostgreSQL: commits its part of a batch in one local transaction)."""
+    PostgreSQL, which a composite refuses: its commit may be refused after the decision)."""
     options: dict[str, str] = {"targets": ",".join(kinds)}
     readers: dict[str, Callable[[], list[int]]] = {}
     checks: list[Callable[[str], None]] = []

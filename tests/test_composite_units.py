@@ -1,6 +1,7 @@
 """The composite sink's own rules, without Spark: participants' projections and names, one
 participant failing to prepare rolls the others of its attempt back (on a real PostgreSQL
-whose deferred unique constraint fails the PREPARE), and a decision covers the participant
+whose deferred unique constraint fails the PREPARE), a participant whose commit may be refused
+after the decision (twopc-jdbc staging) is refused on the driver, and a decision covers the participant
 transactions ``list_prepared`` finds, also for a user's sink whose ids are not Xids."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import sqlalchemy as sa
 
 from sinks import FileSink, PostgresHandle
 from twopc import CommitLedger, CompositeHandle, CompositeSink, ConfigurationError, Decision, Participant
@@ -86,3 +88,51 @@ def test_participant_options_are_checked_up_front_and_named(postgres_url: str, r
             OptionsCompositeSink.from_options({**harness.options, "orders.bogus": "1"})
         with pytest.raises(ConfigurationError, match="option targets is not valid JSON"):
             OptionsCompositeSink.from_options({"targets": "[{"})
+
+
+def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(postgres_url: str) -> None:
+    """A ``twopc-jdbc`` staging participant checks its table's constraints only when the
+    driver moves the rows, after the composite's decision: a refused move would leave a
+    decided batch in the other targets and failing forever in this one. It is refused on
+    the driver, named, with the fix, before its validation creates anything: by
+    ``commitMode=staging``, and by the automatic choice (asking the server: here a missing
+    table); a StagingSink given as a Python object too."""
+    from sinks import OptionsCompositeSink, StagingSink
+
+    with composite_harness(["orders", "staged"], postgres_url=postgres_url) as harness:
+        engine = harness.engines[-1]
+        password = harness.options["staged.password"]
+        sink = OptionsCompositeSink.from_options(harness.options)
+        with pytest.raises(ConfigurationError, match=r"composite participant 'staged' \(JDBC .*\(staging mode\)\) "
+                                                     r"cannot join a composite: the staging mode checks") as err:
+            sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+        assert "commitMode=prepared" in str(err.value) and password not in str(err.value)
+
+        auto = {k: v for k, v in harness.options.items() if k != "staged.commitMode"}
+        auto["staged.dbtable"] = harness.options["staged.dbtable"] + "_missing"
+        sink = OptionsCompositeSink.from_options(auto)
+        with pytest.raises(ConfigurationError, match=r"composite participant 'staged'.*cannot join a composite"):
+            sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+        sink.close()
+        stage = StagingSink(postgres_url, auto["staged.dbtable"]).stage
+        assert not sa.inspect(engine).has_table(stage.name), "staging was prepared for a refused participant"
+        staged = StagingSink(postgres_url, harness.options["staged.dbtable"])
+        with pytest.raises(ConfigurationError, match="participant 'direct'"):
+            CompositeSink([Participant("direct", staged)]).configure_write(
+                ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+
+
+def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path: Path) -> None:
+    """The composite prefixes a participant's error with its name (a commit that stopped at
+    one target says which); the error keeps its class and attributes, also one whose
+    constructor takes more than a message (callers tell a refused key from a lost server)."""
+    from sinks import RedisTargetError
+    from twopc import SinkUnavailableError
+    from twopc._composite import _named
+
+    p = Participant("counters", FileSink(str(tmp_path / "out")))
+    err = _named(p, RedisTargetError("key k is a Redis list", key="k", redis_type="list", op="INCRBY"), ", after x")
+    assert isinstance(err, RedisTargetError) and (err.key, err.redis_type, err.op) == ("k", "list", "INCRBY")
+    assert str(err).startswith("composite participant 'counters' (") and str(err).endswith(", after x: key k is "
+                                                                                         "a Redis list")
+    assert type(_named(p, SinkUnavailableError("no answer"))) is SinkUnavailableError

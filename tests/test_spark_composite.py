@@ -8,7 +8,10 @@ crash matrix runs on one mix, in ``test_composite_chaos.py``):
 - one wrong participant fails the write on the driver, named, with nothing written;
 - a participant's server SIGKILLed between prepare and commit, then restarted: recovery
   finishes the decided batch in every target and rolls back the undecided one in every
-  target (the coordinator as Spark's driver runs it, tasks as Spark's tasks run them).
+  target (the coordinator as Spark's driver runs it, tasks as Spark's tasks run them);
+- the same window inside a Spark streaming query: a fault plan crashes the participant's
+  PostgreSQL server right after a batch's decision and, for the next batch, between the
+  two participants' commits; the server restarts and the query itself finishes both.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import redis
 import faultinject
 import sinks
 import twopc
-from faultinject import LocalPostgres
+from faultinject import ENV_CONTROL, FaultControl, LocalPostgres
 from recovery.demos.demo import INPUT_SCHEMA, write_input
 from sinks import OptionsCompositeSink, RedisSink
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, SinkError, TransactionContext, sink_status
@@ -217,3 +220,62 @@ def test_a_participant_server_killed_between_prepare_and_commit(redis_url: str, 
         assert harness.verify is not None
         harness.verify(sid)
         assert sorted(harness.read_ids()) == list(range(20))
+
+
+
+def test_a_participant_server_crashed_and_down_inside_a_spark_query(
+        spark: Any, redis_url: str, replica_server: LocalPostgres, tmp_path: Path) -> None:
+    """One streaming query over two one-file batches (Redis events, then the replica's
+    table); the driver's commit fires the plan's rules on the replica's server. Batch 0:
+    right after the decision, before any commit, the server crashes (PostgreSQL's
+    immediate shutdown) and restarts; its prepared transactions survive and the query
+    commits the batch. Batch 1: between the participants' commits (Redis already shows
+    it) the server goes down and stays down; once the commit's retries are spent the query
+    fails with the batch pending, naming the participant; a restart fails at plan time
+    while the server is down; once it is back, the replica still lacks batch 1 until the
+    restart finishes it (and ignores Spark's replay of it). Then every target holds each
+    id once, batch by batch, and nothing is left prepared."""
+    plan = "after_decision@batch=0:server/replica/crash,between_commits@batch=1:server/replica/down/for=600s"
+    fast = {"commitRetries": "1", "commitRetryBackoff": "0.1", "replica.connectTimeout": "2s"}
+    sc = spark.sparkContext
+    with (composite_harness(["events", "replica"], redis_url=redis_url, second_postgres_url=replica_server.url,
+                            rows_per_batch=20) as harness,
+          FaultControl() as control):
+        control.add_server("replica", replica_server)
+        ids = write_input(tmp_path / "in", files=2, rows_per_file=20)
+
+        def run() -> None:
+            _stream(spark, tmp_path / "in", "twopc-composite", tmp_path / "ck", **harness.options, **fast)
+
+        sc.environment[ENV_CONTROL] = control.path
+        try:
+            with faultinject.armed(plan, tmp_path / "faults", spark_context=sc):
+                sinks.register_all(spark)  # a data source's Python workers get the environment of its registration
+                with pytest.raises(Exception, match="CommitPendingError") as err:
+                    run()
+        finally:
+            sc.environment.pop(ENV_CONTROL, None)
+            sinks.register_all(spark)  # disarmed again for the tests after this one
+        assert "batch 1 of sink" in str(err.value)
+        assert "composite participant 'replica' (PostgreSQL" in str(err.value), str(err.value)[:2000]
+        assert ", after events committed batch 1: cannot connect" in str(err.value)
+        assert control.fired == {"server.crash": 1, "server.down": 1} and not control.errors, control.errors
+        fired = faultinject.read_firings(tmp_path / "faults")
+        assert [f.split(" (")[0] for f in fired] == ["faultinject: firing after_decision",
+                                                    "faultinject: firing between_commits"], fired
+        assert not replica_server.running
+        assert sorted(harness.readers["events"]()) == ids  # Redis committed batch 1 before the replica
+
+        with pytest.raises(Exception, match=r"composite participant 'replica'.*cannot connect"):
+            run()  # plan-time recovery needs every target
+        control.settle()  # the server is back
+        for engine in harness.engines:  # their pooled connections died with the server
+            engine.dispose()
+        assert sorted(harness.readers["replica"]()) == ids[:20]  # batch 1 waits there, prepared
+        run()
+        ledger = CommitLedger(str(tmp_path / "ck"))
+        assert ledger.committed_batches() == [0, 1] and not ledger.pending()
+        sink_id = ledger.recorded_sink_id()
+        assert sink_id is not None and harness.verify is not None
+        harness.verify(sink_id)
+        assert sorted(harness.read_ids()) == ids

@@ -17,6 +17,12 @@ handles with the composite's own ``txn_id``, which a decision names. (A user's s
 ids are not Xids comes back as a composite of one part named ``<participant>:<txn id>``,
 which the decision's handles cover too: :meth:`CompositeHandle.covered_txn_ids`.)
 
+Because the decision is recorded before any participant commits, a participant must not be
+able to refuse a commit once it prepared: one whose target may (its
+:meth:`TwoPhaseCommitSink.commit_may_be_refused` gives a reason, e.g. ``twopc-jdbc``'s staging
+mode, whose table checks constraints only when the rows move) is refused on the driver by
+:meth:`CompositeSink.configure_write` / :meth:`CompositeSink.validate`, before any task runs.
+
 What a reader sees while a batch commits: the participants commit one after another
 (each target all at once), so for the few milliseconds between the first and the last
 participant's commit one target shows the batch and another not yet. A crash in that
@@ -193,14 +199,18 @@ class _CompositeTxn:
     rows: dict[str, int]
 
 
-def _named(participant: Participant, exc: TwoPCError) -> TwoPCError:
-    """*exc* again, its message prefixed with the participant (same class when it can be
-    rebuilt from a message, else :class:`ConfigurationError`)."""
-    text = f"composite participant {participant.name!r} ({participant.sink.describe()}): {exc}"
+def _named(participant: Participant, exc: TwoPCError, note: str = "") -> TwoPCError:
+    """*exc* again, its message prefixed with the participant (and *note*): the same class
+    and attributes (a class whose constructor takes more than a message is built without
+    calling it), so callers that tell errors apart by class still can."""
+    text = f"composite participant {participant.name!r} ({participant.sink.describe()}){note}: {exc}"
+    cls = type(exc)
     try:
-        named = type(exc)(text)
+        named = cls(text)
     except TypeError:
-        named = ConfigurationError(text)
+        named = cls.__new__(cls)
+        named.args = (text,)
+    named.__dict__.update({k: v for k, v in vars(exc).items() if k not in vars(named)})
     return named
 
 
@@ -264,7 +274,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """Configure every participant with its projected schema (and refuse overwrite).
 
         Raises:
-            ConfigurationError: a participant refuses; the message names it.
+            ConfigurationError: a participant refuses, or its commit may be refused after
+                the decision (:meth:`TwoPhaseCommitSink.commit_may_be_refused`: the staging
+                mode of ``twopc-jdbc``); the message names it and the fix.
         """
         super().configure_write(schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
         for p in self.participants:
@@ -273,6 +285,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                                        checkpointed=checkpointed)
             except TwoPCError as exc:
                 raise _named(p, exc) from exc
+            _admit(p)
 
     def validate(self, schema: pa.Schema) -> None:
         """Validate every participant against its projected schema, on the driver, before any
@@ -280,9 +293,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
         Raises:
             ConfigurationError, SinkUnavailableError: as the participant's ``validate``,
-                the message prefixed with the participant's name.
+                the message prefixed with the participant's name; ConfigurationError also
+                for a participant whose commit may be refused (``twopc-jdbc``'s automatic
+                choice of staging, settled by asking its server), before its validation.
         """
         for p in self.participants:
+            _admit(p)
             try:
                 p.sink.validate(p.project_schema(schema))
             except TwoPCError as exc:
@@ -361,16 +377,19 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def recover_and_commit(self, handle: CompositeHandle) -> CommitOutcome:
         return self.commit_all([handle], recovering=True)[0]
 
+    def commit_may_be_refused(self) -> str | None:
+        """The first participant's reason (none is admitted with one: :func:`_admit`)."""
+        return next((why for p in self.participants if (why := p.sink.commit_may_be_refused())), None)
+
     def commits_whole_batch_for(self, handles: Sequence[CompositeHandle]) -> bool:
-        """Always: each participant must get all its handles of the batch in one
-        :meth:`commit_all` (a staging participant commits them in one transaction), and
-        ``between_commits`` fires here, between participants."""
+        """Always: each participant gets all its handles of the batch in one
+        :meth:`commit_all` (a sink that commits a batch's handles together needs them
+        together), and ``between_commits`` fires here, between participants."""
         return True
 
     def commit_all(self, handles: Sequence[CompositeHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit the handles of one decided batch: participant by participant, each
-        participant's parts together through its own :meth:`commit_all` (a staging
-        participant makes the batch visible in one local transaction) or one by one.
+        participant's parts together through its own :meth:`commit_all` or one by one.
 
         Between two participants is the fault point ``between_commits``: the first target
         shows the batch, the next not yet. Each participant's end is logged (DEBUG event
@@ -378,10 +397,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         Idempotent as a whole (every participant's commit is), so a retry or recovery finishes a partly committed batch.
 
         Raises:
-            SinkError: a participant failed; the ones before it are committed, and a retry
-                (or recovery) commits the rest.
+            SinkError: a participant failed (its error's class, the message prefixed with
+                the participant and the ones committed before it); the ones before it are
+                committed, and a retry (or recovery) commits the rest.
         """
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
+        done: list[str] = []
         first = True
         started = time.monotonic()
         for p in self.participants:
@@ -392,12 +413,17 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                 faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
             first = False
             parts = [h for _, h in mine]
-            got = p.sink.commit_all(parts, recovering=recovering)
-            if got is None:
-                got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
-            elif len(got) != len(parts):
+            try:
+                got = p.sink.commit_all(parts, recovering=recovering)
+                if got is None:
+                    got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
+            except TwoPCError as exc:  # the operator must know which target stopped the commit
+                note = f", after {', '.join(done)} committed batch {handles[0].batch_id}" if done else ""
+                raise _named(p, exc, note) from exc
+            if len(got) != len(parts):
                 raise ProtocolError(f"{p.sink.describe()}: commit_all returned {len(got)} outcomes for "
                                     f"{len(parts)} handles")
+            done.append(p.name)
             for (i, _), outcome in zip(mine, got, strict=True):
                 outcomes[i].append(outcome)
             ms = (time.monotonic() - started) * 1000
@@ -486,6 +512,26 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def close(self) -> None:
         for p in self.participants:
             _quietly(f"close {p.name}", lambda sink: sink.close(), p.sink)
+
+
+def _admit(p: Participant) -> None:
+    """Refuse *p* when its target may refuse a commit after the batch is decided.
+
+    Raises:
+        ConfigurationError: naming the participant, the reason and the fix.
+    """
+    try:
+        why = p.sink.commit_may_be_refused()
+    except TwoPCError as exc:
+        raise _named(p, exc) from exc
+    if why:
+        raise ConfigurationError(
+            f"composite participant {p.name!r} ({p.sink.describe()}) cannot join a composite: {why}. A composite "
+            f"records its one decision before any target commits, so a commit this target refuses would leave "
+            f"the batch in the other targets and never in this one. Make it commit through prepared transactions "
+            f"(twopc-jdbc commitMode=prepared, twopc-postgres, MariaDB/MySQL XA: an existing table, save mode "
+            f"append, no upsertKeys; their PREPARE checks every constraint), or write this target in a query "
+            f"of its own")
 
 
 def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:

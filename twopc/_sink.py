@@ -117,6 +117,15 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         decided. Default: :attr:`commits_atomically`."""
         return self.commits_atomically
 
+    def commit_may_be_refused(self) -> str | None:
+        """Why the target of this write may refuse, for good, to commit a transaction that
+        :meth:`pre_commit` returned (a constraint it checks only at commit), or ``None``
+        when such a commit can fail only while the target is unreachable. Asked on the
+        driver after :meth:`configure_write` and :meth:`validate`: a composite admits only
+        participants that answer ``None``, because it records its one decision before any
+        target commits. Default ``None`` (the contract: a prepared transaction commits)."""
+        return None
+
     def commits_whole_batch_for(self, handles: Sequence[H]) -> bool:
         """Whether the coordinator must hand :meth:`commit_all` every handle of a batch in
         one call (the sink orders its commits and fires ``between_commits`` itself), rather

@@ -198,6 +198,32 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """Staging handles commit in one local transaction; prepared ones do not."""
         return bool(handles) and all(isinstance(h, StagingHandle) for h in handles)
 
+    def commit_may_be_refused(self) -> str | None:
+        """The staging mode's reason (see :meth:`StagingSink.commit_may_be_refused`) when
+        this write uses it, ``None`` in the prepared mode (the database checks every
+        constraint at ``PREPARE``). Settles the mode first when it is still open (asking
+        the server, as :meth:`validate` would), so a composite can refuse a staging
+        participant before its validation creates anything.
+
+        Raises:
+            SinkUnavailableError: the mode is open and the server does not answer.
+            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
+        """
+        self._settle_mode()
+        return self._staging_sink().commit_may_be_refused() if self.mode == STAGING else None
+
+    def _settle_mode(self) -> str:
+        """The commit mode, settled by asking the server when still open."""
+        if self.mode is None:
+            ok, why = self._server_can_prepare()
+            if ok:
+                self.mode, self.reason = PREPARED, why
+            elif self.options.commit_mode == PREPARED:
+                raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
+            else:
+                self.mode, self.reason = STAGING, why
+        return self.mode
+
     def validate(self, schema: pa.Schema) -> None:
         """Settle the commit mode (asking the server when it is still open), log it, and
         validate the target through the chosen mode.
@@ -208,14 +234,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
         """
         self.schema = self.schema or schema
-        if self.mode is None:
-            ok, why = self._server_can_prepare()
-            if ok:
-                self.mode, self.reason = PREPARED, why
-            elif self.options.commit_mode == PREPARED:
-                raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
-            else:
-                self.mode, self.reason = STAGING, why
+        self._settle_mode()
         if self.mode == STAGING and self.options.dead_letter_table is not None:
             raise ConfigurationError(
                 f"deadLetterTable needs the prepared commit mode, but this write uses staging ({self.reason}): "

@@ -161,6 +161,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     def commits_atomically(self) -> bool:
         return True
 
+    def commit_may_be_refused(self) -> str:
+        """Always a reason: the target's constraints (keys, NOT NULL, checks, foreign keys,
+        triggers) see the rows only when the driver moves them, after the decision."""
+        return (f"the staging mode checks {self.target.display()}'s constraints (keys, NOT NULL, checks, "
+                f"foreign keys, triggers) only when the driver moves the staged rows into it, after the batch "
+                f"is decided")
+
     def commit_mode(self) -> str:
         """Staging: each task stages its rows; the driver moves a batch in one local transaction."""
         return (f"staging mode: tasks stage rows in {self.stage.display()}, the driver moves each batch into "
