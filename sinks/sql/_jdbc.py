@@ -234,12 +234,12 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
         """
         self.schema = self.schema or schema
-        self._settle_mode()
-        if self.mode == STAGING and self.options.dead_letter_table is not None:
+        mode = self._settle_mode()
+        if mode == STAGING and self.options.dead_letter_table is not None:
             raise ConfigurationError(
                 f"deadLetterTable needs the prepared commit mode, but this write uses staging ({self.reason}): "
                 f"remove the option, or make the write one that can prepare (PostgreSQL, append)")
-        announce = (self.options.safe_url(), self.options.table, self.mode, self.reason)
+        announce = (self.options.safe_url(), self.options.table, mode, self.reason)
         if announce not in _ANNOUNCED:  # once per process: streaming validates every micro-batch
             _ANNOUNCED.add(announce)
             log.warning("twopc-jdbc: %s commit mode for %s (%s)", self.mode, self.options.table, self.reason)
