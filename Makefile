@@ -100,7 +100,7 @@ test-all:
 N ?= 500
 chaos: venv redis mariadb
 	TWOPC_CHAOS_SEED=$(SEED) TWOPC_CHAOS_N=$(N) TWOPC_CHAOS_SINKS=$(SINKS) TWOPC_CHAOS_BROKEN=$(BROKEN) \
-	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/test_chaos_schedules.py -q $(PYTEST_ARGS)
+	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
 
 demo: venv
 	$(VPY) -m recovery.demos.stream_demo
