@@ -230,14 +230,22 @@ class LocalRedisCluster(Startable):
         return self.by_port(owner.port)
 
     def replica_of(self, master: LocalRedis) -> LocalRedis:
-        """A live replica of *master*."""
+        """A live replica of *master*.
+
+        Raises:
+            ServerUnavailable: *master* has none (the message shows its view of the cluster).
+        """
         mid = self.node_id(master)
-        rep = next(n for n in self.view(master) if n.master_id == mid and not n.failed)
+        view = self.view(master)
+        rep = next((n for n in view if n.master_id == mid and not n.failed), None)
+        if rep is None:
+            raise ServerUnavailable(f"master {master.port} has no live replica; it sees {view}")
         return self.by_port(rep.port)
 
     def wait_stable(self) -> None:
         """Wait until every live node says ``cluster_state:ok``, they all see the same
-        slot owners, no live node is flagged failed, and every replica's link is up.
+        slot owners, no live node is flagged failed or is a master without slots, and every
+        replica's link is up.
 
         Raises:
             ServerUnavailable: not so within the startup timeout.
@@ -265,6 +273,10 @@ class LocalRedisCluster(Startable):
             live_ports = {n.port for n in live}
             if any(v.failed for v in view if v.port in live_ports):
                 return f"node {node.port} still flags a live node failed"
+            if empty := [v.port for v in view if v.port in live_ports and v.is_master and not v.slots]:
+                # a master that lost its slots to a failover turns replica only when the
+                # new owner's next message reaches it: until then it has no master to follow
+                return f"node {node.port} sees node {empty[0]} as a master without slots (not yet a replica)"
             owners.add(tuple(sorted((v.port, v.slots) for v in view if v.is_master and v.slots)))
             if "role:slave" in (info := str(self.command(node, "INFO", "replication"))) \
                     and "master_link_status:up" not in info:

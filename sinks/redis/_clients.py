@@ -13,6 +13,7 @@ import contextlib
 import os
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,6 +96,7 @@ class ClientConfig:
 
             client.close()
             client = RedisCluster.from_url(self.url, **kwargs)
+            client.commands_parser = _LocalFcallKeys(client.commands_parser)
         return Pooled(client, cluster)
 
     def library_loaded(self, mode: str) -> bool:
@@ -106,12 +108,60 @@ class ClientConfig:
         _LOADED.add((self.url, mode))
 
 
+class _LocalFcallKeys:
+    """redis-py's cluster command parser, except that the keys of ``FCALL``/``FCALL_RO``
+    are read from the command itself (``FCALL name numkeys key...``), as redis-py already
+    does for ``EVAL``/``EVALSHA``.
+
+    redis-py (8.x) asks the cluster's default node (the URL's) ``COMMAND GETKEYS`` for every
+    ``FCALL``, before its retry loop. Once that node is down, every ``FCALL`` fails with
+    "connection refused" although the slot has a new master, and the client never moves
+    off the dead node; it also costs a round trip per call. Shared with the client's
+    pipelines, which take the parser from the client.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def get_keys(self, redis_conn: Any, *args: Any) -> list[Any] | None:
+        """The keys of command *args* (``None``: it has none)."""
+        if len(args) >= 3 and str(args[0]).upper() in ("FCALL", "FCALL_RO"):
+            return list(args[3: 3 + int(args[2])]) or None
+        keys: list[Any] | None = self._inner.get_keys(redis_conn, *args)
+        return keys
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 @dataclass(frozen=True)
 class Pooled:
     """A pooled client and whether its server is a cluster."""
 
     client: Any  # redis.Redis or redis.cluster.RedisCluster (their command methods are untyped)
     cluster: bool
+
+    def on_every_primary(self, call: Callable[[Any], object]) -> None:
+        """Run ``call(client)`` on the server, or on every primary of a cluster (where a
+        server-side library must be loaded). ``call`` must be safe to repeat: when a node
+        the client took for a primary answers that it is a replica (the client's map is
+        older than a failover), the client reads the topology again and every primary is
+        called once more.
+
+        Raises:
+            redis.exceptions.RedisError: a server failed, or refused twice as a replica.
+        """
+        for attempt in (0, 1):
+            nodes = ([self.client.get_redis_connection(n) for n in self.client.get_primaries()]
+                     if self.cluster else [self.client])
+            try:
+                for node in nodes:
+                    call(node)
+                return
+            except rex.ReadOnlyError:
+                if not self.cluster or attempt:
+                    raise
+                self.client.nodes_manager.initialize()
 
 
 _CLIENTS: dict[ClientConfig, Pooled] = {}

@@ -148,12 +148,8 @@ class RedisServer:
         pooled = self.pooled()
         try:
             if mode == "function":
-                nodes = [pooled.client]
-                if pooled.cluster:
-                    nodes = [pooled.client.get_redis_connection(n) for n in pooled.client.get_primaries()]
-                for node in nodes:
-                    node.function_load(lua.library_code(), replace=True)
-                    node.function_load(lua.batch_library_code(), replace=True)
+                pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
+                                                      node.function_load(lua.batch_library_code(), replace=True)))
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))

@@ -59,7 +59,7 @@ class StreamServer:
         if self.config.library_loaded(lua.LIBRARY_NAME) and not force:
             return
         try:
-            self.client().function_load(lua.library_code(), replace=True)
+            self.config.pooled().on_every_primary(lambda node: node.function_load(lua.library_code(), replace=True))
         except rex.ResponseError as exc:
             if "unknown command" in str(exc).lower():
                 raise SinkError(f"Redis at {self.where()} has no FUNCTION command: twopc-redis-stream needs "
