@@ -7,6 +7,9 @@ The three places a file can be are the three states of its transaction::
     <path>/_twopc/prepared/<txn>.parquet   prepared: complete and fsynced (invisible)
     <path>/<txn>.parquet                   committed: visible to readers
 
+``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id
+(created once, never changed: :meth:`FileSink.claim_sink_id`).
+
 Every step is a ``rename`` within one filesystem, which is atomic, followed by an fsync of
 the folder, so a crash leaves each file whole in exactly one of those places. Spark and
 most readers ignore names starting with ``_``, so ``spark.read.parquet(path)`` sees only
@@ -33,6 +36,7 @@ import pyarrow.parquet as pq
 from twopc import (
     CommitOutcome,
     MissingOptionError,
+    OwnerRecord,
     PreparedDetail,
     ProtocolError,
     TargetConfigurationError,
@@ -41,6 +45,7 @@ from twopc import (
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
     Xid,
+    validate_sink_id,
 )
 from twopc._folders import make_folder
 
@@ -105,6 +110,39 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
             raise MissingOptionError('the file sink needs an output folder: .option("path", "/data/out") '
                                      "or .save(path)")
         return cls(path)
+
+    def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
+        """Create ``_twopc/owners/<sink id>`` holding *owner* if it does not exist (a hard
+        link of a complete, fsynced file: created whole or not at all), then compare.
+
+        Raises:
+            TargetConfigurationError: the folder cannot be written.
+        """
+        folder = self._dir("owners")
+        record = os.path.join(folder, validate_sink_id(sink_id))
+        try:
+            make_folder(folder, TargetConfigurationError, needs='the file sink (option "path")',
+                        fix='give option "path" the path of a folder (new, or one twopc-file wrote)')
+            if not os.path.exists(record):
+                tmp = f"{record}.{os.getpid()}.tmp"
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(owner)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, record)
+                except FileExistsError:
+                    pass  # a rival query recorded itself first: compared below
+                finally:
+                    os.unlink(tmp)
+                _fsync_dir(folder)
+            with open(record, encoding="utf-8") as f:
+                recorded = f.read()
+        except OSError as exc:
+            raise TargetConfigurationError(
+                f"cannot record the owner of sink id {sink_id!r} in {folder}: {exc.strerror or exc}: give option "
+                f'"path" a folder this user may write to; nothing was written') from None
+        return None if recorded == owner else OwnerRecord(recorded, f"rm '{record}'")
 
     def target_identity(self) -> str:
         """``files <absolute output folder>``."""

@@ -136,3 +136,15 @@ def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path:
     assert str(err).startswith("composite participant 'counters' (") and str(err).endswith(", after x: key k is "
                                                                                          "a Redis list")
     assert type(_named(p, SinkUnavailableError("no answer"))) is SinkUnavailableError
+
+
+def test_a_composite_claims_its_sink_id_in_every_participant_and_names_the_one_owned_by_another(
+        tmp_path: Path) -> None:
+    a, b = FileSink(str(tmp_path / "a")), FileSink(str(tmp_path / "b"))
+    assert b.claim_sink_id("orders.b", "/ck/other") is None  # another query owns participant b's sink id
+    composite = CompositeSink([Participant("a", a), Participant("b", b)])
+    other = composite.claim_sink_id("orders", "/ck/mine")
+    assert other is not None and other.owner == "/ck/other"
+    assert other.remove == f"(participant 'b') rm '{tmp_path / 'b' / '_twopc' / 'owners' / 'orders.b'}'"
+    assert a.claim_sink_id("orders.a", "/ck/mine") is None  # participant a was claimed for this query
+    assert composite.claim_sink_id("orders", "/ck/other") is not None

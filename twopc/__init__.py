@@ -60,6 +60,7 @@ from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, epheme
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
 from ._retry import CommitRetry
 from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._sink_owner import OwnerRecord, checkpoint_label
 from ._spark import (
     TwoPCCommitMessage,
     TwoPhaseCommitBatchWriter,
@@ -99,6 +100,7 @@ __all__ = [
     "LedgerError",
     "MissingExtraError",
     "MissingOptionError",
+    "OwnerRecord",
     "Participant",
     "PreparedDetail",
     "ProtocolError",
@@ -125,6 +127,7 @@ __all__ = [
     "UnknownHandleKindError",
     "UnsettledTransaction",
     "Xid",
+    "checkpoint_label",
     "composite",
     "data_source_for",
     "decode_handle",

@@ -50,6 +50,7 @@ from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_reg
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
 from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._sink_owner import OwnerRecord
 from ._xid import Xid
 
 __all__ = ["CompositeHandle", "CompositeSink", "Participant", "participant_sink_id"]
@@ -458,6 +459,18 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                 errors.append(exc)
         if errors:
             raise errors[0]
+
+    def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
+        """Each participant's claim of its own sink id (``<sink id>.<name>``), in order;
+        the first other owner found (its participant named in the removal hint). The
+        participants before it keep their record naming this query: claims are not atomic
+        across targets (a record only refuses other checkpoints; delete it as the error of
+        a later write says, if this checkpoint is never used again)."""
+        for p in self.participants:
+            other: OwnerRecord | None = _asking(p, "claim_sink_id", sink_id, owner)
+            if other is not None:
+                return dataclasses.replace(other, remove=f"(participant {p.name!r}) {other.remove}")
+        return None
 
     # -- recovery and the operator's view -----------------------------------------
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[CompositeHandle]:

@@ -12,6 +12,7 @@ from ._context import TransactionContext
 from ._errors import ConfigurationError, SinkError
 from ._handle import TransactionHandle
 from ._inspect import Headroom, PreparedDetail
+from ._sink_owner import OwnerRecord
 
 if TYPE_CHECKING:
     from typing import Self
@@ -276,6 +277,25 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
             SinkError: the target failed.
         """
         return 0
+
+    def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
+        """Record in the target, once, that *sink_id* is written by the query whose
+        checkpoint is *owner* (a credential-free label); what is recorded is never changed.
+        Asked on the driver at plan time, after :meth:`validate` and before recovery
+        touches anything, for a ``sinkId`` the user gave (a derived one is unique to its
+        checkpoint). The Spark runtime refuses the write with
+        :class:`~twopc.ConcurrentWriterError` when another owner is recorded: its recovery
+        would roll back that query's transactions as orphans.
+
+        Returns:
+            ``None`` when the record names *owner* (now or already); the record of the
+            other owner otherwise. Default ``None``: the sink keeps no owner record (the SQL
+            sinks hold a lease on their server instead, :class:`~twopc.TargetLedger`).
+
+        Raises:
+            SinkError / SinkUnavailableError: the target failed.
+        """
+        return None
 
     def target_identity(self) -> str | None:
         """What this sink writes to, as one credential-free line that stays the same for

@@ -58,6 +58,7 @@ from ._logs import configure_worker_logging
 from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
+from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
 from ._stores import Store
 from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
@@ -417,6 +418,8 @@ class TwoPhaseCommitDataSource(DataSource):
                 epoch = ledger.claim()
                 if not validated:
                     sink.validate(arrow_schema)
+                if runtime.sink_id and not runtime.ephemeral and lease is None and target is None:
+                    claim_sink_id(sink, sink_id, runtime.checkpoint_location)  # sinks without a lease
                 ledger.bind_target(identity, sink_id)  # recorded once the target validated (not a typo)
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
                 if not streaming and (others := target or target_ledger_of(sink)) is not None:

@@ -2,7 +2,8 @@
 
 Every key of one sink id lives under one hash tag ``T`` (``P`` = ``T:<sink_id>``):
 ``P:txns``, ``P:prepared``, ``P:committed`` and ``P:staging:<txn>``, so one commit touches
-one cluster slot. ``<txn>`` is the transaction id exactly as the transaction was
+one cluster slot; ``P:owner`` names the checkpoint of the query that writes the sink id
+(:meth:`~sinks.redis.RedisSink.claim_sink_id`). ``<txn>`` is the transaction id exactly as the transaction was
 registered (the canonical ``twopc:...`` form, or the ``~`` form older versions wrote).
 """
 
@@ -49,6 +50,7 @@ class RedisKeys:
     prepared: str
     committed: str
     staging_prefix: str
+    owner: str
 
     @classmethod
     def of(cls, sink_id: str, tag: str) -> RedisKeys:
@@ -58,7 +60,7 @@ class RedisKeys:
             ConfigurationError: *sink_id* is not a valid sink id.
         """
         p = f"{tag}:{validate_sink_id(sink_id)}:"
-        return cls(p + "txns", p + "prepared", p + "committed", p + "staging:")
+        return cls(p + "txns", p + "prepared", p + "committed", p + "staging:", p + "owner")
 
     def staging(self, txn_id: str) -> str:
         """The staging list of *txn_id*."""

@@ -41,6 +41,7 @@ from twopc import (
     ConfigurationError,
     Headroom,
     MissingOptionError,
+    OwnerRecord,
     PreparedDetail,
     ProtocolError,
     SinkError,
@@ -155,6 +156,24 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
     def ops(self) -> list[RedisOp]:
         """The mapping."""
         return list(self._ops)
+
+    def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
+        """``SET P:owner <owner> NX`` (no expiry), then the recorded owner when it is another.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        key = self.keys_for(sink_id).owner
+        client = self._server.client()
+        try:
+            if client.set(key, owner, nx=True):
+                return None
+            recorded = client.get(key)
+        except rex.RedisError as exc:
+            raise self._server.error(exc, f"record the owner of sink id {sink_id!r}") from None
+        if recorded is None or as_text(recorded) == owner:
+            return None
+        return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.where()} DEL '{key}'")
 
     def target_identity(self) -> str:
         """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set): the
