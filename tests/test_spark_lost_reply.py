@@ -28,7 +28,8 @@ HANG = 300.0  # far above the configured bound: only a write that never returns 
 #: waits small enough for a test: a reply gets 2 s, a commit one retry after 0.1 s
 FAST = {"socketTimeout": "2s", "lockTimeout": "1s", "connectTimeout": "2s", "commitRetries": "1",
         "commitRetryBackoff": "0.1"}
-TWOPC_SAYS = ("is decided, but its commit to PostgreSQL", "python -m recovery", "next start of the query")
+TWOPC_SAYS = ("is decided, but its commit to PostgreSQL", "python -m recovery", "--format twopc-postgres",
+              "next start of the query")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -86,9 +86,11 @@ class _Tally:
 
 
 def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
-                    metrics: CommitMetrics | None = None, retry: CommitRetry | None = None) -> _Tally:
+                    metrics: CommitMetrics | None = None, retry: CommitRetry | None = None,
+                    format_name: str = "") -> _Tally:
     """Commit every handle of *decision*, then mark the batch committed. A commit the
-    target does not answer is asked again as *retry* says (every commit is idempotent).
+    target does not answer is asked again as *retry* says (every commit is idempotent);
+    *format_name* (the write's Spark format) goes into the recovery command the error shows.
 
     Raises:
         TransactionLostError: a handle is neither prepared nor committed. The others are
@@ -105,7 +107,7 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     outcomes = (retry or CommitRetry()).run(
         attempt,
         what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
-        pending=lambda n, exc: _pending(sink, ledger, decision, n, exc))
+        pending=lambda n, exc: _pending(sink, ledger, decision, n, exc, format_name))
     for handle, outcome in zip(decision.handles, outcomes, strict=True):
         m.commits_total += 1
         log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
@@ -142,16 +144,17 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
 
 
 def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: int,
-             exc: SinkUnavailableError) -> str:
+             exc: SinkUnavailableError, format_name: str) -> str:
     log.error("twopc: batch %s is decided; its commit to %s got no answer in %s attempts",
               decision.batch_id, sink.describe(), attempts)
+    fmt = format_name or "<the write's format>"
     return (f"batch {decision.batch_id} of sink {decision.sink_id!r} is decided, but its commit to "
             f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "
             f"the decision is recorded in {ledger.location} and the prepared transactions wait on the "
             f"server. The next start of the query finishes the batch before it writes anything, or "
             f"finish it now, once the server answers: python -m recovery --checkpoint "
-            f"{ledger.checkpoint_location} --format <the write's format> --option url=... (see "
-            f"python -m recovery --help)")
+            f"{ledger.checkpoint_location} --format {fmt} --option key=value for each of the write's "
+            f"options (see python -m recovery --help)")
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
@@ -237,11 +240,14 @@ class CommitCoordinator:
             ``minBatchesToRetain``).
         retry: how an unanswered commit is retried (``commitRetries``,
             ``commitRetryBackoff``).
+        format_name: the write's Spark format, named in the recovery command of a
+            :class:`CommitPendingError`.
     """
 
     def __init__(self, sink: AnySink, ledger: CommitLedger, sink_id: str, *, keep_last: int = 100,
-                 retry: CommitRetry | None = None) -> None:
+                 retry: CommitRetry | None = None, format_name: str = "") -> None:
         self.sink = sink
+        self.format_name = format_name
         self.ledger = ledger
         self.sink_id = sink_id
         self.keep_last = keep_last
@@ -286,7 +292,7 @@ class CommitCoordinator:
             faultinject.fault_point("after_decision", batch_id=batch_id)
             action, recovering = "committed", False
         tally = finish_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics,
-                                retry=self.retry)
+                                retry=self.retry, format_name=self.format_name)
         faultinject.fault_point("after_mark", batch_id=batch_id)
         extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
         for h in extra:

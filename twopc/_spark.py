@@ -200,7 +200,7 @@ class _WriterCore:
         else:
             ledger = CommitLedger(self.runtime.checkpoint_location, epoch=self.epoch)
         return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
-                                 retry=self.runtime.retry)
+                                 retry=self.runtime.retry, format_name=self.format_name)
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         configure_worker_logging()
