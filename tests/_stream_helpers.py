@@ -4,13 +4,19 @@ prefix of its own per test (tests share one server)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+import pyarrow as pa
 import pytest
 import redis as redis_py
 
-__all__ = ["prefix", "r"]
+__all__ = ["prefix", "r", "rows_of"]
+
+
+def rows_of(batches: Iterable[pa.RecordBatch]) -> list[tuple[Any, ...]]:
+    """The rows of the reader's Arrow batches, as tuples in column order."""
+    return [tuple(row.values()) for b in batches for row in b.to_pylist()]
 
 
 @pytest.fixture

@@ -47,6 +47,8 @@ from twopc import (
     TransactionLostError,
 )
 
+from ._stream_helpers import rows_of
+
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 RETRY = CommitRetry(retries=1, backoff=0.1)
 
@@ -317,7 +319,7 @@ def test_the_stream_source_reads_hash_tagged_streams_on_several_masters_across_a
 
     def one_batch(start: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         end = rd.latestOffset(start, ReadAllAvailable())
-        rows = [(r[0], r[1]) for p in rd.partitions(start, end) for r in rd.read(p)]
+        rows = [(r[0], r[1]) for p in rd.partitions(start, end) for r in rows_of(rd.read(p))]
         rd.commit(end)
         return end, rows
 

@@ -27,6 +27,8 @@ from sinks.redis_stream import (
 from sinks.redis_stream._lua import LIBRARY_NAME, library_code
 from twopc import ConfigurationError, MissingOptionError, SourceError
 
+from ._stream_helpers import rows_of
+
 U64 = st.integers(0, 2**64 - 1)
 SCHEMA = StructType([StructField("stream", StringType()), StructField("id", StringType()),
                      StructField("timestamp", TimestampType()),
@@ -196,7 +198,7 @@ def first_batch(redis_url: str, r: Any, key: str, n: int) -> tuple[RedisStreamRe
 
 
 def read_all(rd: RedisStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return list(itertools.chain.from_iterable(rd.read(p) for p in rd.partitions(start, end)))
+    return rows_of(itertools.chain.from_iterable(rd.read(p) for p in rd.partitions(start, end)))
 
 
 def test_batches_cover_every_entry_once_within_the_limit_and_replays_are_identical(

@@ -33,7 +33,11 @@ def test_a_failed_batch_replays_its_recorded_entries_and_the_group_moves_only_af
     positions: dict[int, bytes] = {}
 
     def sink(df: Any, batch_id: int) -> None:
-        rows = sorted((row.stream, row.n) for row in df.collect())
+        got = df.collect()
+        for row in got:  # every column as Spark sees it (the reader yields Arrow batches)
+            assert row.id == f"1000-{row.n}" and row.fields == {"n": str(row.n)}, row
+            assert row.timestamp.timestamp() == 1.0, row  # the id's milliseconds
+        rows = sorted((row.stream, row.n) for row in got)
         if batch_id in batches:
             assert rows == batches[batch_id], "a replay read other entries than the first attempt"
         batches[batch_id] = rows

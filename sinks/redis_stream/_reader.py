@@ -25,7 +25,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 import faultinject
@@ -33,12 +35,15 @@ from twopc import SourceError
 
 from ._ids import ZERO, EntryId, Offset, Position, Range
 from ._options import StreamOptions
-from ._rows import converters, to_row
+from ._rows import converters, to_batch, to_row
 from ._server import StreamServer
 
 __all__ = ["FAULT_POINTS", "RedisStreamReader", "StreamPartition"]
 
 log = logging.getLogger("twopc.sinks.redis_stream")
+
+#: Rows per Arrow batch that ``read`` yields.
+BATCH_ROWS = 4096
 
 FAULT_POINTS = {
     "stream_before_ack": "driver: the batch is committed (sink and Spark's commit log), its entries not yet "
@@ -68,6 +73,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: StreamOptions, schema: Any) -> None:
         self.o = options
         self.typed = converters(schema)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark's Python worker expects
         self.server = StreamServer(options.client)
         self._caps: dict[str, EntryId] | None = None
         self._acked: dict[str, EntryId] = {}
@@ -182,8 +188,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise SourceError(message)
         log.warning("twopc-redis-stream (failOnDataLoss=false): %s", message)
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """The rows of one piece, in id order.
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The rows of one piece, in id order, as Arrow batches of at most :data:`BATCH_ROWS`.
 
         Raises:
             SourceError: the piece holds another number of entries than planned
@@ -192,9 +198,15 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, StreamPartition)
         r, server = partition.range, StreamServer(partition.options.client)
         n = 0
+        rows: list[tuple[Any, ...]] = []
         for eid, fields in server.read(r):
             n += 1
-            yield to_row(r.stream, eid, fields, partition.typed)
+            rows.append(to_row(r.stream, eid, fields, partition.typed))
+            if len(rows) == BATCH_ROWS:
+                yield to_batch(rows, self.arrow_schema)
+                rows = []
+        if rows:
+            yield to_batch(rows, self.arrow_schema)
         if n != r.count:
             message = server.why_changed(r, n)
             if partition.options.fail_on_data_loss:

@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import pyarrow as pa
+
 from twopc import ConfigurationError, SourceError
 
-__all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "schema_ddl", "to_row"]
+__all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "schema_ddl", "to_batch", "to_row"]
 
 BASE_DDL = "stream STRING, id STRING, timestamp TIMESTAMP, fields MAP<STRING, STRING>"
 BASE_COLUMNS = ("stream", "id", "timestamp", "fields")
@@ -102,3 +104,12 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
                               f"(fieldsSchema); fix the producer, or declare the column STRING and parse it "
                               f"in the query") from None
     return tuple(row)
+
+
+def to_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
+    """*rows* (from :func:`to_row`) as one Arrow batch of *schema*: the source's rows as
+    Spark's ``to_arrow_schema`` of the reader's schema has them, so the Python worker sends
+    the batch as it is instead of converting value by value."""
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
+    return pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
+                                      schema=schema)
