@@ -12,7 +12,8 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from twopc import TransactionContext, TwoPhaseCommitSink
+from twopc import Lease, TargetLedger, TransactionContext, TwoPhaseCommitSink
+from twopc._target import open_target_ledger
 
 S = TypeVar("S", bound="TwoPhaseCommitSink[Any, Any, Any]")
 
@@ -44,6 +45,20 @@ def prepare(sink: Any, context: TransactionContext, *batches: pa.RecordBatch) ->
     except BaseException:
         sink.rollback(txn)
         raise
+
+
+def leased_writer(sink: Any, backend: TargetLedger, sink_id: str, batch_id: int,
+                  row: dict[str, Any]) -> tuple[Lease, int, Any]:
+    """A write without a checkpoint as its driver and one task leave it mid-batch: *sink_id*'s
+    lease held, its ledger in the target (*backend*) bound and claimed, one transaction holding
+    *row* prepared. Returns (the lease, the owner epoch, the prepared transaction's handle)."""
+    lease = backend.acquire(sink_id)
+    ledger = open_target_ledger(backend, sink_id, lease=lease)
+    ledger.bind_sink_id(sink_id, sink_id)
+    epoch = ledger.claim()
+    txn = sink.begin_transaction(TransactionContext(sink_id, batch_id, 0, 1, 0))
+    sink.invoke(txn, row)
+    return lease, epoch, sink.pre_commit(txn)
 
 
 def validated(sink_class: type[S], url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> S:

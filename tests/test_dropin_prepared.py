@@ -17,8 +17,10 @@ import sqlalchemy as sa
 import recovery
 import sinks
 from sinks import PostgresSink
-from twopc import CommitCoordinator, FencedError, TargetLedger, TransactionContext, ephemeral_sink_id
+from twopc import CommitCoordinator, FencedError, TargetLedger, ephemeral_sink_id
 from twopc._target import open_target_ledger
+
+from ._sql_helpers import leased_writer
 
 REPO = Path(__file__).resolve().parents[1]
 #: driver-side windows whose decision is recorded before the kill: the batch must land once
@@ -49,10 +51,14 @@ def _ids(engine: sa.Engine, table: str) -> list[int]:
 
 
 def _left(engine: sa.Engine) -> tuple[list[str], list[str]]:
-    """(prepared transactions of writes without a checkpoint, writers in the target ledger)."""
+    """(prepared transactions, writers in the target ledger) of writes without a checkpoint and
+    without txnAppId: only theirs, because a ``txnAppId`` writer's records stay in
+    ``twopc_ledger`` on purpose (its last committed ``txnVersion`` makes a rerun write nothing),
+    and other modules' writes (tests/test_spark_jdbc.py) share this server."""
     with engine.connect() as c:
         prepared = [r[0] for r in c.exec_driver_sql("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'twopc:eph-%%'")]
-        writers = [r[0] for r in c.exec_driver_sql("SELECT DISTINCT sink_id FROM twopc_ledger")]
+        writers = [r[0] for r in c.exec_driver_sql(
+            "SELECT DISTINCT sink_id FROM twopc_ledger WHERE sink_id LIKE 'eph-%%'")]
     return prepared, writers
 
 
@@ -78,13 +84,7 @@ def test_a_live_writer_is_left_alone_a_zombie_cannot_decide_and_recover_resolves
     sink = PostgresSink(postgres_url, table)
     backend = sink.target_ledger()
     sink_id = ephemeral_sink_id()
-    lease = backend.acquire(sink_id)
-    ledger = open_target_ledger(backend, sink_id, lease=lease)
-    ledger.bind_sink_id(sink_id, sink_id)
-    epoch = ledger.claim()
-    txn = sink.begin_transaction(TransactionContext(sink_id, 0, 0, 1, 0))
-    sink.invoke(txn, {"id": 500, "payload": "live"})
-    handle = sink.pre_commit(txn)
+    lease, epoch, handle = leased_writer(sink, backend, sink_id, 0, {"id": 500, "payload": "live"})
 
     _write(spark, postgres_url, table, 100, 10)  # another writer meanwhile: it must not touch the live one
     assert _left(pg_engine) == ([handle.txn_id], [sink_id])

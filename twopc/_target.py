@@ -19,7 +19,8 @@ session lock keyed by its sink id, which every transaction id carries: see
   recover`` resolve only the writers whose lease they can take themselves
   (:func:`resolve_abandoned`): free lease = writer gone. They take over its ledger
   (:meth:`CommitLedger.claim`, which fences it) and finish its decided batch or roll its
-  orphans back, holding the lease while they do; a held lease is left alone;
+  orphans back, holding the lease while they do; a held lease is left alone, and so is a
+  gone writer with nothing to finish (a ``txnAppId`` writer's records stay after its write);
 - a writer that lost its lease (its lease connection died: a zombie) is refused when it
   records its decision (:class:`FencedError`): the target ledger's store checks the lease
   right before the decision row is written, and the takeover's owner epoch fences a
@@ -121,7 +122,9 @@ def open_target_ledger(backend: TargetLedger, sink_id: str, *, lease: Lease | No
 def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None = None) -> list[str]:
     """Finish the decided batches and roll back the orphans of every writer in the target
     ledger whose lease is free (its driver is gone), except *skip*; forget the records of a
-    resolved ``eph-`` writer. Returns the sink ids resolved.
+    resolved ``eph-`` writer. A gone writer with nothing decided-and-unfinished and nothing
+    prepared is not claimed: its records are left exactly as they are. Returns the sink ids
+    resolved (those whose lease was free).
 
     Raises:
         SinkError / LedgerError: the target failed (what was resolved stays resolved).
@@ -136,11 +139,16 @@ def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None 
                          "transactions are left alone", writer, backend.location)
                 continue
             ledger = open_target_ledger(backend, writer)
-            ledger.claim(_this_process())  # fences it, should it come back
-            report = RecoveryCoordinator(sink, ledger, sink_id=writer).run()
-            if report.changed_anything:
-                log.warning("twopc: resolved the abandoned write %s on %s: %s", writer, backend.location,
-                            report.summary())
+            if ledger.pending() or sink.list_prepared(writer):
+                ledger.claim(_this_process())  # fences it, should it come back
+                report = RecoveryCoordinator(sink, ledger, sink_id=writer).run()
+                if report.changed_anything:
+                    log.warning("twopc: resolved the abandoned write %s on %s: %s", writer, backend.location,
+                                report.summary())
+            # else nothing to finish: no claim, whose owner record and verdict would otherwise be added to a
+            # finished txnAppId writer's permanent records by every write to the server. A zombie of it
+            # cannot decide unfenced: its decision is refused by the lease check (its lease is gone), and
+            # one written after that check names transactions prepared before it, which we would list.
             if writer.startswith(EPHEMERAL_PREFIX) and not ledger.pending() and not sink.list_prepared(writer):
                 backend.forget(writer)
             done.append(writer)
