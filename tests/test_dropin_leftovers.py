@@ -1,10 +1,12 @@
 """A drop-in write (no checkpointLocation) killed half-way leaves a temporary ledger folder
-and staged rows; the next drop-in write proves its driver dead and deletes both."""
+and staged rows; a later drop-in write proves its driver dead, cleans the folder down to its
+owner record (kept a week) and, when it writes that table, deletes the staged rows at once."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -18,9 +20,9 @@ import sqlalchemy as sa
 import sinks
 from sinks._options import Duration
 from sinks.sql import JdbcOptions
-from twopc import ConfigurationError
-from twopc._ephemeral import PREFIX
-from twopc._owner import provably_dead
+from twopc import ConfigurationError, ephemeral_writer_dead
+from twopc._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers
+from twopc._owner import driver_identity, provably_dead
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,11 +65,17 @@ def test_a_killed_drop_in_write_is_cleaned_up_by_the_next_one(spark, postgres_ur
     assert sink_id.startswith("eph-") and _staged(pg_engine, sink_id) == 30  # its staged rows wait
 
     sinks.register_all(spark)
-    (spark.range(100, 110, numPartitions=2).selectExpr("id", "concat('p', id) as payload")
-       .write.format("twopc-jdbc").mode("append").option("url", postgres_url).option("dbtable", table).save())
 
-    assert not folder.exists()  # the dead driver's ledger is gone
-    assert _staged(pg_engine, sink_id) == 0  # and so are its staged rows, long before stagingRetention
+    def write(to: str) -> None:
+        (spark.range(100, 110, numPartitions=2).selectExpr("id", "concat('p', id) as payload")
+           .write.format("twopc-jdbc").mode("append").option("url", postgres_url).option("dbtable", to).save())
+
+    write(f"{table}_other")  # a write to another table comes first and sweeps the dead driver's ledger
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == ["owner.json", "twopc",
+                                                                            "twopc/sink.json"]
+    assert _staged(pg_engine, sink_id) == 30  # not its table: the owner record stays to prove the driver dead
+    write(table)
+    assert _staged(pg_engine, sink_id) == 0  # its staged rows go at once, long before stagingRetention
     with pg_engine.connect() as conn:
         ids = sorted(r[0] for r in conn.execute(sa.text(f'SELECT id FROM "{table}"')))
     assert ids == list(range(100, 110))  # the killed write committed nothing
@@ -79,3 +87,28 @@ def test_staging_retention_is_an_option(postgres_url) -> None:
     assert JdbcOptions.parse({"url": postgres_url, "dbtable": "t"}).staging_retention == Duration(86_400_000)
     with pytest.raises(ConfigurationError, match="stagingRetention must be a duration"):
         JdbcOptions.parse({"url": postgres_url, "dbtable": "t", "stagingRetention": "soon"})
+
+
+def test_the_sweep_keeps_a_dead_writes_owner_record_for_a_week_and_leaves_live_ones(tmp_path) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process id that no longer runs
+    host = socket.gethostname()
+
+    def folder(name: str, owner: dict[str, object]) -> Path:
+        f = tmp_path / (PREFIX + name)
+        (f / "twopc" / "decisions").mkdir(parents=True)
+        (f / "owner.json").write_text(json.dumps({"format": 1, **owner}))
+        (f / "twopc" / "sink.json").write_text(json.dumps({"sink_id": f"eph-{name}"}))
+        (f / "twopc" / "decisions" / "0.json").write_text("{}")
+        return f
+
+    dead = folder("0000000100000001", {"host": host, "pid": gone.pid, "started": 1})
+    live = folder("0000000100000002", dict(driver_identity()))  # this process
+    live_files = sorted(live.rglob("*"))
+    assert sweep_dead_ledgers(str(tmp_path)) == [str(dead)]
+    assert sorted(str(p.relative_to(dead)) for p in dead.rglob("*")) == ["owner.json", "twopc", "twopc/sink.json"]
+    assert ephemeral_writer_dead("eph-0000000100000001", str(tmp_path))  # still provable
+    assert sweep_dead_ledgers(str(tmp_path)) == []  # nothing more to do until the week is over
+    assert sweep_dead_ledgers(str(tmp_path), now=time.time() + TOMBSTONE_SECONDS + 60) == [str(dead)]
+    assert not dead.exists()
+    assert sorted(live.rglob("*")) == live_files  # a live driver's ledger is never touched

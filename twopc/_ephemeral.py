@@ -5,10 +5,12 @@ A drop-in write to a sink that commits a batch in one local transaction keeps it
 ``<temp dir>/twopc-ledger-XXXX/`` and deletes it when its commit or abort ends. A write
 whose driver is killed half-way leaves the folder behind (and, in the staging mode, its
 staged rows). So each folder records its driver (``owner.json``: host, process id and start
-time, see :mod:`twopc._owner`), and every later drop-in write on the machine deletes the
-folders whose driver is provably gone: on this host, and its process no longer runs. A
-folder of a live driver, of another host (a shared temp dir), or without an owner record
-(written by an older twopc) is left alone.
+time, see :mod:`twopc._owner`), and every later drop-in write on the machine cleans the
+folders whose driver is provably gone (on this host, and its process no longer runs) down to
+that owner record, which it deletes a week after the write started: until then a write to
+the dead write's table, whichever comes first, can still prove it dead and delete its staged
+rows at once. A folder of a live driver, of another host (a shared temp dir), or without an
+owner record (written by an older twopc) is left alone.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from ._owner import DriverIdentity, driver_identity, provably_dead
@@ -74,16 +77,51 @@ def ephemeral_writer_dead(sink_id: str, parent: str | None = None) -> bool:
     return any(_sink_id(f) == sink_id and _dead(f) for f in _folders(parent))
 
 
-def sweep_dead_ledgers(parent: str | None = None) -> list[str]:
-    """Delete the temporary ledger folders of drop-in writes whose driver provably died;
-    return the deleted paths. Never raises: a folder that cannot be deleted is left."""
-    gone = []
+#: How long the owner record of a dead drop-in write is kept after its write started: far
+#: above ``stagingRetention``'s default (24 h), after which its staged rows go by age anyway.
+TOMBSTONE_SECONDS = 7 * 24 * 3600
+
+
+def _tombstone(folder: Path) -> None:
+    """Delete everything in a dead write's folder but ``owner.json`` and ``twopc/sink.json``:
+    what :func:`ephemeral_writer_dead` needs to prove the write dead later."""
+    keep = {folder / _OWNER, folder / "twopc", folder / "twopc" / "sink.json"}
+    for p in [*folder.iterdir(), *(folder / "twopc").glob("*")]:
+        if p in keep:
+            continue
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -> list[str]:
+    """Reduce the temporary ledger folders of drop-in writes whose driver provably died to
+    their owner record (``owner.json`` and ``twopc/sink.json``, a few hundred bytes), and
+    delete those records :data:`TOMBSTONE_SECONDS` after their write started; return the
+    paths changed. The record stays so that a later write to *that* write's table, whenever
+    it comes, still proves the driver dead and deletes its staged rows at once (a write to
+    another table sweeps the folder too). Never raises: what cannot be deleted is left."""
+    now = time.time() if now is None else now
+    changed = []
     for folder in _folders(parent):
-        if _dead(folder):
+        if not _dead(folder):
+            continue
+        try:
+            expired = now - (folder / _OWNER).stat().st_mtime > TOMBSTONE_SECONDS
+            bare = {p.name for p in folder.iterdir()} <= {_OWNER, "twopc"} and \
+                {p.name for p in (folder / "twopc").glob("*")} <= {"sink.json"}
+        except OSError:
+            continue
+        if expired or _sink_id(folder) is None:
             shutil.rmtree(folder, ignore_errors=True)
-            if not folder.exists():
-                gone.append(str(folder))
-    if gone:
-        log.warning("twopc: deleted %s temporary ledger folder(s) of drop-in writes whose driver died: %s",
-                    len(gone), ", ".join(gone))
-    return gone
+        elif not bare:
+            _tombstone(folder)
+        else:
+            continue
+        changed.append(str(folder))
+    if changed:
+        log.warning("twopc: cleaned %s temporary ledger folder(s) of drop-in writes whose driver died (kept "
+                    "their owner record for %s days): %s", len(changed), TOMBSTONE_SECONDS // 86400,
+                    ", ".join(changed))
+    return changed
