@@ -121,7 +121,7 @@ def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -
             continue
         changed.append(str(folder))
     if changed:
-        log.warning("twopc: cleaned %s temporary ledger folder(s) of drop-in writes whose driver died (kept "
-                    "their owner record for %s days): %s", len(changed), TOMBSTONE_SECONDS // 86400,
-                    ", ".join(changed))
+        log.warning("twopc: cleaned %s temporary ledger folder(s) of drop-in writes whose driver died (an "
+                    "owner record stays until %s days after its write started): %s", len(changed),
+                    TOMBSTONE_SECONDS // 86400, ", ".join(changed))
     return changed

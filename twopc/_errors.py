@@ -9,7 +9,7 @@ catch the whole family with one clause, or a branch of it::
     │   ├── MissingExtraError       a backend's driver is not installed (also an ImportError)
     │   ├── SchemaMismatchError     the DataFrame does not fit the target
     │   ├── TargetConfigurationError  the target is set up wrong (e.g. 2PC disabled)
-    │   └── ConcurrentWriterError   another live writer holds this sink id's lease
+    │   └── ConcurrentWriterError   another writer has this sink id (lease or owner record)
     ├── HandleError                 a serialized transaction handle cannot be read
     │   ├── UnknownHandleKindError  no handle type is registered for its kind
     │   └── HandleVersionError      written by a newer (or unsupported older) twopc
@@ -107,9 +107,10 @@ class TargetConfigurationError(ConfigurationError):
 
 
 class ConcurrentWriterError(ConfigurationError):
-    """Another writer that is still running holds the lease of this sink id on the target
-    (see :mod:`twopc._target`): two writers with one sink id would roll back each other's
-    transactions. Refused before anything is written."""
+    """Another writer has this sink id: a running one holds its lease on the target (SQL,
+    see :mod:`twopc._target`), or the target's owner record names another checkpoint
+    (Redis, files: see :mod:`twopc._sink_owner`). Two writers with one sink id would roll
+    back each other's transactions. Refused before anything is written."""
 
 
 class HandleError(TwoPCError):
