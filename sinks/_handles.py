@@ -11,6 +11,7 @@ backend yet. So these handle classes live here, driver-free, and register their 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from twopc import TransactionHandle
 
@@ -42,17 +43,29 @@ class MySqlXaHandle(PreparedSqlHandle, kind="twopc.mysql_xa", version=1):
 
 
 @dataclass(frozen=True)
-class RedisHandle(TransactionHandle, kind="twopc.redis", version=1):
+class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
     """A prepared Redis transaction: ``txn_id`` names its staging list.
 
     Attributes:
         hash_tag: the hash tag its keys were written under (``{...}``); empty means "the
             sink's configured tag".
         staged: staging elements, ``-1`` when unknown (handles rebuilt by list_prepared).
+        acks: ``(stream, highest entry id)`` of the source entries its rows came from, when
+            the sink acknowledges them in its commit (option ``ackGroup``, Plan D); sorted.
+            Version 1 handles have none.
     """
 
     hash_tag: str = ""
     staged: int = -1
+    acks: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "acks", tuple((str(s), str(i)) for s, i in self.acks))  # JSON gives lists
+
+    @classmethod
+    def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
+        """Version 1 (no ``acks``) reads as it is."""
+        return payload
 
 
 @dataclass(frozen=True)

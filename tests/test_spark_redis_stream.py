@@ -5,11 +5,13 @@ group is created, and a stream deleted while the query runs stops it with a clea
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
 
+import faultinject
 import sinks
 from twopc._source_env import RUNNER_KEYS
 
@@ -153,3 +155,39 @@ def test_entries_postgres_refuses_go_to_the_dead_letter_table_and_are_acknowledg
     finally:
         with pg_engine.begin() as c:
             c.exec_driver_sql(f"DROP TABLE IF EXISTS {table}, {dead}")
+
+
+def test_with_ack_group_the_sinks_commit_acknowledges_the_entries_before_the_source_would(
+        spark: Any, redis_url: str, r: Any, prefix: str, tmp_path: Any) -> None:
+    """Plan D through Spark: stream -> twopc-redis counters with ``ackGroup``. The query is
+    stopped right after the sink's commit (``after_commit``), before Spark's commit log and
+    so before the source could acknowledge anything: the group has moved anyway, by the
+    sink's commit, in the same call that applied the counters. A restart replays the batch
+    (already committed: nothing applied twice) and finishes."""
+    tag = f"{prefix}t"
+    stream = f"{{{tag}}}:in"
+    for i in range(1, 7):
+        r.xadd(stream, {"n": str(i)}, id=f"1000-{i}")
+    mapping = json.dumps([{"op": "INCRBY", "key": "{{" + tag + "}}:total", "by": "{n}"}])
+
+    def run() -> None:
+        (source(spark, redis_url, stream, startingPosition="earliest").select("stream", "id", "n")
+         .writeStream.format("twopc-redis").option("url", redis_url).option("mapping", mapping)
+         .option("hashTag", tag).option("ackGroup", "g").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start().awaitTermination())
+
+    sc = spark.sparkContext
+    try:
+        with faultinject.armed("after_commit@batch=0:raise", tmp_path / "faults", spark_context=sc):
+            sinks.register_all(spark)  # a data source's Python workers get the environment of its registration
+            with pytest.raises(StreamingQueryException, match="after_commit"):
+                run()
+    finally:
+        sinks.register_all(spark)  # disarmed for what follows
+    assert int(r.get(f"{{{tag}}}:total")) == 21  # the batch committed
+    g = r.xinfo_groups(stream)[0]
+    assert g["last-delivered-id"] == b"1000-6" and g["lag"] == 0, g  # and acknowledged, by the sink
+    run()
+    assert int(r.get(f"{{{tag}}}:total")) == 21
+    g = r.xinfo_groups(stream)[0]
+    assert g["pending"] == 0 and g["lag"] == 0, g

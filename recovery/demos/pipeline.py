@@ -7,7 +7,9 @@ streams with ``twopc-redis-stream``, each with its own consumer group and checkp
 - ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,
   entry id, ``n`` (the producer's sequence number), payload;
 - ``counters``: ``twopc-redis`` on the same Redis: ``INCRBY {pipe}:entries 1`` and
-  ``HINCRBY {pipe}:per_n <n> 1`` per entry,
+  ``HINCRBY {pipe}:per_n <n> 1`` per entry; with ``ackGroup`` (Plan D) the commit that
+  applies a batch's counters acknowledges its entries to this query's group in the same
+  atomic call,
 
 with ``availableNow``: it reads what the streams hold when it starts, then stops. *SPEC*
 is a JSON file (mode 0600: it holds the URLs) written by :func:`write_spec`.
@@ -94,9 +96,10 @@ def run_job(spec: PipelineSpec) -> None:
     pg = (_source(spark, spec, GROUPS["pg"]).selectExpr("stream", "id AS entry_id", "n", "payload")
           .writeStream.format("twopc-postgres").option("url", spec.pg_url).option("dbtable", spec.table)
           .option("checkpointLocation", str(ck / "pg")).trigger(availableNow=True).start())
-    counters = (_source(spark, spec, GROUPS["counters"]).select("n")
+    counters = (_source(spark, spec, GROUPS["counters"]).select("stream", "id", "n")
                 .writeStream.format("twopc-redis").option("url", spec.redis_url).option("mapping", MAPPING)
-                .option("hashTag", TAG).option("checkpointLocation", str(ck / "counters"))
+                .option("hashTag", TAG).option("ackGroup", GROUPS["counters"])
+                .option("checkpointLocation", str(ck / "counters"))
                 .trigger(availableNow=True).start())
     seen = {"pg": -1, "counters": -1}
     queries = {"pg": pg, "counters": counters}

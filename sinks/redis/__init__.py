@@ -79,6 +79,11 @@ Options (keys case-insensitive)
                        out-of-range numbers, keys outside the slot) become entries there
                        in the same transaction (:mod:`sinks.redis._dead_letter`); default:
                        such a row fails the task naming its entry
+``ackGroup``           Plan D: the consumer group of the ``twopc-redis-stream`` source the
+                       rows came from; the batch's commit call also acknowledges their
+                       entries (:mod:`sinks.redis._acks`); Redis 7, same server (slot)
+``ackStreamColumn``    the rows' source stream column (default ``stream``); and
+                       ``ackIdColumn`` their entry id column (default ``id``)
 =====================  ============================================================
 
 An option not in this table is an error that lists the supported ones; twopc's own

@@ -56,6 +56,7 @@ class RedisTxn:
     rows: int = 0
     registered: bool = False
     prepared: bool = False
+    acks: dict[str, Any] = field(default_factory=dict)  # stream -> highest EntryId (option ackGroup)
 
     def clear(self) -> None:
         """Forget the folded effects."""

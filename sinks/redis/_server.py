@@ -19,6 +19,7 @@ import redis.exceptions as rex
 from twopc import ProtocolError, SinkError, TargetConfigurationError
 
 from . import _lua as lua
+from ._ack_lua import ack_function_name, ack_library_code
 from ._clients import ClientConfig, Pooled
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
@@ -135,9 +136,9 @@ class RedisServer:
         return self.mode
 
     def load(self, *, force: bool = False) -> None:
-        """``FUNCTION LOAD REPLACE`` the libraries (``twopc_redis_v1`` and
-        ``twopc_redis_batch_v1``; once per process and server; on every primary of a
-        cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
+        """``FUNCTION LOAD REPLACE`` the libraries (``twopc_redis_v1``,
+        ``twopc_redis_batch_v1`` and ``twopc_redis_ack_v1``; once per process and server; on
+        every primary of a cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
 
         Raises:
             SinkUnavailableError / SinkError: the server failed.
@@ -149,7 +150,8 @@ class RedisServer:
         try:
             if mode == "function":
                 pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
-                                                      node.function_load(lua.batch_library_code(), replace=True)))
+                                                      node.function_load(lua.batch_library_code(), replace=True),
+                                                      node.function_load(ack_library_code(), replace=True)))
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
@@ -159,6 +161,8 @@ class RedisServer:
 
     def call(self, target: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Queue or run server-side step *name* on *target* (a client or a pipeline)."""
+        if name == "commit_batch_ack":  # function mode only (validate refuses ackGroup otherwise)
+            return target.fcall(ack_function_name(), len(keys), *keys, *args)
         if self.script_mode() == "function":
             return target.fcall(lua.function_name(name), len(keys), *keys, *args)
         return target.evalsha(lua.script_sha(name), len(keys), *keys, *args)

@@ -45,6 +45,7 @@ from twopc import (
     PreparedDetail,
     ProtocolError,
     SinkError,
+    TargetConfigurationError,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitSink,
@@ -55,6 +56,7 @@ from .._handles import RedisHandle
 from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
 from . import _lua as lua
+from ._acks import AckSpec, batch_acks
 from ._clients import ClientConfig, split_url
 from ._dead_letter import RowFolder, dead_letter_op
 from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
@@ -71,7 +73,8 @@ FORMAT_NAME = "twopc-redis"
 
 #: The options of ``format("twopc-redis")``, as spelled in the docs (keys are case-insensitive).
 OPTIONS = ("url", "password", "mapping", "hashTag", "requireSameSlot", "durability", "skipConfigCheck",
-           "scriptMode", "socketTimeout", "connectTimeout", "deadLetterStream")
+           "scriptMode", "socketTimeout", "connectTimeout", "deadLetterStream", "ackGroup", "ackStreamColumn",
+           "ackIdColumn")
 
 DEFAULT_SOCKET_TIMEOUT = Duration(60_000)
 DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
@@ -105,7 +108,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                  durability: str = "always", skip_config_check: bool = False,
                  script_mode: str = "auto", socket_timeout: float | Duration = DEFAULT_SOCKET_TIMEOUT,
                  connect_timeout: float | Duration = DEFAULT_CONNECT_TIMEOUT,
-                 dead_letter_stream: str | None = None) -> None:
+                 dead_letter_stream: str | None = None, ack: AckSpec | None = None) -> None:
         if not url:
             raise MissingOptionError('RedisSink needs option url, e.g. "redis://host:6379/0"')
         clean_url, url_password = split_url(url)
@@ -120,6 +123,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         config = ClientConfig(clean_url, password if password is not None else url_password,
                               _timeout("socketTimeout", socket_timeout), _timeout("connectTimeout", connect_timeout))
         self._server = RedisServer(config, None if mode == "auto" else mode)
+        self._ack = ack
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RedisSink:
@@ -149,6 +153,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                 socket_timeout=o.duration("socketTimeout", DEFAULT_SOCKET_TIMEOUT),
                 connect_timeout=o.duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
                 dead_letter_stream=o.get("deadLetterStream"),
+                ack=_ack_spec(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")),
             )
 
     # -- description -------------------------------------------------------------------
@@ -246,6 +251,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
             SinkUnavailableError: the server cannot be reached or refused the login.
         """
         check_schema(self._compiled, schema)
+        if self._ack is not None:
+            self._ack.check_schema(schema)
         self._server.ping()
         self._server.check_config(durability=self._durability, skip=self._skip_config_check)
         if self._slot_check_on():
@@ -255,6 +262,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                     f"into every key template (\"{{{{shop}}}}:orders\") so each commit touches one slot")
             if self._hash_tag is not None:
                 self._check_fixed_slots(self._hash_tag)
+        if self._ack is not None and self._server.script_mode() != "function":
+            raise TargetConfigurationError(
+                f"ackGroup needs Redis 7 or newer (FUNCTION): Redis at {self._server.where()} runs scripts in eval "
+                f"mode; upgrade Redis, or drop ackGroup (twopc-redis-stream then acknowledges after the commit)")
         self._server.load()
 
     # -- executor side ---------------------------------------------------------------------
@@ -278,6 +289,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
             ConfigurationError: a referenced column is missing or null, a value has the
                 wrong type for its op, a key is outside the slot, or two ops write one key.
         """
+        if self._ack is not None:
+            self._ack.track(txn.acks, [value.get(self._ack.stream_column)], [value.get(self._ack.id_column)])
         self._folder().fold(txn, row_columns(self._compiled, value), list(value), 1, lambda: [dict(value)])
 
     def invoke_batch(self, txn: RedisTxn, batch: pa.RecordBatch) -> None:
@@ -286,6 +299,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         Raises:
             ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
         """
+        if self._ack is not None:
+            self._ack.track_batch(txn.acks, batch)
         self._folder().fold(txn, batch_columns(self._compiled, batch), list(batch.schema.names), batch.num_rows,
                         batch.to_pylist)
 
@@ -313,6 +328,9 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                 rolled back meanwhile.
         """
         ctx = txn.context
+        if self._slot_check_on():
+            for stream in txn.acks:
+                self.check_same_slot(stream, ctx.sink_id, op=f"ackGroup stream {stream!r}")
         elements = staging_elements(self._all_compiled, txn.state)
         keys = self.keys_for(ctx.sink_id, txn.tag)
         txn.registered = True
@@ -321,7 +339,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         check_reply(reply, txn.txn_id, "prepare")
         txn.prepared = True
         return RedisHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
-                           hash_tag=txn.tag, staged=len(elements))
+                           hash_tag=txn.tag, staged=len(elements),
+                           acks=tuple(sorted((s, str(e)) for s, e in txn.acks.items())))
 
     def rollback(self, txn: RedisTxn) -> None:
         """Discard an open transaction; if :meth:`pre_commit` got as far as Redis, delete
@@ -405,13 +424,20 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         calls = [(keys, idx[j: j + lua.MAX_BATCH_TXNS]) for keys, idx in groups.items()
                  for j in range(0, len(idx), lua.MAX_BATCH_TXNS)]
         outcomes: list[CommitOutcome | None] = [None] * len(handles)
+        acks = batch_acks(handles) if self._ack is not None else []
         for n, (keys, idx) in enumerate(calls):
             if n == 1:
                 faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
             txn_ids = [handles[i].txn_id for i in idx]
-            reply = self._server.run("commit_batch", [keys.txns, keys.prepared, keys.committed,
-                                                      *(keys.staging(t) for t in txn_ids)],
-                                     [handles[idx[0]].batch_id, *txn_ids], f"commit {len(txn_ids)} transaction(s)")
+            base = [keys.txns, keys.prepared, keys.committed, *(keys.staging(t) for t in txn_ids)]
+            what = f"commit {len(txn_ids)} transaction(s)"
+            if acks and n == len(calls) - 1:  # the last call: every other call of the batch has committed
+                assert self._ack is not None
+                reply = self._server.run("commit_batch_ack", [*base, *(s for s, _ in acks)],
+                                         [handles[idx[0]].batch_id, *txn_ids, self._ack.group,
+                                          *(i for _, i in acks), len(acks)], what + " and acknowledge their entries")
+            else:
+                reply = self._server.run("commit_batch", base, [handles[idx[0]].batch_id, *txn_ids], what)
             if reply[0] == "FAILED":
                 check_reply(reply[2:], reply[1], "commit")
             if reply[0] != "DONE" or len(reply) != len(idx) + 1 or not set(reply[1:]) <= set(_BATCH_OUTCOMES):
@@ -580,3 +606,17 @@ def _timeout(name: str, value: float | Duration) -> float:
     if d.ms <= 0:
         raise ConfigurationError(f"{name} must be > 0, got {value!r}")
     return d.seconds
+
+
+def _ack_spec(group: str | None, stream_column: str | None, id_column: str | None) -> AckSpec | None:
+    """Options ``ackGroup``, ``ackStreamColumn``, ``ackIdColumn`` (the columns need the group).
+
+    Raises:
+        ConfigurationError: a column option without ``ackGroup``.
+    """
+    if not group:
+        if stream_column or id_column:
+            raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option ackGroup: "
+                                     "set ackGroup (the consumer group twopc-redis-stream reads with) or drop them")
+        return None
+    return AckSpec(group, stream_column or "stream", id_column or "id")

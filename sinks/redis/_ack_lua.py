@@ -1,0 +1,67 @@
+"""Plan D's server-side code: commit a batch and acknowledge its source entries in one call.
+
+When the rows a ``twopc-redis`` write commits were read from Redis Streams on the same
+server (and, on a cluster, in the sink's slot), option ``ackGroup`` makes the batch's commit
+also move that consumer group: ``twopc_redis_ack_v1_commit_batch_ack`` runs exactly the
+checks and writes of ``twopc_redis_batch_v1_commit_batch``, then, in the same atomic call,
+the source's "acknowledge up to" step (``twopc_stream_v2_ack``'s code, without trimming) for
+each stream up to the highest entry id the batch wrote. No reader and no other consumer of
+the group ever sees the batch committed but its entries pending: the design's first danger
+window (sink committed, not acknowledged) is closed, not just recovered.
+
+The code is assembled from the two libraries' own text (one copy of each rule); like them,
+it never changes under its name (``tests/test_redis_ack.py`` pins its digest).
+
+Keys: ``txns, prepared, markers, staging_1..staging_n, stream_1..stream_m``. Arguments:
+``batch_id, txn_1..txn_n, group, id_1..id_m, m``. Reply: as ``commit_batch``; nothing is
+acknowledged when it answers ``FAILED`` (nothing was applied either).
+"""
+
+from __future__ import annotations
+
+from . import _lua as lua
+
+__all__ = ["ACK_LIBRARY_NAME", "ack_function_name", "ack_library_code"]
+
+#: Versioned library name (same rule as :data:`sinks.redis._lua.LIBRARY_NAME`).
+ACK_LIBRARY_NAME = "twopc_redis_ack_v1"
+
+_DONE = "  table.insert(status, 1, 'DONE')\n  return status\n"
+
+_POP_ACKS = r"""
+  local m = tonumber(table.remove(args))
+  local ack_ids, ack_streams = {}, {}
+  for j = m, 1, -1 do
+    ack_ids[j] = table.remove(args)
+    ack_streams[j] = table.remove(keys)
+  end
+  local group = table.remove(args)
+"""
+
+_ACK = r"""
+  for j = 1, m do
+    ack_upto({ack_streams[j]}, {group, ack_ids[j], ''})
+  end
+"""
+
+
+def _stream_parts() -> tuple[str, str]:
+    from ..redis_stream import _lua as stream_lua  # the source's library: its prelude and its ack step
+
+    return stream_lua._PRELUDE, stream_lua.FUNCTIONS["ack"]
+
+
+def ack_library_code() -> str:
+    """The library source (``FUNCTION LOAD REPLACE`` it beside the sink's others)."""
+    stream_prelude, ack_body = _stream_parts()
+    batch = lua.BATCH_FUNCTIONS["commit_batch"]
+    assert batch.endswith(_DONE), "commit_batch's reply changed: rebuild this library under a new name"
+    prelude = (lua._PRELUDE + "\nlocal ack_upto\ndo\n" + stream_prelude
+               + "ack_upto = function(keys, args)\n" + ack_body + "end\nend\n")
+    return lua.build_library(ACK_LIBRARY_NAME, prelude,
+                             {"commit_batch_ack": _POP_ACKS + batch[: -len(_DONE)] + _ACK + _DONE})
+
+
+def ack_function_name() -> str:
+    """``twopc_redis_ack_v1_commit_batch_ack``."""
+    return f"{ACK_LIBRARY_NAME}_commit_batch_ack"

@@ -1,0 +1,81 @@
+"""Plan D on the sink's side: which source entries a transaction's rows came from.
+
+With option ``ackGroup``, every row carries the Redis Stream key and entry id it was read
+from (``twopc-redis-stream``'s ``stream`` and ``id`` columns, or the columns named by
+``ackStreamColumn``/``ackIdColumn``). Each task attempt keeps the highest id per stream;
+its handle carries them, and the batch's last commit call acknowledges every stream up to
+the batch's highest id in the same atomic call that applies the writes
+(:mod:`sinks.redis._ack_lua`). Acknowledging up to the highest id is safe there: every
+entry at or below it was either written by this batch (committed by this call or an earlier
+call of the same decided batch) or by an earlier, committed batch, or filtered out by the
+query.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from twopc import ConfigurationError, SchemaMismatchError
+
+from .._handles import RedisHandle
+from ..redis_stream._ids import EntryId
+
+__all__ = ["AckSpec", "batch_acks"]
+
+
+@dataclass(frozen=True)
+class AckSpec:
+    """Option ``ackGroup`` and the columns that name each row's source entry."""
+
+    group: str
+    stream_column: str = "stream"
+    id_column: str = "id"
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        """Both columns exist and are strings.
+
+        Raises:
+            SchemaMismatchError: one is missing or not a string (the message names the option).
+        """
+        for option, col in (("ackStreamColumn", self.stream_column), ("ackIdColumn", self.id_column)):
+            i = schema.get_field_index(col)
+            if i < 0 or (not pa.types.is_string(schema.field(i).type) and not pa.types.is_large_string(
+                    schema.field(i).type)):
+                raise SchemaMismatchError(
+                    f"ackGroup {self.group!r} acknowledges each row's source entry, read from string column "
+                    f"{col!r} ({option}); the DataFrame has {schema.names}: keep twopc-redis-stream's stream "
+                    f"and id columns in the rows, or name them with {option}")
+
+    def track(self, acks: dict[str, EntryId], streams: Iterable[Any], ids: Iterable[Any]) -> None:
+        """Raise *acks* (stream -> highest id) to the rows' ids.
+
+        Raises:
+            ConfigurationError: a row has no stream or an id that is not an entry id.
+        """
+        for stream, raw in zip(streams, ids, strict=True):
+            if stream is None or raw is None:
+                raise ConfigurationError(f"ackGroup {self.group!r}: a row has a null {self.stream_column!r} or "
+                                         f"{self.id_column!r}: every row must name the entry it was read from")
+            eid = EntryId.parse(raw, what=f"column {self.id_column!r} (ackIdColumn)")
+            have = acks.get(stream)
+            if have is None or have < eid:
+                acks[stream] = eid
+
+    def track_batch(self, acks: dict[str, EntryId], batch: pa.RecordBatch) -> None:
+        """:meth:`track` over the rows of *batch*."""
+        self.track(acks, batch.column(self.stream_column).to_pylist(), batch.column(self.id_column).to_pylist())
+
+
+def batch_acks(handles: Sequence[RedisHandle]) -> list[tuple[str, str]]:
+    """The highest id per stream over *handles* (a decided batch), sorted by stream."""
+    top: dict[str, EntryId] = {}
+    for h in handles:
+        for stream, raw in h.acks:
+            eid = EntryId.parse(raw)
+            if stream not in top or top[stream] < eid:
+                top[stream] = eid
+    return sorted((s, str(e)) for s, e in top.items())
