@@ -20,6 +20,7 @@ from sinks.redis._acks import AckSpec
 from twopc import CommitCoordinator, CommitLedger, ConfigurationError, SchemaMismatchError, TransactionContext
 
 SCHEMA = pa.schema([("stream", pa.string()), ("id", pa.string()), ("n", pa.int64())])
+PINNED = "a3e4c0d3aace0f10"
 
 
 def test_the_ack_library_code_is_pinned() -> None:
@@ -27,8 +28,6 @@ def test_the_ack_library_code_is_pinned() -> None:
     assert ACK_LIBRARY_NAME == "twopc_redis_ack_v1"
     assert hashlib.sha256(ack_library_code().encode()).hexdigest()[:16] == PINNED
 
-
-PINNED = "a3e4c0d3aace0f10"
 
 
 class Pipeline:

@@ -82,17 +82,18 @@ def ephemeral_writer_dead(sink_id: str, parent: str | None = None) -> bool:
 TOMBSTONE_SECONDS = 7 * 24 * 3600
 
 
-def _tombstone(folder: Path) -> None:
+def _tombstone(folder: Path) -> bool:
     """Delete everything in a dead write's folder but ``owner.json`` and ``twopc/sink.json``:
-    what :func:`ephemeral_writer_dead` needs to prove the write dead later."""
+    what :func:`ephemeral_writer_dead` needs to prove the write dead later. Returns whether
+    there was anything else."""
     keep = {folder / _OWNER, folder / "twopc", folder / "twopc" / "sink.json"}
-    for p in [*folder.iterdir(), *(folder / "twopc").glob("*")]:
-        if p in keep:
-            continue
+    extra = [p for p in [*folder.iterdir(), *(folder / "twopc").glob("*")] if p not in keep]
+    for p in extra:
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
+    return bool(extra)
 
 
 def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -> list[str]:
@@ -108,16 +109,11 @@ def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -
         if not _dead(folder):
             continue
         try:
-            expired = now - (folder / _OWNER).stat().st_mtime > TOMBSTONE_SECONDS
-            bare = {p.name for p in folder.iterdir()} <= {_OWNER, "twopc"} and \
-                {p.name for p in (folder / "twopc").glob("*")} <= {"sink.json"}
+            if now - (folder / _OWNER).stat().st_mtime > TOMBSTONE_SECONDS or _sink_id(folder) is None:
+                shutil.rmtree(folder, ignore_errors=True)
+            elif not _tombstone(folder):
+                continue  # already only its owner record
         except OSError:
-            continue
-        if expired or _sink_id(folder) is None:
-            shutil.rmtree(folder, ignore_errors=True)
-        elif not bare:
-            _tombstone(folder)
-        else:
             continue
         changed.append(str(folder))
     if changed:

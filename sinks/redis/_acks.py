@@ -35,6 +35,21 @@ class AckSpec:
     stream_column: str = "stream"
     id_column: str = "id"
 
+    @classmethod
+    def from_options(cls, group: str | None, stream_column: str | None, id_column: str | None) -> AckSpec | None:
+        """Options ``ackGroup``, ``ackStreamColumn``, ``ackIdColumn``; None without ``ackGroup``.
+
+        Raises:
+            ConfigurationError: a column option without ``ackGroup``.
+        """
+        if not group:
+            if stream_column or id_column:
+                raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option "
+                                         "ackGroup: set ackGroup (the consumer group twopc-redis-stream reads "
+                                         "with) or drop them")
+            return None
+        return cls(group, stream_column or "stream", id_column or "id")
+
     def check_schema(self, schema: pa.Schema) -> None:
         """Both columns exist and are strings.
 
