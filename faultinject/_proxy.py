@@ -165,6 +165,8 @@ class FaultProxy:
         self._swallow: list[_Swallow] = []
         self._conns: dict[int, ProxyConnection] = {}
         self._ids = itertools.count(1)
+        self.accepted = 0
+        """How many client connections the proxy has accepted so far (closed ones included)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._server: asyncio.Server | None = None
@@ -314,6 +316,7 @@ class FaultProxy:
         conn = ProxyConnection(self, next(self._ids), client_w, server_w)
         with self._lock:
             self._conns[conn.id] = conn
+            self.accepted = conn.id
         try:
             pumps = [asyncio.ensure_future(self._pump(conn, client_r, server_w, "upstream")),
                      asyncio.ensure_future(self._pump(conn, server_r, client_w, "downstream"))]

@@ -10,6 +10,7 @@ when its marker row exists, ``LOST`` when not, and the ids after it are committe
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,17 @@ def test_an_error_inside_the_batch_commit_is_attributed_to_its_own_transaction(
     sink.close()
 
 
+@contextlib.contextmanager
+def _proxied(url: str, sink_class: type[Any], table: str, sink_id: str,
+             tmp_path: Path) -> Iterator[tuple[FaultProxy, Any, CommitCoordinator]]:
+    """A validated sink talking to the server through a proxy, and its coordinator."""
+    u = sa.make_url(url)
+    with FaultProxy(u.host or "127.0.0.1", u.port or 0) as proxy:
+        proxied = sa.make_url(url).set(host=proxy.listen_host, port=proxy.port).render_as_string(hide_password=False)
+        sink = validated(sink_class, proxied, table)
+        yield proxy, sink, CommitCoordinator(sink, CommitLedger(str(tmp_path / "ck")), sink_id)
+
+
 def _round_trips(proxy: FaultProxy) -> int:
     return sum(c.round_trips for c in proxy.connections())
 
@@ -80,11 +92,7 @@ def test_the_driver_commit_of_a_batch_has_as_many_round_trips_at_24_partitions_a
     60-partition batch is spread over 3 pipelines on pooled connections (PostgreSQL merges
     the WAL flushes of commits that overlap): one round trip each, plus the pool's ping."""
     url, sink_class, table, sink_id = target
-    u = sa.make_url(url)
-    with FaultProxy(u.host or "127.0.0.1", u.port or 0) as proxy:
-        proxied = sa.make_url(url).set(host=proxy.listen_host, port=proxy.port).render_as_string(hide_password=False)
-        sink = validated(sink_class, proxied, table)
-        coordinator = CommitCoordinator(sink, CommitLedger(str(tmp_path / "ck")), sink_id)
+    with _proxied(url, sink_class, table, sink_id, tmp_path) as (proxy, sink, coordinator):
         costs = {}
         for batch_id, partitions in ((1, 2), (2, 24), (3, 60), (4, 60)):
             handles = _prepared_batch(sink, sink_id, partitions, batch_id)
@@ -103,3 +111,30 @@ def test_the_driver_commit_of_a_batch_has_as_many_round_trips_at_24_partitions_a
     assert costs[24] <= costs[2] + 1 and costs[-24] <= 3, costs
     assert costs[60] <= costs[2] + 2 * 2 + 2, costs  # 2 more pipelines, each a ping and a round trip
     assert len(_ids(url, table)) == 2 + 24 + 60 + 60 + 24
+
+
+@pytest.mark.parametrize("target", SINKS[:1], indirect=True)
+def test_a_batch_spread_over_every_pipeline_reuses_the_connections_of_the_last_one(
+        target: tuple[str, type[Any], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch committed over all MAX_PIPELINES pipelines at once, then another: the second
+    opens no connection to the server (the driver's pool keeps as many as one batch uses; it
+    kept 4 and reconnected the others for every batch of 100+ partitions)."""
+    import sinks.postgres._sink as pg_sink
+
+    monkeypatch.setattr(pg_sink, "PER_PIPELINE", 2)  # 8 pipelines from 16 partitions
+    url, sink_class, table, sink_id = target
+    with _proxied(url, sink_class, table, sink_id, tmp_path) as (proxy, sink, coordinator):
+        opened = []
+        for batch_id in (1, 2):
+            handles = _prepared_batch(sink, sink_id, 2 * pg_sink.MAX_PIPELINES, batch_id)
+            before = proxy.accepted
+            proxy.add_latency(0.1, "downstream")  # the pipelines overlap, as at 200 partitions
+            try:
+                assert coordinator.commit_batch(batch_id, handles).committed == len(handles)
+            finally:
+                proxy.heal()
+            opened.append(proxy.accepted - before)
+        sink.close()
+    assert opened[0] > 0, opened  # the first batch did spread over pooled connections
+    assert opened[1] == 0, opened
+    assert len(_ids(url, table)) == 4 * pg_sink.MAX_PIPELINES

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _REGISTRY: dict[str, type[TransactionHandle]] = {}
+_SCALARS = (str, int, float, bool)
 
 H = TypeVar("H", bound="TransactionHandle")
 
@@ -77,6 +78,9 @@ class TransactionHandle:
 
     def to_payload(self) -> dict[str, Any]:
         """Return the JSON-compatible payload of this handle (its dataclass fields)."""
+        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if all(v is None or isinstance(v, _SCALARS) for v in flat.values()):
+            return flat  # what asdict returns for scalar fields, without its deep copy
         return dataclasses.asdict(self)
 
     @classmethod

@@ -60,7 +60,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
     out: dict[int, dict[str, float]] = {}
     for n in partitions:
-        rounds = max(3, batches * 2 // n)
+        rounds = max(7, batches * 2 // n)
         table = f"bench_parts_{n}"
         create_table(url, table)
         sink = PostgresSink(url, table)

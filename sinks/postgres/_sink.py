@@ -32,6 +32,8 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -319,8 +321,9 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             return [done[g] for g in gids]
         chunks = [pending[i::count] for i in range(count)]
         runners = [self._control_run] + [self._run_pooled] * (count - 1)
-        with concurrent.futures.ThreadPoolExecutor(count, thread_name_prefix="twopc-commit") as pool:
-            futures = [pool.submit(self._finish_in_pipeline, verb, c, r) for c, r in zip(chunks, runners, strict=True)]
+        pool = _commit_threads()
+        futures = [pool.submit(self._finish_in_pipeline, verb, c, r) for c, r in zip(chunks, runners, strict=True)]
+        concurrent.futures.wait(futures)
         errors = []
         for f in futures:
             try:
@@ -379,6 +382,28 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
             (prefix,), fetch=True)
         return [str(r[0]) for r in rows]
+
+
+_THREADS: concurrent.futures.ThreadPoolExecutor | None = None
+_THREADS_LOCK = threading.Lock()
+
+
+def _commit_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's threads for a batch's pipelines, started once (starting them for every
+    batch cost more than the commits at 200 partitions); a forked child starts its own."""
+    global _THREADS
+    with _THREADS_LOCK:
+        if _THREADS is None:
+            _THREADS = concurrent.futures.ThreadPoolExecutor(MAX_PIPELINES, thread_name_prefix="twopc-commit")
+        return _THREADS
+
+
+def _forget_threads_in_child() -> None:
+    global _THREADS, _THREADS_LOCK
+    _THREADS, _THREADS_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_threads_in_child)
 
 
 def _pipelined(verb: str, gids: Sequence[str], reply_seconds: float, pg: psycopg.Connection[Any]) -> int:

@@ -78,8 +78,9 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
         if driver is not None:  # a missing driver names twopc's extra, not just the module
             require(driver[0], driver[1], f"writing to {backend} (twopc-jdbc)")
         kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": _connect_args(url, timeouts)}
-        if autocommit:
-            kwargs.update(isolation_level="AUTOCOMMIT", pool_size=4, max_overflow=16)
+        if autocommit:  # pool_size: the driver's commit uses up to 8 connections at once (a
+            # PostgreSQL batch's pipelines); fewer kept idle would reconnect them every batch
+            kwargs.update(isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=16)
         engine = sa.create_engine(url, **kwargs)
         if backend == "sqlite":
             _sqlite_begin_immediate(engine)
