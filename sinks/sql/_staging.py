@@ -14,7 +14,8 @@ On PostgreSQL the rows go through the same COPY stream as the prepared mode
 3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
    overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``) or ``DROP`` + ``CREATE``;
 4. moves the chosen attempts' rows (:func:`~sinks.sql._staging_sql.move_sql`);
-5. deletes them from staging and inserts the batch marker.
+5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
+   :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
 
 Readers therefore see the old table or the new one, never a part (overwrite included,
 where the database's DDL is transactional: PostgreSQL and SQLite; on MySQL/MariaDB DDL
