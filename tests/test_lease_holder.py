@@ -5,17 +5,23 @@ and the lease is free again once it is told to end."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sinks import MySqlXaSink, PostgresSink
 from sinks.sql import PreparedSqlSink
-from twopc import Lease
-from twopc._owner import _start_ticks, driver_identity
+from sinks.sql._lease_spares import spare_folder, start_spare
+from sinks.sql._target_ledger import _holder_argv
+from twopc import ConcurrentWriterError, Lease
+from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 
 HEAVY = {"pyspark", "pyarrow", "sqlalchemy", "pandas", "numpy", "twopc", "sinks", "recovery", "faultinject"}
 
@@ -50,3 +56,83 @@ def test_the_lease_holder_takes_the_lease_without_the_heavy_imports(server, requ
         time.sleep(0.05)
     assert not backend.holds(lease)
     sink.close()
+
+
+def _waiting_spares(folder: Any) -> list[int]:
+    return sorted(int(p.stem) for p in folder.glob("*.sock"))
+
+
+def _wait_for(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + 60  # a bound, not a measured duration: a spare starts in well under a second
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _ended(pid: int) -> bool:
+    return os.waitpid(pid, os.WNOHANG)[0] == pid
+
+
+def test_a_released_lease_leaves_a_spare_holder_that_the_next_write_claims(postgres_url) -> None:
+    """The holder's start (an interpreter and the driver's import) is paid between writes:
+    releasing a lease starts a spare for the driver; the next acquire is answered by that
+    spare (its pid is the lease's holder) and holds the lock for real; a second write with
+    the same sink id is still refused (answered by a spare too); a spare whose driver is
+    gone ends."""
+    sink = PostgresSink(postgres_url, "lh_unused")
+    backend = sink.target_ledger()
+    driver = driver_identity()
+    folder = spare_folder(driver, "psycopg")
+    assert folder is not None and (folder.stat().st_mode & 0o777) == 0o700
+    first = backend.acquire(f"lh-{uuid.uuid4().hex[:8]}")
+    backend.release(first)
+    _wait_for(lambda: _waiting_spares(folder), "a spare after the release")
+    spare = _waiting_spares(folder)[0]
+    sink_id = f"lh-{uuid.uuid4().hex[:8]}"
+    lease = backend.acquire(sink_id)
+    assert lease.holder_pid == spare and backend.holds(lease)
+    assert spare not in _waiting_spares(folder)  # claimed: no other write can have it
+    second = start_spare(_holder_argv(), folder, driver=driver, module="psycopg", bound_seconds=30)
+    assert second is not None
+    _wait_for(lambda: second in _waiting_spares(folder), "a second spare")
+    with pytest.raises(ConcurrentWriterError):
+        backend.acquire(sink_id)  # answered "busy" by the second spare, which then ends
+    _wait_for(lambda: _ended(second), "the spare that answered busy to end")
+    backend.release(lease)
+    _wait_for(lambda: not backend.holds(lease), "the lease to be free")
+    sink.close()
+    # a spare of a driver that is gone ends (and removes its socket)
+    done = subprocess.run(["sleep", "0"], check=True)
+    dead = DriverIdentity(host=driver["host"], pid=2**22 + 7, started=1)
+    del done
+    dead_folder = spare_folder(dead, "psycopg")
+    assert dead_folder is not None
+    pid = start_spare(_holder_argv(), dead_folder, driver=dead, module="psycopg", bound_seconds=30)
+    assert pid is not None
+    _wait_for(lambda: _ended(pid), "the dead driver's spare to end")
+    assert _waiting_spares(dead_folder) == []
+
+
+def test_spare_folders_are_swept_and_not_used_when_others_can_open_them(monkeypatch) -> None:
+    """The line a spare receives carries the login: a spare folder that is not the user's
+    alone is not used (the write starts its own holder). What killed spares leave behind is
+    swept."""
+    short = Path(tempfile.mkdtemp(prefix="sp"))  # a unix socket's path must stay short
+    try:
+        monkeypatch.setattr(tempfile, "tempdir", str(short))
+        driver = driver_identity()
+        assert spare_folder(driver, "psycopg") is not None
+        root = short / f"twopc-lease-spares-{os.getuid()}"
+        # what a SIGKILLed spare leaves is swept by the next write: its socket, then its empty folder
+        stale = root / "0123456789abcdef"
+        stale.mkdir(mode=0o700)
+        (stale / f"{2**22 + 7}.sock").touch()
+        os.utime(stale, (time.time() - 120, time.time() - 120))
+        assert spare_folder(driver, "psycopg") is not None
+        assert not (stale / f"{2**22 + 7}.sock").exists()
+        os.utime(stale, (time.time() - 120, time.time() - 120))  # the unlink made it new again
+        assert spare_folder(driver, "psycopg") is not None and not stale.exists()
+        root.chmod(0o755)
+        assert spare_folder(driver, "psycopg") is None
+    finally:
+        shutil.rmtree(short)

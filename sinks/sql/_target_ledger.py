@@ -46,6 +46,7 @@ from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 from . import _lease_holder
 from ._dialect import give_back, log
 from ._engines import dbapi_connect_params
+from ._lease_spares import ask_spare, spare_folder, start_spare
 from ._names import TableName
 from ._privileges import dbapi_runner, require_privileges
 
@@ -58,6 +59,7 @@ __all__ = ["LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "le
 LEDGER_TABLE = "twopc_ledger"
 _UNIQUE = frozenset({"23505", "1062"})  # PostgreSQL unique_violation, MySQL ER_DUP_ENTRY
 _HOLDER_WAIT = 60.0
+_SPARE_GRACE = 5.0  # beyond the holder's own bound, before a claimed spare's silence counts as no answer
 
 
 def lease_key(sink_id: str) -> int:
@@ -69,6 +71,10 @@ def lease_name(sink_id: str, database: str) -> str:
     """The MySQL/MariaDB ``GET_LOCK`` name of *sink_id*'s lease in *database* (46 characters:
     ``GET_LOCK`` names are server-wide, PostgreSQL's advisory locks are per database)."""
     return "twopc:" + hashlib.sha256(f"twopc-lease:{database}/{sink_id}".encode()).hexdigest()[:40]
+
+
+def _holder_argv() -> list[str]:
+    return [sys.executable, "-P", _lease_holder.__file__]
 
 
 def _lock_sql(dialect: str, sink_id: str, database: str) -> tuple[str, str, Any]:
@@ -194,12 +200,14 @@ class SqlTargetLedger:
             "module": module, "connect": connect, "try_lock": try_lock, "key": key, "driver": dict(driver),
             "session_sql": "SELECT pg_backend_pid()" if self._dialect == "postgresql" else "SELECT CONNECTION_ID()",
             "bound_seconds": timeouts.connect + timeouts.reply})).decode()
-        return [sys.executable, "-P", _lease_holder.__file__], payload
+        return _holder_argv(), payload
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
-        """Start the driver's lease holder for *sink_id* and wait until it holds the lock.
-        With *keep* (a streaming query plans every micro-batch), a lease this driver already
-        holds for *sink_id* is returned as it is.
+        """Start the driver's lease holder for *sink_id* (or claim the spare an earlier write
+        of this driver started: :mod:`sinks.sql._lease_spares`) and wait until it holds the
+        lock (:meth:`release` starts a spare for the next write). With *keep* (a streaming query plans
+        every micro-batch), a lease this driver already holds for *sink_id* is returned as
+        it is.
 
         Raises:
             ConcurrentWriterError: another writer holds the lease of *sink_id*.
@@ -209,6 +217,35 @@ class SqlTargetLedger:
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
         argv, payload = self.holder_command(sink_id, driver)
+        timeouts = self.sink.options.net_timeouts()
+        module = dbapi_connect_params(self.sink.options.url, timeouts)[0]
+        bound = timeouts.connect + timeouts.reply
+        folder = spare_folder(driver, module)
+        spare = ask_spare(folder, payload, bound + _SPARE_GRACE) if folder is not None else None
+        if spare is not None:
+            self.ensure_table()
+            pid, line = spare
+        else:
+            pid, line = self._start_holder(argv, payload)
+        if line[:1] == ["held"] and len(line) == 2:
+            lease = Lease(sink_id, int(line[1]), pid, _start_ticks(pid) or 0, socket.gethostname())
+            if keep:
+                with contextlib.suppress(OSError):
+                    self._record(sink_id).write_text(json.dumps({"lease": dataclasses.asdict(lease),
+                                                                 "driver": dict(driver)}), encoding="utf-8")
+            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.sink._where(), lease.session)
+            return lease
+        if line[:1] == ["busy"]:
+            raise ConcurrentWriterError(
+                f"another writer with sink id {sink_id!r} is running against {self.sink._where()} (it holds the "
+                f"sink id's lease there): two writers with one sink id would roll back each other's transactions. "
+                f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
+        raise SinkError(f"the lease holder of sink id {sink_id!r} could not take its lease on {self.sink._where()} "
+                        f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
+
+    def _start_holder(self, argv: list[str], payload: str) -> tuple[int, list[str]]:
+        """Start a lease holder, send it *payload*, wait for its answer (within its own
+        bound; the ledger table is checked meanwhile); its pid and the answer's words."""
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, close_fds=True)
         assert proc.stdin is not None and proc.stdout is not None
@@ -229,24 +266,11 @@ class SqlTargetLedger:
             proc.wait(timeout=_HOLDER_WAIT)
             raise
         proc.stdout.close()
-        if line[:1] == ["held"] and len(line) == 2:
-            lease = Lease(sink_id, int(line[1]), proc.pid, _start_ticks(proc.pid) or 0, socket.gethostname())
-            if keep:
-                with contextlib.suppress(OSError):
-                    self._record(sink_id).write_text(json.dumps({"lease": dataclasses.asdict(lease),
-                                                                 "driver": dict(driver)}), encoding="utf-8")
-            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.sink._where(), lease.session)
-            return lease
-        with contextlib.suppress(OSError):
-            proc.kill()
-        proc.wait(timeout=_HOLDER_WAIT)
-        if line[:1] == ["busy"]:
-            raise ConcurrentWriterError(
-                f"another writer with sink id {sink_id!r} is running against {self.sink._where()} (it holds the "
-                f"sink id's lease there): two writers with one sink id would roll back each other's transactions. "
-                f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
-        raise SinkError(f"the lease holder of sink id {sink_id!r} could not take its lease on {self.sink._where()} "
-                        f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
+        if line[:1] != ["held"]:
+            with contextlib.suppress(OSError):
+                proc.kill()
+            proc.wait(timeout=_HOLDER_WAIT)
+        return proc.pid, line
 
     def holds(self, lease: Lease) -> bool:
         if self._dialect == "postgresql":
@@ -261,11 +285,20 @@ class SqlTargetLedger:
         return bool(rows) and rows[0][0] is not None and int(rows[0][0]) == lease.session
 
     def release(self, lease: Lease) -> None:
-        """Stop the lease's holder process (it ends its session, which frees the lock)."""
+        """Stop the lease's holder process (it ends its session, which frees the lock), and
+        start a spare holder for the driver's next write, now that this one's work is done
+        (its start costs ~0.2 s of CPU: not while tasks run). Never raises."""
         if lease.host != socket.gethostname() or _start_ticks(lease.holder_pid) != lease.holder_started:
             return  # gone already (or another process has its id now)
         with contextlib.suppress(OSError):
             os.kill(lease.holder_pid, signal.SIGTERM)
+        with contextlib.suppress(Exception):  # a spare is an optimisation: never fail a release for it
+            driver = driver_identity()
+            timeouts = self.sink.options.net_timeouts()
+            module = dbapi_connect_params(self.sink.options.url, timeouts)[0]
+            if (folder := spare_folder(driver, module)) is not None:
+                start_spare(_holder_argv(), folder, driver=driver, module=module,
+                            bound_seconds=timeouts.connect + timeouts.reply)
 
     @contextlib.contextmanager
     def take(self, sink_id: str) -> Iterator[bool]:
