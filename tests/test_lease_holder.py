@@ -136,3 +136,35 @@ def test_spare_folders_are_swept_and_not_used_when_others_can_open_them(monkeypa
         assert spare_folder(driver, "psycopg") is None
     finally:
         shutil.rmtree(short)
+
+
+def test_a_spare_that_ends_without_answering_costs_the_write_nothing(postgres_url) -> None:
+    """A spare whose idle time runs out just as a write claims it closes the connection
+    without an answer: the write starts a holder of its own and gets its lease."""
+    import socket
+    import threading
+
+    sink = PostgresSink(postgres_url, "lh_unused")
+    backend = sink.target_ledger()
+    folder = spare_folder(driver_identity(), "psycopg")
+    assert folder is not None
+    for old in folder.glob("*.sock"):  # spares of earlier tests of this process: not this test's
+        old.unlink()
+    fake = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fake.bind(str(folder / f"{os.getpid()}.sock"))  # a pid that is no lease holder: never killed
+    fake.listen(1)
+
+    def end_at_once() -> None:
+        conn, _ = fake.accept()
+        conn.close()
+
+    t = threading.Thread(target=end_at_once)
+    t.start()
+    lease = backend.acquire(f"lh-{uuid.uuid4().hex[:8]}")
+    t.join(timeout=60)
+    fake.close()
+    assert not t.is_alive()  # the write did claim the fake spare first
+    assert lease.holder_pid != os.getpid() and backend.holds(lease)
+    assert not (folder / f"{os.getpid()}.claimed").exists()
+    backend.release(lease)
+    sink.close()

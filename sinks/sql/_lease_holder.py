@@ -88,7 +88,8 @@ def _wait_as_spare(spare: dict[str, Any], provably_dead: Any) -> tuple[dict[str,
             break
         except TimeoutError:
             if provably_dead(spare["driver"]) or time.monotonic() > idle_until:
-                _unlink(path)
+                _unlink(path)  # a write claiming it this instant gets no answer and starts a holder
+                _unlink(os.path.join(spare["folder"], f"{os.getpid()}.claimed"))
                 return None
     listener.close()
     _unlink(os.path.join(spare["folder"], f"{os.getpid()}.claimed"))  # the claiming write renamed it

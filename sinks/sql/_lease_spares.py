@@ -35,6 +35,8 @@ from pathlib import Path
 
 from twopc._owner import DriverIdentity
 
+from . import _lease_holder
+
 __all__ = ["SPARE_IDLE_SECONDS", "ask_spare", "spare_folder", "start_spare"]
 
 #: how long a spare waits for a write before it ends
@@ -79,8 +81,8 @@ def _sweep(root: Path, *, keep: Path) -> None:
 
 def ask_spare(folder: Path, payload: str, timeout: float) -> tuple[int, list[str]] | None:
     """Claim a waiting spare in *folder*, send it *payload* (one line) and return its pid
-    and its answer's words (``held <session>``, ``busy``, ``error <kind>``; none if it
-    ended without one); None when no spare answered."""
+    and its answer's words (``held <session>``, ``busy``, ``error <kind>``); None when no
+    spare answered (the write then starts a holder itself)."""
     for path in sorted(folder.glob("*.sock")):
         try:
             pid = int(path.stem)
@@ -107,16 +109,20 @@ def ask_spare(folder: Path, payload: str, timeout: float) -> tuple[int, list[str
                 words = channel.readline().split()
         except OSError:
             words = []
-        if not words:
-            _kill_if_spare(pid)  # silent past its own bound: stopped, or wedged
+        if not words:  # it ended (its idle time ran out as it was claimed), or is wedged: it holds
+            _kill_if_spare(pid)  # no lock (a holder answers as soon as it has one), so try another
+            with contextlib.suppress(OSError):
+                claimed.unlink()
+            continue
         return pid, words
     return None
 
 
 def _kill_if_spare(pid: int) -> None:
-    """SIGKILL *pid* if it still is a lease holder (its command line says so)."""
+    """SIGKILL *pid* if it still runs the lease holder's file (its command line says so)."""
+    holder = os.fsencode(_lease_holder.__file__)
     with contextlib.suppress(OSError):
-        if b"_lease_holder" in Path(f"/proc/{pid}/cmdline").read_bytes():
+        if holder in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
             os.kill(pid, signal.SIGKILL)
 
 
