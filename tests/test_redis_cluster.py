@@ -21,6 +21,7 @@ tag and finds its slot's master when it needs it.
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -143,9 +144,19 @@ def test_the_sink_runs_on_the_cluster_and_refuses_a_key_outside_its_slot(
     assert target.sink._server.pooled().cluster  # the RedisCluster client, not a single node
     want = target.commit(0) + target.commit(1)
     target.assert_exactly_once(want)
-    libraries = {n.port: cluster.command(n, "FUNCTION", "LIST", "LIBRARYNAME", "twopc_redis_v1")
-                 for n in cluster.nodes if n.running}
-    assert all(libraries.values()), f"the library is missing on some node: {libraries}"  # replicas too
+    # The sink loads its library on every primary; replicas get it through replication, which is
+    # asynchronous (a replica still catching up had none yet in one run under load): wait for it,
+    # bounded. A primary never lacks it (loaded before the commit ran there).
+    deadline = time.monotonic() + 60
+    while True:
+        libraries = {n.port: cluster.command(n, "FUNCTION", "LIST", "LIBRARYNAME", "twopc_redis_v1")
+                     for n in cluster.nodes if n.running}
+        primaries = {v.port for v in cluster.view() if v.is_master}
+        assert all(libraries[p] for p in primaries), f"the library is missing on a primary: {libraries}"
+        if all(libraries.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert all(libraries.values()), f"the library never reached some replica: {libraries}"  # replicas too
     bad = RedisSink(cluster.url, [HSetOp("row:{id}", columns=("s",))], hash_tag=target.tag)
     bad.validate(SCHEMA)
     txn = bad.begin_transaction(TransactionContext(target.sink_id, 2, 0, 1))
