@@ -87,13 +87,12 @@ def test_a_released_lease_leaves_a_spare_holder_that_the_next_write_claims(postg
     first = backend.acquire(f"lh-{uuid.uuid4().hex[:8]}")
     backend.release(first)
     _wait_for(lambda: _waiting_spares(folder), "a spare after the release")
-    spare = _waiting_spares(folder)[0]
+    spares = _waiting_spares(folder)  # this test's, or one an earlier test of this process left waiting
     sink_id = f"lh-{uuid.uuid4().hex[:8]}"
     lease = backend.acquire(sink_id)
-    assert lease.holder_pid == spare and backend.holds(lease)
-    assert spare not in _waiting_spares(folder)  # claimed: no other write can have it
-    second = start_spare(_holder_argv(), folder, driver=driver, module="psycopg", bound_seconds=30)
-    assert second is not None
+    assert lease.holder_pid == spares[0] and backend.holds(lease)  # the oldest pid is claimed first
+    assert lease.holder_pid not in _waiting_spares(folder)  # claimed: no other write can have it
+    second = start_spare(_holder_argv(), folder, driver=driver, module="psycopg", bound_seconds=30) or spares[1]
     _wait_for(lambda: second in _waiting_spares(folder), "a second spare")
     with pytest.raises(ConcurrentWriterError):
         backend.acquire(sink_id)  # answered "busy" by the second spare, which then ends
@@ -102,9 +101,7 @@ def test_a_released_lease_leaves_a_spare_holder_that_the_next_write_claims(postg
     _wait_for(lambda: not backend.holds(lease), "the lease to be free")
     sink.close()
     # a spare of a driver that is gone ends (and removes its socket)
-    done = subprocess.run(["sleep", "0"], check=True)
-    dead = DriverIdentity(host=driver["host"], pid=2**22 + 7, started=1)
-    del done
+    dead = DriverIdentity(host=driver["host"], pid=2**22 + 7, started=1)  # above Linux's pid_max default
     dead_folder = spare_folder(dead, "psycopg")
     assert dead_folder is not None
     pid = start_spare(_holder_argv(), dead_folder, driver=dead, module="psycopg", bound_seconds=30)

@@ -83,7 +83,7 @@ def ask_spare(folder: Path, payload: str, timeout: float) -> tuple[int, list[str
     """Claim a waiting spare in *folder*, send it *payload* (one line) and return its pid
     and its answer's words (``held <session>``, ``busy``, ``error <kind>``); None when no
     spare answered (the write then starts a holder itself)."""
-    for path in sorted(folder.glob("*.sock")):
+    for path in sorted(folder.glob("*.sock"), key=lambda p: (len(p.stem), p.stem)):  # pid order
         try:
             pid = int(path.stem)
         except ValueError:
