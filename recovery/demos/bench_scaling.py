@@ -53,7 +53,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     from sinks import PostgresSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
 
-    from .bench import COLUMN_NAMES, create_table
+    from .bench import create_table
 
     data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
                                        "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
@@ -87,9 +87,7 @@ def bench_partitions(url: str, work: Path, batches: int,
                 for start in range(0, n, len(conns)):
                     group = conns[:min(len(conns), n - start)]
                     for c in group:
-                        with c.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
-                            for i in range(10):
-                                cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
+                        _copy_ten_rows(c, table)
                     total += _timed(functools.partial(_commit_each, group))
                 plain.append(total)
         finally:
@@ -182,6 +180,15 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int)
     return out
 
 
+def _copy_ten_rows(conn: Any, table: str) -> None:
+    """COPY 10 rows into *table* in *conn*'s open transaction (a partition's share)."""
+    from .bench import COLUMN_NAMES
+
+    with conn.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
+        for i in range(10):
+            cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
+
+
 def _prepared_floor(dsn: str, table: str, n: int, rounds: int) -> list[float]:
     """Seconds to commit *n* prepared transactions of 10 rows without the protocol, as fast
     as the sink's commit may: the same pipelines on as many connections at once (what
@@ -191,8 +198,6 @@ def _prepared_floor(dsn: str, table: str, n: int, rounds: int) -> list[float]:
     import psycopg
 
     from sinks.postgres._sink import MAX_PIPELINES, PER_PIPELINE
-
-    from .bench import COLUMN_NAMES
 
     count = max(1, min(MAX_PIPELINES, -(-n // PER_PIPELINE)))
     workers = [psycopg.connect(dsn) for _ in range(min(n, 16))]
@@ -210,9 +215,7 @@ def _prepared_floor(dsn: str, table: str, n: int, rounds: int) -> list[float]:
                 gids = []
                 for p in range(n):
                     c = workers[p % len(workers)]
-                    with c.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
-                        for i in range(10):
-                            cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
+                    _copy_ten_rows(c, table)
                     gids.append(f"floor-{n}-{r}-{p}")
                     c.execute(f"PREPARE TRANSACTION '{gids[-1]}'")
                 out.append(_timed(lambda: list(pool.map(finish, committers, [gids[i::count] for i in range(count)]))))  # noqa: B023 - called at once

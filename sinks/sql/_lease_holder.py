@@ -108,13 +108,12 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _stop)
     cfg = pickle.loads(base64.b64decode(sys.stdin.readline()))
     provably_dead = _owner_module().provably_dead
-    out: IO[str] = sys.stdout
     if "spare" in cfg:
         claimed = _wait_as_spare(cfg["spare"], provably_dead)
         if claimed is None:
             return 0
-        cfg, out = claimed
-        _ANSWER[0] = out
+        cfg, _ANSWER[0] = claimed
+    out = _ANSWER[0]
     signal.signal(signal.SIGALRM, _too_slow)
     signal.alarm(max(1, int(cfg["bound_seconds"])))
     try:

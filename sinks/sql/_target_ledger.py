@@ -217,10 +217,7 @@ class SqlTargetLedger:
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
         argv, payload = self.holder_command(sink_id, driver)
-        timeouts = self.sink.options.net_timeouts()
-        module = dbapi_connect_params(self.sink.options.url, timeouts)[0]
-        bound = timeouts.connect + timeouts.reply
-        folder = spare_folder(driver, module)
+        folder, _module, bound = self._spares(driver)
         spare = ask_spare(folder, payload, bound + _SPARE_GRACE) if folder is not None else None
         if spare is not None:
             self.ensure_table()
@@ -242,6 +239,13 @@ class SqlTargetLedger:
                 f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
         raise SinkError(f"the lease holder of sink id {sink_id!r} could not take its lease on {self.sink._where()} "
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
+
+    def _spares(self, driver: DriverIdentity) -> tuple[Path | None, str, float]:
+        """(*driver*'s spare folder for this server's DB-API module, or None; the module; the
+        holder's bound in seconds: connect + reply timeouts)."""
+        timeouts = self.sink.options.net_timeouts()
+        module = dbapi_connect_params(self.sink.options.url, timeouts)[0]
+        return spare_folder(driver, module), module, timeouts.connect + timeouts.reply
 
     def _start_holder(self, argv: list[str], payload: str) -> tuple[int, list[str]]:
         """Start a lease holder, send it *payload*, wait for its answer (within its own
@@ -294,11 +298,9 @@ class SqlTargetLedger:
             os.kill(lease.holder_pid, signal.SIGTERM)
         with contextlib.suppress(Exception):  # a spare is an optimisation: never fail a release for it
             driver = driver_identity()
-            timeouts = self.sink.options.net_timeouts()
-            module = dbapi_connect_params(self.sink.options.url, timeouts)[0]
-            if (folder := spare_folder(driver, module)) is not None:
-                start_spare(_holder_argv(), folder, driver=driver, module=module,
-                            bound_seconds=timeouts.connect + timeouts.reply)
+            folder, module, bound = self._spares(driver)
+            if folder is not None:
+                start_spare(_holder_argv(), folder, driver=driver, module=module, bound_seconds=bound)
 
     @contextlib.contextmanager
     def take(self, sink_id: str) -> Iterator[bool]:
