@@ -69,15 +69,27 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
 
 
 @dataclass(frozen=True)
-class StagingHandle(TransactionHandle, kind="twopc.staging", version=1):
+class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
     """Rows of one task attempt, committed into the staging table under ``txn_id``.
 
     Attributes:
         table: the target table (display name).
         stage_table: the staging table (display name).
         rows: rows staged; ``-1`` when unknown (handles rebuilt by ``list_prepared``).
+        write: what the commit does to the target, as the write that staged the rows was
+            configured (so any process, ``twopc recover`` included, commits it alike):
+            ``append``, ``errorifexists``, ``ignore``, or how an overwrite empties an existing
+            table, ``drop`` (then re-creates it), ``truncate`` or ``delete``. Empty (version
+            1 handles, handles rebuilt by ``list_prepared``): as the committing sink is
+            configured.
     """
 
     table: str = ""
     stage_table: str = ""
     rows: int = -1
+    write: str = ""
+
+    @classmethod
+    def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
+        """Version 1 (no ``write``) reads as it is."""
+        return payload

@@ -175,7 +175,9 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         if not checkpointed and o.dialect not in ("postgresql", "mysql"):
             reasons.append("no checkpointLocation to record the commit decision in")
         self._checkpointed = checkpointed
-        if self.write_mode != "append":
+        if self._overwrite and streaming:
+            reasons.append('outputMode("complete") (each micro-batch replaces the rows in one transaction)')
+        elif self.write_mode != "append":
             reasons.append(f"save mode {self.write_mode} (its DDL and rows commit in one transaction)")
         if o.upsert_keys:
             reasons.append("upsertKeys")

@@ -16,7 +16,8 @@ Spark's options
 ``user``, ``password``      credentials; override those in the URL
 ``driver``                  Java class name; recorded, must match the URL's database
 ``batchsize``               rows per ``INSERT`` round trip, >= 1, default 1000
-``truncate``                overwrite by truncating instead of dropping, default false
+``truncate``                overwrite by truncating instead of dropping (complete mode:
+                            instead of deleting), default false
 ``cascadeTruncate``         only ``false`` (``true`` would empty other tables too)
 ``createTableOptions``      appended to ``CREATE TABLE``, default ""
 ``createTableColumnTypes``  ``"name VARCHAR(64), comments TEXT"``: column types for

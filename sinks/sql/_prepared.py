@@ -43,7 +43,7 @@ from ._columns import TableColumn
 from ._dialect import SqlTxn, give_back, log
 from ._errors import session_init_failed
 from ._names import parse_table_name
-from ._options import JdbcOptions
+from ._options import JDBC_FORMAT, JdbcOptions
 from ._prepared_committer import PreparedCommitter
 from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
 from ._privileges import dbapi_runner, require_privileges
@@ -140,6 +140,26 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         from ._target_ledger import SqlTargetLedger
 
         return SqlTargetLedger(self)
+
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
+                        checkpointed: bool) -> None:
+        """Appends only. Spark's overwrite flag is refused, naming the format that serves it.
+
+        Raises:
+            ConfigurationError: ``outputMode("complete")`` or ``mode("overwrite")``.
+        """
+        if not overwrite:
+            return
+        if streaming:
+            raise ConfigurationError(
+                f"{self.spec.format_name} appends through prepared transactions and cannot serve "
+                f'outputMode("complete"), which replaces the rows every micro-batch: use format {JDBC_FORMAT} '
+                f"(same options), which replaces them in each micro-batch's commit transaction and keeps the "
+                f"table (its keys, indexes, grants and comment)")
+        raise ConfigurationError(
+            f'{self.spec.format_name} appends through prepared transactions and cannot serve mode("overwrite"): use '
+            f'format {JDBC_FORMAT} (same options) with .option("truncate", "true") to replace the rows and keep the '
+            f"table (without it the table is dropped and re-created, as Spark's JDBC writer does)")
 
     # -- validation (driver, plan time) ----------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:

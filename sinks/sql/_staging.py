@@ -12,7 +12,8 @@ On PostgreSQL the rows go through the same COPY stream as the prepared mode
 2. checks that every chosen attempt's staged row count equals its handle's count (a
    staged attempt that vanished makes the commit raise, with nothing written);
 3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
-   overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``) or ``DROP`` + ``CREATE``;
+   overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
+   or ``DROP`` + ``CREATE`` (:meth:`~sinks.sql._staging_ddl.StagingDdl.replaced_by`);
 4. moves the chosen attempts' rows (:func:`~sinks.sql._staging_sql.move_sql`);
 5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
    :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
@@ -176,7 +177,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
         """Remember the DataFrame schema; Spark's overwrite flag turns ``append`` into
-        ``overwrite`` (``outputMode("complete")`` replaces the table every micro-batch).
+        ``overwrite``. ``outputMode("complete")`` (overwrite while *streaming*) replaces the
+        table's rows in each micro-batch's commit and keeps the table (:meth:`replaced_by`).
 
         Raises:
             ConfigurationError: overwrite together with ``saveMode`` errorifexists/ignore.
@@ -372,7 +374,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self._close(txn)
         ctx = txn.context
         return StagingHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
-                             table=self.target.display(), stage_table=self.stage.display(), rows=txn.rows)
+                             table=self.target.display(), stage_table=self.stage.display(), rows=txn.rows,
+                             write=self.commit_write())
 
     def rollback(self, txn: _StageTxn) -> None:
         """Discard an attempt's unstaged rows. Idempotent; never raises."""

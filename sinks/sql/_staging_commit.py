@@ -39,6 +39,8 @@ _FALL_BACK_TO_DELETE = frozenset({"55P03", "42501"})
 #: below this many rows a batch's staged rows are deleted: TRUNCATE's fixed cost (a new file,
 #: catalog updates, four more statements) made a small micro-batch's commit ~5 ms slower
 TRUNCATE_FROM_ROWS = 10_000
+#: how an overwrite empties an existing target (:meth:`StagingDdl.replaced_by`)
+_EMPTY_BY = {"drop": "DROP TABLE", "truncate": "TRUNCATE TABLE", "delete": "DELETE FROM"}
 
 
 class StagingCommitter(StagingDdl):
@@ -99,7 +101,7 @@ class StagingCommitter(StagingDdl):
                     f"batch {batch_id} of sink {sink_id!r}: staged rows of {bad} are missing from "
                     f"{self.stage.display()} (were they deleted?); nothing was written to {self.target.display()}")
             total = sum(counts.values())
-            self._move(conn, ids, total)
+            self._move(conn, ids, total, self._write_of(handles))
             conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} "
                                  f"(sink_id, batch_id, {self._q('rows')}, committed_at) "
                                  f"VALUES (:s, :b, :r, :t)"),
@@ -118,27 +120,37 @@ class StagingCommitter(StagingDdl):
                  self.target.display())
         return [CommitOutcome.COMMITTED] * len(handles)
 
-    def _move(self, conn: Connection, ids: list[str], rows: int) -> None:
-        """DDL of the write mode, then the one statement that moves the chosen attempts'
-        *rows* rows, then their deletion from staging."""
+    def _write_of(self, handles: Sequence[StagingHandle]) -> str:
+        """What the commit of *handles* does to the target: what their write recorded in
+        them (:meth:`commit_write`), else (older handles) this sink's configuration."""
+        recorded = {h.write for h in handles if h.write}
+        if len(recorded) > 1:
+            raise ProtocolError(f"the handles of one batch disagree on the write ({sorted(recorded)}): "
+                                f"they were not staged by one write")
+        return recorded.pop() if recorded else self.commit_write()
+
+    def _move(self, conn: Connection, ids: list[str], rows: int, write: str) -> None:
+        """DDL of the *write* (:meth:`commit_write`), then the one statement that moves the
+        chosen attempts' *rows* rows, then their deletion from staging."""
         d = conn.dialect
         t = self.target.quoted(d)
         exists = self._has_table(conn, self.target)
-        if self.mode == "errorifexists" and exists:
+        if write == "errorifexists" and exists:
             raise TargetConfigurationError(
                 f"table {self.target.display()} was created by someone else while this write ran, and the "
                 f"save mode is errorifexists: nothing was written")
-        if self.mode == "ignore" and exists:
+        if write == "ignore" and exists:
             self._delete_staged(conn, ids)
             log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.target.display())
             return
-        if self.mode == "overwrite" and exists:
-            if self.options.truncate or self._dialect_name == "mysql":
-                conn.exec_driver_sql(f"TRUNCATE TABLE {t}" if self._dialect_name == "postgresql"
-                                     else f"DELETE FROM {t}")
-            else:
-                conn.exec_driver_sql(f"DROP TABLE {t}")
-                exists = False
+        if write == "drop" and exists and self.schema is None:
+            raise SchemaMismatchError(
+                f"this batch overwrites {self.target.display()} by re-creating it from the DataFrame (overwrite "
+                f"without truncate), and this process does not know the DataFrame's schema (recovery without the "
+                f"write): rerun the write or restart the query (its recovery finishes the batch); nothing was written")
+        if write in _EMPTY_BY and exists:
+            conn.exec_driver_sql(f"{_EMPTY_BY[write]} {t}")
+            exists = write != "drop"
         if not exists:
             if self.schema is None:
                 raise SchemaMismatchError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -59,6 +59,7 @@ class StagingDdl:
     stage: TableName
     batches: TableName
     schema: pa.Schema | None
+    streaming: bool
     _dialect_name: str
 
     # provided by the sink
@@ -76,6 +77,30 @@ class StagingDdl:
 
     def _delete_staged(self, conn: Connection, ids: Any) -> None:
         raise NotImplementedError
+
+    def replaced_by(self) -> Literal["drop", "truncate", "delete"]:
+        """How an overwrite empties an existing target inside the commit transaction.
+
+        ``drop``: ``DROP TABLE`` then ``CREATE TABLE`` from the DataFrame, Spark's overwrite
+        without ``truncate``, for a batch write where DDL is transactional (PostgreSQL,
+        SQLite). ``truncate``: ``TRUNCATE`` (PostgreSQL with ``truncate=true``). ``delete``:
+        ``DELETE FROM`` everywhere else: MySQL/MariaDB (whose DDL would commit by itself),
+        and a streaming ``outputMode("complete")`` without ``truncate=true``, which replaces
+        the rows of each micro-batch and never the table (a micro-batch is no moment to lose
+        its keys, indexes, grants and comment; and ``DELETE`` lets readers see the old rows
+        until the commit, where ``TRUNCATE`` would make them wait).
+        """
+        if self._dialect_name == "mysql":
+            return "delete"
+        if self.options.truncate:
+            return "truncate" if self._dialect_name == "postgresql" else "delete"
+        return "delete" if self.streaming else "drop"
+
+    def commit_write(self) -> str:
+        """What this sink's commit does to the target (recorded in each handle,
+        :attr:`StagingHandle.write <sinks.StagingHandle.write>`): the save mode, or for an
+        overwrite how it empties an existing table (:meth:`replaced_by`)."""
+        return self.replaced_by() if self.mode == "overwrite" else self.mode
 
     def default_stage_name(self) -> str:
         """The staging table's name when ``stagingTable`` is not set."""
@@ -129,7 +154,7 @@ class StagingDdl:
                 raise TargetConfigurationError(
                     f"table {self.target.display()} already exists and the save mode is errorifexists: "
                     f"use mode append or overwrite, or drop the table")
-            recreate = self.mode == "overwrite" and not self.options.truncate
+            recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self._create_ddl(conn)  # maps every column type now: errors before any task runs
             stage_types: dict[str, str] = {}
             if exists and not recreate:
