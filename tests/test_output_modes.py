@@ -7,6 +7,7 @@ meaning without ``truncate``) names what the table will lose before anything is 
 from __future__ import annotations
 
 import collections
+import logging
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -155,6 +156,42 @@ def test_twopc_postgres_refuses_complete_and_overwrite_naming_twopc_jdbc(postgre
     with pytest.raises(ConfigurationError, match=r'mode\("overwrite"\).*twopc-jdbc.*truncate", "true"'):
         sink.configure_write(AGG, overwrite=True, streaming=False, checkpointed=True)
     sink.configure_write(AGG, overwrite=False, streaming=True, checkpointed=True)  # appends are its job
+
+
+def test_batch_overwrite_that_recreates_the_table_names_its_losses_first(postgres_url, pg_engine, caplog) -> None:
+    """``mode("overwrite")`` without ``truncate`` drops and re-creates the table (Spark's
+    meaning): validation, before any task, warns what the table will lose and how to keep
+    it. With ``truncate=true`` nothing is lost, and nothing is said."""
+    table = _name("ow")
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (bucket bigint PRIMARY KEY, n bigint NOT NULL DEFAULT 0, "
+                          f"label varchar(20) UNIQUE, extra text)")
+        c.exec_driver_sql(f"CREATE INDEX {table}_n ON {table} (n)")
+        c.exec_driver_sql(f"COMMENT ON TABLE {table} IS 'per bucket'")
+        c.exec_driver_sql(f"GRANT SELECT ON {table} TO PUBLIC")
+        c.exec_driver_sql(f"INSERT INTO {table} VALUES (99, 1, 'x', 'y')")
+    schema = pa.schema([("bucket", pa.int64()), ("n", pa.int64()), ("label", pa.string())])
+    shape = _pg_table_shape(pg_engine, table)
+    sink = StagingSink(postgres_url, table, mode="overwrite")
+    sink.configure_write(schema, overwrite=True, streaming=False, checkpointed=False)
+    with caplog.at_level(logging.WARNING, logger="twopc.sinks.staging"):
+        sink.validate(schema)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, warned
+    for lost in (f"drops {table}", "column extra (not in the DataFrame)", "primary key (bucket)",
+                 f"unique constraint {table}_label_key (label)", f"index {table}_n", "NOT NULL on bucket, n",
+                 "default of n", "column type of label (varchar(20) -> text)", "comment", "grants to PUBLIC",
+                 '.option("truncate", "true")'):
+        assert lost in warned[0], (lost, warned[0])
+    assert _pg_table_shape(pg_engine, table) == shape  # told before anything changed
+    caplog.clear()
+    keep = StagingSink(postgres_url, table, mode="overwrite", truncate=True)
+    keep.configure_write(schema, overwrite=True, streaming=False, checkpointed=False)
+    with caplog.at_level(logging.WARNING, logger="twopc.sinks.staging"):
+        keep.validate(schema)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    sink.close()
+    keep.close()
 
 
 def test_twopc_recover_commits_a_decided_complete_mode_batch_as_the_query_would(postgres_url, pg_engine,

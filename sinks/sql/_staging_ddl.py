@@ -29,6 +29,7 @@ from ._errors import session_init_failed
 from ._names import TableName
 from ._options import JdbcOptions
 from ._privileges import Run, require_privileges
+from ._recreate_losses import recreate_losses
 from ._staging_sql import (
     TXN_COLUMN,
     batches_table,
@@ -132,7 +133,9 @@ class StagingDdl:
         Creates the staging table (re-creating it when it is empty and its columns no
         longer fit) and the batch marker table; on MySQL/MariaDB also a missing target
         (DDL there cannot join the commit transaction). Deletes staged rows of dead
-        ``eph-`` writes older than the retention.
+        ``eph-`` writes older than the retention. An overwrite that will drop and re-create
+        an existing target (:meth:`replaced_by`) logs a WARNING naming what the table will
+        lose (:func:`~sinks.sql._recreate_losses.recreate_losses`).
 
         Raises:
             SinkUnavailableError: no connection.
@@ -156,6 +159,8 @@ class StagingDdl:
                     f"use mode append or overwrite, or drop the table")
             recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self._create_ddl(conn)  # maps every column type now: errors before any task runs
+            if exists and recreate:
+                self._warn_recreate(conn, schema)
             stage_types: dict[str, str] = {}
             if exists and not recreate:
                 matched = check_columns(conn, self.target, schema)
@@ -185,6 +190,17 @@ class StagingDdl:
             raise self._error(exc, f"validate {self.target.display()}") from None
         finally:
             conn.close()
+
+    def _warn_recreate(self, conn: Connection, schema: pa.Schema) -> None:
+        """Say, before any task runs, what dropping and re-creating the target will lose."""
+        o = self.options
+        lost = recreate_losses(conn, self.target, schema, overrides=o.create_table_column_types, keys=o.upsert_keys,
+                               comment=o.table_comment)
+        if lost:
+            log.warning(
+                "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
+                "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
+                "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
 
     def expire_abandoned(self) -> None:
         """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing
