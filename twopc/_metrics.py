@@ -216,9 +216,10 @@ def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) ->
     return collector
 
 
-def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "0.0.0.0") -> CollectorRegistry:
+def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "127.0.0.1") -> CollectorRegistry:
     """Serve the sinks of *checkpoint_locations* on ``http://addr:port/metrics`` from a
     daemon thread of this (long-lived) process, e.g. the application's driver process.
+    *addr* is the interface: loopback only by default, ``0.0.0.0`` for every one.
     Returns the registry.
 
     Raises:
