@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -77,8 +78,6 @@ def test_a_kind_declared_as_an_entry_point_is_imported_on_first_sight(tmp_path: 
 
 
 def _env_with(path: Path) -> dict[str, str]:
-    import os
-
     repo = Path(__file__).resolve().parent.parent
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(repo), os.environ.get("PYTHONPATH", "")])}
 

@@ -175,7 +175,7 @@ class MetricsCollector(Collector):
         now = time.time()
         for location in self._locations():
             try:
-                ledger = CommitLedger(location)
+                ledger = CommitLedger(location, read_only=True)  # a scrape creates nothing, not even a folder
                 state = _load(ledger)
                 pending = ledger.pending()
                 sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
