@@ -185,15 +185,20 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
         return _accept_lost(CommitLedger(checkpoint), args.accept_lost)
     record = reader.target_record()
     format_name = _format(args.format, checkpoint, record)
-    given = _options(args.option, args.option_env)
-    recorded = {k: v for k, v in (record.options or {}).items() if k.lower() not in {g.lower() for g in given}} \
-        if record is not None else {}
-    sink = build_sink(format_name, {**recorded, **given})
+    sink = build_sink(format_name, _merged(record, _options(args.option, args.option_env)))
     with sink:
         _check_target(sink, checkpoint, record)
         if args.command == "status":
             return _status(sink, reader, sink_id, as_json=args.json)
         return _recover(sink, reader if args.dry_run else CommitLedger(checkpoint), sink_id, dry_run=args.dry_run)
+
+
+def _merged(record: TargetRecord | None, given: Mapping[str, str]) -> dict[str, str]:
+    """The recorded writer options with those *given* in their place (keys compared
+    case-insensitively, as Spark's)."""
+    replaced = {k.lower() for k in given}
+    recorded = record.options if record is not None and record.options else {}
+    return {**{k: v for k, v in recorded.items() if k.lower() not in replaced}, **given}
 
 
 def _recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
@@ -242,7 +247,7 @@ def _format(given: str | None, checkpoint: str, record: TargetRecord | None) -> 
     if record is None or not (record.data_source or record.sink_class) or given == recorded:
         return given
     recorded_class = _recorded_class(record)
-    if recorded_class is not None and given_class is recorded_class:
+    if recorded_class is None or given_class is recorded_class:  # None: defined where it cannot be imported now
         return given
     raise _CannotTell(
         f"checkpoint {checkpoint} was written with format {recorded or record.sink_class!r}"

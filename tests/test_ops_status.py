@@ -277,3 +277,20 @@ def test_credential_free_keeps_no_form_of_a_password() -> None:
         out = credential_free({"url": url, "dbtable": "t", "password": "s3cret", "apiToken": "t0ken", "user": "u"})
         assert out.get("url") == kept and out["dbtable"] == "t" and out["user"] == "u", (url, out)
         assert "password" not in out and "apiToken" not in out
+
+
+def test_redis_options_on_a_postgres_checkpoint_that_records_only_its_target_exit_3(
+        redis_url: str, tmp_path: Path) -> None:
+    """A checkpoint of an older twopc records its target but not its format: the target alone
+    refuses Redis options on a PostgreSQL checkpoint (which said "no unsettled transactions")."""
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    ledger.bind_sink_id(None, default="job1")
+    ledger.bind_target("postgresql 127.0.0.1:5432/shop table public.events", "job1")
+    mapping = json.dumps([{"op": "INCRBY", "key": "{t}:total", "by": 1}])
+    out = twopc_cli("status", str(tmp_path / "ck"), "--format", "twopc-redis",
+                    options={"url": redis_url, "mapping": mapping})
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "belongs to a write to [postgresql 127.0.0.1:5432/shop table public.events]" in out.stderr
+    assert "but the options given name [redis 127.0.0.1:" in out.stderr and "no unsettled" not in out.stdout
+    alone = twopc_cli("status", str(tmp_path / "ck"))
+    assert alone.returncode == 2 and "--format is required" in alone.stderr, alone.stderr
