@@ -294,3 +294,31 @@ def test_redis_options_on_a_postgres_checkpoint_that_records_only_its_target_exi
     assert "but the options given name [redis 127.0.0.1:" in out.stderr and "no unsettled" not in out.stdout
     alone = twopc_cli("status", str(tmp_path / "ck"))
     assert alone.returncode == 2 and "--format is required" in alone.stderr, alone.stderr
+
+
+def test_status_of_an_s3_checkpoint_writes_no_object_not_even_a_probe(s3_server: str, tmp_path: Path) -> None:
+    """On S3 a reader writes nothing either: not the probe object a writer's first use of a
+    bucket puts and deletes (a versioned bucket keeps every version and delete marker)."""
+    import boto3
+
+    s3 = boto3.client("s3")
+    bucket = f"ro-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    sink = FileSink(str(tmp_path / "out"))
+    ck = f"s3://{bucket}/jobs/ck"
+    ledger = CommitLedger(ck)
+    ledger.bind_sink_id(None, default="job1")
+    handles = [run_task(sink, "job1", 0, p, p, [p]) for p in range(2)]
+    crash_commit(CommitCoordinator(sink, ledger, "job1"), "after_decision", 0, handles, tmp_path / "f")
+
+    def versions() -> list[tuple[str, str]]:
+        page = s3.list_object_versions(Bucket=bucket)
+        return sorted((v["Key"], v["VersionId"]) for v in page.get("Versions", []) + page.get("DeleteMarkers", []))
+
+    before = versions()
+    options = {"path": str(tmp_path / "out")}
+    assert twopc_cli("status", ck, "--format", "twopc-file", options=options).returncode == 1
+    missing = twopc_cli("status", f"s3://{bucket}/jobs/typo", "--format", "twopc-file", options=options)
+    assert missing.returncode == 3 and "there is no twopc checkpoint at" in missing.stderr, missing.stderr
+    assert versions() == before
