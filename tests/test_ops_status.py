@@ -22,7 +22,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 import faultinject
 from sinks import FileSink, JdbcDataSource, PostgresDataSource
 from sinks._secrets import credential_free
-from twopc import CommitCoordinator, CommitLedger
+from twopc import CommitCoordinator, CommitLedger, TwoPhaseCommitDataSource
 from twopc.testing import SinkHarness
 
 from ._filesink_helpers import crash_commit, run_task
@@ -240,6 +240,7 @@ def test_no_password_of_the_url_reaches_the_checkpoint_and_status_takes_it_back(
         c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text, amount double precision)")
     try:
         where = f"{url.host}:{url.port}/{url.database}"
+        ds: type[TwoPhaseCommitDataSource]
         if form == "userinfo":
             ds, options = PostgresDataSource, {"url": f"postgresql://{url.username}:{url.password}@{where}"}
         else:
