@@ -9,7 +9,7 @@ Handles travel in an envelope ``{"kind": ..., "version": ..., "payload": {...}}`
 an unknown kind or a newer version raises, it never guesses.
 
 Reading a ledger does not depend on what the reading process imported first (a metrics
-scrape, ``twopc status``): a kind no imported module registered yet is looked up, once, in
+scrape, ``twopc status``): a kind no imported module registered yet is looked up in
 the entry points of group ``twopc.handle_kinds`` (``kind = "package.module:HandleClass"``,
 how a sink of another package declares its kinds) and in the table of the kinds the built-in
 sinks define (:data:`BUILT_IN_KINDS`), and the module that defines it is imported.
@@ -24,7 +24,6 @@ Subclass :class:`TransactionHandle` as a frozen dataclass and give it a kind and
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.metadata
 import json
 import threading
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from ._errors import HandleError, HandleVersionError, UnknownHandleKindError
+from ._objpath import load_object
 
 __all__ = [
     "BUILT_IN_KINDS",
@@ -232,9 +232,8 @@ def _import_kind(kind: str) -> type[TransactionHandle]:
         where += [BUILT_IN_KINDS[kind]] if kind in BUILT_IN_KINDS else []
         failures = []
         for path in where:
-            module, _, attr = path.partition(":")
             try:
-                found = getattr(importlib.import_module(module), attr) if attr else importlib.import_module(module)
+                found = load_object(path)
             except Exception as exc:  # noqa: BLE001 - any failure of a sink's import is reported with its kind
                 failures.append(f"importing {path} failed: {type(exc).__name__}: {exc}")
                 continue
