@@ -1,10 +1,17 @@
 """``twopc status`` / ``twopc recover`` (also ``python -m recovery``): inspect a checkpoint's
-sink and run recovery by hand."""
+sink and run recovery by hand.
+
+Both read what the checkpoint records: its sink id, and (``twopc/target.json``, written by
+the Spark runtime) its target, format and credential-free writer options, so that the
+operator gives only the secrets. What the operator gives must agree with the record: a
+missing checkpoint, one without a twopc ledger, or one of another sink id, format or target
+is refused with exit code 3 (:data:`CANNOT_TELL`) before the target is read, and a status
+never writes anything (its ledger is opened read only).
+"""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -23,10 +30,60 @@ from twopc import (
     resolve_abandoned,
     sink_status,
 )
+from twopc._ledger import TargetRecord
 from twopc._logs import configure_cli_logging, log_event
+from twopc._objpath import load_object
+from twopc._stores import open_store
 from twopc._target import open_target_ledger, target_ledger_of
 
-__all__ = ["build_sink", "main"]
+__all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
+
+#: Exit codes. OK: done (status: nothing needs an operator).
+OK = 0
+#: status found something that needs an operator.
+NEEDS_OPERATOR = 1
+#: an error (the target failed, a wrong option; argparse's code for a wrong command line too).
+ERROR = 2
+#: nothing can be told: the checkpoint is missing, holds no twopc ledger, or belongs to another
+#: sink id, format or target than the options given.
+CANNOT_TELL = 3
+
+_EXIT_CODES = ("exit codes: 0 done (status: nothing needs an operator); 1 status found something that needs "
+               "an operator; 2 an error (the target failed, a wrong option or command line); 3 nothing can be "
+               "told: the checkpoint does not exist, holds no twopc ledger, or belongs to another sink id, format "
+               "or target than the options given")
+
+
+class _CannotTell(ConfigurationError):
+    """The checkpoint is missing, holds no twopc ledger, or belongs to another sink id,
+    format or target than the options given (exit :data:`CANNOT_TELL`); raised before the
+    target is read or anything is written."""
+
+
+def _sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
+    """The sink class behind a data source name (``twopc-postgres``, ``twopc-file``) or a
+    ``module:SinkClass`` / ``module:DataSource`` path.
+
+    Raises:
+        ConfigurationError: unknown format.
+    """
+    import sinks
+
+    for ds in sinks.DATA_SOURCES:
+        if ds.name() == format_name:
+            return ds.sink_class
+    if ":" in format_name:
+        try:
+            obj = load_object(format_name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigurationError(f"sink format {format_name!r} cannot be imported: {type(exc).__name__}: "
+                                     f"{exc}") from None
+        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
+            obj = obj.sink_class
+        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitSink):
+            return obj
+    known = ", ".join(ds.name() for ds in sinks.DATA_SOURCES)
+    raise ConfigurationError(f"unknown sink format {format_name!r}: use one of {known}, or module:SinkClass")
 
 
 def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink[Any, Any, Any]:
@@ -36,20 +93,7 @@ def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSi
     Raises:
         ConfigurationError: unknown format, or the sink refuses the options.
     """
-    import sinks
-
-    for ds in sinks.DATA_SOURCES:
-        if ds.name() == format_name:
-            return ds.sink_class.from_options(options)
-    if ":" in format_name:
-        module, _, attr = format_name.partition(":")
-        obj = getattr(importlib.import_module(module), attr)
-        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
-            obj = obj.sink_class
-        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitSink):
-            return obj.from_options(options)
-    known = ", ".join(ds.name() for ds in sinks.DATA_SOURCES)
-    raise ConfigurationError(f"unknown sink format {format_name!r}: use one of {known}, or module:SinkClass")
+    return _sink_class(format_name).from_options(options)
 
 
 def _options(pairs: Sequence[str], env_pairs: Sequence[str]) -> dict[str, str]:
@@ -72,25 +116,31 @@ _COMMANDS = ("status", "recover")
 
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("location", nargs="?", metavar="CHECKPOINT", help="the query's checkpointLocation (the "
+                        "same as --checkpoint)")
     common.add_argument("--checkpoint", help="the query's checkpointLocation; without it, the writes without a "
                                              "checkpoint whose ledger is in the target (--format and --option "
                                              "url=... name the target)")
-    common.add_argument("--format", help="twopc-postgres, twopc-file, ... or module:SinkClass (required unless "
-                                         "the checkpoint has no sink yet, or with --accept-lost)")
+    common.add_argument("--format", help="twopc-postgres, twopc-file, ... or module:SinkClass (default: the format "
+                                         "the checkpoint records; required when it records none)")
     common.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="a writer option of the sink (repeatable)")
+                        help="a writer option of the sink (repeatable); it replaces the one the checkpoint "
+                             "records, which is every option but the secrets")
     common.add_argument("--option-env", action="append", default=[], metavar="KEY=ENVVAR",
                         help="a writer option read from an environment variable (for passwords)")
-    common.add_argument("--sink-id", help="default: the id recorded in the checkpoint")
+    common.add_argument("--sink-id", help="the sink id the checkpoint records (default); another one is refused")
     parser = argparse.ArgumentParser(
         prog="twopc",
-        description="Operate a twopc sink: `status` shows what is unsettled (exit 1 when an operator is "
-                    "needed), `recover` finishes decided batches and rolls back orphaned prepared transactions. "
-                    "Also `python -m recovery [status|recover]`; without a command, `recover`.")
+        description="Operate a twopc sink: `status` shows what is unsettled (read only), `recover` finishes "
+                    "decided batches and rolls back orphaned prepared transactions. Both read the format, the "
+                    "target and the writer options (without secrets) the checkpoint records: give the secrets "
+                    "with --option-env. Also `python -m recovery [status|recover]`; without a command, `recover`.",
+        epilog=_EXIT_CODES)
     sub = parser.add_subparsers(dest="command", required=True)
-    status = sub.add_parser("status", parents=[common], help="show every unsettled transaction (read-only)")
+    status = sub.add_parser("status", parents=[common], epilog=_EXIT_CODES,
+                            help="show every unsettled transaction (read only: writes nothing)")
     status.add_argument("--json", action="store_true", help="print JSON for scripts")
-    recover = sub.add_parser("recover", parents=[common], help="run recovery")
+    recover = sub.add_parser("recover", parents=[common], epilog=_EXIT_CODES, help="run recovery")
     recover.add_argument("--dry-run", action="store_true", help="only print what would be done")
     recover.add_argument("--accept-lost", type=int, metavar="BATCH",
                          help="mark a decided batch whose transactions were lost as done (after you "
@@ -99,35 +149,143 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``twopc status`` / ``twopc recover``. Returns the exit code: 0 done (status:
-    nothing needs an operator), 1 status found something that needs an operator, 2 error."""
+    """Run ``twopc status`` / ``twopc recover``. Returns the exit code: :data:`OK`,
+    :data:`NEEDS_OPERATOR`, :data:`ERROR` or :data:`CANNOT_TELL`."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     if not args_in or (args_in[0] not in _COMMANDS and args_in[0] not in ("-h", "--help")):
         args_in = ["recover", *args_in]  # `python -m recovery --checkpoint ...` predates the commands
     args = _parser().parse_args(args_in)
     configure_cli_logging()
     try:
-        if not args.checkpoint:
+        if args.location and args.checkpoint and args.location != args.checkpoint:
+            raise ConfigurationError(f"two checkpoints given: {args.location} and --checkpoint {args.checkpoint}: "
+                                     f"give one")
+        checkpoint = args.checkpoint or args.location
+        if not checkpoint:
             return _target_form(args)
-        ledger = CommitLedger(args.checkpoint)
-        sink_id = args.sink_id or ledger.recorded_sink_id()
-        if not sink_id:
-            what = "show" if args.command == "status" else "recover"
-            print(f"no twopc sink has written to {args.checkpoint} yet: nothing to {what}")
-            return 0
-        if args.command == "recover" and args.accept_lost is not None:
-            return _accept_lost(ledger, args.accept_lost)
-        if not args.format:
-            raise ConfigurationError("--format is required: the data source name the query writes with "
-                                     "(twopc-postgres, twopc-jdbc, ...) or module:SinkClass")
-        sink = build_sink(args.format, _options(args.option, args.option_env))
-        with sink:
-            if args.command == "status":
-                return _status(sink, ledger, sink_id, as_json=args.json)
-            return _recover(sink, ledger, sink_id, dry_run=args.dry_run)
+        return _checkpoint_form(args, checkpoint)
+    except _CannotTell as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return CANNOT_TELL
     except TwoPCError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return ERROR
+
+
+def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
+    """``status`` / ``recover`` of a checkpoint's sink, reached with what the checkpoint
+    records and the options given (which must agree with the record)."""
+    reader = CommitLedger(checkpoint, read_only=True)
+    sink_id = _recorded_sink_id(reader, checkpoint)
+    if args.sink_id and args.sink_id != sink_id:
+        raise _CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id {args.sink_id!r} "
+                          f"was given: drop --sink-id (the checkpoint records it), or give the checkpoint of sink "
+                          f"id {args.sink_id!r}")
+    if args.command == "recover" and args.accept_lost is not None:
+        return _accept_lost(CommitLedger(checkpoint), args.accept_lost)
+    record = reader.target_record()
+    format_name = _format(args.format, checkpoint, record)
+    sink = build_sink(format_name, _merged(record, _options(args.option, args.option_env)))
+    with sink:
+        _check_target(sink, checkpoint, record)
+        if args.command == "status":
+            return _status(sink, reader, sink_id, as_json=args.json)
+        return _recover(sink, reader if args.dry_run else CommitLedger(checkpoint), sink_id, dry_run=args.dry_run)
+
+
+def _merged(record: TargetRecord | None, given: Mapping[str, str]) -> dict[str, str]:
+    """The recorded writer options with those *given* in their place (keys compared
+    case-insensitively, as Spark's)."""
+    replaced = {k.lower() for k in given}
+    recorded = record.options if record is not None and record.options else {}
+    return {**{k: v for k, v in recorded.items() if k.lower() not in replaced}, **given}
+
+
+def _recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
+    """The sink id *checkpoint* records.
+
+    Raises:
+        _CannotTell: there is no twopc ledger at *checkpoint*.
+    """
+    sink_id = ledger.recorded_sink_id()
+    if sink_id:
+        return sink_id
+    if open_store(checkpoint, read_only=True).read("metadata") is not None:
+        raise _CannotTell(f"{checkpoint} is a Spark checkpoint without a twopc ledger (no {ledger.location}/"
+                          f"sink.json): its query does not write with a twopc sink, or has not planned its first "
+                          f"write yet. Check the path: give the checkpointLocation of the query that writes with "
+                          f"twopc")
+    raise _CannotTell(f"there is no twopc checkpoint at {checkpoint} (no {ledger.location}/sink.json"
+                      + ("" if not _local_missing(checkpoint) else f"; {checkpoint} does not exist")
+                      + "): check the path, and give the checkpointLocation of the query that writes with twopc")
+
+
+def _local_missing(location: str) -> bool:
+    """Whether *location* is a local path (no scheme) that does not exist."""
+    return ":" not in location.split("/", 1)[0] and not os.path.exists(location)
+
+
+def _format(given: str | None, checkpoint: str, record: TargetRecord | None) -> str:
+    """The format to build the sink with: *given* (``--format``), which must name the sink
+    the checkpoint records, or the recorded one.
+
+    Raises:
+        _CannotTell: *given* names another sink than the recorded one.
+        ConfigurationError: neither is there, or *given* is unknown.
+    """
+    recorded = record.data_source if record is not None else None
+    if given is None:
+        if record is None or not (record.data_source or record.sink_class):
+            raise ConfigurationError(
+                f"--format is required: checkpoint {checkpoint} does not record the format of its query (written "
+                f"by an older twopc, or by a sink that does not tell its target). Give the data source name the "
+                f"query writes with (twopc-postgres, twopc-jdbc, ...) or module:SinkClass")
+        if recorded is not None and _known_name(recorded):
+            return recorded
+        return record.sink_class or recorded or ""
+    given_class = _sink_class(given)
+    if record is None or not (record.data_source or record.sink_class) or given == recorded:
+        return given
+    recorded_class = _recorded_class(record)
+    if recorded_class is None or given_class is recorded_class:  # None: defined where it cannot be imported now
+        return given
+    raise _CannotTell(
+        f"checkpoint {checkpoint} was written with format {recorded or record.sink_class!r}"
+        + (f" ({record.sink_class})" if recorded and record.sink_class else "")
+        + f", but --format {given!r} was given: drop --format (the checkpoint records it), or give the checkpoint "
+          f"of the query that writes with {given!r}")
+
+
+def _known_name(name: str) -> bool:
+    import sinks
+
+    return any(ds.name() == name for ds in sinks.DATA_SOURCES)
+
+
+def _recorded_class(record: TargetRecord) -> type[TwoPhaseCommitSink[Any, Any, Any]] | None:
+    for candidate in (record.data_source, record.sink_class):
+        if candidate:
+            try:
+                return _sink_class(candidate)
+            except ConfigurationError:
+                continue
+    return None
+
+
+def _check_target(sink: TwoPhaseCommitSink[Any, Any, Any], checkpoint: str, record: TargetRecord | None) -> None:
+    """Refuse a sink whose target is not the one *checkpoint* records.
+
+    Raises:
+        _CannotTell: the targets differ.
+    """
+    identity = sink.target_identity()
+    if record is None or identity is None or identity == record.target:
+        return
+    recorded = ", ".join(sorted(record.options or {})) or "none"
+    raise _CannotTell(
+        f"checkpoint {checkpoint} belongs to a write to [{record.target}], but the options given name "
+        f"[{identity}]: that target holds none of this checkpoint's transactions. Give only the secrets (the "
+        f"checkpoint records the options {recorded}), or the checkpoint of the write to [{identity}]")
 
 
 def _target_form(args: argparse.Namespace) -> int:
@@ -150,7 +308,7 @@ def _target_form(args: argparse.Namespace) -> int:
             print(f"{backend.location}: resolved {len(done)} write(s) whose driver is gone"
                   + (f" ({', '.join(done)})" if done else "") + f"; left {len(live)} running write(s) alone"
                   + (f" ({', '.join(live)})" if live else ""))
-            return 0
+            return OK
         needs = False
         out = []
         for writer in backend.writers():
@@ -166,13 +324,13 @@ def _target_form(args: argparse.Namespace) -> int:
             print(json.dumps(out, indent=1, sort_keys=True))
         elif not out and not backend.writers():
             print(f"{backend.location}: no write without a checkpoint is recorded")
-        return 1 if needs else 0
+        return NEEDS_OPERATOR if needs else OK
 
 
 def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool) -> int:
     status = sink_status(sink, ledger, sink_id)
     print(json.dumps(status.to_json(), indent=1, sort_keys=True) if as_json else status.render())
-    return 1 if status.needs_operator else 0
+    return NEEDS_OPERATOR if status.needs_operator else OK
 
 
 def _accept_lost(ledger: CommitLedger, batch: int) -> int:
@@ -183,7 +341,7 @@ def _accept_lost(ledger: CommitLedger, batch: int) -> int:
               "twopc: batch %s marked done by an operator; its lost transactions will not be retried",
               batch, batch=batch)
     print(f"batch {batch} marked done; its lost transactions will not be retried")
-    return 0
+    return OK
 
 
 def _recover(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, dry_run: bool) -> int:
@@ -194,6 +352,6 @@ def _recover(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink
         print(f"  batches to finish:        {list(plan.batches_to_finish) or 'none'}")
         print(f"  transactions to commit:   {len(plan.transactions_to_commit)}")
         print(f"  orphans to roll back:     {len(plan.orphans_to_roll_back)}")
-        return 0
+        return OK
     print(rc.run().summary())
-    return 0
+    return OK

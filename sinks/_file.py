@@ -50,6 +50,7 @@ from twopc import (
 from twopc._folders import make_folder
 
 from ._options import OptionReader
+from ._secrets import credential_free
 
 __all__ = ["FileDataSource", "FileHandle", "FileSink"]
 
@@ -110,6 +111,11 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
             raise MissingOptionError('the file sink needs an output folder: .option("path", "/data/out") '
                                      "or .save(path)")
         return cls(path)
+
+    @classmethod
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
+        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        return credential_free(options)
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
         """Create ``_twopc/owners/<sink id>`` holding *owner* if it does not exist (a hard

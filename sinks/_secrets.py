@@ -3,7 +3,8 @@
 :func:`secret_forms` lists every spelling of a secret that can reach a message (as typed,
 URL-quoted, as SQLAlchemy renders it); :func:`redacted_errors` scrubs whatever might be a
 password in the options from a :class:`~twopc.ConfigurationError` raised while they are
-parsed (a URL that fails to parse may still hold its password).
+parsed (a URL that fails to parse may still hold its password); :func:`credential_free`
+keeps the options that may be recorded in a checkpoint.
 """
 
 from __future__ import annotations
@@ -17,13 +18,20 @@ from sqlalchemy.engine import URL
 
 from twopc import ConfigurationError, redact
 
-__all__ = ["SECRET_KEYS", "after_password", "redacted_errors", "secret_forms", "secret_guesses"]
+__all__ = ["SECRET_KEYS", "after_password", "credential_free", "redacted_errors", "secret_forms", "secret_guesses"]
 
 #: Option and URL parameter names whose value is a secret (lower-case).
 SECRET_KEYS = frozenset({"password", "sslpassword", "passwd"})
 
 _SECRET_IN_URL = re.compile(r"(?:^|[?&;])(?:ssl)?passw(?:or)?d=(.*)$", re.IGNORECASE)
 _USERINFO_IN_URL = (re.compile(r"//([^/?#]*)@"), re.compile(r"//([^/?#@]*)@"))
+_PASSWORD_IN_USERINFO = re.compile(r"(//[^/?#@:]*):[^/?#]*@")
+_PASSWORD_PARAM = re.compile(r"[?&;](?:ssl)?passw(?:or)?d=", re.IGNORECASE)
+#: A ':' between ``//`` and an ``@``: what is left of a user info that was not cut cleanly.
+_COLON_BEFORE_AT = re.compile(r"//[^@]*:[^@]*@")
+#: Words that make an option's name look like a secret's: such an option is never recorded.
+_SECRET_WORDS = ("passw", "pwd", "secret", "token", "apikey", "api_key", "accesskey", "access_key", "credential",
+                 "private")
 
 
 def after_password(kind: str) -> str:
@@ -85,3 +93,23 @@ def redacted_errors(options: Mapping[str, str]) -> Iterator[None]:
         yield
     except ConfigurationError as exc:
         raise type(exc)(redact(str(exc), guesses)) from None
+
+
+def credential_free(options: Mapping[str, str]) -> dict[str, str]:
+    """*options* as they may be recorded in a checkpoint (the sinks'
+    :meth:`~twopc.TwoPhaseCommitSink.reopen_options`): an option named like a secret is
+    left out, a URL loses its password (in its user info; ``password=`` and everything
+    after it; an empty user info goes too), and an option whose value still holds
+    anything :func:`secret_guesses` suspects, or still has a ``:`` before an ``@`` after
+    ``//`` (a password with a raw ``/`` or ``@``), is left out whole."""
+    guesses = secret_guesses(options)
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        if not isinstance(value, str) or key.lower() in SECRET_KEYS or any(w in key.lower() for w in _SECRET_WORDS):
+            continue
+        value = _PASSWORD_IN_USERINFO.sub(r"\1@", value).replace("//@", "//", 1)
+        if (m := _PASSWORD_PARAM.search(value)) is not None:
+            value = value[:m.start()]
+        if not any(g in value for g in guesses) and not _COLON_BEFORE_AT.search(value):
+            out[key] = value
+    return out

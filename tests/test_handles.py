@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +39,47 @@ def test_envelope_round_trip_preserves_the_handle() -> None:
 def test_unknown_kind_is_refused_with_the_fix() -> None:
     with pytest.raises(UnknownHandleKindError, match="import the module"):
         decode_handle({"kind": "acme.kafka", "version": 1, "payload": {}})
+
+
+def test_every_built_in_kind_is_in_the_lookup_table() -> None:
+    """A reader that has not imported ``sinks`` finds each built-in kind's module in
+    :data:`twopc._handle.BUILT_IN_KINDS`: the table names every kind the sinks register."""
+    import sinks  # noqa: F401 - registers every built-in kind
+    from twopc._handle import BUILT_IN_KINDS, registered_handle_kinds
+
+    shipped = {kind: f"{cls.__module__}:{cls.__qualname__}" for kind, cls in registered_handle_kinds().items()
+               if cls.__module__.split(".")[0] == "sinks"}
+    assert shipped == dict(BUILT_IN_KINDS)
+
+
+def test_a_kind_declared_as_an_entry_point_is_imported_on_first_sight(tmp_path: Path) -> None:
+    """A sink of another package declares its handle kinds as entry points of group
+    ``twopc.handle_kinds``; a process that never imported it decodes its handles."""
+    (tmp_path / "acme_sink").mkdir()
+    (tmp_path / "acme_sink" / "__init__.py").write_text(
+        "from dataclasses import dataclass\n"
+        "from twopc import TransactionHandle\n"
+        "@dataclass(frozen=True)\n"
+        "class QueueHandle(TransactionHandle, kind='acme.queue', version=1):\n"
+        "    queue: str = ''\n")
+    info = tmp_path / "acme_sink-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: acme-sink\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[twopc.handle_kinds]\nacme.queue = acme_sink:QueueHandle\n")
+    envelope = {"kind": "acme.queue", "version": 1,
+                "payload": {"txn_id": "t", "sink_id": "s", "batch_id": 1, "partition_id": 0, "attempt_id": 0,
+                            "queue": "q1"}}
+    script = ("import sys; from twopc import decode_handle\n"
+              f"h = decode_handle({envelope!r})\n"
+              "print(type(h).__module__, h.queue)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=_env_with(tmp_path))
+    assert out.returncode == 0 and out.stdout.split() == ["acme_sink", "q1"], out.stderr[-2000:]
+
+
+def _env_with(path: Path) -> dict[str, str]:
+    repo = Path(__file__).resolve().parent.parent
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(path), str(repo), os.environ.get("PYTHONPATH", "")])}
 
 
 def test_newer_version_is_refused_not_guessed() -> None:

@@ -11,21 +11,27 @@ import json
 import logging
 import os
 import re
+import shutil
+import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sinks import FileSink
-from twopc import CommitCoordinator, CommitLedger, register_metrics
+from sinks import FileSink, PostgresSink
+from twopc import CommitCoordinator, CommitLedger, TransactionContext, register_metrics
 from twopc._logs import JsonFormatter, log_event
 from twopc._metrics import record_batch
 
@@ -166,3 +172,116 @@ def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tm
     assert m[("twopc_failures_total", (("stage", "commit"),))] == 1
     assert m[("twopc_commits_total", (("outcome", "lost"),))] == 1
     assert m[("twopc_in_doubt_transactions", ())] == 2 and m[("twopc_batches_total", (("action", "committed"),))] == 0
+
+
+@pytest.fixture
+def pg_batch_in_doubt(postgres_url: str, pg_engine: sa.Engine, tmp_path: Path) -> Iterator[tuple[Path, int]]:
+    """A checkpoint whose batch 0 is decided but not committed (its driver died after the
+    decision), its two PostgreSQL transactions still prepared. Yields (checkpoint, 2)."""
+    table = f"om_{uuid.uuid4().hex[:10]}"
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL)")
+    sink = PostgresSink(postgres_url, table)
+    sink.validate(pa.schema([("id", pa.int64())]))  # creates the marker table
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    sid = ledger.bind_sink_id(None, default=f"om{uuid.uuid4().hex[:8]}")
+    handles = []
+    try:
+        for p in range(2):
+            txn = sink.begin_transaction(TransactionContext(sid, 0, p, p))
+            sink.invoke_batch(txn, pa.RecordBatch.from_pydict({"id": pa.array([p], pa.int64())}))
+            handles.append(sink.pre_commit(txn))
+        crash_commit(CommitCoordinator(sink, ledger, sid), "after_decision", 0, handles, tmp_path / "f")
+        assert len(sink.list_prepared(sid)) == 2
+        yield tmp_path / "ck", 2
+    finally:
+        for h in handles:
+            sink.abort(h)
+        sink.close()
+        with pg_engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+
+
+def _scrape(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_the_metrics_server_reads_a_postgres_batch_in_doubt_without_having_imported_the_sinks(
+        pg_batch_in_doubt: tuple[Path, int], tmp_path: Path) -> None:
+    """The server ``metricsPort`` starts imports twopc only: decoding the decision's
+    ``twopc.postgres`` handles must not depend on it having imported ``sinks``."""
+    ck, in_doubt = pg_batch_in_doubt
+    folder = tmp_path / "registry"
+    folder.mkdir()
+    (folder / "q.ckpt").write_text(str(ck), encoding="utf-8")
+    port = _free_port()
+    server = subprocess.Popen([sys.executable, "-m", "twopc._metrics_server", "--port", str(port), "--host",
+                               "127.0.0.1", "--registry", str(folder)], cwd=tmp_path, env=cli_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not _port_open(port):
+            assert server.poll() is None and time.monotonic() < deadline, server.communicate()[0]
+            time.sleep(0.1)
+        status, body = _scrape(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        server.kill()
+        server.wait()
+    assert status == 200, body[-2000:]
+    m = _samples(body)
+    assert m[("twopc_in_doubt_transactions", ())] == in_doubt and m[("twopc_oldest_in_doubt_seconds", ())] >= 0
+
+
+def test_the_readmes_register_metrics_reads_a_postgres_batch_in_doubt_in_a_fresh_process(
+        pg_batch_in_doubt: tuple[Path, int], tmp_path: Path) -> None:
+    """The README's snippet, run by an application that never imported ``sinks``."""
+    ck, in_doubt = pg_batch_in_doubt
+    script = ("import sys\n"
+              "from prometheus_client import REGISTRY, generate_latest\n"
+              "from twopc import register_metrics\n"
+              "print('sinks imported:', 'sinks' in sys.modules, file=sys.stderr)\n"
+              f"register_metrics(REGISTRY, {str(ck)!r})\n"
+              "sys.stdout.write(generate_latest(REGISTRY).decode())\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=cli_env(), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "sinks imported: False" in out.stderr, out.stderr[-3000:]
+    m = _samples(out.stdout)
+    assert m[("twopc_in_doubt_transactions", ())] == in_doubt
+
+
+def _connects(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2.0)
+        return s.connect_ex((host, port)) == 0
+
+
+def test_the_metrics_server_listens_on_loopback_unless_a_host_is_named(tmp_path: Path) -> None:
+    """``metricsPort`` alone serves on 127.0.0.1 only: 127.0.0.2, another address of this
+    machine, is refused (a server on all interfaces would answer it); ``metricsHost`` names
+    the interface."""
+    from twopc._metrics_server import ensure_server, metrics_port, registry_dir
+
+    ck = tmp_path / "ck"
+    CommitLedger(str(ck)).bind_sink_id(None, default="job1")
+    for options, reachable in (({"metricsPort": str(_free_port())}, {"127.0.0.1": True, "127.0.0.2": False}),
+                               ({"metricsPort": str(_free_port()), "metricsHost": "0.0.0.0"},
+                                {"127.0.0.1": True, "127.0.0.2": True})):
+        served = metrics_port(options)
+        assert served is not None
+        port, host = served
+        pidfile = registry_dir(port) / "server.pid"
+        assert ensure_server(port, str(ck), host=host)
+        try:
+            deadline = time.monotonic() + 60
+            while not pidfile.exists() or not _port_open(port):
+                assert time.monotonic() < deadline, (registry_dir(port) / "server.log").read_text()
+                time.sleep(0.1)
+            assert {h: _connects(h, port) for h in reachable} == reachable, options
+        finally:
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            shutil.rmtree(registry_dir(port), ignore_errors=True)

@@ -8,6 +8,12 @@ process, at any later time.
 Handles travel in an envelope ``{"kind": ..., "version": ..., "payload": {...}}``. Decoding
 an unknown kind or a newer version raises, it never guesses.
 
+Reading a ledger does not depend on what the reading process imported first (a metrics
+scrape, ``twopc status``): a kind no imported module registered yet is looked up in
+the entry points of group ``twopc.handle_kinds`` (``kind = "package.module:HandleClass"``,
+how a sink of another package declares its kinds) and in the table of the kinds the built-in
+sinks define (:data:`BUILT_IN_KINDS`), and the module that defines it is imported.
+
 Subclass :class:`TransactionHandle` as a frozen dataclass and give it a kind and a version::
 
     @dataclass(frozen=True)
@@ -18,14 +24,19 @@ Subclass :class:`TransactionHandle` as a frozen dataclass and give it a kind and
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from ._errors import HandleError, HandleVersionError, UnknownHandleKindError
+from ._objpath import load_object
 
 __all__ = [
+    "BUILT_IN_KINDS",
+    "HANDLE_KINDS_GROUP",
     "TransactionHandle",
     "decode_handle",
     "dumps_handle",
@@ -35,6 +46,19 @@ __all__ = [
 ]
 
 _REGISTRY: dict[str, type[TransactionHandle]] = {}
+#: The entry point group naming the module and class of a handle kind (see the module docstring).
+HANDLE_KINDS_GROUP = "twopc.handle_kinds"
+#: The kinds of the sinks shipped with twopc, where their handle classes live (``module:Class``).
+#: twopc never imports ``sinks`` itself: a process that reads a ledger holding these kinds
+#: imports the module when it first meets one (the ``sinks`` package then registers every kind).
+BUILT_IN_KINDS: Mapping[str, str] = {
+    "twopc.postgres": "sinks._handles:PostgresHandle",
+    "twopc.mysql_xa": "sinks._handles:MySqlXaHandle",
+    "twopc.redis": "sinks._handles:RedisHandle",
+    "twopc.staging": "sinks._handles:StagingHandle",
+    "twopc.file": "sinks._file:FileHandle",
+}
+_LOOKUP_LOCK = threading.Lock()
 _SCALARS = (str, int, float, bool)
 
 H = TypeVar("H", bound="TransactionHandle")
@@ -190,14 +214,41 @@ def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
         raise HandleError(f"not a handle envelope (needs kind, version, payload): {envelope!r:.200}") from exc
     if not isinstance(kind, str) or not isinstance(version, int) or not isinstance(payload, Mapping):
         raise HandleError(f"malformed handle envelope: {envelope!r:.200}")
-    cls = _REGISTRY.get(kind)
-    if cls is None:
-        known = ", ".join(sorted(_REGISTRY)) or "none"
-        raise UnknownHandleKindError(
-            f"unknown handle kind {kind!r} (known: {known}): import the module that defines "
-            f"the sink that wrote it before reading this checkpoint"
-        )
+    cls = _REGISTRY.get(kind) or _import_kind(kind)
     return cls.from_payload(payload, version)
+
+
+def _import_kind(kind: str) -> type[TransactionHandle]:
+    """The handle class of *kind*, imported from where its entry point or
+    :data:`BUILT_IN_KINDS` says it lives.
+
+    Raises:
+        UnknownHandleKindError: nothing names the kind, or its module fails to import.
+    """
+    with _LOOKUP_LOCK:
+        if (cls := _REGISTRY.get(kind)) is not None:
+            return cls
+        where = [ep.value for ep in importlib.metadata.entry_points(group=HANDLE_KINDS_GROUP, name=kind)]
+        where += [BUILT_IN_KINDS[kind]] if kind in BUILT_IN_KINDS else []
+        failures = []
+        for path in where:
+            try:
+                found = load_object(path)
+            except Exception as exc:  # noqa: BLE001 - any failure of a sink's import is reported with its kind
+                failures.append(f"importing {path} failed: {type(exc).__name__}: {exc}")
+                continue
+            if isinstance(found, type) and issubclass(found, TransactionHandle):
+                ensure_registered(found)
+            if (cls := _REGISTRY.get(kind)) is not None:
+                return cls
+            failures.append(f"{path} does not define a handle of kind {kind!r}")
+    known = ", ".join(sorted(_REGISTRY)) or "none"
+    why = "; ".join(failures) or (f"no entry point of group {HANDLE_KINDS_GROUP} names it (known kinds: "
+                                  f"{known})")
+    raise UnknownHandleKindError(
+        f"unknown handle kind {kind!r}: {why}. Install the package of the sink that wrote this checkpoint "
+        f"(it declares its kinds as entry points of group {HANDLE_KINDS_GROUP}), or import the module "
+        f"that defines its handle before reading the checkpoint")
 
 
 def dumps_handle(handle: TransactionHandle) -> str:

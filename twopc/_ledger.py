@@ -3,7 +3,8 @@
 Layout under ``<checkpointLocation>/twopc/``::
 
     sink.json                       the sink id this checkpoint belongs to
-    target.json                     what it writes to (TwoPhaseCommitSink.target_identity)
+    target.json                     what it writes to (TwoPhaseCommitSink.target_identity) and,
+                                    when the writer tells, its format and credential-free options
     decisions/<batch>.json          every handle of the batch, written BEFORE any commit
     committed/<batch>.json          written AFTER every handle of the batch is committed
     aborted/<batch>.<id>.json       one per abort of the batch, written BEFORE the abort's sweep
@@ -14,6 +15,7 @@ Records are written atomically and a decision at most once, by the store of the
 location (:mod:`twopc._stores`): on a local filesystem through a temporary file, fsync,
 an exclusive link to the final name and an fsync of the folder; on S3 by a conditional
 PutObject (``If-None-Match: *``). Locations without such a create are refused.
+A ledger opened ``read_only`` (``twopc status``, metrics) never writes, not even a folder.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import functools
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +36,10 @@ from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, Protoco
 from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._owner import DriverIdentity
 from ._ownership import Ownership
-from ._stores import Store, open_store
+from ._stores import ReadOnlyStore, Store, open_store
 
-__all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_in", "ledger_exists", "ledger_store",
-           "spark_checkpoint_started"]
+__all__ = ["BatchState", "CommitLedger", "Decision", "TargetRecord", "abort_marks_in", "ledger_exists",
+           "ledger_store", "spark_checkpoint_started"]
 
 _FORMAT = 1
 
@@ -90,6 +92,21 @@ class Decision:
             decided_at=float(data.get("decided_at", 0.0)),
             epoch=_epoch_of(data),
         )
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """What a checkpoint's ``target.json`` records (:meth:`CommitLedger.bind_target`)."""
+
+    target: str
+    """What the sink writes to (:meth:`~twopc.TwoPhaseCommitSink.target_identity`)."""
+    data_source: str | None = None
+    """The format name the write used (``twopc-postgres``); None when not recorded."""
+    sink_class: str | None = None
+    """``module:Class`` of its sink; None when not recorded."""
+    options: Mapping[str, str] | None = None
+    """Its writer options without any secret (:meth:`~twopc.TwoPhaseCommitSink.reopen_options`);
+    None when the sink does not tell them."""
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
@@ -149,6 +166,10 @@ def abort_marks_in(store: Store, batch_id: int) -> frozenset[str]:
     return frozenset(n for n in store.list("aborted") if n.startswith(prefix))
 
 
+def _text_or_none(value: Any) -> str | None:
+    return str(value) if value else None
+
+
 def _epoch_of(record: dict[str, Any]) -> int | None:
     """A decision record's owner epoch, read without decoding its handles (so that any sink's
     ledger can be judged without importing the sink)."""
@@ -181,14 +202,22 @@ class CommitLedger:
             (then *checkpoint_location* is a path within it).
         store: the records' store itself (a ledger kept in the target, see
             :mod:`twopc._target`); *checkpoint_location* then only names it in messages.
+        read_only: read the ledger, never write it (every write raises :class:`LedgerError`):
+            nothing is created, not even its folders. A ledger that does not exist reads as
+            empty (:func:`ledger_exists` tells).
     """
 
     def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
-                 epoch: int | None = None, store: Store | None = None) -> None:
+                 epoch: int | None = None, store: Store | None = None, read_only: bool = False) -> None:
         self.checkpoint_location = checkpoint_location
-        self._store = store or open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
-        for folder in ("decisions", "committed", "owners", "verdicts", "aborted"):
-            self._store.makedirs(folder)
+        if store is None:
+            store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
+        elif read_only:
+            store = ReadOnlyStore(store)
+        self._store = store
+        if not read_only:
+            for folder in ("decisions", "committed", "owners", "verdicts", "aborted"):
+                self._store.makedirs(folder)
         self._owners = Ownership(self._store, epoch)
 
     # -- ownership (see twopc._ownership) ------------------------------------------------
@@ -258,16 +287,31 @@ class CommitLedger:
     # -- target ----------------------------------------------------------------------
     def recorded_target(self) -> str | None:
         """The target identity recorded in this checkpoint (:meth:`bind_target`), or None."""
-        text = self._store.read("target.json")
-        return None if text is None else str(_parse(text, self._store.path("target.json"))["target"])
+        record = self.target_record()
+        return None if record is None else record.target
 
-    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True) -> None:
+    def target_record(self) -> TargetRecord | None:
+        """All that this checkpoint records about its target (:meth:`bind_target`), or None."""
+        text = self._store.read("target.json")
+        if text is None:
+            return None
+        data = _parse(text, self._store.path("target.json"))
+        options = data.get("options")
+        return TargetRecord(str(data["target"]), _text_or_none(data.get("data_source")),
+                            _text_or_none(data.get("sink_class")),
+                            {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else None)
+
+    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True, data_source: str | None = None,
+                    sink_class: str | None = None, options: Mapping[str, str] | None = None) -> None:
         """Record *identity* (what sink *sink_id* writes to, credential-free) the first time
         this checkpoint is used, and refuse another target later; with ``record=False``
         only refuse (the runtime checks before validating the target and records once it
         validated, so that a mistyped table name is not recorded). A checkpoint written
         before targets were recorded gets *identity* on its next use; ``None`` (a sink that
-        cannot tell) records and checks nothing.
+        cannot tell) records and checks nothing. The first record also keeps what reaches
+        the target again, so that ``twopc status`` needs only the secrets: *data_source*
+        (the format name), *sink_class* (``module:Class``) and *options* (the writer
+        options without any secret: the caller's duty).
 
         Raises:
             ConfigurationError: another target is recorded: the write must not run, since
@@ -279,7 +323,11 @@ class CommitLedger:
         if text is None:
             if not record:
                 return
-            self._store.create("target.json", json.dumps({"format": _FORMAT, "target": identity}), exclusive=True)
+            body: dict[str, Any] = {"format": _FORMAT, "target": identity}
+            reach = {"data_source": data_source, "sink_class": sink_class,
+                     "options": dict(options) if options is not None else None}
+            body.update({k: v for k, v in reach.items() if v is not None})
+            self._store.create("target.json", json.dumps(body, sort_keys=True), exclusive=True)
             text = self._store.read("target.json") or ""
         recorded = str(_parse(text, self._store.path("target.json"))["target"])
         if recorded != identity:

@@ -175,7 +175,7 @@ class MetricsCollector(Collector):
         now = time.time()
         for location in self._locations():
             try:
-                ledger = CommitLedger(location)
+                ledger = CommitLedger(location, read_only=True)  # a scrape creates nothing, not even a folder
                 state = _load(ledger)
                 pending = ledger.pending()
                 sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
@@ -216,9 +216,10 @@ def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) ->
     return collector
 
 
-def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "0.0.0.0") -> CollectorRegistry:
+def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "127.0.0.1") -> CollectorRegistry:
     """Serve the sinks of *checkpoint_locations* on ``http://addr:port/metrics`` from a
     daemon thread of this (long-lived) process, e.g. the application's driver process.
+    *addr* is the interface: loopback only by default, ``0.0.0.0`` for every one.
     Returns the registry.
 
     Raises:

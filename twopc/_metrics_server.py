@@ -29,11 +29,15 @@ from ._errors import ConfigurationError
 from ._metrics import MetricsCollector
 from ._options import option
 
-__all__ = ["ensure_server", "main", "metrics_port"]
+__all__ = ["LOOPBACK", "ensure_server", "main", "metrics_port"]
+
+#: Where the server listens unless ``metricsHost`` names an interface: this machine only.
+LOOPBACK = "127.0.0.1"
 
 
 def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
-    """The ``metricsPort`` (and ``metricsHost``, default all interfaces) writer options.
+    """The ``metricsPort`` (and ``metricsHost``: the interface to listen on, default
+    loopback only, ``0.0.0.0`` for every interface) writer options.
 
     Raises:
         ConfigurationError: the port is not a number in 1..65535.
@@ -43,7 +47,7 @@ def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
         return None
     if not text.strip().isdigit() or not 0 < int(text) < 65536:
         raise ConfigurationError(f"metricsPort must be a TCP port number (1-65535), got {text!r}")
-    return int(text), option(options, "metricsHost", "0.0.0.0") or "0.0.0.0"
+    return int(text), (option(options, "metricsHost") or "").strip() or LOOPBACK
 
 
 def registry_dir(port: int) -> Path:
@@ -91,7 +95,7 @@ def _port_open(host: str, port: int) -> bool:
         return s.connect_ex(("127.0.0.1" if host in ("", "0.0.0.0") else host, port)) == 0
 
 
-def ensure_server(port: int, checkpoint_location: str, *, host: str = "0.0.0.0") -> bool:
+def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK) -> bool:
     """Register *checkpoint_location* for *port* and start the server unless one runs.
     Returns True when this call started it.
 
@@ -131,7 +135,7 @@ def ensure_server(port: int, checkpoint_location: str, *, host: str = "0.0.0.0")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m twopc._metrics_server")
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--host", default=LOOPBACK, help="the interface to listen on (0.0.0.0: every one)")
     parser.add_argument("--registry", required=True, help="folder of *.ckpt files naming checkpoints")
     parser.add_argument("--watch-pid", type=int, help="exit when this process (the Spark JVM) is gone")
     args = parser.parse_args(argv)

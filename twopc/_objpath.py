@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["load_object"]
+__all__ = ["class_path", "load_object"]
 
 
 def load_object(path: str) -> Any:
@@ -22,3 +22,8 @@ def load_object(path: str) -> Any:
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
+
+
+def class_path(cls: type) -> str:
+    """``module:qualname`` of *cls*: the path :func:`load_object` loads it back from."""
+    return f"{cls.__module__}:{cls.__qualname__}"

@@ -76,6 +76,15 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """
         raise NotImplementedError(f"{cls.__qualname__} must implement from_options() to be used from Spark")
 
+    @classmethod
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str] | None:  # optional hook
+        """The part of the writer *options* (the runtime's removed) that :meth:`from_options`
+        needs to reach the same target again, **without any secret**: no password, no
+        credential in a URL. The Spark runtime records it in the checkpoint with
+        :meth:`target_identity`, so that ``twopc status``/``recover`` need only the secrets.
+        Default ``None``: nothing is recorded (the operator gives every option)."""
+        return None
+
     def validate(self, schema: pa.Schema) -> None:  # optional hook: a no-op by default
         """Check, on the driver before any task runs, that rows of *schema* can be written.
 

@@ -55,6 +55,7 @@ from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
 from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
 from ._logs import configure_worker_logging
+from ._objpath import class_path
 from ._observe import at_plan_time, observe_commit, observe_failure
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
@@ -420,7 +421,9 @@ class TwoPhaseCommitDataSource(DataSource):
                     sink.validate(arrow_schema)
                 if runtime.sink_id and not runtime.ephemeral and lease is None and target is None:
                     claim_sink_id(sink, sink_id, runtime.checkpoint_location)  # sinks without a lease
-                ledger.bind_target(identity, sink_id)  # recorded once the target validated (not a typo)
+                # recorded once the target validated (not a typo), with what reaches it again (no secret)
+                ledger.bind_target(identity, sink_id, data_source=self.name(), sink_class=class_path(self.sink_class),
+                                   options=sink.reopen_options(_sink_options(options)))
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
                 if not streaming and (others := target or target_ledger_of(sink)) is not None:
                     resolve_abandoned(sink, others, skip=sink_id)

@@ -15,6 +15,9 @@ safely is refused, never guessed at:
   one that does not is refused. The endpoint, region and credentials come from boto3's usual
   sources (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``, the credentials
   chain); Hadoop's ``fs.s3a.*`` settings are not visible to Python.
+- a store opened ``read_only`` (``twopc status``, a metrics scrape) refuses every write
+  (:class:`ReadOnlyStore`) and, on S3, skips the first use's check (which writes a probe):
+  a reader never creates a folder, a record or a ledger.
 - everything else with a scheme (``dbfs:/x``, ``hdfs:/x``, ``hdfs://``, ``gs://``,
   ``abfs(s)://``, ``wasb(s)://``...) is refused with the reason and the alternative: a
   ``scheme:`` path is never a local folder.
@@ -35,7 +38,7 @@ from ._errors import ConfigurationError, LedgerError
 from ._extras import require
 from ._folders import make_folder
 
-__all__ = ["LocalStore", "S3Store", "Store", "open_store"]
+__all__ = ["LocalStore", "ReadOnlyStore", "S3Store", "Store", "open_store"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 _S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -87,13 +90,19 @@ class Store(Protocol):
         """Delete *rel* if present. Raises :class:`LedgerError`."""
 
 
-def open_store(location: str, filesystem: pafs.FileSystem | None = None) -> Store:
-    """The store for *location* (see the module docstring).
+def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read_only: bool = False) -> Store:
+    """The store for *location* (see the module docstring); with *read_only*, one that
+    refuses every write (:class:`ReadOnlyStore`).
 
     Raises:
         ConfigurationError: the location is one the ledger cannot write at most once.
         MissingExtraError: an ``s3://`` location without boto3 (``twopc[s3]``).
     """
+    store = _open(location, filesystem, read_only)
+    return ReadOnlyStore(store) if read_only else store
+
+
+def _open(location: str, filesystem: pafs.FileSystem | None, read_only: bool) -> Store:
     if filesystem is not None:
         if not isinstance(filesystem, pafs.LocalFileSystem):
             raise ConfigurationError(
@@ -111,11 +120,44 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None) -> Stor
             raise ConfigurationError(f"cannot open checkpoint location {location!r}: {exc}") from exc
         return LocalStore(path)
     if scheme in _S3_SCHEMES:
-        return S3Store(location)
+        return S3Store(location, check=not read_only)
     reason = _REFUSED.get(scheme, "is not a store twopc can record decisions in at most once. Use a local "
                                   "path or an s3:// location")
     raise ConfigurationError(f"checkpoint location {location!r}: {scheme}: {reason}. A {scheme}: location is "
                              f"never taken for a local folder")
+
+
+class ReadOnlyStore:
+    """Another store's records, read only: every write raises, so that a reader (``twopc
+    status``, a metrics scrape) can never create a ledger or change one."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.root = store.root
+
+    def path(self, *parts: str) -> str:
+        return self._store.path(*parts)
+
+    def read(self, rel: str) -> str | None:
+        return self._store.read(rel)
+
+    def list(self, rel: str) -> list[str]:
+        return self._store.list(rel)
+
+    def _refuse(self, rel: str) -> LedgerError:
+        return LedgerError(f"the ledger {self.root} was opened to be read only: {self.path(rel)} was not written")
+
+    def makedirs(self, rel: str) -> None:
+        raise self._refuse(rel)
+
+    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
+        raise self._refuse(rel)
+
+    def replace(self, rel: str, text: str) -> None:
+        raise self._refuse(rel)
+
+    def delete(self, rel: str) -> None:
+        raise self._refuse(rel)
 
 
 class LocalStore:
@@ -219,7 +261,7 @@ _CHECK_LOCK = threading.Lock()
 class S3Store:
     """Records as S3 objects, created at most once with ``If-None-Match: *``."""
 
-    def __init__(self, location: str) -> None:
+    def __init__(self, location: str, *, check: bool = True) -> None:
         what = f"an {location.split(':', 1)[0]}:// checkpoint location"
         boto3 = require("boto3", "s3", what)
         import botocore.config  # boto3's own dependency: there when boto3 imports
@@ -234,7 +276,8 @@ class S3Store:
         self.root = prefix.strip("/")
         self.client: Any = boto3.client("s3", config=config)
         self._errors = self.client.exceptions
-        self._check_conditional_create()
+        if check:  # a reader writes nothing, so it needs no check (which writes a probe)
+            self._check_conditional_create()
 
     def path(self, *parts: str) -> str:
         return f"{self.scheme}://{self.bucket}/" + "/".join(p for p in (self.root, *parts) if p)

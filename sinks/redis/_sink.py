@@ -54,7 +54,7 @@ from twopc import (
 
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader
-from .._secrets import redacted_errors
+from .._secrets import credential_free, redacted_errors
 from . import _lua as lua
 from ._acks import AckSpec, batch_acks
 from ._clients import ClientConfig, split_url
@@ -156,6 +156,11 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                 dead_letter_stream=o.get("deadLetterStream"),
                 ack=AckSpec.from_options(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")),
             )
+
+    @classmethod
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
+        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        return credential_free(options)
 
     # -- description -------------------------------------------------------------------
     @property

@@ -49,6 +49,7 @@ from twopc import (
 )
 
 from .._handles import PreparedSqlHandle
+from .._secrets import credential_free
 from ._engines import engine_for
 from ._names import parse_table_name
 from ._options import JdbcOptions
@@ -102,6 +103,11 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             ConfigurationError: an option is invalid or not supported.
         """
         return cls(JdbcOptions.parse(options))
+
+    @classmethod
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
+        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        return credential_free(options)
 
     # -- description -------------------------------------------------------------------
     @property

@@ -39,6 +39,7 @@ import pyarrow as pa
 from twopc import ConfigurationError, SinkError, SinkUnavailableError, TargetConfigurationError, TwoPhaseCommitSink
 
 from .._handles import PreparedSqlHandle
+from .._secrets import credential_free
 from ._columns import TableColumn
 from ._dialect import SqlTxn, give_back, log
 from ._errors import session_init_failed
@@ -95,6 +96,11 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         """
         spec = cls.spec
         return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=spec.format_name, dialect=spec.name))
+
+    @classmethod
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
+        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        return credential_free(options)
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions) -> Self:
