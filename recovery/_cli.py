@@ -25,6 +25,7 @@ from twopc import (
 )
 from twopc._logs import configure_cli_logging, log_event
 from twopc._target import open_target_ledger, target_ledger_of
+from twopc._target_check import check_target
 
 __all__ = ["build_sink", "main"]
 
@@ -95,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("--accept-lost", type=int, metavar="BATCH",
                          help="mark a decided batch whose transactions were lost as done (after you "
                               "restored its rows by other means)")
+    recover.add_argument("--retarget", action="store_true",
+                         help="move the checkpoint to the target the --format and --option name (a server "
+                              "that moved with its data): refused while a decided batch waits in the old one")
     return parser
 
 
@@ -122,7 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      "(twopc-postgres, twopc-jdbc, ...) or module:SinkClass")
         sink = build_sink(args.format, _options(args.option, args.option_env))
         with sink:
+            if args.command == "recover" and args.retarget:
+                return _retarget(sink, ledger, sink_id)
             if args.command == "status":
+                check_target(sink, ledger, sink_id, record=False)
                 return _status(sink, ledger, sink_id, as_json=args.json)
             return _recover(sink, ledger, sink_id, dry_run=args.dry_run)
     except TwoPCError as exc:
@@ -142,8 +149,8 @@ def _target_form(args: argparse.Namespace) -> int:
         if backend is None:
             raise ConfigurationError(f"{sink.describe()} keeps no ledger in its target: give --checkpoint")
         if args.command == "recover":
-            if getattr(args, "accept_lost", None) is not None or args.dry_run:
-                raise ConfigurationError("--accept-lost and --dry-run need --checkpoint")
+            if getattr(args, "accept_lost", None) is not None or args.dry_run or args.retarget:
+                raise ConfigurationError("--accept-lost, --dry-run and --retarget need --checkpoint")
             writers = backend.writers()
             done = resolve_abandoned(sink, backend)
             live = [w for w in writers if w not in done]
@@ -183,6 +190,18 @@ def _accept_lost(ledger: CommitLedger, batch: int) -> int:
               "twopc: batch %s marked done by an operator; its lost transactions will not be retried",
               batch, batch=batch)
     print(f"batch {batch} marked done; its lost transactions will not be retried")
+    return 0
+
+
+def _retarget(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str) -> int:
+    identity = sink.target_identity()
+    if identity is None:
+        raise ConfigurationError(f"{sink.describe()} does not name its target: there is nothing to retarget")
+    previous = ledger.retarget(identity, sink_id, instance=sink.target_instance())
+    log_event(logging.getLogger("twopc.recovery"), logging.WARNING, "retargeted",
+              "twopc: checkpoint %s moved by an operator from [%s] to [%s]", ledger.checkpoint_location,
+              previous, identity, previous=previous, target=identity)
+    print(f"checkpoint {ledger.checkpoint_location} now belongs to [{identity}] (was [{previous}])")
     return 0
 
 

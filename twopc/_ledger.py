@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError
+from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError, TargetMismatchError
 from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._owner import DriverIdentity
 from ._ownership import Ownership
@@ -156,6 +156,19 @@ def _epoch_of(record: dict[str, Any]) -> int | None:
     return int(epoch) if epoch is not None else None
 
 
+def _same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
+    """Whether two recorded targets are one: by what their servers say they are when both
+    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
+    if instance is not None and other_instance is not None:
+        return instance == other_instance
+    return label == other_label
+
+
+def _shown(label: str, instance: str | None) -> str:
+    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
+    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
+
+
 def _name(batch_id: int) -> str:
     if batch_id < 0:
         raise ValueError(f"batch id must be >= 0, got {batch_id}")
@@ -186,6 +199,8 @@ class CommitLedger:
     def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
                  epoch: int | None = None, store: Store | None = None) -> None:
         self.checkpoint_location = checkpoint_location
+        self.in_target = store is not None
+        """Whether the records are kept in the target (:mod:`twopc._target`), not in a checkpoint."""
         self._store = store or open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem)
         for folder in ("decisions", "committed", "owners", "verdicts", "aborted"):
             self._store.makedirs(folder)
@@ -258,37 +273,109 @@ class CommitLedger:
     # -- target ----------------------------------------------------------------------
     def recorded_target(self) -> str | None:
         """The target identity recorded in this checkpoint (:meth:`bind_target`), or None."""
-        text = self._store.read("target.json")
-        return None if text is None else str(_parse(text, self._store.path("target.json"))["target"])
+        recorded = self._target_record()
+        return None if recorded is None else recorded[0]
 
-    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True) -> None:
-        """Record *identity* (what sink *sink_id* writes to, credential-free) the first time
-        this checkpoint is used, and refuse another target later; with ``record=False``
+    def recorded_target_instance(self) -> str | None:
+        """What the recorded target's server said it is (:meth:`TwoPhaseCommitSink.target_instance`),
+        or None (not recorded, or the sink could not tell)."""
+        recorded = self._target_record()
+        return None if recorded is None else recorded[1]
+
+    def _target_record(self) -> tuple[str, str | None] | None:
+        text = self._store.read("target.json")
+        if text is None:
+            return None
+        data = _parse(text, self._store.path("target.json"))
+        instance = data.get("instance")
+        return str(data["target"]), None if instance is None else str(instance)
+
+    def _write_target(self, identity: str, instance: str | None, *, exclusive: bool) -> None:
+        body: dict[str, Any] = {"format": _FORMAT, "target": identity}
+        if instance is not None:
+            body["instance"] = instance
+        self._store.create("target.json", json.dumps(body), exclusive=exclusive)
+
+    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True,
+                    instance: str | None = None) -> None:
+        """Record *identity* (what sink *sink_id* writes to, credential-free) and *instance*
+        (what its server says it is, :meth:`TwoPhaseCommitSink.target_instance`) the first
+        time this checkpoint is used, and refuse another target later; with ``record=False``
         only refuse (the runtime checks before validating the target and records once it
-        validated, so that a mistyped table name is not recorded). A checkpoint written
-        before targets were recorded gets *identity* on its next use; ``None`` (a sink that
+        validated, so that a mistyped table name is not recorded). ``None`` (a sink that
         cannot tell) records and checks nothing.
 
+        Two targets are the same when their servers' instances are both known and equal
+        (``localhost`` and ``127.0.0.1`` reach one server), else when their identities are.
+        The record is never replaced by a write (:meth:`retarget` is the operator's way). A
+        checkpoint written before targets were recorded gets *identity* on its next use,
+        unless a decided batch still waits: where its transactions were prepared is not
+        known, so nothing is recorded until recovery has finished it.
+
         Raises:
-            ConfigurationError: another target is recorded: the write must not run, since
-                this checkpoint's committed batch ids (``txnVersion``) and sink id belong to it.
+            TargetMismatchError: another target is recorded: the write must not run, since
+                this checkpoint's decided batches wait there, and its committed batch ids
+                (``txnVersion``) and sink id belong to it.
         """
         if identity is None:
             return
-        text = self._store.read("target.json")
-        if text is None:
-            if not record:
+        recorded = self._target_record()
+        if recorded is None:
+            if not record or self.pending():
                 return
-            self._store.create("target.json", json.dumps({"format": _FORMAT, "target": identity}), exclusive=True)
-            text = self._store.read("target.json") or ""
-        recorded = str(_parse(text, self._store.path("target.json"))["target"])
-        if recorded != identity:
-            raise ConfigurationError(
-                f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) belongs to a write to "
-                f"[{recorded}], but this write goes to [{identity}]: a checkpoint's committed batches "
-                f"(txnVersion) and sink id serve one target, so this write would be skipped or mixed up "
-                f"with the other one's. Nothing was written. Give this write its own checkpointLocation "
-                f"(and sinkId, if you set one)")
+            self._write_target(identity, instance, exclusive=True)
+            recorded = self._target_record() or (identity, instance)
+        label, known = recorded
+        if _same_target(label, known, identity, instance):
+            if record and known is None and instance is not None and label == identity and not self.pending():
+                self._write_target(identity, instance, exclusive=False)  # learn what the server says it is
+            return
+        raise TargetMismatchError(self._mismatch(sink_id, recorded, (identity, instance)))
+
+    def _mismatch(self, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None]) -> str:
+        old, new = _shown(*recorded), _shown(*asked)
+        head = (f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) belongs to a write to {old}, but "
+                f"this write goes to {new}: another server, database or table (the same server reached under "
+                f"another name is the same target where the server tells what it is). Nothing was written or "
+                f"recorded. ")
+        retarget = (f"python -m recovery recover --checkpoint {self.checkpoint_location} --retarget --format "
+                    f"<the write's format> --option key=value ... (the options of the write to the new target)")
+        pending = [d.batch_id for d in self.pending()]
+        if pending:
+            accept = " ".join(f"--accept-lost {b}" for b in pending)
+            return head + (
+                f"Batch(es) {pending} are decided and their transactions wait prepared in {old}: nothing is lost. "
+                f"Point this write back at {old} (its URL as before) and it commits them first. Only if that "
+                f"target is gone for good are their rows lost: restore them by other means, mark each batch done "
+                f"(python -m recovery recover --checkpoint {self.checkpoint_location} {accept}, one command per "
+                f"batch), then move the checkpoint to the new target: {retarget}")
+        return head + (
+            f"A checkpoint's committed batches (txnVersion) and sink id serve one target, so this write would be "
+            f"skipped or mixed up with the other one's. Give this write its own checkpointLocation (and sinkId, "
+            f"if you set one); or, if the new target holds the old one's data (a moved server), move the "
+            f"checkpoint to it: {retarget}")
+
+    def retarget(self, identity: str, sink_id: str, *, instance: str | None = None) -> str | None:
+        """Record *identity* (and *instance*) as this checkpoint's target in place of the
+        recorded one: the operator's move of a checkpoint to another target (``python -m
+        recovery recover --retarget``). Returns the identity recorded before (None: none).
+
+        Raises:
+            TargetMismatchError: a decided batch waits unfinished: its transactions are in
+                the recorded target (finish it there, or accept it as lost, first).
+        """
+        recorded = self._target_record()
+        pending = [d.batch_id for d in self.pending()]
+        if pending and (recorded is None or not _same_target(*recorded, identity, instance)):
+            where = _shown(*recorded) if recorded is not None else "the target the checkpoint was written to"
+            raise TargetMismatchError(
+                f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) has decided batch(es) {pending} "
+                f"whose transactions wait prepared in {where}: it cannot move to {_shown(identity, instance)} "
+                f"now. Finish them first (run the write, or python -m recovery recover, with the recorded "
+                f"target's options), or, if that target is gone for good, restore their rows and mark each "
+                f"batch done with --accept-lost <batch>; then retarget. Nothing was changed")
+        self._write_target(identity, instance, exclusive=False)
+        return None if recorded is None else recorded[0]
 
     # -- batches ---------------------------------------------------------------------
     def state(self, batch_id: int) -> BatchState:
