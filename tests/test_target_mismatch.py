@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 import sinks
-from sinks import FileSink, PostgresHandle, PostgresSink
+from sinks import FileSink, MySqlXaSink, PostgresHandle, PostgresSink
 from sinks.sql import dispose_engines
 from twopc import (
     BatchState,
@@ -215,3 +215,19 @@ def test_retarget_moves_a_checkpoint_only_when_no_batch_waits(tmp_path) -> None:
     moved = _cli("recover", "--checkpoint", ck, "--format", "twopc-file", "--option", f"path={out2}", "--retarget")
     assert moved.returncode == 0, moved.stderr
     assert CommitLedger(ck).recorded_target() == f"files {out2}"
+
+
+@pytest.mark.parametrize("server", ["postgres", "mariadb"])
+def test_the_servers_say_what_they_are(server, request) -> None:
+    """One server under two names is one instance; another table is another target."""
+    url = make_url(request.getfixturevalue(f"{server}_url"))
+    sink_class = PostgresSink if server == "postgres" else MySqlXaSink
+    names = [url.render_as_string(hide_password=False),
+             url.set(host="localhost").render_as_string(hide_password=False)]
+    instances = []
+    for name in names:
+        with sink_class(name, "t1") as sink:
+            instances.append(sink.target_instance())
+            assert str(url.password) not in (sink.target_instance() or "")
+    with sink_class(names[0], "t2") as other:
+        assert instances[0] is not None and instances[0] == instances[1] != other.target_instance()

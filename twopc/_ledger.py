@@ -3,7 +3,8 @@
 Layout under ``<checkpointLocation>/twopc/``::
 
     sink.json                       the sink id this checkpoint belongs to
-    target.json                     what it writes to (TwoPhaseCommitSink.target_identity)
+    target.json                     what it writes to (TwoPhaseCommitSink.target_identity, and
+                                    target_instance: what its server says it is)
     decisions/<batch>.json          every handle of the batch, written BEFORE any commit
     committed/<batch>.json          written AFTER every handle of the batch is committed
     aborted/<batch>.<id>.json       one per abort of the batch, written BEFORE the abort's sweep
