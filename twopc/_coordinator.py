@@ -139,9 +139,9 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
               txn_ids=lost)
     head = (f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
             f"transactions {lost} are neither prepared nor committed in {sink.describe()}")
+    where = "" if ledger.in_target else f"--checkpoint {ledger.checkpoint_location} "
     accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run "
-              f"`python -m recovery --checkpoint {ledger.checkpoint_location} --accept-lost {decision.batch_id}` "
-              f"to mark it done")
+              f"`python -m recovery {where}--accept-lost {decision.batch_id}` to mark it done")
     if _target_unknown(sink, ledger):
         return TransactionLostError(
             f"{head}. This checkpoint does not record which target the batch was prepared in (it was written by "
