@@ -24,6 +24,7 @@ from twopc import (
     CommitLedger,
     ConfigurationError,
     RecoveryCoordinator,
+    TargetMismatchError,
     TwoPCError,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
@@ -35,6 +36,7 @@ from twopc._logs import configure_cli_logging, log_event
 from twopc._objpath import load_object
 from twopc._stores import open_store
 from twopc._target import open_target_ledger, target_ledger_of
+from twopc._target_check import check_target
 
 __all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
 
@@ -145,6 +147,9 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("--accept-lost", type=int, metavar="BATCH",
                          help="mark a decided batch whose transactions were lost as done (after you "
                               "restored its rows by other means)")
+    recover.add_argument("--retarget", action="store_true",
+                         help="move the checkpoint to the target the --format and --option name (a server "
+                              "that moved with its data): refused while a decided batch waits in the old one")
     return parser
 
 
@@ -185,9 +190,12 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
         return _accept_lost(CommitLedger(checkpoint), args.accept_lost)
     record = reader.target_record()
     format_name = _format(args.format, checkpoint, record)
-    sink = build_sink(format_name, _merged(record, _options(args.option, args.option_env)))
+    options = _merged(record, _options(args.option, args.option_env))
+    sink = build_sink(format_name, options)
     with sink:
-        _check_target(sink, checkpoint, record)
+        if args.command == "recover" and args.retarget:
+            return _retarget(sink, CommitLedger(checkpoint), sink_id, options)
+        _check_target(sink, reader, sink_id, checkpoint, record)
         if args.command == "status":
             return _status(sink, reader, sink_id, as_json=args.json)
         return _recover(sink, reader if args.dry_run else CommitLedger(checkpoint), sink_id, dry_run=args.dry_run)
@@ -272,20 +280,22 @@ def _recorded_class(record: TargetRecord) -> type[TwoPhaseCommitSink[Any, Any, A
     return None
 
 
-def _check_target(sink: TwoPhaseCommitSink[Any, Any, Any], checkpoint: str, record: TargetRecord | None) -> None:
-    """Refuse a sink whose target is not the one *checkpoint* records.
+def _check_target(sink: TwoPhaseCommitSink[Any, Any, Any], reader: CommitLedger, sink_id: str, checkpoint: str,
+                  record: TargetRecord | None) -> None:
+    """Refuse a sink whose target is not the one *checkpoint* records (compared as a write
+    compares them: by what the servers say they are where both tell, so an alias of the
+    recorded server is the same target). Records nothing.
 
     Raises:
         _CannotTell: the targets differ.
     """
-    identity = sink.target_identity()
-    if record is None or identity is None or identity == record.target:
-        return
-    recorded = ", ".join(sorted(record.options or {})) or "none"
-    raise _CannotTell(
-        f"checkpoint {checkpoint} belongs to a write to [{record.target}], but the options given name "
-        f"[{identity}]: that target holds none of this checkpoint's transactions. Give only the secrets (the "
-        f"checkpoint records the options {recorded}), or the checkpoint of the write to [{identity}]")
+    try:
+        check_target(sink, reader, sink_id, record=False)
+    except TargetMismatchError as exc:
+        recorded = ", ".join(sorted(record.options or {})) if record is not None else ""
+        hint = (f" To reach the recorded target, give only the secrets: the checkpoint records the options "
+                f"{recorded}." if recorded else "")
+        raise _CannotTell(f"{exc}{hint}") from exc
 
 
 def _target_form(args: argparse.Namespace) -> int:
@@ -300,8 +310,8 @@ def _target_form(args: argparse.Namespace) -> int:
         if backend is None:
             raise ConfigurationError(f"{sink.describe()} keeps no ledger in its target: give --checkpoint")
         if args.command == "recover":
-            if getattr(args, "accept_lost", None) is not None or args.dry_run:
-                raise ConfigurationError("--accept-lost and --dry-run need --checkpoint")
+            if getattr(args, "accept_lost", None) is not None or args.dry_run or args.retarget:
+                raise ConfigurationError("--accept-lost, --dry-run and --retarget need --checkpoint")
             writers = backend.writers()
             done = resolve_abandoned(sink, backend)
             live = [w for w in writers if w not in done]
@@ -341,6 +351,20 @@ def _accept_lost(ledger: CommitLedger, batch: int) -> int:
               "twopc: batch %s marked done by an operator; its lost transactions will not be retried",
               batch, batch=batch)
     print(f"batch {batch} marked done; its lost transactions will not be retried")
+    return OK
+
+
+def _retarget(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str,
+              options: Mapping[str, str]) -> int:
+    identity = sink.target_identity()
+    if identity is None:
+        raise ConfigurationError(f"{sink.describe()} does not name its target: there is nothing to retarget")
+    previous = ledger.retarget(identity, sink_id, instance=sink.target_instance(),
+                               options=sink.reopen_options(options))
+    log_event(logging.getLogger("twopc.recovery"), logging.WARNING, "retargeted",
+              "twopc: checkpoint %s moved by an operator from [%s] to [%s]", ledger.checkpoint_location,
+              previous, identity, previous=previous, target=identity)
+    print(f"checkpoint {ledger.checkpoint_location} now belongs to [{identity}] (was [{previous}])")
     return OK
 
 

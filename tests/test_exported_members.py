@@ -28,7 +28,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "ProtocolError",
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "RuntimeOptions",
         "SchemaMismatchError", "SinkError", "SinkStatus", "SinkUnavailableError", "SourceError",
-        "TargetConfigurationError", "TargetLedger",
+        "TargetConfigurationError", "TargetLedger", "TargetMismatchError",
         "TransactionContext", "TransactionHandle", "TransactionLostError", "TwoPCCommitMessage",
         "TwoPCError", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitDataSource", "TwoPhaseCommitSink",
         "TwoPhaseCommitStreamWriter", "UnknownHandleKindError", "UnsettledTransaction", "Xid",

@@ -292,7 +292,7 @@ def test_redis_options_on_a_postgres_checkpoint_that_records_only_its_target_exi
                     options={"url": redis_url, "mapping": mapping})
     assert out.returncode == 3, out.stdout + out.stderr
     assert "belongs to a write to [postgresql 127.0.0.1:5432/shop table public.events]" in out.stderr
-    assert "but the options given name [redis 127.0.0.1:" in out.stderr and "no unsettled" not in out.stdout
+    assert "but this write goes to [redis 127.0.0.1:" in out.stderr and "no unsettled" not in out.stdout
     alone = twopc_cli("status", str(tmp_path / "ck"))
     assert alone.returncode == 2 and "--format is required" in alone.stderr, alone.stderr
 

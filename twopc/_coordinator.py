@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -37,6 +38,8 @@ from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
 from ._retry import CommitRetry
 from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._sink_owner import claim_writer
+from ._target_check import check_target
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
@@ -134,13 +137,30 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
     log_event(log, logging.ERROR, "transaction_lost", "twopc: sink=%s batch=%s lost transactions %s",
               decision.sink_id, decision.batch_id, lost, sink_id=decision.sink_id, batch=decision.batch_id,
               txn_ids=lost)
+    head = (f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
+            f"transactions {lost} are neither prepared nor committed in {sink.describe()}")
+    where = "" if ledger.in_target else f"--checkpoint {ledger.checkpoint_location} "
+    accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run "
+              f"`python -m recovery {where}--accept-lost {decision.batch_id}` to mark it done")
+    if _target_unknown(sink, ledger):
+        return TransactionLostError(
+            f"{head}. This checkpoint does not record which target the batch was prepared in (it was written by "
+            f"an older twopc): if that was another server or database than this one, nothing is lost: point "
+            f"the write back at it and it commits them. Only if it was this one are their rows lost (was a "
+            f"prepared transaction rolled back by hand?). {accept}")
     return TransactionLostError(
-        f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
-        f"transactions {lost} are neither prepared nor committed in {sink.describe()}: "
-        f"their rows are lost (was a prepared transaction rolled back by hand?). The batch "
-        f"stays decided but unfinished in {ledger.location}; restore the rows, then run "
-        f"`python -m recovery --accept-lost {decision.batch_id}` to mark it done"
-    )
+        f"{head}: their rows are lost (was a prepared transaction rolled back by hand?). {accept}")
+
+
+def _target_unknown(sink: AnySink, ledger: CommitLedger) -> bool:
+    """Whether the checkpoint cannot tell that *sink*'s target is the one its batches were
+    prepared in (no target recorded, though the sink names one)."""
+    if ledger.in_target or sink.target_identity() is None:
+        return False
+    try:
+        return ledger.recorded_target() is None
+    except LedgerError:
+        return True
 
 
 def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: int,
@@ -242,10 +262,20 @@ class CommitCoordinator:
             ``commitRetryBackoff``).
         format_name: the write's Spark format, named in the recovery command of a
             :class:`CommitPendingError`.
+        claimed: the caller already checked the checkpoint's target and holds the sink id's
+            claim (the Spark runtime does both at plan time). Otherwise the coordinator does
+            both here, before any transaction of the sink id is prepared or rolled back
+            (:func:`~twopc._target_check.check_target`, :func:`~twopc._sink_owner.claim_writer`),
+            and records the target with its first decision; a SQL sink's lease is then held
+            until :meth:`close` (or until the coordinator is garbage collected).
+
+    Raises:
+        TargetMismatchError: the checkpoint belongs to another target.
+        ConcurrentWriterError: another writer has the sink id.
     """
 
     def __init__(self, sink: AnySink, ledger: CommitLedger, sink_id: str, *, keep_last: int = 100,
-                 retry: CommitRetry | None = None, format_name: str = "") -> None:
+                 retry: CommitRetry | None = None, format_name: str = "", claimed: bool = False) -> None:
         self.sink = sink
         self.format_name = format_name
         self.ledger = ledger
@@ -253,6 +283,23 @@ class CommitCoordinator:
         self.keep_last = keep_last
         self.retry = retry or CommitRetry()
         self.metrics = CommitMetrics()
+        self._target_recorded = claimed
+        self._release: Callable[[], None] = lambda: None
+        if not claimed:
+            check_target(sink, ledger, sink_id, record=False)
+            claim = claim_writer(sink, ledger, sink_id)
+            if claim is not None:
+                self._release = weakref.finalize(self, claim.release)
+
+    def close(self) -> None:
+        """Give the sink id's claim up (a SQL sink's lease), if this coordinator took one."""
+        self._release()
+
+    def __enter__(self) -> CommitCoordinator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         """Commit the batch made of *handles* (one per partition, ``None`` for partitions
@@ -264,6 +311,7 @@ class CommitCoordinator:
 
         Raises:
             FencedError: another driver took the ledger over; nothing was committed.
+            TargetMismatchError: the checkpoint belongs to another target; nothing was done.
             TransactionLostError: a decided transaction is gone.
             ProtocolError: a handle belongs to another sink or batch.
             CommitPendingError: the target did not answer the commit, retries included
@@ -272,6 +320,9 @@ class CommitCoordinator:
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
+        if not self._target_recorded:  # a coordinator built by hand: the target is recorded before a decision
+            check_target(self.sink, self.ledger, self.sink_id, record=True)
+            self._target_recorded = True
         self.ledger.check_owner()
         state = self.ledger.state(batch_id)
         if state is BatchState.COMMITTED:

@@ -9,7 +9,8 @@ catch the whole family with one clause, or a branch of it::
     │   ├── MissingExtraError       a backend's driver is not installed (also an ImportError)
     │   ├── SchemaMismatchError     the DataFrame does not fit the target
     │   ├── TargetConfigurationError  the target is set up wrong (e.g. 2PC disabled)
-    │   └── ConcurrentWriterError   another writer has this sink id (lease or owner record)
+    │   ├── ConcurrentWriterError   another writer has this sink id (lease or owner record)
+    │   └── TargetMismatchError     the write's target is not the one its checkpoint belongs to
     ├── HandleError                 a serialized transaction handle cannot be read
     │   ├── UnknownHandleKindError  no handle type is registered for its kind
     │   └── HandleVersionError      written by a newer (or unsupported older) twopc
@@ -49,6 +50,7 @@ __all__ = [
     "SinkUnavailableError",
     "SourceError",
     "TargetConfigurationError",
+    "TargetMismatchError",
     "TransactionLostError",
     "TwoPCError",
     "UnknownHandleKindError",
@@ -111,6 +113,15 @@ class ConcurrentWriterError(ConfigurationError):
     see :mod:`twopc._target`), or the target's owner record names another checkpoint
     (Redis, files: see :mod:`twopc._sink_owner`). Two writers with one sink id would roll
     back each other's transactions. Refused before anything is written."""
+
+
+class TargetMismatchError(ConfigurationError):
+    """The write's target is not the one its checkpoint belongs to (``twopc/target.json``):
+    another server, database or table, told apart by what the server says it is where the
+    sink can ask (an alias of the same server is the same target). Its decided batches wait
+    prepared in the recorded target, and its committed batch ids (``txnVersion``) describe
+    that target only. Refused before anything is recorded; the message names both targets,
+    the batches that wait, and the fix."""
 
 
 class HandleError(TwoPCError):

@@ -3,8 +3,9 @@
 Layout under ``<checkpointLocation>/twopc/``::
 
     sink.json                       the sink id this checkpoint belongs to
-    target.json                     what it writes to (TwoPhaseCommitSink.target_identity) and,
-                                    when the writer tells, its format and credential-free options
+    target.json                     what it writes to (TwoPhaseCommitSink.target_identity), what
+                                    its server says it is (target_instance) and, when the writer
+                                    tells, its format and credential-free options
     decisions/<batch>.json          every handle of the batch, written BEFORE any commit
     committed/<batch>.json          written AFTER every handle of the batch is committed
     aborted/<batch>.<id>.json       one per abort of the batch, written BEFORE the abort's sweep
@@ -32,7 +33,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError
+from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError, TargetMismatchError
 from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._owner import DriverIdentity
 from ._ownership import Ownership
@@ -107,6 +108,9 @@ class TargetRecord:
     options: Mapping[str, str] | None = None
     """Its writer options without any secret (:meth:`~twopc.TwoPhaseCommitSink.reopen_options`);
     None when the sink does not tell them."""
+    instance: str | None = None
+    """What its server said it is (:meth:`~twopc.TwoPhaseCommitSink.target_instance`); None when
+    the sink cannot tell."""
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
@@ -177,6 +181,19 @@ def _epoch_of(record: dict[str, Any]) -> int | None:
     return int(epoch) if epoch is not None else None
 
 
+def _same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
+    """Whether two recorded targets are one: by what their servers say they are when both
+    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
+    if instance is not None and other_instance is not None:
+        return instance == other_instance
+    return label == other_label
+
+
+def _shown(label: str, instance: str | None) -> str:
+    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
+    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
+
+
 def _name(batch_id: int) -> str:
     if batch_id < 0:
         raise ValueError(f"batch id must be >= 0, got {batch_id}")
@@ -210,6 +227,8 @@ class CommitLedger:
     def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
                  epoch: int | None = None, store: Store | None = None, read_only: bool = False) -> None:
         self.checkpoint_location = checkpoint_location
+        self.in_target = store is not None
+        """Whether the records are kept in the target (:mod:`twopc._target`), not in a checkpoint."""
         if store is None:
             store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
         elif read_only:
@@ -290,6 +309,12 @@ class CommitLedger:
         record = self.target_record()
         return None if record is None else record.target
 
+    def recorded_target_instance(self) -> str | None:
+        """What the recorded target's server said it is (:meth:`TwoPhaseCommitSink.target_instance`),
+        or None (not recorded, or the sink could not tell)."""
+        record = self.target_record()
+        return None if record is None else record.instance
+
     def target_record(self) -> TargetRecord | None:
         """All that this checkpoint records about its target (:meth:`bind_target`), or None."""
         text = self._store.read("target.json")
@@ -299,44 +324,109 @@ class CommitLedger:
         options = data.get("options")
         return TargetRecord(str(data["target"]), _text_or_none(data.get("data_source")),
                             _text_or_none(data.get("sink_class")),
-                            {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else None)
+                            {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else None,
+                            _text_or_none(data.get("instance")))
 
-    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True, data_source: str | None = None,
+    def _write_target(self, record: TargetRecord, *, exclusive: bool) -> None:
+        body: dict[str, Any] = {"format": _FORMAT, "target": record.target}
+        reach = {"instance": record.instance, "data_source": record.data_source, "sink_class": record.sink_class,
+                 "options": dict(record.options) if record.options is not None else None}
+        body.update({k: v for k, v in reach.items() if v is not None})
+        self._store.create("target.json", json.dumps(body, sort_keys=True), exclusive=exclusive)
+
+    def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True,
+                    instance: str | None = None, data_source: str | None = None,
                     sink_class: str | None = None, options: Mapping[str, str] | None = None) -> None:
-        """Record *identity* (what sink *sink_id* writes to, credential-free) the first time
-        this checkpoint is used, and refuse another target later; with ``record=False``
+        """Record *identity* (what sink *sink_id* writes to, credential-free) and *instance*
+        (what its server says it is, :meth:`TwoPhaseCommitSink.target_instance`) the first
+        time this checkpoint is used, and refuse another target later; with ``record=False``
         only refuse (the runtime checks before validating the target and records once it
-        validated, so that a mistyped table name is not recorded). A checkpoint written
-        before targets were recorded gets *identity* on its next use; ``None`` (a sink that
+        validated, so that a mistyped table name is not recorded). ``None`` (a sink that
         cannot tell) records and checks nothing. The first record also keeps what reaches
         the target again, so that ``twopc status`` needs only the secrets: *data_source*
         (the format name), *sink_class* (``module:Class``) and *options* (the writer
         options without any secret: the caller's duty).
 
+        Two targets are the same when their servers' instances are both known and equal
+        (``localhost`` and ``127.0.0.1`` reach one server), else when their identities are.
+        The record is never replaced by a write (:meth:`retarget` is the operator's way). A
+        checkpoint written before targets were recorded gets *identity* on its next use,
+        unless a decided batch still waits: where its transactions were prepared is not
+        known, so nothing is recorded until recovery has finished it.
+
         Raises:
-            ConfigurationError: another target is recorded: the write must not run, since
-                this checkpoint's committed batch ids (``txnVersion``) and sink id belong to it.
+            TargetMismatchError: another target is recorded: the write must not run, since
+                this checkpoint's decided batches wait there, and its committed batch ids
+                (``txnVersion``) and sink id belong to it.
         """
         if identity is None:
             return
-        text = self._store.read("target.json")
-        if text is None:
-            if not record:
+        recorded = self.target_record()
+        if recorded is None:
+            if not record or self.pending():
                 return
-            body: dict[str, Any] = {"format": _FORMAT, "target": identity}
-            reach = {"data_source": data_source, "sink_class": sink_class,
-                     "options": dict(options) if options is not None else None}
-            body.update({k: v for k, v in reach.items() if v is not None})
-            self._store.create("target.json", json.dumps(body, sort_keys=True), exclusive=True)
-            text = self._store.read("target.json") or ""
-        recorded = str(_parse(text, self._store.path("target.json"))["target"])
-        if recorded != identity:
-            raise ConfigurationError(
-                f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) belongs to a write to "
-                f"[{recorded}], but this write goes to [{identity}]: a checkpoint's committed batches "
-                f"(txnVersion) and sink id serve one target, so this write would be skipped or mixed up "
-                f"with the other one's. Nothing was written. Give this write its own checkpointLocation "
-                f"(and sinkId, if you set one)")
+            self._write_target(TargetRecord(identity, data_source, sink_class, options, instance), exclusive=True)
+            recorded = self.target_record() or TargetRecord(identity, instance=instance)
+        label, known = recorded.target, recorded.instance
+        if _same_target(label, known, identity, instance):
+            if record and known is None and instance is not None and label == identity and not self.pending():
+                # learn what the server says it is
+                self._write_target(dataclasses.replace(
+                    recorded, instance=instance, data_source=recorded.data_source or data_source,
+                    sink_class=recorded.sink_class or sink_class,
+                    options=recorded.options if recorded.options is not None else options), exclusive=False)
+            return
+        raise TargetMismatchError(self._mismatch(sink_id, (label, known), (identity, instance)))
+
+    def _mismatch(self, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None]) -> str:
+        old, new = _shown(*recorded), _shown(*asked)
+        head = (f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) belongs to a write to {old}, but "
+                f"this write goes to {new}: another server, database or table (the same server reached under "
+                f"another name is the same target where the server tells what it is). Nothing was written or "
+                f"recorded. ")
+        retarget = (f"python -m recovery recover --checkpoint {self.checkpoint_location} --retarget --format "
+                    f"<the write's format> --option key=value ... (the options of the write to the new target)")
+        pending = [d.batch_id for d in self.pending()]
+        if pending:
+            accept = " ".join(f"--accept-lost {b}" for b in pending)
+            return head + (
+                f"Batch(es) {pending} are decided and their transactions wait prepared in {old}: nothing is lost. "
+                f"Point this write back at {old} (its URL as before) and it commits them first. Only if that "
+                f"target is gone for good are their rows lost: restore them by other means, mark each batch done "
+                f"(python -m recovery recover --checkpoint {self.checkpoint_location} {accept}, one command per "
+                f"batch), then move the checkpoint to the new target: {retarget}")
+        return head + (
+            f"A checkpoint's committed batches (txnVersion) and sink id serve one target, so this write would be "
+            f"skipped or mixed up with the other one's. Give this write its own checkpointLocation (and sinkId, "
+            f"if you set one); or, if the new target holds the old one's data (a moved server), move the "
+            f"checkpoint to it: {retarget}")
+
+    def retarget(self, identity: str, sink_id: str, *, instance: str | None = None,
+                 options: Mapping[str, str] | None = None) -> str | None:
+        """Record *identity* (and *instance*) as this checkpoint's target in place of the
+        recorded one: the operator's move of a checkpoint to another target (``python -m
+        recovery recover --retarget``), with the new target's writer *options* without
+        secrets (the format recorded is kept). Returns the identity recorded before (None: none).
+
+        Raises:
+            TargetMismatchError: a decided batch waits unfinished: its transactions are in
+                the recorded target (finish it there, or accept it as lost, first).
+        """
+        recorded = self.target_record()
+        pending = [d.batch_id for d in self.pending()]
+        if pending and (recorded is None or not _same_target(recorded.target, recorded.instance, identity, instance)):
+            where = (_shown(recorded.target, recorded.instance) if recorded is not None
+                     else "the target the checkpoint was written to")
+            raise TargetMismatchError(
+                f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) has decided batch(es) {pending} "
+                f"whose transactions wait prepared in {where}: it cannot move to {_shown(identity, instance)} "
+                f"now. Finish them first (run the write, or python -m recovery recover, with the recorded "
+                f"target's options), or, if that target is gone for good, restore their rows and mark each "
+                f"batch done with --accept-lost <batch>; then retarget. Nothing was changed")
+        kept = recorded or TargetRecord(identity)
+        moved = TargetRecord(identity, kept.data_source, kept.sink_class, options, instance)
+        self._write_target(moved, exclusive=False)
+        return None if recorded is None else recorded.target
 
     # -- batches ---------------------------------------------------------------------
     def state(self, batch_id: int) -> BatchState:

@@ -18,6 +18,8 @@ from . import _metrics
 from ._coordinator import AnySink, CommitMetrics, classify_prepared, finish_decision, resolve_prepared
 from ._ledger import CommitLedger
 from ._logs import log_event
+from ._sink_owner import claim_writer
+from ._target_check import check_target
 
 __all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]
 
@@ -69,6 +71,10 @@ class RecoveryCoordinator:
             carry no credentials).
         ledger: the commit ledger of the checkpoint (or pass ``checkpoint_location``).
         sink_id: the sink id; defaults to the one recorded in the ledger.
+        claimed: the caller already checked the checkpoint's target and holds the sink id's
+            claim (the Spark runtime, at plan time). Otherwise :meth:`plan` and :meth:`run`
+            check the target first, and :meth:`run` claims the sink id for as long as it runs
+            (see :class:`~twopc.CommitCoordinator`).
 
     Guarantees, when :meth:`run` returns: every batch the ledger holds a decision for is
     committed and marked; no transaction of the sink id is left prepared. It is safe to run
@@ -76,7 +82,7 @@ class RecoveryCoordinator:
     """
 
     def __init__(self, sink: AnySink, ledger: CommitLedger | None = None, *,
-                 checkpoint_location: str | None = None, sink_id: str | None = None) -> None:
+                 checkpoint_location: str | None = None, sink_id: str | None = None, claimed: bool = False) -> None:
         if ledger is None:
             if checkpoint_location is None:
                 raise ValueError("pass a ledger or a checkpoint_location")
@@ -87,9 +93,16 @@ class RecoveryCoordinator:
         if not self.sink_id:
             raise ValueError(f"no sink id recorded in {ledger.location}; pass sink_id")
         self.metrics = CommitMetrics()
+        self.claimed = claimed
 
     def plan(self) -> RecoveryPlan:
-        """Return what :meth:`run` would do, changing nothing."""
+        """Return what :meth:`run` would do, changing nothing.
+
+        Raises:
+            TargetMismatchError: the checkpoint belongs to another target.
+        """
+        if not self.claimed:
+            check_target(self.sink, self.ledger, self.sink_id, record=False)
         pending = self.ledger.pending()
         to_commit, orphans = classify_prepared(self.ledger, self.sink.list_prepared(self.sink_id), up_to_batch=None)
         return RecoveryPlan(self.sink_id, tuple(d.batch_id for d in pending),
@@ -101,9 +114,22 @@ class RecoveryCoordinator:
         Takes the ledger over first (:meth:`CommitLedger.claim`) unless it was claimed.
 
         Raises:
+            TargetMismatchError: the checkpoint belongs to another target; nothing was done.
+            ConcurrentWriterError: another writer has the sink id; nothing was done.
             TransactionLostError: a decided transaction is gone (the batch stays decided).
             SinkError: the target failed; run again.
         """
+        if self.claimed:
+            return self._run()
+        check_target(self.sink, self.ledger, self.sink_id, record=False)
+        claim = claim_writer(self.sink, self.ledger, self.sink_id)
+        try:
+            return self._run()
+        finally:
+            if claim is not None:
+                claim.release()
+
+    def _run(self) -> RecoveryReport:
         started = time.monotonic()
         report = RecoveryReport(self.sink_id)
         if self.ledger.epoch is None:

@@ -316,6 +316,17 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         checked."""
         return None
 
+    def target_instance(self) -> str | None:
+        """What the target itself says it is, asked from the server, in one credential-free
+        line that includes what :meth:`target_identity` names inside it (the table, the
+        keys): the same through every name of the same server (``localhost``, an IP address,
+        another DNS alias), different for another server even behind the same URL. The ledger
+        compares it with the one it recorded when both are known, else the
+        :meth:`target_identity` lines (:meth:`CommitLedger.bind_target`). Called on the
+        driver. Default ``None``: the sink cannot tell. It never raises: a server that does not
+        answer gives ``None``."""
+        return None
+
     def describe(self) -> str:
         """A one-line, credential-free description used in logs and reports."""
         return type(self).__qualname__

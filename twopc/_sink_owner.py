@@ -9,20 +9,31 @@ the first query to use a sink id records its checkpoint in the target
 (:meth:`~twopc.TwoPhaseCommitSink.claim_sink_id`), and a query with another checkpoint is
 refused before it touches anything. The record outlives the query on purpose: a retired
 query may still have decided batches that only its checkpoint can finish.
+
+Every writer takes the claim, not only the Spark runtime: :func:`claim_writer` is what a
+:class:`~twopc.CommitCoordinator` and a :class:`~twopc.RecoveryCoordinator` built by hand
+take (the core API, ``python -m recovery``), before they roll anything back. A SQL sink's
+lease is then held by this process for as long as a coordinator holding it lives; two
+coordinators of this process with one sink id share it when they serve one checkpoint,
+and another checkpoint's is refused.
 """
 
 from __future__ import annotations
 
+import threading
 import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConcurrentWriterError
+from ._options import default_sink_id
 
 if TYPE_CHECKING:
+    from ._ledger import CommitLedger
     from ._sink import TwoPhaseCommitSink
+    from ._target import Lease, TargetLedger
 
-__all__ = ["OwnerRecord", "checkpoint_label", "claim_sink_id"]
+__all__ = ["OwnerRecord", "SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +75,78 @@ def claim_sink_id(sink: TwoPhaseCommitSink[Any, Any, Any], sink_id: str, checkpo
         f"(or leave sinkId unset: it then derives from the checkpoint). If the other query is retired for "
         f"good, finish its batches (python -m recovery --checkpoint {other.owner} ...), then delete its "
         f"record: {other.remove}")
+
+
+@dataclass
+class _Held:
+    """A sink id's lease held by this process, for the coordinators of one checkpoint."""
+
+    lease: Lease
+    owner: str
+    users: int
+
+
+_HELD: dict[tuple[str, str], _Held] = {}
+_HELD_LOCK = threading.Lock()
+
+
+class SinkIdClaim:
+    """A writer's hold on its sink id's lease (:func:`claim_writer`), until :meth:`release`."""
+
+    def __init__(self, backend: TargetLedger, sink_id: str) -> None:
+        self._backend = backend
+        self._key = (backend.location, sink_id)
+        self._released = False
+
+    def release(self) -> None:
+        """Give this writer's hold up (idempotent, never raises); the lease goes when the
+        last coordinator of this process holding it lets go."""
+        with _HELD_LOCK:
+            if self._released:
+                return
+            self._released = True
+            held = _HELD.get(self._key)
+            if held is None:
+                return
+            held.users -= 1
+            if held.users > 0:
+                return
+            del _HELD[self._key]
+        self._backend.release(held.lease)
+
+
+def claim_writer(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
+    """Claim *sink_id* for a writer of *ledger*'s checkpoint before it rolls anything back, as
+    the Spark runtime does at plan time: a SQL sink's lease on its server (returned: release
+    it when the writer is done), or the owner record of a sink without a lease. Nothing is
+    claimed for a sink id derived from the checkpoint (no other checkpoint has it) or for a
+    ledger kept in the target (its writers hold their leases: :mod:`twopc._target`).
+
+    Raises:
+        ConcurrentWriterError: another writer has the sink id (its lease is held, its owner
+            record names another checkpoint, or a coordinator of this process holds it for
+            another checkpoint).
+        SinkError / SinkUnavailableError: the target failed.
+    """
+    from ._target import target_ledger_of  # here: twopc._target imports the coordinators, which import this
+
+    if ledger.in_target or sink_id == default_sink_id(ledger.checkpoint_location):
+        return None
+    backend = target_ledger_of(sink)
+    if backend is None:
+        claim_sink_id(sink, sink_id, ledger.checkpoint_location)
+        return None
+    mine = checkpoint_label(ledger.checkpoint_location)
+    key = (backend.location, sink_id)
+    with _HELD_LOCK:
+        held = _HELD.get(key)
+        if held is not None and held.owner != mine:
+            raise ConcurrentWriterError(
+                f"sink id {sink_id!r} on {backend.location} is held by a writer of this process whose checkpoint "
+                f"is {held.owner}, and this writer's checkpoint is {mine}: two writers with one sink id would roll "
+                f"back each other's transactions, so nothing was touched. Give each writer its own sink id, or "
+                f"close the other writer's coordinator first")
+        if held is None:
+            _HELD[key] = held = _Held(backend.acquire(sink_id), mine, 0)
+        held.users += 1
+    return SinkIdClaim(backend, sink_id)

@@ -201,7 +201,8 @@ class _WriterCore:
         else:
             ledger = CommitLedger(self.runtime.checkpoint_location, epoch=self.epoch)
         return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
-                                 retry=self.runtime.retry, format_name=self.format_name)
+                                 retry=self.runtime.retry, format_name=self.format_name,
+                                 claimed=True)  # the target and the sink id were checked at plan time
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         configure_worker_logging()
@@ -389,7 +390,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 and not spark_checkpoint_started(runtime.checkpoint_location):
             raise missing_spark_checkpoint(runtime.checkpoint_location)
         lease = None
-        identity = None
+        identity = instance = None
         if target is not None:
             sink_id = runtime.sink_id or ephemeral_sink_id()
             lease = target.acquire(sink_id)  # before any record: a held lease is a live writer
@@ -406,6 +407,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 runtime.checkpoint_location)
             sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
             identity = None if runtime.ephemeral else sink.target_identity()
+            instance = sink.target_instance() if identity is not None and self._plan_time else None
             if self._plan_time and runtime.sink_id and not runtime.ephemeral \
                     and (leased := target_ledger_of(sink)) is not None:
                 # a sink id given by the user may be given to two writers: the second one is refused here,
@@ -415,16 +417,18 @@ class TwoPhaseCommitDataSource(DataSource):
         epoch = None
         if self._plan_time:
             try:
-                ledger.bind_target(identity, sink_id, record=False)  # another target's checkpoint: touch nothing
+                # another target's checkpoint: touch nothing
+                ledger.bind_target(identity, sink_id, record=False, instance=instance)
                 epoch = ledger.claim()
                 if not validated:
                     sink.validate(arrow_schema)
                 if runtime.sink_id and not runtime.ephemeral and lease is None and target is None:
                     claim_sink_id(sink, sink_id, runtime.checkpoint_location)  # sinks without a lease
                 # recorded once the target validated (not a typo), with what reaches it again (no secret)
-                ledger.bind_target(identity, sink_id, data_source=self.name(), sink_class=class_path(self.sink_class),
+                ledger.bind_target(identity, sink_id, instance=instance, data_source=self.name(),
+                                   sink_class=class_path(self.sink_class),
                                    options=sink.reopen_options(_sink_options(options)))
-                RecoveryCoordinator(sink, ledger, sink_id=sink_id).run()
+                RecoveryCoordinator(sink, ledger, sink_id=sink_id, claimed=True).run()
                 if not streaming and (others := target or target_ledger_of(sink)) is not None:
                     resolve_abandoned(sink, others, skip=sink_id)
                 sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up

@@ -141,7 +141,7 @@ def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None 
             ledger = open_target_ledger(backend, writer)
             if ledger.pending() or sink.list_prepared(writer):
                 ledger.claim(_this_process())  # fences it, should it come back
-                report = RecoveryCoordinator(sink, ledger, sink_id=writer).run()
+                report = RecoveryCoordinator(sink, ledger, sink_id=writer, claimed=True).run()  # holds its lease
                 if report.changed_anything:
                     log.warning("twopc: resolved the abandoned write %s on %s: %s", writer, backend.location,
                                 report.summary())

@@ -26,6 +26,7 @@ from twopc import SchemaMismatchError, SinkError, SinkUnavailableError, Transact
 from .._options import Duration
 from ._columns import TableColumn, match_columns
 from ._engines import engine_for
+from ._instance import server_instance
 from ._names import TableName
 from ._options import JdbcOptions
 from ._url import Dialect, safe_url
@@ -164,6 +165,10 @@ class SqlDialect(Generic[C]):
     def target_identity(self) -> str:
         """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
         return self.options.target_identity()
+
+    def target_instance(self) -> str | None:
+        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        return server_instance(self.options)
 
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""

@@ -51,6 +51,7 @@ from twopc import (
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free
 from ._engines import engine_for
+from ._instance import server_instance
 from ._names import parse_table_name
 from ._options import JdbcOptions
 from ._prepared import PreparedSqlSink
@@ -117,6 +118,10 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def target_identity(self) -> str:
         """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
         return self.options.target_identity()
+
+    def target_instance(self) -> str | None:
+        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        return server_instance(self.options)
 
     def describe(self) -> str:
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"

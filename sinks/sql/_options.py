@@ -441,16 +441,28 @@ class JdbcOptions:
         every SQL sink): ``<dialect> <host>:<port>/<database> table <schema.table>``
         (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
         a table without a database is in the URL's."""
-        backend = self.url.get_backend_name()
-        dialect = "mysql" if backend == "mariadb" else backend
-        table = parse_table_name(self.table, dialect)
+        dialect = self.identity_dialect
         db = self.url.database or ""
         if dialect == "sqlite":
-            return f"sqlite {os.path.abspath(db) if db and db != ':memory:' else db} table {table.display()}"
+            return f"sqlite {os.path.abspath(db) if db and db != ':memory:' else db} table {self.identity_table()}"
+        port = self.url.port or _DEFAULT_PORTS.get(dialect) or ""
+        return f"{dialect} {self.url.host or 'localhost'}:{port}/{db} table {self.identity_table()}"
+
+    @property
+    def identity_dialect(self) -> str:
+        """The dialect as target identities name it (MariaDB URLs as ``mysql``)."""
+        backend = self.url.get_backend_name()
+        return "mysql" if backend == "mariadb" else backend
+
+    def identity_table(self) -> str:
+        """The target table as :meth:`target_identity` names it: as the database reads
+        ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
+        dialect = self.identity_dialect
+        table = parse_table_name(self.table, dialect)
+        db = self.url.database or ""
         if dialect == "mysql" and table.schema is None and db:
             table = TableName(db, table.name, dialect)
-        port = self.url.port or _DEFAULT_PORTS.get(dialect) or ""
-        return f"{dialect} {self.url.host or 'localhost'}:{port}/{db} table {table.display()}"
+        return table.display()
 
     def describe(self) -> str:
         """``JDBC <dialect> <url without password> table <table>`` (+ driver class)."""

@@ -58,6 +58,7 @@ from twopc import (
 
 from .._handles import StagingHandle
 from ._engines import engine_for
+from ._instance import server_instance
 from ._names import parse_table_name
 from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
 from ._staging_commit import StagingCommitter
@@ -151,6 +152,10 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     def target_identity(self) -> str:
         """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
         return self.options.target_identity()
+
+    def target_instance(self) -> str | None:
+        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        return server_instance(self.options)
 
     def describe(self) -> str:
         return (f"{self._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "

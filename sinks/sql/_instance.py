@@ -1,0 +1,57 @@
+"""What a SQL server says it is: the SQL sinks' :meth:`~twopc.TwoPhaseCommitSink.target_instance`.
+
+A checkpoint records the target its batches were prepared in (``twopc/target.json``), and a
+later write must go to the same one. The URL does not say which server it is: ``localhost``,
+``127.0.0.1`` and a DNS alias reach one server, and one host name may reach another server
+after a migration. So the server is asked:
+
+- PostgreSQL: the cluster's ``system_identifier`` (``pg_control_system()``: set by
+  ``initdb``, kept by physical replicas and base backups, which also keep prepared
+  transactions) and the database's oid (a dropped and re-created database is another one);
+- MySQL/MariaDB: the server's host name, port and data folder (MariaDB has no server UUID).
+
+The table is added as :meth:`JdbcOptions.target_identity` names it. A server that cannot
+answer (unreachable, a privilege missing, another dialect) gives ``None``: the ledger then
+compares the URL-based identities.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from twopc import redact
+
+from ._engines import engine_for
+from ._options import JdbcOptions
+
+__all__ = ["server_instance"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+_QUERIES = {
+    "postgresql": ("SELECT (SELECT system_identifier FROM pg_control_system())::text, oid::text "
+                   "FROM pg_database WHERE datname = current_database()"),
+    "mysql": "SELECT @@hostname, CAST(@@port AS CHAR), @@datadir",
+}
+
+
+def server_instance(options: JdbcOptions) -> str | None:
+    """``postgresql system <id> database oid <oid> table <table>`` or ``mysql server
+    <host>:<port> datadir <folder> table <db.table>``; ``None`` when the server does not
+    answer or the dialect has no such query. Never raises."""
+    dialect = options.identity_dialect
+    query = _QUERIES.get(dialect)
+    if query is None:
+        return None
+    try:
+        with engine_for(options.url, options.net_timeouts(), autocommit=True).connect() as conn:
+            row = conn.exec_driver_sql(query).one()
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot tell": the URLs are compared instead
+        log.info("twopc: could not ask %s which server it is (%s): the checkpoint's target is compared by URL",
+                 options.safe_url(), redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                            options.secrets()))
+        return None
+    if dialect == "postgresql":
+        return f"postgresql system {row[0]} database oid {row[1]} table {options.identity_table()}"
+    return f"mysql server {row[0]}:{row[1]} datadir {row[2]} table {options.identity_table()}"
+
