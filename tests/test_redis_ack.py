@@ -111,6 +111,21 @@ def test_ack_options_are_checked_before_any_task(redis_url: str) -> None:
     RedisSink.from_options({**base, "ackGroup": "g"}).validate(SCHEMA)
 
 
+def test_an_ack_group_that_is_not_a_group_of_the_stream_is_refused_before_anything_is_staged(
+        redis_url: str, r: Any, tmp_path: Path) -> None:
+    """A typo in ackGroup must not create a second group: the source's group would then move
+    only after Spark's commit, and nothing would say that the one-call acknowledgement is off."""
+    pipe = Pipeline(redis_url, r, tmp_path)
+    sink = RedisSink(redis_url, [IncrByOp("{{" + pipe.tag + "}}:rows", 1)], hash_tag=pipe.tag, ack=AckSpec("gg"))
+    txn = sink.begin_transaction(TransactionContext(pipe.sid, 0, 0, 1))
+    sink.invoke_batch(txn, pa.RecordBatch.from_pylist([{"stream": pipe.a, "id": "1000-1", "n": 1}], schema=SCHEMA))
+    with pytest.raises(ConfigurationError, match=rf"ackGroup 'gg' is not a consumer group of stream '{{{pipe.tag}}}:a' "
+                                                 r"on .* \(its groups: 'g'\).*Set ackGroup to the source's group"):
+        sink.pre_commit(txn)
+    assert [g["name"] for g in r.xinfo_groups(pipe.a)] == [b"g"]
+    assert not r.keys(f"{{{pipe.tag}}}:{pipe.sid}:*")  # nothing registered or staged
+
+
 def test_a_version_1_redis_handle_reads_as_one_without_acks_and_acks_survive_the_envelope() -> None:
     from sinks.redis import RedisHandle
     from twopc import decode_handle, encode_handle

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -72,6 +73,14 @@ def test_offsets_round_trip_and_give_the_ranges_between_them() -> None:
     assert a.ranges(a) == []
     with pytest.raises(ConfigurationError, match="backwards"):
         b.ranges(a)
+    counted = Offset({"s1": Position(EntryId(9, 1), 10, 14)})  # the stream's entry count at the position
+    assert counted.to_json()["streams"]["s1"] == {"id": "9-1", "n": 10, "a": 14}
+    assert Offset.from_json(counted.to_json()).get("s1").added == 14 and b.get("s1").added is None
+    # a stream recreated with smaller ids (failOnDataLoss=false): the range starts over at 0-0
+    assert [(str(x.lo), str(x.hi), x.count) for x in b.ranges(Offset({"s1": Position(EntryId(2, 0), 12)}))] == [
+        ("0-0", "2-0", 2)]
+    with pytest.raises(ConfigurationError, match="backwards"):
+        b.ranges(Offset({"s1": Position(EntryId(2, 0), 10)}))
     bad: Any
     for bad in ({"v": 2, "streams": {}}, {"streams": {}}, {"v": 1, "streams": {"s": "1-0"}}, '{"v": 1}'):
         with pytest.raises(ConfigurationError, match="not a twopc-redis-stream offset"):
@@ -136,15 +145,14 @@ def test_ack_moves_the_group_forward_only_acks_other_consumers_and_trims_exactly
     server = StreamServer(options(redis_url, key).client)
     assert server.ack(key, "g", EntryId(1000, 4), trim=False) == (0, 0, True)  # group missing: created
     r.xreadgroup("g", "other", {key: ">"}, count=3)  # 1000-5..7 pending for another consumer
-    assert server.ack(key, "g", EntryId(1000, 6), trim=False)[0] == 2
+    assert server.ack(key, "g", EntryId(1000, 6), trim=False) == (2, 0, False)
     group = r.xinfo_groups(key)[0]
     assert group["last-delivered-id"] == b"1000-7" and group["pending"] == 1  # never moved back
-    assert server.ack(key, "g", EntryId(1000, 8), trim=True)[:2] == (1, 8)
+    assert server.ack(key, "g", EntryId(1000, 8), trim=True) == (1, 8, False)
     assert [e for e, _ in r.xrange(key)] == [b"1000-9", b"1000-10"]
     assert r.xinfo_groups(key)[0]["last-delivered-id"] == b"1000-8"
     r.delete(key)
-    with pytest.raises(SourceError, match="was deleted"):
-        server.ack(key, "g", EntryId(1000, 9), trim=False)
+    assert server.ack(key, "g", EntryId(1000, 9), trim=False) is None  # the stream is gone: the reader decides
 
 
 def _xrange_calls(r: Any) -> int:
@@ -267,7 +275,7 @@ def test_starting_positions(redis_url: str, r: Any, prefix: str) -> None:
     o = StreamOptions.read({"url": redis_url, "streams": a, "group": "g2"})
     assert Offset.from_json(RedisStreamReader(o, SCHEMA).initialOffset()).get(a).id == EntryId(1000, 4)
     b = f"{prefix}:new"
-    assert Offset.from_json(reader(redis_url, b).initialOffset()).get(b).id == EntryId(0)
+    assert Offset.from_json(reader(redis_url, b, createStreams="true").initialOffset()).get(b).id == EntryId(0)
     assert r.xinfo_groups(b)[0]["name"] == b"g"  # group (and empty stream) created
 
 
@@ -305,7 +313,7 @@ def test_a_stream_deleted_or_recreated_while_running_fails_clearly(redis_url: st
     with pytest.raises(SourceError, match="the stream was deleted"):
         list(rd.read(parts[0]))
     fill(r, a, 2)  # recreated with ids before the query's position
-    with pytest.raises(SourceError, match="was recreated"):
+    with pytest.raises(SourceError, match=r"was deleted and recreated \(its last id 1000-2 is before"):
         rd.latestOffset(end, ReadAllAvailable())
     for replay in (lambda: rd.partitions(start, end), lambda: list(rd.read(parts[0]))):
         with pytest.raises(SourceError, match="deleted and recreated"):
@@ -320,3 +328,153 @@ def test_an_unparsable_typed_field_names_the_entry(redis_url: str, r: Any, prefi
     end = rd.latestOffset(start, ReadAllAvailable())
     with pytest.raises(SourceError, match=r"entry 1000-1 .* field 'n' = 'seven' is not a long"):
         read_all(rd, start, end)
+
+
+# -- entries removed before the query read them (failOnDataLoss) -------------------------------------
+def committed_batch(rd: RedisStreamReader, start: dict[str, Any], limit: Any = None) -> dict[str, Any]:
+    """Plan, read and commit one micro-batch from *start*, as Spark does; its end."""
+    end = rd.latestOffset(start, limit or rd.getDefaultReadLimit())
+    read_all(rd, start, end)
+    rd.commit(end)
+    return end
+
+
+def test_entries_trimmed_or_deleted_before_the_query_read_them_fail_naming_the_gap(
+        redis_url: str, r: Any, prefix: str) -> None:
+    a = f"{prefix}:a"
+    fill(r, a, 12)
+    r.xtrim(a, minid="1000-3", approximate=False)  # before the query started: not the query's loss
+    r.xdel(a, "1000-5")
+    rd = reader(redis_url, a, startingPosition="earliest", maxEntriesPerTrigger="3")
+    end = committed_batch(rd, rd.initialOffset())
+    assert Offset.from_json(end).get(a).id == EntryId(1000, 6)
+    r.xdel(a, "1000-4")  # already read: not a loss
+    end = committed_batch(rd, end)  # 1000-7 .. 1000-9
+    r.xtrim(a, minid="1000-12", approximate=False)  # 1000-10 and 1000-11 were never read
+    with pytest.raises(SourceError, match=rf"stream '{a}' .*: 2 entries the query had not read were trimmed or "
+                                          r"deleted .*; the query has read up to 1000-9, the stream now holds 1 entry "
+                                          r"from 1000-12 \(12 added in all\). To go on .* failOnDataLoss=false"):
+        rd.latestOffset(end, rd.getDefaultReadLimit())
+    # an entry deleted (XDEL) behind the query's position, the whole rest read in one batch
+    b = f"{prefix}:b"
+    fill(r, b, 6)
+    rd = reader(redis_url, b, startingPosition="earliest")
+    end = committed_batch(rd, rd.initialOffset(), ReadMaxRows(2))
+    r.xdel(b, "1000-4")
+    with pytest.raises(SourceError, match=rf"stream '{b}' .*: 1 entry the query had not read was trimmed or deleted "
+                                          r".*; the query has read up to 1000-2,"):
+        rd.latestOffset(end, ReadAllAvailable())
+
+
+def test_with_fail_on_data_loss_false_a_trim_is_one_warning_and_the_rest_is_read(
+        redis_url: str, r: Any, prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    a = f"{prefix}:a"
+    fill(r, a, 10)
+    rd = reader(redis_url, a, startingPosition="earliest", maxEntriesPerTrigger="3", failOnDataLoss="false")
+    end = committed_batch(rd, rd.initialOffset())
+    r.xtrim(a, minid="1000-6", approximate=False)  # 1000-4 and 1000-5 lost
+    caplog.set_level("WARNING", logger="twopc")
+    got: list[str] = []
+    while (nxt := rd.latestOffset(end, rd.getDefaultReadLimit())) != end:
+        got += [row[1] for row in read_all(rd, end, nxt)]
+        rd.commit(nxt)
+        end = nxt
+    assert got == [f"1000-{i}" for i in range(6, 11)]
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"stream '{a}'" in warnings[0], warnings
+    assert "2 entries the query had not read were trimmed" in warnings[0] and "read up to 1000-3" in warnings[0]
+
+
+def test_a_stream_deleted_between_runs_with_fail_on_data_loss_false_warns_and_reads_the_new_entries(
+        redis_url: str, r: Any, prefix: str, caplog: pytest.LogCaptureFixture) -> None:
+    a = f"{prefix}:a"
+    rd, start, end = first_batch(redis_url, r, a, 4)
+    read_all(rd, start, end)  # the batch committed in Spark's log; its acknowledgement never ran
+    r.delete(a)
+    caplog.set_level("WARNING", logger="twopc")
+    lenient = reader(redis_url, a, startingPosition="earliest", failOnDataLoss="false")  # the next run
+    assert lenient.latestOffset(end, ReadAllAvailable()) == end
+    assert any(f"stream '{a}'" in m and "was deleted" in m for m in caplog.messages), caplog.messages
+    r.xadd(a, {"n": "5"}, id="2000-1")  # recreated, ids after the query's position
+    nxt = lenient.latestOffset(end, ReadAllAvailable())
+    assert [row[1] for row in read_all(lenient, end, nxt)] == ["2000-1"]
+    lenient.commit(nxt)
+    r.delete(a)
+    r.xadd(a, {"n": "6"}, id="1000-1")  # recreated again, ids before the query's position
+    after = lenient.latestOffset(nxt, ReadAllAvailable())
+    assert [row[1] for row in read_all(lenient, nxt, after)] == ["1000-1"]
+    lenient.commit(after)
+    assert r.xinfo_groups(a)[0]["last-delivered-id"] == b"1000-1"
+    assert any("was deleted and recreated" in m for m in caplog.messages), caplog.messages
+
+
+def test_a_missing_stream_is_refused_at_start_unless_create_streams_is_set(
+        redis_url: str, r: Any, prefix: str) -> None:
+    a, typo = f"{prefix}:orders", f"{prefix}:ordrs"
+    fill(r, a, 2)
+    with pytest.raises(ConfigurationError, match=rf"streams: no stream '{typo}' on .*createStreams=true"):
+        reader(redis_url, f"{a},{typo}").initialOffset()
+    assert r.xinfo_groups(a) == [] and not r.exists(typo)  # refused before anything was created
+    rd = reader(redis_url, f"{a},{typo}", createStreams="true")
+    assert Offset.from_json(rd.initialOffset()).get(typo).id == EntryId(0)
+    assert r.xinfo_groups(typo)[0]["name"] == b"g"  # the group (and the empty stream) created
+
+
+@pytest.mark.parametrize("starting", ["earliest", "latest", "1000-7", "group"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_reported_loss_is_exactly_the_unread_entries_removed_after_the_start(
+        redis_url: str, r: Any, prefix: str, caplog: pytest.LogCaptureFixture, seed: int, starting: str) -> None:
+    """Random appends, XDEL (of read and unread entries), XTRIM MINID and MAXLEN between
+    micro-batches of random sizes: the warnings (failOnDataLoss=false) add up to exactly the
+    entries removed after the query started and before it read them, and every other entry
+    is read once."""
+    import random
+
+    rng = random.Random(seed)
+    a = f"{prefix}:a"
+    ids = itertools.count(1)
+
+    def add(n: int) -> None:
+        for _ in range(n):
+            r.xadd(a, {"n": "0"}, id=f"1000-{next(ids)}")
+
+    def present() -> list[str]:
+        return [e.decode() for e, _ in r.xrange(a)]
+
+    def remove(position: EntryId) -> int:
+        """One random removal; how many unread entries it took."""
+        before = present()
+        kind = rng.choice(["xdel", "xdel", "minid", "maxlen"])
+        if kind == "xdel" and before:
+            r.xdel(a, *rng.sample(before, min(len(before), rng.randint(1, 3))))
+        elif kind == "minid" and before:
+            r.xtrim(a, minid=rng.choice(before), approximate=False)
+        elif kind == "maxlen":  # the new entry itself is gone at once with maxlen 0
+            before.append(f"1000-{next(ids)}")
+            r.xadd(a, {"n": "0"}, id=before[-1], maxlen=rng.randint(0, 15), approximate=False)
+        after = set(present())
+        return sum(1 for e in before if e not in after and EntryId.parse(e) > position)
+
+    add(20)
+    remove(EntryId(0))  # before the start: not counted
+    r.xgroup_create(a, "g", id="1000-9")
+    caplog.set_level("WARNING", logger="twopc")
+    rd = reader(redis_url, a, startingPosition=starting, failOnDataLoss="false")
+    start = rd.initialOffset()
+    expected, read = 0, []
+    for _ in range(60):
+        if rng.random() < 0.5:
+            add(rng.randint(1, 8))
+        if rng.random() < 0.4:
+            expected += remove(Offset.from_json(start).get(a).id)
+        limit = ReadMaxRows(rng.randint(1, 6)) if rng.random() < 0.7 else ReadAllAvailable()
+        end = rd.latestOffset(start, limit)
+        read += [row[1] for row in read_all(rd, start, end)]
+        rd.commit(end)
+        start = end
+    end = rd.latestOffset(start, ReadAllAvailable())  # one batch to the end: every loss shows by then
+    read += [row[1] for row in read_all(rd, start, end)]
+    reported = sum(int(m.group(1)) for rec in caplog.records
+                   if (m := re.search(r"(\d+) entr(?:y|ies) the query had not read", rec.getMessage())))
+    assert reported == expected and expected > 0
+    assert len(read) == len(set(read)) and read == sorted(read, key=EntryId.parse)

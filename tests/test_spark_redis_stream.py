@@ -1,7 +1,8 @@
 """twopc-redis-stream in Spark (the shared session), against a real Redis: a failed batch
 is replayed with exactly the entries recorded for it, the group moves only after a batch
 committed, several streams (one empty) are read, committed entries are trimmed, a missing
-group is created, and a stream deleted while the query runs stops it with a clear error."""
+group is created, a stream deleted while the query runs stops it with a clear error (or,
+with failOnDataLoss=false, is read again once recreated)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_a_failed_batch_replays_its_recorded_entries_and_the_group_moves_only_af
 
     def run() -> Any:
         return (source(spark, redis_url, f"{a},{b},{empty}", startingPosition="earliest", maxEntriesPerTrigger="5",
-                       trimAfterCommit="true")
+                       trimAfterCommit="true", createStreams="true")
                 .writeStream.foreachBatch(sink).option("checkpointLocation", tmp_checkpoint)
                 .trigger(availableNow=True).start())
 
@@ -102,6 +103,41 @@ def test_a_missing_group_is_created_and_a_deleted_stream_stops_the_query_clearly
         q.stop()
     assert [g["last-delivered-id"] for g in groups] == [b"1000-2"]  # recreated at batch 0's end
     assert seen == [1, 2, 3]
+
+
+def test_with_fail_on_data_loss_false_a_deleted_stream_is_a_warning_and_read_again_once_recreated(
+        spark: Any, redis_url: str, r: Any, prefix: str, tmp_checkpoint: str) -> None:
+    """Deleted between two runs, then while the query runs (after a batch, before its
+    acknowledgement): each time the query goes on and reads the entries of the stream a
+    producer recreates."""
+    a = f"{prefix}:a"
+    for i in range(1, 4):
+        r.xadd(a, {"n": str(i)}, id=f"1000-{i}")
+    seen: list[int] = []
+
+    def sink(df: Any, _batch: int) -> None:
+        got = [row.n for row in df.collect()]
+        seen.extend(got)
+        if 5 in got:
+            r.delete(a)  # while the query runs: the batch's acknowledgement finds no stream
+
+    def query() -> Any:
+        return (source(spark, redis_url, a, startingPosition="earliest", failOnDataLoss="false")
+                .writeStream.foreachBatch(sink).option("checkpointLocation", tmp_checkpoint))
+
+    query().trigger(availableNow=True).start().awaitTermination()
+    r.delete(a)  # between runs
+    q = query().start()
+    try:
+        q.processAllAvailable()
+        for i in (4, 5):
+            r.xadd(a, {"n": str(i)})  # a producer recreates it (new ids, after the old ones)
+        q.processAllAvailable()
+        r.xadd(a, {"n": "6"})
+        q.processAllAvailable()
+    finally:
+        q.stop()
+    assert seen == [1, 2, 3, 4, 5, 6]
 
 
 def _source_env_keys(spark: Any) -> set[str]:

@@ -81,7 +81,8 @@ Options (keys case-insensitive)
                        such a row fails the task naming its entry
 ``ackGroup``           Plan D: the consumer group of the ``twopc-redis-stream`` source the
                        rows came from; the batch's commit call also acknowledges their
-                       entries (:mod:`sinks.redis._acks`); Redis 7, same server (slot)
+                       entries (:mod:`sinks.redis._acks`); Redis 7, same server (slot).
+                       A stream without that group is refused before anything is staged
 ``ackStreamColumn``    the rows' source stream column (default ``stream``); and
                        ``ackIdColumn`` their entry id column (default ``id``)
 =====================  ============================================================

@@ -8,7 +8,8 @@ the batch's highest id in the same atomic call that applies the writes
 (:mod:`sinks.redis._ack_lua`). Acknowledging up to the highest id is safe there: every
 entry at or below it was either written by this batch (committed by this call or an earlier
 call of the same decided batch) or by an earlier, committed batch, or filtered out by the
-query.
+query. Before a transaction stages anything, :meth:`AckSpec.check_groups` makes sure the
+group exists on every stream: the commit's acknowledgement would create a misspelled one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from twopc import ConfigurationError, SchemaMismatchError
 
 from .._handles import RedisHandle
 from ..redis_stream._ids import EntryId
+from ..redis_stream._server import StreamServer
 
 __all__ = ["AckSpec", "batch_acks"]
 
@@ -64,6 +66,24 @@ class AckSpec:
                     f"ackGroup {self.group!r} acknowledges each row's source entry, read from string column "
                     f"{col!r} ({option}); the DataFrame has {schema.names}: keep twopc-redis-stream's stream "
                     f"and id columns in the rows, or name them with {option}")
+
+    def check_groups(self, server: StreamServer, streams: Iterable[str]) -> None:
+        """The group exists on every stream the rows came from (a stream that no longer
+        exists is left to the source, which reports it).
+
+        Raises:
+            ConfigurationError: a stream has no group of that name (the message names the
+                stream, the group and the stream's groups).
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        for stream in sorted(streams):
+            names = server.group_names(stream)
+            if names is not None and self.group not in names:
+                raise ConfigurationError(
+                    f"ackGroup {self.group!r} is not a consumer group of stream {stream!r} on {server.where()} "
+                    f"(its groups: {', '.join(repr(n) for n in names) or 'none'}): the commit would create it and "
+                    f"acknowledge there, while the source's own group moved only after Spark's commit. Set "
+                    f"ackGroup to the source's group (option group of twopc-redis-stream), or drop ackGroup")
 
     def track(self, acks: dict[str, EntryId], streams: Iterable[Any], ids: Iterable[Any]) -> None:
         """Raise *acks* (stream -> highest id) to the rows' ids.

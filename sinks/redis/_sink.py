@@ -55,6 +55,7 @@ from twopc import (
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader
 from .._secrets import credential_free, redacted_errors
+from ..redis_stream._server import StreamServer
 from . import _lua as lua
 from ._acks import AckSpec, batch_acks
 from ._clients import ClientConfig, split_url
@@ -329,7 +330,9 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         Raises:
             RedisTargetError: a target key has the wrong type or a counter a non-integer
                 value (nothing was applied; :meth:`rollback` removes the staging).
-            ConfigurationError: a counter delta is beyond +-10^18 in this transaction.
+            ConfigurationError: a counter delta is beyond +-10^18 in this transaction, or
+                a stream the rows came from has no consumer group ``ackGroup`` (checked
+                before anything reaches Redis).
             SinkError / SinkUnavailableError: the server failed or the transaction was
                 rolled back meanwhile.
         """
@@ -337,6 +340,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         if self._slot_check_on():
             for stream in txn.acks:
                 self.check_same_slot(stream, ctx.sink_id, op=f"ackGroup stream {stream!r}")
+        if self._ack is not None:
+            self._ack.check_groups(StreamServer(self._server.config), txn.acks)
         elements = staging_elements(self._all_compiled, txn.state)
         keys = self.keys_for(ctx.sink_id, txn.tag)
         txn.registered = True

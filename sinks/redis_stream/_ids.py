@@ -3,13 +3,22 @@
 An entry id is ``<ms>-<seq>``, two unsigned 64-bit integers, ordered by ``(ms, seq)``.
 The source's offset (what Spark writes to ``<checkpoint>/offsets/<batch>``) is::
 
-    {"v": 1, "streams": {"<key>": {"id": "<last id included>", "n": <entries read so far>}, ...}}
+    {"v": 1, "streams": {"<key>": {"id": "<last id included>", "n": <entries read so far>,
+                                   "a": <the stream's entry count at id>}, ...}}
 
 A micro-batch reads, for every stream, the entries with ``start[key] < id <= end[key]``
 (``XRANGE key (start end``), ``end.n - start.n`` of them: a replay that finds another
 number knows entries were deleted (or the stream recreated) and says so. A stream
 missing from *start* starts at ``0-0`` (a pattern found it after the query began). ``0-0`` is never an entry's id, so it
-means "before every entry".
+means "before every entry". An end whose id is *before* its start's (and whose count is
+higher) follows a stream that was deleted and recreated with smaller ids while
+``failOnDataLoss=false``: its range starts over at ``0-0``.
+
+``a`` (optional; offsets written before it existed have none) is how many entries the
+stream had received up to ``id``, counting as received there also every entry that was
+removed before the query began to follow the stream: compared with the stream's
+``entries-added`` and ``length`` it tells how many entries after ``id`` were removed
+before the query read them (see :mod:`._reader`).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from twopc import ConfigurationError
@@ -74,12 +83,18 @@ ZERO = EntryId(0, 0)
 
 @dataclass(frozen=True, order=True)
 class Position:
-    """Where a stream stands in an offset: the last entry id included and how many entries
-    the query has read from the stream up to it (so a replay can tell that entries of a
-    recorded range were deleted)."""
+    """Where a stream stands in an offset: the last entry id included, how many entries the
+    query has read from the stream up to it (so a replay can tell that entries of a
+    recorded range were deleted), and, when known, the stream's entry count at the id
+    (``a`` in the module docstring; bookkeeping, not part of the position's identity)."""
 
     id: EntryId
     count: int = 0
+    added: int | None = field(default=None, compare=False)
+
+    def with_added(self, added: int | None) -> Position:
+        """This position with entry count *added*."""
+        return replace(self, added=added)
 
 
 START = Position(ZERO, 0)
@@ -110,8 +125,9 @@ class Offset:
 
     def to_json(self) -> dict[str, Any]:
         """The dict Spark stores in its offset log."""
-        return {"v": self.VERSION,
-                "streams": {k: {"id": str(p.id), "n": p.count} for k, p in sorted(self.streams.items())}}
+        return {"v": self.VERSION, "streams": {k: {"id": str(p.id), "n": p.count,
+                                                   **({} if p.added is None else {"a": p.added})}
+                                               for k, p in sorted(self.streams.items())}}
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | str | None) -> Offset:
@@ -125,7 +141,8 @@ class Offset:
         try:
             if data.get("v") != cls.VERSION:
                 raise TypeError
-            streams = {str(k): Position(EntryId.parse(v["id"], f"offset of stream {k!r}"), int(v["n"]))
+            streams = {str(k): Position(EntryId.parse(v["id"], f"offset of stream {k!r}"), int(v["n"]),
+                                        None if v.get("a") is None else int(v["a"]))
                        for k, v in data["streams"].items()}
         except (AttributeError, KeyError, TypeError, ValueError):
             raise ConfigurationError(
@@ -141,16 +158,19 @@ class Offset:
     def ranges(self, end: Offset) -> list[Range]:
         """The non-empty ranges from this offset (exclusive) to *end* (inclusive), by stream.
 
+        An end whose id is before the start's but whose count is higher starts over at
+        ``0-0`` (the stream was recreated with smaller ids, see the module docstring).
+
         Raises:
             ConfigurationError: *end* is behind this offset for a stream (not this query's offsets).
         """
         out = []
         for k, hi in sorted(end.streams.items()):
             lo = self.get(k)
-            if hi.id < lo.id or hi.count < lo.count:
+            if hi.count < lo.count or (hi.id < lo.id and hi.count == lo.count):
                 raise ConfigurationError(f"offset of stream {k!r} goes backwards ({lo} to {hi}): the "
                                          f"checkpoint's offsets are not this query's")
-            r = Range(k, lo.id, hi.id, hi.count - lo.count)
+            r = Range(k, ZERO if hi.id < lo.id else lo.id, hi.id, hi.count - lo.count)
             if not r.empty:
                 out.append(r)
         return out

@@ -5,7 +5,10 @@
 ``password``               overrides the URL's password (never logged nor stored)
 ``streams``                stream keys, comma-separated (``orders,refunds``), or one glob
                            pattern (``orders:*``: streams that appear later are read from
-                           their first entry) (required)
+                           their first entry) (required). A listed key that does not exist
+                           is refused when the query starts
+``createStreams``          ``true``: a listed key that does not exist when the query starts
+                           is created empty, for producers that start later (default ``false``)
 ``group``                  the consumer group that mirrors the query's committed progress
                            (required; created when missing)
 ``startingPosition``       ``group`` (default: after the group's last delivered id, or
@@ -15,9 +18,11 @@
 ``maxEntriesPerTrigger``   most entries per micro-batch, over all streams (default: no limit)
 ``maxEntriesPerPartition`` a stream's range is split into Spark partitions of at most this
                            many entries (default 10000)
-``failOnDataLoss``         ``true`` (default): a recorded range whose entries were deleted
-                           (``XDEL``/``XTRIM`` by someone else), a deleted or recreated
-                           stream fail the query; ``false``: log a warning, read what is left
+``failOnDataLoss``         ``true`` (default): entries removed (``XDEL``, ``XTRIM``, ``MAXLEN``
+                           by someone else) after the query began to follow the stream and
+                           before it read them, a deleted or recreated stream fail the query
+                           (:class:`~twopc.SourceError`); ``false``: log a warning, read what
+                           is left (see :mod:`._reader`)
 ``trimAfterCommit``        ``true``: after each commit, ``XTRIM MINID`` (exact) drops the
                            committed entries (default ``false``; ignores other groups)
 ``consumer``               refused, with the reason: the source never reads with
@@ -46,7 +51,7 @@ __all__ = ["FORMAT_NAME", "OPTIONS", "StreamOptions", "check_pyspark"]
 
 FORMAT_NAME = "twopc-redis-stream"
 
-OPTIONS = ("url", "password", "streams", "group", "startingPosition", "maxEntriesPerTrigger",
+OPTIONS = ("url", "password", "streams", "createStreams", "group", "startingPosition", "maxEntriesPerTrigger",
            "maxEntriesPerPartition", "failOnDataLoss", "trimAfterCommit", "fieldsSchema", "socketTimeout",
            "connectTimeout")
 
@@ -75,6 +80,7 @@ class StreamOptions:
     fail_on_data_loss: bool
     trim_after_commit: bool
     fields_schema: str = field(default="")
+    create_streams: bool = False
 
     @classmethod
     def read(cls, options: Mapping[str, str]) -> StreamOptions:
@@ -119,6 +125,7 @@ class StreamOptions:
                 fail_on_data_loss=o.boolean("failOnDataLoss", True),
                 trim_after_commit=o.boolean("trimAfterCommit", False),
                 fields_schema=o.text("fieldsSchema", "") or "",
+                create_streams=o.boolean("createStreams", False),
             )
 
 

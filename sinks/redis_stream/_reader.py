@@ -2,6 +2,8 @@
 
 The guarantees, in Spark's order of calls:
 
+- ``initialOffset()`` (a new checkpoint) refuses a listed stream key that does not exist
+  (unless ``createStreams=true``) before it creates any group.
 - ``latestOffset(start, limit)`` (driver) fixes the next micro-batch's range: for every
   stream the last entry id and the running count of entries, at most ``limit`` entries
   in all. Spark writes it to ``<checkpoint>/offsets/<batch>`` before the batch runs. It is
@@ -14,6 +16,25 @@ The guarantees, in Spark's order of calls:
 - ``commit(end)`` runs after the sink committed the batch and Spark wrote its commit log:
   only then does the consumer group move (``twopc_stream_v2_ack``: ``last-delivered-id``
   forward, ``XACK`` of pending entries up to *end*, optionally ``XTRIM MINID``).
+
+Entries removed before the query read them (``failOnDataLoss``). Each position carries
+the stream's entry count there (``a``, :mod:`._ids`): how many entries the stream had
+received up to it, counting every entry removed before the query began to follow the
+stream as received there too. ``latestOffset`` reads ``XINFO STREAM`` (``entries-added``,
+``length``, the first entry and the last id) and then plans up to that last id, so the
+entries it sees were all added before the look. Whenever it knows how many entries the
+stream holds after the position -- planning walked to the last id, or the first entry is
+after the position (a trim passed it) -- ``entries-added - count - held after`` is the
+number of entries after the position that were removed before the query read them:
+``XTRIM``/``MAXLEN``/``MINID`` as well as ``XDEL`` (Redis's ``max-deleted-entry-id`` moves
+on ``XDEL`` only, not on trims). Removing entries the query has read is no loss. A loss
+while planning is limited (``maxEntriesPerTrigger``) and the stream still holds entries
+before the position shows at the latest when a batch reaches the stream's end. A count
+that goes down (``entries-added`` below it) means the stream was deleted and recreated.
+What was removed before the query began to follow a stream is not reported: before
+``initialOffset`` (which, for a start with entries before it -- ``group`` or an entry id --
+counts the entries after it once), or, for a stream a pattern finds later and an offset
+written without ``a``, before its first planning.
 
 Fault points ``stream_before_ack`` and ``stream_after_ack`` mark the edges of ``commit``.
 """
@@ -31,12 +52,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 import faultinject
-from twopc import SourceError
+from twopc import ConfigurationError, SourceError
 
 from ._ids import ZERO, EntryId, Offset, Position, Range
 from ._options import StreamOptions
 from ._rows import converters, to_batch, to_row
-from ._server import StreamServer
+from ._server import StreamInfo, StreamServer
 
 __all__ = ["FAULT_POINTS", "RedisStreamReader", "StreamPartition"]
 
@@ -76,7 +97,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")  # what Spark's Python worker expects
         self.server = StreamServer(options.client)
         self._caps: dict[str, EntryId] | None = None
+        self._initial: dict[str, Any] | None = None
         self._acked: dict[str, EntryId] = {}
+        self._known: dict[str, tuple[EntryId, int]] = {}  # stream -> (position, entry count there)
+        self._warned: set[str] = set()
 
     # -- offsets ---------------------------------------------------------------------------------
     def _streams(self, known: Offset | None = None) -> list[str]:
@@ -85,24 +109,55 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         found = set(self.server.discover(self.o.pattern))
         return sorted(found | set(known.streams if known else ()))
 
-    def _starting_id(self, stream: str) -> EntryId:
+    def _starting_id(self, stream: str, info: StreamInfo | None) -> EntryId:
         s = self.o.starting
         if isinstance(s, EntryId):
             return s
-        if s == "earliest":
+        if s == "earliest" or info is None:
             return ZERO
         if s == "latest":
-            return self.server.last_id(stream) or ZERO
+            return info.last
         return self.server.group_position(stream, self.o.group) or ZERO
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        """Where a new query starts (``startingPosition``); creates the group (and an empty
-        stream) where missing, at that position."""
+        """Where a new query starts (``startingPosition``); creates the group where missing,
+        at that position.
+
+        Spark asks twice when a query starts (planning batch 0, then running it): the
+        second call gets the first answer, so both see the same start.
+
+        Raises:
+            ConfigurationError: a key of ``streams`` does not exist (without
+                ``createStreams=true``); nothing was created.
+        """
+        if self._initial is None:
+            self._initial = self._first_offset()
+        return self._initial
+
+    def _first_offset(self) -> dict[str, Any]:
+        streams = self._streams()
+        infos = {k: self.server.info(k) for k in streams}
+        missing = [k for k, info in infos.items() if info is None]
+        if missing and not self.o.create_streams:
+            names = ", ".join(repr(k) for k in missing)
+            raise ConfigurationError(
+                f"streams: no stream {names} on {self.server.where()}: a misspelled key would read nothing, "
+                f"forever. Check the name, or create the stream first (XADD, or XGROUP CREATE <key> "
+                f"{self.o.group} $ MKSTREAM); to start before producers create it, set createStreams=true")
         positions = {}
-        for k in self._streams():
-            at = self._starting_id(k)
-            self.server.ensure_group(k, self.o.group, at)
-            positions[k] = Position(at, 0)
+        for k in streams:
+            info = infos[k]
+            at = self._starting_id(k, info)
+            self.server.ensure_group(k, self.o.group, at, create_stream=self.o.create_streams)
+            if info is None:
+                log.info("twopc-redis-stream: stream %r did not exist; created it empty with group %r "
+                         "(createStreams=true)", k, self.o.group)
+            elif self.o.starting == "group":  # the count at a position read after the first look
+                info = self.server.info(k)
+            added = _added_at(at, info)
+            if added is None and info is not None:  # the stream holds entries before the start: count the rest
+                added = info.added - self.server.count(k, at, info.last)
+            positions[k] = Position(at, 0, added)
         return Offset(positions).to_json()
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 - PySpark's name
@@ -117,49 +172,104 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The end of the next micro-batch (see the module docstring).
 
         Raises:
-            SourceError: a stream read so far was deleted or recreated (``failOnDataLoss``).
+            SourceError: a stream read so far was deleted or recreated, or entries were
+                removed before the query read them (``failOnDataLoss``).
             SinkError / SinkUnavailableError: Redis failed.
         """
         begin = Offset.from_json(start)
         self._acknowledge(begin)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        streams = self._streams(begin)
-        for k in streams:
-            self._check_alive(k, begin.get(k))
-        new: dict[str, Position] = {}
+        steps = [self._step(k, begin.get(k)) for k in self._streams(begin)]
+        live = [s for s in steps if s.info is not None]
         # with a budget: a fair share per stream first, then what is left to whoever has more
-        shares = [None] if budget is None else [max(1, budget // max(1, len(streams))), None]
+        shares = [None] if budget is None else [max(1, budget // max(1, len(live))), None]
         for share in shares:
-            for k in streams:
+            for s in live:
                 if budget is not None and budget <= 0:
                     break
-                at = new.get(k) or begin.get(k)
-                cap = None if self._caps is None else self._caps.get(k, ZERO)
-                if cap is not None and cap <= at.id:
+                assert s.info is not None
+                cap = s.info.last if self._caps is None else min(self._caps.get(s.stream, ZERO), s.info.last)
+                at = s.last or s.lo
+                if cap <= at:
+                    s.complete = cap == s.info.last
                     continue
                 want = 0 if budget is None else min(share or budget, budget)
-                p = self.server.plan(k, at.id, cap, limit=want)
+                p = self.server.plan(s.stream, at, cap, limit=want)
+                s.complete = cap == s.info.last and (want == 0 or p.count < want or p.last == cap)
                 if p.last is not None:
-                    new[k] = Position(p.last, at.count + p.count)
+                    s.last, s.planned = p.last, s.planned + p.count
                     budget = None if budget is None else budget - p.count
         streams_out = dict(begin.streams)
-        streams_out.update(new)
+        for s in live:
+            moved = self._settle(s)
+            if moved is not None:
+                streams_out[s.stream] = moved
         return Offset(streams_out).to_json()
 
-    def _check_alive(self, stream: str, at: Position) -> None:
-        if at.id == ZERO:
-            return
-        last = self.server.last_id(stream)
-        problem = ("was deleted" if last is None else
-                   f"was recreated (its last id {last} is before the query's position {at.id})" if last < at.id else "")
-        if not problem:
-            return
-        message = (f"stream {stream!r} on {self.server.where()} {problem}; the query has read it up to {at.id}. "
-                   f"To go on from what is there now set failOnDataLoss=false; to start over use a new "
-                   f"checkpointLocation")
+    def _step(self, stream: str, at: Position) -> _Step:
+        """XINFO STREAM *stream*, before planning: a deleted stream, or one recreated with ids
+        before the query's position, fails (``failOnDataLoss``) or is warned about; the
+        latter then starts over at ``0-0``."""
+        info = self.server.info(stream)
+        step = _Step(stream, at, info, at.id, self._added_for(stream, at))
+        where = f"stream {stream!r} on {self.server.where()}"
+        if info is None and at.id != ZERO:
+            self._changed(f"{where} was deleted; the query has read it up to {at.id}",
+                          then="reading it again once it exists")
+        elif info is not None and info.last < at.id and at.count > 0:  # not a start position ahead of the stream
+            self._changed(f"{where} was deleted and recreated (its last id {info.last} is before the query's "
+                          f"position {at.id})", then="reading the new stream from its first entry")
+            step.lo, step.added = ZERO, None
+        return step
+
+    def _added_for(self, stream: str, at: Position) -> int | None:
+        known = self._known.get(stream)
+        return known[1] if known is not None and known[0] == at.id else at.added
+
+    def _settle(self, s: _Step) -> Position | None:
+        """After planning: how many entries after the query's position were removed before
+        it read them (fails or warns, ``failOnDataLoss``), and the stream's new position
+        (None when it did not move). See the module docstring."""
+        info = s.info
+        assert info is not None
+        present = (s.planned if s.complete else
+                   info.length if info.first is None or info.first > s.lo else None)
+        added = s.added
+        where = f"stream {s.stream!r} on {self.server.where()}"
+        if added is not None and (info.added < added or (present is not None and info.added - added - present < 0)):
+            self._changed(f"{where} was deleted and recreated: it has received {info.added} entries in all, fewer "
+                          f"than the query counted up to its position {s.lo}",
+                          then="reading the new stream from that position")
+            added = None
+        if added is None:
+            if present is None:  # once per stream: count what follows the position
+                present = s.planned + self.server.count(s.stream, s.last or s.lo, info.last)
+            added = info.added - present  # what was removed before now is not counted as lost
+        elif present is not None and (lost := info.added - added - present) > 0:
+            held = (f"the stream now holds {_entries(info.length)} from {info.first}" if info.first is not None
+                    else "the stream is now empty")
+            self._changed(
+                f"{where}: {_entries(lost)} the query had not read {'was' if lost == 1 else 'were'} trimmed or "
+                f"deleted by someone else (XTRIM, XADD MAXLEN/MINID, XDEL); the query has read up to {s.lo}, "
+                f"{held} ({info.added} added in all)",
+                hint="To keep entries until the query has read them, trim with MINID at most the group's "
+                     "last-delivered-id (XINFO GROUPS), or let the query trim (trimAfterCommit=true)",
+                then="reading on with what is left")
+            added += lost
+        self._known[s.stream] = (s.lo, added)
+        if s.last is None:
+            return None
+        return Position(s.last, s.at.count + s.planned, added + s.planned)
+
+    def _changed(self, message: str, *, then: str, hint: str = "") -> None:
+        """A loss: :class:`SourceError` with ``failOnDataLoss=true``, else one WARNING per
+        reader and message."""
         if self.o.fail_on_data_loss:
-            raise SourceError(message)
-        log.warning("twopc-redis-stream: %s", message)
+            raise SourceError(f"{message}. To go on with what is there now set failOnDataLoss=false; to start "
+                              f"over use a new checkpointLocation" + (f". {hint}" if hint else ""))
+        if message not in self._warned:
+            self._warned.add(message)
+            log.warning("twopc-redis-stream (failOnDataLoss=false): %s; %s", message, then)
 
     # -- planning and reading -------------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamPartition]:
@@ -228,9 +338,15 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _acknowledge(self, upto: Offset) -> None:
         for k, p in sorted(upto.streams.items()):
-            if p.id == ZERO or self._acked.get(k, ZERO) >= p.id:
+            if p.id == ZERO or self._acked.get(k) == p.id:
                 continue
-            acked, trimmed, created = self.server.ack(k, self.o.group, p.id, trim=self.o.trim_after_commit)
+            done = self.server.ack(k, self.o.group, p.id, trim=self.o.trim_after_commit)
+            if done is None:
+                self._changed(f"stream {k!r} on {self.server.where()} was deleted while the query read it: the "
+                              f"entries up to {p.id} are committed but cannot be acknowledged for group "
+                              f"{self.o.group!r}", then="acknowledging it once it exists again")
+                continue
+            acked, trimmed, created = done
             self._acked[k] = p.id
             if created:
                 log.warning("twopc-redis-stream: group %r of stream %r was missing; created at %s", self.o.group, k,
@@ -241,3 +357,36 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         """Nothing to release: connections are pooled per process."""
 
+
+@dataclass
+class _Step:
+    """One stream while :meth:`RedisStreamReader.latestOffset` plans it: where the query
+    stands (*at*), the stream as ``XINFO STREAM`` showed it before planning (None: gone),
+    where planning starts (*lo*: ``at.id``, or ``0-0`` for a stream recreated with smaller
+    ids), the entry count at *lo* when known (*added*), and what planning found."""
+
+    stream: str
+    at: Position
+    info: StreamInfo | None
+    lo: EntryId
+    added: int | None
+    last: EntryId | None = None
+    planned: int = 0
+    complete: bool = False  # planning walked every entry up to the stream's last id
+
+
+def _entries(n: int) -> str:
+    return f"{n} entr{'y' if n == 1 else 'ies'}"
+
+
+def _added_at(at: EntryId, info: StreamInfo | None) -> int | None:
+    """The entry count at starting position *at* (module docstring), when ``XINFO STREAM``
+    alone tells it: every removed entry counts as before the start. None: the stream still
+    holds entries at or before *at*, so the entries after it must be counted."""
+    if info is None:
+        return 0
+    if at >= info.last:
+        return info.added
+    if info.first is None or info.first > at:
+        return info.added - info.length
+    return None

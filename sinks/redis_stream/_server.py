@@ -13,17 +13,21 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from twopc import SinkError, SourceError
+from twopc import SinkError
 
 from ..redis._clients import ClientConfig
 from ..redis._server import missing_library
 from . import _lua as lua
 from ._ids import EntryId, Range
 
-__all__ = ["Plan", "StreamServer"]
+__all__ = ["Plan", "StreamInfo", "StreamServer"]
 
 #: Entries per XRANGE call when an executor reads a range.
 READ_CHUNK = 1000
+
+#: Most entries one ``plan`` call walks when :meth:`StreamServer.count` counts a backlog
+#: (each call blocks Redis while it walks).
+COUNT_CHUNK = 100_000
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,23 @@ class Plan:
     last: EntryId | None
     count: int
     bounds: tuple[EntryId, ...]
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """What ``XINFO STREAM`` says about a stream, as the source uses it."""
+
+    length: int
+    added: int  # entries-added: every entry the stream ever received
+    last: EntryId  # last-generated-id
+    first: EntryId | None  # the first entry's id; None when the stream is empty
+
+    @classmethod
+    def of(cls, reply: dict[str, Any]) -> StreamInfo:
+        """Read redis-py's ``xinfo_stream`` reply (Redis 7: ``entries-added``)."""
+        first = reply.get("first-entry")
+        return cls(int(reply["length"]), int(reply.get("entries-added") or 0),
+                   EntryId.parse(reply["last-generated-id"]), EntryId.parse(first[0]) if first else None)
 
 
 def _text(value: Any) -> str:
@@ -98,22 +119,33 @@ class StreamServer:
         return Plan(EntryId.parse(last) if last else None, int(reply[1]),
                     tuple(EntryId.parse(b) for b in reply[2]))
 
-    def ack(self, stream: str, group: str, upto: EntryId, *, trim: bool) -> tuple[int, int, bool]:
-        """Acknowledge everything ``<= upto`` for *group* (see :mod:`._lua`); with *trim*,
-        ``XTRIM MINID`` the entries ``<= upto``. Returns (entries XACKed, entries trimmed,
-        group created).
+    def count(self, stream: str, lo: EntryId, hi: EntryId) -> int:
+        """How many entries ``lo < id <= hi`` the stream holds, walked server-side in calls
+        of at most :data:`COUNT_CHUNK` entries.
 
         Raises:
-            SourceError: the stream no longer exists.
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        n = 0
+        while True:
+            p = self.plan(stream, lo, hi, limit=COUNT_CHUNK)
+            n += p.count
+            if p.last is None or p.count < COUNT_CHUNK:
+                return n
+            lo = p.last
+
+    def ack(self, stream: str, group: str, upto: EntryId, *, trim: bool) -> tuple[int, int, bool] | None:
+        """Acknowledge everything ``<= upto`` for *group* (see :mod:`._lua`); with *trim*,
+        ``XTRIM MINID`` the entries ``<= upto``. Returns (entries XACKed, entries trimmed,
+        group created), or None when the stream does not exist.
+
+        Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
         reply = self.fcall("ack", [stream], [group, str(upto), str(upto.next()) if trim else ""],
                            f"acknowledge stream {stream!r} up to {upto} for group {group!r}")
         if _text(reply[0]) == "NOSTREAM":
-            raise SourceError(f"stream {stream!r} on {self.where()} was deleted while the query read it: the "
-                              f"entries up to {upto} are committed but cannot be acknowledged for group "
-                              f"{group!r}. Recreate the stream's group, or start a new query (new "
-                              f"checkpointLocation)")
+            return None
         return int(reply[1]), int(reply[2]), _text(reply[3]) == "1"
 
     # -- plain commands ------------------------------------------------------------------------
@@ -124,10 +156,10 @@ class StreamServer:
         except rex.RedisError as exc:
             raise self.config.error(exc, f"list the streams matching {pattern!r}") from None
 
-    def info(self, stream: str) -> dict[str, Any] | None:
-        """``XINFO STREAM`` as a dict, or None when the key does not exist."""
+    def info(self, stream: str) -> StreamInfo | None:
+        """``XINFO STREAM``, or None when the key does not exist."""
         try:
-            return dict(self.client().xinfo_stream(stream))
+            return StreamInfo.of(self.client().xinfo_stream(stream))
         except rex.ResponseError as exc:
             if "no such key" in str(exc).lower():
                 return None
@@ -138,20 +170,32 @@ class StreamServer:
     def last_id(self, stream: str) -> EntryId | None:
         """The stream's ``last-generated-id``, or None when it does not exist."""
         info = self.info(stream)
-        return None if info is None else EntryId.parse(info["last-generated-id"])
+        return None if info is None else info.last
 
-    def group_position(self, stream: str, group: str) -> EntryId | None:
-        """Where *group* stands: its ``last-delivered-id``, or just before its oldest pending
-        entry when that is earlier; None when the stream or the group does not exist."""
+    def groups(self, stream: str) -> list[dict[str, Any]] | None:
+        """``XINFO GROUPS`` (one dict per group), or None when the stream does not exist.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
         try:
-            groups = self.client().xinfo_groups(stream)
+            return list(self.client().xinfo_groups(stream))
         except rex.ResponseError as exc:
             if "no such key" in str(exc).lower():
                 return None
             raise self.config.error(exc, f"read the groups of {stream!r}") from None
         except rex.RedisError as exc:
             raise self.config.error(exc, f"read the groups of {stream!r}") from None
-        for g in groups:
+
+    def group_names(self, stream: str) -> list[str] | None:
+        """The names of *stream*'s consumer groups, or None when the stream does not exist."""
+        groups = self.groups(stream)
+        return None if groups is None else [_text(g["name"]) for g in groups]
+
+    def group_position(self, stream: str, group: str) -> EntryId | None:
+        """Where *group* stands: its ``last-delivered-id``, or just before its oldest pending
+        entry when that is earlier; None when the stream or the group does not exist."""
+        for g in self.groups(stream) or ():
             if _text(g["name"]) == group:
                 pos = EntryId.parse(g["last-delivered-id"])
                 if int(g.get("pending") or 0):
@@ -164,10 +208,16 @@ class StreamServer:
                 return pos
         return None
 
-    def ensure_group(self, stream: str, group: str, at: EntryId) -> None:
-        """Create *group* at *at* (and the stream, empty, when missing); an existing group is kept."""
+    def ensure_group(self, stream: str, group: str, at: EntryId, *, create_stream: bool = False) -> None:
+        """Create *group* at *at* (with *create_stream*, and the stream, empty, when missing);
+        an existing group is kept.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed, or the stream does not exist
+                (without *create_stream*).
+        """
         try:
-            self.client().xgroup_create(stream, group, id=str(at), mkstream=True)
+            self.client().xgroup_create(stream, group, id=str(at), mkstream=create_stream)
         except rex.ResponseError as exc:
             if "BUSYGROUP" not in str(exc):
                 raise self.config.error(exc, f"create group {group!r} on {stream!r}") from None
@@ -195,9 +245,8 @@ class StreamServer:
         info = self.info(r.stream)
         if info is None:
             cause = "the stream was deleted"
-        elif EntryId.parse(info["last-generated-id"]) < r.hi:
-            cause = (f"the stream was deleted and recreated (its last id is now {_text(info['last-generated-id'])}, "
-                     f"before the range's end)")
+        elif info.last < r.hi:
+            cause = f"the stream was deleted and recreated (its last id is now {info.last}, before the range's end)"
         else:
             cause = "entries were deleted (XDEL, or XTRIM/MAXLEN by a producer) before they were read"
         return (f"{head}: {cause}. Nothing of this micro-batch is committed. To go on without the lost "
