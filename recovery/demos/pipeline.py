@@ -81,7 +81,8 @@ def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
     reader = (spark.readStream.format("twopc-redis-stream").option("url", spec.redis_url)
               .option("streams", ",".join(spec.streams)).option("group", group)
               .option("startingPosition", "earliest").option("maxEntriesPerTrigger", spec.max_per_trigger)
-              .option("fieldsSchema", "n BIGINT, payload STRING"))
+              .option("fieldsSchema", "n BIGINT, payload STRING")
+              .option("createStreams", "true"))  # the producers start beside the job, not before it
     for k, v in spec.extra_source_options.items():
         reader = reader.option(k, v)
     return reader.load()
