@@ -123,7 +123,8 @@ def test_an_ack_group_that_is_not_a_group_of_the_stream_is_refused_before_anythi
                                                  r"on .* \(its groups: 'g'\).*Set ackGroup to the source's group"):
         sink.pre_commit(txn)
     assert [g["name"] for g in r.xinfo_groups(pipe.a)] == [b"g"]
-    assert not r.keys(f"{{{pipe.tag}}}:{pipe.sid}:*")  # nothing registered or staged
+    # nothing registered or staged (the owner record is the pipeline's coordinator's claim of its sink id)
+    assert r.keys(f"{{{pipe.tag}}}:{pipe.sid}:*") == [f"{{{pipe.tag}}}:{pipe.sid}:owner".encode()]
 
 
 def test_a_version_1_redis_handle_reads_as_one_without_acks_and_acks_survive_the_envelope() -> None:
