@@ -241,6 +241,36 @@ def test_staged_partitions_are_checked_before_the_decision_and_committed_with_it
         sink.close()
 
 
+@pytest.mark.parametrize("decided", [False, True])
+def test_a_driver_that_dies_after_moving_staged_rows_is_recovered(few_slots, tmp_path, decided: bool) -> None:
+    """The driver moved the staged rows into a prepared transaction and died before its
+    decision (recovery rolls every part back: nothing lands) or right after it (recovery
+    commits every part and deletes the staged leftovers: every row lands once)."""
+    from twopc import CommitLedger, Decision, RecoveryCoordinator
+
+    server, engine = few_slots
+    table = _table(engine)
+    sink = _sink(server, table)
+    sid = f"dead{int(decided)}"
+    try:
+        handles = [_attempt(sink, sid, p, [p]) for p in range(9)]
+        named = sink.before_decision(0, handles)
+        assert len(named) == 8 and _mine(engine, sid) == 8  # 7 tasks and the move
+        ledger = CommitLedger(str(tmp_path / "ck"))
+        if decided:
+            ledger.record_decision(Decision(sid, 0, tuple(named)))
+    finally:
+        sink.close()
+    survivor = _sink(server, table)  # a new driver process
+    try:
+        report = RecoveryCoordinator(survivor, CommitLedger(str(tmp_path / "ck")), sink_id=sid).run()
+    finally:
+        survivor.close()
+    assert _ids(engine, table) == (list(range(9)) if decided else [])
+    assert report.committed == (8 if decided else 0)
+    assert _mine(engine, sid) == 0 and _left(engine, table) == (0, 0)
+
+
 def test_a_batch_whose_every_task_found_no_slot_commits_as_a_staging_batch(few_slots, tmp_path) -> None:
     """Other users hold all but one slot (the driver's): every task stages, and the batch
     commits as the staging mode commits one, in one local transaction."""

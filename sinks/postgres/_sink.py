@@ -13,8 +13,10 @@ GID does, the marker row (committed atomically with the data) tells "already com
 from "lost". The protocol itself lives in :class:`~sinks.sql.PreparedSqlSink`; this module
 is PostgreSQL's part of it.
 
-Requirements on the server: ``max_prepared_transactions`` > 0 (at least the number of
-concurrent write tasks), ``INSERT`` on the target table, and ``CREATE`` on the marker
+Requirements on the server: ``max_prepared_transactions`` > 0 (at least the partitions of a
+batch plus retried attempts: each task claims a slot before its first row, and fails with
+nothing written when none is free, :mod:`sinks.postgres._slots`), ``INSERT`` on the target
+table, and ``CREATE`` on the marker
 table's schema the first time (or create the marker table yourself; see
 :meth:`PostgresSink.marker_table_ddl`).
 

@@ -480,6 +480,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             SinkError: the database failed; retry.
         """
         if handle.txn_id in self._cleared:  # moved by a committed transaction, staged rows deleted since
+            self._cleared.discard(handle.txn_id)
             return
         self._for(handle).abort(handle)
 
