@@ -302,6 +302,30 @@ def test_a_batch_whose_every_task_found_no_slot_commits_as_a_staging_batch(few_s
     assert _left(engine, table) == (0, 0)
 
 
+def test_a_composite_participant_does_not_stage(few_slots) -> None:
+    """A composite decides its participants' handles itself (no before_decision): a
+    twopc-jdbc participant's task that finds no slot fails before it writes."""
+    from sinks import JdbcSink
+    from twopc import TargetConfigurationError
+
+    server, engine = few_slots
+    table = _table(engine)
+    sink = JdbcSink.from_options({"url": server.url, "dbtable": table})
+    sink.configure_write(SCHEMA, overwrite=False, streaming=False, checkpointed=True)
+    assert sink.commit_may_be_refused() is None  # what a composite asks of each participant
+    sink.validate(SCHEMA)
+    assert not sink.may_stage
+    try:
+        handles = [_attempt(sink, "part", p, [p]) for p in range(8)]
+        with pytest.raises(TargetConfigurationError, match="no free prepared-transaction slot"):
+            _attempt(sink, "part", 8, [8])
+        for h in handles:
+            sink.abort(h)
+    finally:
+        sink.close()
+    assert _mine(engine, "part") == 0 and _left(engine, table) == (0, 0)
+
+
 def test_a_slot_taken_by_another_user_before_prepare_ends_the_batch_cleanly(few_slots, tmp_path) -> None:
     """The race: tasks claimed slots, another user prepares transactions of its own until
     the server is full, and a task's ``PREPARE`` fails. The batch ends aborted with nothing
