@@ -22,7 +22,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb lint test test-all chaos demo bench clean
+.PHONY: venv redis mariadb jdbc-driver lint test test-all chaos demo bench clean
 
 venv: $(STAMP)
 
@@ -72,6 +72,21 @@ mariadb:
 	  exit 1; \
 	fi
 
+# The PostgreSQL JDBC driver jar, for Spark's own format("jdbc") writer that
+# tests/test_type_matrix.py and the benchmarks compare twopc with.
+JDBC_JAR := /usr/share/java/postgresql.jar
+jdbc-driver:
+	@if [ -e $(JDBC_JAR) ]; then \
+	  echo "PostgreSQL JDBC driver: $(JDBC_JAR)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
+	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java); \
+	else \
+	  echo "The PostgreSQL JDBC driver ($(JDBC_JAR)) is not installed. Install it with:" >&2; \
+	  echo "    sudo apt-get install -y libpostgresql-jdbc-java" >&2; \
+	  exit 1; \
+	fi
+
 # The lint and type gate: ruff and mypy (configured in pyproject.toml), and every `noqa` or
 # `type: ignore` must say why on its own line.  All three run; any finding fails.
 SUPPRESSION_WITHOUT_REASON := \#[[:space:]]*(noqa(:[[:space:]]*[A-Z]+[0-9]+([[:space:]]*,[[:space:]]*[A-Z]+[0-9]+)*)?|type:[[:space:]]*ignore(\[[^]]*\])?)[[:space:]]*$$
@@ -86,7 +101,7 @@ lint: venv
 	fi; \
 	exit $$rc
 
-test: lint venv redis mariadb
+test: lint venv redis mariadb jdbc-driver
 	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
 
 test-all:
@@ -106,10 +121,7 @@ demo: venv
 	$(VPY) -m recovery.demos.stream_demo
 
 bench: venv redis
-	@if [ ! -e /usr/share/java/postgresql.jar ] && [ "$$(id -u)" = 0 ]; then \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
-	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java) || true; \
-	fi
+	@$(MAKE) --no-print-directory jdbc-driver || echo "bench: the Spark JDBC writers are skipped" >&2
 	$(VPY) -m recovery.demos.bench
 	$(VPY) -m recovery.demos.bench_redis
 	$(VPY) -m recovery.demos.bench_stream

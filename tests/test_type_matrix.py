@@ -187,7 +187,9 @@ def _spark_jdbc(postgres_url: str, df: Any, table: str) -> None:
 def test_postgres_modes_agree_with_each_other_and_with_spark_s_writer(spark, frames, postgres_url,
                                                                        pg_engine) -> None:
     if not os.path.exists(JDBC_JAR):
-        pytest.fail(f"the PostgreSQL JDBC driver is missing at {JDBC_JAR}: apt-get install libpostgresql-jdbc-java")
+        pytest.fail(f"the PostgreSQL JDBC driver is missing at {JDBC_JAR} (Spark's own writer needs it): run "
+                    "`make jdbc-driver` (as root it installs Debian's libpostgresql-jdbc-java; `make test` does "
+                    "it first), or `sudo apt-get install -y libpostgresql-jdbc-java`")
     spark.sql(f"ADD JAR {JDBC_JAR}")
     results = _modes(postgres_url, PostgresSink, pg_engine, PG_COLUMNS, frames)
     _assert_modes_agree(results)

@@ -5,8 +5,10 @@ batch has finished, or ``abort(messages, batchId)`` when the write job failed. T
 coordinator turns those calls into the two-phase-commit decision:
 
 1. ``before_decision``: nothing is decided; a crash here leaves only prepared
-   transactions, which recovery rolls back (the batch replays).
-2. The decision (every handle of the batch) is written to the ledger, durably.
+   transactions, which recovery rolls back (the batch replays). The sink's
+   :meth:`~TwoPhaseCommitSink.before_decision` may then prepare one more transaction that
+   takes over some attempts (the same holds for it: undecided, it is rolled back).
+2. The decision (every handle the sink names for the batch) is written to the ledger, durably.
 3. ``after_decision`` / ``between_commits``: the batch is decided; a crash here is finished
    by recovery with ``recover_and_commit`` before anything else runs.
 4. ``after_commit``: every handle committed, the committed mark is missing; recovery
@@ -330,6 +332,7 @@ class CommitCoordinator:
                 self.sink.recover_and_abort(h)
             swept = self._sweep(batch_id)
             return self._done(batch_id, "replay-ignored", started, aborted=len(fresh), swept=swept)
+        replaced: set[str] = set()  # attempts the sink's before_decision took over (not rolled back: moved)
         if state is BatchState.DECIDED:
             decision = self.ledger.decision(batch_id)
             assert decision is not None
@@ -338,7 +341,9 @@ class CommitCoordinator:
             return self._commit_atomically(batch_id, fresh, started)
         else:
             faultinject.fault_point("before_decision", batch_id=batch_id)
-            decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, tuple(fresh)))
+            named = tuple(self.sink.before_decision(batch_id, fresh))
+            replaced = {h.txn_id for h in fresh} - {h.txn_id for h in named}
+            decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, named))
             _decided(decision)
             faultinject.fault_point("after_decision", batch_id=batch_id)
             action, recovering = "committed", False
@@ -346,15 +351,16 @@ class CommitCoordinator:
                                 retry=self.retry, format_name=self.format_name)
         faultinject.fault_point("after_mark", batch_id=batch_id)
         extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
-        for h in extra:
+        for h in extra:  # the replaced ones too: what is left of them goes
             self.sink.recover_and_abort(h)
         swept = self._sweep(batch_id)
         if self.ledger.purge(keep_last=self.keep_last):
             retained = self.ledger.committed_batches()
             if retained:
                 self.sink.purge_committed(self.sink_id, retained[0])
-        return self._done(batch_id, action, started, committed=tally.committed,
-                          already=tally.already, aborted=len(extra), swept=swept, txn_ids=decision.txn_ids)
+        return self._done(batch_id, action, started, committed=tally.committed, already=tally.already,
+                          aborted=sum(h.txn_id not in replaced for h in extra), swept=swept,
+                          txn_ids=decision.txn_ids)
 
     def _commit_atomically(self, batch_id: int, fresh: list[TransactionHandle], started: float) -> BatchResult:
         """The batch's one local commit transaction is its own decision: commit first, then

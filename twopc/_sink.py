@@ -136,6 +136,21 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         target commits. Default ``None`` (the contract: a prepared transaction commits)."""
         return None
 
+    def before_decision(self, batch_id: int, handles: Sequence[H]) -> Sequence[H]:
+        """The handles the decision of batch *batch_id* names, given the attempts Spark
+        chose (optional hook: *handles* as they are, by default). Called on the driver
+        right before the decision is recorded, for batches not committed atomically. A sink
+        may prepare one more transaction here that holds some attempts' effects and return
+        its handle instead of theirs (``twopc-jdbc`` moves the rows its tasks staged for
+        want of a prepared-transaction slot into one): the attempts no longer named are
+        then rolled back as leftovers after the commit. What it prepares must be listed by
+        :meth:`list_prepared`, so that recovery rolls it back when no decision names it.
+
+        Raises:
+            SinkError: it could not prepare; the batch fails undecided.
+        """
+        return handles
+
     def commits_whole_batch_for(self, handles: Sequence[H]) -> bool:
         """Whether the coordinator must hand :meth:`commit_all` every handle of a batch in
         one call (the sink orders its commits and fires ``between_commits`` itself), rather

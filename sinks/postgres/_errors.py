@@ -9,12 +9,18 @@ from collections.abc import Callable
 import psycopg
 from psycopg import errors as pgerr
 
-from twopc import SinkError, SinkUnavailableError
+from twopc import SinkError, SinkUnavailableError, TargetConfigurationError
 
 from ..sql._errors import ROLLED_BACK, bad_value, constraint_violated, lock_timed_out
 
 __all__ = ["connect_failure", "diag", "error_code", "error_text", "is_connection_error", "is_missing_table",
-           "map_error", "value_error"]
+           "map_error", "no_free_slot", "value_error"]
+
+#: how to make room for a write's prepared transactions, for every message that lacks it
+SLOT_FIXES = ("raise max_prepared_transactions (and restart PostgreSQL) to at least the partitions a batch writes "
+              "plus retried attempts, write fewer partitions at once (df.coalesce(n)), resolve stale prepared "
+              "transactions (`twopc status` lists twopc's; pg_prepared_xacts all), or let twopc-jdbc stage what "
+              "finds no slot (commitMode=auto, the default, or commitMode=staging)")
 
 _CONSTRAINT_KINDS = {"23502": "NOT NULL", "23505": "unique", "23503": "foreign key", "23514": "check",
                      "23P01": "exclusion"}
@@ -113,5 +119,16 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
                          f"{marker_table} dropped? validate() creates the marker table)")
     context = f" ({redact(d.context.splitlines()[0])})" if d.context else ""
     if state == "53200":
-        primary += " — raise max_prepared_transactions or resolve stale prepared transactions"
+        primary += (" (other users' prepared transactions took the slots left after this task claimed one): "
+                    f"rerun the write; if it recurs, {SLOT_FIXES}")
     return SinkError(f"could not {action}: {state} {primary}{context}. {ROLLED_BACK}")
+
+
+def no_free_slot(where: str, table: str, partition: int, limit: int, keys: int) -> TargetConfigurationError:
+    """A task that found every prepared-transaction slot taken before it wrote a row: the
+    server's limit, what is left of it to twopc, and the fixes."""
+    return TargetConfigurationError(
+        f"no free prepared-transaction slot on PostgreSQL at {where} for partition {partition} of the write to "
+        f"{table}: max_prepared_transactions is {limit}, and the {max(keys, 0)} slot(s) that other users' prepared "
+        f"transactions leave are all held by this write's other tasks or other twopc writes. Nothing of this "
+        f"attempt was written. Fix: {SLOT_FIXES}")

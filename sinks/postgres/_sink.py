@@ -13,8 +13,10 @@ GID does, the marker row (committed atomically with the data) tells "already com
 from "lost". The protocol itself lives in :class:`~sinks.sql.PreparedSqlSink`; this module
 is PostgreSQL's part of it.
 
-Requirements on the server: ``max_prepared_transactions`` > 0 (at least the number of
-concurrent write tasks), ``INSERT`` on the target table, and ``CREATE`` on the marker
+Requirements on the server: ``max_prepared_transactions`` > 0 (at least the partitions of a
+batch plus retried attempts: each task claims a slot before its first row, and fails with
+nothing written when none is free, :mod:`sinks.postgres._slots`), ``INSERT`` on the target
+table, and ``CREATE`` on the marker
 table's schema the first time (or create the marker table yourself; see
 :meth:`PostgresSink.marker_table_ddl`).
 
@@ -47,6 +49,8 @@ from twopc import (
     Headroom,
     SinkError,
     TargetConfigurationError,
+    TransactionContext,
+    TransactionLostError,
 )
 
 from .._handles import PostgresHandle
@@ -58,6 +62,8 @@ from . import _server as server
 from ._columns import PgColumn
 from ._copy import CopyPlan, identifier, plan_copy
 from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl
+from ._errors import no_free_slot
+from ._slots import Claim, claim_slot, wait_for_driver_slot
 from ._spec import POSTGRES
 
 __all__ = ["PostgresHandle", "PostgresSink"]
@@ -160,6 +166,93 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
                 f"{self.marker_table} TO <user>") from None
 
     # -- executor side -------------------------------------------------------------------
+    def begin_transaction(self, context: TransactionContext) -> SqlTxn[PgColumn]:
+        """Open the attempt's transaction and claim a prepared-transaction slot for it
+        (:mod:`sinks.postgres._slots`) before any row is loaded.
+
+        Raises:
+            TargetConfigurationError: every slot is taken; nothing was written (the
+                message gives the server's limit and the fixes).
+            SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`.
+        """
+        txn, claim = self.begin_with_slot(context, keep_driver_slot=False)
+        if txn is None:
+            raise no_free_slot(self._where(), self.table, context.partition_id, claim.limit, claim.keys)
+        return txn
+
+    def begin_with_slot(self, context: TransactionContext, *,
+                        keep_driver_slot: bool) -> tuple[SqlTxn[PgColumn] | None, Claim]:
+        """Open the attempt's transaction with a prepared-transaction slot claimed, or, when
+        every slot is taken, nothing (``None``, the connection given back) and what the
+        claim found. A task of a write whose driver may prepare one more transaction
+        after its tasks (*keep_driver_slot*) leaves slot 0 to it.
+
+        Raises:
+            SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`.
+        """
+        txn = super().begin_transaction(context)
+        claim = self._claim(txn, functools.partial(claim_slot, keep_driver_slot=keep_driver_slot))
+        if claim.slot is None:
+            self.rollback(txn)
+            return None, claim
+        return txn, claim
+
+    def begin_move(self, context: TransactionContext) -> SqlTxn[PgColumn]:
+        """The driver's transaction that takes over rows tasks staged (see
+        :meth:`load_staged`), with a slot: a free one, else slot 0, which tasks leave to
+        drivers, waited for up to ``lockTimeout``.
+
+        Raises:
+            SinkUnavailableError / SinkError: no connection, or no slot in time.
+        """
+        txn = super().begin_transaction(context)
+        self._claim(txn, wait_for_driver_slot)
+        return txn
+
+    def _claim(self, txn: SqlTxn[PgColumn], claim: Callable[[psycopg.Connection[Any]], Claim]) -> Claim:
+        try:
+            return claim(self._usable(txn))
+        except psycopg.Error as exc:
+            self._fail(txn, exc, "claim a prepared-transaction slot")
+            raise  # not reached: _fail raises
+        except BaseException as exc:
+            self._abandon(txn, exc)
+            raise
+
+    def load_staged(self, txn: SqlTxn[PgColumn], stage: TableName, names: Sequence[str],
+                    txn_ids: Sequence[str], rows: int) -> None:
+        """Copy the rows that the attempts *txn_ids* staged in *stage* (columns *names*, the
+        DataFrame's) into the table, inside *txn*; they must be *rows* rows. The staged rows
+        stay (a plain read takes no row locks): the caller deletes them once the
+        transaction committed, and until then they are what a rollback leaves.
+
+        Raises:
+            TransactionLostError: fewer or more rows than *rows* are staged (the
+                transaction is rolled back: nothing was written).
+            SchemaMismatchError: a staged column matches no column of the table.
+            SinkError: the server refused (a constraint...): rolled back, nothing written.
+        """
+        pg: psycopg.Connection[Any] = self._usable(txn)
+        cols = self._match(list(names), None, txn.columns, check_types=False, check_required=False)
+        stmt = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE twopc_txn = ANY(%s)").format(
+            identifier(self._target), sql.SQL(", ").join(sql.Identifier(c.name) for c in cols),
+            sql.SQL(", ").join(sql.Identifier(n) for n in names), identifier(stage))
+        try:
+            copied = pg.execute(stmt, (list(txn_ids),)).rowcount
+        except psycopg.Error as exc:
+            self._fail(txn, exc, f"move staged rows from {stage.display()} into {self.table}")
+            raise  # not reached: _fail raises
+        except BaseException as exc:
+            self._abandon(txn, exc)
+            raise
+        if copied != rows:
+            self._abandon(txn, TransactionLostError("staged rows missing"))
+            raise TransactionLostError(
+                f"{stage.display()} holds {copied} staged rows of the attempts {list(txn_ids)[:5]}"
+                f"{'...' if len(txn_ids) > 5 else ''}, not the {rows} their tasks reported (were they deleted?): "
+                f"nothing was written to {self.table}; the batch fails")
+        txn.rows += copied
+
     def _begin(self, txn: SqlTxn[PgColumn]) -> None:
         pg: psycopg.Connection[Any] = self._usable(txn)
         o = self.options

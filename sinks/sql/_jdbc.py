@@ -22,6 +22,17 @@ one of two commit modes and logs which:
 
 ``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server
 allow it, else ``staging``; ``commitMode=prepared`` makes "not allowed" an error.
+
+A server's prepared transactions are few (``max_prepared_transactions``), and a batch may
+have more partitions than there are free ones; the number of partitions reaches no sink
+before its tasks run. So on PostgreSQL each prepared-mode task claims a slot before it
+loads a row (:mod:`sinks.postgres._slots`). In ``auto`` mode a task that finds none stages
+its rows instead, and the driver, before its decision, moves the staged rows of the chosen
+attempts into one more prepared transaction (:meth:`JdbcSink.before_decision`): the
+decision names only prepared transactions, so every constraint was checked before it, and
+the batch commits through the same ``COMMIT PREPARED`` as any other. A batch whose every
+task staged commits as a staging batch. With ``commitMode=prepared`` a task that finds no
+slot fails before it writes, and the batch leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from twopc import (
     Headroom,
     PreparedDetail,
     ProtocolError,
+    SinkError,
     TargetLedger,
     TransactionContext,
     TransactionHandle,
@@ -50,6 +62,7 @@ from twopc import (
 
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free
+from ._dialect import SqlTxn
 from ._engines import engine_for
 from ._instance import server_instance
 from ._names import parse_table_name
@@ -66,7 +79,10 @@ log = logging.getLogger("twopc.sinks.jdbc")
 
 PREPARED = "prepared"
 STAGING = "staging"
-_ANNOUNCED: set[tuple[str, str, str, str]] = set()
+_ANNOUNCED: set[tuple[str, str, str, bool]] = set()
+#: (URL, table, stage, schema) whose staging this process validated for prepared-mode tasks
+#: that find no slot (streaming validates every micro-batch; staging's checks cost ~30 ms)
+_STAGING_READY: set[tuple[str, str, str, str]] = set()
 
 
 class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
@@ -94,6 +110,13 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self._checkpointed = True
         self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
+        #: prepared mode: tasks that find no prepared-transaction slot stage (settled by validate)
+        self.may_stage = False
+        self._participant = False
+        #: driver, this process: the staged attempts each moving transaction took over, and
+        #: the staged attempts whose rows are deleted since it committed
+        self._moves: dict[str, tuple[StagingHandle, ...]] = {}
+        self._cleared: set[str] = set()
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> JdbcSink:
@@ -216,12 +239,16 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         this write uses it, ``None`` in the prepared mode (the database checks every
         constraint at ``PREPARE``). Settles the mode first when it is still open (asking
         the server, as :meth:`validate` would), so a composite can refuse a staging
-        participant before its validation creates anything.
+        participant before its validation creates anything. A composite asks this of its
+        participants, and decides their handles without :meth:`before_decision`: so a sink
+        asked never lets its prepared-mode tasks stage (one that finds no slot fails).
 
         Raises:
             SinkUnavailableError: the mode is open and the server does not answer.
             ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
         """
+        self._participant = True
+        self.may_stage = False
         self._settle_mode()
         return self._staging_sink().commit_may_be_refused() if self.mode == STAGING else None
 
@@ -232,7 +259,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             if ok:
                 self.mode, self.reason = PREPARED, why
             elif self.options.commit_mode == PREPARED:
-                raise ConfigurationError(f"commitMode=prepared: {why}. Use commitMode=auto or staging")
+                raise ConfigurationError(f"commitMode=prepared: {why}; or use commitMode=auto or commitMode=staging. "
+                                         f"Nothing was written")
             else:
                 self.mode, self.reason = STAGING, why
         return self.mode
@@ -252,14 +280,42 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             raise ConfigurationError(
                 f"deadLetterTable needs the prepared commit mode, but this write uses staging ({self.reason}): "
                 f"remove the option, or make the write one that can prepare (PostgreSQL, append)")
-        announce = (self.options.safe_url(), self.options.table, mode, self.reason)
-        if announce not in _ANNOUNCED:  # once per process: streaming validates every micro-batch
-            _ANNOUNCED.add(announce)
-            log.warning("twopc-jdbc: %s commit mode for %s (%s)", self.mode, self.options.table, self.reason)
         self._backend().validate(schema)
-        if self.mode == PREPARED and not self._checkpointed:
+        how = ""
+        if mode == PREPARED and self.dialect == "postgresql":
+            how = self._prepare_staging(schema)
+        if mode == PREPARED and not self.may_stage and not self._checkpointed:
             # a dead staging write (no checkpoint) to this target left staged rows: the next write cleans up
             self._staging_sink().expire_abandoned()
+        announce = (self.options.safe_url(), self.options.table, mode, self.may_stage)
+        if announce not in _ANNOUNCED:  # once per process: streaming validates every micro-batch
+            _ANNOUNCED.add(announce)
+            log.info("twopc-jdbc: %s commit mode for %s (%s%s)", self.mode, self.options.table, self.reason, how)
+
+    def _prepare_staging(self, schema: pa.Schema) -> str:
+        """Settle :attr:`may_stage` for the prepared mode on PostgreSQL: with
+        ``commitMode=auto``, outside a composite, tasks that find no free slot stage their
+        rows, so staging is prepared (validated, its tables created) here, before any task.
+        Returns what the tasks that find no slot do, for the mode's log line."""
+        if self.options.commit_mode != "auto" or self._participant:
+            why = "commitMode=prepared" if self.options.commit_mode == PREPARED else "a composite's participant"
+            return f"; a task that finds no free prepared-transaction slot fails before it writes ({why})"
+        staging = self._staging_sink()
+        ready = (self.options.safe_url(), self.options.table, staging.stage.display(), str(schema))
+        if ready not in _STAGING_READY:
+            try:
+                staging.validate(schema)
+            except (ConfigurationError, SinkError) as exc:
+                self.may_stage = False
+                return (f"; a task that finds no free prepared-transaction slot fails before it writes: it cannot "
+                        f"stage instead ({exc})")
+            _STAGING_READY.add(ready)
+        elif not self._checkpointed:
+            staging.expire_abandoned()  # what validate does for writes without a checkpoint
+        self.may_stage = True
+        return (f"; a task that finds no free prepared-transaction slot stages its rows in "
+                f"{self._staging_sink().stage.display()}, and the driver moves them into one more prepared "
+                f"transaction before its decision")
 
     def _server_can_prepare(self) -> tuple[bool, str]:
         o = self.options
@@ -270,12 +326,16 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
                 if not sa.inspect(conn).has_table(target.name, schema=target.schema):
                     return False, f"table {target.display()} does not exist: staging creates it in the commit"
                 if o.dialect == "postgresql":
-                    n = int(conn.exec_driver_sql("SHOW max_prepared_transactions").scalar_one())
+                    n, used = conn.exec_driver_sql(
+                        "SELECT current_setting('max_prepared_transactions')::int, "
+                        "(SELECT count(*) FROM pg_prepared_xacts)").one()
                     if n <= 0:
-                        return False, ("the server has max_prepared_transactions = 0 (set it > 0 and restart "
-                                       "PostgreSQL for the faster prepared mode)")
-                    return True, (f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}"
-                                  + self._ledger_note())
+                        return False, ("the server has max_prepared_transactions = 0, so it cannot prepare "
+                                       "transactions: set it in postgresql.conf to at least the partitions a batch "
+                                       "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
+                                       "faster prepared mode")
+                    return True, (f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} "
+                                  f"free now{self._ledger_note()}")
         except SQLAlchemyError as exc:
             raise self._staging_sink()._unavailable(exc) from None
         if o.dialect == "mysql":
@@ -300,26 +360,48 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     # -- executor side: the settled mode ----------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> Any:
-        """Open the attempt's transaction in the settled mode (see the mode's sink).
+        """Open the attempt's transaction in the settled mode (see the mode's sink). In
+        the prepared mode on PostgreSQL it claims a prepared-transaction slot first; when
+        none is free, it stages the attempt's rows instead if the write may
+        (:attr:`may_stage`), else fails.
 
         Raises:
             ProtocolError: the mode was not settled (``validate`` did not run).
             SinkUnavailableError: no connection.
+            TargetConfigurationError: no free slot, and the write may not stage.
         """
-        return self._backend().begin_transaction(context)
+        if not self.may_stage:
+            return self._backend().begin_transaction(context)
+        from ..postgres import PostgresSink
+
+        prepared = self._prepared_sink()
+        assert isinstance(prepared, PostgresSink)  # may_stage is set on PostgreSQL only
+        txn, claim = prepared.begin_with_slot(context, keep_driver_slot=True)
+        if txn is not None:
+            return txn
+        log.info("twopc-jdbc: partition %s (attempt %s) of batch %s stages its rows: no free prepared-transaction "
+                 "slot on the server (max_prepared_transactions = %s; the %s that tasks may claim are all held)",
+                 context.partition_id, context.attempt_id, context.batch_id, claim.limit, max(claim.keys - 1, 0))
+        return self._staging_sink().begin_transaction(context)
+
+    def _txn_backend(self, txn: Any) -> TwoPhaseCommitSink[Any, Any, Any]:
+        """The mode of *txn*: a prepared-mode task that found no slot stages."""
+        if self.mode == PREPARED and not isinstance(txn, SqlTxn):
+            return self._staging_sink()
+        return self._backend()
 
     def invoke(self, txn: Any, value: dict[str, Any]) -> None:
-        self._backend().invoke(txn, value)
+        self._txn_backend(txn).invoke(txn, value)
 
     def invoke_batch(self, txn: Any, batch: pa.RecordBatch) -> None:
-        self._backend().invoke_batch(txn, batch)
+        self._txn_backend(txn).invoke_batch(txn, batch)
 
     def pre_commit(self, txn: Any) -> TransactionHandle:
-        handle: TransactionHandle = self._backend().pre_commit(txn)
+        handle: TransactionHandle = self._txn_backend(txn).pre_commit(txn)
         return handle
 
     def rollback(self, txn: Any) -> None:
-        self._backend().rollback(txn)
+        self._txn_backend(txn).rollback(txn)
 
     # -- driver side: by handle kind ----------------------------------------------------------
     def commit(self, handle: TransactionHandle) -> CommitOutcome:
@@ -332,18 +414,76 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """
         return self._for(handle).commit(handle)
 
+    def before_decision(self, batch_id: int, handles: Sequence[TransactionHandle]) -> Sequence[TransactionHandle]:
+        """A batch of prepared transactions and staged attempts (tasks that found no
+        prepared-transaction slot): move the staged attempts' rows into the table in one
+        more prepared transaction, and name it instead of them. Constraints are thus
+        checked before the decision, like every prepared task's. Any other batch: as it is.
+
+        Raises:
+            TransactionLostError: staged rows are missing; nothing is decided.
+            SinkError: the server refused the rows (a constraint...) or had no slot in
+                time (``lockTimeout``); nothing is decided, the batch fails.
+        """
+        staged = [h for h in handles if isinstance(h, StagingHandle)]
+        if not staged or len(staged) == len(handles):
+            return handles
+        from ..postgres import PostgresSink
+
+        prepared = self._prepared_sink()
+        if not isinstance(prepared, PostgresSink) or self.schema is None:
+            raise ProtocolError(f"{self.describe()}: batch {batch_id} mixes staged and prepared attempts, which "
+                                f"only a prepared-mode write to PostgreSQL that knows its schema makes")
+        first = staged[0]
+        txn = prepared.begin_move(TransactionContext(first.sink_id, batch_id, first.partition_id, first.attempt_id))
+        try:
+            prepared.load_staged(txn, self._staging_sink().stage, self.schema.names, [h.txn_id for h in staged],
+                                 sum(h.rows for h in staged))
+            moved = prepared.pre_commit(txn)
+        finally:
+            prepared.rollback(txn)  # nothing when prepared or already rolled back
+        self._moves[moved.txn_id] = tuple(staged)
+        log.info("twopc-jdbc: batch %s of %s: %s of %s partitions staged their rows (no free prepared-transaction "
+                 "slot); moved them (%s rows) into the prepared transaction %s before the decision", batch_id,
+                 self.options.table, len(staged), len(handles), moved.rows, moved.txn_id)
+        return [*(h for h in handles if not isinstance(h, StagingHandle)), moved]
+
     def commit_all(self, handles: Sequence[TransactionHandle], *,
                    recovering: bool = False) -> list[CommitOutcome] | None:
         """Staging handles: one local transaction (:meth:`StagingSink.commit_all`);
         prepared ones: :meth:`PreparedSqlSink.commit_all` (pipelined where the database
-        can); a mix: ``None`` (the coordinator commits them one by one)."""
+        can), then, for a transaction that took over staged attempts in this process
+        (:meth:`before_decision`), their staged rows are deleted. A mix of both is never
+        decided (:meth:`before_decision` replaces the staged ones).
+
+        Raises:
+            ProtocolError: staged and prepared handles together.
+        """
         if handles and all(isinstance(h, StagingHandle) for h in handles):
             return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]  # all StagingHandle: checked above
+        if any(isinstance(h, StagingHandle) for h in handles):
+            raise ProtocolError(f"{self.describe()}: a decision names staged and prepared attempts together; their "
+                                f"commits could not be one (a decision moves staged rows first: before_decision)")
         if handles and all(isinstance(h, PreparedSqlHandle) for h in handles):
             prepared = self._for(handles[0])
             if all(self._for(h) is prepared for h in handles):
-                return prepared.commit_all(handles, recovering=recovering)
+                outcomes = prepared.commit_all(handles, recovering=recovering)
+                self._clear_moved(handles)
+                return outcomes
         return None
+
+    def _clear_moved(self, handles: Sequence[TransactionHandle]) -> None:
+        """Delete the staged rows that committed moving transactions among *handles* took
+        over (best effort: the batch's sweep deletes what is left)."""
+        done = [s for h in handles for s in self._moves.pop(h.txn_id, ())]
+        if not done:
+            return
+        try:
+            self._staging_sink().delete_staged([s.txn_id for s in done])
+        except SinkError as exc:
+            log.info("twopc-jdbc: could not delete the moved staged rows now (%s): the batch's sweep deletes them", exc)
+            return
+        self._cleared.update(s.txn_id for s in done)
 
     def abort(self, handle: TransactionHandle) -> None:
         """Roll back through the mode that made *handle*. Idempotent.
@@ -352,6 +492,9 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             ProtocolError: the transaction was committed, or the handle is foreign.
             SinkError: the database failed; retry.
         """
+        if handle.txn_id in self._cleared:  # moved by a committed transaction, staged rows deleted since
+            self._cleared.discard(handle.txn_id)
+            return
         self._for(handle).abort(handle)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
@@ -372,8 +515,12 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return out
 
     def headroom(self, sink_id: str) -> Headroom | None:
-        """The server's prepared-transaction room (PostgreSQL/MySQL); ``None`` elsewhere."""
-        return self._prepared_sink().headroom(sink_id) if self.dialect in ("postgresql", "mysql") else None
+        """The server's prepared-transaction room (PostgreSQL/MySQL) when this write may
+        need it; ``None`` elsewhere, in the staging mode (it prepares nothing), and when
+        tasks that find no slot stage (:attr:`may_stage`: the room only sets how many do)."""
+        if self.dialect not in ("postgresql", "mysql") or self.mode == STAGING or self.may_stage:
+            return None
+        return self._prepared_sink().headroom(sink_id)
 
     def commit_mode(self) -> str:
         """The settled mode and why (after :meth:`validate`)."""
@@ -382,7 +529,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def purge_committed(self, sink_id: str, below_batch: int) -> None:
         if self.dialect in ("postgresql", "mysql") and self.mode != STAGING:
             self._prepared_sink().purge_committed(sink_id, below_batch)
-        if self.mode != PREPARED:
+        if self.mode != PREPARED or self.may_stage:  # a batch whose every task staged has a staging marker
             self._staging_sink().purge_committed(sink_id, below_batch)
 
     def close(self) -> None:
@@ -394,6 +541,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         state = dict(self.__dict__)
         state["_prepared"] = None
         state["_staging"] = None
+        state["_moves"] = {}
+        state["_cleared"] = set()
         return state
 
 

@@ -226,16 +226,25 @@ class StagingCommitter(StagingDdl):
             ProtocolError: the handle is not a staging handle.
             SinkError / SinkUnavailableError: the database failed; retry.
         """
-        txn_id = self._checked(handle)
+        self.delete_staged([self._checked(handle)])
+
+    def delete_staged(self, txn_ids: Sequence[str]) -> None:
+        """Delete the staged rows of the attempts *txn_ids* (checked ids), in one
+        statement. Idempotent.
+
+        Raises:
+            SinkError / SinkUnavailableError: the database failed; retry.
+        """
         conn = self._connect()
         try:
             self._begin(conn)
             if self._has_table(conn, self.stage):
-                self._delete_staged(conn, [txn_id])
+                self._delete_staged(conn, txn_ids)
             conn.commit()
         except SQLAlchemyError as exc:
             _quiet_rollback(conn)
-            raise self._error(exc, f"delete staged rows of {txn_id}") from None
+            what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
+            raise self._error(exc, f"delete staged rows of {what}") from None
         finally:
             conn.close()
 
