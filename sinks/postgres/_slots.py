@@ -14,7 +14,8 @@ they run in; a prepared transaction of another user that arrives between a claim
 ``PREPARE`` can still fill the server (then ``PREPARE`` fails, with nothing left prepared).
 
 Key 0 is kept for the driver of a ``twopc-jdbc`` batch whose tasks staged rows: it moves
-them into one prepared transaction before its decision, after every task prepared.
+them into one prepared transaction before its decision, after every task prepared. Its
+tasks never claim it, and other writes' tasks claim it last.
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ room AS (
              + (SELECT count(*) FROM held WHERE here AND prepared)::int
              - (SELECT count(*) FROM held WHERE NOT here AND NOT prepared)::int AS keys)
 SELECT lim, keys,
-       (SELECT k FROM generate_series(%(first)s, keys - 1) AS k
-        WHERE pg_try_advisory_xact_lock(%(cls)s, k) LIMIT 1)
+       (SELECT k %% greatest(keys, 1) FROM generate_series(1, keys - %(kept)s) AS k
+        WHERE pg_try_advisory_xact_lock(%(cls)s, k %% greatest(keys, 1)) LIMIT 1)
 FROM room
 """
 
@@ -65,13 +66,15 @@ class Claim:
 
 
 def claim_slot(pg: psycopg.Connection[Any], *, keep_driver_slot: bool) -> Claim:
-    """Claim a free slot for the open transaction on *pg* (never waits). A task of a write
-    whose driver may need slot 0 (*keep_driver_slot*) claims from slot 1 on.
+    """Claim a free slot for the open transaction on *pg* (never waits): the lowest from
+    slot 1 on, and slot 0 last, unless the write's driver may need it (*keep_driver_slot*).
+    (The slots are tried one by one, stopping at the first: a ``LIMIT`` over a filter,
+    no ``ORDER BY``, which would try, and take, every one.)
 
     Raises:
         psycopg.Error: the statement failed.
     """
-    row = pg.execute(_CLAIM, {"cls": SLOT_CLASS, "first": 1 if keep_driver_slot else 0}).fetchone()
+    row = pg.execute(_CLAIM, {"cls": SLOT_CLASS, "kept": 1 if keep_driver_slot else 0}).fetchone()
     assert row is not None  # a SELECT without FROM filter: one row
     return Claim(int(row[0]), int(row[1]), None if row[2] is None else int(row[2]))
 
