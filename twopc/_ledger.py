@@ -250,6 +250,16 @@ class CommitLedger:
         """
         return self._owners.claim(self._pending_epochs, identity)
 
+    def join(self, identity: DriverIdentity) -> int | None:
+        """Act for the driver *identity* without taking the ledger over (twopc's query
+        listener, a process of that driver): take its owner epoch if it still owns the
+        ledger, and return it; None when another driver took it over (then touch nothing).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        return self._owners.join(identity)
+
     def _pending_epochs(self) -> list[tuple[int, int | None]]:
         committed = set(self.committed_batches())
         out = []

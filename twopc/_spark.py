@@ -60,6 +60,7 @@ from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_s
 from ._recovery import RecoveryCoordinator
 from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
+from ._stops import install
 from ._stores import Store
 from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
 
@@ -491,11 +492,20 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     Streaming sources are registered with the environment keys PySpark's source runner
     adds, so two streaming queries over one source in one session cannot corrupt each
     other's task binaries (see :mod:`twopc._source_env`).
+
+    The first call also adds a streaming query listener to the session: when
+    ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
+    could not abort, it aborts that batch (see :mod:`twopc._stops`).
     """
     root = session_checkpoint_root(spark)
+    sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
+        bound = bind_session_checkpoint(ds, root)
         with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():
-            spark.dataSource.register(bind_session_checkpoint(ds, root))
+            spark.dataSource.register(bound)
+        if issubclass(bound, TwoPhaseCommitDataSource):
+            sinks[bound.name()] = bound
+    install(spark, sinks)  # settles a micro-batch that query.stop() left unaborted: see twopc._stops
 
 
 def foreach_batch_writer(format_name: str, checkpoint_location: str,
