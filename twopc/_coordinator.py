@@ -35,6 +35,7 @@ import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
+from ._fence import TASK_WAIT_SECONDS, wait_for_tasks
 from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
@@ -411,7 +412,10 @@ class CommitCoordinator:
         a decision is final. When it cannot be finished now (the target or the checkpoint
         storage still fails), it is left for recovery with a warning and this returns
         ``aborted``: the error that made Spark abort is the one the user must see.
-        A fenced driver (another owns the ledger) touches nothing.
+        A fenced driver (another owns the ledger) touches nothing. Before it rolls anything
+        back it records the abort and waits, up to :data:`~twopc._fence.TASK_WAIT_SECONDS`,
+        for the batch's tasks still running (see :mod:`twopc._fence`): when it returns, none
+        of them can still prepare a transaction of the batch that stays prepared.
         """
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
@@ -420,6 +424,7 @@ class CommitCoordinator:
                         self.sink_id, batch_id, self.ledger.location)
             return self._done(batch_id, "fenced", started)
         self._fence_zombie_prepares(batch_id)
+        self._wait_for_tasks(batch_id)
         decision = self.ledger.decision(batch_id)
         state = self.ledger.state(batch_id)
         if decision is not None and state is BatchState.DECIDED:
@@ -452,6 +457,29 @@ class CommitCoordinator:
             log.warning("twopc: sink=%s batch=%s: could not record the abort in %s (%s): a task of the failed "
                         "job that prepares after this abort stays prepared until the next batch or start",
                         self.sink_id, batch_id, self.ledger.location, exc)
+
+    def _wait_for_tasks(self, batch_id: int) -> None:
+        """Close the *late-rollback window* (see :mod:`twopc._fence`) before the sweep: wait,
+        bounded, for the tasks of the aborted batch still running. One that prepares after
+        the abort record rolls itself back before it ends; one killed after its PREPARE is
+        found by the sweep once its process is gone. So when this abort returns (``save()``
+        raises, ``query.stop()`` returns) nothing of the batch is left prepared. What is still
+        running when the wait gives up is named in a warning: a transaction it prepares is
+        rolled back by the task itself when it sees the abort record, else by the next start
+        (or ``python -m recovery``)."""
+        try:
+            wait = wait_for_tasks(self.ledger, batch_id)
+        except LedgerError as exc:
+            log.warning("twopc: sink=%s batch=%s: could not read the batch's running tasks in %s (%s): the abort "
+                        "sweeps without waiting for them", self.sink_id, batch_id, self.ledger.location, exc)
+            return
+        if wait.left:
+            tasks = ", ".join(f"partition {r.get('partition')} attempt {r.get('attempt')} (pid {r.get('pid')} on "
+                              f"{r.get('host')})" for r in wait.left.values())
+            log.warning("twopc: sink=%s batch=%s: %s task(s) of the aborted batch still ran after %.0f s: %s. A "
+                        "transaction one of them prepares is rolled back by that task when it sees the abort; if it "
+                        "is killed first, the next start of the query (or python -m recovery) rolls it back",
+                        self.sink_id, batch_id, len(wait.left), TASK_WAIT_SECONDS, tasks)
 
     # ------------------------------------------------------------------------------
     def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:

@@ -1,24 +1,41 @@
-"""The task side of the zombie-prepare fence (the driver side is
-:meth:`CommitCoordinator.abort_batch`, through :meth:`CommitLedger.record_abort`).
+"""The fence between a driver's abort of a batch and the batch's tasks still running (the
+driver side is :meth:`CommitCoordinator.abort_batch`, through :meth:`CommitLedger.record_abort`
+and :func:`wait_for_tasks`).
 
-The *zombie-prepare window*: when a task of a batch fails for good, Spark aborts the job
-while its siblings may still run (Spark asks them to stop, and a Python worker is killed
-only ``spark.python.task.killTimeout`` later; an executor cut off from the driver runs on
-longer). The driver's abort rolls back every prepared transaction of the batch it can
-list; a sibling that prepares after that listing would stay prepared (holding locks,
-holding back VACUUM, taking a ``max_prepared_transactions`` slot) until the next write.
+When a task of a batch fails for good, or ``query.stop()`` cancels a micro-batch, Spark
+aborts the write while other tasks of the batch may still run (Spark asks them to stop; a
+Python worker is killed only ``spark.python.task.killTimeout`` later; an executor cut off
+from the driver runs on longer), and may even start one after the abort (a task launched as
+the job failed, a Python worker slow to start). The driver's abort rolls back every prepared
+transaction of the batch it can list. Three windows would leave one prepared (holding its
+locks, holding back VACUUM, taking a ``max_prepared_transactions`` slot) until the next
+start of the write:
 
-The fence: the driver records the abort in the ledger BEFORE it sweeps; a task notes the
-batch's abort records when it begins and looks again AFTER it prepared. A new record means
-its job was aborted while it ran: it rolls its own transaction back and raises
-:class:`BatchAbortedError`. Prepared before the record: the sweep finds it. Prepared after:
-the task sees the record. A later run of the same batch id (a rerun with the same
-``txnVersion``, a replayed micro-batch) began after the old records and is not affected.
+1. The *zombie-prepare window*: a task prepares after the abort listed the batch's
+   transactions. Closed by the abort record: the driver records the abort BEFORE it sweeps
+   and a task looks for a new record AFTER it prepared; one that finds it rolls its own
+   transaction back and raises :class:`BatchAbortedError`.
+2. The *late-start window*: a task that begins after the abort took the abort's record for
+   an earlier run's (records of the same batch id come from earlier runs too: a rerun with
+   the same ``txnVersion``, a replayed micro-batch). Closed by noting the records when the
+   write is PLANNED (:meth:`CommitLedger.abort_records`, carried to the tasks in the
+   writer): every run is planned before its own abort and after every earlier run's, so a
+   record the plan did not see is this run's abort, whenever the task began. A task that
+   finds one before it writes writes nothing.
+3. The *late-rollback window*: the task of window 1 rolls back only after the driver's
+   abort returned (``save()`` has raised, ``query.stop()`` has returned, and a transaction
+   is still prepared), or is killed between its PREPARE and its check (then it stays
+   prepared). Closed by the ``running/`` records: a task records itself BEFORE it reads
+   the abort records and removes the record when it ends; the driver's abort, after its
+   own record, waits (bounded, :data:`TASK_WAIT_SECONDS`) until no task of the batch is
+   recorded (a task whose process is provably gone no longer counts), then sweeps. A task
+   recorded before the driver's last look is waited for; one recorded after it reads the
+   abort record before writing anything.
 
-The records live wherever the write's ledger does: under the checkpoint's ``twopc/aborted/``,
-or, for a write whose ledger is in the target (:mod:`twopc._target`), as rows of the
-target's ledger table on the server of the prepared transactions; one rule for both, read
-through the ledger's store.
+The records live wherever the write's ledger does: under the checkpoint's ``twopc/``, or,
+for a write whose ledger is in the target (:mod:`twopc._target`), as rows of the target's
+ledger table on the server of the prepared transactions; one rule for both, read through
+the ledger's store.
 
 A write without a checkpoint (a temporary ledger on the driver's machine, or its records in
 the target) deletes its ledger when it ends (an ``eph-`` write: its driver, or the next
@@ -32,16 +49,24 @@ is only staged, and later writes delete it.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ._errors import ConfigurationError, LedgerError
-from ._ledger import abort_marks_in, ledger_exists
+from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task
+from ._owner import DriverIdentity, process_identity, provably_dead
 from ._stores import Store
 
-__all__ = ["AbortFence"]
+__all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
 
 log = logging.getLogger("twopc.spark")
+
+#: How long a driver's abort waits for the batch's tasks still running before it sweeps.
+#: A task of an aborted job ends within ``spark.python.task.killTimeout`` (2 s) of Spark's
+#: cancel; one that runs on longer is on an executor the driver lost.
+TASK_WAIT_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -53,28 +78,46 @@ class AbortFence:
     no fence (the ledger is not readable here)."""
     batch_id: int
     seen: frozenset[str]
+    """The batch's abort records of earlier runs."""
     ephemeral: bool
     """The write deletes its ledger when it ends (no checkpoint): a ledger gone = job ended."""
+    record: str | None = None
+    """This task's ``running/`` record (None: none was written)."""
+    began_aborted: bool = False
+    """The batch was already aborted when the task began (window 2): it must write nothing."""
 
     @classmethod
-    def begin(cls, open_store: Callable[[], Store], where: str, batch_id: int, *, ephemeral: bool) -> AbortFence:
-        """Note the abort records of *batch_id* in the ledger's store (*open_store*'s; *where*
-        names it) now, before the task writes. Never raises: a ledger this process cannot
-        read gives a fence that never fires (logged)."""
+    def begin(cls, open_store: Callable[[], Store], where: str, batch_id: int, *, ephemeral: bool,
+              baseline: frozenset[str] | None = None, partition: int = 0, attempt: int = 0,
+              shared: bool = False) -> AbortFence:
+        """Record the task as running, then note the abort records of *batch_id* in the
+        ledger's store (*open_store*'s; *where* names it), before the task writes.
+        *baseline*: every abort record when the write was planned (None: take the batch's
+        records now as the earlier runs' ones). *shared*: the store is the driver's own
+        wherever the task runs (a ledger in the target), so an ephemeral ledger missing there
+        means the write ended. Never raises: a ledger this process cannot read gives a fence
+        that never fires (logged)."""
         none = cls(None, batch_id, frozenset(), ephemeral)
+        record = None
+        store = None
         try:
             store = open_store()
-            if ephemeral and not ledger_exists(store):  # another machine's temporary ledger
-                return none
-            return cls(store, batch_id, abort_marks_in(store, batch_id), ephemeral)
+            if ephemeral and not ledger_exists(store):  # the write ended, or another machine's temporary ledger
+                return cls(store, batch_id, frozenset(), ephemeral, began_aborted=True) if shared else none
+            record = record_task(store, batch_id, partition, attempt, dict(process_identity()))
+            marks = abort_marks_in(store, batch_id)
         except (LedgerError, ConfigurationError, OSError) as exc:
+            if store is not None and record is not None:
+                cls(store, batch_id, frozenset(), ephemeral, record).end()
             log.warning("twopc: cannot read the ledger in %s from this task (%s): if its job is aborted while it "
                         "runs, its prepared transaction is left for the next batch or start", where, exc)
             return none
+        seen = marks if baseline is None else marks & baseline
+        return cls(store, batch_id, seen, ephemeral, record, began_aborted=bool(marks - seen))
 
     def aborted(self) -> bool:
-        """Whether the task's job was aborted (or, without a checkpoint, ended) since
-        :meth:`begin`. Call it after the transaction is prepared.
+        """Whether the task's job was aborted (or, without a checkpoint, ended) since it was
+        planned. Call it after the transaction is prepared.
 
         Raises:
             LedgerError: the ledger cannot be read now (the caller rolls back: unsure).
@@ -84,3 +127,51 @@ class AbortFence:
         if self.ephemeral and not ledger_exists(self.store):
             return True
         return bool(abort_marks_in(self.store, self.batch_id) - self.seen)
+
+    def end(self) -> None:
+        """Remove the task's ``running/`` record: call it once the task's transaction is
+        prepared and checked, or rolled back. Never raises (a record left behind is waited
+        for by an abort until its process is gone, or for :data:`TASK_WAIT_SECONDS`)."""
+        if self.store is None or self.record is None:
+            return
+        try:
+            forget_task(self.store, self.record)
+        except LedgerError as exc:
+            log.warning("twopc: could not remove this task's record %s from the ledger (%s): an abort of batch %s "
+                        "waits for it until this worker process is gone", self.record, exc, self.batch_id)
+
+
+@dataclass(frozen=True)
+class TaskWait:
+    """What :func:`wait_for_tasks` found."""
+
+    waited: bool
+    """Some task of the batch was still running when the wait began."""
+    left: dict[str, dict[str, Any]]
+    """The tasks still recorded as running when the wait gave up (by record name)."""
+
+
+def wait_for_tasks(ledger: CommitLedger, batch_id: int, *, timeout: float = TASK_WAIT_SECONDS) -> TaskWait:
+    """Wait until no task attempt of *batch_id* is recorded as running, for at most *timeout*
+    seconds. A record whose process is provably gone (on this host) is deleted, not waited for.
+
+    Raises:
+        LedgerError: the ledger cannot be read.
+    """
+    deadline = time.monotonic() + timeout
+    waited = False
+    while True:
+        running = ledger.running_tasks(batch_id)
+        for name, rec in list(running.items()):
+            if provably_dead(_identity(rec)):
+                ledger.forget_task(name)
+                del running[name]
+        if not running or time.monotonic() >= deadline:
+            return TaskWait(waited, running)
+        waited = True
+        time.sleep(0.05)
+
+
+def _identity(rec: dict[str, Any]) -> DriverIdentity:
+    return DriverIdentity(host=str(rec.get("host", "")), pid=int(rec.get("pid", 0)),
+                          started=int(rec.get("started", 0)))

@@ -10,6 +10,8 @@ Layout under ``<checkpointLocation>/twopc/``::
     committed/<batch>.json          written AFTER every handle of the batch is committed
     aborted/<batch>.<id>.json       one per abort of the batch, written BEFORE the abort's sweep
                                     (the zombie-prepare fence: :meth:`CommitLedger.record_abort`)
+    running/<batch>.<p>.<a>.<id>.json  a task attempt of the batch that is writing (removed when it
+                                    ends): what an abort waits for before its sweep (see twopc._fence)
 
 A batch is UNDECIDED (no decision), DECIDED (decision, no committed mark) or COMMITTED.
 Records are written atomically and a decision at most once, by the store of the
@@ -39,8 +41,8 @@ from ._owner import DriverIdentity
 from ._ownership import Ownership
 from ._stores import ReadOnlyStore, Store, open_store
 
-__all__ = ["BatchState", "CommitLedger", "Decision", "TargetRecord", "abort_marks_in", "ledger_exists",
-           "ledger_store", "spark_checkpoint_started"]
+__all__ = ["BatchState", "CommitLedger", "Decision", "TargetRecord", "abort_marks_in", "forget_task",
+           "ledger_exists", "ledger_store", "record_task", "spark_checkpoint_started", "tasks_in"]
 
 _FORMAT = 1
 
@@ -174,6 +176,45 @@ def _text_or_none(value: Any) -> str | None:
     return str(value) if value else None
 
 
+def record_task(store: Store, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
+    """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
+    *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
+    Not forced to disk: after a crash no task runs, and a record left behind only names a
+    process that is gone.
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    name = f"{_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
+    body = {"format": _FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
+    store.replace("running/" + name, json.dumps(body, sort_keys=True))
+    return name
+
+
+def tasks_in(store: Store, batch_id: int) -> dict[str, dict[str, Any]]:
+    """The task attempts of *batch_id* recorded as writing (:func:`record_task`), by record name
+    (a record deleted while this reads is left out).
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    prefix = _name(batch_id).removesuffix(".json") + "."
+    out = {}
+    for n in store.list("running"):
+        if n.startswith(prefix) and (text := store.read("running/" + n)) is not None:
+            out[n] = _parse(text, store.path("running", n))
+    return out
+
+
+def forget_task(store: Store, name: str) -> None:
+    """Delete the task record *name* (:func:`record_task`).
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    store.delete("running/" + name)
+
+
 def _epoch_of(record: dict[str, Any]) -> int | None:
     """A decision record's owner epoch, read without decoding its handles (so that any sink's
     ledger can be judged without importing the sink)."""
@@ -235,7 +276,7 @@ class CommitLedger:
             store = ReadOnlyStore(store)
         self._store = store
         if not read_only:
-            for folder in ("decisions", "committed", "owners", "verdicts", "aborted"):
+            for folder in ("decisions", "committed", "owners", "verdicts", "aborted", "running"):
                 self._store.makedirs(folder)
         self._owners = Ownership(self._store, epoch)
 
@@ -256,6 +297,16 @@ class CommitLedger:
             LedgerError: the store fails.
         """
         return self._owners.claim(self._pending_epochs, identity)
+
+    def join(self, identity: DriverIdentity) -> int | None:
+        """Act for the driver *identity* without taking the ledger over (twopc's query
+        listener, a process of that driver): take its owner epoch if it still owns the
+        ledger, and return it; None when another driver took it over (then touch nothing).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        return self._owners.join(identity)
 
     def _pending_epochs(self) -> list[tuple[int, int | None]]:
         committed = set(self.committed_batches())
@@ -514,6 +565,32 @@ class CommitLedger:
         """
         return abort_marks_in(self._store, batch_id)
 
+    def abort_records(self) -> frozenset[str]:
+        """The names of every abort record of every batch: what a writer notes when it is
+        planned, so that its tasks tell the aborts of their own run from earlier runs' ones
+        (see :mod:`twopc._fence`).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        return frozenset(self._store.list("aborted"))
+
+    def running_tasks(self, batch_id: int) -> dict[str, dict[str, Any]]:
+        """The task attempts of *batch_id* recorded as writing (:func:`tasks_in`).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        return tasks_in(self._store, batch_id)
+
+    def forget_task(self, name: str) -> None:
+        """Delete the task record *name* (a task whose process is gone).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        forget_task(self._store, name)
+
     def decided_batches(self) -> list[int]:
         return _batch_ids(self._store.list("decisions"))
 
@@ -550,10 +627,11 @@ class CommitLedger:
             self._store.delete("decisions/" + _name(b))
             self._store.delete("committed/" + _name(b))
         oldest_kept = committed[len(committed) - keep_last]
-        for n in self._store.list("aborted"):  # aborts of batches older than every retained one
-            stem = n.split(".", 1)[0]
-            if stem.isdigit() and int(stem) < oldest_kept:
-                self._store.delete("aborted/" + n)
+        for folder in ("aborted", "running"):  # aborts (and dead tasks) of batches older than every retained one
+            for n in self._store.list(folder):
+                stem = n.split(".", 1)[0]
+                if stem.isdigit() and int(stem) < oldest_kept:
+                    self._store.delete(f"{folder}/{n}")
         return victims
 
     # -- auxiliary state (twopc's metrics) ----------------------------------------------

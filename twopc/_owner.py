@@ -16,7 +16,7 @@ import os
 import socket
 from typing import TypedDict
 
-__all__ = ["DriverIdentity", "driver_identity", "provably_dead"]
+__all__ = ["DriverIdentity", "driver_identity", "identity_of", "process_identity", "provably_dead"]
 
 
 class DriverIdentity(TypedDict):
@@ -74,8 +74,21 @@ def driver_identity() -> DriverIdentity:
     return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
 
 
+def identity_of(pid: int) -> DriverIdentity:
+    """Process *pid* of this host (the driver's JVM, for twopc's query listener, which runs in
+    the Python process that started it)."""
+    return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
+
+
+def process_identity() -> DriverIdentity:
+    """This process itself (not the driver it works for): what a task's Python worker records
+    so that a driver on the same host can tell when it is gone."""
+    return identity_of(os.getpid())
+
+
 def provably_dead(identity: DriverIdentity) -> bool:
-    """True when *identity* is a driver on this host that no longer runs."""
+    """True when *identity* is a process (a driver, a task's worker) on this host that no
+    longer runs."""
     if identity.get("host") != socket.gethostname() or not os.path.isdir("/proc/self"):
         return False
     started = _start_ticks(int(identity["pid"]))

@@ -102,6 +102,16 @@ class Ownership:
             self._verdicts.pop(self.epoch, None)
         return self.epoch
 
+    def join(self, identity: DriverIdentity) -> int | None:
+        """Work for the driver *identity*: take its epoch if it is the newest owner and return
+        it; None (and no epoch) when another driver owns the ledger, or none does."""
+        epochs = self.epochs()
+        rec = self._record("owners", epochs[-1]) if epochs else None
+        if rec is None or {k: rec.get(k) for k in identity} != dict(identity):
+            return None
+        self.epoch = epochs[-1]
+        return self.epoch
+
     def _verdict(self, epoch: int) -> dict[int, int] | None:
         if epoch not in self._verdicts or self._verdicts[epoch] is None:
             rec = self._record("verdicts", epoch)

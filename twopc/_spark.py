@@ -61,6 +61,7 @@ from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_s
 from ._recovery import RecoveryCoordinator
 from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
+from ._stops import install
 from ._stores import Store
 from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
 
@@ -102,8 +103,13 @@ def _sink_options(options: Mapping[str, str]) -> dict[str, str]:
 class _WriterCore:
     """Protocol logic shared by the batch and the streaming writer (picklable)."""
 
+    abort_baseline: frozenset[str] | None = None
+    """Every abort record of the ledger when the write was planned (None: unknown, a task then
+    takes its batch's records when it begins): see :mod:`twopc._fence`, window 2."""
+
     def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
-                 format_name: str = "", epoch: int | None = None, lease: Lease | None = None) -> None:
+                 format_name: str = "", epoch: int | None = None, lease: Lease | None = None,
+                 abort_baseline: frozenset[str] | None = None) -> None:
         self.sink = sink
         self.sink_id = sink_id
         self.runtime = runtime
@@ -111,6 +117,7 @@ class _WriterCore:
         self.format_name = format_name
         self.epoch = epoch
         self.lease = lease
+        self.abort_baseline = abort_baseline
         self._register_handle_kind()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -146,7 +153,22 @@ class _WriterCore:
         executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
         ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, attempt_number)
         fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
-                                 ephemeral=self.runtime.ephemeral)
+                                 ephemeral=self.runtime.ephemeral, baseline=self.abort_baseline,
+                                 partition=partition, attempt=attempt, shared=self.runtime.in_target)
+        try:
+            if fence.began_aborted:  # the late-start window: see twopc._fence
+                raise BatchAbortedError(
+                    f"batch {batch_id} of sink {self.sink_id!r} was aborted by the driver before this task "
+                    f"(partition {partition}, attempt {attempt}) began (the job failed or the query stopped as "
+                    f"Spark started it): it wrote nothing")
+            return self._write_fenced(fence, ctx, batches)
+        finally:
+            fence.end()  # once its transaction is prepared and checked, or rolled back: see twopc._fence
+            self.sink.close()
+
+    def _write_fenced(self, fence: AbortFence, ctx: TransactionContext,
+                      batches: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
+        batch_id, partition, attempt = ctx.batch_id, ctx.partition_id, ctx.attempt_id
         txn = self.sink.begin_transaction(ctx)
         rows = 0
         try:
@@ -172,13 +194,12 @@ class _WriterCore:
                 raise BatchAbortedError(
                     f"batch {batch_id} of sink {self.sink_id!r} was aborted by the driver while this task "
                     f"(partition {partition}, attempt {attempt}) was still running (another task of the job "
-                    f"failed first): this task rolled back its prepared transaction {handle.txn_id}, so the "
-                    f"failed job leaves nothing. The job's own error is the one to fix")
+                    f"failed first, or the query was stopped): this task rolled back its prepared transaction "
+                    f"{handle.txn_id}, so the aborted batch leaves nothing. The job's own error, if any, is the "
+                    f"one to fix")
         except BaseException:
             _quietly(self.sink.abort, handle)
             raise
-        finally:
-            self.sink.close()
         return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time())
 
     def _ledger_store(self) -> Store:
@@ -415,6 +436,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 lease = leased.acquire(sink_id, keep=streaming)
         skip = False
         epoch = None
+        baseline = None
         if self._plan_time:
             try:
                 # another target's checkpoint: touch nothing
@@ -434,6 +456,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up
                 if not runtime.ephemeral:
                     at_plan_time(sink, sink_id, ledger, self.options)
+                baseline = ledger.abort_records()  # before any task of this run: see twopc._fence, window 2
             except BaseException:
                 if ephemeral is not None:
                     shutil.rmtree(ephemeral, ignore_errors=True)
@@ -452,7 +475,8 @@ class TwoPhaseCommitDataSource(DataSource):
                     log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
                                 "this write will write nothing", sink_id, latest, runtime.txn_version)
         return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
-                           lease=None if streaming else lease)  # a query keeps its lease while its driver runs
+                           lease=None if streaming else lease,  # a query keeps its lease while its driver runs
+                           abort_baseline=baseline)
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:
@@ -475,11 +499,20 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     Streaming sources are registered with the environment keys PySpark's source runner
     adds, so two streaming queries over one source in one session cannot corrupt each
     other's task binaries (see :mod:`twopc._source_env`).
+
+    The first call also adds a streaming query listener to the session: when
+    ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
+    could not abort, it aborts that batch (see :mod:`twopc._stops`).
     """
     root = session_checkpoint_root(spark)
+    sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
+        bound = bind_session_checkpoint(ds, root)
         with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():
-            spark.dataSource.register(bind_session_checkpoint(ds, root))
+            spark.dataSource.register(bound)
+        if issubclass(bound, TwoPhaseCommitDataSource):
+            sinks[bound.name()] = bound
+    install(spark, sinks)  # settles a micro-batch that query.stop() left unaborted: see twopc._stops
 
 
 def foreach_batch_writer(format_name: str, checkpoint_location: str,

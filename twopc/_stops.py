@@ -1,0 +1,251 @@
+"""After ``query.stop()``: abort the micro-batch that Spark stopped without aborting it.
+
+When ``query.stop()`` interrupts a micro-batch, Spark calls the writer's ``abort`` (which
+rolls the batch back, waiting for its tasks still running: see :mod:`twopc._fence`) -
+except when the interrupt lands while Spark talks to the Python process that commits the
+batch: the commit is cut short, and the abort cannot start either ("failed to abort" in
+Spark's log). The batch's prepared transactions would then wait, holding their locks, for
+the next start of the query (the *unaborted-stop window*).
+
+:func:`install` (run by :func:`twopc.register`) adds a streaming query listener to the
+session that closes it: when a query writing to a twopc data source ends with a micro-batch
+that Spark's checkpoint does not record as committed, the listener runs the abort Spark
+could not, for that batch (:meth:`CommitCoordinator.abort_batch`): its abort record, the
+wait for its tasks, then an undecided batch's transactions rolled back, a decided one's
+committed (a decision is final). It runs in the driver's Python process, moments after the
+query ended (Spark tells listeners that a query ended asynchronously); a new start of the
+same query waits for it before it plans a batch (Spark tells listeners of a start
+synchronously). It acts for the driver's JVM (its owner epoch): if another driver took the
+checkpoint over, it touches nothing.
+
+It reads the query's writer options from Spark's plan through the session's JVM (a classic
+session; Spark Connect has none: there, and wherever this fails, the next start of the
+query or ``python -m recovery`` settles the batch, as before).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no types
+from pyspark.sql.streaming import StreamingQueryListener
+
+from ._checkpoint import with_checkpoint
+from ._coordinator import BatchResult, CommitCoordinator
+from ._ledger import CommitLedger, ledger_exists, ledger_store
+from ._options import RuntimeOptions, option
+from ._owner import DriverIdentity, identity_of
+from ._stores import open_store
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ._spark import TwoPhaseCommitDataSource
+
+__all__ = ["install", "settle_stopped", "wait_settled"]
+
+log = logging.getLogger("twopc.spark")
+
+_listeners: dict[int, _StopListener] = {}
+_guard = threading.Lock()
+
+
+def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitDataSource]]) -> None:
+    """Add the listener to *spark* (once per session), or tell the one there about
+    *data_sources* (by format name). A session without a JVM (Spark Connect) gets none."""
+    if not data_sources:
+        return
+    with _guard:
+        listener = _listeners.get(id(spark))
+        if listener is None:
+            if getattr(spark, "_jsparkSession", None) is None:
+                log.info("twopc: this Spark session has no JVM (Spark Connect): a micro-batch a stop leaves "
+                         "unaborted is settled by the next start of its query")
+                return
+            listener = _StopListener(spark)
+            spark.streams.addListener(listener)
+            _listeners[id(spark)] = listener
+        listener.sources.update(data_sources)
+
+
+def wait_settled(spark: SparkSession, run_id: str, timeout: float | None = None) -> bool:
+    """Wait until the listener has settled the ended run *run_id* of a query (``query.runId``)
+    on *spark*; True once it has (or has nothing to settle), False on timeout."""
+    listener = _listeners.get(id(spark))
+    event = None if listener is None else listener.known(run_id)
+    return True if event is None else event.wait(timeout)  # a run it never saw start is none of its business
+
+
+@dataclass
+class _Run:
+    """A run of a query writing to a twopc data source."""
+
+    query_id: str
+    run_id: str
+    execution: Any
+    """Spark's ``StreamExecution`` of the run (a py4j object)."""
+    source: type[TwoPhaseCommitDataSource]
+    options: dict[str, str] | None = None
+
+
+class _StopListener(StreamingQueryListener):
+    def __init__(self, spark: SparkSession) -> None:
+        self._jvm: Any = spark._jvm  # a classic session's JVM (install checked there is one)
+        self._jsession: Any = spark._jsparkSession
+        self.sources: dict[str, type[TwoPhaseCommitDataSource]] = {}
+        self._runs: dict[str, _Run] = {}
+        self._done: dict[str, threading.Event] = {}
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def done(self, run_id: str) -> threading.Event:
+        with self._guard:
+            return self._done.setdefault(run_id, threading.Event())
+
+    def known(self, run_id: str) -> threading.Event | None:
+        with self._guard:
+            return self._done.get(run_id)
+
+    def _lock(self, query_id: str) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(query_id, threading.Lock())
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        """Called synchronously, before the run plans a batch: settle an earlier run of the same
+        query that ended but is not settled yet (a restart right after a stop), then note this
+        run if it writes to a twopc data source."""
+        query_id, run_id = str(event.id), str(event.runId)
+        with self._lock(query_id):
+            for earlier in [r for r in list(self._runs.values()) if r.query_id == query_id]:
+                self._settle(earlier)
+            try:
+                run = self._describe(query_id, run_id)
+            except Exception:  # a listener must not fail the query: logged
+                log.warning("twopc: cannot follow streaming query %s (run %s): if a stop leaves its batch "
+                            "unaborted, the next start settles it", query_id, run_id, exc_info=True)
+                run = None
+            if run is None:
+                self.done(run_id).set()
+            else:
+                with self._guard:
+                    self._runs[run_id] = run
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+        """Read the run's writer options now (Spark's objects are still at hand), settle in a
+        thread of its own (the wait for tasks must not hold up Spark's listener bus)."""
+        run = self._runs.get(str(event.runId))
+        if run is None:
+            return
+        try:
+            run.options = self._options(run)
+        except Exception:  # logged: the next start settles the batch
+            log.warning("twopc: cannot read the writer options of streaming query %s (run %s) after it ended: "
+                        "if the stop left its batch unaborted, the next start settles it", run.query_id,
+                        run.run_id, exc_info=True)
+        threading.Thread(target=self._settle_alone, args=(run,), name=f"twopc-stop-{run.run_id[:8]}",
+                         daemon=True).start()
+
+    def _settle_alone(self, run: _Run) -> None:
+        with self._lock(run.query_id):
+            self._settle(run)
+
+    def _describe(self, query_id: str, run_id: str) -> _Run | None:
+        query = self._jsession.streams().get(query_id)
+        if query is None:
+            return None
+        execution = query.streamingQuery()
+        try:
+            name = str(execution.sink().name())
+        except Py4JError:  # a sink without a name: not twopc's
+            return None
+        source = self.sources.get(name)
+        return None if source is None else _Run(query_id, run_id, execution, source)
+
+    def _options(self, run: _Run) -> dict[str, str] | None:
+        """The run's writer options as Spark gives them to the writer, or None when the run
+        planned no batch (it wrote nothing)."""
+        execution = run.execution
+        if execution.lastExecution() is None:
+            return None
+        write = execution.logicalPlan()  # WriteToMicroBatchDataSource: initialized by the run's first batch
+        options = {str(k): str(v) for k, v in self._jvm.scala.jdk.javaapi.CollectionConverters.asJava(
+            write.writeOptions()).items()}
+        name = execution.name()
+        if name is not None and option(options, "queryName") is None:
+            options["queryName"] = str(name)
+        return options
+
+    def _settle(self, run: _Run) -> None:
+        """Abort the run's last batch if Spark left it unaborted, once (never raises: logged)."""
+        with self._guard:
+            if self._runs.pop(run.run_id, None) is None:
+                return
+        try:
+            if run.options is None and run.execution is not None:
+                run.options = self._options(run)
+            if run.options is not None:
+                driver = identity_of(int(self._jvm.java.lang.ProcessHandle.current().pid()))
+                result = settle_stopped(run.source(run.options), driver)
+                if result is not None:
+                    log.info("twopc: streaming query %s (run %s) ended in batch %s, which Spark had not committed: "
+                             "settled it (committed if it was decided, else rolled back)", run.query_id, run.run_id,
+                             result.batch_id)
+        except Exception:  # a listener must not fail: the next start settles the batch
+            log.warning("twopc: could not settle the last batch of streaming query %s (run %s) after it ended: "
+                        "its prepared transactions wait for the next start of the query (or python -m recovery)",
+                        run.query_id, run.run_id, exc_info=True)
+        finally:
+            run.execution = None
+            self.done(run.run_id).set()
+
+
+def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity) -> BatchResult | None:
+    """Abort the micro-batch of *data_source*'s query that Spark's checkpoint holds as planned
+    but not committed (its latest ``offsets/<n>`` without ``commits/<n>``), acting for the
+    driver *driver* (its owner epoch); None when there is no such batch, the ledger is not
+    there, or another driver owns it.
+
+    Raises:
+        TwoPCError: the ledger or the target failed.
+    """
+    from ._spark import _sink_options
+
+    options = with_checkpoint(data_source.options, streaming=True, session_root=data_source.session_checkpoint_root)
+    location = option(options, "checkpointLocation")
+    if not location or not ledger_exists(ledger_store(location)):
+        return None
+    batch = _unfinished_batch(location)
+    if batch is None:
+        return None
+    ledger = CommitLedger(location)
+    if ledger.join(driver) is None:
+        log.info("twopc: checkpoint %s is owned by another driver now: its batch %s is left to it", location, batch)
+        return None
+    sink_id = ledger.recorded_sink_id()
+    if sink_id is None:
+        return None
+    runtime = RuntimeOptions.parse(options, streaming=True)
+    with data_source.build_sink(_sink_options(options)) as sink:
+        coordinator = CommitCoordinator(sink, ledger, sink_id, keep_last=runtime.keep_last, retry=runtime.retry,
+                                        format_name=data_source.name())
+        return coordinator.abort_batch(batch, [])
+
+
+def _unfinished_batch(location: str) -> int | None:
+    """The latest batch in Spark's offset log at *location* if its commit log lacks it."""
+    spark_log = open_store(location)
+    planned = [int(n) for n in spark_log.list("offsets") if n.isdigit()]
+    if not planned:
+        return None
+    latest = max(planned)
+    return None if spark_log.read(f"commits/{latest}") is not None else latest
