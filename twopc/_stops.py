@@ -128,8 +128,9 @@ class _StopListener(StreamingQueryListener):
                 log.warning("twopc: cannot follow streaming query %s (run %s): if a stop leaves its batch "
                             "unaborted, the next start settles it", query_id, run_id, exc_info=True)
                 run = None
+            done = self.done(run_id)  # what wait_settled waits for, from the start of the run
             if run is None:
-                self.done(run_id).set()
+                done.set()
             else:
                 with self._guard:
                     self._runs[run_id] = run
