@@ -31,12 +31,12 @@ from twopc import (
     resolve_abandoned,
     sink_status,
 )
-from twopc._ledger import TargetRecord
 from twopc._logs import configure_cli_logging, log_event
 from twopc._objpath import load_object
 from twopc._stores import open_store
 from twopc._target import open_target_ledger, target_ledger_of
 from twopc._target_check import check_target
+from twopc._target_record import TargetRecord
 
 __all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
 

@@ -23,8 +23,8 @@ from faultinject import LocalMariaDB, LocalPostgres, LocalRedis, ServerUnavailab
 
 from ._s3 import aws_config_path, s3_server  # noqa: F401 - s3_server is a fixture for every test module
 
-#: fixtures of the Redis Stream source's tests (``r``, ``prefix``)
-pytest_plugins = ["tests._stream_helpers"]
+#: fixtures of the Redis Stream source's tests (``r``, ``prefix``) and of the SQL sinks' (``db``)
+pytest_plugins = ["tests._stream_helpers", "tests._sql_helpers"]
 
 MIN_PREPARED = 64
 

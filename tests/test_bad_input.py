@@ -1,4 +1,4 @@
-"""Bad input and configuration, through Spark, against the real servers (issue 13).
+"""Bad input and configuration, through Spark, against the real servers.
 
 Each entry of :data:`tests._bad_input_cases.CASES` is one class of bad input. Every case
 runs through the shared Spark session as a user would write it, logged in with a

@@ -9,8 +9,6 @@ from __future__ import annotations
 import collections
 import logging
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -88,17 +86,6 @@ def test_complete_mode_keeps_the_table_and_holds_each_micro_batch_aggregate(spar
             assert _pg_table_shape(pg_engine, table) == shape, f"after micro-batch {k}"
     finally:
         q.stop()
-
-
-@pytest.fixture(params=["postgresql", "mariadb", "sqlite"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, sa.Engine]]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'target.db'}"
-    else:
-        url = request.getfixturevalue({"postgresql": "postgres_url", "mariadb": "mariadb_url"}[request.param])
-    engine = sa.create_engine(url)
-    yield url, engine
-    engine.dispose()
 
 
 AGG = pa.schema([("bucket", pa.int64()), ("n", pa.int64())])

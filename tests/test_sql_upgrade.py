@@ -1,4 +1,4 @@
-"""What a database keeps across an upgrade of the SQL sinks (issue 8 reorganised them): state
+"""What a database keeps across an upgrade of the SQL sinks (a reorganisation of their modules): state
 the previous version left (prepared transactions, marker rows, staged rows, ledger records
 with its handles) is written here by hand, statement by statement as that version wrote it,
 never through the sink, and the new code must find, commit, roll back and recover it.

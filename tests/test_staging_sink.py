@@ -7,8 +7,6 @@ on all three databases."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -36,17 +34,6 @@ def _batch(start: int, n: int, *, name: str = "n") -> pa.RecordBatch:
         "score": [i / 2 for i in range(start, start + n)],
         "ts": [t0 + dt.timedelta(seconds=i) for i in range(start, start + n)],
     }, schema=SCHEMA)
-
-
-@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, sa.Engine]]:
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'target.db'}"
-    else:
-        url = request.getfixturevalue({"postgresql": "postgres_url", "mariadb": "mariadb_url"}[request.param])
-    engine = sa.create_engine(url)
-    yield url, engine
-    engine.dispose()
 
 
 _COUNTER = iter(range(10**6))

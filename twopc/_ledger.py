@@ -40,8 +40,9 @@ from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._owner import DriverIdentity
 from ._ownership import Ownership
 from ._stores import ReadOnlyStore, Store, open_store
+from ._target_record import TargetRecord, mismatch_message, same_target, shown
 
-__all__ = ["BatchState", "CommitLedger", "Decision", "TargetRecord", "abort_marks_in", "forget_task",
+__all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_in", "forget_task",
            "ledger_exists", "ledger_store", "record_task", "spark_checkpoint_started", "tasks_in"]
 
 _FORMAT = 1
@@ -95,24 +96,6 @@ class Decision:
             decided_at=float(data.get("decided_at", 0.0)),
             epoch=_epoch_of(data),
         )
-
-
-@dataclass(frozen=True)
-class TargetRecord:
-    """What a checkpoint's ``target.json`` records (:meth:`CommitLedger.bind_target`)."""
-
-    target: str
-    """What the sink writes to (:meth:`~twopc.TwoPhaseCommitSink.target_identity`)."""
-    data_source: str | None = None
-    """The format name the write used (``twopc-postgres``); None when not recorded."""
-    sink_class: str | None = None
-    """``module:Class`` of its sink; None when not recorded."""
-    options: Mapping[str, str] | None = None
-    """Its writer options without any secret (:meth:`~twopc.TwoPhaseCommitSink.reopen_options`);
-    None when the sink does not tell them."""
-    instance: str | None = None
-    """What its server said it is (:meth:`~twopc.TwoPhaseCommitSink.target_instance`); None when
-    the sink cannot tell."""
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
@@ -172,10 +155,6 @@ def abort_marks_in(store: Store, batch_id: int) -> frozenset[str]:
     return frozenset(n for n in store.list("aborted") if n.startswith(prefix))
 
 
-def _text_or_none(value: Any) -> str | None:
-    return str(value) if value else None
-
-
 def record_task(store: Store, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
     """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
     *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
@@ -220,19 +199,6 @@ def _epoch_of(record: dict[str, Any]) -> int | None:
     ledger can be judged without importing the sink)."""
     epoch = record.get("epoch")
     return int(epoch) if epoch is not None else None
-
-
-def _same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
-    """Whether two recorded targets are one: by what their servers say they are when both
-    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
-    if instance is not None and other_instance is not None:
-        return instance == other_instance
-    return label == other_label
-
-
-def _shown(label: str, instance: str | None) -> str:
-    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
-    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
 
 
 def _name(batch_id: int) -> str:
@@ -372,11 +338,7 @@ class CommitLedger:
         if text is None:
             return None
         data = _parse(text, self._store.path("target.json"))
-        options = data.get("options")
-        return TargetRecord(str(data["target"]), _text_or_none(data.get("data_source")),
-                            _text_or_none(data.get("sink_class")),
-                            {str(k): str(v) for k, v in options.items()} if isinstance(options, dict) else None,
-                            _text_or_none(data.get("instance")))
+        return TargetRecord.from_record(data)
 
     def _write_target(self, record: TargetRecord, *, exclusive: bool) -> None:
         body: dict[str, Any] = {"format": _FORMAT, "target": record.target}
@@ -419,7 +381,7 @@ class CommitLedger:
             self._write_target(TargetRecord(identity, data_source, sink_class, options, instance), exclusive=True)
             recorded = self.target_record() or TargetRecord(identity, instance=instance)
         label, known = recorded.target, recorded.instance
-        if _same_target(label, known, identity, instance):
+        if same_target(label, known, identity, instance):
             if record and known is None and instance is not None and label == identity and not self.pending():
                 # learn what the server says it is
                 self._write_target(dataclasses.replace(
@@ -427,30 +389,8 @@ class CommitLedger:
                     sink_class=recorded.sink_class or sink_class,
                     options=recorded.options if recorded.options is not None else options), exclusive=False)
             return
-        raise TargetMismatchError(self._mismatch(sink_id, (label, known), (identity, instance)))
-
-    def _mismatch(self, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None]) -> str:
-        old, new = _shown(*recorded), _shown(*asked)
-        head = (f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) belongs to a write to {old}, but "
-                f"this write goes to {new}: another server, database or table (the same server reached under "
-                f"another name is the same target where the server tells what it is). Nothing was written or "
-                f"recorded. ")
-        retarget = (f"python -m recovery recover --checkpoint {self.checkpoint_location} --retarget --format "
-                    f"<the write's format> --option key=value ... (the options of the write to the new target)")
-        pending = [d.batch_id for d in self.pending()]
-        if pending:
-            accept = " ".join(f"--accept-lost {b}" for b in pending)
-            return head + (
-                f"Batch(es) {pending} are decided and their transactions wait prepared in {old}: nothing is lost. "
-                f"Point this write back at {old} (its URL as before) and it commits them first. Only if that "
-                f"target is gone for good are their rows lost: restore them by other means, mark each batch done "
-                f"(python -m recovery recover --checkpoint {self.checkpoint_location} {accept}, one command per "
-                f"batch), then move the checkpoint to the new target: {retarget}")
-        return head + (
-            f"A checkpoint's committed batches (txnVersion) and sink id serve one target, so this write would be "
-            f"skipped or mixed up with the other one's. Give this write its own checkpointLocation (and sinkId, "
-            f"if you set one); or, if the new target holds the old one's data (a moved server), move the "
-            f"checkpoint to it: {retarget}")
+        raise TargetMismatchError(mismatch_message(self.checkpoint_location, sink_id, (label, known),
+                                                   (identity, instance), [d.batch_id for d in self.pending()]))
 
     def retarget(self, identity: str, sink_id: str, *, instance: str | None = None,
                  options: Mapping[str, str] | None = None) -> str | None:
@@ -465,12 +405,12 @@ class CommitLedger:
         """
         recorded = self.target_record()
         pending = [d.batch_id for d in self.pending()]
-        if pending and (recorded is None or not _same_target(recorded.target, recorded.instance, identity, instance)):
-            where = (_shown(recorded.target, recorded.instance) if recorded is not None
+        if pending and (recorded is None or not same_target(recorded.target, recorded.instance, identity, instance)):
+            where = (shown(recorded.target, recorded.instance) if recorded is not None
                      else "the target the checkpoint was written to")
             raise TargetMismatchError(
                 f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) has decided batch(es) {pending} "
-                f"whose transactions wait prepared in {where}: it cannot move to {_shown(identity, instance)} "
+                f"whose transactions wait prepared in {where}: it cannot move to {shown(identity, instance)} "
                 f"now. Finish them first (run the write, or python -m recovery recover, with the recorded "
                 f"target's options), or, if that target is gone for good, restore their rows and mark each "
                 f"batch done with --accept-lost <batch>; then retarget. Nothing was changed")

@@ -64,7 +64,7 @@ COLUMN_NAMES = "id, payload, amount, ts"
 #: targets of prepared mode: against the best Spark JDBC configuration, and against raw COPY
 TARGET_VS_SPARK = 1.5
 TARGET_VS_COPY = 0.7
-#: targets of the plain drop-in (issue 14): against Spark's writer with reWriteBatchedInserts, and raw COPY
+#: targets of the plain drop-in: against Spark's writer with reWriteBatchedInserts, and raw COPY
 TARGET_DROPIN_VS_SPARK_RW = 1.5
 TARGET_DROPIN_VS_COPY = 0.8
 TARGET_PROTOCOL_MS = 25.0

@@ -1,4 +1,4 @@
-"""``make bench``, the parts about fixed and per-batch costs (issue 14): the protocol's
+"""``make bench``, the parts about fixed and per-batch costs: the protocol's
 per-batch cost as the partition count grows, a small write, and a streaming micro-batch's
 latency, each beside what the same work costs without twopc, in the same run.
 
