@@ -391,3 +391,18 @@ def test_streaming_complete_mode_replaces_the_table_each_micro_batch(spark, post
         rows = dict(c.exec_driver_sql(f"SELECT bucket, count FROM {table}").all())
     assert rows == {0: 15, 1: 15, 2: 15, 3: 15}  # the last micro-batch's full result, once
     assert _leftovers(pg_engine, table) == (0, 0)
+
+
+def test_rerun_of_a_version_that_created_the_table_writes_nothing_without_checkpoint(spark, postgres_url,
+                                                                                      pg_engine) -> None:
+    """The first run creates the table (a staging commit), the rerun finds it (a prepared
+    commit) and a forced staging rerun follows: all three see one record of what
+    (txnAppId, txnVersion) committed, so the version is written once."""
+    table = _name()
+    app = f"daily-{table}"
+    for version, extra in (("7", {}), ("7", {}), ("7", {"commitMode": "staging"}), ("8", {}),
+                           ("8", {"commitMode": "staging"})):
+        w = _spark_jdbc_writer(_df(spark, 0, 30), postgres_url, table).option("txnAppId", app)
+        w.options(**extra).option("txnVersion", version).save()
+        assert _ids(pg_engine, table) == sorted(list(range(30)) * (1 if version == "7" else 2)), (version, extra)
+    assert _leftovers(pg_engine, table) == (0, 0)

@@ -395,13 +395,17 @@ class TwoPhaseCommitDataSource(DataSource):
         target = None
         ephemeral = None
         if not checkpointed and not streaming:
-            if not sink.commits_atomically and self._plan_time:
+            # A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit mode:
+            # a rerun may commit another way (the first run created the table, the rerun finds it) and
+            # must find what the first run committed in the same place.
+            named = bool(option(options, "sinkId") or option(options, "txnAppId"))
+            if (named or not sink.commits_atomically) and self._plan_time:
                 target = target_ledger_of(sink)
                 if target is not None:
                     sink.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
                     validated = True
-                    target = None if sink.commits_atomically else target
-            if sink.commits_atomically:
+                    target = None if sink.commits_atomically and not named else target
+            if sink.commits_atomically and target is None:
                 ephemeral = make_ephemeral_ledger()
         runtime = RuntimeOptions.parse(options, streaming=streaming,
                                        ephemeral_location=ephemeral or (target.location if target else None))
