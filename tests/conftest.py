@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,22 @@ def spark() -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+
+
+@pytest.fixture
+def console(request: pytest.FixtureRequest) -> Callable[[], str]:
+    """What the driver and the Python workers printed during the test: Spark's JVM (and
+    its Python workers) inherited pytest's global capture file when it started, so the
+    global capture holds their output too. Without capture (``-s``) the scan would read
+    nothing, which the canary test reports."""
+    capman = request.config.pluginmanager.getplugin("capturemanager")
+
+    def read() -> str:
+        out, err = capman.read_global_capture()
+        return out + err
+
+    read()  # what earlier tests left
+    return read
 
 
 @pytest.fixture

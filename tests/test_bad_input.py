@@ -60,22 +60,6 @@ def env(spark: Any, postgres_url: str, postgres_server: Any, mariadb_server: Any
         logins.drop()
 
 
-@pytest.fixture
-def console(request: pytest.FixtureRequest) -> Callable[[], str]:
-    """What the driver and the Python workers printed during the test: Spark's JVM (and
-    its Python workers) inherited pytest's global capture file when it started, so the
-    global capture holds their output too. Without capture (``-s``) the scan would read
-    nothing, which the canary test reports."""
-    capman = request.config.pluginmanager.getplugin("capturemanager")
-
-    def read() -> str:
-        out, err = capman.read_global_capture()
-        return out + err
-
-    read()  # what earlier tests left
-    return read
-
-
 def first_twopc_line(exc: BaseException) -> str:
     """The first line of *exc* (as Spark reports it) that is a twopc error's message."""
     for line in str(exc).splitlines():

@@ -5,6 +5,7 @@ owner record (kept a week) and, when it writes that table, deletes the staged ro
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -89,21 +90,26 @@ def test_staging_retention_is_an_option(postgres_url) -> None:
         JdbcOptions.parse({"url": postgres_url, "dbtable": "t", "stagingRetention": "soon"})
 
 
-def test_the_sweep_keeps_a_dead_writes_owner_record_for_a_week_and_leaves_live_ones(tmp_path) -> None:
+def _gone_pid() -> int:
     gone = subprocess.Popen(["true"])
-    gone.wait()  # a process id that no longer runs
-    host = socket.gethostname()
+    gone.wait()
+    return gone.pid  # a process id that no longer runs
 
-    def folder(name: str, owner: dict[str, object]) -> Path:
-        f = tmp_path / (PREFIX + name)
-        (f / "twopc" / "decisions").mkdir(parents=True)
-        (f / "owner.json").write_text(json.dumps({"format": 1, **owner}))
-        (f / "twopc" / "sink.json").write_text(json.dumps({"sink_id": f"eph-{name}"}))
-        (f / "twopc" / "decisions" / "0.json").write_text("{}")
-        return f
 
-    dead = folder("0000000100000001", {"host": host, "pid": gone.pid, "started": 1})
-    live = folder("0000000100000002", dict(driver_identity()))  # this process
+def _ledger_folder(parent: Path, name: str, owner: dict[str, object]) -> Path:
+    """A temporary ledger folder as a drop-in write of driver *owner* leaves it, with a decision."""
+    f = parent / (PREFIX + name)
+    (f / "twopc" / "decisions").mkdir(parents=True)
+    (f / "owner.json").write_text(json.dumps({"format": 1, **owner}))
+    (f / "twopc" / "sink.json").write_text(json.dumps({"sink_id": f"eph-{name}"}))
+    (f / "twopc" / "decisions" / "0.json").write_text("{}")
+    return f
+
+
+def test_the_sweep_keeps_a_dead_writes_owner_record_for_a_week_and_leaves_live_ones(tmp_path) -> None:
+    gone = _gone_pid()
+    dead = _ledger_folder(tmp_path, "0000000100000001", {"host": socket.gethostname(), "pid": gone, "started": 1})
+    live = _ledger_folder(tmp_path, "0000000100000002", dict(driver_identity()))  # this process
     live_files = sorted(live.rglob("*"))
     assert sweep_dead_ledgers(str(tmp_path)) == [str(dead)]
     assert sorted(str(p.relative_to(dead)) for p in dead.rglob("*")) == ["owner.json", "twopc", "twopc/sink.json"]
@@ -112,3 +118,27 @@ def test_the_sweep_keeps_a_dead_writes_owner_record_for_a_week_and_leaves_live_o
     assert sweep_dead_ledgers(str(tmp_path), now=time.time() + TOMBSTONE_SECONDS + 60) == [str(dead)]
     assert not dead.exists()
     assert sorted(live.rglob("*")) == live_files  # a live driver's ledger is never touched
+
+
+def test_the_sweep_cleans_only_this_users_ledgers_and_says_what_it_did_at_info(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shared temp dir holds other users' ledger folders: they are theirs to clean (even
+    for root). This user's dead writes' folders are cleaned with one INFO line each naming
+    the write, its gone driver and what was done: a crashed write's leftovers are twopc's
+    to tidy, nothing for the user to act on."""
+    caplog.set_level(logging.DEBUG, logger="twopc")
+    gone = _gone_pid()
+    dead = _ledger_folder(tmp_path, "0000000100000003", {"host": socket.gethostname(), "pid": gone, "started": 1})
+    files = sorted(dead.rglob("*"))
+    real = os.getuid()
+    with monkeypatch.context() as m:
+        m.setattr(os, "getuid", lambda: real + 1)  # the folder is now another user's
+        assert sweep_dead_ledgers(str(tmp_path)) == []
+    assert sorted(dead.rglob("*")) == files
+    assert sweep_dead_ledgers(str(tmp_path)) == [str(dead)]
+    assert sweep_dead_ledgers(str(tmp_path), now=time.time() + TOMBSTONE_SECONDS + 60) == [str(dead)]
+    said = [(r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith("twopc")]
+    assert [level for level, _ in said] == [logging.INFO, logging.INFO], said
+    assert all("eph-0000000100000003" in m and f"process {gone} on this host" in m for _, m in said), said
+    assert said[0][1].startswith(f"twopc: emptied {dead}") and "owner record stays until 7 days" in said[0][1]
+    assert said[1][1].startswith(f"twopc: removed {dead}") and not dead.exists()

@@ -9,8 +9,8 @@ time, see :mod:`twopc._owner`), and every later drop-in write on the machine cle
 folders whose driver is provably gone (on this host, and its process no longer runs) down to
 that owner record, which it deletes a week after the write started: until then a write to
 the dead write's table, whichever comes first, can still prove it dead and delete its staged
-rows at once. A folder of a live driver, of another host (a shared temp dir), or without an
-owner record (written by an older twopc) is left alone.
+rows at once. A folder of a live driver, of another host (a shared temp dir), of another
+user, or without an owner record (written by an older twopc) is left alone.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -45,10 +46,17 @@ def make_ephemeral_ledger() -> str:
 
 
 def _folders(parent: str | None) -> list[Path]:
+    """This user's temporary ledger folders (another user's, in a shared temp dir, are theirs
+    to clean, even for root)."""
+    out = []
     try:
-        return [p for p in Path(parent or tempfile.gettempdir()).glob(PREFIX + "*") if p.is_dir()]
+        for p in Path(parent or tempfile.gettempdir()).glob(PREFIX + "*"):
+            st = p.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                out.append(p)
     except OSError:
-        return []
+        pass
+    return out
 
 
 def _owner(folder: Path) -> DriverIdentity | None:
@@ -97,27 +105,32 @@ def _tombstone(folder: Path) -> bool:
 
 
 def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -> list[str]:
-    """Reduce the temporary ledger folders of drop-in writes whose driver provably died to
-    their owner record (``owner.json`` and ``twopc/sink.json``, a few hundred bytes), and
-    delete those records :data:`TOMBSTONE_SECONDS` after their write started; return the
+    """Reduce this user's temporary ledger folders of drop-in writes whose driver provably
+    died to their owner record (``owner.json`` and ``twopc/sink.json``, a few hundred bytes),
+    and delete those records :data:`TOMBSTONE_SECONDS` after their write started; return the
     paths changed. The record stays so that a later write to *that* write's table, whenever
     it comes, still proves the driver dead and deletes its staged rows at once (a write to
-    another table sweeps the folder too). Never raises: what cannot be deleted is left."""
+    another table sweeps the folder too). Each change is logged at INFO: nothing is left for
+    the user to do. Never raises: what cannot be deleted is left."""
     now = time.time() if now is None else now
     changed = []
     for folder in _folders(parent):
-        if not _dead(folder):
+        owner = _owner(folder)
+        if owner is None or not provably_dead(owner):
             continue
+        sink_id = _sink_id(folder)
         try:
-            if now - (folder / _OWNER).stat().st_mtime > TOMBSTONE_SECONDS or _sink_id(folder) is None:
+            if now - (folder / _OWNER).stat().st_mtime > TOMBSTONE_SECONDS or sink_id is None:
                 shutil.rmtree(folder, ignore_errors=True)
-            elif not _tombstone(folder):
+                log.info("twopc: removed %s, the temporary ledger of drop-in write %s, whose driver (process %s "
+                         "on this host) is gone", folder, sink_id or "(unnamed)", owner["pid"])
+            elif _tombstone(folder):
+                log.info("twopc: emptied %s, the temporary ledger of drop-in write %s, whose driver (process %s "
+                         "on this host) is gone; its owner record stays until %s days after the write started",
+                         folder, sink_id, owner["pid"], TOMBSTONE_SECONDS // 86400)
+            else:
                 continue  # already only its owner record
         except OSError:
             continue
         changed.append(str(folder))
-    if changed:
-        log.warning("twopc: cleaned %s temporary ledger folder(s) of drop-in writes whose driver died (an "
-                    "owner record stays until %s days after its write started): %s", len(changed),
-                    TOMBSTONE_SECONDS // 86400, ", ".join(changed))
     return changed

@@ -2,11 +2,13 @@
 outlives Spark's Python workers and ends with the Spark driver (JVM) that started it.
 
 A query's plan-time process calls :func:`ensure_server`: it registers the query's
-checkpoint in ``<tempdir>/twopc-metrics-<port>/`` and, unless a live server owns the port
-already, starts ``python -m twopc._metrics_server`` in a session of its own (Spark's
-process-group kills and worker recycling do not touch it). The server serves every
-checkpoint registered for its port, re-reading the folder at each scrape, and exits when
-the JVM it watches is gone.
+checkpoint in ``<tempdir>/twopc-metrics-<uid>/<port>/`` (this user's alone, see
+:mod:`twopc._host_dirs`) and, unless a live server owns the port already, starts
+``python -m twopc._metrics_server`` in a session of its own (Spark's process-group kills
+and worker recycling do not touch it), its output in ``server.log`` there. The server
+serves every checkpoint registered for its port, re-reading the folder at each scrape, and
+exits when the JVM it watches is gone (or on SIGTERM), deleting the port's folder (the
+next plan of a query on that port makes it again and starts a server).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import argparse
 import contextlib
 import hashlib
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,6 +30,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, start_http_server
 
 from ._errors import ConfigurationError
+from ._host_dirs import private_dir
 from ._metrics import MetricsCollector
 from ._options import option
 
@@ -33,6 +38,7 @@ __all__ = ["LOOPBACK", "ensure_server", "main", "metrics_port"]
 
 #: Where the server listens unless ``metricsHost`` names an interface: this machine only.
 LOOPBACK = "127.0.0.1"
+_REGISTRY = "twopc-metrics"
 
 
 def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
@@ -51,7 +57,25 @@ def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
 
 
 def registry_dir(port: int) -> Path:
-    return Path(tempfile.gettempdir(), f"twopc-metrics-{port}")
+    """``<temp dir>/twopc-metrics-<uid>/<port>/``, this user's alone (``0700``), made when missing.
+
+    Raises:
+        ConfigurationError: a folder of that name is not this user's alone.
+    """
+    folder = private_dir(_REGISTRY, str(port))
+    if folder is None:
+        raise ConfigurationError(
+            f"metricsPort {port}: {Path(tempfile.gettempdir(), f'{_REGISTRY}-{os.getuid()}', str(port))} is not a "
+            f"folder of this user's alone (mode 0700, owned by uid {os.getuid()}): remove it and start again")
+    return folder
+
+
+def _remove_registry(folder: Path) -> None:
+    """Delete the registry *folder* of a server that ends, and its parent once empty."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.parent.name.startswith(f"{_REGISTRY}-"):
+        with contextlib.suppress(OSError):
+            folder.parent.rmdir()  # only when no other port's folder is in it
 
 
 def _checkpoints(folder: Path) -> list[str]:
@@ -103,14 +127,19 @@ def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK) 
         ConfigurationError: the port is taken by a program that is not a twopc metrics
             server.
     """
-    folder = registry_dir(port)
-    folder.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(checkpoint_location.encode("utf-8")).hexdigest()[:16]
-    entry = folder / f"{key}.ckpt"
-    if not entry.exists():
-        tmp = folder / f".{key}.{os.getpid()}.tmp"
-        tmp.write_text(checkpoint_location, encoding="utf-8")
-        os.replace(tmp, entry)
+    for attempt in range(3):  # a server that ends removes the folder: make it again
+        folder = registry_dir(port)
+        entry = folder / f"{key}.ckpt"
+        try:
+            if not entry.exists():
+                tmp = folder / f".{key}.{os.getpid()}.tmp"
+                tmp.write_text(checkpoint_location, encoding="utf-8")
+                os.replace(tmp, entry)
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     pidfile = folder / "server.pid"
     with contextlib.suppress(OSError, ValueError):
         if _alive(int(pidfile.read_text().strip())):
@@ -149,6 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     pidfile = folder / "server.pid"
     pidfile.write_text(str(os.getpid()))
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))  # a stop removes the folder too
     try:
         while args.watch_pid is None or _alive(args.watch_pid):
             time.sleep(1.0)
@@ -156,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             if pidfile.read_text().strip() == str(os.getpid()):
                 pidfile.unlink()
+                _remove_registry(folder)  # the folder is this server's: a later query's plan makes it again
     return 0
 
 

@@ -228,7 +228,7 @@ class _WriterCore:
     def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         configure_worker_logging()
         if self.skip:
-            log.warning("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
+            log.debug("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
             self._settle()
             return None
         return self._finish("commit", messages, batch_id)
@@ -475,9 +475,13 @@ class TwoPhaseCommitDataSource(DataSource):
                 latest = ledger.latest_committed()
                 assert runtime.txn_version is not None
                 skip = latest is not None and runtime.txn_version <= latest
-                if skip:
-                    log.warning("twopc: sink %s already committed txnVersion %s (requested %s): "
-                                "this write will write nothing", sink_id, latest, runtime.txn_version)
+                if skip and runtime.txn_version == latest:  # a rerun of a committed job: what txnVersion is for
+                    log.info("twopc: sink %s already committed txnVersion %s: this rerun writes nothing", sink_id,
+                             latest)
+                elif skip:  # a version counter that went back loses the new job's rows: the user should know
+                    log.warning("twopc: sink %s requested txnVersion %s, below the last one it committed (%s): this "
+                                "write writes nothing. A new job needs a txnVersion above %s", sink_id,
+                                runtime.txn_version, latest, latest)
         return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
                            lease=None if streaming else lease,  # a query keeps its lease while its driver runs
                            abort_baseline=baseline)

@@ -5,7 +5,8 @@ Reads one line on stdin (what to connect with and which lock to take, never on t
 command line), takes the lock without waiting, and answers on stdout ``held <session id>``
 or ``busy`` (or ``error <kind>``). Holding, it ends when it receives SIGTERM (the write's
 commit or abort ended), when the driver process it works for is gone, or when it is killed;
-its session ends with it, and the server releases the lock.
+its session ends with it, and the server releases the lock. Ending (unless killed), it
+deletes the record a streaming query's driver keeps of its lease.
 
 As a *spare* (its first line asks for one, :mod:`sinks.sql._lease_spares`), it imports the
 DB-API driver, listens on a unix socket in the driver's private spare folder, and waits
@@ -27,6 +28,7 @@ import base64
 import contextlib
 import importlib
 import importlib.util
+import json
 import os
 import pickle
 import signal
@@ -40,11 +42,25 @@ from typing import IO, Any
 POLL_SECONDS = 0.2
 #: where the answer goes: stdout, or a spare's socket once a write claimed it
 _ANSWER: list[IO[str]] = [sys.stdout]
+#: the record of the lease, kept by the driver of a streaming query: deleted when the holder ends
+_RECORD: list[str] = []
 
 
 def _stop(_signum: int, _frame: Any) -> None:
     """End now: the kernel closes the session's socket and the server frees the lock."""
+    _forget_record()
     os._exit(0)
+
+
+def _forget_record() -> None:
+    """Delete the record a streaming query's driver keeps of this holder's lease, unless it
+    names another holder by now."""
+    for path in _RECORD:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            with open(path, encoding="utf-8") as f:
+                mine = json.load(f)["lease"]["holder_pid"] == os.getpid()
+            if mine:
+                os.unlink(path)
 
 
 def _too_slow(_signum: int, _frame: Any) -> None:
@@ -114,6 +130,8 @@ def main() -> int:
             return 0
         cfg, _ANSWER[0] = claimed
     out = _ANSWER[0]
+    if cfg.get("record"):  # before the answer: a SIGTERM may come as soon as it is read
+        _RECORD.append(cfg["record"])
     signal.signal(signal.SIGALRM, _too_slow)
     signal.alarm(max(1, int(cfg["bound_seconds"])))
     try:
@@ -135,6 +153,7 @@ def main() -> int:
     out.close()
     while not provably_dead(cfg["driver"]):
         time.sleep(POLL_SECONDS)
+    _forget_record()
     os._exit(0)
 
 

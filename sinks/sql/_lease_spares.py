@@ -27,12 +27,11 @@ import os
 import pickle
 import signal
 import socket
-import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
+from twopc._host_dirs import private_dir
 from twopc._owner import DriverIdentity
 
 from . import _lease_holder
@@ -49,18 +48,10 @@ def spare_folder(driver: DriverIdentity, module: str) -> Path | None:
     None when it cannot be made safe (not a folder of this user's alone, a path too long
     for a unix socket): writes then start their holders themselves."""
     key = hashlib.sha256(json.dumps([dict(driver), module], sort_keys=True).encode()).hexdigest()[:16]
-    root = Path(tempfile.gettempdir()) / f"twopc-lease-spares-{os.getuid()}"
-    folder = root / key
-    try:
-        for p in (root, folder):
-            with contextlib.suppress(FileExistsError):
-                p.mkdir(mode=0o700)
-            st = p.lstat()
-            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-                return None
-    except OSError:
+    folder = private_dir("twopc-lease-spares", key)
+    if folder is None:
         return None
-    _sweep(root, keep=folder)
+    _sweep(folder.parent, keep=folder)
     return folder if len(str(folder / "4194304.sock.new")) <= _MAX_SOCKET_PATH else None
 
 

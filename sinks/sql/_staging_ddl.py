@@ -342,5 +342,7 @@ class StagingDdl:
         if stale:
             with fresh(conn):
                 self._delete_staged(conn, stale)
-            log.warning("twopc staging: deleted staged rows of %s abandoned writes from %s", len(stale),
-                        self.stage.display())
+            writes = sorted({t.split(":")[1] for t in stale})
+            log.info("twopc staging: deleted from %s the staged rows of %s abandoned drop-in write(s) (their driver "
+                     "is gone, or they started more than stagingRetention ago): %s", self.stage.display(),
+                     len(writes), ", ".join(writes))

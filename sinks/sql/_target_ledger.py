@@ -40,7 +40,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twopc import ConcurrentWriterError, FencedError, Lease, LedgerError, SinkError
+from twopc import ConcurrentWriterError, ConfigurationError, FencedError, Lease, LedgerError, SinkError
+from twopc._host_dirs import private_dir
 from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 
 from . import _lease_holder
@@ -53,10 +54,13 @@ from ._privileges import dbapi_runner, require_privileges
 if TYPE_CHECKING:
     from ._prepared import PreparedSqlSink
 
-__all__ = ["LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name"]
+__all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name",
+           "sweep_lease_records"]
 
 #: The ledger table's name (in the marker table's schema).
 LEDGER_TABLE = "twopc_ledger"
+#: The name (before ``-<uid>``) of this user's folder of kept leases' records in the temp dir.
+LEASE_RECORDS = "twopc-leases"
 _UNIQUE = frozenset({"23505", "1062"})  # PostgreSQL unique_violation, MySQL ER_DUP_ENTRY
 _HOLDER_WAIT = 60.0
 _SPARE_GRACE = 5.0  # beyond the holder's own bound, before a claimed spare's silence counts as no answer
@@ -82,6 +86,17 @@ def _lock_sql(dialect: str, sink_id: str, database: str) -> tuple[str, str, Any]
     if dialect == "postgresql":
         return "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)", lease_key(sink_id)
     return "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)", lease_name(sink_id, database)
+
+
+def sweep_lease_records(folder: Path) -> None:
+    """Delete the lease records in *folder* whose holder process on this host is gone (it
+    was killed: a holder that ends deletes its record itself). Never raises."""
+    host = socket.gethostname()
+    for path in folder.glob("*.json"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            lease = json.loads(path.read_text(encoding="utf-8"))["lease"]
+            if lease["host"] == host and _start_ticks(int(lease["holder_pid"])) != lease["holder_started"]:
+                path.unlink()
 
 
 class SqlTargetLedger:
@@ -172,12 +187,25 @@ class SqlTargetLedger:
 
     # -- the leases ----------------------------------------------------------------------
     def _record(self, sink_id: str) -> Path:
-        """Where this machine notes the lease a driver keeps across its plans (a streaming query)."""
+        """Where this machine notes the lease a driver keeps across its plans (a streaming
+        query): ``<temp dir>/twopc-leases-<uid>/<hash>.json``. Its holder deletes it when it
+        ends with its driver; :func:`sweep_lease_records` the ones of holders that were killed.
+
+        Raises:
+            ConfigurationError: the folder is not this user's alone.
+        """
+        folder = private_dir(LEASE_RECORDS)
+        if folder is None:
+            raise ConfigurationError(
+                f"{Path(tempfile.gettempdir(), f'{LEASE_RECORDS}-{os.getuid()}')} is not a folder of this user's alone "
+                f"(mode 0700, owned by uid {os.getuid()}), so a streaming query cannot note the lease it keeps there: "
+                f"remove it and start the query again")
         where = hashlib.sha256(f"{self.location}\n{sink_id}".encode()).hexdigest()[:32]
-        return Path(tempfile.gettempdir()) / f"twopc-lease-{where}.json"
+        return folder / f"{where}.json"
 
     def _kept(self, sink_id: str, driver: DriverIdentity) -> Lease | None:
         """The lease this driver already holds for *sink_id* (noted by an earlier plan), if any."""
+        sweep_lease_records(self._record(sink_id).parent)
         try:
             data = json.loads(self._record(sink_id).read_text(encoding="utf-8"))
             lease = Lease(**data["lease"])
@@ -187,10 +215,12 @@ class SqlTargetLedger:
         alive = _start_ticks(lease.holder_pid) == lease.holder_started
         return lease if mine and alive and lease.sink_id == sink_id and self.holds(lease) else None
 
-    def holder_command(self, sink_id: str, driver: DriverIdentity) -> tuple[list[str], str]:
+    def holder_command(self, sink_id: str, driver: DriverIdentity, *,
+                       record: Path | None = None) -> tuple[list[str], str]:
         """The lease holder's command line and its one line of input (credentials included:
-        never log it) that take *sink_id*'s lease for *driver*. It is run as a file (``-P``:
-        without its folder on ``sys.path``), not as a module of the ``sinks`` package: see
+        never log it) that take *sink_id*'s lease for *driver* (and delete the lease's
+        *record*, if any, when the holder ends). It is run as a file (``-P``: without its
+        folder on ``sys.path``), not as a module of the ``sinks`` package: see
         :mod:`sinks.sql._lease_holder`."""
         options = self.sink.options
         timeouts = options.net_timeouts()
@@ -199,7 +229,7 @@ class SqlTargetLedger:
         payload = base64.b64encode(pickle.dumps({
             "module": module, "connect": connect, "try_lock": try_lock, "key": key, "driver": dict(driver),
             "session_sql": "SELECT pg_backend_pid()" if self._dialect == "postgresql" else "SELECT CONNECTION_ID()",
-            "bound_seconds": timeouts.connect + timeouts.reply})).decode()
+            "bound_seconds": timeouts.connect + timeouts.reply, "record": str(record) if record else None})).decode()
         return _holder_argv(), payload
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
@@ -216,7 +246,7 @@ class SqlTargetLedger:
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
-        argv, payload = self.holder_command(sink_id, driver)
+        argv, payload = self.holder_command(sink_id, driver, record=self._record(sink_id) if keep else None)
         folder, _module, bound = self._spares(driver)
         spare = ask_spare(folder, payload, bound + _SPARE_GRACE) if folder is not None else None
         if spare is not None:
