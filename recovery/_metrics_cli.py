@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 
@@ -27,7 +26,7 @@ __all__ = ["add_parser", "run"]
 DEFAULT_INTERVAL = 15.0
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``metrics`` command to the ``twopc`` command line's subparsers *sub*."""
     parser = sub.add_parser(
         "metrics", help="serve the in-doubt gauges of checkpoints to Prometheus, whether their query runs or not",

@@ -89,7 +89,7 @@ def test_twopc_metrics_serves_the_in_doubt_batch_of_a_killed_query(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("twopc.prom")] == ["twopc.prom"]
 
     sink_id = CommitLedger(str(ck)).recorded_sink_id()
-    labels = (("format", ""), ("sink_id", str(sink_id)))
+    labels = (("format", "twopc-postgres"), ("sink_id", str(sink_id)))  # from the checkpoint's target record
     for text in (scraped, written):
         got = _series(text)
         assert got[("twopc_in_doubt_transactions", labels)] == 2, text

@@ -268,8 +268,9 @@ def test_the_alerts_fire_on_the_series_a_real_postgres_sink_produces(small_postg
         s = sink()
         _driver_commit(s, ck, sid, 0, _prepare(s, sid, 0, 2))
         scrape()  # healthy
-        s = sink()
-        crash_commit(CommitCoordinator(s, ledger, sid), "after_decision", 1, _prepare(s, sid, 1, 2), tmp_path / "f")
+        with sink() as s:
+            crash_commit(CommitCoordinator(s, ledger, sid), "after_decision", 1, _prepare(s, sid, 1, 2),
+                         tmp_path / "f")
         scrape()  # in doubt
         with sink() as s:
             assert RecoveryCoordinator(s, CommitLedger(ck), sink_id=sid).run().finished_batches == [1]
@@ -281,9 +282,9 @@ def test_the_alerts_fire_on_the_series_a_real_postgres_sink_produces(small_postg
         s = sink()
         _driver_commit(s, ck, sid, 2, _prepare(s, sid, 2, 1))
         scrape()  # crowded
-        s = sink()
-        handles = _prepare(s, sid, 3, 1)
-        s.abort(handles[0])  # an operator's ROLLBACK PREPARED of a transaction the decision will name
+        with sink() as s:
+            handles = _prepare(s, sid, 3, 1)
+            s.abort(handles[0])  # an operator's ROLLBACK PREPARED of a transaction the decision will name
         with pytest.raises(TransactionLostError):
             _driver_commit(sink(), ck, sid, 3, handles)
         scrape()  # lost

@@ -208,10 +208,11 @@ class MetricsCollector(Collector):
                 state = _load(ledger)
                 pending = ledger.pending()
                 sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
+                format_name = state["labels"].get("format") or _recorded_format(ledger)
             except (LedgerError, OSError) as exc:
                 log.warning("twopc: cannot read metrics of %s: %s", location, exc)
                 continue
-            base = [sink_id, str(state["labels"].get("format", ""))]
+            base = [sink_id, str(format_name)]
             for name, family in counters.items():
                 values = {**dict.fromkeys(KNOWN_LABELS.get(name, ("",)), 0), **state["counters"].get(name, {})}
                 for label, value in sorted(values.items()):
@@ -234,6 +235,13 @@ class MetricsCollector(Collector):
         yield from counters.values()
         yield from hists.values()
         yield from gauges.values()
+
+
+def _recorded_format(ledger: CommitLedger) -> str:
+    """The data source name the checkpoint's target record names (written at plan time),
+    so a batch left in doubt before the first commit has the labels of later ones."""
+    record = ledger.target_record()
+    return (record.data_source or "") if record is not None else ""
 
 
 def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:
