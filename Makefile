@@ -22,7 +22,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb jdbc-driver lint test test-all chaos demo bench clean
+.PHONY: venv redis mariadb promtool jdbc-driver lint test test-all chaos demo bench clean
 
 venv: $(STAMP)
 
@@ -43,32 +43,49 @@ redis:
 	  exit 1; \
 	fi
 
+# apt-get install $(1) without letting the package start its service: a policy-rc.d that answers
+# 101 ("action forbidden") is put in place for the install when none exists, and the service $(2)
+# is stopped and disabled should it run anyway.
+apt_install_no_service = policy=/usr/sbin/policy-rc.d; own_policy=; \
+	  if [ ! -e $$policy ]; then \
+	    printf '\#!/bin/sh\n\# twopc make: no service starts during the install\nexit 101\n' > $$policy; \
+	    chmod 755 $$policy; own_policy=1; \
+	  fi; \
+	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(1); \
+	  rc=$$?; \
+	  if [ -n "$$own_policy" ]; then rm -f $$policy; fi; \
+	  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet $(2) 2>/dev/null; then \
+	    systemctl stop $(2); systemctl disable $(2) 2>/dev/null || true; \
+	  fi; \
+	  exit $$rc
+
 # MariaDB server binaries for the XA sink's tests (LocalMariaDB runs its own mariadbd in a
-# temporary folder).  The package's own service is kept from starting: a policy-rc.d that
-# answers 101 ("action forbidden") is put in place for the install when none exists.
+# temporary folder).
 mariadb:
 	@if command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ]; then \
 	  echo "mariadbd: $$(command -v mariadbd || echo /usr/sbin/mariadbd)"; \
 	elif [ -n "$$TWOPC_TEST_MARIADB_URL" ]; then \
 	  echo "mariadb: tests use TWOPC_TEST_MARIADB_URL"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-	  policy=/usr/sbin/policy-rc.d; own_policy=; \
-	  if [ ! -e $$policy ]; then \
-	    printf '#!/bin/sh\n# twopc make mariadb: no service starts during the install\nexit 101\n' > $$policy; \
-	    chmod 755 $$policy; own_policy=1; \
-	  fi; \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mariadb-server; \
-	  rc=$$?; \
-	  if [ -n "$$own_policy" ]; then rm -f $$policy; fi; \
-	  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet mariadb 2>/dev/null; then \
-	    systemctl stop mariadb; systemctl disable mariadb 2>/dev/null || true; \
-	  fi; \
-	  exit $$rc; \
+	  $(call apt_install_no_service,mariadb-server,mariadb); \
 	else \
 	  echo "mariadbd (the MariaDB server) is not installed. Install it with:" >&2; \
 	  echo "    sudo apt-get install -y --no-install-recommends mariadb-server" >&2; \
 	  echo "or point the tests at a server (InnoDB, XA allowed):" >&2; \
 	  echo "    TWOPC_TEST_MARIADB_URL=mysql+pymysql://user:pw@host:port/db" >&2; \
+	  exit 1; \
+	fi
+
+# Prometheus's promtool, which tests/test_monitoring_rules.py runs on monitoring/ (`promtool
+# test rules`); Debian ships it in the prometheus package, whose service is kept from starting.
+promtool:
+	@if command -v promtool >/dev/null 2>&1; then \
+	  echo "promtool: $$(command -v promtool)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  $(call apt_install_no_service,prometheus,prometheus); \
+	else \
+	  echo "promtool (Prometheus's rule checker) is not installed. Install it with:" >&2; \
+	  echo "    sudo apt-get install -y --no-install-recommends prometheus" >&2; \
 	  exit 1; \
 	fi
 
@@ -101,7 +118,7 @@ lint: venv
 	fi; \
 	exit $$rc
 
-test: lint venv redis mariadb jdbc-driver
+test: lint venv redis mariadb promtool jdbc-driver
 	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
 
 test-all:

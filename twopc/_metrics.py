@@ -9,12 +9,16 @@ sees them. The process that commits a batch therefore adds the batch's figures t
 driver's commit, like the ledger), and a scrape reads that file plus the ledger: the
 in-doubt gauges are computed from the ledger's pending decisions at scrape time, so they
 are right even after a crash nobody recorded. The executors' figures (rows, when each
-task prepared) reach the driver in the commit messages, with the handles.
+task prepared) reach the driver in the commit messages, with the handles. The target's
+prepared-transaction room is read by the driver's commit after each batch (one query on
+the connection it has open) and kept with the counters.
 
 Serving them: :func:`register_metrics` adds a collector for a checkpoint to a registry the
 application already has (its own ``/metrics``); :func:`serve_metrics` serves a registry
 on a port from the calling process; the writer option ``metricsPort`` starts, once, a
-small server process (:mod:`twopc._metrics_server`) that lives as long as the Spark driver.
+small server process (:mod:`twopc._metrics_server`) that lives as long as the Spark driver;
+``twopc metrics`` (:mod:`recovery._metrics_cli`) serves the :data:`CHECKPOINT_GAUGES` of
+checkpoints from a process of its own, whether a query runs or not.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from ._errors import LedgerError
+from ._inspect import Headroom
 from ._ledger import CommitLedger
 
-__all__ = ["MetricsCollector", "record_batch", "record_failure", "record_recovery", "register_metrics",
-           "serve_metrics"]
+__all__ = ["CHECKPOINT_GAUGES", "COUNTERS", "GAUGES", "HISTOGRAMS", "MetricsCollector", "record_batch",
+           "record_failure", "record_recovery", "register_metrics", "serve_metrics"]
 
 log = logging.getLogger("twopc.metrics")
 
@@ -62,10 +67,26 @@ COUNTERS: Mapping[str, tuple[str, str | None]] = {
     "recovery_runs": ("Recovery runs that finished a decided batch or rolled back an orphan", None),
     "failures": ("Commits or aborts of a batch that raised, by stage", "stage"),
 }
+#: Gauges, read at each scrape: name -> (help, extra label or None).
+GAUGES: Mapping[str, tuple[str, str | None]] = {
+    "in_doubt_transactions": ("Transactions of batches decided but not committed (ledger, at scrape)", None),
+    "oldest_in_doubt_seconds": ("Age of the oldest decided-but-uncommitted batch's decision, 0 when none", None),
+    "last_commit_timestamp_seconds": ("Unix time the driver's commit or a recovery last finished a batch", None),
+    "target_prepared_transactions": (
+        ("Prepared transactions (or staged entries) the target held after the last commit: every user's where "
+         "the target has a shared limit (counted: what)"), "counted"),
+    "target_prepared_transactions_limit": (
+        ("The target's limit on prepared transactions (PostgreSQL max_prepared_transactions) read after the "
+         "last commit; absent when the target has none"), "counted"),
+}
+#: The gauges a collector tells from the checkpoint alone, without the driver's counters or
+#: the target: what ``twopc metrics`` serves while the query is down.
+CHECKPOINT_GAUGES = ("in_doubt_transactions", "oldest_in_doubt_seconds", "last_commit_timestamp_seconds")
 
 
 def _empty_state() -> dict[str, Any]:
-    return {"format": _FORMAT, "labels": {}, "counters": {}, "histograms": {}}
+    return {"format": _FORMAT, "labels": {}, "counters": {}, "histograms": {}, "last_commit": None,
+            "headroom": None}
 
 
 def _load(ledger: CommitLedger) -> dict[str, Any]:
@@ -105,8 +126,9 @@ def _observe(state: dict[str, Any], name: str, value: float) -> None:
 
 def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action: str, committed: int,
                  already_committed: int, aborted: int, swept: int, seconds: float, rows: int,
-                 first_prepared_at: float | None, retried: int = 0) -> None:
-    """Add one batch's figures (what :class:`~twopc.BatchResult` and the commit messages say)."""
+                 first_prepared_at: float | None, retried: int = 0, headroom: Headroom | None = None) -> None:
+    """Add one batch's figures (what :class:`~twopc.BatchResult` and the commit messages say,
+    and the target's *headroom* read after the commit)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "batches", action)
@@ -115,7 +137,10 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
         _count(state, "commits", "retried", retried)
         _count(state, "aborts", "", aborted)
         _count(state, "orphans_swept", "", swept)
+        if headroom is not None:
+            state["headroom"] = headroom.to_json()
         if action in ("committed", "finished"):
+            state["last_commit"] = time.time()
             _observe(state, "commit_seconds", seconds)
             _observe(state, "batch_rows", rows)
             if first_prepared_at:
@@ -144,6 +169,8 @@ def record_recovery(ledger: CommitLedger, *, committed: int, rolled_back: int, f
         _count(state, "commits", "committed", committed)
         _count(state, "orphans_swept", "", rolled_back)
         _count(state, "batches", "finished", finished_batches)
+        if finished_batches:
+            state["last_commit"] = time.time()
     _update(ledger, change)
 
 
@@ -152,10 +179,15 @@ class MetricsCollector(Collector):
 
     Args:
         checkpoints: checkpoint locations, or a callable returning them (re-read per scrape).
+        checkpoint_gauges_only: serve only the :data:`CHECKPOINT_GAUGES` (the in-doubt
+            gauges and the last commit's time), not the driver's counters, histograms and
+            headroom: for a process that serves checkpoints beside the query's own server
+            (``twopc metrics``), so no counter is served twice.
     """
 
-    def __init__(self, checkpoints: Sequence[str] | Any) -> None:
+    def __init__(self, checkpoints: Sequence[str] | Any, *, checkpoint_gauges_only: bool = False) -> None:
         self._checkpoints = checkpoints
+        self._only_gauges = checkpoint_gauges_only
 
     def _locations(self) -> list[str]:
         c = self._checkpoints
@@ -164,14 +196,11 @@ class MetricsCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         labels = ["sink_id", "format"]
         counters = {n: CounterMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
-                    for n, (doc, lab) in COUNTERS.items()}
-        hists = {n: HistogramMetricFamily(f"twopc_{n}", doc, labels=labels) for n, (_b, doc) in HISTOGRAMS.items()}
-        in_doubt = GaugeMetricFamily("twopc_in_doubt_transactions",
-                                     "Transactions of batches decided but not committed (ledger, at scrape)",
-                                     labels=labels)
-        oldest = GaugeMetricFamily("twopc_oldest_in_doubt_seconds",
-                                   "Age of the oldest decided-but-uncommitted batch's decision, 0 when none",
-                                   labels=labels)
+                    for n, (doc, lab) in COUNTERS.items() if not self._only_gauges}
+        hists = {n: HistogramMetricFamily(f"twopc_{n}", doc, labels=labels)
+                 for n, (_b, doc) in HISTOGRAMS.items() if not self._only_gauges}
+        gauges = {n: GaugeMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
+                  for n, (doc, lab) in GAUGES.items() if n in CHECKPOINT_GAUGES or not self._only_gauges}
         now = time.time()
         for location in self._locations():
             try:
@@ -179,10 +208,11 @@ class MetricsCollector(Collector):
                 state = _load(ledger)
                 pending = ledger.pending()
                 sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
+                format_name = state["labels"].get("format") or _recorded_format(ledger)
             except (LedgerError, OSError) as exc:
                 log.warning("twopc: cannot read metrics of %s: %s", location, exc)
                 continue
-            base = [sink_id, str(state["labels"].get("format", ""))]
+            base = [sink_id, str(format_name)]
             for name, family in counters.items():
                 values = {**dict.fromkeys(KNOWN_LABELS.get(name, ("",)), 0), **state["counters"].get(name, {})}
                 for label, value in sorted(values.items()):
@@ -191,12 +221,27 @@ class MetricsCollector(Collector):
                 h = state["histograms"].get(name)
                 if h is not None:
                     hist.add_metric(base, _cumulative(HISTOGRAMS[name][0], h["counts"]), float(h["sum"]))
-            in_doubt.add_metric(base, float(sum(len(d.handles) for d in pending)))
-            oldest.add_metric(base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
+            gauges["in_doubt_transactions"].add_metric(base, float(sum(len(d.handles) for d in pending)))
+            gauges["oldest_in_doubt_seconds"].add_metric(
+                base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
+            if state.get("last_commit"):
+                gauges["last_commit_timestamp_seconds"].add_metric(base, float(state["last_commit"]))
+            room = state.get("headroom")
+            if room and "target_prepared_transactions" in gauges:
+                counted = [*base, str(room["what"])]
+                gauges["target_prepared_transactions"].add_metric(counted, float(room["in_use"]))
+                if room.get("limit") is not None:
+                    gauges["target_prepared_transactions_limit"].add_metric(counted, float(room["limit"]))
         yield from counters.values()
         yield from hists.values()
-        yield in_doubt
-        yield oldest
+        yield from gauges.values()
+
+
+def _recorded_format(ledger: CommitLedger) -> str:
+    """The data source name the checkpoint's target record names (written at plan time),
+    so a batch left in doubt before the first commit has the labels of later ones."""
+    record = ledger.target_record()
+    return (record.data_source or "") if record is not None else ""
 
 
 def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from . import _metrics
 from ._coordinator import AnySink, BatchResult
 from ._errors import ConfigurationError, SinkError, TargetConfigurationError
+from ._inspect import Headroom
 from ._ledger import CommitLedger
 from ._logs import log_event
 from ._metrics_server import ensure_server, metrics_port
@@ -23,7 +24,7 @@ from ._options import option
 if TYPE_CHECKING:
     from ._spark import TwoPCCommitMessage
 
-__all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure"]
+__all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure", "read_headroom"]
 
 log = logging.getLogger("twopc.spark")
 
@@ -90,19 +91,31 @@ def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> N
                   limit=room.limit)
 
 
+def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
+    """The target's prepared-transaction room (:meth:`~twopc.TwoPhaseCommitSink.headroom`)
+    for the metrics after a commit, or None when the sink cannot tell or reading it failed."""
+    try:
+        return sink.headroom(sink_id)
+    except Exception as exc:  # noqa: BLE001 - metrics never fail (or mask the error of) a commit
+        log.debug("twopc: could not read %s's headroom: %s", sink.describe(), exc)
+        return None
+
+
 def _first_prepared(messages: Sequence[TwoPCCommitMessage | None]) -> float | None:
     times = [m.prepared_at for m in messages if m is not None and m.prepared_at]
     return min(times) if times else None
 
 
 def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result: BatchResult,
-                   messages: Sequence[TwoPCCommitMessage | None], *, retried: int = 0) -> None:
-    """Add a batch's figures to the checkpoint's metrics (best effort)."""
+                   messages: Sequence[TwoPCCommitMessage | None], *, retried: int = 0,
+                   headroom: Headroom | None = None) -> None:
+    """Add a batch's figures, and the target's *headroom* read after its commit, to the
+    checkpoint's metrics (best effort)."""
     _metrics.record_batch(ledger, sink_id=sink_id, format_name=format_name, action=result.action,
                           committed=result.committed, already_committed=result.already_committed,
                           aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
                           rows=sum(m.rows for m in messages if m is not None),
-                          first_prepared_at=_first_prepared(messages), retried=retried)
+                          first_prepared_at=_first_prepared(messages), retried=retried, headroom=headroom)
 
 
 def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int, *,

@@ -56,7 +56,7 @@ from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_h
 from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
 from ._logs import configure_worker_logging
 from ._objpath import class_path
-from ._observe import at_plan_time, observe_commit, observe_failure
+from ._observe import at_plan_time, observe_commit, observe_failure, read_headroom
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
 from ._sink_owner import claim_sink_id
@@ -250,10 +250,12 @@ class _WriterCore:
 
     def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:
         coordinator = self.coordinator()
+        room = None
         try:
             handles = _handles(messages)
             if stage == "commit":
                 result = coordinator.commit_batch(batch_id, handles)
+                room = None if self.runtime.ephemeral else read_headroom(self.sink, self.sink_id)
             else:
                 result = coordinator.abort_batch(batch_id, handles)
         except BaseException:
@@ -268,7 +270,7 @@ class _WriterCore:
         if not self.runtime.ephemeral:
             observe_commit(coordinator.ledger, self.sink_id, self.format_name, result,
                            [m for m in messages if isinstance(m, TwoPCCommitMessage)],
-                           retried=coordinator.metrics.retried)
+                           retried=coordinator.metrics.retried, headroom=room)
         return result
 
     def _settle(self) -> None:
