@@ -22,7 +22,6 @@ from sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator, TargetConfigurationError
 from twopc._ledger import BatchState, CommitLedger
 from twopc._options import ephemeral_sink_id
-from twopc._session_options import with_session_defaults
 from twopc._target import open_target_ledger, settle_own
 
 from ._sql_helpers import batch, ctx, prepare, uid
@@ -135,8 +134,8 @@ def _db_hash(url: str) -> str:
 def test_writes_without_checkpoint_leave_no_markers_behind(place: tuple[str, str, str, str]) -> None:
     """Each write without a checkpoint has a sink id of its own, never used again: once it
     settled, its markers only grew the table."""
-    dialect, url, user_ns, twopc_ns = place
-    sink = _prepared_class(dialect)(url, f"{user_ns}.t", twopc_schema=twopc_ns)
+    dialect, url, user_ns, _twopc_ns = place
+    sink = _prepared_class(dialect)(url, f"{user_ns}.t", marker_table=f"{user_ns}.twopc_markers")
     try:
         sink.validate(SCHEMA)
         sids = [_write_without_checkpoint(sink, [10 * n, 10 * n + 1]) for n in range(1, 5)]
@@ -268,6 +267,8 @@ def test_a_missing_twopc_database_the_user_may_not_create_is_refused_with_the_fi
 
 
 def test_session_defaults_keep_a_checkpoint_where_it_records_its_tables() -> None:
+    from twopc._session_options import with_session_defaults
+
     names = ("twopcSchema",)
     fresh = with_session_defaults({"url": "u"}, {"twopcSchema": "twopc"}, names, None, "/ck")
     assert fresh["twopcSchema"] == "twopc"  # a new checkpoint (nothing recorded): the session's default
