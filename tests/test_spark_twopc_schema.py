@@ -17,9 +17,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 import sinks
-from twopc._session_options import SESSION_OPTION_PREFIX
 
-CONF = SESSION_OPTION_PREFIX + "twopcSchema"
+CONF = "spark.twopc.twopcSchema"
 
 
 def _uid() -> str:
