@@ -220,9 +220,9 @@ class SqlTargetLedger:
             SinkError / SinkUnavailableError: the server failed, or the holder did not start.
         """
         driver = driver_identity()
-        self._refuse_records_elsewhere(sink_id)
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
+        self._refuse_records_elsewhere(sink_id)
         argv, payload = self.holder_command(sink_id, driver)
         folder, _module, bound = self._spares(driver)
         spare = ask_spare(folder, payload, bound + _SPARE_GRACE) if folder is not None else None
