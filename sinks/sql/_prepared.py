@@ -192,8 +192,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             self._try_session_init(dbapi)
             columns = self._target_columns(dbapi, validating=True)
             self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
-            if (schema := self.options.twopc_schema) is not None:
-                ensure_schema(dbapi_runner(dbapi), self.spec.name, schema, self.options.url.database or "")
+            if (own := self.options.twopc_schema) is not None:
+                ensure_schema(dbapi_runner(dbapi), self.spec.name, own, self.options.url.database or "")
             self._ensure_markers(dbapi)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
             require_privileges(dbapi_runner(dbapi), self.spec.name, table=self._qualified(self._marker),

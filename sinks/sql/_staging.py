@@ -130,10 +130,12 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self.options = o
         self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against _MODES above
         self.target = parse_table_name(o.table, self._dialect_name)
-        self.stage = o.bookkeeping(parse_table_name(o.staging_table, self._dialect_name, "stagingTable")
-                                   if o.staging_table else self.target.sibling(self.default_stage_name()))
-        if o.twopc_schema is not None and not o.staging_table:
-            self.stage = o.bookkeeping(TableName(None, self.stage.name, self._dialect_name))
+        if o.staging_table:
+            self.stage = o.bookkeeping(parse_table_name(o.staging_table, self._dialect_name, "stagingTable"))
+        elif o.twopc_schema is not None:
+            self.stage = o.bookkeeping(TableName(None, self.default_stage_name(), self._dialect_name))
+        else:
+            self.stage = self.target.sibling(self.default_stage_name())
         self.batches = o.bookkeeping(parse_table_name(batch_table, self._dialect_name, "batch marker table"))
         if self.batches.schema is None and self.target.schema is not None and self._dialect_name != "sqlite":
             self.batches = self.target.sibling(self.batches.name)
