@@ -126,3 +126,20 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, sa
     engine = sa.create_engine(url)
     yield url, engine
     engine.dispose()
+
+
+def logged_markers(engine: sa.Engine, marker: str) -> str:
+    """Create the PostgreSQL marker table *marker* (as twopc creates it) with a trigger that
+    copies every marker row inserted into ``<marker>_log``, and return that table's name: how
+    many transactions writes prepared, after they purged their own markers."""
+    from sinks import PostgresSink
+
+    log = f"{marker}_log"
+    with engine.begin() as c:
+        for stmt in PostgresSink(engine.url, "unused", marker_table=marker).marker_table_ddl():
+            c.exec_driver_sql(stmt)
+        c.exec_driver_sql(f"CREATE TABLE {log} (gid text, sink_id text)")
+        c.exec_driver_sql(f"CREATE FUNCTION {log}_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                          f"INSERT INTO {log} VALUES (NEW.gid, NEW.sink_id); RETURN NEW; END $$")
+        c.exec_driver_sql(f"CREATE TRIGGER {log}_tr AFTER INSERT ON {marker} FOR EACH ROW EXECUTE FUNCTION {log}_fn()")
+    return log

@@ -20,7 +20,7 @@ from sinks import PostgresSink
 from twopc import CommitCoordinator, FencedError, TargetLedger, ephemeral_sink_id
 from twopc._target import open_target_ledger
 
-from ._sql_helpers import leased_writer
+from ._sql_helpers import leased_writer, logged_markers
 
 REPO = Path(__file__).resolve().parents[1]
 #: driver-side windows whose decision is recorded before the kill: the batch must land once
@@ -40,9 +40,10 @@ def _table(engine: sa.Engine) -> str:
     return table
 
 
-def _write(spark, url: str, table: str, lo: int, n: int = 30) -> None:
+def _write(spark, url: str, table: str, lo: int, n: int = 30, **options: str) -> None:
     (spark.range(lo, lo + n, numPartitions=3).selectExpr("id", "concat('p', id) as payload")
-       .write.format("twopc-jdbc").mode("append").option("url", url).option("dbtable", table).save())
+       .write.format("twopc-jdbc").mode("append").option("url", url).option("dbtable", table).options(**options)
+       .save())
 
 
 def _ids(engine: sa.Engine, table: str) -> list[int]:
@@ -67,17 +68,18 @@ def _free(backend: TargetLedger, writer: str) -> bool:
         return free
 
 
-def _markers(engine: sa.Engine) -> int:
+def _markers(engine: sa.Engine, log: str) -> int:
+    """Marker rows prepared transactions wrote (:func:`logged_markers`; the writes purge their own)."""
     with engine.connect() as c:
-        return int(c.exec_driver_sql("SELECT count(*) FROM twopc_markers WHERE sink_id LIKE 'eph-%%'").scalar_one())
+        return int(c.exec_driver_sql(f"SELECT count(*) FROM {log} WHERE sink_id LIKE 'eph-%%'").scalar_one())
 
 
 def test_a_live_writer_is_left_alone_a_zombie_cannot_decide_and_recover_resolves_it(
         spark, postgres_url, pg_engine, capsys) -> None:
     table = _table(pg_engine)
-    before = _markers(pg_engine) if sa.inspect(pg_engine).has_table("twopc_markers") else 0
-    _write(spark, postgres_url, table, 0, 10)
-    assert _markers(pg_engine) == before + 3  # prepared mode (a marker per prepared transaction), no checkpoint
+    log = logged_markers(pg_engine, f"mk_{table}")
+    _write(spark, postgres_url, table, 0, 10, markerTable=f"mk_{table}")
+    assert _markers(pg_engine, log) == 3  # prepared mode (a marker per prepared transaction), no checkpoint
     assert _left(pg_engine) == ([], [])  # and nothing left behind
 
     # a writer that is alive (holds its lease) with a prepared transaction, as a task leaves it

@@ -860,7 +860,7 @@ def test_field_names_are_the_public_api() -> None:
     assert [f.name for f in dataclasses.fields(JdbcOptions)] == [
         "url", "dialect", "table", "driver", "batch_size", "truncate", "create_table_options",
         "create_table_column_types", "table_comment", "isolation_level", "query_timeout",
-        "session_init_statement", "commit_mode", "upsert_keys", "save_mode", "marker_table", "staging_table",
-        "staging_retention",
+        "session_init_statement", "commit_mode", "upsert_keys", "save_mode", "marker_table", "twopc_schema",
+        "staging_table", "staging_retention",
         "lock_timeout", "connect_timeout", "socket_timeout", "tcp_keepalive", "copy_format", "dead_letter_table",
         "format_name"]

@@ -18,6 +18,8 @@ import sinks
 from recovery.demos.demo import write_input
 from sinks import StagingSink, write_jdbc
 
+from ._sql_helpers import logged_markers
+
 
 @pytest.fixture(scope="module", autouse=True)
 def _registered(spark) -> None:
@@ -79,18 +81,14 @@ def _spark_jdbc_writer(df, url: str, table: str, mode: str = "append"):
 def test_drop_in_batch_append_without_checkpoint_uses_prepared_mode_once(spark, postgres_url, pg_engine) -> None:
     table = _name()
     _create(pg_engine, table)
-    before = _markers(pg_engine)
-    _spark_jdbc_writer(_df(spark, 0, 300), postgres_url, table).save()
+    log = logged_markers(pg_engine, f"mk_{table}")
+    _spark_jdbc_writer(_df(spark, 0, 300), postgres_url, table).option("markerTable", f"mk_{table}").save()
     assert _ids(pg_engine, table) == list(range(300))
     assert _leftovers(pg_engine, table) == (0, 0)
-    assert _markers(pg_engine) == before + 3  # prepared, not staged: a marker row per prepared transaction
-
-
-def _markers(engine: sa.Engine) -> int:
-    with engine.connect() as c:
-        if not sa.inspect(c).has_table("twopc_markers"):
-            return 0
-        return int(c.exec_driver_sql("SELECT count(*) FROM twopc_markers").scalar_one())
+    with pg_engine.connect() as c:
+        # prepared, not staged: a marker row per prepared transaction, purged once the write settled
+        assert c.exec_driver_sql(f"SELECT count(*) FROM {log}").scalar_one() == 3
+        assert c.exec_driver_sql(f"SELECT count(*) FROM mk_{table}").scalar_one() == 0
 
 
 def test_batch_append_with_checkpoint_uses_prepared_mode(spark, postgres_url, pg_engine, tmp_path) -> None:

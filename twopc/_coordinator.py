@@ -355,10 +355,7 @@ class CommitCoordinator:
         for h in extra:  # the replaced ones too: what is left of them goes
             self.sink.recover_and_abort(h)
         swept = self._sweep(batch_id)
-        if self.ledger.purge(keep_last=self.keep_last):
-            retained = self.ledger.committed_batches()
-            if retained:
-                self.sink.purge_committed(self.sink_id, retained[0])
+        self._purge()
         return self._done(batch_id, action, started, committed=tally.committed, already=tally.already,
                           aborted=sum(h.txn_id not in replaced for h in extra), swept=swept,
                           txn_ids=decision.txn_ids)
@@ -397,12 +394,22 @@ class CommitCoordinator:
         self.metrics.already_committed += len(fresh) - committed
         faultinject.fault_point("after_mark", batch_id=batch_id)
         swept = self._sweep(batch_id)
-        if self.ledger.purge(keep_last=self.keep_last):
-            retained = self.ledger.committed_batches()
-            if retained:
-                self.sink.purge_committed(self.sink_id, retained[0])
+        self._purge()
         return self._done(batch_id, "committed", started, committed=committed, already=len(fresh) - committed,
                           swept=swept, txn_ids=decision.txn_ids)
+
+    def _purge(self) -> None:
+        """Forget the ledger records of committed batches but the :attr:`keep_last` newest,
+        and the sink's markers below the oldest batch recovery may still ask about: the
+        oldest committed batch kept, or an older decided batch not yet finished (a marker is
+        how recovery tells its committed transactions from lost ones). Costs a bounded
+        amount per batch: the markers of the batches purged now."""
+        if not self.ledger.purge(keep_last=self.keep_last):
+            return
+        retained = self.ledger.committed_batches()
+        if retained:
+            below = min([retained[0], *(d.batch_id for d in self.ledger.pending())])
+            self.sink.purge_committed(self.sink_id, below)
 
     def abort_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         """Roll back the failed write of *batch_id*. ``None`` slots (failed tasks) are fine:

@@ -66,6 +66,9 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     """
 
     handle_type: ClassVar[type[TransactionHandle]] = TransactionHandle
+    #: Writer options this sink takes a session-wide default for: :func:`twopc.register`
+    #: reads each from the Spark conf ``spark.twopc.<option>`` (:mod:`twopc._session_options`).
+    session_options: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Self:

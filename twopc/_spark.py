@@ -59,11 +59,20 @@ from ._objpath import class_path
 from ._observe import at_plan_time, observe_commit, observe_failure, read_headroom
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
+from ._session_options import bind_session_options, session_option_defaults, with_session_defaults
 from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
 from ._stops import install
 from ._stores import Store
-from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
+from ._target import (
+    ALL_BATCHES,
+    Lease,
+    TargetLedger,
+    open_target_ledger,
+    resolve_abandoned,
+    settle_own,
+    target_ledger_of,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -251,10 +260,12 @@ class _WriterCore:
     def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:
         coordinator = self.coordinator()
         room = None
+        committed = False
         try:
             handles = _handles(messages)
             if stage == "commit":
                 result = coordinator.commit_batch(batch_id, handles)
+                committed = True
                 room = None if self.runtime.ephemeral else read_headroom(self.sink, self.sink_id)
             else:
                 result = coordinator.abort_batch(batch_id, handles)
@@ -265,8 +276,8 @@ class _WriterCore:
             raise
         finally:
             self._settle()
+            self._forget_ephemeral(committed=committed)
             self.sink.close()
-            self._forget_ephemeral()
         if not self.runtime.ephemeral:
             observe_commit(coordinator.ledger, self.sink_id, self.format_name, result,
                            [m for m in messages if isinstance(m, TwoPCCommitMessage)],
@@ -281,10 +292,14 @@ class _WriterCore:
         elif self.lease is not None and (target := target_ledger_of(self.sink)) is not None:
             target.release(self.lease)
 
-    def _forget_ephemeral(self) -> None:
+    def _forget_ephemeral(self, *, committed: bool) -> None:
         """Delete the temporary ledger of a write without checkpointLocation: its sink
-        commits a batch in one local transaction, so nothing in it is needed afterwards."""
+        commits a batch in one local transaction, so nothing in it is needed afterwards;
+        once the batch *committed*, neither is its marker in the target (the write's sink
+        id is never used again; best effort: see :meth:`TwoPhaseCommitSink.purge_committed`)."""
         if self.runtime.ephemeral and not self.runtime.in_target:
+            if committed:
+                self.sink.purge_committed(self.sink_id, ALL_BATCHES)
             shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
 
 
@@ -357,6 +372,9 @@ class TwoPhaseCommitDataSource(DataSource):
     #: (see :mod:`twopc._checkpoint`): a named streaming query without a
     #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does.
     session_checkpoint_root: ClassVar[str | None] = None
+    #: The session's defaults of the options the sink names in ``session_options``, read by
+    #: :func:`register` from ``spark.twopc.<option>`` (see :mod:`twopc._session_options`).
+    session_defaults: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -380,6 +398,17 @@ class TwoPhaseCommitDataSource(DataSource):
         """
         return self.sink_class.from_options(options)
 
+    def _session_options(self, options: dict[str, str]) -> dict[str, str]:
+        """*options* with the session's defaults, the sink's ``session_options`` pinned to
+        what the write's checkpoint recorded (:func:`~twopc._session_options.with_session_defaults`)."""
+        names = self.sink_class.session_options
+        if not names:
+            return options
+        location = option(options, "checkpointLocation")
+        record = CommitLedger(location, read_only=True).target_record() if location else None
+        return with_session_defaults(options, self.session_defaults, names, record.options if record else None,
+                                     location)
+
     def writer(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitBatchWriter:
         return TwoPhaseCommitBatchWriter(self._core(schema, overwrite, streaming=False))
 
@@ -388,6 +417,7 @@ class TwoPhaseCommitDataSource(DataSource):
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
         options = with_checkpoint(self.options, streaming=streaming, session_root=self.session_checkpoint_root)
+        options = self._session_options(options)
         sink = self.build_sink(_sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
@@ -504,7 +534,10 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
 
     The session's ``spark.sql.streaming.checkpointLocation``, when set, is read now: a named
     streaming query without a ``checkpointLocation`` option then keeps its ledger where Spark
-    keeps its checkpoint (``<that folder>/<queryName>``). Register again after changing it.
+    keeps its checkpoint (``<that folder>/<queryName>``). So are the session's defaults of
+    writer options (``spark.twopc.<option>``, such as ``spark.twopc.twopcSchema``) for the
+    sinks that take them (:attr:`TwoPhaseCommitSink.session_options`): a write that does not
+    set the option itself gets the session's value. Register again after changing them.
 
     Streaming sources are registered with the environment keys PySpark's source runner
     adds, so two streaming queries over one source in one session cannot corrupt each
@@ -518,6 +551,8 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
         bound = bind_session_checkpoint(ds, root)
+        if issubclass(ds, TwoPhaseCommitDataSource):
+            bound = bind_session_options(bound, session_option_defaults(spark, ds.sink_class.session_options))
         with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():
             spark.dataSource.register(bound)
         if issubclass(bound, TwoPhaseCommitDataSource):

@@ -45,8 +45,8 @@ from ._stores import Store
 if TYPE_CHECKING:
     from ._coordinator import AnySink
 
-__all__ = ["EPHEMERAL_PREFIX", "Lease", "TargetLedger", "open_target_ledger", "resolve_abandoned", "settle_own",
-           "target_ledger_of"]
+__all__ = ["ALL_BATCHES", "EPHEMERAL_PREFIX", "Lease", "TargetLedger", "forget_writer", "open_target_ledger",
+           "resolve_abandoned", "settle_own", "target_ledger_of"]
 
 log = logging.getLogger("twopc.target")
 
@@ -150,9 +150,28 @@ def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None 
             # cannot decide unfenced: its decision is refused by the lease check (its lease is gone), and
             # one written after that check names transactions prepared before it, which we would list.
             if writer.startswith(EPHEMERAL_PREFIX) and not ledger.pending() and not sink.list_prepared(writer):
-                backend.forget(writer)
+                forget_writer(sink, backend, writer)
             done.append(writer)
     return done
+
+
+#: above every batch id: :func:`forget_writer` purges all of a writer's markers
+ALL_BATCHES = 2**63 - 1
+
+
+def forget_writer(sink: AnySink, backend: TargetLedger, sink_id: str) -> None:
+    """Delete the sink's markers of the ``eph-`` writer *sink_id*, then its records. Only for
+    a writer with nothing decided-and-unfinished and nothing prepared: no recovery will ask
+    about its transactions again (its id is never reused), so its markers would only grow
+    the marker table. The markers go first: should forgetting fail, the records still name
+    the writer, and the next write finds it again.
+
+    Raises:
+        TwoPCError: the target failed (:meth:`~twopc.TwoPhaseCommitSink.purge_committed`
+            itself logs its failures: its markers are then left).
+    """
+    sink.purge_committed(sink_id, ALL_BATCHES)
+    backend.forget(sink_id)
 
 
 def settle_own(sink: AnySink, backend: TargetLedger, sink_id: str, lease: Lease | None) -> None:
@@ -163,7 +182,7 @@ def settle_own(sink: AnySink, backend: TargetLedger, sink_id: str, lease: Lease 
         if sink_id.startswith(EPHEMERAL_PREFIX):
             ledger = open_target_ledger(backend, sink_id)
             if not ledger.pending() and not sink.list_prepared(sink_id):
-                backend.forget(sink_id)
+                forget_writer(sink, backend, sink_id)
     except TwoPCError as exc:
         log.warning("twopc: could not clear the records of write %s on %s (the next write clears them): %s",
                     sink_id, backend.location, exc)

@@ -98,6 +98,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     """
 
     handle_type = TransactionHandle
+    #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
+    session_options = ("twopcSchema",)
 
     def __init__(self, options: JdbcOptions) -> None:
         self.options = options

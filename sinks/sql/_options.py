@@ -46,6 +46,13 @@ twopc's options
 ``upsertKeys``        comma-separated key columns (may be quoted); empty = append
 ``saveMode``          append, overwrite, errorifexists (``error``, ``default``), ignore
 ``markerTable``       default ``twopc_markers``
+``twopcSchema``       the schema (MariaDB/MySQL: database) of twopc's own tables: the
+                      marker, ledger, batch marker and staging tables (``markerTable`` and
+                      ``stagingTable`` when given without a schema), created when missing.
+                      Default: none, the target's schema (the connection's default for the
+                      marker and ledger tables). A session default: the Spark conf
+                      ``spark.twopc.twopcSchema`` (:func:`twopc.register` reads it).
+                      PostgreSQL and MariaDB/MySQL only (elsewhere ignored)
 ``stagingTable``      explicit staging table name
 ``stagingRetention``  how long staged rows of a write without checkpoint whose driver died
                       are kept before a later write deletes them, a duration: ``24h``
@@ -91,6 +98,7 @@ from .._secrets import redacted_errors
 from ._column_lists import parse_column_list, parse_column_types
 from ._names import TableName, parse_table_name
 from ._timeouts import NetTimeouts
+from ._twopc_schema import bookkeeping_table, parse_twopc_schema
 from ._url import Dialect, safe_url, translate_url, url_secrets
 
 __all__ = [
@@ -122,8 +130,8 @@ SPARK_OPTIONS: tuple[str, ...] = (
 )
 #: twopc's own options.
 TWOPC_OPTIONS: tuple[str, ...] = (
-    "commitMode", "upsertKeys", "saveMode", "markerTable", "stagingTable", "stagingRetention", "lockTimeout",
-    "connectTimeout", "socketTimeout", "tcpKeepAlive", "copyFormat", "deadLetterTable",
+    "commitMode", "upsertKeys", "saveMode", "markerTable", "twopcSchema", "stagingTable", "stagingRetention",
+    "lockTimeout", "connectTimeout", "socketTimeout", "tcpKeepAlive", "copyFormat", "deadLetterTable",
 )
 #: Options that only the staging mode of ``twopc-jdbc`` can serve.
 STAGING_ONLY_OPTIONS: tuple[str, ...] = (
@@ -198,6 +206,7 @@ _KWARG_OPTIONS = {
     "isolation_level": "isolationLevel", "query_timeout": "queryTimeout",
     "session_init_statement": "sessionInitStatement", "commit_mode": "commitMode",
     "upsert_keys": "upsertKeys", "save_mode": "saveMode", "marker_table": "markerTable",
+    "twopc_schema": "twopcSchema",
     "staging_table": "stagingTable", "staging_retention": "stagingRetention",
     "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout", "dead_letter_table": "deadLetterTable",
     "copy_format": "copyFormat", "socket_timeout": "socketTimeout", "tcp_keepalive": "tcpKeepAlive",
@@ -232,6 +241,8 @@ class JdbcOptions:
         save_mode: ``saveMode`` normalized (``error``/``default`` -> ``errorifexists``),
             None when absent.
         marker_table: ``markerTable``.
+        twopc_schema: ``twopcSchema`` as the database stores the name, or None: where
+            :meth:`bookkeeping` puts twopc's tables.
         staging_table: ``stagingTable`` or None.
         staging_retention: ``stagingRetention``: how long staged rows of a dead write
             without checkpoint are kept (see :mod:`sinks.sql._staging`).
@@ -263,6 +274,7 @@ class JdbcOptions:
     upsert_keys: tuple[str, ...] = ()
     save_mode: SaveMode | None = None
     marker_table: str = "twopc_markers"
+    twopc_schema: str | None = None
     staging_table: str | None = None
     staging_retention: Duration = STAGING_RETENTION
     lock_timeout: Duration = _LOCK_TIMEOUT
@@ -335,6 +347,7 @@ class JdbcOptions:
         }
         staging, staging_given = cls._staging_options(r)
         connect_option = r.text("connectTimeout")
+        schema_option = r.text("twopcSchema")
         socket_option = r.text("socketTimeout")
         keepalive_option = r.text("tcpKeepAlive")
         secrets = {k: r.get(k) for k in ("user", "password")}
@@ -359,6 +372,7 @@ class JdbcOptions:
                                                    values["lock_timeout"], values["query_timeout"])
         values["tcp_keepalive"] = (r.boolean("tcpKeepAlive", True, strict=True) if keepalive_option is not None
                                    else translated.tcp_keepalive is not False)
+        values["twopc_schema"] = parse_twopc_schema(schema_option, dialect)
         options = cls(url=translated.url, dialect=dialect, table=table, connect_timeout=connect,
                       format_name=r.format_name, **values, **staging)
         options._check_combinations(staging_given)
@@ -415,6 +429,11 @@ class JdbcOptions:
                     f"{self.format_name} appends to an existing table through prepared transactions; "
                     f"{', '.join(given)} need(s) the staging commit mode: use format {JDBC_FORMAT} "
                     f"(same options) instead")
+
+    def bookkeeping(self, table: TableName) -> TableName:
+        """*table*, one of twopc's own tables, in :attr:`twopc_schema` when it names no
+        schema and the option is set (:func:`~sinks.sql._twopc_schema.bookkeeping_table`)."""
+        return bookkeeping_table(table, self.twopc_schema, self.dialect, self.url.database or "")
 
     def net_timeouts(self) -> NetTimeouts:
         """The connect, reply and TCP waits of this write's connections."""

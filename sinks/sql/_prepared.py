@@ -48,6 +48,7 @@ from ._options import JDBC_FORMAT, JdbcOptions
 from ._prepared_committer import PreparedCommitter
 from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
 from ._privileges import dbapi_runner, require_privileges
+from ._twopc_schema import ensure_schema
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
@@ -80,6 +81,9 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
     The instance holds only configuration and pickles to executors; connections come from
     a per-process pool, opened lazily and reused across tasks.
     """
+
+    #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
+    session_options = ("twopcSchema",)
 
     def __init__(self, url: Any, table: str, **options: Any) -> None:
         self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.spec.format_name, dialect=self.spec.name,
@@ -118,7 +122,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             raise ConfigurationError(f"{type(self).__name__} writes to {self.spec.product}, not {options.dialect}")
         self.options = options
         self._target = parse_table_name(options.table, self.spec.name)
-        self._marker = parse_table_name(options.marker_table, self.spec.name, "markerTable")
+        self._marker = options.bookkeeping(parse_table_name(options.marker_table, self.spec.name, "markerTable"))
         self._control: PoolProxiedConnection | None = None
         self._open: weakref.WeakSet[SqlTxn[C]] | None = weakref.WeakSet()
 
@@ -188,6 +192,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             self._try_session_init(dbapi)
             columns = self._target_columns(dbapi, validating=True)
             self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
+            if (own := self.options.twopc_schema) is not None:
+                ensure_schema(dbapi_runner(dbapi), self.spec.name, own, self.options.url.database or "")
             self._ensure_markers(dbapi)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
             require_privileges(dbapi_runner(dbapi), self.spec.name, table=self._qualified(self._marker),

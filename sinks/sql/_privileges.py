@@ -18,7 +18,7 @@ from typing import Any
 
 from twopc import TargetConfigurationError
 
-__all__ = ["dbapi_runner", "require_privileges"]
+__all__ = ["Run", "current_user", "dbapi_runner", "denied", "require_privileges"]
 
 #: a statement needing exactly one privilege and touching no row ({t}: the table, {c}: the
 #: columns the write inserts, {n}: as many NULLs, {c0}: the first of them)
@@ -40,6 +40,16 @@ def _code(exc: BaseException) -> str:
     if args and isinstance(args[0], int):  # PyMySQL's error number (its sqlstate is a class: 42000)
         return str(args[0])
     return str(getattr(orig, "sqlstate", None) or "")
+
+
+def denied(exc: BaseException) -> bool:
+    """Whether *exc* is the server refusing a statement for want of a privilege."""
+    return _code(exc) in _DENIED
+
+
+def current_user(run: Run, dialect: str) -> str:
+    """The connection's user as a ``GRANT`` names it."""
+    return _user(run, dialect)
 
 
 def _user(run: Run, dialect: str) -> str:

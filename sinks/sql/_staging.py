@@ -59,7 +59,7 @@ from twopc import (
 from .._handles import StagingHandle
 from ._engines import engine_for
 from ._instance import server_instance
-from ._names import parse_table_name
+from ._names import TableName, parse_table_name
 from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
 from ._staging_commit import StagingCommitter
 from ._staging_sql import TXN_COLUMN, fresh
@@ -130,9 +130,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self.options = o
         self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against _MODES above
         self.target = parse_table_name(o.table, self._dialect_name)
-        self.stage = (parse_table_name(o.staging_table, self._dialect_name, "stagingTable") if o.staging_table
-                      else self.target.sibling(self.default_stage_name()))
-        self.batches = parse_table_name(batch_table, self._dialect_name, "batch marker table")
+        if o.staging_table:
+            self.stage = o.bookkeeping(parse_table_name(o.staging_table, self._dialect_name, "stagingTable"))
+        elif o.twopc_schema is not None:
+            self.stage = o.bookkeeping(TableName(None, self.default_stage_name(), self._dialect_name))
+        else:
+            self.stage = self.target.sibling(self.default_stage_name())
+        self.batches = o.bookkeeping(parse_table_name(batch_table, self._dialect_name, "batch marker table"))
         if self.batches.schema is None and self.target.schema is not None and self._dialect_name != "sqlite":
             self.batches = self.target.sibling(self.batches.name)
         self.schema: pa.Schema | None = None

@@ -41,6 +41,7 @@ from ._staging_sql import (
 )
 from ._staging_types import VerbatimType, catalog_columns, check_columns, same_type
 from ._transactional import require_transactional
+from ._twopc_schema import ensure_schema
 from ._types import arrow_to_sqlalchemy, create_table_sql
 
 __all__ = ["StagingDdl"]
@@ -174,6 +175,8 @@ class StagingDdl:
                     check_unique(conn, self.target, keys)
             if not exists and self._dialect_name == "mysql" and self.mode != "ignore":
                 self._create_target_now(conn, ddl)
+            if (name := self.options.twopc_schema) is not None:
+                ensure_schema(self._committing(conn), self._dialect_name, name, self.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
             require_transactional(conn, self.stage, role="the staging table")
             self._ensure_batches(conn)
@@ -262,6 +265,23 @@ class StagingDdl:
                 return [tuple(row) for row in r.fetchall()] if r.returns_rows else []
             finally:
                 conn.rollback()
+        return run
+
+    @staticmethod
+    def _committing(conn: Connection) -> Run:
+        """A :data:`~sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
+        its own, committed (rolled back when it fails)."""
+        def run(query: str) -> list[tuple[Any, ...]]:
+            if conn.in_transaction():
+                conn.commit()
+            try:
+                r = conn.exec_driver_sql(query)
+                rows = [tuple(row) for row in r.fetchall()] if r.returns_rows else []
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+            return rows
         return run
 
     @staticmethod

@@ -2,7 +2,7 @@
 ledger's records as rows of one table on the server of the prepared transactions, and the
 writers' leases as session locks on that server.
 
-The table is ``twopc_ledger`` in the marker table's schema::
+The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in the marker table's::
 
     sink_id   the writer's sink id          name   the record (sink.json, decisions/<batch>.json...)
     body      the record's JSON             written_at
@@ -40,16 +40,26 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twopc import ConcurrentWriterError, ConfigurationError, FencedError, Lease, LedgerError, SinkError
+from twopc import (
+    ConcurrentWriterError,
+    ConfigurationError,
+    FencedError,
+    Lease,
+    LedgerError,
+    SinkError,
+    TargetConfigurationError,
+)
 from twopc._host_dirs import private_dir
 from twopc._owner import DriverIdentity, _start_ticks, driver_identity
+from twopc._target import EPHEMERAL_PREFIX
 
 from . import _lease_holder
 from ._dialect import give_back, log
 from ._engines import dbapi_connect_params
 from ._lease_spares import ask_spare, spare_folder, start_spare
-from ._names import TableName
+from ._names import TableName, parse_table_name
 from ._privileges import dbapi_runner, require_privileges
+from ._twopc_schema import ensure_schema
 
 if TYPE_CHECKING:
     from ._prepared import PreparedSqlSink
@@ -57,7 +67,7 @@ if TYPE_CHECKING:
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name",
            "sweep_lease_records"]
 
-#: The ledger table's name (in the marker table's schema).
+#: The ledger table's name (in ``twopcSchema``, else in the marker table's schema).
 LEDGER_TABLE = "twopc_ledger"
 #: The name (before ``-<uid>``) of this user's folder of kept leases' records in the temp dir.
 LEASE_RECORDS = "twopc-leases"
@@ -105,7 +115,8 @@ class SqlTargetLedger:
 
     def __init__(self, sink: PreparedSqlSink[Any, Any]) -> None:
         self.sink = sink
-        self.table = TableName(sink._marker.schema, LEDGER_TABLE, sink.spec.name)
+        self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink._marker.schema,
+                                                        LEDGER_TABLE, sink.spec.name))
 
     @property
     def location(self) -> str:
@@ -145,6 +156,9 @@ class SqlTargetLedger:
             ddl = (f"CREATE TABLE IF NOT EXISTS {self._q()} (`sink_id` VARCHAR(64) {ascii_}, `name` VARCHAR(128) "
                    f"{ascii_}, `body` LONGTEXT NOT NULL, `written_at` TIMESTAMP(6) NOT NULL DEFAULT "
                    "CURRENT_TIMESTAMP(6), PRIMARY KEY (`sink_id`, `name`)) ENGINE=InnoDB")
+        if (schema := self.sink.options.twopc_schema) is not None:
+            self.sink._control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self._dialect, schema,
+                                                               self.sink.options.url.database or ""))
         try:
             # a table an owner created (as the message below says) needs no CREATE privilege
             self.sink._control_execute(f"SELECT 1 FROM {self._q()} WHERE 1=0")
@@ -246,6 +260,7 @@ class SqlTargetLedger:
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
+        self._refuse_records_elsewhere(sink_id)
         argv, payload = self.holder_command(sink_id, driver, record=self._record(sink_id) if keep else None)
         folder, _module, bound = self._spares(driver)
         spare = ask_spare(folder, payload, bound + _SPARE_GRACE) if folder is not None else None
@@ -269,6 +284,35 @@ class SqlTargetLedger:
                 f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
         raise SinkError(f"the lease holder of sink id {sink_id!r} could not take its lease on {self.sink._where()} "
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
+
+    def _refuse_records_elsewhere(self, sink_id: str) -> None:
+        """Refuse a writer whose records (the txnVersions it committed, decisions) are in the
+        ledger table of the place without ``twopcSchema``: reading an empty one here, it would
+        write its batches again.
+
+        Raises:
+            TargetConfigurationError: records of *sink_id* are there (the message has the
+                statements that move them).
+        """
+        if self.sink.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
+            return
+        marker = parse_table_name(self.sink.options.marker_table, self._dialect, "markerTable")
+        old = TableName(marker.schema, LEDGER_TABLE, self._dialect)
+        try:
+            rows = self.sink._control_execute(f"SELECT count(*) FROM {self.sink._qualified(old)} WHERE sink_id = %s",
+                                              (sink_id,), fetch=True)[1]
+        except self.sink.spec.driver_error as exc:
+            if self.sink.spec.is_missing_table(exc):
+                return
+            raise self.sink._map_error(exc, f"read {old.display()}") from None
+        if rows and int(rows[0][0]):
+            raise TargetConfigurationError(
+                f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "
+                f"decisions) in {old.display()}, and with twopcSchema={self.sink.options.twopc_schema} it would read "
+                f"{self.table.display()}, where they are not: it would write its committed batches again. Nothing was "
+                f"written. Move them once, as an owner: INSERT INTO {self._q()} SELECT * FROM "
+                f"{self.sink._qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink._qualified(old)} "
+                f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
     def _spares(self, driver: DriverIdentity) -> tuple[Path | None, str, float]:
         """(*driver*'s spare folder for this server's DB-API module, or None; the module; the

@@ -1,0 +1,93 @@
+"""Session-wide defaults of writer options, for a whole Spark session (or a test suite) at
+once: a sink names the options it takes a default for (:attr:`TwoPhaseCommitSink.session_options`),
+and :func:`twopc.register` reads each from the session's Spark conf ``spark.twopc.<option>``
+(``spark.twopc.twopcSchema``). As with the session's default checkpoint folder
+(:mod:`twopc._checkpoint`), the Python processes that plan a write cannot read the session's
+configuration: the values travel as a class attribute of the registered data source, and
+apply at plan time to every write that does not give the option itself. The options a
+write ran with, defaults included, are what its checkpoint records, so recovery reads the
+same values.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ._errors import ConfigurationError
+from ._options import option
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["SESSION_OPTION_PREFIX", "bind_session_options", "session_option_defaults", "with_session_defaults"]
+
+log = logging.getLogger("twopc")
+
+#: ``spark.twopc.<option>``: a session's default of a writer option.
+SESSION_OPTION_PREFIX = "spark.twopc."
+
+T = TypeVar("T", bound=type)
+
+
+def session_option_defaults(spark: SparkSession, names: Iterable[str]) -> dict[str, str]:
+    """The session's defaults of the options *names* (``spark.twopc.<name>`` set, not blank)."""
+    out = {}
+    for name in names:
+        value = spark.conf.get(SESSION_OPTION_PREFIX + name, None)
+        if isinstance(value, str) and value.strip():
+            out[name] = value.strip()
+    return out
+
+
+def bind_session_options(data_source: T, defaults: Mapping[str, str]) -> T:
+    """*data_source* itself when *defaults* is empty, else a subclass of it carrying them
+    (a class attribute, so they travel with the class Spark pickles to the processes that
+    plan the write)."""
+    if not defaults:
+        return data_source
+    attrs: dict[str, Any] = {"session_defaults": dict(defaults), "__module__": data_source.__module__,
+                             "__qualname__": data_source.__qualname__, "__doc__": data_source.__doc__}
+    return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+
+
+def with_session_defaults(options: Mapping[str, str], defaults: Mapping[str, str], names: Iterable[str],
+                          recorded: Mapping[str, str] | None, checkpoint: str | None) -> dict[str, str]:
+    """*options* with each session default the write does not set itself (keys compared
+    case-insensitively), the options *names* pinned to what the write's checkpoint recorded
+    (*recorded*: its writer options; None when it records none): they say where the sink
+    keeps what recovery reads, so a checkpoint keeps its place. A session default the
+    checkpoint did not record gives way to the recorded value (absent: the sink's default);
+    a value the write sets itself must be the recorded one.
+
+    Raises:
+        ConfigurationError: the write sets one of *names* otherwise than its checkpoint
+            recorded it.
+    """
+    out = dict(options)
+    for name in names:
+        given = option(options, name)
+        default = defaults.get(name)
+        if recorded is None:
+            if given is None and default is not None:
+                out[name] = default
+                log.info("twopc: option %s=%s from the session's %s%s", name, default, SESSION_OPTION_PREFIX, name)
+            continue
+        was = option(recorded, name)
+        if given is not None:
+            if given.strip() != (was or "").strip():
+                shown = f"{name}={was}" if was is not None else f"no {name}"
+                raise ConfigurationError(
+                    f"this write sets {name}={given}, but its checkpoint {checkpoint} records {shown}: the tables "
+                    f"recovery reads for its batches are where that says. Nothing was written or recorded. Set "
+                    f"{name} as recorded" + (" (remove the option)" if was is None else "")
+                    + ", or give the write a new checkpointLocation")
+            continue
+        if was is not None:
+            out[name] = was
+        if default is not None and default != was:
+            kept = f"{name}={was}" if was is not None else f"no {name}"
+            log.info("twopc: the session's %s%s=%s does not apply to checkpoint %s, which records %s",
+                     SESSION_OPTION_PREFIX, name, default, checkpoint, kept)
+    return out
