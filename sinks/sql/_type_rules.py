@@ -2,11 +2,13 @@
 commit mode (prepared, XA, staging) of every SQL sink.
 
 Each backend sorts its columns into a :class:`Family` (PostgreSQL by ``pg_type``, MariaDB/MySQL
-by ``DATA_TYPE``, other databases by the type SQLAlchemy reflects); :func:`fits` then answers
+by ``DATA_TYPE``, MariaDB's JSON by its ``JSON_VALID`` check, other databases by the type
+SQLAlchemy reflects); :func:`fits` then answers
 from :data:`RULES`, the one table. It follows what Spark's JDBC writer gets through (Spark
 binds each value with ``setInt``/``setDouble``/``setBigDecimal``/``setString``/... and the
 server converts it to the column's type as in an assignment), with the exceptions the
-README's type table lists. The modes also store the same values: the staging mode stages
+README's type table lists; arrays, maps and structs fit JSON columns only, as JSON text
+(:mod:`sinks.sql._json_values`). The modes also store the same values: the staging mode stages
 into columns of the target's own types (:mod:`sinks.sql._staging_ddl`), through the same
 encoders as the prepared modes.
 """
