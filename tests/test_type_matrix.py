@@ -39,6 +39,7 @@ SPARK_VALUES: dict[str, str] = {
     "date": "DATE_ADD(DATE'2020-01-02', x)",
     "timestamp": "TIMESTAMP'2020-01-02 03:04:05.123456' + MAKE_INTERVAL(0, 0, 0, x)",
     "timestamp_ntz": "TIMESTAMP_NTZ'2020-01-02 03:04:05.123456' + MAKE_INTERVAL(0, 0, 0, x)",
+    "map<string,string>": "MAP('k', CAST(x AS STRING))",
 }
 
 PG_COLUMNS = ("smallint", "bigint", "real", "double precision", "numeric(30,4)", "boolean", "text", "jsonb",
@@ -57,8 +58,9 @@ REFUSED_BUT_SPARK_WRITES = {
     ("timestamp", "bytea"), ("timestamp_ntz", "bytea"),
 }
 #: cells twopc writes and Spark's writer refuses: pgjdbc sends strings as varchar, which
-#: PostgreSQL does not assign to jsonb (twopc sends text that the column parses)
-WRITTEN_BUT_SPARK_REFUSES = {("string", "jsonb")}
+#: PostgreSQL does not assign to jsonb (twopc sends text that the column parses); Spark's
+#: writer has no JDBC type for a map (twopc writes it as a JSON object)
+WRITTEN_BUT_SPARK_REFUSES = {("string", "jsonb"), ("map<string,string>", "jsonb")}
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ replays prepared XA transactions after a crash; ``XA RECOVER`` is server-wide.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -169,7 +170,24 @@ def table_columns(cur: Cursor, info: TableInfo) -> list[MyColumn]:
         generated = "generated" in ext or ext.strip() in ("virtual", "persistent", "stored")
         has_default = default is not None or "auto_increment" in ext or generated or nullable == "YES"
         out.append(MyColumn(str(col), str(dtype).lower(), str(ctype), nullable == "NO", has_default, generated))
-    return out
+    json_cols = _mariadb_json_columns(cur, info) if any(c.data_type == "longtext" for c in out) else set()
+    return [dataclasses.replace(c, data_type="json", column_type="json") if c.name in json_cols else c for c in out]
+
+
+_JSON_VALID = re.compile(r"^\s*json_valid\(`((?:[^`]|``)+)`\)\s*$", re.IGNORECASE)
+
+
+def _mariadb_json_columns(cur: Cursor, info: TableInfo) -> set[str]:
+    """The columns of *info*'s table that MariaDB declared ``JSON``: MariaDB stores them as
+    ``LONGTEXT`` with the check ``json_valid(`col`)`` (MySQL's JSON is a type of its own)."""
+    exec_sql(cur, "SELECT VERSION()")
+    row = cur.fetchone()
+    if row is None or server_kind(str(row[0]))[0] != "MariaDB":
+        return set()
+    exec_sql(cur, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = %s "
+                  "AND TABLE_NAME = %s", (info.schema, info.name))
+    return {m.group(1).replace("``", "`") for (clause,) in cur.fetchall()
+            if (m := _JSON_VALID.match(str(clause))) is not None}
 
 
 def parse_recover(rows: Iterable[Sequence[Any]]) -> list[str]:

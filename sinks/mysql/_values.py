@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError
 
+from ..sql._json_values import is_nested, json_text, json_texts
 from ..sql._type_rules import Family, fits
 
 __all__ = ["MyColumn", "check_array", "check_value", "compatible", "family", "normalize_array"]
@@ -44,7 +45,7 @@ _FAMILIES: dict[str, Family] = {
     "bit": Family.BIT, **dict.fromkeys(("float", "double", "real"), Family.FLOAT),
     **dict.fromkeys(("decimal", "numeric"), Family.DECIMAL),
     **dict.fromkeys(("char", "varchar", "tinytext", "text", "mediumtext", "longtext"), Family.TEXT),
-    **dict.fromkeys(("enum", "set", "json", "uuid", "inet4", "inet6"), Family.PARSED_TEXT),
+    **dict.fromkeys(("enum", "set", "uuid", "inet4", "inet6"), Family.PARSED_TEXT), "json": Family.JSON,
     **dict.fromkeys(("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"), Family.BINARY),
     "date": Family.DATE, "datetime": Family.TIMESTAMP, "timestamp": Family.TIMESTAMP, "time": Family.TIME,
 }
@@ -63,7 +64,10 @@ def compatible(t: pa.DataType, col: MyColumn) -> bool:
 
 def normalize_array(arr: pa.Array) -> pa.Array:
     """Cast an Arrow array to one whose ``to_pylist()`` gives values pymysql can escape:
-    dictionaries decoded, timestamps as naive UTC with microseconds, halves as floats."""
+    dictionaries decoded, timestamps as naive UTC with microseconds, halves as floats,
+    arrays, maps and structs (which fit only JSON columns) as their JSON text."""
+    if is_nested(arr.type):
+        return json_texts(arr)
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()
@@ -115,6 +119,8 @@ def check_value(value: Any, column: str, row: int, table: str) -> Any:
                 f"store; replace it (e.g. with None) before writing to {table}")
     elif isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(dt.UTC).replace(tzinfo=None)
+    elif isinstance(value, dict | list | tuple):
+        return json_text(value)
     return value
 
 

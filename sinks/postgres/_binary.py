@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError, SinkError
 
+from ..sql._json_values import is_nested
 from ._columns import PgColumn, check_no_nul, is_binary, is_large, is_string, value_bytes
 
 __all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]
@@ -59,6 +60,7 @@ BINARY_TYPES: tuple[tuple[Callable[[pa.DataType], bool], frozenset[str]], ...] =
     (pa.types.is_floating, _FLOAT_PG),
     (pa.types.is_boolean, frozenset({"bool"})),
     (is_string, frozenset({"text", "varchar", "bpchar", "json", "jsonb"})),
+    (is_nested, frozenset({"json", "jsonb"})),  # sent as their JSON text (normalize_array)
     (pa.types.is_date, frozenset({"date"})),
     (pa.types.is_timestamp, frozenset({"timestamp", "timestamptz"})),
     (is_binary, frozenset({"bytea"})),

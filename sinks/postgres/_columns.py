@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError, SinkError
 
+from ..sql._json_values import is_nested, json_texts
 from ..sql._type_rules import Family, fits
 
 __all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
@@ -59,7 +60,8 @@ def is_binary(t: pa.DataType) -> bool:
 _FAMILIES: dict[str, Family] = {
     **dict.fromkeys(_INT_PG, Family.INT), **dict.fromkeys(_FLOAT_PG, Family.FLOAT), "numeric": Family.DECIMAL,
     "bool": Family.BOOL, **dict.fromkeys(("text", "varchar", "bpchar", "name", "citext"), Family.TEXT),
-    **dict.fromkeys(("json", "jsonb", "uuid", "xml"), Family.PARSED_TEXT), "bytea": Family.BINARY,
+    **dict.fromkeys(("json", "jsonb"), Family.JSON), **dict.fromkeys(("uuid", "xml"), Family.PARSED_TEXT),
+    "bytea": Family.BINARY,
     "date": Family.DATE, "timestamp": Family.TIMESTAMP, "timestamptz": Family.TIMESTAMP, "time": Family.TIME,
 }
 
@@ -85,9 +87,12 @@ def arrow_type_name(t: pa.DataType) -> str:
 # -- normalisation -------------------------------------------------------------------
 
 def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Flatten chunks, decode dictionaries and views into plain Arrow arrays."""
+    """Flatten chunks, decode dictionaries and views into plain Arrow arrays; arrays, maps
+    and structs (which fit only json and jsonb columns) become their JSON text."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    if is_nested(arr.type):
+        return json_texts(arr)
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.dictionary_decode()

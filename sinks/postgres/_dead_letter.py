@@ -34,6 +34,7 @@ from psycopg import sql
 from twopc import SinkError, TransactionContext
 
 from .._entry import ENTRY_COLUMNS, entry_name
+from ..sql._json_values import jsonable
 from ..sql._names import TableName
 from ._columns import PgColumn
 from ._copy import CopyPlan, CopyStream, identifier
@@ -192,7 +193,8 @@ class CheckedCopy:
             self._pg.execute("ROLLBACK TO SAVEPOINT twopc_part")
             self._pg.execute("RELEASE SAVEPOINT twopc_part")
             if batch.num_rows == 1:
-                self._bury(batch.to_pylist()[0], _reason(exc, self._redact))
+                row = {f.name: jsonable(batch.column(i)[0].as_py(), f.type) for i, f in enumerate(batch.schema)}
+                self._bury(row, _reason(exc, self._redact))
                 return
             half = batch.num_rows // 2
             self._split(batch.slice(0, half), plan)
@@ -209,11 +211,23 @@ class CheckedCopy:
             sql.SQL("INSERT INTO {} ({}) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(
                 identifier(self._dead_letter), sql.SQL(", ").join(sql.Identifier(n) for n in DEAD_LETTER_COLUMNS)),
             (c.sink_id, c.batch_id, c.partition_id, None if stream is None else str(stream),
-             None if entry is None else str(entry), reason, json.dumps(row, default=str)))
+             None if entry is None else str(entry), reason, json.dumps(_storable(row), default=str)))
         self.dead += 1
         log.warning("twopc postgres: %s of batch %s refused by %s, routed to dead-letter table %s "
                     "(%s so far in this task): %s", entry_name(row), c.batch_id, self._table.display(),
                     self._dead_letter.display(), self.dead, reason)
+
+
+def _storable(v: Any) -> Any:
+    """*v* with each NUL character of its strings written as the six characters ``\\u0000``:
+    ``jsonb`` cannot hold a NUL, and a row refused for holding one must still be kept."""
+    if isinstance(v, str):
+        return v.replace("\x00", "\\u0000")
+    if isinstance(v, dict):
+        return {k: _storable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_storable(x) for x in v]
+    return v
 
 
 def _entry_columns(batch: pa.RecordBatch) -> pa.RecordBatch:

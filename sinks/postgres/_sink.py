@@ -55,11 +55,13 @@ from twopc import (
 
 from .._handles import PostgresHandle
 from ..sql._dialect import SqlTxn
+from ..sql._json_values import json_text
 from ..sql._names import TableName, parse_table_name
 from ..sql._pg_deadline import deadline_pipeline
 from ..sql._prepared import PreparedSqlSink
+from ..sql._type_rules import Family
 from . import _server as server
-from ._columns import PgColumn
+from ._columns import PgColumn, family
 from ._copy import CopyPlan, identifier, plan_copy
 from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl
 from ._errors import no_free_slot
@@ -273,7 +275,9 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
                     raise ConfigurationError(
                         f"column {k!r}: the value of row {i} contains a NUL byte (\\x00), which "
                         f"PostgreSQL text cannot store; remove it before writing")
-        txn.loader.write_rows(cols, [[r[k] for k in keys] for r in rows])
+        json_cols = {k for k, c in zip(keys, cols, strict=True) if family(c) is Family.JSON}
+        txn.loader.write_rows(cols, [[json_text(r[k]) if k in json_cols and isinstance(r[k], dict | list | tuple)
+                                      else r[k] for k in keys] for r in rows])
 
     def _plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
         return plan_copy(schema, cols, self.options.copy_format)

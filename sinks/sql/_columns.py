@@ -9,6 +9,9 @@ import pyarrow as pa
 
 from twopc import SchemaMismatchError
 
+from ._json_values import is_nested
+from ._type_rules import spark_type_name
+
 __all__ = ["TableColumn", "match_columns"]
 
 
@@ -63,7 +66,7 @@ def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, col
         if col.generated:
             problems.append(f"column {n}: table column {col.name} is generated and cannot be written")
         elif compatible is not None and types is not None and not compatible(types[i], col):
-            problems.append(f"column {n}: DataFrame type {type_name(types[i])}, table type {col.display_type}")
+            problems.append(_mismatch(n, types[i], col, type_name))
         out.append(col)
     if check_required:
         for c in columns:
@@ -74,3 +77,12 @@ def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, col
         raise SchemaMismatchError(
             f"the DataFrame does not fit table {table}: " + "; ".join(problems) + f". Table columns: {cols}")
     return out
+
+
+def _mismatch(name: str, t: pa.DataType, col: TableColumn, type_name: Callable[[pa.DataType], str]) -> str:
+    """One type mismatch; for an array, map or struct, with the fix."""
+    if not is_nested(t):
+        return f"column {name}: DataFrame type {type_name(t)}, table type {col.display_type}"
+    return (f"column {name}: DataFrame type {spark_type_name(t)}, table type {col.display_type}; arrays, maps and "
+            f"structs are written as JSON into JSON columns only: make {col.name} jsonb (or json) on PostgreSQL, "
+            f"JSON on MySQL/MariaDB, or write JSON text of your choosing with to_json({name})")

@@ -59,6 +59,7 @@ from twopc import (
 from .._handles import StagingHandle
 from ._engines import engine_for
 from ._instance import server_instance
+from ._json_values import is_nested, json_texts
 from ._names import TableName, parse_table_name
 from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
 from ._staging_commit import StagingCommitter
@@ -342,7 +343,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                 check_array(arr, name, self.target.display())
                 columns.append(arr.to_pylist())
                 continue
-            if pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            if is_nested(f.type):
+                arr = json_texts(arr)  # fits only JSON columns (or SQLite's untyped ones)
+            elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
                 _check_nul(name, arr)
             values = arr.to_pylist()
             if pa.types.is_timestamp(f.type) and f.type.tz is not None:

@@ -2,11 +2,13 @@
 commit mode (prepared, XA, staging) of every SQL sink.
 
 Each backend sorts its columns into a :class:`Family` (PostgreSQL by ``pg_type``, MariaDB/MySQL
-by ``DATA_TYPE``, other databases by the type SQLAlchemy reflects); :func:`fits` then answers
+by ``DATA_TYPE``, MariaDB's JSON by its ``JSON_VALID`` check, other databases by the type
+SQLAlchemy reflects); :func:`fits` then answers
 from :data:`RULES`, the one table. It follows what Spark's JDBC writer gets through (Spark
 binds each value with ``setInt``/``setDouble``/``setBigDecimal``/``setString``/... and the
 server converts it to the column's type as in an assignment), with the exceptions the
-README's type table lists. The modes also store the same values: the staging mode stages
+README's type table lists; arrays, maps and structs fit JSON columns only, as JSON text
+(:mod:`sinks.sql._json_values`). The modes also store the same values: the staging mode stages
 into columns of the target's own types (:mod:`sinks.sql._staging_ddl`), through the same
 encoders as the prepared modes.
 """
@@ -19,7 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["RULES", "Family", "arrow_kind", "fits", "reflected_family"]
+from ._json_values import is_nested
+
+__all__ = ["RULES", "Family", "arrow_kind", "fits", "reflected_family", "spark_type_name"]
 
 
 class Family(StrEnum):
@@ -32,7 +36,9 @@ class Family(StrEnum):
     BOOL = "boolean"
     TEXT = "text"
     PARSED_TEXT = "text-parsed"
-    """a type read from text: json(b), uuid, xml, enums, sets, inet"""
+    """a type read from text: uuid, xml, enums, sets, inet"""
+    JSON = "json"
+    """json, jsonb (PostgreSQL), JSON (MySQL; MariaDB's LONGTEXT checked by JSON_VALID)"""
     BINARY = "binary"
     DATE = "date"
     TIMESTAMP = "timestamp"
@@ -47,24 +53,27 @@ _MY = frozenset({"mysql"})
 RULES: Mapping[str, Mapping[Family, frozenset[str]]] = {
     "bool": {Family.BOOL: _ALL, Family.INT: _MY, Family.FLOAT: _MY, Family.DECIMAL: _MY},
     "int": {Family.INT: _ALL, Family.FLOAT: _ALL, Family.DECIMAL: _ALL, Family.BIT: _MY, Family.TEXT: _MY,
-            Family.PARSED_TEXT: _MY},
+            Family.PARSED_TEXT: _MY, Family.JSON: _MY},
     "float": {Family.FLOAT: _ALL, Family.DECIMAL: _ALL, Family.INT: _ALL, Family.TEXT: _MY,
-              Family.PARSED_TEXT: _MY},
+              Family.PARSED_TEXT: _MY, Family.JSON: _MY},
     "decimal": {Family.DECIMAL: _ALL, Family.FLOAT: _ALL, Family.INT: _ALL, Family.TEXT: _MY,
-                Family.PARSED_TEXT: _MY},
-    "string": {Family.TEXT: _ALL, Family.PARSED_TEXT: _ALL, Family.BINARY: _MY, Family.BIT: _MY,
+                Family.PARSED_TEXT: _MY, Family.JSON: _MY},
+    "string": {Family.TEXT: _ALL, Family.PARSED_TEXT: _ALL, Family.JSON: _ALL, Family.BINARY: _MY, Family.BIT: _MY,
                Family.DECIMAL: _MY, Family.DATE: _MY, Family.TIMESTAMP: _MY, Family.TIME: _MY},
     "binary": {Family.BINARY: _ALL, Family.BIT: _MY},
     "date": {Family.DATE: _ALL, Family.TIMESTAMP: _ALL},
     "timestamp": {Family.TIMESTAMP: _ALL, Family.DATE: _MY},
     "time": {Family.TIME: _ALL},
     "duration": {Family.TIME: _MY},
+    # arrays, maps and structs: written as JSON text (sinks.sql._json_values); into a text
+    # column they are refused (to_json() says which text the user wants)
+    "nested": {Family.JSON: _ALL},
 }
 
 
 def arrow_kind(t: pa.DataType) -> str | None:
     """The rule key of an Arrow type (dictionaries by their values); ``None`` for types no
-    column takes (lists, maps, structs...)."""
+    column takes (unions, intervals...)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
     checks = (("null", pa.types.is_null), ("bool", pa.types.is_boolean), ("int", pa.types.is_integer),
@@ -74,7 +83,7 @@ def arrow_kind(t: pa.DataType) -> str | None:
               ("binary", lambda x: pa.types.is_binary(x) or pa.types.is_large_binary(x)
                or pa.types.is_fixed_size_binary(x) or getattr(pa.types, "is_binary_view", lambda _t: False)(x)),
               ("date", pa.types.is_date), ("timestamp", pa.types.is_timestamp), ("time", pa.types.is_time),
-              ("duration", pa.types.is_duration))
+              ("duration", pa.types.is_duration), ("nested", is_nested))
     return next((kind for kind, pred in checks if pred(t)), None)
 
 
@@ -99,8 +108,38 @@ def reflected_family(sqltype: Any) -> Family:
 
     order: tuple[tuple[type[Any], Family], ...] = (
         (sa.Boolean, Family.BOOL), (sa.Integer, Family.INT), (sa.Float, Family.FLOAT),
-        (sa.Numeric, Family.DECIMAL), (sa.Enum, Family.PARSED_TEXT), (sa.JSON, Family.PARSED_TEXT),
+        (sa.Numeric, Family.DECIMAL), (sa.Enum, Family.PARSED_TEXT), (sa.JSON, Family.JSON),
         (sa.Uuid, Family.PARSED_TEXT), (sa.String, Family.TEXT), (sa.LargeBinary, Family.BINARY),
         (sa.BINARY, Family.BINARY), (sa.VARBINARY, Family.BINARY), (sa.DateTime, Family.TIMESTAMP),
         (sa.Date, Family.DATE), (sa.Time, Family.TIME))
     return next((fam for cls, fam in order if isinstance(sqltype, cls)), Family.OTHER)
+
+
+_SPARK_NAMES: tuple[tuple[Any, str], ...] = (
+    (pa.types.is_int8, "TINYINT"), (pa.types.is_int16, "SMALLINT"), (pa.types.is_int32, "INT"),
+    (pa.types.is_int64, "BIGINT"), (pa.types.is_float32, "FLOAT"), (pa.types.is_float64, "DOUBLE"),
+    (pa.types.is_boolean, "BOOLEAN"), (pa.types.is_date, "DATE"), (pa.types.is_null, "VOID"),
+)
+
+
+def spark_type_name(t: pa.DataType) -> str:
+    """Spark's SQL name of the type Arrow type *t* came from (``MAP<STRING, STRING>``,
+    ``ARRAY<STRUCT<a: BIGINT>>``); Arrow's own name for a type Spark does not make."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_map(t):
+        return f"MAP<{spark_type_name(t.key_type)}, {spark_type_name(t.item_type)}>"
+    if pa.types.is_struct(t):
+        return "STRUCT<" + ", ".join(f"{f.name}: {spark_type_name(f.type)}" for f in t) + ">"
+    if is_nested(t):
+        return f"ARRAY<{spark_type_name(t.value_type)}>"
+    kind = arrow_kind(t)
+    if kind == "string":
+        return "STRING"
+    if kind == "binary":
+        return "BINARY"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz is not None else "TIMESTAMP_NTZ"
+    return next((name for pred, name in _SPARK_NAMES if pred(t)), str(t))

@@ -18,10 +18,12 @@ BinaryType                  BYTEA                 LONGBLOB            BLOB
 DateType                    DATE                  DATE                DATE
 TimestampType               TIMESTAMPTZ           DATETIME(6) (UTC)   DATETIME (UTC)
 TimestampNTZType            TIMESTAMP             DATETIME(6)         DATETIME
+ArrayType, MapType,         JSONB                 JSON                JSON
+StructType
 ==========================  ====================  ==================  ==========
 
-Arrays, maps and structs have no portable column type: they are refused with a hint
-(``to_json()`` them, or give the column a type with ``createTableColumnTypes``).
+Arrays, maps and structs are stored as JSON (:mod:`sinks.sql._json_values`); MariaDB's
+``JSON`` is ``LONGTEXT`` with a ``JSON_VALID`` check.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from sqlalchemy.engine import Dialect
 
 from twopc import ConfigurationError, SchemaMismatchError
 
+from ._json_values import is_nested
 from ._names import TableName
 
 __all__ = ["arrow_to_sqlalchemy", "column_ddl", "create_table_sql"]
@@ -45,7 +48,7 @@ def arrow_to_sqlalchemy(field: pa.Field) -> sa.types.TypeEngine[Any]:
     """The column type twopc creates for an Arrow field (see the module table).
 
     Raises:
-        SchemaMismatchError: the type has no portable SQL column type.
+        SchemaMismatchError: the type has no SQL column type (unions, intervals...).
     """
     t = field.type
     if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
@@ -72,9 +75,11 @@ def arrow_to_sqlalchemy(field: pa.Field) -> sa.types.TypeEngine[Any]:
         return sa.Date()
     if pa.types.is_timestamp(t):
         return sa.DateTime(timezone=t.tz is not None).with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+    if is_nested(t):
+        return sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
     raise SchemaMismatchError(
         f"column {field.name}: Spark type {t} has no SQL column type twopc can create; convert it "
-        f"(e.g. to_json(col) for arrays, maps and structs) or set createTableColumnTypes")
+        f"or set createTableColumnTypes")
 
 
 def column_ddl(field: pa.Field, dialect: Dialect, overrides: Mapping[str, str]) -> str:
