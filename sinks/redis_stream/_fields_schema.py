@@ -9,7 +9,7 @@ user's text, what is wrong, and an example of the right form.
 Grammar (a subset of Spark's column DDL)::
 
     columns  := column ("," column)*
-    column   := name type ["NOT" "NULL"] ["COMMENT" 'text']
+    column   := name type ["NOT" "NULL"] ["COMMENT" 'text' | "text"]
     name     := identifier | `quoted identifier`
     type     := BOOLEAN | TINYINT | BYTE | SMALLINT | SHORT | INT | INTEGER | BIGINT | LONG
               | FLOAT | REAL | DOUBLE | DECIMAL|DEC|NUMERIC [(p[, s])] | STRING | BINARY
@@ -35,8 +35,9 @@ _DECIMALS = ("DECIMAL", "DEC", "NUMERIC")
 #: the columns every row has before the typed ones
 _FIXED = ("stream", "id", "timestamp", "fields")
 _EXAMPLE = '.option("fieldsSchema", "amount BIGINT, price DECIMAL(10,2), user STRING")'
-_TOKEN = re.compile(r"\s*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>`(?:[^`]|``)*`)|(?P<text>'(?:[^'\\]|\\.)*')"
-                    r"|(?P<number>\d+)|(?P<punct>[(),<>:])|(?P<other>\S))")
+_TOKEN = re.compile(r"""\s*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>`(?:[^`]|``)*`)"""
+                    r"""|(?P<text>'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
+                    r"""|(?P<number>\d+)|(?P<punct>[(),<>:])|(?P<other>\S))""")
 
 
 class _Tokens:
