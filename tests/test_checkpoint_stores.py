@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import pytest
 
@@ -132,7 +133,7 @@ def test_an_s3_checkpoint_spark_cannot_write_is_named_before_start_with_what_to_
     import sinks
     import twopc
 
-    def stream() -> object:
+    def stream() -> Any:
         return (spark.readStream.format("rate").load().writeStream.format("twopc-file")
                 .option("path", str(tmp_path / "out")).option("checkpointLocation", s3_location))
 

@@ -2,7 +2,8 @@
 participant failing to prepare rolls the others of its attempt back (on a real PostgreSQL
 whose deferred unique constraint fails the PREPARE), a participant whose commit may be refused
 after the decision (twopc-jdbc staging) and two participants writing one table are refused on the
-driver, and a decision covers the participant transactions ``list_prepared`` finds, also for a user's sink whose ids are not Xids."""
+driver, and a decision covers the participant transactions ``list_prepared`` finds, also for a user's
+sink whose ids are not Xids."""
 
 from __future__ import annotations
 

@@ -84,9 +84,9 @@ def wrong_dead_letter_types(table: TableName, columns: Sequence[PgColumn]) -> st
                        for c, want in wrong for q in (sql.Identifier(c.name).as_string(None),))
     return (f"dead-letter table {name} has columns of the wrong type: "
             f"{', '.join(f'{c.name} {c.display_type} (expected {want})' for c, want in wrong)}; twopc writes "
-            f"the sink id, stream, entry id and reason as text, the batch id as bigint, the partition as integer and "
-            f"the row as jsonb. Change the columns (ALTER TABLE {name} {alters}), or drop the table so that twopc creates it "
-            f"(or set option deadLetterTable to another name); nothing was written")
+            f"the sink id, stream, entry id and reason as text, the batch id as bigint, the partition as integer "
+            f"and the row as jsonb. Change the columns (ALTER TABLE {name} {alters}), or drop the table so that "
+            f"twopc creates it (or set option deadLetterTable to another name); nothing was written")
 
 
 def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:
