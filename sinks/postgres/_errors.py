@@ -64,7 +64,7 @@ def connect_failure(exc: BaseException) -> tuple[str, str]:
         mode = _conn_param(exc, "sslmode") or "require"
         hint = (f" (sslmode={mode} needs TLS, which this server does not offer: enable TLS on the server "
                 f"(ssl = on with a certificate in postgresql.conf), or connect with sslmode=prefer (TLS when the "
-                f"server offers it) or sslmode=disable; nothing was written)")
+                f"server offers it) or sslmode=disable)")
     return reason, hint
 
 
