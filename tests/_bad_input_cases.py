@@ -102,6 +102,22 @@ def file_at_output(run: Run) -> None:
     run.out.write_text("not a folder")
 
 
+def dead_letter_with_wrong_types(run: Run) -> None:
+    """The case's table refusing ids >= 3 (so a row goes to the dead-letter table) and a
+    dead-letter table with twopc's column names but two wrong types."""
+    create_table(PG, extra=", CHECK (id < 3)")(run)
+    eng = run.engine(PG)
+    with eng.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {run.table}_dead (sink_id integer, batch_id bigint, partition_id int, "
+                          f"stream text, entry_id text, reason text, row integer)")
+    eng.dispose()
+
+
+def not_a_database(run: Run) -> None:
+    run.sqlite.parent.mkdir(parents=True, exist_ok=True)
+    (run.sqlite.parent / "notes.txt").write_text("these are notes, not a database\n" * 20)
+
+
 def many(*setups: Callable[[Run], None]) -> Callable[[Run], None]:
     def setup(run: Run) -> None:
         for s in setups:
@@ -210,6 +226,12 @@ CASES: list[Case] = [
          ("SQLite has no prepared transactions", "commitMode=staging")),
     Case("unknown SQLite URL parameter", J, LITE,
          lambda r: r.sqlite_opts(url=f"jdbc:sqlite:{r.sqlite}?journal_mod=wal"), ("journal_mod",)),
+    Case("SQLite file in a folder that does not exist", J, LITE,
+         lambda r: r.sqlite_opts(url=f"jdbc:sqlite:{r.sqlite.parent}/missing/lite.db"),
+         ("missing/lite.db", "does not exist", "create the folder")),
+    Case("SQLite path to a file that is not a database", J, LITE,
+         lambda r: r.sqlite_opts(url=f"jdbc:sqlite:{r.sqlite.parent}/notes.txt"),
+         ("notes.txt", "not a SQLite database", "point the url at a SQLite database file"), setup=not_a_database),
     Case("duplicate key (SQLite staging)", J, LITE, lambda r: r.sqlite_opts(), ("unique",),
          setup=insert_row(LITE, 2), kept=1),
     # -- twopc-postgres ---------------------------------------------------------------------------------
@@ -217,7 +239,15 @@ CASES: list[Case] = [
          ("locktimout", "did you mean lockTimeout?")),
     Case("invalid sslmode option", P, PG, lambda r: r.pg(sslmode="requried"), ("sslmode must be one of",)),
     Case("sslmode=require is honoured, not ignored", P, PG, lambda r: r.pg(sslmode="require"),
-         ("SSL",), setup=create_table(PG)),
+         ("sslmode=require", "does not support SSL", "127.0.0.1:", "enable TLS", "sslmode=prefer"),
+         setup=create_table(PG)),
+    Case("sslmode=require in the URL of a server without TLS", J, PG,
+         lambda r: r.pg(url=r.logins.pg_jdbc() + "&sslmode=require"),
+         ("sslmode=require", "does not support SSL", "127.0.0.1:", "enable TLS", "sslmode=prefer"),
+         setup=create_table(PG)),
+    Case("dead-letter table with wrong column types", P, PG, lambda r: r.pg(deadLetterTable=r.table + "_dead"),
+         ("_dead", "sink_id integer", "expected text", "row integer", "expected jsonb", "ALTER TABLE", "drop"),
+         setup=dead_letter_with_wrong_types),
     Case("staging-only option on twopc-postgres", P, PG, lambda r: r.pg(upsertKeys="id"),
          ("upsertKeys", "use format twopc-jdbc")),
     Case("MySQL URL given to twopc-postgres", P, PG, lambda r: r.pg(url=r.logins.maria_jdbc()),
@@ -248,4 +278,9 @@ CASES: list[Case] = [
          ("maxentriespertriger", "did you mean maxEntriesPerTrigger?")),
     Case("missing group", S, "stream", lambda r: {k: v for k, v in r.stream().items() if k != "group"}, ('"group"',)),
     Case("bad startingPosition", S, "stream", lambda r: r.stream(startingPosition="yesterday"), ("startingPosition",)),
+    Case("fieldsSchema that does not parse", S, "stream", lambda r: r.stream(fieldsSchema="amount BIGNT, user STRING"),
+         ("fieldsSchema", "'amount BIGNT, user STRING'", "BIGNT", "e.g.", "amount BIGINT")),
+    Case("fieldsSchema with a column without a type", S, "stream",
+         lambda r: r.stream(fieldsSchema="amount, user STRING"),
+         ("fieldsSchema", "'amount, user STRING'", "no type", "e.g.")),
 ]

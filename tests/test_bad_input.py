@@ -91,12 +91,18 @@ def _left_behind(case: Case, run: Run, admin: dict[str, str]) -> list[str]:
                     if n != case.written + case.kept:
                         out.append(f"{n} rows in {run.table}, expected {case.written + case.kept}")
                 for t in tables:
-                    if t.startswith("twopc_stage"):
+                    if t.startswith("twopc_stage") or t == f"{run.table}_dead":
                         n = c.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar_one()
                         if n:
                             out.append(f"{n} staged rows in {t}")
         finally:
             eng.dispose()
+    if case.server == "sqlite":
+        if (run.sqlite.parent / "missing").exists():
+            out.append("the missing folder of the SQLite path was created")
+        notes = run.sqlite.parent / "notes.txt"
+        if notes.exists() and not notes.read_text().startswith("these are notes"):
+            out.append("the file that is not a database was written")
     if case.server == "postgres":
         eng = sa.create_engine(admin["postgres"])
         with eng.connect() as c:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,44 @@ def test_a_zombie_decision_written_after_the_takeover_is_void(tmp_path) -> None:
     c.claim(DriverIdentity(host="driver-c", pid=303, started=3))
     assert c.decision(9) is None and c.pending() == []
     assert c.record_decision(_decision(9, tag="c")).epoch == 3
+
+
+def test_an_s3_checkpoint_spark_cannot_write_is_named_before_start_with_what_to_add(
+        spark, s3_location: str, tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """Spark writes a streaming query's own checkpoint through Hadoop, which has no S3 file
+    system without hadoop-aws: ``start()`` fails inside Spark, before the sink is asked for
+    its writer. ``twopc.check_checkpoint_location`` says so beforehand (the location, what
+    to add), :func:`twopc.register` warns of a session default on S3, and nothing reaches
+    the bucket."""
+    import boto3
+
+    import sinks
+    import twopc
+
+    def stream() -> Any:
+        return (spark.readStream.format("rate").load().writeStream.format("twopc-file")
+                .option("path", str(tmp_path / "out")).option("checkpointLocation", s3_location))
+
+    sinks.register_all(spark)
+    with pytest.raises(Exception, match=r"CANNOT_LOAD_CHECKPOINT_FILE_MANAGER|No FileSystem for scheme"):
+        stream().start()  # Spark's own words: what the check below explains
+    for location in (s3_location, s3_location.replace("s3a://", "s3://")):
+        with pytest.raises(ConfigurationError, match=r"Spark cannot keep a streaming query's checkpoint at "
+                                                     rf"{location}: .*hadoop-aws.*spark\.jars\.packages="
+                                                     r"org\.apache\.hadoop:hadoop-aws:\d") as err:
+            twopc.check_checkpoint_location(spark, location)
+        assert ("fs.s3.impl=org.apache.hadoop.fs.s3a.S3AFileSystem" in str(err.value)) == location.startswith("s3://")
+    twopc.check_checkpoint_location(spark, str(tmp_path / "ck"))  # a local path passes
+
+    root = s3_location.rsplit("/", 1)[0]
+    spark.conf.set("spark.sql.streaming.checkpointLocation", root)
+    try:
+        with caplog.at_level("WARNING", logger="twopc.spark"):
+            sinks.register_all(spark)
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+        sinks.register_all(spark)
+    assert any(r.levelname == "WARNING" and f"checkpoint at {root}" in r.getMessage() and "hadoop-aws" in
+               r.getMessage() for r in caplog.records), caplog.text
+    bucket, _, prefix = root.removeprefix("s3a://").partition("/")
+    assert boto3.client("s3").list_objects_v2(Bucket=bucket, Prefix=prefix).get("KeyCount") == 0

@@ -1,8 +1,9 @@
 """The composite sink's own rules, without Spark: participants' projections and names, one
 participant failing to prepare rolls the others of its attempt back (on a real PostgreSQL
 whose deferred unique constraint fails the PREPARE), a participant whose commit may be refused
-after the decision (twopc-jdbc staging) is refused on the driver, and a decision covers the participant
-transactions ``list_prepared`` finds, also for a user's sink whose ids are not Xids."""
+after the decision (twopc-jdbc staging) and two participants writing one table are refused on the
+driver, and a decision covers the participant transactions ``list_prepared`` finds, also for a user's
+sink whose ids are not Xids."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from twopc._coordinator import classify_prepared
 
 from ._composite_helpers import composite_harness
 from ._filesink_helpers import assert_nothing_left, committed_ids
-from ._kit_harnesses import _pg_prepared, _table
+from ._kit_harnesses import _pg_prepared, _read, _table
 
 ROWS = pa.record_batch({"id": pa.array([1, 2, 3], pa.int64()), "payload": ["a", "b", "c"],
                         "amount": [0.5, 1.0, 1.5]})
@@ -120,6 +121,29 @@ def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(po
         with pytest.raises(ConfigurationError, match="participant 'direct'"):
             CompositeSink([Participant("direct", staged)]).configure_write(
                 ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+
+
+def test_two_participants_writing_one_table_are_refused_when_the_write_is_planned(postgres_url: str) -> None:
+    """Two participants on one table would wait for each other's locks until the lock
+    timeout: refused before anything is written, naming both and the table, also when
+    their URLs name the server differently (``localhost``) and the table in other case
+    (the server's identity says they are one table)."""
+    from sinks import OptionsCompositeSink
+
+    with composite_harness(["orders"], postgres_url=postgres_url) as harness:
+        o = harness.options
+        table, engine = o["orders.dbtable"], harness.engines[0]
+        copy = {k.replace("orders.", "copy."): v for k, v in o.items() if k.startswith("orders.")}
+        alias = {"copy.url": o["orders.url"].replace("127.0.0.1", "localhost"), "copy.dbtable": table.upper()}
+        for how, extra in (("same URL", {}), ("another name of the server", alias)):
+            sink = OptionsCompositeSink.from_options({**o, **copy, **extra, "targets": "orders,copy"})
+            with pytest.raises(ConfigurationError, match=r"composite participants 'orders' and 'copy' write the same "
+                                                         rf"target \(postgresql .*table {table}[ )].*lock timeout.*"
+                                                         r"one participant per table.*nothing was written") as err:
+                sink.configure_write(ROWS.schema, overwrite=False, streaming=True, checkpointed=True)
+            sink.close()
+            assert o["orders.password"] not in str(err.value), how
+        assert _read(engine, table) == [] and _pg_prepared(engine, "") == []
 
 
 def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path: Path) -> None:

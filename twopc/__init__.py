@@ -7,7 +7,7 @@ Public API:
 - :class:`CommitLedger`, :class:`CommitCoordinator`, :class:`RecoveryCoordinator`: the
   protocol's durable state, the driver's decision, and recovery after a crash.
 - :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
-  :func:`foreach_batch_writer`: the Spark integration.
+  :func:`foreach_batch_writer`, :func:`check_checkpoint_location`: the Spark integration.
 - :class:`CompositeSink`, :class:`Participant`, :class:`CompositeHandle`, :func:`composite`:
   one batch written to several targets under one decision.
 - :func:`sink_status` (what ``twopc status`` shows), :func:`register_metrics` and
@@ -71,6 +71,7 @@ from ._spark import (
     foreach_batch_writer,
     register,
 )
+from ._spark_fs import check_checkpoint_location
 from ._status import SinkStatus, UnsettledTransaction, sink_status
 from ._target import Lease, TargetLedger, resolve_abandoned
 from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
@@ -129,6 +130,7 @@ __all__ = [
     "UnknownHandleKindError",
     "UnsettledTransaction",
     "Xid",
+    "check_checkpoint_location",
     "checkpoint_label",
     "composite",
     "data_source_for",

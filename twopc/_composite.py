@@ -44,6 +44,7 @@ import pyarrow as pa
 import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
+from ._composite_targets import refuse_shared_targets
 from ._context import TransactionContext
 from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
@@ -277,9 +278,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         Raises:
             ConfigurationError: a participant refuses, or its commit may be refused after
                 the decision (:meth:`TwoPhaseCommitSink.commit_may_be_refused`: the staging
-                mode of ``twopc-jdbc``); the message names it and the fix.
+                mode of ``twopc-jdbc``), or two participants write the same target
+                (:func:`~twopc._composite_targets.refuse_shared_targets`); the message names
+                them and the fix.
         """
         super().configure_write(schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        refuse_shared_targets(self.participants)
         for p in self.participants:
             try:
                 p.sink.configure_write(p.project_schema(schema), overwrite=overwrite, streaming=streaming,

@@ -62,6 +62,7 @@ from ._recovery import RecoveryCoordinator
 from ._session_options import bind_session_options, session_option_defaults, with_session_defaults
 from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
+from ._spark_fs import spark_checkpoint_problem
 from ._stops import install
 from ._stores import Store
 from ._target import (
@@ -546,8 +547,13 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     The first call also adds a streaming query listener to the session: when
     ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
     could not abort, it aborts that batch (see :mod:`twopc._stops`).
+
+    A session default on S3 that Spark itself cannot write (no ``hadoop-aws``: see
+    :func:`twopc.check_checkpoint_location`) is a WARNING naming what to add.
     """
     root = session_checkpoint_root(spark)
+    if root is not None and (problem := spark_checkpoint_problem(spark, root)) is not None:
+        log.warning("twopc: spark.sql.streaming.checkpointLocation: %s", problem)
     sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
         bound = bind_session_checkpoint(ds, root)

@@ -40,13 +40,18 @@ from ._columns import PgColumn
 from ._copy import CopyPlan, CopyStream, identifier
 from ._errors import diag
 
-__all__ = ["DEAD_LETTER_COLUMNS", "CheckedCopy", "dead_letter_ddl", "is_refused_row"]
+__all__ = ["DEAD_LETTER_COLUMNS", "CheckedCopy", "dead_letter_ddl", "is_refused_row", "wrong_dead_letter_types"]
 
 log = logging.getLogger("twopc.sinks.postgres")
 
 #: the columns of a dead-letter table
 DEAD_LETTER_COLUMNS = ("sink_id", "batch_id", "partition_id", "stream", "entry_id", "reason", "row")
 _LINE = re.compile(r"COPY .*?, line (\d+)")
+#: (the type twopc creates, the base types that take its values; a category ``S`` type, any
+#: text type, takes every text value) by dead-letter column
+_TYPES = {"sink_id": ("text", ()), "batch_id": ("bigint", ("int8", "numeric")),
+          "partition_id": ("integer", ("int4", "int8", "numeric")), "stream": ("text", ()), "entry_id": ("text", ()),
+          "reason": ("text", ()), "row": ("jsonb", ("jsonb", "json"))}
 
 
 def is_refused_row(exc: BaseException) -> bool:
@@ -61,6 +66,28 @@ def dead_letter_ddl(table: TableName) -> sql.Composed:
         "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
         "stream text, entry_id text, reason text NOT NULL, row jsonb NOT NULL, "
         "failed_at timestamptz NOT NULL DEFAULT now())").format(identifier(table))
+
+
+def wrong_dead_letter_types(table: TableName, columns: Sequence[PgColumn]) -> str | None:
+    """Why the existing dead-letter *table* (its *columns*) cannot take dead letters because
+    of a column's type, naming each wrong column, its type and the expected one, and the fix;
+    ``None`` when every column twopc writes has a type that takes its values."""
+    wrong = []
+    for c in columns:
+        expected, takes = _TYPES.get(c.name.lower(), ("", ()))
+        text_ok = expected in ("text", "jsonb") and c.category == "S"
+        if expected and c.base_type not in takes and not text_ok:
+            wrong.append((c, expected))
+    if not wrong:
+        return None
+    name = table.display()
+    alters = ", ".join(f"ALTER COLUMN {q} TYPE {want} USING {q}::text" + ("" if want == "text" else f"::{want}")
+                       for c, want in wrong for q in (sql.Identifier(c.name).as_string(None),))
+    return (f"dead-letter table {name} has columns of the wrong type: "
+            f"{', '.join(f'{c.name} {c.display_type} (expected {want})' for c, want in wrong)}; twopc writes "
+            f"the sink id, stream, entry id and reason as text, the batch id as bigint, the partition as integer "
+            f"and the row as jsonb. Change the columns (ALTER TABLE {name} {alters}), or drop the table so that "
+            f"twopc creates it (or set option deadLetterTable to another name); nothing was written")
 
 
 def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:

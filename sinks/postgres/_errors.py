@@ -60,7 +60,22 @@ def connect_failure(exc: BaseException) -> tuple[str, str]:
         hint = " (check the user and password options)"
     elif "connection refused" in low or "timeout" in low or "resolve host" in low:
         hint = " (check host and port, and that PostgreSQL accepts TCP connections)"
+    elif "does not support ssl" in low:
+        mode = _conn_param(exc, "sslmode") or "require"
+        hint = (f" (sslmode={mode} needs TLS, which this server does not offer: enable TLS on the server "
+                f"(ssl = on with a certificate in postgresql.conf), or connect with sslmode=prefer (TLS when the "
+                f"server offers it) or sslmode=disable)")
     return reason, hint
+
+
+def _conn_param(exc: BaseException, keyword: str) -> str | None:
+    """A connection parameter of a failed connection attempt (psycopg keeps the attempt's
+    parameters on the error); never ask it for a secret."""
+    pgconn = getattr(exc, "pgconn", None)
+    for option in getattr(pgconn, "info", None) or ():
+        if option.keyword == keyword.encode() and option.val:
+            return bytes(option.val).decode("utf-8", "replace")
+    return None
 
 
 def is_connection_error(exc: BaseException) -> bool:

@@ -63,7 +63,7 @@ from ..sql._type_rules import Family
 from . import _server as server
 from ._columns import PgColumn, family
 from ._copy import CopyPlan, identifier, plan_copy
-from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl
+from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl, wrong_dead_letter_types
 from ._errors import no_free_slot
 from ._slots import Claim, claim_slot, wait_for_driver_slot
 from ._spec import POSTGRES
@@ -313,12 +313,16 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
                     f"{table.display()} TO <user>") from None
             log.info("twopc: created dead-letter table %s", table.display())
             return
-        have = {c.name.lower() for c in server.table_columns(pg, oid)}
+        columns = server.table_columns(pg, oid)
+        have = {c.name.lower() for c in columns}
         missing = [c for c in DEAD_LETTER_COLUMNS if c not in have]
         if missing:
             raise TargetConfigurationError(
                 f"{table.display()} exists but is not a twopc dead-letter table (it lacks columns "
                 f"{', '.join(missing)}): set option deadLetterTable to another name")
+        wrong = wrong_dead_letter_types(table, columns)
+        if wrong is not None:
+            raise TargetConfigurationError(wrong)
 
     def _prepare(self, txn: SqlTxn[PgColumn]) -> None:
         pg: psycopg.Connection[Any] = self._usable(txn)

@@ -45,6 +45,7 @@ from twopc import ConfigurationError
 from .._options import OptionReader
 from .._secrets import redacted_errors
 from ..redis._clients import ClientConfig, split_url
+from ._fields_schema import check_fields_schema
 from ._ids import EntryId
 
 __all__ = ["FORMAT_NAME", "OPTIONS", "StreamOptions", "check_pyspark"]
@@ -89,7 +90,8 @@ class StreamOptions:
         Raises:
             MissingOptionError: ``url``, ``streams`` or ``group`` is missing.
             ConfigurationError: an option is invalid or unknown (the message lists the
-                supported ones); no message shows the password.
+                supported ones), ``fieldsSchema`` does not parse (the message names the text,
+                what is wrong and an example); no message shows the password.
         """
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
@@ -110,6 +112,8 @@ class StreamOptions:
                                        else EntryId.parse(start_raw, "startingPosition (group, earliest, latest "
                                                                      "or an entry id)"))
             max_trigger = o.integer("maxEntriesPerTrigger", 0, minimum=1) if o.text("maxEntriesPerTrigger") else None
+            fields_schema = o.text("fieldsSchema", "") or ""
+            check_fields_schema(fields_schema)
             timeouts = [o.duration(n, d) for n, d in (("socketTimeout", "60s"), ("connectTimeout", "10s"))]
             if any(t.ms <= 0 for t in timeouts):
                 raise ConfigurationError("socketTimeout and connectTimeout must be > 0")
@@ -124,7 +128,7 @@ class StreamOptions:
                 max_per_partition=o.integer("maxEntriesPerPartition", 10_000, minimum=1),
                 fail_on_data_loss=o.boolean("failOnDataLoss", True),
                 trim_after_commit=o.boolean("trimAfterCommit", False),
-                fields_schema=o.text("fieldsSchema", "") or "",
+                fields_schema=fields_schema,
                 create_streams=o.boolean("createStreams", False),
             )
 

@@ -20,6 +20,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from twopc._extras import require
 
+from ._sqlite_file import check_sqlite_file
 from ._timeouts import NetTimeouts
 
 __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
@@ -70,10 +71,16 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     Its connections wait as *timeouts* says (connect, reply, TCP keepalive: see
     :mod:`sinks.sql._timeouts`). With *autocommit* the engine hands out connections in
     ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
+
+    Raises:
+        ConfigurationError: a SQLite path whose folder does not exist, or that is not a
+            SQLite database (:func:`~sinks.sql._sqlite_file.check_sqlite_file`).
     """
 
     def make() -> Engine:
         backend = url.get_backend_name()
+        if backend == "sqlite":  # before sqlite3's own words for a missing folder or another kind of file
+            check_sqlite_file(url.database)
         driver = _DRIVERS.get(backend)
         if driver is not None:  # a missing driver names twopc's extra, not just the module
             require(driver[0], driver[1], f"writing to {backend} (twopc-jdbc)")

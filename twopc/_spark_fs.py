@@ -1,0 +1,71 @@
+"""Whether Spark itself can keep a streaming query's checkpoint on S3.
+
+twopc's ledger reaches ``s3://``, ``s3a://`` and ``s3n://`` through boto3 (``twopc[s3]``), but a
+streaming query's own checkpoint (offsets, commits, state) is written by Spark through Hadoop's
+file systems, and PySpark ships none for S3: ``start()`` fails with
+``UnsupportedFileSystemException: No FileSystem for scheme "s3"`` (``s3a://``:
+``CANNOT_LOAD_CHECKPOINT_FILE_MANAGER``, the class ``S3AFileSystem`` not found). Spark raises
+that in ``start()`` while it resolves the checkpoint, before it asks a data source for its
+writer, so no twopc code runs on that path. :func:`check_checkpoint_location` asks Spark's
+Hadoop configuration the same question beforehand and says what to add; :func:`twopc.register`
+asks it of the session's ``spark.sql.streaming.checkpointLocation``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._errors import ConfigurationError
+from ._stores import _S3_SCHEMES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["check_checkpoint_location", "spark_checkpoint_problem"]
+
+
+def spark_checkpoint_problem(spark: SparkSession, location: str) -> str | None:
+    """Why Spark cannot keep a streaming checkpoint at *location* (an S3 URI whose scheme
+    Spark's Hadoop has no file system for), with the fix; ``None`` when it can, when
+    *location* is not on S3, or when the session cannot be asked (Spark Connect)."""
+    scheme, sep, _ = location.partition("://")
+    scheme = scheme.lower()
+    if not sep or scheme not in _S3_SCHEMES:
+        return None
+    jvm = getattr(spark, "_jvm", None)
+    jsession = getattr(spark, "_jsparkSession", None)
+    if jvm is None or jsession is None:  # Spark Connect: the server's Hadoop is not visible here
+        return None
+    try:
+        conf = jsession.sessionState().newHadoopConf()
+        jvm.org.apache.hadoop.fs.FileSystem.getFileSystemClass(scheme, conf)
+        return None
+    except Exception as exc:  # noqa: BLE001 - py4j raises Py4JJavaError; any failure means "no file system"
+        java = getattr(exc, "java_exception", None)
+        why = str(java) if java is not None else str(exc)
+        why = why.strip().splitlines()[0] if why.strip() else type(exc).__name__
+    version = str(jvm.org.apache.hadoop.util.VersionInfo.getVersion())
+    impl = ("" if scheme == "s3a" else
+            f", and spark.hadoop.fs.{scheme}.impl=org.apache.hadoop.fs.s3a.S3AFileSystem (or write the location "
+            f"as s3a://, the same objects to twopc)")
+    return (f"Spark cannot keep a streaming query's checkpoint at {location}: its Hadoop has no file system for "
+            f"{scheme}:// ({why}). twopc's ledger reaches S3 through boto3 (twopc[s3]), but Spark writes the "
+            f"query's offsets and commits there itself, through Hadoop's S3A file system (hadoop-aws), which "
+            f"PySpark does not ship. Add it to the session: spark.jars.packages=org.apache.hadoop:hadoop-aws:"
+            f"{version} (the version of Spark's Hadoop){impl}, with S3A's credentials and endpoint "
+            f"(spark.hadoop.fs.s3a.*) reaching the bucket boto3 reaches; or keep the checkpoint on a local or "
+            f"HDFS path")
+
+
+def check_checkpoint_location(spark: SparkSession, location: str) -> None:
+    """Check, before ``start()``, that Spark can keep a streaming query's checkpoint at
+    *location* (see the module docstring). A local path, or a session that cannot be asked
+    (Spark Connect), passes.
+
+    Raises:
+        ConfigurationError: *location* is on S3 and Spark has no file system for its
+            scheme; the message names the location and what to add.
+    """
+    problem = spark_checkpoint_problem(spark, location)
+    if problem is not None:
+        raise ConfigurationError(problem)
