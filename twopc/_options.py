@@ -115,8 +115,8 @@ class RuntimeOptions:
         if not loc:
             how = (
                 'df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
-                "session's spark.sql.streaming.checkpointLocation before registering the twopc data "
-                'sources and name the query (.queryName("query-name"))'
+                "session's spark.sql.streaming.checkpointLocation before the query starts (on Spark Connect: "
+                'before registering the twopc data sources) and name the query (.queryName("query-name"))'
                 if streaming
                 else 'df.write.option("checkpointLocation", "/durable/path/job-name")'
             )

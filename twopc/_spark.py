@@ -46,7 +46,13 @@ from pyspark.sql.types import StructType
 
 import faultinject
 
-from ._checkpoint import bind_session_checkpoint, missing_spark_checkpoint, session_checkpoint_root, with_checkpoint
+from ._checkpoint import (
+    bind_session_checkpoint,
+    missing_spark_checkpoint,
+    session_checkpoint_root,
+    session_root_at_start,
+    with_checkpoint,
+)
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
@@ -61,7 +67,7 @@ from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_s
 from ._recovery import RecoveryCoordinator
 from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
-from ._stops import install
+from ._stops import install, start_notes
 from ._stores import Store
 from ._target import Lease, TargetLedger, open_target_ledger, resolve_abandoned, settle_own, target_ledger_of
 
@@ -353,8 +359,12 @@ class TwoPhaseCommitDataSource(DataSource):
     format_name: ClassVar[str] = ""
     #: The session's ``spark.sql.streaming.checkpointLocation`` when :func:`register` ran
     #: (see :mod:`twopc._checkpoint`): a named streaming query without a
-    #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does.
+    #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does,
+    #: unless its start noted the session's folder then in :attr:`start_notes`.
     session_checkpoint_root: ClassVar[str | None] = None
+    #: The folder where the session's query listener notes, at each start of a query, the
+    #: session's default checkpoint folder (None: no listener, e.g. Spark Connect).
+    start_notes: ClassVar[str | None] = None
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -368,6 +378,12 @@ class TwoPhaseCommitDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return cls.format_name or cls.sink_class.__name__.lower()
+
+    def session_root(self) -> str | None:
+        """The session's default checkpoint folder as this query's start found it
+        (:func:`~twopc._checkpoint.session_root_at_start`)."""
+        return session_root_at_start(self.start_notes, option(self.options, "queryName"),
+                                     self.session_checkpoint_root)
 
     def build_sink(self, options: Mapping[str, str]) -> AnySink:
         """The sink of one write, from its options (the runtime's removed). Default:
@@ -385,7 +401,8 @@ class TwoPhaseCommitDataSource(DataSource):
         return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
-        options = with_checkpoint(self.options, streaming=streaming, session_root=self.session_checkpoint_root)
+        options = with_checkpoint(self.options, streaming=streaming,
+                                  session_root=self.session_root() if streaming else None)
         sink = self.build_sink(_sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
@@ -492,9 +509,11 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     """Register twopc data sources (sinks, and sources such as ``twopc-redis-stream``) with
     *spark* so ``format(name)`` finds them.
 
-    The session's ``spark.sql.streaming.checkpointLocation``, when set, is read now: a named
-    streaming query without a ``checkpointLocation`` option then keeps its ledger where Spark
-    keeps its checkpoint (``<that folder>/<queryName>``). Register again after changing it.
+    A named streaming query without a ``checkpointLocation`` option keeps its ledger where
+    Spark keeps its checkpoint: ``<spark.sql.streaming.checkpointLocation>/<queryName>``, the
+    session's setting read when the query starts, as Spark reads it (by the query listener
+    below; on Spark Connect, which has none, the setting is read now: register again after
+    changing it).
 
     Streaming sources are registered with the environment keys PySpark's source runner
     adds, so two streaming queries over one source in one session cannot corrupt each
@@ -505,9 +524,10 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     could not abort, it aborts that batch (see :mod:`twopc._stops`).
     """
     root = session_checkpoint_root(spark)
+    notes = start_notes(spark) if any(issubclass(ds, TwoPhaseCommitDataSource) for ds in data_sources) else None
     sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
-        bound = bind_session_checkpoint(ds, root)
+        bound = bind_session_checkpoint(ds, root, notes if issubclass(ds, TwoPhaseCommitDataSource) else None)
         with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():
             spark.dataSource.register(bound)
         if issubclass(bound, TwoPhaseCommitDataSource):
