@@ -191,7 +191,8 @@ def test_connect_timeout_is_not_left_in_the_url() -> None:
 
 
 def test_socket_timeout_must_outlast_the_server_side_waits() -> None:
-    for extra, words in (({"socketTimeout": "30s"}, ["socketTimeout (30 s)", "longer than lockTimeout (30 s)"]),
+    for extra, words in (({"socketTimeout": "30s", "lockTimeout": "30s"},
+                          ["socketTimeout (30 s)", "longer than lockTimeout (30 s)"]),
                          ({"socketTimeout": "2min", "queryTimeout": "5min"}, ["longer than queryTimeout"]),
                          ({"socketTimeout": "0"}, ["socketTimeout must be > 0"])):
         with pytest.raises(ConfigurationError) as err:

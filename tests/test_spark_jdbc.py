@@ -154,18 +154,26 @@ def test_missing_table_is_created_with_spark_type_options(spark, postgres_url, p
     assert _ids(pg_engine, table) == list(range(10))
 
 
-def test_errorifexists_and_ignore_through_write_jdbc(spark, postgres_url, pg_engine) -> None:
-    table = _name()
+def test_write_jdbc_without_a_mode_behaves_like_sparks_default_errorifexists(spark, postgres_url, pg_engine) -> None:
+    """What ``df.write.format(...)`` without ``.mode()`` cannot do for a Python data source
+    (Spark refuses ErrorIfExists before the source runs), write_jdbc does: a missing table is
+    created and written, an existing one is refused naming it and the fix, nothing written."""
+    table, other = _name(), _name()
     u = make_url(postgres_url)
     assert u.username is not None and u.password is not None
     props = {"user": u.username, "password": u.password}
     url = _jdbc_url(postgres_url, password_in_url=False)
     write_jdbc(_df(spark, 0, 5), url, table, properties=props)  # default mode errorifexists: creates it
-    with pytest.raises(Exception, match="already exists"):
+    with pytest.raises(Exception) as err:
         write_jdbc(_df(spark, 5, 10), url, table, properties=props)
-    write_jdbc(_df(spark, 5, 10), url, table, mode="ignore", properties=props)
+    for words in (f"{table} already exists and the save mode is errorifexists", "nothing was written",
+                  'sinks.write_jdbc(..., mode="append")'):
+        assert words in str(err.value)
+    assert _ids(pg_engine, table) == list(range(5)) and _leftovers(pg_engine, table) == (0, 0)
+    write_jdbc(_df(spark, 5, 10), url, table, mode="ignore", properties=props)  # exists: writes nothing
+    write_jdbc(_df(spark, 0, 3), url, other, mode="ignore", properties=props)  # missing: created and written
     write_jdbc(_df(spark, 5, 10), url, table, mode="append", properties=props)
-    assert _ids(pg_engine, table) == list(range(10))
+    assert _ids(pg_engine, table) == list(range(10)) and _ids(pg_engine, other) == list(range(3))
 
 
 def test_upsert_reprocessing_with_changed_values_stays_correct(spark, postgres_url, pg_engine) -> None:

@@ -97,6 +97,27 @@ def test_the_session_checkpoint_location_is_used_with_the_query_name(spark, tmp_
     assert sum(pq.read_table(p).num_rows for p in (tmp_path / "out").glob("*.parquet")) == 20
 
 
+def test_the_session_checkpoint_location_set_after_registering_is_read_when_the_query_starts(
+        spark, tmp_path) -> None:
+    """As Spark reads spark.sql.streaming.checkpointLocation when the query starts, so does
+    twopc: setting it after register_all still puts the ledger beside Spark's checkpoint."""
+    spark.conf.unset(SESSION_CHECKPOINT_CONF)
+    sinks.register_all(spark)
+    default = tmp_path / "checkpoints"
+    name = f"late_{uuid.uuid4().hex[:8]}"
+    spark.conf.set(SESSION_CHECKPOINT_CONF, str(default))
+    try:
+        q = (_stream(spark, tmp_path / "in").writeStream.format("twopc-file")
+             .option("path", str(tmp_path / "out")).queryName(name).trigger(availableNow=True).start())
+        q.awaitTermination()
+        assert q.exception() is None
+    finally:
+        spark.conf.unset(SESSION_CHECKPOINT_CONF)
+    assert (default / name / "offsets").is_dir()  # Spark's checkpoint
+    assert CommitLedger(str(default / name)).committed_batches() == [0, 1]  # and twopc's ledger, beside it
+    assert sum(pq.read_table(p).num_rows for p in (tmp_path / "out").glob("*.parquet")) == 20
+
+
 def test_an_unnamed_query_with_only_the_session_checkpoint_names_the_fix(spark, tmp_path) -> None:
     """Spark puts an unnamed query's checkpoint in a new random folder it does not pass to
     the writer: twopc cannot keep its ledger there, and says what to do."""

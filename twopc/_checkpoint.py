@@ -8,16 +8,26 @@ query's checkpoint at ``<that folder>/<queryName>`` and an unnamed one's at
 ``<that folder>/<random UUID>`` (a new one at every start), and the Python processes that
 plan and commit a write cannot read the session's configuration.
 
-So :func:`twopc.register` reads the session's default when it registers a data source and
-gives the registered class that folder (:func:`bind_session_checkpoint`); at plan time the
-writer resolves ``<folder>/<queryName>`` exactly as Spark does, and checks that Spark's own
-checkpoint (its ``metadata`` file, written when the query starts) is there, so the ledger
-never lands beside a checkpoint Spark does not use. An unnamed query is refused: its
-checkpoint's name is a random id the writer cannot see (and Spark itself never resumes it).
+So the session's default is read when the query starts, as Spark reads it: twopc's query
+listener (:mod:`twopc._stops`, in the driver's Python process, told of a start before the
+query plans a batch) writes the folder the session names then into a note of that query
+name (:func:`note_session_root`), in a folder of notes that :func:`twopc.register` gives the
+registered classes (:func:`bind_session_checkpoint`); the writer reads it
+(:func:`session_root_at_start`). Where no listener runs (Spark Connect), the writer uses the
+folder the session named when :func:`twopc.register` ran. At plan time the writer resolves
+``<folder>/<queryName>`` exactly as Spark does, and checks that Spark's own checkpoint (its
+``metadata`` file, written when the query starts) is there, so the ledger never lands beside
+a checkpoint Spark does not use. An unnamed query is refused: its checkpoint's name is a
+random id the writer cannot see (and Spark itself never resumes it).
 """
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,7 +37,8 @@ from ._options import option
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["SESSION_CHECKPOINT_CONF", "bind_session_checkpoint", "session_checkpoint_root", "with_checkpoint"]
+__all__ = ["SESSION_CHECKPOINT_CONF", "bind_session_checkpoint", "new_notes_folder", "note_session_root",
+           "session_checkpoint_root", "session_root_at_start", "with_checkpoint"]
 
 #: The session configuration holding a streaming query's default checkpoint folder.
 SESSION_CHECKPOINT_CONF = "spark.sql.streaming.checkpointLocation"
@@ -42,15 +53,51 @@ def session_checkpoint_root(spark: SparkSession) -> str | None:
     return value.strip() or None if isinstance(value, str) else None
 
 
-def bind_session_checkpoint(data_source: T, root: str | None) -> T:
-    """*data_source* itself when *root* is None, else a subclass of it that knows the
-    session's default checkpoint folder (a class attribute, so it travels with the class
-    Spark pickles to the processes that plan and commit the write)."""
-    if root is None:
+def bind_session_checkpoint(data_source: T, root: str | None, notes: str | None = None) -> T:
+    """*data_source* itself when *root* and *notes* are None, else a subclass of it that knows
+    the session's default checkpoint folder now and the folder of the notes its query
+    listener writes at each start (class attributes, so they travel with the class Spark
+    pickles to the processes that plan and commit the write)."""
+    if root is None and notes is None:
         return data_source
-    attrs: dict[str, Any] = {"session_checkpoint_root": root, "__module__": data_source.__module__,
-                             "__qualname__": data_source.__qualname__, "__doc__": data_source.__doc__}
+    attrs: dict[str, Any] = {"session_checkpoint_root": root, "start_notes": notes,
+                             "__module__": data_source.__module__, "__qualname__": data_source.__qualname__,
+                             "__doc__": data_source.__doc__}
     return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+
+
+def new_notes_folder() -> str:
+    """A new private folder for one session's start notes (on the driver's machine, where
+    Spark runs the Python processes that plan and commit a write), removed at exit."""
+    folder = tempfile.mkdtemp(prefix="twopc-starts-")
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def _note_path(notes: str, query_name: str | None) -> str:
+    return os.path.join(notes, hashlib.sha256((query_name or "").encode("utf-8")).hexdigest()[:32])
+
+
+def note_session_root(notes: str, query_name: str | None, root: str | None) -> None:
+    """Note the session's default checkpoint folder *root* as the query *query_name* (None:
+    unnamed) starts with it (written whole, then renamed into place)."""
+    path = _note_path(notes, query_name)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(root or "")
+    os.replace(tmp, path)
+
+
+def session_root_at_start(notes: str | None, query_name: str | None, registered: str | None) -> str | None:
+    """The session's default checkpoint folder as the start of the query *query_name* found
+    it (:func:`note_session_root`), else *registered* (what :func:`twopc.register` found)."""
+    if notes is None:
+        return registered
+    try:
+        with open(_note_path(notes, query_name), encoding="utf-8") as f:
+            return f.read().strip() or None
+    except FileNotFoundError:
+        return registered
 
 
 def with_checkpoint(options: Mapping[str, str], *, streaming: bool, session_root: str | None) -> dict[str, str]:
@@ -79,7 +126,7 @@ def with_checkpoint(options: Mapping[str, str], *, streaming: bool, session_root
 def missing_spark_checkpoint(location: str) -> ConfigurationError:
     """The error for a resolved default checkpoint in which Spark wrote nothing."""
     return ConfigurationError(
-        f"Spark's checkpoint for this query is not at {location} (no metadata file): the session's "
-        f"{SESSION_CHECKPOINT_CONF} changed after the twopc data sources were registered. Register "
-        f"them again (sinks.register_all(spark) or twopc.register(spark, ...)) after setting it, or "
-        f"give the query .option(\"checkpointLocation\", ...)")
+        f"Spark's checkpoint for this query is not at {location} (no metadata file), where the session's "
+        f"{SESSION_CHECKPOINT_CONF} put it when the query started (on Spark Connect: when the twopc data sources "
+        f"were registered). Give the query .option(\"checkpointLocation\", ...), or on Spark Connect register "
+        f"the data sources again (sinks.register_all(spark) or twopc.register(spark, ...)) after setting it")

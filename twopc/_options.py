@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import re
@@ -63,6 +64,9 @@ class RuntimeOptions:
     - ``sinkId`` (alias ``txnAppId``): defaults to an id derived from the checkpoint.
     - ``txnVersion``: batch writes only, required. A number that identifies this write;
       a write whose version is <= the last committed one writes nothing (Delta's model).
+      An ISO date ``2026-11-22`` is the number ``20261122``: dates order as days do, and a
+      date is greater than every run counter below 10000101 (keep one form per job). An
+      ISO timestamp is refused, naming the number to give instead.
     - ``minBatchesToRetain``: ledger records kept, default 100.
     - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled
       for each retry): how often a commit the target does not answer is asked again
@@ -111,8 +115,8 @@ class RuntimeOptions:
         if not loc:
             how = (
                 'df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
-                "session's spark.sql.streaming.checkpointLocation before registering the twopc data "
-                'sources and name the query (.queryName("query-name"))'
+                "session's spark.sql.streaming.checkpointLocation before the query starts (on Spark Connect: "
+                'before registering the twopc data sources) and name the query (.queryName("query-name"))'
                 if streaming
                 else 'df.write.option("checkpointLocation", "/durable/path/job-name")'
             )
@@ -129,7 +133,7 @@ class RuntimeOptions:
         elif not streaming:
             raise MissingOptionError(
                 "a twopc batch write needs option txnVersion: a number that identifies this run of "
-                "the job (e.g. the date as 20261122, or a run counter). Rerunning with the same or a "
+                "the job (e.g. the date, 2026-11-22 or 20261122, or a run counter). Rerunning with the same or a "
                 'lower version writes nothing. Add .option("txnVersion", N)'
             )
         keep = option(options, "minBatchesToRetain", "100") or "100"
@@ -147,13 +151,51 @@ def _retry(options: Mapping[str, str]) -> CommitRetry:
 MAX_TXN_VERSION = 2**63 - 1
 
 
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:?\d{2}.*")
+
+
 def _parse_version(text: str) -> int:
-    if not text.strip().isdigit():
-        raise ConfigurationError(f"txnVersion must be a non-negative integer, got {text!r}")
-    version = int(text)
+    """``txnVersion``: a non-negative integer, or an ISO date ``YYYY-MM-DD``, which is the
+    number ``YYYYMMDD`` (dates order as days do, and the version is the same number either way).
+
+    Raises:
+        ConfigurationError: anything else; an ISO timestamp is refused with the number to
+            give instead.
+    """
+    t = text.strip()
+    if _ISO_DATE.fullmatch(t):
+        try:
+            day = datetime.date.fromisoformat(t)
+        except ValueError:
+            raise ConfigurationError(f"txnVersion {t!r} is not a date of the calendar (YYYY-MM-DD); nothing was "
+                                     f"written") from None
+        return day.year * 10_000 + day.month * 100 + day.day
+    if _ISO_TIMESTAMP.fullmatch(t):
+        raise ConfigurationError(_timestamp_refusal(t))
+    if not t.isdigit():
+        raise ConfigurationError(f"txnVersion must be a non-negative integer or an ISO date (2026-11-22, which is "
+                                 f"20261122), got {text!r}")
+    version = int(t)
     if version > MAX_TXN_VERSION:
         raise ConfigurationError(
-            f"txnVersion {text.strip()[:40]} is too big: it is stored as the batch id, a 64-bit integer "
+            f"txnVersion {t[:40]} is too big: it is stored as the batch id, a 64-bit integer "
             f"(BIGINT), so it must be at most {MAX_TXN_VERSION}. Use a smaller number, e.g. the date "
             f"as 20261122 or a run counter; nothing was written")
     return version
+
+
+def _timestamp_refusal(text: str) -> str:
+    """Why an ISO timestamp is not a ``txnVersion``, and the number to give instead."""
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        number = "YYYYMMDDhhmmss"
+    else:
+        if when.tzinfo is not None:
+            when = when.astimezone(datetime.UTC)
+        number = when.strftime("%Y%m%d%H%M%S") + (" (UTC)" if when.tzinfo is not None else "")
+    return (f"txnVersion {text[:40]!r} is a timestamp; twopc takes a date (2026-11-22, the number 20261122) or "
+            f"a non-negative integer. For several runs a day give the number {number} as txnVersion, in that "
+            f"form in every run of the job: a date's number (8 digits) is smaller than every such number, so "
+            f"mixing the two forms would let an older run count as newer. Nothing was written")

@@ -46,7 +46,13 @@ from pyspark.sql.types import StructType
 
 import faultinject
 
-from ._checkpoint import bind_session_checkpoint, missing_spark_checkpoint, session_checkpoint_root, with_checkpoint
+from ._checkpoint import (
+    bind_session_checkpoint,
+    missing_spark_checkpoint,
+    session_checkpoint_root,
+    session_root_at_start,
+    with_checkpoint,
+)
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
@@ -63,7 +69,7 @@ from ._session_options import bind_session_options, session_option_defaults, wit
 from ._sink_owner import claim_sink_id
 from ._source_env import is_stream_source, source_environment
 from ._spark_fs import spark_checkpoint_problem
-from ._stops import install
+from ._stops import install, start_notes
 from ._stores import Store
 from ._target import (
     ALL_BATCHES,
@@ -371,11 +377,15 @@ class TwoPhaseCommitDataSource(DataSource):
     format_name: ClassVar[str] = ""
     #: The session's ``spark.sql.streaming.checkpointLocation`` when :func:`register` ran
     #: (see :mod:`twopc._checkpoint`): a named streaming query without a
-    #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does.
+    #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does,
+    #: unless its start noted the session's folder then in :attr:`start_notes`.
     session_checkpoint_root: ClassVar[str | None] = None
     #: The session's defaults of the options the sink names in ``session_options``, read by
     #: :func:`register` from ``spark.twopc.<option>`` (see :mod:`twopc._session_options`).
     session_defaults: ClassVar[Mapping[str, str]] = {}
+    #: The folder where the session's query listener notes, at each start of a query, the
+    #: session's default checkpoint folder (None: no listener, e.g. Spark Connect).
+    start_notes: ClassVar[str | None] = None
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
@@ -389,6 +399,12 @@ class TwoPhaseCommitDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return cls.format_name or cls.sink_class.__name__.lower()
+
+    def session_root(self) -> str | None:
+        """The session's default checkpoint folder as this query's start found it
+        (:func:`~twopc._checkpoint.session_root_at_start`)."""
+        return session_root_at_start(self.start_notes, option(self.options, "queryName"),
+                                     self.session_checkpoint_root)
 
     def build_sink(self, options: Mapping[str, str]) -> AnySink:
         """The sink of one write, from its options (the runtime's removed). Default:
@@ -417,7 +433,8 @@ class TwoPhaseCommitDataSource(DataSource):
         return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
 
     def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
-        options = with_checkpoint(self.options, streaming=streaming, session_root=self.session_checkpoint_root)
+        options = with_checkpoint(self.options, streaming=streaming,
+                                  session_root=self.session_root() if streaming else None)
         options = self._session_options(options)
         sink = self.build_sink(_sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
@@ -533,12 +550,14 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     """Register twopc data sources (sinks, and sources such as ``twopc-redis-stream``) with
     *spark* so ``format(name)`` finds them.
 
-    The session's ``spark.sql.streaming.checkpointLocation``, when set, is read now: a named
-    streaming query without a ``checkpointLocation`` option then keeps its ledger where Spark
-    keeps its checkpoint (``<that folder>/<queryName>``). So are the session's defaults of
-    writer options (``spark.twopc.<option>``, such as ``spark.twopc.twopcSchema``) for the
-    sinks that take them (:attr:`TwoPhaseCommitSink.session_options`): a write that does not
-    set the option itself gets the session's value. Register again after changing them.
+    A named streaming query without a ``checkpointLocation`` option keeps its ledger where
+    Spark keeps its checkpoint: ``<spark.sql.streaming.checkpointLocation>/<queryName>``, the
+    session's setting read when the query starts, as Spark reads it (by the query listener
+    below; on Spark Connect, which has none, the setting is read now: register again after
+    changing it). The session's defaults of writer options (``spark.twopc.<option>``, such as
+    ``spark.twopc.twopcSchema``) for the sinks that take them
+    (:attr:`TwoPhaseCommitSink.session_options`) are read now: a write that does not set the
+    option itself gets the session's value. Register again after changing them.
 
     Streaming sources are registered with the environment keys PySpark's source runner
     adds, so two streaming queries over one source in one session cannot corrupt each
@@ -554,9 +573,10 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     root = session_checkpoint_root(spark)
     if root is not None and (problem := spark_checkpoint_problem(spark, root)) is not None:
         log.warning("twopc: spark.sql.streaming.checkpointLocation: %s", problem)
+    notes = start_notes(spark) if any(issubclass(ds, TwoPhaseCommitDataSource) for ds in data_sources) else None
     sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
-        bound = bind_session_checkpoint(ds, root)
+        bound = bind_session_checkpoint(ds, root, notes if issubclass(ds, TwoPhaseCommitDataSource) else None)
         if issubclass(ds, TwoPhaseCommitDataSource):
             bound = bind_session_options(bound, session_option_defaults(spark, ds.sink_class.session_options))
         with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():

@@ -21,6 +21,11 @@ checkpoint over, it touches nothing.
 It reads the query's writer options from Spark's plan through the session's JVM (a classic
 session; Spark Connect has none: there, and wherever this fails, the next start of the
 query or ``python -m recovery`` settles the batch, as before).
+
+The same listener notes, at each start of a query writing to a twopc data source, the
+session's ``spark.sql.streaming.checkpointLocation`` then (see :mod:`twopc._checkpoint`):
+the writer's processes cannot read the session's configuration, and Spark reads it when
+the query starts.
 """
 
 from __future__ import annotations
@@ -34,7 +39,13 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no types
 from pyspark.sql.streaming import StreamingQueryListener
 
-from ._checkpoint import with_checkpoint
+from ._checkpoint import (
+    SESSION_CHECKPOINT_CONF,
+    new_notes_folder,
+    note_session_root,
+    session_checkpoint_root,
+    with_checkpoint,
+)
 from ._coordinator import BatchResult, CommitCoordinator
 from ._ledger import CommitLedger, ledger_exists, ledger_store
 from ._options import RuntimeOptions, option
@@ -46,7 +57,7 @@ if TYPE_CHECKING:
 
     from ._spark import TwoPhaseCommitDataSource
 
-__all__ = ["install", "settle_stopped", "wait_settled"]
+__all__ = ["install", "settle_stopped", "start_notes", "wait_settled"]
 
 log = logging.getLogger("twopc.spark")
 
@@ -54,22 +65,38 @@ _listeners: dict[int, _StopListener] = {}
 _guard = threading.Lock()
 
 
-def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitDataSource]]) -> None:
-    """Add the listener to *spark* (once per session), or tell the one there about
-    *data_sources* (by format name). A session without a JVM (Spark Connect) gets none."""
-    if not data_sources:
-        return
+def _listener(spark: SparkSession) -> _StopListener | None:
+    """The session's listener, added on first use; None for a session without a JVM."""
     with _guard:
         listener = _listeners.get(id(spark))
         if listener is None:
             if getattr(spark, "_jsparkSession", None) is None:
                 log.info("twopc: this Spark session has no JVM (Spark Connect): a micro-batch a stop leaves "
-                         "unaborted is settled by the next start of its query")
-                return
+                         "unaborted is settled by the next start of its query, and the session's "
+                         "%s is read when the twopc data sources are registered", SESSION_CHECKPOINT_CONF)
+                return None
             listener = _StopListener(spark)
             spark.streams.addListener(listener)
             _listeners[id(spark)] = listener
-        listener.sources.update(data_sources)
+        return listener
+
+
+def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitDataSource]]) -> None:
+    """Add the listener to *spark* (once per session), or tell the one there about
+    *data_sources* (by format name). A session without a JVM (Spark Connect) gets none."""
+    if not data_sources:
+        return
+    listener = _listener(spark)
+    if listener is not None:
+        with _guard:
+            listener.sources.update(data_sources)
+
+
+def start_notes(spark: SparkSession) -> str | None:
+    """The folder where the session's listener notes the session's default checkpoint folder
+    at each start of a query (adding the listener if needed); None without a JVM."""
+    listener = _listener(spark)
+    return None if listener is None else listener.notes
 
 
 def wait_settled(spark: SparkSession, run_id: str, timeout: float | None = None) -> bool:
@@ -89,13 +116,17 @@ class _Run:
     execution: Any
     """Spark's ``StreamExecution`` of the run (a py4j object)."""
     source: type[TwoPhaseCommitDataSource]
+    root: str | None = None
+    """The session's default checkpoint folder when the run started."""
     options: dict[str, str] | None = None
 
 
 class _StopListener(StreamingQueryListener):
     def __init__(self, spark: SparkSession) -> None:
+        self._spark = spark
         self._jvm: Any = spark._jvm  # a classic session's JVM (install checked there is one)
         self._jsession: Any = spark._jsparkSession
+        self.notes = new_notes_folder()
         self.sources: dict[str, type[TwoPhaseCommitDataSource]] = {}
         self._runs: dict[str, _Run] = {}
         self._done: dict[str, threading.Event] = {}
@@ -117,7 +148,8 @@ class _StopListener(StreamingQueryListener):
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         """Called synchronously, before the run plans a batch: settle an earlier run of the same
         query that ended but is not settled yet (a restart right after a stop), then note this
-        run if it writes to a twopc data source."""
+        run if it writes to a twopc data source, with the session's default checkpoint folder
+        now (for its writer, :func:`~twopc._checkpoint.note_session_root`)."""
         query_id, run_id = str(event.id), str(event.runId)
         with self._lock(query_id):
             for earlier in [r for r in list(self._runs.values()) if r.query_id == query_id]:
@@ -128,12 +160,25 @@ class _StopListener(StreamingQueryListener):
                 log.warning("twopc: cannot follow streaming query %s (run %s): if a stop leaves its batch "
                             "unaborted, the next start settles it", query_id, run_id, exc_info=True)
                 run = None
+            if run is not None:
+                self._note_root(run, None if event.name is None else str(event.name))
             done = self.done(run_id)  # what wait_settled waits for, from the start of the run
             if run is None:
                 done.set()
             else:
                 with self._guard:
                     self._runs[run_id] = run
+
+    def _note_root(self, run: _Run, name: str | None) -> None:
+        """Note the session's default checkpoint folder for the writer of *run* (never raises:
+        without the note the writer uses the folder the session named at registration)."""
+        try:
+            run.root = session_checkpoint_root(self._spark)
+            note_session_root(self.notes, name, run.root)
+        except Exception:  # a listener must not fail the query: logged
+            log.warning("twopc: cannot note the session's %s for streaming query %s (run %s): its writer uses the "
+                        "folder the session named when the twopc data sources were registered",
+                        SESSION_CHECKPOINT_CONF, run.query_id, run.run_id, exc_info=True)
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         pass
@@ -196,7 +241,7 @@ class _StopListener(StreamingQueryListener):
                 run.options = self._options(run)
             if run.options is not None:
                 driver = identity_of(int(self._jvm.java.lang.ProcessHandle.current().pid()))
-                result = settle_stopped(run.source(run.options), driver)
+                result = settle_stopped(run.source(run.options), driver, session_root=run.root)
                 if result is not None:
                     log.info("twopc: streaming query %s (run %s) ended in batch %s, which Spark had not committed: "
                              "settled it (committed if it was decided, else rolled back)", run.query_id, run.run_id,
@@ -210,18 +255,21 @@ class _StopListener(StreamingQueryListener):
             self.done(run.run_id).set()
 
 
-def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity) -> BatchResult | None:
+def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity, *,
+                   session_root: str | None = None) -> BatchResult | None:
     """Abort the micro-batch of *data_source*'s query that Spark's checkpoint holds as planned
     but not committed (its latest ``offsets/<n>`` without ``commits/<n>``), acting for the
     driver *driver* (its owner epoch); None when there is no such batch, the ledger is not
-    there, or another driver owns it.
+    there, or another driver owns it. *session_root*: the session's default checkpoint
+    folder when the query started (default: the one the data source was registered with).
 
     Raises:
         TwoPCError: the ledger or the target failed.
     """
     from ._spark import _sink_options
 
-    options = with_checkpoint(data_source.options, streaming=True, session_root=data_source.session_checkpoint_root)
+    options = with_checkpoint(data_source.options, streaming=True,
+                              session_root=session_root or data_source.session_checkpoint_root)
     location = option(options, "checkpointLocation")
     if not location or not ledger_exists(ledger_store(location)):
         return None

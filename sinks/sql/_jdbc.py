@@ -560,13 +560,17 @@ def write_jdbc(df: DataFrame, url: str, table: str, mode: str | None = None,
     """``df.write.jdbc(url, table, mode, properties)`` made exactly-once.
 
     The same arguments as :meth:`pyspark.sql.DataFrameWriter.jdbc`; *mode* is Spark's
-    save mode (default ``errorifexists``). Spark does not let Python data sources take
-    ``errorifexists`` or ``ignore`` through ``.mode()``, so they are passed as the
-    ``saveMode`` option here. Extra keyword *options* are twopc's (``checkpointLocation``,
-    ``upsertKeys``, ``commitMode``...).
+    save mode, default ``errorifexists`` as there: a missing table is created and written,
+    an existing one is refused before anything is written, naming the table and the fix;
+    ``ignore`` writes nothing to an existing table. Spark does not let Python data sources
+    take ``errorifexists`` or ``ignore`` through ``.mode()`` (``df.write.format(...)``
+    without ``.mode()`` fails with ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``), so they are passed
+    as the ``saveMode`` option here. Extra keyword *options* are twopc's
+    (``checkpointLocation``, ``upsertKeys``, ``commitMode``...).
 
     Raises:
-        ConfigurationError: an option is invalid (before anything is written).
+        pyspark.errors.AnalysisException: around twopc's error when an option is invalid or
+            (``errorifexists``) the table exists, before anything is written.
     """
     register(df.sparkSession, JdbcDataSource)
     w = df.write.format(JdbcDataSource.format_name).option("url", url).option("dbtable", table)

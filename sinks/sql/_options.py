@@ -63,7 +63,9 @@ twopc's options
 ``connectTimeout``    a duration, 1 s .. 1 h, default 10 s
 ``socketTimeout``     how long a statement waits for the server's reply, a duration, default
                       60 s (at least ``lockTimeout`` + ``queryTimeout`` + 30 s); must be
-                      longer than ``lockTimeout`` and ``queryTimeout``
+                      longer than ``lockTimeout`` and ``queryTimeout``. Without the
+                      ``lockTimeout`` option, a socket timeout of 30 s or less (the URL's,
+                      e.g. pgjdbc's ``?socketTimeout=10``) sets ``lockTimeout`` to half of it
 ``tcpKeepAlive``      TCP keepalive probes (30 s idle, every 10 s, 3), default true
 ``copyFormat``        PostgreSQL COPY format: ``auto`` (default), ``binary``, ``csv``
 ``deadLetterTable``   PostgreSQL prepared mode: rows the server refuses (SQLSTATE class 22/23)
@@ -83,6 +85,7 @@ the JDBC driver): translated, logged, or refused (:mod:`sinks.sql._params`).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -175,6 +178,8 @@ REJECTED_OPTIONS: dict[str, tuple[str, str]] = {
                            "cannot use (it connects with Python drivers); remove it")),
 }
 
+log = logging.getLogger("twopc.sinks.sql")
+
 _JAVA_CLASS = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*$")
 _KNOWN_DRIVERS: dict[str, Dialect] = {
     "org.postgresql.driver": "postgresql",
@@ -246,7 +251,8 @@ class JdbcOptions:
         staging_table: ``stagingTable`` or None.
         staging_retention: ``stagingRetention``: how long staged rows of a dead write
             without checkpoint are kept (see :mod:`sinks.sql._staging`).
-        lock_timeout: ``lockTimeout``.
+        lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
+            that is 30 s or less.
         connect_timeout: the ``connectTimeout`` option; else the URL's
             ``connectTimeout``/``loginTimeout``; else 10 s.
         socket_timeout: the ``socketTimeout`` option; else the URL's ``socketTimeout``;
@@ -340,7 +346,7 @@ class JdbcOptions:
             "query_timeout": r.duration("queryTimeout", 0),
             "session_init_statement": r.text("sessionInitStatement"),
             "marker_table": r.text("markerTable", "twopc_markers"),
-            "lock_timeout": r.duration("lockTimeout", "30s"),
+            "lock_timeout": r.duration("lockTimeout", _LOCK_TIMEOUT),
             "copy_format": r.choice("copyFormat", ("auto", "binary", "csv"), "auto"),
             "commit_mode": r.choice("commitMode", ("auto", "prepared", "staging"), "auto"),
             "dead_letter_table": _dead_letter_option(r),
@@ -368,8 +374,9 @@ class JdbcOptions:
             raise ConfigurationError(
                 f"{source} is {connect.seconds:g} seconds; it must be between 1 and {_MAX_CONNECT.seconds:g} seconds "
                 f"(a plain number is seconds; MySQL's JDBC URL parameter connectTimeout is in milliseconds)")
-        values["socket_timeout"] = _socket_timeout(socket_option, translated.socket_timeout_ms,
-                                                   values["lock_timeout"], values["query_timeout"])
+        values["socket_timeout"], values["lock_timeout"] = _socket_timeout(
+            socket_option, translated.socket_timeout_ms, values["lock_timeout"], values["query_timeout"],
+            lock_given=r.text("lockTimeout") is not None, dialect=dialect)
         values["tcp_keepalive"] = (r.boolean("tcpKeepAlive", True, strict=True) if keepalive_option is not None
                                    else translated.tcp_keepalive is not False)
         values["twopc_schema"] = parse_twopc_schema(schema_option, dialect)
@@ -509,24 +516,43 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-def _socket_timeout(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration) -> Duration:
-    """``socketTimeout``: the option, else the URL's, else the default. A given one must be
-    longer than every wait a statement may legitimately spend on the server."""
+def _socket_timeout(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration, *,
+                    lock_given: bool, dialect: Dialect) -> tuple[Duration, Duration]:
+    """``socketTimeout`` and the ``lockTimeout`` in force: the socket timeout is the option,
+    else the URL's, else the default. A given one must be longer than every wait a statement
+    may legitimately spend on the server; when the user gave no ``lockTimeout`` and the
+    default one would outlast it, the lock timeout becomes half the socket timeout (the other
+    half is the reply's round trip), logged at INFO."""
     longest = Duration(lock.ms + query.ms)
     if option_text is None and url_ms is None:
-        return max(_SOCKET_TIMEOUT, Duration(longest.ms + _SOCKET_MARGIN.ms))
+        return max(_SOCKET_TIMEOUT, Duration(longest.ms + _SOCKET_MARGIN.ms)), lock
     given = Duration.parse(option_text, "socketTimeout") if option_text is not None else Duration(url_ms or 0)
     source = "option socketTimeout" if option_text is not None else "the socketTimeout in the url"
     if given.ms <= 0:
         raise ConfigurationError(f"{source} must be > 0: twopc never waits for a reply without a limit "
                                  f"(leave it out for the default, {_SOCKET_TIMEOUT.seconds:g} s)")
+    if not lock_given and _server_wait(lock, dialect).ms >= given.ms:
+        derived = Duration(given.ms // 2)
+        if derived.ms > 0 and _server_wait(derived, dialect).ms < given.ms:
+            log.info("twopc: lockTimeout %s (half of %s, %s; the default lockTimeout %s would outlast it). "
+                     "Set option lockTimeout to choose another", derived, source, given, lock)
+            lock = derived
     for name, wait in (("lockTimeout", lock), ("queryTimeout", query)):
         if given.ms <= wait.ms:
+            default = " (the default)" if name == "lockTimeout" and not lock_given else ""
             raise ConfigurationError(
-                f"{source} ({given.seconds:g} s) must be longer than {name} ({wait.seconds:g} s): a statement "
-                f"that waits that long on the server would be cut off. Raise socketTimeout or lower {name} "
-                f"(a plain number is seconds; MySQL's JDBC URL parameter socketTimeout is in milliseconds)")
-    return given
+                f"{source} ({given.seconds:g} s) must be longer than {name} ({wait.seconds:g} s{default}): a "
+                f"statement that waits that long on the server would be cut off. Raise socketTimeout or lower "
+                f"{name} (a plain number is seconds; MySQL's JDBC URL parameter socketTimeout is in milliseconds)")
+    return given, lock
+
+
+def _server_wait(lock: Duration, dialect: Dialect | None) -> Duration:
+    """How long the server lets a statement wait for a lock under *lock*: MySQL/MariaDB
+    count whole seconds, at least one (``innodb_lock_wait_timeout``)."""
+    if dialect == "mysql":
+        return Duration(max(1, lock.whole_seconds) * 1000)
+    return lock
 
 
 def _dead_letter_option(r: OptionReader) -> str | None:

@@ -156,8 +156,11 @@ class StagingDdl:
                 require_transactional(conn, self.target)
             if exists and self.mode == "errorifexists":
                 raise TargetConfigurationError(
-                    f"table {self.target.display()} already exists and the save mode is errorifexists: "
-                    f"use mode append or overwrite, or drop the table")
+                    f"table {self.target.display()} already exists and the save mode is errorifexists (Spark's "
+                    f"default, and sinks.write_jdbc's when no mode is given): nothing was written. Give mode "
+                    f"\"append\" to add the rows, \"overwrite\" to replace them, or \"ignore\" to write nothing "
+                    f"when the table exists (sinks.write_jdbc(..., mode=\"append\"); on format twopc-jdbc: "
+                    f".mode(\"append\"))")
             recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self._create_ddl(conn)  # maps every column type now: errors before any task runs
             if exists and recreate:
