@@ -38,6 +38,8 @@ from twopc._target import open_target_ledger, target_ledger_of
 from twopc._target_check import check_target
 from twopc._target_record import TargetRecord
 
+from ._verify_cli import add_verify_parser, run_verify
+
 __all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
 
 #: Exit codes. OK: done (status: nothing needs an operator).
@@ -113,7 +115,7 @@ def _options(pairs: Sequence[str], env_pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-_COMMANDS = ("status", "recover")
+_COMMANDS = ("status", "recover", "verify")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -150,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("--retarget", action="store_true",
                          help="move the checkpoint to the target the --format and --option name (a server "
                               "that moved with its data): refused while a decided batch waits in the old one")
+    add_verify_parser(sub, common)
     return parser
 
 
@@ -166,6 +169,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigurationError(f"two checkpoints given: {args.location} and --checkpoint {args.checkpoint}: "
                                      f"give one")
         checkpoint = args.checkpoint or args.location
+        if args.command == "verify":
+            return run_verify(args, checkpoint)
         if not checkpoint:
             return _target_form(args)
         return _checkpoint_form(args, checkpoint)
