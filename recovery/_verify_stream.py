@@ -35,17 +35,22 @@ __all__ = ["PAGE_SIZE", "read_only_session", "verify_stream"]
 #: Stream ids per page (one statement each): about 8 MB of Python strings.
 PAGE_SIZE = 100_000
 
-# (ms, seq) of a row's id as numerics, NULL when the id is not <ms>-<seq> (the CASE keeps the
-# casts from running on such ids)
-_KEY = ("ROW(CASE WHEN {id} ~ '^[0-9]{{1,20}}-[0-9]{{1,20}}$' THEN split_part({id}, '-', 1)::numeric END, "
-        "CASE WHEN {id} ~ '^[0-9]{{1,20}}-[0-9]{{1,20}}$' THEN split_part({id}, '-', 2)::numeric END)")
+# A row's id of the form <ms>-<seq> (digits and one dash: no cast can fail on other ids, and a
+# regular expression costs ten times as much per row)
+_WELL_FORMED = "translate({id}, '0123456789', '') = '-'"
+# ... ordered as entry ids are (numbers without leading zeros: by length, then by their digits)
+_KEY = ("ROW(length(split_part({id}, '-', 1)), split_part({id}, '-', 1) COLLATE \"C\", "
+        "length(split_part({id}, '-', 2)), split_part({id}, '-', 2) COLLATE \"C\")")
+_LO = ("ROW(%(lo_ms_len)s::int, %(lo_ms)s::text COLLATE \"C\", %(lo_seq_len)s::int, "
+       "%(lo_seq)s::text COLLATE \"C\")")
+_HI = ("ROW(%(hi_ms_len)s::int, %(hi_ms)s::text COLLATE \"C\", %(hi_seq_len)s::int, "
+       "%(hi_seq)s::text COLLATE \"C\")")
 
 _PAGE = """
 WITH page(id) AS MATERIALIZED (SELECT unnest(%(ids)s::text[])),
 tgt AS MATERIALIZED (
     SELECT t.{idc}::text AS id FROM {table} t
-    WHERE t.{sc} = %(stream)s AND {key} > (%(lo_ms)s::numeric, %(lo_seq)s::numeric)
-          AND {key} <= (%(hi_ms)s::numeric, %(hi_seq)s::numeric)),
+    WHERE t.{sc} = %(stream)s AND {ok} AND {key} > {lo} AND {key} <= {hi}),
 counts AS (SELECT p.id, count(g.id) AS n FROM page p LEFT JOIN tgt g ON g.id = p.id GROUP BY p.id),
 strangers AS (SELECT g.id FROM tgt g WHERE NOT EXISTS (SELECT 1 FROM page p WHERE p.id = g.id))
 SELECT
@@ -60,11 +65,11 @@ SELECT
 """
 
 _OUTSIDE = """
-SELECT count(*) FILTER (WHERE k IS NULL),
-       count(*) FILTER (WHERE k <= ROW(%(lo_ms)s::numeric, %(lo_seq)s::numeric)),
-       count(*) FILTER (WHERE k > ROW(%(hi_ms)s::numeric, %(hi_seq)s::numeric)),
-       ARRAY(SELECT t.{idc}::text FROM {table} t WHERE t.{sc} = %(stream)s AND {key} IS NULL LIMIT {ex})
-FROM (SELECT {key} AS k FROM {table} t WHERE t.{sc} = %(stream)s) s
+SELECT count(*) FILTER (WHERE NOT {ok} OR t.{idc} IS NULL),
+       count(*) FILTER (WHERE {ok} AND {key} <= {lo}),
+       count(*) FILTER (WHERE {ok} AND {key} > {hi}),
+       ARRAY(SELECT t.{idc}::text FROM {table} t WHERE t.{sc} = %(stream)s AND NOT {ok} LIMIT {ex})
+FROM {table} t WHERE t.{sc} = %(stream)s
 """
 
 
@@ -78,8 +83,11 @@ def _text(value: Any) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
-def _bounds(lo: EntryId, hi: EntryId) -> dict[str, int]:
-    return {"lo_ms": lo.ms, "lo_seq": lo.seq, "hi_ms": hi.ms, "hi_seq": hi.seq}
+def _bounds(lo: EntryId, hi: EntryId) -> dict[str, int | str]:
+    out: dict[str, int | str] = {}
+    for name, part in (("lo_ms", lo.ms), ("lo_seq", lo.seq), ("hi_ms", hi.ms), ("hi_seq", hi.seq)):
+        out[name], out[name + "_len"] = str(part), len(str(part))
+    return out
 
 
 def verify_stream(pg: psycopg.Connection[Any], table: TableName, server: StreamServer, stream: str, *,
@@ -154,8 +162,10 @@ def verify_stream(pg: psycopg.Connection[Any], table: TableName, server: StreamS
 def _statement(template: str, table: TableName, stream_column: str, id_column: str) -> sql.Composed:
     ident = sql.Identifier(table.schema, table.name) if table.schema else sql.Identifier(table.name)
     idc, sc = sql.Identifier(id_column), sql.Identifier(stream_column)
-    key = sql.SQL(_KEY).format(id=sql.SQL("t.{}::text").format(idc))
-    return sql.SQL(template).format(table=ident, idc=idc, sc=sc, key=key, ex=sql.Literal(EXAMPLES))
+    row_id = sql.SQL("t.{}::text").format(idc)
+    return sql.SQL(template).format(table=ident, idc=idc, sc=sc, key=sql.SQL(_KEY).format(id=row_id),
+                                    ok=sql.SQL(_WELL_FORMED).format(id=row_id), lo=sql.SQL(_LO), hi=sql.SQL(_HI),
+                                    ex=sql.Literal(EXAMPLES))
 
 
 def _page(pg: psycopg.Connection[Any], statement: sql.Composed, check: SetCheck, stream: str, ids: list[str],
