@@ -1,5 +1,6 @@
 """``twopc status`` / ``twopc recover`` (also ``python -m recovery``): inspect a checkpoint's
-sink and run recovery by hand.
+sink and run recovery by hand. ``twopc verify`` is registered here and lives in
+:mod:`recovery._verify_cli`.
 
 Both read what the checkpoint records: its sink id, and (``twopc/target.json``, written by
 the Spark runtime) its target, format and credential-free writer options, so that the
@@ -136,8 +137,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="twopc",
         description="Operate a twopc sink: `status` shows what is unsettled (read only), `recover` finishes "
-                    "decided batches and rolls back orphaned prepared transactions. Both read the format, the "
-                    "target and the writer options (without secrets) the checkpoint records: give the secrets "
+                    "decided batches and rolls back orphaned prepared transactions, `verify` checks that the target "
+                    "holds what its source or ledger says (read only; see `twopc verify --help`). They read the "
+                    "format, the target and the writer options (without secrets) the checkpoint records: give the "
+                    "secrets "
                     "with --option-env. Also `python -m recovery [status|recover]`; without a command, `recover`.",
         epilog=_EXIT_CODES)
     sub = parser.add_subparsers(dest="command", required=True)

@@ -24,6 +24,9 @@ from ._verify import EXAMPLES, SetCheck
 
 __all__ = ["verify_batches"]
 
+#: how a staging-mode overwrite empties the table first (:class:`sinks.StagingHandle`'s ``write``)
+_EMPTIES = frozenset(("drop", "truncate", "delete"))
+
 
 def verify_batches(pg: psycopg.Connection[Any], table: TableName, ledger: CommitLedger, sink_id: str, *,
                    keys: tuple[str, ...] = ()) -> SetCheck:
@@ -41,7 +44,11 @@ def verify_batches(pg: psycopg.Connection[Any], table: TableName, ledger: Commit
     unknown = []
     for decision in ledger.decisions(committed):
         rows = [getattr(h, "rows", -1) for h in decision.handles]
-        if any(r < 0 for r in rows):
+        writes = {getattr(h, "write", "") for h in decision.handles}
+        if writes & _EMPTIES:  # an overwrite: the table holds this batch's rows and the later ones'
+            check.expected = 0
+            check.notes.append(f"batch {decision.batch_id} overwrote the table: earlier batches do not count")
+        if any(r < 0 for r in rows) or "ignore" in writes:
             unknown.append(decision.batch_id)
         else:
             check.expected += sum(rows)
@@ -54,7 +61,7 @@ def verify_batches(pg: psycopg.Connection[Any], table: TableName, ledger: Commit
                                  f"run twopc recover (or restart the query) first")
     if unknown:
         check.cannot_tell.append(f"the ledger does not record the row counts of batch(es) {unknown[:10]} (handles "
-                                 f"rebuilt by recovery, or a sink that does not count rows)")
+                                 f"rebuilt by recovery, a mode('ignore') write, or a sink that does not count rows)")
     if committed:
         check.notes.append(f"the ledger records {len(committed)} committed batch(es), {committed[0]} to "
                            f"{committed[-1]}")

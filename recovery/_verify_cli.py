@@ -67,7 +67,8 @@ def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                     "Without --stream: the rows the ledger records per committed batch (CHECKPOINT, or --sink-id "
                     "of a txnAppId batch write whose ledger is in the target) against the table's count(*), with "
                     "--key the keys found more than once. Counts cannot say which rows, and a lost row and an "
-                    "unexpected one cancel out; the table must hold only this sink's writes.\n\n"
+                    "unexpected one cancel out; the table must hold only this sink's writes, and the ledger must "
+                    "still hold every batch written to it (it keeps the last minBatchesToRetain, default 100).\n\n"
                     "Every statement runs in a read-only transaction of its own: no temp table, no lock but the "
                     "ACCESS SHARE of a SELECT, for one statement at a time.")
     p.add_argument("--json", action="store_true", help="print JSON for scripts")
