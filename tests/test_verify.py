@@ -21,6 +21,7 @@ import sqlalchemy as sa
 
 from sinks import PostgresSink
 from twopc import CommitCoordinator, CommitLedger
+from twopc._target import open_target_ledger
 
 from ._ops_helpers import REPO, cli_env, twopc_cli
 from ._sql_helpers import batch, ctx, prepare, uid, validated
@@ -126,6 +127,16 @@ def test_a_missing_group_or_stream_cannot_tell_and_a_missing_table_is_an_error(p
     out = twopc_cli("verify", "--format", "twopc-postgres", "--stream", pipeline["stream"], "--redis",
                     pipeline["redis"], options={"url": pipeline["url"], "dbtable": "no_such_table"})
     assert out.returncode == 2 and "no_such_table" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unexpected_rows_where_entries_were_deleted_cannot_tell(pipeline: dict[str, Any], r: Any) -> None:
+    r.xdel(pipeline["stream"], _IDS[500])  # its row stays: deleted after the pipeline wrote it, or planted?
+    out = _verify_stream(pipeline, "--group", "g")
+    report = _report(out)
+    assert out.returncode == 3 and (report["unexpected"], report["lost"]) == (1, 0)
+    assert report["examples"]["unexpected"] == [_IDS[500]] and "removed from the stream" in report["cannot_tell"][0]
+    pipeline["pg"].execute(f"DELETE FROM {pipeline['table']} WHERE id = %s", (_IDS[501],))  # a loss is certain
+    assert _verify_stream(pipeline, "--group", "g").returncode == 1
 
 
 # -- a batch write with a checkpoint ------------------------------------------------------------
@@ -277,3 +288,34 @@ def test_a_million_entries_verify_in_bounded_memory(postgres_url: str, redis_url
         with _pg(postgres_url) as pg:
             pg.execute(f"DROP TABLE IF EXISTS {table}")
 
+
+
+def test_a_txnappid_write_whose_ledger_is_in_the_target(postgres_url: str, pg_engine: sa.Engine) -> None:
+    table, sink_id = f"a_{uid()}", f"app_{uid()}"
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint, s text, x double precision)")
+    sink = validated(PostgresSink, postgres_url, table)
+    backend = sink.target_ledger()
+    lease = backend.acquire(sink_id)
+    try:
+        ledger = open_target_ledger(backend, sink_id, lease=lease)
+        ledger.bind_sink_id(sink_id, sink_id)
+        ledger.claim()
+        handles = [prepare(sink, ctx(sink_id, 20261122, p, 0), batch(list(range(p * 10, p * 10 + 10))))
+                   for p in range(2)]
+        CommitCoordinator(sink, ledger, sink_id).commit_batch(20261122, handles)
+    finally:
+        backend.release(lease)
+        sink.close()
+    options = {"url": postgres_url, "dbtable": table}
+    out = twopc_cli("verify", "--format", "twopc-postgres", "--sink-id", sink_id, "--key", "id", "--json",
+                    options=options)
+    assert out.returncode == 0 and _report(out)["expected"] == 20, out.stdout + out.stderr
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"INSERT INTO {table} VALUES (77, 'x', 0)")
+    out = twopc_cli("verify", "--format", "twopc-postgres", "--sink-id", sink_id, "--json", options=options)
+    assert out.returncode == 1 and _report(out)["unexpected"] == 1
+    out = twopc_cli("verify", "--format", "twopc-postgres", "--sink-id", "nobody", options=options)
+    assert out.returncode == 3 and "records no write of sink id 'nobody'" in out.stdout
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"DROP TABLE {table}")
