@@ -1,5 +1,6 @@
 """``twopc status`` / ``twopc recover`` (also ``python -m recovery``): inspect a checkpoint's
-sink and run recovery by hand.
+sink and run recovery by hand. ``twopc verify`` (:mod:`recovery._verify_cli`) and
+``twopc metrics`` (:mod:`recovery._metrics_cli`) are registered here and live in their modules.
 
 Both read what the checkpoint records: its sink id, and (``twopc/target.json``, written by
 the Spark runtime) its target, format and credential-free writer options, so that the
@@ -39,6 +40,7 @@ from twopc._target_check import check_target
 from twopc._target_record import TargetRecord
 
 from . import _metrics_cli
+from ._verify_cli import add_verify_parser, run_verify
 
 __all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
 
@@ -115,7 +117,7 @@ def _options(pairs: Sequence[str], env_pairs: Sequence[str]) -> dict[str, str]:
     return out
 
 
-_COMMANDS = ("status", "recover", "metrics")
+_COMMANDS = ("status", "recover", "verify", "metrics")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -136,8 +138,11 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="twopc",
         description="Operate a twopc sink: `status` shows what is unsettled (read only), `recover` finishes "
-                    "decided batches and rolls back orphaned prepared transactions. Both read the format, the "
-                    "target and the writer options (without secrets) the checkpoint records: give the secrets "
+                    "decided batches and rolls back orphaned prepared transactions, `verify` checks that the target "
+                    "holds what its source or ledger says (read only; see `twopc verify --help`), `metrics` serves a "
+                    "checkpoint's in-doubt figures to Prometheus while its query is down. They read the "
+                    "format, the target and the writer options (without secrets) the checkpoint records: give the "
+                    "secrets "
                     "with --option-env. Also `python -m recovery [status|recover]`; without a command, `recover`.",
         epilog=_EXIT_CODES)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -152,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("--retarget", action="store_true",
                          help="move the checkpoint to the target the --format and --option name (a server "
                               "that moved with its data): refused while a decided batch waits in the old one")
+    add_verify_parser(sub, common)
     _metrics_cli.add_parser(sub)
     return parser
 
@@ -171,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigurationError(f"two checkpoints given: {args.location} and --checkpoint {args.checkpoint}: "
                                      f"give one")
         checkpoint = args.checkpoint or args.location
+        if args.command == "verify":
+            return run_verify(args, checkpoint)
         if not checkpoint:
             return _target_form(args)
         return _checkpoint_form(args, checkpoint)

@@ -1,19 +1,98 @@
 """Exactly-once verification of a table, Jepsen set-checker style: :func:`verify_ids` on any
 SQLAlchemy engine, :func:`verify_postgres_ids` adding PostgreSQL's dangling prepared
-transactions, and :func:`staged_rows_left` for the staging commit mode's leftovers."""
+transactions, and :func:`staged_rows_left` for the staging commit mode's leftovers.
+:class:`SetCheck` is the bounded form ``twopc verify`` reports (counts and a few examples,
+never every id: see :mod:`recovery._verify_stream` and :mod:`recovery._verify_batch`)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["STAGE_TABLE_PREFIX", "Verification", "staged_rows_left", "verify_ids", "verify_postgres_ids"]
+__all__ = ["CANNOT_TELL", "CLEAN", "DISCREPANCIES", "EXAMPLES", "STAGE_TABLE_PREFIX", "SetCheck", "Verification",
+           "staged_rows_left", "verify_ids", "verify_postgres_ids"]
 
 STAGE_TABLE_PREFIX = "twopc_stage_"
 """Default name prefix of the staging tables of ``twopc-jdbc``'s staging mode."""
+
+#: ``twopc verify``'s verdicts (its exit codes; 2, an error, is the CLI's own).
+CLEAN, DISCREPANCIES, CANNOT_TELL = 0, 1, 3
+#: Examples a :class:`SetCheck` keeps of each kind of discrepancy.
+EXAMPLES = 5
+
+
+@dataclass
+class SetCheck:
+    """A source's elements against a target's, Jepsen set-checker style, in counts plus at
+    most :data:`EXAMPLES` examples of each kind (bounded whatever the range's size).
+
+    ``expected``: the source's elements in the range. ``found``: the target's rows that
+    belong to the range. ``lost``: expected, not found. ``duplicated``: elements found more
+    than once (``extra_rows``: the rows beyond the first). ``unexpected``: rows found that no
+    expected element explains. ``not_checked``: counts of rows outside what can be judged
+    (``{"after the range": 3}``), reported, not discrepancies. ``cannot_tell``: why a
+    discrepancy cannot be told from something legitimate (then the verdict is
+    :data:`CANNOT_TELL` unless lost or duplicated elements make it certain).
+    """
+
+    subject: str
+    expected: int = 0
+    found: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    extra_rows: int = 0
+    unexpected: int = 0
+    examples: dict[str, list[str]] = field(default_factory=lambda: {"lost": [], "duplicated": [], "unexpected": []})
+    not_checked: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    cannot_tell: list[str] = field(default_factory=list)
+
+    def add_examples(self, kind: str, values: Iterable[Any] | None) -> None:
+        """Keep up to :data:`EXAMPLES` of *values* as examples of *kind*."""
+        kept = self.examples.setdefault(kind, [])
+        for v in values or ():
+            if len(kept) >= EXAMPLES:
+                return
+            kept.append(str(v))
+
+    @property
+    def verdict(self) -> int:
+        """:data:`CLEAN`, :data:`DISCREPANCIES` or :data:`CANNOT_TELL`."""
+        if self.lost or self.duplicated:
+            return DISCREPANCIES
+        if self.cannot_tell:
+            return CANNOT_TELL
+        return DISCREPANCIES if self.unexpected else CLEAN
+
+    def to_json(self) -> dict[str, Any]:
+        return {"subject": self.subject, "verdict": {CLEAN: "clean", DISCREPANCIES: "discrepancies",
+                                                     CANNOT_TELL: "cannot tell"}[self.verdict],
+                "expected": self.expected, "found": self.found, "lost": self.lost, "duplicated": self.duplicated,
+                "extra_rows": self.extra_rows, "unexpected": self.unexpected,
+                "examples": {k: list(v) for k, v in self.examples.items()}, "not_checked": dict(self.not_checked),
+                "notes": list(self.notes), "cannot_tell": list(self.cannot_tell)}
+
+    def render(self) -> str:
+        def few(n: int, kind: str) -> str:
+            ex = self.examples.get(kind) or []
+            return f"{n}" + (f"  e.g. {', '.join(ex)}" if ex else "")
+
+        rows = [("expected", str(self.expected)), ("found", str(self.found)), ("lost", few(self.lost, "lost")),
+                ("duplicated", few(self.duplicated, "duplicated")
+                 + (f"  ({self.extra_rows} extra row(s))" if self.extra_rows else "")),
+                ("unexpected", few(self.unexpected, "unexpected"))]
+        rows += [(f"not checked: {k}", str(v)) for k, v in self.not_checked.items()]
+        width = max(len(k) for k, _ in rows)
+        lines = [self.subject] + [f"  {k:<{width}}  {v}" for k, v in rows]
+        lines += [f"  note: {n}" for n in self.notes]
+        lines += [f"  cannot tell: {n}" for n in self.cannot_tell]
+        lines.append("  verdict: " + {CLEAN: "CLEAN", DISCREPANCIES: "DISCREPANCIES",
+                                      CANNOT_TELL: "CANNOT TELL"}[self.verdict])
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
