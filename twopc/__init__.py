@@ -59,6 +59,7 @@ from ._ledger import BatchState, CommitLedger, Decision
 from ._metrics import register_metrics, serve_metrics
 from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
+from ._register import foreach_batch_writer, register
 from ._retry import CommitRetry
 from ._sink import CommitOutcome, TwoPhaseCommitSink
 from ._sink_owner import OwnerRecord, checkpoint_label
@@ -68,8 +69,6 @@ from ._spark import (
     TwoPhaseCommitDataSource,
     TwoPhaseCommitStreamWriter,
     data_source_for,
-    foreach_batch_writer,
-    register,
 )
 from ._spark_fs import check_checkpoint_location
 from ._status import SinkStatus, UnsettledTransaction, sink_status

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._composite import CompositeSink, Participant
 from ._errors import ConfigurationError
-from ._spark import TwoPhaseCommitDataSource, register
+from ._register import register
+from ._spark import TwoPhaseCommitDataSource
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
