@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-__all__ = ["make_folder"]
+__all__ = ["file_in_the_way", "make_folder"]
 
 
 def make_folder(path: str, error: Callable[[str], Exception], *, needs: str, fix: str) -> None:
@@ -22,8 +22,14 @@ def make_folder(path: str, error: Callable[[str], Exception], *, needs: str, fix
     try:
         os.makedirs(path, exist_ok=True)
     except (NotADirectoryError, FileExistsError) as exc:
-        blocker = path
-        while blocker not in ("/", "") and not os.path.isfile(blocker):
-            blocker = os.path.dirname(blocker)
-        raise error(f"{blocker} is a file, but {needs} needs a folder there ({path}): {fix}, or move the "
-                    f"file away; nothing was written") from exc
+        raise error(file_in_the_way(path, needs=needs, fix=fix)) from exc
+
+
+def file_in_the_way(path: str, *, needs: str, fix: str) -> str:
+    """The message for a file standing at *path* or at one of its parents, where *needs*
+    needs a folder (also for a read-only look that found it: nothing is written either way)."""
+    blocker = path
+    while blocker not in ("/", "") and not os.path.isfile(blocker):
+        blocker = os.path.dirname(blocker)
+    return (f"{blocker} is a file, but {needs} needs a folder there ({path}): {fix}, or move the file away; "
+            f"nothing was written")

@@ -36,7 +36,7 @@ import pyarrow.fs as pafs
 
 from ._errors import ConfigurationError, LedgerError
 from ._extras import require
-from ._folders import make_folder
+from ._folders import file_in_the_way, make_folder
 
 __all__ = ["LocalStore", "ReadOnlyStore", "S3Store", "Store", "open_store"]
 
@@ -184,6 +184,10 @@ class LocalStore:
                 return f.read()
         except FileNotFoundError:
             return None
+        except NotADirectoryError as exc:
+            blocked = file_in_the_way(os.path.dirname(p), needs="the checkpoint (its ledger folder)",
+                                      fix="give checkpointLocation the path of a folder (new or empty)")
+            raise LedgerError(blocked) from exc
         except OSError as exc:
             raise LedgerError(f"cannot read ledger record {p}: {exc}") from exc
 
