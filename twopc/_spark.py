@@ -51,6 +51,7 @@ from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._errors import BatchAbortedError, ProtocolError
+from ._fault_run import export_fault_run
 from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
 from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
@@ -500,10 +501,14 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     adds, so two streaming queries over one source in one session cannot corrupt each
     other's task binaries (see :mod:`twopc._source_env`).
 
+    With a fault plan armed in the driver's environment (a crash drill), its run is handed
+    to the session's Spark processes first (see :mod:`twopc._fault_run`).
+
     The first call also adds a streaming query listener to the session: when
     ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
     could not abort, it aborts that batch (see :mod:`twopc._stops`).
     """
+    export_fault_run(spark)  # a crash drill armed in the driver reaches the workers of these sources
     root = session_checkpoint_root(spark)
     sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
