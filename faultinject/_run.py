@@ -126,10 +126,13 @@ def run_of(env: Mapping[str, str], spec: str | None, plan_path: str | None, stat
     process is the root of (made now, with this process as its root)."""
     key = plan_key(spec, plan_path, state)
     found = Run.parse(env.get(ENV_RUN), key)
-    if found is not None:
-        return found
     with _lock:
         own = _own.get(key)
+        if found is not None:
+            if own is not None and own.state == found.state:  # this process's own run, handed on
+                own.roots = found.roots
+                return own
+            return found
         if own is None:
             me = os.getpid()
             roots = [(me, start)] if (start := start_time(me)) is not None else []

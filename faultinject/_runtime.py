@@ -160,8 +160,9 @@ def fault_point(name: str, *, batch_id: int | None = None, **context: object) ->
     """Mark a place where the process may be made to die.
 
     Unarmed (neither ``TWOPC_FAULTS`` nor ``TWOPC_FAULT_PLAN`` set) this only looks
-    these two variables up and returns.  When armed, the first matching rule that can claim an unused slot in the
-    state directory fires its action; otherwise the call returns normally.
+    these two variables up and returns.  When armed, the first matching rule that can
+    claim an unused slot in the state directory fires its action; otherwise the call
+    returns normally.
 
     A ``proxy`` or ``server`` rule asks the :class:`FaultControl` named by
     ``TWOPC_FAULT_CONTROL`` to perform it, waits until it has, and returns.
@@ -331,9 +332,9 @@ def armed(
     """Arm ``plan`` in this process for the duration of the block.
 
     Sets ``TWOPC_FAULTS``/``TWOPC_FAULT_STATE`` (and removes ``TWOPC_FAULT_PLAN``),
-    restoring the previous values (``TWOPC_FAULT_RUN`` too) on exit.  The state directory is ``state_dir``, else
-    the plan's, else a fresh temporary directory that is deleted on exit.  Yields the
-    plan with ``state_dir`` filled in.
+    restoring the previous values (``TWOPC_FAULT_RUN``'s too) on exit.  The state
+    directory is ``state_dir``, else the plan's, else a fresh temporary directory that is
+    deleted on exit.  Yields the plan with ``state_dir`` filled in.
 
     ``spark_context``: an active ``SparkContext``; its ``environment`` dict gets the same
     variables, so Python functions shipped to executors *after* this point (UDFs,
