@@ -6,19 +6,34 @@ of them fire and how.  Inline grammar (comma-separated rules)::
 
     name[@batch=N][@partition=P][:action][*times]
 
-``action``: ``crash`` (default; SIGKILL the job's driver group from
-``TWOPC_CRASH_PGID``, then our own group, then ourselves), ``kill`` (SIGKILL only this
-process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``), ``hold``
+``action``: ``crash`` (default; SIGKILL the whole job, see below), ``kill`` (SIGKILL only
+this process), ``raise`` (:class:`InjectedFault`), ``exit`` (``os._exit(17)``), ``hold``
 (wait until a file named ``release`` appears in the state directory, at most 10 minutes,
 then go on: a slow process, released when the test says), and the remote
 actions ``proxy/TARGET/FAULT[/key=value...]`` and ``server/TARGET/FAULT`` that the
 :class:`FaultControl` named by ``TWOPC_FAULT_CONTROL`` performs on the proxy or server it
-owns as TARGET (e.g. ``after_decision:server/postgres/crash``).  ``times``
-(default 1) is counted across processes and restarts through marker files in a state
-directory: ``TWOPC_FAULT_STATE``, else the plan file's ``state_dir``, else
-``<plan file>.state``; for inline specs without ``TWOPC_FAULT_STATE`` it is
-``<tempdir>/twopc-faults-<hash of spec>`` -- which persists, so give tests their own
-state directory (``armed()`` and ``ChaosRunner`` do).
+owns as TARGET (e.g. ``after_decision:server/postgres/crash``).
+
+A plan armed in a job's environment (``TWOPC_FAULTS=... python job.py``, or
+``spark-submit``) belongs to one *run* of the job, which begins in the first process that
+arms it (the driver).  ``twopc.register`` hands the run to Spark (:func:`export_run`): the
+Python workers Spark starts for twopc's data sources know it even when the JVM was running
+before, and the JVM counts as the run's second root.  A ``crash`` fired in any process of
+the run (the driver, a Spark Python worker) kills the driver, the JVM, everything descending
+from them and the groups one of them leads, then itself: the job's command ends by SIGKILL.
+A group the job merely runs in (``make``'s, a test runner's) is left alone.  When
+``TWOPC_CRASH_PGID`` is set (:func:`export_crash_group`, :class:`ChaosRunner`), a crash
+kills that process group and the firing process's own group instead.
+
+``times`` (default 1) is counted across the processes of a run through marker files in a
+state directory: ``TWOPC_FAULT_STATE``, else the plan file's ``state_dir``, else
+``<plan file>.state`` -- these count across runs and restarts too and are never deleted
+(``armed()`` and ``ChaosRunner`` give tests their own).  An inline spec without
+``TWOPC_FAULT_STATE`` counts in a folder of the run's own,
+``<tempdir>/twopc-faults-run-XXXXXXXX`` (mode 0700), so each new run of the same spec
+fires again; the folder is deleted when the run ends (the driver's exit, the crash), and
+one a run killed some other way left behind is deleted by the user's next run.
+:func:`current_state_dir` names it.
 
 ``TWOPC_FAULTS`` wins over ``TWOPC_FAULT_PLAN`` when both are set.  This package uses
 only the standard library.
@@ -36,18 +51,27 @@ from typing import TYPE_CHECKING
 
 from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
 from ._registry import declare, declared_points
-from ._runtime import EXIT_CODE, RELEASE_FILE, armed, export_crash_group, fault_point, read_firings
+from ._runtime import (
+    EXIT_CODE,
+    RELEASE_FILE,
+    armed,
+    current_state_dir,
+    export_crash_group,
+    export_run,
+    fault_point,
+    read_firings,
+)
 from ._spec import (
     ACTIONS,
     ENV_CONTROL,
     ENV_CRASH_PGID,
     ENV_PLAN,
+    ENV_RUN,
     ENV_SPEC,
     ENV_STATE,
     Action,
     FaultPlan,
     FaultRule,
-    default_state_dir,
 )
 
 if TYPE_CHECKING:
@@ -78,6 +102,7 @@ __all__ = [
     "ENV_CONTROL",
     "ENV_CRASH_PGID",
     "ENV_PLAN",
+    "ENV_RUN",
     "ENV_SPEC",
     "ENV_STATE",
     "EXIT_CODE",
@@ -103,10 +128,11 @@ __all__ = [
     "ServerUnavailable",
     "UnknownFaultPoint",
     "armed",
+    "current_state_dir",
     "declare",
     "declared_points",
-    "default_state_dir",
     "export_crash_group",
+    "export_run",
     "fault_point",
     "read_firings",
 ]

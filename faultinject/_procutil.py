@@ -8,19 +8,13 @@ import signal
 import socket
 import time
 
+from ._proctree import stat
+
 
 def _proc_ids(pid: int) -> tuple[int, int] | None:
     """(pgrp, session) of ``pid`` from ``/proc``, or None if gone/unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            data = fh.read()
-    except OSError:
-        return None
-    fields = data[data.rfind(b")") + 2 :].split()
-    # fields: state ppid pgrp session ...
-    if len(fields) < 4 or fields[0] == b"Z":
-        return None
-    return int(fields[2]), int(fields[3])
+    found = stat(pid)
+    return None if found is None else (found.pgrp, found.session)
 
 
 def members(*, pgid: int | None = None, sid: int | None = None) -> list[int]:

@@ -12,19 +12,22 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, NoReturn
 
 from ._errors import FaultSpecError, InjectedFault
+from ._proctree import kill_job
+from ._run import Run, run_of
 from ._spec import (
+    ENV_CONTROL,
     ENV_CRASH_PGID,
     ENV_PLAN,
+    ENV_RUN,
     ENV_SPEC,
     ENV_STATE,
     REMOTE_ACTIONS,
     FaultPlan,
     FaultRule,
-    default_state_dir,
 )
 
 EXIT_CODE = 17
@@ -34,15 +37,16 @@ RELEASE_FILE = "release"
 HOLD_LIMIT_S = 600.0
 """... or at most this long."""
 
-_EnvKey = tuple[str | None, str | None, str | None]
+_EnvKey = tuple[str | None, str | None, str | None, str | None]
 
 
 class _Armed:
-    """A parsed plan bound to its state directory, with per-process exhaustion cache."""
+    """A parsed plan bound to its run and state directory, with per-process exhaustion cache."""
 
-    def __init__(self, plan: FaultPlan, state_dir: str) -> None:
+    def __init__(self, plan: FaultPlan, state_dir: str | None, run: Run) -> None:
         self.plan = plan
-        self.state_dir = state_dir
+        self.given_state = state_dir  # None: the run's own folder, made on first use
+        self.run = run
         self.by_point: dict[str, list[tuple[int, FaultRule]]] = {}
         for index, rule in enumerate(plan.rules):
             self.by_point.setdefault(rule.point, []).append((index, rule))
@@ -59,9 +63,13 @@ class _Armed:
                 f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
             )
             if self._claim(index, rule, line):
-                _fire(rule, point, batch_id, context, line, self.state_dir)
+                _fire(rule, point, batch_id, context, line, self)
                 return
             self.exhausted.add(index)
+
+    @property
+    def state_dir(self) -> str:
+        return self.given_state if self.given_state is not None else self.run.state_dir()
 
     def _claim(self, index: int, rule: FaultRule, line: str) -> bool:
         """Atomically take one of the rule's ``times`` slots; False if all are used."""
@@ -92,16 +100,16 @@ _cache_key: _EnvKey | Any = _UNSET
 _armed_now: _Armed | None = None
 
 
-_ENV_NAMES: tuple[str, str, str] = (ENV_SPEC, ENV_PLAN, ENV_STATE)
 # ``os.environ`` is a ``MutableMapping`` whose ``get`` costs ~1 µs (it re-encodes the
 # key and decodes the value).  On POSIX its backing dict ``_data`` (encoded key →
 # encoded value) is kept in sync by every ``os.environ`` update, so the unarmed check
 # reads that dict directly; elsewhere it falls back to ``os.environ.get``.
 _raw_env: dict[Any, Any] | None = getattr(os.environ, "_data", None)
-_raw_keys: tuple[Any, ...] = ()
+_raw_spec: Any = None
+_raw_plan: Any = None
 if isinstance(_raw_env, dict):
     try:
-        _raw_keys = tuple(os.environ.encodekey(k) for k in _ENV_NAMES)
+        _raw_spec, _raw_plan = os.environ.encodekey(ENV_SPEC), os.environ.encodekey(ENV_PLAN)
     except Exception:  # noqa: BLE001 - any failure only means: use os.environ.get  # pragma: no cover
         _raw_env = None
 else:  # pragma: no cover
@@ -110,21 +118,20 @@ else:  # pragma: no cover
 
 def _env_key() -> _EnvKey:
     raw = getattr(os.environ, "_data", None) if _raw_env is not None else None
-    if isinstance(raw, dict):
-        k1, k2, k3 = _raw_keys
-        found = (raw.get(k1), raw.get(k2), raw.get(k3))
-        if found == (None, None, None):
-            return (None, None, None)
+    if isinstance(raw, dict) and raw.get(_raw_spec) is None and raw.get(_raw_plan) is None:
+        return (None, None, None, None)
     env = os.environ
-    return (env.get(ENV_SPEC), env.get(ENV_PLAN), env.get(ENV_STATE))
+    return (env.get(ENV_SPEC), env.get(ENV_PLAN), env.get(ENV_STATE), env.get(ENV_RUN))
 
 
 def _arm(key: _EnvKey) -> _Armed | None:
-    spec, plan_path, state = key
+    spec, plan_path, state, _ = key
+    state_dir: str | None
     if spec is not None and spec.strip():
         plan = FaultPlan.parse(spec)
-        state_dir = state or default_state_dir(plan.to_spec())
+        state_dir, plan_path = state or None, None
     elif plan_path:
+        spec = None
         try:
             plan = FaultPlan.load(plan_path)
         except OSError as exc:
@@ -134,7 +141,7 @@ def _arm(key: _EnvKey) -> _Armed | None:
         return None
     if not plan.rules:
         return None
-    return _Armed(plan, state_dir)
+    return _Armed(plan, state_dir, run_of(os.environ, spec, plan_path, state or None))
 
 
 def _current() -> _Armed | None:
@@ -152,10 +159,10 @@ def _current() -> _Armed | None:
 def fault_point(name: str, *, batch_id: int | None = None, **context: object) -> None:
     """Mark a place where the process may be made to die.
 
-    Unarmed (neither ``TWOPC_FAULTS`` nor ``TWOPC_FAULT_PLAN`` set) this only compares
-    the current values of the three ``TWOPC_FAULT*`` variables with a cached tuple and
-    returns.  When armed, the first matching rule that can claim an unused slot in the
-    state directory fires its action; otherwise the call returns normally.
+    Unarmed (neither ``TWOPC_FAULTS`` nor ``TWOPC_FAULT_PLAN`` set) this only looks
+    these two variables up and returns.  When armed, the first matching rule that can
+    claim an unused slot in the state directory fires its action; otherwise the call
+    returns normally.
 
     A ``proxy`` or ``server`` rule asks the :class:`FaultControl` named by
     ``TWOPC_FAULT_CONTROL`` to perform it, waits until it has, and returns.
@@ -190,7 +197,7 @@ def _crash_pgid() -> int | None:
 
 def _fire(
     rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
-    state_dir: str,
+    armed: _Armed,
 ) -> None:
     _announce(line)
     if rule.action in REMOTE_ACTIONS:
@@ -199,14 +206,18 @@ def _fire(
         request_remote_fault(rule, line)
         return
     if rule.action == "hold":
-        _hold(os.path.join(state_dir, RELEASE_FILE))
+        release = os.path.join(armed.state_dir, RELEASE_FILE)
+        _announce(f"faultinject: holding until {release} exists")
+        _hold(release)
         return
     if rule.action == "raise":
         raise InjectedFault(point, {"batch_id": batch_id, **context})
+    if rule.action == "crash":
+        _crash(armed.run)
+    if os.getpid() in armed.run.local_roots():  # the run's root dies alone: its run is over
+        armed.run.end()
     if rule.action == "exit":
         os._exit(EXIT_CODE)
-    if rule.action == "crash":
-        _crash()
     os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -217,16 +228,33 @@ def _hold(release: str) -> None:
         time.sleep(0.05)
 
 
-def _crash() -> NoReturn:
-    """SIGKILL the job's driver group, then our own group, then ourselves."""
+def _crash(run: Run) -> NoReturn:
+    """SIGKILL the job, then this process.
+
+    With ``TWOPC_CRASH_PGID`` set (:func:`export_crash_group`, ``ChaosRunner``, an executor
+    of a ``LocalSparkCluster``) the job is that process group and this process's own group.
+    Otherwise it is the run's roots on this machine (the driver, and Spark's JVM once
+    :func:`export_run` named it), every process descending from them or from this one, and
+    the process groups one of those leads (Spark's Python worker daemons); a group the job
+    merely runs in (``make``'s, a shell script's) is left alone.  The run's own state folder
+    is deleted before this process dies: the run is over.
+    """
     target = _crash_pgid()
     own = os.getpgrp()
-    if target is not None and target != own:
-        with contextlib.suppress(OSError):
-            os.killpg(target, signal.SIGKILL)
-    if own > 1:
-        with contextlib.suppress(OSError):
-            os.killpg(own, signal.SIGKILL)
+    if target is not None:
+        if target != own:
+            with contextlib.suppress(OSError):
+                os.killpg(target, signal.SIGKILL)
+        run.end()
+        if own > 1:
+            with contextlib.suppress(OSError):
+                os.killpg(own, signal.SIGKILL)
+    else:
+        job = kill_job(run.local_roots())
+        run.end()
+        if own > 1 and (own == os.getpid() or own in job):
+            with contextlib.suppress(OSError):
+                os.killpg(own, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
     raise SystemExit(EXIT_CODE)  # unreachable; keeps type checkers honest
 
@@ -236,13 +264,62 @@ def export_crash_group() -> int:
 
     Sets ``os.environ["TWOPC_CRASH_PGID"] = str(os.getpgrp())`` so that everything
     started afterwards (the Spark JVM, its Python workers) inherits it and a ``crash``
-    fired anywhere kills this group.  Job scripts must call it before starting Spark
-    and should run as their own group leader (``ChaosRunner`` and ``setsid`` do that);
-    otherwise a crash also kills whatever shares the group (e.g. ``make``).
+    fired anywhere kills this whole group (besides the firing process's own group).
+    Not needed for a crash to kill a Spark job (see :func:`export_run`); it is for a job
+    that runs as its own group leader (``ChaosRunner`` and ``setsid`` do that) and wants
+    every process of that group gone, whoever its parent is.  Called in a process that
+    does not lead its group, a crash also kills whatever shares the group (e.g. ``make``).
     """
     pgid = os.getpgrp()
     os.environ[ENV_CRASH_PGID] = str(pgid)
     return pgid
+
+
+_EXPORTED = (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_CONTROL)
+
+
+def export_run(environment: MutableMapping[str, str] | None = None, *,
+               pids: Iterable[int] = ()) -> dict[str, str]:
+    """Hand the run of the plan armed in this process to the processes started from now on.
+
+    Makes this process the root of a new run unless it already belongs to one, counts
+    *pids* (alive, on this machine: Spark's JVM) among the run's roots, makes the run's own
+    state folder (an inline spec without ``TWOPC_FAULT_STATE``), and sets
+    ``TWOPC_FAULT_RUN`` in ``os.environ`` and, with the plan's own variables, in
+    *environment* (``SparkContext.environment``: the Python workers of functions made
+    afterwards get it, even when the JVM started before).  A ``crash`` fired in any process
+    of the run then kills the roots and everything descending from them; ``times`` are
+    counted in one folder by all of them.  ``twopc.register`` calls it for its session.
+
+    Returns the variables set; ``{}`` (nothing done) when no plan is armed.
+
+    Raises:
+        FaultSpecError: the environment holds a malformed spec or unreadable plan.
+    """
+    armed = _current()
+    if armed is None:
+        return {}
+    run = armed.run
+    for pid in pids:
+        run.add_root(pid)
+    if run.scoped:
+        run.state_dir()
+    values = {name: value for name in _EXPORTED if (value := os.environ.get(name))}
+    values[ENV_RUN] = os.environ[ENV_RUN] = run.to_env()
+    if environment is not None:
+        environment.update(values)
+    return values
+
+
+def current_state_dir() -> str | None:
+    """The state directory of the plan armed in this process (the run's own folder for an
+    inline spec without ``TWOPC_FAULT_STATE``, made now if need be), or None when unarmed.
+
+    Raises:
+        FaultSpecError: the environment holds a malformed spec or unreadable plan.
+    """
+    armed = _current()
+    return None if armed is None else armed.state_dir
 
 
 @contextlib.contextmanager
@@ -255,16 +332,16 @@ def armed(
     """Arm ``plan`` in this process for the duration of the block.
 
     Sets ``TWOPC_FAULTS``/``TWOPC_FAULT_STATE`` (and removes ``TWOPC_FAULT_PLAN``),
-    restoring the previous values on exit.  The state directory is ``state_dir``, else
-    the plan's, else a fresh temporary directory that is deleted on exit.  Yields the
-    plan with ``state_dir`` filled in.
+    restoring the previous values (``TWOPC_FAULT_RUN``'s too) on exit.  The state
+    directory is ``state_dir``, else the plan's, else a fresh temporary directory that is
+    deleted on exit.  Yields the plan with ``state_dir`` filled in.
 
     ``spark_context``: an active ``SparkContext``; its ``environment`` dict gets the same
     variables, so Python functions shipped to executors *after* this point (UDFs,
     ``foreachPartition``) see the plan (Spark starts a separate worker daemon per
     environment).  Without it only code in this process is armed.
 
-    Never use a ``crash`` rule in-process: it kills this process group.
+    Never use a ``crash`` rule in-process: it kills this process and its children.
 
     Raises:
         FaultSpecError: ``plan`` is a malformed spec.
@@ -278,7 +355,7 @@ def armed(
     targets: list[MutableMapping[str, str]] = [os.environ]
     if spark_context is not None:
         targets.append(spark_context.environment)
-    saved = [{k: t.get(k) for k in (ENV_SPEC, ENV_PLAN, ENV_STATE)} for t in targets]
+    saved = [{k: t.get(k) for k in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN)} for t in targets]
     try:
         for target in targets:
             target.pop(ENV_PLAN, None)

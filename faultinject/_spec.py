@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from typing import Any, Final, Literal, cast
 
@@ -27,6 +25,7 @@ ENV_SPEC: Final = "TWOPC_FAULTS"
 ENV_PLAN: Final = "TWOPC_FAULT_PLAN"
 ENV_STATE: Final = "TWOPC_FAULT_STATE"
 ENV_CRASH_PGID: Final = "TWOPC_CRASH_PGID"
+ENV_RUN: Final = "TWOPC_FAULT_RUN"
 ENV_CONTROL: Final = "TWOPC_FAULT_CONTROL"
 
 _NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
@@ -293,16 +292,6 @@ def _remote_parts(where: str, action: str, parts: list[str]) -> dict[str, Any]:
     return out
 
 
-def default_state_dir(spec: str) -> str:
-    """State directory used when an inline spec is armed without ``TWOPC_FAULT_STATE``.
-
-    It is ``<tempdir>/twopc-faults-<sha256(spec)[:16]>``: stable for a given spec, so
-    ``times`` stay consumed across runs until that directory is deleted.
-    """
-    digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"twopc-faults-{digest}")
-
-
 @dataclasses.dataclass(frozen=True)
 class FaultPlan:
     """An ordered set of :class:`FaultRule` plus an optional state directory.
@@ -384,16 +373,16 @@ class FaultPlan:
     def env(self, state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
         """Environment variables that arm this plan in a child process.
 
-        Uses ``state_dir``, else the plan's ``state_dir``, else :func:`default_state_dir`.
-        Callers should also drop any inherited ``TWOPC_FAULT_PLAN`` (``TWOPC_FAULTS``
-        takes precedence over it anyway).
+        ``TWOPC_FAULT_STATE`` is ``state_dir``, else the plan's ``state_dir``; with neither
+        it is left out, and each run of the child counts ``times`` in a folder of its own
+        (see :mod:`faultinject`). Callers should also drop any inherited
+        ``TWOPC_FAULT_PLAN`` (``TWOPC_FAULTS`` takes precedence over it anyway).
         """
-        spec = self.to_spec()
         chosen = state_dir if state_dir is not None else self.state_dir
-        return {
-            ENV_SPEC: spec,
-            ENV_STATE: os.fspath(chosen) if chosen is not None else default_state_dir(spec),
-        }
+        env = {ENV_SPEC: self.to_spec()}
+        if chosen is not None:
+            env[ENV_STATE] = os.fspath(chosen)
+        return env
 
     def validate(self, known: Mapping[str, str] | None = None) -> FaultPlan:
         """Check every rule's point is in ``known`` (default: the declared points).

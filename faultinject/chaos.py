@@ -25,7 +25,7 @@ from typing import IO
 
 from ._procutil import kill_tree
 from ._runtime import read_firings
-from ._spec import ENV_CRASH_PGID, ENV_PLAN, ENV_SPEC, ENV_STATE, FaultPlan
+from ._spec import ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE, FaultPlan
 
 PROGRESS_PREFIXES = ("faultinject:", "progress:")
 """Child stderr lines with these prefixes are passed to ``on_progress``."""
@@ -178,7 +178,7 @@ class ChaosRunner:
         env = {
             k: v
             for k, v in self.env.items()
-            if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_CRASH_PGID)
+            if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN, ENV_CRASH_PGID)
         }
         env.update(parsed.env(state_dir))
         deadline = time.monotonic() + timeout_s

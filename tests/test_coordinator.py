@@ -7,7 +7,7 @@ conformance kit's, run on FileSink and the other sinks in test_kit_sinks.py."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -149,3 +149,33 @@ def test_an_unanswered_commit_is_retried_then_left_decided_for_the_next_start(tm
     assert ledger.state(1) is BatchState.COMMITTED
     assert committed_ids(sink) == [0, 1, 10, 11]
     assert sink.list_prepared(SINK) == []
+
+
+def _batch_done(caplog: pytest.LogCaptureFixture, batch: int) -> dict[str, Any]:
+    [record] = [r for r in caplog.records if getattr(r, "twopc_event", None) == "batch_done"
+                and r.twopc["batch"] == batch]  # type: ignore[attr-defined]  # set by log_event
+    return {"message": record.getMessage(), **record.twopc}  # type: ignore[attr-defined]  # set by log_event
+
+
+def test_an_abort_that_finishes_a_decided_batch_logs_it_as_finished_with_its_commits(env, tmp_path, caplog) -> None:
+    sink, ledger, coord = env
+    caplog.set_level("INFO", logger="twopc.coordinator")
+    handles = [run_task(sink, SINK, 0, p, p, [p]) for p in range(3)]
+    crash_commit(coord, "between_commits", 0, handles, tmp_path / "f")  # decided, one of three committed
+    assert ledger.state(0) is BatchState.DECIDED and committed_ids(sink) == [0]
+    caplog.clear()
+
+    result = CommitCoordinator(sink, CommitLedger(ledger.checkpoint_location), SINK).abort_batch(0, handles)
+    assert ledger.state(0) is BatchState.COMMITTED and committed_ids(sink) == [0, 1, 2]
+    done = _batch_done(caplog, 0)
+    assert (done["action"], done["committed"], done["already_committed"], done["aborted"]) == ("finished", 2, 1, 0)
+    assert "action=finished committed=2 already_committed=1 aborted=0" in str(done["message"])
+    assert sorted(done["txn_ids"]) == sorted(h.txn_id for h in handles)
+    assert (result.action, result.committed, result.already_committed) == ("finished", 2, 1)
+
+    caplog.clear()  # Spark aborts it again (a retried abort): the batch stays committed, nothing more to do
+    again = CommitCoordinator(sink, CommitLedger(ledger.checkpoint_location), SINK).abort_batch(0, handles)
+    done = _batch_done(caplog, 0)
+    assert (done["action"], done["committed"], done["already_committed"]) == ("finished", 0, 3)
+    assert (again.action, again.committed, again.already_committed) == ("finished", 0, 3)
+    assert committed_ids(sink) == [0, 1, 2]

@@ -58,14 +58,15 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "build_sink", "main", "staged_rows_left", "verify_ids", "verify_postgres_ids",
     ),
     "faultinject": (
-        "ACTIONS", "ENV_CONTROL", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE", "RELEASE_FILE",
+        "ACTIONS", "ENV_CONTROL", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_RUN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",
+        "RELEASE_FILE",
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl", "FaultControlError",
         "FaultPlan", "FaultProxy",
         "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
         "LocalRedisCluster", "LocalSparkCluster",
         "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
-        "armed", "declare", "declared_points", "default_state_dir", "export_crash_group", "fault_point",
-        "read_firings",
+        "armed", "current_state_dir", "declare", "declared_points", "export_crash_group", "export_run",
+        "fault_point", "read_firings",
     ),
     "sinks": (
         "DATA_SOURCES", "SOURCES",

@@ -25,39 +25,15 @@ from faultinject import (
     fault_point,
 )
 
-FAULT_ENV = ("TWOPC_FAULTS", "TWOPC_FAULT_PLAN", "TWOPC_FAULT_STATE", "TWOPC_CRASH_PGID")
-REPO = Path(__file__).resolve().parents[1]
+from ._fault_helpers import FAULT_ENV, REPO
+from ._fault_helpers import child_env as _child_env
+from ._fault_helpers import wait_dead as _wait_dead
 
 
 @pytest.fixture(autouse=True)
 def _unarmed(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in FAULT_ENV:
         monkeypatch.delenv(name, raising=False)
-
-
-def _child_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in FAULT_ENV}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    env.update(extra)
-    return env
-
-
-def _alive(pid: int) -> bool:
-    """True if ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
-
-
-def _wait_dead(pid: int, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 # --- spec parsing ---------------------------------------------------------------------
@@ -139,7 +115,7 @@ def test_validate_and_registry() -> None:
 def test_env_of_plan(tmp_path: Path) -> None:
     plan = FaultPlan.parse("a:kill")
     assert plan.env(tmp_path) == {"TWOPC_FAULTS": "a:kill*1", "TWOPC_FAULT_STATE": str(tmp_path)}
-    assert plan.env()["TWOPC_FAULT_STATE"] == faultinject.default_state_dir("a:kill*1")
+    assert plan.env() == {"TWOPC_FAULTS": "a:kill*1"}  # no state given: each run counts in its own folder
 
 
 # --- in-process arming ----------------------------------------------------------------

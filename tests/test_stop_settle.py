@@ -79,7 +79,7 @@ def test_a_decided_batch_is_committed_not_rolled_back(postgres_url, pg_engine, t
         q.writer.commit(q.messages, 0)  # the decision is recorded, nothing committed: then the stop
     assert q.state() == (2, 0)
     result = settle_stopped(PostgresDataSource(q.options), driver_identity())
-    assert result is not None and (result.batch_id, result.action) == (0, "aborted")
+    assert result is not None and (result.batch_id, result.action, result.committed) == (0, "finished", 2)
     assert q.state() == (0, 20)
     assert CommitLedger(str(tmp_path / "ck")).committed_batches() == [0]
 

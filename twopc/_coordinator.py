@@ -70,9 +70,11 @@ class BatchResult:
     """What the coordinator did with one batch.
 
     ``action`` is ``committed`` (first commit), ``finished`` (a recorded decision was
-    finished), ``replay-ignored`` (the batch was already committed: the replay's
-    transactions were aborted), ``aborted`` or ``left-for-recovery`` (an abort found the
-    batch decided and could not finish it: the next start or ``python -m recovery`` will).
+    finished, by a replay or by Spark's abort of the batch: ``committed`` counts what this
+    call committed, ``already_committed`` the rest), ``replay-ignored`` (the batch was
+    already committed: the replay's transactions were aborted), ``aborted`` (no decision:
+    rolled back) or ``left-for-recovery`` (an abort found the batch decided and could not
+    finish it: the next start or ``python -m recovery`` will).
     """
 
     batch_id: int
@@ -434,20 +436,26 @@ class CommitCoordinator:
         self._wait_for_tasks(batch_id)
         decision = self.ledger.decision(batch_id)
         state = self.ledger.state(batch_id)
+        tally: _Tally | None = None
         if decision is not None and state is BatchState.DECIDED:
             try:
-                finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics,
-                                retry=CommitRetry(0))
+                tally = finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics,
+                                        retry=CommitRetry(0))
             except TwoPCError as exc:
                 log.warning("twopc: batch %s of sink %s is decided but could not be finished while aborting "
                             "(%s): left for recovery (the next start of the query, or python -m recovery)",
                             batch_id, self.sink_id, exc)
                 return self._done(batch_id, "left-for-recovery", started)
+        elif decision is not None and state is BatchState.COMMITTED:  # finished before: all of it was committed
+            tally = _Tally(already=len(decision.txn_ids))
         keep = decision.txn_ids if decision is not None else frozenset()
         extra = [h for h in fresh if h.txn_id not in keep]
         for h in extra:
             self.sink.recover_and_abort(h)
         swept = self._sweep(batch_id)
+        if decision is not None and tally is not None:  # a decision is final: the batch ended committed
+            return self._done(batch_id, "finished", started, committed=tally.committed, already=tally.already,
+                              aborted=len(extra), swept=swept, txn_ids=decision.txn_ids)
         return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
 
     def _fence_zombie_prepares(self, batch_id: int) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._checkpoint import bind_session_checkpoint, session_checkpoint_root
+from ._fault_run import export_fault_run
 from ._session_options import bind_session_options, session_option_defaults
 from ._source_env import is_stream_source, source_environment
 from ._spark import TwoPhaseCommitDataSource
@@ -40,6 +41,9 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     adds, so two streaming queries over one source in one session cannot corrupt each
     other's task binaries (see :mod:`twopc._source_env`).
 
+    With a fault plan armed in the driver's environment (a crash drill), its run is handed
+    to the session's Spark processes first (see :mod:`twopc._fault_run`).
+
     The first call also adds a streaming query listener to the session: when
     ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
     could not abort, it aborts that batch (see :mod:`twopc._stops`).
@@ -47,6 +51,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     A session default on S3 that Spark itself cannot write (no ``hadoop-aws``: see
     :func:`twopc.check_checkpoint_location`) is a WARNING naming what to add.
     """
+    export_fault_run(spark)  # a crash drill armed in the driver reaches the workers of these sources
     root = session_checkpoint_root(spark)
     if root is not None and (problem := spark_checkpoint_problem(spark, root)) is not None:
         log.warning("twopc: spark.sql.streaming.checkpointLocation: %s", problem)

@@ -1,0 +1,116 @@
+"""A job's processes as Linux's ``/proc`` shows them: who a process is (its start time, so a
+reused pid is never taken for it), what descends from it, and SIGKILLing all of that.
+
+Standard library only, and light to import: the fault points load it in every process.
+Where ``/proc`` cannot be read (not Linux) a process has no start time and no descendants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterable
+
+__all__ = ["Stat", "boot_id", "descendants", "kill_job", "start_time", "stat"]
+
+
+class Stat:
+    """The fields of ``/proc/<pid>/stat`` a job needs: parent, group, session, start time."""
+
+    __slots__ = ("pgrp", "ppid", "session", "start")
+
+    def __init__(self, ppid: int, pgrp: int, session: int, start: int) -> None:
+        self.ppid, self.pgrp, self.session, self.start = ppid, pgrp, session, start
+
+
+def stat(pid: int) -> Stat | None:
+    """The live (non-zombie) process *pid*'s :class:`Stat`, or None if it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()  # field 3 (state) onwards: the name may hold spaces
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    try:
+        return Stat(int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19]))
+    except ValueError:
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When *pid* started (clock ticks since boot), or None if it is gone or unreadable."""
+    found = stat(pid)
+    return None if found is None else found.start
+
+
+def boot_id() -> str:
+    """This boot of this machine (``/proc/sys/kernel/random/boot_id``; the host name where
+    that cannot be read): pids and start times mean something only within it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return "host:" + os.uname().nodename
+
+
+def _table() -> dict[int, Stat]:
+    out: dict[int, Stat] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return out
+    for name in names:
+        if name.isdigit():
+            found = stat(int(name))
+            if found is not None:
+                out[int(name)] = found
+    return out
+
+
+def descendants(roots: Iterable[int]) -> tuple[set[int], dict[int, Stat]]:
+    """The live *roots* and every live process descending from one of them, with the
+    process table they were found in."""
+    table = _table()
+    children: dict[int, list[int]] = {}
+    for pid, found in table.items():
+        children.setdefault(found.ppid, []).append(pid)
+    seen: set[int] = set()
+    todo = [pid for pid in roots if pid in table]
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, ()))
+    return seen, table
+
+
+def kill_job(roots: Iterable[int]) -> set[int]:
+    """SIGKILL *roots*, their descendants and the process groups one of them leads, except
+    this process and its own group (the caller ends those itself). Returns the pids found.
+
+    The roots go first (a dead JVM starts no new worker), then the rest; a second look
+    catches what was forked in between. Groups are killed only when their leader is one of
+    the job's processes, so a group the job merely runs in (``make``'s, a shell script's)
+    is never touched."""
+    me, own = os.getpid(), os.getpgrp()
+    roots = [pid for pid in roots if pid != me]
+    found: set[int] = set()
+    for _ in range(2):
+        job, table = descendants([*roots, *found, me])
+        job.discard(me)
+        new = job - found
+        ordered = [pid for pid in roots if pid in new] + sorted(new.difference(roots))
+        for pid in ordered:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        leaders = {table[pid].pgrp for pid in job | {me} if pid in table} & (job | {me})
+        for pgid in leaders - {own}:
+            with contextlib.suppress(OSError):
+                os.killpg(pgid, signal.SIGKILL)
+        found |= job
+        if not new:
+            break
+    return found

@@ -1,0 +1,177 @@
+"""The run of a job a fault plan is armed in: the processes a ``crash`` kills, and where an
+inline spec without ``TWOPC_FAULT_STATE`` counts its ``times``.
+
+A run starts in the first process that arms a plan and finds no run of that plan in its
+environment (the driver of ``python job.py`` or ``spark-submit job.py``, ``twopc recover``):
+that process is the run's root. :func:`faultinject.export_run` (which ``twopc.register`` calls)
+hands the run on through ``TWOPC_FAULT_RUN``, in ``os.environ`` for the processes the root
+starts later and in ``SparkContext.environment`` for the Python workers Spark starts for the
+functions made afterwards (twopc's data sources), and adds Spark's JVM as a second root. The
+variable holds JSON: the plan it belongs to (a digest of the ``TWOPC_FAULT*`` variables: a
+record of another plan is ignored), the machine's boot, the roots (pid and start time, so a
+reused pid is never taken for a root) and the run's state folder.
+
+An inline spec without ``TWOPC_FAULT_STATE`` counts ``times`` in a folder of the run's own,
+``<tempdir>/twopc-faults-run-XXXXXXXX`` (mode 0700, made by the run's user): a new run of
+the same spec fires again. The folder is deleted when the run ends: at the root's normal
+exit, or by the ``crash`` (or a root's ``kill`` or ``exit``) that ends it. A run killed from
+outside (SIGKILL, the OOM killer) leaves it behind until the next run of any plan by the
+same user, which deletes the folders of runs whose roots are all gone. A plan with a state
+folder of its own (``TWOPC_FAULT_STATE``, a plan file's) counts there across runs, and that
+folder is never deleted.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import stat
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._proctree import boot_id, start_time
+from ._spec import ENV_RUN
+
+__all__ = ["RUN_PREFIX", "Run", "plan_key", "run_of"]
+
+RUN_PREFIX = "twopc-faults-run-"
+"""Name prefix of a run's own state folder in the temporary directory."""
+_RECORD = "run.json"
+
+_lock = threading.Lock()
+_own: dict[str, Run] = {}  # plan key -> the run this process is the root of
+
+
+def plan_key(spec: str | None, plan_path: str | None, state: str | None) -> str:
+    """A digest of the variables that arm a plan: a run belongs to one plan."""
+    text = json.dumps([spec, plan_path, state])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Run:
+    """One run of one plan: its roots, its boot and (for a run-scoped state) its folder."""
+
+    def __init__(self, key: str, roots: Iterable[tuple[int, int]], boot: str, state: str | None,
+                 *, scoped: bool, owned: bool) -> None:
+        self.key = key
+        self.roots = list(dict.fromkeys(roots))
+        self.boot = boot
+        self.state = state
+        self.scoped = scoped  # the state folder is the run's own (deleted when the run ends)
+        self.owned = owned  # this process made the run: it deletes the folder when it exits
+
+    @classmethod
+    def parse(cls, raw: str | None, key: str) -> Run | None:
+        """The run recorded in *raw* (a ``TWOPC_FAULT_RUN`` value) if it belongs to plan *key*."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+            if data.get("key") != key:
+                return None
+            roots = [(int(pid), int(start)) for pid, start in data["roots"]]
+            state = data.get("state")
+            return cls(key, roots, str(data["boot"]), state if isinstance(state, str) else None,
+                       scoped=isinstance(state, str), owned=False)
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def to_env(self) -> str:
+        """The ``TWOPC_FAULT_RUN`` value of this run."""
+        return json.dumps({"key": self.key, "boot": self.boot, "roots": self.roots,
+                           "state": self.state if self.scoped else None})
+
+    def add_root(self, pid: int) -> None:
+        """Count *pid* (alive, on this machine) among the run's processes."""
+        start = start_time(pid)
+        if start is not None and (pid, start) not in self.roots:
+            self.roots.append((pid, start))
+            self._write_record()
+
+    def local_roots(self) -> list[int]:
+        """The roots still alive as the very processes recorded (none from another boot)."""
+        if self.boot != boot_id():
+            return []
+        return [pid for pid, start in self.roots if start_time(pid) == start]
+
+    def state_dir(self) -> str:
+        """The run's own state folder, made on first use."""
+        with _lock:
+            if self.state is None:
+                sweep_ended_runs()
+                self.state = tempfile.mkdtemp(prefix=RUN_PREFIX)
+                self._write_record()
+            return self.state
+
+    def _write_record(self) -> None:
+        if self.scoped and self.state is not None:
+            with contextlib.suppress(OSError), open(os.path.join(self.state, _RECORD), "w", encoding="utf-8") as fh:
+                fh.write(self.to_env())
+
+    def end(self) -> None:
+        """The run is over: delete its own state folder (never a given one)."""
+        if self.scoped and self.state is not None:
+            shutil.rmtree(self.state, ignore_errors=True)
+
+
+def run_of(env: Mapping[str, str], spec: str | None, plan_path: str | None, state: str | None) -> Run:
+    """The run this process belongs to for the plan armed by *spec*/*plan_path*/*state*: the
+    one recorded in *env* (``TWOPC_FAULT_RUN``) if it is of this plan, else the one this
+    process is the root of (made now, with this process as its root)."""
+    key = plan_key(spec, plan_path, state)
+    found = Run.parse(env.get(ENV_RUN), key)
+    with _lock:
+        own = _own.get(key)
+        if found is not None:
+            if own is not None and own.state == found.state:  # this process's own run, handed on
+                own.roots = found.roots
+                return own
+            return found
+        if own is None:
+            me = os.getpid()
+            roots = [(me, start)] if (start := start_time(me)) is not None else []
+            own = _own[key] = Run(key, roots, boot_id(), None, scoped=state is None and spec is not None,
+                                  owned=True)
+        return own
+
+
+def _alive(record: Mapping[str, Any], boot: str) -> bool:
+    if record.get("boot") != boot:
+        return False
+    return any(start_time(int(pid)) == int(start) for pid, start in record.get("roots", ()))
+
+
+def sweep_ended_runs() -> None:
+    """Delete the state folders this user's ended runs left in the temporary directory (a
+    run whose roots are all gone; never a folder without a run record, or another user's)."""
+    root, uid, boot = tempfile.gettempdir(), os.getuid(), boot_id()
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(RUN_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+            if info.st_uid != uid or not stat.S_ISDIR(info.st_mode):
+                continue
+            with open(os.path.join(path, _RECORD), encoding="utf-8") as fh:
+                record = json.load(fh)
+            if not _alive(record, boot):
+                shutil.rmtree(path, ignore_errors=True)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+
+
+@atexit.register
+def _end_own_runs() -> None:
+    """A root that exits normally ends its runs (Spark's workers are gone by then)."""
+    for run in list(_own.values()):
+        if run.owned:
+            run.end()
