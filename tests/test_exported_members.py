@@ -62,7 +62,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl", "FaultControlError",
         "FaultPlan", "FaultProxy",
         "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
-        "LocalRedisCluster", "LocalSparkCluster",
+        "LocalRedisCluster", "LocalSparkCluster", "LocalSparkConnect",
         "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
         "armed", "declare", "declared_points", "default_state_dir", "export_crash_group", "fault_point",
         "read_firings",
