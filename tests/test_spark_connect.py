@@ -233,3 +233,38 @@ def test_declarative_pipeline_with_a_twopc_sink_writes_each_row_once(pg_engine, 
         assert done.returncode == 0 or SPARK_PIPELINES_CLIENT_ERROR in out, out[-4000:]
         assert _ids(pg_engine, table) == list(range(20 if run == 0 else 35))
     assert [g for g in _prepared(pg_engine) if "twopc" in g] == []
+
+
+_BLOCK_TWOPC = '''\
+import sys
+
+
+class _NotInstalled:
+    """The server's Python as if twopc were installed only in the client."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("twopc", "sinks", "recovery", "faultinject"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _NotInstalled())
+'''
+
+
+def test_registering_with_a_server_that_cannot_import_twopc_names_the_fix(tmp_path) -> None:
+    """twopc installed in the client only: register_all fails at once, saying where to install
+    it, instead of every later write failing on the server with ModuleNotFoundError."""
+    from twopc import ConfigurationError
+
+    (tmp_path / "sitecustomize.py").write_text(_BLOCK_TWOPC)
+    with LocalSparkConnect(env={"PYTHONPATH": str(tmp_path)}) as server:
+        session = _session(server.url)
+        try:
+            with pytest.raises(ConfigurationError, match=r"cannot import .*sinks.*twopc") as info:
+                sinks.register_all(session)
+            assert "PYSPARK_PYTHON" in str(info.value) and "pip install" in str(info.value)
+            with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):  # nothing was registered
+                session.range(1).write.format("twopc-file").mode("append").option("path", str(tmp_path / "o")).save()
+        finally:
+            session.stop()

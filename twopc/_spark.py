@@ -47,6 +47,7 @@ from pyspark.sql.types import StructType
 import faultinject
 
 from ._checkpoint import bind_session_checkpoint, missing_spark_checkpoint, session_checkpoint_root, with_checkpoint
+from ._connect import check_server, is_connect
 from ._context import TransactionContext
 from ._coordinator import AnySink, BatchResult, CommitCoordinator
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
@@ -510,10 +511,16 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     adds, so two streaming queries over one source in one session cannot corrupt each
     other's task binaries (see :mod:`twopc._source_env`).
 
+    On a Spark Connect session it first checks, with one small task, that the server's Python
+    imports twopc and the packages of *data_sources* (see :mod:`twopc._connect`): registration is
+    per session, and the formats run on the server, not in the client.
+
     The first call also adds a streaming query listener to the session: when
     ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
     could not abort, it aborts that batch (see :mod:`twopc._stops`).
     """
+    if is_connect(spark):  # the data sources run on the server: it must import them
+        check_server(spark, {"twopc", *(ds.__module__.split(".")[0] for ds in data_sources)})
     root = session_checkpoint_root(spark)
     sinks: dict[str, type[TwoPhaseCommitDataSource]] = {}
     for ds in data_sources:
