@@ -41,8 +41,9 @@ only the standard library.
 Importing it loads only the fault points (twopc imports it on every executor).  The chaos
 runner (:class:`ChaosRunner` and its reports), the throwaway servers
 (:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`,
-:class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`) and
-the network fault proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies) load on first use:
+:class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`), a Spark
+Connect server (:class:`LocalSparkConnect`) and the network fault proxy (:class:`FaultProxy`: resets,
+latency, blackholes, swallowed replies) load on first use:
 ``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
 """
 
@@ -78,6 +79,7 @@ if TYPE_CHECKING:
     from ._control import FaultControl
     from ._proxy import FaultProxy, ProxyConnection
     from ._spark_cluster import LocalSparkCluster
+    from ._spark_connect import LocalSparkConnect
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
     from .servers import LocalMariaDB, LocalPostgres, LocalRedis, LocalRedisCluster
 
@@ -94,6 +96,7 @@ _LAZY: dict[str, str] = {
     "LocalRedis": ".servers",
     "LocalRedisCluster": ".servers",
     "LocalSparkCluster": "._spark_cluster",
+    "LocalSparkConnect": "._spark_connect",
     "ProxyConnection": "._proxy",
 }
 
@@ -124,6 +127,7 @@ __all__ = [
     "LocalRedis",
     "LocalRedisCluster",
     "LocalSparkCluster",
+    "LocalSparkConnect",
     "ProxyConnection",
     "ServerUnavailable",
     "UnknownFaultPoint",

@@ -63,7 +63,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl", "FaultControlError",
         "FaultPlan", "FaultProxy",
         "FaultRule", "FaultSpecError", "InjectedFault", "LocalMariaDB", "LocalPostgres", "LocalRedis",
-        "LocalRedisCluster", "LocalSparkCluster",
+        "LocalRedisCluster", "LocalSparkCluster", "LocalSparkConnect",
         "ProxyConnection", "ServerUnavailable", "UnknownFaultPoint",
         "armed", "current_state_dir", "declare", "declared_points", "export_crash_group", "export_run",
         "fault_point", "read_firings",

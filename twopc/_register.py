@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._checkpoint import bind_session_checkpoint, session_checkpoint_root
+from ._connect import check_server, is_connect
 from ._fault_run import export_fault_run
 from ._session_options import bind_session_options, session_option_defaults
 from ._source_env import is_stream_source, source_environment
@@ -41,6 +42,10 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     adds, so two streaming queries over one source in one session cannot corrupt each
     other's task binaries (see :mod:`twopc._source_env`).
 
+    On a Spark Connect session it first checks, with one small task, that the server's Python
+    imports twopc and the packages of *data_sources* (see :mod:`twopc._connect`): registration is
+    per session, and the formats run on the server, not in the client.
+
     With a fault plan armed in the driver's environment (a crash drill), its run is handed
     to the session's Spark processes first (see :mod:`twopc._fault_run`).
 
@@ -51,6 +56,8 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     A session default on S3 that Spark itself cannot write (no ``hadoop-aws``: see
     :func:`twopc.check_checkpoint_location`) is a WARNING naming what to add.
     """
+    if is_connect(spark):  # the data sources run on the server: it must import them
+        check_server(spark, {"twopc", *(ds.__module__.split(".")[0] for ds in data_sources)})
     export_fault_run(spark)  # a crash drill armed in the driver reaches the workers of these sources
     root = session_checkpoint_root(spark)
     if root is not None and (problem := spark_checkpoint_problem(spark, root)) is not None:
