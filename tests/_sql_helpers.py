@@ -36,6 +36,26 @@ def batch(ids: list[int], **cols: Any) -> pa.RecordBatch:
     return pa.record_batch(data)
 
 
+def write_one_task(sink: Any, batch: pa.RecordBatch, *, overwrite: bool = False) -> None:
+    """One task of one batch through *sink*, as the runtime drives it, committed (a staging
+    sink's handle through ``commit_all``, a prepared one's through ``commit``)."""
+    from sinks import StagingSink
+
+    try:
+        sink.configure_write(batch.schema, overwrite=overwrite, streaming=False, checkpointed=True)
+        sink.validate(batch.schema)
+        txn = sink.begin_transaction(TransactionContext(f"w{uid()}", 1, 0, 1, 0))
+        try:
+            sink.invoke_batch(txn, batch)
+            handle = sink.pre_commit(txn)
+        except BaseException:
+            sink.rollback(txn)
+            raise
+        sink.commit_all([handle]) if isinstance(sink, StagingSink) else sink.commit(handle)
+    finally:
+        sink.close()
+
+
 def prepare(sink: Any, context: TransactionContext, *batches: pa.RecordBatch) -> Any:
     """One task attempt: begin, load *batches*, prepare; rolled back if anything fails."""
     txn = sink.begin_transaction(context)

@@ -21,7 +21,9 @@ from sqlalchemy.engine import make_url
 
 import sinks
 from sinks import MySqlXaSink, PostgresSink, StagingSink
-from twopc import SchemaMismatchError, TransactionContext
+from twopc import SchemaMismatchError
+
+from ._sql_helpers import write_one_task
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -64,23 +66,6 @@ def _batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(ROWS, schema=SCHEMA)
 
 
-def _write(sink: Any, batch: pa.RecordBatch, *, overwrite: bool = False) -> None:
-    """One task of one batch through *sink*, as the runtime drives it, committed."""
-    try:
-        sink.configure_write(batch.schema, overwrite=overwrite, streaming=False, checkpointed=True)
-        sink.validate(batch.schema)
-        txn = sink.begin_transaction(TransactionContext(f"j{_uid()}", 1, 0, 1, 0))
-        try:
-            sink.invoke_batch(txn, batch)
-            handle = sink.pre_commit(txn)
-        except BaseException:
-            sink.rollback(txn)
-            raise
-        sink.commit_all([handle]) if isinstance(sink, StagingSink) else sink.commit(handle)
-    finally:
-        sink.close()
-
-
 def _read(engine: sa.Engine, table: str) -> dict[int, dict[str, Any]]:
     cast = "::text" if engine.dialect.name == "postgresql" else ""
     with engine.connect() as c:
@@ -98,12 +83,12 @@ def _create(engine: sa.Engine, table: str, *, text_m: bool = False) -> None:
 
 def _writers(url: str, engine: sa.Engine) -> dict[str, Any]:
     """Every commit mode the database has: a function that writes a batch into a table."""
-    out: dict[str, Any] = {"staging": lambda t, b: _write(StagingSink(url, t), b)}
+    out: dict[str, Any] = {"staging": lambda t, b: write_one_task(StagingSink(url, t), b)}
     if engine.dialect.name == "postgresql":
-        out["prepared, binary COPY"] = lambda t, b: _write(PostgresSink(url, t), b)
-        out["prepared, CSV COPY"] = lambda t, b: _write(PostgresSink(url, t, copy_format="csv"), b)
+        out["prepared, binary COPY"] = lambda t, b: write_one_task(PostgresSink(url, t), b)
+        out["prepared, CSV COPY"] = lambda t, b: write_one_task(PostgresSink(url, t, copy_format="csv"), b)
     elif engine.dialect.name == "mysql":
-        out["XA"] = lambda t, b: _write(MySqlXaSink(url, t), b)
+        out["XA"] = lambda t, b: write_one_task(MySqlXaSink(url, t), b)
     return out
 
 
@@ -117,7 +102,7 @@ def test_maps_structs_and_arrays_are_stored_as_json_by_every_mode(db) -> None:
         write(table, _batch())
         assert _read(engine, table) == EXPECTED, mode
     created = f"jc_{_uid()}"
-    _write(StagingSink(url, created), _batch())
+    write_one_task(StagingSink(url, created), _batch())
     assert _read(engine, created) == EXPECTED
     with engine.connect() as c:
         if engine.dialect.name == "postgresql":
@@ -271,7 +256,7 @@ def test_a_refused_row_with_a_map_is_dead_lettered_with_the_map_as_an_object(pos
         {"stream": "o", "id": "1-0", "fields": [("user", "u1")]},
         {"stream": "o", "id": "2-0", "fields": [("amount", "2")]},
         {"stream": "o", "id": "3-0", "fields": [("user", "nul\x00")]}], schema=schema)
-    _write(PostgresSink(postgres_url, table, dead_letter_table=dead), batch)
+    write_one_task(PostgresSink(postgres_url, table, dead_letter_table=dead), batch)
     with pg_engine.connect() as c:
         assert c.exec_driver_sql(f"SELECT id, fields FROM {table}").all() == [("1-0", {"user": "u1"})]
         got = c.exec_driver_sql(f"SELECT entry_id, left(reason, 5), row FROM {dead} ORDER BY entry_id").all()

@@ -25,9 +25,8 @@ import pytest
 import sqlalchemy as sa
 
 from sinks import MySqlXaSink, PostgresSink, StagingSink
-from twopc import TransactionContext
 
-from ._sql_helpers import uid
+from ._sql_helpers import uid, write_one_task
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 
@@ -125,23 +124,6 @@ class Matrix:
             c.exec_driver_sql(f"DROP TABLE IF EXISTS {self.table}")
 
 
-def _twopc(sink: Any, batch: pa.RecordBatch) -> None:
-    """One batch of one task through *sink*, as the runtime drives it, committed."""
-    try:
-        sink.configure_write(batch.schema, overwrite=False, streaming=False, checkpointed=True)
-        sink.validate(batch.schema)
-        txn = sink.begin_transaction(TransactionContext(f"m{uid()}", 1, 0, 1, 0))
-        try:
-            sink.invoke_batch(txn, batch)
-            handle = sink.pre_commit(txn)
-        except BaseException:
-            sink.rollback(txn)
-            raise
-        sink.commit_all([handle]) if isinstance(sink, StagingSink) else sink.commit(handle)
-    finally:
-        sink.close()
-
-
 def _modes(url: str, prepared: type[Any], engine: sa.Engine, columns: tuple[str, ...],
            frames: dict[str, Any]) -> dict[tuple[str, str], tuple[Outcome, Outcome]]:
     """Every cell through the staging mode and through *prepared*."""
@@ -151,11 +133,11 @@ def _modes(url: str, prepared: type[Any], engine: sa.Engine, columns: tuple[str,
     def stage(batch: pa.RecordBatch, table: str) -> None:
         sink = StagingSink(url, table, staging_table=f"twopc_stage_{batch.schema.names[1]}_{staging.table}")
         stages.add(sink.stage.quoted(engine.dialect))
-        _twopc(sink, batch)
+        write_one_task(sink, batch)
 
     try:
         return {(name, column): (staging.run(batch, column, stage),
-                                 direct.run(batch, column, lambda b, t: _twopc(prepared(url, t), b)))
+                                 direct.run(batch, column, lambda b, t: write_one_task(prepared(url, t), b)))
                 for name, df in frames.items() for batch in [df.toArrow().to_batches()[0]] for column in columns}
     finally:
         staging.drop()
