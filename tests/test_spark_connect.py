@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import redis
 import sqlalchemy as sa
+from pyspark.sql.connect.client.retries import DefaultPolicy
 from sqlalchemy.engine import make_url
 
 import sinks
@@ -38,6 +39,8 @@ def _server_env(**extra: str) -> dict[str, str]:
 
 
 def _session(url: str) -> Any:
+    """A new Spark Connect session (the client of PySpark's Connect module, whatever this
+    process's classic session does)."""
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
     return RemoteSparkSession.builder.remote(url).create()
@@ -155,6 +158,8 @@ def test_streaming_query_whose_server_died_after_the_decision_commits_once(pg_en
 
     def run() -> None:
         session = _session(server.url)
+        # the client's default retries a lost server for 10 minutes; this test knows it is gone
+        session.client.set_retry_policies([DefaultPolicy(max_retries=2, max_backoff=1000)])
         try:
             sinks.register_all(session)
             q = (session.readStream.format("json").schema("id BIGINT, payload STRING").option("maxFilesPerTrigger", 1)
