@@ -85,7 +85,6 @@ the JDBC driver): translated, logged, or refused (:mod:`sinks.sql._params`).
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Mapping
@@ -100,6 +99,7 @@ from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
 from ._column_lists import parse_column_list, parse_column_types
 from ._names import TableName, parse_table_name
+from ._timeout_options import SOCKET_TIMEOUT, socket_and_lock_timeouts
 from ._timeouts import NetTimeouts
 from ._twopc_schema import bookkeeping_table, parse_twopc_schema
 from ._url import Dialect, safe_url, translate_url, url_secrets
@@ -178,8 +178,6 @@ REJECTED_OPTIONS: dict[str, tuple[str, str]] = {
                            "cannot use (it connects with Python drivers); remove it")),
 }
 
-log = logging.getLogger("twopc.sinks.sql")
-
 _JAVA_CLASS = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*$")
 _KNOWN_DRIVERS: dict[str, Dialect] = {
     "org.postgresql.driver": "postgresql",
@@ -196,10 +194,8 @@ _MAX_CONNECT = Duration(3_600_000)
 _NO_LIMIT = Duration(0)
 _LOCK_TIMEOUT = Duration(30_000)
 _CONNECT_TIMEOUT = Duration(10_000)
-_SOCKET_TIMEOUT = Duration(60_000)
 #: the port a URL without one connects to, for :meth:`JdbcOptions.target_identity`
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
-_SOCKET_MARGIN = Duration(30_000)
 #: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
 STAGING_RETENTION = Duration(86_400_000)
 _DIALECT_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL/MariaDB", "sqlite": "SQLite"}
@@ -285,7 +281,7 @@ class JdbcOptions:
     staging_retention: Duration = STAGING_RETENTION
     lock_timeout: Duration = _LOCK_TIMEOUT
     connect_timeout: Duration = _CONNECT_TIMEOUT
-    socket_timeout: Duration = _SOCKET_TIMEOUT
+    socket_timeout: Duration = SOCKET_TIMEOUT
     tcp_keepalive: bool = True
     copy_format: CopyFormat = "auto"
     dead_letter_table: str | None = None
@@ -374,7 +370,7 @@ class JdbcOptions:
             raise ConfigurationError(
                 f"{source} is {connect.seconds:g} seconds; it must be between 1 and {_MAX_CONNECT.seconds:g} seconds "
                 f"(a plain number is seconds; MySQL's JDBC URL parameter connectTimeout is in milliseconds)")
-        values["socket_timeout"], values["lock_timeout"] = _socket_timeout(
+        values["socket_timeout"], values["lock_timeout"] = socket_and_lock_timeouts(
             socket_option, translated.socket_timeout_ms, values["lock_timeout"], values["query_timeout"],
             lock_given=r.text("lockTimeout") is not None, dialect=dialect)
         values["tcp_keepalive"] = (r.boolean("tcpKeepAlive", True, strict=True) if keepalive_option is not None
@@ -514,45 +510,6 @@ def _option_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(f"`{str(v).replace('`', '``')}`" for v in value)
     return str(value)
-
-
-def _socket_timeout(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration, *,
-                    lock_given: bool, dialect: Dialect) -> tuple[Duration, Duration]:
-    """``socketTimeout`` and the ``lockTimeout`` in force: the socket timeout is the option,
-    else the URL's, else the default. A given one must be longer than every wait a statement
-    may legitimately spend on the server; when the user gave no ``lockTimeout`` and the
-    default one would outlast it, the lock timeout becomes half the socket timeout (the other
-    half is the reply's round trip), logged at INFO."""
-    longest = Duration(lock.ms + query.ms)
-    if option_text is None and url_ms is None:
-        return max(_SOCKET_TIMEOUT, Duration(longest.ms + _SOCKET_MARGIN.ms)), lock
-    given = Duration.parse(option_text, "socketTimeout") if option_text is not None else Duration(url_ms or 0)
-    source = "option socketTimeout" if option_text is not None else "the socketTimeout in the url"
-    if given.ms <= 0:
-        raise ConfigurationError(f"{source} must be > 0: twopc never waits for a reply without a limit "
-                                 f"(leave it out for the default, {_SOCKET_TIMEOUT.seconds:g} s)")
-    if not lock_given and _server_wait(lock, dialect).ms >= given.ms:
-        derived = Duration(given.ms // 2)
-        if derived.ms > 0 and _server_wait(derived, dialect).ms < given.ms:
-            log.info("twopc: lockTimeout %s (half of %s, %s; the default lockTimeout %s would outlast it). "
-                     "Set option lockTimeout to choose another", derived, source, given, lock)
-            lock = derived
-    for name, wait in (("lockTimeout", lock), ("queryTimeout", query)):
-        if given.ms <= wait.ms:
-            default = " (the default)" if name == "lockTimeout" and not lock_given else ""
-            raise ConfigurationError(
-                f"{source} ({given.seconds:g} s) must be longer than {name} ({wait.seconds:g} s{default}): a "
-                f"statement that waits that long on the server would be cut off. Raise socketTimeout or lower "
-                f"{name} (a plain number is seconds; MySQL's JDBC URL parameter socketTimeout is in milliseconds)")
-    return given, lock
-
-
-def _server_wait(lock: Duration, dialect: Dialect | None) -> Duration:
-    """How long the server lets a statement wait for a lock under *lock*: MySQL/MariaDB
-    count whole seconds, at least one (``innodb_lock_wait_timeout``)."""
-    if dialect == "mysql":
-        return Duration(max(1, lock.whole_seconds) * 1000)
-    return lock
 
 
 def _dead_letter_option(r: OptionReader) -> str | None:

@@ -1,0 +1,60 @@
+"""``socketTimeout`` against the waits a statement may spend on the server: the socket
+timeout in force (the option, else the URL's, else the default) and the ``lockTimeout`` that
+fits under it."""
+
+from __future__ import annotations
+
+import logging
+
+from twopc import ConfigurationError
+
+from .._options import Duration
+from ._url import Dialect
+
+__all__ = ["SOCKET_MARGIN", "SOCKET_TIMEOUT", "socket_and_lock_timeouts"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+#: The default socket timeout.
+SOCKET_TIMEOUT = Duration(60_000)
+#: What the default socket timeout leaves beyond the longest server-side wait.
+SOCKET_MARGIN = Duration(30_000)
+
+
+def socket_and_lock_timeouts(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration, *,
+                    lock_given: bool, dialect: Dialect) -> tuple[Duration, Duration]:
+    """``socketTimeout`` and the ``lockTimeout`` in force: the socket timeout is the option,
+    else the URL's, else the default. A given one must be longer than every wait a statement
+    may legitimately spend on the server; when the user gave no ``lockTimeout`` and the
+    default one would outlast it, the lock timeout becomes half the socket timeout (the other
+    half is the reply's round trip), logged at INFO."""
+    longest = Duration(lock.ms + query.ms)
+    if option_text is None and url_ms is None:
+        return max(SOCKET_TIMEOUT, Duration(longest.ms + SOCKET_MARGIN.ms)), lock
+    given = Duration.parse(option_text, "socketTimeout") if option_text is not None else Duration(url_ms or 0)
+    source = "option socketTimeout" if option_text is not None else "the socketTimeout in the url"
+    if given.ms <= 0:
+        raise ConfigurationError(f"{source} must be > 0: twopc never waits for a reply without a limit "
+                                 f"(leave it out for the default, {SOCKET_TIMEOUT.seconds:g} s)")
+    if not lock_given and _server_wait(lock, dialect).ms >= given.ms:
+        derived = Duration(given.ms // 2)
+        if derived.ms > 0 and _server_wait(derived, dialect).ms < given.ms:
+            log.info("twopc: lockTimeout %s (half of %s, %s; the default lockTimeout %s would outlast it). "
+                     "Set option lockTimeout to choose another", derived, source, given, lock)
+            lock = derived
+    for name, wait in (("lockTimeout", lock), ("queryTimeout", query)):
+        if given.ms <= wait.ms:
+            default = " (the default)" if name == "lockTimeout" and not lock_given else ""
+            raise ConfigurationError(
+                f"{source} ({given.seconds:g} s) must be longer than {name} ({wait.seconds:g} s{default}): a "
+                f"statement that waits that long on the server would be cut off. Raise socketTimeout or lower "
+                f"{name} (a plain number is seconds; MySQL's JDBC URL parameter socketTimeout is in milliseconds)")
+    return given, lock
+
+
+def _server_wait(lock: Duration, dialect: Dialect | None) -> Duration:
+    """How long the server lets a statement wait for a lock under *lock*: MySQL/MariaDB
+    count whole seconds, at least one (``innodb_lock_wait_timeout``)."""
+    if dialect == "mysql":
+        return Duration(max(1, lock.whole_seconds) * 1000)
+    return lock
