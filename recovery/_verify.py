@@ -13,8 +13,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["CANNOT_TELL", "CLEAN", "DISCREPANCIES", "EXAMPLES", "STAGE_TABLE_PREFIX", "SetCheck", "Verification",
-           "staged_rows_left", "verify_ids", "verify_postgres_ids"]
+#: Stream entry ids per page of ``twopc verify --stream`` (one statement each).
+PAGE_SIZE = 50_000
+
+__all__ = ["CANNOT_TELL", "CLEAN", "DISCREPANCIES", "EXAMPLES", "PAGE_SIZE", "STAGE_TABLE_PREFIX", "SetCheck",
+           "Verification", "staged_rows_left", "verify_ids", "verify_postgres_ids"]
 
 STAGE_TABLE_PREFIX = "twopc_stage_"
 """Default name prefix of the staging tables of ``twopc-jdbc``'s staging mode."""

@@ -28,12 +28,11 @@ from sinks.redis_stream._ids import ZERO, EntryId, Range
 from sinks.redis_stream._server import StreamServer
 from sinks.sql._names import TableName
 
-from ._verify import EXAMPLES, SetCheck
+from ._verify import EXAMPLES, PAGE_SIZE, SetCheck
 
-__all__ = ["PAGE_SIZE", "read_only_session", "verify_stream"]
+__all__ = ["read_only_session", "verify_stream"]
 
 #: Stream ids per page (one statement each): about 20 MB at the peak (measured; the ids and their encoding).
-PAGE_SIZE = 50_000
 
 # A row's id of the form <ms>-<seq> (digits and one dash: no cast can fail on other ids, and a
 # regular expression costs ten times as much per row)
