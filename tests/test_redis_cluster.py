@@ -260,6 +260,9 @@ def test_a_prepared_staging_lost_in_a_failover_is_a_transaction_lost_error_not_s
     want = target.commit(0)
     old = cluster.master_of(target.slot)
     replica = cluster.replica_of(old)
+    # batch 0 reached the replica before it is cut off (replication is asynchronous: without
+    # this, a loaded machine lets the takeover lose batch 0 too, which is not what is tested)
+    assert cluster.wait_replicated(old) == 1
     cluster.detach_replica(replica)
     try:
         handles, _ = target.prepare(1)  # acknowledged by `old` only
