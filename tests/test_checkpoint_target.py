@@ -1,4 +1,4 @@
-"""A checkpoint (and its sink id) serves one target (issue 13 item 3): the first write records
+"""A checkpoint (and its sink id) serves one target: the first write records
 what it writes to (``twopc/target.json``: ``TwoPhaseCommitSink.target_identity``, never a
 credential), and a write to another target with that checkpoint is refused before anything
 runs, naming both targets and the fix. Before, a batch job to table T2 with T1's checkpoint and

@@ -1,4 +1,4 @@
-"""The drop-in's crash matrix without a checkpoint, the task side (issue 14): a retried task
+"""The drop-in's crash matrix without a checkpoint, the task side: a retried task
 whose first attempt was killed after it prepared, and a failed job (a task failing for
 good). Each id lands exactly once (none for the failed job), and nothing prepared or kept in
 the target's ledger is left after the write, nor after ``twopc recover``.

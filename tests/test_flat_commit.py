@@ -1,5 +1,5 @@
 """The driver's commit of a batch costs a number of round trips that does not grow with its
-partition count (issue 14, item 4), and keeps every transaction's outcome exact.
+partition count, and keeps every transaction's outcome exact.
 
 Round trips are counted structurally, by :class:`faultinject.FaultProxy` between the sink and
 the real server (``ProxyConnection.round_trips``: how many times the client spoke after the

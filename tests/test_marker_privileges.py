@@ -1,9 +1,9 @@
 """A user allowed to write the target but not the tables twopc keeps beside it (the marker
 table, the staging and batch marker tables, the ledger table) is refused at validation, on
-the driver before any task, with the table and the GRANT that fixes it (issue 13 item
-7(e)); after that GRANT the same validation passes. JVM-less: the sinks' ``validate`` is
-what the Spark formats call on the driver before any task. Real restricted logins on the
-PostgreSQL and MariaDB servers the tests start."""
+the driver before any task, with the table and the GRANT that fixes it; after that GRANT the
+same validation passes. JVM-less: the sinks' ``validate`` is what the Spark formats call on
+the driver before any task. Real restricted logins on the PostgreSQL and MariaDB servers the
+tests start."""
 
 from __future__ import annotations
 

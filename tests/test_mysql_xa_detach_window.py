@@ -1,4 +1,4 @@
-"""The window in which MariaDB's ``XA COMMIT`` answers OK and commits nothing (issue 15, item 7).
+"""The window in which MariaDB's ``XA COMMIT`` answers OK and commits nothing.
 
 MariaDB ends a session in two steps (``unlink_thd``): ``THD::cleanup`` hands the prepared xid
 over to the server's xid cache (other sessions can now ``XA COMMIT`` it) and the session

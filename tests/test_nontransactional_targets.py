@@ -1,5 +1,5 @@
-"""Targets that cannot roll back are refused in every commit mode, before any task runs
-(issue 13 item 1): a MariaDB table of a non-transactional engine (MyISAM here), in the
+"""Targets that cannot roll back are refused in every commit mode, before any task runs:
+a MariaDB table of a non-transactional engine (MyISAM here), in the
 staging and the prepared (XA) mode, existing or created by the write; a staging table of
 such an engine; a PostgreSQL foreign table. Each refusal names the table, the engine and
 the fix, and leaves nothing: no row, no staged row, no prepared transaction, no table the

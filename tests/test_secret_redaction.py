@@ -1,4 +1,4 @@
-"""No piece of a password ever reaches an error message or a description (issue 13, item 5).
+"""No piece of a password ever reaches an error message or a description.
 
 Passwords holding every URL-special character (``& = ? # / @ : ; % +``, space, quotes,
 non-ASCII) are given in every place a password can be given (a JDBC URL's query string
@@ -111,7 +111,7 @@ def test_an_encoded_password_arrives_whole(pw: str) -> None:
 
 
 def test_a_parameter_after_a_raw_ampersand_is_refused_without_its_name() -> None:
-    # the bug of issue 13: "parameter cd in the JDBC URL is not supported" echoed a piece of "ab&cd"
+    # once a bug: "parameter cd in the JDBC URL is not supported" echoed a piece of "ab&cd"
     with pytest.raises(ConfigurationError) as err:
         JdbcOptions.parse({"url": "jdbc:postgresql://h/app?user=u&password=secretab&secretcd=1", "dbtable": "t"})
     text = str(err.value)

@@ -196,7 +196,7 @@ def test_a_sql_url_without_its_driver_names_the_extra() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
 
 
-# -- issue 13 item 6: every format refuses an unknown option, naming the closest known one ----
+# -- every format refuses an unknown option, naming the closest known one ----
 _NEAR_BUILDERS = {
     "twopc-jdbc": lambda o: JdbcOptions.parse({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
     "twopc-postgres": lambda o: PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),

@@ -1,4 +1,4 @@
-"""One set of type rules for every commit mode (issue 15, item 5): a matrix of Spark types x
+"""One set of type rules for every commit mode: a matrix of Spark types x
 target column types, written through the staging mode and the prepared mode (PostgreSQL
 prepared transactions, MariaDB XA) on real servers, and on PostgreSQL also through Spark's own
 ``format("jdbc")`` writer (the PostgreSQL JDBC driver jar, added to the shared session).
