@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from twopc import BatchResult, BatchState, CommitCoordinator, TransactionHandle
+from twopc import BatchResult, BatchState, CommitCoordinator, CommitShape, TransactionHandle
 
 
 class CommitsBeforeDecision(CommitCoordinator):
@@ -17,7 +17,7 @@ class CommitsBeforeDecision(CommitCoordinator):
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         fresh = [h for h in handles if h is not None]
         if fresh and self.ledger.state(batch_id) is BatchState.UNDECIDED \
-                and not self.sink.commits_atomically_for(fresh):
+                and self.sink.commit_shape(fresh) is not CommitShape.LOCAL_TRANSACTION:
             for h in fresh:
                 self.sink.commit(h)
         return super().commit_batch(batch_id, handles)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sinks import FileHandle, FileSink
-from twopc import CommitOutcome, SinkUnavailableError, option
+from twopc import CommitOutcome, CommitShape, SinkUnavailableError, option
 from twopc.testing import SinkHarness
 
 from ._filesink_helpers import assert_nothing_left, committed_ids
@@ -181,13 +181,12 @@ class RollbackPrepares(FileSink):
 
 
 class ClaimsAtomicCommit(FileSink):
-    """Claims to commit a whole batch in one local transaction (``commits_atomically``), but
+    """Claims to commit a whole batch in one local transaction (``CommitShape.LOCAL_TRANSACTION``), but
     keeps no batch marker: Spark's replay of a batch committed just before the driver died
     (before it recorded the batch) is committed again."""
 
-    @property
-    def commits_atomically(self) -> bool:
-        return True
+    def commit_shape(self, handles: Sequence[FileHandle] = ()) -> CommitShape:
+        return CommitShape.LOCAL_TRANSACTION
 
     def commit_all(self, handles: Sequence[FileHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         return [self.commit(h) for h in handles]

@@ -93,8 +93,9 @@ def test_retention_purges_old_ledger_records_and_the_sinks_bookkeeping(tmp_path)
     class Recording(FileSink):
         purged: ClassVar[list[tuple[str, int]]] = []
 
-        def purge_committed(self, sink_id: str, below_batch: int) -> None:
+        def purge_markers(self, sink_id: str, below_batch: int) -> int:
             self.purged.append((sink_id, below_batch))
+            return 0
 
     sink = Recording(str(tmp_path / "out"))
     ledger = CommitLedger(str(tmp_path / "ck"))

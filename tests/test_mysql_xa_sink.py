@@ -40,6 +40,7 @@ from twopc import (
     dumps_handle,
     loads_handle,
 )
+from twopc._sink import purge_markers_best_effort
 
 from ._sql_helpers import batch as _batch
 from ._sql_helpers import chain as _chain
@@ -354,9 +355,9 @@ def test_purge_markers_deletes_only_older_batches_of_the_sink(mariadb_url, table
         assert sink.commit(_prepare(sink, _ctx(sink_id, batch=b), _batch([b]))) is CommitOutcome.COMMITTED
     assert sink.purge_markers(sink_id, below_batch=3) == 2
     assert _sql(mariadb_url, "SELECT batch_id FROM twopc_markers WHERE sink_id = %s", (sink_id,)) == [(3,)]
-    sink.purge_committed(sink_id, below_batch=4)  # the runtime's hook
+    purge_markers_best_effort(sink, sink_id, below_batch=4)  # the runtime's call
     assert _sql(mariadb_url, "SELECT COUNT(*) FROM twopc_markers WHERE sink_id = %s", (sink_id,)) == [(0,)]
-    MySqlXaSink(mariadb_url, table, marker_table=f"missing_{_uid()}").purge_committed(sink_id, 4)  # logged only
+    purge_markers_best_effort(MySqlXaSink(mariadb_url, table, marker_table=f"missing_{_uid()}"), sink_id, 4)  # logged
 
 
 # -- options, ids --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from twopc import (
     dumps_handle,
     loads_handle,
 )
+from twopc._sink import purge_markers_best_effort
 
 from ._sql_helpers import batch as _batch
 from ._sql_helpers import chain as _chain
@@ -195,10 +196,10 @@ def test_purge_markers_deletes_only_older_batches_of_the_sink(postgres_url, pg_e
         assert sink.commit(_prepare(sink, _ctx(sink_id, batch=b), _batch([b]))) is CommitOutcome.COMMITTED
     assert sink.purge_markers(sink_id, below_batch=3) == 2
     assert _rows(pg_engine, f"SELECT batch_id FROM twopc_markers WHERE sink_id = '{sink_id}'") == [(3,)]
-    sink.purge_committed(sink_id, below_batch=4)  # the runtime's hook
+    purge_markers_best_effort(sink, sink_id, below_batch=4)  # the runtime's call
     assert _rows(pg_engine, f"SELECT count(*) FROM twopc_markers WHERE sink_id = '{sink_id}'") == [(0,)]
     broken = PostgresSink(postgres_url, table, marker_table=f"missing_{_uid()}")
-    broken.purge_committed(sink_id, below_batch=4)  # best effort: logged, not raised
+    purge_markers_best_effort(broken, sink_id, below_batch=4)  # logged, not raised
 
 
 # -- options, ids --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import redis
 
 from sinks.redis import IncrByOp, RedisHandle, RedisSink, RedisTargetError, XAddOp
 from sinks.redis import _lua as lua
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome, TransactionContext
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape, TransactionContext
 
 SCHEMA = pa.schema([("id", pa.int64())])
 ROWS = 5  # rows per transaction
@@ -117,15 +117,15 @@ def test_a_lost_transaction_is_reported_and_the_others_commit(redis_url, r, tag)
 def test_a_batch_is_chunked_only_beyond_the_limit_or_across_hash_tags(redis_url, r, tag, monkeypatch) -> None:
     sink = _sink(redis_url, tag)
     handles = [_prepare(sink, 0, p) for p in range(5)]
-    assert sink.commits_in_one_call_for(handles)
+    assert sink.commit_shape(handles) is CommitShape.ONE_CALL
     monkeypatch.setattr(lua, "MAX_BATCH_TXNS", 2)
-    assert not sink.commits_in_one_call_for(handles)
+    assert sink.commit_shape(handles) is CommitShape.WHOLE_BATCH
     before = _fcalls(r)
     assert sink.commit_all(handles) == [CommitOutcome.COMMITTED] * 5
     assert _fcalls(r) - before == 3, "5 transactions at 2 per call"
     other = _sink(redis_url, tag + "x")
     mixed = [_prepare(sink, 1, 0), _prepare(other, 1, 1)]
-    assert not sink.commits_in_one_call_for(mixed)
+    assert sink.commit_shape(mixed) is CommitShape.WHOLE_BATCH
     before = _fcalls(r)
     assert sink.commit_all(mixed) == [CommitOutcome.COMMITTED] * 2
     assert _fcalls(r) - before == 2, "one call per hash tag"

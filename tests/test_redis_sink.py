@@ -148,14 +148,14 @@ def test_a_replayed_commit_changes_no_key_of_any_op_type(redis_url, r, tag) -> N
     assert r.get(f"{{{tag}}}:total") == "10" and r.xlen(f"{{{tag}}}:events") == 10
 
 
-def test_purge_committed_trims_markers_below_the_batch(redis_url, r, tag) -> None:
+def test_purge_markers_trims_markers_below_the_batch(redis_url, r, tag) -> None:
     sink = _sink(redis_url, tag)
     handles = [_prepare(sink, _rows(1), batch=b) for b in range(5)]
     for h in handles:
         sink.commit(h)
     markers = sink.keys_for("s1").committed
     assert r.zcard(markers) == 5 and r.ttl(markers) == -1  # markers never expire
-    sink.purge_committed("s1", 3)
+    assert sink.purge_markers("s1", 3) == 3
     assert sorted(int(s) for _, s in r.zrange(markers, 0, -1, withscores=True)) == [3, 4]
     assert sink.commit(handles[4]) is CommitOutcome.ALREADY_COMMITTED
 

@@ -3,7 +3,7 @@
 Public API:
 
 - :class:`TwoPhaseCommitSink`, :class:`TransactionHandle`, :class:`TransactionContext`,
-  :class:`CommitOutcome`: the contract a sink implements.
+  :class:`CommitOutcome`, :class:`CommitShape`: the contract a sink implements.
 - :class:`CommitLedger`, :class:`CommitCoordinator`, :class:`RecoveryCoordinator`: the
   protocol's durable state, the driver's decision, and recovery after a crash.
 - :class:`TwoPhaseCommitDataSource`, :func:`data_source_for`, :func:`register`,
@@ -61,7 +61,7 @@ from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, epheme
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
 from ._register import foreach_batch_writer, register
 from ._retry import CommitRetry
-from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
 from ._sink_owner import OwnerRecord, checkpoint_label
 from ._spark import (
     TwoPCCommitMessage,
@@ -87,6 +87,7 @@ __all__ = [
     "CommitOutcome",
     "CommitPendingError",
     "CommitRetry",
+    "CommitShape",
     "CompositeDataSourceBase",
     "CompositeHandle",
     "CompositeSink",

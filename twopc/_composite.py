@@ -50,7 +50,7 @@ from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
-from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
 from ._sink_owner import OwnerRecord
 from ._xid import Xid
 
@@ -386,11 +386,11 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """The first participant's reason (none is admitted with one: :func:`_admit`)."""
         return next((why for p in self.participants if (why := p.sink.commit_may_be_refused())), None)
 
-    def commits_whole_batch_for(self, handles: Sequence[CompositeHandle]) -> bool:
-        """Always: each participant gets all its handles of the batch in one
+    def commit_shape(self, handles: Sequence[CompositeHandle] = ()) -> CommitShape:
+        """Always ``WHOLE_BATCH``: each participant gets all its handles of the batch in one
         :meth:`commit_all` (a sink that commits a batch's handles together needs them
         together), and ``between_commits`` fires here, between participants."""
-        return True
+        return CommitShape.WHOLE_BATCH
 
     def commit_all(self, handles: Sequence[CompositeHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit the handles of one decided batch: participant by participant, each
@@ -515,9 +515,18 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             return min(limited, key=lambda h: (h.limit or 0) - h.in_use)
         return rooms[0] if rooms else None
 
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Every participant's markers, under its own sink id; each participant is tried
+        before the first error is raised (named)."""
+        removed, errors = 0, []
         for p in self.participants:
-            p.sink.purge_committed(participant_sink_id(sink_id, p.name), below_batch)
+            try:
+                removed += _asking(p, "purge_markers", sink_id, below_batch)
+            except TwoPCError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return removed
 
     def commit_mode(self) -> str:
         inner = "; ".join(f"{p.name}: {p.sink.commit_mode()}" for p in self.participants)

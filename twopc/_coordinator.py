@@ -40,7 +40,7 @@ from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
 from ._retry import CommitRetry
-from ._sink import CommitOutcome, TwoPhaseCommitSink
+from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink, purge_markers_best_effort
 from ._sink_owner import claim_writer
 from ._target_check import check_target
 
@@ -183,18 +183,20 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
-    """Commit *decision*'s handles: a sink that commits a batch atomically gets them all in
-    one call; otherwise the first handle, then (``between_commits``) the others together,
-    each through :meth:`~TwoPhaseCommitSink.commit_all` when the sink batches commits (a
-    number of round trips that does not grow with the batch), else one by one."""
+    """Commit *decision*'s handles as the sink's :class:`CommitShape` says: separately
+    prepared ones the first, then (``between_commits``) the others together, each group
+    through :meth:`~TwoPhaseCommitSink.commit_all` when the sink batches commits (a number
+    of round trips that does not grow with the batch), else one by one; any other shape
+    gets them all in one :meth:`~TwoPhaseCommitSink.commit_all`."""
     handles = decision.handles
-    if sink.commits_whole_batch_for(handles):
-        yield from _commit_group(sink, handles, recovering=recovering)
-        return
-    yield from _commit_group(sink, handles[:1], recovering=recovering)
-    if len(handles) > 1:
-        faultinject.fault_point("between_commits", batch_id=decision.batch_id)
-        yield from _commit_group(sink, handles[1:], recovering=recovering)
+    match sink.commit_shape(handles):
+        case CommitShape.PER_HANDLE:
+            yield from _commit_group(sink, handles[:1], recovering=recovering)
+            if len(handles) > 1:
+                faultinject.fault_point("between_commits", batch_id=decision.batch_id)
+                yield from _commit_group(sink, handles[1:], recovering=recovering)
+        case CommitShape.ONE_CALL | CommitShape.WHOLE_BATCH | CommitShape.LOCAL_TRANSACTION:
+            yield from _commit_group(sink, handles, recovering=recovering)
 
 
 def _commit_group(sink: AnySink, handles: Sequence[TransactionHandle], *,
@@ -340,7 +342,7 @@ class CommitCoordinator:
             decision = self.ledger.decision(batch_id)
             assert decision is not None
             action, recovering = "finished", True
-        elif fresh and self.sink.commits_atomically_for(fresh):
+        elif fresh and self.sink.commit_shape(fresh) is CommitShape.LOCAL_TRANSACTION:
             return self._commit_atomically(batch_id, fresh, started)
         else:
             faultinject.fault_point("before_decision", batch_id=batch_id)
@@ -411,7 +413,7 @@ class CommitCoordinator:
         retained = self.ledger.committed_batches()
         if retained:
             below = min([retained[0], *(d.batch_id for d in self.ledger.pending())])
-            self.sink.purge_committed(self.sink_id, below)
+            purge_markers_best_effort(self.sink, self.sink_id, below)
 
     def abort_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         """Roll back the failed write of *batch_id*. ``None`` slots (failed tasks) are fine:

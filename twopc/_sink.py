@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from ._target import TargetLedger
 
-__all__ = ["CommitOutcome", "TwoPhaseCommitSink"]
+__all__ = ["CommitOutcome", "CommitShape", "TwoPhaseCommitSink", "purge_markers_best_effort"]
 
 log = logging.getLogger("twopc.sink")
 
@@ -39,6 +39,31 @@ class CommitOutcome(enum.Enum):
     """It had been committed before (a replay); nothing changed."""
     LOST = "lost"
     """It is neither prepared nor committed: its effects are gone. The caller raises."""
+
+
+class CommitShape(enum.Enum):
+    """How a sink commits the handles of one batch (:meth:`TwoPhaseCommitSink.commit_shape`):
+    what the coordinator does with them."""
+
+    PER_HANDLE = "per_handle"
+    """Separately prepared transactions, committed after the decision is recorded: the
+    coordinator commits the first, then (fault point ``between_commits``) the others, each
+    group through :meth:`~TwoPhaseCommitSink.commit_all` when it answers, else one
+    :meth:`~TwoPhaseCommitSink.commit` per handle. The default."""
+    ONE_CALL = "one_call"
+    """After the decision, :meth:`~TwoPhaseCommitSink.commit_all` gets every handle and
+    makes them visible with one call of the target, all at once (``between_commits`` is
+    never reached). Redis, one hash tag."""
+    WHOLE_BATCH = "whole_batch"
+    """After the decision, :meth:`~TwoPhaseCommitSink.commit_all` gets every handle in one
+    call and orders the commits itself, firing ``between_commits`` between two of them.
+    Redis across hash tags, :class:`~twopc.CompositeSink`."""
+    LOCAL_TRANSACTION = "local_transaction"
+    """:meth:`~TwoPhaseCommitSink.commit_all` commits every handle in one local transaction
+    of the target that decides by itself: the coordinator commits *before* it records the
+    batch, so a commit the target refuses leaves nothing decided, and a batch write needs
+    no durable ledger (it may omit ``checkpointLocation``). The sink's batch marker answers
+    a replay ``ALREADY_COMMITTED``. The staging sinks."""
 
 
 class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
@@ -116,19 +141,12 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
             how = 'outputMode("append")' if streaming else 'mode("append")'
             raise ConfigurationError(f"{type(self).__name__} does not support overwrite/complete mode: use {how}")
 
-    @property
-    def commits_atomically(self) -> bool:
-        """True when :meth:`commit_all` commits a whole batch in one local transaction of
-        the target, so a decision needs no durable ledger to be finished after a crash: a
-        batch write may then omit ``checkpointLocation``. Default ``False``."""
-        return False
-
-    def commits_atomically_for(self, handles: Sequence[H]) -> bool:
-        """Whether :meth:`commit_all` commits *handles* in one local transaction of the
-        target that decides by itself (no ledger decision needed first). The coordinator
-        then commits before recording, so a commit the target refuses leaves nothing
-        decided. Default: :attr:`commits_atomically`."""
-        return self.commits_atomically
+    def commit_shape(self, handles: Sequence[H] = ()) -> CommitShape:
+        """How :meth:`commit_all` commits *handles* (the handles of one batch), which tells
+        the coordinator what to do with them (see :class:`CommitShape`). Asked without
+        handles, on the driver at plan time: how this write commits its batches, as
+        configured so far (no server contact). Default ``PER_HANDLE``."""
+        return CommitShape.PER_HANDLE
 
     def commit_may_be_refused(self) -> str | None:
         """Why the target of this write may refuse, for good, to commit a transaction that
@@ -153,19 +171,6 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
             SinkError: it could not prepare; the batch fails undecided.
         """
         return handles
-
-    def commits_whole_batch_for(self, handles: Sequence[H]) -> bool:
-        """Whether the coordinator must hand :meth:`commit_all` every handle of a batch in
-        one call (the sink orders its commits and fires ``between_commits`` itself), rather
-        than the first handle alone and then the rest. Default:
-        :meth:`commits_atomically_for`."""
-        return self.commits_atomically_for(handles)
-
-    def commits_in_one_call_for(self, handles: Sequence[H]) -> bool:
-        """Whether :meth:`commit_all` makes *handles* visible with one call of the target,
-        all at once (then the coordinator's ``between_commits`` point is never reached).
-        Default: :meth:`commits_atomically_for`."""
-        return self.commits_atomically_for(handles)
 
     @abstractmethod
     def begin_transaction(self, context: TransactionContext) -> T:
@@ -221,8 +226,8 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         """Commit every handle of one decided batch together, or return ``None`` (the
         default) to have the coordinator call :meth:`commit` per handle.
 
-        Sinks that can make a whole batch visible in one local transaction override it
-        (see :attr:`commits_atomically`). Same contract as :meth:`commit`, per handle and
+        Sinks that can make a whole batch visible at once override it (and
+        :meth:`commit_shape`). Same contract as :meth:`commit`, per handle and
         in order; idempotent as a whole.
 
         Raises:
@@ -275,30 +280,16 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     def commit_mode(self) -> str:
         """How this sink commits, in one line for the start-up log (credential-free):
         the default names the class and whether a batch commits in one local transaction."""
-        how = "one local transaction per batch" if self.commits_atomically else "a prepared transaction per task"
+        local = self.commit_shape() is CommitShape.LOCAL_TRANSACTION
+        how = "one local transaction per batch" if local else "a prepared transaction per task"
         return f"{type(self).__name__}: {how}"
 
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:
-        """Forget bookkeeping (e.g. marker rows) of *sink_id*'s committed batches with id
-        ``< below_batch``. Called when the ledger purges those batches: they can no longer
-        be replayed, so "already committed" need not be answerable for them.
-
-        Default: :meth:`purge_markers`, best effort (the batch being committed is already
-        committed and marked, so a :class:`SinkError` is logged, not raised: the next purge
-        retries).
-        """
-        try:
-            removed = self.purge_markers(sink_id, below_batch)
-        except SinkError as exc:
-            log.warning("twopc: %s could not purge the markers of sink %s below batch %s (the next purge "
-                        "retries): %s", self.describe(), sink_id, below_batch, exc)
-            return
-        log.debug("twopc: %s purged %s markers of sink %s below batch %s", self.describe(), removed, sink_id,
-                  below_batch)
-
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the commit markers of *sink_id*'s batches ``< below_batch``; return how
-        many. Default: the sink keeps none, 0.
+        """Delete the commit markers (or other bookkeeping) of *sink_id*'s batches
+        ``< below_batch``; return how many. Called when the ledger purges those batches:
+        they can no longer be replayed, so "already committed" need not be answerable for
+        them. The runtime calls it best effort (:func:`purge_markers_best_effort`).
+        Default: the sink keeps none, 0.
 
         Raises:
             SinkError: the target failed.
@@ -361,3 +352,17 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def purge_markers_best_effort(sink: TwoPhaseCommitSink[Any, Any, Any], sink_id: str, below_batch: int) -> None:
+    """The runtime's call of :meth:`TwoPhaseCommitSink.purge_markers`: best effort (the
+    batch being committed is already committed and marked, so a :class:`SinkError` is
+    logged, not raised: the next purge retries)."""
+    try:
+        removed = sink.purge_markers(sink_id, below_batch)
+    except SinkError as exc:
+        log.warning("twopc: %s could not purge the markers of sink %s below batch %s (the next purge "
+                    "retries): %s", sink.describe(), sink_id, below_batch, exc)
+        return
+    log.debug("twopc: %s purged %s markers of sink %s below batch %s", sink.describe(), removed, sink_id,
+              below_batch)

@@ -63,6 +63,7 @@ from ._observe import at_plan_time, observe_commit, observe_failure, read_headro
 from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
 from ._session_options import with_session_defaults
+from ._sink import CommitShape, purge_markers_best_effort
 from ._sink_owner import claim_sink_id
 from ._stores import Store
 from ._target import (
@@ -294,11 +295,17 @@ class _WriterCore:
         """Delete the temporary ledger of a write without checkpointLocation: its sink
         commits a batch in one local transaction, so nothing in it is needed afterwards;
         once the batch *committed*, neither is its marker in the target (the write's sink
-        id is never used again; best effort: see :meth:`TwoPhaseCommitSink.purge_committed`)."""
+        id is never used again; best effort: see :func:`~twopc._sink.purge_markers_best_effort`)."""
         if self.runtime.ephemeral and not self.runtime.in_target:
             if committed:
-                self.sink.purge_committed(self.sink_id, ALL_BATCHES)
+                purge_markers_best_effort(self.sink, self.sink_id, ALL_BATCHES)
             shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
+
+
+def _decides_itself(sink: AnySink) -> bool:
+    """Whether *sink* commits this write's batches in one local transaction that decides by
+    itself (:attr:`CommitShape.LOCAL_TRANSACTION`): then a batch write needs no durable ledger."""
+    return sink.commit_shape() is CommitShape.LOCAL_TRANSACTION
 
 
 def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
@@ -440,13 +447,13 @@ class TwoPhaseCommitDataSource(DataSource):
             # a rerun may commit another way (the first run created the table, the rerun finds it) and
             # must find what the first run committed in the same place.
             named = bool(option(options, "sinkId") or option(options, "txnAppId"))
-            if (named or not sink.commits_atomically) and self._plan_time:
+            if (named or not _decides_itself(sink)) and self._plan_time:
                 target = target_ledger_of(sink)
                 if target is not None:
                     sink.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
                     validated = True
-                    target = None if sink.commits_atomically and not named else target
-            if sink.commits_atomically and target is None:
+                    target = None if _decides_itself(sink) and not named else target
+            if _decides_itself(sink) and target is None:
                 ephemeral = make_ephemeral_ledger()
         runtime = RuntimeOptions.parse(options, streaming=streaming,
                                        ephemeral_location=ephemeral or (target.location if target else None))

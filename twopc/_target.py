@@ -40,6 +40,7 @@ from ._errors import TwoPCError
 from ._ledger import CommitLedger
 from ._owner import DriverIdentity, _start_ticks
 from ._recovery import RecoveryCoordinator
+from ._sink import purge_markers_best_effort
 from ._stores import Store
 
 if TYPE_CHECKING:
@@ -167,10 +168,10 @@ def forget_writer(sink: AnySink, backend: TargetLedger, sink_id: str) -> None:
     the writer, and the next write finds it again.
 
     Raises:
-        TwoPCError: the target failed (:meth:`~twopc.TwoPhaseCommitSink.purge_committed`
-            itself logs its failures: its markers are then left).
+        TwoPCError: the target failed (a failed purge of the markers is only logged,
+            :func:`~twopc._sink.purge_markers_best_effort`: its markers are then left).
     """
-    sink.purge_committed(sink_id, ALL_BATCHES)
+    purge_markers_best_effort(sink, sink_id, ALL_BATCHES)
     backend.forget(sink_id)
 
 

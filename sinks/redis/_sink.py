@@ -38,6 +38,7 @@ import redis.exceptions as rex
 import faultinject
 from twopc import (
     CommitOutcome,
+    CommitShape,
     ConfigurationError,
     Headroom,
     MissingOptionError,
@@ -460,15 +461,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
                               self._server.where())
         return [o for o in outcomes if o is not None]
 
-    def commits_whole_batch_for(self, handles: Sequence[RedisHandle]) -> bool:
-        """True: :meth:`commit_all` takes a whole batch, groups it into as few atomic calls
-        as the keys allow and fires ``between_commits`` between two calls itself."""
-        return True
-
-    def commits_in_one_call_for(self, handles: Sequence[RedisHandle]) -> bool:
-        """True when *handles* share one hash tag and are at most
-        :data:`~sinks.redis._lua.MAX_BATCH_TXNS`: :meth:`commit_all` then makes one call."""
-        return len({self._handle_keys(h) for h in handles}) <= 1 and len(handles) <= lua.MAX_BATCH_TXNS
+    def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
+        """:meth:`commit_all` takes a whole batch and groups it into as few atomic calls as
+        the keys allow: ``ONE_CALL`` when *handles* share one hash tag and are at most
+        :data:`~sinks.redis._lua.MAX_BATCH_TXNS`, else ``WHOLE_BATCH`` (it fires
+        ``between_commits`` between two calls itself)."""
+        one = len({self._handle_keys(h) for h in handles}) <= 1 and len(handles) <= lua.MAX_BATCH_TXNS
+        return CommitShape.ONE_CALL if one else CommitShape.WHOLE_BATCH
 
     def _abort_keys(self, keys: RedisKeys, txn_id: str) -> bool:
         """Delete *txn_id*'s staging; True when it existed. Raises ProtocolError when the
@@ -566,7 +565,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many.
-        The runtime's :meth:`purge_committed` calls it, best effort.
+        The runtime calls it best effort.
 
         Raises:
             SinkError / SinkUnavailableError: the server failed.

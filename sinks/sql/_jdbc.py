@@ -47,6 +47,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import (
     CommitOutcome,
+    CommitShape,
     ConfigurationError,
     Headroom,
     PreparedDetail,
@@ -228,13 +229,11 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             self._staging.configure_write(schema, overwrite=self._overwrite, streaming=streaming,
                                           checkpointed=checkpointed)
 
-    @property
-    def commits_atomically(self) -> bool:
-        return self.mode == STAGING
-
-    def commits_atomically_for(self, handles: Sequence[TransactionHandle]) -> bool:
-        """Staging handles commit in one local transaction; prepared ones do not."""
-        return bool(handles) and all(isinstance(h, StagingHandle) for h in handles)
+    def commit_shape(self, handles: Sequence[TransactionHandle] = ()) -> CommitShape:
+        """Staging handles commit in one local transaction; prepared ones (and a batch that
+        mixes both) one by one. Without handles: the mode settled so far."""
+        staged = all(isinstance(h, StagingHandle) for h in handles) if handles else self.mode == STAGING
+        return CommitShape.LOCAL_TRANSACTION if staged else CommitShape.PER_HANDLE
 
     def commit_may_be_refused(self) -> str | None:
         """The staging mode's reason (see :meth:`StagingSink.commit_may_be_refused`) when
@@ -528,11 +527,27 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """The settled mode and why (after :meth:`validate`)."""
         return f"twopc-jdbc {self.mode or 'unsettled'} mode ({self.reason or 'settled at validate'})"
 
-    def purge_committed(self, sink_id: str, below_batch: int) -> None:
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """The markers of both modes this write may have used (a batch whose every task
+        staged has a staging marker); both are tried before an error is raised.
+
+        Raises:
+            SinkError / SinkUnavailableError: a database failed.
+        """
+        modes: list[TwoPhaseCommitSink[Any, Any, Any]] = []
         if self.dialect in ("postgresql", "mysql") and self.mode != STAGING:
-            self._prepared_sink().purge_committed(sink_id, below_batch)
-        if self.mode != PREPARED or self.may_stage:  # a batch whose every task staged has a staging marker
-            self._staging_sink().purge_committed(sink_id, below_batch)
+            modes.append(self._prepared_sink())
+        if self.mode != PREPARED or self.may_stage:
+            modes.append(self._staging_sink())
+        removed, errors = 0, []
+        for sink in modes:
+            try:
+                removed += sink.purge_markers(sink_id, below_batch)
+            except SinkError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return removed
 
     def close(self) -> None:
         for s in (self._prepared, self._staging):

@@ -14,7 +14,7 @@ What the base owns:
   "lost" (absent) — the database answers both the same way;
 - the open transaction's life: buffering dict rows, loading Arrow batches, marker +
   prepare, rollback, and how every failure leaves nothing behind;
-- commit / abort / list_prepared / purge_committed.
+- commit / abort / list_prepared / purge_markers.
 
 What a dialect supplies (methods starting with ``_`` that raise ``NotImplementedError``
 here): opening a write transaction, loading rows, preparing, finishing a prepared id

@@ -39,6 +39,7 @@ import contextlib
 import datetime as dt
 import importlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Self
 
@@ -47,6 +48,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from twopc import (
+    CommitShape,
     ConfigurationError,
     ProtocolError,
     SinkError,
@@ -169,9 +171,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     def _redact(self, text: str) -> str:
         return redact(text, self.options.secrets())
 
-    @property
-    def commits_atomically(self) -> bool:
-        return True
+    def commit_shape(self, handles: Sequence[StagingHandle] = ()) -> CommitShape:
+        """Always one local transaction: the move of the batch's rows with its marker."""
+        return CommitShape.LOCAL_TRANSACTION
 
     def commit_may_be_refused(self) -> str:
         """Always a reason: the target's constraints (keys, NOT NULL, checks, foreign keys,

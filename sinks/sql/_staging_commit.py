@@ -287,7 +287,7 @@ class StagingCommitter(StagingDdl):
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
-        runtime's :meth:`purge_committed` calls it, best effort).
+        runtime calls it best effort).
 
         Raises:
             SinkError / SinkUnavailableError: the database failed.

@@ -149,7 +149,7 @@ def check_abort_is_idempotent(harness: SinkHarness) -> None:
 def check_abort_after_commit_is_refused(harness: SinkHarness) -> None:
     """Guarantees: ``abort`` (and ``recover_and_abort``) of a committed transaction raises
     ``ProtocolError`` and undoes nothing. A sink that commits whole batches in one local
-    transaction (``commits_atomically_for``) cannot tell a committed attempt from an
+    transaction (``CommitShape.LOCAL_TRANSACTION``) cannot tell a committed attempt from an
     uncommitted replay of its batch, so it may return quietly instead, but must still
     undo nothing."""
     with CheckRun(harness, "abort_after_commit_is_refused") as run:

@@ -22,6 +22,7 @@ import faultinject
 
 from .._context import TransactionContext
 from .._ledger import CommitLedger
+from .._sink import CommitShape
 from ._harness import ContractViolation, SinkHarness
 from ._run import few
 
@@ -133,7 +134,9 @@ def _commit_shape(harness: SinkHarness, probe_id: int) -> tuple[bool, bool]:
         sink.invoke_batch(txn, harness.rows([probe_id]))
         h = sink.pre_commit(txn)
         try:
-            return bool(sink.commits_atomically_for([h])), bool(sink.commits_in_one_call_for([h]))
+            shape = sink.commit_shape([h])
+            local = shape is CommitShape.LOCAL_TRANSACTION
+            return local, local or shape is CommitShape.ONE_CALL
         finally:
             sink.abort(h)
     finally:

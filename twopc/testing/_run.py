@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from .._context import TransactionContext
 from .._errors import TransactionLostError
 from .._handle import TransactionHandle
-from .._sink import CommitOutcome
+from .._sink import CommitOutcome, CommitShape
 from ._harness import AnySink, ContractViolation, SinkHarness
 
 __all__ = ["CheckRun", "few"]
@@ -143,7 +143,7 @@ class CheckRun:
     def atomic(self, handles: Sequence[TransactionHandle]) -> bool:
         """Whether the sink commits these handles in one local transaction (then its
         answers are per batch, not per transaction)."""
-        return bool(self.sink.commits_atomically_for(list(handles)))
+        return self.sink.commit_shape(list(handles)) is CommitShape.LOCAL_TRANSACTION
 
     def listed(self, sink_id: str, batch_id: int | None = None, *, sink: AnySink | None = None
                ) -> dict[str, TransactionHandle]:
