@@ -35,8 +35,9 @@ from twopc import (
 from twopc._logs import configure_cli_logging, log_event
 from twopc._objpath import load_object
 from twopc._stores import open_store
-from twopc._target import open_target_ledger, target_ledger_of
+from twopc._target import open_target_ledger
 from twopc._target_check import check_target
+from twopc._target_protocol import target_ledger_of
 from twopc._target_record import TargetRecord
 
 from . import _metrics_cli

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from twopc import ConfigurationError, MissingOptionError
-from twopc._options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES
+from twopc._runtime_options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES
 
 __all__ = ["SPARK_PASSED_OPTIONS", "Duration", "OptionReader", "closest_option", "unknown_option_hint"]
 

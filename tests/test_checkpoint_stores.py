@@ -15,7 +15,7 @@ import pytest
 
 from sinks import FileHandle
 from twopc import BatchState, CommitLedger, ConfigurationError, Decision, FencedError, ProtocolError
-from twopc._owner import DriverIdentity
+from twopc._driver_identity import DriverIdentity
 
 _DRIVER_A = DriverIdentity(host="driver-a", pid=101, started=1)
 _DRIVER_B = DriverIdentity(host="driver-b", pid=202, started=2)

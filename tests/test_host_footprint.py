@@ -20,8 +20,8 @@ from pathlib import Path
 
 from sinks import PostgresSink
 from twopc import CommitLedger, Lease
+from twopc._driver_identity import _start_ticks, identity_of
 from twopc._metrics_server import ensure_server, registry_dir
-from twopc._owner import _start_ticks, identity_of
 
 
 def _private(folder: Path) -> bool:

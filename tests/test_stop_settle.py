@@ -25,7 +25,7 @@ import faultinject
 import recovery
 from sinks import PostgresDataSource
 from twopc import CommitLedger
-from twopc._owner import driver_identity
+from twopc._driver_identity import driver_identity
 from twopc._stops import settle_stopped
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])

@@ -21,7 +21,7 @@ import faultinject
 from sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator, TargetConfigurationError
 from twopc._ledger import BatchState, CommitLedger
-from twopc._options import ephemeral_sink_id
+from twopc._runtime_options import ephemeral_sink_id
 from twopc._target import open_target_ledger, settle_own
 
 from ._sql_helpers import batch, ctx, prepare, uid

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 import sinks
 from recovery.demos.demo import create_table
 from twopc import CommitLedger, ConfigurationError
-from twopc._options import RuntimeOptions
+from twopc._runtime_options import RuntimeOptions
 
 
 def _version(text: str) -> int:

@@ -17,6 +17,7 @@ Public API:
   driver is not installed; the message names the pip extra).
 """
 
+from ._commit_message import TwoPCCommitMessage
 from ._composite import CompositeHandle, CompositeSink, Participant, participant_sink_id
 from ._composite_source import CompositeDataSourceBase, composite
 from ._context import TransactionContext
@@ -57,14 +58,14 @@ from ._handle import (
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import BatchState, CommitLedger, Decision
 from ._metrics import register_metrics, serve_metrics
-from ._options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._recovery import RecoveryCoordinator, RecoveryPlan, RecoveryReport
 from ._register import foreach_batch_writer, register
 from ._retry import CommitRetry
+from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, ephemeral_started, option
 from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
-from ._sink_owner import OwnerRecord, checkpoint_label
+from ._sink_id_claim import checkpoint_label
+from ._sink_id_record import OwnerRecord
 from ._spark import (
-    TwoPCCommitMessage,
     TwoPhaseCommitBatchWriter,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitStreamWriter,
@@ -72,7 +73,8 @@ from ._spark import (
 )
 from ._spark_fs import check_checkpoint_location
 from ._status import SinkStatus, UnsettledTransaction, sink_status
-from ._target import Lease, TargetLedger, resolve_abandoned
+from ._target import resolve_abandoned
+from ._target_protocol import Lease, TargetLedger
 from ._xid import MAX_XID_BYTES, Xid, validate_sink_id
 
 __all__ = [

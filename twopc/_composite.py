@@ -51,7 +51,7 @@ from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_reg
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
 from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
-from ._sink_owner import OwnerRecord
+from ._sink_id_record import OwnerRecord
 from ._xid import Xid
 
 __all__ = ["CompositeHandle", "CompositeSink", "Participant", "participant_sink_id"]

@@ -12,17 +12,25 @@ table as the database reads it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ._errors import ConfigurationError
-
-if TYPE_CHECKING:
-    from ._composite import Participant
+from ._sink import AnySink
 
 __all__ = ["refuse_shared_targets"]
 
 
-def refuse_shared_targets(participants: Sequence[Participant]) -> None:
+class _Named(Protocol):
+    """What is compared of a participant (:class:`~twopc.Participant`): its name and sink."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sink(self) -> AnySink: ...
+
+
+def refuse_shared_targets(participants: Sequence[_Named]) -> None:
     """Raise when two of *participants* write the same target.
 
     Raises:

@@ -29,7 +29,6 @@ import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
 
 import faultinject
 
@@ -40,16 +39,13 @@ from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
 from ._retry import CommitRetry
-from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink, purge_markers_best_effort
-from ._sink_owner import claim_writer
+from ._sink import AnySink, CommitOutcome, CommitShape, purge_markers_best_effort
+from ._sink_id_claim import claim_writer
 from ._target_check import check_target
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
 log = logging.getLogger("twopc.coordinator")
-
-AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
-"""A sink of any value, transaction and handle types (what the protocol's drivers take)."""
 
 
 @dataclass
@@ -272,7 +268,7 @@ class CommitCoordinator:
         claimed: the caller already checked the checkpoint's target and holds the sink id's
             claim (the Spark runtime does both at plan time). Otherwise the coordinator does
             both here, before any transaction of the sink id is prepared or rolled back
-            (:func:`~twopc._target_check.check_target`, :func:`~twopc._sink_owner.claim_writer`),
+            (:func:`~twopc._target_check.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
             and records the target with its first decision; a SQL sink's lease is then held
             until :meth:`close` (or until the coordinator is garbage collected).
 

@@ -5,7 +5,7 @@ A drop-in write to a sink that commits a batch in one local transaction keeps it
 ``<temp dir>/twopc-ledger-XXXX/`` and deletes it when its commit or abort ends. A write
 whose driver is killed half-way leaves the folder behind (and, in the staging mode, its
 staged rows). So each folder records its driver (``owner.json``: host, process id and start
-time, see :mod:`twopc._owner`), and every later drop-in write on the machine cleans the
+time, see :mod:`twopc._driver_identity`), and every later drop-in write on the machine cleans the
 folders whose driver is provably gone (on this host, and its process no longer runs) down to
 that owner record, which it deletes a week after the write started: until then a write to
 the dead write's table, whichever comes first, can still prove it dead and delete its staged
@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._owner import DriverIdentity, driver_identity, provably_dead
+from ._driver_identity import DriverIdentity, driver_identity, provably_dead
 
 __all__ = ["PREFIX", "ephemeral_writer_dead", "make_ephemeral_ledger", "sweep_dead_ledgers"]
 

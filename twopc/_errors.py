@@ -111,7 +111,7 @@ class TargetConfigurationError(ConfigurationError):
 class ConcurrentWriterError(ConfigurationError):
     """Another writer has this sink id: a running one holds its lease on the target (SQL,
     see :mod:`twopc._target`), or the target's owner record names another checkpoint
-    (Redis, files: see :mod:`twopc._sink_owner`). Two writers with one sink id would roll
+    (Redis, files: see :mod:`twopc._sink_id_claim`). Two writers with one sink id would roll
     back each other's transactions. Refused before anything is written."""
 
 

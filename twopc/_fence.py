@@ -54,9 +54,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
 from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task
-from ._owner import DriverIdentity, process_identity, provably_dead
 from ._stores import Store
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]

@@ -35,10 +35,10 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
+from ._driver_identity import DriverIdentity
 from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError, TargetMismatchError
+from ._fencing_epochs import Ownership
 from ._handle import TransactionHandle, decode_handle, encode_handle
-from ._owner import DriverIdentity
-from ._ownership import Ownership
 from ._stores import ReadOnlyStore, Store, open_store
 from ._target_record import TargetRecord, mismatch_message, same_target, shown
 
@@ -246,7 +246,7 @@ class CommitLedger:
                 self._store.makedirs(folder)
         self._owners = Ownership(self._store, epoch)
 
-    # -- ownership (see twopc._ownership) ------------------------------------------------
+    # -- ownership (see twopc._fencing_epochs) ------------------------------------------------
     @property
     def epoch(self) -> int | None:
         """This driver's owner epoch: set by :meth:`claim`, or given to the constructor by a

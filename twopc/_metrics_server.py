@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from ._errors import ConfigurationError
 from ._host_dirs import private_dir
 from ._metrics import MetricsCollector
-from ._options import option
+from ._runtime_options import option
 
 __all__ = ["LOOPBACK", "ensure_server", "main", "metrics_port"]
 

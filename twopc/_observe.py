@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from . import _metrics
-from ._coordinator import AnySink, BatchResult
+from ._commit_message import TwoPCCommitMessage
+from ._coordinator import BatchResult
 from ._errors import ConfigurationError, SinkError, TargetConfigurationError
 from ._inspect import Headroom
 from ._ledger import CommitLedger
 from ._logs import log_event
 from ._metrics_server import ensure_server, metrics_port
-from ._options import option
-
-if TYPE_CHECKING:
-    from ._spark import TwoPCCommitMessage
+from ._runtime_options import option
+from ._sink import AnySink
 
 __all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure", "read_headroom"]
 

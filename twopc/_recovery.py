@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 import faultinject
 
 from . import _metrics
-from ._coordinator import AnySink, CommitMetrics, classify_prepared, finish_decision, resolve_prepared
+from ._coordinator import CommitMetrics, classify_prepared, finish_decision, resolve_prepared
 from ._ledger import CommitLedger
 from ._logs import log_event
-from ._sink_owner import claim_writer
+from ._sink import AnySink
+from ._sink_id_claim import claim_writer
 from ._target_check import check_target
 
 __all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]

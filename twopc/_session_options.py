@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._errors import ConfigurationError
-from ._options import option
+from ._runtime_options import option
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -6,22 +6,21 @@ import enum
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 from ._context import TransactionContext
 from ._errors import ConfigurationError, SinkError
 from ._handle import TransactionHandle
 from ._inspect import Headroom, PreparedDetail
-from ._sink_owner import OwnerRecord
+from ._sink_id_record import OwnerRecord
+from ._target_protocol import TargetLedger
 
 if TYPE_CHECKING:
     from typing import Self
 
     import pyarrow as pa
 
-    from ._target import TargetLedger
-
-__all__ = ["CommitOutcome", "CommitShape", "TwoPhaseCommitSink", "purge_markers_best_effort"]
+__all__ = ["AnySink", "CommitOutcome", "CommitShape", "TwoPhaseCommitSink", "purge_markers_best_effort"]
 
 log = logging.getLogger("twopc.sink")
 
@@ -354,7 +353,11 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         self.close()
 
 
-def purge_markers_best_effort(sink: TwoPhaseCommitSink[Any, Any, Any], sink_id: str, below_batch: int) -> None:
+AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
+"""A sink of any value, transaction and handle types (what the protocol's drivers take)."""
+
+
+def purge_markers_best_effort(sink: AnySink, sink_id: str, below_batch: int) -> None:
     """The runtime's call of :meth:`TwoPhaseCommitSink.purge_markers`: best effort (the
     batch being committed is already committed and marked, so a :class:`SinkError` is
     logged, not raised: the next purge retries)."""

@@ -30,7 +30,6 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pyspark import TaskContext
@@ -50,8 +49,9 @@ from ._checkpoint import (
     session_root_at_start,
     with_checkpoint,
 )
+from ._commit_message import TwoPCCommitMessage
 from ._context import TransactionContext
-from ._coordinator import AnySink, BatchResult, CommitCoordinator
+from ._coordinator import BatchResult, CommitCoordinator
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._errors import BatchAbortedError, ProtocolError
 from ._fence import AbortFence
@@ -60,27 +60,19 @@ from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
 from ._logs import configure_worker_logging
 from ._objpath import class_path
 from ._observe import at_plan_time, observe_commit, observe_failure, read_headroom
-from ._options import RUNTIME_KEYS, RuntimeOptions, default_sink_id, ephemeral_sink_id, option
 from ._recovery import RecoveryCoordinator
+from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
 from ._session_options import with_session_defaults
-from ._sink import CommitShape, purge_markers_best_effort
-from ._sink_owner import claim_sink_id
+from ._sink import AnySink, CommitShape, purge_markers_best_effort
+from ._sink_id_claim import claim_sink_id
 from ._stores import Store
-from ._target import (
-    ALL_BATCHES,
-    Lease,
-    TargetLedger,
-    open_target_ledger,
-    resolve_abandoned,
-    settle_own,
-    target_ledger_of,
-)
+from ._target import ALL_BATCHES, open_target_ledger, resolve_abandoned, settle_own
+from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = [
-    "TwoPCCommitMessage",
     "TwoPhaseCommitDataSource",
     "data_source_for",
 ]
@@ -88,24 +80,6 @@ __all__ = [
 log = logging.getLogger("twopc.spark")
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
-
-
-@dataclass(frozen=True)
-class TwoPCCommitMessage(WriterCommitMessage):
-    """What a task returns to the driver: its handle as a JSON envelope (``None`` when the
-    task wrote nothing) and how many rows it wrote."""
-
-    handle: str | None
-    rows: int
-    partition_id: int
-    attempt_id: int
-    prepared_at: float = 0.0
-    """Unix seconds when the task's transaction was prepared (0: nothing prepared), for the
-    prepare-to-commit metric."""
-
-
-def _sink_options(options: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in options.items() if k.lower() not in RUNTIME_KEYS}
 
 
 class _WriterCore:
@@ -434,7 +408,7 @@ class TwoPhaseCommitDataSource(DataSource):
         options = with_checkpoint(self.options, streaming=streaming,
                                   session_root=self.session_root() if streaming else None)
         options = self._session_options(options)
-        sink = self.build_sink(_sink_options(options))
+        sink = self.build_sink(sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
         sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
@@ -501,7 +475,7 @@ class TwoPhaseCommitDataSource(DataSource):
                 # recorded once the target validated (not a typo), with what reaches it again (no secret)
                 ledger.bind_target(identity, sink_id, instance=instance, data_source=self.name(),
                                    sink_class=class_path(self.sink_class),
-                                   options=sink.reopen_options(_sink_options(options)))
+                                   options=sink.reopen_options(sink_options(options)))
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id, claimed=True).run()
                 if not streaming and (others := target or target_ledger_of(sink)) is not None:
                     resolve_abandoned(sink, others, skip=sink_id)

@@ -25,9 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._coordinator import AnySink, classify_prepared
+from ._coordinator import classify_prepared
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import CommitLedger
+from ._sink import AnySink
 
 __all__ = ["SinkStatus", "UnsettledTransaction", "sink_status"]
 

@@ -47,15 +47,14 @@ from ._checkpoint import (
     with_checkpoint,
 )
 from ._coordinator import BatchResult, CommitCoordinator
+from ._driver_identity import DriverIdentity, identity_of
 from ._ledger import CommitLedger, ledger_exists, ledger_store
-from ._options import RuntimeOptions, option
-from ._owner import DriverIdentity, identity_of
+from ._runtime_options import RuntimeOptions, option, sink_options
+from ._spark import TwoPhaseCommitDataSource
 from ._stores import open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from ._spark import TwoPhaseCommitDataSource
 
 __all__ = ["install", "settle_stopped", "start_notes", "wait_settled"]
 
@@ -266,8 +265,6 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
     Raises:
         TwoPCError: the ledger or the target failed.
     """
-    from ._spark import _sink_options
-
     options = with_checkpoint(data_source.options, streaming=True,
                               session_root=session_root or data_source.session_checkpoint_root)
     location = option(options, "checkpointLocation")
@@ -284,7 +281,7 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
     if sink_id is None:
         return None
     runtime = RuntimeOptions.parse(options, streaming=True)
-    with data_source.build_sink(_sink_options(options)) as sink:
+    with data_source.build_sink(sink_options(options)) as sink:
         coordinator = CommitCoordinator(sink, ledger, sink_id, keep_last=runtime.keep_last, retry=runtime.retry,
                                         format_name=data_source.name())
         return coordinator.abort_batch(batch, [])

@@ -32,79 +32,21 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
+from ._driver_identity import DriverIdentity, _start_ticks
 from ._errors import TwoPCError
 from ._ledger import CommitLedger
-from ._owner import DriverIdentity, _start_ticks
 from ._recovery import RecoveryCoordinator
-from ._sink import purge_markers_best_effort
-from ._stores import Store
+from ._sink import AnySink, purge_markers_best_effort
+from ._target_protocol import Lease, TargetLedger
 
-if TYPE_CHECKING:
-    from ._coordinator import AnySink
-
-__all__ = ["ALL_BATCHES", "EPHEMERAL_PREFIX", "Lease", "TargetLedger", "forget_writer", "open_target_ledger",
-           "resolve_abandoned", "settle_own", "target_ledger_of"]
+__all__ = ["ALL_BATCHES", "EPHEMERAL_PREFIX", "forget_writer", "open_target_ledger", "resolve_abandoned",
+           "settle_own"]
 
 log = logging.getLogger("twopc.target")
 
 #: sink ids of writes without a checkpoint and without txnAppId (:func:`twopc.ephemeral_sink_id`)
 EPHEMERAL_PREFIX = "eph-"
-
-
-@dataclass(frozen=True)
-class Lease:
-    """A writer's lease on the target: the server session holding its lock, and the local
-    process keeping that session open for the driver (credential-free, picklable)."""
-
-    sink_id: str
-    session: int
-    """The server's id of the session holding the lock (PostgreSQL backend pid, MySQL
-    connection id)."""
-    holder_pid: int
-    holder_started: int
-    host: str
-
-
-class TargetLedger(Protocol):
-    """What a sink offers to keep the ledger and the writers' leases on its server."""
-
-    @property
-    def location(self) -> str:
-        """Where the ledger lives, for messages (credential-free)."""
-
-    def store(self, sink_id: str, lease: Lease | None = None) -> Store:
-        """The ledger store of *sink_id*; with *lease*, creating a decision first checks
-        that the lease is still held (else :class:`FencedError`)."""
-
-    def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
-        """Take *sink_id*'s lease for this driver and keep it until :meth:`release` or the
-        driver's end; with *keep*, a lease this driver already holds is returned as it is.
-        Raises :class:`ConcurrentWriterError` when another writer holds it."""
-
-    def holds(self, lease: Lease) -> bool:
-        """Whether *lease*'s session still holds the lock."""
-
-    def release(self, lease: Lease) -> None:
-        """Give the lease up (never raises)."""
-
-    def writers(self) -> list[str]:
-        """Sink ids with records in the ledger (none when it does not exist yet)."""
-
-    def take(self, sink_id: str) -> AbstractContextManager[bool]:
-        """Hold *sink_id*'s lease for the block if it is free (yields True), else yield False."""
-
-    def forget(self, sink_id: str) -> None:
-        """Delete every record of *sink_id*."""
-
-
-def target_ledger_of(sink: AnySink) -> TargetLedger | None:
-    """The sink's target ledger, or None (the default of the sink contract)."""
-    hook = getattr(sink, "target_ledger", None)
-    return hook() if hook is not None else None
 
 
 def _this_process() -> DriverIdentity:

@@ -12,16 +12,13 @@ reached through two names is one target.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from ._ledger import CommitLedger
-    from ._sink import TwoPhaseCommitSink
+from ._ledger import CommitLedger
+from ._sink import AnySink
 
 __all__ = ["check_target"]
 
 
-def check_target(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *,
+def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *,
                  record: bool) -> None:
     """Refuse *sink*'s target if *ledger*'s checkpoint belongs to another one; with *record*,
     record it the first time (see :meth:`CommitLedger.bind_target`). Nothing to check for a

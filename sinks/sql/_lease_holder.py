@@ -17,7 +17,7 @@ spare ends when its driver is gone, or after ``idle_seconds`` unclaimed.
 Every write without a checkpoint starts one, so it starts fast: it is run as a file, not
 as ``-m sinks.sql._lease_holder`` (which would import the ``sinks`` and ``twopc`` packages:
 pyspark, pyarrow, SQLAlchemy, seconds on a busy machine), and imports the standard library,
-the DB-API driver and :mod:`twopc._owner` (standard library only, loaded from its file).
+the DB-API driver and :mod:`twopc._driver_identity` (standard library only, loaded from its file).
 The driver hands it plain values (:func:`sinks.sql._engines.dbapi_connect_params`, the
 lock's statements).
 """
@@ -71,9 +71,9 @@ def _too_slow(_signum: int, _frame: Any) -> None:
 
 
 def _owner_module() -> ModuleType:
-    """:mod:`twopc._owner` (driver liveness), from its file: importing ``twopc`` would load
+    """:mod:`twopc._driver_identity` (driver liveness), from its file: importing ``twopc`` would load
     pyspark and pyarrow."""
-    path = Path(__file__).resolve().parents[2] / "twopc" / "_owner.py"
+    path = Path(__file__).resolve().parents[2] / "twopc" / "_driver_identity.py"
     spec = importlib.util.spec_from_file_location("_twopc_owner_for_lease_holder", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -31,8 +31,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from twopc._driver_identity import DriverIdentity
 from twopc._host_dirs import private_dir
-from twopc._owner import DriverIdentity
 
 from . import _lease_holder
 

@@ -49,8 +49,8 @@ from twopc import (
     SinkError,
     TargetConfigurationError,
 )
+from twopc._driver_identity import DriverIdentity, _start_ticks, driver_identity
 from twopc._host_dirs import private_dir
-from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 from twopc._target import EPHEMERAL_PREFIX
 
 from . import _lease_holder

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from .._handle import TransactionHandle
 from .._objpath import load_object
-from .._options import RUNTIME_KEYS
+from .._runtime_options import RUNTIME_KEYS
 from .._sink import TwoPhaseCommitSink
 from .._spark import TwoPhaseCommitDataSource, data_source_for
 from .._xid import Xid

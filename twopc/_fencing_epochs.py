@@ -32,8 +32,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ._driver_identity import DriverIdentity, driver_identity
 from ._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
-from ._owner import DriverIdentity, driver_identity
 from ._stores import Store
 
 __all__ = ["Ownership"]

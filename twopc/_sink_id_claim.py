@@ -23,26 +23,14 @@ from __future__ import annotations
 import threading
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from ._errors import ConcurrentWriterError
-from ._options import default_sink_id
+from ._ledger import CommitLedger
+from ._runtime_options import default_sink_id
+from ._sink import AnySink
+from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
-if TYPE_CHECKING:
-    from ._ledger import CommitLedger
-    from ._sink import TwoPhaseCommitSink
-    from ._target import Lease, TargetLedger
-
-__all__ = ["OwnerRecord", "SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer"]
-
-
-@dataclass(frozen=True)
-class OwnerRecord:
-    """The owner a target records for a sink id: its checkpoint label, and how an operator
-    deletes the record (a command, for the error message)."""
-
-    owner: str
-    remove: str
+__all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer"]
 
 
 def checkpoint_label(location: str) -> str:
@@ -55,7 +43,7 @@ def checkpoint_label(location: str) -> str:
     return location.rstrip("/") or location
 
 
-def claim_sink_id(sink: TwoPhaseCommitSink[Any, Any, Any], sink_id: str, checkpoint_location: str) -> None:
+def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None:
     """Record the query of *checkpoint_location* as the owner of *sink_id* in *sink*'s
     target, or refuse the write.
 
@@ -115,7 +103,7 @@ class SinkIdClaim:
         self._backend.release(held.lease)
 
 
-def claim_writer(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
+def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
     """Claim *sink_id* for a writer of *ledger*'s checkpoint before it rolls anything back, as
     the Spark runtime does at plan time: a SQL sink's lease on its server (returned: release
     it when the writer is done), or the owner record of a sink without a lease. Nothing is
@@ -128,8 +116,6 @@ def claim_writer(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, 
             another checkpoint).
         SinkError / SinkUnavailableError: the target failed.
     """
-    from ._target import target_ledger_of  # here: twopc._target imports the coordinators, which import this
-
     if ledger.in_target or sink_id == default_sink_id(ledger.checkpoint_location):
         return None
     backend = target_ledger_of(sink)

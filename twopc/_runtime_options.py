@@ -35,6 +35,11 @@ def option(options: Mapping[str, str], name: str, default: str | None = None) ->
     return default
 
 
+def sink_options(options: Mapping[str, str]) -> dict[str, str]:
+    """*options* without the runtime's (:data:`RUNTIME_KEYS`): what the sink is built from."""
+    return {k: v for k, v in options.items() if k.lower() not in RUNTIME_KEYS}
+
+
 def default_sink_id(checkpoint_location: str) -> str:
     """A stable sink id derived from the checkpoint location."""
     loc = checkpoint_location.rstrip("/")
