@@ -21,7 +21,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "twopc": (
         "FAULT_POINTS", "MAX_XID_BYTES",
         "BatchAbortedError", "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
-        "CommitOutcome", "CommitPendingError", "CommitRetry", "CompositeDataSourceBase", "CompositeHandle",
+        "CommitOutcome", "CommitPendingError", "CommitRetry", "CommitShape", "CompositeDataSourceBase",
+        "CompositeHandle",
         "CompositeSink", "ConcurrentWriterError", "ConfigurationError",
         "Decision", "FencedError", "HandleError", "HandleVersionError", "Headroom", "Lease",
         "LedgerError", "MissingExtraError", "MissingOptionError", "OwnerRecord", "Participant", "PreparedDetail",
