@@ -21,23 +21,27 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twopc import (
-    BatchState,
     CommitLedger,
     ConfigurationError,
     RecoveryCoordinator,
-    TargetMismatchError,
     TwoPCError,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
-    resolve_abandoned,
     sink_status,
 )
-from twopc._logs import configure_cli_logging, log_event
-from twopc._objpath import load_object
-from twopc._stores import open_store
-from twopc._target import open_target_ledger, target_ledger_of
-from twopc._target_check import check_target
-from twopc._target_record import TargetRecord
+from twopc.spi import (
+    BatchState,
+    TargetMismatchError,
+    TargetRecord,
+    check_target,
+    configure_cli_logging,
+    load_object,
+    log_event,
+    open_store,
+    open_target_ledger,
+    resolve_abandoned,
+    target_ledger_of,
+)
 
 from . import _metrics_cli
 from ._verify_cli import add_verify_parser, run_verify

@@ -18,8 +18,7 @@ import time
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 
 from twopc import CommitLedger, ConfigurationError
-from twopc._metrics import MetricsCollector
-from twopc._metrics_server import LOOPBACK
+from twopc.spi import LOOPBACK, MetricsCollector
 
 __all__ = ["add_parser", "run"]
 

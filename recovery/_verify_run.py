@@ -19,8 +19,8 @@ from sinks.redis_stream._server import StreamServer
 from sinks.sql._engines import dbapi_connect_params
 from sinks.sql._names import parse_table_name
 from sinks.sql._options import JdbcOptions
-from twopc import CommitLedger, ConfigurationError, SinkError, SinkUnavailableError, TwoPhaseCommitSink, redact
-from twopc._target import target_ledger_of
+from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
+from twopc.spi import SinkUnavailableError, redact, target_ledger_of
 
 from ._verify import SetCheck
 from ._verify_batch import verify_batches

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 from sqlalchemy.engine import URL
 
-from twopc import ConfigurationError, redact
+from twopc import ConfigurationError
+from twopc.spi import redact
 
 __all__ = ["SECRET_KEYS", "after_password", "credential_free", "redacted_errors", "secret_forms", "secret_guesses"]
 

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sinks import FileHandle, FileSink
-from twopc import CommitOutcome, SinkUnavailableError, option
+from twopc import CommitOutcome
+from twopc.spi import SinkUnavailableError, option
 from twopc.testing import SinkHarness
 
 from ._filesink_helpers import assert_nothing_left, committed_ids

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from sinks import FileHandle
-from twopc import (
+from twopc import TransactionHandle
+from twopc.spi import (
     HandleError,
     HandleVersionError,
-    TransactionHandle,
     UnknownHandleKindError,
     decode_handle,
     dumps_handle,

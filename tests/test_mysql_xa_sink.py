@@ -28,13 +28,11 @@ import sqlalchemy as sa
 from sinks import MySqlXaHandle, MySqlXaSink
 from sinks.mysql import _sink as _mysql_xa
 from sinks.sql import dispose_engines
-from twopc import (
-    CommitOutcome,
-    ConfigurationError,
+from twopc import CommitOutcome, ConfigurationError, SinkError
+from twopc.spi import (
     MissingOptionError,
     ProtocolError,
     SchemaMismatchError,
-    SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
     dumps_handle,

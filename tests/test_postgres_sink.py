@@ -24,13 +24,11 @@ from hypothesis import strategies as st
 from faultinject import LocalPostgres
 from sinks import PostgresHandle, PostgresSink
 from sinks.sql import dispose_engines
-from twopc import (
-    CommitOutcome,
-    ConfigurationError,
+from twopc import CommitOutcome, ConfigurationError, SinkError
+from twopc.spi import (
     MissingOptionError,
     ProtocolError,
     SchemaMismatchError,
-    SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
     dumps_handle,

@@ -11,7 +11,8 @@ import pytest
 
 from sinks import FileSink, JdbcOptions, PostgresSink
 from sinks._options import Duration, OptionReader
-from twopc import ConfigurationError, MissingOptionError
+from twopc import ConfigurationError
+from twopc.spi import MissingOptionError
 
 PW = "S3cr3t-Pa55!"
 

@@ -16,8 +16,9 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from sinks import PostgresSink
-from twopc import CommitCoordinator, resolve_abandoned
+from twopc import CommitCoordinator
 from twopc._target import open_target_ledger, settle_own
+from twopc.spi import resolve_abandoned
 
 from ._sql_helpers import leased_writer
 

@@ -20,7 +20,8 @@ from typing import Any
 import redis
 import redis.exceptions as rex
 
-from twopc import ConfigurationError, SinkError, SinkUnavailableError, redact
+from twopc import ConfigurationError, SinkError
+from twopc.spi import SinkUnavailableError, redact
 
 from .._net import keepalive_socket_options
 from .._secrets import after_password, secret_forms

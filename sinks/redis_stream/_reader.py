@@ -52,7 +52,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 import faultinject
-from twopc import ConfigurationError, SourceError
+from twopc import ConfigurationError
+from twopc.spi import SourceError
 
 from ._ids import ZERO, EntryId, Offset, Position, Range
 from ._options import StreamOptions

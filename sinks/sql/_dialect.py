@@ -21,7 +21,8 @@ import pyarrow as pa
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
-from twopc import SchemaMismatchError, SinkError, SinkUnavailableError, TransactionContext, redact
+from twopc import SinkError, TransactionContext
+from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 
 from .._options import Duration
 from ._columns import TableColumn, match_columns

@@ -48,17 +48,14 @@ from sqlalchemy.exc import SQLAlchemyError
 from twopc import (
     CommitOutcome,
     ConfigurationError,
-    Headroom,
-    PreparedDetail,
-    ProtocolError,
     SinkError,
-    TargetLedger,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
     register,
 )
+from twopc.spi import Headroom, PreparedDetail, ProtocolError, TargetLedger
 
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free

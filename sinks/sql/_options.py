@@ -93,7 +93,8 @@ from typing import Any, Literal, TypeAlias
 
 from sqlalchemy.engine import URL
 
-from twopc import ConfigurationError, MissingOptionError
+from twopc import ConfigurationError
+from twopc.spi import MissingOptionError
 
 from .._options import Duration, OptionReader
 from .._secrets import redacted_errors

@@ -46,15 +46,8 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from twopc import (
-    ConfigurationError,
-    ProtocolError,
-    SinkError,
-    SinkUnavailableError,
-    TransactionContext,
-    TwoPhaseCommitSink,
-    redact,
-)
+from twopc import ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc.spi import ProtocolError, SinkUnavailableError, redact
 
 from .._handles import StagingHandle
 from ._engines import engine_for
