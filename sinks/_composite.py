@@ -166,7 +166,7 @@ def _build(spec: Mapping[str, Any]) -> Participant:
 
 
 class OptionsCompositeSink(CompositeSink):
-    """The :class:`twopc.CompositeSink` of ``format("twopc-composite")``, built from options
+    """The :class:`twopc.spi.CompositeSink` of ``format("twopc-composite")``, built from options
     (see the module docstring)."""
 
     @classmethod

@@ -48,7 +48,7 @@ def after_password(kind: str) -> str:
 
 def secret_forms(values: Iterable[str | None]) -> list[str]:
     """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
-    SQLAlchemy renders it), longest first, for :func:`twopc.redact`."""
+    SQLAlchemy renders it), longest first, for :func:`twopc.spi.redact`."""
     forms: set[str] = set()
     for v in values:
         if not v:

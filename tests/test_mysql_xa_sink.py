@@ -237,7 +237,8 @@ _WRITER = textwrap.dedent("""
     import os, sys, time
     import pyarrow as pa
     from sinks import MySqlXaSink
-    from twopc import TransactionContext, dumps_handle
+    from twopc import TransactionContext
+    from twopc.spi import dumps_handle
 
     sink = MySqlXaSink(os.environ["URL"], os.environ["TABLE"])
     txn = sink.begin_transaction(TransactionContext(os.environ["SINK"], 3, 0, 9))

@@ -49,7 +49,7 @@ class ClientConfig:
 
     def error(self, exc: BaseException, action: str) -> SinkError:
         """The :class:`~twopc.SinkError` for *exc*, raised while trying to *action*:
-        :class:`~twopc.SinkUnavailableError` for a refused login or an unreachable server."""
+        :class:`~twopc.spi.SinkUnavailableError` for a refused login or an unreachable server."""
         text = self.redact(" ".join(str(exc).split()))
         if isinstance(exc, rex.AuthenticationError | rex.AuthorizationError):
             return SinkUnavailableError(f"Redis at {self.where()} refused the login while trying to {action}: "

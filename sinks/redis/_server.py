@@ -62,7 +62,7 @@ class RedisServer:
         return self.config.error(exc, action)
 
     def ping(self) -> None:
-        """Raises :class:`~twopc.SinkUnavailableError` when the server cannot be reached."""
+        """Raises :class:`~twopc.spi.SinkUnavailableError` when the server cannot be reached."""
         try:
             self.client().ping()
         except rex.RedisError as exc:

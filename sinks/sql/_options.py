@@ -455,7 +455,7 @@ class JdbcOptions:
 
     def secrets(self) -> list[str]:
         """Every form (raw, URL-quoted) of the password and of other secret URL parameters,
-        longest first, for :func:`twopc.redact`."""
+        longest first, for :func:`twopc.spi.redact`."""
         return url_secrets(self.url)
 
     def target_identity(self) -> str:

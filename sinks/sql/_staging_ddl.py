@@ -42,7 +42,7 @@ __all__ = ["StagingDdl"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
-#: sink ids of writes without a checkpoint start with this (:func:`twopc.ephemeral_sink_id`)
+#: sink ids of writes without a checkpoint start with this (:func:`twopc.spi.ephemeral_sink_id`)
 EPHEMERAL_PREFIX = "eph-"
 
 
