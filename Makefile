@@ -104,14 +104,16 @@ jdbc-driver:
 	  exit 1; \
 	fi
 
-# The lint and type gate: ruff and mypy (configured in pyproject.toml), and every `noqa` or
-# `type: ignore` must say why on its own line.  All three run; any finding fails.
+# The lint and type gate: ruff and mypy (configured in pyproject.toml), the import contracts
+# (lint-imports: [tool.importlinter] in pyproject.toml; always on the four packages), and every
+# `noqa` or `type: ignore` must say why on its own line.  All four run; any finding fails.
 SUPPRESSION_WITHOUT_REASON := \#[[:space:]]*(noqa(:[[:space:]]*[A-Z]+[0-9]+([[:space:]]*,[[:space:]]*[A-Z]+[0-9]+)*)?|type:[[:space:]]*ignore(\[[^]]*\])?)[[:space:]]*$$
 
 lint: venv
 	@rc=0; \
 	echo "ruff check $(LINT_PATHS)"; $(VPY) -m ruff check $(LINT_PATHS) || rc=1; \
 	echo "mypy $(LINT_PATHS)"; $(VPY) -m mypy $(LINT_PATHS) || rc=1; \
+	echo "lint-imports (import contracts)"; PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(VENV)/bin/lint-imports --no-cache || rc=1; \
 	echo "noqa / type: ignore with a reason"; \
 	if grep -rnE --include='*.py' '$(SUPPRESSION_WITHOUT_REASON)' $(LINT_PATHS); then \
 	  echo "lint: say on the same line why each suppression above is needed" >&2; rc=1; \

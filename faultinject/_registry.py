@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from ._spec import check_point_name
+from ._names import check_point_name
 
 _lock = threading.Lock()
 _points: dict[str, str] = {}

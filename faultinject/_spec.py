@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from typing import Any, Final, Literal, cast
 
 from ._errors import GRAMMAR, FaultSpecError, UnknownFaultPoint
+from ._names import NAME_RE as _NAME_RE
+from ._names import check_point_name
 
 Action = Literal["crash", "kill", "raise", "exit", "hold", "proxy", "server"]
 ACTIONS: Final[tuple[str, ...]] = ("crash", "kill", "raise", "exit", "hold", "proxy", "server")
@@ -28,7 +30,6 @@ ENV_CRASH_PGID: Final = "TWOPC_CRASH_PGID"
 ENV_RUN: Final = "TWOPC_FAULT_RUN"
 ENV_CONTROL: Final = "TWOPC_FAULT_CONTROL"
 
-_NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 _INT_RE: Final = re.compile(r"[0-9]+\Z")
 _RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times", "target", "fault", "for",
                                 "delay", "pattern", "direction"})
@@ -53,15 +54,6 @@ def parse_duration(value: object, where: str) -> float:
 def _seconds_text(seconds: float) -> str:
     return f"{seconds:g}s"
 _PLAN_KEYS: Final = frozenset({"rules", "state_dir"})
-
-
-def check_point_name(name: str) -> str:
-    """Return ``name`` if it is a valid fault-point name, else raise :class:`FaultSpecError`."""
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise FaultSpecError(
-            f"bad fault point name {name!r}: must match [A-Za-z_][A-Za-z0-9_.-]*; {GRAMMAR}"
-        )
-    return name
 
 
 @dataclasses.dataclass(frozen=True)

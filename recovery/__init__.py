@@ -10,9 +10,11 @@ counts what the staging mode left behind. ``twopc verify`` checks a live target 
 way in bounded memory (:mod:`recovery._verify_cli`).
 """
 
-from twopc import RecoveryCoordinator, RecoveryPlan, RecoveryReport
+from twopc import RecoveryCoordinator
+from twopc.spi import RecoveryPlan, RecoveryReport
 
-from ._cli import build_sink, main
+from ._cli import main
+from ._common import build_sink
 from ._verify import Verification, staged_rows_left, verify_ids, verify_postgres_ids
 
 __all__ = [

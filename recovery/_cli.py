@@ -15,32 +15,37 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twopc import (
-    BatchState,
     CommitLedger,
     ConfigurationError,
     RecoveryCoordinator,
-    TargetMismatchError,
     TwoPCError,
-    TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
-    resolve_abandoned,
     sink_status,
 )
-from twopc._logs import configure_cli_logging, log_event
-from twopc._objpath import load_object
-from twopc._stores import open_store
-from twopc._target import open_target_ledger
-from twopc._target_check import check_target
-from twopc._target_protocol import target_ledger_of
-from twopc._target_record import TargetRecord
+from twopc.spi import (
+    BatchState,
+    configure_cli_logging,
+    log_event,
+    open_target_ledger,
+    resolve_abandoned,
+    target_ledger_of,
+)
 
 from . import _metrics_cli
+from ._common import (
+    CannotTell,
+    build_sink,
+    check_recorded_target,
+    cli_options,
+    merged_options,
+    recorded_sink_id,
+    sink_format,
+)
 from ._verify_cli import add_verify_parser, run_verify
 
 __all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
@@ -59,63 +64,6 @@ _EXIT_CODES = ("exit codes: 0 done (status: nothing needs an operator); 1 status
                "an operator; 2 an error (the target failed, a wrong option or command line); 3 nothing can be "
                "told: the checkpoint does not exist, holds no twopc ledger, or belongs to another sink id, format "
                "or target than the options given")
-
-
-class _CannotTell(ConfigurationError):
-    """The checkpoint is missing, holds no twopc ledger, or belongs to another sink id,
-    format or target than the options given (exit :data:`CANNOT_TELL`); raised before the
-    target is read or anything is written."""
-
-
-def _sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
-    """The sink class behind a data source name (``twopc-postgres``, ``twopc-file``) or a
-    ``module:SinkClass`` / ``module:DataSource`` path.
-
-    Raises:
-        ConfigurationError: unknown format.
-    """
-    import sinks
-
-    for ds in sinks.DATA_SOURCES:
-        if ds.name() == format_name:
-            return ds.sink_class
-    if ":" in format_name:
-        try:
-            obj = load_object(format_name)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigurationError(f"sink format {format_name!r} cannot be imported: {type(exc).__name__}: "
-                                     f"{exc}") from None
-        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
-            obj = obj.sink_class
-        if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitSink):
-            return obj
-    known = ", ".join(ds.name() for ds in sinks.DATA_SOURCES)
-    raise ConfigurationError(f"unknown sink format {format_name!r}: use one of {known}, or module:SinkClass")
-
-
-def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink[Any, Any, Any]:
-    """Build the sink behind a data source name (``twopc-postgres``, ``twopc-file``) or a
-    ``module:SinkClass`` path, from writer options.
-
-    Raises:
-        ConfigurationError: unknown format, or the sink refuses the options.
-    """
-    return _sink_class(format_name).from_options(options)
-
-
-def _options(pairs: Sequence[str], env_pairs: Sequence[str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise ConfigurationError(f"--option takes key=value, got {pair!r}")
-        out[key] = value
-    for pair in env_pairs:
-        key, sep, var = pair.partition("=")
-        if not sep or var not in os.environ:
-            raise ConfigurationError(f"--option-env takes key=ENVVAR of a set variable, got {pair!r}")
-        out[key] = os.environ[var]
-    return out
 
 
 _COMMANDS = ("status", "recover", "verify", "metrics")
@@ -183,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not checkpoint:
             return _target_form(args)
         return _checkpoint_form(args, checkpoint)
-    except _CannotTell as exc:
+    except CannotTell as exc:
         print(f"error: {exc}", file=sys.stderr)
         return CANNOT_TELL
     except TwoPCError as exc:
@@ -195,121 +143,24 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
     """``status`` / ``recover`` of a checkpoint's sink, reached with what the checkpoint
     records and the options given (which must agree with the record)."""
     reader = CommitLedger(checkpoint, read_only=True)
-    sink_id = _recorded_sink_id(reader, checkpoint)
+    sink_id = recorded_sink_id(reader, checkpoint)
     if args.sink_id and args.sink_id != sink_id:
-        raise _CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id {args.sink_id!r} "
+        raise CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id {args.sink_id!r} "
                           f"was given: drop --sink-id (the checkpoint records it), or give the checkpoint of sink "
                           f"id {args.sink_id!r}")
     if args.command == "recover" and args.accept_lost is not None:
         return _accept_lost(CommitLedger(checkpoint), args.accept_lost)
     record = reader.target_record()
-    format_name = _format(args.format, checkpoint, record)
-    options = _merged(record, _options(args.option, args.option_env))
+    format_name = sink_format(args.format, checkpoint, record)
+    options = merged_options(record, cli_options(args.option, args.option_env))
     sink = build_sink(format_name, options)
     with sink:
         if args.command == "recover" and args.retarget:
             return _retarget(sink, CommitLedger(checkpoint), sink_id, options)
-        _check_target(sink, reader, sink_id, checkpoint, record)
+        check_recorded_target(sink, reader, sink_id, checkpoint, record)
         if args.command == "status":
             return _status(sink, reader, sink_id, as_json=args.json)
         return _recover(sink, reader if args.dry_run else CommitLedger(checkpoint), sink_id, dry_run=args.dry_run)
-
-
-def _merged(record: TargetRecord | None, given: Mapping[str, str]) -> dict[str, str]:
-    """The recorded writer options with those *given* in their place (keys compared
-    case-insensitively, as Spark's)."""
-    replaced = {k.lower() for k in given}
-    recorded = record.options if record is not None and record.options else {}
-    return {**{k: v for k, v in recorded.items() if k.lower() not in replaced}, **given}
-
-
-def _recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
-    """The sink id *checkpoint* records.
-
-    Raises:
-        _CannotTell: there is no twopc ledger at *checkpoint*.
-    """
-    sink_id = ledger.recorded_sink_id()
-    if sink_id:
-        return sink_id
-    if open_store(checkpoint, read_only=True).read("metadata") is not None:
-        raise _CannotTell(f"{checkpoint} is a Spark checkpoint without a twopc ledger (no {ledger.location}/"
-                          f"sink.json): its query does not write with a twopc sink, or has not planned its first "
-                          f"write yet. Check the path: give the checkpointLocation of the query that writes with "
-                          f"twopc")
-    raise _CannotTell(f"there is no twopc checkpoint at {checkpoint} (no {ledger.location}/sink.json"
-                      + ("" if not _local_missing(checkpoint) else f"; {checkpoint} does not exist")
-                      + "): check the path, and give the checkpointLocation of the query that writes with twopc")
-
-
-def _local_missing(location: str) -> bool:
-    """Whether *location* is a local path (no scheme) that does not exist."""
-    return ":" not in location.split("/", 1)[0] and not os.path.exists(location)
-
-
-def _format(given: str | None, checkpoint: str, record: TargetRecord | None) -> str:
-    """The format to build the sink with: *given* (``--format``), which must name the sink
-    the checkpoint records, or the recorded one.
-
-    Raises:
-        _CannotTell: *given* names another sink than the recorded one.
-        ConfigurationError: neither is there, or *given* is unknown.
-    """
-    recorded = record.data_source if record is not None else None
-    if given is None:
-        if record is None or not (record.data_source or record.sink_class):
-            raise ConfigurationError(
-                f"--format is required: checkpoint {checkpoint} does not record the format of its query (written "
-                f"by an older twopc, or by a sink that does not tell its target). Give the data source name the "
-                f"query writes with (twopc-postgres, twopc-jdbc, ...) or module:SinkClass")
-        if recorded is not None and _known_name(recorded):
-            return recorded
-        return record.sink_class or recorded or ""
-    given_class = _sink_class(given)
-    if record is None or not (record.data_source or record.sink_class) or given == recorded:
-        return given
-    recorded_class = _recorded_class(record)
-    if recorded_class is None or given_class is recorded_class:  # None: defined where it cannot be imported now
-        return given
-    raise _CannotTell(
-        f"checkpoint {checkpoint} was written with format {recorded or record.sink_class!r}"
-        + (f" ({record.sink_class})" if recorded and record.sink_class else "")
-        + f", but --format {given!r} was given: drop --format (the checkpoint records it), or give the checkpoint "
-          f"of the query that writes with {given!r}")
-
-
-def _known_name(name: str) -> bool:
-    import sinks
-
-    return any(ds.name() == name for ds in sinks.DATA_SOURCES)
-
-
-def _recorded_class(record: TargetRecord) -> type[TwoPhaseCommitSink[Any, Any, Any]] | None:
-    for candidate in (record.data_source, record.sink_class):
-        if candidate:
-            try:
-                return _sink_class(candidate)
-            except ConfigurationError:
-                continue
-    return None
-
-
-def _check_target(sink: TwoPhaseCommitSink[Any, Any, Any], reader: CommitLedger, sink_id: str, checkpoint: str,
-                  record: TargetRecord | None) -> None:
-    """Refuse a sink whose target is not the one *checkpoint* records (compared as a write
-    compares them: by what the servers say they are where both tell, so an alias of the
-    recorded server is the same target). Records nothing.
-
-    Raises:
-        _CannotTell: the targets differ.
-    """
-    try:
-        check_target(sink, reader, sink_id, record=False)
-    except TargetMismatchError as exc:
-        recorded = ", ".join(sorted(record.options or {})) if record is not None else ""
-        hint = (f" To reach the recorded target, give only the secrets: the checkpoint records the options "
-                f"{recorded}." if recorded else "")
-        raise _CannotTell(f"{exc}{hint}") from exc
 
 
 def _target_form(args: argparse.Namespace) -> int:
@@ -318,7 +169,7 @@ def _target_form(args: argparse.Namespace) -> int:
     if not args.format:
         raise ConfigurationError("give --checkpoint (the query's checkpointLocation), or --format and --option "
                                  "url=... (and dbtable=...) for the writes without a checkpoint")
-    sink = build_sink(args.format, _options(args.option, args.option_env))
+    sink = build_sink(args.format, cli_options(args.option, args.option_env))
     with sink:
         backend = target_ledger_of(sink)
         if backend is None:

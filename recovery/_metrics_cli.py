@@ -18,8 +18,9 @@ import time
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 
 from twopc import CommitLedger, ConfigurationError
-from twopc._metrics import MetricsCollector
-from twopc._metrics_server import LOOPBACK
+from twopc.spi import LOOPBACK, MetricsCollector
+
+from ._common import recorded_sink_id
 
 __all__ = ["add_parser", "run"]
 
@@ -53,10 +54,8 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         ConfigurationError: neither ``--port`` nor ``--textfile``, a textfile not named
             ``*.prom``, ``--once`` with ``--port``, or the port cannot be bound.
-        recovery._cli._CannotTell: a checkpoint holds no twopc ledger.
+        recovery._common.CannotTell: a checkpoint holds no twopc ledger.
     """
-    from ._cli import _recorded_sink_id  # the check `twopc status` makes; _cli registers this command
-
     if args.port is None and args.textfile is None:
         raise ConfigurationError("give --port N (serve over HTTP) and/or --textfile PATH.prom (node exporter's "
                                  "textfile collector)")
@@ -68,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.interval <= 0:
         raise ConfigurationError(f"--interval must be above 0 seconds, got {args.interval:g}")
     for checkpoint in args.checkpoint:
-        _recorded_sink_id(CommitLedger(checkpoint, read_only=True), checkpoint)
+        recorded_sink_id(CommitLedger(checkpoint, read_only=True), checkpoint)
     registry = CollectorRegistry()
     registry.register(MetricsCollector(list(args.checkpoint), checkpoint_gauges_only=True))
     if args.port is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from twopc._extras import require
+from twopc.spi import require
 
 from ._verify import PAGE_SIZE
 

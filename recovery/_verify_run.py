@@ -19,9 +19,18 @@ from sinks.redis_source._server import StreamServer
 from sinks.sql._engines import dbapi_connect_params
 from sinks.sql._names import parse_table_name
 from sinks.sql._options import JdbcOptions
-from twopc import CommitLedger, ConfigurationError, SinkError, SinkUnavailableError, TwoPhaseCommitSink, redact
-from twopc._target_protocol import target_ledger_of
+from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
+from twopc.spi import SinkUnavailableError, redact, target_ledger_of
 
+from ._common import (
+    CannotTell,
+    build_sink,
+    check_recorded_target,
+    cli_options,
+    merged_options,
+    recorded_sink_id,
+    sink_format,
+)
 from ._verify import SetCheck
 from ._verify_batch import verify_batches
 from ._verify_stream import read_only_session, verify_stream
@@ -35,31 +44,29 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
     Raises:
         TwoPCError: an error (exit 2), or ``_CannotTell`` from the checkpoint's checks (exit 3).
     """
-    from . import _cli  # the checkpoint's checks are status's own; _cli imports this module
-
     if args.page_size < 1:
         raise ConfigurationError(f"--page-size must be >= 1, got {args.page_size}")
     ledger: CommitLedger | None = None
     sink_id = args.sink_id
     if checkpoint:
         reader = CommitLedger(checkpoint, read_only=True)
-        sink_id = _cli._recorded_sink_id(reader, checkpoint)
+        sink_id = recorded_sink_id(reader, checkpoint)
         if args.sink_id and args.sink_id != sink_id:
-            raise _cli._CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id "
+            raise CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id "
                                    f"{args.sink_id!r} was given: drop --sink-id, or give the checkpoint of sink id "
                                    f"{args.sink_id!r}")
         record = reader.target_record()
-        options = _cli._merged(record, _cli._options(args.option, args.option_env))
-        sink = _cli.build_sink(_cli._format(args.format, checkpoint, record), options)
+        options = merged_options(record, cli_options(args.option, args.option_env))
+        sink = build_sink(sink_format(args.format, checkpoint, record), options)
         with sink:
-            _cli._check_target(sink, reader, sink_id, checkpoint, record)
+            check_recorded_target(sink, reader, sink_id, checkpoint, record)
             return _verify(args, sink, options, reader, sink_id)
     else:
         if not args.format:
             raise ConfigurationError("give the checkpoint, or --format and --option url=... --option dbtable=... "
                                      "for the table")
-        options = _cli._options(args.option, args.option_env)
-        sink = _cli.build_sink(args.format, options)
+        options = cli_options(args.option, args.option_env)
+        sink = build_sink(args.format, options)
     with sink:
         return _verify(args, sink, options, ledger, sink_id)
 

@@ -26,16 +26,8 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from twopc import (
-    CompositeSink,
-    ConfigurationError,
-    MissingOptionError,
-    Participant,
-    TwoPCError,
-    TwoPhaseCommitDataSource,
-    TwoPhaseCommitSink,
-)
-from twopc._objpath import load_object
+from twopc import ConfigurationError, Participant, TwoPCError, TwoPhaseCommitDataSource, TwoPhaseCommitSink
+from twopc.spi import CompositeSink, MissingOptionError, load_object
 
 __all__ = ["CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"]
 
@@ -174,7 +166,7 @@ def _build(spec: Mapping[str, Any]) -> Participant:
 
 
 class OptionsCompositeSink(CompositeSink):
-    """The :class:`twopc.CompositeSink` of ``format("twopc-composite")``, built from options
+    """The :class:`twopc.spi.CompositeSink` of ``format("twopc-composite")``, built from options
     (see the module docstring)."""
 
     @classmethod

@@ -35,19 +35,21 @@ import pyarrow.parquet as pq
 
 from twopc import (
     CommitOutcome,
-    MissingOptionError,
-    OwnerRecord,
-    PreparedDetail,
-    ProtocolError,
-    TargetConfigurationError,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
     Xid,
+)
+from twopc.spi import (
+    MissingOptionError,
+    OwnerRecord,
+    PreparedDetail,
+    ProtocolError,
+    TargetConfigurationError,
+    make_folder,
     validate_sink_id,
 )
-from twopc._folders import make_folder
 
 from ._options import OptionReader
 from ._secrets import credential_free

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
-from twopc import ConfigurationError, MissingOptionError
-from twopc._runtime_options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES
+from twopc import ConfigurationError
+from twopc.spi import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, MissingOptionError
 
 __all__ = ["SPARK_PASSED_OPTIONS", "Duration", "OptionReader", "closest_option", "unknown_option_hint"]
 

@@ -16,7 +16,8 @@ from contextlib import contextmanager
 
 from sqlalchemy.engine import URL
 
-from twopc import ConfigurationError, redact
+from twopc import ConfigurationError
+from twopc.spi import redact
 
 __all__ = ["SECRET_KEYS", "after_password", "credential_free", "redacted_errors", "secret_forms", "secret_guesses"]
 
@@ -47,7 +48,7 @@ def after_password(kind: str) -> str:
 
 def secret_forms(values: Iterable[str | None]) -> list[str]:
     """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
-    SQLAlchemy renders it), longest first, for :func:`twopc.redact`."""
+    SQLAlchemy renders it), longest first, for :func:`twopc.spi.redact`."""
     forms: set[str] = set()
     for v in values:
         if not v:

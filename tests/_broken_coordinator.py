@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from twopc import BatchResult, BatchState, CommitCoordinator, CommitShape, TransactionHandle
+from twopc import CommitCoordinator, CommitShape, TransactionHandle
+from twopc.spi import BatchResult, BatchState
 
 
 class CommitsBeforeDecision(CommitCoordinator):

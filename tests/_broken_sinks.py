@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from sinks import FileHandle, FileSink
-from twopc import CommitOutcome, CommitShape, SinkUnavailableError, option
+from twopc import CommitOutcome, CommitShape
+from twopc.spi import SinkUnavailableError, option
 from twopc.testing import SinkHarness
 
 from ._filesink_helpers import assert_nothing_left, committed_ids

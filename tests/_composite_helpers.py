@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from recovery import staged_rows_left
 from sinks import RedisSink
-from twopc import CompositeHandle, participant_sink_id
+from twopc.spi import CompositeHandle, participant_sink_id
 from twopc.testing import fresh_nonce
 
 from ._filesink_helpers import assert_nothing_left, committed_ids

@@ -13,8 +13,9 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from twopc import Lease, TargetLedger, TransactionContext, TwoPhaseCommitSink
+from twopc import TransactionContext, TwoPhaseCommitSink
 from twopc._target import open_target_ledger
+from twopc.spi import Lease, TargetLedger
 
 S = TypeVar("S", bound="TwoPhaseCommitSink[Any, Any, Any]")
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from sinks import FileHandle
-from twopc import BatchState, CommitLedger, ConfigurationError, Decision, FencedError, ProtocolError
+from twopc import CommitLedger, ConfigurationError, FencedError
 from twopc._driver_identity import DriverIdentity
+from twopc.spi import BatchState, Decision, ProtocolError
 
 _DRIVER_A = DriverIdentity(host="driver-a", pid=101, started=1)
 _DRIVER_B = DriverIdentity(host="driver-b", pid=202, started=2)

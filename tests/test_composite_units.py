@@ -14,10 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 from sinks import FileSink, PostgresHandle
-from twopc import CommitLedger, CompositeHandle, CompositeSink, ConfigurationError, Decision, Participant
+from twopc import CommitLedger, ConfigurationError, Participant
 from twopc import TransactionContext as Ctx
 from twopc._composite import _group
 from twopc._coordinator import classify_prepared
+from twopc.spi import CompositeHandle, CompositeSink, Decision
 
 from ._composite_helpers import composite_harness
 from ._filesink_helpers import assert_nothing_left, committed_ids
@@ -151,8 +152,8 @@ def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path:
     one target says which); the error keeps its class and attributes, also one whose
     constructor takes more than a message (callers tell a refused key from a lost server)."""
     from sinks import RedisTargetError
-    from twopc import SinkUnavailableError
     from twopc._composite import _named
+    from twopc.spi import SinkUnavailableError
 
     p = Participant("counters", FileSink(str(tmp_path / "out")))
     err = _named(p, RedisTargetError("key k is a Redis list", key="k", redis_type="list", op="INCRBY"), ", after x")

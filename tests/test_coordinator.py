@@ -12,17 +12,8 @@ from typing import Any, ClassVar
 import pytest
 
 from sinks import FileSink
-from twopc import (
-    BatchState,
-    CommitCoordinator,
-    CommitLedger,
-    CommitPendingError,
-    CommitRetry,
-    ProtocolError,
-    RecoveryCoordinator,
-    SinkUnavailableError,
-    TransactionLostError,
-)
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionLostError
+from twopc.spi import BatchState, CommitPendingError, CommitRetry, ProtocolError, SinkUnavailableError
 
 from ._broken_sinks import ClaimsAtomicCommit
 from ._filesink_helpers import committed_ids, crash_commit, run_task

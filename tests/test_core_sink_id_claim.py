@@ -19,14 +19,8 @@ import sqlalchemy as sa
 import sinks
 from sinks import PostgresSink
 from sinks.redis import RedisSink, RPushOp
-from twopc import (
-    CommitCoordinator,
-    CommitLedger,
-    ConcurrentWriterError,
-    RecoveryCoordinator,
-    TransactionContext,
-    TransactionHandle,
-)
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionHandle
+from twopc.spi import ConcurrentWriterError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 

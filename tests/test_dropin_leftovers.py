@@ -21,9 +21,10 @@ import sqlalchemy as sa
 import sinks
 from sinks._options import Duration
 from sinks.sql import JdbcOptions
-from twopc import ConfigurationError, ephemeral_writer_dead
+from twopc import ConfigurationError
 from twopc._driver_identity import driver_identity, provably_dead
 from twopc._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers
+from twopc.spi import ephemeral_writer_dead
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,8 +17,9 @@ import sqlalchemy as sa
 import recovery
 import sinks
 from sinks import PostgresSink
-from twopc import CommitCoordinator, FencedError, TargetLedger, ephemeral_sink_id
+from twopc import CommitCoordinator, FencedError
 from twopc._target import open_target_ledger
+from twopc.spi import TargetLedger, ephemeral_sink_id
 
 from ._sql_helpers import leased_writer, logged_markers
 

@@ -271,7 +271,8 @@ def test_a_driver_that_dies_after_moving_staged_rows_is_recovered(direct_slots, 
     """The driver moved the staged rows into a prepared transaction and died before its
     decision (recovery rolls every part back: nothing lands) or right after it (recovery
     commits every part and deletes the staged leftovers: every row lands once)."""
-    from twopc import CommitLedger, Decision, RecoveryCoordinator
+    from twopc import CommitLedger, RecoveryCoordinator
+    from twopc.spi import Decision
 
     server, engine = direct_slots
     table = _table(engine)
@@ -331,7 +332,7 @@ def test_a_composite_participant_does_not_stage(direct_slots) -> None:
     """A composite decides its participants' handles itself (no before_decision): a
     twopc-jdbc participant's task that finds no slot fails before it writes."""
     from sinks import JdbcSink
-    from twopc import TargetConfigurationError
+    from twopc.spi import TargetConfigurationError
 
     server, engine = direct_slots
     table = _table(engine)

@@ -6,6 +6,10 @@ functions), every name in it resolves, and every public name the package's ``__i
 defines (``dir()``, which also lists faultinject's lazily loaded names) is in it.
 Submodules and the ``from __future__ import annotations`` / ``TYPE_CHECKING`` imports are
 not names a package defines.
+
+``twopc`` has two surfaces: its package, what a pipeline calls, and ``twopc.spi``, what sink
+authors and twopc's own packages (``sinks``, ``recovery``) import beyond that.  Each name of
+either is documented in its module's docstring, and no name is on both.
 """
 
 import importlib
@@ -19,25 +23,29 @@ import pytest
 # ---------------------------------------------------------------------------------------------
 PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     "twopc": (
-        "FAULT_POINTS", "MAX_XID_BYTES",
-        "BatchAbortedError", "BatchResult", "BatchState", "CommitCoordinator", "CommitLedger", "CommitMetrics",
-        "CommitOutcome", "CommitPendingError", "CommitRetry", "CommitShape", "CompositeDataSourceBase",
-        "CompositeHandle",
-        "CompositeSink", "ConcurrentWriterError", "ConfigurationError",
-        "Decision", "FencedError", "HandleError", "HandleVersionError", "Headroom", "Lease",
-        "LedgerError", "MissingExtraError", "MissingOptionError", "OwnerRecord", "Participant", "PreparedDetail",
-        "ProtocolError",
-        "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "RuntimeOptions",
-        "SchemaMismatchError", "SinkError", "SinkStatus", "SinkUnavailableError", "SourceError",
-        "TargetConfigurationError", "TargetLedger", "TargetMismatchError",
-        "TransactionContext", "TransactionHandle", "TransactionLostError", "TwoPCCommitMessage",
-        "TwoPCError", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitDataSource", "TwoPhaseCommitSink",
-        "TwoPhaseCommitStreamWriter", "UnknownHandleKindError", "UnsettledTransaction", "Xid",
-        "check_checkpoint_location", "checkpoint_label", "composite", "data_source_for", "decode_handle",
-        "default_sink_id", "dumps_handle", "encode_handle",
-        "ephemeral_sink_id", "ephemeral_started", "ephemeral_writer_dead", "foreach_batch_writer", "loads_handle",
-        "option", "participant_sink_id", "redact", "register", "register_metrics", "registered_handle_kinds",
-        "resolve_abandoned", "serve_metrics", "sink_status", "validate_sink_id",
+        "FAULT_POINTS", "CommitCoordinator", "CommitLedger", "CommitOutcome", "CommitShape",
+        "ConfigurationError",
+        "FencedError", "LedgerError", "MissingExtraError", "Participant", "RecoveryCoordinator", "SinkError",
+        "SinkStatus", "TransactionContext", "TransactionHandle", "TransactionLostError", "TwoPCError",
+        "TwoPhaseCommitDataSource", "TwoPhaseCommitSink", "UnsettledTransaction", "Xid",
+        "check_checkpoint_location", "composite", "data_source_for", "foreach_batch_writer", "register",
+        "register_metrics", "serve_metrics", "sink_status",
+    ),
+    "twopc.spi": (
+        "EPHEMERAL_PREFIX", "LOOPBACK", "MAX_XID_BYTES", "RUNTIME_KEYS", "RUNTIME_OPTION_NAMES",
+        "BatchAbortedError", "BatchResult", "BatchState", "CommitMetrics", "CommitPendingError", "CommitRetry",
+        "CompositeDataSourceBase", "CompositeHandle", "CompositeSink", "ConcurrentWriterError", "Decision",
+        "DriverIdentity", "HandleError", "HandleVersionError", "Headroom", "Lease", "MetricsCollector",
+        "MissingOptionError", "OwnerRecord", "PreparedDetail", "ProtocolError", "RecoveryPlan",
+        "RecoveryReport", "RuntimeOptions", "SchemaMismatchError", "SinkUnavailableError", "SourceError",
+        "TargetConfigurationError", "TargetLedger", "TargetMismatchError", "TargetRecord",
+        "TwoPCCommitMessage", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter",
+        "UnknownHandleKindError", "check_target", "checkpoint_label", "configure_cli_logging", "decode_handle",
+        "default_sink_id", "driver_identity", "dumps_handle", "encode_handle", "ephemeral_sink_id",
+        "ephemeral_started", "ephemeral_writer_dead", "load_object", "loads_handle", "log_event",
+        "make_folder", "open_store", "open_target_ledger", "option", "participant_sink_id", "private_dir",
+        "redact", "registered_handle_kinds", "require", "resolve_abandoned", "start_ticks", "target_ledger_of",
+        "validate_sink_id",
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",
@@ -168,3 +176,20 @@ def test_table_rows_are_in_order() -> None:
     # The rows are kept in __all__'s order so that they read like it.
     for name, row in PUBLIC_NAMES.items():
         assert list(row) == sorted(row, key=_ruff_order), name
+
+
+# The modules whose docstring documents every name of __all__ (as :class:`X`, :func:`x`, ...).
+DOCUMENTED: tuple[str, ...] = ("twopc", "twopc.spi")
+
+
+@pytest.mark.parametrize("name", DOCUMENTED)
+def test_every_exported_name_is_documented(name: str) -> None:
+    module = importlib.import_module(name)
+    doc = module.__doc__ or ""
+    undocumented = [n for n in module.__all__ if f"`{n}`" not in doc]
+    assert not undocumented, f"{name}'s docstring does not document {undocumented}: say in it what each is for"
+
+
+def test_public_and_provider_surfaces_are_disjoint() -> None:
+    # A name is either for the pipeline (twopc) or for sink authors and twopc's packages (twopc.spi).
+    assert set(PUBLIC_NAMES["twopc"]).isdisjoint(PUBLIC_NAMES["twopc.spi"])

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from sinks import PostgresSink
-from twopc import CommitLedger, Lease
+from twopc import CommitLedger
 from twopc._driver_identity import _start_ticks, identity_of
 from twopc._metrics_server import ensure_server, registry_dir
+from twopc.spi import Lease
 
 
 def _private(folder: Path) -> bool:

@@ -18,8 +18,9 @@ from sinks._options import SPARK_PASSED_OPTIONS, Duration
 from sinks.sql._column_lists import parse_column_list, parse_column_types
 from sinks.sql._options import REJECTED_OPTIONS, JdbcOptions
 from sinks.sql._params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
-from twopc import ConfigurationError, MissingOptionError, redact
+from twopc import ConfigurationError
 from twopc._runtime_options import RUNTIME_KEYS
+from twopc.spi import MissingOptionError, redact
 
 PG = "jdbc:postgresql://db.example:5432/app"
 PW = "S3cr3t-Pa55!"

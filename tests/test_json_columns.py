@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 import sinks
 from sinks import MySqlXaSink, PostgresSink, StagingSink
-from twopc import SchemaMismatchError
+from twopc.spi import SchemaMismatchError
 
 from ._sql_helpers import write_one_task
 

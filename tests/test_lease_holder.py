@@ -20,8 +20,8 @@ from sinks import MySqlXaSink, PostgresSink
 from sinks.sql import PreparedSqlSink
 from sinks.sql._lease_spares import spare_folder, start_spare
 from sinks.sql._target_ledger import _holder_argv
-from twopc import ConcurrentWriterError, Lease
 from twopc._driver_identity import DriverIdentity, _start_ticks, driver_identity
+from twopc.spi import ConcurrentWriterError, Lease
 
 HEAVY = {"pyspark", "pyarrow", "sqlalchemy", "pandas", "numpy", "twopc", "sinks", "recovery", "faultinject"}
 

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from sinks import FileHandle
-from twopc import BatchState, CommitLedger, ConfigurationError, Decision, LedgerError, ProtocolError
+from twopc import CommitLedger, ConfigurationError, LedgerError
+from twopc.spi import BatchState, Decision, ProtocolError
 
 
 def _decision(batch: int, n: int = 2, sink: str = "s1") -> Decision:

@@ -27,16 +27,8 @@ from faultinject import FaultProxy
 from sinks import MySqlXaSink, PostgresSink
 from sinks.redis import HSetOp, RedisSink
 from sinks.sql._timeouts import reply_deadline
-from twopc import (
-    BatchState,
-    CommitCoordinator,
-    CommitLedger,
-    CommitPendingError,
-    CommitRetry,
-    RecoveryCoordinator,
-    TransactionContext,
-    TwoPhaseCommitSink,
-)
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TwoPhaseCommitSink
+from twopc.spi import BatchState, CommitPendingError, CommitRetry
 
 from ._sql_helpers import batch, ctx, fresh_sql_target, prepare, uid
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
 from sinks import MySqlXaSink, PostgresSink, StagingSink
-from twopc import TargetConfigurationError
+from twopc.spi import TargetConfigurationError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])
 

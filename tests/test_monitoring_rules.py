@@ -35,16 +35,14 @@ from twopc import (
     CommitCoordinator,
     CommitLedger,
     RecoveryCoordinator,
-    RuntimeOptions,
     TransactionContext,
     TransactionLostError,
-    TwoPCCommitMessage,
-    dumps_handle,
     register_metrics,
 )
 from twopc._inspect import Headroom
 from twopc._metrics import MetricsCollector, record_batch
 from twopc._spark import _WriterCore
+from twopc.spi import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
 from ._filesink_helpers import crash_commit
 from ._ops_helpers import REPO

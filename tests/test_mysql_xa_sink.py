@@ -28,19 +28,17 @@ import sqlalchemy as sa
 from sinks import MySqlXaHandle, MySqlXaSink
 from sinks.mysql import _sink as _mysql_xa
 from sinks.sql import dispose_engines
-from twopc import (
-    CommitOutcome,
-    ConfigurationError,
+from twopc import CommitOutcome, ConfigurationError, SinkError
+from twopc._sink import purge_markers_best_effort
+from twopc.spi import (
     MissingOptionError,
     ProtocolError,
     SchemaMismatchError,
-    SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
     dumps_handle,
     loads_handle,
 )
-from twopc._sink import purge_markers_best_effort
 
 from ._sql_helpers import batch as _batch
 from ._sql_helpers import chain as _chain
@@ -240,7 +238,8 @@ _WRITER = textwrap.dedent("""
     import os, sys, time
     import pyarrow as pa
     from sinks import MySqlXaSink
-    from twopc import TransactionContext, dumps_handle
+    from twopc import TransactionContext
+    from twopc.spi import dumps_handle
 
     sink = MySqlXaSink(os.environ["URL"], os.environ["TABLE"])
     txn = sink.begin_transaction(TransactionContext(os.environ["SINK"], 3, 0, 9))

@@ -153,8 +153,9 @@ def test_json_log_records_carry_the_events_fields(caplog: pytest.LogCaptureFixtu
 def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tmp_path: Path) -> None:
     """The driver's commit path (what Spark calls) counts what raised: a decided transaction
     someone rolled back by hand is lost; the commit raises and the metrics say so."""
-    from twopc import RuntimeOptions, TransactionLostError, TwoPCCommitMessage, dumps_handle
+    from twopc import TransactionLostError
     from twopc._spark import _WriterCore
+    from twopc.spi import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
     sink = FileSink(str(tmp_path / "out"))
     ck = str(tmp_path / "ck")

@@ -13,8 +13,9 @@ import psycopg
 import pytest
 
 from sinks import PostgresSink
-from twopc import TargetConfigurationError, TransactionContext
+from twopc import TransactionContext
 from twopc._observe import DEFAULT_TASK_MAX_FAILURES, check_headroom
+from twopc.spi import TargetConfigurationError
 from twopc.testing import SinkHarness
 
 from ._kit_harnesses import HARNESSES, harness_for

@@ -20,7 +20,8 @@ import sinks
 from recovery import main as twopc_cli
 from recovery.demos.demo import write_input
 from sinks import JdbcSink, PostgresSink, StagingSink
-from twopc import CommitLedger, ConfigurationError, Decision, SchemaMismatchError, TransactionContext
+from twopc import CommitLedger, ConfigurationError, TransactionContext
+from twopc.spi import Decision, SchemaMismatchError
 
 
 @pytest.fixture(scope="module", autouse=True)

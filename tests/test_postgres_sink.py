@@ -24,19 +24,17 @@ from hypothesis import strategies as st
 from faultinject import LocalPostgres
 from sinks import PostgresHandle, PostgresSink
 from sinks.sql import dispose_engines
-from twopc import (
-    CommitOutcome,
-    ConfigurationError,
+from twopc import CommitOutcome, ConfigurationError, SinkError
+from twopc._sink import purge_markers_best_effort
+from twopc.spi import (
     MissingOptionError,
     ProtocolError,
     SchemaMismatchError,
-    SinkError,
     SinkUnavailableError,
     TargetConfigurationError,
     dumps_handle,
     loads_handle,
 )
-from twopc._sink import purge_markers_best_effort
 
 from ._sql_helpers import batch as _batch
 from ._sql_helpers import chain as _chain

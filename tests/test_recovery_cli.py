@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sinks import FileSink
-from twopc import BatchState, CommitCoordinator, CommitLedger
+from twopc import CommitCoordinator, CommitLedger
+from twopc.spi import BatchState
 
 from ._filesink_helpers import committed_ids, crash_commit, run_task
 

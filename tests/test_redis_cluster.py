@@ -37,16 +37,15 @@ from faultinject import LocalRedis, LocalRedisCluster
 from sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
 from sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc import (
-    BatchState,
     CommitCoordinator,
     CommitLedger,
-    CommitRetry,
     ConfigurationError,
     RecoveryCoordinator,
     SinkError,
     TransactionContext,
     TransactionLostError,
 )
+from twopc.spi import BatchState, CommitRetry
 
 from ._stream_helpers import rows_of
 

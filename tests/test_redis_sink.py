@@ -35,16 +35,12 @@ from sinks.redis import (
     mapping_json,
     parse_mapping,
 )
-from twopc import (
-    CommitCoordinator,
-    CommitLedger,
-    CommitOutcome,
-    ConfigurationError,
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, ConfigurationError, TransactionContext
+from twopc.spi import (
     MissingOptionError,
     SchemaMismatchError,
     SinkUnavailableError,
     TargetConfigurationError,
-    TransactionContext,
     dumps_handle,
     loads_handle,
 )

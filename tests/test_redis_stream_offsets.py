@@ -26,7 +26,8 @@ from sinks.redis_source import (
     schema_ddl,
 )
 from sinks.redis_source._lua import LIBRARY_NAME, library_code
-from twopc import ConfigurationError, MissingOptionError, SourceError
+from twopc import ConfigurationError
+from twopc.spi import MissingOptionError, SourceError
 
 from ._stream_helpers import rows_of
 

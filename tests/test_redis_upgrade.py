@@ -23,16 +23,8 @@ import pytest
 import redis
 
 from sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink
-from twopc import (
-    CommitLedger,
-    CommitOutcome,
-    Decision,
-    ProtocolError,
-    RecoveryCoordinator,
-    TransactionContext,
-    Xid,
-    loads_handle,
-)
+from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionContext, Xid
+from twopc.spi import Decision, ProtocolError, loads_handle
 
 LIBRARY_NAME = "twopc_redis_v1"
 #: SHA-256 of the library code every version loads under LIBRARY_NAME. A change of the

@@ -19,7 +19,8 @@ import sinks
 from sinks import FileSink, MySqlXaSink, PostgresSink
 from sinks.redis import RedisSink, RPushOp, mapping_json
 from sinks.sql import PreparedSqlSink
-from twopc import TransactionContext, checkpoint_label
+from twopc import TransactionContext
+from twopc.spi import checkpoint_label
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -11,7 +11,8 @@ import pytest
 
 from sinks import FileSink, JdbcOptions, PostgresSink
 from sinks._options import Duration, OptionReader
-from twopc import ConfigurationError, MissingOptionError
+from twopc import ConfigurationError
+from twopc.spi import MissingOptionError
 
 PW = "S3cr3t-Pa55!"
 
@@ -150,10 +151,10 @@ _WITHOUT = textwrap.dedent("""
     import sys
     for name in ("psycopg", "pymysql", "redis"):
         sys.modules[name] = None  # as if the extra were not installed
-    import sinks, twopc
+    import sinks, twopc.spi
     sinks.register_all  # noqa: B018 - importable without any driver
     assert sinks.JdbcSink and sinks.FileSink and sinks.PostgresHandle and sinks.MySqlXaHandle
-    assert "twopc.postgres" in twopc.registered_handle_kinds()  # ledgers stay readable
+    assert "twopc.postgres" in twopc.spi.registered_handle_kinds()  # ledgers stay readable
     for name, extra in (("PostgresSink", "postgres"), ("MySqlXaSink", "mysql"), ("RedisSink", "redis")):
         try:
             getattr(sinks, name)

@@ -29,6 +29,7 @@ import redis
 import faultinject
 import sinks
 import twopc
+import twopc.spi
 from faultinject import ENV_CONTROL, FaultControl, LocalPostgres
 from recovery.demos.demo import INPUT_SCHEMA, write_input
 from sinks import OptionsCompositeSink, RedisSink
@@ -91,10 +92,10 @@ def test_postgres_table_and_redis_counters_from_python_objects(spark: Any, postg
         for batch in ledger.committed_batches():
             decision = ledger.decision(batch)
             assert decision is not None
-            assert all(isinstance(h, twopc.CompositeHandle) for h in decision.handles)
-            assert {name for h in decision.handles if isinstance(h, twopc.CompositeHandle)
+            assert all(isinstance(h, twopc.spi.CompositeHandle) for h in decision.handles)
+            assert {name for h in decision.handles if isinstance(h, twopc.spi.CompositeHandle)
                     for name, _ in h.parts} == {"orders", "counters"}
-        assert twopc.CompositeSink([orders, counters]).list_prepared(sink_id) == []
+        assert twopc.spi.CompositeSink([orders, counters]).list_prepared(sink_id) == []
     client.close()
 
 

@@ -22,7 +22,8 @@ import sinks
 from faultinject import FaultProxy
 from recovery import verify_postgres_ids
 from recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
-from twopc import BatchState, CommitLedger
+from twopc import CommitLedger
+from twopc.spi import BatchState
 
 HANG = 300.0  # far above the configured bound: only a write that never returns reaches it
 #: waits small enough for a test: a reply gets 2 s, a commit one retry after 0.1 s

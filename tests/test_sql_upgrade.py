@@ -22,14 +22,8 @@ import pytest
 import sqlalchemy as sa
 
 from sinks import MySqlXaHandle, MySqlXaSink, PostgresHandle, PostgresSink, StagingHandle, StagingSink
-from twopc import (
-    CommitLedger,
-    CommitOutcome,
-    Decision,
-    RecoveryCoordinator,
-    TransactionHandle,
-    loads_handle,
-)
+from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionHandle
+from twopc.spi import Decision, loads_handle
 
 from ._sql_helpers import uid as _uid
 

@@ -14,13 +14,8 @@ import pytest
 import sqlalchemy as sa
 
 from sinks import StagingHandle, StagingSink
-from twopc import (
-    SchemaMismatchError,
-    SinkError,
-    TargetConfigurationError,
-    TransactionContext,
-    TransactionLostError,
-)
+from twopc import SinkError, TransactionContext, TransactionLostError
+from twopc.spi import SchemaMismatchError, TargetConfigurationError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()),
                     ("ts", pa.timestamp("us", tz="UTC"))])

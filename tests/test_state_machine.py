@@ -22,7 +22,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import faultinject
 from sinks import FileHandle, FileSink
-from twopc import BatchState, CommitCoordinator, CommitLedger, RecoveryCoordinator
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator
+from twopc.spi import BatchState
 
 from ._filesink_helpers import committed_ids, run_task
 

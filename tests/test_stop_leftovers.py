@@ -21,8 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 import sinks
-from twopc import default_sink_id
 from twopc._stops import wait_settled
+from twopc.spi import default_sink_id
 
 from ._ops_helpers import twopc_cli
 

@@ -26,7 +26,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 import faultinject
 from sinks import JdbcDataSource
-from twopc import BatchAbortedError
+from twopc.spi import BatchAbortedError
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
 

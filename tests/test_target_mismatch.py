@@ -23,16 +23,8 @@ from sqlalchemy.engine import make_url
 import sinks
 from sinks import FileSink, MySqlXaSink, PostgresHandle, PostgresSink
 from sinks.sql import dispose_engines
-from twopc import (
-    BatchState,
-    CommitCoordinator,
-    CommitLedger,
-    RecoveryCoordinator,
-    TargetMismatchError,
-    TransactionContext,
-    TransactionLostError,
-    default_sink_id,
-)
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionLostError
+from twopc.spi import BatchState, TargetMismatchError, default_sink_id
 
 from ._filesink_helpers import crash_commit, run_task
 

@@ -1,5 +1,5 @@
 """What a write without a checkpoint does to the other writers recorded in the target's
-``twopc_ledger`` (:func:`twopc.resolve_abandoned`) when they have nothing left to finish.
+``twopc_ledger`` (:func:`twopc.spi.resolve_abandoned`) when they have nothing left to finish.
 
 A ``txnAppId`` writer's records stay in the table after its write on purpose (its last
 committed ``txnVersion`` makes a rerun write nothing), so every later write to the server, and
@@ -16,8 +16,9 @@ import pyarrow as pa
 import sqlalchemy as sa
 
 from sinks import PostgresSink
-from twopc import CommitCoordinator, resolve_abandoned
+from twopc import CommitCoordinator
 from twopc._target import open_target_ledger, settle_own
+from twopc.spi import resolve_abandoned
 
 from ._sql_helpers import leased_writer
 

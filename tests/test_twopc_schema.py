@@ -19,10 +19,11 @@ from sqlalchemy.engine import make_url
 
 import faultinject
 from sinks import MySqlXaSink, PostgresSink, StagingSink
-from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator, TargetConfigurationError
+from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator
 from twopc._ledger import BatchState, CommitLedger
 from twopc._runtime_options import ephemeral_sink_id
 from twopc._target import open_target_ledger, settle_own
+from twopc.spi import TargetConfigurationError
 
 from ._sql_helpers import batch, ctx, prepare, uid
 from .test_marker_privileges import SCHEMA as RESTRICTED_SCHEMA

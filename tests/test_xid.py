@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from twopc import MAX_XID_BYTES, ConfigurationError, ProtocolError, TransactionContext, Xid
+from twopc import ConfigurationError, TransactionContext, Xid
+from twopc.spi import MAX_XID_BYTES, ProtocolError
 
 SINK_IDS = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 NUMS = st.integers(min_value=0, max_value=2**62)

@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 import faultinject
 import sinks
-from twopc import default_sink_id
+from twopc.spi import default_sink_id
 
 
 @pytest.fixture(scope="module", autouse=True)

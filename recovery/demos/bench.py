@@ -50,17 +50,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._bench_common import COLUMN_NAMES, JDBC_JAR, ROW_EXPRS, count_rows, create_table, jdbc_target, verdict
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["main"]
 
-JDBC_JAR = "/usr/share/java/postgresql.jar"
-#: the generated rows, as Spark SQL expressions over ``spark.range``
-ROW_EXPRS = ("id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
-             "timestamp_seconds(1767225600 + id) AS ts")
-TABLE_COLUMNS = "id bigint NOT NULL, payload text, amount double precision, ts timestamptz"
-COLUMN_NAMES = "id, payload, amount, ts"
 #: targets of prepared mode: against the best Spark JDBC configuration, and against raw COPY
 TARGET_VS_SPARK = 1.5
 TARGET_VS_COPY = 0.7
@@ -82,37 +78,6 @@ def _timed(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
-
-
-def create_table(url: str, table: str) -> None:
-    """(Re)create a bench table: no primary key, like Spark's JDBC writer would create."""
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-            conn.execute(sa.text(f'CREATE TABLE "{table}" ({TABLE_COLUMNS})'))
-    finally:
-        engine.dispose()
-
-
-def _count(url: str, table: str) -> int:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as c:
-            return int(c.execute(sa.text(f'SELECT count(*) FROM "{table}"')).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def _jdbc(url: str) -> tuple[str, dict[str, str]]:
-    import sqlalchemy as sa
-
-    u = sa.make_url(url)
-    return f"jdbc:postgresql://{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
 
 
 def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
@@ -149,7 +114,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
         frame.count()
     df = frames[partitions[0]]
     small = spark.range(20_000, numPartitions=2).selectExpr(*ROW_EXPRS)
-    jdbc_url, props = _jdbc(url)
+    jdbc_url, props = jdbc_target(url)
     results: dict[str, list[float]] = {}
     versions: dict[str, int] = {}
 
@@ -162,7 +127,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
         create_table(url, table)
         versions[table] = versions.get(table, 1) + 1
         seconds = _timed(lambda: write(frame, table, versions[table]))
-        found = _count(url, table)
+        found = count_rows(url, table)
         if found != rows:
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
         results.setdefault(name, []).append(rows / seconds)
@@ -292,10 +257,6 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     return out
 
 
-def _verdict(ok: bool) -> str:
-    return "MET" if ok else "MISSED"
-
-
 def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] = ()) -> None:
     """The ratio table and the targets: medians over the rounds, and with several rounds
     the range of each writer and of each round's own ratio (the writers of one round ran
@@ -324,7 +285,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         rounds_text = (f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})"
                        if len(per_round) > 1 else "")
         print(f"  {label} >= {goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
-              f"{_verdict(r >= goal)}{rounds_text}")
+              f"{verdict(r >= goal)}{rounds_text}")
 
     copy = [results[COPY]] if COPY in results else []
     target("prepared vs best Spark JDBC      ", TARGET_VS_SPARK, results.get(PREPARED),
@@ -406,9 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nprotocol cost per micro-batch (2 tasks, median of {args.batches}; target <= "
               f"{TARGET_PROTOCOL_MS:g} ms):")
         print(f"  prepared: recovery check + decision + 2 COMMIT PREPARED + mark + sweep  {proto['prepared']:6.2f} ms"
-              f"   {_verdict(proto['prepared'] <= TARGET_PROTOCOL_MS)}")
+              f"   {verdict(proto['prepared'] <= TARGET_PROTOCOL_MS)}")
         print(f"  staging:  recovery check + one moving transaction + decision + mark    {proto['staging']:6.2f} ms"
-              f"   {_verdict(proto['staging'] <= TARGET_PROTOCOL_MS)}")
+              f"   {verdict(proto['staging'] <= TARGET_PROTOCOL_MS)}")
         print(f"  plain commits of the same 2 transactions                                {proto['plain']:6.2f} ms")
     report_scaling(parts, small, micro)
     return 0

@@ -53,7 +53,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     from sinks import PostgresSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
 
-    from .bench import create_table
+    from ._bench_common import create_table
 
     data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
                                        "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
@@ -106,11 +106,11 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     """Seconds of a 20k-row write: the plain drop-in (``twopc-jdbc``, no other option), the
     same with a checkpoint (prepared mode), and Spark's JDBC writer (when its driver jar is
     there); *repeat* rounds, interleaved, after one warm-up write each."""
-    from .bench import ROW_EXPRS, _jdbc, create_table
+    from ._bench_common import ROW_EXPRS, create_table, jdbc_target
 
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
-    jdbc_url, props = _jdbc(url)
+    jdbc_url, props = jdbc_target(url)
 
     def twopc(checkpoint: bool) -> Callable[[DataFrame, str, int], None]:
         def write(d: DataFrame, t: str, v: int) -> None:
@@ -147,12 +147,12 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
 def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int) -> dict[str, list[float]]:
     """ms of Spark's ``triggerExecution`` per micro-batch (1,000 rows each, from JSON files
     read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer."""
-    from .bench import ROW_EXPRS, _jdbc, create_table
+    from ._bench_common import ROW_EXPRS, create_table, jdbc_target
 
     source = work / "micro-src"
     spark.range(batches * 1000, numPartitions=batches).selectExpr(*ROW_EXPRS).write.mode("overwrite").json(str(source))
     schema = spark.read.json(str(source)).schema
-    jdbc_url, props = _jdbc(url)
+    jdbc_url, props = jdbc_target(url)
     out: dict[str, list[float]] = {}
 
     def run(name: str, table: str, start: Callable[[Any], Any]) -> None:
@@ -182,7 +182,7 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int)
 
 def _copy_ten_rows(conn: Any, table: str) -> None:
     """COPY 10 rows into *table* in *conn*'s open transaction (a partition's share)."""
-    from .bench import COLUMN_NAMES
+    from ._bench_common import COLUMN_NAMES
 
     with conn.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
         for i in range(10):
@@ -233,7 +233,7 @@ def _commit_each(conns: list[Any]) -> None:
 def _has_jdbc_driver() -> bool:
     import os
 
-    from .bench import JDBC_JAR
+    from ._bench_common import JDBC_JAR
 
     return os.path.exists(JDBC_JAR)
 
@@ -241,7 +241,7 @@ def _has_jdbc_driver() -> bool:
 def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[float]],
                    micro: dict[str, list[float]]) -> None:
     """Print the rows of this module with their ratios and MET/MISSED verdicts."""
-    from .bench import _verdict
+    from ._bench_common import verdict
 
     if parts:
         print("\nprotocol cost per batch as the partition count grows (prepared mode, 10 rows per partition, "
@@ -254,7 +254,7 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
         lo, hi = min(parts), max(parts)
         r = parts[hi]["protocol"] / parts[lo]["protocol"]
         print(f"  target: cost at {hi} <= {TARGET_FLAT:g}x cost at {lo}: {parts[hi]['protocol']:.2f} / "
-              f"{parts[lo]['protocol']:.2f} = {r:.2f}x   {_verdict(r <= TARGET_FLAT)}")
+              f"{parts[lo]['protocol']:.2f} = {r:.2f}x   {verdict(r <= TARGET_FLAT)}")
         print(f"  (committing the {hi} prepared transactions alone, without the protocol, in the same pipelines: "
               f"{parts[hi]['floor'] / parts[lo]['protocol']:.2f}x the protocol's whole cost at {lo})")
     if small:
@@ -267,7 +267,7 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
         drop_in = med["twopc-jdbc drop-in (no checkpoint)"]
         if peer:
             print(f"  target: drop-in <= {TARGET_SMALL:g}x Spark's JDBC writer: {drop_in / peer:.2f}x   "
-                  f"{_verdict(drop_in / peer <= TARGET_SMALL)}")
+                  f"{verdict(drop_in / peer <= TARGET_SMALL)}")
     if micro:
         med = {k: statistics.median(v) for k, v in micro.items()}
         peer = med.get("spark jdbc in foreachBatch (at-least-once)")

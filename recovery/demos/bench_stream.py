@@ -74,9 +74,9 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
     """Every entry one row, nothing pending or lagging in *group*; else ``SystemExit``."""
     import redis
 
-    from .bench import _count
+    from ._bench_common import count_rows
 
-    found = _count(pg_url, table)
+    found = count_rows(pg_url, table)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     try:
         left = []
@@ -110,9 +110,9 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     import pyarrow as pa
     import redis
 
-    from .bench import _jdbc
+    from ._bench_common import jdbc_target
 
-    jdbc_url, props = _jdbc(pg_url)
+    jdbc_url, props = jdbc_target(pg_url)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     for s in streams:
         client.xgroup_create(s, group, id="0", mkstream=True)
@@ -165,7 +165,7 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
 
     import sinks
 
-    from .bench import JDBC_JAR
+    from ._bench_common import JDBC_JAR
     from .pipeline import create_table
 
     if not os.path.exists(JDBC_JAR):

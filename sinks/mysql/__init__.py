@@ -4,7 +4,7 @@
 Needs PyMySQL: ``pip install 'twopc[mysql]'``.
 """
 
-from twopc._extras import require as _require
+from twopc.spi import require as _require
 
 _require("pymysql", "mysql", "the MariaDB/MySQL sink")
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pymysql
 
-from twopc import SinkError, SinkUnavailableError
+from twopc import SinkError
+from twopc.spi import SinkUnavailableError
 
 from ..sql._errors import ROLLED_BACK, bad_value, constraint_violated, lock_timed_out
 

@@ -37,7 +37,8 @@ import pymysql
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 
-from twopc import ConfigurationError, Headroom, SinkError, TargetConfigurationError
+from twopc import ConfigurationError, SinkError
+from twopc.spi import Headroom, TargetConfigurationError
 
 from .._handles import MySqlXaHandle
 from ..sql._dialect import SqlTxn, give_back

@@ -4,7 +4,7 @@ from Arrow (``format("twopc-postgres")``, and the prepared mode of ``twopc-jdbc`
 Needs psycopg 3: ``pip install 'twopc[postgres]'``.
 """
 
-from twopc._extras import require as _require
+from twopc.spi import require as _require
 
 _require("psycopg", "postgres", "the PostgreSQL sink (twopc-postgres)")
 

@@ -9,7 +9,8 @@ from collections.abc import Callable
 import psycopg
 from psycopg import errors as pgerr
 
-from twopc import SinkError, SinkUnavailableError, TargetConfigurationError
+from twopc import SinkError
+from twopc.spi import SinkUnavailableError, TargetConfigurationError
 
 from ..sql._errors import ROLLED_BACK, bad_value, constraint_violated, lock_timed_out
 

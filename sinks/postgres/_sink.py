@@ -44,14 +44,8 @@ import pyarrow as pa
 from psycopg import errors as pgerr
 from psycopg import sql
 
-from twopc import (
-    ConfigurationError,
-    Headroom,
-    SinkError,
-    TargetConfigurationError,
-    TransactionContext,
-    TransactionLostError,
-)
+from twopc import ConfigurationError, SinkError, TransactionContext, TransactionLostError
+from twopc.spi import Headroom, TargetConfigurationError
 
 from .._handles import PostgresHandle
 from ..sql._dialect import SqlTxn

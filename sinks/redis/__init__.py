@@ -123,7 +123,7 @@ library), ``_clients`` (per-process clients, :func:`dispose_clients`), ``_server
 (configuration checks, loading the library, running a step), ``_sink`` (the sink).
 """
 
-from twopc._extras import require as _require
+from twopc.spi import require as _require
 
 _require("redis", "redis", "the Redis sink (twopc-redis)")
 

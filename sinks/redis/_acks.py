@@ -20,7 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SchemaMismatchError
+from twopc import ConfigurationError
+from twopc.spi import SchemaMismatchError
 
 from .._handles import RedisHandle
 from ..redis_source._ids import EntryId

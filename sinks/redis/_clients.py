@@ -20,7 +20,8 @@ from typing import Any
 import redis
 import redis.exceptions as rex
 
-from twopc import ConfigurationError, SinkError, SinkUnavailableError, redact
+from twopc import ConfigurationError, SinkError
+from twopc.spi import SinkUnavailableError, redact
 
 from .._net import keepalive_socket_options
 from .._secrets import after_password, secret_forms
@@ -48,7 +49,7 @@ class ClientConfig:
 
     def error(self, exc: BaseException, action: str) -> SinkError:
         """The :class:`~twopc.SinkError` for *exc*, raised while trying to *action*:
-        :class:`~twopc.SinkUnavailableError` for a refused login or an unreachable server."""
+        :class:`~twopc.spi.SinkUnavailableError` for a refused login or an unreachable server."""
         text = self.redact(" ".join(str(exc).split()))
         if isinstance(exc, rex.AuthenticationError | rex.AuthorizationError):
             return SinkUnavailableError(f"Redis at {self.where()} refused the login while trying to {action}: "

@@ -21,7 +21,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SchemaMismatchError, TransactionContext
+from twopc import ConfigurationError, TransactionContext
+from twopc.spi import SchemaMismatchError
 
 from ._keys import key_slot, slot_message
 from ._lua import MAX_ARGS

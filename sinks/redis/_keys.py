@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from redis.crc import key_slot as _crc_key_slot
 
-from twopc import ConfigurationError, validate_sink_id
+from twopc import ConfigurationError
+from twopc.spi import validate_sink_id
 
 __all__ = ["RedisKeys", "default_hash_tag", "key_slot", "normalize_tag", "slot_message"]
 

@@ -17,7 +17,8 @@ from typing import Any, ClassVar, cast
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SchemaMismatchError
+from twopc import ConfigurationError
+from twopc.spi import SchemaMismatchError
 
 from ._templates import Number, Template
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from twopc import ProtocolError, SinkError, TargetConfigurationError
+from twopc import SinkError
+from twopc.spi import ProtocolError, TargetConfigurationError
 
 from . import _lua as lua
 from ._ack_lua import ack_function_name, ack_library_code
@@ -61,7 +62,7 @@ class RedisServer:
         return self.config.error(exc, action)
 
     def ping(self) -> None:
-        """Raises :class:`~twopc.SinkUnavailableError` when the server cannot be reached."""
+        """Raises :class:`~twopc.spi.SinkUnavailableError` when the server cannot be reached."""
         try:
             self.client().ping()
         except rex.RedisError as exc:

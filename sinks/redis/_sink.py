@@ -40,18 +40,13 @@ from twopc import (
     CommitOutcome,
     CommitShape,
     ConfigurationError,
-    Headroom,
-    MissingOptionError,
-    OwnerRecord,
-    PreparedDetail,
-    ProtocolError,
     SinkError,
-    TargetConfigurationError,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitSink,
     Xid,
 )
+from twopc.spi import Headroom, MissingOptionError, OwnerRecord, PreparedDetail, ProtocolError, TargetConfigurationError
 
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader

@@ -16,7 +16,7 @@ calls), ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault 
 Needs Redis 7.0+ and PySpark 4.2+.
 """
 
-from twopc._extras import require as _require
+from twopc.spi import require as _require
 
 _require("redis", "redis", "the Redis Stream source (twopc-redis-stream)")
 

@@ -21,7 +21,7 @@
 ``failOnDataLoss``         ``true`` (default): entries removed (``XDEL``, ``XTRIM``, ``MAXLEN``
                            by someone else) after the query began to follow the stream and
                            before it read them, a deleted or recreated stream fail the query
-                           (:class:`~twopc.SourceError`); ``false``: log a warning, read what
+                           (:class:`~twopc.spi.SourceError`); ``false``: log a warning, read what
                            is left (see :mod:`._reader`)
 ``trimAfterCommit``        ``true``: after each commit, ``XTRIM MINID`` (exact) drops the
                            committed entries (default ``false``; ignores other groups)

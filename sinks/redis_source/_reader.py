@@ -12,7 +12,7 @@ The guarantees, in Spark's order of calls:
 - ``partitions(start, end)`` splits each stream's recorded range into pieces of at most
   ``maxEntriesPerPartition`` entries, and ``read`` (executors) reads a piece with
   ``XRANGE``: the same entries whatever Redis delivered to whom in between. A range that
-  no longer holds the recorded number of entries fails with :class:`~twopc.SourceError`.
+  no longer holds the recorded number of entries fails with :class:`~twopc.spi.SourceError`.
 - ``commit(end)`` runs after the sink committed the batch and Spark wrote its commit log:
   only then does the consumer group move (``twopc_stream_v2_ack``: ``last-delivered-id``
   forward, ``XACK`` of pending entries up to *end*, optionally ``XTRIM MINID``).
@@ -52,7 +52,8 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 import faultinject
-from twopc import ConfigurationError, SourceError
+from twopc import ConfigurationError
+from twopc.spi import SourceError
 
 from ._ids import ZERO, EntryId, Offset, Position, Range
 from ._read_options import StreamOptions

@@ -15,7 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SourceError
+from twopc import ConfigurationError
+from twopc.spi import SourceError
 
 __all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "schema_ddl", "to_batch", "to_row"]
 

@@ -7,7 +7,7 @@ from typing import Protocol, TypeVar
 
 import pyarrow as pa
 
-from twopc import SchemaMismatchError
+from twopc.spi import SchemaMismatchError
 
 from ._json_values import is_nested
 from ._type_rules import spark_type_name

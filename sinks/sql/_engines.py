@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
-from twopc._extras import require
+from twopc.spi import require
 
 from ._sqlite_file import check_sqlite_file
 from ._timeouts import NetTimeouts

@@ -4,7 +4,8 @@ codes onto these)."""
 
 from __future__ import annotations
 
-from twopc import SinkError, TargetConfigurationError
+from twopc import SinkError
+from twopc.spi import TargetConfigurationError
 
 __all__ = ["ROLLED_BACK", "bad_value", "constraint_violated", "lock_timed_out", "session_init_failed"]
 

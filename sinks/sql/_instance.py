@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 
-from twopc import redact
+from twopc.spi import redact
 
 from ._engines import engine_for
 from ._options import JdbcOptions

@@ -49,17 +49,14 @@ from twopc import (
     CommitOutcome,
     CommitShape,
     ConfigurationError,
-    Headroom,
-    PreparedDetail,
-    ProtocolError,
     SinkError,
-    TargetLedger,
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
     register,
 )
+from twopc.spi import Headroom, PreparedDetail, ProtocolError, TargetLedger
 
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free

@@ -31,8 +31,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from twopc._driver_identity import DriverIdentity
-from twopc._host_dirs import private_dir
+from twopc.spi import DriverIdentity, private_dir
 
 from . import _lease_holder
 

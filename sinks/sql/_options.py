@@ -93,7 +93,8 @@ from typing import Any, Literal, TypeAlias
 
 from sqlalchemy.engine import URL
 
-from twopc import ConfigurationError, MissingOptionError
+from twopc import ConfigurationError
+from twopc.spi import MissingOptionError
 
 from .._options import Duration, OptionReader
 from .._secrets import redacted_errors
@@ -454,7 +455,7 @@ class JdbcOptions:
 
     def secrets(self) -> list[str]:
         """Every form (raw, URL-quoted) of the password and of other secret URL parameters,
-        longest first, for :func:`twopc.redact`."""
+        longest first, for :func:`twopc.spi.redact`."""
         return url_secrets(self.url)
 
     def target_identity(self) -> str:

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SinkError, SinkUnavailableError, TargetConfigurationError, TwoPhaseCommitSink
+from twopc import ConfigurationError, SinkError, TwoPhaseCommitSink
+from twopc.spi import SinkUnavailableError, TargetConfigurationError
 
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free

@@ -8,17 +8,8 @@ import logging
 from collections.abc import Sequence
 from typing import Generic, TypeVar
 
-from twopc import (
-    MAX_XID_BYTES,
-    CommitOutcome,
-    Headroom,
-    PreparedDetail,
-    ProtocolError,
-    SinkError,
-    SinkUnavailableError,
-    TransactionHandle,
-    Xid,
-)
+from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
+from twopc.spi import MAX_XID_BYTES, Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
 
 from ._columns import TableColumn
 from ._dialect import SqlDialect

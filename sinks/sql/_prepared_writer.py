@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, ProtocolError, SinkError, TransactionContext, TransactionHandle
+from twopc import ConfigurationError, SinkError, TransactionContext, TransactionHandle
+from twopc.spi import ProtocolError
 
 from ._columns import TableColumn
 from ._dialect import SqlDialect, SqlTxn, give_back

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from twopc import TargetConfigurationError
+from twopc.spi import TargetConfigurationError
 
 __all__ = ["Run", "current_user", "dbapi_runner", "denied", "require_privileges"]
 

@@ -27,7 +27,7 @@ Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.a
 coordinator's sweep, or recovery). Staged rows of writes without a checkpoint whose
 driver died (sink ids ``eph-...``) are deleted by the next write to the table: at once when
 that write runs on the machine of the dead driver and can prove it gone (its temporary
-ledger is there, its process is not: :func:`twopc.ephemeral_writer_dead`), else once the
+ledger is there, its process is not: :func:`twopc.spi.ephemeral_writer_dead`), else once the
 write started longer ago than the ``stagingRetention`` option (a duration, default 24 h).
 Deleting them is always safe, because a commit that finds fewer staged rows than its
 handles promise writes nothing.
@@ -47,16 +47,8 @@ import pyarrow as pa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from twopc import (
-    CommitShape,
-    ConfigurationError,
-    ProtocolError,
-    SinkError,
-    SinkUnavailableError,
-    TransactionContext,
-    TwoPhaseCommitSink,
-    redact,
-)
+from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc.spi import ProtocolError, SinkUnavailableError, redact
 
 from .._handles import StagingHandle
 from ._engines import engine_for

@@ -13,16 +13,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from twopc import (
-    CommitOutcome,
-    PreparedDetail,
-    ProtocolError,
-    SchemaMismatchError,
-    TargetConfigurationError,
-    TransactionHandle,
-    TransactionLostError,
-    Xid,
-)
+from twopc import CommitOutcome, TransactionHandle, TransactionLostError, Xid
+from twopc.spi import PreparedDetail, ProtocolError, SchemaMismatchError, TargetConfigurationError
 
 from .._handles import StagingHandle
 from ._staging_ddl import StagingDdl

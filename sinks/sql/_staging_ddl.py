@@ -16,14 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import (
-    SchemaMismatchError,
-    SinkError,
-    TargetConfigurationError,
-    ephemeral_started,
-    ephemeral_writer_dead,
-    redact,
-)
+from twopc import SinkError
+from twopc.spi import SchemaMismatchError, TargetConfigurationError, ephemeral_started, ephemeral_writer_dead, redact
 
 from ._errors import session_init_failed
 from ._names import TableName
@@ -48,7 +42,7 @@ __all__ = ["StagingDdl"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
-#: sink ids of writes without a checkpoint start with this (:func:`twopc.ephemeral_sink_id`)
+#: sink ids of writes without a checkpoint start with this (:func:`twopc.spi.ephemeral_sink_id`)
 EPHEMERAL_PREFIX = "eph-"
 
 

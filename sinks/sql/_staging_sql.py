@@ -14,7 +14,8 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from twopc import ConfigurationError, SchemaMismatchError
+from twopc import ConfigurationError
+from twopc.spi import SchemaMismatchError
 
 from ._names import TableName
 from ._types import arrow_to_sqlalchemy

@@ -40,18 +40,17 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from twopc import (
+from twopc import ConfigurationError, FencedError, LedgerError, SinkError
+from twopc.spi import (
+    EPHEMERAL_PREFIX,
     ConcurrentWriterError,
-    ConfigurationError,
-    FencedError,
+    DriverIdentity,
     Lease,
-    LedgerError,
-    SinkError,
     TargetConfigurationError,
+    driver_identity,
+    private_dir,
 )
-from twopc._driver_identity import DriverIdentity, _start_ticks, driver_identity
-from twopc._host_dirs import private_dir
-from twopc._target import EPHEMERAL_PREFIX
+from twopc.spi import start_ticks as _start_ticks
 
 from . import _lease_holder
 from ._dialect import give_back, log

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from twopc import TargetConfigurationError
+from twopc.spi import TargetConfigurationError
 
 from ._names import TableName
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from twopc import ConfigurationError, TargetConfigurationError
+from twopc import ConfigurationError
+from twopc.spi import TargetConfigurationError
 
 from ._names import TableName, parse_table_name
 from ._privileges import Run, current_user, denied

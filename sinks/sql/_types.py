@@ -36,7 +36,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 
-from twopc import ConfigurationError, SchemaMismatchError
+from twopc import ConfigurationError
+from twopc.spi import SchemaMismatchError
 
 from ._json_values import is_nested
 from ._names import TableName

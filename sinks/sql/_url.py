@@ -10,7 +10,7 @@ so a URL means the same through either format.
 
 Credentials found in a URL's query string move into the URL's user info, so that
 :func:`safe_url` hides them; :func:`url_secrets` lists every spelling of them for
-:func:`twopc.redact`.
+:func:`twopc.spi.redact`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def safe_url(url: URL) -> str:
 
 def url_secrets(url: URL) -> list[str]:
     """Every form (raw, URL-quoted) of *url*'s password and other secret parameters,
-    longest first, for :func:`twopc.redact`."""
+    longest first, for :func:`twopc.spi.redact`."""
     values: list[str | None] = [url.password]
     for k, v in url.query.items():
         if k.lower() in SECRET_KEYS:
