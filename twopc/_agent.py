@@ -228,7 +228,8 @@ class Agent:
 
 
 def _sweep(folder: Path) -> None:
-    """Remove the sockets killed agents left (their process is gone)."""
+    """Remove what killed agents left: sockets whose process is gone, and the files of a
+    driver whose agent is gone (nobody holds its lock)."""
     for sock in folder.glob("*.sock"):
         if not sock.stem.isdigit():
             continue
@@ -238,6 +239,15 @@ def _sweep(folder: Path) -> None:
             _unlink(sock)
         except OSError:
             pass
+    for lockfile in folder.glob("*.lock"):
+        with contextlib.suppress(OSError):
+            fd = os.open(lockfile, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no agent of that driver runs
+                for suffix in (".pid", ".log", ".lock"):
+                    _unlink(lockfile.with_suffix(suffix))
+            finally:
+                os.close(fd)
 
 
 def main(argv: list[str]) -> int:
