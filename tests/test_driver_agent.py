@@ -4,8 +4,11 @@ one Spark session, one twopc process runs for the driver, found through its pid 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
+import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -73,3 +76,31 @@ def test_a_drivers_writes_and_metrics_leave_one_twopc_process(spark: Any, postgr
     assert pid is not None, "no agent noted for the driver"
     assert [int(p.split()[0]) for p in running] == [pid], running  # the one process: the agent, serving the port too
     assert (registry_dir(port) / "server.pid").read_text() == str(pid)
+
+
+def test_one_agent_serves_every_port_its_driver_asks_for(tmp_path: Path) -> None:
+    """Two queries of one driver with two ``metricsPort`` values: one agent serves both, and
+    both ports' folders go when its driver does."""
+    from twopc import CommitLedger
+    from twopc._agent_client import DriverAgent
+    from twopc._metrics_server import ensure_server
+
+    ck = tmp_path / "ck"
+    CommitLedger(str(ck)).bind_sink_id(None, default="job1")
+    driver = subprocess.Popen(["sleep", "600"])  # stands for the driver's JVM
+    try:
+        ports = [_free_port(), _free_port()]
+        assert all(ensure_server(port, str(ck), driver=identity_of(driver.pid)) for port in ports)
+        pid = DriverAgent(identity_of(driver.pid)).running()
+        assert [(registry_dir(port) / "server.pid").read_text() for port in ports] == [str(pid)] * 2
+        for port in ports:
+            with socket.create_connection(("127.0.0.1", port), timeout=30):
+                pass
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + 60  # a bound: the agent checks every 0.2 s
+    folders = [Path(tempfile.gettempdir(), f"twopc-metrics-{os.getuid()}", str(p)) for p in ports]
+    while any(f.exists() for f in folders):  # (registry_dir would make them again)
+        assert time.monotonic() < deadline, "the agent outlived its driver"
+        time.sleep(0.1)
