@@ -1,4 +1,4 @@
-"""``python -P <this file> <folder> <key> <driver>``: the driver agent, twopc's one
+"""``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one
 long-lived process per Spark driver (JVM). It holds the driver's writers' leases (session
 locks, see :mod:`sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics.
 
@@ -26,7 +26,7 @@ A lease taken with a ``record`` (the file a streaming query's driver keeps of it
 deletes it when it ends, unless the record names another holder by now; a served port's
 registry folder is deleted when the agent ends. Every write without a checkpoint asks it,
 so it starts fast: run as a file, it imports the standard library, the DB-API driver, and
-:mod:`twopc._owner` from its file; ``prometheus_client`` when a port is to be served and
+:mod:`twopc._owner` from its file (*owner file*); ``prometheus_client`` when a port is to be served and
 ``twopc._metrics`` at the first scrape.
 """
 
@@ -57,10 +57,9 @@ ALREADY_RUNNING = 3
 _REQUEST_SECONDS = 60.0  # to read a request's line (a bound for a client that connects and says nothing)
 
 
-def _owner_module() -> ModuleType:
-    """:mod:`twopc._owner` (driver liveness), from its file: importing ``twopc`` would load
-    pyspark and pyarrow."""
-    path = Path(__file__).resolve().parent / "_owner.py"
+def _owner_module(path: str) -> ModuleType:
+    """twopc's driver-identity module (:mod:`twopc._owner`: driver liveness), from its file
+    *path* (the client passes it): importing ``twopc`` would load pyspark and pyarrow."""
     spec = importlib.util.spec_from_file_location("_twopc_owner_for_agent", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -251,13 +250,13 @@ def _sweep(folder: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    folder, key, driver = Path(argv[0]), argv[1], json.loads(argv[2])
+    folder, key, driver, owner_file = Path(argv[0]), argv[1], json.loads(argv[2]), argv[3]
     lock = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held for life: one agent per driver
     except OSError:
         return ALREADY_RUNNING
-    owner = _owner_module()
+    owner = _owner_module(owner_file)
     agent = Agent(folder, key, driver)
     _sweep(folder)
 

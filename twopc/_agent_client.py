@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import _agent
+from . import _agent, _owner
 from ._errors import ConfigurationError
 from ._host_dirs import private_dir
 from ._owner import DriverIdentity, _start_ticks, driver_identity
@@ -92,7 +92,7 @@ class DriverAgent:
         """The agent's command line (``-P``: without its folder on ``sys.path``; no
         credentials: they come in requests)."""
         return [sys.executable, "-P", _agent.__file__, str(self.folder), self.key,
-                json.dumps(dict(self.driver), sort_keys=True)]
+                json.dumps(dict(self.driver), sort_keys=True), _owner.__file__]
 
     def running(self) -> int | None:
         """The process id of the driver's agent once it listens, else None."""
