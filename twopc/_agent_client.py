@@ -23,14 +23,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from . import _agent, _owner
 from ._errors import ConfigurationError
 from ._host_dirs import private_dir
 from ._owner import DriverIdentity, _start_ticks, driver_identity
 
-__all__ = ["AGENTS", "DriverAgent", "agent_folder", "ask_agent"]
+__all__ = ["AGENTS", "DriverAgent", "Pending", "agent_folder", "ask_agent"]
 
 #: The name (before ``-<uid>``) of this user's folder of driver agents in the temp dir.
 AGENTS = "twopc-agent"
@@ -62,21 +62,49 @@ def _key(driver: DriverIdentity) -> str:
     return hashlib.sha256(json.dumps(dict(driver), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _encode(message: dict[str, Any]) -> str:
+    return base64.b64encode(pickle.dumps(message)).decode("ascii")
+
+
 def ask_agent(pid: int, message: dict[str, Any], timeout: float) -> list[str]:
     """Send *message* (credentials included: it never reaches a log) to the agent of
     process id *pid* and return its answer's words; ``[]`` when it did not answer."""
-    line = base64.b64encode(pickle.dumps(message)).decode("ascii")
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.settimeout(timeout)
-    try:
-        with conn:
+    return Pending.send(pid, message, timeout).answer()
+
+
+class Pending:
+    """A request sent to an agent, its answer not read yet (the caller works meanwhile)."""
+
+    def __init__(self, pid: int, channel: TextIO | None) -> None:
+        self.pid = pid
+        self.channel = channel
+
+    @classmethod
+    def send(cls, pid: int, message: dict[str, Any], timeout: float) -> Pending:
+        """Send *message* to the agent of process id *pid*; its channel is None when the
+        agent did not take it (it is gone)."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(timeout)
+        try:
             conn.connect(str(agent_folder() / f"{pid}.sock"))
-            with conn.makefile("rw", encoding="ascii") as channel:
-                channel.write(line + "\n")
-                channel.flush()
-                return channel.readline().split()
-    except OSError:
-        return []
+            channel = conn.makefile("rw", encoding="ascii")
+            channel.write(_encode(message) + "\n")
+            channel.flush()
+        except OSError:
+            conn.close()
+            return cls(pid, None)
+        conn.close()  # the channel keeps the socket open
+        return cls(pid, channel)
+
+    def answer(self) -> list[str]:
+        """The answer's words; ``[]`` when the agent did not answer."""
+        if self.channel is None:
+            return []
+        try:
+            with self.channel:
+                return self.channel.readline().split()
+        except OSError:
+            return []
 
 
 class DriverAgent:
@@ -124,14 +152,24 @@ class DriverAgent:
             time.sleep(0.005)
         return pid
 
-    def request(self, message: dict[str, Any], timeout: float) -> tuple[int, list[str]]:
-        """Ask the agent (started when none runs) and return its process id and its
-        answer's words (``[]``: no answer; ``["error", "AgentDidNotStart"]``)."""
-        for attempt in range(2):  # an agent that ended as it was asked answers nothing: ask a new one
+    def send(self, message: dict[str, Any], timeout: float) -> Pending:
+        """Send *message* to the agent (started when none runs, and waited for); the
+        answer's words are then ``[]`` (no answer) or ``["error", "AgentDidNotStart"]``."""
+        for attempt in range(2):  # an agent that ended just before it was asked: ask a new one
             pid = self._wait()
             if pid is None:
                 break
-            words = ask_agent(pid, message, timeout)
-            if words or attempt or self.running() == pid:
-                return pid, words
-        return 0, ["error", "AgentDidNotStart"]
+            pending = Pending.send(pid, message, timeout)
+            if pending.channel is not None or attempt or self.running() == pid:
+                return pending
+        return _NotStarted(0, None)
+
+    def request(self, message: dict[str, Any], timeout: float) -> tuple[int, list[str]]:
+        """:meth:`send` *message* and return the agent's process id and its answer's words."""
+        pending = self.send(message, timeout)
+        return pending.pid, pending.answer()
+
+
+class _NotStarted(Pending):
+    def answer(self) -> list[str]:
+        return ["error", "AgentDidNotStart"]

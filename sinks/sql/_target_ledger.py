@@ -246,10 +246,22 @@ class SqlTargetLedger:
             return kept
         self._refuse_records_elsewhere(sink_id)
         request = self.lease_request(sink_id, record=self._record(sink_id) if keep else None)
-        agent = DriverAgent(driver)
-        agent.start()  # not waited for: the ledger table is checked while it starts
-        self.ensure_table()
-        pid, line = agent.request(request, float(request["bound_seconds"]) + _REPLY_GRACE)
+        agent, timeout = DriverAgent(driver), float(request["bound_seconds"]) + _REPLY_GRACE
+        # the ledger table is checked while the agent starts (the driver's first write) or takes the lease
+        pending = None
+        if agent.running() is not None:
+            pending = agent.send(request, timeout)
+        else:
+            agent.start()
+        try:
+            self.ensure_table()
+        except BaseException:
+            held = pending.answer() if pending is not None else []
+            if pending is not None and held[:1] == ["held"] and len(held) == 2:
+                ask_agent(pending.pid, {"op": "release", "sink_id": sink_id, "session": int(held[1])}, _REPLY_GRACE)
+            raise
+        pending = pending or agent.send(request, timeout)
+        pid, line = pending.pid, pending.answer()
         if line[:1] == ["held"] and len(line) == 2:
             lease = Lease(sink_id, int(line[1]), pid, _start_ticks(pid) or 0, socket.gethostname())
             if keep:
