@@ -126,7 +126,7 @@ def test_writers_killed_at_every_window_beside_a_live_one(spark, postgres_url, p
         _out, err = job.communicate(timeout=900)
         assert job.returncode != 0, f"the job to be killed at {window} finished:\n{err[-3000:]}"
 
-    # SIGKILL is asynchronous: a killed driver's lease holder notices its JVM is gone within 0.2 s
+    # SIGKILL is asynchronous: a killed driver's agent notices its JVM is gone within 0.2 s
     probe = PostgresSink(postgres_url, table)
     backend = probe.target_ledger()
     deadline = time.monotonic() + 60

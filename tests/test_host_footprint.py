@@ -11,7 +11,6 @@ import signal
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from sinks import PostgresSink
 from twopc import CommitLedger
+from twopc._agent_client import DriverAgent
 from twopc._driver_identity import _start_ticks, identity_of
 from twopc._metrics_server import ensure_server, registry_dir
 from twopc.spi import Lease
@@ -51,17 +51,15 @@ def test_the_metrics_servers_folder_is_the_users_own_and_ends_with_the_server(tm
         folder = registry_dir(port)
         assert folder == Path(tempfile.gettempdir(), f"twopc-metrics-{os.getuid()}", str(port))
         assert _private(folder.parent) and _private(folder)
-        if stop == "sigterm":  # started as a query's plan starts it (this test has no JVM to watch)
+        if stop == "sigterm":  # served by the agent of this process's driver (this test has no JVM to watch)
             assert ensure_server(port, str(ck))
-        else:  # watching a process that stands for the driver's JVM
+        else:  # by the agent of a process that stands for the driver's JVM
             driver = subprocess.Popen(["sleep", "600"])
-            with open(folder / "server.log", "ab") as log:
-                subprocess.Popen([sys.executable, "-m", "twopc._metrics_server", "--port", str(port), "--registry",
-                                  str(folder), "--watch-pid", str(driver.pid)], stdout=log, stderr=log)
+            assert ensure_server(port, str(ck), driver=identity_of(driver.pid))
         pidfile = folder / "server.pid"
         _wait_for(pidfile.exists, "the server to start")
         server = int(pidfile.read_text())
-        assert sorted(p.name for p in folder.iterdir() if p.suffix != ".ckpt") == ["server.log", "server.pid"]
+        assert sorted(p.name for p in folder.iterdir() if p.suffix != ".ckpt") == ["server.pid"]
         if stop == "sigterm":
             os.kill(server, signal.SIGTERM)
         else:
@@ -78,20 +76,15 @@ def test_a_streaming_querys_lease_record_is_private_and_goes_with_its_holder(pos
     record = backend._record(a)
     assert record.parent == Path(tempfile.gettempdir(), f"twopc-leases-{os.getuid()}") and _private(record.parent)
 
-    # a holder whose driver ends deletes the record its driver kept of its lease
+    # the agent of a driver that ends deletes the record its driver kept of its lease
     driver = subprocess.Popen(["sleep", "600"])
-    argv, payload = backend.holder_command(a, identity_of(driver.pid), record=record)
-    holder = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert holder.stdin is not None and holder.stdout is not None
-    holder.stdin.write(payload + "\n")
-    holder.stdin.close()
-    answer = holder.stdout.readline().split()
+    holder, answer = DriverAgent(identity_of(driver.pid)).request(backend.lease_request(a, record=record), 60)
     assert answer[:1] == ["held"], answer
-    lease = Lease(a, int(answer[1]), holder.pid, _start_ticks(holder.pid) or 0, socket.gethostname())
+    lease = Lease(a, int(answer[1]), holder, _start_ticks(holder) or 0, socket.gethostname())
     record.write_text(json.dumps({"lease": dataclasses.asdict(lease), "driver": dict(identity_of(driver.pid))}))
     driver.kill()
     driver.wait()
-    assert holder.wait(timeout=60) == 0
+    _wait_for(lambda: _start_ticks(holder) is None, "the agent to end with its driver")
     assert not record.exists()
 
     # a killed holder cannot: the next streaming query's plan deletes its record; a released lease's goes too

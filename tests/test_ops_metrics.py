@@ -32,6 +32,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sinks import FileSink, PostgresSink
 from twopc import CommitCoordinator, CommitLedger, TransactionContext, register_metrics
+from twopc._agent_client import DriverAgent
+from twopc._driver_identity import identity_of
 from twopc._logs import JsonFormatter, log_event
 from twopc._metrics import record_batch
 
@@ -211,27 +213,31 @@ def _scrape(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
-def test_the_metrics_server_reads_a_postgres_batch_in_doubt_without_having_imported_the_sinks(
+def test_the_driver_agent_serves_a_postgres_batch_in_doubt_without_having_imported_the_sinks(
         pg_batch_in_doubt: tuple[Path, int], tmp_path: Path) -> None:
-    """The server ``metricsPort`` starts imports twopc only: decoding the decision's
-    ``twopc.postgres`` handles must not depend on it having imported ``sinks``."""
+    """The driver agent that serves ``metricsPort`` imports twopc only: decoding the
+    decision's ``twopc.postgres`` handles must not depend on it having imported ``sinks``."""
     ck, in_doubt = pg_batch_in_doubt
     folder = tmp_path / "registry"
     folder.mkdir()
     (folder / "q.ckpt").write_text(str(ck), encoding="utf-8")
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "twopc._metrics_server", "--port", str(port), "--host",
-                               "127.0.0.1", "--registry", str(folder)], cwd=tmp_path, env=cli_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    driver = subprocess.Popen(["sleep", "600"])  # stands for the driver's JVM
+    agent = DriverAgent(identity_of(driver.pid))
+    server = subprocess.Popen(agent.argv(), cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not _port_open(port):
+        while agent.running() is None:
             assert server.poll() is None and time.monotonic() < deadline, server.communicate()[0]
             time.sleep(0.1)
+        assert agent.request({"op": "serve", "port": port, "host": "127.0.0.1", "registry": str(folder)},
+                             60)[1] == ["serving"]
         status, body = _scrape(f"http://127.0.0.1:{port}/metrics")
     finally:
-        server.kill()
-        server.wait()
+        driver.kill()
+        driver.wait()
+        assert server.wait(timeout=60) == 0, server.communicate()[0]
     assert status == 200, body[-2000:]
     m = _samples(body)
     assert m[("twopc_in_doubt_transactions", ())] == in_doubt and m[("twopc_oldest_in_doubt_seconds", ())] >= 0
@@ -280,7 +286,7 @@ def test_the_metrics_server_listens_on_loopback_unless_a_host_is_named(tmp_path:
         try:
             deadline = time.monotonic() + 60
             while not pidfile.exists() or not _port_open(port):
-                assert time.monotonic() < deadline, (registry_dir(port) / "server.log").read_text()
+                assert time.monotonic() < deadline, "the port is not served"
                 time.sleep(0.1)
             assert {h: _connects(h, port) for h in reachable} == reachable, options
         finally:

@@ -1,6 +1,6 @@
 """This user's private folders in the temporary directory, for what twopc keeps on a host
 while a driver runs (the metrics server's registry, the lease records of streaming queries,
-the spare lease holders' sockets).
+the driver agents' sockets).
 
 :func:`private_dir` makes ``<temp dir>/<name>-<uid>``: the uid in the name keeps two users
 of one machine apart, mode ``0700`` keeps other users out, and a folder that is not this

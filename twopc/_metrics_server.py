@@ -1,44 +1,37 @@
-"""The metrics server the writer option ``metricsPort`` starts: one process per port that
-outlives Spark's Python workers and ends with the Spark driver (JVM) that started it.
+"""The metrics server the writer option ``metricsPort`` asks for: the driver agent
+(:mod:`twopc._agent`, the one twopc process of a Spark driver, which outlives Spark's Python
+workers and ends with the driver's JVM) serves the port.
 
 A query's plan-time process calls :func:`ensure_server`: it registers the query's
 checkpoint in ``<tempdir>/twopc-metrics-<uid>/<port>/`` (this user's alone, see
-:mod:`twopc._host_dirs`) and, unless a live server owns the port already, starts
-``python -m twopc._metrics_server`` in a session of its own (Spark's process-group kills
-and worker recycling do not touch it), its output in ``server.log`` there. The server
-serves every checkpoint registered for its port, re-reading the folder at each scrape, and
-exits when the JVM it watches is gone (or on SIGTERM), deleting the port's folder (the
-next plan of a query on that port makes it again and starts a server).
+:mod:`twopc._host_dirs`) and, unless a live agent serves the port already (its pid is in
+``server.pid`` there), asks its driver's agent to serve it. The agent serves every
+checkpoint registered for its port, re-reading the folder at each scrape, and deletes the
+port's folder when it ends (the next plan of a query on that port makes it again).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import os
-import shutil
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, start_http_server
-
+from ._agent_client import DriverAgent
+from ._driver_identity import DriverIdentity
 from ._errors import ConfigurationError
 from ._host_dirs import private_dir
-from ._metrics import MetricsCollector
 from ._runtime_options import option
 
-__all__ = ["LOOPBACK", "ensure_server", "main", "metrics_port"]
+__all__ = ["LOOPBACK", "ensure_server", "metrics_port", "registry_dir"]
 
 #: Where the server listens unless ``metricsHost`` names an interface: this machine only.
 LOOPBACK = "127.0.0.1"
 _REGISTRY = "twopc-metrics"
+_REPLY_SECONDS = 30.0  # for the agent to bind the port (a bound, not an expected time)
 
 
 def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
@@ -70,22 +63,6 @@ def registry_dir(port: int) -> Path:
     return folder
 
 
-def _remove_registry(folder: Path) -> None:
-    """Delete the registry *folder* of a server that ends, and its parent once empty."""
-    shutil.rmtree(folder, ignore_errors=True)
-    if folder.parent.name.startswith(f"{_REGISTRY}-"):
-        with contextlib.suppress(OSError):
-            folder.parent.rmdir()  # only when no other port's folder is in it
-
-
-def _checkpoints(folder: Path) -> list[str]:
-    out = []
-    for f in sorted(folder.glob("*.ckpt")):
-        with contextlib.suppress(OSError):
-            out.append(f.read_text(encoding="utf-8").strip())
-    return [c for c in out if c]
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -96,32 +73,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def spark_jvm_pid() -> int | None:
-    """The pid of the JVM among this process's ancestors (Linux ``/proc``), else None."""
-    pid = os.getpid()
-    for _ in range(16):
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            return None
-        comm = stat[stat.index("(") + 1: stat.rindex(")")]
-        if comm == "java":
-            return pid
-        pid = int(stat[stat.rindex(")") + 2:].split()[1])
-        if pid <= 1:
-            return None
-    return None
-
-
 def _port_open(host: str, port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1.0)
         return s.connect_ex(("127.0.0.1" if host in ("", "0.0.0.0") else host, port)) == 0
 
 
-def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK) -> bool:
-    """Register *checkpoint_location* for *port* and start the server unless one runs.
-    Returns True when this call started it.
+def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK,
+                  driver: DriverIdentity | None = None) -> bool:
+    """Register *checkpoint_location* for *port* and have the agent of *driver* (default:
+    the driver this process works for) serve the port unless an agent serves it. Returns
+    True when this call had it served.
 
     Raises:
         ConfigurationError: the port is taken by a program that is not a twopc metrics
@@ -150,45 +112,9 @@ def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK) 
                 stale.unlink()
     if _port_open(host, port):
         raise ConfigurationError(f"metricsPort {port} is in use by another program: choose a free port")
-    jvm = spark_jvm_pid()
-    args = [sys.executable, "-m", "twopc._metrics_server", "--port", str(port), "--host", host,
-            "--registry", str(folder)]
-    if jvm is not None:
-        args += ["--watch-pid", str(jvm)]
-    with open(folder / "server.log", "ab") as logf:
-        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
-                         close_fds=True)
+    _pid, answer = DriverAgent(driver).request({"op": "serve", "port": port, "host": host, "registry": str(folder)},
+                                               _REPLY_SECONDS)
+    if answer != ["serving"]:
+        why = " ".join(answer[1:]) or "no answer"
+        raise ConfigurationError(f"metricsPort {port}: the driver agent could not serve it ({why}): choose a free port")
     return True
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc._metrics_server")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--host", default=LOOPBACK, help="the interface to listen on (0.0.0.0: every one)")
-    parser.add_argument("--registry", required=True, help="folder of *.ckpt files naming checkpoints")
-    parser.add_argument("--watch-pid", type=int, help="exit when this process (the Spark JVM) is gone")
-    args = parser.parse_args(argv)
-    folder = Path(args.registry)
-    registry = CollectorRegistry()
-    registry.register(MetricsCollector(lambda: _checkpoints(folder)))
-    try:
-        start_http_server(args.port, addr=args.host, registry=registry)
-    except OSError as exc:  # another server won the race for the port
-        print(f"twopc metrics server: cannot bind port {args.port}: {exc}", file=sys.stderr)
-        return 1
-    pidfile = folder / "server.pid"
-    pidfile.write_text(str(os.getpid()))
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(0))  # a stop removes the folder too
-    try:
-        while args.watch_pid is None or _alive(args.watch_pid):
-            time.sleep(1.0)
-    finally:
-        with contextlib.suppress(OSError):
-            if pidfile.read_text().strip() == str(os.getpid()):
-                pidfile.unlink()
-                _remove_registry(folder)  # the folder is this server's: a later query's plan makes it again
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,7 +24,8 @@ twopc's modules can move without breaking them. The names, by job:
   :class:`TargetLedger`, :class:`Lease`, :func:`resolve_abandoned`, :func:`target_ledger_of`,
   :func:`open_target_ledger`, :class:`TargetRecord`, :func:`check_target`; the checkpoint's
   owner: :class:`OwnerRecord`, :func:`checkpoint_label`; the driver process:
-  :class:`DriverIdentity`, :func:`driver_identity`, :func:`start_ticks`.
+  :class:`DriverIdentity`, :func:`driver_identity`, :func:`start_ticks`; the driver agent that
+  holds a driver's leases: :class:`DriverAgent`, :func:`ask_agent`.
 - The protocol's parts beyond the public ones: :class:`BatchState`, :class:`Decision`,
   :class:`BatchResult`, :class:`CommitMetrics`, :class:`CommitRetry`, :class:`RecoveryPlan`,
   :class:`RecoveryReport`; the composite sink: :class:`CompositeSink`, :class:`CompositeHandle`,
@@ -36,6 +37,7 @@ twopc's modules can move without breaking them. The names, by job:
   :func:`log_event`, :class:`MetricsCollector`, :data:`LOOPBACK`.
 """
 
+from ._agent_client import DriverAgent, ask_agent
 from ._commit_message import TwoPCCommitMessage
 from ._composite import CompositeHandle, CompositeSink, participant_sink_id
 from ._composite_source import CompositeDataSourceBase
@@ -107,6 +109,7 @@ __all__ = [
     "CompositeSink",
     "ConcurrentWriterError",
     "Decision",
+    "DriverAgent",
     "DriverIdentity",
     "HandleError",
     "HandleVersionError",
@@ -131,6 +134,7 @@ __all__ = [
     "TwoPhaseCommitBatchWriter",
     "TwoPhaseCommitStreamWriter",
     "UnknownHandleKindError",
+    "ask_agent",
     "check_target",
     "checkpoint_label",
     "configure_cli_logging",

@@ -10,31 +10,26 @@ The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in th
 A record is created by one ``INSERT`` in its own local transaction (the primary key makes a
 second create of a name fail: the ledger's create-at-most-once). The lease of sink id ``S``
 is a session lock: ``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL,
-``GET_LOCK('twopc:<hash of S>', 0)`` on MySQL/MariaDB, held by a small helper process of
-the driver (:mod:`sinks.sql._lease_holder`) for as long as the write runs: Spark plans and
+``GET_LOCK('twopc:<hash of S>', 0)`` on MySQL/MariaDB, held by the driver's agent
+(:mod:`twopc._agent`, one process per driver) for as long as the write runs: Spark plans and
 commits a Python data source's write in Python worker processes that no write owns. Spark
 reuses them between calls, but kills one that is idle for a minute (PySpark 4.3: the
 planning worker of a write whose tasks ran 75 s was gone when its commit ran, in another
 worker) and does not reuse them at all with ``spark.python.worker.reuse=false``, so none
-of them can hold a session for the whole write. The helper gives the lock up when the write's commit or
-abort ends (it is told by a signal), or when the driver's JVM is gone (it checks every
-0.2 s), or when it is killed with the job: the server releases a session's locks when the
-session ends.
+of them can hold a session for the whole write. The agent closes the lease's session when
+the write's commit or abort ends (it is asked to), or ends with all its sessions when the
+driver's JVM is gone (it checks every 0.2 s) or when it is killed: the server releases a
+session's locks when the session ends.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
 import hashlib
 import json
 import os
-import pickle
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -44,18 +39,18 @@ from twopc import ConfigurationError, FencedError, LedgerError, SinkError
 from twopc.spi import (
     EPHEMERAL_PREFIX,
     ConcurrentWriterError,
+    DriverAgent,
     DriverIdentity,
     Lease,
     TargetConfigurationError,
+    ask_agent,
     driver_identity,
     private_dir,
 )
 from twopc.spi import start_ticks as _start_ticks
 
-from . import _lease_holder
 from ._dialect import give_back, log
 from ._engines import dbapi_connect_params
-from ._lease_spares import ask_spare, spare_folder, start_spare
 from ._names import TableName, parse_table_name
 from ._privileges import dbapi_runner, require_privileges
 from ._twopc_schema import ensure_schema
@@ -71,8 +66,7 @@ LEDGER_TABLE = "twopc_ledger"
 #: The name (before ``-<uid>``) of this user's folder of kept leases' records in the temp dir.
 LEASE_RECORDS = "twopc-leases"
 _UNIQUE = frozenset({"23505", "1062"})  # PostgreSQL unique_violation, MySQL ER_DUP_ENTRY
-_HOLDER_WAIT = 60.0
-_SPARE_GRACE = 5.0  # beyond the holder's own bound, before a claimed spare's silence counts as no answer
+_REPLY_GRACE = 5.0  # beyond the agent's own bound for a lease, before its silence counts as no answer
 
 
 def lease_key(sink_id: str) -> int:
@@ -84,10 +78,6 @@ def lease_name(sink_id: str, database: str) -> str:
     """The MySQL/MariaDB ``GET_LOCK`` name of *sink_id*'s lease in *database* (46 characters:
     ``GET_LOCK`` names are server-wide, PostgreSQL's advisory locks are per database)."""
     return "twopc:" + hashlib.sha256(f"twopc-lease:{database}/{sink_id}".encode()).hexdigest()[:40]
-
-
-def _holder_argv() -> list[str]:
-    return [sys.executable, "-P", _lease_holder.__file__]
 
 
 def _lock_sql(dialect: str, sink_id: str, database: str) -> tuple[str, str, Any]:
@@ -228,46 +218,50 @@ class SqlTargetLedger:
         alive = _start_ticks(lease.holder_pid) == lease.holder_started
         return lease if mine and alive and lease.sink_id == sink_id and self.holds(lease) else None
 
-    def holder_command(self, sink_id: str, driver: DriverIdentity, *,
-                       record: Path | None = None) -> tuple[list[str], str]:
-        """The lease holder's command line and its one line of input (credentials included:
-        never log it) that take *sink_id*'s lease for *driver* (and delete the lease's
-        *record*, if any, when the holder ends). It is run as a file (``-P``: without its
-        folder on ``sys.path``), not as a module of the ``sinks`` package: see
-        :mod:`sinks.sql._lease_holder`."""
+    def lease_request(self, sink_id: str, *, record: Path | None = None) -> dict[str, Any]:
+        """The driver agent's request (:mod:`twopc._agent`) that takes *sink_id*'s lease (and
+        deletes the lease's *record*, if any, when it ends): what to connect with (credentials
+        included: never log it) and the lock's statements, plain values."""
         options = self.sink.options
         timeouts = options.net_timeouts()
         module, connect = dbapi_connect_params(options.url, timeouts)
         try_lock, _unlock, key = self._lock(sink_id)
-        payload = base64.b64encode(pickle.dumps({
-            "module": module, "connect": connect, "try_lock": try_lock, "key": key, "driver": dict(driver),
-            "session_sql": "SELECT pg_backend_pid()" if self._dialect == "postgresql" else "SELECT CONNECTION_ID()",
-            "bound_seconds": timeouts.connect + timeouts.reply, "record": str(record) if record else None})).decode()
-        return _holder_argv(), payload
+        return {"op": "take", "sink_id": sink_id, "module": module, "connect": connect, "try_lock": try_lock,
+                "key": key, "bound_seconds": timeouts.connect + timeouts.reply,
+                "record": str(record) if record else None,
+                "session_sql": "SELECT pg_backend_pid()" if self._dialect == "postgresql" else "SELECT CONNECTION_ID()"}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
-        """Start the driver's lease holder for *sink_id* (or claim the spare an earlier write
-        of this driver started: :mod:`sinks.sql._lease_spares`) and wait until it holds the
-        lock (:meth:`release` starts a spare for the next write). With *keep* (a streaming query plans
+        """Ask the driver's agent (started by the driver's first write) to take *sink_id*'s
+        lease, checking the ledger table meanwhile. With *keep* (a streaming query plans
         every micro-batch), a lease this driver already holds for *sink_id* is returned as
         it is.
 
         Raises:
             ConcurrentWriterError: another writer holds the lease of *sink_id*.
-            SinkError / SinkUnavailableError: the server failed, or the holder did not start.
+            SinkError / SinkUnavailableError: the server failed, or the agent did not start.
         """
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
         self._refuse_records_elsewhere(sink_id)
-        argv, payload = self.holder_command(sink_id, driver, record=self._record(sink_id) if keep else None)
-        folder, _module, bound = self._spares(driver)
-        spare = ask_spare(folder, payload, bound + _SPARE_GRACE) if folder is not None else None
-        if spare is not None:
-            self.ensure_table()
-            pid, line = spare
+        request = self.lease_request(sink_id, record=self._record(sink_id) if keep else None)
+        agent, timeout = DriverAgent(driver), float(request["bound_seconds"]) + _REPLY_GRACE
+        # the ledger table is checked while the agent starts (the driver's first write) or takes the lease
+        pending = None
+        if agent.running() is not None:
+            pending = agent.send(request, timeout)
         else:
-            pid, line = self._start_holder(argv, payload)
+            agent.start()
+        try:
+            self.ensure_table()
+        except BaseException:
+            held = pending.answer() if pending is not None else []
+            if pending is not None and held[:1] == ["held"] and len(held) == 2:
+                ask_agent(pending.pid, {"op": "release", "sink_id": sink_id, "session": int(held[1])}, _REPLY_GRACE)
+            raise
+        pending = pending or agent.send(request, timeout)
+        pid, line = pending.pid, pending.answer()
         if line[:1] == ["held"] and len(line) == 2:
             lease = Lease(sink_id, int(line[1]), pid, _start_ticks(pid) or 0, socket.gethostname())
             if keep:
@@ -281,7 +275,7 @@ class SqlTargetLedger:
                 f"another writer with sink id {sink_id!r} is running against {self.sink._where()} (it holds the "
                 f"sink id's lease there): two writers with one sink id would roll back each other's transactions. "
                 f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
-        raise SinkError(f"the lease holder of sink id {sink_id!r} could not take its lease on {self.sink._where()} "
+        raise SinkError(f"the driver agent could not take the lease of sink id {sink_id!r} on {self.sink._where()} "
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
 
     def _refuse_records_elsewhere(self, sink_id: str) -> None:
@@ -313,42 +307,6 @@ class SqlTargetLedger:
                 f"{self.sink._qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink._qualified(old)} "
                 f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
-    def _spares(self, driver: DriverIdentity) -> tuple[Path | None, str, float]:
-        """(*driver*'s spare folder for this server's DB-API module, or None; the module; the
-        holder's bound in seconds: connect + reply timeouts)."""
-        timeouts = self.sink.options.net_timeouts()
-        module = dbapi_connect_params(self.sink.options.url, timeouts)[0]
-        return spare_folder(driver, module), module, timeouts.connect + timeouts.reply
-
-    def _start_holder(self, argv: list[str], payload: str) -> tuple[int, list[str]]:
-        """Start a lease holder, send it *payload*, wait for its answer (within its own
-        bound; the ledger table is checked meanwhile); its pid and the answer's words."""
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, close_fds=True)
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            try:
-                proc.stdin.write(payload + "\n")
-                proc.stdin.close()
-            except OSError:
-                pass  # the holder ended already: its answer (or none) says why
-            self.ensure_table()  # while the holder starts
-            try:
-                line = proc.stdout.readline().split()  # the holder answers within its bound
-            except OSError:
-                line = []
-        except BaseException:
-            with contextlib.suppress(OSError):
-                proc.kill()
-            proc.wait(timeout=_HOLDER_WAIT)
-            raise
-        proc.stdout.close()
-        if line[:1] != ["held"]:
-            with contextlib.suppress(OSError):
-                proc.kill()
-            proc.wait(timeout=_HOLDER_WAIT)
-        return proc.pid, line
-
     def holds(self, lease: Lease) -> bool:
         if self._dialect == "postgresql":
             key = lease_key(lease.sink_id)
@@ -362,18 +320,13 @@ class SqlTargetLedger:
         return bool(rows) and rows[0][0] is not None and int(rows[0][0]) == lease.session
 
     def release(self, lease: Lease) -> None:
-        """Stop the lease's holder process (it ends its session, which frees the lock), and
-        start a spare holder for the driver's next write, now that this one's work is done
-        (its start costs ~0.2 s of CPU: not while tasks run). Never raises."""
+        """Ask the lease's agent to close the session holding it (which frees the lock).
+        Never raises."""
         if lease.host != socket.gethostname() or _start_ticks(lease.holder_pid) != lease.holder_started:
             return  # gone already (or another process has its id now)
-        with contextlib.suppress(OSError):
-            os.kill(lease.holder_pid, signal.SIGTERM)
-        with contextlib.suppress(Exception):  # a spare is an optimisation: never fail a release for it
-            driver = driver_identity()
-            folder, module, bound = self._spares(driver)
-            if folder is not None:
-                start_spare(_holder_argv(), folder, driver=driver, module=module, bound_seconds=bound)
+        with contextlib.suppress(Exception):  # the agent frees it at the latest when the driver ends
+            ask_agent(lease.holder_pid, {"op": "release", "sink_id": lease.sink_id, "session": lease.session},
+                      _REPLY_GRACE)
 
     @contextlib.contextmanager
     def take(self, sink_id: str) -> Iterator[bool]:

@@ -1,0 +1,292 @@
+"""``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one
+long-lived process per Spark driver (JVM). It holds the driver's writers' leases (session
+locks, see :mod:`sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics.
+
+Spark plans and commits a Python data source's writes in Python worker processes that it
+kills and restarts at will, so none of them can keep a server session open for a whole
+write. The agent can: it runs in a session of its own (Spark's process-group kills and
+worker recycling do not touch it), and ends when its driver is gone (checked every
+0.2 s; outside Spark the driver is the process that started it), on SIGTERM, or when
+killed. The server ends the sessions of a process that is gone, and with them its locks.
+
+It listens at ``<folder>/<pid>.sock`` (``<folder>`` is this user's alone, ``0700``: the
+requests carry credentials) and notes ``<pid> <start time>`` in ``<folder>/<key>.pid``
+once it listens; the lifelong lock on ``<folder>/<key>.lock`` keeps it the only agent of
+its driver. A request is one line (a base64 pickle of a dict), its answer one line:
+
+- ``take``: open a connection (DB-API ``module``, ``connect`` arguments), run ``try_lock``
+  with ``key`` and ``session_sql``, keep the connection: ``held <session>``, ``busy`` or
+  ``error <kind>`` (a kind only: a driver's message may name the login);
+- ``release``: close the connection of lease (``sink_id``, ``session``): ``released`` or
+  ``unknown``;
+- ``serve``: serve ``<registry>/*.ckpt``'s checkpoints' metrics on ``port`` and ``host``:
+  ``serving`` or ``error <kind>``.
+
+A lease taken with a ``record`` (the file a streaming query's driver keeps of its lease)
+deletes it when it ends, unless the record names another holder by now; a served port's
+registry folder is deleted when the agent ends. Every write without a checkpoint asks it,
+so it starts fast: run as a file, it imports the standard library, the DB-API driver, and
+:mod:`twopc._driver_identity` from its file (*owner file*); ``prometheus_client`` when a port is to be served and
+``twopc._metrics`` at the first scrape.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import importlib
+import importlib.util
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+POLL_SECONDS = 0.2
+#: the exit status of an agent that found its driver's agent running already
+ALREADY_RUNNING = 3
+_REQUEST_SECONDS = 60.0  # to read a request's line (a bound for a client that connects and says nothing)
+
+
+def _owner_module(path: str) -> ModuleType:
+    """twopc's driver-identity module (:mod:`twopc._driver_identity`: driver liveness), from its file
+    *path* (the client passes it): importing ``twopc`` would load pyspark and pyarrow."""
+    spec = importlib.util.spec_from_file_location("_twopc_owner_for_agent", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+class _Checkpoints:
+    """A Prometheus collector of the checkpoints registered in a folder: it imports
+    :mod:`twopc._metrics` (and with it twopc) at the first scrape, not at the agent's start."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._inner: Any = None
+
+    def _checkpoints(self) -> list[str]:
+        out = []
+        for f in sorted(self.folder.glob("*.ckpt")):
+            with contextlib.suppress(OSError):
+                out.append(f.read_text(encoding="utf-8").strip())
+        return [c for c in out if c]
+
+    def collect(self) -> Iterator[Any]:
+        if self._inner is None:
+            root = str(Path(__file__).resolve().parents[1])
+            if root not in sys.path:
+                sys.path.insert(0, root)  # the twopc next to this file, whatever is installed
+            metrics = importlib.import_module("twopc._metrics")
+            self._inner = metrics.MetricsCollector(self._checkpoints)
+        yield from self._inner.collect()
+
+
+class Agent:
+    """The leases and served ports of one driver (see the module docstring)."""
+
+    def __init__(self, folder: Path, key: str, driver: dict[str, Any]) -> None:
+        self.folder = folder
+        self.key = key
+        self.driver = driver
+        self.pid = os.getpid()
+        self.sock = folder / f"{self.pid}.sock"
+        self.pidfile = folder / f"{key}.pid"
+        self._guard = threading.Lock()
+        #: (sink id, session) -> (the connection holding the lock, the lease's record or None)
+        self.leases: dict[tuple[str, int], tuple[Any, str | None]] = {}
+        #: port -> the registry folder served there
+        self.ports: dict[int, Path] = {}
+
+    # -- the requests -----------------------------------------------------------------------
+    def answer(self, request: dict[str, Any]) -> str:
+        op = request.get("op")
+        if op == "take":
+            return self.take(request)
+        if op == "release":
+            return self.release(str(request["sink_id"]), int(request["session"]))
+        if op == "serve":
+            return self.serve(int(request["port"]), str(request["host"]), Path(request["registry"]))
+        return "error UnknownRequest"
+
+    def take(self, cfg: dict[str, Any]) -> str:
+        """Take a lease (see the module docstring). A connection that took longer than its
+        bound (its requester stopped waiting) is closed rather than kept."""
+        deadline = time.monotonic() + float(cfg["bound_seconds"])
+        conn = None
+        try:
+            conn = importlib.import_module(cfg["module"]).connect(**cfg["connect"], autocommit=True)
+            cur = conn.cursor()
+            cur.execute(cfg["try_lock"], (cfg["key"],))
+            got = bool(cur.fetchone()[0])
+            cur.execute(cfg["session_sql"])
+            session = int(cur.fetchone()[0])
+        except Exception as exc:  # noqa: BLE001 - any failure is answered by kind only (a driver's message may name the login)
+            self._close(conn)
+            return f"error {type(exc).__name__}"
+        if time.monotonic() > deadline:
+            self._close(conn)
+            return "error Timeout"
+        if not got:
+            self._close(conn)
+            return "busy"
+        with self._guard:
+            if (cfg["sink_id"], session) in self.leases:  # one session id on two servers: never mix them up
+                self._close(conn)
+                return "error SessionIdInUse"
+            self.leases[(cfg["sink_id"], session)] = (conn, cfg.get("record"))
+        return f"held {session}"
+
+    def release(self, sink_id: str, session: int) -> str:
+        with self._guard:
+            held = self.leases.pop((sink_id, session), None)
+        if held is None:
+            return "unknown"
+        self._close(held[0])
+        self._forget_record(held[1], session)
+        return "released"
+
+    def serve(self, port: int, host: str, registry: Path) -> str:
+        """Serve the metrics of *registry*'s checkpoints on *port* (once per port)."""
+        with self._guard:
+            if port in self.ports:
+                return "serving"
+            from prometheus_client import CollectorRegistry, start_http_server
+
+            collectors = CollectorRegistry()
+            collectors.register(_Checkpoints(registry))
+            try:
+                start_http_server(port, addr=host, registry=collectors)
+            except OSError as exc:
+                return f"error {type(exc).__name__}"
+            self.ports[port] = registry
+            (registry / "server.pid").write_text(str(self.pid), encoding="ascii")
+        return "serving"
+
+    @staticmethod
+    def _close(conn: Any) -> None:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    def _forget_record(self, record: str | None, session: int) -> None:
+        """Delete a streaming query's record of a lease, unless it names another holder by now."""
+        if not record:
+            return
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            with open(record, encoding="utf-8") as f:
+                lease = json.load(f)["lease"]
+            if lease["holder_pid"] == self.pid and int(lease["session"]) == session:
+                os.unlink(record)
+
+    # -- the lifecycle ----------------------------------------------------------------------
+    def end(self) -> None:
+        """Delete what this agent made (its socket and pid file, its leases' records, the
+        registry folders of its ports); the kernel closes its sessions as it exits."""
+        with contextlib.suppress(OSError):
+            if self.pidfile.read_text(encoding="ascii").split()[0] == str(self.pid):
+                self.pidfile.unlink()
+        _unlink(self.sock)
+        for (_sink_id, session), (_conn, record) in list(self.leases.items()):
+            self._forget_record(record, session)
+        for registry in self.ports.values():
+            with contextlib.suppress(OSError):
+                if (registry / "server.pid").read_text(encoding="ascii").strip() == str(self.pid):
+                    shutil.rmtree(registry, ignore_errors=True)
+                    if registry.parent.name.startswith("twopc-metrics-"):
+                        registry.parent.rmdir()  # only when no other port's folder is in it
+        _unlink(self.folder / f"{self.key}.log")
+        _unlink(self.folder / f"{self.key}.lock")  # as the last thing before the exit: a new agent makes it again
+
+    def handle(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn, conn.makefile("rw", encoding="ascii") as channel:
+            line = channel.readline()
+            if not line:
+                return
+            try:
+                answer = self.answer(pickle.loads(base64.b64decode(line)))
+            except Exception as exc:  # noqa: BLE001 - a malformed request is answered by kind only
+                answer = f"error {type(exc).__name__}"
+            channel.write(answer + "\n")
+            channel.flush()
+
+
+def _sweep(folder: Path) -> None:
+    """Remove what killed agents left: sockets whose process is gone, and the files of a
+    driver whose agent is gone (nobody holds its lock)."""
+    for sock in folder.glob("*.sock"):
+        if not sock.stem.isdigit():
+            continue
+        try:
+            os.kill(int(sock.stem), 0)
+        except ProcessLookupError:
+            _unlink(sock)
+        except OSError:
+            pass
+    for lockfile in folder.glob("*.lock"):
+        with contextlib.suppress(OSError):
+            fd = os.open(lockfile, os.O_RDWR)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no agent of that driver runs
+                for suffix in (".pid", ".log", ".lock"):
+                    _unlink(lockfile.with_suffix(suffix))
+            finally:
+                os.close(fd)
+
+
+def main(argv: list[str]) -> int:
+    folder, key, driver, owner_file = Path(argv[0]), argv[1], json.loads(argv[2]), argv[3]
+    lock = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held for life: one agent per driver
+    except OSError:
+        return ALREADY_RUNNING
+    owner = _owner_module(owner_file)
+    agent = Agent(folder, key, driver)
+    _sweep(folder)
+
+    def stop(_signum: int, _frame: Any) -> None:
+        agent.end()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    new = folder / f"{agent.pid}.sock.new"
+    _unlink(new)
+    listener.bind(str(new))
+    listener.listen(64)
+    os.rename(new, agent.sock)
+    started = owner._start_ticks(agent.pid) or 0
+    tmp = folder / f".{key}.{agent.pid}.tmp"
+    tmp.write_text(f"{agent.pid} {started}", encoding="ascii")
+    os.replace(tmp, agent.pidfile)  # clients find it from now on
+    listener.settimeout(POLL_SECONDS)
+    while not owner.provably_dead(driver):
+        try:
+            conn, _addr = listener.accept()
+        except TimeoutError:
+            continue
+        conn.settimeout(_REQUEST_SECONDS)
+        threading.Thread(target=agent.handle, args=(conn,), daemon=True).start()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    agent.end()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,175 @@
+"""Finding, starting and asking the driver agent (:mod:`twopc._agent`), the one long-lived
+twopc process of a Spark driver, which holds its writers' leases and serves its metrics.
+
+The agents of this user live in ``<temp dir>/twopc-agent-<uid>/`` (``0700``, see
+:mod:`twopc._host_dirs`; the requests carry credentials): a driver's agent is found
+through ``<key>.pid`` (``<pid> <start time>``, *key* a hash of the driver's identity,
+:mod:`twopc._driver_identity`) and asked at ``<pid>.sock``. When none runs, the first request
+starts it (in a session of its own) and waits until it listens; two processes of one
+driver starting it at once end with one agent (the other one exits at once).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import _agent, _driver_identity
+from ._driver_identity import DriverIdentity, _start_ticks, driver_identity
+from ._errors import ConfigurationError
+from ._host_dirs import private_dir
+
+__all__ = ["AGENTS", "DriverAgent", "Pending", "agent_folder", "ask_agent"]
+
+#: The name (before ``-<uid>``) of this user's folder of driver agents in the temp dir.
+AGENTS = "twopc-agent"
+#: How long a request waits for a starting agent to listen (a bound: it starts in well under a second).
+START_SECONDS = 60.0
+_MAX_SOCKET_PATH = 100  # AF_UNIX paths hold 108 bytes
+
+
+def agent_folder() -> Path:
+    """``<temp dir>/twopc-agent-<uid>/``, made when missing.
+
+    Raises:
+        ConfigurationError: it is not a folder of this user's alone, or its path is too
+            long for a unix socket.
+    """
+    folder = private_dir(AGENTS)
+    where = Path(tempfile.gettempdir(), f"{AGENTS}-{os.getuid()}")
+    if folder is None:
+        raise ConfigurationError(f"{where} is not a folder of this user's alone (mode 0700, owned by uid "
+                                 f"{os.getuid()}), so twopc's driver agent cannot keep its socket there: remove it "
+                                 f"and start again")
+    if len(str(folder / "4194304.sock.new")) > _MAX_SOCKET_PATH:
+        raise ConfigurationError(f"{where} is too long a path for a unix socket ({_MAX_SOCKET_PATH} bytes at most): "
+                                 f"set TMPDIR to a shorter folder")
+    return folder
+
+
+def _key(driver: DriverIdentity) -> str:
+    return hashlib.sha256(json.dumps(dict(driver), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _encode(message: dict[str, Any]) -> str:
+    return base64.b64encode(pickle.dumps(message)).decode("ascii")
+
+
+def ask_agent(pid: int, message: dict[str, Any], timeout: float) -> list[str]:
+    """Send *message* (credentials included: it never reaches a log) to the agent of
+    process id *pid* and return its answer's words; ``[]`` when it did not answer."""
+    return Pending.send(pid, message, timeout).answer()
+
+
+class Pending:
+    """A request sent to an agent, its answer not read yet (the caller works meanwhile)."""
+
+    def __init__(self, pid: int, channel: TextIO | None) -> None:
+        self.pid = pid
+        self.channel = channel
+
+    @classmethod
+    def send(cls, pid: int, message: dict[str, Any], timeout: float) -> Pending:
+        """Send *message* to the agent of process id *pid*; its channel is None when the
+        agent did not take it (it is gone)."""
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(agent_folder() / f"{pid}.sock"))
+            channel = conn.makefile("rw", encoding="ascii")
+            channel.write(_encode(message) + "\n")
+            channel.flush()
+        except OSError:
+            conn.close()
+            return cls(pid, None)
+        conn.close()  # the channel keeps the socket open
+        return cls(pid, channel)
+
+    def answer(self) -> list[str]:
+        """The answer's words; ``[]`` when the agent did not answer."""
+        if self.channel is None:
+            return []
+        try:
+            with self.channel:
+                return self.channel.readline().split()
+        except OSError:
+            return []
+
+
+class DriverAgent:
+    """The agent of *driver* (default: the driver this process works for)."""
+
+    def __init__(self, driver: DriverIdentity | None = None) -> None:
+        self.driver = driver if driver is not None else driver_identity()
+        self.folder = agent_folder()
+        self.key = _key(self.driver)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def argv(self) -> list[str]:
+        """The agent's command line (``-P``: without its folder on ``sys.path``; no
+        credentials: they come in requests)."""
+        return [sys.executable, "-P", _agent.__file__, str(self.folder), self.key,
+                json.dumps(dict(self.driver), sort_keys=True), _driver_identity.__file__]
+
+    def running(self) -> int | None:
+        """The process id of the driver's agent once it listens, else None."""
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pid, started = (int(w) for w in (self.folder / f"{self.key}.pid").read_text(encoding="ascii").split())
+            if _start_ticks(pid) == started:
+                return pid
+        return None
+
+    def start(self) -> None:
+        """Start the driver's agent unless it runs (or this object started it): not waited for."""
+        if self._proc is None and self.running() is None:
+            with open(self.folder / f"{self.key}.log", "ab") as log:
+                self._proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                              start_new_session=True, close_fds=True)
+
+    def _wait(self) -> int | None:
+        """The agent's process id, starting it and waiting until it listens; None when it
+        did not start."""
+        deadline = time.monotonic() + START_SECONDS
+        while (pid := self.running()) is None:
+            self.start()
+            if self._proc is not None and self._proc.poll() is not None:
+                if self._proc.returncode != _agent.ALREADY_RUNNING:
+                    return None
+                self._proc = None  # another process of the driver started it: it will note its pid
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.005)
+        return pid
+
+    def send(self, message: dict[str, Any], timeout: float) -> Pending:
+        """Send *message* to the agent (started when none runs, and waited for); the
+        answer's words are then ``[]`` (no answer) or ``["error", "AgentDidNotStart"]``."""
+        for attempt in range(2):  # an agent that ended just before it was asked: ask a new one
+            pid = self._wait()
+            if pid is None:
+                break
+            pending = Pending.send(pid, message, timeout)
+            if pending.channel is not None or attempt or self.running() == pid:
+                return pending
+        return _NotStarted(0, None)
+
+    def request(self, message: dict[str, Any], timeout: float) -> tuple[int, list[str]]:
+        """:meth:`send` *message* and return the agent's process id and its answer's words."""
+        pending = self.send(message, timeout)
+        return pending.pid, pending.answer()
+
+
+class _NotStarted(Pending):
+    def answer(self) -> list[str]:
+        return ["error", "AgentDidNotStart"]
