@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`sinks.sql._options` and the URL translator (no server): Spark's JDBC writer options,
+"""Unit tests of :mod:`sinks.sql.options._jdbc_options` and the URL translator (no server): Spark's JDBC writer options,
 twopc's own, JDBC URL translation, driver parameters, and that no password leaks."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from sinks._options import SPARK_PASSED_OPTIONS, Duration
-from sinks.sql._column_lists import parse_column_list, parse_column_types
-from sinks.sql._options import REJECTED_OPTIONS, JdbcOptions
-from sinks.sql._params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
+from sinks.sql.options._column_lists import parse_column_list, parse_column_types
+from sinks.sql.options._driver_params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
+from sinks.sql.options._jdbc_options import REJECTED_OPTIONS, JdbcOptions
 from twopc import ConfigurationError, MissingOptionError, redact
 from twopc._options import RUNTIME_KEYS
 

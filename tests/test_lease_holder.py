@@ -19,7 +19,7 @@ import pytest
 from sinks import MySqlXaSink, PostgresSink
 from sinks.sql import PreparedSqlSink
 from sinks.sql._lease_spares import spare_folder, start_spare
-from sinks.sql._target_ledger import _holder_argv
+from sinks.sql.ledger._target_ledger import _holder_argv
 from twopc import ConcurrentWriterError, Lease
 from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-import sinks.sql._staging_commit as staging_commit
+import sinks.sql.staging._committer as staging_commit
 from sinks import StagingHandle, StagingSink
 from twopc import TransactionContext
 

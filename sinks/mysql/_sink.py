@@ -40,9 +40,9 @@ from sqlalchemy.exc import DBAPIError
 from twopc import ConfigurationError, Headroom, SinkError, TargetConfigurationError
 
 from .._handles import MySqlXaHandle
-from ..sql._dialect import SqlTxn, give_back
-from ..sql._options import JdbcOptions
-from ..sql._prepared import PreparedSqlSink
+from ..sql.options._jdbc_options import JdbcOptions
+from ..sql.prepared._dialect import SqlTxn, give_back
+from ..sql.prepared._sink import PreparedSqlSink
 from . import _server as server
 from ._errors import (
     ACCESS_DENIED,

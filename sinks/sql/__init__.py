@@ -13,14 +13,14 @@ This package needs no database driver; the backends in :mod:`sinks.postgres` and
 """
 
 from .._handles import PreparedSqlHandle
-from ._engines import dispose_engines
 from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
 from ._names import TableName, parse_table_name
-from ._options import JdbcOptions
-from ._prepared import PreparedSqlSink
-from ._staging import StagingHandle, StagingSink
 from ._transactional import require_transactional
-from ._url import SqlUrl, translate_url
+from .connect._engines import dispose_engines
+from .options._jdbc_options import JdbcOptions
+from .options._jdbc_url import SqlUrl, translate_url
+from .prepared._sink import PreparedSqlSink
+from .staging._sink import StagingHandle, StagingSink
 
 __all__ = [
     "JdbcDataSource",

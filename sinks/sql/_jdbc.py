@@ -1,7 +1,7 @@
 """``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
 
 Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options (see
-:mod:`sinks.sql._options` for every option and how Spark's are handled). The sink picks
+:mod:`sinks.sql.options._jdbc_options` for every option and how Spark's are handled). The sink picks
 one of two commit modes and logs which:
 
 ``prepared``
@@ -11,7 +11,7 @@ one of two commit modes and logs which:
     :class:`~sinks.sql.PreparedSqlSink` — and the driver commits
     them after recording its decision in the checkpoint, or, for a batch write without
     ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
-    the write's lease there (:mod:`sinks.sql._target_ledger`). The fastest mode; it needs
+    the write's lease there (:mod:`sinks.sql.ledger._target_ledger`). The fastest mode; it needs
     a server that allows prepared transactions and an existing table, and it serves appends.
 ``staging``
     Each task attempt commits its rows into a staging table; the driver moves the chosen
@@ -62,13 +62,13 @@ from twopc import (
 
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free
-from ._dialect import SqlTxn
-from ._engines import engine_for
-from ._instance import server_instance
 from ._names import parse_table_name
-from ._options import JdbcOptions
-from ._prepared import PreparedSqlSink
-from ._staging import StagingHandle, StagingSink
+from .connect._engines import engine_for
+from .connect._server_instance import server_instance
+from .options._jdbc_options import JdbcOptions
+from .prepared._dialect import SqlTxn
+from .prepared._sink import PreparedSqlSink
+from .staging._sink import StagingHandle, StagingSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -145,7 +145,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -357,7 +357,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases on PostgreSQL and MySQL/MariaDB (see
-        :mod:`sinks.sql._target_ledger`); ``None`` on other databases."""
+        :mod:`sinks.sql.ledger._target_ledger`); ``None`` on other databases."""
         return self._prepared_sink().target_ledger() if self.dialect in ("postgresql", "mysql") else None
 
     # -- executor side: the settled mode ----------------------------------------------------

@@ -1,5 +1,5 @@
 """``python -P <this file>``: hold one writer's lease (a session lock, see
-:mod:`sinks.sql._target_ledger`) for its driver.
+:mod:`sinks.sql.ledger._target_ledger`) for its driver.
 
 Reads one line on stdin (what to connect with and which lock to take, never on the
 command line), takes the lock without waiting, and answers on stdout ``held <session id>``
@@ -18,7 +18,7 @@ Every write without a checkpoint starts one, so it starts fast: it is run as a f
 as ``-m sinks.sql._lease_holder`` (which would import the ``sinks`` and ``twopc`` packages:
 pyspark, pyarrow, SQLAlchemy, seconds on a busy machine), and imports the standard library,
 the DB-API driver and :mod:`twopc._owner` (standard library only, loaded from its file).
-The driver hands it plain values (:func:`sinks.sql._engines.dbapi_connect_params`, the
+The driver hands it plain values (:func:`sinks.sql.connect._engines.dbapi_connect_params`, the
 lock's statements).
 """
 

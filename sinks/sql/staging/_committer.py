@@ -24,9 +24,9 @@ from twopc import (
     Xid,
 )
 
-from .._handles import StagingHandle
-from ._staging_ddl import StagingDdl
-from ._staging_sql import TXN_COLUMN, fresh, move_sql, sql_string
+from ..._handles import StagingHandle
+from ._ddl import StagingDdl
+from ._statements import TXN_COLUMN, fresh, move_sql, sql_string
 
 __all__ = ["StagingCommitter"]
 

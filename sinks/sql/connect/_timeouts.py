@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, keepalive_socket_options
+from ..._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, keepalive_socket_options
 
 __all__ = ["NetTimeouts", "reply_deadline"]
 
@@ -53,7 +53,7 @@ class NetTimeouts:
         """The driver's connect arguments for these waits (*backend*: ``postgresql``,
         ``mysql``/``mariadb``; others get the connect timeout only)."""
         if backend == "postgresql":
-            from ._pg_deadline import deadline_cursor
+            from .._pg_deadline import deadline_cursor
 
             args: dict[str, Any] = {"connect_timeout": self.connect, "keepalives": int(self.keepalive),
                                     "cursor_factory": deadline_cursor(self.reply)}

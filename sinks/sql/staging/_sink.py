@@ -13,8 +13,8 @@ On PostgreSQL the rows go through the same COPY stream as the prepared mode
    staged attempt that vanished makes the commit raise, with nothing written);
 3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
    overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
-   or ``DROP`` + ``CREATE`` (:meth:`~sinks.sql._staging_ddl.StagingDdl.replaced_by`);
-4. moves the chosen attempts' rows (:func:`~sinks.sql._staging_sql.move_sql`);
+   or ``DROP`` + ``CREATE`` (:meth:`~sinks.sql.staging._ddl.StagingDdl.replaced_by`);
+4. moves the chosen attempts' rows (:func:`~sinks.sql.staging._statements.move_sql`);
 5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
    :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
 
@@ -56,15 +56,15 @@ from twopc import (
     redact,
 )
 
-from .._handles import StagingHandle
-from ._engines import engine_for
-from ._instance import server_instance
-from ._json_values import is_nested, json_texts
-from ._names import TableName, parse_table_name
-from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
-from ._staging_commit import StagingCommitter
-from ._staging_sql import TXN_COLUMN, fresh
-from ._url import safe_url
+from ..._handles import StagingHandle
+from .._names import TableName, parse_table_name
+from ..connect._engines import engine_for
+from ..connect._server_instance import server_instance
+from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions, SaveMode
+from ..options._jdbc_url import safe_url
+from ..types._json_values import is_nested, json_texts
+from ._committer import StagingCommitter
+from ._statements import TXN_COLUMN, fresh
 
 __all__ = ["StagingHandle", "StagingSink"]
 
@@ -93,7 +93,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql._options`):
+        **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql.options._jdbc_options`):
             ``truncate``, ``upsert_keys``, ``create_table_options``,
             ``create_table_column_types``, ``table_comment``, ``batch_size``,
             ``isolation_level``, ``session_init_statement``, ``query_timeout``,
@@ -159,7 +159,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -238,12 +238,12 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         fresh(conn)
         o = self.options
         if self._dialect_name == "postgresql":
-            from ..postgres._server import session_settings as pg_session
+            from ...postgres._server import session_settings as pg_session
 
             conn.exec_driver_sql(*pg_session(o.lock_timeout, o.query_timeout))
         elif self._dialect_name == "mysql":
-            from ..mysql._server import session_settings as my_session
-            from ..mysql._spec import lock_seconds
+            from ...mysql._server import session_settings as my_session
+            from ...mysql._spec import lock_seconds
 
             for stmt, params in my_session(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
                 conn.exec_driver_sql(stmt, params)
@@ -288,7 +288,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         try:
             self._begin(conn)
             if self._dialect_name == "postgresql":
-                from ..postgres._copy import CopyStream
+                from ...postgres._copy import CopyStream
 
                 conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
                 txn.copy = CopyStream(conn.connection.driver_connection, self.stage)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
@@ -337,7 +337,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         columns = []
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
             if self._dialect_name == "mysql":  # the XA sink's values, checked by its rules
-                from ..mysql._values import check_array, normalize_array
+                from ...mysql._values import check_array, normalize_array
 
                 arr = normalize_array(arr)
                 check_array(arr, name, self.target.display())

@@ -4,8 +4,8 @@
 per-process pool, and a *control* connection for the driver's statements, retried once on
 a new connection when it turns out dead: every control statement is idempotent), and the
 hooks a dialect implements (methods that raise ``NotImplementedError`` here). The writer
-(:mod:`sinks.sql._prepared_writer`, executor side) and the committer
-(:mod:`sinks.sql._prepared_committer`, driver side) build on it, like Flink Sink V2's
+(:mod:`sinks.sql.prepared._writer`, executor side) and the committer
+(:mod:`sinks.sql.prepared._committer`, driver side) build on it, like Flink Sink V2's
 ``SinkWriter`` and ``Committer``; :class:`sinks.sql.PreparedSqlSink` joins them.
 """
 
@@ -23,13 +23,13 @@ from sqlalchemy.exc import DBAPIError
 
 from twopc import SchemaMismatchError, SinkError, SinkUnavailableError, TransactionContext, redact
 
-from .._options import Duration
-from ._columns import TableColumn, match_columns
-from ._engines import engine_for
-from ._instance import server_instance
-from ._names import TableName
-from ._options import JdbcOptions
-from ._url import Dialect, safe_url
+from ..._options import Duration
+from .._names import TableName
+from ..connect._engines import engine_for
+from ..connect._server_instance import server_instance
+from ..options._jdbc_options import JdbcOptions
+from ..options._jdbc_url import Dialect, safe_url
+from ..types._column_match import TableColumn, match_columns
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
@@ -167,7 +167,7 @@ class SqlDialect(Generic[C]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -298,7 +298,7 @@ class SqlDialect(Generic[C]):
 
     def _match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
                check_types: bool, check_required: bool) -> list[C]:
-        """:func:`sinks.sql._columns.match_columns` with this dialect's type rules."""
+        """:func:`sinks.sql.types._column_match.match_columns` with this dialect's type rules."""
         return match_columns(names, types, columns, self.table, compatible=self._compatible if check_types else None,
                              type_name=str, check_required=check_required)
 

@@ -25,12 +25,15 @@ from twopc import (
     redact,
 )
 
-from ._errors import session_init_failed
-from ._names import TableName
-from ._options import JdbcOptions
-from ._privileges import Run, require_privileges
+from .._errors import session_init_failed
+from .._names import TableName
+from .._privileges import Run, require_privileges
+from .._transactional import require_transactional
+from .._twopc_schema import ensure_schema
+from ..options._jdbc_options import JdbcOptions
+from ..types._arrow_ddl import arrow_to_sqlalchemy, create_table_sql
 from ._recreate_losses import recreate_losses
-from ._staging_sql import (
+from ._statements import (
     TXN_COLUMN,
     batches_table,
     check_unique,
@@ -39,10 +42,7 @@ from ._staging_sql import (
     sql_string,
     stage_table,
 )
-from ._staging_types import VerbatimType, catalog_columns, check_columns, same_type
-from ._transactional import require_transactional
-from ._twopc_schema import ensure_schema
-from ._types import arrow_to_sqlalchemy, create_table_sql
+from ._table_columns import VerbatimType, catalog_columns, check_columns, same_type
 
 __all__ = ["StagingDdl"]
 
@@ -136,7 +136,7 @@ class StagingDdl:
         (DDL there cannot join the commit transaction). Deletes staged rows of dead
         ``eph-`` writes older than the retention. An overwrite that will drop and re-create
         an existing target (:meth:`replaced_by`) logs a WARNING naming what the table will
-        lose (:func:`~sinks.sql._recreate_losses.recreate_losses`).
+        lose (:func:`~sinks.sql.staging._recreate_losses.recreate_losses`).
 
         Raises:
             SinkUnavailableError: no connection.

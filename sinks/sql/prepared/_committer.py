@@ -20,9 +20,9 @@ from twopc import (
     Xid,
 )
 
-from ._columns import TableColumn
+from .._errors import ROLLED_BACK
+from ..types._column_match import TableColumn
 from ._dialect import SqlDialect
-from ._errors import ROLLED_BACK
 
 __all__ = ["PreparedCommitter"]
 

@@ -38,7 +38,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twopc import (
     ConcurrentWriterError,
@@ -53,16 +53,13 @@ from twopc._host_dirs import private_dir
 from twopc._owner import DriverIdentity, _start_ticks, driver_identity
 from twopc._target import EPHEMERAL_PREFIX
 
-from . import _lease_holder
-from ._dialect import give_back, log
-from ._engines import dbapi_connect_params
-from ._lease_spares import ask_spare, spare_folder, start_spare
-from ._names import TableName, parse_table_name
-from ._privileges import dbapi_runner, require_privileges
-from ._twopc_schema import ensure_schema
-
-if TYPE_CHECKING:
-    from ._prepared import PreparedSqlSink
+from .. import _lease_holder
+from .._lease_spares import ask_spare, spare_folder, start_spare
+from .._names import TableName, parse_table_name
+from .._privileges import dbapi_runner, require_privileges
+from .._twopc_schema import ensure_schema
+from ..connect._engines import dbapi_connect_params
+from ..prepared._dialect import SqlDialect, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name",
            "sweep_lease_records"]
@@ -113,7 +110,7 @@ class SqlTargetLedger:
     """The target ledger of a prepared SQL sink (see the module docstring). Picklable: it
     holds the sink's configuration only."""
 
-    def __init__(self, sink: PreparedSqlSink[Any, Any]) -> None:
+    def __init__(self, sink: SqlDialect[Any]) -> None:
         self.sink = sink
         self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink._marker.schema,
                                                         LEDGER_TABLE, sink.spec.name))

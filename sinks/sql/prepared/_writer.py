@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from twopc import ConfigurationError, ProtocolError, SinkError, TransactionContext, TransactionHandle
 
-from ._columns import TableColumn
+from ..types._column_match import TableColumn
 from ._dialect import SqlDialect, SqlTxn, give_back
 
 __all__ = ["MARKER_COLUMNS", "PreparedWriter"]

@@ -69,12 +69,12 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     """The process's pooled engine for *url* (credentials included) and this use.
 
     Its connections wait as *timeouts* says (connect, reply, TCP keepalive: see
-    :mod:`sinks.sql._timeouts`). With *autocommit* the engine hands out connections in
+    :mod:`sinks.sql.connect._timeouts`). With *autocommit* the engine hands out connections in
     ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
 
     Raises:
         ConfigurationError: a SQLite path whose folder does not exist, or that is not a
-            SQLite database (:func:`~sinks.sql._sqlite_file.check_sqlite_file`).
+            SQLite database (:func:`~sinks.sql.connect._sqlite_file.check_sqlite_file`).
     """
 
     def make() -> Engine:
