@@ -55,7 +55,6 @@ from twopc import (
 
 from .._handles import PostgresHandle
 from ..sql._names import TableName, parse_table_name
-from ..sql._pg_deadline import deadline_pipeline
 from ..sql.prepared._dialect import SqlTxn
 from ..sql.prepared._sink import PreparedSqlSink
 from ..sql.types._json_values import json_text
@@ -64,6 +63,7 @@ from . import _server as server
 from ._columns import PgColumn, family
 from ._copy import CopyPlan, identifier, plan_copy
 from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl, wrong_dead_letter_types
+from ._deadline import deadline_pipeline
 from ._errors import no_free_slot
 from ._slots import Claim, claim_slot, wait_for_driver_slot
 from ._spec import POSTGRES

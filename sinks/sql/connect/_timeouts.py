@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, keepalive_socket_options
+from ..._net import keepalive_socket_options
+from .._registry import backend_for
 
 __all__ = ["NetTimeouts", "reply_deadline"]
 
@@ -51,20 +52,10 @@ class NetTimeouts:
 
     def connect_args(self, backend: str) -> dict[str, Any]:
         """The driver's connect arguments for these waits (*backend*: ``postgresql``,
-        ``mysql``/``mariadb``; others get the connect timeout only)."""
-        if backend == "postgresql":
-            from .._pg_deadline import deadline_cursor
-
-            args: dict[str, Any] = {"connect_timeout": self.connect, "keepalives": int(self.keepalive),
-                                    "cursor_factory": deadline_cursor(self.reply)}
-            if self.keepalive:
-                args.update(keepalives_idle=KEEPALIVE_IDLE_S, keepalives_interval=KEEPALIVE_INTERVAL_S,
-                            keepalives_count=KEEPALIVE_COUNT)
-            if hasattr(socket, "TCP_USER_TIMEOUT"):
-                args["tcp_user_timeout"] = int(self.reply * 1000)
-            return args
-        if backend in ("mysql", "mariadb"):
-            return {"connect_timeout": self.connect, "read_timeout": self.reply, "write_timeout": self.reply}
+        ``mysql``/``mariadb``: the registered dialect's, see :mod:`sinks.sql._registry`;
+        others get the connect timeout only)."""
+        if (registered := backend_for(backend)) is not None:
+            return registered.connect_args(self)
         return {"connect_timeout": self.connect}
 
     def tune_socket(self, sock: socket.socket | None) -> None:

@@ -23,12 +23,12 @@ from sqlalchemy.exc import DBAPIError
 
 from twopc import SchemaMismatchError, SinkError, SinkUnavailableError, TransactionContext, redact
 
-from ..._options import Duration
 from .._names import TableName
+from .._registry import DialectSpec
 from ..connect._engines import engine_for
 from ..connect._server_instance import server_instance
 from ..options._jdbc_options import JdbcOptions
-from ..options._jdbc_url import Dialect, safe_url
+from ..options._jdbc_url import safe_url
 from ..types._column_match import TableColumn, match_columns
 
 if TYPE_CHECKING:
@@ -88,44 +88,6 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
             conn.close()
     except Exception:
         log.debug("twopc: releasing a connection failed", exc_info=True)
-
-
-@dataclass(frozen=True)
-class DialectSpec:
-    """What the prepared base needs to know about a database, as values and functions (the
-    dialect's module-level helpers): one object per backend, instead of a method per fact.
-
-    Attributes:
-        name: the dialect (``postgresql``, ``mysql``), a key of :data:`twopc.MAX_XID_BYTES`.
-        format_name: the name the sink's options are read under (its Spark format).
-        product: the database's name in messages.
-        id_name: what the database calls a transaction id, in messages.
-        driver_error: the driver's base exception class.
-        quote: quotes an identifier for a statement sent with ``%s`` parameters.
-        connect_failure: (reason, hint) of a failed connection attempt.
-        is_connection_error: whether an error means the session is gone.
-        is_missing_table: whether an error means a table does not exist.
-        error_code: the error's code (SQLSTATE, MySQL error number), ``""`` if none.
-        error_text: the error as one line: its code and primary message.
-        compatible: whether an Arrow type can be written to a column.
-        map_error: a driver error as a credential-free :class:`SinkError`.
-        lock_timeout_text: how the ``lockTimeout`` in force reads in messages.
-    """
-
-    name: Dialect
-    format_name: str
-    product: str
-    id_name: str
-    driver_error: type[Exception]
-    quote: Callable[[str], str]
-    connect_failure: Callable[[BaseException], tuple[str, str]]
-    is_connection_error: Callable[[BaseException], bool]
-    is_missing_table: Callable[[BaseException], bool]
-    error_code: Callable[[BaseException], str]
-    error_text: Callable[[BaseException], str]
-    compatible: Callable[[pa.DataType, Any], bool]
-    map_error: Callable[..., SinkError]
-    lock_timeout_text: Callable[[Duration], str]
 
 
 class SqlDialect(Generic[C]):

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Self
@@ -58,6 +57,7 @@ from twopc import (
 
 from ..._handles import StagingHandle
 from .._names import TableName, parse_table_name
+from .._registry import SqlBackend, backend_for
 from ..connect._engines import engine_for
 from ..connect._server_instance import server_instance
 from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions, SaveMode
@@ -214,12 +214,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             conn = conn.execution_options(isolation_level=self.options.isolation_sql)
         return conn
 
-    def _dialect_errors(self) -> Any:
-        """The error module of the prepared sinks of this dialect (PostgreSQL, MariaDB/MySQL), else None."""
-        if self._dialect_name not in ("postgresql", "mysql"):
-            return None
-        return importlib.import_module(f"..{'postgres' if self._dialect_name == 'postgresql' else 'mysql'}._errors",
-                                       __package__)
+    def _registered(self) -> SqlBackend | None:
+        """The registered dialect (PostgreSQL, MariaDB/MySQL: the prepared sinks' rules), else None."""
+        return backend_for(self._dialect_name)
 
     def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
@@ -227,25 +224,17 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         u = self.options.url
         where = u.database if self._dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
         hint = ""
-        if (spec := self._dialect_errors()) is not None:  # the prepared sinks' words for the same failure
-            hint = spec.connect_failure(orig)[1]
+        if (registered := self._registered()) is not None:  # the prepared sinks' words for the same failure
+            hint = registered.spec.connect_failure(orig)[1]
         return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}{hint}")
 
     def _begin(self, conn: Connection) -> None:
         """Start a transaction with the session settings of a write (the same as the
-        prepared modes': :func:`sinks.postgres._server.session_settings`,
-        :func:`sinks.mysql._server.session_settings`)."""
+        prepared modes', from the registered dialect: :mod:`sinks.sql._registry`)."""
         fresh(conn)
         o = self.options
-        if self._dialect_name == "postgresql":
-            from ...postgres._server import session_settings as pg_session
-
-            conn.exec_driver_sql(*pg_session(o.lock_timeout, o.query_timeout))
-        elif self._dialect_name == "mysql":
-            from ...mysql._server import session_settings as my_session
-            from ...mysql._spec import lock_seconds
-
-            for stmt, params in my_session(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
+        if (registered := self._registered()) is not None:
+            for stmt, params in registered.session_statements(o.lock_timeout, o.query_timeout):
                 conn.exec_driver_sql(stmt, params)
         if o.session_init_statement:
             conn.exec_driver_sql(o.session_init_statement)
@@ -269,8 +258,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             named = f" ({', '.join(what)})" if what else ""
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
-        spec = self._dialect_errors()  # the prepared sinks' words for a value that does not fit its column
-        if spec is not None and (bad := spec.value_error(orig, action, self.target.display(), self._redact)):
+        registered = self._registered()  # the prepared sinks' words for a value that does not fit its column
+        if registered is not None and (bad := registered.value_error(orig, action, self.target.display(),
+                                                                      self._redact)):
             return bad
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 
@@ -287,11 +277,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         txn = _StageTxn(context, txn_id, conn)
         try:
             self._begin(conn)
-            if self._dialect_name == "postgresql":
-                from ...postgres._copy import CopyStream
-
-                conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
-                txn.copy = CopyStream(conn.connection.driver_connection, self.stage)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
+            if (registered := self._registered()) is not None and registered.staging_copy is not None:
+                txn.copy = registered.staging_copy(conn, self.stage, txn_id)  # the dialect's bulk loader
         except SQLAlchemyError as exc:
             self._close(txn)
             raise self._error(exc, "begin a staging transaction") from None
@@ -327,7 +314,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc):
+        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self._dialect_name):
             raise self._error(exc, f"stage rows for {self.target.display()}") from None
         raise exc
 
@@ -335,13 +322,11 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         assert txn.conn is not None
         names = batch.schema.names
         columns = []
+        registered = self._registered()
+        dialect_values = None if registered is None else registered.staging_values
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
-            if self._dialect_name == "mysql":  # the XA sink's values, checked by its rules
-                from ...mysql._values import check_array, normalize_array
-
-                arr = normalize_array(arr)
-                check_array(arr, name, self.target.display())
-                columns.append(arr.to_pylist())
+            if dialect_values is not None:  # the prepared sink's values, checked by its rules
+                columns.append(dialect_values(arr, name, self.target.display()))
                 continue
             if is_nested(f.type):
                 arr = json_texts(arr)  # fits only JSON columns (or SQLite's untyped ones)
@@ -411,14 +396,12 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                 conn.close()
 
 
-def _is_copy_error(txn: _StageTxn, exc: BaseException) -> bool:
+def _is_copy_error(txn: _StageTxn, exc: BaseException, dialect: str) -> bool:
     """Whether *exc* is the database refusing a COPY (psycopg's own error: the COPY stream
     talks to psycopg directly, not through SQLAlchemy)."""
-    if txn.copy is None:
+    if txn.copy is None or (registered := backend_for(dialect)) is None:
         return False
-    import psycopg
-
-    return isinstance(exc, psycopg.Error)
+    return isinstance(exc, registered.spec.driver_error)
 
 
 def _check_nul(name: str, arr: pa.Array) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from .connect._timeouts import reply_deadline
+from ..sql.connect._timeouts import reply_deadline
 
 __all__ = ["deadline_cursor", "deadline_pipeline"]
 
