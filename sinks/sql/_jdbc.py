@@ -493,12 +493,20 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self._for(handle).abort(handle)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
-        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*."""
+        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*; a write
+        settled in the prepared mode whose tasks never stage lists its prepared transactions
+        only (it does not read the staging table)."""
         out: list[TransactionHandle] = []
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
-        out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
+        if self._may_have_staged():
+            out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
         return out
+
+    def _may_have_staged(self) -> bool:
+        """Whether this write's attempts may have staged rows: not settled (recovery), the
+        staging mode, or the prepared mode whose tasks stage when they find no slot."""
+        return self.mode != PREPARED or self.may_stage
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*, with
@@ -524,7 +532,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def purge_committed(self, sink_id: str, below_batch: int) -> None:
         if self._has_prepared_mode() and self.mode != STAGING:
             self._prepared_sink().purge_committed(sink_id, below_batch)
-        if self.mode != PREPARED or self.may_stage:  # a batch whose every task staged has a staging marker
+        if self._may_have_staged():  # a batch whose every task staged has a staging marker
             self._staging_sink().purge_committed(sink_id, below_batch)
 
     def close(self) -> None:
