@@ -8,8 +8,15 @@
   (:class:`sinks.postgres.PostgresSink`, :class:`sinks.mysql.MySqlXaSink`).
 - :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
 
-This package needs no database driver; the backends in :mod:`sinks.postgres` and
-:mod:`sinks.mysql` need theirs (``twopc[postgres]``, ``twopc[mysql]``).
+Layout: ``options/`` (Spark's options, the URL and its driver parameters), ``types/`` (the
+type rules every mode shares), ``connect/`` (engines and their timeouts), ``prepared/`` (the
+prepared-transaction base), ``staging/`` (the staging mode), ``ledger/`` (the decision ledger
+in the target), ``_registry`` (what a database's folder registers), ``_jdbc`` (the drop-in).
+
+This package needs no database driver and never imports a database's folder: it asks the
+dialect registry (:mod:`sinks.sql._registry`), which imports :mod:`sinks.postgres` or
+:mod:`sinks.mysql` (each needs its driver: ``twopc[postgres]``, ``twopc[mysql]``) the first
+time that database is used.
 """
 
 from .._handles import PreparedSqlHandle
