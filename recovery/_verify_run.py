@@ -16,9 +16,9 @@ from sinks._secrets import secret_guesses
 from sinks.redis._clients import ClientConfig, split_url
 from sinks.redis_source._ids import EntryId
 from sinks.redis_source._server import StreamServer
-from sinks.sql._engines import dbapi_connect_params
 from sinks.sql._names import parse_table_name
-from sinks.sql._options import JdbcOptions
+from sinks.sql.connect._engines import dbapi_connect_params
+from sinks.sql.options._jdbc_options import JdbcOptions
 from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.spi import SinkUnavailableError, redact, target_ledger_of
 

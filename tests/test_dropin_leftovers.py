@@ -143,3 +143,36 @@ def test_the_sweep_cleans_only_this_users_ledgers_and_says_what_it_did_at_info(
     assert all("eph-0000000100000003" in m and f"process {gone} on this host" in m for _, m in said), said
     assert said[0][1].startswith(f"twopc: emptied {dead}") and "owner record stays until 7 days" in said[0][1]
     assert said[1][1].startswith(f"twopc: removed {dead}") and not dead.exists()
+
+
+def test_the_prepared_mode_sweep_lists_prepared_transactions_only(postgres_url, pg_engine) -> None:
+    """A write settled in the prepared mode whose tasks never stage does not read the
+    staging table when the coordinator sweeps: a staged attempt another (staging-mode)
+    write of the same sink id left there is not listed as one of its transactions."""
+    import pyarrow as pa
+
+    from twopc import TransactionContext
+
+    table = f"sweep_{uuid.uuid4().hex[:8]}"
+    with pg_engine.begin() as conn:
+        conn.exec_driver_sql(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY)')
+    schema = pa.schema([("id", pa.int64())])
+    staging = sinks.JdbcSink.from_options({"url": postgres_url, "dbtable": table, "commitMode": "staging"})
+    staging.configure_write(schema, overwrite=False, streaming=False, checkpointed=True)
+    staging.validate(schema)
+    txn = staging.begin_transaction(TransactionContext("sweep", 0, 0, 1))
+    staging.invoke_batch(txn, pa.RecordBatch.from_pylist([{"id": 1}], schema=schema))
+    staging.pre_commit(txn)  # left staged: its write died before the decision
+    staging.close()
+    prepared = sinks.JdbcSink.from_options({"url": postgres_url, "dbtable": table, "commitMode": "prepared"})
+    prepared.configure_write(schema, overwrite=False, streaming=False, checkpointed=True)
+    prepared.validate(schema)
+    try:
+        assert prepared.mode == "prepared" and not prepared.may_stage
+        assert prepared.list_prepared("sweep") == []
+        assert _staged(pg_engine, "sweep") == 1  # still there for a staging-mode write to sweep
+    finally:
+        prepared.close()
+    reopened = sinks.JdbcSink.from_options({"url": postgres_url, "dbtable": table})  # recovery: mode unsettled
+    assert [(h.batch_id, h.partition_id, h.attempt_id) for h in reopened.list_prepared("sweep")] == [(0, 0, 1)]
+    reopened.close()

@@ -32,7 +32,7 @@ import sinks
 from faultinject import LocalPostgres
 from recovery.demos.demo import write_input
 from sinks import StagingSink
-from sinks.sql._engines import dispose_engines
+from sinks.sql.connect._engines import dispose_engines
 
 REPO = Path(__file__).resolve().parents[1]
 

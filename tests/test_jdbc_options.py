@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`sinks.sql._options` and the URL translator (no server): Spark's JDBC writer options,
+"""Unit tests of :mod:`sinks.sql.options._jdbc_options` and the URL translator (no server): Spark's JDBC writer options,
 twopc's own, JDBC URL translation, driver parameters, and that no password leaks."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from sinks._options import SPARK_PASSED_OPTIONS, Duration
-from sinks.sql._column_lists import parse_column_list, parse_column_types
-from sinks.sql._options import REJECTED_OPTIONS, JdbcOptions
-from sinks.sql._params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
+from sinks.sql.connect._engines import _dialect_connect_args
+from sinks.sql.options._column_lists import parse_column_list, parse_column_types
+from sinks.sql.options._driver_params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
+from sinks.sql.options._jdbc_options import REJECTED_OPTIONS, JdbcOptions
 from twopc import ConfigurationError
 from twopc._runtime_options import RUNTIME_KEYS
 from twopc.spi import MissingOptionError, redact
@@ -205,11 +206,11 @@ def test_socket_timeout_must_outlast_the_server_side_waits() -> None:
 
 
 def test_net_timeouts_reach_the_drivers() -> None:
-    pg = parse("jdbc:postgresql://h/app?socketTimeout=45").net_timeouts().connect_args("postgresql")
+    pg = _dialect_connect_args(parse("jdbc:postgresql://h/app?socketTimeout=45").net_timeouts(), "postgresql")
     assert (pg["connect_timeout"], pg["keepalives"], pg["keepalives_idle"], pg["tcp_user_timeout"]) == (
         10, 1, 30, 45_000)
     assert pg["cursor_factory"].__name__ == "DeadlineCursor"
-    my = parse("jdbc:mysql://h/app?tcpKeepAlive=false").net_timeouts().connect_args("mysql")
+    my = _dialect_connect_args(parse("jdbc:mysql://h/app?tcpKeepAlive=false").net_timeouts(), "mysql")
     assert (my["read_timeout"], my["write_timeout"], my["connect_timeout"]) == (60, 60, 10)
 
 

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from faultinject import FaultProxy
 from sinks import MySqlXaSink, PostgresSink
 from sinks.redis import HSetOp, RedisSink
-from sinks.sql._timeouts import reply_deadline
+from sinks.sql.connect._timeouts import reply_deadline
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import BatchState, CommitPendingError, CommitRetry
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-import sinks.sql._staging_commit as staging_commit
+import sinks.sql.staging._committer as staging_commit
 from sinks import StagingHandle, StagingSink
 from twopc import TransactionContext
 
@@ -90,7 +90,7 @@ def _commit_with_hook(sink: StagingSink, handles: list[StagingHandle], prefix: s
             fired.append(True)
             hook()
 
-    engine = sink._engine()
+    engine = sink.tables._engine()
     event.listen(engine, "before_cursor_execute", before)
     try:
         sink.commit_all(handles)

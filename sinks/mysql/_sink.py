@@ -41,9 +41,9 @@ from twopc import ConfigurationError, SinkError
 from twopc.spi import Headroom, TargetConfigurationError
 
 from .._handles import MySqlXaHandle
-from ..sql._dialect import SqlTxn, give_back
-from ..sql._options import JdbcOptions
-from ..sql._prepared import PreparedSqlSink
+from ..sql.connect._sql_dialect import SqlTxn, give_back
+from ..sql.options._jdbc_options import JdbcOptions
+from ..sql.prepared._sink import PreparedSqlSink
 from . import _server as server
 from ._errors import (
     ACCESS_DENIED,

@@ -16,8 +16,8 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError
 
-from ..sql._json_values import is_nested, json_text, json_texts
-from ..sql._type_rules import Family, fits
+from ..sql.types._json_values import is_nested, json_text, json_texts
+from ..sql.types._type_rules import Family, fits
 
 __all__ = ["MyColumn", "check_array", "check_value", "compatible", "family", "normalize_array"]
 
@@ -58,7 +58,7 @@ def family(col: MyColumn) -> Family:
 
 def compatible(t: pa.DataType, col: MyColumn) -> bool:
     """Whether Arrow values of type *t* can be written to *col*: the shared rule
-    (:func:`sinks.sql._type_rules.fits`) for the column's :func:`family`."""
+    (:func:`sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
     return fits(t, family(col), "mysql")
 
 

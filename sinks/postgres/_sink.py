@@ -21,7 +21,7 @@ table's schema the first time (or create the marker table yourself; see
 :meth:`PostgresSink.marker_table_ddl`).
 
 Options (``df.write.format("twopc-postgres").option(...)``): the options of ``twopc-jdbc``
-with the same meanings (see :mod:`sinks.sql._options`), for PostgreSQL URLs, appending to
+with the same meanings (see :mod:`sinks.sql.options._jdbc_options`), for PostgreSQL URLs, appending to
 an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``,
 ``postgresql://...``), ``dbtable``, ``user``, ``password``, ``markerTable`` (default
 ``twopc_markers``), ``lockTimeout`` (default ``30s``), ``connectTimeout`` (default ``10s``),
@@ -48,16 +48,16 @@ from twopc import ConfigurationError, SinkError, TransactionContext, Transaction
 from twopc.spi import Headroom, TargetConfigurationError
 
 from .._handles import PostgresHandle
-from ..sql._dialect import SqlTxn
-from ..sql._json_values import json_text
 from ..sql._names import TableName, parse_table_name
-from ..sql._pg_deadline import deadline_pipeline
-from ..sql._prepared import PreparedSqlSink
-from ..sql._type_rules import Family
+from ..sql.connect._sql_dialect import SqlTxn
+from ..sql.prepared._sink import PreparedSqlSink
+from ..sql.types._json_values import json_text
+from ..sql.types._type_rules import Family
 from . import _server as server
 from ._columns import PgColumn, family
 from ._copy import CopyPlan, identifier, plan_copy
 from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl, wrong_dead_letter_types
+from ._deadline import deadline_pipeline
 from ._errors import no_free_slot
 from ._slots import Claim, claim_slot, wait_for_driver_slot
 from ._spec import POSTGRES

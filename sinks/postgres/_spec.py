@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from .._options import Duration
-from ..sql._dialect import DialectSpec
+from ..sql._registry import DialectSpec
 from ._columns import compatible
 from ._errors import connect_failure, error_code, error_text, is_connection_error, is_missing_table, map_error
 

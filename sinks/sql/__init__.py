@@ -8,19 +8,26 @@
   (:class:`sinks.postgres.PostgresSink`, :class:`sinks.mysql.MySqlXaSink`).
 - :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
 
-This package needs no database driver; the backends in :mod:`sinks.postgres` and
-:mod:`sinks.mysql` need theirs (``twopc[postgres]``, ``twopc[mysql]``).
+Layout: ``options/`` (Spark's options, the URL and its driver parameters), ``types/`` (the
+type rules every mode shares), ``connect/`` (engines and their timeouts), ``prepared/`` (the
+prepared-transaction base), ``staging/`` (the staging mode), ``ledger/`` (the decision ledger
+in the target), ``_registry`` (what a database's folder registers), ``_jdbc`` (the drop-in).
+
+This package needs no database driver and never imports a database's folder: it asks the
+dialect registry (:mod:`sinks.sql._registry`), which imports :mod:`sinks.postgres` or
+:mod:`sinks.mysql` (each needs its driver: ``twopc[postgres]``, ``twopc[mysql]``) the first
+time that database is used.
 """
 
 from .._handles import PreparedSqlHandle
-from ._engines import dispose_engines
 from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
 from ._names import TableName, parse_table_name
-from ._options import JdbcOptions
-from ._prepared import PreparedSqlSink
-from ._staging import StagingHandle, StagingSink
 from ._transactional import require_transactional
-from ._url import SqlUrl, translate_url
+from .connect._engines import dispose_engines
+from .options._jdbc_options import JdbcOptions
+from .options._jdbc_url import SqlUrl, translate_url
+from .prepared._sink import PreparedSqlSink
+from .staging._sink import StagingHandle, StagingSink
 
 __all__ = [
     "JdbcDataSource",

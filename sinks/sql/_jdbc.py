@@ -1,7 +1,7 @@
 """``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
 
 Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options (see
-:mod:`sinks.sql._options` for every option and how Spark's are handled). The sink picks
+:mod:`sinks.sql.options._jdbc_options` for every option and how Spark's are handled). The sink picks
 one of two commit modes and logs which:
 
 ``prepared``
@@ -11,7 +11,7 @@ one of two commit modes and logs which:
     :class:`~sinks.sql.PreparedSqlSink` — and the driver commits
     them after recording its decision in the checkpoint, or, for a batch write without
     ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
-    the write's lease there (:mod:`sinks.sql._target_ledger`). The fastest mode; it needs
+    the write's lease there (:mod:`sinks.sql.ledger._target_ledger`). The fastest mode; it needs
     a server that allows prepared transactions and an existing table, and it serves appends.
 ``staging``
     Each task attempt commits its rows into a staging table; the driver moves the chosen
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -60,13 +60,14 @@ from twopc.spi import Headroom, PreparedDetail, ProtocolError, TargetLedger
 
 from .._handles import PreparedSqlHandle
 from .._secrets import credential_free
-from ._dialect import SqlTxn
-from ._engines import engine_for
-from ._instance import server_instance
 from ._names import parse_table_name
-from ._options import JdbcOptions
-from ._prepared import PreparedSqlSink
-from ._staging import StagingHandle, StagingSink
+from ._registry import backend_for
+from .connect._engines import engine_for
+from .connect._server_instance import server_instance
+from .connect._sql_dialect import SqlTxn
+from .options._jdbc_options import JdbcOptions
+from .prepared._sink import PreparedSqlSink
+from .staging._sink import StagingHandle, StagingSink
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -81,6 +82,19 @@ _ANNOUNCED: set[tuple[str, str, str, bool]] = set()
 #: (URL, table, stage, schema) whose staging this process validated for prepared-mode tasks
 #: that find no slot (streaming validates every micro-batch; staging's checks cost ~30 ms)
 _STAGING_READY: set[tuple[str, str, str, str]] = set()
+
+
+@runtime_checkable
+class SlotClaimingSink(Protocol):
+    """A prepared sink whose tasks claim a prepared-transaction slot before they begin (the
+    PostgreSQL sink): in ``auto`` mode a task that finds none stages, and the driver moves
+    the staged rows into one more prepared transaction before its decision."""
+
+    def begin_with_slot(self, context: TransactionContext, *, keep_driver_slot: bool) -> tuple[Any, Any]: ...
+    def begin_move(self, context: TransactionContext) -> Any: ...
+    def load_staged(self, txn: Any, stage: Any, names: Sequence[str], txn_ids: Sequence[str], rows: int) -> None: ...
+    def pre_commit(self, txn: Any) -> TransactionHandle: ...
+    def rollback(self, txn: Any) -> None: ...
 
 
 class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
@@ -143,7 +157,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -154,18 +168,16 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
         if self._prepared is None:
             o = self.options
-            if o.dialect == "postgresql":
-                from ..postgres import PostgresSink
-
-                self._prepared = PostgresSink.from_jdbc_options(o)
-            elif o.dialect == "mysql":
-                from ..mysql import MySqlXaSink
-
-                self._prepared = MySqlXaSink.from_jdbc_options(o)
+            if (registered := backend_for(o.dialect)) is not None:
+                self._prepared = registered.prepared_sink(o)
             else:
                 raise ConfigurationError(
                     f"{o.dialect} has no prepared-transaction mode in twopc: use commitMode=staging")
         return self._prepared
+
+    def _has_prepared_mode(self) -> bool:
+        """Whether the database has a prepared-transaction sink (a registered dialect)."""
+        return backend_for(self.options.dialect) is not None
 
     def _staging_sink(self) -> StagingSink:
         if self._staging is None:
@@ -185,7 +197,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
         if isinstance(handle, StagingHandle):
             return self._staging_sink()
-        if isinstance(handle, PreparedSqlHandle) and self.dialect in ("postgresql", "mysql"):
+        if isinstance(handle, PreparedSqlHandle) and self._has_prepared_mode():
             prepared = self._prepared_sink()
             if isinstance(handle, prepared.handle_type):
                 return prepared
@@ -206,7 +218,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self.write_mode = "overwrite" if overwrite else (o.save_mode or "append")
         self.schema, self._overwrite, self._streaming = schema, self.write_mode == "overwrite", streaming
         reasons = []
-        if not checkpointed and o.dialect not in ("postgresql", "mysql"):
+        if not checkpointed and not self._has_prepared_mode():
             reasons.append("no checkpointLocation to record the commit decision in")
         self._checkpointed = checkpointed
         if self._overwrite and streaming:
@@ -215,7 +227,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             reasons.append(f"save mode {self.write_mode} (its DDL and rows commit in one transaction)")
         if o.upsert_keys:
             reasons.append("upsertKeys")
-        if o.dialect not in ("postgresql", "mysql"):
+        if not self._has_prepared_mode():
             reasons.append(f"{o.dialect} has no prepared transactions twopc can use")
         if reasons:
             if o.commit_mode == PREPARED:
@@ -323,26 +335,11 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             with engine.connect() as conn:
                 if not sa.inspect(conn).has_table(target.name, schema=target.schema):
                     return False, f"table {target.display()} does not exist: staging creates it in the commit"
-                if o.dialect == "postgresql":
-                    n, used = conn.exec_driver_sql(
-                        "SELECT current_setting('max_prepared_transactions')::int, "
-                        "(SELECT count(*) FROM pg_prepared_xacts)").one()
-                    if n <= 0:
-                        return False, ("the server has max_prepared_transactions = 0, so it cannot prepare "
-                                       "transactions: set it in postgresql.conf to at least the partitions a batch "
-                                       "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
-                                       "faster prepared mode")
-                    return True, (f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} "
-                                  f"free now{self._ledger_note()}")
+                if (registered := backend_for(o.dialect)) is not None:
+                    ok, why = registered.prepare_capacity(conn, self._prepared_sink())
+                    return ok, (why + self._ledger_note() if ok else why)
         except SQLAlchemyError as exc:
             raise self._staging_sink()._unavailable(exc) from None
-        if o.dialect == "mysql":
-            from ..mysql import MySqlXaSink
-
-            prepared = self._prepared_sink()
-            assert isinstance(prepared, MySqlXaSink)
-            ok, why = prepared.xa_available()
-            return ok, (f"MySQL/MariaDB XA: {why}{self._ledger_note()}" if ok else why)
         return False, f"{o.dialect} has no prepared transactions twopc can use"
 
     def _ledger_note(self) -> str:
@@ -353,8 +350,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases on PostgreSQL and MySQL/MariaDB (see
-        :mod:`sinks.sql._target_ledger`); ``None`` on other databases."""
-        return self._prepared_sink().target_ledger() if self.dialect in ("postgresql", "mysql") else None
+        :mod:`sinks.sql.ledger._target_ledger`); ``None`` on other databases."""
+        return self._prepared_sink().target_ledger() if self._has_prepared_mode() else None
 
     # -- executor side: the settled mode ----------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> Any:
@@ -370,10 +367,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """
         if not self.may_stage:
             return self._backend().begin_transaction(context)
-        from ..postgres import PostgresSink
-
         prepared = self._prepared_sink()
-        assert isinstance(prepared, PostgresSink)  # may_stage is set on PostgreSQL only
+        assert isinstance(prepared, SlotClaimingSink)  # may_stage is set on PostgreSQL only
         txn, claim = prepared.begin_with_slot(context, keep_driver_slot=True)
         if txn is not None:
             return txn
@@ -426,10 +421,8 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         staged = [h for h in handles if isinstance(h, StagingHandle)]
         if not staged or len(staged) == len(handles):
             return handles
-        from ..postgres import PostgresSink
-
         prepared = self._prepared_sink()
-        if not isinstance(prepared, PostgresSink) or self.schema is None:
+        if not isinstance(prepared, SlotClaimingSink) or self.schema is None:
             raise ProtocolError(f"{self.describe()}: batch {batch_id} mixes staged and prepared attempts, which "
                                 f"only a prepared-mode write to PostgreSQL that knows its schema makes")
         first = staged[0]
@@ -496,18 +489,26 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self._for(handle).abort(handle)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
-        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*."""
+        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*; a write
+        settled in the prepared mode whose tasks never stage lists its prepared transactions
+        only (it does not read the staging table)."""
         out: list[TransactionHandle] = []
-        if self.dialect in ("postgresql", "mysql"):
+        if self._has_prepared_mode():
             out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
-        out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
+        if self._may_have_staged():
+            out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
         return out
+
+    def _may_have_staged(self) -> bool:
+        """Whether this write's attempts may have staged rows: not settled (recovery), the
+        staging mode, or the prepared mode whose tasks stage when they find no slot."""
+        return self.mode != PREPARED or self.may_stage
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*, with
         what each mode's target tells about them."""
         out: list[PreparedDetail] = []
-        if self.dialect in ("postgresql", "mysql"):
+        if self._has_prepared_mode():
             out.extend(self._prepared_sink().prepared_details(sink_id))
         out.extend(self._staging_sink().prepared_details(sink_id))
         return out
@@ -516,7 +517,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """The server's prepared-transaction room (PostgreSQL/MySQL) when this write may
         need it; ``None`` elsewhere, in the staging mode (it prepares nothing), and when
         tasks that find no slot stage (:attr:`may_stage`: the room only sets how many do)."""
-        if self.dialect not in ("postgresql", "mysql") or self.mode == STAGING or self.may_stage:
+        if not self._has_prepared_mode() or self.mode == STAGING or self.may_stage:
             return None
         return self._prepared_sink().headroom(sink_id)
 
@@ -532,9 +533,9 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             SinkError / SinkUnavailableError: a database failed.
         """
         modes: list[TwoPhaseCommitSink[Any, Any, Any]] = []
-        if self.dialect in ("postgresql", "mysql") and self.mode != STAGING:
+        if self._has_prepared_mode() and self.mode != STAGING:
             modes.append(self._prepared_sink())
-        if self.mode != PREPARED or self.may_stage:
+        if self._may_have_staged():  # a batch whose every task staged has a staging marker
             modes.append(self._staging_sink())
         removed, errors = 0, []
         for sink in modes:

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from twopc.spi import TargetConfigurationError
 
 from ._names import TableName
+from ._registry import backend_for
 
 __all__ = ["require_transactional"]
 
@@ -33,18 +34,8 @@ def require_transactional(conn: Connection, table: TableName, *, role: str = "ta
     Raises:
         TargetConfigurationError: naming the table (as *role*), why, and the fix.
     """
-    raw = conn.connection.driver_connection
-    problem: str | None = None
-    if conn.dialect.name == "mysql":
-        from ..mysql._server import engine_problem, table_info
-
-        with raw.cursor() as cur:  # type: ignore[union-attr]  # a PyMySQL connection
-            info = table_info(cur, table)
-            problem = None if info is None else engine_problem(cur, info, table.display(), role=role, xa=False)
-    elif conn.dialect.name == "postgresql":
-        from ..postgres._server import rollback_problem, table_oid
-
-        oid = table_oid(raw, table)  # type: ignore[arg-type]  # a psycopg connection
-        problem = None if oid is None else rollback_problem(raw, oid, table.display(), role=role)  # type: ignore[arg-type]  # a psycopg connection
-    if problem:
+    registered = backend_for(conn.dialect.name)
+    if registered is None:  # no rule for this database
+        return
+    if problem := registered.rollback_problem(conn.connection.driver_connection, table, role):
         raise TargetConfigurationError(problem + ". Nothing was written")

@@ -21,8 +21,8 @@ import logging
 
 from twopc.spi import redact
 
+from ..options._jdbc_options import JdbcOptions
 from ._engines import engine_for
-from ._options import JdbcOptions
 
 __all__ = ["server_instance"]
 

@@ -7,7 +7,7 @@ import re
 
 from twopc import ConfigurationError
 
-from ._names import read_quoted
+from .._names import read_quoted
 
 __all__ = ["parse_column_list", "parse_column_types"]
 

@@ -3,7 +3,7 @@ and ``twopc-postgres``, read once, by :meth:`JdbcOptions.parse`.
 
 Spark's JDBC writer options keep their names and meanings
 (https://spark.apache.org/docs/latest/sql-data-sources-jdbc.html); the URL and driver
-parameters are translated by :func:`sinks.sql._url.translate_url`. No server is contacted.
+parameters are translated by :func:`sinks.sql.options._jdbc_url.translate_url`. No server is contacted.
 Keys are case-insensitive (Spark lower-cases them).
 
 Spark's options
@@ -80,7 +80,7 @@ need the staging mode (table creation, overwrite, upsert, ``saveMode``, ``stagin
 The runtime's options (``checkpointLocation``, ``sinkId``, ``txnAppId``, ``txnVersion``,
 ``minBatchesToRetain``) and the ones Spark adds (``path``, ``queryName``) are not this
 reader's business. Any other option is a driver parameter (Spark hands unknown options to
-the JDBC driver): translated, logged, or refused (:mod:`sinks.sql._params`).
+the JDBC driver): translated, logged, or refused (:mod:`sinks.sql.options._driver_params`).
 """
 
 from __future__ import annotations
@@ -96,14 +96,14 @@ from sqlalchemy.engine import URL
 from twopc import ConfigurationError
 from twopc.spi import MissingOptionError
 
-from .._options import Duration, OptionReader
-from .._secrets import redacted_errors
+from ..._options import Duration, OptionReader
+from ..._secrets import redacted_errors
+from .._names import TableName, parse_table_name
+from .._twopc_schema import bookkeeping_table, parse_twopc_schema
 from ._column_lists import parse_column_list, parse_column_types
-from ._names import TableName, parse_table_name
-from ._timeout_options import SOCKET_TIMEOUT, socket_and_lock_timeouts
-from ._timeouts import NetTimeouts
-from ._twopc_schema import bookkeeping_table, parse_twopc_schema
-from ._url import Dialect, safe_url, translate_url, url_secrets
+from ._jdbc_url import Dialect, safe_url, translate_url, url_secrets
+from ._net_timeouts import NetTimeouts
+from ._timeout_rule import SOCKET_TIMEOUT, socket_and_lock_timeouts
 
 __all__ = [
     "JDBC_FORMAT",
@@ -247,7 +247,7 @@ class JdbcOptions:
             :meth:`bookkeeping` puts twopc's tables.
         staging_table: ``stagingTable`` or None.
         staging_retention: ``stagingRetention``: how long staged rows of a dead write
-            without checkpoint are kept (see :mod:`sinks.sql._staging`).
+            without checkpoint are kept (see :mod:`sinks.sql.staging._sink`).
         lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
             that is 30 s or less.
         connect_timeout: the ``connectTimeout`` option; else the URL's

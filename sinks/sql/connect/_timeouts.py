@@ -25,60 +25,10 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
 
-from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, keepalive_socket_options
-
-__all__ = ["NetTimeouts", "reply_deadline"]
+__all__ = ["reply_deadline"]
 
 log = logging.getLogger("twopc.sinks.sql")
-
-
-@dataclass(frozen=True)
-class NetTimeouts:
-    """The waits of one engine's connections.
-
-    Attributes:
-        connect: connect timeout, whole seconds.
-        reply: how long a statement waits for its reply (``socketTimeout``), seconds (> 0).
-        keepalive: whether TCP keepalive probes are sent.
-    """
-
-    connect: int
-    reply: float
-    keepalive: bool = True
-
-    def connect_args(self, backend: str) -> dict[str, Any]:
-        """The driver's connect arguments for these waits (*backend*: ``postgresql``,
-        ``mysql``/``mariadb``; others get the connect timeout only)."""
-        if backend == "postgresql":
-            from ._pg_deadline import deadline_cursor
-
-            args: dict[str, Any] = {"connect_timeout": self.connect, "keepalives": int(self.keepalive),
-                                    "cursor_factory": deadline_cursor(self.reply)}
-            if self.keepalive:
-                args.update(keepalives_idle=KEEPALIVE_IDLE_S, keepalives_interval=KEEPALIVE_INTERVAL_S,
-                            keepalives_count=KEEPALIVE_COUNT)
-            if hasattr(socket, "TCP_USER_TIMEOUT"):
-                args["tcp_user_timeout"] = int(self.reply * 1000)
-            return args
-        if backend in ("mysql", "mariadb"):
-            return {"connect_timeout": self.connect, "read_timeout": self.reply, "write_timeout": self.reply}
-        return {"connect_timeout": self.connect}
-
-    def tune_socket(self, sock: socket.socket | None) -> None:
-        """Set keepalive timing and ``TCP_USER_TIMEOUT`` on a connected TCP socket (for
-        drivers without parameters for them: PyMySQL). Unix sockets are left alone."""
-        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-            return
-        with contextlib.suppress(OSError):  # an option the platform lacks: the other waits still hold
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(self.keepalive))
-            if self.keepalive:
-                for opt, value in keepalive_socket_options().items():
-                    sock.setsockopt(socket.IPPROTO_TCP, opt, value)
-            if hasattr(socket, "TCP_USER_TIMEOUT"):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(self.reply * 1000))
 
 
 class Deadline:

@@ -11,9 +11,9 @@ from typing import Generic, TypeVar
 from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
 from twopc.spi import MAX_XID_BYTES, Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
 
-from ._columns import TableColumn
-from ._dialect import SqlDialect
-from ._errors import ROLLED_BACK
+from .._errors import ROLLED_BACK
+from ..connect._sql_dialect import SqlDialect
+from ..types._column_match import TableColumn
 
 __all__ = ["PreparedCommitter"]
 

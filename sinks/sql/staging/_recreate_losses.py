@@ -13,9 +13,9 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ._names import TableName
-from ._staging_types import same_type
-from ._types import arrow_to_sqlalchemy
+from .._names import TableName
+from ..types._arrow_ddl import arrow_to_sqlalchemy
+from ._table_columns import same_type
 
 __all__ = ["recreate_losses"]
 

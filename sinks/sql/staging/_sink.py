@@ -13,8 +13,8 @@ On PostgreSQL the rows go through the same COPY stream as the prepared mode
    staged attempt that vanished makes the commit raise, with nothing written);
 3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
    overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
-   or ``DROP`` + ``CREATE`` (:meth:`~sinks.sql._staging_ddl.StagingDdl.replaced_by`);
-4. moves the chosen attempts' rows (:func:`~sinks.sql._staging_sql.move_sql`);
+   or ``DROP`` + ``CREATE`` (:meth:`~sinks.sql.staging._ddl.StagingDdl.replaced_by`);
+4. moves the chosen attempts' rows (:func:`~sinks.sql.staging._statements.move_sql`);
 5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
    :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
 
@@ -37,35 +37,33 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import importlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn, Self
+from typing import Any, Literal, NoReturn, Self
 
 import pyarrow as pa
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import ProtocolError, SinkUnavailableError, redact
+from twopc import CommitOutcome, CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc.spi import PreparedDetail, ProtocolError, SinkUnavailableError
 
-from .._handles import StagingHandle
-from ._engines import engine_for
-from ._instance import server_instance
-from ._json_values import is_nested, json_texts
-from ._names import TableName, parse_table_name
-from ._options import JDBC_FORMAT, JdbcOptions, SaveMode
-from ._staging_commit import StagingCommitter
-from ._staging_sql import TXN_COLUMN, fresh
-from ._url import safe_url
+from ..._handles import StagingHandle
+from .._names import TableName
+from .._registry import backend_for
+from ..connect._server_instance import server_instance
+from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions, SaveMode
+from ..options._jdbc_url import safe_url
+from ..types._json_values import is_nested, json_texts
+from ._committer import StagingCommitter
+from ._ddl import StagingDdl
+from ._statements import TXN_COLUMN
+from ._tables import StagingTables
 
 __all__ = ["StagingHandle", "StagingSink"]
 
 log = logging.getLogger("twopc.sinks.staging")
-
-_MODES = ("append", "overwrite", "errorifexists", "ignore")
-
 
 @dataclass(eq=False)
 class _StageTxn:
@@ -78,7 +76,7 @@ class _StageTxn:
     plans: dict[pa.Schema, Any] = field(default_factory=dict)
 
 
-class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
+class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
     """Exactly-once writes through a staging table and one local commit transaction.
 
     Args:
@@ -87,7 +85,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql._options`):
+        **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql.options._jdbc_options`):
             ``truncate``, ``upsert_keys``, ``create_table_options``,
             ``create_table_column_types``, ``table_comment``, ``batch_size``,
             ``isolation_level``, ``session_init_statement``, ``query_timeout``,
@@ -98,46 +96,102 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
 
     Raises:
         ConfigurationError: an argument is invalid.
+
+    The sink holds its parts: :attr:`tables` (configuration and connections), :attr:`ddl`
+    (plan-time checks and DDL, :class:`~sinks.sql.staging._ddl.StagingDdl`) and
+    :attr:`committer` (the driver's move, abort and listing,
+    :class:`~sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
     """
 
     handle_type = StagingHandle
 
     def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
                  **options: Any) -> None:
-        self._configure(JdbcOptions.from_kwargs(url, table, format_name=JDBC_FORMAT, dialect=None, **options),
-                        mode=mode, batch_table=batch_table)
+        self._assemble(StagingTables(JdbcOptions.from_kwargs(url, table, format_name=JDBC_FORMAT, dialect=None,
+                                                             **options), mode=mode, batch_table=batch_table))
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions, *, mode: str | None = None,
                           batch_table: str = "twopc_batches") -> Self:
         """The staging sink of a ``twopc-jdbc`` write (*mode* defaults to its ``saveMode``)."""
         sink = cls.__new__(cls)
-        sink._configure(options, mode=mode or options.save_mode or "append", batch_table=batch_table)
+        sink._assemble(StagingTables(options, mode=mode or options.save_mode or "append", batch_table=batch_table))
         return sink
 
-    def _configure(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
-        dialect = o.url.get_backend_name()
-        self._dialect_name = "mysql" if dialect == "mariadb" else dialect
-        if mode not in _MODES:
-            raise ConfigurationError(f"save mode must be one of {', '.join(_MODES)}, got {mode!r}")
-        if o.table_comment and self._dialect_name not in ("postgresql", "mysql"):
-            raise ConfigurationError(f"tableComment is not supported on {self._dialect_name}: remove the option")
-        self.options = o
-        self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against _MODES above
-        self.target = parse_table_name(o.table, self._dialect_name)
-        if o.staging_table:
-            self.stage = o.bookkeeping(parse_table_name(o.staging_table, self._dialect_name, "stagingTable"))
-        elif o.twopc_schema is not None:
-            self.stage = o.bookkeeping(TableName(None, self.default_stage_name(), self._dialect_name))
-        else:
-            self.stage = self.target.sibling(self.default_stage_name())
-        self.batches = o.bookkeeping(parse_table_name(batch_table, self._dialect_name, "batch marker table"))
-        if self.batches.schema is None and self.target.schema is not None and self._dialect_name != "sqlite":
-            self.batches = self.target.sibling(self.batches.name)
-        self.schema: pa.Schema | None = None
-        self.streaming = False
-        if o.upsert_keys and mode == "overwrite":
-            log.info("twopc staging: upsertKeys with overwrite: the table is emptied first, keys only dedupe")
+    def _assemble(self, tables: StagingTables) -> None:
+        self.tables = tables
+        self.ddl = StagingDdl(tables)
+        self.committer = StagingCommitter(tables, self.ddl)
+
+    # -- the parts' configuration -----------------------------------------------------------
+    @property
+    def options(self) -> JdbcOptions:
+        return self.tables.options
+
+    @property
+    def mode(self) -> SaveMode:
+        """The save mode (``overwrite`` once Spark's overwrite flag set it)."""
+        return self.tables.mode
+
+    @property
+    def target(self) -> TableName:
+        return self.tables.target
+
+    @property
+    def stage(self) -> TableName:
+        """The staging table."""
+        return self.tables.stage
+
+    @property
+    def batches(self) -> TableName:
+        """The batch marker table."""
+        return self.tables.batches
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        return self.tables.schema
+
+    def replaced_by(self) -> Literal["drop", "truncate", "delete"]:
+        """How an overwrite empties an existing target (:meth:`StagingTables.replaced_by`)."""
+        return self.tables.replaced_by()
+
+    def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
+        return self.tables._unavailable(exc)
+
+    # -- plan time: the DDL part --------------------------------------------------------------
+    def validate(self, schema: pa.Schema) -> None:
+        """Check the target and create the staging tables (:meth:`StagingDdl.validate`)."""
+        self.ddl.validate(schema)
+
+    def expire_abandoned(self) -> None:
+        """Delete staged rows of dead drop-in writes (:meth:`StagingDdl.expire_abandoned`)."""
+        self.ddl.expire_abandoned()
+
+    # -- driver side: the committer part ---------------------------------------------------------
+    def commit(self, handle: StagingHandle) -> CommitOutcome:
+        return self.committer.commit(handle)
+
+    def commit_all(self, handles: Sequence[StagingHandle], *, recovering: bool = False) -> list[CommitOutcome]:
+        """Move a batch's staged rows in one transaction (:meth:`StagingCommitter.commit_all`)."""
+        return self.committer.commit_all(handles, recovering=recovering)
+
+    def abort(self, handle: StagingHandle) -> None:
+        self.committer.abort(handle)
+
+    def delete_staged(self, txn_ids: Sequence[str]) -> None:
+        self.committer.delete_staged(txn_ids)
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
+        return self.committer.list_prepared(sink_id, batch_id)
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        return self.committer.prepared_details(sink_id)
+
+    def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
+        return self.committer.parse_txn_id(txn_id)
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        return self.committer.purge_markers(sink_id, below_batch)
 
     # -- description ----------------------------------------------------------------------
     @property
@@ -153,15 +207,12 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
-        return (f"{self._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
+        return (f"{self.tables._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
                 f"(staging via {self.stage.display()})")
-
-    def _redact(self, text: str) -> str:
-        return redact(text, self.options.secrets())
 
     def commit_shape(self, handles: Sequence[StagingHandle] = ()) -> CommitShape:
         """Always one local transaction: the move of the batch's rows with its marker."""
@@ -191,82 +242,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             if self.mode in ("errorifexists", "ignore"):
                 raise ConfigurationError(
                     f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
-            self.mode = "overwrite"
-        self.schema = schema
-        self.streaming = streaming
-
-    # -- connections ------------------------------------------------------------------------
-    def _engine(self) -> Engine:
-        return engine_for(self.options.url, self.options.net_timeouts(), autocommit=False)
-
-    def _connect(self) -> Connection:
-        try:
-            conn = self._engine().connect()
-        except (DBAPIError, OSError) as exc:
-            raise self._unavailable(exc) from None
-        if self._dialect_name != "sqlite":
-            conn = conn.execution_options(isolation_level=self.options.isolation_sql)
-        return conn
-
-    def _dialect_errors(self) -> Any:
-        """The error module of the prepared sinks of this dialect (PostgreSQL, MariaDB/MySQL), else None."""
-        if self._dialect_name not in ("postgresql", "mysql"):
-            return None
-        return importlib.import_module(f"..{'postgres' if self._dialect_name == 'postgresql' else 'mysql'}._errors",
-                                       __package__)
-
-    def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
-        orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        reason = self._redact(" ".join(str(orig).split()) or type(orig).__name__)
-        u = self.options.url
-        where = u.database if self._dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
-        hint = ""
-        if (spec := self._dialect_errors()) is not None:  # the prepared sinks' words for the same failure
-            hint = spec.connect_failure(orig)[1]
-        return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}{hint}")
-
-    def _begin(self, conn: Connection) -> None:
-        """Start a transaction with the session settings of a write (the same as the
-        prepared modes': :func:`sinks.postgres._server.session_settings`,
-        :func:`sinks.mysql._server.session_settings`)."""
-        fresh(conn)
-        o = self.options
-        if self._dialect_name == "postgresql":
-            from ..postgres._server import session_settings as pg_session
-
-            conn.exec_driver_sql(*pg_session(o.lock_timeout, o.query_timeout))
-        elif self._dialect_name == "mysql":
-            from ..mysql._server import session_settings as my_session
-            from ..mysql._spec import lock_seconds
-
-            for stmt, params in my_session(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
-                conn.exec_driver_sql(stmt, params)
-        if o.session_init_statement:
-            conn.exec_driver_sql(o.session_init_statement)
-
-    def _q(self, name: str) -> str:
-        return self._engine().dialect.identifier_preparer.quote_identifier(name)
-
-    def _error(self, exc: BaseException, action: str) -> SinkError:
-        """A credential-free error naming the violated constraint when there is one."""
-        if isinstance(exc, OperationalError) and getattr(exc, "connection_invalidated", False):
-            return self._unavailable(exc)
-        orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        text = self._redact(" ".join(str(orig).split()))[:600]
-        if isinstance(exc, IntegrityError):
-            diag = getattr(orig, "diag", None)
-            what = []
-            if diag is not None and getattr(diag, "column_name", None):
-                what.append(f"column {diag.column_name!r}")
-            if diag is not None and getattr(diag, "constraint_name", None):
-                what.append(f"constraint {diag.constraint_name!r}")
-            named = f" ({', '.join(what)})" if what else ""
-            return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
-                             f"{text}. The whole batch was rolled back: nothing was written")
-        spec = self._dialect_errors()  # the prepared sinks' words for a value that does not fit its column
-        if spec is not None and (bad := spec.value_error(orig, action, self.target.display(), self._redact)):
-            return bad
-        return SinkError(f"could not {action}: {text}; the transaction was rolled back")
+            self.tables.mode = "overwrite"
+        self.tables.schema = schema
+        self.tables.streaming = streaming
 
     # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _StageTxn:
@@ -277,18 +255,15 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             ConfigurationError: the sink id cannot make a transaction id.
         """
         txn_id = context.xid().text
-        conn = self._connect()
+        conn = self.tables._connect()
         txn = _StageTxn(context, txn_id, conn)
         try:
-            self._begin(conn)
-            if self._dialect_name == "postgresql":
-                from ..postgres._copy import CopyStream
-
-                conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
-                txn.copy = CopyStream(conn.connection.driver_connection, self.stage)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
+            self.tables._begin(conn)
+            if (registered := self.tables._registered()) is not None and registered.staging_copy is not None:
+                txn.copy = registered.staging_copy(conn, self.stage, txn_id)  # the dialect's bulk loader
         except SQLAlchemyError as exc:
             self._close(txn)
-            raise self._error(exc, "begin a staging transaction") from None
+            raise self.tables._error(exc, "begin a staging transaction") from None
         return txn
 
     def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
@@ -321,21 +296,19 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc):
-            raise self._error(exc, f"stage rows for {self.target.display()}") from None
+        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.tables._dialect_name):
+            raise self.tables._error(exc, f"stage rows for {self.target.display()}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
         assert txn.conn is not None
         names = batch.schema.names
         columns = []
+        registered = self.tables._registered()
+        dialect_values = None if registered is None else registered.staging_values
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
-            if self._dialect_name == "mysql":  # the XA sink's values, checked by its rules
-                from ..mysql._values import check_array, normalize_array
-
-                arr = normalize_array(arr)
-                check_array(arr, name, self.target.display())
-                columns.append(arr.to_pylist())
+            if dialect_values is not None:  # the prepared sink's values, checked by its rules
+                columns.append(dialect_values(arr, name, self.target.display()))
                 continue
             if is_nested(f.type):
                 arr = json_texts(arr)  # fits only JSON columns (or SQLite's untyped ones)
@@ -345,8 +318,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             if pa.types.is_timestamp(f.type) and f.type.tz is not None:
                 values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
             columns.append(values)
-        cols = ", ".join(self._q(n) for n in [TXN_COLUMN, *names])
-        mark = "%s" if self._dialect_name == "mysql" else "?"
+        cols = ", ".join(self.tables._q(n) for n in [TXN_COLUMN, *names])
+        mark = "%s" if self.tables._dialect_name == "mysql" else "?"
         marks = ", ".join([mark] * (len(names) + 1))
         stmt = f"INSERT INTO {self.stage.quoted(txn.conn.dialect)} ({cols}) VALUES ({marks})"
         rows = list(zip([txn.txn_id] * batch.num_rows, *columns, strict=True))
@@ -375,13 +348,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
             self._stage_failed(txn, exc)
             raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self._redact(' '.join(str(exc).split()))[:400]}") from None
+                            f"{self.tables._redact(' '.join(str(exc).split()))[:400]}") from None
         txn.prepared = True
         self._close(txn)
         ctx = txn.context
         return StagingHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
                              table=self.target.display(), stage_table=self.stage.display(), rows=txn.rows,
-                             write=self.commit_write())
+                             write=self.tables.commit_write())
 
     def rollback(self, txn: _StageTxn) -> None:
         """Discard an attempt's unstaged rows. Idempotent; never raises."""
@@ -405,14 +378,12 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                 conn.close()
 
 
-def _is_copy_error(txn: _StageTxn, exc: BaseException) -> bool:
+def _is_copy_error(txn: _StageTxn, exc: BaseException, dialect: str) -> bool:
     """Whether *exc* is the database refusing a COPY (psycopg's own error: the COPY stream
     talks to psycopg directly, not through SQLAlchemy)."""
-    if txn.copy is None:
+    if txn.copy is None or (registered := backend_for(dialect)) is None:
         return False
-    import psycopg
-
-    return isinstance(exc, psycopg.Error)
+    return isinstance(exc, registered.spec.driver_error)
 
 
 def _check_nul(name: str, arr: pa.Array) -> None:

@@ -5,7 +5,7 @@
 SQLAlchemy URL (``postgresql://``, ``mysql://``, ``mariadb://``, ``sqlite:///``, or any other
 backend, e.g. ``mssql+pyodbc://``), and gives the SQLAlchemy URL of the Python driver twopc
 connects with (psycopg 3, PyMySQL, sqlite3), credentials set and driver parameters
-translated (:mod:`sinks.sql._params`). ``twopc-jdbc`` and ``twopc-postgres`` both use it,
+translated (:mod:`sinks.sql.options._driver_params`). ``twopc-jdbc`` and ``twopc-postgres`` both use it,
 so a URL means the same through either format.
 
 Credentials found in a URL's query string move into the URL's user info, so that
@@ -26,9 +26,9 @@ from sqlalchemy.engine import URL, make_url
 
 from twopc import ConfigurationError
 
-from .._options import unknown_option_hint
-from .._secrets import SECRET_KEYS, after_password, secret_forms
-from ._params import DriverParam, Translated, translate_mysql, translate_pg, translate_sqlite
+from ..._options import unknown_option_hint
+from ..._secrets import SECRET_KEYS, after_password, secret_forms
+from ._driver_params import DriverParam, Translated, translate_mysql, translate_pg, translate_sqlite
 
 __all__ = ["Dialect", "SqlUrl", "safe_url", "translate_url", "url_secrets"]
 

@@ -15,8 +15,8 @@ import pyarrow as pa
 from twopc import ConfigurationError, SinkError, TransactionContext, TransactionHandle
 from twopc.spi import ProtocolError
 
-from ._columns import TableColumn
-from ._dialect import SqlDialect, SqlTxn, give_back
+from ..connect._sql_dialect import SqlDialect, SqlTxn, give_back
+from ..types._column_match import TableColumn
 
 __all__ = ["MARKER_COLUMNS", "PreparedWriter"]
 

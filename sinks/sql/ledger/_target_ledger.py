@@ -33,7 +33,7 @@ import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from twopc import ConfigurationError, FencedError, LedgerError, SinkError
 from twopc.spi import (
@@ -49,14 +49,11 @@ from twopc.spi import (
 )
 from twopc.spi import start_ticks as _start_ticks
 
-from ._dialect import give_back, log
-from ._engines import dbapi_connect_params
-from ._names import TableName, parse_table_name
-from ._privileges import dbapi_runner, require_privileges
-from ._twopc_schema import ensure_schema
-
-if TYPE_CHECKING:
-    from ._prepared import PreparedSqlSink
+from .._names import TableName, parse_table_name
+from .._privileges import dbapi_runner, require_privileges
+from .._twopc_schema import ensure_schema
+from ..connect._engines import dbapi_connect_params
+from ..connect._sql_dialect import SqlDialect, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name",
            "sweep_lease_records"]
@@ -102,7 +99,7 @@ class SqlTargetLedger:
     """The target ledger of a prepared SQL sink (see the module docstring). Picklable: it
     holds the sink's configuration only."""
 
-    def __init__(self, sink: PreparedSqlSink[Any, Any]) -> None:
+    def __init__(self, sink: SqlDialect[Any]) -> None:
         self.sink = sink
         self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink._marker.schema,
                                                         LEDGER_TABLE, sink.spec.name))

@@ -1,5 +1,5 @@
 """The staging mode's view of the target's column types: the DataFrame is checked with the
-same rule as the prepared modes (:mod:`sinks.sql._type_rules`, through the catalog reader
+same rule as the prepared modes (:mod:`sinks.sql.types._type_rules`, through the catalog reader
 of PostgreSQL and MariaDB/MySQL), and the staging table takes the target's own column types,
 so that staged rows are converted exactly as the prepared modes convert them and the move
 into the target converts nothing."""
@@ -14,10 +14,11 @@ import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ._columns import TableColumn, match_columns
-from ._names import TableName
-from ._staging_sql import ReflectedColumn
-from ._type_rules import fits, reflected_family
+from .._names import TableName
+from .._registry import backend_for
+from ..types._column_match import TableColumn, match_columns
+from ..types._type_rules import fits, reflected_family
+from ._statements import ReflectedColumn
 
 __all__ = ["VerbatimType", "catalog_columns", "check_columns", "same_type"]
 
@@ -42,31 +43,13 @@ def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
     (:class:`~sinks.postgres._columns.PgColumn`, :class:`~sinks.mysql._values.MyColumn`;
     ``display_type`` is DDL for the type), ``None`` when the table does not exist or the
     dialect has no reader (then use SQLAlchemy's reflection)."""
-    raw: Any = conn.connection.driver_connection
-    if conn.dialect.name == "postgresql":
-        from ..postgres._server import table_columns, table_oid
-
-        oid = table_oid(raw, table)
-        return None if oid is None else table_columns(raw, oid)
-    if conn.dialect.name == "mysql":
-        from ..mysql._server import table_columns as my_columns
-        from ..mysql._server import table_info
-
-        with raw.cursor() as cur:
-            info = table_info(cur, table)
-            return None if info is None else my_columns(cur, info)
-    return None
+    registered = backend_for(conn.dialect.name)
+    return None if registered is None else registered.catalog_columns(conn.connection.driver_connection, table)
 
 
 def _compatible(dialect: str) -> Any:
-    if dialect == "postgresql":
-        from ..postgres._columns import compatible as pg
-
-        return pg
-    if dialect == "mysql":
-        from ..mysql._values import compatible as my
-
-        return my
+    if (registered := backend_for(dialect)) is not None:
+        return registered.spec.compatible
     return lambda t, c: fits(t, reflected_family(c.type), dialect)
 
 

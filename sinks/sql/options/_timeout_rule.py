@@ -8,8 +8,8 @@ import logging
 
 from twopc import ConfigurationError
 
-from .._options import Duration
-from ._url import Dialect
+from ..._options import Duration
+from ._jdbc_url import Dialect
 
 __all__ = ["SOCKET_MARGIN", "SOCKET_TIMEOUT", "socket_and_lock_timeouts"]
 

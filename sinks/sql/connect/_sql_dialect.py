@@ -4,8 +4,8 @@
 per-process pool, and a *control* connection for the driver's statements, retried once on
 a new connection when it turns out dead: every control statement is idempotent), and the
 hooks a dialect implements (methods that raise ``NotImplementedError`` here). The writer
-(:mod:`sinks.sql._prepared_writer`, executor side) and the committer
-(:mod:`sinks.sql._prepared_committer`, driver side) build on it, like Flink Sink V2's
+(:mod:`sinks.sql.prepared._writer`, executor side) and the committer
+(:mod:`sinks.sql.prepared._committer`, driver side) build on it, like Flink Sink V2's
 ``SinkWriter`` and ``Committer``; :class:`sinks.sql.PreparedSqlSink` joins them.
 """
 
@@ -24,13 +24,13 @@ from sqlalchemy.exc import DBAPIError
 from twopc import SinkError, TransactionContext
 from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 
-from .._options import Duration
-from ._columns import TableColumn, match_columns
+from .._names import TableName
+from .._registry import DialectSpec
+from ..options._jdbc_options import JdbcOptions
+from ..options._jdbc_url import safe_url
+from ..types._column_match import TableColumn, match_columns
 from ._engines import engine_for
-from ._instance import server_instance
-from ._names import TableName
-from ._options import JdbcOptions
-from ._url import Dialect, safe_url
+from ._server_instance import server_instance
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
@@ -91,44 +91,6 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
         log.debug("twopc: releasing a connection failed", exc_info=True)
 
 
-@dataclass(frozen=True)
-class DialectSpec:
-    """What the prepared base needs to know about a database, as values and functions (the
-    dialect's module-level helpers): one object per backend, instead of a method per fact.
-
-    Attributes:
-        name: the dialect (``postgresql``, ``mysql``), a key of :data:`twopc.spi.MAX_XID_BYTES`.
-        format_name: the name the sink's options are read under (its Spark format).
-        product: the database's name in messages.
-        id_name: what the database calls a transaction id, in messages.
-        driver_error: the driver's base exception class.
-        quote: quotes an identifier for a statement sent with ``%s`` parameters.
-        connect_failure: (reason, hint) of a failed connection attempt.
-        is_connection_error: whether an error means the session is gone.
-        is_missing_table: whether an error means a table does not exist.
-        error_code: the error's code (SQLSTATE, MySQL error number), ``""`` if none.
-        error_text: the error as one line: its code and primary message.
-        compatible: whether an Arrow type can be written to a column.
-        map_error: a driver error as a credential-free :class:`SinkError`.
-        lock_timeout_text: how the ``lockTimeout`` in force reads in messages.
-    """
-
-    name: Dialect
-    format_name: str
-    product: str
-    id_name: str
-    driver_error: type[Exception]
-    quote: Callable[[str], str]
-    connect_failure: Callable[[BaseException], tuple[str, str]]
-    is_connection_error: Callable[[BaseException], bool]
-    is_missing_table: Callable[[BaseException], bool]
-    error_code: Callable[[BaseException], str]
-    error_text: Callable[[BaseException], str]
-    compatible: Callable[[pa.DataType, Any], bool]
-    map_error: Callable[..., SinkError]
-    lock_timeout_text: Callable[[Duration], str]
-
-
 class SqlDialect(Generic[C]):
     """Configuration, connections and dialect hooks of a prepared-transaction SQL sink."""
 
@@ -168,7 +130,7 @@ class SqlDialect(Generic[C]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql._instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -299,7 +261,7 @@ class SqlDialect(Generic[C]):
 
     def _match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
                check_types: bool, check_required: bool) -> list[C]:
-        """:func:`sinks.sql._columns.match_columns` with this dialect's type rules."""
+        """:func:`sinks.sql.types._column_match.match_columns` with this dialect's type rules."""
         return match_columns(names, types, columns, self.table, compatible=self._compatible if check_types else None,
                              type_name=str, check_required=check_required)
 

@@ -20,8 +20,9 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from twopc.spi import require
 
+from .._registry import backend_for
+from ..options._net_timeouts import NetTimeouts
 from ._sqlite_file import check_sqlite_file
-from ._timeouts import NetTimeouts
 
 __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
 
@@ -69,12 +70,12 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     """The process's pooled engine for *url* (credentials included) and this use.
 
     Its connections wait as *timeouts* says (connect, reply, TCP keepalive: see
-    :mod:`sinks.sql._timeouts`). With *autocommit* the engine hands out connections in
+    :mod:`sinks.sql.connect._timeouts`). With *autocommit* the engine hands out connections in
     ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
 
     Raises:
         ConfigurationError: a SQLite path whose folder does not exist, or that is not a
-            SQLite database (:func:`~sinks.sql._sqlite_file.check_sqlite_file`).
+            SQLite database (:func:`~sinks.sql.connect._sqlite_file.check_sqlite_file`).
     """
 
     def make() -> Engine:
@@ -98,6 +99,14 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     return _ENGINES.get((url.render_as_string(hide_password=False), timeouts, autocommit), make)
 
 
+def _dialect_connect_args(timeouts: NetTimeouts, backend: str) -> dict[str, Any]:
+    """The registered dialect's driver arguments for *timeouts* (see :mod:`sinks.sql._registry`);
+    a dialect none registers gets the connect timeout only."""
+    if (registered := backend_for(backend)) is not None:
+        return registered.connect_args(timeouts)
+    return {"connect_timeout": timeouts.connect}
+
+
 def _connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
     """The DB-API connect arguments twopc adds to what the URL says."""
     backend = url.get_backend_name()
@@ -105,11 +114,11 @@ def _connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
     if backend == "sqlite":
         args = {"timeout": max(60, timeouts.connect)}
     elif backend == "postgresql":
-        args = timeouts.connect_args(backend)
+        args = _dialect_connect_args(timeouts, backend)
         if "application_name" not in url.query:
             args["application_name"] = APPLICATION_NAME
     elif backend in ("mysql", "mariadb"):
-        args = timeouts.connect_args(backend)
+        args = _dialect_connect_args(timeouts, backend)
         if "charset" not in url.query:
             args["charset"] = "utf8mb4"
         if url.password:  # PyMySQL would send a str password as Latin-1 (and fail on other characters);

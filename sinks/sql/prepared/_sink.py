@@ -3,9 +3,9 @@ MySQL/MariaDB XA): the protocol is written once here, the dialects supply hooks.
 
 What the base owns:
 
-- configuration (one :class:`~sinks.sql._options.JdbcOptions`, read by the same parser
+- configuration (one :class:`~sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser
   as ``twopc-jdbc``), pickling without connections, descriptions without secrets;
-- connections: a per-process pool (:func:`~sinks.sql._engines.engine_for`), a *control*
+- connections: a per-process pool (:func:`~sinks.sql.connect._engines.engine_for`), a *control*
   connection for the driver's statements, retried once on a new connection when it turns
   out dead (every control statement is idempotent);
 - the transaction id (:class:`twopc.Xid`, checked against the target's byte limit) and
@@ -39,22 +39,22 @@ import pyarrow as pa
 from twopc import ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.spi import SinkUnavailableError, TargetConfigurationError
 
-from .._handles import PreparedSqlHandle
-from .._secrets import credential_free
-from ._columns import TableColumn
-from ._dialect import SqlTxn, give_back, log
-from ._errors import session_init_failed
-from ._names import parse_table_name
-from ._options import JDBC_FORMAT, JdbcOptions
-from ._prepared_committer import PreparedCommitter
-from ._prepared_writer import MARKER_COLUMNS, PreparedWriter
-from ._privileges import dbapi_runner, require_privileges
-from ._twopc_schema import ensure_schema
+from ..._handles import PreparedSqlHandle
+from ..._secrets import credential_free
+from .._errors import session_init_failed
+from .._names import parse_table_name
+from .._privileges import dbapi_runner, require_privileges
+from .._twopc_schema import ensure_schema
+from ..connect._sql_dialect import SqlTxn, give_back, log
+from ..ledger._target_ledger import SqlTargetLedger
+from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
+from ..types._column_match import TableColumn
+from ._committer import PreparedCommitter
+from ._writer import MARKER_COLUMNS, PreparedWriter
 
 if TYPE_CHECKING:
     from sqlalchemy.pool import PoolProxiedConnection
 
-    from ._target_ledger import SqlTargetLedger
 
 __all__ = ["PreparedSqlSink"]
 
@@ -70,7 +70,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
             (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
-        **options: the format's options as keywords (see :mod:`sinks.sql._options`):
+        **options: the format's options as keywords (see :mod:`sinks.sql.options._jdbc_options`):
             ``user``, ``password``, ``marker_table``, ``lock_timeout`` (a duration such as
             ``"30s"``, or seconds), ``connect_timeout``, ``isolation_level``,
             ``query_timeout``, ``session_init_statement``, ``batch_size``, ``copy_format``,
@@ -146,10 +146,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         self._drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
-        """The ledger table and writers' leases on this server (:mod:`sinks.sql._target_ledger`):
+        """The ledger table and writers' leases on this server (:mod:`sinks.sql.ledger._target_ledger`):
         batch writes without ``checkpointLocation`` keep their decisions there."""
-        from ._target_ledger import SqlTargetLedger
-
         return SqlTargetLedger(self)
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,

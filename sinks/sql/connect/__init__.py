@@ -1,0 +1,1 @@
+"""Connections: the per-process engines, their timeouts, the server's identity, SQLite files."""

@@ -1,0 +1,1 @@
+"""The decision ledger kept in the target database (``twopc_ledger``) and the write's lease."""

@@ -1,0 +1,1 @@
+"""The staging commit mode: rows staged per task attempt, moved by the driver in one transaction."""
