@@ -76,7 +76,7 @@ mariadb:
 	  exit 1; \
 	fi
 
-# Prometheus's promtool, which tests/test_monitoring_rules.py runs on monitoring/ (`promtool
+# Prometheus's promtool, which tests/ops/test_monitoring_rules.py runs on monitoring/ (`promtool
 # test rules`); Debian ships it in the prometheus package, whose service is kept from starting.
 promtool:
 	@if command -v promtool >/dev/null 2>&1; then \
@@ -90,7 +90,7 @@ promtool:
 	fi
 
 # The PostgreSQL JDBC driver jar, for Spark's own format("jdbc") writer that
-# tests/test_type_matrix.py and the benchmarks compare twopc with.
+# tests/spark/test_type_matrix.py and the benchmarks compare twopc with.
 JDBC_JAR := /usr/share/java/postgresql.jar
 jdbc-driver:
 	@if [ -e $(JDBC_JAR) ]; then \
@@ -124,7 +124,7 @@ test: lint venv redis mariadb promtool jdbc-driver
 test-all:
 	$(MAKE) test TEST_MARKERS=
 
-# Randomized chaos schedules (tests/test_chaos_schedules.py; `make test` runs 30 of them):
+# Randomized chaos schedules (tests/chaos/test_chaos_schedules.py; `make test` runs 30 of them):
 # `make chaos N=500` for a long run, `make chaos SEED=123 N=1` to rerun one schedule;
 # SINKS=file,redis limits the sinks, BROKEN=coordinator|sink runs a deliberately broken one,
 # REPORT=path names the table's file (default $TMPDIR/twopc-chaos-<seed>.txt), MINUTES=45 stops
@@ -132,7 +132,7 @@ test-all:
 N ?= 500
 chaos: venv redis mariadb
 	TWOPC_CHAOS_SEED=$(SEED) TWOPC_CHAOS_N=$(N) TWOPC_CHAOS_SINKS=$(SINKS) TWOPC_CHAOS_BROKEN=$(BROKEN) \
-	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
+	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/chaos/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
 
 demo: venv
 	$(VPY) -m recovery.demos.stream_demo

@@ -55,7 +55,7 @@ def _left(engine: sa.Engine) -> tuple[list[str], list[str]]:
     """(prepared transactions, writers in the target ledger) of writes without a checkpoint and
     without txnAppId: only theirs, because a ``txnAppId`` writer's records stay in
     ``twopc_ledger`` on purpose (its last committed ``txnVersion`` makes a rerun write nothing),
-    and other modules' writes (tests/test_spark_jdbc.py) share this server."""
+    and other modules' writes (tests/spark/test_spark_jdbc.py) share this server."""
     with engine.connect() as c:
         prepared = [r[0] for r in c.exec_driver_sql("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'twopc:eph-%%'")]
         writers = [r[0] for r in c.exec_driver_sql(

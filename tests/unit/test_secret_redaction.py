@@ -7,7 +7,7 @@ URL's user info and query string, the ``password`` option of the Redis formats),
 every format, and an unknown option is added so that each parse fails: neither the
 message nor, for a parse that succeeds, the description may hold any piece of the
 password. The Spark-level scan (console, checkpoint, server logs) is in
-tests/test_bad_input.py.
+tests/spark/test_bad_input.py.
 """
 
 from __future__ import annotations

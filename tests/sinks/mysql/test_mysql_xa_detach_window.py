@@ -6,7 +6,7 @@ leaves ``PROCESSLIST``; then ``THD::free_connection`` makes InnoDB detach the tr
 from the session. An ``XA COMMIT`` from another session in between finds the xid, asks
 InnoDB, which does not find a detached transaction, ignores that answer, says OK and forgets
 the xid: the transaction stays prepared inside InnoDB, holding its locks, invisible to
-``XA RECOVER`` until the server restarts. (tests/test_mysql_xa_sink.py once failed so:
+``XA RECOVER`` until the server restarts. (tests/sinks/mysql/test_mysql_xa_sink.py once failed so:
 ``commit()`` said COMMITTED, the table was empty, the teardown waited on a lock.)
 
 gdb holds the ending session's thread at ``THD::free_connection``, which stands the test

@@ -3,7 +3,7 @@ whose first attempt was killed after it prepared, and a failed job (a task faili
 good). Each id lands exactly once (none for the failed job), and nothing prepared or kept in
 the target's ledger is left after the write, nor after ``twopc recover``.
 
-JVM-less, against the real PostgreSQL, as in tests/test_target_fence.py: the data source
+JVM-less, against the real PostgreSQL, as in tests/sinks/postgres/test_target_fence.py: the data source
 planned as Spark plans it, each task attempt in a forked process (the writer pickled to
 it), the driver's ``commit`` / ``abort`` called with what Spark would hand it."""
 
