@@ -14,8 +14,8 @@ import psycopg
 
 from sinks._secrets import secret_guesses
 from sinks.redis._clients import ClientConfig, split_url
-from sinks.redis_stream._ids import EntryId
-from sinks.redis_stream._server import StreamServer
+from sinks.redis_source._ids import EntryId
+from sinks.redis_source._server import StreamServer
 from sinks.sql._engines import dbapi_connect_params
 from sinks.sql._names import parse_table_name
 from sinks.sql._options import JdbcOptions

@@ -51,7 +51,7 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
             sink's configured tag".
         staged: staging elements, ``-1`` when unknown (handles rebuilt by list_prepared).
         acks: ``(stream, highest entry id)`` of the source entries its rows came from, when
-            the sink acknowledges them in its commit (option ``ackGroup``, Plan D); sorted.
+            the sink acknowledges them in its commit (option ``ackGroup``); sorted.
             Version 1 handles have none.
     """
 

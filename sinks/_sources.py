@@ -46,7 +46,7 @@ class RedisDataSource(TwoPhaseCommitDataSource):
 class RedisStreamDataSource(DataSource):
     """Spark data source ``twopc-redis-stream``: reads Redis Streams exactly once into a
     streaming query, acknowledging to a consumer group only after the sink committed
-    (:mod:`sinks.redis_stream`)."""
+    (:mod:`sinks.redis_source`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -54,18 +54,18 @@ class RedisStreamDataSource(DataSource):
 
     def schema(self) -> str:
         """``stream, id, timestamp, fields`` and the ``fieldsSchema`` columns (DDL)."""
-        from .redis_stream import StreamOptions, schema_ddl
+        from .redis_source import StreamOptions, schema_ddl
 
         return schema_ddl(StreamOptions.read(self.options).fields_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
-        """The reader (:class:`sinks.redis_stream.RedisStreamReader`).
+        """The reader (:class:`sinks.redis_source.RedisStreamReader`).
 
         Raises:
             ConfigurationError: an option is invalid, or PySpark is older than 4.2 (the
                 reader needs ``latestOffset(start, limit)``).
         """
-        from .redis_stream import RedisStreamReader, StreamOptions, check_pyspark
+        from .redis_source import RedisStreamReader, StreamOptions, check_pyspark
 
         check_pyspark()
         return RedisStreamReader(StreamOptions.read(self.options), schema)

@@ -7,7 +7,7 @@ streams with ``twopc-redis-stream``, each with its own consumer group and checkp
 - ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,
   entry id, ``n`` (the producer's sequence number), payload;
 - ``counters``: ``twopc-redis`` on the same Redis: ``INCRBY {pipe}:entries 1`` and
-  ``HINCRBY {pipe}:per_n <n> 1`` per entry; with ``ackGroup`` (Plan D) the commit that
+  ``HINCRBY {pipe}:per_n <n> 1`` per entry; with ``ackGroup`` (acknowledge in the sink's commit) the commit that
   applies a batch's counters acknowledges its entries to this query's group in the same
   atomic call,
 

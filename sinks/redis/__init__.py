@@ -79,9 +79,10 @@ Options (keys case-insensitive)
                        out-of-range numbers, keys outside the slot) become entries there
                        in the same transaction (:mod:`sinks.redis._dead_letter`); default:
                        such a row fails the task naming its entry
-``ackGroup``           Plan D: the consumer group of the ``twopc-redis-stream`` source the
-                       rows came from; the batch's commit call also acknowledges their
-                       entries (:mod:`sinks.redis._acks`); Redis 7, same server (slot).
+``ackGroup``           acknowledge in the sink's commit: the consumer group of the
+                       ``twopc-redis-stream`` source the rows came from; the batch's
+                       commit call also acknowledges their entries
+                       (:mod:`sinks.redis._acks`); Redis 7, same server (slot).
                        A stream without that group is refused before anything is staged
 ``ackStreamColumn``    the rows' source stream column (default ``stream``); and
                        ``ackIdColumn`` their entry id column (default ``id``)

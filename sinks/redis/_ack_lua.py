@@ -1,4 +1,5 @@
-"""Plan D's server-side code: commit a batch and acknowledge its source entries in one call.
+"""Acknowledging in the sink's commit (``ackGroup``), server side: commit a batch and
+acknowledge its source entries in one call.
 
 When the rows a ``twopc-redis`` write commits were read from Redis Streams on the same
 server (and, on a cluster, in the sink's slot), option ``ackGroup`` makes the batch's commit
@@ -46,7 +47,7 @@ _ACK = r"""
 
 
 def _stream_parts() -> tuple[str, str]:
-    from ..redis_stream import _lua as stream_lua  # the source's library: its prelude and its ack step
+    from ..redis_source import _lua as stream_lua  # the source's library: its prelude and its ack step
 
     return stream_lua._PRELUDE, stream_lua.FUNCTIONS["ack"]
 

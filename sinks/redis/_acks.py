@@ -1,4 +1,4 @@
-"""Plan D on the sink's side: which source entries a transaction's rows came from.
+"""Acknowledging in the sink's commit (``ackGroup``): which source entries a transaction's rows came from.
 
 With option ``ackGroup``, every row carries the Redis Stream key and entry id it was read
 from (``twopc-redis-stream``'s ``stream`` and ``id`` columns, or the columns named by
@@ -23,8 +23,8 @@ import pyarrow as pa
 from twopc import ConfigurationError, SchemaMismatchError
 
 from .._handles import RedisHandle
-from ..redis_stream._ids import EntryId
-from ..redis_stream._server import StreamServer
+from ..redis_source._ids import EntryId
+from ..redis_source._server import StreamServer
 
 __all__ = ["AckSpec", "batch_acks"]
 

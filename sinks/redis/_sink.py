@@ -55,7 +55,7 @@ from twopc import (
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader
 from .._secrets import credential_free, redacted_errors
-from ..redis_stream._server import StreamServer
+from ..redis_source._server import StreamServer
 from . import _lua as lua
 from ._acks import AckSpec, batch_acks
 from ._clients import ClientConfig, split_url

@@ -195,7 +195,8 @@ def test_entries_postgres_refuses_go_to_the_dead_letter_table_and_are_acknowledg
 
 def test_with_ack_group_the_sinks_commit_acknowledges_the_entries_before_the_source_would(
         spark: Any, redis_url: str, r: Any, prefix: str, tmp_path: Any) -> None:
-    """Plan D through Spark: stream -> twopc-redis counters with ``ackGroup``. The query is
+    """Acknowledging in the sink's commit through Spark: stream -> twopc-redis counters with
+    ``ackGroup``. The query is
     stopped right after the sink's commit (``after_commit``), before Spark's commit log and
     so before the source could acknowledge anything: the group has moved anyway, by the
     sink's commit, in the same call that applied the counters. A restart replays the batch

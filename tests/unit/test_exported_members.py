@@ -77,9 +77,9 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "StagingHandle", "StagingSink", "XAddOp", "ZAddOp",
         "parse_mapping", "participant", "register_all", "sink_for_format", "write_jdbc",
     ),
-    "sinks.redis_stream": (
+    "sinks.redis_source": (
         "BASE_DDL", "FAULT_POINTS", "FORMAT_NAME", "LIBRARY_NAME", "OPTIONS",
-        "EntryId", "Offset", "Position", "Range", "RedisStreamDataSource", "RedisStreamReader", "StreamOptions",
+        "EntryId", "Offset", "Position", "Range", "RedisStreamReader", "StreamOptions",
         "StreamPartition", "StreamServer",
         "check_pyspark", "schema_ddl",
     ),

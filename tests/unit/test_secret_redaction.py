@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from sinks import JdbcOptions, PostgresSink, RedisSink
-from sinks.redis_stream import StreamOptions
+from sinks.redis_source import StreamOptions
 from twopc import ConfigurationError
 
 #: each word is a token of 3+ characters that must never be shown

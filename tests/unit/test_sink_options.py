@@ -202,7 +202,7 @@ _NEAR_BUILDERS = {
     "twopc-postgres": lambda o: PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
     "twopc-redis": lambda o: __import__("sinks").RedisSink.from_options(
         {"url": "redis://h:6379/0", "mapping": '[{"op": "INCRBY", "key": "{t}:n", "by": 1}]', **o}),
-    "twopc-redis-stream": lambda o: __import__("sinks.redis_stream").redis_stream.StreamOptions.read(
+    "twopc-redis-stream": lambda o: __import__("sinks.redis_source").redis_source.StreamOptions.read(
         {"url": "redis://h:6379/0", "streams": "s", "group": "g", **o}),
     "twopc-file": lambda o: FileSink.from_options({"path": "/tmp/x", **o}),
 }

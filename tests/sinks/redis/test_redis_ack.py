@@ -1,4 +1,4 @@
-"""Plan D: with option ``ackGroup`` the Redis sink's commit of a batch also acknowledges the
+"""Acknowledging in the sink's commit: with option ``ackGroup`` the Redis sink's commit of a batch also acknowledges the
 source entries its rows came from, in the same atomic server-side call (real Redis)."""
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from redis.cluster import RedisCluster
 
 from faultinject import LocalRedis, LocalRedisCluster
 from sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
-from sinks.redis_stream import Offset, RedisStreamReader, StreamOptions
+from sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc import (
     BatchState,
     CommitCoordinator,

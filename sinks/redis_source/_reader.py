@@ -55,13 +55,13 @@ import faultinject
 from twopc import ConfigurationError, SourceError
 
 from ._ids import ZERO, EntryId, Offset, Position, Range
-from ._options import StreamOptions
+from ._read_options import StreamOptions
 from ._rows import converters, to_batch, to_row
 from ._server import StreamInfo, StreamServer
 
 __all__ = ["FAULT_POINTS", "RedisStreamReader", "StreamPartition"]
 
-log = logging.getLogger("twopc.sinks.redis_stream")
+log = logging.getLogger("twopc.sinks.redis_source")
 
 #: Rows per Arrow batch that ``read`` yields.
 BATCH_ROWS = 4096

@@ -10,8 +10,8 @@ written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
 ``twopc-redis``) every entry's effect is applied exactly once; the rows carry the stream
 key and the entry id, a deterministic idempotency key for the sink.
 
-Options: see :mod:`sinks.redis_stream._options`. Modules: ``_ids`` (entry ids, offsets,
-ranges), ``_options``, ``_lua`` (the ``twopc_stream_v2`` library), ``_server`` (Redis
+Options: see :mod:`sinks.redis_source._read_options`. Modules: ``_ids`` (entry ids, offsets,
+ranges), ``_read_options``, ``_lua`` (the ``twopc_stream_v2`` library), ``_server`` (Redis
 calls), ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault points).
 Needs Redis 7.0+ and PySpark 4.2+.
 """
@@ -20,10 +20,9 @@ from twopc._extras import require as _require
 
 _require("redis", "redis", "the Redis Stream source (twopc-redis-stream)")
 
-from .._sources import RedisStreamDataSource  # noqa: E402 - after the driver check
 from ._ids import EntryId, Offset, Position, Range  # noqa: E402 - after the driver check
 from ._lua import LIBRARY_NAME  # noqa: E402 - after the driver check
-from ._options import FORMAT_NAME, OPTIONS, StreamOptions, check_pyspark  # noqa: E402 - after the driver check
+from ._read_options import FORMAT_NAME, OPTIONS, StreamOptions, check_pyspark  # noqa: E402 - after the driver check
 from ._reader import FAULT_POINTS, RedisStreamReader, StreamPartition  # noqa: E402 - after the driver check
 from ._rows import BASE_DDL, schema_ddl  # noqa: E402 - after the driver check
 from ._server import StreamServer  # noqa: E402 - after the driver check
@@ -38,7 +37,6 @@ __all__ = [
     "Offset",
     "Position",
     "Range",
-    "RedisStreamDataSource",
     "RedisStreamReader",
     "StreamOptions",
     "StreamPartition",
