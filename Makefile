@@ -22,7 +22,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb promtool jdbc-driver lint test test-all chaos demo bench clean
+.PHONY: venv redis mariadb promtool jdbc-driver lint test test-fast test-all chaos demo bench clean
 
 venv: $(STAMP)
 
@@ -123,6 +123,10 @@ test: lint venv redis mariadb promtool jdbc-driver
 
 test-all:
 	$(MAKE) test TEST_MARKERS=
+
+# The inner loop: tests/unit, which needs no server and no Spark (under a minute; no lint gate).
+test-fast: venv
+	$(VPY) -m pytest tests/unit -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
 
 # Randomized chaos schedules (tests/chaos/test_chaos_schedules.py; `make test` runs 30 of them):
 # `make chaos N=500` for a long run, `make chaos SEED=123 N=1` to rerun one schedule;
