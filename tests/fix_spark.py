@@ -22,7 +22,7 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     # Spark's Python processes inherit the environment the JVM starts with: the S3 server of
-    # tests/_s3.py, started later, writes its address into this file (boto3 reads it per client).
+    # tests/fix_s3.py, started later, writes its address into this file (boto3 reads it per client).
     os.environ.setdefault("AWS_CONFIG_FILE", aws_config_path())
     from pyspark.sql import SparkSession
 

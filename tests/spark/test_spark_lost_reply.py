@@ -90,7 +90,7 @@ def test_streaming_query_fails_with_twopcs_message_and_the_restart_finishes_the_
 
     # No retry: a retry first asks the server which ids are still prepared (it does not send COMMIT
     # PREPARED again), finds this one-transaction batch committed and succeeds
-    # (tests/sinks/redis/test_lost_reply.py); here the first lost reply must fail the query.
+    # (tests/chaos/test_lost_reply.py); here the first lost reply must fail the query.
     opts = {**FAST, "commitRetries": "0"}
 
     def run_query() -> None:

@@ -27,7 +27,7 @@ SNAPSHOT = "return {redis.call('GET', KEYS[1]) or '0', redis.call('ZCARD', KEYS[
 
 @pytest.fixture
 def tag() -> str:
-    """A fresh hash tag per test (``r`` is the shared client of tests/_stream_helpers.py: bytes replies)."""
+    """A fresh hash tag per test (``r`` is the shared client of tests/fix_redis.py: bytes replies)."""
     return "b" + uuid.uuid4().hex[:10]
 
 
