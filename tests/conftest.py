@@ -27,7 +27,8 @@ _TESTS = Path(__file__).resolve().parent
 FOLDER_MARKERS = frozenset(
     {"unit", "sinks", "postgres", "mysql", "sql", "redis", "composite", "spark", "ops", "kit", "chaos"})
 #: the fixtures that start a server or the JVM, which no test in tests/unit may use
-SERVER_FIXTURES = frozenset({"postgres_url", "redis_url", "mariadb_url", "s3_server", "spark", "_postgres", "_redis", "_mariadb"})
+SERVER_FIXTURES = frozenset(
+    {"postgres_url", "redis_url", "mariadb_url", "s3_server", "spark", "_postgres", "_redis", "_mariadb"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
