@@ -22,7 +22,7 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb promtool jdbc-driver lint test test-all chaos demo bench clean
+.PHONY: venv redis mariadb promtool jdbc-driver lint test test-fast test-all chaos demo bench clean
 
 venv: $(STAMP)
 
@@ -76,7 +76,7 @@ mariadb:
 	  exit 1; \
 	fi
 
-# Prometheus's promtool, which tests/test_monitoring_rules.py runs on monitoring/ (`promtool
+# Prometheus's promtool, which tests/ops/test_monitoring_rules.py runs on monitoring/ (`promtool
 # test rules`); Debian ships it in the prometheus package, whose service is kept from starting.
 promtool:
 	@if command -v promtool >/dev/null 2>&1; then \
@@ -90,7 +90,7 @@ promtool:
 	fi
 
 # The PostgreSQL JDBC driver jar, for Spark's own format("jdbc") writer that
-# tests/test_type_matrix.py and the benchmarks compare twopc with.
+# tests/spark/test_type_matrix.py and the benchmarks compare twopc with.
 JDBC_JAR := /usr/share/java/postgresql.jar
 jdbc-driver:
 	@if [ -e $(JDBC_JAR) ]; then \
@@ -126,7 +126,11 @@ test: lint venv redis mariadb promtool jdbc-driver
 test-all:
 	$(MAKE) test TEST_MARKERS=
 
-# Randomized chaos schedules (tests/test_chaos_schedules.py; `make test` runs 30 of them):
+# The inner loop: tests/unit, which needs no server and no Spark (under a minute; no lint gate).
+test-fast: venv
+	$(VPY) -m pytest tests/unit -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
+
+# Randomized chaos schedules (tests/chaos/test_chaos_schedules.py; `make test` runs 30 of them):
 # `make chaos N=500` for a long run, `make chaos SEED=123 N=1` to rerun one schedule;
 # SINKS=file,redis limits the sinks, BROKEN=coordinator|sink runs a deliberately broken one,
 # REPORT=path names the table's file (default $TMPDIR/twopc-chaos-<seed>.txt), MINUTES=45 stops
@@ -134,7 +138,7 @@ test-all:
 N ?= 500
 chaos: venv redis mariadb
 	TWOPC_CHAOS_SEED=$(SEED) TWOPC_CHAOS_N=$(N) TWOPC_CHAOS_SINKS=$(SINKS) TWOPC_CHAOS_BROKEN=$(BROKEN) \
-	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
+	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/chaos/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
 
 demo: venv
 	$(VPY) -m recovery.demos.stream_demo

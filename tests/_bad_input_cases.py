@@ -1,4 +1,4 @@
-"""The table of bad-input classes of tests/test_bad_input.py: one :class:`Case` an entry.
+"""The table of bad-input classes of tests/spark/test_bad_input.py: one :class:`Case` an entry.
 
 A case names the class of bad input, the format and server, the options it writes with
 (built from the :class:`Run` of the case: its own table, sink id, checkpoint, Redis hash

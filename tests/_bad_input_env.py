@@ -1,4 +1,4 @@
-"""What the bad-input suite (tests/test_bad_input.py) runs against: a login on each server
+"""What the bad-input suite (tests/spark/test_bad_input.py) runs against: a login on each server
 whose password holds every URL-special character, the servers' statement logs, and the
 checks every case ends with (nothing left behind, no secret anywhere).
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -134,19 +133,6 @@ def fresh_sql_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, type
         with engine.begin() as c:
             c.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
         engine.dispose()
-
-
-@pytest.fixture(params=["postgresql", "sqlite", "mariadb"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, sa.Engine]]:
-    """A target database of each kind the SQL sinks serve: its URL and an engine on it (SQLite
-    in a file of the test's own)."""
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'target.db'}"
-    else:
-        url = request.getfixturevalue({"postgresql": "postgres_url", "mariadb": "mariadb_url"}[request.param])
-    engine = sa.create_engine(url)
-    yield url, engine
-    engine.dispose()
 
 
 def logged_markers(engine: sa.Engine, marker: str) -> str:

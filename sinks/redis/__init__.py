@@ -106,7 +106,7 @@ a key outside the slot is a :class:`~twopc.ConfigurationError` before anything i
 Slots are computed with CRC16 (:func:`key_slot`). The commit script reaches target keys
 that it does not declare (they are in the declared keys' slot). Cluster connections use
 ``redis.cluster.RedisCluster``, which follows MOVED and ASK; tested on a live cluster
-(``tests/test_redis_cluster.py``: slot migration and failover between prepare and commit).
+(``tests/sinks/redis/test_redis_cluster.py``: slot migration and failover between prepare and commit).
 
 How long one commit blocks the server: the commit is one script, linear in the staged
 elements (Redis serves nobody else meanwhile). Measured on a 2-core machine with

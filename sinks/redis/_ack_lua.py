@@ -11,7 +11,7 @@ the group ever sees the batch committed but its entries pending: the design's fi
 window (sink committed, not acknowledged) is closed, not just recovered.
 
 The code is assembled from the two libraries' own text (one copy of each rule); like them,
-it never changes under its name (``tests/test_redis_ack.py`` pins its digest).
+it never changes under its name (``tests/sinks/redis/test_redis_ack.py`` pins its digest).
 
 Keys: ``txns, prepared, markers, staging_1..staging_n, stream_1..stream_m``. Arguments:
 ``batch_id, txn_1..txn_n, group, id_1..id_m, m``. Reply: as ``commit_batch``; nothing is

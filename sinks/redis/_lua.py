@@ -24,7 +24,7 @@ key the client names): nothing here depends on the id's shape, so ids of either 
 The code loaded under :data:`LIBRARY_NAME` never changes: servers keep a loaded library
 across restarts, and ``FUNCTION LOAD REPLACE`` from processes of two versions during an
 upgrade would otherwise swap each other's code. A change of any step gets a new name
-(``twopc_redis_v2``); ``tests/test_redis_sink.py`` pins the code's digest.
+(``twopc_redis_v2``); ``tests/sinks/redis/test_redis_sink.py`` pins the code's digest.
 
 The batch commit lives in a second library, :data:`BATCH_LIBRARY_NAME`
 (``twopc_redis_batch_v1``: the same prelude, one function): ``commit_batch`` commits every

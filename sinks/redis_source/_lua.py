@@ -10,7 +10,7 @@
   any consumer, and optionally ``XTRIM MINID`` (exact) the entries before a given id.
 
 Like ``twopc_redis_v1``, the code loaded under :data:`LIBRARY_NAME` never changes: a change
-gets a new name; ``tests/test_redis_stream_offsets.py`` pins its digest. ``twopc_stream_v1``
+gets a new name; ``tests/sinks/redis/test_redis_stream_offsets.py`` pins its digest. ``twopc_stream_v1``
 (the earlier code) counted up to 100000 entries after the acknowledged id; a server may still
 hold it, unused.
 """

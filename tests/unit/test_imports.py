@@ -1,0 +1,71 @@
+"""Package edges: importing the library does not load faultinject's test servers or its
+chaos runner (they start processes and are for tests and demos only), and those still load
+on first use."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import faultinject
+
+from tests._paths import REPO_ROOT
+
+REPO = REPO_ROOT
+
+HEAVY = (
+    "faultinject.servers",
+    "faultinject._server",
+    "faultinject._postgres",
+    "faultinject._mariadb",
+    "faultinject._redis",
+    "faultinject._procutil",
+    "faultinject.chaos",
+    "faultinject._proxy",
+    "faultinject._control",
+)
+LAZY_NAMES = ("ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl",
+              "FaultProxy", "LocalMariaDB", "LocalPostgres", "LocalRedis", "ProxyConnection")
+
+
+def _fresh(code: str) -> object:
+    """Run *code* in a fresh interpreter (from the repository root) and return the JSON it prints."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("package", ["twopc", "sinks", "recovery", "faultinject"])
+def test_import_does_not_load_servers_or_chaos_runner(package: str) -> None:
+    loaded = _fresh(f"import json, sys; import {package}; "
+                    f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))")
+    assert loaded == []
+
+
+def test_lazy_names_load_on_first_use() -> None:
+    code = (
+        "import json, sys, faultinject\n"
+        "before = 'faultinject.servers' in sys.modules\n"
+        "listed = {'LocalPostgres', 'ChaosRunner'} <= set(dir(faultinject))\n"
+        "from faultinject import LocalPostgres\n"
+        "runner = faultinject.ChaosRunner\n"
+        "print(json.dumps({'before': before, 'listed': listed,\n"
+        "                  'servers': 'faultinject.servers' in sys.modules,\n"
+        "                  'chaos': 'faultinject.chaos' in sys.modules,\n"
+        "                  'names': [LocalPostgres.__module__, runner.__module__]}))\n"
+    )
+    assert _fresh(code) == {"before": False, "listed": True, "servers": True, "chaos": True,
+                            "names": ["faultinject._postgres", "faultinject.chaos"]}
+
+
+def test_lazy_names_are_public() -> None:
+    for name in LAZY_NAMES:
+        assert name in faultinject.__all__
+        assert name in dir(faultinject)
+        assert getattr(faultinject, name).__name__ == name
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchThing'"):
+        _ = faultinject.NoSuchThing
