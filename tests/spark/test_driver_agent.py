@@ -21,7 +21,9 @@ import sinks
 from twopc._driver_identity import identity_of
 from twopc._metrics_server import registry_dir
 
-REPO = Path(__file__).resolve().parents[1]
+from tests._paths import REPO_ROOT
+
+REPO = REPO_ROOT
 
 
 def _twopc_processes(jvm: int) -> list[str]:

@@ -18,7 +18,7 @@ import twopc
 from sinks import FileHandle, FileSink
 from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape
 
-from ._filesink_helpers import committed_ids, run_task
+from tests._filesink_helpers import committed_ids, run_task
 
 
 class _Shaped(FileSink):
