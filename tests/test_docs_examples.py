@@ -113,7 +113,9 @@ def run_block(block: Block, namespace: dict[str, Any], subs: list[tuple[str, str
             with contextlib.redirect_stdout(out):
                 exec(compile(_with_checks(code), block.where, "exec"), namespace)
         except BaseException as exc:
-            raise AssertionError(f"{block.where}: the example fails: {exc!r}\noutput:\n{out.getvalue()}") from exc
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise AssertionError(f"{block.where}: the example fails: {type(exc).__name__}: {message}\n"
+                                 f"output:\n{out.getvalue()}") from exc
         return
     script = f'set -e\ntwopc() {{ "{sys.executable}" -m recovery "$@"; }}\n{code}'
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600, check=False)

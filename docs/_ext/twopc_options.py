@@ -9,7 +9,8 @@ Usage in a MyST page::
 
 The argument names a table that the code declares (``TABLES`` below). Every option in the
 table needs a ``name: text`` line (continuation lines are indented); an option the code has and
-the page does not, or a line for an option the code does not have, stops the build. A table of
+the page does not, or a line for an option the code does not have, is an error of the page
+(`make docs` builds with warnings as errors, so it fails the build). A table of
 refused options renders the code's own reasons.
 """
 from __future__ import annotations
@@ -79,7 +80,7 @@ class OptionsDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         table = self.arguments[0]
         if table not in TABLES:
-            raise ExtensionError(f"twopc-options: unknown table {table!r}; known: {', '.join(sorted(TABLES))}")
+            raise self.error(f"twopc-options: unknown table {table!r}; known: {', '.join(sorted(TABLES))}")
         declared = load_table(table)
         where = f"{self.env.docname}.md, table {table!r}"
         if isinstance(declared, dict):  # refused options: the code carries the reason
@@ -88,12 +89,12 @@ class OptionsDirective(SphinxDirective):
             texts = parse_texts(list(self.content))
             missing = [n for n in declared if not texts.get(n)]
             if missing:
-                raise ExtensionError(
+                raise self.error(
                     f"{where}: option(s) {', '.join(missing)} exist in the code ({TABLES[table][-1]}) but have no "
                     f"documentation text: add a line 'name: what it does' for each to the directive")
             unknown = [n for n in texts if n not in declared]
             if unknown:
-                raise ExtensionError(
+                raise self.error(
                     f"{where}: option(s) {', '.join(unknown)} are documented but the code does not declare them "
                     f"({TABLES[table][-1]}): remove them or declare them")
             rows = [f"| `{name}` | {_cell(texts[name])} |" for name in declared]
