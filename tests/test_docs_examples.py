@@ -81,8 +81,11 @@ def _substitutions(postgres_url: str, redis_url: str, folder: Path) -> list[tupl
     return [
         ("postgresql://postgres:secret@db:5432/postgres", plain),
         ("jdbc:postgresql://db:5432/postgres", f"jdbc:postgresql://{host}/{pg.database}"),
+        ("postgresql://db:5432/postgres", f"postgresql://{host}/{pg.database}"),
         ('.option("user", "postgres").option("password", "secret")',
          f'.option("user", "{pg.username}").option("password", "{pg.password or ""}")'),
+        ('.option("orders.user", "postgres").option("orders.password", "secret")',
+         f'.option("orders.user", "{pg.username}").option("orders.password", "{pg.password or ""}")'),
         ('{"user": "postgres", "password": "secret"', f'{{"user": "{pg.username}", "password": "{pg.password or ""}"'),
         ("redis://cache:6379/0", redis_url),
         ("/tmp/twopc-quickstart-", f"{folder}/twopc-quickstart-"),
