@@ -22,13 +22,13 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb promtool jdbc-driver lint test test-fast test-all chaos demo bench clean
+.PHONY: venv redis mariadb promtool jdbc-driver lint docs test test-fast test-all chaos demo bench clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml $(PKG_INITS)
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -e '.[all,test]'
+	$(VPY) -m pip install -e '.[all,test,docs]'
 	@touch $@
 
 redis:
@@ -120,7 +120,15 @@ lint: venv
 	fi; \
 	exit $$rc
 
-test: lint venv redis mariadb promtool jdbc-driver
+# The documentation site (Sphinx + MyST, docs/ -> docs/_build/html). Warnings are errors (-W), so
+# a broken link, a page missing from the table of contents or an option without documentation
+# text (docs/_ext/twopc_options.py) fails it; --keep-going reports them all first. Not nitpicky
+# (-n): the docstrings' cross-references to pyspark and to names outside the API pages would
+# each be a warning.
+docs: venv
+	$(VPY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+test: lint docs venv redis mariadb promtool jdbc-driver
 	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
 
 test-all:
@@ -151,5 +159,5 @@ bench: venv redis
 	$(VPY) -m recovery.demos.bench_composite
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) docs/_build build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

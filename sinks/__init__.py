@@ -6,7 +6,8 @@
 - :class:`PostgresSink` (``format("twopc-postgres")``): one ``PREPARE TRANSACTION`` per task
   attempt, bulk-loaded with COPY, committed by the driver.
 - :class:`RedisSink` (``format("twopc-redis")``): writes staged under the sink's hash tag,
-  applied by one atomic, idempotent server-side FUNCTION per transaction.
+  applied by one atomic, idempotent server-side FUNCTION call per batch (split only across
+  hash tags, or above 512 transactions per call).
 - :class:`RedisStreamDataSource` (``readStream.format("twopc-redis-stream")``): the
   source side, Redis Streams read exactly once, acknowledged after the sink committed.
 - :class:`CompositeDataSource` (``format("twopc-composite")``): one batch to several of

@@ -1,0 +1,150 @@
+"""Every Python and shell block of README.md and docs/*.md runs, or says why it cannot.
+
+A block whose first line is ``# not run by the docs tests: <reason>`` is shown to the reader with
+its reason and skipped here (a block that needs a cluster, installs packages, or shows a
+placeholder stream). Every other block runs, in page order, against the suite's servers:
+
+- Python blocks of one page share one namespace (a later block may use an earlier one's names)
+  and run in this process on the session's SparkSession (``SparkSession.builder.getOrCreate()``
+  returns it). A line ``print(X)  # expected`` checks that ``str(X)`` is ``expected``.
+- Shell blocks run with bash (``set -e``); ``twopc`` is ``python -m recovery``.
+- The placeholders the pages show (``db:5432``, ``cache:6379``, user ``postgres``/``secret``,
+  ``/tmp/twopc-quickstart-*``) are replaced by the suite's PostgreSQL, Redis and a temporary
+  folder before a block runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from tests._paths import REPO_ROOT
+
+ROOT = REPO_ROOT
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+PAGES = [p for p in PAGES if "_build" not in p.parts]
+NOT_RUN = "# not run by the docs tests:"
+RUNNABLE = {"python": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
+_FENCE = re.compile(r"^```(\w*)\s*$")
+_EXPECT = re.compile(r"^(\s*)print\((.*)\)\s*#\s*(.+?)\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page."""
+
+    page: Path
+    line: int
+    lang: str
+    code: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def skip_reason(self) -> str | None:
+        first = self.code.lstrip().splitlines()[0] if self.code.strip() else ""
+        return first[len(NOT_RUN):].strip() if first.startswith(NOT_RUN) else None
+
+
+def blocks(page: Path) -> list[Block]:
+    """The Python and shell blocks of *page*, in order."""
+    found: list[Block] = []
+    lang: str | None = None
+    start = 0
+    body: list[str] = []
+    for number, line in enumerate(page.read_text().splitlines(), 1):
+        match = _FENCE.match(line)
+        if lang is None and match:
+            lang, start, body = match.group(1), number, []
+        elif lang is not None and line.startswith("```"):
+            if lang in RUNNABLE:
+                found.append(Block(page, start, RUNNABLE[lang], "\n".join(body) + "\n"))
+            lang = None
+        elif lang is not None:
+            body.append(line)
+    return found
+
+
+def _substitutions(postgres_url: str, redis_url: str, folder: Path) -> list[tuple[str, str]]:
+    pg = make_url(postgres_url)
+    plain = pg.set(drivername="postgresql").render_as_string(hide_password=False)
+    host = f"{pg.host}:{pg.port}"
+    return [
+        ("postgresql://postgres:secret@db:5432/postgres", plain),
+        ("jdbc:postgresql://db:5432/postgres", f"jdbc:postgresql://{host}/{pg.database}"),
+        ("postgresql://db:5432/postgres", f"postgresql://{host}/{pg.database}"),
+        ('.option("user", "postgres").option("password", "secret")',
+         f'.option("user", "{pg.username}").option("password", "{pg.password or ""}")'),
+        ('.option("orders.user", "postgres").option("orders.password", "secret")',
+         f'.option("orders.user", "{pg.username}").option("orders.password", "{pg.password or ""}")'),
+        ('{"user": "postgres", "password": "secret"', f'{{"user": "{pg.username}", "password": "{pg.password or ""}"'),
+        ("redis://cache:6379/0", redis_url),
+        ("/tmp/twopc-quickstart-", f"{folder}/twopc-quickstart-"),
+    ]
+
+
+def _with_checks(code: str) -> str:
+    """``print(X)  # expected`` -> a check that str(X) is expected (and the print)."""
+    lines = []
+    for line in code.splitlines():
+        match = _EXPECT.match(line)
+        lines.append(f"{match.group(1)}_docs_expect({match.group(2)}, {match.group(3)!r})" if match else line)
+    return "\n".join(lines) + "\n"
+
+
+def _expect(value: Any, expected: str) -> None:
+    print(value)
+    assert str(value) == expected, f"the page says this prints {expected}, it printed {value}"
+
+
+def run_block(block: Block, namespace: dict[str, Any], subs: list[tuple[str, str]], env: dict[str, str]) -> None:
+    code = block.code
+    for placeholder, real in subs:
+        code = code.replace(placeholder, real)
+    if block.lang == "python":
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                exec(compile(_with_checks(code), block.where, "exec"), namespace)
+        except BaseException as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise AssertionError(f"{block.where}: the example fails: {type(exc).__name__}: {message}\n"
+                                 f"output:\n{out.getvalue()}") from exc
+        return
+    script = f'set -e\ntwopc() {{ "{sys.executable}" -m recovery "$@"; }}\n{code}'
+    done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, (f"{block.where}: the example exits {done.returncode}\n"
+                                  f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+
+
+def test_every_block_runs_or_says_why() -> None:
+    """A block that is not run carries a reason the reader sees."""
+    for page in PAGES:
+        for block in blocks(page):
+            reason = block.skip_reason
+            assert reason is None or len(reason) > 5, f"{block.where}: say why the block is not run"
+
+
+RUN_PAGES = [p for p in PAGES if any(b.skip_reason is None for b in blocks(p))]
+
+
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(ROOT)) for p in RUN_PAGES])
+def test_page_examples(page: Path, spark: Any, postgres_url: str, redis_url: str, tmp_path: Path) -> None:
+    """Every runnable block of *page* runs, in order, against the suite's servers."""
+    subs = _substitutions(postgres_url, redis_url, tmp_path)
+    env = dict(os.environ, PGPASSWORD=make_url(postgres_url).password or "")
+    namespace: dict[str, Any] = {"__name__": "__docs_example__", "_docs_expect": _expect}
+    for block in blocks(page):
+        if block.skip_reason is None:
+            run_block(block, namespace, subs, env)
