@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 
+import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
@@ -21,7 +22,7 @@ from twopc._target import open_target_ledger
 from twopc.spi import TargetLedger, ephemeral_sink_id
 
 from tests._paths import REPO_ROOT
-from tests._sql_helpers import leased_writer, logged_markers
+from tests._sql_helpers import leased_writer, logged_markers, validated
 
 REPO = REPO_ROOT
 #: driver-side windows whose decision is recorded before the kill: the batch must land once
@@ -83,8 +84,9 @@ def test_a_live_writer_is_left_alone_a_zombie_cannot_decide_and_recover_resolves
     assert _markers(pg_engine, log) == 3  # prepared mode (a marker per prepared transaction), no checkpoint
     assert _left(pg_engine) == ([], [])  # and nothing left behind
 
-    # a writer that is alive (holds its lease) with a prepared transaction, as a task leaves it
-    sink = PostgresSink(postgres_url, table)
+    # a writer that is alive (holds its lease) with a prepared transaction, as a task leaves it;
+    # validated as a write's plan leaves it (its marker table created)
+    sink = validated(PostgresSink, postgres_url, table, pa.schema([("id", pa.int64()), ("payload", pa.string())]))
     backend = sink.target_ledger()
     sink_id = ephemeral_sink_id()
     lease, epoch, handle = leased_writer(sink, backend, sink_id, 0, {"id": 500, "payload": "live"})
