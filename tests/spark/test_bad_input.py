@@ -32,11 +32,13 @@ import sqlalchemy as sa
 
 import sinks
 import twopc
+import twopc.spi
 
 from tests._bad_input_cases import CASES, Case, Run
 from tests._bad_input_env import Logins, Secret, StatementLogs, checkpoint_problems, checkpoint_text, uid
 
-_TWOPC_ERRORS = "|".join(n for n in twopc.__all__ if n.endswith("Error"))
+# twopc's exception tree: the bases a caller catches (twopc) and the finer ones (twopc.spi)
+_TWOPC_ERRORS = "|".join(n for n in (*twopc.__all__, *twopc.spi.__all__) if n.endswith("Error"))
 _FIRST_LINE = re.compile(rf"(?:twopc\._errors\.|sinks\.\S+\.)?\b({_TWOPC_ERRORS})\b: (.+)")
 
 
