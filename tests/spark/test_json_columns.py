@@ -25,7 +25,8 @@ from twopc.spi import SchemaMismatchError
 from tests._paths import REPO_ROOT
 from tests._sql_helpers import write_one_task
 
-README = REPO_ROOT / "README.md"
+#: the Redis Stream source's page, whose quickstart and "into PostgreSQL" programs a test runs
+STREAM_PAGE = REPO_ROOT / "docs" / "formats" / "redis-stream.md"
 
 #: a DataFrame's nested columns as Spark hands them to a writer (Arrow), one row per case
 SCHEMA = pa.schema([
@@ -200,23 +201,23 @@ def test_twopc_jdbc_writes_nested_columns_in_every_mode(spark, postgres_url, pg_
     assert got == {0: [0, 3, 6, 9], 1: [1, 4, 7], 2: [2, 5, 8]} and kind == "jsonb"
 
 
-def _readme_block(after: str) -> str:
-    """The first heredoc'd Python program of README.md after the line holding *after*."""
-    text = README.read_text()
+def _page_block(after: str) -> str:
+    """The first heredoc'd Python program of the Redis Stream page after the line holding *after*."""
+    text = STREAM_PAGE.read_text()
     start = text.index(after)
     m = re.compile(r"python - <<'PY'\n(.*?)\nPY\n", re.S).search(text, start)
-    assert m is not None, f"no python block after {after!r} in README.md"
+    assert m is not None, f"no python block after {after!r} in {STREAM_PAGE.name}"
     return m.group(1)
 
 
-def test_the_readmes_redis_stream_into_postgresql_snippet(spark, redis_url, postgres_url, pg_engine, tmp_path,
+def test_the_docs_redis_stream_into_postgresql_snippet(spark, redis_url, postgres_url, pg_engine, tmp_path,
                                                           capsys) -> None:
-    """The README's quickstart producer and its "Into PostgreSQL the same way" program, as
+    """The Redis Stream page's quickstart producer and its "Into PostgreSQL the same way" program, as
     written but for the test's server URLs, the checkpoint folder and fresh names; the rows
     arrive once each and ``fields`` is jsonb holding each entry's fields."""
     name = f"orders_{_uid()}"
-    producer = _readme_block("Quickstart (paste into a shell").split("\nspark = ")[0]
-    program = _readme_block("Into PostgreSQL the same way")
+    producer = _page_block("Quickstart (paste into a shell").split("\nspark = ")[0]
+    program = _page_block("Into PostgreSQL the same way")
     pg = make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False)
     r_url = make_url(redis_url)
 
@@ -224,15 +225,15 @@ def test_the_readmes_redis_stream_into_postgresql_snippet(spark, redis_url, post
              ("redis://127.0.0.1:6390/0", redis_url), ("postgresql://postgres:secret@127.0.0.1:5432/postgres", pg),
              ("/tmp/twopc-quickstart-orders-pg", str(tmp_path / "ck")))
     for old, _ in swaps:
-        assert old in producer + program, f"README.md's snippets no longer hold {old!r}"
+        assert old in producer + program, f"{STREAM_PAGE.name}'s snippets no longer hold {old!r}"
 
     def local(code: str) -> str:
         for old, new in swaps:
             code = code.replace(old, new)
         return re.sub(r"(?<![-\w])orders(?![-\w])", name, code)  # the stream and the table
 
-    exec(compile(local(producer), "README.md quickstart", "exec"), {})
-    exec(compile(local(program), "README.md Redis Stream into PostgreSQL", "exec"), {})
+    exec(compile(local(producer), "redis-stream.md quickstart", "exec"), {})
+    exec(compile(local(program), "redis-stream.md into PostgreSQL", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     assert printed[-2:] == ["(1000, 499500)", "({'user': 'u0', 'amount': '7'},)"], printed
     with pg_engine.connect() as c:
