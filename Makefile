@@ -13,6 +13,8 @@ TEST_MARKERS ?= not nightly
 # What `make lint` checks, and so what `make test` is gated on: every package and the tests.
 # Narrow it for a run with `make lint LINT_PATHS="twopc tests"` (or the environment).
 LINT_PATHS ?= twopc sinks recovery faultinject tests
+# mypy reads sinks/, recovery/ and faultinject/ through twopc/ (they are twopc.sinks, ...).
+MYPY_PATHS = $(sort $(patsubst sinks,twopc,$(patsubst recovery,twopc,$(patsubst faultinject,twopc,$(LINT_PATHS)))))
 
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
@@ -112,7 +114,7 @@ SUPPRESSION_WITHOUT_REASON := \#[[:space:]]*(noqa(:[[:space:]]*[A-Z]+[0-9]+([[:s
 lint: venv
 	@rc=0; \
 	echo "ruff check $(LINT_PATHS)"; $(VPY) -m ruff check $(LINT_PATHS) || rc=1; \
-	echo "mypy $(LINT_PATHS)"; $(VPY) -m mypy $(LINT_PATHS) || rc=1; \
+	echo "mypy $(MYPY_PATHS)"; $(VPY) -m mypy $(MYPY_PATHS) || rc=1; \
 	echo "lint-imports (import contracts)"; PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(VENV)/bin/lint-imports --no-cache || rc=1; \
 	echo "noqa / type: ignore with a reason"; \
 	if grep -rnE --include='*.py' '$(SUPPRESSION_WITHOUT_REASON)' $(LINT_PATHS); then \
@@ -149,14 +151,14 @@ chaos: venv redis mariadb
 	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/chaos/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
 
 demo: venv
-	$(VPY) -m recovery.demos.stream_demo
+	$(VPY) -m twopc.recovery.demos.stream_demo
 
 bench: venv redis
 	@$(MAKE) --no-print-directory jdbc-driver || echo "bench: the Spark JDBC writers are skipped" >&2
-	$(VPY) -m recovery.demos.bench
-	$(VPY) -m recovery.demos.bench_redis
-	$(VPY) -m recovery.demos.bench_stream
-	$(VPY) -m recovery.demos.bench_composite
+	$(VPY) -m twopc.recovery.demos.bench
+	$(VPY) -m twopc.recovery.demos.bench_redis
+	$(VPY) -m twopc.recovery.demos.bench_stream
+	$(VPY) -m twopc.recovery.demos.bench_composite
 
 clean:
 	rm -rf $(VENV) docs/_build build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

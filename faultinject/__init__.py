@@ -44,8 +44,14 @@ runner (:class:`ChaosRunner` and its reports), the throwaway servers
 :class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`), a Spark
 Connect server (:class:`LocalSparkConnect`) and the network fault proxy (:class:`FaultProxy`: resets,
 latency, blackholes, swallowed replies) load on first use:
-``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
+``from twopc.faultinject import LocalPostgres`` and ``twopc.faultinject.ChaosRunner`` work as ever.
 """
+
+
+if __name__ != "twopc.faultinject":  # this folder imported by its own name, from a checkout
+    raise ImportError(f"this folder is the package twopc.faultinject, imported here as {__name__!r}: "
+                      "import twopc.faultinject"
+                      " (under two names, each class would exist twice)")
 
 import importlib as _importlib
 from typing import TYPE_CHECKING

@@ -1,4 +1,4 @@
-"""``python -m faultinject points``: list the declared fault points."""
+"""``python -m twopc.faultinject points``: list the declared fault points."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the process exit status."""
     args = sys.argv[1:] if argv is None else argv
     if args != ["points"]:
-        print("usage: python -m faultinject points", file=sys.stderr)
+        print("usage: python -m twopc.faultinject points", file=sys.stderr)
         return 2
     with contextlib.suppress(ImportError):
         importlib.import_module("twopc")  # declares the protocol's points, if installed

@@ -1,6 +1,6 @@
-"""``twopc status`` / ``twopc recover`` (also ``python -m recovery``): inspect a checkpoint's
-sink and run recovery by hand. ``twopc verify`` (:mod:`recovery._verify_cli`) and
-``twopc metrics`` (:mod:`recovery._metrics_cli`) are registered here and live in their modules.
+"""``twopc status`` / ``twopc recover`` (also ``twopc recover``): inspect a checkpoint's
+sink and run recovery by hand. ``twopc verify`` (:mod:`twopc.recovery._verify_cli`) and
+``twopc metrics`` (:mod:`twopc.recovery._metrics_cli`) are registered here and live in their modules.
 
 Both read what the checkpoint records: its sink id, and (``twopc/target.json``, written by
 the Spark runtime) its target, format and credential-free writer options, so that the
@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
                     "checkpoint's in-doubt figures to Prometheus while its query is down. They read the "
                     "format, the target and the writer options (without secrets) the checkpoint records: give the "
                     "secrets "
-                    "with --option-env. Also `python -m recovery [status|recover]`; without a command, `recover`.",
+                    "with --option-env. Also `twopc recover [status|recover]`; without a command, `recover`.",
         epilog=_EXIT_CODES)
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", parents=[common], epilog=_EXIT_CODES,
@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     :data:`NEEDS_OPERATOR`, :data:`ERROR` or :data:`CANNOT_TELL`."""
     args_in = list(sys.argv[1:] if argv is None else argv)
     if not args_in or (args_in[0] not in _COMMANDS and args_in[0] not in ("-h", "--help")):
-        args_in = ["recover", *args_in]  # `python -m recovery --checkpoint ...` predates the commands
+        args_in = ["recover", *args_in]  # `twopc recover --checkpoint ...` predates the commands
     args = _parser().parse_args(args_in)
     configure_cli_logging()
     try:

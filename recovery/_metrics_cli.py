@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         ConfigurationError: neither ``--port`` nor ``--textfile``, a textfile not named
             ``*.prom``, ``--once`` with ``--port``, or the port cannot be bound.
-        recovery._common.CannotTell: a checkpoint holds no twopc ledger.
+        twopc.recovery._common.CannotTell: a checkpoint holds no twopc ledger.
     """
     if args.port is None and args.textfile is None:
         raise ConfigurationError("give --port N (serve over HTTP) and/or --textfile PATH.prom (node exporter's "

@@ -18,16 +18,21 @@
 
 ``register_all(spark)`` registers every built-in data source.
 
-Layout: a folder per backend (:mod:`sinks.sql` — what every SQL sink shares, the options
+Layout: a folder per backend (:mod:`twopc.sinks.sql` — what every SQL sink shares, the options
 reader, the URL translator, the prepared-transaction base, the staging mode and the
-``twopc-jdbc`` drop-in; :mod:`sinks.postgres`; :mod:`sinks.mysql`; :mod:`sinks.redis`),
+``twopc-jdbc`` drop-in; :mod:`twopc.sinks.postgres`; :mod:`twopc.sinks.mysql`; :mod:`twopc.sinks.redis`),
 and the file sink in ``sinks/_file.py``. Backends that need a database driver load when
-first used, so ``import sinks`` works with any subset of the extras installed
-(``twopc[postgres]``, ``twopc[mysql]``, ``twopc[redis]``); every built-in handle kind is
+first used, so ``import twopc.sinks`` works with any subset of the extras installed
+(``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``, ``pyspark-twopc[redis]``); every built-in handle kind is
 registered either way, so any ledger can be read.
 """
 
 from __future__ import annotations
+
+if __name__ != "twopc.sinks":  # this folder imported by its own name, from a checkout
+    raise ImportError(f"this folder is the package twopc.sinks, imported here as {__name__!r}: "
+                      "import twopc.sinks, or call twopc.register_all(spark)"
+                      " (under two names, each class would exist twice)")
 
 from typing import TYPE_CHECKING
 
@@ -106,14 +111,14 @@ _LAZY = {
 
 DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, CompositeDataSource)
 #: the sources (readers): registered by :func:`register_all` too, but they are not sinks
-#: (``python -m recovery`` looks sinks up in :data:`DATA_SOURCES`)
+#: (``twopc status|recover`` look sinks up in :data:`DATA_SOURCES`)
 SOURCES = (RedisStreamDataSource,)
 
 
 def __getattr__(name: str) -> Any:
     backend = _LAZY.get(name)
     if backend is None:
-        raise AttributeError(f"module 'sinks' has no attribute {name!r}")
+        raise AttributeError(f"module 'twopc.sinks' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(f".{backend}", __name__), name)

@@ -12,16 +12,27 @@ Public API, what a pipeline calls:
   protocol's durable state, the driver's decision, and recovery after a crash.
 - :func:`sink_status`, :class:`SinkStatus`, :class:`UnsettledTransaction` (what ``twopc status``
   shows), :func:`register_metrics` and :func:`serve_metrics` (Prometheus): the operator's side.
-- :data:`FAULT_POINTS`: the protocol's fault points, for the conformance kit (:mod:`twopc.testing`).
+- :func:`register_all` (every built-in format: ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``,
+  ``twopc-redis-stream``, ``twopc-file``, ``twopc-composite``) and :func:`write_jdbc` (Spark's
+  ``df.write.jdbc`` with the drop-in's guarantee): the formats, from :mod:`twopc.sinks`.
 - The exception tree rooted at :class:`TwoPCError`, with the bases a caller catches:
   :class:`ConfigurationError` (:class:`MissingExtraError`: a backend's driver is not installed;
   the message names the pip extra), :class:`LedgerError` (:class:`FencedError`: a newer driver
   owns the checkpoint), :class:`SinkError`, and :class:`TransactionLostError`.
 
-What a sink author or twopc's own packages (``sinks``, ``recovery``) need beyond this (the
-finer exceptions, handle codecs, options, the target ledger and its lease, ...) is in
-:mod:`twopc.spi`; nothing outside ``twopc`` imports its private modules.
+The formats' classes are in :mod:`twopc.sinks`, the operator's side (``twopc status|recover``) in
+:mod:`twopc.recovery`, the fault points and crashable servers in :mod:`twopc.faultinject`; each
+loads on first use (``twopc.sinks.PostgresSink`` works after ``import twopc``). What a sink author
+or those packages need beyond this (the finer exceptions, handle codecs, options, the target
+ledger and its lease, ...) is in :mod:`twopc.spi`; nothing outside the protocol core imports its
+private modules.
 """
+
+from __future__ import annotations
+
+import importlib as _importlib
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 from ._composite import Participant
 from ._composite_source import composite
@@ -36,7 +47,6 @@ from ._errors import (
     TransactionLostError,
     TwoPCError,
 )
-from ._faults import POINTS as FAULT_POINTS
 from ._handle import TransactionHandle
 from ._ledger import CommitLedger
 from ._metrics import register_metrics, serve_metrics
@@ -49,7 +59,6 @@ from ._status import SinkStatus, UnsettledTransaction, sink_status
 from ._xid import Xid
 
 __all__ = [
-    "FAULT_POINTS",
     "CommitCoordinator",
     "CommitLedger",
     "CommitOutcome",
@@ -75,9 +84,34 @@ __all__ = [
     "data_source_for",
     "foreach_batch_writer",
     "register",
+    "register_all",
     "register_metrics",
     "serve_metrics",
     "sink_status",
+    "write_jdbc",
 ]
 
+if TYPE_CHECKING:
+    from .sinks import register_all, write_jdbc
+
 __version__ = "0.1.0"
+
+#: twopc's packages above the protocol core, loaded on first use: ``import twopc`` alone does
+#: not import the formats (nor their drivers), and the core never imports them.
+_PACKAGES = ("sinks", "recovery", "faultinject")
+_FROM_SINKS = ("register_all", "write_jdbc")
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _FROM_SINKS:
+        value = getattr(_importlib.import_module(".sinks", __name__), name)
+    elif name in _PACKAGES:
+        value = _importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module 'twopc' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_FROM_SINKS) | set(_PACKAGES))

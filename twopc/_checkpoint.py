@@ -129,4 +129,4 @@ def missing_spark_checkpoint(location: str) -> ConfigurationError:
         f"Spark's checkpoint for this query is not at {location} (no metadata file), where the session's "
         f"{SESSION_CHECKPOINT_CONF} put it when the query started (on Spark Connect: when the twopc data sources "
         f"were registered). Give the query .option(\"checkpointLocation\", ...), or on Spark Connect register "
-        f"the data sources again (sinks.register_all(spark) or twopc.register(spark, ...)) after setting it")
+        f"the data sources again (twopc.register_all(spark) or twopc.register(spark, ...)) after setting it")

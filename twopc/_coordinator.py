@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import faultinject
+from twopc import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
@@ -70,7 +70,7 @@ class BatchResult:
     call committed, ``already_committed`` the rest), ``replay-ignored`` (the batch was
     already committed: the replay's transactions were aborted), ``aborted`` (no decision:
     rolled back) or ``left-for-recovery`` (an abort found the batch decided and could not
-    finish it: the next start or ``python -m recovery`` will).
+    finish it: the next start or ``twopc recover`` will).
     """
 
     batch_id: int
@@ -100,7 +100,7 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         TransactionLostError: a handle is neither prepared nor committed. The others are
             committed, the batch is left DECIDED so that every retry raises again.
         CommitPendingError: the target did not answer, retries included; the batch is left
-            DECIDED for the next start (or ``python -m recovery``) to finish.
+            DECIDED for the next start (or ``twopc recover``) to finish.
     """
     tally = _Tally()
     m = metrics or CommitMetrics()
@@ -142,7 +142,7 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
             f"transactions {lost} are neither prepared nor committed in {sink.describe()}")
     where = "" if ledger.in_target else f"--checkpoint {ledger.checkpoint_location} "
     accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run "
-              f"`python -m recovery {where}--accept-lost {decision.batch_id}` to mark it done")
+              f"`twopc recover {where}--accept-lost {decision.batch_id}` to mark it done")
     if _target_unknown(sink, ledger):
         return TransactionLostError(
             f"{head}. This checkpoint does not record which target the batch was prepared in (it was written by "
@@ -173,9 +173,9 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
             f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "
             f"the decision is recorded in {ledger.location} and the prepared transactions wait on the "
             f"server. The next start of the query finishes the batch before it writes anything, or "
-            f"finish it now, once the server answers: python -m recovery --checkpoint "
+            f"finish it now, once the server answers: twopc recover --checkpoint "
             f"{ledger.checkpoint_location} --format {fmt} --option key=value for each of the write's "
-            f"options (see python -m recovery --help)")
+            f"options (see twopc recover --help)")
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
@@ -441,7 +441,7 @@ class CommitCoordinator:
                                         retry=CommitRetry(0))
             except TwoPCError as exc:
                 log.warning("twopc: batch %s of sink %s is decided but could not be finished while aborting "
-                            "(%s): left for recovery (the next start of the query, or python -m recovery)",
+                            "(%s): left for recovery (the next start of the query, or twopc recover)",
                             batch_id, self.sink_id, exc)
                 return self._done(batch_id, "left-for-recovery", started)
         elif decision is not None and state is BatchState.COMMITTED:  # finished before: all of it was committed
@@ -479,7 +479,7 @@ class CommitCoordinator:
         raises, ``query.stop()`` returns) nothing of the batch is left prepared. What is still
         running when the wait gives up is named in a warning: a transaction it prepares is
         rolled back by the task itself when it sees the abort record, else by the next start
-        (or ``python -m recovery``)."""
+        (or ``twopc recover``)."""
         try:
             wait = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:
@@ -491,7 +491,7 @@ class CommitCoordinator:
                               f"{r.get('host')})" for r in wait.left.values())
             log.warning("twopc: sink=%s batch=%s: %s task(s) of the aborted batch still ran after %.0f s: %s. A "
                         "transaction one of them prepares is rolled back by that task when it sees the abort; if it "
-                        "is killed first, the next start of the query (or python -m recovery) rolls it back",
+                        "is killed first, the next start of the query (or twopc recover) rolls it back",
                         self.sink_id, batch_id, len(wait.left), TASK_WAIT_SECONDS, tasks)
 
     # ------------------------------------------------------------------------------

@@ -74,7 +74,7 @@ class MissingExtraError(ConfigurationError, ImportError):
     """A backend's Python driver is not installed (or fails to import).
 
     twopc's core needs only pyspark, pyarrow and SQLAlchemy; each backend's driver comes with
-    an extra (``pip install 'twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
+    an extra (``pip install 'pyspark-twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
     message names the one to install. It is a :class:`ConfigurationError` (raised before
     anything is written, caught with the rest of the family) and an :class:`ImportError` (what
     Python code expects of a missing module). Raised by ``twopc._extras.require``.
@@ -88,7 +88,7 @@ class MissingExtraError(ConfigurationError, ImportError):
     def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
         super().__init__(
             f"{what} needs the Python module {module_name!r}, {reason}. "
-            f"Install it with: pip install 'twopc[{extra}]'",
+            f"Install it with: pip install 'pyspark-twopc[{extra}]'",
             name=module_name,
         )
         self.extra = extra
@@ -159,7 +159,7 @@ class CommitPendingError(SinkUnavailableError):
 
     Nothing is lost and nothing is doubled: a decided batch stays decided in the ledger
     and its prepared transactions wait on the server; the next start of the query finishes
-    it before anything else runs, or ``python -m recovery`` does. The message names the
+    it before anything else runs, or ``twopc recover`` does. The message names the
     server (without credentials), the batch, and those two ways.
     """
 
@@ -194,7 +194,7 @@ class ProtocolError(TwoPCError):
 DAMAGED_NEXT_STEP = (
     "the checkpoint is damaged (truncated, or edited by hand); nothing more was committed or rolled back. "
     "Next step: restore this file from a backup of the checkpoint (or repair the JSON by hand), then "
-    "rerun; `python -m recovery status --checkpoint <checkpointLocation> --format <format> --option ...` "
+    "rerun; `twopc status --checkpoint <checkpointLocation> --format <format> --option ...` "
     "lists the transactions of this sink still prepared in the target. Do not delete the record: its "
     "batch may be partly committed, and without it twopc cannot finish it")
 

@@ -8,7 +8,7 @@ created, never changed (so the store's create-at-most-once makes them safe)::
     owners/<epoch>.json     {host, pid, started}: a driver took over (epochs 1, 2, ...)
     verdicts/<epoch>.json   the decisions of older epochs that stood when it took over
 
-- **Taking over** (:meth:`Ownership.claim`, at plan time and by ``python -m recovery``):
+- **Taking over** (:meth:`Ownership.claim`, at plan time and by ``twopc recover``):
   the driver whose identity is the newest owner keeps its epoch; any other creates
   ``owners/<newest + 1>`` (retrying past a rival), then lists every undecided-looking
   decision of an older epoch into ``verdicts/<epoch>`` *before* it rolls anything back.

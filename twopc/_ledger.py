@@ -411,7 +411,7 @@ class CommitLedger:
             raise TargetMismatchError(
                 f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) has decided batch(es) {pending} "
                 f"whose transactions wait prepared in {where}: it cannot move to {shown(identity, instance)} "
-                f"now. Finish them first (run the write, or python -m recovery recover, with the recorded "
+                f"now. Finish them first (run the write, or twopc recover recover, with the recorded "
                 f"target's options), or, if that target is gone for good, restore their rows and mark each "
                 f"batch done with --accept-lost <batch>; then retarget. Nothing was changed")
         kept = recorded or TargetRecord(identity)

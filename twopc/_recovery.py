@@ -1,7 +1,7 @@
 """Recovery: bring a sink's target to the state its ledger decided.
 
 Runs automatically on the driver when a query (or a batch write) is planned, before any
-task writes, and by hand through ``python -m recovery``. Why before the tasks: a
+task writes, and by hand through ``twopc recover``. Why before the tasks: a
 prepared transaction keeps its row locks, so a replayed attempt that writes the same
 key would otherwise wait on it.
 """
@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import faultinject
+from twopc import faultinject
 
 from . import _metrics
 from ._coordinator import CommitMetrics, classify_prepared, finish_decision, resolve_prepared

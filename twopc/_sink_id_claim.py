@@ -12,7 +12,7 @@ query may still have decided batches that only its checkpoint can finish.
 
 Every writer takes the claim, not only the Spark runtime: :func:`claim_writer` is what a
 :class:`~twopc.CommitCoordinator` and a :class:`~twopc.RecoveryCoordinator` built by hand
-take (the core API, ``python -m recovery``), before they roll anything back. A SQL sink's
+take (the core API, ``twopc recover``), before they roll anything back. A SQL sink's
 lease is then held by this process for as long as a coordinator holding it lives; two
 coordinators of this process with one sink id share it when they serve one checkpoint,
 and another checkpoint's is refused.
@@ -61,7 +61,7 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "
         f"would roll back each other's transactions, so nothing was written. Give this write its own sinkId "
         f"(or leave sinkId unset: it then derives from the checkpoint). If the other query is retired for "
-        f"good, finish its batches (python -m recovery --checkpoint {other.owner} ...), then delete its "
+        f"good, finish its batches (twopc recover --checkpoint {other.owner} ...), then delete its "
         f"record: {other.remove}")
 
 

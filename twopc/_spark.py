@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-import faultinject
+from twopc import faultinject
 
 from ._checkpoint import (
     missing_spark_checkpoint,
@@ -218,7 +218,7 @@ class _WriterCore:
     def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
         """Roll the failed write back. Never raises: Spark replaces the error that made it
         abort with a generic "Writing job failed" when ``abort`` raises, so what cannot be
-        cleaned up now is left for the next start (or ``python -m recovery``) with a warning."""
+        cleaned up now is left for the next start (or ``twopc recover``) with a warning."""
         configure_worker_logging()
         if self.skip:
             self._settle()
@@ -227,7 +227,7 @@ class _WriterCore:
             return self._finish("abort", messages, batch_id)
         except Exception:
             log.warning("twopc: sink %s could not clean up after the failed write of batch %s; the next start "
-                        "of the query (or python -m recovery) will", self.sink_id, batch_id, exc_info=True)
+                        "of the query (or twopc recover) will", self.sink_id, batch_id, exc_info=True)
             return None
 
     def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:

@@ -20,7 +20,7 @@ checkpoint over, it touches nothing.
 
 It reads the query's writer options from Spark's plan through the session's JVM (a classic
 session; Spark Connect has none: there, and wherever this fails, the next start of the
-query or ``python -m recovery`` settles the batch, as before).
+query or ``twopc recover`` settles the batch, as before).
 
 The same listener notes, at each start of a query writing to a twopc data source, the
 session's ``spark.sql.streaming.checkpointLocation`` then (see :mod:`twopc._checkpoint`):
@@ -247,7 +247,7 @@ class _StopListener(StreamingQueryListener):
                              result.batch_id)
         except Exception:  # a listener must not fail: the next start settles the batch
             log.warning("twopc: could not settle the last batch of streaming query %s (run %s) after it ended: "
-                        "its prepared transactions wait for the next start of the query (or python -m recovery)",
+                        "its prepared transactions wait for the next start of the query (or twopc recover)",
                         run.query_id, run.run_id, exc_info=True)
         finally:
             run.execution = None

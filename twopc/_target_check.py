@@ -2,7 +2,7 @@
 
 Every writer passes here before it touches the target: the Spark runtime at plan time, a
 :class:`~twopc.CommitCoordinator` or :class:`~twopc.RecoveryCoordinator` built by hand (the
-core API, ``python -m recovery``). A write to another target (a typo, a moved server, another
+core API, ``twopc recover``). A write to another target (a typo, a moved server, another
 database) is refused as such before anything is recorded, naming both targets; recovery run
 against the wrong one would otherwise find the decided transactions missing there and call
 them lost. The comparison is :meth:`CommitLedger.bind_target`'s: what the servers say they

@@ -64,7 +64,7 @@ def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | N
             f"this write goes to {new}: another server, database or table (the same server reached under "
             f"another name is the same target where the server tells what it is). Nothing was written or "
             f"recorded. ")
-    retarget = (f"python -m recovery recover --checkpoint {checkpoint} --retarget --format "
+    retarget = (f"twopc recover recover --checkpoint {checkpoint} --retarget --format "
                 f"<the write's format> --option key=value ... (the options of the write to the new target)")
     if pending:
         accept = " ".join(f"--accept-lost {b}" for b in pending)
@@ -72,7 +72,7 @@ def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | N
             f"Batch(es) {pending} are decided and their transactions wait prepared in {old}: nothing is lost. "
             f"Point this write back at {old} (its URL as before) and it commits them first. Only if that "
             f"target is gone for good are their rows lost: restore them by other means, mark each batch done "
-            f"(python -m recovery recover --checkpoint {checkpoint} {accept}, one command per "
+            f"(twopc recover recover --checkpoint {checkpoint} {accept}, one command per "
             f"batch), then move the checkpoint to the new target: {retarget}")
     return head + (
         f"A checkpoint's committed batches (txnVersion) and sink id serve one target, so this write would be "

@@ -1,7 +1,7 @@
 """The randomized chaos suite: seeded schedules of process crashes, worker kills, server
 crashes and restarts (PostgreSQL immediate shutdown, MariaDB and Redis SIGKILL, Redis back
 from its AOF) and network faults (FaultProxy resets, stalls, latency, swallowed commit
-replies) at every fault point of ``twopc.FAULT_POINTS``, over five sinks (twopc-postgres
+replies) at every fault point of ``twopc.testing.FAULT_POINTS``, over five sinks (twopc-postgres
 prepared, MariaDB XA, twopc-jdbc staging on PostgreSQL, twopc-redis, the file sink), each
 followed by the model check of :func:`twopc.testing.run_schedule`.
 
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from faultinject import FaultPlan
-from twopc import FAULT_POINTS
+from twopc.faultinject import FaultPlan
 from twopc.testing import (
     FAULT_KINDS,
+    FAULT_POINTS,
     ChaosTable,
     Schedule,
     ScheduleResult,

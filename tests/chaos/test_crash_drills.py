@@ -91,7 +91,8 @@ def _run_folders(tmp: Path) -> list[str]:
 
 _DRIVER = textwrap.dedent(
     """
-    import subprocess, faultinject
+    import subprocess
+    from twopc import faultinject
     child = subprocess.Popen(["sleep", "600"])
     print("child", child.pid, flush=True)
     faultinject.fault_point("p", batch_id=3)
@@ -114,7 +115,7 @@ def test_a_crash_in_the_driver_kills_it_and_its_children_not_the_group_it_runs_i
 
 _TWICE = textwrap.dedent(
     """
-    import faultinject
+    from twopc import faultinject
     for hit in range(2):
         try:
             faultinject.fault_point("p", batch_id=3)
@@ -134,7 +135,7 @@ def test_each_run_of_an_inline_spec_fires_again_and_leaves_no_folder(tmp_path: P
     assert [run.stdout.split() for run in runs] == [["raised", "passed"]] * 2  # once in each run of the spec
     assert _run_folders(tmp) == []  # each run ended: its folder went with it
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", "import faultinject; faultinject.fault_point('p')"],
+        proc = subprocess.run([sys.executable, "-c", "from twopc import faultinject; faultinject.fault_point('p')"],
                               env=child_env(TWOPC_FAULTS="p:exit", TMPDIR=str(tmp)), capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 17
@@ -143,10 +144,11 @@ def test_each_run_of_an_inline_spec_fires_again_and_leaves_no_folder(tmp_path: P
 
 _PARENT = textwrap.dedent(
     """
-    import subprocess, sys, faultinject
+    import subprocess, sys
+    from twopc import faultinject
     faultinject.export_run()
     print("state", faultinject.current_state_dir(), flush=True)
-    hit = "import faultinject; faultinject.fault_point('p'); print('passed')"
+    hit = "from twopc import faultinject; faultinject.fault_point('p'); print('passed')"
     for _ in range(2):
         print("child", subprocess.run([sys.executable, "-c", hit]).returncode, flush=True)
     faultinject.fault_point("p")
@@ -171,7 +173,8 @@ def test_times_count_across_the_processes_of_one_run(tmp_path: Path) -> None:
 
 _KILLED = textwrap.dedent(
     """
-    import os, signal, faultinject
+    import os, signal
+    from twopc import faultinject
     print(faultinject.current_state_dir(), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
     """
@@ -201,7 +204,7 @@ _DRILL = textwrap.dedent(
 
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     work = sys.argv[1]
     spark = (SparkSession.builder.master("local[2]").appName("drill").config("spark.ui.enabled", "false")

@@ -1,6 +1,6 @@
 """The conformance kit's crash matrix (``twopc.testing.run_crash_matrix``) through Spark, on
 the project's six sinks: a streaming query in a subprocess is SIGKILLed at every fault
-point of ``twopc.FAULT_POINTS`` its commit path reaches (driver, JVM and Python workers:
+point of ``twopc.testing.FAULT_POINTS`` its commit path reaches (driver, JVM and Python workers:
 no cleanup runs), restarted from its checkpoint with a different ``repartition(n)`` each
 time, and two task attempts are killed (Spark retries them) in the last micro-batch. Then
 every id is in the target exactly once, nothing of the sink is prepared (plus each

@@ -23,11 +23,11 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from faultinject import FaultProxy
-from sinks import MySqlXaSink, PostgresSink
-from sinks.redis import HSetOp, RedisSink
-from sinks.sql.connect._timeouts import reply_deadline
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TwoPhaseCommitSink
+from twopc.faultinject import FaultProxy
+from twopc.sinks import MySqlXaSink, PostgresSink
+from twopc.sinks.redis import HSetOp, RedisSink
+from twopc.sinks.sql.connect._timeouts import reply_deadline
 from twopc.spi import BatchState, CommitPendingError, CommitRetry
 
 from tests._sql_helpers import batch, ctx, fresh_sql_target, prepare, uid
@@ -85,7 +85,7 @@ def _lost_reply_scenario(sink: AnySink, fresh_sink: Callable[[], AnySink], proxy
     assert isinstance(err, CommitPendingError), err
     text = str(err)
     assert f"batch 2 of sink {sink_id!r} is decided" in text
-    assert where in text and "python -m recovery" in text and "next start of the query" in text
+    assert where in text and "twopc recover" in text and "next start of the query" in text
     assert secret is None or secret not in text
     assert ledger.state(2) is BatchState.DECIDED
     assert proxy.swallowed >= 2

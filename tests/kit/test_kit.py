@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import twopc
-from sinks import FileHandle, FileSink
+from twopc.sinks import FileHandle, FileSink
 from twopc.testing import (
     CONTRACT_CHECKS,
+    FAULT_POINTS,
     ContractViolation,
     Fault,
     HarnessError,
@@ -107,7 +107,7 @@ def test_failure_messages_say_what_broke(tmp_path: Path) -> None:
 
 
 def test_import_twopc_does_not_import_the_kit_or_pytest() -> None:
-    code = ("import sys, twopc, sinks, recovery\n"
+    code = ("import sys, twopc, twopc.sinks, twopc.recovery\n"
             "bad = [m for m in ('twopc.testing', 'pytest', '_pytest') if m in sys.modules]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -157,10 +157,10 @@ def test_the_harness_never_shows_its_options() -> None:
 def test_crash_plans_reach_every_fault_point_and_kill_last() -> None:
     per_txn, atomic = crash_plan(atomic=False), crash_plan(atomic=True)
     one_call = crash_plan(atomic=False, one_call=True)
-    assert {f.point for f in per_txn if f.action == "crash"} == set(twopc.FAULT_POINTS)
-    assert {f.point for f in atomic if f.action == "crash"} == set(twopc.FAULT_POINTS) - {
+    assert {f.point for f in per_txn if f.action == "crash"} == set(FAULT_POINTS)
+    assert {f.point for f in atomic if f.action == "crash"} == set(FAULT_POINTS) - {
         "between_commits", "after_commit"}
-    assert {f.point for f in one_call if f.action == "crash"} == set(twopc.FAULT_POINTS) - {"between_commits"}
+    assert {f.point for f in one_call if f.action == "crash"} == set(FAULT_POINTS) - {"between_commits"}
     for plan in (per_txn, atomic, one_call):
         batches = [f.batch for f in plan if f.action == "crash" and f.point != "during_recovery"]
         assert batches == list(range(len(batches))), "one crash per micro-batch"
@@ -181,7 +181,7 @@ INHERITED = '''
 import pyarrow.parquet as pq
 import pytest
 
-from sinks import FileSink
+from twopc.sinks import FileSink
 from twopc.testing import SinkContractTests, SinkHarness
 
 

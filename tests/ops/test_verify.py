@@ -19,9 +19,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from sinks import PostgresSink
 from twopc import CommitCoordinator, CommitLedger
 from twopc._target import open_target_ledger
+from twopc.sinks import PostgresSink
 
 from tests._ops_helpers import REPO, cli_env, twopc_cli
 from tests._sql_helpers import batch, ctx, prepare, uid, validated
@@ -276,8 +276,8 @@ def test_a_million_entries_verify_in_bounded_memory(postgres_url: str, redis_url
                         env)
         assert one["rc"] == 0 and json.loads(one["out"])["expected"] == 1, one
         idle = _measured([script, "verify", "--help"], env)
-        naive = _measured([sys.executable, "-c", "import twopc, sinks, recovery, psycopg\n" + _NAIVE, stream, table],
-                          env)
+        naive = _measured([sys.executable, "-c", "import twopc, twopc.sinks, twopc.recovery, psycopg\n" + _NAIVE,
+                           stream, table], env)
         assert naive["out"].split() == [str(_MILLION), "0", "0"], naive["err"]
         grew, naive_grew = verify["kib"] - one["kib"], naive["kib"] - idle["kib"]
         bound = 48 * 1024  # KiB: one page of 50k ids measured about 20 MB

@@ -18,18 +18,17 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import sinks
-from faultinject import FaultProxy
-from recovery import verify_postgres_ids
-from recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
-from twopc import CommitLedger
+from twopc import CommitLedger, sinks
+from twopc.faultinject import FaultProxy
+from twopc.recovery import verify_postgres_ids
+from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
 from twopc.spi import BatchState
 
 HANG = 300.0  # far above the configured bound: only a write that never returns reaches it
 #: waits small enough for a test: a reply gets 2 s, a commit one retry after 0.1 s
 FAST = {"socketTimeout": "2s", "lockTimeout": "1s", "connectTimeout": "2s", "commitRetries": "1",
         "commitRetryBackoff": "0.1"}
-TWOPC_SAYS = ("is decided, but its commit to PostgreSQL", "python -m recovery", "--format twopc-postgres",
+TWOPC_SAYS = ("is decided, but its commit to PostgreSQL", "twopc recover", "--format twopc-postgres",
               "next start of the query")
 
 

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-import faultinject
-import sinks
+from twopc import faultinject, sinks
 from twopc._source_env import RUNNER_KEYS
 
 

@@ -13,10 +13,9 @@ from typing import ClassVar
 
 import pytest
 
-import faultinject
 import twopc
-from sinks import FileHandle, FileSink
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape, faultinject
+from twopc.sinks import FileHandle, FileSink
 
 from tests._filesink_helpers import committed_ids, run_task
 

@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sinks import FileSink
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionLostError
+from twopc.sinks import FileSink
 from twopc.spi import BatchState, CommitPendingError, CommitRetry, ProtocolError, SinkUnavailableError
 
 from tests._broken_sinks import ClaimsAtomicCommit
@@ -128,7 +128,7 @@ def test_an_unanswered_commit_is_retried_then_left_decided_for_the_next_start(tm
     with pytest.raises(CommitPendingError) as err:
         coord.commit_batch(1, handles)
     assert "batch 1 of sink 'q1' is decided" in str(err.value) and "3 attempt(s)" in str(err.value)
-    assert "python -m recovery" in str(err.value) and "next start of the query" in str(err.value)
+    assert "twopc recover" in str(err.value) and "next start of the query" in str(err.value)
     assert ledger.state(1) is BatchState.DECIDED
 
     # Spark's abort after the failed commit: cannot finish the batch either; warns, leaves it, never raises

@@ -1,4 +1,4 @@
-"""``python -m recovery``: inspect and run recovery by hand, as an operator would."""
+"""``twopc recover``: inspect and run recovery by hand, as an operator would."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from sinks import FileSink
 from twopc import CommitCoordinator, CommitLedger
+from twopc.sinks import FileSink
 from twopc.spi import BatchState
 
 from tests._filesink_helpers import committed_ids, crash_commit, run_task
@@ -19,7 +19,7 @@ REPO = REPO_ROOT
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recovery", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "twopc.recovery", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ})
 
 

@@ -16,7 +16,7 @@ target. It then checks
   transaction (loud);
 - **the crash matrix through Spark** (:func:`run_crash_matrix`): a streaming query into
   the sink, in a subprocess (``python -m twopc.testing.job``), SIGKILLed at every point
-  of ``twopc.FAULT_POINTS``, plus task kills Spark retries, with every replay
+  of :data:`FAULT_POINTS` (the protocol's fault points), plus task kills Spark retries, with every replay
   repartitioned; afterwards every input id is visible exactly once, nothing is prepared
   and the ledger has nothing pending.
 
@@ -40,7 +40,7 @@ stderr or the checkpoint.
 
 - **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded
   schedules of process crashes, worker kills, server crashes and restarts and network faults
-  (through a :class:`faultinject.FaultControl`) at every fault point, each run through
+  (through a :class:`twopc.faultinject.FaultControl`) at every fault point, each run through
   ``python -m twopc.testing.microjob`` (twopc's Spark writer driven without a JVM) and
   followed by a model check; :func:`shrink_schedule` drops rules while a schedule still
   fails, :class:`ChaosTable` reports a run.
@@ -48,6 +48,7 @@ stderr or the checkpoint.
 ``import twopc`` does not import this package (it imports pytest).
 """
 
+from .._faults import POINTS as FAULT_POINTS
 from ._checks import (
     PROTOCOL_CHECKS,
     check_a_wrong_credential_never_shows_in_errors,
@@ -101,6 +102,7 @@ __all__ = [
     "DRIVER_CRASH_POINTS",
     "EXECUTOR_POINTS",
     "FAULT_KINDS",
+    "FAULT_POINTS",
     "PROTOCOL_CHECKS",
     "ChaosTable",
     "ContractReport",

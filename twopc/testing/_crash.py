@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import faultinject
+from twopc import faultinject
 
 from .._context import TransactionContext
 from .._ledger import CommitLedger
@@ -57,7 +57,7 @@ class Fault:
 
 
 def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
-    """Every point of ``twopc.FAULT_POINTS`` the sink's commit path reaches, one crash per
+    """Every point of ``twopc.testing.FAULT_POINTS`` the sink's commit path reaches, one crash per
     micro-batch (so each starts from a clean state), then two task kills sharing the last
     batch. Nothing may follow the kills: a later micro-batch's (or a restart's) plan-time
     recovery, not the driver's sweep after the commit, would then remove the killed

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from faultinject import FaultPlan, FaultRule
+from twopc.faultinject import FaultPlan, FaultRule
 
 from .._faults import POINTS
 
@@ -82,7 +82,7 @@ def _rule(rng: random.Random, kind: str, target: ScheduleTarget, batches: int) -
 def generate_schedule(seed: int, targets: Sequence[ScheduleTarget]) -> Schedule:
     """The schedule of *seed*: the sink is ``targets[seed % len(targets)]`` (consecutive seeds
     cycle through the sinks), 2-3 micro-batches, 1-3 rules, each at a point of
-    ``twopc.FAULT_POINTS`` with a kind of :data:`FAULT_KINDS` (process kinds only for a sink
+    ``twopc.testing.FAULT_POINTS`` with a kind of :data:`FAULT_KINDS` (process kinds only for a sink
     without a server), optionally limited to one batch and partition. Deterministic: the
     same seed and targets give the same schedule."""
     target = targets[seed % len(targets)]

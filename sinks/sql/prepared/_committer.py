@@ -154,13 +154,13 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             other = None if still else self._prepared_elsewhere(gid)
             committed = not still and other is None and self._marker_exists(gid)
         except (SinkError, self.spec.driver_error):
-            return (f"Whether {gid} is still prepared could not be read; `python -m recovery status` shows it. "
-                    f"Fix the cause and rerun (or run `python -m recovery`)")
+            return (f"Whether {gid} is still prepared could not be read; `twopc status` shows it. "
+                    f"Fix the cause and rerun (or run `twopc recover`)")
         if still or other is not None:
             where = f" in {other}" if other is not None else ""
             fix = ("connect to that database (the url must name the database the batch was prepared in) and "
-                   "rerun, or run `python -m recovery`" if other is not None
-                   else "fix the cause and rerun, or run `python -m recovery`")
+                   "rerun, or run `twopc recover`" if other is not None
+                   else "fix the cause and rerun, or run `twopc recover`")
             return (f"The transaction {gid} is still prepared{where}, holding its rows and locks; nothing was "
                     f"{'committed' if verb == 'COMMIT' else 'rolled back'}, and it can still be "
                     f"{'committed' if verb == 'COMMIT' else 'rolled back'}: {fix}")

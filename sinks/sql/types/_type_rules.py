@@ -8,8 +8,8 @@ from :data:`RULES`, the one table. It follows what Spark's JDBC writer gets thro
 binds each value with ``setInt``/``setDouble``/``setBigDecimal``/``setString``/... and the
 server converts it to the column's type as in an assignment), with the exceptions the
 README's type table lists; arrays, maps and structs fit JSON columns only, as JSON text
-(:mod:`sinks.sql.types._json_values`). The modes also store the same values: the staging mode stages
-into columns of the target's own types (:mod:`sinks.sql.staging._ddl`), through the same
+(:mod:`twopc.sinks.sql.types._json_values`). The modes also store the same values: the staging mode stages
+into columns of the target's own types (:mod:`twopc.sinks.sql.staging._ddl`), through the same
 encoders as the prepared modes.
 """
 
@@ -65,7 +65,7 @@ RULES: Mapping[str, Mapping[Family, frozenset[str]]] = {
     "timestamp": {Family.TIMESTAMP: _ALL, Family.DATE: _MY},
     "time": {Family.TIME: _ALL},
     "duration": {Family.TIME: _MY},
-    # arrays, maps and structs: written as JSON text (sinks.sql.types._json_values); into a text
+    # arrays, maps and structs: written as JSON text (twopc.sinks.sql.types._json_values); into a text
     # column they are refused (to_json() says which text the user wants)
     "nested": {Family.JSON: _ALL},
 }

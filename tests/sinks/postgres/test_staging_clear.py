@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-import sinks.sql.staging._committer as staging_commit
-from sinks import StagingHandle, StagingSink
+import twopc.sinks.sql.staging._committer as staging_commit
 from twopc import TransactionContext
+from twopc.sinks import StagingHandle, StagingSink
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 _COUNTER = iter(range(10**6))

@@ -16,9 +16,10 @@ import pyarrow as pa
 import pytest
 import redis
 
-from faultinject import LocalRedis
-from sinks._options import Duration
-from sinks.redis import (
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, ConfigurationError, TransactionContext
+from twopc.faultinject import LocalRedis
+from twopc.sinks._options import Duration
+from twopc.sinks.redis import (
     HIncrByOp,
     HSetOp,
     IncrByOp,
@@ -35,7 +36,6 @@ from sinks.redis import (
     mapping_json,
     parse_mapping,
 )
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome, ConfigurationError, TransactionContext
 from twopc.spi import (
     MissingOptionError,
     SchemaMismatchError,

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from sinks.redis_source import (
+from twopc import ConfigurationError
+from twopc.sinks.redis_source import (
     BASE_DDL,
     EntryId,
     Offset,
@@ -25,8 +26,7 @@ from sinks.redis_source import (
     StreamServer,
     schema_ddl,
 )
-from sinks.redis_source._lua import LIBRARY_NAME, library_code
-from twopc import ConfigurationError
+from twopc.sinks.redis_source._lua import LIBRARY_NAME, library_code
 from twopc.spi import MissingOptionError, SourceError
 
 from tests._stream_helpers import rows_of
