@@ -12,10 +12,10 @@ from typing import Any
 
 import psycopg
 
+from sinks._redis.clients import ClientConfig, split_url
+from sinks._redis.ids import EntryId
+from sinks._redis.stream_server import StreamServer
 from sinks._secrets import secret_guesses
-from sinks.redis._clients import ClientConfig, split_url
-from sinks.redis_source._ids import EntryId
-from sinks.redis_source._server import StreamServer
 from sinks.sql._names import parse_table_name
 from sinks.sql.connect._engines import dbapi_connect_params
 from sinks.sql.options._jdbc_options import JdbcOptions

@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sinks.redis_source._ids import ZERO, EntryId, Range
-from sinks.redis_source._server import StreamServer
+from sinks._redis.ids import ZERO, EntryId, Range
+from sinks._redis.stream_server import StreamServer
 from sinks.sql._names import TableName
 
 from ._verify import EXAMPLES, PAGE_SIZE, SetCheck

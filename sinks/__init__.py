@@ -20,7 +20,8 @@
 
 Layout: a folder per backend (:mod:`sinks.sql` — what every SQL sink shares, the options
 reader, the URL translator, the prepared-transaction base, the staging mode and the
-``twopc-jdbc`` drop-in; :mod:`sinks.postgres`; :mod:`sinks.mysql`; :mod:`sinks.redis`),
+``twopc-jdbc`` drop-in; :mod:`sinks.postgres`; :mod:`sinks.mysql`; :mod:`sinks.redis` and
+:mod:`sinks.redis_source`, which share ``sinks._redis``),
 and the file sink in ``sinks/_file.py``. Backends that need a database driver load when
 first used, so ``import sinks`` works with any subset of the extras installed
 (``twopc[postgres]``, ``twopc[mysql]``, ``twopc[redis]``); every built-in handle kind is
