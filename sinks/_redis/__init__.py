@@ -1,8 +1,8 @@
-"""Redis plumbing shared by the Redis sink (:mod:`sinks.redis`) and the Redis Stream source
-(:mod:`sinks.redis_source`), which import it and never each other.
+"""Redis plumbing shared by the Redis sink (:mod:`twopc.sinks.redis`) and the Redis Stream source
+(:mod:`twopc.sinks.redis_source`), which import it and never each other.
 
 Modules, each with one job: ``clients`` (connection settings, URL and password, one pooled
-client per process, :func:`~sinks._redis.clients.dispose_clients`), ``library`` (building a
+client per process, :func:`~twopc.sinks._redis.clients.dispose_clients`), ``library`` (building a
 FUNCTION library, telling that the server lost one), ``ids`` (stream entry ids and ranges),
 ``stream_lua`` (the source's ``twopc_stream_v2`` library, whose ``ack`` step the sink's
 ``ackGroup`` commit embeds) and ``stream_server`` (the stream commands: the source's, and

@@ -10,9 +10,9 @@ written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
 ``twopc-redis``) every entry's effect is applied exactly once; the rows carry the stream
 key and the entry id, a deterministic idempotency key for the sink.
 
-Options: see :mod:`sinks.redis_source._read_options`. Modules: ``_ids`` (offsets),
+Options: see :mod:`twopc.sinks.redis_source._read_options`. Modules: ``_ids`` (offsets),
 ``_read_options``, ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault
-points). Shared with the Redis sink, in :mod:`sinks._redis`: entry ids and ranges, the
+points). Shared with the Redis sink, in :mod:`twopc.sinks._redis`: entry ids and ranges, the
 ``twopc_stream_v2`` library, the Redis calls (``StreamServer``), clients.
 Needs Redis 7.0+ and PySpark 4.2+.
 """

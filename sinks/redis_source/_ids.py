@@ -1,6 +1,6 @@
 """The source's offsets: pure functions, no server.
 
-Entry ids (``<ms>-<seq>``) and ranges of them live in :mod:`sinks._redis.ids`.
+Entry ids (``<ms>-<seq>``) and ranges of them live in :mod:`twopc.sinks._redis.ids`.
 The source's offset (what Spark writes to ``<checkpoint>/offsets/<batch>``) is::
 
     {"v": 1, "streams": {"<key>": {"id": "<last id included>", "n": <entries read so far>,

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from sinks._redis.stream_lua import LIBRARY_NAME, library_code
-from sinks.redis_source import (
+from twopc.sinks._redis.stream_lua import LIBRARY_NAME, library_code
+from twopc.sinks.redis_source import (
     BASE_DDL,
     EntryId,
     Offset,
