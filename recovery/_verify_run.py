@@ -13,10 +13,10 @@ from typing import Any
 import psycopg
 
 from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
+from twopc.sinks._redis.clients import ClientConfig, split_url
+from twopc.sinks._redis.ids import EntryId
+from twopc.sinks._redis.stream_server import StreamServer
 from twopc.sinks._secrets import secret_guesses
-from twopc.sinks.redis._clients import ClientConfig, split_url
-from twopc.sinks.redis_source._ids import EntryId
-from twopc.sinks.redis_source._server import StreamServer
 from twopc.sinks.sql._names import parse_table_name
 from twopc.sinks.sql.connect._engines import dbapi_connect_params
 from twopc.sinks.sql.options._jdbc_options import JdbcOptions

@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from twopc.sinks.redis_source._ids import ZERO, EntryId, Range
-from twopc.sinks.redis_source._server import StreamServer
+from twopc.sinks._redis.ids import ZERO, EntryId, Range
+from twopc.sinks._redis.stream_server import StreamServer
 from twopc.sinks.sql._names import TableName
 
 from ._verify import EXAMPLES, PAGE_SIZE, SetCheck

@@ -20,11 +20,12 @@
 
 Layout: a folder per backend (:mod:`twopc.sinks.sql` — what every SQL sink shares, the options
 reader, the URL translator, the prepared-transaction base, the staging mode and the
-``twopc-jdbc`` drop-in; :mod:`twopc.sinks.postgres`; :mod:`twopc.sinks.mysql`; :mod:`twopc.sinks.redis`),
+``twopc-jdbc`` drop-in; :mod:`twopc.sinks.postgres`; :mod:`twopc.sinks.mysql`; :mod:`twopc.sinks.redis` and
+:mod:`twopc.sinks.redis_source`, which share ``twopc.sinks._redis``),
 and the file sink in ``sinks/_file.py``. Backends that need a database driver load when
 first used, so ``import twopc.sinks`` works with any subset of the extras installed
-(``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``, ``pyspark-twopc[redis]``); every built-in handle kind is
-registered either way, so any ledger can be read.
+(``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``, ``pyspark-twopc[redis]``); every
+built-in handle kind is registered either way, so any ledger can be read.
 """
 
 from __future__ import annotations

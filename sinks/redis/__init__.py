@@ -119,16 +119,17 @@ block by the rows per partition (``maxFilesPerTrigger``/``maxOffsetsPerTrigger``
 Modules: ``_mapping`` (ops, :func:`parse_mapping`, :func:`mapping_json`, compiling),
 ``_templates`` (templates, cell encoding), ``_keys`` (key names, hash tags, slots),
 ``_fold`` (the open transaction and its staging list), ``_lua`` (the server-side
-library), ``_clients`` (per-process clients, :func:`dispose_clients`), ``_server``
-(configuration checks, loading the library, running a step), ``_sink`` (the sink).
+library), ``_server`` (configuration checks, loading the library, running a step),
+``_sink`` (the sink). Per-process clients (:func:`dispose_clients`) and what the sink
+shares with the Redis Stream source are in :mod:`twopc.sinks._redis`.
 """
 
 from twopc.spi import require as _require
 
 _require("redis", "redis", "the Redis sink (twopc-redis)")
 
+from .._redis.clients import dispose_clients  # noqa: E402 - after the driver check
 from .._sources import RedisDataSource  # noqa: E402 - after the driver check
-from ._clients import dispose_clients  # noqa: E402 - after the driver check
 from ._keys import RedisKeys, key_slot  # noqa: E402 - after the driver check
 from ._mapping import (  # noqa: E402 - after the driver check
     HIncrByOp,

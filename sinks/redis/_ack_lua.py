@@ -20,6 +20,8 @@ acknowledged when it answers ``FAILED`` (nothing was applied either).
 
 from __future__ import annotations
 
+from .._redis import stream_lua
+from .._redis.library import build_library
 from . import _lua as lua
 
 __all__ = ["ACK_LIBRARY_NAME", "ack_function_name", "ack_library_code"]
@@ -47,8 +49,7 @@ _ACK = r"""
 
 
 def _stream_parts() -> tuple[str, str]:
-    from ..redis_source import _lua as stream_lua  # the source's library: its prelude and its ack step
-
+    """The source's library: its prelude and its ack step."""
     return stream_lua._PRELUDE, stream_lua.FUNCTIONS["ack"]
 
 
@@ -59,7 +60,7 @@ def ack_library_code() -> str:
     assert batch.endswith(_DONE), "commit_batch's reply changed: rebuild this library under a new name"
     prelude = (lua._PRELUDE + "\nlocal ack_upto\ndo\n" + stream_prelude
                + "ack_upto = function(keys, args)\n" + ack_body + "end\nend\n")
-    return lua.build_library(ACK_LIBRARY_NAME, prelude,
+    return build_library(ACK_LIBRARY_NAME, prelude,
                              {"commit_batch_ack": _POP_ACKS + batch[: -len(_DONE)] + _ACK + _DONE})
 
 

@@ -24,8 +24,8 @@ from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
 from .._handles import RedisHandle
-from ..redis_source._ids import EntryId
-from ..redis_source._server import StreamServer
+from .._redis.ids import EntryId
+from .._redis.stream_server import StreamServer
 
 __all__ = ["AckSpec", "batch_acks"]
 

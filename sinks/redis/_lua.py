@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import hashlib
 
+from .._redis.library import build_library
+
 __all__ = [
     "BATCH_FUNCTIONS",
     "BATCH_LIBRARY_NAME",
@@ -46,7 +48,6 @@ __all__ = [
     "MAX_ARGS",
     "MAX_BATCH_TXNS",
     "batch_library_code",
-    "build_library",
     "function_name",
     "library_code",
     "script_code",
@@ -265,15 +266,6 @@ def library_code() -> str:
 def batch_library_code() -> str:
     """The batch-commit FUNCTION library source (loaded beside :func:`library_code`)."""
     return build_library(BATCH_LIBRARY_NAME, _PRELUDE, BATCH_FUNCTIONS)
-
-
-def build_library(library: str, prelude: str, functions: dict[str, str]) -> str:
-    """A FUNCTION library named *library*: *prelude*, then each body of *functions*
-    registered as ``<library>_<name>(keys, args)`` (every twopc library is built so)."""
-    parts = [f"#!lua name={library}\n", prelude]
-    for name, body in functions.items():
-        parts.append(f"\nredis.register_function('{library}_{name}', function(keys, args)\n{body}end)\n")
-    return "".join(parts)
 
 
 def script_code(name: str) -> str:

@@ -19,14 +19,15 @@ import redis.exceptions as rex
 from twopc import SinkError
 from twopc.spi import ProtocolError, TargetConfigurationError
 
+from .._redis.clients import ClientConfig, Pooled
+from .._redis.library import missing_library
 from . import _lua as lua
 from ._ack_lua import ack_function_name, ack_library_code
-from ._clients import ClientConfig, Pooled
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
 
-__all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply", "missing_library"]
+__all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply"]
 
 log = logging.getLogger("twopc.sinks.redis")
 
@@ -233,12 +234,6 @@ def decode_reply(reply: Any) -> list[str]:
     if not isinstance(reply, list | tuple) or not reply:
         return [repr(reply)]
     return [as_text(x) for x in reply]
-
-
-def missing_library(exc: BaseException) -> bool:
-    """Whether *exc* says the server lost the library (``NOSCRIPT``, function not found)."""
-    return isinstance(exc, rex.NoScriptError) or (
-        isinstance(exc, rex.ResponseError) and "function not found" in str(exc).lower())
 
 
 class RedisTargetError(SinkError):

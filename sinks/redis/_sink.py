@@ -50,11 +50,11 @@ from twopc.spi import Headroom, MissingOptionError, OwnerRecord, PreparedDetail,
 
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader
+from .._redis.clients import ClientConfig, split_url
+from .._redis.stream_server import StreamServer
 from .._secrets import credential_free, redacted_errors
-from ..redis_source._server import StreamServer
 from . import _lua as lua
 from ._acks import AckSpec, batch_acks
-from ._clients import ClientConfig, split_url
 from ._dead_letter import RowFolder, dead_letter_op
 from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
 from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message

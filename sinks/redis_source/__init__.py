@@ -10,9 +10,10 @@ written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
 ``twopc-redis``) every entry's effect is applied exactly once; the rows carry the stream
 key and the entry id, a deterministic idempotency key for the sink.
 
-Options: see :mod:`twopc.sinks.redis_source._read_options`. Modules: ``_ids`` (entry ids, offsets,
-ranges), ``_read_options``, ``_lua`` (the ``twopc_stream_v2`` library), ``_server`` (Redis
-calls), ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault points).
+Options: see :mod:`twopc.sinks.redis_source._read_options`. Modules: ``_ids`` (offsets),
+``_read_options``, ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault
+points). Shared with the Redis sink, in :mod:`twopc.sinks._redis`: entry ids and ranges, the
+``twopc_stream_v2`` library, the Redis calls (``StreamServer``), clients.
 Needs Redis 7.0+ and PySpark 4.2+.
 """
 
@@ -20,12 +21,13 @@ from twopc.spi import require as _require
 
 _require("redis", "redis", "the Redis Stream source (twopc-redis-stream)")
 
-from ._ids import EntryId, Offset, Position, Range  # noqa: E402 - after the driver check
-from ._lua import LIBRARY_NAME  # noqa: E402 - after the driver check
+from .._redis.ids import EntryId, Range  # noqa: E402 - after the driver check
+from .._redis.stream_lua import LIBRARY_NAME  # noqa: E402 - after the driver check
+from .._redis.stream_server import StreamServer  # noqa: E402 - after the driver check
+from ._ids import Offset, Position  # noqa: E402 - after the driver check
 from ._read_options import FORMAT_NAME, OPTIONS, StreamOptions, check_pyspark  # noqa: E402 - after the driver check
 from ._reader import FAULT_POINTS, RedisStreamReader, StreamPartition  # noqa: E402 - after the driver check
 from ._rows import BASE_DDL, schema_ddl  # noqa: E402 - after the driver check
-from ._server import StreamServer  # noqa: E402 - after the driver check
 
 __all__ = [
     "BASE_DDL",

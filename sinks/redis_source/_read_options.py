@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from twopc import ConfigurationError
 
 from .._options import OptionReader
+from .._redis.clients import ClientConfig, split_url
+from .._redis.ids import EntryId
 from .._secrets import redacted_errors
-from ..redis._clients import ClientConfig, split_url
 from ._fields_schema import check_fields_schema
-from ._ids import EntryId
 
 __all__ = ["FORMAT_NAME", "OPTIONS", "StreamOptions", "check_pyspark"]
 

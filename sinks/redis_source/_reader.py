@@ -54,10 +54,11 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from twopc import ConfigurationError, faultinject
 from twopc.spi import SourceError
 
-from ._ids import ZERO, EntryId, Offset, Position, Range
+from .._redis.ids import ZERO, EntryId, Range
+from .._redis.stream_server import StreamInfo, StreamServer
+from ._ids import Offset, Position
 from ._read_options import StreamOptions
 from ._rows import converters, to_batch, to_row
-from ._server import StreamInfo, StreamServer
 
 __all__ = ["FAULT_POINTS", "RedisStreamReader", "StreamPartition"]
 

@@ -1,4 +1,5 @@
-"""The source's conversations with Redis: stream discovery, the ``plan`` and ``ack`` steps
+"""The Redis Stream source's conversations with Redis (the Redis sink's ``ackGroup`` reads
+consumer groups through them too): stream discovery, the ``plan`` and ``ack`` steps
 of the ``twopc_stream_v2`` library, reading a range, and telling why a range changed.
 
 Every Redis error becomes a :class:`~twopc.SinkError` (``SinkUnavailableError`` when the
@@ -15,10 +16,10 @@ import redis.exceptions as rex
 
 from twopc import SinkError
 
-from ..redis._clients import ClientConfig
-from ..redis._server import missing_library
-from . import _lua as lua
-from ._ids import EntryId, Range
+from . import stream_lua as lua
+from .clients import ClientConfig
+from .ids import EntryId, Range
+from .library import missing_library
 
 __all__ = ["Plan", "StreamInfo", "StreamServer"]
 
@@ -135,7 +136,7 @@ class StreamServer:
             lo = p.last
 
     def ack(self, stream: str, group: str, upto: EntryId, *, trim: bool) -> tuple[int, int, bool] | None:
-        """Acknowledge everything ``<= upto`` for *group* (see :mod:`._lua`); with *trim*,
+        """Acknowledge everything ``<= upto`` for *group* (see :mod:`.stream_lua`); with *trim*,
         ``XTRIM MINID`` the entries ``<= upto``. Returns (entries XACKed, entries trimmed,
         group created), or None when the stream does not exist.
 

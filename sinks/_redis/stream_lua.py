@@ -1,4 +1,5 @@
-"""Server-side code of the Redis Stream source: the FUNCTION library ``twopc_stream_v2``.
+"""Server-side code of the Redis Stream source: the FUNCTION library ``twopc_stream_v2``
+(the Redis sink's ``ackGroup`` commit embeds its prelude and ``ack`` step, :mod:`twopc.sinks.redis._ack_lua`).
 
 - ``plan``: walk a stream's entries ``lo < id <= hi`` (at most *max*; 0 = all) and return
   only ids: the last one, how many, and every *split*-th id (partition boundaries). The
@@ -17,7 +18,7 @@ hold it, unused.
 
 from __future__ import annotations
 
-from ..redis._lua import build_library
+from .library import build_library
 
 __all__ = ["LIBRARY_NAME", "function_name", "library_code"]
 

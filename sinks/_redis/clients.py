@@ -1,8 +1,9 @@
-"""Redis connections of the sink: one client per process, URL, password and timeouts.
+"""Redis connections of the Redis sink and the Redis Stream source: one client per
+process, URL, password and timeouts.
 
-The sink pickles to executors with configuration only; each process opens its clients
-lazily here, learns once per client whether the server is a cluster (``INFO cluster``) and
-then uses ``redis.cluster.RedisCluster``. A forked process starts with no clients.
+The sink and the source pickle to executors with configuration only; each process opens
+its clients lazily here, learns once per client whether the server is a cluster
+(``INFO cluster``) and then uses ``redis.cluster.RedisCluster``. A forked process starts with no clients.
 :func:`dispose_clients` closes them all. The password never reaches a message: every
 server error goes through :meth:`ClientConfig.error`.
 """
