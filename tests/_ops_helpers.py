@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import from_arrow_schema
 
-import faultinject
+from twopc import faultinject
 from twopc.testing import DEFAULT_SPARK_CONF, SinkHarness
 
 __all__ = ["REPO", "cli_env", "crash_query_once", "twopc_cli"]

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from faultinject import LocalMariaDB, ServerUnavailable
+from twopc.faultinject import LocalMariaDB, ServerUnavailable
 
 from ._docker import docker_available
 

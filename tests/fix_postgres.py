@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from faultinject import LocalPostgres, ServerUnavailable
+from twopc.faultinject import LocalPostgres, ServerUnavailable
 
 from ._docker import docker_available
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis as redis_py
 
-from faultinject import LocalRedis, ServerUnavailable
+from twopc.faultinject import LocalRedis, ServerUnavailable
 
 from ._docker import docker_available
 

@@ -24,7 +24,7 @@ WIDTH = "100"
 
 def command_help(command: str | None) -> str:
     """``twopc [command] --help`` as the parser prints it, WIDTH columns wide."""
-    from recovery._cli import _parser  # the parser `twopc` and `python -m recovery` run
+    from twopc.recovery._cli import _parser  # the parser `twopc` and `python -m recovery` run
 
     before = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH  # argparse wraps to $COLUMNS

@@ -14,7 +14,7 @@ import redis.exceptions as rex
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from faultinject import FaultProxy
+from twopc.faultinject import FaultProxy
 
 NO_RETRY = Retry(NoBackoff(), 0)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faultinject import LocalSparkCluster
+from twopc.faultinject import LocalSparkCluster
 from twopc.testing import DEFAULT_SPARK_CONF, EXECUTOR_POINTS, SinkHarness, cluster_crash_plan, run_crash_matrix
 
 from tests._kit_harnesses import harness_for

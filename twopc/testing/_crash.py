@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import faultinject
+from twopc import faultinject
 
 from .._context import TransactionContext
 from .._ledger import CommitLedger

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import faultinject
+from twopc import faultinject
 
 from .._ledger import CommitLedger
 from ._crash import _python_path, _write_input

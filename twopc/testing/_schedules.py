@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from faultinject import FaultPlan, FaultRule
+from twopc.faultinject import FaultPlan, FaultRule
 
 from .._faults import POINTS
 

@@ -8,7 +8,7 @@ spec's runs file, so each restart repartitions the replay differently, then stre
 Parquet file per micro-batch (``availableNow``) into the sink's data source and stops.
 
 A ``crash`` fault fired in the driver or in any Python worker kills the whole job
-(:func:`faultinject.export_crash_group`); :class:`faultinject.ChaosRunner` restarts it.
+(:func:`twopc.faultinject.export_crash_group`); :class:`faultinject.ChaosRunner` restarts it.
 With a ``master`` in the spec (``spark://...``, e.g. :class:`faultinject.LocalSparkCluster`)
 the executors run in JVMs of their own and get the fault plan through
 ``spark.executorEnv.*`` but not the job's crash group: a ``crash`` fired in an executor's
@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import faultinject
+from twopc import faultinject
 
 __all__ = ["main"]
 

@@ -33,9 +33,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 from redis.cluster import RedisCluster
 
-from faultinject import LocalRedis, LocalRedisCluster
-from sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
-from sinks.redis_source import Offset, RedisStreamReader, StreamOptions
+from twopc.faultinject import LocalRedis, LocalRedisCluster
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
+from twopc.sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc import (
     CommitCoordinator,
     CommitLedger,
