@@ -17,6 +17,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "twopc_options",
+    "twopc_cli",
 ]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build"]

@@ -24,7 +24,7 @@ from ._verify import EXAMPLES, SetCheck
 
 __all__ = ["verify_batches"]
 
-#: how a staging-mode overwrite empties the table first (:class:`sinks.StagingHandle`'s ``write``)
+#: how a staging-mode overwrite empties the table first (:class:`twopc.sinks.StagingHandle`'s ``write``)
 _EMPTIES = frozenset(("drop", "truncate", "delete"))
 
 

@@ -13,7 +13,7 @@ from twopc.spi import BatchResult, BatchState
 
 class CommitsBeforeDecision(CommitCoordinator):
     """Commits every fresh handle of an undecided batch first, then does what the real
-    coordinator does (its ``before_decision`` fault point now fires after the commits)."""
+    coordinator does (so its ``before_decision`` fault point fires after the commits)."""
 
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         fresh = [h for h in handles if h is not None]

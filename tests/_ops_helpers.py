@@ -1,5 +1,5 @@
 """Helpers of the operations tests: a real streaming query SIGKILLed once at a fault point
-(the conformance kit's job, run by :class:`faultinject.ChaosRunner` without a restart), and
+(the conformance kit's job, run by :class:`twopc.faultinject.ChaosRunner` without a restart), and
 the ``twopc`` console script run as an operator runs it, secrets from the environment."""
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def _observe(state: dict[str, Any], name: str, value: float) -> None:
 def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action: str, committed: int,
                  already_committed: int, aborted: int, swept: int, seconds: float, rows: int,
                  first_prepared_at: float | None, retried: int = 0, headroom: Headroom | None = None) -> None:
-    """Add one batch's figures (what :class:`~twopc.BatchResult` and the commit messages say,
+    """Add one batch's figures (what :class:`~twopc.spi.BatchResult` and the commit messages say,
     and the target's *headroom* read after the commit)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}

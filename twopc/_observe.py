@@ -3,7 +3,7 @@ guards), the metrics of every commit, abort and recovery, and the metrics server
 
 Kept out of :mod:`twopc._spark` so the runtime reads as the protocol; every function here
 is best effort where it must be (metrics never fail a commit) and loud where it must be
-(a guard that refuses raises :class:`~twopc.TargetConfigurationError`).
+(a guard that refuses raises :class:`~twopc.spi.TargetConfigurationError`).
 """
 
 from __future__ import annotations

@@ -80,7 +80,8 @@ def foreach_batch_writer(format_name: str, checkpoint_location: str,
     """Return a ``foreachBatch`` function that writes each micro-batch exactly once.
 
     Each call becomes a twopc batch write with ``txnVersion = batch_id``, so a replayed
-    micro-batch (same id) writes nothing. *checkpoint_location* should be the query's own.
+    micro-batch (same id) writes nothing. *checkpoint_location* holds the ledger of these
+    writes: a folder of this query's alone (the examples use a sub-folder of its checkpoint).
     The data source named *format_name* must be registered.
     """
 

@@ -4,8 +4,8 @@ committer, bounded.
 A commit whose reply is lost (a timeout, a reset connection) may or may not have happened.
 Every sink's commit is idempotent by contract (a repeated commit answers
 ``ALREADY_COMMITTED``), so the coordinator asks again, with backoff, a bounded number of
-times; then it gives up with :class:`~twopc.CommitPendingError`, which says what is left
-and how it will be finished. Only :class:`~twopc.SinkUnavailableError` is retried: any
+times; then it gives up with :class:`~twopc.spi.CommitPendingError`, which says what is left
+and how it will be finished. Only :class:`~twopc.spi.SinkUnavailableError` is retried: any
 other error is an answer.
 """
 

@@ -75,7 +75,7 @@ class RuntimeOptions:
     - ``minBatchesToRetain``: ledger records kept, default 100.
     - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled
       for each retry): how often a commit the target does not answer is asked again
-      before the write fails with :class:`~twopc.CommitPendingError`.
+      before the write fails with :class:`~twopc.spi.CommitPendingError`.
     """
 
     checkpoint_location: str

@@ -56,7 +56,7 @@ class CommitShape(enum.Enum):
     WHOLE_BATCH = "whole_batch"
     """After the decision, :meth:`~TwoPhaseCommitSink.commit_all` gets every handle in one
     call and orders the commits itself, firing ``between_commits`` between two of them.
-    Redis across hash tags, :class:`~twopc.CompositeSink`."""
+    Redis across hash tags, :class:`~twopc.spi.CompositeSink`."""
     LOCAL_TRANSACTION = "local_transaction"
     """:meth:`~TwoPhaseCommitSink.commit_all` commits every handle in one local transaction
     of the target that decides by itself: the coordinator commits *before* it records the
@@ -301,13 +301,13 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         Asked on the driver at plan time, after :meth:`validate` and before recovery
         touches anything, for a ``sinkId`` the user gave (a derived one is unique to its
         checkpoint). The Spark runtime refuses the write with
-        :class:`~twopc.ConcurrentWriterError` when another owner is recorded: its recovery
+        :class:`~twopc.spi.ConcurrentWriterError` when another owner is recorded: its recovery
         would roll back that query's transactions as orphans.
 
         Returns:
             ``None`` when the record names *owner* (now or already); the record of the
             other owner otherwise. Default ``None``: the sink keeps no owner record (the SQL
-            sinks hold a lease on their server instead, :class:`~twopc.TargetLedger`).
+            sinks hold a lease on their server instead, :class:`~twopc.spi.TargetLedger`).
 
         Raises:
             SinkError / SinkUnavailableError: the target failed.

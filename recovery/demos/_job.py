@@ -1,5 +1,5 @@
 """What every chaos job shares: a crashable Spark session, and a streaming query run to the
-end of its input with progress lines the :class:`faultinject.ChaosRunner` shows."""
+end of its input with progress lines the :class:`twopc.faultinject.ChaosRunner` shows."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ sinks written as two separate writes, in one run, on the same rows.
    done, i.e. how long a reader can see a batch in PostgreSQL but not yet in Redis (from
    the composite's ``participant_committed`` events, through the real coordinator).
 
-Uses a throwaway :class:`faultinject.LocalPostgres` and :class:`faultinject.LocalRedis`
+Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
 unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set. Machines are
 noisy: compare the ratio of one run.
 """

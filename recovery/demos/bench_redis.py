@@ -10,7 +10,7 @@
    (``INFO commandstats``, after ``CONFIG RESETSTAT``) per 10k HSET fields, and per 10k rows of
    the mixed mapping; plus the cost of an already-committed replay.
 
-Uses its own throwaway :class:`faultinject.LocalRedis` (AOF, ``appendfsync always``) unless
+Uses its own throwaway :class:`twopc.faultinject.LocalRedis` (AOF, ``appendfsync always``) unless
 ``TWOPC_BENCH_REDIS_URL`` is set. Machines are noisy: compare the ratios of one run.
 """
 

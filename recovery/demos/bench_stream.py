@@ -21,7 +21,7 @@ The time of a run is from the query's start to its end, so both pay Spark's per-
 bookkeeping (offset and commit logs). Target, printed as MET/MISSED (the bench never fails on
 a miss): exactly-once >= 0.7x the at-least-once entries/s.
 
-Uses a throwaway :class:`faultinject.LocalPostgres` and :class:`faultinject.LocalRedis`
+Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
 (``appendfsync always``, as the pipeline's demo) unless ``TWOPC_BENCH_POSTGRES_URL`` /
 ``TWOPC_BENCH_REDIS_URL`` are set. Machines are noisy: compare the ratios of one run.
 """

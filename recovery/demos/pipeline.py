@@ -1,7 +1,7 @@
 """The Redis Stream pipeline: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters.
 
 ``python -m twopc.recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
-:class:`faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
+:class:`twopc.faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
 streams with ``twopc-redis-stream``, each with its own consumer group and checkpoint,
 
 - ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,

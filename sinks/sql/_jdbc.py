@@ -6,8 +6,8 @@ one of two commit modes and logs which:
 
 ``prepared``
     Each task attempt loads its rows inside a transaction that it prepares —
-    PostgreSQL ``PREPARE TRANSACTION`` (:class:`~sinks.PostgresSink`, binary COPY from
-    Arrow) or MySQL/MariaDB XA (:class:`~sinks.MySqlXaSink`), both built on
+    PostgreSQL ``PREPARE TRANSACTION`` (:class:`~twopc.sinks.PostgresSink`, binary COPY from
+    Arrow) or MySQL/MariaDB XA (:class:`~twopc.sinks.MySqlXaSink`), both built on
     :class:`~twopc.sinks.sql.PreparedSqlSink` — and the driver commits
     them after recording its decision in the checkpoint, or, for a batch write without
     ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
@@ -15,7 +15,7 @@ one of two commit modes and logs which:
     a server that allows prepared transactions and an existing table, and it serves appends.
 ``staging``
     Each task attempt commits its rows into a staging table; the driver moves the chosen
-    attempts' rows into the table in ONE local transaction (:class:`~sinks.StagingSink`).
+    attempts' rows into the table in ONE local transaction (:class:`~twopc.sinks.StagingSink`).
     Works on any database with transactions (SQLite included), and is what overwrite,
     table creation, ``upsertKeys``, ``saveMode`` errorifexists/ignore and SQLite use: the
     commit transaction is its own decision.

@@ -38,7 +38,7 @@ class DialectSpec:
     dialect's module-level helpers): one object per backend, instead of a method per fact.
 
     Attributes:
-        name: the dialect (``postgresql``, ``mysql``), a key of :data:`twopc.MAX_XID_BYTES`.
+        name: the dialect (``postgresql``, ``mysql``), a key of :data:`twopc.spi.MAX_XID_BYTES`.
         format_name: the name the sink's options are read under (its Spark format).
         product: the database's name in messages.
         id_name: what the database calls a transaction id, in messages.

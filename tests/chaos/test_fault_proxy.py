@@ -1,4 +1,4 @@
-"""faultinject.FaultProxy against a real Redis server: forwarding, resets, latency,
+"""twopc.faultinject.FaultProxy against a real Redis server: forwarding, resets, latency,
 blackholes (proxy-wide and per connection, per direction) and swallowed replies."""
 
 from __future__ import annotations

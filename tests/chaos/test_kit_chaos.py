@@ -8,10 +8,10 @@ harness's own check: ``pg_prepared_xacts``, ``XA RECOVER``, staged rows, Redis s
 counters), the ledger has nothing pending, and no credential reached the checkpoint or the
 job's stderr.
 
-These replace ``test_chaos.py`` (twopc-postgres), ``test_jdbc_chaos.py`` (twopc-jdbc
-staging on PostgreSQL and SQLite) and ``test_redis_chaos.py``, and add FileSink and the
-MariaDB XA sink. A job costs about one Spark start per crash plus one: 10 for sinks that
-commit per transaction, 8 for those that commit a batch atomically (staging).
+The six: twopc-postgres, twopc-jdbc staging on PostgreSQL and twopc-redis (``make test``);
+FileSink, the MariaDB XA sink and twopc-jdbc staging on SQLite (``nightly``). A job costs
+about one Spark start per crash plus one: 10 for sinks that commit per transaction, 8 for
+those that commit a batch atomically (staging).
 """
 
 from __future__ import annotations

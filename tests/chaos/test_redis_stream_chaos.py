@@ -67,15 +67,15 @@ def test_pipeline_is_exactly_once_under_crashes_of_the_job_and_of_redis(postgres
             line[:600] for line in r.stderr_tail.splitlines() if "Error" in line or "Exception" in line
             or "twopc" in line)
             for i, r in enumerate(report.runs, 1) if r.returncode not in (0, -9))
-        # Every planned point fired (above) and Redis was killed once. Restarts used to end at
-        # once with exit 1 in 3 of 5 runs: java.io.OptionalDataException in ResultTask.runTask,
-        # both queries, before any twopc code. The cause was a race in PySpark on the environment
-        # map that every function of one registered Python data source shares (see
-        # twopc/_source_env.py); twopc.register now pre-sets the keys the source runner inserts,
-        # so no run may show it. A run may still end on its own for another reason (on a machine
-        # loaded far beyond its cores, Spark's source runner worker can miss its 10 s connect-back
-        # window); the runner starts the job again and the verdict below must hold whatever the
-        # number of runs. The failed runs' exception lines are in the message.
+        # Every planned point fired (above) and Redis was killed once. No run may end with
+        # java.io.OptionalDataException in ResultTask.runTask: PySpark races on the environment
+        # map that every function of one registered Python data source shares, and
+        # twopc.register pre-sets the keys the source runner inserts (twopc/_source_env.py), so
+        # two queries on one source never damage each other's task binaries. A run may still
+        # end on its own for another reason (on a machine loaded far beyond its cores, Spark's
+        # source runner worker can miss its 10 s connect-back window); the runner starts the job
+        # again and the verdict below must hold whatever the number of runs. The failed runs'
+        # exception lines are in the message.
         damaged = [i for i, r in enumerate(report.runs, 1) if "OptionalDataException" in r.stderr_tail]
         assert not damaged, (f"runs {damaged} could not deserialize their tasks", report.summary(), failed)
         assert report.crashes >= len(PLAN) - 1 and redis_kills, (report.summary(), redis_kills, failed)

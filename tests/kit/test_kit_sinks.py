@@ -4,10 +4,9 @@ against FileSink, PostgresSink (``twopc-postgres``), MySqlXaSink (MariaDB XA),
 PostgreSQL and MariaDB, and RedisSink, each on real servers (see ``_kit_harnesses.py`` for
 how each is built and the sink-specific verification added to every check).
 
-These replace the protocol tests each sink's own test file used to repeat (commit twice,
-lost after rollback, abort idempotent and refused after commit, list_prepared filtering,
-envelope, pickling, coordinator and recovery); what stays in those files is what only
-that sink does.
+The protocol's promises (commit twice, lost after rollback, abort idempotent and refused
+after commit, list_prepared filtering, envelope, pickling, coordinator and recovery) are
+tested here for every sink; a sink's own test files test only what that sink alone does.
 """
 
 from __future__ import annotations

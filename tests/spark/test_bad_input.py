@@ -15,8 +15,8 @@ and at the end, that it is in none of the servers' statement logs (PostgreSQL
 ``log_statement=all``, the MariaDB general log, Redis ``MONITOR``). The canary test
 puts the password in each of those places and checks that each scan finds it.
 
-Issue 13's items 1-4 (non-transactional tables, a zombie task, a checkpoint reused for
-another target, two writers with one sink id) add their classes as entries here.
+Non-transactional tables, a zombie task, a checkpoint reused for another target and two
+writers with one sink id are classes of bad input too, with entries here.
 """
 
 from __future__ import annotations

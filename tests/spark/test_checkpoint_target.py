@@ -1,8 +1,8 @@
 """A checkpoint (and its sink id) serves one target: the first write records
 what it writes to (``twopc/target.json``: ``TwoPhaseCommitSink.target_identity``, never a
 credential), and a write to another target with that checkpoint is refused before anything
-runs, naming both targets and the fix. Before, a batch job to table T2 with T1's checkpoint and
-``txnVersion`` "succeeded" and wrote nothing. Through Spark: PostgreSQL, Redis and the file
+runs, naming both targets and the fix (a batch job to table T2 with T1's checkpoint and
+``txnVersion`` must never "succeed" having written nothing). Through Spark: PostgreSQL, Redis and the file
 sink, batch and streaming; a checkpoint without a recorded target (older twopc) keeps working."""
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ def _name() -> str:
 
 
 def _df(spark):
-    # ids 0..59 and 0 again: before the fix, the staging move into MyISAM failed on the
-    # duplicate after moving some rows, and those rows stayed
+    # ids 0..59 and 0 again: a staging move into MyISAM would fail on the duplicate after
+    # moving some rows, and those rows would stay; the table must be refused before that
     return spark.range(0, 60, numPartitions=2).union(spark.range(0, 1, numPartitions=1)).selectExpr(
         "id", "concat('event-', id) AS payload")
 

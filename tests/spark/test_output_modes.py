@@ -237,7 +237,7 @@ def test_mariadb_overwrite_checks_the_dataframe_against_the_table_it_keeps(maria
 def test_recovery_without_the_dataframe_refuses_to_re_create_an_overwritten_table(postgres_url, pg_engine) -> None:
     """A batch overwrite without truncate re-creates the table from the DataFrame: a process
     that does not know it (recovery from the options alone) refuses, naming the way, and
-    leaves the table as it was (before, it appended the rows to the old ones)."""
+    leaves the table as it was (it never appends the rows to the old ones)."""
     table = _name("rd")
     with pg_engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {table} (bucket bigint, n bigint)")

@@ -1,5 +1,5 @@
 """twopc under Spark Connect: a client with no JVM, a real Connect server
-(:class:`faultinject.LocalSparkConnect`) whose Python workers run the data sources, and
+(:class:`twopc.faultinject.LocalSparkConnect`) whose Python workers run the data sources, and
 PostgreSQL, Redis and the file system as targets.
 
 What differs from a classic session and is checked here: formats are registered per

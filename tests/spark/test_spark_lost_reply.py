@@ -3,8 +3,8 @@
 
 The write fails within its configured bound (socketTimeout, commitRetries) instead of
 hanging, the exception the user catches carries twopc's message (which names the server,
-the batch and the way out; Spark's abort no longer replaces it with "Writing job
-failed"), and once the network heals the next start finishes the decided batch: each id
+the batch and the way out, not Spark's "Writing job failed" that a raising abort would
+put in its place), and once the network heals the next start finishes the decided batch: each id
 exactly once, no prepared transaction left."""
 
 from __future__ import annotations

@@ -146,7 +146,8 @@ def test_a_batch_write_keeps_its_ledger_in_s3(spark, s3_server, tmp_path) -> Non
 
 
 def test_a_scheme_checkpoint_is_refused_through_spark(spark, tmp_path) -> None:
-    """dbfs:/... used to become a folder named dbfs: in the driver's working directory."""
+    """A dbfs:/... checkpoint is refused, never taken for a folder named dbfs: in the driver's
+    working directory."""
     df = spark.range(0, 3).selectExpr("id", "concat('p', id) as payload")
     with pytest.raises(Exception, match="dbfs: location is never taken for a local folder"):
         (df.write.format("twopc-file").mode("append").option("path", str(tmp_path / "out"))

@@ -111,7 +111,8 @@ def test_an_encoded_password_arrives_whole(pw: str) -> None:
 
 
 def test_a_parameter_after_a_raw_ampersand_is_refused_without_its_name() -> None:
-    # once a bug: "parameter cd in the JDBC URL is not supported" echoed a piece of "ab&cd"
+    # the refusal must not name the parameter: "parameter cd in the JDBC URL is not supported"
+    # would echo a piece of the password "ab&cd"
     with pytest.raises(ConfigurationError) as err:
         JdbcOptions.parse({"url": "jdbc:postgresql://h/app?user=u&password=secretab&secretcd=1", "dbtable": "t"})
     text = str(err.value)

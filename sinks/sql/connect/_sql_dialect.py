@@ -97,7 +97,7 @@ class SqlDialect(Generic[C]):
     #: what the base needs to know about the database
     spec: ClassVar[DialectSpec]
 
-    #: the handle class the sink makes (a :class:`~sinks.PreparedSqlHandle` kind)
+    #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     handle_type: ClassVar[type[Any]]
     options: JdbcOptions
     _target: TableName

@@ -32,7 +32,7 @@ _FALL_BACK_TO_DELETE = frozenset({"55P03", "42501"})
 #: below this many rows a batch's staged rows are deleted: TRUNCATE's fixed cost (a new file,
 #: catalog updates, four more statements) made a small micro-batch's commit ~5 ms slower
 TRUNCATE_FROM_ROWS = 10_000
-#: how an overwrite empties an existing target (:meth:`StagingDdl.replaced_by`)
+#: how an overwrite empties an existing target (:meth:`StagingTables.replaced_by`)
 _EMPTY_BY = {"drop": "DROP TABLE", "truncate": "TRUNCATE TABLE", "delete": "DELETE FROM"}
 
 

@@ -78,7 +78,7 @@ class StagingDdl:
         longer fit) and the batch marker table; on MySQL/MariaDB also a missing target
         (DDL there cannot join the commit transaction). Deletes staged rows of dead
         ``eph-`` writes older than the retention. An overwrite that will drop and re-create
-        an existing target (:meth:`replaced_by`) logs a WARNING naming what the table will
+        an existing target (:meth:`StagingTables.replaced_by`) logs a WARNING naming what the table will
         lose (:func:`~twopc.sinks.sql.staging._recreate_losses.recreate_losses`).
 
         Raises:

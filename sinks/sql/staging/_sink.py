@@ -13,7 +13,7 @@ On PostgreSQL the rows go through the same COPY stream as the prepared mode
    staged attempt that vanished makes the commit raise, with nothing written);
 3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
    overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
-   or ``DROP`` + ``CREATE`` (:meth:`~twopc.sinks.sql.staging._ddl.StagingDdl.replaced_by`);
+   or ``DROP`` + ``CREATE`` (:meth:`~twopc.sinks.sql.staging._tables.StagingTables.replaced_by`);
 4. moves the chosen attempts' rows (:func:`~twopc.sinks.sql.staging._statements.move_sql`);
 5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
    :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.

@@ -145,7 +145,7 @@ class StagingTables:
 
     def commit_write(self) -> str:
         """What this sink's commit does to the target (recorded in each handle,
-        :attr:`StagingHandle.write <sinks.StagingHandle.write>`): the save mode, or for an
+        :attr:`StagingHandle.write <twopc.sinks.StagingHandle.write>`): the save mode, or for an
         overwrite how it empties an existing table (:meth:`replaced_by`)."""
         return self.replaced_by() if self.mode == "overwrite" else self.mode
 

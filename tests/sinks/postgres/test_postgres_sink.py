@@ -672,8 +672,8 @@ def test_any_text_round_trips_in_both_formats(postgres_url, pg_engine, values):
 
 def test_twopc_postgres_honours_isolation_level_session_init_and_query_timeout(postgres_url, pg_engine, table,
                                                                               sink_id):
-    """Options the old twopc-postgres took in its constructor but never read from Spark
-    options: they now mean the same as in twopc-jdbc (one options reader)."""
+    """isolationLevel, sessionInitStatement and queryTimeout given as Spark options mean the
+    same in twopc-postgres as in twopc-jdbc (one options reader)."""
     log_table = f"log_{_uid()}"
     with pg_engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {log_table} (iso text, stmt_timeout text, lock_timeout text)")

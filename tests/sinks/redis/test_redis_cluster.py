@@ -1,5 +1,5 @@
 """The Redis sink and the Redis Stream source on a live Redis Cluster
-(:class:`faultinject.LocalRedisCluster`: three masters and three replicas on loopback),
+(:class:`twopc.faultinject.LocalRedisCluster`: three masters and three replicas on loopback),
 with the cluster's own faults between ``pre_commit`` and ``commit``:
 
 - a slot moved to another master (the committing client's slot map is stale: MOVED);
@@ -229,8 +229,8 @@ def test_a_master_killed_between_prepare_and_commit_is_replaced_and_the_commit_l
         cluster: LocalRedisCluster, tmp_path: Path, url_names: str) -> None:
     """The replica had received the prepared staging (the test waits for ``WAIT 1``; twopc
     does not): after the automatic failover the commit finds it and applies it once, also
-    when the node named in the sink's URL is the one that died (redis-py used to ask that
-    node which keys an ``FCALL`` has, and failed for good)."""
+    when the node named in the sink's URL is the one that died (the commit must not ask
+    that node which keys an ``FCALL`` has)."""
     cluster.wait_stable()
     live = {n.port for n in cluster.nodes if n.running}
     masters = [cluster.by_port(v.port) for v in cluster.view() if v.is_master and v.slots and v.port in live]

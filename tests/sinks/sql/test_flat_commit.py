@@ -1,7 +1,7 @@
 """The driver's commit of a batch costs a number of round trips that does not grow with its
 partition count, and keeps every transaction's outcome exact.
 
-Round trips are counted structurally, by :class:`faultinject.FaultProxy` between the sink and
+Round trips are counted structurally, by :class:`twopc.faultinject.FaultProxy` between the sink and
 the real server (``ProxyConnection.round_trips``: how many times the client spoke after the
 server answered); no duration is measured. An error inside the pipeline (an id already
 committed, an id rolled back by hand) is attributed to that id alone: ``ALREADY_COMMITTED``
