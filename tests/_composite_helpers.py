@@ -105,7 +105,7 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
                 table, engine = stack.enter_context(_table(url, MY_DDL if kind == "xa" else PG_DDL))
                 where, creds = _credentials(url)
                 scheme = "mysql" if kind == "xa" else "postgresql"
-                fmt = "sinks:MySqlXaSink" if kind == "xa" else "twopc-postgres"
+                fmt = "twopc.sinks:MySqlXaSink" if kind == "xa" else "twopc-postgres"
                 options |= {f"{kind}.format": fmt, f"{kind}.url": f"{scheme}://{where}", f"{kind}.dbtable": table,
                             f"{kind}.user": creds["user"], f"{kind}.password": creds["password"]}
                 readers[kind] = functools.partial(_read, engine, table)
@@ -129,7 +129,7 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
                 check(sink_id)
             _same_everywhere(readers, rows_per_batch)
 
-        yield CompositeHarness("sinks:CompositeDataSource", options, readers[kinds[0]], verify=verify,
+        yield CompositeHarness("twopc.sinks:CompositeDataSource", options, readers[kinds[0]], verify=verify,
                                never_prepared=never_prepared, name=f"twopc-composite ({' + '.join(kinds)})",
                                handle_kind="twopc.composite", readers=readers, checks=checks,
                                engines=engines)

@@ -49,7 +49,7 @@ def _uid() -> str:
 @contextmanager
 def file_harness(tmp_path: Path) -> Iterator[SinkHarness]:
     out = str(tmp_path / "out")
-    yield OwnHarness("sinks:FileSink", {"path": out}, functools.partial(committed_ids, out),
+    yield OwnHarness("twopc.sinks:FileSink", {"path": out}, functools.partial(committed_ids, out),
                      verify=functools.partial(assert_nothing_left, out), name="FileSink", handle_kind="twopc.file")
 
 
@@ -114,7 +114,7 @@ def postgres_harness(postgres_url: str) -> Iterator[SinkHarness]:
         def verify(sink_id: str) -> None:
             assert _pg_prepared(engine, sink_id) == [], "prepared transactions left in pg_prepared_xacts"
 
-        yield OwnHarness("sinks:PostgresDataSource", {"url": f"postgresql://{where}", **creds, "dbtable": table},
+        yield OwnHarness("twopc.sinks:PostgresDataSource", {"url": f"postgresql://{where}", **creds, "dbtable": table},
                          lambda: _read(engine, table), verify=verify, name="PostgresSink (twopc-postgres)",
                          handle_kind="twopc.postgres", engine=engine)
 
@@ -126,7 +126,7 @@ def mysql_xa_harness(mariadb_url: str) -> Iterator[SinkHarness]:
         def verify(sink_id: str) -> None:
             assert _xa_recovered(engine, sink_id) == [], "prepared XA transactions left in XA RECOVER"
 
-        yield OwnHarness("sinks:MySqlXaSink", {"url": f"mysql://{where}", **creds, "dbtable": table},
+        yield OwnHarness("twopc.sinks:MySqlXaSink", {"url": f"mysql://{where}", **creds, "dbtable": table},
                          lambda: _read(engine, table), verify=verify, name="MySqlXaSink (MariaDB XA)",
                          handle_kind="twopc.mysql_xa", engine=engine)
 
@@ -146,7 +146,7 @@ def jdbc_harness(url: str, kind: str, commit_mode: str) -> Iterator[SinkHarness]
                 left = _mysql_staged(engine, sink_id)
             assert sum(left.values()) == 0, f"staged rows left: {left}"
 
-        yield OwnHarness("sinks:JdbcDataSource", {"url": f"{jdbc}://{where}", **creds, "dbtable": table,
+        yield OwnHarness("twopc.sinks:JdbcDataSource", {"url": f"{jdbc}://{where}", **creds, "dbtable": table,
                                                   "commitMode": commit_mode},
                          lambda: _read(engine, table), verify=verify,
                          name=f"JdbcSink (twopc-jdbc, {commit_mode}, {kind})", engine=engine,
@@ -166,7 +166,7 @@ def sqlite_staging_harness(tmp_path: Path) -> Iterator[SinkHarness]:
             left = staged_rows_left(engine, sink_id=sink_id)
             assert sum(left.values()) == 0, f"staged rows left: {left}"
 
-        yield OwnHarness("sinks:JdbcDataSource", {"url": f"jdbc:sqlite:{db}", "dbtable": "events",
+        yield OwnHarness("twopc.sinks:JdbcDataSource", {"url": f"jdbc:sqlite:{db}", "dbtable": "events",
                                                   "commitMode": "staging"},
                          lambda: _read(engine, "events"), verify=verify,
                          name="JdbcSink (twopc-jdbc, staging, SQLite)", engine=engine, handle_kind="twopc.staging")
@@ -205,7 +205,7 @@ def redis_harness(redis_url: str) -> Iterator[SinkHarness]:
         assert rows == len({f['id'] for _i, f in entries}), f"{rows} row hashes for the stream's distinct ids"
 
     try:
-        yield OwnHarness("sinks:RedisDataSource", options, read_ids, verify=verify, name="RedisSink (twopc-redis)",
+        yield OwnHarness("twopc.sinks:RedisDataSource", options, read_ids, verify=verify, name="RedisSink (twopc-redis)",
                          handle_kind="twopc.redis")
     finally:
         client.close()

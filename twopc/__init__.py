@@ -98,7 +98,7 @@ __version__ = "0.1.0"
 
 #: twopc's packages above the protocol core, loaded on first use: ``import twopc`` alone does
 #: not import the formats (nor their drivers), and the core never imports them.
-_PACKAGES = ("twopc.sinks", "twopc.recovery", "twopc.faultinject")
+_PACKAGES = ("sinks", "recovery", "faultinject")
 _FROM_SINKS = ("register_all", "write_jdbc")
 
 

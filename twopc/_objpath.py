@@ -25,15 +25,16 @@ def load_object(path: str) -> Any:
     return obj
 
 
-#: twopc's packages that were top-level ``twopc.sinks``, ``twopc.recovery`` and ``twopc.faultinject`` before 0.2: a
-#: checkpoint written by an older twopc records its sink class as ``twopc.sinks.postgres._sink:...``.
-_MOVED_UNDER_TWOPC = ("twopc.sinks", "twopc.recovery", "twopc.faultinject")
+#: twopc's packages that were top-level ``sinks``, ``recovery`` and ``faultinject`` before 0.2: a
+#: checkpoint written by an older twopc records its sink class as ``sinks.postgres._sink:...``.
+_MOVED_UNDER_TWOPC = ("sinks", "recovery", "faultinject")
 
 
 def _current_module(module: str) -> str:
-    """*module*, or ``twopc.<module>`` when it names a module of a package that moved under
-    ``twopc`` (and that module exists there): never a job's own ``twopc.sinks`` in its place."""
-    if module.partition(".")[0] in _MOVED_UNDER_TWOPC:
+    """*module*, or ``twopc.<module>`` when it names a submodule of a package that moved under
+    ``twopc`` and that submodule exists there: a job's own ``sinks`` never stands in for it."""
+    top, dot, _ = module.partition(".")
+    if dot and top in _MOVED_UNDER_TWOPC:  # twopc's classes were defined in submodules, never in the three packages
         moved = f"twopc.{module}"
         try:
             if importlib.util.find_spec(moved) is not None:

@@ -145,12 +145,12 @@ def test_a_sink_that_cannot_be_imported_by_path_is_refused_with_the_reason() -> 
     with pytest.raises(HarnessError, match="importable module"):
         SinkHarness(make(), {}, list).sink_path()
     with pytest.raises(HarnessError, match="cannot import"):
-        SinkHarness("sinks:NoSuchSink", {}, list).sink_path()
+        SinkHarness("twopc.sinks:NoSuchSink", {}, list).sink_path()
     assert SinkHarness(FileSink, {}, list).sink_path() == f"{FileSink.__module__}:FileSink"
 
 
 def test_the_harness_never_shows_its_options() -> None:
-    h = SinkHarness("sinks:FileSink", {"path": "/x", "password": SECRET}, list, name="files")
+    h = SinkHarness("twopc.sinks:FileSink", {"path": "/x", "password": SECRET}, list, name="files")
     assert SECRET not in repr(h) and SECRET not in str(h)
 
 
@@ -198,7 +198,7 @@ def make(sink, out):
 class TestFileSink(SinkContractTests):
     @pytest.fixture
     def harness(self, tmp_path):
-        return make("sinks:FileSink", tmp_path / "out")
+        return make("twopc.sinks:FileSink", tmp_path / "out")
 
 
 class TestMarkerMissing(SinkContractTests):

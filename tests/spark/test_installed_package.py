@@ -1,6 +1,6 @@
 """twopc as a user gets it: the sdist and the wheel built from it, installed into a fresh
 virtualenv, run the README's batch quickstart from a job folder that holds its own
-``twopc.sinks.py`` and ``twopc.recovery.py``.
+``sinks.py`` and ``recovery.py``.
 
 The same job also runs from the checkout (its root on ``PYTHONPATH``, nothing installed) and
 from the editable install the suite runs in: all three import one package, ``twopc``, so the
@@ -37,7 +37,7 @@ import recovery, sinks                      # the job's own modules
 assert sinks.TABLE == "daily_totals" and recovery.RETRIES == 3
 {quickstart}
 import twopc, twopc.sinks
-print("RESULT " + json.dumps({{"twopc": twopc.__file__, "twopc.sinks": twopc.sinks.__file__,
+print("RESULT " + json.dumps({{"twopc": twopc.__file__, "sinks": twopc.sinks.__file__,
                                "own": sinks.__file__}}))
 '''
 
@@ -117,8 +117,8 @@ def test_the_readme_batch_quickstart_runs_beside_a_jobs_own_sinks_and_recovery(
     env["PYSPARK_PYTHON"] = env["PYSPARK_DRIVER_PYTHON"] = str(python)
     job = tmp_path / "job"
     job.mkdir()
-    (job / "twopc.sinks.py").write_text(_OWN_SINKS)
-    (job / "twopc.recovery.py").write_text(_OWN_RECOVERY)
+    (job / "sinks.py").write_text(_OWN_SINKS)
+    (job / "recovery.py").write_text(_OWN_RECOVERY)
     quickstart = block_under(REPO_ROOT / "README.md", "## Quickstart: a batch job, all or nothing, once per run").code
     for placeholder, real in substitutions(postgres_url, "redis://unused:6379/0", tmp_path):
         quickstart = quickstart.replace(placeholder, real)
@@ -127,9 +127,9 @@ def test_the_readme_batch_quickstart_runs_beside_a_jobs_own_sinks_and_recovery(
     done = _run([str(python), "job.py"], cwd=job, env=env)
     assert "(1,)" in done.stdout.splitlines(), done.stdout  # the quickstart's rerun wrote nothing
     where = json.loads(done.stdout.split("RESULT ", 1)[1])
-    assert where["own"] == str(job / "twopc.sinks.py")
+    assert where["own"] == str(job / "sinks.py")
     if install == "wheel":
         assert where["twopc"].startswith(str(tmp_path / "venv")), where
-        assert where["twopc.sinks"].startswith(str(tmp_path / "venv")), where
+        assert where["sinks"].startswith(str(tmp_path / "venv")), where
     else:
         assert Path(where["twopc"]).resolve().is_relative_to(REPO_ROOT), where
