@@ -205,8 +205,8 @@ def redis_harness(redis_url: str) -> Iterator[SinkHarness]:
         assert rows == len({f['id'] for _i, f in entries}), f"{rows} row hashes for the stream's distinct ids"
 
     try:
-        yield OwnHarness("twopc.sinks:RedisDataSource", options, read_ids, verify=verify, name="RedisSink (twopc-redis)",
-                         handle_kind="twopc.redis")
+        yield OwnHarness("twopc.sinks:RedisDataSource", options, read_ids, verify=verify,
+                         name="RedisSink (twopc-redis)", handle_kind="twopc.redis")
     finally:
         client.close()
 
