@@ -68,7 +68,8 @@ def test_a_streaming_commit_process_commits_prepared_handles_without_settling_th
     messages = [pickle.loads(pickle.dumps(planned.core)).write_partition(_rows([p * 10, p * 10 + 1]), 0, p, 0)
                 for p in range(3)]
     committer = pickle.loads(pickle.dumps(source)).streamWriter(SCHEMA, False)
-    assert committer.core.sink.mode is None  # not the plan: the mode is never settled here
+    sink = committer.core.sink
+    assert isinstance(sink, JdbcSink) and sink.mode is None  # not the plan: the mode is never settled here
     committer.commit(messages, 0)
     assert _ids(pg_engine, table) == [0, 1, 10, 11, 20, 21]
     assert _left(pg_engine, table)[1] == 0
@@ -99,7 +100,7 @@ def test_staged_attempts_of_a_write_before_the_server_allowed_prepared_transacti
     options: dict[str, Any] = {"url": server.url, "dbtable": table, "checkpointLocation": str(tmp_path / "ck"),
                               "txnVersion": "1"}  # the second write is the rerun of the crashed job
     first = JdbcDataSource(options).writer(SCHEMA, False)
-    assert first.core.sink.mode == "staging"
+    assert isinstance(first.core.sink, JdbcSink) and first.core.sink.mode == "staging"
     for p in range(2):
         pickle.loads(pickle.dumps(first.core)).write_partition(_rows([p]), first.version, p, 0)
     assert _left(engine, table) == (0, 2)  # the driver died here: no decision, two staged attempts
@@ -110,7 +111,7 @@ def test_staged_attempts_of_a_write_before_the_server_allowed_prepared_transacti
     server.restart()
 
     second = JdbcDataSource(options).writer(SCHEMA, False)  # its plan runs the checkpoint's recovery
-    assert second.core.sink.mode == "prepared"
+    assert isinstance(second.core.sink, JdbcSink) and second.core.sink.mode == "prepared"
     assert _left(engine, table) == (0, 0)
     messages = [pickle.loads(pickle.dumps(second.core)).write_partition(_rows([100 + p]), second.version, p, 0)
                 for p in range(2)]
