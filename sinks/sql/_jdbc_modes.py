@@ -1,5 +1,5 @@
 """The two commit modes of one ``twopc-jdbc`` write side by side: which concrete sink an open
-transaction or a handle belongs to (:class:`TwoModeSink`, the base of :class:`~sinks.JdbcSink`).
+transaction or a handle belongs to (:class:`TwoModeSink`, the base of :class:`~twopc.sinks.JdbcSink`).
 
 The driver settles a write's mode at plan time (:meth:`JdbcSink.validate`), yet one write's
 transactions and handles are not all of that mode, so no single concrete sink can serve it:
@@ -15,9 +15,9 @@ transactions and handles are not all of that mode, so no single concrete sink ca
   in either mode: the server's setting may have changed since.
 
 So every call that takes an open transaction or a handle goes, here and nowhere else, to the
-sink of its kind: a :class:`~sinks.sql.connect._sql_dialect.SqlTxn` or a
-:class:`~sinks._handles.PreparedSqlHandle` to the prepared sink (:class:`~sinks.PostgresSink`,
-:class:`~sinks.MySqlXaSink`), the rest to the :class:`~sinks.StagingSink`.
+sink of its kind: a :class:`~twopc.sinks.sql.connect._sql_dialect.SqlTxn` or a
+:class:`~twopc.sinks._handles.PreparedSqlHandle` to the prepared sink (:class:`~twopc.sinks.PostgresSink`,
+:class:`~twopc.sinks.MySqlXaSink`), the rest to the :class:`~twopc.sinks.StagingSink`.
 """
 
 from __future__ import annotations

@@ -108,7 +108,7 @@ def test_extras_match_pyproject() -> None:
     assert core == ["pyspark", "pyarrow", "sqlalchemy", "prometheus-client"]
 
 
-@pytest.mark.parametrize("package", ["twopc", "recovery", "faultinject"])
+@pytest.mark.parametrize("package", ["twopc", "twopc.recovery", "twopc.faultinject"])
 def test_core_packages_import_without_any_driver(package: str) -> None:
     blocked = "; ".join(f"sys.modules[{d!r}] = None" for d in DRIVERS)
     assert _fresh(f"import json, sys; {blocked}; import {package}; print(json.dumps('ok'))") == "ok"

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from sinks import FileSink, JdbcOptions, PostgresSink
-from sinks._options import Duration, OptionReader
+from twopc.sinks import FileSink, JdbcOptions, PostgresSink
+from twopc.sinks._options import Duration, OptionReader
 from twopc import ConfigurationError
 from twopc.spi import MissingOptionError
 
@@ -181,7 +181,7 @@ _STAGING_WITHOUT_PSYCOPG = textwrap.dedent("""
     import sys
     sys.modules["psycopg"] = None  # as if twopc[postgres] were not installed
     import pyarrow as pa
-    from sinks import StagingSink
+    from twopc.sinks import StagingSink
     sink = StagingSink("postgresql://u@127.0.0.1:1/db", "t")  # options alone need no driver
     try:
         sink.validate(pa.schema([("id", pa.int64())]))
@@ -201,9 +201,9 @@ def test_a_sql_url_without_its_driver_names_the_extra() -> None:
 _NEAR_BUILDERS = {
     "twopc-jdbc": lambda o: JdbcOptions.parse({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
     "twopc-postgres": lambda o: PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
-    "twopc-redis": lambda o: __import__("sinks").RedisSink.from_options(
+    "twopc-redis": lambda o: __import__("twopc.sinks").RedisSink.from_options(
         {"url": "redis://h:6379/0", "mapping": '[{"op": "INCRBY", "key": "{t}:n", "by": 1}]', **o}),
-    "twopc-redis-stream": lambda o: __import__("sinks.redis_source").redis_source.StreamOptions.read(
+    "twopc-redis-stream": lambda o: __import__("twopc.sinks.redis_source").redis_source.StreamOptions.read(
         {"url": "redis://h:6379/0", "streams": "s", "group": "g", **o}),
     "twopc-file": lambda o: FileSink.from_options({"path": "/tmp/x", **o}),
 }

@@ -1,5 +1,5 @@
 """Why one ``twopc-jdbc`` write needs both of its sinks after the driver settled its mode
-(:mod:`sinks.sql._jdbc_modes`): a streaming query's commit process builds its sink without
+(:mod:`twopc.sinks.sql._jdbc_modes`): a streaming query's commit process builds its sink without
 asking the server, and a write's recovery settles what earlier writes left in the other
 mode (the server's ``max_prepared_transactions`` changed in between).
 
@@ -22,9 +22,9 @@ import pytest
 import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from faultinject import LocalPostgres
-from sinks import JdbcDataSource, JdbcSink, StagingSink
-from sinks.sql.connect._engines import dispose_engines
+from twopc.faultinject import LocalPostgres
+from twopc.sinks import JdbcDataSource, JdbcSink, StagingSink
+from twopc.sinks.sql.connect._engines import dispose_engines
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
 
