@@ -11,7 +11,9 @@
 Layout: ``options/`` (Spark's options, the URL and its driver parameters), ``types/`` (the
 type rules every mode shares), ``connect/`` (engines and their timeouts), ``prepared/`` (the
 prepared-transaction base), ``staging/`` (the staging mode), ``ledger/`` (the decision ledger
-in the target), ``_registry`` (what a database's folder registers), ``_jdbc`` (the drop-in).
+in the target), ``_registry`` (what a database's folder registers), ``_jdbc`` (the drop-in:
+its options and commit mode), ``_jdbc_modes`` (which of its two sinks a transaction or handle
+goes to).
 
 This package needs no database driver and never imports a database's folder: it asks the
 dialect registry (:mod:`twopc.sinks.sql._registry`), which imports :mod:`twopc.sinks.postgres` or

@@ -39,14 +39,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import (
-    CommitOutcome,
     CommitShape,
     ConfigurationError,
     SinkError,
@@ -56,18 +55,16 @@ from twopc import (
     TwoPhaseCommitSink,
     register,
 )
-from twopc.spi import Headroom, PreparedDetail, ProtocolError, TargetLedger
+from twopc.spi import Headroom, ProtocolError, TargetLedger
 
-from .._handles import PreparedSqlHandle
 from .._secrets import credential_free
+from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import backend_for
 from .connect._engines import engine_for
 from .connect._server_instance import server_instance
-from .connect._sql_dialect import SqlTxn
 from .options._jdbc_options import JdbcOptions
-from .prepared._sink import PreparedSqlSink
-from .staging._sink import StagingHandle, StagingSink
+from .staging._sink import StagingHandle
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -76,28 +73,13 @@ __all__ = ["JdbcDataSource", "JdbcSink", "write_jdbc"]
 
 log = logging.getLogger("twopc.sinks.jdbc")
 
-PREPARED = "prepared"
-STAGING = "staging"
 _ANNOUNCED: set[tuple[str, str, str, bool]] = set()
 #: (URL, table, stage, schema) whose staging this process validated for prepared-mode tasks
 #: that find no slot (streaming validates every micro-batch; staging's checks cost ~30 ms)
 _STAGING_READY: set[tuple[str, str, str, str]] = set()
 
 
-@runtime_checkable
-class SlotClaimingSink(Protocol):
-    """A prepared sink whose tasks claim a prepared-transaction slot before they begin (the
-    PostgreSQL sink): in ``auto`` mode a task that finds none stages, and the driver moves
-    the staged rows into one more prepared transaction before its decision."""
-
-    def begin_with_slot(self, context: TransactionContext, *, keep_driver_slot: bool) -> tuple[Any, Any]: ...
-    def begin_move(self, context: TransactionContext) -> Any: ...
-    def load_staged(self, txn: Any, stage: Any, names: Sequence[str], txn_ids: Sequence[str], rows: int) -> None: ...
-    def pre_commit(self, txn: Any) -> TransactionHandle: ...
-    def rollback(self, txn: Any) -> None: ...
-
-
-class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
+class JdbcSink(TwoModeSink):
     """Exactly-once writes to a SQL table with Spark's JDBC writer options.
 
     Args:
@@ -106,31 +88,18 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     The commit mode is settled by :meth:`configure_write` (when the write itself needs
     staging) or :meth:`validate` (asking the server); it travels to the executors with
     the pickled sink. Handles say which mode made them, so commit and recovery work in
-    any process.
+    any process: what takes a transaction or a handle goes to the sink of its kind
+    (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`, which says why one write needs both).
     """
 
-    handle_type = TransactionHandle
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
     session_options = ("twopcSchema",)
 
     def __init__(self, options: JdbcOptions) -> None:
-        self.options = options
-        self.write_mode = options.save_mode or "append"
-        self.mode: str | None = STAGING if options.commit_mode == STAGING else None
+        super().__init__(options)
         self.reason = "commitMode=staging" if self.mode else ""
-        self.schema: pa.Schema | None = None
-        self._overwrite = False
-        self._streaming = False
         self._checkpointed = True
-        self._prepared: PreparedSqlSink[Any, Any] | None = None
-        self._staging: StagingSink | None = None
-        #: prepared mode: tasks that find no prepared-transaction slot stage (settled by validate)
-        self.may_stage = False
         self._participant = False
-        #: driver, this process: the staged attempts each moving transaction took over, and
-        #: the staged attempts whose rows are deleted since it committed
-        self._moves: dict[str, tuple[StagingHandle, ...]] = {}
-        self._cleared: set[str] = set()
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> JdbcSink:
@@ -165,45 +134,13 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))
 
-    # -- backends ----------------------------------------------------------------------
-    def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
-        if self._prepared is None:
-            o = self.options
-            if (registered := backend_for(o.dialect)) is not None:
-                self._prepared = registered.prepared_sink(o)
-            else:
-                raise ConfigurationError(
-                    f"{o.dialect} has no prepared-transaction mode in twopc: use commitMode=staging")
-        return self._prepared
-
-    def _has_prepared_mode(self) -> bool:
-        """Whether the database has a prepared-transaction sink (a registered dialect)."""
-        return backend_for(self.options.dialect) is not None
-
-    def _staging_sink(self) -> StagingSink:
-        if self._staging is None:
-            self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
-            if self.schema is not None:
-                self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
-                                              checkpointed=True)
-        return self._staging
-
+    # -- the settled mode -------------------------------------------------------------------
     def _backend(self) -> TwoPhaseCommitSink[Any, Any, Any]:
         if self.mode == PREPARED:
             return self._prepared_sink()
         if self.mode == STAGING:
             return self._staging_sink()
         raise ProtocolError("JdbcSink: the commit mode is not settled (validate() settles it on the driver)")
-
-    def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
-        if isinstance(handle, StagingHandle):
-            return self._staging_sink()
-        if isinstance(handle, PreparedSqlHandle) and self._has_prepared_mode():
-            prepared = self._prepared_sink()
-            if isinstance(handle, prepared.handle_type):
-                return prepared
-        raise ProtocolError(
-            f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")
 
     # -- mode --------------------------------------------------------------------------
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
@@ -378,142 +315,6 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
                  context.partition_id, context.attempt_id, context.batch_id, claim.limit, max(claim.keys - 1, 0))
         return self._staging_sink().begin_transaction(context)
 
-    def _txn_backend(self, txn: Any) -> TwoPhaseCommitSink[Any, Any, Any]:
-        """The mode of *txn*: a prepared-mode task that found no slot stages."""
-        if self.mode == PREPARED and not isinstance(txn, SqlTxn):
-            return self._staging_sink()
-        return self._backend()
-
-    def invoke(self, txn: Any, value: dict[str, Any]) -> None:
-        self._txn_backend(txn).invoke(txn, value)
-
-    def invoke_batch(self, txn: Any, batch: pa.RecordBatch) -> None:
-        self._txn_backend(txn).invoke_batch(txn, batch)
-
-    def pre_commit(self, txn: Any) -> TransactionHandle:
-        handle: TransactionHandle = self._txn_backend(txn).pre_commit(txn)
-        return handle
-
-    def rollback(self, txn: Any) -> None:
-        self._txn_backend(txn).rollback(txn)
-
-    # -- driver side: by handle kind ----------------------------------------------------------
-    def commit(self, handle: TransactionHandle) -> CommitOutcome:
-        """Commit through the mode that made *handle* (its kind says which).
-
-        Raises:
-            ProtocolError: the handle belongs to another database or sink kind.
-            SinkError: see :meth:`PreparedSqlSink.commit`,
-                :meth:`StagingSink.commit_all`.
-        """
-        return self._for(handle).commit(handle)
-
-    def before_decision(self, batch_id: int, handles: Sequence[TransactionHandle]) -> Sequence[TransactionHandle]:
-        """A batch of prepared transactions and staged attempts (tasks that found no
-        prepared-transaction slot): move the staged attempts' rows into the table in one
-        more prepared transaction, and name it instead of them. Constraints are thus
-        checked before the decision, like every prepared task's. Any other batch: as it is.
-
-        Raises:
-            TransactionLostError: staged rows are missing; nothing is decided.
-            SinkError: the server refused the rows (a constraint...) or had no slot in
-                time (``lockTimeout``); nothing is decided, the batch fails.
-        """
-        staged = [h for h in handles if isinstance(h, StagingHandle)]
-        if not staged or len(staged) == len(handles):
-            return handles
-        prepared = self._prepared_sink()
-        if not isinstance(prepared, SlotClaimingSink) or self.schema is None:
-            raise ProtocolError(f"{self.describe()}: batch {batch_id} mixes staged and prepared attempts, which "
-                                f"only a prepared-mode write to PostgreSQL that knows its schema makes")
-        first = staged[0]
-        txn = prepared.begin_move(TransactionContext(first.sink_id, batch_id, first.partition_id, first.attempt_id))
-        try:
-            prepared.load_staged(txn, self._staging_sink().stage, self.schema.names, [h.txn_id for h in staged],
-                                 sum(h.rows for h in staged))
-            moved = prepared.pre_commit(txn)
-        finally:
-            prepared.rollback(txn)  # nothing when prepared or already rolled back
-        self._moves[moved.txn_id] = tuple(staged)
-        log.info("twopc-jdbc: batch %s of %s: %s of %s partitions staged their rows (no free prepared-transaction "
-                 "slot); moved them (%s rows) into the prepared transaction %s before the decision", batch_id,
-                 self.options.table, len(staged), len(handles), moved.rows, moved.txn_id)
-        return [*(h for h in handles if not isinstance(h, StagingHandle)), moved]
-
-    def commit_all(self, handles: Sequence[TransactionHandle], *,
-                   recovering: bool = False) -> list[CommitOutcome] | None:
-        """Staging handles: one local transaction (:meth:`StagingSink.commit_all`);
-        prepared ones: :meth:`PreparedSqlSink.commit_all` (pipelined where the database
-        can), then, for a transaction that took over staged attempts in this process
-        (:meth:`before_decision`), their staged rows are deleted. A mix of both is never
-        decided (:meth:`before_decision` replaces the staged ones).
-
-        Raises:
-            ProtocolError: staged and prepared handles together.
-        """
-        if handles and all(isinstance(h, StagingHandle) for h in handles):
-            return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]  # all StagingHandle: checked above
-        if any(isinstance(h, StagingHandle) for h in handles):
-            raise ProtocolError(f"{self.describe()}: a decision names staged and prepared attempts together; their "
-                                f"commits could not be one (a decision moves staged rows first: before_decision)")
-        if handles and all(isinstance(h, PreparedSqlHandle) for h in handles):
-            prepared = self._for(handles[0])
-            if all(self._for(h) is prepared for h in handles):
-                outcomes = prepared.commit_all(handles, recovering=recovering)
-                self._clear_moved(handles)
-                return outcomes
-        return None
-
-    def _clear_moved(self, handles: Sequence[TransactionHandle]) -> None:
-        """Delete the staged rows that committed moving transactions among *handles* took
-        over (best effort: the batch's sweep deletes what is left)."""
-        done = [s for h in handles for s in self._moves.pop(h.txn_id, ())]
-        if not done:
-            return
-        try:
-            self._staging_sink().delete_staged([s.txn_id for s in done])
-        except SinkError as exc:
-            log.info("twopc-jdbc: could not delete the moved staged rows now (%s): the batch's sweep deletes them", exc)
-            return
-        self._cleared.update(s.txn_id for s in done)
-
-    def abort(self, handle: TransactionHandle) -> None:
-        """Roll back through the mode that made *handle*. Idempotent.
-
-        Raises:
-            ProtocolError: the transaction was committed, or the handle is foreign.
-            SinkError: the database failed; retry.
-        """
-        if handle.txn_id in self._cleared:  # moved by a committed transaction, staged rows deleted since
-            self._cleared.discard(handle.txn_id)
-            return
-        self._for(handle).abort(handle)
-
-    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
-        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*; a write
-        settled in the prepared mode whose tasks never stage lists its prepared transactions
-        only (it does not read the staging table)."""
-        out: list[TransactionHandle] = []
-        if self._has_prepared_mode():
-            out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
-        if self._may_have_staged():
-            out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
-        return out
-
-    def _may_have_staged(self) -> bool:
-        """Whether this write's attempts may have staged rows: not settled (recovery), the
-        staging mode, or the prepared mode whose tasks stage when they find no slot."""
-        return self.mode != PREPARED or self.may_stage
-
-    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*, with
-        what each mode's target tells about them."""
-        out: list[PreparedDetail] = []
-        if self._has_prepared_mode():
-            out.extend(self._prepared_sink().prepared_details(sink_id))
-        out.extend(self._staging_sink().prepared_details(sink_id))
-        return out
-
     def headroom(self, sink_id: str) -> Headroom | None:
         """The server's prepared-transaction room (PostgreSQL/MySQL) when this write may
         need it; ``None`` elsewhere, in the staging mode (it prepares nothing), and when
@@ -525,42 +326,6 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
     def commit_mode(self) -> str:
         """The settled mode and why (after :meth:`validate`)."""
         return f"twopc-jdbc {self.mode or 'unsettled'} mode ({self.reason or 'settled at validate'})"
-
-    def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """The markers of both modes this write may have used (a batch whose every task
-        staged has a staging marker); both are tried before an error is raised.
-
-        Raises:
-            SinkError / SinkUnavailableError: a database failed.
-        """
-        modes: list[TwoPhaseCommitSink[Any, Any, Any]] = []
-        if self._has_prepared_mode() and self.mode != STAGING:
-            modes.append(self._prepared_sink())
-        if self._may_have_staged():  # a batch whose every task staged has a staging marker
-            modes.append(self._staging_sink())
-        removed, errors = 0, []
-        for sink in modes:
-            try:
-                removed += sink.purge_markers(sink_id, below_batch)
-            except SinkError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return removed
-
-    def close(self) -> None:
-        for s in (self._prepared, self._staging):
-            if s is not None:
-                s.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_prepared"] = None
-        state["_staging"] = None
-        state["_moves"] = {}
-        state["_cleared"] = set()
-        return state
-
 
 class JdbcDataSource(TwoPhaseCommitDataSource):
     """Spark data source ``twopc-jdbc``."""
