@@ -75,14 +75,17 @@ def run_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     Raises:
         redis.exceptions.RedisError: the connection failed (after the client's retries).
     """
-    if type(client) is not redis.Redis:  # a cluster: redis-py routes every command by slot
+    if type(client) is not redis.Redis:  # a cluster (redis-py routes every command by slot), or another client
         pipe = client.pipeline(transaction=False)
         for cmd in commands:
             pipe.execute_command(*cmd)
         replies: list[Any] = pipe.execute(raise_on_error=False)
         return replies
     pool = client.connection_pool
-    conn = pool.get_connection()
+    try:
+        conn = pool.get_connection()
+    except TypeError:  # redis-py before 5.3 takes a command name (later ones warn about it)
+        conn = pool.get_connection("PIPELINE")
     try:
         encoder = conn.encoder
         data = encode_commands(commands, encoder.encoding, encoder.encoding_errors)
