@@ -1,10 +1,10 @@
-"""``python -m recovery.demos.bench_xa``: the commit of one batch's prepared XA transactions on
+"""``python -m twopc.recovery.demos.bench_xa``: the commit of one batch's prepared XA transactions on
 MariaDB/MySQL, one ``XA COMMIT`` round trip per transaction against the whole batch in one
-query (what :meth:`sinks.MySqlXaSink.commit_all` does), on the same server in one run.
+query (what :meth:`twopc.sinks.MySqlXaSink.commit_all` does), on the same server in one run.
 
 Each repeat prepares ``--transactions`` XA transactions (one row each, through the sink, as
 ``--transactions`` Spark tasks would), then times only ``commit_all``; the two ways alternate.
-Uses its own throwaway :class:`faultinject.LocalMariaDB` unless ``TWOPC_BENCH_MARIADB_URL``
+Uses its own throwaway :class:`twopc.faultinject.LocalMariaDB` unless ``TWOPC_BENCH_MARIADB_URL``
 is set (a database the sink may create tables in). Machines are noisy: compare the ratio.
 """
 
@@ -27,8 +27,8 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
     """Seconds of ``commit_all`` for *transactions* prepared XA transactions."""
     import pyarrow as pa
 
-    from sinks import MySqlXaSink
-    from sinks.sql.prepared._committer import PreparedCommitter
+    from twopc.sinks import MySqlXaSink
+    from twopc.sinks.sql.prepared._committer import PreparedCommitter
     from twopc import CommitOutcome, TransactionContext
 
     sink = MySqlXaSink(url, table)
@@ -62,11 +62,11 @@ def _create_table(url: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_xa", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_xa", description=__doc__.split("\n\n")[0])
     parser.add_argument("--transactions", type=int, default=50, help="prepared XA transactions per batch")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    from faultinject import LocalMariaDB
+    from twopc.faultinject import LocalMariaDB
 
     url = os.environ.get("TWOPC_BENCH_MARIADB_URL")
     server: Any = None

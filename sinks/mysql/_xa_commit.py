@@ -34,7 +34,7 @@ R = TypeVar("R")
 
 
 class XaCommitter(Protocol):
-    """What :func:`commit_many` uses of :class:`sinks.mysql.MySqlXaSink`."""
+    """What :func:`commit_many` uses of :class:`twopc.sinks.mysql.MySqlXaSink`."""
 
     def _control_run(self, action: Callable[[Any], R]) -> R: ...
     def _markers_among(self, gids: Sequence[str]) -> set[str]: ...

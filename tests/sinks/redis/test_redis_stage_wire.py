@@ -14,8 +14,8 @@ import redis
 import redis.connection
 import redis.exceptions as rex
 
-from sinks.redis import HSetOp, IncrByOp, RedisSink, XAddOp
-from sinks.redis._wire import encode_commands, run_pipeline
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisSink, XAddOp
+from twopc.sinks.redis._wire import encode_commands, run_pipeline
 from twopc import CommitOutcome, TransactionContext
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
