@@ -27,9 +27,9 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
     """Seconds of ``commit_all`` for *transactions* prepared XA transactions."""
     import pyarrow as pa
 
+    from twopc import CommitOutcome, TransactionContext
     from twopc.sinks import MySqlXaSink
     from twopc.sinks.sql.prepared._committer import PreparedCommitter
-    from twopc import CommitOutcome, TransactionContext
 
     sink = MySqlXaSink(url, table)
     sink.validate(pa.schema([("id", pa.int64())]))

@@ -12,10 +12,10 @@ from typing import Any
 import pymysql
 import pytest
 
+from twopc import CommitOutcome, SinkError
 from twopc.sinks import MySqlXaHandle, MySqlXaSink
 from twopc.sinks.mysql import _sink as _mysql_xa
 from twopc.sinks.sql import dispose_engines
-from twopc import CommitOutcome, SinkError
 
 from tests._sql_helpers import batch, ctx, prepare, uid, validated
 

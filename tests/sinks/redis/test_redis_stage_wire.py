@@ -14,9 +14,9 @@ import redis
 import redis.connection
 import redis.exceptions as rex
 
+from twopc import CommitOutcome, TransactionContext
 from twopc.sinks.redis import HSetOp, IncrByOp, RedisSink, XAddOp
 from twopc.sinks.redis._wire import encode_commands, run_pipeline
-from twopc import CommitOutcome, TransactionContext
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
 
