@@ -1,7 +1,7 @@
 """``python -m twopc.recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
 
 1. Throughput end to end through the sink API (``begin_transaction``, ``invoke_batch``,
-   ``pre_commit`` per partition, then ``commit`` of every handle, as the driver does) against
+   ``pre_commit`` per partition, then ``commit_all`` of the handles, as the driver does) against
    plain pipelined writes of the same effects without the protocol (at-least-once): once
    per row as a naive writer sends them, and once with the counters pre-summed client-side
    (the sink folds counters per transaction, so this is the fairer baseline). Reported as
@@ -64,8 +64,7 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
         for rb in part.to_batches(max_chunksize=10_000):
             sink.invoke_batch(txn, rb)
         handles.append(sink.pre_commit(txn))
-    for h in handles:
-        assert sink.commit(h) is CommitOutcome.COMMITTED
+    assert sink.commit_all(handles) == [CommitOutcome.COMMITTED] * partitions  # one call, as the driver commits
     elapsed = time.perf_counter() - started
     _check(url, tag, table.num_rows)
     return elapsed

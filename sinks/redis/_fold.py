@@ -140,7 +140,13 @@ def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str
     elif isinstance(op, HSetOp | XAddOp):
         pairs = c.field_pairs or column_pairs(all_columns, c.what)
         rendered = [(f.render(cols, n, f"{c.what} field"), v.render(cols, n, f"{c.what} value")) for f, v in pairs]
-        if isinstance(op, HSetOp):
+        names = [f.constant for f, _ in pairs]
+        if isinstance(op, HSetOp) and None not in names and len(set(names)) == len(names):
+            # constant, distinct field names (the usual case): the same folding, column by column
+            for name, (_, vs) in zip(names, rendered, strict=True):
+                for k, v in zip(keys, vs, strict=True):
+                    st.setdefault(k, {})[name] = v
+        elif isinstance(op, HSetOp):
             for i, k in enumerate(keys):
                 h = st.setdefault(k, {})
                 for fs, vs in rendered:
@@ -253,7 +259,12 @@ def _stage_op(s: _Staging, c: Compiled, st: dict[str, Any]) -> None:
             s.group("SET", [k, v] if t is None else [k, v, "EX", str(t)])
     elif isinstance(op, HSetOp):
         for k, h in st.items():
-            s.chunked("HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
+            if 0 < 2 * len(h) < MAX_ARGS:  # one group: written directly
+                s.out.append(f"HSET {2 * len(h) + 1}")
+                s.out.append(k)
+                s.out.extend(x for f, v in h.items() for x in (f, v))
+            else:
+                s.chunked("HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
     elif isinstance(op, IncrByOp):
         for k, d in st.items():
             _check_delta(c, k, d)
@@ -269,7 +280,10 @@ def _stage_op(s: _Staging, c: Compiled, st: dict[str, Any]) -> None:
                 if len(e) + 2 > MAX_ARGS:
                     raise ConfigurationError(f"{c.what}: an entry has {len(e) // 2} fields; at most "
                                              f"{(MAX_ARGS - 2) // 2} are supported")
-                s.group("XADD", [k, "*", *e])
+                s.out.append(f"XADD {len(e) + 2}")
+                s.out.append(k)
+                s.out.append("*")
+                s.out.extend(e)
     elif isinstance(op, RPushOp):
         for k, vals in st.items():
             s.chunked("RPUSH", [k], vals, 1)

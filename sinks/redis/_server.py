@@ -26,6 +26,7 @@ from ._ack_lua import ack_function_name, ack_library_code
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
+from ._wire import Commands, run_pipeline
 
 __all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply"]
 
@@ -206,13 +207,13 @@ class RedisServer:
         self.load()
         step = lua.MAX_ARGS
         for attempt in (0, 1):
-            pipe = client.pipeline(transaction=False)
-            pipe.zadd(keys.txns, {txn_id: batch_id}, nx=True)
+            pipe = Commands()
+            pipe.command("ZADD", keys.txns, "NX", batch_id, txn_id)
             for i in range(0, len(elements), step):
                 self.call(pipe, "stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
             self.call(pipe, "prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])
             try:
-                replies = pipe.execute(raise_on_error=False)
+                replies = run_pipeline(client, pipe.items)
             except rex.RedisError as exc:
                 raise self.error(exc, f"stage transaction {txn_id}") from None
             errors = [r for r in replies if isinstance(r, Exception)]

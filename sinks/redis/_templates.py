@@ -22,7 +22,7 @@ from twopc import ConfigurationError
 
 from ._keys import key_slot
 
-__all__ = ["Number", "Template", "as_text", "encode", "escape", "null_error"]
+__all__ = ["Number", "Template", "as_text", "encode", "encode_column", "escape", "null_error"]
 
 _FORMATTER = string.Formatter()
 
@@ -121,13 +121,17 @@ class Template:
             return [const] * n
         exact = self.exact
         if exact is not None:
-            return [encode(v, exact, what) for v in cols[exact]]
+            return encode_column(cols[exact], exact, what)
         pieces: list[list[str] | str] = []
         for literal, name in self.parts:
             if literal:
                 pieces.append(literal)
             if name is not None:
-                pieces.append([_encode_text(v, name, what) for v in cols[name]])
+                values = cols[name]
+                kinds = set(map(type, values))
+                pieces.append(values if kinds <= {str} else  # most text cells: no per-cell call
+                              encode_column(values, name, what) if kinds <= {int, float} else
+                              [_encode_text(v, name, what) for v in values])
         return ["".join(p if isinstance(p, str) else p[i] for p in pieces) for i in range(n)]
 
 
@@ -189,6 +193,23 @@ def encode(v: Any, column: str, what: str) -> str | bytes:
     if isinstance(v, list | dict | tuple):
         return json.dumps(v, default=str, separators=(",", ":"))
     return str(v)  # Decimal, anything else
+
+
+def encode_column(values: list[Any], column: str, what: str) -> list[Any]:
+    """``[encode(v, column, what) for v in values]``, a whole column at once when its cells
+    are all str/bytes, all int or all float (the same strings, without a call per cell).
+
+    Raises:
+        ConfigurationError: a cell is null.
+    """
+    kinds = set(map(type, values))
+    if kinds <= {str, bytes}:
+        return list(values)
+    if kinds == {int}:  # bool is its own type: it never takes this path
+        return list(map(str, values))
+    if kinds == {float}:
+        return list(map(repr, values))
+    return [encode(v, column, what) for v in values]
 
 
 def _encode_text(v: Any, column: str, what: str) -> str:

@@ -248,7 +248,7 @@ class _NotInstalled:
     """The server's Python as if twopc were installed only in the client."""
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("twopc", "twopc.sinks", "twopc.recovery", "twopc.faultinject"):
+        if name.split(".")[0] == "twopc":
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 

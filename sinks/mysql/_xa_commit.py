@@ -1,0 +1,113 @@
+"""``XA COMMIT`` of a batch's prepared transactions in one round trip: the statements go as
+one multi-statement query (``XA COMMIT 'a'; XA COMMIT 'b'; ...``) on the control
+connection, then one marker lookup checks the ids the server said it committed.
+
+The server runs the statements in order and stops at the first that fails, so the ids
+before it were committed, the failing one is classified exactly as
+:meth:`MySqlXaSink._finish` classifies an error (``XAER_NOTA``: asked of ``XA RECOVER``,
+unknown -> ``False``, still listed -> retried one by one while its session ends; another
+error raises), and the query starts again after it. A round trip commits at least one id
+or costs what the one-by-one statement would have.
+
+PyMySQL turns multi-statements on only at connect time; here they are switched on for the
+one query with ``COM_SET_OPTION`` and off again before the connection goes back to its
+pool (twopc's other statements never run with them).
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+import pymysql
+from pymysql.constants import COMMAND
+
+from twopc import SinkError
+
+from ._errors import ER_XAER_NOTA, errno
+
+__all__ = ["MAX_STATEMENTS", "XaCommitter", "commit_many"]
+
+R = TypeVar("R")
+
+
+class XaCommitter(Protocol):
+    """What :func:`commit_many` uses of :class:`twopc.sinks.mysql.MySqlXaSink`."""
+
+    def _control_run(self, action: Callable[[Any], R]) -> R: ...
+    def _markers_among(self, gids: Sequence[str]) -> set[str]: ...
+    def _swallowed_commit(self, gid: str) -> SinkError: ...
+    def _map_error(self, exc: BaseException, action: str) -> SinkError: ...
+    def _prepared_ids(self, prefix: str) -> list[str]: ...
+    def _finish(self, verb: str, gid: str) -> bool: ...
+    def _is_connection_error(self, exc: BaseException) -> bool: ...
+
+
+#: Most ``XA COMMIT`` statements one query carries (an xid is at most 128 bytes quoted, so
+#: a query stays far below the default ``max_allowed_packet``).
+MAX_STATEMENTS = 500
+
+_MULTI_ON, _MULTI_OFF = 0, 1  # MYSQL_OPTION_MULTI_STATEMENTS_ON / _OFF
+
+
+def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
+    """``XA COMMIT`` each of *gids*, in order, in as few round trips as the answers allow:
+    per id ``True`` (committed, its marker row checked) or ``False`` (the server does not
+    know it), as :meth:`MySqlXaSink._finish` answers for one.
+
+    Raises:
+        SinkError: the server refused an ``XA COMMIT`` (the ids before it are committed,
+            the ids after it untouched), or acknowledged one whose marker row is absent.
+        SinkUnavailableError: the connection failed twice.
+    """
+    done: list[bool] = []
+    pos = 0
+    while pos < len(gids):
+        chunk = list(gids[pos: pos + MAX_STATEMENTS])
+        ok, failed = sink._control_run(functools.partial(_commit_run, sink, chunk=chunk))
+        committed = chunk[:ok]
+        if committed:
+            markers = sink._markers_among(committed)
+            for gid in committed:
+                if gid not in markers:
+                    raise sink._swallowed_commit(gid)
+        done.extend([True] * ok)
+        pos += ok
+        if failed is None:
+            continue
+        gid = gids[pos]
+        if errno(failed) != ER_XAER_NOTA:
+            raise sink._map_error(failed, f"XA COMMIT {gid}") from None
+        # unknown to the server: gone (False), or still attached to a live session (retried there)
+        done.append(gid in sink._prepared_ids(gid) and sink._finish("COMMIT", gid))
+        pos += 1
+    return done
+
+
+def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int, BaseException | None]:
+    """Send ``XA COMMIT`` for the ids of *chunk* as one query; how many succeeded (a prefix) and the
+    error of the one after them (``None`` when all did). A connection failure raises."""
+    _set_multi_statements(dbapi, True)
+    ok = 0
+    failed: BaseException | None = None
+    with dbapi.cursor() as cur:
+        try:
+            cur.execute(";".join(["XA COMMIT %s"] * len(chunk)), tuple(chunk))
+            ok = 1
+            while ok < len(chunk) and cur.nextset():
+                ok += 1
+        except pymysql.err.MySQLError as exc:
+            if sink._is_connection_error(exc):
+                raise  # the control connection is dropped as broken: nothing to switch back
+            failed = exc
+    _set_multi_statements(dbapi, False)
+    return ok, failed
+
+
+def _set_multi_statements(dbapi: Any, on: bool) -> None:
+    """``COM_SET_OPTION``: multi-statements on or off for this session (PyMySQL has no
+    public call for it; the server answers with one EOF or error packet)."""
+    dbapi._execute_command(COMMAND.COM_SET_OPTION, struct.pack("<H", _MULTI_ON if on else _MULTI_OFF))
+    dbapi._read_packet()
