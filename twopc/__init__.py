@@ -23,6 +23,9 @@ finer exceptions, handle codecs, options, the target ledger and its lease, ...) 
 :mod:`twopc.spi`; nothing outside ``twopc`` imports its private modules.
 """
 
+import importlib as _importlib
+from typing import TYPE_CHECKING
+
 from ._composite import Participant
 from ._composite_source import composite
 from ._context import TransactionContext
@@ -39,7 +42,6 @@ from ._errors import (
 from ._faults import POINTS as FAULT_POINTS
 from ._handle import TransactionHandle
 from ._ledger import CommitLedger
-from ._metrics import register_metrics, serve_metrics
 from ._recovery import RecoveryCoordinator
 from ._register import foreach_batch_writer, register
 from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
@@ -47,6 +49,9 @@ from ._spark import TwoPhaseCommitDataSource, data_source_for
 from ._spark_fs import check_checkpoint_location
 from ._status import SinkStatus, UnsettledTransaction, sink_status
 from ._xid import Xid
+
+if TYPE_CHECKING:
+    from ._metrics_export import register_metrics, serve_metrics
 
 __all__ = [
     "FAULT_POINTS",
@@ -81,3 +86,20 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+
+#: names served by :mod:`twopc._metrics_export`, imported on first use: the Prometheus client
+#: it needs is no part of a write, whose every Spark Python worker imports this package
+_LAZY = ("register_metrics", "serve_metrics")
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module("._metrics_export", __package__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

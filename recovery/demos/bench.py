@@ -295,7 +295,8 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
                        if len(per_round) > 1 else "")
         print(f"  {label} >= {goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
               f"{verdict(r >= goal)}{rounds_text}")
-        record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, median of {len(mine)} rounds")
+        record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, {rows:,} rows, "
+                       f"median of {len(mine)} rounds")
 
     copy = [results[COPY]] if COPY in results else []
     target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ",

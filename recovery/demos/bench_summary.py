@@ -44,13 +44,13 @@ TARGETS: dict[str, Target] = {
     "micro_batch.twopc_vs_foreach_batch": Target(
         "micro-batch of 1,000 rows: twopc-jdbc / foreachBatch + Spark JDBC (time)", "lower", None),
     "throughput.prepared_vs_spark": Target(
-        "2M rows: twopc-jdbc prepared / best Spark JDBC writer (rows/s)", "higher", 1.5),
+        "throughput: twopc-jdbc prepared / best Spark JDBC writer (rows/s)", "higher", 1.5),
     "throughput.prepared_vs_copy": Target(
-        "2M rows: twopc-jdbc prepared / raw COPY (rows/s)", "higher", 0.7),
+        "throughput: twopc-jdbc prepared / raw COPY (rows/s)", "higher", 0.7),
     "throughput.dropin_vs_spark_rw": Target(
-        "2M rows: twopc-jdbc drop-in / Spark JDBC, reWriteBatchedInserts (rows/s)", "higher", 1.5),
+        "throughput: twopc-jdbc drop-in / Spark JDBC, reWriteBatchedInserts (rows/s)", "higher", 1.5),
     "throughput.dropin_vs_copy": Target(
-        "2M rows: twopc-jdbc drop-in / raw COPY (rows/s)", "higher", 0.8),
+        "throughput: twopc-jdbc drop-in / raw COPY (rows/s)", "higher", 0.8),
     "small_write.dropin_vs_spark_jdbc": Target(
         "20k rows: twopc-jdbc drop-in / Spark's JDBC writer (time)", "lower", 1.3),
     "protocol.prepared_ms": Target(
