@@ -1,4 +1,4 @@
-"""Where the benchmarks leave their ratios for :mod:`recovery.demos.bench_summary`: one JSON
+"""Where the benchmarks leave their ratios for :mod:`twopc.recovery.demos.bench_summary`: one JSON
 line per measured ratio, appended to the file named by ``TWOPC_BENCH_RESULTS`` (``make bench``
 sets it; without it nothing is written, so a benchmark run by hand leaves no file behind)."""
 
@@ -22,7 +22,7 @@ def results_path() -> Path | None:
 
 def record(key: str, value: float, detail: str = "") -> None:
     """Append one measured ratio (or other judged figure) under *key*, a key of
-    :data:`recovery.demos.bench_summary.TARGETS`; *detail* says what it was measured from
+    :data:`twopc.recovery.demos.bench_summary.TARGETS`; *detail* says what it was measured from
     (medians, runs). The machine's load average at this moment goes with it."""
     path = results_path()
     if path is None:

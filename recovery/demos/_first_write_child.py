@@ -1,4 +1,4 @@
-"""One run of :mod:`recovery.demos.bench_first_write`, as a script (``python <this file>``) so
+"""One run of :mod:`twopc.recovery.demos.bench_first_write`, as a script (``python <this file>``) so
 that it imports nothing of the project a writer does not need: start a local SparkSession,
 write 100 rows with one writer, stop. Prints one JSON line of the in-process times (seconds
 since the script began: the session ready, the write done, the session stopped).
@@ -43,7 +43,7 @@ def main(variant: str, params: dict[str, Any]) -> None:
     elif variant == "spark-jdbc":
         df.write.format("jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
     elif variant == "twopc":
-        import sinks
+        from twopc import sinks
 
         sinks.register_all(spark)
         df.write.format("twopc-jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()

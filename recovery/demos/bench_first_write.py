@@ -1,11 +1,11 @@
-"""``python -m recovery.demos.bench_first_write``: what a short job's first write costs, whole
+"""``python -m twopc.recovery.demos.bench_first_write``: what a short job's first write costs, whole
 processes, in one run, as ratios.
 
-Each run is a fresh ``python`` process (:mod:`recovery.demos._first_write_child`) that starts a
+Each run is a fresh ``python`` process (:mod:`twopc.recovery.demos._first_write_child`) that starts a
 local SparkSession (``local[2]``, the PostgreSQL JDBC jar on its class path), writes 100 rows
 and exits; it is timed from the process's start to its exit. The writers, alternated run by run:
 
-- the no-op Python data source (:mod:`recovery.demos._noop_sink`: Arrow writers that consume
+- the no-op Python data source (:mod:`twopc.recovery.demos._noop_sink`: Arrow writers that consume
   their rows and do nothing): Spark's floor for any Python sink;
 - Spark's own JDBC writer (Debian's ``libpostgresql-jdbc-java``, ``make jdbc-driver``);
 - the ``twopc-jdbc`` drop-in: ``import sinks; sinks.register_all(spark)`` and
@@ -15,9 +15,9 @@ and exits; it is timed from the process's start to its exit. The writers, altern
 Each writer first runs once unmeasured (the page cache, the marker tables of the database).
 Reported: the medians of the whole process and of the write alone (from the session ready to
 the write done), the ratios twopc / no-op and twopc / Spark JDBC, and each round's own ratio.
-Target (:data:`recovery.demos.bench_summary.TARGETS`): twopc within 1.15x the no-op source.
+Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`): twopc within 1.15x the no-op source.
 
-Uses a throwaway :class:`faultinject.LocalPostgres` unless ``TWOPC_BENCH_POSTGRES_URL`` is set.
+Uses a throwaway :class:`twopc.faultinject.LocalPostgres` unless ``TWOPC_BENCH_POSTGRES_URL`` is set.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_first_write",
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_first_write",
                                      description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
     parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")
@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
     if SPARK not in variants:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-    import faultinject
+    from twopc import faultinject
 
     url = os.environ.get("TWOPC_BENCH_POSTGRES_URL")
     server: Any = None

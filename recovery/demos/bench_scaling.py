@@ -11,10 +11,10 @@ latency, each beside what the same work costs without twopc, in the same run.
   (the drop-in; no checkpoint), against Spark's JDBC writer. Target: <= 1.3x its time.
 - Micro-batch latency: a streaming query of small micro-batches (1,000 rows each) into
   ``twopc-jdbc``, against ``foreachBatch`` with Spark's JDBC writer and against a no-op
-  Python stream sink (:mod:`recovery.demos._noop_sink`, Spark's floor for any Python sink);
+  Python stream sink (:mod:`twopc.recovery.demos._noop_sink`, Spark's floor for any Python sink);
   the median of Spark's ``triggerExecution`` per micro-batch. Target: <= 1.1x the floor.
 
-The targets live in :data:`recovery.demos.bench_summary.TARGETS`.
+The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     import pyarrow as pa
     import sqlalchemy as sa
 
-    from sinks import PostgresSink
+    from twopc.sinks import PostgresSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
 
     from ._bench_common import create_table
@@ -215,7 +215,7 @@ def _prepared_floor(dsn: str, table: str, n: int, rounds: int) -> list[float]:
 
     import psycopg
 
-    from sinks.postgres._sink import MAX_PIPELINES, PER_PIPELINE
+    from twopc.sinks.postgres._sink import MAX_PIPELINES, PER_PIPELINE
 
     count = max(1, min(MAX_PIPELINES, -(-n // PER_PIPELINE)))
     workers = [psycopg.connect(dsn) for _ in range(min(n, 16))]

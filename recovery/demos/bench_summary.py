@@ -1,6 +1,6 @@
-"""``python -m recovery.demos.bench_summary``: the one table ``make bench`` ends with.
+"""``python -m twopc.recovery.demos.bench_summary``: the one table ``make bench`` ends with.
 
-Every benchmark module records its ratios (:func:`recovery.demos._bench_results.record`) into
+Every benchmark module records its ratios (:func:`twopc.recovery.demos._bench_results.record`) into
 the results file of the run (``TWOPC_BENCH_RESULTS``); this prints each with its target and
 MET/MISSED, and the machine (cores, CPU model), the date and the load average while the figures
 were taken. The targets of every benchmark live here, in :data:`TARGETS`.

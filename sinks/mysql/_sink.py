@@ -7,7 +7,7 @@ batch, partition and attempt (bqual empty, formatID 1; MariaDB and MySQL limit a
 64 bytes). The driver then runs ``XA COMMIT`` (or ``XA ROLLBACK``) from another connection.
 A repeated ``XA COMMIT`` answers ``XAER_NOTA`` exactly like a rolled-back xid does, so the
 marker row (committed atomically with the data) tells "already committed" from "lost". The
-protocol itself lives in :class:`~sinks.sql.PreparedSqlSink`; this module is XA's part.
+protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink`; this module is XA's part.
 
 While the session that prepared an xid is still connected, the transaction stays attached
 to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
@@ -22,7 +22,7 @@ Requirements on the server: InnoDB target table (other engines cannot take part 
 ``INSERT`` on it, ``CREATE`` on its database the first time (for the marker table; or
 create it yourself: :meth:`MySqlXaSink.marker_table_ddl`), and, on MySQL 8,
 ``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions. Session settings:
-:func:`sinks.mysql._server.session_settings`.
+:func:`twopc.sinks.mysql._server.session_settings`.
 """
 
 from __future__ import annotations

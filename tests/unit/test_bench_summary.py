@@ -1,4 +1,4 @@
-"""The summary table ``make bench`` ends with (:mod:`recovery.demos.bench_summary`): each
+"""The summary table ``make bench`` ends with (:mod:`twopc.recovery.demos.bench_summary`): each
 recorded figure judged against its target in the right direction, the missing ones named, the
 results file written only when a run asked for it."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from recovery.demos._bench_results import RESULTS_ENV, record
-from recovery.demos.bench_summary import TARGETS, Target, judge, read_records, summary_table
+from twopc.recovery.demos._bench_results import RESULTS_ENV, record
+from twopc.recovery.demos.bench_summary import TARGETS, Target, judge, read_records, summary_table
 
 
 def _line(table: str, label: str) -> str:

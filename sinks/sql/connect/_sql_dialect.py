@@ -4,9 +4,9 @@
 per-process pool, and a *control* connection for the driver's statements, retried once on
 a new connection when it turns out dead: every control statement is idempotent), and the
 hooks a dialect implements (methods that raise ``NotImplementedError`` here). The writer
-(:mod:`sinks.sql.prepared._writer`, executor side) and the committer
-(:mod:`sinks.sql.prepared._committer`, driver side) build on it, like Flink Sink V2's
-``SinkWriter`` and ``Committer``; :class:`sinks.sql.PreparedSqlSink` joins them.
+(:mod:`twopc.sinks.sql.prepared._writer`, executor side) and the committer
+(:mod:`twopc.sinks.sql.prepared._committer`, driver side) build on it, like Flink Sink V2's
+``SinkWriter`` and ``Committer``; :class:`twopc.sinks.sql.PreparedSqlSink` joins them.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ class SqlDialect(Generic[C]):
     #: what the base needs to know about the database
     spec: ClassVar[DialectSpec]
 
-    #: the handle class the sink makes (a :class:`~sinks.PreparedSqlHandle` kind)
+    #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     handle_type: ClassVar[type[Any]]
     options: JdbcOptions
     _target: TableName
@@ -130,7 +130,7 @@ class SqlDialect(Generic[C]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -261,7 +261,7 @@ class SqlDialect(Generic[C]):
 
     def _match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
                check_types: bool, check_required: bool) -> list[C]:
-        """:func:`sinks.sql.types._column_match.match_columns` with this dialect's type rules."""
+        """:func:`twopc.sinks.sql.types._column_match.match_columns` with this dialect's type rules."""
         return match_columns(names, types, columns, self.table, compatible=self._compatible if check_types else None,
                              type_name=str, check_required=check_required)
 

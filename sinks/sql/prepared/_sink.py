@@ -3,9 +3,9 @@ MySQL/MariaDB XA): the protocol is written once here, the dialects supply hooks.
 
 What the base owns:
 
-- configuration (one :class:`~sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser
+- configuration (one :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser
   as ``twopc-jdbc``), pickling without connections, descriptions without secrets;
-- connections: a per-process pool (:func:`~sinks.sql.connect._engines.engine_for`), a *control*
+- connections: a per-process pool (:func:`~twopc.sinks.sql.connect._engines.engine_for`), a *control*
   connection for the driver's statements, retried once on a new connection when it turns
   out dead (every control statement is idempotent);
 - the transaction id (:class:`twopc.Xid`, checked against the target's byte limit) and
@@ -70,7 +70,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
             (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
-        **options: the format's options as keywords (see :mod:`sinks.sql.options._jdbc_options`):
+        **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
             ``user``, ``password``, ``marker_table``, ``lock_timeout`` (a duration such as
             ``"30s"``, or seconds), ``connect_timeout``, ``isolation_level``,
             ``query_timeout``, ``session_init_statement``, ``batch_size``, ``copy_format``,
@@ -104,7 +104,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
     @classmethod
@@ -146,7 +146,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         self._drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
-        """The ledger table and writers' leases on this server (:mod:`sinks.sql.ledger._target_ledger`):
+        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql.ledger._target_ledger`):
         batch writes without ``checkpointLocation`` keep their decisions there."""
         return SqlTargetLedger(self)
 
