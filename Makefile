@@ -153,12 +153,20 @@ chaos: venv redis mariadb
 demo: venv
 	$(VPY) -m twopc.recovery.demos.stream_demo
 
-bench: venv redis
+# Each bench module appends its ratios to $(BENCH_RESULTS); bench_summary prints them last,
+# each with its target (recovery/demos/bench_summary.py), the machine and the date.
+BENCH_RESULTS := build/bench/results.jsonl
+bench: export TWOPC_BENCH_RESULTS = $(BENCH_RESULTS)
+bench: venv redis mariadb
 	@$(MAKE) --no-print-directory jdbc-driver || echo "bench: the Spark JDBC writers are skipped" >&2
+	@rm -f $(BENCH_RESULTS)
+	$(VPY) -m twopc.recovery.demos.bench_first_write
 	$(VPY) -m twopc.recovery.demos.bench
 	$(VPY) -m twopc.recovery.demos.bench_redis
 	$(VPY) -m twopc.recovery.demos.bench_stream
 	$(VPY) -m twopc.recovery.demos.bench_composite
+	$(VPY) -m twopc.recovery.demos.bench_xa
+	$(VPY) -m twopc.recovery.demos.bench_summary
 
 clean:
 	rm -rf $(VENV) docs/_build build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -28,10 +28,9 @@ import contextlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from twopc import (
     CommitOutcome,
@@ -53,6 +52,9 @@ from twopc.spi import (
 
 from ._options import OptionReader
 from ._secrets import credential_free
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
 
 __all__ = ["FileDataSource", "FileHandle", "FileSink"]
 
@@ -202,7 +204,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
     def invoke_batch(self, txn: _OpenFile, batch: pa.RecordBatch) -> None:
         self._flush_rows(txn)
         if txn.writer is None:
-            txn.writer = pq.ParquetWriter(txn.staging, batch.schema)
+            txn.writer = _parquet_writer(txn.staging, batch.schema)
         txn.writer.write_batch(batch)
         txn.rows += batch.num_rows
 
@@ -215,7 +217,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
         """Close and fsync the staging file, then rename it into ``prepared/``."""
         self._flush_rows(txn)
         if txn.writer is None:  # no rows: an empty file keeps the protocol uniform
-            txn.writer = pq.ParquetWriter(txn.staging, pa.schema([]))
+            txn.writer = _parquet_writer(txn.staging, pa.schema([]))
         txn.writer.close()
         with open(txn.staging, "rb+") as f:
             os.fsync(f.fileno())
@@ -304,3 +306,11 @@ class FileDataSource(TwoPhaseCommitDataSource):
 
     sink_class = FileSink
     format_name = "twopc-file"
+
+
+def _parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
+    """A Parquet writer, Parquet imported here: ``import sinks`` (every Spark Python worker of
+    any twopc write) does not load it for the sinks that never write a file."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(path, schema)

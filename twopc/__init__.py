@@ -49,7 +49,6 @@ from ._errors import (
 )
 from ._handle import TransactionHandle
 from ._ledger import CommitLedger
-from ._metrics import register_metrics, serve_metrics
 from ._recovery import RecoveryCoordinator
 from ._register import foreach_batch_writer, register
 from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
@@ -92,6 +91,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._metrics_export import register_metrics, serve_metrics
     from .sinks import register_all, write_jdbc
 
 __version__ = "0.1.0"
@@ -100,11 +100,16 @@ __version__ = "0.1.0"
 #: not import the formats (nor their drivers), and the core never imports them.
 _PACKAGES = ("sinks", "recovery", "faultinject")
 _FROM_SINKS = ("register_all", "write_jdbc")
+#: served by :mod:`twopc._metrics_export`, imported on first use: the Prometheus client it needs
+#: is no part of a write, whose every Spark Python worker imports this package
+_FROM_METRICS = ("register_metrics", "serve_metrics")
 
 
 def __getattr__(name: str) -> _Any:
     if name in _FROM_SINKS:
         value = getattr(_importlib.import_module(".sinks", __name__), name)
+    elif name in _FROM_METRICS:
+        value = getattr(_importlib.import_module("._metrics_export", __name__), name)
     elif name in _PACKAGES:
         value = _importlib.import_module(f".{name}", __name__)
     else:
@@ -114,4 +119,4 @@ def __getattr__(name: str) -> _Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FROM_SINKS) | set(_PACKAGES))
+    return sorted(set(globals()) | set(_FROM_SINKS) | set(_FROM_METRICS) | set(_PACKAGES))

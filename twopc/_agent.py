@@ -92,7 +92,7 @@ class _Checkpoints:
             root = str(Path(__file__).resolve().parents[1])
             if root not in sys.path:
                 sys.path.insert(0, root)  # the twopc next to this file, whatever is installed
-            metrics = importlib.import_module("twopc._metrics")
+            metrics = importlib.import_module("twopc._metrics_export")
             self._inner = metrics.MetricsCollector(self._checkpoints)
         yield from self._inner.collect()
 

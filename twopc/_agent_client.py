@@ -37,6 +37,10 @@ AGENTS = "twopc-agent"
 #: How long a request waits for a starting agent to listen (a bound: it starts in well under a second).
 START_SECONDS = 60.0
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths hold 108 bytes
+#: The agents this process started, by driver key: a later request of the same driver in this
+#: process (its plan started the agent early, the lease asks it) waits for that one rather than
+#: starting a second agent that would find the first and exit.
+_STARTED: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def agent_folder() -> Path:
@@ -131,11 +135,15 @@ class DriverAgent:
         return None
 
     def start(self) -> None:
-        """Start the driver's agent unless it runs (or this object started it): not waited for."""
+        """Start the driver's agent unless it runs (or this process started it, and it has not
+        ended): not waited for."""
+        if self._proc is None and (earlier := _STARTED.get(self.key)) is not None and earlier.poll() is None:
+            self._proc = earlier  # started by this process, maybe still starting: wait for that one
         if self._proc is None and self.running() is None:
             with open(self.folder / f"{self.key}.log", "ab") as log:
                 self._proc = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                               start_new_session=True, close_fds=True)
+            _STARTED[self.key] = self._proc
 
     def _wait(self) -> int | None:
         """The agent's process id, starting it and waiting until it listens; None when it

@@ -44,6 +44,7 @@ from pyspark.sql.types import StructType
 
 from twopc import faultinject
 
+from ._agent_client import DriverAgent
 from ._checkpoint import (
     missing_spark_checkpoint,
     session_root_at_start,
@@ -424,6 +425,9 @@ class TwoPhaseCommitDataSource(DataSource):
             if (named or not _decides_itself(sink)) and self._plan_time:
                 target = target_ledger_of(sink)
                 if target is not None:
+                    # the agent that will hold the lease starts (a driver's first write) while the target is
+                    # validated: not waited for here
+                    DriverAgent().start()
                     sink.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
                     validated = True
                     target = None if _decides_itself(sink) and not named else target

@@ -37,6 +37,9 @@ twopc's modules can move without breaking them. The names, by job:
   :func:`log_event`, :class:`MetricsCollector`, :data:`LOOPBACK`.
 """
 
+import importlib as _importlib
+from typing import TYPE_CHECKING
+
 from ._agent_client import DriverAgent, ask_agent
 from ._commit_message import TwoPCCommitMessage
 from ._composite import CompositeHandle, CompositeSink, participant_sink_id
@@ -68,7 +71,6 @@ from ._host_dirs import private_dir
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import BatchState, Decision
 from ._logs import configure_cli_logging, log_event
-from ._metrics import MetricsCollector
 from ._metrics_server import LOOPBACK
 from ._objpath import load_object
 from ._recovery import RecoveryPlan, RecoveryReport
@@ -91,6 +93,9 @@ from ._target_check import check_target
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 from ._target_record import TargetRecord
 from ._xid import MAX_XID_BYTES, validate_sink_id
+
+if TYPE_CHECKING:
+    from ._metrics_export import MetricsCollector
 
 __all__ = [
     "EPHEMERAL_PREFIX",
@@ -163,3 +168,20 @@ __all__ = [
     "target_ledger_of",
     "validate_sink_id",
 ]
+
+
+#: names served by :mod:`twopc._metrics_export`, imported on first use: the Prometheus client
+#: it needs is no part of a write, whose every Spark Python worker imports this package
+_LAZY = ("MetricsCollector",)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module("._metrics_export", __package__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

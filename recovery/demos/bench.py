@@ -51,19 +51,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._bench_common import COLUMN_NAMES, JDBC_JAR, ROW_EXPRS, count_rows, create_table, jdbc_target, verdict
+from ._bench_results import record
+from .bench_summary import TARGETS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["main"]
 
+
+def _goal(key: str) -> float:
+    goal = TARGETS[key].goal
+    assert goal is not None, key
+    return goal
+
+
 #: targets of prepared mode: against the best Spark JDBC configuration, and against raw COPY
-TARGET_VS_SPARK = 1.5
-TARGET_VS_COPY = 0.7
+TARGET_VS_SPARK = _goal("throughput.prepared_vs_spark")
+TARGET_VS_COPY = _goal("throughput.prepared_vs_copy")
 #: targets of the plain drop-in: against Spark's writer with reWriteBatchedInserts, and raw COPY
-TARGET_DROPIN_VS_SPARK_RW = 1.5
-TARGET_DROPIN_VS_COPY = 0.8
-TARGET_PROTOCOL_MS = 25.0
+TARGET_DROPIN_VS_SPARK_RW = _goal("throughput.dropin_vs_spark_rw")
+TARGET_DROPIN_VS_COPY = _goal("throughput.dropin_vs_copy")
+TARGET_PROTOCOL_MS = _goal("protocol.prepared_ms")
 
 PREPARED = "twopc-jdbc prepared (exactly-once)"
 DROPIN = "twopc-jdbc drop-in: no checkpoint, no commitMode (exactly-once)"
@@ -275,7 +284,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         print(f"  {name:<50} {med[name]:>12,.0f} rows/s   {ratio}{spread}")
     print("\ntargets (exactly-once writers against their peers):")
 
-    def target(label: str, goal: float, mine: list[float] | None, others: list[list[float]]) -> None:
+    def target(key: str, label: str, goal: float, mine: list[float] | None, others: list[list[float]]) -> None:
         if not others or not mine:
             print(f"  {label}: not measured")
             return
@@ -286,14 +295,20 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
                        if len(per_round) > 1 else "")
         print(f"  {label} >= {goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
               f"{verdict(r >= goal)}{rounds_text}")
+        record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, {rows:,} rows, "
+                       f"median of {len(mine)} rounds")
 
     copy = [results[COPY]] if COPY in results else []
-    target("prepared vs best Spark JDBC      ", TARGET_VS_SPARK, results.get(PREPARED),
+    target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ",
+           TARGET_VS_SPARK, results.get(PREPARED),
            [results[n] for n in (SPARK, SPARK_RW) if n in results])
-    target("prepared vs raw COPY             ", TARGET_VS_COPY, results.get(PREPARED), copy)
-    target("drop-in vs Spark JDBC, rewritten ", TARGET_DROPIN_VS_SPARK_RW, results.get(DROPIN),
+    target("throughput.prepared_vs_copy", "prepared vs raw COPY             ",
+           TARGET_VS_COPY, results.get(PREPARED), copy)
+    target("throughput.dropin_vs_spark_rw", "drop-in vs Spark JDBC, rewritten ",
+           TARGET_DROPIN_VS_SPARK_RW, results.get(DROPIN),
            [results[SPARK_RW]] if SPARK_RW in results else [])
-    target("drop-in vs raw COPY              ", TARGET_DROPIN_VS_COPY, results.get(DROPIN), copy)
+    target("throughput.dropin_vs_copy", "drop-in vs raw COPY              ",
+           TARGET_DROPIN_VS_COPY, results.get(DROPIN), copy)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -370,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"   {verdict(proto['prepared'] <= TARGET_PROTOCOL_MS)}")
         print(f"  staging:  recovery check + one moving transaction + decision + mark    {proto['staging']:6.2f} ms"
               f"   {verdict(proto['staging'] <= TARGET_PROTOCOL_MS)}")
+        for mode in ("prepared", "staging"):
+            record(f"protocol.{mode}_ms", proto[mode], f"median of {args.batches} micro-batches; plain commits "
+                                                       f"{proto['plain']:.2f} ms")
         print(f"  plain commits of the same 2 transactions                                {proto['plain']:6.2f} ms")
     report_scaling(parts, small, micro)
     return 0

@@ -226,6 +226,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio = rate[COMPOSITE] / rate[SEPARATE]
         print(f"  ratio composite / two writes                       {ratio:>10.2f}x   target >= 1.00: "
               f"{'MET' if ratio >= 1.0 else 'MISSED'}")
+        from ._bench_results import record
+
+        record("composite.vs_two_writes", ratio, f"{rate[COMPOSITE]:,.0f} / {rate[SEPARATE]:,.0f} rows/s, "
+                                                 f"median of {args.repeats}")
         gaps, windows = bench_gap(pg_url, redis_url, Path(tmp), batches=args.gap_batches,
                                   partitions=args.partitions, rows_per_partition=1000)
         print(f"visibility while a batch commits ({args.gap_batches} batches of {args.partitions} x 1000 rows, "

@@ -178,6 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  plain pipelined, counters pre-summed              {rate['presum']:>10,.0f} rows/s")
         print(f"  ratio sink / plain per row                        {rate['sink'] / rate['plain']:>10.2f}x")
         print(f"  ratio sink / plain pre-summed                     {rate['sink'] / rate['presum']:>10.2f}x")
+        from ._bench_results import record
+
+        for key, base in (("redis.sink_vs_plain_per_row", "plain"), ("redis.sink_vs_plain_presummed", "presum")):
+            record(key, rate["sink"] / rate[base], f"{rate['sink']:,.0f} / {rate[base]:,.0f} rows/s, "
+                                                   f"median of {args.repeats}")
         block = bench_commit_block(url, fields=10_000, repeats=args.repeats)
         print("commit blocks the server (server-side FCALL time, median):")
         print(f"  10k HSET fields in one hash                       {block['hset']:>10.1f} ms")

@@ -10,8 +10,11 @@ latency, each beside what the same work costs without twopc, in the same run.
 - Small write: 20,000 rows through ``format("twopc-jdbc")`` with no other option changed
   (the drop-in; no checkpoint), against Spark's JDBC writer. Target: <= 1.3x its time.
 - Micro-batch latency: a streaming query of small micro-batches (1,000 rows each) into
-  ``twopc-jdbc``, against ``foreachBatch`` with Spark's JDBC writer; the median of
-  Spark's ``triggerExecution`` per micro-batch.
+  ``twopc-jdbc``, against ``foreachBatch`` with Spark's JDBC writer and against a no-op
+  Python stream sink (:mod:`twopc.recovery.demos._noop_sink`, Spark's floor for any Python sink);
+  the median of Spark's ``triggerExecution`` per micro-batch. Target: <= 1.1x the floor.
+
+The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["PARTITIONS", "bench_micro_batches", "bench_partitions", "bench_small_write", "report_scaling"]
+__all__ = ["MICRO_FOREACH", "MICRO_NOOP", "MICRO_TWOPC", "PARTITIONS",
+           "bench_micro_batches", "bench_partitions", "bench_small_write", "report_scaling"]
 
 #: partition counts of the protocol-cost rows
 PARTITIONS = (2, 16, 64, 200)
-TARGET_FLAT = 3.0  # cost at 200 partitions <= 3x the cost at 2
-TARGET_SMALL = 1.3  # a 20k-row drop-in write <= 1.3x Spark's JDBC writer
 SMALL_ROWS = 20_000
+MICRO_TWOPC = "twopc-jdbc (exactly-once)"
+MICRO_FOREACH = "spark jdbc in foreachBatch (at-least-once)"
+MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -144,39 +149,52 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     return out
 
 
-def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int) -> dict[str, list[float]]:
+def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
+                        rounds: int = 2) -> dict[str, list[float]]:
     """ms of Spark's ``triggerExecution`` per micro-batch (1,000 rows each, from JSON files
-    read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer."""
+    read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer
+    and vs the no-op Python stream sink, the same input; *rounds* queries of each, the order
+    reversed every other round (each query's micro-batches after its first are kept)."""
     from ._bench_common import ROW_EXPRS, create_table, jdbc_target
+    from ._noop_sink import NOOP_FORMAT, NoopDataSource
 
+    spark.dataSource.register(NoopDataSource)
     source = work / "micro-src"
     spark.range(batches * 1000, numPartitions=batches).selectExpr(*ROW_EXPRS).write.mode("overwrite").json(str(source))
     schema = spark.read.json(str(source)).schema
     jdbc_url, props = jdbc_target(url)
     out: dict[str, list[float]] = {}
 
-    def run(name: str, table: str, start: Callable[[Any], Any]) -> None:
+    def run(name: str, table: str, start: Callable[[Any, str], Any]) -> None:
         create_table(url, table)
         stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
                   .selectExpr("id", "payload", "amount", "cast(ts AS timestamp) AS ts"))
         query = start(stream.writeStream.trigger(availableNow=True)
-                      .option("checkpointLocation", str(work / "micro-ck" / table)))
+                      .option("checkpointLocation", str(work / "micro-ck" / table)), table)
         query.awaitTermination()
         times = [float(p["durationMs"]["triggerExecution"]) for p in query.recentProgress
                  if p.get("numInputRows", 0) > 0]
-        out[name] = times[1:] or times  # the first micro-batch pays the query's start
-        print(f"bench: micro-batch latency, {name:<40} median {statistics.median(out[name]):7.1f} ms "
-              f"over {len(out[name])} micro-batches", flush=True)
+        kept = times[1:] or times  # the first micro-batch pays the query's start
+        out.setdefault(name, []).extend(kept)
+        print(f"bench: micro-batch latency, {name:<42} median {statistics.median(kept):7.1f} ms "
+              f"over {len(kept)} micro-batches", flush=True)
 
-    run("twopc-jdbc (exactly-once)", "bench_micro_twopc",
-        lambda w: w.format("twopc-jdbc").option("url", jdbc_url).option("dbtable", "bench_micro_twopc")
-        .options(**props).start())
-    if _has_jdbc_driver():
-        def each(d: DataFrame, _batch_id: int) -> None:
-            (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", "bench_micro_spark")
+    def each(table: str) -> Callable[[DataFrame, int], None]:
+        def write(d: DataFrame, _batch_id: int) -> None:
+            (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", table)
              .option("driver", "org.postgresql.Driver").options(**props).save())
+        return write
 
-        run("spark jdbc in foreachBatch (at-least-once)", "bench_micro_spark", lambda w: w.foreachBatch(each).start())
+    plan: list[tuple[str, str, Callable[[Any, str], Any]]] = [
+        (MICRO_NOOP, "bench_micro_noop", lambda w, _t: w.format(NOOP_FORMAT).start()),
+        (MICRO_TWOPC, "bench_micro_twopc",
+         lambda w, t: w.format("twopc-jdbc").option("url", jdbc_url).option("dbtable", t).options(**props).start()),
+    ]
+    if _has_jdbc_driver():
+        plan.append((MICRO_FOREACH, "bench_micro_spark", lambda w, t: w.foreachBatch(each(t)).start()))
+    for r in range(max(1, rounds)):
+        for name, table, start in (plan if r % 2 == 0 else plan[::-1]):
+            run(name, f"{table}_{r}", start)
     return out
 
 
@@ -241,8 +259,10 @@ def _has_jdbc_driver() -> bool:
 def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[float]],
                    micro: dict[str, list[float]]) -> None:
     """Print the rows of this module with their ratios and MET/MISSED verdicts."""
-    from ._bench_common import verdict
+    from ._bench_results import record
+    from .bench_summary import TARGETS, judge
 
+    flat, small_goal = TARGETS["partitions.cost_200_vs_2"], TARGETS["small_write.dropin_vs_spark_jdbc"]
     if parts:
         print("\nprotocol cost per batch as the partition count grows (prepared mode, 10 rows per partition, "
               "median ms):")
@@ -253,8 +273,10 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
                   f"{row['floor']:28.2f}  {row['protocol'] / row['plain']:6.2f}x")
         lo, hi = min(parts), max(parts)
         r = parts[hi]["protocol"] / parts[lo]["protocol"]
-        print(f"  target: cost at {hi} <= {TARGET_FLAT:g}x cost at {lo}: {parts[hi]['protocol']:.2f} / "
-              f"{parts[lo]['protocol']:.2f} = {r:.2f}x   {verdict(r <= TARGET_FLAT)}")
+        print(f"  target: cost at {hi} <= {flat.goal:g}x cost at {lo}: {parts[hi]['protocol']:.2f} / "
+              f"{parts[lo]['protocol']:.2f} = {r:.2f}x   {judge(flat, r)}")
+        if (lo, hi) == (2, 200):
+            record("partitions.cost_200_vs_2", r, f"{parts[hi]['protocol']:.2f} ms / {parts[lo]['protocol']:.2f} ms")
         print(f"  (committing the {hi} prepared transactions alone, without the protocol, in the same pipelines: "
               f"{parts[hi]['floor'] / parts[lo]['protocol']:.2f}x the protocol's whole cost at {lo})")
     if small:
@@ -266,11 +288,26 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
             print(f"  {name:<40} {s:6.2f} s" + (f"   {s / peer:5.2f}x" if peer else ""))
         drop_in = med["twopc-jdbc drop-in (no checkpoint)"]
         if peer:
-            print(f"  target: drop-in <= {TARGET_SMALL:g}x Spark's JDBC writer: {drop_in / peer:.2f}x   "
-                  f"{verdict(drop_in / peer <= TARGET_SMALL)}")
+            print(f"  target: drop-in <= {small_goal.goal:g}x Spark's JDBC writer: {drop_in / peer:.2f}x   "
+                  f"{judge(small_goal, drop_in / peer)}")
+            runs = max(len(v) for v in small.values())
+            record("small_write.dropin_vs_spark_jdbc", drop_in / peer,
+                   f"{drop_in:.2f} s / {peer:.2f} s, median of {runs}")
     if micro:
         med = {k: statistics.median(v) for k, v in micro.items()}
-        peer = med.get("spark jdbc in foreachBatch (at-least-once)")
-        print("\nmicro-batch latency, 1,000 rows per micro-batch (median triggerExecution):")
+        floor, peer = med.get(MICRO_NOOP), med.get(MICRO_FOREACH)
+        print("\nmicro-batch latency, 1,000 rows per micro-batch (median triggerExecution; ratios: time / the "
+              "no-op floor, time / foreachBatch):")
         for name, ms in med.items():
-            print(f"  {name:<45} {ms:7.1f} ms" + (f"   {ms / peer:5.2f}x" if peer else ""))
+            print(f"  {name:<45} {ms:7.1f} ms" + (f"   {ms / floor:5.2f}x" if floor else "")
+                  + (f"   {ms / peer:5.2f}x" if peer else ""))
+        mine = med.get(MICRO_TWOPC)
+        count = len(micro.get(MICRO_TWOPC, []))
+        for key, other in (("micro_batch.twopc_vs_noop", floor), ("micro_batch.twopc_vs_foreach_batch", peer)):
+            if mine is None or not other:
+                continue
+            target = TARGETS[key]
+            if target.goal is not None:
+                print(f"  target: {target.label} <= {target.goal:g}x: {mine / other:.2f}x   "
+                      f"{judge(target, mine / other)}")
+            record(key, mine / other, f"{mine:.1f} ms / {other:.1f} ms, median of {count} micro-batches")

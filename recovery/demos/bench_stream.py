@@ -212,6 +212,10 @@ def report(results: dict[str, list[float]], entries: int, batch: int) -> None:
     rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if rounds > 1 else ""
     print(f"\ntarget: exactly-once >= {TARGET}x at-least-once: {med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} = "
           f"{ratio:.2f}x   {'MET' if ratio >= TARGET else 'MISSED'}{rounds_text}")
+    from ._bench_results import record
+
+    record("stream.exactly_vs_at_least", ratio, f"{med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} entries/s, "
+                                                f"median of {rounds} rounds")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

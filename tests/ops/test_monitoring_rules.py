@@ -37,7 +37,8 @@ from twopc import (
     register_metrics,
 )
 from twopc._inspect import Headroom
-from twopc._metrics import MetricsCollector, record_batch
+from twopc._metrics import record_batch
+from twopc._metrics_export import MetricsCollector
 from twopc._spark import _WriterCore
 from twopc.faultinject import LocalPostgres
 from twopc.sinks import PostgresSink

@@ -69,3 +69,26 @@ def test_lazy_names_are_public() -> None:
         assert getattr(faultinject, name).__name__ == name
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchThing'"):
         _ = faultinject.NoSuchThing
+
+
+#: modules a write never needs, which every Spark Python worker of a write would otherwise
+#: import again (the planner, each task, the commit): the Prometheus client (serving metrics)
+#: and Parquet (the file sink's writer)
+NOT_ON_THE_WRITE_PATH = ("prometheus_client", "pyarrow.parquet")
+
+
+@pytest.mark.parametrize("module", ["twopc.sinks.sql._jdbc", "twopc.sinks._sources", "twopc.spi"])
+def test_the_write_path_does_not_import_what_only_other_uses_need(module: str) -> None:
+    loaded = _fresh(f"import json, sys; import {module}; "
+                    f"print(json.dumps(sorted(m for m in {list(NOT_ON_THE_WRITE_PATH)!r} if m in sys.modules)))")
+    assert loaded == []
+
+
+def test_metrics_and_parquet_still_load_on_first_use() -> None:
+    code = ("import json, sys, twopc, twopc.spi, sinks\n"
+            "names = [twopc.serve_metrics.__name__, twopc.register_metrics.__name__,\n"
+            "         twopc.spi.MetricsCollector.__name__]\n"
+            "print(json.dumps({'names': names, 'prometheus': 'prometheus_client' in sys.modules,\n"
+            "                  'in_all': {'serve_metrics', 'register_metrics'} <= set(twopc.__all__)}))\n")
+    assert _fresh(code) == {"names": ["serve_metrics", "register_metrics", "MetricsCollector"],
+                            "prometheus": True, "in_all": True}

@@ -1,0 +1,59 @@
+"""One run of :mod:`twopc.recovery.demos.bench_first_write`, as a script (``python <this file>``) so
+that it imports nothing of the project a writer does not need: start a local SparkSession,
+write 100 rows with one writer, stop. Prints one JSON line of the in-process times (seconds
+since the script began: the session ready, the write done, the session stopped).
+
+    python _first_write_child.py {noop|spark-jdbc|twopc} < params.json
+
+The parameters (``jdbc_url``, ``table``, ``props`` with the credentials, ``jar``, ``rows``,
+``exprs``) come on standard input, so the password is not on a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+STARTED = time.perf_counter()
+
+
+def main(variant: str, params: dict[str, Any]) -> None:
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    if params.get("jar"):
+        builder = builder.config("spark.jars", params["jar"])
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    ready = time.perf_counter()
+    df = spark.range(params["rows"]).selectExpr(*params["exprs"])
+    jdbc = {"url": params["jdbc_url"], "dbtable": params["table"], **params["props"]}
+    if variant == "noop":
+        # The no-op source's classes run as this script's own (shipped by value, like a
+        # notebook's), so the floor imports nothing of the project.
+        source = runpy.run_path(str(Path(__file__).with_name("_noop_sink.py")), run_name="__main__")
+        spark.dataSource.register(source["NoopDataSource"])
+        df.write.format(source["NOOP_FORMAT"]).mode("append").save()
+    elif variant == "spark-jdbc":
+        df.write.format("jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
+    elif variant == "twopc":
+        from twopc import sinks
+
+        sinks.register_all(spark)
+        df.write.format("twopc-jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
+    else:
+        raise SystemExit(f"unknown variant {variant!r}")
+    written = time.perf_counter()
+    spark.stop()
+    print(json.dumps({"ready": ready - STARTED, "write": written - ready, "stop": time.perf_counter() - written}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], json.loads(sys.stdin.read()))

@@ -1,0 +1,142 @@
+"""``python -m twopc.recovery.demos.bench_first_write``: what a short job's first write costs, whole
+processes, in one run, as ratios.
+
+Each run is a fresh ``python`` process (:mod:`twopc.recovery.demos._first_write_child`) that starts a
+local SparkSession (``local[2]``, the PostgreSQL JDBC jar on its class path), writes 100 rows
+and exits; it is timed from the process's start to its exit. The writers, alternated run by run:
+
+- the no-op Python data source (:mod:`twopc.recovery.demos._noop_sink`: Arrow writers that consume
+  their rows and do nothing): Spark's floor for any Python sink;
+- Spark's own JDBC writer (Debian's ``libpostgresql-jdbc-java``, ``make jdbc-driver``);
+- the ``twopc-jdbc`` drop-in: ``import sinks; sinks.register_all(spark)`` and
+  ``.format("twopc-jdbc")`` with the same options (an append to an existing table on a server
+  that can prepare: prepared mode, its decision kept in the database).
+
+Each writer first runs once unmeasured (the page cache, the marker tables of the database).
+Reported: the medians of the whole process and of the write alone (from the session ready to
+the write done), the ratios twopc / no-op and twopc / Spark JDBC, and each round's own ratio.
+Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`): twopc within 1.15x the no-op source.
+
+Uses a throwaway :class:`twopc.faultinject.LocalPostgres` unless ``TWOPC_BENCH_POSTGRES_URL`` is set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._bench_common import JDBC_JAR, ROW_EXPRS, count_rows, create_table, jdbc_target
+from ._bench_results import record
+from .bench_summary import TARGETS, judge
+
+__all__ = ["main"]
+
+ROWS = 100
+CHILD = Path(__file__).with_name("_first_write_child.py")
+NOOP, SPARK, TWOPC = "noop", "spark-jdbc", "twopc"
+LABELS = {NOOP: "no-op Python data source (Spark's floor)", SPARK: "Spark's JDBC writer (at-least-once)",
+          TWOPC: "twopc-jdbc drop-in (exactly-once)"}
+TABLES = {SPARK: "bench_first_write_jdbc", TWOPC: "bench_first_write_twopc"}
+
+
+def run_once(variant: str, url: str) -> dict[str, float]:
+    """One process: its whole time (``total``) and the child's own times, in seconds."""
+    jdbc_url, props = jdbc_target(url)
+    params = {"jdbc_url": jdbc_url, "table": TABLES.get(variant, ""), "props": props, "rows": ROWS,
+              "exprs": list(ROW_EXPRS), "jar": JDBC_JAR if os.path.exists(JDBC_JAR) else ""}
+    env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, str(CHILD), variant], input=json.dumps(params), env=env,
+                          capture_output=True, text=True, check=False)
+    total = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"bench: the {variant} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    times: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"total": total, **times}
+
+
+def bench(url: str, runs: int, warm: int, variants: Sequence[str]) -> dict[str, list[dict[str, float]]]:
+    for table in TABLES.values():
+        create_table(url, table)
+    for _ in range(warm):
+        for v in variants:
+            run_once(v, url)
+    out: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
+    for r in range(runs):
+        for v in (variants if r % 2 == 0 else list(reversed(variants))):  # alternate the order too
+            t = run_once(v, url)
+            out[v].append(t)
+            print(f"bench: first write, run {r + 1}, {LABELS[v]:<42} {t['total']:6.2f} s "
+                  f"(session {t['ready']:.2f}, write {t['write']:.2f}, stop {t['stop']:.2f}; load "
+                  f"{os.getloadavg()[0]:.2f})", flush=True)
+    for v in variants:
+        if v in TABLES:
+            found, expected = count_rows(url, TABLES[v]), ROWS * (runs + warm)
+            if found != expected:
+                raise SystemExit(f"bench: {LABELS[v]} left {found} rows in {TABLES[v]}, expected {expected}")
+    return out
+
+
+def report(results: dict[str, list[dict[str, float]]]) -> None:
+    def med(v: str, part: str) -> float:
+        return statistics.median(t[part] for t in results[v])
+
+    runs = min(len(r) for r in results.values())
+    print(f"\nfirst write of a process, {ROWS} rows, local[2], median of {runs} runs each (seconds):")
+    print(f"  {'writer':<42} {'whole process':>13} {'session start':>13} {'write':>7} {'stop':>6}")
+    for v in results:
+        print(f"  {LABELS[v]:<42} {med(v, 'total'):13.2f} {med(v, 'ready'):13.2f} {med(v, 'write'):7.2f} "
+              f"{med(v, 'stop'):6.2f}")
+    if TWOPC not in results:
+        return
+    for peer, key in ((NOOP, "first_write.twopc_vs_noop"), (SPARK, "first_write.twopc_vs_spark_jdbc")):
+        if peer not in results:
+            continue
+        ratio = med(TWOPC, "total") / med(peer, "total")
+        write_ratio = med(TWOPC, "write") / med(peer, "write")
+        per_run = [a["total"] / b["total"] for a, b in zip(results[TWOPC], results[peer], strict=False)]
+        target = TARGETS[key]
+        goal = f"target <= {target.goal:g}x: {judge(target, ratio)}" if target.goal is not None else "no target"
+        print(f"  twopc / {peer:<10} whole process {ratio:5.2f}x, write alone {write_ratio:5.2f}x   {goal}   "
+              f"(per run: {', '.join(f'{x:.2f}x' for x in per_run)})")
+        record(key, ratio, f"whole process {med(TWOPC, 'total'):.2f} s / {med(peer, 'total'):.2f} s, "
+                           f"write alone {write_ratio:.2f}x; median of {runs} runs each")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_first_write",
+                                     description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
+    parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
+    if SPARK not in variants:
+        print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
+    from twopc import faultinject
+
+    url = os.environ.get("TWOPC_BENCH_POSTGRES_URL")
+    server: Any = None
+    try:
+        if url is None:
+            server = faultinject.LocalPostgres().start()
+            url = server.url
+        results = bench(url, max(1, args.runs), max(0, args.warm), variants)
+    finally:
+        if server is not None:
+            server.stop()
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

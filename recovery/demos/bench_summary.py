@@ -1,0 +1,146 @@
+"""``python -m twopc.recovery.demos.bench_summary``: the one table ``make bench`` ends with.
+
+Every benchmark module records its ratios (:func:`twopc.recovery.demos._bench_results.record`) into
+the results file of the run (``TWOPC_BENCH_RESULTS``); this prints each with its target and
+MET/MISSED, and the machine (cores, CPU model), the date and the load average while the figures
+were taken. The targets of every benchmark live here, in :data:`TARGETS`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ._bench_results import RESULTS_ENV, results_path
+
+__all__ = ["TARGETS", "Target", "judge", "machine", "main", "summary_table"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a recorded figure is and what it should be: *better* says which way is good; a
+    *goal* of None is a figure reported without a target."""
+
+    label: str
+    better: Literal["higher", "lower"]
+    goal: float | None
+    unit: str = "x"
+
+
+#: every judged figure of ``make bench``, in the order of the table
+TARGETS: dict[str, Target] = {
+    "first_write.twopc_vs_noop": Target(
+        "first write, whole process: twopc-jdbc / no-op Python data source (time)", "lower", 1.15),
+    "first_write.twopc_vs_spark_jdbc": Target(
+        "first write, whole process: twopc-jdbc / Spark's JDBC writer (time)", "lower", None),
+    "micro_batch.twopc_vs_noop": Target(
+        "micro-batch of 1,000 rows: twopc-jdbc / no-op Python stream sink (time)", "lower", 1.1),
+    "micro_batch.twopc_vs_foreach_batch": Target(
+        "micro-batch of 1,000 rows: twopc-jdbc / foreachBatch + Spark JDBC (time)", "lower", None),
+    "throughput.prepared_vs_spark": Target(
+        "throughput: twopc-jdbc prepared / best Spark JDBC writer (rows/s)", "higher", 1.5),
+    "throughput.prepared_vs_copy": Target(
+        "throughput: twopc-jdbc prepared / raw COPY (rows/s)", "higher", 0.7),
+    "throughput.dropin_vs_spark_rw": Target(
+        "throughput: twopc-jdbc drop-in / Spark JDBC, reWriteBatchedInserts (rows/s)", "higher", 1.5),
+    "throughput.dropin_vs_copy": Target(
+        "throughput: twopc-jdbc drop-in / raw COPY (rows/s)", "higher", 0.8),
+    "small_write.dropin_vs_spark_jdbc": Target(
+        "20k rows: twopc-jdbc drop-in / Spark's JDBC writer (time)", "lower", 1.3),
+    "protocol.prepared_ms": Target(
+        "protocol cost per micro-batch, prepared mode, 2 tasks", "lower", 25.0, "ms"),
+    "protocol.staging_ms": Target(
+        "protocol cost per micro-batch, staging mode, 2 tasks", "lower", 25.0, "ms"),
+    "partitions.cost_200_vs_2": Target(
+        "protocol cost at 200 partitions / at 2 (time)", "lower", 3.0),
+    "stream.exactly_vs_at_least": Target(
+        "Redis Stream -> PostgreSQL: exactly-once / at-least-once (entries/s)", "higher", 1.0),
+    "redis.sink_vs_plain_per_row": Target(
+        "twopc-redis / pipelined writes, one command per effect (rows/s)", "higher", None),
+    "redis.sink_vs_plain_presummed": Target(
+        "twopc-redis / pipelined writes of the same effects, counters pre-summed (rows/s)", "higher", 0.9),
+    "mariadb.xa_commit_one_by_one_vs_batched": Target(
+        "MariaDB: a batch's XA COMMITs one round trip each / in one query (time)", "higher", 1.0),
+    "composite.vs_two_writes": Target(
+        "composite PostgreSQL + Redis / the two formats one after the other (rows/s)", "higher", 1.0),
+}
+
+
+def judge(target: Target | None, value: float) -> str:
+    """MET or MISSED against *target*; ``-`` when the figure has no target."""
+    if target is None or target.goal is None:
+        return "-"
+    ok = value >= target.goal if target.better == "higher" else value <= target.goal
+    return "MET" if ok else "MISSED"
+
+
+def _goal_text(target: Target | None) -> str:
+    if target is None or target.goal is None:
+        return "none"
+    unit = target.unit if target.unit == "x" else " " + target.unit
+    return f"{'>=' if target.better == 'higher' else '<='} {target.goal:g}{unit}"
+
+
+def machine() -> str:
+    """Cores and CPU model of this machine."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {model}"
+
+
+def summary_table(records: Iterable[Mapping[str, Any]], host: str, date: str) -> str:
+    """The table: one line per target of :data:`TARGETS` (``not measured`` when no record
+    has its key), then any recorded key without a target. The last record of a key wins."""
+    latest: dict[str, Mapping[str, Any]] = {}
+    for r in records:
+        latest[str(r["key"])] = r
+    keys = list(TARGETS) + [k for k in latest if k not in TARGETS]
+    loads = [float(r["load"]) for r in latest.values() if "load" in r]
+    head = (f"bench summary: {host}; {date}"
+            + (f"; load average while measured {min(loads):.2f} .. {max(loads):.2f}" if loads else ""))
+    lines = [head, f"  {'figure':<76} {'measured':>10}  {'target':>9}  {'verdict':<7} detail"]
+    for key in keys:
+        target = TARGETS.get(key)
+        label = target.label if target else key
+        rec = latest.get(key)
+        if rec is None:
+            lines.append(f"  {label:<76} {'-':>10}  {_goal_text(target):>9}  {'-':<7} not measured")
+            continue
+        value = float(rec["value"])
+        unit = target.unit if target else "x"
+        shown = f"{value:.2f}{'x' if unit == 'x' else ' ' + unit}"
+        lines.append(f"  {label:<76} {shown:>10}  {_goal_text(target):>9}  {judge(target, value):<7} "
+                     f"{rec.get('detail', '')}")
+    return "\n".join(lines)
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    path = Path(args[0]) if args else results_path()
+    if path is None:
+        print(f"bench_summary: no results file: set {RESULTS_ENV} or pass its path", file=sys.stderr)
+        return 2
+    print(summary_table(read_records(path), machine(), datetime.date.today().isoformat()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

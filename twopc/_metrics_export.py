@@ -1,0 +1,126 @@
+"""Serving the figures :mod:`twopc._metrics` keeps in a checkpoint to Prometheus: the collector
+read at every scrape, :func:`register_metrics` (into an application's registry) and
+:func:`serve_metrics` (on a port of this process). The only module of twopc that imports
+``prometheus_client``: a write (its plan, tasks and commit, each in a Python worker of Spark's)
+records its figures without loading it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from ._errors import LedgerError
+from ._ledger import CommitLedger
+from ._metrics import CHECKPOINT_GAUGES, COUNTERS, GAUGES, HISTOGRAMS, KNOWN_LABELS, load_state
+
+__all__ = ["MetricsCollector", "register_metrics", "serve_metrics"]
+
+log = logging.getLogger("twopc.metrics")
+
+
+class MetricsCollector(Collector):
+    """Prometheus collector of the sinks of some checkpoints, read at every scrape.
+
+    Args:
+        checkpoints: checkpoint locations, or a callable returning them (re-read per scrape).
+        checkpoint_gauges_only: serve only the :data:`CHECKPOINT_GAUGES` (the in-doubt
+            gauges and the last commit's time), not the driver's counters, histograms and
+            headroom: for a process that serves checkpoints beside the query's own server
+            (``twopc metrics``), so no counter is served twice.
+    """
+
+    def __init__(self, checkpoints: Sequence[str] | Any, *, checkpoint_gauges_only: bool = False) -> None:
+        self._checkpoints = checkpoints
+        self._only_gauges = checkpoint_gauges_only
+
+    def _locations(self) -> list[str]:
+        c = self._checkpoints
+        return list(c() if callable(c) else c)
+
+    def collect(self) -> Iterator[Metric]:
+        labels = ["sink_id", "format"]
+        counters = {n: CounterMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
+                    for n, (doc, lab) in COUNTERS.items() if not self._only_gauges}
+        hists = {n: HistogramMetricFamily(f"twopc_{n}", doc, labels=labels)
+                 for n, (_b, doc) in HISTOGRAMS.items() if not self._only_gauges}
+        gauges = {n: GaugeMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
+                  for n, (doc, lab) in GAUGES.items() if n in CHECKPOINT_GAUGES or not self._only_gauges}
+        now = time.time()
+        for location in self._locations():
+            try:
+                ledger = CommitLedger(location, read_only=True)  # a scrape creates nothing, not even a folder
+                state = load_state(ledger)
+                pending = ledger.pending()
+                sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
+                format_name = state["labels"].get("format") or _recorded_format(ledger)
+            except (LedgerError, OSError) as exc:
+                log.warning("twopc: cannot read metrics of %s: %s", location, exc)
+                continue
+            base = [sink_id, str(format_name)]
+            for name, family in counters.items():
+                values = {**dict.fromkeys(KNOWN_LABELS.get(name, ("",)), 0), **state["counters"].get(name, {})}
+                for label, value in sorted(values.items()):
+                    family.add_metric(base + ([label] if COUNTERS[name][1] else []), float(value))
+            for name, hist in hists.items():
+                h = state["histograms"].get(name)
+                if h is not None:
+                    hist.add_metric(base, _cumulative(HISTOGRAMS[name][0], h["counts"]), float(h["sum"]))
+            gauges["in_doubt_transactions"].add_metric(base, float(sum(len(d.handles) for d in pending)))
+            gauges["oldest_in_doubt_seconds"].add_metric(
+                base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
+            if state.get("last_commit"):
+                gauges["last_commit_timestamp_seconds"].add_metric(base, float(state["last_commit"]))
+            room = state.get("headroom")
+            if room and "target_prepared_transactions" in gauges:
+                counted = [*base, str(room["what"])]
+                gauges["target_prepared_transactions"].add_metric(counted, float(room["in_use"]))
+                if room.get("limit") is not None:
+                    gauges["target_prepared_transactions_limit"].add_metric(counted, float(room["limit"]))
+        yield from counters.values()
+        yield from hists.values()
+        yield from gauges.values()
+
+
+def _recorded_format(ledger: CommitLedger) -> str:
+    """The data source name the checkpoint's target record names (written at plan time),
+    so a batch left in doubt before the first commit has the labels of later ones."""
+    record = ledger.target_record()
+    return (record.data_source or "") if record is not None else ""
+
+
+def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:
+    out: list[tuple[str, float]] = []
+    total = 0
+    for le, n in zip([*[str(b) for b in bounds], "+Inf"], counts, strict=True):
+        total += n
+        out.append((le, float(total)))
+    return out
+
+
+def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) -> MetricsCollector:
+    """Register a collector of the sinks of *checkpoint_locations* into *registry* (the
+    application's own, e.g. ``prometheus_client.REGISTRY``). Returns it (to unregister)."""
+    collector = MetricsCollector(list(checkpoint_locations))
+    registry.register(collector)
+    return collector
+
+
+def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "127.0.0.1") -> CollectorRegistry:
+    """Serve the sinks of *checkpoint_locations* on ``http://addr:port/metrics`` from a
+    daemon thread of this (long-lived) process, e.g. the application's driver process.
+    *addr* is the interface: loopback only by default, ``0.0.0.0`` for every one.
+    Returns the registry.
+
+    Raises:
+        OSError: the port cannot be bound.
+    """
+    registry = CollectorRegistry()
+    register_metrics(registry, *checkpoint_locations)
+    start_http_server(port, addr=addr, registry=registry)
+    return registry
