@@ -149,14 +149,14 @@ chaos: venv redis mariadb
 	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/chaos/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
 
 demo: venv
-	$(VPY) -m recovery.demos.stream_demo
+	$(VPY) -m twopc.recovery.demos.stream_demo
 
 bench: venv redis
 	@$(MAKE) --no-print-directory jdbc-driver || echo "bench: the Spark JDBC writers are skipped" >&2
-	$(VPY) -m recovery.demos.bench
-	$(VPY) -m recovery.demos.bench_redis
-	$(VPY) -m recovery.demos.bench_stream
-	$(VPY) -m recovery.demos.bench_composite
+	$(VPY) -m twopc.recovery.demos.bench
+	$(VPY) -m twopc.recovery.demos.bench_redis
+	$(VPY) -m twopc.recovery.demos.bench_stream
+	$(VPY) -m twopc.recovery.demos.bench_composite
 
 clean:
 	rm -rf $(VENV) docs/_build build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

@@ -44,7 +44,7 @@ runner (:class:`ChaosRunner` and its reports), the throwaway servers
 :class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`), a Spark
 Connect server (:class:`LocalSparkConnect`) and the network fault proxy (:class:`FaultProxy`: resets,
 latency, blackholes, swallowed replies) load on first use:
-``from faultinject import LocalPostgres`` and ``faultinject.ChaosRunner`` work as ever.
+``from faultinject import LocalPostgres`` and ``twopc.faultinject.ChaosRunner`` work as ever.
 """
 
 import importlib as _importlib

@@ -1,4 +1,4 @@
-"""Exception types of :mod:`faultinject`."""
+"""Exception types of :mod:`twopc.faultinject`."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class UnknownFaultPoint(FaultSpecError):
 
 
 class InjectedFault(Exception):
-    """Raised by :func:`faultinject.fault_point` for rules whose action is ``raise``.
+    """Raised by :func:`twopc.faultinject.fault_point` for rules whose action is ``raise``.
 
     Attributes:
         point: the fault-point name that fired.

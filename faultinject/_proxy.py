@@ -37,7 +37,7 @@ from typing import Any, Literal, TypeAlias
 
 __all__ = ["Direction", "FaultProxy", "ProxyConnection"]
 
-log = logging.getLogger("faultinject.proxy")
+log = logging.getLogger("twopc.faultinject.proxy")
 
 Direction: TypeAlias = Literal["upstream", "downstream", "both"]
 _DIRECTIONS: dict[str, tuple[str, ...]] = {"upstream": ("upstream",), "downstream": ("downstream",),

@@ -3,7 +3,7 @@ inline spec without ``TWOPC_FAULT_STATE`` counts its ``times``.
 
 A run starts in the first process that arms a plan and finds no run of that plan in its
 environment (the driver of ``python job.py`` or ``spark-submit job.py``, ``twopc recover``):
-that process is the run's root. :func:`faultinject.export_run` (which ``twopc.register`` calls)
+that process is the run's root. :func:`twopc.faultinject.export_run` (which ``twopc.register`` calls)
 hands the run on through ``TWOPC_FAULT_RUN``, in ``os.environ`` for the processes the root
 starts later and in ``SparkContext.environment`` for the Python workers Spark starts for the
 functions made afterwards (twopc's data sources), and adds Spark's JVM as a second root. The

@@ -367,7 +367,7 @@ class FaultPlan:
 
         ``TWOPC_FAULT_STATE`` is ``state_dir``, else the plan's ``state_dir``; with neither
         it is left out, and each run of the child counts ``times`` in a folder of its own
-        (see :mod:`faultinject`). Callers should also drop any inherited
+        (see :mod:`twopc.faultinject`). Callers should also drop any inherited
         ``TWOPC_FAULT_PLAN`` (``TWOPC_FAULTS`` takes precedence over it anyway).
         """
         chosen = state_dir if state_dir is not None else self.state_dir

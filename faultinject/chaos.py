@@ -255,4 +255,4 @@ class ChaosRunner:
                     try:
                         on_progress(line)
                     except Exception as exc:  # noqa: BLE001 - a broken callback must not hang the pump
-                        sys.stderr.write(f"faultinject.chaos: on_progress failed: {exc!r}\n")
+                        sys.stderr.write(f"twopc.faultinject.chaos: on_progress failed: {exc!r}\n")

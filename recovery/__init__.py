@@ -7,7 +7,7 @@ automatically at plan time, before any task writes; operators run it by hand wit
 for exactly-once (duplicates, lost, unexpected, dangling prepared transactions);
 :func:`verify_ids` does the same on any SQLAlchemy database, and :func:`staged_rows_left`
 counts what the staging mode left behind. ``twopc verify`` checks a live target the same
-way in bounded memory (:mod:`recovery._verify_cli`).
+way in bounded memory (:mod:`twopc.recovery._verify_cli`).
 """
 
 from twopc import RecoveryCoordinator

@@ -1,6 +1,6 @@
 """``twopc status`` / ``twopc recover`` (also ``python -m recovery``): inspect a checkpoint's
-sink and run recovery by hand. ``twopc verify`` (:mod:`recovery._verify_cli`) and
-``twopc metrics`` (:mod:`recovery._metrics_cli`) are registered here and live in their modules.
+sink and run recovery by hand. ``twopc verify`` (:mod:`twopc.recovery._verify_cli`) and
+``twopc metrics`` (:mod:`twopc.recovery._metrics_cli`) are registered here and live in their modules.
 
 Both read what the checkpoint records: its sink id, and (``twopc/target.json``, written by
 the Spark runtime) its target, format and credential-free writer options, so that the

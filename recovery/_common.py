@@ -1,6 +1,6 @@
 """What the operator's commands share: the sink a checkpoint's query writes with, built from
 the recorded writer options and the secrets given, and the checks that it is the recorded one
-(`twopc status`/`recover` in :mod:`recovery._cli`, `twopc verify`, `twopc metrics`).
+(`twopc status`/`recover` in :mod:`twopc.recovery._cli`, `twopc verify`, `twopc metrics`).
 
 A check that fails raises :class:`CannotTell` (exit code 3) before the target is read or anything
 is written.
@@ -29,7 +29,7 @@ def sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
     Raises:
         ConfigurationError: unknown format.
     """
-    import sinks
+    from twopc import sinks
 
     for ds in sinks.DATA_SOURCES:
         if ds.name() == format_name:
@@ -137,7 +137,7 @@ def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None)
 
 
 def _known_name(name: str) -> bool:
-    import sinks
+    from twopc import sinks
 
     return any(ds.name() == name for ds in sinks.DATA_SOURCES)
 

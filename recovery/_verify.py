@@ -2,7 +2,7 @@
 SQLAlchemy engine, :func:`verify_postgres_ids` adding PostgreSQL's dangling prepared
 transactions, and :func:`staged_rows_left` for the staging commit mode's leftovers.
 :class:`SetCheck` is the bounded form ``twopc verify`` reports (counts and a few examples,
-never every id: see :mod:`recovery._verify_stream` and :mod:`recovery._verify_batch`)."""
+never every id: see :mod:`twopc.recovery._verify_stream` and :mod:`twopc.recovery._verify_batch`)."""
 
 from __future__ import annotations
 

@@ -17,20 +17,20 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sinks.sql._names import TableName
+from twopc.sinks.sql._names import TableName
 from twopc import CommitLedger
 
 from ._verify import EXAMPLES, SetCheck
 
 __all__ = ["verify_batches"]
 
-#: how a staging-mode overwrite empties the table first (:class:`sinks.StagingHandle`'s ``write``)
+#: how a staging-mode overwrite empties the table first (:class:`twopc.sinks.StagingHandle`'s ``write``)
 _EMPTIES = frozenset(("drop", "truncate", "delete"))
 
 
 def verify_batches(pg: psycopg.Connection[Any], table: TableName, ledger: CommitLedger, sink_id: str, *,
                    keys: tuple[str, ...] = ()) -> SetCheck:
-    """Compare *table* (on the :func:`~recovery._verify_stream.read_only_session` *pg*) with
+    """Compare *table* (on the :func:`~twopc.recovery._verify_stream.read_only_session` *pg*) with
     the rows *ledger* records for sink *sink_id*'s committed batches; with *keys*, also count
     the keys found more than once.
 

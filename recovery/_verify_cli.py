@@ -5,10 +5,10 @@ unexpected), with exit codes for automation (:data:`VERIFY_EXIT_CODES`).
 Two forms, on PostgreSQL tables (``twopc-postgres``, ``twopc-jdbc`` on PostgreSQL):
 
 - ``--stream``: a Redis Stream's entries against the table a pipeline writes them to, one
-  row per entry keyed by ``(stream, id)`` (:mod:`recovery._verify_stream`);
+  row per entry keyed by ``(stream, id)`` (:mod:`twopc.recovery._verify_stream`);
 - without it: the rows the ledger of a checkpoint (or, with ``--sink-id``, of a batch write
   with ``txnAppId`` whose ledger is in the target) records per committed batch against the
-  table's rows (:mod:`recovery._verify_batch`).
+  table's rows (:mod:`twopc.recovery._verify_batch`).
 
 The target is reached as ``twopc status`` reaches it: from what the checkpoint records plus
 the secrets, or from ``--format`` and ``--option``. Nothing is written anywhere.

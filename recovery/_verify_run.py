@@ -1,5 +1,5 @@
 """``twopc verify``'s run: reach the target as ``twopc status`` does, then the stream or the
-batch check (:mod:`recovery._verify_stream`, :mod:`recovery._verify_batch`). Imported when the
+batch check (:mod:`twopc.recovery._verify_stream`, :mod:`twopc.recovery._verify_batch`). Imported when the
 command runs: it needs psycopg (and redis for ``--stream``), which ``twopc status`` does not."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from typing import Any
 
 import psycopg
 
-from sinks._secrets import secret_guesses
-from sinks.redis._clients import ClientConfig, split_url
-from sinks.redis_source._ids import EntryId
-from sinks.redis_source._server import StreamServer
-from sinks.sql._names import parse_table_name
-from sinks.sql.connect._engines import dbapi_connect_params
-from sinks.sql.options._jdbc_options import JdbcOptions
+from twopc.sinks._secrets import secret_guesses
+from twopc.sinks.redis._clients import ClientConfig, split_url
+from twopc.sinks.redis_source._ids import EntryId
+from twopc.sinks.redis_source._server import StreamServer
+from twopc.sinks.sql._names import parse_table_name
+from twopc.sinks.sql.connect._engines import dbapi_connect_params
+from twopc.sinks.sql.options._jdbc_options import JdbcOptions
 from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.spi import SinkUnavailableError, redact, target_ledger_of
 

@@ -24,9 +24,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from sinks.redis_source._ids import ZERO, EntryId, Range
-from sinks.redis_source._server import StreamServer
-from sinks.sql._names import TableName
+from twopc.sinks.redis_source._ids import ZERO, EntryId, Range
+from twopc.sinks.redis_source._server import StreamServer
+from twopc.sinks.sql._names import TableName
 
 from ._verify import EXAMPLES, PAGE_SIZE, SetCheck
 

@@ -18,12 +18,12 @@
 
 ``register_all(spark)`` registers every built-in data source.
 
-Layout: a folder per backend (:mod:`sinks.sql` — what every SQL sink shares, the options
+Layout: a folder per backend (:mod:`twopc.sinks.sql` — what every SQL sink shares, the options
 reader, the URL translator, the prepared-transaction base, the staging mode and the
-``twopc-jdbc`` drop-in; :mod:`sinks.postgres`; :mod:`sinks.mysql`; :mod:`sinks.redis`),
+``twopc-jdbc`` drop-in; :mod:`twopc.sinks.postgres`; :mod:`twopc.sinks.mysql`; :mod:`twopc.sinks.redis`),
 and the file sink in ``sinks/_file.py``. Backends that need a database driver load when
 first used, so ``import sinks`` works with any subset of the extras installed
-(``twopc[postgres]``, ``twopc[mysql]``, ``twopc[redis]``); every built-in handle kind is
+(``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``, ``pyspark-twopc[redis]``); every built-in handle kind is
 registered either way, so any ledger can be read.
 """
 
@@ -113,7 +113,7 @@ SOURCES = (RedisStreamDataSource,)
 def __getattr__(name: str) -> Any:
     backend = _LAZY.get(name)
     if backend is None:
-        raise AttributeError(f"module 'sinks' has no attribute {name!r}")
+        raise AttributeError(f"module 'twopc.sinks' has no attribute {name!r}")
     import importlib
 
     value = getattr(importlib.import_module(f".{backend}", __name__), name)

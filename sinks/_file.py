@@ -116,7 +116,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:

@@ -2,10 +2,10 @@
 drivers. (The file sink, the worked example of writing a sink, keeps its handle next to it.)
 
 A handle is what the commit ledger stores (in its versioned envelope): every process that
-imports :mod:`sinks` must be able to read any built-in kind back — the commit process
+imports :mod:`twopc.sinks` must be able to read any built-in kind back — the commit process
 of a streaming query, or an operator's recovery — whether or not it has imported the
 backend yet. So these handle classes live here, driver-free, and register their kinds when
-:mod:`sinks` is imported; their sinks import them from here.
+:mod:`twopc.sinks` is imported; their sinks import them from here.
 """
 
 from __future__ import annotations

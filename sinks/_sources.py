@@ -1,5 +1,5 @@
 """The Spark data sources of the backends that need a database driver, defined without
-importing it: :func:`sinks.register_all` works whatever extras are installed, and writing
+importing it: :func:`twopc.sinks.register_all` works whatever extras are installed, and writing
 to a format whose driver is missing fails at plan time with the extra to install."""
 
 from __future__ import annotations
@@ -30,23 +30,23 @@ class _SinkClass:
 
 
 class PostgresDataSource(TwoPhaseCommitDataSource):
-    """Spark data source ``twopc-postgres`` (:class:`sinks.postgres.PostgresSink`)."""
+    """Spark data source ``twopc-postgres`` (:class:`twopc.sinks.postgres.PostgresSink`)."""
 
-    sink_class = _SinkClass("sinks.postgres", "PostgresSink")  # resolves to the class when read
+    sink_class = _SinkClass("twopc.sinks.postgres", "PostgresSink")  # resolves to the class when read
     format_name = "twopc-postgres"
 
 
 class RedisDataSource(TwoPhaseCommitDataSource):
-    """Spark data source ``twopc-redis`` (:class:`sinks.redis.RedisSink`)."""
+    """Spark data source ``twopc-redis`` (:class:`twopc.sinks.redis.RedisSink`)."""
 
-    sink_class = _SinkClass("sinks.redis", "RedisSink")  # resolves to the class when read
+    sink_class = _SinkClass("twopc.sinks.redis", "RedisSink")  # resolves to the class when read
     format_name = "twopc-redis"
 
 
 class RedisStreamDataSource(DataSource):
     """Spark data source ``twopc-redis-stream``: reads Redis Streams exactly once into a
     streaming query, acknowledging to a consumer group only after the sink committed
-    (:mod:`sinks.redis_source`)."""
+    (:mod:`twopc.sinks.redis_source`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -59,7 +59,7 @@ class RedisStreamDataSource(DataSource):
         return schema_ddl(StreamOptions.read(self.options).fields_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
-        """The reader (:class:`sinks.redis_source.RedisStreamReader`).
+        """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`).
 
         Raises:
             ConfigurationError: an option is invalid, or PySpark is older than 4.2 (the

@@ -33,7 +33,7 @@ import redis
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from faultinject._redis_cluster import find_redis_cli
+from twopc.faultinject._redis_cluster import find_redis_cli
 
 
 def uid() -> str:

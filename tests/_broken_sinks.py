@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sinks import FileHandle, FileSink
+from twopc.sinks import FileHandle, FileSink
 from twopc import CommitOutcome, CommitShape
 from twopc.spi import SinkUnavailableError, option
 from twopc.testing import SinkHarness

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from faultinject import FaultControl, FaultProxy, LocalMariaDB, LocalPostgres, LocalRedis
+from twopc.faultinject import FaultControl, FaultProxy, LocalMariaDB, LocalPostgres, LocalRedis
 from twopc.testing import ScheduleTarget, SinkHarness
 
 from . import _broken_sinks as broken

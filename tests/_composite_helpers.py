@@ -25,8 +25,8 @@ import pyarrow.compute as pc
 import redis
 import sqlalchemy as sa
 
-from recovery import staged_rows_left
-from sinks import RedisSink
+from twopc.recovery import staged_rows_left
+from twopc.sinks import RedisSink
 from twopc.spi import CompositeHandle, participant_sink_id
 from twopc.testing import fresh_nonce
 

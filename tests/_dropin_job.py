@@ -11,14 +11,14 @@ from __future__ import annotations
 import os
 import sys
 
-import faultinject
+from twopc import faultinject
 
 
 def main(table: str, start: int = 0, partitions: int = 3) -> None:
     faultinject.export_crash_group()  # a crash fired in any of the job's processes kills them all
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     spark = (SparkSession.builder.master("local[2]").appName("twopc-dropin-job")
              .config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import faultinject
-from sinks import FileHandle, FileSink
+from twopc import faultinject
+from twopc.sinks import FileHandle, FileSink
 from twopc import CommitCoordinator, TransactionContext, TransactionHandle
 
 

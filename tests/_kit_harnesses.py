@@ -1,7 +1,7 @@
 """Conformance-kit harnesses for the project's own sinks (``twopc.testing``).
 
 Each builds its sink only through stable public API: the class or data source exported by
-``sinks``, configured with Spark-style options (what ``from_options`` reads), because the
+``twopc.sinks``, configured with Spark-style options (what ``from_options`` reads), because the
 module layout inside ``sinks/`` is not stable. Each harness gets a fresh target (a table,
 a folder, a Redis hash tag), reads it back as ids, and adds the sink-specific verification
 the kit cannot know: nothing of the sink left in ``pg_prepared_xacts`` / ``XA RECOVER`` /
@@ -24,8 +24,8 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from recovery import staged_rows_left
-from sinks import RedisSink
+from twopc.recovery import staged_rows_left
+from twopc.sinks import RedisSink
 from twopc.testing import SinkHarness
 
 from ._filesink_helpers import assert_nothing_left, committed_ids

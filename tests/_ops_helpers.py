@@ -1,5 +1,5 @@
 """Helpers of the operations tests: a real streaming query SIGKILLed once at a fault point
-(the conformance kit's job, run by :class:`faultinject.ChaosRunner` without a restart), and
+(the conformance kit's job, run by :class:`twopc.faultinject.ChaosRunner` without a restart), and
 the ``twopc`` console script run as an operator runs it, secrets from the environment."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql.pandas.types import from_arrow_schema
 
-import faultinject
+from twopc import faultinject
 from twopc.testing import DEFAULT_SPARK_CONF, SinkHarness
 
 __all__ = ["REPO", "cli_env", "crash_query_once", "twopc_cli"]

@@ -19,7 +19,7 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     spark = (SparkSession.builder.master("local[2]").appName("twopc-ops-query")
              .config("spark.ui.enabled", "false")

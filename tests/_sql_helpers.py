@@ -39,7 +39,7 @@ def batch(ids: list[int], **cols: Any) -> pa.RecordBatch:
 def write_one_task(sink: Any, batch: pa.RecordBatch, *, overwrite: bool = False) -> None:
     """One task of one batch through *sink*, as the runtime drives it, committed (a staging
     sink's handle through ``commit_all``, a prepared one's through ``commit``)."""
-    from sinks import StagingSink
+    from twopc.sinks import StagingSink
 
     try:
         sink.configure_write(batch.schema, overwrite=overwrite, streaming=False, checkpointed=True)
@@ -114,7 +114,7 @@ def fresh_sql_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, type
     """(url, sink class, fresh table (id bigint primary key, s text, x double), fresh sink id)
     on the server ``request.param`` = (url fixture name, sink class) names; prepared
     transactions a failed test left are rolled back, the table dropped."""
-    from sinks.sql import dispose_engines
+    from twopc.sinks.sql import dispose_engines
 
     url_fixture, sink_class = request.param
     url = request.getfixturevalue(url_fixture)
@@ -139,7 +139,7 @@ def logged_markers(engine: sa.Engine, marker: str) -> str:
     """Create the PostgreSQL marker table *marker* (as twopc creates it) with a trigger that
     copies every marker row inserted into ``<marker>_log``, and return that table's name: how
     many transactions writes prepared, after they purged their own markers."""
-    from sinks import PostgresSink
+    from twopc.sinks import PostgresSink
 
     log = f"{marker}_log"
     with engine.begin() as c:

@@ -2,7 +2,7 @@
 
 ``mariadb_url`` (session): a server with InnoDB and XA from, in order,
 ``TWOPC_TEST_MARIADB_URL``; testcontainers (``mariadb:11``) when a Docker engine answers;
-:class:`faultinject.LocalMariaDB` from the local mariadbd.  ``mariadb_server``: that
+:class:`twopc.faultinject.LocalMariaDB` from the local mariadbd.  ``mariadb_server``: that
 LocalMariaDB, else None.  Started on first use only.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from faultinject import LocalMariaDB, ServerUnavailable
+from twopc.faultinject import LocalMariaDB, ServerUnavailable
 
 from ._docker import docker_available
 

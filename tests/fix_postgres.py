@@ -2,7 +2,7 @@
 
 ``postgres_url`` (session): a server with max_prepared_transactions >= 64 from, in order,
 ``TWOPC_TEST_POSTGRES_URL``; testcontainers (``postgres:16``) when a Docker engine answers;
-:class:`faultinject.LocalPostgres` started from the local binaries in a temporary folder.
+:class:`twopc.faultinject.LocalPostgres` started from the local binaries in a temporary folder.
 ``postgres_server``: that LocalPostgres (to crash or restart it), else None.  ``pg_engine``:
 an engine on it per test.  Started on first use only: collecting starts nothing.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from faultinject import LocalPostgres, ServerUnavailable
+from twopc.faultinject import LocalPostgres, ServerUnavailable
 
 from ._docker import docker_available
 

@@ -1,7 +1,7 @@
 """Redis for the tests (a plug-in listed in conftest's ``pytest_plugins``).
 
 ``redis_url`` (session): a redis with AOF from, in order, ``TWOPC_TEST_REDIS_URL``;
-testcontainers (``redis:7``) when a Docker engine answers; :class:`faultinject.LocalRedis`
+testcontainers (``redis:7``) when a Docker engine answers; :class:`twopc.faultinject.LocalRedis`
 (appendfsync always) from the local redis-server.  ``redis_server``: that LocalRedis, else None.
 ``r``: a redis-py client on it per test (bytes replies).  Started on first use only.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import redis as redis_py
 
-from faultinject import LocalRedis, ServerUnavailable
+from twopc.faultinject import LocalRedis, ServerUnavailable
 
 from ._docker import docker_available
 

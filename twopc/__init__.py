@@ -18,7 +18,7 @@ Public API, what a pipeline calls:
   the message names the pip extra), :class:`LedgerError` (:class:`FencedError`: a newer driver
   owns the checkpoint), :class:`SinkError`, and :class:`TransactionLostError`.
 
-What a sink author or twopc's own packages (``sinks``, ``recovery``) need beyond this (the
+What a sink author or twopc's own packages (``twopc.sinks``, ``twopc.recovery``) need beyond this (the
 finer exceptions, handle codecs, options, the target ledger and its lease, ...) is in
 :mod:`twopc.spi`; nothing outside ``twopc`` imports its private modules.
 """

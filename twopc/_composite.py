@@ -41,7 +41,7 @@ from typing import Any, TypeAlias
 
 import pyarrow as pa
 
-import faultinject
+from twopc import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
 from ._composite_targets import refuse_shared_targets

@@ -1,7 +1,7 @@
 """The Spark side of the composite sink built from Python objects: :func:`composite`
 makes (and registers) a data source whose writes go to the given participants under one
 decision per batch. (``format("twopc-composite")``, configured by options instead, is in
-:mod:`sinks`.)"""
+:mod:`twopc.sinks`.)"""
 
 from __future__ import annotations
 

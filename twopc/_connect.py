@@ -64,7 +64,7 @@ def check_server(spark: Any, packages: Iterable[str]) -> None:
     """
     wanted = sorted(set(packages))
     here = "{}.{}".format(*sys.version_info[:2])
-    install = (f"install twopc with the extras of the formats you use (pip install 'twopc[all]') in the Python "
+    install = (f"install twopc with the extras of the formats you use (pip install 'pyspark-twopc[all]') in the Python "
                f"environment the Spark Connect server runs its Python workers with (its PYSPARK_PYTHON), "
                f"Python {here} like this client, then restart the server")
     try:

@@ -30,7 +30,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-import faultinject
+from twopc import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError

@@ -74,7 +74,7 @@ class MissingExtraError(ConfigurationError, ImportError):
     """A backend's Python driver is not installed (or fails to import).
 
     twopc's core needs only pyspark, pyarrow and SQLAlchemy; each backend's driver comes with
-    an extra (``pip install 'twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
+    an extra (``pip install 'pyspark-twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
     message names the one to install. It is a :class:`ConfigurationError` (raised before
     anything is written, caught with the rest of the family) and an :class:`ImportError` (what
     Python code expects of a missing module). Raised by ``twopc._extras.require``.
@@ -88,7 +88,7 @@ class MissingExtraError(ConfigurationError, ImportError):
     def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
         super().__init__(
             f"{what} needs the Python module {module_name!r}, {reason}. "
-            f"Install it with: pip install 'twopc[{extra}]'",
+            f"Install it with: pip install 'pyspark-twopc[{extra}]'",
             name=module_name,
         )
         self.extra = extra

@@ -34,7 +34,7 @@ def require(module_name: str, extra: str, what: str) -> ModuleType:
 
     Raises:
         MissingExtraError: the module is not installed, or fails to import (then the message
-            includes why); ``pip install 'twopc[<extra>]'`` is the fix it names.
+            includes why); ``pip install 'pyspark-twopc[<extra>]'`` is the fix it names.
         ValueError: *extra* is not a backend extra of twopc, or does not install *module_name*
             (a bug in the caller: the message would name the wrong fix).
     """

@@ -1,14 +1,14 @@
 """Crash drills through Spark: a fault plan armed in the driver's environment
 (``TWOPC_FAULTS=... python job.py``) is handed to the session's Spark processes, so that a
 ``crash`` fired in a Spark Python worker kills the whole job, as one fired in the driver
-does, and ``times`` count once for the run (see :mod:`faultinject`)."""
+does, and ``times`` count once for the run (see :mod:`twopc.faultinject`)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-import faultinject
+from twopc import faultinject
 
 __all__ = ["export_fault_run"]
 

@@ -1,4 +1,4 @@
-"""The protocol's named fault points (see :mod:`faultinject`).
+"""The protocol's named fault points (see :mod:`twopc.faultinject`).
 
 Each name marks an edge of the protocol where a crash leaves a distinct state behind.
 The chaos suite kills a process at every one of them and checks exactly-once.
@@ -6,7 +6,7 @@ The chaos suite kills a process at every one of them and checks exactly-once.
 
 from __future__ import annotations
 
-import faultinject
+from twopc import faultinject
 
 __all__ = ["POINTS"]
 

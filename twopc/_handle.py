@@ -49,14 +49,14 @@ _REGISTRY: dict[str, type[TransactionHandle]] = {}
 #: The entry point group naming the module and class of a handle kind (see the module docstring).
 HANDLE_KINDS_GROUP = "twopc.handle_kinds"
 #: The kinds of the sinks shipped with twopc, where their handle classes live (``module:Class``).
-#: twopc never imports ``sinks`` itself: a process that reads a ledger holding these kinds
-#: imports the module when it first meets one (the ``sinks`` package then registers every kind).
+#: twopc never imports ``twopc.sinks`` itself: a process that reads a ledger holding these kinds
+#: imports the module when it first meets one (the ``twopc.sinks`` package then registers every kind).
 BUILT_IN_KINDS: Mapping[str, str] = {
-    "twopc.postgres": "sinks._handles:PostgresHandle",
-    "twopc.mysql_xa": "sinks._handles:MySqlXaHandle",
-    "twopc.redis": "sinks._handles:RedisHandle",
-    "twopc.staging": "sinks._handles:StagingHandle",
-    "twopc.file": "sinks._file:FileHandle",
+    "twopc.postgres": "twopc.sinks._handles:PostgresHandle",
+    "twopc.mysql_xa": "twopc.sinks._handles:MySqlXaHandle",
+    "twopc.redis": "twopc.sinks._handles:RedisHandle",
+    "twopc.staging": "twopc.sinks._handles:StagingHandle",
+    "twopc.file": "twopc.sinks._file:FileHandle",
 }
 _LOOKUP_LOCK = threading.Lock()
 _SCALARS = (str, int, float, bool)

@@ -17,7 +17,7 @@ Serving them: :func:`register_metrics` adds a collector for a checkpoint to a re
 application already has (its own ``/metrics``); :func:`serve_metrics` serves a registry
 on a port from the calling process; the writer option ``metricsPort`` has the driver's
 agent (:mod:`twopc._metrics_server`, :mod:`twopc._agent`), which lives as long as the Spark driver, serve them;
-``twopc metrics`` (:mod:`recovery._metrics_cli`) serves the :data:`CHECKPOINT_GAUGES` of
+``twopc metrics`` (:mod:`twopc.recovery._metrics_cli`) serves the :data:`CHECKPOINT_GAUGES` of
 checkpoints from a process of its own, whether a query runs or not.
 """
 

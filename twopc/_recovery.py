@@ -12,7 +12,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import faultinject
+from twopc import faultinject
 
 from . import _metrics
 from ._coordinator import CommitMetrics, classify_prepared, finish_decision, resolve_prepared

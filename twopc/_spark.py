@@ -42,7 +42,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-import faultinject
+from twopc import faultinject
 
 from ._checkpoint import (
     missing_spark_checkpoint,

@@ -1,6 +1,6 @@
 """Whether Spark itself can keep a streaming query's checkpoint on S3.
 
-twopc's ledger reaches ``s3://``, ``s3a://`` and ``s3n://`` through boto3 (``twopc[s3]``), but a
+twopc's ledger reaches ``s3://``, ``s3a://`` and ``s3n://`` through boto3 (``pyspark-twopc[s3]``), but a
 streaming query's own checkpoint (offsets, commits, state) is written by Spark through Hadoop's
 file systems, and PySpark ships none for S3: ``start()`` fails with
 ``UnsupportedFileSystemException: No FileSystem for scheme "s3"`` (``s3a://``:
@@ -49,7 +49,7 @@ def spark_checkpoint_problem(spark: SparkSession, location: str) -> str | None:
             f", and spark.hadoop.fs.{scheme}.impl=org.apache.hadoop.fs.s3a.S3AFileSystem (or write the location "
             f"as s3a://, the same objects to twopc)")
     return (f"Spark cannot keep a streaming query's checkpoint at {location}: its Hadoop has no file system for "
-            f"{scheme}:// ({why}). twopc's ledger reaches S3 through boto3 (twopc[s3]), but Spark writes the "
+            f"{scheme}:// ({why}). twopc's ledger reaches S3 through boto3 (pyspark-twopc[s3]), but Spark writes the "
             f"query's offsets and commits there itself, through Hadoop's S3A file system (hadoop-aws), which "
             f"PySpark does not ship. Add it to the session: spark.jars.packages=org.apache.hadoop:hadoop-aws:"
             f"{version} (the version of Spark's Hadoop){impl}, with S3A's credentials and endpoint "

@@ -9,7 +9,7 @@ safely is refused, never guessed at:
   exclusive hard link to the final name, an fsync of the folder. A network or FUSE
   filesystem mounted there must support hard links (NFS does; a mount that does not makes
   every write fail with a clear error).
-- ``s3://``, ``s3a://``, ``s3n://`` (:class:`S3Store`, the ``twopc[s3]`` extra): PutObject
+- ``s3://``, ``s3a://``, ``s3n://`` (:class:`S3Store`, the ``pyspark-twopc[s3]`` extra): PutObject
   with ``If-None-Match: *``, which S3 evaluates atomically. The first use of a bucket in a
   process checks that the server honours it (some S3-compatible servers ignore the header):
   one that does not is refused. The endpoint, region and credentials come from boto3's usual
@@ -96,7 +96,7 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
 
     Raises:
         ConfigurationError: the location is one the ledger cannot write at most once.
-        MissingExtraError: an ``s3://`` location without boto3 (``twopc[s3]``).
+        MissingExtraError: an ``s3://`` location without boto3 (``pyspark-twopc[s3]``).
     """
     store = _open(location, filesystem, read_only)
     return ReadOnlyStore(store) if read_only else store

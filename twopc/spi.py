@@ -1,7 +1,7 @@
 """twopc's service provider interface: what sink authors and twopc's own packages import.
 
-A pipeline needs only :mod:`twopc`'s public names. A sink (the built-in ones in ``sinks``, or
-your own) and the operator's package (``recovery``) need more of the protocol's parts; they import
+A pipeline needs only :mod:`twopc`'s public names. A sink (the built-in ones in ``twopc.sinks``, or
+your own) and the operator's package (``twopc.recovery``) need more of the protocol's parts; they import
 them from here, never from a private ``twopc._*`` module (``make lint`` enforces it), so that
 twopc's modules can move without breaking them. The names, by job:
 

@@ -28,12 +28,12 @@ from sphinx.util.docutils import SphinxDirective
 #: table id -> where the code declares it ("module:attribute").
 TABLES: dict[str, str] = {
     "runtime": "twopc.spi:RUNTIME_OPTION_NAMES",
-    "spark-passed": "sinks._options:SPARK_PASSED_NAMES",
-    "jdbc-spark": "sinks.sql.options._jdbc_options:SPARK_OPTIONS",
-    "jdbc-twopc": "sinks.sql.options._jdbc_options:TWOPC_OPTIONS",
-    "jdbc-refused": "sinks.sql.options._jdbc_options:REJECTED_OPTIONS",
-    "redis": "sinks.redis._sink:OPTIONS",
-    "redis-stream": "sinks.redis_source._read_options:OPTIONS",
+    "spark-passed": "twopc.sinks._options:SPARK_PASSED_NAMES",
+    "jdbc-spark": "twopc.sinks.sql.options._jdbc_options:SPARK_OPTIONS",
+    "jdbc-twopc": "twopc.sinks.sql.options._jdbc_options:TWOPC_OPTIONS",
+    "jdbc-refused": "twopc.sinks.sql.options._jdbc_options:REJECTED_OPTIONS",
+    "redis": "twopc.sinks.redis._sink:OPTIONS",
+    "redis-stream": "twopc.sinks.redis_source._read_options:OPTIONS",
 }
 
 

@@ -1,5 +1,5 @@
 """What the benchmarks share: the bench table, its generated rows, and how a result is judged
-(:mod:`recovery.demos.bench`, :mod:`recovery.demos.bench_scaling`, :mod:`recovery.demos.bench_stream`)."""
+(:mod:`twopc.recovery.demos.bench`, :mod:`twopc.recovery.demos.bench_scaling`, :mod:`twopc.recovery.demos.bench_stream`)."""
 
 from __future__ import annotations
 

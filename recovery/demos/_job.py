@@ -1,5 +1,5 @@
 """What every chaos job shares: a crashable Spark session, and a streaming query run to the
-end of its input with progress lines the :class:`faultinject.ChaosRunner` shows."""
+end of its input with progress lines the :class:`twopc.faultinject.ChaosRunner` shows."""
 
 from __future__ import annotations
 
@@ -21,14 +21,14 @@ INPUT_SCHEMA = "id BIGINT, payload STRING, amount DOUBLE"
 def crashable_spark(app_name: str, partitions: int) -> SparkSession:
     """A ``local[2,3]`` session (failed tasks retried) whose driver, JVM and Python workers
     all die together when a ``crash`` fault fires; every twopc data source is registered."""
-    import faultinject
+    from twopc import faultinject
 
     faultinject.export_crash_group()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     spark = (SparkSession.builder.master("local[2,3]").appName(app_name)
              .config("spark.ui.enabled", "false")

@@ -30,7 +30,7 @@ against committing the same transactions without the protocol; the same for the 
 mode (one local transaction moving the staged rows, plus the ledger records).
 
 Throughput runs at 2 and 16 partitions (``--partitions``). The rows of
-:mod:`recovery.demos.bench_scaling` follow (``--scaling``): the protocol cost at 2, 16, 64
+:mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``): the protocol cost at 2, 16, 64
 and 200 partitions, a 20k-row write, and a streaming micro-batch's latency, each beside
 Spark's JDBC writer or plain commits.
 """
@@ -96,7 +96,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     import sqlalchemy as sa
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     builder = (SparkSession.builder.master("local[2]").appName("twopc-bench")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
@@ -206,7 +206,7 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     import pyarrow as pa
     import sqlalchemy as sa
 
-    from sinks import PostgresSink, StagingSink
+    from twopc.sinks import PostgresSink, StagingSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
 
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
@@ -297,7 +297,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("TWOPC_BENCH_POSTGRES_URL"))
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3,
@@ -328,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM runs the cleanup (stop the throwaway server) like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import faultinject
+    from twopc import faultinject
 
     from .bench_scaling import PARTITIONS, bench_micro_batches, bench_partitions, bench_small_write, report_scaling
 

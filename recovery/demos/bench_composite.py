@@ -1,4 +1,4 @@
-"""``python -m recovery.demos.bench_composite``: a two-target composite against the same two
+"""``python -m twopc.recovery.demos.bench_composite``: a two-target composite against the same two
 sinks written as two separate writes, in one run, on the same rows.
 
 1. Throughput through Spark (``local[2]``, the same cached DataFrame, each writer warmed
@@ -13,7 +13,7 @@ sinks written as two separate writes, in one run, on the same rows.
    done, i.e. how long a reader can see a batch in PostgreSQL but not yet in Redis (from
    the composite's ``participant_committed`` events, through the real coordinator).
 
-Uses a throwaway :class:`faultinject.LocalPostgres` and :class:`faultinject.LocalRedis`
+Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
 unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set. Machines are
 noisy: compare the ratio of one run.
 """
@@ -133,7 +133,7 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
     end of the last (the whole window in which a reader may see part of the batch)."""
     import pyarrow as pa
 
-    import sinks
+    from twopc import sinks
     from twopc import CommitCoordinator, CommitLedger, TransactionContext
 
     tag = "bg" + uuid.uuid4().hex[:8]
@@ -178,7 +178,7 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
 
 @contextlib.contextmanager
 def _servers() -> Iterator[tuple[str, str, str]]:
-    from faultinject import LocalPostgres, LocalRedis
+    from twopc.faultinject import LocalPostgres, LocalRedis
 
     pg_url, redis_url = os.environ.get("TWOPC_BENCH_POSTGRES_URL"), os.environ.get("TWOPC_BENCH_REDIS_URL")
     with contextlib.ExitStack() as stack:
@@ -192,7 +192,7 @@ def _servers() -> Iterator[tuple[str, str, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_composite",
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_composite",
                                      description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
@@ -203,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     with _servers() as (pg_url, redis_url, where), tempfile.TemporaryDirectory(prefix="twopc-bench-") as tmp:
         spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-composite")

@@ -1,4 +1,4 @@
-"""``python -m recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
+"""``python -m twopc.recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
 
 1. Throughput end to end through the sink API (``begin_transaction``, ``invoke_batch``,
    ``pre_commit`` per partition, then ``commit`` of every handle, as the driver does) against
@@ -10,7 +10,7 @@
    (``INFO commandstats``, after ``CONFIG RESETSTAT``) per 10k HSET fields, and per 10k rows of
    the mixed mapping; plus the cost of an already-committed replay.
 
-Uses its own throwaway :class:`faultinject.LocalRedis` (AOF, ``appendfsync always``) unless
+Uses its own throwaway :class:`twopc.faultinject.LocalRedis` (AOF, ``appendfsync always``) unless
 ``TWOPC_BENCH_REDIS_URL`` is set. Machines are noisy: compare the ratios of one run.
 """
 
@@ -40,7 +40,7 @@ def _table(n: int, start: int = 0) -> Any:
 
 
 def _ops(tag: str) -> list[Any]:
-    from sinks.redis import HIncrByOp, HSetOp, IncrByOp, XAddOp
+    from twopc.sinks.redis import HIncrByOp, HSetOp, IncrByOp, XAddOp
 
     t = "{{" + tag + "}}"
     return [HSetOp(f"{t}:row:{{id}}", columns=("payload", "amount")), IncrByOp(f"{t}:total", 1),
@@ -49,7 +49,7 @@ def _ops(tag: str) -> list[Any]:
 
 def bench_sink(url: str, table: Any, partitions: int) -> float:
     """Seconds to write *table* through the sink API in *partitions* transactions."""
-    from sinks.redis import RedisSink
+    from twopc.sinks.redis import RedisSink
     from twopc import CommitOutcome, TransactionContext
 
     tag = "bs" + uuid.uuid4().hex[:8]
@@ -123,7 +123,7 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
     *fields* rows of the mixed mapping; and of an already-committed replay."""
     import redis
 
-    from sinks.redis import HSetOp, RedisSink
+    from twopc.sinks.redis import HSetOp, RedisSink
     from twopc import TransactionContext
 
     r = redis.Redis.from_url(url)
@@ -150,12 +150,12 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_redis", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_redis", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4, help="transactions the rows are split into")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    from faultinject import LocalRedis
+    from twopc.faultinject import LocalRedis
 
     url = os.environ.get("TWOPC_BENCH_REDIS_URL")
     server = None

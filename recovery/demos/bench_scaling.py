@@ -50,7 +50,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     import pyarrow as pa
     import sqlalchemy as sa
 
-    from sinks import PostgresSink
+    from twopc.sinks import PostgresSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
 
     from ._bench_common import create_table
@@ -197,7 +197,7 @@ def _prepared_floor(dsn: str, table: str, n: int, rounds: int) -> list[float]:
 
     import psycopg
 
-    from sinks.postgres._commit_pipeline import MAX_PIPELINES, PER_PIPELINE
+    from twopc.sinks.postgres._commit_pipeline import MAX_PIPELINES, PER_PIPELINE
 
     count = max(1, min(MAX_PIPELINES, -(-n // PER_PIPELINE)))
     workers = [psycopg.connect(dsn) for _ in range(min(n, 16))]

@@ -1,4 +1,4 @@
-"""``python -m recovery.demos.bench_stream``: the Redis Stream source end to end, against the
+"""``python -m twopc.recovery.demos.bench_stream``: the Redis Stream source end to end, against the
 same pipeline at-least-once, in one run, on the same entries, as a ratio.
 
 Redis Stream -> Spark -> PostgreSQL, ``local[2]``, the same servers and the same entries (two
@@ -21,7 +21,7 @@ The time of a run is from the query's start to its end, so both pay Spark's per-
 bookkeeping (offset and commit logs). Target, printed as MET/MISSED (the bench never fails on
 a miss): exactly-once >= 0.7x the at-least-once entries/s.
 
-Uses a throwaway :class:`faultinject.LocalPostgres` and :class:`faultinject.LocalRedis`
+Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
 (``appendfsync always``, as the pipeline's demo) unless ``TWOPC_BENCH_POSTGRES_URL`` /
 ``TWOPC_BENCH_REDIS_URL`` are set. Machines are noisy: compare the ratios of one run.
 """
@@ -163,7 +163,7 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
     """entries/s of each pipeline, *rounds* times (interleaved)."""
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     from ._bench_common import JDBC_JAR
     from .pipeline import create_table
@@ -215,7 +215,7 @@ def report(results: dict[str, list[float]], entries: int, batch: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.bench_stream",
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_stream",
                                      description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--entries", type=int, default=200_000, help="entries in the streams (default 200000)")
     parser.add_argument("--batch", type=int, default=20_000, help="entries per micro-batch (default 20000)")
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # SIGTERM runs the cleanup (stop the throwaway servers) like Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import faultinject
+    from twopc import faultinject
 
     servers: list[Any] = []
     pg_url, redis_url = os.environ.get("TWOPC_BENCH_POSTGRES_URL"), os.environ.get("TWOPC_BENCH_REDIS_URL")

@@ -1,13 +1,13 @@
 """``make demo``: crash a streaming query into PostgreSQL again and again, then verify.
 
-``python -m recovery.demos.demo`` starts a throwaway PostgreSQL (or uses ``--url`` /
+``python -m twopc.recovery.demos.demo`` starts a throwaway PostgreSQL (or uses ``--url`` /
 ``TWOPC_DEMO_POSTGRES_URL``), writes input files, and runs a Spark streaming query into the
 ``twopc-postgres`` sink under a fault plan that hard-kills the whole job (driver, JVM and
 Python workers, SIGKILL, no cleanup) at random protocol points. After each crash the job
 is restarted from the same checkpoint, until the input is done. Then it prints the
 verification: rows expected, rows found, duplicates, lost, dangling prepared transactions.
 
-``python -m recovery.demos.demo job ...`` is one run of the query (what the chaos runner starts);
+``python -m twopc.recovery.demos.demo job ...`` is one run of the query (what the chaos runner starts);
 it reads the database URL from ``TWOPC_DEMO_URL`` so the password is not on a command line
 (``--url`` overrides it, e.g. for a SQLite file). ``--format`` picks the sink (default
 ``twopc-postgres``; ``twopc-jdbc`` takes a ``jdbc:postgresql://`` or ``jdbc:sqlite:`` URL)
@@ -88,7 +88,7 @@ def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
     writer options."""
     url = url or os.environ.get("TWOPC_DEMO_URL")
     if not url:
-        raise SystemExit("recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")
+        raise SystemExit("twopc.recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")
     extra = dict(options or {})
     spark = crashable_spark("twopc-demo", partitions)
 
@@ -110,7 +110,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.demo", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
     job = sub.add_parser("job", help="one run of the streaming query (used by the chaos runner)")
     job.add_argument("--input", required=True)
@@ -144,8 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
 
-    import faultinject
-    from recovery import verify_postgres_ids
+    from twopc import faultinject
+    from twopc.recovery import verify_postgres_ids
     from twopc import CommitLedger
 
     seed = args.seed if args.seed is not None else random.randrange(10_000)
@@ -170,7 +170,7 @@ def _demo(args: argparse.Namespace) -> int:
             print("demo: each crash SIGKILLs driver, JVM and Python workers; the job is then restarted", flush=True)
             runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url},
                                              stdout=subprocess.DEVNULL)
-            cmd = [sys.executable, "-m", "recovery.demos.demo", "job", "--input", str(Path(work) / "input"),
+            cmd = [sys.executable, "-m", "twopc.recovery.demos.demo", "job", "--input", str(Path(work) / "input"),
                    "--checkpoint", checkpoint, "--table", table]
             def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
                 what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"

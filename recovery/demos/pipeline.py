@@ -1,7 +1,7 @@
 """The Redis Stream pipeline: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters.
 
-``python -m recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
-:class:`faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
+``python -m twopc.recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
+:class:`twopc.faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
 streams with ``twopc-redis-stream``, each with its own consumer group and checkpoint,
 
 - ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,
@@ -90,7 +90,7 @@ def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
 
 def run_job(spec: PipelineSpec) -> None:
     """One run: both queries to the end of what the streams hold now, then stop."""
-    from recovery.demos._job import crashable_spark
+    from twopc.recovery.demos._job import crashable_spark
 
     spark = crashable_spark("twopc-pipeline", spec.partitions)
     ck = Path(spec.checkpoint)
@@ -205,7 +205,7 @@ def verify(spec: PipelineSpec) -> Verdict:
     import redis
     import sqlalchemy as sa
 
-    from sinks.redis import RedisSink
+    from twopc.sinks.redis import RedisSink
     from twopc import CommitLedger
 
     client: Any = redis.Redis.from_url(spec.redis_url)  # redis-py's command methods are loosely typed
@@ -256,7 +256,7 @@ def verify(spec: PipelineSpec) -> Verdict:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2 or args[0] != "job":
-        print("usage: python -m recovery.demos.pipeline job SPEC.json", file=sys.stderr)
+        print("usage: python -m twopc.recovery.demos.pipeline job SPEC.json", file=sys.stderr)
         return 2
     with open(args[1], encoding="utf-8") as f:
         spec = PipelineSpec(**json.load(f))

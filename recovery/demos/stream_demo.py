@@ -1,8 +1,8 @@
 """``make demo``: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters, under crashes.
 
-``python -m recovery.demos.stream_demo`` starts a throwaway PostgreSQL and Redis (``appendonly
+``python -m twopc.recovery.demos.stream_demo`` starts a throwaway PostgreSQL and Redis (``appendonly
 yes``, ``appendfsync always``), then producers append entries to two streams while the Spark
-job of :mod:`recovery.demos.pipeline` consumes them (``twopc-redis-stream`` into
+job of :mod:`twopc.recovery.demos.pipeline` consumes them (``twopc-redis-stream`` into
 ``twopc-postgres`` and into ``twopc-redis`` counters). A fault plan SIGKILLs the whole job
 (driver, JVM, Python workers) at protocol points in randomly chosen micro-batches, including
 both edges of the source's acknowledgement, and once SIGKILLs Redis too, between a sink commit
@@ -40,14 +40,14 @@ def _plan(rng: random.Random, crashes: int, batches: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recovery.demos.stream_demo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.stream_demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--entries", type=int, default=6000, help="entries the producers append")
     parser.add_argument("--rate", type=float, default=80.0, help="entries per second")
     parser.add_argument("--crashes", type=int, default=4, help="job crashes at sink protocol points")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    import faultinject
+    from twopc import faultinject
 
     from .pipeline import PipelineSpec, create_table, produce, verify, write_spec
 
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             runner = faultinject.ChaosRunner(env=dict(os.environ), state_dir=Path(work) / "faults",
                                              stdout=subprocess.DEVNULL, tail_lines=60)
-            cmd = [sys.executable, "-m", "recovery.demos.pipeline", "job", str(spec_path)]
+            cmd = [sys.executable, "-m", "twopc.recovery.demos.pipeline", "job", str(spec_path)]
             rounds, report = 0, None
             while True:
                 finished = done.is_set()

@@ -1,7 +1,7 @@
 """The MariaDB/MySQL sink: one XA transaction per task attempt (the prepared mode of
 ``twopc-jdbc`` on MySQL/MariaDB).
 
-Needs PyMySQL: ``pip install 'twopc[mysql]'``.
+Needs PyMySQL: ``pip install 'pyspark-twopc[mysql]'``.
 """
 
 from twopc.spi import require as _require

@@ -1,5 +1,5 @@
-"""MariaDB/MySQL as the shared SQL layer sees it: the entry :mod:`sinks.mysql` registers in
-the dialect registry (:mod:`sinks.sql._registry`)."""
+"""MariaDB/MySQL as the shared SQL layer sees it: the entry :mod:`twopc.sinks.mysql` registers in
+the dialect registry (:mod:`twopc.sinks.sql._registry`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """MariaDB/MySQL's SQL for the prepared-transaction protocol, on XA transactions (the
-:class:`~sinks.sql.connect._sql_dialect.SqlDialect` of :class:`sinks.mysql.MySqlXaSink`).
+:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
 
 While the session that prepared an xid is still connected, the transaction stays attached
 to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
@@ -71,7 +71,7 @@ class MySqlDialect:
 
     def xa_available(self) -> tuple[bool, str]:
         """Whether the server can run the XA protocol (version, InnoDB with XA, ``XA
-        RECOVER`` allowed); never raises (see :meth:`sinks.mysql.MySqlXaSink.probe_xa`)."""
+        RECOVER`` allowed); never raises (see :meth:`twopc.sinks.mysql.MySqlXaSink.probe_xa`)."""
         t = self.target
         try:
             conn = t.engine().raw_connection()

@@ -103,7 +103,7 @@ def _named(pattern: str, msg: str) -> str:
 
 
 def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
-    """The :func:`~sinks.sql._errors.bad_value` error of *exc* when it says a value does not
+    """The :func:`~twopc.sinks.sql._errors.bad_value` error of *exc* when it says a value does not
     fit its column, else None. A 4-byte UTF-8 sequence (``\\xF0``-``\\xF4``: emoji...) refused
     as an incorrect string value means a utf8mb3 (or narrower) column."""
     code = errno(exc)

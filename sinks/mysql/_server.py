@@ -127,7 +127,7 @@ def engine_problem(cur: Cursor, info: TableInfo, display: str, *, role: str = ""
     """Why writes to the table *info* describes (*display*, named as *role* in the message:
     ``"the staging table"``) cannot roll back
     with their transaction, or ``None`` when they can: the rule every MySQL/MariaDB commit mode
-    applies (:func:`sinks.sql.require_transactional`). A view is refused (the engines of the
+    applies (:func:`twopc.sinks.sql.require_transactional`). A view is refused (the engines of the
     tables under it are not checked cheaply); so is an engine whose ``information_schema.ENGINES``
     row says ``TRANSACTIONS = NO`` (MyISAM, Aria, MEMORY, CSV, ARCHIVE, ...) and, for the XA
     mode (*xa*), one without XA support."""

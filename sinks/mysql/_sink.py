@@ -7,8 +7,8 @@ batch, partition and attempt (bqual empty, formatID 1; MariaDB and MySQL limit a
 64 bytes). The driver then runs ``XA COMMIT`` (or ``XA ROLLBACK``) from another connection.
 A repeated ``XA COMMIT`` answers ``XAER_NOTA`` exactly like a rolled-back xid does, so the
 marker row (committed atomically with the data) tells "already committed" from "lost". The
-protocol itself lives in :class:`~sinks.sql.PreparedSqlSink` and its parts; XA's SQL is
-:class:`~sinks.mysql._dialect.MySqlDialect`.
+protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink` and its parts; XA's SQL is
+:class:`~twopc.sinks.mysql._dialect.MySqlDialect`.
 
 While the session that prepared an xid is still connected, the transaction stays attached
 to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
@@ -23,7 +23,7 @@ Requirements on the server: InnoDB target table (other engines cannot take part 
 ``INSERT`` on it, ``CREATE`` on its database the first time (for the marker table; or
 create it yourself: :meth:`MySqlXaSink.marker_table_ddl`), and, on MySQL 8,
 ``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions. Session settings:
-:func:`sinks.mysql._server.session_settings`.
+:func:`twopc.sinks.mysql._server.session_settings`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The PostgreSQL sink: ``PREPARE TRANSACTION`` per task attempt, loaded with binary COPY
 from Arrow (``format("twopc-postgres")``, and the prepared mode of ``twopc-jdbc``).
 
-Needs psycopg 3: ``pip install 'twopc[postgres]'``.
+Needs psycopg 3: ``pip install 'pyspark-twopc[postgres]'``.
 """
 
 from twopc.spi import require as _require

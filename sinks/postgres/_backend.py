@@ -1,5 +1,5 @@
-"""PostgreSQL as the shared SQL layer sees it: the entry :mod:`sinks.postgres` registers in
-the dialect registry (:mod:`sinks.sql._registry`)."""
+"""PostgreSQL as the shared SQL layer sees it: the entry :mod:`twopc.sinks.postgres` registers in
+the dialect registry (:mod:`twopc.sinks.sql._registry`)."""
 
 from __future__ import annotations
 

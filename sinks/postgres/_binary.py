@@ -10,7 +10,7 @@ in width). Runs of constant and fixed-width parts are interleaved row by row wit
 ``take`` over 1-8 byte units; with variable data between them, the runs and the data are
 interleaved with one more ``take`` over binary values, whose data buffer is the COPY
 stream. Gather indices depend only on the layout and the number of rows and are cached.
-Only the pairs in :data:`BINARY_TYPES` are encoded this way; :mod:`sinks.postgres._copy`
+Only the pairs in :data:`BINARY_TYPES` are encoded this way; :mod:`twopc.sinks.postgres._copy`
 falls back to CSV for the others.
 """
 

@@ -75,7 +75,7 @@ def family(col: PgColumn) -> Family:
 
 def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     """Whether values of *arrow_type* can be written to *col*: the shared rule
-    (:func:`sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
+    (:func:`twopc.sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
     return fits(arrow_type, family(col), "postgresql")
 
 

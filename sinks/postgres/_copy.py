@@ -2,7 +2,7 @@
 prepared transaction of ``twopc-postgres`` and the staging table of ``twopc-jdbc``).
 
 :func:`plan_copy` is the one rule for binary vs CSV: ``copyFormat=auto`` sends binary when
-every column allows it (:func:`~sinks.postgres._binary.binary_supported`), because binary is
+every column allows it (:func:`~twopc.sinks.postgres._binary.binary_supported`), because binary is
 the faster of the two end to end (``make bench``, 2M rows of (bigint, text, double,
 timestamptz), prepared mode, ``local[2]``: binary ~785k rows/s against CSV ~620k rows/s,
 medians of 5; the client encodes binary ~2.5x faster and the server parses it ~2x

@@ -2,7 +2,7 @@
 
 A COPY fails as a whole when one row breaks a type or a constraint (SQLSTATE classes 22,
 data exception, and 23, integrity constraint violation). :class:`CheckedCopy` wraps the
-transaction's :class:`~sinks.postgres._copy.CopyStream`:
+transaction's :class:`~twopc.sinks.postgres._copy.CopyStream`:
 
 - without a dead-letter table it keeps a reference to the ``stream`` and ``id`` columns of
   the batches of the open COPY (zero-copy Arrow slices), so the error names the refused

@@ -1,5 +1,5 @@
 """psycopg cursors whose statements wait at most ``socketTimeout`` for the server's reply
-(psycopg has no client-side statement timeout: see :mod:`sinks.sql.connect._timeouts`)."""
+(psycopg has no client-side statement timeout: see :mod:`twopc.sinks.sql.connect._timeouts`)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """PostgreSQL's SQL for the prepared-transaction protocol (the
-:class:`~sinks.sql.connect._sql_dialect.SqlDialect` of :class:`sinks.postgres.PostgresSink`):
-``BEGIN`` with the session settings, ``COPY`` loading (:mod:`sinks.postgres._copy`, checked
-rows and the dead-letter table: :mod:`sinks.postgres._dead_letter`), the marker row and
+:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
+``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
+rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
 ``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
-:mod:`sinks.postgres._commit_pipeline`), ``pg_prepared_xacts``, and the catalog checks."""
+:mod:`twopc.sinks.postgres._commit_pipeline`), ``pg_prepared_xacts``, and the catalog checks."""
 
 from __future__ import annotations
 
@@ -244,7 +244,7 @@ class PostgresDialect:
         return True
 
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """``<verb> PREPARED`` for every id in pipelines (:func:`sinks.postgres._commit_pipeline.finish_many`);
+        """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
         *recovering*: ask first which ids are still prepared (one query), so a batch that is
         mostly finished stays flat too."""
         still = self._still_prepared(gids) if recovering else None

@@ -93,7 +93,7 @@ _VALUE_KINDS = {"22003": "out of range", "22001": "too long", "22021": "invalid 
 
 
 def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
-    """The :func:`~sinks.sql._errors.bad_value` error of *exc* when it says a value does not
+    """The :func:`~twopc.sinks.sql._errors.bad_value` error of *exc* when it says a value does not
     fit its column (the column as COPY's context names it), else None."""
     state = getattr(exc, "sqlstate", None) or ""
     if state not in _VALUE_KINDS or not isinstance(exc, psycopg.Error):

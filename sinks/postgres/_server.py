@@ -31,7 +31,7 @@ def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
 def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, role: str = "") -> str | None:
     """Why writes to relation *oid* (*display*, named as *role* in the message) cannot roll
     back with their transaction, or ``None``: the PostgreSQL part of the rule every commit
-    mode applies (:func:`sinks.sql.require_transactional`). A foreign table, or a partitioned
+    mode applies (:func:`twopc.sinks.sql.require_transactional`). A foreign table, or a partitioned
     table with a foreign partition, writes to another server outside this transaction.
     UNLOGGED tables are transactional (only not crash-safe) and pass."""
     row = pg.execute(

@@ -2,7 +2,7 @@
 
 Each Spark task attempt opens one PostgreSQL transaction, bulk-loads its rows with
 ``COPY ... FROM STDIN`` (binary when every column allows it, else CSV; see
-:mod:`sinks.postgres._copy`), writes a marker row, and ``PREPARE TRANSACTION``\\ s it under
+:mod:`twopc.sinks.postgres._copy`), writes a marker row, and ``PREPARE TRANSACTION``\\ s it under
 a GID that names the sink, batch, partition and attempt (a :class:`twopc.Xid`)::
 
     twopc:{sink_id}:{batch_id}:{partition_id}:{attempt_id}:{8 random hex}
@@ -10,19 +10,19 @@ a GID that names the sink, batch, partition and attempt (a :class:`twopc.Xid`)::
 The driver then runs ``COMMIT PREPARED`` (or ``ROLLBACK PREPARED``) from any session.
 Because a repeated ``COMMIT PREPARED`` answers "does not exist" exactly like a rolled-back
 GID does, the marker row (committed atomically with the data) tells "already committed"
-from "lost". The protocol itself lives in :class:`~sinks.sql.PreparedSqlSink` and its parts;
-PostgreSQL's SQL is :class:`~sinks.postgres._dialect.PostgresDialect`; this module adds the
+from "lost". The protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink` and its parts;
+PostgreSQL's SQL is :class:`~twopc.sinks.postgres._dialect.PostgresDialect`; this module adds the
 prepared-transaction slots and the drop-in's move of staged rows.
 
 Requirements on the server: ``max_prepared_transactions`` > 0 (at least the partitions of a
 batch plus retried attempts: each task claims a slot before its first row, and fails with
-nothing written when none is free, :mod:`sinks.postgres._slots`), ``INSERT`` on the target
+nothing written when none is free, :mod:`twopc.sinks.postgres._slots`), ``INSERT`` on the target
 table, and ``CREATE`` on the marker
 table's schema the first time (or create the marker table yourself; see
 :meth:`PostgresSink.marker_table_ddl`).
 
 Options (``df.write.format("twopc-postgres").option(...)``): the options of ``twopc-jdbc``
-with the same meanings (see :mod:`sinks.sql.options._jdbc_options`), for PostgreSQL URLs, appending to
+with the same meanings (see :mod:`twopc.sinks.sql.options._jdbc_options`), for PostgreSQL URLs, appending to
 an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``,
 ``postgresql://...``), ``dbtable``, ``user``, ``password``, ``markerTable`` (default
 ``twopc_markers``), ``lockTimeout`` (default ``30s``), ``connectTimeout`` (default ``10s``),
@@ -86,7 +86,7 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[PgColumn]:
         """Open the attempt's transaction and claim a prepared-transaction slot for it
-        (:mod:`sinks.postgres._slots`) before any row is loaded.
+        (:mod:`twopc.sinks.postgres._slots`) before any row is loaded.
 
         Raises:
             TargetConfigurationError: every slot is taken; nothing was written (the

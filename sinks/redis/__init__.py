@@ -5,7 +5,7 @@ Each task attempt's writes are folded in memory, staged under the sink's hash ta
 ``pre_commit``, and applied on the driver, the whole batch in one atomic, idempotent
 server-side call (a FUNCTION of the library ``twopc_redis_batch_v1``, which survives a
 restart; EVALSHA scripts on Redis < 7; one call per hash tag and per 512 transactions).
-:mod:`sinks.redis._sink` describes the protocol step by step. Transaction ids
+:mod:`twopc.sinks.redis._sink` describes the protocol step by step. Transaction ids
 are twopc's :class:`~twopc.Xid`, ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``
 (the ``~``-separated ids that versions before 0.2 wrote are still read).
 
@@ -77,12 +77,12 @@ Options (keys case-insensitive)
                        seconds), default 60s; ``connectTimeout`` the same, default 10s
 ``deadLetterStream``   a stream key in the sink's slot: rows the mapping refuses (null or
                        out-of-range numbers, keys outside the slot) become entries there
-                       in the same transaction (:mod:`sinks.redis._dead_letter`); default:
+                       in the same transaction (:mod:`twopc.sinks.redis._dead_letter`); default:
                        such a row fails the task naming its entry
 ``ackGroup``           acknowledge in the sink's commit: the consumer group of the
                        ``twopc-redis-stream`` source the rows came from; the batch's
                        commit call also acknowledges their entries
-                       (:mod:`sinks.redis._acks`); Redis 7, same server (slot).
+                       (:mod:`twopc.sinks.redis._acks`); Redis 7, same server (slot).
                        A stream without that group is refused before anything is staged
 ``ackStreamColumn``    the rows' source stream column (default ``stream``); and
                        ``ackIdColumn`` their entry id column (default ``id``)
@@ -110,7 +110,7 @@ that it does not declare (they are in the declared keys' slot). Cluster connecti
 
 How long one commit blocks the server: the commit is one script, linear in the staged
 elements (Redis serves nobody else meanwhile). Measured on a 2-core machine with
-``python -m recovery.demos.bench_redis`` (server-side FCALL time): ~15 ms per 10k HSET fields in
+``python -m twopc.recovery.demos.bench_redis`` (server-side FCALL time): ~15 ms per 10k HSET fields in
 one hash, ~125 ms per 10k rows of HSET (2 fields) + XADD + two counters, 0.05 ms for an
 already-committed replay. A transaction is one Spark partition of one batch: bound the
 block by the rows per partition (``maxFilesPerTrigger``/``maxOffsetsPerTrigger``,

@@ -24,7 +24,7 @@ from . import _lua as lua
 
 __all__ = ["ACK_LIBRARY_NAME", "ack_function_name", "ack_library_code"]
 
-#: Versioned library name (same rule as :data:`sinks.redis._lua.LIBRARY_NAME`).
+#: Versioned library name (same rule as :data:`twopc.sinks.redis._lua.LIBRARY_NAME`).
 ACK_LIBRARY_NAME = "twopc_redis_ack_v1"
 
 _DONE = "  table.insert(status, 1, 'DONE')\n  return status\n"

@@ -5,7 +5,7 @@ from (``twopc-redis-stream``'s ``stream`` and ``id`` columns, or the columns nam
 ``ackStreamColumn``/``ackIdColumn``). Each task attempt keeps the highest id per stream;
 its handle carries them, and the batch's last commit call acknowledges every stream up to
 the batch's highest id in the same atomic call that applies the writes
-(:mod:`sinks.redis._ack_lua`). Acknowledging up to the highest id is safe there: every
+(:mod:`twopc.sinks.redis._ack_lua`). Acknowledging up to the highest id is safe there: every
 entry at or below it was either written by this batch (committed by this call or an earlier
 call of the same decided batch) or by an earlier, committed batch, or filtered out by the
 query. Before a transaction stages anything, :meth:`AckSpec.check_groups` makes sure the

@@ -7,8 +7,8 @@ deltas are summed, XADD entries and RPUSH values keep row order. Each target key
 written by only one op of the mapping within a transaction.
 
 The staging list is check groups then apply groups, each ``"<CMD> <n>"`` followed by ``n``
-arguments, at most :data:`~sinks.redis._lua.MAX_ARGS` arguments a group (the format
-:mod:`sinks.redis._lua` reads).
+arguments, at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` arguments a group (the format
+:mod:`twopc.sinks.redis._lua` reads).
 """
 
 from __future__ import annotations

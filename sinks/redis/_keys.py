@@ -3,7 +3,7 @@
 Every key of one sink id lives under one hash tag ``T`` (``P`` = ``T:<sink_id>``):
 ``P:txns``, ``P:prepared``, ``P:committed`` and ``P:staging:<txn>``, so one commit touches
 one cluster slot; ``P:owner`` names the checkpoint of the query that writes the sink id
-(:meth:`~sinks.redis.RedisSink.claim_sink_id`). ``<txn>`` is the transaction id exactly as the transaction was
+(:meth:`~twopc.sinks.redis.RedisSink.claim_sink_id`). ``<txn>`` is the transaction id exactly as the transaction was
 registered (the canonical ``twopc:...`` form, or the ``~`` form older versions wrote).
 """
 

@@ -3,7 +3,7 @@
 Each op is a frozen dataclass whose ``key`` is a key template; :func:`parse_mapping` reads
 the ``mapping`` option (a JSON list of ops), :func:`mapping_json` writes it, and
 :func:`compile_mapping` turns ops into :class:`Compiled` templates, refusing what could
-fail on the server. See :mod:`sinks.redis` for the mapping's reference.
+fail on the server. See :mod:`twopc.sinks.redis` for the mapping's reference.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ class ZAddOp(RedisOp, op="ZADD", redis_type="zset"):
 
 
 def parse_mapping(text: str | Sequence[Mapping[str, Any]]) -> list[RedisOp]:
-    """Parse the ``mapping`` option (a JSON list of ops, see :mod:`sinks.redis`).
+    """Parse the ``mapping`` option (a JSON list of ops, see :mod:`twopc.sinks.redis`).
 
     Raises:
         ConfigurationError: not JSON, not a list of objects, an unknown op, a missing or

@@ -1,5 +1,5 @@
 """The values of ``twopc-redis`` options that are more than a string: a choice, the
-``requireSameSlot`` tri-state, a positive timeout. (Split from :mod:`sinks.redis._sink`,
+``requireSameSlot`` tri-state, a positive timeout. (Split from :mod:`twopc.sinks.redis._sink`,
 which builds the sink from them.)"""
 
 from __future__ import annotations

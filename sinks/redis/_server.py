@@ -1,7 +1,7 @@
 """The Redis server as the sink sees it: its configuration checks, the server-side library,
 running its steps and reading their replies.
 
-:class:`RedisServer` loads the library of :mod:`sinks.redis._lua` once per process and
+:class:`RedisServer` loads the library of :mod:`twopc.sinks.redis._lua` once per process and
 server (``FUNCTION LOAD REPLACE``; ``SCRIPT LOAD`` on servers without FUNCTION), runs a
 step with ``FCALL`` or ``EVALSHA``, and loads the library again when the server lost it
 (``FUNCTION FLUSH``, ``NOSCRIPT`` after a restart).
@@ -188,7 +188,7 @@ class RedisServer:
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
         """Register *txn_id* (``ZADD P:txns``), push its staging *elements* in ``stage``
-        calls of at most :data:`~sinks.redis._lua.MAX_ARGS` elements, and ``prepare`` it:
+        calls of at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` elements, and ``prepare`` it:
         one pipeline. When the server lost the library, *start_over* removes what got
         staged and the pipeline runs once more with the library loaded again.
 

@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 import redis.exceptions as rex
 
-import faultinject
+from twopc import faultinject
 from twopc import (
     CommitOutcome,
     CommitShape,
@@ -78,7 +78,7 @@ DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
 
 
 class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
-    """Exactly-once Redis writes (see :mod:`sinks.redis` for the mapping and the options).
+    """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping and the options).
 
     Args:
         url: ``redis://`` or ``rediss://`` URL; a password in it is moved out of the URL.
@@ -89,7 +89,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         durability: ``"always"`` or ``"everysec"``.
         skip_config_check: trust the server's persistence/eviction settings without CONFIG.
         script_mode: ``"auto"``, ``"function"`` or ``"eval"``.
-        socket_timeout, connect_timeout: seconds, or a :class:`~sinks._options.Duration`.
+        socket_timeout, connect_timeout: seconds, or a :class:`~twopc.sinks._options.Duration`.
 
     Raises:
         ConfigurationError: an argument is invalid.
@@ -125,7 +125,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RedisSink:
-        """Build the sink from Spark options (see :mod:`sinks.redis` for the keys).
+        """Build the sink from Spark options (see :mod:`twopc.sinks.redis` for the keys).
 
         Raises:
             MissingOptionError: ``url`` or ``mapping`` is missing.
@@ -156,7 +156,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
     # -- description -------------------------------------------------------------------
@@ -196,7 +196,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
 
     def close(self) -> None:
         """Nothing to release per sink: connections are pooled per process
-        (:func:`~sinks.redis.dispose_clients` closes them)."""
+        (:func:`~twopc.sinks.redis.dispose_clients` closes them)."""
 
     # -- keys --------------------------------------------------------------------------
     def hash_tag(self, sink_id: str) -> str:
@@ -412,7 +412,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
         (``twopc_redis_batch_v1_commit_batch``), so a reader sees all of the batch's writes
         or none. Chunked only when it must be: transactions whose keys live under
         different hash tags (another slot of a cluster) go in separate calls, and so do
-        more than :data:`~sinks.redis._lua.MAX_BATCH_TXNS` transactions; each call is
+        more than :data:`~twopc.sinks.redis._lua.MAX_BATCH_TXNS` transactions; each call is
         atomic, and the fault point ``between_commits`` lies between two calls.
 
         Returns:
@@ -459,7 +459,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
     def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
         """:meth:`commit_all` takes a whole batch and groups it into as few atomic calls as
         the keys allow: ``ONE_CALL`` when *handles* share one hash tag and are at most
-        :data:`~sinks.redis._lua.MAX_BATCH_TXNS`, else ``WHOLE_BATCH`` (it fires
+        :data:`~twopc.sinks.redis._lua.MAX_BATCH_TXNS`, else ``WHOLE_BATCH`` (it fires
         ``between_commits`` between two calls itself)."""
         one = len({self._handle_keys(h) for h in handles}) <= 1 and len(handles) <= lua.MAX_BATCH_TXNS
         return CommitShape.ONE_CALL if one else CommitShape.WHOLE_BATCH

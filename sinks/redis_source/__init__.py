@@ -10,7 +10,7 @@ written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
 ``twopc-redis``) every entry's effect is applied exactly once; the rows carry the stream
 key and the entry id, a deterministic idempotency key for the sink.
 
-Options: see :mod:`sinks.redis_source._read_options`. Modules: ``_ids`` (entry ids, offsets,
+Options: see :mod:`twopc.sinks.redis_source._read_options`. Modules: ``_ids`` (entry ids, offsets,
 ranges), ``_read_options``, ``_lua`` (the ``twopc_stream_v2`` library), ``_server`` (Redis
 calls), ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault points).
 Needs Redis 7.0+ and PySpark 4.2+.

@@ -51,7 +51,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-import faultinject
+from twopc import faultinject
 from twopc import ConfigurationError
 from twopc.spi import SourceError
 

@@ -5,8 +5,8 @@
 - :class:`JdbcOptions`: the one reader of every SQL format's options (Spark's JDBC
   writer options plus twopc's), with :func:`translate_url`, the one URL translator.
 - :class:`PreparedSqlSink`: the sink that prepares transactions, made of a target, a
-  dialect, a writer and a committer; :class:`sinks.postgres.PostgresSink` and
-  :class:`sinks.mysql.MySqlXaSink` give it their dialect.
+  dialect, a writer and a committer; :class:`twopc.sinks.postgres.PostgresSink` and
+  :class:`twopc.sinks.mysql.MySqlXaSink` give it their dialect.
 - :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
 
 Layout: ``options/`` (Spark's options, the URL and its driver parameters), ``types/`` (the
@@ -17,8 +17,8 @@ decision ledger in the target), ``_registry`` (what a database's folder register
 ``_jdbc`` (the drop-in).
 
 This package needs no database driver and never imports a database's folder: it asks the
-dialect registry (:mod:`sinks.sql._registry`), which imports :mod:`sinks.postgres` or
-:mod:`sinks.mysql` (each needs its driver: ``twopc[postgres]``, ``twopc[mysql]``) the first
+dialect registry (:mod:`twopc.sinks.sql._registry`), which imports :mod:`twopc.sinks.postgres` or
+:mod:`twopc.sinks.mysql` (each needs its driver: ``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``) the first
 time that database is used.
 """
 

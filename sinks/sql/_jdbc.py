@@ -1,21 +1,21 @@
 """``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
 
 Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options (see
-:mod:`sinks.sql.options._jdbc_options` for every option and how Spark's are handled). The sink picks
+:mod:`twopc.sinks.sql.options._jdbc_options` for every option and how Spark's are handled). The sink picks
 one of two commit modes and logs which:
 
 ``prepared``
     Each task attempt loads its rows inside a transaction that it prepares —
-    PostgreSQL ``PREPARE TRANSACTION`` (:class:`~sinks.PostgresSink`, binary COPY from
-    Arrow) or MySQL/MariaDB XA (:class:`~sinks.MySqlXaSink`), both built on
-    :class:`~sinks.sql.PreparedSqlSink` — and the driver commits
+    PostgreSQL ``PREPARE TRANSACTION`` (:class:`~twopc.sinks.PostgresSink`, binary COPY from
+    Arrow) or MySQL/MariaDB XA (:class:`~twopc.sinks.MySqlXaSink`), both built on
+    :class:`~twopc.sinks.sql.PreparedSqlSink` — and the driver commits
     them after recording its decision in the checkpoint, or, for a batch write without
     ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
-    the write's lease there (:mod:`sinks.sql.ledger._target_ledger`). The fastest mode; it needs
+    the write's lease there (:mod:`twopc.sinks.sql.ledger._target_ledger`). The fastest mode; it needs
     a server that allows prepared transactions and an existing table, and it serves appends.
 ``staging``
     Each task attempt commits its rows into a staging table; the driver moves the chosen
-    attempts' rows into the table in ONE local transaction (:class:`~sinks.StagingSink`).
+    attempts' rows into the table in ONE local transaction (:class:`~twopc.sinks.StagingSink`).
     Works on any database with transactions (SQLite included), and is what overwrite,
     table creation, ``upsertKeys``, ``saveMode`` errorifexists/ignore and SQLite use: the
     commit transaction is its own decision.
@@ -26,7 +26,7 @@ allow it, else ``staging``; ``commitMode=prepared`` makes "not allowed" an error
 A server's prepared transactions are few (``max_prepared_transactions``), and a batch may
 have more partitions than there are free ones; the number of partitions reaches no sink
 before its tasks run. So on PostgreSQL each prepared-mode task claims a slot before it
-loads a row (:mod:`sinks.postgres._slots`). In ``auto`` mode a task that finds none stages
+loads a row (:mod:`twopc.sinks.postgres._slots`). In ``auto`` mode a task that finds none stages
 its rows instead, and the driver, before its decision, moves the staged rows of the chosen
 attempts into one more prepared transaction (:meth:`JdbcSink.before_decision`): the
 decision names only prepared transactions, so every constraint was checked before it, and
@@ -144,7 +144,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
     # -- description -------------------------------------------------------------------
@@ -157,7 +157,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -350,7 +350,7 @@ class JdbcSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases on PostgreSQL and MySQL/MariaDB (see
-        :mod:`sinks.sql.ledger._target_ledger`); ``None`` on other databases."""
+        :mod:`twopc.sinks.sql.ledger._target_ledger`); ``None`` on other databases."""
         return self._prepared_sink().target_ledger() if self._has_prepared_mode() else None
 
     # -- executor side: the settled mode ----------------------------------------------------

@@ -1,6 +1,6 @@
 """The dialect registry: what the shared SQL layer asks of a database it does not know.
 
-A database is one folder (:mod:`sinks.postgres`, :mod:`sinks.mysql`) that registers one
+A database is one folder (:mod:`twopc.sinks.postgres`, :mod:`twopc.sinks.mysql`) that registers one
 :class:`SqlBackend` when it is imported. The shared layer never imports those folders: it
 asks :func:`backend_for`, which imports the folder named in :data:`_PACKAGES` the first time
 a dialect is asked for. A dialect without a folder (SQLite, others SQLAlchemy knows) has
@@ -107,7 +107,7 @@ class SqlBackend:
 
 
 #: the folder that registers each dialect (SQLAlchemy's backend names)
-_PACKAGES: dict[str, str] = {"postgresql": "sinks.postgres", "mysql": "sinks.mysql", "mariadb": "sinks.mysql"}
+_PACKAGES: dict[str, str] = {"postgresql": "twopc.sinks.postgres", "mysql": "twopc.sinks.mysql", "mariadb": "twopc.sinks.mysql"}
 #: SQLAlchemy backend names that are another dialect's
 _ALIASES: dict[str, str] = {"mariadb": "mysql"}
 _REGISTERED: dict[str, SqlBackend] = {}

@@ -6,11 +6,11 @@ staging mode a duplicate key half-way through the move would leave the rows move
 it; in the prepared modes the rows would be written even when the transaction is rolled
 back. Per dialect (each part lives with the dialect's catalog reader):
 
-- MariaDB/MySQL (:func:`sinks.mysql._server.engine_problem`): a base table whose engine
+- MariaDB/MySQL (:func:`twopc.sinks.mysql._server.engine_problem`): a base table whose engine
   ``information_schema.ENGINES`` calls transactional (InnoDB; not MyISAM, Aria, MEMORY, CSV,
   ARCHIVE, ...), with XA support in the XA mode; views are refused (the engines under them
   are not checked cheaply). The fix named: ``ALTER TABLE ... ENGINE=InnoDB``.
-- PostgreSQL (:func:`sinks.postgres._server.rollback_problem`): no foreign table, no foreign
+- PostgreSQL (:func:`twopc.sinks.postgres._server.rollback_problem`): no foreign table, no foreign
   partition. UNLOGGED tables are transactional (only not crash-safe) and pass.
 - SQLite and other dialects: every table is transactional.
 """

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from faultinject import FaultPlan
+from twopc.faultinject import FaultPlan
 from twopc import FAULT_POINTS
 from twopc.testing import (
     FAULT_KINDS,

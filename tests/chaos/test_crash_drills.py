@@ -114,7 +114,7 @@ def test_a_crash_in_the_driver_kills_it_and_its_children_not_the_group_it_runs_i
 
 _TWICE = textwrap.dedent(
     """
-    import faultinject
+    from twopc import faultinject
     for hit in range(2):
         try:
             faultinject.fault_point("p", batch_id=3)
@@ -134,7 +134,7 @@ def test_each_run_of_an_inline_spec_fires_again_and_leaves_no_folder(tmp_path: P
     assert [run.stdout.split() for run in runs] == [["raised", "passed"]] * 2  # once in each run of the spec
     assert _run_folders(tmp) == []  # each run ended: its folder went with it
     for _ in range(2):
-        proc = subprocess.run([sys.executable, "-c", "import faultinject; faultinject.fault_point('p')"],
+        proc = subprocess.run([sys.executable, "-c", "from twopc import faultinject; faultinject.fault_point('p')"],
                               env=child_env(TWOPC_FAULTS="p:exit", TMPDIR=str(tmp)), capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 17
@@ -146,7 +146,7 @@ _PARENT = textwrap.dedent(
     import subprocess, sys, faultinject
     faultinject.export_run()
     print("state", faultinject.current_state_dir(), flush=True)
-    hit = "import faultinject; faultinject.fault_point('p'); print('passed')"
+    hit = "from twopc import faultinject; faultinject.fault_point('p'); print('passed')"
     for _ in range(2):
         print("child", subprocess.run([sys.executable, "-c", hit]).returncode, flush=True)
     faultinject.fault_point("p")
@@ -201,7 +201,7 @@ _DRILL = textwrap.dedent(
 
     from pyspark.sql import SparkSession
 
-    import sinks
+    from twopc import sinks
 
     work = sys.argv[1]
     spark = (SparkSession.builder.master("local[2]").appName("drill").config("spark.ui.enabled", "false")

@@ -21,7 +21,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from faultinject import (
+from twopc.faultinject import (
     ENV_CONTROL,
     FaultControl,
     FaultControlError,
@@ -46,7 +46,7 @@ def _fire(plan: str, tmp_path: Path, control: FaultControl | None) -> subprocess
     env.update(FaultPlan.parse(plan).env(tmp_path / "faults"))
     if control is not None:
         env.update(control.env())
-    code = "import faultinject; faultinject.fault_point('probe', batch_id=0); print('went on')"
+    code = "from twopc import faultinject; faultinject.fault_point('probe', batch_id=0); print('went on')"
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -215,7 +215,7 @@ def test_mariadb_sigkill_keeps_a_prepared_xa_transaction(tmp_path: Path) -> None
 
 def test_control_errors_name_the_rule() -> None:
     rule = FaultPlan.parse("probe:server/pg/crash").rules[0]
-    from faultinject._control import request_remote_fault
+    from twopc.faultinject._control import request_remote_fault
 
     old = os.environ.pop(ENV_CONTROL, None)
     try:

@@ -1,4 +1,4 @@
-"""faultinject.FaultProxy against a real Redis server: forwarding, resets, latency,
+"""twopc.faultinject.FaultProxy against a real Redis server: forwarding, resets, latency,
 blackholes (proxy-wide and per connection, per direction) and swallowed replies."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import redis.exceptions as rex
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from faultinject import FaultProxy
+from twopc.faultinject import FaultProxy
 
 NO_RETRY = Retry(NoBackoff(), 0)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import faultinject
-from faultinject import (
+from twopc import faultinject
+from twopc.faultinject import (
     ChaosRunner,
     FaultPlan,
     FaultRule,
@@ -184,7 +184,7 @@ def test_plan_file_arming(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 
 # --- actions in real processes ---------------------------------------------------------
 
-_HIT = "import faultinject; faultinject.fault_point('p', batch_id=3); print('passed')"
+_HIT = "from twopc import faultinject; faultinject.fault_point('p', batch_id=3); print('passed')"
 
 
 def test_times_counted_across_processes(tmp_path: Path) -> None:
@@ -248,10 +248,10 @@ def test_crash_kills_the_driver_group_from_another_group(tmp_path: Path) -> None
 
 
 def test_points_command() -> None:
-    proc = subprocess.run([sys.executable, "-m", "faultinject", "points"], env=_child_env(),
+    proc = subprocess.run([sys.executable, "-m", "twopc.faultinject", "points"], env=_child_env(),
                           capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    bad = subprocess.run([sys.executable, "-m", "faultinject"], env=_child_env(),
+    bad = subprocess.run([sys.executable, "-m", "twopc.faultinject"], env=_child_env(),
                          capture_output=True, text=True, cwd=REPO, timeout=60)
     assert bad.returncode == 2 and "usage" in bad.stderr
 

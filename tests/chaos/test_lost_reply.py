@@ -23,10 +23,10 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from faultinject import FaultProxy
-from sinks import MySqlXaSink, PostgresSink
-from sinks.redis import HSetOp, RedisSink
-from sinks.sql.connect._timeouts import reply_deadline
+from twopc.faultinject import FaultProxy
+from twopc.sinks import MySqlXaSink, PostgresSink
+from twopc.sinks.redis import HSetOp, RedisSink
+from twopc.sinks.sql.connect._timeouts import reply_deadline
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import BatchState, CommitPendingError, CommitRetry
 

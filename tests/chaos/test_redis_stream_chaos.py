@@ -1,4 +1,4 @@
-"""The crash matrix over the Redis Stream pipeline (``recovery.demos.pipeline``): two
+"""The crash matrix over the Redis Stream pipeline (``twopc.recovery.demos.pipeline``): two
 streams -> ``twopc-redis-stream`` -> ``twopc-postgres`` and ``twopc-redis`` counters on the
 same Redis, SIGKILLed (driver, JVM, Python workers) at representative points of every
 edge, and Redis itself SIGKILLed (restarted from its AOF) between a sink commit and the
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-import faultinject
-from recovery.demos.pipeline import PipelineSpec, create_table, produce, verify, write_spec
+from twopc import faultinject
+from twopc.recovery.demos.pipeline import PipelineSpec, create_table, produce, verify, write_spec
 
 pytestmark = pytest.mark.chaos
 
@@ -56,7 +56,7 @@ def test_pipeline_is_exactly_once_under_crashes_of_the_job_and_of_redis(postgres
         runner = faultinject.ChaosRunner(env={**os.environ, "PYSPARK_PYTHON": sys.executable,
                                               "PYSPARK_DRIVER_PYTHON": sys.executable},
                                          cwd=tmp_path, state_dir=tmp_path / "faults", tail_lines=400)
-        report = runner.run_until_done([sys.executable, "-m", "recovery.demos.pipeline", "job",
+        report = runner.run_until_done([sys.executable, "-m", "twopc.recovery.demos.pipeline", "job",
                                         str(tmp_path / "spec.json")], ",".join(PLAN), max_restarts=25,
                                        timeout_s=1500, on_run_end=run_ended)
         tail = report.runs[-1].stderr_tail[-3000:]

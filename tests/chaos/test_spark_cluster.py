@@ -1,5 +1,5 @@
 """The crash matrix on a real multi-process Spark: a standalone master and two workers
-(:class:`faultinject.LocalSparkCluster`, one core each), so every executor is a JVM of its
+(:class:`twopc.faultinject.LocalSparkCluster`, one core each), so every executor is a JVM of its
 own and the sink is pickled to it. :func:`twopc.testing.cluster_crash_plan` SIGKILLs an
 executor JVM (with its Python workers) while its task writes and right after its
 transaction is prepared, kills the driver after its decision, and a Python worker after
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from faultinject import LocalSparkCluster
+from twopc.faultinject import LocalSparkCluster
 from twopc.testing import DEFAULT_SPARK_CONF, EXECUTOR_POINTS, SinkHarness, cluster_crash_plan, run_crash_matrix
 
 from tests._kit_harnesses import harness_for

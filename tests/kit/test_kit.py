@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import twopc
-from sinks import FileHandle, FileSink
+from twopc.sinks import FileHandle, FileSink
 from twopc.testing import (
     CONTRACT_CHECKS,
     ContractViolation,
@@ -181,7 +181,7 @@ INHERITED = '''
 import pyarrow.parquet as pq
 import pytest
 
-from sinks import FileSink
+from twopc.sinks import FileSink
 from twopc.testing import SinkContractTests, SinkHarness
 
 

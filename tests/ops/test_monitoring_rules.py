@@ -28,9 +28,9 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from faultinject import LocalPostgres
-from sinks import PostgresSink
-from sinks.sql import dispose_engines
+from twopc.faultinject import LocalPostgres
+from twopc.sinks import PostgresSink
+from twopc.sinks.sql import dispose_engines
 from twopc import (
     CommitCoordinator,
     CommitLedger,

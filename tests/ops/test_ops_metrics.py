@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sinks import FileSink, PostgresSink
+from twopc.sinks import FileSink, PostgresSink
 from twopc import CommitCoordinator, CommitLedger, TransactionContext, register_metrics
 from twopc._agent_client import DriverAgent
 from twopc._driver_identity import identity_of
@@ -216,7 +216,7 @@ def _scrape(url: str) -> tuple[int, str]:
 def test_the_driver_agent_serves_a_postgres_batch_in_doubt_without_having_imported_the_sinks(
         pg_batch_in_doubt: tuple[Path, int], tmp_path: Path) -> None:
     """The driver agent that serves ``metricsPort`` imports twopc only: decoding the
-    decision's ``twopc.postgres`` handles must not depend on it having imported ``sinks``."""
+    decision's ``twopc.postgres`` handles must not depend on it having imported ``twopc.sinks``."""
     ck, in_doubt = pg_batch_in_doubt
     folder = tmp_path / "registry"
     folder.mkdir()
@@ -245,12 +245,12 @@ def test_the_driver_agent_serves_a_postgres_batch_in_doubt_without_having_import
 
 def test_the_readmes_register_metrics_reads_a_postgres_batch_in_doubt_in_a_fresh_process(
         pg_batch_in_doubt: tuple[Path, int], tmp_path: Path) -> None:
-    """The README's snippet, run by an application that never imported ``sinks``."""
+    """The README's snippet, run by an application that never imported ``twopc.sinks``."""
     ck, in_doubt = pg_batch_in_doubt
     script = ("import sys\n"
               "from prometheus_client import REGISTRY, generate_latest\n"
               "from twopc import register_metrics\n"
-              "print('sinks imported:', 'sinks' in sys.modules, file=sys.stderr)\n"
+              "print('sinks imported:', 'twopc.sinks' in sys.modules, file=sys.stderr)\n"
               f"register_metrics(REGISTRY, {str(ck)!r})\n"
               "sys.stdout.write(generate_latest(REGISTRY).decode())\n")
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=cli_env(), capture_output=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sinks import PostgresSink
+from twopc.sinks import PostgresSink
 from twopc import TransactionContext
 from twopc._observe import DEFAULT_TASK_MAX_FAILURES, check_headroom
 from twopc.spi import TargetConfigurationError

@@ -19,9 +19,9 @@ import sqlalchemy as sa
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.pandas.types import from_arrow_schema
 
-import faultinject
-from sinks import FileSink, JdbcDataSource, PostgresDataSource
-from sinks._secrets import credential_free
+from twopc import faultinject
+from twopc.sinks import FileSink, JdbcDataSource, PostgresDataSource
+from twopc.sinks._secrets import credential_free
 from twopc import CommitCoordinator, CommitLedger, TwoPhaseCommitDataSource
 from twopc.testing import SinkHarness
 
@@ -108,7 +108,7 @@ def test_python_m_recovery_status_is_the_same_command(tmp_path: Path) -> None:
     ledger.bind_sink_id(None, default="job1")
     handles = [run_task(sink, "job1", 0, 0, 0, [1])]
     crash_commit(CommitCoordinator(sink, ledger, "job1"), "after_decision", 0, handles, tmp_path / "f")
-    out = subprocess.run([sys.executable, "-m", "recovery", "status", "--checkpoint", str(tmp_path / "ck"),
+    out = subprocess.run([sys.executable, "-m", "twopc.recovery", "status", "--checkpoint", str(tmp_path / "ck"),
                           "--format", "twopc-file", "--option", f"path={tmp_path / 'out'}"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "in-doubt" in out.stdout, out.stdout + out.stderr

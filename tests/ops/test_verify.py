@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from sinks import PostgresSink
+from twopc.sinks import PostgresSink
 from twopc import CommitCoordinator, CommitLedger
 from twopc._target import open_target_ledger
 

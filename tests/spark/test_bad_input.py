@@ -30,7 +30,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-import sinks
+from twopc import sinks
 import twopc
 import twopc.spi
 

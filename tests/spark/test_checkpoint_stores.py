@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sinks import FileHandle
+from twopc.sinks import FileHandle
 from twopc import CommitLedger, ConfigurationError, FencedError
 from twopc._driver_identity import DriverIdentity
 from twopc.spi import BatchState, Decision, ProtocolError
@@ -131,7 +131,7 @@ def test_an_s3_checkpoint_spark_cannot_write_is_named_before_start_with_what_to_
     the bucket."""
     import boto3
 
-    import sinks
+    from twopc import sinks
     import twopc
 
     def stream() -> Any:

@@ -16,8 +16,8 @@ import pytest
 import redis
 from sqlalchemy.engine import make_url
 
-import sinks
-from sinks.redis import IncrByOp, mapping_json
+from twopc import sinks
+from twopc.sinks.redis import IncrByOp, mapping_json
 from twopc import CommitLedger, ConfigurationError
 
 
@@ -165,7 +165,7 @@ def test_file_batch_and_streaming_writes_to_another_folder_are_refused(spark, tm
 
 
 def test_no_credential_is_recorded(tmp_path, postgres_url) -> None:
-    from sinks import PostgresSink
+    from twopc.sinks import PostgresSink
 
     sink = PostgresSink.from_options({"url": postgres_url, "dbtable": "t"})
     identity = sink.target_identity()

@@ -16,9 +16,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-import sinks
-from sinks import PostgresSink
-from sinks.redis import RedisSink, RPushOp
+from twopc import sinks
+from twopc.sinks import PostgresSink
+from twopc.sinks.redis import RedisSink, RPushOp
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionHandle
 from twopc.spi import ConcurrentWriterError
 

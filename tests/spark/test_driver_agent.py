@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
-import sinks
+from twopc import sinks
 from twopc._driver_identity import identity_of
 from twopc._metrics_server import registry_dir
 
@@ -35,7 +35,7 @@ def _twopc_processes(jvm: int) -> list[str]:
     for line in out.splitlines():
         args = line.strip()
         agent = str(REPO / "twopc" / "_agent.py") in args and f'"pid": {jvm},' in args
-        holder = str(REPO / "sinks" / "sql" / "_lease_holder.py") in args
+        holder = str(REPO / "twopc.sinks" / "sql" / "_lease_holder.py") in args
         metrics = "twopc._metrics_server" in args and f"--watch-pid {jvm}" in args
         if agent or holder or metrics:
             mine.append(args)  # '<pid> <command line>'

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-import sinks
-from sinks._options import Duration
-from sinks.sql import JdbcOptions
+from twopc import sinks
+from twopc.sinks._options import Duration
+from twopc.sinks.sql import JdbcOptions
 from twopc import ConfigurationError
 from twopc._driver_identity import driver_identity, provably_dead
 from twopc._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers

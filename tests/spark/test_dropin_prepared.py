@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-import recovery
-import sinks
-from sinks import PostgresSink
+from twopc import recovery
+from twopc import sinks
+from twopc.sinks import PostgresSink
 from twopc import CommitCoordinator, FencedError
 from twopc._target import open_target_ledger
 from twopc.spi import TargetLedger, ephemeral_sink_id

@@ -28,11 +28,11 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-import sinks
-from faultinject import LocalPostgres
-from recovery.demos.demo import write_input
-from sinks import StagingSink
-from sinks.sql.connect._engines import dispose_engines
+from twopc import sinks
+from twopc.faultinject import LocalPostgres
+from twopc.recovery.demos.demo import write_input
+from twopc.sinks import StagingSink
+from twopc.sinks.sql.connect._engines import dispose_engines
 
 from tests._paths import REPO_ROOT
 
@@ -205,7 +205,7 @@ def test_commit_mode_prepared_with_more_partitions_than_slots_fails_cleanly(spar
 # -- the same, through the sink and the coordinator (no Spark) ----------------------------------
 
 def _sink(server: LocalPostgres, table: str, **options: str) -> Any:
-    from sinks import JdbcSink
+    from twopc.sinks import JdbcSink
 
     sink = JdbcSink.from_options({"url": server.url, "dbtable": table, **options})
     sink.configure_write(SCHEMA, overwrite=False, streaming=False, checkpointed=True)
@@ -333,7 +333,7 @@ def test_a_batch_whose_every_task_found_no_slot_commits_as_a_staging_batch(direc
 def test_a_composite_participant_does_not_stage(direct_slots) -> None:
     """A composite decides its participants' handles itself (no before_decision): a
     twopc-jdbc participant's task that finds no slot fails before it writes."""
-    from sinks import JdbcSink
+    from twopc.sinks import JdbcSink
     from twopc.spi import TargetConfigurationError
 
     server, engine = direct_slots

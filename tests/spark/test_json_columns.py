@@ -18,8 +18,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import sinks
-from sinks import MySqlXaSink, PostgresSink, StagingSink
+from twopc import sinks
+from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc.spi import SchemaMismatchError
 
 from tests._paths import REPO_ROOT

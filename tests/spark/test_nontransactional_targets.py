@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import sinks
-from sinks import StagingSink
+from twopc import sinks
+from twopc.sinks import StagingSink
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -19,11 +19,11 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-import sinks
-from sinks.redis import HSetOp, IncrByOp, mapping_json
+from twopc import sinks
+from twopc.sinks.redis import HSetOp, IncrByOp, mapping_json
 
 #: A worker's twopc record at WARNING or above, as the worker's stderr handler formats it.
-_LOUD = re.compile(r"^\S+ \S+ (?:WARNING|ERROR|CRITICAL) twopc[\w.]*: .*$", re.MULTILINE)
+_LOUD = re.compile(r"^\S+ \S+ (?:WARNING|ERROR|CRITICAL) pyspark-twopc[\w.]*: .*$", re.MULTILINE)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,5 +79,5 @@ def test_normal_writes_log_no_warning(spark: Any, postgres_url: str, pg_engine: 
     assert "twopc" in text, "the workers' twopc records are not in the capture: nothing to check"
     assert not _LOUD.findall(text), "\n".join(_LOUD.findall(text))
     loud = [f"{r.levelname} {r.name}: {r.getMessage()}" for r in caplog.records
-            if r.levelno >= logging.WARNING and r.name.split(".")[0] in ("twopc", "sinks")]
+            if r.levelno >= logging.WARNING and r.name.split(".")[0] in ("twopc", "twopc.sinks")]
     assert not loud, loud

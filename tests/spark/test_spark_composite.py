@@ -26,13 +26,13 @@ import pyarrow as pa
 import pytest
 import redis
 
-import faultinject
-import sinks
+from twopc import faultinject
+from twopc import sinks
 import twopc
 import twopc.spi
-from faultinject import ENV_CONTROL, FaultControl, LocalPostgres
-from recovery.demos.demo import INPUT_SCHEMA, write_input
-from sinks import OptionsCompositeSink, RedisSink
+from twopc.faultinject import ENV_CONTROL, FaultControl, LocalPostgres
+from twopc.recovery.demos.demo import INPUT_SCHEMA, write_input
+from twopc.sinks import OptionsCompositeSink, RedisSink
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, SinkError, TransactionContext, sink_status
 
 from tests._composite_helpers import CompositeHarness, composite_harness, per_parity

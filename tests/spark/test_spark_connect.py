@@ -1,5 +1,5 @@
 """twopc under Spark Connect: a client with no JVM, a real Connect server
-(:class:`faultinject.LocalSparkConnect`) whose Python workers run the data sources, and
+(:class:`twopc.faultinject.LocalSparkConnect`) whose Python workers run the data sources, and
 PostgreSQL, Redis and the file system as targets.
 
 What differs from a classic session and is checked here: formats are registered per
@@ -23,9 +23,9 @@ import sqlalchemy as sa
 from pyspark.sql.connect.client.retries import DefaultPolicy
 from sqlalchemy.engine import make_url
 
-import sinks
-from faultinject import LocalSparkConnect, read_firings
-from faultinject._spark_cluster import find_spark_home
+from twopc import sinks
+from twopc.faultinject import LocalSparkConnect, read_firings
+from twopc.faultinject._spark_cluster import find_spark_home
 
 from tests._paths import REPO_ROOT
 from tests._s3 import aws_config_path
@@ -195,7 +195,7 @@ import os
 from pyspark import pipelines as dp
 from pyspark.sql import SparkSession
 
-import sinks
+from twopc import sinks
 
 spark = SparkSession.active()
 sinks.register_all(spark)
@@ -248,7 +248,7 @@ class _NotInstalled:
     """The server's Python as if twopc were installed only in the client."""
 
     def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("twopc", "sinks", "recovery", "faultinject"):
+        if name.split(".")[0] in ("twopc", "twopc.sinks", "twopc.recovery", "twopc.faultinject"):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import sinks
-from recovery.demos.demo import INPUT_SCHEMA, write_input
-from sinks import FileSink
+from twopc import sinks
+from twopc.recovery.demos.demo import INPUT_SCHEMA, write_input
+from twopc.sinks import FileSink
 from twopc import CommitLedger, foreach_batch_writer
 
 from tests._filesink_helpers import committed_ids
@@ -103,7 +103,7 @@ def test_only_the_plan_time_instance_runs_recovery() -> None:
     there would roll back the batch being committed)."""
     import pickle
 
-    from sinks import FileDataSource
+    from twopc.sinks import FileDataSource
 
     ds = FileDataSource({"path": "/tmp/x", "checkpointLocation": "/tmp/ck"})
     assert ds._plan_time is True

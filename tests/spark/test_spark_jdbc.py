@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import sinks
-from recovery.demos.demo import write_input
-from sinks import StagingSink, write_jdbc
+from twopc import sinks
+from twopc.recovery.demos.demo import write_input
+from twopc.sinks import StagingSink, write_jdbc
 
 from tests._sql_helpers import logged_markers
 
@@ -167,7 +167,7 @@ def test_write_jdbc_without_a_mode_behaves_like_sparks_default_errorifexists(spa
     with pytest.raises(Exception) as err:
         write_jdbc(_df(spark, 5, 10), url, table, properties=props)
     for words in (f"{table} already exists and the save mode is errorifexists", "nothing was written",
-                  'sinks.write_jdbc(..., mode="append")'):
+                  'twopc.sinks.write_jdbc(..., mode="append")'):
         assert words in str(err.value)
     assert _ids(pg_engine, table) == list(range(5)) and _leftovers(pg_engine, table) == (0, 0)
     write_jdbc(_df(spark, 5, 10), url, table, mode="ignore", properties=props)  # exists: writes nothing

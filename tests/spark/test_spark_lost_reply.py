@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-import sinks
-from faultinject import FaultProxy
-from recovery import verify_postgres_ids
-from recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
+from twopc import sinks
+from twopc.faultinject import FaultProxy
+from twopc.recovery import verify_postgres_ids
+from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
 from twopc import CommitLedger
 from twopc.spi import BatchState
 

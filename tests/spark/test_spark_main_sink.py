@@ -17,7 +17,7 @@ SCRIPT = textwrap.dedent('''
     from pyspark.sql import SparkSession
 
     import twopc
-    from sinks import FileSink
+    from twopc.sinks import FileSink
     from twopc import TransactionHandle, TwoPhaseCommitDataSource
 
 

@@ -20,9 +20,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-import sinks
-from recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
-from sinks.redis import IncrByOp, mapping_json
+from twopc import sinks
+from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
+from twopc.sinks.redis import IncrByOp, mapping_json
 from twopc import CommitLedger
 from twopc._checkpoint import SESSION_CHECKPOINT_CONF
 

@@ -8,9 +8,9 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-import sinks
-from recovery import verify_postgres_ids
-from recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
+from twopc import sinks
+from twopc.recovery import verify_postgres_ids
+from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
 from twopc import CommitLedger
 
 

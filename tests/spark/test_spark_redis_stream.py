@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-import faultinject
-import sinks
+from twopc import faultinject
+from twopc import sinks
 from twopc._source_env import RUNNER_KEYS
 
 

@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import sinks
+from twopc import sinks
 
 CONF = "spark.twopc.twopcSchema"
 

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import sinks
+from twopc import sinks
 from twopc._stops import wait_settled
 from twopc.spi import default_sink_id
 

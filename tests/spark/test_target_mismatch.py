@@ -20,9 +20,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import sinks
-from sinks import FileSink, MySqlXaSink, PostgresHandle, PostgresSink
-from sinks.sql import dispose_engines
+from twopc import sinks
+from twopc.sinks import FileSink, MySqlXaSink, PostgresHandle, PostgresSink
+from twopc.sinks.sql import dispose_engines
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionLostError
 from twopc.spi import BatchState, TargetMismatchError, default_sink_id
 
@@ -92,7 +92,7 @@ def _ledger_files(ck: str) -> dict[str, bytes]:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recovery", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "twopc.recovery", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=120, env={**os.environ})
 
 

@@ -9,8 +9,8 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-import sinks
-from recovery.demos.demo import create_table
+from twopc import sinks
+from twopc.recovery.demos.demo import create_table
 from twopc import CommitLedger, ConfigurationError
 from twopc._runtime_options import RuntimeOptions
 

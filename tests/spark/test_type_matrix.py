@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pytest
 import sqlalchemy as sa
 
-from sinks import MySqlXaSink, PostgresSink, StagingSink
+from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
 
 from tests._sql_helpers import uid, write_one_task
 

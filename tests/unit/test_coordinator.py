@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sinks import FileSink
+from twopc.sinks import FileSink
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionLostError
 from twopc.spi import BatchState, CommitPendingError, CommitRetry, ProtocolError, SinkUnavailableError
 

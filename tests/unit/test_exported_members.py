@@ -8,7 +8,7 @@ Submodules and the ``from __future__ import annotations`` / ``TYPE_CHECKING`` im
 not names a package defines.
 
 ``twopc`` has two surfaces: its package, what a pipeline calls, and ``twopc.spi``, what sink
-authors and twopc's own packages (``sinks``, ``recovery``) import beyond that.  Each name of
+authors and twopc's own packages (``twopc.sinks``, ``twopc.recovery``) import beyond that.  Each name of
 either is documented in its module's docstring, and no name is on both.
 """
 
@@ -63,11 +63,11 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "check_sink_pickles_after_use", "cluster_crash_plan", "crash_plan", "default_rows", "derive_secrets",
         "fresh_nonce", "generate_schedule", "run_contract", "run_crash_matrix", "run_schedule", "shrink_schedule",
     ),
-    "recovery": (
+    "twopc.recovery": (
         "RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "Verification",
         "build_sink", "main", "staged_rows_left", "verify_ids", "verify_postgres_ids",
     ),
-    "faultinject": (
+    "twopc.faultinject": (
         "ACTIONS", "ENV_CONTROL", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_RUN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",
         "RELEASE_FILE",
         "Action", "ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl", "FaultControlError",
@@ -78,7 +78,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "armed", "current_state_dir", "declare", "declared_points", "export_crash_group", "export_run",
         "fault_point", "read_firings",
     ),
-    "sinks": (
+    "twopc.sinks": (
         "DATA_SOURCES", "SOURCES",
         "CompositeDataSource", "FileDataSource", "FileHandle", "FileSink", "HIncrByOp", "HSetOp", "IncrByOp",
         "JdbcDataSource", "JdbcOptions", "JdbcSink", "MySqlXaHandle", "MySqlXaSink", "OptionsCompositeSink",
@@ -87,20 +87,20 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "StagingHandle", "StagingSink", "XAddOp", "ZAddOp",
         "parse_mapping", "participant", "register_all", "sink_for_format", "write_jdbc",
     ),
-    "sinks.redis_source": (
+    "twopc.sinks.redis_source": (
         "BASE_DDL", "FAULT_POINTS", "FORMAT_NAME", "LIBRARY_NAME", "OPTIONS",
         "EntryId", "Offset", "Position", "Range", "RedisStreamReader", "StreamOptions",
         "StreamPartition", "StreamServer",
         "check_pyspark", "schema_ddl",
     ),
-    "sinks.sql": (
+    "twopc.sinks.sql": (
         "JdbcDataSource", "JdbcOptions", "JdbcSink", "PreparedSqlHandle", "PreparedSqlSink", "SqlUrl",
         "StagingHandle", "StagingSink", "TableName",
         "dispose_engines", "parse_table_name", "require_transactional", "translate_url", "write_jdbc",
     ),
-    "sinks.postgres": ("PostgresDataSource", "PostgresHandle", "PostgresSink"),
-    "sinks.mysql": ("MySqlXaHandle", "MySqlXaSink"),
-    "sinks.redis": (
+    "twopc.sinks.postgres": ("PostgresDataSource", "PostgresHandle", "PostgresSink"),
+    "twopc.sinks.mysql": ("MySqlXaHandle", "MySqlXaSink"),
+    "twopc.sinks.redis": (
         "HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisDataSource", "RedisHandle", "RedisKeys", "RedisOp",
         "RedisSink", "RedisTargetError", "SetOp", "XAddOp", "ZAddOp",
         "dispose_clients", "key_slot", "mapping_json", "parse_mapping",

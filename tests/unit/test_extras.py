@@ -59,7 +59,7 @@ def test_missing_driver_names_the_extra(module: str, extra: str, what: str) -> N
     found = _fresh(_BLOCKED.format(block=module.partition(".")[0], module=module, extra=extra, what=what))
     assert found == {
         "message": f"{what} needs the Python module {module!r}, which is not installed. "
-                   f"Install it with: pip install 'twopc[{extra}]'",
+                   f"Install it with: pip install 'pyspark-twopc[{extra}]'",
         "name": module, "extra": extra, "bases": [True, True, True], "cause": "ModuleNotFoundError",
     }
 
@@ -71,7 +71,7 @@ def test_driver_that_fails_to_import_says_why() -> None:
     assert isinstance(found, dict)
     assert found["message"].startswith("twopc-postgres needs the Python module 'psycopg', which fails to "
                                        "import (")
-    assert found["message"].endswith("Install it with: pip install 'twopc[postgres]'")
+    assert found["message"].endswith("Install it with: pip install 'pyspark-twopc[postgres]'")
     assert "psycopg.pq" in found["message"]
 
 
@@ -108,7 +108,7 @@ def test_extras_match_pyproject() -> None:
     assert core == ["pyspark", "pyarrow", "sqlalchemy", "prometheus-client"]
 
 
-@pytest.mark.parametrize("package", ["twopc", "recovery", "faultinject"])
+@pytest.mark.parametrize("package", ["twopc", "twopc.recovery", "twopc.faultinject"])
 def test_core_packages_import_without_any_driver(package: str) -> None:
     blocked = "; ".join(f"sys.modules[{d!r}] = None" for d in DRIVERS)
     assert _fresh(f"import json, sys; {blocked}; import {package}; print(json.dumps('ok'))") == "ok"

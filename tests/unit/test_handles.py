@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sinks import FileHandle
+from twopc.sinks import FileHandle
 from twopc import TransactionHandle
 from twopc.spi import (
     HandleError,
@@ -44,13 +44,13 @@ def test_unknown_kind_is_refused_with_the_fix() -> None:
 
 
 def test_every_built_in_kind_is_in_the_lookup_table() -> None:
-    """A reader that has not imported ``sinks`` finds each built-in kind's module in
+    """A reader that has not imported ``twopc.sinks`` finds each built-in kind's module in
     :data:`twopc._handle.BUILT_IN_KINDS`: the table names every kind the sinks register."""
     import sinks  # noqa: F401 - registers every built-in kind
     from twopc._handle import BUILT_IN_KINDS, registered_handle_kinds
 
     shipped = {kind: f"{cls.__module__}:{cls.__qualname__}" for kind, cls in registered_handle_kinds().items()
-               if cls.__module__.split(".")[0] == "sinks"}
+               if cls.__module__.split(".")[0] == "twopc.sinks"}
     assert shipped == dict(BUILT_IN_KINDS)
 
 
@@ -129,7 +129,7 @@ def test_damaged_payload_is_reported() -> None:
 
 
 def test_handles_hold_no_credentials() -> None:
-    from sinks import PostgresHandle
+    from twopc.sinks import PostgresHandle
 
     fields = {f for f in PostgresHandle.__dataclass_fields__}
     assert not fields & {"url", "password", "user", "dsn"}

@@ -10,22 +10,22 @@ import sys
 
 import pytest
 
-import faultinject
+from twopc import faultinject
 
 from tests._paths import REPO_ROOT
 
 REPO = REPO_ROOT
 
 HEAVY = (
-    "faultinject.servers",
-    "faultinject._server",
-    "faultinject._postgres",
-    "faultinject._mariadb",
-    "faultinject._redis",
-    "faultinject._procutil",
-    "faultinject.chaos",
-    "faultinject._proxy",
-    "faultinject._control",
+    "twopc.faultinject.servers",
+    "twopc.faultinject._server",
+    "twopc.faultinject._postgres",
+    "twopc.faultinject._mariadb",
+    "twopc.faultinject._redis",
+    "twopc.faultinject._procutil",
+    "twopc.faultinject.chaos",
+    "twopc.faultinject._proxy",
+    "twopc.faultinject._control",
 )
 LAZY_NAMES = ("ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner", "FaultControl",
               "FaultProxy", "LocalMariaDB", "LocalPostgres", "LocalRedis", "ProxyConnection")
@@ -39,7 +39,7 @@ def _fresh(code: str) -> object:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("package", ["twopc", "sinks", "recovery", "faultinject"])
+@pytest.mark.parametrize("package", ["twopc", "twopc.sinks", "twopc.recovery", "twopc.faultinject"])
 def test_import_does_not_load_servers_or_chaos_runner(package: str) -> None:
     loaded = _fresh(f"import json, sys; import {package}; "
                     f"print(json.dumps(sorted(m for m in {list(HEAVY)!r} if m in sys.modules)))")
@@ -49,17 +49,17 @@ def test_import_does_not_load_servers_or_chaos_runner(package: str) -> None:
 def test_lazy_names_load_on_first_use() -> None:
     code = (
         "import json, sys, faultinject\n"
-        "before = 'faultinject.servers' in sys.modules\n"
+        "before = 'twopc.faultinject.servers' in sys.modules\n"
         "listed = {'LocalPostgres', 'ChaosRunner'} <= set(dir(faultinject))\n"
         "from faultinject import LocalPostgres\n"
         "runner = faultinject.ChaosRunner\n"
         "print(json.dumps({'before': before, 'listed': listed,\n"
-        "                  'servers': 'faultinject.servers' in sys.modules,\n"
-        "                  'chaos': 'faultinject.chaos' in sys.modules,\n"
+        "                  'servers': 'twopc.faultinject.servers' in sys.modules,\n"
+        "                  'chaos': 'twopc.faultinject.chaos' in sys.modules,\n"
         "                  'names': [LocalPostgres.__module__, runner.__module__]}))\n"
     )
     assert _fresh(code) == {"before": False, "listed": True, "servers": True, "chaos": True,
-                            "names": ["faultinject._postgres", "faultinject.chaos"]}
+                            "names": ["twopc.faultinject._postgres", "twopc.faultinject.chaos"]}
 
 
 def test_lazy_names_are_public() -> None:

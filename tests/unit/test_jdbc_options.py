@@ -1,4 +1,4 @@
-"""Unit tests of :mod:`sinks.sql.options._jdbc_options` and the URL translator (no server): Spark's JDBC writer options,
+"""Unit tests of :mod:`twopc.sinks.sql.options._jdbc_options` and the URL translator (no server): Spark's JDBC writer options,
 twopc's own, JDBC URL translation, driver parameters, and that no password leaks."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from sinks._options import SPARK_PASSED_OPTIONS, Duration
-from sinks.sql.connect._engines import _dialect_connect_args
-from sinks.sql.options._column_lists import parse_column_list, parse_column_types
-from sinks.sql.options._driver_params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
-from sinks.sql.options._jdbc_options import REJECTED_OPTIONS, JdbcOptions
+from twopc.sinks._options import SPARK_PASSED_OPTIONS, Duration
+from twopc.sinks.sql.connect._engines import _dialect_connect_args
+from twopc.sinks.sql.options._column_lists import parse_column_list, parse_column_types
+from twopc.sinks.sql.options._driver_params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
+from twopc.sinks.sql.options._jdbc_options import REJECTED_OPTIONS, JdbcOptions
 from twopc import ConfigurationError
 from twopc._runtime_options import RUNTIME_KEYS
 from twopc.spi import MissingOptionError, redact

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sinks import FileHandle
+from twopc.sinks import FileHandle
 from twopc import CommitLedger, ConfigurationError, LedgerError
 from twopc.spi import BatchState, Decision, ProtocolError
 

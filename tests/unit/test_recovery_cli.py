@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sinks import FileSink
+from twopc.sinks import FileSink
 from twopc import CommitCoordinator, CommitLedger
 from twopc.spi import BatchState
 
@@ -19,7 +19,7 @@ REPO = REPO_ROOT
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "recovery", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "twopc.recovery", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ})
 
 

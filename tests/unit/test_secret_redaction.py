@@ -19,8 +19,8 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy.engine import URL
 
-from sinks import JdbcOptions, PostgresSink, RedisSink
-from sinks.redis_source import StreamOptions
+from twopc.sinks import JdbcOptions, PostgresSink, RedisSink
+from twopc.sinks.redis_source import StreamOptions
 from twopc import ConfigurationError
 
 #: each word is a token of 3+ characters that must never be shown

@@ -9,8 +9,8 @@ import textwrap
 
 import pytest
 
-from sinks import FileSink, JdbcOptions, PostgresSink
-from sinks._options import Duration, OptionReader
+from twopc.sinks import FileSink, JdbcOptions, PostgresSink
+from twopc.sinks._options import Duration, OptionReader
 from twopc import ConfigurationError
 from twopc.spi import MissingOptionError
 
@@ -159,13 +159,13 @@ _WITHOUT = textwrap.dedent("""
         try:
             getattr(sinks, name)
         except ImportError as exc:
-            assert f"twopc[{extra}]" in str(exc), exc
+            assert f"pyspark-twopc[{extra}]" in str(exc), exc
         else:
             raise AssertionError(name + " imported without its driver")
     try:
         sinks.PostgresDataSource.sink_class
     except ImportError as exc:
-        assert "twopc[postgres]" in str(exc), exc
+        assert "pyspark-twopc[postgres]" in str(exc), exc
     else:
         raise AssertionError("the twopc-postgres data source found its sink without psycopg")
     print("ok")
@@ -179,14 +179,14 @@ def test_a_missing_driver_names_the_extra_and_nothing_else_breaks() -> None:
 
 _STAGING_WITHOUT_PSYCOPG = textwrap.dedent("""
     import sys
-    sys.modules["psycopg"] = None  # as if twopc[postgres] were not installed
+    sys.modules["psycopg"] = None  # as if pyspark-twopc[postgres] were not installed
     import pyarrow as pa
-    from sinks import StagingSink
+    from twopc.sinks import StagingSink
     sink = StagingSink("postgresql://u@127.0.0.1:1/db", "t")  # options alone need no driver
     try:
         sink.validate(pa.schema([("id", pa.int64())]))
     except ImportError as exc:
-        assert "twopc[postgres]" in str(exc), exc
+        assert "pyspark-twopc[postgres]" in str(exc), exc
         print("ok")
 """)
 
@@ -201,9 +201,9 @@ def test_a_sql_url_without_its_driver_names_the_extra() -> None:
 _NEAR_BUILDERS = {
     "twopc-jdbc": lambda o: JdbcOptions.parse({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
     "twopc-postgres": lambda o: PostgresSink.from_options({"url": "jdbc:postgresql://h/app", "dbtable": "t", **o}),
-    "twopc-redis": lambda o: __import__("sinks").RedisSink.from_options(
+    "twopc-redis": lambda o: __import__("twopc.sinks").RedisSink.from_options(
         {"url": "redis://h:6379/0", "mapping": '[{"op": "INCRBY", "key": "{t}:n", "by": 1}]', **o}),
-    "twopc-redis-stream": lambda o: __import__("sinks.redis_source").redis_source.StreamOptions.read(
+    "twopc-redis-stream": lambda o: __import__("twopc.sinks.redis_source").redis_source.StreamOptions.read(
         {"url": "redis://h:6379/0", "streams": "s", "group": "g", **o}),
     "twopc-file": lambda o: FileSink.from_options({"path": "/tmp/x", **o}),
 }

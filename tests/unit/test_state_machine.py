@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import faultinject
-from sinks import FileHandle, FileSink
+from twopc import faultinject
+from twopc.sinks import FileHandle, FileSink
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator
 from twopc.spi import BatchState
 

@@ -40,7 +40,7 @@ stderr or the checkpoint.
 
 - **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded
   schedules of process crashes, worker kills, server crashes and restarts and network faults
-  (through a :class:`faultinject.FaultControl`) at every fault point, each run through
+  (through a :class:`twopc.faultinject.FaultControl`) at every fault point, each run through
   ``python -m twopc.testing.microjob`` (twopc's Spark writer driven without a JVM) and
   followed by a model check; :func:`shrink_schedule` drops rules while a schedule still
   fails, :class:`ChaosTable` reports a run.

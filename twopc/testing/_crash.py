@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-import faultinject
+from twopc import faultinject
 
 from .._context import TransactionContext
 from .._ledger import CommitLedger
@@ -191,7 +191,7 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     crash plus one. *spark_conf* is added to the job's ``SparkSession`` (default
     :data:`DEFAULT_SPARK_CONF`), e.g. ``spark.jars`` for a sink that needs a JAR.
     *master* runs the job on a cluster (``spark://host:port``, e.g.
-    :class:`faultinject.LocalSparkCluster`) instead of ``local[2,3]``: the sink is pickled
+    :class:`twopc.faultinject.LocalSparkCluster`) instead of ``local[2,3]``: the sink is pickled
     to executors in JVMs of their own, and a ``crash`` at one of :data:`EXECUTOR_POINTS`
     kills the executor, not the job (see :func:`cluster_crash_plan`).
 

@@ -31,7 +31,7 @@ __all__ = [
 H = TypeVar("H", bound=TransactionHandle)
 AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
 
-#: The rows the kit writes unless a harness says otherwise: what ``recovery.demo`` writes.
+#: The rows the kit writes unless a harness says otherwise: what ``twopc.recovery.demo`` writes.
 DEFAULT_SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64())])
 
 _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "apikey", "api_key", "accesskey",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import faultinject
+from twopc import faultinject
 
 from .._ledger import CommitLedger
 from ._crash import _python_path, _write_input
@@ -64,8 +64,8 @@ def run_schedule(harness: SinkHarness, schedule: Schedule, workdir: str | os.Pat
                  hang_after_s: float = 240.0, coordinator: str | None = None) -> ScheduleResult:
     """Run *schedule* against *harness*'s sink in *workdir* (an empty folder) and check the
     model. The job is ``python -m twopc.testing.microjob`` under
-    :class:`faultinject.ChaosRunner`, restarted after every abnormal end; *env* is added to
-    its environment (a :class:`faultinject.FaultControl`'s ``env()`` for proxy and server
+    :class:`twopc.faultinject.ChaosRunner`, restarted after every abnormal end; *env* is added to
+    its environment (a :class:`twopc.faultinject.FaultControl`'s ``env()`` for proxy and server
     rules); *settle* is called before the check (``FaultControl.settle``: every fault over,
     every server up). A job still running after *hang_after_s* is killed and reported as a
     hang (a bound, not a measurement). *coordinator* (``module:Class``) replaces twopc's

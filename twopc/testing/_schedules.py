@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from faultinject import FaultPlan, FaultRule
+from twopc.faultinject import FaultPlan, FaultRule
 
 from .._faults import POINTS
 
@@ -31,7 +31,7 @@ _EXECUTOR = ("during_invoke", "before_pre_commit", "after_pre_commit")
 @dataclass(frozen=True)
 class ScheduleTarget:
     """A sink the schedules run against: its name, the name of its server and proxy in the
-    :class:`faultinject.FaultControl` (``None``: no server, only process faults), and the
+    :class:`twopc.faultinject.FaultControl` (``None``: no server, only process faults), and the
     request whose reply ``swallow_reply`` loses (its commit)."""
 
     name: str

@@ -70,12 +70,12 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     """The process's pooled engine for *url* (credentials included) and this use.
 
     Its connections wait as *timeouts* says (connect, reply, TCP keepalive: see
-    :mod:`sinks.sql.connect._timeouts`). With *autocommit* the engine hands out connections in
+    :mod:`twopc.sinks.sql.connect._timeouts`). With *autocommit* the engine hands out connections in
     ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
 
     Raises:
         ConfigurationError: a SQLite path whose folder does not exist, or that is not a
-            SQLite database (:func:`~sinks.sql.connect._sqlite_file.check_sqlite_file`).
+            SQLite database (:func:`~twopc.sinks.sql.connect._sqlite_file.check_sqlite_file`).
     """
 
     def make() -> Engine:
@@ -100,7 +100,7 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
 
 
 def _dialect_connect_args(timeouts: NetTimeouts, backend: str) -> dict[str, Any]:
-    """The registered dialect's driver arguments for *timeouts* (see :mod:`sinks.sql._registry`);
+    """The registered dialect's driver arguments for *timeouts* (see :mod:`twopc.sinks.sql._registry`);
     a dialect none registers gets the connect timeout only."""
     if (registered := backend_for(backend)) is not None:
         return registered.connect_args(timeouts)

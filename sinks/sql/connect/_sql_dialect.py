@@ -1,11 +1,11 @@
 """What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol.
 
-A prepared-transaction sink (:class:`sinks.sql.PreparedSqlSink`) is made of parts, like
+A prepared-transaction sink (:class:`twopc.sinks.sql.PreparedSqlSink`) is made of parts, like
 Flink Sink V2's separate ``SinkWriter`` and ``Committer``: a
-:class:`~sinks.sql.connect._sql_target.SqlTarget` (configuration, connections, error mapping),
+:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget` (configuration, connections, error mapping),
 a dialect (this protocol: the SQL that differs between PostgreSQL and MySQL/MariaDB), a
-writer (:mod:`sinks.sql.prepared._writer`, executor side) and a committer
-(:mod:`sinks.sql.prepared._committer`, driver side). The writer and the committer call the
+writer (:mod:`twopc.sinks.sql.prepared._writer`, executor side) and a committer
+(:mod:`twopc.sinks.sql.prepared._committer`, driver side). The writer and the committer call the
 dialect; the dialect calls back into the writer only through :class:`TxnControl`, for the
 failure rules around ``PREPARE``.
 
@@ -71,7 +71,7 @@ class SqlTxn(Generic[C]):
 
 class TxnControl(Protocol[C]):
     """What a dialect's :meth:`SqlDialect.prepare` may do to the transaction besides SQL:
-    the writer's failure rules (:class:`sinks.sql.prepared._writer.PreparedWriter`)."""
+    the writer's failure rules (:class:`twopc.sinks.sql.prepared._writer.PreparedWriter`)."""
 
     def usable(self, txn: SqlTxn[C]) -> Any:
         """The DB-API connection of an open, unprepared transaction."""

@@ -4,7 +4,7 @@
 hold: the configuration, the display names, the connections (a per-process pool, and a
 *control* connection for the driver's statements, retried once on a new connection when it
 turns out dead: every control statement is idempotent), and the mapping of driver errors to
-twopc's exception tree (by the database's :class:`~sinks.sql._registry.DialectSpec`).
+twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.DialectSpec`).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class SqlTarget:
 
     def match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
               check_types: bool, check_required: bool) -> list[C]:
-        """:func:`sinks.sql.types._column_match.match_columns` with this database's type rules."""
+        """:func:`twopc.sinks.sql.types._column_match.match_columns` with this database's type rules."""
         return match_columns(names, types, columns, self.table,
                              compatible=self.spec.compatible if check_types else None,
                              type_name=str, check_required=check_required)

@@ -3,7 +3,7 @@ and ``twopc-postgres``, read once, by :meth:`JdbcOptions.parse`.
 
 Spark's JDBC writer options keep their names and meanings
 (https://spark.apache.org/docs/latest/sql-data-sources-jdbc.html); the URL and driver
-parameters are translated by :func:`sinks.sql.options._jdbc_url.translate_url`. No server is contacted.
+parameters are translated by :func:`twopc.sinks.sql.options._jdbc_url.translate_url`. No server is contacted.
 Keys are case-insensitive (Spark lower-cases them).
 
 Spark's options
@@ -80,7 +80,7 @@ need the staging mode (table creation, overwrite, upsert, ``saveMode``, ``stagin
 The runtime's options (``checkpointLocation``, ``sinkId``, ``txnAppId``, ``txnVersion``,
 ``minBatchesToRetain``) and the ones Spark adds (``path``, ``queryName``) are not this
 reader's business. Any other option is a driver parameter (Spark hands unknown options to
-the JDBC driver): translated, logged, or refused (:mod:`sinks.sql.options._driver_params`).
+the JDBC driver): translated, logged, or refused (:mod:`twopc.sinks.sql.options._driver_params`).
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ class JdbcOptions:
             :meth:`bookkeeping` puts twopc's tables.
         staging_table: ``stagingTable`` or None.
         staging_retention: ``stagingRetention``: how long staged rows of a dead write
-            without checkpoint are kept (see :mod:`sinks.sql.staging._sink`).
+            without checkpoint are kept (see :mod:`twopc.sinks.sql.staging._sink`).
         lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
             that is 30 s or less.
         connect_timeout: the ``connectTimeout`` option; else the URL's
@@ -257,7 +257,7 @@ class JdbcOptions:
         tcp_keepalive: the ``tcpKeepAlive`` option; else the URL's; else true.
         copy_format: ``copyFormat`` (PostgreSQL only).
         dead_letter_table: ``deadLetterTable`` (PostgreSQL prepared mode only): where rows the
-            server refuses go, in the same transaction (:mod:`sinks.postgres._dead_letter`).
+            server refuses go, in the same transaction (:mod:`twopc.sinks.postgres._dead_letter`).
         format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
     """
 
@@ -436,7 +436,7 @@ class JdbcOptions:
 
     def bookkeeping(self, table: TableName) -> TableName:
         """*table*, one of twopc's own tables, in :attr:`twopc_schema` when it names no
-        schema and the option is set (:func:`~sinks.sql._twopc_schema.bookkeeping_table`)."""
+        schema and the option is set (:func:`~twopc.sinks.sql._twopc_schema.bookkeeping_table`)."""
         return bookkeeping_table(table, self.twopc_schema, self.dialect, self.url.database or "")
 
     def net_timeouts(self) -> NetTimeouts:

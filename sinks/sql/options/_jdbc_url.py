@@ -5,7 +5,7 @@
 SQLAlchemy URL (``postgresql://``, ``mysql://``, ``mariadb://``, ``sqlite:///``, or any other
 backend, e.g. ``mssql+pyodbc://``), and gives the SQLAlchemy URL of the Python driver twopc
 connects with (psycopg 3, PyMySQL, sqlite3), credentials set and driver parameters
-translated (:mod:`sinks.sql.options._driver_params`). ``twopc-jdbc`` and ``twopc-postgres`` both use it,
+translated (:mod:`twopc.sinks.sql.options._driver_params`). ``twopc-jdbc`` and ``twopc-postgres`` both use it,
 so a URL means the same through either format.
 
 Credentials found in a URL's query string move into the URL's user info, so that

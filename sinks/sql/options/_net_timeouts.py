@@ -1,5 +1,5 @@
 """The waits of one engine's connections, as the options set them (``connectTimeout``,
-``socketTimeout``, ``tcpKeepAlive``); :mod:`sinks.sql.connect._timeouts` enforces the reply
+``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql.connect._timeouts` enforces the reply
 wait, and each registered dialect turns them into its driver's connect arguments."""
 
 from __future__ import annotations

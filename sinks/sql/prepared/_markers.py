@@ -4,7 +4,7 @@ Each prepared transaction writes one marker row (committed atomically with its d
 that a commit that finds its transaction gone can tell "already committed" (marker present)
 from "lost" (absent): the database answers both the same way. Writing, reading and purging
 those rows, and checking the table at validation, is this module's job; the DDL is the
-dialect's (:meth:`~sinks.sql.connect._sql_dialect.SqlDialect.create_markers`).
+dialect's (:meth:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect.create_markers`).
 """
 
 from __future__ import annotations

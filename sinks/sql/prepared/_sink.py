@@ -4,20 +4,20 @@ database supplies a dialect.
 
 A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
 
-- a :class:`~sinks.sql.connect._sql_target.SqlTarget`: configuration (one
-  :class:`~sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
+- a :class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`: configuration (one
+  :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
   ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
   connection for the driver's statements, and the mapping of driver errors;
-- a dialect (:class:`~sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
+- a dialect (:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
   ``dialect_type`` from the target): the SQL that differs between databases (opening a
   write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
   listing prepared ids, the target's catalog, the marker table's DDL);
-- a :class:`~sinks.sql.prepared._writer.PreparedWriter` (executor side): the open
+- a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side): the open
   transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
   rollback) and how every failure leaves nothing behind;
-- a :class:`~sinks.sql.prepared._committer.PreparedCommitter` (driver side): commit / abort /
+- a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver side): commit / abort /
   list_prepared / purge_markers, told apart from "lost" by the marker table
-  (:mod:`sinks.sql.prepared._markers`).
+  (:mod:`twopc.sinks.sql.prepared._markers`).
 
 This class wires them and delegates each method of the contract to one of them; it
 validates the target itself (plan time).
@@ -71,7 +71,7 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
             (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
-        **options: the format's options as keywords (see :mod:`sinks.sql.options._jdbc_options`):
+        **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
             ``user``, ``password``, ``marker_table``, ``lock_timeout`` (a duration such as
             ``"30s"``, or seconds), ``connect_timeout``, ``isolation_level``,
             ``query_timeout``, ``session_init_statement``, ``batch_size``, ``copy_format``,
@@ -87,9 +87,9 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[
 
     #: what the parts need to know about the database
     spec: ClassVar[DialectSpec]
-    #: the handle class the sink makes (a :class:`~sinks.PreparedSqlHandle` kind)
+    #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     handle_type: ClassVar[type[Any]]
-    #: the database's :class:`~sinks.sql.connect._sql_dialect.SqlDialect`, made from the target
+    #: the database's :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made from the target
     dialect_type: ClassVar[type[SqlDialect[Any]]]
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
@@ -119,7 +119,7 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`sinks._secrets.credential_free`), recorded in the checkpoint."""
+        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
     @classmethod
@@ -176,7 +176,7 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:
@@ -190,7 +190,7 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[
         self.target.drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
-        """The ledger table and writers' leases on this server (:mod:`sinks.sql.ledger._target_ledger`):
+        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql.ledger._target_ledger`):
         batch writes without ``checkpointLocation`` keep their decisions there."""
         return SqlTargetLedger(self.target)
 

@@ -39,7 +39,7 @@ class PreparedWriter(Generic[C, H]):
         handle_type: the handle class :meth:`pre_commit` makes.
         owner: the sink's class name, for messages about its methods.
 
-    Also the :class:`~sinks.sql.connect._sql_dialect.TxnControl` the dialect's
+    Also the :class:`~twopc.sinks.sql.connect._sql_dialect.TxnControl` the dialect's
     ``prepare`` is given. Pickles without its open transactions.
     """
 

@@ -1,8 +1,8 @@
 """The staging mode's plan-time side: checking the target against the DataFrame, and
 creating (or re-creating) the staging and batch marker tables before any task runs.
 
-:class:`StagingDdl` is one part :class:`~sinks.sql.StagingSink` holds; it reads the
-configuration and connections of :class:`~sinks.sql.staging._tables.StagingTables`.
+:class:`StagingDdl` is one part :class:`~twopc.sinks.sql.StagingSink` holds; it reads the
+configuration and connections of :class:`~twopc.sinks.sql.staging._tables.StagingTables`.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class StagingDdl:
         (DDL there cannot join the commit transaction). Deletes staged rows of dead
         ``eph-`` writes older than the retention. An overwrite that will drop and re-create
         an existing target (:meth:`replaced_by`) logs a WARNING naming what the table will
-        lose (:func:`~sinks.sql.staging._recreate_losses.recreate_losses`).
+        lose (:func:`~twopc.sinks.sql.staging._recreate_losses.recreate_losses`).
 
         Raises:
             SinkUnavailableError: no connection.
@@ -201,7 +201,7 @@ class StagingDdl:
 
     @staticmethod
     def _probe(conn: Connection) -> Run:
-        """A :data:`~sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
+        """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
         its own, rolled back."""
         def run(query: str) -> list[tuple[Any, ...]]:
             if conn.in_transaction():
@@ -215,7 +215,7 @@ class StagingDdl:
 
     @staticmethod
     def _committing(conn: Connection) -> Run:
-        """A :data:`~sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
+        """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
         its own, committed (rolled back when it fails)."""
         def run(query: str) -> list[tuple[Any, ...]]:
             if conn.in_transaction():

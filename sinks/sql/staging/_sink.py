@@ -5,7 +5,7 @@ Each task attempt loads its rows, tagged with its transaction id (a :class:`twop
 ``twopc:{sink}:{batch}:{partition}:{attempt}:{8 hex}``), into a durable staging table and
 commits that local transaction: this is its *prepare* (durable, invisible in the target).
 On PostgreSQL the rows go through the same COPY stream as the prepared mode
-(:mod:`sinks.postgres._copy`). The driver's commit then runs ONE local transaction that
+(:mod:`twopc.sinks.postgres._copy`). The driver's commit then runs ONE local transaction that
 
 1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists
    (a replay), deleting the replay's staged rows;
@@ -13,8 +13,8 @@ On PostgreSQL the rows go through the same COPY stream as the prepared mode
    staged attempt that vanished makes the commit raise, with nothing written);
 3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
    overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
-   or ``DROP`` + ``CREATE`` (:meth:`~sinks.sql.staging._ddl.StagingDdl.replaced_by`);
-4. moves the chosen attempts' rows (:func:`~sinks.sql.staging._statements.move_sql`);
+   or ``DROP`` + ``CREATE`` (:meth:`~twopc.sinks.sql.staging._ddl.StagingDdl.replaced_by`);
+4. moves the chosen attempts' rows (:func:`~twopc.sinks.sql.staging._statements.move_sql`);
 5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
    :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
 
@@ -85,7 +85,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see :mod:`sinks.sql.options._jdbc_options`):
+        **options: ``twopc-jdbc``'s options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
             ``truncate``, ``upsert_keys``, ``create_table_options``,
             ``create_table_column_types``, ``table_comment``, ``batch_size``,
             ``isolation_level``, ``session_init_statement``, ``query_timeout``,
@@ -98,9 +98,9 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
         ConfigurationError: an argument is invalid.
 
     The sink holds its parts: :attr:`tables` (configuration and connections), :attr:`ddl`
-    (plan-time checks and DDL, :class:`~sinks.sql.staging._ddl.StagingDdl`) and
+    (plan-time checks and DDL, :class:`~twopc.sinks.sql.staging._ddl.StagingDdl`) and
     :attr:`committer` (the driver's move, abort and listing,
-    :class:`~sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
+    :class:`~twopc.sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
     """
 
     handle_type = StagingHandle
@@ -207,7 +207,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
         return self.options.target_identity()
 
     def target_instance(self) -> str | None:
-        """The server's own identity and the table (:func:`~sinks.sql.connect._server_instance.server_instance`)."""
+        """The server's own identity and the table (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
         return server_instance(self.options)
 
     def describe(self) -> str:

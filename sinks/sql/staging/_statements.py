@@ -61,7 +61,7 @@ def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
                 types: Mapping[str, sa.types.TypeEngine[Any]] | None = None) -> sa.Table:
     """The staging table for DataFrames of *schema*: the transaction id, then every
     column, nullable, of the type in *types* (the target's) or else the type twopc would
-    create (:func:`~sinks.sql.types._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
+    create (:func:`~twopc.sinks.sql.types._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
     to the transaction's ``twopc.txn_id`` setting, so COPY need not send it with every row."""
     types = types or {}
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
@@ -85,8 +85,8 @@ def batches_table(batches: TableName) -> sa.Table:
 
 @dataclass(frozen=True)
 class ReflectedColumn:
-    """A column as SQLAlchemy's inspector reflects it (the :class:`~sinks.sql.types._column_match.TableColumn`
-    that :func:`~sinks.sql.types._column_match.match_columns` needs)."""
+    """A column as SQLAlchemy's inspector reflects it (the :class:`~twopc.sinks.sql.types._column_match.TableColumn`
+    that :func:`~twopc.sinks.sql.types._column_match.match_columns` needs)."""
 
     name: str
     type: Any

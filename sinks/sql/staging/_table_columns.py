@@ -1,5 +1,5 @@
 """The staging mode's view of the target's column types: the DataFrame is checked with the
-same rule as the prepared modes (:mod:`sinks.sql.types._type_rules`, through the catalog reader
+same rule as the prepared modes (:mod:`twopc.sinks.sql.types._type_rules`, through the catalog reader
 of PostgreSQL and MariaDB/MySQL), and the staging table takes the target's own column types,
 so that staged rows are converted exactly as the prepared modes convert them and the move
 into the target converts nothing."""
@@ -40,7 +40,7 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
 
 def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
     """The columns of *table* as the dialect's own catalog reader sees them
-    (:class:`~sinks.postgres._columns.PgColumn`, :class:`~sinks.mysql._values.MyColumn`;
+    (:class:`~twopc.sinks.postgres._columns.PgColumn`, :class:`~twopc.sinks.mysql._values.MyColumn`;
     ``display_type`` is DDL for the type), ``None`` when the table does not exist or the
     dialect has no reader (then use SQLAlchemy's reflection)."""
     registered = backend_for(conn.dialect.name)

@@ -1,6 +1,6 @@
 """The configuration and connections the staging sink's parts share: the target, staging
 and batch marker tables, the save mode, and the connections with a write's session settings
-(from the registered dialect: :mod:`sinks.sql._registry`)."""
+(from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class StagingTables:
 
     def _begin(self, conn: Connection) -> None:
         """Start a transaction with the session settings of a write (the same as the
-        prepared modes', from the registered dialect: :mod:`sinks.sql._registry`)."""
+        prepared modes', from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
         fresh(conn)
         o = self.options
         if (registered := self._registered()) is not None:
@@ -145,7 +145,7 @@ class StagingTables:
 
     def commit_write(self) -> str:
         """What this sink's commit does to the target (recorded in each handle,
-        :attr:`StagingHandle.write <sinks.StagingHandle.write>`): the save mode, or for an
+        :attr:`StagingHandle.write <twopc.sinks.StagingHandle.write>`): the save mode, or for an
         overwrite how it empties an existing table (:meth:`replaced_by`)."""
         return self.replaced_by() if self.mode == "overwrite" else self.mode
 

@@ -22,7 +22,7 @@ ArrayType, MapType,         JSONB                 JSON                JSON
 StructType
 ==========================  ====================  ==================  ==========
 
-Arrays, maps and structs are stored as JSON (:mod:`sinks.sql.types._json_values`); MariaDB's
+Arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql.types._json_values`); MariaDB's
 ``JSON`` is ``LONGTEXT`` with a ``JSON_VALID`` check.
 """
 

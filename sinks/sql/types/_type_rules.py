@@ -8,8 +8,8 @@ from :data:`RULES`, the one table. It follows what Spark's JDBC writer gets thro
 binds each value with ``setInt``/``setDouble``/``setBigDecimal``/``setString``/... and the
 server converts it to the column's type as in an assignment), with the exceptions the
 README's type table lists; arrays, maps and structs fit JSON columns only, as JSON text
-(:mod:`sinks.sql.types._json_values`). The modes also store the same values: the staging mode stages
-into columns of the target's own types (:mod:`sinks.sql.staging._ddl`), through the same
+(:mod:`twopc.sinks.sql.types._json_values`). The modes also store the same values: the staging mode stages
+into columns of the target's own types (:mod:`twopc.sinks.sql.staging._ddl`), through the same
 encoders as the prepared modes.
 """
 

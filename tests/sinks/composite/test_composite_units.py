@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from sinks import FileSink, PostgresHandle
+from twopc.sinks import FileSink, PostgresHandle
 from twopc import CommitLedger, ConfigurationError, Participant
 from twopc import TransactionContext as Ctx
 from twopc._composite import _group
@@ -48,7 +48,7 @@ def test_a_failed_prepare_rolls_back_the_participants_already_prepared(postgres_
            "UNIQUE (id) DEFERRABLE INITIALLY DEFERRED)")
     out = tmp_path / "files"
     with _table(postgres_url, ddl) as (table, engine):
-        from sinks import PostgresSink
+        from twopc.sinks import PostgresSink
 
         sink = CompositeSink([Participant("files", FileSink(str(out))),
                               Participant("orders", PostgresSink.from_options({"url": postgres_url,
@@ -81,7 +81,7 @@ def test_a_decision_covers_participant_transactions_whose_ids_are_not_xids(tmp_p
 
 
 def test_participant_options_are_checked_up_front_and_named(postgres_url: str, redis_url: str) -> None:
-    from sinks import OptionsCompositeSink
+    from twopc.sinks import OptionsCompositeSink
 
     with composite_harness(["orders", "events"], postgres_url=postgres_url, redis_url=redis_url) as harness:
         with pytest.raises(ConfigurationError, match="composite participant 'events' has no format"):
@@ -99,7 +99,7 @@ def test_a_participant_whose_commit_may_be_refused_is_refused_before_any_task(po
     the driver, named, with the fix, before its validation creates anything: by
     ``commitMode=staging``, and by the automatic choice (asking the server: here a missing
     table); a StagingSink given as a Python object too."""
-    from sinks import OptionsCompositeSink, StagingSink
+    from twopc.sinks import OptionsCompositeSink, StagingSink
 
     with composite_harness(["orders", "staged"], postgres_url=postgres_url) as harness:
         engine = harness.engines[-1]
@@ -129,7 +129,7 @@ def test_two_participants_writing_one_table_are_refused_when_the_write_is_planne
     timeout: refused before anything is written, naming both and the table, also when
     their URLs name the server differently (``localhost``) and the table in other case
     (the server's identity says they are one table)."""
-    from sinks import OptionsCompositeSink
+    from twopc.sinks import OptionsCompositeSink
 
     with composite_harness(["orders"], postgres_url=postgres_url) as harness:
         o = harness.options
@@ -151,7 +151,7 @@ def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path:
     """The composite prefixes a participant's error with its name (a commit that stopped at
     one target says which); the error keeps its class and attributes, also one whose
     constructor takes more than a message (callers tell a refused key from a lost server)."""
-    from sinks import RedisTargetError
+    from twopc.sinks import RedisTargetError
     from twopc._composite import _named
     from twopc.spi import SinkUnavailableError
 

@@ -24,9 +24,9 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from faultinject import LocalMariaDB
-from sinks import MySqlXaSink
-from sinks.sql import dispose_engines
+from twopc.faultinject import LocalMariaDB
+from twopc.sinks import MySqlXaSink
+from twopc.sinks.sql import dispose_engines
 from twopc import CommitOutcome, SinkError
 
 from tests._gdb import ThreadHold

@@ -24,9 +24,9 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from sinks import MySqlXaHandle, MySqlXaSink
-from sinks.mysql import _dialect as _mysql_xa
-from sinks.sql import dispose_engines
+from twopc.sinks import MySqlXaHandle, MySqlXaSink
+from twopc.sinks.mysql import _dialect as _mysql_xa
+from twopc.sinks.sql import dispose_engines
 from twopc import CommitOutcome, ConfigurationError, SinkError
 from twopc._sink import purge_markers_best_effort
 from twopc.spi import (
@@ -237,7 +237,7 @@ def test_commit_waits_for_an_xid_attached_to_a_live_session(mariadb_url, table, 
 _WRITER = textwrap.dedent("""
     import os, sys, time
     import pyarrow as pa
-    from sinks import MySqlXaSink
+    from twopc.sinks import MySqlXaSink
     from twopc import TransactionContext
     from twopc.spi import dumps_handle
 
@@ -501,7 +501,7 @@ def test_validate_wrong_password_is_unavailable_and_never_shows_the_password(mar
 
 
 def test_unreachable_port_is_unavailable(mariadb_url, table):
-    from faultinject._procutil import free_port
+    from twopc.faultinject._procutil import free_port
 
     url = sa.make_url(mariadb_url).set(port=free_port()).render_as_string(hide_password=False)
     sink = MySqlXaSink(url, table, connect_timeout=2)
@@ -606,7 +606,7 @@ def test_lock_timeout_fails_fast_when_a_prepared_attempt_holds_the_rows(mariadb_
     with pytest.raises(SinkError, match="lock timeout") as info:
         sink.invoke_batch(txn, _batch([1]))
         sink.pre_commit(txn)
-    assert "recovery" in str(info.value)
+    assert "twopc.recovery" in str(info.value)
     assert [h.txn_id for h in sink.list_prepared(sink_id)] == [holder.txn_id]
     sink.abort(holder)
     assert sink.commit(_prepare(sink, _ctx(sink_id, attempt=3), _batch([1]))) is CommitOutcome.COMMITTED

@@ -20,9 +20,9 @@ import pyarrow as pa
 import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-import faultinject
-import recovery
-from sinks import JdbcDataSource, JdbcSink
+from twopc import faultinject
+from twopc import recovery
+from twopc.sinks import JdbcDataSource, JdbcSink
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
 

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from sinks import PostgresSink
+from twopc.sinks import PostgresSink
 from twopc import CommitLedger
 from twopc._agent_client import DriverAgent
 from twopc._driver_identity import _start_ticks, identity_of

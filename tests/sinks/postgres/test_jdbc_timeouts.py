@@ -10,8 +10,8 @@ import urllib.parse
 import pytest
 import sqlalchemy as sa
 
-from sinks import JdbcOptions, PostgresSink
-from sinks._options import Duration
+from twopc.sinks import JdbcOptions, PostgresSink
+from twopc.sinks._options import Duration
 from twopc import CommitOutcome, ConfigurationError
 
 from tests._sql_helpers import batch, ctx, prepare, uid

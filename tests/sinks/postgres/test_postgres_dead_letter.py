@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from sinks import JdbcSink, PostgresSink
-from sinks.sql import JdbcOptions
+from twopc.sinks import JdbcSink, PostgresSink
+from twopc.sinks.sql import JdbcOptions
 from twopc import CommitOutcome, ConfigurationError, SinkError
 
 from tests._sql_helpers import ctx, prepare, uid

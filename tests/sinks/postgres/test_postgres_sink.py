@@ -21,9 +21,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from faultinject import LocalPostgres
-from sinks import PostgresHandle, PostgresSink
-from sinks.sql import dispose_engines
+from twopc.faultinject import LocalPostgres
+from twopc.sinks import PostgresHandle, PostgresSink
+from twopc.sinks.sql import dispose_engines
 from twopc import CommitOutcome, ConfigurationError, SinkError
 from twopc._sink import purge_markers_best_effort
 from twopc.spi import (
@@ -302,7 +302,7 @@ def test_validate_wrong_password_is_unavailable_and_never_shows_the_password(pos
 
 
 def test_validate_unreachable_port_is_unavailable(postgres_url, table):
-    from faultinject._procutil import free_port
+    from twopc.faultinject._procutil import free_port
 
     url = sa.make_url(postgres_url).set(port=free_port()).render_as_string(hide_password=False)
     sink = PostgresSink(url, table, connect_timeout=2)

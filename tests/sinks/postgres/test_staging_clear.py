@@ -14,8 +14,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-import sinks.sql.staging._committer as staging_commit
-from sinks import StagingHandle, StagingSink
+import twopc.sinks.sql.staging._committer as staging_commit
+from twopc.sinks import StagingHandle, StagingSink
 from twopc import TransactionContext
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])

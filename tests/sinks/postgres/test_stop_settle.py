@@ -21,9 +21,9 @@ import pytest
 import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-import faultinject
-import recovery
-from sinks import PostgresDataSource
+from twopc import faultinject
+from twopc import recovery
+from twopc.sinks import PostgresDataSource
 from twopc import CommitLedger
 from twopc._driver_identity import driver_identity
 from twopc._stops import settle_stopped

@@ -24,8 +24,8 @@ import pytest
 import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-import faultinject
-from sinks import JdbcDataSource
+from twopc import faultinject
+from twopc.sinks import JdbcDataSource
 from twopc.spi import BatchAbortedError
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])

@@ -15,7 +15,7 @@ from multiprocessing import get_context
 import pyarrow as pa
 import sqlalchemy as sa
 
-from sinks import PostgresSink
+from twopc.sinks import PostgresSink
 from twopc import CommitCoordinator
 from twopc._target import open_target_ledger, settle_own
 from twopc.spi import resolve_abandoned

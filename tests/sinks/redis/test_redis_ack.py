@@ -12,11 +12,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import faultinject
-from sinks.redis import IncrByOp, RedisSink, RPushOp
-from sinks.redis import _lua as lua
-from sinks.redis._ack_lua import ACK_LIBRARY_NAME, ack_library_code
-from sinks.redis._acks import AckSpec
+from twopc import faultinject
+from twopc.sinks.redis import IncrByOp, RedisSink, RPushOp
+from twopc.sinks.redis import _lua as lua
+from twopc.sinks.redis._ack_lua import ACK_LIBRARY_NAME, ack_library_code
+from twopc.sinks.redis._acks import AckSpec
 from twopc import CommitCoordinator, CommitLedger, ConfigurationError, TransactionContext
 from twopc.spi import SchemaMismatchError
 
@@ -129,7 +129,7 @@ def test_an_ack_group_that_is_not_a_group_of_the_stream_is_refused_before_anythi
 
 
 def test_a_version_1_redis_handle_reads_as_one_without_acks_and_acks_survive_the_envelope() -> None:
-    from sinks.redis import RedisHandle
+    from twopc.sinks.redis import RedisHandle
     from twopc.spi import decode_handle, encode_handle
 
     payload: dict[str, Any] = {"txn_id": "twopc:s:0:0:1:ab", "sink_id": "s", "batch_id": 0, "partition_id": 0,

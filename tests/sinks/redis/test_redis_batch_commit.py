@@ -14,8 +14,8 @@ import pyarrow as pa
 import pytest
 import redis
 
-from sinks.redis import IncrByOp, RedisHandle, RedisSink, RedisTargetError, XAddOp
-from sinks.redis import _lua as lua
+from twopc.sinks.redis import IncrByOp, RedisHandle, RedisSink, RedisTargetError, XAddOp
+from twopc.sinks.redis import _lua as lua
 from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape, TransactionContext
 
 SCHEMA = pa.schema([("id", pa.int64())])

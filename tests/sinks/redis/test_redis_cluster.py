@@ -1,5 +1,5 @@
 """The Redis sink and the Redis Stream source on a live Redis Cluster
-(:class:`faultinject.LocalRedisCluster`: three masters and three replicas on loopback),
+(:class:`twopc.faultinject.LocalRedisCluster`: three masters and three replicas on loopback),
 with the cluster's own faults between ``pre_commit`` and ``commit``:
 
 - a slot moved to another master (the committing client's slot map is stale: MOVED);
@@ -33,9 +33,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 from redis.cluster import RedisCluster
 
-from faultinject import LocalRedis, LocalRedisCluster
-from sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
-from sinks.redis_source import Offset, RedisStreamReader, StreamOptions
+from twopc.faultinject import LocalRedis, LocalRedisCluster
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
+from twopc.sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc import (
     CommitCoordinator,
     CommitLedger,

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import redis
 
-from sinks.redis import HIncrByOp, RedisSink, SetOp
+from twopc.sinks.redis import HIncrByOp, RedisSink, SetOp
 from twopc import CommitOutcome, ConfigurationError, TransactionContext
 
 SCHEMA = pa.schema([("stream", pa.string()), ("id", pa.string()), ("user", pa.string()), ("amount", pa.int64())])

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pytest
 import redis
 
-from faultinject import LocalRedis
-from sinks._options import Duration
-from sinks.redis import (
+from twopc.faultinject import LocalRedis
+from twopc.sinks._options import Duration
+from twopc.sinks.redis import (
     HIncrByOp,
     HSetOp,
     IncrByOp,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 
-from sinks.redis_source import (
+from twopc.sinks.redis_source import (
     BASE_DDL,
     EntryId,
     Offset,
@@ -25,7 +25,7 @@ from sinks.redis_source import (
     StreamServer,
     schema_ddl,
 )
-from sinks.redis_source._lua import LIBRARY_NAME, library_code
+from twopc.sinks.redis_source._lua import LIBRARY_NAME, library_code
 from twopc import ConfigurationError
 from twopc.spi import MissingOptionError, SourceError
 

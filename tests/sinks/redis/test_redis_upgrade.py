@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 import redis
 
-from sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink
 from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionContext, Xid
 from twopc.spi import Decision, ProtocolError, loads_handle
 

@@ -1,7 +1,7 @@
 """The driver's commit of a batch costs a number of round trips that does not grow with its
 partition count, and keeps every transaction's outcome exact.
 
-Round trips are counted structurally, by :class:`faultinject.FaultProxy` between the sink and
+Round trips are counted structurally, by :class:`twopc.faultinject.FaultProxy` between the sink and
 the real server (``ProxyConnection.round_trips``: how many times the client spoke after the
 server answered); no duration is measured. An error inside the pipeline (an id already
 committed, an id rolled back by hand) is attributed to that id alone: ``ALREADY_COMMITTED``
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from faultinject import FaultProxy
-from sinks import MySqlXaSink, PostgresSink
+from twopc.faultinject import FaultProxy
+from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc import CommitCoordinator, CommitLedger, CommitOutcome
 
 from tests._sql_helpers import batch, ctx, fresh_sql_target, prepare, validated
@@ -119,7 +119,7 @@ def test_a_batch_spread_over_every_pipeline_reuses_the_connections_of_the_last_o
     """A batch committed over all MAX_PIPELINES pipelines at once, then another: the second
     opens no connection to the server (the driver's pool keeps as many as one batch uses; it
     kept 4 and reconnected the others for every batch of 100+ partitions)."""
-    import sinks.postgres._commit_pipeline as pipeline
+    import twopc.sinks.postgres._commit_pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "PER_PIPELINE", 2)  # 8 pipelines from 16 partitions
     url, sink_class, table, sink_id = target

@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, make_url
 
-from sinks import MySqlXaSink, PostgresSink, StagingSink
+from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc.spi import TargetConfigurationError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("s", pa.string())])

@@ -14,7 +14,7 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from faultinject import LocalMariaDB, LocalPostgres, LocalRedis
+from twopc.faultinject import LocalMariaDB, LocalPostgres, LocalRedis
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from sinks import MySqlXaHandle, MySqlXaSink, PostgresHandle, PostgresSink, StagingHandle, StagingSink
+from twopc.sinks import MySqlXaHandle, MySqlXaSink, PostgresHandle, PostgresSink, StagingHandle, StagingSink
 from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionHandle
 from twopc.spi import Decision, loads_handle
 

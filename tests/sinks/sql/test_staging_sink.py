@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from sinks import StagingHandle, StagingSink
+from twopc.sinks import StagingHandle, StagingSink
 from twopc import SinkError, TransactionContext, TransactionLostError
 from twopc.spi import SchemaMismatchError, TargetConfigurationError
 

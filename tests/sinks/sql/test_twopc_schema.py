@@ -17,8 +17,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-import faultinject
-from sinks import MySqlXaSink, PostgresSink, StagingSink
+from twopc import faultinject
+from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator
 from twopc._ledger import BatchState, CommitLedger
 from twopc._runtime_options import ephemeral_sink_id
