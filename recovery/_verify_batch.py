@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from twopc.sinks.sql._names import TableName
 from twopc import CommitLedger
+from twopc.sinks.sql._names import TableName
 
 from ._verify import EXAMPLES, SetCheck
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 
+from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.sinks._secrets import secret_guesses
 from twopc.sinks.redis._clients import ClientConfig, split_url
 from twopc.sinks.redis_source._ids import EntryId
@@ -19,7 +20,6 @@ from twopc.sinks.redis_source._server import StreamServer
 from twopc.sinks.sql._names import parse_table_name
 from twopc.sinks.sql.connect._engines import dbapi_connect_params
 from twopc.sinks.sql.options._jdbc_options import JdbcOptions
-from twopc import CommitLedger, ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.spi import SinkUnavailableError, redact, target_ledger_of
 
 from ._common import (

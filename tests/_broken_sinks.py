@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from twopc.sinks import FileHandle, FileSink
 from twopc import CommitOutcome, CommitShape
+from twopc.sinks import FileHandle, FileSink
 from twopc.spi import SinkUnavailableError, option
 from twopc.testing import SinkHarness
 

@@ -9,9 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from twopc import faultinject
+from twopc import CommitCoordinator, TransactionContext, TransactionHandle, faultinject
 from twopc.sinks import FileHandle, FileSink
-from twopc import CommitCoordinator, TransactionContext, TransactionHandle
 
 
 def run_task(sink: FileSink, sink_id: str, batch: int, partition: int, attempt: int,

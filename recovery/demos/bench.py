@@ -206,8 +206,8 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     import pyarrow as pa
     import sqlalchemy as sa
 
-    from twopc.sinks import PostgresSink, StagingSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
+    from twopc.sinks import PostgresSink, StagingSink
 
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
                         ("ts", pa.timestamp("us", "UTC"))])

@@ -133,8 +133,7 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
     end of the last (the whole window in which a reader may see part of the batch)."""
     import pyarrow as pa
 
-    from twopc import sinks
-    from twopc import CommitCoordinator, CommitLedger, TransactionContext
+    from twopc import CommitCoordinator, CommitLedger, TransactionContext, sinks
 
     tag = "bg" + uuid.uuid4().hex[:8]
     pg, rd, _table = _targets(pg_url, redis_url, tag)

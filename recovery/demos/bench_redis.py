@@ -49,8 +49,8 @@ def _ops(tag: str) -> list[Any]:
 
 def bench_sink(url: str, table: Any, partitions: int) -> float:
     """Seconds to write *table* through the sink API in *partitions* transactions."""
-    from twopc.sinks.redis import RedisSink
     from twopc import CommitOutcome, TransactionContext
+    from twopc.sinks.redis import RedisSink
 
     tag = "bs" + uuid.uuid4().hex[:8]
     sink = RedisSink(url, _ops(tag), hash_tag=tag)
@@ -123,8 +123,8 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
     *fields* rows of the mixed mapping; and of an already-committed replay."""
     import redis
 
-    from twopc.sinks.redis import HSetOp, RedisSink
     from twopc import TransactionContext
+    from twopc.sinks.redis import HSetOp, RedisSink
 
     r = redis.Redis.from_url(url)
     out: dict[str, list[float]] = {"hset": [], "mixed": [], "replay": []}

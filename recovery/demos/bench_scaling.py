@@ -50,8 +50,8 @@ def bench_partitions(url: str, work: Path, batches: int,
     import pyarrow as pa
     import sqlalchemy as sa
 
-    from twopc.sinks import PostgresSink
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
+    from twopc.sinks import PostgresSink
 
     from ._bench_common import create_table
 

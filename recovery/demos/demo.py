@@ -144,9 +144,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _demo(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
 
-    from twopc import faultinject
+    from twopc import CommitLedger, faultinject
     from twopc.recovery import verify_postgres_ids
-    from twopc import CommitLedger
 
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     rng = random.Random(seed)

@@ -205,8 +205,8 @@ def verify(spec: PipelineSpec) -> Verdict:
     import redis
     import sqlalchemy as sa
 
-    from twopc.sinks.redis import RedisSink
     from twopc import CommitLedger
+    from twopc.sinks.redis import RedisSink
 
     client: Any = redis.Redis.from_url(spec.redis_url)  # redis-py's command methods are loosely typed
     try:

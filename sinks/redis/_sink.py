@@ -35,7 +35,6 @@ from typing import Any
 import pyarrow as pa
 import redis.exceptions as rex
 
-from twopc import faultinject
 from twopc import (
     CommitOutcome,
     CommitShape,
@@ -45,6 +44,7 @@ from twopc import (
     TransactionHandle,
     TwoPhaseCommitSink,
     Xid,
+    faultinject,
 )
 from twopc.spi import Headroom, MissingOptionError, OwnerRecord, PreparedDetail, ProtocolError, TargetConfigurationError
 

@@ -51,8 +51,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from twopc import faultinject
-from twopc import ConfigurationError
+from twopc import ConfigurationError, faultinject
 from twopc.spi import SourceError
 
 from ._ids import ZERO, EntryId, Offset, Position, Range

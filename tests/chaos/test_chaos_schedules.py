@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from twopc.faultinject import FaultPlan
 from twopc import FAULT_POINTS
+from twopc.faultinject import FaultPlan
 from twopc.testing import (
     FAULT_KINDS,
     ChaosTable,

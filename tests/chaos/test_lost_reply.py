@@ -23,11 +23,11 @@ import pytest
 import redis
 import sqlalchemy as sa
 
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TwoPhaseCommitSink
 from twopc.faultinject import FaultProxy
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.redis import HSetOp, RedisSink
 from twopc.sinks.sql.connect._timeouts import reply_deadline
-from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import BatchState, CommitPendingError, CommitRetry
 
 from tests._sql_helpers import batch, ctx, fresh_sql_target, prepare, uid

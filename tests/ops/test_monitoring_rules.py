@@ -28,9 +28,6 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from twopc.faultinject import LocalPostgres
-from twopc.sinks import PostgresSink
-from twopc.sinks.sql import dispose_engines
 from twopc import (
     CommitCoordinator,
     CommitLedger,
@@ -42,6 +39,9 @@ from twopc import (
 from twopc._inspect import Headroom
 from twopc._metrics import MetricsCollector, record_batch
 from twopc._spark import _WriterCore
+from twopc.faultinject import LocalPostgres
+from twopc.sinks import PostgresSink
+from twopc.sinks.sql import dispose_engines
 from twopc.spi import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
 from tests._filesink_helpers import crash_commit

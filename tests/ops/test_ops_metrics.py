@@ -30,12 +30,12 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from twopc.sinks import FileSink, PostgresSink
 from twopc import CommitCoordinator, CommitLedger, TransactionContext, register_metrics
 from twopc._agent_client import DriverAgent
 from twopc._driver_identity import identity_of
 from twopc._logs import JsonFormatter, log_event
 from twopc._metrics import record_batch
+from twopc.sinks import FileSink, PostgresSink
 
 from tests._filesink_helpers import crash_commit, run_task
 from tests._ops_helpers import REPO, cli_env

@@ -12,9 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from twopc.sinks import PostgresSink
 from twopc import TransactionContext
 from twopc._observe import DEFAULT_TASK_MAX_FAILURES, check_headroom
+from twopc.sinks import PostgresSink
 from twopc.spi import TargetConfigurationError
 from twopc.testing import SinkHarness
 

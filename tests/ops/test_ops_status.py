@@ -19,10 +19,9 @@ import sqlalchemy as sa
 from pyspark.sql.datasource import WriterCommitMessage
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from twopc import faultinject
+from twopc import CommitCoordinator, CommitLedger, TwoPhaseCommitDataSource, faultinject
 from twopc.sinks import FileSink, JdbcDataSource, PostgresDataSource
 from twopc.sinks._secrets import credential_free
-from twopc import CommitCoordinator, CommitLedger, TwoPhaseCommitDataSource
 from twopc.testing import SinkHarness
 
 from tests._filesink_helpers import crash_commit, run_task

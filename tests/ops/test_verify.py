@@ -19,9 +19,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from twopc.sinks import PostgresSink
 from twopc import CommitCoordinator, CommitLedger
 from twopc._target import open_target_ledger
+from twopc.sinks import PostgresSink
 
 from tests._ops_helpers import REPO, cli_env, twopc_cli
 from tests._sql_helpers import batch, ctx, prepare, uid, validated

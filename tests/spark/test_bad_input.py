@@ -30,9 +30,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from twopc import sinks
 import twopc
 import twopc.spi
+from twopc import sinks
 
 from tests._bad_input_cases import CASES, Case, Run
 from tests._bad_input_env import Logins, Secret, StatementLogs, checkpoint_problems, checkpoint_text, uid

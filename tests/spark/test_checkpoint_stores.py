@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from twopc.sinks import FileHandle
 from twopc import CommitLedger, ConfigurationError, FencedError
 from twopc._driver_identity import DriverIdentity
+from twopc.sinks import FileHandle
 from twopc.spi import BatchState, Decision, ProtocolError
 
 _DRIVER_A = DriverIdentity(host="driver-a", pid=101, started=1)
@@ -131,8 +131,8 @@ def test_an_s3_checkpoint_spark_cannot_write_is_named_before_start_with_what_to_
     the bucket."""
     import boto3
 
-    from twopc import sinks
     import twopc
+    from twopc import sinks
 
     def stream() -> Any:
         return (spark.readStream.format("rate").load().writeStream.format("twopc-file")

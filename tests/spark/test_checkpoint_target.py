@@ -16,9 +16,8 @@ import pytest
 import redis
 from sqlalchemy.engine import make_url
 
-from twopc import sinks
+from twopc import CommitLedger, ConfigurationError, sinks
 from twopc.sinks.redis import IncrByOp, mapping_json
-from twopc import CommitLedger, ConfigurationError
 
 
 @pytest.fixture(scope="module", autouse=True)

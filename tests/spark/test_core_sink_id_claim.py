@@ -16,10 +16,9 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from twopc import sinks
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionHandle, sinks
 from twopc.sinks import PostgresSink
 from twopc.sinks.redis import RedisSink, RPushOp
-from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionHandle
 from twopc.spi import ConcurrentWriterError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])

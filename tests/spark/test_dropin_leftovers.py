@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from twopc import sinks
-from twopc.sinks._options import Duration
-from twopc.sinks.sql import JdbcOptions
-from twopc import ConfigurationError
+from twopc import ConfigurationError, sinks
 from twopc._driver_identity import driver_identity, provably_dead
 from twopc._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers
+from twopc.sinks._options import Duration
+from twopc.sinks.sql import JdbcOptions
 from twopc.spi import ephemeral_writer_dead
 
 from tests._paths import REPO_ROOT

@@ -14,11 +14,9 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from twopc import recovery
-from twopc import sinks
-from twopc.sinks import PostgresSink
-from twopc import CommitCoordinator, FencedError
+from twopc import CommitCoordinator, FencedError, recovery, sinks
 from twopc._target import open_target_ledger
+from twopc.sinks import PostgresSink
 from twopc.spi import TargetLedger, ephemeral_sink_id
 
 from tests._paths import REPO_ROOT

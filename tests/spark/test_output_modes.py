@@ -16,11 +16,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from twopc import sinks
+from twopc import CommitLedger, ConfigurationError, TransactionContext, sinks
 from twopc.recovery import main as twopc_cli
 from twopc.recovery.demos.demo import write_input
 from twopc.sinks import JdbcSink, PostgresSink, StagingSink
-from twopc import CommitLedger, ConfigurationError, TransactionContext
 from twopc.spi import Decision, SchemaMismatchError
 
 

@@ -15,11 +15,10 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from twopc import sinks
+from twopc import TransactionContext, sinks
 from twopc.sinks import FileSink, MySqlXaSink, PostgresSink
 from twopc.sinks.redis import RedisSink, RPushOp, mapping_json
 from twopc.sinks.sql import PreparedSqlSink
-from twopc import TransactionContext
 from twopc.spi import checkpoint_label
 
 

@@ -26,14 +26,21 @@ import pyarrow as pa
 import pytest
 import redis
 
-from twopc import faultinject
-from twopc import sinks
 import twopc
 import twopc.spi
+from twopc import (
+    CommitCoordinator,
+    CommitLedger,
+    RecoveryCoordinator,
+    SinkError,
+    TransactionContext,
+    faultinject,
+    sink_status,
+    sinks,
+)
 from twopc.faultinject import ENV_CONTROL, FaultControl, LocalPostgres
 from twopc.recovery.demos.demo import INPUT_SCHEMA, write_input
 from twopc.sinks import OptionsCompositeSink, RedisSink
-from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, SinkError, TransactionContext, sink_status
 
 from tests._composite_helpers import CompositeHarness, composite_harness, per_parity
 from tests._kit_harnesses import _read, _table

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from twopc import sinks
+from twopc import CommitLedger, foreach_batch_writer, sinks
 from twopc.recovery.demos.demo import INPUT_SCHEMA, write_input
 from twopc.sinks import FileSink
-from twopc import CommitLedger, foreach_batch_writer
 
 from tests._filesink_helpers import committed_ids
 

@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from twopc import sinks
+from twopc import CommitLedger, sinks
 from twopc.faultinject import FaultProxy
 from twopc.recovery import verify_postgres_ids
 from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
-from twopc import CommitLedger
 from twopc.spi import BatchState
 
 HANG = 300.0  # far above the configured bound: only a write that never returns reaches it

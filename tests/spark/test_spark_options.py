@@ -20,11 +20,10 @@ import pytest
 import redis
 import sqlalchemy as sa
 
-from twopc import sinks
+from twopc import CommitLedger, sinks
+from twopc._checkpoint import SESSION_CHECKPOINT_CONF
 from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
 from twopc.sinks.redis import IncrByOp, mapping_json
-from twopc import CommitLedger
-from twopc._checkpoint import SESSION_CHECKPOINT_CONF
 
 FORMATS = ("twopc-file", "twopc-jdbc", "twopc-postgres", "twopc-redis")
 

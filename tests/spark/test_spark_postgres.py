@@ -8,10 +8,9 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from twopc import sinks
+from twopc import CommitLedger, sinks
 from twopc.recovery import verify_postgres_ids
 from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
-from twopc import CommitLedger
 
 
 @pytest.fixture(scope="module", autouse=True)

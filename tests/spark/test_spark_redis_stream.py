@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from twopc import faultinject
-from twopc import sinks
+from twopc import faultinject, sinks
 from twopc._source_env import RUNNER_KEYS
 
 

@@ -20,10 +20,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from twopc import sinks
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionLostError, sinks
 from twopc.sinks import FileSink, MySqlXaSink, PostgresHandle, PostgresSink
 from twopc.sinks.sql import dispose_engines
-from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionLostError
 from twopc.spi import BatchState, TargetMismatchError, default_sink_id
 
 from tests._filesink_helpers import crash_commit, run_task

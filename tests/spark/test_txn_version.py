@@ -9,10 +9,9 @@ import uuid
 import pytest
 import sqlalchemy as sa
 
-from twopc import sinks
-from twopc.recovery.demos.demo import create_table
-from twopc import CommitLedger, ConfigurationError
+from twopc import CommitLedger, ConfigurationError, sinks
 from twopc._runtime_options import RuntimeOptions
+from twopc.recovery.demos.demo import create_table
 
 
 def _version(text: str) -> int:

@@ -20,8 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from twopc import faultinject
-from twopc import sinks
+from twopc import faultinject, sinks
 from twopc.spi import default_sink_id
 
 

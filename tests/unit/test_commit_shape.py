@@ -13,10 +13,9 @@ from typing import ClassVar
 
 import pytest
 
-from twopc import faultinject
 import twopc
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape, faultinject
 from twopc.sinks import FileHandle, FileSink
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape
 
 from tests._filesink_helpers import committed_ids, run_task
 

@@ -11,8 +11,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from twopc.sinks import FileSink
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionLostError
+from twopc.sinks import FileSink
 from twopc.spi import BatchState, CommitPendingError, CommitRetry, ProtocolError, SinkUnavailableError
 
 from tests._broken_sinks import ClaimsAtomicCommit

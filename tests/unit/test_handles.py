@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from twopc.sinks import FileHandle
 from twopc import TransactionHandle
+from twopc.sinks import FileHandle
 from twopc.spi import (
     HandleError,
     HandleVersionError,

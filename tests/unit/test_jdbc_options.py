@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
+from twopc import ConfigurationError
+from twopc._runtime_options import RUNTIME_KEYS
 from twopc.sinks._options import SPARK_PASSED_OPTIONS, Duration
 from twopc.sinks.sql.connect._engines import _dialect_connect_args
 from twopc.sinks.sql.options._column_lists import parse_column_list, parse_column_types
 from twopc.sinks.sql.options._driver_params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
 from twopc.sinks.sql.options._jdbc_options import REJECTED_OPTIONS, JdbcOptions
-from twopc import ConfigurationError
-from twopc._runtime_options import RUNTIME_KEYS
 from twopc.spi import MissingOptionError, redact
 
 PG = "jdbc:postgresql://db.example:5432/app"

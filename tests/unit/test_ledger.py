@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from twopc.sinks import FileHandle
 from twopc import CommitLedger, ConfigurationError, LedgerError
+from twopc.sinks import FileHandle
 from twopc.spi import BatchState, Decision, ProtocolError
 
 

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from twopc.sinks import FileSink
 from twopc import CommitCoordinator, CommitLedger
+from twopc.sinks import FileSink
 from twopc.spi import BatchState
 
 from tests._filesink_helpers import committed_ids, crash_commit, run_task

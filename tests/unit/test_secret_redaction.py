@@ -19,9 +19,9 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy.engine import URL
 
+from twopc import ConfigurationError
 from twopc.sinks import JdbcOptions, PostgresSink, RedisSink
 from twopc.sinks.redis_source import StreamOptions
-from twopc import ConfigurationError
 
 #: each word is a token of 3+ characters that must never be shown
 PASSWORDS = [

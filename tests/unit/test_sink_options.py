@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
+from twopc import ConfigurationError
 from twopc.sinks import FileSink, JdbcOptions, PostgresSink
 from twopc.sinks._options import Duration, OptionReader
-from twopc import ConfigurationError
 from twopc.spi import MissingOptionError
 
 PW = "S3cr3t-Pa55!"

@@ -20,9 +20,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from twopc import faultinject
+from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, faultinject
 from twopc.sinks import FileHandle, FileSink
-from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator
 from twopc.spi import BatchState
 
 from tests._filesink_helpers import committed_ids, run_task

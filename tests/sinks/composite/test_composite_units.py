@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from twopc.sinks import FileSink, PostgresHandle
 from twopc import CommitLedger, ConfigurationError, Participant
 from twopc import TransactionContext as Ctx
 from twopc._composite import _group
 from twopc._coordinator import classify_prepared
+from twopc.sinks import FileSink, PostgresHandle
 from twopc.spi import CompositeHandle, CompositeSink, Decision
 
 from tests._composite_helpers import composite_harness
@@ -151,8 +151,8 @@ def test_a_participant_error_keeps_its_class_and_attributes_when_named(tmp_path:
     """The composite prefixes a participant's error with its name (a commit that stopped at
     one target says which); the error keeps its class and attributes, also one whose
     constructor takes more than a message (callers tell a refused key from a lost server)."""
-    from twopc.sinks import RedisTargetError
     from twopc._composite import _named
+    from twopc.sinks import RedisTargetError
     from twopc.spi import SinkUnavailableError
 
     p = Participant("counters", FileSink(str(tmp_path / "out")))

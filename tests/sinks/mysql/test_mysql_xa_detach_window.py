@@ -24,10 +24,10 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
+from twopc import CommitOutcome, SinkError
 from twopc.faultinject import LocalMariaDB
 from twopc.sinks import MySqlXaSink
 from twopc.sinks.sql import dispose_engines
-from twopc import CommitOutcome, SinkError
 
 from tests._gdb import ThreadHold
 from tests._sql_helpers import batch, ctx, uid, validated

@@ -20,8 +20,7 @@ import pyarrow as pa
 import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from twopc import faultinject
-from twopc import recovery
+from twopc import faultinject, recovery
 from twopc.sinks import JdbcDataSource, JdbcSink
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])

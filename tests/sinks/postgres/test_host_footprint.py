@@ -17,11 +17,11 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from twopc.sinks import PostgresSink
 from twopc import CommitLedger
 from twopc._agent_client import DriverAgent
 from twopc._driver_identity import _start_ticks, identity_of
 from twopc._metrics_server import ensure_server, registry_dir
+from twopc.sinks import PostgresSink
 from twopc.spi import Lease
 
 

@@ -10,9 +10,9 @@ import urllib.parse
 import pytest
 import sqlalchemy as sa
 
+from twopc import CommitOutcome, ConfigurationError
 from twopc.sinks import JdbcOptions, PostgresSink
 from twopc.sinks._options import Duration
-from twopc import CommitOutcome, ConfigurationError
 
 from tests._sql_helpers import batch, ctx, prepare, uid
 

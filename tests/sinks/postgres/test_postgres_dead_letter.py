@@ -13,9 +13,9 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
+from twopc import CommitOutcome, ConfigurationError, SinkError
 from twopc.sinks import JdbcSink, PostgresSink
 from twopc.sinks.sql import JdbcOptions
-from twopc import CommitOutcome, ConfigurationError, SinkError
 
 from tests._sql_helpers import ctx, prepare, uid
 

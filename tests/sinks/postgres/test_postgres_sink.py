@@ -21,11 +21,11 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from twopc import CommitOutcome, ConfigurationError, SinkError
+from twopc._sink import purge_markers_best_effort
 from twopc.faultinject import LocalPostgres
 from twopc.sinks import PostgresHandle, PostgresSink
 from twopc.sinks.sql import dispose_engines
-from twopc import CommitOutcome, ConfigurationError, SinkError
-from twopc._sink import purge_markers_best_effort
 from twopc.spi import (
     MissingOptionError,
     ProtocolError,

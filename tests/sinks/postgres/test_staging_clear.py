@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 import twopc.sinks.sql.staging._committer as staging_commit
-from twopc.sinks import StagingHandle, StagingSink
 from twopc import TransactionContext
+from twopc.sinks import StagingHandle, StagingSink
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 _COUNTER = iter(range(10**6))

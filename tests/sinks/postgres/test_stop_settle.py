@@ -21,12 +21,10 @@ import pytest
 import sqlalchemy as sa
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-from twopc import faultinject
-from twopc import recovery
-from twopc.sinks import PostgresDataSource
-from twopc import CommitLedger
+from twopc import CommitLedger, faultinject, recovery
 from twopc._driver_identity import driver_identity
 from twopc._stops import settle_stopped
+from twopc.sinks import PostgresDataSource
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
 

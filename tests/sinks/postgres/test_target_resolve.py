@@ -15,9 +15,9 @@ from multiprocessing import get_context
 import pyarrow as pa
 import sqlalchemy as sa
 
-from twopc.sinks import PostgresSink
 from twopc import CommitCoordinator
 from twopc._target import open_target_ledger, settle_own
+from twopc.sinks import PostgresSink
 from twopc.spi import resolve_abandoned
 
 from tests._sql_helpers import leased_writer

@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 import redis
 
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape, TransactionContext
 from twopc.sinks.redis import IncrByOp, RedisHandle, RedisSink, RedisTargetError, XAddOp
 from twopc.sinks.redis import _lua as lua
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome, CommitShape, TransactionContext
 
 SCHEMA = pa.schema([("id", pa.int64())])
 ROWS = 5  # rows per transaction

@@ -33,9 +33,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 from redis.cluster import RedisCluster
 
-from twopc.faultinject import LocalRedis, LocalRedisCluster
-from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
-from twopc.sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc import (
     CommitCoordinator,
     CommitLedger,
@@ -45,6 +42,9 @@ from twopc import (
     TransactionContext,
     TransactionLostError,
 )
+from twopc.faultinject import LocalRedis, LocalRedisCluster
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
+from twopc.sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc.spi import BatchState, CommitRetry
 
 from tests._stream_helpers import rows_of

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 import redis
 
-from twopc.sinks.redis import HIncrByOp, RedisSink, SetOp
 from twopc import CommitOutcome, ConfigurationError, TransactionContext
+from twopc.sinks.redis import HIncrByOp, RedisSink, SetOp
 
 SCHEMA = pa.schema([("stream", pa.string()), ("id", pa.string()), ("user", pa.string()), ("amount", pa.int64())])
 GOOD = [("1-0", "u1", 5), ("2-0", "u2", 7)]

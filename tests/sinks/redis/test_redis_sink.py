@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 import redis
 
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome, ConfigurationError, TransactionContext
 from twopc.faultinject import LocalRedis
 from twopc.sinks._options import Duration
 from twopc.sinks.redis import (
@@ -35,7 +36,6 @@ from twopc.sinks.redis import (
     mapping_json,
     parse_mapping,
 )
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome, ConfigurationError, TransactionContext
 from twopc.spi import (
     MissingOptionError,
     SchemaMismatchError,

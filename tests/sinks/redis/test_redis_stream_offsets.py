@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import LongType, MapType, StringType, StructField, StructType, TimestampType
 
+from twopc import ConfigurationError
 from twopc.sinks.redis_source import (
     BASE_DDL,
     EntryId,
@@ -26,7 +27,6 @@ from twopc.sinks.redis_source import (
     schema_ddl,
 )
 from twopc.sinks.redis_source._lua import LIBRARY_NAME, library_code
-from twopc import ConfigurationError
 from twopc.spi import MissingOptionError, SourceError
 
 from tests._stream_helpers import rows_of

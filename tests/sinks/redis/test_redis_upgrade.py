@@ -22,8 +22,8 @@ import pyarrow as pa
 import pytest
 import redis
 
-from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink
 from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionContext, Xid
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink
 from twopc.spi import Decision, ProtocolError, loads_handle
 
 LIBRARY_NAME = "twopc_redis_v1"

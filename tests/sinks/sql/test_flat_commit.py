@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from twopc import CommitCoordinator, CommitLedger, CommitOutcome
 from twopc.faultinject import FaultProxy
 from twopc.sinks import MySqlXaSink, PostgresSink
-from twopc import CommitCoordinator, CommitLedger, CommitOutcome
 
 from tests._sql_helpers import batch, ctx, fresh_sql_target, prepare, validated
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from twopc.sinks import MySqlXaSink, PostgresSink
-from twopc.sinks.sql import PreparedSqlSink
 from twopc import ConfigurationError
 from twopc._agent_client import DriverAgent, agent_folder, ask_agent
 from twopc._driver_identity import _start_ticks, identity_of
+from twopc.sinks import MySqlXaSink, PostgresSink
+from twopc.sinks.sql import PreparedSqlSink
 from twopc.spi import ConcurrentWriterError, Lease
 
 HEAVY = {"pyspark", "pyarrow", "sqlalchemy", "pandas", "numpy", "twopc", "twopc.sinks", "twopc.recovery", "twopc.faultinject"}

@@ -21,8 +21,8 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from twopc.sinks import MySqlXaHandle, MySqlXaSink, PostgresHandle, PostgresSink, StagingHandle, StagingSink
 from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionHandle
+from twopc.sinks import MySqlXaHandle, MySqlXaSink, PostgresHandle, PostgresSink, StagingHandle, StagingSink
 from twopc.spi import Decision, loads_handle
 
 from tests._sql_helpers import uid as _uid

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 import sqlalchemy as sa
 
-from twopc.sinks import StagingHandle, StagingSink
 from twopc import SinkError, TransactionContext, TransactionLostError
+from twopc.sinks import StagingHandle, StagingSink
 from twopc.spi import SchemaMismatchError, TargetConfigurationError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()),

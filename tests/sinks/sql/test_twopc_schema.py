@@ -17,12 +17,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from twopc import faultinject
-from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
-from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator
+from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator, faultinject
 from twopc._ledger import BatchState, CommitLedger
 from twopc._runtime_options import ephemeral_sink_id
 from twopc._target import open_target_ledger, settle_own
+from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc.spi import TargetConfigurationError
 
 from .test_marker_privileges import SCHEMA as RESTRICTED_SCHEMA
