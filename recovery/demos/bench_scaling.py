@@ -215,7 +215,7 @@ def _prepared_floor(dsn: str, table: str, n: int, rounds: int) -> list[float]:
 
     import psycopg
 
-    from twopc.sinks.postgres._sink import MAX_PIPELINES, PER_PIPELINE
+    from twopc.sinks.postgres._commit_pipeline import MAX_PIPELINES, PER_PIPELINE
 
     count = max(1, min(MAX_PIPELINES, -(-n // PER_PIPELINE)))
     workers = [psycopg.connect(dsn) for _ in range(min(n, 16))]

@@ -4,7 +4,7 @@ connection, then one marker lookup checks the ids the server said it committed.
 
 The server runs the statements in order and stops at the first that fails, so the ids
 before it were committed, the failing one is classified exactly as
-:meth:`MySqlXaSink._finish` classifies an error (``XAER_NOTA``: asked of ``XA RECOVER``,
+:meth:`~twopc.sinks.mysql._dialect.MySqlDialect.finish` classifies an error (``XAER_NOTA``: asked of ``XA RECOVER``,
 unknown -> ``False``, still listed -> retried one by one while its session ends; another
 error raises), and the query starts again after it. A round trip commits at least one id
 or costs what the one-by-one statement would have.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 import pymysql
@@ -26,6 +26,8 @@ from pymysql.constants import COMMAND
 
 from twopc import SinkError
 
+from ..sql.connect._sql_target import SqlTarget
+from ..sql.prepared._markers import MarkerTable
 from ._errors import ER_XAER_NOTA, errno
 
 __all__ = ["MAX_STATEMENTS", "XaCommitter", "commit_many"]
@@ -34,15 +36,15 @@ R = TypeVar("R")
 
 
 class XaCommitter(Protocol):
-    """What :func:`commit_many` uses of :class:`twopc.sinks.mysql.MySqlXaSink`."""
+    """What :func:`commit_many` uses of :class:`twopc.sinks.mysql._dialect.MySqlDialect`."""
 
-    def _control_run(self, action: Callable[[Any], R]) -> R: ...
-    def _markers_among(self, gids: Sequence[str]) -> set[str]: ...
-    def _swallowed_commit(self, gid: str) -> SinkError: ...
-    def _map_error(self, exc: BaseException, action: str) -> SinkError: ...
-    def _prepared_ids(self, prefix: str) -> list[str]: ...
-    def _finish(self, verb: str, gid: str) -> bool: ...
-    def _is_connection_error(self, exc: BaseException) -> bool: ...
+    @property
+    def target(self) -> SqlTarget: ...
+    @property
+    def markers(self) -> MarkerTable: ...
+    def swallowed_commit(self, gid: str) -> SinkError: ...
+    def prepared_ids(self, prefix: str) -> list[str]: ...
+    def finish(self, verb: str, gid: str) -> bool: ...
 
 
 #: Most ``XA COMMIT`` statements one query carries (an xid is at most 128 bytes quoted, so
@@ -55,7 +57,7 @@ _MULTI_ON, _MULTI_OFF = 0, 1  # MYSQL_OPTION_MULTI_STATEMENTS_ON / _OFF
 def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
     """``XA COMMIT`` each of *gids*, in order, in as few round trips as the answers allow:
     per id ``True`` (committed, its marker row checked) or ``False`` (the server does not
-    know it), as :meth:`MySqlXaSink._finish` answers for one.
+    know it), as :meth:`~twopc.sinks.mysql._dialect.MySqlDialect.finish` answers for one.
 
     Raises:
         SinkError: the server refused an ``XA COMMIT`` (the ids before it are committed,
@@ -66,22 +68,22 @@ def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
     pos = 0
     while pos < len(gids):
         chunk = list(gids[pos: pos + MAX_STATEMENTS])
-        ok, failed = sink._control_run(functools.partial(_commit_run, sink, chunk=chunk))
+        ok, failed = sink.target.control_run(functools.partial(_commit_run, sink, chunk=chunk))
         committed = chunk[:ok]
         if committed:
-            markers = sink._markers_among(committed)
+            markers = sink.markers.among(committed)
             for gid in committed:
                 if gid not in markers:
-                    raise sink._swallowed_commit(gid)
+                    raise sink.swallowed_commit(gid)
         done.extend([True] * ok)
         pos += ok
         if failed is None:
             continue
         gid = gids[pos]
         if errno(failed) != ER_XAER_NOTA:
-            raise sink._map_error(failed, f"XA COMMIT {gid}") from None
+            raise sink.target.map_error(failed, f"XA COMMIT {gid}") from None
         # unknown to the server: gone (False), or still attached to a live session (retried there)
-        done.append(gid in sink._prepared_ids(gid) and sink._finish("COMMIT", gid))
+        done.append(gid in sink.prepared_ids(gid) and sink.finish("COMMIT", gid))
         pos += 1
     return done
 
@@ -99,7 +101,7 @@ def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int
             while ok < len(chunk) and cur.nextset():
                 ok += 1
         except pymysql.err.MySQLError as exc:
-            if sink._is_connection_error(exc):
+            if sink.target.is_connection_error(exc):
                 raise  # the control connection is dropped as broken: nothing to switch back
             failed = exc
     _set_multi_statements(dbapi, False)

@@ -53,7 +53,7 @@ from .._names import TableName, parse_table_name
 from .._privileges import dbapi_runner, require_privileges
 from .._twopc_schema import ensure_schema
 from ..connect._engines import dbapi_connect_params
-from ..connect._sql_dialect import SqlDialect, give_back, log
+from ..connect._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name",
            "sweep_lease_records"]
@@ -99,14 +99,14 @@ class SqlTargetLedger:
     """The target ledger of a prepared SQL sink (see the module docstring). Picklable: it
     holds the sink's configuration only."""
 
-    def __init__(self, sink: SqlDialect[Any]) -> None:
+    def __init__(self, sink: SqlTarget) -> None:
         self.sink = sink
-        self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink._marker.schema,
+        self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink.marker.schema,
                                                         LEDGER_TABLE, sink.spec.name))
 
     @property
     def location(self) -> str:
-        return f"{self.sink.spec.product} {self.sink._where()} table {self.table.display()}"
+        return f"{self.sink.spec.product} {self.sink.where()} table {self.table.display()}"
 
     @property
     def _dialect(self) -> str:
@@ -116,14 +116,14 @@ class SqlTargetLedger:
         return _lock_sql(self._dialect, sink_id, self.sink.options.url.database or "")
 
     def _q(self) -> str:
-        return self.sink._qualified(self.table)
+        return self.sink.qualified(self.table)
 
     def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
         """One statement on the sink's control connection; driver errors as a SinkError."""
         try:
-            return self.sink._control_execute(query, params, fetch=fetch)[1]
+            return self.sink.control_execute(query, params, fetch=fetch)[1]
         except self.sink.spec.driver_error as exc:
-            raise self.sink._map_error(exc, action) from None
+            raise self.sink.map_error(exc, action) from None
 
     # -- the records -------------------------------------------------------------------
     def ensure_table(self) -> None:
@@ -143,42 +143,42 @@ class SqlTargetLedger:
                    f"{ascii_}, `body` LONGTEXT NOT NULL, `written_at` TIMESTAMP(6) NOT NULL DEFAULT "
                    "CURRENT_TIMESTAMP(6), PRIMARY KEY (`sink_id`, `name`)) ENGINE=InnoDB")
         if (schema := self.sink.options.twopc_schema) is not None:
-            self.sink._control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self._dialect, schema,
+            self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self._dialect, schema,
                                                                self.sink.options.url.database or ""))
         try:
             # a table an owner created (as the message below says) needs no CREATE privilege
-            self.sink._control_execute(f"SELECT 1 FROM {self._q()} WHERE 1=0")
+            self.sink.control_execute(f"SELECT 1 FROM {self._q()} WHERE 1=0")
             exists = True
         except self.sink.spec.driver_error:
             exists = False  # missing, or not readable: the CREATE or the privilege check says which
         try:
             if not exists:
-                self.sink._control_execute(ddl)
+                self.sink.control_execute(ddl)
         except self.sink.spec.driver_error as exc:
             if self.sink.spec.error_code(exc) in _UNIQUE:
                 return  # created concurrently (PostgreSQL's catalog race)
-            raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink._where()} "
-                            f"({self.sink._redact(self.sink.spec.error_text(exc))}): create it once as an owner "
+            raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
+                            f"({self.sink.redact(self.sink.spec.error_text(exc))}): create it once as an owner "
                             f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
                             f"Or give the write a checkpointLocation") from None
-        cols = [self.sink._quote(c) for c in ("sink_id", "name", "body")]
+        cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
         try:  # the records are inserted, replaced (upsert), read and deleted by this driver
-            self.sink._control_run(lambda dbapi: require_privileges(
+            self.sink.control_run(lambda dbapi: require_privileges(
                 dbapi_runner(dbapi), self._dialect, table=self._q(), display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
         except self.sink.spec.driver_error as exc:
-            raise self.sink._map_error(exc, f"check the privileges on {self.table.display()}") from None
+            raise self.sink.map_error(exc, f"check the privileges on {self.table.display()}") from None
 
     def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
         return SqlLedgerStore(self, sink_id, lease)
 
     def writers(self) -> list[str]:
         try:
-            rows = self.sink._control_execute(f"SELECT DISTINCT sink_id FROM {self._q()}", fetch=True)[1]
+            rows = self.sink.control_execute(f"SELECT DISTINCT sink_id FROM {self._q()}", fetch=True)[1]
         except self.sink.spec.driver_error as exc:
             if self.sink.spec.is_missing_table(exc):
                 return []
-            raise self.sink._map_error(exc, f"list the writers in {self.table.display()}") from None
+            raise self.sink.map_error(exc, f"list the writers in {self.table.display()}") from None
         return sorted(str(r[0]) for r in rows)
 
     def forget(self, sink_id: str) -> None:
@@ -265,14 +265,14 @@ class SqlTargetLedger:
                 with contextlib.suppress(OSError):
                     self._record(sink_id).write_text(json.dumps({"lease": dataclasses.asdict(lease),
                                                                  "driver": dict(driver)}), encoding="utf-8")
-            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.sink._where(), lease.session)
+            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.sink.where(), lease.session)
             return lease
         if line[:1] == ["busy"]:
             raise ConcurrentWriterError(
-                f"another writer with sink id {sink_id!r} is running against {self.sink._where()} (it holds the "
+                f"another writer with sink id {sink_id!r} is running against {self.sink.where()} (it holds the "
                 f"sink id's lease there): two writers with one sink id would roll back each other's transactions. "
                 f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
-        raise SinkError(f"the driver agent could not take the lease of sink id {sink_id!r} on {self.sink._where()} "
+        raise SinkError(f"the driver agent could not take the lease of sink id {sink_id!r} on {self.sink.where()} "
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
 
     def _refuse_records_elsewhere(self, sink_id: str) -> None:
@@ -289,19 +289,19 @@ class SqlTargetLedger:
         marker = parse_table_name(self.sink.options.marker_table, self._dialect, "markerTable")
         old = TableName(marker.schema, LEDGER_TABLE, self._dialect)
         try:
-            rows = self.sink._control_execute(f"SELECT count(*) FROM {self.sink._qualified(old)} WHERE sink_id = %s",
+            rows = self.sink.control_execute(f"SELECT count(*) FROM {self.sink.qualified(old)} WHERE sink_id = %s",
                                               (sink_id,), fetch=True)[1]
         except self.sink.spec.driver_error as exc:
             if self.sink.spec.is_missing_table(exc):
                 return
-            raise self.sink._map_error(exc, f"read {old.display()}") from None
+            raise self.sink.map_error(exc, f"read {old.display()}") from None
         if rows and int(rows[0][0]):
             raise TargetConfigurationError(
                 f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "
                 f"decisions) in {old.display()}, and with twopcSchema={self.sink.options.twopc_schema} it would read "
                 f"{self.table.display()}, where they are not: it would write its committed batches again. Nothing was "
                 f"written. Move them once, as an owner: INSERT INTO {self._q()} SELECT * FROM "
-                f"{self.sink._qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink._qualified(old)} "
+                f"{self.sink.qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink.qualified(old)} "
                 f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
     def holds(self, lease: Lease) -> bool:
@@ -328,7 +328,7 @@ class SqlTargetLedger:
     @contextlib.contextmanager
     def take(self, sink_id: str) -> Iterator[bool]:
         try_lock, unlock, key = self._lock(sink_id)
-        conn = self.sink._checkout()
+        conn = self.sink.checkout()
         broken = False
         try:
             with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
@@ -342,7 +342,7 @@ class SqlTargetLedger:
                         cur.execute(unlock, (key,))
         except self.sink.spec.driver_error as exc:
             broken = True
-            raise self.sink._map_error(exc, f"take the lease of {sink_id}") from None
+            raise self.sink.map_error(exc, f"take the lease of {sink_id}") from None
         finally:
             give_back(conn, broken=broken)
 
@@ -377,7 +377,7 @@ class SqlLedgerStore:
     def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
         if self.lease is not None and rel.startswith("decisions/") and not self.backend.holds(self.lease):
             raise FencedError(
-                f"this write (sink id {self.sink_id}) lost its lease on {self.backend.sink._where()}: the connection "
+                f"this write (sink id {self.sink_id}) lost its lease on {self.backend.sink.where()}: the connection "
                 f"that held it is gone, so another writer may be resolving its transactions. It records and commits "
                 f"nothing; the next write to the server or `twopc recover` rolls its transactions back")
         if not exclusive:
@@ -385,13 +385,13 @@ class SqlLedgerStore:
             return True
         sink = self.backend.sink
         try:
-            sink._control_execute(f"INSERT INTO {self.backend._q()} (sink_id, name, body) VALUES (%s, %s, %s)",
+            sink.control_execute(f"INSERT INTO {self.backend._q()} (sink_id, name, body) VALUES (%s, %s, %s)",
                                   (self.sink_id, rel, text))
         except sink.spec.driver_error as exc:
             if sink.spec.error_code(exc) in _UNIQUE:
                 return False
             raise LedgerError(f"cannot write ledger record {rel} in {self.root}: "
-                              f"{sink._map_error(exc, 'write a ledger record')}") from None
+                              f"{sink.map_error(exc, 'write a ledger record')}") from None
         except SinkError as exc:
             raise LedgerError(f"cannot write ledger record {rel} in {self.root}: {exc}") from None
         return True

@@ -1,1 +1,1 @@
-"""The prepared-transaction base of the PostgreSQL and MySQL XA sinks: writer, committer, sink."""
+"""The prepared-transaction sink of PostgreSQL and MySQL XA, and its parts: writer, committer, marker table."""

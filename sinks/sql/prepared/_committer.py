@@ -11,34 +11,40 @@ from typing import Generic, TypeVar
 from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
 from twopc.spi import MAX_XID_BYTES, Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
 
+from ..._handles import PreparedSqlHandle
 from .._errors import ROLLED_BACK
 from ..connect._sql_dialect import SqlDialect
+from ..connect._sql_target import SqlTarget
 from ..types._column_match import TableColumn
+from ._markers import MarkerTable
 
 __all__ = ["PreparedCommitter"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
 C = TypeVar("C", bound=TableColumn)
-H = TypeVar("H", bound=TransactionHandle)
+H = TypeVar("H", bound=PreparedSqlHandle)
 
 
-class PreparedCommitter(SqlDialect[C], Generic[C, H]):
-    """Finish prepared transactions from any process that has the handles."""
+class PreparedCommitter(Generic[C, H]):
+    """Finish prepared transactions from any process that has the handles.
+
+    Args:
+        target: the database, its control connection and error mapping.
+        dialect: the database's SQL.
+        handle_type: the handle class :meth:`list_prepared` makes.
+    """
+
+    def __init__(self, target: SqlTarget, dialect: SqlDialect[C], handle_type: type[H]) -> None:
+        self.target = target
+        self.dialect = dialect
+        self.handle_type = handle_type
+        self.markers = MarkerTable(target)
 
     def _checked_gid(self, handle: TransactionHandle) -> str:
-        return Xid.checked(handle.txn_id, max_bytes=MAX_XID_BYTES[self.spec.name],
-                           what=f"twopc {self.spec.product} {self.spec.id_name}")
-
-    def _marker_exists(self, gid: str) -> bool:
-        try:
-            _n, rows = self._control_execute(
-                f"SELECT 1 FROM {self._qualified(self._marker)} WHERE {self._quote('gid')} = %s", (gid,), fetch=True)
-        except self.spec.driver_error as exc:
-            if self._is_missing_table(exc):
-                return False
-            raise self._map_error(exc, "read the marker table") from None
-        return bool(rows)
+        spec = self.target.spec
+        return Xid.checked(handle.txn_id, max_bytes=MAX_XID_BYTES[spec.name],
+                           what=f"twopc {spec.product} {spec.id_name}")
 
     def commit(self, handle: H) -> CommitOutcome:
         """Commit the handle's prepared transaction from the control connection.
@@ -56,15 +62,15 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         gid = self._checked_gid(handle)
         if self._finish_truthfully("COMMIT", gid):
             return CommitOutcome.COMMITTED
-        if self._marker_exists(gid):
+        if self.markers.exists(gid):
             return CommitOutcome.ALREADY_COMMITTED
-        log.error("twopc: %s is neither prepared nor committed on %s", gid, self.table)
+        log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
         return CommitOutcome.LOST
 
     def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit the prepared transactions of *handles* (one decided batch) with a number of
         round trips that does not grow with their count, where the dialect can
-        (:meth:`_finish_many`: one pipeline on PostgreSQL), then tell the ids the database
+        (:meth:`SqlDialect.finish_many`: one pipeline on PostgreSQL), then tell the ids the database
         did not know apart with one marker lookup.
 
         Returns:
@@ -79,9 +85,9 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         gids = [self._checked_gid(h) for h in handles]
         if not gids:
             return []
-        finished = self._finish_many("COMMIT", gids, recovering=recovering)
+        finished = self.dialect.finish_many("COMMIT", gids, recovering=recovering)
         unknown = [g for g, done in zip(gids, finished, strict=True) if not done]
-        committed_before = self._markers_among(unknown) if unknown else set()
+        committed_before = self.markers.among(unknown) if unknown else set()
         outcomes = []
         for gid, done in zip(gids, finished, strict=True):
             if done:
@@ -89,32 +95,9 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             elif gid in committed_before:
                 outcomes.append(CommitOutcome.ALREADY_COMMITTED)
             else:
-                log.error("twopc: %s is neither prepared nor committed on %s", gid, self.table)
+                log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
                 outcomes.append(CommitOutcome.LOST)
         return outcomes
-
-    def _finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """:meth:`_finish` for each of *gids*, in order: ``True`` where done, ``False``
-        where the database does not know the id. The default sends one statement per id;
-        dialects that can batch them override it (*recovering*: most ids are probably
-        finished already)."""
-        return [self._finish(verb, gid) for gid in gids]
-
-    def _markers_among(self, gids: Sequence[str]) -> set[str]:
-        """Which of *gids* have a marker row (were committed), in one query per 1,000 ids."""
-        found: set[str] = set()
-        for i in range(0, len(gids), 1000):
-            chunk = gids[i:i + 1000]
-            try:
-                _n, rows = self._control_execute(
-                    f"SELECT {self._quote('gid')} FROM {self._qualified(self._marker)} WHERE {self._quote('gid')} "
-                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk, fetch=True)
-            except self.spec.driver_error as exc:
-                if self._is_missing_table(exc):
-                    return found
-                raise self._map_error(exc, "read the marker table") from None
-            found.update(str(r[0]) for r in rows)
-        return found
 
     def abort(self, handle: H) -> None:
         """Roll back the handle's prepared transaction; an id that is already gone is fine.
@@ -127,21 +110,21 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         gid = self._checked_gid(handle)
         if self._finish_truthfully("ROLLBACK", gid):
             return
-        if self._marker_exists(gid):
-            raise ProtocolError(f"asked to roll back {gid}, but it was already committed to {self.table} "
+        if self.markers.exists(gid):
+            raise ProtocolError(f"asked to roll back {gid}, but it was already committed to {self.target.table} "
                                 f"(its marker row exists)")
 
     def _finish_truthfully(self, verb: str, gid: str) -> bool:
-        """:meth:`_finish`, whose failure says what state the transaction is in (asked of
+        """:meth:`SqlDialect.finish`, whose failure says what state the transaction is in (asked of
         the server after the error), never "rolled back" by default.
 
         Raises:
-            SinkUnavailableError: as :meth:`_finish`.
+            SinkUnavailableError: as :meth:`SqlDialect.finish`.
             SinkError: the server refused; the message says whether *gid* is still
                 prepared (and can be committed) or gone, and what to do.
         """
         try:
-            return self._finish(verb, gid)
+            return self.dialect.finish(verb, gid)
         except SinkUnavailableError:
             raise
         except SinkError as exc:
@@ -150,10 +133,10 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
 
     def _state_after_failed_finish(self, verb: str, gid: str) -> str:
         try:
-            still = gid in self._prepared_ids(gid)
-            other = None if still else self._prepared_elsewhere(gid)
-            committed = not still and other is None and self._marker_exists(gid)
-        except (SinkError, self.spec.driver_error):
+            still = gid in self.dialect.prepared_ids(gid)
+            other = None if still else self.dialect.prepared_elsewhere(gid)
+            committed = not still and other is None and self.markers.exists(gid)
+        except (SinkError, self.target.spec.driver_error):
             return (f"Whether {gid} is still prepared could not be read; `twopc status` shows it. "
                     f"Fix the cause and rerun (or run `twopc recover`)")
         if still or other is not None:
@@ -168,11 +151,6 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             return f"The transaction {gid} is no longer prepared: it was committed (its marker row exists)"
         return f"The transaction {gid} is no longer prepared and was not committed: it was rolled back"
 
-    def _prepared_elsewhere(self, gid: str) -> str | None:
-        """Where else on the server *gid* is prepared (another database), if the server
-        can tell; ``None`` by default."""
-        return None
-
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[H]:
         """Prepared transactions of *sink_id* (and *batch_id*) the database lists;
         ``rows`` is ``-1`` (unknown) in the returned handles.
@@ -182,9 +160,9 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         """
         prefix = Xid.prefix(sink_id)
         try:
-            gids = self._prepared_ids(prefix)
-        except self.spec.driver_error as exc:
-            raise self._map_error(exc, "list prepared transactions") from None
+            gids = self.dialect.prepared_ids(prefix)
+        except self.target.spec.driver_error as exc:
+            raise self.target.map_error(exc, "list prepared transactions") from None
         out = []
         for gid in sorted(g for g in gids if g.startswith(prefix)):
             h = self.parse_gid(gid)
@@ -204,15 +182,10 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         """
         handles = self.list_prepared(sink_id)
         try:
-            since = self._prepared_since(Xid.prefix(sink_id)) if handles else {}
-        except self.spec.driver_error as exc:
-            raise self._map_error(exc, "read when transactions were prepared") from None
+            since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}
+        except self.target.spec.driver_error as exc:
+            raise self.target.map_error(exc, "read when transactions were prepared") from None
         return [PreparedDetail(h, "prepared transaction", since.get(h.txn_id)) for h in handles]
-
-    def _prepared_since(self, prefix: str) -> dict[str, float]:
-        """Unix seconds each prepared id with *prefix* was prepared at; empty when the
-        server does not record it (the default)."""
-        return {}
 
     def headroom(self, sink_id: str) -> Headroom | None:
         """Prepared transactions the server holds for every user (not only *sink_id*),
@@ -222,12 +195,9 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
             SinkUnavailableError / SinkError: the server failed.
         """
         try:
-            return self._headroom()
-        except self.spec.driver_error as exc:
-            raise self._map_error(exc, "count prepared transactions") from None
-
-    def _headroom(self) -> Headroom | None:
-        return None
+            return self.dialect.headroom()
+        except self.target.spec.driver_error as exc:
+            raise self.target.map_error(exc, "count prepared transactions") from None
 
     def parse_gid(self, gid: str) -> H | None:
         """Rebuild a handle from a transaction id (``None`` if it is not a canonical twopc id)."""
@@ -235,7 +205,7 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         if xid is None or xid.text != gid:
             return None
         return self.handle_type(gid, xid.sink_id, xid.batch_id, xid.partition_id,
-                                xid.attempt_id, table=self.table, rows=-1)
+                                xid.attempt_id, table=self.target.table, rows=-1)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
@@ -247,11 +217,4 @@ class PreparedCommitter(SqlDialect[C], Generic[C, H]):
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        try:
-            count, _rows = self._control_execute(
-                f"DELETE FROM {self._qualified(self._marker)} WHERE {self._quote('sink_id')} = %s "
-                f"AND {self._quote('batch_id')} < %s", (sink_id, below_batch))
-        except self.spec.driver_error as exc:
-            raise self._map_error(exc, f"purge markers from {self.marker_table}") from None
-        return count
-
+        return self.markers.purge(sink_id, below_batch)

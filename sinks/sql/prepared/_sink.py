@@ -1,25 +1,26 @@
-"""The base of every sink that prepares SQL transactions (PostgreSQL ``PREPARE TRANSACTION``,
-MySQL/MariaDB XA): the protocol is written once here, the dialects supply hooks.
+"""The prepared-transaction SQL sink, assembled from its parts (PostgreSQL ``PREPARE
+TRANSACTION``, MySQL/MariaDB XA): the protocol is written once here and in the parts, a
+database supplies a dialect.
 
-What the base owns:
+A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
 
-- configuration (one :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser
-  as ``twopc-jdbc``), pickling without connections, descriptions without secrets;
-- connections: a per-process pool (:func:`~twopc.sinks.sql.connect._engines.engine_for`), a *control*
-  connection for the driver's statements, retried once on a new connection when it turns
-  out dead (every control statement is idempotent);
-- the transaction id (:class:`twopc.Xid`, checked against the target's byte limit) and
-  the marker table: a row written inside each prepared transaction, so that a commit
-  that finds its transaction gone can tell "already committed" (marker present) from
-  "lost" (absent) — the database answers both the same way;
-- the open transaction's life: buffering dict rows, loading Arrow batches, marker +
-  prepare, rollback, and how every failure leaves nothing behind;
-- commit / abort / list_prepared / purge_markers.
+- a :class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`: configuration (one
+  :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
+  ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
+  connection for the driver's statements, and the mapping of driver errors;
+- a dialect (:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
+  ``dialect_type`` from the target): the SQL that differs between databases (opening a
+  write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
+  listing prepared ids, the target's catalog, the marker table's DDL);
+- a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side): the open
+  transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
+  rollback) and how every failure leaves nothing behind;
+- a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver side): commit / abort /
+  list_prepared / purge_markers, told apart from "lost" by the marker table
+  (:mod:`twopc.sinks.sql.prepared._markers`).
 
-What a dialect supplies (methods starting with ``_`` that raise ``NotImplementedError``
-here): opening a write transaction, loading rows, preparing, finishing a prepared id
-(``COMMIT``/``ROLLBACK``), listing prepared ids, the target's catalog (columns, checks),
-the marker table's DDL, and the mapping of driver errors to twopc's exception tree.
+This class wires them and delegates each method of the contract to one of them; it
+validates the target itself (plan time).
 
 Failure windows, in one place: a task that dies before ``PREPARE`` leaves an open
 transaction the server rolls back with the session; one that dies after it leaves a
@@ -30,40 +31,40 @@ back unless a decision names it; a commit that dies after ``COMMIT`` is answered
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Generic, Self, TypeVar
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SinkError, TwoPhaseCommitSink
-from twopc.spi import SinkUnavailableError, TargetConfigurationError
+from twopc import CommitOutcome, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc.spi import Headroom, PreparedDetail, SinkUnavailableError
 
 from ..._handles import PreparedSqlHandle
 from ..._secrets import credential_free
 from .._errors import session_init_failed
-from .._names import parse_table_name
 from .._privileges import dbapi_runner, require_privileges
+from .._registry import DialectSpec
 from .._twopc_schema import ensure_schema
-from ..connect._sql_dialect import SqlTxn, give_back, log
+from ..connect._server_instance import server_instance
+from ..connect._sql_dialect import SqlDialect, SqlTxn
+from ..connect._sql_target import SqlTarget, give_back
 from ..ledger._target_ledger import SqlTargetLedger
 from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
 from ..types._column_match import TableColumn
 from ._committer import PreparedCommitter
-from ._writer import MARKER_COLUMNS, PreparedWriter
-
-if TYPE_CHECKING:
-    from sqlalchemy.pool import PoolProxiedConnection
-
+from ._markers import MARKER_COLUMNS, MarkerTable
+from ._writer import PreparedWriter
 
 __all__ = ["PreparedSqlSink"]
 
 C = TypeVar("C", bound=TableColumn)
 H = TypeVar("H", bound=PreparedSqlHandle)
 
+#: the parts, rebuilt from the options when unpickled
+_PARTS = ("target", "dialect", "writer", "committer")
 
-class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
-                      TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[C, H]):
+
+class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[C, H]):
     """Exactly-once appends to one SQL table through prepared transactions.
 
     Args:
@@ -79,12 +80,26 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
     Raises:
         ConfigurationError: an argument is invalid (nothing is contacted).
 
-    The instance holds only configuration and pickles to executors; connections come from
-    a per-process pool, opened lazily and reused across tasks.
+    A database's sink sets :attr:`spec`, :attr:`handle_type` and :attr:`dialect_type`. The
+    instance holds only configuration and pickles to executors; connections come from a
+    per-process pool, opened lazily and reused across tasks.
     """
+
+    #: what the parts need to know about the database
+    spec: ClassVar[DialectSpec]
+    #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
+    handle_type: ClassVar[type[Any]]
+    #: the database's :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made from the target
+    dialect_type: ClassVar[type[SqlDialect[Any]]]
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
     session_options = ("twopcSchema",)
+
+    options: JdbcOptions
+    target: SqlTarget
+    dialect: SqlDialect[C]
+    writer: PreparedWriter[C, H]
+    committer: PreparedCommitter[C, H]
 
     def __init__(self, url: Any, table: str, **options: Any) -> None:
         self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.spec.format_name, dialect=self.spec.name,
@@ -119,36 +134,66 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         return sink
 
     def _configure(self, options: JdbcOptions) -> None:
+        """Make the parts from *options*: target, dialect, writer, committer."""
         if options.dialect != self.spec.name:
             raise ConfigurationError(f"{type(self).__name__} writes to {self.spec.product}, not {options.dialect}")
         self.options = options
-        self._target = parse_table_name(options.table, self.spec.name)
-        self._marker = options.bookkeeping(parse_table_name(options.marker_table, self.spec.name, "markerTable"))
-        self._control: PoolProxiedConnection | None = None
-        self._open: weakref.WeakSet[SqlTxn[C]] | None = weakref.WeakSet()
+        self.target = SqlTarget(options, self.spec)
+        self.dialect = type(self).dialect_type(self.target)
+        self.writer = PreparedWriter(self.target, self.dialect, self.handle_type, type(self).__name__)
+        self.committer = PreparedCommitter(self.target, self.dialect, self.handle_type)
 
     # -- pickling / description ---------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_control"] = None
-        state["_open"] = None
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in _PARTS}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._open = weakref.WeakSet()
+        self._configure(self.options)
+
+    @property
+    def table(self) -> str:
+        """The target table, as a display name (quoted where needed)."""
+        return self.target.table
+
+    @property
+    def marker_table(self) -> str:
+        """The marker table, as a display name."""
+        return self.target.marker_table
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per multi-row ``INSERT`` (dialects that insert)."""
+        return self.options.batch_size
+
+    def commit_mode(self) -> str:
+        """Prepared mode: one prepared transaction per task attempt, committed by the driver."""
+        return (f"{self.spec.product} prepared transactions: one per task attempt, committed by the driver "
+                f"after the ledger's decision")
+
+    def target_identity(self) -> str:
+        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
+        return self.options.target_identity()
+
+    def target_instance(self) -> str | None:
+        """The server's own identity and the table
+        (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
+        return server_instance(self.options)
+
+    def describe(self) -> str:
+        """``<product> <url without password> table <table>``."""
+        return self.target.describe()
 
     def close(self) -> None:
         """Roll back transactions of this object that are still open (never prepared
         ones) and return the connections to the process pool. The sink stays usable."""
-        for txn in list(self._open or ()):
-            self.rollback(txn)
-        self._drop_control(broken=False)
+        self.writer.close()
+        self.target.drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
         """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql.ledger._target_ledger`):
         batch writes without ``checkpointLocation`` keep their decisions there."""
-        return SqlTargetLedger(self)
+        return SqlTargetLedger(self.target)
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
                         checkpointed: bool) -> None:
@@ -184,25 +229,26 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
                 from it or has an incompatible type, or a NOT NULL column without default
                 is absent from the DataFrame (every problem is listed).
         """
-        conn = self._checkout()
+        t = self.target
+        conn = t.checkout()
         try:
             dbapi = conn.driver_connection
-            self._check_server(dbapi)
+            self.dialect.check_server(dbapi)
             self._try_session_init(dbapi)
-            columns = self._target_columns(dbapi, validating=True)
-            self._match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
+            columns = self.dialect.target_columns(dbapi, validating=True)
+            t.match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             if (own := self.options.twopc_schema) is not None:
-                ensure_schema(dbapi_runner(dbapi), self.spec.name, own, self.options.url.database or "")
-            self._ensure_markers(dbapi)
+                ensure_schema(dbapi_runner(dbapi), t.spec.name, own, self.options.url.database or "")
+            MarkerTable(t).ensure(dbapi, self.dialect)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
-            require_privileges(dbapi_runner(dbapi), self.spec.name, table=self._qualified(self._marker),
-                               display=self.marker_table, columns=[self._quote(c) for c in MARKER_COLUMNS],
+            require_privileges(dbapi_runner(dbapi), t.spec.name, table=t.qualified(t.marker),
+                               display=t.marker_table, columns=[t.quote(c) for c in MARKER_COLUMNS],
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
-        except self.spec.driver_error as exc:
-            broken = self._is_connection_error(exc)
+        except t.spec.driver_error as exc:
+            broken = t.is_connection_error(exc)
             give_back(conn, broken=broken)
             raise (SinkUnavailableError if broken else SinkError)(
-                f"validating {self.table} on {self._where()} failed: {self._redact(self._error_text(exc))}"
+                f"validating {t.table} on {t.where()} failed: {t.redact(t.error_text(exc))}"
             ) from None
         except BaseException:
             give_back(conn, broken=False)
@@ -216,7 +262,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
         Raises:
             TargetConfigurationError: the statement failed.
         """
-        stmt = self.options.session_init_statement
+        t = self.target
+        stmt = t.options.session_init_statement
         if not stmt:
             return
         cur = dbapi.cursor()
@@ -225,23 +272,68 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H],
             # would commit whatever the statement writes.
             cur.execute("BEGIN")
             cur.execute(stmt)
-        except self.spec.driver_error as exc:
-            raise session_init_failed(self._where(), self._redact(self._error_text(exc))) from None
+        except t.spec.driver_error as exc:
+            raise session_init_failed(t.where(), t.redact(t.error_text(exc))) from None
         finally:
             try:
                 cur.execute("ROLLBACK")
             finally:
                 cur.close()
 
-    def _ensure_markers(self, dbapi: Any) -> None:
-        have = self._marker_columns(dbapi)
-        if have is not None:
-            missing = [c for c in MARKER_COLUMNS if c not in {h.lower() for h in have}]
-            if missing:
-                raise TargetConfigurationError(
-                    f"{self.marker_table} exists but is not a twopc marker table (it lacks columns "
-                    f"{', '.join(missing)}): set option markerTable to another name")
-            return
-        self._create_markers(dbapi)
-        log.info("twopc: created marker table %s", self.marker_table)
+    # -- executor side: the writer -------------------------------------------------------------
+    def make_gid(self, context: TransactionContext) -> str:
+        """:meth:`PreparedWriter.make_gid`."""
+        return self.writer.make_gid(context)
 
+    def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
+        """:meth:`PreparedWriter.begin_transaction`."""
+        return self.writer.begin_transaction(context)
+
+    def invoke(self, txn: SqlTxn[C], value: dict[str, Any]) -> None:
+        """:meth:`PreparedWriter.invoke`."""
+        self.writer.invoke(txn, value)
+
+    def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
+        """:meth:`PreparedWriter.invoke_batch`."""
+        self.writer.invoke_batch(txn, batch)
+
+    def pre_commit(self, txn: SqlTxn[C]) -> H:
+        """:meth:`PreparedWriter.pre_commit`."""
+        return self.writer.pre_commit(txn)
+
+    def rollback(self, txn: SqlTxn[C]) -> None:
+        """:meth:`PreparedWriter.rollback`."""
+        self.writer.rollback(txn)
+
+    # -- driver side: the committer ------------------------------------------------------------
+    def commit(self, handle: H) -> CommitOutcome:
+        """:meth:`PreparedCommitter.commit`."""
+        return self.committer.commit(handle)
+
+    def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
+        """:meth:`PreparedCommitter.commit_all`."""
+        return self.committer.commit_all(handles, recovering=recovering)
+
+    def abort(self, handle: H) -> None:
+        """:meth:`PreparedCommitter.abort`."""
+        self.committer.abort(handle)
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[H]:
+        """:meth:`PreparedCommitter.list_prepared`."""
+        return self.committer.list_prepared(sink_id, batch_id)
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """:meth:`PreparedCommitter.prepared_details`."""
+        return self.committer.prepared_details(sink_id)
+
+    def headroom(self, sink_id: str) -> Headroom | None:
+        """:meth:`PreparedCommitter.headroom`."""
+        return self.committer.headroom(sink_id)
+
+    def parse_gid(self, gid: str) -> H | None:
+        """:meth:`PreparedCommitter.parse_gid`."""
+        return self.committer.parse_gid(gid)
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """:meth:`PreparedCommitter.purge_markers`."""
+        return self.committer.purge_markers(sink_id, below_batch)

@@ -7,30 +7,58 @@ back; anything else rolls back before it propagates)."""
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import pyarrow as pa
 
-from twopc import ConfigurationError, SinkError, TransactionContext, TransactionHandle
+from twopc import ConfigurationError, SinkError, TransactionContext
 from twopc.spi import ProtocolError
 
-from ..connect._sql_dialect import SqlDialect, SqlTxn, give_back
+from ..._handles import PreparedSqlHandle
+from ..connect._sql_dialect import SqlDialect, SqlTxn
+from ..connect._sql_target import SqlTarget, give_back
 from ..types._column_match import TableColumn
+from ._markers import MarkerTable
 
-__all__ = ["MARKER_COLUMNS", "PreparedWriter"]
+__all__ = ["PreparedWriter"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-#: Columns every marker table has (the DDL adds ``prepared_at``).
-MARKER_COLUMNS = ("gid", "sink_id", "batch_id", "partition_id", "rows")
-
 C = TypeVar("C", bound=TableColumn)
-H = TypeVar("H", bound=TransactionHandle)
+H = TypeVar("H", bound=PreparedSqlHandle)
 
 
-class PreparedWriter(SqlDialect[C], Generic[C, H]):
-    """Begin, load, prepare or roll back one task attempt's transaction."""
+class PreparedWriter(Generic[C, H]):
+    """Begin, load, prepare or roll back one task attempt's transaction.
+
+    Args:
+        target: the database, its connections and error mapping.
+        dialect: the database's SQL.
+        handle_type: the handle class :meth:`pre_commit` makes.
+        owner: the sink's class name, for messages about its methods.
+
+    Also the :class:`~twopc.sinks.sql.connect._sql_dialect.TxnControl` the dialect's
+    ``prepare`` is given. Pickles without its open transactions.
+    """
+
+    def __init__(self, target: SqlTarget, dialect: SqlDialect[C], handle_type: type[H], owner: str) -> None:
+        self.target = target
+        self.dialect = dialect
+        self.handle_type = handle_type
+        self.owner = owner
+        self.markers = MarkerTable(target)
+        self._open: weakref.WeakSet[SqlTxn[C]] = weakref.WeakSet()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_open"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._open = weakref.WeakSet()
 
     def make_gid(self, context: TransactionContext) -> str:
         """A new transaction id for *context* (:meth:`TransactionContext.xid`), within the
@@ -39,7 +67,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
         Raises:
             ConfigurationError: the sink id is invalid or too long for the database's ids.
         """
-        return context.xid().fitting(self.spec.name)
+        return context.xid().fitting(self.target.spec.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
         """Check out a connection, start the write transaction with the session settings
@@ -53,21 +81,25 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
             SinkError: the server refused a statement (e.g. the session init statement).
         """
         gid = self.make_gid(context)
-        txn: SqlTxn[C] = SqlTxn(context, gid, self._checkout())
-        if self._open is not None:
-            self._open.add(txn)
+        txn: SqlTxn[C] = SqlTxn(context, gid, self.target.checkout())
+        self._open.add(txn)
         try:
-            self._begin(txn)
-        except self.spec.driver_error as exc:
-            self._fail(txn, exc, "begin a transaction")
+            self.dialect.begin(txn)
+        except self.target.spec.driver_error as exc:
+            self.fail(txn, exc, "begin a transaction")
         except BaseException:
-            self._release(txn, broken=txn.state != "none")
+            self.release(txn, broken=txn.state != "none")
             raise
         log.debug("twopc: began %s", gid)
         return txn
 
-    def _usable(self, txn: SqlTxn[C]) -> Any:
-        """The DB-API connection of an open, unprepared transaction."""
+    def usable(self, txn: SqlTxn[C]) -> Any:
+        """The DB-API connection of an open, unprepared transaction.
+
+        Raises:
+            ProtocolError: it is prepared already.
+            SinkError: it was rolled back.
+        """
         if txn.prepared:
             raise ProtocolError(f"transaction {txn.gid} is already prepared")
         if txn.failed is not None or txn.conn is None:
@@ -83,16 +115,16 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
             ConfigurationError: a value cannot be stored (e.g. a NUL byte in text).
             SinkError: the server rejected the rows (the transaction is rolled back).
         """
-        self._usable(txn)
+        self.usable(txn)
         if not isinstance(value, Mapping):
-            raise ConfigurationError(f"{type(self).__name__}.invoke takes a dict of column -> value, "
+            raise ConfigurationError(f"{self.owner}.invoke takes a dict of column -> value, "
                                      f"got {type(value).__name__}")
         txn.pending.append(dict(value))
-        if len(txn.pending) >= self.options.batch_size:
+        if len(txn.pending) >= self.target.options.batch_size:
             self._flush_rows(txn)
 
     def _flush_rows(self, txn: SqlTxn[C]) -> None:
-        self._usable(txn)
+        self.usable(txn)
         pending, txn.pending = txn.pending, []
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in pending:
@@ -100,14 +132,14 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
         try:
             for keys, rows in groups.items():
                 if not keys:
-                    raise ConfigurationError(f"{type(self).__name__}.invoke got an empty row (no columns)")
-                cols = self._match(list(keys), None, txn.columns, check_types=False, check_required=False)
-                self._load_rows(txn, cols, keys, rows)
+                    raise ConfigurationError(f"{self.owner}.invoke got an empty row (no columns)")
+                cols = self.target.match(list(keys), None, txn.columns, check_types=False, check_required=False)
+                self.dialect.load_rows(txn, cols, keys, rows)
                 txn.rows += len(rows)
-        except self.spec.driver_error as exc:
-            self._fail(txn, exc, f"write rows to {self.table}")
+        except self.target.spec.driver_error as exc:
+            self.fail(txn, exc, f"write rows to {self.target.table}")
         except BaseException as exc:
-            self._abandon(txn, exc)
+            self.abandon(txn, exc)
             raise
 
     def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
@@ -123,7 +155,7 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
                 timeout (the transaction is rolled back: nothing of it remains). A dialect
                 that streams may report it at a later call or at :meth:`pre_commit`.
         """
-        self._usable(txn)
+        self.usable(txn)
         if batch.num_rows == 0:
             return
         if txn.pending:
@@ -131,17 +163,17 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
         try:
             plan = txn.plans.get(batch.schema)
             if plan is None:
-                cols = self._match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
-                                   check_types=True, check_required=False)
+                cols = self.target.match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
+                                         check_types=True, check_required=False)
                 if not cols:
-                    raise ConfigurationError(f"{type(self).__name__}.invoke_batch got a batch without columns")
-                plan = txn.plans[batch.schema] = self._plan(batch.schema, cols)
-            self._load_batch(txn, batch, plan)
+                    raise ConfigurationError(f"{self.owner}.invoke_batch got a batch without columns")
+                plan = txn.plans[batch.schema] = self.dialect.plan(batch.schema, cols)
+            self.dialect.load_batch(txn, batch, plan)
             txn.rows += batch.num_rows
-        except self.spec.driver_error as exc:
-            self._fail(txn, exc, f"write rows to {self.table}")
+        except self.target.spec.driver_error as exc:
+            self.fail(txn, exc, f"write rows to {self.target.table}")
         except BaseException as exc:
-            self._abandon(txn, exc)
+            self.abandon(txn, exc)
             raise
 
     def pre_commit(self, txn: SqlTxn[C]) -> H:
@@ -157,50 +189,61 @@ class PreparedWriter(SqlDialect[C], Generic[C, H]):
                 server, the orphan is rolled back here when possible, else by the next
                 sweep or recovery).
         """
-        self._usable(txn)
+        self.usable(txn)
         if txn.pending:
             self._flush_rows(txn)
         try:
-            self._end_load(txn)
-        except self.spec.driver_error as exc:
-            self._fail(txn, exc, f"write rows to {self.table}")
+            self.dialect.end_load(txn)
+        except self.target.spec.driver_error as exc:
+            self.fail(txn, exc, f"write rows to {self.target.table}")
         except BaseException as exc:
-            self._abandon(txn, exc)
+            self.abandon(txn, exc)
             raise
-        self._prepare(txn)
+        self.dialect.prepare(txn, self)
         log.debug("twopc: prepared %s (%s rows)", txn.gid, txn.rows)
         c = txn.context
         return self.handle_type(txn.gid, c.sink_id, c.batch_id, c.partition_id, c.attempt_id,
-                                table=self.table, rows=txn.rows)
+                                table=self.target.table, rows=txn.rows)
 
-    def _marker_insert(self) -> str:
-        """The marker row's ``INSERT`` (parameters: gid, sink_id, batch_id, partition_id, rows)."""
-        cols = ", ".join(self._quote(c) for c in MARKER_COLUMNS)
-        return f"INSERT INTO {self._qualified(self._marker)} ({cols}) VALUES (%s, %s, %s, %s, %s)"
+    def rollback(self, txn: SqlTxn[C]) -> None:
+        """Roll back an open, unprepared transaction. Idempotent; never raises."""
+        if txn.prepared or txn.conn is None:
+            return
+        broken = self.dialect.rollback(txn)
+        txn.failed = txn.failed or "rolled back"
+        self.release(txn, broken=broken)
 
-    @staticmethod
-    def _marker_values(txn: SqlTxn[C]) -> tuple[Any, ...]:
-        c = txn.context
-        return (txn.gid, c.sink_id, c.batch_id, c.partition_id, txn.rows)
+    def close(self) -> None:
+        """Roll back the transactions of this writer that are still open (never prepared ones)."""
+        for txn in list(self._open):
+            self.rollback(txn)
 
-    def _release(self, txn: SqlTxn[C], *, broken: bool) -> None:
+    # -- failure rules (also the dialect's TxnControl) ---------------------------------------
+    def marker_row(self, txn: SqlTxn[C]) -> tuple[str, tuple[Any, ...]]:
+        """The marker row's ``INSERT`` for *txn* and its parameters."""
+        return self.markers.insert_row(txn)
+
+    def release(self, txn: SqlTxn[C], *, broken: bool) -> None:
+        """Give the transaction's connection back to the pool, or discard it when *broken*
+        or when its loader is still open (only after a broken connection: PostgreSQL's COPY)."""
+        if txn.loader is not None and txn.loader.is_open:
+            txn.loader.drop()
+            broken = True
         conn, txn.conn = txn.conn, None
-        if self._open is not None:
-            self._open.discard(txn)
+        self._open.discard(txn)
         give_back(conn, broken=broken)
 
-    def _abandon(self, txn: SqlTxn[C], exc: BaseException) -> None:
+    def abandon(self, txn: SqlTxn[C], exc: BaseException) -> None:
         """Roll back after a non-driver error (our own check, an interrupt)."""
         txn.failed = f"{type(exc).__name__}: {exc}"[:200]
         self.rollback(txn)
 
-    def _fail(self, txn: SqlTxn[C], exc: BaseException, action: str) -> Any:
+    def fail(self, txn: SqlTxn[C], exc: BaseException, action: str) -> NoReturn:
         """Roll the transaction back and raise a credential-free :class:`SinkError`."""
-        broken = self._is_connection_error(exc)
-        txn.failed = f"{self._error_code(exc) or 'connection'} during {action}"
+        broken = self.target.is_connection_error(exc)
+        txn.failed = f"{self.target.error_code(exc) or 'connection'} during {action}"
         if broken:
-            self._release(txn, broken=True)
+            self.release(txn, broken=True)
         else:
             self.rollback(txn)
-        raise self._map_error(exc, action) from None
-
+        raise self.target.map_error(exc, action) from None

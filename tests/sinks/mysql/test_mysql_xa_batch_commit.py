@@ -90,7 +90,7 @@ def test_a_batch_of_prepared_transactions_is_committed_in_one_query(mariadb_url,
     assert sink.list_prepared(sink_id) == []
     # the control connection went back to single statements
     with pytest.raises(pymysql.err.ProgrammingError, match="near 'SELECT 2'"):
-        sink._control_execute("SELECT 1; SELECT 2")
+        sink.target.control_execute("SELECT 1; SELECT 2")
     sink.close()
 
 

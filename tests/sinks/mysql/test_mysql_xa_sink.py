@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from twopc import CommitOutcome, ConfigurationError, SinkError
 from twopc._sink import purge_markers_best_effort
 from twopc.sinks import MySqlXaHandle, MySqlXaSink
-from twopc.sinks.mysql import _sink as _mysql_xa
+from twopc.sinks.mysql import _dialect as _mysql_xa
 from twopc.sinks.sql import dispose_engines
 from twopc.spi import (
     MissingOptionError,
@@ -331,7 +331,7 @@ def test_commit_survives_a_dead_control_connection(mariadb_url, table, sink_id):
     sink = _validated(mariadb_url, table)
     h = _prepare(sink, _ctx(sink_id), _batch([1]))
     sink.list_prepared(sink_id)  # opens the control connection
-    control_id = sink._control.driver_connection.thread_id()  # type: ignore[union-attr]  # list_prepared opened it
+    control_id = sink.target._control.driver_connection.thread_id()  # type: ignore[union-attr]  # list_prepared opened it
     _sql(mariadb_url, f"KILL CONNECTION {control_id}")
     assert sink.commit(h) is CommitOutcome.COMMITTED  # replaced and retried once
     assert sink.commit(h) is CommitOutcome.ALREADY_COMMITTED

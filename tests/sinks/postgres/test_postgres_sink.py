@@ -153,7 +153,7 @@ def test_commit_survives_a_dead_control_connection(postgres_url, pg_engine, tabl
     sink = _validated(postgres_url, table)
     h = _prepare(sink, _ctx(sink_id), _batch([1]))
     sink.list_prepared(sink_id)  # opens the control connection
-    pid = sink._control.driver_connection.info.backend_pid  # type: ignore[union-attr]  # list_prepared opened it
+    pid = sink.target._control.driver_connection.info.backend_pid  # type: ignore[union-attr]  # list_prepared opened it
     with pg_engine.connect() as c:
         c.exec_driver_sql(f"SELECT pg_terminate_backend({pid})")
     assert sink.commit(h) is CommitOutcome.COMMITTED  # replaced and retried once

@@ -119,14 +119,14 @@ def test_a_batch_spread_over_every_pipeline_reuses_the_connections_of_the_last_o
     """A batch committed over all MAX_PIPELINES pipelines at once, then another: the second
     opens no connection to the server (the driver's pool keeps as many as one batch uses; it
     kept 4 and reconnected the others for every batch of 100+ partitions)."""
-    import twopc.sinks.postgres._sink as pg_sink
+    import twopc.sinks.postgres._commit_pipeline as pipeline
 
-    monkeypatch.setattr(pg_sink, "PER_PIPELINE", 2)  # 8 pipelines from 16 partitions
+    monkeypatch.setattr(pipeline, "PER_PIPELINE", 2)  # 8 pipelines from 16 partitions
     url, sink_class, table, sink_id = target
     with _proxied(url, sink_class, table, sink_id, tmp_path) as (proxy, sink, coordinator):
         opened = []
         for batch_id in (1, 2):
-            handles = _prepared_batch(sink, sink_id, 2 * pg_sink.MAX_PIPELINES, batch_id)
+            handles = _prepared_batch(sink, sink_id, 2 * pipeline.MAX_PIPELINES, batch_id)
             before = proxy.accepted
             proxy.add_latency(0.1, "downstream")  # the pipelines overlap, as at 200 partitions
             try:
@@ -137,4 +137,4 @@ def test_a_batch_spread_over_every_pipeline_reuses_the_connections_of_the_last_o
         sink.close()
     assert opened[0] > 0, opened  # the first batch did spread over pooled connections
     assert opened[1] == 0, opened
-    assert len(_ids(url, table)) == 4 * pg_sink.MAX_PIPELINES
+    assert len(_ids(url, table)) == 4 * pipeline.MAX_PIPELINES

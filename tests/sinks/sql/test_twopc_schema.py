@@ -142,7 +142,8 @@ def test_writes_without_checkpoint_leave_no_markers_behind(place: tuple[str, str
         engine = sa.create_engine(url)
         try:
             with engine.connect() as c:
-                left = c.exec_driver_sql(f"SELECT count(*) FROM {sink._qualified(sink._marker)}").scalar_one()
+                marker = sink.target.qualified(sink.target.marker)
+                left = c.exec_driver_sql(f"SELECT count(*) FROM {marker}").scalar_one()
                 rows = c.exec_driver_sql(f"SELECT count(*) FROM {user_ns}.t").scalar_one()
         finally:
             engine.dispose()

@@ -1,0 +1,258 @@
+"""The database and tables a prepared-transaction SQL sink writes to, and its connections.
+
+:class:`SqlTarget` is the part of such a sink that its writer, committer and dialect all
+hold: the configuration, the display names, the connections (a per-process pool, and a
+*control* connection for the driver's statements, retried once on a new connection when it
+turns out dead: every control statement is idempotent), and the mapping of driver errors to
+twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.DialectSpec`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import pyarrow as pa
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError
+
+from twopc import SinkError
+from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
+
+from .._names import TableName, parse_table_name
+from .._registry import DialectSpec
+from ..options._jdbc_options import JdbcOptions
+from ..options._jdbc_url import safe_url
+from ..types._column_match import TableColumn, match_columns
+from ._engines import engine_for
+
+if TYPE_CHECKING:
+    from sqlalchemy.pool import PoolProxiedConnection
+
+__all__ = ["SqlTarget", "give_back"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+C = TypeVar("C", bound=TableColumn)
+R = TypeVar("R")
+
+
+def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
+    """Return *conn* to the pool (whose reset rolls back an open, unprepared transaction; a
+    prepared one no longer belongs to the session), or invalidate it when *broken*. Never
+    raises."""
+    if conn is None:
+        return
+    try:
+        if broken:
+            conn.invalidate()
+        else:
+            conn.close()
+    except Exception:
+        log.debug("twopc: releasing a connection failed", exc_info=True)
+
+
+class SqlTarget:
+    """Configuration, names, connections and error mapping of one prepared SQL sink.
+
+    Args:
+        options: the parsed options (their dialect is *spec*'s).
+        spec: what twopc needs to know about the database.
+
+    Attributes:
+        options: as given.
+        spec: as given.
+        target: the table rows are appended to.
+        marker: the marker table (in ``twopcSchema`` when it is set).
+
+    Pickles without its control connection.
+    """
+
+    def __init__(self, options: JdbcOptions, spec: DialectSpec) -> None:
+        self.options = options
+        self.spec = spec
+        self.target = parse_table_name(options.table, spec.name)
+        self.marker = options.bookkeeping(parse_table_name(options.marker_table, spec.name, "markerTable"))
+        self._control: PoolProxiedConnection | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_control"] = None
+        return state
+
+    @property
+    def table(self) -> str:
+        """The target table, as a display name (quoted where needed)."""
+        return self.target.display()
+
+    @property
+    def marker_table(self) -> str:
+        """The marker table, as a display name."""
+        return self.marker.display()
+
+    def describe(self) -> str:
+        """``<product> <url without password> table <table>``."""
+        return f"{self.spec.product} {safe_url(self.options.url)} table {self.table}"
+
+    def where(self) -> str:
+        """``host:port/database as user`` for messages (no password)."""
+        u = self.options.url
+        hosts = u.query.get("host")
+        where = ",".join(hosts) if isinstance(hosts, tuple) else (hosts or u.host or "localhost")
+        port = f":{u.port}" if u.port else ""
+        return f"{where}{port}/{u.database or ''}" + (f" as {u.username}" if u.username else "")
+
+    def redact(self, text: str) -> str:
+        """*text* without the configured secrets."""
+        return redact(text, self.options.secrets())
+
+    def quote(self, name: str) -> str:
+        """*name* quoted as an identifier, safe in a statement sent with ``%s`` parameters."""
+        return self.spec.quote(name)
+
+    def qualified(self, table: TableName) -> str:
+        """*table* as ``schema.name``, each part quoted."""
+        return f"{self.quote(table.schema)}.{self.quote(table.name)}" if table.schema else self.quote(table.name)
+
+    # -- errors ------------------------------------------------------------------------------
+    def is_connection_error(self, exc: BaseException) -> bool:
+        return self.spec.is_connection_error(exc)
+
+    def is_missing_table(self, exc: BaseException) -> bool:
+        return self.spec.is_missing_table(exc)
+
+    def error_code(self, exc: BaseException) -> str:
+        return self.spec.error_code(exc)
+
+    def error_text(self, exc: BaseException) -> str:
+        """The driver error as one line: its code and primary message."""
+        return self.spec.error_text(exc)
+
+    def map_error(self, exc: BaseException, action: str) -> SinkError:
+        """The credential-free :class:`SinkError` for a failed *action*."""
+        return self.spec.map_error(exc, action, table=self.table, marker_table=self.marker_table,
+                                   lock_timeout=self.spec.lock_timeout_text(self.options.lock_timeout),
+                                   where=self.where(), redact=self.redact)
+
+    def unavailable(self, exc: BaseException) -> SinkUnavailableError:
+        """The credential-free error for a failed connection attempt (no driver exception chained)."""
+        orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        reason, hint = self.spec.connect_failure(orig)
+        return SinkUnavailableError(f"cannot connect to {self.spec.product} at {self.where()}: "
+                                    f"{self.redact(reason)}{hint}")
+
+    def no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
+                      case_hint: str, table_options: str = "") -> SchemaMismatchError:
+        """The error for a target that does not exist: at validation, with the tables whose
+        names differ only in case and the DDL to start from; while writing, short."""
+        if not validating:
+            return SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
+        hint = f" Did you mean {', '.join(t.display() for t in similar)}? {case_hint}" if similar else ""
+        return SchemaMismatchError(
+            f"table {self.table} does not exist in database {database!r}: create it first (e.g. CREATE TABLE "
+            f"{self.table} (...){table_options} with a column per DataFrame column).{hint}")
+
+    def match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
+              check_types: bool, check_required: bool) -> list[C]:
+        """:func:`twopc.sinks.sql.types._column_match.match_columns` with this database's type rules."""
+        return match_columns(names, types, columns, self.table,
+                             compatible=self.spec.compatible if check_types else None,
+                             type_name=str, check_required=check_required)
+
+    # -- connections -------------------------------------------------------------------------
+    def engine(self) -> Engine:
+        """This process's engine (pool) for the URL, in autocommit mode."""
+        return engine_for(self.options.url, self.options.net_timeouts(), autocommit=True)
+
+    def checkout(self) -> PoolProxiedConnection:
+        """A pooled connection in autocommit mode.
+
+        Raises:
+            SinkUnavailableError: the server cannot be reached or refused the login; the
+                message never contains the password and chains no driver exception.
+        """
+        err: SinkUnavailableError | None = None
+        try:
+            return self.engine().raw_connection()
+        except (self.spec.driver_error, DBAPIError, OSError) as exc:
+            err = self.unavailable(exc)
+        raise err
+
+    def control_connection(self) -> PoolProxiedConnection:
+        """The control connection, checked out when first needed."""
+        if self._control is None:
+            self._control = self.checkout()
+        return self._control
+
+    def drop_control(self, *, broken: bool) -> None:
+        """Give the control connection back to the pool (or discard it when *broken*)."""
+        conn, self._control = self._control, None
+        give_back(conn, broken=broken)
+
+    def control_execute(self, query: Any, params: Sequence[Any] = (), *,
+                        fetch: bool = False) -> tuple[int, list[tuple[Any, ...]]]:
+        """Run one autocommit statement on the control connection; ``(rowcount, rows)``.
+
+        Every statement sent here is idempotent (``COMMIT``/``ROLLBACK`` of a prepared id
+        are disambiguated by the marker row, the rest are reads and a bounded ``DELETE``),
+        so a connection that turns out to be dead is replaced and the statement sent once
+        more (:meth:`control_run`). A statement without *params* is sent as it is (no
+        ``%%`` unescaping): quote identifiers into it only with parameters.
+        """
+        def run(dbapi: Any) -> tuple[int, list[tuple[Any, ...]]]:
+            with dbapi.cursor() as cur:
+                cur.execute(query, tuple(params) if params else None)
+                return cur.rowcount, (list(cur.fetchall()) if fetch else [])
+
+        return self.control_run(run)
+
+    def control_run(self, action: Callable[[Any], R]) -> R:
+        """Call *action* with the control connection's DB-API connection (autocommit).
+
+        *action* must be idempotent as a whole: a connection that turns out to be dead is
+        replaced and *action* called once more. Connection-level failures become
+        :class:`SinkUnavailableError`; other driver errors propagate as the driver's
+        exceptions.
+        """
+        err: SinkUnavailableError | None = None
+        for attempt in (1, 2):
+            reused = self._control is not None
+            conn = self.control_connection()
+            try:
+                return action(conn.driver_connection)
+            except self.spec.driver_error as exc:
+                if not self.is_connection_error(exc):
+                    raise
+                self.drop_control(broken=True)
+                err = SinkUnavailableError(f"lost the connection to {self.spec.product} at {self.where()}: "
+                                           f"{self.redact(self.error_text(exc))}")
+            if not reused or attempt == 2:
+                break
+            log.info("twopc: the control connection to %s was dead; retrying on a new one", self.spec.product)
+        assert err is not None
+        raise err
+
+    def run_pooled(self, action: Callable[[Any], R]) -> R:
+        """Call *action* with the DB-API connection of a pooled autocommit connection of its
+        own (not the control connection: for work running beside it, on another thread).
+
+        Raises:
+            SinkUnavailableError: no connection, or it failed (it is discarded).
+            Exception: other driver errors, as the driver's exceptions.
+        """
+        conn = self.checkout()
+        try:
+            result = action(conn.driver_connection)
+        except self.spec.driver_error as exc:
+            broken = self.is_connection_error(exc)
+            give_back(conn, broken=broken)
+            if broken:
+                raise SinkUnavailableError(f"lost a connection to {self.spec.product} at {self.where()}: "
+                                           f"{self.redact(self.error_text(exc))}") from None
+            raise
+        except BaseException:
+            give_back(conn, broken=True)
+            raise
+        give_back(conn, broken=False)
+        return result

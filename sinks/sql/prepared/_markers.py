@@ -1,0 +1,110 @@
+"""The marker table of a prepared-transaction SQL sink.
+
+Each prepared transaction writes one marker row (committed atomically with its data), so
+that a commit that finds its transaction gone can tell "already committed" (marker present)
+from "lost" (absent): the database answers both the same way. Writing, reading and purging
+those rows, and checking the table at validation, is this module's job; the DDL is the
+dialect's (:meth:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect.create_markers`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from twopc.spi import TargetConfigurationError
+
+from ..connect._sql_dialect import SqlDialect, SqlTxn
+from ..connect._sql_target import SqlTarget
+
+__all__ = ["MARKER_COLUMNS", "MarkerTable"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+#: Columns every marker table has (the DDL adds ``prepared_at``).
+MARKER_COLUMNS = ("gid", "sink_id", "batch_id", "partition_id", "rows")
+
+
+class MarkerTable:
+    """The marker rows of one sink's target (``target.marker``), read and purged on the
+    target's control connection."""
+
+    def __init__(self, target: SqlTarget) -> None:
+        self.target = target
+
+    def insert_row(self, txn: SqlTxn[Any]) -> tuple[str, tuple[Any, ...]]:
+        """The marker row's ``INSERT`` for *txn* and its parameters."""
+        t = self.target
+        cols = ", ".join(t.quote(c) for c in MARKER_COLUMNS)
+        c = txn.context
+        return (f"INSERT INTO {t.qualified(t.marker)} ({cols}) VALUES (%s, %s, %s, %s, %s)",
+                (txn.gid, c.sink_id, c.batch_id, c.partition_id, txn.rows))
+
+    def ensure(self, dbapi: Any, dialect: SqlDialect[Any]) -> None:
+        """Check the marker table has the marker columns, or create it (then the dialect's
+        own tables: :meth:`SqlDialect.ensure_own_tables`).
+
+        Raises:
+            TargetConfigurationError: a table of that name is not a marker table, or it
+                cannot be created.
+        """
+        have = dialect.marker_columns(dbapi)
+        if have is None:
+            dialect.create_markers(dbapi)
+            log.info("twopc: created marker table %s", self.target.marker_table)
+        else:
+            missing = [c for c in MARKER_COLUMNS if c not in {h.lower() for h in have}]
+            if missing:
+                raise TargetConfigurationError(
+                    f"{self.target.marker_table} exists but is not a twopc marker table (it lacks columns "
+                    f"{', '.join(missing)}): set option markerTable to another name")
+        dialect.ensure_own_tables(dbapi)
+
+    def exists(self, gid: str) -> bool:
+        """Whether *gid*'s marker row exists (``False`` when the table does not).
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        t = self.target
+        try:
+            _n, rows = t.control_execute(
+                f"SELECT 1 FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} = %s", (gid,), fetch=True)
+        except t.spec.driver_error as exc:
+            if t.is_missing_table(exc):
+                return False
+            raise t.map_error(exc, "read the marker table") from None
+        return bool(rows)
+
+    def among(self, gids: Sequence[str]) -> set[str]:
+        """Which of *gids* have a marker row (were committed), in one query per 1,000 ids."""
+        t = self.target
+        found: set[str] = set()
+        for i in range(0, len(gids), 1000):
+            chunk = gids[i:i + 1000]
+            try:
+                _n, rows = t.control_execute(
+                    f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
+                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk, fetch=True)
+            except t.spec.driver_error as exc:
+                if t.is_missing_table(exc):
+                    return found
+                raise t.map_error(exc, "read the marker table") from None
+            found.update(str(r[0]) for r in rows)
+        return found
+
+    def purge(self, sink_id: str, below_batch: int) -> int:
+        """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
+
+        Raises:
+            SinkError / SinkUnavailableError: the server failed.
+        """
+        t = self.target
+        try:
+            count, _rows = t.control_execute(
+                f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
+                f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))
+        except t.spec.driver_error as exc:
+            raise t.map_error(exc, f"purge markers from {t.marker_table}") from None
+        return count
