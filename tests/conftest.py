@@ -3,7 +3,7 @@
 Fixtures live in the ``fix_*.py`` plug-ins below, one concern each; servers and the
 SparkSession start on first use only, so collecting (and ``make test-fast``) starts none.
 Every test gets the markers of the folders it sits in (``tests/sinks/postgres/x.py`` →
-``twopc.sinks``, ``postgres``), and ``spark`` too when it uses the ``spark`` fixture.
+``sinks``, ``postgres``), and ``spark`` too when it uses the ``spark`` fixture.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytest_plugins = [
 _TESTS = Path(__file__).resolve().parent
 #: the folders under tests/, each the name of the marker its tests get (registered in pyproject.toml)
 FOLDER_MARKERS = frozenset(
-    {"unit", "twopc.sinks", "postgres", "mysql", "sql", "redis", "composite", "spark", "ops", "kit", "chaos"})
+    {"unit", "sinks", "postgres", "mysql", "sql", "redis", "composite", "spark", "ops", "kit", "chaos"})
 #: the fixtures that start a server or the JVM, which no test in tests/unit may use
 SERVER_FIXTURES = frozenset(
     {"postgres_url", "redis_url", "mariadb_url", "s3_server", "spark", "_postgres", "_redis", "_mariadb"})

@@ -35,7 +35,7 @@ def _twopc_processes(jvm: int) -> list[str]:
     for line in out.splitlines():
         args = line.strip()
         agent = str(REPO / "twopc" / "_agent.py") in args and f'"pid": {jvm},' in args
-        holder = str(REPO / "twopc.sinks" / "sql" / "_lease_holder.py") in args
+        holder = str(REPO / "sinks" / "sql" / "_lease_holder.py") in args
         metrics = "twopc._metrics_server" in args and f"--watch-pid {jvm}" in args
         if agent or holder or metrics:
             mine.append(args)  # '<pid> <command line>'

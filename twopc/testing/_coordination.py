@@ -111,7 +111,7 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
             driver("the restart's recovery", RecoveryCoordinator(restarted, CommitLedger(ck), sink_id=sid).run,
                    "during_recovery:raise")
             restarted = run.new_sink()
-        driver("twopc.recovery", RecoveryCoordinator(restarted, CommitLedger(ck), sink_id=sid).run)
+        driver("recovery", RecoveryCoordinator(restarted, CommitLedger(ck), sink_id=sid).run)
         if run.listed(sid, sink=restarted):
             run.fail(f"recovery left {few(run.listed(sid, sink=restarted))} prepared")
         run.expect_visible([] if point == "before_decision" else everything, f"after recovery from a crash at {point}")
