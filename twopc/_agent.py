@@ -249,12 +249,36 @@ def _sweep(folder: Path) -> None:
                 os.close(fd)
 
 
+def _take_lock(path: Path, attempts: int = 200) -> int | None:
+    """The driver's lock file *path*, locked for this agent's life (one agent per driver), or
+    None when another agent holds it.
+
+    Another agent's :func:`_sweep` locks a lock file for a moment to learn whether its agent is
+    gone, and then removes it: a lock refused while no agent holds it, or taken on a file the
+    sweep has just removed, is tried again (a new file), so a starting agent never gives up
+    to a sweep, and two agents never hold two files of one driver."""
+    for _ in range(attempts):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            if (path.parent / (path.stem + ".pid")).exists():
+                return None  # an agent of this driver runs (it writes its pid file once it listens)
+            time.sleep(0.005)  # a sweep's moment, or an agent about to listen
+            continue
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # a sweep removed the file this lock is on: lock the new one
+    return None
+
+
 def main(argv: list[str]) -> int:
     folder, key, driver, owner_file = Path(argv[0]), argv[1], json.loads(argv[2]), argv[3]
-    lock = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # held for life: one agent per driver
-    except OSError:
+    if _take_lock(folder / f"{key}.lock") is None:
         return ALREADY_RUNNING
     owner = _owner_module(owner_file)
     agent = Agent(folder, key, driver)

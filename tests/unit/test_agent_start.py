@@ -48,3 +48,40 @@ def test_a_second_request_of_the_driver_waits_for_the_agent_this_process_started
     while _agents_of(first.key):  # the agent ends with its driver
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_an_agent_starting_while_another_agents_sweep_holds_its_lock_still_starts() -> None:
+    """A sweep locks a lock file for a moment (to learn whether its agent is gone) and then
+    removes it; an agent starting in that moment waits for the lock and takes the new file."""
+    import fcntl
+    import os
+
+    driver = subprocess.Popen(["sleep", "600"])  # stands for the driver's JVM
+    agent = DriverAgent(identity_of(driver.pid))
+    lock_path = agent.folder / f"{agent.key}.lock"
+    sweep = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(sweep, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the sweep's moment
+    try:
+        agent.start()
+        time.sleep(0.2)  # the agent is refused the lock meanwhile
+        os.unlink(lock_path)  # the sweep found no agent and removes the driver's files
+        os.close(sweep)
+        deadline = time.monotonic() + 60
+        while (pid := agent.running()) is None:
+            assert agent._proc is not None and agent._proc.poll() is None, "the agent gave up to a sweep"
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert _agents_of(agent.key) == [pid]
+        probe = os.open(lock_path, os.O_RDWR)
+        try:  # the agent holds the file now at the lock's path, not the removed one
+            try:
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                pass
+            else:
+                raise AssertionError("nobody holds the driver's lock file")
+        finally:
+            os.close(probe)
+    finally:
+        driver.kill()
+        driver.wait()

@@ -85,7 +85,7 @@ def test_the_write_path_does_not_import_what_only_other_uses_need(module: str) -
 
 
 def test_metrics_and_parquet_still_load_on_first_use() -> None:
-    code = ("import json, sys, twopc, twopc.spi, sinks\n"
+    code = ("import json, sys, twopc, twopc.spi, twopc.sinks\n"
             "names = [twopc.serve_metrics.__name__, twopc.register_metrics.__name__,\n"
             "         twopc.spi.MetricsCollector.__name__]\n"
             "print(json.dumps({'names': names, 'prometheus': 'prometheus_client' in sys.modules,\n"

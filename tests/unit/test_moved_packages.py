@@ -21,6 +21,6 @@ def test_a_jobs_own_sinks_module_does_not_capture_twopcs_paths(tmp_path: Path) -
             "from twopc.spi import load_object\n"
             "cls = load_object('sinks.postgres._sink:PostgresSink')\n"
             "assert sinks.OWN and cls.__module__ == 'twopc.sinks.postgres._sink', cls\n"
-            "assert load_object('twopc.sinks:OWN') is True  # the job's own module, which twopc never had\n")
+            "assert load_object('sinks:OWN') is True  # the job's own module, which twopc never had\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
