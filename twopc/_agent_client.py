@@ -152,9 +152,11 @@ class DriverAgent:
         while (pid := self.running()) is None:
             self.start()
             if self._proc is not None and self._proc.poll() is not None:
-                if self._proc.returncode != _agent.ALREADY_RUNNING:
-                    return None
-                self._proc = None  # another process of the driver started it: it will note its pid
+                if self._proc.returncode >= 0 and self._proc.returncode != _agent.ALREADY_RUNNING:
+                    return None  # it failed to start (its log says why): starting it again fails too
+                # another process of the driver started it (it will note its pid), or it was
+                # killed, even as this process picked it up as the agent it had started
+                self._proc = None
             if time.monotonic() > deadline:
                 return None
             time.sleep(0.005)
@@ -173,9 +175,16 @@ class DriverAgent:
         return _NotStarted(0, None)
 
     def request(self, message: dict[str, Any], timeout: float) -> tuple[int, list[str]]:
-        """:meth:`send` *message* and return the agent's process id and its answer's words."""
-        pending = self.send(message, timeout)
-        return pending.pid, pending.answer()
+        """:meth:`send` *message* and return the agent's process id and its answer's words.
+
+        An agent that ended while it was asked (killed between the connection and its answer)
+        held nothing the question needs any more: a new agent is asked once more."""
+        for attempt in range(2):
+            pending = self.send(message, timeout)
+            words = pending.answer()
+            if words or attempt or not pending.pid or self.running() == pending.pid:
+                break
+        return pending.pid, words
 
 
 class _NotStarted(Pending):
