@@ -167,7 +167,7 @@ def test_write_jdbc_without_a_mode_behaves_like_sparks_default_errorifexists(spa
     with pytest.raises(Exception) as err:
         write_jdbc(_df(spark, 5, 10), url, table, properties=props)
     for words in (f"{table} already exists and the save mode is errorifexists", "nothing was written",
-                  'twopc.sinks.write_jdbc(..., mode="append")'):
+                  'twopc.write_jdbc(..., mode="append")'):
         assert words in str(err.value)
     assert _ids(pg_engine, table) == list(range(5)) and _leftovers(pg_engine, table) == (0, 0)
     write_jdbc(_df(spark, 5, 10), url, table, mode="ignore", properties=props)  # exists: writes nothing
