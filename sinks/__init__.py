@@ -22,10 +22,11 @@ Layout: a folder per backend (:mod:`twopc.sinks.sql` — what every SQL sink sha
 reader, the URL translator, the prepared-transaction base, the staging mode and the
 ``twopc-jdbc`` drop-in; :mod:`twopc.sinks.postgres`; :mod:`twopc.sinks.mysql`; :mod:`twopc.sinks.redis` and
 :mod:`twopc.sinks.redis_source`, which share ``twopc.sinks._redis``),
-and the file sink in ``sinks/_file.py``. Backends that need a database driver load when
-first used, so ``import twopc.sinks`` works with any subset of the extras installed
+and the file sink in ``sinks/_file.py``. The SQL and Redis sinks load when first used:
+``import twopc.sinks`` and :func:`register_all` import no database driver and no SQLAlchemy
+(a job's driver pays for none of them), and work with any subset of the extras installed
 (``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``, ``pyspark-twopc[redis]``); every
-built-in handle kind is registered either way, so any ledger can be read.
+built-in handle kind is found either way, so any ledger can be read.
 """
 
 from __future__ import annotations
@@ -42,8 +43,7 @@ import twopc as _twopc
 from ._composite import CompositeDataSource, OptionsCompositeSink, participant, sink_for_format
 from ._file import FileDataSource, FileHandle, FileSink
 from ._handles import MySqlXaHandle, PostgresHandle, RedisHandle
-from ._sources import PostgresDataSource, RedisDataSource, RedisStreamDataSource
-from .sql import JdbcDataSource, JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
+from ._sources import JdbcDataSource, PostgresDataSource, RedisDataSource, RedisStreamDataSource
 
 if TYPE_CHECKING:
     from typing import Any
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         ZAddOp,
         parse_mapping,
     )
+    from .sql import JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
 __all__ = [
     "DATA_SOURCES",
@@ -102,8 +103,10 @@ __all__ = [
     "write_jdbc",
 ]
 
-#: names that live in a backend needing a driver: imported on first use
+#: names that live in a backend needing a driver or SQLAlchemy: imported on first use (a job's
+#: driver that only registers the data sources loads none of them)
 _LAZY = {
+    **{name: "sql" for name in ("JdbcOptions", "JdbcSink", "StagingHandle", "StagingSink", "write_jdbc")},
     "PostgresSink": "postgres",
     "MySqlXaSink": "mysql",
     **{name: "redis" for name in ("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisSink",

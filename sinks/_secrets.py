@@ -14,8 +14,6 @@ import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
-from sqlalchemy.engine import URL
-
 from twopc import ConfigurationError
 from twopc.spi import redact
 
@@ -49,6 +47,8 @@ def after_password(kind: str) -> str:
 def secret_forms(values: Iterable[str | None]) -> list[str]:
     """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
     SQLAlchemy renders it), longest first, for :func:`twopc.spi.redact`."""
+    from sqlalchemy.engine import URL  # here: importing the file sink or the sources loads no SQLAlchemy
+
     forms: set[str] = set()
     for v in values:
         if not v:

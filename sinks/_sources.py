@@ -1,10 +1,14 @@
-"""The Spark data sources of the backends that need a database driver, defined without
-importing it: :func:`twopc.sinks.register_all` works whatever extras are installed, and writing
-to a format whose driver is missing fails at plan time with the extra to install."""
+"""The Spark data sources of the backends that need a database driver or SQLAlchemy, defined
+without importing their sinks: :func:`twopc.sinks.register_all` works whatever extras are
+installed, writing to a format whose driver is missing fails at plan time with the extra to
+install, and the driver of a job (and Spark's worker that looks data sources up) loads none of
+the sinks' code until a write needs it. Each sink class is imported when first read, in the
+Spark worker that plans or runs the write."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
@@ -15,28 +19,54 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.types import StructType
 
-__all__ = ["PostgresDataSource", "RedisDataSource", "RedisStreamDataSource"]
+__all__ = ["JdbcDataSource", "PostgresDataSource", "RedisDataSource", "RedisStreamDataSource"]
 
 
 class _SinkClass:
-    """A data source's ``sink_class``, imported from *module* when first read."""
+    """A data source's ``sink_class``, imported from *module* when first read.
 
-    def __init__(self, module: str, name: str) -> None:
+    Args:
+        module: the module that defines the sink class.
+        name: the class's name there.
+        session_options: the class's ``session_options``, stated here so that
+            :func:`twopc.register` reads them without importing the class (a test checks
+            that both say the same).
+    """
+
+    def __init__(self, module: str, name: str, session_options: tuple[str, ...] = ()) -> None:
         self.module = module
         self.name = name
+        self.session_options = session_options
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
         return getattr(importlib.import_module(self.module), self.name)
 
 
-class PostgresDataSource(TwoPhaseCommitDataSource):
+class _LazySinkDataSource(TwoPhaseCommitDataSource):
+    """A data source whose ``sink_class`` is a :class:`_SinkClass`."""
+
+    @classmethod
+    def session_option_names(cls) -> tuple[str, ...]:
+        lazy = inspect.getattr_static(cls, "sink_class")
+        assert isinstance(lazy, _SinkClass), f"{cls.__name__}.sink_class is not a _SinkClass"
+        return lazy.session_options
+
+
+class JdbcDataSource(_LazySinkDataSource):
+    """Spark data source ``twopc-jdbc`` (:class:`twopc.sinks.sql.JdbcSink`)."""
+
+    sink_class = _SinkClass("twopc.sinks.sql._jdbc", "JdbcSink", ("twopcSchema",))  # resolves to the class when read
+    format_name = "twopc-jdbc"
+
+
+class PostgresDataSource(_LazySinkDataSource):
     """Spark data source ``twopc-postgres`` (:class:`twopc.sinks.postgres.PostgresSink`)."""
 
-    sink_class = _SinkClass("twopc.sinks.postgres", "PostgresSink")  # resolves to the class when read
+    sink_class = _SinkClass("twopc.sinks.postgres", "PostgresSink", ("twopcSchema",))  # resolves when read
     format_name = "twopc-postgres"
 
 
-class RedisDataSource(TwoPhaseCommitDataSource):
+class RedisDataSource(_LazySinkDataSource):
     """Spark data source ``twopc-redis`` (:class:`twopc.sinks.redis.RedisSink`)."""
 
     sink_class = _SinkClass("twopc.sinks.redis", "RedisSink")  # resolves to the class when read

@@ -67,7 +67,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     for ds in data_sources:
         bound = bind_session_checkpoint(ds, root, notes if issubclass(ds, TwoPhaseCommitDataSource) else None)
         if issubclass(ds, TwoPhaseCommitDataSource):
-            bound = bind_session_options(bound, session_option_defaults(spark, ds.sink_class.session_options))
+            bound = bind_session_options(bound, session_option_defaults(spark, ds.session_option_names()))
         with source_environment(spark) if is_stream_source(ds) else contextlib.nullcontext():
             spark.dataSource.register(bound)
         if issubclass(bound, TwoPhaseCommitDataSource):

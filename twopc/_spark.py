@@ -373,6 +373,13 @@ class TwoPhaseCommitDataSource(DataSource):
     def name(cls) -> str:
         return cls.format_name or cls.sink_class.__name__.lower()
 
+    @classmethod
+    def session_option_names(cls) -> tuple[str, ...]:
+        """The writer options that take a session default (``spark.twopc.<option>``): the
+        sink class's :attr:`~TwoPhaseCommitSink.session_options`. A data source that imports
+        its sink class only when a write needs it says them without importing it."""
+        return tuple(cls.sink_class.session_options)
+
     def session_root(self) -> str | None:
         """The session's default checkpoint folder as this query's start found it
         (:func:`~twopc._checkpoint.session_root_at_start`)."""

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError, SinkError
 
+from .._arrow_const import const
 from ..sql.types._json_values import is_nested
 from ._columns import PgColumn, check_no_nul, is_binary, is_large, is_string, value_bytes
 
@@ -79,9 +80,10 @@ def binary_supported(arrow_type: pa.DataType, col: PgColumn) -> bool:
 _INT_TARGET = {"int2": (pa.int16(), "smallint"), "int4": (pa.int32(), "integer"), "int8": (pa.int64(), "bigint")}
 _FLOAT_TARGET = {"float4": pa.float32(), "float8": pa.float64()}
 _LB = pa.large_binary()
-_NULL_FIELD = pa.scalar(b"\xff\xff\xff\xff", _LB)
-_SEP = pa.scalar(b"", _LB)
-_JSONB_VERSION = pa.scalar(b"\x01", _LB)
+# scalars from their bytes, never from Python values: see twopc.sinks._arrow_const
+_NULL_FIELD = const(b"\xff\xff\xff\xff", _LB)
+_SEP = const(b"", _LB)
+_JSONB_VERSION = const(b"\x01", _LB)
 #: array typecode of each fixed width we byte-swap
 _SWAP_CODES: dict[tuple[str, int], str] = {}
 for _code in "hilqfd":
@@ -108,7 +110,7 @@ def _var_field(arr: pa.Array, jsonb: bool) -> pa.Array:
     values = arr.cast(_LB)
     lengths = pc.binary_length(values)
     if jsonb:
-        lengths = pc.add(lengths, 1)
+        lengths = pc.add(lengths, const(1, lengths.type))
     try:
         lengths = lengths.cast(pa.int32())
     except pa.ArrowInvalid:
@@ -155,7 +157,7 @@ def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, s
     if pa.types.is_date32(t):
         days = arr.cast(pa.int32())
         _check_range(name, days, _MIN_DATE + _PG_EPOCH_DAYS, _END_DATE, "date")
-        return pc.subtract(days, pa.scalar(_PG_EPOCH_DAYS, pa.int32())), "i"
+        return pc.subtract(days, const(_PG_EPOCH_DAYS, pa.int32())), "i"
     if pa.types.is_timestamp(t):
         if t.unit != "us":
             try:
@@ -165,7 +167,7 @@ def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, s
         us = arr.view(pa.int64())
         # compare before shifting so that values near the int64 bounds cannot wrap around
         _check_range(name, us, _MIN_TS + _PG_EPOCH_US, _END_TS, col.display_type)
-        return pc.subtract(us, pa.scalar(_PG_EPOCH_US, pa.int64())), "i"
+        return pc.subtract(us, const(_PG_EPOCH_US, pa.int64())), "i"
     raise ConfigurationError(f"column {name!r}: no binary COPY encoding of {t} for {col.display_type}")
 
 
@@ -209,14 +211,14 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
             return [_var_field(arr, jsonb=True)]  # the version byte only for non-null values
         lengths = pc.binary_length(arr)
         if jsonb:
-            lengths = pc.add(lengths, 1)
+            lengths = pc.add(lengths, const(1, lengths.type))
         if lengths.type != pa.int32():
             try:
                 lengths = lengths.cast(pa.int32())
             except pa.ArrowInvalid:
                 raise SinkError("a value is larger than 2 GiB, PostgreSQL's limit is 1 GiB per field") from None
         if arr.null_count:
-            lengths = lengths.fill_null(-1)
+            lengths = lengths.fill_null(const(-1, lengths.type))
         return [_Fixed(4, _big_endian_bytes(lengths, "i")), *([b"\x01"] if jsonb else []), arr]
     values, kind = _binary_values(name, arr, col)
     width = values.type.bit_width // 8
@@ -226,7 +228,7 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
     # with nulls, rows differ in width: the length (or -1) is a fixed part, the value a
     # variable one that is empty for null rows (null slots of the data are skipped)
     valid = arr.is_valid()
-    lengths = pc.if_else(valid, pa.scalar(width, pa.int32()), pa.scalar(-1, pa.int32()))
+    lengths = pc.if_else(valid, const(width, pa.int32()), const(-1, pa.int32()))
     value = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [valid.buffers()[1], pa.py_buffer(data)])
     return [_Fixed(4, _big_endian_bytes(lengths, "i")), value]
 

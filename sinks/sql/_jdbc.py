@@ -51,13 +51,13 @@ from twopc import (
     SinkError,
     TransactionContext,
     TransactionHandle,
-    TwoPhaseCommitDataSource,
     TwoPhaseCommitSink,
     register,
 )
 from twopc.spi import Headroom, ProtocolError, TargetLedger
 
 from .._secrets import credential_free
+from .._sources import JdbcDataSource
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import backend_for
@@ -326,12 +326,6 @@ class JdbcSink(TwoModeSink):
     def commit_mode(self) -> str:
         """The settled mode and why (after :meth:`validate`)."""
         return f"twopc-jdbc {self.mode or 'unsettled'} mode ({self.reason or 'settled at validate'})"
-
-class JdbcDataSource(TwoPhaseCommitDataSource):
-    """Spark data source ``twopc-jdbc``."""
-
-    sink_class = JdbcSink
-    format_name = "twopc-jdbc"
 
 
 def write_jdbc(df: DataFrame, url: str, table: str, mode: str | None = None,

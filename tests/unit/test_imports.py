@@ -72,16 +72,40 @@ def test_lazy_names_are_public() -> None:
 
 
 #: modules a write never needs, which every Spark Python worker of a write would otherwise
-#: import again (the planner, each task, the commit): the Prometheus client (serving metrics)
-#: and Parquet (the file sink's writer)
-NOT_ON_THE_WRITE_PATH = ("prometheus_client", "pyarrow.parquet")
+#: import again (the planner, each task, the commit): the Prometheus client (serving metrics),
+#: Parquet (the file sink's writer) and pandas (which pyarrow imports on the first scalar made
+#: from a Python value: see twopc.sinks._arrow_const)
+NOT_ON_THE_WRITE_PATH = ("prometheus_client", "pyarrow.parquet", "pandas")
 
 
-@pytest.mark.parametrize("module", ["twopc.sinks.sql._jdbc", "twopc.sinks._sources", "twopc.spi"])
+@pytest.mark.parametrize("module", ["twopc", "twopc.sinks", "twopc.sinks.sql._jdbc", "twopc.sinks.postgres",
+                                    "twopc.sinks._sources", "twopc.spi"])
 def test_the_write_path_does_not_import_what_only_other_uses_need(module: str) -> None:
     loaded = _fresh(f"import json, sys; import {module}; "
                     f"print(json.dumps(sorted(m for m in {list(NOT_ON_THE_WRITE_PATH)!r} if m in sys.modules)))")
     assert loaded == []
+
+
+#: what registering the data sources (a job's driver, Spark's worker that looks data sources up)
+#: never needs: the sinks' database drivers and SQLAlchemy load in the workers of a write
+NOT_IN_THE_DRIVER = ("sqlalchemy", "psycopg", "pymysql", "redis", "twopc.sinks.sql", "twopc.sinks.postgres")
+
+
+def test_registering_the_data_sources_loads_no_sink() -> None:
+    code = ("import json, sys\nfrom twopc import sinks\n"
+            "names = {ds.name(): list(ds.session_option_names()) for ds in sinks.DATA_SOURCES}\n"
+            f"print(json.dumps({{'names': names, 'loaded': sorted(m for m in {list(NOT_IN_THE_DRIVER)!r} "
+            "if m in sys.modules)}))")
+    assert _fresh(code) == {"loaded": [], "names": {
+        "twopc-jdbc": ["twopcSchema"], "twopc-postgres": ["twopcSchema"], "twopc-redis": [], "twopc-file": [],
+        "twopc-composite": []}}
+
+
+def test_a_data_source_states_the_session_options_of_its_sink() -> None:
+    from twopc import sinks
+
+    for ds in sinks.DATA_SOURCES:
+        assert ds.session_option_names() == tuple(ds.sink_class.session_options), ds.name()
 
 
 def test_metrics_and_parquet_still_load_on_first_use() -> None:
