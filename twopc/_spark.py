@@ -64,7 +64,7 @@ from ._observe import at_plan_time, observe_commit, observe_failure, read_headro
 from ._recovery import RecoveryCoordinator
 from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
 from ._session_options import with_session_defaults
-from ._sink import AnySink, CommitShape, purge_markers_best_effort
+from ._sink import AnySink, CommitShape, TwoPhaseCommitSink, purge_markers_best_effort
 from ._sink_id_claim import claim_sink_id
 from ._stores import Store
 from ._target import ALL_BATCHES, open_target_ledger, resolve_abandoned, settle_own
@@ -277,6 +277,12 @@ class _WriterCore:
             shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
 
 
+def _may_keep_ledger_in_target(sink: AnySink) -> bool:
+    """Whether *sink* has a ledger in its target (its class answers :meth:`TwoPhaseCommitSink.target_ledger`),
+    without asking it: the answer may need the sink's database code, which the plan loads later."""
+    return type(sink).target_ledger is not TwoPhaseCommitSink.target_ledger
+
+
 def _decides_itself(sink: AnySink) -> bool:
     """Whether *sink* commits this write's batches in one local transaction that decides by
     itself (:attr:`CommitShape.LOCAL_TRANSACTION`): then a batch write needs no durable ledger."""
@@ -419,22 +425,26 @@ class TwoPhaseCommitDataSource(DataSource):
         sink = self.build_sink(sink_options(options))
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
+        # A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit mode:
+        # a rerun may commit another way (the first run created the table, the rerun finds it) and
+        # must find what the first run committed in the same place.
+        named = bool(option(options, "sinkId") or option(options, "txnAppId"))
+        if self._plan_time and not checkpointed and not streaming and _may_keep_ledger_in_target(sink) \
+                and (named or (not overwrite and not _decides_itself(sink))):
+            # The lease of a ledger kept in the target is held by the driver's agent: it starts (a driver's
+            # first write) while the sink loads its database code and validates, not waited for here. (An
+            # overwrite commits in one local transaction in the sinks that take it: its lease, if any, starts
+            # the agent when asked.)
+            DriverAgent().start()
         sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
         configure_worker_logging()
         validated = False
         target = None
         ephemeral = None
         if not checkpointed and not streaming:
-            # A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit mode:
-            # a rerun may commit another way (the first run created the table, the rerun finds it) and
-            # must find what the first run committed in the same place.
-            named = bool(option(options, "sinkId") or option(options, "txnAppId"))
             if (named or not _decides_itself(sink)) and self._plan_time:
                 target = target_ledger_of(sink)
                 if target is not None:
-                    # the agent that will hold the lease starts (a driver's first write) while the target is
-                    # validated: not waited for here
-                    DriverAgent().start()
                     sink.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
                     validated = True
                     target = None if _decides_itself(sink) and not named else target

@@ -1,7 +1,7 @@
-"""Starting the driver agent: a plan starts it early (while it validates the target) and the
-lease request that follows in the same process waits for that agent instead of starting a
-second one, which would only find the first and exit (a wasted interpreter start on the
-driver's first write)."""
+"""Starting the driver agent: a plan starts it early (while the sink loads its database code
+and validates the target) and the lease request that follows in the same process waits for
+that agent instead of starting a second one, which would only find the first and exit (a
+wasted interpreter start on the driver's first write)."""
 
 from __future__ import annotations
 
