@@ -80,7 +80,11 @@ class ClientConfig:
     def _open(self) -> Pooled:
         kwargs: dict[str, Any] = {"socket_timeout": self.socket_timeout,
                                   "socket_connect_timeout": self.connect_timeout, "client_name": "twopc",
-                                  "socket_keepalive": True, "socket_keepalive_options": keepalive_socket_options()}
+                                  "socket_keepalive": True, "socket_keepalive_options": keepalive_socket_options(),
+                                  # given, so that a connection does not look redis-py's version up in the
+                                  # installed distributions: a scan of every sys.path entry, the zip files on a
+                                  # Spark worker's included, for each new connection
+                                  "lib_version": redis.__version__}
         if self.password is not None:
             kwargs["password"] = self.password
         try:

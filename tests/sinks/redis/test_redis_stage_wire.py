@@ -89,3 +89,23 @@ def test_a_killed_connection_is_re_sent_as_redis_pys_pipeline_does(redis_url, r)
         assert client.lrange(key, 0, -1) == [b"a", b"b"]
     finally:
         client.close()
+
+
+def test_a_new_connection_does_not_look_up_installed_distributions(redis_url, r, monkeypatch) -> None:
+    """redis-py finds its own version in the installed distributions for every connection
+    unless told it: on a Spark worker that scans the zip files on its path each time."""
+    import importlib.metadata
+
+    from twopc.sinks._redis.clients import ClientConfig
+
+    def refuse(name: str) -> str:
+        raise AssertionError(f"looked up the version of {name} in the installed distributions")
+
+    monkeypatch.setattr(importlib.metadata, "version", refuse)
+    pooled = ClientConfig(redis_url, None, 5.0, 5.0)._open()
+    try:
+        assert pooled.client.ping()
+        shown = pooled.client.client_info().get("lib-ver", redis.__version__)  # Redis >= 7.2 shows it
+        assert shown == redis.__version__
+    finally:
+        pooled.client.close()
