@@ -37,6 +37,9 @@ AGENTS = "twopc-agent"
 #: How long a request waits for a starting agent to listen (a bound: it starts in well under a second).
 START_SECONDS = 60.0
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths hold 108 bytes
+#: How long a request waits for an agent that ended without answering to be gone before it asks
+#: a new one (a bound: a killed process is gone within milliseconds on an idle machine).
+_GONE_SECONDS = 5.0
 #: The agents this process started, by driver key: a later request of the same driver in this
 #: process (its plan started the agent early, the lease asks it) waits for that one rather than
 #: starting a second agent that would find the first and exit.
@@ -82,6 +85,9 @@ class Pending:
     def __init__(self, pid: int, channel: TextIO | None) -> None:
         self.pid = pid
         self.channel = channel
+        #: the agent ended rather than answer: it refused the connection or closed it without
+        #: a word (a running agent answers every request, if only with an error)
+        self.ended = channel is None
 
     @classmethod
     def send(cls, pid: int, message: dict[str, Any], timeout: float) -> Pending:
@@ -106,9 +112,11 @@ class Pending:
             return []
         try:
             with self.channel:
-                return self.channel.readline().split()
+                line = self.channel.readline()
         except OSError:
-            return []
+            return []  # no answer in time: the agent may still be at work
+        self.ended = not line
+        return line.split()
 
 
 class DriverAgent:
@@ -178,12 +186,17 @@ class DriverAgent:
         """:meth:`send` *message* and return the agent's process id and its answer's words.
 
         An agent that ended while it was asked (killed between the connection and its answer)
-        held nothing the question needs any more: a new agent is asked once more."""
+        held nothing the question needs any more: a new agent is asked once more, once the
+        ended one is gone (a killed process still looks alive for a moment after its
+        connections close)."""
         for attempt in range(2):
             pending = self.send(message, timeout)
             words = pending.answer()
-            if words or attempt or not pending.pid or self.running() == pending.pid:
+            if words or attempt or not pending.pid or not pending.ended:
                 break
+            deadline = time.monotonic() + _GONE_SECONDS
+            while self.running() == pending.pid and time.monotonic() < deadline:
+                time.sleep(0.01)
         return pending.pid, words
 
 

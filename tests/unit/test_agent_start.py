@@ -6,6 +6,7 @@ wasted interpreter start on the driver's first write)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -86,5 +87,45 @@ def test_an_agent_starting_while_another_agents_sweep_holds_its_lock_still_start
         finally:
             os.close(probe)
     finally:
+        driver.kill()
+        driver.wait()
+
+
+#: An agent that takes one request and closes the connection without a word, then still runs a
+#: moment before it exits: what a killed agent looks like to a client between its connections
+#: closing and its process ending.
+_DYING_AGENT = """
+import os, socket, sys, time
+folder, key = sys.argv[1], sys.argv[2]
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(f"{folder}/{os.getpid()}.sock")
+server.listen()
+ticks = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19]
+with open(f"{folder}/{key}.pid.tmp", "w") as f:
+    f.write(f"{os.getpid()} {ticks}")
+os.replace(f"{folder}/{key}.pid.tmp", f"{folder}/{key}.pid")
+print("listening", flush=True)
+conn, _ = server.accept()
+conn.makefile().readline()
+conn.close()
+time.sleep(1.0)
+"""
+
+
+def test_a_request_to_an_agent_that_ends_without_answering_is_asked_of_a_new_agent() -> None:
+    driver = subprocess.Popen(["sleep", "600"])  # stands for the driver's JVM
+    agent = DriverAgent(identity_of(driver.pid))
+    dying = subprocess.Popen([sys.executable, "-c", _DYING_AGENT, str(agent.folder), agent.key],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert dying.stdout is not None and dying.stdout.readline().strip() == "listening"
+        assert agent.running() == dying.pid
+        pid, words = agent.request({"op": "no such request"}, 30.0)
+        assert words == ["error", "UnknownRequest"]  # a real agent's answer, once the dying one was gone
+        assert pid not in (0, dying.pid)
+        assert dying.wait(timeout=60) == 0
+    finally:
+        dying.kill()
+        dying.wait()
         driver.kill()
         driver.wait()
