@@ -3,9 +3,10 @@
 Every conversion from Python values in pyarrow (``pa.scalar(1)``, ``pa.array([...])``, a
 plain ``1`` passed to a compute function) asks pyarrow's pandas shim whether the value is a
 pandas object, and that first question imports pandas: about 0.4 s of CPU in a fresh Spark
-Python worker, which imports nothing of pandas on its own. A scalar built from a buffer
-(:func:`const`) asks nothing, so a task that encodes its rows with these and with compute
-kernels over arrays never imports pandas.
+Python worker. The workers that plan and commit a write import no pandas otherwise (a write
+task's worker does at its end, for Spark's own commit message). A scalar built from a buffer
+(:func:`const`) asks nothing, so code that makes its scalars with it and computes over arrays
+never imports pandas.
 """
 
 from __future__ import annotations

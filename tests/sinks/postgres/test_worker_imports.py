@@ -1,6 +1,7 @@
-"""What a PostgreSQL task costs a fresh Spark Python worker in imports: a task that loads
-rows of the common column types (with nulls) and prepares them never imports pandas, which
-a Spark worker does not import on its own (about 0.4 s of CPU in each worker of a write).
+"""What the PostgreSQL sink costs a fresh Spark Python worker in imports: loading it, and a
+task that loads rows of the common column types (with nulls) and prepares them, never import
+pandas (about 0.4 s of CPU in a worker; the workers that plan and commit a write import none
+otherwise).
 
 The rows reach the task as a Spark worker gets them, through Arrow IPC: a batch built from
 Python lists would import pandas in the test itself."""
