@@ -85,8 +85,8 @@ class Pending:
     def __init__(self, pid: int, channel: TextIO | None) -> None:
         self.pid = pid
         self.channel = channel
-        #: the agent ended rather than answer: it refused the connection or closed it without
-        #: a word (a running agent answers every request, if only with an error)
+        #: the agent ended rather than answer: it refused the connection, reset it, or closed it
+        #: without a word (a running agent answers every request, if only with an error)
         self.ended = channel is None
 
     @classmethod
@@ -113,8 +113,11 @@ class Pending:
         try:
             with self.channel:
                 line = self.channel.readline()
-        except OSError:
+        except TimeoutError:
             return []  # no answer in time: the agent may still be at work
+        except OSError:  # the connection was reset: the agent ended with the request unread
+            self.ended = True
+            return []
         self.ended = not line
         return line.split()
 

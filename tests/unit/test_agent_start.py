@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from twopc._driver_identity import identity_of
 from twopc.spi import DriverAgent
 
@@ -91,12 +93,13 @@ def test_an_agent_starting_while_another_agents_sweep_holds_its_lock_still_start
         driver.wait()
 
 
-#: An agent that takes one request and closes the connection without a word, then still runs a
-#: moment before it exits: what a killed agent looks like to a client between its connections
-#: closing and its process ending.
+#: An agent that takes one request and closes the connection without a word (having read the
+#: request, or not: the client then sees the connection reset), then still runs a moment before
+#: it exits: what a killed agent looks like to a client between its connections closing and its
+#: process ending.
 _DYING_AGENT = """
 import os, socket, sys, time
-folder, key = sys.argv[1], sys.argv[2]
+folder, key, read = sys.argv[1], sys.argv[2], sys.argv[3] == "read"
 server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 server.bind(f"{folder}/{os.getpid()}.sock")
 server.listen()
@@ -106,16 +109,20 @@ with open(f"{folder}/{key}.pid.tmp", "w") as f:
 os.replace(f"{folder}/{key}.pid.tmp", f"{folder}/{key}.pid")
 print("listening", flush=True)
 conn, _ = server.accept()
-conn.makefile().readline()
+if read:
+    conn.makefile().readline()
+else:
+    time.sleep(0.3)  # the request arrives and stays unread: closing resets the connection
 conn.close()
 time.sleep(1.0)
 """
 
 
-def test_a_request_to_an_agent_that_ends_without_answering_is_asked_of_a_new_agent() -> None:
+@pytest.mark.parametrize("request_read", ["read", "unread"])
+def test_a_request_to_an_agent_that_ends_without_answering_is_asked_of_a_new_agent(request_read: str) -> None:
     driver = subprocess.Popen(["sleep", "600"])  # stands for the driver's JVM
     agent = DriverAgent(identity_of(driver.pid))
-    dying = subprocess.Popen([sys.executable, "-c", _DYING_AGENT, str(agent.folder), agent.key],
+    dying = subprocess.Popen([sys.executable, "-c", _DYING_AGENT, str(agent.folder), agent.key, request_read],
                              stdout=subprocess.PIPE, text=True)
     try:
         assert dying.stdout is not None and dying.stdout.readline().strip() == "listening"
