@@ -109,7 +109,8 @@ def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int
 
 
 def _set_multi_statements(dbapi: Any, on: bool) -> None:
-    """``COM_SET_OPTION``: multi-statements on or off for this session (PyMySQL has no
-    public call for it; the server answers with one EOF or error packet)."""
+    """``COM_SET_OPTION``: multi-statements on or off for this session, sent through PyMySQL's
+    private command calls, the only ones that send it (the server answers with one EOF or
+    error packet)."""
     dbapi._execute_command(COMMAND.COM_SET_OPTION, struct.pack("<H", _MULTI_ON if on else _MULTI_OFF))
     dbapi._read_packet()
