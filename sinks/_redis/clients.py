@@ -30,6 +30,16 @@ from .._secrets import after_password, secret_forms
 __all__ = ["ClientConfig", "Pooled", "dispose_clients", "split_url"]
 
 
+def _version_given() -> dict[str, Any]:
+    """redis-py's version, given to each client so that a new connection does not look it up in
+    the installed distributions (a scan of every sys.path entry, the zip files on a Spark
+    worker's included): as ``driver_info`` where redis-py has ``DriverInfo``, else as ``lib_version``."""
+    driver_info = getattr(redis, "DriverInfo", None)
+    if driver_info is not None:
+        return {"driver_info": driver_info(lib_version=redis.__version__)}
+    return {"lib_version": redis.__version__}
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """Where and how to connect: *url* holds no password (see :func:`split_url`)."""
@@ -81,10 +91,7 @@ class ClientConfig:
         kwargs: dict[str, Any] = {"socket_timeout": self.socket_timeout,
                                   "socket_connect_timeout": self.connect_timeout, "client_name": "twopc",
                                   "socket_keepalive": True, "socket_keepalive_options": keepalive_socket_options(),
-                                  # given, so that a connection does not look redis-py's version up in the
-                                  # installed distributions: a scan of every sys.path entry, the zip files on a
-                                  # Spark worker's included, for each new connection
-                                  "lib_version": redis.__version__}
+                                  **_version_given()}
         if self.password is not None:
             kwargs["password"] = self.password
         try:
