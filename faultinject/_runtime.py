@@ -178,12 +178,33 @@ def fault_point(name: str, *, batch_id: int | None = None, **context: object) ->
         armed.hit(name, batch_id, context)
 
 
-def _announce(line: str) -> None:
+def _announce(line: str, crashing: Run | None = None) -> None:
+    """Write *line* to this process's stderr, after what it has buffered.
+
+    *crashing*: the run a ``crash`` is about to kill. A Python worker's stderr is a pipe that
+    Spark's JVM copies to its own, and the crash kills the JVM too, maybe before it copied the
+    line. So the line also goes straight to the stderr of the run's first root (the job's
+    driver) where that is another file; where the JVM was quick, the job prints it twice.
+    """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
+    data = (line + "\n").encode()
     with contextlib.suppress(OSError):
-        os.write(2, (line + "\n").encode())
+        os.write(2, data)
+    roots = crashing.local_roots() if crashing is not None else []
+    if not roots or roots[0] == os.getpid():
+        return
+    where = f"/proc/{roots[0]}/fd/2"
+    with contextlib.suppress(OSError):
+        own, theirs = os.fstat(2), os.stat(where)
+        if (own.st_dev, own.st_ino) != (theirs.st_dev, theirs.st_ino):
+            # O_APPEND: a log file is never written over; O_NONBLOCK: a full pipe never blocks
+            fd = os.open(where, os.O_WRONLY | os.O_APPEND | os.O_NOCTTY | os.O_NONBLOCK)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
 
 
 def _crash_pgid() -> int | None:
@@ -199,7 +220,7 @@ def _fire(
     rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
     armed: _Armed,
 ) -> None:
-    _announce(line)
+    _announce(line, armed.run if rule.action == "crash" else None)
     if rule.action in REMOTE_ACTIONS:
         from ._control import request_remote_fault
 

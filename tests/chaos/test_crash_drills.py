@@ -111,6 +111,32 @@ def test_a_crash_in_the_driver_kills_it_and_its_children_not_the_group_it_runs_i
     assert _run_folders(tmp_path / "tmp") == []  # the crash ended the run: its folder is gone
 
 
+# A driver, a forwarder that pipes its worker's stderr to itself (as Spark's JVM does) and has not
+# copied anything yet when the worker's crash kills it, and the worker the point fires in.
+_FORWARDED = textwrap.dedent(
+    """
+    import subprocess, sys
+    from twopc import faultinject
+    faultinject.export_run()
+    worker = "from twopc import faultinject; faultinject.fault_point('p', batch_id=3)"
+    forwarder = ("import subprocess, sys, time; "
+                 f"subprocess.Popen([sys.executable, '-c', {worker!r}], stderr=subprocess.PIPE); "
+                 "time.sleep(600)")
+    subprocess.run([sys.executable, "-c", forwarder])
+    print("survived", flush=True)
+    """
+)
+
+
+def test_a_crash_in_a_worker_whose_stderr_is_piped_tells_the_driver_s_stderr(tmp_path: Path) -> None:
+    (tmp_path / "tmp").mkdir()
+    env = child_env(TWOPC_FAULTS="p:crash", TMPDIR=str(tmp_path / "tmp"))
+    run = _Make([sys.executable, "-c", _FORWARDED], env, tmp_path, timeout=60)
+    run.assert_crashed("faultinject: firing p (crash) batch=3")
+    assert run.err.count("faultinject: firing p (crash)") == 1  # the forwarder copied nothing
+    assert "survived" not in run.out
+
+
 # --- times: per run of an inline spec ----------------------------------------------------------
 
 _TWICE = textwrap.dedent(
