@@ -8,7 +8,7 @@ and exits; it is timed from the process's start to its exit. The writers, altern
 - the no-op Python data source (:mod:`twopc.recovery.demos._noop_sink`: Arrow writers that consume
   their rows and do nothing): Spark's floor for any Python sink;
 - Spark's own JDBC writer (Debian's ``libpostgresql-jdbc-java``, ``make jdbc-driver``);
-- the ``twopc-jdbc`` drop-in: ``import sinks; sinks.register_all(spark)`` and
+- the ``twopc-jdbc`` drop-in: ``twopc.register_all(spark)`` and
   ``.format("twopc-jdbc")`` with the same options (an append to an existing table on a server
   that can prepare: prepared mode, its decision kept in the database).
 
