@@ -30,8 +30,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from twopc import (
     CommitOutcome,
     TransactionContext,
@@ -54,6 +52,7 @@ from ._options import OptionReader
 from ._secrets import credential_free
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
 __all__ = ["FileDataSource", "FileHandle", "FileSink"]
@@ -210,6 +209,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
 
     def _flush_rows(self, txn: _OpenFile) -> None:
         if txn.pending_rows:
+            import pyarrow as pa
+
             rows, txn.pending_rows = txn.pending_rows, []
             self.invoke_batch(txn, pa.RecordBatch.from_pylist(rows))
 
@@ -217,6 +218,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
         """Close and fsync the staging file, then rename it into ``prepared/``."""
         self._flush_rows(txn)
         if txn.writer is None:  # no rows: an empty file keeps the protocol uniform
+            import pyarrow as pa
+
             txn.writer = _parquet_writer(txn.staging, pa.schema([]))
         txn.writer.close()
         with open(txn.staging, "rb+") as f:
@@ -309,8 +312,9 @@ class FileDataSource(TwoPhaseCommitDataSource):
 
 
 def _parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
-    """A Parquet writer, Parquet imported here: ``import sinks`` (every Spark Python worker of
-    any twopc write) does not load it for the sinks that never write a file."""
+    """A Parquet writer, Parquet imported here: ``import twopc.sinks`` (a job's driver, every Spark
+    Python worker of any twopc write) loads neither pyarrow nor Parquet; the writing tasks of this
+    sink load both when they first need them."""
     import pyarrow.parquet as pq
 
     return pq.ParquetWriter(path, schema)

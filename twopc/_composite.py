@@ -37,9 +37,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from twopc import faultinject
 
@@ -54,12 +52,15 @@ from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
 from ._sink_id_record import OwnerRecord
 from ._xid import Xid
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 __all__ = ["CompositeHandle", "CompositeSink", "Participant", "participant_sink_id"]
 
 log = logging.getLogger("twopc.composite")
 
 AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
-Transform: TypeAlias = Callable[[pa.RecordBatch], pa.RecordBatch]
+Transform: TypeAlias = "Callable[[pa.RecordBatch], pa.RecordBatch]"
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 _MAX_NAME = 16
@@ -160,6 +161,8 @@ class Participant:
             ConfigurationError: a column it keeps is not in *batch*, or the transform
                 does not return a record batch.
         """
+        import pyarrow as pa  # here: ``import twopc`` (a job's driver) does not load pyarrow
+
         if self._renames:
             missing = [src for src, _ in self._renames if src not in batch.schema.names]
             if missing:
@@ -191,6 +194,8 @@ class Participant:
         Raises:
             ConfigurationError: see :meth:`project`.
         """
+        import pyarrow as pa
+
         return self.project(pa.RecordBatch.from_pylist([], schema=schema)).schema
 
 
@@ -327,6 +332,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
     def invoke(self, txn: _CompositeTxn, value: dict[str, Any]) -> None:
         """Add one row (a dict) to every participant, projected."""
+        import pyarrow as pa
+
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _CompositeTxn, batch: pa.RecordBatch) -> None:

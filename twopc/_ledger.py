@@ -31,9 +31,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any
 
 from ._driver_identity import DriverIdentity
 from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError, TargetMismatchError
@@ -41,6 +39,9 @@ from ._fencing_epochs import Ownership
 from ._handle import TransactionHandle, decode_handle, encode_handle
 from ._stores import ReadOnlyStore, Store, open_store
 from ._target_record import TargetRecord, mismatch_message, same_target, shown
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 __all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_in", "forget_task",
            "ledger_exists", "ledger_store", "record_task", "spark_checkpoint_started", "tasks_in"]

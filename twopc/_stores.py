@@ -30,13 +30,14 @@ import os
 import re
 import threading
 import uuid
-from typing import Any, Protocol
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigurationError, LedgerError
 from ._extras import require
 from ._folders import file_in_the_way, make_folder
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 __all__ = ["LocalStore", "ReadOnlyStore", "S3Store", "Store", "open_store"]
 
@@ -104,6 +105,8 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
 
 def _open(location: str, filesystem: pafs.FileSystem | None, read_only: bool) -> Store:
     if filesystem is not None:
+        import pyarrow.fs as pafs  # here, as below: a checkpoint in a local folder never loads pyarrow
+
         if not isinstance(filesystem, pafs.LocalFileSystem):
             raise ConfigurationError(
                 f"the ledger cannot use a {type(filesystem).__name__}: pyarrow filesystems other than the local "
@@ -114,6 +117,8 @@ def _open(location: str, filesystem: pafs.FileSystem | None, read_only: bool) ->
         return LocalStore(location)
     scheme = m.group(1).lower()
     if scheme == "file":
+        import pyarrow.fs as pafs
+
         try:
             _fs, path = pafs.FileSystem.from_uri(location)
         except (ValueError, TypeError, OSError) as exc:

@@ -113,6 +113,33 @@ def test_python_m_recovery_status_is_the_same_command(tmp_path: Path) -> None:
     assert out.returncode == 1 and "in-doubt" in out.stdout, out.stdout + out.stderr
 
 
+_STATUS_IMPORTS = """
+import contextlib, io, json, sys
+from twopc.recovery._cli import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(sys.argv[1:])
+print(json.dumps({"code": code, "table": out.getvalue(), "pyarrow": "pyarrow" in sys.modules}))
+"""
+
+
+def test_status_of_a_checkpoint_in_a_local_folder_does_not_load_pyarrow(tmp_path: Path) -> None:
+    """Nothing of a local checkpoint needs pyarrow (about 0.15 s of an operator's command)."""
+    import subprocess
+    import sys
+
+    sink = FileSink(str(tmp_path / "out"))
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    ledger.bind_sink_id(None, default="job1")
+    CommitCoordinator(sink, ledger, "job1").commit_batch(0, [run_task(sink, "job1", 0, 0, 0, [1])])
+    out = subprocess.run([sys.executable, "-c", _STATUS_IMPORTS, "status", str(tmp_path / "ck"), "--format",
+                          "twopc-file", "--option", f"path={tmp_path / 'out'}"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["code"] == 0 and "last committed batch: 0" in report["table"], report["table"]
+    assert report["pyarrow"] is False
+
+
 def _tree(root: Path) -> dict[str, bytes | None]:
     """Every folder (None) and file (its bytes) under *root*, by relative path."""
     return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
