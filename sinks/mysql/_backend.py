@@ -3,10 +3,7 @@ the dialect registry (:mod:`twopc.sinks.sql._registry`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import pyarrow as pa
-from sqlalchemy.engine import Connection
+from typing import TYPE_CHECKING, Any
 
 from .._options import Duration
 from ..sql._names import TableName
@@ -18,6 +15,10 @@ from ._errors import value_error
 from ._sink import MySqlXaSink
 from ._spec import MYSQL, lock_seconds
 from ._values import check_array, normalize_array
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
 __all__ = ["MYSQL_BACKEND"]
 

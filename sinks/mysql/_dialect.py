@@ -17,7 +17,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pymysql
 from sqlalchemy.exc import DBAPIError
 
@@ -42,6 +41,7 @@ from ._values import MyColumn, check_array, check_value, normalize_array
 from ._xa_commit import commit_many
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pymysql.connections import Connection as PyMySQLConnection
 
 __all__ = ["MySqlDialect"]

@@ -4,7 +4,7 @@ the dialect registry (:mod:`twopc.sinks.sql._registry`)."""
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
@@ -15,11 +15,13 @@ from ..sql._registry import SqlBackend
 from ..sql.options._jdbc_options import JdbcOptions
 from ..sql.options._net_timeouts import NetTimeouts
 from . import _server as server
-from ._copy import CopyStream
 from ._deadline import deadline_cursor
 from ._errors import value_error
 from ._sink import PostgresSink
 from ._spec import POSTGRES
+
+if TYPE_CHECKING:
+    from ._copy import CopyStream
 
 __all__ = ["POSTGRES_BACKEND"]
 
@@ -69,6 +71,8 @@ def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
 def staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
     """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
     table's trigger marks with *txn_id* (``twopc.txn_id``)."""
+    from ._copy import CopyStream  # here: the encoders load pyarrow, which committing never needs
+
     conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
     return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
 

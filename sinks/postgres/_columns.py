@@ -4,8 +4,6 @@ before encoding, and the refusal of text with NUL bytes (PostgreSQL cannot store
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -13,38 +11,13 @@ from twopc import ConfigurationError, SinkError
 
 from ..sql.types._json_values import is_nested, json_texts
 from ..sql.types._type_rules import Family, fits
+from ._pg_column import PgColumn
 
 __all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
            "normalize_array", "value_bytes"]
 
 _INT_PG = frozenset({"int2", "int4", "int8"})
 _FLOAT_PG = frozenset({"float4", "float8"})
-
-
-@dataclass(frozen=True)
-class PgColumn:
-    """A column of the target table, as the catalog describes it.
-
-    Attributes:
-        name: exact column name.
-        base_type: ``pg_type.typname`` of the column's type, domains resolved to their
-            base type (``int4``, ``text``, ``timestamptz``...).
-        display_type: the type as ``format_type`` prints it (``character varying(20)``).
-        kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
-        category: ``pg_type.typcategory`` (``A`` for arrays).
-        not_null: the column is ``NOT NULL``.
-        has_default: the column has a default, is an identity or generated column.
-        generated: the column is ``GENERATED ALWAYS AS (...) STORED`` (cannot be written).
-    """
-
-    name: str
-    base_type: str
-    display_type: str
-    kind: str = "b"
-    category: str = ""
-    not_null: bool = False
-    has_default: bool = False
-    generated: bool = False
 
 
 def is_string(t: pa.DataType) -> bool:

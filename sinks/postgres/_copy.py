@@ -20,10 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 
 from twopc import ConfigurationError, SinkError
@@ -33,7 +32,10 @@ from ..sql.types._column_match import match_columns
 from ._binary import BINARY_HEADER, BINARY_TRAILER, binary_supported, encode_binary
 from ._columns import PgColumn, assign, compatible, normalize_array
 from ._csv import encode_csv
-from ._server import table_columns, table_oid
+from ._server import identifier, table_columns, table_oid
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["CopyPlan", "CopyStream", "identifier", "plan_copy"]
 
@@ -63,11 +65,6 @@ def plan_copy(schema: pa.Schema, columns: Sequence[PgColumn],
     if copy_format == "binary" and bad:
         raise ConfigurationError(f"copyFormat=binary cannot encode columns {bad}: use auto or csv")
     return CopyPlan(tuple(columns), copy_format == "binary" or (copy_format == "auto" and not bad))
-
-
-def identifier(table: TableName) -> sql.Identifier:
-    """*table* as a psycopg identifier (each part quoted)."""
-    return sql.Identifier(table.schema, table.name) if table.schema else sql.Identifier(table.name)
 
 
 class CopyStream:

@@ -25,10 +25,9 @@ import json
 import logging
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa
 from psycopg import sql
 
 from twopc import SinkError, TransactionContext
@@ -39,6 +38,9 @@ from ..sql.types._json_values import jsonable
 from ._columns import PgColumn
 from ._copy import CopyPlan, CopyStream, identifier
 from ._errors import diag
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["DEAD_LETTER_COLUMNS", "CheckedCopy", "dead_letter_ddl", "is_refused_row", "wrong_dead_letter_types"]
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import pyarrow as pa
 from psycopg import errors as pgerr
 from psycopg import sql
 
@@ -22,13 +21,19 @@ from twopc.spi import Headroom, TargetConfigurationError
 from ..sql._names import TableName, parse_table_name
 from ..sql.connect._sql_dialect import SqlTxn, TxnControl
 from ..sql.connect._sql_target import SqlTarget
-from ..sql.types._json_values import json_text
-from ..sql.types._type_rules import Family
 from . import _commit_pipeline as pipeline
 from . import _server as server
-from ._columns import PgColumn, family
-from ._copy import CopyPlan, identifier, plan_copy
-from ._dead_letter import DEAD_LETTER_COLUMNS, CheckedCopy, dead_letter_ddl, wrong_dead_letter_types
+from ._pg_column import PgColumn
+from ._server import identifier
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ._copy import CopyPlan
+
+# The COPY encoders, the type rules and the dead-letter table work on Arrow: they are imported
+# in the methods that load rows or check those tables, so that Spark's worker that only commits
+# a write (COMMIT PREPARED) never imports pyarrow.
 
 __all__ = ["PostgresDialect"]
 
@@ -114,6 +119,8 @@ class PostgresDialect:
         table = self._dead_letter()
         if table is None:
             return
+        from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
+
         oid = server.table_oid(pg, table)
         if oid is None:
             try:
@@ -154,11 +161,17 @@ class PostgresDialect:
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given
         txn.columns = self.target_columns(pg, validating=False)
+        from ._dead_letter import CheckedCopy
+
         txn.loader = CheckedCopy(pg, t.target, txn.context, dead_letter=self._dead_letter(),
                                  fail=t.map_error, redact=t.redact)
 
     def load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
                   rows: list[dict[str, Any]]) -> None:
+        from ..sql.types._json_values import json_text
+        from ..sql.types._type_rules import Family
+        from ._columns import family
+
         for k in keys:
             for i, r in enumerate(rows):
                 v = r[k]
@@ -171,6 +184,8 @@ class PostgresDialect:
                                       else r[k] for k in keys] for r in rows])
 
     def plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
+        from ._copy import plan_copy
+
         return plan_copy(schema, cols, self.target.options.copy_format)
 
     def load_batch(self, txn: SqlTxn[PgColumn], batch: pa.RecordBatch, plan: CopyPlan) -> None:

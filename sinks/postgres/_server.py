@@ -7,12 +7,19 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from .._options import Duration
 from ..sql._names import TableName
-from ._columns import PgColumn
+from ._pg_column import PgColumn
 
-__all__ = ["regclass_text", "rollback_problem", "session_settings", "similar_tables", "table_columns", "table_oid"]
+__all__ = ["identifier", "regclass_text", "rollback_problem", "session_settings", "similar_tables", "table_columns",
+           "table_oid"]
+
+
+def identifier(table: TableName) -> sql.Identifier:
+    """*table* as a psycopg identifier (each part quoted)."""
+    return sql.Identifier(table.schema, table.name) if table.schema else sql.Identifier(table.name)
 
 
 def regclass_text(table: TableName) -> str:

@@ -45,10 +45,10 @@ from .._handles import PostgresHandle
 from ..sql._names import TableName
 from ..sql.connect._sql_dialect import SqlTxn
 from ..sql.prepared._sink import PreparedSqlSink
-from ._columns import PgColumn
-from ._copy import identifier
 from ._dialect import PostgresDialect
 from ._errors import no_free_slot
+from ._pg_column import PgColumn
+from ._server import identifier
 from ._slots import Claim, claim_slot, wait_for_driver_slot
 from ._spec import POSTGRES
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import psycopg
 
 from .._options import Duration
 from ..sql._registry import DialectSpec
-from ._columns import compatible
 from ._errors import connect_failure, error_code, error_text, is_connection_error, is_missing_table, map_error
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ._pg_column import PgColumn
 
 __all__ = ["POSTGRES"]
 
@@ -15,6 +21,15 @@ __all__ = ["POSTGRES"]
 def quote(name: str) -> str:
     """*name* as a PostgreSQL identifier, ``%`` doubled for a statement with parameters."""
     return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
+
+
+def compatible(t: pa.DataType, col: PgColumn) -> bool:
+    """Whether a DataFrame column of type *t* can be written to *col*
+    (:func:`twopc.sinks.postgres._columns.compatible`, imported here: it needs pyarrow, which a
+    worker that only commits never loads)."""
+    from ._columns import compatible as arrow_compatible
+
+    return arrow_compatible(t, col)
 
 
 def lock_timeout_text(timeout: Duration) -> str:

@@ -23,7 +23,10 @@ dialect registry (:mod:`twopc.sinks.sql._registry`), which imports :mod:`twopc.s
 time that database is used.
 """
 
-from .._handles import PreparedSqlHandle
+from typing import TYPE_CHECKING
+from typing import Any as _Any
+
+from .._handles import PreparedSqlHandle, StagingHandle
 from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
 from ._names import TableName, parse_table_name
 from ._transactional import require_transactional
@@ -31,7 +34,9 @@ from .connect._engines import dispose_engines
 from .options._jdbc_options import JdbcOptions
 from .options._jdbc_url import SqlUrl, translate_url
 from .prepared._sink import PreparedSqlSink
-from .staging._sink import StagingHandle, StagingSink
+
+if TYPE_CHECKING:
+    from .staging._sink import StagingSink
 
 __all__ = [
     "JdbcDataSource",
@@ -49,3 +54,18 @@ __all__ = [
     "translate_url",
     "write_jdbc",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    # the staging mode loads when first used: a worker that only commits a prepared write
+    # (Spark's commit worker) never imports it, nor pyarrow through it
+    if name == "StagingSink":
+        from .staging._sink import StagingSink
+
+        globals()[name] = StagingSink
+        return StagingSink
+    raise AttributeError(f"module 'twopc.sinks.sql' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"StagingSink"})

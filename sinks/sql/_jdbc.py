@@ -41,7 +41,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -56,6 +55,7 @@ from twopc import (
 )
 from twopc.spi import Headroom, ProtocolError, TargetLedger
 
+from .._handles import StagingHandle
 from .._secrets import credential_free
 from .._sources import JdbcDataSource
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
@@ -64,9 +64,9 @@ from ._registry import backend_for
 from .connect._engines import engine_for
 from .connect._server_instance import server_instance
 from .options._jdbc_options import JdbcOptions
-from .staging._sink import StagingHandle
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 __all__ = ["JdbcDataSource", "JdbcSink", "write_jdbc"]
@@ -175,6 +175,7 @@ class JdbcSink(TwoModeSink):
         if self._staging is not None:
             self._staging.configure_write(schema, overwrite=self._overwrite, streaming=streaming,
                                           checkpointed=checkpointed)
+            self._staging_has_schema = True
 
     def commit_shape(self, handles: Sequence[TransactionHandle] = ()) -> CommitShape:
         """Staging handles commit in one local transaction; prepared ones (and a batch that

@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from twopc import (
     CommitOutcome,
@@ -38,12 +36,16 @@ from twopc import (
 )
 from twopc.spi import PreparedDetail, ProtocolError
 
-from .._handles import PreparedSqlHandle
+from .._handles import PreparedSqlHandle, StagingHandle
 from ._registry import backend_for
 from .connect._sql_dialect import SqlTxn
 from .options._jdbc_options import JdbcOptions
 from .prepared._sink import PreparedSqlSink
-from .staging._sink import StagingHandle, StagingSink
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .staging._sink import StagingSink
 
 __all__ = ["PREPARED", "STAGING", "SlotClaimingSink", "TwoModeSink"]
 
@@ -80,15 +82,31 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self.mode: str | None = STAGING if options.commit_mode == STAGING else None
         #: prepared mode: tasks that find no prepared-transaction slot stage (settled by validate)
         self.may_stage = False
-        self.schema: pa.Schema | None = None
+        self._schema: pa.Schema | None = None
+        self._schema_ipc: bytes | None = None  # the schema as pickled (see __getstate__)
         self._overwrite = False
         self._streaming = False
         self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
+        self._staging_has_schema = False
         #: driver, this process: the staged attempts each moving transaction took over, and
         #: the staged attempts whose rows are deleted since it committed
         self._moves: dict[str, tuple[StagingHandle, ...]] = {}
         self._cleared: set[str] = set()
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The written DataFrame's Arrow schema, once :meth:`configure_write` or
+        :meth:`validate` gave it."""
+        if self._schema is None and self._schema_ipc is not None:
+            import pyarrow as pa
+
+            self._schema = pa.ipc.read_schema(pa.py_buffer(self._schema_ipc))
+        return self._schema
+
+    @schema.setter
+    def schema(self, value: pa.Schema | None) -> None:
+        self._schema, self._schema_ipc = value, None
 
     # -- the two sinks -----------------------------------------------------------------------
     def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
@@ -105,12 +123,18 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         """Whether the database has a prepared-transaction sink (a registered dialect)."""
         return backend_for(self.options.dialect) is not None
 
-    def _staging_sink(self) -> StagingSink:
+    def _staging_sink(self, *, bookkeeping: bool = False) -> StagingSink:
+        """The staging sink, given the DataFrame's schema unless it is used for its
+        *bookkeeping* only (listing staged attempts, clearing markers): a prepared write's
+        commit does that without loading pyarrow."""
         if self._staging is None:
+            from .staging._sink import StagingSink
+
             self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
-            if self.schema is not None:
-                self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
-                                              checkpointed=True)
+        if not bookkeeping and not self._staging_has_schema and self.schema is not None:
+            self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
+                                          checkpointed=True)
+            self._staging_has_schema = True
         return self._staging
 
     def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
@@ -249,7 +273,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
         if self._may_have_staged():
-            out.extend(self._staging_sink().list_prepared(sink_id, batch_id))
+            out.extend(self._staging_sink(bookkeeping=True).list_prepared(sink_id, batch_id))
         return out
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
@@ -258,7 +282,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         out: list[PreparedDetail] = []
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().prepared_details(sink_id))
-        out.extend(self._staging_sink().prepared_details(sink_id))
+        out.extend(self._staging_sink(bookkeeping=True).prepared_details(sink_id))
         return out
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
@@ -272,7 +296,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         if self._has_prepared_mode() and self.mode != STAGING:
             modes.append(self._prepared_sink())
         if self._may_have_staged():  # a batch whose every task staged has a staging marker
-            modes.append(self._staging_sink())
+            modes.append(self._staging_sink(bookkeeping=True))
         removed, errors = 0, []
         for sink in modes:
             try:
@@ -292,6 +316,11 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         state = dict(self.__dict__)
         state["_prepared"] = None
         state["_staging"] = None
+        state["_staging_has_schema"] = False
         state["_moves"] = {}
         state["_cleared"] = set()
+        if self._schema is not None:
+            # as Arrow IPC bytes, read on first use: Spark's worker that only commits unpickles
+            # the sink without loading pyarrow (about 0.15 s of that worker)
+            state["_schema"], state["_schema_ipc"] = None, self._schema.serialize().to_pybytes()
         return state

@@ -15,13 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from twopc import SinkError
 
 from .._options import Duration
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from sqlalchemy.engine import Connection
 
     from ._names import TableName

@@ -18,21 +18,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
-import pyarrow as pa
-
 from twopc import TransactionContext
 from twopc.spi import Headroom
 
-from ..types._column_match import TableColumn
-
 if TYPE_CHECKING:
+    import pyarrow as pa
     from sqlalchemy.pool import PoolProxiedConnection
 
+    from ..types._column_match import TableColumn
     from ._sql_target import SqlTarget
 
 __all__ = ["SqlDialect", "SqlTxn", "TxnControl"]
 
-C = TypeVar("C", bound=TableColumn)
+C = TypeVar("C", bound="TableColumn")
 
 
 @dataclass(eq=False)

@@ -13,8 +13,6 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
 from twopc import SinkError
@@ -28,6 +26,8 @@ from ..types._column_match import TableColumn, match_columns
 from ._engines import engine_for
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Engine
     from sqlalchemy.pool import PoolProxiedConnection
 
 __all__ = ["SqlTarget", "give_back"]

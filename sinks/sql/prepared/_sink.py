@@ -32,9 +32,7 @@ back unless a decision names it; a commit that dies after ``COMMIT`` is answered
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Generic, Self, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
 from twopc import CommitOutcome, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import Headroom, PreparedDetail, SinkUnavailableError
@@ -54,6 +52,9 @@ from ..types._column_match import TableColumn
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
 from ._writer import PreparedWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["PreparedSqlSink"]
 

@@ -9,9 +9,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Mapping
-from typing import Any, Generic, NoReturn, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from twopc import ConfigurationError, SinkError, TransactionContext
 from twopc.spi import ProtocolError
@@ -21,6 +19,9 @@ from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
 from ..types._column_match import TableColumn
 from ._markers import MarkerTable
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["PreparedWriter"]
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc.spi import SchemaMismatchError, TargetConfigurationError, ephemeral_started, ephemeral_writer_dead, redact
@@ -24,8 +22,6 @@ from .._names import TableName
 from .._privileges import Run, require_privileges
 from .._transactional import require_transactional
 from .._twopc_schema import ensure_schema
-from ..types._arrow_ddl import arrow_to_sqlalchemy, create_table_sql
-from ._recreate_losses import recreate_losses
 from ._statements import (
     TXN_COLUMN,
     batches_table,
@@ -36,6 +32,10 @@ from ._statements import (
 )
 from ._table_columns import VerbatimType, catalog_columns, check_columns, same_type
 from ._tables import StagingTables
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
 __all__ = ["StagingDdl"]
 
@@ -142,6 +142,8 @@ class StagingDdl:
 
     def _warn_recreate(self, conn: Connection, schema: pa.Schema) -> None:
         """Say, before any task runs, what dropping and re-creating the target will lose."""
+        from ._recreate_losses import recreate_losses
+
         o = self.t.options
         lost = recreate_losses(conn, self.t.target, schema, overrides=o.create_table_column_types, keys=o.upsert_keys,
                                comment=o.table_comment)
@@ -185,6 +187,8 @@ class StagingDdl:
     def _create_ddl(self, conn: Connection) -> str:
         """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
         primary key on ``upsertKeys``, MySQL's table comment)."""
+        from ..types._arrow_ddl import create_table_sql  # here, as below: a commit never loads pyarrow
+
         assert self.t.schema is not None
         o = self.t.options
         ddl = create_table_sql(self.t.target, self.t.schema, conn.dialect, overrides=o.create_table_column_types,
@@ -239,6 +243,8 @@ class StagingDdl:
         the DataFrame's, of the target's types where *types* gives them (PostgreSQL,
         MariaDB/MySQL: rows are then converted on staging exactly as the prepared modes
         convert them)."""
+        from ..types._arrow_ddl import arrow_to_sqlalchemy
+
         want = [TXN_COLUMN, *schema.names]
         if self._has_table(conn, self.t.stage):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.t.stage.name, schema=self.t.stage.schema)]

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from .._names import TableName
 from ..types._arrow_ddl import arrow_to_sqlalchemy
 from ._table_columns import same_type
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
 __all__ = ["recreate_losses"]
 

@@ -40,9 +40,8 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Self
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self
 
-import pyarrow as pa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -55,11 +54,13 @@ from .._registry import backend_for
 from ..connect._server_instance import server_instance
 from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions, SaveMode
 from ..options._jdbc_url import safe_url
-from ..types._json_values import is_nested, json_texts
 from ._committer import StagingCommitter
 from ._ddl import StagingDdl
 from ._statements import TXN_COLUMN
 from ._tables import StagingTables
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["StagingHandle", "StagingSink"]
 
@@ -269,6 +270,8 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
 
     def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
         """Stage one row (dict of column -> value)."""
+        import pyarrow as pa  # here, as in the other methods that stage rows: a commit never loads pyarrow
+
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
@@ -302,6 +305,10 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
+        import pyarrow as pa
+
+        from ..types._json_values import is_nested, json_texts
+
         assert txn.conn is not None
         names = batch.schema.names
         columns = []

@@ -8,17 +8,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
 from .._names import TableName
-from ..types._arrow_ddl import arrow_to_sqlalchemy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
 __all__ = [
     "TXN_COLUMN",
@@ -63,6 +64,8 @@ def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
     column, nullable, of the type in *types* (the target's) or else the type twopc would
     create (:func:`~twopc.sinks.sql.types._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
     to the transaction's ``twopc.txn_id`` setting, so COPY need not send it with every row."""
+    from ..types._arrow_ddl import arrow_to_sqlalchemy  # here: a commit never loads pyarrow
+
     types = types or {}
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
     if dialect_name == "postgresql":

@@ -8,17 +8,18 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from .._names import TableName
 from .._registry import backend_for
 from ..types._column_match import TableColumn, match_columns
-from ..types._type_rules import fits, reflected_family
 from ._statements import ReflectedColumn
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
 __all__ = ["VerbatimType", "catalog_columns", "check_columns", "same_type"]
 
@@ -50,6 +51,8 @@ def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
 def _compatible(dialect: str) -> Any:
     if (registered := backend_for(dialect)) is not None:
         return registered.spec.compatible
+    from ..types._type_rules import fits, reflected_family  # here: a commit never loads pyarrow
+
     return lambda t, c: fits(t, reflected_family(c.type), dialect)
 
 

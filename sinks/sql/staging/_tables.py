@@ -5,10 +5,8 @@ and batch marker tables, the save mode, and the connections with a write's sessi
 from __future__ import annotations
 
 import logging
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import pyarrow as pa
-from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 
 from twopc import ConfigurationError, SinkError
@@ -19,6 +17,10 @@ from .._registry import SqlBackend, backend_for
 from ..connect._engines import engine_for
 from ..options._jdbc_options import JdbcOptions, SaveMode
 from ._statements import default_stage_name, fresh
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from sqlalchemy.engine import Connection, Engine
 
 __all__ = ["MODES", "StagingTables"]
 

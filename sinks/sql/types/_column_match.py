@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from twopc.spi import SchemaMismatchError
 
-from ._json_values import is_nested
-from ._type_rules import spark_type_name
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["TableColumn", "match_columns"]
 
@@ -81,6 +79,9 @@ def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, col
 
 def _mismatch(name: str, t: pa.DataType, col: TableColumn, type_name: Callable[[pa.DataType], str]) -> str:
     """One type mismatch; for an array, map or struct, with the fix."""
+    from ._json_values import is_nested  # here: a worker that only commits never loads pyarrow
+    from ._type_rules import spark_type_name
+
     if not is_nested(t):
         return f"column {name}: DataFrame type {type_name(t)}, table type {col.display_type}"
     return (f"column {name}: DataFrame type {spark_type_name(t)}, table type {col.display_type}; arrays, maps and "

@@ -1,7 +1,7 @@
 """What the PostgreSQL sink costs a fresh Spark Python worker in imports: loading it, and a
 task that loads rows of the common column types (with nulls) and prepares them, never import
 pandas (about 0.4 s of CPU in a worker; the workers that plan and commit a write import none
-otherwise).
+otherwise); the worker that commits a prepared ``twopc-jdbc`` write imports no pyarrow either.
 
 The rows reach the task as a Spark worker gets them, through Arrow IPC: a batch built from
 Python lists would import pandas in the test itself."""
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,50 @@ def test_a_postgres_task_does_not_import_pandas(postgres_url: str, pg_engine: sa
         with pg_engine.connect() as c:
             assert c.exec_driver_sql(f"SELECT count(*), count(small), count(doc), count(at) FROM {table}").one() \
                 == (6, 5, 5, 5)
+    finally:
+        with pg_engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE {table}")
+
+
+COMMIT = """
+import json, pickle, sys
+with open(sys.argv[1], "rb") as fh:
+    writer, messages = pickle.load(fh)
+writer.commit(messages)
+print(json.dumps({"pyarrow": "pyarrow" in sys.modules}))
+"""
+
+
+def test_the_worker_that_commits_a_prepared_jdbc_write_does_not_import_pyarrow(
+        postgres_url: str, pg_engine: sa.Engine, tmp_path: Path) -> None:
+    """Spark commits a data source write in a worker of its own, which unpickles the planned
+    writer and the tasks' messages: committing prepared transactions needs no Arrow (pyarrow is
+    about 0.15 s of that worker's start, on the write's critical path)."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from twopc.sinks import JdbcDataSource, JdbcSink
+
+    table = f"commit_imports_{uid()}"
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
+    schema = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
+    try:
+        writer = JdbcDataSource({"url": postgres_url, "dbtable": table}).writer(schema, False)
+        assert isinstance(writer.core.sink, JdbcSink) and writer.core.sink.mode == "prepared"
+        messages = []
+        for p in range(2):
+            ids = [p * 10 + i for i in range(3)]
+            rows = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
+                                               "payload": pa.array([str(i) for i in ids], pa.string())})
+            messages.append(writer.core.write_partition(iter([rows]), 0, p, p))
+        path = tmp_path / "commit.pickle"
+        path.write_bytes(pickle.dumps((writer, messages)))
+        proc = subprocess.run([sys.executable, "-c", COMMIT, str(path)], cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        with pg_engine.connect() as c:
+            assert sorted(r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table}")) == [0, 1, 2, 10, 11, 12]
+        assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"pyarrow": False}
     finally:
         with pg_engine.begin() as c:
             c.exec_driver_sql(f"DROP TABLE {table}")
