@@ -101,11 +101,17 @@ _DRIVER = textwrap.dedent(
 )
 
 
-def test_a_crash_in_the_driver_kills_it_and_its_children_not_the_group_it_runs_in(tmp_path: Path) -> None:
+def _crashed(tmp_path: Path, code: str) -> _Make:
+    """Run *code* (which reaches point ``p`` of batch 3) with ``p:crash`` armed; it died there."""
     (tmp_path / "tmp").mkdir()
     env = child_env(TWOPC_FAULTS="p:crash", TMPDIR=str(tmp_path / "tmp"))
-    run = _Make([sys.executable, "-c", _DRIVER], env, tmp_path, timeout=60)
+    run = _Make([sys.executable, "-c", code], env, tmp_path, timeout=60)
     run.assert_crashed("faultinject: firing p (crash) batch=3")
+    return run
+
+
+def test_a_crash_in_the_driver_kills_it_and_its_children_not_the_group_it_runs_in(tmp_path: Path) -> None:
+    run = _crashed(tmp_path, _DRIVER)
     assert "survived" not in run.out
     assert wait_dead(int(run.out.split("child ", 1)[1].split()[0]))
     assert _run_folders(tmp_path / "tmp") == []  # the crash ended the run: its folder is gone
@@ -129,10 +135,7 @@ _FORWARDED = textwrap.dedent(
 
 
 def test_a_crash_in_a_worker_whose_stderr_is_piped_tells_the_driver_s_stderr(tmp_path: Path) -> None:
-    (tmp_path / "tmp").mkdir()
-    env = child_env(TWOPC_FAULTS="p:crash", TMPDIR=str(tmp_path / "tmp"))
-    run = _Make([sys.executable, "-c", _FORWARDED], env, tmp_path, timeout=60)
-    run.assert_crashed("faultinject: firing p (crash) batch=3")
+    run = _crashed(tmp_path, _FORWARDED)
     assert run.err.count("faultinject: firing p (crash)") == 1  # the forwarder copied nothing
     assert "survived" not in run.out
 
