@@ -161,7 +161,7 @@ class Participant:
             ConfigurationError: a column it keeps is not in *batch*, or the transform
                 does not return a record batch.
         """
-        import pyarrow as pa  # here: ``import twopc`` (a job's driver) does not load pyarrow
+        import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
 
         if self._renames:
             missing = [src for src, _ in self._renames if src not in batch.schema.names]
