@@ -175,7 +175,6 @@ class JdbcSink(TwoModeSink):
         if self._staging is not None:
             self._staging.configure_write(schema, overwrite=self._overwrite, streaming=streaming,
                                           checkpointed=checkpointed)
-            self._staging_has_schema = True
 
     def commit_shape(self, handles: Sequence[TransactionHandle] = ()) -> CommitShape:
         """Staging handles commit in one local transaction; prepared ones (and a batch that

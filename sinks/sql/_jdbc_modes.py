@@ -88,7 +88,6 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         self._streaming = False
         self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
-        self._staging_has_schema = False
         #: driver, this process: the staged attempts each moving transaction took over, and
         #: the staged attempts whose rows are deleted since it committed
         self._moves: dict[str, tuple[StagingHandle, ...]] = {}
@@ -131,10 +130,9 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
             from .staging._sink import StagingSink
 
             self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
-        if not bookkeeping and not self._staging_has_schema and self.schema is not None:
+        if not bookkeeping and self._staging.schema is None and self.schema is not None:
             self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
                                           checkpointed=True)
-            self._staging_has_schema = True
         return self._staging
 
     def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
@@ -316,7 +314,6 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         state = dict(self.__dict__)
         state["_prepared"] = None
         state["_staging"] = None
-        state["_staging_has_schema"] = False
         state["_moves"] = {}
         state["_cleared"] = set()
         if self._schema is not None:
