@@ -46,16 +46,15 @@ def after_password(kind: str) -> str:
 
 def secret_forms(values: Iterable[str | None]) -> list[str]:
     """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
-    SQLAlchemy renders it), longest first, for :func:`twopc.spi.redact`."""
-    from sqlalchemy.engine import URL  # here: importing the file sink or the sources loads no SQLAlchemy
-
+    SQLAlchemy's ``URL.render_as_string`` writes it: ``quote(v, safe=" +")``), longest
+    first, for :func:`twopc.spi.redact`. SQLAlchemy's spelling is computed, not asked of
+    SQLAlchemy: the Redis sinks and sources, whose options pass through here on Spark's
+    driver, never import it (``tests/unit/test_secrets.py`` holds the two spellings equal)."""
     forms: set[str] = set()
     for v in values:
         if not v:
             continue
-        forms.update({v, urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v)})
-        rendered = URL.create("x", username="u", password=v, host="h").render_as_string(hide_password=False)
-        forms.add(rendered[len("x://u:"):-len("@h")])
+        forms.update({v, urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v), urllib.parse.quote(v, safe=" +")})
     return sorted((f for f in forms if f), key=len, reverse=True)
 
 

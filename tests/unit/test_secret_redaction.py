@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL
 
 from twopc import ConfigurationError
 from twopc.sinks import JdbcOptions, PostgresSink, RedisSink
+from twopc.sinks._secrets import secret_forms
 from twopc.sinks.redis_source import StreamOptions
 
 #: each word is a token of 3+ characters that must never be shown
@@ -123,3 +124,10 @@ def test_a_parameter_after_a_raw_ampersand_is_refused_without_its_name() -> None
 def test_the_scan_finds_a_leak() -> None:
     # the canary: a message holding one piece of the password is found
     assert leaked("parameter Charlie in the JDBC URL is not supported", "Alpha&Bravo=Charlie") == ["Charlie"]
+
+
+@pytest.mark.parametrize("pw", [*PASSWORDS, "Oscar+Papa Quebec&Romeo"])  # the last: SQLAlchemy's own spelling
+def test_the_spellings_include_sqlalchemy_s(pw: str) -> None:
+    # secret_forms computes SQLAlchemy's spelling itself (the Redis formats never import it)
+    rendered = URL.create("x", username="u", password=pw, host="h").render_as_string(hide_password=False)
+    assert rendered[len("x://u:"):-len("@h")] in secret_forms([pw])
