@@ -37,7 +37,7 @@ def main(variant: str, params: dict[str, Any]) -> None:
     if variant == "noop":
         # The no-op source's classes run as this script's own (shipped by value, like a
         # notebook's), so the floor imports nothing of the project.
-        source = runpy.run_path(str(Path(__file__).with_name("_noop_sink.py")), run_name="__main__")
+        source = runpy.run_path(str(Path(__file__).with_name("_noop.py")), run_name="__main__")
         spark.dataSource.register(source["NoopDataSource"])
         df.write.format(source["NOOP_FORMAT"]).mode("append").save()
     elif variant == "spark-jdbc":

@@ -5,7 +5,7 @@ Each run is a fresh ``python`` process (:mod:`twopc.recovery.demos._first_write_
 local SparkSession (``local[2]``, the PostgreSQL JDBC jar on its class path), writes 100 rows
 and exits; it is timed from the process's start to its exit. The writers, alternated run by run:
 
-- the no-op Python data source (:mod:`twopc.recovery.demos._noop_sink`: Arrow writers that consume
+- the no-op Python data source (:mod:`twopc.recovery.demos._noop`: Arrow writers that consume
   their rows and do nothing): Spark's floor for any Python sink;
 - Spark's own JDBC writer (Debian's ``libpostgresql-jdbc-java``, ``make jdbc-driver``);
 - the ``twopc-jdbc`` drop-in: ``twopc.register_all(spark)`` and

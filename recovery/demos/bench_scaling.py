@@ -11,7 +11,7 @@ latency, each beside what the same work costs without twopc, in the same run.
   (the drop-in; no checkpoint), against Spark's JDBC writer. Target: <= 1.3x its time.
 - Micro-batch latency: a streaming query of small micro-batches (1,000 rows each) into
   ``twopc-jdbc``, against ``foreachBatch`` with Spark's JDBC writer and against a no-op
-  Python stream sink (:mod:`twopc.recovery.demos._noop_sink`, Spark's floor for any Python sink);
+  Python stream sink (:mod:`twopc.recovery.demos._noop`, Spark's floor for any Python sink);
   the median of Spark's ``triggerExecution`` per micro-batch. Target: <= 1.1x the floor.
 
 The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
@@ -156,7 +156,7 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
     and vs the no-op Python stream sink, the same input; *rounds* queries of each, the order
     reversed every other round (each query's micro-batches after its first are kept)."""
     from ._bench_common import ROW_EXPRS, create_table, jdbc_target
-    from ._noop_sink import NOOP_FORMAT, NoopDataSource
+    from ._noop import NOOP_FORMAT, NoopDataSource
 
     spark.dataSource.register(NoopDataSource)
     source = work / "micro-src"

@@ -20,7 +20,13 @@ new groups into new tables. Every run is checked: one row per entry, nothing pen
 The time of a run is from the query's start to its end, so both pay Spark's per-batch
 bookkeeping (offset and commit logs). Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`),
 printed as MET/MISSED (the bench never fails on a miss): exactly-once at least as fast as
-at-least-once, in entries/s.
+at-least-once, in entries/s. Each run is also split, from Spark's progress reports, into the
+query's start (to its first micro-batch) and its micro-batches (from the first one's start to
+the end of the last one that carried entries): a Python source starts a Python process of its
+own on the driver (PySpark's streaming source runner) before its first micro-batch, which a
+JVM source does not, and a query that runs for hours pays that once. Each round also starts a
+query of the no-op Python source into the no-op Python sink (:mod:`twopc.recovery.demos._noop`,
+one row, ``availableNow``): Spark's floor for a Python streaming source's start.
 
 Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
 (``appendfsync always``, as the pipeline's demo) unless ``TWOPC_BENCH_POSTGRES_URL`` /
@@ -30,6 +36,7 @@ Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faul
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import signal
 import statistics
@@ -38,11 +45,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 __all__ = ["main"]
 
@@ -50,7 +59,37 @@ STREAMS = ("{bench}:orders", "{bench}:refunds")
 WARM_STREAMS = ("{bench}:warm-a", "{bench}:warm-b")
 EXACTLY = "twopc-redis-stream -> twopc-postgres (exactly-once)"
 AT_LEAST = "XREADGROUP + Spark JDBC writer + XACK (at-least-once)"
+FLOOR = "no-op Python source -> no-op Python sink, one row"
 FIELDS = "n BIGINT, payload STRING"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds of one run: *total* from the query's start to its end, *start* from the
+    query's start to its first micro-batch, *batches* from the first micro-batch's start to
+    the end of the last one that carried entries."""
+
+    total: float
+    start: float
+    batches: float
+
+
+def _timing(query: StreamingQuery, started: float, ended: float, carried: Callable[[dict[str, Any]], bool]) -> Timing:
+    """The :class:`Timing` of *query* from its progress reports (epoch seconds *started* and
+    *ended* around it); *carried* tells the micro-batches that carried entries."""
+    progress = query.recentProgress
+    if not progress or progress[0]["batchId"] != 0:
+        raise SystemExit("bench: the query's first progress report is missing (raise "
+                         "spark.sql.streaming.numRecentProgressUpdates)")
+    data = [p for p in progress if carried(p)]
+    first = _epoch(progress[0]["timestamp"])
+    last = max(_epoch(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in data)
+    return Timing(ended - started, first - started, last - first)
+
+
+def _epoch(timestamp: str) -> float:
+    """Epoch seconds of a progress report's ``timestamp`` (``2026-11-27T10:35:01.123Z``)."""
+    return datetime.datetime.fromisoformat(timestamp).timestamp()
 
 
 def produce(redis_url: str, streams: Sequence[str], count: int) -> None:
@@ -91,9 +130,9 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
 
 
 def run_exactly_once(spark: SparkSession, redis_url: str, pg_url: str, streams: Sequence[str], group: str,
-                     table: str, batch: int, checkpoint: str) -> float:
-    """Seconds for the twopc pipeline to read and commit everything *streams* hold now."""
-    started = time.perf_counter()
+                     table: str, batch: int, checkpoint: str) -> Timing:
+    """How long the twopc pipeline takes to read and commit everything *streams* hold now."""
+    started = time.time()
     q = (spark.readStream.format("twopc-redis-stream").option("url", redis_url).option("streams", ",".join(streams))
          .option("group", group).option("startingPosition", "earliest").option("maxEntriesPerTrigger", batch)
          .option("fieldsSchema", FIELDS).load()
@@ -101,12 +140,12 @@ def run_exactly_once(spark: SparkSession, redis_url: str, pg_url: str, streams: 
          .writeStream.format("twopc-postgres").option("url", pg_url).option("dbtable", table)
          .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     q.awaitTermination()
-    return time.perf_counter() - started
+    return _timing(q, started, time.time(), lambda p: p.get("numInputRows", 0) > 0)
 
 
 def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams: Sequence[str], group: str,
-                      table: str, batch: int, checkpoint: str) -> float:
-    """Seconds for the plain pipeline (see the module docstring) to drain *streams*."""
+                      table: str, batch: int, checkpoint: str) -> Timing:
+    """How long the plain pipeline (see the module docstring) takes to drain *streams*."""
     import pyarrow as pa
     import redis
 
@@ -117,9 +156,10 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     for s in streams:
         client.xgroup_create(s, group, id="0", mkstream=True)
     drained = threading.Event()
+    carried: set[int] = set()
     per_stream = max(1, batch // len(streams))
 
-    def step(_tick: DataFrame, _batch_id: int) -> None:
+    def step(_tick: DataFrame, batch_id: int) -> None:
         if drained.is_set():
             return
         got = client.xreadgroup(group, "bench", dict.fromkeys(streams, ">"), count=per_stream)
@@ -141,8 +181,9 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
          .options(**props).save())
         for s, ids in acks.items():
             client.xack(s, group, *ids)
+        carried.add(batch_id)
 
-    started = time.perf_counter()
+    started = time.time()
     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).option("numPartitions", 1).load()
          .writeStream.foreachBatch(step).option("checkpointLocation", checkpoint).start())
     try:
@@ -151,16 +192,29 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
                 q.awaitTermination()  # raises the query's error
                 raise SystemExit("bench: the at-least-once query stopped before the streams were drained")
     finally:
+        ended = time.time()
         q.stop()
         client.close()
-    return time.perf_counter() - started
+    return _timing(q, started, ended, lambda p: int(p["batchId"]) in carried)
 
 
-Runner = Callable[["SparkSession", str, str, Sequence[str], str, str, int, str], float]
+def run_floor(spark: SparkSession, fmt: str, checkpoint: str) -> Timing:
+    """The no-op Python source (:mod:`twopc.recovery.demos._noop`) into the no-op Python sink:
+    Spark's floor for a Python streaming source's start."""
+    started = time.time()
+    q = (spark.readStream.format(fmt).load().writeStream.format(fmt).option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    return _timing(q, started, time.time(), lambda p: p.get("numInputRows", 0) > 0)
 
 
-def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, work: Path) -> dict[str, list[float]]:
-    """entries/s of each pipeline, *rounds* times (interleaved)."""
+Runner = Callable[["SparkSession", str, str, Sequence[str], str, str, int, str], Timing]
+
+
+def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, work: Path) -> dict[str, list[Timing]]:
+    """The :class:`Timing` of each pipeline and of the no-op floor, *rounds* times (interleaved)."""
+    import runpy
+
     from pyspark.sql import SparkSession
 
     from twopc import sinks
@@ -173,52 +227,78 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
     spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-stream")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
              .config("spark.jars", JDBC_JAR).getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register_all(spark)
+    # by value, as a notebook's own class: the floor's source process imports nothing of the project
+    noop = runpy.run_path(str(Path(__file__).with_name("_noop.py")))
+    spark.dataSource.register(noop["NoopDataSource"])
     produce(redis_url, STREAMS, entries)
     warm = max(2, min(entries, batch) // 2)
     produce(redis_url, WARM_STREAMS, warm)
     plan: list[tuple[str, str, Runner]] = [(EXACTLY, "eo", run_exactly_once), (AT_LEAST, "alo", run_at_least_once)]
-    results: dict[str, list[float]] = {}
+    results: dict[str, list[Timing]] = {}
     for _name, tag, run in plan:
         create_table(pg_url, f"bench_{tag}_warm")
         run(spark, redis_url, pg_url, WARM_STREAMS, f"bench-{tag}-warm", f"bench_{tag}_warm", batch,
             str(work / f"{tag}-warm"))
+    run_floor(spark, noop["NOOP_FORMAT"], str(work / "floor-warm"))
     for r in range(rounds):
         for name, tag, run in plan:
             group, table = f"bench-{tag}-{r}", f"bench_{tag}_{r}"
             create_table(pg_url, table)
-            seconds = run(spark, redis_url, pg_url, STREAMS, group, table, batch, str(work / f"{tag}-{r}"))
+            t = run(spark, redis_url, pg_url, STREAMS, group, table, batch, str(work / f"{tag}-{r}"))
             check(redis_url, pg_url, STREAMS, group, table, entries)
-            results.setdefault(name, []).append(entries / seconds)
-            print(f"bench: round {r + 1}: {name:<55} {entries / seconds:>9,.0f} entries/s  ({seconds:.2f}s)",
-                  flush=True)
+            results.setdefault(name, []).append(t)
+            print(f"bench: round {r + 1}: {name:<55} {entries / t.total:>9,.0f} entries/s  ({t.total:.2f}s: "
+                  f"start {t.start:.2f}s, micro-batches {t.batches:.2f}s)", flush=True)
+        t = run_floor(spark, noop["NOOP_FORMAT"], str(work / f"floor-{r}"))
+        results.setdefault(FLOOR, []).append(t)
+        print(f"bench: round {r + 1}: {FLOOR:<55} start {t.start:.2f}s", flush=True)
     spark.stop()
     return results
 
 
-def report(results: dict[str, list[float]], entries: int, batch: int) -> None:
-    """Medians, each round's own ratio, and the target."""
-    rounds = len(results[EXACTLY])
-    print(f"\nRedis Stream -> PostgreSQL, {entries:,} entries in {len(STREAMS)} streams, micro-batches of {batch:,}, "
-          f"local[2], {'median of ' + str(rounds) + ' rounds' if rounds > 1 else 'one round'}:")
-    med = {name: statistics.median(v) for name, v in results.items()}
-    for name, v in results.items():
-        spread = f"   [{min(v):,.0f} .. {max(v):,.0f}]" if len(v) > 1 else ""
-        print(f"  {name:<55} {med[name]:>9,.0f} entries/s{spread}")
-    ratio = med[EXACTLY] / med[AT_LEAST]
-    per_round = [e / a for e, a in zip(results[EXACTLY], results[AT_LEAST], strict=True)]
-    rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if rounds > 1 else ""
+def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
+    """Medians, each round's own ratio, and the target; then the same split into the query's
+    start and its micro-batches."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
 
+    rounds = len(results[EXACTLY])
+    print(f"\nRedis Stream -> PostgreSQL, {entries:,} entries in {len(STREAMS)} streams, micro-batches of {batch:,}, "
+          f"local[2], {'median of ' + str(rounds) + ' rounds' if rounds > 1 else 'one round'}:")
+    rate = {name: [entries / t.total for t in results[name]] for name in (EXACTLY, AT_LEAST)}
+    med = {name: statistics.median(v) for name, v in rate.items()}
+    for name, v in rate.items():
+        spread = f"   [{min(v):,.0f} .. {max(v):,.0f}]" if len(v) > 1 else ""
+        print(f"  {name:<55} {med[name]:>9,.0f} entries/s{spread}")
+    ratio = med[EXACTLY] / med[AT_LEAST]
+    per_round = [e / a for e, a in zip(rate[EXACTLY], rate[AT_LEAST], strict=True)]
+    rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if rounds > 1 else ""
     target = TARGETS["stream.exactly_vs_at_least"]
     print(f"\ntarget: exactly-once >= {target.goal:g}x at-least-once: {med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} = "
           f"{ratio:.2f}x   {judge(target, ratio)}{rounds_text}")
-
     record("stream.exactly_vs_at_least", ratio, f"{med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} entries/s, "
                                                 f"median of {rounds} rounds")
+
+    start = {name: statistics.median(t.start for t in v) for name, v in results.items()}
+    steady = {name: statistics.median(entries / t.batches for t in results[name]) for name in (EXACTLY, AT_LEAST)}
+    print("\nthe same runs split (medians): the query's start, to its first micro-batch; then the micro-batches, "
+          "from the first one's start to the end of the last that carried entries:")
+    for name in (EXACTLY, AT_LEAST):
+        print(f"  {name:<55} start {start[name]:5.2f} s   micro-batches {steady[name]:>9,.0f} entries/s")
+    print(f"  {FLOOR:<55} start {start[FLOOR]:5.2f} s   (Spark's floor for a Python streaming source's start)")
+    batches = steady[EXACTLY] / steady[AT_LEAST]
+    print(f"  micro-batches alone: exactly-once / at-least-once = {batches:.2f}x; the exactly-once query's start is "
+          f"{start[EXACTLY] / start[FLOOR]:.2f}x the no-op Python source's (PySpark starts a Python process on the "
+          f"driver for a Python source; the at-least-once query's source is in the JVM)")
+    record("stream.batches_exactly_vs_at_least", batches,
+           f"{steady[EXACTLY]:,.0f} / {steady[AT_LEAST]:,.0f} entries/s, median of {rounds} rounds")
+    record("stream.start_exactly_vs_python_floor", start[EXACTLY] / start[FLOOR],
+           f"{start[EXACTLY]:.2f} s / {start[FLOOR]:.2f} s; at-least-once (a JVM source) {start[AT_LEAST]:.2f} s, "
+           f"median of {rounds} rounds")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

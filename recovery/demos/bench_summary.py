@@ -61,6 +61,10 @@ TARGETS: dict[str, Target] = {
         "protocol cost at 200 partitions / at 2 (time)", "lower", 3.0),
     "stream.exactly_vs_at_least": Target(
         "Redis Stream -> PostgreSQL: exactly-once / at-least-once (entries/s)", "higher", 1.0),
+    "stream.batches_exactly_vs_at_least": Target(
+        "  the same, micro-batches alone (the queries' start left out)", "higher", None),
+    "stream.start_exactly_vs_python_floor": Target(
+        "  the same, query start: exactly-once / a no-op Python source (time)", "lower", None),
     "redis.sink_vs_plain_per_row": Target(
         "twopc-redis / pipelined writes, one command per effect (rows/s)", "higher", None),
     "redis.sink_vs_plain_presummed": Target(

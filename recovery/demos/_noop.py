@@ -1,0 +1,89 @@
+"""A Python data source that does nothing but what Spark asks of every Python source and sink,
+for the benchmarks to compare with (format name ``twopc-bench-noop``):
+
+- its writers consume their rows and do nothing else: Spark's floor for any Python sink, batch
+  and streaming (Arrow writers, as twopc's);
+- its stream reader offers one micro-batch of one row, then nothing (so
+  ``trigger(availableNow=True)`` ends after it): Spark's floor for a Python streaming source's
+  start, the process PySpark starts on the driver for the source before its first micro-batch.
+
+The benchmarks load this file by value (``runpy``), so the floor imports nothing of the project."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+
+__all__ = ["NOOP_FORMAT", "NoopDataSource"]
+
+NOOP_FORMAT = "twopc-bench-noop"
+
+
+class _NoopWriter(DataSourceArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+
+class _NoopStreamWriter(DataSourceStreamArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        for _batch in iterator:
+            pass
+        return WriterCommitMessage()
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
+        pass
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
+        pass
+
+
+class _OneRowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets ``{"n": 0}`` then ``{"n": 1}``: one micro-batch holding the row ``n = 1``."""
+
+    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's method name
+        return {"n": 0}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802 - Spark's method name
+        return {"n": 1}
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's method name
+        pass
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(end["n"])] if end["n"] > start["n"] else []
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+        yield (partition.value,)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass
+
+
+class NoopDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return NOOP_FORMAT
+
+    def schema(self) -> str:
+        return "n BIGINT"
+
+    def streamReader(self, schema: Any) -> _OneRowStreamReader:  # noqa: N802 - Spark's method name
+        return _OneRowStreamReader()
+
+    def writer(self, schema: Any, overwrite: bool) -> _NoopWriter:
+        return _NoopWriter()
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _NoopStreamWriter:  # noqa: N802 - Spark's method name
+        return _NoopStreamWriter()
