@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +109,14 @@ class CompositeHandle(TransactionHandle, kind="twopc.composite", version=1):
                    tuple((str(name), decode_handle(env)) for name, env in raw))
 
 
+def _no_rows(schema: pa.Schema) -> pa.RecordBatch:
+    """A batch of *schema* with no rows, built without pandas (``from_pylist`` and
+    ``Schema.empty_table`` import it: about 0.4 s in a fresh Spark worker)."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
+
+
 @dataclass(frozen=True)
 class Participant:
     """One target of a composite: a named sink and the rows it gets.
@@ -174,8 +183,7 @@ class Participant:
         if self.transform is not None:
             out = self.transform(batch)
             if isinstance(out, pa.Table):
-                out = out.combine_chunks().to_batches()[0] if out.num_rows else pa.RecordBatch.from_pylist(
-                    [], schema=out.schema)
+                out = out.combine_chunks().to_batches()[0] if out.num_rows else _no_rows(out.schema)
             if not isinstance(out, pa.RecordBatch):
                 raise ConfigurationError(f"composite participant {self.name!r}: its transform returned "
                                          f"{type(out).__name__}, not a pyarrow.RecordBatch")
@@ -184,8 +192,10 @@ class Participant:
             if self.batch_column in batch.schema.names:
                 raise ConfigurationError(f"composite participant {self.name!r}: its rows already have a column "
                                          f"{self.batch_column!r}; choose another batch_column")
-            batch = batch.append_column(pa.field(self.batch_column, pa.int64(), nullable=False),
-                                        pa.array([batch_id] * batch.num_rows, pa.int64()))
+            # from the bytes: pa.array of Python ints imports pandas (about 0.4 s in a fresh Spark worker)
+            ids = pa.Array.from_buffers(pa.int64(), batch.num_rows,
+                                        [None, pa.py_buffer(struct.pack("=q", batch_id) * batch.num_rows)])
+            batch = batch.append_column(pa.field(self.batch_column, pa.int64(), nullable=False), ids)
         return batch
 
     def project_schema(self, schema: pa.Schema) -> pa.Schema:
@@ -194,9 +204,7 @@ class Participant:
         Raises:
             ConfigurationError: see :meth:`project`.
         """
-        import pyarrow as pa
-
-        return self.project(pa.RecordBatch.from_pylist([], schema=schema)).schema
+        return self.project(_no_rows(schema)).schema
 
 
 @dataclass
