@@ -14,7 +14,6 @@ from . import _server as server
 from ._errors import value_error
 from ._sink import MySqlXaSink
 from ._spec import MYSQL, lock_seconds
-from ._values import check_array, normalize_array
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,6 +55,8 @@ def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
 
 def staging_values(arr: pa.Array, column: str, table: str) -> list[Any]:
     """A column's values as the XA sink writes them, checked by its rules."""
+    from ._values import check_array, normalize_array  # here: a worker that only commits loads no pyarrow
+
     arr = normalize_array(arr)
     check_array(arr, column, table)
     return list(arr.to_pylist())

@@ -35,9 +35,9 @@ from ._errors import (
     errno,
     is_connection_error,
 )
+from ._my_column import MyColumn
 from ._server import exec_sql
 from ._spec import lock_seconds
-from ._values import MyColumn, check_array, check_value, normalize_array
 from ._xa_commit import commit_many
 
 if TYPE_CHECKING:
@@ -190,6 +190,8 @@ class MySqlDialect:
 
     def load_rows(self, txn: SqlTxn[MyColumn], cols: list[MyColumn], keys: tuple[str, ...],
                    rows: list[dict[str, Any]]) -> None:
+        from ._values import check_value  # here: a worker that only commits loads no pyarrow
+
         values = [tuple(check_value(r[k], k, i, self.target.table) for k in keys) for i, r in enumerate(rows)]
         self._insert(txn, self._insert_sql(cols), values)
 
@@ -197,6 +199,8 @@ class MySqlDialect:
         return self._insert_sql(cols)
 
     def load_batch(self, txn: SqlTxn[MyColumn], batch: pa.RecordBatch, plan: str) -> None:
+        from ._values import check_array, normalize_array
+
         arrays = []
         for name, arr in zip(batch.schema.names, batch.columns, strict=True):
             arr = normalize_array(arr)

@@ -19,7 +19,7 @@ import pymysql
 
 from ..sql._names import TableName
 from ._errors import ACCESS_DENIED, errmsg, errno
-from ._values import MyColumn
+from ._my_column import MyColumn
 
 if TYPE_CHECKING:
     from pymysql.cursors import Cursor

@@ -35,8 +35,8 @@ from twopc import ConfigurationError
 from .._handles import MySqlXaHandle
 from ..sql.prepared._sink import PreparedSqlSink
 from ._dialect import MySqlDialect
+from ._my_column import MyColumn
 from ._spec import MYSQL
-from ._values import MyColumn
 
 __all__ = ["MySqlXaHandle", "MySqlXaSink"]
 

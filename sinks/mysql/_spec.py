@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pymysql
 
 from .._options import Duration
 from ..sql._registry import DialectSpec
 from ._errors import connect_failure, error_code, error_text, is_connection_error, is_missing_table, map_error
-from ._values import compatible
+from ._my_column import MyColumn
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["MYSQL", "lock_seconds"]
 
@@ -20,6 +25,15 @@ def quote(name: str) -> str:
 def lock_seconds(timeout: Duration) -> int:
     """``innodb_lock_wait_timeout`` for *timeout*: whole seconds, rounded up, at least 1."""
     return max(1, timeout.whole_seconds)
+
+
+def compatible(t: pa.DataType, col: MyColumn) -> bool:
+    """Whether a DataFrame column of type *t* can be written to *col*
+    (:func:`twopc.sinks.mysql._values.compatible`, imported here: it needs pyarrow, which a
+    worker that only commits never loads)."""
+    from ._values import compatible as arrow_compatible
+
+    return arrow_compatible(t, col)
 
 
 def lock_timeout_text(timeout: Duration) -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -18,26 +17,9 @@ from twopc import ConfigurationError
 
 from ..sql.types._json_values import is_nested, json_text, json_texts
 from ..sql.types._type_rules import Family, fits
+from ._my_column import MyColumn
 
-__all__ = ["MyColumn", "check_array", "check_value", "compatible", "family", "normalize_array"]
-
-
-@dataclass(frozen=True)
-class MyColumn:
-    """One column of the target table (from ``information_schema.COLUMNS``)."""
-
-    name: str
-    data_type: str
-    """lower-case ``DATA_TYPE`` (``bigint``, ``varchar``, ``datetime``...)"""
-    column_type: str
-    """full ``COLUMN_TYPE`` for messages (``bigint(20) unsigned``)"""
-    not_null: bool
-    has_default: bool
-    generated: bool
-
-    @property
-    def display_type(self) -> str:
-        return self.column_type
+__all__ = ["check_array", "check_value", "compatible", "family", "normalize_array"]
 
 
 _FAMILIES: dict[str, Family] = {

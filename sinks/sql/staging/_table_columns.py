@@ -41,7 +41,7 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
 
 def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
     """The columns of *table* as the dialect's own catalog reader sees them
-    (:class:`~twopc.sinks.postgres._columns.PgColumn`, :class:`~twopc.sinks.mysql._values.MyColumn`;
+    (:class:`~twopc.sinks.postgres._columns.PgColumn`, :class:`~twopc.sinks.mysql._my_column.MyColumn`;
     ``display_type`` is DDL for the type), ``None`` when the table does not exist or the
     dialect has no reader (then use SQLAlchemy's reflection)."""
     registered = backend_for(conn.dialect.name)

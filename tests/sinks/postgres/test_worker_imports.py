@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 import sqlalchemy as sa
 
+from tests._commit_worker import commit_in_fresh_worker
 from tests._paths import REPO_ROOT
 from tests._sql_helpers import uid
 
@@ -79,45 +79,8 @@ def test_a_postgres_task_does_not_import_pandas(postgres_url: str, pg_engine: sa
             c.exec_driver_sql(f"DROP TABLE {table}")
 
 
-COMMIT = """
-import json, pickle, sys
-with open(sys.argv[1], "rb") as fh:
-    writer, messages = pickle.load(fh)
-writer.commit(messages)
-print(json.dumps({"pyarrow": "pyarrow" in sys.modules}))
-"""
-
-
 def test_the_worker_that_commits_a_prepared_jdbc_write_does_not_import_pyarrow(
         postgres_url: str, pg_engine: sa.Engine, tmp_path: Path) -> None:
-    """Spark commits a data source write in a worker of its own, which unpickles the planned
-    writer and the tasks' messages: committing prepared transactions needs no Arrow (pyarrow is
-    about 0.15 s of that worker's start, on the write's critical path)."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    from twopc.sinks import JdbcDataSource, JdbcSink
-
-    table = f"commit_imports_{uid()}"
-    with pg_engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
-    schema = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
-    try:
-        writer = JdbcDataSource({"url": postgres_url, "dbtable": table}).writer(schema, False)
-        assert isinstance(writer.core.sink, JdbcSink) and writer.core.sink.mode == "prepared"
-        messages = []
-        for p in range(2):
-            ids = [p * 10 + i for i in range(3)]
-            rows = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
-                                               "payload": pa.array([str(i) for i in ids], pa.string())})
-            messages.append(writer.core.write_partition(iter([rows]), 0, p, p))
-        path = tmp_path / "commit.pickle"
-        path.write_bytes(pickle.dumps((writer, messages)))
-        proc = subprocess.run([sys.executable, "-c", COMMIT, str(path)], cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0, proc.stderr
-        with pg_engine.connect() as c:
-            assert sorted(r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table}")) == [0, 1, 2, 10, 11, 12]
-        assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"pyarrow": False}
-    finally:
-        with pg_engine.begin() as c:
-            c.exec_driver_sql(f"DROP TABLE {table}")
+    """Committing prepared transactions needs no Arrow (pyarrow is about 0.15 s of that
+    worker's start, on the write's critical path)."""
+    assert commit_in_fresh_worker(postgres_url, pg_engine, tmp_path) == {"pyarrow": False, "pandas": False}
