@@ -48,8 +48,8 @@ def secret_forms(values: Iterable[str | None]) -> list[str]:
     """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
     SQLAlchemy's ``URL.render_as_string`` writes it: ``quote(v, safe=" +")``), longest
     first, for :func:`twopc.spi.redact`. SQLAlchemy's spelling is computed, not asked of
-    SQLAlchemy: the Redis sinks and sources, whose options pass through here on Spark's
-    driver, never import it (``tests/unit/test_secrets.py`` holds the two spellings equal)."""
+    SQLAlchemy: the Redis sink and the Redis Stream source, whose options pass through here,
+    never import it (``tests/unit/test_secret_redaction.py`` holds the two spellings equal)."""
     forms: set[str] = set()
     for v in values:
         if not v:

@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "small" in scaling:
                     small.update(bench_small_write(spark, url, Path(work), max(3, args.repeat)))
                 if "micro" in scaling:
-                    micro.update(bench_micro_batches(spark, url, Path(work), 12))
+                    micro.update(bench_micro_batches(spark, url, Path(work), 12, rounds=4))
 
             results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
                                        spark_conf=spark_conf, twopc_options=twopc_options,
