@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests._commit_worker import commit_in_fresh_worker
+from tests._fresh_worker import commit_in_fresh_worker
 
 
 @pytest.fixture

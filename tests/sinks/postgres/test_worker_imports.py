@@ -9,36 +9,13 @@ Python lists would import pandas in the test itself."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
 import sqlalchemy as sa
 
-from tests._commit_worker import commit_in_fresh_worker
-from tests._paths import REPO_ROOT
+from tests._fresh_worker import commit_in_fresh_worker, task_in_fresh_worker
 from tests._sql_helpers import uid
-
-TASK = """
-import json, sys
-import pyarrow as pa
-from twopc import TransactionContext
-from twopc.sinks import PostgresSink
-
-url, table, path = sys.argv[1:4]
-with pa.ipc.open_stream(pa.OSFile(path)) as reader:
-    batches = list(reader)
-sink = PostgresSink(url, table, copy_format="binary")  # refuses a column it would send as CSV
-sink.validate(batches[0].schema)
-txn = sink.begin_transaction(TransactionContext("imports", 1, 0, 1, 0))
-for b in batches:
-    sink.invoke_batch(txn, b)
-sink.commit(sink.pre_commit(txn))
-sink.close()
-print(json.dumps({"pandas": "pandas" in sys.modules}))
-"""
 
 
 def _rows() -> pa.RecordBatch:
@@ -62,15 +39,11 @@ def test_a_postgres_task_does_not_import_pandas(postgres_url: str, pg_engine: sa
     with pg_engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {table} (id bigint, small int, name text, doc jsonb, amount float8, "
                           f"flag boolean, day date, at timestamptz, raw bytea)")
-    path = tmp_path / "rows.arrows"
-    rows = _rows()
-    with pa.ipc.new_stream(str(path), rows.schema) as writer:
-        writer.write_batch(rows)
     try:
-        proc = subprocess.run([sys.executable, "-c", TASK, postgres_url, table, str(path)], cwd=REPO_ROOT,
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"pandas": False}
+        # binary COPY: the sink refuses a column it would send as CSV
+        loaded = task_in_fresh_worker('PostgresSink(url, table, copy_format="binary")', postgres_url, table, _rows(),
+                                      tmp_path)
+        assert loaded["pandas"] is False
         with pg_engine.connect() as c:
             assert c.exec_driver_sql(f"SELECT count(*), count(small), count(doc), count(at) FROM {table}").one() \
                 == (6, 5, 5, 5)

@@ -1,8 +1,13 @@
-"""The worker that commits a ``twopc-jdbc`` write, in a fresh interpreter: Spark commits a
-Python data source write in a worker of its own, which unpickles the planned writer and the
-tasks' messages. :func:`commit_in_fresh_worker` plans a prepared write of two tasks without
-a JVM (as the drop-in tests do), commits it in a new interpreter and reports which heavy
-modules that interpreter loaded."""
+"""A sink's work in a fresh interpreter, as a new Spark Python worker does it, and which heavy
+modules (pyarrow, pandas) that interpreter loaded:
+
+- :func:`task_in_fresh_worker`: a write task (validate, write, prepare, commit) of a sink
+  built by a given expression, its rows read from Arrow IPC as a Spark worker gets them (a
+  batch built from Python lists would import pandas in the test itself);
+- :func:`commit_in_fresh_worker`: the worker that commits a ``twopc-jdbc`` write. Spark commits
+  a Python data source write in a worker of its own, which unpickles the planned writer and
+  the tasks' messages: the write is planned and its two tasks run without a JVM (as the
+  drop-in tests do), then the commit runs in a new interpreter."""
 
 from __future__ import annotations
 
@@ -18,6 +23,26 @@ import sqlalchemy as sa
 from tests._paths import REPO_ROOT
 from tests._sql_helpers import uid
 
+TASK = """
+import json, sys
+import pyarrow as pa
+from twopc import Participant, TransactionContext
+from twopc.sinks import FileSink, PostgresSink
+from twopc.spi import CompositeSink
+
+url, table, out, path = sys.argv[1:5]
+with pa.ipc.open_stream(pa.OSFile(path)) as reader:
+    batches = list(reader)
+sink = SINK
+sink.validate(batches[0].schema)
+txn = sink.begin_transaction(TransactionContext("imports", 7, 0, 1, 0))
+for b in batches:
+    sink.invoke_batch(txn, b)
+sink.commit(sink.pre_commit(txn))
+sink.close()
+print(json.dumps({m: m in sys.modules for m in ("pyarrow", "pandas")}))
+"""
+
 COMMIT = """
 import json, pickle, sys
 with open(sys.argv[1], "rb") as fh:
@@ -25,6 +50,21 @@ with open(sys.argv[1], "rb") as fh:
 writer.commit(messages)
 print(json.dumps({m: m in sys.modules for m in ("pyarrow", "pandas")}))
 """
+
+
+def task_in_fresh_worker(sink: str, url: str, table: str, rows: pa.RecordBatch, tmp_path: Path) -> dict[str, bool]:
+    """Run a write task of *rows* (batch 7) through the sink that the Python expression *sink*
+    builds (names in scope: ``url``, ``table``, ``out`` (a folder under *tmp_path*),
+    ``PostgresSink``, ``FileSink``, ``Participant``, ``CompositeSink``) in a fresh interpreter;
+    return ``{"pyarrow": loaded, "pandas": loaded}`` of that interpreter."""
+    path = tmp_path / "rows.arrows"
+    with pa.ipc.new_stream(str(path), rows.schema) as writer:
+        writer.write_batch(rows)
+    proc = subprocess.run([sys.executable, "-c", TASK.replace("SINK", sink), url, table, str(tmp_path / "out"),
+                           str(path)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    loaded: dict[str, bool] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return loaded
 
 
 def commit_in_fresh_worker(url: str, engine: sa.Engine, tmp_path: Path) -> dict[str, bool]:
