@@ -34,7 +34,6 @@ import importlib as _importlib
 from typing import TYPE_CHECKING
 from typing import Any as _Any
 
-from ._composite import Participant
 from ._composite_source import composite
 from ._context import TransactionContext
 from ._coordinator import CommitCoordinator
@@ -49,6 +48,7 @@ from ._errors import (
 )
 from ._handle import TransactionHandle
 from ._ledger import CommitLedger
+from ._participant import Participant
 from ._recovery import RecoveryCoordinator
 from ._register import foreach_batch_writer, register
 from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink

@@ -1,8 +1,9 @@
 """The composite sink: one micro-batch, several targets, one decision.
 
 A :class:`CompositeSink` is a :class:`TwoPhaseCommitSink` made of named
-:class:`Participant` sinks. Each task attempt opens one transaction in every participant,
-gives each its own projection of the rows, and prepares them all; its handle is a
+:class:`~twopc.Participant` sinks (:mod:`twopc._participant`). Each task attempt opens one
+transaction in every participant, gives each its own projection of the rows, and prepares
+them all; its handle is a
 :class:`CompositeHandle` naming every participant's handle. The driver's one decision in
 the ledger names those composite handles, so a batch is committed in every target or in
 none: recovery finishes every participant of a decided batch and rolls back every
@@ -34,11 +35,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-import struct
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from twopc import faultinject
 
@@ -49,6 +49,7 @@ from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
+from ._participant import AnySink, Participant
 from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
 from ._sink_id_record import OwnerRecord
 from ._xid import Xid
@@ -56,15 +57,9 @@ from ._xid import Xid
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CompositeHandle", "CompositeSink", "Participant", "participant_sink_id"]
+__all__ = ["CompositeHandle", "CompositeSink", "participant_sink_id"]
 
 log = logging.getLogger("twopc.composite")
-
-AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
-Transform: TypeAlias = "Callable[[pa.RecordBatch], pa.RecordBatch]"
-
-_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
-_MAX_NAME = 16
 
 
 def participant_sink_id(sink_id: str, name: str) -> str:
@@ -107,104 +102,6 @@ class CompositeHandle(TransactionHandle, kind="twopc.composite", version=1):
             raise HandleError(f"composite handle {base.txn_id!r} has malformed parts: the ledger record is damaged")
         return cls(base.txn_id, base.sink_id, base.batch_id, base.partition_id, base.attempt_id,
                    tuple((str(name), decode_handle(env)) for name, env in raw))
-
-
-def _no_rows(schema: pa.Schema) -> pa.RecordBatch:
-    """A batch of *schema* with no rows, built without pandas (``from_pylist`` and
-    ``Schema.empty_table`` import it: about 0.4 s in a fresh Spark worker)."""
-    import pyarrow as pa
-
-    return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
-
-
-@dataclass(frozen=True)
-class Participant:
-    """One target of a composite: a named sink and the rows it gets.
-
-    Attributes:
-        name: 1-16 characters ``A-Z a-z 0-9 _``, unique in the composite; part of the
-            participant's sink id (``<sink id>.<name>``), so keep it stable.
-        sink: the participant's sink, configured with its own options.
-        columns: the columns it keeps, in order; a mapping renames (``{"amount": "total"}``
-            keeps ``amount`` as ``total``). ``None`` keeps every column.
-        transform: a function from an Arrow record batch to an Arrow record batch (after
-            *columns*), for derived rows such as counters; it may return fewer or more
-            rows. It must depend only on its input (a replayed batch must give the same
-            rows), accept a batch of no rows (the driver runs it on one to learn the
-            participant's schema) and be picklable (Spark ships it to the executors).
-        batch_column: when set, a column of this name (``int64``) holding the micro-batch
-            id (or ``txnVersion``) is added to every row it gets, last: what a reader
-            filters on for a consistent cut across targets (``<= latest committed batch``).
-    """
-
-    name: str
-    sink: AnySink
-    columns: Sequence[str] | Mapping[str, str] | None = None
-    transform: Transform | None = None
-    batch_column: str | None = None
-    _renames: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if not (isinstance(self.name, str) and 0 < len(self.name) <= _MAX_NAME and set(self.name) <= _NAME_CHARS):
-            raise ConfigurationError(f"composite participant name {self.name!r} is invalid: use 1-{_MAX_NAME} "
-                                     f"characters from A-Z a-z 0-9 _")
-        if not isinstance(self.sink, TwoPhaseCommitSink):
-            raise ConfigurationError(f"composite participant {self.name!r}: {self.sink!r} is not a "
-                                     f"TwoPhaseCommitSink")
-        cols = self.columns
-        if cols is None:
-            renames: tuple[tuple[str, str], ...] = ()
-        elif isinstance(cols, Mapping):
-            renames = tuple((str(k), str(v)) for k, v in cols.items())
-        elif isinstance(cols, str):
-            raise ConfigurationError(f"composite participant {self.name!r}: columns must be a list or a mapping, "
-                                     f"not the string {cols!r}")
-        else:
-            renames = tuple((str(c), str(c)) for c in cols)
-        object.__setattr__(self, "_renames", renames)
-
-    def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
-        """The rows this participant gets from *batch* of micro-batch *batch_id*.
-
-        Raises:
-            ConfigurationError: a column it keeps is not in *batch*, or the transform
-                does not return a record batch.
-        """
-        import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
-
-        if self._renames:
-            missing = [src for src, _ in self._renames if src not in batch.schema.names]
-            if missing:
-                raise ConfigurationError(
-                    f"composite participant {self.name!r} keeps columns {missing} that the written DataFrame "
-                    f"does not have (it has {batch.schema.names}): fix the participant's columns")
-            batch = pa.RecordBatch.from_arrays([batch.column(src) for src, _ in self._renames],
-                                               names=[dst for _, dst in self._renames])
-        if self.transform is not None:
-            out = self.transform(batch)
-            if isinstance(out, pa.Table):
-                out = out.combine_chunks().to_batches()[0] if out.num_rows else _no_rows(out.schema)
-            if not isinstance(out, pa.RecordBatch):
-                raise ConfigurationError(f"composite participant {self.name!r}: its transform returned "
-                                         f"{type(out).__name__}, not a pyarrow.RecordBatch")
-            batch = out
-        if self.batch_column:
-            if self.batch_column in batch.schema.names:
-                raise ConfigurationError(f"composite participant {self.name!r}: its rows already have a column "
-                                         f"{self.batch_column!r}; choose another batch_column")
-            # from the bytes: pa.array of Python ints imports pandas (about 0.4 s in a fresh Spark worker)
-            ids = pa.Array.from_buffers(pa.int64(), batch.num_rows,
-                                        [None, pa.py_buffer(struct.pack("=q", batch_id) * batch.num_rows)])
-            batch = batch.append_column(pa.field(self.batch_column, pa.int64(), nullable=False), ids)
-        return batch
-
-    def project_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The schema :meth:`project` makes of *schema* (the transform is run on no rows).
-
-        Raises:
-            ConfigurationError: see :meth:`project`.
-        """
-        return self.project(_no_rows(schema)).schema
 
 
 @dataclass

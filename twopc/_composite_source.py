@@ -9,8 +9,9 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._composite import CompositeSink, Participant
+from ._composite import CompositeSink
 from ._errors import ConfigurationError
+from ._participant import Participant
 from ._register import register
 from ._spark import TwoPhaseCommitDataSource
 

@@ -109,7 +109,7 @@ def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int
 
 
 def _set_multi_statements(dbapi: Any, on: bool) -> None:
-    """Turn multi-statements on or off for this session: ``COM_SET_OPTION``, through PyMySQL's
+    """Turn multi-statements on or off for the connection *dbapi*: ``COM_SET_OPTION``, through PyMySQL's
     ``_execute_command``; the server answers with one EOF or error packet."""
     dbapi._execute_command(COMMAND.COM_SET_OPTION, struct.pack("<H", _MULTI_ON if on else _MULTI_OFF))
     dbapi._read_packet()
