@@ -25,7 +25,7 @@ pytest_plugins = [
 _TESTS = Path(__file__).resolve().parent
 #: the folders under tests/, each the name of the marker its tests get (registered in pyproject.toml)
 FOLDER_MARKERS = frozenset(
-    {"unit", "sinks", "postgres", "mysql", "sql", "redis", "composite", "spark", "ops", "kit", "chaos"})
+    {"unit", "protocol", "sinks", "postgres", "mysql", "sql", "redis", "composite", "spark", "ops", "kit", "chaos"})
 #: the fixtures that start a server or the JVM, which no test in tests/unit may use
 SERVER_FIXTURES = frozenset(
     {"postgres_url", "redis_url", "mariadb_url", "s3_server", "spark", "_postgres", "_redis", "_mariadb"})
@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                     f"add {unknown[0]!r} to FOLDER_MARKERS in tests/conftest.py and to the "
                                     f"markers in pyproject.toml")
         servers = SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        if "unit" in folders and servers:
+        if {"unit", "protocol"} & set(folders) and servers:
             raise pytest.UsageError(f"{item.nodeid} uses {', '.join(sorted(servers))}: tests/unit runs without "
                                     f"servers and Spark; move it to the folder of what it exercises")
         for folder in folders:

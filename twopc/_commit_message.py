@@ -22,3 +22,7 @@ class TwoPCCommitMessage(WriterCommitMessage):
     prepared_at: float = 0.0
     """Unix seconds when the task's transaction was prepared (0: nothing prepared), for the
     prepare-to-commit metric."""
+    epoch: int | None = None
+    """The owner epoch the write was planned under: the driver's commit decides under it, and
+    is fenced if another actor took the ledger over since (a streaming query's committing
+    process cannot learn it otherwise: Spark builds its writer anew, without the plan)."""

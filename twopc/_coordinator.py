@@ -231,10 +231,18 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     are touched (all, when it is None). Returns the rolled-back txn ids.
 
     Safe only when no task of those batches can still be chosen by the driver: at query
-    start, before any task runs, and at the driver's commit of ``up_to_batch``.
+    start, before any task runs, and at the driver's commit of ``up_to_batch``. *handles*
+    must have been listed before this is called: the ownership check between the listing
+    and the first rollback is what keeps a displaced actor from rolling back a transaction
+    that a newer owner prepared or decided (see :mod:`twopc._fencing_epochs`).
+
+    Raises:
+        FencedError: another actor took the ledger over: nothing was rolled back.
     """
     m = metrics or CommitMetrics()
     decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
+    if orphans:
+        ledger.check_owner()
     by_batch: dict[int, list[TransactionHandle]] = {}
     for h in decided:
         by_batch.setdefault(h.batch_id, []).append(h)
@@ -270,7 +278,9 @@ class CommitCoordinator:
             both here, before any transaction of the sink id is prepared or rolled back
             (:func:`~twopc._target_check.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
             and records the target with its first decision; a SQL sink's lease is then held
-            until :meth:`close` (or until the coordinator is garbage collected).
+            until :meth:`close` (or until the coordinator is garbage collected). It also takes
+            the checkpoint's ledger over (:meth:`CommitLedger.claim`) unless *ledger* has an
+            owner epoch already: another actor taking it over later fences this coordinator.
 
     Raises:
         TargetMismatchError: the checkpoint belongs to another target.
@@ -293,6 +303,8 @@ class CommitCoordinator:
             claim = claim_writer(sink, ledger, sink_id)
             if claim is not None:
                 self._release = weakref.finalize(self, claim.release)
+            if ledger.epoch is None:  # owner of the checkpoint: a recover (or another driver) fences it
+                ledger.claim()
 
     def close(self) -> None:
         """Give the sink id's claim up (a SQL sink's lease), if this coordinator took one."""

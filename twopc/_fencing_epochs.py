@@ -1,35 +1,50 @@
 """Who owns a checkpoint's ledger: owner epochs that fence zombie drivers.
 
 A driver that stalls (a long GC pause, a frozen VM, a network partition) may wake up after
-its query was restarted elsewhere, and record a decision for transactions the new driver's
-recovery has already rolled back. The ledger fences it with records that are only ever
-created, never changed (so the store's create-at-most-once makes them safe)::
+its query was restarted elsewhere, or after an operator ran ``twopc recover``, and record a
+decision for transactions the new owner has already rolled back. The ledger fences it with
+records that are only ever created, never changed (so the store's create-at-most-once makes
+them safe)::
 
-    owners/<epoch>.json     {host, pid, started}: a driver took over (epochs 1, 2, ...)
+    owners/<epoch>.json     {host, pid, started, actor}: an actor took over (epochs 1, 2, ...)
     verdicts/<epoch>.json   the decisions of older epochs that stood when it took over
+    owners/<epoch>.ended    the run that held <epoch> is over: it was told it is fenced, or its
+                            driver started a new run of the query (twopc's query listener)
 
-- **Taking over** (:meth:`Ownership.claim`, at plan time and by ``twopc recover``):
-  the driver whose identity is the newest owner keeps its epoch; any other creates
-  ``owners/<newest + 1>`` (retrying past a rival), then lists every undecided-looking
-  decision of an older epoch into ``verdicts/<epoch>`` *before* it rolls anything back.
-- **Deciding** (:meth:`Ownership.check`): after creating ``decisions/<batch>``, a driver
-  lists ``owners/``; a newer epoch than its own means it was fenced (:class:`FencedError`):
-  it commits nothing.
+- **Taking over** (:meth:`Ownership.claim`: a query's plan, a batch write, ``twopc recover``,
+  a coordinator built by hand): an actor whose identity is the newest owner, with that epoch
+  not ended, keeps it; any other creates ``owners/<newest + 1>`` (retrying past a rival), then
+  lists every undecided-looking decision of an older epoch into ``verdicts/<epoch>`` *before*
+  it rolls anything back.
+- **Never taking it back**: a streaming query's plan *resumes* its run (``resume=True``). If
+  its driver owned an older epoch that is not ended, another actor displaced this very run:
+  it records ``owners/<its epoch>.ended`` and raises :class:`FencedError` naming who took over. The
+  next run of the query (a restart) finds its old epoch ended and takes over. Twopc's query
+  listener ends the driver's epoch when a run starts (:meth:`Ownership.end_runs_of`), so a
+  query restarted after ``twopc recover`` (the documented way) takes over at once.
+- **Deciding** (:meth:`Ownership.check`): after creating ``decisions/<batch>``, and after
+  listing prepared transactions and before rolling any back, an actor lists ``owners/``; a
+  newer epoch than its own means it was fenced (:class:`FencedError`): it commits and rolls
+  back nothing more, and records ``owners/<its epoch>.ended``.
 - **Reading** (:meth:`Ownership.valid`): a decision of an older epoch stands only if the
   verdict of the first owner after it lists it. A zombie's decision written after the
   takeover is not listed (its driver saw the newer owner and stopped), so it is void: the
   new owner rolls its transactions back and records its own decision for the batch.
 
 Correctness rests on the store's create-if-absent (local hard links, S3's If-None-Match)
-and on list-after-create visibility (local folders; S3 lists are strongly consistent).
-Cost: one listing of ``owners/`` per decision and per plan, one read of the newest owner
-per plan, and at a takeover one record plus a read of each pending decision. Owner and
-verdict records are a few hundred bytes per driver start and are not purged.
+and on list-after-create visibility (local folders; S3 lists are strongly consistent). Every
+interleaving of two drivers and ``twopc recover`` over these records is checked by
+``tests/unit/test_fence_interleavings.py``. Cost: one listing of ``owners/`` per decision, per
+sweep and per plan, one read of the newest owner per plan, and at a takeover one record plus
+a read of each pending decision. Owner, verdict and end records are a few hundred bytes per
+driver start and are not purged.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 from ._driver_identity import DriverIdentity, driver_identity
@@ -45,6 +60,10 @@ def _epoch_name(epoch: int) -> str:
     return f"{epoch:020d}.json"
 
 
+def _same(record: dict[str, Any] | None, identity: DriverIdentity) -> bool:
+    return record is not None and all(record.get(k) == identity[k] for k in ("host", "pid", "started"))
+
+
 class Ownership:
     """The owner records of one ledger (see the module docstring)."""
 
@@ -53,14 +72,20 @@ class Ownership:
         self.epoch = epoch
         self._verdicts: dict[int, dict[int, int] | None] = {}
 
+    def _listing(self) -> tuple[list[int], set[int]]:
+        """Every recorded owner epoch, oldest first, and the ended ones (one listing)."""
+        epochs, ended = [], set()
+        for n in self._store.list("owners"):
+            stem, _, kind = n.partition(".")
+            if stem.isdigit() and kind == "json":
+                epochs.append(int(stem))
+            elif stem.isdigit() and kind == "ended":
+                ended.add(int(stem))
+        return sorted(epochs), ended
+
     def epochs(self) -> list[int]:
         """Every recorded owner epoch, oldest first."""
-        out = []
-        for n in self._store.list("owners"):
-            stem = n.removesuffix(".json")
-            if n.endswith(".json") and stem.isdigit():
-                out.append(int(stem))
-        return sorted(out)
+        return self._listing()[0]
 
     def _record(self, folder: str, epoch: int) -> dict[str, Any] | None:
         text = self._store.read(f"{folder}/{_epoch_name(epoch)}")
@@ -73,24 +98,39 @@ class Ownership:
                               f"{DAMAGED_NEXT_STEP}") from exc
         return data if isinstance(data, dict) else None
 
-    def claim(self, pending: Any, identity: DriverIdentity | None = None) -> int:
-        """Become (or stay) the owner; return the epoch. *pending* is a callable returning
-        the decisions that are not marked committed (``[(batch_id, epoch)]``), read after the
-        takeover is recorded.
+    def _end(self, epoch: int, why: str, by: int | None) -> None:
+        body = {"format": _FORMAT, "epoch": epoch, "why": why, "newest": by, "at": time.time()}
+        self._store.create(f"owners/{epoch:020d}.ended", json.dumps(body, sort_keys=True), exclusive=True)
+
+    def claim(self, pending: Callable[[], list[tuple[int, int | None]]], identity: DriverIdentity | None = None,
+              *, resume: bool = False, actor: str = "driver") -> int:
+        """Become (or stay) the owner; return the epoch. *pending* returns the decisions that
+        are not marked committed (``[(batch_id, epoch)]``), read after the takeover is recorded.
+        *resume*: the caller continues a run that may have owned an older epoch (a streaming
+        query's plan): if that epoch was displaced and not ended, raise instead of taking over.
+        *actor* names the kind of owner in its record (``driver``, ``recover`` ...), for the
+        messages of those it fences.
 
         Raises:
+            FencedError: *resume* and another actor displaced this driver's run.
             LedgerError: the store fails.
         """
-        me = dict(identity or driver_identity())
+        me = identity or driver_identity()
         while True:
-            epochs = self.epochs()
+            epochs, ended = self._listing()
             newest = epochs[-1] if epochs else 0
-            if newest:
-                rec = self._record("owners", newest)
-                if rec is not None and {k: rec.get(k) for k in me} == me:
-                    self.epoch = newest
-                    break
-            body = json.dumps({"format": _FORMAT, "epoch": newest + 1, **me}, sort_keys=True)
+            newest_rec = self._record("owners", newest) if newest else None
+            if _same(newest_rec, me) and newest not in ended:
+                self.epoch = newest
+                break
+            if resume and newest:
+                mine = next((e for e in reversed(epochs[:-1]) if _same(self._record("owners", e), me)), None)
+                if mine is not None and mine not in ended:  # this run's epoch, displaced while it ran
+                    self.epoch = mine
+                    self._end(mine, "displaced", newest)
+                    raise self._fenced_error(newest, newest_rec or {})
+            body = json.dumps({"format": _FORMAT, "epoch": newest + 1, "actor": actor, "at": time.time(), **me},
+                              sort_keys=True)
             if self._store.create(f"owners/{_epoch_name(newest + 1)}", body, exclusive=True):
                 self.epoch = newest + 1
                 break
@@ -107,10 +147,43 @@ class Ownership:
         it; None (and no epoch) when another driver owns the ledger, or none does."""
         epochs = self.epochs()
         rec = self._record("owners", epochs[-1]) if epochs else None
-        if rec is None or {k: rec.get(k) for k in identity} != dict(identity):
+        if not _same(rec, identity):
             return None
         self.epoch = epochs[-1]
         return self.epoch
+
+    def act_for(self, identity: DriverIdentity) -> int | None:
+        """Take the epoch of the driver *identity*, which must own the ledger (the newest owner,
+        its run not ended); None when no actor ever owned it (a ledger without owners).
+
+        Raises:
+            FencedError: another actor owns it (the driver's run was displaced).
+        """
+        epochs, ended = self._listing()
+        if not epochs:
+            return None
+        newest = epochs[-1]
+        rec = self._record("owners", newest)
+        if _same(rec, identity) and newest not in ended:
+            self.epoch = newest
+            return newest
+        mine = next((e for e in reversed(epochs) if _same(self._record("owners", e), identity)), None)
+        self.epoch = mine if mine is not None else 0
+        if mine is not None and mine not in ended:
+            self._end(mine, "displaced", newest)
+        raise self._fenced_error(newest, rec or {})
+
+    def end_runs_of(self, identity: DriverIdentity) -> int | None:
+        """Record that every earlier run of the driver *identity* is over (a new run of its
+        query starts): its newest epoch is ended, so the new run takes over instead of being
+        told it is fenced. Returns the epoch ended (None: the driver owns none)."""
+        epochs, ended = self._listing()
+        for e in reversed(epochs):
+            if _same(self._record("owners", e), identity):
+                if e not in ended:
+                    self._end(e, "new run", epochs[-1])
+                return e
+        return None
 
     def _verdict(self, epoch: int) -> dict[int, int] | None:
         if epoch not in self._verdicts or self._verdicts[epoch] is None:
@@ -125,15 +198,27 @@ class Ownership:
         epochs = self.epochs()
         return epochs[-1] if epochs and epochs[-1] > self.epoch else None
 
-    def check(self, location: str) -> None:
-        """Raise :class:`FencedError` if a newer driver owns the ledger."""
+    def check(self) -> None:
+        """Raise :class:`FencedError` if a newer actor owns the ledger (and record that this
+        epoch's run is over: it does nothing more)."""
         newer = self.newer_owner()
-        if newer is not None:
-            rec = self._record("owners", newer) or {}
-            raise FencedError(
-                f"this driver (owner epoch {self.epoch}) is no longer the owner of the ledger {location}: a "
-                f"driver on {rec.get('host', '?')} (pid {rec.get('pid', '?')}) took it over as epoch {newer}. "
-                f"This driver records and commits nothing more; the new owner finishes or rolls back its batch")
+        if newer is None:
+            return
+        assert self.epoch is not None
+        if self.epoch not in self._listing()[1]:
+            self._end(self.epoch, "fenced", newer)
+        raise self._fenced_error(newer, self._record("owners", newer) or {})
+
+    def _fenced_error(self, newer: int, rec: dict[str, Any]) -> FencedError:
+        actor = rec.get("actor", "driver")
+        who = "`twopc recover`" if actor == "recover" else f"a {actor}"
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(rec["at"])) if rec.get("at") else "?"
+        return FencedError(
+            f"this writer (owner epoch {self.epoch} of the ledger {self._store.root}) was displaced by {who} on "
+            f"{rec.get('host', '?')} (pid {rec.get('pid', '?')}) at {when}, owner epoch {newer}: it records, "
+            f"commits and rolls back nothing more. Nothing decided is lost: a batch in flight was not decided and "
+            f"is written again. Restart the query (or rerun the write) once the other writer is done; the restart "
+            f"takes the checkpoint over")
 
     def valid(self, batch_id: int, epoch: int | None) -> bool:
         """Whether a decision of *epoch* for *batch_id* stands (see the module docstring)."""

@@ -254,16 +254,41 @@ class CommitLedger:
         process working for the driver that claimed it; None for a ledger used without owners."""
         return self._owners.epoch
 
-    def claim(self, identity: DriverIdentity | None = None) -> int:
+    def claim(self, identity: DriverIdentity | None = None, *, resume: bool = False, actor: str = "driver") -> int:
         """Become the owner of this ledger, or stay it (the same driver: host, pid and start
-        time), and return the owner epoch. A new owner fences every older one: from now on
-        their decisions are refused (:class:`FencedError`) and the ones they record anyway
-        are void. Call before recovery rolls anything back.
+        time, in the same run), and return the owner epoch. A new owner fences every older
+        one: from now on their decisions are refused (:class:`FencedError`) and the ones they
+        record anyway are void. Call before recovery rolls anything back. *resume*: a
+        streaming query's plan, which continues its run: if another actor displaced the run,
+        raise rather than take the ledger back (see :mod:`twopc._fencing_epochs`). *actor*
+        names this owner in the messages of those it fences (``driver``, ``recover``).
+
+        Raises:
+            FencedError: *resume* and this driver's run was displaced.
+            LedgerError: the store fails.
+        """
+        return self._owners.claim(self._pending_epochs, identity, resume=resume, actor=actor)
+
+    def act_for(self, identity: DriverIdentity) -> int | None:
+        """Take the owner epoch of the driver *identity* (a process working for it, after its
+        plan: a streaming query's committing process), which must still own the ledger;
+        None for a ledger no driver ever claimed.
+
+        Raises:
+            FencedError: another actor took the ledger over from that driver.
+            LedgerError: the store fails.
+        """
+        return self._owners.act_for(identity)
+
+    def end_runs_of(self, identity: DriverIdentity) -> int | None:
+        """Record that the runs of the driver *identity* so far are over (a new run of its
+        query starts: twopc's query listener), so that the new run takes over instead of being
+        told it was fenced. Returns the epoch ended, if the driver owned one.
 
         Raises:
             LedgerError: the store fails.
         """
-        return self._owners.claim(self._pending_epochs, identity)
+        return self._owners.end_runs_of(identity)
 
     def join(self, identity: DriverIdentity) -> int | None:
         """Act for the driver *identity* without taking the ledger over (twopc's query
@@ -285,8 +310,9 @@ class CommitLedger:
         return out
 
     def check_owner(self) -> None:
-        """Raise :class:`FencedError` if another driver took the ledger over since :meth:`claim`."""
-        self._owners.check(self.location)
+        """Raise :class:`FencedError` if another actor took the ledger over since :meth:`claim`
+        (and record that this owner's run is over)."""
+        self._owners.check()
 
     def fenced(self) -> bool:
         """Whether another driver took the ledger over since :meth:`claim`."""
@@ -438,12 +464,20 @@ class CommitLedger:
     def decision(self, batch_id: int) -> Decision | None:
         """The decision that stands for *batch_id*, or None (a fenced driver's void decision
         counts as none)."""
+        return self._standing(batch_id)[0]
+
+    def _standing(self, batch_id: int) -> tuple[Decision | None, bool]:
+        """The decision that stands for *batch_id* and whether the batch is marked committed.
+        The mark is read first: a committed batch's decision is never replaced (only a void
+        one is, by the owner that took over), so the decision read after a mark is the one
+        that was committed, even one the verdicts do not list (committed before a takeover);
+        read the other way round, a void decision read just before its replacement was
+        committed would pass for the committed one."""
+        committed = self._store.read("committed/" + _name(batch_id)) is not None
         d = self._raw_decision(batch_id)
-        if d is None or self._owners.valid(batch_id, d.epoch):
-            return d
-        if self._store.read("committed/" + _name(batch_id)) is not None:
-            return d
-        return None
+        if d is None or committed or self._owners.valid(batch_id, d.epoch):
+            return d, committed
+        return None, False
 
     def record_decision(self, decision: Decision) -> Decision:
         """Durably record *decision* unless the batch already has one; return the one that
@@ -544,8 +578,8 @@ class CommitLedger:
         out = []
         for b in self.decided_batches():
             if b not in committed:
-                d = self.decision(b)  # void decisions of fenced drivers are not pending
-                if d is not None:
+                d, done = self._standing(b)  # void decisions of fenced drivers are not pending
+                if d is not None and not done:
                     out.append(d)
         return out
 

@@ -79,7 +79,9 @@ class RecoveryCoordinator:
 
     Guarantees, when :meth:`run` returns: every batch the ledger holds a decision for is
     committed and marked; no transaction of the sink id is left prepared. It is safe to run
-    any number of times, and concurrently with nothing else writing with the same sink id.
+    any number of times, and beside a running query of the same checkpoint (which it fences)
+    or a second driver (whose takeover fences it in turn): no transaction a standing decision
+    names is rolled back.
     """
 
     def __init__(self, sink: AnySink, ledger: CommitLedger | None = None, *,
@@ -112,9 +114,14 @@ class RecoveryCoordinator:
     def run(self) -> RecoveryReport:
         """Finish every decided batch, then roll back every orphan.
 
-        Takes the ledger over first (:meth:`CommitLedger.claim`) unless it was claimed.
+        Takes the ledger over first (:meth:`CommitLedger.claim`) unless it was claimed, once
+        it has reached the target (it lists the sink's prepared transactions first). A
+        running query's driver is then fenced: it commits nothing more and stops with
+        :class:`~twopc.FencedError`, and its undecided batch is rolled back here.
 
         Raises:
+            FencedError: another actor took the ledger over while this ran: what was done
+                stays done, nothing more is rolled back.
             TargetMismatchError: the checkpoint belongs to another target; nothing was done.
             ConcurrentWriterError: another writer has the sink id; nothing was done.
             TransactionLostError: a decided transaction is gone (the batch stays decided).
@@ -122,6 +129,9 @@ class RecoveryCoordinator:
         """
         if self.claimed:
             return self._run()
+        # Reach the target before anything is recorded: a recover that cannot (a wrong password, a
+        # server down) changes nothing, and fences no running query for nothing.
+        self.sink.list_prepared(self.sink_id)
         check_target(self.sink, self.ledger, self.sink_id, record=False)
         claim = claim_writer(self.sink, self.ledger, self.sink_id)
         try:
@@ -133,8 +143,8 @@ class RecoveryCoordinator:
     def _run(self) -> RecoveryReport:
         started = time.monotonic()
         report = RecoveryReport(self.sink_id)
-        if self.ledger.epoch is None:
-            self.ledger.claim()  # fence any driver still running before rolling anything back
+        if self.ledger.epoch is None:  # fence any driver still running before rolling anything back
+            self.ledger.claim(actor="recover")
         for decision in self.ledger.pending():
             tally = finish_decision(self.sink, self.ledger, decision, recovering=True, metrics=self.metrics)
             report.finished_batches.append(decision.batch_id)

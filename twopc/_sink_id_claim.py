@@ -20,8 +20,11 @@ and another checkpoint's is refused.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ._errors import ConcurrentWriterError
@@ -30,7 +33,7 @@ from ._runtime_options import default_sink_id
 from ._sink import AnySink
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
-__all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer"]
+__all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
 
 
 def checkpoint_label(location: str) -> str:
@@ -70,7 +73,9 @@ class _Held:
     """A sink id's lease held by this process, for the coordinators of one checkpoint."""
 
     lease: Lease
-    owner: str
+    owner: str | None
+    """The checkpoint of the coordinators holding it (None: taken by a prepare, before any
+    coordinator of this process: the first one adopts it)."""
     users: int
 
 
@@ -126,6 +131,8 @@ def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdCla
     key = (backend.location, sink_id)
     with _HELD_LOCK:
         held = _HELD.get(key)
+        if held is not None and held.owner is None:  # taken by this process's first prepare
+            held.owner = mine
         if held is not None and held.owner != mine:
             raise ConcurrentWriterError(
                 f"sink id {sink_id!r} on {backend.location} is held by a writer of this process whose checkpoint "
@@ -136,3 +143,46 @@ def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdCla
             _HELD[key] = held = _Held(backend.acquire(sink_id), mine, 0)
         held.users += 1
     return SinkIdClaim(backend, sink_id)
+
+
+_IN_RUNTIME_TASK: contextvars.ContextVar[bool] = contextvars.ContextVar("twopc_runtime_task", default=False)
+
+
+@contextlib.contextmanager
+def runtime_task() -> Iterator[None]:
+    """Mark the block as a task of the twopc runtime (a Spark task, or ``twopc.testing``'s),
+    whose writer's driver holds the sink id's claim: :func:`hold_for_prepare` leaves it alone."""
+    token = _IN_RUNTIME_TASK.set(True)
+    try:
+        yield
+    finally:
+        _IN_RUNTIME_TASK.reset(token)
+
+
+def hold_for_prepare(backend: TargetLedger, sink_id: str) -> None:
+    """Before a transaction of *sink_id* is prepared outside the twopc runtime (a writer driven
+    through the core API, whose coordinator may be built after its first prepare): hold the
+    sink id's lease for this process if it is free, so that another writer with the same sink
+    id is refused (:class:`ConcurrentWriterError`) instead of rolling back this prepared
+    transaction as an orphan. The process's first :func:`claim_writer` adopts it. A lease
+    held elsewhere is left as it is (the writer's own driver may hold it); inside a runtime
+    task (:func:`runtime_task`) nothing is done: the task's driver holds the claim.
+
+    Raises:
+        SinkError / SinkUnavailableError: the target failed.
+    """
+    if _IN_RUNTIME_TASK.get():
+        return
+    key = (backend.location, sink_id)
+    with _HELD_LOCK:
+        if key in _HELD:
+            return
+    try:
+        lease = backend.acquire(sink_id)
+    except ConcurrentWriterError:
+        return
+    with _HELD_LOCK:
+        if key in _HELD:  # another thread of this process took it meanwhile
+            backend.release(lease)
+            return
+        _HELD[key] = _Held(lease, None, 0)

@@ -53,6 +53,7 @@ from ._checkpoint import (
 from ._commit_message import TwoPCCommitMessage
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator
+from ._driver_identity import driver_identity
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._errors import BatchAbortedError, ProtocolError
 from ._fence import AbortFence
@@ -65,7 +66,7 @@ from ._recovery import RecoveryCoordinator
 from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
 from ._session_options import with_session_defaults
 from ._sink import AnySink, CommitShape, TwoPhaseCommitSink, purge_markers_best_effort
-from ._sink_id_claim import claim_sink_id
+from ._sink_id_claim import claim_sink_id, runtime_task
 from ._stores import Store
 from ._target import ALL_BATCHES, open_target_ledger, resolve_abandoned, settle_own
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
@@ -90,9 +91,15 @@ class _WriterCore:
     """Every abort record of the ledger when the write was planned (None: unknown, a task then
     takes its batch's records when it begins): see :mod:`twopc._fence`, window 2."""
 
+    committed_through: int | None = None
+    """The newest batch the ledger held as committed when the write was planned (after the
+    plan's recovery finished any decided one): a task of a batch at or below it is a replay
+    of a committed batch and writes nothing, so a replay never meets the rows it committed
+    (a table with a unique key would refuse them)."""
+
     def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
                  format_name: str = "", epoch: int | None = None, lease: Lease | None = None,
-                 abort_baseline: frozenset[str] | None = None) -> None:
+                 abort_baseline: frozenset[str] | None = None, committed_through: int | None = None) -> None:
         self.sink = sink
         self.sink_id = sink_id
         self.runtime = runtime
@@ -101,6 +108,7 @@ class _WriterCore:
         self.epoch = epoch
         self.lease = lease
         self.abort_baseline = abort_baseline
+        self.committed_through = committed_through
         self._register_handle_kind()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -121,7 +129,7 @@ class _WriterCore:
             raise ProtocolError("twopc writers must run inside a Spark task")
         partition, attempt = tc.partitionId(), tc.taskAttemptId()
         if self.skip:
-            return TwoPCCommitMessage(None, 0, partition, attempt)
+            return TwoPCCommitMessage(None, 0, partition, attempt, epoch=self.epoch)
         if batch_id is None:
             prop = tc.getLocalProperty(BATCH_ID_PROPERTY)
             if prop is None:
@@ -134,7 +142,17 @@ class _WriterCore:
         """One task attempt's write once its identity is known (what :meth:`write_task`
         does after reading Spark's ``TaskContext``): begin, invoke, prepare, with the
         executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
-        ctx = TransactionContext(self.sink_id, batch_id, partition, attempt, attempt_number)
+        if self.committed_through is not None and batch_id <= self.committed_through:
+            # Spark replays a batch whose commit its own log lacks; twopc committed it (the plan says so)
+            log.info("twopc: sink %s batch %s was committed before this replay (partition %s writes nothing)",
+                     self.sink_id, batch_id, partition)
+            return TwoPCCommitMessage(None, 0, partition, attempt, epoch=self.epoch)
+        with runtime_task():  # the driver holds the sink id's claim
+            return self._write_attempt(batches, TransactionContext(self.sink_id, batch_id, partition, attempt,
+                                                                   attempt_number))
+
+    def _write_attempt(self, batches: Iterator[pa.RecordBatch], ctx: TransactionContext) -> TwoPCCommitMessage:
+        batch_id, partition, attempt = ctx.batch_id, ctx.partition_id, ctx.attempt_id
         fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
                                  ephemeral=self.runtime.ephemeral, baseline=self.abort_baseline,
                                  partition=partition, attempt=attempt, shared=self.runtime.in_target)
@@ -165,7 +183,7 @@ class _WriterCore:
             faultinject.fault_point("before_pre_commit", batch_id=batch_id, partition=partition)
             if rows == 0:
                 self.sink.rollback(txn)
-                return TwoPCCommitMessage(None, 0, partition, attempt)
+                return TwoPCCommitMessage(None, 0, partition, attempt, epoch=self.epoch)
             handle = self.sink.pre_commit(txn)
         except BaseException:
             _quietly(self.sink.rollback, txn)
@@ -183,7 +201,7 @@ class _WriterCore:
         except BaseException:
             _quietly(self.sink.abort, handle)
             raise
-        return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time())
+        return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time(), self.epoch)
 
     def _ledger_store(self) -> Store:
         """The store of this write's ledger (in the checkpoint, or in the target), for the
@@ -199,11 +217,25 @@ class _WriterCore:
             raise ProtocolError(f"{self.sink.describe()} kept this write's ledger in the target, and now has none")
         return target
 
-    def coordinator(self) -> CommitCoordinator:
+    def coordinator(self, messages: Sequence[WriterCommitMessage | None] = ()) -> CommitCoordinator:
+        """The coordinator of this write's commit or abort, under the owner epoch the write was
+        planned under: the writer's own (a batch write's writer is the plan's), else the one
+        its tasks carry (a streaming query's committing process builds its writer anew), else,
+        for a micro-batch no task reported, the driver's if it still owns the ledger.
+
+        Raises:
+            FencedError: another actor owns the ledger now (nothing is touched).
+        """
+        epoch = self.epoch
+        if epoch is None:
+            epoch = next((m.epoch for m in messages if isinstance(m, TwoPCCommitMessage) and m.epoch is not None),
+                         None)
         if self.runtime.in_target:
-            ledger = open_target_ledger(self._target(), self.sink_id, lease=self.lease, epoch=self.epoch)
+            ledger = open_target_ledger(self._target(), self.sink_id, lease=self.lease, epoch=epoch)
         else:
-            ledger = CommitLedger(self.runtime.checkpoint_location, epoch=self.epoch)
+            ledger = CommitLedger(self.runtime.checkpoint_location, epoch=epoch)
+        if epoch is None and self.runtime.txn_version is None:  # a micro-batch that no task reported
+            ledger.act_for(driver_identity())
         return CommitCoordinator(self.sink, ledger, self.sink_id, keep_last=self.runtime.keep_last,
                                  retry=self.runtime.retry, format_name=self.format_name,
                                  claimed=True)  # the target and the sink id were checked at plan time
@@ -232,7 +264,7 @@ class _WriterCore:
             return None
 
     def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:
-        coordinator = self.coordinator()
+        coordinator = self.coordinator(messages)
         room = None
         committed = False
         try:
@@ -484,11 +516,13 @@ class TwoPhaseCommitDataSource(DataSource):
         skip = False
         epoch = None
         baseline = None
+        committed_through = None
         if self._plan_time:
             try:
                 # another target's checkpoint: touch nothing
                 ledger.bind_target(identity, sink_id, record=False, instance=instance)
-                epoch = ledger.claim()
+                # a micro-batch's plan continues its query's run: displaced by another actor, it stops
+                epoch = ledger.claim(resume=streaming)
                 if not validated:
                     sink.validate(arrow_schema)
                 if runtime.sink_id and not runtime.ephemeral and lease is None and target is None:
@@ -514,7 +548,9 @@ class TwoPhaseCommitDataSource(DataSource):
                 raise
             finally:
                 sink.close()
-            if not streaming:
+            if streaming:
+                committed_through = ledger.latest_committed()
+            else:
                 latest = ledger.latest_committed()
                 assert runtime.txn_version is not None
                 skip = latest is not None and runtime.txn_version <= latest
@@ -527,7 +563,7 @@ class TwoPhaseCommitDataSource(DataSource):
                                 runtime.txn_version, latest, latest)
         return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
                            lease=None if streaming else lease,  # a query keeps its lease while its driver runs
-                           abort_baseline=baseline)
+                           abort_baseline=baseline, committed_through=committed_through)
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:

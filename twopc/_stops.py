@@ -161,6 +161,7 @@ class _StopListener(StreamingQueryListener):
                 run = None
             if run is not None:
                 self._note_root(run, None if event.name is None else str(event.name))
+                self._end_earlier_runs(run)
             done = self.done(run_id)  # what wait_settled waits for, from the start of the run
             if run is None:
                 done.set()
@@ -178,6 +179,22 @@ class _StopListener(StreamingQueryListener):
             log.warning("twopc: cannot note the session's %s for streaming query %s (run %s): its writer uses the "
                         "folder the session named when the twopc data sources were registered",
                         SESSION_CHECKPOINT_CONF, run.query_id, run.run_id, exc_info=True)
+
+    def _end_earlier_runs(self, run: _Run) -> None:
+        """Record in the query's ledger that this driver's earlier runs of it are over, so that
+        this run takes the checkpoint over even if ``twopc recover`` ran while the query was
+        down (see :mod:`twopc._fencing_epochs`). Never raises: without the record, a run that
+        finds its driver displaced stops once with :class:`~twopc.FencedError`, and its restart
+        takes over."""
+        try:
+            location = str(run.execution.resolvedCheckpointRoot())
+            if ledger_exists(ledger_store(location)):
+                driver = identity_of(int(self._jvm.java.lang.ProcessHandle.current().pid()))
+                CommitLedger(location).end_runs_of(driver)
+        except Exception:  # a listener must not fail the query: logged
+            log.warning("twopc: cannot record the start of streaming query %s (run %s) in its ledger: if twopc "
+                        "recover ran while it was down, its first batch stops with FencedError and a restart "
+                        "goes on", run.query_id, run.run_id, exc_info=True)
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         pass

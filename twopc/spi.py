@@ -22,7 +22,8 @@ twopc's modules can move without breaking them. The names, by job:
   :func:`ephemeral_writer_dead`, :data:`EPHEMERAL_PREFIX`, :func:`participant_sink_id`.
 - The target ledger (a sink's record of its checkpoint in the target) and its lease:
   :class:`TargetLedger`, :class:`Lease`, :func:`resolve_abandoned`, :func:`target_ledger_of`,
-  :func:`open_target_ledger`, :class:`TargetRecord`, :func:`check_target`; the checkpoint's
+  :func:`open_target_ledger`, :class:`TargetRecord`, :func:`check_target`, :func:`hold_for_prepare`
+  (a sink that prepares outside the runtime holds its sink id's lease); the checkpoint's
   owner: :class:`OwnerRecord`, :func:`checkpoint_label`; the driver process:
   :class:`DriverIdentity`, :func:`driver_identity`, :func:`start_ticks`; the driver agent that
   holds a driver's leases: :class:`DriverAgent`, :func:`ask_agent`.
@@ -84,7 +85,7 @@ from ._runtime_options import (
     ephemeral_started,
     option,
 )
-from ._sink_id_claim import checkpoint_label
+from ._sink_id_claim import checkpoint_label, hold_for_prepare
 from ._sink_id_record import OwnerRecord
 from ._spark import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
 from ._stores import open_store
@@ -151,6 +152,7 @@ __all__ = [
     "ephemeral_sink_id",
     "ephemeral_started",
     "ephemeral_writer_dead",
+    "hold_for_prepare",
     "load_object",
     "loads_handle",
     "log_event",

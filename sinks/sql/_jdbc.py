@@ -53,7 +53,7 @@ from twopc import (
     TwoPhaseCommitSink,
     register,
 )
-from twopc.spi import Headroom, ProtocolError, TargetLedger
+from twopc.spi import Headroom, ProtocolError, TargetLedger, hold_for_prepare
 
 from .._handles import StagingHandle
 from .._secrets import credential_free
@@ -303,6 +303,8 @@ class JdbcSink(TwoModeSink):
             SinkUnavailableError: no connection.
             TargetConfigurationError: no free slot, and the write may not stage.
         """
+        if self.mode == STAGING and (leases := self.target_ledger()) is not None:
+            hold_for_prepare(leases, context.sink_id)  # the core API (the prepared mode's writer does it there)
         if not self.may_stage:
             return self._backend().begin_transaction(context)
         prepared = self._prepared_sink()

@@ -43,7 +43,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "UnknownHandleKindError", "ask_agent", "check_target", "checkpoint_label", "configure_cli_logging",
         "decode_handle",
         "default_sink_id", "driver_identity", "dumps_handle", "encode_handle", "ephemeral_sink_id",
-        "ephemeral_started", "ephemeral_writer_dead", "load_object", "loads_handle", "log_event",
+        "ephemeral_started", "ephemeral_writer_dead", "hold_for_prepare", "load_object", "loads_handle", "log_event",
         "make_folder", "open_store", "open_target_ledger", "option", "participant_sink_id", "private_dir",
         "redact", "registered_handle_kinds", "require", "resolve_abandoned", "start_ticks", "target_ledger_of",
         "validate_sink_id",

@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from twopc import ConfigurationError, SinkError, TransactionContext
-from twopc.spi import ProtocolError
+from twopc.spi import ProtocolError, hold_for_prepare
 
 from ..._handles import PreparedSqlHandle
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
+from ..ledger._target_ledger import SqlTargetLedger
 from ..types._column_match import TableColumn
 from ._markers import MarkerTable
 
@@ -82,6 +83,7 @@ class PreparedWriter(Generic[C, H]):
             SinkError: the server refused a statement (e.g. the session init statement).
         """
         gid = self.make_gid(context)
+        hold_for_prepare(SqlTargetLedger(self.target), context.sink_id)  # the core API: see hold_for_prepare
         txn: SqlTxn[C] = SqlTxn(context, gid, self.target.checkout())
         self._open.add(txn)
         try:
