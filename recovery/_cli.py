@@ -13,6 +13,7 @@ never writes anything (its ledger is opened read only).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -159,7 +160,7 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
             return _retarget(sink, CommitLedger(checkpoint), sink_id, options)
         check_recorded_target(sink, reader, sink_id, checkpoint, record)
         if args.command == "status":
-            return _status(sink, reader, sink_id, as_json=args.json)
+            return _status(sink, reader, sink_id, as_json=args.json, how=_repeat_flags(args))
         return _recover(sink, reader if args.dry_run else CommitLedger(checkpoint), sink_id, dry_run=args.dry_run)
 
 
@@ -188,7 +189,8 @@ def _target_form(args: argparse.Namespace) -> int:
         out = []
         for writer in backend.writers():
             with backend.take(writer) as free:
-                status = sink_status(sink, open_target_ledger(backend, writer), writer)
+                status = dataclasses.replace(sink_status(sink, open_target_ledger(backend, writer), writer),
+                                             how=_repeat_flags(args))
             needs = needs or (free and status.needs_operator)
             if args.json:
                 out.append({**status.to_json(), "writer_running": not free})
@@ -202,8 +204,20 @@ def _target_form(args: argparse.Namespace) -> int:
         return NEEDS_OPERATOR if needs else OK
 
 
-def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool) -> int:
-    status = sink_status(sink, ledger, sink_id)
+def _repeat_flags(args: argparse.Namespace) -> str:
+    """The flags of this command line that reached the target, for the commands status advises
+    (an ``--option`` holding a secret is left out: give it with ``--option-env``)."""
+    from twopc.sinks._secrets import secret_guesses  # here: `twopc recover` on a file sink loads no driver code
+
+    flags = [f"--format {args.format}"] if args.format else []
+    flags += [f"--option {pair}" for pair in args.option if not secret_guesses(dict([pair.partition("=")[::2]]))]
+    flags += [f"--option-env {pair}" for pair in args.option_env]
+    return " ".join(flags)
+
+
+def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool,
+            how: str = "") -> int:
+    status = dataclasses.replace(sink_status(sink, ledger, sink_id), how=how)
     print(json.dumps(status.to_json(), indent=1, sort_keys=True) if as_json else status.render())
     return NEEDS_OPERATOR if status.needs_operator else OK
 

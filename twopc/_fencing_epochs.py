@@ -15,7 +15,8 @@ them safe)::
   a coordinator built by hand): an actor whose identity is the newest owner, with that epoch
   not ended, keeps it; any other creates ``owners/<newest + 1>`` (retrying past a rival), then
   lists every undecided-looking decision of an older epoch into ``verdicts/<epoch>`` *before*
-  it rolls anything back.
+  it rolls anything back (a reader that needs a verdict not recorded yet records it: see
+  :meth:`Ownership.valid`).
 - **Never taking it back**: a streaming query's plan *resumes* its run (``resume=True``). If
   its driver owned an older epoch that is not ended, another actor displaced this very run:
   it records ``owners/<its epoch>.ended`` and raises :class:`FencedError` naming who took over. The
@@ -49,7 +50,7 @@ from typing import Any
 
 from ._driver_identity import DriverIdentity, driver_identity
 from ._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
-from ._stores import Store
+from ._stores import ReadOnlyStore, Store
 
 __all__ = ["Ownership"]
 
@@ -67,9 +68,12 @@ def _same(record: dict[str, Any] | None, identity: DriverIdentity) -> bool:
 class Ownership:
     """The owner records of one ledger (see the module docstring)."""
 
-    def __init__(self, store: Store, epoch: int | None) -> None:
+    def __init__(self, store: Store, epoch: int | None,
+                 pending: Callable[[], list[tuple[int, int | None]]] = list) -> None:
         self._store = store
         self.epoch = epoch
+        self._pending = pending
+        """The decisions not marked committed, ``[(batch_id, epoch)]``, as recorded (void ones too)."""
         self._verdicts: dict[int, dict[int, int] | None] = {}
 
     def _listing(self) -> tuple[list[int], set[int]]:
@@ -102,11 +106,9 @@ class Ownership:
         body = {"format": _FORMAT, "epoch": epoch, "why": why, "newest": by, "at": time.time()}
         self._store.create(f"owners/{epoch:020d}.ended", json.dumps(body, sort_keys=True), exclusive=True)
 
-    def claim(self, pending: Callable[[], list[tuple[int, int | None]]], identity: DriverIdentity | None = None,
-              *, resume: bool = False, actor: str = "driver") -> int:
-        """Become (or stay) the owner; return the epoch. *pending* returns the decisions that
-        are not marked committed (``[(batch_id, epoch)]``), read after the takeover is recorded.
-        *resume*: the caller continues a run that may have owned an older epoch (a streaming
+    def claim(self, identity: DriverIdentity | None = None, *, resume: bool = False, actor: str = "driver") -> int:
+        """Become (or stay) the owner; return the epoch, once its verdict is recorded
+        (:meth:`_judge`). *resume*: the caller continues a run that may have owned an older epoch (a streaming
         query's plan): if that epoch was displaced and not ended, raise instead of taking over.
         *actor* names the kind of owner in its record (``driver``, ``recover`` ...), for the
         messages of those it fences.
@@ -135,12 +137,27 @@ class Ownership:
                 self.epoch = newest + 1
                 break
         if self.epoch > 1 and self._verdict(self.epoch) is None:
-            listed = [[b, e] for b, e in pending() if e is not None and e < self.epoch]
-            self._store.create(f"verdicts/{_epoch_name(self.epoch)}",
-                               json.dumps({"format": _FORMAT, "epoch": self.epoch, "decisions": listed}),
-                               exclusive=True)
-            self._verdicts.pop(self.epoch, None)
+            self._judge(self.epoch)
         return self.epoch
+
+    def _judge(self, epoch: int) -> dict[int, int]:
+        """Record the verdict of *epoch* (an owner recorded already) if none is: the decisions of
+        older epochs that are not marked committed now. Any actor that needs it may record it,
+        its owner or a later one: a decision created before the verdict's listing is in it, and
+        its driver may still commit it; one created after it is not, and its driver, checking the
+        owners after creating it, finds *epoch* and commits nothing. Returns the verdict that
+        stands (created at most once).
+
+        Raises:
+            LedgerError: the store fails, or is read-only.
+        """
+        listed = [[b, e] for b, e in self._pending() if e is not None and e < epoch]
+        self._store.create(f"verdicts/{_epoch_name(epoch)}",
+                           json.dumps({"format": _FORMAT, "epoch": epoch, "decisions": listed}), exclusive=True)
+        self._verdicts.pop(epoch, None)
+        verdict = self._verdict(epoch)
+        assert verdict is not None
+        return verdict
 
     def join(self, identity: DriverIdentity) -> int | None:
         """Work for the driver *identity*: take its epoch if it is the newest owner and return
@@ -221,13 +238,20 @@ class Ownership:
             f"takes the checkpoint over")
 
     def valid(self, batch_id: int, epoch: int | None) -> bool:
-        """Whether a decision of *epoch* for *batch_id* stands (see the module docstring)."""
+        """Whether a decision of *epoch* for *batch_id* stands: it does while no later owner
+        exists (its driver may still be finishing it), else only if the verdict of the FIRST
+        owner after *epoch* lists it. A verdict not recorded yet is recorded here first
+        (:meth:`_judge`): judged by a later verdict instead, a decision that the first one will
+        list could be rolled back as void. A read-only reader that finds no verdict counts the
+        decision as standing (it may)."""
         if epoch is None or epoch == self.epoch:
             return True
-        for later in self.epochs():
-            if later <= epoch:
-                continue
-            verdict = self._verdict(later)
-            if verdict is not None:
-                return verdict.get(batch_id) == epoch
-        return True  # no later owner has judged it yet: its own driver may still be finishing it
+        first = next((e for e in self.epochs() if e > epoch), None)
+        if first is None:
+            return True
+        verdict = self._verdict(first)
+        if verdict is None:
+            if isinstance(self._store, ReadOnlyStore):  # twopc status, a metrics scrape: it may stand
+                return True
+            verdict = self._judge(first)
+        return verdict.get(batch_id) == epoch

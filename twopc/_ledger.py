@@ -245,7 +245,7 @@ class CommitLedger:
         if not read_only:
             for folder in ("decisions", "committed", "owners", "verdicts", "aborted", "running"):
                 self._store.makedirs(folder)
-        self._owners = Ownership(self._store, epoch)
+        self._owners = Ownership(self._store, epoch, self._pending_epochs)
 
     # -- ownership (see twopc._fencing_epochs) ------------------------------------------------
     @property
@@ -267,7 +267,7 @@ class CommitLedger:
             FencedError: *resume* and this driver's run was displaced.
             LedgerError: the store fails.
         """
-        return self._owners.claim(self._pending_epochs, identity, resume=resume, actor=actor)
+        return self._owners.claim(identity, resume=resume, actor=actor)
 
     def act_for(self, identity: DriverIdentity) -> int | None:
         """Take the owner epoch of the driver *identity* (a process working for it, after its

@@ -33,8 +33,8 @@ from typing import Any
 from ._inspect import Headroom
 from ._ledger import CommitLedger
 
-__all__ = ["CHECKPOINT_GAUGES", "COUNTERS", "GAUGES", "HISTOGRAMS", "KNOWN_LABELS", "load_state", "record_batch",
-           "record_failure", "record_recovery"]
+__all__ = ["CHECKPOINT_GAUGES", "COUNTERS", "GAUGES", "HISTOGRAMS", "KNOWN_LABELS", "failing_batch", "load_state",
+           "record_batch", "record_failure", "record_recovery"]
 
 log = logging.getLogger("twopc.metrics")
 
@@ -68,6 +68,10 @@ GAUGES: Mapping[str, tuple[str, str | None]] = {
     "in_doubt_transactions": ("Transactions of batches decided but not committed (ledger, at scrape)", None),
     "oldest_in_doubt_seconds": ("Age of the oldest decided-but-uncommitted batch's decision, 0 when none", None),
     "last_commit_timestamp_seconds": ("Unix time the driver's commit or a recovery last finished a batch", None),
+    "batch_failed_attempts": (
+        ("Runs of the same batch that ended without committing it (Spark aborted it, or its commit raised) since "
+         "the last committed batch: a query that fails on one batch at every restart cannot make progress "
+         "(batch: which)"), "batch"),
     "target_prepared_transactions": (
         ("Prepared transactions (or staged entries) the target held after the last commit: every user's where "
          "the target has a shared limit (counted: what)"), "counted"),
@@ -77,7 +81,8 @@ GAUGES: Mapping[str, tuple[str, str | None]] = {
 }
 #: The gauges a collector tells from the checkpoint alone, without the driver's counters or
 #: the target: what ``twopc metrics`` serves while the query is down.
-CHECKPOINT_GAUGES = ("in_doubt_transactions", "oldest_in_doubt_seconds", "last_commit_timestamp_seconds")
+CHECKPOINT_GAUGES = ("in_doubt_transactions", "oldest_in_doubt_seconds", "last_commit_timestamp_seconds",
+                     "batch_failed_attempts")
 
 
 def _empty_state() -> dict[str, Any]:
@@ -120,14 +125,33 @@ def _observe(state: dict[str, Any], name: str, value: float) -> None:
     h["sum"] += value
 
 
+def _failed_attempt(state: dict[str, Any], batch_id: int) -> None:
+    """One more run of *batch_id* ended without committing it."""
+    stuck = state.get("stuck")
+    attempts = stuck["attempts"] + 1 if stuck and stuck.get("batch") == batch_id else 1
+    state["stuck"] = {"batch": batch_id, "attempts": attempts, "at": time.time()}
+
+
+def failing_batch(state: dict[str, Any]) -> tuple[int, int] | None:
+    """The batch whose runs ended without a commit since the last committed batch, and how
+    many times (None: the last run of every batch committed)."""
+    stuck = state.get("stuck")
+    return (int(stuck["batch"]), int(stuck["attempts"])) if stuck else None
+
+
 def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action: str, committed: int,
                  already_committed: int, aborted: int, swept: int, seconds: float, rows: int,
-                 first_prepared_at: float | None, retried: int = 0, headroom: Headroom | None = None) -> None:
+                 first_prepared_at: float | None, retried: int = 0, headroom: Headroom | None = None,
+                 batch_id: int | None = None) -> None:
     """Add one batch's figures (what :class:`~twopc.spi.BatchResult` and the commit messages say,
     and the target's *headroom* read after the commit)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "batches", action)
+        if action in ("aborted", "left-for-recovery") and batch_id is not None:  # Spark's abort ends every failed run
+            _failed_attempt(state, batch_id)
+        elif action in ("committed", "finished", "replay-ignored"):
+            state.pop("stuck", None)
         _count(state, "commits", "committed", committed)
         _count(state, "commits", "already_committed", already_committed)
         _count(state, "commits", "retried", retried)

@@ -17,7 +17,7 @@ from prometheus_client.registry import Collector
 
 from ._errors import LedgerError
 from ._ledger import CommitLedger
-from ._metrics import CHECKPOINT_GAUGES, COUNTERS, GAUGES, HISTOGRAMS, KNOWN_LABELS, load_state
+from ._metrics import CHECKPOINT_GAUGES, COUNTERS, GAUGES, HISTOGRAMS, KNOWN_LABELS, failing_batch, load_state
 
 __all__ = ["MetricsCollector", "register_metrics", "serve_metrics"]
 
@@ -76,6 +76,9 @@ class MetricsCollector(Collector):
                 base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
             if state.get("last_commit"):
                 gauges["last_commit_timestamp_seconds"].add_metric(base, float(state["last_commit"]))
+            failing = failing_batch(state)
+            gauges["batch_failed_attempts"].add_metric([*base, str(failing[0] if failing else "")],
+                                                       float(failing[1] if failing else 0))
             room = state.get("headroom")
             if room and "target_prepared_transactions" in gauges:
                 counted = [*base, str(room["what"])]

@@ -113,7 +113,8 @@ def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result:
                           committed=result.committed, already_committed=result.already_committed,
                           aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
                           rows=sum(m.rows for m in messages if m is not None),
-                          first_prepared_at=_first_prepared(messages), retried=retried, headroom=headroom)
+                          first_prepared_at=_first_prepared(messages), retried=retried, headroom=headroom,
+                          batch_id=result.batch_id)
 
 
 def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int, *,

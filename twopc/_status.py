@@ -28,10 +28,13 @@ from typing import Any
 from ._coordinator import classify_prepared
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import CommitLedger
+from ._metrics import failing_batch, load_state
 from ._sink import AnySink
 
 __all__ = ["SinkStatus", "UnsettledTransaction", "sink_status"]
 
+#: Runs of one batch without a commit after which status (and the alert rules) call the query stuck.
+STUCK_AFTER = 3
 IN_DOUBT = "in-doubt"
 DECIDED_GONE = "decided-gone"
 ORPHAN = "orphan"
@@ -71,12 +74,50 @@ class SinkStatus:
     transactions: tuple[UnsettledTransaction, ...]
     headroom: Headroom | None
     checked_at: float = field(default_factory=time.time)
+    failing: tuple[int, int] | None = None
+    """The batch whose runs ended without a commit since the last committed batch, and how many
+    times (twopc's metrics): a query that fails on it at every restart cannot make progress."""
+    in_target: bool = False
+    """The ledger is kept in the target (a write without a checkpoint)."""
+    how: str = ""
+    """The command-line flags that reached the target for this status (``--format``, ``--option``
+    without secrets, ``--option-env``): the advice's commands repeat them."""
 
     @property
     def needs_operator(self) -> bool:
         """True when something is unsettled (a decided batch not committed, or a prepared
-        transaction left) or the target cannot take another prepared transaction."""
-        return bool(self.in_doubt_batches or self.transactions) or bool(self.headroom and self.headroom.exhausted)
+        transaction left), the target cannot take another prepared transaction, or a batch
+        failed at every run since the last commit (three times or more)."""
+        return (bool(self.in_doubt_batches or self.transactions) or bool(self.headroom and self.headroom.exhausted)
+                or bool(self.failing and self.failing[1] >= STUCK_AFTER))
+
+    def advice(self) -> list[str]:
+        """What to do, one line per state found, each with a command that works in that state."""
+        recover = " ".join(["twopc recover", *([] if self.in_target else [f"--checkpoint {self.checkpoint}"]),
+                            *([self.how] if self.how else [])])
+        states = {t.state for t in self.transactions}
+        out = []
+        if IN_DOUBT in states:
+            out.append(f"in doubt: a decided batch waits to be committed; nothing is lost. Finish it: `{recover}` "
+                       f"(or restart the query)")
+        for batch in sorted({t.batch_id for t in self.transactions if t.state == DECIDED_GONE}):
+            accept = (f"then `{recover} --accept-lost {batch}`" if not self.in_target
+                      else "then delete the write's records (a write without a checkpoint cannot mark it done)")
+            out.append(f"decided-gone: batch {batch}'s transactions are no longer prepared: committed (recover only "
+                       f"marks the batch) or lost. Run `{recover}`; if it reports them lost, restore the batch's "
+                       f"rows, {accept}")
+        if ORPHAN in states:
+            out.append(f"orphan: a batch that no decision names; while the query runs, its batch in flight shows here "
+                       f"(nothing to do). If no query runs: `{recover}` rolls them back (so does a restart)")
+        if self.headroom is not None and self.headroom.exhausted:
+            out.append(f"headroom: the target holds {self.headroom.in_use} of {self.headroom.limit} "
+                       f"{self.headroom.what}: roll back other users' stale prepared transactions or raise the limit")
+        if self.failing and self.failing[1] >= STUCK_AFTER:
+            batch, runs = self.failing
+            out.append(f"stuck: batch {batch} failed at each of its last {runs} runs (Spark aborted it, or its commit "
+                       f"raised): the driver's console names the error of each run; fix its cause, then restart the "
+                       f"query (restarting alone does not help)")
+        return out
 
     @property
     def oldest_in_doubt_seconds(self) -> float | None:
@@ -91,6 +132,9 @@ class SinkStatus:
             "transactions": [t.to_json() for t in self.transactions],
             "headroom": self.headroom.to_json() if self.headroom else None,
             "needs_operator": self.needs_operator, "checked_at": self.checked_at,
+            "failing_batch": (None if self.failing is None
+                              else {"batch": self.failing[0], "failed_runs": self.failing[1]}),
+            "advice": self.advice(),
         }
 
     def render(self) -> str:
@@ -113,8 +157,12 @@ class SinkStatus:
             h = self.headroom
             limit = f" of {h.limit} allowed" if h.limit is not None else " (no limit)"
             lines.append(f"headroom: {h.what}: {h.in_use} in use{limit}{'  EXHAUSTED' if h.exhausted else ''}")
-        lines.append("needs an operator: run `twopc recover` with the same options, or restart the query"
-                     if self.needs_operator else "ok: nothing needs an operator")
+        if self.failing is not None and self.failing[1] < STUCK_AFTER:
+            lines.append(f"batch {self.failing[0]} failed at its last {self.failing[1]} run(s) (not committed since)")
+        if self.needs_operator:
+            lines += ["needs an operator:", *(f"  {a}" for a in self.advice())]
+        else:
+            lines.append("ok: nothing needs an operator")
         return "\n".join(lines)
 
 
@@ -151,7 +199,8 @@ def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus
     decided_batches = ledger.decided_batches()
     return SinkStatus(sink_id, sink.describe(), ledger.checkpoint_location,
                       decided_batches[-1] if decided_batches else None, ledger.latest_committed(),
-                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(sink_id), now)
+                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(sink_id), now,
+                      failing_batch(load_state(ledger)), ledger.in_target)
 
 
 def _unsettled(state: str, d: PreparedDetail, decided_at: float | None, now: float) -> UnsettledTransaction:

@@ -101,8 +101,8 @@ def test_twopc_metrics_serves_the_in_doubt_batch_of_a_killed_query(
     registry = CollectorRegistry()  # what the query's own metricsPort server serves for the same checkpoint
     register_metrics(registry, str(ck))
     driver = _series(generate_latest(registry).decode())
-    assert {k for k in driver if k[0] in ("twopc_in_doubt_transactions", "twopc_oldest_in_doubt_seconds")} == {
-        k for k in _series(scraped)}
+    assert {k for k in driver if k[0] in ("twopc_in_doubt_transactions", "twopc_oldest_in_doubt_seconds",
+                                          "twopc_batch_failed_attempts")} == {k for k in _series(scraped)}
 
     sink = harness.new_sink()
     try:  # still prepared: the exporter changed nothing

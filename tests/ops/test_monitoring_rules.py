@@ -175,7 +175,8 @@ def test_the_dashboard_queries_only_series_twopc_exports_in_valid_promql(
 #: The scenario's phases: (name, minutes on promtool's clock). Each phase's series are what
 #: the collector answered right after the phase's real event; "gone" has no series (the
 #: driver's metrics server ended with it).
-PHASES = (("healthy", 5), ("in_doubt", 8), ("recovered", 5), ("crowded", 13), ("lost", 5), ("gone", 40))
+PHASES = (("healthy", 5), ("in_doubt", 8), ("recovered", 5), ("crowded", 13), ("stuck", 5), ("lost", 5),
+          ("gone", 40))
 
 
 def _series(text: str) -> Series:
@@ -204,12 +205,15 @@ def _prepare(sink: PostgresSink, sink_id: str, batch: int, partitions: int) -> l
     return handles
 
 
+def _core(sink: PostgresSink, ck: str, sink_id: str) -> _WriterCore:
+    return _WriterCore(sink, sink_id, RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
+                       format_name="twopc-postgres")
+
+
 def _driver_commit(sink: PostgresSink, ck: str, sink_id: str, batch: int, handles: Sequence[Any]) -> None:
     """The driver's commit of *batch* as Spark calls it (with the metrics it records)."""
-    core = _WriterCore(sink, sink_id, RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
-                       format_name="twopc-postgres")
-    core.commit([TwoPCCommitMessage(dumps_handle(h), 1, h.partition_id, h.attempt_id, time.time()) for h in handles],
-                batch)
+    _core(sink, ck, sink_id).commit(
+        [TwoPCCommitMessage(dumps_handle(h), 1, h.partition_id, h.attempt_id, time.time()) for h in handles], batch)
 
 
 def _promtool_series(scrapes: Sequence[Series]) -> list[dict[str, str]]:
@@ -281,6 +285,10 @@ def test_the_alerts_fire_on_the_series_a_real_postgres_sink_produces(small_postg
         s = sink()
         _driver_commit(s, ck, sid, 2, _prepare(s, sid, 2, 1))
         scrape()  # crowded
+        for _run in range(3):  # every run of batch 3 fails in a task (a key the table refuses, say): Spark aborts
+            with sink() as s:
+                _core(s, ck, sid).abort([None, None], 3)
+        scrape()  # stuck
         with sink() as s:
             handles = _prepare(s, sid, 3, 1)
             s.abort(handles[0])  # an operator's ROLLBACK PREPARED of a transaction the decision will name
@@ -315,6 +323,8 @@ def test_the_alerts_fire_on_the_series_a_real_postgres_sink_produces(small_postg
         (start["crowded"] + 3, "TwopcPreparedTransactionsNearLimit", []),
         (start["lost"] - 1, "TwopcPreparedTransactionsNearLimit",
          [{**own, "counted": "max_prepared_transactions", "severity": "warning"}]),
+        (start["stuck"] - 1, "TwopcBatchFailsRepeatedly", []),
+        (start["lost"] - 1, "TwopcBatchFailsRepeatedly", [{**own, "batch": "3", "severity": "critical"}]),
         (start["gone"] - 1, "TwopcTransactionLost", [{**own, "severity": "critical"}]),
         (start["gone"] - 1, "TwopcCommitFailures", [{**own, "stage": "commit", "severity": "warning"}]),
         (start["gone"] - 1, "TwopcNotCommitting", []),

@@ -174,7 +174,7 @@ def test_status_and_a_dry_run_write_nothing_to_the_checkpoint_or_the_target(tmp_
     handles = [run_task(sink, "job1", 0, p, p, [p]) for p in range(2)]
     crash_commit(CommitCoordinator(sink, ledger, "job1"), "after_decision", 0, handles, tmp_path / "f")
     run_task(sink, "job1", 1, 0, 9, [100])
-    for folder in ("committed", "owners", "verdicts", "aborted"):
+    for folder in ("committed", "verdicts", "aborted"):  # owners/ holds the crashed coordinator's claim
         (tmp_path / "ck" / "twopc" / folder).rmdir()
     where = ["--checkpoint", str(tmp_path / "ck"), "--format", "twopc-file"]
     options = {"path": str(tmp_path / "out")}

@@ -36,6 +36,7 @@ from typing import Any
 import pytest
 
 from twopc import CommitCoordinator, CommitLedger, FencedError, RecoveryCoordinator
+from twopc._fencing_epochs import Ownership
 from twopc.spi import DriverIdentity, SinkUnavailableError
 
 from tests._interleave import LOCATION, Actor, Ending, ModelSink, World, explore
@@ -45,10 +46,11 @@ J1 = DriverIdentity(host="driver-1", pid=101, started=11)
 J2 = DriverIdentity(host="driver-2", pid=202, started=22)
 
 
-def query_run(who: DriverIdentity, batches: list[int], *, attempt: int, listener: bool = False
-              ) -> Callable[[World, ModelSink], Any]:
+def query_run(who: DriverIdentity, batches: list[int], *, attempt: int, listener: bool = False,
+              plan_epoch: bool = True) -> Callable[[World, ModelSink], Any]:
     """A streaming query's run on the driver *who* (see the module docstring); *listener*:
-    twopc's query listener notes the run's start first (a classic session)."""
+    twopc's query listener notes the run's start first (a classic session). *plan_epoch*:
+    the commit decides under the epoch of the batch's plan (False: under none, a planted bug)."""
     def script(world: World, sink: ModelSink) -> str:
         if listener:
             CommitLedger(LOCATION, store=world.store).end_runs_of(who)
@@ -58,7 +60,7 @@ def query_run(who: DriverIdentity, batches: list[int], *, attempt: int, listener
             RecoveryCoordinator(sink, ledger, sink_id=SINK, claimed=True).run()
             through = ledger.latest_committed()
             handle = None if through is not None and b <= through else sink.prepare(SINK, b, attempt + b)
-            committing = CommitLedger(LOCATION, store=world.store, epoch=epoch)
+            committing = CommitLedger(LOCATION, store=world.store, epoch=epoch if plan_epoch else None)
             CommitCoordinator(sink, committing, SINK, keep_last=100, claimed=True).commit_batch(b, [handle])
         return "done"
     return script
@@ -87,6 +89,9 @@ def check_state(world: World) -> None:
 def check_end(ending: Ending) -> None:
     world, runs = ending.world, ending.runs
     for name, run in runs.items():
+        if name.startswith("query"):  # it never takes the checkpoint back
+            taken = [h for h in run.history if h.startswith("create owners/") and h.endswith(".json -> True")]
+            assert len(taken) <= 1, f"{name} took the checkpoint over {len(taken)} times: {taken}"
         if run.error is None:
             continue
         allowed: tuple[type[BaseException], ...] = (FencedError,)
@@ -98,9 +103,6 @@ def check_end(ending: Ending) -> None:
             assert not changed, f"{name} went on after it could not reach the target: {changed}"
         if isinstance(run.error, FencedError):
             assert "displaced by" in str(run.error) and "Restart" in str(run.error), str(run.error)
-        if name.startswith("query"):  # it never takes the checkpoint back
-            taken = [h for h in run.history if h.startswith("create owners/") and h.endswith(".json -> True")]
-            assert len(taken) <= 1, f"{name} took the checkpoint over {len(taken)} times: {taken}"
     # one more start of the query settles what is left
     ledger = _plain_ledger(world)
     RecoveryCoordinator(ModelSink(world), ledger, sink_id=SINK).run()
@@ -161,10 +163,63 @@ def test_every_interleaving_keeps_the_fence(name: str) -> None:
 
 
 def test_a_recover_that_cannot_reach_the_target_changes_nothing() -> None:
-    def unreachable_recover(world: World, sink: ModelSink) -> str:
-        world.unreachable.add("recover")
-        return recover(world, sink)
-
-    result = explore([Actor("query-j1", query_run(J1, [0, 1], attempt=100)), Actor("recover", unreachable_recover)],
-                     check_end, check_state)
+    result = explore(EXTRA["unreachable"], check_end, check_state)
     assert result.states > 50  # every order of the query's steps around the failed call
+
+
+def _old_standing(self: CommitLedger, batch_id: int) -> tuple[Any, bool]:
+    """A decision read before its batch's committed mark (the order fixed by the check)."""
+    d = self._raw_decision(batch_id)
+    if d is None or self._owners.valid(batch_id, d.epoch):
+        return d, False
+    done = self._store.read(f"committed/{batch_id:020d}.json") is not None
+    return (d, False) if done else (None, False)
+
+
+def _claim_first(run: Callable[[RecoveryCoordinator], Any]) -> Callable[[RecoveryCoordinator], Any]:
+    def planted(self: RecoveryCoordinator) -> Any:
+        self.ledger.claim(actor="recover")  # before it reaches the target
+        return run(self)
+    return planted
+
+
+PLANTED: dict[str, tuple[Callable[[pytest.MonkeyPatch], None], str]] = {
+    "no ownership check before a decision or a rollback": (
+        lambda mp: mp.setattr(CommitLedger, "check_owner", lambda self: None), "a query and twopc recover"),
+    "a query's plan takes the checkpoint back": (
+        lambda mp: mp.setattr(Ownership, "claim", _ignore_resume(Ownership.claim)), "a query and twopc recover"),
+    "the commit decides under no epoch (Spark's commit process without the plan's)": (
+        lambda mp: None, "plan epoch lost"),
+    "a decision read before its batch's committed mark": (
+        lambda mp: mp.setattr(CommitLedger, "_standing", _old_standing),
+        "a query, twopc recover, and the query restarted in the same driver"),
+    "recover takes the checkpoint before it reaches the target": (
+        lambda mp: mp.setattr(RecoveryCoordinator, "run", _claim_first(RecoveryCoordinator.run)), "unreachable"),
+}
+
+
+def _ignore_resume(claim: Callable[..., int]) -> Callable[..., int]:
+    def planted(self: Ownership, *args: Any, resume: bool = False, **kwargs: Any) -> int:
+        return claim(self, *args, resume=False, **kwargs)
+    return planted
+
+
+def _unreachable_recover(world: World, sink: ModelSink) -> str:
+    world.unreachable.add("recover")
+    return recover(world, sink)
+
+
+EXTRA: dict[str, list[Actor]] = {
+    "plan epoch lost": [Actor("query-j1", query_run(J1, [0, 1], attempt=100, plan_epoch=False)),
+                        Actor("recover", recover)],
+    "unreachable": [Actor("query-j1", query_run(J1, [0, 1], attempt=100)), Actor("recover", _unreachable_recover)],
+}
+
+
+@pytest.mark.parametrize("plant", list(PLANTED))
+def test_a_planted_fencing_bug_is_caught(plant: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    apply, scenario = PLANTED[plant]
+    apply(monkeypatch)
+    with pytest.raises(AssertionError) as caught:
+        explore(SCENARIOS.get(scenario) or EXTRA[scenario], check_end, check_state)
+    assert "after the steps" in str(caught.value)  # a violation with its order, not a broken harness

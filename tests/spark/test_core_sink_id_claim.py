@@ -17,7 +17,7 @@ import redis
 import sqlalchemy as sa
 
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionHandle, sinks
-from twopc.sinks import PostgresSink
+from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.redis import RedisSink, RPushOp
 from twopc.spi import ConcurrentWriterError
 
@@ -123,3 +123,48 @@ def test_a_second_core_api_writer_with_another_checkpoint_is_refused(
         coordinator.close()
     sink.close()
     other.close()
+
+
+@pytest.mark.parametrize("kind", ["postgres", "mariadb"])
+def test_a_core_api_writer_that_prepared_before_building_its_coordinator_is_not_swept(
+        kind, spark, request, tmp_path) -> None:
+    """The first writer prepares before it builds its coordinator: its first prepare took the sink
+    id's lease for the process, so the Spark write with the same sink id is refused before its
+    recovery could roll the prepared transaction back, and the first writer's coordinator (built
+    after) adopts the lease and commits. PostgreSQL (twopc-postgres) and MariaDB (XA, twopc-jdbc)."""
+    sinks.register_all(spark)
+    sink_id = f"orders-{uuid.uuid4().hex[:6]}"
+    if kind == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        engine = request.getfixturevalue("pg_engine")
+        table = _table(engine)
+        sink: Any = PostgresSink(url, table)
+        fmt, spark_options = "twopc-postgres", {"url": url}
+    else:
+        url = request.getfixturevalue("mariadb_url")
+        engine = sa.create_engine(url)
+        table = f"cc_{uuid.uuid4().hex[:10]}"
+        with engine.begin() as c:
+            c.exec_driver_sql(f"CREATE TABLE {table} (id BIGINT NOT NULL, payload TEXT) ENGINE=InnoDB")
+        sink = MySqlXaSink(url, table)
+        u = sa.engine.make_url(url)
+        fmt, spark_options = "twopc-jdbc", {"url": f"jdbc:mariadb://{u.host}:{u.port}/{u.database}",
+                                            "user": u.username or "", "password": u.password or "",
+                                            "commitMode": "prepared"}
+    ledger = CommitLedger(str(tmp_path / "first"))
+    sink.validate(SCHEMA)
+    handle = _prepare(sink, sink_id, 0, [1, 2])  # no coordinator yet
+
+    with pytest.raises(Exception, match=rf"another writer with sink id '{sink_id}' is running"):
+        (spark.range(100, 104, numPartitions=2).selectExpr("id", "concat('p', id) AS payload")
+         .write.format(fmt).mode("append").options(**spark_options).option("dbtable", table)
+         .option("checkpointLocation", str(tmp_path / "second")).option("sinkId", sink_id)
+         .option("txnVersion", "1").save())
+    assert [h.txn_id for h in sink.list_prepared(sink_id)] == [handle.txn_id]  # untouched
+
+    first = CommitCoordinator(sink, ledger, sink_id)  # adopts the lease its prepare took
+    assert first.commit_batch(0, [handle]).action == "committed"
+    with engine.connect() as c:
+        assert sorted(r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table}")) == [1, 2]
+    first.close()
+    sink.close()
