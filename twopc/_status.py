@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._advice import recover_command
 from ._coordinator import classify_prepared
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import CommitLedger
@@ -71,6 +72,9 @@ class SinkStatus:
     transactions: tuple[UnsettledTransaction, ...]
     headroom: Headroom | None
     checked_at: float = field(default_factory=time.time)
+    in_target: bool = False
+    """The ledger is kept in the target (a write without a checkpoint): :attr:`checkpoint`
+    only names it."""
 
     @property
     def needs_operator(self) -> bool:
@@ -113,8 +117,10 @@ class SinkStatus:
             h = self.headroom
             limit = f" of {h.limit} allowed" if h.limit is not None else " (no limit)"
             lines.append(f"headroom: {h.what}: {h.in_use} in use{limit}{'  EXHAUSTED' if h.exhausted else ''}")
-        lines.append("needs an operator: run `twopc recover` with the same options, or restart the query"
-                     if self.needs_operator else "ok: nothing needs an operator")
+        run = recover_command(None if self.in_target else self.checkpoint)
+        again = "rerun the write" if self.in_target else "restart the query"
+        lines.append(f"needs an operator: run {run}, or {again}" if self.needs_operator
+                     else "ok: nothing needs an operator")
         return "\n".join(lines)
 
 
@@ -151,7 +157,8 @@ def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus
     decided_batches = ledger.decided_batches()
     return SinkStatus(sink_id, sink.describe(), ledger.checkpoint_location,
                       decided_batches[-1] if decided_batches else None, ledger.latest_committed(),
-                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(sink_id), now)
+                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(sink_id), now,
+                      in_target=ledger.in_target)
 
 
 def _unsettled(state: str, d: PreparedDetail, decided_at: float | None, now: float) -> UnsettledTransaction:
