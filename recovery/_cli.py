@@ -1,4 +1,4 @@
-"""``twopc status`` / ``twopc recover`` (also ``twopc recover``): inspect a checkpoint's
+"""``twopc status`` / ``twopc recover`` (also ``python -m twopc.recovery``): inspect a checkpoint's
 sink and run recovery by hand. ``twopc verify`` (:mod:`twopc.recovery._verify_cli`) and
 ``twopc metrics`` (:mod:`twopc.recovery._metrics_cli`) are registered here and live in their modules.
 
@@ -8,6 +8,9 @@ operator gives only the secrets. What the operator gives must agree with the rec
 missing checkpoint, one without a twopc ledger, or one of another sink id, format or target
 is refused with exit code 3 (:data:`CANNOT_TELL`) before the target is read, and a status
 never writes anything (its ledger is opened read only).
+
+:func:`parse_command` reads a command line as ``twopc`` does, with every check that needs no
+checkpoint and no target; the commands twopc's messages suggest are tested against it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from twopc import (
@@ -30,6 +33,7 @@ from twopc import (
 )
 from twopc.spi import (
     BatchState,
+    TargetLedger,
     configure_cli_logging,
     log_event,
     open_target_ledger,
@@ -49,7 +53,7 @@ from ._common import (
 )
 from ._verify_cli import add_verify_parser, run_verify
 
-__all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main"]
+__all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main", "parse_command"]
 
 #: Exit codes. OK: done (status: nothing needs an operator).
 OK = 0
@@ -70,6 +74,17 @@ _EXIT_CODES = ("exit codes: 0 done (status: nothing needs an operator); 1 status
 _COMMANDS = ("status", "recover", "verify", "metrics")
 
 
+def _pair(form: str) -> Callable[[str], str]:
+    """An argparse type: the text, if it is *form* (``key=value``: a key, then ``=``). The
+    refusal never shows the text, which may be a password."""
+    def check(text: str) -> str:
+        key, sep, _ = text.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"takes {form} (no key and '=' in what was given)")
+        return text
+    return check
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("location", nargs="?", metavar="CHECKPOINT", help="the query's checkpointLocation (the "
@@ -79,10 +94,10 @@ def _parser() -> argparse.ArgumentParser:
                                              "url=... name the target)")
     common.add_argument("--format", help="twopc-postgres, twopc-file, ... or module:SinkClass (default: the format "
                                          "the checkpoint records; required when it records none)")
-    common.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+    common.add_argument("--option", action="append", default=[], metavar="KEY=VALUE", type=_pair("key=value"),
                         help="a writer option of the sink (repeatable); it replaces the one the checkpoint "
                              "records, which is every option but the secrets")
-    common.add_argument("--option-env", action="append", default=[], metavar="KEY=ENVVAR",
+    common.add_argument("--option-env", action="append", default=[], metavar="KEY=ENVVAR", type=_pair("key=ENVVAR"),
                         help="a writer option read from an environment variable (for passwords)")
     common.add_argument("--sink-id", help="the sink id the checkpoint records (default); another one is refused")
     parser = argparse.ArgumentParser(
@@ -93,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
                     "checkpoint's in-doubt figures to Prometheus while its query is down. They read the "
                     "format, the target and the writer options (without secrets) the checkpoint records: give the "
                     "secrets "
-                    "with --option-env. Also `twopc recover [status|recover]`; without a command, `recover`.",
+                    "with --option-env. Without a command, `recover`; `python -m twopc.recovery` is the same.",
         epilog=_EXIT_CODES)
     sub = parser.add_subparsers(dest="command", required=True)
     status = sub.add_parser("status", parents=[common], epilog=_EXIT_CODES,
@@ -103,7 +118,8 @@ def _parser() -> argparse.ArgumentParser:
     recover.add_argument("--dry-run", action="store_true", help="only print what would be done")
     recover.add_argument("--accept-lost", type=int, metavar="BATCH",
                          help="mark a decided batch whose transactions were lost as done (after you "
-                              "restored its rows by other means)")
+                              "restored its rows by other means); for a write without a checkpoint, with "
+                              "--sink-id naming it")
     recover.add_argument("--retarget", action="store_true",
                          help="move the checkpoint to the target the --format and --option name (a server "
                               "that moved with its data): refused while a decided batch waits in the old one")
@@ -112,20 +128,53 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse_command(argv: Sequence[str]) -> argparse.Namespace:
+    """*argv* (the arguments after ``twopc``) as ``twopc`` reads them: without a command,
+    ``recover`` (``twopc --checkpoint ...`` predates the commands); then every check that needs
+    no checkpoint and no target (one checkpoint, and for ``status``/``recover`` without one, the
+    target named by ``--format``).
+
+    Raises:
+        SystemExit: argparse's: the command line is wrong (exit code 2, :data:`ERROR`), its
+            message and the usage printed on stderr; or ``--help`` (exit code 0).
+    """
+    args_in = list(argv)
+    if not args_in or (args_in[0] not in _COMMANDS and args_in[0] not in ("-h", "--help")):
+        args_in = ["recover", *args_in]
+    parser = _parser()
+    args = parser.parse_args(args_in)
+    problem = _wrong_combination(args)
+    if problem is not None:
+        parser.error(problem)
+    return args
+
+
+def _wrong_combination(args: argparse.Namespace) -> str | None:
+    """What is wrong with *args* as a whole, or None."""
+    if args.command == "metrics":
+        return None
+    if args.location and args.checkpoint and args.location != args.checkpoint:
+        return f"two checkpoints given: {args.location} and --checkpoint {args.checkpoint}: give one"
+    if args.command not in ("status", "recover") or args.checkpoint or args.location:
+        return None
+    if not args.format:
+        return ("give the checkpoint (the query's checkpointLocation), or --format and --option url=... (and "
+                "dbtable=...) for the writes without a checkpoint")
+    if args.command == "recover" and (args.dry_run or args.retarget):
+        return "--dry-run and --retarget need the checkpoint"
+    if args.command == "recover" and args.accept_lost is not None and not args.sink_id:
+        return "--accept-lost without a checkpoint needs --sink-id: the sink id of the write the error named"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``twopc status`` / ``twopc recover``. Returns the exit code: :data:`OK`,
     :data:`NEEDS_OPERATOR`, :data:`ERROR` or :data:`CANNOT_TELL`."""
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    if not args_in or (args_in[0] not in _COMMANDS and args_in[0] not in ("-h", "--help")):
-        args_in = ["recover", *args_in]  # `twopc recover --checkpoint ...` predates the commands
-    args = _parser().parse_args(args_in)
+    args = parse_command(sys.argv[1:] if argv is None else argv)
     configure_cli_logging()
     try:
         if args.command == "metrics":
             return _metrics_cli.run(args)
-        if args.location and args.checkpoint and args.location != args.checkpoint:
-            raise ConfigurationError(f"two checkpoints given: {args.location} and --checkpoint {args.checkpoint}: "
-                                     f"give one")
         checkpoint = args.checkpoint or args.location
         if args.command == "verify":
             return run_verify(args, checkpoint)
@@ -166,18 +215,16 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
 
 def _target_form(args: argparse.Namespace) -> int:
     """``status`` / ``recover`` of the writes without a checkpoint that keep their ledger in
-    the target (see :mod:`twopc._target`): every writer recorded there, live or gone."""
-    if not args.format:
-        raise ConfigurationError("give --checkpoint (the query's checkpointLocation), or --format and --option "
-                                 "url=... (and dbtable=...) for the writes without a checkpoint")
+    the target (see :mod:`twopc._target`): every writer recorded there, live or gone
+    (:func:`parse_command` checked that ``--format`` names the target)."""
     sink = build_sink(args.format, cli_options(args.option, args.option_env))
     with sink:
         backend = target_ledger_of(sink)
         if backend is None:
             raise ConfigurationError(f"{sink.describe()} keeps no ledger in its target: give --checkpoint")
         if args.command == "recover":
-            if getattr(args, "accept_lost", None) is not None or args.dry_run or args.retarget:
-                raise ConfigurationError("--accept-lost, --dry-run and --retarget need --checkpoint")
+            if args.accept_lost is not None:
+                return _accept_lost_in_target(backend, args.sink_id, args.accept_lost)
             writers = backend.writers()
             done = resolve_abandoned(sink, backend)
             live = [w for w in writers if w not in done]
@@ -204,22 +251,38 @@ def _target_form(args: argparse.Namespace) -> int:
         return NEEDS_OPERATOR if needs else OK
 
 
-def _repeat_flags(args: argparse.Namespace) -> str:
-    """The flags of this command line that reached the target, for the commands status advises
-    (an ``--option`` holding a secret is left out: give it with ``--option-env``)."""
+def _repeat_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The arguments of this command line that reached the target, for the commands status
+    advises (an ``--option`` holding a secret is left out: give it with ``--option-env``)."""
     from twopc.sinks._secrets import secret_guesses  # here: `twopc recover` on a file sink loads no driver code
 
-    flags = [f"--format {args.format}"] if args.format else []
-    flags += [f"--option {pair}" for pair in args.option if not secret_guesses(dict([pair.partition("=")[::2]]))]
-    flags += [f"--option-env {pair}" for pair in args.option_env]
-    return " ".join(flags)
+    flags = ["--format", args.format] if args.format else []
+    for pair in args.option:
+        if not secret_guesses(dict([pair.partition("=")[::2]])):
+            flags += ["--option", pair]
+    for pair in args.option_env:
+        flags += ["--option-env", pair]
+    return tuple(flags)
 
 
 def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool,
-            how: str = "") -> int:
+            how: tuple[str, ...] = ()) -> int:
     status = dataclasses.replace(sink_status(sink, ledger, sink_id), how=how)
     print(json.dumps(status.to_json(), indent=1, sort_keys=True) if as_json else status.render())
     return NEEDS_OPERATOR if status.needs_operator else OK
+
+
+def _accept_lost_in_target(backend: TargetLedger, sink_id: str, batch: int) -> int:
+    """``--accept-lost`` for the write *sink_id* without a checkpoint, whose ledger is in the
+    target: only while its driver is gone (its lease is free), holding the lease meanwhile."""
+    if sink_id not in backend.writers():
+        raise ConfigurationError(f"{backend.location} records no write with sink id {sink_id!r}: give the sink id "
+                                 f"the error named")
+    with backend.take(sink_id) as free:
+        if not free:
+            raise ConfigurationError(f"the write with sink id {sink_id!r} is running (it holds its lease on "
+                                     f"{backend.location}): wait until it has ended")
+        return _accept_lost(open_target_ledger(backend, sink_id), batch)
 
 
 def _accept_lost(ledger: CommitLedger, batch: int) -> int:

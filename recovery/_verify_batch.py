@@ -19,6 +19,7 @@ from psycopg import sql
 
 from twopc import CommitLedger
 from twopc.sinks.sql._names import TableName
+from twopc.spi import recover_command
 
 from ._verify import EXAMPLES, SetCheck
 
@@ -57,8 +58,9 @@ def verify_batches(pg: psycopg.Connection[Any], table: TableName, ledger: Commit
         check.cannot_tell.append(f"the ledger records no committed batch of sink {sink_id!r}: check the "
                                  f"checkpoint or the sink id")
     if pending:
+        run = recover_command(None if ledger.in_target else ledger.checkpoint_location, sink_id=sink_id)
         check.cannot_tell.append(f"batch(es) {pending} are decided but not finished: their rows may be in doubt; "
-                                 f"run twopc recover (or restart the query) first")
+                                 f"restart the query or run {run} first")
     if unknown:
         check.cannot_tell.append(f"the ledger does not record the row counts of batch(es) {unknown[:10]} (handles "
                                  f"rebuilt by recovery, a mode('ignore') write, or a sink that does not count rows)")

@@ -30,7 +30,8 @@ VERIFY_EXIT_CODES = (
     "unexpected rows (the report names counts and examples); 2 an error (Redis or the database failed, a wrong "
     "option or command line); 3 cannot tell: no checkpoint or ledger at the path, or one of another sink id, "
     "format or target; the stream or group does not exist; unexpected rows where entries were removed from the "
-    "stream (XDEL, XTRIM) inside the range; a decided batch not finished (run twopc recover first); a ledger "
+    "stream (XDEL, XTRIM) inside the range; a decided batch not finished (restart the query, or run "
+    "`twopc recover <checkpointLocation>`, first); a ledger "
     "without row counts. Not checked: twopc-redis targets (an HSET repeated overwrites the same key and leaves "
     "no trace, an XADD's entry carries no key tied to its source entry)")
 

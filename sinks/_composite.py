@@ -16,8 +16,10 @@ Options::
 
 Prefixed options override the same option in a JSON target, so credentials can stay out
 of the JSON (``.option("orders.password", pw)``). The runtime options (``checkpointLocation``,
-``sinkId``, ...) are the composite's. Every participant is built and checked when the
-writer is planned, before any task runs; an error names the participant.
+``sinkId``, ...) are the composite's. Any other option (a misspelled ``targets``, or a prefix
+that names no participant) is refused, naming the option it most likely means. Every
+participant is built and checked when the writer is planned, before any task runs; an error
+names the participant.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twopc import ConfigurationError, Participant, TwoPCError, TwoPhaseCommitDataSource, TwoPhaseCommitSink
-from twopc.spi import CompositeSink, MissingOptionError, load_object
+from twopc.spi import RUNTIME_KEYS, CompositeSink, MissingOptionError, load_object
+
+from ._options import SPARK_PASSED_OPTIONS, closest_option, misspelling, unknown_option_hint
 
 __all__ = ["CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"]
 
@@ -118,7 +122,9 @@ def _targets(options: Mapping[str, str]) -> list[dict[str, Any]]:
     """The participants' specs: ``targets`` (names or JSON) merged with prefixed options."""
     raw = next((v for k, v in options.items() if k.lower() == "targets"), None)
     if raw is None or not raw.strip():
-        raise MissingOptionError("twopc-composite needs option targets: participant names (targets=\"orders,"
+        typo = misspelling("targets", options)
+        raise MissingOptionError((f"unknown option {typo!r}: did you mean 'targets'? " if typo else "")
+                                 + "twopc-composite needs option targets: participant names (targets=\"orders,"
                                  "counters\" with orders.format=..., orders.url=...) or a JSON array of "
                                  "{\"name\", \"format\", \"options\"} objects")
     specs: list[dict[str, Any]]
@@ -143,14 +149,44 @@ def _targets(options: Mapping[str, str]) -> list[dict[str, Any]]:
                 else:
                     opts[key] = v
         spec["options"] = opts
+    _refuse_strays(options, [spec["name"] for spec in specs])
     return specs
+
+
+def _refuse_strays(options: Mapping[str, str], names: list[str]) -> None:
+    """Refuse an option that is neither ``targets``, nor a participant's (``<name>.<option>``),
+    nor one Spark or the runtime passes by itself: nothing would read it.
+
+    Raises:
+        ConfigurationError: naming each such option and the one it most likely means.
+    """
+    prefixes = tuple(n.lower() + "." for n in names)
+    strays = sorted((k for k in options if k.lower() != "targets" and not k.lower().startswith(prefixes)
+                     and k.lower() not in RUNTIME_KEYS | SPARK_PASSED_OPTIONS), key=str.lower)
+    if strays:
+        each = "; ".join(f"unknown option {k!r}: {_stray_hint(k, names)}" for k in strays)
+        raise ConfigurationError(f"twopc-composite: {each} (its options are targets and <participant>.<option>, "
+                                 f"with the participants {', '.join(names)})")
+
+
+def _stray_hint(key: str, names: list[str]) -> str:
+    """``did you mean 'orders.url'?`` for *key* ``order.url`` (a participant's name
+    misspelled), else the hint of :func:`unknown_option_hint` among ``targets``."""
+    head, dot, rest = key.partition(".")
+    near = closest_option(head, names) if dot else None
+    if near is not None and near in names:
+        return f"did you mean {near + '.' + rest!r}?"
+    return unknown_option_hint(key, ("targets",))
 
 
 def _build(spec: Mapping[str, Any]) -> Participant:
     name = spec["name"]
     fmt = spec.get("format")
     if not fmt:
-        raise MissingOptionError(f"composite participant {name!r} has no format: set option {name}.format "
+        typo = misspelling("format", spec["options"])
+        raise MissingOptionError((f"unknown option {name + '.' + typo!r}: did you mean {name + '.format'!r}? "
+                                  if typo else "")
+                                 + f"composite participant {name!r} has no format: set option {name}.format "
                                  f"(twopc-postgres, twopc-redis, twopc-file, twopc-jdbc or package.module:SinkClass)")
     columns = spec.get("columns")
     if isinstance(columns, str):

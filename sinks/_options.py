@@ -6,8 +6,10 @@ no one claimed, listing the supported ones, so a typo never passes silently. Opt
 the twopc runtime (``checkpointLocation``, ``txnVersion``...) and the ones Spark adds by
 itself (``path`` from ``save(path)``, ``queryName`` from ``.queryName()``) are always
 accepted. :func:`unknown_option_hint` is the one rule naming the known option closest to
-an unknown one (every format's refusal uses it). Error messages never show a value that
-may be a secret.
+an unknown one (every format's refusal uses it); :func:`misspelling` finds, for a required
+option that is missing, the unknown one given in its place, which :meth:`OptionReader.missing`
+names before anything else (``unknown option 'dbtabel': did you mean 'dbtable'?``). Error
+messages never show a value that may be a secret.
 
 :class:`Duration` is every timeout and lock wait of every sink: ``30s``, ``500ms``,
 ``2min``, ``1h``, ``1d``, ``250us``, or a plain number of seconds (``30``, ``0.5``).
@@ -25,7 +27,8 @@ from typing import ClassVar, TypeVar
 from twopc import ConfigurationError
 from twopc.spi import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, MissingOptionError
 
-__all__ = ["SPARK_PASSED_OPTIONS", "Duration", "OptionReader", "closest_option", "unknown_option_hint"]
+__all__ = ["MISSPELLED", "SPARK_PASSED_OPTIONS", "Duration", "OptionReader", "closest_option", "misspelling",
+           "unknown_option_hint"]
 
 #: Options Spark hands every writer without the user typing them, as spelled in Spark's API.
 SPARK_PASSED_NAMES: tuple[str, ...] = ("path", "queryName")
@@ -33,6 +36,9 @@ SPARK_PASSED_NAMES: tuple[str, ...] = ("path", "queryName")
 SPARK_PASSED_OPTIONS: frozenset[str] = frozenset(n.lower() for n in SPARK_PASSED_NAMES)
 
 _ALWAYS_ACCEPTED = frozenset(RUNTIME_KEYS) | SPARK_PASSED_OPTIONS
+#: how close (difflib ratio, lower-cased) an unknown option must be to a known one to be
+#: called its misspelling (:func:`misspelling`), not just the nearest (:func:`closest_option`)
+MISSPELLED = 0.75
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
             "d": 86_400_000.0}
@@ -42,23 +48,37 @@ _FALSE = ("false", "0", "no", "off")
 S = TypeVar("S", bound=str)
 
 
-def closest_option(name: str, known: Iterable[str]) -> str | None:
+def closest_option(name: str, known: Iterable[str], *, cutoff: float = 0.6) -> str | None:
     """The option of *known* (or of the twopc runtime) nearest to *name*, compared
     case-insensitively (Spark lower-cases option keys), as *known* spells it; ``None``
-    when none is close (difflib ratio below 0.6)."""
+    when none is close (difflib ratio below *cutoff*; :data:`MISSPELLED` is the one
+    that takes it for a misspelling)."""
     by_low: dict[str, str] = {}
     for k in (*known, *RUNTIME_OPTION_NAMES):
         by_low.setdefault(k.lower(), k)
     by_low.pop(name.lower(), None)
-    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=0.6)
+    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=cutoff)
     return by_low[match[0]] if match else None
 
 
 def unknown_option_hint(name: str, known: Iterable[str]) -> str:
-    """``did you mean lockTimeout?`` for an unknown option *name* (see
+    """``did you mean 'lockTimeout'?`` for an unknown option *name* (see
     :func:`closest_option`), else ``remove it``: the fix part of every refusal."""
     near = closest_option(name, known)
-    return f"did you mean {near}?" if near else "remove it"
+    return f"did you mean {near!r}?" if near else "remove it"
+
+
+def misspelling(wanted: str, given: Iterable[str]) -> str | None:
+    """The option of *given* that is most likely *wanted* misspelled (compared
+    case-insensitively, difflib ratio at least 0.75), as given; None when none is. Options
+    Spark or the twopc runtime pass by themselves (``path``, ``checkpointLocation``...)
+    are never taken for one."""
+    by_low: dict[str, str] = {}
+    for k in given:
+        if k.lower() != wanted.lower() and k.lower() not in _ALWAYS_ACCEPTED:
+            by_low.setdefault(k.lower(), k)
+    match = difflib.get_close_matches(wanted.lower(), list(by_low), n=1, cutoff=MISSPELLED)
+    return by_low[match[0]] if match else None
 
 
 @dataclass(frozen=True, order=True)
@@ -155,11 +175,23 @@ class OptionReader:
         return raw.strip()
 
     def required(self, name: str, example: str) -> str:
-        """The value, or a :class:`MissingOptionError` showing *example*."""
+        """The value, or :meth:`missing`'s error."""
         value = self.text(name)
         if value is None:
-            raise MissingOptionError(f'{self.format_name} needs option "{name}", e.g. {example}')
+            raise self.missing(name, example)
         return value
+
+    def missing(self, name: str, example: str, *, aliases: Iterable[str] = ()) -> MissingOptionError:
+        """The error for required option *name* (or one of its *aliases*) not given, showing
+        *example*; it first names an unknown option given that is one of them misspelled
+        (:func:`misspelling`): ``unknown option 'dbtabel': did you mean 'dbtable'?``."""
+        unknown = list(self.unclaimed())
+        for wanted in (name, *aliases):
+            typo = misspelling(wanted, unknown)
+            if typo is not None:
+                return MissingOptionError(f"unknown option {typo!r}: did you mean {wanted!r}? {self.format_name} "
+                                          f'needs option "{name}", e.g. {example}')
+        return MissingOptionError(f'{self.format_name} needs option "{name}", e.g. {example}')
 
     def integer(self, name: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
         """A whole number within [*minimum*, *maximum*]."""

@@ -152,9 +152,9 @@ CASES: list[Case] = [
          ('needs option "url"', "jdbc:postgresql://")),
     Case("missing dbtable", J, PG, lambda r: {k: v for k, v in r.pg().items() if k != "dbtable"},
          ('needs option "dbtable"',)),
-    Case("misspelled option", J, PG, lambda r: r.pg(lockTimout="5s"), ("lockTimout", "did you mean lockTimeout?")),
+    Case("misspelled option", J, PG, lambda r: r.pg(lockTimout="5s"), ("lockTimout", "did you mean 'lockTimeout'?")),
     Case("misspelled runtime option", J, PG, lambda r: r.pg(txnVerison="2"),
-         ("txnVerison", "did you mean txnVersion?")),
+         ("txnVerison", "did you mean 'txnVersion'?")),
     Case("raw & in a password in the JDBC URL", J, PG,
          lambda r: r.pg(url=r.logins.pg_jdbc(password_in_url=False) + f"&password={r.logins.secret.password}"),
          ("after password=", "URL-encode")),
@@ -200,7 +200,7 @@ CASES: list[Case] = [
          setup=create_table(PG), written=4),
     # -- twopc-jdbc on MariaDB --------------------------------------------------------------------------
     Case("misspelled option (MariaDB)", J, MARIA, lambda r: r.maria(batchSise="10"),
-         ("batchSise", "did you mean batchsize?")),
+         ("batchSise", "did you mean 'batchsize'?")),
     Case("table name longer than MariaDB's limit", J, MARIA, lambda r: r.maria(dbtable=LONG),
          ("at most 64", "use a shorter name")),
     Case("bad sessionInitStatement (MariaDB)", J, MARIA, lambda r: r.maria(sessionInitStatement="SET @@nope = 1"),
@@ -236,7 +236,7 @@ CASES: list[Case] = [
          setup=insert_row(LITE, 2), kept=1),
     # -- twopc-postgres ---------------------------------------------------------------------------------
     Case("misspelled option (twopc-postgres)", P, PG, lambda r: r.pg(LockTimout="5s"),
-         ("locktimout", "did you mean lockTimeout?")),
+         ("locktimout", "did you mean 'lockTimeout'?")),
     Case("invalid sslmode option", P, PG, lambda r: r.pg(sslmode="requried"), ("sslmode must be one of",)),
     Case("sslmode=require is honoured, not ignored", P, PG, lambda r: r.pg(sslmode="require"),
          ("sslmode=require", "does not support SSL", "127.0.0.1:", "enable TLS", "sslmode=prefer"),
@@ -254,7 +254,7 @@ CASES: list[Case] = [
          ("writes to PostgreSQL", "twopc-jdbc")),
     # -- twopc-redis ------------------------------------------------------------------------------------
     Case("misspelled option (twopc-redis)", R, "redis", lambda r: r.redis(hashTg="x"),
-         ("hashtg", "did you mean hashTag?")),
+         ("hashtg", "did you mean 'hashTag'?")),
     Case("mapping is not JSON", R, "redis", lambda r: r.redis(mapping="[{op: INCRBY"), ("mapping",)),
     Case("missing mapping", R, "redis", lambda r: {k: v for k, v in r.redis().items() if k != "mapping"},
          ('"mapping"',)),
@@ -275,7 +275,7 @@ CASES: list[Case] = [
          ("checkpoint",), setup=file_at_checkpoint),
     # -- twopc-redis-stream (source) --------------------------------------------------------------------
     Case("misspelled option (twopc-redis-stream)", S, "stream", lambda r: r.stream(maxEntriesPerTriger="5"),
-         ("maxentriespertriger", "did you mean maxEntriesPerTrigger?")),
+         ("maxentriespertriger", "did you mean 'maxEntriesPerTrigger'?")),
     Case("missing group", S, "stream", lambda r: {k: v for k, v in r.stream().items() if k != "group"}, ('"group"',)),
     Case("bad startingPosition", S, "stream", lambda r: r.stream(startingPosition="yesterday"), ("startingPosition",)),
     Case("fieldsSchema that does not parse", S, "stream", lambda r: r.stream(fieldsSchema="amount BIGNT, user STRING"),

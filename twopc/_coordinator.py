@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from twopc import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
+from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._fence import TASK_WAIT_SECONDS, wait_for_tasks
 from ._handle import TransactionHandle
@@ -140,9 +141,10 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
               txn_ids=lost)
     head = (f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
             f"transactions {lost} are neither prepared nor committed in {sink.describe()}")
-    where = "" if ledger.in_target else f"--checkpoint {ledger.checkpoint_location} "
-    accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run "
-              f"`twopc recover {where}--accept-lost {decision.batch_id}` to mark it done")
+    run = recover_command(None if ledger.in_target else ledger.checkpoint_location, "--accept-lost",
+                          str(decision.batch_id), sink_id=decision.sink_id)
+    accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run {run} to "
+              f"mark it done")
     if _target_unknown(sink, ledger):
         return TransactionLostError(
             f"{head}. This checkpoint does not record which target the batch was prepared in (it was written by "
@@ -168,14 +170,12 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
              exc: SinkUnavailableError, format_name: str) -> str:
     log.error("twopc: batch %s is decided; its commit to %s got no answer in %s attempts",
               decision.batch_id, sink.describe(), attempts)
-    fmt = format_name or "<the write's format>"
+    run = recover_command(None if ledger.in_target else ledger.checkpoint_location, format_name=format_name)
     return (f"batch {decision.batch_id} of sink {decision.sink_id!r} is decided, but its commit to "
             f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "
             f"the decision is recorded in {ledger.location} and the prepared transactions wait on the "
             f"server. The next start of the query finishes the batch before it writes anything, or "
-            f"finish it now, once the server answers: twopc recover --checkpoint "
-            f"{ledger.checkpoint_location} --format {fmt} --option key=value for each of the write's "
-            f"options (see twopc recover --help)")
+            f"finish it now, once the server answers: {run}")
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:

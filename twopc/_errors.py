@@ -194,9 +194,8 @@ class ProtocolError(TwoPCError):
 DAMAGED_NEXT_STEP = (
     "the checkpoint is damaged (truncated, or edited by hand); nothing more was committed or rolled back. "
     "Next step: restore this file from a backup of the checkpoint (or repair the JSON by hand), then "
-    "rerun; `twopc status --checkpoint <checkpointLocation> --format <format> --option ...` "
-    "lists the transactions of this sink still prepared in the target. Do not delete the record: its "
-    "batch may be partly committed, and without it twopc cannot finish it")
+    "rerun. Do not delete the record: its batch may be partly committed, and without it twopc cannot "
+    "finish it")
 
 
 def redact(message: str, secrets: Iterable[str | None]) -> str:

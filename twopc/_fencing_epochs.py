@@ -228,7 +228,7 @@ class Ownership:
 
     def _fenced_error(self, newer: int, rec: dict[str, Any]) -> FencedError:
         actor = rec.get("actor", "driver")
-        who = "`twopc recover`" if actor == "recover" else f"a {actor}"
+        who = "twopc recover" if actor == "recover" else f"a {actor}"
         when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(rec["at"])) if rec.get("at") else "?"
         return FencedError(
             f"this writer (owner epoch {self.epoch} of the ledger {self._store.root}) was displaced by {who} on "

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._advice import command
 from ._driver_identity import DriverIdentity
 from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError, TargetMismatchError
 from ._fencing_epochs import Ownership
@@ -422,8 +423,8 @@ class CommitLedger:
     def retarget(self, identity: str, sink_id: str, *, instance: str | None = None,
                  options: Mapping[str, str] | None = None) -> str | None:
         """Record *identity* (and *instance*) as this checkpoint's target in place of the
-        recorded one: the operator's move of a checkpoint to another target (``python -m
-        recovery recover --retarget``), with the new target's writer *options* without
+        recorded one: the operator's move of a checkpoint to another target (``twopc recover
+        --retarget``), with the new target's writer *options* without
         secrets (the format recorded is kept). Returns the identity recorded before (None: none).
 
         Raises:
@@ -438,9 +439,10 @@ class CommitLedger:
             raise TargetMismatchError(
                 f"checkpoint {self.checkpoint_location} (sink id {sink_id!r}) has decided batch(es) {pending} "
                 f"whose transactions wait prepared in {where}: it cannot move to {shown(identity, instance)} "
-                f"now. Finish them first (run the write, or twopc recover recover, with the recorded "
-                f"target's options), or, if that target is gone for good, restore their rows and mark each "
-                f"batch done with --accept-lost <batch>; then retarget. Nothing was changed")
+                f"now; nothing was changed. Finish them first: {command('recover', self.checkpoint_location)} "
+                f"commits them in the recorded target; only if it is gone for good, restore their rows and mark "
+                f"each batch done ({command('recover', self.checkpoint_location, '--accept-lost', str(pending[0]))})"
+                f"; then retarget")
         kept = recorded or TargetRecord(identity)
         moved = TargetRecord(identity, kept.data_source, kept.sink_class, options, instance)
         self._write_target(moved, exclusive=False)

@@ -84,7 +84,7 @@ def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> N
     if room.limit - room.in_use < wanted:
         log_event(log, logging.WARNING, "headroom_low",
                   "twopc: %s holds %s of %s allowed %s: fewer than %s left for this query; stale prepared "
-                  "transactions of other users may be holding them (`twopc status` lists ours)",
+                  "transactions of other users may be holding them (`twopc status <checkpointLocation>` lists ours)",
                   sink.describe(), room.in_use, room.limit, room.what, wanted, in_use=room.in_use,
                   limit=room.limit)
 

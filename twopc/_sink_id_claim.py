@@ -27,6 +27,7 @@ import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ._advice import command
 from ._errors import ConcurrentWriterError
 from ._ledger import CommitLedger
 from ._runtime_options import default_sink_id
@@ -64,8 +65,7 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "
         f"would roll back each other's transactions, so nothing was written. Give this write its own sinkId "
         f"(or leave sinkId unset: it then derives from the checkpoint). If the other query is retired for "
-        f"good, finish its batches (twopc recover --checkpoint {other.owner} ...), then delete its "
-        f"record: {other.remove}")
+        f"good, finish its batches ({command('recover', other.owner)}), then delete its record: {other.remove}")
 
 
 @dataclass

@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._advice import command, recover_command
 from ._coordinator import classify_prepared
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import CommitLedger
@@ -79,9 +80,9 @@ class SinkStatus:
     times (twopc's metrics): a query that fails on it at every restart cannot make progress."""
     in_target: bool = False
     """The ledger is kept in the target (a write without a checkpoint)."""
-    how: str = ""
-    """The command-line flags that reached the target for this status (``--format``, ``--option``
-    without secrets, ``--option-env``): the advice's commands repeat them."""
+    how: tuple[str, ...] = ()
+    """The command-line arguments that reached the target for this status (``--format``,
+    ``--option`` without secrets, ``--option-env``): the advice's commands repeat them."""
 
     @property
     def needs_operator(self) -> bool:
@@ -93,22 +94,26 @@ class SinkStatus:
 
     def advice(self) -> list[str]:
         """What to do, one line per state found, each with a command that works in that state."""
-        recover = " ".join(["twopc recover", *([] if self.in_target else [f"--checkpoint {self.checkpoint}"]),
-                            *([self.how] if self.how else [])])
+        def recover(*extra: str) -> str:
+            if self.in_target:
+                sink = ("--sink-id", self.sink_id) if extra else ()
+                return command("recover", *self.how, *sink, *extra) if self.how else recover_command(
+                    None, *extra, sink_id=self.sink_id if extra else None)
+            return command("recover", "--checkpoint", self.checkpoint, *self.how, *extra)
+
+        again = "rerun the write" if self.in_target else "restart the query"
         states = {t.state for t in self.transactions}
         out = []
         if IN_DOUBT in states:
-            out.append(f"in doubt: a decided batch waits to be committed; nothing is lost. Finish it: `{recover}` "
-                       f"(or restart the query)")
+            out.append(f"in doubt: a decided batch waits to be committed; nothing is lost. Finish it: {recover()} "
+                       f"(or {again})")
         for batch in sorted({t.batch_id for t in self.transactions if t.state == DECIDED_GONE}):
-            accept = (f"then `{recover} --accept-lost {batch}`" if not self.in_target
-                      else "then delete the write's records (a write without a checkpoint cannot mark it done)")
             out.append(f"decided-gone: batch {batch}'s transactions are no longer prepared: committed (recover only "
-                       f"marks the batch) or lost. Run `{recover}`; if it reports them lost, restore the batch's "
-                       f"rows, {accept}")
+                       f"marks the batch) or lost. Run {recover()}; if it reports them lost, restore the batch's "
+                       f"rows, then {recover('--accept-lost', str(batch))}")
         if ORPHAN in states:
             out.append(f"orphan: a batch that no decision names; while the query runs, its batch in flight shows here "
-                       f"(nothing to do). If no query runs: `{recover}` rolls them back (so does a restart)")
+                       f"(nothing to do). If no query runs: {recover()} rolls them back (so does a restart)")
         if self.headroom is not None and self.headroom.exhausted:
             out.append(f"headroom: the target holds {self.headroom.in_use} of {self.headroom.limit} "
                        f"{self.headroom.what}: roll back other users' stale prepared transactions or raise the limit")

@@ -22,6 +22,11 @@ It reads the query's writer options from Spark's plan through the session's JVM 
 session; Spark Connect has none: there, and wherever this fails, the next start of the
 query or ``twopc recover`` settles the batch, as before).
 
+When the driver's Python process exits, the listener leaves its session (:func:`_remove_listeners`):
+Spark's JVM may outlive it (``spark-submit`` runs the script as its child) and would otherwise
+call it back for a run's last events after it is gone. A stop right before the exit is then
+settled by the next start of the query, as without the listener.
+
 The same listener notes, at each start of a query writing to a twopc data source, the
 session's ``spark.sql.streaming.checkpointLocation`` then (see :mod:`twopc._checkpoint`):
 the writer's processes cannot read the session's configuration, and Spark reads it when
@@ -30,6 +35,7 @@ the query starts.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 from collections.abc import Mapping
@@ -61,6 +67,8 @@ __all__ = ["install", "settle_stopped", "start_notes", "wait_settled"]
 log = logging.getLogger("twopc.spark")
 
 _listeners: dict[int, _StopListener] = {}
+#: how long the exit waits for Spark's listener bus to deliver what it holds (milliseconds)
+_EXIT_WAIT_MS = 5000
 _guard = threading.Lock()
 
 
@@ -76,8 +84,30 @@ def _listener(spark: SparkSession) -> _StopListener | None:
                 return None
             listener = _StopListener(spark)
             spark.streams.addListener(listener)
+            if not _listeners:
+                atexit.register(_remove_listeners)
             _listeners[id(spark)] = listener
         return listener
+
+
+def _remove_listeners() -> None:
+    """At this Python process's exit: take twopc's listeners off their sessions. Spark tells
+    listeners of a run's last progress and of its end asynchronously, and its JVM outlives a
+    driver script that returns right after ``awaitTermination()`` (under ``spark-submit`` it is
+    the parent process, and shuts down after the script); a listener still registered then gets
+    those events through a py4j callback to a Python process that is gone, and Spark logs each
+    as an ERROR with py4j's stack trace. A call already under way when the listener leaves is
+    waited for (up to :data:`_EXIT_WAIT_MS`), so that this process is still there to answer it.
+    Never raises (a session already stopped has nothing left to tell)."""
+    with _guard:
+        listeners = list(_listeners.values())
+        _listeners.clear()
+    for listener in listeners:
+        try:
+            listener._spark.streams.removeListener(listener)
+            listener._spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(_EXIT_WAIT_MS)
+        except Exception:  # the session or its JVM is gone already: nothing will call the listener
+            log.debug("twopc: could not remove the streaming query listener at exit", exc_info=True)
 
 
 def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitDataSource]]) -> None:

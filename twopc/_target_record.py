@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._advice import command
+
 __all__ = ["TargetRecord", "mismatch_message", "same_target", "shown"]
 
 
@@ -57,25 +59,16 @@ def shown(label: str, instance: str | None) -> str:
 def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None],
                      pending: list[int]) -> str:
     """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
-    to do: point it back while decided batches (*pending*) wait there, else its own checkpoint
-    or a retarget."""
-    old, new = shown(*recorded), shown(*asked)
-    head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {old}, but "
-            f"this write goes to {new}: another server, database or table (the same server reached under "
-            f"another name is the same target where the server tells what it is). Nothing was written or "
-            f"recorded. ")
-    retarget = (f"twopc recover recover --checkpoint {checkpoint} --retarget --format "
-                f"<the write's format> --option key=value ... (the options of the write to the new target)")
+    to do: finish the decided batches (*pending*) there, else give the write its own
+    checkpoint or move this one."""
+    head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
+            f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
     if pending:
-        accept = " ".join(f"--accept-lost {b}" for b in pending)
         return head + (
-            f"Batch(es) {pending} are decided and their transactions wait prepared in {old}: nothing is lost. "
-            f"Point this write back at {old} (its URL as before) and it commits them first. Only if that "
-            f"target is gone for good are their rows lost: restore them by other means, mark each batch done "
-            f"(twopc recover recover --checkpoint {checkpoint} {accept}, one command per "
-            f"batch), then move the checkpoint to the new target: {retarget}")
+            f"Batch(es) {pending} are decided and wait prepared in the recorded target: nothing is lost. Point this "
+            f"write back at that target (its URL as before), or run {command('recover', checkpoint)}: either "
+            f"commits them")
     return head + (
-        f"A checkpoint's committed batches (txnVersion) and sink id serve one target, so this write would be "
-        f"skipped or mixed up with the other one's. Give this write its own checkpointLocation (and sinkId, "
-        f"if you set one); or, if the new target holds the old one's data (a moved server), move the "
-        f"checkpoint to it: {retarget}")
+        f"A checkpoint serves one target: give this write its own checkpointLocation (and sinkId, if you set "
+        f"one); or, if this target holds the recorded one's data (a moved server), move the checkpoint to it: "
+        f"{command('recover', checkpoint, '--retarget', '--option', '<key>=<value>')} with the options that differ")

@@ -35,12 +35,14 @@ twopc's modules can move without breaking them. The names, by job:
 - Shared plumbing: :func:`require` (import a backend's driver, or name the extra to install),
   :func:`load_object` (``package.module:name``), :func:`make_folder`, :func:`private_dir`,
   :func:`open_store` (a checkpoint's storage), :func:`configure_cli_logging`,
-  :func:`log_event`, :class:`MetricsCollector`, :data:`LOOPBACK`.
+  :func:`log_event`, :class:`MetricsCollector`, :data:`LOOPBACK`; :func:`recover_command`, the
+  ``twopc recover`` a message suggests, spelled to run as pasted.
 """
 
 import importlib as _importlib
 from typing import TYPE_CHECKING
 
+from ._advice import recover_command
 from ._agent_client import DriverAgent, ask_agent
 from ._commit_message import TwoPCCommitMessage
 from ._composite import CompositeHandle, CompositeSink, participant_sink_id
@@ -162,6 +164,7 @@ __all__ = [
     "option",
     "participant_sink_id",
     "private_dir",
+    "recover_command",
     "redact",
     "registered_handle_kinds",
     "require",

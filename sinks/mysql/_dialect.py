@@ -352,8 +352,8 @@ class MySqlDialect:
             f"is absent): the commit raced the end of the session that prepared it, a server bug in which XA "
             f"COMMIT answers OK, commits nothing and forgets the xid. The transaction stays prepared inside InnoDB, "
             f"holding its row locks, until the server restarts; XA RECOVER lists it again after the restart. "
-            f"Restart the server, then restart the query (or run twopc recover) to commit it. Granting the "
-            f"sink's account the PROCESS privilege lets twopc wait out that window")
+            f"Restart the server, then restart the query (or run `twopc recover <checkpointLocation>`) to commit "
+            f"it. Granting the sink's account the PROCESS privilege lets twopc wait out that window")
 
     def prepared_ids(self, prefix: str) -> list[str]:
         _n, rows = self.target.control_execute("XA RECOVER", fetch=True)

@@ -20,8 +20,8 @@ __all__ = ["connect_failure", "diag", "error_code", "error_text", "is_connection
 #: how to make room for a write's prepared transactions, for every message that lacks it
 SLOT_FIXES = ("raise max_prepared_transactions (and restart PostgreSQL) to at least the partitions a batch writes "
               "plus retried attempts, write fewer partitions at once (df.coalesce(n)), resolve stale prepared "
-              "transactions (`twopc status` lists twopc's; pg_prepared_xacts all), or let twopc-jdbc stage what "
-              "finds no slot (commitMode=auto, the default, or commitMode=staging)")
+              "transactions (`twopc status <checkpointLocation>` lists twopc's; pg_prepared_xacts all), or let "
+              "twopc-jdbc stage what finds no slot (commitMode=auto, the default, or commitMode=staging)")
 
 _CONSTRAINT_KINDS = {"23502": "NOT NULL", "23505": "unique", "23503": "foreign key", "23514": "check",
                      "23P01": "exclusion"}

@@ -75,7 +75,7 @@ def test_recover_every_few_seconds_fences_the_query_and_restarts_finish_every_id
             break  # the whole input is written
         except Exception as exc:  # noqa: BLE001 - the only way a query may end early here is FencedError
             message = str(exc)
-            assert "FencedError" in message and "displaced by `twopc recover`" in message, message
+            assert "FencedError" in message and "displaced by twopc recover" in message, message
             fenced.append(message)
     else:
         pytest.fail(f"the query did not finish its input in 60 starts ({len(fenced)} fenced)")

@@ -7,7 +7,7 @@ placeholder stream). Every other block runs, in page order, against the suite's 
 - Python blocks of one page share one namespace (a later block may use an earlier one's names)
   and run in this process on the session's SparkSession (``SparkSession.builder.getOrCreate()``
   returns it). A line ``print(X)  # expected`` checks that ``str(X)`` is ``expected``.
-- Shell blocks run with bash (``set -e``); ``twopc`` is ``twopc recover``.
+- Shell blocks run with bash (``set -e``); ``twopc`` is ``python -m twopc.recovery``.
 - The placeholders the pages show (``db:5432``, ``cache:6379``, user ``postgres``/``secret``,
   ``/tmp/twopc-quickstart-*``) are replaced by the suite's PostgreSQL, Redis and a temporary
   folder before a block runs.

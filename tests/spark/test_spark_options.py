@@ -154,3 +154,24 @@ def test_a_scheme_checkpoint_is_refused_through_spark(spark, tmp_path) -> None:
            .option("checkpointLocation", "dbfs:/checkpoints/job").option("txnVersion", "1").save())
     assert not Path("dbfs:").exists()
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").glob("*.parquet"))
+
+
+def test_a_misspelled_dbtable_is_named_through_spark(spark, postgres_url: str, tmp_path) -> None:
+    """``.option("dbtabel", ...)``: the error the user sees names the misspelling and the option
+    meant, not only the missing ``dbtable``; nothing is written, the password is not shown."""
+    table = f"opts_{uuid.uuid4().hex[:10]}"
+    create_table(postgres_url, table)
+    df = spark.range(0, 3).selectExpr("id", "concat('p', id) as payload")
+    with pytest.raises(Exception) as err:  # Spark wraps the planning worker's error in its own
+        (df.write.format("twopc-postgres").mode("append").option("url", postgres_url).option("dbtabel", table)
+           .option("checkpointLocation", str(tmp_path / "ck")).save())
+    text = str(err.value)
+    assert "unknown option 'dbtabel': did you mean 'dbtable'?" in text, text[-3000:]
+    password = sa.make_url(postgres_url).password
+    assert password and password not in text
+    engine = sa.create_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(sa.text(f'SELECT count(*) FROM "{table}"')).scalar_one() == 0
+    finally:
+        engine.dispose()

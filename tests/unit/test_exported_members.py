@@ -45,8 +45,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "default_sink_id", "driver_identity", "dumps_handle", "encode_handle", "ephemeral_sink_id",
         "ephemeral_started", "ephemeral_writer_dead", "hold_for_prepare", "load_object", "loads_handle", "log_event",
         "make_folder", "open_store", "open_target_ledger", "option", "participant_sink_id", "private_dir",
-        "redact", "registered_handle_kinds", "require", "resolve_abandoned", "start_ticks", "target_ledger_of",
-        "validate_sink_id",
+        "recover_command", "redact", "registered_handle_kinds", "require", "resolve_abandoned", "start_ticks",
+        "target_ledger_of", "validate_sink_id",
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",

@@ -461,6 +461,33 @@ def test_runtime_options_are_ignored(key: str) -> None:
     assert parse(**{key: "whatever"}) == parse()
 
 
+@pytest.mark.parametrize(("options", "typo", "meant"), [
+    ({"url": PG, "dbtabel": "events"}, "dbtabel", "dbtable"),
+    ({"url": PG, "DbTabel": "events"}, "DbTabel", "dbtable"),  # as typed, compared case-insensitively
+    ({"url": PG, "tabel": "events"}, "tabel", "table"),
+    ({"urll": PG, "dbtable": "events"}, "urll", "url"),
+])
+def test_a_misspelled_url_or_table_is_named_before_it_is_missing(options: dict[str, str], typo: str,
+                                                                 meant: str) -> None:
+    with pytest.raises(MissingOptionError) as info:
+        JdbcOptions.parse(options)
+    assert str(info.value).startswith(f"unknown option {typo!r}: did you mean {meant!r}?"), str(info.value)
+
+
+def test_options_spark_passes_are_never_taken_for_a_misspelling() -> None:
+    with pytest.raises(MissingOptionError) as info:
+        JdbcOptions.parse({"url": PG, "path": "/data/t", "queryname": "tabl", "checkpointlocation": "/ck"})
+    assert str(info.value).startswith('twopc-jdbc needs option "dbtable"'), str(info.value)
+
+
+@pytest.mark.parametrize(("typo", "meant"), [("lockTimout", "lockTimeout"), ("batchSise", "batchsize"),
+                                             ("upsertkey", "upsertKeys"), ("pasword", "password")])
+def test_a_near_miss_of_a_twopc_or_spark_option_is_named_first(typo: str, meant: str) -> None:
+    err = str(error_of({"url": PG, "dbtable": "t", typo: "1"}))
+    assert err.startswith(f"unknown option {typo!r}: did you mean {meant!r}?"), err
+    assert "Supported options" not in err  # the fix, not the whole list
+
+
 def test_unknown_option_is_an_error_that_lists_the_supported_ones() -> None:
     err = str(error_of({"url": PG, "dbtable": "t", "fetchSizeX": "1"}))
     assert "option fetchSizeX" in err

@@ -208,6 +208,8 @@ _NEAR_BUILDERS = {
     "twopc-redis-stream": lambda o: importlib.import_module("twopc.sinks.redis_source").StreamOptions.read(
         {"url": "redis://h:6379/0", "streams": "s", "group": "g", **o}),
     "twopc-file": lambda o: FileSink.from_options({"path": "/tmp/x", **o}),
+    "twopc-composite": lambda o: importlib.import_module("twopc.sinks").OptionsCompositeSink.from_options(
+        {"targets": "orders", "orders.format": "twopc-file", "orders.path": "/tmp/x", **o}),
 }
 
 
@@ -222,17 +224,64 @@ _NEAR_BUILDERS = {
     ("twopc-file", "pathh", "path"),
     ("twopc-file", "txnversoin", "txnVersion"),  # a misspelled runtime option reaches the sink
     ("twopc-redis", "checkpointlocaton", "checkpointLocation"),
+    ("twopc-composite", "order.path", "orders.path"),  # a participant's name misspelled
+    ("twopc-composite", "targest", "targets"),
 ])
 def test_an_unknown_option_is_refused_naming_the_closest_known_one(fmt: str, typo: str, meant: str) -> None:
     with pytest.raises(ConfigurationError) as err:
         _NEAR_BUILDERS[fmt]({typo: "1"})
     first_line = str(err.value).splitlines()[0]
-    assert typo in first_line and f"did you mean {meant}?" in first_line, first_line
+    assert typo in first_line and f"did you mean {meant!r}?" in first_line, first_line
 
 
 @pytest.mark.parametrize("fmt", sorted(_NEAR_BUILDERS))
 def test_options_spark_passes_by_itself_stay_accepted(fmt: str) -> None:
     _NEAR_BUILDERS[fmt]({"path": "/tmp/x", "queryname": "q"})
+
+
+#: each format's options with a required one misspelled (and so missing): (format, options, typo, meant)
+_MISSPELLED_REQUIRED: list[tuple[str, dict[str, str], str, str]] = [
+    ("twopc-jdbc", {"url": "jdbc:postgresql://h/app", "dbtabel": "t"}, "dbtabel", "dbtable"),
+    ("twopc-jdbc", {"url": "jdbc:postgresql://h/app", "Tabel": "t"}, "Tabel", "table"),
+    ("twopc-jdbc", {"urll": "jdbc:postgresql://h/app", "dbtable": "t"}, "urll", "url"),
+    ("twopc-postgres", {"url": "jdbc:postgresql://h/app", "dbtabel": "t"}, "dbtabel", "dbtable"),
+    ("twopc-redis", {"url": "redis://h:6379/0", "mapings": "[]"}, "mapings", "mapping"),
+    ("twopc-redis-stream", {"url": "redis://h:6379/0", "stream": "s", "group": "g"}, "stream", "streams"),
+    ("twopc-file", {"paht": "/tmp/x"}, "paht", "path"),
+    ("twopc-composite", {"tagets": "orders", "orders.format": "twopc-file"}, "tagets", "targets"),
+    ("twopc-composite", {"targets": "orders", "orders.fromat": "twopc-file"}, "orders.fromat", "orders.format"),
+]
+_BUILD = {
+    "twopc-jdbc": lambda o: JdbcOptions.parse(o),
+    "twopc-postgres": lambda o: PostgresSink.from_options(o),
+    "twopc-redis": lambda o: importlib.import_module("twopc.sinks").RedisSink.from_options(o),
+    "twopc-redis-stream": lambda o: importlib.import_module("twopc.sinks.redis_source").StreamOptions.read(o),
+    "twopc-file": lambda o: FileSink.from_options(o),
+    "twopc-composite": lambda o: importlib.import_module("twopc.sinks").OptionsCompositeSink.from_options(o),
+}
+
+
+@pytest.mark.parametrize(("fmt", "options", "typo", "meant"), _MISSPELLED_REQUIRED)
+def test_a_misspelled_required_option_is_named_not_just_missing(fmt: str, options: dict[str, str], typo: str,
+                                                                meant: str) -> None:
+    """The error names the option given and the one meant, whichever check fails first."""
+    with pytest.raises(ConfigurationError) as err:
+        _BUILD[fmt]({**options, "path": "/spark/path", "queryname": "q", "checkpointlocation": "/ck"})
+    text = str(err.value)
+    assert typo in text and f"did you mean {meant!r}?" in text, text
+    assert "'path'" not in text.split("did you mean")[0] and "queryname" not in text  # Spark's own: never flagged
+
+
+def test_the_reader_names_the_misspelling_of_a_missing_option_first() -> None:
+    r = OptionReader({"mapping": "m", "URLL": "redis://h", "path": "/p", "checkpointLocation": "/ck"}, "twopc-x")
+    assert r.text("mapping") == "m"
+    with pytest.raises(MissingOptionError) as err:
+        r.required("url", '.option("url", "redis://host:6379/0")')
+    assert str(err.value).startswith("unknown option 'URLL': did you mean 'url'? twopc-x needs option \"url\"")
+    far = OptionReader({"colour": "red"}, "twopc-x")  # nothing close: only what is missing
+    with pytest.raises(MissingOptionError) as err:
+        far.required("url", "e.g.")
+    assert str(err.value) == 'twopc-x needs option "url", e.g. e.g.'
 
 
 def test_sslmode_as_an_option_to_twopc_postgres_is_honoured_not_ignored() -> None:

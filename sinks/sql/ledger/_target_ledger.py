@@ -379,7 +379,7 @@ class SqlLedgerStore:
             raise FencedError(
                 f"this write (sink id {self.sink_id}) lost its lease on {self.backend.sink.where()}: the connection "
                 f"that held it is gone, so another writer may be resolving its transactions. It records and commits "
-                f"nothing; the next write to the server or `twopc recover` rolls its transactions back")
+                f"nothing; the next write to the server rolls its transactions back")
         if not exclusive:
             self.replace(rel, text)
             return True

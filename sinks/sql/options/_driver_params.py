@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from twopc import ConfigurationError
 
-from ..._options import unknown_option_hint
+from ..._options import MISSPELLED, closest_option, unknown_option_hint
 from ..._secrets import SECRET_KEYS, after_password
 
 __all__ = [
@@ -162,6 +162,12 @@ def _unknown(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...],
                 f"({unknown_option_hint(prop.name, mapped + java_only)})")
         tail = ""
     else:
+        near = closest_option(prop.name, (*supported, *mapped, *java_only), cutoff=MISSPELLED)
+        if near is not None:
+            return ConfigurationError(
+                f"unknown option {prop.name!r}: did you mean {near!r}? It is neither a Spark JDBC nor a twopc "
+                f"option, nor a {dialect_label} driver parameter twopc knows (Spark hands unknown options to the "
+                f"JDBC driver; twopc refuses those its Python driver cannot take)")
         head = (f"option {prop.name} is neither a Spark JDBC nor a twopc option, nor a {dialect_label} "
                 f"driver parameter twopc knows ({unknown_option_hint(prop.name, (*supported, *mapped, *java_only))}; "
                 f"Spark passes unknown options to the JDBC driver)")

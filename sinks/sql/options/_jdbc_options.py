@@ -94,7 +94,6 @@ from typing import Any, Literal, TypeAlias
 from sqlalchemy.engine import URL
 
 from twopc import ConfigurationError
-from twopc.spi import MissingOptionError
 
 from ..._options import Duration, OptionReader
 from ..._secrets import redacted_errors
@@ -527,8 +526,7 @@ def _table_option(r: OptionReader) -> str:
                                  "give only dbtable")
     text = (dbtable if dbtable is not None else table or "").strip()
     if not text:
-        raise MissingOptionError(
-            f'{r.format_name} needs option "dbtable", e.g. .option("dbtable", "public.events")')
+        raise r.missing("dbtable", '.option("dbtable", "public.events")', aliases=("table",))
     if text.startswith("("):
         raise ConfigurationError(
             f"dbtable {text!r} is a subquery, which can only be read; a write needs a table name")

@@ -137,13 +137,13 @@ class PreparedCommitter(Generic[C, H]):
             other = None if still else self.dialect.prepared_elsewhere(gid)
             committed = not still and other is None and self.markers.exists(gid)
         except (SinkError, self.target.spec.driver_error):
-            return (f"Whether {gid} is still prepared could not be read; `twopc status` shows it. "
-                    f"Fix the cause and rerun (or run `twopc recover`)")
+            return (f"Whether {gid} is still prepared could not be read; `twopc status <checkpointLocation>` "
+                    f"shows it. Fix the cause and rerun")
         if still or other is not None:
             where = f" in {other}" if other is not None else ""
             fix = ("connect to that database (the url must name the database the batch was prepared in) and "
-                   "rerun, or run `twopc recover`" if other is not None
-                   else "fix the cause and rerun, or run `twopc recover`")
+                   "rerun" if other is not None
+                   else "fix the cause and rerun, or run `twopc recover <checkpointLocation>`")
             return (f"The transaction {gid} is still prepared{where}, holding its rows and locks; nothing was "
                     f"{'committed' if verb == 'COMMIT' else 'rolled back'}, and it can still be "
                     f"{'committed' if verb == 'COMMIT' else 'rolled back'}: {fix}")

@@ -453,7 +453,7 @@ def test_options_are_read_by_one_reader_and_unknown_ones_refused(redis_url, tag)
         RedisSink.from_options({**base, "socketTimout": "5s", "hashtagg": "x"})
     msg = str(err.value)
     assert msg.startswith("twopc-redis does not know option(s) hashtagg, socketTimout (hashtagg: did you mean "
-                          "hashTag?; socketTimout: did you mean socketTimeout?)")
+                          "'hashTag'?; socketTimout: did you mean 'socketTimeout'?)")
     assert ("Supported: url, password, mapping, hashTag, requireSameSlot, durability, skipConfigCheck, scriptMode, "
             "socketTimeout, connectTimeout") in msg
     # the runtime's options and the ones Spark adds by itself are not the sink's, but accepted

@@ -91,7 +91,7 @@ def test_offsets_round_trip_and_give_the_ranges_between_them() -> None:
 # -- options --------------------------------------------------------------------------------------
 def test_options_refuse_unknown_ones_and_need_url_streams_group(redis_url: str) -> None:
     with pytest.raises(ConfigurationError, match=r"does not know option.s. maxOffsetsPerTrigger "
-                                                 r".maxOffsetsPerTrigger: did you mean maxEntriesPerTrigger"):
+                                                 r".maxOffsetsPerTrigger: did you mean 'maxEntriesPerTrigger'"):
         options(redis_url, "s", maxOffsetsPerTrigger="5")
     with pytest.raises(MissingOptionError, match='"group"'):
         StreamOptions.read({"url": redis_url, "streams": "s"})
