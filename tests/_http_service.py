@@ -69,6 +69,8 @@ class _Trouble:
     delay: float = 0.0
     lose: bool = False
     match: Callable[[dict[str, Any]], bool] | None = None
+    every: int = 1
+    seen: int = 0
 
 
 class HttpService:
@@ -148,8 +150,10 @@ class HttpService:
     def slow(self, n: int, seconds: float) -> None:
         self._troubles.append(_Trouble(n, delay=seconds))
 
-    def lose_reply(self, n: int) -> None:
-        self._troubles.append(_Trouble(n, lose=True))
+    def lose_reply(self, n: int, *, every: int = 1) -> None:
+        """Apply, then lose the reply: of the next *n* requests, or of every *every*-th one
+        (for *n* of them)."""
+        self._troubles.append(_Trouble(n, lose=True, every=every))
 
     def refuse(self, ids: set[int], status: int = 400) -> None:
         """A permanent *status* for every request whose body's ``id`` is in *ids*."""
@@ -162,6 +166,9 @@ class HttpService:
         with self._lock:
             for t in self._troubles:
                 if t.left > 0 and (t.match is None or t.match(body)):
+                    t.seen += 1
+                    if t.seen % t.every:
+                        continue
                     t.left -= 1
                     return dataclasses.replace(t)
         return None

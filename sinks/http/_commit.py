@@ -60,12 +60,13 @@ class BoxResult:
 
 
 class _Delivery:
-    def __init__(self, options: HttpOptions, outboxes: Outboxes, dead: DeadLetters, boxes: list[BoxResult]) -> None:
+    def __init__(self, options: HttpOptions, outboxes: Outboxes, dead: DeadLetters, boxes: list[BoxResult],
+                 sender: type[Sender]) -> None:
         self.o = options
         self.outboxes = outboxes
         self.dead = dead
         self.boxes = boxes
-        self.sender = Sender(options, options.credentials.redact)
+        self.sender = sender(options, options.credentials.redact)
         self.buffered = 0
 
     def queue(self) -> list[tuple[BoxResult, int]]:
@@ -138,7 +139,7 @@ class _Delivery:
 
 
 def deliver(options: HttpOptions, outboxes: Outboxes, dead: DeadLetters,
-            pending: Sequence[tuple[Outbox, dict[int, str] | None]]) -> list[BoxResult]:
+            pending: Sequence[tuple[Outbox, dict[int, str] | None]], sender: type[Sender] = Sender) -> list[BoxResult]:
     """Deliver every unacknowledged request of *pending* (each outbox with its acknowledged
     requests, ``None`` when its delivery never started); mark each outbox whose every request
     is answered delivered. Returns one :class:`BoxResult` per outbox, in order.
@@ -153,7 +154,7 @@ def deliver(options: HttpOptions, outboxes: Outboxes, dead: DeadLetters,
         if acked is None:  # the delivery starts: from now on the outbox may not be rolled back
             outboxes.acknowledge(outbox.txn_id, [])
         boxes.append(BoxResult(outbox, dict(acked or {})))
-    delivery = _Delivery(options, outboxes, dead, boxes)
+    delivery = _Delivery(options, outboxes, dead, boxes, sender)
     if delivery.queue():
         _run(delivery.run())
     for box in boxes:

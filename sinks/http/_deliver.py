@@ -105,6 +105,16 @@ class Sender:
             verify=verify, headers=headers, auth=httpx.BasicAuth(*basic) if basic else None,
             follow_redirects=False)
 
+    def headers(self, key: str, txn_id: str, *, json: bool) -> dict[str, str]:
+        """The headers of one try of a request: its key (the same in every try), its
+        transaction id when ``transactionHeader`` asks for it, the body's type."""
+        out = {self.o.key_header: key}
+        if self.o.transaction_header:
+            out[self.o.transaction_header] = txn_id
+        if json:
+            out["Content-Type"] = "application/json"
+        return out
+
     def _backoff(self, retry: int) -> float:
         step = min(self.o.retry_backoff_max.seconds, self.o.retry_backoff.seconds * 2 ** (retry - 1))
         return step / 2 + random.uniform(0, step / 2)
@@ -114,18 +124,14 @@ class Sender:
         """Send one request of transaction *txn_id* until it is answered for good, or this
         delivery gives it up."""
         httpx = load_httpx()
-        headers = {self.o.key_header: key}
-        if self.o.transaction_header:
-            headers[self.o.transaction_header] = txn_id
-        if body is not None:
-            headers["Content-Type"] = "application/json"
         content = body.encode("utf-8") if body is not None else None
         retry = 0
         while True:
             wait: float | None = None
             try:
                 self.sent += 1
-                response = await client.request(method, url, content=content, headers=headers)
+                response = await client.request(method, url, content=content,
+                                                headers=self.headers(key, txn_id, json=body is not None))
             except httpx.TransportError as exc:
                 why = f"no answer ({type(exc).__name__}: {self._redact(str(exc))[:200]})"
                 status = None

@@ -7,7 +7,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from twopc import CommitOutcome, ConfigurationError, TransactionContext, TwoPhaseCommitSink, Xid
 from twopc.spi import MissingOptionError, PreparedDetail, ProtocolError, SinkUnavailableError
@@ -16,7 +16,7 @@ from .._handles import HttpHandle
 from .._secrets import credential_free
 from ._commit import deliver
 from ._dead_letters import DeadLetters
-from ._deliver import load_httpx
+from ._deliver import Sender, load_httpx
 from ._options import HttpOptions
 from ._outbox import Outboxes
 from ._requests import RequestMaker
@@ -50,6 +50,8 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle]):
     """
 
     handle_type = HttpHandle
+    #: What sends each request with its retries (:class:`~twopc.sinks.http._deliver.Sender`).
+    sender: ClassVar[type[Sender]] = Sender
 
     def __init__(self, options: HttpOptions) -> None:
         self.options = options
@@ -184,7 +186,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle]):
             pending.append((outbox, self.outboxes.acknowledged(txn_id)))
         if not pending:
             return [o for o in outcomes if o is not None]
-        results = deliver(self.options, self.outboxes, self.dead_letters, pending)
+        results = deliver(self.options, self.outboxes, self.dead_letters, pending, self.sender)
         stuck = [r for r in results if r.unanswered]
         dead = sum(r.dead for r in results)
         if dead:
