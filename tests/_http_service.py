@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["HttpService", "Seen"]
+__all__ = ["HttpService", "Seen", "self_signed", "undecided_requests"]
 
 KEY_HEADER = "idempotency-key"
 
@@ -49,6 +50,7 @@ class Seen:
     txn: str | None
     body: bytes
     answer: int
+    auth: str | None = None
 
 
 @dataclass
@@ -76,8 +78,10 @@ class _Trouble:
 class HttpService:
     """The service (see the module). Use as a context manager, or :meth:`start`/:meth:`stop`."""
 
-    def __init__(self, *, ignore_keys: bool = False, txn_header: str = "Twopc-Transaction") -> None:
+    def __init__(self, *, ignore_keys: bool = False, txn_header: str = "Twopc-Transaction",
+                 tls: tuple[str, str] | None = None) -> None:
         self.ignore_keys = ignore_keys
+        self.tls = tls
         self.txn_header = txn_header.lower()
         self.log: list[Seen] = []
         self.applied: collections.Counter[str] = collections.Counter()
@@ -99,6 +103,10 @@ class HttpService:
 
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.tls)
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -123,6 +131,7 @@ class HttpService:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
     def running(self) -> bool:
         return self._server is not None
 
@@ -138,7 +147,7 @@ class HttpService:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     # -- misbehaviours -----------------------------------------------------------------
     def fail(self, n: int, status: int = 500) -> None:
@@ -259,7 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
         headers = {k.lower(): v for k, v in self.headers.items()}
         status, extra, answer = self.owner.handle(self.command, self.path, headers, body)
         self.owner.record(Seen(time.time(), self.command, self.path, headers.get(KEY_HEADER),
-                               headers.get(self.owner.txn_header), body, 0 if answer is None else status))
+                               headers.get(self.owner.txn_header), body, 0 if answer is None else status,
+                               headers.get("authorization")))
         if answer is None:  # the reply is lost: the connection closes without one
             self.close_connection = True
             with contextlib.suppress(OSError):
@@ -275,3 +285,47 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 - http.server's names
 
+
+
+def undecided_requests(service: HttpService, checkpoint: str) -> list[Seen]:
+    """The requests *service* received for the sink id of the ledger at *checkpoint* whose
+    transaction (header ``Twopc-Transaction``) no decision of that ledger names: requests of a
+    batch that was never decided (or of an attempt it did not choose). Empty when twopc-http
+    sent only what was decided."""
+    from twopc import CommitLedger, Xid
+
+    ledger = CommitLedger(checkpoint, read_only=True)
+    sink_id = ledger.recorded_sink_id()
+    decided = {h.txn_id for d in ledger.decisions() for h in d.handles}
+    with service._lock:
+        log = list(service.log)
+    return [s for s in log if s.txn and (x := Xid.parse(s.txn)) is not None and x.sink_id == sink_id
+            and s.txn not in decided]
+
+
+def self_signed(folder: str) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 and its key, written to *folder*: ``(cert.pem, key.pem)``."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(minutes=5))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = f"{folder}/cert.pem", f"{folder}/key.pem"
+    with open(cert_path, "wb") as f:
+        f.write(cert.public_bytes(serialization.Encoding.PEM))
+    with open(key_path, "wb") as f:
+        f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                  serialization.NoEncryption()))
+    return cert_path, key_path

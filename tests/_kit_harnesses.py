@@ -235,16 +235,21 @@ def assert_http_settled(service: HttpService, outbox: Path, sink_id: str) -> Non
     assert not twice, f"keys applied more than once: {list(twice.items())[:5]}"
 
 
+def service_harness(service: HttpService, outbox: Path, sink: str = "twopc.sinks:HttpDataSource",
+                    **extra: str) -> OwnHarness:
+    """``twopc-http`` writing to *service*, reading back the rows it applied."""
+    return OwnHarness(sink, http_options(service, outbox, **extra), service.ids,
+                      verify=functools.partial(assert_http_settled, service, outbox),
+                      name="HttpSink (twopc-http)", handle_kind="twopc.http")
+
+
 @contextmanager
 def http_harness(tmp_path: Path, sink: str = "twopc.sinks:HttpDataSource") -> Iterator[SinkHarness]:
     """``twopc-http`` against a reference service that loses the reply of every 5th request
     it applies (the sink must retry with the same key)."""
     with HttpService() as service:
         service.lose_reply(10**9, every=5)
-        outbox = tmp_path / "http-outbox"
-        yield OwnHarness(sink, http_options(service, outbox), service.ids,
-                         verify=functools.partial(assert_http_settled, service, outbox),
-                         name="HttpSink (twopc-http)", handle_kind="twopc.http")
+        yield service_harness(service, tmp_path / "http-outbox", sink)
 
 
 HARNESSES = ("file", "postgres", "mysql_xa", "staging_postgres", "staging_sqlite", "redis", "staging_mariadb",
