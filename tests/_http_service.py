@@ -285,6 +285,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 - http.server's names
 
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        """``GET /applied``: the ids of the rows applied, sorted (what the docs' example prints)."""
+        answer = json.dumps(sorted(self.owner.ids())).encode()
+        self.send_response(200 if self.path == "/applied" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
 
 
 def undecided_requests(service: HttpService, checkpoint: str) -> list[Seen]:
