@@ -285,7 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815 - http.server's names
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         """``GET /applied``: the ids of the rows applied, sorted (what the docs' example prints)."""
         answer = json.dumps(sorted(self.owner.ids())).encode()
         self.send_response(200 if self.path == "/applied" else 404)

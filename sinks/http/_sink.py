@@ -194,9 +194,10 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle]):
                         dead, handles[0].batch_id, self.dead_letters.location)
         if stuck:
             left = sum(r.unanswered for r in stuck)
+            why = next((r.failure for r in results if r.failure), "not answered")
             raise SinkUnavailableError(
                 f"twopc-http: {left} request(s) of batch {handles[0].batch_id} are not delivered yet "
-                f"({stuck[0].failure or 'not answered'}); the batch is decided and stays in doubt: the next "
+                f"({why}); the batch is decided and stays in doubt: the next "
                 f"commit, restart or `twopc recover` sends those again, with their keys")
         done = iter(CommitOutcome.COMMITTED for _ in results)
         return [o if o is not None else next(done) for o in outcomes]

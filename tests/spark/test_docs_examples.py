@@ -28,8 +28,8 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests._doc_blocks import PAGES, Block, blocks
-from tests._http_service import HttpService
 from tests._doc_blocks import substitutions as _substitutions
+from tests._http_service import HttpService
 from tests._paths import REPO_ROOT
 
 ROOT = REPO_ROOT
