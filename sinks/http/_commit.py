@@ -97,6 +97,8 @@ class _Delivery:
                     finished.set()
             except BaseExceptionGroup as grouped:
                 raise grouped.exceptions[0] from None
+        for box in self.boxes:  # what was answered while the ticker was writing another box's record
+            await self.flush(box)
 
     async def record(self, box: BoxResult, position: int, answer: Answer) -> None:
         if answer.outcome == "failed":
@@ -130,7 +132,7 @@ class _Delivery:
             box.acked.update(items)
 
     async def tick(self, finished: asyncio.Event) -> None:
-        """Write what was answered every ``ackInterval``, and once more when the workers end."""
+        """Write what was answered every ``ackInterval``, until the workers end."""
         while not finished.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(finished.wait(), self.o.ack_interval.seconds)

@@ -78,13 +78,14 @@ class Sender:
     def __init__(self, options: HttpOptions, redact: Any) -> None:
         self.o = options
         self._redact = redact
+        self._httpx = load_httpx()
         self.stopping = False
         self.sent = 0
 
     def client(self) -> httpx.AsyncClient:
         """The async client: the pool bounds concurrency, TLS verified unless turned off,
         the configured and authenticating headers set once, no redirects followed."""
-        httpx = load_httpx()
+        httpx = self._httpx
         o = self.o
         verify: ssl.SSLContext | bool = True
         if o.tls_ca_bundle:
@@ -123,7 +124,7 @@ class Sender:
                    txn_id: str) -> Answer:
         """Send one request of transaction *txn_id* until it is answered for good, or this
         delivery gives it up."""
-        httpx = load_httpx()
+        httpx = self._httpx
         content = body.encode("utf-8") if body is not None else None
         retry = 0
         while True:
