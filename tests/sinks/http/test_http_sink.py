@@ -17,10 +17,26 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from twopc import CommitOutcome, ConfigurationError, TransactionContext, faultinject
+from twopc import (
+    CommitCoordinator,
+    CommitLedger,
+    CommitOutcome,
+    ConfigurationError,
+    RecoveryCoordinator,
+    TransactionContext,
+    faultinject,
+    sink_status,
+)
 from twopc.sinks import HttpSink
 from twopc.sinks.http._deliver import retry_after
-from twopc.spi import MissingOptionError, ProtocolError, SinkUnavailableError, dumps_handle
+from twopc.spi import (
+    CommitPendingError,
+    CommitRetry,
+    MissingOptionError,
+    ProtocolError,
+    SinkUnavailableError,
+    dumps_handle,
+)
 
 from tests._http_service import HttpService, self_signed
 
@@ -249,3 +265,24 @@ def test_credentials_reach_no_outbox_handle_record_or_error(service: HttpService
     with pytest.raises(SinkUnavailableError) as caught:
         keyed.commit(prepare(keyed, [1]))
     assert "envKey-Zq81s" not in str(caught.value)
+
+
+def test_twopc_status_shows_a_batch_left_in_doubt_with_its_unacknowledged_keys(service: HttpService,
+                                                                               tmp_path: Path) -> None:
+    """Through the real coordinator and ledger: the delivery keeps failing, the batch stays
+    decided, ``twopc status`` (sink_status) reports it in doubt with its keys, and the next
+    commit (a restart's recovery) delivers it."""
+    sink = make(service, tmp_path, maxRetries="1")
+    ledger = CommitLedger(str(tmp_path / "ck"))
+    handles = [prepare(sink, [1, 2], partition=0), prepare(sink, [3], partition=1)]
+    service.fail(10**6, 503)
+    with pytest.raises(CommitPendingError):
+        CommitCoordinator(sink, ledger, "s1", retry=CommitRetry(0, 0)).commit_batch(0, handles)
+    status = sink_status(sink, CommitLedger(str(tmp_path / "ck"), read_only=True), "s1")
+    assert status.in_doubt_batches == (0,) and status.needs_operator
+    assert {t.state for t in status.transactions} == {"in-doubt"}
+    text = status.render()
+    assert "unacknowledged keys:" in text and "requests" in text
+    service.heal()
+    RecoveryCoordinator(make(service, tmp_path), ledger, sink_id="s1").run()
+    assert sorted(service.ids()) == [1, 2, 3] and sink.list_prepared("s1") == []
