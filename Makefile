@@ -166,6 +166,7 @@ bench: venv redis mariadb
 	$(VPY) -m twopc.recovery.demos.bench_stream
 	$(VPY) -m twopc.recovery.demos.bench_composite
 	$(VPY) -m twopc.recovery.demos.bench_xa
+	$(VPY) -m twopc.recovery.demos.bench_http
 	$(VPY) -m twopc.recovery.demos.bench_summary
 
 clean:

@@ -13,6 +13,8 @@
 - :class:`CompositeDataSource` (``format("twopc-composite")``): one batch to several of
   these targets under one decision (``targets`` option; :func:`participant` builds a
   :class:`twopc.Participant` from a format name and its options).
+- :class:`HttpSink` (``format("twopc-http")``): one HTTP request per row, stored in an outbox
+  under the checkpoint at prepare, sent with an idempotency key once the batch is decided.
 - :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic
   rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
 
@@ -42,14 +44,15 @@ import twopc as _twopc
 
 from ._composite import CompositeDataSource, OptionsCompositeSink, participant, sink_for_format
 from ._file import FileDataSource, FileHandle, FileSink
-from ._handles import MySqlXaHandle, PostgresHandle, RedisHandle
-from ._sources import JdbcDataSource, PostgresDataSource, RedisDataSource, RedisStreamDataSource
+from ._handles import HttpHandle, MySqlXaHandle, PostgresHandle, RedisHandle
+from ._sources import HttpDataSource, JdbcDataSource, PostgresDataSource, RedisDataSource, RedisStreamDataSource
 
 if TYPE_CHECKING:
     from typing import Any
 
     from pyspark.sql import SparkSession
 
+    from .http import HttpSink
     from .mysql import MySqlXaSink
     from .postgres import PostgresSink
     from .redis import (
@@ -75,6 +78,9 @@ __all__ = [
     "FileSink",
     "HIncrByOp",
     "HSetOp",
+    "HttpDataSource",
+    "HttpHandle",
+    "HttpSink",
     "IncrByOp",
     "JdbcDataSource",
     "JdbcOptions",
@@ -109,11 +115,13 @@ _LAZY = {
     **{name: "sql" for name in ("JdbcOptions", "JdbcSink", "StagingHandle", "StagingSink", "write_jdbc")},
     "PostgresSink": "postgres",
     "MySqlXaSink": "mysql",
+    "HttpSink": "http",
     **{name: "redis" for name in ("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisSink",
                                    "RedisTargetError", "SetOp", "XAddOp", "ZAddOp", "parse_mapping")},
 }
 
-DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, CompositeDataSource)
+DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, HttpDataSource,
+                CompositeDataSource)
 #: the sources (readers): registered by :func:`register_all` too, but they are not sinks
 #: (``twopc status|recover`` look sinks up in :data:`DATA_SOURCES`)
 SOURCES = (RedisStreamDataSource,)
@@ -135,7 +143,7 @@ def __dir__() -> list[str]:
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file``,
+    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file``, ``twopc-http``,
     ``twopc-composite`` and ``twopc-redis-stream`` with
     *spark* (a backend whose driver is missing fails when first written to, naming the
     extra to install)."""

@@ -29,9 +29,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twopc import ConfigurationError, Participant, TwoPCError, TwoPhaseCommitDataSource, TwoPhaseCommitSink
-from twopc.spi import RUNTIME_KEYS, CompositeSink, MissingOptionError, load_object
+from twopc.spi import RUNTIME_KEYS, CompositeSink, MissingOptionError, load_object, option
 
 from ._options import SPARK_PASSED_OPTIONS, closest_option, misspelling, unknown_option_hint
+from ._sources import HttpDataSource, default_outbox
 
 __all__ = ["CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"]
 
@@ -222,4 +223,20 @@ class CompositeDataSource(TwoPhaseCommitDataSource):
 
     sink_class = OptionsCompositeSink
     format_name = "twopc-composite"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        """Give a ``twopc-http`` participant that names no outbox folder one under the
+        composite's checkpoint (``<checkpoint>/twopc-http``, shared: each participant's
+        outboxes are named by its own sink id)."""
+        super().__init__(options)
+        root = default_outbox(self.options, self.session_root())
+        if root is None:
+            return
+        try:
+            specs = _targets(self.options)
+        except TwoPCError:
+            return  # the plan reports it, with the fix
+        for spec in specs:
+            if spec.get("format") == HttpDataSource.format_name and option(spec["options"], "outbox") is None:
+                self.options[f"{spec['name']}.outbox"] = root
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from twopc import TransactionHandle
 
-__all__ = ["MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle", "RedisHandle", "StagingHandle"]
+__all__ = ["HttpHandle", "MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle", "RedisHandle", "StagingHandle"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,16 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
     def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
         """Version 1 (no ``write``) reads as it is."""
         return payload
+
+
+@dataclass(frozen=True)
+class HttpHandle(TransactionHandle, kind="twopc.http", version=1):
+    """A task attempt's outbox of ``twopc-http``: ``txn_id`` names it (its path form).
+
+    Attributes:
+        outbox: the outbox folder (local or ``s3://``) that holds it: ``outbox/<txn_id>.jsonl``.
+        requests: its requests, ``-1`` when unknown (handles rebuilt by ``list_prepared``).
+    """
+
+    outbox: str = ""
+    requests: int = -1

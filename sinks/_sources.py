@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
 
 from twopc import TwoPhaseCommitDataSource
+from twopc.spi import option
 
 if TYPE_CHECKING:
     from pyspark.sql.datasource import DataSourceStreamReader
     from pyspark.sql.types import StructType
 
-__all__ = ["JdbcDataSource", "PostgresDataSource", "RedisDataSource", "RedisStreamDataSource"]
+__all__ = ["HttpDataSource", "JdbcDataSource", "PostgresDataSource", "RedisDataSource", "RedisStreamDataSource"]
 
 
 class _SinkClass:
@@ -71,6 +73,38 @@ class RedisDataSource(_LazySinkDataSource):
 
     sink_class = _SinkClass("twopc.sinks.redis", "RedisSink")  # resolves to the class when read
     format_name = "twopc-redis"
+
+
+class HttpDataSource(_LazySinkDataSource):
+    """Spark data source ``twopc-http`` (:class:`twopc.sinks.http.HttpSink`): its outboxes live
+    under the write's checkpoint unless option ``outbox`` names another folder."""
+
+    sink_class = _SinkClass("twopc.sinks.http", "HttpSink")  # resolves to the class when read
+    format_name = "twopc-http"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        outbox = default_outbox(self.options, self.session_root())
+        if outbox is not None:
+            self.options["outbox"] = outbox
+
+
+def default_outbox(options: Mapping[str, str], session_root: str | None, prefix: str = "") -> str | None:
+    """The outbox folder of a ``twopc-http`` write (or of a composite's participant whose
+    options carry *prefix*) that names none: ``<checkpoint>/twopc-http``, the checkpoint
+    given, or the one Spark picks for a named streaming query from *session_root*; ``None``
+    when the options name one or no checkpoint is known."""
+    if option(options, f"{prefix}outbox") is not None:
+        return None
+    checkpoint = option(options, "checkpointLocation")
+    name = option(options, "queryName")
+    if not checkpoint and session_root and name:
+        checkpoint = f"{session_root.rstrip('/')}/{name}"
+    if not checkpoint:
+        return None
+    from .http import checkpoint_outbox
+
+    return checkpoint_outbox(checkpoint)
 
 
 class RedisStreamDataSource(DataSource):

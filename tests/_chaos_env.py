@@ -6,7 +6,7 @@ keepalive) while the model check reads the target directly.
 
 Environment knobs (what ``make chaos`` sets): ``TWOPC_CHAOS_SEED`` (default: from the
 clock, printed), ``TWOPC_CHAOS_N`` (schedules, default 30), ``TWOPC_CHAOS_SINKS``
-(comma-separated, default all five), ``TWOPC_CHAOS_BROKEN`` (``coordinator``: the job
+(comma-separated, default all six), ``TWOPC_CHAOS_BROKEN`` (``coordinator``: the job
 commits before recording the decision; ``sink``: the file sink's abort ignores prepared
 state), ``TWOPC_CHAOS_REPORT`` (the table's file, rewritten after every schedule),
 ``TWOPC_CHAOS_SHRINK`` (``0``: do not shrink a failure), ``TWOPC_CHAOS_MINUTES`` (stop
@@ -28,9 +28,21 @@ from twopc.faultinject import FaultControl, FaultProxy, LocalMariaDB, LocalPostg
 from twopc.testing import ScheduleTarget, SinkHarness
 
 from . import _broken_sinks as broken
-from ._kit_harnesses import OwnHarness, file_harness, jdbc_harness, mysql_xa_harness, postgres_harness, redis_harness
+from ._http_service import HttpService
+from ._kit_harnesses import (
+    OwnHarness,
+    file_harness,
+    jdbc_harness,
+    mysql_xa_harness,
+    postgres_harness,
+    redis_harness,
+    service_harness,
+)
 
-__all__ = ["TARGETS", "ChaosEnv", "Knobs", "chaos_env"]
+__all__ = ["HTTP_POINTS", "TARGETS", "ChaosEnv", "Knobs", "chaos_env"]
+
+#: twopc-http's own fault points (declared by twopc.sinks.http), drawn for its schedules too.
+HTTP_POINTS = ("http_before_ack", "http_before_delivered")
 
 #: The sinks of the randomized suite, with their server's name in the FaultControl and the
 #: request whose reply a swallow_reply loses (the commit).
@@ -40,11 +52,16 @@ TARGETS = {
     "staging_postgres": ScheduleTarget("staging_postgres", "postgres", "COMMIT"),
     "redis": ScheduleTarget("redis", "redis", "twopc_redis_v1_commit"),
     "file": ScheduleTarget("file"),
+    "http": ScheduleTarget("http", "http", "Idempotency", points=HTTP_POINTS),
 }
 
-_SERVERS = {"postgres": "postgres", "staging_postgres": "postgres", "mysql_xa": "mariadb", "redis": "redis"}
+_SERVERS = {"postgres": "postgres", "staging_postgres": "postgres", "mysql_xa": "mariadb", "redis": "redis",
+            "http": "http"}
 _TIMEOUTS = {"socketTimeout": "5s", "connectTimeout": "5s"}
 _SQL_TIMEOUTS = {**_TIMEOUTS, "socketTimeout": "8s", "lockTimeout": "3s"}
+#: twopc-http: a lost reply ends its wait after 2 s, and is retried (with its key) quickly.
+_HTTP_TIMEOUTS = {"timeout": "2s", "connectTimeout": "2s", "retryBackoff": "50ms", "retryBackoffMax": "500ms",
+                  "maxRetries": "8"}
 
 
 @dataclass
@@ -84,6 +101,8 @@ class ChaosEnv:
     control: FaultControl
     harnesses: dict[str, SinkHarness] = field(default_factory=dict)
     targets: list[ScheduleTarget] = field(default_factory=list)
+    http: HttpService | None = None
+    """twopc-http's reference service, whose log the model check reads too."""
 
     def settle(self) -> None:
         """Every fault over, every server up, and the model check's own pooled connections
@@ -97,7 +116,8 @@ class ChaosEnv:
 def _through(harness: SinkHarness, server_port: int, proxy_port: int) -> SinkHarness:
     """*harness* with its sink's options pointed at the proxy, and bounded socket waits."""
     options = {k: v.replace(f"127.0.0.1:{server_port}", f"127.0.0.1:{proxy_port}") for k, v in harness.options.items()}
-    timeouts = _TIMEOUTS if options["url"].startswith("redis") else _SQL_TIMEOUTS
+    timeouts = (_TIMEOUTS if options["url"].startswith("redis") else _HTTP_TIMEOUTS if options["url"].startswith("http")
+                else _SQL_TIMEOUTS)
     return dataclasses.replace(harness, options={**options, **timeouts})
 
 
@@ -118,9 +138,9 @@ def chaos_env(knobs: Knobs, tmp: Path) -> Iterator[ChaosEnv]:
         control = stack.enter_context(FaultControl())
         env = ChaosEnv(control, targets=[TARGETS[s] for s in knobs.sinks])
         needed = {_SERVERS[s] for s in knobs.sinks if s in _SERVERS}
-        made: dict[str, Callable[[], LocalPostgres | LocalMariaDB | LocalRedis]] = {
+        made: dict[str, Callable[[], LocalPostgres | LocalMariaDB | LocalRedis | HttpService]] = {
             "postgres": lambda: LocalPostgres(max_prepared_transactions=64), "mariadb": LocalMariaDB,
-            "redis": lambda: LocalRedis(appendfsync="always")}
+            "redis": lambda: LocalRedis(appendfsync="always"), "http": HttpService}
         servers = {name: made[name]() for name in sorted(needed)}
         proxies: dict[str, FaultProxy] = {}
         for name, server in servers.items():
@@ -135,6 +155,13 @@ def chaos_env(knobs: Knobs, tmp: Path) -> Iterator[ChaosEnv]:
                     env.harnesses[sink] = stack.enter_context(file_harness(tmp / "file"))
                 continue
             name = _SERVERS[sink]
+            if sink == "http":
+                service = servers[name]
+                assert isinstance(service, HttpService)
+                env.http = service
+                env.harnesses[sink] = _through(service_harness(service, tmp / "http-outbox"), service.port,
+                                               proxies[name].port)
+                continue
             env.harnesses[sink] = _through(stack.enter_context(_harness(sink, servers[name].url)),
                                            servers[name].port, proxies[name].port)
         yield env

@@ -29,6 +29,7 @@ from twopc.sinks import RedisSink
 from twopc.testing import SinkHarness
 
 from ._filesink_helpers import assert_nothing_left, committed_ids
+from ._http_service import HttpService
 
 __all__ = ["HARNESSES", "OwnHarness", "harness_for"]
 
@@ -211,9 +212,50 @@ def redis_harness(redis_url: str) -> Iterator[SinkHarness]:
         client.close()
 
 
+#: The secret of the twopc-http harness (its reference service takes any token).
+HTTP_TOKEN = "tok-Sup3rSecret-http"
+
+
+def http_options(service: HttpService, outbox: Path, **extra: str) -> dict[str, str]:
+    """Options of a ``twopc-http`` write of the kit's rows to *service*: ``POST /events/{id}``
+    (the row as the body), keys by position, the transaction id in ``Twopc-Transaction``,
+    a bearer token, quick retries, an acknowledgement record every 3 answers."""
+    return {"url": f"{service.url}/events/{{id}}", "outbox": str(outbox), "transactionHeader": "Twopc-Transaction",
+            "token": HTTP_TOKEN, "retryBackoff": "10ms", "retryBackoffMax": "200ms", "ackEvery": "3",
+            "timeout": "5s", **extra}
+
+
+def assert_http_settled(service: HttpService, outbox: Path, sink_id: str) -> None:
+    """Nothing of *sink_id* left in the outbox folder (no outbox, no acknowledgement record),
+    and no key applied twice by the service."""
+    prefix = f"{sink_id}~"
+    left = [p.name for sub in ("outbox", "acks") for p in (outbox / sub).glob(f"{prefix}*")]
+    assert not left, f"outboxes or acknowledgements left: {left[:5]}"
+    twice = {k: n for k, n in service.applied.items() if n > 1}
+    assert not twice, f"keys applied more than once: {list(twice.items())[:5]}"
+
+
+def service_harness(service: HttpService, outbox: Path, sink: str = "twopc.sinks:HttpDataSource",
+                    **extra: str) -> OwnHarness:
+    """``twopc-http`` writing to *service*, reading back the rows it applied."""
+    return OwnHarness(sink, http_options(service, outbox, **extra), service.ids,
+                      verify=functools.partial(assert_http_settled, service, outbox),
+                      name="HttpSink (twopc-http)", handle_kind="twopc.http")
+
+
+@contextmanager
+def http_harness(tmp_path: Path, sink: str = "twopc.sinks:HttpDataSource") -> Iterator[SinkHarness]:
+    """``twopc-http`` against a reference service that loses the reply of every 5th request
+    it applies (the sink must retry with the same key)."""
+    with HttpService() as service:
+        service.lose_reply(10**9, every=5)
+        yield service_harness(service, tmp_path / "http-outbox", sink)
+
+
 HARNESSES = ("file", "postgres", "mysql_xa", "staging_postgres", "staging_sqlite", "redis", "staging_mariadb",
-             "jdbc_prepared_postgres", "jdbc_prepared_mariadb")
-"""Every harness: the six sinks of the crash matrix first, then the contract-only ones."""
+             "jdbc_prepared_postgres", "jdbc_prepared_mariadb", "http")
+"""Every harness: the six sinks of the crash matrix first, then the contract-only ones, then
+twopc-http (crashed in tests/chaos/test_http_chaos.py)."""
 
 
 @contextmanager
@@ -230,6 +272,7 @@ def harness_for(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> It
         "staging_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "staging"),
         "jdbc_prepared_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "prepared"),
         "jdbc_prepared_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "prepared"),
+        "http": lambda: http_harness(tmp_path),
     }
     with makers[name]() as harness:
         yield harness

@@ -25,7 +25,8 @@ pytest_plugins = [
 _TESTS = Path(__file__).resolve().parent
 #: the folders under tests/, each the name of the marker its tests get (registered in pyproject.toml)
 FOLDER_MARKERS = frozenset(
-    {"unit", "protocol", "sinks", "postgres", "mysql", "sql", "redis", "composite", "spark", "ops", "kit", "chaos"})
+    {"unit", "protocol", "sinks", "postgres", "mysql", "sql", "redis", "composite", "http", "spark", "ops", "kit",
+     "chaos"})
 #: the fixtures that start a server or the JVM, which no test in tests/unit may use
 SERVER_FIXTURES = frozenset(
     {"postgres_url", "redis_url", "mariadb_url", "s3_server", "spark", "_postgres", "_redis", "_mariadb"})

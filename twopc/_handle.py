@@ -57,6 +57,7 @@ BUILT_IN_KINDS: Mapping[str, str] = {
     "twopc.redis": "twopc.sinks._handles:RedisHandle",
     "twopc.staging": "twopc.sinks._handles:StagingHandle",
     "twopc.file": "twopc.sinks._file:FileHandle",
+    "twopc.http": "twopc.sinks._handles:HttpHandle",
 }
 _LOOKUP_LOCK = threading.Lock()
 _SCALARS = (str, int, float, bool)

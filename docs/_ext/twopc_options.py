@@ -34,6 +34,7 @@ TABLES: dict[str, str] = {
     "jdbc-refused": "twopc.sinks.sql.options._jdbc_options:REJECTED_OPTIONS",
     "redis": "twopc.sinks.redis._sink:OPTIONS",
     "redis-stream": "twopc.sinks.redis_source._read_options:OPTIONS",
+    "http": "twopc.sinks.http._options:OPTIONS",
 }
 
 

@@ -73,6 +73,8 @@ TARGETS: dict[str, Target] = {
         "MariaDB: a batch's XA COMMITs one round trip each / in one query (time)", "higher", 1.0),
     "composite.vs_two_writes": Target(
         "composite PostgreSQL + Redis / the two formats one after the other (rows/s)", "higher", 1.0),
+    "http.vs_plain_async": Target(
+        "twopc-http, 20k requests / plain async sends, same client and concurrency (requests/s)", "higher", 0.8),
 }
 
 

@@ -1,9 +1,11 @@
 """The randomized chaos suite: seeded schedules of process crashes, worker kills, server
 crashes and restarts (PostgreSQL immediate shutdown, MariaDB and Redis SIGKILL, Redis back
 from its AOF) and network faults (FaultProxy resets, stalls, latency, swallowed commit
-replies) at every fault point of ``twopc.testing.FAULT_POINTS``, over five sinks (twopc-postgres
-prepared, MariaDB XA, twopc-jdbc staging on PostgreSQL, twopc-redis, the file sink), each
-followed by the model check of :func:`twopc.testing.run_schedule`.
+replies) at every fault point of ``twopc.testing.FAULT_POINTS``, over six sinks (twopc-postgres
+prepared, MariaDB XA, twopc-jdbc staging on PostgreSQL, twopc-redis, the file sink, twopc-http
+against the reference service, with its own two fault points), each followed by the model check
+of :func:`twopc.testing.run_schedule`; for twopc-http also the service's log: no request of a
+transaction that no decision names.
 
 ``make test`` runs 30 schedules with a seed from the clock; the table (and, on a failure,
 the shrunk schedule and the one command that reruns it) is printed and written to a file.
@@ -32,7 +34,8 @@ from twopc.testing import (
 )
 
 from tests import _broken_sinks as broken
-from tests._chaos_env import TARGETS, ChaosEnv, Knobs, chaos_env
+from tests._chaos_env import HTTP_POINTS, TARGETS, ChaosEnv, Knobs, chaos_env
+from tests._http_service import undecided_requests
 from tests._kit_harnesses import file_harness
 
 pytestmark = pytest.mark.chaos
@@ -44,6 +47,12 @@ def _run(env: ChaosEnv, knobs: Knobs, schedule: Schedule, work: Path) -> Schedul
     result = run_schedule(env.harnesses[schedule.sink], schedule, work, env=env.control.env(),
                           settle=env.settle,
                           coordinator=BROKEN_COORDINATOR if knobs.broken == "coordinator" else None)
+    if schedule.sink == "http" and env.http is not None and (work / "ck" / "twopc").exists():
+        sent = undecided_requests(env.http, str(work / "ck"))
+        if sent:
+            txns = sorted({s.txn or "" for s in sent})
+            result.problems.append(f"the service saw {len(sent)} request(s) of transactions no decision names: "
+                                   f"{txns[:3]}")
     if result.ok:
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -119,9 +128,10 @@ def test_schedules_are_seeded_and_cover_every_point_kind_and_sink() -> None:
     targets = list(TARGETS.values())
     assert generate_schedule(99, targets) == generate_schedule(99, targets)
     schedules = [generate_schedule(seed, targets) for seed in range(400)]
-    assert {s.sink for s in schedules[:5]} == set(TARGETS)  # consecutive seeds cycle through the sinks
+    assert {s.sink for s in schedules[:len(TARGETS)]} == set(TARGETS)  # consecutive seeds cycle through the sinks
     rules = [r for s in schedules for r in s.rules]
-    assert {r.point for r in rules} == set(FAULT_POINTS)
+    assert {r.point for r in rules} == set(FAULT_POINTS) | set(HTTP_POINTS)
+    assert {r.point for s in schedules if s.sink != "http" for r in s.rules} == set(FAULT_POINTS)
     assert {r.kind for r in rules} == set(FAULT_KINDS)
     assert all(r.action in ("crash", "kill") for s in schedules if s.sink == "file" for r in s.rules)
     assert all(FaultPlan.parse(s.plan.to_spec()) == s.plan for s in schedules)

@@ -9,8 +9,9 @@ placeholder stream). Every other block runs, in page order, against the suite's 
   returns it). A line ``print(X)  # expected`` checks that ``str(X)`` is ``expected``.
 - Shell blocks run with bash (``set -e``); ``twopc`` is ``python -m twopc.recovery``.
 - The placeholders the pages show (``db:5432``, ``cache:6379``, user ``postgres``/``secret``,
-  ``/tmp/twopc-quickstart-*``) are replaced by the suite's PostgreSQL, Redis and a temporary
-  folder before a block runs.
+  ``/tmp/twopc-quickstart-*``, ``http://orders-api:8080``) are replaced by the suite's PostgreSQL,
+  Redis, a temporary folder and the reference HTTP service (tests/_http_service.py) before a
+  block runs.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from sqlalchemy.engine import make_url
 
 from tests._doc_blocks import PAGES, Block, blocks
 from tests._doc_blocks import substitutions as _substitutions
+from tests._http_service import HttpService
 from tests._paths import REPO_ROOT
 
 ROOT = REPO_ROOT
@@ -85,6 +87,10 @@ def test_page_examples(page: Path, spark: Any, postgres_url: str, redis_url: str
     subs = _substitutions(postgres_url, redis_url, tmp_path)
     env = dict(os.environ, PGPASSWORD=make_url(postgres_url).password or "")
     namespace: dict[str, Any] = {"__name__": "__docs_example__", "_docs_expect": _expect}
-    for block in blocks(page):
-        if block.skip_reason is None:
-            run_block(block, namespace, subs, env)
+    with HttpService() as service:  # the HTTP API of the twopc-http page, http://orders-api:8080
+        subs.append(("http://orders-api:8080", service.url))
+        for block in blocks(page):
+            if block.skip_reason is None:
+                run_block(block, namespace, subs, env)
+    if service.log:  # every request the service saw carried a key, and none was applied twice
+        assert all(s.key for s in service.log) and max(service.applied.values()) == 1, service.applied

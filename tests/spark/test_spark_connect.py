@@ -1,6 +1,6 @@
 """twopc under Spark Connect: a client with no JVM, a real Connect server
 (:class:`twopc.faultinject.LocalSparkConnect`) whose Python workers run the data sources, and
-PostgreSQL, Redis and the file system as targets.
+PostgreSQL, Redis, the file system and an HTTP API (the reference service) as targets.
 
 What differs from a classic session and is checked here: formats are registered per
 Connect session, the data sources run (and import twopc) on the server, the checkpoint is
@@ -27,6 +27,7 @@ from twopc import sinks
 from twopc.faultinject import LocalSparkConnect, read_firings
 from twopc.faultinject._spark_cluster import find_spark_home
 
+from tests._http_service import HttpService
 from tests._paths import REPO_ROOT
 from tests._s3 import aws_config_path
 
@@ -136,6 +137,18 @@ def test_composite_through_connect(remote, pg_engine, postgres_url, tmp_path) ->
 
     files = sorted((tmp_path / "files").glob("*.parquet"))
     assert sorted(pq.read_table(files).column("id").to_pylist()) == list(range(30))
+
+
+def test_http_through_connect_sends_each_row_once(remote, tmp_path) -> None:
+    """twopc-http on a Connect server: its outboxes in the server's checkpoint, a rerun of the
+    same txnVersion sends nothing, each row applied once by the reference service."""
+    with HttpService() as service:
+        df = remote.range(0, 24, numPartitions=3).selectExpr("id", "concat('row-', id) AS payload")
+        for _ in range(2):
+            (df.write.format("twopc-http").mode("append").option("url", f"{service.url}/rows/{{id}}")
+             .option("keyColumn", "id").option("checkpointLocation", str(tmp_path / "ck"))
+             .option("txnVersion", "1").save())
+        assert sorted(service.ids()) == list(range(24)) and service.count() == 24
 
 
 def test_streaming_query_whose_server_died_after_the_decision_commits_once(pg_engine, postgres_url,

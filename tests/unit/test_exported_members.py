@@ -81,7 +81,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
     ),
     "twopc.sinks": (
         "DATA_SOURCES", "SOURCES",
-        "CompositeDataSource", "FileDataSource", "FileHandle", "FileSink", "HIncrByOp", "HSetOp", "IncrByOp",
+        "CompositeDataSource", "FileDataSource", "FileHandle", "FileSink", "HIncrByOp", "HSetOp", "HttpDataSource",
+        "HttpHandle", "HttpSink", "IncrByOp",
         "JdbcDataSource", "JdbcOptions", "JdbcSink", "MySqlXaHandle", "MySqlXaSink", "OptionsCompositeSink",
         "PostgresDataSource", "PostgresHandle", "PostgresSink", "RPushOp", "RedisDataSource",
         "RedisHandle", "RedisSink", "RedisStreamDataSource", "RedisTargetError", "SetOp",
@@ -100,6 +101,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "dispose_engines", "parse_table_name", "require_transactional", "translate_url", "write_jdbc",
     ),
     "twopc.sinks.postgres": ("PostgresDataSource", "PostgresHandle", "PostgresSink"),
+    "twopc.sinks.http": ("OPTIONS", "HttpHandle", "HttpOptions", "HttpSink", "checkpoint_outbox"),
     "twopc.sinks.mysql": ("MySqlXaHandle", "MySqlXaSink"),
     "twopc.sinks.redis": (
         "HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisDataSource", "RedisHandle", "RedisKeys", "RedisOp",

@@ -88,7 +88,8 @@ def test_the_write_path_does_not_import_what_only_other_uses_need(module: str) -
 
 #: what registering the data sources (a job's driver, Spark's worker that looks data sources up)
 #: never needs: the sinks' database drivers and SQLAlchemy load in the workers of a write
-NOT_IN_THE_DRIVER = ("sqlalchemy", "psycopg", "pymysql", "redis", "twopc.sinks.sql", "twopc.sinks.postgres")
+NOT_IN_THE_DRIVER = ("sqlalchemy", "psycopg", "pymysql", "redis", "httpx", "twopc.sinks.sql", "twopc.sinks.postgres",
+                     "twopc.sinks.http")
 
 
 def test_registering_the_data_sources_loads_no_sink() -> None:
@@ -98,7 +99,7 @@ def test_registering_the_data_sources_loads_no_sink() -> None:
             "if m in sys.modules)}))")
     assert _fresh(code) == {"loaded": [], "names": {
         "twopc-jdbc": ["twopcSchema"], "twopc-postgres": ["twopcSchema"], "twopc-redis": [], "twopc-file": [],
-        "twopc-composite": []}}
+        "twopc-http": [], "twopc-composite": []}}
 
 
 def test_a_data_source_states_the_session_options_of_its_sink() -> None:

@@ -31,12 +31,14 @@ _EXECUTOR = ("during_invoke", "before_pre_commit", "after_pre_commit")
 @dataclass(frozen=True)
 class ScheduleTarget:
     """A sink the schedules run against: its name, the name of its server and proxy in the
-    :class:`twopc.faultinject.FaultControl` (``None``: no server, only process faults), and the
-    request whose reply ``swallow_reply`` loses (its commit)."""
+    :class:`twopc.faultinject.FaultControl` (``None``: no server, only process faults), the
+    request whose reply ``swallow_reply`` loses (its commit), and the sink's own fault points
+    (declared by its module) that its rules may pick besides the protocol's."""
 
     name: str
     server: str | None = None
     commit_pattern: str = ""
+    points: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Schedule:
 
 
 def _rule(rng: random.Random, kind: str, target: ScheduleTarget, batches: int) -> FaultRule:
-    point = rng.choice(sorted(POINTS))
+    point = rng.choice([*sorted(POINTS), *target.points])
     batch = rng.choice([None, *range(batches)])
     partition = rng.choice([None, None, 0, 1]) if point in _EXECUTOR else None
     if kind in ("crash", "kill"):

@@ -1,0 +1,199 @@
+"""The outboxes of ``twopc-http`` in one folder (local, or ``s3://`` through twopc's checkpoint store).
+
+Layout under the outbox folder (``<checkpointLocation>/twopc-http`` by default)::
+
+    outbox/<txn>.jsonl            a task attempt's requests, written whole at prepare
+    acks/<txn>/<seq>-<id>         acknowledgement records of a delivery (each written whole, never changed)
+    delivered/<txn>.json          the outbox was delivered (commit's marker: "already committed")
+
+``<txn>`` is the transaction id's path form (:attr:`twopc.Xid.path_name`). Every object is
+written whole by the store (a local temporary file, fsync and an exclusive hard link; on S3 a
+conditional PutObject), so a crash leaves an object complete or absent. An outbox is prepared
+while it exists without a ``delivered`` marker; its delivery has started once an
+acknowledgement record exists (then it may no longer be rolled back); the marker is written
+before the outbox and its records are deleted, so a crash between the two leaves an outbox that
+:meth:`Outboxes.state` already reports delivered.
+
+An outbox's first line is its header (JSON: sink, batch, partition, attempt, request count,
+creation time); each further line is one request (``[key, method, url, body]``). An
+acknowledgement record holds one line per answered request: its position in the outbox and
+its status code, or ``dead`` when it went to the dead letters. A delivery appends a record every
+``ackEvery`` answers or ``ackInterval``, whichever comes first: one store write per chunk, not per
+request (a write per request would cost a fsync or a PutObject each, more than the request).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from twopc import LedgerError, SinkError, Xid
+from twopc.spi import ProtocolError, SinkUnavailableError, open_store, recover_command
+
+__all__ = ["Outbox", "Outboxes"]
+
+_SUFFIX = ".jsonl"
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """An outbox read back: its header and requests."""
+
+    txn_id: str
+    header: dict[str, Any]
+    requests: list[tuple[str, str, str, str | None]]
+
+
+class Outboxes:
+    """The outbox folder at *location* (the store opens lazily, and is not pickled)."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        self._store: Any = None
+        self._made = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"location": self.location, "_store": None, "_made": False}
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            self._store = _guarded(lambda: open_store(self.location), f"open the outbox folder {self.location}")
+        return self._store
+
+    def make_folders(self) -> None:
+        """Create the folders (a no-op on S3, and after the first call).
+
+        Raises:
+            SinkError: the folder cannot be created (names it and the option).
+        """
+        if not self._made:
+            for rel in ("outbox", "acks", "delivered"):
+                _guarded(lambda rel=rel: self.store.makedirs(rel), f"create the outbox folder {self.location}")
+            self._made = True
+
+    def where(self, txn_id: str) -> str:
+        """The outbox object of *txn_id*, as the store names it."""
+        return str(self.store.path("outbox", txn_id + _SUFFIX))
+
+    # -- prepare ---------------------------------------------------------------------
+    def write(self, txn_id: str, header: dict[str, Any], lines: Sequence[str]) -> None:
+        """Write the outbox of *txn_id* whole (created once: the id is fresh).
+
+        Raises:
+            SinkError: the store failed; ProtocolError: the outbox exists already.
+        """
+        self.make_folders()
+        text = "\n".join([json.dumps(header, sort_keys=True), *lines]) + "\n"
+        if not _guarded(lambda: self.store.create(f"outbox/{txn_id}{_SUFFIX}", text, exclusive=True),
+                        f"write the outbox of {txn_id}"):
+            raise ProtocolError(f"the outbox of {txn_id} exists already: a transaction id was used twice")
+
+    # -- commit ----------------------------------------------------------------------
+    def read(self, txn_id: str) -> Outbox | None:
+        """The outbox of *txn_id*, or ``None`` when there is none."""
+        text = _guarded(lambda: self.store.read(f"outbox/{txn_id}{_SUFFIX}"), f"read the outbox of {txn_id}")
+        if text is None:
+            return None
+        lines = text.splitlines()
+        try:
+            header = json.loads(lines[0])
+            requests = [tuple(json.loads(line)) for line in lines[1:] if line]
+        except (ValueError, IndexError) as exc:
+            raise ProtocolError(f"the outbox {self.where(txn_id)} is damaged ({exc}): it cannot be delivered. Send "
+                                f"its batch's requests by other means, then give the batch up: "
+                                f"{recover_command('<checkpointLocation>', '--accept-lost', '<batch>')}") from None
+        return Outbox(txn_id, header, requests)
+
+    def delivered(self, txn_id: str) -> dict[str, Any] | None:
+        """The delivered marker of *txn_id*, or ``None``."""
+        text = _guarded(lambda: self.store.read(f"delivered/{txn_id}.json"), f"read the marker of {txn_id}")
+        return None if text is None else dict(json.loads(text))
+
+    def acknowledged(self, txn_id: str) -> dict[int, str] | None:
+        """Position -> status of every acknowledged request of *txn_id*; ``None`` when its
+        delivery never started (no record)."""
+        names = _guarded(lambda: self.store.list(f"acks/{txn_id}"), f"list the acknowledgements of {txn_id}")
+        if not names:
+            return None
+        out: dict[int, str] = {}
+        for name in names:
+            text = _guarded(lambda name=name: self.store.read(f"acks/{txn_id}/{name}"),
+                            f"read the acknowledgements of {txn_id}") or ""
+            for line in text.splitlines():
+                position, _, status = line.partition(" ")
+                if position.isdigit():
+                    out[int(position)] = status
+        return out
+
+    def acknowledge(self, txn_id: str, answered: Iterable[tuple[int, str]]) -> None:
+        """Record *answered* ``(position, status)`` pairs of *txn_id* (an empty record says the
+        delivery started)."""
+        text = "".join(f"{p} {s}\n" for p, s in answered) or "start\n"
+        name = f"acks/{txn_id}/{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+        _guarded(lambda: self.store.makedirs(f"acks/{txn_id}"), f"record acknowledgements of {txn_id}")
+        _guarded(lambda: self.store.create(name, text, exclusive=True), f"record acknowledgements of {txn_id}")
+
+    def mark_delivered(self, txn_id: str, summary: dict[str, Any]) -> None:
+        """Write the delivered marker (kept if one exists), then delete the outbox and its records."""
+        self.make_folders()
+        _guarded(lambda: self.store.create(f"delivered/{txn_id}.json", json.dumps(summary, sort_keys=True),
+                                           exclusive=True), f"mark {txn_id} delivered")
+        self._delete_acks(txn_id)
+        _guarded(lambda: self.store.delete(f"outbox/{txn_id}{_SUFFIX}"), f"delete the outbox of {txn_id}")
+
+    def _delete_acks(self, txn_id: str) -> None:
+        for name in _guarded(lambda: self.store.list(f"acks/{txn_id}"), f"list the acknowledgements of {txn_id}"):
+            _guarded(lambda name=name: self.store.delete(f"acks/{txn_id}/{name}"), f"delete records of {txn_id}")
+        if "://" not in self.location:  # a local folder: remove the emptied one too
+            with contextlib.suppress(OSError):
+                import os
+
+                os.rmdir(self.store.path("acks", txn_id))
+
+    # -- abort, recovery ---------------------------------------------------------------
+    def discard(self, txn_id: str) -> bool:
+        """Delete the outbox of *txn_id* if its delivery never started; ``False`` when it had
+        been delivered or its delivery had started (it must not be rolled back)."""
+        if self.delivered(txn_id) is not None or self.acknowledged(txn_id) is not None:
+            return False
+        _guarded(lambda: self.store.delete(f"outbox/{txn_id}{_SUFFIX}"), f"delete the outbox of {txn_id}")
+        return True
+
+    def pending(self, sink_id: str, batch_id: int | None = None) -> list[Xid]:
+        """The ids of *sink_id*'s outboxes (of *batch_id*) not yet delivered."""
+        out = []
+        for name in _guarded(lambda: self.store.list("outbox"), f"list the outboxes in {self.location}"):
+            if not name.endswith(_SUFFIX):
+                continue
+            xid = Xid.parse(name[: -len(_SUFFIX)])
+            if xid is None or xid.path_name != name[: -len(_SUFFIX)] or xid.sink_id != sink_id:
+                continue
+            if (batch_id is None or xid.batch_id == batch_id) and self.delivered(xid.path_name) is None:
+                out.append(xid)
+        return sorted(out, key=lambda x: (x.batch_id, x.partition_id, x.attempt_id, x.nonce))
+
+    def purge(self, sink_id: str, below_batch: int) -> int:
+        """Delete the delivered markers of *sink_id*'s batches ``< below_batch``."""
+        removed = 0
+        for name in _guarded(lambda: self.store.list("delivered"), f"list the markers in {self.location}"):
+            xid = Xid.parse(name.removesuffix(".json"))
+            if xid is not None and xid.sink_id == sink_id and xid.batch_id < below_batch:
+                _guarded(lambda name=name: self.store.delete(f"delivered/{name}"), f"delete the marker {name}")
+                removed += 1
+        return removed
+
+
+def _guarded(fn: Any, what: str) -> Any:
+    """``fn()``, a store failure raised as the sink's :class:`SinkUnavailableError`."""
+    try:
+        return fn()
+    except LedgerError as exc:
+        raise SinkUnavailableError(f"twopc-http could not {what}: {exc}") from exc
+    except SinkError:
+        raise

@@ -1,0 +1,151 @@
+"""Rows into requests (executor side; no HTTP client is imported here).
+
+One request per row: the method, the URL template with each ``{column}`` filled by the row's
+value URL-encoded as one path segment, the JSON body (the whole row, or one column), and the
+idempotency key. A request is one line of its task attempt's outbox, ``[key, method, url,
+body]`` in JSON: what the driver sends after the decision, unchanged by any retry or recovery.
+
+The key (:func:`idempotency_key`) is a hash of the sink id and either the row's value in
+``keyColumn`` (the same for that row in any batch, any replay, any partitioning) or the
+row's place: batch, partition and position. A key is made once, when the row is prepared,
+and stored in the outbox: every retry of the request and every re-delivery after a crash sends
+that stored key, so a server that honours keys applies the request once. A replay of a batch
+that was never decided is partitioned anew and gets new positional keys, which is harmless:
+twopc never delivers a batch twice (one decision per batch id). Only ``keyColumn`` survives a
+batch recomputed outside twopc's knowledge (a new checkpoint, a rerun under a new txnVersion).
+A hash of the row's content was the other candidate for keys without a column; it is not used
+because two equal rows of one batch (two identical "+1" events) would get one key, and a server
+that honours keys would apply only one of them.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import json
+import math
+import string
+import urllib.parse
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from typing import Any
+
+from twopc import ConfigurationError
+
+from .._entry import entry_name
+from ._options import HttpOptions
+
+__all__ = ["RequestMaker", "idempotency_key"]
+
+
+def idempotency_key(sink_id: str, *, value: Any = None, place: tuple[int, int, int] | None = None) -> str:
+    """The idempotency key of a row of *sink_id*: from its key column's *value*, or from its
+    *place* ``(batch, partition, position)``; 32 hex digits of SHA-256."""
+    if place is not None:
+        text = "\0".join(("twopc-http", sink_id, "p", *map(str, place)))
+    else:
+        text = "\0".join(("twopc-http", sink_id, "k", value if isinstance(value, str) else _json(value)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _default(v: Any) -> Any:
+    """JSON for what ``json`` does not know: instants and dates as ISO 8601 (a zoned timestamp
+    as its UTC instant), decimals as strings with every digit, durations as seconds, bytes as
+    base64 (as Spark's ``to_json``)."""
+    if isinstance(v, dt.datetime):
+        return (v.astimezone(dt.UTC) if v.tzinfo is not None else v).isoformat()
+    if isinstance(v, dt.date | dt.time):
+        return v.isoformat()
+    if isinstance(v, Decimal):
+        return format(v, "f") if v.is_finite() else str(v)
+    if isinstance(v, dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, bytes | bytearray | memoryview):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    return str(v)
+
+
+def _finite(v: Any) -> Any:
+    """*v* with NaN and infinities as the strings Spark's ``to_json`` writes (JSON has no such numbers)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, list | tuple):
+        return [_finite(x) for x in v]
+    return v
+
+
+def _json(v: Any) -> str:
+    try:
+        return json.dumps(v, default=_default, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(v), default=_default, separators=(",", ":"), ensure_ascii=False)
+
+
+class RequestMaker:
+    """Makes the outbox lines of one task attempt's rows."""
+
+    def __init__(self, options: HttpOptions, sink_id: str, batch_id: int, partition_id: int) -> None:
+        self.o = options
+        self.sink_id = sink_id
+        self.batch_id = batch_id
+        self.partition_id = partition_id
+        self.position = 0
+        self._parts = [(text, name) for text, name, _, _ in string.Formatter().parse(options.url)]
+
+    def check_columns(self, names: list[str]) -> None:
+        """Refuse rows that lack a column the options name.
+
+        Raises:
+            ConfigurationError: naming the missing columns, the option and the row's columns.
+        """
+        missing = [c for c in self.o.columns() if c not in names]
+        if missing:
+            raise ConfigurationError(
+                f"twopc-http: the written rows have no column(s) {', '.join(missing)}, which option url, "
+                f"bodyColumn or keyColumn names (the rows have {', '.join(names)}): fix the option or select the "
+                f"column; nothing was written")
+
+    def lines(self, rows: list[dict[str, Any]]) -> Iterator[str]:
+        """One outbox line per row.
+
+        Raises:
+            ConfigurationError: a row has a null key or URL value (the message names the row).
+        """
+        for row in rows:
+            yield json.dumps([self._key(row), self.o.method, self._url(row), self._body(row)],
+                             separators=(",", ":"), ensure_ascii=False)
+            self.position += 1
+
+    def _key(self, row: Mapping[str, Any]) -> str:
+        column = self.o.key_column
+        if column is None:
+            return idempotency_key(self.sink_id, place=(self.batch_id, self.partition_id, self.position))
+        value = row.get(column)
+        if value is None:
+            raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {column} (option keyColumn): every "
+                                     f"row needs its key; filter or fill the nulls before writing")
+        return idempotency_key(self.sink_id, value=value)
+
+    def _url(self, row: Mapping[str, Any]) -> str:
+        out = []
+        for text, name in self._parts:
+            out.append(text)
+            if name:
+                value = row.get(name)
+                if value is None:
+                    raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {name}, which the url "
+                                             f"template needs: filter or fill the nulls before writing")
+                out.append(urllib.parse.quote(value if isinstance(value, str) else _json(value).strip('"'), safe=""))
+        return "".join(out)
+
+    def _body(self, row: Mapping[str, Any]) -> str | None:
+        column = self.o.body_column
+        if column is None:
+            return None if self.o.method == "DELETE" else _json(dict(row))
+        value = row.get(column)
+        if value is None or isinstance(value, str):
+            return value
+        return _json(value)
