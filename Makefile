@@ -129,6 +129,7 @@ mariadb:
 	  echo "mariadb: tests use TWOPC_TEST_MARIADB_URL"; \
 	else \
 	  $(call apt_install_or_say,mariadb-server,mariadb,mariadbd (the MariaDB server),or point the tests at a server (InnoDB with XA): TWOPC_TEST_MARIADB_URL=mysql+pymysql://user:pw@host:port/db); \
+	  echo "mariadbd: $$(command -v mariadbd || echo /usr/sbin/mariadbd)"; \
 	fi
 
 # A Java runtime 17 or newer for PySpark: $$JAVA_HOME/bin/java when JAVA_HOME is set, else java
@@ -166,6 +167,7 @@ promtool:
 	  echo "promtool: $$(command -v promtool)"; \
 	else \
 	  $(call apt_install_or_say,prometheus,prometheus,promtool (Prometheus's rule checker)); \
+	  echo "promtool: $$(command -v promtool)"; \
 	fi
 
 # The PostgreSQL JDBC driver jar, for Spark's own format("jdbc") writer that
@@ -176,6 +178,7 @@ jdbc-driver:
 	  echo "PostgreSQL JDBC driver: $(JDBC_JAR)"; \
 	else \
 	  $(call apt_install_or_say,libpostgresql-jdbc-java,-,The PostgreSQL JDBC driver ($(JDBC_JAR))); \
+	  echo "PostgreSQL JDBC driver: $(JDBC_JAR)"; \
 	fi
 
 # gdb, with which two tests hold a server's thread inside a window of a few instructions
@@ -185,6 +188,7 @@ gdb:
 	  echo "gdb: $$(command -v gdb)"; \
 	else \
 	  $(call apt_install_or_say,gdb,-,gdb (the debugger)); \
+	  echo "gdb: $$(command -v gdb)"; \
 	fi
 
 # The lint and type gate: ruff and mypy (configured in pyproject.toml), the import contracts
