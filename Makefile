@@ -24,30 +24,29 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(VENV)/bin/python
 PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py recovery/demos/__init__.py \
                         faultinject/__init__.py)
 
-.PHONY: venv redis mariadb promtool jdbc-driver lint docs test test-fast test-all chaos demo bench clean
+.PHONY: venv python-venv postgres redis mariadb java promtool jdbc-driver gdb lint docs test test-fast test-all \
+        chaos demo bench bare-check clean
 
 venv: $(STAMP)
 
+# A venv without pip is what `python3 -m venv` leaves behind on Debian/Ubuntu without the
+# python3.X-venv package (no ensurepip): it is removed and made again once python-venv passed.
 $(STAMP): pyproject.toml $(PKG_INITS)
-	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@if ! $(VPY) -m pip --version >/dev/null 2>&1; then \
+	  rm -rf $(VENV); \
+	  $(MAKE) --no-print-directory python-venv && $(PYTHON) -m venv $(VENV); \
+	fi
 	$(VPY) -m pip install -e '.[all,test,docs]'
 	@touch $@
 
-redis:
-	@if command -v redis-server >/dev/null 2>&1; then \
-	  echo "redis-server: $$(command -v redis-server)"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-	  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y redis-server; \
-	else \
-	  echo "redis-server is not installed. Install it with:" >&2; \
-	  echo "    sudo apt-get install -y redis-server" >&2; \
-	  echo "or point the tests at a server: TWOPC_TEST_REDIS_URL=redis://host:port/0" >&2; \
-	  exit 1; \
-	fi
+# The system packages the demo and the tests need. Each target looks where the code looks
+# (faultinject's find_* functions, PySpark's JAVA_HOME or PATH) and prints what it found. When
+# it finds nothing, it installs the Debian package as root, with no system service started, and
+# otherwise prints the one `apt-get install` line to run, and fails.
 
 # apt-get install $(1) without letting the package start its service: a policy-rc.d that answers
 # 101 ("action forbidden") is put in place for the install when none exists, and the service $(2)
-# is stopped and disabled should it run anyway.
+# is stopped and disabled should it run anyway. Ends the shell it runs in with apt-get's status.
 apt_install_no_service = policy=/usr/sbin/policy-rc.d; own_policy=; \
 	  if [ ! -e $$policy ]; then \
 	    printf '\#!/bin/sh\n\# twopc make: no service starts during the install\nexit 101\n' > $$policy; \
@@ -61,6 +60,66 @@ apt_install_no_service = policy=/usr/sbin/policy-rc.d; own_policy=; \
 	  fi; \
 	  exit $$rc
 
+# $(call apt_install_or_say,PACKAGES,SERVICE,WHAT[,HINT]): as root, apt_install_no_service
+# PACKAGES (SERVICE: the service they would start, else -) and go on; otherwise say that WHAT
+# is not installed, the line that installs it and HINT, and fail.
+apt_install_or_say = if [ "$$(id -u)" = 0 ]; then \
+	  ( $(call apt_install_no_service,$(1),$(2)) ) || exit $$?; \
+	else \
+	  echo "$(3) is not installed. Install it with:" >&2; \
+	  echo "    sudo apt-get install -y --no-install-recommends $(1)" >&2; \
+	  $(if $(4),echo "$(4)" >&2;) \
+	  exit 1; \
+	fi
+
+# Python 3.11+ whose venv module makes a venv with pip: Debian and Ubuntu ship ensurepip apart,
+# in python3.X-venv (installed here as root when $(PYTHON) is the distribution's own).
+python-venv:
+	@py=$$(command -v $(PYTHON)) || { \
+	  echo "$(PYTHON) not found: install Python 3.11+ (sudo apt-get install -y python3 python3-venv)" \
+	       "or name one with make PYTHON=/path/to/python3" >&2; exit 1; }; \
+	$$py -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
+	  echo "twopc needs Python 3.11+; $$py is $$($$py -V 2>&1): name another with make PYTHON=..." >&2; exit 1; }; \
+	venv_ok() { tmp=$$(mktemp -d) && $$py -m venv "$$tmp/v" >/dev/null 2>&1 \
+	  && "$$tmp/v/bin/python" -m pip --version >/dev/null 2>&1; rc=$$?; rm -rf "$$tmp"; return $$rc; }; \
+	if venv_ok; then exit 0; fi; \
+	pkg=$$($$py -c 'import sys; print("python%d.%d-venv" % sys.version_info[:2])'); \
+	if [ "$$(id -u)" = 0 ] && dpkg -S "$$(readlink -f "$$py")" >/dev/null 2>&1; then \
+	  ( $(call apt_install_no_service,$$pkg,-) ) && venv_ok && exit 0; \
+	  echo "$$py -m venv makes no venv with pip, even after installing $$pkg" >&2; exit 1; \
+	fi; \
+	echo "$$py -m venv cannot make a virtual environment with pip (its ensurepip is missing)." >&2; \
+	echo "On Debian/Ubuntu, install it with:" >&2; \
+	echo "    sudo apt-get install -y $$pkg" >&2; \
+	echo "or name a Python 3.11+ that has it: make PYTHON=/path/to/python3" >&2; \
+	exit 1
+
+# The PostgreSQL server binaries, found where LocalPostgres finds them (find_pg_bindir in
+# faultinject/_postgres.py): $$TWOPC_PG_BINDIR, pg_config --bindir, the newest
+# /usr/lib/postgresql/<version>/bin (Debian's, not on PATH), initdb's folder on PATH. Debian's
+# postgresql package creates a cluster of its own (main, port 5432), which is not started.
+find_pg_bindir = for d in "$$TWOPC_PG_BINDIR" "$$(pg_config --bindir 2>/dev/null)" \
+	    $$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV) \
+	    "$$(dirname "$$(command -v initdb 2>/dev/null || echo .)")"; do \
+	  if [ -n "$$d" ] && [ -x "$$d/initdb" ] && [ -x "$$d/postgres" ]; then echo "$$d"; break; fi; \
+	done
+postgres:
+	@bindir=$$($(find_pg_bindir)); \
+	if [ -z "$$bindir" ]; then \
+	  $(call apt_install_or_say,postgresql,postgresql,The PostgreSQL server (initdb and postgres),or set TWOPC_PG_BINDIR to the folder that holds them); \
+	  bindir=$$($(find_pg_bindir)); \
+	  [ -n "$$bindir" ] || { echo "postgresql is installed, yet no initdb and postgres were found" >&2; exit 1; }; \
+	fi; \
+	echo "PostgreSQL server binaries: $$bindir"
+
+redis:
+	@if command -v redis-server >/dev/null 2>&1; then \
+	  echo "redis-server: $$(command -v redis-server)"; \
+	else \
+	  $(call apt_install_or_say,redis-server,redis-server,redis-server,or point the tests at a server: TWOPC_TEST_REDIS_URL=redis://host:port/0); \
+	  echo "redis-server: $$(command -v redis-server)"; \
+	fi
+
 # MariaDB server binaries for the XA sink's tests (LocalMariaDB runs its own mariadbd in a
 # temporary folder).
 mariadb:
@@ -68,27 +127,47 @@ mariadb:
 	  echo "mariadbd: $$(command -v mariadbd || echo /usr/sbin/mariadbd)"; \
 	elif [ -n "$$TWOPC_TEST_MARIADB_URL" ]; then \
 	  echo "mariadb: tests use TWOPC_TEST_MARIADB_URL"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-	  $(call apt_install_no_service,mariadb-server,mariadb); \
 	else \
-	  echo "mariadbd (the MariaDB server) is not installed. Install it with:" >&2; \
-	  echo "    sudo apt-get install -y --no-install-recommends mariadb-server" >&2; \
-	  echo "or point the tests at a server (InnoDB, XA allowed):" >&2; \
-	  echo "    TWOPC_TEST_MARIADB_URL=mysql+pymysql://user:pw@host:port/db" >&2; \
-	  exit 1; \
+	  $(call apt_install_or_say,mariadb-server,mariadb,mariadbd (the MariaDB server),or point the tests at a server (InnoDB with XA): TWOPC_TEST_MARIADB_URL=mysql+pymysql://user:pw@host:port/db); \
+	  echo "mariadbd: $$(command -v mariadbd || echo /usr/sbin/mariadbd)"; \
 	fi
+
+# A Java runtime 17 or newer for PySpark: $$JAVA_HOME/bin/java when JAVA_HOME is set, else java
+# on PATH (what pyspark's bin/spark-class runs). Installs the first of openjdk-17, -21 and
+# -25-jdk-headless that apt knows.
+java_version = j="$${JAVA_HOME:+$$JAVA_HOME/bin/}java"; \
+	  v=$$("$$j" -version 2>&1 | sed -n 's/.* version "\([^"]*\)".*/\1/p' | head -n 1); \
+	  case "$$v" in 1.*) v=$${v\#1.};; esac; v=$${v%%[!0-9]*}; echo "$${v:-0}"
+jdk_package = for v in 17 21 25; do \
+	  if apt-cache show openjdk-$$v-jdk-headless 2>/dev/null | grep -q '^Package:'; then \
+	    echo openjdk-$$v-jdk-headless; exit 0; \
+	  fi; \
+	done; echo openjdk-17-jdk-headless
+java:
+	@v=$$($(java_version)); \
+	if [ "$$v" -ge 17 ]; then echo "java $$v: $$(command -v "$${JAVA_HOME:+$$JAVA_HOME/bin/}java")"; exit 0; fi; \
+	if [ -n "$$JAVA_HOME" ]; then \
+	  echo "JAVA_HOME=$$JAVA_HOME has no java 17 or newer, and PySpark runs $$JAVA_HOME/bin/java:" \
+	       "point JAVA_HOME at a JDK 17+, or unset it" >&2; exit 1; \
+	fi; \
+	if [ "$$(id -u)" = 0 ]; then apt-get update >/dev/null; fi; \
+	pkg=$$($(jdk_package)); \
+	$(call apt_install_or_say,$$pkg,-,A Java runtime 17 or newer (for PySpark; java on PATH: $$([ "$$v" = 0 ] && echo none || echo $$v))); \
+	v=$$($(java_version)); \
+	if [ "$$v" -lt 17 ]; then \
+	  echo "java on PATH is still $$v after installing $$pkg: choose the new one with" \
+	       "update-alternatives --config java, or set JAVA_HOME=/usr/lib/jvm/<its folder>" >&2; exit 1; \
+	fi; \
+	echo "java $$v: $$(command -v java)"
 
 # Prometheus's promtool, which tests/ops/test_monitoring_rules.py runs on monitoring/ (`promtool
 # test rules`); Debian ships it in the prometheus package, whose service is kept from starting.
 promtool:
 	@if command -v promtool >/dev/null 2>&1; then \
 	  echo "promtool: $$(command -v promtool)"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-	  $(call apt_install_no_service,prometheus,prometheus); \
 	else \
-	  echo "promtool (Prometheus's rule checker) is not installed. Install it with:" >&2; \
-	  echo "    sudo apt-get install -y --no-install-recommends prometheus" >&2; \
-	  exit 1; \
+	  $(call apt_install_or_say,prometheus,prometheus,promtool (Prometheus's rule checker)); \
+	  echo "promtool: $$(command -v promtool)"; \
 	fi
 
 # The PostgreSQL JDBC driver jar, for Spark's own format("jdbc") writer that
@@ -97,13 +176,19 @@ JDBC_JAR := /usr/share/java/postgresql.jar
 jdbc-driver:
 	@if [ -e $(JDBC_JAR) ]; then \
 	  echo "PostgreSQL JDBC driver: $(JDBC_JAR)"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java || \
-	  (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y libpostgresql-jdbc-java); \
 	else \
-	  echo "The PostgreSQL JDBC driver ($(JDBC_JAR)) is not installed. Install it with:" >&2; \
-	  echo "    sudo apt-get install -y libpostgresql-jdbc-java" >&2; \
-	  exit 1; \
+	  $(call apt_install_or_say,libpostgresql-jdbc-java,-,The PostgreSQL JDBC driver ($(JDBC_JAR))); \
+	  echo "PostgreSQL JDBC driver: $(JDBC_JAR)"; \
+	fi
+
+# gdb, with which two tests hold a server's thread inside a window of a few instructions
+# (tests/_gdb.py).
+gdb:
+	@if command -v gdb >/dev/null 2>&1; then \
+	  echo "gdb: $$(command -v gdb)"; \
+	else \
+	  $(call apt_install_or_say,gdb,-,gdb (the debugger)); \
+	  echo "gdb: $$(command -v gdb)"; \
 	fi
 
 # The lint and type gate: ruff and mypy (configured in pyproject.toml), the import contracts
@@ -130,7 +215,7 @@ lint: venv
 docs: venv
 	$(VPY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
-test: lint docs venv redis mariadb promtool jdbc-driver
+test: lint docs venv postgres redis mariadb java promtool jdbc-driver gdb
 	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
 
 test-all:
@@ -146,18 +231,18 @@ test-fast: venv
 # REPORT=path names the table's file (default $TMPDIR/twopc-chaos-<seed>.txt), MINUTES=45 stops
 # starting schedules after 45 minutes (the table says how many ran), SHRINK=0 skips shrinking.
 N ?= 500
-chaos: venv redis mariadb
+chaos: venv postgres redis mariadb
 	TWOPC_CHAOS_SEED=$(SEED) TWOPC_CHAOS_N=$(N) TWOPC_CHAOS_SINKS=$(SINKS) TWOPC_CHAOS_BROKEN=$(BROKEN) \
 	  TWOPC_CHAOS_REPORT=$(REPORT) TWOPC_CHAOS_MINUTES=$(MINUTES) TWOPC_CHAOS_SHRINK=$(SHRINK) $(VPY) -m pytest tests/chaos/test_chaos_schedules.py -q -o faulthandler_timeout=0 $(PYTEST_ARGS)
 
-demo: venv
+demo: venv postgres redis java
 	$(VPY) -m twopc.recovery.demos.stream_demo
 
 # Each bench module appends its ratios to $(BENCH_RESULTS); bench_summary prints them last,
 # each with its target (recovery/demos/bench_summary.py), the machine and the date.
 BENCH_RESULTS := build/bench/results.jsonl
 bench: export TWOPC_BENCH_RESULTS = $(BENCH_RESULTS)
-bench: venv redis mariadb
+bench: venv postgres redis mariadb java
 	@$(MAKE) --no-print-directory jdbc-driver || echo "bench: the Spark JDBC writers are skipped" >&2
 	@rm -f $(BENCH_RESULTS)
 	$(VPY) -m twopc.recovery.demos.bench_first_write
@@ -168,6 +253,13 @@ bench: venv redis mariadb
 	$(VPY) -m twopc.recovery.demos.bench_xa
 	$(VPY) -m twopc.recovery.demos.bench_http
 	$(VPY) -m twopc.recovery.demos.bench_summary
+
+# `make demo` and `make test` on a bare Debian: a debootstrapped root with only python3,
+# python3-venv, make, git and ca-certificates, a clone of HEAD, both targets run in a chroot
+# (root; `.ci/bare-root-check --help`; BARE_ARGS="--full" runs the whole suite there).
+BARE_ARGS ?=
+bare-check:
+	.ci/bare-root-check $(BARE_ARGS)
 
 clean:
 	rm -rf $(VENV) docs/_build build dist *.egg-info .pytest_cache .hypothesis .mypy_cache .ruff_cache

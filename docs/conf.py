@@ -25,6 +25,9 @@ myst_heading_anchors = 4
 myst_enable_extensions = ["colon_fence"]
 html_theme = "furo"
 html_title = "twopc"
+# docs/_static/twopc.css: code blocks wrap their long lines at the column's edge.
+html_static_path = ["_static"]
+html_css_files = ["twopc.css"]
 autodoc_typehints = "description"
 autodoc_default_options = {"members": False}
 # Code blocks that hold console output or file layouts are shown as they are.

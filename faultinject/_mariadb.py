@@ -190,11 +190,6 @@ class LocalMariaDB(LocalServer):
         """The server's error log (``--log-error``) plus anything it printed."""
         return os.path.join(self._require_tmp(), "server.log")
 
-    @property
-    def pid(self) -> int | None:
-        """``mariadbd``'s pid while running."""
-        return self._proc.pid if self.running and self._proc else None
-
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalMariaDB:
         """Create the data directory and accounts on first call, then start the server
@@ -298,8 +293,8 @@ class LocalMariaDB(LocalServer):
         argv = [binary, "--no-defaults", *self._common_args(),
                 *(f"--{k}={v}" for k, v in options.items())]
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True, cwd=tmp)
+            self._proc = self._watch(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp))
         self._wait_ready(pid_file)
 
     def _wait_ready(self, pid_file: str) -> None:

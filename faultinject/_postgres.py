@@ -152,11 +152,6 @@ class LocalPostgres(LocalServer):
         """The server log file (stdout+stderr of the postmaster)."""
         return os.path.join(self._require_tmp(), "server.log")
 
-    @property
-    def pid(self) -> int | None:
-        """Postmaster pid while running."""
-        return self._proc.pid if self.running and self._proc else None
-
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalPostgres:
         """Create the cluster on first call, then start the server and wait until ready.
@@ -240,14 +235,14 @@ class LocalPostgres(LocalServer):
     def _launch(self, bindir: str) -> None:
         tmp = self._require_tmp()
         with open(os.path.join(tmp, "server.log"), "ab") as log:
-            self._proc = subprocess.Popen(
+            self._proc = self._watch(subprocess.Popen(
                 [os.path.join(bindir, "postgres"), "-D", os.path.join(tmp, "data")],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 **self._ids,
-            )
+            ))
         self._wait_ready(bindir)
 
     def _wait_ready(self, bindir: str) -> None:

@@ -109,9 +109,9 @@ class LocalRedis(LocalServer):
                 "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
                 "--daemonize", "no", "--logfile", "", *self._extra]
         with open(self.log_path, "ab") as log:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, start_new_session=True,
-                                          cwd=self._tmp)
+            self._proc = self._watch(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                                      cwd=self._tmp))
         deadline = time.monotonic() + self._timeout
         while not _ping(self._port):
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -133,6 +133,7 @@ class LocalRedis(LocalServer):
                 os.kill(proc.pid, signal.SIGKILL)
         kill_tree(proc.pid)
         proc.wait()
+        self._unwatch()
 
     def _shutdown(self) -> None:
         proc = self._proc

@@ -1,5 +1,6 @@
 """What every throwaway server of the test session shares: a process in a temporary
-folder, a port kept across restarts, and stop / kill / restart / ``with``."""
+folder that dies with the process that started it, a port kept across restarts, and stop /
+kill / restart / ``with``."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._errors import ServerUnavailable
+from ._lifeline import Lifeline
 from ._procutil import kill_tree
 
 if TYPE_CHECKING:
@@ -44,13 +46,15 @@ class LocalServer(Startable):
 
     Subclasses set ``_port`` (or leave it None until :meth:`start` picks one), create
     ``_tmp`` and register :meth:`stop` with ``atexit`` on first start, keep the server's
-    ``Popen`` in ``_proc``, and implement :meth:`start` and :meth:`_shutdown` (a graceful
-    stop that keeps the data).
+    ``Popen`` in ``_proc`` through :meth:`_watch` (which puts it on a :class:`Lifeline`: the
+    server dies with the process that started it, even one SIGKILLed), and implement
+    :meth:`start` and :meth:`_shutdown` (a graceful stop that keeps the data).
     """
 
     _port: int | None
     _tmp: str | None
     _proc: subprocess.Popen[bytes] | None
+    _lifeline: Lifeline | None = None
 
     def start(self) -> Self:
         raise NotImplementedError
@@ -70,9 +74,26 @@ class LocalServer(Startable):
         """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's pid while it runs."""
+        return self._proc.pid if self._proc is not None and self.running else None
+
+    def _watch(self, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
+        """*proc*, the server process just started, on a lifeline to this process."""
+        self._unwatch()
+        self._lifeline = Lifeline(proc.pid)
+        return proc
+
+    def _unwatch(self) -> None:
+        if self._lifeline is not None:
+            self._lifeline.release()
+            self._lifeline = None
+
     def stop(self) -> None:
         """Shut the server down and delete its files.  Idempotent."""
         self._shutdown()
+        self._unwatch()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -87,6 +108,7 @@ class LocalServer(Startable):
             os.kill(proc.pid, signal.SIGKILL)
         kill_tree(proc.pid)
         proc.wait()
+        self._unwatch()
 
     def crash(self) -> None:
         """Crash the server the way it crashes for real, without a clean shutdown: SIGKILL

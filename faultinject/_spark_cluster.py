@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import ServerUnavailable
+from ._lifeline import Lifeline
 from ._procutil import free_port, kill_tree, log_tail
 from ._server import Startable
 
@@ -84,6 +85,7 @@ class LocalSparkCluster(Startable):
         self._timeout = startup_timeout_s
         self._tmp: str | None = None
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._lifelines: list[Lifeline] = []
         self._port: int | None = None
         self._worker_ports: list[int] = []
 
@@ -110,8 +112,10 @@ class LocalSparkCluster(Startable):
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Path:
         log = Path(self._require_tmp(), f"{name}.log")
         with open(log, "ab") as out:
-            self._procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                                env=env, start_new_session=True, cwd=self._tmp))
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True, cwd=self._tmp)
+        self._procs.append(proc)
+        self._lifelines.append(Lifeline(proc.pid))  # the daemon and its executors die with this process
         return log
 
     def _wait_for(self, log: Path, text: str, what: str) -> None:
@@ -203,7 +207,9 @@ class LocalSparkCluster(Startable):
             kill_tree(proc.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-        self._procs = []
+        for lifeline in self._lifelines:
+            lifeline.release()
+        self._procs, self._lifelines = [], []
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

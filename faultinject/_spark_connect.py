@@ -7,7 +7,8 @@ The server is the leader of its own process group and its environment names that
 as the crash target (``TWOPC_CRASH_PGID``): a ``crash`` fault armed in *env* and fired in
 one of its Python workers SIGKILLs the whole server (the Connect driver lost between two
 protocol steps), never the client. :meth:`kill` does the same from outside;
-:meth:`start` again brings up a fresh server on the same port.
+:meth:`start` again brings up a fresh server on the same port. The server dies with the
+process that started it, however that process ends.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import ServerUnavailable
+from ._lifeline import Lifeline
 from ._procutil import free_port, kill_tree, log_tail
 from ._server import Startable
 from ._spark_cluster import find_spark_home
@@ -57,6 +59,7 @@ class LocalSparkConnect(Startable):
         self._timeout = startup_timeout_s
         self._tmp: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._lifeline: Lifeline | None = None
         self._port: int | None = None
 
     @property
@@ -115,6 +118,8 @@ class LocalSparkConnect(Startable):
         with open(self.log_path, "ab") as out:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                           env=env, start_new_session=True, cwd=self._tmp)
+        self._release()
+        self._lifeline = Lifeline(self._proc.pid)  # the server and its Python workers die with this process
         deadline = time.monotonic() + self._timeout
         while not self._answers():
             if self._proc.poll() is not None or time.monotonic() > deadline:
@@ -144,6 +149,12 @@ class LocalSparkConnect(Startable):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=10)
             self._proc = None
+        self._release()
+
+    def _release(self) -> None:
+        if self._lifeline is not None:
+            self._lifeline.release()
+            self._lifeline = None
 
     def stop(self) -> None:
         """Kill the server and delete its folder. Idempotent."""

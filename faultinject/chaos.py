@@ -3,9 +3,10 @@
 The harness is dependency-free: the job is any command.  Each run starts in a new
 session (so the job is its own process-group leader) with the plan armed through the
 environment and ``TWOPC_CRASH_PGID`` set to the job's group, so a ``crash`` fired in any
-descendant (a Spark JVM's Python worker included) takes the whole job down.  Rule
-``times`` live in one state directory shared by all runs, so a restarted job does not
-crash again at a point whose ``times`` are used up.
+descendant (a Spark JVM's Python worker included) takes the whole job down; the job dies
+with the runner too, however the runner ends.  Rule ``times`` live in one state directory
+shared by all runs, so a restarted job does not crash again at a point whose ``times`` are
+used up.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
+from ._lifeline import Lifeline
 from ._procutil import kill_tree
 from ._runtime import read_firings
 from ._spec import ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE, FaultPlan
@@ -215,6 +217,7 @@ class ChaosRunner:
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
+        lifeline = Lifeline(proc.pid)  # a runner that dies takes its job along
         tail: collections.deque[str] = collections.deque(maxlen=self.tail_lines)
         reader = threading.Thread(
             target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True
@@ -228,6 +231,7 @@ class ChaosRunner:
         finally:
             kill_tree(proc.pid)
             proc.wait()
+            lifeline.release()
         reader.join(timeout=5.0)
         rc = proc.returncode
         return ChaosRun(

@@ -3,6 +3,14 @@
 Shared by the test that runs every block (``tests/spark/test_docs_examples.py``) and the one
 that runs the README's batch quickstart through an installed wheel
 (``tests/spark/test_installed_package.py``).
+
+A block the docs tests do not run is marked on the line before its fence, where no reader
+sees it (an HTML comment: GitHub and the site both hide it)::
+
+    <!-- docs-test: skip: installs packages -->
+    ```sh
+    pip install 'pyspark-twopc[postgres]'
+    ```
 """
 from __future__ import annotations
 
@@ -17,9 +25,12 @@ from tests._paths import REPO_ROOT
 ROOT = REPO_ROOT
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 PAGES = [p for p in PAGES if "_build" not in p.parts]
-NOT_RUN = "# not run by the docs tests:"
 RUNNABLE = {"python": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
 _FENCE = re.compile(r"^```(\w*)\s*$")
+#: the marker of a block the docs tests skip, with the reason, on the line before the fence
+SKIP = re.compile(r"^<!--\s*docs-test:\s*skip\b:?\s*(.*?)\s*-->\s*$")
+#: what marked a skipped block inside the block before, where every reader saw it
+VISIBLE_MARKER = "not run by the docs tests"
 
 
 @dataclass(frozen=True)
@@ -30,33 +41,42 @@ class Block:
     line: int
     lang: str
     code: str
+    skip_reason: str | None = None
+    """Why the docs tests do not run the block (its ``docs-test: skip`` marker), else None."""
 
     @property
     def where(self) -> str:
         return f"{self.page.relative_to(ROOT)}:{self.line}"
 
-    @property
-    def skip_reason(self) -> str | None:
-        first = self.code.lstrip().splitlines()[0] if self.code.strip() else ""
-        return first[len(NOT_RUN):].strip() if first.startswith(NOT_RUN) else None
+
+def skip_markers(page: Path) -> dict[int, str]:
+    """The ``docs-test: skip`` markers of *page*: line number -> reason."""
+    return {number: match.group(1) for number, line in enumerate(page.read_text().splitlines(), 1)
+            if (match := SKIP.match(line))}
 
 
 def blocks(page: Path) -> list[Block]:
-    """The Python and shell blocks of *page*, in order."""
+    """The Python and shell blocks of *page*, in order, each with the skip marker of the line
+    before its fence."""
     found: list[Block] = []
     lang: str | None = None
     start = 0
     body: list[str] = []
+    reason: str | None = None
+    previous = ""
     for number, line in enumerate(page.read_text().splitlines(), 1):
         match = _FENCE.match(line)
         if lang is None and match:
             lang, start, body = match.group(1), number, []
+            skip = SKIP.match(previous)
+            reason = skip.group(1) if skip else None
         elif lang is not None and line.startswith("```"):
             if lang in RUNNABLE:
-                found.append(Block(page, start, RUNNABLE[lang], "\n".join(body) + "\n"))
+                found.append(Block(page, start, RUNNABLE[lang], "\n".join(body) + "\n", reason))
             lang = None
         elif lang is not None:
             body.append(line)
+        previous = line
     return found
 
 

@@ -94,7 +94,7 @@ if TYPE_CHECKING:
     from ._metrics_export import register_metrics, serve_metrics
     from .sinks import register_all, write_jdbc
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 #: twopc's packages above the protocol core, loaded on first use: ``import twopc`` alone does
 #: not import the formats (nor their drivers), and the core never imports them.

@@ -72,12 +72,14 @@ def recover(world: World, sink: ModelSink) -> str:
     return "done"
 
 
-def _plain_ledger(world: World) -> CommitLedger:
-    return CommitLedger(LOCATION, store=world.store)
+def _reader(world: World) -> CommitLedger:
+    """The checker's view of the ledger: read only, so that checking never records a verdict
+    (a decision no verdict has judged yet counts as standing, as for ``twopc status``)."""
+    return CommitLedger(LOCATION, store=world.store, read_only=True)
 
 
 def check_state(world: World) -> None:
-    ledger = _plain_ledger(world)
+    ledger = _reader(world)
     for b in ledger.decided_batches():
         decision = ledger.decision(b)
         if decision is None:
@@ -104,8 +106,8 @@ def check_end(ending: Ending) -> None:
         if isinstance(run.error, FencedError):
             assert "displaced by" in str(run.error) and "Restart" in str(run.error), str(run.error)
     # one more start of the query settles what is left
-    ledger = _plain_ledger(world)
-    RecoveryCoordinator(ModelSink(world), ledger, sink_id=SINK).run()
+    RecoveryCoordinator(ModelSink(world), CommitLedger(LOCATION, store=world.store), sink_id=SINK).run()
+    ledger = _reader(world)
     assert not [t for t, x in world.txns.items() if x.state == "prepared"], "a transaction is left prepared"
     standing = {t for b in ledger.decided_batches() if (d := ledger.decision(b)) is not None for t in d.txn_ids}
     committed = [x for x in world.txns.values() if x.state == "committed"]

@@ -1,8 +1,9 @@
-"""Every Python and shell block of README.md and docs/*.md runs, or says why it cannot.
+"""Every Python and shell block of README.md and docs/*.md runs, or says why it cannot; the
+site shows every code line whole.
 
-A block whose first line is ``# not run by the docs tests: <reason>`` is shown to the reader with
-its reason and skipped here (a block that needs a cluster, installs packages, or shows a
-placeholder stream). Every other block runs, in page order, against the suite's servers:
+A block preceded by the line ``<!-- docs-test: skip: <reason> -->`` is skipped here (a block that
+needs a cluster, installs packages, or shows a placeholder stream); readers see neither the
+marker nor its reason. Every other block runs, in page order, against the suite's servers:
 
 - Python blocks of one page share one namespace (a later block may use an earlier one's names)
   and run in this process on the session's SparkSession (``SparkSession.builder.getOrCreate()``
@@ -27,7 +28,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests._doc_blocks import PAGES, Block, blocks
+from tests._doc_blocks import PAGES, VISIBLE_MARKER, Block, blocks, skip_markers
 from tests._doc_blocks import substitutions as _substitutions
 from tests._http_service import HttpService
 from tests._paths import REPO_ROOT
@@ -71,11 +72,44 @@ def run_block(block: Block, namespace: dict[str, Any], subs: list[tuple[str, str
 
 
 def test_every_block_runs_or_says_why() -> None:
-    """A block that is not run carries a reason the reader sees."""
+    """A block that is not run says why in its marker, every marker stands right before the
+    fence of a Python or shell block, and no block shows the reader a test marker."""
     for page in PAGES:
-        for block in blocks(page):
+        found = blocks(page)
+        for block in found:
             reason = block.skip_reason
             assert reason is None or len(reason) > 5, f"{block.where}: say why the block is not run"
+            assert VISIBLE_MARKER not in block.code, (
+                f"{block.where}: the block shows readers a test marker; put <!-- docs-test: skip: <reason> --> "
+                "on the line before its fence instead")
+        fences = {block.line - 1 for block in found}
+        for line in skip_markers(page):
+            assert line in fences, (f"{page.relative_to(ROOT)}:{line}: a docs-test marker must stand on the line "
+                                    "right before the fence of a Python or shell block")
+
+
+# docs/_static/twopc.css: a rule for furo's code blocks that wraps their lines.
+_WRAP_RULE = re.compile(r"div\.highlight pre\s*[,{][^}]*white-space:\s*pre-wrap", re.DOTALL)
+_CODE_BLOCK = '<div class="highlight">'
+
+
+def test_no_code_line_is_cut_off_in_the_built_site(tmp_path: Path) -> None:
+    """The site, built as ``make docs`` builds it, wraps a code line wider than the theme's
+    column (about 88 characters) instead of hiding its end: every page with a code block
+    loads the stylesheet whose rule wraps them."""
+    out = tmp_path / "html"
+    done = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(ROOT / "docs"), str(out)],
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"the site does not build:\n{done.stderr[-3000:]}"
+    css = out / "_static" / "twopc.css"
+    assert css.exists() and _WRAP_RULE.search(css.read_text()), (
+        "docs/_static/twopc.css (html_css_files in docs/conf.py) has no rule that wraps "
+        "div.highlight pre (white-space: pre-wrap)")
+    with_code = [page for page in sorted(out.rglob("*.html")) if _CODE_BLOCK in page.read_text()]
+    assert len(with_code) > 10, f"only {len(with_code)} built pages hold a code block"
+    for page in with_code:
+        href = Path(os.path.relpath(css, page.parent)).as_posix()
+        assert f'href="{href}' in page.read_text(), f"{page.relative_to(out)} does not load {href}"
 
 
 RUN_PAGES = [p for p in PAGES if any(b.skip_reason is None for b in blocks(p))]
