@@ -277,7 +277,7 @@ class Scheduler:
             run.outcome = run.actor.script(self.world, ModelSink(self.world))
         except Aborted:
             pass
-        except Exception as exc:  # the actor's end: FencedError, a lost transaction, a bug
+        except Exception as exc:  # noqa: BLE001 - the actor's end: FencedError, a lost transaction, a bug
             run.error = exc
         finally:
             run.done, run.pending = True, None
