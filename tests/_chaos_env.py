@@ -1,6 +1,7 @@
 """The randomized chaos suite's world: its own PostgreSQL, MariaDB and Redis (it crashes and
 restarts them, so never the session's shared servers), a FaultProxy in front of each, one
-FaultControl owning them all, and a harness per sink whose options go through the proxy
+FaultControl owning them all, and a harness per sink (a SQL sink's table has a primary key on
+the row id, as users' tables do) whose options go through the proxy
 (with a 5 s socket timeout, so a lost reply ends the statement instead of waiting for
 keepalive) while the model check reads the target directly.
 
@@ -122,12 +123,13 @@ def _through(harness: SinkHarness, server_port: int, proxy_port: int) -> SinkHar
 
 
 def _harness(sink: str, url: str) -> contextlib.AbstractContextManager[SinkHarness]:
+    """The harness of *sink* on the server at *url*; a SQL table has a primary key on ``id``."""
     if sink == "postgres":
-        return postgres_harness(url)
+        return postgres_harness(url, keyed=True)
     if sink == "mysql_xa":
-        return mysql_xa_harness(url)
+        return mysql_xa_harness(url, keyed=True)
     if sink == "staging_postgres":
-        return jdbc_harness(url, "postgresql", "staging")
+        return jdbc_harness(url, "postgresql", "staging", keyed=True)
     return redis_harness(url)
 
 

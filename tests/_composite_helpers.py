@@ -77,12 +77,14 @@ def _same_everywhere(readers: dict[str, Callable[[], list[int]]], rows_per_batch
 @contextlib.contextmanager
 def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, redis_url: str | None = None,
                       mariadb_url: str | None = None, second_postgres_url: str | None = None,
-                      tmp_path: Path | None = None, rows_per_batch: int | None = None) -> Iterator[CompositeHarness]:
+                      tmp_path: Path | None = None, rows_per_batch: int | None = None,
+                      keyed: bool = False) -> Iterator[CompositeHarness]:
     """A ``twopc-composite`` harness whose participants are *kinds*, in order: ``orders``
     (PostgreSQL table), ``replica`` (a table on the second PostgreSQL server), ``xa``
     (MariaDB XA table), ``events`` (Redis: INCRBY total and XADD of every id), ``files``
     (file sink, columns ``id, payload``), ``staged`` (``twopc-jdbc`` staging mode on
-    PostgreSQL, which a composite refuses: its commit may be refused after the decision)."""
+    PostgreSQL, which a composite refuses: its commit may be refused after the decision).
+    *keyed*: every table has a primary key on ``id``."""
     options: dict[str, str] = {"targets": ",".join(kinds)}
     readers: dict[str, Callable[[], list[int]]] = {}
     checks: list[Callable[[str], None]] = []
@@ -91,7 +93,7 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
         for kind in kinds:
             if kind == "staged":
                 assert postgres_url is not None
-                table, engine = stack.enter_context(_table(postgres_url, PG_DDL))
+                table, engine = stack.enter_context(_table(postgres_url, PG_DDL, keyed=keyed))
                 where, creds = _credentials(postgres_url)
                 options |= {"staged.format": "twopc-jdbc", "staged.url": f"jdbc:postgresql://{where}",
                             "staged.dbtable": table, "staged.commitMode": "staging", "staged.user": creds["user"],
@@ -102,7 +104,7 @@ def composite_harness(kinds: Sequence[str], *, postgres_url: str | None = None, 
             elif kind in ("orders", "replica", "xa"):
                 url = {"orders": postgres_url, "replica": second_postgres_url, "xa": mariadb_url}[kind]
                 assert url is not None, f"participant {kind} needs its server's URL"
-                table, engine = stack.enter_context(_table(url, MY_DDL if kind == "xa" else PG_DDL))
+                table, engine = stack.enter_context(_table(url, MY_DDL if kind == "xa" else PG_DDL, keyed=keyed))
                 where, creds = _credentials(url)
                 scheme = "mysql" if kind == "xa" else "postgresql"
                 fmt = "twopc.sinks:MySqlXaSink" if kind == "xa" else "twopc-postgres"

@@ -55,12 +55,13 @@ def file_harness(tmp_path: Path) -> Iterator[SinkHarness]:
 
 
 @contextmanager
-def _table(url: str, ddl: str) -> Iterator[tuple[str, sa.Engine]]:
+def _table(url: str, ddl: str, *, keyed: bool = False) -> Iterator[tuple[str, sa.Engine]]:
+    """A new table made by *ddl* (``{name}``, ``{key}``: the primary key on ``id`` when *keyed*)."""
     name = f"kit_{_uid()}"
     engine = sa.create_engine(url)
     try:
         with engine.begin() as c:
-            c.exec_driver_sql(ddl.format(name=name))
+            c.exec_driver_sql(ddl.format(name=name, key=PRIMARY_KEY if keyed else ""))
         yield name, engine
     finally:
         with engine.begin() as c:
@@ -104,14 +105,18 @@ def _credentials(url: str) -> tuple[str, dict[str, str]]:
     return f"{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
 
 
-PG_DDL = "CREATE TABLE {name} (id bigint NOT NULL, payload text, amount double precision)"
-MY_DDL = "CREATE TABLE {name} (id BIGINT NOT NULL, payload TEXT, amount DOUBLE) ENGINE=InnoDB"
+PG_DDL = "CREATE TABLE {name} (id bigint NOT NULL{key}, payload text, amount double precision)"
+MY_DDL = "CREATE TABLE {name} (id BIGINT NOT NULL{key}, payload TEXT, amount DOUBLE) ENGINE=InnoDB"
+PRIMARY_KEY = " PRIMARY KEY"
+"""What *keyed* adds to a harness's table: the key users give it, so a replay that wrote a committed
+batch again would fail on it. The crash matrices and chaos schedules run on keyed tables; the
+contract checks on tables without a key (a core-API replay prepares the committed rows again)."""
 
 
 @contextmanager
-def postgres_harness(postgres_url: str) -> Iterator[SinkHarness]:
+def postgres_harness(postgres_url: str, *, keyed: bool = False) -> Iterator[SinkHarness]:
     where, creds = _credentials(postgres_url)
-    with _table(postgres_url, PG_DDL) as (table, engine):
+    with _table(postgres_url, PG_DDL, keyed=keyed) as (table, engine):
         def verify(sink_id: str) -> None:
             assert _pg_prepared(engine, sink_id) == [], "prepared transactions left in pg_prepared_xacts"
 
@@ -121,9 +126,9 @@ def postgres_harness(postgres_url: str) -> Iterator[SinkHarness]:
 
 
 @contextmanager
-def mysql_xa_harness(mariadb_url: str) -> Iterator[SinkHarness]:
+def mysql_xa_harness(mariadb_url: str, *, keyed: bool = False) -> Iterator[SinkHarness]:
     where, creds = _credentials(mariadb_url)
-    with _table(mariadb_url, MY_DDL) as (table, engine):
+    with _table(mariadb_url, MY_DDL, keyed=keyed) as (table, engine):
         def verify(sink_id: str) -> None:
             assert _xa_recovered(engine, sink_id) == [], "prepared XA transactions left in XA RECOVER"
 
@@ -133,11 +138,11 @@ def mysql_xa_harness(mariadb_url: str) -> Iterator[SinkHarness]:
 
 
 @contextmanager
-def jdbc_harness(url: str, kind: str, commit_mode: str) -> Iterator[SinkHarness]:
+def jdbc_harness(url: str, kind: str, commit_mode: str, *, keyed: bool = False) -> Iterator[SinkHarness]:
     """``twopc-jdbc`` (JdbcDataSource) on PostgreSQL or MariaDB in *commit_mode*."""
     where, creds = _credentials(url)
     jdbc = {"postgresql": "jdbc:postgresql", "mariadb": "jdbc:mariadb"}[kind]
-    with _table(url, PG_DDL if kind == "postgresql" else MY_DDL) as (table, engine):
+    with _table(url, PG_DDL if kind == "postgresql" else MY_DDL, keyed=keyed) as (table, engine):
         def verify(sink_id: str) -> None:
             if kind == "postgresql":
                 assert _pg_prepared(engine, sink_id) == [], "prepared transactions left in pg_prepared_xacts"
@@ -156,12 +161,13 @@ def jdbc_harness(url: str, kind: str, commit_mode: str) -> Iterator[SinkHarness]
 
 
 @contextmanager
-def sqlite_staging_harness(tmp_path: Path) -> Iterator[SinkHarness]:
+def sqlite_staging_harness(tmp_path: Path, *, keyed: bool = False) -> Iterator[SinkHarness]:
     db = tmp_path / "target.db"
     engine = sa.create_engine(f"sqlite:///{db}")
     try:
         with engine.begin() as c:
-            c.exec_driver_sql("CREATE TABLE events (id INTEGER NOT NULL, payload TEXT, amount REAL)")
+            c.exec_driver_sql(f"CREATE TABLE events (id INTEGER NOT NULL{PRIMARY_KEY if keyed else ''}, payload TEXT, "
+                              f"amount REAL)")
 
         def verify(sink_id: str) -> None:
             left = staged_rows_left(engine, sink_id=sink_id)
@@ -259,19 +265,22 @@ twopc-http (crashed in tests/chaos/test_http_chaos.py)."""
 
 
 @contextmanager
-def harness_for(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkHarness]:
-    """The harness *name*, its servers from the session fixtures (``request.getfixturevalue``)."""
+def harness_for(name: str, request: pytest.FixtureRequest, tmp_path: Path, *,
+                keyed: bool = False) -> Iterator[SinkHarness]:
+    """The harness *name*, its servers from the session fixtures (``request.getfixturevalue``);
+    *keyed*: a SQL table gets a primary key on ``id`` (see :data:`PRIMARY_KEY`)."""
     fixture = request.getfixturevalue
     makers = {
         "file": lambda: file_harness(tmp_path),
-        "postgres": lambda: postgres_harness(fixture("postgres_url")),
-        "mysql_xa": lambda: mysql_xa_harness(fixture("mariadb_url")),
-        "staging_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "staging"),
-        "staging_sqlite": lambda: sqlite_staging_harness(tmp_path),
+        "postgres": lambda: postgres_harness(fixture("postgres_url"), keyed=keyed),
+        "mysql_xa": lambda: mysql_xa_harness(fixture("mariadb_url"), keyed=keyed),
+        "staging_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "staging", keyed=keyed),
+        "staging_sqlite": lambda: sqlite_staging_harness(tmp_path, keyed=keyed),
         "redis": lambda: redis_harness(fixture("redis_url")),
-        "staging_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "staging"),
-        "jdbc_prepared_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "prepared"),
-        "jdbc_prepared_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "prepared"),
+        "staging_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "staging", keyed=keyed),
+        "jdbc_prepared_postgres": lambda: jdbc_harness(fixture("postgres_url"), "postgresql", "prepared",
+                                                       keyed=keyed),
+        "jdbc_prepared_mariadb": lambda: jdbc_harness(fixture("mariadb_url"), "mariadb", "prepared", keyed=keyed),
         "http": lambda: http_harness(tmp_path),
     }
     with makers[name]() as harness:

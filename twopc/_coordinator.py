@@ -14,7 +14,9 @@ coordinator turns those calls into the two-phase-commit decision:
 4. ``after_commit``: every handle committed, the committed mark is missing; recovery
    re-commits (``ALREADY_COMMITTED``) and marks.
 5. ``after_mark``: twopc is done, Spark has not written ``commits/<batch>``; Spark replays
-   the batch with the same id and the coordinator aborts the replay's new transactions.
+   the batch with the same id. Its tasks write nothing (the plan knows the batch is committed:
+   ``twopc._spark``), and the coordinator rolls back whatever transaction a replay still brings
+   (a writer of the core API).
 
 Cases it handles: a first commit; a replayed batch whose decision is recorded but not
 finished; a replayed batch that is already committed; ``abort`` with ``None`` slots; and

@@ -56,7 +56,7 @@ from typing import Any
 
 from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
-from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task
+from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
 from ._stores import Store
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
@@ -127,6 +127,32 @@ class AbortFence:
         if self.ephemeral and not ledger_exists(self.store):
             return True
         return bool(abort_marks_in(self.store, self.batch_id) - self.seen)
+
+    def dead_attempts(self, partition: int) -> dict[str, int]:
+        """The earlier attempts of *partition* in this batch that died while writing: their
+        ``running/`` record is still there and their process is provably gone (on this host),
+        as ``{record name: attempt id}``. Such an attempt never handed its transaction to Spark
+        (a task removes its record before it returns; one that could not says so in a warning),
+        so no decision can name it. Never raises: a ledger that cannot be read gives none
+        (logged)."""
+        if self.store is None:
+            return {}
+        try:
+            records = tasks_in(self.store, self.batch_id)
+        except LedgerError as exc:
+            log.warning("twopc: cannot read the running tasks of batch %s (%s)", self.batch_id, exc)
+            return {}
+        return {name: int(rec.get("attempt", -1)) for name, rec in records.items()
+                if name != self.record and rec.get("partition") == partition and provably_dead(_identity(rec))}
+
+    def forget(self, name: str) -> None:
+        """Delete the ``running/`` record *name* of a dead attempt (see :meth:`dead_attempts`).
+
+        Raises:
+            LedgerError: the store fails.
+        """
+        if self.store is not None:
+            forget_task(self.store, name)
 
     def end(self) -> None:
         """Remove the task's ``running/`` record: call it once the task's transaction is

@@ -17,10 +17,13 @@ How Spark calls them (PySpark 4.1+), and where the protocol runs:
 A retried task attempt that meets its predecessor's prepared transaction: the dead
 attempt's transaction still holds its row locks, and the driver cannot roll it back while
 the batch runs, because with speculation that attempt might still be the one Spark
-chooses (rolling back a transaction the driver may commit is data loss). So sinks bound
-the wait (the PostgreSQL sink's ``lockTimeout``): the retry fails with a clear error,
-the write fails, and the restart's plan-time recovery rolls the orphan back before any
-task runs. Writes that touch no common key (plain appends) never wait.
+chooses (rolling back a transaction the driver may commit is data loss). The retry rolls
+back what an attempt of its partition that provably died before reporting left prepared
+(its ``running/`` record is there, its process gone: :meth:`AbortFence.dead_attempts`).
+Otherwise sinks bound the wait (the PostgreSQL sink's ``lockTimeout``): the retry fails
+with a clear error, the write fails, and the restart's plan-time recovery rolls the
+orphan back before any task runs. Writes that touch no common key (plain appends) never
+wait.
 """
 
 from __future__ import annotations
@@ -162,10 +165,29 @@ class _WriterCore:
                     f"batch {batch_id} of sink {self.sink_id!r} was aborted by the driver before this task "
                     f"(partition {partition}, attempt {attempt}) began (the job failed or the query stopped as "
                     f"Spark started it): it wrote nothing")
+            if ctx.attempt_number > 0:
+                self._roll_back_dead_attempts(fence, ctx)
             return self._write_fenced(fence, ctx, batches)
         finally:
             fence.end()  # once its transaction is prepared and checked, or rolled back: see twopc._fence
             self.sink.close()
+
+    def _roll_back_dead_attempts(self, fence: AbortFence, ctx: TransactionContext) -> None:
+        """Roll back what the earlier attempts of this task that died after preparing left
+        prepared (:meth:`AbortFence.dead_attempts`: no decision can name them), before this
+        retry writes: their row locks would make it wait on every key it shares with them,
+        on a table with a unique key, until ``lockTimeout`` failed the write."""
+        dead = fence.dead_attempts(ctx.partition_id)
+        if not dead:
+            return
+        for h in self.sink.list_prepared(self.sink_id, ctx.batch_id):
+            if h.partition_id == ctx.partition_id and h.attempt_id in dead.values():
+                log.info("twopc: sink %s batch %s partition %s: rolling back %s, prepared by attempt %s whose "
+                         "process died before it reported", self.sink_id, ctx.batch_id, ctx.partition_id, h.txn_id,
+                         h.attempt_id)
+                self.sink.recover_and_abort(h)
+        for name in dead:
+            fence.forget(name)
 
     def _write_fenced(self, fence: AbortFence, ctx: TransactionContext,
                       batches: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:

@@ -61,14 +61,16 @@ def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_fil
 
 
 def create_table(url: str, table: str) -> None:
-    """(Re)create the demo table: no primary key, so a duplicate would show."""
+    """(Re)create the demo table, with a primary key on the source id as a user's table has:
+    a restart must never write a committed row again (the key would refuse it)."""
     import sqlalchemy as sa
 
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
             conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-            conn.execute(sa.text(f'CREATE TABLE "{table}" (id bigint NOT NULL, payload text, amount double precision)'))
+            conn.execute(sa.text(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text, '
+                                 f'amount double precision)'))
     finally:
         engine.dispose()
 

@@ -64,7 +64,8 @@ def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
 
 
 def create_table(pg_url: str, table: str) -> None:
-    """(Re)create the target table: no key, so a duplicate would show."""
+    """(Re)create the target table, with the key the README recommends, ``UNIQUE (stream,
+    entry_id)``: a restart must never write a committed entry again (the key would refuse it)."""
     import sqlalchemy as sa
 
     engine = sa.create_engine(pg_url)
@@ -72,7 +73,7 @@ def create_table(pg_url: str, table: str) -> None:
         with engine.begin() as c:
             c.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
             c.execute(sa.text(f'CREATE TABLE "{table}" (stream text NOT NULL, entry_id text NOT NULL, '
-                              f'n bigint NOT NULL, payload text)'))
+                              f'n bigint NOT NULL, payload text, UNIQUE (stream, entry_id))'))
     finally:
         engine.dispose()
 

@@ -30,7 +30,7 @@ class TestCompositeCrashMatrix(CrashMatrixTests):
     @pytest.fixture
     def harness(self, postgres_url: str, redis_url: str, tmp_path: Path) -> Iterator[SinkHarness]:
         with composite_harness(["orders", "events", "files"], postgres_url=postgres_url, redis_url=redis_url,
-                               tmp_path=tmp_path, rows_per_batch=self.rows_per_batch) as harness:
+                               tmp_path=tmp_path, rows_per_batch=self.rows_per_batch, keyed=True) as harness:
             yield harness
 
     def run_matrix(self, harness: SinkHarness, tmp_path: Path) -> CrashMatrixResult:

@@ -38,7 +38,7 @@ def spark_cluster() -> Iterator[LocalSparkCluster]:
 
 @pytest.fixture(params=["postgres", "redis"])
 def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SinkHarness]:
-    with harness_for(request.param, request, tmp_path) as h:
+    with harness_for(request.param, request, tmp_path, keyed=True) as h:
         yield h
 
 

@@ -1,0 +1,79 @@
+"""Two structural rules of the product code, checked by ``make lint``:
+
+- **No forwarding method.** A method whose body (its docstring aside) only passes its call on
+  to an attribute — ``return self.part.name(...)``, ``self.part.name(...)``, ``return
+  self.part.name`` — re-exposes a part instead of letting the caller use it. Hand the part
+  out (a capability), or let the part be the object.
+- **No reaching into a part's privates.** ``self.part._name`` uses what another object keeps
+  to itself: give that object the method the caller needs.
+
+Run: ``python -m tests._structure_lint twopc sinks`` (prints each finding as ``path:line: rule``,
+exits 1 when there is any).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+FORWARD = "forwarding method"
+REACH = "reaches into a part's private member"
+
+
+def _body(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.stmt]:
+    body = list(fn.body)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    return body
+
+
+def _on_a_part(node: ast.expr) -> bool:
+    """``self.<part>.<name>`` (the part an attribute of self, not self itself)."""
+    return (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+            and isinstance(node.value.value, ast.Name) and node.value.value.id == "self")
+
+
+def forwards(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether *fn*'s body is one statement passing the call on to ``self.<part>.<name>``."""
+    body = _body(fn)
+    if len(body) != 1:
+        return False
+    stmt = body[0]
+    value = stmt.value if isinstance(stmt, ast.Return | ast.Expr) else None
+    if value is None:
+        return False
+    if isinstance(value, ast.Await):
+        value = value.value
+    if isinstance(value, ast.Call):
+        return _on_a_part(value.func)
+    return _on_a_part(value)
+
+
+def findings(path: Path) -> Iterator[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for fn in cls.body:
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and forwards(fn):
+                yield fn.lineno, f"{FORWARD} {cls.name}.{fn.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                and isinstance(node.value, ast.Attribute) and isinstance(node.value.value, ast.Name) \
+                and node.value.value.id == "self":
+            yield node.lineno, f"{REACH}: self.{node.value.attr}.{node.attr}"
+
+
+def main(argv: list[str]) -> int:
+    bad = 0
+    for root in argv or ["twopc", "sinks"]:
+        for path in sorted(Path(root).rglob("*.py")):
+            for line, what in findings(path):
+                print(f"{path}:{line}: {what}")
+                bad += 1
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
