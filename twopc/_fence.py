@@ -132,7 +132,8 @@ class AbortFence:
         """The earlier attempts of *partition* in this batch that died while writing: their
         ``running/`` record is still there and their process is provably gone (on this host),
         as ``{record name: attempt id}``. Such an attempt never handed its transaction to Spark
-        (a task removes its record before it returns; one that could not says so in a warning),
+        (a task removes its record before it returns; one that could not rolls its transaction back
+        and fails instead of returning it),
         so no decision can name it. Never raises: a ledger that cannot be read gives none
         (logged)."""
         if self.store is None:
@@ -154,17 +155,22 @@ class AbortFence:
         if self.store is not None:
             forget_task(self.store, name)
 
-    def end(self) -> None:
+    def end(self) -> bool:
         """Remove the task's ``running/`` record: call it once the task's transaction is
-        prepared and checked, or rolled back. Never raises (a record left behind is waited
-        for by an abort until its process is gone, or for :data:`TASK_WAIT_SECONDS`)."""
+        prepared and checked, or rolled back. Returns whether the record is gone (or there was
+        none). Never raises: a record left behind is waited for by an abort until its process
+        is gone, or for :data:`TASK_WAIT_SECONDS`, and makes a retry of the partition roll back
+        this attempt's transaction once its process is gone (:meth:`dead_attempts`), so a task
+        whose record stays must not report its transaction (:mod:`twopc._spark` rolls it back)."""
         if self.store is None or self.record is None:
-            return
+            return True
         try:
             forget_task(self.store, self.record)
         except LedgerError as exc:
             log.warning("twopc: could not remove this task's record %s from the ledger (%s): an abort of batch %s "
                         "waits for it until this worker process is gone", self.record, exc, self.batch_id)
+            return False
+        return True
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator
 from ._driver_identity import driver_identity
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
-from ._errors import BatchAbortedError, ProtocolError
+from ._errors import BatchAbortedError, LedgerError, ProtocolError
 from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
 from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
@@ -167,9 +167,21 @@ class _WriterCore:
                     f"Spark started it): it wrote nothing")
             if ctx.attempt_number > 0:
                 self._roll_back_dead_attempts(fence, ctx)
-            return self._write_fenced(fence, ctx, batches)
+            message = self._write_fenced(fence, ctx, batches)
+        except BaseException:
+            fence.end()  # rolled back: see twopc._fence
+            self.sink.close()
+            raise
+        try:
+            if not fence.end() and message.handle is not None:
+                # a record left behind would make a retry of this partition take this reported transaction for a
+                # dead attempt's and roll it back: this attempt does not report it
+                _quietly(self.sink.abort, loads_handle(message.handle))
+                raise LedgerError(f"batch {batch_id} of sink {self.sink_id!r}: this task (partition {partition}, "
+                                  f"attempt {attempt}) could not remove its running record from the ledger, so it "
+                                  f"rolled its transaction back; Spark retries the task")
+            return message
         finally:
-            fence.end()  # once its transaction is prepared and checked, or rolled back: see twopc._fence
             self.sink.close()
 
     def _roll_back_dead_attempts(self, fence: AbortFence, ctx: TransactionContext) -> None:

@@ -21,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from twopc import CommitLedger, SinkError, faultinject
+from twopc import CommitLedger, LedgerError, SinkError, faultinject
 from twopc._driver_identity import process_identity
 from twopc._ledger import ledger_store, record_task
 from twopc.sinks import PostgresDataSource
@@ -97,4 +97,24 @@ def test_an_earlier_attempt_whose_process_runs_is_left_alone(postgres_url: str, 
         _attempt(q.core, 0, 2, 1)
     assert q.prepared() == {1: 0}
     q.writer.commit([first], 0)
+    assert q.ids() == list(range(10))
+
+
+def test_an_attempt_that_cannot_remove_its_record_does_not_report_its_transaction(
+        postgres_url: str, pg_engine: sa.Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its record stays, so a retry would take its transaction for a dead attempt's once its
+    process is gone: it rolls its own transaction back and fails (Spark retries it), rather
+    than hand the driver a transaction a retry may roll back."""
+    q = _Query(postgres_url, pg_engine, tmp_path / "ck")
+
+    def cannot(*args: Any) -> None:
+        raise LedgerError("the checkpoint's store refused a delete")
+
+    with monkeypatch.context() as m:
+        m.setattr("twopc._fence.forget_task", cannot)
+        with pytest.raises(LedgerError, match="could not remove its running record"):
+            _attempt(q.core, 0, 1, 0)
+    assert q.prepared() == {}
+    retry = _attempt(q.core, 0, 2, 1)
+    q.writer.commit([retry], 0)
     assert q.ids() == list(range(10))
