@@ -23,7 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "mysql": ("pymysql",),
     "redis": ("redis",),
     "s3": ("boto3",),
-    "http": ("httpx",),
+    "http": ("httpx", "sniffio"),
 }
 """Each backend extra of ``pyproject.toml`` and the top-level modules it installs (the extra
 ``all`` installs every one of them)."""

@@ -35,7 +35,7 @@ them safe)::
 Correctness rests on the store's create-if-absent (local hard links, S3's If-None-Match)
 and on list-after-create visibility (local folders; S3 lists are strongly consistent). Every
 interleaving of two drivers and ``twopc recover`` over these records is checked by
-``tests/unit/test_fence_interleavings.py``. Cost: one listing of ``owners/`` per decision, per
+``tests/protocol/test_fence_interleavings.py``. Cost: one listing of ``owners/`` per decision, per
 sweep and per plan, one read of the newest owner per plan, and at a takeover one record plus
 a read of each pending decision. Owner, verdict and end records are a few hundred bytes per
 driver start and are not purged.
@@ -136,8 +136,9 @@ class Ownership:
             if self._store.create(f"owners/{_epoch_name(newest + 1)}", body, exclusive=True):
                 self.epoch = newest + 1
                 break
-        if self.epoch > 1 and self._verdict(self.epoch) is None:
-            self._judge(self.epoch)
+        for e in self.epochs():  # every verdict up to ours, so a late decision of an owner
+            if 1 < e <= self.epoch and self._verdict(e) is None:  # before us is judged too
+                self._judge(e)
         return self.epoch
 
     def _judge(self, epoch: int) -> dict[int, int]:

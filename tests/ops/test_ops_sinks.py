@@ -24,7 +24,7 @@ from tests._kit_harnesses import HARNESSES, harness_for
 TELLS = {"file": (True, True), "postgres": (True, False), "mysql_xa": (False, False),
          "staging_postgres": (False, True), "staging_sqlite": (False, True), "redis": (True, True),
          "staging_mariadb": (False, True), "jdbc_prepared_postgres": (True, False),
-         "jdbc_prepared_mariadb": (False, False)}
+         "jdbc_prepared_mariadb": (False, False), "http": (True, True)}
 
 
 @pytest.fixture(params=HARNESSES)

@@ -188,9 +188,10 @@ def _task(sink: OptionsCompositeSink, sink_id: str, batch: int, partition: int, 
 
 def test_a_participant_server_killed_between_prepare_and_commit(redis_url: str, replica_server: LocalPostgres,
                                                                 tmp_path: Path) -> None:
-    """Batch 0 is decided, then the replica's server is SIGKILLed before its commit: the
-    commit stops after Redis (the first participant) committed; the operator's status shows
-    the replica's part in doubt; once the server is back, recovery finishes it. Batch 1 is
+    """Batch 0 is decided, then the replica's server is SIGKILLed before its commit: status
+    and recovery name the participant that cannot be reached, and recovery commits nothing
+    while it is down; once the server is back, status shows batch 0 in doubt and recovery
+    finishes it in both. Batch 1 is
     prepared everywhere, undecided, when the server dies: recovery rolls it back in both."""
     with composite_harness(["events", "replica"], redis_url=redis_url,
                            second_postgres_url=replica_server.url) as harness:
@@ -214,7 +215,9 @@ def test_a_participant_server_killed_between_prepare_and_commit(redis_url: str, 
             sink_status(sink, CommitLedger(str(tmp_path / "ck")), sid)
         with pytest.raises(SinkError):
             RecoveryCoordinator(sink, CommitLedger(str(tmp_path / "ck"))).run()
-        assert sorted(harness.readers["events"]()) == list(range(20))  # Redis committed batch 0 first
+        # recover lists every participant's prepared transactions before it claims the ledger or
+        # commits anything: with the replica down it stops there, and Redis shows nothing yet
+        assert harness.readers["events"]() == []
 
         replica_server.restart()
         for engine in harness.engines:  # their pooled connections died with the server
@@ -222,7 +225,7 @@ def test_a_participant_server_killed_between_prepare_and_commit(redis_url: str, 
         status = sink_status(sink, CommitLedger(str(tmp_path / "ck")), sid)
         states = {(t.batch_id, t.state) for t in status.transactions}
         assert states == {(0, "in-doubt"), (1, "orphan")}, status.transactions
-        assert all(t.holds.startswith("replica: prepared") for t in status.transactions if t.batch_id == 0)
+        assert all("replica: prepared" in t.holds for t in status.transactions if t.batch_id == 0)
         report = RecoveryCoordinator(sink, CommitLedger(str(tmp_path / "ck"))).run()
         assert report.finished_batches == [0] and len(report.rolled_back) == len(undecided)
         assert harness.verify is not None
