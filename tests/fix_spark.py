@@ -2,6 +2,9 @@
 
 ``spark`` (session): one shared local[2,3] SparkSession, its JVM started on first use only.
 ``console``: what the driver, the JVM and the Python workers printed during the test.
+A session that runs a test marked ``spark``, ``chaos`` or ``ops`` gives every Spark driver JVM
+it starts the options of :mod:`tests._spark_jvm` (a class-data-sharing archive, made once per
+Spark installation, and the JIT and GC of a short-lived driver) before its first test.
 """
 
 from __future__ import annotations
@@ -14,6 +17,18 @@ from typing import Any
 import pytest
 
 from ._s3 import aws_config_path
+from ._spark_jvm import long_lived_driver, use_fast_starts
+
+#: the markers of the tests that start Spark, in the session or in processes of their own
+_SPARK_MARKERS = ("spark", "chaos", "ops")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_spark_starts(request: pytest.FixtureRequest) -> None:
+    """Before the session's first test, when any of its tests may start Spark: every Spark
+    driver JVM started from then on (here or in a child process) starts faster."""
+    if any(item.get_closest_marker(m) for item in request.session.items for m in _SPARK_MARKERS):
+        use_fast_starts()
 
 
 @pytest.fixture(scope="session")
@@ -26,16 +41,17 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("AWS_CONFIG_FILE", aws_config_path())
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2,3]")
-        .appName("twopc-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .getOrCreate()
-    )
+    with long_lived_driver():
+        session = (
+            SparkSession.builder.master("local[2,3]")
+            .appName("twopc-tests")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .getOrCreate()
+        )
     try:
         yield session
     finally:
