@@ -17,7 +17,7 @@ if __name__ != "twopc.recovery":  # this folder imported by its own name, from a
                       " (under two names, each class would exist twice)")
 
 from twopc import RecoveryCoordinator
-from twopc.spi import RecoveryPlan, RecoveryReport
+from twopc.spi.operations import RecoveryPlan, RecoveryReport
 
 from ._cli import main
 from ._common import build_sink

@@ -31,15 +31,9 @@ from twopc import (
     TwoPhaseCommitSink,
     sink_status,
 )
-from twopc.spi import (
-    BatchState,
-    TargetLedger,
-    configure_cli_logging,
-    log_event,
-    open_target_ledger,
-    resolve_abandoned,
-    target_ledger_of,
-)
+from twopc.spi import NamedTarget, capability
+from twopc.spi.lease import TargetLedger, open_target_ledger, resolve_abandoned, target_ledger_of
+from twopc.spi.operations import BatchState, configure_cli_logging, log_event
 
 from . import _metrics_cli
 from ._common import (
@@ -298,11 +292,12 @@ def _accept_lost(ledger: CommitLedger, batch: int) -> int:
 
 def _retarget(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str,
               options: Mapping[str, str]) -> int:
-    identity = sink.target_identity()
+    named = capability(sink, NamedTarget)
+    identity = named.target_identity()
     if identity is None:
         raise ConfigurationError(f"{sink.describe()} does not name its target: there is nothing to retarget")
-    previous = ledger.retarget(identity, sink_id, instance=sink.target_instance(),
-                               options=sink.reopen_options(options))
+    previous = ledger.retarget(identity, sink_id, instance=named.target_instance(),
+                               options=named.reopen_options(options))
     log_event(logging.getLogger("twopc.recovery"), logging.WARNING, "retargeted",
               "twopc: checkpoint %s moved by an operator from [%s] to [%s]", ledger.checkpoint_location,
               previous, identity, previous=previous, target=identity)

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from twopc import CommitLedger, ConfigurationError, TwoPhaseCommitDataSource, TwoPhaseCommitSink
-from twopc.spi import TargetMismatchError, TargetRecord, check_target, load_object, open_store
+from twopc.spi import TargetMismatchError
+from twopc.spi.lease import TargetRecord, check_target
+from twopc.spi.operations import load_object, open_store
 
 
 class CannotTell(ConfigurationError):

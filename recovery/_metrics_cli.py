@@ -18,7 +18,7 @@ import time
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 
 from twopc import CommitLedger, ConfigurationError
-from twopc.spi import LOOPBACK, MetricsCollector
+from twopc.spi.operations import LOOPBACK, MetricsCollector
 
 from ._common import recorded_sink_id
 

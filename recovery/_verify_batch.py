@@ -19,7 +19,7 @@ from psycopg import sql
 
 from twopc import CommitLedger
 from twopc.sinks.sql._names import TableName
-from twopc.spi import recover_command
+from twopc.spi.operations import recover_command
 
 from ._verify import EXAMPLES, SetCheck
 

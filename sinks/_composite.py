@@ -29,7 +29,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from twopc import ConfigurationError, Participant, TwoPCError, TwoPhaseCommitDataSource, TwoPhaseCommitSink
-from twopc.spi import RUNTIME_KEYS, CompositeSink, MissingOptionError, load_object, option
+from twopc.spi import MissingOptionError, option
+from twopc.spi.operations import load_object
+from twopc.spi.runtime import RUNTIME_KEYS, CompositeSink
 
 from ._options import SPARK_PASSED_OPTIONS, closest_option, misspelling, unknown_option_hint
 from ._sources import HttpDataSource, default_outbox
@@ -203,7 +205,7 @@ def _build(spec: Mapping[str, Any]) -> Participant:
 
 
 class OptionsCompositeSink(CompositeSink):
-    """The :class:`twopc.spi.CompositeSink` of ``format("twopc-composite")``, built from options
+    """The :class:`twopc.spi.runtime.CompositeSink` of ``format("twopc-composite")``, built from options
     (see the module docstring)."""
 
     @classmethod

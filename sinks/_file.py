@@ -39,11 +39,14 @@ from twopc import (
     Xid,
 )
 from twopc.spi import (
+    Inspectable,
     MissingOptionError,
+    NamedTarget,
     OwnerRecord,
     PreparedDetail,
     ProtocolError,
     TargetConfigurationError,
+    WriteSetup,
     make_folder,
     validate_sink_id,
 )
@@ -87,7 +90,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle]):
+class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteSetup, Inspectable, NamedTarget):
     """Exactly-once Parquet files in a folder.
 
     Args:

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from typing import ClassVar, TypeVar
 
 from twopc import ConfigurationError
-from twopc.spi import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, MissingOptionError
+from twopc.spi import MissingOptionError
+from twopc.spi.runtime import RUNTIME_KEYS, RUNTIME_OPTION_NAMES
 
 __all__ = ["MISSPELLED", "SPARK_PASSED_OPTIONS", "Duration", "OptionReader", "closest_option", "misspelling",
            "unknown_option_hint"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from twopc import CommitCoordinator, CommitShape, TransactionHandle
-from twopc.spi import BatchResult, BatchState
+from twopc.spi import BatchCommit, capability
+from twopc.spi.operations import BatchState
+from twopc.spi.runtime import BatchResult
 
 
 class CommitsBeforeDecision(CommitCoordinator):
@@ -18,7 +20,7 @@ class CommitsBeforeDecision(CommitCoordinator):
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         fresh = [h for h in handles if h is not None]
         if fresh and self.ledger.state(batch_id) is BatchState.UNDECIDED \
-                and self.sink.commit_shape(fresh) is not CommitShape.LOCAL_TRANSACTION:
+                and capability(self.sink, BatchCommit).commit_shape(fresh) is not CommitShape.LOCAL_TRANSACTION:
             for h in fresh:
                 self.sink.commit(h)
         return super().commit_batch(batch_id, handles)

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from twopc.recovery import staged_rows_left
 from twopc.sinks import RedisSink
-from twopc.spi import CompositeHandle, participant_sink_id
+from twopc.spi.runtime import CompositeHandle, participant_sink_id
 from twopc.testing import fresh_nonce
 
 from ._filesink_helpers import assert_nothing_left, committed_ids

@@ -28,7 +28,7 @@ import json, sys
 import pyarrow as pa
 from twopc import Participant, TransactionContext
 from twopc.sinks import FileSink, PostgresSink
-from twopc.spi import CompositeSink
+from twopc.spi.runtime import CompositeSink
 
 url, table, out, path = sys.argv[1:5]
 with pa.ipc.open_stream(pa.OSFile(path)) as reader:

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 
 from twopc import TransactionContext, TwoPhaseCommitSink
 from twopc._target import open_target_ledger
-from twopc.spi import Lease, TargetLedger
+from twopc.spi import WriteSetup, capability
+from twopc.spi.lease import Lease, TargetLedger
 
 S = TypeVar("S", bound="TwoPhaseCommitSink[Any, Any, Any]")
 
@@ -85,7 +86,7 @@ def leased_writer(sink: Any, backend: TargetLedger, sink_id: str, batch_id: int,
 def validated(sink_class: type[S], url: str, table: str, schema: pa.Schema | None = None, **kw: Any) -> S:
     """A sink of *sink_class* on *table*, validated for *schema* (default: :func:`batch`'s)."""
     sink = sink_class(url, table, **kw)  # type: ignore[call-arg]  # the SQL sinks take (url, table, **options)
-    sink.validate(schema or batch([0]).schema)
+    capability(sink, WriteSetup).validate(schema or batch([0]).schema)
     return sink
 
 
@@ -127,7 +128,7 @@ def fresh_sql_target(request: pytest.FixtureRequest) -> Iterator[tuple[str, type
     finally:
         cleaner = sink_class(url, name)
         for h in cleaner.list_prepared(sink_id):
-            cleaner.recover_and_abort(h)
+            cleaner.abort(h)
         cleaner.close()
         dispose_engines()
         with engine.begin() as c:

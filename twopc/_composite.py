@@ -50,7 +50,18 @@ from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_reg
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
 from ._participant import AnySink, Participant
-from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
+from ._sink import (
+    BatchCommit,
+    CommitOutcome,
+    CommitShape,
+    Inspectable,
+    MarkerPurge,
+    NamedTarget,
+    TwoPhaseCommitSink,
+    WriteSetup,
+    capability,
+    refuse_overwrite,
+)
 from ._sink_id_record import OwnerRecord
 from ._xid import Xid
 
@@ -137,7 +148,8 @@ def _combine(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
     return CommitOutcome.ALREADY_COMMITTED
 
 
-class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeHandle]):
+class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeHandle], WriteSetup, BatchCommit,
+                    Inspectable, MarkerPurge, NamedTarget):
     """Several participant sinks that commit each batch together (see the module docstring).
 
     Guarantees: a batch's rows become visible in every participant or in none, exactly
@@ -192,12 +204,12 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                 (:func:`~twopc._composite_targets.refuse_shared_targets`); the message names
                 them and the fix.
         """
-        super().configure_write(schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        refuse_overwrite(self, overwrite=overwrite, streaming=streaming)
         refuse_shared_targets(self.participants)
         for p in self.participants:
             try:
-                p.sink.configure_write(p.project_schema(schema), overwrite=overwrite, streaming=streaming,
-                                       checkpointed=checkpointed)
+                capability(p.sink, WriteSetup).configure_write(p.project_schema(schema), overwrite=overwrite,
+                                                               streaming=streaming, checkpointed=checkpointed)
             except TwoPCError as exc:
                 raise _named(p, exc) from exc
             _admit(p)
@@ -215,7 +227,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         for p in self.participants:
             _admit(p)
             try:
-                p.sink.validate(p.project_schema(schema))
+                capability(p.sink, WriteSetup).validate(p.project_schema(schema))
             except TwoPCError as exc:
                 raise _named(p, exc) from exc
 
@@ -296,7 +308,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
     def commit_may_be_refused(self) -> str | None:
         """The first participant's reason (none is admitted with one: :func:`_admit`)."""
-        return next((why for p in self.participants if (why := p.sink.commit_may_be_refused())), None)
+        refusals = (capability(p.sink, WriteSetup).commit_may_be_refused() for p in self.participants)
+        return next((why for why in refusals if why), None)
 
     def commit_shape(self, handles: Sequence[CompositeHandle] = ()) -> CommitShape:
         """Always ``WHOLE_BATCH``: each participant gets all its handles of the batch in one
@@ -331,7 +344,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             first = False
             parts = [h for _, h in mine]
             try:
-                got = p.sink.commit_all(parts, recovering=recovering)
+                got = capability(p.sink, BatchCommit).commit_all(parts, recovering=recovering)
                 if got is None:
                     got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
             except TwoPCError as exc:  # the operator must know which target stopped the commit
@@ -362,9 +375,6 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             SinkError: a target failed.
         """
         self._each_part(handle, lambda s, h: s.abort(h))
-
-    def recover_and_abort(self, handle: CompositeHandle) -> None:
-        self._each_part(handle, lambda s, h: s.recover_and_abort(h))
 
     def _each_part(self, handle: CompositeHandle, fn: Callable[[AnySink, TransactionHandle], None]) -> None:
         errors: list[BaseException] = []
@@ -441,7 +451,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         return removed
 
     def commit_mode(self) -> str:
-        inner = "; ".join(f"{p.name}: {p.sink.commit_mode()}" for p in self.participants)
+        inner = "; ".join(f"{p.name}: {capability(p.sink, WriteSetup).commit_mode()}" for p in self.participants)
         return f"CompositeSink: one decision for {len(self.participants)} participants ({inner})"
 
     def describe(self) -> str:
@@ -459,7 +469,7 @@ def _admit(p: Participant) -> None:
         ConfigurationError: naming the participant, the reason and the fix.
     """
     try:
-        why = p.sink.commit_may_be_refused()
+        why = capability(p.sink, WriteSetup).commit_may_be_refused()
     except TwoPCError as exc:
         raise _named(p, exc) from exc
     if why:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ._errors import ConfigurationError
-from ._sink import AnySink
+from ._sink import AnySink, NamedTarget, capability
 
 __all__ = ["refuse_shared_targets"]
 
@@ -38,11 +38,11 @@ def refuse_shared_targets(participants: Sequence[_Named]) -> None:
     """
     if len(participants) < 2:
         return
-    identities = [p.sink.target_identity() for p in participants]
+    targets = [capability(p.sink, NamedTarget) for p in participants]
+    identities = [t.target_identity() for t in targets]
     if sum(i is not None for i in identities) < 2:
         return
-    instances = [p.sink.target_instance() if i is not None else None for p, i in zip(participants, identities,
-                                                                                        strict=True)]
+    instances = [t.target_instance() if i is not None else None for t, i in zip(targets, identities, strict=True)]
     for j, b in enumerate(participants):
         for i, a in enumerate(participants[:j]):
             same_instance = instances[i] is not None and instances[i] == instances[j]

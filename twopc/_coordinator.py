@@ -42,7 +42,16 @@ from ._handle import TransactionHandle
 from ._ledger import BatchState, CommitLedger, Decision
 from ._logs import log_event
 from ._retry import CommitRetry
-from ._sink import AnySink, CommitOutcome, CommitShape, purge_markers_best_effort
+from ._sink import (
+    AnySink,
+    BatchCommit,
+    CommitOutcome,
+    CommitShape,
+    DecisionHook,
+    NamedTarget,
+    capability,
+    purge_markers_best_effort,
+)
 from ._sink_id_claim import claim_writer
 from ._target_check import check_target
 
@@ -160,7 +169,7 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
 def _target_unknown(sink: AnySink, ledger: CommitLedger) -> bool:
     """Whether the checkpoint cannot tell that *sink*'s target is the one its batches were
     prepared in (no target recorded, though the sink names one)."""
-    if ledger.in_target or sink.target_identity() is None:
+    if ledger.in_target or capability(sink, NamedTarget).target_identity() is None:
         return False
     try:
         return ledger.recorded_target() is None
@@ -187,7 +196,7 @@ def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> 
     of round trips that does not grow with the batch), else one by one; any other shape
     gets them all in one :meth:`~TwoPhaseCommitSink.commit_all`."""
     handles = decision.handles
-    match sink.commit_shape(handles):
+    match capability(sink, BatchCommit).commit_shape(handles):
         case CommitShape.PER_HANDLE:
             yield from _commit_group(sink, handles[:1], recovering=recovering)
             if len(handles) > 1:
@@ -199,7 +208,7 @@ def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> 
 
 def _commit_group(sink: AnySink, handles: Sequence[TransactionHandle], *,
                   recovering: bool) -> list[CommitOutcome]:
-    outcomes = sink.commit_all(handles, recovering=recovering) if handles else []
+    outcomes = capability(sink, BatchCommit).commit_all(handles, recovering=recovering) if handles else []
     if outcomes is None:
         return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
     if len(outcomes) != len(handles):
@@ -249,12 +258,12 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     for h in decided:
         by_batch.setdefault(h.batch_id, []).append(h)
     for group in by_batch.values():
-        if sink.commit_all(group, recovering=True) is None:
+        if capability(sink, BatchCommit).commit_all(group, recovering=True) is None:
             for h in group:
                 sink.recover_and_commit(h)
         m.commits_total += len(group)
     for h in orphans:
-        sink.recover_and_abort(h)
+        sink.abort(h)
         m.swept += 1
         log_event(log, logging.INFO, "orphan_rolled_back", "twopc: sink=%s batch=%s rolled back orphan %s",
                   h.sink_id, h.batch_id, h.txn_id, sink_id=h.sink_id, batch=h.batch_id, txn_id=h.txn_id,
@@ -344,7 +353,7 @@ class CommitCoordinator:
         state = self.ledger.state(batch_id)
         if state is BatchState.COMMITTED:
             for h in fresh:
-                self.sink.recover_and_abort(h)
+                self.sink.abort(h)
             swept = self._sweep(batch_id)
             return self._done(batch_id, "replay-ignored", started, aborted=len(fresh), swept=swept)
         replaced: set[str] = set()  # attempts the sink's before_decision took over (not rolled back: moved)
@@ -352,11 +361,11 @@ class CommitCoordinator:
             decision = self.ledger.decision(batch_id)
             assert decision is not None
             action, recovering = "finished", True
-        elif fresh and self.sink.commit_shape(fresh) is CommitShape.LOCAL_TRANSACTION:
+        elif fresh and capability(self.sink, BatchCommit).commit_shape(fresh) is CommitShape.LOCAL_TRANSACTION:
             return self._commit_atomically(batch_id, fresh, started)
         else:
             faultinject.fault_point("before_decision", batch_id=batch_id)
-            named = tuple(self.sink.before_decision(batch_id, fresh))
+            named = tuple(capability(self.sink, DecisionHook).before_decision(batch_id, fresh))
             replaced = {h.txn_id for h in fresh} - {h.txn_id for h in named}
             decision = self.ledger.record_decision(Decision(self.sink_id, batch_id, named))
             _decided(decision)
@@ -367,7 +376,7 @@ class CommitCoordinator:
         faultinject.fault_point("after_mark", batch_id=batch_id)
         extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
         for h in extra:  # the replaced ones too: what is left of them goes
-            self.sink.recover_and_abort(h)
+            self.sink.abort(h)
         swept = self._sweep(batch_id)
         self._purge()
         return self._done(batch_id, action, started, committed=tally.committed, already=tally.already,
@@ -382,7 +391,7 @@ class CommitCoordinator:
         faultinject.fault_point("before_decision", batch_id=batch_id)
         def attempt(again: bool) -> list[CommitOutcome] | None:
             self.metrics.retried += again
-            return self.sink.commit_all(fresh, recovering=again)
+            return capability(self.sink, BatchCommit).commit_all(fresh, recovering=again)
 
         outcomes = self.retry.run(
             attempt,
@@ -463,7 +472,7 @@ class CommitCoordinator:
         keep = decision.txn_ids if decision is not None else frozenset()
         extra = [h for h in fresh if h.txn_id not in keep]
         for h in extra:
-            self.sink.recover_and_abort(h)
+            self.sink.abort(h)
         swept = self._sweep(batch_id)
         if decision is not None and tally is not None:  # a decision is final: the batch ended committed
             return self._done(batch_id, "finished", started, committed=tally.committed, already=tally.already,

@@ -143,7 +143,7 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
                  already_committed: int, aborted: int, swept: int, seconds: float, rows: int,
                  first_prepared_at: float | None, retried: int = 0, headroom: Headroom | None = None,
                  batch_id: int | None = None) -> None:
-    """Add one batch's figures (what :class:`~twopc.spi.BatchResult` and the commit messages say,
+    """Add one batch's figures (what :class:`~twopc.spi.runtime.BatchResult` and the commit messages say,
     and the target's *headroom* read after the commit)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}

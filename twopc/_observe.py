@@ -20,7 +20,7 @@ from ._ledger import CommitLedger
 from ._logs import log_event
 from ._metrics_server import ensure_server, metrics_port
 from ._runtime_options import option
-from ._sink import AnySink
+from ._sink import AnySink, Inspectable, WriteSetup, capability
 
 __all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure", "read_headroom"]
 
@@ -41,7 +41,7 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
             transactions (see :func:`check_headroom`).
         ConfigurationError: ``metricsPort`` is invalid or taken by another program.
     """
-    key = (sink_id, sink.commit_mode())
+    key = (sink_id, capability(sink, WriteSetup).commit_mode())
     if key not in _ANNOUNCED:  # streaming plans every micro-batch: once per process is enough
         _ANNOUNCED.add(key)
         log_event(log, logging.INFO, "commit_mode", "twopc: sink %s commits through %s",
@@ -64,7 +64,7 @@ def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> N
         TargetConfigurationError: the limit is too low (the message says the fix).
     """
     try:
-        room = sink.headroom(sink_id)
+        room = capability(sink, Inspectable).headroom(sink_id)
     except SinkError as exc:
         log.debug("twopc: could not read %s's headroom: %s", sink.describe(), exc)
         return
@@ -93,7 +93,7 @@ def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
     """The target's prepared-transaction room (:meth:`~twopc.TwoPhaseCommitSink.headroom`)
     for the metrics after a commit, or None when the sink cannot tell or reading it failed."""
     try:
-        return sink.headroom(sink_id)
+        return capability(sink, Inspectable).headroom(sink_id)
     except Exception as exc:  # noqa: BLE001 - metrics never fail (or mask the error of) a commit
         log.debug("twopc: could not read %s's headroom: %s", sink.describe(), exc)
         return None

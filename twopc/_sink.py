@@ -1,4 +1,5 @@
-"""The two-phase-commit sink contract."""
+"""The two-phase-commit sink contract: :class:`TwoPhaseCommitSink`, the twelve methods every sink
+implements, and the optional capabilities the runtime finds with ``isinstance``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import enum
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from ._context import TransactionContext
 from ._errors import ConfigurationError, SinkError
@@ -20,7 +21,9 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
-__all__ = ["AnySink", "CommitOutcome", "CommitShape", "TwoPhaseCommitSink", "purge_markers_best_effort"]
+__all__ = ["AnySink", "BatchCommit", "CommitOutcome", "CommitShape", "DecisionHook", "Inspectable", "LedgerHost",
+           "MarkerPurge", "NamedTarget", "TwoPhaseCommitSink", "WriteSetup", "capability", "purge_markers_best_effort",
+           "refuse_overwrite"]
 
 log = logging.getLogger("twopc.sink")
 
@@ -41,24 +44,24 @@ class CommitOutcome(enum.Enum):
 
 
 class CommitShape(enum.Enum):
-    """How a sink commits the handles of one batch (:meth:`TwoPhaseCommitSink.commit_shape`):
+    """How a sink commits the handles of one batch (:meth:`BatchCommit.commit_shape`):
     what the coordinator does with them."""
 
     PER_HANDLE = "per_handle"
     """Separately prepared transactions, committed after the decision is recorded: the
     coordinator commits the first, then (fault point ``between_commits``) the others, each
-    group through :meth:`~TwoPhaseCommitSink.commit_all` when it answers, else one
+    group through :meth:`~BatchCommit.commit_all` when it answers, else one
     :meth:`~TwoPhaseCommitSink.commit` per handle. The default."""
     ONE_CALL = "one_call"
-    """After the decision, :meth:`~TwoPhaseCommitSink.commit_all` gets every handle and
+    """After the decision, :meth:`~BatchCommit.commit_all` gets every handle and
     makes them visible with one call of the target, all at once (``between_commits`` is
     never reached). Redis, one hash tag."""
     WHOLE_BATCH = "whole_batch"
-    """After the decision, :meth:`~TwoPhaseCommitSink.commit_all` gets every handle in one
+    """After the decision, :meth:`~BatchCommit.commit_all` gets every handle in one
     call and orders the commits itself, firing ``between_commits`` between two of them.
-    Redis across hash tags, :class:`~twopc.spi.CompositeSink`."""
+    Redis across hash tags, :class:`~twopc.spi.runtime.CompositeSink`."""
     LOCAL_TRANSACTION = "local_transaction"
-    """:meth:`~TwoPhaseCommitSink.commit_all` commits every handle in one local transaction
+    """:meth:`~BatchCommit.commit_all` commits every handle in one local transaction
     of the target that decides by itself: the coordinator commits *before* it records the
     batch, so a commit the target refuses leaves nothing decided, and a batch write needs
     no durable ledger (it may omit ``checkpointLocation``). The sink's batch marker answers
@@ -81,9 +84,15 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
 
     Then, on the driver, after the handles were recorded in the commit ledger:
     :meth:`commit` (or :meth:`recover_and_commit` for a handle read back from the ledger
-    after a restart), or :meth:`abort` / :meth:`recover_and_abort` for attempts Spark did
-    not choose. :meth:`list_prepared` lets the runtime find prepared transactions whose
-    handles never reached the driver (failed, retried or speculative attempts).
+    after a restart), or :meth:`abort` for attempts Spark did not choose and orphans.
+    :meth:`list_prepared` lets the runtime find prepared transactions whose handles never
+    reached the driver (failed, retried or speculative attempts).
+
+    This class is the whole contract a sink must fulfil. What the runtime may use beyond it
+    is an optional *capability*, a small protocol a sink implements by defining its methods
+    (:class:`WriteSetup`, :class:`BatchCommit`, :class:`DecisionHook`, :class:`Inspectable`,
+    :class:`MarkerPurge`, :class:`NamedTarget`, :class:`LedgerHost`); the runtime finds them
+    with ``isinstance`` and does without them otherwise (:func:`capability`).
 
     Instances are built from Spark options by :meth:`from_options` and pickled to the
     executors: keep only plain configuration in attributes and open connections lazily.
@@ -94,6 +103,18 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     #: reads each from the Spark conf ``spark.twopc.<option>`` (:mod:`twopc._session_options`).
     session_options: ClassVar[tuple[str, ...]] = ()
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse a sink class that defines part of a capability without having it: the
+        runtime, which finds capabilities with ``isinstance``, would not see those methods.
+
+        Raises:
+            TypeError: naming the capability to subclass.
+        """
+        super().__init_subclass__(**kwargs)
+        half = half_capabilities(cls)
+        if half:
+            raise TypeError("; ".join(half))
+
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Self:
         """Build the sink from Spark writer options (keys compared case-insensitively).
@@ -102,74 +123,6 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
             ConfigurationError: an option is missing or invalid.
         """
         raise NotImplementedError(f"{cls.__qualname__} must implement from_options() to be used from Spark")
-
-    @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str] | None:  # optional hook
-        """The part of the writer *options* (the runtime's removed) that :meth:`from_options`
-        needs to reach the same target again, **without any secret**: no password, no
-        credential in a URL. The Spark runtime records it in the checkpoint with
-        :meth:`target_identity`, so that ``twopc status``/``recover`` need only the secrets.
-        Default ``None``: nothing is recorded (the operator gives every option)."""
-        return None
-
-    def validate(self, schema: pa.Schema) -> None:  # optional hook: a no-op by default
-        """Check, on the driver before any task runs, that rows of *schema* can be written.
-
-        Raises:
-            ConfigurationError: the target is missing, misconfigured or does not fit
-                *schema*. Nothing has been written when this raises.
-            SinkUnavailableError: the target cannot be reached.
-        """
-
-    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
-                        checkpointed: bool) -> None:
-        """Tell the sink what kind of write it serves, before :meth:`validate`.
-
-        The Spark runtime calls this in every process that builds a writer (on the driver
-        at plan time, and again in a streaming query's commit process), so it must depend
-        only on its arguments and the options: no server contact. *overwrite* is Spark's
-        overwrite flag (``mode("overwrite")``, ``outputMode("complete")``); *checkpointed*
-        says whether the write has a ``checkpointLocation`` for the commit ledger.
-
-        The default refuses overwrite.
-
-        Raises:
-            ConfigurationError: the sink cannot serve this kind of write.
-        """
-        if overwrite:
-            how = 'outputMode("append")' if streaming else 'mode("append")'
-            raise ConfigurationError(f"{type(self).__name__} does not support overwrite/complete mode: use {how}")
-
-    def commit_shape(self, handles: Sequence[H] = ()) -> CommitShape:
-        """How :meth:`commit_all` commits *handles* (the handles of one batch), which tells
-        the coordinator what to do with them (see :class:`CommitShape`). Asked without
-        handles, on the driver at plan time: how this write commits its batches, as
-        configured so far (no server contact). Default ``PER_HANDLE``."""
-        return CommitShape.PER_HANDLE
-
-    def commit_may_be_refused(self) -> str | None:
-        """Why the target of this write may refuse, for good, to commit a transaction that
-        :meth:`pre_commit` returned (a constraint it checks only at commit), or ``None``
-        when such a commit can fail only while the target is unreachable. Asked on the
-        driver after :meth:`configure_write` and :meth:`validate`: a composite admits only
-        participants that answer ``None``, because it records its one decision before any
-        target commits. Default ``None`` (the contract: a prepared transaction commits)."""
-        return None
-
-    def before_decision(self, batch_id: int, handles: Sequence[H]) -> Sequence[H]:
-        """The handles the decision of batch *batch_id* names, given the attempts Spark
-        chose (optional hook: *handles* as they are, by default). Called on the driver
-        right before the decision is recorded, for batches not committed atomically. A sink
-        may prepare one more transaction here that holds some attempts' effects and return
-        its handle instead of theirs (``twopc-jdbc`` moves the rows its tasks staged for
-        want of a prepared-transaction slot into one): the attempts no longer named are
-        then rolled back as leftovers after the commit. What it prepares must be listed by
-        :meth:`list_prepared`, so that recovery rolls it back when no decision names it.
-
-        Raises:
-            SinkError: it could not prepare; the batch fails undecided.
-        """
-        return handles
 
     @abstractmethod
     def begin_transaction(self, context: TransactionContext) -> T:
@@ -213,127 +166,23 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
 
     @abstractmethod
     def abort(self, handle: H) -> None:
-        """Roll back a prepared transaction. Idempotent: a handle that is already gone is
-        fine.
+        """Roll back a prepared transaction, from any process (a handle read back after a
+        restart, an orphan). Idempotent: a handle that is already gone is fine.
 
         Raises:
             ProtocolError: the transaction had been committed.
             SinkError: the target failed.
         """
 
-    def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome] | None:
-        """Commit every handle of one decided batch together, or return ``None`` (the
-        default) to have the coordinator call :meth:`commit` per handle.
-
-        Sinks that can make a whole batch visible at once override it (and
-        :meth:`commit_shape`). Same contract as :meth:`commit`, per handle and
-        in order; idempotent as a whole.
-
-        Raises:
-            SinkError: the target failed; nothing changed and the call can be retried.
-        """
-        return None
-
     def recover_and_commit(self, handle: H) -> CommitOutcome:
         """Commit a handle read back from the ledger after a restart. Same contract as
         :meth:`commit`; the common case is ``ALREADY_COMMITTED``."""
         return self.commit(handle)
 
-    def recover_and_abort(self, handle: H) -> None:
-        """Roll back a handle found after a restart. Same contract as :meth:`abort`."""
-        self.abort(handle)
-
     @abstractmethod
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[H]:
         """Return the handles of every transaction of *sink_id* (and *batch_id*, when given)
         that is prepared and not yet committed or rolled back."""
-
-    def prepared_details(self, sink_id: str) -> Sequence[PreparedDetail]:
-        """What :meth:`list_prepared` finds for *sink_id*, with what the target can tell
-        about each (its age and size). Read-only. The default wraps :meth:`list_prepared`
-        and knows neither age nor size; sinks whose target records them override it.
-
-        Raises:
-            SinkError: the target failed.
-        """
-        return [PreparedDetail(h) for h in self.list_prepared(sink_id)]
-
-    def headroom(self, sink_id: str) -> Headroom | None:
-        """How many prepared transactions (or staged entries) the target holds now against
-        its limit: for every user where the target has a shared limit (PostgreSQL's
-        ``max_prepared_transactions``), else *sink_id*'s own where counting every user
-        would be costly; ``None`` (the default) when the sink cannot tell. Read-only.
-
-        Raises:
-            SinkError: the target failed.
-        """
-        return None
-
-    def target_ledger(self) -> TargetLedger | None:
-        """Where this sink's server can keep the commit ledger and the writers' leases (see
-        :mod:`twopc._target`), or ``None`` (the default). A sink that offers one can serve
-        batch writes without ``checkpointLocation`` in its prepared mode, and every write
-        through it resolves the abandoned writes of others on its server. No server contact."""
-        return None
-
-    def commit_mode(self) -> str:
-        """How this sink commits, in one line for the start-up log (credential-free):
-        the default names the class and whether a batch commits in one local transaction."""
-        local = self.commit_shape() is CommitShape.LOCAL_TRANSACTION
-        how = "one local transaction per batch" if local else "a prepared transaction per task"
-        return f"{type(self).__name__}: {how}"
-
-    def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the commit markers (or other bookkeeping) of *sink_id*'s batches
-        ``< below_batch``; return how many. Called when the ledger purges those batches:
-        they can no longer be replayed, so "already committed" need not be answerable for
-        them. The runtime calls it best effort (:func:`purge_markers_best_effort`).
-        Default: the sink keeps none, 0.
-
-        Raises:
-            SinkError: the target failed.
-        """
-        return 0
-
-    def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
-        """Record in the target, once, that *sink_id* is written by the query whose
-        checkpoint is *owner* (a credential-free label); what is recorded is never changed.
-        Asked on the driver at plan time, after :meth:`validate` and before recovery
-        touches anything, for a ``sinkId`` the user gave (a derived one is unique to its
-        checkpoint). The Spark runtime refuses the write with
-        :class:`~twopc.spi.ConcurrentWriterError` when another owner is recorded: its recovery
-        would roll back that query's transactions as orphans.
-
-        Returns:
-            ``None`` when the record names *owner* (now or already); the record of the
-            other owner otherwise. Default ``None``: the sink keeps no owner record (the SQL
-            sinks hold a lease on their server instead, :class:`~twopc.spi.TargetLedger`).
-
-        Raises:
-            SinkError / SinkUnavailableError: the target failed.
-        """
-        return None
-
-    def target_identity(self) -> str | None:
-        """What this sink writes to, as one credential-free line that stays the same for
-        every write to the same target (SQL: dialect, host, port, database and table; Redis:
-        server, database and key templates; files: the folder). The Spark runtime records it
-        in the ledger the first time a checkpoint is used and refuses a write whose target
-        differs (:meth:`CommitLedger.bind_target`): a checkpoint's committed batch ids and
-        sink id describe one target only. Default ``None``: the sink cannot tell, nothing is
-        checked."""
-        return None
-
-    def target_instance(self) -> str | None:
-        """What the target itself says it is, asked from the server, in one credential-free
-        line that includes what :meth:`target_identity` names inside it (the table, the
-        keys): the same through every name of the same server (``localhost``, an IP address,
-        another DNS alias), different for another server even behind the same URL. The ledger
-        compares it with the one it recorded when both are known, else the
-        :meth:`target_identity` lines (:meth:`CommitLedger.bind_target`). Called on the
-        driver. Default ``None``: the sink cannot tell. It never raises: a server that does not
-        answer gives ``None``."""
-        return None
 
     def describe(self) -> str:
         """A one-line, credential-free description used in logs and reports."""
@@ -357,12 +206,244 @@ AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
 """A sink of any value, transaction and handle types (what the protocol's drivers take)."""
 
 
+# -- capabilities: what the runtime may use beyond the contract ---------------------------------
+
+@runtime_checkable
+class WriteSetup(Protocol):
+    """A sink that is told what kind of write it serves and checks its target before any task
+    runs (on the driver, at plan time)."""
+
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
+        """Tell the sink what kind of write it serves, before :meth:`validate`. Called in every
+        process that builds a writer (at plan time, and in a streaming query's commit
+        process), so it depends only on its arguments and the options: no server contact.
+        *overwrite* is Spark's overwrite flag (``mode("overwrite")``, ``outputMode("complete")``);
+        *checkpointed* says whether the write has a ``checkpointLocation``. Without this
+        capability an overwrite is refused.
+
+        Raises:
+            ConfigurationError: the sink cannot serve this kind of write.
+        """
+        refuse_overwrite(self, overwrite=overwrite, streaming=streaming)
+
+    def validate(self, schema: pa.Schema) -> None:
+        """Check, before any task runs, that rows of *schema* can be written.
+
+        Raises:
+            ConfigurationError: the target is missing, misconfigured or does not fit
+                *schema*. Nothing has been written when this raises.
+            SinkUnavailableError: the target cannot be reached.
+        """
+        return None
+
+    def commit_may_be_refused(self) -> str | None:
+        """Why the target may refuse, for good, to commit a transaction :meth:`pre_commit`
+        returned (a constraint it checks only at commit), or ``None``. A composite admits
+        only participants that answer ``None`` (it records its one decision before any
+        target commits). Without this capability: ``None``."""
+        return None
+
+    def commit_mode(self) -> str:
+        """How this sink commits, in one line for the start-up log (credential-free)."""
+        return _commit_mode(self)
+
+
+@runtime_checkable
+class BatchCommit(Protocol):
+    """A sink that commits the handles of one batch together (see :class:`CommitShape`)."""
+
+    def commit_shape(self, handles: Sequence[Any] = ()) -> CommitShape:
+        """How :meth:`commit_all` commits *handles* (one batch's); asked without handles at
+        plan time: how this write commits its batches (no server contact)."""
+        return CommitShape.PER_HANDLE
+
+    def commit_all(self, handles: Sequence[Any], *, recovering: bool = False) -> list[CommitOutcome] | None:
+        """Commit every handle of one decided batch together, per :meth:`commit`'s contract
+        and in order, idempotent as a whole; ``None`` has the runtime commit one by one.
+
+        Raises:
+            SinkError: the target failed; nothing changed and the call can be retried.
+        """
+        return None
+
+
+@runtime_checkable
+class DecisionHook(Protocol):
+    """A sink that may replace some attempts' handles right before the decision."""
+
+    def before_decision(self, batch_id: int, handles: Sequence[Any]) -> Sequence[Any]:
+        """The handles the decision of *batch_id* names, given the attempts Spark chose. A
+        sink may prepare one more transaction here that holds some attempts' effects and
+        return its handle instead of theirs (``twopc-jdbc`` moves the rows its tasks staged
+        for want of a prepared-transaction slot into one): the attempts no longer named are
+        rolled back after the commit. What it prepares must be listed by
+        :meth:`~TwoPhaseCommitSink.list_prepared`.
+
+        Raises:
+            SinkError: it could not prepare; the batch fails undecided.
+        """
+        return handles
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """A sink whose target can tell ``twopc status`` and the metrics more than the contract."""
+
+    def prepared_details(self, sink_id: str) -> Sequence[PreparedDetail]:
+        """What :meth:`~TwoPhaseCommitSink.list_prepared` finds for *sink_id*, with its age
+        and size. Read-only.
+
+        Raises:
+            SinkError: the target failed.
+        """
+        return [PreparedDetail(h) for h in cast(AnySink, self).list_prepared(sink_id)]
+
+    def headroom(self, sink_id: str) -> Headroom | None:
+        """How many prepared transactions (or staged entries) the target holds against its
+        limit, ``None`` when it cannot tell. Read-only.
+
+        Raises:
+            SinkError: the target failed.
+        """
+        return None
+
+
+@runtime_checkable
+class MarkerPurge(Protocol):
+    """A sink that keeps per-batch bookkeeping (commit markers) in its target."""
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Delete the markers of *sink_id*'s batches ``< below_batch``; return how many. The
+        runtime calls it when the ledger forgets those batches, best effort.
+
+        Raises:
+            SinkError: the target failed.
+        """
+        return 0
+
+
+@runtime_checkable
+class NamedTarget(Protocol):
+    """A sink that can name what it writes to, reach it again from the checkpoint, and record
+    there which query owns a sink id."""
+
+    def target_identity(self) -> str | None:
+        """What this sink writes to, in one credential-free line that stays the same for
+        every write to the same target (SQL: dialect, host, port, database and table).
+        The runtime records it with a checkpoint's first write and refuses another target
+        later (:meth:`~twopc.CommitLedger.bind_target`)."""
+        return None
+
+    def target_instance(self) -> str | None:
+        """What the target's server says it is (the same through every name of the server,
+        another for another server), asked on the driver; ``None`` when it cannot tell.
+        Never raises."""
+        return None
+
+    def reopen_options(self, options: Mapping[str, str]) -> dict[str, str] | None:
+        """The writer *options* that reach the same target again, without any secret: the
+        runtime records them, so that ``twopc status``/``recover`` need only the secrets."""
+        return None
+
+    def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
+        """Record in the target, once, that *sink_id* is written by the query whose
+        checkpoint is *owner*; return ``None`` when the record names *owner*, else the
+        other owner's record (the runtime then refuses the write with
+        :class:`~twopc.spi.ConcurrentWriterError`). For sinks without a lease on a server.
+
+        Raises:
+            SinkError / SinkUnavailableError: the target failed.
+        """
+        return None
+
+
+@runtime_checkable
+class LedgerHost(Protocol):
+    """A sink whose server can keep the commit ledger and the writers' leases (batch writes
+    without ``checkpointLocation``; see :mod:`twopc._target`)."""
+
+    def target_ledger(self) -> TargetLedger | None:
+        """The server's ledger and leases, or ``None``. No server contact."""
+        return None
+
+
+CAPABILITIES: tuple[type, ...] = (WriteSetup, BatchCommit, DecisionHook, Inspectable, MarkerPurge, NamedTarget,
+                                  LedgerHost)
+"""Every optional capability, in the order the docs list them."""
+
+
+def _commit_mode(sink: object) -> str:
+    local = capability(sink, BatchCommit).commit_shape() is CommitShape.LOCAL_TRANSACTION
+    how = "one local transaction per batch" if local else "a prepared transaction per task"
+    return f"{type(sink).__name__}: {how}"
+
+
+def _methods(kind: type) -> set[str]:
+    return {n for n, v in vars(kind).items() if callable(v) and not n.startswith("_")}
+
+
+def half_capabilities(cls: type) -> list[str]:
+    """The capabilities *cls* defines some methods of without having them all (it neither
+    subclasses the capability, which supplies the defaults of the others, nor defines the
+    rest): the runtime would not see the methods it defines. One line per capability."""
+    found = []
+    for kind in CAPABILITIES:
+        names = _methods(kind)
+        have = {n for n in names if any(n in vars(c) for c in cls.__mro__ if c not in (object, kind))}
+        if have and have != names and not issubclass(cls, kind):
+            found.append(f"{cls.__qualname__} defines {', '.join(sorted(have))} of {kind.__name__} but not "
+                         f"{', '.join(sorted(names - have))}: subclass twopc.spi.{kind.__name__} (its other "
+                         f"methods then have their defaults) or define them")
+    return found
+
+
+class _Defaults(WriteSetup, BatchCommit, DecisionHook, Inspectable, MarkerPurge, NamedTarget, LedgerHost):
+    """What the runtime does for a sink without a capability (see :func:`capability`): each
+    capability's defaults, on behalf of the sink."""
+
+    def __init__(self, sink: AnySink) -> None:
+        self._sink = sink
+
+    def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
+        refuse_overwrite(self._sink, overwrite=overwrite, streaming=streaming)
+
+    def commit_mode(self) -> str:
+        return _commit_mode(self._sink)
+
+    def prepared_details(self, sink_id: str) -> Sequence[PreparedDetail]:
+        return [PreparedDetail(h) for h in self._sink.list_prepared(sink_id)]
+
+
+def refuse_overwrite(sink: object, *, overwrite: bool, streaming: bool) -> None:
+    """Refuse an overwrite (``mode("overwrite")``, ``outputMode("complete")``) for *sink*, which
+    only appends (what a sink without :class:`WriteSetup` gets).
+
+    Raises:
+        ConfigurationError: *overwrite*, naming the mode to use.
+    """
+    if overwrite:
+        how = 'outputMode("append")' if streaming else 'mode("append")'
+        raise ConfigurationError(f"{type(sink).__name__} does not support overwrite/complete mode: use {how}")
+
+
+C = TypeVar("C")
+
+
+def capability(sink: object, kind: type[C]) -> C:
+    """*sink* itself when it has the capability *kind* (one of this module's protocols),
+    else what the runtime does without it: a sink that does not say how it commits commits
+    handle by handle, one that cannot name its target names none, and so on."""
+    if isinstance(sink, kind):
+        return sink
+    return cast(C, _Defaults(cast(AnySink, sink)))
+
+
 def purge_markers_best_effort(sink: AnySink, sink_id: str, below_batch: int) -> None:
-    """The runtime's call of :meth:`TwoPhaseCommitSink.purge_markers`: best effort (the
+    """The runtime's call of :meth:`MarkerPurge.purge_markers`: best effort (the
     batch being committed is already committed and marked, so a :class:`SinkError` is
     logged, not raised: the next purge retries)."""
     try:
-        removed = sink.purge_markers(sink_id, below_batch)
+        removed = capability(sink, MarkerPurge).purge_markers(sink_id, below_batch)
     except SinkError as exc:
         log.warning("twopc: %s could not purge the markers of sink %s below batch %s (the next purge "
                     "retries): %s", sink.describe(), sink_id, below_batch, exc)

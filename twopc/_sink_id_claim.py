@@ -31,7 +31,7 @@ from ._advice import command
 from ._errors import ConcurrentWriterError
 from ._ledger import CommitLedger
 from ._runtime_options import default_sink_id
-from ._sink import AnySink
+from ._sink import AnySink, NamedTarget, capability
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 __all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
@@ -57,11 +57,12 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
         SinkError / SinkUnavailableError: the target failed.
     """
     mine = checkpoint_label(checkpoint_location)
-    other = sink.claim_sink_id(sink_id, mine)
+    target = capability(sink, NamedTarget)
+    other = target.claim_sink_id(sink_id, mine)
     if other is None:
         return
     raise ConcurrentWriterError(
-        f"sink id {sink_id!r} on {sink.target_identity() or sink.describe()} belongs to the query whose "
+        f"sink id {sink_id!r} on {target.target_identity() or sink.describe()} belongs to the query whose "
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "
         f"would roll back each other's transactions, so nothing was written. Give this write its own sinkId "
         f"(or leave sinkId unset: it then derives from the checkpoint). If the other query is retired for "

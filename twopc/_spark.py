@@ -68,7 +68,16 @@ from ._observe import at_plan_time, observe_commit, observe_failure, read_headro
 from ._recovery import RecoveryCoordinator
 from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
 from ._session_options import with_session_defaults
-from ._sink import AnySink, CommitShape, TwoPhaseCommitSink, purge_markers_best_effort
+from ._sink import (
+    AnySink,
+    BatchCommit,
+    CommitShape,
+    LedgerHost,
+    NamedTarget,
+    WriteSetup,
+    capability,
+    purge_markers_best_effort,
+)
 from ._sink_id_claim import claim_sink_id, runtime_task
 from ._stores import Store
 from ._target import ALL_BATCHES, open_target_ledger, resolve_abandoned, settle_own
@@ -197,7 +206,7 @@ class _WriterCore:
                 log.info("twopc: sink %s batch %s partition %s: rolling back %s, prepared by attempt %s whose "
                          "process died before it reported", self.sink_id, ctx.batch_id, ctx.partition_id, h.txn_id,
                          h.attempt_id)
-                self.sink.recover_and_abort(h)
+                self.sink.abort(h)
         for name in dead:
             fence.forget(name)
 
@@ -225,7 +234,7 @@ class _WriterCore:
         try:
             faultinject.fault_point("after_pre_commit", batch_id=batch_id, partition=partition)
             if fence.aborted():  # the zombie-prepare window: see twopc._fence
-                self.sink.recover_and_abort(handle)
+                self.sink.abort(handle)
                 raise BatchAbortedError(
                     f"batch {batch_id} of sink {self.sink_id!r} was aborted by the driver while this task "
                     f"(partition {partition}, attempt {attempt}) was still running (another task of the job "
@@ -344,15 +353,15 @@ class _WriterCore:
 
 
 def _may_keep_ledger_in_target(sink: AnySink) -> bool:
-    """Whether *sink* has a ledger in its target (its class answers :meth:`TwoPhaseCommitSink.target_ledger`),
-    without asking it: the answer may need the sink's database code, which the plan loads later."""
-    return type(sink).target_ledger is not TwoPhaseCommitSink.target_ledger
+    """Whether *sink* may have a ledger in its target (it has :class:`LedgerHost`), without
+    asking it: the answer may need the sink's database code, which the plan loads later."""
+    return isinstance(sink, LedgerHost)
 
 
 def _decides_itself(sink: AnySink) -> bool:
     """Whether *sink* commits this write's batches in one local transaction that decides by
     itself (:attr:`CommitShape.LOCAL_TRANSACTION`): then a batch write needs no durable ledger."""
-    return sink.commit_shape() is CommitShape.LOCAL_TRANSACTION
+    return capability(sink, BatchCommit).commit_shape() is CommitShape.LOCAL_TRANSACTION
 
 
 def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
@@ -502,7 +511,8 @@ class TwoPhaseCommitDataSource(DataSource):
             # overwrite commits in one local transaction in the sinks that take it: its lease, if any, starts
             # the agent when asked.)
             DriverAgent().start()
-        sink.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        setup = capability(sink, WriteSetup)
+        setup.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
         configure_worker_logging()
         validated = False
         target = None
@@ -511,7 +521,7 @@ class TwoPhaseCommitDataSource(DataSource):
             if (named or not _decides_itself(sink)) and self._plan_time:
                 target = target_ledger_of(sink)
                 if target is not None:
-                    sink.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
+                    setup.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
                     validated = True
                     target = None if _decides_itself(sink) and not named else target
             if _decides_itself(sink) and target is None:
@@ -540,8 +550,9 @@ class TwoPhaseCommitDataSource(DataSource):
             default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
                 runtime.checkpoint_location)
             sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
-            identity = None if runtime.ephemeral else sink.target_identity()
-            instance = sink.target_instance() if identity is not None and self._plan_time else None
+            named_target = capability(sink, NamedTarget)
+            identity = None if runtime.ephemeral else named_target.target_identity()
+            instance = named_target.target_instance() if identity is not None and self._plan_time else None
             if self._plan_time and runtime.sink_id and not runtime.ephemeral \
                     and (leased := target_ledger_of(sink)) is not None:
                 # a sink id given by the user may be given to two writers: the second one is refused here,
@@ -558,13 +569,13 @@ class TwoPhaseCommitDataSource(DataSource):
                 # a micro-batch's plan continues its query's run: displaced by another actor, it stops
                 epoch = ledger.claim(resume=streaming)
                 if not validated:
-                    sink.validate(arrow_schema)
+                    setup.validate(arrow_schema)
                 if runtime.sink_id and not runtime.ephemeral and lease is None and target is None:
                     claim_sink_id(sink, sink_id, runtime.checkpoint_location)  # sinks without a lease
                 # recorded once the target validated (not a typo), with what reaches it again (no secret)
                 ledger.bind_target(identity, sink_id, instance=instance, data_source=self.name(),
                                    sink_class=class_path(self.sink_class),
-                                   options=sink.reopen_options(sink_options(options)))
+                                   options=capability(sink, NamedTarget).reopen_options(sink_options(options)))
                 RecoveryCoordinator(sink, ledger, sink_id=sink_id, claimed=True).run()
                 if not streaming and (others := target or target_ledger_of(sink)) is not None:
                     resolve_abandoned(sink, others, skip=sink_id)

@@ -30,7 +30,7 @@ from ._coordinator import classify_prepared
 from ._inspect import Headroom, PreparedDetail
 from ._ledger import CommitLedger
 from ._metrics import failing_batch, load_state
-from ._sink import AnySink
+from ._sink import AnySink, Inspectable, capability
 
 __all__ = ["SinkStatus", "UnsettledTransaction", "sink_status"]
 
@@ -192,7 +192,7 @@ def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus
     """
     now = time.time()
     pending = ledger.pending()
-    details = {d.handle.txn_id: d for d in sink.prepared_details(sink_id)}
+    details = {d.handle.txn_id: d for d in capability(sink, Inspectable).prepared_details(sink_id)}
     decided, orphans = classify_prepared(ledger, [d.handle for d in details.values()], up_to_batch=None)
     decided_at = {d.batch_id: d.decided_at for d in ledger.decisions(sorted({h.batch_id for h in decided}))}
     txns = [_unsettled(IN_DOUBT, details[h.txn_id], decided_at.get(h.batch_id), now) for h in decided]
@@ -204,7 +204,8 @@ def sink_status(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkStatus
     decided_batches = ledger.decided_batches()
     return SinkStatus(sink_id, sink.describe(), ledger.checkpoint_location,
                       decided_batches[-1] if decided_batches else None, ledger.latest_committed(),
-                      tuple(d.batch_id for d in pending), tuple(txns), sink.headroom(sink_id), now,
+                      tuple(d.batch_id for d in pending), tuple(txns),
+                      capability(sink, Inspectable).headroom(sink_id), now,
                       failing_batch(load_state(ledger)), ledger.in_target)
 
 

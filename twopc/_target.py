@@ -45,7 +45,7 @@ __all__ = ["ALL_BATCHES", "EPHEMERAL_PREFIX", "forget_writer", "open_target_ledg
 
 log = logging.getLogger("twopc.target")
 
-#: sink ids of writes without a checkpoint and without txnAppId (:func:`twopc.spi.ephemeral_sink_id`)
+#: sink ids of writes without a checkpoint and without txnAppId (:func:`twopc.spi.lease.ephemeral_sink_id`)
 EPHEMERAL_PREFIX = "eph-"
 
 

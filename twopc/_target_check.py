@@ -13,7 +13,7 @@ reached through two names is one target.
 from __future__ import annotations
 
 from ._ledger import CommitLedger
-from ._sink import AnySink
+from ._sink import AnySink, NamedTarget, capability
 
 __all__ = ["check_target"]
 
@@ -30,7 +30,7 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *,
     """
     if ledger.in_target:
         return
-    identity = sink.target_identity()
+    identity = capability(sink, NamedTarget).target_identity()
     if identity is None:
         return
-    ledger.bind_target(identity, sink_id, record=record, instance=sink.target_instance())
+    ledger.bind_target(identity, sink_id, record=record, instance=capability(sink, NamedTarget).target_instance())

@@ -27,7 +27,7 @@ from sphinx.util.docutils import SphinxDirective
 
 #: table id -> where the code declares it ("module:attribute").
 TABLES: dict[str, str] = {
-    "runtime": "twopc.spi:RUNTIME_OPTION_NAMES",
+    "runtime": "twopc.spi.runtime:RUNTIME_OPTION_NAMES",
     "spark-passed": "twopc.sinks._options:SPARK_PASSED_NAMES",
     "jdbc-spark": "twopc.sinks.sql.options._jdbc_options:SPARK_OPTIONS",
     "jdbc-twopc": "twopc.sinks.sql.options._jdbc_options:TWOPC_OPTIONS",

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from twopc import LedgerError
-from twopc.spi import SinkUnavailableError, open_store
+from twopc.spi import SinkUnavailableError
+from twopc.spi.operations import open_store
 
 __all__ = ["DeadLetter", "DeadLetters"]
 

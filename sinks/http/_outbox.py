@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from twopc import LedgerError, SinkError, Xid
-from twopc.spi import ProtocolError, SinkUnavailableError, open_store, recover_command
+from twopc.spi import ProtocolError, SinkUnavailableError
+from twopc.spi.operations import open_store, recover_command
 
 __all__ = ["Outbox", "Outboxes"]
 

@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from twopc import CommitOutcome, ConfigurationError, TransactionContext, TwoPhaseCommitSink, Xid
-from twopc.spi import MissingOptionError, PreparedDetail, ProtocolError, SinkUnavailableError
+from twopc.spi import (
+    BatchCommit,
+    Inspectable,
+    MarkerPurge,
+    MissingOptionError,
+    NamedTarget,
+    PreparedDetail,
+    ProtocolError,
+    SinkUnavailableError,
+    WriteSetup,
+)
 
 from .._handles import HttpHandle
 from .._secrets import credential_free
@@ -42,7 +52,8 @@ class _OpenOutbox:
     lines: list[str] = field(default_factory=list)
 
 
-class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle]):
+class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], WriteSetup, BatchCommit, Inspectable,
+               MarkerPurge, NamedTarget):
     """Exactly-once HTTP requests: one per row, sent only for decided batches.
 
     Args:

@@ -46,7 +46,19 @@ from twopc import (
     Xid,
     faultinject,
 )
-from twopc.spi import Headroom, MissingOptionError, OwnerRecord, PreparedDetail, ProtocolError, TargetConfigurationError
+from twopc.spi import (
+    BatchCommit,
+    Headroom,
+    Inspectable,
+    MarkerPurge,
+    MissingOptionError,
+    NamedTarget,
+    OwnerRecord,
+    PreparedDetail,
+    ProtocolError,
+    TargetConfigurationError,
+    WriteSetup,
+)
 
 from .._handles import RedisHandle
 from .._options import Duration, OptionReader
@@ -77,7 +89,8 @@ DEFAULT_SOCKET_TIMEOUT = Duration(60_000)
 DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
 
 
-class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle]):
+class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], WriteSetup, BatchCommit, Inspectable,
+                MarkerPurge, NamedTarget):
     """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping and the options).
 
     Args:

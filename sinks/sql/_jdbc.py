@@ -53,7 +53,8 @@ from twopc import (
     TwoPhaseCommitSink,
     register,
 )
-from twopc.spi import Headroom, ProtocolError, TargetLedger, hold_for_prepare
+from twopc.spi import Headroom, LedgerHost, NamedTarget, ProtocolError, WriteSetup, capability
+from twopc.spi.lease import TargetLedger, hold_for_prepare
 
 from .._handles import StagingHandle
 from .._secrets import credential_free
@@ -79,7 +80,7 @@ _ANNOUNCED: set[tuple[str, str, str, bool]] = set()
 _STAGING_READY: set[tuple[str, str, str, str]] = set()
 
 
-class JdbcSink(TwoModeSink):
+class JdbcSink(TwoModeSink, WriteSetup, NamedTarget, LedgerHost):
     """Exactly-once writes to a SQL table with Spark's JDBC writer options.
 
     Args:
@@ -228,7 +229,7 @@ class JdbcSink(TwoModeSink):
             raise ConfigurationError(
                 f"deadLetterTable needs the prepared commit mode, but this write uses staging ({self.reason}): "
                 f"remove the option, or make the write one that can prepare (PostgreSQL, append)")
-        self._backend().validate(schema)
+        capability(self._backend(), WriteSetup).validate(schema)
         how = ""
         if mode == PREPARED and self.dialect == "postgresql":
             how = self._prepare_staging(schema)

@@ -34,7 +34,7 @@ from twopc import (
     TransactionHandle,
     TwoPhaseCommitSink,
 )
-from twopc.spi import PreparedDetail, ProtocolError
+from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, PreparedDetail, ProtocolError, capability
 
 from .._handles import PreparedSqlHandle, StagingHandle
 from ._registry import backend_for
@@ -68,7 +68,8 @@ class SlotClaimingSink(Protocol):
     def rollback(self, txn: Any) -> None: ...
 
 
-class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
+class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], BatchCommit, DecisionHook, Inspectable,
+                  MarkerPurge):
     """Both concrete sinks of one ``twopc-jdbc`` write, built lazily, and the calls that go
     to one of them by the kind of their transaction or handle. The subclass settles
     :attr:`mode` and :attr:`may_stage` and opens transactions (:meth:`begin_transaction`)."""
@@ -232,7 +233,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         if handles and all(isinstance(h, PreparedSqlHandle) for h in handles):
             prepared = self._for(handles[0])
             if all(self._for(h) is prepared for h in handles):
-                outcomes = prepared.commit_all(handles, recovering=recovering)
+                outcomes = capability(prepared, BatchCommit).commit_all(handles, recovering=recovering)
                 self._clear_moved(handles)
                 return outcomes
         return None
@@ -298,7 +299,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle]):
         removed, errors = 0, []
         for sink in modes:
             try:
-                removed += sink.purge_markers(sink_id, below_batch)
+                removed += capability(sink, MarkerPurge).purge_markers(sink_id, below_batch)
             except SinkError as exc:
                 errors.append(exc)
         if errors:

@@ -40,7 +40,7 @@ from sqlalchemy.engine import make_url
 
 from twopc import CommitLedger
 from twopc.faultinject import read_firings
-from twopc.spi import BatchState
+from twopc.spi.operations import BatchState
 from twopc.testing import SinkHarness
 from twopc.testing._crash import _write_input
 

@@ -28,7 +28,9 @@ from twopc.faultinject import FaultProxy
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.redis import HSetOp, RedisSink
 from twopc.sinks.sql.connect._timeouts import reply_deadline
-from twopc.spi import BatchState, CommitPendingError, CommitRetry
+from twopc.spi import CommitPendingError
+from twopc.spi.operations import BatchState
+from twopc.spi.runtime import CommitRetry
 
 from tests._sql_helpers import batch, ctx, fresh_sql_target, prepare, uid
 

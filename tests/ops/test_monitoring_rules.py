@@ -43,7 +43,7 @@ from twopc._spark import _WriterCore
 from twopc.faultinject import LocalPostgres
 from twopc.sinks import PostgresSink
 from twopc.sinks.sql import dispose_engines
-from twopc.spi import RuntimeOptions, TwoPCCommitMessage, dumps_handle
+from twopc.spi.runtime import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
 from tests._filesink_helpers import crash_commit
 from tests._ops_helpers import REPO

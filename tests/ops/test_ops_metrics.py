@@ -157,7 +157,7 @@ def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tm
     someone rolled back by hand is lost; the commit raises and the metrics say so."""
     from twopc import TransactionLostError
     from twopc._spark import _WriterCore
-    from twopc.spi import RuntimeOptions, TwoPCCommitMessage, dumps_handle
+    from twopc.spi.runtime import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
     sink = FileSink(str(tmp_path / "out"))
     ck = str(tmp_path / "ck")

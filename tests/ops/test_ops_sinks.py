@@ -15,7 +15,7 @@ import pytest
 from twopc import TransactionContext
 from twopc._observe import DEFAULT_TASK_MAX_FAILURES, check_headroom
 from twopc.sinks import PostgresSink
-from twopc.spi import TargetConfigurationError
+from twopc.spi import Inspectable, TargetConfigurationError, WriteSetup, capability
 from twopc.testing import SinkHarness
 
 from tests._kit_harnesses import HARNESSES, harness_for
@@ -51,7 +51,7 @@ def test_prepared_details_are_exactly_the_prepared_with_what_the_target_tells(
             txn = sink.begin_transaction(TransactionContext(sid, 4, p, 10 + p))
             sink.invoke_batch(txn, harness.rows([p * 10 + i for i in range(3)]))
             handles.append(sink.pre_commit(txn))
-        details = sink.prepared_details(sid)
+        details = capability(sink, Inspectable).prepared_details(sid)
         assert sorted(d.handle.txn_id for d in details) == sorted(h.txn_id for h in sink.list_prepared(sid))
         assert sorted(d.handle.txn_id for d in details) == sorted(h.txn_id for h in handles)
         assert {(d.handle.batch_id, d.handle.partition_id, d.handle.attempt_id) for d in details} == {
@@ -66,22 +66,22 @@ def test_prepared_details_are_exactly_the_prepared_with_what_the_target_tells(
                 assert d.size > 0, (name, d)
             if d.holds == "staged rows":
                 assert d.size == 3
-        room = sink.headroom(sid)
+        room = capability(sink, Inspectable).headroom(sid)
         if room is not None:
             assert room.in_use >= (2 if "staging" not in name else 0), (name, room)
-        assert sink.commit_mode()
+        assert capability(sink, WriteSetup).commit_mode()
     finally:
         for h in handles:
             sink.abort(h)
         sink.close()
-    assert sink.prepared_details(sid) == []
+    assert capability(sink, Inspectable).prepared_details(sid) == []
 
 
 def test_a_max_prepared_transactions_below_the_querys_need_is_refused_with_the_fix(
         postgres_url: str, caplog: pytest.LogCaptureFixture) -> None:
     sink = PostgresSink(postgres_url, "no_table_needed")
     try:
-        room = sink.headroom("ops")
+        room = capability(sink, Inspectable).headroom("ops")
         assert room is not None and room.what == "max_prepared_transactions" and room.limit is not None
         with pytest.raises(TargetConfigurationError, match=r"max_prepared_transactions is \d+, below the "
                                                            rf"{room.limit + 1} prepared transactions"):

@@ -16,7 +16,8 @@ import pytest
 from twopc import CommitLedger, ConfigurationError, FencedError
 from twopc._driver_identity import DriverIdentity
 from twopc.sinks import FileHandle
-from twopc.spi import BatchState, Decision, ProtocolError
+from twopc.spi import ProtocolError
+from twopc.spi.operations import BatchState, Decision
 
 _DRIVER_A = DriverIdentity(host="driver-a", pid=101, started=1)
 _DRIVER_B = DriverIdentity(host="driver-b", pid=202, started=2)

@@ -23,7 +23,7 @@ from twopc._driver_identity import driver_identity, provably_dead
 from twopc._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers
 from twopc.sinks._options import Duration
 from twopc.sinks.sql import JdbcOptions
-from twopc.spi import ephemeral_writer_dead
+from twopc.spi.lease import ephemeral_writer_dead
 
 from tests._paths import REPO_ROOT
 

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from twopc import CommitCoordinator, FencedError, recovery, sinks
 from twopc._target import open_target_ledger
 from twopc.sinks import PostgresSink
-from twopc.spi import TargetLedger, ephemeral_sink_id
+from twopc.spi.lease import TargetLedger, ephemeral_sink_id
 
 from tests._paths import REPO_ROOT
 from tests._sql_helpers import leased_writer, logged_markers, validated

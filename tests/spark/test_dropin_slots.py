@@ -274,7 +274,7 @@ def test_a_driver_that_dies_after_moving_staged_rows_is_recovered(direct_slots, 
     decision (recovery rolls every part back: nothing lands) or right after it (recovery
     commits every part and deletes the staged leftovers: every row lands once)."""
     from twopc import CommitLedger, RecoveryCoordinator
-    from twopc.spi import Decision
+    from twopc.spi.operations import Decision
 
     server, engine = direct_slots
     table = _table(engine)

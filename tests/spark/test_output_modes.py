@@ -20,7 +20,8 @@ from twopc import CommitLedger, ConfigurationError, TransactionContext, sinks
 from twopc.recovery import main as twopc_cli
 from twopc.recovery.demos.demo import write_input
 from twopc.sinks import JdbcSink, PostgresSink, StagingSink
-from twopc.spi import Decision, SchemaMismatchError
+from twopc.spi import SchemaMismatchError
+from twopc.spi.operations import Decision
 
 
 @pytest.fixture(scope="module", autouse=True)

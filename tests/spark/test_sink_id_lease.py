@@ -19,7 +19,7 @@ from twopc import TransactionContext, sinks
 from twopc.sinks import FileSink, MySqlXaSink, PostgresSink
 from twopc.sinks.redis import RedisSink, RPushOp, mapping_json
 from twopc.sinks.sql import PreparedSqlSink
-from twopc.spi import checkpoint_label
+from twopc.spi.lease import checkpoint_label
 
 
 @pytest.fixture(scope="module", autouse=True)

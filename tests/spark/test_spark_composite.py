@@ -99,10 +99,10 @@ def test_postgres_table_and_redis_counters_from_python_objects(spark: Any, postg
         for batch in ledger.committed_batches():
             decision = ledger.decision(batch)
             assert decision is not None
-            assert all(isinstance(h, twopc.spi.CompositeHandle) for h in decision.handles)
-            assert {name for h in decision.handles if isinstance(h, twopc.spi.CompositeHandle)
+            assert all(isinstance(h, twopc.spi.runtime.CompositeHandle) for h in decision.handles)
+            assert {name for h in decision.handles if isinstance(h, twopc.spi.runtime.CompositeHandle)
                     for name, _ in h.parts} == {"orders", "counters"}
-        assert twopc.spi.CompositeSink([orders, counters]).list_prepared(sink_id) == []
+        assert twopc.spi.runtime.CompositeSink([orders, counters]).list_prepared(sink_id) == []
     client.close()
 
 

@@ -22,7 +22,7 @@ from twopc import CommitLedger, sinks
 from twopc.faultinject import FaultProxy
 from twopc.recovery import verify_postgres_ids
 from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
-from twopc.spi import BatchState
+from twopc.spi.operations import BatchState
 
 HANG = 300.0  # far above the configured bound: only a write that never returns reaches it
 #: waits small enough for a test: a reply gets 2 s, a commit one retry after 0.1 s

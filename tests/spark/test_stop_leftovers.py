@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from twopc import sinks
 from twopc._stops import wait_settled
-from twopc.spi import default_sink_id
+from twopc.spi.lease import default_sink_id
 
 from tests._ops_helpers import twopc_cli
 

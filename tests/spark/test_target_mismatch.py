@@ -23,7 +23,9 @@ from sqlalchemy.engine import make_url
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext, TransactionLostError, sinks
 from twopc.sinks import FileSink, MySqlXaSink, PostgresHandle, PostgresSink
 from twopc.sinks.sql import dispose_engines
-from twopc.spi import BatchState, TargetMismatchError, default_sink_id
+from twopc.spi import TargetMismatchError
+from twopc.spi.lease import default_sink_id
+from twopc.spi.operations import BatchState
 
 from tests._filesink_helpers import crash_commit, run_task
 from tests._paths import REPO_ROOT

@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from twopc import faultinject, sinks
-from twopc.spi import default_sink_id
+from twopc.spi.lease import default_sink_id
 
 
 @pytest.fixture(scope="module", autouse=True)

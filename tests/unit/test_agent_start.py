@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from twopc._driver_identity import identity_of
-from twopc.spi import DriverAgent
+from twopc.spi.lease import DriverAgent
 
 
 def _agents_of(key: str) -> list[int]:

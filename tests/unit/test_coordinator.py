@@ -13,7 +13,9 @@ import pytest
 
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionLostError
 from twopc.sinks import FileSink
-from twopc.spi import BatchState, CommitPendingError, CommitRetry, ProtocolError, SinkUnavailableError
+from twopc.spi import CommitPendingError, ProtocolError, SinkUnavailableError
+from twopc.spi.operations import BatchState
+from twopc.spi.runtime import CommitRetry
 
 from tests._broken_sinks import ClaimsAtomicCommit
 from tests._filesink_helpers import committed_ids, crash_commit, run_task

@@ -13,15 +13,8 @@ import pytest
 
 from twopc import TransactionHandle
 from twopc.sinks import FileHandle
-from twopc.spi import (
-    HandleError,
-    HandleVersionError,
-    UnknownHandleKindError,
-    decode_handle,
-    dumps_handle,
-    encode_handle,
-    loads_handle,
-)
+from twopc.spi import HandleError, HandleVersionError, UnknownHandleKindError
+from twopc.spi.runtime import decode_handle, dumps_handle, encode_handle, loads_handle
 
 from tests._paths import REPO_ROOT
 
@@ -71,7 +64,7 @@ def test_a_kind_declared_as_an_entry_point_is_imported_on_first_sight(tmp_path: 
     envelope = {"kind": "acme.queue", "version": 1,
                 "payload": {"txn_id": "t", "sink_id": "s", "batch_id": 1, "partition_id": 0, "attempt_id": 0,
                             "queue": "q1"}}
-    script = ("import sys; from twopc.spi import decode_handle\n"
+    script = ("import sys; from twopc.spi.runtime import decode_handle\n"
               f"h = decode_handle({envelope!r})\n"
               "print(type(h).__module__, h.queue)\n")
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,

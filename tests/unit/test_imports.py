@@ -110,9 +110,9 @@ def test_a_data_source_states_the_session_options_of_its_sink() -> None:
 
 
 def test_metrics_and_parquet_still_load_on_first_use() -> None:
-    code = ("import json, sys, twopc, twopc.spi, twopc.sinks\n"
+    code = ("import json, sys, twopc, twopc.spi.operations, twopc.sinks\n"
             "names = [twopc.serve_metrics.__name__, twopc.register_metrics.__name__,\n"
-            "         twopc.spi.MetricsCollector.__name__]\n"
+            "         twopc.spi.operations.MetricsCollector.__name__]\n"
             "print(json.dumps({'names': names, 'prometheus': 'prometheus_client' in sys.modules,\n"
             "                  'in_all': {'serve_metrics', 'register_metrics'} <= set(twopc.__all__)}))\n")
     assert _fresh(code) == {"names": ["serve_metrics", "register_metrics", "MetricsCollector"],

@@ -8,7 +8,8 @@ import pytest
 
 from twopc import CommitLedger, ConfigurationError, LedgerError
 from twopc.sinks import FileHandle
-from twopc.spi import BatchState, Decision, ProtocolError
+from twopc.spi import ProtocolError
+from twopc.spi.operations import BatchState, Decision
 
 
 def _decision(batch: int, n: int = 2, sink: str = "s1") -> Decision:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from twopc.sinks.postgres import PostgresSink
-from twopc.spi import load_object
+from twopc.spi.operations import load_object
 
 
 def test_a_class_path_recorded_under_the_old_top_level_name_loads_from_twopc() -> None:
@@ -18,7 +18,7 @@ def test_a_class_path_recorded_under_the_old_top_level_name_loads_from_twopc() -
 def test_a_jobs_own_sinks_module_does_not_capture_twopcs_paths(tmp_path: Path) -> None:
     (tmp_path / "sinks.py").write_text("OWN = True\n")
     code = ("import sinks\n"
-            "from twopc.spi import load_object\n"
+            "from twopc.spi.operations import load_object\n"
             "cls = load_object('sinks.postgres._sink:PostgresSink')\n"
             "assert sinks.OWN and cls.__module__ == 'twopc.sinks.postgres._sink', cls\n"
             "assert load_object('sinks:OWN') is True  # the job's own module, which twopc never had\n")

@@ -10,7 +10,7 @@ import pytest
 
 from twopc import CommitCoordinator, CommitLedger
 from twopc.sinks import FileSink
-from twopc.spi import BatchState
+from twopc.spi.operations import BatchState
 
 from tests._filesink_helpers import committed_ids, crash_commit, run_task
 from tests._paths import REPO_ROOT

@@ -156,7 +156,7 @@ _WITHOUT = textwrap.dedent("""
     from twopc import sinks
     sinks.register_all  # noqa: B018 - importable without any driver
     assert sinks.JdbcSink and sinks.FileSink and sinks.PostgresHandle and sinks.MySqlXaHandle
-    assert "twopc.postgres" in twopc.spi.registered_handle_kinds()  # ledgers stay readable
+    assert "twopc.postgres" in twopc.spi.runtime.registered_handle_kinds()  # ledgers stay readable
     for name, extra in (("PostgresSink", "postgres"), ("MySqlXaSink", "mysql"), ("RedisSink", "redis")):
         try:
             getattr(sinks, name)

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, faultinject
 from twopc.sinks import FileHandle, FileSink
-from twopc.spi import BatchState
+from twopc.spi.operations import BatchState
 
 from tests._filesink_helpers import committed_ids, run_task
 

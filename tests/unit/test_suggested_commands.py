@@ -29,7 +29,8 @@ from twopc._coordinator import _pending
 from twopc._sink_id_claim import claim_sink_id
 from twopc.recovery._cli import parse_command
 from twopc.sinks import FileSink
-from twopc.spi import SinkUnavailableError, open_store
+from twopc.spi import SinkUnavailableError
+from twopc.spi.operations import open_store
 
 from tests._filesink_helpers import crash_commit, run_task
 from tests._paths import REPO_ROOT

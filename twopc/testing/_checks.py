@@ -124,8 +124,8 @@ def check_never_prepared_is_lost(harness: SinkHarness) -> None:
 
 
 def check_abort_is_idempotent(harness: SinkHarness) -> None:
-    """Guarantees: ``abort`` and ``recover_and_abort`` of a rolled-back or never-prepared
-    transaction succeed quietly; an aborted transaction is no longer listed, and
+    """Guarantees: ``abort`` of a rolled-back or never-prepared transaction succeeds quietly,
+    from the sink that prepared it and from a restarted driver's; an aborted transaction is no longer listed, and
     committing it answers ``LOST``."""
     with CheckRun(harness, "abort_is_idempotent") as run:
         sid = run.sink_id()
@@ -133,8 +133,7 @@ def check_abort_is_idempotent(harness: SinkHarness) -> None:
         run.sink.abort(h)
         if h.txn_id in run.listed(sid):
             run.fail(f"abort({h.txn_id!r}) returned, but list_prepared still lists it")
-        again = (("abort", run.sink.abort, h), ("recover_and_abort", run.sink.recover_and_abort, h),
-                 ("a restarted driver's recover_and_abort", run.new_sink().recover_and_abort, h),
+        again = (("abort", run.sink.abort, h), ("a restarted driver's abort", run.new_sink().abort, h),
                  ("abort of a never-prepared transaction", run.sink.abort, harness.never_prepared(h)))
         for what, abort, handle in again:
             try:
@@ -147,7 +146,8 @@ def check_abort_is_idempotent(harness: SinkHarness) -> None:
 
 
 def check_abort_after_commit_is_refused(harness: SinkHarness) -> None:
-    """Guarantees: ``abort`` (and ``recover_and_abort``) of a committed transaction raises
+    """Guarantees: ``abort`` of a committed transaction (by the sink that committed it or a
+    restarted driver's) raises
     ``ProtocolError`` and undoes nothing. A sink that commits whole batches in one local
     transaction (``CommitShape.LOCAL_TRANSACTION``) cannot tell a committed attempt from an
     uncommitted replay of its batch, so it may return quietly instead, but must still
@@ -158,7 +158,7 @@ def check_abort_after_commit_is_refused(harness: SinkHarness) -> None:
         h = run.prepare(sid, 0, 0, ids)
         run.expect_outcome([h], COMMITTED, "the first commit")
         atomic = run.atomic([h])
-        for name, abort in (("abort", run.sink.abort), ("recover_and_abort", run.new_sink().recover_and_abort)):
+        for name, abort in (("abort", run.sink.abort), ("a restarted driver's abort", run.new_sink().abort)):
             try:
                 abort(h)
             except ProtocolError as exc:
@@ -213,7 +213,7 @@ def check_list_prepared_finds_exactly_the_prepared(harness: SinkHarness) -> None
                            recovering=True)
         expect(a, None, {a10.txn_id, a11.txn_id})
         for h in (listed[a10.txn_id], listed[a11.txn_id]):
-            run.sink.recover_and_abort(h)
+            run.sink.abort(h)
         expect(a, None, set())
         expect(look_alike, None, {other[0].txn_id})
         expect(longer, None, {other[1].txn_id})

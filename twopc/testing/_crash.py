@@ -22,7 +22,7 @@ from twopc import faultinject
 
 from .._context import TransactionContext
 from .._ledger import CommitLedger
-from .._sink import CommitShape
+from .._sink import BatchCommit, CommitShape, capability
 from ._harness import ContractViolation, SinkHarness
 from ._run import few
 
@@ -134,7 +134,7 @@ def _commit_shape(harness: SinkHarness, probe_id: int) -> tuple[bool, bool]:
         sink.invoke_batch(txn, harness.rows([probe_id]))
         h = sink.pre_commit(txn)
         try:
-            shape = sink.commit_shape([h])
+            shape = capability(sink, BatchCommit).commit_shape([h])
             local = shape is CommitShape.LOCAL_TRANSACTION
             return local, local or shape is CommitShape.ONE_CALL
         finally:

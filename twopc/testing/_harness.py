@@ -14,7 +14,7 @@ import pyarrow as pa
 from .._handle import TransactionHandle
 from .._objpath import load_object
 from .._runtime_options import RUNTIME_KEYS
-from .._sink import TwoPhaseCommitSink
+from .._sink import TwoPhaseCommitSink, WriteSetup, capability
 from .._spark import TwoPhaseCommitDataSource, data_source_for
 from .._xid import Xid
 
@@ -239,8 +239,8 @@ class SinkHarness:
         ``from_options``, ``configure_write`` (streaming append with a checkpoint),
         ``validate``."""
         sink = self.sink_class().from_options(self.sink_options())
-        sink.configure_write(self.schema, overwrite=False, streaming=True, checkpointed=True)
-        sink.validate(self.schema)
+        capability(sink, WriteSetup).configure_write(self.schema, overwrite=False, streaming=True, checkpointed=True)
+        capability(sink, WriteSetup).validate(self.schema)
         return sink
 
     def secret_strings(self) -> list[str]:

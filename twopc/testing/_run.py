@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 from .._context import TransactionContext
 from .._errors import TransactionLostError
 from .._handle import TransactionHandle
-from .._sink import CommitOutcome, CommitShape
+from .._sink import BatchCommit, CommitOutcome, CommitShape, capability
 from ._harness import AnySink, ContractViolation, SinkHarness
 
 __all__ = ["CheckRun", "few"]
@@ -120,7 +120,7 @@ class CheckRun:
         __tracebackhide__ = True
         sink = sink or self.sink
         try:
-            outcomes = sink.commit_all(list(handles), recovering=recovering)
+            outcomes = capability(sink, BatchCommit).commit_all(list(handles), recovering=recovering)
             if outcomes is None:
                 outcomes = [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
         except TransactionLostError as exc:
@@ -143,7 +143,7 @@ class CheckRun:
     def atomic(self, handles: Sequence[TransactionHandle]) -> bool:
         """Whether the sink commits these handles in one local transaction (then its
         answers are per batch, not per transaction)."""
-        return self.sink.commit_shape(list(handles)) is CommitShape.LOCAL_TRANSACTION
+        return capability(self.sink, BatchCommit).commit_shape(list(handles)) is CommitShape.LOCAL_TRANSACTION
 
     def listed(self, sink_id: str, batch_id: int | None = None, *, sink: AnySink | None = None
                ) -> dict[str, TransactionHandle]:
@@ -241,6 +241,6 @@ class CheckRun:
                 continue
             for h in handles:
                 try:
-                    self.sink.recover_and_abort(h)
+                    self.sink.abort(h)
                 except Exception:
                     log.debug("twopc.testing: cannot roll back leftover %s", h.txn_id, exc_info=True)

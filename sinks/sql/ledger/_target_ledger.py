@@ -36,18 +36,17 @@ from pathlib import Path
 from typing import Any
 
 from twopc import ConfigurationError, FencedError, LedgerError, SinkError
-from twopc.spi import (
+from twopc.spi import ConcurrentWriterError, TargetConfigurationError
+from twopc.spi.lease import (
     EPHEMERAL_PREFIX,
-    ConcurrentWriterError,
     DriverAgent,
     DriverIdentity,
     Lease,
-    TargetConfigurationError,
     ask_agent,
     driver_identity,
     private_dir,
 )
-from twopc.spi import start_ticks as _start_ticks
+from twopc.spi.lease import start_ticks as _start_ticks
 
 from .._names import TableName, parse_table_name
 from .._privileges import dbapi_runner, require_privileges

@@ -35,7 +35,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
 from twopc import CommitOutcome, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import Headroom, PreparedDetail, SinkUnavailableError
+from twopc.spi import (
+    BatchCommit,
+    Headroom,
+    Inspectable,
+    LedgerHost,
+    MarkerPurge,
+    NamedTarget,
+    PreparedDetail,
+    SinkUnavailableError,
+    WriteSetup,
+)
 
 from ..._handles import PreparedSqlHandle
 from ..._secrets import credential_free
@@ -65,7 +75,8 @@ H = TypeVar("H", bound=PreparedSqlHandle)
 _PARTS = ("target", "dialect", "writer", "committer")
 
 
-class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], Generic[C, H]):
+class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], WriteSetup, BatchCommit, Inspectable,
+                      MarkerPurge, NamedTarget, LedgerHost, Generic[C, H]):
     """Exactly-once appends to one SQL table through prepared transactions.
 
     Args:

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
 
 from twopc import ConfigurationError, SinkError, TransactionContext
-from twopc.spi import ProtocolError, hold_for_prepare
+from twopc.spi import ProtocolError
+from twopc.spi.lease import hold_for_prepare
 
 from ..._handles import PreparedSqlHandle
 from ..connect._sql_dialect import SqlDialect, SqlTxn

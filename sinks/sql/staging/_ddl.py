@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc.spi import SchemaMismatchError, TargetConfigurationError, ephemeral_started, ephemeral_writer_dead, redact
+from twopc.spi import SchemaMismatchError, TargetConfigurationError, redact
+from twopc.spi.lease import ephemeral_started, ephemeral_writer_dead
 
 from .._errors import session_init_failed
 from .._names import TableName
@@ -41,7 +42,7 @@ __all__ = ["StagingDdl"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
-#: sink ids of writes without a checkpoint start with this (:func:`twopc.spi.ephemeral_sink_id`)
+#: sink ids of writes without a checkpoint start with this (:func:`twopc.spi.lease.ephemeral_sink_id`)
 EPHEMERAL_PREFIX = "eph-"
 
 

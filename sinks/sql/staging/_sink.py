@@ -27,7 +27,7 @@ Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.a
 coordinator's sweep, or recovery). Staged rows of writes without a checkpoint whose
 driver died (sink ids ``eph-...``) are deleted by the next write to the table: at once when
 that write runs on the machine of the dead driver and can prove it gone (its temporary
-ledger is there, its process is not: :func:`twopc.spi.ephemeral_writer_dead`), else once the
+ledger is there, its process is not: :func:`twopc.spi.lease.ephemeral_writer_dead`), else once the
 write started longer ago than the ``stagingRetention`` option (a duration, default 24 h).
 Deleting them is always safe, because a commit that finds fewer staged rows than its
 handles promise writes nothing.
@@ -46,7 +46,16 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import CommitOutcome, CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import PreparedDetail, ProtocolError, SinkUnavailableError
+from twopc.spi import (
+    BatchCommit,
+    Inspectable,
+    MarkerPurge,
+    NamedTarget,
+    PreparedDetail,
+    ProtocolError,
+    SinkUnavailableError,
+    WriteSetup,
+)
 
 from ..._handles import StagingHandle
 from .._names import TableName
@@ -77,7 +86,8 @@ class _StageTxn:
     plans: dict[pa.Schema, Any] = field(default_factory=dict)
 
 
-class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle]):
+class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup, BatchCommit,
+                  Inspectable, MarkerPurge, NamedTarget):
     """Exactly-once writes through a staging table and one local commit transaction.
 
     Args:

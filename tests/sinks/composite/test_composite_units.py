@@ -18,7 +18,8 @@ from twopc import TransactionContext as Ctx
 from twopc._composite import _group
 from twopc._coordinator import classify_prepared
 from twopc.sinks import FileSink, PostgresHandle
-from twopc.spi import CompositeHandle, CompositeSink, Decision
+from twopc.spi.operations import Decision
+from twopc.spi.runtime import CompositeHandle, CompositeSink
 
 from tests._composite_helpers import composite_harness
 from tests._filesink_helpers import assert_nothing_left, committed_ids

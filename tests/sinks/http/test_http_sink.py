@@ -29,14 +29,8 @@ from twopc import (
 )
 from twopc.sinks import HttpSink
 from twopc.sinks.http._deliver import retry_after
-from twopc.spi import (
-    CommitPendingError,
-    CommitRetry,
-    MissingOptionError,
-    ProtocolError,
-    SinkUnavailableError,
-    dumps_handle,
-)
+from twopc.spi import CommitPendingError, MissingOptionError, ProtocolError, SinkUnavailableError
+from twopc.spi.runtime import CommitRetry, dumps_handle
 
 from tests._http_service import HttpService, self_signed
 

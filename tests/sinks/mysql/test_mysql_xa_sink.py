@@ -35,9 +35,8 @@ from twopc.spi import (
     SchemaMismatchError,
     SinkUnavailableError,
     TargetConfigurationError,
-    dumps_handle,
-    loads_handle,
 )
+from twopc.spi.runtime import dumps_handle, loads_handle
 
 from tests._paths import REPO_ROOT
 from tests._sql_helpers import batch as _batch
@@ -239,7 +238,7 @@ _WRITER = textwrap.dedent("""
     import pyarrow as pa
     from twopc.sinks import MySqlXaSink
     from twopc import TransactionContext
-    from twopc.spi import dumps_handle
+    from twopc.spi.runtime import dumps_handle
 
     sink = MySqlXaSink(os.environ["URL"], os.environ["TABLE"])
     txn = sink.begin_transaction(TransactionContext(os.environ["SINK"], 3, 0, 9))

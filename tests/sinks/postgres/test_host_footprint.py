@@ -22,7 +22,7 @@ from twopc._agent_client import DriverAgent
 from twopc._driver_identity import _start_ticks, identity_of
 from twopc._metrics_server import ensure_server, registry_dir
 from twopc.sinks import PostgresSink
-from twopc.spi import Lease
+from twopc.spi.lease import Lease
 
 
 def _private(folder: Path) -> bool:

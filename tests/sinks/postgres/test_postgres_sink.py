@@ -32,9 +32,8 @@ from twopc.spi import (
     SchemaMismatchError,
     SinkUnavailableError,
     TargetConfigurationError,
-    dumps_handle,
-    loads_handle,
 )
+from twopc.spi.runtime import dumps_handle, loads_handle
 
 from tests._sql_helpers import batch as _batch
 from tests._sql_helpers import chain as _chain

@@ -1,5 +1,5 @@
 """What a write without a checkpoint does to the other writers recorded in the target's
-``twopc_ledger`` (:func:`twopc.spi.resolve_abandoned`) when they have nothing left to finish.
+``twopc_ledger`` (:func:`twopc.spi.lease.resolve_abandoned`) when they have nothing left to finish.
 
 A ``txnAppId`` writer's records stay in the table after its write on purpose (its last
 committed ``txnVersion`` makes a rerun write nothing), so every later write to the server, and
@@ -24,7 +24,8 @@ from twopc import CommitCoordinator
 from twopc._target import open_target_ledger, settle_own
 from twopc.recovery._cli import ERROR, OK, main
 from twopc.sinks import PostgresSink
-from twopc.spi import BatchState, resolve_abandoned
+from twopc.spi.lease import resolve_abandoned
+from twopc.spi.operations import BatchState
 
 from tests._filesink_helpers import crash_commit
 from tests._sql_helpers import leased_writer

@@ -129,7 +129,7 @@ def test_an_ack_group_that_is_not_a_group_of_the_stream_is_refused_before_anythi
 
 def test_a_version_1_redis_handle_reads_as_one_without_acks_and_acks_survive_the_envelope() -> None:
     from twopc.sinks.redis import RedisHandle
-    from twopc.spi import decode_handle, encode_handle
+    from twopc.spi.runtime import decode_handle, encode_handle
 
     payload: dict[str, Any] = {"txn_id": "twopc:s:0:0:1:ab", "sink_id": "s", "batch_id": 0, "partition_id": 0,
                                "attempt_id": 1, "hash_tag": "{x}", "staged": 3}

@@ -45,7 +45,8 @@ from twopc import (
 from twopc.faultinject import LocalRedis, LocalRedisCluster
 from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
 from twopc.sinks.redis_source import Offset, RedisStreamReader, StreamOptions
-from twopc.spi import BatchState, CommitRetry
+from twopc.spi.operations import BatchState
+from twopc.spi.runtime import CommitRetry
 
 from tests._stream_helpers import rows_of
 

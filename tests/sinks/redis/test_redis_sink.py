@@ -36,14 +36,8 @@ from twopc.sinks.redis import (
     mapping_json,
     parse_mapping,
 )
-from twopc.spi import (
-    MissingOptionError,
-    SchemaMismatchError,
-    SinkUnavailableError,
-    TargetConfigurationError,
-    dumps_handle,
-    loads_handle,
-)
+from twopc.spi import MissingOptionError, SchemaMismatchError, SinkUnavailableError, TargetConfigurationError
+from twopc.spi.runtime import dumps_handle, loads_handle
 
 LIBRARY_NAME = "twopc_redis_v1"  # the FUNCTION library, part of the on-server format
 MAX_ARGS = 1000  # arguments per staged group at most (the staging format the library reads)

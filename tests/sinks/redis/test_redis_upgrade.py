@@ -24,7 +24,9 @@ import redis
 
 from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionContext, Xid
 from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink
-from twopc.spi import Decision, ProtocolError, loads_handle
+from twopc.spi import ProtocolError
+from twopc.spi.operations import Decision
+from twopc.spi.runtime import loads_handle
 
 LIBRARY_NAME = "twopc_redis_v1"
 #: SHA-256 of the library code every version loads under LIBRARY_NAME. A change of the

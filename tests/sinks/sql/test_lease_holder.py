@@ -23,7 +23,8 @@ from twopc._agent_client import DriverAgent, agent_folder, ask_agent
 from twopc._driver_identity import _start_ticks, identity_of
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.sql import PreparedSqlSink
-from twopc.spi import ConcurrentWriterError, Lease
+from twopc.spi import ConcurrentWriterError
+from twopc.spi.lease import Lease
 
 HEAVY = {"pyspark", "pyarrow", "sqlalchemy", "pandas", "numpy", "twopc"}
 

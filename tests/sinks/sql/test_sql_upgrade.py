@@ -23,7 +23,8 @@ import sqlalchemy as sa
 
 from twopc import CommitLedger, CommitOutcome, RecoveryCoordinator, TransactionHandle
 from twopc.sinks import MySqlXaHandle, MySqlXaSink, PostgresHandle, PostgresSink, StagingHandle, StagingSink
-from twopc.spi import Decision, loads_handle
+from twopc.spi.operations import Decision
+from twopc.spi.runtime import loads_handle
 
 from tests._sql_helpers import uid as _uid
 

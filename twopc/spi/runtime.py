@@ -1,0 +1,41 @@
+"""The protocol's parts that twopc's Spark glue and composite sink are made of.
+
+- The Spark writers: :class:`TwoPhaseCommitBatchWriter`, :class:`TwoPhaseCommitStreamWriter`,
+  :class:`TwoPCCommitMessage`; the options twopc reads itself: :class:`RuntimeOptions`,
+  :data:`RUNTIME_OPTION_NAMES`, :data:`RUNTIME_KEYS`.
+- A batch's commit: :class:`BatchResult`, :class:`CommitMetrics`, :class:`CommitRetry`.
+- The composite sink: :class:`CompositeSink`, :class:`CompositeHandle`,
+  :class:`CompositeDataSourceBase`, :func:`participant_sink_id`.
+- Handles as bytes and text: :func:`encode_handle`, :func:`decode_handle`,
+  :func:`dumps_handle`, :func:`loads_handle`, :func:`registered_handle_kinds`.
+"""
+
+from .._commit_message import TwoPCCommitMessage
+from .._composite import CompositeHandle, CompositeSink, participant_sink_id
+from .._composite_source import CompositeDataSourceBase
+from .._coordinator import BatchResult, CommitMetrics
+from .._handle import decode_handle, dumps_handle, encode_handle, loads_handle, registered_handle_kinds
+from .._retry import CommitRetry
+from .._runtime_options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, RuntimeOptions
+from .._spark import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
+
+__all__ = [
+    "RUNTIME_KEYS",
+    "RUNTIME_OPTION_NAMES",
+    "BatchResult",
+    "CommitMetrics",
+    "CommitRetry",
+    "CompositeDataSourceBase",
+    "CompositeHandle",
+    "CompositeSink",
+    "RuntimeOptions",
+    "TwoPCCommitMessage",
+    "TwoPhaseCommitBatchWriter",
+    "TwoPhaseCommitStreamWriter",
+    "decode_handle",
+    "dumps_handle",
+    "encode_handle",
+    "loads_handle",
+    "participant_sink_id",
+    "registered_handle_kinds",
+]
