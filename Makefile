@@ -201,6 +201,8 @@ lint: venv
 	echo "ruff check $(LINT_PATHS)"; $(VPY) -m ruff check $(LINT_PATHS) || rc=1; \
 	echo "mypy $(MYPY_PATHS)"; $(VPY) -m mypy $(MYPY_PATHS) || rc=1; \
 	echo "lint-imports (import contracts)"; PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} $(VENV)/bin/lint-imports --no-cache || rc=1; \
+	echo "structure: no reach into a part's privates, no new forwarding method"; \
+	$(VPY) -m tests._structure_lint twopc sinks || rc=1; \
 	echo "noqa / type: ignore with a reason"; \
 	if grep -rnE --include='*.py' '$(SUPPRESSION_WITHOUT_REASON)' $(LINT_PATHS); then \
 	  echo "lint: say on the same line why each suppression above is needed" >&2; rc=1; \

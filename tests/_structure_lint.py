@@ -7,8 +7,10 @@
 - **No reaching into a part's privates.** ``self.part._name`` uses what another object keeps
   to itself: give that object the method the caller needs.
 
-Run: ``python -m tests._structure_lint twopc sinks`` (prints each finding as ``path:line: rule``,
-exits 1 when there is any).
+Run: ``python -m tests._structure_lint twopc sinks`` (prints each finding as ``path:line: rule``).
+It exits 1 on any reach into a part's privates, and on more forwarding methods than
+:data:`FORWARDING_LEFT`, the ones not yet taken out: lower it as they go (its goal is 0), and
+``make lint`` holds the line meanwhile.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import ast
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+
+#: Forwarding methods left in twopc/ and sinks/ on 2026-11-29 (most are the SQL sinks' contract
+#: methods passing the call to their writer or committer). More than this fails.
+FORWARDING_LEFT = 87
 
 FORWARD = "forwarding method"
 REACH = "reaches into a part's private member"
@@ -66,13 +72,16 @@ def findings(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def main(argv: list[str]) -> int:
-    bad = 0
-    for root in argv or ["twopc", "sinks"]:
-        for path in sorted(Path(root).rglob("*.py")):
-            for line, what in findings(path):
-                print(f"{path}:{line}: {what}")
-                bad += 1
-    return 1 if bad else 0
+    found = [(f"{path}:{line}", what) for root in argv or ["twopc", "sinks"]
+             for path in sorted(Path(root).rglob("*.py")) for line, what in findings(path)]
+    reaches = [f for f in found if f[1].startswith(REACH)]
+    forwarding = [f for f in found if f[1].startswith(FORWARD)]
+    over = len(forwarding) > FORWARDING_LEFT
+    for where, what in reaches + (forwarding if over else []):
+        print(f"{where}: {what}")
+    print(f"{len(reaches)} reaches into a part's private members (allowed: 0), {len(forwarding)} forwarding "
+          f"methods (allowed: {FORWARDING_LEFT}{': hand the part out, or let the part be the object' if over else ''})")
+    return 1 if reaches or over else 0
 
 
 if __name__ == "__main__":

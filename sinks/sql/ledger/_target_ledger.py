@@ -108,13 +108,15 @@ class SqlTargetLedger:
         return f"{self.sink.spec.product} {self.sink.where()} table {self.table.display()}"
 
     @property
-    def _dialect(self) -> str:
+    def dialect(self) -> str:
+        """The target's dialect name (``postgresql``, ``mysql``)."""
         return self.sink.spec.name
 
     def _lock(self, sink_id: str) -> tuple[str, str, Any]:
-        return _lock_sql(self._dialect, sink_id, self.sink.options.url.database or "")
+        return _lock_sql(self.dialect, sink_id, self.sink.options.url.database or "")
 
-    def _q(self) -> str:
+    def quoted(self) -> str:
+        """The ledger table's name, quoted and qualified for the target."""
         return self.sink.qualified(self.table)
 
     def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
@@ -133,20 +135,20 @@ class SqlTargetLedger:
             SinkError: it cannot be created (the message has the DDL to run as an owner).
             TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
         """
-        if self._dialect == "postgresql":
-            ddl = (f"CREATE TABLE IF NOT EXISTS {self._q()} (sink_id text NOT NULL, name text NOT NULL, "
+        if self.dialect == "postgresql":
+            ddl = (f"CREATE TABLE IF NOT EXISTS {self.quoted()} (sink_id text NOT NULL, name text NOT NULL, "
                    "body text NOT NULL, written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, name))")
         else:
             ascii_ = "CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
-            ddl = (f"CREATE TABLE IF NOT EXISTS {self._q()} (`sink_id` VARCHAR(64) {ascii_}, `name` VARCHAR(128) "
+            ddl = (f"CREATE TABLE IF NOT EXISTS {self.quoted()} (`sink_id` VARCHAR(64) {ascii_}, `name` VARCHAR(128) "
                    f"{ascii_}, `body` LONGTEXT NOT NULL, `written_at` TIMESTAMP(6) NOT NULL DEFAULT "
                    "CURRENT_TIMESTAMP(6), PRIMARY KEY (`sink_id`, `name`)) ENGINE=InnoDB")
         if (schema := self.sink.options.twopc_schema) is not None:
-            self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self._dialect, schema,
+            self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self.dialect, schema,
                                                                self.sink.options.url.database or ""))
         try:
             # a table an owner created (as the message below says) needs no CREATE privilege
-            self.sink.control_execute(f"SELECT 1 FROM {self._q()} WHERE 1=0")
+            self.sink.control_execute(f"SELECT 1 FROM {self.quoted()} WHERE 1=0")
             exists = True
         except self.sink.spec.driver_error:
             exists = False  # missing, or not readable: the CREATE or the privilege check says which
@@ -163,7 +165,7 @@ class SqlTargetLedger:
         cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
         try:  # the records are inserted, replaced (upsert), read and deleted by this driver
             self.sink.control_run(lambda dbapi: require_privileges(
-                dbapi_runner(dbapi), self._dialect, table=self._q(), display=self.table.display(), columns=cols,
+                dbapi_runner(dbapi), self.dialect, table=self.quoted(), display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
         except self.sink.spec.driver_error as exc:
             raise self.sink.map_error(exc, f"check the privileges on {self.table.display()}") from None
@@ -173,7 +175,7 @@ class SqlTargetLedger:
 
     def writers(self) -> list[str]:
         try:
-            rows = self.sink.control_execute(f"SELECT DISTINCT sink_id FROM {self._q()}", fetch=True)[1]
+            rows = self.sink.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted()}", fetch=True)[1]
         except self.sink.spec.driver_error as exc:
             if self.sink.spec.is_missing_table(exc):
                 return []
@@ -181,7 +183,7 @@ class SqlTargetLedger:
         return sorted(str(r[0]) for r in rows)
 
     def forget(self, sink_id: str) -> None:
-        self.run(f"DELETE FROM {self._q()} WHERE sink_id = %s", (sink_id,),
+        self.run(f"DELETE FROM {self.quoted()} WHERE sink_id = %s", (sink_id,),
                  action=f"delete the records of {sink_id} from {self.table.display()}")
 
     # -- the leases ----------------------------------------------------------------------
@@ -225,7 +227,7 @@ class SqlTargetLedger:
         return {"op": "take", "sink_id": sink_id, "module": module, "connect": connect, "try_lock": try_lock,
                 "key": key, "bound_seconds": timeouts.connect + timeouts.reply,
                 "record": str(record) if record else None,
-                "session_sql": "SELECT pg_backend_pid()" if self._dialect == "postgresql" else "SELECT CONNECTION_ID()"}
+                "session_sql": "SELECT pg_backend_pid()" if self.dialect == "postgresql" else "SELECT CONNECTION_ID()"}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
         """Ask the driver's agent (started by the driver's first write) to take *sink_id*'s
@@ -285,8 +287,8 @@ class SqlTargetLedger:
         """
         if self.sink.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
             return
-        marker = parse_table_name(self.sink.options.marker_table, self._dialect, "markerTable")
-        old = TableName(marker.schema, LEDGER_TABLE, self._dialect)
+        marker = parse_table_name(self.sink.options.marker_table, self.dialect, "markerTable")
+        old = TableName(marker.schema, LEDGER_TABLE, self.dialect)
         try:
             rows = self.sink.control_execute(f"SELECT count(*) FROM {self.sink.qualified(old)} WHERE sink_id = %s",
                                               (sink_id,), fetch=True)[1]
@@ -299,12 +301,12 @@ class SqlTargetLedger:
                 f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "
                 f"decisions) in {old.display()}, and with twopcSchema={self.sink.options.twopc_schema} it would read "
                 f"{self.table.display()}, where they are not: it would write its committed batches again. Nothing was "
-                f"written. Move them once, as an owner: INSERT INTO {self._q()} SELECT * FROM "
+                f"written. Move them once, as an owner: INSERT INTO {self.quoted()} SELECT * FROM "
                 f"{self.sink.qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink.qualified(old)} "
                 f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
     def holds(self, lease: Lease) -> bool:
-        if self._dialect == "postgresql":
+        if self.dialect == "postgresql":
             key = lease_key(lease.sink_id)
             rows = self.run("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
                             "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND database = "
@@ -369,7 +371,7 @@ class SqlLedgerStore:
             raise LedgerError(f"cannot {what} in {self.root}: {exc}") from None
 
     def read(self, rel: str) -> str | None:
-        rows = self._run(f"SELECT body FROM {self.backend._q()} WHERE sink_id = %s AND name = %s",
+        rows = self._run(f"SELECT body FROM {self.backend.quoted()} WHERE sink_id = %s AND name = %s",
                          (self.sink_id, rel), fetch=True, what=f"read ledger record {rel}")
         return str(rows[0][0]) if rows else None
 
@@ -384,7 +386,7 @@ class SqlLedgerStore:
             return True
         sink = self.backend.sink
         try:
-            sink.control_execute(f"INSERT INTO {self.backend._q()} (sink_id, name, body) VALUES (%s, %s, %s)",
+            sink.control_execute(f"INSERT INTO {self.backend.quoted()} (sink_id, name, body) VALUES (%s, %s, %s)",
                                   (self.sink_id, rel, text))
         except sink.spec.driver_error as exc:
             if sink.spec.error_code(exc) in _UNIQUE:
@@ -396,8 +398,8 @@ class SqlLedgerStore:
         return True
 
     def replace(self, rel: str, text: str) -> None:
-        q = self.backend._q()
-        if self.backend._dialect == "postgresql":
+        q = self.backend.quoted()
+        if self.backend.dialect == "postgresql":
             sql = (f"INSERT INTO {q} (sink_id, name, body) VALUES (%s, %s, %s) "
                    "ON CONFLICT (sink_id, name) DO UPDATE SET body = EXCLUDED.body")
         else:
@@ -407,11 +409,11 @@ class SqlLedgerStore:
 
     def list(self, rel: str) -> list[str]:
         prefix = rel.rstrip("/") + "/"
-        rows = self._run(f"SELECT name FROM {self.backend._q()} WHERE sink_id = %s", (self.sink_id,), fetch=True,
+        rows = self._run(f"SELECT name FROM {self.backend.quoted()} WHERE sink_id = %s", (self.sink_id,), fetch=True,
                          what=f"list ledger folder {rel}")
         names = [str(r[0])[len(prefix):] for r in rows if str(r[0]).startswith(prefix)]
         return [n for n in names if n and "/" not in n and not n.startswith(".")]
 
     def delete(self, rel: str) -> None:
-        self._run(f"DELETE FROM {self.backend._q()} WHERE sink_id = %s AND name = %s", (self.sink_id, rel),
+        self._run(f"DELETE FROM {self.backend.quoted()} WHERE sink_id = %s AND name = %s", (self.sink_id, rel),
                   what=f"delete ledger record {rel}")

@@ -75,20 +75,20 @@ class StagingCommitter:
         if len(batch_ids) != 1:
             raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
         sink_id, batch_id = batch_ids.pop()
-        conn = self.t._connect()
+        conn = self.t.connect()
         try:
-            self.t._begin(conn)
+            self.t.begin(conn)
             d = conn.dialect
             marker = conn.execute(sa.text(
-                f"SELECT {self.t._q('rows')} FROM {self.t.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
+                f"SELECT {self.t.q('rows')} FROM {self.t.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
                 {"s": sink_id, "b": batch_id}).first()
             if marker is not None:
-                self.ddl._delete_staged(conn, ids)
+                self.ddl.delete_staged(conn, ids)
                 conn.commit()
                 return [CommitOutcome.ALREADY_COMMITTED] * len(handles)
             counts: dict[str, int] = dict(conn.execute(
-                sa.text(f"SELECT {self.t._q(TXN_COLUMN)}, count(*) FROM {self.t.stage.quoted(d)} "
-                        f"WHERE {self.t._q(TXN_COLUMN)} IN :ids GROUP BY {self.t._q(TXN_COLUMN)}")
+                sa.text(f"SELECT {self.t.q(TXN_COLUMN)}, count(*) FROM {self.t.stage.quoted(d)} "
+                        f"WHERE {self.t.q(TXN_COLUMN)} IN :ids GROUP BY {self.t.q(TXN_COLUMN)}")
                 .bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids}).all())
             bad = [h.txn_id for h in handles if counts.get(h.txn_id, 0) != h.rows and not
                    (h.rows < 0 and counts.get(h.txn_id, 0) > 0)]
@@ -100,14 +100,14 @@ class StagingCommitter:
             total = sum(counts.values())
             self._move(conn, ids, total, self._write_of(handles))
             conn.execute(sa.text(f"INSERT INTO {self.t.batches.quoted(d)} "
-                                 f"(sink_id, batch_id, {self.t._q('rows')}, committed_at) "
+                                 f"(sink_id, batch_id, {self.t.q('rows')}, committed_at) "
                                  f"VALUES (:s, :b, :r, :t)"),
                          {"s": sink_id, "b": batch_id, "r": total,
                           "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
             conn.commit()
         except SQLAlchemyError as exc:
             _quiet_rollback(conn)
-            raise self.t._error(exc, f"commit batch {batch_id} into {self.t.target.display()}") from None
+            raise self.t.error(exc, f"commit batch {batch_id} into {self.t.target.display()}") from None
         except BaseException:
             _quiet_rollback(conn)
             raise
@@ -131,13 +131,13 @@ class StagingCommitter:
         chosen attempts' *rows* rows, then their deletion from staging."""
         d = conn.dialect
         t = self.t.target.quoted(d)
-        exists = self.ddl._has_table(conn, self.t.target)
+        exists = self.ddl.has_table(conn, self.t.target)
         if write == "errorifexists" and exists:
             raise TargetConfigurationError(
                 f"table {self.t.target.display()} was created by someone else while this write ran, and the "
                 f"save mode is errorifexists: nothing was written")
         if write == "ignore" and exists:
-            self.ddl._delete_staged(conn, ids)
+            self.ddl.delete_staged(conn, ids)
             log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.t.target.display())
             return
         if write == "drop" and exists and self.t.schema is None:
@@ -153,8 +153,8 @@ class StagingCommitter:
                 raise SchemaMismatchError(
                     f"{self.t.target.display()} does not exist and this process does not know the DataFrame "
                     f"schema to create it (recovery without a query): create the table, then recover")
-            conn.exec_driver_sql(self.ddl._create_ddl(conn))
-            if self.t.options.table_comment and self.t._dialect_name == "postgresql":
+            conn.exec_driver_sql(self.ddl.create_ddl(conn))
+            if self.t.options.table_comment and self.t.dialect_name == "postgresql":
                 comment = sql_string(self.t.options.table_comment, backslash=False)
                 conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {comment}")
         stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.t.stage.name, schema=self.t.stage.schema)
@@ -166,10 +166,10 @@ class StagingCommitter:
             if len(exact) != 1:
                 raise SchemaMismatchError(f"staged column {s} matches no single column of {self.t.target.display()}")
             mapping.append((s, exact[0]))
-        stmt = move_sql(self.t._dialect_name, self.t._q, t, self.t.stage.quoted(d), mapping, self.t.options.upsert_keys)
+        stmt = move_sql(self.t.dialect_name, self.t.q, t, self.t.stage.quoted(d), mapping, self.t.options.upsert_keys)
         conn.execute(sa.text(stmt).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
         if rows < TRUNCATE_FROM_ROWS or not self._truncate_staged(conn, ids):
-            self.ddl._delete_staged(conn, ids)
+            self.ddl.delete_staged(conn, ids)
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
         """On PostgreSQL, empty the staging table with ``TRUNCATE`` (inside the commit
@@ -188,13 +188,13 @@ class StagingCommitter:
         the caller deletes. The lock is held only for the rest of the commit transaction
         (milliseconds): a task that starts staging meanwhile waits for it, then stages into
         the emptied table."""
-        if self.t._dialect_name != "postgresql":
+        if self.t.dialect_name != "postgresql":
             return False
         # Only a statement snapshot taken after the lock sees every row committed before it
         # (REPEATABLE READ / SERIALIZABLE would miss rows staged since the transaction began).
         if conn.exec_driver_sql("SHOW transaction_isolation").scalar() not in ("read committed", "read uncommitted"):
             return False
-        stage, col = self.t.stage.quoted(conn.dialect), self.t._q(TXN_COLUMN)
+        stage, col = self.t.stage.quoted(conn.dialect), self.t.q(TXN_COLUMN)
         savepoint = conn.begin_nested()
         try:
             conn.exec_driver_sql(f"LOCK TABLE {stage} IN ACCESS EXCLUSIVE MODE NOWAIT")
@@ -226,16 +226,16 @@ class StagingCommitter:
         Raises:
             SinkError / SinkUnavailableError: the database failed; retry.
         """
-        conn = self.t._connect()
+        conn = self.t.connect()
         try:
-            self.t._begin(conn)
-            if self.ddl._has_table(conn, self.t.stage):
-                self.ddl._delete_staged(conn, txn_ids)
+            self.t.begin(conn)
+            if self.ddl.has_table(conn, self.t.stage):
+                self.ddl.delete_staged(conn, txn_ids)
             conn.commit()
         except SQLAlchemyError as exc:
             _quiet_rollback(conn)
             what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
-            raise self.t._error(exc, f"delete staged rows of {what}") from None
+            raise self.t.error(exc, f"delete staged rows of {what}") from None
         finally:
             conn.close()
 
@@ -253,12 +253,12 @@ class StagingCommitter:
         return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
 
     def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
-        conn = self.t._connect()
+        conn = self.t.connect()
         try:
             with fresh(conn):
-                counts = self.ddl._staged_counts(conn, Xid.prefix(sink_id))
+                counts = self.ddl.staged_counts(conn, Xid.prefix(sink_id))
         except SQLAlchemyError as exc:
-            raise self.t._error(exc, "list staged transactions") from None
+            raise self.t.error(exc, "list staged transactions") from None
         finally:
             conn.close()
         out = []
@@ -283,7 +283,7 @@ class StagingCommitter:
         Raises:
             SinkError / SinkUnavailableError: the database failed.
         """
-        conn = self.t._connect()
+        conn = self.t.connect()
         try:
             with fresh(conn):
                 stmt = sa.text(f"DELETE FROM {self.t.batches.quoted(conn.dialect)} "
@@ -291,7 +291,7 @@ class StagingCommitter:
                 result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
             return int(result.rowcount)
         except SQLAlchemyError as exc:
-            raise self.t._error(exc, f"purge batch markers from {self.t.batches.display()}") from None
+            raise self.t.error(exc, f"purge batch markers from {self.t.batches.display()}") from None
         finally:
             conn.close()
 

@@ -62,7 +62,7 @@ class StagingDdl:
         stmt = self.t.options.session_init_statement
         if not stmt:
             return
-        with self.t._connect() as conn:
+        with self.t.connect() as conn:
             try:
                 conn.exec_driver_sql(stmt)
             except SQLAlchemyError as exc:
@@ -93,9 +93,9 @@ class StagingDdl:
         self.t.schema = schema
         keys = self.t.options.upsert_keys
         self._try_session_init()
-        conn = self.t._connect()
+        conn = self.t.connect()
         try:
-            exists = self._has_table(conn, self.t.target)
+            exists = self.has_table(conn, self.t.target)
             if exists:
                 require_transactional(conn, self.t.target)
             if exists and self.t.mode == "errorifexists":
@@ -106,13 +106,13 @@ class StagingDdl:
                     f"when the table exists (twopc.write_jdbc(..., mode=\"append\"); on format twopc-jdbc: "
                     f".mode(\"append\"))")
             recreate = self.t.mode == "overwrite" and self.t.replaced_by() == "drop"
-            ddl = self._create_ddl(conn)  # maps every column type now: errors before any task runs
+            ddl = self.create_ddl(conn)  # maps every column type now: errors before any task runs
             if exists and recreate:
                 self._warn_recreate(conn, schema)
             stage_types: dict[str, str] = {}
             if exists and not recreate:
                 matched = check_columns(conn, self.t.target, schema)
-                if self.t._dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
+                if self.t.dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
                     stage_types = {f.name: c.display_type for f, c in zip(schema, matched, strict=True)}
             if keys:
                 missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
@@ -120,10 +120,10 @@ class StagingDdl:
                     raise SchemaMismatchError(f"upsertKeys {missing} are not DataFrame columns ({schema.names})")
                 if exists and not recreate:
                     check_unique(conn, self.t.target, keys)
-            if not exists and self.t._dialect_name == "mysql" and self.t.mode != "ignore":
+            if not exists and self.t.dialect_name == "mysql" and self.t.mode != "ignore":
                 self._create_target_now(conn, ddl)
             if (name := self.t.options.twopc_schema) is not None:
-                ensure_schema(self._committing(conn), self.t._dialect_name, name, self.t.options.url.database or "")
+                ensure_schema(self._committing(conn), self.t.dialect_name, name, self.t.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
             require_transactional(conn, self.t.stage, role="the staging table")
             self._ensure_batches(conn)
@@ -132,12 +132,12 @@ class StagingDdl:
             for t, cols, role in ((self.t.stage, (TXN_COLUMN,), "the staging table"),
                                   (self.t.batches, ("sink_id", "batch_id", "rows", "committed_at"),
                                    "the batch marker table")):
-                require_privileges(self._probe(conn), self.t._dialect_name, table=t.quoted(conn.dialect),
-                                   display=t.display(), columns=[self.t._q(c) for c in cols],
+                require_privileges(self._probe(conn), self.t.dialect_name, table=t.quoted(conn.dialect),
+                                   display=t.display(), columns=[self.t.q(c) for c in cols],
                                    privileges=("SELECT", "INSERT", "DELETE"), role=role)
             self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
-            raise self.t._error(exc, f"validate {self.t.target.display()}") from None
+            raise self.t.error(exc, f"validate {self.t.target.display()}") from None
         finally:
             conn.close()
 
@@ -162,12 +162,12 @@ class StagingDdl:
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        conn = self.t._connect()
+        conn = self.t.connect()
         try:
-            if self._has_table(conn, self.t.stage):
+            if self.has_table(conn, self.t.stage):
                 self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
-            raise self.t._error(exc, f"clean up staged rows in {self.t.stage.display()}") from None
+            raise self.t.error(exc, f"clean up staged rows in {self.t.stage.display()}") from None
         finally:
             conn.close()
 
@@ -185,7 +185,7 @@ class StagingDdl:
             raise
         log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.t.target.display())
 
-    def _create_ddl(self, conn: Connection) -> str:
+    def create_ddl(self, conn: Connection) -> str:
         """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
         primary key on ``upsertKeys``, MySQL's table comment)."""
         from ..types._arrow_ddl import create_table_sql  # here, as below: a commit never loads pyarrow
@@ -196,11 +196,11 @@ class StagingDdl:
                                options="", extra_columns=())
         if o.upsert_keys:
             names = {n.lower(): n for n in self.t.schema.names}
-            keys = ", ".join(self.t._q(names.get(k.lower(), k)) for k in o.upsert_keys)
+            keys = ", ".join(self.t.q(names.get(k.lower(), k)) for k in o.upsert_keys)
             ddl = ddl[:ddl.rindex(")")] + f", PRIMARY KEY ({keys}))"
         if o.create_table_options.strip():
             ddl += " " + o.create_table_options.strip()
-        if o.table_comment and self.t._dialect_name == "mysql":
+        if o.table_comment and self.t.dialect_name == "mysql":
             ddl += " COMMENT = " + sql_string(o.table_comment, backslash=True)
         return ddl
 
@@ -236,7 +236,7 @@ class StagingDdl:
         return run
 
     @staticmethod
-    def _has_table(conn: Connection, t: TableName) -> bool:
+    def has_table(conn: Connection, t: TableName) -> bool:
         return sa.inspect(conn).has_table(t.name, schema=t.schema)
 
     def _ensure_stage(self, conn: Connection, schema: pa.Schema, types: dict[str, str]) -> None:
@@ -247,13 +247,13 @@ class StagingDdl:
         from ..types._arrow_ddl import arrow_to_sqlalchemy
 
         want = [TXN_COLUMN, *schema.names]
-        if self._has_table(conn, self.t.stage):
+        if self.has_table(conn, self.t.stage):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.t.stage.name, schema=self.t.stage.schema)]
             # a staged column of another type would convert the values before the target sees them
             have_types = {c.name: c.display_type for c in catalog_columns(conn, self.t.stage) or []}
             want_types = {f.name: types.get(f.name) or arrow_to_sqlalchemy(f).compile(dialect=conn.dialect)
                           for f in schema} if have_types else {}
-            if have == want and all(same_type(have_types.get(n, ""), t, self.t._dialect_name)
+            if have == want and all(same_type(have_types.get(n, ""), t, self.t.dialect_name)
                                     for n, t in want_types.items()):
                 return
             with fresh(conn):
@@ -266,40 +266,40 @@ class StagingDdl:
                 conn.exec_driver_sql(f"DROP TABLE {self.t.stage.quoted(conn.dialect)}")
         try:
             with fresh(conn):
-                stage_table(self.t.stage, schema, self.t._dialect_name,
+                stage_table(self.t.stage, schema, self.t.dialect_name,
                             {n: VerbatimType(t) for n, t in types.items()}).create(conn, checkfirst=True)
         except SQLAlchemyError:
-            if not self._has_table(conn, self.t.stage):  # else: created concurrently
+            if not self.has_table(conn, self.t.stage):  # else: created concurrently
                 raise
 
     def _ensure_batches(self, conn: Connection) -> None:
-        if self._has_table(conn, self.t.batches):
+        if self.has_table(conn, self.t.batches):
             return
         try:
             with fresh(conn):
                 batches_table(self.t.batches).create(conn, checkfirst=True)
         except SQLAlchemyError:
-            if not self._has_table(conn, self.t.batches):
+            if not self.has_table(conn, self.t.batches):
                 raise
 
     def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
         """Distinct transaction ids in the staging table starting with *prefix*."""
-        return list(self._staged_counts(conn, prefix))
+        return list(self.staged_counts(conn, prefix))
 
-    def _staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
+    def staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
         """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
         where the prefix holds ``_``, a wildcard: the prefix is checked again here)."""
-        if not self._has_table(conn, self.t.stage):
+        if not self.has_table(conn, self.t.stage):
             return {}
-        col = self.t._q(TXN_COLUMN)
+        col = self.t.q(TXN_COLUMN)
         rows = conn.execute(sa.text(f"SELECT {col}, COUNT(*) FROM {self.t.stage.quoted(conn.dialect)} "
                                     f"WHERE {col} LIKE :p GROUP BY {col}"), {"p": prefix + "%"}).all()
         return {str(r[0]): int(r[1]) for r in rows if str(r[0]).startswith(prefix)}
 
-    def _delete_staged(self, conn: Connection, ids: Sequence[str]) -> None:
+    def delete_staged(self, conn: Connection, ids: Sequence[str]) -> None:
         if not ids:
             return
-        conn.execute(sa.text(f"DELETE FROM {self.t.stage.quoted(conn.dialect)} WHERE {self.t._q(TXN_COLUMN)} IN :ids")
+        conn.execute(sa.text(f"DELETE FROM {self.t.stage.quoted(conn.dialect)} WHERE {self.t.q(TXN_COLUMN)} IN :ids")
                      .bindparams(sa.bindparam("ids", expanding=True)), {"ids": list(ids)})
 
     def _expire_ephemeral(self, conn: Connection) -> None:
@@ -320,7 +320,7 @@ class StagingDdl:
                 stale.append(txn_id)
         if stale:
             with fresh(conn):
-                self._delete_staged(conn, stale)
+                self.delete_staged(conn, stale)
             writes = sorted({t.split(":")[1] for t in stale})
             log.info("twopc staging: deleted from %s the staged rows of %s abandoned drop-in write(s) (their driver "
                      "is gone, or they started more than stagingRetention ago): %s", self.t.stage.display(),

@@ -167,7 +167,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         return self.tables.replaced_by()
 
     def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
-        return self.tables._unavailable(exc)
+        return self.tables.unavailable(exc)
 
     # -- plan time: the DDL part --------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
@@ -223,7 +223,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         return server_instance(self.options)
 
     def describe(self) -> str:
-        return (f"{self.tables._dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
+        return (f"{self.tables.dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
                 f"(staging via {self.stage.display()})")
 
     def commit_shape(self, handles: Sequence[StagingHandle] = ()) -> CommitShape:
@@ -267,15 +267,15 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
             ConfigurationError: the sink id cannot make a transaction id.
         """
         txn_id = context.xid().text
-        conn = self.tables._connect()
+        conn = self.tables.connect()
         txn = _StageTxn(context, txn_id, conn)
         try:
-            self.tables._begin(conn)
-            if (registered := self.tables._registered()) is not None and registered.staging_copy is not None:
+            self.tables.begin(conn)
+            if (registered := self.tables.registered()) is not None and registered.staging_copy is not None:
                 txn.copy = registered.staging_copy(conn, self.stage, txn_id)  # the dialect's bulk loader
         except SQLAlchemyError as exc:
             self._close(txn)
-            raise self.tables._error(exc, "begin a staging transaction") from None
+            raise self.tables.error(exc, "begin a staging transaction") from None
         return txn
 
     def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
@@ -310,8 +310,8 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.tables._dialect_name):
-            raise self.tables._error(exc, f"stage rows for {self.target.display()}") from None
+        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.tables.dialect_name):
+            raise self.tables.error(exc, f"stage rows for {self.target.display()}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
@@ -322,7 +322,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         assert txn.conn is not None
         names = batch.schema.names
         columns = []
-        registered = self.tables._registered()
+        registered = self.tables.registered()
         dialect_values = None if registered is None else registered.staging_values
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
             if dialect_values is not None:  # the prepared sink's values, checked by its rules
@@ -336,8 +336,8 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
             if pa.types.is_timestamp(f.type) and f.type.tz is not None:
                 values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
             columns.append(values)
-        cols = ", ".join(self.tables._q(n) for n in [TXN_COLUMN, *names])
-        mark = "%s" if self.tables._dialect_name == "mysql" else "?"
+        cols = ", ".join(self.tables.q(n) for n in [TXN_COLUMN, *names])
+        mark = "%s" if self.tables.dialect_name == "mysql" else "?"
         marks = ", ".join([mark] * (len(names) + 1))
         stmt = f"INSERT INTO {self.stage.quoted(txn.conn.dialect)} ({cols}) VALUES ({marks})"
         rows = list(zip([txn.txn_id] * batch.num_rows, *columns, strict=True))
@@ -366,7 +366,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
             self._stage_failed(txn, exc)
             raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self.tables._redact(' '.join(str(exc).split()))[:400]}") from None
+                            f"{self.tables.redact(' '.join(str(exc).split()))[:400]}") from None
         txn.prepared = True
         self._close(txn)
         ctx = txn.context

@@ -40,77 +40,77 @@ class StagingTables:
 
     def __init__(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
         dialect = o.url.get_backend_name()
-        self._dialect_name = "mysql" if dialect == "mariadb" else dialect
+        self.dialect_name = "mysql" if dialect == "mariadb" else dialect
         if mode not in MODES:
             raise ConfigurationError(f"save mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if o.table_comment and self._dialect_name not in ("postgresql", "mysql"):
-            raise ConfigurationError(f"tableComment is not supported on {self._dialect_name}: remove the option")
+        if o.table_comment and self.dialect_name not in ("postgresql", "mysql"):
+            raise ConfigurationError(f"tableComment is not supported on {self.dialect_name}: remove the option")
         self.options = o
         self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against MODES above
-        self.target = parse_table_name(o.table, self._dialect_name)
+        self.target = parse_table_name(o.table, self.dialect_name)
         if o.staging_table:
-            self.stage = o.bookkeeping(parse_table_name(o.staging_table, self._dialect_name, "stagingTable"))
+            self.stage = o.bookkeeping(parse_table_name(o.staging_table, self.dialect_name, "stagingTable"))
         elif o.twopc_schema is not None:
-            self.stage = o.bookkeeping(TableName(None, default_stage_name(self.target), self._dialect_name))
+            self.stage = o.bookkeeping(TableName(None, default_stage_name(self.target), self.dialect_name))
         else:
             self.stage = self.target.sibling(default_stage_name(self.target))
-        self.batches = o.bookkeeping(parse_table_name(batch_table, self._dialect_name, "batch marker table"))
-        if self.batches.schema is None and self.target.schema is not None and self._dialect_name != "sqlite":
+        self.batches = o.bookkeeping(parse_table_name(batch_table, self.dialect_name, "batch marker table"))
+        if self.batches.schema is None and self.target.schema is not None and self.dialect_name != "sqlite":
             self.batches = self.target.sibling(self.batches.name)
         self.schema: pa.Schema | None = None
         self.streaming = False
         if o.upsert_keys and mode == "overwrite":
             log.info("twopc staging: upsertKeys with overwrite: the table is emptied first, keys only dedupe")
 
-    def _redact(self, text: str) -> str:
+    def redact(self, text: str) -> str:
         return redact(text, self.options.secrets())
 
     def _engine(self) -> Engine:
         return engine_for(self.options.url, self.options.net_timeouts(), autocommit=False)
 
-    def _connect(self) -> Connection:
+    def connect(self) -> Connection:
         try:
             conn = self._engine().connect()
         except (DBAPIError, OSError) as exc:
-            raise self._unavailable(exc) from None
-        if self._dialect_name != "sqlite":
+            raise self.unavailable(exc) from None
+        if self.dialect_name != "sqlite":
             conn = conn.execution_options(isolation_level=self.options.isolation_sql)
         return conn
 
-    def _registered(self) -> SqlBackend | None:
+    def registered(self) -> SqlBackend | None:
         """The registered dialect (PostgreSQL, MariaDB/MySQL: the prepared sinks' rules), else None."""
-        return backend_for(self._dialect_name)
+        return backend_for(self.dialect_name)
 
-    def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
+    def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        reason = self._redact(" ".join(str(orig).split()) or type(orig).__name__)
+        reason = self.redact(" ".join(str(orig).split()) or type(orig).__name__)
         u = self.options.url
-        where = u.database if self._dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
+        where = u.database if self.dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
         hint = ""
-        if (registered := self._registered()) is not None:  # the prepared sinks' words for the same failure
+        if (registered := self.registered()) is not None:  # the prepared sinks' words for the same failure
             hint = registered.spec.connect_failure(orig)[1]
-        return SinkUnavailableError(f"cannot connect to {self._dialect_name} at {where}: {reason}{hint}")
+        return SinkUnavailableError(f"cannot connect to {self.dialect_name} at {where}: {reason}{hint}")
 
-    def _begin(self, conn: Connection) -> None:
+    def begin(self, conn: Connection) -> None:
         """Start a transaction with the session settings of a write (the same as the
         prepared modes', from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
         fresh(conn)
         o = self.options
-        if (registered := self._registered()) is not None:
+        if (registered := self.registered()) is not None:
             for stmt, params in registered.session_statements(o.lock_timeout, o.query_timeout):
                 conn.exec_driver_sql(stmt, params)
         if o.session_init_statement:
             conn.exec_driver_sql(o.session_init_statement)
 
-    def _q(self, name: str) -> str:
+    def q(self, name: str) -> str:
         return self._engine().dialect.identifier_preparer.quote_identifier(name)
 
-    def _error(self, exc: BaseException, action: str) -> SinkError:
+    def error(self, exc: BaseException, action: str) -> SinkError:
         """A credential-free error naming the violated constraint when there is one."""
         if isinstance(exc, OperationalError) and getattr(exc, "connection_invalidated", False):
-            return self._unavailable(exc)
+            return self.unavailable(exc)
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        text = self._redact(" ".join(str(orig).split()))[:600]
+        text = self.redact(" ".join(str(orig).split()))[:600]
         if isinstance(exc, IntegrityError):
             diag = getattr(orig, "diag", None)
             what = []
@@ -121,9 +121,9 @@ class StagingTables:
             named = f" ({', '.join(what)})" if what else ""
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
-        registered = self._registered()  # the prepared sinks' words for a value that does not fit its column
+        registered = self.registered()  # the prepared sinks' words for a value that does not fit its column
         if registered is not None and (bad := registered.value_error(orig, action, self.target.display(),
-                                                                      self._redact)):
+                                                                      self.redact)):
             return bad
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 
@@ -139,10 +139,10 @@ class StagingTables:
         its keys, indexes, grants and comment; and ``DELETE`` lets readers see the old rows
         until the commit, where ``TRUNCATE`` would make them wait).
         """
-        if self._dialect_name == "mysql":
+        if self.dialect_name == "mysql":
             return "delete"
         if self.options.truncate:
-            return "truncate" if self._dialect_name == "postgresql" else "delete"
+            return "truncate" if self.dialect_name == "postgresql" else "delete"
         return "delete" if self.streaming else "drop"
 
     def commit_write(self) -> str:
