@@ -12,7 +12,7 @@ killed. The server ends the sessions of a process that is gone, and with them it
 It listens at ``<folder>/<pid>.sock`` (``<folder>`` is this user's alone, ``0700``: the
 requests carry credentials) and notes ``<pid> <start time>`` in ``<folder>/<key>.pid``
 once it listens; the lifelong lock on ``<folder>/<key>.lock`` keeps it the only agent of
-its driver. A request is one line (a base64 pickle of a dict), its answer one line:
+its driver. A request is one line (a JSON object), its answer one line of words:
 
 - ``take``: open a connection (DB-API ``module``, ``connect`` arguments), run ``try_lock``
   with ``key`` and ``session_sql``, keep the connection: ``held <session>``, ``busy`` or
@@ -32,14 +32,12 @@ so it starts fast: run as a file, it imports the standard library, the DB-API dr
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import importlib
 import importlib.util
 import json
 import os
-import pickle
 import shutil
 import signal
 import socket
@@ -219,7 +217,8 @@ class Agent:
             if not line:
                 return
             try:
-                answer = self.answer(pickle.loads(base64.b64decode(line)))
+                request = json.loads(line)
+                answer = self.answer(request) if isinstance(request, dict) else "error NotAnObject"
             except Exception as exc:  # noqa: BLE001 - a malformed request is answered by kind only
                 answer = f"error {type(exc).__name__}"
             channel.write(answer + "\n")

@@ -11,12 +11,10 @@ driver starting it at once end with one agent (the other one exits at once).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import json
 import os
-import pickle
 import socket
 import subprocess
 import sys
@@ -70,7 +68,7 @@ def _key(driver: DriverIdentity) -> str:
 
 
 def _encode(message: dict[str, Any]) -> str:
-    return base64.b64encode(pickle.dumps(message)).decode("ascii")
+    return json.dumps(message, separators=(",", ":"))
 
 
 def ask_agent(pid: int, message: dict[str, Any], timeout: float) -> list[str]:
