@@ -100,3 +100,63 @@ def commit_in_fresh_worker(url: str, engine: sa.Engine, tmp_path: Path) -> dict[
     finally:
         with engine.begin() as c:
             c.exec_driver_sql(f"DROP TABLE {table}")
+
+
+_WRITE = """
+import json, pickle, sys
+import pyarrow as pa
+with open(sys.argv[1], "rb") as fh:
+    writer = pickle.load(fh)
+with pa.ipc.open_stream(pa.OSFile(sys.argv[2])) as reader:
+    batches = list(reader)
+message = writer.core.write_partition(iter(batches), 0, 0, 0)
+with open(sys.argv[3], "wb") as fh:
+    pickle.dump([message], fh)
+print(json.dumps(sorted(m for m in sys.modules if m == "twopc" or m.startswith("twopc."))))
+"""
+
+_COMMIT_MESSAGES = """
+import json, pickle, sys
+with open(sys.argv[1], "rb") as fh:
+    writer = pickle.load(fh)
+with open(sys.argv[3], "rb") as fh:
+    messages = pickle.load(fh)
+writer.commit(messages)
+print(json.dumps(sorted(m for m in sys.modules if m == "twopc" or m.startswith("twopc."))))
+"""
+
+
+def jdbc_modules_in_fresh_workers(url: str, engine: sa.Engine, tmp_path: Path) -> dict[str, list[str]]:
+    """Plan a prepared ``twopc-jdbc`` write to a new table at *url*, run its one task in a
+    fresh interpreter (as Spark's Python worker runs a task: the pickled writer, rows as Arrow
+    IPC), then commit it in another (as Spark's commit worker does); return the ``twopc``
+    modules each interpreter held at the end, ``{"task": [...], "commit": [...]}``. The
+    committed rows are checked."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from twopc.sinks import JdbcDataSource, JdbcSink
+
+    table = f"worker_modules_{uid()}"
+    with engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
+    schema = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
+    try:
+        writer = JdbcDataSource({"url": url, "dbtable": table}).writer(schema, False)
+        assert isinstance(writer.core.sink, JdbcSink) and writer.core.sink.mode == "prepared"
+        rows = pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int64()), "payload": pa.array(["a", "b"])})
+        paths = [tmp_path / "writer.pickle", tmp_path / "rows.arrows", tmp_path / "messages.pickle"]
+        paths[0].write_bytes(pickle.dumps(writer))
+        with pa.ipc.new_stream(str(paths[1]), rows.schema) as out:
+            out.write_batch(rows)
+        held = {}
+        for name, code in (("task", _WRITE), ("commit", _COMMIT_MESSAGES)):
+            proc = subprocess.run([sys.executable, "-c", code, *map(str, paths)], cwd=REPO_ROOT,
+                                  capture_output=True, text=True, timeout=120, check=False)
+            assert proc.returncode == 0, proc.stderr
+            held[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        with engine.connect() as c:
+            assert sorted(r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table}")) == [1, 2]
+        return held
+    finally:
+        with engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE {table}")

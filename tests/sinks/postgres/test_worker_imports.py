@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import sqlalchemy as sa
 
-from tests._fresh_worker import commit_in_fresh_worker, task_in_fresh_worker
+from tests._fresh_worker import commit_in_fresh_worker, jdbc_modules_in_fresh_workers, task_in_fresh_worker
 from tests._sql_helpers import uid
 
 
@@ -57,3 +57,18 @@ def test_the_worker_that_commits_a_prepared_jdbc_write_does_not_import_pyarrow(
     """Committing prepared transactions needs no Arrow (pyarrow is about 0.15 s of that
     worker's start, on the write's critical path)."""
     assert commit_in_fresh_worker(postgres_url, pg_engine, tmp_path) == {"pyarrow": False, "pandas": False}
+
+
+#: The twopc modules a fresh worker held on 2026-11-29 after a prepared twopc-jdbc task on
+#: PostgreSQL, and after committing it (122 and 120; 118 and 116 before the contract's
+#: capabilities and the split provider modules). The goal is half of each: a row should pass
+#: few modules. A change that makes a worker load more fails here.
+MODULES_AT_MOST = {"task": 122, "commit": 120}
+
+
+def test_the_twopc_modules_a_jdbc_task_and_its_commit_load(postgres_url: str, pg_engine: sa.Engine,
+                                                             tmp_path: Path) -> None:
+    held = jdbc_modules_in_fresh_workers(postgres_url, pg_engine, tmp_path)
+    counts = {k: len(v) for k, v in held.items()}
+    assert all(counts[k] <= MODULES_AT_MOST[k] for k in counts), (counts, held)
+    assert "twopc.sinks.postgres" in held["task"] and "twopc.testing" not in held["task"]
