@@ -323,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", default="2,16",
                         help="partition counts of the throughput rows (comma-separated; default 2,16)")
     parser.add_argument("--scaling", default="partitions,small,micro",
-                        help="issue-14 rows to run: partitions (protocol cost at 2..200 partitions), small "
+                        help="fixed-cost rows to run: partitions (protocol cost at 2..200 partitions), small "
                              "(a 20k-row write), micro (micro-batch latency); comma-separated, '' for none")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark configuration, for every writer (experiments; repeatable)")
