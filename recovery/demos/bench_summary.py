@@ -51,6 +51,10 @@ TARGETS: dict[str, Target] = {
         "throughput: twopc-jdbc drop-in / Spark JDBC, reWriteBatchedInserts (rows/s)", "higher", 1.5),
     "throughput.dropin_vs_copy": Target(
         "throughput: twopc-jdbc drop-in / raw COPY (rows/s)", "higher", 0.8),
+    "throughput.prepared_vs_parallel_copy": Target(
+        "throughput: prepared / raw binary COPY, a stream per task, in parallel (rows/s)", "higher", 0.9),
+    "throughput.dropin_vs_parallel_copy": Target(
+        "throughput: drop-in / raw binary COPY, a stream per task, in parallel (rows/s)", "higher", 0.9),
     "small_write.dropin_vs_spark_jdbc": Target(
         "20k rows: twopc-jdbc drop-in / Spark's JDBC writer (time)", "lower", 1.3),
     "protocol.prepared_ms": Target(
