@@ -25,7 +25,7 @@ PKG_INITS := $(wildcard twopc/__init__.py sinks/__init__.py recovery/__init__.py
                         faultinject/__init__.py)
 
 .PHONY: venv python-venv postgres redis mariadb java promtool jdbc-driver gdb lint docs test test-fast test-all \
-        chaos demo bench bare-check clean
+        chaos demo bench soak bare-check clean
 
 venv: $(STAMP)
 
@@ -255,6 +255,16 @@ bench: venv postgres redis mariadb java
 	$(VPY) -m twopc.recovery.demos.bench_xa
 	$(VPY) -m twopc.recovery.demos.bench_http
 	$(VPY) -m twopc.recovery.demos.bench_summary
+
+# The soak (not a test): micro-batches of 10 rows into twopc-postgres, twopc-redis and twopc-jdbc,
+# then as many batch writes of twopc-jdbc without a checkpoint; a record every SOAK_EVERY of the
+# cost per batch, the ledger's files, bytes and rows, and the RSS of the driver and its agent,
+# judged at the end (recovery/demos/bench_soak.py). `make soak SOAK_BATCHES=1000 SOAK_EVERY=100`
+# for a shorter run.
+SOAK_BATCHES ?= 5000
+SOAK_EVERY ?= 500
+soak: venv postgres redis java
+	$(VPY) -m twopc.recovery.demos.bench_soak --batches $(SOAK_BATCHES) --every $(SOAK_EVERY)
 
 # `make demo` and `make test` on a bare Debian: a debootstrapped root with only python3,
 # python3-venv, make, git and ca-certificates, a clone of HEAD, both targets run in a chroot

@@ -21,7 +21,7 @@ __all__ = ["EXTRAS", "require"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "postgres": ("psycopg",),
     "mysql": ("pymysql",),
-    "redis": ("redis",),
+    "redis": ("redis", "hiredis"),
     "s3": ("boto3",),
     "http": ("httpx", "sniffio"),
 }

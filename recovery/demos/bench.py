@@ -15,14 +15,22 @@ cached DataFrame for every writer; each writer warmed up on a small write first)
 - Spark's built-in JDBC writer, ``batchsize=10000``, with and without
   ``reWriteBatchedInserts=true`` (at-least-once; needs Debian's ``libpostgresql-jdbc-java``,
   which ``make bench`` installs when it can);
-- one raw ``COPY ... FROM STDIN`` of the same rows from a CSV file (single stream, no Spark).
+- one raw ``COPY ... FROM STDIN`` of the same rows from a CSV file (single stream, no Spark);
+- the machine's limit: as many raw ``COPY ... FROM STDIN (FORMAT binary)`` streams as the
+  write has tasks, at once, each in a plain transaction of its own, on the same rows encoded
+  beforehand by twopc's encoder (no Spark, no encoding in its time); the same with a marker
+  row and ``PREPARE TRANSACTION`` per stream and ``COMMIT PREPARED`` after (what prepared mode
+  adds on the database);
+- a no-op Python data source on the same cached rows (Spark's floor for any Python sink).
 
 Every twopc-jdbc and Spark writer gets the same JDBC options (``jdbc:postgresql://`` URL,
 ``user``, ``password``, ``dbtable``, ``batchsize``), against the same server.
 
 Targets, printed as MET/MISSED (the bench never fails on a miss): prepared mode at
 >= 1.5x the best Spark configuration and >= 0.7x the raw COPY; the drop-in at >= 1.5x
-Spark's writer with ``reWriteBatchedInserts`` and >= 0.8x the raw COPY.
+Spark's writer with ``reWriteBatchedInserts`` and >= 0.8x the raw COPY; both at >= 0.9x
+the parallel binary COPY. The report says where the time between that floor and prepared
+mode goes: the marker rows and PREPAREs, the encoding's CPU, Spark's side of a Python sink.
 
 Protocol cost per micro-batch: the median time of the driver's commit (ledger decision,
 ``COMMIT PREPARED`` per task, committed mark, orphan sweep) plus plan-time recovery,
@@ -72,6 +80,9 @@ TARGET_VS_COPY = _goal("throughput.prepared_vs_copy")
 #: targets of the plain drop-in: against Spark's writer with reWriteBatchedInserts, and raw COPY
 TARGET_DROPIN_VS_SPARK_RW = _goal("throughput.dropin_vs_spark_rw")
 TARGET_DROPIN_VS_COPY = _goal("throughput.dropin_vs_copy")
+#: targets of both against the parallel binary COPY floor, a stream per task
+TARGET_VS_PAR_COPY = _goal("throughput.prepared_vs_parallel_copy")
+TARGET_DROPIN_VS_PAR_COPY = _goal("throughput.dropin_vs_parallel_copy")
 TARGET_PROTOCOL_MS = _goal("protocol.prepared_ms")
 
 PREPARED = "twopc-jdbc prepared (exactly-once)"
@@ -80,7 +91,11 @@ STAGING = "twopc-jdbc staging, no checkpoint (exactly-once)"
 SPARK = "spark jdbc, batchsize 10000"
 SPARK_RW = "spark jdbc, batchsize 10000, reWriteBatchedInserts"
 COPY = "raw COPY of a CSV file (one stream, no Spark)"
-WRITERS = {"prepared": PREPARED, "dropin": DROPIN, "staging": STAGING, "jdbc": SPARK, "jdbc-rw": SPARK_RW, "copy": COPY}
+PAR_COPY = "raw binary COPY, a stream per task (no Spark)"
+PAR_COPY_PREPARED = "  the same + marker row + PREPARE, COMMIT PREPARED"
+NOOP = "no-op Python data source (Spark's floor for a Python sink)"
+WRITERS = {"prepared": PREPARED, "dropin": DROPIN, "staging": STAGING, "jdbc": SPARK, "jdbc-rw": SPARK_RW, "copy": COPY,
+           "copy-par": PAR_COPY, "copy-par-prepared": PAR_COPY_PREPARED, "noop": NOOP}
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -92,14 +107,16 @@ def _timed(fn: Callable[[], object]) -> float:
 def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                      writers: Sequence[str] = tuple(WRITERS), spark_conf: Sequence[tuple[str, str]] = (),
                      twopc_options: Sequence[tuple[str, str]] = (), partitions: Sequence[int] = (2,),
-                     then: Callable[[SparkSession], None] | None = None) -> dict[str, list[float]]:
+                     then: Callable[[SparkSession], None] | None = None,
+                     notes: dict[str, float] | None = None) -> dict[str, list[float]]:
     """rows/s of each writer, *repeat* times (rounds interleave the writers), at each
     partition count of *partitions* (the raw COPY, which has none, runs at the first only;
     a writer's name says the count when there are several).
 
     *spark_conf* is added to the session's configuration (every writer sees it);
     *twopc_options* to the options of the twopc-jdbc writers only. *then* runs with the
-    session before it stops."""
+    session before it stops. *notes* gets ``encode_seconds``: the CPU the parallel COPY floor's
+    rows took to encode to COPY binary (made before its runs, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
     import sqlalchemy as sa
@@ -136,7 +153,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
         create_table(url, table)
         versions[table] = versions.get(table, 1) + 1
         seconds = _timed(lambda: write(frame, table, versions[table]))
-        found = count_rows(url, table)
+        found = rows if name.startswith(NOOP) else count_rows(url, table)
         if found != rows:
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
         results.setdefault(name, []).append(rows / seconds)
@@ -175,6 +192,15 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             while chunk := f.read(1 << 20):
                 cp.write(chunk)
 
+    wants_floor = bool({"copy-par", "copy-par-prepared"} & set(writers))
+    floor = _ParallelCopy(dsn, df.toArrow(), max(partitions)) if wants_floor else None
+    if floor is not None:
+        print(f"bench: the parallel COPY floor's rows, encoded to COPY binary once beforehand: "
+              f"{floor.encode_seconds:.2f} s of CPU ({floor.encode_seconds / rows * 1e6:.2f} us a row), "
+              f"{floor.nbytes / 1e6:,.0f} MB", flush=True)
+        if notes is not None:
+            notes["encode_seconds"] = floor.encode_seconds
+
     plan: list[tuple[str, str, Callable[[DataFrame, str, int], object]]] = []
     for key in writers:
         if key == "prepared":
@@ -193,6 +219,16 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                          spark_jdbc("?reWriteBatchedInserts=true" if rw else "")))
         elif key == "copy":
             plan.append((COPY, "bench_copy", raw_copy))
+        elif key == "noop":
+            from ._noop import NOOP_FORMAT, NoopDataSource
+
+            spark.dataSource.register(NoopDataSource)
+            plan.append((NOOP, "bench_noop", lambda d, _t, _v: d.write.format(NOOP_FORMAT).mode("append").save()))
+        elif key in ("copy-par", "copy-par-prepared") and floor is not None:
+            prepared = key == "copy-par-prepared"
+            plan.append((WRITERS[key], "bench_copy_par" + ("_prep" if prepared else ""),
+                         functools.partial(floor.write, prepared=prepared)))
+    streams = {id(frame): n for n, frame in frames.items()}
     for r in range(repeat):
         if repeat > 1:
             print(f"bench: round {r + 1} of {repeat}", flush=True)
@@ -201,11 +237,108 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                 if n != partitions[0] and write is raw_copy:
                     continue
                 label = name if n == partitions[0] else f"{name}, {n} partitions"
+                if isinstance(write, functools.partial) and write.func == getattr(floor, "write", None):
+                    write = functools.partial(write, streams=streams)
                 measure(label, f"{table}_{n}", write, warm=r == 0, frame=frames[n])
     if then is not None:
         then(spark)
+    if floor is not None:
+        floor.close()
     spark.stop()
     return results
+
+
+class _ParallelCopy:
+    """The machine's limit for a write of *table*'s rows by *n* tasks: as many raw ``COPY
+    ... FROM STDIN (FORMAT binary)`` streams as the write has tasks, at once, each in a plain
+    transaction of its own, on the same rows (one contiguous slice per stream). The bytes are
+    those twopc's encoder sends, made beforehand (:attr:`encode_seconds` of CPU), so the floor
+    has no encoding in it; with ``prepared`` each stream also inserts a marker row and
+    ``PREPARE TRANSACTION``\\ s, and the streams' transactions are committed with ``COMMIT
+    PREPARED`` after they all prepared (what twopc's prepared mode adds on the database)."""
+
+    def __init__(self, dsn: str, table: Any, slices: int) -> None:
+        import concurrent.futures
+
+        import psycopg
+        from psycopg import sql
+
+        from twopc.sinks.postgres._binary import encode_binary
+        from twopc.sinks.postgres._columns import assign, normalize_array
+        from twopc.sinks.postgres._copy import CopyStream
+        from twopc.sinks.sql._names import TableName
+
+        self.dsn, self.slices = dsn, slices
+        probe = "bench_copy_par_probe"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP TABLE IF EXISTS "{probe}"')
+            conn.execute(f'CREATE TABLE "{probe}" ({_table_columns()})')
+            copy_plan = CopyStream(conn, TableName(None, probe)).plan_for(table.schema, "binary")
+            conn.execute(f'DROP TABLE "{probe}"')
+        started = time.process_time()
+        self.bodies: list[list[bytes]] = []
+        rows = table.num_rows
+        for i in range(slices):
+            part = table.slice(i * rows // slices, (i + 1) * rows // slices - i * rows // slices).combine_chunks()
+            arrays = [assign(name, normalize_array(part.column(name)), col)
+                      for name, col in zip(part.schema.names, copy_plan.columns, strict=True)]
+            self.bodies.append([bytes(c) for c in encode_binary(arrays, part.schema.names, copy_plan.columns)])
+        self.encode_seconds = time.process_time() - started
+        self.nbytes = sum(len(c) for body in self.bodies for c in body)
+        self.columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in copy_plan.columns)
+        self.pool = concurrent.futures.ThreadPoolExecutor(slices)
+
+    def write(self, frame: Any, table: str, _version: int, *, prepared: bool,
+              streams: dict[int, int] | None = None) -> None:
+        """The floor's write into *table*, as many streams as *frame* has partitions
+        (*streams*: partitions by frame; the warm-up's small frame gets 2)."""
+        import psycopg
+        from psycopg import sql
+
+        from twopc.sinks.postgres._binary import BINARY_HEADER, BINARY_TRAILER
+
+        n = (streams or {}).get(id(frame), 2)
+        groups = [[c for body in self.bodies[i * self.slices // n:(i + 1) * self.slices // n] for c in body]
+                  for i in range(n)]
+        conns = [psycopg.connect(self.dsn) for _ in range(n)]
+        if prepared:
+            conns[0].execute('CREATE TABLE IF NOT EXISTS "bench_copy_par_markers" (gid text PRIMARY KEY)')
+            conns[0].commit()
+        stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(sql.Identifier(table), self.columns)
+
+        def stream(i: int) -> str:
+            conn = conns[i]
+            with conn.cursor() as cur, cur.copy(stmt) as copy:
+                copy.write(BINARY_HEADER)
+                for chunk in groups[i]:
+                    copy.write(chunk)
+                copy.write(BINARY_TRAILER)
+            if not prepared:
+                conn.commit()
+                return ""
+            gid = f"bench-floor-{table}-{time.time_ns()}-{i}"
+            conn.execute('INSERT INTO "bench_copy_par_markers" (gid) VALUES (%s)', (gid,))
+            conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
+            return gid
+
+        try:
+            gids = list(self.pool.map(stream, range(n)))
+            if prepared:
+                with psycopg.connect(self.dsn, autocommit=True) as committer, committer.pipeline():
+                    for gid in gids:
+                        committer.execute(sql.SQL("COMMIT PREPARED {}").format(sql.Literal(gid)))
+        finally:
+            for c in conns:
+                c.close()
+
+    def close(self) -> None:
+        self.pool.shutdown()
+
+
+def _table_columns() -> str:
+    from ._bench_common import TABLE_COLUMNS
+
+    return TABLE_COLUMNS
 
 
 def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
@@ -266,7 +399,8 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     return out
 
 
-def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] = ()) -> None:
+def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] = (),
+           notes: dict[str, float] | None = None) -> None:
     """The ratio table and the targets: medians over the rounds, and with several rounds
     the range of each writer and of each round's own ratio (the writers of one round ran
     back to back, so its ratio is the least disturbed by the machine's other load)."""
@@ -309,6 +443,29 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
            [results[SPARK_RW]] if SPARK_RW in results else [])
     target("throughput.dropin_vs_copy", "drop-in vs raw COPY              ",
            TARGET_DROPIN_VS_COPY, results.get(DROPIN), copy)
+    par = [results[PAR_COPY]] if PAR_COPY in results else []
+    target("throughput.prepared_vs_parallel_copy", "prepared vs parallel binary COPY ",
+           TARGET_VS_PAR_COPY, results.get(PREPARED), par)
+    target("throughput.dropin_vs_parallel_copy", "drop-in vs parallel binary COPY  ",
+           TARGET_DROPIN_VS_PAR_COPY, results.get(DROPIN), par)
+    if par and PAR_COPY_PREPARED in results:
+        floor, floor_prepared = statistics.median(results[PAR_COPY]), statistics.median(results[PAR_COPY_PREPARED])
+        print("\nwhere the time between the parallel binary COPY floor and prepared mode goes (seconds for "
+              f"{rows:,} rows, medians):")
+        print(f"  the floor, plain transactions                           {rows / floor:6.2f} s")
+        added = rows / floor_prepared - rows / floor
+        print(f"  + marker row, PREPARE TRANSACTION, COMMIT PREPARED      {added:+6.2f} s")
+        if notes and "encode_seconds" in notes:
+            print(f"  Arrow-to-binary encoding (CPU, twopc's encoder; in the tasks, beside the server's parsing on "
+                  f"the same cores)  {notes['encode_seconds']:.2f} s")
+        if NOOP in results:
+            spark_alone = rows / statistics.median(results[NOOP])
+            print(f"  Spark alone: a no-op Python data source on the same rows (the JVM's rows to Arrow, to the "
+                  f"Python workers; on the same 2 cores as the server)  {spark_alone:.2f} s")
+        if PREPARED in results:
+            rest = rows / statistics.median(results[PREPARED]) - rows / floor_prepared
+            print(f"  prepared mode over the floor with PREPARE: encoding, Spark's tasks and Arrow transfer, the "
+                  f"plan, the fence records, the driver's commit  {rest:+6.2f} s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -323,7 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", default="2,16",
                         help="partition counts of the throughput rows (comma-separated; default 2,16)")
     parser.add_argument("--scaling", default="partitions,small,micro",
-                        help="issue-14 rows to run: partitions (protocol cost at 2..200 partitions), small "
+                        help="fixed-cost rows to run: partitions (protocol cost at 2..200 partitions), small "
                              "(a 20k-row write), micro (micro-batch latency); comma-separated, '' for none")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark configuration, for every writer (experiments; repeatable)")
@@ -354,6 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parts: dict[int, dict[str, float]] = {}
     small: dict[str, list[float]] = {}
     micro: dict[str, list[float]] = {}
+    notes: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="twopc-bench-") as work:
         if url is None:  # room for the 200-partition batches of the protocol-cost rows
             server = faultinject.LocalPostgres(max_prepared_transactions=2 * max(PARTITIONS)).start()
@@ -368,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
                                        spark_conf=spark_conf, twopc_options=twopc_options,
                                        partitions=[int(p) for p in args.partitions.split(",") if p.strip()],
-                                       then=then)
+                                       then=then, notes=notes)
             if args.batches > 0:
                 proto = bench_protocol(url, Path(work), args.batches)
                 if "partitions" in scaling:
@@ -377,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if server is not None:
                 server.stop()
     report(results, args.rows, [f"--conf {k}={v}" for k, v in spark_conf]
-           + [f"--option {k}={v}" for k, v in twopc_options])
+           + [f"--option {k}={v}" for k, v in twopc_options], notes)
     if proto:
         print(f"\nprotocol cost per micro-batch (2 tasks, median of {args.batches}; target <= "
               f"{TARGET_PROTOCOL_MS:g} ms):")

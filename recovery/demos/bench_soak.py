@@ -1,0 +1,405 @@
+"""``make soak``: whether twopc's cost stays flat as a streaming query runs on (not a test).
+
+A query that runs for months makes millions of micro-batches; this runs *--batches*
+micro-batches (default 5,000) of 10 rows each (Spark's ``rate-micro-batch`` source,
+``rowsPerBatch`` 10, processing-time trigger 0: the next micro-batch starts as soon as one ends)
+into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``, one query after the other, each
+with the default retention (``minBatchesToRetain`` 100), against a throwaway PostgreSQL and
+Redis. A fourth run writes the same micro-batches as separate batch writes of ``twopc-jdbc``
+with Spark's JDBC options only (no ``checkpointLocation``: their decisions live in the
+database's ``twopc_ledger`` and the driver agent holds their lease); ``--jdbc-writes`` sets
+how many (default the same count).
+
+Every *--every* micro-batches (default 500) it records:
+
+- the cost per micro-batch: the median of Spark's ``addBatch`` (the write's tasks and
+  twopc's commit) over the micro-batches since the last record (a batch write's own time for
+  the fourth run);
+- the files and bytes under the checkpoint's ``twopc/`` folder;
+- the rows in ``twopc_markers``, ``twopc_ledger`` and ``twopc_batches`` (the Redis run: the
+  members of its marker sets);
+- the RSS of the driver (the Python process that runs this, and Spark's JVM) and of the
+  driver agent (the fourth run; the streaming queries keep their ledger in the checkpoint and
+  start none).
+
+It prints the table and judges the targets: the cost per micro-batch at the last record
+within 10% of the first record's; the ledger's files, bytes and rows no more than at the
+first record after the retention filled (plus 10%); each RSS within 10% of the first record's.
+A figure that grows is a bug, whatever the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["main"]
+
+RETAIN = 100
+ROWS_PER_BATCH = 10
+TABLE_COLUMNS = "id bigint NOT NULL, payload text, amount double precision, ts timestamptz"
+SELECT = ("value AS id", "concat('payload-', value) AS payload", "cast(value AS double) * 0.5 AS amount",
+          "timestamp AS ts")
+REDIS_MAPPING = ('[{"op": "INCRBY", "key": "{{soak}}:rows", "by": 1}, '
+                 '{"op": "HSET", "key": "{{soak}}:last", "columns": ["payload"]}]')
+LEDGER_TABLES = ("twopc_markers", "twopc_ledger", "twopc_batches")
+
+
+@dataclass
+class Record:
+    """One row of the table: the state after *batch* micro-batches."""
+
+    batch: int
+    cost_ms: float
+    files: int
+    kbytes: float
+    rows: dict[str, int]
+    driver_mb: float
+    jvm_mb: float
+    agent_mb: float | None
+
+
+@dataclass
+class Leg:
+    name: str
+    records: list[Record] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
+    if checkpoint is None or not (checkpoint / "twopc").exists():
+        return 0, 0
+    files = [p for p in (checkpoint / "twopc").rglob("*") if p.is_file()]
+    return len(files), sum(p.stat().st_size for p in files)
+
+
+def _table_rows(dsn: str) -> dict[str, int]:
+    import psycopg
+
+    out = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t in LEDGER_TABLES:
+            exists = conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()
+            if exists and exists[0] is not None:
+                row = conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()
+                out[t] = int(row[0]) if row else 0
+            else:
+                out[t] = 0
+    return out
+
+
+def _redis_markers(url: str) -> dict[str, int]:
+    import redis
+
+    client: Any = redis.Redis.from_url(url)
+    sizes = {b"zset": client.zcard, b"hash": client.hlen, b"set": client.scard, b"list": client.llen}
+    try:
+        markers = members = 0
+        for key in client.scan_iter(count=1000):
+            if key in (b"{soak}:rows", b"{soak}:last"):  # the mapping's own keys
+                continue
+            size = sizes.get(client.type(key))
+            n = int(size(key)) if size is not None else 1
+            if key.endswith(b":committed"):  # the commit markers: a sorted set by batch id
+                markers += n
+            else:
+                members += n
+        return {"redis markers": markers, "other twopc members": members, "redis keys": int(client.dbsize())}
+    finally:
+        client.close()
+
+
+def _agent_pid(jvm_pid: int | None) -> int | None:
+    """The driver agent of the driver whose JVM is *jvm_pid* (the plan's Python worker, a child
+    of the JVM, starts it for a write without a checkpoint), if one runs: the process running
+    twopc's agent module whose driver argument names that pid."""
+    if jvm_pid is None:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"_agent.py") for a in argv) and any(f'"pid": {jvm_pid},'.encode() in a for a in argv):
+            return int(proc.name)
+    return None
+
+
+class _Progress:
+    """addBatch per batch id of the running query, from Spark's progress events."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        self.durations: dict[int, float] = {}
+        self.latest = -1
+        self.run_id: str | None = None  # the query whose events count (a stopped one's may come late)
+        self.lock = threading.Lock()
+        progress = self
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+                p = event.progress
+                if p.numInputRows > 0 and str(p.runId) == progress.run_id:
+                    with progress.lock:
+                        progress.durations[p.batchId] = float(p.durationMs.get("addBatch", 0))
+                        progress.latest = max(progress.latest, p.batchId)
+
+            def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+                pass
+
+        self.listener = Listener()
+        spark.streams.addListener(self.listener)
+
+    def window(self, lo: int, hi: int) -> float:
+        with self.lock:
+            values = [v for b, v in self.durations.items() if lo <= b < hi]
+        return statistics.median(values) if values else float("nan")
+
+    def reset(self, run_id: str | None = None) -> None:
+        with self.lock:
+            self.durations.clear()
+            self.latest = -1
+            self.run_id = run_id
+
+
+def _snapshot(batch: int, cost_ms: float, checkpoint: Path | None, rows: dict[str, int],
+              jvm_pid: int | None) -> Record:
+    files, nbytes = _ledger_files(checkpoint)
+    return Record(batch, cost_ms, files, nbytes / 1024, rows, _rss_mb(os.getpid()) or 0.0,
+                  _rss_mb(jvm_pid) or 0.0, _rss_mb(_agent_pid(jvm_pid)))
+
+
+def soak_stream(spark: SparkSession, progress: _Progress, name: str, writer: Callable[[Any], Any],
+                checkpoint: Path, batches: int, every: int, rows: Callable[[], dict[str, int]],
+                jvm_pid: int | None) -> Leg:
+    """Run one streaming query for *batches* micro-batches, recording every *every*."""
+    leg = Leg(name)
+    progress.reset()
+    stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS_PER_BATCH)
+              .option("numPartitions", 1).load().selectExpr(*SELECT))
+    started = time.monotonic()
+    query = writer(stream.writeStream.trigger(processingTime="0 seconds")
+                   .option("checkpointLocation", str(checkpoint)).option("minBatchesToRetain", str(RETAIN)))
+    progress.reset(str(query.runId))
+    try:
+        mark = every
+        while mark <= batches:
+            if query.exception() is not None:
+                raise SystemExit(f"soak: {name} failed: {query.exception()}")
+            if progress.latest + 1 < mark:
+                time.sleep(0.2)
+                continue
+            cost = progress.window(mark - every, mark)
+            record = _snapshot(mark, cost, checkpoint, rows(), jvm_pid)
+            leg.records.append(record)
+            _print_record(name, record)
+            mark += every
+    finally:
+        query.stop()
+    leg.seconds = time.monotonic() - started
+    return leg
+
+
+def soak_jdbc_writes(spark: SparkSession, jdbc_url: str, props: dict[str, str], table: str, writes: int,
+                     every: int, rows: Callable[[], dict[str, int]], jvm_pid: int | None) -> Leg:
+    """*writes* batch writes of 10 rows each through ``twopc-jdbc`` with Spark's JDBC options
+    only (no checkpoint: the ledger in the database), recording every *every*."""
+    name = "twopc-jdbc, batch writes, no checkpoint"
+    leg = Leg(name)
+    df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(
+        "id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
+        "timestamp_seconds(1767225600 + id) AS ts").cache()
+    df.count()
+    times: list[float] = []
+    started = time.monotonic()
+    for i in range(1, writes + 1):
+        t = time.perf_counter()
+        (df.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", table)
+         .options(**props).save())
+        times.append(time.perf_counter() - t)
+        if i % every == 0:
+            record = _snapshot(i, statistics.median(times[-every:]) * 1000, None, rows(), jvm_pid)
+            leg.records.append(record)
+            _print_record(name, record)
+    leg.seconds = time.monotonic() - started
+    df.unpersist()
+    return leg
+
+
+def _print_record(name: str, r: Record) -> None:
+    rows = ", ".join(f"{k} {v}" for k, v in r.rows.items())
+    agent = f", agent {r.agent_mb:.0f} MB" if r.agent_mb is not None else ""
+    print(f"soak: {name} @ {r.batch}: {r.cost_ms:.1f} ms/batch, twopc/ {r.files} files {r.kbytes:.0f} KiB, {rows}, "
+          f"driver {r.driver_mb:.0f} MB, JVM {r.jvm_mb:.0f} MB{agent}", flush=True)
+
+
+def _flat(values: Sequence[float], slack: float = 0.10, plus: float = 0.0) -> tuple[bool, str]:
+    if not values:
+        return True, "-"
+    first, last = values[0], values[-1]
+    ok = last <= first * (1 + slack) + plus
+    return ok, f"{first:g} -> {last:g}" + (f" ({last / first:.2f}x)" if first else "")
+
+
+def report(legs: Sequence[Leg], batches: int, every: int) -> bool:
+    """Print the table and the targets; whether every target is met."""
+    from ._bench_common import verdict
+
+    print(f"\nsoak: {ROWS_PER_BATCH} rows a micro-batch, trigger processingTime 0, minBatchesToRetain {RETAIN}, "
+          f"recorded every {every}; load average {os.getloadavg()[0]:.2f} (1 min) at the end")
+    all_ok = True
+    for leg in legs:
+        if not leg.records:
+            print(f"\n{leg.name}: no record")
+            continue
+        keys = list(leg.records[0].rows)
+        print(f"\n{leg.name} ({leg.records[-1].batch} micro-batches in {leg.seconds:.0f} s)")
+        print(f"  {'batch':>6} {'ms/batch':>9} {'files':>6} {'KiB':>7} " + " ".join(f"{k:>14}" for k in keys)
+              + f" {'driver MB':>10} {'JVM MB':>7} {'agent MB':>9}")
+        for r in leg.records:
+            agent = f"{r.agent_mb:9.0f}" if r.agent_mb is not None else f"{'-':>9}"
+            print(f"  {r.batch:>6} {r.cost_ms:9.1f} {r.files:>6} {r.kbytes:7.0f} "
+                  + " ".join(f"{r.rows[k]:>14}" for k in keys) + f" {r.driver_mb:10.0f} {r.jvm_mb:7.0f} {agent}")
+        # the ledger's size is judged from the first record after the retention filled
+        filled = [r for r in leg.records if r.batch >= 2 * RETAIN] or leg.records
+        checks = [
+            ("cost per micro-batch, last record within 10% of the first", _flat([r.cost_ms for r in leg.records])),
+            ("twopc/ files bounded by the retention", _flat([r.files for r in filled], plus=2)),
+            ("twopc/ bytes bounded by the retention", _flat([r.kbytes for r in filled], plus=8)),
+            *((f"{k} rows bounded by the retention", _flat([r.rows[k] for r in filled], plus=2)) for k in keys),
+            ("driver (Python) RSS within 10%", _flat([r.driver_mb for r in leg.records])),
+            ("driver (JVM) RSS within 10%", _flat([r.jvm_mb for r in leg.records])),
+        ]
+        agents = [r.agent_mb for r in leg.records if r.agent_mb is not None]
+        if agents:
+            checks.append(("driver agent RSS within 10%", _flat(agents)))
+        for label, (ok, text) in checks:
+            all_ok &= ok
+            print(f"  target: {label:<58} {text:<28} {verdict(ok)}")
+    if legs and legs[0].records and legs[0].records[-1].batch < 5000:
+        print(f"\nsoak: {batches} micro-batches per query, fewer than the 5,000 the targets are set for "
+              f"(--batches): a slow growth may not show yet")
+    return all_ok
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_soak",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batches", type=int, default=5000, help="micro-batches per streaming query")
+    parser.add_argument("--every", type=int, default=500, help="micro-batches between two records")
+    parser.add_argument("--jdbc-writes", type=int, default=None,
+                        help="batch writes of the no-checkpoint run (default: --batches; 0 skips it)")
+    parser.add_argument("--sinks", default="postgres,redis,jdbc",
+                        help="streaming queries to run: postgres, redis, jdbc (comma-separated)")
+    args = parser.parse_args(argv)
+    if args.every <= 0 or args.batches < args.every:
+        parser.error("--batches must be at least --every, and --every positive")
+    writes = args.batches if args.jdbc_writes is None else args.jdbc_writes
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import sqlalchemy as sa
+    from pyspark.sql import SparkSession
+
+    from twopc import faultinject, sinks
+
+    from ._bench_common import jdbc_target
+
+    legs: list[Leg] = []
+    with tempfile.TemporaryDirectory(prefix="twopc-soak-") as work:
+        pg = faultinject.LocalPostgres().start()
+        redis_server = faultinject.LocalRedis(appendfsync="always").start() if "redis" in args.sinks else None
+        try:
+            dsn = sa.make_url(pg.url).set(drivername="postgresql").render_as_string(hide_password=False)
+            _create_tables(dsn)
+            spark = (SparkSession.builder.master("local[2]").appName("twopc-soak")
+                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+                     .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "1")
+                     .getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            sinks.register_all(spark)
+            jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]  # py4j
+            jdbc_url, props = jdbc_target(pg.url)
+            progress = _Progress(spark)
+
+            def pg_rows() -> dict[str, int]:
+                return _table_rows(dsn)
+
+            plan: list[tuple[str, str, Callable[[Any], Any], Callable[[], dict[str, int]]]] = []
+            for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
+                if key == "postgres":
+                    plan.append(("twopc-postgres", key, lambda w: w.format("twopc-postgres").option(
+                        "url", jdbc_url).option("dbtable", "soak_postgres").options(**props).start(), pg_rows))
+                elif key == "jdbc":
+                    plan.append(("twopc-jdbc", key, lambda w: w.format("twopc-jdbc").option(
+                        "url", jdbc_url).option("dbtable", "soak_jdbc").options(**props).start(), pg_rows))
+                elif key == "redis" and redis_server is not None:
+                    plan.append(("twopc-redis", key, functools.partial(_redis_writer, redis_server.url),
+                                 functools.partial(_redis_markers, redis_server.url)))
+                else:
+                    parser.error(f"unknown sink {key!r}: choose from postgres, redis, jdbc")
+            for name, key, writer, rows in plan:
+                print(f"soak: {name}, {args.batches} micro-batches ...", flush=True)
+                legs.append(soak_stream(spark, progress, name, writer, Path(work) / f"ck-{key}", args.batches,
+                                        args.every, rows, jvm_pid))
+            if writes >= args.every:
+                print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
+                legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows,
+                                             jvm_pid))
+            spark.stop()
+        finally:
+            if redis_server is not None:
+                redis_server.stop()
+            pg.stop()
+    report(legs, args.batches, args.every)
+    return 0
+
+
+def _redis_writer(url: str, w: Any) -> Any:
+    return w.format("twopc-redis").option("url", url).option("mapping", REDIS_MAPPING).option("hashTag", "soak").start()
+
+
+def _create_tables(dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for t in ("soak_postgres", "soak_jdbc", "soak_jdbc_batch"):
+            conn.execute(f'CREATE TABLE "{t}" ({TABLE_COLUMNS})')
+
+
+if __name__ == "__main__":
+    sys.exit(main())
