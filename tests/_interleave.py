@@ -14,7 +14,8 @@ each actor's history (every step it took and what the step returned). Two orders
 to the same state have the same futures (the code is deterministic given what it saw), so
 a state is expanded once; the search ends when every reachable state was expanded. Each
 path is replayed from the start (a running actor cannot be copied), so the cost is the
-number of states times their depth.
+number of states times their depth. A replay reruns the actors' code only: what each actor
+saw up to the branch is kept with the branch, not noted again step by step.
 
 The target is a model (:class:`ModelSink`): transactions are prepared, committed or rolled
 back, exactly as a database would answer (a repeated commit is "already committed", a
@@ -23,6 +24,7 @@ commit of a rolled-back transaction is "lost"), and it keeps the history the che
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -48,7 +50,13 @@ class Aborted(BaseException):
 
 def _norm(value: Any) -> str:
     """What an actor saw, without the clock (record texts carry times)."""
-    return _TIMES.sub(r'"\1":0', value if isinstance(value, str) else repr(value))
+    return _norm_text(value if isinstance(value, str) else repr(value))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _norm_text(text: str) -> str:
+    # the same few record texts and answers come back in every execution: normalize each once
+    return _TIMES.sub(r'"\1":0', text)
 
 
 @dataclass(frozen=True)
@@ -219,6 +227,9 @@ class _Running:
     actor: Actor
     glet: greenlet.greenlet | None = None
     history: list[str] = field(default_factory=list)
+    digest: bytes = b""
+    """A running SHA-256 over :attr:`history`: equal histories, equal digests (the state key
+    reads it instead of the whole history, which grows with every step)."""
     pending: str | None = "start"
     done: bool = False
     outcome: Any = None
@@ -231,6 +242,8 @@ class Scheduler:
 
     def __init__(self, actors: Sequence[Actor]) -> None:
         self._aborted = False
+        self.replaying = False
+        """Steps rerun to reach a branch (:func:`explore`): their notes are restored after."""
         self._main = greenlet.getcurrent()
         self._names: dict[greenlet.greenlet, str] = {}
         self.world = World(self)
@@ -247,19 +260,21 @@ class Scheduler:
             return fn()
         run = self.runs[name]
         self._yield(run, label)
+        if self.replaying:
+            return fn()
         try:
             result = fn()
         except Exception as exc:
-            run.history.append(f"{label} -> raise {type(exc).__name__}")
+            _note(run, f"{label} -> raise {type(exc).__name__}")
             raise
-        run.history.append(f"{label} -> {_norm(result)}")
+        _note(run, f"{label} -> {_norm(result)}")
         return result
 
     def quiet(self, label: str, result: Any) -> Any:
         """Note a step that commutes with every other one: no scheduling point."""
         name = self._names.get(greenlet.getcurrent())
-        if name is not None:
-            self.runs[name].history.append(f"{_QUIET}{label} -> {_norm(result)}")
+        if name is not None and not self.replaying:
+            _note(self.runs[name], f"{_QUIET}{label} -> {_norm(result)}")
         return result
 
     def _yield(self, run: _Running, label: str) -> None:
@@ -273,7 +288,8 @@ class Scheduler:
     def _body(self, run: _Running) -> None:
         try:
             self._yield(run, "start")
-            run.history.append("start")
+            if not self.replaying:
+                _note(run, "start")
             run.outcome = run.actor.script(self.world, ModelSink(self.world))
         except Aborted:
             pass
@@ -300,7 +316,7 @@ class Scheduler:
 
     def state(self) -> str:
         parts = (self.world.snapshot(),
-                 tuple((n, r.done, r.pending, tuple(r.history), _norm(r.error)) for n, r in sorted(self.runs.items())))
+                 tuple((n, r.done, r.pending, r.digest, _norm(r.error)) for n, r in sorted(self.runs.items())))
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     def abort(self) -> None:
@@ -308,6 +324,12 @@ class Scheduler:
         for run in self.runs.values():
             if run.glet is not None and not run.glet.dead:
                 run.glet.switch()  # it raises Aborted at its step and ends
+
+
+def _note(run: _Running, entry: str) -> None:
+    """Add *entry* to *run*'s history and to its running digest."""
+    run.history.append(entry)
+    run.digest = hashlib.sha256(run.digest + entry.encode() + b"\0").digest()
 
 
 @dataclass
@@ -336,17 +358,24 @@ def explore(actors: Sequence[Actor], check_end: Callable[[Ending], None],
             *limit* states.
     """
     seen: set[str] = set()
-    stack: list[list[str]] = [[]]
+    # a branch still to take: the steps to the branch, what each actor had noted there, the step
+    stack: list[tuple[list[str], dict[str, tuple[list[str], bytes]], str | None]] = [([], {}, None)]
     endings = 0
     while stack:
-        prefix = stack.pop()
+        prefix, notes, step = stack.pop()
         sched = Scheduler(actors)
-        order: list[str] = []
+        order: list[str] = list(prefix)
         try:
+            sched.replaying = True
             sched.start()
             for name in prefix:
                 sched.advance(name)
-                order.append(name)
+            sched.replaying = False
+            for name, (history, digest) in notes.items():
+                sched.runs[name].history, sched.runs[name].digest = list(history), digest
+            if step is not None:
+                sched.advance(step)
+                order.append(step)
             while True:
                 enabled = sched.enabled()
                 key = sched.state()
@@ -365,7 +394,9 @@ def explore(actors: Sequence[Actor], check_end: Callable[[Ending], None],
                     raise AssertionError(f"{exc}\n  after the steps {_describe(sched, order)}") from None
                 if not enabled:
                     break
-                stack.extend([*order, other] for other in enabled[1:])
+                if len(enabled) > 1:
+                    here = {n: (list(r.history), r.digest) for n, r in sched.runs.items()}
+                    stack.extend((list(order), here, other) for other in enabled[1:])
                 sched.advance(enabled[0])
                 order.append(enabled[0])
         finally:
