@@ -63,7 +63,7 @@ def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, part
 
     while query.isActive:
         report()
-        query.awaitTermination(0.3)  # returns as soon as the query ends
+        query.awaitTermination(1)  # returns as soon as the query ends
     query.awaitTermination()
     report()
     spark.stop()

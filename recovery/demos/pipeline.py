@@ -116,7 +116,7 @@ def run_job(spec: PipelineSpec) -> None:
 
     while active := [q for q in queries.values() if q.isActive]:
         report()
-        active[0].awaitTermination(0.3)  # returns as soon as that query ends
+        active[0].awaitTermination(1)  # returns as soon as that query ends
     for q in queries.values():
         q.awaitTermination()
     report()

@@ -110,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if p["batchId"] > seen:
                 seen = p["batchId"]
                 print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
-        query.awaitTermination(0.3)  # returns as soon as the query ends
+        query.awaitTermination(1)  # returns as soon as the query ends
     query.awaitTermination()
     spark.stop()
     return 0
