@@ -82,11 +82,27 @@ class World:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.records: dict[str, str] = {}
+        self.folders: dict[str, set[str]] = {}
+        """The names of :attr:`records` by folder (``"owners/"``): what a listing reads."""
         self.txns: dict[str, Txn] = {}
         self.store = SteppedStore(self)
         self.unreachable: set[str] = set()
         """Actors for which the target refuses every call (a wrong password, a server down)."""
         self.nonce = 0
+
+    def put(self, rel: str, text: str) -> None:
+        folder, sep, name = rel.rpartition("/")
+        if sep:
+            self.folders.setdefault(folder + "/", set()).add(name)
+        self.records[rel] = text
+
+    def remove(self, rel: str) -> str | None:
+        """Delete a record; what it held (None: there was none)."""
+        text = self.records.pop(rel, None)
+        folder, sep, name = rel.rpartition("/")
+        if text is not None and sep:
+            self.folders[folder + "/"].discard(name)
+        return text
 
     def snapshot(self) -> tuple[Any, ...]:
         """The protocol's records (not the metrics) and the target's transactions."""
@@ -120,21 +136,20 @@ class SteppedStore:
         def run() -> bool:
             if exclusive and rel in self._w.records:
                 return False
-            self._w.records[rel] = text
+            self._w.put(rel, text)
             return True
         return self._w.scheduler.op(f"create {rel}", run)
 
     def replace(self, rel: str, text: str) -> None:
         """Records outside the protocol (twopc's metrics): not a step."""
-        self._w.records[rel] = text
+        self._w.put(rel, text)
 
     def list(self, rel: str) -> list[str]:
-        prefix = rel.rstrip("/") + "/"
-        return self._w.scheduler.op(f"list {rel}", lambda: sorted(
-            k[len(prefix):] for k in self._w.records if k.startswith(prefix) and "/" not in k[len(prefix):]))
+        folder = rel.rstrip("/") + "/"
+        return self._w.scheduler.op(f"list {rel}", lambda: sorted(self._w.folders.get(folder, ())))
 
     def delete(self, rel: str) -> None:
-        self._w.scheduler.op(f"delete {rel}", lambda: self._w.records.pop(rel, None))
+        self._w.scheduler.op(f"delete {rel}", lambda: self._w.remove(rel))
 
 
 class ModelSink(TwoPhaseCommitSink[int, ModelHandle, ModelHandle]):
