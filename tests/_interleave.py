@@ -14,7 +14,8 @@ each actor's history (every step it took and what the step returned). Two orders
 to the same state have the same futures (the code is deterministic given what it saw), so
 a state is expanded once; the search ends when every reachable state was expanded. Each
 path is replayed from the start (a running actor cannot be copied), so the cost is the
-number of states times their depth.
+number of states times their depth. A replay reruns the actors' code only: what each actor
+saw up to the branch is kept with the branch, not noted again step by step.
 
 The target is a model (:class:`ModelSink`): transactions are prepared, committed or rolled
 back, exactly as a database would answer (a repeated commit is "already committed", a
@@ -23,6 +24,7 @@ commit of a rolled-back transaction is "lost"), and it keeps the history the che
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -48,7 +50,13 @@ class Aborted(BaseException):
 
 def _norm(value: Any) -> str:
     """What an actor saw, without the clock (record texts carry times)."""
-    return _TIMES.sub(r'"\1":0', value if isinstance(value, str) else repr(value))
+    return _norm_text(value if isinstance(value, str) else repr(value))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _norm_text(text: str) -> str:
+    # the same few record texts and answers come back in every execution: normalize each once
+    return _TIMES.sub(r'"\1":0', text)
 
 
 @dataclass(frozen=True)
@@ -74,11 +82,27 @@ class World:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         self.records: dict[str, str] = {}
+        self.folders: dict[str, set[str]] = {}
+        """The names of :attr:`records` by folder (``"owners/"``): what a listing reads."""
         self.txns: dict[str, Txn] = {}
         self.store = SteppedStore(self)
         self.unreachable: set[str] = set()
         """Actors for which the target refuses every call (a wrong password, a server down)."""
         self.nonce = 0
+
+    def put(self, rel: str, text: str) -> None:
+        folder, sep, name = rel.rpartition("/")
+        if sep:
+            self.folders.setdefault(folder + "/", set()).add(name)
+        self.records[rel] = text
+
+    def remove(self, rel: str) -> str | None:
+        """Delete a record; what it held (None: there was none)."""
+        text = self.records.pop(rel, None)
+        folder, sep, name = rel.rpartition("/")
+        if text is not None and sep:
+            self.folders[folder + "/"].discard(name)
+        return text
 
     def snapshot(self) -> tuple[Any, ...]:
         """The protocol's records (not the metrics) and the target's transactions."""
@@ -112,21 +136,20 @@ class SteppedStore:
         def run() -> bool:
             if exclusive and rel in self._w.records:
                 return False
-            self._w.records[rel] = text
+            self._w.put(rel, text)
             return True
         return self._w.scheduler.op(f"create {rel}", run)
 
     def replace(self, rel: str, text: str) -> None:
         """Records outside the protocol (twopc's metrics): not a step."""
-        self._w.records[rel] = text
+        self._w.put(rel, text)
 
     def list(self, rel: str) -> list[str]:
-        prefix = rel.rstrip("/") + "/"
-        return self._w.scheduler.op(f"list {rel}", lambda: sorted(
-            k[len(prefix):] for k in self._w.records if k.startswith(prefix) and "/" not in k[len(prefix):]))
+        folder = rel.rstrip("/") + "/"
+        return self._w.scheduler.op(f"list {rel}", lambda: sorted(self._w.folders.get(folder, ())))
 
     def delete(self, rel: str) -> None:
-        self._w.scheduler.op(f"delete {rel}", lambda: self._w.records.pop(rel, None))
+        self._w.scheduler.op(f"delete {rel}", lambda: self._w.remove(rel))
 
 
 class ModelSink(TwoPhaseCommitSink[int, ModelHandle, ModelHandle]):
@@ -219,6 +242,9 @@ class _Running:
     actor: Actor
     glet: greenlet.greenlet | None = None
     history: list[str] = field(default_factory=list)
+    digest: bytes = b""
+    """A running SHA-256 over :attr:`history`: equal histories, equal digests (the state key
+    reads it instead of the whole history, which grows with every step)."""
     pending: str | None = "start"
     done: bool = False
     outcome: Any = None
@@ -231,6 +257,8 @@ class Scheduler:
 
     def __init__(self, actors: Sequence[Actor]) -> None:
         self._aborted = False
+        self.replaying = False
+        """Steps rerun to reach a branch (:func:`explore`): their notes are restored after."""
         self._main = greenlet.getcurrent()
         self._names: dict[greenlet.greenlet, str] = {}
         self.world = World(self)
@@ -247,19 +275,21 @@ class Scheduler:
             return fn()
         run = self.runs[name]
         self._yield(run, label)
+        if self.replaying:
+            return fn()
         try:
             result = fn()
         except Exception as exc:
-            run.history.append(f"{label} -> raise {type(exc).__name__}")
+            _note(run, f"{label} -> raise {type(exc).__name__}")
             raise
-        run.history.append(f"{label} -> {_norm(result)}")
+        _note(run, f"{label} -> {_norm(result)}")
         return result
 
     def quiet(self, label: str, result: Any) -> Any:
         """Note a step that commutes with every other one: no scheduling point."""
         name = self._names.get(greenlet.getcurrent())
-        if name is not None:
-            self.runs[name].history.append(f"{_QUIET}{label} -> {_norm(result)}")
+        if name is not None and not self.replaying:
+            _note(self.runs[name], f"{_QUIET}{label} -> {_norm(result)}")
         return result
 
     def _yield(self, run: _Running, label: str) -> None:
@@ -273,7 +303,8 @@ class Scheduler:
     def _body(self, run: _Running) -> None:
         try:
             self._yield(run, "start")
-            run.history.append("start")
+            if not self.replaying:
+                _note(run, "start")
             run.outcome = run.actor.script(self.world, ModelSink(self.world))
         except Aborted:
             pass
@@ -300,7 +331,7 @@ class Scheduler:
 
     def state(self) -> str:
         parts = (self.world.snapshot(),
-                 tuple((n, r.done, r.pending, tuple(r.history), _norm(r.error)) for n, r in sorted(self.runs.items())))
+                 tuple((n, r.done, r.pending, r.digest, _norm(r.error)) for n, r in sorted(self.runs.items())))
         return hashlib.sha256(repr(parts).encode()).hexdigest()
 
     def abort(self) -> None:
@@ -308,6 +339,12 @@ class Scheduler:
         for run in self.runs.values():
             if run.glet is not None and not run.glet.dead:
                 run.glet.switch()  # it raises Aborted at its step and ends
+
+
+def _note(run: _Running, entry: str) -> None:
+    """Add *entry* to *run*'s history and to its running digest."""
+    run.history.append(entry)
+    run.digest = hashlib.sha256(run.digest + entry.encode() + b"\0").digest()
 
 
 @dataclass
@@ -336,17 +373,24 @@ def explore(actors: Sequence[Actor], check_end: Callable[[Ending], None],
             *limit* states.
     """
     seen: set[str] = set()
-    stack: list[list[str]] = [[]]
+    # a branch still to take: the steps to the branch, what each actor had noted there, the step
+    stack: list[tuple[list[str], dict[str, tuple[list[str], bytes]], str | None]] = [([], {}, None)]
     endings = 0
     while stack:
-        prefix = stack.pop()
+        prefix, notes, step = stack.pop()
         sched = Scheduler(actors)
-        order: list[str] = []
+        order: list[str] = list(prefix)
         try:
+            sched.replaying = True
             sched.start()
             for name in prefix:
                 sched.advance(name)
-                order.append(name)
+            sched.replaying = False
+            for name, (history, digest) in notes.items():
+                sched.runs[name].history, sched.runs[name].digest = list(history), digest
+            if step is not None:
+                sched.advance(step)
+                order.append(step)
             while True:
                 enabled = sched.enabled()
                 key = sched.state()
@@ -365,7 +409,9 @@ def explore(actors: Sequence[Actor], check_end: Callable[[Ending], None],
                     raise AssertionError(f"{exc}\n  after the steps {_describe(sched, order)}") from None
                 if not enabled:
                     break
-                stack.extend([*order, other] for other in enabled[1:])
+                if len(enabled) > 1:
+                    here = {n: (list(r.history), r.digest) for n, r in sched.runs.items()}
+                    stack.extend((list(order), here, other) for other in enabled[1:])
                 sched.advance(enabled[0])
                 order.append(enabled[0])
         finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -64,7 +63,7 @@ def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, part
 
     while query.isActive:
         report()
-        time.sleep(0.3)
+        query.awaitTermination(1)  # returns as soon as the query ends
     query.awaitTermination()
     report()
     spark.stop()

@@ -114,9 +114,9 @@ def run_job(spec: PipelineSpec) -> None:
                     print(f"progress: {name} batch {seen[name]} committed ({p['numInputRows']} entries)",
                           file=sys.stderr, flush=True)
 
-    while any(q.isActive for q in queries.values()):
+    while active := [q for q in queries.values() if q.isActive]:
         report()
-        time.sleep(0.3)
+        active[0].awaitTermination(1)  # returns as soon as that query ends
     for q in queries.values():
         q.awaitTermination()
     report()

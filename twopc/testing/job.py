@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -111,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if p["batchId"] > seen:
                 seen = p["batchId"]
                 print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
-        time.sleep(0.3)
+        query.awaitTermination(1)  # returns as soon as the query ends
     query.awaitTermination()
     spark.stop()
     return 0
