@@ -164,8 +164,8 @@ SCENARIOS: dict[str, list[Actor]] = {
 }
 
 
-#: Three actors that each claim the ledger: about a million states, an hour on two cores. The
-#: two-actor scenarios above cover each pair of them in `make test`; `make test-all` runs this one.
+#: Three actors that each claim the ledger: more than half an hour of CPU, against seconds for
+#: each pair of them (the scenarios above, in `make test`); `make test-all` runs this one.
 LONG = {"a query, twopc recover and a second driver"}
 
 
