@@ -97,7 +97,7 @@ def redacted_errors(options: Mapping[str, str]) -> Iterator[None]:
 
 def credential_free(options: Mapping[str, str]) -> dict[str, str]:
     """*options* as they may be recorded in a checkpoint (the sinks'
-    :meth:`~twopc.TwoPhaseCommitSink.reopen_options`): an option named like a secret is
+    :meth:`~twopc.spi.NamedTarget.reopen_options`): an option named like a secret is
     left out, a URL loses its password (in its user info; ``password=`` and everything
     after it; an empty user info goes too), and an option whose value still holds
     anything :func:`secret_guesses` suspects, or still has a ``:`` before an ``@`` after

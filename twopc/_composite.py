@@ -20,7 +20,7 @@ which the decision's handles cover too: :meth:`CompositeHandle.covered_txn_ids`.
 
 Because the decision is recorded before any participant commits, a participant must not be
 able to refuse a commit once it prepared: one whose target may (its
-:meth:`TwoPhaseCommitSink.commit_may_be_refused` gives a reason, e.g. ``twopc-jdbc``'s staging
+:meth:`twopc.spi.WriteSetup.commit_may_be_refused` gives a reason, e.g. ``twopc-jdbc``'s staging
 mode, whose table checks constraints only when the rows move) is refused on the driver by
 :meth:`CompositeSink.configure_write` / :meth:`CompositeSink.validate`, before any task runs.
 
@@ -199,7 +199,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
         Raises:
             ConfigurationError: a participant refuses, or its commit may be refused after
-                the decision (:meth:`TwoPhaseCommitSink.commit_may_be_refused`: the staging
+                the decision (:meth:`twopc.spi.WriteSetup.commit_may_be_refused`: the staging
                 mode of ``twopc-jdbc``), or two participants write the same target
                 (:func:`~twopc._composite_targets.refuse_shared_targets`); the message names
                 them and the fix.

@@ -4,9 +4,9 @@ the locks the first holds until the batch commits (a prepared transaction keeps 
 the write ends in a lock timeout after ``lockTimeout``. Refused when the write is planned.
 
 "The same target" is what the target's server says it is where the sink can ask
-(:meth:`~twopc.TwoPhaseCommitSink.target_instance`: the server's identity and the table,
+(:meth:`~twopc.spi.NamedTarget.target_instance`: the server's identity and the table,
 so ``localhost`` and ``127.0.0.1`` are one server), else what the options name
-(:meth:`~twopc.TwoPhaseCommitSink.target_identity`: dialect, host, port, database and the
+(:meth:`~twopc.spi.NamedTarget.target_identity`: dialect, host, port, database and the
 table as the database reads it)."""
 
 from __future__ import annotations

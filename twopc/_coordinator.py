@@ -6,7 +6,7 @@ coordinator turns those calls into the two-phase-commit decision:
 
 1. ``before_decision``: nothing is decided; a crash here leaves only prepared
    transactions, which recovery rolls back (the batch replays). The sink's
-   :meth:`~TwoPhaseCommitSink.before_decision` may then prepare one more transaction that
+   :meth:`~twopc.spi.DecisionHook.before_decision` may then prepare one more transaction that
    takes over some attempts (the same holds for it: undecided, it is rolled back).
 2. The decision (every handle the sink names for the batch) is written to the ledger, durably.
 3. ``after_decision`` / ``between_commits``: the batch is decided; a crash here is finished
@@ -192,9 +192,9 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
     """Commit *decision*'s handles as the sink's :class:`CommitShape` says: separately
     prepared ones the first, then (``between_commits``) the others together, each group
-    through :meth:`~TwoPhaseCommitSink.commit_all` when the sink batches commits (a number
+    through :meth:`~twopc.spi.BatchCommit.commit_all` when the sink batches commits (a number
     of round trips that does not grow with the batch), else one by one; any other shape
-    gets them all in one :meth:`~TwoPhaseCommitSink.commit_all`."""
+    gets them all in one :meth:`~twopc.spi.BatchCommit.commit_all`."""
     handles = decision.handles
     match capability(sink, BatchCommit).commit_shape(handles):
         case CommitShape.PER_HANDLE:

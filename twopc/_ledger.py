@@ -3,7 +3,7 @@
 Layout under ``<checkpointLocation>/twopc/``::
 
     sink.json                       the sink id this checkpoint belongs to
-    target.json                     what it writes to (TwoPhaseCommitSink.target_identity), what
+    target.json                     what it writes to (twopc.spi.NamedTarget.target_identity), what
                                     its server says it is (target_instance) and, when the writer
                                     tells, its format and credential-free options
     decisions/<batch>.json          every handle of the batch, written BEFORE any commit
@@ -355,7 +355,7 @@ class CommitLedger:
         return None if record is None else record.target
 
     def recorded_target_instance(self) -> str | None:
-        """What the recorded target's server said it is (:meth:`TwoPhaseCommitSink.target_instance`),
+        """What the recorded target's server said it is (:meth:`twopc.spi.NamedTarget.target_instance`),
         or None (not recorded, or the sink could not tell)."""
         record = self.target_record()
         return None if record is None else record.instance
@@ -379,7 +379,7 @@ class CommitLedger:
                     instance: str | None = None, data_source: str | None = None,
                     sink_class: str | None = None, options: Mapping[str, str] | None = None) -> None:
         """Record *identity* (what sink *sink_id* writes to, credential-free) and *instance*
-        (what its server says it is, :meth:`TwoPhaseCommitSink.target_instance`) the first
+        (what its server says it is, :meth:`twopc.spi.NamedTarget.target_instance`) the first
         time this checkpoint is used, and refuse another target later; with ``record=False``
         only refuse (the runtime checks before validating the target and records once it
         validated, so that a mistyped table name is not recorded). ``None`` (a sink that

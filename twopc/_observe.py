@@ -90,7 +90,7 @@ def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> N
 
 
 def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
-    """The target's prepared-transaction room (:meth:`~twopc.TwoPhaseCommitSink.headroom`)
+    """The target's prepared-transaction room (:meth:`~twopc.spi.Inspectable.headroom`)
     for the metrics after a commit, or None when the sink cannot tell or reading it failed."""
     try:
         return capability(sink, Inspectable).headroom(sink_id)

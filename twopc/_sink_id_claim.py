@@ -6,7 +6,7 @@ checkpoints) given the same ``sinkId`` would therefore roll back each other's wo
 sinks lease the sink id on their server while a writer runs (:mod:`twopc._target`); sinks
 without such a lease (Redis, files, a composite of them) keep an *owner record* instead:
 the first query to use a sink id records its checkpoint in the target
-(:meth:`~twopc.TwoPhaseCommitSink.claim_sink_id`), and a query with another checkpoint is
+(:meth:`~twopc.spi.NamedTarget.claim_sink_id`), and a query with another checkpoint is
 refused before it touches anything. The record outlives the query on purpose: a retired
 query may still have decided batches that only its checkpoint can finish.
 

@@ -1,4 +1,4 @@
-"""The owner record a target keeps for a sink id (:meth:`~twopc.TwoPhaseCommitSink.claim_sink_id`);
+"""The owner record a target keeps for a sink id (:meth:`~twopc.spi.NamedTarget.claim_sink_id`);
 how the runtime claims a sink id is :mod:`twopc._sink_id_claim`."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The operator's view of one sink: what the ledger decided, what the target still holds.
 
 :func:`sink_status` reads the checkpoint's ledger and the target (through the sink's
-read-only :meth:`~twopc.TwoPhaseCommitSink.prepared_details` and
-:meth:`~twopc.TwoPhaseCommitSink.headroom`) and changes nothing. ``twopc status`` prints
+read-only :meth:`~twopc.spi.Inspectable.prepared_details` and
+:meth:`~twopc.spi.Inspectable.headroom`) and changes nothing. ``twopc status`` prints
 it; :attr:`SinkStatus.needs_operator` is its exit code.
 
 Each unsettled transaction has one state:

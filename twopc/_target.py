@@ -2,7 +2,7 @@
 writers' leases that tell a live writer's prepared transactions from a dead one's.
 
 A sink that prepares transactions on a server can also keep the commit ledger there
-(:meth:`TwoPhaseCommitSink.target_ledger`): the same records as a checkpoint's ledger
+(:meth:`twopc.spi.LedgerHost.target_ledger`): the same records as a checkpoint's ledger
 (:mod:`twopc._ledger`), rows of one table keyed by sink id, each written and committed in a
 local transaction on the same server as the prepared transactions. A write without a
 checkpoint then runs in prepared mode under a fresh sink id (``eph-...``, or its

@@ -6,7 +6,7 @@ core API, ``twopc recover``). A write to another target (a typo, a moved server,
 database) is refused as such before anything is recorded, naming both targets; recovery run
 against the wrong one would otherwise find the decided transactions missing there and call
 them lost. The comparison is :meth:`CommitLedger.bind_target`'s: what the servers say they
-are (:meth:`~twopc.TwoPhaseCommitSink.target_instance`) where both can tell, so one server
+are (:meth:`~twopc.spi.NamedTarget.target_instance`) where both can tell, so one server
 reached through two names is one target.
 """
 

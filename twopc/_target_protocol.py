@@ -1,5 +1,5 @@
 """What a sink offers to keep the commit ledger and the writers' leases on its server
-(:meth:`~twopc.TwoPhaseCommitSink.target_ledger`), as types the contract names; what the
+(:meth:`~twopc.spi.LedgerHost.target_ledger`), as types the contract names; what the
 runtime does with them is :mod:`twopc._target`."""
 
 from __future__ import annotations

@@ -17,16 +17,16 @@ class TargetRecord:
     """What a checkpoint's ``target.json`` records (:meth:`CommitLedger.bind_target`)."""
 
     target: str
-    """What the sink writes to (:meth:`~twopc.TwoPhaseCommitSink.target_identity`)."""
+    """What the sink writes to (:meth:`~twopc.spi.NamedTarget.target_identity`)."""
     data_source: str | None = None
     """The format name the write used (``twopc-postgres``); None when not recorded."""
     sink_class: str | None = None
     """``module:Class`` of its sink; None when not recorded."""
     options: Mapping[str, str] | None = None
-    """Its writer options without any secret (:meth:`~twopc.TwoPhaseCommitSink.reopen_options`);
+    """Its writer options without any secret (:meth:`~twopc.spi.NamedTarget.reopen_options`);
     None when the sink does not tell them."""
     instance: str | None = None
-    """What its server said it is (:meth:`~twopc.TwoPhaseCommitSink.target_instance`); None when
+    """What its server said it is (:meth:`~twopc.spi.NamedTarget.target_instance`); None when
     the sink cannot tell."""
 
     @classmethod

@@ -1,5 +1,5 @@
 """A checkpoint (and its sink id) serves one target: the first write records
-what it writes to (``twopc/target.json``: ``TwoPhaseCommitSink.target_identity``, never a
+what it writes to (``twopc/target.json``: ``twopc.spi.NamedTarget.target_identity``, never a
 credential), and a write to another target with that checkpoint is refused before anything
 runs, naming both targets and the fix (a batch job to table T2 with T1's checkpoint and
 ``txnVersion`` must never "succeed" having written nothing). Through Spark: PostgreSQL, Redis and the file

@@ -1,6 +1,6 @@
 """The sink contract's one commit question, ``commit_shape``, and the import graph of twopc.
 
-The coordinator asks a sink :meth:`~twopc.TwoPhaseCommitSink.commit_shape` once and acts on
+The coordinator asks a sink :meth:`~twopc.spi.BatchCommit.commit_shape` once and acts on
 the answer alone; and twopc's modules import one another without cycles (none kept alive by
 an import inside a function or under ``TYPE_CHECKING``)."""
 

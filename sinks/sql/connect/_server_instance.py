@@ -1,4 +1,4 @@
-"""What a SQL server says it is: the SQL sinks' :meth:`~twopc.TwoPhaseCommitSink.target_instance`.
+"""What a SQL server says it is: the SQL sinks' :meth:`~twopc.spi.NamedTarget.target_instance`.
 
 A checkpoint records the target its batches were prepared in (``twopc/target.json``), and a
 later write must go to the same one. The URL does not say which server it is: ``localhost``,

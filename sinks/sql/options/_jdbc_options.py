@@ -459,7 +459,7 @@ class JdbcOptions:
 
     def target_identity(self) -> str:
         """What a write with these options writes to, credential-free, the same for every
-        spelling of the same table (:meth:`twopc.TwoPhaseCommitSink.target_identity` of
+        spelling of the same table (:meth:`twopc.spi.NamedTarget.target_identity` of
         every SQL sink): ``<dialect> <host>:<port>/<database> table <schema.table>``
         (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
         a table without a database is in the URL's."""
