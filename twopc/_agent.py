@@ -32,6 +32,7 @@ so it starts fast: run as a file, it imports the standard library, the DB-API dr
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import importlib
@@ -217,12 +218,19 @@ class Agent:
             if not line:
                 return
             try:
-                request = json.loads(line)
+                request = json.loads(line, object_hook=_plain)
                 answer = self.answer(request) if isinstance(request, dict) else "error NotAnObject"
             except Exception as exc:  # noqa: BLE001 - a malformed request is answered by kind only
                 answer = f"error {type(exc).__name__}"
             channel.write(answer + "\n")
             channel.flush()
+
+
+def _plain(obj: dict[str, Any]) -> Any:
+    """A request's object, with ``{"bytes": <base64>}`` back as bytes (see the client)."""
+    if len(obj) == 1 and isinstance(obj.get("bytes"), str):
+        return base64.b64decode(obj["bytes"])
+    return obj
 
 
 def _sweep(folder: Path) -> None:

@@ -11,6 +11,7 @@ driver starting it at once end with one agent (the other one exits at once).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -68,7 +69,15 @@ def _key(driver: DriverIdentity) -> str:
 
 
 def _encode(message: dict[str, Any]) -> str:
-    return json.dumps(message, separators=(",", ":"))
+    return json.dumps(message, separators=(",", ":"), default=_bytes_as_json)
+
+
+def _bytes_as_json(value: object) -> dict[str, str]:
+    """Bytes (SQLAlchemy hands PyMySQL its password as UTF-8 bytes, which PyMySQL sends as
+    they are: as text it would encode them as Latin-1) travel as ``{"bytes": <base64>}``."""
+    if isinstance(value, bytes):
+        return {"bytes": base64.b64encode(value).decode("ascii")}
+    raise TypeError(f"the driver agent's requests carry plain values, not {type(value).__name__}")
 
 
 def ask_agent(pid: int, message: dict[str, Any], timeout: float) -> list[str]:

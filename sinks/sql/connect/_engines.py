@@ -127,7 +127,7 @@ def _connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
     return args
 
 
-_PLAIN = (str, int, float, bool, dict, type(None))  # what JSON carries to the driver agent
+_PLAIN = (str, bytes, int, float, bool, dict, type(None))
 
 
 def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str, Any]]:
@@ -147,8 +147,6 @@ def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str
     if cargs:
         raise ValueError(f"{backend}: positional connect arguments are not supported")
     params = {**cparams, **_connect_args(url, timeouts)}
-    # SQLAlchemy hands PyMySQL the password as UTF-8 bytes; the agent's JSON carries text
-    params = {k: v.decode("utf-8") if isinstance(v, bytes) else v for k, v in params.items()}
     return _DRIVERS[backend][0], {k: v for k, v in params.items() if isinstance(v, _PLAIN)}
 
 
