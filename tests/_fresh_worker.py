@@ -11,11 +11,14 @@ modules (pyarrow, pandas) that interpreter loaded:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import sqlalchemy as sa
@@ -67,21 +70,32 @@ def task_in_fresh_worker(sink: str, url: str, table: str, rows: pa.RecordBatch, 
     return loaded
 
 
-def commit_in_fresh_worker(url: str, engine: sa.Engine, tmp_path: Path) -> dict[str, bool]:
-    """Plan a prepared ``twopc-jdbc`` write of two tasks to a new table at *url*, commit it in
-    a fresh interpreter and return ``{"pyarrow": loaded, "pandas": loaded}`` of that
-    interpreter; the committed rows are checked."""
+@contextlib.contextmanager
+def _planned_jdbc_write(url: str, engine: sa.Engine, prefix: str) -> Iterator[tuple[Any, str]]:
+    """A prepared ``twopc-jdbc`` write to a new table (``<prefix>_<uid>``, dropped after),
+    planned on the driver without a JVM: ``(writer, table)``."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from twopc.sinks import JdbcDataSource, JdbcSink
 
-    table = f"commit_imports_{uid()}"
+    table = f"{prefix}_{uid()}"
     with engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
     schema = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
     try:
         writer = JdbcDataSource({"url": url, "dbtable": table}).writer(schema, False)
         assert isinstance(writer.core.sink, JdbcSink) and writer.core.sink.mode == "prepared"
+        yield writer, table
+    finally:
+        with engine.begin() as c:
+            c.exec_driver_sql(f"DROP TABLE {table}")
+
+
+def commit_in_fresh_worker(url: str, engine: sa.Engine, tmp_path: Path) -> dict[str, bool]:
+    """Plan a prepared ``twopc-jdbc`` write of two tasks to a new table at *url*, commit it in
+    a fresh interpreter and return ``{"pyarrow": loaded, "pandas": loaded}`` of that
+    interpreter; the committed rows are checked."""
+    with _planned_jdbc_write(url, engine, "commit_imports") as (writer, table):
         messages = []
         for p in range(2):
             ids = [p * 10 + i for i in range(3)]
@@ -97,9 +111,6 @@ def commit_in_fresh_worker(url: str, engine: sa.Engine, tmp_path: Path) -> dict[
             assert sorted(r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table}")) == [0, 1, 2, 10, 11, 12]
         loaded: dict[str, bool] = json.loads(proc.stdout.strip().splitlines()[-1])
         return loaded
-    finally:
-        with engine.begin() as c:
-            c.exec_driver_sql(f"DROP TABLE {table}")
 
 
 _WRITE = """
@@ -132,17 +143,7 @@ def jdbc_modules_in_fresh_workers(url: str, engine: sa.Engine, tmp_path: Path) -
     IPC), then commit it in another (as Spark's commit worker does); return the ``twopc``
     modules each interpreter held at the end, ``{"task": [...], "commit": [...]}``. The
     committed rows are checked."""
-    from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-    from twopc.sinks import JdbcDataSource, JdbcSink
-
-    table = f"worker_modules_{uid()}"
-    with engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
-    schema = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
-    try:
-        writer = JdbcDataSource({"url": url, "dbtable": table}).writer(schema, False)
-        assert isinstance(writer.core.sink, JdbcSink) and writer.core.sink.mode == "prepared"
+    with _planned_jdbc_write(url, engine, "worker_modules") as (writer, table):
         rows = pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int64()), "payload": pa.array(["a", "b"])})
         paths = [tmp_path / "writer.pickle", tmp_path / "rows.arrows", tmp_path / "messages.pickle"]
         paths[0].write_bytes(pickle.dumps(writer))
@@ -157,6 +158,3 @@ def jdbc_modules_in_fresh_workers(url: str, engine: sa.Engine, tmp_path: Path) -
         with engine.connect() as c:
             assert sorted(r[0] for r in c.exec_driver_sql(f"SELECT id FROM {table}")) == [1, 2]
         return held
-    finally:
-        with engine.begin() as c:
-            c.exec_driver_sql(f"DROP TABLE {table}")

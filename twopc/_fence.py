@@ -57,6 +57,7 @@ from typing import Any
 from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
 from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
+from ._sink import AnySink
 from ._stores import Store
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
@@ -128,6 +129,28 @@ class AbortFence:
             return True
         return bool(abort_marks_in(self.store, self.batch_id) - self.seen)
 
+    def roll_back_dead_attempts(self, sink: AnySink, sink_id: str, partition: int) -> None:
+        """Roll back what the earlier attempts of *partition* that died after preparing left
+        prepared (:meth:`dead_attempts`: no decision can name them), before a retry writes:
+        their row locks would make it wait on every key it shares with them, on a table with a
+        unique key, until ``lockTimeout`` failed the write.
+
+        Raises:
+            SinkError: the target failed; LedgerError: the store fails.
+        """
+        dead = self.dead_attempts(partition)
+        if not dead:
+            return
+        for h in sink.list_prepared(sink_id, self.batch_id):
+            if h.partition_id == partition and h.attempt_id in dead.values():
+                log.info("twopc: sink %s batch %s partition %s: rolling back %s, prepared by attempt %s whose "
+                         "process died before it reported", sink_id, self.batch_id, partition, h.txn_id,
+                         h.attempt_id)
+                sink.abort(h)
+        for name in dead:
+            if self.store is not None:
+                forget_task(self.store, name)
+
     def dead_attempts(self, partition: int) -> dict[str, int]:
         """The earlier attempts of *partition* in this batch that died while writing: their
         ``running/`` record is still there and their process is provably gone (on this host),
@@ -145,15 +168,6 @@ class AbortFence:
             return {}
         return {name: int(rec.get("attempt", -1)) for name, rec in records.items()
                 if name != self.record and rec.get("partition") == partition and provably_dead(_identity(rec))}
-
-    def forget(self, name: str) -> None:
-        """Delete the ``running/`` record *name* of a dead attempt (see :meth:`dead_attempts`).
-
-        Raises:
-            LedgerError: the store fails.
-        """
-        if self.store is not None:
-            forget_task(self.store, name)
 
     def end(self) -> bool:
         """Remove the task's ``running/`` record: call it once the task's transaction is

@@ -19,7 +19,7 @@ attempt's transaction still holds its row locks, and the driver cannot roll it b
 the batch runs, because with speculation that attempt might still be the one Spark
 chooses (rolling back a transaction the driver may commit is data loss). The retry rolls
 back what an attempt of its partition that provably died before reporting left prepared
-(its ``running/`` record is there, its process gone: :meth:`AbortFence.dead_attempts`).
+(its ``running/`` record is there, its process gone: :meth:`AbortFence.roll_back_dead_attempts`).
 Otherwise sinks bound the wait (the PostgreSQL sink's ``lockTimeout``): the retry fails
 with a clear error, the write fails, and the restart's plan-time recovery rolls the
 orphan back before any task runs. Writes that touch no common key (plain appends) never
@@ -175,7 +175,7 @@ class _WriterCore:
                     f"(partition {partition}, attempt {attempt}) began (the job failed or the query stopped as "
                     f"Spark started it): it wrote nothing")
             if ctx.attempt_number > 0:
-                self._roll_back_dead_attempts(fence, ctx)
+                fence.roll_back_dead_attempts(self.sink, self.sink_id, partition)
             message = self._write_fenced(fence, ctx, batches)
         except BaseException:
             fence.end()  # rolled back: see twopc._fence
@@ -192,23 +192,6 @@ class _WriterCore:
             return message
         finally:
             self.sink.close()
-
-    def _roll_back_dead_attempts(self, fence: AbortFence, ctx: TransactionContext) -> None:
-        """Roll back what the earlier attempts of this task that died after preparing left
-        prepared (:meth:`AbortFence.dead_attempts`: no decision can name them), before this
-        retry writes: their row locks would make it wait on every key it shares with them,
-        on a table with a unique key, until ``lockTimeout`` failed the write."""
-        dead = fence.dead_attempts(ctx.partition_id)
-        if not dead:
-            return
-        for h in self.sink.list_prepared(self.sink_id, ctx.batch_id):
-            if h.partition_id == ctx.partition_id and h.attempt_id in dead.values():
-                log.info("twopc: sink %s batch %s partition %s: rolling back %s, prepared by attempt %s whose "
-                         "process died before it reported", self.sink_id, ctx.batch_id, ctx.partition_id, h.txn_id,
-                         h.attempt_id)
-                self.sink.abort(h)
-        for name in dead:
-            fence.forget(name)
 
     def _write_fenced(self, fence: AbortFence, ctx: TransactionContext,
                       batches: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
@@ -350,12 +333,6 @@ class _WriterCore:
             if committed:
                 purge_markers_best_effort(self.sink, self.sink_id, ALL_BATCHES)
             shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
-
-
-def _may_keep_ledger_in_target(sink: AnySink) -> bool:
-    """Whether *sink* may have a ledger in its target (it has :class:`LedgerHost`), without
-    asking it: the answer may need the sink's database code, which the plan loads later."""
-    return isinstance(sink, LedgerHost)
 
 
 def _decides_itself(sink: AnySink) -> bool:
@@ -504,7 +481,7 @@ class TwoPhaseCommitDataSource(DataSource):
         # a rerun may commit another way (the first run created the table, the rerun finds it) and
         # must find what the first run committed in the same place.
         named = bool(option(options, "sinkId") or option(options, "txnAppId"))
-        if self._plan_time and not checkpointed and not streaming and _may_keep_ledger_in_target(sink) \
+        if self._plan_time and not checkpointed and not streaming and isinstance(sink, LedgerHost) \
                 and (named or (not overwrite and not _decides_itself(sink))):
             # The lease of a ledger kept in the target is held by the driver's agent: it starts (a driver's
             # first write) while the sink loads its database code and validates, not waited for here. (An
