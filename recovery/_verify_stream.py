@@ -103,14 +103,14 @@ def verify_stream(pg: psycopg.Connection[Any], table: TableName, server: StreamS
         SinkError / SinkUnavailableError: Redis failed.
         psycopg.Error: PostgreSQL failed.
     """
-    subject = (f"stream {stream!r} on {server.where()} against {table.display()} "
+    subject = (f"stream {stream!r} on {server.config.where()} against {table.display()} "
                f"({stream_column}, {id_column})")
     check = SetCheck(subject)
     try:
         raw = server.client().xinfo_stream(stream)
     except Exception as exc:  # noqa: BLE001 - a missing key is told apart below, the rest is Redis's error
         if "no such key" in str(exc).lower():
-            check.cannot_tell.append(f"stream {stream!r} does not exist on {server.where()}: check the name")
+            check.cannot_tell.append(f"stream {stream!r} does not exist on {server.config.where()}: check the name")
             return check
         raise server.config.error(exc, f"read XINFO STREAM {stream!r}") from None
     length, added = int(raw["length"]), int(raw.get("entries-added") or 0)

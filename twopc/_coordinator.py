@@ -39,7 +39,8 @@ from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._fence import TASK_WAIT_SECONDS, wait_for_tasks
 from ._handle import TransactionHandle
-from ._ledger import BatchState, CommitLedger, Decision
+from ._ledger import CommitLedger
+from ._ledger_records import BatchState, Decision
 from ._logs import log_event
 from ._retry import CommitRetry
 from ._sink import (

@@ -23,7 +23,7 @@ them safe)::
   next run of the query (a restart) finds its old epoch ended and takes over. Twopc's query
   listener ends the driver's epoch when a run starts (:meth:`Ownership.end_runs_of`), so a
   query restarted after ``twopc recover`` (the documented way) takes over at once.
-- **Deciding** (:meth:`Ownership.check`): after creating ``decisions/<batch>``, and after
+- **Deciding** (:meth:`Ownership.check_owner`): after creating ``decisions/<batch>``, and after
   listing prepared transactions and before rolling any back, an actor lists ``owners/``; a
   newer epoch than its own means it was fenced (:class:`FencedError`): it commits and rolls
   back nothing more, and records ``owners/<its epoch>.ended``.
@@ -216,7 +216,7 @@ class Ownership:
         epochs = self.epochs()
         return epochs[-1] if epochs and epochs[-1] > self.epoch else None
 
-    def check(self) -> None:
+    def check_owner(self) -> None:
         """Raise :class:`FencedError` if a newer actor owns the ledger (and record that this
         epoch's run is over: it does nothing more)."""
         newer = self.newer_owner()

@@ -12,6 +12,7 @@ Layout under ``<checkpointLocation>/twopc/``::
                                     (the zombie-prepare fence: :meth:`CommitLedger.record_abort`)
     running/<batch>.<p>.<a>.<id>.json  a task attempt of the batch that is writing (removed when it
                                     ends): what an abort waits for before its sweep (see twopc._fence)
+    owners/, verdicts/              who owns the ledger (:mod:`twopc._fencing_epochs`)
 
 A batch is UNDECIDED (no decision), DECIDED (decision, no committed mark) or COMMITTED.
 Records are written atomically and a decision at most once, by the store of the
@@ -19,101 +20,42 @@ location (:mod:`twopc._stores`): on a local filesystem through a temporary file,
 an exclusive link to the final name and an fsync of the folder; on S3 by a conditional
 PutObject (``If-None-Match: *``). Locations without such a create are refused.
 A ledger opened ``read_only`` (``twopc status``, metrics) never writes, not even a folder.
+The records themselves are :mod:`twopc._ledger_records`; the functions here read and write
+the store without a :class:`CommitLedger` (a task's records, the fence's).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
-import functools
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._advice import command
-from ._driver_identity import DriverIdentity
-from ._errors import DAMAGED_NEXT_STEP, ConfigurationError, LedgerError, ProtocolError, TargetMismatchError
+from ._errors import ConfigurationError, ProtocolError, TargetMismatchError
 from ._fencing_epochs import Ownership
-from ._handle import TransactionHandle, decode_handle, encode_handle
+from ._ledger_records import (
+    FORMAT,
+    BatchState,
+    Decision,
+    TargetRecord,
+    batch_ids,
+    epoch_of,
+    mismatch_message,
+    parse,
+    record_name,
+    same_target,
+    shown,
+)
 from ._stores import ReadOnlyStore, Store, open_store
-from ._target_record import TargetRecord, mismatch_message, same_target, shown
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["BatchState", "CommitLedger", "Decision", "abort_marks_in", "forget_task",
-           "ledger_exists", "ledger_store", "record_task", "spark_checkpoint_started", "tasks_in"]
-
-_FORMAT = 1
-
-
-class BatchState(enum.Enum):
-    """Where a batch stands in the ledger."""
-
-    UNDECIDED = "undecided"
-    DECIDED = "decided"
-    COMMITTED = "committed"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The driver's decision to commit a batch: exactly these handles, all of them."""
-
-    sink_id: str
-    batch_id: int
-    handles: tuple[TransactionHandle, ...]
-    decided_at: float = field(default_factory=time.time)
-    epoch: int | None = None
-    """The owner epoch of the driver that recorded it (None: a ledger without owners)."""
-
-    @functools.cached_property
-    def txn_ids(self) -> frozenset[str]:
-        """Every transaction id the decision decides (each handle's ``covered_txn_ids``);
-        computed once (callers test every handle of a batch against it)."""
-        return frozenset().union(*(h.covered_txn_ids() for h in self.handles))
-
-    def to_json(self) -> str:
-        body: dict[str, Any] = {
-            "format": _FORMAT,
-            "sink_id": self.sink_id,
-            "batch_id": self.batch_id,
-            "decided_at": self.decided_at,
-            "handles": [encode_handle(h) for h in self.handles],
-        }
-        if self.epoch is not None:
-            body["epoch"] = self.epoch
-        # compact: with an indent, json encodes in Python, 10x slower (a 200-handle batch)
-        return json.dumps(body, sort_keys=True, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: str, where: str) -> Decision:
-        data = _parse(text, where)
-        return cls(
-            sink_id=str(data["sink_id"]),
-            batch_id=int(data["batch_id"]),
-            handles=tuple(decode_handle(h) for h in data["handles"]),
-            decided_at=float(data.get("decided_at", 0.0)),
-            epoch=_epoch_of(data),
-        )
-
-
-def _parse(text: str, where: str) -> dict[str, Any]:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise LedgerError(f"ledger record {where} is not valid JSON: {DAMAGED_NEXT_STEP}") from exc
-    if not isinstance(data, dict):
-        raise LedgerError(f"ledger record {where} is not a JSON object: {DAMAGED_NEXT_STEP}")
-    fmt = data.get("format")
-    if fmt != _FORMAT:
-        raise LedgerError(
-            f"ledger record {where} has format {fmt!r}; this twopc reads format {_FORMAT}: "
-            f"use the twopc version that wrote this checkpoint"
-        )
-    return data
+__all__ = ["CommitLedger", "abort_marks_in", "forget_task", "ledger_exists", "ledger_store", "record_task",
+           "spark_checkpoint_started", "tasks_in"]
 
 
 def spark_checkpoint_started(location: str) -> bool:
@@ -153,7 +95,7 @@ def abort_marks_in(store: Store, batch_id: int) -> frozenset[str]:
     Raises:
         LedgerError: the store fails.
     """
-    prefix = _name(batch_id).removesuffix(".json") + "."
+    prefix = record_name(batch_id).removesuffix(".json") + "."
     return frozenset(n for n in store.list("aborted") if n.startswith(prefix))
 
 
@@ -166,8 +108,8 @@ def record_task(store: Store, batch_id: int, partition: int, attempt: int, proce
     Raises:
         LedgerError: the store fails.
     """
-    name = f"{_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
-    body = {"format": _FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
+    name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
+    body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
     store.replace("running/" + name, json.dumps(body, sort_keys=True))
     return name
 
@@ -179,11 +121,11 @@ def tasks_in(store: Store, batch_id: int) -> dict[str, dict[str, Any]]:
     Raises:
         LedgerError: the store fails.
     """
-    prefix = _name(batch_id).removesuffix(".json") + "."
+    prefix = record_name(batch_id).removesuffix(".json") + "."
     out = {}
     for n in store.list("running"):
         if n.startswith(prefix) and (text := store.read("running/" + n)) is not None:
-            out[n] = _parse(text, store.path("running", n))
+            out[n] = parse(text, store.path("running", n))
     return out
 
 
@@ -196,30 +138,11 @@ def forget_task(store: Store, name: str) -> None:
     store.delete("running/" + name)
 
 
-def _epoch_of(record: dict[str, Any]) -> int | None:
-    """A decision record's owner epoch, read without decoding its handles (so that any sink's
-    ledger can be judged without importing the sink)."""
-    epoch = record.get("epoch")
-    return int(epoch) if epoch is not None else None
-
-
-def _name(batch_id: int) -> str:
-    if batch_id < 0:
-        raise ValueError(f"batch id must be >= 0, got {batch_id}")
-    return f"{batch_id:020d}.json"
-
-
-def _batch_ids(names: Iterable[str]) -> list[int]:
-    out = []
-    for n in names:
-        stem = n.removesuffix(".json")
-        if n.endswith(".json") and stem.isdigit():
-            out.append(int(stem))
-    return sorted(out)
-
-
-class CommitLedger:
-    """The per-checkpoint record of decided and committed batches.
+class CommitLedger(Ownership):
+    """The per-checkpoint record of decided and committed batches, and who owns it: the ledger
+    is its :class:`~twopc._fencing_epochs.Ownership` (:meth:`claim`, :meth:`act_for`,
+    :meth:`end_runs_of`, :meth:`join`, :meth:`check_owner`, :attr:`epoch`), whose records
+    are in the same store.
 
     Args:
         checkpoint_location: the Spark query's ``checkpointLocation`` (a local path or a
@@ -242,92 +165,32 @@ class CommitLedger:
             store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
         elif read_only:
             store = ReadOnlyStore(store)
-        self._store = store
         if not read_only:
             for folder in ("decisions", "committed", "owners", "verdicts", "aborted", "running"):
-                self._store.makedirs(folder)
-        self._owners = Ownership(self._store, epoch, self._pending_epochs)
+                store.makedirs(folder)
+        super().__init__(store, epoch, self._pending_epochs)
+        self.location = store.root
+        """Where the records are (the store's root)."""
 
     # -- ownership (see twopc._fencing_epochs) ------------------------------------------------
-    @property
-    def epoch(self) -> int | None:
-        """This driver's owner epoch: set by :meth:`claim`, or given to the constructor by a
-        process working for the driver that claimed it; None for a ledger used without owners."""
-        return self._owners.epoch
-
-    def claim(self, identity: DriverIdentity | None = None, *, resume: bool = False, actor: str = "driver") -> int:
-        """Become the owner of this ledger, or stay it (the same driver: host, pid and start
-        time, in the same run), and return the owner epoch. A new owner fences every older
-        one: from now on their decisions are refused (:class:`FencedError`) and the ones they
-        record anyway are void. Call before recovery rolls anything back. *resume*: a
-        streaming query's plan, which continues its run: if another actor displaced the run,
-        raise rather than take the ledger back (see :mod:`twopc._fencing_epochs`). *actor*
-        names this owner in the messages of those it fences (``driver``, ``recover``).
-
-        Raises:
-            FencedError: *resume* and this driver's run was displaced.
-            LedgerError: the store fails.
-        """
-        return self._owners.claim(identity, resume=resume, actor=actor)
-
-    def act_for(self, identity: DriverIdentity) -> int | None:
-        """Take the owner epoch of the driver *identity* (a process working for it, after its
-        plan: a streaming query's committing process), which must still own the ledger;
-        None for a ledger no driver ever claimed.
-
-        Raises:
-            FencedError: another actor took the ledger over from that driver.
-            LedgerError: the store fails.
-        """
-        return self._owners.act_for(identity)
-
-    def end_runs_of(self, identity: DriverIdentity) -> int | None:
-        """Record that the runs of the driver *identity* so far are over (a new run of its
-        query starts: twopc's query listener), so that the new run takes over instead of being
-        told it was fenced. Returns the epoch ended, if the driver owned one.
-
-        Raises:
-            LedgerError: the store fails.
-        """
-        return self._owners.end_runs_of(identity)
-
-    def join(self, identity: DriverIdentity) -> int | None:
-        """Act for the driver *identity* without taking the ledger over (twopc's query
-        listener, a process of that driver): take its owner epoch if it still owns the
-        ledger, and return it; None when another driver took it over (then touch nothing).
-
-        Raises:
-            LedgerError: the store fails.
-        """
-        return self._owners.join(identity)
-
     def _pending_epochs(self) -> list[tuple[int, int | None]]:
         committed = set(self.committed_batches())
         out = []
         for b in self.decided_batches():
-            rel = "decisions/" + _name(b)
+            rel = "decisions/" + record_name(b)
             if b not in committed and (text := self._store.read(rel)) is not None:
-                out.append((b, _epoch_of(_parse(text, self._store.path(rel)))))
+                out.append((b, epoch_of(parse(text, self._store.path(rel)))))
         return out
-
-    def check_owner(self) -> None:
-        """Raise :class:`FencedError` if another actor took the ledger over since :meth:`claim`
-        (and record that this owner's run is over)."""
-        self._owners.check()
 
     def fenced(self) -> bool:
         """Whether another driver took the ledger over since :meth:`claim`."""
-        return self._owners.newer_owner() is not None
-
-    @property
-    def location(self) -> str:
-        return self._store.root
+        return self.newer_owner() is not None
 
     # -- sink id ---------------------------------------------------------------------
     def recorded_sink_id(self) -> str | None:
         """The sink id recorded in this checkpoint, or None before the first write."""
         text = self._store.read("sink.json")
-        return None if text is None else str(_parse(text, self._store.path("sink.json"))["sink_id"])
+        return None if text is None else str(parse(text, self._store.path("sink.json"))["sink_id"])
 
     def bind_sink_id(self, requested: str | None, default: str) -> str:
         """Return the sink id this checkpoint belongs to, recording it on first use.
@@ -338,9 +201,9 @@ class CommitLedger:
         text = self._store.read("sink.json")
         if text is None:
             chosen = requested or default
-            self._store.create("sink.json", json.dumps({"format": _FORMAT, "sink_id": chosen}), exclusive=True)
+            self._store.create("sink.json", json.dumps({"format": FORMAT, "sink_id": chosen}), exclusive=True)
             text = self._store.read("sink.json") or ""
-        recorded = str(_parse(text, self._store.path("sink.json"))["sink_id"])
+        recorded = str(parse(text, self._store.path("sink.json"))["sink_id"])
         if requested and requested != recorded:
             raise ConfigurationError(
                 f"checkpoint {self.checkpoint_location} belongs to sink id {recorded!r}, but option "
@@ -365,11 +228,11 @@ class CommitLedger:
         text = self._store.read("target.json")
         if text is None:
             return None
-        data = _parse(text, self._store.path("target.json"))
+        data = parse(text, self._store.path("target.json"))
         return TargetRecord.from_record(data)
 
     def _write_target(self, record: TargetRecord, *, exclusive: bool) -> None:
-        body: dict[str, Any] = {"format": _FORMAT, "target": record.target}
+        body: dict[str, Any] = {"format": FORMAT, "target": record.target}
         reach = {"instance": record.instance, "data_source": record.data_source, "sink_class": record.sink_class,
                  "options": dict(record.options) if record.options is not None else None}
         body.update({k: v for k, v in reach.items() if v is not None})
@@ -450,16 +313,16 @@ class CommitLedger:
 
     # -- batches ---------------------------------------------------------------------
     def state(self, batch_id: int) -> BatchState:
-        if self._store.read("committed/" + _name(batch_id)) is not None:
+        if self._store.read("committed/" + record_name(batch_id)) is not None:
             return BatchState.COMMITTED
-        rel = "decisions/" + _name(batch_id)
+        rel = "decisions/" + record_name(batch_id)
         text = self._store.read(rel)
-        if text is not None and self._owners.valid(batch_id, _epoch_of(_parse(text, self._store.path(rel)))):
+        if text is not None and self.valid(batch_id, epoch_of(parse(text, self._store.path(rel)))):
             return BatchState.DECIDED
         return BatchState.UNDECIDED
 
     def _raw_decision(self, batch_id: int) -> Decision | None:
-        rel = "decisions/" + _name(batch_id)
+        rel = "decisions/" + record_name(batch_id)
         text = self._store.read(rel)
         return None if text is None else Decision.from_json(text, self._store.path(rel))
 
@@ -475,9 +338,9 @@ class CommitLedger:
         that was committed, even one the verdicts do not list (committed before a takeover);
         read the other way round, a void decision read just before its replacement was
         committed would pass for the committed one."""
-        committed = self._store.read("committed/" + _name(batch_id)) is not None
+        committed = self._store.read("committed/" + record_name(batch_id)) is not None
         d = self._raw_decision(batch_id)
-        if d is None or committed or self._owners.valid(batch_id, d.epoch):
+        if d is None or committed or self.valid(batch_id, d.epoch):
             return d, committed
         return None, False
 
@@ -492,7 +355,7 @@ class CommitLedger:
         """
         if self.epoch is not None:
             decision = dataclasses.replace(decision, epoch=self.epoch)
-        rel = "decisions/" + _name(decision.batch_id)
+        rel = "decisions/" + record_name(decision.batch_id)
         while True:
             if self._store.create(rel, decision.to_json(), exclusive=True):
                 self.check_owner()
@@ -512,8 +375,8 @@ class CommitLedger:
 
     def mark_committed(self, batch_id: int, *, summary: dict[str, Any] | None = None) -> None:
         """Record that every handle of *batch_id* is committed (idempotent)."""
-        body = {"format": _FORMAT, "batch_id": batch_id, "committed_at": time.time(), **(summary or {})}
-        self._store.create("committed/" + _name(batch_id), json.dumps(body, sort_keys=True), exclusive=True)
+        body = {"format": FORMAT, "batch_id": batch_id, "committed_at": time.time(), **(summary or {})}
+        self._store.create("committed/" + record_name(batch_id), json.dumps(body, sort_keys=True), exclusive=True)
 
     # -- the zombie-prepare fence -----------------------------------------------------------
     def record_abort(self, batch_id: int) -> str:
@@ -529,8 +392,8 @@ class CommitLedger:
         Raises:
             LedgerError: the store fails.
         """
-        name = f"{_name(batch_id).removesuffix('.json')}.{time.time_ns():x}{uuid.uuid4().hex[:8]}.json"
-        body = {"format": _FORMAT, "batch_id": batch_id, "aborted_at": time.time()}
+        name = f"{record_name(batch_id).removesuffix('.json')}.{time.time_ns():x}{uuid.uuid4().hex[:8]}.json"
+        body = {"format": FORMAT, "batch_id": batch_id, "aborted_at": time.time()}
         self._store.create("aborted/" + name, json.dumps(body), exclusive=True)
         return name
 
@@ -569,10 +432,10 @@ class CommitLedger:
         forget_task(self._store, name)
 
     def decided_batches(self) -> list[int]:
-        return _batch_ids(self._store.list("decisions"))
+        return batch_ids(self._store.list("decisions"))
 
     def committed_batches(self) -> list[int]:
-        return _batch_ids(self._store.list("committed"))
+        return batch_ids(self._store.list("committed"))
 
     def pending(self) -> list[Decision]:
         """Decisions whose batch is not marked committed, oldest first."""
@@ -601,8 +464,8 @@ class CommitLedger:
             return []
         victims = committed[: len(committed) - keep_last]
         for b in victims:
-            self._store.delete("decisions/" + _name(b))
-            self._store.delete("committed/" + _name(b))
+            self._store.delete("decisions/" + record_name(b))
+            self._store.delete("committed/" + record_name(b))
         oldest_kept = committed[len(committed) - keep_last]
         for folder in ("aborted", "running"):  # aborts (and dead tasks) of batches older than every retained one
             for n in self._store.list(folder):
@@ -614,7 +477,7 @@ class CommitLedger:
     # -- auxiliary state (twopc's metrics) ----------------------------------------------
     def read_aux(self, name: str) -> str | None:
         """The auxiliary record *name* (a plain file name in the ledger folder), or None."""
-        return self._store.read(name)
+        return self._store.read(_aux_name(name))
 
     def write_aux(self, name: str, text: str) -> None:
         """Replace the auxiliary record *name* atomically (never a decision or a mark). On a
@@ -623,6 +486,12 @@ class CommitLedger:
         Raises:
             LedgerError: it cannot be written.
         """
-        if "/" in name or name in ("sink.json", "target.json"):
-            raise ValueError(f"{name!r} is not an auxiliary record name")
-        self._store.replace(name, text)
+        self._store.replace(_aux_name(name), text)
+
+
+def _aux_name(name: str) -> str:
+    """*name*, checked to be an auxiliary record's: a plain file name, not a record of the
+    protocol's."""
+    if "/" in name or name in ("sink.json", "target.json"):
+        raise ValueError(f"{name!r} is not an auxiliary record name")
+    return name

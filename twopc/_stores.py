@@ -30,6 +30,7 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigurationError, LedgerError
@@ -137,17 +138,11 @@ class ReadOnlyStore:
     status``, a metrics scrape) can never create a ledger or change one."""
 
     def __init__(self, store: Store) -> None:
-        self._store = store
         self.root = store.root
-
-    def path(self, *parts: str) -> str:
-        return self._store.path(*parts)
-
-    def read(self, rel: str) -> str | None:
-        return self._store.read(rel)
-
-    def list(self, rel: str) -> list[str]:
-        return self._store.list(rel)
+        # the store's own readers, handed out as they are
+        self.path: Callable[..., str] = store.path
+        self.read: Callable[[str], str | None] = store.read
+        self.list: Callable[[str], list[str]] = store.list
 
     def _refuse(self, rel: str) -> LedgerError:
         return LedgerError(f"the ledger {self.root} was opened to be read only: {self.path(rel)} was not written")

@@ -72,10 +72,6 @@ class StreamServer:
         """The pooled client."""
         return self.config.pooled().client
 
-    def where(self) -> str:
-        """``host:port/db`` for messages."""
-        return self.config.where()
-
     # -- the library ---------------------------------------------------------------------------
     def _load(self, *, force: bool = False) -> None:
         if self.config.library_loaded(lua.LIBRARY_NAME) and not force:
@@ -84,7 +80,7 @@ class StreamServer:
             self.config.pooled().on_every_primary(lambda node: node.function_load(lua.library_code(), replace=True))
         except rex.ResponseError as exc:
             if "unknown command" in str(exc).lower():
-                raise SinkError(f"Redis at {self.where()} has no FUNCTION command: twopc-redis-stream needs "
+                raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream needs "
                                 f"Redis 7.0 or newer") from None
             raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
         except rex.RedisError as exc:
@@ -105,7 +101,7 @@ class StreamServer:
                 if not missing_library(exc):
                     raise self.config.error(exc, action) from None
             self._load(force=True)
-        raise SinkError(f"Redis at {self.where()}: the {lua.LIBRARY_NAME} library vanished twice while trying "
+        raise SinkError(f"Redis at {self.config.where()}: the {lua.LIBRARY_NAME} library vanished twice while trying "
                         f"to {action}")
 
     def plan(self, stream: str, lo: EntryId, hi: EntryId | None, *, limit: int = 0, split: int = 0) -> Plan:
@@ -241,8 +237,8 @@ class StreamServer:
 
     def why_changed(self, r: Range, found: int) -> str:
         """The message for a range that holds *found* entries instead of the recorded count."""
-        head = (f"stream {r.stream!r} on {self.where()}: the micro-batch's range ({r.lo}, {r.hi}] held {r.count} "
-                f"entries when Spark recorded it, and now holds {found}")
+        head = (f"stream {r.stream!r} on {self.config.where()}: the micro-batch's range ({r.lo}, {r.hi}] held "
+                f"{r.count} entries when Spark recorded it, and now holds {found}")
         info = self.info(r.stream)
         if info is None:
             cause = "the stream was deleted"

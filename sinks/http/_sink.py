@@ -255,7 +255,3 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         """Delete the delivered markers of *sink_id*'s batches below *below_batch*."""
         return self.outboxes.purge(sink_id, below_batch)
 
-    def dead_letter_records(self, sink_id: str) -> list[dict[str, Any]]:
-        """The dead letters of *sink_id*, as JSON objects."""
-        return self.dead_letters.read(sink_id)
-

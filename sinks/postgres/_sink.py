@@ -95,7 +95,7 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         """
         txn, claim = self.begin_with_slot(context, keep_driver_slot=False)
         if txn is None:
-            raise no_free_slot(self.target.where(), self.table, context.partition_id, claim.limit, claim.keys)
+            raise no_free_slot(self.target.where(), self.target.table, context.partition_id, claim.limit, claim.keys)
         return txn
 
     def begin_with_slot(self, context: TransactionContext, *,
@@ -108,10 +108,10 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         Raises:
             SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`.
         """
-        txn = self.writer.begin_transaction(context)
+        txn = super().begin_transaction(context)
         claim = self._claim(txn, functools.partial(claim_slot, keep_driver_slot=keep_driver_slot))
         if claim.slot is None:
-            self.writer.rollback(txn)
+            self.rollback(txn)
             return None, claim
         return txn, claim
 
@@ -123,17 +123,17 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         Raises:
             SinkUnavailableError / SinkError: no connection, or no slot in time.
         """
-        txn = self.writer.begin_transaction(context)
+        txn = super().begin_transaction(context)
         self._claim(txn, wait_for_driver_slot)
         return txn
 
     def _claim(self, txn: SqlTxn[PgColumn], claim: Callable[[psycopg.Connection[Any]], Claim]) -> Claim:
         try:
-            return claim(self.writer.usable(txn))
+            return claim(self.usable(txn))
         except psycopg.Error as exc:
-            self.writer.fail(txn, exc, "claim a prepared-transaction slot")
+            self.fail(txn, exc, "claim a prepared-transaction slot")
         except BaseException as exc:
-            self.writer.abandon(txn, exc)
+            self.abandon(txn, exc)
             raise
 
     def load_staged(self, txn: SqlTxn[PgColumn], stage: TableName, names: Sequence[str],
@@ -149,7 +149,7 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
             SchemaMismatchError: a staged column matches no column of the table.
             SinkError: the server refused (a constraint...): rolled back, nothing written.
         """
-        pg: psycopg.Connection[Any] = self.writer.usable(txn)
+        pg: psycopg.Connection[Any] = self.usable(txn)
         cols = self.target.match(list(names), None, txn.columns, check_types=False, check_required=False)
         stmt = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE twopc_txn = ANY(%s)").format(
             identifier(self.target.target), sql.SQL(", ").join(sql.Identifier(c.name) for c in cols),
@@ -157,14 +157,14 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         try:
             copied = pg.execute(stmt, (list(txn_ids),)).rowcount
         except psycopg.Error as exc:
-            self.writer.fail(txn, exc, f"move staged rows from {stage.display()} into {self.table}")
+            self.fail(txn, exc, f"move staged rows from {stage.display()} into {self.target.table}")
         except BaseException as exc:
-            self.writer.abandon(txn, exc)
+            self.abandon(txn, exc)
             raise
         if copied != rows:
-            self.writer.abandon(txn, TransactionLostError("staged rows missing"))
+            self.abandon(txn, TransactionLostError("staged rows missing"))
             raise TransactionLostError(
                 f"{stage.display()} holds {copied} staged rows of the attempts {list(txn_ids)[:5]}"
                 f"{'...' if len(txn_ids) > 5 else ''}, not the {rows} their tasks reported (were they deleted?): "
-                f"nothing was written to {self.table}; the batch fails")
+                f"nothing was written to {self.target.table}; the batch fails")
         txn.rows += copied

@@ -81,7 +81,7 @@ class AckSpec:
             names = server.group_names(stream)
             if names is not None and self.group not in names:
                 raise ConfigurationError(
-                    f"ackGroup {self.group!r} is not a consumer group of stream {stream!r} on {server.where()} "
+                    f"ackGroup {self.group!r} is not a consumer group of stream {stream!r} on {server.config.where()} "
                     f"(its groups: {', '.join(repr(n) for n in names) or 'none'}): the commit would create it and "
                     f"acknowledge there, while the source's own group moved only after Spark's commit. Set "
                     f"ackGroup to the source's group (option group of twopc-redis-stream), or drop ackGroup")

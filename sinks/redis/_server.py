@@ -19,7 +19,7 @@ import redis.exceptions as rex
 from twopc import SinkError
 from twopc.spi import ProtocolError, TargetConfigurationError
 
-from .._redis.clients import ClientConfig, Pooled
+from .._redis.clients import ClientConfig
 from .._redis.library import missing_library
 from . import _lua as lua
 from ._ack_lua import ack_function_name, ack_library_code
@@ -47,28 +47,16 @@ class RedisServer:
     config: ClientConfig
     mode: str | None = None
 
-    def pooled(self) -> Pooled:
-        """This process's client (see :meth:`ClientConfig.pooled`)."""
-        return self.config.pooled()
-
     def client(self) -> Any:
         """This process's client."""
-        return self.pooled().client
-
-    def where(self) -> str:
-        """``host:port/db``."""
-        return self.config.where()
-
-    def error(self, exc: BaseException, action: str) -> SinkError:
-        """See :meth:`ClientConfig.error`."""
-        return self.config.error(exc, action)
+        return self.config.pooled().client
 
     def ping(self) -> None:
         """Raises :class:`~twopc.spi.SinkUnavailableError` when the server cannot be reached."""
         try:
             self.client().ping()
         except rex.RedisError as exc:
-            raise self.error(exc, "connect") from None
+            raise self.config.error(exc, "connect") from None
 
     # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
@@ -81,30 +69,30 @@ class RedisServer:
         """
         if skip:
             log.warning("twopc redis: skipConfigCheck=true: not checking persistence and eviction of %s",
-                        self.where())
+                        self.config.where())
             return
         values = {name: self._config_get(name) for name in ("appendonly", "appendfsync", "maxmemory-policy")}
         policy = values["maxmemory-policy"]
         if policy.startswith("allkeys-"):
             raise TargetConfigurationError(
-                f"Redis at {self.where()} has maxmemory-policy {policy}: it may evict twopc's commit markers and "
-                f"prepared staging, which would turn committed batches into 'lost' ones and lose prepared "
+                f"Redis at {self.config.where()} has maxmemory-policy {policy}: it may evict twopc's commit markers "
+                f"and prepared staging, which would turn committed batches into 'lost' ones and lose prepared "
                 f"writes. Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
                 f"redis.conf)")
         aof, fsync = values["appendonly"], values["appendfsync"]
         if aof != "yes":
             raise TargetConfigurationError(
-                f"Redis at {self.where()} has appendonly {aof}: prepared transactions and commit markers would "
+                f"Redis at {self.config.where()} has appendonly {aof}: prepared transactions and commit markers would "
                 f"not survive a restart. Enable the append-only file with fsync on every write: {_FIX_AOF}")
         if fsync == "always":
             return
         if durability == "everysec" and fsync == "everysec":
             log.warning("twopc redis: %s uses appendfsync everysec (accepted by durability=everysec): an OS "
                         "crash or power loss can lose about 1 s of acknowledged writes, including prepared "
-                        "staging and commits", self.where())
+                        "staging and commits", self.config.where())
             return
         raise TargetConfigurationError(
-            f"Redis at {self.where()} has appendfsync {fsync}: an OS crash could lose acknowledged prepared "
+            f"Redis at {self.config.where()} has appendfsync {fsync}: an OS crash could lose acknowledged prepared "
             f"transactions or commits. Set appendfsync always ({_FIX_AOF}), or accept about 1 s of loss with "
             f"appendfsync everysec and option durability=everysec")
 
@@ -113,12 +101,12 @@ class RedisServer:
             got = self.client().config_get(name)
         except rex.ResponseError as exc:
             raise TargetConfigurationError(
-                f"Redis at {self.where()} does not allow CONFIG GET ({self.config.redact(str(exc))}), as managed "
-                f"services often do: twopc cannot check that it persists every write (appendonly yes, "
+                f"Redis at {self.config.where()} does not allow CONFIG GET ({self.config.redact(str(exc))}), as "
+                f"managed services often do: twopc cannot check that it persists every write (appendonly yes, "
                 f"appendfsync always) and never evicts keys (maxmemory-policy noeviction). Check both "
                 f"with your provider, then set option skipConfigCheck=true to proceed") from None
         except rex.RedisError as exc:
-            raise self.error(exc, "read its configuration") from None
+            raise self.config.error(exc, "read its configuration") from None
         raw = got.get(name) if name in got else got.get(name.encode(), b"")
         return as_text(raw or "").lower()
 
@@ -133,7 +121,7 @@ class RedisServer:
             try:
                 version = str(self.client().info("server").get("redis_version", "0"))
             except rex.RedisError as exc:
-                raise self.error(exc, "read INFO server") from None
+                raise self.config.error(exc, "read INFO server") from None
             major = version.split(".")[0]
             self.mode = "function" if major.isdigit() and int(major) >= 7 else "eval"
         return self.mode
@@ -149,7 +137,7 @@ class RedisServer:
         mode = self.script_mode()
         if self.config.library_loaded(mode) and not force:
             return
-        pooled = self.pooled()
+        pooled = self.config.pooled()
         try:
             if mode == "function":
                 pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
@@ -159,7 +147,7 @@ class RedisServer:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
         except rex.RedisError as exc:
-            raise self.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None
+            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None
         self.config.mark_loaded(mode)
 
     def call(self, target: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
@@ -183,9 +171,10 @@ class RedisServer:
                 return decode_reply(self.call(client, name, keys, args))
             except rex.RedisError as exc:
                 if not missing_library(exc):
-                    raise self.error(exc, action) from None
+                    raise self.config.error(exc, action) from None
             self.load(force=True)
-        raise SinkError(f"Redis at {self.where()}: the server-side library vanished twice while trying to {action}")
+        raise SinkError(f"Redis at {self.config.where()}: the server-side library vanished twice while trying to "
+                        f"{action}")
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
@@ -215,14 +204,14 @@ class RedisServer:
             try:
                 replies = run_pipeline(client, pipe.items)
             except rex.RedisError as exc:
-                raise self.error(exc, f"stage transaction {txn_id}") from None
+                raise self.config.error(exc, f"stage transaction {txn_id}") from None
             errors = [r for r in replies if isinstance(r, Exception)]
             if errors and attempt == 0 and any(missing_library(e) for e in errors):
                 start_over()
                 self.load(force=True)
                 continue
             if errors:
-                raise self.error(errors[0], f"stage transaction {txn_id}")
+                raise self.config.error(errors[0], f"stage transaction {txn_id}")
             if any(decode_reply(r)[0] != "OK" for r in replies[1:-1]):
                 raise SinkError(f"transaction {txn_id} was rolled back while it was being staged "
                                 f"(recovery treated this attempt as an orphan); the task can be retried")

@@ -191,10 +191,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 return None
             recorded = client.get(key)
         except rex.RedisError as exc:
-            raise self._server.error(exc, f"record the owner of sink id {sink_id!r}") from None
+            raise self._server.config.error(exc, f"record the owner of sink id {sink_id!r}") from None
         if recorded is None or as_text(recorded) == owner:
             return None
-        return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.where()} DEL '{key}'")
+        return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.config.where()} DEL '{key}'")
 
     def target_identity(self) -> str:
         """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set): the
@@ -249,7 +249,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
     def _slot_check_on(self) -> bool:
         if self._same_slot is not None:
             return self._same_slot
-        return self._server.pooled().cluster
+        return self._server.config.pooled().cluster
 
     # -- validation ---------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
@@ -272,16 +272,16 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         self._server.ping()
         self._server.check_config(durability=self._durability, skip=self._skip_config_check)
         if self._slot_check_on():
-            if self._hash_tag is None and self._server.pooled().cluster:
+            if self._hash_tag is None and self._server.config.pooled().cluster:
                 raise ConfigurationError(
-                    f"Redis at {self._server.where()} is a cluster: set option hashTag (e.g. \"shop\") and put it "
-                    f"into every key template (\"{{{{shop}}}}:orders\") so each commit touches one slot")
+                    f"Redis at {self._server.config.where()} is a cluster: set option hashTag (e.g. \"shop\") and put "
+                    f"it into every key template (\"{{{{shop}}}}:orders\") so each commit touches one slot")
             if self._hash_tag is not None:
                 self._check_fixed_slots(self._hash_tag)
         if self._ack is not None and self._server.script_mode() != "function":
             raise TargetConfigurationError(
-                f"ackGroup needs Redis 7 or newer (FUNCTION): Redis at {self._server.where()} runs scripts in eval "
-                f"mode; upgrade Redis, or drop ackGroup (twopc-redis-stream then acknowledges after the commit)")
+                f"ackGroup needs Redis 7 or newer (FUNCTION): Redis at {self._server.config.where()} runs scripts in "
+                f"eval mode; upgrade Redis, or drop ackGroup (twopc-redis-stream then acknowledges after the commit)")
         self._server.load()
 
     # -- executor side ---------------------------------------------------------------------
@@ -415,7 +415,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         if reply[0] == "ALREADY":
             return CommitOutcome.ALREADY_COMMITTED
         if reply[0] == "LOST":
-            log.error("twopc redis: %s is neither prepared nor committed on %s", handle.txn_id, self._server.where())
+            log.error("twopc redis: %s is neither prepared nor committed on %s", handle.txn_id,
+                      self._server.config.where())
             return CommitOutcome.LOST
         check_reply(reply, handle.txn_id, "commit")
         return CommitOutcome.COMMITTED
@@ -466,7 +467,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 outcomes[i] = _BATCH_OUTCOMES[status]
                 if status == "LOST":
                     log.error("twopc redis: %s is neither prepared nor committed on %s", handles[i].txn_id,
-                              self._server.where())
+                              self._server.config.where())
         return [o for o in outcomes if o is not None]
 
     def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
@@ -484,7 +485,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                                  [txn_id], f"roll back {txn_id}")
         if reply[0] == "COMMITTED":
             raise ProtocolError(f"asked to roll back {txn_id}, but it was already committed to "
-                                f"{self._server.where()} (its commit marker exists)")
+                                f"{self._server.config.where()} (its commit marker exists)")
         return reply[0] == "ABORTED" and int(reply[1]) > 0
 
     def abort(self, handle: RedisHandle) -> None:
@@ -512,7 +513,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         try:
             members = self._server.client().zrangebyscore(keys.txns, lo, hi)
         except rex.RedisError as exc:
-            raise self._server.error(exc, "list prepared transactions") from None
+            raise self._server.config.error(exc, "list prepared transactions") from None
         tag = self.hash_tag(sink_id)
         out = []
         for m in members:
@@ -548,7 +549,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 out.append(PreparedDetail(h, "staging list", None if idle is None else now - float(idle),
                                           None if count is None else int(count), "elements"))
         except rex.RedisError as exc:
-            raise self._server.error(exc, "read prepared transactions") from None
+            raise self._server.config.error(exc, "read prepared transactions") from None
         return out
 
     def headroom(self, sink_id: str) -> Headroom:
@@ -562,7 +563,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         try:
             n = int(self._server.client().zcard(self.keys_for(sink_id).txns))
         except rex.RedisError as exc:
-            raise self._server.error(exc, "count staging keys") from None
+            raise self._server.config.error(exc, "count staging keys") from None
         return Headroom("staging keys of this sink", n, None)
 
     def commit_mode(self) -> str:
@@ -582,7 +583,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         try:
             return int(self._server.client().zremrangebyscore(keys.committed, "-inf", f"({int(below_batch)}"))
         except rex.RedisError as exc:
-            raise self._server.error(exc, "purge commit markers") from None
+            raise self._server.config.error(exc, "purge commit markers") from None
 
     def is_committed(self, handle: RedisHandle) -> bool:
         """True when the handle's commit marker exists."""
@@ -590,7 +591,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         try:
             return self._server.client().zscore(keys.committed, handle.txn_id) is not None
         except rex.RedisError as exc:
-            raise self._server.error(exc, "read commit markers") from None
+            raise self._server.config.error(exc, "read commit markers") from None
 
 
 _BATCH_OUTCOMES = {"COMMITTED": CommitOutcome.COMMITTED, "ALREADY": CommitOutcome.ALREADY_COMMITTED,

@@ -142,7 +142,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if missing and not self.o.create_streams:
             names = ", ".join(repr(k) for k in missing)
             raise ConfigurationError(
-                f"streams: no stream {names} on {self.server.where()}: a misspelled key would read nothing, "
+                f"streams: no stream {names} on {self.server.config.where()}: a misspelled key would read nothing, "
                 f"forever. Check the name, or create the stream first (XADD, or XGROUP CREATE <key> "
                 f"{self.o.group} $ MKSTREAM); to start before producers create it, set createStreams=true")
         positions = {}
@@ -213,7 +213,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latter then starts over at ``0-0``."""
         info = self.server.info(stream)
         step = _Step(stream, at, info, at.id, self._added_for(stream, at))
-        where = f"stream {stream!r} on {self.server.where()}"
+        where = f"stream {stream!r} on {self.server.config.where()}"
         if info is None and at.id != ZERO:
             self._changed(f"{where} was deleted; the query has read it up to {at.id}",
                           then="reading it again once it exists")
@@ -236,7 +236,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         present = (s.planned if s.complete else
                    info.length if info.first is None or info.first > s.lo else None)
         added = s.added
-        where = f"stream {s.stream!r} on {self.server.where()}"
+        where = f"stream {s.stream!r} on {self.server.config.where()}"
         if added is not None and (info.added < added or (present is not None and info.added - added - present < 0)):
             self._changed(f"{where} was deleted and recreated: it has received {info.added} entries in all, fewer "
                           f"than the query counted up to its position {s.lo}",
@@ -343,7 +343,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             done = self.server.ack(k, self.o.group, p.id, trim=self.o.trim_after_commit)
             if done is None:
-                self._changed(f"stream {k!r} on {self.server.where()} was deleted while the query read it: the "
+                self._changed(f"stream {k!r} on {self.server.config.where()} was deleted while the query read it: the "
                               f"entries up to {p.id} are committed but cannot be acknowledged for group "
                               f"{self.o.group!r}", then="acknowledging it once it exists again")
                 continue

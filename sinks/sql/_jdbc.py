@@ -53,7 +53,7 @@ from twopc import (
     TwoPhaseCommitSink,
     register,
 )
-from twopc.spi import Headroom, LedgerHost, NamedTarget, ProtocolError, WriteSetup, capability
+from twopc.spi import Headroom, LedgerHost, ProtocolError, WriteSetup, capability
 from twopc.spi.lease import TargetLedger, hold_for_prepare
 
 from .._handles import StagingHandle
@@ -63,7 +63,7 @@ from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import backend_for
 from .connect._engines import engine_for
-from .connect._server_instance import server_instance
+from .connect._server_instance import SqlNamedTarget
 from .options._jdbc_options import JdbcOptions
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ _ANNOUNCED: set[tuple[str, str, str, bool]] = set()
 _STAGING_READY: set[tuple[str, str, str, str]] = set()
 
 
-class JdbcSink(TwoModeSink, WriteSetup, NamedTarget, LedgerHost):
+class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     """Exactly-once writes to a SQL table with Spark's JDBC writer options.
 
     Args:
@@ -118,19 +118,6 @@ class JdbcSink(TwoModeSink, WriteSetup, NamedTarget, LedgerHost):
         return credential_free(options)
 
     # -- description -------------------------------------------------------------------
-    @property
-    def dialect(self) -> str:
-        return self.options.dialect
-
-    def target_identity(self) -> str:
-        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
-        return self.options.target_identity()
-
-    def target_instance(self) -> str | None:
-        """The server's own identity and the table
-        (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
-        return server_instance(self.options)
-
     def describe(self) -> str:
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))
@@ -231,7 +218,7 @@ class JdbcSink(TwoModeSink, WriteSetup, NamedTarget, LedgerHost):
                 f"remove the option, or make the write one that can prepare (PostgreSQL, append)")
         capability(self._backend(), WriteSetup).validate(schema)
         how = ""
-        if mode == PREPARED and self.dialect == "postgresql":
+        if mode == PREPARED and self.options.dialect == "postgresql":
             how = self._prepare_staging(schema)
         if mode == PREPARED and not self.may_stage and not self._checkpointed:
             # a dead staging write (no checkpoint) to this target left staged rows: the next write cleans up
@@ -278,7 +265,7 @@ class JdbcSink(TwoModeSink, WriteSetup, NamedTarget, LedgerHost):
                     ok, why = registered.prepare_capacity(conn, self._prepared_sink())
                     return ok, (why + self._ledger_note() if ok else why)
         except SQLAlchemyError as exc:
-            raise self._staging_sink()._unavailable(exc) from None
+            raise self._staging_sink().unavailable(exc) from None
         return False, f"{o.dialect} has no prepared transactions twopc can use"
 
     def _ledger_note(self) -> str:

@@ -77,7 +77,7 @@ def test_randomized_schedules(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                 break
             schedule = generate_schedule(knobs.seed + k, env.targets)
             result = _run(env, knobs, schedule, tmp_path / f"s{k}")
-            table.add(result)
+            table.results.append(result)
             Path(knobs.report).write_text(table.render() + "\n", encoding="utf-8")  # complete if the run is stopped
             with capsys.disabled():
                 print(f"  [{k + 1}/{knobs.n}] {result.summary() if not result.ok else _brief(result)}", flush=True)

@@ -186,7 +186,7 @@ def test_a_recover_that_cannot_reach_the_target_changes_nothing() -> None:
 def _old_standing(self: CommitLedger, batch_id: int) -> tuple[Any, bool]:
     """A decision read before its batch's committed mark (the order fixed by the check)."""
     d = self._raw_decision(batch_id)
-    if d is None or self._owners.valid(batch_id, d.epoch):
+    if d is None or self.valid(batch_id, d.epoch):
         return d, False
     done = self._store.read(f"committed/{batch_id:020d}.json") is not None
     return (d, False) if done else (None, False)

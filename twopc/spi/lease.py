@@ -17,12 +17,12 @@ from .._driver_identity import DriverIdentity, driver_identity
 from .._driver_identity import _start_ticks as start_ticks
 from .._ephemeral import ephemeral_writer_dead
 from .._host_dirs import private_dir
+from .._ledger_records import TargetRecord
 from .._runtime_options import default_sink_id, ephemeral_sink_id, ephemeral_started
 from .._sink_id_claim import checkpoint_label, hold_for_prepare
 from .._target import EPHEMERAL_PREFIX, open_target_ledger, resolve_abandoned
 from .._target_check import check_target
 from .._target_protocol import Lease, TargetLedger, target_ledger_of
-from .._target_record import TargetRecord
 
 __all__ = [
     "EPHEMERAL_PREFIX",

@@ -12,7 +12,7 @@ import importlib as _importlib
 from typing import TYPE_CHECKING
 
 from .._advice import recover_command
-from .._ledger import BatchState, Decision
+from .._ledger_records import BatchState, Decision
 from .._logs import configure_cli_logging, log_event
 from .._metrics_server import LOOPBACK
 from .._objpath import load_object

@@ -14,7 +14,8 @@ from twopc import faultinject
 
 from .._coordinator import CommitCoordinator
 from .._errors import TransactionLostError
-from .._ledger import BatchState, CommitLedger
+from .._ledger import CommitLedger
+from .._ledger_records import BatchState
 from .._recovery import RecoveryCoordinator
 from ._harness import SinkHarness
 from ._run import CheckRun, few

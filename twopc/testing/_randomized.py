@@ -171,9 +171,6 @@ class ChaosTable:
         self.note = ""
         """A line under the title (e.g. that the run stopped at its time budget)."""
 
-    def add(self, result: ScheduleResult) -> None:
-        self.results.append(result)
-
     @property
     def failures(self) -> list[ScheduleResult]:
         return [r for r in self.results if not r.ok]

@@ -13,18 +13,20 @@ after a migration. So the server is asked:
 The table is added as :meth:`JdbcOptions.target_identity` names it. A server that cannot
 answer (unreachable, a privilege missing, another dialect) gives ``None``: the ledger then
 compares the URL-based identities.
+
+:class:`SqlNamedTarget` is that capability of every SQL sink, written once.
 """
 
 from __future__ import annotations
 
 import logging
 
-from twopc.spi import redact
+from twopc.spi import NamedTarget, redact
 
 from ..options._jdbc_options import JdbcOptions
 from ._engines import engine_for
 
-__all__ = ["server_instance"]
+__all__ = ["SqlNamedTarget", "server_instance"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
@@ -55,3 +57,16 @@ def server_instance(options: JdbcOptions) -> str | None:
         return f"postgresql system {row[0]} database oid {row[1]} table {options.identity_table()}"
     return f"mysql server {row[0]}:{row[1]} datadir {row[2]} table {options.identity_table()}"
 
+
+class SqlNamedTarget(NamedTarget):
+    """:class:`~twopc.spi.NamedTarget` of a SQL sink, from its :attr:`options`."""
+
+    options: JdbcOptions
+
+    def target_identity(self) -> str:
+        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
+        return self.options.target_identity()
+
+    def target_instance(self) -> str | None:
+        """The server's own identity and the table (:func:`server_instance`)."""
+        return server_instance(self.options)

@@ -21,7 +21,6 @@ from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 from .._names import TableName, parse_table_name
 from .._registry import DialectSpec
 from ..options._jdbc_options import JdbcOptions
-from ..options._jdbc_url import safe_url
 from ..types._column_match import TableColumn, match_columns
 from ._engines import engine_for
 
@@ -65,6 +64,11 @@ class SqlTarget:
         spec: as given.
         target: the table rows are appended to.
         marker: the marker table (in ``twopcSchema`` when it is set).
+        table: the target table, as a display name (quoted where needed).
+        marker_table: the marker table, as a display name.
+        quote, is_connection_error, is_missing_table, error_code, error_text: *spec*'s own
+            functions (quoting an identifier for a statement sent with ``%s`` parameters;
+            reading a driver error), handed out as they are.
 
     Pickles without its control connection.
     """
@@ -74,26 +78,19 @@ class SqlTarget:
         self.spec = spec
         self.target = parse_table_name(options.table, spec.name)
         self.marker = options.bookkeeping(parse_table_name(options.marker_table, spec.name, "markerTable"))
+        self.table = self.target.display()
+        self.marker_table = self.marker.display()
+        self.quote = spec.quote
+        self.is_connection_error = spec.is_connection_error
+        self.is_missing_table = spec.is_missing_table
+        self.error_code = spec.error_code
+        self.error_text = spec.error_text
         self._control: PoolProxiedConnection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_control"] = None
         return state
-
-    @property
-    def table(self) -> str:
-        """The target table, as a display name (quoted where needed)."""
-        return self.target.display()
-
-    @property
-    def marker_table(self) -> str:
-        """The marker table, as a display name."""
-        return self.marker.display()
-
-    def describe(self) -> str:
-        """``<product> <url without password> table <table>``."""
-        return f"{self.spec.product} {safe_url(self.options.url)} table {self.table}"
 
     def where(self) -> str:
         """``host:port/database as user`` for messages (no password)."""
@@ -107,28 +104,11 @@ class SqlTarget:
         """*text* without the configured secrets."""
         return redact(text, self.options.secrets())
 
-    def quote(self, name: str) -> str:
-        """*name* quoted as an identifier, safe in a statement sent with ``%s`` parameters."""
-        return self.spec.quote(name)
-
     def qualified(self, table: TableName) -> str:
         """*table* as ``schema.name``, each part quoted."""
         return f"{self.quote(table.schema)}.{self.quote(table.name)}" if table.schema else self.quote(table.name)
 
     # -- errors ------------------------------------------------------------------------------
-    def is_connection_error(self, exc: BaseException) -> bool:
-        return self.spec.is_connection_error(exc)
-
-    def is_missing_table(self, exc: BaseException) -> bool:
-        return self.spec.is_missing_table(exc)
-
-    def error_code(self, exc: BaseException) -> str:
-        return self.spec.error_code(exc)
-
-    def error_text(self, exc: BaseException) -> str:
-        """The driver error as one line: its code and primary message."""
-        return self.spec.error_text(exc)
-
     def map_error(self, exc: BaseException, action: str) -> SinkError:
         """The credential-free :class:`SinkError` for a failed *action*."""
         return self.spec.map_error(exc, action, table=self.table, marker_table=self.marker_table,

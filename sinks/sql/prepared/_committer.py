@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
 from twopc.spi import MAX_XID_BYTES, Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
@@ -27,19 +27,18 @@ H = TypeVar("H", bound=PreparedSqlHandle)
 
 
 class PreparedCommitter(Generic[C, H]):
-    """Finish prepared transactions from any process that has the handles.
+    """Finish prepared transactions from any process that has the handles: the driver side of
+    :class:`~twopc.sinks.sql.prepared._sink.PreparedSqlSink`, which *is* its committer (it
+    sets the attributes below when it is made or unpickled)."""
 
-    Args:
-        target: the database, its control connection and error mapping.
-        dialect: the database's SQL.
-        handle_type: the handle class :meth:`list_prepared` makes.
-    """
-
-    def __init__(self, target: SqlTarget, dialect: SqlDialect[C], handle_type: type[H]) -> None:
-        self.target = target
-        self.dialect = dialect
-        self.handle_type = handle_type
-        self.markers = MarkerTable(target)
+    #: the database, its control connection and error mapping
+    target: SqlTarget
+    #: the database's SQL
+    dialect: SqlDialect[C]
+    #: the handle class :meth:`list_prepared` makes
+    handle_type: ClassVar[type[Any]]
+    #: the marker rows, which tell a replayed commit from a lost transaction
+    markers: MarkerTable
 
     def _checked_gid(self, handle: TransactionHandle) -> str:
         spec = self.target.spec
@@ -217,4 +216,11 @@ class PreparedCommitter(Generic[C, H]):
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        return self.markers.purge(sink_id, below_batch)
+        t = self.target
+        try:
+            count, _rows = t.control_execute(
+                f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
+                f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))
+        except t.spec.driver_error as exc:
+            raise t.map_error(exc, f"purge markers from {t.marker_table}") from None
+        return count

@@ -2,9 +2,11 @@
 
 Each prepared transaction writes one marker row (committed atomically with its data), so
 that a commit that finds its transaction gone can tell "already committed" (marker present)
-from "lost" (absent): the database answers both the same way. Writing, reading and purging
-those rows, and checking the table at validation, is this module's job; the DDL is the
-dialect's (:meth:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect.create_markers`).
+from "lost" (absent): the database answers both the same way. Reading those rows and
+checking the table at validation is this module's job; the row's ``INSERT`` is the writer's
+(:meth:`~twopc.sinks.sql.prepared._writer.PreparedWriter.marker_row`), their purge the
+committer's (:meth:`~twopc.sinks.sql.prepared._committer.PreparedCommitter.purge_markers`), the
+DDL the dialect's (:meth:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect.create_markers`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from twopc.spi import TargetConfigurationError
 
-from ..connect._sql_dialect import SqlDialect, SqlTxn
+from ..connect._sql_dialect import SqlDialect
 from ..connect._sql_target import SqlTarget
 
 __all__ = ["MARKER_COLUMNS", "MarkerTable"]
@@ -32,14 +34,6 @@ class MarkerTable:
 
     def __init__(self, target: SqlTarget) -> None:
         self.target = target
-
-    def insert_row(self, txn: SqlTxn[Any]) -> tuple[str, tuple[Any, ...]]:
-        """The marker row's ``INSERT`` for *txn* and its parameters."""
-        t = self.target
-        cols = ", ".join(t.quote(c) for c in MARKER_COLUMNS)
-        c = txn.context
-        return (f"INSERT INTO {t.qualified(t.marker)} ({cols}) VALUES (%s, %s, %s, %s, %s)",
-                (txn.gid, c.sink_id, c.batch_id, c.partition_id, txn.rows))
 
     def ensure(self, dbapi: Any, dialect: SqlDialect[Any]) -> None:
         """Check the marker table has the marker columns, or create it (then the dialect's
@@ -93,18 +87,3 @@ class MarkerTable:
                 raise t.map_error(exc, "read the marker table") from None
             found.update(str(r[0]) for r in rows)
         return found
-
-    def purge(self, sink_id: str, below_batch: int) -> int:
-        """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
-        t = self.target
-        try:
-            count, _rows = t.control_execute(
-                f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
-                f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))
-        except t.spec.driver_error as exc:
-            raise t.map_error(exc, f"purge markers from {t.marker_table}") from None
-        return count

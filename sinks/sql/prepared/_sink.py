@@ -12,15 +12,16 @@ A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and commi
   ``dialect_type`` from the target): the SQL that differs between databases (opening a
   write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
   listing prepared ids, the target's catalog, the marker table's DDL);
-- a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side): the open
-  transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
+- the methods of a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side):
+  the open transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
   rollback) and how every failure leaves nothing behind;
-- a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver side): commit / abort /
-  list_prepared / purge_markers, told apart from "lost" by the marker table
-  (:mod:`twopc.sinks.sql.prepared._markers`).
+- the methods of a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver
+  side): commit / abort / list_prepared / purge_markers, told apart from "lost" by the marker
+  table (:mod:`twopc.sinks.sql.prepared._markers`).
 
-This class wires them and delegates each method of the contract to one of them; it
-validates the target itself (plan time).
+The sink *is* its writer and its committer (it subclasses both: each method of the contract
+is defined once, where it lives); this class makes the parts they share and validates the
+target itself (plan time).
 
 Failure windows, in one place: a task that dies before ``PREPARE`` leaves an open
 transaction the server rolls back with the session; one that dies after it leaves a
@@ -31,21 +32,12 @@ back unless a decision names it; a commit that dies after ``COMMIT`` is answered
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
-from twopc import CommitOutcome, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import (
-    BatchCommit,
-    Headroom,
-    Inspectable,
-    LedgerHost,
-    MarkerPurge,
-    NamedTarget,
-    PreparedDetail,
-    SinkUnavailableError,
-    WriteSetup,
-)
+from twopc import ConfigurationError, SinkError, TwoPhaseCommitSink
+from twopc.spi import BatchCommit, Inspectable, LedgerHost, MarkerPurge, SinkUnavailableError, WriteSetup
 
 from ..._handles import PreparedSqlHandle
 from ..._secrets import credential_free
@@ -53,11 +45,12 @@ from .._errors import session_init_failed
 from .._privileges import dbapi_runner, require_privileges
 from .._registry import DialectSpec
 from .._twopc_schema import ensure_schema
-from ..connect._server_instance import server_instance
+from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
 from ..ledger._target_ledger import SqlTargetLedger
 from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
+from ..options._jdbc_url import safe_url
 from ..types._column_match import TableColumn
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
@@ -71,12 +64,12 @@ __all__ = ["PreparedSqlSink"]
 C = TypeVar("C", bound=TableColumn)
 H = TypeVar("H", bound=PreparedSqlHandle)
 
-#: the parts, rebuilt from the options when unpickled
-_PARTS = ("target", "dialect", "writer", "committer")
+#: the parts, rebuilt from the options when unpickled (open transactions stay behind)
+_PARTS = ("target", "dialect", "markers", "_open")
 
 
-class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], WriteSetup, BatchCommit, Inspectable,
-                      MarkerPurge, NamedTarget, LedgerHost, Generic[C, H]):
+class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
+                      WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
     """Exactly-once appends to one SQL table through prepared transactions.
 
     Args:
@@ -108,10 +101,6 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], WriteSet
     session_options = ("twopcSchema",)
 
     options: JdbcOptions
-    target: SqlTarget
-    dialect: SqlDialect[C]
-    writer: PreparedWriter[C, H]
-    committer: PreparedCommitter[C, H]
 
     def __init__(self, url: Any, table: str, **options: Any) -> None:
         self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.spec.format_name, dialect=self.spec.name,
@@ -146,14 +135,14 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], WriteSet
         return sink
 
     def _configure(self, options: JdbcOptions) -> None:
-        """Make the parts from *options*: target, dialect, writer, committer."""
+        """Make the parts from *options*: target, dialect, marker table, no open transaction."""
         if options.dialect != self.spec.name:
             raise ConfigurationError(f"{type(self).__name__} writes to {self.spec.product}, not {options.dialect}")
         self.options = options
         self.target = SqlTarget(options, self.spec)
         self.dialect = type(self).dialect_type(self.target)
-        self.writer = PreparedWriter(self.target, self.dialect, self.handle_type, type(self).__name__)
-        self.committer = PreparedCommitter(self.target, self.dialect, self.handle_type)
+        self.markers = MarkerTable(self.target)
+        self._open = weakref.WeakSet()
 
     # -- pickling / description ---------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -163,43 +152,19 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], WriteSet
         self.__dict__.update(state)
         self._configure(self.options)
 
-    @property
-    def table(self) -> str:
-        """The target table, as a display name (quoted where needed)."""
-        return self.target.table
-
-    @property
-    def marker_table(self) -> str:
-        """The marker table, as a display name."""
-        return self.target.marker_table
-
-    @property
-    def batch_size(self) -> int:
-        """Rows per multi-row ``INSERT`` (dialects that insert)."""
-        return self.options.batch_size
-
     def commit_mode(self) -> str:
         """Prepared mode: one prepared transaction per task attempt, committed by the driver."""
         return (f"{self.spec.product} prepared transactions: one per task attempt, committed by the driver "
                 f"after the ledger's decision")
 
-    def target_identity(self) -> str:
-        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
-        return self.options.target_identity()
-
-    def target_instance(self) -> str | None:
-        """The server's own identity and the table
-        (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
-        return server_instance(self.options)
-
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
-        return self.target.describe()
+        return f"{self.spec.product} {safe_url(self.options.url)} table {self.target.table}"
 
     def close(self) -> None:
         """Roll back transactions of this object that are still open (never prepared
         ones) and return the connections to the process pool. The sink stays usable."""
-        self.writer.close()
+        super().close()
         self.target.drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
@@ -291,61 +256,3 @@ class PreparedSqlSink(TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H], WriteSet
                 cur.execute("ROLLBACK")
             finally:
                 cur.close()
-
-    # -- executor side: the writer -------------------------------------------------------------
-    def make_gid(self, context: TransactionContext) -> str:
-        """:meth:`PreparedWriter.make_gid`."""
-        return self.writer.make_gid(context)
-
-    def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
-        """:meth:`PreparedWriter.begin_transaction`."""
-        return self.writer.begin_transaction(context)
-
-    def invoke(self, txn: SqlTxn[C], value: dict[str, Any]) -> None:
-        """:meth:`PreparedWriter.invoke`."""
-        self.writer.invoke(txn, value)
-
-    def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
-        """:meth:`PreparedWriter.invoke_batch`."""
-        self.writer.invoke_batch(txn, batch)
-
-    def pre_commit(self, txn: SqlTxn[C]) -> H:
-        """:meth:`PreparedWriter.pre_commit`."""
-        return self.writer.pre_commit(txn)
-
-    def rollback(self, txn: SqlTxn[C]) -> None:
-        """:meth:`PreparedWriter.rollback`."""
-        self.writer.rollback(txn)
-
-    # -- driver side: the committer ------------------------------------------------------------
-    def commit(self, handle: H) -> CommitOutcome:
-        """:meth:`PreparedCommitter.commit`."""
-        return self.committer.commit(handle)
-
-    def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
-        """:meth:`PreparedCommitter.commit_all`."""
-        return self.committer.commit_all(handles, recovering=recovering)
-
-    def abort(self, handle: H) -> None:
-        """:meth:`PreparedCommitter.abort`."""
-        self.committer.abort(handle)
-
-    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[H]:
-        """:meth:`PreparedCommitter.list_prepared`."""
-        return self.committer.list_prepared(sink_id, batch_id)
-
-    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """:meth:`PreparedCommitter.prepared_details`."""
-        return self.committer.prepared_details(sink_id)
-
-    def headroom(self, sink_id: str) -> Headroom | None:
-        """:meth:`PreparedCommitter.headroom`."""
-        return self.committer.headroom(sink_id)
-
-    def parse_gid(self, gid: str) -> H | None:
-        """:meth:`PreparedCommitter.parse_gid`."""
-        return self.committer.parse_gid(gid)
-
-    def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """:meth:`PreparedCommitter.purge_markers`."""
-        return self.committer.purge_markers(sink_id, below_batch)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
 
 from twopc import ConfigurationError, SinkError, TransactionContext
 from twopc.spi import ProtocolError
@@ -20,7 +20,7 @@ from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
 from ..ledger._target_ledger import SqlTargetLedger
 from ..types._column_match import TableColumn
-from ._markers import MarkerTable
+from ._markers import MARKER_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,34 +34,22 @@ H = TypeVar("H", bound=PreparedSqlHandle)
 
 
 class PreparedWriter(Generic[C, H]):
-    """Begin, load, prepare or roll back one task attempt's transaction.
-
-    Args:
-        target: the database, its connections and error mapping.
-        dialect: the database's SQL.
-        handle_type: the handle class :meth:`pre_commit` makes.
-        owner: the sink's class name, for messages about its methods.
+    """Begin, load, prepare or roll back one task attempt's transaction: the executor side of
+    :class:`~twopc.sinks.sql.prepared._sink.PreparedSqlSink`, which *is* its writer (it sets
+    the attributes below when it is made or unpickled).
 
     Also the :class:`~twopc.sinks.sql.connect._sql_dialect.TxnControl` the dialect's
-    ``prepare`` is given. Pickles without its open transactions.
+    ``prepare`` is given.
     """
 
-    def __init__(self, target: SqlTarget, dialect: SqlDialect[C], handle_type: type[H], owner: str) -> None:
-        self.target = target
-        self.dialect = dialect
-        self.handle_type = handle_type
-        self.owner = owner
-        self.markers = MarkerTable(target)
-        self._open: weakref.WeakSet[SqlTxn[C]] = weakref.WeakSet()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        del state["_open"]
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._open = weakref.WeakSet()
+    #: the database, its connections and error mapping
+    target: SqlTarget
+    #: the database's SQL
+    dialect: SqlDialect[C]
+    #: the handle class :meth:`pre_commit` makes
+    handle_type: ClassVar[type[Any]]
+    #: the transactions begun and not yet prepared or rolled back (never pickled)
+    _open: weakref.WeakSet[SqlTxn[C]]
 
     def make_gid(self, context: TransactionContext) -> str:
         """A new transaction id for *context* (:meth:`TransactionContext.xid`), within the
@@ -121,7 +109,7 @@ class PreparedWriter(Generic[C, H]):
         """
         self.usable(txn)
         if not isinstance(value, Mapping):
-            raise ConfigurationError(f"{self.owner}.invoke takes a dict of column -> value, "
+            raise ConfigurationError(f"{type(self).__name__}.invoke takes a dict of column -> value, "
                                      f"got {type(value).__name__}")
         txn.pending.append(dict(value))
         if len(txn.pending) >= self.target.options.batch_size:
@@ -136,7 +124,7 @@ class PreparedWriter(Generic[C, H]):
         try:
             for keys, rows in groups.items():
                 if not keys:
-                    raise ConfigurationError(f"{self.owner}.invoke got an empty row (no columns)")
+                    raise ConfigurationError(f"{type(self).__name__}.invoke got an empty row (no columns)")
                 cols = self.target.match(list(keys), None, txn.columns, check_types=False, check_required=False)
                 self.dialect.load_rows(txn, cols, keys, rows)
                 txn.rows += len(rows)
@@ -170,7 +158,7 @@ class PreparedWriter(Generic[C, H]):
                 cols = self.target.match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
                                          check_types=True, check_required=False)
                 if not cols:
-                    raise ConfigurationError(f"{self.owner}.invoke_batch got a batch without columns")
+                    raise ConfigurationError(f"{type(self).__name__}.invoke_batch got a batch without columns")
                 plan = txn.plans[batch.schema] = self.dialect.plan(batch.schema, cols)
             self.dialect.load_batch(txn, batch, plan)
             txn.rows += batch.num_rows
@@ -225,7 +213,11 @@ class PreparedWriter(Generic[C, H]):
     # -- failure rules (also the dialect's TxnControl) ---------------------------------------
     def marker_row(self, txn: SqlTxn[C]) -> tuple[str, tuple[Any, ...]]:
         """The marker row's ``INSERT`` for *txn* and its parameters."""
-        return self.markers.insert_row(txn)
+        t = self.target
+        cols = ", ".join(t.quote(c) for c in MARKER_COLUMNS)
+        c = txn.context
+        return (f"INSERT INTO {t.qualified(t.marker)} ({cols}) VALUES (%s, %s, %s, %s, %s)",
+                (txn.gid, c.sink_id, c.batch_id, c.partition_id, txn.rows))
 
     def release(self, txn: SqlTxn[C], *, broken: bool) -> None:
         """Give the transaction's connection back to the pool, or discard it when *broken*

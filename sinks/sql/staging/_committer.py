@@ -1,6 +1,10 @@
 """The driver side of the staging mode: one local transaction moves a batch's staged rows
 into the target and writes the batch marker (its own decision); abort deletes an attempt's
-staged rows; the staged attempts of a sink are listed for recovery."""
+staged rows; the staged attempts of a sink are listed for recovery.
+
+:class:`StagingCommitter` is :class:`~twopc.sinks.sql.staging._ddl.StagingDdl` (tables,
+connections, DDL) with the driver's methods; :class:`~twopc.sinks.sql.StagingSink` is one,
+with the executor's methods."""
 
 from __future__ import annotations
 
@@ -19,7 +23,6 @@ from twopc.spi import PreparedDetail, ProtocolError, SchemaMismatchError, Target
 from ..._handles import StagingHandle
 from ._ddl import StagingDdl
 from ._statements import TXN_COLUMN, fresh, move_sql, sql_string
-from ._tables import StagingTables
 
 __all__ = ["StagingCommitter"]
 
@@ -36,12 +39,8 @@ TRUNCATE_FROM_ROWS = 10_000
 _EMPTY_BY = {"drop": "DROP TABLE", "truncate": "TRUNCATE TABLE", "delete": "DELETE FROM"}
 
 
-class StagingCommitter:
+class StagingCommitter(StagingDdl):
     """Commit, abort and list the staged attempts of a staging sink."""
-
-    def __init__(self, tables: StagingTables, ddl: StagingDdl) -> None:
-        self.t = tables
-        self.ddl = ddl
 
     def _checked(self, handle: TransactionHandle) -> str:
         if not isinstance(handle, StagingHandle):
@@ -75,20 +74,20 @@ class StagingCommitter:
         if len(batch_ids) != 1:
             raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
         sink_id, batch_id = batch_ids.pop()
-        conn = self.t.connect()
+        conn = self.connect()
         try:
-            self.t.begin(conn)
+            self.begin(conn)
             d = conn.dialect
             marker = conn.execute(sa.text(
-                f"SELECT {self.t.q('rows')} FROM {self.t.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
+                f"SELECT {self.q('rows')} FROM {self.batches.quoted(d)} WHERE sink_id = :s AND batch_id = :b"),
                 {"s": sink_id, "b": batch_id}).first()
             if marker is not None:
-                self.ddl.delete_staged(conn, ids)
+                self.delete_staged_rows(conn, ids)
                 conn.commit()
                 return [CommitOutcome.ALREADY_COMMITTED] * len(handles)
             counts: dict[str, int] = dict(conn.execute(
-                sa.text(f"SELECT {self.t.q(TXN_COLUMN)}, count(*) FROM {self.t.stage.quoted(d)} "
-                        f"WHERE {self.t.q(TXN_COLUMN)} IN :ids GROUP BY {self.t.q(TXN_COLUMN)}")
+                sa.text(f"SELECT {self.q(TXN_COLUMN)}, count(*) FROM {self.stage.quoted(d)} "
+                        f"WHERE {self.q(TXN_COLUMN)} IN :ids GROUP BY {self.q(TXN_COLUMN)}")
                 .bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids}).all())
             bad = [h.txn_id for h in handles if counts.get(h.txn_id, 0) != h.rows and not
                    (h.rows < 0 and counts.get(h.txn_id, 0) > 0)]
@@ -96,25 +95,25 @@ class StagingCommitter:
                 conn.rollback()
                 raise TransactionLostError(
                     f"batch {batch_id} of sink {sink_id!r}: staged rows of {bad} are missing from "
-                    f"{self.t.stage.display()} (were they deleted?); nothing was written to {self.t.target.display()}")
+                    f"{self.stage.display()} (were they deleted?); nothing was written to {self.target.display()}")
             total = sum(counts.values())
             self._move(conn, ids, total, self._write_of(handles))
-            conn.execute(sa.text(f"INSERT INTO {self.t.batches.quoted(d)} "
-                                 f"(sink_id, batch_id, {self.t.q('rows')}, committed_at) "
+            conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} "
+                                 f"(sink_id, batch_id, {self.q('rows')}, committed_at) "
                                  f"VALUES (:s, :b, :r, :t)"),
                          {"s": sink_id, "b": batch_id, "r": total,
                           "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
             conn.commit()
         except SQLAlchemyError as exc:
             _quiet_rollback(conn)
-            raise self.t.error(exc, f"commit batch {batch_id} into {self.t.target.display()}") from None
+            raise self.error(exc, f"commit batch {batch_id} into {self.target.display()}") from None
         except BaseException:
             _quiet_rollback(conn)
             raise
         finally:
             conn.close()
         log.info("twopc staging: committed batch %s of %s: %s rows into %s", batch_id, sink_id, total,
-                 self.t.target.display())
+                 self.target.display())
         return [CommitOutcome.COMMITTED] * len(handles)
 
     def _write_of(self, handles: Sequence[StagingHandle]) -> str:
@@ -124,52 +123,52 @@ class StagingCommitter:
         if len(recorded) > 1:
             raise ProtocolError(f"the handles of one batch disagree on the write ({sorted(recorded)}): "
                                 f"they were not staged by one write")
-        return recorded.pop() if recorded else self.t.commit_write()
+        return recorded.pop() if recorded else self.commit_write()
 
     def _move(self, conn: Connection, ids: list[str], rows: int, write: str) -> None:
         """DDL of the *write* (:meth:`commit_write`), then the one statement that moves the
         chosen attempts' *rows* rows, then their deletion from staging."""
         d = conn.dialect
-        t = self.t.target.quoted(d)
-        exists = self.ddl.has_table(conn, self.t.target)
+        t = self.target.quoted(d)
+        exists = self.has_table(conn, self.target)
         if write == "errorifexists" and exists:
             raise TargetConfigurationError(
-                f"table {self.t.target.display()} was created by someone else while this write ran, and the "
+                f"table {self.target.display()} was created by someone else while this write ran, and the "
                 f"save mode is errorifexists: nothing was written")
         if write == "ignore" and exists:
-            self.ddl.delete_staged(conn, ids)
-            log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.t.target.display())
+            self.delete_staged_rows(conn, ids)
+            log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.target.display())
             return
-        if write == "drop" and exists and self.t.schema is None:
+        if write == "drop" and exists and self.schema is None:
             raise SchemaMismatchError(
-                f"this batch overwrites {self.t.target.display()} by re-creating it from the DataFrame (overwrite "
+                f"this batch overwrites {self.target.display()} by re-creating it from the DataFrame (overwrite "
                 f"without truncate), and this process does not know the DataFrame's schema (recovery without the "
                 f"write): rerun the write or restart the query (its recovery finishes the batch); nothing was written")
         if write in _EMPTY_BY and exists:
             conn.exec_driver_sql(f"{_EMPTY_BY[write]} {t}")
             exists = write != "drop"
         if not exists:
-            if self.t.schema is None:
+            if self.schema is None:
                 raise SchemaMismatchError(
-                    f"{self.t.target.display()} does not exist and this process does not know the DataFrame "
+                    f"{self.target.display()} does not exist and this process does not know the DataFrame "
                     f"schema to create it (recovery without a query): create the table, then recover")
-            conn.exec_driver_sql(self.ddl.create_ddl(conn))
-            if self.t.options.table_comment and self.t.dialect_name == "postgresql":
-                comment = sql_string(self.t.options.table_comment, backslash=False)
+            conn.exec_driver_sql(self.create_ddl(conn))
+            if self.options.table_comment and self.dialect_name == "postgresql":
+                comment = sql_string(self.options.table_comment, backslash=False)
                 conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {comment}")
-        stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.t.stage.name, schema=self.t.stage.schema)
+        stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)
                       if c["name"] != TXN_COLUMN]
-        target_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.t.target.name, schema=self.t.target.schema)]
+        target_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.target.name, schema=self.target.schema)]
         mapping = []
         for s in stage_cols:
             exact = [c for c in target_cols if c == s] or [c for c in target_cols if c.lower() == s.lower()]
             if len(exact) != 1:
-                raise SchemaMismatchError(f"staged column {s} matches no single column of {self.t.target.display()}")
+                raise SchemaMismatchError(f"staged column {s} matches no single column of {self.target.display()}")
             mapping.append((s, exact[0]))
-        stmt = move_sql(self.t.dialect_name, self.t.q, t, self.t.stage.quoted(d), mapping, self.t.options.upsert_keys)
+        stmt = move_sql(self.dialect_name, self.q, t, self.stage.quoted(d), mapping, self.options.upsert_keys)
         conn.execute(sa.text(stmt).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})
         if rows < TRUNCATE_FROM_ROWS or not self._truncate_staged(conn, ids):
-            self.ddl.delete_staged(conn, ids)
+            self.delete_staged_rows(conn, ids)
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
         """On PostgreSQL, empty the staging table with ``TRUNCATE`` (inside the commit
@@ -188,13 +187,13 @@ class StagingCommitter:
         the caller deletes. The lock is held only for the rest of the commit transaction
         (milliseconds): a task that starts staging meanwhile waits for it, then stages into
         the emptied table."""
-        if self.t.dialect_name != "postgresql":
+        if self.dialect_name != "postgresql":
             return False
         # Only a statement snapshot taken after the lock sees every row committed before it
         # (REPEATABLE READ / SERIALIZABLE would miss rows staged since the transaction began).
         if conn.exec_driver_sql("SHOW transaction_isolation").scalar() not in ("read committed", "read uncommitted"):
             return False
-        stage, col = self.t.stage.quoted(conn.dialect), self.t.q(TXN_COLUMN)
+        stage, col = self.stage.quoted(conn.dialect), self.q(TXN_COLUMN)
         savepoint = conn.begin_nested()
         try:
             conn.exec_driver_sql(f"LOCK TABLE {stage} IN ACCESS EXCLUSIVE MODE NOWAIT")
@@ -226,16 +225,16 @@ class StagingCommitter:
         Raises:
             SinkError / SinkUnavailableError: the database failed; retry.
         """
-        conn = self.t.connect()
+        conn = self.connect()
         try:
-            self.t.begin(conn)
-            if self.ddl.has_table(conn, self.t.stage):
-                self.ddl.delete_staged(conn, txn_ids)
+            self.begin(conn)
+            if self.has_table(conn, self.stage):
+                self.delete_staged_rows(conn, txn_ids)
             conn.commit()
         except SQLAlchemyError as exc:
             _quiet_rollback(conn)
             what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
-            raise self.t.error(exc, f"delete staged rows of {what}") from None
+            raise self.error(exc, f"delete staged rows of {what}") from None
         finally:
             conn.close()
 
@@ -253,12 +252,12 @@ class StagingCommitter:
         return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
 
     def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
-        conn = self.t.connect()
+        conn = self.connect()
         try:
             with fresh(conn):
-                counts = self.ddl.staged_counts(conn, Xid.prefix(sink_id))
+                counts = self.staged_counts(conn, Xid.prefix(sink_id))
         except SQLAlchemyError as exc:
-            raise self.t.error(exc, "list staged transactions") from None
+            raise self.error(exc, "list staged transactions") from None
         finally:
             conn.close()
         out = []
@@ -274,7 +273,7 @@ class StagingCommitter:
         if xid is None or xid.text != txn_id:
             return None
         return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
-                             table=self.t.target.display(), stage_table=self.t.stage.display(), rows=-1)
+                             table=self.target.display(), stage_table=self.stage.display(), rows=-1)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
@@ -283,15 +282,15 @@ class StagingCommitter:
         Raises:
             SinkError / SinkUnavailableError: the database failed.
         """
-        conn = self.t.connect()
+        conn = self.connect()
         try:
             with fresh(conn):
-                stmt = sa.text(f"DELETE FROM {self.t.batches.quoted(conn.dialect)} "
+                stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
                                f"WHERE sink_id = :s AND batch_id < :b")
                 result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
             return int(result.rowcount)
         except SQLAlchemyError as exc:
-            raise self.t.error(exc, f"purge batch markers from {self.t.batches.display()}") from None
+            raise self.error(exc, f"purge batch markers from {self.batches.display()}") from None
         finally:
             conn.close()
 

@@ -1,8 +1,9 @@
 """The staging mode's plan-time side: checking the target against the DataFrame, and
 creating (or re-creating) the staging and batch marker tables before any task runs.
 
-:class:`StagingDdl` is one part :class:`~twopc.sinks.sql.StagingSink` holds; it reads the
-configuration and connections of :class:`~twopc.sinks.sql.staging._tables.StagingTables`.
+:class:`StagingDdl` is :class:`~twopc.sinks.sql.staging._tables.StagingTables` (the configuration
+and connections) with these checks; :class:`~twopc.sinks.sql.StagingSink` is one (through
+:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`).
 """
 
 from __future__ import annotations
@@ -46,11 +47,8 @@ log = logging.getLogger("twopc.sinks.staging")
 EPHEMERAL_PREFIX = "eph-"
 
 
-class StagingDdl:
-    """Validation and DDL of the staging mode."""
-
-    def __init__(self, tables: StagingTables) -> None:
-        self.t = tables
+class StagingDdl(StagingTables):
+    """Validation and DDL of the staging mode, on its tables."""
 
     def _try_session_init(self) -> None:
         """Run ``sessionInitStatement`` once on a connection of its own, rolled back, so a
@@ -59,16 +57,16 @@ class StagingDdl:
         Raises:
             TargetConfigurationError: the statement failed.
         """
-        stmt = self.t.options.session_init_statement
+        stmt = self.options.session_init_statement
         if not stmt:
             return
-        with self.t.connect() as conn:
+        with self.connect() as conn:
             try:
                 conn.exec_driver_sql(stmt)
             except SQLAlchemyError as exc:
                 orig = getattr(exc, "orig", None) or exc
-                detail = redact(" ".join(str(orig).split())[:500], self.t.options.secrets())
-                raise session_init_failed(self.t.options.safe_url(), detail) from None
+                detail = redact(" ".join(str(orig).split())[:500], self.options.secrets())
+                raise session_init_failed(self.options.safe_url(), detail) from None
             finally:
                 conn.rollback()
 
@@ -90,54 +88,54 @@ class StagingDdl:
             SchemaMismatchError: the DataFrame does not fit the existing table, or
                 ``upsertKeys`` has no matching unique constraint.
         """
-        self.t.schema = schema
-        keys = self.t.options.upsert_keys
+        self.schema = schema
+        keys = self.options.upsert_keys
         self._try_session_init()
-        conn = self.t.connect()
+        conn = self.connect()
         try:
-            exists = self.has_table(conn, self.t.target)
+            exists = self.has_table(conn, self.target)
             if exists:
-                require_transactional(conn, self.t.target)
-            if exists and self.t.mode == "errorifexists":
+                require_transactional(conn, self.target)
+            if exists and self.mode == "errorifexists":
                 raise TargetConfigurationError(
-                    f"table {self.t.target.display()} already exists and the save mode is errorifexists (Spark's "
+                    f"table {self.target.display()} already exists and the save mode is errorifexists (Spark's "
                     f"default, and twopc.write_jdbc's when no mode is given): nothing was written. Give mode "
                     f"\"append\" to add the rows, \"overwrite\" to replace them, or \"ignore\" to write nothing "
                     f"when the table exists (twopc.write_jdbc(..., mode=\"append\"); on format twopc-jdbc: "
                     f".mode(\"append\"))")
-            recreate = self.t.mode == "overwrite" and self.t.replaced_by() == "drop"
+            recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self.create_ddl(conn)  # maps every column type now: errors before any task runs
             if exists and recreate:
                 self._warn_recreate(conn, schema)
             stage_types: dict[str, str] = {}
             if exists and not recreate:
-                matched = check_columns(conn, self.t.target, schema)
-                if self.t.dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
+                matched = check_columns(conn, self.target, schema)
+                if self.dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
                     stage_types = {f.name: c.display_type for f, c in zip(schema, matched, strict=True)}
             if keys:
                 missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
                 if missing:
                     raise SchemaMismatchError(f"upsertKeys {missing} are not DataFrame columns ({schema.names})")
                 if exists and not recreate:
-                    check_unique(conn, self.t.target, keys)
-            if not exists and self.t.dialect_name == "mysql" and self.t.mode != "ignore":
+                    check_unique(conn, self.target, keys)
+            if not exists and self.dialect_name == "mysql" and self.mode != "ignore":
                 self._create_target_now(conn, ddl)
-            if (name := self.t.options.twopc_schema) is not None:
-                ensure_schema(self._committing(conn), self.t.dialect_name, name, self.t.options.url.database or "")
+            if (name := self.options.twopc_schema) is not None:
+                ensure_schema(self._committing(conn), self.dialect_name, name, self.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
-            require_transactional(conn, self.t.stage, role="the staging table")
+            require_transactional(conn, self.stage, role="the staging table")
             self._ensure_batches(conn)
-            require_transactional(conn, self.t.batches, role="the batch marker table")
+            require_transactional(conn, self.batches, role="the batch marker table")
             # tasks insert staged rows; the commit reads and deletes them, and keeps a batch marker
-            for t, cols, role in ((self.t.stage, (TXN_COLUMN,), "the staging table"),
-                                  (self.t.batches, ("sink_id", "batch_id", "rows", "committed_at"),
+            for t, cols, role in ((self.stage, (TXN_COLUMN,), "the staging table"),
+                                  (self.batches, ("sink_id", "batch_id", "rows", "committed_at"),
                                    "the batch marker table")):
-                require_privileges(self._probe(conn), self.t.dialect_name, table=t.quoted(conn.dialect),
-                                   display=t.display(), columns=[self.t.q(c) for c in cols],
+                require_privileges(self._probe(conn), self.dialect_name, table=t.quoted(conn.dialect),
+                                   display=t.display(), columns=[self.q(c) for c in cols],
                                    privileges=("SELECT", "INSERT", "DELETE"), role=role)
             self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
-            raise self.t.error(exc, f"validate {self.t.target.display()}") from None
+            raise self.error(exc, f"validate {self.target.display()}") from None
         finally:
             conn.close()
 
@@ -145,14 +143,14 @@ class StagingDdl:
         """Say, before any task runs, what dropping and re-creating the target will lose."""
         from ._recreate_losses import recreate_losses
 
-        o = self.t.options
-        lost = recreate_losses(conn, self.t.target, schema, overrides=o.create_table_column_types, keys=o.upsert_keys,
+        o = self.options
+        lost = recreate_losses(conn, self.target, schema, overrides=o.create_table_column_types, keys=o.upsert_keys,
                                comment=o.table_comment)
         if lost:
             log.warning(
                 "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
                 "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
-                "rows, set .option(\"truncate\", \"true\")", self.t.target.display(), "; ".join(lost))
+                "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
 
     def expire_abandoned(self) -> None:
         """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing
@@ -162,12 +160,12 @@ class StagingDdl:
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        conn = self.t.connect()
+        conn = self.connect()
         try:
-            if self.has_table(conn, self.t.stage):
+            if self.has_table(conn, self.stage):
                 self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
-            raise self.t.error(exc, f"clean up staged rows in {self.t.stage.display()}") from None
+            raise self.error(exc, f"clean up staged rows in {self.stage.display()}") from None
         finally:
             conn.close()
 
@@ -178,29 +176,29 @@ class StagingDdl:
         with fresh(conn):
             conn.exec_driver_sql(ddl)
         try:
-            require_transactional(conn, self.t.target)
+            require_transactional(conn, self.target)
         except TargetConfigurationError:
             with fresh(conn):
-                conn.exec_driver_sql(f"DROP TABLE {self.t.target.quoted(conn.dialect)}")
+                conn.exec_driver_sql(f"DROP TABLE {self.target.quoted(conn.dialect)}")
             raise
-        log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.t.target.display())
+        log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.target.display())
 
     def create_ddl(self, conn: Connection) -> str:
         """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
         primary key on ``upsertKeys``, MySQL's table comment)."""
         from ..types._arrow_ddl import create_table_sql  # here, as below: a commit never loads pyarrow
 
-        assert self.t.schema is not None
-        o = self.t.options
-        ddl = create_table_sql(self.t.target, self.t.schema, conn.dialect, overrides=o.create_table_column_types,
+        assert self.schema is not None
+        o = self.options
+        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types,
                                options="", extra_columns=())
         if o.upsert_keys:
-            names = {n.lower(): n for n in self.t.schema.names}
-            keys = ", ".join(self.t.q(names.get(k.lower(), k)) for k in o.upsert_keys)
+            names = {n.lower(): n for n in self.schema.names}
+            keys = ", ".join(self.q(names.get(k.lower(), k)) for k in o.upsert_keys)
             ddl = ddl[:ddl.rindex(")")] + f", PRIMARY KEY ({keys}))"
         if o.create_table_options.strip():
             ddl += " " + o.create_table_options.strip()
-        if o.table_comment and self.t.dialect_name == "mysql":
+        if o.table_comment and self.dialect_name == "mysql":
             ddl += " COMMENT = " + sql_string(o.table_comment, backslash=True)
         return ddl
 
@@ -247,39 +245,39 @@ class StagingDdl:
         from ..types._arrow_ddl import arrow_to_sqlalchemy
 
         want = [TXN_COLUMN, *schema.names]
-        if self.has_table(conn, self.t.stage):
-            have = [c["name"] for c in sa.inspect(conn).get_columns(self.t.stage.name, schema=self.t.stage.schema)]
+        if self.has_table(conn, self.stage):
+            have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
             # a staged column of another type would convert the values before the target sees them
-            have_types = {c.name: c.display_type for c in catalog_columns(conn, self.t.stage) or []}
+            have_types = {c.name: c.display_type for c in catalog_columns(conn, self.stage) or []}
             want_types = {f.name: types.get(f.name) or arrow_to_sqlalchemy(f).compile(dialect=conn.dialect)
                           for f in schema} if have_types else {}
-            if have == want and all(same_type(have_types.get(n, ""), t, self.t.dialect_name)
+            if have == want and all(same_type(have_types.get(n, ""), t, self.dialect_name)
                                     for n, t in want_types.items()):
                 return
             with fresh(conn):
-                n = conn.execute(sa.text(f"SELECT count(*) FROM {self.t.stage.quoted(conn.dialect)}")).scalar_one()
+                n = conn.execute(sa.text(f"SELECT count(*) FROM {self.stage.quoted(conn.dialect)}")).scalar_one()
                 if n:
                     raise TargetConfigurationError(
-                        f"staging table {self.t.stage.display()} holds {n} rows of an unfinished write whose "
+                        f"staging table {self.stage.display()} holds {n} rows of an unfinished write whose "
                         f"columns (or their types) differ from this DataFrame's; finish it first (python -m "
                         f"recovery with that query's checkpoint) or delete them")
-                conn.exec_driver_sql(f"DROP TABLE {self.t.stage.quoted(conn.dialect)}")
+                conn.exec_driver_sql(f"DROP TABLE {self.stage.quoted(conn.dialect)}")
         try:
             with fresh(conn):
-                stage_table(self.t.stage, schema, self.t.dialect_name,
+                stage_table(self.stage, schema, self.dialect_name,
                             {n: VerbatimType(t) for n, t in types.items()}).create(conn, checkfirst=True)
         except SQLAlchemyError:
-            if not self.has_table(conn, self.t.stage):  # else: created concurrently
+            if not self.has_table(conn, self.stage):  # else: created concurrently
                 raise
 
     def _ensure_batches(self, conn: Connection) -> None:
-        if self.has_table(conn, self.t.batches):
+        if self.has_table(conn, self.batches):
             return
         try:
             with fresh(conn):
-                batches_table(self.t.batches).create(conn, checkfirst=True)
+                batches_table(self.batches).create(conn, checkfirst=True)
         except SQLAlchemyError:
-            if not self.has_table(conn, self.t.batches):
+            if not self.has_table(conn, self.batches):
                 raise
 
     def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
@@ -289,17 +287,17 @@ class StagingDdl:
     def staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
         """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
         where the prefix holds ``_``, a wildcard: the prefix is checked again here)."""
-        if not self.has_table(conn, self.t.stage):
+        if not self.has_table(conn, self.stage):
             return {}
-        col = self.t.q(TXN_COLUMN)
-        rows = conn.execute(sa.text(f"SELECT {col}, COUNT(*) FROM {self.t.stage.quoted(conn.dialect)} "
+        col = self.q(TXN_COLUMN)
+        rows = conn.execute(sa.text(f"SELECT {col}, COUNT(*) FROM {self.stage.quoted(conn.dialect)} "
                                     f"WHERE {col} LIKE :p GROUP BY {col}"), {"p": prefix + "%"}).all()
         return {str(r[0]): int(r[1]) for r in rows if str(r[0]).startswith(prefix)}
 
-    def delete_staged(self, conn: Connection, ids: Sequence[str]) -> None:
+    def delete_staged_rows(self, conn: Connection, ids: Sequence[str]) -> None:
         if not ids:
             return
-        conn.execute(sa.text(f"DELETE FROM {self.t.stage.quoted(conn.dialect)} WHERE {self.t.q(TXN_COLUMN)} IN :ids")
+        conn.execute(sa.text(f"DELETE FROM {self.stage.quoted(conn.dialect)} WHERE {self.q(TXN_COLUMN)} IN :ids")
                      .bindparams(sa.bindparam("ids", expanding=True)), {"ids": list(ids)})
 
     def _expire_ephemeral(self, conn: Connection) -> None:
@@ -316,12 +314,12 @@ class StagingDdl:
                 continue
             if sink_id not in dead:
                 dead[sink_id] = ephemeral_writer_dead(sink_id)
-            if dead[sink_id] or now - started > self.t.options.staging_retention.seconds:
+            if dead[sink_id] or now - started > self.options.staging_retention.seconds:
                 stale.append(txn_id)
         if stale:
             with fresh(conn):
-                self.delete_staged(conn, stale)
+                self.delete_staged_rows(conn, stale)
             writes = sorted({t.split(":")[1] for t in stale})
             log.info("twopc staging: deleted from %s the staged rows of %s abandoned drop-in write(s) (their driver "
-                     "is gone, or they started more than stagingRetention ago): %s", self.t.stage.display(),
+                     "is gone, or they started more than stagingRetention ago): %s", self.stage.display(),
                      len(writes), ", ".join(writes))

@@ -40,31 +40,26 @@ import datetime as dt
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, Self
+from typing import TYPE_CHECKING, Any, NoReturn, Self
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import CommitOutcome, CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import (
     BatchCommit,
     Inspectable,
     MarkerPurge,
-    NamedTarget,
-    PreparedDetail,
     ProtocolError,
-    SinkUnavailableError,
     WriteSetup,
 )
 
 from ..._handles import StagingHandle
-from .._names import TableName
 from .._registry import backend_for
-from ..connect._server_instance import server_instance
-from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions, SaveMode
+from ..connect._server_instance import SqlNamedTarget
+from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
 from ..options._jdbc_url import safe_url
 from ._committer import StagingCommitter
-from ._ddl import StagingDdl
 from ._statements import TXN_COLUMN
 from ._tables import StagingTables
 
@@ -86,8 +81,8 @@ class _StageTxn:
     plans: dict[pa.Schema, Any] = field(default_factory=dict)
 
 
-class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup, BatchCommit,
-                  Inspectable, MarkerPurge, NamedTarget):
+class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup,
+                  BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget):
     """Exactly-once writes through a staging table and one local commit transaction.
 
     Args:
@@ -108,122 +103,31 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
     Raises:
         ConfigurationError: an argument is invalid.
 
-    The sink holds its parts: :attr:`tables` (configuration and connections), :attr:`ddl`
-    (plan-time checks and DDL, :class:`~twopc.sinks.sql.staging._ddl.StagingDdl`) and
-    :attr:`committer` (the driver's move, abort and listing,
-    :class:`~twopc.sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
+    The sink is its parts, each a base of the next: the tables, configuration and connections
+    (:class:`~twopc.sinks.sql.staging._tables.StagingTables`), the plan-time checks and DDL
+    (:class:`~twopc.sinks.sql.staging._ddl.StagingDdl`), the driver's move, abort and listing
+    (:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
     """
 
     handle_type = StagingHandle
 
     def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
                  **options: Any) -> None:
-        self._assemble(StagingTables(JdbcOptions.from_kwargs(url, table, format_name=JDBC_FORMAT, dialect=None,
-                                                             **options), mode=mode, batch_table=batch_table))
+        super().__init__(JdbcOptions.from_kwargs(url, table, format_name=JDBC_FORMAT, dialect=None, **options),
+                         mode=mode, batch_table=batch_table)
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions, *, mode: str | None = None,
                           batch_table: str = "twopc_batches") -> Self:
         """The staging sink of a ``twopc-jdbc`` write (*mode* defaults to its ``saveMode``)."""
         sink = cls.__new__(cls)
-        sink._assemble(StagingTables(options, mode=mode or options.save_mode or "append", batch_table=batch_table))
+        StagingTables.__init__(sink, options, mode=mode or options.save_mode or "append", batch_table=batch_table)
         return sink
 
-    def _assemble(self, tables: StagingTables) -> None:
-        self.tables = tables
-        self.ddl = StagingDdl(tables)
-        self.committer = StagingCommitter(tables, self.ddl)
-
-    # -- the parts' configuration -----------------------------------------------------------
-    @property
-    def options(self) -> JdbcOptions:
-        return self.tables.options
-
-    @property
-    def mode(self) -> SaveMode:
-        """The save mode (``overwrite`` once Spark's overwrite flag set it)."""
-        return self.tables.mode
-
-    @property
-    def target(self) -> TableName:
-        return self.tables.target
-
-    @property
-    def stage(self) -> TableName:
-        """The staging table."""
-        return self.tables.stage
-
-    @property
-    def batches(self) -> TableName:
-        """The batch marker table."""
-        return self.tables.batches
-
-    @property
-    def schema(self) -> pa.Schema | None:
-        return self.tables.schema
-
-    def replaced_by(self) -> Literal["drop", "truncate", "delete"]:
-        """How an overwrite empties an existing target (:meth:`StagingTables.replaced_by`)."""
-        return self.tables.replaced_by()
-
-    def _unavailable(self, exc: BaseException) -> SinkUnavailableError:
-        return self.tables.unavailable(exc)
-
-    # -- plan time: the DDL part --------------------------------------------------------------
-    def validate(self, schema: pa.Schema) -> None:
-        """Check the target and create the staging tables (:meth:`StagingDdl.validate`)."""
-        self.ddl.validate(schema)
-
-    def expire_abandoned(self) -> None:
-        """Delete staged rows of dead drop-in writes (:meth:`StagingDdl.expire_abandoned`)."""
-        self.ddl.expire_abandoned()
-
-    # -- driver side: the committer part ---------------------------------------------------------
-    def commit(self, handle: StagingHandle) -> CommitOutcome:
-        return self.committer.commit(handle)
-
-    def commit_all(self, handles: Sequence[StagingHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Move a batch's staged rows in one transaction (:meth:`StagingCommitter.commit_all`)."""
-        return self.committer.commit_all(handles, recovering=recovering)
-
-    def abort(self, handle: StagingHandle) -> None:
-        self.committer.abort(handle)
-
-    def delete_staged(self, txn_ids: Sequence[str]) -> None:
-        self.committer.delete_staged(txn_ids)
-
-    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
-        return self.committer.list_prepared(sink_id, batch_id)
-
-    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        return self.committer.prepared_details(sink_id)
-
-    def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
-        return self.committer.parse_txn_id(txn_id)
-
-    def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        return self.committer.purge_markers(sink_id, below_batch)
-
     # -- description ----------------------------------------------------------------------
-    @property
-    def upsert_keys(self) -> tuple[str, ...]:
-        return self.options.upsert_keys
-
-    @property
-    def truncate(self) -> bool:
-        return self.options.truncate
-
-    def target_identity(self) -> str:
-        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
-        return self.options.target_identity()
-
-    def target_instance(self) -> str | None:
-        """The server's own identity and the table
-        (:func:`~twopc.sinks.sql.connect._server_instance.server_instance`)."""
-        return server_instance(self.options)
 
     def describe(self) -> str:
-        return (f"{self.tables.dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
+        return (f"{self.dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
                 f"(staging via {self.stage.display()})")
 
     def commit_shape(self, handles: Sequence[StagingHandle] = ()) -> CommitShape:
@@ -254,9 +158,9 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
             if self.mode in ("errorifexists", "ignore"):
                 raise ConfigurationError(
                     f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
-            self.tables.mode = "overwrite"
-        self.tables.schema = schema
-        self.tables.streaming = streaming
+            self.mode = "overwrite"
+        self.schema = schema
+        self.streaming = streaming
 
     # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _StageTxn:
@@ -267,15 +171,15 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
             ConfigurationError: the sink id cannot make a transaction id.
         """
         txn_id = context.xid().text
-        conn = self.tables.connect()
+        conn = self.connect()
         txn = _StageTxn(context, txn_id, conn)
         try:
-            self.tables.begin(conn)
-            if (registered := self.tables.registered()) is not None and registered.staging_copy is not None:
+            self.begin(conn)
+            if (registered := self.registered()) is not None and registered.staging_copy is not None:
                 txn.copy = registered.staging_copy(conn, self.stage, txn_id)  # the dialect's bulk loader
         except SQLAlchemyError as exc:
             self._close(txn)
-            raise self.tables.error(exc, "begin a staging transaction") from None
+            raise self.error(exc, "begin a staging transaction") from None
         return txn
 
     def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
@@ -310,8 +214,8 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.tables.dialect_name):
-            raise self.tables.error(exc, f"stage rows for {self.target.display()}") from None
+        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.dialect_name):
+            raise self.error(exc, f"stage rows for {self.target.display()}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
@@ -322,7 +226,7 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         assert txn.conn is not None
         names = batch.schema.names
         columns = []
-        registered = self.tables.registered()
+        registered = self.registered()
         dialect_values = None if registered is None else registered.staging_values
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
             if dialect_values is not None:  # the prepared sink's values, checked by its rules
@@ -336,8 +240,8 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
             if pa.types.is_timestamp(f.type) and f.type.tz is not None:
                 values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
             columns.append(values)
-        cols = ", ".join(self.tables.q(n) for n in [TXN_COLUMN, *names])
-        mark = "%s" if self.tables.dialect_name == "mysql" else "?"
+        cols = ", ".join(self.q(n) for n in [TXN_COLUMN, *names])
+        mark = "%s" if self.dialect_name == "mysql" else "?"
         marks = ", ".join([mark] * (len(names) + 1))
         stmt = f"INSERT INTO {self.stage.quoted(txn.conn.dialect)} ({cols}) VALUES ({marks})"
         rows = list(zip([txn.txn_id] * batch.num_rows, *columns, strict=True))
@@ -366,13 +270,13 @@ class StagingSink(TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], 
         except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
             self._stage_failed(txn, exc)
             raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self.tables.redact(' '.join(str(exc).split()))[:400]}") from None
+                            f"{self.redact(' '.join(str(exc).split()))[:400]}") from None
         txn.prepared = True
         self._close(txn)
         ctx = txn.context
         return StagingHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
                              table=self.target.display(), stage_table=self.stage.display(), rows=txn.rows,
-                             write=self.tables.commit_write())
+                             write=self.commit_write())
 
     def rollback(self, txn: _StageTxn) -> None:
         """Discard an attempt's unstaged rows. Idempotent; never raises."""

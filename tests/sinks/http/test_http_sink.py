@@ -190,7 +190,7 @@ def test_permanent_refusals_become_dead_letters_once_even_across_a_crash(service
         sink.commit(handle)  # answered, dead letters written, acknowledgements not: a crash
     with caplog.at_level(logging.WARNING, "twopc.sinks.http"):
         assert make(service, tmp_path).commit(handle) is CommitOutcome.COMMITTED
-    letters = sink.dead_letter_records("s1")
+    letters = sink.dead_letters.read("s1")
     assert sorted(json.loads(x["body"])["id"] for x in letters) == [3, 7]
     assert {x["status"] for x in letters} == {400} and all(x["batch_id"] == 0 for x in letters)
     assert sorted(service.ids()) == [0, 1, 2, 4, 5, 6, 8, 9]

@@ -368,7 +368,7 @@ def test_from_options_is_case_insensitive_and_translates_urls(mariadb_url, table
     sink = MySqlXaSink.from_options({"URL": bare, "DbTable": table, "USER": u.username, "Password": u.password,
                                      "lockTimeout": "5s", "BATCHSIZE": "3", "isolationLevel": "READ_COMMITTED",
                                      "sessionInitStatement": "SET @twopc_test = 1"})
-    assert sink.batch_size == 3 and _password(mariadb_url) not in sink.describe()
+    assert sink.options.batch_size == 3 and _password(mariadb_url) not in sink.describe()
     sink.validate(_batch([1]).schema)
     assert sink.commit(_prepare(sink, _ctx(sink_id), _batch([1, 2, 3, 4]))) is CommitOutcome.COMMITTED
     jdbc = f"jdbc:mariadb://{u.host}:{u.port}/{u.database}?user={u.username}&password={u.password}"

@@ -90,7 +90,7 @@ def _commit_with_hook(sink: StagingSink, handles: list[StagingHandle], prefix: s
             fired.append(True)
             hook()
 
-    engine = sink.tables._engine()
+    engine = sink._engine()
     event.listen(engine, "before_cursor_execute", before)
     try:
         sink.commit_all(handles)

@@ -141,7 +141,7 @@ def _another_master(cluster: LocalRedisCluster, slot: int) -> Any:
 
 def test_the_sink_runs_on_the_cluster_and_refuses_a_key_outside_its_slot(
         cluster: LocalRedisCluster, target: Target) -> None:
-    assert target.sink._server.pooled().cluster  # the RedisCluster client, not a single node
+    assert target.sink._server.config.pooled().cluster  # the RedisCluster client, not a single node
     want = target.commit(0) + target.commit(1)
     target.assert_exactly_once(want)
     # The sink loads its library on every primary; replicas get it through replication, which is
@@ -170,7 +170,7 @@ def test_a_slot_moved_between_prepare_and_commit_is_committed_once_through_moved
     handles, ids = target.prepare(1)
     source, dest = cluster.master_of(target.slot), _another_master(cluster, target.slot)
     cluster.migrate_slot(target.slot, dest)
-    client = target.sink._server.pooled().client
+    client = target.sink._server.config.pooled().client
     assert client.nodes_manager.get_node_from_slot(target.slot).port == source.port  # stale: MOVED follows
     assert target.coordinator.commit_batch(1, handles).action == "committed"
     assert cluster.master_of(target.slot).port == dest.port

@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator, faultinject
-from twopc._ledger import BatchState, CommitLedger
+from twopc._ledger import CommitLedger
+from twopc._ledger_records import BatchState
 from twopc._runtime_options import ephemeral_sink_id
 from twopc._target import open_target_ledger, settle_own
 from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
