@@ -26,10 +26,7 @@ driver (found with :meth:`TwoPhaseCommitSink.list_prepared` and rolled back).
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import os
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -107,25 +104,9 @@ class _Tally:
 def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
                     metrics: CommitMetrics | None = None, retry: CommitRetry | None = None,
                     format_name: str = "") -> _Tally:
-    """Commit every handle of *decision* (:func:`commit_decision`), then mark the batch
-    committed.
-
-    Raises:
-        TransactionLostError, CommitPendingError: as :func:`commit_decision`.
-    """
-    tally = commit_decision(sink, ledger, decision, recovering=recovering, metrics=metrics, retry=retry,
-                            format_name=format_name)
-    ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
-    return tally
-
-
-def commit_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
-                    metrics: CommitMetrics | None = None, retry: CommitRetry | None = None,
-                    format_name: str = "") -> _Tally:
-    """Commit every handle of *decision*, up to the fault point ``after_commit``; the
-    committed mark is the caller's. A commit the target does not answer is asked again as
-    *retry* says (every commit is idempotent); *format_name* (the write's Spark format) goes
-    into the recovery command the error shows.
+    """Commit every handle of *decision*, then mark the batch committed. A commit the
+    target does not answer is asked again as *retry* says (every commit is idempotent);
+    *format_name* (the write's Spark format) goes into the recovery command the error shows.
 
     Raises:
         TransactionLostError: a handle is neither prepared nor committed. The others are
@@ -161,6 +142,7 @@ def commit_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
     if tally.lost:
         raise _lost(sink, ledger, decision, tally.lost)
     faultinject.fault_point("after_commit", batch_id=decision.batch_id)
+    ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
     return tally
 
 
@@ -389,14 +371,13 @@ class CommitCoordinator:
             _decided(decision)
             faultinject.fault_point("after_decision", batch_id=batch_id)
             action, recovering = "committed", False
-        tally = commit_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics,
+        tally = finish_decision(self.sink, self.ledger, decision, recovering=recovering, metrics=self.metrics,
                                 retry=self.retry, format_name=self.format_name)
-        extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
-        listed = self._mark_committed(decision, list_beside=not extra)
         faultinject.fault_point("after_mark", batch_id=batch_id)
+        extra = [h for h in fresh if h.txn_id not in decision.txn_ids]
         for h in extra:  # the replaced ones too: what is left of them goes
             self.sink.abort(h)
-        swept = self._sweep(batch_id, listed)
+        swept = self._sweep(batch_id)
         self._purge()
         return self._done(batch_id, action, started, committed=tally.committed, already=tally.already,
                           aborted=sum(h.txn_id not in replaced for h in extra), swept=swept,
@@ -550,26 +531,8 @@ class CommitCoordinator:
             fresh.append(h)
         return fresh
 
-    def _mark_committed(self, decision: Decision, *, list_beside: bool) -> Sequence[TransactionHandle] | None:
-        """Mark *decision*'s batch committed (every handle is). With *list_beside*, and a
-        ledger outside the target (the mark and the listing then share no connection), the
-        sink's prepared transactions are listed for the sweep on another thread while the
-        mark is written and flushed; that listing is returned (``None``: not listed)."""
-        summary = {"transactions": len(decision.handles)}
-        if not list_beside or self.ledger.in_target:
-            self.ledger.mark_committed(decision.batch_id, summary=summary)
-            return None
-        listing = _side_threads().submit(self.sink.list_prepared, self.sink_id)
-        try:
-            self.ledger.mark_committed(decision.batch_id, summary=summary)
-        finally:
-            concurrent.futures.wait([listing])
-        return listing.result()
-
-    def _sweep(self, batch_id: int, listed: Sequence[TransactionHandle] | None = None) -> list[str]:
-        """Resolve what is left prepared up to *batch_id*: *listed*, the sink's prepared
-        transactions listed after the batch's commits, or a listing made now."""
-        prepared = self.sink.list_prepared(self.sink_id) if listed is None else listed
+    def _sweep(self, batch_id: int) -> list[str]:
+        prepared = self.sink.list_prepared(self.sink_id)
         return resolve_prepared(self.sink, self.ledger, prepared, up_to_batch=batch_id, metrics=self.metrics)
 
     def _done(self, batch_id: int, action: str, started: float, *, committed: int = 0, already: int = 0,
@@ -585,28 +548,6 @@ class CommitCoordinator:
             aborted=aborted, swept=list(swept), txn_ids=sorted(txn_ids), seconds=round(result.seconds, 6),
         )
         return result
-
-
-_SIDE: concurrent.futures.ThreadPoolExecutor | None = None
-_SIDE_LOCK = threading.Lock()
-
-
-def _side_threads() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's threads for work a commit runs beside its ledger writes (started
-    once; a forked child starts its own)."""
-    global _SIDE
-    with _SIDE_LOCK:
-        if _SIDE is None:
-            _SIDE = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="twopc-sweep")
-        return _SIDE
-
-
-def _forget_side_threads_in_child() -> None:
-    global _SIDE, _SIDE_LOCK
-    _SIDE, _SIDE_LOCK = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_side_threads_in_child)
 
 
 def _decided(decision: Decision) -> None:
