@@ -254,6 +254,7 @@ bench: venv postgres redis mariadb java
 	$(VPY) -m twopc.recovery.demos.bench_composite
 	$(VPY) -m twopc.recovery.demos.bench_xa
 	$(VPY) -m twopc.recovery.demos.bench_http
+	$(VPY) -m twopc.recovery.demos.bench_memory
 	$(VPY) -m twopc.recovery.demos.bench_summary
 
 # The soak (not a test): micro-batches of 10 rows into twopc-postgres, twopc-redis and twopc-jdbc,

@@ -103,7 +103,7 @@ class TransactionHandle:
 
     def to_payload(self) -> dict[str, Any]:
         """Return the JSON-compatible payload of this handle (its dataclass fields)."""
-        flat = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        flat = {name: getattr(self, name) for name in _field_names(type(self))}
         if all(v is None or isinstance(v, _SCALARS) for v in flat.values()):
             return flat  # what asdict returns for scalar fields, without its deep copy
         return dataclasses.asdict(self)
@@ -145,6 +145,18 @@ class TransactionHandle:
             f"handle of kind {cls.KIND!r} version {version} is older than {cls.VERSION} "
             f"and {cls.__qualname__} defines no upgrade from it"
         )
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[TransactionHandle]) -> tuple[str, ...]:
+    """The names of *cls*'s dataclass fields, looked up once per class
+    (:func:`dataclasses.fields` costs more than a handle's payload, once per handle of a decision)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def _register(cls: type[TransactionHandle]) -> None:

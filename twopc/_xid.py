@@ -131,7 +131,9 @@ class Xid:
         Raises:
             ProtocolError: it is not a twopc id, or it is too long for the target.
         """
-        if (not isinstance(text, str) or not _ID_CHARS.match(text) or cls.parse(text) is None
+        # the two forms' patterns check all that parse() builds an Xid to check, without building it
+        if (not isinstance(text, str) or not _ID_CHARS.match(text)
+                or not (_CANONICAL.match(text) or _PATH.match(text))
                 or (max_bytes is not None and len(text.encode()) > max_bytes)):
             raise ProtocolError(f"handle txn_id {text!r:.80} is not a {what}")
         return text

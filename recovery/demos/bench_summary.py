@@ -61,6 +61,12 @@ TARGETS: dict[str, Target] = {
         "protocol cost per micro-batch, prepared mode, 2 tasks", "lower", 25.0, "ms"),
     "protocol.staging_ms": Target(
         "protocol cost per micro-batch, staging mode, 2 tasks", "lower", 25.0, "ms"),
+    "memory.postgres_prepared_5m_vs_05m": Target(
+        "peak RSS of a task's Python worker, 5M rows / 0.5M rows: twopc-postgres prepared", "lower", 1.2),
+    "memory.jdbc_dropin_5m_vs_05m": Target(
+        "peak RSS of a task's Python worker, 5M rows / 0.5M rows: twopc-jdbc drop-in", "lower", 1.2),
+    "memory.noop_5m_vs_05m": Target(
+        "  the same, a no-op Python data source (Spark's floor for a Python sink)", "lower", None),
     "partitions.commit_200_vs_floor": Target(
         "driver commit, 200 partitions / the same COMMIT PREPAREDs without protocol (time)", "lower", 1.3),
     "stream.exactly_vs_at_least": Target(

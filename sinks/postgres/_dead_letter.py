@@ -15,8 +15,12 @@ transaction's :class:`~twopc.sinks.postgres._copy.CopyStream`:
   prepared and committed, or rolled back, with the batch. Other errors (a lock timeout, a
   lost connection) fail the task as before.
 
-Memory: with a dead-letter table, a task keeps its Arrow batches until its COPY ends (at
-``pre_commit``). Cost when nothing is refused: one ``SAVEPOINT`` and one ``RELEASE`` per COPY.
+Memory: what is kept (the batches, or their ``stream`` and ``id`` columns, which as slices of
+the batches Spark sent hold those batches whole) is kept until the COPY ends, and a COPY ends
+once the batches it was given reach :data:`SETTLE_BYTES`: the server's verdict on its rows
+is read, what was kept is dropped and the next batch starts a new COPY. So a task holds a
+bounded amount of its partition, whatever its size. Cost when nothing is refused: one round
+trip per COPY (and with a dead-letter table one ``SAVEPOINT`` and one ``RELEASE``).
 """
 
 from __future__ import annotations
@@ -101,6 +105,11 @@ def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:
     return redact(str(exc))[:2000]
 
 
+#: the Arrow bytes of the batches one COPY is given before it ends (what is kept for it is
+#: dropped then): a bound on a task's memory, large enough that its round trip is noise
+SETTLE_BYTES = 16 << 20
+
+
 class CheckedCopy:
     """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module).
 
@@ -124,6 +133,7 @@ class CheckedCopy:
         self._fail = fail
         self._redact = redact
         self._kept: list[pa.RecordBatch] = []
+        self._kept_bytes = 0
         self._plan: CopyPlan | None = None
         #: rows of this transaction routed to the dead-letter table
         self.dead = 0
@@ -147,10 +157,14 @@ class CheckedCopy:
             self._pg.execute("SAVEPOINT twopc_copy")
         self._plan = plan
         self._kept.append(batch if self._dead_letter is not None else _entry_columns(batch))
+        self._kept_bytes += batch.nbytes
         try:
             self._stream.write_batch(batch, plan)
         except psycopg.Error as exc:
             self._settle(exc)
+            return
+        if self._kept_bytes >= SETTLE_BYTES:
+            self.end()
 
     def write_rows(self, columns: Sequence[PgColumn], rows: Sequence[Sequence[Any]]) -> None:
         """:meth:`CopyStream.write_rows` (dict rows; neither named nor dead-lettered)."""
@@ -170,21 +184,21 @@ class CheckedCopy:
             return
         if self._kept and self._dead_letter is not None:
             self._pg.execute("RELEASE SAVEPOINT twopc_copy")
-        self._kept = []
+        self._kept, self._kept_bytes = [], 0
 
     def cancel(self, reason: BaseException | None = None) -> None:
         """:meth:`CopyStream.cancel`."""
-        self._kept = []
+        self._kept, self._kept_bytes = [], 0
         self._stream.cancel(reason)
 
     def drop(self) -> None:
         """:meth:`CopyStream.drop`."""
-        self._kept = []
+        self._kept, self._kept_bytes = [], 0
         self._stream.drop()
 
     # -- a refused COPY --------------------------------------------------------------------
     def _settle(self, exc: psycopg.Error) -> None:
-        kept, self._kept = self._kept, []
+        kept, self._kept, self._kept_bytes = self._kept, [], 0
         if not is_refused_row(exc) or not kept:
             raise exc
         if self._dead_letter is None:

@@ -128,3 +128,29 @@ def test_twopc_jdbc_dead_letters_in_prepared_mode_and_refuses_the_option_when_it
                                                  "uses staging"):
         overwrite.validate(SCHEMA)
     sink.close()
+
+
+def test_a_long_partition_is_not_held_in_memory_while_it_streams(postgres_url, pg_engine, target, monkeypatch):
+    """What naming a refused row keeps (the batches' entry columns) is dropped each time the
+    COPY's batches reach SETTLE_BYTES: the Arrow memory of a task stays bounded however many
+    rows it writes."""
+    from twopc.sinks.postgres import _dead_letter
+
+    monkeypatch.setattr(_dead_letter, "SETTLE_BYTES", 1 << 20)
+    table, _, sink_id = target
+    sink = PostgresSink(postgres_url, table)
+    sink.validate(SCHEMA)
+    rows = 10_000
+    txn = sink.begin_transaction(ctx(sink_id, 0, 0))
+    before = pa.total_allocated_bytes()
+    for b in range(100):  # 1M rows, about 30 MB of Arrow batches
+        ids = pa.array(range(b * rows, (b + 1) * rows), pa.int64())
+        batch = pa.record_batch([pa.array(["orders"] * rows), ids.cast(pa.string()), ids, pa.array(["x"] * rows)],
+                                schema=SCHEMA)
+        sink.invoke_batch(txn, batch)
+        del batch, ids
+    held = pa.total_allocated_bytes() - before
+    handle = sink.pre_commit(txn)
+    assert sink.commit(handle) is CommitOutcome.COMMITTED
+    assert _rows(pg_engine, f"SELECT count(*) FROM {table}") == [(100 * rows,)]
+    assert held < 4 << 20, f"{held / 2**20:.1f} MiB of Arrow batches still held after 1M rows"

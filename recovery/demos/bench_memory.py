@@ -1,0 +1,209 @@
+"""``make bench``, memory per task: the peak RSS of the Python worker of one task that writes
+a partition of 0.5M rows and one that writes 5M rows, through ``twopc-postgres`` (prepared
+mode, with a checkpoint) and the ``twopc-jdbc`` drop-in (Spark's JDBC options only).
+
+A task streams its partition (Arrow batches in, ``COPY`` out) and holds none of it past the
+batch it encodes, so its worker's peak is the same for 0.5M and for 5M rows. Target: the 5M
+peak at most 1.2x the 0.5M peak, per format.
+
+The peak is sampled: every 20 ms while the write runs, the RSS of each Python worker of
+this session's ``pyspark.daemon`` for ``pyspark.worker`` (the processes that run the tasks),
+the highest kept. Each write starts fresh workers (``spark.python.worker.reuse`` false), so a peak
+belongs to the one task of its write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+__all__ = ["FORMATS", "main", "peak_worker_rss"]
+
+#: the rows of the small and the large write
+SIZES = (500_000, 5_000_000)
+#: what a worker of a task runs (its command line names it)
+TASK_WORKER = b"pyspark.worker"
+#: the formats measured: (name shown, key of the summary table's target)
+FORMATS = {"postgres": ("twopc-postgres (prepared, checkpoint)", "memory.postgres_prepared_5m_vs_05m"),
+           "jdbc": ("twopc-jdbc drop-in (no checkpoint)", "memory.jdbc_dropin_5m_vs_05m"),
+           "noop": ("no-op Python data source (Spark's floor)", "memory.noop_5m_vs_05m")}
+
+
+def _status(pid: str) -> dict[bytes, bytes]:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            return dict(line.split(b":", 1) for line in f if b":" in line)
+    except OSError:
+        return {}
+
+
+def _task_workers(jvm_pid: int) -> dict[str, int]:
+    """The Python task workers Spark's JVM *jvm_pid* runs (the children of its
+    ``pyspark.daemon pyspark.worker``, the daemon included), with their RSS in KiB."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if TASK_WORKER not in argv or b"pyspark.daemon" not in argv:
+            continue
+        status = _status(name)
+        parent = status.get(b"PPid", b"").strip()
+        grandparent = _status(parent.decode()).get(b"PPid", b"").strip() if parent else b""
+        if str(jvm_pid).encode() in (parent, grandparent):
+            rss = status.get(b"VmRSS", b"0 kB").split()
+            out[name] = int(rss[0]) if rss else 0
+    return out
+
+
+def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.02) -> tuple[float, float]:
+    """Run *write*; return (the highest RSS of a task worker of the JVM *jvm_pid* while it
+    ran, MiB; seconds)."""
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max([peak, *_task_workers(jvm_pid).values()])
+            done.wait(every)
+
+    sampler = threading.Thread(target=sample, name="rss-sampler", daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    try:
+        write()
+    finally:
+        seconds = time.perf_counter() - started
+        done.set()
+        sampler.join()
+    return peak / 1024, seconds
+
+
+def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int = 1,
+                 formats: Sequence[str] = tuple(FORMATS)) -> dict[str, dict[int, list[float]]]:
+    """Per format (keys of :data:`FORMATS`) and size: the peak RSS (MiB) of the task's
+    worker, *repeat* writes each."""
+    from pyspark.sql import SparkSession
+
+    from twopc import sinks
+
+    from ._bench_common import ROW_EXPRS, create_table, jdbc_target
+    from ._noop import NOOP_FORMAT, NoopDataSource
+
+    spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-memory")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.session.timeZone", "UTC").config("spark.python.worker.reuse", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    sinks.register_all(spark)
+    spark.dataSource.register(NoopDataSource)
+    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]  # py4j
+    jdbc_url, props = jdbc_target(url)
+    out: dict[str, dict[int, list[float]]] = {}
+    writes: dict[str, Callable[[DataFrame, str, int], None]] = {}
+
+    def prepared(df: DataFrame, table: str, n: int) -> None:
+        (df.write.format("twopc-postgres").mode("append").option("url", jdbc_url).option("dbtable", table)
+         .options(**props).option("checkpointLocation", str(work / f"ck-{table}")).option("txnVersion", str(n))
+         .save())
+
+    def drop_in(df: DataFrame, table: str, _n: int) -> None:
+        df.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", table).options(
+            **props).save()
+
+    def noop(df: DataFrame, _table: str, _n: int) -> None:
+        df.write.format(NOOP_FORMAT).mode("append").save()
+
+    chosen = {"postgres": prepared, "jdbc": drop_in, "noop": noop}
+    for key in formats:
+        writes[FORMATS[key][0]] = chosen[key]
+    try:
+        for i, (name, write) in enumerate(writes.items()):
+            table = f"bench_memory_{i}"
+            create_table(url, table)
+            write(spark.range(1000, numPartitions=1).selectExpr(*ROW_EXPRS), table, 0)  # warm-up
+            for r in range(repeat):
+                for size in sizes:
+                    df = spark.range(size, numPartitions=1).selectExpr(*ROW_EXPRS)
+                    version = 1 + r * len(sizes) + sizes.index(size)
+                    mib, seconds = peak_worker_rss(functools.partial(write, df, table, version), jvm_pid)
+                    out.setdefault(name, {}).setdefault(size, []).append(mib)
+                    print(f"bench: memory, {name:<40} {size:>9,} rows in one task: worker peak RSS {mib:6.1f} MiB "
+                          f"({seconds:.1f} s)", flush=True)
+    finally:
+        spark.stop()
+    return out
+
+
+def report(results: dict[str, dict[int, list[float]]]) -> None:
+    """Print the table and record each format's ratio for the summary."""
+    from ._bench_results import record
+    from .bench_summary import TARGETS, judge
+
+    print("\npeak RSS of one task's Python worker (MiB, the highest of the runs):")
+    keys = dict(FORMATS.values())
+    for name, by_size in results.items():
+        small, large = (max(by_size[s]) for s in sorted(by_size)[:2])
+        ratio = large / small
+        target = TARGETS[keys[name]]
+        goal = f"target <= {target.goal:g}x {judge(target, ratio)}" if target.goal is not None else ""
+        print(f"  {name:<40} {min(by_size):>9,} rows {small:7.1f}   {max(by_size):>9,} rows {large:7.1f}   "
+              f"{ratio:5.2f}x   {goal}")
+        record(keys[name], ratio, f"{large:.1f} MiB / {small:.1f} MiB, peak of {len(by_size[max(by_size)])} write(s) "
+                                  f"each")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_memory",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=None, help="SQLAlchemy URL of a PostgreSQL (default: a throwaway server)")
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
+                        help="rows of the writes compared (comma-separated; the first and the last are judged)")
+    parser.add_argument("--repeat", type=int, default=1, help="writes of each size")
+    parser.add_argument("--formats", default=",".join(FORMATS),
+                        help=f"what to measure (comma-separated: {', '.join(FORMATS)})")
+    args = parser.parse_args(argv)
+    sizes = sorted(int(s) for s in args.sizes.split(",") if s.strip())
+    if len(sizes) < 2:
+        parser.error("--sizes needs two sizes at least")
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    if not formats or set(formats) - set(FORMATS):
+        parser.error(f"--formats: choose from {', '.join(FORMATS)}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from twopc import faultinject
+
+    server: Any = None
+    url = args.url
+    with tempfile.TemporaryDirectory(prefix="twopc-bench-memory-") as work:
+        if url is None:
+            server = faultinject.LocalPostgres().start()
+            url = server.url
+        try:
+            results = bench_memory(url, Path(work), [sizes[0], sizes[-1]], max(1, args.repeat), formats)
+        finally:
+            if server is not None:
+                server.stop()
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
