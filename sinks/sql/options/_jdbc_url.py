@@ -20,7 +20,7 @@ import re
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from sqlalchemy.engine import URL, make_url
 
@@ -34,7 +34,8 @@ __all__ = ["Dialect", "SqlUrl", "safe_url", "translate_url", "url_secrets"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-Dialect: TypeAlias = Literal["postgresql", "mysql", "sqlite", "other"]
+#: a dialect's name (:attr:`~twopc.sinks.sql._registry.SqlDatabase.name`): ``postgresql``, ``mysql``, ``other``...
+Dialect: TypeAlias = str
 
 
 @dataclass(frozen=True, repr=False)

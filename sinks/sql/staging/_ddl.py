@@ -112,7 +112,7 @@ class StagingDdl:
             stage_types: dict[str, str] = {}
             if exists and not recreate:
                 matched = check_columns(conn, self.t.target, schema)
-                if self.t.dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
+                if self.t.dialect.stages_in_target_types:
                     stage_types = {f.name: c.display_type for f, c in zip(schema, matched, strict=True)}
             if keys:
                 missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
@@ -120,7 +120,7 @@ class StagingDdl:
                     raise SchemaMismatchError(f"upsertKeys {missing} are not DataFrame columns ({schema.names})")
                 if exists and not recreate:
                     check_unique(conn, self.t.target, keys)
-            if not exists and self.t.dialect_name == "mysql" and self.t.mode != "ignore":
+            if not exists and not self.t.dialect.transactional_ddl and self.t.mode != "ignore":
                 self._create_target_now(conn, ddl)
             if (name := self.t.options.twopc_schema) is not None:
                 ensure_schema(self._committing(conn), self.t.dialect_name, name, self.t.options.url.database or "")
@@ -200,7 +200,7 @@ class StagingDdl:
             ddl = ddl[:ddl.rindex(")")] + f", PRIMARY KEY ({keys}))"
         if o.create_table_options.strip():
             ddl += " " + o.create_table_options.strip()
-        if o.table_comment and self.t.dialect_name == "mysql":
+        if o.table_comment and self.t.dialect.table_comments == "create":
             ddl += " COMMENT = " + sql_string(o.table_comment, backslash=True)
         return ddl
 
