@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.engine import URL
 
 from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
@@ -21,11 +23,14 @@ from ..sql._names import TableName
 from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
+from ..sql.options._driver_params import DriverParam, Translated, translate_mysql
+from ..sql.options._jdbc_url import JdbcParts, host_port
 from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from sqlalchemy.engine import URL, Connection, Engine
+    from sqlalchemy.engine import Connection, Engine
+    from sqlalchemy.types import TypeEngine
 
     from ..sql.options._jdbc_options import JdbcOptions
     from ..sql.prepared._sink import PreparedSqlSink
@@ -116,12 +121,40 @@ class MySqlDialect(SqlDatabase):
     transactional_ddl = False
     table_comments = "create"
     stages_in_target_types = True
+    arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
+        "float32": mysql.FLOAT(), "float64": mysql.DOUBLE(), "string": mysql.LONGTEXT(), "binary": mysql.LONGBLOB(),
+        "timestamp": mysql.DATETIME(fsp=6)}
 
     @staticmethod
     def normalize_type(ddl: str) -> str:
         """Without display widths (MariaDB's ``bigint(20)``); BOOL as the TINYINT it is."""
         t = _INT_WIDTH.sub(r"\1", ddl.lower().replace(" ", ""))
         return _TYPE_ALIASES.get(t, t)
+
+    jdbc_subprotocols = frozenset({"mysql", "mariadb"})
+
+    @staticmethod
+    def jdbc_url(parts: JdbcParts) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
+        """PyMySQL's URL, of one host."""
+        if len(parts.hosts) > 1:
+            raise ConfigurationError(
+                "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
+                "host[:port]")
+        host, port = host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
+        return URL.create("mysql+pymysql", host=host, port=port, database=parts.database), {}
+
+    @staticmethod
+    def sqlalchemy_url(url: URL, driver: str) -> URL:
+        if driver not in ("", "pymysql", "mysqldb"):
+            raise ConfigurationError(
+                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// "
+                f"or mysql+pymysql:// URL")
+        return url.set(drivername="mysql+pymysql")
+
+    @staticmethod
+    def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
+                         supported: Sequence[str]) -> Translated:
+        return translate_mysql(list(props), flavor == "mariadb", supported)
 
     @staticmethod
     def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],

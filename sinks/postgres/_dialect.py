@@ -9,9 +9,13 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
+
+from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
@@ -21,11 +25,14 @@ from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
 from ..sql.connect._engines import APPLICATION_NAME
+from ..sql.options._driver_params import DriverParam, Translated, translate_pg
+from ..sql.options._jdbc_url import JdbcParts, host_port
 from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from sqlalchemy.engine import URL, Connection
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.types import TypeEngine
 
     from ..sql.options._jdbc_options import JdbcOptions
     from ..sql.prepared._sink import PreparedSqlSink
@@ -41,6 +48,21 @@ _ERRORS_AT = "twopc.sinks.postgres._errors"
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
+
+
+def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
+    """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
+    SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
+    if not hosts:
+        return "localhost", None, []
+    parsed = [host_port(h) for h in hosts]
+    if len(parsed) == 1:
+        return parsed[0][0], parsed[0][1], []
+    multi = []
+    for host, port in parsed:
+        h = f"[{host}]" if ":" in host else host
+        multi.append(f"{h}:{port}" if port else h)
+    return None, None, multi
 
 
 def lease_key(sink_id: str) -> int:
@@ -208,6 +230,31 @@ class PostgresDialect(SqlDatabase):
     table_comments = "comment on"
     stages_in_target_types = True
     stage_txn_default = "current_setting('twopc.txn_id')"
+    arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
+        "float64": postgresql.DOUBLE_PRECISION(), "binary": postgresql.BYTEA(), "nested": postgresql.JSONB()}
+
+    jdbc_subprotocols = frozenset({"postgresql"})
+    jdbc_bare_database = True
+
+    @staticmethod
+    def jdbc_url(parts: JdbcParts) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
+        """psycopg's URL; several hosts go to SQLAlchemy's multi-host ``?host=`` syntax."""
+        host, port, multi = _hosts(parts.hosts)
+        return (URL.create("postgresql+psycopg", host=host, port=port, database=parts.database),
+                {"host": tuple(multi)} if multi else {})
+
+    @staticmethod
+    def sqlalchemy_url(url: URL, driver: str) -> URL:
+        if driver not in ("", "psycopg", "psycopg2", "psycopg2cffi"):
+            raise ConfigurationError(
+                f"twopc connects to PostgreSQL with psycopg 3, not {driver}: use a "
+                f"postgresql:// or postgresql+psycopg:// URL")
+        return url.set(drivername="postgresql+psycopg")
+
+    @staticmethod
+    def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
+                         supported: Sequence[str]) -> Translated:
+        return translate_pg(list(props), base_query, supported)
 
     @staticmethod
     def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import importlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar, cast
 
@@ -18,6 +18,7 @@ from .._options import Duration
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import URL, Connection, Engine
+    from sqlalchemy.types import TypeEngine
 
 __all__ = ["GROUP", "DialectSpec", "DriverBound", "SqlDatabase", "backend_for", "dialect_for"]
 
@@ -122,6 +123,50 @@ class SqlDatabase:
         rows = run("SELECT current_user")
         return str(rows[0][0]) if rows else "<user>"
 
+    # -- URLs (:mod:`twopc.sinks.sql.options._jdbc_url`)
+    #: the JDBC subprotocols the dialect translates (``jdbc:<subprotocol>:...``)
+    jdbc_subprotocols: ClassVar[frozenset[str]] = frozenset()
+    #: whether a JDBC URL may name the database without a host (``jdbc:postgresql:db``) and
+    #: its hosts in the driver's own syntax
+    jdbc_bare_database: ClassVar[bool] = False
+
+    @staticmethod
+    def split_jdbc(rest: str) -> Any:
+        """A JDBC URL of a form of the dialect's own (the text after ``jdbc:<subprotocol>:``),
+        taken apart (a :class:`~twopc.sinks.sql.options._jdbc_url.JdbcParts`); ``None``: the
+        ``//user:password@host:port/database?params`` form."""
+        return None
+
+    @staticmethod
+    def jdbc_url(parts: Any) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
+        """The SQLAlchemy URL (without credentials) of a JDBC URL taken apart, and the query
+        parameters it adds."""
+        raise NotImplementedError
+
+    @staticmethod
+    def sqlalchemy_url(url: URL, driver: str) -> URL:
+        """*url* (a SQLAlchemy URL claimed by the dialect, its driver *driver*) with the driver
+        twopc connects with.
+
+        Raises:
+            ConfigurationError: twopc connects with another driver.
+        """
+        return url
+
+    @staticmethod
+    def translate_params(props: Sequence[Any], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
+                         supported: Sequence[str]) -> Any:
+        """The driver parameters for the JDBC ones (:class:`DriverParam` *props*; *flavor*: the
+        JDBC subprotocol or the dialect), a :class:`Translated`; ``None``: none translated."""
+        return None
+
+    @staticmethod
+    def login(url: URL, user: str | None, password: str | None) -> URL:
+        """*url* with *user* and *password* (a password without a user keeps username ``""``, so
+        that the rendered URL keeps it too: SQLAlchemy drops the password of a URL without
+        username when rendering)."""
+        return url.set(username=user if user else ("" if password else None), password=password)
+
     # -- the staging commit mode (:mod:`twopc.sinks.sql.staging`)
     #: whether the database is a file (SQLite): no schemas for twopc's tables, no isolation
     #: levels, no host
@@ -137,6 +182,10 @@ class SqlDatabase:
     stages_in_target_types: ClassVar[bool] = False
     #: the staging table's default of the transaction id column (SQL), for :attr:`staging_copy`
     stage_txn_default: ClassVar[str | None] = None
+
+    #: the column types twopc creates that differ from SQLAlchemy's generic ones, by Arrow kind
+    #: (``float32``, ``float64``, ``string``, ``binary``, ``timestamp``, ``nested``)
+    arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {}
 
     @staticmethod
     def normalize_type(ddl: str) -> str:

@@ -3,18 +3,44 @@ before the first connection, and transactions that start with ``BEGIN IMMEDIATE`
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
+from twopc import ConfigurationError
+
 from ..sql._registry import SqlDatabase
+from ..sql.options._driver_params import DriverParam, Translated, translate_sqlite
+from ..sql.options._jdbc_url import JdbcParts, query_params
 from ..sql.options._net_timeouts import NetTimeouts
 from ._file import check_sqlite_file
 
 __all__ = ["SqliteDialect"]
+
+log = logging.getLogger("twopc.sinks.sql")
+
+
+def _split_sqlite(rest: str) -> JdbcParts:
+    path, _, query_text = rest.partition("?")
+    if path.lower().startswith("file:"):
+        path = path[len("file:"):]
+        if path.startswith("//"):
+            host, slash, tail = path[2:].partition("/")
+            if host not in ("", "localhost"):
+                raise ConfigurationError("a file: SQLite URI with a host name is not supported: give a local path")
+            path = slash + tail
+    if not path or path == ":memory:" or path.startswith((":memory:", ":resource:")):
+        if path.startswith(":resource:"):
+            raise ConfigurationError("a SQLite database in a Java resource is read-only: give a file path, "
+                                     "e.g. jdbc:sqlite:/data/app.db")
+        raise ConfigurationError(
+            "an in-memory SQLite database cannot be used: twopc stages data and records commit markers "
+            "that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db")
+    return JdbcParts("sqlite", None, None, [], path, query_params(query_text))
 
 
 class SqliteDialect(SqlDatabase):
@@ -25,6 +51,40 @@ class SqliteDialect(SqlDatabase):
     label = "SQLite"
     no_prepare_reason = "SQLite has no prepared transactions"
     file_based = True
+    jdbc_subprotocols = frozenset({"sqlite"})
+    split_jdbc = staticmethod(_split_sqlite)
+
+    @staticmethod
+    def jdbc_url(parts: JdbcParts) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
+        return URL.create("sqlite", database=parts.database), {}
+
+    @staticmethod
+    def sqlalchemy_url(url: URL, driver: str) -> URL:
+        if driver not in ("", "pysqlite"):
+            raise ConfigurationError(
+                f"twopc uses Python's sqlite3 for SQLite, not {driver}: use a sqlite:/// URL")
+        return url.set(drivername="sqlite")
+
+    @staticmethod
+    def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
+                         supported: Sequence[str]) -> Translated:
+        return translate_sqlite(list(props), supported)
+
+    @staticmethod
+    def login(url: URL, user: str | None, password: str | None) -> URL:
+        """No login: the user and password are dropped; the database must be a file."""
+        if user or password:
+            log.info("twopc: SQLite has no login; ignoring user/password")
+        url = url.set(username=None, password=None)
+        db = (url.database or "").strip()
+        mode = url.query.get("mode")
+        if (not db or db == ":memory:" or db.startswith("file::memory:") or mode == "memory"
+                or (isinstance(mode, tuple) and "memory" in mode)):
+            raise ConfigurationError(
+                "an in-memory SQLite database cannot be used: twopc stages data and records commit "
+                "markers that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db "
+                "or sqlite:////data/app.db")
+        return url
 
     @staticmethod
     def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],

@@ -251,7 +251,8 @@ class StagingDdl:
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.t.stage.name, schema=self.t.stage.schema)]
             # a staged column of another type would convert the values before the target sees them
             have_types = {c.name: c.display_type for c in catalog_columns(conn, self.t.stage) or []}
-            want_types = {f.name: types.get(f.name) or arrow_to_sqlalchemy(f).compile(dialect=conn.dialect)
+            want_types = {f.name: types.get(f.name)
+                          or arrow_to_sqlalchemy(f, conn.dialect.name).compile(dialect=conn.dialect)
                           for f in schema} if have_types else {}
             if have == want and all(same_type(have_types.get(n, ""), t, self.t.dialect_name)
                                     for n, t in want_types.items()):

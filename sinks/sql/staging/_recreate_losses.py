@@ -92,7 +92,7 @@ def _changed_types(conn: Connection, kept: Sequence[Mapping[str, Any]], fields: 
         key = c["name"].lower()
         if key in given:
             continue
-        new = arrow_to_sqlalchemy(fields[key]).compile(dialect=conn.dialect)
+        new = arrow_to_sqlalchemy(fields[key], conn.dialect.name).compile(dialect=conn.dialect)
         old = str(c["type"])
         with contextlib.suppress(Exception):  # an unreflectable type (NullType) keeps its catalog text
             old = c["type"].compile(dialect=conn.dialect)

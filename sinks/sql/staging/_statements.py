@@ -72,7 +72,8 @@ def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
     if (default := dialect_for(dialect_name).stage_txn_default) is not None:
         txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False, server_default=sa.text(default))
     return sa.Table(stage.name, sa.MetaData(), txn_col,
-                    *[sa.Column(f.name, types.get(f.name) or arrow_to_sqlalchemy(f), nullable=True) for f in schema],
+                    *[sa.Column(f.name, types.get(f.name) or arrow_to_sqlalchemy(f, dialect_name), nullable=True)
+                      for f in schema],
                     schema=stage.schema, mysql_engine="InnoDB")
 
 
