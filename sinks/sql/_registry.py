@@ -8,7 +8,7 @@ import functools
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar, cast
 
 from twopc import SinkError
@@ -374,10 +374,15 @@ def dialect_for(name: str) -> type[SqlDatabase]:
         ConfigurationError: the folder's driver is not installed (its import says which
             extra to install).
     """
-    for ep in entry_points(group=GROUP, name=name.lower()):
-        dialect: type[SqlDatabase] = ep.load()
-        return dialect
-    return SqlDatabase
+    claim = _claims().get(name.lower())
+    dialect: type[SqlDatabase] = SqlDatabase if claim is None else claim.load()
+    return dialect
+
+
+@functools.cache
+def _claims() -> dict[str, EntryPoint]:
+    """The names claimed in :data:`GROUP` (read once: the installed distributions' metadata)."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
 
 
 def backend_for(name: str) -> DialectSpec | None:
