@@ -67,8 +67,9 @@ class SqlDatabase:
     the dialect object; nothing is instantiated for them).
 
     This base is a database twopc has no folder for: SQLAlchemy's generic behaviour and no
-    prepared transactions. A database's folder subclasses it once; a database with prepared
-    transactions makes the same class its
+    prepared transactions. A database's folder subclasses it once, importing no driver
+    (:class:`DriverBound` attributes load it on first use); a database with prepared
+    transactions subclasses that again with its
     :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` (an instance runs the
     prepared-transaction protocol on one target's connections).
     """
