@@ -8,7 +8,7 @@ batch, partition and attempt (bqual empty, formatID 1; MariaDB and MySQL limit a
 A repeated ``XA COMMIT`` answers ``XAER_NOTA`` exactly like a rolled-back xid does, so the
 marker row (committed atomically with the data) tells "already committed" from "lost". The
 protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink` and its parts; XA's SQL is
-:class:`~twopc.sinks.mysql._dialect.MySqlDialect`.
+:class:`~twopc.sinks.mysql._dialect.MySqlPrepared`.
 
 While the session that prepared an xid is still connected, the transaction stays attached
 to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
@@ -34,9 +34,8 @@ from twopc import ConfigurationError
 
 from .._handles import MySqlXaHandle
 from ..sql.prepared._sink import PreparedSqlSink
-from ._dialect import MySqlDialect
 from ._my_column import MyColumn
-from ._spec import MYSQL
+from ._prepared import MySqlPrepared
 
 __all__ = ["MySqlXaHandle", "MySqlXaSink"]
 
@@ -62,9 +61,9 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     """
 
     handle_type = MySqlXaHandle
-    spec = MYSQL
-    dialect_type = MySqlDialect
-    dialect: MySqlDialect
+    spec = MySqlPrepared
+    dialect_type = MySqlPrepared
+    dialect: MySqlPrepared
 
     # -- XA availability -------------------------------------------------------------------
     @classmethod
@@ -83,7 +82,7 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
         return probe.xa_available()
 
     def xa_available(self) -> tuple[bool, str]:
-        """:meth:`probe_xa` for this sink's server (:meth:`MySqlDialect.xa_available`)."""
+        """:meth:`probe_xa` for this sink's server (:meth:`MySqlPrepared.xa_available`)."""
         return self.dialect.xa_available()
 
     def marker_table_ddl(self) -> str:

@@ -41,7 +41,7 @@ def family(col: MyColumn) -> Family:
 def compatible(t: pa.DataType, col: MyColumn) -> bool:
     """Whether Arrow values of type *t* can be written to *col*: the shared rule
     (:func:`twopc.sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
-    return fits(t, family(col), "mysql")
+    return fits(t, family(col), implicit_casts=True)
 
 
 def normalize_array(arr: pa.Array) -> pa.Array:

@@ -49,7 +49,7 @@ def family(col: PgColumn) -> Family:
 def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     """Whether values of *arrow_type* can be written to *col*: the shared rule
     (:func:`twopc.sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
-    return fits(arrow_type, family(col), "postgresql")
+    return fits(arrow_type, family(col))
 
 
 def arrow_type_name(t: pa.DataType) -> str:

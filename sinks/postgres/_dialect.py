@@ -1,300 +1,309 @@
-"""PostgreSQL's SQL for the prepared-transaction protocol (the
-:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
-``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
-rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
-``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
-:mod:`twopc.sinks.postgres._commit_pipeline`), ``pg_prepared_xacts``, and the catalog checks."""
+"""PostgreSQL as the shared SQL layer sees it (:class:`PostgresDialect`, found by URL through
+the ``twopc.sql_dialects`` entry points): its names, quoting, SQL texts and flags, importable
+without psycopg (what needs the driver is imported on first use); its prepared-transaction
+SQL on a target's connections is :class:`twopc.sinks.postgres._prepared.PostgresPrepared`.
+"""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import hashlib
+import re
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import psycopg
-from psycopg import errors as pgerr
-from psycopg import sql
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import URL
 
-from twopc import ConfigurationError, SinkError
-from twopc.spi import Headroom, TargetConfigurationError
+from twopc import ConfigurationError
+from twopc.spi import TargetConfigurationError
 
-from ..sql._names import TableName, parse_table_name
-from ..sql.connect._sql_dialect import SqlTxn, TxnControl
-from ..sql.connect._sql_target import SqlTarget
-from . import _commit_pipeline as pipeline
-from . import _server as server
-from ._pg_column import PgColumn
-from ._server import identifier
+from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
+from .._options import Duration
+from ..sql._names import TableName
+from ..sql._privileges import Run, denied
+from ..sql._registry import DriverBound, SqlDatabase
+from ..sql._twopc_schema import sql_literal
+from ..sql.connect._engines import APPLICATION_NAME
+from ..sql.options._driver_params import DriverParam, Translated, translate_pg
+from ..sql.options._jdbc_url import JdbcParts, host_port
+from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.types import TypeEngine
 
-    from ._copy import CopyPlan
+    from ..sql.options._jdbc_options import JdbcOptions
+    from ..sql.prepared._sink import PreparedSqlSink
+    from ._copy import CopyStream
+    from ._pg_column import PgColumn
 
-# The COPY encoders, the type rules and the dead-letter table work on Arrow: they are imported
-# in the methods that load rows or check those tables, so that Spark's worker that only commits
-# a write (COMMIT PREPARED) never imports pyarrow.
+__all__ = ["PostgresDialect", "lease_key"]
 
-__all__ = ["PostgresDialect"]
-
-log = logging.getLogger("twopc.sinks.postgres")
+#: the error rules (psycopg's), loaded when a rule is first used
+_ERRORS = DriverBound[Any]
+_ERRORS_AT = "twopc.sinks.postgres._errors"
 
 
-class PostgresDialect:
-    """PostgreSQL's part of a prepared-transaction sink, on *target*'s connections."""
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
-    def __init__(self, target: SqlTarget) -> None:
-        self.target = target
 
-    # -- validation (driver) -------------------------------------------------------------
-    def check_server(self, pg: psycopg.Connection[Any]) -> None:
-        row = pg.execute("SHOW max_prepared_transactions").fetchone()
-        if row is None or int(row[0]) <= 0:
-            raise TargetConfigurationError(
-                f"PostgreSQL at {self.target.where()} has max_prepared_transactions = "
-                f"{row[0] if row else '?'}, so it cannot prepare transactions and twopc cannot "
-                f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
-                f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
+def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
+    """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
+    SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
+    if not hosts:
+        return "localhost", None, []
+    parsed = [host_port(h) for h in hosts]
+    if len(parsed) == 1:
+        return parsed[0][0], parsed[0][1], []
+    multi = []
+    for host, port in parsed:
+        h = f"[{host}]" if ":" in host else host
+        multi.append(f"{h}:{port}" if port else h)
+    return None, None, multi
 
-    def target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
-        t = self.target
-        oid = server.table_oid(pg, t.target)
-        if oid is None:
-            similar = server.similar_tables(pg, t.target) if validating else []
-            raise t.no_such_table(similar, validating=validating, database=t.options.url.database,
-                                  case_hint="Quote mixed-case names in dbtable.")
-        if validating:
-            kind, can_insert = pg.execute(
-                "SELECT c.relkind, has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = %s",
-                (oid,)).fetchone() or ("?", False)
-            if kind not in ("r", "p"):
-                raise TargetConfigurationError(
-                    f"{t.table} is not a table (relkind {kind!r}): twopc writes to ordinary or "
-                    f"partitioned tables only")
-            if problem := server.rollback_problem(pg, oid, t.table):
-                raise TargetConfigurationError(problem)
-            if not can_insert:
-                raise TargetConfigurationError(
-                    f"the user has no INSERT privilege on {t.table}: GRANT INSERT ON {t.table} TO <user>")
-        return server.table_columns(pg, oid)
 
-    def marker_table_ddl(self) -> list[str]:
-        """The SQL validation runs to create the marker table (for DBAs)."""
-        return [q.as_string(None) for q in self._marker_ddl()]
+def lease_key(sink_id: str) -> int:
+    """The advisory-lock key of *sink_id*'s lease (63 bits, never negative)."""
+    return int.from_bytes(hashlib.sha256(f"twopc-lease:{sink_id}".encode()).digest()[:8], "big") & (2**63 - 1)
 
-    def _marker_ddl(self) -> list[sql.Composed]:
-        marker = identifier(self.target.marker)
-        index = sql.Identifier(self.target.marker.name[:40] + "_sink_batch_idx")
-        return [
-            sql.SQL("CREATE TABLE IF NOT EXISTS {} (gid text PRIMARY KEY, sink_id text NOT NULL, "
-                    "batch_id bigint NOT NULL, partition_id int NOT NULL, rows bigint NOT NULL, "
-                    "prepared_at timestamptz NOT NULL DEFAULT now())").format(marker),
-            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(index, marker),
-        ]
 
-    def marker_columns(self, pg: psycopg.Connection[Any]) -> list[str] | None:
-        oid = server.table_oid(pg, self.target.marker)
-        return None if oid is None else [c.name for c in server.table_columns(pg, oid)]
+#: PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1 of a stock build)
+_NAME_BYTES = 63
 
-    def create_markers(self, pg: psycopg.Connection[Any]) -> None:
-        marker_table = self.target.marker_table
-        try:
-            with pg.transaction():
-                for q in self._marker_ddl():
-                    pg.execute(q)
-        except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
-            pass  # created concurrently
-        except pgerr.InvalidSchemaName:
-            raise TargetConfigurationError(
-                f"cannot create the marker table {marker_table}: its schema does not exist. "
-                f"Create the schema or set option markerTable to a table in an existing schema") from None
-        except pgerr.InsufficientPrivilege:
-            raise TargetConfigurationError(
-                f"cannot create the marker table {marker_table}: permission denied. Create it "
-                f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
-                f"{marker_table} TO <user>") from None
 
-    def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
-        """Check the dead-letter table (``deadLetterTable``), or create it."""
-        table = self._dead_letter()
-        if table is None:
-            return
-        from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
+def _staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
+    """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
+    table's trigger marks with *txn_id* (``twopc.txn_id``)."""
+    from ._copy import CopyStream  # here: the encoders load pyarrow, which committing never needs
 
-        oid = server.table_oid(pg, table)
-        if oid is None:
+    conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
+    return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
+
+
+def _compatible(t: pa.DataType, col: PgColumn) -> bool:
+    """Whether a DataFrame column of type *t* can be written to *col*
+    (:func:`twopc.sinks.postgres._columns.compatible`, imported here: it needs pyarrow, which a
+    worker that only commits never loads)."""
+    from ._columns import compatible as arrow_compatible
+
+    return arrow_compatible(t, col)
+
+
+class PostgresDialect(SqlDatabase):
+    """PostgreSQL: its facts and driver rules (class level), and its part of a
+    prepared-transaction sink on a target's connections (an instance)."""
+
+    name = "postgresql"
+    format_name = "twopc-postgres"
+    product = "PostgreSQL"
+    id_name = "GID"
+    driver_error = DriverBound[type[Exception]]("psycopg:Error")
+    dbapi = "psycopg"
+    extra = "postgres"
+    prepares = True
+    shown_plain = re.compile(r"^[a-z_][a-z0-9_]*$")
+    name_quotes = '"'
+    folds_lower = True
+    twopc_schemas = True
+    checks_privileges = True
+    label = "PostgreSQL"
+    default_port = 5432
+    copy_formats = True
+    dead_letters = True
+    connect_failure = _ERRORS(f"{_ERRORS_AT}:connect_failure")
+    is_connection_error = _ERRORS(f"{_ERRORS_AT}:is_connection_error")
+    is_missing_table = _ERRORS(f"{_ERRORS_AT}:is_missing_table")
+    error_code = _ERRORS(f"{_ERRORS_AT}:error_code")
+    error_text = _ERRORS(f"{_ERRORS_AT}:error_text")
+    map_error = _ERRORS(f"{_ERRORS_AT}:map_error")
+    value_error = _ERRORS(f"{_ERRORS_AT}:value_error")
+
+    compatible = _compatible
+    @staticmethod
+    def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
+        """psycopg's connect arguments: connect timeout, TCP keepalive, ``tcp_user_timeout``
+        (Linux), cursors whose statements wait at most ``socketTimeout`` for a reply, and
+        twopc's ``application_name`` unless the URL sets one."""
+        from ._deadline import deadline_cursor
+
+        args: dict[str, Any] = {"connect_timeout": timeouts.connect, "keepalives": int(timeouts.keepalive),
+                                "cursor_factory": deadline_cursor(timeouts.reply)}
+        if "application_name" not in url.query:
+            args["application_name"] = APPLICATION_NAME
+        if timeouts.keepalive:
+            args.update(keepalives_idle=KEEPALIVE_IDLE_S, keepalives_interval=KEEPALIVE_INTERVAL_S,
+                        keepalives_count=KEEPALIVE_COUNT)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            args["tcp_user_timeout"] = int(timeouts.reply * 1000)
+        return args
+
+    @staticmethod
+    def session_statements(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, Any]]:
+        """The statement that starts a write transaction (:func:`server.session_settings`)."""
+        from . import _server as server
+
+        return [server.session_settings(lock_timeout, query_timeout)]
+
+    @staticmethod
+    def catalog_columns(raw: Any, table: TableName) -> list[Any] | None:
+        """The columns of *table* from ``pg_attribute``, ``None`` when it does not exist."""
+        from . import _server as server
+
+        oid = server.table_oid(raw, table)
+        return None if oid is None else list(server.table_columns(raw, oid))
+
+    @staticmethod
+    def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
+        """Why writes to *table* would not roll back (a foreign table...), ``None`` when they do."""
+        from . import _server as server
+
+        oid = server.table_oid(raw, table)
+        return None if oid is None else server.rollback_problem(raw, oid, table.display(), role=role)
+
+    staging_copy = _staging_copy
+
+    @classmethod
+    def prepared_sink(cls, options: JdbcOptions) -> PreparedSqlSink[Any, Any]:
+        """:class:`PostgresSink` for ``twopc-jdbc``'s options (the package's, loaded with it)."""
+        from . import PostgresSink
+
+        return PostgresSink.from_jdbc_options(options)
+
+    @classmethod
+    def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
+        """Whether the server allows prepared transactions (``max_prepared_transactions``)."""
+        n, used = conn.exec_driver_sql("SELECT current_setting('max_prepared_transactions')::int, "
+                                       "(SELECT count(*) FROM pg_prepared_xacts)").one()
+        if n <= 0:
+            return False, ("the server has max_prepared_transactions = 0, so it cannot prepare "
+                           "transactions: set it in postgresql.conf to at least the partitions a batch "
+                           "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
+                           "faster prepared mode")
+        return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} free now"
+
+    @staticmethod
+    def quote(name: str) -> str:
+        """*name* as a PostgreSQL identifier, ``%`` doubled for a statement with parameters."""
+        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
+
+    @staticmethod
+    def name_too_long(part: str) -> str | None:
+        """Longer than NAMEDATALEN - 1 bytes (a stock build's): PostgreSQL would cut it short."""
+        size = len(part.encode("utf-8"))
+        return None if size <= _NAME_BYTES else (
+            f"{size} bytes; PostgreSQL identifiers are at most {_NAME_BYTES} bytes (longer ones are cut short, so "
+            f"the table written would not be the one named)")
+
+    @classmethod
+    def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
+        """``CREATE SCHEMA IF NOT EXISTS`` when it is missing, and the user's ``USAGE`` on it."""
+        q = _quoted(schema)
+        found = run(f"SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
+                    f"WHERE nspname = {sql_literal(schema)}")
+        if not found:
             try:
-                with pg.transaction():
-                    pg.execute(dead_letter_ddl(table))
-            except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
-                pass  # created concurrently
-            except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+                run(f"CREATE SCHEMA IF NOT EXISTS {q}")
+            except Exception as exc:
+                if not denied(exc):
+                    if "23505" in str(getattr(getattr(exc, "orig", exc), "sqlstate", "")):
+                        return  # created concurrently
+                    raise
+                user = cls.current_user(run)
                 raise TargetConfigurationError(
-                    f"cannot create the dead-letter table {table.display()} ({type(exc).__name__}): create it "
-                    f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
-                    f"{table.display()} TO <user>") from None
-            log.info("twopc: created dead-letter table %s", table.display())
+                    f"twopcSchema {schema} does not exist and the user {user} may not create it (it has no CREATE "
+                    f"privilege on database {database}): run as an owner: CREATE SCHEMA {q} AUTHORIZATION {user}; (or "
+                    f"GRANT CREATE ON DATABASE {_quoted(database)} TO {user};) then write again. Validation stopped "
+                    f"before any task: nothing was written") from None
             return
-        columns = server.table_columns(pg, oid)
-        have = {c.name.lower() for c in columns}
-        missing = [c for c in DEAD_LETTER_COLUMNS if c not in have]
-        if missing:
+        if not found[0][0]:
+            user = cls.current_user(run)
             raise TargetConfigurationError(
-                f"{table.display()} exists but is not a twopc dead-letter table (it lacks columns "
-                f"{', '.join(missing)}): set option deadLetterTable to another name")
-        wrong = wrong_dead_letter_types(table, columns)
-        if wrong is not None:
-            raise TargetConfigurationError(wrong)
+                f"the user {user} has no USAGE privilege on twopcSchema {schema}, where twopc keeps its tables: run as "
+                f"the schema's owner: GRANT USAGE, CREATE ON SCHEMA {q} TO {user}; then write again. Validation "
+                f"stopped before any task: nothing was written")
 
-    def _dead_letter(self) -> TableName | None:
-        name = self.target.options.dead_letter_table
-        return None if name is None else parse_table_name(name, self.target.spec.name, "deadLetterTable")
+    truncates_in_transaction = True
+    stages_without_slot = True
+    table_comments = "comment on"
+    stages_in_target_types = True
+    stage_txn_default = "current_setting('twopc.txn_id')"
+    arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
+        "float64": postgresql.DOUBLE_PRECISION(), "binary": postgresql.BYTEA(), "nested": postgresql.JSONB()}
 
-    # -- executor side -------------------------------------------------------------------
-    def begin(self, txn: SqlTxn[PgColumn]) -> None:
-        assert txn.conn is not None
-        pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]  # psycopg: the engine's driver
-        t = self.target
-        o = t.options
-        pg.execute("BEGIN ISOLATION LEVEL " + o.isolation_sql)
-        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
-        if o.session_init_statement:
-            pg.execute(o.session_init_statement)  # user SQL, run as given
-        txn.columns = self.target_columns(pg, validating=False)
-        from ._dead_letter import CheckedCopy
+    jdbc_subprotocols = frozenset({"postgresql"})
+    jdbc_bare_database = True
 
-        txn.loader = CheckedCopy(pg, t.target, txn.context, dead_letter=self._dead_letter(),
-                                 fail=t.map_error, redact=t.redact)
+    @staticmethod
+    def jdbc_url(parts: JdbcParts) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
+        """psycopg's URL; several hosts go to SQLAlchemy's multi-host ``?host=`` syntax."""
+        host, port, multi = _hosts(parts.hosts)
+        return (URL.create("postgresql+psycopg", host=host, port=port, database=parts.database),
+                {"host": tuple(multi)} if multi else {})
 
-    def load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
-                  rows: list[dict[str, Any]]) -> None:
-        from ..sql.types._json_values import json_text
-        from ..sql.types._type_rules import Family
-        from ._columns import family
+    @staticmethod
+    def sqlalchemy_url(url: URL, driver: str) -> URL:
+        if driver not in ("", "psycopg", "psycopg2", "psycopg2cffi"):
+            raise ConfigurationError(
+                f"twopc connects to PostgreSQL with psycopg 3, not {driver}: use a "
+                f"postgresql:// or postgresql+psycopg:// URL")
+        return url.set(drivername="postgresql+psycopg")
 
-        for k in keys:
-            for i, r in enumerate(rows):
-                v = r[k]
-                if isinstance(v, str) and "\x00" in v:
-                    raise ConfigurationError(
-                        f"column {k!r}: the value of row {i} contains a NUL byte (\\x00), which "
-                        f"PostgreSQL text cannot store; remove it before writing")
-        json_cols = {k for k, c in zip(keys, cols, strict=True) if family(c) is Family.JSON}
-        txn.loader.write_rows(cols, [[json_text(r[k]) if k in json_cols and isinstance(r[k], dict | list | tuple)
-                                      else r[k] for k in keys] for r in rows])
+    @staticmethod
+    def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
+                         supported: Sequence[str]) -> Translated:
+        return translate_pg(list(props), base_query, supported)
 
-    def plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
-        from ._copy import plan_copy
+    @staticmethod
+    def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],
+                   others: Sequence[str], stage_keys: Sequence[str]) -> str | None:
+        """``ON CONFLICT ... DO UPDATE`` from the latest staged row of each key."""
+        skeys = ", ".join(q(k) for k in stage_keys)
+        sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in others)
+        action = f"DO UPDATE SET {sets}" if others else "DO NOTHING"
+        return (f"{into} SELECT DISTINCT ON ({skeys}) {select} {source} ORDER BY {skeys}, ctid DESC "
+                f"ON CONFLICT ({', '.join(q(k) for k in keys)}) {action}")
 
-        return plan_copy(schema, cols, self.target.options.copy_format)
+    @staticmethod
+    def recreate_losses(conn: Connection, quoted: str) -> list[str]:
+        """Grants to other roles, triggers and row security policies."""
+        out = []
+        queries = (
+            ("grants to", ("SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) "
+                           "END FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = to_regclass(%s) "
+                           "AND a.grantee <> c.relowner ORDER BY 1")),
+            ("trigger",
+             "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND NOT tgisinternal ORDER BY 1"),
+            ("row security policy", "SELECT polname FROM pg_policy WHERE polrelid = to_regclass(%s) ORDER BY 1"),
+        )
+        for what, query in queries:
+            names = [str(r[0]) for r in conn.exec_driver_sql(query, (quoted,)).all()]
+            if names:
+                out.append(f"{what} {', '.join(names)}")
+        return out
 
-    def load_batch(self, txn: SqlTxn[PgColumn], batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        txn.loader.write_batch(batch, plan)
+    ledger_ddl = ("CREATE TABLE IF NOT EXISTS {table} (sink_id text NOT NULL, name text NOT NULL, body text NOT NULL, "
+                  "written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, name))")
+    ledger_upsert = ("INSERT INTO {table} (sink_id, name, body) VALUES (%s, %s, %s) "
+                     "ON CONFLICT (sink_id, name) DO UPDATE SET body = EXCLUDED.body")
+    session_id_sql = "SELECT pg_backend_pid()"
+    server_identity_sql = ("SELECT (SELECT system_identifier FROM pg_control_system())::text, oid::text "
+                           "FROM pg_database WHERE datname = current_database()")
 
-    def end_load(self, txn: SqlTxn[PgColumn]) -> None:
-        txn.loader.end()
-        txn.rows -= txn.loader.dead  # the marker counts the rows that reached the table
+    @staticmethod
+    def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
+        """An advisory lock (per database) keyed by :func:`lease_key`."""
+        return "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)", lease_key(sink_id)
 
-    def prepare(self, txn: SqlTxn[PgColumn], control: TxnControl[PgColumn]) -> None:
-        """Marker row, ``PREPARE TRANSACTION``, check ``pg_prepared_xacts``, release the
-        (idle) session; a prepare that may have reached the server is rolled back on failure."""
-        pg: psycopg.Connection[Any] = control.usable(txn)
-        marker_sql, marker_values = control.marker_row(txn)
-        prepare_sent = False
-        try:
-            with pg.cursor() as cur:
-                cur.execute(marker_sql, marker_values)
-                prepare_sent = True
-                cur.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
-                status = cur.statusmessage
-                prepared = status == "PREPARE TRANSACTION" and cur.execute(
-                    "SELECT 1 FROM pg_prepared_xacts WHERE gid = %s AND database = current_database()",
-                    (txn.gid,)).fetchone() is not None
-        except psycopg.Error as exc:
-            if prepare_sent:
-                self._rollback_prepared_quietly(txn.gid)
-            control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
-        except BaseException as exc:
-            if prepare_sent:
-                self._rollback_prepared_quietly(txn.gid)
-            control.abandon(txn, exc)
-            raise
-        if not prepared:
-            control.release(txn, broken=False)
-            txn.failed = f"PREPARE TRANSACTION answered {status!r}"
-            raise SinkError(
-                f"PostgreSQL did not prepare transaction {txn.gid} on {self.target.table} (it answered "
-                f"{status!r}): the transaction had already been aborted by an earlier error, so "
-                f"nothing was written; the task must be retried")
-        txn.prepared = True
-        control.release(txn, broken=False)  # the session is idle: returning it cannot touch the prepared txn
+    @staticmethod
+    def lease_holder_sql(key: Any, session: int) -> tuple[str, tuple[Any, ...]]:
+        query = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
+                 "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND database = "
+                 "(SELECT oid FROM pg_database WHERE datname = current_database())")
+        return query, (session, key >> 32, key & 0xFFFFFFFF)
 
-    def rollback(self, txn: SqlTxn[PgColumn]) -> bool:
-        """``ROLLBACK`` (after cancelling a COPY in progress); ``True`` when it failed."""
-        if txn.loader is not None:
-            txn.loader.cancel()
-        try:
-            pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[union-attr, assignment]  # psycopg: the engine's driver
-            if not pg.closed and pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-                pg.execute("ROLLBACK")
-        except Exception:
-            log.debug("twopc postgres: rollback of %s failed; discarding the connection", txn.gid, exc_info=True)
-            return True
-        return False
-
-    def _rollback_prepared_quietly(self, gid: str) -> None:
-        try:
-            self.target.control_execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-        except Exception:
-            log.debug("twopc postgres: could not roll back %s after a failed prepare", gid, exc_info=True)
-
-    # -- driver side -----------------------------------------------------------------------
-    def finish(self, verb: str, gid: str) -> bool:
-        try:
-            self.target.control_execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
-        except pgerr.UndefinedObject:
-            return False
-        except psycopg.Error as exc:
-            raise self.target.map_error(exc, f"{verb} PREPARED {gid}") from None
-        return True
-
-    def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
-        *recovering*: ask first which ids are still prepared (one query), so a batch that is
-        mostly finished stays flat too."""
-        still = self._still_prepared(gids) if recovering else None
-        done = pipeline.finish_many(self.target, verb, gids, still)
-        return [done[g] for g in gids]
-
-    def _still_prepared(self, gids: Sequence[str]) -> set[str]:
-        try:
-            _n, rows = self.target.control_execute(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
-                (list(gids),), fetch=True)
-        except psycopg.Error as exc:
-            raise self.target.map_error(exc, "list prepared transactions") from None
-        return {str(r[0]) for r in rows}
-
-    def prepared_elsewhere(self, gid: str) -> str | None:
-        _n, rows = self.target.control_execute(
-            "SELECT database FROM pg_prepared_xacts WHERE gid = %s AND database <> current_database()", (gid,),
-            fetch=True)
-        return f"database {rows[0][0]!s}" if rows else None
-
-    def prepared_since(self, prefix: str) -> dict[str, float]:
-        _n, rows = self.target.control_execute(
-            "SELECT gid, extract(epoch FROM prepared)::float8 FROM pg_prepared_xacts "
-            "WHERE database = current_database() AND starts_with(gid, %s)", (prefix,), fetch=True)
-        return {str(r[0]): float(r[1]) for r in rows}
-
-    def headroom(self) -> Headroom:
-        _n, rows = self.target.control_execute(
-            "SELECT (SELECT count(*) FROM pg_prepared_xacts), current_setting('max_prepared_transactions')::int",
-            fetch=True)
-        return Headroom("max_prepared_transactions", int(rows[0][0]), int(rows[0][1]))
-
-    def prepared_ids(self, prefix: str) -> list[str]:
-        _n, rows = self.target.control_execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
-            (prefix,), fetch=True)
-        return [str(r[0]) for r in rows]
+    @staticmethod
+    def server_identity(row: Sequence[Any], table: str) -> str:
+        return f"postgresql system {row[0]} database oid {row[1]} table {table}"

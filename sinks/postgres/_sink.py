@@ -45,12 +45,11 @@ from .._handles import PostgresHandle
 from ..sql._names import TableName
 from ..sql.connect._sql_dialect import SqlTxn
 from ..sql.prepared._sink import PreparedSqlSink
-from ._dialect import PostgresDialect
 from ._errors import no_free_slot
 from ._pg_column import PgColumn
+from ._prepared import PostgresPrepared
 from ._server import identifier
 from ._slots import Claim, claim_slot, wait_for_driver_slot
-from ._spec import POSTGRES
 
 __all__ = ["PostgresHandle", "PostgresSink"]
 
@@ -75,9 +74,9 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     """
 
     handle_type = PostgresHandle
-    spec = POSTGRES
-    dialect_type = PostgresDialect
-    dialect: PostgresDialect
+    spec = PostgresPrepared
+    dialect_type = PostgresPrepared
+    dialect: PostgresPrepared
 
     def marker_table_ddl(self) -> list[str]:
         """The SQL :meth:`validate` runs to create the marker table (for DBAs)."""

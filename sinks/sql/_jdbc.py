@@ -61,7 +61,7 @@ from .._secrets import credential_free
 from .._sources import JdbcDataSource
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
-from ._registry import backend_for
+from ._registry import dialect_for
 from .connect._engines import engine_for
 from .connect._server_instance import SqlNamedTarget
 from .options._jdbc_options import JdbcOptions
@@ -218,7 +218,7 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
                 f"remove the option, or make the write one that can prepare (PostgreSQL, append)")
         capability(self._backend(), WriteSetup).validate(schema)
         how = ""
-        if mode == PREPARED and self.options.dialect == "postgresql":
+        if mode == PREPARED and dialect_for(self.options.dialect).stages_without_slot:
             how = self._prepare_staging(schema)
         if mode == PREPARED and not self.may_stage and not self._checkpointed:
             # a dead staging write (no checkpoint) to this target left staged rows: the next write cleans up
@@ -261,8 +261,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
             with engine.connect() as conn:
                 if not sa.inspect(conn).has_table(target.name, schema=target.schema):
                     return False, f"table {target.display()} does not exist: staging creates it in the commit"
-                if (registered := backend_for(o.dialect)) is not None:
-                    ok, why = registered.prepare_capacity(conn, self._prepared_sink())
+                if (dialect := dialect_for(o.dialect)).prepares:
+                    ok, why = dialect.prepare_capacity(conn, self._prepared_sink())
                     return ok, (why + self._ledger_note() if ok else why)
         except SQLAlchemyError as exc:
             raise self._staging_sink().unavailable(exc) from None

@@ -37,7 +37,7 @@ from twopc import (
 from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, PreparedDetail, ProtocolError, capability
 
 from .._handles import PreparedSqlHandle, StagingHandle
-from ._registry import backend_for
+from ._registry import dialect_for
 from .connect._sql_dialect import SqlTxn
 from .options._jdbc_options import JdbcOptions
 from .prepared._sink import PreparedSqlSink
@@ -112,16 +112,15 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
         if self._prepared is None:
             o = self.options
-            if (registered := backend_for(o.dialect)) is not None:
-                self._prepared = registered.prepared_sink(o)
-            else:
+            if (sink := dialect_for(o.dialect).prepared_sink(o)) is None:
                 raise ConfigurationError(
                     f"{o.dialect} has no prepared-transaction mode in twopc: use commitMode=staging")
+            self._prepared = sink
         return self._prepared
 
     def _has_prepared_mode(self) -> bool:
-        """Whether the database has a prepared-transaction sink (a registered dialect)."""
-        return backend_for(self.options.dialect) is not None
+        """Whether the database has a prepared-transaction sink (its dialect's :attr:`prepares`)."""
+        return dialect_for(self.options.dialect).prepares
 
     def _staging_sink(self, *, bookkeeping: bool = False) -> StagingSink:
         """The staging sink, given the DataFrame's schema unless it is used for its

@@ -14,17 +14,13 @@ from sqlalchemy.engine import Dialect
 
 from twopc import ConfigurationError
 
+from ._registry import dialect_for
+
 __all__ = ["TableName", "parse_table_name", "read_quoted"]
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
-#: names shown without quotes, per dialect (PostgreSQL folds unquoted names to lower case)
-_SHOWN_PLAIN = {"postgresql": re.compile(r"^[a-z_][a-z0-9_]*$"), "mysql": re.compile(r"^(?!\d+$)[A-Za-z0-9_$]+$")}
 _QUOTES = {'"': '"', "`": "`", "[": "]"}
 _QUOTE_NAMES = {'"': "double quotes", "`": "backticks", "[": "brackets"}
-#: MariaDB's and MySQL's longest identifier
-_MYSQL_NAME_CHARS = 64
-#: PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1 of a stock build)
-_PG_NAME_BYTES = 63
 
 
 @dataclass(frozen=True)
@@ -49,8 +45,8 @@ class TableName:
 
     def display(self) -> str:
         """The name as a user would type it (quoted only where it has to be)."""
-        plain = _SHOWN_PLAIN.get(self.dialect, _PLAIN)
-        quote = "`" if self.dialect == "mysql" else '"'
+        dialect = dialect_for(self.dialect)
+        plain, quote = dialect.shown_plain, dialect.name_quotes[0]
 
         def one(p: str) -> str:
             return p if plain.match(p) else quote + p.replace(quote, quote * 2) + quote
@@ -79,7 +75,8 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
     s = text.strip()
     if not s:
         raise ConfigurationError(f"{what} is empty: give a table name such as public.events")
-    quotes = {"postgresql": '"', "mysql": "`"}.get(dialect_name, "".join(_QUOTES))
+    dialect = dialect_for(dialect_name)
+    quotes = dialect.name_quotes
     parts: list[str] = []
     i = 0
     while True:
@@ -94,7 +91,7 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
                     f"{what} {text!r}: {raw!r} is not a plain identifier; quote names with spaces, "
                     f"dots or special characters in {_QUOTE_NAMES[quotes[0]]}, e.g. "
                     f"{quotes[0]}{raw or 'name'}{_QUOTES[quotes[0]]}")
-            parts.append(raw.lower() if dialect_name == "postgresql" else raw)
+            parts.append(raw.lower() if dialect.folds_lower else raw)
             i = len(s) if k < 0 else k
         if i >= len(s):
             break
@@ -104,15 +101,9 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
     if len(parts) > 2:
         raise ConfigurationError(f"{what} {text!r}: use [schema.]table")
     for part in parts:
-        if dialect_name == "mysql" and len(part) > _MYSQL_NAME_CHARS:
-            raise ConfigurationError(
-                f"{what} {text[:80]!r}: the name {part[:20]!r}... has {len(part)} characters; MySQL/MariaDB "
-                f"identifiers are at most {_MYSQL_NAME_CHARS}: use a shorter name; nothing was written")
-        if dialect_name == "postgresql" and len(part.encode("utf-8")) > _PG_NAME_BYTES:
-            raise ConfigurationError(
-                f"{what} {text[:80]!r}: the name {part[:20]!r}... has {len(part.encode('utf-8'))} bytes; PostgreSQL "
-                f"identifiers are at most {_PG_NAME_BYTES} bytes (longer ones are cut short, so the table written "
-                f"would not be the one named): use a shorter name; nothing was written")
+        if (too_long := dialect.name_too_long(part)) is not None:
+            raise ConfigurationError(f"{what} {text[:80]!r}: the name {part[:20]!r}... has {too_long}: use a "
+                                     f"shorter name; nothing was written")
     schema, name = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
     return TableName(schema, name, dialect_name)
 

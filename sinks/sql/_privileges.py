@@ -18,7 +18,9 @@ from typing import Any
 
 from twopc.spi import TargetConfigurationError
 
-__all__ = ["Run", "current_user", "dbapi_runner", "denied", "require_privileges"]
+from ._registry import dialect_for
+
+__all__ = ["Run", "dbapi_runner", "denied", "require_privileges"]
 
 #: a statement needing exactly one privilege and touching no row ({t}: the table, {c}: the
 #: columns the write inserts, {n}: as many NULLs, {c0}: the first of them)
@@ -45,20 +47,6 @@ def _code(exc: BaseException) -> str:
 def denied(exc: BaseException) -> bool:
     """Whether *exc* is the server refusing a statement for want of a privilege."""
     return _code(exc) in _DENIED
-
-
-def current_user(run: Run, dialect: str) -> str:
-    """The connection's user as a ``GRANT`` names it."""
-    return _user(run, dialect)
-
-
-def _user(run: Run, dialect: str) -> str:
-    if dialect == "postgresql":
-        rows = run("SELECT current_user")
-        return str(rows[0][0]) if rows else "<user>"
-    rows = run("SELECT CURRENT_USER()")
-    name, _, host = (str(rows[0][0]) if rows else "<user>@%").rpartition("@")
-    return f"'{name}'@'{host}'"
 
 
 def _refusal(role: str, table: str, privileges: Sequence[str], user: str) -> TargetConfigurationError:
@@ -97,7 +85,8 @@ def require_privileges(run: Run, dialect: str, *, table: str, display: str, colu
         TargetConfigurationError: naming the table, every missing privilege and the GRANT.
         Exception: any other error of *run*, as it raised it.
     """
-    if dialect not in ("postgresql", "mysql"):
+    database = dialect_for(dialect)
+    if not database.checks_privileges:
         return
     missing = []
     for privilege in privileges:
@@ -109,4 +98,4 @@ def require_privileges(run: Run, dialect: str, *, table: str, display: str, colu
                 raise
             missing.append(privilege)
     if missing:
-        raise _refusal(role, display, missing, _user(run, dialect))
+        raise _refusal(role, display, missing, database.current_user(run))

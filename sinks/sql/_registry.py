@@ -1,19 +1,15 @@
-"""The dialect registry: what the shared SQL layer asks of a database it does not know.
-
-A database is one folder (:mod:`twopc.sinks.postgres`, :mod:`twopc.sinks.mysql`) that registers one
-:class:`SqlBackend` when it is imported. The shared layer never imports those folders: it
-asks :func:`backend_for`, which imports the folder named in :data:`_PACKAGES` the first time
-a dialect is asked for. A dialect without a folder (SQLite, others SQLAlchemy knows) has
-no entry: the shared layer then uses SQLAlchemy's generic behaviour.
-"""
+"""The dialect registry: a database is one :class:`SqlDatabase` subclass in its folder, found by
+the names it claims as entry points (:func:`dialect_for`); the shared SQL layer holds no list
+of databases, and a name no folder claims gets SQLAlchemy's generic behaviour (this base)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar, cast
 
 from twopc import SinkError
 
@@ -21,114 +17,376 @@ from .._options import Duration
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from sqlalchemy.engine import Connection
+    from sqlalchemy.engine import URL, Connection, Engine
+    from sqlalchemy.types import TypeEngine
 
-    from ._names import TableName
-    from .options._jdbc_options import JdbcOptions
-    from .options._jdbc_url import Dialect
-    from .options._net_timeouts import NetTimeouts
+__all__ = ["GROUP", "DialectSpec", "DriverBound", "SqlDatabase", "backend_for", "dialect_for"]
 
-__all__ = ["DialectSpec", "SqlBackend", "backend_for", "register"]
+T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class DialectSpec:
-    """What the prepared base needs to know about a database, as values and functions (the
-    dialect's module-level helpers): one object per backend, instead of a method per fact.
+class DriverBound(Generic[T]):
+    """A class attribute of a dialect that lives in its driver's modules (``module:name``),
+    imported when it is first read: a dialect's folder loads without its driver."""
 
-    Attributes:
-        name: the dialect (``postgresql``, ``mysql``), a key of :data:`twopc.spi.MAX_XID_BYTES`.
-        format_name: the name the sink's options are read under (its Spark format).
-        product: the database's name in messages.
-        id_name: what the database calls a transaction id, in messages.
-        driver_error: the driver's base exception class.
-        quote: quotes an identifier for a statement sent with ``%s`` parameters.
-        connect_failure: (reason, hint) of a failed connection attempt.
-        is_connection_error: whether an error means the session is gone.
-        is_missing_table: whether an error means a table does not exist.
-        error_code: the error's code (SQLSTATE, MySQL error number), ``""`` if none.
-        error_text: the error as one line: its code and primary message.
-        compatible: whether an Arrow type can be written to a column.
-        map_error: a driver error as a credential-free :class:`SinkError`.
-        lock_timeout_text: how the ``lockTimeout`` in force reads in messages.
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __get__(self, obj: object, owner: type | None = None) -> T:
+        module, _, name = self.path.partition(":")
+        return cast(T, getattr(importlib.import_module(module), name))
+
+
+def _connect_failure(exc: BaseException) -> tuple[str, str]:
+    return _one_line(exc), ""
+
+
+def _never(exc: BaseException) -> bool:
+    return False
+
+
+def _no_code(exc: BaseException) -> str:
+    return ""
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _no_value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
+    return None
+
+
+class _NoDriverError(Exception):
+    """Raised by no driver: what a database without a twopc driver catches."""
+
+
+class SqlDatabase:
+    """One database as the shared SQL layer sees it: its names, quoting, driver errors,
+    connect arguments and catalog reads, as class attributes and static methods (the class is
+    the dialect object; nothing is instantiated for them).
+
+    This base is a database twopc has no folder for: SQLAlchemy's generic behaviour and no
+    prepared transactions. A database's folder subclasses it once, importing no driver
+    (:class:`DriverBound` attributes load it on first use); a database with prepared
+    transactions subclasses that again with its
+    :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` (an instance runs the
+    prepared-transaction protocol on one target's connections).
     """
 
-    name: Dialect
-    format_name: str
-    product: str
-    id_name: str
-    driver_error: type[Exception]
-    quote: Callable[[str], str]
-    connect_failure: Callable[[BaseException], tuple[str, str]]
-    is_connection_error: Callable[[BaseException], bool]
-    is_missing_table: Callable[[BaseException], bool]
-    error_code: Callable[[BaseException], str]
-    error_text: Callable[[BaseException], str]
-    compatible: Callable[[pa.DataType, Any], bool]
-    map_error: Callable[..., SinkError]
-    lock_timeout_text: Callable[[Duration], str]
+    #: the dialect's name (a key of :data:`twopc.spi.MAX_XID_BYTES`, and in target identities)
+    name: ClassVar[str] = "other"
+    #: the name the sink's options are read under (its Spark format)
+    format_name: ClassVar[str] = "twopc-jdbc"
+    #: the database's name in messages
+    product: ClassVar[str] = "the database"
+    #: what the database calls a transaction id, in messages
+    id_name: ClassVar[str] = "transaction id"
+    #: the driver's base exception class
+    driver_error: ClassVar[type[Exception]] = _NoDriverError
+    #: the DB-API module twopc connects with (for a process that opens one connection
+    #: without SQLAlchemy: :func:`~twopc.sinks.sql.connect._engines.dbapi_connect_params`)
+    dbapi: ClassVar[str | None] = None
+    #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
+    extra: ClassVar[str] = ""
+    #: names a message shows without quotes
+    shown_plain: ClassVar[re.Pattern[str]] = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
+    #: the quotes a table name may be written in (the first: how messages quote)
+    name_quotes: ClassVar[str] = '"`['
+    #: whether unquoted names fold to lower case
+    folds_lower: ClassVar[bool] = False
+
+    @staticmethod
+    def name_too_long(part: str) -> str | None:
+        """How long *part* (one part of a table name) is and the database's limit, when it is
+        longer than the database allows; ``None`` when it fits."""
+        return None
+
+    #: whether twopc's tables can live in a schema of their own (option ``twopcSchema``)
+    twopc_schemas: ClassVar[bool] = False
+    #: whether a write checks its user's privileges on twopc's tables before any task
+    checks_privileges: ClassVar[bool] = False
+
+    @staticmethod
+    def bookkeeping_name(name: str, schema: str, database: str) -> str:
+        """The name of twopc's table *name* in *schema* (``twopcSchema``), for the URL's
+        *database*."""
+        return name
+
+    @classmethod
+    def ensure_schema(cls, run: Callable[[str], list[tuple[Any, ...]]], schema: str, database: str) -> None:
+        """Create *schema* (``twopcSchema``) when it does not exist and check the user may use
+        it; *run* sends one statement, in autocommit, and returns its rows."""
+
+    @staticmethod
+    def current_user(run: Callable[[str], list[tuple[Any, ...]]]) -> str:
+        """The connection's user as a ``GRANT`` names it."""
+        rows = run("SELECT current_user")
+        return str(rows[0][0]) if rows else "<user>"
+
+    # -- URLs (:mod:`twopc.sinks.sql.options._jdbc_url`)
+    #: the JDBC subprotocols the dialect translates (``jdbc:<subprotocol>:...``)
+    jdbc_subprotocols: ClassVar[frozenset[str]] = frozenset()
+    #: whether a JDBC URL may name the database without a host (``jdbc:postgresql:db``) and
+    #: its hosts in the driver's own syntax
+    jdbc_bare_database: ClassVar[bool] = False
+
+    @staticmethod
+    def split_jdbc(rest: str) -> Any:
+        """A JDBC URL of a form of the dialect's own (the text after ``jdbc:<subprotocol>:``),
+        taken apart (a :class:`~twopc.sinks.sql.options._jdbc_url.JdbcParts`); ``None``: the
+        ``//user:password@host:port/database?params`` form."""
+        return None
+
+    @staticmethod
+    def jdbc_url(parts: Any) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
+        """The SQLAlchemy URL (without credentials) of a JDBC URL taken apart, and the query
+        parameters it adds."""
+        raise NotImplementedError
+
+    @staticmethod
+    def sqlalchemy_url(url: URL, driver: str) -> URL:
+        """*url* (a SQLAlchemy URL claimed by the dialect, its driver *driver*) with the driver
+        twopc connects with.
+
+        Raises:
+            ConfigurationError: twopc connects with another driver.
+        """
+        return url
+
+    @staticmethod
+    def translate_params(props: Sequence[Any], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
+                         supported: Sequence[str]) -> Any:
+        """The driver parameters for the JDBC ones (:class:`DriverParam` *props*; *flavor*: the
+        JDBC subprotocol or the dialect), a :class:`Translated`; ``None``: none translated."""
+        return None
+
+    @staticmethod
+    def login(url: URL, user: str | None, password: str | None) -> URL:
+        """*url* with *user* and *password* (a password without a user keeps username ``""``, so
+        that the rendered URL keeps it too: SQLAlchemy drops the password of a URL without
+        username when rendering)."""
+        return url.set(username=user if user else ("" if password else None), password=password)
+
+    # -- the staging commit mode (:mod:`twopc.sinks.sql.staging`)
+    #: whether the database is a file (SQLite): no schemas for twopc's tables, no isolation
+    #: levels, no host
+    file_based: ClassVar[bool] = False
+    #: whether DDL runs inside a transaction (MySQL/MariaDB commit it by themselves)
+    transactional_ddl: ClassVar[bool] = True
+    #: whether ``TRUNCATE`` runs inside the commit transaction
+    truncates_in_transaction: ClassVar[bool] = False
+    #: how a table twopc creates gets ``tableComment``: ``"create"`` (a clause of ``CREATE
+    #: TABLE``), ``"comment on"`` (a ``COMMENT ON TABLE`` after it), ``None`` (not supported)
+    table_comments: ClassVar[str | None] = None
+    #: whether staging tables copy the target's column types (from :meth:`catalog_columns`)
+    stages_in_target_types: ClassVar[bool] = False
+    #: the staging table's default of the transaction id column (SQL), for :attr:`staging_copy`
+    stage_txn_default: ClassVar[str | None] = None
+
+    #: the column types twopc creates that differ from SQLAlchemy's generic ones, by Arrow kind
+    #: (``float32``, ``float64``, ``string``, ``binary``, ``timestamp``, ``nested``)
+    arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {}
+
+    @staticmethod
+    def normalize_type(ddl: str) -> str:
+        """A column type as written in DDL or printed by the catalog, lower-case and without
+        spaces, in one spelling per type."""
+        return ddl.lower().replace(" ", "")
+
+    @staticmethod
+    def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],
+                   others: Sequence[str], stage_keys: Sequence[str]) -> str | None:
+        """The move of staged rows (``{into} SELECT {select} {source}``: ``INSERT INTO target
+        (...)``, the staging columns, ``FROM stage WHERE ...``) as an upsert on *keys* (target
+        columns; *stage_keys* are their staging columns) updating *others*; ``None`` when the
+        database has no upsert twopc knows."""
+        return None
+
+    @staticmethod
+    def recreate_losses(conn: Connection, quoted: str) -> list[str]:
+        """What dropping the table (*quoted*) and creating it again would lose beyond what
+        SQLAlchemy reflects (grants, triggers...)."""
+        return []
+
+    # -- the target ledger (:mod:`twopc.sinks.sql.ledger._target_ledger`), on databases that prepare
+    #: ``CREATE TABLE IF NOT EXISTS {table}`` of the ledger table
+    ledger_ddl: ClassVar[str]
+    #: the statement that inserts or replaces a ledger record (``{table}``; sink_id, name, body)
+    ledger_upsert: ClassVar[str]
+    #: the query of the session's id on the server
+    session_id_sql: ClassVar[str]
+
+    @staticmethod
+    def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
+        """(try-lock statement, unlock statement, parameter) of *sink_id*'s lease in *database*."""
+        raise NotImplementedError
+
+    @staticmethod
+    def lease_holder_sql(key: Any, session: int) -> tuple[str, tuple[Any, ...]]:
+        """The query (and parameters) whose value is positive when *session* holds the lease
+        of lock *key* (:meth:`lease_sql`'s parameter)."""
+        raise NotImplementedError
+
+    #: ``SELECT`` of the server's identity: a row of strings :meth:`server_identity` reads
+    server_identity_sql: ClassVar[str | None] = None
+
+    @staticmethod
+    def server_identity(row: Sequence[Any], table: str) -> str:
+        """Which server (and database) a row of :attr:`server_identity_sql` names, with *table*."""
+        raise NotImplementedError
+
+    #: the database's name in messages about URLs (``None``: the dialect's name)
+    label: ClassVar[str | None] = None
+    #: the port a URL without one connects to, for target identities
+    default_port: ClassVar[int | None] = None
+    #: whether the database has a prepared-transaction sink (:meth:`prepared_sink`)
+    prepares: ClassVar[bool] = False
+    #: whether ``twopc-jdbc``'s tasks that find no free prepared-transaction slot stage their rows
+    stages_without_slot: ClassVar[bool] = False
+    #: why ``commitMode=prepared`` is refused, when the database does not :attr:`prepares`
+    no_prepare_reason: ClassVar[str] = "twopc can prepare transactions only on PostgreSQL and MySQL/MariaDB"
+    #: whether the ``copyFormat`` option applies (a COPY loader)
+    copy_formats: ClassVar[bool] = False
+    #: whether the ``deadLetterTable`` option applies
+    dead_letters: ClassVar[bool] = False
+    #: whether a table's schema is a database (MySQL: a table without one is in the URL's)
+    schema_is_database: ClassVar[bool] = False
+    #: the class itself, under the name the sinks' parts read a database's facts by
+    spec: ClassVar[type[SqlDatabase]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.spec = cls
+
+    @staticmethod
+    def quote(name: str) -> str:
+        """*name* as an identifier, ``%`` doubled for a statement sent with ``%s`` parameters."""
+        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
+
+    # the driver's error rules: SQLAlchemy's generic words here; a database's folder names its
+    # functions with DriverBound, so that they load with the driver, on first use
+    #: (reason, hint) of a failed connection attempt
+    connect_failure: ClassVar[Callable[[BaseException], tuple[str, str]]] = _connect_failure
+    #: whether *exc* means the session is gone
+    is_connection_error: ClassVar[Callable[[BaseException], bool]] = _never
+    #: whether *exc* means a table does not exist
+    is_missing_table: ClassVar[Callable[[BaseException], bool]] = _never
+    #: the error's code (SQLSTATE, MySQL error number), ``""`` if none
+    error_code: ClassVar[Callable[[BaseException], str]] = _no_code
+    #: the error as one line: its code and primary message
+    error_text: ClassVar[Callable[[BaseException], str]] = _one_line
+    #: a driver error as a credential-free :class:`SinkError` (action; table, marker_table,
+    #: lock_timeout, where, redact)
+    map_error: ClassVar[Callable[..., SinkError]]
+    #: a driver error about a value that does not fit its column as a :class:`SinkError`
+    #: (action, table, redact), ``None`` for other errors
+    value_error: ClassVar[Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]] = \
+        _no_value_error
+    #: whether an Arrow type can be written to one of the dialect's catalog columns
+    #: (:meth:`catalog_columns`); ``None``: the shared type rules, on SQLAlchemy's reflection
+    compatible: ClassVar[Callable[[pa.DataType, Any], bool] | None] = None
+
+    @staticmethod
+    def lock_timeout_text(timeout: Duration) -> str:
+        """How the ``lockTimeout`` in force reads in messages."""
+        return str(timeout)
+
+    @staticmethod
+    def server_lock_wait(lock: Duration) -> Duration:
+        """How long the server lets a statement wait for a lock under ``lockTimeout`` *lock*."""
+        return lock
+
+    @staticmethod
+    def connect_args(url: URL, timeouts: Any) -> dict[str, Any]:
+        """The DB-API connect arguments twopc adds to what *url* says, for the connection
+        timeouts (the generic: none, the driver's own defaults)."""
+        return {}
+
+    @staticmethod
+    def prepare_engine(engine: Engine, timeouts: Any) -> None:
+        """Set up a new engine (event listeners) before its first connection."""
+
+    @staticmethod
+    def session_statements(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, Any]]:
+        """The statements (with parameters) that start a write transaction."""
+        return []
+
+    @staticmethod
+    def catalog_columns(raw: Any, table: Any) -> list[Any] | None:
+        """The columns of *table* read from the catalog on a DB-API connection (the dialect's
+        column objects), ``None`` when it does not exist or the dialect cannot tell."""
+        return None
+
+    @staticmethod
+    def rollback_problem(raw: Any, table: Any, role: str) -> str | None:
+        """Why writes to *table* (in the role named) would not roll back with their
+        transaction, ``None`` when they do or the dialect cannot tell."""
+        return None
+
+    #: opens the bulk loader into a staging table on a SQLAlchemy connection, for the
+    #: attempt's transaction id; ``None``: multi-row ``INSERT``
+    staging_copy: ClassVar[Callable[[Connection, Any, str], Any] | None] = None
+    #: a column's values as the driver takes them, checked by the dialect's rules (array,
+    #: column name, table); ``None``: the shared conversion
+    staging_values: ClassVar[Callable[[pa.Array, str, str], list[Any]] | None] = None
+
+    @classmethod
+    def identity_where(cls, url: URL) -> str:
+        """Where *url* points, in target identities: ``host:port/database``, the default port
+        filled in."""
+        return f"{url.host or 'localhost'}:{url.port or cls.default_port or ''}/{url.database or ''}"
+
+    @classmethod
+    def prepared_sink(cls, options: Any) -> Any:
+        """The prepared-transaction sink for ``twopc-jdbc``'s options, ``None`` when the
+        database has none."""
+        return None
+
+    @classmethod
+    def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
+        """On an open connection, whether the server can prepare transactions for *sink*, and
+        the reason as logged."""
+        return False, f"{cls.name} has no prepared transactions twopc can use"
 
 
-@dataclass(frozen=True)
-class SqlBackend:
-    """What a database's folder gives the shared layer (registered by :func:`register`).
+SqlDatabase.spec = SqlDatabase
 
-    Attributes:
-        spec: the facts and error rules of the prepared-transaction sinks.
-        prepared_sink: the prepared-transaction sink for ``twopc-jdbc``'s options.
-        prepare_capacity: on an open connection to the server, whether it can prepare
-            transactions for the prepared sink given, and the reason as logged.
-        connect_args: the driver's connect arguments for the connection timeouts.
-        session_statements: the statements (with parameters) that start a write
-            transaction, for (``lockTimeout``, ``queryTimeout``).
-        catalog_columns: the columns of a table read from the catalog on a DB-API
-            connection (the dialect's column objects), ``None`` when it does not exist.
-        rollback_problem: why writes to a table would not roll back with their
-            transaction (a table given by name, in the role named), ``None`` when they do.
-        value_error: a driver error about a value that does not fit its column as a
-            :class:`SinkError` (action, table, redact), ``None`` for other errors.
-        staging_copy: opens the dialect's bulk loader into a staging table on a SQLAlchemy
-            connection, for the attempt's transaction id; ``None``: multi-row ``INSERT``.
-        staging_values: a column's values as the dialect's driver takes them, checked by
-            its rules (array, column name, table); ``None``: the shared conversion.
-    """
+#: a database as the shared layer holds it: its dialect class
+DialectSpec: TypeAlias = type[SqlDatabase]
 
-    spec: DialectSpec
-    prepared_sink: Callable[[JdbcOptions], Any]
-    prepare_capacity: Callable[[Connection, Any], tuple[bool, str]]
-    connect_args: Callable[[NetTimeouts], dict[str, Any]]
-    session_statements: Callable[[Duration, Duration], list[tuple[str, Any]]]
-    catalog_columns: Callable[[Any, TableName], list[Any] | None]
-    rollback_problem: Callable[[Any, TableName, str], str | None]
-    value_error: Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]
-    staging_copy: Callable[[Connection, TableName, str], Any] | None = None
-    staging_values: Callable[[pa.Array, str, str], list[Any]] | None = None
+#: the entry-point group a database's folder registers its dialect in
+GROUP = "twopc.sql_dialects"
 
 
-#: the folder that registers each dialect (SQLAlchemy's backend names)
-_PACKAGES: dict[str, str] = {"postgresql": "twopc.sinks.postgres", "mysql": "twopc.sinks.mysql",
-                             "mariadb": "twopc.sinks.mysql"}
-#: SQLAlchemy backend names that are another dialect's
-_ALIASES: dict[str, str] = {"mariadb": "mysql"}
-_REGISTERED: dict[str, SqlBackend] = {}
-_LOCK = threading.Lock()
+@functools.cache
+def dialect_for(name: str) -> type[SqlDatabase]:
+    """The dialect claiming *name* (a JDBC subprotocol, SQLAlchemy backend name, JDBC driver
+    class or dialect name, any case), importing its folder the first time; the generic
+    :class:`SqlDatabase` when none claims it.
 
-
-def register(backend: SqlBackend) -> None:
-    """Make *backend* the answer for its dialect (called by the dialect's folder on import)."""
-    with _LOCK:
-        _REGISTERED[backend.spec.name] = backend
-
-
-def backend_for(dialect: str) -> SqlBackend | None:
-    """The registered backend of *dialect* (a SQLAlchemy backend name), importing its folder
-    the first time; ``None`` for a dialect without a folder.
+    A database is one folder (:mod:`twopc.sinks.postgres`, :mod:`twopc.sinks.mysql`,
+    :mod:`twopc.sinks.sqlite`) with one :class:`SqlDatabase` subclass, which claims the names it
+    answers to as entry points of the group :data:`GROUP` (in ``pyproject.toml``), lower-case:
+    e.g. ``postgresql``, ``postgres`` and ``org.postgresql.driver``. Only the entry point named
+    is loaded, so a worker that writes to PostgreSQL imports no other database's folder.
 
     Raises:
         ConfigurationError: the folder's driver is not installed (its import says which
             extra to install).
     """
-    name = _ALIASES.get(dialect, dialect)
-    if name not in _REGISTERED and dialect in _PACKAGES:
-        importlib.import_module(_PACKAGES[dialect])
-    return _REGISTERED.get(name)
+    claim = _claims().get(name.lower())
+    dialect: type[SqlDatabase] = SqlDatabase if claim is None else claim.load()
+    return dialect
+
+
+@functools.cache
+def _claims() -> dict[str, EntryPoint]:
+    """The names claimed in :data:`GROUP` (read once: the installed distributions' metadata)."""
+    return {ep.name: ep for ep in entry_points(group=GROUP)}
+
+
+def backend_for(name: str) -> DialectSpec | None:
+    """The dialect claiming *name*, ``None`` when none does (:func:`dialect_for`)."""
+    dialect = dialect_for(name)
+    return None if dialect is SqlDatabase else dialect

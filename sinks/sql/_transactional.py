@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection
 from twopc.spi import TargetConfigurationError
 
 from ._names import TableName
-from ._registry import backend_for
+from ._registry import dialect_for
 
 __all__ = ["require_transactional"]
 
@@ -34,8 +34,5 @@ def require_transactional(conn: Connection, table: TableName, *, role: str = "ta
     Raises:
         TargetConfigurationError: naming the table (as *role*), why, and the fix.
     """
-    registered = backend_for(conn.dialect.name)
-    if registered is None:  # no rule for this database
-        return
-    if problem := registered.rollback_problem(conn.connection.driver_connection, table, role):
+    if problem := dialect_for(conn.dialect.name).rollback_problem(conn.connection.driver_connection, table, role):
         raise TargetConfigurationError(problem + ". Nothing was written")

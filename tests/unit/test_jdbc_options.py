@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from twopc import ConfigurationError
 from twopc._runtime_options import RUNTIME_KEYS
 from twopc.sinks._options import SPARK_PASSED_OPTIONS, Duration
-from twopc.sinks.sql.connect._engines import _dialect_connect_args
+from twopc.sinks.sql._registry import dialect_for
 from twopc.sinks.sql.options._column_lists import parse_column_list, parse_column_types
 from twopc.sinks.sql.options._driver_params import MYSQL_JAVA_ONLY, PG_JAVA_ONLY
 from twopc.sinks.sql.options._jdbc_options import REJECTED_OPTIONS, JdbcOptions
@@ -207,11 +207,13 @@ def test_socket_timeout_must_outlast_the_server_side_waits() -> None:
 
 
 def test_net_timeouts_reach_the_drivers() -> None:
-    pg = _dialect_connect_args(parse("jdbc:postgresql://h/app?socketTimeout=45").net_timeouts(), "postgresql")
+    o = parse("jdbc:postgresql://h/app?socketTimeout=45")
+    pg = dialect_for("postgresql").connect_args(o.url, o.net_timeouts())
     assert (pg["connect_timeout"], pg["keepalives"], pg["keepalives_idle"], pg["tcp_user_timeout"]) == (
         10, 1, 30, 45_000)
     assert pg["cursor_factory"].__name__ == "DeadlineCursor"
-    my = _dialect_connect_args(parse("jdbc:mysql://h/app?tcpKeepAlive=false").net_timeouts(), "mysql")
+    o = parse("jdbc:mysql://h/app?tcpKeepAlive=false")
+    my = dialect_for("mysql").connect_args(o.url, o.net_timeouts())
     assert (my["read_timeout"], my["write_timeout"], my["connect_timeout"]) == (60, 60, 10)
 
 

@@ -23,6 +23,7 @@ import logging
 
 from twopc.spi import NamedTarget, redact
 
+from .._registry import dialect_for
 from ..options._jdbc_options import JdbcOptions
 from ._engines import engine_for
 
@@ -30,19 +31,14 @@ __all__ = ["SqlNamedTarget", "server_instance"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-_QUERIES = {
-    "postgresql": ("SELECT (SELECT system_identifier FROM pg_control_system())::text, oid::text "
-                   "FROM pg_database WHERE datname = current_database()"),
-    "mysql": "SELECT @@hostname, CAST(@@port AS CHAR), @@datadir",
-}
 
 
 def server_instance(options: JdbcOptions) -> str | None:
     """``postgresql system <id> database oid <oid> table <table>`` or ``mysql server
     <host>:<port> datadir <folder> table <db.table>``; ``None`` when the server does not
     answer or the dialect has no such query. Never raises."""
-    dialect = options.identity_dialect
-    query = _QUERIES.get(dialect)
+    dialect = dialect_for(options.identity_dialect)
+    query = dialect.server_identity_sql
     if query is None:
         return None
     try:
@@ -53,9 +49,7 @@ def server_instance(options: JdbcOptions) -> str | None:
                  options.safe_url(), redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                                             options.secrets()))
         return None
-    if dialect == "postgresql":
-        return f"postgresql system {row[0]} database oid {row[1]} table {options.identity_table()}"
-    return f"mysql server {row[0]}:{row[1]} datadir {row[2]} table {options.identity_table()}"
+    return dialect.server_identity(row, options.identity_table())
 
 
 class SqlNamedTarget(NamedTarget):

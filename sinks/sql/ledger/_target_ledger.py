@@ -54,8 +54,7 @@ from .._twopc_schema import ensure_schema
 from ..connect._engines import dbapi_connect_params
 from ..connect._sql_target import SqlTarget, give_back, log
 
-__all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "lease_key", "lease_name",
-           "sweep_lease_records"]
+__all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 
 #: The ledger table's name (in ``twopcSchema``, else in the marker table's schema).
 LEDGER_TABLE = "twopc_ledger"
@@ -63,24 +62,6 @@ LEDGER_TABLE = "twopc_ledger"
 LEASE_RECORDS = "twopc-leases"
 _UNIQUE = frozenset({"23505", "1062"})  # PostgreSQL unique_violation, MySQL ER_DUP_ENTRY
 _REPLY_GRACE = 5.0  # beyond the agent's own bound for a lease, before its silence counts as no answer
-
-
-def lease_key(sink_id: str) -> int:
-    """The PostgreSQL advisory-lock key of *sink_id*'s lease (63 bits, never negative)."""
-    return int.from_bytes(hashlib.sha256(f"twopc-lease:{sink_id}".encode()).digest()[:8], "big") & (2**63 - 1)
-
-
-def lease_name(sink_id: str, database: str) -> str:
-    """The MySQL/MariaDB ``GET_LOCK`` name of *sink_id*'s lease in *database* (46 characters:
-    ``GET_LOCK`` names are server-wide, PostgreSQL's advisory locks are per database)."""
-    return "twopc:" + hashlib.sha256(f"twopc-lease:{database}/{sink_id}".encode()).hexdigest()[:40]
-
-
-def _lock_sql(dialect: str, sink_id: str, database: str) -> tuple[str, str, Any]:
-    """(try-lock statement, unlock statement, parameter) of *sink_id*'s lease."""
-    if dialect == "postgresql":
-        return "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)", lease_key(sink_id)
-    return "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)", lease_name(sink_id, database)
 
 
 def sweep_lease_records(folder: Path) -> None:
@@ -113,7 +94,7 @@ class SqlTargetLedger:
         return self.sink.spec.name
 
     def _lock(self, sink_id: str) -> tuple[str, str, Any]:
-        return _lock_sql(self.dialect, sink_id, self.sink.options.url.database or "")
+        return self.sink.spec.lease_sql(sink_id, self.sink.options.url.database or "")
 
     def quoted(self) -> str:
         """The ledger table's name, quoted and qualified for the target."""
@@ -135,14 +116,7 @@ class SqlTargetLedger:
             SinkError: it cannot be created (the message has the DDL to run as an owner).
             TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
         """
-        if self.dialect == "postgresql":
-            ddl = (f"CREATE TABLE IF NOT EXISTS {self.quoted()} (sink_id text NOT NULL, name text NOT NULL, "
-                   "body text NOT NULL, written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, name))")
-        else:
-            ascii_ = "CHARACTER SET ascii COLLATE ascii_bin NOT NULL"
-            ddl = (f"CREATE TABLE IF NOT EXISTS {self.quoted()} (`sink_id` VARCHAR(64) {ascii_}, `name` VARCHAR(128) "
-                   f"{ascii_}, `body` LONGTEXT NOT NULL, `written_at` TIMESTAMP(6) NOT NULL DEFAULT "
-                   "CURRENT_TIMESTAMP(6), PRIMARY KEY (`sink_id`, `name`)) ENGINE=InnoDB")
+        ddl = self.sink.spec.ledger_ddl.format(table=self.quoted())
         if (schema := self.sink.options.twopc_schema) is not None:
             self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self.dialect, schema,
                                                                self.sink.options.url.database or ""))
@@ -227,7 +201,7 @@ class SqlTargetLedger:
         return {"op": "take", "sink_id": sink_id, "module": module, "connect": connect, "try_lock": try_lock,
                 "key": key, "bound_seconds": timeouts.connect + timeouts.reply,
                 "record": str(record) if record else None,
-                "session_sql": "SELECT pg_backend_pid()" if self.dialect == "postgresql" else "SELECT CONNECTION_ID()"}
+                "session_sql": self.sink.spec.session_id_sql}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
         """Ask the driver's agent (started by the driver's first write) to take *sink_id*'s
@@ -306,16 +280,9 @@ class SqlTargetLedger:
                 f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
     def holds(self, lease: Lease) -> bool:
-        if self.dialect == "postgresql":
-            key = lease_key(lease.sink_id)
-            rows = self.run("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND pid = %s "
-                            "AND classid::bigint = %s AND objid::bigint = %s AND objsubid = 1 AND database = "
-                            "(SELECT oid FROM pg_database WHERE datname = current_database())",
-                            (lease.session, key >> 32, key & 0xFFFFFFFF), fetch=True, action="check the lease")
-            return bool(rows and int(rows[0][0]) > 0)
-        rows = self.run("SELECT IS_USED_LOCK(%s)", (self._lock(lease.sink_id)[2],), fetch=True,
-                        action="check the lease")
-        return bool(rows) and rows[0][0] is not None and int(rows[0][0]) == lease.session
+        query, params = self.sink.spec.lease_holder_sql(self._lock(lease.sink_id)[2], lease.session)
+        rows = self.run(query, params, fetch=True, action="check the lease")
+        return bool(rows) and rows[0][0] is not None and int(rows[0][0]) > 0
 
     def release(self, lease: Lease) -> None:
         """Ask the lease's agent to close the session holding it (which frees the lock).
@@ -398,13 +365,7 @@ class SqlLedgerStore:
         return True
 
     def replace(self, rel: str, text: str) -> None:
-        q = self.backend.quoted()
-        if self.backend.dialect == "postgresql":
-            sql = (f"INSERT INTO {q} (sink_id, name, body) VALUES (%s, %s, %s) "
-                   "ON CONFLICT (sink_id, name) DO UPDATE SET body = EXCLUDED.body")
-        else:
-            sql = (f"INSERT INTO {q} (sink_id, name, body) VALUES (%s, %s, %s) "
-                   "ON DUPLICATE KEY UPDATE body = VALUES(body)")
+        sql = self.backend.sink.spec.ledger_upsert.format(table=self.backend.quoted())
         self._run(sql, (self.sink_id, rel, text), what=f"write ledger record {rel}")
 
     def list(self, rel: str) -> list[str]:

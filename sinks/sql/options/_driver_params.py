@@ -344,7 +344,7 @@ def _param_label(p: DriverParam) -> str:
     return f"parameter {p.name} in the JDBC URL" if p.source == "the JDBC URL" else f"option {p.name}"
 
 
-def translate_mysql(props: list[DriverParam], flavor: str, supported: Sequence[str] = ()) -> Translated:
+def translate_mysql(props: list[DriverParam], mariadb: bool, supported: Sequence[str] = ()) -> Translated:
     """PyMySQL parameters for MySQL/MariaDB Connector/J parameters (*flavor* ``mysql`` or
     ``mariadb``: their TLS parameters differ; see :data:`MYSQL_PARAMETERS`)."""
     q: dict[str, str | tuple[str, ...]] = {}
@@ -375,11 +375,11 @@ def translate_mysql(props: list[DriverParam], flavor: str, supported: Sequence[s
             log.info("twopc: %s=%s: timestamps are written in UTC", p.name, v)
         else:
             _untranslated(p, "MySQL/MariaDB", MYSQL_PARAMETERS, MYSQL_JAVA_ONLY, _MYSQL_REFUSED, supported)
-    q.update(_mysql_tls(by_key, flavor))
+    q.update(_mysql_tls(by_key, mariadb))
     return Translated(q, timeout, waits.socket_ms, waits.keepalive)
 
 
-def _mysql_tls(by_key: Mapping[str, DriverParam], flavor: str) -> dict[str, str | tuple[str, ...]]:
+def _mysql_tls(by_key: Mapping[str, DriverParam], mariadb: bool) -> dict[str, str | tuple[str, ...]]:
     """Map Connector/J / MariaDB Connector/J TLS parameters to PyMySQL's ``ssl_*`` URL
     parameters (read by SQLAlchemy's mysql dialect). Never weakens what was asked for;
     every TLS parameter that ends up without effect is logged at INFO."""
@@ -410,7 +410,7 @@ def _mysql_tls(by_key: Mapping[str, DriverParam], flavor: str) -> dict[str, str 
                 f"sslMode must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY (MariaDB: "
                 f"disable, trust, verify-ca, verify-full), got {mode_prop.value!r}")
         mode = _MYSQL_SSLMODES[key]
-    elif flavor == "mariadb":  # MariaDB Connector/J 2.x: useSsl verifies unless told not to
+    elif mariadb:  # MariaDB Connector/J 2.x: useSsl verifies unless told not to
         use = flag("usessl")
         if use:
             if flag("trustservercertificate"):

@@ -85,7 +85,6 @@ the JDBC driver): translated, logged, or refused (:mod:`twopc.sinks.sql.options.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -98,6 +97,7 @@ from twopc import ConfigurationError
 from ..._options import Duration, OptionReader
 from ..._secrets import redacted_errors
 from .._names import TableName, parse_table_name
+from .._registry import backend_for, dialect_for
 from .._twopc_schema import bookkeeping_table, parse_twopc_schema
 from ._column_lists import parse_column_list, parse_column_types
 from ._jdbc_url import Dialect, safe_url, translate_url, url_secrets
@@ -179,13 +179,6 @@ REJECTED_OPTIONS: dict[str, tuple[str, str]] = {
 }
 
 _JAVA_CLASS = re.compile(r"^[A-Za-z_$][A-Za-z0-9_$]*(\.[A-Za-z_$][A-Za-z0-9_$]*)*$")
-_KNOWN_DRIVERS: dict[str, Dialect] = {
-    "org.postgresql.driver": "postgresql",
-    "com.mysql.cj.jdbc.driver": "mysql",
-    "com.mysql.jdbc.driver": "mysql",
-    "org.mariadb.jdbc.driver": "mysql",
-    "org.sqlite.jdbc": "sqlite",
-}
 _ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("READ_UNCOMMITTED", "READ_COMMITTED", "REPEATABLE_READ",
                                                  "SERIALIZABLE")
 _SAVE_MODES: dict[str, SaveMode] = {"append": "append", "overwrite": "overwrite", "errorifexists": "errorifexists",
@@ -194,11 +187,8 @@ _MAX_CONNECT = Duration(3_600_000)
 _NO_LIMIT = Duration(0)
 _LOCK_TIMEOUT = Duration(30_000)
 _CONNECT_TIMEOUT = Duration(10_000)
-#: the port a URL without one connects to, for :meth:`JdbcOptions.target_identity`
-_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306}
 #: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
 STAGING_RETENTION = Duration(86_400_000)
-_DIALECT_LABELS = {"postgresql": "PostgreSQL", "mysql": "MySQL/MariaDB", "sqlite": "SQLite"}
 #: keyword arguments of the sinks' constructors -> option names
 _KWARG_OPTIONS = {
     "user": "user", "password": "password", "driver": "driver", "batch_size": "batchsize",
@@ -359,8 +349,8 @@ class JdbcOptions:
         dialect = translated.dialect
         if only is not None and dialect != only:
             raise ConfigurationError(
-                f"{r.format_name} writes to {_DIALECT_LABELS.get(only, only)}, but the url is a "
-                f"{_DIALECT_LABELS.get(dialect, dialect)} URL: use format {JDBC_FORMAT} for other databases")
+                f"{r.format_name} writes to {dialect_for(only).label or only}, but the url is a "
+                f"{dialect_for(dialect).label or dialect} URL: use format {JDBC_FORMAT} for other databases")
         values["driver"] = _driver(values["driver"], dialect)
         connect = (Duration.parse(connect_option, "connectTimeout") if connect_option is not None
                    else Duration(translated.connect_timeout * 1000) if translated.connect_timeout
@@ -409,21 +399,20 @@ class JdbcOptions:
         }, given
 
     def _check_combinations(self, staging_given: list[str]) -> None:
-        if self.commit_mode == "prepared" and self.dialect in ("sqlite", "other"):
-            what = "SQLite has no prepared transactions" if self.dialect == "sqlite" else (
-                "twopc can prepare transactions only on PostgreSQL and MySQL/MariaDB")
-            raise ConfigurationError(f"commitMode=prepared is not possible here: {what}; use "
+        dialect = dialect_for(self.dialect)
+        if self.commit_mode == "prepared" and not dialect.prepares:
+            raise ConfigurationError(f"commitMode=prepared is not possible here: {dialect.no_prepare_reason}; use "
                                      f"commitMode=staging (or auto)")
-        if self.copy_format != "auto" and self.dialect != "postgresql":
+        if self.copy_format != "auto" and not dialect.copy_formats:
             raise ConfigurationError(
                 f"copyFormat={self.copy_format} applies only to PostgreSQL (COPY); this URL is {self.dialect}: "
                 f"remove the option")
-        if self.dead_letter_table is not None and (self.dialect != "postgresql" or self.commit_mode == "staging"
+        if self.dead_letter_table is not None and (not dialect.dead_letters or self.commit_mode == "staging"
                                                    or staging_given):
             raise ConfigurationError(
                 "deadLetterTable is supported on PostgreSQL in the prepared commit mode only (twopc-postgres, or "
                 "twopc-jdbc appending to a PostgreSQL table); this write is "
-                + (f"to {self.dialect}" if self.dialect != "postgresql" else "in the staging mode")
+                + (f"to {self.dialect}" if not dialect.dead_letters else "in the staging mode")
                 + ": remove the option")
         if self.format_name != JDBC_FORMAT:
             given = staging_given + (["commitMode=staging"] if self.commit_mode == "staging" else [])
@@ -463,18 +452,15 @@ class JdbcOptions:
         every SQL sink): ``<dialect> <host>:<port>/<database> table <schema.table>``
         (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
         a table without a database is in the URL's."""
-        dialect = self.identity_dialect
-        db = self.url.database or ""
-        if dialect == "sqlite":
-            return f"sqlite {os.path.abspath(db) if db and db != ':memory:' else db} table {self.identity_table()}"
-        port = self.url.port or _DEFAULT_PORTS.get(dialect) or ""
-        return f"{dialect} {self.url.host or 'localhost'}:{port}/{db} table {self.identity_table()}"
+        where = dialect_for(self.identity_dialect).identity_where(self.url)
+        return f"{self.identity_dialect} {where} table {self.identity_table()}"
 
     @property
     def identity_dialect(self) -> str:
         """The dialect as target identities name it (MariaDB URLs as ``mysql``)."""
         backend = self.url.get_backend_name()
-        return "mysql" if backend == "mariadb" else backend
+        claimed = backend_for(backend)
+        return backend if claimed is None else claimed.name
 
     def identity_table(self) -> str:
         """The target table as :meth:`target_identity` names it: as the database reads
@@ -482,7 +468,7 @@ class JdbcOptions:
         dialect = self.identity_dialect
         table = parse_table_name(self.table, dialect)
         db = self.url.database or ""
-        if dialect == "mysql" and table.schema is None and db:
+        if dialect_for(dialect).schema_is_database and table.schema is None and db:
             table = TableName(db, table.name, dialect)
         return table.display()
 
@@ -554,7 +540,7 @@ def _driver(text: str | None, dialect: Dialect) -> str | None:
         raise ConfigurationError(
             f"driver {text!r} is not a Java class name (e.g. org.postgresql.Driver); twopc "
             f"does not need it and only records it")
-    expected = _KNOWN_DRIVERS.get(text.lower())
-    if expected is not None and dialect != "other" and expected != dialect:
-        raise ConfigurationError(f"driver {text} is a {expected} driver, but the url is a {dialect} URL")
+    expected = backend_for(text.lower())
+    if expected is not None and dialect != "other" and expected.name != dialect:
+        raise ConfigurationError(f"driver {text} is a {expected.name} driver, but the url is a {dialect} URL")
     return text

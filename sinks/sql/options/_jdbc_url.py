@@ -20,7 +20,7 @@ import re
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, TypeAlias
+from typing import NamedTuple, TypeAlias
 
 from sqlalchemy.engine import URL, make_url
 
@@ -28,13 +28,16 @@ from twopc import ConfigurationError
 
 from ..._options import unknown_option_hint
 from ..._secrets import SECRET_KEYS, after_password, secret_forms
-from ._driver_params import DriverParam, Translated, translate_mysql, translate_pg, translate_sqlite
+from .._registry import dialect_for
+from ._driver_params import DriverParam, Translated
 
-__all__ = ["Dialect", "SqlUrl", "safe_url", "translate_url", "url_secrets"]
+__all__ = ["Dialect", "JdbcParts", "SqlUrl", "host_port", "query_params", "safe_url", "translate_url", "untranslated",
+           "url_secrets"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-Dialect: TypeAlias = Literal["postgresql", "mysql", "sqlite", "other"]
+#: a dialect's name (:attr:`~twopc.sinks.sql._registry.SqlDatabase.name`): ``postgresql``, ``mysql``, ``other``...
+Dialect: TypeAlias = str
 
 
 @dataclass(frozen=True, repr=False)
@@ -79,8 +82,10 @@ def url_secrets(url: URL) -> list[str]:
     return secret_forms(values)
 
 
-class _JdbcParts(NamedTuple):
-    subprotocol: str  # postgresql | mysql | mariadb | sqlite
+class JdbcParts(NamedTuple):
+    """A JDBC URL taken apart (the subprotocol lower-case), for its dialect to build from."""
+
+    subprotocol: str
     user: str | None
     password: str | None
     hosts: list[str]
@@ -129,23 +134,8 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
             add(k, v, "the JDBC URL", after_secret and k.lower() not in SECRET_KEYS)
             after_secret = after_secret or k.lower() in SECRET_KEYS
         url_user, url_password = parts.user, parts.password
-        if parts.subprotocol == "postgresql":
-            dialect: Dialect = "postgresql"
-            host, port, multi = _pg_hosts(parts.hosts)
-            if multi:
-                base_query["host"] = tuple(multi)
-            url = URL.create("postgresql+psycopg", host=host, port=port, database=parts.database)
-        elif parts.subprotocol in ("mysql", "mariadb"):
-            dialect = "mysql"
-            if len(parts.hosts) > 1:
-                raise ConfigurationError(
-                    "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
-                    "host[:port]")
-            host, port = _host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
-            url = URL.create("mysql+pymysql", host=host, port=port, database=parts.database)
-        else:
-            dialect = "sqlite"
-            url = URL.create("sqlite", database=parts.database)
+        database = dialect_for(parts.subprotocol)
+        url, base_query = database.jdbc_url(parts)
         flavor = parts.subprotocol
     else:
         try:
@@ -155,9 +145,11 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
                 "url is neither a JDBC URL (jdbc:postgresql://host:port/db, jdbc:mysql://..., "
                 "jdbc:mariadb://..., jdbc:sqlite:/path/file.db) nor a valid SQLAlchemy URL "
                 "(postgresql://user@host:port/db, mysql://..., sqlite:////abs/path.db)") from None
-        url, dialect = _normalize_sqlalchemy(url)
+        backend, _, driver = url.drivername.partition("+")
+        database = dialect_for(backend)
+        url = database.sqlalchemy_url(url, driver.lower())
         url_user, url_password = url.username, url.password
-        flavor = "mysql" if dialect == "mysql" else dialect
+        flavor = database.name
         base_query = dict(url.query)
         for key in list(base_query):  # credentials in the query string would show in describe()
             if key.lower() in ("user", "password"):
@@ -179,21 +171,9 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
             else:
                 url_password = prop.value
 
-    if dialect == "postgresql":
-        translated = translate_pg(list(props.values()), base_query, supported)
-    elif dialect == "mysql":
-        translated = translate_mysql(list(props.values()), flavor, supported)
-    elif dialect == "sqlite":
-        translated = translate_sqlite(list(props.values()), supported)
-    else:
-        if props:
-            names = ", ".join(f"{p.name} ({unknown_option_hint(p.name, supported)})" for p in props.values())
-            raise ConfigurationError(
-                f"option(s) {names} are not twopc or Spark JDBC options, and driver "
-                f"parameters are only translated for PostgreSQL, MySQL/MariaDB and SQLite: put "
-                f"them in the SQLAlchemy URL's query string in your driver's own spelling. "
-                f"Supported options: {', '.join(supported)}")
-        translated = Translated({}, None)
+    translated = database.translate_params(list(props.values()), base_query, flavor, supported)
+    if translated is None:
+        translated = untranslated(list(props.values()), supported)
 
     query = dict(base_query)
     for k, value in translated.query.items():
@@ -211,69 +191,44 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
         url_user = user
     if password is not None:
         url_password = password
-    if dialect == "sqlite":
-        if url_user or url_password:
-            log.info("twopc: SQLite has no login; ignoring user/password")
-        url = url.set(username=None, password=None)
-        _check_sqlite_durable(url)
-    else:
-        # a password without a user keeps username "" so that the rendered URL keeps it too
-        # (SQLAlchemy drops the password of a URL without username when rendering)
-        username = url_user if url_user else ("" if url_password else None)
-        url = url.set(username=username, password=url_password)
-    return SqlUrl(url, dialect, translated.connect_timeout, translated.socket_timeout_ms, translated.tcp_keepalive)
+    url = database.login(url, url_user, url_password)
+    return SqlUrl(url, database.name, translated.connect_timeout, translated.socket_timeout_ms,
+                  translated.tcp_keepalive)
 
 
-def _normalize_sqlalchemy(url: URL) -> tuple[URL, Dialect]:
-    backend, _, driver = url.drivername.partition("+")
-    backend = backend.lower()
-    driver = driver.lower()
-    if backend in ("postgresql", "postgres"):
-        if driver not in ("", "psycopg", "psycopg2", "psycopg2cffi"):
-            raise ConfigurationError(
-                f"twopc connects to PostgreSQL with psycopg 3, not {driver}: use a "
-                f"postgresql:// or postgresql+psycopg:// URL")
-        return url.set(drivername="postgresql+psycopg"), "postgresql"
-    if backend in ("mysql", "mariadb"):
-        if driver not in ("", "pymysql", "mysqldb"):
-            raise ConfigurationError(
-                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// "
-                f"or mysql+pymysql:// URL")
-        return url.set(drivername="mysql+pymysql"), "mysql"
-    if backend == "sqlite":
-        if driver not in ("", "pysqlite"):
-            raise ConfigurationError(
-                f"twopc uses Python's sqlite3 for SQLite, not {driver}: use a sqlite:/// URL")
-        return url.set(drivername="sqlite"), "sqlite"
-    return url, "other"
+def untranslated(props: Sequence[DriverParam], supported: Sequence[str]) -> Translated:
+    """No driver parameters translated (a database twopc has no rules for): given ones are refused.
 
-
-def _check_sqlite_durable(url: URL) -> None:
-    db = (url.database or "").strip()
-    mode = url.query.get("mode")
-    if (not db or db == ":memory:" or db.startswith("file::memory:") or mode == "memory"
-            or (isinstance(mode, tuple) and "memory" in mode)):
+    Raises:
+        ConfigurationError: naming them, and where to put them instead.
+    """
+    if props:
+        names = ", ".join(f"{p.name} ({unknown_option_hint(p.name, supported)})" for p in props)
         raise ConfigurationError(
-            "an in-memory SQLite database cannot be used: twopc stages data and records commit "
-            "markers that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db "
-            "or sqlite:////data/app.db")
+            f"option(s) {names} are not twopc or Spark JDBC options, and driver "
+            f"parameters are only translated for PostgreSQL, MySQL/MariaDB and SQLite: put "
+            f"them in the SQLAlchemy URL's query string in your driver's own spelling. "
+            f"Supported options: {', '.join(supported)}")
+    return Translated({}, None)
 
 
-def _split_jdbc(raw: str) -> _JdbcParts:
+
+def _split_jdbc(raw: str) -> JdbcParts:
     body = raw[len("jdbc:"):]
     sub, sep, rest = body.partition(":")
     sub = sub.lower()
-    if not sep or sub not in ("postgresql", "mysql", "mariadb", "sqlite"):
+    dialect = dialect_for(sub) if sep else None
+    if dialect is None or sub not in dialect.jdbc_subprotocols:
         shown = sub if re.fullmatch(r"[a-z0-9+._-]{1,30}", sub) else "?"
         raise ConfigurationError(
             f"JDBC subprotocol {shown!r} is not supported: twopc translates jdbc:postgresql:, "
             f"jdbc:mysql:, jdbc:mariadb: and jdbc:sqlite: URLs. For another database give a "
             f"SQLAlchemy URL instead (e.g. mssql+pyodbc://..., oracle+oracledb://...); "
             f"commitMode=staging may work there")
-    if sub == "sqlite":
-        return _split_sqlite(rest)
+    if (own := dialect.split_jdbc(rest)) is not None:
+        return own
     path, _, query_text = rest.partition("?")
-    if sub == "postgresql":
+    if dialect.jdbc_bare_database:
         if path.startswith("//"):
             netloc, _, dbpath = path[2:].partition("/")
         else:  # jdbc:postgresql:database  or  jdbc:postgresql:/
@@ -297,35 +252,16 @@ def _split_jdbc(raw: str) -> _JdbcParts:
         user = urllib.parse.unquote(u) or None
         password = urllib.parse.unquote(p) if colon else None
     hosts = [h.strip() for h in netloc.split(",") if h.strip()]
-    if sub != "postgresql" and any("(" in h or "=" in h for h in hosts):
+    if not dialect.jdbc_bare_database and any("(" in h or "=" in h for h in hosts):
         raise ConfigurationError(
             "the JDBC URL uses the address=(host=...)(port=...) host syntax, which twopc does not "
             "translate: write host[:port]")
     database = urllib.parse.unquote(dbpath) or None
-    params = _query_params(query_text)
-    return _JdbcParts(sub, user, password, hosts, database, params)
+    params = query_params(query_text)
+    return JdbcParts(sub, user, password, hosts, database, params)
 
 
-def _split_sqlite(rest: str) -> _JdbcParts:
-    path, _, query_text = rest.partition("?")
-    if path.lower().startswith("file:"):
-        path = path[len("file:"):]
-        if path.startswith("//"):
-            host, slash, tail = path[2:].partition("/")
-            if host not in ("", "localhost"):
-                raise ConfigurationError("a file: SQLite URI with a host name is not supported: give a local path")
-            path = slash + tail
-    if not path or path == ":memory:" or path.startswith((":memory:", ":resource:")):
-        if path.startswith(":resource:"):
-            raise ConfigurationError("a SQLite database in a Java resource is read-only: give a file path, "
-                                     "e.g. jdbc:sqlite:/data/app.db")
-        raise ConfigurationError(
-            "an in-memory SQLite database cannot be used: twopc stages data and records commit markers "
-            "that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db")
-    return _JdbcParts("sqlite", None, None, [], path, _query_params(query_text))
-
-
-def _query_params(query_text: str) -> list[tuple[str, str]]:
+def query_params(query_text: str) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for piece in query_text.split("&"):
         if not piece:
@@ -340,7 +276,7 @@ def _query_params(query_text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _host_port(h: str) -> tuple[str, int | None]:
+def host_port(h: str) -> tuple[str, int | None]:
     port_text = ""
     if h.startswith("["):  # [ipv6]:port
         addr, _, tail = h[1:].partition("]")
@@ -356,20 +292,3 @@ def _host_port(h: str) -> tuple[str, int | None]:
             raise ConfigurationError("invalid port in the JDBC URL: use host:port with a number 1-65535")
         return host, int(port_text)
     return host, None
-
-
-def _pg_hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
-    """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
-    SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
-    if not hosts:
-        return "localhost", None, []
-    parsed = [_host_port(h) for h in hosts]
-    if len(parsed) == 1:
-        return parsed[0][0], parsed[0][1], []
-    multi = []
-    for host, port in parsed:
-        h = f"[{host}]" if ":" in host else host
-        multi.append(f"{h}:{port}" if port else h)
-    return None, None, multi
-
-

@@ -9,6 +9,7 @@ import logging
 from twopc import ConfigurationError
 
 from ..._options import Duration
+from .._registry import dialect_for
 from ._jdbc_url import Dialect
 
 __all__ = ["SOCKET_MARGIN", "SOCKET_TIMEOUT", "socket_and_lock_timeouts"]
@@ -55,6 +56,4 @@ def socket_and_lock_timeouts(option_text: str | None, url_ms: int | None, lock: 
 def _server_wait(lock: Duration, dialect: Dialect | None) -> Duration:
     """How long the server lets a statement wait for a lock under *lock*: MySQL/MariaDB
     count whole seconds, at least one (``innodb_lock_wait_timeout``)."""
-    if dialect == "mysql":
-        return Duration(max(1, lock.whole_seconds) * 1000)
-    return lock
+    return dialect_for(dialect or "").server_lock_wait(lock)

@@ -153,7 +153,7 @@ class StagingCommitter(StagingDdl):
                     f"{self.target.display()} does not exist and this process does not know the DataFrame "
                     f"schema to create it (recovery without a query): create the table, then recover")
             conn.exec_driver_sql(self.create_ddl(conn))
-            if self.options.table_comment and self.dialect_name == "postgresql":
+            if self.options.table_comment and self.dialect.table_comments == "comment on":
                 comment = sql_string(self.options.table_comment, backslash=False)
                 conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {comment}")
         stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)
@@ -187,7 +187,7 @@ class StagingCommitter(StagingDdl):
         the caller deletes. The lock is held only for the rest of the commit transaction
         (milliseconds): a task that starts staging meanwhile waits for it, then stages into
         the emptied table."""
-        if self.dialect_name != "postgresql":
+        if not self.dialect.truncates_in_transaction:
             return False
         # Only a statement snapshot taken after the lock sees every row committed before it
         # (REPEATABLE READ / SERIALIZABLE would miss rows staged since the transaction began).

@@ -110,7 +110,7 @@ class StagingDdl(StagingTables):
             stage_types: dict[str, str] = {}
             if exists and not recreate:
                 matched = check_columns(conn, self.target, schema)
-                if self.dialect_name in ("postgresql", "mysql"):  # stage in the target's own types
+                if self.dialect.stages_in_target_types:
                     stage_types = {f.name: c.display_type for f, c in zip(schema, matched, strict=True)}
             if keys:
                 missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
@@ -118,7 +118,7 @@ class StagingDdl(StagingTables):
                     raise SchemaMismatchError(f"upsertKeys {missing} are not DataFrame columns ({schema.names})")
                 if exists and not recreate:
                     check_unique(conn, self.target, keys)
-            if not exists and self.dialect_name == "mysql" and self.mode != "ignore":
+            if not exists and not self.dialect.transactional_ddl and self.mode != "ignore":
                 self._create_target_now(conn, ddl)
             if (name := self.options.twopc_schema) is not None:
                 ensure_schema(self._committing(conn), self.dialect_name, name, self.options.url.database or "")
@@ -198,7 +198,7 @@ class StagingDdl(StagingTables):
             ddl = ddl[:ddl.rindex(")")] + f", PRIMARY KEY ({keys}))"
         if o.create_table_options.strip():
             ddl += " " + o.create_table_options.strip()
-        if o.table_comment and self.dialect_name == "mysql":
+        if o.table_comment and self.dialect.table_comments == "create":
             ddl += " COMMENT = " + sql_string(o.table_comment, backslash=True)
         return ddl
 
@@ -249,7 +249,8 @@ class StagingDdl(StagingTables):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
             # a staged column of another type would convert the values before the target sees them
             have_types = {c.name: c.display_type for c in catalog_columns(conn, self.stage) or []}
-            want_types = {f.name: types.get(f.name) or arrow_to_sqlalchemy(f).compile(dialect=conn.dialect)
+            want_types = {f.name: types.get(f.name)
+                          or arrow_to_sqlalchemy(f, conn.dialect.name).compile(dialect=conn.dialect)
                           for f in schema} if have_types else {}
             if have == want and all(same_type(have_types.get(n, ""), t, self.dialect_name)
                                     for n, t in want_types.items()):

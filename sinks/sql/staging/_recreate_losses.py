@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from .._names import TableName
+from .._registry import dialect_for
 from ..types._arrow_ddl import arrow_to_sqlalchemy
 from ._table_columns import same_type
 
@@ -64,8 +65,7 @@ def recreate_losses(conn: Connection, target: TableName, schema: pa.Schema, *, o
     if table_comment and table_comment != comment:
         out.append("comment")
     add("comment of", [c["name"] for c in kept if c.get("comment")])
-    if conn.dialect.name == "postgresql":
-        out += _pg_extras(conn, target)
+    out += dialect_for(conn.dialect.name).recreate_losses(conn, target.quoted(conn.dialect))
     return out
 
 
@@ -92,28 +92,10 @@ def _changed_types(conn: Connection, kept: Sequence[Mapping[str, Any]], fields: 
         key = c["name"].lower()
         if key in given:
             continue
-        new = arrow_to_sqlalchemy(fields[key]).compile(dialect=conn.dialect)
+        new = arrow_to_sqlalchemy(fields[key], conn.dialect.name).compile(dialect=conn.dialect)
         old = str(c["type"])
         with contextlib.suppress(Exception):  # an unreflectable type (NullType) keeps its catalog text
             old = c["type"].compile(dialect=conn.dialect)
         if not same_type(old, new, conn.dialect.name):
             out.append(f"{c['name']} ({old.lower()} -> {new.lower()})")
-    return out
-
-
-def _pg_extras(conn: Connection, target: TableName) -> list[str]:
-    """Grants to other roles, triggers and row security policies of a PostgreSQL table."""
-    out = []
-    rel = {"t": target.quoted(conn.dialect)}
-    queries = (
-        ("grants to", ("SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END "
-                       "FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = to_regclass(:t) "
-                       "AND a.grantee <> c.relowner ORDER BY 1")),
-        ("trigger", "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(:t) AND NOT tgisinternal ORDER BY 1"),
-        ("row security policy", "SELECT polname FROM pg_policy WHERE polrelid = to_regclass(:t) ORDER BY 1"),
-    )
-    for what, query in queries:
-        names = [str(n) for n in conn.execute(sa.text(query), rel).scalars()]
-        if names:
-            out.append(f"{what} {', '.join(names)}")
     return out

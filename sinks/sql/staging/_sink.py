@@ -241,7 +241,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                 values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
             columns.append(values)
         cols = ", ".join(self.q(n) for n in [TXN_COLUMN, *names])
-        mark = "%s" if self.dialect_name == "mysql" else "?"
+        mark = "%s" if txn.conn.dialect.paramstyle in ("format", "pyformat") else "?"  # the driver's own
         marks = ", ".join([mark] * (len(names) + 1))
         stmt = f"INSERT INTO {self.stage.quoted(txn.conn.dialect)} ({cols}) VALUES ({marks})"
         rows = list(zip([txn.txn_id] * batch.num_rows, *columns, strict=True))

@@ -16,6 +16,7 @@ from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
 from .._names import TableName
+from .._registry import dialect_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,11 +69,11 @@ def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
 
     types = types or {}
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
-    if dialect_name == "postgresql":
-        txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False,
-                            server_default=sa.text("current_setting('twopc.txn_id')"))
+    if (default := dialect_for(dialect_name).stage_txn_default) is not None:
+        txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False, server_default=sa.text(default))
     return sa.Table(stage.name, sa.MetaData(), txn_col,
-                    *[sa.Column(f.name, types.get(f.name) or arrow_to_sqlalchemy(f), nullable=True) for f in schema],
+                    *[sa.Column(f.name, types.get(f.name) or arrow_to_sqlalchemy(f, dialect_name), nullable=True)
+                      for f in schema],
                     schema=stage.schema, mysql_engine="InnoDB")
 
 
@@ -141,30 +142,18 @@ def move_sql(dialect_name: str, quote: Any, target: str, stage: str, mapping: Se
         ConfigurationError: upsert on a dialect without a known upsert syntax.
     """
     q = quote
-    ins = ", ".join(q(tc) for _, tc in mapping)
+    into = f"INSERT INTO {target} ({', '.join(q(tc) for _, tc in mapping)})"
     sel = ", ".join(q(sc) for sc, _ in mapping)
-    where = f"WHERE {q(TXN_COLUMN)} IN :ids"
-    plain = f"INSERT INTO {target} ({ins}) SELECT {sel} FROM {stage} {where}"
+    source = f"FROM {stage} WHERE {q(TXN_COLUMN)} IN :ids"
     if not upsert_keys:
-        return plain
+        return f"{into} SELECT {sel} {source}"
     keys = []
     for k in upsert_keys:
         m = [tc for sc, tc in mapping if sc.lower() == k.lower()]
         keys.append(m[0] if m else k)
     keyset = {k.lower() for k in keys}
     others = [tc for _, tc in mapping if tc.lower() not in keyset]
-    qk = ", ".join(q(k) for k in keys)
-    if dialect_name == "postgresql":
-        skeys = ", ".join(q(sc) for sc, tc in mapping if tc.lower() in keyset)
-        sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in others)
-        action = f"DO UPDATE SET {sets}" if others else "DO NOTHING"
-        return (f"INSERT INTO {target} ({ins}) SELECT DISTINCT ON ({skeys}) {sel} FROM {stage} {where} "
-                f"ORDER BY {skeys}, ctid DESC ON CONFLICT ({qk}) {action}")
-    if dialect_name == "sqlite":
-        sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in others)
-        return (f"INSERT INTO {target} ({ins}) SELECT {sel} FROM {stage} {where} ORDER BY rowid "
-                f"ON CONFLICT ({qk}) " + (f"DO UPDATE SET {sets}" if others else "DO NOTHING"))
-    if dialect_name == "mysql":
-        sets = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in (others or keys[:1]))
-        return f"{plain} ON DUPLICATE KEY UPDATE {sets}"
+    stage_keys = [sc for sc, tc in mapping if tc.lower() in keyset]
+    if (sql := dialect_for(dialect_name).upsert_sql(into, sel, source, q, keys, others, stage_keys)) is not None:
+        return sql
     raise ConfigurationError(f"upsertKeys is not supported on {dialect_name}")

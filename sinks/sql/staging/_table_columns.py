@@ -6,14 +6,13 @@ into the target converts nothing."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from .._names import TableName
-from .._registry import backend_for
+from .._registry import dialect_for
 from ..types._column_match import TableColumn, match_columns
 from ._statements import ReflectedColumn
 
@@ -23,8 +22,6 @@ if TYPE_CHECKING:
 
 __all__ = ["VerbatimType", "catalog_columns", "check_columns", "same_type"]
 
-_INT_WIDTH = re.compile(r"\b(tinyint|smallint|mediumint|int|integer|bigint)\(\d+\)")
-_ALIASES = {"bool": "tinyint", "boolean": "tinyint"}  # MySQL's BOOL is TINYINT(1)
 
 
 class VerbatimType(sa.types.UserDefinedType[Any]):
@@ -44,16 +41,7 @@ def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
     (:class:`~twopc.sinks.postgres._columns.PgColumn`, :class:`~twopc.sinks.mysql._my_column.MyColumn`;
     ``display_type`` is DDL for the type), ``None`` when the table does not exist or the
     dialect has no reader (then use SQLAlchemy's reflection)."""
-    registered = backend_for(conn.dialect.name)
-    return None if registered is None else registered.catalog_columns(conn.connection.driver_connection, table)
-
-
-def _compatible(dialect: str) -> Any:
-    if (registered := backend_for(dialect)) is not None:
-        return registered.spec.compatible
-    from ..types._type_rules import fits, reflected_family  # here: a commit never loads pyarrow
-
-    return lambda t, c: fits(t, reflected_family(c.type), dialect)
+    return dialect_for(conn.dialect.name).catalog_columns(conn.connection.driver_connection, table)
 
 
 def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
@@ -68,18 +56,19 @@ def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Seq
     if cols is None:
         cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
     return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
-                         compatible=_compatible(conn.dialect.name), type_name=str, check_required=True)
+                         compatible=dialect_for(conn.dialect.name).compatible or _reflected_fits, type_name=str,
+                         check_required=True)
+
+
+def _reflected_fits(t: pa.DataType, col: Any) -> bool:
+    from ..types._type_rules import fits, reflected_family  # here: a commit never loads pyarrow
+
+    return fits(t, reflected_family(col.type), untyped=True)
 
 
 def same_type(a: str, b: str, dialect: str) -> bool:
     """Whether two spellings of a column type are the same type: DDL as SQLAlchemy compiles
     it (``NUMERIC(22, 1)``, ``BIGINT``, ``BOOL``) and as the catalog prints it
     (``numeric(22,1)``, MariaDB's ``bigint(20)``, ``tinyint(1)``)."""
-    def norm(t: str) -> str:
-        t = t.lower().replace(" ", "")
-        if dialect == "mysql":
-            t = _INT_WIDTH.sub(r"\1", t)
-            t = _ALIASES.get(t, t)
-        return t
-
-    return norm(a) == norm(b)
+    normalize = dialect_for(dialect).normalize_type
+    return normalize(a) == normalize(b)

@@ -13,7 +13,7 @@ from twopc import ConfigurationError, SinkError
 from twopc.spi import SinkUnavailableError, redact
 
 from .._names import TableName, parse_table_name
-from .._registry import SqlBackend, backend_for
+from .._registry import DialectSpec, backend_for, dialect_for
 from ..connect._engines import engine_for
 from ..options._jdbc_options import JdbcOptions, SaveMode
 from ._statements import default_stage_name, fresh
@@ -39,11 +39,12 @@ class StagingTables:
     """
 
     def __init__(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
-        dialect = o.url.get_backend_name()
-        self.dialect_name = "mysql" if dialect == "mariadb" else dialect
+        backend = o.url.get_backend_name()
+        self.dialect = dialect_for(backend)
+        self.dialect_name = backend if backend_for(backend) is None else self.dialect.name
         if mode not in MODES:
             raise ConfigurationError(f"save mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if o.table_comment and self.dialect_name not in ("postgresql", "mysql"):
+        if o.table_comment and self.dialect.table_comments is None:
             raise ConfigurationError(f"tableComment is not supported on {self.dialect_name}: remove the option")
         self.options = o
         self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against MODES above
@@ -55,7 +56,7 @@ class StagingTables:
         else:
             self.stage = self.target.sibling(default_stage_name(self.target))
         self.batches = o.bookkeeping(parse_table_name(batch_table, self.dialect_name, "batch marker table"))
-        if self.batches.schema is None and self.target.schema is not None and self.dialect_name != "sqlite":
+        if self.batches.schema is None and self.target.schema is not None and not self.dialect.file_based:
             self.batches = self.target.sibling(self.batches.name)
         self.schema: pa.Schema | None = None
         self.streaming = False
@@ -73,22 +74,20 @@ class StagingTables:
             conn = self._engine().connect()
         except (DBAPIError, OSError) as exc:
             raise self.unavailable(exc) from None
-        if self.dialect_name != "sqlite":
+        if not self.dialect.file_based:
             conn = conn.execution_options(isolation_level=self.options.isolation_sql)
         return conn
 
-    def registered(self) -> SqlBackend | None:
-        """The registered dialect (PostgreSQL, MariaDB/MySQL: the prepared sinks' rules), else None."""
-        return backend_for(self.dialect_name)
+    def registered(self) -> DialectSpec:
+        """The database's dialect (:mod:`twopc.sinks.sql._registry`): the prepared sinks' rules."""
+        return self.dialect
 
     def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason = self.redact(" ".join(str(orig).split()) or type(orig).__name__)
         u = self.options.url
-        where = u.database if self.dialect_name == "sqlite" else f"{u.host}:{u.port or ''}/{u.database or ''}"
-        hint = ""
-        if (registered := self.registered()) is not None:  # the prepared sinks' words for the same failure
-            hint = registered.spec.connect_failure(orig)[1]
+        where = u.database if self.dialect.file_based else f"{u.host}:{u.port or ''}/{u.database or ''}"
+        hint = self.registered().connect_failure(orig)[1]  # the prepared sinks' words for the same failure
         return SinkUnavailableError(f"cannot connect to {self.dialect_name} at {where}: {reason}{hint}")
 
     def begin(self, conn: Connection) -> None:
@@ -96,9 +95,8 @@ class StagingTables:
         prepared modes', from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
         fresh(conn)
         o = self.options
-        if (registered := self.registered()) is not None:
-            for stmt, params in registered.session_statements(o.lock_timeout, o.query_timeout):
-                conn.exec_driver_sql(stmt, params)
+        for stmt, params in self.registered().session_statements(o.lock_timeout, o.query_timeout):
+            conn.exec_driver_sql(stmt, params)
         if o.session_init_statement:
             conn.exec_driver_sql(o.session_init_statement)
 
@@ -121,9 +119,8 @@ class StagingTables:
             named = f" ({', '.join(what)})" if what else ""
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
-        registered = self.registered()  # the prepared sinks' words for a value that does not fit its column
-        if registered is not None and (bad := registered.value_error(orig, action, self.target.display(),
-                                                                      self.redact)):
+        # the prepared sinks' words for a value that does not fit its column
+        if bad := self.registered().value_error(orig, action, self.target.display(), self.redact):
             return bad
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 
@@ -139,10 +136,10 @@ class StagingTables:
         its keys, indexes, grants and comment; and ``DELETE`` lets readers see the old rows
         until the commit, where ``TRUNCATE`` would make them wait).
         """
-        if self.dialect_name == "mysql":
+        if not self.dialect.transactional_ddl:
             return "delete"
         if self.options.truncate:
-            return "truncate" if self.dialect_name == "postgresql" else "delete"
+            return "truncate" if self.dialect.truncates_in_transaction else "delete"
         return "delete" if self.streaming else "drop"
 
     def commit_write(self) -> str:

@@ -46,11 +46,11 @@ class Family(StrEnum):
     OTHER = "other"
 
 
-_ALL = frozenset({"postgresql", "mysql", "*"})
-_MY = frozenset({"mysql"})
+_ALL = True  # fits on every database
+_MY = False  # fits where the server casts implicitly (MySQL/MariaDB)
 
-#: Arrow kind -> {column family: the dialects where it fits} ("*": other databases)
-RULES: Mapping[str, Mapping[Family, frozenset[str]]] = {
+#: Arrow kind -> {column family: whether it fits everywhere (else: with implicit casts only)}
+RULES: Mapping[str, Mapping[Family, bool]] = {
     "bool": {Family.BOOL: _ALL, Family.INT: _MY, Family.FLOAT: _MY, Family.DECIMAL: _MY},
     "int": {Family.INT: _ALL, Family.FLOAT: _ALL, Family.DECIMAL: _ALL, Family.BIT: _MY, Family.TEXT: _MY,
             Family.PARSED_TEXT: _MY, Family.JSON: _MY},
@@ -87,18 +87,18 @@ def arrow_kind(t: pa.DataType) -> str | None:
     return next((kind for kind, pred in checks if pred(t)), None)
 
 
-def fits(t: pa.DataType, family: Family, dialect: str) -> bool:
-    """Whether values of Arrow type *t* may be written to a column of *family* on
-    *dialect* (``postgresql``, ``mysql``; anything else uses the ``*`` rules). An
-    all-null column fits anything; so does, on other databases, a column whose type
-    twopc does not know (SQLite takes any value into an untyped column)."""
+def fits(t: pa.DataType, family: Family, *, implicit_casts: bool = False, untyped: bool = False) -> bool:
+    """Whether values of Arrow type *t* may be written to a column of *family*, on a database
+    that casts values implicitly (*implicit_casts*: MySQL/MariaDB) or not, and that takes any
+    value into a column whose type twopc does not know (*untyped*: the databases without a
+    catalog reader of their own, e.g. SQLite). An all-null column fits anything."""
     kind = arrow_kind(t)
-    key = dialect if dialect in ("postgresql", "mysql") else "*"
-    if kind == "null" or (family is Family.OTHER and key == "*"):
+    if kind == "null" or (family is Family.OTHER and untyped):
         return True
     if kind is None:
         return False
-    return key in RULES[kind].get(family, frozenset())
+    everywhere = RULES[kind].get(family)
+    return everywhere is not None and (everywhere or implicit_casts)
 
 
 def reflected_family(sqltype: Any) -> Family:

@@ -14,7 +14,7 @@ import pytest
 
 from twopc import CommitOutcome, SinkError
 from twopc.sinks import MySqlXaHandle, MySqlXaSink
-from twopc.sinks.mysql import _dialect as _mysql_xa
+from twopc.sinks.mysql import _prepared as _mysql_xa
 from twopc.sinks.sql import dispose_engines
 
 from tests._sql_helpers import batch, ctx, prepare, uid, validated

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from twopc import CommitOutcome, ConfigurationError, SinkError
 from twopc._sink import purge_markers_best_effort
 from twopc.sinks import MySqlXaHandle, MySqlXaSink
-from twopc.sinks.mysql import _dialect as _mysql_xa
+from twopc.sinks.mysql import _prepared as _mysql_xa
 from twopc.sinks.sql import dispose_engines
 from twopc.spi import (
     MissingOptionError,

@@ -1,0 +1,301 @@
+"""PostgreSQL's SQL for the prepared-transaction protocol (the
+:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
+``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
+rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
+``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
+:mod:`twopc.sinks.postgres._commit_pipeline`), ``pg_prepared_xacts``, and the catalog checks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import errors as pgerr
+from psycopg import sql
+
+from twopc import ConfigurationError, SinkError
+from twopc.spi import Headroom, TargetConfigurationError
+
+from ..sql._names import TableName, parse_table_name
+from ..sql.connect._sql_dialect import SqlTxn, TxnControl
+from ..sql.connect._sql_target import SqlTarget
+from . import _commit_pipeline as pipeline
+from . import _server as server
+from ._dialect import PostgresDialect
+from ._pg_column import PgColumn
+from ._server import identifier
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ._copy import CopyPlan
+
+# The COPY encoders, the type rules and the dead-letter table work on Arrow: they are imported
+# in the methods that load rows or check those tables, so that Spark's worker that only commits
+# a write (COMMIT PREPARED) never imports pyarrow.
+
+__all__ = ["PostgresPrepared"]
+
+log = logging.getLogger("twopc.sinks.postgres")
+
+
+class PostgresPrepared(PostgresDialect):
+    """PostgreSQL's part of a prepared-transaction sink, on *target*'s connections."""
+
+    def __init__(self, target: SqlTarget) -> None:
+        self.target = target
+
+    # -- validation (driver) -------------------------------------------------------------
+    def check_server(self, pg: psycopg.Connection[Any]) -> None:
+        row = pg.execute("SHOW max_prepared_transactions").fetchone()
+        if row is None or int(row[0]) <= 0:
+            raise TargetConfigurationError(
+                f"PostgreSQL at {self.target.where()} has max_prepared_transactions = "
+                f"{row[0] if row else '?'}, so it cannot prepare transactions and twopc cannot "
+                f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
+                f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
+
+    def target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
+        t = self.target
+        oid = server.table_oid(pg, t.target)
+        if oid is None:
+            similar = server.similar_tables(pg, t.target) if validating else []
+            raise t.no_such_table(similar, validating=validating, database=t.options.url.database,
+                                  case_hint="Quote mixed-case names in dbtable.")
+        if validating:
+            kind, can_insert = pg.execute(
+                "SELECT c.relkind, has_table_privilege(c.oid, 'INSERT') FROM pg_class c WHERE c.oid = %s",
+                (oid,)).fetchone() or ("?", False)
+            if kind not in ("r", "p"):
+                raise TargetConfigurationError(
+                    f"{t.table} is not a table (relkind {kind!r}): twopc writes to ordinary or "
+                    f"partitioned tables only")
+            if problem := server.rollback_problem(pg, oid, t.table):
+                raise TargetConfigurationError(problem)
+            if not can_insert:
+                raise TargetConfigurationError(
+                    f"the user has no INSERT privilege on {t.table}: GRANT INSERT ON {t.table} TO <user>")
+        return server.table_columns(pg, oid)
+
+    def marker_table_ddl(self) -> list[str]:
+        """The SQL validation runs to create the marker table (for DBAs)."""
+        return [q.as_string(None) for q in self._marker_ddl()]
+
+    def _marker_ddl(self) -> list[sql.Composed]:
+        marker = identifier(self.target.marker)
+        index = sql.Identifier(self.target.marker.name[:40] + "_sink_batch_idx")
+        return [
+            sql.SQL("CREATE TABLE IF NOT EXISTS {} (gid text PRIMARY KEY, sink_id text NOT NULL, "
+                    "batch_id bigint NOT NULL, partition_id int NOT NULL, rows bigint NOT NULL, "
+                    "prepared_at timestamptz NOT NULL DEFAULT now())").format(marker),
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (sink_id, batch_id)").format(index, marker),
+        ]
+
+    def marker_columns(self, pg: psycopg.Connection[Any]) -> list[str] | None:
+        oid = server.table_oid(pg, self.target.marker)
+        return None if oid is None else [c.name for c in server.table_columns(pg, oid)]
+
+    def create_markers(self, pg: psycopg.Connection[Any]) -> None:
+        marker_table = self.target.marker_table
+        try:
+            with pg.transaction():
+                for q in self._marker_ddl():
+                    pg.execute(q)
+        except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
+            pass  # created concurrently
+        except pgerr.InvalidSchemaName:
+            raise TargetConfigurationError(
+                f"cannot create the marker table {marker_table}: its schema does not exist. "
+                f"Create the schema or set option markerTable to a table in an existing schema") from None
+        except pgerr.InsufficientPrivilege:
+            raise TargetConfigurationError(
+                f"cannot create the marker table {marker_table}: permission denied. Create it "
+                f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
+                f"{marker_table} TO <user>") from None
+
+    def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
+        """Check the dead-letter table (``deadLetterTable``), or create it."""
+        table = self._dead_letter()
+        if table is None:
+            return
+        from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
+
+        oid = server.table_oid(pg, table)
+        if oid is None:
+            try:
+                with pg.transaction():
+                    pg.execute(dead_letter_ddl(table))
+            except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
+                pass  # created concurrently
+            except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+                raise TargetConfigurationError(
+                    f"cannot create the dead-letter table {table.display()} ({type(exc).__name__}): create it "
+                    f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
+                    f"{table.display()} TO <user>") from None
+            log.info("twopc: created dead-letter table %s", table.display())
+            return
+        columns = server.table_columns(pg, oid)
+        have = {c.name.lower() for c in columns}
+        missing = [c for c in DEAD_LETTER_COLUMNS if c not in have]
+        if missing:
+            raise TargetConfigurationError(
+                f"{table.display()} exists but is not a twopc dead-letter table (it lacks columns "
+                f"{', '.join(missing)}): set option deadLetterTable to another name")
+        wrong = wrong_dead_letter_types(table, columns)
+        if wrong is not None:
+            raise TargetConfigurationError(wrong)
+
+    def _dead_letter(self) -> TableName | None:
+        name = self.target.options.dead_letter_table
+        return None if name is None else parse_table_name(name, self.target.spec.name, "deadLetterTable")
+
+    # -- executor side -------------------------------------------------------------------
+    def begin(self, txn: SqlTxn[PgColumn]) -> None:
+        assert txn.conn is not None
+        pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]  # psycopg: the engine's driver
+        t = self.target
+        o = t.options
+        pg.execute("BEGIN ISOLATION LEVEL " + o.isolation_sql)
+        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
+        if o.session_init_statement:
+            pg.execute(o.session_init_statement)  # user SQL, run as given
+        txn.columns = self.target_columns(pg, validating=False)
+        from ._dead_letter import CheckedCopy
+
+        txn.loader = CheckedCopy(pg, t.target, txn.context, dead_letter=self._dead_letter(),
+                                 fail=t.map_error, redact=t.redact)
+
+    def load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
+                  rows: list[dict[str, Any]]) -> None:
+        from ..sql.types._json_values import json_text
+        from ..sql.types._type_rules import Family
+        from ._columns import family
+
+        for k in keys:
+            for i, r in enumerate(rows):
+                v = r[k]
+                if isinstance(v, str) and "\x00" in v:
+                    raise ConfigurationError(
+                        f"column {k!r}: the value of row {i} contains a NUL byte (\\x00), which "
+                        f"PostgreSQL text cannot store; remove it before writing")
+        json_cols = {k for k, c in zip(keys, cols, strict=True) if family(c) is Family.JSON}
+        txn.loader.write_rows(cols, [[json_text(r[k]) if k in json_cols and isinstance(r[k], dict | list | tuple)
+                                      else r[k] for k in keys] for r in rows])
+
+    def plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
+        from ._copy import plan_copy
+
+        return plan_copy(schema, cols, self.target.options.copy_format)
+
+    def load_batch(self, txn: SqlTxn[PgColumn], batch: pa.RecordBatch, plan: CopyPlan) -> None:
+        txn.loader.write_batch(batch, plan)
+
+    def end_load(self, txn: SqlTxn[PgColumn]) -> None:
+        txn.loader.end()
+        txn.rows -= txn.loader.dead  # the marker counts the rows that reached the table
+
+    def prepare(self, txn: SqlTxn[PgColumn], control: TxnControl[PgColumn]) -> None:
+        """Marker row, ``PREPARE TRANSACTION``, check ``pg_prepared_xacts``, release the
+        (idle) session; a prepare that may have reached the server is rolled back on failure."""
+        pg: psycopg.Connection[Any] = control.usable(txn)
+        marker_sql, marker_values = control.marker_row(txn)
+        prepare_sent = False
+        try:
+            with pg.cursor() as cur:
+                cur.execute(marker_sql, marker_values)
+                prepare_sent = True
+                cur.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(txn.gid)))
+                status = cur.statusmessage
+                prepared = status == "PREPARE TRANSACTION" and cur.execute(
+                    "SELECT 1 FROM pg_prepared_xacts WHERE gid = %s AND database = current_database()",
+                    (txn.gid,)).fetchone() is not None
+        except psycopg.Error as exc:
+            if prepare_sent:
+                self._rollback_prepared_quietly(txn.gid)
+            control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
+        except BaseException as exc:
+            if prepare_sent:
+                self._rollback_prepared_quietly(txn.gid)
+            control.abandon(txn, exc)
+            raise
+        if not prepared:
+            control.release(txn, broken=False)
+            txn.failed = f"PREPARE TRANSACTION answered {status!r}"
+            raise SinkError(
+                f"PostgreSQL did not prepare transaction {txn.gid} on {self.target.table} (it answered "
+                f"{status!r}): the transaction had already been aborted by an earlier error, so "
+                f"nothing was written; the task must be retried")
+        txn.prepared = True
+        control.release(txn, broken=False)  # the session is idle: returning it cannot touch the prepared txn
+
+    def rollback(self, txn: SqlTxn[PgColumn]) -> bool:
+        """``ROLLBACK`` (after cancelling a COPY in progress); ``True`` when it failed."""
+        if txn.loader is not None:
+            txn.loader.cancel()
+        try:
+            pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[union-attr, assignment]  # psycopg: the engine's driver
+            if not pg.closed and pg.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                pg.execute("ROLLBACK")
+        except Exception:
+            log.debug("twopc postgres: rollback of %s failed; discarding the connection", txn.gid, exc_info=True)
+            return True
+        return False
+
+    def _rollback_prepared_quietly(self, gid: str) -> None:
+        try:
+            self.target.control_execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+        except Exception:
+            log.debug("twopc postgres: could not roll back %s after a failed prepare", gid, exc_info=True)
+
+    # -- driver side -----------------------------------------------------------------------
+    def finish(self, verb: str, gid: str) -> bool:
+        try:
+            self.target.control_execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
+        except pgerr.UndefinedObject:
+            return False
+        except psycopg.Error as exc:
+            raise self.target.map_error(exc, f"{verb} PREPARED {gid}") from None
+        return True
+
+    def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
+        """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
+        *recovering*: ask first which ids are still prepared (one query), so a batch that is
+        mostly finished stays flat too."""
+        still = self._still_prepared(gids) if recovering else None
+        done = pipeline.finish_many(self.target, verb, gids, still)
+        return [done[g] for g in gids]
+
+    def _still_prepared(self, gids: Sequence[str]) -> set[str]:
+        try:
+            _n, rows = self.target.control_execute(
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
+                (list(gids),), fetch=True)
+        except psycopg.Error as exc:
+            raise self.target.map_error(exc, "list prepared transactions") from None
+        return {str(r[0]) for r in rows}
+
+    def prepared_elsewhere(self, gid: str) -> str | None:
+        _n, rows = self.target.control_execute(
+            "SELECT database FROM pg_prepared_xacts WHERE gid = %s AND database <> current_database()", (gid,),
+            fetch=True)
+        return f"database {rows[0][0]!s}" if rows else None
+
+    def prepared_since(self, prefix: str) -> dict[str, float]:
+        _n, rows = self.target.control_execute(
+            "SELECT gid, extract(epoch FROM prepared)::float8 FROM pg_prepared_xacts "
+            "WHERE database = current_database() AND starts_with(gid, %s)", (prefix,), fetch=True)
+        return {str(r[0]): float(r[1]) for r in rows}
+
+    def headroom(self) -> Headroom:
+        _n, rows = self.target.control_execute(
+            "SELECT (SELECT count(*) FROM pg_prepared_xacts), current_setting('max_prepared_transactions')::int",
+            fetch=True)
+        return Headroom("max_prepared_transactions", int(rows[0][0]), int(rows[0][1]))
+
+    def prepared_ids(self, prefix: str) -> list[str]:
+        _n, rows = self.target.control_execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
+            (prefix,), fetch=True)
+        return [str(r[0]) for r in rows]
