@@ -10,6 +10,11 @@ PYTEST_ARGS ?=
 # Which tests `make test` runs: all but the `nightly` ones (long Spark crash matrices, see the
 # README's Testing section); `make test-all` runs every test.
 TEST_MARKERS ?= not nightly
+# How many processes `make test` runs its tests in (pytest-xdist; 1: one process, no xdist).
+# A test file runs whole in one process, which starts its own servers and Spark application
+# on first use: the suite's servers and JVMs count twice, and both cores stay busy.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder,-p no:xdist)
 # What `make lint` checks, and so what `make test` is gated on: every package and the tests.
 # Narrow it for a run with `make lint LINT_PATHS="twopc tests"` (or the environment).
 LINT_PATHS ?= twopc sinks recovery faultinject tests
@@ -218,7 +223,7 @@ docs: venv
 	$(VPY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 test: lint docs venv postgres redis mariadb java promtool jdbc-driver gdb
-	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(XDIST) $(PYTEST_ARGS)
 
 test-all:
 	$(MAKE) test TEST_MARKERS=

@@ -30,9 +30,29 @@ FOLDER_MARKERS = frozenset(
 #: the fixtures that start a server or the JVM, which no test in tests/unit may use
 SERVER_FIXTURES = frozenset(
     {"postgres_url", "redis_url", "mariadb_url", "s3_server", "spark", "_postgres", "_redis", "_mariadb"})
+#: The test files that cost most (tests/README.md, "What the suite costs"), costliest first.
+#: They run first: `make test` hands whole files to two processes (pytest-xdist, --dist loadfile
+#: in collection order), and a long file handed out last would keep one process busy alone.
+SLOWEST_FIRST = (
+    "protocol/test_fence_interleavings.py", "chaos/test_kit_chaos.py", "chaos/test_chaos_schedules.py",
+    "spark/test_spark_connect.py", "chaos/test_redis_stream_chaos.py", "chaos/test_recover_beside_a_query.py",
+    "chaos/test_keyed_replay.py", "ops/test_verify.py", "chaos/test_composite_chaos.py",
+    "spark/test_installed_package.py", "spark/test_docs_examples.py", "chaos/test_http_chaos.py",
+    "spark/test_spark_http.py", "spark/test_spark_composite.py", "spark/test_stop_leftovers.py",
+    "spark/test_dropin_prepared.py", "chaos/test_crash_drills.py", "spark/test_txn_version.py",
+)
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    try:
+        name = Path(item.path).resolve().relative_to(_TESTS).as_posix()
+    except ValueError:
+        return len(SLOWEST_FIRST)
+    return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=_cost_rank)  # stable: the other files, and each file's tests, keep their order
     for item in items:
         try:
             folders = Path(item.path).resolve().relative_to(_TESTS).parts[:-1]

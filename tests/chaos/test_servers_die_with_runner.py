@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -80,19 +81,22 @@ def _started_by(runner: int) -> dict[int, int]:
 def _still_running(procs: dict[int, int]) -> dict[int, int]:
     return {pid: start for pid, start in procs.items() if start_time(pid) == start}
 
-def _kill_runner_and_watch(tmp_path: Path, script: str, *args: str) -> str:
+def _kill_runner_and_watch(script: str, *args: str) -> str:
     """Run *script*, SIGKILL it once its servers are up, assert that everything it started is
-    gone soon after; what it started, one command a line."""
-    runner = subprocess.Popen([sys.executable, "-c", script, str(tmp_path), *args], env=child_env(),
+    gone soon after; what it started, one command a line. The servers' folder is a short one
+    under the temporary directory (MariaDB's socket path must fit a unix socket's 108 bytes;
+    a pytest-xdist worker's ``tmp_path`` may not)."""
+    base = tempfile.mkdtemp(prefix="twopc-die-")
+    runner = subprocess.Popen([sys.executable, "-c", script, base, *args], env=child_env(),
                               stdout=subprocess.PIPE, text=True, start_new_session=True)
     procs: dict[int, int] = {}
-    folders: list[str] = []
+    folders: list[str] = [base]
     try:
         assert runner.stdout is not None
         line = runner.stdout.readline()
         assert line, f"the runner exited {runner.wait()} before its servers were up"
         started = json.loads(line)
-        folders = started["folders"]
+        folders += started["folders"]
         procs = _started_by(runner.pid)
         commands = {pid: _command(pid) for pid in procs}
         for name, pid in started["servers"].items():
@@ -115,15 +119,15 @@ def _kill_runner_and_watch(tmp_path: Path, script: str, *args: str) -> str:
         for folder in folders:
             shutil.rmtree(folder, ignore_errors=True)
 
-def test_sql_and_redis_servers_and_a_crash_drill_die_with_their_killed_runner(tmp_path: Path) -> None:
-    _kill_runner_and_watch(tmp_path, _SERVERS)
+def test_sql_and_redis_servers_and_a_crash_drill_die_with_their_killed_runner() -> None:
+    _kill_runner_and_watch(_SERVERS)
 
-def test_a_spark_connect_server_dies_with_its_killed_runner(tmp_path: Path) -> None:
-    started = _kill_runner_and_watch(tmp_path, _SPARK, "connect", '{"cores": 1}')
+def test_a_spark_connect_server_dies_with_its_killed_runner() -> None:
+    started = _kill_runner_and_watch(_SPARK, "connect", '{"cores": 1}')
     assert "org.apache.spark.sql.connect.service.SparkConnectServer" in started, started
 
 @pytest.mark.nightly  # three JVMs; the cluster serves only the nightly crash matrix (test_spark_cluster.py)
-def test_a_spark_standalone_cluster_dies_with_its_killed_runner(tmp_path: Path) -> None:
-    started = _kill_runner_and_watch(tmp_path, _SPARK, "cluster", '{"workers": 1}')
+def test_a_spark_standalone_cluster_dies_with_its_killed_runner() -> None:
+    started = _kill_runner_and_watch(_SPARK, "cluster", '{"workers": 1}')
     for cls in ("org.apache.spark.deploy.master.Master", "org.apache.spark.deploy.worker.Worker"):
         assert cls in started, f"no {cls} among what the runner started:\n{started}"
