@@ -223,7 +223,7 @@ docs: venv
 	$(VPY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 test: lint docs venv postgres redis mariadb java promtool jdbc-driver gdb
-	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(XDIST) $(PYTEST_ARGS)
+	$(VPY) -m pytest -m "$(TEST_MARKERS)" $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 test-all:
 	$(MAKE) test TEST_MARKERS=
