@@ -360,17 +360,23 @@ class Ending:
 class Exploration:
     states: int
     endings: int
+    #: whether every reachable state was visited (False: a bounded search stopped at its limit)
+    complete: bool = True
 
 
 def explore(actors: Sequence[Actor], check_end: Callable[[Ending], None],
-            check_state: Callable[[World], None] | None = None, *, limit: int = 2_000_000) -> Exploration:
+            check_state: Callable[[World], None] | None = None, *, limit: int = 2_000_000,
+            bounded: bool = False) -> Exploration:
     """Visit every reachable state of *actors*; call *check_state* on each (invariants that
     must hold after every step) and *check_end* on every execution that ends (all actors
     done). Raises what a check raises, with the order of steps that led there.
 
+    *bounded*: stop at *limit* states and return (``complete`` False) instead of failing: a
+    bounded search, depth first, for scenarios too large to exhaust.
+
     Raises:
         AssertionError: a check failed (the message names the order), or the search passed
-            *limit* states.
+            *limit* states (unless *bounded*).
     """
     seen: set[str] = set()
     # a branch still to take: the steps to the branch, what each actor had noted there, the step
@@ -398,6 +404,8 @@ def explore(actors: Sequence[Actor], check_end: Callable[[Ending], None],
                     break
                 seen.add(key)
                 if len(seen) > limit:
+                    if bounded:
+                        return Exploration(limit, endings, complete=False)
                     raise AssertionError(f"more than {limit} states: make the scenario smaller")
                 try:
                     if check_state is not None:
