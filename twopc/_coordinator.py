@@ -314,7 +314,12 @@ class CommitCoordinator:
             check_target(sink, ledger, sink_id, record=False)
             claim = claim_writer(sink, ledger, sink_id)
             if claim is not None:
-                self._release = weakref.finalize(self, claim.release)
+                finalizer = weakref.finalize(self, claim.release_collected)
+
+                def release() -> None:  # close(): now, on this thread; a collection: release_collected
+                    if finalizer.detach() is not None:
+                        claim.release()
+                self._release = release
             if ledger.epoch is None:  # owner of the checkpoint: a recover (or another driver) fences it
                 ledger.claim()
 

@@ -82,6 +82,10 @@ class _Held:
 
 _HELD: dict[tuple[str, str], _Held] = {}
 _HELD_LOCK = threading.Lock()
+#: claims a garbage collection let go of while _HELD_LOCK was taken (see
+#: :meth:`SinkIdClaim.release_collected`), released by whoever holds the lock next, when it
+#: lets the lock go
+_DEFERRED: list[SinkIdClaim] = []
 
 
 class SinkIdClaim:
@@ -96,17 +100,55 @@ class SinkIdClaim:
         """Give this writer's hold up (idempotent, never raises); the lease goes when the
         last coordinator of this process holding it lets go."""
         with _HELD_LOCK:
-            if self._released:
-                return
-            self._released = True
-            held = _HELD.get(self._key)
-            if held is None:
-                return
-            held.users -= 1
-            if held.users > 0:
-                return
-            del _HELD[self._key]
-        self._backend.release(held.lease)
+            lease = self._let_go()
+        if lease is not None:
+            self._backend.release(lease)
+        _release_deferred()
+
+    def release_collected(self) -> None:
+        """:meth:`release` as a garbage collection runs it (the finalizer of the coordinator
+        holding the claim). A collection may run it on a thread inside :func:`claim_writer`,
+        which holds ``_HELD_LOCK`` while it takes a lease (a log line's allocation can start
+        a collection): waiting for the lock there would wait forever. So it never waits:
+        with the lock taken, the release is left to whoever holds it."""
+        _DEFERRED.append(self)
+        if _HELD_LOCK.acquire(blocking=False):  # free: nobody would take the release up
+            _HELD_LOCK.release()
+            _release_deferred()
+
+    def _let_go(self) -> Lease | None:
+        """This hold given up, under ``_HELD_LOCK``: the lease to release when it was the last."""
+        if self._released:
+            return None
+        self._released = True
+        held = _HELD.get(self._key)
+        if held is None:
+            return None
+        held.users -= 1
+        if held.users > 0:
+            return None
+        del _HELD[self._key]
+        return held.lease
+
+
+def _release_deferred() -> None:
+    """Release the claims :meth:`SinkIdClaim.release_collected` left while the lock was taken."""
+    while _DEFERRED:
+        try:
+            claim = _DEFERRED.pop()
+        except IndexError:  # another thread took the last one
+            return
+        claim.release()
+
+
+@contextlib.contextmanager
+def _holding() -> Iterator[None]:
+    """``_HELD_LOCK`` for the block, then the releases a garbage collection deferred meanwhile."""
+    try:
+        with _HELD_LOCK:
+            yield
+    finally:
+        _release_deferred()
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
@@ -130,7 +172,7 @@ def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdCla
         return None
     mine = checkpoint_label(ledger.checkpoint_location)
     key = (backend.location, sink_id)
-    with _HELD_LOCK:
+    with _holding():
         held = _HELD.get(key)
         if held is not None and held.owner is None:  # taken by this process's first prepare
             held.owner = mine
@@ -175,14 +217,14 @@ def hold_for_prepare(backend: TargetLedger, sink_id: str) -> None:
     if _IN_RUNTIME_TASK.get():
         return
     key = (backend.location, sink_id)
-    with _HELD_LOCK:
+    with _holding():
         if key in _HELD:
             return
     try:
         lease = backend.acquire(sink_id)
     except ConcurrentWriterError:
         return
-    with _HELD_LOCK:
+    with _holding():
         if key in _HELD:  # another thread of this process took it meanwhile
             backend.release(lease)
             return

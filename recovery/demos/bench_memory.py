@@ -7,7 +7,7 @@ batch it encodes, so its worker's peak is the same for 0.5M and for 5M rows. Tar
 peak at most 1.2x the 0.5M peak, per format.
 
 The peak is sampled: every 20 ms while the write runs, the RSS of each Python worker of
-this session's ``pyspark.daemon`` for ``pyspark.worker`` (the processes that run the tasks),
+the bench's own SparkSession's ``pyspark.daemon`` for ``pyspark.worker`` (the processes that run the tasks),
 the highest kept. Each write starts fresh workers (``spark.python.worker.reuse`` false), so a peak
 belongs to the one task of its write.
 """
