@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import free_port, log_tail
 from ._server import LocalServer
 
 _FIX = (
@@ -325,16 +325,3 @@ class LocalMariaDB(LocalServer):
                 return int(fh.readline().strip())
         except (OSError, ValueError):
             return None
-
-    def _shutdown(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.terminate()  # SIGTERM: clean shutdown
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._proc = None

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import free_port, log_tail
 from ._server import LocalServer
 
 _FIX = (
@@ -95,6 +95,8 @@ class LocalPostgres(LocalServer):
     :meth:`restart` (crash recovery replays them).  :meth:`stop` removes everything.
     Servers still running at interpreter exit are stopped by an ``atexit`` hook.
     """
+
+    _stop_signal = signal.SIGINT  # fast shutdown
 
     def __init__(
         self,
@@ -290,16 +292,3 @@ class LocalPostgres(LocalServer):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
         self.kill()
-
-    def _shutdown(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.send_signal(signal.SIGINT)  # fast shutdown
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._proc = None

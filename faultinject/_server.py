@@ -48,19 +48,35 @@ class LocalServer(Startable):
     ``_tmp`` and register :meth:`stop` with ``atexit`` on first start, keep the server's
     ``Popen`` in ``_proc`` through :meth:`_watch` (which puts it on a :class:`Lifeline`: the
     server dies with the process that started it, even one SIGKILLed), and implement
-    :meth:`start` and :meth:`_shutdown` (a graceful stop that keeps the data).
+    :meth:`start`; they set ``_stop_signal`` and ``_stop_timeout_s`` for :meth:`_shutdown`.
     """
 
     _port: int | None
     _tmp: str | None
     _proc: subprocess.Popen[bytes] | None
     _lifeline: Lifeline | None = None
+    #: the signal that asks the server for a graceful shutdown (one that keeps the data)
+    _stop_signal: signal.Signals = signal.SIGTERM
+    #: how long the graceful shutdown may take before what is left of the server is killed
+    _stop_timeout_s: float = 30.0
 
     def start(self) -> Self:
         raise NotImplementedError
 
     def _shutdown(self) -> None:
-        raise NotImplementedError
+        """A graceful stop that keeps the data: :attr:`_stop_signal`, then SIGKILL to the
+        server's process group once it exited or :attr:`_stop_timeout_s` passed."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.send_signal(self._stop_signal)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=self._stop_timeout_s)
+        kill_tree(proc.pid)
+        proc.wait()
+        self._proc = None
 
     @property
     def port(self) -> int:
