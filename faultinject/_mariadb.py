@@ -160,8 +160,6 @@ class LocalMariaDB(LocalServer):
         self.admin_password = secrets.token_urlsafe(18)
         self.version: str | None = None
         """Server version from the handshake (e.g. ``10.11.6-MariaDB-0+deb12u1``), once started."""
-        self._tmp: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # -- public properties -------------------------------------------------------
     @property

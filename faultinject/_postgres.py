@@ -121,8 +121,6 @@ class LocalPostgres(LocalServer):
         self.password = secrets.token_urlsafe(18)
         self.user = "twopc"
         self.database = "twopc"
-        self._tmp: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
         self._ids: dict[str, Any] = {}
 
     # -- public properties -------------------------------------------------------

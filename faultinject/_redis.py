@@ -73,8 +73,6 @@ class LocalRedis(LocalServer):
         self._binary = binary
         self._base_dir = base_dir
         self._timeout = startup_timeout_s
-        self._tmp: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:

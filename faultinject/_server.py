@@ -25,13 +25,20 @@ __all__ = ["LocalServer", "Startable"]
 
 class Startable:
     """Something started by :meth:`start` and stopped (its files deleted) by :meth:`stop`,
-    and usable as ``with X() as x:``."""
+    and usable as ``with X() as x:``. Its files live in ``_tmp`` while it is started."""
+
+    _tmp: str | None = None
 
     def start(self) -> Self:
         raise NotImplementedError
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def _require_tmp(self) -> str:
+        if self._tmp is None:
+            raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
+        return self._tmp
 
     def __enter__(self) -> Self:
         return self.start()
@@ -52,8 +59,7 @@ class LocalServer(Startable):
     """
 
     _port: int | None
-    _tmp: str | None
-    _proc: subprocess.Popen[bytes] | None
+    _proc: subprocess.Popen[bytes] | None = None
     _lifeline: Lifeline | None = None
     #: the signal that asks the server for a graceful shutdown (one that keeps the data)
     _stop_signal: signal.Signals = signal.SIGTERM
@@ -137,8 +143,3 @@ class LocalServer(Startable):
         the server runs its crash recovery.  Raises :class:`ServerUnavailable` on failure."""
         self._shutdown()
         self.start()
-
-    def _require_tmp(self) -> str:
-        if self._tmp is None:
-            raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
-        return self._tmp
