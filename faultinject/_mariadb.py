@@ -178,16 +178,6 @@ class LocalMariaDB(LocalServer):
         """The server's unix socket."""
         return os.path.join(self._require_tmp(), "mysqld.sock")
 
-    @property
-    def data_dir(self) -> str:
-        """The server's data directory."""
-        return os.path.join(self._require_tmp(), "data")
-
-    @property
-    def log_path(self) -> str:
-        """The server's error log (``--log-error``) plus anything it printed."""
-        return os.path.join(self._require_tmp(), "server.log")
-
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalMariaDB:
         """Create the data directory and accounts on first call, then start the server

@@ -142,16 +142,6 @@ class LocalPostgres(LocalServer):
         """psycopg connection string for superuser ``postgres`` over the unix socket."""
         return f"host={self._require_tmp()} port={self.port} user=postgres dbname={self.database}"
 
-    @property
-    def data_dir(self) -> str:
-        """The cluster's data directory."""
-        return os.path.join(self._require_tmp(), "data")
-
-    @property
-    def log_path(self) -> str:
-        """The server log file (stdout+stderr of the postmaster)."""
-        return os.path.join(self._require_tmp(), "server.log")
-
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalPostgres:
         """Create the cluster on first call, then start the server and wait until ready.

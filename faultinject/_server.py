@@ -92,6 +92,16 @@ class LocalServer(Startable):
         return self._port
 
     @property
+    def data_dir(self) -> str:
+        """The server's data directory (a PostgreSQL cluster's, MariaDB's ``--datadir``)."""
+        return os.path.join(self._require_tmp(), "data")
+
+    @property
+    def log_path(self) -> str:
+        """The server's log: what it wrote (MariaDB's ``--log-error``) and printed."""
+        return os.path.join(self._require_tmp(), "server.log")
+
+    @property
     def running(self) -> bool:
         """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
