@@ -53,11 +53,6 @@ class Lifeline:
              str(os.getpid()), str(runner), str(pid), str(target)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
-    @property
-    def watching(self) -> bool:
-        """True while the watchdog runs."""
-        return self._watchdog is not None and self._watchdog.poll() is None
-
     def release(self) -> None:
         """Stop watching *pid* (it ended, or someone else answers for it now): end the
         watchdog. Idempotent."""

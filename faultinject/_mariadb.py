@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import free_port, log_tail
 from ._server import LocalServer
 
 _FIX = (
@@ -160,8 +160,6 @@ class LocalMariaDB(LocalServer):
         self.admin_password = secrets.token_urlsafe(18)
         self.version: str | None = None
         """Server version from the handshake (e.g. ``10.11.6-MariaDB-0+deb12u1``), once started."""
-        self._tmp: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # -- public properties -------------------------------------------------------
     @property
@@ -179,16 +177,6 @@ class LocalMariaDB(LocalServer):
     def socket_path(self) -> str:
         """The server's unix socket."""
         return os.path.join(self._require_tmp(), "mysqld.sock")
-
-    @property
-    def data_dir(self) -> str:
-        """The server's data directory."""
-        return os.path.join(self._require_tmp(), "data")
-
-    @property
-    def log_path(self) -> str:
-        """The server's error log (``--log-error``) plus anything it printed."""
-        return os.path.join(self._require_tmp(), "server.log")
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalMariaDB:
@@ -325,16 +313,3 @@ class LocalMariaDB(LocalServer):
                 return int(fh.readline().strip())
         except (OSError, ValueError):
             return None
-
-    def _shutdown(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.terminate()  # SIGTERM: clean shutdown
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._proc = None

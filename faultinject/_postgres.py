@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import free_port, log_tail
 from ._server import LocalServer
 
 _FIX = (
@@ -96,6 +96,8 @@ class LocalPostgres(LocalServer):
     Servers still running at interpreter exit are stopped by an ``atexit`` hook.
     """
 
+    _stop_signal = signal.SIGINT  # fast shutdown
+
     def __init__(
         self,
         *,
@@ -119,8 +121,6 @@ class LocalPostgres(LocalServer):
         self.password = secrets.token_urlsafe(18)
         self.user = "twopc"
         self.database = "twopc"
-        self._tmp: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
         self._ids: dict[str, Any] = {}
 
     # -- public properties -------------------------------------------------------
@@ -141,16 +141,6 @@ class LocalPostgres(LocalServer):
     def admin_dsn(self) -> str:
         """psycopg connection string for superuser ``postgres`` over the unix socket."""
         return f"host={self._require_tmp()} port={self.port} user=postgres dbname={self.database}"
-
-    @property
-    def data_dir(self) -> str:
-        """The cluster's data directory."""
-        return os.path.join(self._require_tmp(), "data")
-
-    @property
-    def log_path(self) -> str:
-        """The server log file (stdout+stderr of the postmaster)."""
-        return os.path.join(self._require_tmp(), "server.log")
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalPostgres:
@@ -290,16 +280,3 @@ class LocalPostgres(LocalServer):
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=10)
         self.kill()
-
-    def _shutdown(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.send_signal(signal.SIGINT)  # fast shutdown
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._proc = None

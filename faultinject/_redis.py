@@ -55,6 +55,8 @@ class LocalRedis(LocalServer):
     the data; servers still running at interpreter exit are stopped by ``atexit``.
     """
 
+    _stop_timeout_s = 15.0
+
     def __init__(
         self,
         *,
@@ -71,8 +73,6 @@ class LocalRedis(LocalServer):
         self._binary = binary
         self._base_dir = base_dir
         self._timeout = startup_timeout_s
-        self._tmp: str | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -82,9 +82,7 @@ class LocalRedis(LocalServer):
     @property
     def data_dir(self) -> str:
         """Directory holding the AOF."""
-        if self._tmp is None:
-            raise ServerUnavailable("LocalRedis has not been started (or was stopped)")
-        return self._tmp
+        return self._require_tmp()
 
     @property
     def log_path(self) -> str:
@@ -134,17 +132,4 @@ class LocalRedis(LocalServer):
         kill_tree(proc.pid)
         proc.wait()
         self._unwatch()
-
-    def _shutdown(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=15)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._proc = None
 

@@ -25,13 +25,20 @@ __all__ = ["LocalServer", "Startable"]
 
 class Startable:
     """Something started by :meth:`start` and stopped (its files deleted) by :meth:`stop`,
-    and usable as ``with X() as x:``."""
+    and usable as ``with X() as x:``. Its files live in ``_tmp`` while it is started."""
+
+    _tmp: str | None = None
 
     def start(self) -> Self:
         raise NotImplementedError
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def _require_tmp(self) -> str:
+        if self._tmp is None:
+            raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
+        return self._tmp
 
     def __enter__(self) -> Self:
         return self.start()
@@ -48,19 +55,34 @@ class LocalServer(Startable):
     ``_tmp`` and register :meth:`stop` with ``atexit`` on first start, keep the server's
     ``Popen`` in ``_proc`` through :meth:`_watch` (which puts it on a :class:`Lifeline`: the
     server dies with the process that started it, even one SIGKILLed), and implement
-    :meth:`start` and :meth:`_shutdown` (a graceful stop that keeps the data).
+    :meth:`start`; they set ``_stop_signal`` and ``_stop_timeout_s`` for :meth:`_shutdown`.
     """
 
     _port: int | None
-    _tmp: str | None
-    _proc: subprocess.Popen[bytes] | None
+    _proc: subprocess.Popen[bytes] | None = None
     _lifeline: Lifeline | None = None
+    #: the signal that asks the server for a graceful shutdown (one that keeps the data)
+    _stop_signal: signal.Signals = signal.SIGTERM
+    #: how long the graceful shutdown may take before what is left of the server is killed
+    _stop_timeout_s: float = 30.0
 
     def start(self) -> Self:
         raise NotImplementedError
 
     def _shutdown(self) -> None:
-        raise NotImplementedError
+        """A graceful stop that keeps the data: :attr:`_stop_signal`, then SIGKILL to the
+        server's process group once it exited or :attr:`_stop_timeout_s` passed."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.send_signal(self._stop_signal)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=self._stop_timeout_s)
+        kill_tree(proc.pid)
+        proc.wait()
+        self._proc = None
 
     @property
     def port(self) -> int:
@@ -68,6 +90,16 @@ class LocalServer(Startable):
         if self._port is None:
             raise ServerUnavailable(f"{type(self).__name__} has not been started")
         return self._port
+
+    @property
+    def data_dir(self) -> str:
+        """The server's data directory (a PostgreSQL cluster's, MariaDB's ``--datadir``)."""
+        return os.path.join(self._require_tmp(), "data")
+
+    @property
+    def log_path(self) -> str:
+        """The server's log: what it wrote (MariaDB's ``--log-error``) and printed."""
+        return os.path.join(self._require_tmp(), "server.log")
 
     @property
     def running(self) -> bool:
@@ -121,8 +153,3 @@ class LocalServer(Startable):
         the server runs its crash recovery.  Raises :class:`ServerUnavailable` on failure."""
         self._shutdown()
         self.start()
-
-    def _require_tmp(self) -> str:
-        if self._tmp is None:
-            raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
-        return self._tmp

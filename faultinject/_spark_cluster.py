@@ -83,7 +83,6 @@ class LocalSparkCluster(Startable):
         self._daemon_memory = daemon_memory
         self._base_dir = base_dir
         self._timeout = startup_timeout_s
-        self._tmp: str | None = None
         self._procs: list[subprocess.Popen[bytes]] = []
         self._lifelines: list[Lifeline] = []
         self._port: int | None = None
@@ -103,11 +102,6 @@ class LocalSparkCluster(Startable):
                    SPARK_DAEMON_JAVA_OPTS="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
                    SPARK_LOG_DIR=str(Path(self._require_tmp(), "logs")))
         return env
-
-    def _require_tmp(self) -> str:
-        if self._tmp is None:
-            raise ServerUnavailable("LocalSparkCluster has not been started (or was stopped)")
-        return self._tmp
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Path:
         log = Path(self._require_tmp(), f"{name}.log")

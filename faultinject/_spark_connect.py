@@ -57,7 +57,6 @@ class LocalSparkConnect(Startable):
         self.conf = dict(conf or {})
         self._base_dir = base_dir
         self._timeout = startup_timeout_s
-        self._tmp: str | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._lifeline: Lifeline | None = None
         self._port: int | None = None
@@ -72,9 +71,7 @@ class LocalSparkConnect(Startable):
     @property
     def log_path(self) -> str:
         """The server's log (its stdout and stderr)."""
-        if self._tmp is None:
-            raise ServerUnavailable("LocalSparkConnect has not been started")
-        return str(Path(self._tmp, "server.log"))
+        return str(Path(self._require_tmp(), "server.log"))
 
     @property
     def running(self) -> bool:

@@ -24,6 +24,7 @@ Uses a throwaway :class:`twopc.faultinject.LocalPostgres` unless ``TWOPC_BENCH_P
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -33,7 +34,6 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_target
 from ._bench_results import record
@@ -126,16 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
     from twopc import faultinject
 
-    url = os.environ.get("TWOPC_BENCH_POSTGRES_URL")
-    server: Any = None
-    try:
-        if url is None:
-            server = faultinject.LocalPostgres().start()
-            url = server.url
+    with contextlib.ExitStack() as stack:
+        url = os.environ.get("TWOPC_BENCH_POSTGRES_URL") or stack.enter_context(faultinject.LocalPostgres()).url
         results = bench(url, max(1, args.runs), max(0, args.warm), variants)
-    finally:
-        if server is not None:
-            server.stop()
     report(results)
     return 0
 

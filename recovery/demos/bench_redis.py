@@ -17,6 +17,7 @@ Uses its own throwaway :class:`twopc.faultinject.LocalRedis` (AOF, ``appendfsync
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -157,15 +158,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from twopc.faultinject import LocalRedis
 
-    url = os.environ.get("TWOPC_BENCH_REDIS_URL")
-    server = None
-    if not url:
-        server = LocalRedis(appendfsync="always").start()
-        url = server.url
-    try:
+    given = os.environ.get("TWOPC_BENCH_REDIS_URL")
+    with contextlib.ExitStack() as stack:
+        url = given or stack.enter_context(LocalRedis(appendfsync="always")).url
         table = _table(args.rows)
         print(f"bench: {args.rows} rows, {args.partitions} transactions; {MAPPING_DOC}")
-        print(f"bench: redis {'from TWOPC_BENCH_REDIS_URL' if server is None else 'throwaway, appendfsync always'}")
+        print(f"bench: redis {'from TWOPC_BENCH_REDIS_URL' if given else 'throwaway, appendfsync always'}")
         sink_s, plain_s, presum_s = [], [], []
         for _ in range(args.repeats):  # interleaved, so drift hits all three alike
             sink_s.append(bench_sink(url, table, args.partitions))
@@ -189,9 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  10k rows of the mapping (20k HSET fields, 10k XADD) {block['mixed']:>10.1f} ms")
         print(f"  already-committed replay                          {block['replay']:>10.2f} ms")
         return 0
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -11,13 +11,13 @@ is set (a database the sink may create tables in). Machines are noisy: compare t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
 
 from ._bench_results import record
 
@@ -71,15 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from twopc.faultinject import LocalMariaDB
 
-    url = os.environ.get("TWOPC_BENCH_MARIADB_URL")
-    server: Any = None
-    if not url:
-        server = LocalMariaDB().start()
-        url = server.url
-    try:
+    given = os.environ.get("TWOPC_BENCH_MARIADB_URL")
+    with contextlib.ExitStack() as stack:
+        url = given or stack.enter_context(LocalMariaDB()).url
         table = _create_table(url)
         print(f"bench: MariaDB XA commit of {args.transactions} prepared transactions (one row each), "
-              f"{args.repeats} repeats; {'from TWOPC_BENCH_MARIADB_URL' if server is None else 'throwaway server'}")
+              f"{args.repeats} repeats; {'from TWOPC_BENCH_MARIADB_URL' if given else 'throwaway server'}")
         one, batched = [], []
         for k in range(args.repeats):  # alternated, so drift hits both alike
             one.append(bench_commit(url, table, args.transactions, batched=False, batch_id=2 * k))
@@ -91,9 +88,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         record("mariadb.xa_commit_one_by_one_vs_batched", a / b,
                f"{args.transactions} transactions, median of {args.repeats}: {a * 1000:.1f} / {b * 1000:.1f} ms")
         return 0
-    finally:
-        if server is not None:
-            server.stop()
 
 
 if __name__ == "__main__":

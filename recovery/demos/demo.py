@@ -17,6 +17,7 @@ and each ``--option key=value`` is passed to the writer, e.g. ``--option commitM
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -152,50 +153,44 @@ def _demo(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     rng = random.Random(seed)
     points = rng.sample(CRASH_POINTS, min(args.crashes, len(CRASH_POINTS)))
-    server = None
     url = args.url
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="twopc-demo-") as work:
+    with tempfile.TemporaryDirectory(prefix="twopc-demo-") as work, contextlib.ExitStack() as stack:
         if url is None:
             print("demo: starting a throwaway PostgreSQL (max_prepared_transactions=64) ...", flush=True)
-            server = faultinject.LocalPostgres().start()
-            url = server.url
-        try:
-            table = "twopc_demo_events"
-            create_table(url, table)
-            ids = write_input(Path(work) / "input", args.files, args.rows)
-            checkpoint = str(Path(work) / "checkpoint")
-            plan = fault_plan(points, args.files, seed)
-            print(f"demo: {len(ids)} rows in {args.files} micro-batches into table {table}")
-            print(f"demo: fault plan (seed {seed}): {plan}")
-            print("demo: each crash SIGKILLs driver, JVM and Python workers; the job is then restarted", flush=True)
-            runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url},
-                                             stdout=subprocess.DEVNULL)
-            cmd = [sys.executable, "-m", "twopc.recovery.demos.demo", "job", "--input", str(Path(work) / "input"),
-                   "--checkpoint", checkpoint, "--table", table]
-            def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
-                what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
-                print(f"    run ended: {run.describe()} ({what})", flush=True)
+            url = stack.enter_context(faultinject.LocalPostgres()).url
+        table = "twopc_demo_events"
+        create_table(url, table)
+        ids = write_input(Path(work) / "input", args.files, args.rows)
+        checkpoint = str(Path(work) / "checkpoint")
+        plan = fault_plan(points, args.files, seed)
+        print(f"demo: {len(ids)} rows in {args.files} micro-batches into table {table}")
+        print(f"demo: fault plan (seed {seed}): {plan}")
+        print("demo: each crash SIGKILLs driver, JVM and Python workers; the job is then restarted", flush=True)
+        runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url},
+                                         stdout=subprocess.DEVNULL)
+        cmd = [sys.executable, "-m", "twopc.recovery.demos.demo", "job", "--input", str(Path(work) / "input"),
+               "--checkpoint", checkpoint, "--table", table]
+        def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
+            what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
+            print(f"    run ended: {run.describe()} ({what})", flush=True)
 
-            report = runner.run_until_done(cmd, plan, max_restarts=len(points) + 3, timeout_s=1200,
-                                           on_progress=lambda line: print("   ", line, flush=True),
-                                           on_run_end=run_ended)
-            print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, "
-                  f"{time.monotonic() - started:.0f}s")
-            engine = sa.create_engine(url)
-            try:
-                result = verify_postgres_ids(engine, table, ids, sink_id=CommitLedger(checkpoint).recorded_sink_id())
-            finally:
-                engine.dispose()
-            print("verification:")
-            print(result.render())
-            if not report.completed:
-                print("demo: the job did not complete:\n" + report.summary(), file=sys.stderr)
-                return 1
-            return 0 if result.ok else 1
+        report = runner.run_until_done(cmd, plan, max_restarts=len(points) + 3, timeout_s=1200,
+                                       on_progress=lambda line: print("   ", line, flush=True),
+                                       on_run_end=run_ended)
+        print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, "
+              f"{time.monotonic() - started:.0f}s")
+        engine = sa.create_engine(url)
+        try:
+            result = verify_postgres_ids(engine, table, ids, sink_id=CommitLedger(checkpoint).recorded_sink_id())
         finally:
-            if server is not None:
-                server.stop()
+            engine.dispose()
+        print("verification:")
+        print(result.render())
+        if not report.completed:
+            print("demo: the job did not complete:\n" + report.summary(), file=sys.stderr)
+            return 1
+        return 0 if result.ok else 1
 
 
 if __name__ == "__main__":

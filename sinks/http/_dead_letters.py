@@ -30,9 +30,6 @@ __all__ = ["DeadLetter", "DeadLetters"]
 
 log = logging.getLogger("twopc.sinks.http")
 
-#: The longest answer body kept in a dead letter, in characters.
-MAX_REASON = 4000
-
 
 @dataclass(frozen=True)
 class DeadLetter:

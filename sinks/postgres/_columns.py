@@ -52,11 +52,6 @@ def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     return fits(arrow_type, family(col))
 
 
-def arrow_type_name(t: pa.DataType) -> str:
-    """A short, stable name of an Arrow type for error messages."""
-    return str(t)
-
-
 # -- normalisation -------------------------------------------------------------------
 
 def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from twopc import ConfigurationError
@@ -45,10 +45,6 @@ class Position:
     id: EntryId
     count: int = 0
     added: int | None = field(default=None, compare=False)
-
-    def with_added(self, added: int | None) -> Position:
-        """This position with entry count *added*."""
-        return replace(self, added=added)
 
 
 START = Position(ZERO, 0)

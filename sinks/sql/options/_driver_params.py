@@ -140,6 +140,11 @@ _MYSQL_REFUSED: dict[str, str] = {
 _MYSQL_TLS_KEYS = frozenset({"sslmode", "usessl", "requiressl", "verifyservercertificate",
                              "trustservercertificate", "disablesslhostnameverification", "serversslcert"})
 _PG_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+#: pgjdbc parameters that take one of a few words, which libpq takes as they are:
+#: key -> (libpq's name, the parameter's name in messages, the words)
+_PG_WORDS = {"sslmode": ("sslmode", "sslmode", _PG_SSLMODES),
+             "gssencmode": ("gssencmode", "gssEncMode", ("disable", "allow", "prefer", "require")),
+             "channelbinding": ("channel_binding", "channelBinding", ("disable", "prefer", "require"))}
 _MYSQL_SSLMODES = {
     "disabled": "disabled", "disable": "disabled",
     "preferred": "preferred",
@@ -270,11 +275,12 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
             if t not in ("", "true", "false"):
                 raise ConfigurationError(f"ssl must be true or false, got {v!r}")
             ssl_flag = t != "false"
-        elif k == "sslmode":
+        elif k in _PG_WORDS:
+            libpq_name, shown, words = _PG_WORDS[k]
             t = v.strip().lower()
-            if t not in _PG_SSLMODES:
-                raise ConfigurationError(f"sslmode must be one of {', '.join(_PG_SSLMODES)}, got {v!r}")
-            q["sslmode"] = t
+            if t not in words:
+                raise ConfigurationError(f"{shown} must be one of {', '.join(words)}, got {v!r}")
+            q[libpq_name] = t
         elif k in ("sslrootcert", "sslcert", "sslkey", "sslpassword"):
             if k == "sslkey" and v.lower().endswith((".pk8", ".der")):
                 log.info("twopc: sslkey %s looks like a PKCS-8 DER key (pgjdbc's format); libpq "
@@ -311,16 +317,6 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
                     f"targetServerType=primary")
             else:
                 raise ConfigurationError(f"targetServerType must be any or primary, got {v!r}")
-        elif k == "gssencmode":
-            t = v.strip().lower()
-            if t not in ("disable", "allow", "prefer", "require"):
-                raise ConfigurationError(f"gssEncMode must be disable, allow, prefer or require, got {v!r}")
-            q["gssencmode"] = t
-        elif k == "channelbinding":
-            t = v.strip().lower()
-            if t not in ("disable", "prefer", "require"):
-                raise ConfigurationError(f"channelBinding must be disable, prefer or require, got {v!r}")
-            q["channel_binding"] = t
         elif k == "loadbalancehosts":
             q["load_balance_hosts"] = "random" if _jdbc_bool(p) else "disable"
         else:
