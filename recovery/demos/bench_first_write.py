@@ -33,9 +33,8 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_target
+from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_target, postgres_url
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
 
@@ -124,18 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
     if SPARK not in variants:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-    from twopc import faultinject
-
-    url = os.environ.get("TWOPC_BENCH_POSTGRES_URL")
-    server: Any = None
-    try:
-        if url is None:
-            server = faultinject.LocalPostgres().start()
-            url = server.url
+    with postgres_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL")) as url:
         results = bench(url, max(1, args.runs), max(0, args.warm), variants)
-    finally:
-        if server is not None:
-            server.stop()
     report(results)
     return 0
 
