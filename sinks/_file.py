@@ -97,7 +97,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         path: the output folder (created if missing).
     """
 
-    handle_type = FileHandle
+    __handle_type__ = FileHandle
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)

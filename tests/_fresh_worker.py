@@ -84,7 +84,7 @@ def _planned_jdbc_write(url: str, engine: sa.Engine, prefix: str) -> Iterator[tu
     schema = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
     try:
         writer = JdbcDataSource({"url": url, "dbtable": table}).writer(schema, False)
-        assert isinstance(writer.core.sink, JdbcSink) and writer.core.sink.mode == "prepared"
+        assert isinstance(writer.sink, JdbcSink) and writer.sink.mode == "prepared"
         yield writer, table
     finally:
         with engine.begin() as c:
@@ -101,7 +101,7 @@ def commit_in_fresh_worker(url: str, engine: sa.Engine, tmp_path: Path) -> dict[
             ids = [p * 10 + i for i in range(3)]
             rows = pa.RecordBatch.from_pydict({"id": pa.array(ids, pa.int64()),
                                                "payload": pa.array([str(i) for i in ids], pa.string())})
-            messages.append(writer.core.write_partition(iter([rows]), 0, p, p))
+            messages.append(writer.write_partition(iter([rows]), 0, p, p))
         path = tmp_path / "commit.pickle"
         path.write_bytes(pickle.dumps((writer, messages)))
         proc = subprocess.run([sys.executable, "-c", COMMIT, str(path)], cwd=REPO_ROOT,
@@ -120,7 +120,7 @@ with open(sys.argv[1], "rb") as fh:
     writer = pickle.load(fh)
 with pa.ipc.open_stream(pa.OSFile(sys.argv[2])) as reader:
     batches = list(reader)
-message = writer.core.write_partition(iter(batches), 0, 0, 0)
+message = writer.write_partition(iter(batches), 0, 0, 0)
 with open(sys.argv[3], "wb") as fh:
     pickle.dump([message], fh)
 print(json.dumps(sorted(m for m in sys.modules if m == "twopc" or m.startswith("twopc."))))

@@ -155,7 +155,7 @@ class SteppedStore:
 class ModelSink(TwoPhaseCommitSink[int, ModelHandle, ModelHandle]):
     """The model target (see the module docstring); one per actor, sharing the world."""
 
-    handle_type = ModelHandle
+    __handle_type__ = ModelHandle
 
     def __init__(self, world: World) -> None:
         self._w = world

@@ -144,7 +144,7 @@ def logged_markers(engine: sa.Engine, marker: str) -> str:
 
     log = f"{marker}_log"
     with engine.begin() as c:
-        for stmt in PostgresSink(engine.url, "unused", marker_table=marker).marker_table_ddl():
+        for stmt in PostgresSink(engine.url, "unused", marker_table=marker).dialect.marker_table_ddl():
             c.exec_driver_sql(stmt)
         c.exec_driver_sql(f"CREATE TABLE {log} (gid text, sink_id text)")
         c.exec_driver_sql(f"CREATE FUNCTION {log}_fn() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "

@@ -162,7 +162,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         ConfigurationError: no participant, or two with the same name.
     """
 
-    handle_type = CompositeHandle
+    __handle_type__ = CompositeHandle
 
     def __init__(self, participants: Sequence[Participant]) -> None:
         self.participants = tuple(participants)
@@ -182,7 +182,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """Register every participant's handle kind in this process (a class shipped by
         value by cloudpickle did not run the hook that registers it)."""
         for p in self.participants:
-            ensure_registered(getattr(type(p.sink), "handle_type", TransactionHandle))
+            ensure_registered(getattr(type(p.sink), "__handle_type__", TransactionHandle))
 
     def _participant(self, name: str) -> Participant:
         for p in self.participants:

@@ -13,6 +13,7 @@ from ._composite import CompositeSink
 from ._errors import ConfigurationError
 from ._participant import Participant
 from ._register import register
+from ._runtime_options import sink_options
 from ._spark import TwoPhaseCommitDataSource
 
 if TYPE_CHECKING:
@@ -35,10 +36,10 @@ class CompositeDataSourceBase(TwoPhaseCommitDataSource):
         Raises:
             ConfigurationError: a writer option other than the runtime's was given.
         """
-        if options:
+        if others := sink_options(options):
             raise ConfigurationError(
                 f"format {self.name()!r} takes only the runtime options (checkpointLocation, sinkId, txnVersion, "
-                f"...); got {sorted(options)}: give each participant its options where twopc.composite() builds it")
+                f"...); got {sorted(others)}: give each participant its options where twopc.composite() builds it")
         return copy.deepcopy(self.composite_sink)
 
 

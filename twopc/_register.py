@@ -35,7 +35,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     below; on Spark Connect, which has none, the setting is read now: register again after
     changing it). The session's defaults of writer options (``spark.twopc.<option>``, such as
     ``spark.twopc.twopcSchema``) for the sinks that take them
-    (:attr:`TwoPhaseCommitSink.session_options`) are read now: a write that does not set the
+    (:attr:`TwoPhaseCommitSink.__session_options__`) are read now: a write that does not set the
     option itself gets the session's value. Register again after changing them.
 
     Streaming sources are registered with the environment keys PySpark's source runner

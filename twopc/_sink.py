@@ -98,20 +98,29 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     executors: keep only plain configuration in attributes and open connections lazily.
     """
 
-    handle_type: ClassVar[type[TransactionHandle]] = TransactionHandle
+    #: The :class:`TransactionHandle` subclass :meth:`pre_commit` returns: the runtime registers
+    #: it in every process that decodes this sink's handles. A class attribute the runtime reads,
+    #: named as a dunder so that the sink's public names are the contract's methods alone.
+    __handle_type__: ClassVar[type[TransactionHandle]] = TransactionHandle
     #: Writer options this sink takes a session-wide default for: :func:`twopc.register`
     #: reads each from the Spark conf ``spark.twopc.<option>`` (:mod:`twopc._session_options`).
-    session_options: ClassVar[tuple[str, ...]] = ()
+    __session_options__: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a sink class that defines part of a capability without having it: the
         runtime, which finds capabilities with ``isinstance``, would not see those methods.
 
+        Refuse too a sink class that sets ``handle_type`` or ``session_options``, the names these
+        two class attributes had before 0.2.0: the runtime reads :attr:`__handle_type__` and
+        :attr:`__session_options__`, and would silently use the defaults.
+
         Raises:
-            TypeError: naming the capability to subclass.
+            TypeError: naming the capability to subclass, or the attribute to rename.
         """
         super().__init_subclass__(**kwargs)
-        half = half_capabilities(cls)
+        renamed = [f"{cls.__qualname__} sets {old}: twopc reads it as {new} since 0.2.0 (rename the class "
+                   f"attribute to {new})" for old, new in RENAMED_ATTRIBUTES.items() if old in vars(cls)]
+        half = renamed + half_capabilities(cls)
         if half:
             raise TypeError("; ".join(half))
 
@@ -201,6 +210,9 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+
+#: The class attributes of :class:`TwoPhaseCommitSink` renamed in 0.2.0: old name -> new name.
+RENAMED_ATTRIBUTES: Mapping[str, str] = {"handle_type": "__handle_type__", "session_options": "__session_options__"}
 
 AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
 """A sink of any value, transaction and handle types (what the protocol's drivers take)."""

@@ -33,7 +33,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pyspark import TaskContext
 from pyspark.sql.datasource import (
@@ -95,9 +95,17 @@ log = logging.getLogger("twopc.spark")
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
+W = TypeVar("W", bound="_WriterCore")
+
 
 class _WriterCore:
-    """Protocol logic shared by the batch and the streaming writer (picklable)."""
+    """What the batch and the streaming writer are: the protocol's task side (:meth:`write`)
+    and driver side (:meth:`commit`, :meth:`abort`), pickled to the executors and to the
+    streaming commit process as the writer itself."""
+
+    version: int | None = None
+    """The batch write's ``txnVersion``, the id of its one batch (None: a streaming write, whose
+    tasks take the micro-batch id from Spark's task property and whose commits are given it)."""
 
     abort_baseline: frozenset[str] | None = None
     """Every abort record of the ledger when the write was planned (None: unknown, a task then
@@ -111,7 +119,8 @@ class _WriterCore:
 
     def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
                  format_name: str = "", epoch: int | None = None, lease: Lease | None = None,
-                 abort_baseline: frozenset[str] | None = None, committed_through: int | None = None) -> None:
+                 abort_baseline: frozenset[str] | None = None, committed_through: int | None = None,
+                 version: int | None = None) -> None:
         self.sink = sink
         self.sink_id = sink_id
         self.runtime = runtime
@@ -121,6 +130,7 @@ class _WriterCore:
         self.lease = lease
         self.abort_baseline = abort_baseline
         self.committed_through = committed_through
+        self.version = version
         self._register_handle_kind()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -131,10 +141,11 @@ class _WriterCore:
         """Register the sink's handle kind in this process (planning, task or commit
         worker): a handle class defined in ``__main__`` or a notebook comes by value, and
         cloudpickle does not run the hook that registers it."""
-        ensure_registered(getattr(type(self.sink), "handle_type", TransactionHandle))
+        ensure_registered(getattr(type(self.sink), "__handle_type__", TransactionHandle))
 
     # -- executor side ------------------------------------------------------------
-    def write_task(self, batches: Iterator[pa.RecordBatch], batch_id: int | None) -> TwoPCCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
+        """One task attempt: its batch is :attr:`version`, else the micro-batch Spark runs."""
         configure_worker_logging()
         tc = TaskContext.get()
         if tc is None:
@@ -142,16 +153,17 @@ class _WriterCore:
         partition, attempt = tc.partitionId(), tc.taskAttemptId()
         if self.skip:
             return TwoPCCommitMessage(None, 0, partition, attempt, epoch=self.epoch)
+        batch_id = self.version
         if batch_id is None:
             prop = tc.getLocalProperty(BATCH_ID_PROPERTY)
             if prop is None:
                 raise ProtocolError(f"Spark did not set the {BATCH_ID_PROPERTY} task property")
             batch_id = int(prop)
-        return self.write_partition(batches, batch_id, partition, attempt, tc.attemptNumber())
+        return self.write_partition(iterator, batch_id, partition, attempt, tc.attemptNumber())
 
     def write_partition(self, batches: Iterator[pa.RecordBatch], batch_id: int, partition: int, attempt: int,
                         attempt_number: int = 0) -> TwoPCCommitMessage:
-        """One task attempt's write once its identity is known (what :meth:`write_task`
+        """One task attempt's write once its identity is known (what :meth:`write`
         does after reading Spark's ``TaskContext``): begin, invoke, prepare, with the
         executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
         if self.committed_through is not None and batch_id <= self.committed_through:
@@ -266,28 +278,39 @@ class _WriterCore:
                                  retry=self.runtime.retry, format_name=self.format_name,
                                  claimed=True)  # the target and the sink id were checked at plan time
 
-    def commit(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
+    def commit(self, messages: Sequence[WriterCommitMessage | None],
+               batchId: int | None = None) -> None:  # noqa: N803 - Spark's parameter name
+        """Decide and commit the batch (*batchId*: the micro-batch; a batch write's is :attr:`version`)."""
         configure_worker_logging()
+        batch_id = self._batch(batchId)
         if self.skip:
             log.debug("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
             self._settle()
-            return None
-        return self._finish("commit", messages, batch_id)
+            return
+        self._finish("commit", messages, batch_id)
 
-    def abort(self, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult | None:
-        """Roll the failed write back. Never raises: Spark replaces the error that made it
-        abort with a generic "Writing job failed" when ``abort`` raises, so what cannot be
-        cleaned up now is left for the next start (or ``twopc recover``) with a warning."""
+    def abort(self, messages: Sequence[WriterCommitMessage | None],
+              batchId: int | None = None) -> None:  # noqa: N803 - Spark's parameter name
+        """Roll the failed write back (*batchId* as in :meth:`commit`). Never raises: Spark
+        replaces the error that made it abort with a generic "Writing job failed" when
+        ``abort`` raises, so what cannot be cleaned up now is left for the next start (or
+        ``twopc recover``) with a warning."""
         configure_worker_logging()
+        batch_id = self._batch(batchId)
         if self.skip:
             self._settle()
-            return None
+            return
         try:
-            return self._finish("abort", messages, batch_id)
+            self._finish("abort", messages, batch_id)
         except Exception:
             log.warning("twopc: sink %s could not clean up after the failed write of batch %s; the next start "
                         "of the query (or twopc recover) will", self.sink_id, batch_id, exc_info=True)
-            return None
+
+    def _batch(self, given: int | None) -> int:
+        batch_id = self.version if given is None else given
+        if batch_id is None:
+            raise ProtocolError("a streaming write's commit or abort needs the micro-batch id")
+        return batch_id
 
     def _finish(self, stage: str, messages: Sequence[WriterCommitMessage | None], batch_id: int) -> BatchResult:
         coordinator = self.coordinator(messages)
@@ -360,41 +383,12 @@ def _quietly(fn: Callable[[Any], Any], arg: Any) -> None:
         log.exception("twopc: cleanup after a failed write also failed; recovery will finish it")
 
 
-class TwoPhaseCommitStreamWriter(DataSourceStreamArrowWriter):
+class TwoPhaseCommitStreamWriter(_WriterCore, DataSourceStreamArrowWriter):
     """Streaming writer: one transaction per task attempt, one decision per micro-batch."""
 
-    def __init__(self, core: _WriterCore) -> None:
-        self.core = core
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
-        return self.core.write_task(iterator, None)
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        self.core.commit(messages, batchId)
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        self.core.abort(messages, batchId)
-
-
-class TwoPhaseCommitBatchWriter(DataSourceArrowWriter):
+class TwoPhaseCommitBatchWriter(_WriterCore, DataSourceArrowWriter):
     """Batch writer: all-or-nothing across tasks; ``txnVersion`` makes reruns write nothing."""
-
-    def __init__(self, core: _WriterCore) -> None:
-        self.core = core
-
-    @property
-    def version(self) -> int:
-        assert self.core.runtime.txn_version is not None
-        return self.core.runtime.txn_version
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
-        return self.core.write_task(iterator, self.version)
-
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.core.commit(messages, self.version)
-
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        self.core.abort(messages, self.version)
 
 
 class TwoPhaseCommitDataSource(DataSource):
@@ -411,7 +405,7 @@ class TwoPhaseCommitDataSource(DataSource):
     #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does,
     #: unless its start noted the session's folder then in :attr:`start_notes`.
     session_checkpoint_root: ClassVar[str | None] = None
-    #: The session's defaults of the options the sink names in ``session_options``, read by
+    #: The session's defaults of the options the sink names in ``__session_options__``, read by
     #: :func:`register` from ``spark.twopc.<option>`` (see :mod:`twopc._session_options`).
     session_defaults: ClassVar[Mapping[str, str]] = {}
     #: The folder where the session's query listener notes, at each start of a query, the
@@ -434,9 +428,9 @@ class TwoPhaseCommitDataSource(DataSource):
     @classmethod
     def session_option_names(cls) -> tuple[str, ...]:
         """The writer options that take a session default (``spark.twopc.<option>``): the
-        sink class's :attr:`~TwoPhaseCommitSink.session_options`. A data source that imports
+        sink class's :attr:`~TwoPhaseCommitSink.__session_options__`. A data source that imports
         its sink class only when a write needs it says them without importing it."""
-        return tuple(cls.sink_class.session_options)
+        return tuple(cls.sink_class.__session_options__)
 
     def session_root(self) -> str | None:
         """The session's default checkpoint folder as this query's start found it
@@ -445,18 +439,19 @@ class TwoPhaseCommitDataSource(DataSource):
                                      self.session_checkpoint_root)
 
     def build_sink(self, options: Mapping[str, str]) -> AnySink:
-        """The sink of one write, from its options (the runtime's removed). Default:
-        ``sink_class.from_options(options)``.
+        """The sink of one write, from its writer *options* less the runtime's
+        (:func:`~twopc._runtime_options.sink_options`). Default:
+        ``sink_class.from_options(those options)``.
 
         Raises:
             ConfigurationError: the options are wrong.
         """
-        return self.sink_class.from_options(options)
+        return self.sink_class.from_options(sink_options(options))
 
     def _session_options(self, options: dict[str, str]) -> dict[str, str]:
-        """*options* with the session's defaults, the sink's ``session_options`` pinned to
+        """*options* with the session's defaults, the sink's ``__session_options__`` pinned to
         what the write's checkpoint recorded (:func:`~twopc._session_options.with_session_defaults`)."""
-        names = self.sink_class.session_options
+        names = self.sink_class.__session_options__
         if not names:
             return options
         location = option(options, "checkpointLocation")
@@ -465,16 +460,17 @@ class TwoPhaseCommitDataSource(DataSource):
                                      location)
 
     def writer(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitBatchWriter:
-        return TwoPhaseCommitBatchWriter(self._core(schema, overwrite, streaming=False))
+        return self._writer(TwoPhaseCommitBatchWriter, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitStreamWriter:  # noqa: N802 - Spark's method name
-        return TwoPhaseCommitStreamWriter(self._core(schema, overwrite, streaming=True))
+        return self._writer(TwoPhaseCommitStreamWriter, schema, overwrite)
 
-    def _core(self, schema: StructType, overwrite: bool, *, streaming: bool) -> _WriterCore:
+    def _writer(self, kind: type[W], schema: StructType, overwrite: bool) -> W:
+        streaming = issubclass(kind, DataSourceStreamArrowWriter)
         options = with_checkpoint(self.options, streaming=streaming,
                                   session_root=self.session_root() if streaming else None)
         options = self._session_options(options)
-        sink = self.build_sink(sink_options(options))
+        sink = self.build_sink(options)
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
         # A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit mode:
@@ -583,9 +579,10 @@ class TwoPhaseCommitDataSource(DataSource):
                     log.warning("twopc: sink %s requested txnVersion %s, below the last one it committed (%s): this "
                                 "write writes nothing. A new job needs a txnVersion above %s", sink_id,
                                 runtime.txn_version, latest, latest)
-        return _WriterCore(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
-                           lease=None if streaming else lease,  # a query keeps its lease while its driver runs
-                           abort_baseline=baseline, committed_through=committed_through)
+        return kind(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
+                    lease=None if streaming else lease,  # a query keeps its lease while its driver runs
+                    abort_baseline=baseline, committed_through=committed_through,
+                    version=None if streaming else runtime.txn_version)
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:

@@ -55,7 +55,7 @@ from ._checkpoint import (
 from ._coordinator import BatchResult, CommitCoordinator
 from ._driver_identity import DriverIdentity, identity_of
 from ._ledger import CommitLedger, ledger_exists, ledger_store
-from ._runtime_options import RuntimeOptions, option, sink_options
+from ._runtime_options import RuntimeOptions, option
 from ._spark import TwoPhaseCommitDataSource
 from ._stores import open_store
 
@@ -328,7 +328,7 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
     if sink_id is None:
         return None
     runtime = RuntimeOptions.parse(options, streaming=True)
-    with data_source.build_sink(sink_options(options)) as sink:
+    with data_source.build_sink(options) as sink:
         coordinator = CommitCoordinator(sink, ledger, sink_id, keep_last=runtime.keep_last, retry=runtime.retry,
                                         format_name=data_source.name())
         return coordinator.abort_batch(batch, [])

@@ -24,18 +24,12 @@ from dataclasses import dataclass
 
 from ._errors import ConfigurationError, ProtocolError
 
-__all__ = ["MAX_XID_BYTES", "SINK_ID_PATTERN", "Xid", "validate_sink_id"]
+__all__ = ["SINK_ID_PATTERN", "Xid", "validate_sink_id"]
 
 PREFIX = "twopc"
 
 #: What a sink id may look like: it is part of every id, key and file name a sink makes.
 SINK_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-#: The longest id (in bytes) each target accepts.
-MAX_XID_BYTES: dict[str, int] = {
-    "postgresql": 199,  # GID of PREPARE TRANSACTION
-    "mysql": 64,  # gtrid of an XA xid (MariaDB and MySQL)
-}
 
 _CANONICAL = re.compile(r"^twopc:([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(\d{1,19}):(\d{1,10}):(\d{1,19}):([0-9a-f]{8})$")
 _PATH = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63})~(\d{1,19})~(\d{1,10})~(\d{1,19})~([0-9a-f]{8})$")
@@ -138,18 +132,18 @@ class Xid:
             raise ProtocolError(f"handle txn_id {text!r:.80} is not a {what}")
         return text
 
-    def fitting(self, target: str) -> str:
-        """The canonical form, checked against the byte limit of *target* (a key of
-        :data:`MAX_XID_BYTES`).
+    def fitting(self, max_bytes: int | None, target: str) -> str:
+        """The canonical form, checked against *max_bytes*, the longest id *target* (its name,
+        for the message) accepts (``None``: no limit).
 
         Raises:
             ConfigurationError: the id is longer than the target allows; the message says
                 how long the sink id may be.
         """
         text = str(self)
-        limit = MAX_XID_BYTES[target]
+        limit = max_bytes
         size = len(text.encode())
-        if size > limit:
+        if limit is not None and size > limit:
             room = limit - (size - len(self.sink_id.encode()))
             raise ConfigurationError(
                 f"transaction id {text!r} is {size} bytes, over the {limit}-byte limit of {target} "

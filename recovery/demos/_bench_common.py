@@ -1,11 +1,20 @@
-"""What the benchmarks share: the bench table, its generated rows, and how a result is judged
+"""What the benchmarks share: the bench table, its generated rows, how a result is judged
 (:mod:`twopc.recovery.demos.bench`, :mod:`twopc.recovery.demos.bench_scaling`,
-:mod:`twopc.recovery.demos.bench_stream`)."""
+:mod:`twopc.recovery.demos.bench_stream`), the PostgreSQL and the SparkSession a bench runs
+on, and what it reads of a process in ``/proc`` (:mod:`twopc.recovery.demos.bench_memory`,
+:mod:`twopc.recovery.demos.bench_soak`, :mod:`twopc.recovery.demos.bench_first_write`)."""
 
 from __future__ import annotations
 
 import compileall
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 #: the generated rows, as Spark SQL expressions over ``spark.range``
@@ -60,3 +69,67 @@ def compile_package() -> None:
     root = Path(twopc.__file__).parent
     for folder in [root, *(p.resolve() for p in root.iterdir() if p.is_dir() and p.is_symlink())]:
         compileall.compile_dir(str(folder), quiet=1)
+
+
+@contextlib.contextmanager
+def postgres_url(url: str | None) -> Iterator[str]:
+    """*url*, or the URL of a throwaway :class:`~twopc.faultinject.LocalPostgres` that runs
+    while the block does."""
+    if url is not None:
+        yield url
+        return
+    from twopc import faultinject
+
+    with faultinject.LocalPostgres() as server:
+        yield server.url
+
+
+def bench_session(app_name: str, **conf: str) -> SparkSession:
+    """A ``local[2]`` SparkSession without UI or progress bar, in UTC, with the settings *conf*
+    (``spark.`` keys with dots as underscores: ``python_worker_reuse="false"``), logging errors
+    only, twopc's sinks registered."""
+    from pyspark.sql import SparkSession
+
+    from twopc import sinks
+
+    builder = (SparkSession.builder.master("local[2]").appName(app_name)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.session.timeZone", "UTC"))
+    for key, value in conf.items():
+        builder = builder.config("spark." + key.replace("_", "."), value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    sinks.register_all(spark)
+    return spark
+
+
+def jvm_pid(spark: SparkSession) -> int:
+    """The pid of *spark*'s JVM (this driver's)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]  # py4j
+
+
+def proc_status(pid: int | str) -> dict[bytes, bytes]:
+    """The fields of ``/proc/<pid>/status`` (``VmRSS``, ``PPid``...); empty when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            return dict(line.split(b":", 1) for line in f if b":" in line)
+    except OSError:
+        return {}
+
+
+def rss_kib(status: dict[bytes, bytes]) -> int:
+    """The resident set size in a :func:`proc_status`, KiB (0 when it has none)."""
+    rss = status.get(b"VmRSS", b"0 kB").split()
+    return int(rss[0]) if rss else 0
+
+
+def processes() -> Iterator[tuple[str, list[bytes]]]:
+    """Every process's pid and command line (its arguments), as ``/proc`` shows them now."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                yield name, f.read().split(b"\0")
+        except OSError:
+            continue

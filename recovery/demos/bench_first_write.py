@@ -24,7 +24,6 @@ Uses a throwaway :class:`twopc.faultinject.LocalPostgres` unless ``TWOPC_BENCH_P
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
@@ -35,7 +34,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_target
+from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_target, postgres_url
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
 
@@ -124,10 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
     if SPARK not in variants:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-    from twopc import faultinject
-
-    with contextlib.ExitStack() as stack:
-        url = os.environ.get("TWOPC_BENCH_POSTGRES_URL") or stack.enter_context(faultinject.LocalPostgres()).url
+    with postgres_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL") or None) as url:
         results = bench(url, max(1, args.runs), max(0, args.warm), variants)
     report(results)
     return 0

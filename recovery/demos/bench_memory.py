@@ -24,7 +24,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._bench_common import jvm_pid, postgres_url, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -41,34 +43,18 @@ FORMATS = {"postgres": ("twopc-postgres (prepared, checkpoint)", "memory.postgre
            "noop": ("no-op Python data source (Spark's floor)", "memory.noop_5m_vs_05m")}
 
 
-def _status(pid: str) -> dict[bytes, bytes]:
-    try:
-        with open(f"/proc/{pid}/status", "rb") as f:
-            return dict(line.split(b":", 1) for line in f if b":" in line)
-    except OSError:
-        return {}
-
-
 def _task_workers(jvm_pid: int) -> dict[str, int]:
     """The Python task workers Spark's JVM *jvm_pid* runs (the children of its
     ``pyspark.daemon pyspark.worker``, the daemon included), with their RSS in KiB."""
     out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
+    for name, argv in processes():
         if TASK_WORKER not in argv or b"pyspark.daemon" not in argv:
             continue
-        status = _status(name)
+        status = proc_status(name)
         parent = status.get(b"PPid", b"").strip()
-        grandparent = _status(parent.decode()).get(b"PPid", b"").strip() if parent else b""
+        grandparent = proc_status(parent.decode()).get(b"PPid", b"").strip() if parent else b""
         if str(jvm_pid).encode() in (parent, grandparent):
-            rss = status.get(b"VmRSS", b"0 kB").split()
-            out[name] = int(rss[0]) if rss else 0
+            out[name] = rss_kib(status)
     return out
 
 
@@ -100,21 +86,12 @@ def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int
                  formats: Sequence[str] = tuple(FORMATS)) -> dict[str, dict[int, list[float]]]:
     """Per format (keys of :data:`FORMATS`) and size: the peak RSS (MiB) of the task's
     worker, *repeat* writes each."""
-    from pyspark.sql import SparkSession
-
-    from twopc import sinks
-
-    from ._bench_common import ROW_EXPRS, create_table, jdbc_target
+    from ._bench_common import ROW_EXPRS, bench_session, create_table, jdbc_target
     from ._noop import NOOP_FORMAT, NoopDataSource
 
-    spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-memory")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.python.worker.reuse", "false")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    sinks.register_all(spark)
+    spark = bench_session("twopc-bench-memory", python_worker_reuse="false")
     spark.dataSource.register(NoopDataSource)
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]  # py4j
+    driver_jvm = jvm_pid(spark)
     jdbc_url, props = jdbc_target(url)
     out: dict[str, dict[int, list[float]]] = {}
     writes: dict[str, Callable[[DataFrame, str, int], None]] = {}
@@ -143,7 +120,7 @@ def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int
                 for size in sizes:
                     df = spark.range(size, numPartitions=1).selectExpr(*ROW_EXPRS)
                     version = 1 + r * len(sizes) + sizes.index(size)
-                    mib, seconds = peak_worker_rss(functools.partial(write, df, table, version), jvm_pid)
+                    mib, seconds = peak_worker_rss(functools.partial(write, df, table, version), driver_jvm)
                     out.setdefault(name, {}).setdefault(size, []).append(mib)
                     print(f"bench: memory, {name:<40} {size:>9,} rows in one task: worker peak RSS {mib:6.1f} MiB "
                           f"({seconds:.1f} s)", flush=True)
@@ -188,19 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--formats: choose from {', '.join(FORMATS)}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from twopc import faultinject
-
-    server: Any = None
-    url = args.url
-    with tempfile.TemporaryDirectory(prefix="twopc-bench-memory-") as work:
-        if url is None:
-            server = faultinject.LocalPostgres().start()
-            url = server.url
-        try:
-            results = bench_memory(url, Path(work), [sizes[0], sizes[-1]], max(1, args.repeat), formats)
-        finally:
-            if server is not None:
-                server.stop()
+    with tempfile.TemporaryDirectory(prefix="twopc-bench-memory-") as work, postgres_url(args.url) as url:
+        results = bench_memory(url, Path(work), [sizes[0], sizes[-1]], max(1, args.repeat), formats)
     report(results)
     return 0
 

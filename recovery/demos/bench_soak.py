@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._bench_common import TABLE_COLUMNS, proc_status, processes, rss_kib
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -53,7 +55,6 @@ __all__ = ["main"]
 
 RETAIN = 100
 ROWS_PER_BATCH = 10
-TABLE_COLUMNS = "id bigint NOT NULL, payload text, amount double precision, ts timestamptz"
 SELECT = ("value AS id", "concat('payload-', value) AS payload", "cast(value AS double) * 0.5 AS amount",
           "timestamp AS ts")
 REDIS_MAPPING = ('[{"op": "INCRBY", "key": "{{soak}}:rows", "by": 1}, '
@@ -84,15 +85,8 @@ class Leg:
 
 
 def _rss_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    status = {} if pid is None else proc_status(pid)
+    return rss_kib(status) / 1024 if b"VmRSS" in status else None
 
 
 def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
@@ -144,15 +138,9 @@ def _agent_pid(jvm_pid: int | None) -> int | None:
     twopc's agent module whose driver argument names that pid."""
     if jvm_pid is None:
         return None
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for pid, argv in processes():
         if any(a.endswith(b"_agent.py") for a in argv) and any(f'"pid": {jvm_pid},'.encode() in a for a in argv):
-            return int(proc.name)
+            return int(pid)
     return None
 
 
@@ -354,11 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import sqlalchemy as sa
-    from pyspark.sql import SparkSession
 
-    from twopc import faultinject, sinks
+    from twopc import faultinject
 
-    from ._bench_common import jdbc_target
+    from ._bench_common import bench_session, jdbc_target, jvm_pid
 
     legs: list[Leg] = []
     with tempfile.TemporaryDirectory(prefix="twopc-soak-") as work:
@@ -367,14 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             dsn = sa.make_url(pg.url).set(drivername="postgresql").render_as_string(hide_password=False)
             _create_tables(dsn)
-            spark = (SparkSession.builder.master("local[2]").appName("twopc-soak")
-                     .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                     .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "1")
-                     .getOrCreate())
-            spark.sparkContext.setLogLevel("ERROR")
-            sinks.register_all(spark)
-            gateway: Any = spark.sparkContext._jvm
-            jvm = Jvm(int(gateway.java.lang.ProcessHandle.current().pid()), gateway)
+            spark = bench_session("twopc-soak", sql_shuffle_partitions="1")
+            jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
             jdbc_url, props = jdbc_target(pg.url)
             progress = _Progress(spark)
 

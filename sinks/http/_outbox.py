@@ -28,7 +28,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -179,12 +179,13 @@ class Outboxes:
                 out.append(xid)
         return sorted(out, key=lambda x: (x.batch_id, x.partition_id, x.attempt_id, x.nonce))
 
-    def purge(self, sink_id: str, below_batch: int) -> int:
-        """Delete the delivered markers of *sink_id*'s batches ``< below_batch``."""
+    def purge(self, done: Callable[[Xid], bool]) -> int:
+        """Delete the delivered markers of the transactions *done* says are no longer needed;
+        return how many."""
         removed = 0
         for name in _guarded(lambda: self.store.list("delivered"), f"list the markers in {self.location}"):
             xid = Xid.parse(name.removesuffix(".json"))
-            if xid is not None and xid.sink_id == sink_id and xid.batch_id < below_batch:
+            if xid is not None and done(xid):
                 _guarded(lambda name=name: self.store.delete(f"delivered/{name}"), f"delete the marker {name}")
                 removed += 1
         return removed

@@ -60,7 +60,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         options: the parsed options (:meth:`from_options` reads them from Spark's).
     """
 
-    handle_type = HttpHandle
+    __handle_type__ = HttpHandle
     #: What sends each request with its retries (:class:`~twopc.sinks.http._deliver.Sender`).
     sender: ClassVar[type[Sender]] = Sender
 
@@ -253,5 +253,5 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the delivered markers of *sink_id*'s batches below *below_batch*."""
-        return self.outboxes.purge(sink_id, below_batch)
+        return self.outboxes.purge(lambda xid: xid.sink_id == sink_id and xid.batch_id < below_batch)
 

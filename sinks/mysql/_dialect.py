@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["MySqlDialect", "lease_name", "lock_seconds"]
 
 #: the error rules (PyMySQL's), loaded when a rule is first used
-_ERRORS = DriverBound[Any]
-_ERRORS_AT = "twopc.sinks.mysql._errors"
 
 
 def _quoted(name: str) -> str:
@@ -91,6 +89,8 @@ class MySqlDialect(SqlDatabase):
     format_name = "MySqlXaSink"
     product = "MariaDB/MySQL"
     id_name = "XA transaction id"
+    max_id_bytes = 64  # gtrid of an XA xid (MariaDB and MySQL)
+    unique_violations = frozenset({"1062"})  # ER_DUP_ENTRY
     driver_error = DriverBound[type[Exception]]("pymysql:Error")
     dbapi = "pymysql"
     extra = "mysql"
@@ -210,13 +210,7 @@ class MySqlDialect(SqlDatabase):
     label = "MySQL/MariaDB"
     default_port = 3306
     schema_is_database = True
-    connect_failure = _ERRORS(f"{_ERRORS_AT}:connect_failure")
-    is_connection_error = _ERRORS(f"{_ERRORS_AT}:is_connection_error")
-    is_missing_table = _ERRORS(f"{_ERRORS_AT}:is_missing_table")
-    error_code = _ERRORS(f"{_ERRORS_AT}:error_code")
-    error_text = _ERRORS(f"{_ERRORS_AT}:error_text")
-    map_error = _ERRORS(f"{_ERRORS_AT}:map_error")
-    value_error = _ERRORS(f"{_ERRORS_AT}:value_error")
+    errors_module = "twopc.sinks.mysql._errors"
     staging_values = _staging_values
 
     @staticmethod
@@ -292,6 +286,6 @@ class MySqlDialect(SqlDatabase):
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
-        """Whether the server can run XA transactions for *sink* (:meth:`MySqlXaSink.xa_available`)."""
-        ok, why = sink.xa_available()
+        """Whether the server can run XA transactions for *sink* (:meth:`MySqlPrepared.xa_available`)."""
+        ok, why = sink.dialect.xa_available()
         return ok, (f"MySQL/MariaDB XA: {why}" if ok else why)

@@ -25,6 +25,7 @@ from twopc.spi import Headroom, TargetConfigurationError
 
 from ..sql.connect._sql_dialect import SqlTxn, TxnControl
 from ..sql.connect._sql_target import SqlTarget, give_back
+from ..sql.options._jdbc_options import isolation_sql
 from ..sql.prepared._markers import MarkerTable
 from . import _server as server
 from ._dialect import MySqlDialect, lock_seconds
@@ -173,7 +174,7 @@ class MySqlPrepared(MySqlDialect):
             txn.session_id = int(row[0]) if row else 0
         txn.columns = self.target_columns(my, validating=False)
         with my.cursor() as cur:
-            exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {o.isolation_sql}")
+            exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {isolation_sql(o.isolation_level)}")
             exec_sql(cur, "XA START %s", (txn.gid,))
         txn.state = "active"
 

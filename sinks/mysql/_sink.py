@@ -21,7 +21,7 @@ location is.
 
 Requirements on the server: InnoDB target table (other engines cannot take part in XA),
 ``INSERT`` on it, ``CREATE`` on its database the first time (for the marker table; or
-create it yourself: :meth:`MySqlXaSink.marker_table_ddl`), and, on MySQL 8,
+create it yourself: ``sink.dialect.marker_table_ddl()``, :meth:`MySqlPrepared.marker_table_ddl`), and, on MySQL 8,
 ``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions. Session settings:
 :func:`twopc.sinks.mysql._server.session_settings`.
 """
@@ -60,8 +60,8 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
         ConfigurationError: an argument is invalid (nothing is contacted).
     """
 
-    handle_type = MySqlXaHandle
-    spec = MySqlPrepared
+    __handle_type__ = MySqlXaHandle
+    database = MySqlPrepared
     dialect_type = MySqlPrepared
     dialect: MySqlPrepared
 
@@ -79,12 +79,4 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
             probe = cls(url, "information_schema.twopc_probe", connect_timeout=connect_timeout)
         except ConfigurationError as exc:
             return False, str(exc)
-        return probe.xa_available()
-
-    def xa_available(self) -> tuple[bool, str]:
-        """:meth:`probe_xa` for this sink's server (:meth:`MySqlPrepared.xa_available`)."""
-        return self.dialect.xa_available()
-
-    def marker_table_ddl(self) -> str:
-        """The SQL :meth:`validate` runs to create the marker table (for DBAs)."""
-        return self.dialect.marker_table_ddl()
+        return probe.dialect.xa_available()

@@ -95,11 +95,6 @@ class CopyStream:
                              self._table.display(), compatible=compatible, type_name=str, check_required=False)
         return plan_copy(schema, cols, copy_format)
 
-    @property
-    def is_open(self) -> bool:
-        """Whether a COPY is in progress on the connection."""
-        return self._copy is not None
-
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
         """Encode *batch* (whose columns map to ``plan.columns``) into the COPY.
 
@@ -185,6 +180,9 @@ class CopyStream:
         except Exception:  # noqa: BLE001 - closing the cursor of an abandoned COPY is best effort
             pass
 
-    def drop(self) -> None:
-        """Forget the open COPY without talking to the server (its connection is broken)."""
+    def drop(self) -> bool:
+        """Forget the open COPY without talking to the server (its connection is broken);
+        return whether one was open."""
+        was_open = self._copy is not None
         self._copy = self._cursor = self._context = self._key = None
+        return was_open

@@ -138,11 +138,6 @@ class CheckedCopy:
         #: rows of this transaction routed to the dead-letter table
         self.dead = 0
 
-    @property
-    def is_open(self) -> bool:
-        """Whether a COPY is in progress on the connection."""
-        return self._stream.is_open
-
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
         """:meth:`CopyStream.write_batch`, keeping what naming or dead-lettering needs.
 
@@ -191,10 +186,10 @@ class CheckedCopy:
         self._kept, self._kept_bytes = [], 0
         self._stream.cancel(reason)
 
-    def drop(self) -> None:
+    def drop(self) -> bool:
         """:meth:`CopyStream.drop`."""
         self._kept, self._kept_bytes = [], 0
-        self._stream.drop()
+        return self._stream.drop()
 
     # -- a refused COPY --------------------------------------------------------------------
     def _settle(self, exc: psycopg.Error) -> None:

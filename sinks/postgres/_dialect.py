@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["PostgresDialect", "lease_key"]
 
 #: the error rules (psycopg's), loaded when a rule is first used
-_ERRORS = DriverBound[Any]
-_ERRORS_AT = "twopc.sinks.postgres._errors"
 
 
 def _quoted(name: str) -> str:
@@ -100,6 +98,8 @@ class PostgresDialect(SqlDatabase):
     format_name = "twopc-postgres"
     product = "PostgreSQL"
     id_name = "GID"
+    max_id_bytes = 199  # GID of PREPARE TRANSACTION
+    unique_violations = frozenset({"23505"})  # unique_violation
     driver_error = DriverBound[type[Exception]]("psycopg:Error")
     dbapi = "psycopg"
     extra = "postgres"
@@ -113,13 +113,7 @@ class PostgresDialect(SqlDatabase):
     default_port = 5432
     copy_formats = True
     dead_letters = True
-    connect_failure = _ERRORS(f"{_ERRORS_AT}:connect_failure")
-    is_connection_error = _ERRORS(f"{_ERRORS_AT}:is_connection_error")
-    is_missing_table = _ERRORS(f"{_ERRORS_AT}:is_missing_table")
-    error_code = _ERRORS(f"{_ERRORS_AT}:error_code")
-    error_text = _ERRORS(f"{_ERRORS_AT}:error_text")
-    map_error = _ERRORS(f"{_ERRORS_AT}:map_error")
-    value_error = _ERRORS(f"{_ERRORS_AT}:value_error")
+    errors_module = "twopc.sinks.postgres._errors"
 
     compatible = _compatible
     @staticmethod

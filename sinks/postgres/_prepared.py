@@ -21,6 +21,7 @@ from twopc.spi import Headroom, TargetConfigurationError
 from ..sql._names import TableName, parse_table_name
 from ..sql.connect._sql_dialect import SqlTxn, TxnControl
 from ..sql.connect._sql_target import SqlTarget
+from ..sql.options._jdbc_options import isolation_sql
 from . import _commit_pipeline as pipeline
 from . import _server as server
 from ._dialect import PostgresDialect
@@ -149,7 +150,7 @@ class PostgresPrepared(PostgresDialect):
 
     def _dead_letter(self) -> TableName | None:
         name = self.target.options.dead_letter_table
-        return None if name is None else parse_table_name(name, self.target.spec.name, "deadLetterTable")
+        return None if name is None else parse_table_name(name, self.target.database.name, "deadLetterTable")
 
     # -- executor side -------------------------------------------------------------------
     def begin(self, txn: SqlTxn[PgColumn]) -> None:
@@ -157,7 +158,7 @@ class PostgresPrepared(PostgresDialect):
         pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]  # psycopg: the engine's driver
         t = self.target
         o = t.options
-        pg.execute("BEGIN ISOLATION LEVEL " + o.isolation_sql)
+        pg.execute("BEGIN ISOLATION LEVEL " + isolation_sql(o.isolation_level))
         pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given

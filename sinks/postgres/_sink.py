@@ -19,7 +19,7 @@ batch plus retried attempts: each task claims a slot before its first row, and f
 nothing written when none is free, :mod:`twopc.sinks.postgres._slots`), ``INSERT`` on the target
 table, and ``CREATE`` on the marker
 table's schema the first time (or create the marker table yourself; see
-:meth:`PostgresSink.marker_table_ddl`).
+``sink.dialect.marker_table_ddl()``, :meth:`PostgresPrepared.marker_table_ddl`).
 
 Options (``df.write.format("twopc-postgres").option(...)``): the options of ``twopc-jdbc``
 with the same meanings (see :mod:`twopc.sinks.sql.options._jdbc_options`), for PostgreSQL URLs, appending to
@@ -73,14 +73,10 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         ConfigurationError: an argument is invalid.
     """
 
-    handle_type = PostgresHandle
-    spec = PostgresPrepared
+    __handle_type__ = PostgresHandle
+    database = PostgresPrepared
     dialect_type = PostgresPrepared
     dialect: PostgresPrepared
-
-    def marker_table_ddl(self) -> list[str]:
-        """The SQL :meth:`validate` runs to create the marker table (for DBAs)."""
-        return self.dialect.marker_table_ddl()
 
     # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[PgColumn]:

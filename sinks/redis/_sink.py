@@ -111,7 +111,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
     a per-process pool, opened lazily.
     """
 
-    handle_type = RedisHandle
+    __handle_type__ = RedisHandle
 
     def __init__(self, url: str, mapping: Sequence[RedisOp] | str, *, password: str | None = None,
                  hash_tag: str | None = None, require_same_slot: bool | str = "auto",

@@ -54,6 +54,7 @@ START = Position(ZERO, 0)
 class Offset:
     """A :class:`Position` per stream (see the module docstring)."""
 
+    #: each stream's position; a stream not in it is at :data:`START` (``0-0``, 0 entries)
     streams: Mapping[str, Position]
 
     VERSION = 1
@@ -86,10 +87,6 @@ class Offset:
                 f"checkpointLocation") from None
         return cls(streams)
 
-    def get(self, stream: str) -> Position:
-        """The position of *stream* (``0-0``, 0 entries, for a stream the offset does not know)."""
-        return self.streams.get(stream, START)
-
     def ranges(self, end: Offset) -> list[Range]:
         """The non-empty ranges from this offset (exclusive) to *end* (inclusive), by stream.
 
@@ -101,7 +98,7 @@ class Offset:
         """
         out = []
         for k, hi in sorted(end.streams.items()):
-            lo = self.get(k)
+            lo = self.streams.get(k, START)
             if hi.count < lo.count or (hi.id < lo.id and hi.count == lo.count):
                 raise ConfigurationError(f"offset of stream {k!r} goes backwards ({lo} to {hi}): the "
                                          f"checkpoint's offsets are not this query's")

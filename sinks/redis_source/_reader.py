@@ -56,7 +56,7 @@ from twopc.spi import SourceError
 
 from .._redis.ids import ZERO, EntryId, Range
 from .._redis.stream_server import StreamInfo, StreamServer
-from ._ids import Offset, Position
+from ._ids import START, Offset, Position
 from ._read_options import StreamOptions
 from ._rows import converters, to_batch, to_row
 
@@ -180,7 +180,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = Offset.from_json(start)
         self._acknowledge(begin)
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        steps = [self._step(k, begin.get(k)) for k in self._streams(begin)]
+        steps = [self._step(k, begin.streams.get(k, START)) for k in self._streams(begin)]
         live = [s for s in steps if s.info is not None]
         # with a budget: a fair share per stream first, then what is left to whoever has more
         shares = [None] if budget is None else [max(1, budget // max(1, len(live))), None]

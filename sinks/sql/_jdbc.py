@@ -94,7 +94,7 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     """
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
-    session_options = ("twopcSchema",)
+    __session_options__ = ("twopcSchema",)
 
     def __init__(self, options: JdbcOptions) -> None:
         super().__init__(options)

@@ -74,7 +74,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     to one of them by the kind of their transaction or handle. The subclass settles
     :attr:`mode` and :attr:`may_stage` and opens transactions (:meth:`begin_transaction`)."""
 
-    handle_type = TransactionHandle
+    __handle_type__ = TransactionHandle
 
     def __init__(self, options: JdbcOptions) -> None:
         self.options = options
@@ -141,7 +141,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
             return self._staging_sink()
         if isinstance(handle, PreparedSqlHandle) and self._has_prepared_mode():
             prepared = self._prepared_sink()
-            if isinstance(handle, prepared.handle_type):
+            if isinstance(handle, prepared.__handle_type__):
                 return prepared
         raise ProtocolError(
             f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")

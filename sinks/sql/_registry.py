@@ -9,7 +9,7 @@ import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from twopc import SinkError
 
@@ -20,9 +20,14 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Connection, Engine
     from sqlalchemy.types import TypeEngine
 
-__all__ = ["GROUP", "DialectSpec", "DriverBound", "SqlDatabase", "backend_for", "dialect_for"]
+__all__ = ["ERROR_RULES", "GROUP", "DriverBound", "SqlDatabase", "dialect_for"]
 
 T = TypeVar("T")
+
+
+#: the driver's error rules of a database, the functions its :attr:`SqlDatabase.errors_module` defines
+ERROR_RULES = ("connect_failure", "is_connection_error", "is_missing_table", "error_code", "error_text", "map_error",
+               "value_error")
 
 
 class DriverBound(Generic[T]):
@@ -74,7 +79,7 @@ class SqlDatabase:
     prepared-transaction protocol on one target's connections).
     """
 
-    #: the dialect's name (a key of :data:`twopc.spi.MAX_XID_BYTES`, and in target identities)
+    #: the dialect's name (in target identities)
     name: ClassVar[str] = "other"
     #: the name the sink's options are read under (its Spark format)
     format_name: ClassVar[str] = "twopc-jdbc"
@@ -82,6 +87,10 @@ class SqlDatabase:
     product: ClassVar[str] = "the database"
     #: what the database calls a transaction id, in messages
     id_name: ClassVar[str] = "transaction id"
+    #: the longest transaction id (in bytes) the database prepares (``None``: no prepared transactions)
+    max_id_bytes: ClassVar[int | None] = None
+    #: the error codes (:attr:`error_code`) of a unique key's violation
+    unique_violations: ClassVar[frozenset[str]] = frozenset()
     #: the driver's base exception class
     driver_error: ClassVar[type[Exception]] = _NoDriverError
     #: the DB-API module twopc connects with (for a process that opens one connection
@@ -252,20 +261,17 @@ class SqlDatabase:
     dead_letters: ClassVar[bool] = False
     #: whether a table's schema is a database (MySQL: a table without one is in the URL's)
     schema_is_database: ClassVar[bool] = False
-    #: the class itself, under the name the sinks' parts read a database's facts by
-    spec: ClassVar[type[SqlDatabase]]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        cls.spec = cls
-
     @staticmethod
     def quote(name: str) -> str:
         """*name* as an identifier, ``%`` doubled for a statement sent with ``%s`` parameters."""
         return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
 
-    # the driver's error rules: SQLAlchemy's generic words here; a database's folder names its
-    # functions with DriverBound, so that they load with the driver, on first use
+    # the driver's error rules (:data:`ERROR_RULES`): SQLAlchemy's generic words here; a
+    # database's folder gives its own as the functions of one module, :attr:`errors_module`
+    #: the module (of the database's folder, importing its driver) whose functions named as
+    #: :data:`ERROR_RULES` are the database's error rules, each loaded on first use
+    #: (:class:`DriverBound`): a dialect's folder loads without its driver. ``None``: the generic ones
+    errors_module: ClassVar[str | None] = None
     #: (reason, hint) of a failed connection attempt
     connect_failure: ClassVar[Callable[[BaseException], tuple[str, str]]] = _connect_failure
     #: whether *exc* means the session is gone
@@ -286,6 +292,14 @@ class SqlDatabase:
     #: whether an Arrow type can be written to one of the dialect's catalog columns
     #: (:meth:`catalog_columns`); ``None``: the shared type rules, on SQLAlchemy's reflection
     compatible: ClassVar[Callable[[pa.DataType, Any], bool] | None] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Bind the error rules of a database that names its :attr:`errors_module`."""
+        super().__init_subclass__(**kwargs)
+        module = vars(cls).get("errors_module")
+        if module is not None:
+            for rule in ERROR_RULES:
+                setattr(cls, rule, DriverBound[Any](f"{module}:{rule}"))
 
     @staticmethod
     def lock_timeout_text(timeout: Duration) -> str:
@@ -350,11 +364,6 @@ class SqlDatabase:
         return False, f"{cls.name} has no prepared transactions twopc can use"
 
 
-SqlDatabase.spec = SqlDatabase
-
-#: a database as the shared layer holds it: its dialect class
-DialectSpec: TypeAlias = type[SqlDatabase]
-
 #: the entry-point group a database's folder registers its dialect in
 GROUP = "twopc.sql_dialects"
 
@@ -385,8 +394,3 @@ def _claims() -> dict[str, EntryPoint]:
     """The names claimed in :data:`GROUP` (read once: the installed distributions' metadata)."""
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 
-
-def backend_for(name: str) -> DialectSpec | None:
-    """The dialect claiming *name*, ``None`` when none does (:func:`dialect_for`)."""
-    dialect = dialect_for(name)
-    return None if dialect is SqlDatabase else dialect

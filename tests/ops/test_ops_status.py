@@ -214,13 +214,13 @@ def test_status_and_recover_need_only_the_secrets_and_refuse_another_format_or_t
         ds = harness.data_source()
         writer = ds({**harness.sink_options(), "checkpointLocation": str(ck)}).streamWriter(
             from_arrow_schema(SCHEMA), False)
-        sid = writer.core.sink_id
+        sid = writer.sink_id
         for text in (p.read_text(errors="replace") for p in ck.rglob("*") if p.is_file()):
             assert not any(secret in text for secret in harness.secret_strings()), "a secret in the checkpoint"
         record = json.loads((ck / "twopc" / "target.json").read_text())
         assert record["data_source"] == ds.name() and "password" not in {k.lower() for k in record["options"]}
         messages: list[WriterCommitMessage | None] = [
-            writer.core.write_partition(iter([harness.rows([p * 10 + i for i in range(3)])]), 0, p, p)
+            writer.write_partition(iter([harness.rows([p * 10 + i for i in range(3)])]), 0, p, p)
             for p in range(2)]
         with faultinject.armed("after_decision@batch=0:raise", state_dir=str(tmp_path / "faults")), \
                 pytest.raises(faultinject.InjectedFault):

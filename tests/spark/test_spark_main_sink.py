@@ -27,7 +27,7 @@ SCRIPT = textwrap.dedent('''
 
 
     class MainSink(FileSink):
-        handle_type = MainHandle
+        __handle_type__ = MainHandle
 
         def pre_commit(self, txn):
             h = super().pre_commit(txn)

@@ -33,7 +33,7 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "register_all", "register_metrics", "serve_metrics", "sink_status", "write_jdbc",
     ),
     "twopc.spi": (
-        "MAX_XID_BYTES", "BatchAbortedError", "BatchCommit", "CommitPendingError", "ConcurrentWriterError",
+        "BatchAbortedError", "BatchCommit", "CommitPendingError", "ConcurrentWriterError",
         "DecisionHook", "HandleError", "HandleVersionError", "Headroom", "Inspectable", "LedgerHost",
         "MarkerPurge", "MissingOptionError", "NamedTarget", "OwnerRecord", "PreparedDetail", "ProtocolError",
         "SchemaMismatchError", "SinkUnavailableError", "SourceError", "TargetConfigurationError",

@@ -106,7 +106,7 @@ def test_a_data_source_states_the_session_options_of_its_sink() -> None:
     from twopc import sinks
 
     for ds in sinks.DATA_SOURCES:
-        assert ds.session_option_names() == tuple(ds.sink_class.session_options), ds.name()
+        assert ds.session_option_names() == tuple(ds.sink_class.__session_options__), ds.name()
 
 
 def test_metrics_and_parquet_still_load_on_first_use() -> None:

@@ -8,7 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from twopc import ConfigurationError, TransactionContext, Xid
-from twopc.spi import MAX_XID_BYTES, ProtocolError
+from twopc.sinks.sql._registry import dialect_for
+from twopc.spi import ProtocolError
+
+POSTGRES, MYSQL = dialect_for("postgresql"), dialect_for("mariadb")
 
 SINK_IDS = st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 NUMS = st.integers(min_value=0, max_value=2**62)
@@ -41,15 +44,16 @@ def test_anything_else_is_not_an_id(text: str) -> None:
 
 def test_checked_enforces_the_target_limit() -> None:
     xid = Xid.new("q" * 60, 20261122, 12, 123456)
-    assert Xid.checked(str(xid), max_bytes=MAX_XID_BYTES["postgresql"]) == str(xid)
+    assert Xid.checked(str(xid), max_bytes=POSTGRES.max_id_bytes) == str(xid)
     with pytest.raises(ProtocolError):
-        Xid.checked(str(xid), max_bytes=MAX_XID_BYTES["mysql"])
+        Xid.checked(str(xid), max_bytes=MYSQL.max_id_bytes)
 
 
 def test_fitting_names_the_limit_and_the_fix() -> None:
-    assert Xid.new("q0123456789abcdef", 20261122, 199, 1234567).fitting("mysql")  # the default sink id fits
+    # the default sink id fits
+    assert Xid.new("q0123456789abcdef", 20261122, 199, 1234567).fitting(MYSQL.max_id_bytes, MYSQL.name)
     with pytest.raises(ConfigurationError) as info:
-        Xid.new("q" * 60, 20261122, 12, 123456).fitting("mysql")
+        Xid.new("q" * 60, 20261122, 12, 123456).fitting(MYSQL.max_id_bytes, MYSQL.name)
     message = str(info.value)
     assert "64-byte" in message and "sinkId" in message and "at most" in message
 

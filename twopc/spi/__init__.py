@@ -24,8 +24,8 @@ records) and :mod:`twopc.spi.operations` (the operator's commands).
 - What a sink reports to ``twopc status``: :class:`PreparedDetail`, :class:`Headroom`; the
   owner of a sink id it records in its target: :class:`OwnerRecord`.
 - Plumbing: :func:`require` (import a backend's driver, or name the extra to install),
-  :func:`option` (an option, case-insensitively), :func:`validate_sink_id` and
-  :data:`MAX_XID_BYTES` (what fits a database's transaction id), :func:`make_folder`.
+  :func:`option` (an option, case-insensitively), :func:`validate_sink_id`,
+  :func:`make_folder`.
 """
 
 from .._errors import (
@@ -59,10 +59,9 @@ from .._sink import (
     capability,
 )
 from .._sink_id_record import OwnerRecord
-from .._xid import MAX_XID_BYTES, validate_sink_id
+from .._xid import validate_sink_id
 
 __all__ = [
-    "MAX_XID_BYTES",
     "BatchAbortedError",
     "BatchCommit",
     "CommitPendingError",

@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for batch_id, path in enumerate(files):
         if batch_id in done:
             continue
-        messages = _run_tasks(writer.core, str(path), partitions, batch_id, attempts)
+        messages = _run_tasks(writer, str(path), partitions, batch_id, attempts)
         if any(m is None for m in messages):
             writer.abort(messages, batch_id)
             print(f"progress: batch {batch_id} failed: a task failed {MAX_ATTEMPTS} times", file=sys.stderr,

@@ -10,7 +10,7 @@ after a migration. So the server is asked:
   transactions) and the database's oid (a dropped and re-created database is another one);
 - MySQL/MariaDB: the server's host name, port and data folder (MariaDB has no server UUID).
 
-The table is added as :meth:`JdbcOptions.target_identity` names it. A server that cannot
+The table is added as :meth:`SqlNamedTarget.target_identity` names it. A server that cannot
 answer (unreachable, a privilege missing, another dialect) gives ``None``: the ledger then
 compares the URL-based identities.
 
@@ -58,8 +58,13 @@ class SqlNamedTarget(NamedTarget):
     options: JdbcOptions
 
     def target_identity(self) -> str:
-        """``<dialect> <host>:<port>/<database> table <table>`` (:meth:`JdbcOptions.target_identity`)."""
-        return self.options.target_identity()
+        """What a write with these options writes to, credential-free, the same for every
+        spelling of the same table: ``<dialect> <host>:<port>/<database> table <schema.table>``
+        (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
+        a table without a database is in the URL's."""
+        dialect = self.options.identity_dialect
+        where = dialect_for(dialect).identity_where(self.options.url)
+        return f"{dialect} {where} table {self.options.identity_table()}"
 
     def target_instance(self) -> str | None:
         """The server's own identity and the table (:func:`server_instance`)."""

@@ -4,7 +4,7 @@
 hold: the configuration, the display names, the connections (a per-process pool, and a
 *control* connection for the driver's statements, retried once on a new connection when it
 turns out dead: every control statement is idempotent), and the mapping of driver errors to
-twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.DialectSpec`).
+twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.SqlDatabase`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from twopc import SinkError
 from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 
 from .._names import TableName, parse_table_name
-from .._registry import DialectSpec
+from .._registry import SqlDatabase
 from ..options._jdbc_options import JdbcOptions
 from ..types._column_match import TableColumn, match_columns
 from ._engines import engine_for
@@ -56,35 +56,35 @@ class SqlTarget:
     """Configuration, names, connections and error mapping of one prepared SQL sink.
 
     Args:
-        options: the parsed options (their dialect is *spec*'s).
-        spec: what twopc needs to know about the database.
+        options: the parsed options (their dialect is *database*'s).
+        database: what twopc needs to know about the database.
 
     Attributes:
         options: as given.
-        spec: as given.
+        database: as given.
         target: the table rows are appended to.
         marker: the marker table (in ``twopcSchema`` when it is set).
         table: the target table, as a display name (quoted where needed).
         marker_table: the marker table, as a display name.
-        quote, is_connection_error, is_missing_table, error_code, error_text: *spec*'s own
+        quote, is_connection_error, is_missing_table, error_code, error_text: *database*'s own
             functions (quoting an identifier for a statement sent with ``%s`` parameters;
             reading a driver error), handed out as they are.
 
     Pickles without its control connection.
     """
 
-    def __init__(self, options: JdbcOptions, spec: DialectSpec) -> None:
+    def __init__(self, options: JdbcOptions, database: type[SqlDatabase]) -> None:
         self.options = options
-        self.spec = spec
-        self.target = parse_table_name(options.table, spec.name)
-        self.marker = options.bookkeeping(parse_table_name(options.marker_table, spec.name, "markerTable"))
+        self.database = database
+        self.target = parse_table_name(options.table, database.name)
+        self.marker = options.bookkeeping(parse_table_name(options.marker_table, database.name, "markerTable"))
         self.table = self.target.display()
         self.marker_table = self.marker.display()
-        self.quote = spec.quote
-        self.is_connection_error = spec.is_connection_error
-        self.is_missing_table = spec.is_missing_table
-        self.error_code = spec.error_code
-        self.error_text = spec.error_text
+        self.quote = database.quote
+        self.is_connection_error = database.is_connection_error
+        self.is_missing_table = database.is_missing_table
+        self.error_code = database.error_code
+        self.error_text = database.error_text
         self._control: PoolProxiedConnection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -111,15 +111,15 @@ class SqlTarget:
     # -- errors ------------------------------------------------------------------------------
     def map_error(self, exc: BaseException, action: str) -> SinkError:
         """The credential-free :class:`SinkError` for a failed *action*."""
-        return self.spec.map_error(exc, action, table=self.table, marker_table=self.marker_table,
-                                   lock_timeout=self.spec.lock_timeout_text(self.options.lock_timeout),
-                                   where=self.where(), redact=self.redact)
+        return self.database.map_error(exc, action, table=self.table, marker_table=self.marker_table,
+                                       lock_timeout=self.database.lock_timeout_text(self.options.lock_timeout),
+                                       where=self.where(), redact=self.redact)
 
     def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         """The credential-free error for a failed connection attempt (no driver exception chained)."""
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-        reason, hint = self.spec.connect_failure(orig)
-        return SinkUnavailableError(f"cannot connect to {self.spec.product} at {self.where()}: "
+        reason, hint = self.database.connect_failure(orig)
+        return SinkUnavailableError(f"cannot connect to {self.database.product} at {self.where()}: "
                                     f"{self.redact(reason)}{hint}")
 
     def no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
@@ -137,7 +137,7 @@ class SqlTarget:
               check_types: bool, check_required: bool) -> list[C]:
         """:func:`twopc.sinks.sql.types._column_match.match_columns` with this database's type rules."""
         return match_columns(names, types, columns, self.table,
-                             compatible=self.spec.compatible if check_types else None,
+                             compatible=self.database.compatible if check_types else None,
                              type_name=str, check_required=check_required)
 
     # -- connections -------------------------------------------------------------------------
@@ -155,7 +155,7 @@ class SqlTarget:
         err: SinkUnavailableError | None = None
         try:
             return self.engine().raw_connection()
-        except (self.spec.driver_error, DBAPIError, OSError) as exc:
+        except (self.database.driver_error, DBAPIError, OSError) as exc:
             err = self.unavailable(exc)
         raise err
 
@@ -201,15 +201,15 @@ class SqlTarget:
             conn = self.control_connection()
             try:
                 return action(conn.driver_connection)
-            except self.spec.driver_error as exc:
+            except self.database.driver_error as exc:
                 if not self.is_connection_error(exc):
                     raise
                 self.drop_control(broken=True)
-                err = SinkUnavailableError(f"lost the connection to {self.spec.product} at {self.where()}: "
+                err = SinkUnavailableError(f"lost the connection to {self.database.product} at {self.where()}: "
                                            f"{self.redact(self.error_text(exc))}")
             if not reused or attempt == 2:
                 break
-            log.info("twopc: the control connection to %s was dead; retrying on a new one", self.spec.product)
+            log.info("twopc: the control connection to %s was dead; retrying on a new one", self.database.product)
         assert err is not None
         raise err
 
@@ -224,11 +224,11 @@ class SqlTarget:
         conn = self.checkout()
         try:
             result = action(conn.driver_connection)
-        except self.spec.driver_error as exc:
+        except self.database.driver_error as exc:
             broken = self.is_connection_error(exc)
             give_back(conn, broken=broken)
             if broken:
-                raise SinkUnavailableError(f"lost a connection to {self.spec.product} at {self.where()}: "
+                raise SinkUnavailableError(f"lost a connection to {self.database.product} at {self.where()}: "
                                            f"{self.redact(self.error_text(exc))}") from None
             raise
         except BaseException:

@@ -60,7 +60,6 @@ __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger",
 LEDGER_TABLE = "twopc_ledger"
 #: The name (before ``-<uid>``) of this user's folder of kept leases' records in the temp dir.
 LEASE_RECORDS = "twopc-leases"
-_UNIQUE = frozenset({"23505", "1062"})  # PostgreSQL unique_violation, MySQL ER_DUP_ENTRY
 _REPLY_GRACE = 5.0  # beyond the agent's own bound for a lease, before its silence counts as no answer
 
 
@@ -82,29 +81,27 @@ class SqlTargetLedger:
     def __init__(self, sink: SqlTarget) -> None:
         self.sink = sink
         self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink.marker.schema,
-                                                        LEDGER_TABLE, sink.spec.name))
+                                                        LEDGER_TABLE, sink.database.name))
+        #: the ledger table's name, quoted and qualified for the target
+        self.quoted = sink.qualified(self.table)
 
     @property
     def location(self) -> str:
-        return f"{self.sink.spec.product} {self.sink.where()} table {self.table.display()}"
+        return f"{self.sink.database.product} {self.sink.where()} table {self.table.display()}"
 
     @property
     def dialect(self) -> str:
         """The target's dialect name (``postgresql``, ``mysql``)."""
-        return self.sink.spec.name
+        return self.sink.database.name
 
     def _lock(self, sink_id: str) -> tuple[str, str, Any]:
-        return self.sink.spec.lease_sql(sink_id, self.sink.options.url.database or "")
-
-    def quoted(self) -> str:
-        """The ledger table's name, quoted and qualified for the target."""
-        return self.sink.qualified(self.table)
+        return self.sink.database.lease_sql(sink_id, self.sink.options.url.database or "")
 
     def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
         """One statement on the sink's control connection; driver errors as a SinkError."""
         try:
             return self.sink.control_execute(query, params, fetch=fetch)[1]
-        except self.sink.spec.driver_error as exc:
+        except self.sink.database.driver_error as exc:
             raise self.sink.map_error(exc, action) from None
 
     # -- the records -------------------------------------------------------------------
@@ -116,32 +113,32 @@ class SqlTargetLedger:
             SinkError: it cannot be created (the message has the DDL to run as an owner).
             TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
         """
-        ddl = self.sink.spec.ledger_ddl.format(table=self.quoted())
+        ddl = self.sink.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.sink.options.twopc_schema) is not None:
             self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self.dialect, schema,
                                                                self.sink.options.url.database or ""))
         try:
             # a table an owner created (as the message below says) needs no CREATE privilege
-            self.sink.control_execute(f"SELECT 1 FROM {self.quoted()} WHERE 1=0")
+            self.sink.control_execute(f"SELECT 1 FROM {self.quoted} WHERE 1=0")
             exists = True
-        except self.sink.spec.driver_error:
+        except self.sink.database.driver_error:
             exists = False  # missing, or not readable: the CREATE or the privilege check says which
         try:
             if not exists:
                 self.sink.control_execute(ddl)
-        except self.sink.spec.driver_error as exc:
-            if self.sink.spec.error_code(exc) in _UNIQUE:
+        except self.sink.database.driver_error as exc:
+            if self.sink.database.error_code(exc) in self.sink.database.unique_violations:
                 return  # created concurrently (PostgreSQL's catalog race)
             raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
-                            f"({self.sink.redact(self.sink.spec.error_text(exc))}): create it once as an owner "
+                            f"({self.sink.redact(self.sink.database.error_text(exc))}): create it once as an owner "
                             f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
                             f"Or give the write a checkpointLocation") from None
         cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
         try:  # the records are inserted, replaced (upsert), read and deleted by this driver
             self.sink.control_run(lambda dbapi: require_privileges(
-                dbapi_runner(dbapi), self.dialect, table=self.quoted(), display=self.table.display(), columns=cols,
+                dbapi_runner(dbapi), self.dialect, table=self.quoted, display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
-        except self.sink.spec.driver_error as exc:
+        except self.sink.database.driver_error as exc:
             raise self.sink.map_error(exc, f"check the privileges on {self.table.display()}") from None
 
     def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
@@ -149,15 +146,15 @@ class SqlTargetLedger:
 
     def writers(self) -> list[str]:
         try:
-            rows = self.sink.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted()}", fetch=True)[1]
-        except self.sink.spec.driver_error as exc:
-            if self.sink.spec.is_missing_table(exc):
+            rows = self.sink.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted}", fetch=True)[1]
+        except self.sink.database.driver_error as exc:
+            if self.sink.database.is_missing_table(exc):
                 return []
             raise self.sink.map_error(exc, f"list the writers in {self.table.display()}") from None
         return sorted(str(r[0]) for r in rows)
 
     def forget(self, sink_id: str) -> None:
-        self.run(f"DELETE FROM {self.quoted()} WHERE sink_id = %s", (sink_id,),
+        self.run(f"DELETE FROM {self.quoted} WHERE sink_id = %s", (sink_id,),
                  action=f"delete the records of {sink_id} from {self.table.display()}")
 
     # -- the leases ----------------------------------------------------------------------
@@ -201,7 +198,7 @@ class SqlTargetLedger:
         return {"op": "take", "sink_id": sink_id, "module": module, "connect": connect, "try_lock": try_lock,
                 "key": key, "bound_seconds": timeouts.connect + timeouts.reply,
                 "record": str(record) if record else None,
-                "session_sql": self.sink.spec.session_id_sql}
+                "session_sql": self.sink.database.session_id_sql}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
         """Ask the driver's agent (started by the driver's first write) to take *sink_id*'s
@@ -266,8 +263,8 @@ class SqlTargetLedger:
         try:
             rows = self.sink.control_execute(f"SELECT count(*) FROM {self.sink.qualified(old)} WHERE sink_id = %s",
                                               (sink_id,), fetch=True)[1]
-        except self.sink.spec.driver_error as exc:
-            if self.sink.spec.is_missing_table(exc):
+        except self.sink.database.driver_error as exc:
+            if self.sink.database.is_missing_table(exc):
                 return
             raise self.sink.map_error(exc, f"read {old.display()}") from None
         if rows and int(rows[0][0]):
@@ -275,12 +272,12 @@ class SqlTargetLedger:
                 f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "
                 f"decisions) in {old.display()}, and with twopcSchema={self.sink.options.twopc_schema} it would read "
                 f"{self.table.display()}, where they are not: it would write its committed batches again. Nothing was "
-                f"written. Move them once, as an owner: INSERT INTO {self.quoted()} SELECT * FROM "
+                f"written. Move them once, as an owner: INSERT INTO {self.quoted} SELECT * FROM "
                 f"{self.sink.qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink.qualified(old)} "
                 f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
     def holds(self, lease: Lease) -> bool:
-        query, params = self.sink.spec.lease_holder_sql(self._lock(lease.sink_id)[2], lease.session)
+        query, params = self.sink.database.lease_holder_sql(self._lock(lease.sink_id)[2], lease.session)
         rows = self.run(query, params, fetch=True, action="check the lease")
         return bool(rows) and rows[0][0] is not None and int(rows[0][0]) > 0
 
@@ -308,7 +305,7 @@ class SqlTargetLedger:
                 if got:
                     with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # as above
                         cur.execute(unlock, (key,))
-        except self.sink.spec.driver_error as exc:
+        except self.sink.database.driver_error as exc:
             broken = True
             raise self.sink.map_error(exc, f"take the lease of {sink_id}") from None
         finally:
@@ -338,7 +335,7 @@ class SqlLedgerStore:
             raise LedgerError(f"cannot {what} in {self.root}: {exc}") from None
 
     def read(self, rel: str) -> str | None:
-        rows = self._run(f"SELECT body FROM {self.backend.quoted()} WHERE sink_id = %s AND name = %s",
+        rows = self._run(f"SELECT body FROM {self.backend.quoted} WHERE sink_id = %s AND name = %s",
                          (self.sink_id, rel), fetch=True, what=f"read ledger record {rel}")
         return str(rows[0][0]) if rows else None
 
@@ -353,10 +350,10 @@ class SqlLedgerStore:
             return True
         sink = self.backend.sink
         try:
-            sink.control_execute(f"INSERT INTO {self.backend.quoted()} (sink_id, name, body) VALUES (%s, %s, %s)",
+            sink.control_execute(f"INSERT INTO {self.backend.quoted} (sink_id, name, body) VALUES (%s, %s, %s)",
                                   (self.sink_id, rel, text))
-        except sink.spec.driver_error as exc:
-            if sink.spec.error_code(exc) in _UNIQUE:
+        except sink.database.driver_error as exc:
+            if sink.database.error_code(exc) in sink.database.unique_violations:
                 return False
             raise LedgerError(f"cannot write ledger record {rel} in {self.root}: "
                               f"{sink.map_error(exc, 'write a ledger record')}") from None
@@ -365,16 +362,16 @@ class SqlLedgerStore:
         return True
 
     def replace(self, rel: str, text: str) -> None:
-        sql = self.backend.sink.spec.ledger_upsert.format(table=self.backend.quoted())
+        sql = self.backend.sink.database.ledger_upsert.format(table=self.backend.quoted)
         self._run(sql, (self.sink_id, rel, text), what=f"write ledger record {rel}")
 
     def list(self, rel: str) -> list[str]:
         prefix = rel.rstrip("/") + "/"
-        rows = self._run(f"SELECT name FROM {self.backend.quoted()} WHERE sink_id = %s", (self.sink_id,), fetch=True,
+        rows = self._run(f"SELECT name FROM {self.backend.quoted} WHERE sink_id = %s", (self.sink_id,), fetch=True,
                          what=f"list ledger folder {rel}")
         names = [str(r[0])[len(prefix):] for r in rows if str(r[0]).startswith(prefix)]
         return [n for n in names if n and "/" not in n and not n.startswith(".")]
 
     def delete(self, rel: str) -> None:
-        self._run(f"DELETE FROM {self.backend.quoted()} WHERE sink_id = %s AND name = %s", (self.sink_id, rel),
+        self._run(f"DELETE FROM {self.backend.quoted} WHERE sink_id = %s AND name = %s", (self.sink_id, rel),
                   what=f"delete ledger record {rel}")

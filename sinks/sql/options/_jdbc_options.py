@@ -97,7 +97,7 @@ from twopc import ConfigurationError
 from ..._options import Duration, OptionReader
 from ..._secrets import redacted_errors
 from .._names import TableName, parse_table_name
-from .._registry import backend_for, dialect_for
+from .._registry import SqlDatabase, dialect_for
 from .._twopc_schema import bookkeeping_table, parse_twopc_schema
 from ._column_lists import parse_column_list, parse_column_types
 from ._jdbc_url import Dialect, safe_url, translate_url, url_secrets
@@ -115,6 +115,7 @@ __all__ = [
     "IsolationLevel",
     "JdbcOptions",
     "SaveMode",
+    "isolation_sql",
 ]
 
 JDBC_FORMAT = "twopc-jdbc"
@@ -431,11 +432,6 @@ class JdbcOptions:
         """The connect, reply and TCP waits of this write's connections."""
         return NetTimeouts(self.connect_timeout.whole_seconds, self.socket_timeout.seconds, self.tcp_keepalive)
 
-    @property
-    def isolation_sql(self) -> str:
-        """:attr:`isolation_level` as SQL spells it (``READ COMMITTED``)."""
-        return self.isolation_level.replace("_", " ")
-
     # -- presentation ----------------------------------------------------------------------
     def safe_url(self) -> str:
         """The URL as a string with the password (and ``sslpassword``) replaced by ``***``."""
@@ -446,24 +442,16 @@ class JdbcOptions:
         longest first, for :func:`twopc.spi.redact`."""
         return url_secrets(self.url)
 
-    def target_identity(self) -> str:
-        """What a write with these options writes to, credential-free, the same for every
-        spelling of the same table (:meth:`twopc.spi.NamedTarget.target_identity` of
-        every SQL sink): ``<dialect> <host>:<port>/<database> table <schema.table>``
-        (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
-        a table without a database is in the URL's."""
-        where = dialect_for(self.identity_dialect).identity_where(self.url)
-        return f"{self.identity_dialect} {where} table {self.identity_table()}"
-
     @property
     def identity_dialect(self) -> str:
         """The dialect as target identities name it (MariaDB URLs as ``mysql``)."""
         backend = self.url.get_backend_name()
-        claimed = backend_for(backend)
-        return backend if claimed is None else claimed.name
+        claimed = dialect_for(backend)
+        return backend if claimed is SqlDatabase else claimed.name
 
     def identity_table(self) -> str:
-        """The target table as :meth:`target_identity` names it: as the database reads
+        """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
+        in :mod:`twopc.sinks.sql.connect._server_instance`): as the database reads
         ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
         dialect = self.identity_dialect
         table = parse_table_name(self.table, dialect)
@@ -519,6 +507,11 @@ def _table_option(r: OptionReader) -> str:
     return text
 
 
+def isolation_sql(level: IsolationLevel) -> str:
+    """*level* (an ``isolationLevel`` option, ``READ_COMMITTED``) as SQL spells it (``READ COMMITTED``)."""
+    return level.replace("_", " ")
+
+
 def _isolation(text: str | None) -> IsolationLevel:
     if text is None:
         return "READ_COMMITTED"
@@ -540,7 +533,7 @@ def _driver(text: str | None, dialect: Dialect) -> str | None:
         raise ConfigurationError(
             f"driver {text!r} is not a Java class name (e.g. org.postgresql.Driver); twopc "
             f"does not need it and only records it")
-    expected = backend_for(text.lower())
-    if expected is not None and dialect != "other" and expected.name != dialect:
+    expected = dialect_for(text.lower())
+    if expected is not SqlDatabase and dialect != "other" and expected.name != dialect:
         raise ConfigurationError(f"driver {text} is a {expected.name} driver, but the url is a {dialect} URL")
     return text

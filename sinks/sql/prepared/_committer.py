@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Generic, TypeVar
 
 from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
-from twopc.spi import MAX_XID_BYTES, Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
+from twopc.spi import Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
 
 from ..._handles import PreparedSqlHandle
 from .._errors import ROLLED_BACK
@@ -36,14 +36,14 @@ class PreparedCommitter(Generic[C, H]):
     #: the database's SQL
     dialect: SqlDialect[C]
     #: the handle class :meth:`list_prepared` makes
-    handle_type: ClassVar[type[Any]]
+    __handle_type__: ClassVar[type[Any]]
     #: the marker rows, which tell a replayed commit from a lost transaction
     markers: MarkerTable
 
     def _checked_gid(self, handle: TransactionHandle) -> str:
-        spec = self.target.spec
-        return Xid.checked(handle.txn_id, max_bytes=MAX_XID_BYTES[spec.name],
-                           what=f"twopc {spec.product} {spec.id_name}")
+        database = self.target.database
+        return Xid.checked(handle.txn_id, max_bytes=database.max_id_bytes,
+                           what=f"twopc {database.product} {database.id_name}")
 
     def commit(self, handle: H) -> CommitOutcome:
         """Commit the handle's prepared transaction from the control connection.
@@ -135,7 +135,7 @@ class PreparedCommitter(Generic[C, H]):
             still = gid in self.dialect.prepared_ids(gid)
             other = None if still else self.dialect.prepared_elsewhere(gid)
             committed = not still and other is None and self.markers.exists(gid)
-        except (SinkError, self.target.spec.driver_error):
+        except (SinkError, self.target.database.driver_error):
             return (f"Whether {gid} is still prepared could not be read; `twopc status <checkpointLocation>` "
                     f"shows it. Fix the cause and rerun")
         if still or other is not None:
@@ -160,7 +160,7 @@ class PreparedCommitter(Generic[C, H]):
         prefix = Xid.prefix(sink_id)
         try:
             gids = self.dialect.prepared_ids(prefix)
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             raise self.target.map_error(exc, "list prepared transactions") from None
         out = []
         for gid in sorted(g for g in gids if g.startswith(prefix)):
@@ -182,7 +182,7 @@ class PreparedCommitter(Generic[C, H]):
         handles = self.list_prepared(sink_id)
         try:
             since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             raise self.target.map_error(exc, "read when transactions were prepared") from None
         return [PreparedDetail(h, "prepared transaction", since.get(h.txn_id)) for h in handles]
 
@@ -195,7 +195,7 @@ class PreparedCommitter(Generic[C, H]):
         """
         try:
             return self.dialect.headroom()
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             raise self.target.map_error(exc, "count prepared transactions") from None
 
     def parse_gid(self, gid: str) -> H | None:
@@ -203,7 +203,7 @@ class PreparedCommitter(Generic[C, H]):
         xid = Xid.parse(gid)
         if xid is None or xid.text != gid:
             return None
-        return self.handle_type(gid, xid.sink_id, xid.batch_id, xid.partition_id,
+        return self.__handle_type__(gid, xid.sink_id, xid.batch_id, xid.partition_id,
                                 xid.attempt_id, table=self.target.table, rows=-1)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
@@ -221,6 +221,6 @@ class PreparedCommitter(Generic[C, H]):
             count, _rows = t.control_execute(
                 f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
                 f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))
-        except t.spec.driver_error as exc:
+        except t.database.driver_error as exc:
             raise t.map_error(exc, f"purge markers from {t.marker_table}") from None
         return count

@@ -65,7 +65,7 @@ class MarkerTable:
         try:
             _n, rows = t.control_execute(
                 f"SELECT 1 FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} = %s", (gid,), fetch=True)
-        except t.spec.driver_error as exc:
+        except t.database.driver_error as exc:
             if t.is_missing_table(exc):
                 return False
             raise t.map_error(exc, "read the marker table") from None
@@ -81,7 +81,7 @@ class MarkerTable:
                 _n, rows = t.control_execute(
                     f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
                     f"IN ({', '.join(['%s'] * len(chunk))})", chunk, fetch=True)
-            except t.spec.driver_error as exc:
+            except t.database.driver_error as exc:
                 if t.is_missing_table(exc):
                     return found
                 raise t.map_error(exc, "read the marker table") from None

@@ -43,7 +43,7 @@ from ..._handles import PreparedSqlHandle
 from ..._secrets import credential_free
 from .._errors import session_init_failed
 from .._privileges import dbapi_runner, require_privileges
-from .._registry import DialectSpec
+from .._registry import SqlDatabase
 from .._twopc_schema import ensure_schema
 from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
@@ -85,25 +85,26 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     Raises:
         ConfigurationError: an argument is invalid (nothing is contacted).
 
-    A database's sink sets :attr:`spec`, :attr:`handle_type` and :attr:`dialect_type`. The
+    A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The
     instance holds only configuration and pickles to executors; connections come from a
     per-process pool, opened lazily and reused across tasks.
     """
 
     #: what the parts need to know about the database
-    spec: ClassVar[DialectSpec]
+    database: ClassVar[type[SqlDatabase]]
     #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
-    handle_type: ClassVar[type[Any]]
+    __handle_type__: ClassVar[type[Any]]
     #: the database's :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made from the target
     dialect_type: ClassVar[type[SqlDialect[Any]]]
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
-    session_options = ("twopcSchema",)
+    __session_options__ = ("twopcSchema",)
 
     options: JdbcOptions
 
     def __init__(self, url: Any, table: str, **options: Any) -> None:
-        self._configure(JdbcOptions.from_kwargs(url, table, format_name=self.spec.format_name, dialect=self.spec.name,
+        database = self.database
+        self._configure(JdbcOptions.from_kwargs(url, table, format_name=database.format_name, dialect=database.name,
                                                 **options))
 
     @classmethod
@@ -115,8 +116,9 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             MissingOptionError: ``url`` or ``dbtable`` is missing.
             ConfigurationError: an option is invalid, unknown, or needs ``twopc-jdbc``.
         """
-        spec = cls.spec
-        return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=spec.format_name, dialect=spec.name))
+        database = cls.database
+        return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=database.format_name,
+                                                       dialect=database.name))
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
@@ -136,10 +138,10 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     def _configure(self, options: JdbcOptions) -> None:
         """Make the parts from *options*: target, dialect, marker table, no open transaction."""
-        if options.dialect != self.spec.name:
-            raise ConfigurationError(f"{type(self).__name__} writes to {self.spec.product}, not {options.dialect}")
+        if options.dialect != self.database.name:
+            raise ConfigurationError(f"{type(self).__name__} writes to {self.database.product}, not {options.dialect}")
         self.options = options
-        self.target = SqlTarget(options, self.spec)
+        self.target = SqlTarget(options, self.database)
         self.dialect = type(self).dialect_type(self.target)
         self.markers = MarkerTable(self.target)
         self._open = weakref.WeakSet()
@@ -154,12 +156,12 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     def commit_mode(self) -> str:
         """Prepared mode: one prepared transaction per task attempt, committed by the driver."""
-        return (f"{self.spec.product} prepared transactions: one per task attempt, committed by the driver "
+        return (f"{self.database.product} prepared transactions: one per task attempt, committed by the driver "
                 f"after the ledger's decision")
 
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
-        return f"{self.spec.product} {safe_url(self.options.url)} table {self.target.table}"
+        return f"{self.database.product} {safe_url(self.options.url)} table {self.target.table}"
 
     def close(self) -> None:
         """Roll back transactions of this object that are still open (never prepared
@@ -183,14 +185,14 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             return
         if streaming:
             raise ConfigurationError(
-                f"{self.spec.format_name} appends through prepared transactions and cannot serve "
+                f"{self.database.format_name} appends through prepared transactions and cannot serve "
                 f'outputMode("complete"), which replaces the rows every micro-batch: use format {JDBC_FORMAT} '
                 f"(same options), which replaces them in each micro-batch's commit transaction and keeps the "
                 f"table (its keys, indexes, grants and comment)")
         raise ConfigurationError(
-            f'{self.spec.format_name} appends through prepared transactions and cannot serve mode("overwrite"): use '
-            f'format {JDBC_FORMAT} (same options) with .option("truncate", "true") to replace the rows and keep the '
-            f"table (without it the table is dropped and re-created, as Spark's JDBC writer does)")
+            f'{self.database.format_name} appends through prepared transactions and cannot serve mode("overwrite"): '
+            f'use format {JDBC_FORMAT} (same options) with .option("truncate", "true") to replace the rows and keep '
+            f"the table (without it the table is dropped and re-created, as Spark's JDBC writer does)")
 
     # -- validation (driver, plan time) ----------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
@@ -215,13 +217,13 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             columns = self.dialect.target_columns(dbapi, validating=True)
             t.match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             if (own := self.options.twopc_schema) is not None:
-                ensure_schema(dbapi_runner(dbapi), t.spec.name, own, self.options.url.database or "")
+                ensure_schema(dbapi_runner(dbapi), t.database.name, own, self.options.url.database or "")
             MarkerTable(t).ensure(dbapi, self.dialect)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
-            require_privileges(dbapi_runner(dbapi), t.spec.name, table=t.qualified(t.marker),
+            require_privileges(dbapi_runner(dbapi), t.database.name, table=t.qualified(t.marker),
                                display=t.marker_table, columns=[t.quote(c) for c in MARKER_COLUMNS],
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
-        except t.spec.driver_error as exc:
+        except t.database.driver_error as exc:
             broken = t.is_connection_error(exc)
             give_back(conn, broken=broken)
             raise (SinkUnavailableError if broken else SinkError)(
@@ -249,7 +251,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             # would commit whatever the statement writes.
             cur.execute("BEGIN")
             cur.execute(stmt)
-        except t.spec.driver_error as exc:
+        except t.database.driver_error as exc:
             raise session_init_failed(t.where(), t.redact(t.error_text(exc))) from None
         finally:
             try:

@@ -47,7 +47,7 @@ class PreparedWriter(Generic[C, H]):
     #: the database's SQL
     dialect: SqlDialect[C]
     #: the handle class :meth:`pre_commit` makes
-    handle_type: ClassVar[type[Any]]
+    __handle_type__: ClassVar[type[Any]]
     #: the transactions begun and not yet prepared or rolled back (never pickled)
     _open: weakref.WeakSet[SqlTxn[C]]
 
@@ -58,7 +58,7 @@ class PreparedWriter(Generic[C, H]):
         Raises:
             ConfigurationError: the sink id is invalid or too long for the database's ids.
         """
-        return context.xid().fitting(self.target.spec.name)
+        return context.xid().fitting(self.target.database.max_id_bytes, self.target.database.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
         """Check out a connection, start the write transaction with the session settings
@@ -77,7 +77,7 @@ class PreparedWriter(Generic[C, H]):
         self._open.add(txn)
         try:
             self.dialect.begin(txn)
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             self.fail(txn, exc, "begin a transaction")
         except BaseException:
             self.release(txn, broken=txn.state != "none")
@@ -128,7 +128,7 @@ class PreparedWriter(Generic[C, H]):
                 cols = self.target.match(list(keys), None, txn.columns, check_types=False, check_required=False)
                 self.dialect.load_rows(txn, cols, keys, rows)
                 txn.rows += len(rows)
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             self.fail(txn, exc, f"write rows to {self.target.table}")
         except BaseException as exc:
             self.abandon(txn, exc)
@@ -162,7 +162,7 @@ class PreparedWriter(Generic[C, H]):
                 plan = txn.plans[batch.schema] = self.dialect.plan(batch.schema, cols)
             self.dialect.load_batch(txn, batch, plan)
             txn.rows += batch.num_rows
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             self.fail(txn, exc, f"write rows to {self.target.table}")
         except BaseException as exc:
             self.abandon(txn, exc)
@@ -186,7 +186,7 @@ class PreparedWriter(Generic[C, H]):
             self._flush_rows(txn)
         try:
             self.dialect.end_load(txn)
-        except self.target.spec.driver_error as exc:
+        except self.target.database.driver_error as exc:
             self.fail(txn, exc, f"write rows to {self.target.table}")
         except BaseException as exc:
             self.abandon(txn, exc)
@@ -194,7 +194,7 @@ class PreparedWriter(Generic[C, H]):
         self.dialect.prepare(txn, self)
         log.debug("twopc: prepared %s (%s rows)", txn.gid, txn.rows)
         c = txn.context
-        return self.handle_type(txn.gid, c.sink_id, c.batch_id, c.partition_id, c.attempt_id,
+        return self.__handle_type__(txn.gid, c.sink_id, c.batch_id, c.partition_id, c.attempt_id,
                                 table=self.target.table, rows=txn.rows)
 
     def rollback(self, txn: SqlTxn[C]) -> None:
@@ -221,9 +221,9 @@ class PreparedWriter(Generic[C, H]):
 
     def release(self, txn: SqlTxn[C], *, broken: bool) -> None:
         """Give the transaction's connection back to the pool, or discard it when *broken*
-        or when its loader is still open (only after a broken connection: PostgreSQL's COPY)."""
-        if txn.loader is not None and txn.loader.is_open:
-            txn.loader.drop()
+        or when its loader was still open (only after a broken connection: PostgreSQL's COPY,
+        whose ``drop()`` says whether it was)."""
+        if txn.loader is not None and txn.loader.drop():
             broken = True
         conn, txn.conn = txn.conn, None
         self._open.discard(txn)

@@ -55,7 +55,7 @@ from twopc.spi import (
 )
 
 from ..._handles import StagingHandle
-from .._registry import backend_for
+from .._registry import dialect_for
 from ..connect._server_instance import SqlNamedTarget
 from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
 from ..options._jdbc_url import safe_url
@@ -109,7 +109,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     (:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
     """
 
-    handle_type = StagingHandle
+    __handle_type__ = StagingHandle
 
     def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
                  **options: Any) -> None:
@@ -175,8 +175,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         txn = _StageTxn(context, txn_id, conn)
         try:
             self.begin(conn)
-            if (registered := self.registered()) is not None and registered.staging_copy is not None:
-                txn.copy = registered.staging_copy(conn, self.stage, txn_id)  # the dialect's bulk loader
+            if self.dialect.staging_copy is not None:
+                txn.copy = self.dialect.staging_copy(conn, self.stage, txn_id)  # the dialect's bulk loader
         except SQLAlchemyError as exc:
             self._close(txn)
             raise self.error(exc, "begin a staging transaction") from None
@@ -226,8 +226,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         assert txn.conn is not None
         names = batch.schema.names
         columns = []
-        registered = self.registered()
-        dialect_values = None if registered is None else registered.staging_values
+        dialect_values = self.dialect.staging_values
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
             if dialect_values is not None:  # the prepared sink's values, checked by its rules
                 columns.append(dialect_values(arr, name, self.target.display()))
@@ -303,9 +302,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
 def _is_copy_error(txn: _StageTxn, exc: BaseException, dialect: str) -> bool:
     """Whether *exc* is the database refusing a COPY (psycopg's own error: the COPY stream
     talks to psycopg directly, not through SQLAlchemy)."""
-    if txn.copy is None or (registered := backend_for(dialect)) is None:
-        return False
-    return isinstance(exc, registered.spec.driver_error)
+    return txn.copy is not None and isinstance(exc, dialect_for(dialect).driver_error)
 
 
 def _check_nul(name: str, arr: pa.Array) -> None:

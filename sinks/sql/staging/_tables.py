@@ -13,9 +13,9 @@ from twopc import ConfigurationError, SinkError
 from twopc.spi import SinkUnavailableError, redact
 
 from .._names import TableName, parse_table_name
-from .._registry import DialectSpec, backend_for, dialect_for
+from .._registry import SqlDatabase, dialect_for
 from ..connect._engines import engine_for
-from ..options._jdbc_options import JdbcOptions, SaveMode
+from ..options._jdbc_options import JdbcOptions, SaveMode, isolation_sql
 from ._statements import default_stage_name, fresh
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class StagingTables:
     def __init__(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
         backend = o.url.get_backend_name()
         self.dialect = dialect_for(backend)
-        self.dialect_name = backend if backend_for(backend) is None else self.dialect.name
+        self.dialect_name = backend if self.dialect is SqlDatabase else self.dialect.name
         if mode not in MODES:
             raise ConfigurationError(f"save mode must be one of {', '.join(MODES)}, got {mode!r}")
         if o.table_comment and self.dialect.table_comments is None:
@@ -75,19 +75,15 @@ class StagingTables:
         except (DBAPIError, OSError) as exc:
             raise self.unavailable(exc) from None
         if not self.dialect.file_based:
-            conn = conn.execution_options(isolation_level=self.options.isolation_sql)
+            conn = conn.execution_options(isolation_level=isolation_sql(self.options.isolation_level))
         return conn
-
-    def registered(self) -> DialectSpec:
-        """The database's dialect (:mod:`twopc.sinks.sql._registry`): the prepared sinks' rules."""
-        return self.dialect
 
     def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason = self.redact(" ".join(str(orig).split()) or type(orig).__name__)
         u = self.options.url
         where = u.database if self.dialect.file_based else f"{u.host}:{u.port or ''}/{u.database or ''}"
-        hint = self.registered().connect_failure(orig)[1]  # the prepared sinks' words for the same failure
+        hint = self.dialect.connect_failure(orig)[1]  # the prepared sinks' words for the same failure
         return SinkUnavailableError(f"cannot connect to {self.dialect_name} at {where}: {reason}{hint}")
 
     def begin(self, conn: Connection) -> None:
@@ -95,7 +91,7 @@ class StagingTables:
         prepared modes', from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
         fresh(conn)
         o = self.options
-        for stmt, params in self.registered().session_statements(o.lock_timeout, o.query_timeout):
+        for stmt, params in self.dialect.session_statements(o.lock_timeout, o.query_timeout):
             conn.exec_driver_sql(stmt, params)
         if o.session_init_statement:
             conn.exec_driver_sql(o.session_init_statement)
@@ -120,7 +116,7 @@ class StagingTables:
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
         # the prepared sinks' words for a value that does not fit its column
-        if bad := self.registered().value_error(orig, action, self.target.display(), self.redact):
+        if bad := self.dialect.value_error(orig, action, self.target.display(), self.redact):
             return bad
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 

@@ -24,6 +24,7 @@ from twopc import (
     ConfigurationError,
     RecoveryCoordinator,
     TransactionContext,
+    Xid,
     faultinject,
     sink_status,
 )
@@ -195,6 +196,22 @@ def test_permanent_refusals_become_dead_letters_once_even_across_a_crash(service
     assert {x["status"] for x in letters} == {400} and all(x["batch_id"] == 0 for x in letters)
     assert sorted(service.ids()) == [0, 1, 2, 4, 5, 6, 8, 9]
     assert TOKEN not in caplog.text and TOKEN not in json.dumps(letters)
+
+
+def test_purging_markers_removes_only_the_sink_ids_delivered_batches_below_the_bound(service: HttpService,
+                                                                                    tmp_path: Path) -> None:
+    sink = make(service, tmp_path)
+    kept = [prepare(sink, [10 + b], batch=b) for b in range(3)] + [prepare(sink, [20], sink_id="s2")]
+    assert sink.commit_all(kept) == [CommitOutcome.COMMITTED] * 4
+
+    def marked() -> set[tuple[str, int]]:
+        names = [Xid.parse(p.name.removesuffix(".json")) for p in (tmp_path / "outbox" / "delivered").iterdir()]
+        return {(x.sink_id, x.batch_id) for x in names if x is not None}
+
+    assert marked() == {("s1", 0), ("s1", 1), ("s1", 2), ("s2", 0)}
+    assert sink.purge_markers("s1", 2) == 2
+    assert marked() == {("s1", 2), ("s2", 0)}
+    assert sink.purge_markers("s1", 2) == 0
 
 
 def test_an_aborted_batch_sends_nothing_and_leaves_nothing(service: HttpService, tmp_path: Path) -> None:

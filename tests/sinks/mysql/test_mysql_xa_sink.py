@@ -428,7 +428,7 @@ def test_xa_probe_says_yes_with_a_reason(mariadb_url):
     ok, reason = MySqlXaSink.probe_xa(mariadb_url)
     assert ok, reason
     assert "InnoDB" in reason and "XA" in reason and _password(mariadb_url) not in reason
-    assert MySqlXaSink(mariadb_url, "anything").xa_available()[0]
+    assert MySqlXaSink(mariadb_url, "anything").dialect.xa_available()[0]
 
 
 def test_validate_missing_table_names_it(mariadb_url):

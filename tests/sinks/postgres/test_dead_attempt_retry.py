@@ -56,13 +56,12 @@ class _Query:
         self.ck = ck
         options = {"url": postgres_url, "dbtable": self.table, "checkpointLocation": str(ck), "lockTimeout": "2s"}
         self.writer = PostgresDataSource(options).streamWriter(SCHEMA, False)  # plan time
-        self.core = self.writer.core
 
     def prepared(self) -> dict[int, int]:
         """Attempt id -> partition of every prepared transaction of the query."""
-        sink = self.core.sink
+        sink = self.writer.sink
         try:
-            return {h.attempt_id: h.partition_id for h in sink.list_prepared(self.core.sink_id)}
+            return {h.attempt_id: h.partition_id for h in sink.list_prepared(self.writer.sink_id)}
         finally:
             sink.close()
 
@@ -74,12 +73,12 @@ class _Query:
 def test_a_retry_rolls_back_its_dead_attempt_and_writes_at_once(postgres_url: str, pg_engine: sa.Engine,
                                                                  tmp_path: Path) -> None:
     q = _Query(postgres_url, pg_engine, tmp_path / "ck")
-    dead = get_context("fork").Process(target=_killed_after_prepare, args=(q.core, 0, 1, str(tmp_path / "faults")))
+    dead = get_context("fork").Process(target=_killed_after_prepare, args=(q.writer, 0, 1, str(tmp_path / "faults")))
     dead.start()
     dead.join(120)
     assert dead.exitcode == -signal.SIGKILL
     assert q.prepared() == {1: 0}  # the dead attempt's transaction holds ids 0..9
-    retry = _attempt(q.core, 0, 2, 1)  # before: waited 2 s on id 0, then failed on lockTimeout
+    retry = _attempt(q.writer, 0, 2, 1)  # before: waited 2 s on id 0, then failed on lockTimeout
     assert q.prepared() == {2: 0}
     q.writer.commit([retry], 0)
     assert q.ids() == list(range(10))
@@ -91,10 +90,10 @@ def test_an_earlier_attempt_whose_process_runs_is_left_alone(postgres_url: str, 
     """Its process may still hand its transaction to Spark (a speculative copy): the retry waits
     for it, and fails on ``lockTimeout`` as the write did before."""
     q = _Query(postgres_url, pg_engine, tmp_path / "ck")
-    first = _attempt(q.core, 0, 1, 0)
+    first = _attempt(q.writer, 0, 1, 0)
     record_task(ledger_store(str(q.ck)), 0, 0, 1, dict(process_identity()))  # still writing, as far as the ledger knows
     with pytest.raises(SinkError, match="lock"):
-        _attempt(q.core, 0, 2, 1)
+        _attempt(q.writer, 0, 2, 1)
     assert q.prepared() == {1: 0}
     q.writer.commit([first], 0)
     assert q.ids() == list(range(10))
@@ -113,8 +112,8 @@ def test_an_attempt_that_cannot_remove_its_record_does_not_report_its_transactio
     with monkeypatch.context() as m:
         m.setattr("twopc._fence.forget_task", cannot)
         with pytest.raises(LedgerError, match="could not remove its running record"):
-            _attempt(q.core, 0, 1, 0)
+            _attempt(q.writer, 0, 1, 0)
     assert q.prepared() == {}
-    retry = _attempt(q.core, 0, 2, 1)
+    retry = _attempt(q.writer, 0, 2, 1)
     q.writer.commit([retry], 0)
     assert q.ids() == list(range(10))

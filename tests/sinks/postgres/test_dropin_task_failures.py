@@ -47,8 +47,8 @@ def _plan(postgres_url: str, pg_engine: sa.Engine) -> tuple[str, Any]:
     with pg_engine.begin() as c:
         c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
     writer = JdbcDataSource({"url": postgres_url, "dbtable": table}).writer(SCHEMA, False)
-    sink = writer.core.sink
-    assert writer.core.runtime.in_target and isinstance(sink, JdbcSink) and sink.mode == "prepared"
+    sink = writer.sink
+    assert writer.runtime.in_target and isinstance(sink, JdbcSink) and sink.mode == "prepared"
     return table, writer
 
 
@@ -69,7 +69,7 @@ def _recover(postgres_url: str, table: str) -> int:
 
 def test_a_retried_task_whose_first_attempt_died_prepared_lands_once(postgres_url, pg_engine, tmp_path) -> None:
     table, writer = _plan(postgres_url, pg_engine)
-    core = pickle.loads(pickle.dumps(writer.core))
+    core = pickle.loads(pickle.dumps(writer))
     with faultinject.armed("after_pre_commit@partition=0:kill", tmp_path / "faults"):
         first = _run(core, 0, 1)  # SIGKILLed with its transaction prepared
         assert isinstance(first, BrokenProcessPool), first
@@ -84,7 +84,7 @@ def test_a_retried_task_whose_first_attempt_died_prepared_lands_once(postgres_ur
 
 def test_a_failed_job_leaves_nothing(postgres_url, pg_engine, tmp_path) -> None:
     table, writer = _plan(postgres_url, pg_engine)
-    core = pickle.loads(pickle.dumps(writer.core))
+    core = pickle.loads(pickle.dumps(writer))
     with faultinject.armed("before_pre_commit@partition=0:raise*4", tmp_path / "faults"):
         failures = [_run(core, 0, a) for a in (1, 2, 3)]  # partition 0 fails for good
         sibling = _run(core, 1, 4)  # prepared, then its job fails

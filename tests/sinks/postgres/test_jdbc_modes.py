@@ -64,11 +64,11 @@ def test_a_streaming_commit_process_commits_prepared_handles_without_settling_th
     options = {"url": postgres_url, "dbtable": table, "checkpointLocation": str(tmp_path / "ck")}
     source = JdbcDataSource(options)
     planned = source.streamWriter(SCHEMA, False)
-    assert isinstance(planned.core.sink, JdbcSink) and planned.core.sink.mode == "prepared"
-    messages = [pickle.loads(pickle.dumps(planned.core)).write_partition(_rows([p * 10, p * 10 + 1]), 0, p, 0)
+    assert isinstance(planned.sink, JdbcSink) and planned.sink.mode == "prepared"
+    messages = [pickle.loads(pickle.dumps(planned)).write_partition(_rows([p * 10, p * 10 + 1]), 0, p, 0)
                 for p in range(3)]
     committer = pickle.loads(pickle.dumps(source)).streamWriter(SCHEMA, False)
-    sink = committer.core.sink
+    sink = committer.sink
     assert isinstance(sink, JdbcSink) and sink.mode is None  # not the plan: the mode is never settled here
     committer.commit(messages, 0)
     assert _ids(pg_engine, table) == [0, 1, 10, 11, 20, 21]
@@ -100,9 +100,9 @@ def test_staged_attempts_of_a_write_before_the_server_allowed_prepared_transacti
     options: dict[str, Any] = {"url": server.url, "dbtable": table, "checkpointLocation": str(tmp_path / "ck"),
                               "txnVersion": "1"}  # the second write is the rerun of the crashed job
     first = JdbcDataSource(options).writer(SCHEMA, False)
-    assert isinstance(first.core.sink, JdbcSink) and first.core.sink.mode == "staging"
+    assert isinstance(first.sink, JdbcSink) and first.sink.mode == "staging"
     for p in range(2):
-        pickle.loads(pickle.dumps(first.core)).write_partition(_rows([p]), first.version, p, 0)
+        pickle.loads(pickle.dumps(first)).write_partition(_rows([p]), first.version, p, 0)
     assert _left(engine, table) == (0, 2)  # the driver died here: no decision, two staged attempts
     engine.dispose()
     dispose_engines()
@@ -111,9 +111,9 @@ def test_staged_attempts_of_a_write_before_the_server_allowed_prepared_transacti
     server.restart()
 
     second = JdbcDataSource(options).writer(SCHEMA, False)  # its plan runs the checkpoint's recovery
-    assert isinstance(second.core.sink, JdbcSink) and second.core.sink.mode == "prepared"
+    assert isinstance(second.sink, JdbcSink) and second.sink.mode == "prepared"
     assert _left(engine, table) == (0, 0)
-    messages = [pickle.loads(pickle.dumps(second.core)).write_partition(_rows([100 + p]), second.version, p, 0)
+    messages = [pickle.loads(pickle.dumps(second)).write_partition(_rows([100 + p]), second.version, p, 0)
                 for p in range(2)]
     assert all(json.loads(m.handle)["kind"] == "twopc.postgres" for m in messages), messages
     pickle.loads(pickle.dumps(second)).commit(messages)

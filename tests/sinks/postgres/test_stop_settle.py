@@ -45,7 +45,7 @@ class _Query:
         self.engine = engine
         self.options = {"url": postgres_url, "dbtable": self.table, "checkpointLocation": str(ck)}
         self.writer = PostgresDataSource(self.options).streamWriter(SCHEMA, False)  # plan time
-        core = pickle.loads(pickle.dumps(self.writer.core))
+        core = pickle.loads(pickle.dumps(self.writer))
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("fork")) as pool:
             self.messages = [pool.submit(_task, core, p, a).result(timeout=120) for p, a in ((0, 1), (1, 2))]
         self.sink_id = core.sink_id

@@ -72,7 +72,7 @@ def test_a_task_preparing_after_the_abort_of_a_checkpointless_write_rolls_back(
     if app_id:  # its records stay after the write (an eph- write's are deleted)
         options |= {"txnAppId": f"fence-{uuid.uuid4().hex[:8]}", "txnVersion": "0"}
     writer = JdbcDataSource(options).writer(SCHEMA, False)  # plan time, as in Spark's planning worker
-    core = pickle.loads(pickle.dumps(writer.core))
+    core = pickle.loads(pickle.dumps(writer))
     assert core.runtime.in_target and core.sink.mode == "prepared"
     state = tmp_path / "faults"
     with faultinject.armed("before_pre_commit@partition=1:hold", state), \
@@ -113,7 +113,7 @@ def test_a_task_that_begins_after_the_abort_writes_nothing(postgres_url, pg_engi
     if app_id:
         options |= {"txnAppId": f"late-{uuid.uuid4().hex[:8]}", "txnVersion": "0"}
     writer = JdbcDataSource(options).writer(SCHEMA, False)  # plan time, as in Spark's planning worker
-    core = pickle.loads(pickle.dumps(writer.core))
+    core = pickle.loads(pickle.dumps(writer))
     try:
         writer.abort([None, None])  # partition 0 failed for good; partition 1 has not begun
         with ProcessPoolExecutor(max_workers=1, mp_context=get_context("fork")) as pool, \

@@ -348,7 +348,7 @@ def test_the_stream_source_reads_hash_tagged_streams_on_several_masters_across_a
     got += more
     want = [(s, f"1000-{i}") for s in streams for i in range(1, 9)]
     assert sorted(got) == sorted(want)
-    assert all(Offset.from_json(end2).get(s).count == 8 for s in streams)
+    assert all(Offset.from_json(end2).streams[s].count == 8 for s in streams)
     for s in streams:
         group = direct.xinfo_groups(s)[0]
         assert group["pending"] == 0 and group["last-delivered-id"] == "1000-8"

@@ -76,7 +76,7 @@ def test_offsets_round_trip_and_give_the_ranges_between_them() -> None:
         b.ranges(a)
     counted = Offset({"s1": Position(EntryId(9, 1), 10, 14)})  # the stream's entry count at the position
     assert counted.to_json()["streams"]["s1"] == {"id": "9-1", "n": 10, "a": 14}
-    assert Offset.from_json(counted.to_json()).get("s1").added == 14 and b.get("s1").added is None
+    assert Offset.from_json(counted.to_json()).streams["s1"].added == 14 and b.streams["s1"].added is None
     # a stream recreated with smaller ids (failOnDataLoss=false): the range starts over at 0-0
     assert [(str(x.lo), str(x.hi), x.count) for x in b.ranges(Offset({"s1": Position(EntryId(2, 0), 12)}))] == [
         ("0-0", "2-0", 2)]
@@ -247,11 +247,11 @@ def test_all_available_ignores_the_limit_and_available_now_stops_at_its_start(
     fill(r, a, 10)
     rd = reader(redis_url, a, maxEntriesPerTrigger="3", startingPosition="earliest")
     start = rd.initialOffset()
-    assert Offset.from_json(rd.latestOffset(start, ReadAllAvailable())).get(a) == Position(EntryId(1000, 10), 10)
+    assert Offset.from_json(rd.latestOffset(start, ReadAllAvailable())).streams[a] == Position(EntryId(1000, 10), 10)
     rd.prepareForTriggerAvailableNow()
     fill(r, a, 5, start=11)
     end = rd.latestOffset(start, ReadMaxRows(100))
-    assert Offset.from_json(end).get(a).id == EntryId(1000, 10)
+    assert Offset.from_json(end).streams[a].id == EntryId(1000, 10)
 
 
 def test_the_group_is_acknowledged_only_by_commit_or_the_next_plan(redis_url: str, r: Any, prefix: str) -> None:
@@ -267,16 +267,16 @@ def test_the_group_is_acknowledged_only_by_commit_or_the_next_plan(redis_url: st
 def test_starting_positions(redis_url: str, r: Any, prefix: str) -> None:
     a = f"{prefix}:a"
     fill(r, a, 6)
-    assert Offset.from_json(reader(redis_url, a, startingPosition="latest").initialOffset()).get(a).id == \
+    assert Offset.from_json(reader(redis_url, a, startingPosition="latest").initialOffset()).streams[a].id == \
         EntryId(1000, 6)
-    assert Offset.from_json(reader(redis_url, a, startingPosition="1000-2").initialOffset()).get(a).id == \
+    assert Offset.from_json(reader(redis_url, a, startingPosition="1000-2").initialOffset()).streams[a].id == \
         EntryId(1000, 2)
     r.xgroup_create(a, "g2", id="1000-4")
     r.xreadgroup("g2", "c", {a: ">"}, count=1)  # 1000-5 pending: "group" starts before it
     o = StreamOptions.read({"url": redis_url, "streams": a, "group": "g2"})
-    assert Offset.from_json(RedisStreamReader(o, SCHEMA).initialOffset()).get(a).id == EntryId(1000, 4)
+    assert Offset.from_json(RedisStreamReader(o, SCHEMA).initialOffset()).streams[a].id == EntryId(1000, 4)
     b = f"{prefix}:new"
-    assert Offset.from_json(reader(redis_url, b, createStreams="true").initialOffset()).get(b).id == EntryId(0)
+    assert Offset.from_json(reader(redis_url, b, createStreams="true").initialOffset()).streams[b].id == EntryId(0)
     assert r.xinfo_groups(b)[0]["name"] == b"g"  # group (and empty stream) created
 
 
@@ -348,7 +348,7 @@ def test_entries_trimmed_or_deleted_before_the_query_read_them_fail_naming_the_g
     r.xdel(a, "1000-5")
     rd = reader(redis_url, a, startingPosition="earliest", maxEntriesPerTrigger="3")
     end = committed_batch(rd, rd.initialOffset())
-    assert Offset.from_json(end).get(a).id == EntryId(1000, 6)
+    assert Offset.from_json(end).streams[a].id == EntryId(1000, 6)
     r.xdel(a, "1000-4")  # already read: not a loss
     end = committed_batch(rd, end)  # 1000-7 .. 1000-9
     r.xtrim(a, minid="1000-12", approximate=False)  # 1000-10 and 1000-11 were never read
@@ -417,7 +417,7 @@ def test_a_missing_stream_is_refused_at_start_unless_create_streams_is_set(
         reader(redis_url, f"{a},{typo}").initialOffset()
     assert r.xinfo_groups(a) == [] and not r.exists(typo)  # refused before anything was created
     rd = reader(redis_url, f"{a},{typo}", createStreams="true")
-    assert Offset.from_json(rd.initialOffset()).get(typo).id == EntryId(0)
+    assert Offset.from_json(rd.initialOffset()).streams[typo].id == EntryId(0)
     assert r.xinfo_groups(typo)[0]["name"] == b"g"  # the group (and the empty stream) created
 
 
@@ -467,7 +467,7 @@ def test_the_reported_loss_is_exactly_the_unread_entries_removed_after_the_start
         if rng.random() < 0.5:
             add(rng.randint(1, 8))
         if rng.random() < 0.4:
-            expected += remove(Offset.from_json(start).get(a).id)
+            expected += remove(Offset.from_json(start).streams[a].id)
         limit = ReadMaxRows(rng.randint(1, 6)) if rng.random() < 0.7 else ReadAllAvailable()
         end = rd.latestOffset(start, limit)
         read += [row[1] for row in read_all(rd, start, end)]
