@@ -112,44 +112,57 @@ class World:
 
 
 class SteppedStore:
-    """An in-memory ledger store whose every operation is a step (see the module docstring)."""
+    """An in-memory place of ledger records (:class:`twopc._stores.Records`) whose every
+    operation is a step (see the module docstring)."""
 
     root = LOCATION
 
     def __init__(self, world: World) -> None:
         self._w = world
 
-    def path(self, *parts: str) -> str:
-        return "/".join((self.root, *parts))
+    def where(self, kind: str, name: str) -> str:
+        return "/".join((self.root, _rel(kind, name)))
 
-    def makedirs(self, rel: str) -> None:
-        """Folders are not real here."""
-
-    def read(self, rel: str) -> str | None:
+    def record(self, kind: str, name: str) -> str | None:
+        rel = _rel(kind, name)
         if rel.startswith(_WRITE_ONCE) and rel in self._w.records:
             # an owner or verdict record, once there, never changes: reading it commutes with every
             # other step, so it is not a point where the order can matter
             return self._w.scheduler.quiet(f"read {rel}", self._w.records[rel])
         return self._w.scheduler.op(f"read {rel}", lambda: self._w.records.get(rel))
 
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
+    def add(self, kind: str, name: str, text: str) -> bool:
+        rel = _rel(kind, name)
+
         def run() -> bool:
-            if exclusive and rel in self._w.records:
+            if rel in self._w.records:
                 return False
             self._w.put(rel, text)
             return True
         return self._w.scheduler.op(f"create {rel}", run)
 
-    def replace(self, rel: str, text: str) -> None:
-        """Records outside the protocol (twopc's metrics): not a step."""
-        self._w.put(rel, text)
+    def write_decision(self, name: str, text: str) -> bool:
+        return self.add("decisions", name, text)
 
-    def list(self, rel: str) -> list[str]:
-        folder = rel.rstrip("/") + "/"
-        return self._w.scheduler.op(f"list {rel}", lambda: sorted(self._w.folders.get(folder, ())))
+    def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
+        """Durable: a step (``target.json``); else a record outside the protocol (twopc's metrics)."""
+        rel = _rel(kind, name)
+        if durable:
+            self._w.scheduler.op(f"create {rel}", lambda: self._w.put(rel, text))
+        else:
+            self._w.put(rel, text)
 
-    def delete(self, rel: str) -> None:
+    def names(self, kind: str) -> list[str]:
+        folder = kind.rstrip("/") + "/"
+        return self._w.scheduler.op(f"list {kind}", lambda: sorted(self._w.folders.get(folder, ())))
+
+    def remove(self, kind: str, name: str) -> None:
+        rel = _rel(kind, name)
         self._w.scheduler.op(f"delete {rel}", lambda: self._w.remove(rel))
+
+
+def _rel(kind: str, name: str) -> str:
+    return f"{kind}/{name}" if kind else name
 
 
 class ModelSink(TwoPhaseCommitSink[int, ModelHandle, ModelHandle]):

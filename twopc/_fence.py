@@ -58,7 +58,7 @@ from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
 from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
 from ._sink import AnySink
-from ._stores import Store
+from ._stores import Records
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
 
@@ -74,7 +74,7 @@ TASK_WAIT_SECONDS = 30.0
 class AbortFence:
     """What one task attempt saw of its batch's abort records when it began."""
 
-    store: Store | None
+    store: Records | None
     """The ledger's store (:func:`twopc._ledger.ledger_store`, or a target ledger's), ``None``:
     no fence (the ledger is not readable here)."""
     batch_id: int
@@ -88,7 +88,7 @@ class AbortFence:
     """The batch was already aborted when the task began (window 2): it must write nothing."""
 
     @classmethod
-    def begin(cls, open_store: Callable[[], Store], where: str, batch_id: int, *, ephemeral: bool,
+    def begin(cls, open_store: Callable[[], Records], where: str, batch_id: int, *, ephemeral: bool,
               baseline: frozenset[str] | None = None, partition: int = 0, attempt: int = 0,
               shared: bool = False) -> AbortFence:
         """Record the task as running, then note the abort records of *batch_id* in the

@@ -50,7 +50,7 @@ from typing import Any
 
 from ._driver_identity import DriverIdentity, driver_identity
 from ._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
-from ._stores import ReadOnlyStore, Store
+from ._stores import ReadOnlyRecords, Records
 
 __all__ = ["Ownership"]
 
@@ -68,7 +68,7 @@ def _same(record: dict[str, Any] | None, identity: DriverIdentity) -> bool:
 class Ownership:
     """The owner records of one ledger (see the module docstring)."""
 
-    def __init__(self, store: Store, epoch: int | None,
+    def __init__(self, store: Records, epoch: int | None,
                  pending: Callable[[], list[tuple[int, int | None]]] = list) -> None:
         self._store = store
         self.epoch = epoch
@@ -79,7 +79,7 @@ class Ownership:
     def _listing(self) -> tuple[list[int], set[int]]:
         """Every recorded owner epoch, oldest first, and the ended ones (one listing)."""
         epochs, ended = [], set()
-        for n in self._store.list("owners"):
+        for n in self._store.names("owners"):
             stem, _, kind = n.partition(".")
             if stem.isdigit() and kind == "json":
                 epochs.append(int(stem))
@@ -92,19 +92,19 @@ class Ownership:
         return self._listing()[0]
 
     def _record(self, folder: str, epoch: int) -> dict[str, Any] | None:
-        text = self._store.read(f"{folder}/{_epoch_name(epoch)}")
+        text = self._store.record(folder, _epoch_name(epoch))
         if text is None:
             return None
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise LedgerError(f"ledger record {self._store.path(folder, _epoch_name(epoch))} is not valid JSON: "
+            raise LedgerError(f"ledger record {self._store.where(folder, _epoch_name(epoch))} is not valid JSON: "
                               f"{DAMAGED_NEXT_STEP}") from exc
         return data if isinstance(data, dict) else None
 
     def _end(self, epoch: int, why: str, by: int | None) -> None:
         body = {"format": _FORMAT, "epoch": epoch, "why": why, "newest": by, "at": time.time()}
-        self._store.create(f"owners/{epoch:020d}.ended", json.dumps(body, sort_keys=True), exclusive=True)
+        self._store.add("owners", f"{epoch:020d}.ended", json.dumps(body, sort_keys=True))
 
     def claim(self, identity: DriverIdentity | None = None, *, resume: bool = False, actor: str = "driver") -> int:
         """Become (or stay) the owner; return the epoch, once its verdict is recorded
@@ -133,7 +133,7 @@ class Ownership:
                     raise self._fenced_error(newest, newest_rec or {})
             body = json.dumps({"format": _FORMAT, "epoch": newest + 1, "actor": actor, "at": time.time(), **me},
                               sort_keys=True)
-            if self._store.create(f"owners/{_epoch_name(newest + 1)}", body, exclusive=True):
+            if self._store.add("owners", _epoch_name(newest + 1), body):
                 self.epoch = newest + 1
                 break
         for e in self.epochs():  # every verdict up to ours, so a late decision of an owner
@@ -153,8 +153,8 @@ class Ownership:
             LedgerError: the store fails, or is read-only.
         """
         listed = [[b, e] for b, e in self._pending() if e is not None and e < epoch]
-        self._store.create(f"verdicts/{_epoch_name(epoch)}",
-                           json.dumps({"format": _FORMAT, "epoch": epoch, "decisions": listed}), exclusive=True)
+        self._store.add("verdicts", _epoch_name(epoch), json.dumps({"format": _FORMAT, "epoch": epoch,
+                                                                   "decisions": listed}))
         self._verdicts.pop(epoch, None)
         verdict = self._verdict(epoch)
         assert verdict is not None
@@ -252,7 +252,7 @@ class Ownership:
             return True
         verdict = self._verdict(first)
         if verdict is None:
-            if isinstance(self._store, ReadOnlyStore):  # twopc status, a metrics scrape: it may stand
+            if isinstance(self._store, ReadOnlyRecords):  # twopc status, a metrics scrape: it may stand
                 return True
             verdict = self._judge(first)
         return verdict.get(batch_id) == epoch

@@ -49,7 +49,7 @@ from ._ledger_records import (
     same_target,
     shown,
 )
-from ._stores import ReadOnlyStore, Store, open_store
+from ._stores import FolderRecords, ReadOnlyRecords, Records, open_store
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -69,37 +69,37 @@ def spark_checkpoint_started(location: str) -> bool:
     return open_store(location).read("metadata") is not None
 
 
-def ledger_store(checkpoint_location: str) -> Store:
+def ledger_store(checkpoint_location: str) -> Records:
     """The store of the ledger in *checkpoint_location*, opened without creating its folders
     (a task must not re-create a temporary ledger its driver deleted).
 
     Raises:
         ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
     """
-    return open_store(checkpoint_location.rstrip("/") + "/twopc")
+    return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
 
 
-def ledger_exists(store: Store) -> bool:
+def ledger_exists(store: Records) -> bool:
     """Whether the ledger in *store* exists (its ``sink.json``, written when a write binds its
     sink id and deleted only with the whole ledger).
 
     Raises:
         LedgerError: the store fails.
     """
-    return store.read("sink.json") is not None
+    return store.record("", "sink.json") is not None
 
 
-def abort_marks_in(store: Store, batch_id: int) -> frozenset[str]:
+def abort_marks_in(store: Records, batch_id: int) -> frozenset[str]:
     """:meth:`CommitLedger.abort_marks` read from the ledger's *store* directly.
 
     Raises:
         LedgerError: the store fails.
     """
     prefix = record_name(batch_id).removesuffix(".json") + "."
-    return frozenset(n for n in store.list("aborted") if n.startswith(prefix))
+    return frozenset(n for n in store.names("aborted") if n.startswith(prefix))
 
 
-def record_task(store: Store, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
+def record_task(store: Records, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
     """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
     *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
     Not forced to disk: after a crash no task runs, and a record left behind only names a
@@ -110,11 +110,11 @@ def record_task(store: Store, batch_id: int, partition: int, attempt: int, proce
     """
     name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
     body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
-    store.replace("running/" + name, json.dumps(body, sort_keys=True))
+    store.put("running", name, json.dumps(body, sort_keys=True), durable=False)
     return name
 
 
-def tasks_in(store: Store, batch_id: int) -> dict[str, dict[str, Any]]:
+def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
     """The task attempts of *batch_id* recorded as writing (:func:`record_task`), by record name
     (a record deleted while this reads is left out).
 
@@ -123,19 +123,19 @@ def tasks_in(store: Store, batch_id: int) -> dict[str, dict[str, Any]]:
     """
     prefix = record_name(batch_id).removesuffix(".json") + "."
     out = {}
-    for n in store.list("running"):
-        if n.startswith(prefix) and (text := store.read("running/" + n)) is not None:
-            out[n] = parse(text, store.path("running", n))
+    for n in store.names("running"):
+        if n.startswith(prefix) and (text := store.record("running", n)) is not None:
+            out[n] = parse(text, store.where("running", n))
     return out
 
 
-def forget_task(store: Store, name: str) -> None:
+def forget_task(store: Records, name: str) -> None:
     """Delete the task record *name* (:func:`record_task`).
 
     Raises:
         LedgerError: the store fails.
     """
-    store.delete("running/" + name)
+    store.remove("running", name)
 
 
 class CommitLedger(Ownership):
@@ -149,25 +149,24 @@ class CommitLedger(Ownership):
             URI pyarrow understands). The ledger lives in its ``twopc/`` folder.
         filesystem: a pyarrow filesystem to use instead of resolving the location's URI
             (then *checkpoint_location* is a path within it).
-        store: the records' store itself (a ledger kept in the target, see
-            :mod:`twopc._target`); *checkpoint_location* then only names it in messages.
+        store: the place of the records (:class:`~twopc._stores.Records`) itself (a ledger
+            kept in the target, see :mod:`twopc._target`); *checkpoint_location* then only
+            names it in messages.
         read_only: read the ledger, never write it (every write raises :class:`LedgerError`):
             nothing is created, not even its folders. A ledger that does not exist reads as
             empty (:func:`ledger_exists` tells).
     """
 
     def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
-                 epoch: int | None = None, store: Store | None = None, read_only: bool = False) -> None:
+                 epoch: int | None = None, store: Records | None = None, read_only: bool = False) -> None:
         self.checkpoint_location = checkpoint_location
         self.in_target = store is not None
         """Whether the records are kept in the target (:mod:`twopc._target`), not in a checkpoint."""
         if store is None:
-            store = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
-        elif read_only:
-            store = ReadOnlyStore(store)
-        if not read_only:
-            for folder in ("decisions", "committed", "owners", "verdicts", "aborted", "running"):
-                store.makedirs(folder)
+            folder = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
+            store = FolderRecords(folder, make=not read_only)
+        if read_only:
+            store = ReadOnlyRecords(store)
         super().__init__(store, epoch, self._pending_epochs)
         self.location = store.root
         """Where the records are (the store's root)."""
@@ -177,9 +176,8 @@ class CommitLedger(Ownership):
         committed = set(self.committed_batches())
         out = []
         for b in self.decided_batches():
-            rel = "decisions/" + record_name(b)
-            if b not in committed and (text := self._store.read(rel)) is not None:
-                out.append((b, epoch_of(parse(text, self._store.path(rel)))))
+            if b not in committed and (text := self._store.record("decisions", record_name(b))) is not None:
+                out.append((b, epoch_of(parse(text, self._store.where("decisions", record_name(b))))))
         return out
 
     def fenced(self) -> bool:
@@ -189,8 +187,8 @@ class CommitLedger(Ownership):
     # -- sink id ---------------------------------------------------------------------
     def recorded_sink_id(self) -> str | None:
         """The sink id recorded in this checkpoint, or None before the first write."""
-        text = self._store.read("sink.json")
-        return None if text is None else str(parse(text, self._store.path("sink.json"))["sink_id"])
+        text = self._store.record("", "sink.json")
+        return None if text is None else str(parse(text, self._store.where("", "sink.json"))["sink_id"])
 
     def bind_sink_id(self, requested: str | None, default: str) -> str:
         """Return the sink id this checkpoint belongs to, recording it on first use.
@@ -198,12 +196,12 @@ class CommitLedger(Ownership):
         Raises:
             ConfigurationError: *requested* differs from the id already recorded.
         """
-        text = self._store.read("sink.json")
+        text = self._store.record("", "sink.json")
         if text is None:
             chosen = requested or default
-            self._store.create("sink.json", json.dumps({"format": FORMAT, "sink_id": chosen}), exclusive=True)
-            text = self._store.read("sink.json") or ""
-        recorded = str(parse(text, self._store.path("sink.json"))["sink_id"])
+            self._store.add("", "sink.json", json.dumps({"format": FORMAT, "sink_id": chosen}))
+            text = self._store.record("", "sink.json") or ""
+        recorded = str(parse(text, self._store.where("", "sink.json"))["sink_id"])
         if requested and requested != recorded:
             raise ConfigurationError(
                 f"checkpoint {self.checkpoint_location} belongs to sink id {recorded!r}, but option "
@@ -225,10 +223,10 @@ class CommitLedger(Ownership):
 
     def target_record(self) -> TargetRecord | None:
         """All that this checkpoint records about its target (:meth:`bind_target`), or None."""
-        text = self._store.read("target.json")
+        text = self._store.record("", "target.json")
         if text is None:
             return None
-        data = parse(text, self._store.path("target.json"))
+        data = parse(text, self._store.where("", "target.json"))
         return TargetRecord.from_record(data)
 
     def _write_target(self, record: TargetRecord, *, exclusive: bool) -> None:
@@ -236,7 +234,10 @@ class CommitLedger(Ownership):
         reach = {"instance": record.instance, "data_source": record.data_source, "sink_class": record.sink_class,
                  "options": dict(record.options) if record.options is not None else None}
         body.update({k: v for k, v in reach.items() if v is not None})
-        self._store.create("target.json", json.dumps(body, sort_keys=True), exclusive=exclusive)
+        if exclusive:
+            self._store.add("", "target.json", json.dumps(body, sort_keys=True))
+        else:
+            self._store.put("", "target.json", json.dumps(body, sort_keys=True), durable=True)
 
     def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True,
                     instance: str | None = None, data_source: str | None = None,
@@ -313,18 +314,17 @@ class CommitLedger(Ownership):
 
     # -- batches ---------------------------------------------------------------------
     def state(self, batch_id: int) -> BatchState:
-        if self._store.read("committed/" + record_name(batch_id)) is not None:
+        if self._store.record("committed", record_name(batch_id)) is not None:
             return BatchState.COMMITTED
-        rel = "decisions/" + record_name(batch_id)
-        text = self._store.read(rel)
-        if text is not None and self.valid(batch_id, epoch_of(parse(text, self._store.path(rel)))):
+        text = self._store.record("decisions", record_name(batch_id))
+        if text is not None and self.valid(batch_id, epoch_of(parse(text, self._store.where("decisions",
+                                                                                             record_name(batch_id))))):
             return BatchState.DECIDED
         return BatchState.UNDECIDED
 
     def _raw_decision(self, batch_id: int) -> Decision | None:
-        rel = "decisions/" + record_name(batch_id)
-        text = self._store.read(rel)
-        return None if text is None else Decision.from_json(text, self._store.path(rel))
+        text = self._store.record("decisions", record_name(batch_id))
+        return None if text is None else Decision.from_json(text, self._store.where("decisions", record_name(batch_id)))
 
     def decision(self, batch_id: int) -> Decision | None:
         """The decision that stands for *batch_id*, or None (a fenced driver's void decision
@@ -338,7 +338,7 @@ class CommitLedger(Ownership):
         that was committed, even one the verdicts do not list (committed before a takeover);
         read the other way round, a void decision read just before its replacement was
         committed would pass for the committed one."""
-        committed = self._store.read("committed/" + record_name(batch_id)) is not None
+        committed = self._store.record("committed", record_name(batch_id)) is not None
         d = self._raw_decision(batch_id)
         if d is None or committed or self.valid(batch_id, d.epoch):
             return d, committed
@@ -355,16 +355,16 @@ class CommitLedger(Ownership):
         """
         if self.epoch is not None:
             decision = dataclasses.replace(decision, epoch=self.epoch)
-        rel = "decisions/" + record_name(decision.batch_id)
+        name = record_name(decision.batch_id)
         while True:
-            if self._store.create(rel, decision.to_json(), exclusive=True):
+            if self._store.write_decision(name, decision.to_json()):
                 self.check_owner()
                 return decision
             existing = self._raw_decision(decision.batch_id)
             if existing is None:
                 continue
             if self.decision(decision.batch_id) is None:  # void: its driver was fenced and stopped
-                self._store.delete(rel)
+                self._store.remove("decisions", name)
                 continue
             self.check_owner()
             if existing.txn_ids != decision.txn_ids:
@@ -376,7 +376,7 @@ class CommitLedger(Ownership):
     def mark_committed(self, batch_id: int, *, summary: dict[str, Any] | None = None) -> None:
         """Record that every handle of *batch_id* is committed (idempotent)."""
         body = {"format": FORMAT, "batch_id": batch_id, "committed_at": time.time(), **(summary or {})}
-        self._store.create("committed/" + record_name(batch_id), json.dumps(body, sort_keys=True), exclusive=True)
+        self._store.add("committed", record_name(batch_id), json.dumps(body, sort_keys=True))
 
     # -- the zombie-prepare fence -----------------------------------------------------------
     def record_abort(self, batch_id: int) -> str:
@@ -394,7 +394,7 @@ class CommitLedger(Ownership):
         """
         name = f"{record_name(batch_id).removesuffix('.json')}.{time.time_ns():x}{uuid.uuid4().hex[:8]}.json"
         body = {"format": FORMAT, "batch_id": batch_id, "aborted_at": time.time()}
-        self._store.create("aborted/" + name, json.dumps(body), exclusive=True)
+        self._store.add("aborted", name, json.dumps(body))
         return name
 
     def abort_marks(self, batch_id: int) -> frozenset[str]:
@@ -413,7 +413,7 @@ class CommitLedger(Ownership):
         Raises:
             LedgerError: the store fails.
         """
-        return frozenset(self._store.list("aborted"))
+        return frozenset(self._store.names("aborted"))
 
     def running_tasks(self, batch_id: int) -> dict[str, dict[str, Any]]:
         """The task attempts of *batch_id* recorded as writing (:func:`tasks_in`).
@@ -432,10 +432,10 @@ class CommitLedger(Ownership):
         forget_task(self._store, name)
 
     def decided_batches(self) -> list[int]:
-        return batch_ids(self._store.list("decisions"))
+        return batch_ids(self._store.names("decisions"))
 
     def committed_batches(self) -> list[int]:
-        return batch_ids(self._store.list("committed"))
+        return batch_ids(self._store.names("committed"))
 
     def pending(self) -> list[Decision]:
         """Decisions whose batch is not marked committed, oldest first."""
@@ -464,20 +464,20 @@ class CommitLedger(Ownership):
             return []
         victims = committed[: len(committed) - keep_last]
         for b in victims:
-            self._store.delete("decisions/" + record_name(b))
-            self._store.delete("committed/" + record_name(b))
+            self._store.remove("decisions", record_name(b))
+            self._store.remove("committed", record_name(b))
         oldest_kept = committed[len(committed) - keep_last]
         for folder in ("aborted", "running"):  # aborts (and dead tasks) of batches older than every retained one
-            for n in self._store.list(folder):
+            for n in self._store.names(folder):
                 stem = n.split(".", 1)[0]
                 if stem.isdigit() and int(stem) < oldest_kept:
-                    self._store.delete(f"{folder}/{n}")
+                    self._store.remove(folder, n)
         return victims
 
     # -- auxiliary state (twopc's metrics) ----------------------------------------------
     def read_aux(self, name: str) -> str | None:
         """The auxiliary record *name* (a plain file name in the ledger folder), or None."""
-        return self._store.read(_aux_name(name))
+        return self._store.record("", _aux_name(name))
 
     def write_aux(self, name: str, text: str) -> None:
         """Replace the auxiliary record *name* atomically (never a decision or a mark). On a
@@ -486,7 +486,7 @@ class CommitLedger(Ownership):
         Raises:
             LedgerError: it cannot be written.
         """
-        self._store.replace(_aux_name(name), text)
+        self._store.put("", _aux_name(name), text, durable=False)
 
 
 def _aux_name(name: str) -> str:

@@ -5,7 +5,8 @@ How Spark calls them (PySpark 4.1+), and where the protocol runs:
 - Plan time, on the driver, once per micro-batch (or per batch write), before any task:
   ``DataSource(options)`` then ``streamWriter()`` / ``writer()``. twopc validates the
   options and the target here, binds the sink id, and runs recovery (finish decided
-  batches, roll back orphans), so that no task meets a stale prepared transaction.
+  batches, roll back orphans), so that no task meets a stale prepared transaction; where
+  the write keeps its decisions is chosen then too (:mod:`twopc._plans`).
 - Tasks, on executors: ``write(iterator of pyarrow.RecordBatch)`` opens one transaction
   per task attempt, loads the batches, prepares, and returns the handle. The batch id
   comes from the ``streaming.sql.batchId`` local property Spark sets on every task.
@@ -28,7 +29,6 @@ wait.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import shutil
 import time
@@ -47,40 +47,24 @@ from pyspark.sql.types import StructType
 
 from twopc import faultinject
 
-from ._agent_client import DriverAgent
-from ._checkpoint import (
-    missing_spark_checkpoint,
-    session_root_at_start,
-    with_checkpoint,
-)
+from ._checkpoint import session_root_at_start, with_checkpoint
 from ._commit_message import TwoPCCommitMessage
 from ._context import TransactionContext
 from ._coordinator import BatchResult, CommitCoordinator
 from ._driver_identity import driver_identity
-from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._errors import BatchAbortedError, LedgerError, ProtocolError
 from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
-from ._ledger import CommitLedger, ledger_store, spark_checkpoint_started
+from ._ledger import CommitLedger, ledger_store
 from ._logs import configure_worker_logging
 from ._objpath import class_path
-from ._observe import at_plan_time, observe_commit, observe_failure, read_headroom
-from ._recovery import RecoveryCoordinator
-from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
+from ._observe import observe_commit, observe_failure, read_headroom
+from ._runtime_options import RuntimeOptions, option, sink_options
 from ._session_options import with_session_defaults
-from ._sink import (
-    AnySink,
-    BatchCommit,
-    CommitShape,
-    LedgerHost,
-    NamedTarget,
-    WriteSetup,
-    capability,
-    purge_markers_best_effort,
-)
-from ._sink_id_claim import claim_sink_id, runtime_task
-from ._stores import Store
-from ._target import ALL_BATCHES, open_target_ledger, resolve_abandoned, settle_own
+from ._sink import AnySink, WriteSetup, capability, purge_markers_best_effort
+from ._sink_id_claim import runtime_task
+from ._stores import Records
+from ._target import ALL_BATCHES, open_target_ledger, settle_own
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 if TYPE_CHECKING:
@@ -241,7 +225,7 @@ class _WriterCore:
             raise
         return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time(), self.epoch)
 
-    def _ledger_store(self) -> Store:
+    def _ledger_store(self) -> Records:
         """The store of this write's ledger (in the checkpoint, or in the target), for the
         task's fence; opened without creating anything."""
         if self.runtime.in_target:
@@ -358,12 +342,6 @@ class _WriterCore:
             shutil.rmtree(self.runtime.checkpoint_location, ignore_errors=True)
 
 
-def _decides_itself(sink: AnySink) -> bool:
-    """Whether *sink* commits this write's batches in one local transaction that decides by
-    itself (:attr:`CommitShape.LOCAL_TRANSACTION`): then a batch write needs no durable ledger."""
-    return capability(sink, BatchCommit).commit_shape() is CommitShape.LOCAL_TRANSACTION
-
-
 def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
     out: list[TransactionHandle | None] = []
     for m in messages:
@@ -473,116 +451,18 @@ class TwoPhaseCommitDataSource(DataSource):
         sink = self.build_sink(options)
         arrow_schema = to_arrow_schema(schema, timezone="UTC")
         checkpointed = bool(option(options, "checkpointLocation"))
-        # A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit mode:
-        # a rerun may commit another way (the first run created the table, the rerun finds it) and
-        # must find what the first run committed in the same place.
-        named = bool(option(options, "sinkId") or option(options, "txnAppId"))
-        if self._plan_time and not checkpointed and not streaming and isinstance(sink, LedgerHost) \
-                and (named or (not overwrite and not _decides_itself(sink))):
-            # The lease of a ledger kept in the target is held by the driver's agent: it starts (a driver's
-            # first write) while the sink loads its database code and validates, not waited for here. (An
-            # overwrite commits in one local transaction in the sinks that take it: its lease, if any, starts
-            # the agent when asked.)
-            DriverAgent().start()
-        setup = capability(sink, WriteSetup)
-        setup.configure_write(arrow_schema, overwrite=overwrite, streaming=streaming, checkpointed=checkpointed)
+        from ._plans import Write, plan_write, start_agent_early  # here: a task never loads the plans
+
+        if self._plan_time and not checkpointed and not streaming:
+            start_agent_early(sink, options, overwrite=overwrite)
+        capability(sink, WriteSetup).configure_write(arrow_schema, overwrite=overwrite, streaming=streaming,
+                                                     checkpointed=checkpointed)
         configure_worker_logging()
-        validated = False
-        target = None
-        ephemeral = None
-        if not checkpointed and not streaming:
-            if (named or not _decides_itself(sink)) and self._plan_time:
-                target = target_ledger_of(sink)
-                if target is not None:
-                    setup.validate(arrow_schema)  # settles the commit mode (twopc-jdbc asks the server)
-                    validated = True
-                    target = None if _decides_itself(sink) and not named else target
-            if _decides_itself(sink) and target is None:
-                ephemeral = make_ephemeral_ledger()
-        runtime = RuntimeOptions.parse(options, streaming=streaming,
-                                       ephemeral_location=ephemeral or (target.location if target else None))
-        if target is not None:
-            runtime = dataclasses.replace(runtime, in_target=True)
-        if self._plan_time and checkpointed and not option(self.options, "checkpointLocation") \
-                and not spark_checkpoint_started(runtime.checkpoint_location):
-            raise missing_spark_checkpoint(runtime.checkpoint_location)
-        lease = None
-        identity = instance = None
-        if target is not None:
-            sink_id = runtime.sink_id or ephemeral_sink_id()
-            lease = target.acquire(sink_id)  # before any record: a held lease is a live writer
-            try:
-                ledger = open_target_ledger(target, sink_id)
-                ledger.bind_sink_id(sink_id, sink_id)
-            except BaseException:
-                settle_own(sink, target, sink_id, lease)
-                raise
-            log.info("twopc: sink %s keeps its ledger in %s (no checkpointLocation)", sink_id, target.location)
-        else:
-            ledger = CommitLedger(runtime.checkpoint_location)
-            default_id = ephemeral_sink_id() if runtime.ephemeral else default_sink_id(
-                runtime.checkpoint_location)
-            sink_id = ledger.bind_sink_id(runtime.sink_id, default_id)
-            named_target = capability(sink, NamedTarget)
-            identity = None if runtime.ephemeral else named_target.target_identity()
-            instance = named_target.target_instance() if identity is not None and self._plan_time else None
-            if self._plan_time and runtime.sink_id and not runtime.ephemeral \
-                    and (leased := target_ledger_of(sink)) is not None:
-                # a sink id given by the user may be given to two writers: the second one is refused here,
-                # before its recovery would roll back the first one's transactions as orphans
-                lease = leased.acquire(sink_id, keep=streaming)
-        skip = False
-        epoch = None
-        baseline = None
-        committed_through = None
-        if self._plan_time:
-            try:
-                # another target's checkpoint: touch nothing
-                ledger.bind_target(identity, sink_id, record=False, instance=instance)
-                # a micro-batch's plan continues its query's run: displaced by another actor, it stops
-                epoch = ledger.claim(resume=streaming)
-                if not validated:
-                    setup.validate(arrow_schema)
-                if runtime.sink_id and not runtime.ephemeral and lease is None and target is None:
-                    claim_sink_id(sink, sink_id, runtime.checkpoint_location)  # sinks without a lease
-                # recorded once the target validated (not a typo), with what reaches it again (no secret)
-                ledger.bind_target(identity, sink_id, instance=instance, data_source=self.name(),
-                                   sink_class=class_path(self.sink_class),
-                                   options=capability(sink, NamedTarget).reopen_options(sink_options(options)))
-                RecoveryCoordinator(sink, ledger, sink_id=sink_id, claimed=True).run()
-                if not streaming and (others := target or target_ledger_of(sink)) is not None:
-                    resolve_abandoned(sink, others, skip=sink_id)
-                sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up
-                if not runtime.ephemeral:
-                    at_plan_time(sink, sink_id, ledger, self.options)
-                baseline = ledger.abort_records()  # before any task of this run: see twopc._fence, window 2
-            except BaseException:
-                if ephemeral is not None:
-                    shutil.rmtree(ephemeral, ignore_errors=True)
-                if target is not None:
-                    settle_own(sink, target, sink_id, lease)
-                elif lease is not None and not streaming and (leased := target_ledger_of(sink)) is not None:
-                    leased.release(lease)
-                raise
-            finally:
-                sink.close()
-            if streaming:
-                committed_through = ledger.latest_committed()
-            else:
-                latest = ledger.latest_committed()
-                assert runtime.txn_version is not None
-                skip = latest is not None and runtime.txn_version <= latest
-                if skip and runtime.txn_version == latest:  # a rerun of a committed job: what txnVersion is for
-                    log.info("twopc: sink %s already committed txnVersion %s: this rerun writes nothing", sink_id,
-                             latest)
-                elif skip:  # a version counter that went back loses the new job's rows: the user should know
-                    log.warning("twopc: sink %s requested txnVersion %s, below the last one it committed (%s): this "
-                                "write writes nothing. A new job needs a txnVersion above %s", sink_id,
-                                runtime.txn_version, latest, latest)
-        return kind(sink, sink_id, runtime, skip=skip, format_name=self.name(), epoch=epoch,
-                    lease=None if streaming else lease,  # a query keeps its lease while its driver runs
-                    abort_baseline=baseline, committed_through=committed_through,
-                    version=None if streaming else runtime.txn_version)
+        plan = plan_write(Write(sink, options, self.options, arrow_schema, streaming, self._plan_time, self.name(),
+                                class_path(self.sink_class)))
+        return kind(sink, plan.sink_id, plan.runtime, skip=plan.skip, format_name=self.name(), epoch=plan.epoch,
+                    lease=plan.lease, abort_baseline=plan.abort_baseline, committed_through=plan.committed_through,
+                    version=None if streaming else plan.runtime.txn_version)
 
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:

@@ -1,23 +1,32 @@
-"""Where the ledger's records are kept: one store per kind of checkpoint location.
+"""Where the ledger's records are kept.
 
-The ledger needs four things of a store: read a small record, list a folder, delete a
-record, and *create a record at most once* (the second writer of a name is told it lost).
-Only stores that really have the last one are accepted; a location twopc cannot write
-safely is refused, never guessed at:
+The ledger (:mod:`twopc._ledger`, :mod:`twopc._fencing_epochs`, the tasks' fence
+:mod:`twopc._fence`) keeps small JSON records of a few kinds (:data:`KINDS`; kind ``""``
+holds ``sink.json``, ``target.json`` and twopc's metrics) in a place that implements
+:class:`Records`: read a record, list the names of a kind, create a record *at most once*
+(the second writer of a name is told it lost), replace or delete one, and write a batch's
+decision (which a place may refuse: the target's ledger table does once the writer lost its
+lease). Two places implement it: a checkpoint's ``twopc/`` folder (:class:`FolderRecords`:
+the record ``<name>`` of kind ``<kind>`` is the file ``<kind>/<name>``) and the target's
+ledger table (``twopc.sinks.sql.ledger``: one row per record, named as the file would be).
+:class:`ReadOnlyRecords` is a place's records for a reader (``twopc status``, a metrics
+scrape): every write raises, so a reader never creates a folder, a record or a ledger.
+
+A folder (:data:`Store`) is one per kind of checkpoint location. Only those that really can
+create a file at most once are accepted; a location twopc cannot write safely is refused,
+never guessed at:
 
 - a local path, or ``file:`` URI (:class:`LocalStore`): a temporary file, fsync, an
   exclusive hard link to the final name, an fsync of the folder. A network or FUSE
   filesystem mounted there must support hard links (NFS does; a mount that does not makes
-  every write fail with a clear error).
+  every write fail with a clear error). A replace is a rename, without fsync.
 - ``s3://``, ``s3a://``, ``s3n://`` (:class:`S3Store`, the ``pyspark-twopc[s3]`` extra): PutObject
   with ``If-None-Match: *``, which S3 evaluates atomically. The first use of a bucket in a
   process checks that the server honours it (some S3-compatible servers ignore the header):
-  one that does not is refused. The endpoint, region and credentials come from boto3's usual
+  one that does not is refused (a store opened ``read_only`` skips that check, which writes
+  a probe). The endpoint, region and credentials come from boto3's usual
   sources (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``, the credentials
   chain); Hadoop's ``fs.s3a.*`` settings are not visible to Python.
-- a store opened ``read_only`` (``twopc status``, a metrics scrape) refuses every write
-  (:class:`ReadOnlyStore`) and, on S3, skips the first use's check (which writes a probe):
-  a reader never creates a folder, a record or a ledger.
 - everything else with a scheme (``dbfs:/x``, ``hdfs:/x``, ``hdfs://``, ``gs://``,
   ``abfs(s)://``, ``wasb(s)://``...) is refused with the reason and the alternative: a
   ``scheme:`` path is never a local folder.
@@ -30,7 +39,6 @@ import os
 import re
 import threading
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._errors import ConfigurationError, LedgerError
@@ -40,7 +48,7 @@ from ._folders import file_in_the_way, make_folder
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["LocalStore", "ReadOnlyStore", "S3Store", "Store", "open_store"]
+__all__ = ["KINDS", "FolderRecords", "LocalStore", "ReadOnlyRecords", "Records", "S3Store", "Store", "open_store"]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]+):")
 _S3_SCHEMES = frozenset({"s3", "s3a", "s3n"})
@@ -62,49 +70,14 @@ for _alias, _target in (("viewfs", "hdfs"), ("gcs", "gs"), ("abfss", "abfs"), ("
     _REFUSED[_alias] = _REFUSED[_target]
 
 
-class Store(Protocol):
-    """The record store the ledger writes to (see the module docstring)."""
-
-    root: str
-
-    def path(self, *parts: str) -> str:
-        """The store's name for *parts* under the root (for messages)."""
-
-    def makedirs(self, rel: str) -> None:
-        """Make folder *rel* (a no-op where folders are not real)."""
-
-    def read(self, rel: str) -> str | None:
-        """The record's text, or None if absent. Raises :class:`LedgerError`."""
-
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
-        """Write *rel* whole; with *exclusive*, only if absent (False when it exists).
-        Raises :class:`LedgerError`."""
-
-    def replace(self, rel: str, text: str) -> None:
-        """Replace *rel* atomically (a reader sees the old or the new text, never a torn one),
-        without forcing it to disk: a crash may lose the last update. For records outside the
-        protocol (metrics). Raises :class:`LedgerError`."""
-
-    def list(self, rel: str) -> list[str]:
-        """Names of the records in folder *rel* (not hidden ones). Raises :class:`LedgerError`."""
-
-    def delete(self, rel: str) -> None:
-        """Delete *rel* if present. Raises :class:`LedgerError`."""
-
-
 def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read_only: bool = False) -> Store:
-    """The store for *location* (see the module docstring); with *read_only*, one that
-    refuses every write (:class:`ReadOnlyStore`).
+    """The store for *location* (see the module docstring); *read_only*: for a reader, which
+    writes nothing (on S3, the first use's check is skipped).
 
     Raises:
         ConfigurationError: the location is one the ledger cannot write at most once.
         MissingExtraError: an ``s3://`` location without boto3 (``pyspark-twopc[s3]``).
     """
-    store = _open(location, filesystem, read_only)
-    return ReadOnlyStore(store) if read_only else store
-
-
-def _open(location: str, filesystem: pafs.FileSystem | None, read_only: bool) -> Store:
     if filesystem is not None:
         import pyarrow.fs as pafs  # here, as below: a checkpoint in a local folder never loads pyarrow
 
@@ -131,33 +104,6 @@ def _open(location: str, filesystem: pafs.FileSystem | None, read_only: bool) ->
                                   "path or an s3:// location")
     raise ConfigurationError(f"checkpoint location {location!r}: {scheme}: {reason}. A {scheme}: location is "
                              f"never taken for a local folder")
-
-
-class ReadOnlyStore:
-    """Another store's records, read only: every write raises, so that a reader (``twopc
-    status``, a metrics scrape) can never create a ledger or change one."""
-
-    def __init__(self, store: Store) -> None:
-        self.root = store.root
-        # the store's own readers, handed out as they are
-        self.path: Callable[..., str] = store.path
-        self.read: Callable[[str], str | None] = store.read
-        self.list: Callable[[str], list[str]] = store.list
-
-    def _refuse(self, rel: str) -> LedgerError:
-        return LedgerError(f"the ledger {self.root} was opened to be read only: {self.path(rel)} was not written")
-
-    def makedirs(self, rel: str) -> None:
-        raise self._refuse(rel)
-
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
-        raise self._refuse(rel)
-
-    def replace(self, rel: str, text: str) -> None:
-        raise self._refuse(rel)
-
-    def delete(self, rel: str) -> None:
-        raise self._refuse(rel)
 
 
 class LocalStore:
@@ -351,6 +297,113 @@ class S3Store:
                     f"twopc cannot record a decision at most once there. Use AWS S3 or a server that "
                     f"supports conditional writes, or a local path on a shared filesystem with hard links")
             _CHECKED.add(ident)
+
+
+#: A folder of records: a checkpoint's ``twopc/``, an outbox.
+Store = LocalStore | S3Store
+
+
+#: The kinds of records of a ledger besides its own (kind ``""``): a checkpoint's folders.
+KINDS = ("decisions", "committed", "owners", "verdicts", "aborted", "running")
+
+
+class Records(Protocol):
+    """The records of one ledger (see the module docstring). Every method raises
+    :class:`LedgerError` when the place fails."""
+
+    root: str
+    """Where the records are, for messages (credential-free)."""
+
+    def where(self, kind: str, name: str) -> str:
+        """The record's name in messages."""
+
+    def record(self, kind: str, name: str) -> str | None:
+        """The record's text, or None if absent."""
+
+    def names(self, kind: str) -> list[str]:
+        """The names of the records of *kind*, sorted."""
+
+    def add(self, kind: str, name: str, text: str) -> bool:
+        """Create the record durably, only if absent (False: it exists)."""
+
+    def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
+        """Create or replace the record atomically (a reader sees the old or the new text);
+        without *durable*, a crash may lose the last update (records outside the protocol:
+        running tasks, metrics)."""
+
+    def remove(self, kind: str, name: str) -> None:
+        """Delete the record if present."""
+
+    def write_decision(self, name: str, text: str) -> bool:
+        """Create the decision *name* (``<batch>.json``) durably, only if absent (False: one
+        exists). Raises :class:`FencedError` when this writer may not decide any more."""
+
+
+def _rel(kind: str, name: str) -> str:
+    return f"{kind}/{name}" if kind else name
+
+
+class FolderRecords:
+    """A ledger's records as the files of a folder *store*; with *make*, its folders are
+    made first (a writer's ledger: a reader, or a task, never creates one)."""
+
+    def __init__(self, store: Store, *, make: bool = False) -> None:
+        self.store = store
+        self.root = store.root
+        for kind in KINDS if make else ():
+            store.makedirs(kind)
+
+    def where(self, kind: str, name: str) -> str:
+        return self.store.path(_rel(kind, name))
+
+    def record(self, kind: str, name: str) -> str | None:
+        return self.store.read(_rel(kind, name))
+
+    def names(self, kind: str) -> list[str]:
+        return sorted(self.store.list(kind))
+
+    def add(self, kind: str, name: str, text: str) -> bool:
+        return self.store.create(_rel(kind, name), text, exclusive=True)
+
+    def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
+        if durable:
+            self.store.create(_rel(kind, name), text, exclusive=False)
+        else:
+            self.store.replace(_rel(kind, name), text)
+
+    def remove(self, kind: str, name: str) -> None:
+        self.store.delete(_rel(kind, name))
+
+    def write_decision(self, name: str, text: str) -> bool:
+        return self.add("decisions", name, text)
+
+
+class ReadOnlyRecords:
+    """Another place's *records*, read only: every write raises, so that a reader can never
+    create a ledger or change one."""
+
+    def __init__(self, records: Records) -> None:
+        self.root = records.root
+        # the place's own readers, handed out as they are
+        self.where = records.where
+        self.record = records.record
+        self.names = records.names
+
+    def _refuse(self, kind: str, name: str) -> LedgerError:
+        return LedgerError(f"the ledger {self.root} was opened to be read only: {self.where(kind, name)} was not "
+                           f"written")
+
+    def add(self, kind: str, name: str, text: str) -> bool:
+        raise self._refuse(kind, name)
+
+    def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
+        raise self._refuse(kind, name)
+
+    def remove(self, kind: str, name: str) -> None:
+        raise self._refuse(kind, name)
+
+    def write_decision(self, name: str, text: str) -> bool:
+        raise self._refuse("decisions", name)
 
 
 def _status(exc: BaseException) -> int | None:

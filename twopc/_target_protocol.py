@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol
 
-from ._stores import Store
+from ._stores import Records
 
 __all__ = ["Lease", "TargetLedger", "target_ledger_of"]
 
@@ -34,8 +34,8 @@ class TargetLedger(Protocol):
     def location(self) -> str:
         """Where the ledger lives, for messages (credential-free)."""
 
-    def store(self, sink_id: str, lease: Lease | None = None) -> Store:
-        """The ledger store of *sink_id*; with *lease*, creating a decision first checks
+    def store(self, sink_id: str, lease: Lease | None = None) -> Records:
+        """The ledger records of *sink_id*; with *lease*, writing a decision first checks
         that the lease is still held (else :class:`FencedError`)."""
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:

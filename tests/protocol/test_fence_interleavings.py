@@ -213,7 +213,7 @@ def _old_standing(self: CommitLedger, batch_id: int) -> tuple[Any, bool]:
     d = self._raw_decision(batch_id)
     if d is None or self.valid(batch_id, d.epoch):
         return d, False
-    done = self._store.read(f"committed/{batch_id:020d}.json") is not None
+    done = self._store.record("committed", f"{batch_id:020d}.json") is not None
     return (d, False) if done else (None, False)
 
 

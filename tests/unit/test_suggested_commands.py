@@ -27,6 +27,7 @@ from twopc import (
 )
 from twopc._coordinator import _pending
 from twopc._sink_id_claim import claim_sink_id
+from twopc._stores import FolderRecords
 from twopc.recovery._cli import parse_command
 from twopc.sinks import FileSink
 from twopc.spi import SinkUnavailableError
@@ -89,7 +90,8 @@ def _refusal(call: Callable[[], object]) -> str:
 
 def _in_target(tmp: Path) -> CommitLedger:
     """The ledger of a write without a checkpoint, kept in its target (here a folder's store)."""
-    return CommitLedger(f"files {tmp / 'out'} sink {SINK}", store=open_store(str(tmp / "target-ledger")))
+    return CommitLedger(f"files {tmp / 'out'} sink {SINK}",
+                        store=FolderRecords(open_store(str(tmp / "target-ledger")), make=True))
 
 
 def _lost(sink: FileSink, ledger: CommitLedger) -> str:

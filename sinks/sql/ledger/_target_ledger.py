@@ -313,8 +313,10 @@ class SqlTargetLedger:
 
 
 class SqlLedgerStore:
-    """One writer's ledger records in the ledger table (the :class:`twopc._stores.Store`
-    protocol). With a lease, creating a decision first checks the lease is still held."""
+    """One writer's ledger records in the ledger table (the :class:`twopc._stores.Records`
+    protocol): one row per record, named ``<kind>/<name>`` as the file of a checkpoint's
+    ``twopc/`` folder would be. With a lease, writing a decision first checks the lease is
+    still held."""
 
     def __init__(self, backend: SqlTargetLedger, sink_id: str, lease: Lease | None) -> None:
         self.backend = backend
@@ -322,11 +324,8 @@ class SqlLedgerStore:
         self.lease = lease
         self.root = f"{backend.location} sink {sink_id}"
 
-    def path(self, *parts: str) -> str:
-        return f"{self.root}: {'/'.join(parts)}"
-
-    def makedirs(self, rel: str) -> None:
-        """Folders are name prefixes here: nothing to make."""
+    def where(self, kind: str, name: str) -> str:
+        return f"{self.root}: {_row(kind, name)}"
 
     def _run(self, query: str, params: Sequence[Any], *, fetch: bool = False, what: str) -> list[tuple[Any, ...]]:
         try:
@@ -334,44 +333,50 @@ class SqlLedgerStore:
         except SinkError as exc:
             raise LedgerError(f"cannot {what} in {self.root}: {exc}") from None
 
-    def read(self, rel: str) -> str | None:
+    def record(self, kind: str, name: str) -> str | None:
         rows = self._run(f"SELECT body FROM {self.backend.quoted} WHERE sink_id = %s AND name = %s",
-                         (self.sink_id, rel), fetch=True, what=f"read ledger record {rel}")
+                         (self.sink_id, _row(kind, name)), fetch=True, what=f"read ledger record {_row(kind, name)}")
         return str(rows[0][0]) if rows else None
 
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
-        if self.lease is not None and rel.startswith("decisions/") and not self.backend.holds(self.lease):
+    def names(self, kind: str) -> list[str]:
+        rows = self._run(f"SELECT name FROM {self.backend.quoted} WHERE sink_id = %s", (self.sink_id,), fetch=True,
+                         what=f"list ledger records {kind}")
+        prefix = _row(kind, "")
+        names = [str(r[0])[len(prefix):] for r in rows if str(r[0]).startswith(prefix)]
+        return sorted(n for n in names if n and "/" not in n and not n.startswith("."))
+
+    def add(self, kind: str, name: str, text: str) -> bool:
+        sink = self.backend.sink
+        try:
+            sink.control_execute(f"INSERT INTO {self.backend.quoted} (sink_id, name, body) VALUES (%s, %s, %s)",
+                                  (self.sink_id, _row(kind, name), text))
+        except sink.database.driver_error as exc:
+            if sink.database.error_code(exc) in sink.database.unique_violations:
+                return False
+            raise LedgerError(f"cannot write ledger record {_row(kind, name)} in {self.root}: "
+                              f"{sink.map_error(exc, 'write a ledger record')}") from None
+        except SinkError as exc:
+            raise LedgerError(f"cannot write ledger record {_row(kind, name)} in {self.root}: {exc}") from None
+        return True
+
+    def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
+        """Every row is committed when written: *durable* or not."""
+        sql = self.backend.sink.database.ledger_upsert.format(table=self.backend.quoted)
+        self._run(sql, (self.sink_id, _row(kind, name), text), what=f"write ledger record {_row(kind, name)}")
+
+    def remove(self, kind: str, name: str) -> None:
+        self._run(f"DELETE FROM {self.backend.quoted} WHERE sink_id = %s AND name = %s",
+                  (self.sink_id, _row(kind, name)), what=f"delete ledger record {_row(kind, name)}")
+
+    def write_decision(self, name: str, text: str) -> bool:
+        if self.lease is not None and not self.backend.holds(self.lease):
             raise FencedError(
                 f"this write (sink id {self.sink_id}) lost its lease on {self.backend.sink.where()}: the connection "
                 f"that held it is gone, so another writer may be resolving its transactions. It records and commits "
                 f"nothing; the next write to the server rolls its transactions back")
-        if not exclusive:
-            self.replace(rel, text)
-            return True
-        sink = self.backend.sink
-        try:
-            sink.control_execute(f"INSERT INTO {self.backend.quoted} (sink_id, name, body) VALUES (%s, %s, %s)",
-                                  (self.sink_id, rel, text))
-        except sink.database.driver_error as exc:
-            if sink.database.error_code(exc) in sink.database.unique_violations:
-                return False
-            raise LedgerError(f"cannot write ledger record {rel} in {self.root}: "
-                              f"{sink.map_error(exc, 'write a ledger record')}") from None
-        except SinkError as exc:
-            raise LedgerError(f"cannot write ledger record {rel} in {self.root}: {exc}") from None
-        return True
+        return self.add("decisions", name, text)
 
-    def replace(self, rel: str, text: str) -> None:
-        sql = self.backend.sink.database.ledger_upsert.format(table=self.backend.quoted)
-        self._run(sql, (self.sink_id, rel, text), what=f"write ledger record {rel}")
 
-    def list(self, rel: str) -> list[str]:
-        prefix = rel.rstrip("/") + "/"
-        rows = self._run(f"SELECT name FROM {self.backend.quoted} WHERE sink_id = %s", (self.sink_id,), fetch=True,
-                         what=f"list ledger folder {rel}")
-        names = [str(r[0])[len(prefix):] for r in rows if str(r[0]).startswith(prefix)]
-        return [n for n in names if n and "/" not in n and not n.startswith(".")]
-
-    def delete(self, rel: str) -> None:
-        self._run(f"DELETE FROM {self.backend.quoted} WHERE sink_id = %s AND name = %s", (self.sink_id, rel),
-                  what=f"delete ledger record {rel}")
+def _row(kind: str, name: str) -> str:
+    """The row name of the record *name* of *kind* (the file's path in a checkpoint's ledger)."""
+    return f"{kind}/{name}" if kind else name

@@ -18,13 +18,15 @@ from typing import Any
 
 import pytest
 
-from twopc import ConfigurationError
+from twopc import ConfigurationError, FencedError
 from twopc._agent_client import DriverAgent, agent_folder, ask_agent
 from twopc._driver_identity import _start_ticks, identity_of
+from twopc._target import open_target_ledger
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.sql import PreparedSqlSink
 from twopc.spi import ConcurrentWriterError
 from twopc.spi.lease import Lease
+from twopc.spi.operations import Decision
 
 HEAVY = {"pyspark", "pyarrow", "sqlalchemy", "pandas", "numpy", "twopc"}
 
@@ -95,6 +97,24 @@ def test_a_drivers_writes_share_its_agent_and_a_taken_lease_is_refused(postgres_
     assert replaced.holder_pid != first.holder_pid and backend.holds(replaced)
     assert not (agent_folder() / f"{first.holder_pid}.sock").exists()  # the new agent swept the old socket
     backend.release(replaced)
+    sink.close()
+
+
+def test_a_writer_that_lost_its_lease_records_no_decision(postgres_url) -> None:
+    """A writer whose lease is gone (the session holding it ended: a zombie, whose transactions
+    another writer may be resolving) is refused when it writes its decision, before any row."""
+    sink = PostgresSink(postgres_url, "lh_unused")
+    backend = sink.target_ledger()
+    sink_id = f"lh-{uuid.uuid4().hex[:8]}"
+    lease = backend.acquire(sink_id)
+    ledger = open_target_ledger(backend, sink_id, lease=lease)
+    ledger.bind_sink_id(sink_id, sink_id)
+    backend.release(lease)
+    _wait_for(lambda: not backend.holds(lease), "the lease to be free")
+    with pytest.raises(FencedError, match="lost its lease"):
+        ledger.record_decision(Decision(sink_id, 0, ()))
+    assert ledger.decided_batches() == [] and ledger.recorded_sink_id() == sink_id
+    backend.forget(sink_id)
     sink.close()
 
 

@@ -1,0 +1,209 @@
+"""Where a write keeps its decisions, chosen once when the write is planned (on the driver):
+one plan per place, picked by :func:`plan_write`.
+
+- :func:`in_checkpoint`: the query's checkpoint folder, local or S3 (a streaming query, a
+  batch write with ``checkpointLocation``);
+- :func:`in_target`: the target's ledger table, under the writer's lease (a batch write
+  without a checkpoint to a :class:`~twopc.spi.LedgerHost`, named by ``txnAppId`` or not
+  committing a batch in one local transaction; :mod:`twopc._target`);
+- :func:`in_temp_folder`: a temporary folder on the driver, deleted when the write ends (a
+  batch write without a checkpoint whose sink commits a batch in one local transaction;
+  :mod:`twopc._ephemeral`).
+
+Each binds the write's sink id (and its lease, where there is one), then runs the steps all
+places share (:func:`_recover`). A plan that fails leaves nothing of its own behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._agent_client import DriverAgent
+from ._checkpoint import missing_spark_checkpoint
+from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
+from ._ledger import CommitLedger, spark_checkpoint_started
+from ._observe import at_plan_time
+from ._recovery import RecoveryCoordinator
+from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
+from ._sink import AnySink, BatchCommit, CommitShape, LedgerHost, NamedTarget, WriteSetup, capability
+from ._sink_id_claim import claim_sink_id
+from ._target import open_target_ledger, resolve_abandoned, settle_own
+from ._target_protocol import Lease, TargetLedger, target_ledger_of
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["Plan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan_write", "start_agent_early"]
+
+log = logging.getLogger("twopc.spark")
+
+
+@dataclass(frozen=True)
+class Write:
+    """One write to plan: its *options* with the checkpoint resolved and the session's
+    defaults, the ones Spark *given*; not *plan_time* in the process that commits a
+    micro-batch, which recovers nothing (that would roll back the batch it commits)."""
+
+    sink: AnySink
+    options: Mapping[str, str]
+    given: Mapping[str, str]
+    schema: pa.Schema
+    streaming: bool
+    plan_time: bool
+    data_source: str
+    sink_class: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a write's writer is built from (see :class:`twopc._spark._WriterCore`)."""
+
+    sink_id: str
+    runtime: RuntimeOptions
+    skip: bool = False
+    epoch: int | None = None
+    lease: Lease | None = None
+    abort_baseline: frozenset[str] | None = None
+    committed_through: int | None = None
+
+
+def _decides_itself(sink: AnySink) -> bool:
+    """Whether *sink* commits this write's batches in one local transaction that decides by
+    itself (:attr:`CommitShape.LOCAL_TRANSACTION`): then a batch write needs no durable ledger."""
+    return capability(sink, BatchCommit).commit_shape() is CommitShape.LOCAL_TRANSACTION
+
+
+def _named(options: Mapping[str, str]) -> bool:
+    """A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit
+    mode: a rerun may commit another way (the first run created the table, the rerun finds
+    it) and must find what the first run committed in the same place."""
+    return bool(option(options, "sinkId") or option(options, "txnAppId"))
+
+
+def start_agent_early(sink: AnySink, options: Mapping[str, str], *, overwrite: bool) -> None:
+    """Start the driver's agent (which holds the leases) when a batch write without a
+    checkpoint will likely keep its ledger in the target: it starts while the sink validates.
+    (An overwrite commits in one local transaction in the sinks that take it.)"""
+    if isinstance(sink, LedgerHost) and (_named(options) or (not overwrite and not _decides_itself(sink))):
+        DriverAgent().start()
+
+
+def plan_write(write: Write) -> Plan:
+    """Plan *write* where its decisions are kept (see the module docstring)."""
+    sink = write.sink
+    if write.streaming or option(write.options, "checkpointLocation") or not write.plan_time:
+        return in_checkpoint(write)
+    target = target_ledger_of(sink) if _named(write.options) or not _decides_itself(sink) else None
+    if target is not None:
+        capability(sink, WriteSetup).validate(write.schema)  # settles the commit mode (twopc-jdbc asks the server)
+        if _named(write.options) or not _decides_itself(sink):
+            return in_target(write, target)
+    if _decides_itself(sink):
+        return in_temp_folder(write, validated=target is not None)
+    return in_checkpoint(write)  # refused: no checkpointLocation (RuntimeOptions.parse says how to give one)
+
+
+def in_checkpoint(write: Write) -> Plan:
+    """A ledger in the write's checkpoint folder."""
+    runtime = RuntimeOptions.parse(write.options, streaming=write.streaming)
+    location = runtime.checkpoint_location
+    if write.plan_time and not option(write.given, "checkpointLocation") and not spark_checkpoint_started(location):
+        raise missing_spark_checkpoint(location)
+    ledger = CommitLedger(location)
+    sink_id = ledger.bind_sink_id(runtime.sink_id, default_sink_id(location))
+    if not write.plan_time:
+        return Plan(sink_id, runtime)
+    target = capability(write.sink, NamedTarget)
+    identity = target.target_identity()
+    leased = target_ledger_of(write.sink) if runtime.sink_id else None
+    # a sink id given by the user may be given to two writers: the second one is refused here,
+    # before its recovery would roll back the first one's transactions as orphans
+    lease = leased.acquire(sink_id, keep=write.streaming) if leased is not None else None
+    undo = functools.partial(leased.release, lease) if leased and lease and not write.streaming else None
+    return _recover(write, runtime, ledger, sink_id, identity=identity, lease=lease, undo=undo,
+                    instance=target.target_instance() if identity is not None else None,
+                    claim_id=bool(runtime.sink_id) and lease is None)  # sinks without a lease
+
+
+def in_target(write: Write, target: TargetLedger) -> Plan:
+    """A ledger in the target's ledger table (the switch validated the target already)."""
+    runtime = dataclasses.replace(RuntimeOptions.parse(write.options, streaming=False,
+                                                       ephemeral_location=target.location), in_target=True)
+    sink_id = runtime.sink_id or ephemeral_sink_id()
+    lease = target.acquire(sink_id)  # before any record: a held lease is a live writer
+    undo = functools.partial(settle_own, write.sink, target, sink_id, lease)
+    try:
+        ledger = open_target_ledger(target, sink_id)
+        ledger.bind_sink_id(sink_id, sink_id)
+    except BaseException:
+        undo()
+        raise
+    log.info("twopc: sink %s keeps its ledger in %s (no checkpointLocation)", sink_id, target.location)
+    return _recover(write, runtime, ledger, sink_id, validated=True, lease=lease, undo=undo)
+
+
+def in_temp_folder(write: Write, *, validated: bool) -> Plan:
+    """A ledger in a temporary folder on the driver (*validated*: the switch validated the
+    target already)."""
+    folder = make_ephemeral_ledger()
+    undo = functools.partial(shutil.rmtree, folder, ignore_errors=True)
+    try:
+        runtime = RuntimeOptions.parse(write.options, streaming=False, ephemeral_location=folder)
+        ledger = CommitLedger(folder)
+        sink_id = ledger.bind_sink_id(runtime.sink_id, ephemeral_sink_id())
+    except BaseException:
+        undo()
+        raise
+    return _recover(write, runtime, ledger, sink_id, validated=validated, undo=undo)
+
+
+def _recover(write: Write, runtime: RuntimeOptions, ledger: CommitLedger, sink_id: str, *, validated: bool = False,
+             identity: str | None = None, instance: str | None = None, claim_id: bool = False,
+             lease: Lease | None = None, undo: Callable[[], object] | None = None) -> Plan:
+    """The plan-time steps of every place, in order; on failure *undo* runs (before the sink
+    closes) and the error is raised."""
+    sink = write.sink
+    try:
+        # another target's checkpoint: touch nothing
+        ledger.bind_target(identity, sink_id, record=False, instance=instance)
+        # a micro-batch's plan continues its query's run: displaced by another actor, it stops
+        epoch = ledger.claim(resume=write.streaming)
+        if not validated:
+            capability(sink, WriteSetup).validate(write.schema)
+        if claim_id:
+            claim_sink_id(sink, sink_id, runtime.checkpoint_location)
+        # recorded once the target validated (not a typo), with what reaches it again (no secret)
+        ledger.bind_target(identity, sink_id, instance=instance, data_source=write.data_source,
+                           sink_class=write.sink_class,
+                           options=capability(sink, NamedTarget).reopen_options(sink_options(write.options)))
+        RecoveryCoordinator(sink, ledger, sink_id=sink_id, claimed=True).run()
+        if not write.streaming and (others := target_ledger_of(sink)) is not None:
+            resolve_abandoned(sink, others, skip=sink_id)
+        sweep_dead_ledgers()  # after validate: a sink may still look a dead write's ledger up
+        if not runtime.ephemeral:
+            at_plan_time(sink, sink_id, ledger, write.given)
+        baseline = ledger.abort_records()  # before any task of this run: see twopc._fence, window 2
+    except BaseException:
+        if undo is not None:
+            undo()
+        raise
+    finally:
+        sink.close()
+    latest = ledger.latest_committed()
+    if write.streaming:
+        return Plan(sink_id, runtime, epoch=epoch, abort_baseline=baseline, committed_through=latest)
+    assert runtime.txn_version is not None
+    skip = latest is not None and runtime.txn_version <= latest
+    if skip and runtime.txn_version == latest:  # a rerun of a committed job: what txnVersion is for
+        log.info("twopc: sink %s already committed txnVersion %s: this rerun writes nothing", sink_id, latest)
+    elif skip:  # a version counter that went back loses the new job's rows: the user should know
+        log.warning("twopc: sink %s requested txnVersion %s, below the last one it committed (%s): this write "
+                    "writes nothing. A new job needs a txnVersion above %s", sink_id, runtime.txn_version, latest,
+                    latest)
+    return Plan(sink_id, runtime, skip=skip, epoch=epoch, lease=lease, abort_baseline=baseline)
