@@ -37,17 +37,13 @@ from ._driver_identity import DriverIdentity, _start_ticks
 from ._errors import TwoPCError
 from ._ledger import CommitLedger
 from ._recovery import RecoveryCoordinator
+from ._runtime_options import EPHEMERAL_PREFIX
 from ._sink import AnySink, purge_markers_best_effort
 from ._target_protocol import Lease, TargetLedger
 
-__all__ = ["ALL_BATCHES", "EPHEMERAL_PREFIX", "forget_writer", "open_target_ledger", "resolve_abandoned",
-           "settle_own"]
+__all__ = ["ALL_BATCHES", "forget_writer", "open_target_ledger", "resolve_abandoned", "settle_own"]
 
 log = logging.getLogger("twopc.target")
-
-#: sink ids of writes without a checkpoint and without txnAppId (:func:`twopc.spi.lease.ephemeral_sink_id`)
-EPHEMERAL_PREFIX = "eph-"
-
 
 def _this_process() -> DriverIdentity:
     """A resolver owns a foreign writer's ledger as this process (never as the driver JVM,
