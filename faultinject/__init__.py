@@ -59,13 +59,13 @@ import importlib as _importlib
 from typing import TYPE_CHECKING
 
 from ._env import ENV_CONTROL, ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE
-from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
 from ._point import fault_point
-from ._registry import declare, declared_points
 
 if TYPE_CHECKING:
     from ._control import FaultControl
+    from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
     from ._proxy import FaultProxy, ProxyConnection
+    from ._registry import declare, declared_points
     from ._runtime import (
         EXIT_CODE,
         RELEASE_FILE,
@@ -81,10 +81,13 @@ if TYPE_CHECKING:
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
     from .servers import LocalMariaDB, LocalPostgres, LocalRedis, LocalRedisCluster
 
-# Public name -> the submodule that defines it, imported on first access (PEP 562). The
-# runs, the spec parser and the rules' machinery load on first use too: a process whose
-# environment arms no plan passes its fault points without them.
+# Public name -> the submodule that defines it, imported on first access (PEP 562). All but
+# fault_point and the environment's names load on first use: a process whose environment arms
+# no plan passes its fault points without the runs, the spec parser and the rules' machinery.
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(("FaultControlError", "FaultSpecError", "InjectedFault", "ServerUnavailable",
+                     "UnknownFaultPoint"), "._errors"),
+    **dict.fromkeys(("declare", "declared_points"), "._registry"),
     **dict.fromkeys(("EXIT_CODE", "RELEASE_FILE", "armed", "current_state_dir", "export_crash_group", "export_run",
                      "read_firings"), "._runtime"),
     **dict.fromkeys(("ACTIONS", "Action", "FaultPlan", "FaultRule"), "._spec"),

@@ -14,6 +14,7 @@ from typing import Protocol
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from ._abandoned import resolve_abandoned
 from ._agent_client import DriverAgent
 from ._checkpoint import (
     missing_spark_checkpoint,
@@ -37,7 +38,7 @@ from ._sink import (
     capability,
 )
 from ._sink_id_claim import claim_sink_id
-from ._target import open_target_ledger, resolve_abandoned, settle_own
+from ._target import open_target_ledger, settle_own
 from ._target_protocol import target_ledger_of
 from ._writer import WriterCore
 

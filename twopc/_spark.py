@@ -1,6 +1,8 @@
 """Spark integration: Python data sources that drive any :class:`TwoPhaseCommitSink`.
 
-How Spark calls them (PySpark 4.1+), and where the protocol runs:
+How Spark calls them (PySpark 4.1+), and where the protocol runs (each part in a module of its
+own, so that each Spark Python worker loads the part it runs: the plan in :mod:`twopc._plan`, the
+writers and a task's write in :mod:`twopc._writer`, the commit in :mod:`twopc._write_commit`):
 
 - Plan time, on the driver, once per micro-batch (or per batch write), before any task:
   ``DataSource(options)`` then ``streamWriter()`` / ``writer()``. twopc validates the

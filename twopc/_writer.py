@@ -225,7 +225,6 @@ def _quietly(fn: Callable[[Any], Any], arg: Any) -> None:
         log.exception("twopc: cleanup after a failed write also failed; recovery will finish it")
 
 
-
 class TwoPhaseCommitStreamWriter(DataSourceStreamArrowWriter):
     """Streaming writer: one transaction per task attempt, one decision per micro-batch."""
 

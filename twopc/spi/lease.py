@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
+    from .._abandoned import resolve_abandoned
     from .._agent_client import DriverAgent, ask_agent
     from .._driver_identity import DriverIdentity, driver_identity
     from .._driver_identity import _start_ticks as start_ticks
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from .._ledger_records import TargetRecord
     from .._runtime_options import EPHEMERAL_PREFIX, default_sink_id, ephemeral_sink_id, ephemeral_started
     from .._sink_id_claim import checkpoint_label, hold_for_prepare
-    from .._target import open_target_ledger, resolve_abandoned
+    from .._target import open_target_ledger
     from .._target_check import check_target
     from .._target_protocol import Lease, TargetLedger, target_ledger_of
 __all__ = [
@@ -58,7 +59,8 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("EPHEMERAL_PREFIX", "default_sink_id", "ephemeral_sink_id", "ephemeral_started"),
                     ".._runtime_options"),
     **dict.fromkeys(("checkpoint_label", "hold_for_prepare"), ".._sink_id_claim"),
-    **dict.fromkeys(("open_target_ledger", "resolve_abandoned"), ".._target"),
+    "open_target_ledger": ".._target",
+    "resolve_abandoned": ".._abandoned",
     **dict.fromkeys(("Lease", "TargetLedger", "target_ledger_of"), ".._target_protocol"),
     "TargetRecord": ".._ledger_records",
     "check_target": ".._target_check",
