@@ -38,7 +38,9 @@ one a run killed some other way left behind is deleted by the user's next run.
 ``TWOPC_FAULTS`` wins over ``TWOPC_FAULT_PLAN`` when both are set.  This package uses
 only the standard library.
 
-Importing it loads only the fault points (twopc imports it on every executor).  The chaos
+Importing it loads only the fault points (twopc imports it on every executor); the spec
+parser and the rules' machinery load in a process whose environment arms a plan, and
+:func:`armed`, :class:`FaultPlan` and the other names load on first use.  The chaos
 runner (:class:`ChaosRunner` and its reports), the throwaway servers
 (:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`,
 :class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`), a Spark
@@ -56,41 +58,39 @@ if __name__ != "twopc.faultinject":  # this folder imported by its own name, fro
 import importlib as _importlib
 from typing import TYPE_CHECKING
 
-from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
-from ._registry import declare, declared_points
-from ._runtime import (
-    EXIT_CODE,
-    RELEASE_FILE,
-    armed,
-    current_state_dir,
-    export_crash_group,
-    export_run,
-    fault_point,
-    read_firings,
-)
-from ._spec import (
-    ACTIONS,
-    ENV_CONTROL,
-    ENV_CRASH_PGID,
-    ENV_PLAN,
-    ENV_RUN,
-    ENV_SPEC,
-    ENV_STATE,
-    Action,
-    FaultPlan,
-    FaultRule,
-)
+from ._env import ENV_CONTROL, ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE
+from ._point import fault_point
 
 if TYPE_CHECKING:
     from ._control import FaultControl
+    from ._errors import FaultControlError, FaultSpecError, InjectedFault, ServerUnavailable, UnknownFaultPoint
     from ._proxy import FaultProxy, ProxyConnection
+    from ._registry import declare, declared_points
+    from ._runtime import (
+        EXIT_CODE,
+        RELEASE_FILE,
+        armed,
+        current_state_dir,
+        export_crash_group,
+        export_run,
+        read_firings,
+    )
     from ._spark_cluster import LocalSparkCluster
     from ._spark_connect import LocalSparkConnect
+    from ._spec import ACTIONS, Action, FaultPlan, FaultRule
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
     from .servers import LocalMariaDB, LocalPostgres, LocalRedis, LocalRedisCluster
 
-# Public name -> the submodule that defines it, imported on first access (PEP 562).
+# Public name -> the submodule that defines it, imported on first access (PEP 562). All but
+# fault_point and the environment's names load on first use: a process whose environment arms
+# no plan passes its fault points without the runs, the spec parser and the rules' machinery.
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(("FaultControlError", "FaultSpecError", "InjectedFault", "ServerUnavailable",
+                     "UnknownFaultPoint"), "._errors"),
+    **dict.fromkeys(("declare", "declared_points"), "._registry"),
+    **dict.fromkeys(("EXIT_CODE", "RELEASE_FILE", "armed", "current_state_dir", "export_crash_group", "export_run",
+                     "read_firings"), "._runtime"),
+    **dict.fromkeys(("ACTIONS", "Action", "FaultPlan", "FaultRule"), "._spec"),
     "ChaosJobFailed": ".chaos",
     "ChaosReport": ".chaos",
     "ChaosRun": ".chaos",

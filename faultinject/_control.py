@@ -23,8 +23,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from ._env import ENV_CONTROL
 from ._errors import FaultControlError
-from ._spec import ENV_CONTROL, FaultRule
+from ._spec import FaultRule
 
 __all__ = ["FaultControl", "request_remote_fault"]
 

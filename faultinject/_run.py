@@ -35,8 +35,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ._env import ENV_RUN
 from ._proctree import boot_id, start_time
-from ._spec import ENV_RUN
 
 __all__ = ["RUN_PREFIX", "Run", "plan_key", "run_of"]
 

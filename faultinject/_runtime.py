@@ -15,20 +15,11 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, NoReturn
 
+from ._env import ENV_CONTROL, ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE
 from ._errors import FaultSpecError, InjectedFault
 from ._proctree import kill_job
 from ._run import Run, run_of
-from ._spec import (
-    ENV_CONTROL,
-    ENV_CRASH_PGID,
-    ENV_PLAN,
-    ENV_RUN,
-    ENV_SPEC,
-    ENV_STATE,
-    REMOTE_ACTIONS,
-    FaultPlan,
-    FaultRule,
-)
+from ._spec import REMOTE_ACTIONS, FaultPlan, FaultRule
 
 EXIT_CODE = 17
 """Exit status used by the ``exit`` action."""
@@ -156,23 +147,10 @@ def _current() -> _Armed | None:
         return _armed_now
 
 
-def fault_point(name: str, *, batch_id: int | None = None, **context: object) -> None:
-    """Mark a place where the process may be made to die.
-
-    Unarmed (neither ``TWOPC_FAULTS`` nor ``TWOPC_FAULT_PLAN`` set) this only looks
-    these two variables up and returns.  When armed, the first matching rule that can
-    claim an unused slot in the state directory fires its action; otherwise the call
-    returns normally.
-
-    A ``proxy`` or ``server`` rule asks the :class:`FaultControl` named by
-    ``TWOPC_FAULT_CONTROL`` to perform it, waits until it has, and returns.
-
-    Raises:
-        InjectedFault: a matching ``raise`` rule fired.
-        FaultControlError: a matching ``proxy``/``server`` rule could not be performed.
-        FaultSpecError: the environment holds a malformed spec or unreadable plan.
-    Never returns for ``crash``/``kill``/``exit`` rules that fire.
-    """
+def hit(name: str, batch_id: int | None, context: Mapping[str, object]) -> None:
+    """Fault point *name* reached in a process whose environment may arm a plan (see
+    :func:`twopc.faultinject.fault_point`): the first matching rule that can claim an unused
+    slot in the state directory fires its action."""
     armed = _current()
     if armed is not None:
         armed.hit(name, batch_id, context)

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, Literal, cast
 
+from ._env import ENV_SPEC, ENV_STATE
 from ._errors import GRAMMAR, FaultSpecError, UnknownFaultPoint
 from ._names import NAME_RE as _NAME_RE
 from ._names import check_point_name
@@ -22,13 +23,6 @@ REMOTE_ACTIONS: Final[tuple[str, ...]] = ("proxy", "server")
 #: The faults each remote action takes.
 PROXY_FAULTS: Final[tuple[str, ...]] = ("reset", "blackhole", "latency", "swallow_reply", "heal")
 SERVER_FAULTS: Final[tuple[str, ...]] = ("crash", "restart", "down")
-
-ENV_SPEC: Final = "TWOPC_FAULTS"
-ENV_PLAN: Final = "TWOPC_FAULT_PLAN"
-ENV_STATE: Final = "TWOPC_FAULT_STATE"
-ENV_CRASH_PGID: Final = "TWOPC_CRASH_PGID"
-ENV_RUN: Final = "TWOPC_FAULT_RUN"
-ENV_CONTROL: Final = "TWOPC_FAULT_CONTROL"
 
 _INT_RE: Final = re.compile(r"[0-9]+\Z")
 _RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times", "target", "fault", "for",

@@ -24,10 +24,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
+from ._env import ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE
 from ._lifeline import Lifeline
 from ._procutil import kill_tree
 from ._runtime import read_firings
-from ._spec import ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE, FaultPlan
+from ._spec import FaultPlan
 
 PROGRESS_PREFIXES = ("faultinject:", "progress:")
 """Child stderr lines with these prefixes are passed to ``on_progress``."""

@@ -40,18 +40,16 @@ if __name__ != "twopc.sinks":  # this folder imported by its own name, from a ch
 
 from typing import TYPE_CHECKING
 
-import twopc as _twopc
+from twopc.spi.runtime import lazy_exports as _lazy_exports
 
-from ._composite import CompositeDataSource, OptionsCompositeSink, participant, sink_for_format
-from ._file import FileDataSource, FileHandle, FileSink
+# the handles of the built-in sinks register their kinds with this package (see ._handles)
 from ._handles import HttpHandle, MySqlXaHandle, PostgresHandle, RedisHandle
-from ._sources import HttpDataSource, JdbcDataSource, PostgresDataSource, RedisDataSource, RedisStreamDataSource
 
 if TYPE_CHECKING:
-    from typing import Any
-
-    from pyspark.sql import SparkSession
-
+    from ._composite import CompositeDataSource, OptionsCompositeSink, participant, sink_for_format
+    from ._file import FileDataSource, FileHandle, FileSink
+    from ._formats import DATA_SOURCES, SOURCES, register_all
+    from ._sources import HttpDataSource, JdbcDataSource, PostgresDataSource, RedisDataSource, RedisStreamDataSource
     from .http import HttpSink
     from .mysql import MySqlXaSink
     from .postgres import PostgresSink
@@ -109,42 +107,20 @@ __all__ = [
     "write_jdbc",
 ]
 
-#: names that live in a backend needing a driver or SQLAlchemy: imported on first use (a job's
-#: driver that only registers the data sources loads none of them)
-_LAZY = {
-    **{name: "sql" for name in ("JdbcOptions", "JdbcSink", "StagingHandle", "StagingSink", "write_jdbc")},
-    "PostgresSink": "postgres",
-    "MySqlXaSink": "mysql",
-    "HttpSink": "http",
-    **{name: "redis" for name in ("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisSink",
-                                   "RedisTargetError", "SetOp", "XAddOp", "ZAddOp", "parse_mapping")},
-}
-
-DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, HttpDataSource,
-                CompositeDataSource)
-#: the sources (readers): registered by :func:`register_all` too, but they are not sinks
-#: (``twopc status|recover`` look sinks up in :data:`DATA_SOURCES`)
-SOURCES = (RedisStreamDataSource,)
-
-
-def __getattr__(name: str) -> Any:
-    backend = _LAZY.get(name)
-    if backend is None:
-        raise AttributeError(f"module 'twopc.sinks' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{backend}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
-
-def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file``, ``twopc-http``,
-    ``twopc-composite`` and ``twopc-redis-stream`` with
-    *spark* (a backend whose driver is missing fails when first written to, naming the
-    extra to install)."""
-    _twopc.register(spark, *DATA_SOURCES, *SOURCES)
+#: Every other name loads on first use: a Spark Python worker that runs one sink imports this
+#: package and loads only that sink's modules; the backends that need a driver or SQLAlchemy
+#: load in the workers of a write to them (a job's driver that registers the data sources loads
+#: none of them).
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    **dict.fromkeys(("CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"), "._composite"),
+    **dict.fromkeys(("FileDataSource", "FileHandle", "FileSink"), "._file"),
+    **dict.fromkeys(("DATA_SOURCES", "SOURCES", "register_all"), "._formats"),
+    **dict.fromkeys(("HttpDataSource", "JdbcDataSource", "PostgresDataSource", "RedisDataSource",
+                     "RedisStreamDataSource"), "._sources"),
+    **dict.fromkeys(("JdbcOptions", "JdbcSink", "StagingHandle", "StagingSink", "write_jdbc"), ".sql"),
+    **dict.fromkeys(("HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisSink", "RedisTargetError", "SetOp",
+                     "XAddOp", "ZAddOp", "parse_mapping"), ".redis"),
+    "HttpSink": ".http",
+    "MySqlXaSink": ".mysql",
+    "PostgresSink": ".postgres",
+})

@@ -30,32 +30,35 @@ private modules.
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING
-from typing import Any as _Any
 
-from ._composite_source import composite
-from ._context import TransactionContext
-from ._coordinator import CommitCoordinator
-from ._errors import (
-    ConfigurationError,
-    FencedError,
-    LedgerError,
-    MissingExtraError,
-    SinkError,
-    TransactionLostError,
-    TwoPCError,
-)
-from ._handle import TransactionHandle
-from ._ledger import CommitLedger
-from ._participant import Participant
-from ._recovery import RecoveryCoordinator
-from ._register import foreach_batch_writer, register
-from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
-from ._spark import TwoPhaseCommitDataSource, data_source_for
-from ._spark_fs import check_checkpoint_location
-from ._status import SinkStatus, UnsettledTransaction, sink_status
-from ._xid import Xid
+from ._lazy import lazy_exports as _lazy_exports
+
+if TYPE_CHECKING:
+    from ._composite_source import composite
+    from ._context import TransactionContext
+    from ._coordinator import CommitCoordinator
+    from ._errors import (
+        ConfigurationError,
+        FencedError,
+        LedgerError,
+        MissingExtraError,
+        SinkError,
+        TransactionLostError,
+        TwoPCError,
+    )
+    from ._handle import TransactionHandle
+    from ._ledger import CommitLedger
+    from ._metrics_export import register_metrics, serve_metrics
+    from ._participant import Participant
+    from ._recovery import RecoveryCoordinator
+    from ._register import foreach_batch_writer, register
+    from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
+    from ._spark import TwoPhaseCommitDataSource, data_source_for
+    from ._spark_fs import check_checkpoint_location
+    from ._status import SinkStatus, UnsettledTransaction, sink_status
+    from ._xid import Xid
+    from .sinks import register_all, write_jdbc
 
 __all__ = [
     "CommitCoordinator",
@@ -90,33 +93,30 @@ __all__ = [
     "write_jdbc",
 ]
 
-if TYPE_CHECKING:
-    from ._metrics_export import register_metrics, serve_metrics
-    from .sinks import register_all, write_jdbc
-
 __version__ = "0.2.0"
 
-#: twopc's packages above the protocol core, loaded on first use: ``import twopc`` alone does
-#: not import the formats (nor their drivers), and the core never imports them.
-_PACKAGES = ("sinks", "recovery", "faultinject")
-_FROM_SINKS = ("register_all", "write_jdbc")
-#: served by :mod:`twopc._metrics_export`, imported on first use: the Prometheus client it needs
-#: is no part of a write, whose every Spark Python worker imports this package
-_FROM_METRICS = ("register_metrics", "serve_metrics")
-
-
-def __getattr__(name: str) -> _Any:
-    if name in _FROM_SINKS:
-        value = getattr(_importlib.import_module(".sinks", __name__), name)
-    elif name in _FROM_METRICS:
-        value = getattr(_importlib.import_module("._metrics_export", __name__), name)
-    elif name in _PACKAGES:
-        value = _importlib.import_module(f".{name}", __name__)
-    else:
-        raise AttributeError(f"module 'twopc' has no attribute {name!r}")
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_FROM_SINKS) | set(_FROM_METRICS) | set(_PACKAGES))
+#: Every name loads on first use: a Spark Python worker imports this package before anything of
+#: twopc's, and loads only the modules of what it runs (``import twopc`` alone loads none of them).
+#: twopc's packages above the protocol core (``sinks``, ``recovery``) and ``faultinject`` load on
+#: first use too, and the core never imports them; ``register_metrics`` and ``serve_metrics`` need
+#: the Prometheus client, no part of a write.
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    **dict.fromkeys(("ConfigurationError", "FencedError", "LedgerError", "MissingExtraError", "SinkError",
+                     "TransactionLostError", "TwoPCError"), "._errors"),
+    **dict.fromkeys(("register_metrics", "serve_metrics"), "._metrics_export"),
+    **dict.fromkeys(("foreach_batch_writer", "register"), "._register"),
+    **dict.fromkeys(("CommitOutcome", "CommitShape", "TwoPhaseCommitSink"), "._sink"),
+    **dict.fromkeys(("TwoPhaseCommitDataSource", "data_source_for"), "._spark"),
+    **dict.fromkeys(("SinkStatus", "UnsettledTransaction", "sink_status"), "._status"),
+    **dict.fromkeys(("register_all", "write_jdbc"), ".sinks"),
+    **{package: f".{package}:" for package in ("faultinject", "recovery", "sinks")},
+    "CommitCoordinator": "._coordinator",
+    "CommitLedger": "._ledger",
+    "Participant": "._participant",
+    "RecoveryCoordinator": "._recovery",
+    "TransactionContext": "._context",
+    "TransactionHandle": "._handle",
+    "Xid": "._xid",
+    "check_checkpoint_location": "._spark_fs",
+    "composite": "._composite_source",
+})

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import _agent, _driver_identity
+from . import _driver_identity
 from ._driver_identity import DriverIdentity, _start_ticks, driver_identity
 from ._errors import ConfigurationError
 from ._host_dirs import private_dir
@@ -43,6 +43,8 @@ _GONE_SECONDS = 5.0
 #: process (its plan started the agent early, the lease asks it) waits for that one rather than
 #: starting a second agent that would find the first and exit.
 _STARTED: dict[str, subprocess.Popen[bytes]] = {}
+#: the agent's program, run as a script (not imported: a worker that asks the agent loads none of it)
+_AGENT_SCRIPT = Path(__file__).with_name("_agent.py")
 
 
 def agent_folder() -> Path:
@@ -141,7 +143,7 @@ class DriverAgent:
     def argv(self) -> list[str]:
         """The agent's command line (``-P``: without its folder on ``sys.path``; no
         credentials: they come in requests)."""
-        return [sys.executable, "-P", _agent.__file__, str(self.folder), self.key,
+        return [sys.executable, "-P", str(_AGENT_SCRIPT), str(self.folder), self.key,
                 json.dumps(dict(self.driver), sort_keys=True), _driver_identity.__file__]
 
     def running(self) -> int | None:
@@ -170,6 +172,8 @@ class DriverAgent:
         while (pid := self.running()) is None:
             self.start()
             if self._proc is not None and self._proc.poll() is not None:
+                from . import _agent  # its exit code's meaning: this process runs it as a script, never imports it
+
                 if self._proc.returncode >= 0 and self._proc.returncode != _agent.ALREADY_RUNNING:
                     return None  # it failed to start (its log says why): starting it again fails too
                 # another process of the driver started it (it will note its pid), or it was

@@ -18,7 +18,6 @@ from ._errors import ConfigurationError, SinkError, TargetConfigurationError
 from ._inspect import Headroom
 from ._ledger import CommitLedger
 from ._logs import log_event
-from ._metrics_server import ensure_server, metrics_port
 from ._runtime_options import option
 from ._sink import AnySink, Inspectable, WriteSetup, capability
 
@@ -47,6 +46,9 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
         log_event(log, logging.INFO, "commit_mode", "twopc: sink %s commits through %s",
                   sink_id, key[1], sink_id=sink_id, commit_mode=key[1])
         check_headroom(sink, sink_id, options)
+    # serving metrics (the metricsPort option) starts at a plan: the worker that commits records them only
+    from ._metrics_server import ensure_server, metrics_port
+
     served = metrics_port(options)
     if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):
         log_event(log, logging.INFO, "metrics_server", "twopc: serving metrics on %s:%s/metrics",

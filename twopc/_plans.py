@@ -12,6 +12,8 @@ one plan per place, picked by :func:`plan_write`.
 
 Each binds the write's sink id (and its lease, where there is one), then runs the steps all
 places share (:func:`_recover`). A plan that fails leaves nothing of its own behind.
+:func:`plan` builds a write's writer from its data source: only the worker that plans a
+write loads this module; the workers that run its tasks and commit it do not.
 """
 
 from __future__ import annotations
@@ -20,28 +22,97 @@ import dataclasses
 import functools
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from pyspark.sql.datasource import DataSourceStreamArrowWriter
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from ._abandoned import resolve_abandoned
 from ._agent_client import DriverAgent
-from ._checkpoint import missing_spark_checkpoint
+from ._checkpoint import missing_spark_checkpoint, with_checkpoint
 from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ._ledger import CommitLedger, spark_checkpoint_started
+from ._logs import configure_worker_logging
+from ._objpath import class_path
 from ._observe import at_plan_time
 from ._recovery import RecoveryCoordinator
+from ._session_options import with_session_defaults
 from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
 from ._sink import AnySink, BatchCommit, CommitShape, LedgerHost, NamedTarget, WriteSetup, capability
 from ._sink_id_claim import claim_sink_id
-from ._target import open_target_ledger, resolve_abandoned, settle_own
+from ._target import open_target_ledger, settle_own
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
+from ._writer import WriterCore
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Plan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan_write", "start_agent_early"]
+__all__ = ["Plan", "SourceToPlan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan", "plan_write",
+           "start_agent_early"]
 
 log = logging.getLogger("twopc.spark")
+
+W = TypeVar("W", bound=WriterCore)
+
+
+class SourceToPlan(Protocol):
+    """What the planner reads of the data source whose write it plans
+    (:class:`twopc._spark.TwoPhaseCommitDataSource`, which imports this module when it plans)."""
+
+    @property
+    def options(self) -> MutableMapping[str, str]: ...
+
+    @property
+    def sink_class(self) -> type[AnySink]: ...
+
+    @property
+    def session_defaults(self) -> Mapping[str, str]: ...
+
+    def name(self) -> str: ...
+
+    def session_root(self) -> str | None: ...
+
+    def build_sink(self, options: Mapping[str, str]) -> AnySink: ...
+
+
+def plan(source: SourceToPlan, kind: type[W], schema: StructType, overwrite: bool, *, plan_time: bool) -> W:
+    """The writer of *kind* for the write *source* plans for *schema*: its sink built from the
+    options, configured, and the write planned where its decisions are kept (*plan_time*: the
+    plan-time instance; an unpickled copy, as a streaming query's committing process builds,
+    recovers nothing)."""
+    streaming = issubclass(kind, DataSourceStreamArrowWriter)
+    options = with_checkpoint(source.options, streaming=streaming,
+                              session_root=source.session_root() if streaming else None)
+    options = _with_session_options(source, options)
+    sink = source.build_sink(options)
+    arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    checkpointed = bool(option(options, "checkpointLocation"))
+    if plan_time and not checkpointed and not streaming:
+        start_agent_early(sink, options, overwrite=overwrite)
+    capability(sink, WriteSetup).configure_write(arrow_schema, overwrite=overwrite, streaming=streaming,
+                                                 checkpointed=checkpointed)
+    configure_worker_logging()
+    planned = plan_write(Write(sink, options, source.options, arrow_schema, streaming, plan_time, source.name(),
+                               class_path(source.sink_class)))
+    return kind(sink, planned.sink_id, planned.runtime, skip=planned.skip, format_name=source.name(),
+                epoch=planned.epoch, lease=planned.lease, abort_baseline=planned.abort_baseline,
+                committed_through=planned.committed_through,
+                version=None if streaming else planned.runtime.txn_version)
+
+
+def _with_session_options(source: SourceToPlan, options: dict[str, str]) -> dict[str, str]:
+    """*options* with the session's defaults, the sink's ``__session_options__`` pinned to
+    what the write's checkpoint recorded (:func:`~twopc._session_options.with_session_defaults`)."""
+    names = source.sink_class.__session_options__
+    if not names:
+        return options
+    location = option(options, "checkpointLocation")
+    record = CommitLedger(location, read_only=True).target_record() if location else None
+    return with_session_defaults(options, source.session_defaults, names, record.options if record else None,
+                                 location)
 
 
 @dataclass(frozen=True)
@@ -62,7 +133,7 @@ class Write:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a write's writer is built from (see :class:`twopc._spark._WriterCore`)."""
+    """What a write's writer is built from (see :class:`twopc._writer.WriterCore`)."""
 
     sink_id: str
     runtime: RuntimeOptions

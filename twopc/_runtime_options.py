@@ -15,8 +15,8 @@ from ._errors import ConfigurationError, MissingOptionError
 from ._retry import CommitRetry
 from ._xid import validate_sink_id
 
-__all__ = ["RUNTIME_OPTION_NAMES", "RuntimeOptions", "default_sink_id", "ephemeral_sink_id", "ephemeral_started",
-           "option"]
+__all__ = ["EPHEMERAL_PREFIX", "RUNTIME_OPTION_NAMES", "RuntimeOptions", "default_sink_id", "ephemeral_sink_id",
+           "ephemeral_started", "option"]
 
 #: Options consumed by the runtime, as the README spells them; everything else is the sink's.
 RUNTIME_OPTION_NAMES: tuple[str, ...] = (
@@ -48,10 +48,14 @@ def default_sink_id(checkpoint_location: str) -> str:
     return "q" + hashlib.sha256(loc.encode("utf-8")).hexdigest()[:16]
 
 
+#: sink ids of writes without a checkpoint and without txnAppId (:func:`ephemeral_sink_id`)
+EPHEMERAL_PREFIX = "eph-"
+
+
 def ephemeral_sink_id() -> str:
     """A fresh sink id for a write without checkpointLocation: ``eph-`` + its start time
     (unix seconds, 8 hex) + 8 random hex, so a later write can tell an abandoned one by age."""
-    return f"eph-{int(time.time()):08x}{secrets.token_hex(4)}"
+    return f"{EPHEMERAL_PREFIX}{int(time.time()):08x}{secrets.token_hex(4)}"
 
 
 def ephemeral_started(sink_id: str) -> float | None:

@@ -9,6 +9,7 @@ options); its sink names the extra when it is first read.
 from typing import TYPE_CHECKING
 
 from twopc.spi import require as _require
+from twopc.spi.runtime import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
     from .._sources import PostgresDataSource
@@ -16,18 +17,11 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresDataSource", "PostgresHandle", "PostgresSink"]
 
+_lazy_getattr, __dir__ = _lazy_exports(__name__, {"PostgresDataSource": "twopc.sinks._sources",
+                                                  "PostgresHandle": "._sink", "PostgresSink": "._sink"})
+
 
 def __getattr__(name: str) -> object:
-    if name not in __all__:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    _require("psycopg", "postgres", "the PostgreSQL sink (twopc-postgres)")
-    from .._sources import PostgresDataSource
-    from ._sink import PostgresHandle, PostgresSink
-
-    found: dict[str, object] = {"PostgresDataSource": PostgresDataSource, "PostgresHandle": PostgresHandle,
-                             "PostgresSink": PostgresSink}
-    return found[name]
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    if name in __all__:  # each name loads on first use (the one asked for only), once psycopg is there
+        _require("psycopg", "postgres", "the PostgreSQL sink (twopc-postgres)")
+    return _lazy_getattr(name)

@@ -31,7 +31,6 @@ from ..sql._names import TableName
 from ..sql.types._column_match import match_columns
 from ._binary import BINARY_HEADER, BINARY_TRAILER, binary_supported, encode_binary
 from ._columns import PgColumn, assign, compatible, normalize_array
-from ._csv import encode_csv
 from ._server import identifier, table_columns, table_oid
 
 if TYPE_CHECKING:
@@ -107,7 +106,12 @@ class CopyStream:
         copy = self._open(plan.columns, plan.binary)
         arrays = [assign(n, normalize_array(a), c)
                   for n, a, c in zip(batch.schema.names, batch.columns, plan.columns, strict=True)]
-        encode = encode_binary if plan.binary else encode_csv
+        if plan.binary:
+            encode = encode_binary
+        else:  # text COPY (copy_format csv, or a column without a binary form): its encoder loads then
+            from ._csv import encode_csv
+
+            encode = encode_csv
         for chunk in encode(arrays, batch.schema.names, plan.columns):
             for i in range(0, len(chunk), _WRITE_BYTES):
                 copy.write(chunk[i:i + _WRITE_BYTES])

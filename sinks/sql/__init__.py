@@ -24,18 +24,20 @@ time that database is used.
 """
 
 from typing import TYPE_CHECKING
-from typing import Any as _Any
 
-from .._handles import PreparedSqlHandle, StagingHandle
-from ._jdbc import JdbcDataSource, JdbcSink, write_jdbc
-from ._names import TableName, parse_table_name
-from ._transactional import require_transactional
-from .connect._engines import dispose_engines
-from .options._jdbc_options import JdbcOptions
-from .options._jdbc_url import SqlUrl, translate_url
-from .prepared._sink import PreparedSqlSink
+from twopc.spi.runtime import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
+    from .._handles import PreparedSqlHandle, StagingHandle
+    from .._sources import JdbcDataSource
+    from ._jdbc import JdbcSink
+    from ._names import TableName, parse_table_name
+    from ._transactional import require_transactional
+    from ._write_jdbc import write_jdbc
+    from .connect._engines import dispose_engines
+    from .options._jdbc_options import JdbcOptions
+    from .options._jdbc_url import SqlUrl, translate_url
+    from .prepared._sink import PreparedSqlSink
     from .staging._sink import StagingSink
 
 __all__ = [
@@ -55,17 +57,19 @@ __all__ = [
     "write_jdbc",
 ]
 
-
-def __getattr__(name: str) -> _Any:
-    # the staging mode loads when first used: a worker that only commits a prepared write
-    # (Spark's commit worker) never imports it, nor pyarrow through it
-    if name == "StagingSink":
-        from .staging._sink import StagingSink
-
-        globals()[name] = StagingSink
-        return StagingSink
-    raise AttributeError(f"module 'twopc.sinks.sql' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | {"StagingSink"})
+#: Every name loads on first use: a worker that commits a prepared write (Spark's commit worker)
+#: never imports the staging mode, nor pyarrow through it; one that runs a task loads the
+#: modules of its sink's mode only.
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    **dict.fromkeys(("PreparedSqlHandle", "StagingHandle"), "twopc.sinks._handles"),
+    **dict.fromkeys(("TableName", "parse_table_name"), "._names"),
+    **dict.fromkeys(("SqlUrl", "translate_url"), ".options._jdbc_url"),
+    "JdbcDataSource": "twopc.sinks._sources",
+    "JdbcOptions": ".options._jdbc_options",
+    "JdbcSink": "._jdbc",
+    "PreparedSqlSink": ".prepared._sink",
+    "StagingSink": ".staging._sink",
+    "dispose_engines": ".connect._engines",
+    "require_transactional": "._transactional",
+    "write_jdbc": "._write_jdbc",
+})

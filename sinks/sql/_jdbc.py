@@ -51,14 +51,12 @@ from twopc import (
     TransactionContext,
     TransactionHandle,
     TwoPhaseCommitSink,
-    register,
 )
 from twopc.spi import Headroom, LedgerHost, ProtocolError, WriteSetup, capability
 from twopc.spi.lease import TargetLedger, hold_for_prepare
 
 from .._handles import StagingHandle
 from .._secrets import credential_free
-from .._sources import JdbcDataSource
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import dialect_for
@@ -68,9 +66,8 @@ from .options._jdbc_options import JdbcOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
 
-__all__ = ["JdbcDataSource", "JdbcSink", "write_jdbc"]
+__all__ = ["JdbcSink"]
 
 log = logging.getLogger("twopc.sinks.jdbc")
 
@@ -316,30 +313,3 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     def commit_mode(self) -> str:
         """The settled mode and why (after :meth:`validate`)."""
         return f"twopc-jdbc {self.mode or 'unsettled'} mode ({self.reason or 'settled at validate'})"
-
-
-def write_jdbc(df: DataFrame, url: str, table: str, mode: str | None = None,
-               properties: Mapping[str, str] | None = None, **options: str) -> None:
-    """``df.write.jdbc(url, table, mode, properties)`` made exactly-once.
-
-    The same arguments as :meth:`pyspark.sql.DataFrameWriter.jdbc`; *mode* is Spark's
-    save mode, default ``errorifexists`` as there: a missing table is created and written,
-    an existing one is refused before anything is written, naming the table and the fix;
-    ``ignore`` writes nothing to an existing table. Spark does not let Python data sources
-    take ``errorifexists`` or ``ignore`` through ``.mode()`` (``df.write.format(...)``
-    without ``.mode()`` fails with ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``), so they are passed
-    as the ``saveMode`` option here. Extra keyword *options* are twopc's
-    (``checkpointLocation``, ``upsertKeys``, ``commitMode``...).
-
-    Raises:
-        pyspark.errors.AnalysisException: around twopc's error when an option is invalid or
-            (``errorifexists``) the table exists, before anything is written.
-    """
-    register(df.sparkSession, JdbcDataSource)
-    w = df.write.format(JdbcDataSource.format_name).option("url", url).option("dbtable", table)
-    for k, v in {**(properties or {}), **options}.items():
-        w = w.option(k, v)
-    m = (mode or "errorifexists").lower()
-    # Spark refuses errorifexists/ignore from a Python data source's .mode(): pass them as an option
-    w = w.mode("append").option("saveMode", m) if m in ("error", "errorifexists", "default", "ignore") else w.mode(m)
-    w.save()

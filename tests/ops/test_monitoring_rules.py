@@ -39,7 +39,7 @@ from twopc import (
 from twopc._inspect import Headroom
 from twopc._metrics import record_batch
 from twopc._metrics_export import MetricsCollector
-from twopc._spark import _WriterCore
+from twopc._writer import WriterCore
 from twopc.faultinject import LocalPostgres
 from twopc.sinks import PostgresSink
 from twopc.sinks.sql import dispose_engines
@@ -205,8 +205,8 @@ def _prepare(sink: PostgresSink, sink_id: str, batch: int, partitions: int) -> l
     return handles
 
 
-def _core(sink: PostgresSink, ck: str, sink_id: str) -> _WriterCore:
-    return _WriterCore(sink, sink_id, RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
+def _core(sink: PostgresSink, ck: str, sink_id: str) -> WriterCore:
+    return WriterCore(sink, sink_id, RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
                        format_name="twopc-postgres")
 
 

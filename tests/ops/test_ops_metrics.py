@@ -156,7 +156,7 @@ def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tm
     """The driver's commit path (what Spark calls) counts what raised: a decided transaction
     someone rolled back by hand is lost; the commit raises and the metrics say so."""
     from twopc import TransactionLostError
-    from twopc._spark import _WriterCore
+    from twopc._writer import WriterCore
     from twopc.spi.runtime import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
     sink = FileSink(str(tmp_path / "out"))
@@ -164,7 +164,7 @@ def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tm
     CommitLedger(ck).bind_sink_id(None, default="job1")
     handles = [run_task(sink, "job1", 0, p, p, [p]) for p in range(2)]
     sink.abort(handles[0])  # an operator's ROLLBACK PREPARED, in file-sink terms
-    core = _WriterCore(sink, "job1", RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
+    core = WriterCore(sink, "job1", RuntimeOptions.parse({"checkpointLocation": ck}, streaming=True), skip=False,
                        format_name="twopc-file")
     messages = [TwoPCCommitMessage(dumps_handle(h), 1, h.partition_id, h.attempt_id, time.time()) for h in handles]
     with pytest.raises(TransactionLostError):

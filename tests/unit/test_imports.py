@@ -117,3 +117,32 @@ def test_metrics_and_parquet_still_load_on_first_use() -> None:
             "                  'in_all': {'serve_metrics', 'register_metrics'} <= set(twopc.__all__)}))\n")
     assert _fresh(code) == {"names": ["serve_metrics", "register_metrics", "MetricsCollector"],
                             "prometheus": True, "in_all": True}
+
+
+#: what importing each package loads of twopc besides itself: the packages serve their names
+#: on first use (twopc._lazy), so a Spark Python worker loads the modules of what it runs only
+#: (twopc.sinks registers the built-in handle kinds: twopc.sinks._handles and what it needs)
+_HANDLES = ["twopc._errors", "twopc._handle", "twopc._objpath", "twopc.sinks._handles", "twopc.spi.runtime"]
+LOADED_BY_IMPORT = {
+    "twopc": ["twopc._lazy"],
+    "twopc.spi": ["twopc", "twopc._lazy"],
+    "twopc.spi.lease": ["twopc", "twopc._lazy", "twopc.spi"],
+    "twopc.spi.runtime": ["twopc", "twopc._lazy", "twopc.spi"],
+    "twopc.spi.operations": ["twopc", "twopc._lazy", "twopc.spi"],
+    "twopc.sinks": ["twopc", "twopc._lazy", "twopc.spi", *_HANDLES],
+    "twopc.sinks.sql": ["twopc", "twopc._lazy", "twopc.sinks", "twopc.spi", *_HANDLES],
+    "twopc.faultinject": ["twopc", "twopc._lazy", "twopc.faultinject._env", "twopc.faultinject._point"],
+}
+
+
+@pytest.mark.parametrize("package", sorted(LOADED_BY_IMPORT))
+def test_a_package_loads_the_modules_of_its_names_on_first_use(package: str) -> None:
+    code = ("import importlib, json, sys\n"
+            f"package = importlib.import_module({package!r})\n"
+            f"loaded = sorted(m for m in sys.modules if m.startswith('twopc') and m != {package!r})\n"
+            "names = {n: getattr(package, n) is not None for n in package.__all__}\n"
+            "print(json.dumps({'loaded': loaded, 'every name': all(names.values()) and len(names) > 0,\n"
+            "                  'listed': set(package.__all__) <= set(dir(package)),\n"
+            "                  'kept': all(n in vars(package) for n in package.__all__)}))\n")
+    assert _fresh(code) == {"loaded": sorted(LOADED_BY_IMPORT[package]), "every name": True, "listed": True,
+                            "kept": True}

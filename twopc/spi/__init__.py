@@ -28,38 +28,43 @@ records) and :mod:`twopc.spi.operations` (the operator's commands).
   :func:`make_folder`.
 """
 
-from .._errors import (
-    BatchAbortedError,
-    CommitPendingError,
-    ConcurrentWriterError,
-    HandleError,
-    HandleVersionError,
-    MissingOptionError,
-    ProtocolError,
-    SchemaMismatchError,
-    SinkUnavailableError,
-    SourceError,
-    TargetConfigurationError,
-    TargetMismatchError,
-    UnknownHandleKindError,
-    redact,
-)
-from .._extras import require
-from .._folders import make_folder
-from .._inspect import Headroom, PreparedDetail
-from .._runtime_options import option
-from .._sink import (
-    BatchCommit,
-    DecisionHook,
-    Inspectable,
-    LedgerHost,
-    MarkerPurge,
-    NamedTarget,
-    WriteSetup,
-    capability,
-)
-from .._sink_id_record import OwnerRecord
-from .._xid import validate_sink_id
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports as _lazy_exports
+
+if TYPE_CHECKING:
+    from .._errors import (
+        BatchAbortedError,
+        CommitPendingError,
+        ConcurrentWriterError,
+        HandleError,
+        HandleVersionError,
+        MissingOptionError,
+        ProtocolError,
+        SchemaMismatchError,
+        SinkUnavailableError,
+        SourceError,
+        TargetConfigurationError,
+        TargetMismatchError,
+        UnknownHandleKindError,
+        redact,
+    )
+    from .._extras import require
+    from .._folders import make_folder
+    from .._inspect import Headroom, PreparedDetail
+    from .._runtime_options import option
+    from .._sink import (
+        BatchCommit,
+        DecisionHook,
+        Inspectable,
+        LedgerHost,
+        MarkerPurge,
+        NamedTarget,
+        WriteSetup,
+        capability,
+    )
+    from .._sink_id_record import OwnerRecord
+    from .._xid import validate_sink_id
 
 __all__ = [
     "BatchAbortedError",
@@ -92,3 +97,20 @@ __all__ = [
     "require",
     "validate_sink_id",
 ]
+
+#: Every name loads on first use (see :mod:`twopc._lazy`): a sink imports this package in every
+#: Spark Python worker of a write, which then loads only the modules of the names it reads.
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    **dict.fromkeys(("BatchAbortedError", "CommitPendingError", "ConcurrentWriterError", "HandleError",
+                     "HandleVersionError", "MissingOptionError", "ProtocolError", "SchemaMismatchError",
+                     "SinkUnavailableError", "SourceError", "TargetConfigurationError", "TargetMismatchError",
+                     "UnknownHandleKindError", "redact"), ".._errors"),
+    **dict.fromkeys(("BatchCommit", "DecisionHook", "Inspectable", "LedgerHost", "MarkerPurge", "NamedTarget",
+                     "WriteSetup", "capability"), ".._sink"),
+    **dict.fromkeys(("Headroom", "PreparedDetail"), ".._inspect"),
+    **dict.fromkeys(("validate_sink_id",), ".._xid"),
+    "OwnerRecord": ".._sink_id_record",
+    "make_folder": ".._folders",
+    "option": ".._runtime_options",
+    "require": ".._extras",
+})

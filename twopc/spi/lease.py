@@ -12,18 +12,23 @@ that holds a driver's leases.
   :func:`start_ticks`, :class:`DriverAgent`, :func:`ask_agent`, :func:`private_dir`.
 """
 
-from .._agent_client import DriverAgent, ask_agent
-from .._driver_identity import DriverIdentity, driver_identity
-from .._driver_identity import _start_ticks as start_ticks
-from .._ephemeral import ephemeral_writer_dead
-from .._host_dirs import private_dir
-from .._ledger_records import TargetRecord
-from .._runtime_options import default_sink_id, ephemeral_sink_id, ephemeral_started
-from .._sink_id_claim import checkpoint_label, hold_for_prepare
-from .._target import EPHEMERAL_PREFIX, open_target_ledger, resolve_abandoned
-from .._target_check import check_target
-from .._target_protocol import Lease, TargetLedger, target_ledger_of
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports as _lazy_exports
+
+if TYPE_CHECKING:
+    from .._abandoned import resolve_abandoned
+    from .._agent_client import DriverAgent, ask_agent
+    from .._driver_identity import DriverIdentity, driver_identity
+    from .._driver_identity import _start_ticks as start_ticks
+    from .._ephemeral import ephemeral_writer_dead
+    from .._host_dirs import private_dir
+    from .._ledger_records import TargetRecord
+    from .._runtime_options import EPHEMERAL_PREFIX, default_sink_id, ephemeral_sink_id, ephemeral_started
+    from .._sink_id_claim import checkpoint_label, hold_for_prepare
+    from .._target import open_target_ledger
+    from .._target_check import check_target
+    from .._target_protocol import Lease, TargetLedger, target_ledger_of
 __all__ = [
     "EPHEMERAL_PREFIX",
     "DriverAgent",
@@ -46,3 +51,20 @@ __all__ = [
     "start_ticks",
     "target_ledger_of",
 ]
+
+#: Every name loads on first use (see :mod:`twopc._lazy`): a worker reads the few its sink uses.
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    **dict.fromkeys(("DriverAgent", "ask_agent"), ".._agent_client"),
+    **dict.fromkeys(("DriverIdentity", "driver_identity"), ".._driver_identity"),
+    **dict.fromkeys(("EPHEMERAL_PREFIX", "default_sink_id", "ephemeral_sink_id", "ephemeral_started"),
+                    ".._runtime_options"),
+    **dict.fromkeys(("checkpoint_label", "hold_for_prepare"), ".._sink_id_claim"),
+    "open_target_ledger": ".._target",
+    "resolve_abandoned": ".._abandoned",
+    **dict.fromkeys(("Lease", "TargetLedger", "target_ledger_of"), ".._target_protocol"),
+    "TargetRecord": ".._ledger_records",
+    "check_target": ".._target_check",
+    "ephemeral_writer_dead": ".._ephemeral",
+    "private_dir": ".._host_dirs",
+    "start_ticks": ".._driver_identity:_start_ticks",
+})

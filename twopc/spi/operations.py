@@ -8,19 +8,19 @@
 - :func:`load_object` (``package.module:name``: a sink class named by a checkpoint).
 """
 
-import importlib as _importlib
 from typing import TYPE_CHECKING
 
-from .._advice import recover_command
-from .._ledger_records import BatchState, Decision
-from .._logs import configure_cli_logging, log_event
-from .._metrics_server import LOOPBACK
-from .._objpath import load_object
-from .._recovery import RecoveryPlan, RecoveryReport
-from .._stores import open_store
+from .._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
+    from .._advice import recover_command
+    from .._ledger_records import BatchState, Decision
+    from .._logs import configure_cli_logging, log_event
     from .._metrics_export import MetricsCollector
+    from .._metrics_server import LOOPBACK
+    from .._objpath import load_object
+    from .._recovery import RecoveryPlan, RecoveryReport
+    from .._stores import open_store
 
 __all__ = [
     "LOOPBACK",
@@ -36,18 +36,15 @@ __all__ = [
     "recover_command",
 ]
 
-#: names served by :mod:`twopc._metrics_export`, imported on first use: the Prometheus client
-#: it needs is no part of a write, whose every Spark Python worker imports this package
-_LAZY = ("MetricsCollector",)
-
-
-def __getattr__(name: str) -> object:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(_importlib.import_module(".._metrics_export", __package__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+#: Every name loads on first use (see :mod:`twopc._lazy`); :class:`MetricsCollector` needs the
+#: Prometheus client, no part of a write, whose every Spark Python worker may import this module.
+__getattr__, __dir__ = _lazy_exports(__name__, {
+    **dict.fromkeys(("BatchState", "Decision"), ".._ledger_records"),
+    **dict.fromkeys(("configure_cli_logging", "log_event"), ".._logs"),
+    **dict.fromkeys(("RecoveryPlan", "RecoveryReport"), ".._recovery"),
+    "LOOPBACK": ".._metrics_server",
+    "MetricsCollector": ".._metrics_export",
+    "load_object": ".._objpath",
+    "open_store": ".._stores",
+    "recover_command": ".._advice",
+})

@@ -8,17 +8,23 @@
   :class:`CompositeDataSourceBase`, :func:`participant_sink_id`.
 - Handles as bytes and text: :func:`encode_handle`, :func:`decode_handle`,
   :func:`dumps_handle`, :func:`loads_handle`, :func:`registered_handle_kinds`.
+- A package's names imported on first use (PEP 562): :func:`lazy_exports` gives the package its
+  ``__getattr__`` and ``__dir__``, so that a Spark Python worker loads only the modules it runs.
 """
 
-from .._commit_message import TwoPCCommitMessage
-from .._composite import CompositeHandle, CompositeSink, participant_sink_id
-from .._composite_source import CompositeDataSourceBase
-from .._coordinator import BatchResult, CommitMetrics
-from .._handle import decode_handle, dumps_handle, encode_handle, loads_handle, registered_handle_kinds
-from .._retry import CommitRetry
-from .._runtime_options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, RuntimeOptions
-from .._spark import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from .._commit_message import TwoPCCommitMessage
+    from .._composite import CompositeHandle, CompositeSink, participant_sink_id
+    from .._composite_source import CompositeDataSourceBase
+    from .._coordinator import BatchResult, CommitMetrics
+    from .._handle import decode_handle, dumps_handle, encode_handle, loads_handle, registered_handle_kinds
+    from .._retry import CommitRetry
+    from .._runtime_options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, RuntimeOptions
+    from .._writer import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
 __all__ = [
     "RUNTIME_KEYS",
     "RUNTIME_OPTION_NAMES",
@@ -35,7 +41,21 @@ __all__ = [
     "decode_handle",
     "dumps_handle",
     "encode_handle",
+    "lazy_exports",
     "loads_handle",
     "participant_sink_id",
     "registered_handle_kinds",
 ]
+
+#: Every name loads on first use (see :mod:`twopc._lazy`): a worker reads the few it runs.
+__getattr__, __dir__ = lazy_exports(__name__, {
+    **dict.fromkeys(("CompositeHandle", "CompositeSink", "participant_sink_id"), ".._composite"),
+    **dict.fromkeys(("BatchResult", "CommitMetrics"), ".._coordinator"),
+    **dict.fromkeys(("decode_handle", "dumps_handle", "encode_handle", "loads_handle", "registered_handle_kinds"),
+                    ".._handle"),
+    **dict.fromkeys(("RUNTIME_KEYS", "RUNTIME_OPTION_NAMES", "RuntimeOptions"), ".._runtime_options"),
+    **dict.fromkeys(("TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter"), ".._writer"),
+    "CommitRetry": ".._retry",
+    "CompositeDataSourceBase": ".._composite_source",
+    "TwoPCCommitMessage": ".._commit_message",
+})

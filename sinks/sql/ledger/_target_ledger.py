@@ -37,15 +37,7 @@ from typing import Any
 
 from twopc import ConfigurationError, FencedError, LedgerError, SinkError
 from twopc.spi import ConcurrentWriterError, TargetConfigurationError
-from twopc.spi.lease import (
-    EPHEMERAL_PREFIX,
-    DriverAgent,
-    DriverIdentity,
-    Lease,
-    ask_agent,
-    driver_identity,
-    private_dir,
-)
+from twopc.spi.lease import EPHEMERAL_PREFIX, DriverIdentity, Lease, driver_identity
 from twopc.spi.lease import start_ticks as _start_ticks
 
 from .._names import TableName, parse_table_name
@@ -166,6 +158,10 @@ class SqlTargetLedger:
         Raises:
             ConfigurationError: the folder is not this user's alone.
         """
+        # the driver's agent and its folders load where leases are taken and let go (the workers that
+        # plan and commit a write): a task's worker, which writes ledger records only, never loads them
+        from twopc.spi.lease import private_dir
+
         folder = private_dir(LEASE_RECORDS)
         if folder is None:
             raise ConfigurationError(
@@ -210,6 +206,8 @@ class SqlTargetLedger:
             ConcurrentWriterError: another writer holds the lease of *sink_id*.
             SinkError / SinkUnavailableError: the server failed, or the agent did not start.
         """
+        from twopc.spi.lease import DriverAgent, ask_agent  # see _record
+
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
@@ -284,6 +282,8 @@ class SqlTargetLedger:
     def release(self, lease: Lease) -> None:
         """Ask the lease's agent to close the session holding it (which frees the lock).
         Never raises."""
+        from twopc.spi.lease import ask_agent  # see _record
+
         if lease.host != socket.gethostname() or _start_ticks(lease.holder_pid) != lease.holder_started:
             return  # gone already (or another process has its id now)
         with contextlib.suppress(Exception):  # the agent frees it at the latest when the driver ends
