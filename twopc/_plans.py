@@ -39,8 +39,8 @@ from ._logs import configure_worker_logging
 from ._objpath import class_path
 from ._observe import at_plan_time
 from ._recovery import RecoveryCoordinator
-from ._session_options import with_session_defaults
 from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
+from ._session_options import with_session_defaults
 from ._sink import AnySink, BatchCommit, CommitShape, LedgerHost, NamedTarget, WriteSetup, capability
 from ._sink_id_claim import claim_sink_id
 from ._target import open_target_ledger, settle_own
