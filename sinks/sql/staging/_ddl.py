@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc.spi import SchemaMismatchError, TargetConfigurationError, redact
-from twopc.spi.lease import ephemeral_started, ephemeral_writer_dead
+from twopc.spi.lease import EPHEMERAL_PREFIX, ephemeral_started, ephemeral_writer_dead
 
 from .._errors import session_init_failed
 from .._names import TableName
@@ -42,9 +42,6 @@ if TYPE_CHECKING:
 __all__ = ["StagingDdl"]
 
 log = logging.getLogger("twopc.sinks.staging")
-
-#: sink ids of writes without a checkpoint start with this (:func:`twopc.spi.lease.ephemeral_sink_id`)
-EPHEMERAL_PREFIX = "eph-"
 
 
 class StagingDdl(StagingTables):
