@@ -23,16 +23,15 @@ from ..sql._names import TableName
 from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
-from ..sql.options._driver_params import DriverParam, Translated, translate_mysql
-from ..sql.options._jdbc_url import JdbcParts, host_port
-from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.types import TypeEngine
 
-    from ..sql.options._jdbc_options import JdbcOptions
+    from ..sql.options import JdbcOptions, NetTimeouts
+    from ..sql.options._driver_params import DriverParam, Translated
+    from ..sql.options._jdbc_url import JdbcParts
     from ..sql.prepared._sink import PreparedSqlSink
     from ._my_column import MyColumn
 
@@ -140,6 +139,8 @@ class MySqlDialect(SqlDatabase):
             raise ConfigurationError(
                 "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
                 "host[:port]")
+        from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
+
         host, port = host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
         return URL.create("mysql+pymysql", host=host, port=port, database=parts.database), {}
 
@@ -154,6 +155,8 @@ class MySqlDialect(SqlDatabase):
     @staticmethod
     def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Translated:
+        from ..sql.options._driver_params import translate_mysql  # as in jdbc_url
+
         return translate_mysql(list(props), flavor == "mariadb", supported)
 
     @staticmethod

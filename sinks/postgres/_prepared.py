@@ -21,7 +21,7 @@ from twopc.spi import Headroom, TargetConfigurationError
 from ..sql._names import TableName, parse_table_name
 from ..sql.connect._sql_dialect import SqlTxn, TxnControl
 from ..sql.connect._sql_target import SqlTarget
-from ..sql.options._jdbc_options import isolation_sql
+from ..sql.options import isolation_sql
 from . import _commit_pipeline as pipeline
 from . import _server as server
 from ._dialect import PostgresDialect

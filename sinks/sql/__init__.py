@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from ._transactional import require_transactional
     from ._write_jdbc import write_jdbc
     from .connect._engines import dispose_engines
-    from .options._jdbc_options import JdbcOptions
+    from .options import JdbcOptions
     from .options._jdbc_url import SqlUrl, translate_url
     from .prepared._sink import PreparedSqlSink
     from .staging._sink import StagingSink
@@ -65,7 +65,7 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("TableName", "parse_table_name"), "._names"),
     **dict.fromkeys(("SqlUrl", "translate_url"), ".options._jdbc_url"),
     "JdbcDataSource": "twopc.sinks._sources",
-    "JdbcOptions": ".options._jdbc_options",
+    "JdbcOptions": ".options",
     "JdbcSink": "._jdbc",
     "PreparedSqlSink": ".prepared._sink",
     "StagingSink": ".staging._sink",

@@ -62,7 +62,7 @@ from ._names import parse_table_name
 from ._registry import dialect_for
 from .connect._engines import engine_for
 from .connect._server_instance import SqlNamedTarget
-from .options._jdbc_options import JdbcOptions
+from .options import JdbcOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -39,7 +39,7 @@ from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, Prepa
 from .._handles import PreparedSqlHandle, StagingHandle
 from ._registry import dialect_for
 from .connect._sql_dialect import SqlTxn
-from .options._jdbc_options import JdbcOptions
+from .options import JdbcOptions
 from .prepared._sink import PreparedSqlSink
 
 if TYPE_CHECKING:

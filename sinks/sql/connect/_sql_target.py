@@ -20,7 +20,7 @@ from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 
 from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase
-from ..options._jdbc_options import JdbcOptions
+from ..options import JdbcOptions
 from ..types._column_match import TableColumn, match_columns
 from ._engines import engine_for
 

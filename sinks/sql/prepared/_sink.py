@@ -49,8 +49,7 @@ from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
 from ..ledger._target_ledger import SqlTargetLedger
-from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
-from ..options._jdbc_url import safe_url
+from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ..types._column_match import TableColumn
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable

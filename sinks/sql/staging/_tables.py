@@ -15,7 +15,7 @@ from twopc.spi import SinkUnavailableError, redact
 from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase, dialect_for
 from ..connect._engines import engine_for
-from ..options._jdbc_options import JdbcOptions, SaveMode, isolation_sql
+from ..options import JdbcOptions, SaveMode, isolation_sql
 from ._statements import default_stage_name, fresh
 
 if TYPE_CHECKING:
