@@ -41,21 +41,23 @@ from ._ledger_records import (
     BatchState,
     Decision,
     TargetRecord,
+    abort_marks_in,
     batch_ids,
     epoch_of,
+    forget_task,
     mismatch_message,
     parse,
     record_name,
     same_target,
     shown,
+    tasks_in,
 )
 from ._stores import FolderRecords, ReadOnlyRecords, Records, open_store
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["CommitLedger", "abort_marks_in", "forget_task", "ledger_exists", "ledger_store", "record_task",
-           "spark_checkpoint_started", "tasks_in"]
+__all__ = ["CommitLedger", "spark_checkpoint_started"]
 
 
 def spark_checkpoint_started(location: str) -> bool:
@@ -67,75 +69,6 @@ def spark_checkpoint_started(location: str) -> bool:
         LedgerError: it cannot be read.
     """
     return open_store(location).read("metadata") is not None
-
-
-def ledger_store(checkpoint_location: str) -> Records:
-    """The store of the ledger in *checkpoint_location*, opened without creating its folders
-    (a task must not re-create a temporary ledger its driver deleted).
-
-    Raises:
-        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
-    """
-    return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
-
-
-def ledger_exists(store: Records) -> bool:
-    """Whether the ledger in *store* exists (its ``sink.json``, written when a write binds its
-    sink id and deleted only with the whole ledger).
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    return store.record("", "sink.json") is not None
-
-
-def abort_marks_in(store: Records, batch_id: int) -> frozenset[str]:
-    """:meth:`CommitLedger.abort_marks` read from the ledger's *store* directly.
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    prefix = record_name(batch_id).removesuffix(".json") + "."
-    return frozenset(n for n in store.names("aborted") if n.startswith(prefix))
-
-
-def record_task(store: Records, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
-    """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
-    *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
-    Not forced to disk: after a crash no task runs, and a record left behind only names a
-    process that is gone.
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
-    body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
-    store.put("running", name, json.dumps(body, sort_keys=True), durable=False)
-    return name
-
-
-def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
-    """The task attempts of *batch_id* recorded as writing (:func:`record_task`), by record name
-    (a record deleted while this reads is left out).
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    prefix = record_name(batch_id).removesuffix(".json") + "."
-    out = {}
-    for n in store.names("running"):
-        if n.startswith(prefix) and (text := store.record("running", n)) is not None:
-            out[n] = parse(text, store.where("running", n))
-    return out
-
-
-def forget_task(store: Records, name: str) -> None:
-    """Delete the task record *name* (:func:`record_task`).
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    store.remove("running", name)
 
 
 class CommitLedger(Ownership):

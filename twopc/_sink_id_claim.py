@@ -26,13 +26,16 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._advice import command
 from ._errors import ConcurrentWriterError
-from ._ledger import CommitLedger
 from ._runtime_options import default_sink_id
 from ._sink import AnySink, NamedTarget, capability
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
+
+if TYPE_CHECKING:
+    from ._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
 
 __all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
 

@@ -20,7 +20,7 @@ from ._context import TransactionContext
 from ._errors import BatchAbortedError, LedgerError, ProtocolError
 from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
-from ._ledger import ledger_store
+from ._ledger_records import ledger_store
 from ._logs import configure_worker_logging
 from ._runtime_options import RuntimeOptions
 from ._sink import AnySink
