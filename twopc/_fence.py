@@ -58,10 +58,10 @@ from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
 from ._ledger_records import abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
 from ._sink import AnySink
-from ._stores import Records
 
 if TYPE_CHECKING:
     from ._ledger import CommitLedger
+    from ._stores import Records
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
 

@@ -14,12 +14,14 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._advice import command
 from ._errors import DAMAGED_NEXT_STEP, LedgerError
 from ._handle import TransactionHandle, decode_handle, encode_handle
-from ._stores import FolderRecords, Records, open_store
+
+if TYPE_CHECKING:
+    from ._stores import Records
 
 __all__ = ["FORMAT", "BatchState", "Decision", "TargetRecord", "abort_marks_in", "batch_ids", "epoch_of",
            "forget_task", "ledger_exists", "ledger_store", "mismatch_message", "parse", "record_name", "record_task",
@@ -186,6 +188,8 @@ def ledger_store(checkpoint_location: str) -> Records:
     Raises:
         ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
     """
+    from ._stores import FolderRecords, open_store  # a ledger in a checkpoint: a target's is no folder
+
     return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
 
 

@@ -25,11 +25,12 @@ from ._logs import configure_worker_logging
 from ._runtime_options import RuntimeOptions
 from ._sink import AnySink
 from ._sink_id_claim import runtime_task
-from ._stores import Records
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ._stores import Records
 
 __all__ = ["BATCH_ID_PROPERTY", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter", "WriterCore"]
 
