@@ -54,7 +54,6 @@ from ._sink import (
     purge_markers_best_effort,
 )
 from ._sink_id_claim import claim_writer
-from ._target_check import check_target
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
@@ -311,6 +310,8 @@ class CommitCoordinator:
         self._target_recorded = claimed
         self._release: Callable[[], None] = lambda: None
         if not claimed:
+            from ._target_check import check_target  # a planned write's target was checked when planned
+
             check_target(sink, ledger, sink_id, record=False)
             claim = claim_writer(sink, ledger, sink_id)
             if claim is not None:
@@ -353,6 +354,8 @@ class CommitCoordinator:
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         if not self._target_recorded:  # a coordinator built by hand: the target is recorded before a decision
+            from ._target_check import check_target  # as in __init__
+
             check_target(self.sink, self.ledger, self.sink_id, record=True)
             self._target_recorded = True
         self.ledger.check_owner()

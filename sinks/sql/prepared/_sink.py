@@ -50,7 +50,6 @@ from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
 from ..ledger._target_ledger import SqlTargetLedger
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
-from ..types._column_match import TableColumn
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
 from ._writer import PreparedWriter
@@ -58,9 +57,11 @@ from ._writer import PreparedWriter
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..types._column_match import TableColumn
+
 __all__ = ["PreparedSqlSink"]
 
-C = TypeVar("C", bound=TableColumn)
+C = TypeVar("C", bound="TableColumn")
 H = TypeVar("H", bound=PreparedSqlHandle)
 
 #: the parts, rebuilt from the options when unpickled (open transactions stay behind)
