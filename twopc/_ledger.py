@@ -45,11 +45,8 @@ from ._ledger_records import (
     batch_ids,
     epoch_of,
     forget_task,
-    mismatch_message,
     parse,
     record_name,
-    same_target,
-    shown,
     tasks_in,
 )
 from ._stores import FolderRecords, ReadOnlyRecords, Records, open_store
@@ -69,6 +66,37 @@ def spark_checkpoint_started(location: str) -> bool:
         LedgerError: it cannot be read.
     """
     return open_store(location).read("metadata") is not None
+
+
+def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
+    """Whether two recorded targets are one: by what their servers say they are when both
+    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
+    if instance is not None and other_instance is not None:
+        return instance == other_instance
+    return label == other_label
+
+
+def shown(label: str, instance: str | None) -> str:
+    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
+    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
+
+
+def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None],
+                     pending: list[int]) -> str:
+    """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
+    to do: finish the decided batches (*pending*) there, else give the write its own
+    checkpoint or move this one."""
+    head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
+            f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
+    if pending:
+        return head + (
+            f"Batch(es) {pending} are decided and wait prepared in the recorded target: nothing is lost. Point this "
+            f"write back at that target (its URL as before), or run {command('recover', checkpoint)}: either "
+            f"commits them")
+    return head + (
+        f"A checkpoint serves one target: give this write its own checkpointLocation (and sinkId, if you set "
+        f"one); or, if this target holds the recorded one's data (a moved server), move the checkpoint to it: "
+        f"{command('recover', checkpoint, '--retarget', '--option', '<key>=<value>')} with the options that differ")
 
 
 class CommitLedger(Ownership):

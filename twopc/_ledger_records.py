@@ -1,9 +1,9 @@
 """The records of the commit ledger (:mod:`twopc._ledger`): a batch's state, the driver's
-decision, what a checkpoint records about its target (``twopc/target.json``) and how two
-recorded targets are compared and shown (see :meth:`twopc.CommitLedger.bind_target`), and how
-records are named and read back (every record is a JSON object with a ``format``); and the
-records a task attempt reads and writes in the ledger's store through its abort fence
-(:mod:`twopc._fence`), which a task's worker loads without the ledger itself."""
+decision, what a checkpoint records about its target (``twopc/target.json``; the ledger
+compares two, :meth:`twopc.CommitLedger.bind_target`), and how records are named and read
+back (every record is a JSON object with a ``format``); and the records a task attempt reads
+and writes in the ledger's store through its abort fence (:mod:`twopc._fence`), which a
+task's worker loads without the ledger itself."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._advice import command
 from ._errors import DAMAGED_NEXT_STEP, LedgerError
 from ._handle import TransactionHandle, decode_handle, encode_handle
 
@@ -24,8 +23,7 @@ if TYPE_CHECKING:
     from ._stores import Records
 
 __all__ = ["FORMAT", "BatchState", "Decision", "TargetRecord", "abort_marks_in", "batch_ids", "epoch_of",
-           "forget_task", "ledger_exists", "ledger_store", "mismatch_message", "parse", "record_name", "record_task",
-           "same_target", "shown", "tasks_in"]
+           "forget_task", "ledger_exists", "ledger_store", "parse", "record_name", "record_task", "tasks_in"]
 
 #: the format of every ledger record this twopc writes and reads
 FORMAT = 1
@@ -148,37 +146,6 @@ class TargetRecord:
 
 def _text_or_none(value: Any) -> str | None:
     return str(value) if value else None
-
-
-def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
-    """Whether two recorded targets are one: by what their servers say they are when both
-    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
-    if instance is not None and other_instance is not None:
-        return instance == other_instance
-    return label == other_label
-
-
-def shown(label: str, instance: str | None) -> str:
-    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
-    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
-
-
-def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None],
-                     pending: list[int]) -> str:
-    """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
-    to do: finish the decided batches (*pending*) there, else give the write its own
-    checkpoint or move this one."""
-    head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
-            f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
-    if pending:
-        return head + (
-            f"Batch(es) {pending} are decided and wait prepared in the recorded target: nothing is lost. Point this "
-            f"write back at that target (its URL as before), or run {command('recover', checkpoint)}: either "
-            f"commits them")
-    return head + (
-        f"A checkpoint serves one target: give this write its own checkpointLocation (and sinkId, if you set "
-        f"one); or, if this target holds the recorded one's data (a moved server), move the checkpoint to it: "
-        f"{command('recover', checkpoint, '--retarget', '--option', '<key>=<value>')} with the options that differ")
 
 
 def ledger_store(checkpoint_location: str) -> Records:

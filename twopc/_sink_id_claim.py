@@ -28,7 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._advice import command
 from ._errors import ConcurrentWriterError
 from ._runtime_options import default_sink_id
 from ._sink import AnySink, NamedTarget, capability
@@ -64,6 +63,8 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
     other = target.claim_sink_id(sink_id, mine)
     if other is None:
         return
+    from ._advice import command  # a refusal's advice: a claim that succeeds needs none
+
     raise ConcurrentWriterError(
         f"sink id {sink_id!r} on {target.target_identity() or sink.describe()} belongs to the query whose "
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "
