@@ -9,11 +9,12 @@
   :class:`twopc.sinks.mysql.MySqlXaSink` give it their dialect.
 - :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
 
-Layout: ``options/`` (Spark's options, the URL and its driver parameters), ``types/`` (the
-type rules every mode shares), ``connect/`` (engines and their timeouts, a prepared sink's
-target and the dialect protocol), ``prepared/`` (the prepared-transaction sink and its
-writer, committer and marker table), ``staging/`` (the staging mode), ``ledger/`` (the
-decision ledger in the target), ``_registry`` (what a database's folder registers),
+Layout: ``options/`` (the parsed options; their reader: Spark's options, the URL and its
+driver parameters), ``types/`` (the type rules every mode shares), ``connect/`` (engines and
+their timeouts, a prepared sink's target and the dialect protocol), ``prepared/`` (the
+prepared-transaction sink and its writer, committer and marker table), ``staging/`` (the
+staging mode), ``_target_ledger`` (the decision ledger in the target), ``_registry`` (what a
+database's folder registers),
 ``_jdbc`` (the drop-in: its options and commit mode), ``_jdbc_modes`` (which of its two
 sinks a transaction or handle goes to).
 

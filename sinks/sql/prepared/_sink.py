@@ -44,11 +44,11 @@ from ..._secrets import credential_free
 from .._errors import session_init_failed
 from .._privileges import dbapi_runner, require_privileges
 from .._registry import SqlDatabase
+from .._target_ledger import SqlTargetLedger
 from .._twopc_schema import ensure_schema
 from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
-from ..ledger._target_ledger import SqlTargetLedger
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
@@ -170,7 +170,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
         self.target.drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
-        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql.ledger._target_ledger`):
+        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql._target_ledger`):
         batch writes without ``checkpointLocation`` keep their decisions there."""
         return SqlTargetLedger(self.target)
 

@@ -16,9 +16,9 @@ from twopc.spi import ProtocolError
 from twopc.spi.lease import hold_for_prepare
 
 from ..._handles import PreparedSqlHandle
+from .._target_ledger import SqlTargetLedger
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
-from ..ledger._target_ledger import SqlTargetLedger
 from ._markers import MARKER_COLUMNS
 
 if TYPE_CHECKING:
