@@ -37,7 +37,6 @@ from twopc import faultinject
 from . import _faults  # noqa: F401 - declares the fault points
 from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
-from ._fence import TASK_WAIT_SECONDS, wait_for_tasks
 from ._handle import TransactionHandle
 from ._ledger import CommitLedger
 from ._ledger_records import BatchState, Decision
@@ -512,6 +511,8 @@ class CommitCoordinator:
         running when the wait gives up is named in a warning: a transaction it prepares is
         rolled back by the task itself when it sees the abort record, else by the next start
         (or ``twopc recover``)."""
+        from ._fence import TASK_WAIT_SECONDS, wait_for_tasks  # an abort's: a commit waits for no task
+
         try:
             wait = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:
