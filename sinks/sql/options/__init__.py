@@ -21,24 +21,9 @@ from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase, dialect_for
 from .._twopc_schema import bookkeeping_table
 
-__all__ = [
-    "CONNECT_TIMEOUT",
-    "JDBC_FORMAT",
-    "LOCK_TIMEOUT",
-    "POSTGRES_FORMAT",
-    "SOCKET_TIMEOUT",
-    "STAGING_RETENTION",
-    "CommitMode",
-    "CopyFormat",
-    "Dialect",
-    "IsolationLevel",
-    "JdbcOptions",
-    "NetTimeouts",
-    "SaveMode",
-    "isolation_sql",
-    "safe_url",
-    "url_secrets",
-]
+__all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "POSTGRES_FORMAT", "SOCKET_TIMEOUT", "STAGING_RETENTION",
+           "CommitMode", "CopyFormat", "Dialect", "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode",
+           "isolation_sql", "safe_url", "url_secrets"]
 
 JDBC_FORMAT = "twopc-jdbc"
 POSTGRES_FORMAT = "twopc-postgres"

@@ -111,15 +111,8 @@ from ._column_lists import parse_column_list, parse_column_types
 from ._jdbc_url import translate_url
 from ._timeout_rule import socket_and_lock_timeouts
 
-__all__ = [
-    "REJECTED_OPTIONS",
-    "SPARK_OPTIONS",
-    "STAGING_ONLY_OPTIONS",
-    "TWOPC_OPTIONS",
-    "JdbcOptions",
-    "kwargs_options",
-    "parse_options",
-]
+__all__ = ["REJECTED_OPTIONS", "SPARK_OPTIONS", "STAGING_ONLY_OPTIONS", "TWOPC_OPTIONS", "JdbcOptions",
+           "kwargs_options", "parse_options"]
 
 #: Spark JDBC writer options that twopc implements.
 SPARK_OPTIONS: tuple[str, ...] = (
