@@ -20,7 +20,6 @@ from twopc.spi import TargetConfigurationError
 
 from .._options import Duration
 from ..sql._names import TableName
-from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
 
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.types import TypeEngine
 
+    from ..sql._privileges import Run
     from ..sql.options import JdbcOptions, NetTimeouts
     from ..sql.options._driver_params import DriverParam, Translated
     from ..sql.options._jdbc_url import JdbcParts
@@ -102,6 +102,8 @@ class MySqlDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         """``CREATE DATABASE IF NOT EXISTS`` when it is missing."""
+        from ..sql._privileges import denied  # the plan's: workers create no database
+
         if run(f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {sql_literal(schema)}"):
             return
         q = _quoted(schema)

@@ -21,7 +21,6 @@ from twopc.spi import TargetConfigurationError
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
 from .._options import Duration
 from ..sql._names import TableName
-from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
 from ..sql.connect._engines import APPLICATION_NAME
@@ -31,6 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.types import TypeEngine
 
+    from ..sql._privileges import Run
     from ..sql.options import JdbcOptions, NetTimeouts
     from ..sql.options._driver_params import DriverParam, Translated
     from ..sql.options._jdbc_url import JdbcParts
@@ -195,6 +195,8 @@ class PostgresDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         """``CREATE SCHEMA IF NOT EXISTS`` when it is missing, and the user's ``USAGE`` on it."""
+        from ..sql._privileges import denied  # the plan's: workers create no schema
+
         q = _quoted(schema)
         found = run(f"SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
                     f"WHERE nspname = {sql_literal(schema)}")

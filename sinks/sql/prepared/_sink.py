@@ -42,7 +42,6 @@ from twopc.spi import BatchCommit, Inspectable, LedgerHost, MarkerPurge, SinkUna
 from ..._handles import PreparedSqlHandle
 from ..._secrets import credential_free
 from .._errors import session_init_failed
-from .._privileges import dbapi_runner, require_privileges
 from .._registry import SqlDatabase
 from .._target_ledger import SqlTargetLedger
 from .._twopc_schema import ensure_schema
@@ -208,6 +207,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                 from it or has an incompatible type, or a NOT NULL column without default
                 is absent from the DataFrame (every problem is listed).
         """
+        from .._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
+
         t = self.target
         conn = t.checkout()
         try:
