@@ -1,6 +1,6 @@
 """``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one
 long-lived process per Spark driver (JVM). It holds the driver's writers' leases (session
-locks, see :mod:`twopc.sinks.sql.ledger._target_ledger`) and serves the ``metricsPort`` metrics.
+locks, see :mod:`twopc.sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics.
 
 Spark plans and commits a Python data source's writes in Python worker processes that it
 kills and restarts at will, so none of them can keep a server session open for a whole

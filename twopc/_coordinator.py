@@ -37,7 +37,6 @@ from twopc import faultinject
 from . import _faults  # noqa: F401 - declares the fault points
 from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
-from ._fence import TASK_WAIT_SECONDS, wait_for_tasks
 from ._handle import TransactionHandle
 from ._ledger import CommitLedger
 from ._ledger_records import BatchState, Decision
@@ -54,7 +53,6 @@ from ._sink import (
     purge_markers_best_effort,
 )
 from ._sink_id_claim import claim_writer
-from ._target_check import check_target
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
@@ -311,6 +309,8 @@ class CommitCoordinator:
         self._target_recorded = claimed
         self._release: Callable[[], None] = lambda: None
         if not claimed:
+            from ._target_check import check_target  # a planned write's target was checked when planned
+
             check_target(sink, ledger, sink_id, record=False)
             claim = claim_writer(sink, ledger, sink_id)
             if claim is not None:
@@ -353,6 +353,8 @@ class CommitCoordinator:
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         if not self._target_recorded:  # a coordinator built by hand: the target is recorded before a decision
+            from ._target_check import check_target  # as in __init__
+
             check_target(self.sink, self.ledger, self.sink_id, record=True)
             self._target_recorded = True
         self.ledger.check_owner()
@@ -509,6 +511,8 @@ class CommitCoordinator:
         running when the wait gives up is named in a warning: a transaction it prepares is
         rolled back by the task itself when it sees the abort record, else by the next start
         (or ``twopc recover``)."""
+        from ._fence import TASK_WAIT_SECONDS, wait_for_tasks  # an abort's: a commit waits for no task
+
         try:
             wait = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:

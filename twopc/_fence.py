@@ -52,13 +52,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
-from ._ledger import CommitLedger, abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
+from ._ledger_records import abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
 from ._sink import AnySink
-from ._stores import Records
+
+if TYPE_CHECKING:
+    from ._ledger import CommitLedger
+    from ._stores import Records
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
 
@@ -75,7 +78,7 @@ class AbortFence:
     """What one task attempt saw of its batch's abort records when it began."""
 
     store: Records | None
-    """The ledger's store (:func:`twopc._ledger.ledger_store`, or a target ledger's), ``None``:
+    """The ledger's store (:func:`twopc._ledger_records.ledger_store`, or a target ledger's), ``None``:
     no fence (the ledger is not readable here)."""
     batch_id: int
     seen: frozenset[str]

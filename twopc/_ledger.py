@@ -41,21 +41,20 @@ from ._ledger_records import (
     BatchState,
     Decision,
     TargetRecord,
+    abort_marks_in,
     batch_ids,
     epoch_of,
-    mismatch_message,
+    forget_task,
     parse,
     record_name,
-    same_target,
-    shown,
+    tasks_in,
 )
 from ._stores import FolderRecords, ReadOnlyRecords, Records, open_store
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
 
-__all__ = ["CommitLedger", "abort_marks_in", "forget_task", "ledger_exists", "ledger_store", "record_task",
-           "spark_checkpoint_started", "tasks_in"]
+__all__ = ["CommitLedger", "spark_checkpoint_started"]
 
 
 def spark_checkpoint_started(location: str) -> bool:
@@ -69,73 +68,35 @@ def spark_checkpoint_started(location: str) -> bool:
     return open_store(location).read("metadata") is not None
 
 
-def ledger_store(checkpoint_location: str) -> Records:
-    """The store of the ledger in *checkpoint_location*, opened without creating its folders
-    (a task must not re-create a temporary ledger its driver deleted).
-
-    Raises:
-        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
-    """
-    return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
+def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
+    """Whether two recorded targets are one: by what their servers say they are when both
+    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
+    if instance is not None and other_instance is not None:
+        return instance == other_instance
+    return label == other_label
 
 
-def ledger_exists(store: Records) -> bool:
-    """Whether the ledger in *store* exists (its ``sink.json``, written when a write binds its
-    sink id and deleted only with the whole ledger).
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    return store.record("", "sink.json") is not None
+def shown(label: str, instance: str | None) -> str:
+    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
+    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
 
 
-def abort_marks_in(store: Records, batch_id: int) -> frozenset[str]:
-    """:meth:`CommitLedger.abort_marks` read from the ledger's *store* directly.
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    prefix = record_name(batch_id).removesuffix(".json") + "."
-    return frozenset(n for n in store.names("aborted") if n.startswith(prefix))
-
-
-def record_task(store: Records, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
-    """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
-    *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
-    Not forced to disk: after a crash no task runs, and a record left behind only names a
-    process that is gone.
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
-    body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
-    store.put("running", name, json.dumps(body, sort_keys=True), durable=False)
-    return name
-
-
-def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
-    """The task attempts of *batch_id* recorded as writing (:func:`record_task`), by record name
-    (a record deleted while this reads is left out).
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    prefix = record_name(batch_id).removesuffix(".json") + "."
-    out = {}
-    for n in store.names("running"):
-        if n.startswith(prefix) and (text := store.record("running", n)) is not None:
-            out[n] = parse(text, store.where("running", n))
-    return out
-
-
-def forget_task(store: Records, name: str) -> None:
-    """Delete the task record *name* (:func:`record_task`).
-
-    Raises:
-        LedgerError: the store fails.
-    """
-    store.remove("running", name)
+def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None],
+                     pending: list[int]) -> str:
+    """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
+    to do: finish the decided batches (*pending*) there, else give the write its own
+    checkpoint or move this one."""
+    head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
+            f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
+    if pending:
+        return head + (
+            f"Batch(es) {pending} are decided and wait prepared in the recorded target: nothing is lost. Point this "
+            f"write back at that target (its URL as before), or run {command('recover', checkpoint)}: either "
+            f"commits them")
+    return head + (
+        f"A checkpoint serves one target: give this write its own checkpointLocation (and sinkId, if you set "
+        f"one); or, if this target holds the recorded one's data (a moved server), move the checkpoint to it: "
+        f"{command('recover', checkpoint, '--retarget', '--option', '<key>=<value>')} with the options that differ")
 
 
 class CommitLedger(Ownership):

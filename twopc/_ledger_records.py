@@ -1,7 +1,9 @@
 """The records of the commit ledger (:mod:`twopc._ledger`): a batch's state, the driver's
-decision, what a checkpoint records about its target (``twopc/target.json``) and how two
-recorded targets are compared and shown (see :meth:`twopc.CommitLedger.bind_target`), and how
-records are named and read back (every record is a JSON object with a ``format``)."""
+decision, what a checkpoint records about its target (``twopc/target.json``; the ledger
+compares two, :meth:`twopc.CommitLedger.bind_target`), and how records are named and read
+back (every record is a JSON object with a ``format``); and the records a task attempt reads
+and writes in the ledger's store through its abort fence (:mod:`twopc._fence`), which a
+task's worker loads without the ledger itself."""
 
 from __future__ import annotations
 
@@ -9,16 +11,19 @@ import enum
 import functools
 import json
 import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._advice import command
 from ._errors import DAMAGED_NEXT_STEP, LedgerError
 from ._handle import TransactionHandle, decode_handle, encode_handle
 
-__all__ = ["FORMAT", "BatchState", "Decision", "TargetRecord", "batch_ids", "epoch_of", "mismatch_message", "parse",
-           "record_name", "same_target", "shown"]
+if TYPE_CHECKING:
+    from ._stores import Records
+
+__all__ = ["FORMAT", "BatchState", "Decision", "TargetRecord", "abort_marks_in", "batch_ids", "epoch_of",
+           "forget_task", "ledger_exists", "ledger_store", "parse", "record_name", "record_task", "tasks_in"]
 
 #: the format of every ledger record this twopc writes and reads
 FORMAT = 1
@@ -143,32 +148,72 @@ def _text_or_none(value: Any) -> str | None:
     return str(value) if value else None
 
 
-def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
-    """Whether two recorded targets are one: by what their servers say they are when both
-    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
-    if instance is not None and other_instance is not None:
-        return instance == other_instance
-    return label == other_label
+def ledger_store(checkpoint_location: str) -> Records:
+    """The store of the ledger in *checkpoint_location*, opened without creating its folders
+    (a task must not re-create a temporary ledger its driver deleted).
+
+    Raises:
+        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
+    """
+    from ._stores import FolderRecords, open_store  # a ledger in a checkpoint: a target's is no folder
+
+    return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
 
 
-def shown(label: str, instance: str | None) -> str:
-    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
-    return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
+def ledger_exists(store: Records) -> bool:
+    """Whether the ledger in *store* exists (its ``sink.json``, written when a write binds its
+    sink id and deleted only with the whole ledger).
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    return store.record("", "sink.json") is not None
 
 
-def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None],
-                     pending: list[int]) -> str:
-    """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
-    to do: finish the decided batches (*pending*) there, else give the write its own
-    checkpoint or move this one."""
-    head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
-            f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
-    if pending:
-        return head + (
-            f"Batch(es) {pending} are decided and wait prepared in the recorded target: nothing is lost. Point this "
-            f"write back at that target (its URL as before), or run {command('recover', checkpoint)}: either "
-            f"commits them")
-    return head + (
-        f"A checkpoint serves one target: give this write its own checkpointLocation (and sinkId, if you set "
-        f"one); or, if this target holds the recorded one's data (a moved server), move the checkpoint to it: "
-        f"{command('recover', checkpoint, '--retarget', '--option', '<key>=<value>')} with the options that differ")
+def abort_marks_in(store: Records, batch_id: int) -> frozenset[str]:
+    """:meth:`~twopc.CommitLedger.abort_marks` read from the ledger's *store* directly.
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    prefix = record_name(batch_id).removesuffix(".json") + "."
+    return frozenset(n for n in store.names("aborted") if n.startswith(prefix))
+
+
+def record_task(store: Records, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
+    """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
+    *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
+    Not forced to disk: after a crash no task runs, and a record left behind only names a
+    process that is gone.
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
+    body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
+    store.put("running", name, json.dumps(body, sort_keys=True), durable=False)
+    return name
+
+
+def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
+    """The task attempts of *batch_id* recorded as writing (:func:`record_task`), by record name
+    (a record deleted while this reads is left out).
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    prefix = record_name(batch_id).removesuffix(".json") + "."
+    out = {}
+    for n in store.names("running"):
+        if n.startswith(prefix) and (text := store.record("running", n)) is not None:
+            out[n] = parse(text, store.where("running", n))
+    return out
+
+
+def forget_task(store: Records, name: str) -> None:
+    """Delete the task record *name* (:func:`record_task`).
+
+    Raises:
+        LedgerError: the store fails.
+    """
+    store.remove("running", name)

@@ -9,11 +9,14 @@ import re
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._errors import ConfigurationError, MissingOptionError
-from ._retry import CommitRetry
 from ._xid import validate_sink_id
+
+if TYPE_CHECKING:
+    from ._retry import CommitRetry
 
 __all__ = ["EPHEMERAL_PREFIX", "RUNTIME_OPTION_NAMES", "RuntimeOptions", "default_sink_id", "ephemeral_sink_id",
            "ephemeral_started", "option"]
@@ -89,8 +92,9 @@ class RuntimeOptions:
     ephemeral: bool = False
     """True when the write has no ``checkpointLocation`` and its ledger lives in a
     temporary directory (allowed only for sinks that commit a batch atomically)."""
-    retry: CommitRetry = field(default_factory=CommitRetry)
-    """``commitRetries`` / ``commitRetryBackoff``."""
+    commit_retry: tuple[int, float] | None = None
+    """``commitRetries`` / ``commitRetryBackoff`` as given (None: the defaults); the policy is
+    :attr:`retry`."""
     in_target: bool = False
     """True when the write has no ``checkpointLocation`` and its ledger lives in the target
     (:mod:`twopc._target`); then ``checkpoint_location`` only names that ledger."""
@@ -120,7 +124,7 @@ class RuntimeOptions:
                     "txnVersion without checkpointLocation needs txnAppId: the target remembers "
                     "which (txnAppId, txnVersion) it committed. Add .option(\"txnAppId\", \"job-name\")")
             return cls(ephemeral_location, sink_id, _parse_version(version_text) if version_text else 0,
-                       1, ephemeral=True, retry=_retry(options))
+                       1, ephemeral=True, commit_retry=_retry(options))
         if not loc:
             how = (
                 'df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
@@ -148,11 +152,29 @@ class RuntimeOptions:
         keep = option(options, "minBatchesToRetain", "100") or "100"
         if not keep.isdigit() or int(keep) < 1:
             raise ConfigurationError(f"minBatchesToRetain must be an integer >= 1, got {keep!r}")
-        return cls(loc, sink_id, version, int(keep), retry=_retry(options))
+        return cls(loc, sink_id, version, int(keep), commit_retry=_retry(options))
+
+    @property
+    def retry(self) -> CommitRetry:
+        """How often an unanswered commit is asked again (``commitRetries``/``commitRetryBackoff``)."""
+        from ._retry import CommitRetry  # the committing worker's: a task never retries a commit
+
+        return CommitRetry(*self.commit_retry) if self.commit_retry is not None else CommitRetry()
 
 
-def _retry(options: Mapping[str, str]) -> CommitRetry:
-    return CommitRetry.parse(option(options, "commitRetries"), option(options, "commitRetryBackoff"))
+def _retry(options: Mapping[str, str]) -> tuple[int, float] | None:
+    """The ``commitRetries`` and ``commitRetryBackoff`` options, checked (None: neither given).
+
+    Raises:
+        ConfigurationError: see :meth:`~twopc.spi.runtime.CommitRetry.parse`.
+    """
+    from ._retry import CommitRetry  # as in RuntimeOptions.retry: planning checks them
+
+    retries, backoff = option(options, "commitRetries"), option(options, "commitRetryBackoff")
+    if retries is None and backoff is None:
+        return None
+    policy = CommitRetry.parse(retries, backoff)
+    return policy.retries, policy.backoff
 
 
 #: The largest txnVersion: it is the batch id, a signed 64-bit integer in every marker

@@ -13,13 +13,14 @@ from ._context import TransactionContext
 from ._errors import ConfigurationError, SinkError
 from ._handle import TransactionHandle
 from ._inspect import Headroom, PreparedDetail
-from ._sink_id_record import OwnerRecord
 from ._target_protocol import TargetLedger
 
 if TYPE_CHECKING:
     from typing import Self
 
     import pyarrow as pa
+
+    from ._sink_id_record import OwnerRecord
 
 __all__ = ["AnySink", "BatchCommit", "CommitOutcome", "CommitShape", "DecisionHook", "Inspectable", "LedgerHost",
            "MarkerPurge", "NamedTarget", "TwoPhaseCommitSink", "WriteSetup", "capability", "purge_markers_best_effort",

@@ -26,13 +26,15 @@ import threading
 import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ._advice import command
 from ._errors import ConcurrentWriterError
-from ._ledger import CommitLedger
 from ._runtime_options import default_sink_id
 from ._sink import AnySink, NamedTarget, capability
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
+
+if TYPE_CHECKING:
+    from ._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
 
 __all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
 
@@ -61,6 +63,8 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
     other = target.claim_sink_id(sink_id, mine)
     if other is None:
         return
+    from ._advice import command  # a refusal's advice: a claim that succeeds needs none
+
     raise ConcurrentWriterError(
         f"sink id {sink_id!r} on {target.target_identity() or sink.describe()} belongs to the query whose "
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "

@@ -54,7 +54,8 @@ from ._checkpoint import (
 )
 from ._coordinator import BatchResult, CommitCoordinator
 from ._driver_identity import DriverIdentity, identity_of
-from ._ledger import CommitLedger, ledger_exists, ledger_store
+from ._ledger import CommitLedger
+from ._ledger_records import ledger_exists, ledger_store
 from ._runtime_options import RuntimeOptions, option
 from ._spark import TwoPhaseCommitDataSource
 from ._stores import open_store

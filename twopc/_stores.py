@@ -8,7 +8,7 @@ holds ``sink.json``, ``target.json`` and twopc's metrics) in a place that implem
 decision (which a place may refuse: the target's ledger table does once the writer lost its
 lease). Two places implement it: a checkpoint's ``twopc/`` folder (:class:`FolderRecords`:
 the record ``<name>`` of kind ``<kind>`` is the file ``<kind>/<name>``) and the target's
-ledger table (``twopc.sinks.sql.ledger``: one row per record, named as the file would be).
+ledger table (``twopc.sinks.sql._target_ledger``: one row per record, named as the file would be).
 :class:`ReadOnlyRecords` is a place's records for a reader (``twopc status``, a metrics
 scrape): every write raises, so a reader never creates a folder, a record or a ledger.
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ._stores import Records
+if TYPE_CHECKING:
+    from ._stores import Records
 
 __all__ = ["Lease", "TargetLedger", "target_ledger_of"]
 

@@ -17,7 +17,6 @@ from ._driver_identity import driver_identity
 from ._errors import ProtocolError
 from ._handle import TransactionHandle, loads_handle
 from ._ledger import CommitLedger
-from ._observe import observe_commit, observe_failure, read_headroom
 from ._runtime_options import RuntimeOptions
 from ._sink import AnySink, purge_markers_best_effort
 from ._target import ALL_BATCHES, open_target_ledger, settle_own
@@ -78,8 +77,12 @@ def coordinator_of(core: PlannedWrite, messages: Sequence[WriterCommitMessage | 
 def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessage | None],
            batch_id: int) -> BatchResult:
     """Commit (*stage* ``"commit"``) or abort batch *batch_id* of the write *core*, from its
-    tasks' *messages*; then let its lease and temporary ledger go, and tell the operator."""
+    tasks' *messages*; then let its lease and temporary ledger go, and tell the operator (a
+    write with a checkpoint: a temporary one shows nothing, and loads nothing to show it)."""
     coord = coordinator_of(core, messages)
+    shown = not core.runtime.ephemeral
+    if shown:
+        from . import _observe as observe
     room = None
     committed = False
     try:
@@ -87,22 +90,22 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
         if stage == "commit":
             result = coord.commit_batch(batch_id, handles)
             committed = True
-            room = None if core.runtime.ephemeral else read_headroom(core.sink, core.sink_id)
+            room = observe.read_headroom(core.sink, core.sink_id) if shown else None
         else:
             result = coord.abort_batch(batch_id, handles)
     except BaseException:
-        if not core.runtime.ephemeral:
-            observe_failure(coord.ledger, core.sink_id, core.format_name, stage, coord.metrics.lost,
-                            retried=coord.metrics.retried)
+        if shown:
+            observe.observe_failure(coord.ledger, core.sink_id, core.format_name, stage, coord.metrics.lost,
+                                    retried=coord.metrics.retried)
         raise
     finally:
         settle(core)
         _forget_ephemeral(core, committed=committed)
         core.sink.close()
-    if not core.runtime.ephemeral:
-        observe_commit(coord.ledger, core.sink_id, core.format_name, result,
-                       [m for m in messages if isinstance(m, TwoPCCommitMessage)],
-                       retried=coord.metrics.retried, headroom=room)
+    if shown:
+        observe.observe_commit(coord.ledger, core.sink_id, core.format_name, result,
+                               [m for m in messages if isinstance(m, TwoPCCommitMessage)],
+                               retried=coord.metrics.retried, headroom=room)
     return result
 
 

@@ -18,18 +18,19 @@ from twopc import faultinject
 from ._commit_message import TwoPCCommitMessage
 from ._context import TransactionContext
 from ._errors import BatchAbortedError, LedgerError, ProtocolError
-from ._fence import AbortFence
 from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
-from ._ledger import ledger_store
+from ._ledger_records import ledger_store
 from ._logs import configure_worker_logging
 from ._runtime_options import RuntimeOptions
 from ._sink import AnySink
 from ._sink_id_claim import runtime_task
-from ._stores import Records
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from ._fence import AbortFence
+    from ._stores import Records
 
 __all__ = ["BATCH_ID_PROPERTY", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter", "WriterCore"]
 
@@ -116,6 +117,8 @@ class WriterCore:
                                                                    attempt_number))
 
     def _write_attempt(self, batches: Iterator[pa.RecordBatch], ctx: TransactionContext) -> TwoPCCommitMessage:
+        from ._fence import AbortFence  # the task's: the worker that commits never writes through a fence
+
         batch_id, partition, attempt = ctx.batch_id, ctx.partition_id, ctx.attempt_id
         fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
                                  ephemeral=self.runtime.ephemeral, baseline=self.abort_baseline,

@@ -20,19 +20,18 @@ from twopc.spi import TargetConfigurationError
 
 from .._options import Duration
 from ..sql._names import TableName
-from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
-from ..sql.options._driver_params import DriverParam, Translated, translate_mysql
-from ..sql.options._jdbc_url import JdbcParts, host_port
-from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.types import TypeEngine
 
-    from ..sql.options._jdbc_options import JdbcOptions
+    from ..sql._privileges import Run
+    from ..sql.options import JdbcOptions, NetTimeouts
+    from ..sql.options._driver_params import DriverParam, Translated
+    from ..sql.options._jdbc_url import JdbcParts
     from ..sql.prepared._sink import PreparedSqlSink
     from ._my_column import MyColumn
 
@@ -103,6 +102,8 @@ class MySqlDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         """``CREATE DATABASE IF NOT EXISTS`` when it is missing."""
+        from ..sql._privileges import denied  # the plan's: workers create no database
+
         if run(f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {sql_literal(schema)}"):
             return
         q = _quoted(schema)
@@ -140,6 +141,8 @@ class MySqlDialect(SqlDatabase):
             raise ConfigurationError(
                 "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
                 "host[:port]")
+        from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
+
         host, port = host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
         return URL.create("mysql+pymysql", host=host, port=port, database=parts.database), {}
 
@@ -154,6 +157,8 @@ class MySqlDialect(SqlDatabase):
     @staticmethod
     def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Translated:
+        from ..sql.options._driver_params import translate_mysql  # as in jdbc_url
+
         return translate_mysql(list(props), flavor == "mariadb", supported)
 
     @staticmethod

@@ -25,7 +25,7 @@ from twopc.spi import Headroom, TargetConfigurationError
 
 from ..sql.connect._sql_dialect import SqlTxn, TxnControl
 from ..sql.connect._sql_target import SqlTarget, give_back
-from ..sql.options._jdbc_options import isolation_sql
+from ..sql.options import isolation_sql
 from ..sql.prepared._markers import MarkerTable
 from . import _server as server
 from ._dialect import MySqlDialect, lock_seconds

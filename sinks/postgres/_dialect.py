@@ -21,20 +21,19 @@ from twopc.spi import TargetConfigurationError
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
 from .._options import Duration
 from ..sql._names import TableName
-from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
 from ..sql.connect._engines import APPLICATION_NAME
-from ..sql.options._driver_params import DriverParam, Translated, translate_pg
-from ..sql.options._jdbc_url import JdbcParts, host_port
-from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
     from sqlalchemy.types import TypeEngine
 
-    from ..sql.options._jdbc_options import JdbcOptions
+    from ..sql._privileges import Run
+    from ..sql.options import JdbcOptions, NetTimeouts
+    from ..sql.options._driver_params import DriverParam, Translated
+    from ..sql.options._jdbc_url import JdbcParts
     from ..sql.prepared._sink import PreparedSqlSink
     from ._copy import CopyStream
     from ._pg_column import PgColumn
@@ -51,6 +50,8 @@ def _quoted(name: str) -> str:
 def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
     """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
     SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
+    from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
+
     if not hosts:
         return "localhost", None, []
     parsed = [host_port(h) for h in hosts]
@@ -194,6 +195,8 @@ class PostgresDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         """``CREATE SCHEMA IF NOT EXISTS`` when it is missing, and the user's ``USAGE`` on it."""
+        from ..sql._privileges import denied  # the plan's: workers create no schema
+
         q = _quoted(schema)
         found = run(f"SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
                     f"WHERE nspname = {sql_literal(schema)}")
@@ -248,6 +251,8 @@ class PostgresDialect(SqlDatabase):
     @staticmethod
     def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Translated:
+        from ..sql.options._driver_params import translate_pg  # as in _hosts
+
         return translate_pg(list(props), base_query, supported)
 
     @staticmethod

@@ -21,8 +21,7 @@ from twopc.spi import Headroom, TargetConfigurationError
 from ..sql._names import TableName, parse_table_name
 from ..sql.connect._sql_dialect import SqlTxn, TxnControl
 from ..sql.connect._sql_target import SqlTarget
-from ..sql.options._jdbc_options import isolation_sql
-from . import _commit_pipeline as pipeline
+from ..sql.options import isolation_sql
 from . import _server as server
 from ._dialect import PostgresDialect
 from ._pg_column import PgColumn
@@ -264,6 +263,8 @@ class PostgresPrepared(PostgresDialect):
         """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
         *recovering*: ask first which ids are still prepared (one query), so a batch that is
         mostly finished stays flat too."""
+        from . import _commit_pipeline as pipeline  # the driver's commit: a task prepares and stops
+
         still = self._still_prepared(gids) if recovering else None
         done = pipeline.finish_many(self.target, verb, gids, still)
         return [done[g] for g in gids]

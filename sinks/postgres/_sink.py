@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -49,7 +49,9 @@ from ._errors import no_free_slot
 from ._pg_column import PgColumn
 from ._prepared import PostgresPrepared
 from ._server import identifier
-from ._slots import Claim, claim_slot, wait_for_driver_slot
+
+if TYPE_CHECKING:
+    from ._slots import Claim
 
 __all__ = ["PostgresHandle", "PostgresSink"]
 
@@ -103,6 +105,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         Raises:
             SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`.
         """
+        from ._slots import claim_slot  # a task's and a moving driver's: a commit claims no slot
+
         txn = super().begin_transaction(context)
         claim = self._claim(txn, functools.partial(claim_slot, keep_driver_slot=keep_driver_slot))
         if claim.slot is None:
@@ -118,6 +122,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         Raises:
             SinkUnavailableError / SinkError: no connection, or no slot in time.
         """
+        from ._slots import wait_for_driver_slot  # as in begin_with_slot
+
         txn = super().begin_transaction(context)
         self._claim(txn, wait_for_driver_slot)
         return txn

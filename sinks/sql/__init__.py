@@ -9,11 +9,12 @@
   :class:`twopc.sinks.mysql.MySqlXaSink` give it their dialect.
 - :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
 
-Layout: ``options/`` (Spark's options, the URL and its driver parameters), ``types/`` (the
-type rules every mode shares), ``connect/`` (engines and their timeouts, a prepared sink's
-target and the dialect protocol), ``prepared/`` (the prepared-transaction sink and its
-writer, committer and marker table), ``staging/`` (the staging mode), ``ledger/`` (the
-decision ledger in the target), ``_registry`` (what a database's folder registers),
+Layout: ``options/`` (the parsed options; their reader: Spark's options, the URL and its
+driver parameters), ``types/`` (the type rules every mode shares), ``connect/`` (engines and
+their timeouts, a prepared sink's target and the dialect protocol), ``prepared/`` (the
+prepared-transaction sink and its writer, committer and marker table), ``staging/`` (the
+staging mode), ``_target_ledger`` (the decision ledger in the target), ``_registry`` (what a
+database's folder registers),
 ``_jdbc`` (the drop-in: its options and commit mode), ``_jdbc_modes`` (which of its two
 sinks a transaction or handle goes to).
 
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from ._transactional import require_transactional
     from ._write_jdbc import write_jdbc
     from .connect._engines import dispose_engines
-    from .options._jdbc_options import JdbcOptions
+    from .options import JdbcOptions
     from .options._jdbc_url import SqlUrl, translate_url
     from .prepared._sink import PreparedSqlSink
     from .staging._sink import StagingSink
@@ -65,7 +66,7 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("TableName", "parse_table_name"), "._names"),
     **dict.fromkeys(("SqlUrl", "translate_url"), ".options._jdbc_url"),
     "JdbcDataSource": "twopc.sinks._sources",
-    "JdbcOptions": ".options._jdbc_options",
+    "JdbcOptions": ".options",
     "JdbcSink": "._jdbc",
     "PreparedSqlSink": ".prepared._sink",
     "StagingSink": ".staging._sink",

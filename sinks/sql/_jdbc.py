@@ -11,7 +11,7 @@ one of two commit modes and logs which:
     :class:`~twopc.sinks.sql.PreparedSqlSink` — and the driver commits
     them after recording its decision in the checkpoint, or, for a batch write without
     ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
-    the write's lease there (:mod:`twopc.sinks.sql.ledger._target_ledger`). The fastest mode; it needs
+    the write's lease there (:mod:`twopc.sinks.sql._target_ledger`). The fastest mode; it needs
     a server that allows prepared transactions and an existing table, and it serves appends.
 ``staging``
     Each task attempt commits its rows into a staging table; the driver moves the chosen
@@ -62,7 +62,7 @@ from ._names import parse_table_name
 from ._registry import dialect_for
 from .connect._engines import engine_for
 from .connect._server_instance import SqlNamedTarget
-from .options._jdbc_options import JdbcOptions
+from .options import JdbcOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -273,7 +273,7 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases on PostgreSQL and MySQL/MariaDB (see
-        :mod:`twopc.sinks.sql.ledger._target_ledger`); ``None`` on other databases."""
+        :mod:`twopc.sinks.sql._target_ledger`); ``None`` on other databases."""
         return self._prepared_sink().target_ledger() if self._has_prepared_mode() else None
 
     # -- executor side: the settled mode ----------------------------------------------------

@@ -23,7 +23,7 @@ sink of its kind: a :class:`~twopc.sinks.sql.connect._sql_dialect.SqlTxn` or a
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from twopc import (
@@ -39,13 +39,14 @@ from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, Prepa
 from .._handles import PreparedSqlHandle, StagingHandle
 from ._registry import dialect_for
 from .connect._sql_dialect import SqlTxn
-from .options._jdbc_options import JdbcOptions
+from .options import JdbcOptions
 from .prepared._sink import PreparedSqlSink
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from .staging._sink import StagingSink
+    from .staging._tables import StagingTables
 
 __all__ = ["PREPARED", "STAGING", "SlotClaimingSink", "TwoModeSink"]
 
@@ -89,6 +90,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         self._streaming = False
         self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
+        self._tables: StagingTables | None = None
         #: driver, this process: the staged attempts each moving transaction took over, and
         #: the staged attempts whose rows are deleted since it committed
         self._moves: dict[str, tuple[StagingHandle, ...]] = {}
@@ -122,18 +124,29 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         """Whether the database has a prepared-transaction sink (its dialect's :attr:`prepares`)."""
         return dialect_for(self.options.dialect).prepares
 
-    def _staging_sink(self, *, bookkeeping: bool = False) -> StagingSink:
-        """The staging sink, given the DataFrame's schema unless it is used for its
-        *bookkeeping* only (listing staged attempts, clearing markers): a prepared write's
-        commit does that without loading pyarrow."""
+    def _staging_sink(self) -> StagingSink:
+        """The staging sink, given the DataFrame's schema when it is known."""
         if self._staging is None:
             from .staging._sink import StagingSink
 
             self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
-        if not bookkeeping and self._staging.schema is None and self.schema is not None:
+        if self._staging.schema is None and self.schema is not None:
             self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
                                           checkpointed=True)
         return self._staging
+
+    def _stage_tables(self) -> StagingTables:
+        """The staging mode's tables, for its bookkeeping only (listing staged attempts,
+        purging batch markers): the staging sink when this process has one, else the tables
+        alone, so a prepared write's commit sweeps staged attempts without loading the
+        staging mode (nor pyarrow)."""
+        if self._staging is not None:
+            return self._staging
+        if self._tables is None:
+            from .staging._tables import BATCH_TABLE, StagingTables
+
+            self._tables = StagingTables(self.options, mode=self.write_mode, batch_table=BATCH_TABLE)
+        return self._tables
 
     def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
         """The sink that made *handle*, by its kind."""
@@ -271,7 +284,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
         if self._may_have_staged():
-            out.extend(self._staging_sink(bookkeeping=True).list_prepared(sink_id, batch_id))
+            out.extend(self._stage_tables().list_prepared(sink_id, batch_id))
         return out
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
@@ -280,7 +293,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         out: list[PreparedDetail] = []
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().prepared_details(sink_id))
-        out.extend(self._staging_sink(bookkeeping=True).prepared_details(sink_id))
+        out.extend(self._stage_tables().prepared_details(sink_id))
         return out
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
@@ -290,15 +303,15 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         Raises:
             SinkError / SinkUnavailableError: a database failed.
         """
-        modes: list[TwoPhaseCommitSink[Any, Any, Any]] = []
+        purges: list[Callable[[str, int], int]] = []
         if self._has_prepared_mode() and self.mode != STAGING:
-            modes.append(self._prepared_sink())
+            purges.append(capability(self._prepared_sink(), MarkerPurge).purge_markers)
         if self._may_have_staged():  # a batch whose every task staged has a staging marker
-            modes.append(self._staging_sink(bookkeeping=True))
+            purges.append(self._stage_tables().purge_markers)
         removed, errors = 0, []
-        for sink in modes:
+        for purge in purges:
             try:
-                removed += capability(sink, MarkerPurge).purge_markers(sink_id, below_batch)
+                removed += purge(sink_id, below_batch)
             except SinkError as exc:
                 errors.append(exc)
         if errors:
@@ -314,6 +327,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         state = dict(self.__dict__)
         state["_prepared"] = None
         state["_staging"] = None
+        state["_tables"] = None
         state["_moves"] = {}
         state["_cleared"] = set()
         if self._schema is not None:

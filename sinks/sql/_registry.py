@@ -218,7 +218,7 @@ class SqlDatabase:
         SQLAlchemy reflects (grants, triggers...)."""
         return []
 
-    # -- the target ledger (:mod:`twopc.sinks.sql.ledger._target_ledger`), on databases that prepare
+    # -- the target ledger (:mod:`twopc.sinks.sql._target_ledger`), on databases that prepare
     #: ``CREATE TABLE IF NOT EXISTS {table}`` of the ledger table
     ledger_ddl: ClassVar[str]
     #: the statement that inserts or replaces a ledger record (``{table}``; sink_id, name, body)

@@ -7,12 +7,15 @@ runs to fix it.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from twopc import ConfigurationError
 
 from ._names import TableName, parse_table_name
-from ._privileges import Run
 from ._registry import dialect_for
+
+if TYPE_CHECKING:
+    from ._privileges import Run
 
 __all__ = ["bookkeeping_table", "ensure_schema", "parse_twopc_schema", "sql_literal"]
 

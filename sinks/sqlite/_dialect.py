@@ -14,9 +14,9 @@ from sqlalchemy.engine import URL, Connection, Engine
 from twopc import ConfigurationError
 
 from ..sql._registry import SqlDatabase
+from ..sql.options import NetTimeouts
 from ..sql.options._driver_params import DriverParam, Translated, translate_sqlite
 from ..sql.options._jdbc_url import JdbcParts, query_params
-from ..sql.options._net_timeouts import NetTimeouts
 from ._file import check_sqlite_file
 
 __all__ = ["SqliteDialect"]

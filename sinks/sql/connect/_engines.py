@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, Engine
 from twopc.spi import require
 
 from .._registry import dialect_for
-from ..options._net_timeouts import NetTimeouts
+from ..options import NetTimeouts
 
 __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
 

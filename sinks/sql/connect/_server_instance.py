@@ -24,7 +24,7 @@ import logging
 from twopc.spi import NamedTarget, redact
 
 from .._registry import dialect_for
-from ..options._jdbc_options import JdbcOptions
+from ..options import JdbcOptions
 from ._engines import engine_for
 
 __all__ = ["SqlNamedTarget", "server_instance"]

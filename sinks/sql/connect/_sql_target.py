@@ -20,8 +20,7 @@ from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 
 from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase
-from ..options._jdbc_options import JdbcOptions
-from ..types._column_match import TableColumn, match_columns
+from ..options import JdbcOptions
 from ._engines import engine_for
 
 if TYPE_CHECKING:
@@ -29,11 +28,13 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
     from sqlalchemy.pool import PoolProxiedConnection
 
+    from ..types._column_match import TableColumn
+
 __all__ = ["SqlTarget", "give_back"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-C = TypeVar("C", bound=TableColumn)
+C = TypeVar("C", bound="TableColumn")
 R = TypeVar("R")
 
 
@@ -136,6 +137,8 @@ class SqlTarget:
     def match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
               check_types: bool, check_required: bool) -> list[C]:
         """:func:`twopc.sinks.sql.types._column_match.match_columns` with this database's type rules."""
+        from ..types._column_match import match_columns  # a task's and the plan's: a commit matches no columns
+
         return match_columns(names, types, columns, self.table,
                              compatible=self.database.compatible if check_types else None,
                              type_name=str, check_required=check_required)

@@ -1,2 +1,256 @@
-"""Spark's JDBC writer options as twopc reads them: the options, the URL and its driver
-parameters, the timeout rule, column lists."""
+"""Spark's JDBC writer options as twopc reads them. This package holds their parsed value
+(:class:`JdbcOptions`), pickled with the sink to every Spark worker of the write, which reads
+it and never parses options, and the waits of its connections (:class:`NetTimeouts`); its
+modules read them, once, on the driver: the options (:mod:`._jdbc_options`), the URL and its
+driver parameters, the timeout rule, column lists."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypeAlias
+
+from sqlalchemy.engine import URL
+
+from ..._net import keepalive_socket_options
+from ..._options import Duration
+from ..._secrets import SECRET_KEYS, secret_forms
+from .._names import TableName, parse_table_name
+from .._registry import SqlDatabase, dialect_for
+from .._twopc_schema import bookkeeping_table
+
+__all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "POSTGRES_FORMAT", "SOCKET_TIMEOUT", "STAGING_RETENTION",
+           "CommitMode", "CopyFormat", "Dialect", "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode",
+           "isolation_sql", "safe_url", "url_secrets"]
+
+JDBC_FORMAT = "twopc-jdbc"
+POSTGRES_FORMAT = "twopc-postgres"
+
+#: a dialect's name (:attr:`~twopc.sinks.sql._registry.SqlDatabase.name`): ``postgresql``, ``mysql``, ``other``...
+Dialect: TypeAlias = str
+CommitMode: TypeAlias = Literal["auto", "prepared", "staging"]
+SaveMode: TypeAlias = Literal["append", "overwrite", "errorifexists", "ignore"]
+CopyFormat: TypeAlias = Literal["auto", "binary", "csv"]
+IsolationLevel: TypeAlias = Literal["READ_UNCOMMITTED", "READ_COMMITTED", "REPEATABLE_READ", "SERIALIZABLE"]
+
+_NO_LIMIT = Duration(0)
+LOCK_TIMEOUT = Duration(30_000)
+CONNECT_TIMEOUT = Duration(10_000)
+#: The default socket timeout.
+SOCKET_TIMEOUT = Duration(60_000)
+#: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
+STAGING_RETENTION = Duration(86_400_000)
+
+
+@dataclass(frozen=True)
+class NetTimeouts:
+    """The waits of one engine's connections, as the options set them (``connectTimeout``,
+    ``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql.connect._timeouts` enforces the
+    reply wait, and each registered dialect turns them into its driver's connect arguments.
+
+    Attributes:
+        connect: connect timeout, whole seconds.
+        reply: how long a statement waits for its reply (``socketTimeout``), seconds (> 0).
+        keepalive: whether TCP keepalive probes are sent.
+    """
+
+    connect: int
+    reply: float
+    keepalive: bool = True
+
+    def tune_socket(self, sock: socket.socket | None) -> None:
+        """Set keepalive timing and ``TCP_USER_TIMEOUT`` on a connected TCP socket (for
+        drivers without parameters for them: PyMySQL). Unix sockets are left alone."""
+        if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+            return
+        with contextlib.suppress(OSError):  # an option the platform lacks: the other waits still hold
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, int(self.keepalive))
+            if self.keepalive:
+                for opt, value in keepalive_socket_options().items():
+                    sock.setsockopt(socket.IPPROTO_TCP, opt, value)
+            if hasattr(socket, "TCP_USER_TIMEOUT"):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, int(self.reply * 1000))
+
+
+@dataclass(frozen=True, repr=False)
+class JdbcOptions:
+    """The parsed options of one SQL write. Build it with :meth:`parse` (Spark options) or
+    :meth:`from_kwargs` (a sink's constructor arguments); both read through one parser
+    (:mod:`twopc.sinks.sql.options._jdbc_options`, which runs on the driver).
+
+    Attributes:
+        url: SQLAlchemy URL *with* credentials, driver parameters translated. Never print
+            it: use :meth:`safe_url`. Its query never holds a connect timeout; that is
+            :attr:`connect_timeout`, for the sink to pass as a connect argument.
+        dialect: ``"postgresql"``, ``"mysql"`` (MySQL and MariaDB, driver PyMySQL),
+            ``"sqlite"`` or ``"other"`` (any other SQLAlchemy backend).
+        table: ``dbtable`` as given (stripped); the sink parses it for its dialect.
+        driver: the ``driver`` option (a Java class name), for :meth:`describe` only.
+        batch_size: ``batchsize``.
+        truncate: ``truncate``: overwrite by TRUNCATE instead of DROP + CREATE.
+        create_table_options: ``createTableOptions``, appended to CREATE TABLE verbatim.
+        create_table_column_types: ``createTableColumnTypes`` as column -> type, in the
+            order given; names as written (Spark matches them case-insensitively).
+        table_comment: ``tableComment`` for tables twopc creates.
+        isolation_level: one of READ_UNCOMMITTED, READ_COMMITTED, REPEATABLE_READ,
+            SERIALIZABLE.
+        query_timeout: ``queryTimeout``, 0 = none.
+        session_init_statement: ``sessionInitStatement`` or None.
+        commit_mode: ``commitMode``.
+        upsert_keys: ``upsertKeys`` column names, () = append.
+        save_mode: ``saveMode`` normalized (``error``/``default`` -> ``errorifexists``),
+            None when absent.
+        marker_table: ``markerTable``.
+        twopc_schema: ``twopcSchema`` as the database stores the name, or None: where
+            :meth:`bookkeeping` puts twopc's tables.
+        staging_table: ``stagingTable`` or None.
+        staging_retention: ``stagingRetention``: how long staged rows of a dead write
+            without checkpoint are kept (see :mod:`twopc.sinks.sql.staging._sink`).
+        lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
+            that is 30 s or less.
+        connect_timeout: the ``connectTimeout`` option; else the URL's
+            ``connectTimeout``/``loginTimeout``; else 10 s.
+        socket_timeout: the ``socketTimeout`` option; else the URL's ``socketTimeout``;
+            else 60 s, or ``lockTimeout`` + ``queryTimeout`` + 30 s when that is longer.
+        tcp_keepalive: the ``tcpKeepAlive`` option; else the URL's; else true.
+        copy_format: ``copyFormat`` (PostgreSQL only).
+        dead_letter_table: ``deadLetterTable`` (PostgreSQL prepared mode only): where rows the
+            server refuses go, in the same transaction (:mod:`twopc.sinks.postgres._dead_letter`).
+        format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
+    """
+
+    url: URL
+    dialect: Dialect
+    table: str
+    driver: str | None = None
+    batch_size: int = 1000
+    truncate: bool = False
+    create_table_options: str = ""
+    create_table_column_types: dict[str, str] = field(default_factory=dict, hash=False)
+    table_comment: str = ""
+    isolation_level: IsolationLevel = "READ_COMMITTED"
+    query_timeout: Duration = _NO_LIMIT
+    session_init_statement: str | None = None
+    commit_mode: CommitMode = "auto"
+    upsert_keys: tuple[str, ...] = ()
+    save_mode: SaveMode | None = None
+    marker_table: str = "twopc_markers"
+    twopc_schema: str | None = None
+    staging_table: str | None = None
+    staging_retention: Duration = STAGING_RETENTION
+    lock_timeout: Duration = LOCK_TIMEOUT
+    connect_timeout: Duration = CONNECT_TIMEOUT
+    socket_timeout: Duration = SOCKET_TIMEOUT
+    tcp_keepalive: bool = True
+    copy_format: CopyFormat = "auto"
+    dead_letter_table: str | None = None
+    format_name: str = JDBC_FORMAT
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, format_name: str = JDBC_FORMAT,
+              dialect: Dialect | None = None) -> JdbcOptions:
+        """Parse the writer options of *format_name* (keys case-insensitive).
+
+        *dialect*, when given, is the only database the format writes to (``twopc-postgres``:
+        ``postgresql``). No server is contacted. Parameters that only tune a Java JDBC
+        driver are logged at INFO on the ``twopc.sinks.sql`` logger.
+
+        Raises:
+            MissingOptionError: ``url`` or ``dbtable`` is missing.
+            ConfigurationError: an option or URL parameter is invalid, read-only,
+                unsupported or unknown (the message names it, and never contains the
+                password).
+        """
+        from ._jdbc_options import parse_options  # the reader: the driver's, at planning
+
+        return parse_options(options, format_name, dialect)
+
+    @classmethod
+    def from_kwargs(cls, url: str | URL, table: str, *, format_name: str, dialect: Dialect | None,
+                    **kwargs: Any) -> JdbcOptions:
+        """The options a sink's constructor arguments spell: each keyword is an option
+        (``lock_timeout`` is ``lockTimeout``...), read by the same parser as Spark's.
+
+        Raises:
+            TypeError: an unknown keyword.
+            ConfigurationError: as :meth:`parse`.
+        """
+        from ._jdbc_options import kwargs_options  # as in parse
+
+        return cls.parse(kwargs_options(url, table, kwargs), format_name=format_name, dialect=dialect)
+
+    def bookkeeping(self, table: TableName) -> TableName:
+        """*table*, one of twopc's own tables, in :attr:`twopc_schema` when it names no
+        schema and the option is set (:func:`~twopc.sinks.sql._twopc_schema.bookkeeping_table`)."""
+        return bookkeeping_table(table, self.twopc_schema, self.dialect, self.url.database or "")
+
+    def net_timeouts(self) -> NetTimeouts:
+        """The connect, reply and TCP waits of this write's connections."""
+        return NetTimeouts(self.connect_timeout.whole_seconds, self.socket_timeout.seconds, self.tcp_keepalive)
+
+    # -- presentation ----------------------------------------------------------------------
+    def safe_url(self) -> str:
+        """The URL as a string with the password (and ``sslpassword``) replaced by ``***``."""
+        return safe_url(self.url)
+
+    def secrets(self) -> list[str]:
+        """Every form (raw, URL-quoted) of the password and of other secret URL parameters,
+        longest first, for :func:`twopc.spi.redact`."""
+        return url_secrets(self.url)
+
+    @property
+    def identity_dialect(self) -> str:
+        """The dialect as target identities name it (MariaDB URLs as ``mysql``)."""
+        backend = self.url.get_backend_name()
+        claimed = dialect_for(backend)
+        return backend if claimed is SqlDatabase else claimed.name
+
+    def identity_table(self) -> str:
+        """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
+        in :mod:`twopc.sinks.sql.connect._server_instance`): as the database reads
+        ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
+        dialect = self.identity_dialect
+        table = parse_table_name(self.table, dialect)
+        db = self.url.database or ""
+        if dialect_for(dialect).schema_is_database and table.schema is None and db:
+            table = TableName(db, table.name, dialect)
+        return table.display()
+
+    def describe(self) -> str:
+        """``JDBC <dialect> <url without password> table <table>`` (+ driver class)."""
+        tail = f" (driver {self.driver})" if self.driver else ""
+        return f"JDBC {self.dialect} {self.safe_url()} table {self.table}{tail}"
+
+    def __repr__(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = self.safe_url() if f.name == "url" else getattr(self, f.name)
+            parts.append(f"{f.name}={value!r}")
+        return f"JdbcOptions({', '.join(parts)})"
+
+    __str__ = __repr__
+
+
+def safe_url(url: URL) -> str:
+    """*url* as text with the password (and ``sslpassword``) replaced by ``***``."""
+    hidden = {k: "***" for k in url.query if k.lower() in SECRET_KEYS}
+    if hidden:
+        url = url.update_query_dict(hidden)
+    return url.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
+
+
+def url_secrets(url: URL) -> list[str]:
+    """Every form (raw, URL-quoted) of *url*'s password and other secret parameters,
+    longest first, for :func:`twopc.spi.redact`."""
+    values: list[str | None] = [url.password]
+    for k, v in url.query.items():
+        if k.lower() in SECRET_KEYS:
+            values.extend(v if isinstance(v, tuple) else (v,))
+    return secret_forms(values)
+
+
+def isolation_sql(level: IsolationLevel) -> str:
+    """*level* (an ``isolationLevel`` option, ``READ_COMMITTED``) as SQL spells it (``READ COMMITTED``)."""
+    return level.replace("_", " ")

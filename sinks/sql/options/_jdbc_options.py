@@ -87,8 +87,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 from sqlalchemy.engine import URL
 
@@ -96,35 +95,24 @@ from twopc import ConfigurationError
 
 from ..._options import Duration, OptionReader
 from ..._secrets import redacted_errors
-from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase, dialect_for
-from .._twopc_schema import bookkeeping_table, parse_twopc_schema
+from .._twopc_schema import parse_twopc_schema
+from . import (
+    CONNECT_TIMEOUT,
+    JDBC_FORMAT,
+    LOCK_TIMEOUT,
+    STAGING_RETENTION,
+    Dialect,
+    IsolationLevel,
+    JdbcOptions,
+    SaveMode,
+)
 from ._column_lists import parse_column_list, parse_column_types
-from ._jdbc_url import Dialect, safe_url, translate_url, url_secrets
-from ._net_timeouts import NetTimeouts
-from ._timeout_rule import SOCKET_TIMEOUT, socket_and_lock_timeouts
+from ._jdbc_url import translate_url
+from ._timeout_rule import socket_and_lock_timeouts
 
-__all__ = [
-    "JDBC_FORMAT",
-    "POSTGRES_FORMAT",
-    "SPARK_OPTIONS",
-    "STAGING_ONLY_OPTIONS",
-    "TWOPC_OPTIONS",
-    "CommitMode",
-    "CopyFormat",
-    "IsolationLevel",
-    "JdbcOptions",
-    "SaveMode",
-    "isolation_sql",
-]
-
-JDBC_FORMAT = "twopc-jdbc"
-POSTGRES_FORMAT = "twopc-postgres"
-
-CommitMode: TypeAlias = Literal["auto", "prepared", "staging"]
-SaveMode: TypeAlias = Literal["append", "overwrite", "errorifexists", "ignore"]
-CopyFormat: TypeAlias = Literal["auto", "binary", "csv"]
-IsolationLevel: TypeAlias = Literal["READ_UNCOMMITTED", "READ_COMMITTED", "REPEATABLE_READ", "SERIALIZABLE"]
+__all__ = ["REJECTED_OPTIONS", "SPARK_OPTIONS", "STAGING_ONLY_OPTIONS", "TWOPC_OPTIONS", "JdbcOptions",
+           "kwargs_options", "parse_options"]
 
 #: Spark JDBC writer options that twopc implements.
 SPARK_OPTIONS: tuple[str, ...] = (
@@ -185,11 +173,6 @@ _ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("READ_UNCOMMITTED", "READ_COMMI
 _SAVE_MODES: dict[str, SaveMode] = {"append": "append", "overwrite": "overwrite", "errorifexists": "errorifexists",
                                     "error": "errorifexists", "default": "errorifexists", "ignore": "ignore"}
 _MAX_CONNECT = Duration(3_600_000)
-_NO_LIMIT = Duration(0)
-_LOCK_TIMEOUT = Duration(30_000)
-_CONNECT_TIMEOUT = Duration(10_000)
-#: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
-STAGING_RETENTION = Duration(86_400_000)
 #: keyword arguments of the sinks' constructors -> option names
 _KWARG_OPTIONS = {
     "user": "user", "password": "password", "driver": "driver", "batch_size": "batchsize",
@@ -205,274 +188,134 @@ _KWARG_OPTIONS = {
 }
 
 
-@dataclass(frozen=True, repr=False)
-class JdbcOptions:
-    """The parsed options of one SQL write. Build it with :meth:`parse` (Spark options) or
-    :meth:`from_kwargs` (a sink's constructor arguments); both read through one parser.
+def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect | None) -> JdbcOptions:
+    """:meth:`JdbcOptions.parse`: the writer options of *format_name* read into their value."""
+    with redacted_errors(options):
+        return _parse(OptionReader(options, format_name), dialect)
 
-    Attributes:
-        url: SQLAlchemy URL *with* credentials, driver parameters translated. Never print
-            it: use :meth:`safe_url`. Its query never holds a connect timeout; that is
-            :attr:`connect_timeout`, for the sink to pass as a connect argument.
-        dialect: ``"postgresql"``, ``"mysql"`` (MySQL and MariaDB, driver PyMySQL),
-            ``"sqlite"`` or ``"other"`` (any other SQLAlchemy backend).
-        table: ``dbtable`` as given (stripped); the sink parses it for its dialect.
-        driver: the ``driver`` option (a Java class name), for :meth:`describe` only.
-        batch_size: ``batchsize``.
-        truncate: ``truncate``: overwrite by TRUNCATE instead of DROP + CREATE.
-        create_table_options: ``createTableOptions``, appended to CREATE TABLE verbatim.
-        create_table_column_types: ``createTableColumnTypes`` as column -> type, in the
-            order given; names as written (Spark matches them case-insensitively).
-        table_comment: ``tableComment`` for tables twopc creates.
-        isolation_level: one of READ_UNCOMMITTED, READ_COMMITTED, REPEATABLE_READ,
-            SERIALIZABLE.
-        query_timeout: ``queryTimeout``, 0 = none.
-        session_init_statement: ``sessionInitStatement`` or None.
-        commit_mode: ``commitMode``.
-        upsert_keys: ``upsertKeys`` column names, () = append.
-        save_mode: ``saveMode`` normalized (``error``/``default`` -> ``errorifexists``),
-            None when absent.
-        marker_table: ``markerTable``.
-        twopc_schema: ``twopcSchema`` as the database stores the name, or None: where
-            :meth:`bookkeeping` puts twopc's tables.
-        staging_table: ``stagingTable`` or None.
-        staging_retention: ``stagingRetention``: how long staged rows of a dead write
-            without checkpoint are kept (see :mod:`twopc.sinks.sql.staging._sink`).
-        lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
-            that is 30 s or less.
-        connect_timeout: the ``connectTimeout`` option; else the URL's
-            ``connectTimeout``/``loginTimeout``; else 10 s.
-        socket_timeout: the ``socketTimeout`` option; else the URL's ``socketTimeout``;
-            else 60 s, or ``lockTimeout`` + ``queryTimeout`` + 30 s when that is longer.
-        tcp_keepalive: the ``tcpKeepAlive`` option; else the URL's; else true.
-        copy_format: ``copyFormat`` (PostgreSQL only).
-        dead_letter_table: ``deadLetterTable`` (PostgreSQL prepared mode only): where rows the
-            server refuses go, in the same transaction (:mod:`twopc.sinks.postgres._dead_letter`).
-        format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
+
+def kwargs_options(url: str | URL, table: str, kwargs: Mapping[str, Any]) -> dict[str, str]:
+    """The options a sink's constructor arguments spell (:meth:`JdbcOptions.from_kwargs`).
+
+    Raises:
+        TypeError: an unknown keyword.
     """
+    options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url,
+               "dbtable": table}
+    for key, value in kwargs.items():
+        name = _KWARG_OPTIONS.get(key)
+        if name is None:
+            raise TypeError(f"unexpected keyword argument {key!r}")
+        if value is not None:
+            options[name] = _option_text(value)
+    return options
 
-    url: URL
-    dialect: Dialect
-    table: str
-    driver: str | None = None
-    batch_size: int = 1000
-    truncate: bool = False
-    create_table_options: str = ""
-    create_table_column_types: dict[str, str] = field(default_factory=dict, hash=False)
-    table_comment: str = ""
-    isolation_level: IsolationLevel = "READ_COMMITTED"
-    query_timeout: Duration = _NO_LIMIT
-    session_init_statement: str | None = None
-    commit_mode: CommitMode = "auto"
-    upsert_keys: tuple[str, ...] = ()
-    save_mode: SaveMode | None = None
-    marker_table: str = "twopc_markers"
-    twopc_schema: str | None = None
-    staging_table: str | None = None
-    staging_retention: Duration = STAGING_RETENTION
-    lock_timeout: Duration = _LOCK_TIMEOUT
-    connect_timeout: Duration = _CONNECT_TIMEOUT
-    socket_timeout: Duration = SOCKET_TIMEOUT
-    tcp_keepalive: bool = True
-    copy_format: CopyFormat = "auto"
-    dead_letter_table: str | None = None
-    format_name: str = JDBC_FORMAT
 
-    # -- building --------------------------------------------------------------------------
-    @classmethod
-    def parse(cls, options: Mapping[str, str], *, format_name: str = JDBC_FORMAT,
-              dialect: Dialect | None = None) -> JdbcOptions:
-        """Parse the writer options of *format_name* (keys case-insensitive).
+def _parse(r: OptionReader, only: Dialect | None) -> JdbcOptions:
+    for key in list(r.unclaimed()):
+        rejected = REJECTED_OPTIONS.get(key.lower())
+        if rejected is not None:
+            raise ConfigurationError(f"{r.format_name} does not support option {rejected[0]}: it {rejected[1]}")
+    raw_url = r.required("url", '.option("url", "jdbc:postgresql://host:5432/db") or a SQLAlchemy URL '
+                                'such as "postgresql://host:5432/db"')
+    table = _table_option(r)
+    values: dict[str, Any] = {
+        "driver": r.text("driver"),
+        "batch_size": r.integer("batchsize", 1000, minimum=1),
+        "isolation_level": _isolation(r.text("isolationLevel")),
+        "query_timeout": r.duration("queryTimeout", 0),
+        "session_init_statement": r.text("sessionInitStatement"),
+        "marker_table": r.text("markerTable", "twopc_markers"),
+        "lock_timeout": r.duration("lockTimeout", LOCK_TIMEOUT),
+        "copy_format": r.choice("copyFormat", ("auto", "binary", "csv"), "auto"),
+        "commit_mode": r.choice("commitMode", ("auto", "prepared", "staging"), "auto"),
+        "dead_letter_table": _dead_letter_option(r),
+    }
+    staging, staging_given = _staging_options(r)
+    connect_option = r.text("connectTimeout")
+    schema_option = r.text("twopcSchema")
+    socket_option = r.text("socketTimeout")
+    keepalive_option = r.text("tcpKeepAlive")
+    secrets = {k: r.get(k) for k in ("user", "password")}
+    supported = SPARK_OPTIONS + TWOPC_OPTIONS
+    translated = translate_url(raw_url, user=secrets["user"], password=secrets["password"],
+                               properties=list(r.unclaimed().items()), supported=supported)
+    dialect = translated.dialect
+    if only is not None and dialect != only:
+        raise ConfigurationError(
+            f"{r.format_name} writes to {dialect_for(only).label or only}, but the url is a "
+            f"{dialect_for(dialect).label or dialect} URL: use format {JDBC_FORMAT} for other databases")
+    values["driver"] = _driver(values["driver"], dialect)
+    connect = (Duration.parse(connect_option, "connectTimeout") if connect_option is not None
+               else Duration(translated.connect_timeout * 1000) if translated.connect_timeout
+               else CONNECT_TIMEOUT)
+    if not Duration(1000) <= connect <= _MAX_CONNECT:
+        source = "option connectTimeout" if connect_option is not None else "the connect timeout in the url"
+        raise ConfigurationError(
+            f"{source} is {connect.seconds:g} seconds; it must be between 1 and {_MAX_CONNECT.seconds:g} seconds "
+            f"(a plain number is seconds; MySQL's JDBC URL parameter connectTimeout is in milliseconds)")
+    values["socket_timeout"], values["lock_timeout"] = socket_and_lock_timeouts(
+        socket_option, translated.socket_timeout_ms, values["lock_timeout"], values["query_timeout"],
+        lock_given=r.text("lockTimeout") is not None, dialect=dialect)
+    values["tcp_keepalive"] = (r.boolean("tcpKeepAlive", True, strict=True) if keepalive_option is not None
+                               else translated.tcp_keepalive is not False)
+    values["twopc_schema"] = parse_twopc_schema(schema_option, dialect)
+    options = JdbcOptions(url=translated.url, dialect=dialect, table=table, connect_timeout=connect,
+                          format_name=r.format_name, **values, **staging)
+    _check_combinations(options, staging_given)
+    return options
 
-        *dialect*, when given, is the only database the format writes to (``twopc-postgres``:
-        ``postgresql``). No server is contacted. Parameters that only tune a Java JDBC
-        driver are logged at INFO on the ``twopc.sinks.sql`` logger.
 
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option or URL parameter is invalid, read-only,
-                unsupported or unknown (the message names it, and never contains the
-                password).
-        """
-        with redacted_errors(options):
-            return cls._parse(OptionReader(options, format_name), dialect)
+def _staging_options(r: OptionReader) -> tuple[dict[str, Any], list[str]]:
+    """The options only the staging mode serves, and which of them were given."""
+    if r.boolean("cascadeTruncate", False, strict=True):
+        raise ConfigurationError(
+            "cascadeTruncate=true is not supported: TRUNCATE ... CASCADE would also empty "
+            "every table that references the target table by a foreign key, which twopc "
+            "cannot make exactly-once. Remove the option (or set it to false)")
+    save_text = r.text("saveMode")
+    if save_text is not None and save_text.lower() not in _SAVE_MODES:
+        raise ConfigurationError(f"saveMode must be append, overwrite, errorifexists (or error, default) or "
+                                 f"ignore, got {save_text!r}")
+    staging_table = r.get("stagingTable")
+    if staging_table is not None and not staging_table.strip():
+        raise ConfigurationError("stagingTable is empty: give a table name or leave the option out")
+    given = [name for name in STAGING_ONLY_OPTIONS if r.get(name) is not None]
+    return {
+        "truncate": r.boolean("truncate", False, strict=True),
+        "create_table_options": r.text("createTableOptions", "") or "",
+        "create_table_column_types": parse_column_types(r.text("createTableColumnTypes", "") or ""),
+        "table_comment": r.text("tableComment", "") or "",
+        "upsert_keys": tuple(parse_column_list(r.text("upsertKeys", "") or "", "upsertKeys")),
+        "save_mode": _SAVE_MODES[save_text.lower()] if save_text is not None else None,
+        "staging_table": staging_table.strip() if staging_table is not None else None,
+        "staging_retention": r.duration("stagingRetention", STAGING_RETENTION),
+    }, given
 
-    @classmethod
-    def from_kwargs(cls, url: str | URL, table: str, *, format_name: str, dialect: Dialect | None,
-                    **kwargs: Any) -> JdbcOptions:
-        """The options a sink's constructor arguments spell: each keyword is an option
-        (``lock_timeout`` is ``lockTimeout``...), read by the same parser as Spark's.
 
-        Raises:
-            TypeError: an unknown keyword.
-            ConfigurationError: as :meth:`parse`.
-        """
-        options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url,
-                   "dbtable": table}
-        for key, value in kwargs.items():
-            name = _KWARG_OPTIONS.get(key)
-            if name is None:
-                raise TypeError(f"unexpected keyword argument {key!r}")
-            if value is not None:
-                options[name] = _option_text(value)
-        return cls.parse(options, format_name=format_name, dialect=dialect)
-
-    @classmethod
-    def _parse(cls, r: OptionReader, only: Dialect | None) -> JdbcOptions:
-        for key in list(r.unclaimed()):
-            rejected = REJECTED_OPTIONS.get(key.lower())
-            if rejected is not None:
-                raise ConfigurationError(f"{r.format_name} does not support option {rejected[0]}: it {rejected[1]}")
-        raw_url = r.required("url", '.option("url", "jdbc:postgresql://host:5432/db") or a SQLAlchemy URL '
-                                    'such as "postgresql://host:5432/db"')
-        table = _table_option(r)
-        values: dict[str, Any] = {
-            "driver": r.text("driver"),
-            "batch_size": r.integer("batchsize", 1000, minimum=1),
-            "isolation_level": _isolation(r.text("isolationLevel")),
-            "query_timeout": r.duration("queryTimeout", 0),
-            "session_init_statement": r.text("sessionInitStatement"),
-            "marker_table": r.text("markerTable", "twopc_markers"),
-            "lock_timeout": r.duration("lockTimeout", _LOCK_TIMEOUT),
-            "copy_format": r.choice("copyFormat", ("auto", "binary", "csv"), "auto"),
-            "commit_mode": r.choice("commitMode", ("auto", "prepared", "staging"), "auto"),
-            "dead_letter_table": _dead_letter_option(r),
-        }
-        staging, staging_given = cls._staging_options(r)
-        connect_option = r.text("connectTimeout")
-        schema_option = r.text("twopcSchema")
-        socket_option = r.text("socketTimeout")
-        keepalive_option = r.text("tcpKeepAlive")
-        secrets = {k: r.get(k) for k in ("user", "password")}
-        supported = SPARK_OPTIONS + TWOPC_OPTIONS
-        translated = translate_url(raw_url, user=secrets["user"], password=secrets["password"],
-                                   properties=list(r.unclaimed().items()), supported=supported)
-        dialect = translated.dialect
-        if only is not None and dialect != only:
+def _check_combinations(o: JdbcOptions, staging_given: list[str]) -> None:
+    dialect = dialect_for(o.dialect)
+    if o.commit_mode == "prepared" and not dialect.prepares:
+        raise ConfigurationError(f"commitMode=prepared is not possible here: {dialect.no_prepare_reason}; use "
+                                 f"commitMode=staging (or auto)")
+    if o.copy_format != "auto" and not dialect.copy_formats:
+        raise ConfigurationError(
+            f"copyFormat={o.copy_format} applies only to PostgreSQL (COPY); this URL is {o.dialect}: "
+            f"remove the option")
+    if o.dead_letter_table is not None and (not dialect.dead_letters or o.commit_mode == "staging"
+                                            or staging_given):
+        raise ConfigurationError(
+            "deadLetterTable is supported on PostgreSQL in the prepared commit mode only (twopc-postgres, or "
+            "twopc-jdbc appending to a PostgreSQL table); this write is "
+            + (f"to {o.dialect}" if not dialect.dead_letters else "in the staging mode")
+            + ": remove the option")
+    if o.format_name != JDBC_FORMAT:
+        given = staging_given + (["commitMode=staging"] if o.commit_mode == "staging" else [])
+        if given:
             raise ConfigurationError(
-                f"{r.format_name} writes to {dialect_for(only).label or only}, but the url is a "
-                f"{dialect_for(dialect).label or dialect} URL: use format {JDBC_FORMAT} for other databases")
-        values["driver"] = _driver(values["driver"], dialect)
-        connect = (Duration.parse(connect_option, "connectTimeout") if connect_option is not None
-                   else Duration(translated.connect_timeout * 1000) if translated.connect_timeout
-                   else Duration(10_000))
-        if not Duration(1000) <= connect <= _MAX_CONNECT:
-            source = "option connectTimeout" if connect_option is not None else "the connect timeout in the url"
-            raise ConfigurationError(
-                f"{source} is {connect.seconds:g} seconds; it must be between 1 and {_MAX_CONNECT.seconds:g} seconds "
-                f"(a plain number is seconds; MySQL's JDBC URL parameter connectTimeout is in milliseconds)")
-        values["socket_timeout"], values["lock_timeout"] = socket_and_lock_timeouts(
-            socket_option, translated.socket_timeout_ms, values["lock_timeout"], values["query_timeout"],
-            lock_given=r.text("lockTimeout") is not None, dialect=dialect)
-        values["tcp_keepalive"] = (r.boolean("tcpKeepAlive", True, strict=True) if keepalive_option is not None
-                                   else translated.tcp_keepalive is not False)
-        values["twopc_schema"] = parse_twopc_schema(schema_option, dialect)
-        options = cls(url=translated.url, dialect=dialect, table=table, connect_timeout=connect,
-                      format_name=r.format_name, **values, **staging)
-        options._check_combinations(staging_given)
-        return options
-
-    @staticmethod
-    def _staging_options(r: OptionReader) -> tuple[dict[str, Any], list[str]]:
-        """The options only the staging mode serves, and which of them were given."""
-        if r.boolean("cascadeTruncate", False, strict=True):
-            raise ConfigurationError(
-                "cascadeTruncate=true is not supported: TRUNCATE ... CASCADE would also empty "
-                "every table that references the target table by a foreign key, which twopc "
-                "cannot make exactly-once. Remove the option (or set it to false)")
-        save_text = r.text("saveMode")
-        if save_text is not None and save_text.lower() not in _SAVE_MODES:
-            raise ConfigurationError(f"saveMode must be append, overwrite, errorifexists (or error, default) or "
-                                     f"ignore, got {save_text!r}")
-        staging_table = r.get("stagingTable")
-        if staging_table is not None and not staging_table.strip():
-            raise ConfigurationError("stagingTable is empty: give a table name or leave the option out")
-        given = [name for name in STAGING_ONLY_OPTIONS if r.get(name) is not None]
-        return {
-            "truncate": r.boolean("truncate", False, strict=True),
-            "create_table_options": r.text("createTableOptions", "") or "",
-            "create_table_column_types": parse_column_types(r.text("createTableColumnTypes", "") or ""),
-            "table_comment": r.text("tableComment", "") or "",
-            "upsert_keys": tuple(parse_column_list(r.text("upsertKeys", "") or "", "upsertKeys")),
-            "save_mode": _SAVE_MODES[save_text.lower()] if save_text is not None else None,
-            "staging_table": staging_table.strip() if staging_table is not None else None,
-            "staging_retention": r.duration("stagingRetention", STAGING_RETENTION),
-        }, given
-
-    def _check_combinations(self, staging_given: list[str]) -> None:
-        dialect = dialect_for(self.dialect)
-        if self.commit_mode == "prepared" and not dialect.prepares:
-            raise ConfigurationError(f"commitMode=prepared is not possible here: {dialect.no_prepare_reason}; use "
-                                     f"commitMode=staging (or auto)")
-        if self.copy_format != "auto" and not dialect.copy_formats:
-            raise ConfigurationError(
-                f"copyFormat={self.copy_format} applies only to PostgreSQL (COPY); this URL is {self.dialect}: "
-                f"remove the option")
-        if self.dead_letter_table is not None and (not dialect.dead_letters or self.commit_mode == "staging"
-                                                   or staging_given):
-            raise ConfigurationError(
-                "deadLetterTable is supported on PostgreSQL in the prepared commit mode only (twopc-postgres, or "
-                "twopc-jdbc appending to a PostgreSQL table); this write is "
-                + (f"to {self.dialect}" if not dialect.dead_letters else "in the staging mode")
-                + ": remove the option")
-        if self.format_name != JDBC_FORMAT:
-            given = staging_given + (["commitMode=staging"] if self.commit_mode == "staging" else [])
-            if given:
-                raise ConfigurationError(
-                    f"{self.format_name} appends to an existing table through prepared transactions; "
-                    f"{', '.join(given)} need(s) the staging commit mode: use format {JDBC_FORMAT} "
-                    f"(same options) instead")
-
-    def bookkeeping(self, table: TableName) -> TableName:
-        """*table*, one of twopc's own tables, in :attr:`twopc_schema` when it names no
-        schema and the option is set (:func:`~twopc.sinks.sql._twopc_schema.bookkeeping_table`)."""
-        return bookkeeping_table(table, self.twopc_schema, self.dialect, self.url.database or "")
-
-    def net_timeouts(self) -> NetTimeouts:
-        """The connect, reply and TCP waits of this write's connections."""
-        return NetTimeouts(self.connect_timeout.whole_seconds, self.socket_timeout.seconds, self.tcp_keepalive)
-
-    # -- presentation ----------------------------------------------------------------------
-    def safe_url(self) -> str:
-        """The URL as a string with the password (and ``sslpassword``) replaced by ``***``."""
-        return safe_url(self.url)
-
-    def secrets(self) -> list[str]:
-        """Every form (raw, URL-quoted) of the password and of other secret URL parameters,
-        longest first, for :func:`twopc.spi.redact`."""
-        return url_secrets(self.url)
-
-    @property
-    def identity_dialect(self) -> str:
-        """The dialect as target identities name it (MariaDB URLs as ``mysql``)."""
-        backend = self.url.get_backend_name()
-        claimed = dialect_for(backend)
-        return backend if claimed is SqlDatabase else claimed.name
-
-    def identity_table(self) -> str:
-        """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
-        in :mod:`twopc.sinks.sql.connect._server_instance`): as the database reads
-        ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
-        dialect = self.identity_dialect
-        table = parse_table_name(self.table, dialect)
-        db = self.url.database or ""
-        if dialect_for(dialect).schema_is_database and table.schema is None and db:
-            table = TableName(db, table.name, dialect)
-        return table.display()
-
-    def describe(self) -> str:
-        """``JDBC <dialect> <url without password> table <table>`` (+ driver class)."""
-        tail = f" (driver {self.driver})" if self.driver else ""
-        return f"JDBC {self.dialect} {self.safe_url()} table {self.table}{tail}"
-
-    def __repr__(self) -> str:
-        parts = []
-        for f in fields(self):
-            value = self.safe_url() if f.name == "url" else getattr(self, f.name)
-            parts.append(f"{f.name}={value!r}")
-        return f"JdbcOptions({', '.join(parts)})"
-
-    __str__ = __repr__
+                f"{o.format_name} appends to an existing table through prepared transactions; "
+                f"{', '.join(given)} need(s) the staging commit mode: use format {JDBC_FORMAT} "
+                f"(same options) instead")
 
 
 def _option_text(value: Any) -> str:
@@ -505,11 +348,6 @@ def _table_option(r: OptionReader) -> str:
         raise ConfigurationError(
             f"dbtable {text!r} is a subquery, which can only be read; a write needs a table name")
     return text
-
-
-def isolation_sql(level: IsolationLevel) -> str:
-    """*level* (an ``isolationLevel`` option, ``READ_COMMITTED``) as SQL spells it (``READ COMMITTED``)."""
-    return level.replace("_", " ")
 
 
 def _isolation(text: str | None) -> IsolationLevel:

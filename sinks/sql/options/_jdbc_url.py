@@ -9,8 +9,8 @@ translated (:mod:`twopc.sinks.sql.options._driver_params`). ``twopc-jdbc`` and `
 so a URL means the same through either format.
 
 Credentials found in a URL's query string move into the URL's user info, so that
-:func:`safe_url` hides them; :func:`url_secrets` lists every spelling of them for
-:func:`twopc.spi.redact`.
+:func:`~twopc.sinks.sql.options.safe_url` hides them; :func:`~twopc.sinks.sql.options.url_secrets`
+lists every spelling of them for :func:`twopc.spi.redact`.
 """
 
 from __future__ import annotations
@@ -20,32 +20,28 @@ import re
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeAlias
+from typing import NamedTuple
 
 from sqlalchemy.engine import URL, make_url
 
 from twopc import ConfigurationError
 
 from ..._options import unknown_option_hint
-from ..._secrets import SECRET_KEYS, after_password, secret_forms
+from ..._secrets import SECRET_KEYS, after_password
 from .._registry import dialect_for
+from . import Dialect, safe_url
 from ._driver_params import DriverParam, Translated
 
-__all__ = ["Dialect", "JdbcParts", "SqlUrl", "host_port", "query_params", "safe_url", "translate_url", "untranslated",
-           "url_secrets"]
+__all__ = ["JdbcParts", "SqlUrl", "host_port", "query_params", "translate_url", "untranslated"]
 
 log = logging.getLogger("twopc.sinks.sql")
-
-#: a dialect's name (:attr:`~twopc.sinks.sql._registry.SqlDatabase.name`): ``postgresql``, ``mysql``, ``other``...
-Dialect: TypeAlias = str
-
 
 @dataclass(frozen=True, repr=False)
 class SqlUrl:
     """A translated URL.
 
     Attributes:
-        url: the SQLAlchemy URL *with* credentials: never print it (:func:`safe_url`).
+        url: the SQLAlchemy URL *with* credentials: never print it (:func:`~twopc.sinks.sql.options.safe_url`).
             Its query never holds a connect timeout; that is :attr:`connect_timeout`.
         dialect: ``postgresql``, ``mysql`` (MySQL and MariaDB), ``sqlite`` or ``other``.
         connect_timeout: the connect timeout in seconds found among the JDBC parameters
@@ -62,24 +58,6 @@ class SqlUrl:
 
     def __repr__(self) -> str:
         return f"SqlUrl({safe_url(self.url)!r}, {self.dialect!r})"
-
-
-def safe_url(url: URL) -> str:
-    """*url* as text with the password (and ``sslpassword``) replaced by ``***``."""
-    hidden = {k: "***" for k in url.query if k.lower() in SECRET_KEYS}
-    if hidden:
-        url = url.update_query_dict(hidden)
-    return url.render_as_string(hide_password=True).replace("%2A%2A%2A", "***")
-
-
-def url_secrets(url: URL) -> list[str]:
-    """Every form (raw, URL-quoted) of *url*'s password and other secret parameters,
-    longest first, for :func:`twopc.spi.redact`."""
-    values: list[str | None] = [url.password]
-    for k, v in url.query.items():
-        if k.lower() in SECRET_KEYS:
-            values.extend(v if isinstance(v, tuple) else (v,))
-    return secret_forms(values)
 
 
 class JdbcParts(NamedTuple):

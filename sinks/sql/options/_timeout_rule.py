@@ -10,14 +10,12 @@ from twopc import ConfigurationError
 
 from ..._options import Duration
 from .._registry import dialect_for
-from ._jdbc_url import Dialect
+from . import SOCKET_TIMEOUT, Dialect
 
-__all__ = ["SOCKET_MARGIN", "SOCKET_TIMEOUT", "socket_and_lock_timeouts"]
+__all__ = ["SOCKET_MARGIN", "socket_and_lock_timeouts"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-#: The default socket timeout.
-SOCKET_TIMEOUT = Duration(60_000)
 #: What the default socket timeout leaves beyond the longest server-side wait.
 SOCKET_MARGIN = Duration(30_000)
 

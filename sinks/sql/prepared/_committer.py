@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
 from twopc.spi import Headroom, PreparedDetail, ProtocolError, SinkUnavailableError
@@ -15,14 +15,16 @@ from ..._handles import PreparedSqlHandle
 from .._errors import ROLLED_BACK
 from ..connect._sql_dialect import SqlDialect
 from ..connect._sql_target import SqlTarget
-from ..types._column_match import TableColumn
 from ._markers import MarkerTable
+
+if TYPE_CHECKING:
+    from ..types._column_match import TableColumn
 
 __all__ = ["PreparedCommitter"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-C = TypeVar("C", bound=TableColumn)
+C = TypeVar("C", bound="TableColumn")
 H = TypeVar("H", bound=PreparedSqlHandle)
 
 

@@ -42,16 +42,13 @@ from twopc.spi import BatchCommit, Inspectable, LedgerHost, MarkerPurge, SinkUna
 from ..._handles import PreparedSqlHandle
 from ..._secrets import credential_free
 from .._errors import session_init_failed
-from .._privileges import dbapi_runner, require_privileges
 from .._registry import SqlDatabase
+from .._target_ledger import SqlTargetLedger
 from .._twopc_schema import ensure_schema
 from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
-from ..ledger._target_ledger import SqlTargetLedger
-from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
-from ..options._jdbc_url import safe_url
-from ..types._column_match import TableColumn
+from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
 from ._writer import PreparedWriter
@@ -59,9 +56,11 @@ from ._writer import PreparedWriter
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..types._column_match import TableColumn
+
 __all__ = ["PreparedSqlSink"]
 
-C = TypeVar("C", bound=TableColumn)
+C = TypeVar("C", bound="TableColumn")
 H = TypeVar("H", bound=PreparedSqlHandle)
 
 #: the parts, rebuilt from the options when unpickled (open transactions stay behind)
@@ -170,7 +169,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
         self.target.drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
-        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql.ledger._target_ledger`):
+        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql._target_ledger`):
         batch writes without ``checkpointLocation`` keep their decisions there."""
         return SqlTargetLedger(self.target)
 
@@ -208,6 +207,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                 from it or has an incompatible type, or a NOT NULL column without default
                 is absent from the DataFrame (every problem is listed).
         """
+        from .._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
+
         t = self.target
         conn = t.checkout()
         try:

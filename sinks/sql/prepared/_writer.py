@@ -16,20 +16,21 @@ from twopc.spi import ProtocolError
 from twopc.spi.lease import hold_for_prepare
 
 from ..._handles import PreparedSqlHandle
+from .._target_ledger import SqlTargetLedger
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
-from ..ledger._target_ledger import SqlTargetLedger
-from ..types._column_match import TableColumn
 from ._markers import MARKER_COLUMNS
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..types._column_match import TableColumn
+
 __all__ = ["PreparedWriter"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-C = TypeVar("C", bound=TableColumn)
+C = TypeVar("C", bound="TableColumn")
 H = TypeVar("H", bound=PreparedSqlHandle)
 
 

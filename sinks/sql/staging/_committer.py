@@ -1,6 +1,6 @@
 """The driver side of the staging mode: one local transaction moves a batch's staged rows
 into the target and writes the batch marker (its own decision); abort deletes an attempt's
-staged rows; the staged attempts of a sink are listed for recovery.
+staged rows (the staged attempts are listed by :class:`~twopc.sinks.sql.staging._tables.StagingTables`).
 
 :class:`StagingCommitter` is :class:`~twopc.sinks.sql.staging._ddl.StagingDdl` (tables,
 connections, DDL) with the driver's methods; :class:`~twopc.sinks.sql.StagingSink` is one,
@@ -18,11 +18,11 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from twopc import CommitOutcome, TransactionHandle, TransactionLostError, Xid
-from twopc.spi import PreparedDetail, ProtocolError, SchemaMismatchError, TargetConfigurationError
+from twopc.spi import ProtocolError, SchemaMismatchError, TargetConfigurationError
 
 from ..._handles import StagingHandle
 from ._ddl import StagingDdl
-from ._statements import TXN_COLUMN, fresh, move_sql, sql_string
+from ._statements import TXN_COLUMN, move_sql, sql_string
 
 __all__ = ["StagingCommitter"]
 
@@ -235,62 +235,6 @@ class StagingCommitter(StagingDdl):
             _quiet_rollback(conn)
             what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
             raise self.error(exc, f"delete staged rows of {what}") from None
-        finally:
-            conn.close()
-
-    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
-        """Attempts of *sink_id* (and *batch_id*) with rows in the staging table."""
-        return [h for h, _rows in self._staged(sink_id) if batch_id is None or h.batch_id == batch_id]
-
-    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """Staged attempts of *sink_id* with their row counts (the staging table records
-        no time: their age is unknown).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed.
-        """
-        return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
-
-    def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
-        conn = self.connect()
-        try:
-            with fresh(conn):
-                counts = self.staged_counts(conn, Xid.prefix(sink_id))
-        except SQLAlchemyError as exc:
-            raise self.error(exc, "list staged transactions") from None
-        finally:
-            conn.close()
-        out = []
-        for txn_id, rows in counts.items():
-            h = self.parse_txn_id(txn_id)
-            if h is not None and h.sink_id == sink_id:
-                out.append((h, rows))
-        return sorted(out, key=lambda p: (p[0].batch_id, p[0].txn_id))
-
-    def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
-        """Rebuild a handle from a staged transaction id (``None`` if it is not one)."""
-        xid = Xid.parse(txn_id)
-        if xid is None or xid.text != txn_id:
-            return None
-        return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
-                             table=self.target.display(), stage_table=self.stage.display(), rows=-1)
-
-    def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
-        runtime calls it best effort).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed.
-        """
-        conn = self.connect()
-        try:
-            with fresh(conn):
-                stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
-                               f"WHERE sink_id = :s AND batch_id < :b")
-                result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
-            return int(result.rowcount)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"purge batch markers from {self.batches.display()}") from None
         finally:
             conn.close()
 

@@ -20,7 +20,6 @@ from twopc.spi import SchemaMismatchError, TargetConfigurationError, redact
 from twopc.spi.lease import EPHEMERAL_PREFIX, ephemeral_started, ephemeral_writer_dead
 
 from .._errors import session_init_failed
-from .._names import TableName
 from .._privileges import Run, require_privileges
 from .._transactional import require_transactional
 from .._twopc_schema import ensure_schema
@@ -230,10 +229,6 @@ class StagingDdl(StagingTables):
             return rows
         return run
 
-    @staticmethod
-    def has_table(conn: Connection, t: TableName) -> bool:
-        return sa.inspect(conn).has_table(t.name, schema=t.schema)
-
     def _ensure_stage(self, conn: Connection, schema: pa.Schema, types: dict[str, str]) -> None:
         """Create the staging table, or re-create it (when empty) if its columns are not
         the DataFrame's, of the target's types where *types* gives them (PostgreSQL,
@@ -281,16 +276,6 @@ class StagingDdl(StagingTables):
     def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
         """Distinct transaction ids in the staging table starting with *prefix*."""
         return list(self.staged_counts(conn, prefix))
-
-    def staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
-        """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
-        where the prefix holds ``_``, a wildcard: the prefix is checked again here)."""
-        if not self.has_table(conn, self.stage):
-            return {}
-        col = self.q(TXN_COLUMN)
-        rows = conn.execute(sa.text(f"SELECT {col}, COUNT(*) FROM {self.stage.quoted(conn.dialect)} "
-                                    f"WHERE {col} LIKE :p GROUP BY {col}"), {"p": prefix + "%"}).all()
-        return {str(r[0]): int(r[1]) for r in rows if str(r[0]).startswith(prefix)}
 
     def delete_staged_rows(self, conn: Connection, ids: Sequence[str]) -> None:
         if not ids:

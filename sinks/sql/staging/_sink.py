@@ -57,8 +57,7 @@ from twopc.spi import (
 from ..._handles import StagingHandle
 from .._registry import dialect_for
 from ..connect._server_instance import SqlNamedTarget
-from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
-from ..options._jdbc_url import safe_url
+from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import StagingCommitter
 from ._statements import TXN_COLUMN
 from ._tables import StagingTables

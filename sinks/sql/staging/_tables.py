@@ -1,33 +1,39 @@
 """The configuration and connections the staging sink's parts share: the target, staging
 and batch marker tables, the save mode, and the connections with a write's session settings
-(from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
+(from the registered dialect: :mod:`twopc.sinks.sql._registry`); and the driver's bookkeeping
+of the staging table: the attempts staged in it, the batch markers purged. A prepared-mode
+``twopc-jdbc`` write whose tasks may stage sweeps staged attempts with these tables alone."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+import sqlalchemy as sa
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
-from twopc import ConfigurationError, SinkError
-from twopc.spi import SinkUnavailableError, redact
+from twopc import ConfigurationError, SinkError, Xid
+from twopc.spi import PreparedDetail, SinkUnavailableError, redact
 
+from ..._handles import StagingHandle
 from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase, dialect_for
 from ..connect._engines import engine_for
-from ..options._jdbc_options import JdbcOptions, SaveMode, isolation_sql
-from ._statements import default_stage_name, fresh
+from ..options import JdbcOptions, SaveMode, isolation_sql
+from ._statements import TXN_COLUMN, default_stage_name, fresh
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["MODES", "StagingTables"]
+__all__ = ["BATCH_TABLE", "MODES", "StagingTables"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
 #: Spark's save modes the staging sink serves
 MODES = ("append", "overwrite", "errorifexists", "ignore")
+#: the default table of committed batch markers
+BATCH_TABLE = "twopc_batches"
 
 
 class StagingTables:
@@ -144,3 +150,73 @@ class StagingTables:
         overwrite how it empties an existing table (:meth:`replaced_by`)."""
         return self.replaced_by() if self.mode == "overwrite" else self.mode
 
+    # -- the driver's bookkeeping: staged attempts and batch markers --------------------------
+    @staticmethod
+    def has_table(conn: Connection, t: TableName) -> bool:
+        return sa.inspect(conn).has_table(t.name, schema=t.schema)
+
+    def staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
+        """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
+        where the prefix holds ``_``, a wildcard: the prefix is checked again here)."""
+        if not self.has_table(conn, self.stage):
+            return {}
+        col = self.q(TXN_COLUMN)
+        rows = conn.execute(sa.text(f"SELECT {col}, COUNT(*) FROM {self.stage.quoted(conn.dialect)} "
+                                    f"WHERE {col} LIKE :p GROUP BY {col}"), {"p": prefix + "%"}).all()
+        return {str(r[0]): int(r[1]) for r in rows if str(r[0]).startswith(prefix)}
+
+    def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
+        """Attempts of *sink_id* (and *batch_id*) with rows in the staging table."""
+        return [h for h, _rows in self._staged(sink_id) if batch_id is None or h.batch_id == batch_id]
+
+    def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
+        """Staged attempts of *sink_id* with their row counts (the staging table records
+        no time: their age is unknown).
+
+        Raises:
+            SinkError / SinkUnavailableError: the database failed.
+        """
+        return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
+
+    def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
+        conn = self.connect()
+        try:
+            with fresh(conn):
+                counts = self.staged_counts(conn, Xid.prefix(sink_id))
+        except SQLAlchemyError as exc:
+            raise self.error(exc, "list staged transactions") from None
+        finally:
+            conn.close()
+        out = []
+        for txn_id, rows in counts.items():
+            h = self.parse_txn_id(txn_id)
+            if h is not None and h.sink_id == sink_id:
+                out.append((h, rows))
+        return sorted(out, key=lambda p: (p[0].batch_id, p[0].txn_id))
+
+    def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
+        """Rebuild a handle from a staged transaction id (``None`` if it is not one)."""
+        xid = Xid.parse(txn_id)
+        if xid is None or xid.text != txn_id:
+            return None
+        return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
+                             table=self.target.display(), stage_table=self.stage.display(), rows=-1)
+
+    def purge_markers(self, sink_id: str, below_batch: int) -> int:
+        """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
+        runtime calls it best effort).
+
+        Raises:
+            SinkError / SinkUnavailableError: the database failed.
+        """
+        conn = self.connect()
+        try:
+            with fresh(conn):
+                stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
+                               f"WHERE sink_id = :s AND batch_id < :b")
+                result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
+            return int(result.rowcount)
+        except SQLAlchemyError as exc:
+            raise self.error(exc, f"purge batch markers from {self.batches.display()}") from None
+        finally:
+            conn.close()

@@ -40,11 +40,10 @@ from twopc.spi import ConcurrentWriterError, TargetConfigurationError
 from twopc.spi.lease import EPHEMERAL_PREFIX, DriverIdentity, Lease, driver_identity
 from twopc.spi.lease import start_ticks as _start_ticks
 
-from .._names import TableName, parse_table_name
-from .._privileges import dbapi_runner, require_privileges
-from .._twopc_schema import ensure_schema
-from ..connect._engines import dbapi_connect_params
-from ..connect._sql_target import SqlTarget, give_back, log
+from ._names import TableName, parse_table_name
+from ._twopc_schema import ensure_schema
+from .connect._engines import dbapi_connect_params
+from .connect._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 
@@ -105,6 +104,8 @@ class SqlTargetLedger:
             SinkError: it cannot be created (the message has the DDL to run as an owner).
             TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
         """
+        from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
+
         ddl = self.sink.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.sink.options.twopc_schema) is not None:
             self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self.dialect, schema,
