@@ -53,10 +53,7 @@ class RedisServer:
 
     def ping(self) -> None:
         """Raises :class:`~twopc.spi.SinkUnavailableError` when the server cannot be reached."""
-        try:
-            self.client().ping()
-        except rex.RedisError as exc:
-            raise self.config.error(exc, "connect") from None
+        self.config.call("connect", lambda c: c.ping())
 
     # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
@@ -118,10 +115,7 @@ class RedisServer:
             SinkUnavailableError / SinkError: the server failed.
         """
         if self.mode is None:
-            try:
-                version = str(self.client().info("server").get("redis_version", "0"))
-            except rex.RedisError as exc:
-                raise self.config.error(exc, "read INFO server") from None
+            version = str(self.config.call("read INFO server", lambda c: c.info("server")).get("redis_version", "0"))
             major = version.split(".")[0]
             self.mode = "function" if major.isdigit() and int(major) >= 7 else "eval"
         return self.mode
@@ -165,16 +159,8 @@ class RedisServer:
             SinkUnavailableError / SinkError: the server failed.
         """
         client = self.client()
-        self.load()
-        for _ in (0, 1):
-            try:
-                return decode_reply(self.call(client, name, keys, args))
-            except rex.RedisError as exc:
-                if not missing_library(exc):
-                    raise self.config.error(exc, action) from None
-            self.load(force=True)
-        raise SinkError(f"Redis at {self.config.where()}: the server-side library vanished twice while trying to "
-                        f"{action}")
+        return decode_reply(self.config.with_library(self.load, lambda: self.call(client, name, keys, args), action,
+                                                     "server-side library"))
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:

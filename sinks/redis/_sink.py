@@ -185,13 +185,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             SinkError / SinkUnavailableError: the server failed.
         """
         key = self.keys_for(sink_id).owner
-        client = self._server.client()
-        try:
-            if client.set(key, owner, nx=True):
-                return None
-            recorded = client.get(key)
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, f"record the owner of sink id {sink_id!r}") from None
+        recorded = self._server.config.call(f"record the owner of sink id {sink_id!r}",
+                                            lambda c: None if c.set(key, owner, nx=True) else c.get(key))
         if recorded is None or as_text(recorded) == owner:
             return None
         return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.config.where()} DEL '{key}'")
@@ -510,10 +505,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """
         keys = self.keys_for(sink_id)
         lo, hi = ("-inf", "+inf") if batch_id is None else (batch_id, batch_id)
-        try:
-            members = self._server.client().zrangebyscore(keys.txns, lo, hi)
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "list prepared transactions") from None
+        members = self._server.config.call("list prepared transactions", lambda c: c.zrangebyscore(keys.txns, lo, hi))
         tag = self.hash_tag(sink_id)
         out = []
         for m in members:
@@ -560,11 +552,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        try:
-            n = int(self._server.client().zcard(self.keys_for(sink_id).txns))
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "count staging keys") from None
-        return Headroom("staging keys of this sink", n, None)
+        n = self._server.config.call("count staging keys", lambda c: c.zcard(self.keys_for(sink_id).txns))
+        return Headroom("staging keys of this sink", int(n), None)
 
     def commit_mode(self) -> str:
         """One Redis FUNCTION (or Lua script) call per batch, markers included."""
@@ -580,18 +569,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             SinkError / SinkUnavailableError: the server failed.
         """
         keys = self.keys_for(sink_id)
-        try:
-            return int(self._server.client().zremrangebyscore(keys.committed, "-inf", f"({int(below_batch)}"))
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "purge commit markers") from None
+        return int(self._server.config.call("purge commit markers", lambda c: c.zremrangebyscore(
+            keys.committed, "-inf", f"({int(below_batch)}")))
 
     def is_committed(self, handle: RedisHandle) -> bool:
         """True when the handle's commit marker exists."""
         keys = self._handle_keys(handle)
-        try:
-            return self._server.client().zscore(keys.committed, handle.txn_id) is not None
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "read commit markers") from None
+        marker = self._server.config.call("read commit markers", lambda c: c.zscore(keys.committed, handle.txn_id))
+        return marker is not None
 
 
 _BATCH_OUTCOMES = {"COMMITTED": CommitOutcome.COMMITTED, "ALREADY": CommitOutcome.ALREADY_COMMITTED,
