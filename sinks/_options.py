@@ -54,12 +54,7 @@ def closest_option(name: str, known: Iterable[str], *, cutoff: float = 0.6) -> s
     case-insensitively (Spark lower-cases option keys), as *known* spells it; ``None``
     when none is close (difflib ratio below *cutoff*; :data:`MISSPELLED` is the one
     that takes it for a misspelling)."""
-    by_low: dict[str, str] = {}
-    for k in (*known, *RUNTIME_OPTION_NAMES):
-        by_low.setdefault(k.lower(), k)
-    by_low.pop(name.lower(), None)
-    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=cutoff)
-    return by_low[match[0]] if match else None
+    return _nearest(name, (*known, *RUNTIME_OPTION_NAMES), cutoff)
 
 
 def unknown_option_hint(name: str, known: Iterable[str]) -> str:
@@ -74,11 +69,16 @@ def misspelling(wanted: str, given: Iterable[str]) -> str | None:
     case-insensitively, difflib ratio at least 0.75), as given; None when none is. Options
     Spark or the twopc runtime pass by themselves (``path``, ``checkpointLocation``...)
     are never taken for one."""
+    return _nearest(wanted, (k for k in given if k.lower() not in _ALWAYS_ACCEPTED), MISSPELLED)
+
+
+def _nearest(name: str, candidates: Iterable[str], cutoff: float) -> str | None:
+    """The candidate other than *name* nearest to it, compared case-insensitively, as spelled."""
     by_low: dict[str, str] = {}
-    for k in given:
-        if k.lower() != wanted.lower() and k.lower() not in _ALWAYS_ACCEPTED:
-            by_low.setdefault(k.lower(), k)
-    match = difflib.get_close_matches(wanted.lower(), list(by_low), n=1, cutoff=MISSPELLED)
+    for k in candidates:
+        by_low.setdefault(k.lower(), k)
+    by_low.pop(name.lower(), None)
+    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=cutoff)
     return by_low[match[0]] if match else None
 
 

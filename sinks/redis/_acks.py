@@ -101,10 +101,6 @@ class AckSpec:
             if have is None or have < eid:
                 acks[stream] = eid
 
-    def track_batch(self, acks: dict[str, EntryId], batch: pa.RecordBatch) -> None:
-        """:meth:`track` over the rows of *batch*."""
-        self.track(acks, batch.column(self.stream_column).to_pylist(), batch.column(self.id_column).to_pylist())
-
 
 def batch_acks(handles: Sequence[RedisHandle]) -> list[tuple[str, str]]:
     """The highest id per stream over *handles* (a decided batch), sorted by stream."""

@@ -1,10 +1,5 @@
-"""The open transaction of the Redis sink: rows folded into effects, then laid out as the
-staging list that ``pre_commit`` pushes.
-
-Within one transaction (one Spark task attempt) effects are folded before staging: SETs,
-HSET fields and ZADD members keep the last value per key/field/member, INCRBY/HINCRBY
-deltas are summed, XADD entries and RPUSH values keep row order. Each target key may be
-written by only one op of the mapping within a transaction.
+"""The open transaction of the Redis sink: rows folded into effects (the rules are in
+:mod:`twopc.sinks.redis`), then laid out as the staging list that ``pre_commit`` pushes.
 
 The staging list is check groups then apply groups, each ``"<CMD> <n>"`` followed by ``n``
 arguments, at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` arguments a group (the format
@@ -123,7 +118,7 @@ def fold(compiled: Sequence[Compiled], txn: RedisTxn, cols: Mapping[str, list[An
                     f"key {k!r} is written by {compiled[o].what} and {c.what} in one transaction: give each op "
                     f"of the mapping its own keys (effects of two ops on one key would depend on their order)")
             if check_each and key_slot(k) != want:
-                raise ConfigurationError(slot_message(f"target key {k!r}", key_slot(k), txn.tag, want, c.what,
+                raise ConfigurationError(slot_message(f"target key {k!r}", key_slot(k), txn.tag, c.what,
                                                       tag_option_set=tag_option_set))
         _fold_op(c, txn.state[c.index], keys, cols, all_columns, n)
     txn.rows += n

@@ -224,10 +224,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """
         tag = self.hash_tag(sink_id)
         if key_slot(key) != key_slot(tag):
-            raise ConfigurationError(self._slot_message(f"target key {key!r}", key_slot(key), tag, op))
-
-    def _slot_message(self, subject: str, got: int, tag: str, op: str) -> str:
-        return slot_message(subject, got, tag, key_slot(tag), op, tag_option_set=self._hash_tag is not None)
+            raise ConfigurationError(slot_message(f"target key {key!r}", key_slot(key), tag, op,
+                                                  tag_option_set=self._hash_tag is not None))
 
     def _check_fixed_slots(self, tag: str) -> None:
         want = key_slot(tag)
@@ -239,7 +237,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                     f"hash tag {tag} (slot {want}): the dead letters commit with the batch, in one slot. Put the "
                     f"hash tag into the key, e.g. \"{tag}:dead\"")
             if got is not None and got != want:
-                raise ConfigurationError(self._slot_message(f"key template {c.op.key!r}", got, tag, c.what))
+                raise ConfigurationError(slot_message(f"key template {c.op.key!r}", got, tag, c.what,
+                                                      tag_option_set=self._hash_tag is not None))
 
     def _slot_check_on(self) -> bool:
         if self._same_slot is not None:
@@ -311,7 +310,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
         """
         if self._ack is not None:
-            self._ack.track_batch(txn.acks, batch)
+            self._ack.track(txn.acks, batch.column(self._ack.stream_column).to_pylist(),
+                            batch.column(self._ack.id_column).to_pylist())
         self._folder().fold(txn, batch_columns(self._compiled, batch), list(batch.schema.names), batch.num_rows,
                         batch.to_pylist)
 
@@ -407,14 +407,9 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         keys = self._handle_keys(handle)
         reply = self._server.run("commit", [keys.txns, keys.prepared, keys.staging(handle.txn_id), keys.committed],
                                  [handle.txn_id, handle.batch_id], f"commit {handle.txn_id}")
-        if reply[0] == "ALREADY":
-            return CommitOutcome.ALREADY_COMMITTED
-        if reply[0] == "LOST":
-            log.error("twopc redis: %s is neither prepared nor committed on %s", handle.txn_id,
-                      self._server.config.where())
-            return CommitOutcome.LOST
-        check_reply(reply, handle.txn_id, "commit")
-        return CommitOutcome.COMMITTED
+        if reply[0] not in ("ALREADY", "LOST"):
+            check_reply(reply, handle.txn_id, "commit")
+        return self._outcome(handle.txn_id, reply[0])
 
     def commit_all(self, handles: Sequence[RedisHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit every transaction of one decided batch in one atomic server-side call
@@ -459,11 +454,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             if reply[0] != "DONE" or len(reply) != len(idx) + 1 or not set(reply[1:]) <= set(_BATCH_OUTCOMES):
                 raise SinkError(f"cannot commit {txn_ids[0]}..: unexpected reply {reply!r:.200}")
             for i, status in zip(idx, reply[1:], strict=True):
-                outcomes[i] = _BATCH_OUTCOMES[status]
-                if status == "LOST":
-                    log.error("twopc redis: %s is neither prepared nor committed on %s", handles[i].txn_id,
-                              self._server.config.where())
+                outcomes[i] = self._outcome(handles[i].txn_id, status)
         return [o for o in outcomes if o is not None]
+
+    def _outcome(self, txn_id: str, status: str) -> CommitOutcome:
+        """The outcome of a commit step's *status* (``COMMITTED`` once checked), a LOST one logged."""
+        if status == "LOST":
+            log.error("twopc redis: %s is neither prepared nor committed on %s", txn_id, self._server.config.where())
+        return _BATCH_OUTCOMES[status]
 
     def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
         """:meth:`commit_all` takes a whole batch and groups it into as few atomic calls as

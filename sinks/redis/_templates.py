@@ -1,13 +1,5 @@
-"""Templates of the Redis mapping, and how a cell becomes a Redis string.
-
-A template uses Python format syntax: ``{column}`` inserts a column's value, ``{{`` and
-``}}`` are literal braces (a Redis hash tag is written ``{{tag}}``). A numeric parameter is
-a JSON number (a constant) or ``"{column}"`` (exactly one column).
-
-Cells are written as: str as is (UTF-8), bytes raw, int in decimal, float as Python's
-shortest repr, bool ``true``/``false``, date/time ISO 8601, lists/dicts as JSON. A null in
-a referenced column is an error.
-"""
+"""Templates of the Redis mapping, and how a cell becomes a Redis string (the rules are in
+:mod:`twopc.sinks.redis`'s mapping reference)."""
 
 from __future__ import annotations
 
@@ -173,7 +165,7 @@ def null_error(column: str, what: str) -> ConfigurationError:
 
 
 def encode(v: Any, column: str, what: str) -> str | bytes:
-    """Encode a cell as a Redis string (see the module docstring).
+    """Encode a cell as a Redis string (as the mapping reference of :mod:`twopc.sinks.redis` says).
 
     Raises:
         ConfigurationError: the cell is null.
