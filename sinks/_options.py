@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 from twopc import ConfigurationError
 from twopc.spi import MissingOptionError
@@ -89,8 +89,6 @@ class Duration:
 
     ms: int
 
-    DEFAULT_UNIT: ClassVar[str] = "s"
-
     @classmethod
     def parse(cls, value: str | float | Duration, name: str) -> Duration:
         """Read ``30s``, ``500ms``, ``2min``, ``1h``, ``1d``, ``250us`` or a plain number of
@@ -111,7 +109,7 @@ class Duration:
         if m is None:
             raise ConfigurationError(
                 f"{name} must be a duration such as 30s, 500ms, 2min, 1h or a number of seconds, got {value!r}")
-        return cls(math.ceil(float(m.group(1)) * _UNIT_MS[(m.group(2) or cls.DEFAULT_UNIT).lower()]))
+        return cls(math.ceil(float(m.group(1)) * _UNIT_MS[(m.group(2) or "s").lower()]))
 
     @property
     def seconds(self) -> float:
@@ -156,17 +154,13 @@ class OptionReader:
                     f"option {key} is given twice (keys are case-insensitive) with different values")
             self._values[low] = value
             self._spelled.setdefault(low, key)
-        self._claimed: set[str] = set()
-        self._names: list[str] = []
+        self._names: dict[str, None] = {}  # every name looked up, in order
 
     # -- lookups -------------------------------------------------------------------------
     def get(self, name: str) -> str | None:
         """The raw value of option *name*, or ``None``; marks it as known."""
-        low = name.lower()
-        self._claimed.add(low)
-        if name not in self._names:
-            self._names.append(name)
-        return self._values.get(low)
+        self._names.setdefault(name)
+        return self._values.get(name.lower())
 
     def text(self, name: str, default: str | None = None) -> str | None:
         """The value stripped; blank counts as absent."""
@@ -240,8 +234,8 @@ class OptionReader:
     def unclaimed(self) -> dict[str, str]:
         """Options nobody has looked up (spelled as given), but for the runtime's and
         Spark's own."""
-        return {self._spelled[k]: v for k, v in self._values.items()
-                if k not in self._claimed and k not in _ALWAYS_ACCEPTED}
+        claimed = {n.lower() for n in self._names}
+        return {self._spelled[k]: v for k, v in self._values.items() if k not in claimed | _ALWAYS_ACCEPTED}
 
     def refuse_unknown(self, *, hint: str = "") -> None:
         """Raise when an option was given that no lookup claimed.

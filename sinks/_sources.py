@@ -89,12 +89,11 @@ class HttpDataSource(_LazySinkDataSource):
             self.options["outbox"] = outbox
 
 
-def default_outbox(options: Mapping[str, str], session_root: str | None, prefix: str = "") -> str | None:
-    """The outbox folder of a ``twopc-http`` write (or of a composite's participant whose
-    options carry *prefix*) that names none: ``<checkpoint>/twopc-http``, the checkpoint
-    given, or the one Spark picks for a named streaming query from *session_root*; ``None``
-    when the options name one or no checkpoint is known."""
-    if option(options, f"{prefix}outbox") is not None:
+def default_outbox(options: Mapping[str, str], session_root: str | None) -> str | None:
+    """The outbox folder of a ``twopc-http`` write that names none: ``<checkpoint>/twopc-http``,
+    the checkpoint given, or the one Spark picks for a named streaming query from
+    *session_root*; ``None`` when the options name one or no checkpoint is known."""
+    if option(options, "outbox") is not None:
         return None
     checkpoint = option(options, "checkpointLocation")
     name = option(options, "queryName")

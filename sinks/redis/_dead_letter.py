@@ -27,7 +27,7 @@ from twopc import ConfigurationError
 
 from .._entry import entry_name
 from ._fold import RedisTxn
-from ._mapping import Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp, _compile
+from ._mapping import Compiled, XAddOp, _compile
 
 __all__ = ["DEAD_LETTER_FIELDS", "RowFolder", "dead_letter_op"]
 
@@ -51,27 +51,20 @@ def dead_letter_op(key: str, index: int) -> Compiled:
     return _compile(index, XAddOp(literal, columns=DEAD_LETTER_FIELDS))
 
 
-def _merge(c: Compiled, dst: dict[str, Any], src: dict[str, Any]) -> None:
-    """Fold *src* (effects of later rows) into *dst*, as folding those rows into *dst* would."""
-    op = c.op
-    if isinstance(op, SetOp):
-        dst.update(src)
-    elif isinstance(op, HSetOp | ZAddOp):
-        for k, h in src.items():
-            dst.setdefault(k, {}).update(h)
-    elif isinstance(op, XAddOp | RPushOp):
-        for k, items in src.items():
-            dst.setdefault(k, []).extend(items)
-    elif isinstance(op, IncrByOp):
-        for k, d in src.items():
-            dst[k] = dst.get(k, 0) + d
-    elif isinstance(op, HIncrByOp):
-        for k, h in src.items():
-            t = dst.setdefault(k, {})
-            for f, d in h.items():
-                t[f] = t.get(f, 0) + d
-    else:  # pragma: no cover - a new op class without merge support
-        raise ConfigurationError(f"{c.what}: no merge rule for {op.OP}")
+def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
+    """Fold *src* (effects of later rows) into *dst*, as folding those rows into *dst* would:
+    counters add up, XADD entries and RPUSH values append, hash fields and sorted-set members
+    merge one by one, a SET value is replaced."""
+    for k, v in src.items():
+        have = dst.get(k)
+        if isinstance(v, dict) and have is not None:
+            _merge(have, v)
+        elif isinstance(v, list) and have is not None:
+            have.extend(v)
+        elif isinstance(v, int) and have is not None:
+            dst[k] = have + v
+        else:
+            dst[k] = v
 
 
 class RowFolder:
@@ -133,7 +126,7 @@ class RowFolder:
     def _adopt(self, txn: RedisTxn, scratch: RedisTxn, n: int) -> None:
         for c in self._compiled:
             if scratch.state[c.index]:
-                _merge(c, txn.state[c.index], scratch.state[c.index])
+                _merge(txn.state[c.index], scratch.state[c.index])
         txn.owner.update(scratch.owner.maps[0])  # type: ignore[attr-defined]  # the ChainMap of _scratch
         txn.rows += n
 
