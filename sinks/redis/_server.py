@@ -26,7 +26,7 @@ from ._ack_lua import ack_function_name, ack_library_code
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
-from ._wire import Commands, run_pipeline
+from ._wire import run_pipeline
 
 __all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply"]
 
@@ -144,13 +144,13 @@ class RedisServer:
             raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None
         self.config.mark_loaded(mode)
 
-    def call(self, target: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Queue or run server-side step *name* on *target* (a client or a pipeline)."""
+    def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The command that runs server-side step *name*: ``FCALL``, or ``EVALSHA`` in eval mode."""
         if name == "commit_batch_ack":  # function mode only (validate refuses ackGroup otherwise)
-            return target.fcall(ack_function_name(), len(keys), *keys, *args)
+            return ("FCALL", ack_function_name(), len(keys), *keys, *args)
         if self.script_mode() == "function":
-            return target.fcall(lua.function_name(name), len(keys), *keys, *args)
-        return target.evalsha(lua.script_sha(name), len(keys), *keys, *args)
+            return ("FCALL", lua.function_name(name), len(keys), *keys, *args)
+        return ("EVALSHA", lua.script_sha(name), len(keys), *keys, *args)
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> list[str]:
         """Run one server-side step, loading the library again when the server lost it.
@@ -159,8 +159,8 @@ class RedisServer:
             SinkUnavailableError / SinkError: the server failed.
         """
         client = self.client()
-        return decode_reply(self.config.with_library(self.load, lambda: self.call(client, name, keys, args), action,
-                                                     "server-side library"))
+        return decode_reply(self.config.with_library(
+            self.load, lambda: client.execute_command(*self.command(name, keys, args)), action, "server-side library"))
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
@@ -182,13 +182,12 @@ class RedisServer:
         self.load()
         step = lua.MAX_ARGS
         for attempt in (0, 1):
-            pipe = Commands()
-            pipe.command("ZADD", keys.txns, "NX", batch_id, txn_id)
-            for i in range(0, len(elements), step):
-                self.call(pipe, "stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
-            self.call(pipe, "prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])
+            pipe = [("ZADD", keys.txns, "NX", batch_id, txn_id),
+                    *(self.command("stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
+                      for i in range(0, len(elements), step)),
+                    self.command("prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])]
             try:
-                replies = run_pipeline(client, pipe.items)
+                replies = run_pipeline(client, pipe)
             except rex.RedisError as exc:
                 raise self.config.error(exc, f"stage transaction {txn_id}") from None
             errors = [r for r in replies if isinstance(r, Exception)]
