@@ -1,18 +1,6 @@
-"""One way every sink reads its Spark options, and one duration type.
-
-:class:`OptionReader` looks options up case-insensitively (Spark lower-cases keys), parses
-typed values with messages that name the option and the fix, and refuses an option that
-no one claimed, listing the supported ones, so a typo never passes silently. Options of
-the twopc runtime (``checkpointLocation``, ``txnVersion``...) and the ones Spark adds by
-itself (``path`` from ``save(path)``, ``queryName`` from ``.queryName()``) are always
-accepted. :func:`unknown_option_hint` is the one rule naming the known option closest to
-an unknown one (every format's refusal uses it); :func:`misspelling` finds, for a required
-option that is missing, the unknown one given in its place, which :meth:`OptionReader.missing`
-names before anything else (``unknown option 'dbtabel': did you mean 'dbtable'?``). Error
-messages never show a value that may be a secret.
-
-:class:`Duration` is every timeout and lock wait of every sink: ``30s``, ``500ms``,
-``2min``, ``1h``, ``1d``, ``250us``, or a plain number of seconds (``30``, ``0.5``).
+"""One way every sink reads its Spark options (:class:`OptionReader`: case-insensitive, typed,
+an unclaimed option refused with the known one closest to it), and one duration type
+(:class:`Duration`). Error messages never show a value that may be a secret.
 """
 
 from __future__ import annotations
@@ -133,7 +121,9 @@ class Duration:
 
 
 class OptionReader:
-    """The options of one write, read by one format (see the module docstring).
+    """The options of one write, read by one format. The twopc runtime's options
+    (``checkpointLocation``...) and the ones Spark adds itself (``path``, ``queryName``) are
+    always accepted; :meth:`refuse_unknown` refuses any other option no lookup claimed.
 
     Args:
         options: Spark's writer options (any key spelling).

@@ -61,21 +61,16 @@ class RedisTxn:
 
 
 def row_columns(compiled: Sequence[Compiled], row: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The cells of *row* the mapping reads, as one-row columns.
+    """*row* as one-row columns, once it has every column the mapping reads.
 
     Raises:
         ConfigurationError: a referenced column is missing.
     """
-    cols: dict[str, list[Any]] = {}
     for c in compiled:
         for name in c.columns():
             if name not in row:
                 raise ConfigurationError(f"{c.what} references column {name!r}, which the row does not have")
-            cols[name] = [row[name]]
-    if any(c.reads_all_columns for c in compiled):
-        for k, v in row.items():
-            cols.setdefault(k, [v])
-    return cols
+    return {k: [v] for k, v in row.items()}
 
 
 def batch_columns(compiled: Sequence[Compiled], batch: pa.RecordBatch) -> dict[str, list[Any]]:

@@ -70,8 +70,7 @@ class StreamOptions:
             o.refuse_unknown()
             url, url_password = split_url(o.required("url", '.option("url", "redis://host:6379/0")'))
             password = o.get("password")
-            names = [s.strip() for s in o.required("streams", '.option("streams", "orders")').split(",")]
-            names = [s for s in names if s]
+            names = [s.strip() for s in o.required("streams", '.option("streams", "orders")').split(",") if s.strip()]
             patterns = [s for s in names if _GLOB.search(s)]
             if patterns and len(names) > 1:
                 raise ConfigurationError(f"streams is either a list of keys or one glob pattern, got {names!r:.200}")
