@@ -149,13 +149,12 @@ class ClientConfig:
             client.commands_parser = _LocalFcallKeys(client.commands_parser)
         return Pooled(client, cluster)
 
-    def library_loaded(self, mode: str) -> bool:
-        """Whether this process loaded the server-side library (in *mode*) on this server."""
-        return (self.url, mode) in _LOADED
-
-    def mark_loaded(self, mode: str) -> None:
-        """Record that the library is loaded, until :func:`dispose_clients`."""
-        _LOADED.add((self.url, mode))
+    def load_once(self, key: str, load: Callable[[Pooled], object], action: str, *, force: bool = False) -> None:
+        """``load(pooled)`` (a server-side library, known as *key*) once per process and server
+        until :func:`dispose_clients`, again with *force*; a Redis error raised as :meth:`error`'s."""
+        if (self.url, key) not in _LOADED or force:
+            self.call(action, lambda _: load(self.pooled()))
+            _LOADED.add((self.url, key))
 
 
 class _LocalFcallKeys:

@@ -17,7 +17,7 @@ import redis.exceptions as rex
 from twopc import SinkError
 
 from . import stream_lua as lua
-from .clients import ClientConfig
+from .clients import ClientConfig, Pooled
 from .ids import EntryId, Range
 
 __all__ = ["Plan", "StreamInfo", "StreamServer"]
@@ -73,18 +73,16 @@ class StreamServer:
 
     # -- the library ---------------------------------------------------------------------------
     def _load(self, *, force: bool = False) -> None:
-        if self.config.library_loaded(lua.LIBRARY_NAME) and not force:
-            return
-        try:
-            self.config.pooled().on_every_primary(lambda node: node.function_load(lua.library_code(), replace=True))
-        except rex.ResponseError as exc:
-            if "unknown command" in str(exc).lower():
-                raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream needs "
-                                f"Redis 7.0 or newer") from None
-            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
-        self.config.mark_loaded(lua.LIBRARY_NAME)
+        def load(pooled: Pooled) -> None:
+            try:
+                pooled.on_every_primary(lambda node: node.function_load(lua.library_code(), replace=True))
+            except rex.ResponseError as exc:
+                if "unknown command" in str(exc).lower():
+                    raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream "
+                                    f"needs Redis 7.0 or newer") from None
+                raise
+
+        self.config.load_once(lua.LIBRARY_NAME, load, f"load the {lua.LIBRARY_NAME} library", force=force)
 
     def fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> Any:
         """Run step *name* of the library (loading it when the server lost it).
@@ -148,11 +146,6 @@ class StreamServer:
         reply = self.config.call_unless(f"read XINFO STREAM {stream!r}", lambda c: c.xinfo_stream(stream),
                                         "no such key")
         return None if reply is None else StreamInfo.of(reply)
-
-    def last_id(self, stream: str) -> EntryId | None:
-        """The stream's ``last-generated-id``, or None when it does not exist."""
-        info = self.info(stream)
-        return None if info is None else info.last
 
     def groups(self, stream: str) -> list[dict[str, Any]] | None:
         """``XINFO GROUPS`` (one dict per group), or None when the stream does not exist.

@@ -19,7 +19,7 @@ import redis.exceptions as rex
 from twopc import SinkError
 from twopc.spi import ProtocolError, TargetConfigurationError
 
-from .._redis.clients import ClientConfig
+from .._redis.clients import ClientConfig, Pooled
 from .._redis.library import missing_library
 from . import _lua as lua
 from ._ack_lua import ack_function_name, ack_library_code
@@ -129,10 +129,8 @@ class RedisServer:
             SinkUnavailableError / SinkError: the server failed.
         """
         mode = self.script_mode()
-        if self.config.library_loaded(mode) and not force:
-            return
-        pooled = self.config.pooled()
-        try:
+
+        def load(pooled: Pooled) -> None:
             if mode == "function":
                 pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
                                                       node.function_load(lua.batch_library_code(), replace=True),
@@ -140,9 +138,8 @@ class RedisServer:
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None
-        self.config.mark_loaded(mode)
+
+        self.config.load_once(mode, load, f"load the {lua.LIBRARY_NAME} server-side library", force=force)
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The command that runs server-side step *name*: ``FCALL``, or ``EVALSHA`` in eval mode."""

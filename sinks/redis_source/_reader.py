@@ -157,7 +157,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
         """``trigger(availableNow=True)``: read up to the streams' last ids as of now."""
-        self._caps = {k: self.server.last_id(k) or ZERO for k in self._streams()}
+        self._caps = {k: info.last if (info := self.server.info(k)) else ZERO for k in self._streams()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         """The end of the next micro-batch (see the module docstring).
