@@ -47,14 +47,6 @@ class RedisServer:
     config: ClientConfig
     mode: str | None = None
 
-    def client(self) -> Any:
-        """This process's client."""
-        return self.config.pooled().client
-
-    def ping(self) -> None:
-        """Raises :class:`~twopc.spi.SinkUnavailableError` when the server cannot be reached."""
-        self.config.call("connect", lambda c: c.ping())
-
     # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
         """Check that the server persists every write (or every second, with
@@ -95,7 +87,7 @@ class RedisServer:
 
     def _config_get(self, name: str) -> str:
         try:
-            got = self.client().config_get(name)
+            got = self.config.pooled().client.config_get(name)
         except rex.ResponseError as exc:
             raise TargetConfigurationError(
                 f"Redis at {self.config.where()} does not allow CONFIG GET ({self.config.redact(str(exc))}), as "
@@ -155,7 +147,7 @@ class RedisServer:
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        client = self.client()
+        client = self.config.pooled().client
         return decode_reply(self.config.with_library(
             self.load, lambda: client.execute_command(*self.command(name, keys, args)), action, "server-side library"))
 
@@ -175,7 +167,7 @@ class RedisServer:
                 it could not be reached).
         """
         staging = keys.staging(txn_id)
-        client = self.client()
+        client = self.config.pooled().client
         self.load()
         step = lua.MAX_ARGS
         for attempt in (0, 1):

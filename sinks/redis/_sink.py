@@ -264,7 +264,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         check_schema(self._compiled, schema)
         if self._ack is not None:
             self._ack.check_schema(schema)
-        self._server.ping()
+        self._server.config.call("connect", lambda c: c.ping())
         self._server.check_config(durability=self._durability, skip=self._skip_config_check)
         if self._slot_check_on():
             if self._hash_tag is None and self._server.config.pooled().cluster:
@@ -522,7 +522,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """
         handles = self.list_prepared(sink_id)
         keys = self.keys_for(sink_id)
-        client = self._server.client()
+        client = self._server.config.pooled().client
         now = time.time()
         out = []
         try:
