@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -92,14 +93,8 @@ class Template:
         const = self.constant
         if const is not None:
             return key_slot(const)
-        prefix = self.parts[0][0]
-        start = prefix.find("{")
-        if start < 0:
-            return None
-        end = prefix.find("}", start + 1)
-        if end < 0 or end == start + 1:
-            return None
-        return key_slot(prefix[start: end + 1])
+        tag = re.search(r"\{([^}]*)\}", self.parts[0][0])  # Redis's rule: the first {, the first } after it
+        return key_slot(tag.group(0)) if tag and tag.group(1) else None
 
     def render(self, cols: Mapping[str, list[Any]], n: int, what: str) -> list[Any]:
         """Render for rows 0..n-1. An exact template keeps bytes values as bytes.
