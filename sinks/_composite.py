@@ -1,25 +1,10 @@
 """``format("twopc-composite")``: the composite sink configured from Spark options, its
 participants named by their format (``twopc-postgres``, ``twopc-redis``, ``twopc-file``,
-``twopc-jdbc``, or ``package.module:SinkClass``).
-
-Options::
-
-    targets             orders,counters        the participants, in commit order; or a JSON
-                                               array of {"name", "format", "options",
-                                               "columns", "transform"} objects
-    orders.format       twopc-postgres         the participant's format
-    orders.columns      id, amount AS total    columns it keeps (AS renames); default all
-    orders.transform    my_pkg.mod:to_counts   a function RecordBatch -> RecordBatch
-    orders.batchColumn  twopc_batch            add the batch id to every row (consistent cuts)
-    orders.<option>     ...                    any other option of the participant's sink
-                                               (orders.url, orders.password, ...)
-
-Prefixed options override the same option in a JSON target, so credentials can stay out
-of the JSON (``.option("orders.password", pw)``). The runtime options (``checkpointLocation``,
-``sinkId``, ...) are the composite's. Any other option (a misspelled ``targets``, or a prefix
-that names no participant) is refused, naming the option it most likely means. Every
-participant is built and checked when the writer is planned, before any task runs; an error
-names the participant.
+``twopc-jdbc``, or ``package.module:SinkClass``), as the manual's composite page describes:
+``targets`` lists them (names, or a JSON array of objects), and ``<name>.<option>`` gives one
+its format, columns, transform, batch column or sink option (overriding the JSON). Any other
+option is refused, naming the option it most likely means. Every participant is built and
+checked when the writer is planned, before any task runs; an error names the participant.
 """
 
 from __future__ import annotations

@@ -1,18 +1,6 @@
-"""One way every sink reads its Spark options, and one duration type.
-
-:class:`OptionReader` looks options up case-insensitively (Spark lower-cases keys), parses
-typed values with messages that name the option and the fix, and refuses an option that
-no one claimed, listing the supported ones, so a typo never passes silently. Options of
-the twopc runtime (``checkpointLocation``, ``txnVersion``...) and the ones Spark adds by
-itself (``path`` from ``save(path)``, ``queryName`` from ``.queryName()``) are always
-accepted. :func:`unknown_option_hint` is the one rule naming the known option closest to
-an unknown one (every format's refusal uses it); :func:`misspelling` finds, for a required
-option that is missing, the unknown one given in its place, which :meth:`OptionReader.missing`
-names before anything else (``unknown option 'dbtabel': did you mean 'dbtable'?``). Error
-messages never show a value that may be a secret.
-
-:class:`Duration` is every timeout and lock wait of every sink: ``30s``, ``500ms``,
-``2min``, ``1h``, ``1d``, ``250us``, or a plain number of seconds (``30``, ``0.5``).
+"""One way every sink reads its Spark options (:class:`OptionReader`: case-insensitive, typed,
+an unclaimed option refused with the known one closest to it), and one duration type
+(:class:`Duration`). Error messages never show a value that may be a secret.
 """
 
 from __future__ import annotations
@@ -22,7 +10,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar, TypeVar
+from typing import TypeVar
 
 from twopc import ConfigurationError
 from twopc.spi import MissingOptionError
@@ -54,12 +42,7 @@ def closest_option(name: str, known: Iterable[str], *, cutoff: float = 0.6) -> s
     case-insensitively (Spark lower-cases option keys), as *known* spells it; ``None``
     when none is close (difflib ratio below *cutoff*; :data:`MISSPELLED` is the one
     that takes it for a misspelling)."""
-    by_low: dict[str, str] = {}
-    for k in (*known, *RUNTIME_OPTION_NAMES):
-        by_low.setdefault(k.lower(), k)
-    by_low.pop(name.lower(), None)
-    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=cutoff)
-    return by_low[match[0]] if match else None
+    return _nearest(name, (*known, *RUNTIME_OPTION_NAMES), cutoff)
 
 
 def unknown_option_hint(name: str, known: Iterable[str]) -> str:
@@ -74,11 +57,16 @@ def misspelling(wanted: str, given: Iterable[str]) -> str | None:
     case-insensitively, difflib ratio at least 0.75), as given; None when none is. Options
     Spark or the twopc runtime pass by themselves (``path``, ``checkpointLocation``...)
     are never taken for one."""
+    return _nearest(wanted, (k for k in given if k.lower() not in _ALWAYS_ACCEPTED), MISSPELLED)
+
+
+def _nearest(name: str, candidates: Iterable[str], cutoff: float) -> str | None:
+    """The candidate other than *name* nearest to it, compared case-insensitively, as spelled."""
     by_low: dict[str, str] = {}
-    for k in given:
-        if k.lower() != wanted.lower() and k.lower() not in _ALWAYS_ACCEPTED:
-            by_low.setdefault(k.lower(), k)
-    match = difflib.get_close_matches(wanted.lower(), list(by_low), n=1, cutoff=MISSPELLED)
+    for k in candidates:
+        by_low.setdefault(k.lower(), k)
+    by_low.pop(name.lower(), None)
+    match = difflib.get_close_matches(name.lower(), list(by_low), n=1, cutoff=cutoff)
     return by_low[match[0]] if match else None
 
 
@@ -88,8 +76,6 @@ class Duration:
     up, so a limit never becomes 0 = "no limit" by rounding)."""
 
     ms: int
-
-    DEFAULT_UNIT: ClassVar[str] = "s"
 
     @classmethod
     def parse(cls, value: str | float | Duration, name: str) -> Duration:
@@ -111,7 +97,7 @@ class Duration:
         if m is None:
             raise ConfigurationError(
                 f"{name} must be a duration such as 30s, 500ms, 2min, 1h or a number of seconds, got {value!r}")
-        return cls(math.ceil(float(m.group(1)) * _UNIT_MS[(m.group(2) or cls.DEFAULT_UNIT).lower()]))
+        return cls(math.ceil(float(m.group(1)) * _UNIT_MS[(m.group(2) or "s").lower()]))
 
     @property
     def seconds(self) -> float:
@@ -135,7 +121,9 @@ class Duration:
 
 
 class OptionReader:
-    """The options of one write, read by one format (see the module docstring).
+    """The options of one write, read by one format. The twopc runtime's options
+    (``checkpointLocation``...) and the ones Spark adds itself (``path``, ``queryName``) are
+    always accepted; :meth:`refuse_unknown` refuses any other option no lookup claimed.
 
     Args:
         options: Spark's writer options (any key spelling).
@@ -156,17 +144,13 @@ class OptionReader:
                     f"option {key} is given twice (keys are case-insensitive) with different values")
             self._values[low] = value
             self._spelled.setdefault(low, key)
-        self._claimed: set[str] = set()
-        self._names: list[str] = []
+        self._names: dict[str, None] = {}  # every name looked up, in order
 
     # -- lookups -------------------------------------------------------------------------
     def get(self, name: str) -> str | None:
         """The raw value of option *name*, or ``None``; marks it as known."""
-        low = name.lower()
-        self._claimed.add(low)
-        if name not in self._names:
-            self._names.append(name)
-        return self._values.get(low)
+        self._names.setdefault(name)
+        return self._values.get(name.lower())
 
     def text(self, name: str, default: str | None = None) -> str | None:
         """The value stripped; blank counts as absent."""
@@ -240,8 +224,8 @@ class OptionReader:
     def unclaimed(self) -> dict[str, str]:
         """Options nobody has looked up (spelled as given), but for the runtime's and
         Spark's own."""
-        return {self._spelled[k]: v for k, v in self._values.items()
-                if k not in self._claimed and k not in _ALWAYS_ACCEPTED}
+        claimed = {n.lower() for n in self._names}
+        return {self._spelled[k]: v for k, v in self._values.items() if k not in claimed | _ALWAYS_ACCEPTED}
 
     def refuse_unknown(self, *, hint: str = "") -> None:
         """Raise when an option was given that no lookup claimed.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource
@@ -24,10 +25,11 @@ if TYPE_CHECKING:
 __all__ = ["HttpDataSource", "JdbcDataSource", "PostgresDataSource", "RedisDataSource", "RedisStreamDataSource"]
 
 
+@dataclass(frozen=True)
 class _SinkClass:
     """A data source's ``sink_class``, imported from *module* when first read.
 
-    Args:
+    Attributes:
         module: the module that defines the sink class.
         name: the class's name there.
         session_options: the class's ``session_options``, stated here so that
@@ -35,10 +37,9 @@ class _SinkClass:
             that both say the same).
     """
 
-    def __init__(self, module: str, name: str, session_options: tuple[str, ...] = ()) -> None:
-        self.module = module
-        self.name = name
-        self.session_options = session_options
+    module: str
+    name: str
+    session_options: tuple[str, ...] = ()
 
     def __get__(self, obj: object, owner: type | None = None) -> Any:
         return getattr(importlib.import_module(self.module), self.name)
@@ -89,12 +90,11 @@ class HttpDataSource(_LazySinkDataSource):
             self.options["outbox"] = outbox
 
 
-def default_outbox(options: Mapping[str, str], session_root: str | None, prefix: str = "") -> str | None:
-    """The outbox folder of a ``twopc-http`` write (or of a composite's participant whose
-    options carry *prefix*) that names none: ``<checkpoint>/twopc-http``, the checkpoint
-    given, or the one Spark picks for a named streaming query from *session_root*; ``None``
-    when the options name one or no checkpoint is known."""
-    if option(options, f"{prefix}outbox") is not None:
+def default_outbox(options: Mapping[str, str], session_root: str | None) -> str | None:
+    """The outbox folder of a ``twopc-http`` write that names none: ``<checkpoint>/twopc-http``,
+    the checkpoint given, or the one Spark picks for a named streaming query from
+    *session_root*; ``None`` when the options name one or no checkpoint is known."""
+    if option(options, "outbox") is not None:
         return None
     checkpoint = option(options, "checkpointLocation")
     name = option(options, "queryName")

@@ -16,7 +16,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 import redis.exceptions as rex
@@ -26,8 +26,11 @@ from twopc.spi import SinkUnavailableError, redact
 
 from .._net import keepalive_socket_options
 from .._secrets import after_password, secret_forms
+from .library import missing_library
 
 __all__ = ["ClientConfig", "Pooled", "dispose_clients", "split_url"]
+
+T = TypeVar("T")
 
 
 def _version_given() -> dict[str, Any]:
@@ -68,6 +71,40 @@ class ClientConfig:
         if isinstance(exc, rex.ConnectionError | rex.TimeoutError | rex.BusyLoadingError):
             return SinkUnavailableError(f"cannot reach Redis at {self.where()} while trying to {action}: {text}")
         return SinkError(f"Redis at {self.where()} failed to {action}: {text}")
+
+    def call(self, action: str, fn: Callable[[Any], T]) -> T:
+        """``fn(client)`` with this process's client, a Redis error raised as :meth:`error`'s."""
+        try:
+            return fn(self.pooled().client)
+        except rex.RedisError as exc:
+            raise self.error(exc, action) from None
+
+    def call_unless(self, action: str, fn: Callable[[Any], T], refusal: str) -> T | None:
+        """:meth:`call`, but None when the server refuses with a reply that says *refusal*
+        (lower case: ``no such key``)."""
+        try:
+            return fn(self.pooled().client)
+        except rex.RedisError as exc:
+            if isinstance(exc, rex.ResponseError) and refusal in str(exc).lower():
+                return None
+            raise self.error(exc, action) from None
+
+    def with_library(self, load: Callable[..., None], fn: Callable[[], T], action: str, library: str) -> T:
+        """``fn()`` once *load* made sure the server has the library, and once more after
+        ``load(force=True)`` when the server lost it (:func:`.library.missing_library`).
+
+        Raises:
+            SinkUnavailableError / SinkError: the server failed, or lost *library* twice.
+        """
+        load()
+        for _ in (0, 1):
+            try:
+                return fn()
+            except rex.RedisError as exc:
+                if not missing_library(exc):
+                    raise self.error(exc, action) from None
+            load(force=True)
+        raise SinkError(f"Redis at {self.where()}: the {library} vanished twice while trying to {action}")
 
     def pooled(self) -> Pooled:
         """This process's client for this configuration (opened on first use).
@@ -112,13 +149,12 @@ class ClientConfig:
             client.commands_parser = _LocalFcallKeys(client.commands_parser)
         return Pooled(client, cluster)
 
-    def library_loaded(self, mode: str) -> bool:
-        """Whether this process loaded the server-side library (in *mode*) on this server."""
-        return (self.url, mode) in _LOADED
-
-    def mark_loaded(self, mode: str) -> None:
-        """Record that the library is loaded, until :func:`dispose_clients`."""
-        _LOADED.add((self.url, mode))
+    def load_once(self, key: str, load: Callable[[Pooled], object], action: str, *, force: bool = False) -> None:
+        """``load(pooled)`` (a server-side library, known as *key*) once per process and server
+        until :func:`dispose_clients`, again with *force*; a Redis error raised as :meth:`error`'s."""
+        if (self.url, key) not in _LOADED or force:
+            self.call(action, lambda _: load(self.pooled()))
+            _LOADED.add((self.url, key))
 
 
 class _LocalFcallKeys:

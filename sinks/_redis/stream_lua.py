@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from .library import build_library
 
-__all__ = ["LIBRARY_NAME", "function_name", "library_code"]
+__all__ = ["LIBRARY_NAME", "PRELUDE", "function_name", "library_code"]
 
 LIBRARY_NAME = "twopc_stream_v2"
 
-_PRELUDE = r"""
+PRELUDE = r"""
 -- compare two entry ids '<ms>-<seq>' exactly (64-bit parts do not fit a Lua number)
 local function num_cmp(a, b)
   if #a ~= #b then return #a < #b and -1 or 1 end
@@ -117,4 +117,4 @@ def function_name(name: str) -> str:
 
 def library_code() -> str:
     """The FUNCTION library source (``FUNCTION LOAD REPLACE`` it)."""
-    return build_library(LIBRARY_NAME, _PRELUDE, FUNCTIONS)
+    return build_library(LIBRARY_NAME, PRELUDE, FUNCTIONS)

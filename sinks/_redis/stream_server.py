@@ -17,9 +17,8 @@ import redis.exceptions as rex
 from twopc import SinkError
 
 from . import stream_lua as lua
-from .clients import ClientConfig
+from .clients import ClientConfig, Pooled
 from .ids import EntryId, Range
-from .library import missing_library
 
 __all__ = ["Plan", "StreamInfo", "StreamServer"]
 
@@ -74,18 +73,16 @@ class StreamServer:
 
     # -- the library ---------------------------------------------------------------------------
     def _load(self, *, force: bool = False) -> None:
-        if self.config.library_loaded(lua.LIBRARY_NAME) and not force:
-            return
-        try:
-            self.config.pooled().on_every_primary(lambda node: node.function_load(lua.library_code(), replace=True))
-        except rex.ResponseError as exc:
-            if "unknown command" in str(exc).lower():
-                raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream needs "
-                                f"Redis 7.0 or newer") from None
-            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} library") from None
-        self.config.mark_loaded(lua.LIBRARY_NAME)
+        def load(pooled: Pooled) -> None:
+            try:
+                pooled.on_every_primary(lambda node: node.function_load(lua.library_code(), replace=True))
+            except rex.ResponseError as exc:
+                if "unknown command" in str(exc).lower():
+                    raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream "
+                                    f"needs Redis 7.0 or newer") from None
+                raise
+
+        self.config.load_once(lua.LIBRARY_NAME, load, f"load the {lua.LIBRARY_NAME} library", force=force)
 
     def fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> Any:
         """Run step *name* of the library (loading it when the server lost it).
@@ -93,16 +90,9 @@ class StreamServer:
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        self._load()
-        for _ in (0, 1):
-            try:
-                return self.client().fcall(lua.function_name(name), len(keys), *keys, *args)
-            except rex.RedisError as exc:
-                if not missing_library(exc):
-                    raise self.config.error(exc, action) from None
-            self._load(force=True)
-        raise SinkError(f"Redis at {self.config.where()}: the {lua.LIBRARY_NAME} library vanished twice while trying "
-                        f"to {action}")
+        return self.config.with_library(
+            self._load, lambda: self.client().fcall(lua.function_name(name), len(keys), *keys, *args), action,
+            f"{lua.LIBRARY_NAME} library")
 
     def plan(self, stream: str, lo: EntryId, hi: EntryId | None, *, limit: int = 0, split: int = 0) -> Plan:
         """The entries ``lo < id <= hi`` (``hi`` None: to the end), at most *limit* (0: all).
@@ -148,26 +138,14 @@ class StreamServer:
     # -- plain commands ------------------------------------------------------------------------
     def discover(self, pattern: str) -> list[str]:
         """The stream keys matching *pattern* (``SCAN ... TYPE stream``), sorted."""
-        try:
-            return sorted({_text(k) for k in self.client().scan_iter(match=pattern, count=1000, _type="stream")})
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"list the streams matching {pattern!r}") from None
+        return self.config.call(f"list the streams matching {pattern!r}", lambda c: sorted(
+            {_text(k) for k in c.scan_iter(match=pattern, count=1000, _type="stream")}))
 
     def info(self, stream: str) -> StreamInfo | None:
         """``XINFO STREAM``, or None when the key does not exist."""
-        try:
-            return StreamInfo.of(self.client().xinfo_stream(stream))
-        except rex.ResponseError as exc:
-            if "no such key" in str(exc).lower():
-                return None
-            raise self.config.error(exc, f"read XINFO STREAM {stream!r}") from None
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"read XINFO STREAM {stream!r}") from None
-
-    def last_id(self, stream: str) -> EntryId | None:
-        """The stream's ``last-generated-id``, or None when it does not exist."""
-        info = self.info(stream)
-        return None if info is None else info.last
+        reply = self.config.call_unless(f"read XINFO STREAM {stream!r}", lambda c: c.xinfo_stream(stream),
+                                        "no such key")
+        return None if reply is None else StreamInfo.of(reply)
 
     def groups(self, stream: str) -> list[dict[str, Any]] | None:
         """``XINFO GROUPS`` (one dict per group), or None when the stream does not exist.
@@ -175,14 +153,8 @@ class StreamServer:
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        try:
-            return list(self.client().xinfo_groups(stream))
-        except rex.ResponseError as exc:
-            if "no such key" in str(exc).lower():
-                return None
-            raise self.config.error(exc, f"read the groups of {stream!r}") from None
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"read the groups of {stream!r}") from None
+        return self.config.call_unless(f"read the groups of {stream!r}", lambda c: list(c.xinfo_groups(stream)),
+                                       "no such key")
 
     def group_names(self, stream: str) -> list[str] | None:
         """The names of *stream*'s consumer groups, or None when the stream does not exist."""
@@ -196,10 +168,8 @@ class StreamServer:
             if _text(g["name"]) == group:
                 pos = EntryId.parse(g["last-delivered-id"])
                 if int(g.get("pending") or 0):
-                    try:
-                        oldest = self.client().xpending_range(stream, group, "-", "+", 1)
-                    except rex.RedisError as exc:
-                        raise self.config.error(exc, f"read XPENDING of {stream!r}") from None
+                    oldest = self.config.call(f"read XPENDING of {stream!r}",
+                                              lambda c: c.xpending_range(stream, group, "-", "+", 1))
                     if oldest:
                         pos = min(pos, EntryId.parse(oldest[0]["message_id"]).previous())
                 return pos
@@ -213,13 +183,9 @@ class StreamServer:
             SinkError / SinkUnavailableError: the server failed, or the stream does not exist
                 (without *create_stream*).
         """
-        try:
-            self.client().xgroup_create(stream, group, id=str(at), mkstream=create_stream)
-        except rex.ResponseError as exc:
-            if "BUSYGROUP" not in str(exc):
-                raise self.config.error(exc, f"create group {group!r} on {stream!r}") from None
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"create group {group!r} on {stream!r}") from None
+        self.config.call_unless(f"create group {group!r} on {stream!r}",
+                                lambda c: c.xgroup_create(stream, group, id=str(at), mkstream=create_stream),
+                                "busygroup")
 
     def read(self, r: Range) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
         """The entries of *r* in id order, read in chunks of :data:`READ_CHUNK`."""

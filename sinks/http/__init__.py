@@ -12,14 +12,8 @@ when the row is prepared and stored with it, so every retry and re-delivery send
 key: a server that honours keys (the IETF ``Idempotency-Key`` draft) applies each request
 once. Against a server that ignores them, only a request whose answer was lost to a crash
 (in flight, or answered and not yet recorded) can be applied twice; ``twopc status`` lists
-the keys of such requests.
-
-- ``_options``: the options (secrets kept apart), ``_requests``: rows into requests and keys;
-- ``_outbox``: the outbox folder (outboxes, acknowledgement records, delivered markers);
-- ``_deliver``: sending one request with retries (httpx, the ``pyspark-twopc[http]`` extra,
-  needed on the driver only), ``_commit``: delivering a commit's outboxes;
-- ``_dead_letters``: requests refused for good, kept once each;
-- ``_sink``: :class:`HttpSink`.
+the keys of such requests. httpx (the ``pyspark-twopc[http]`` extra) is needed on the
+driver only.
 """
 
 from .._handles import HttpHandle

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import itertools
 import logging
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -72,10 +73,7 @@ class _Delivery:
     def queue(self) -> list[tuple[BoxResult, int]]:
         """Every unacknowledged request, the outboxes interleaved (each gets its share early)."""
         per_box = [[(b, i) for i in range(len(b.outbox.requests)) if i not in b.acked] for b in self.boxes]
-        out: list[tuple[BoxResult, int]] = []
-        for k in range(max((len(x) for x in per_box), default=0)):
-            out += [x[k] for x in per_box if k < len(x)]
-        return out
+        return [x for row in itertools.zip_longest(*per_box) for x in row if x is not None]
 
     async def run(self) -> None:
         todo = self.queue()

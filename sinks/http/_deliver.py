@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from twopc import ConfigurationError
 from twopc.spi import require
 
 from ._options import HttpOptions
@@ -92,8 +93,6 @@ class Sender:
             try:
                 verify = ssl.create_default_context(cafile=o.tls_ca_bundle)
             except (OSError, ssl.SSLError) as exc:
-                from twopc import ConfigurationError
-
                 raise ConfigurationError(f"tlsCaBundle {o.tls_ca_bundle}: cannot load it ({exc}): give a PEM "
                                          f"file of CA certificates readable on the driver") from None
         elif not o.tls_verify:

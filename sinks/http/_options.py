@@ -201,15 +201,10 @@ class HttpOptions:
                                      f"(option keyHeader): remove the header option")
         return out
 
-    def template_fields(self) -> list[str]:
-        """The columns the URL template names, in order."""
-        return [name for _, name, _, _ in string.Formatter().parse(self.url) if name]
-
     def columns(self) -> list[str]:
-        """Every column the options name (URL template, body column, key column)."""
-        names = self.template_fields()
-        names += [c for c in (self.body_column, self.key_column) if c]
-        return list(dict.fromkeys(names))
+        """Every column the options name (URL template, body column, key column), in order."""
+        names = [name for _, name, _, _ in string.Formatter().parse(self.url) if name]
+        return list(dict.fromkeys(names + [c for c in (self.body_column, self.key_column) if c]))
 
 
 def _headers(reader: OptionReader, options: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -145,17 +146,12 @@ class Outboxes:
         self.make_folders()
         _guarded(lambda: self.store.create(f"delivered/{txn_id}.json", json.dumps(summary, sort_keys=True),
                                            exclusive=True), f"mark {txn_id} delivered")
-        self._delete_acks(txn_id)
-        _guarded(lambda: self.store.delete(f"outbox/{txn_id}{_SUFFIX}"), f"delete the outbox of {txn_id}")
-
-    def _delete_acks(self, txn_id: str) -> None:
         for name in _guarded(lambda: self.store.list(f"acks/{txn_id}"), f"list the acknowledgements of {txn_id}"):
             _guarded(lambda name=name: self.store.delete(f"acks/{txn_id}/{name}"), f"delete records of {txn_id}")
         if "://" not in self.location:  # a local folder: remove the emptied one too
             with contextlib.suppress(OSError):
-                import os
-
                 os.rmdir(self.store.path("acks", txn_id))
+        _guarded(lambda: self.store.delete(f"outbox/{txn_id}{_SUFFIX}"), f"delete the outbox of {txn_id}")
 
     # -- abort, recovery ---------------------------------------------------------------
     def discard(self, txn_id: str) -> bool:

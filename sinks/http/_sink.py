@@ -195,12 +195,9 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
                 continue
             outcomes.append(None)
             pending.append((outbox, self.outboxes.acknowledged(txn_id)))
-        if not pending:
-            return [o for o in outcomes if o is not None]
-        results = deliver(self.options, self.outboxes, self.dead_letters, pending, self.sender)
+        results = deliver(self.options, self.outboxes, self.dead_letters, pending, self.sender) if pending else []
         stuck = [r for r in results if r.unanswered]
-        dead = sum(r.dead for r in results)
-        if dead:
+        if dead := sum(r.dead for r in results):
             log.warning("twopc-http: %s request(s) of batch %s were refused for good and kept as dead letters in %s",
                         dead, handles[0].batch_id, self.dead_letters.location)
         if stuck:
@@ -210,8 +207,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
                 f"twopc-http: {left} request(s) of batch {handles[0].batch_id} are not delivered yet "
                 f"({why}); the batch is decided and stays in doubt: the next "
                 f"commit, the restart or twopc recover of the write sends those again, with their keys")
-        done = iter(CommitOutcome.COMMITTED for _ in results)
-        return [o if o is not None else next(done) for o in outcomes]
+        return [CommitOutcome.COMMITTED if o is None else o for o in outcomes]
 
     def abort(self, handle: HttpHandle) -> None:
         """Delete the outbox: nothing of it was sent.

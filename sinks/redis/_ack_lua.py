@@ -48,20 +48,14 @@ _ACK = r"""
 """
 
 
-def _stream_parts() -> tuple[str, str]:
-    """The source's library: its prelude and its ack step."""
-    return stream_lua._PRELUDE, stream_lua.FUNCTIONS["ack"]
-
-
 def ack_library_code() -> str:
     """The library source (``FUNCTION LOAD REPLACE`` it beside the sink's others)."""
-    stream_prelude, ack_body = _stream_parts()
     batch = lua.BATCH_FUNCTIONS["commit_batch"]
     assert batch.endswith(_DONE), "commit_batch's reply changed: rebuild this library under a new name"
-    prelude = (lua._PRELUDE + "\nlocal ack_upto\ndo\n" + stream_prelude
-               + "ack_upto = function(keys, args)\n" + ack_body + "end\nend\n")
+    prelude = (lua.PRELUDE + "\nlocal ack_upto\ndo\n" + stream_lua.PRELUDE
+               + "ack_upto = function(keys, args)\n" + stream_lua.FUNCTIONS["ack"] + "end\nend\n")
     return build_library(ACK_LIBRARY_NAME, prelude,
-                             {"commit_batch_ack": _POP_ACKS + batch[: -len(_DONE)] + _ACK + _DONE})
+                         {"commit_batch_ack": _POP_ACKS + batch[: -len(_DONE)] + _ACK + _DONE})
 
 
 def ack_function_name() -> str:

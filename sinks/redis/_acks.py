@@ -24,7 +24,7 @@ from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
 from .._handles import RedisHandle
-from .._redis.ids import EntryId
+from .._redis.ids import ZERO, EntryId
 from .._redis.stream_server import StreamServer
 
 __all__ = ["AckSpec", "batch_acks"]
@@ -97,13 +97,7 @@ class AckSpec:
                 raise ConfigurationError(f"ackGroup {self.group!r}: a row has a null {self.stream_column!r} or "
                                          f"{self.id_column!r}: every row must name the entry it was read from")
             eid = EntryId.parse(raw, what=f"column {self.id_column!r} (ackIdColumn)")
-            have = acks.get(stream)
-            if have is None or have < eid:
-                acks[stream] = eid
-
-    def track_batch(self, acks: dict[str, EntryId], batch: pa.RecordBatch) -> None:
-        """:meth:`track` over the rows of *batch*."""
-        self.track(acks, batch.column(self.stream_column).to_pylist(), batch.column(self.id_column).to_pylist())
+            acks[stream] = max(acks.get(stream, ZERO), eid)
 
 
 def batch_acks(handles: Sequence[RedisHandle]) -> list[tuple[str, str]]:
@@ -111,7 +105,5 @@ def batch_acks(handles: Sequence[RedisHandle]) -> list[tuple[str, str]]:
     top: dict[str, EntryId] = {}
     for h in handles:
         for stream, raw in h.acks:
-            eid = EntryId.parse(raw)
-            if stream not in top or top[stream] < eid:
-                top[stream] = eid
+            top[stream] = max(top.get(stream, ZERO), EntryId.parse(raw))
     return sorted((s, str(e)) for s, e in top.items())

@@ -27,7 +27,7 @@ from twopc import ConfigurationError
 
 from .._entry import entry_name
 from ._fold import RedisTxn
-from ._mapping import Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp, _compile
+from ._mapping import Compiled, XAddOp, _compile
 
 __all__ = ["DEAD_LETTER_FIELDS", "RowFolder", "dead_letter_op"]
 
@@ -51,27 +51,20 @@ def dead_letter_op(key: str, index: int) -> Compiled:
     return _compile(index, XAddOp(literal, columns=DEAD_LETTER_FIELDS))
 
 
-def _merge(c: Compiled, dst: dict[str, Any], src: dict[str, Any]) -> None:
-    """Fold *src* (effects of later rows) into *dst*, as folding those rows into *dst* would."""
-    op = c.op
-    if isinstance(op, SetOp):
-        dst.update(src)
-    elif isinstance(op, HSetOp | ZAddOp):
-        for k, h in src.items():
-            dst.setdefault(k, {}).update(h)
-    elif isinstance(op, XAddOp | RPushOp):
-        for k, items in src.items():
-            dst.setdefault(k, []).extend(items)
-    elif isinstance(op, IncrByOp):
-        for k, d in src.items():
-            dst[k] = dst.get(k, 0) + d
-    elif isinstance(op, HIncrByOp):
-        for k, h in src.items():
-            t = dst.setdefault(k, {})
-            for f, d in h.items():
-                t[f] = t.get(f, 0) + d
-    else:  # pragma: no cover - a new op class without merge support
-        raise ConfigurationError(f"{c.what}: no merge rule for {op.OP}")
+def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
+    """Fold *src* (effects of later rows) into *dst*, as folding those rows into *dst* would:
+    counters add up, XADD entries and RPUSH values append, hash fields and sorted-set members
+    merge one by one, a SET value is replaced."""
+    for k, v in src.items():
+        have = dst.get(k)
+        if isinstance(v, dict) and have is not None:
+            _merge(have, v)
+        elif isinstance(v, list) and have is not None:
+            have.extend(v)
+        elif isinstance(v, int) and have is not None:
+            dst[k] = have + v
+        else:
+            dst[k] = v
 
 
 class RowFolder:
@@ -100,75 +93,62 @@ class RowFolder:
         if self._dead_letter is None:
             try:
                 self._fold(txn, cols, all_columns, n)
-            except ConfigurationError as exc:
-                raise self._named(txn, cols, all_columns, n, rows, exc) from None
+            except ConfigurationError as exc:  # name the first row that does not fold after the ones before it
+                scratch = self._scratch(txn)
+                bad = next((i for i in range(n) if self._refusal(scratch, _row(cols, i), all_columns, 1)), None)
+                raise exc if bad is None else type(exc)(f"{entry_name(rows()[bad])}: {exc}") from None
             return
-        if self._try(txn, cols, all_columns, n):
+        if self._refusal(scratch := self._scratch(txn), cols, all_columns, n) is None:
+            self._adopt(txn, scratch, n)
             return
         full = rows()
         for i in range(n):
-            one = {k: v[i:i + 1] for k, v in cols.items()}
-            try:
-                scratch = self._scratch(txn)
-                self._fold(scratch, one, all_columns, 1)
-            except ConfigurationError as exc:
-                self._bury(txn, full[i], exc)
-                continue
-            self._adopt(txn, scratch, 1)
+            refused = self._refusal(scratch := self._scratch(txn), _row(cols, i), all_columns, 1)
+            if refused is None:
+                self._adopt(txn, scratch, 1)
+            else:
+                self._bury(txn, full[i], refused)
 
     def _scratch(self, txn: RedisTxn) -> RedisTxn:
         s = RedisTxn(txn.context, txn.txn_id, txn.tag, [{} for _ in txn.state])
         s.owner = collections.ChainMap({}, txn.owner)  # type: ignore[assignment]  # reads see txn's owners, writes stay here
         return s
 
-    def _try(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int) -> bool:
-        scratch = self._scratch(txn)
+    def _refusal(self, scratch: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str],
+                 n: int) -> ConfigurationError | None:
+        """Fold *n* rows into *scratch*; the error that refused one, if any."""
         try:
             self._fold(scratch, cols, all_columns, n)
-        except ConfigurationError:
-            return False
-        self._adopt(txn, scratch, n)
-        return True
+        except ConfigurationError as exc:
+            return exc
+        return None
 
     def _adopt(self, txn: RedisTxn, scratch: RedisTxn, n: int) -> None:
         for c in self._compiled:
             if scratch.state[c.index]:
-                _merge(c, txn.state[c.index], scratch.state[c.index])
+                _merge(txn.state[c.index], scratch.state[c.index])
         txn.owner.update(scratch.owner.maps[0])  # type: ignore[attr-defined]  # the ChainMap of _scratch
         txn.rows += n
 
-    def _named(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int,
-               rows: Callable[[], list[dict[str, Any]]], exc: ConfigurationError) -> ConfigurationError:
-        """*exc* prefixed with the first row that does not fold on its own."""
-        scratch = self._scratch(txn)
-        for i in range(n):
-            try:
-                self._fold(scratch, {k: v[i:i + 1] for k, v in cols.items()}, all_columns, 1)
-            except ConfigurationError:
-                return type(exc)(f"{entry_name(rows()[i])}: {exc}")
-        return exc
-
     def _bury(self, txn: RedisTxn, row: dict[str, Any], exc: ConfigurationError) -> None:
-        assert self._dead_letter is not None
+        dead = self._dead_letter
+        assert dead is not None
         c = txn.context
         fields = {"stream": row.get("stream"), "id": row.get("id"), "reason": str(exc)[:2000], "sink": c.sink_id,
                   "batch": c.batch_id, "partition": c.partition_id, "row": json.dumps(row, default=_text)}
-        self._fold_dead(txn, {k: "" if v is None else _text(v) for k, v in fields.items()})
+        key = dead.key.render({}, 1, "deadLetterStream")[0]
+        owner = txn.owner.setdefault(key, dead.index)
+        if owner != dead.index:
+            raise ConfigurationError(f"deadLetterStream {key!r} is also written by mapping[{owner}]: give the "
+                                     f"dead letters a key of their own")
+        entry = [x for name in DEAD_LETTER_FIELDS for x in (name, "" if fields[name] is None else _text(fields[name]))]
+        txn.state[dead.index].setdefault(key, []).append(entry)
         log.warning("twopc redis: %s of batch %s refused, routed to dead-letter stream: %s",
                     entry_name(row), c.batch_id, exc)
 
-    def _fold_dead(self, txn: RedisTxn, fields: dict[str, str]) -> None:
-        assert self._dead_letter is not None
-        st = txn.state[self._dead_letter.index]
-        entry: list[Any] = []
-        for name in DEAD_LETTER_FIELDS:
-            entry += [name, fields[name]]
-        key = self._dead_letter.key.render({}, 1, "deadLetterStream")[0]
-        owner = txn.owner.setdefault(key, self._dead_letter.index)
-        if owner != self._dead_letter.index:
-            raise ConfigurationError(f"deadLetterStream {key!r} is also written by mapping[{owner}]: give the "
-                                     f"dead letters a key of their own")
-        st.setdefault(key, []).append(entry)
+
+def _row(cols: Mapping[str, list[Any]], i: int) -> dict[str, list[Any]]:
+    return {k: v[i:i + 1] for k, v in cols.items()}
 
 
 def _text(v: Any) -> str:

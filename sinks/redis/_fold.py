@@ -1,10 +1,5 @@
-"""The open transaction of the Redis sink: rows folded into effects, then laid out as the
-staging list that ``pre_commit`` pushes.
-
-Within one transaction (one Spark task attempt) effects are folded before staging: SETs,
-HSET fields and ZADD members keep the last value per key/field/member, INCRBY/HINCRBY
-deltas are summed, XADD entries and RPUSH values keep row order. Each target key may be
-written by only one op of the mapping within a transaction.
+"""The open transaction of the Redis sink: rows folded into effects (the rules are in
+:mod:`twopc.sinks.redis`), then laid out as the staging list that ``pre_commit`` pushes.
 
 The staging list is check groups then apply groups, each ``"<CMD> <n>"`` followed by ``n``
 arguments, at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` arguments a group (the format
@@ -66,21 +61,16 @@ class RedisTxn:
 
 
 def row_columns(compiled: Sequence[Compiled], row: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """The cells of *row* the mapping reads, as one-row columns.
+    """*row* as one-row columns, once it has every column the mapping reads.
 
     Raises:
         ConfigurationError: a referenced column is missing.
     """
-    cols: dict[str, list[Any]] = {}
     for c in compiled:
         for name in c.columns():
             if name not in row:
                 raise ConfigurationError(f"{c.what} references column {name!r}, which the row does not have")
-            cols[name] = [row[name]]
-    if any(c.reads_all_columns for c in compiled):
-        for k, v in row.items():
-            cols.setdefault(k, [v])
-    return cols
+    return {k: [v] for k, v in row.items()}
 
 
 def batch_columns(compiled: Sequence[Compiled], batch: pa.RecordBatch) -> dict[str, list[Any]]:
@@ -123,7 +113,7 @@ def fold(compiled: Sequence[Compiled], txn: RedisTxn, cols: Mapping[str, list[An
                     f"key {k!r} is written by {compiled[o].what} and {c.what} in one transaction: give each op "
                     f"of the mapping its own keys (effects of two ops on one key would depend on their order)")
             if check_each and key_slot(k) != want:
-                raise ConfigurationError(slot_message(f"target key {k!r}", key_slot(k), txn.tag, want, c.what,
+                raise ConfigurationError(slot_message(f"target key {k!r}", key_slot(k), txn.tag, c.what,
                                                       tag_option_set=tag_option_set))
         _fold_op(c, txn.state[c.index], keys, cols, all_columns, n)
     txn.rows += n

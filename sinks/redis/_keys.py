@@ -68,9 +68,10 @@ class RedisKeys:
         return self.staging_prefix + txn_id
 
 
-def slot_message(subject: str, got: int, tag: str, want: int, op: str, *, tag_option_set: bool) -> str:
+def slot_message(subject: str, got: int, tag: str, op: str, *, tag_option_set: bool) -> str:
     """Why *subject* (a key or key template in slot *got*) is refused: the sink's keys
-    use hash tag *tag* (slot *want*); *op* names the mapping entry."""
+    use hash tag *tag*; *op* names the mapping entry."""
+    want = key_slot(tag)
     lit = tag.replace("{", "{{").replace("}", "}}")
     return (f"{op + ': ' if op else ''}{subject} hashes to cluster slot {got}, but the sink's "
             f"keys use hash tag {tag} (slot {want}): one commit must touch one slot. Put the hash tag "

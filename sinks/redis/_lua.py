@@ -47,6 +47,7 @@ __all__ = [
     "LIBRARY_NAME",
     "MAX_ARGS",
     "MAX_BATCH_TXNS",
+    "PRELUDE",
     "batch_library_code",
     "function_name",
     "library_code",
@@ -67,7 +68,7 @@ BATCH_LIBRARY_NAME = "twopc_redis_batch_v1"
 #: them); a larger batch is committed in several calls, each atomic.
 MAX_BATCH_TXNS = 512
 
-_PRELUDE = r"""
+PRELUDE = r"""
 local APPLY = {SET=true, HSET=true, INCRBY=true, HINCRBY=true, XADD=true, RPUSH=true, ZADD=true}
 
 -- Iterate the groups of a staging list, reading it in slices of 1000 elements.
@@ -260,17 +261,17 @@ def function_name(name: str) -> str:
 
 def library_code() -> str:
     """The FUNCTION library source (``FUNCTION LOAD REPLACE`` it)."""
-    return build_library(LIBRARY_NAME, _PRELUDE, FUNCTIONS)
+    return build_library(LIBRARY_NAME, PRELUDE, FUNCTIONS)
 
 
 def batch_library_code() -> str:
     """The batch-commit FUNCTION library source (loaded beside :func:`library_code`)."""
-    return build_library(BATCH_LIBRARY_NAME, _PRELUDE, BATCH_FUNCTIONS)
+    return build_library(BATCH_LIBRARY_NAME, PRELUDE, BATCH_FUNCTIONS)
 
 
 def script_code(name: str) -> str:
     """The EVAL script of step *name*, for servers without FUNCTION (Redis < 7)."""
-    return _PRELUDE + "\nlocal keys, args = KEYS, ARGV\n" + {**FUNCTIONS, **BATCH_FUNCTIONS}[name]
+    return PRELUDE + "\nlocal keys, args = KEYS, ARGV\n" + {**FUNCTIONS, **BATCH_FUNCTIONS}[name]
 
 
 def script_sha(name: str) -> str:

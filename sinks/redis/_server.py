@@ -19,14 +19,14 @@ import redis.exceptions as rex
 from twopc import SinkError
 from twopc.spi import ProtocolError, TargetConfigurationError
 
-from .._redis.clients import ClientConfig
+from .._redis.clients import ClientConfig, Pooled
 from .._redis.library import missing_library
 from . import _lua as lua
 from ._ack_lua import ack_function_name, ack_library_code
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
-from ._wire import Commands, run_pipeline
+from ._wire import run_pipeline
 
 __all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply"]
 
@@ -46,17 +46,6 @@ class RedisServer:
 
     config: ClientConfig
     mode: str | None = None
-
-    def client(self) -> Any:
-        """This process's client."""
-        return self.config.pooled().client
-
-    def ping(self) -> None:
-        """Raises :class:`~twopc.spi.SinkUnavailableError` when the server cannot be reached."""
-        try:
-            self.client().ping()
-        except rex.RedisError as exc:
-            raise self.config.error(exc, "connect") from None
 
     # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
@@ -98,7 +87,7 @@ class RedisServer:
 
     def _config_get(self, name: str) -> str:
         try:
-            got = self.client().config_get(name)
+            got = self.config.pooled().client.config_get(name)
         except rex.ResponseError as exc:
             raise TargetConfigurationError(
                 f"Redis at {self.config.where()} does not allow CONFIG GET ({self.config.redact(str(exc))}), as "
@@ -118,10 +107,7 @@ class RedisServer:
             SinkUnavailableError / SinkError: the server failed.
         """
         if self.mode is None:
-            try:
-                version = str(self.client().info("server").get("redis_version", "0"))
-            except rex.RedisError as exc:
-                raise self.config.error(exc, "read INFO server") from None
+            version = str(self.config.call("read INFO server", lambda c: c.info("server")).get("redis_version", "0"))
             major = version.split(".")[0]
             self.mode = "function" if major.isdigit() and int(major) >= 7 else "eval"
         return self.mode
@@ -135,10 +121,8 @@ class RedisServer:
             SinkUnavailableError / SinkError: the server failed.
         """
         mode = self.script_mode()
-        if self.config.library_loaded(mode) and not force:
-            return
-        pooled = self.config.pooled()
-        try:
+
+        def load(pooled: Pooled) -> None:
             if mode == "function":
                 pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
                                                       node.function_load(lua.batch_library_code(), replace=True),
@@ -146,17 +130,16 @@ class RedisServer:
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
-        except rex.RedisError as exc:
-            raise self.config.error(exc, f"load the {lua.LIBRARY_NAME} server-side library") from None
-        self.config.mark_loaded(mode)
 
-    def call(self, target: Any, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Queue or run server-side step *name* on *target* (a client or a pipeline)."""
+        self.config.load_once(mode, load, f"load the {lua.LIBRARY_NAME} server-side library", force=force)
+
+    def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
+        """The command that runs server-side step *name*: ``FCALL``, or ``EVALSHA`` in eval mode."""
         if name == "commit_batch_ack":  # function mode only (validate refuses ackGroup otherwise)
-            return target.fcall(ack_function_name(), len(keys), *keys, *args)
+            return ("FCALL", ack_function_name(), len(keys), *keys, *args)
         if self.script_mode() == "function":
-            return target.fcall(lua.function_name(name), len(keys), *keys, *args)
-        return target.evalsha(lua.script_sha(name), len(keys), *keys, *args)
+            return ("FCALL", lua.function_name(name), len(keys), *keys, *args)
+        return ("EVALSHA", lua.script_sha(name), len(keys), *keys, *args)
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> list[str]:
         """Run one server-side step, loading the library again when the server lost it.
@@ -164,17 +147,9 @@ class RedisServer:
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        client = self.client()
-        self.load()
-        for _ in (0, 1):
-            try:
-                return decode_reply(self.call(client, name, keys, args))
-            except rex.RedisError as exc:
-                if not missing_library(exc):
-                    raise self.config.error(exc, action) from None
-            self.load(force=True)
-        raise SinkError(f"Redis at {self.config.where()}: the server-side library vanished twice while trying to "
-                        f"{action}")
+        client = self.config.pooled().client
+        return decode_reply(self.config.with_library(
+            self.load, lambda: client.execute_command(*self.command(name, keys, args)), action, "server-side library"))
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
@@ -192,17 +167,16 @@ class RedisServer:
                 it could not be reached).
         """
         staging = keys.staging(txn_id)
-        client = self.client()
+        client = self.config.pooled().client
         self.load()
         step = lua.MAX_ARGS
         for attempt in (0, 1):
-            pipe = Commands()
-            pipe.command("ZADD", keys.txns, "NX", batch_id, txn_id)
-            for i in range(0, len(elements), step):
-                self.call(pipe, "stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
-            self.call(pipe, "prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])
+            pipe = [("ZADD", keys.txns, "NX", batch_id, txn_id),
+                    *(self.command("stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
+                      for i in range(0, len(elements), step)),
+                    self.command("prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])]
             try:
-                replies = run_pipeline(client, pipe.items)
+                replies = run_pipeline(client, pipe)
             except rex.RedisError as exc:
                 raise self.config.error(exc, f"stage transaction {txn_id}") from None
             errors = [r for r in replies if isinstance(r, Exception)]

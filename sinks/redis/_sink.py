@@ -28,6 +28,7 @@ string, and a handle's id is checked (:meth:`twopc.Xid.checked`) before it reach
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -185,13 +186,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             SinkError / SinkUnavailableError: the server failed.
         """
         key = self.keys_for(sink_id).owner
-        client = self._server.client()
-        try:
-            if client.set(key, owner, nx=True):
-                return None
-            recorded = client.get(key)
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, f"record the owner of sink id {sink_id!r}") from None
+        recorded = self._server.config.call(f"record the owner of sink id {sink_id!r}",
+                                            lambda c: None if c.set(key, owner, nx=True) else c.get(key))
         if recorded is None or as_text(recorded) == owner:
             return None
         return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.config.where()} DEL '{key}'")
@@ -229,10 +225,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """
         tag = self.hash_tag(sink_id)
         if key_slot(key) != key_slot(tag):
-            raise ConfigurationError(self._slot_message(f"target key {key!r}", key_slot(key), tag, op))
-
-    def _slot_message(self, subject: str, got: int, tag: str, op: str) -> str:
-        return slot_message(subject, got, tag, key_slot(tag), op, tag_option_set=self._hash_tag is not None)
+            raise ConfigurationError(slot_message(f"target key {key!r}", key_slot(key), tag, op,
+                                                  tag_option_set=self._hash_tag is not None))
 
     def _check_fixed_slots(self, tag: str) -> None:
         want = key_slot(tag)
@@ -244,7 +238,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                     f"hash tag {tag} (slot {want}): the dead letters commit with the batch, in one slot. Put the "
                     f"hash tag into the key, e.g. \"{tag}:dead\"")
             if got is not None and got != want:
-                raise ConfigurationError(self._slot_message(f"key template {c.op.key!r}", got, tag, c.what))
+                raise ConfigurationError(slot_message(f"key template {c.op.key!r}", got, tag, c.what,
+                                                      tag_option_set=self._hash_tag is not None))
 
     def _slot_check_on(self) -> bool:
         if self._same_slot is not None:
@@ -269,7 +264,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         check_schema(self._compiled, schema)
         if self._ack is not None:
             self._ack.check_schema(schema)
-        self._server.ping()
+        self._server.config.call("connect", lambda c: c.ping())
         self._server.check_config(durability=self._durability, skip=self._skip_config_check)
         if self._slot_check_on():
             if self._hash_tag is None and self._server.config.pooled().cluster:
@@ -316,7 +311,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
         """
         if self._ack is not None:
-            self._ack.track_batch(txn.acks, batch)
+            self._ack.track(txn.acks, batch.column(self._ack.stream_column).to_pylist(),
+                            batch.column(self._ack.id_column).to_pylist())
         self._folder().fold(txn, batch_columns(self._compiled, batch), list(batch.schema.names), batch.num_rows,
                         batch.to_pylist)
 
@@ -384,13 +380,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         if xid is None or (xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id) != fields:
             raise ProtocolError(f"handle txn_id {handle.txn_id!r} does not match the handle's sink, batch, "
                                 f"partition and attempt {fields}: the ledger record is damaged")
-        if handle.hash_tag:
-            try:
-                ok = normalize_tag(handle.hash_tag) == handle.hash_tag
-            except ConfigurationError:
-                ok = False
-            if not ok:
-                raise ProtocolError(f"handle hash_tag {handle.hash_tag!r:.80} is not a Redis hash tag {{...}}")
+        if handle.hash_tag and not re.fullmatch(r"\{[^{}]+\}", handle.hash_tag):  # as normalize_tag writes one
+            raise ProtocolError(f"handle hash_tag {handle.hash_tag!r:.80} is not a Redis hash tag {{...}}")
         return self.keys_for(handle.sink_id, handle.hash_tag or None)
 
     def commit(self, handle: RedisHandle) -> CommitOutcome:
@@ -412,14 +403,9 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         keys = self._handle_keys(handle)
         reply = self._server.run("commit", [keys.txns, keys.prepared, keys.staging(handle.txn_id), keys.committed],
                                  [handle.txn_id, handle.batch_id], f"commit {handle.txn_id}")
-        if reply[0] == "ALREADY":
-            return CommitOutcome.ALREADY_COMMITTED
-        if reply[0] == "LOST":
-            log.error("twopc redis: %s is neither prepared nor committed on %s", handle.txn_id,
-                      self._server.config.where())
-            return CommitOutcome.LOST
-        check_reply(reply, handle.txn_id, "commit")
-        return CommitOutcome.COMMITTED
+        if reply[0] not in ("ALREADY", "LOST"):
+            check_reply(reply, handle.txn_id, "commit")
+        return self._outcome(handle.txn_id, reply[0])
 
     def commit_all(self, handles: Sequence[RedisHandle], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit every transaction of one decided batch in one atomic server-side call
@@ -464,11 +450,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             if reply[0] != "DONE" or len(reply) != len(idx) + 1 or not set(reply[1:]) <= set(_BATCH_OUTCOMES):
                 raise SinkError(f"cannot commit {txn_ids[0]}..: unexpected reply {reply!r:.200}")
             for i, status in zip(idx, reply[1:], strict=True):
-                outcomes[i] = _BATCH_OUTCOMES[status]
-                if status == "LOST":
-                    log.error("twopc redis: %s is neither prepared nor committed on %s", handles[i].txn_id,
-                              self._server.config.where())
+                outcomes[i] = self._outcome(handles[i].txn_id, status)
         return [o for o in outcomes if o is not None]
+
+    def _outcome(self, txn_id: str, status: str) -> CommitOutcome:
+        """The outcome of a commit step's *status* (``COMMITTED`` once checked), a LOST one logged."""
+        if status == "LOST":
+            log.error("twopc redis: %s is neither prepared nor committed on %s", txn_id, self._server.config.where())
+        return _BATCH_OUTCOMES[status]
 
     def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
         """:meth:`commit_all` takes a whole batch and groups it into as few atomic calls as
@@ -510,10 +499,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """
         keys = self.keys_for(sink_id)
         lo, hi = ("-inf", "+inf") if batch_id is None else (batch_id, batch_id)
-        try:
-            members = self._server.client().zrangebyscore(keys.txns, lo, hi)
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "list prepared transactions") from None
+        members = self._server.config.call("list prepared transactions", lambda c: c.zrangebyscore(keys.txns, lo, hi))
         tag = self.hash_tag(sink_id)
         out = []
         for m in members:
@@ -536,7 +522,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """
         handles = self.list_prepared(sink_id)
         keys = self.keys_for(sink_id)
-        client = self._server.client()
+        client = self._server.config.pooled().client
         now = time.time()
         out = []
         try:
@@ -560,11 +546,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        try:
-            n = int(self._server.client().zcard(self.keys_for(sink_id).txns))
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "count staging keys") from None
-        return Headroom("staging keys of this sink", n, None)
+        n = self._server.config.call("count staging keys", lambda c: c.zcard(self.keys_for(sink_id).txns))
+        return Headroom("staging keys of this sink", int(n), None)
 
     def commit_mode(self) -> str:
         """One Redis FUNCTION (or Lua script) call per batch, markers included."""
@@ -580,18 +563,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             SinkError / SinkUnavailableError: the server failed.
         """
         keys = self.keys_for(sink_id)
-        try:
-            return int(self._server.client().zremrangebyscore(keys.committed, "-inf", f"({int(below_batch)}"))
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "purge commit markers") from None
+        return int(self._server.config.call("purge commit markers", lambda c: c.zremrangebyscore(
+            keys.committed, "-inf", f"({int(below_batch)}")))
 
     def is_committed(self, handle: RedisHandle) -> bool:
         """True when the handle's commit marker exists."""
         keys = self._handle_keys(handle)
-        try:
-            return self._server.client().zscore(keys.committed, handle.txn_id) is not None
-        except rex.RedisError as exc:
-            raise self._server.config.error(exc, "read commit markers") from None
+        marker = self._server.config.call("read commit markers", lambda c: c.zscore(keys.committed, handle.txn_id))
+        return marker is not None
 
 
 _BATCH_OUTCOMES = {"COMMITTED": CommitOutcome.COMMITTED, "ALREADY": CommitOutcome.ALREADY_COMMITTED,

@@ -1,18 +1,11 @@
-"""Templates of the Redis mapping, and how a cell becomes a Redis string.
-
-A template uses Python format syntax: ``{column}`` inserts a column's value, ``{{`` and
-``}}`` are literal braces (a Redis hash tag is written ``{{tag}}``). A numeric parameter is
-a JSON number (a constant) or ``"{column}"`` (exactly one column).
-
-Cells are written as: str as is (UTF-8), bytes raw, int in decimal, float as Python's
-shortest repr, bool ``true``/``false``, date/time ISO 8601, lists/dicts as JSON. A null in
-a referenced column is an error.
-"""
+"""Templates of the Redis mapping, and how a cell becomes a Redis string (the rules are in
+:mod:`twopc.sinks.redis`'s mapping reference)."""
 
 from __future__ import annotations
 
 import datetime
 import json
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,14 +93,8 @@ class Template:
         const = self.constant
         if const is not None:
             return key_slot(const)
-        prefix = self.parts[0][0]
-        start = prefix.find("{")
-        if start < 0:
-            return None
-        end = prefix.find("}", start + 1)
-        if end < 0 or end == start + 1:
-            return None
-        return key_slot(prefix[start: end + 1])
+        tag = re.search(r"\{([^}]*)\}", self.parts[0][0])  # Redis's rule: the first {, the first } after it
+        return key_slot(tag.group(0)) if tag and tag.group(1) else None
 
     def render(self, cols: Mapping[str, list[Any]], n: int, what: str) -> list[Any]:
         """Render for rows 0..n-1. An exact template keeps bytes values as bytes.
@@ -173,7 +160,7 @@ def null_error(column: str, what: str) -> ConfigurationError:
 
 
 def encode(v: Any, column: str, what: str) -> str | bytes:
-    """Encode a cell as a Redis string (see the module docstring).
+    """Encode a cell as a Redis string (as the mapping reference of :mod:`twopc.sinks.redis` says).
 
     Raises:
         ConfigurationError: the cell is null.

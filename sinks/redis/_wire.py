@@ -17,27 +17,7 @@ from typing import Any
 import redis
 import redis.exceptions as rex
 
-__all__ = ["Commands", "encode_commands", "run_pipeline"]
-
-
-class Commands:
-    """Commands recorded through the client methods the sink's steps use (``fcall``,
-    ``evalsha``), for :func:`run_pipeline`."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[Any, ...]] = []
-
-    def fcall(self, function: str, numkeys: int, *keys_and_args: Any) -> None:
-        """Record ``FCALL function numkeys key... arg...``."""
-        self.items.append(("FCALL", function, numkeys, *keys_and_args))
-
-    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> None:
-        """Record ``EVALSHA sha numkeys key... arg...``."""
-        self.items.append(("EVALSHA", sha, numkeys, *keys_and_args))
-
-    def command(self, *args: Any) -> None:
-        """Record a plain command (``ZADD key NX score member``)."""
-        self.items.append(args)
+__all__ = ["encode_commands", "run_pipeline"]
 
 
 def encode_commands(commands: Sequence[Sequence[Any]], encoding: str = "utf-8",

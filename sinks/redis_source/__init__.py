@@ -8,13 +8,8 @@ forward, ``XACK`` of pending entries up to the batch's end) only in the source's
 ``commit(end)``, which Spark calls after the sink committed and its commit log was
 written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
 ``twopc-redis``) every entry's effect is applied exactly once; the rows carry the stream
-key and the entry id, a deterministic idempotency key for the sink.
-
-Options: see :mod:`twopc.sinks.redis_source._read_options`. Modules: ``_ids`` (offsets),
-``_read_options``, ``_rows`` (schema, typed fields), ``_reader`` (the reader and its fault
-points). Shared with the Redis sink, in :mod:`twopc.sinks._redis`: entry ids and ranges, the
-``twopc_stream_v2`` library, the Redis calls (``StreamServer``), clients.
-Needs Redis 7.0+ and PySpark 4.2+.
+key and the entry id, a deterministic idempotency key for the sink. Needs Redis 7.0+ and
+PySpark 4.2+.
 """
 
 from twopc.spi import require as _require

@@ -56,20 +56,12 @@ class _Tokens:
         self.pos += tok is not None
         return tok
 
-    def word(self, *words: str) -> bool:
-        """Take the next token if it is one of *words* (any case)."""
+    def accept(self, kind: str, *values: str) -> bool:
+        """Take the next token if it is a *kind* (``word``, ``punct``) of *values* (any case)."""
         tok = self.peek()
-        if tok is not None and tok[0] == "word" and tok[1].upper() in words:
-            self.pos += 1
-            return True
-        return False
-
-    def punct(self, p: str) -> bool:
-        tok = self.peek()
-        if tok is not None and tok[0] == "punct" and tok[1] == p:
-            self.pos += 1
-            return True
-        return False
+        taken = tok is not None and tok[0] == kind and tok[1].upper() in values
+        self.pos += taken
+        return taken
 
 
 def check_fields_schema(text: str) -> None:
@@ -109,9 +101,9 @@ def _problem(text: str) -> str | None:
         problem = _type(toks, name)
         if problem is not None:
             return problem
-        if toks.word("NOT") and not toks.word("NULL"):
+        if toks.accept("word", "NOT") and not toks.accept("word", "NULL"):
             return f"column {name!r}: NOT must be followed by NULL"
-        if toks.word("COMMENT"):
+        if toks.accept("word", "COMMENT"):
             comment = toks.take()
             if comment is None or comment[0] != "text":
                 return f"column {name!r}: COMMENT must be followed by a quoted 'text'"
@@ -135,10 +127,11 @@ def _type(toks: _Tokens, name: str) -> str | None:
                                                                                "INTERVAL", "CHAR", "VARCHAR", "VOID")
                 else "is not a type")
         return f"{value!r} (the type of column {name!r}, position {at}) {what}"
-    if upper in _DECIMALS and toks.punct("("):
+    if upper in _DECIMALS and toks.accept("punct", "("):
         p_tok = toks.take()
-        s_tok = toks.take() if toks.punct(",") else ("number", "0", 0)
-        if p_tok is None or s_tok is None or p_tok[0] != "number" or s_tok[0] != "number" or not toks.punct(")"):
+        s_tok = toks.take() if toks.accept("punct", ",") else ("number", "0", 0)
+        if (p_tok is None or s_tok is None or p_tok[0] != "number" or s_tok[0] != "number"
+                or not toks.accept("punct", ")")):
             return f"column {name!r}: write {upper}(precision) or {upper}(precision, scale)"
         p, s = int(p_tok[1]), int(s_tok[1])
         if not 1 <= p <= 38 or s > p:

@@ -1,38 +1,6 @@
-"""The options of ``format("twopc-redis-stream")``, read once on the driver.
-
-=========================  ==================================================================
-``url``                    ``redis://[user[:password]@]host:port/db`` or ``rediss://`` (required)
-``password``               overrides the URL's password (never logged nor stored)
-``streams``                stream keys, comma-separated (``orders,refunds``), or one glob
-                           pattern (``orders:*``: streams that appear later are read from
-                           their first entry) (required). A listed key that does not exist
-                           is refused when the query starts
-``createStreams``          ``true``: a listed key that does not exist when the query starts
-                           is created empty, for producers that start later (default ``false``)
-``group``                  the consumer group that mirrors the query's committed progress
-                           (required; created when missing)
-``startingPosition``       ``group`` (default: after the group's last delivered id, or
-                           before its oldest pending entry; a missing group starts at the
-                           beginning), ``earliest``, ``latest``, or an entry id (read the
-                           entries after it). Used only when the checkpoint has no offsets.
-``maxEntriesPerTrigger``   most entries per micro-batch, over all streams (default: no limit)
-``maxEntriesPerPartition`` a stream's range is split into Spark partitions of at most this
-                           many entries (default 10000)
-``failOnDataLoss``         ``true`` (default): entries removed (``XDEL``, ``XTRIM``, ``MAXLEN``
-                           by someone else) after the query began to follow the stream and
-                           before it read them, a deleted or recreated stream fail the query
-                           (:class:`~twopc.spi.SourceError`); ``false``: log a warning, read what
-                           is left (see :mod:`._reader`)
-``trimAfterCommit``        ``true``: after each commit, ``XTRIM MINID`` (exact) drops the
-                           committed entries (default ``false``; ignores other groups)
-``consumer``               refused, with the reason: the source never reads with
-                           ``XREADGROUP``, so no entry is delivered to or pending for a consumer
-``fieldsSchema``           DDL of typed columns parsed from same-named fields, e.g.
-                           ``amount BIGINT, user STRING`` (missing field: null)
-``socketTimeout``          a duration (``30s``, ``500ms``), default 60s; ``connectTimeout``
-                           the same, default 10s
-=========================  ==================================================================
-"""
+"""The options of ``format("twopc-redis-stream")``, read once on the driver into
+:class:`StreamOptions` (the table is in the manual's Redis Streams page and the options
+reference)."""
 
 from __future__ import annotations
 
@@ -69,7 +37,7 @@ _POSITIONS = ("group", "earliest", "latest")
 
 @dataclass(frozen=True)
 class StreamOptions:
-    """What the source was asked to do (see the module docstring)."""
+    """What the source was asked to do (the options reference says what each option means)."""
 
     client: ClientConfig
     streams: tuple[str, ...]
@@ -102,8 +70,7 @@ class StreamOptions:
             o.refuse_unknown()
             url, url_password = split_url(o.required("url", '.option("url", "redis://host:6379/0")'))
             password = o.get("password")
-            names = [s.strip() for s in o.required("streams", '.option("streams", "orders")').split(",")]
-            names = [s for s in names if s]
+            names = [s.strip() for s in o.required("streams", '.option("streams", "orders")').split(",") if s.strip()]
             patterns = [s for s in names if _GLOB.search(s)]
             if patterns and len(names) > 1:
                 raise ConfigurationError(f"streams is either a list of keys or one glob pattern, got {names!r:.200}")

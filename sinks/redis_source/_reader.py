@@ -17,24 +17,14 @@ The guarantees, in Spark's order of calls:
   only then does the consumer group move (``twopc_stream_v2_ack``: ``last-delivered-id``
   forward, ``XACK`` of pending entries up to *end*, optionally ``XTRIM MINID``).
 
-Entries removed before the query read them (``failOnDataLoss``). Each position carries
-the stream's entry count there (``a``, :mod:`._ids`): how many entries the stream had
-received up to it, counting every entry removed before the query began to follow the
-stream as received there too. ``latestOffset`` reads ``XINFO STREAM`` (``entries-added``,
-``length``, the first entry and the last id) and then plans up to that last id, so the
-entries it sees were all added before the look. Whenever it knows how many entries the
-stream holds after the position -- planning walked to the last id, or the first entry is
-after the position (a trim passed it) -- ``entries-added - count - held after`` is the
-number of entries after the position that were removed before the query read them:
-``XTRIM``/``MAXLEN``/``MINID`` as well as ``XDEL`` (Redis's ``max-deleted-entry-id`` moves
-on ``XDEL`` only, not on trims). Removing entries the query has read is no loss. A loss
-while planning is limited (``maxEntriesPerTrigger``) and the stream still holds entries
-before the position shows at the latest when a batch reaches the stream's end. A count
-that goes down (``entries-added`` below it) means the stream was deleted and recreated.
-What was removed before the query began to follow a stream is not reported: before
-``initialOffset`` (which, for a start with entries before it -- ``group`` or an entry id --
-counts the entries after it once), or, for a stream a pattern finds later and an offset
-written without ``a``, before its first planning.
+Entries removed before the query read them (``failOnDataLoss``): each position carries
+the stream's entry count there (``a``, :mod:`._ids`), counting every entry removed before
+the query began to follow the stream as received there. ``latestOffset`` reads ``XINFO
+STREAM`` and plans up to its last id; whenever it knows how many entries the stream holds
+after the position (planning walked to the end, or a trim passed the position),
+``entries-added - count - held after`` is the number removed unread (``XTRIM``, ``MAXLEN``,
+``MINID`` and ``XDEL`` alike). A count above ``entries-added`` means the stream was deleted
+and recreated. What was removed before the query began to follow a stream is not reported.
 
 Fault points ``stream_before_ack`` and ``stream_after_ack`` mark the edges of ``commit``.
 """
@@ -167,7 +157,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - PySpark's name
         """``trigger(availableNow=True)``: read up to the streams' last ids as of now."""
-        self._caps = {k: self.server.last_id(k) or ZERO for k in self._streams()}
+        self._caps = {k: info.last if (info := self.server.info(k)) else ZERO for k in self._streams()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
         """The end of the next micro-batch (see the module docstring).
@@ -212,7 +202,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         before the query's position, fails (``failOnDataLoss``) or is warned about; the
         latter then starts over at ``0-0``."""
         info = self.server.info(stream)
-        step = _Step(stream, at, info, at.id, self._added_for(stream, at))
+        known = self._known.get(stream)
+        step = _Step(stream, at, info, at.id, known[1] if known is not None and known[0] == at.id else at.added)
         where = f"stream {stream!r} on {self.server.config.where()}"
         if info is None and at.id != ZERO:
             self._changed(f"{where} was deleted; the query has read it up to {at.id}",
@@ -222,10 +213,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           f"position {at.id})", then="reading the new stream from its first entry")
             step.lo, step.added = ZERO, None
         return step
-
-    def _added_for(self, stream: str, at: Position) -> int | None:
-        known = self._known.get(stream)
-        return known[1] if known is not None and known[0] == at.id else at.added
 
     def _settle(self, s: _Step) -> Position | None:
         """After planning: how many entries after the query's position were removed before
@@ -284,7 +271,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for r in Offset.from_json(start).ranges(Offset.from_json(end)):
             plan = self.server.plan(r.stream, r.lo, r.hi, split=size)
             if plan.count != r.count:
-                self._lost(r, plan.count)
+                _lost(self.server, r, plan.count, self.o.fail_on_data_loss)
             lo, left = r.lo, plan.count
             for b in plan.bounds:
                 out.append(StreamPartition(Range(r.stream, lo, b, size), self.o, self.typed))
@@ -292,12 +279,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if left > 0:
                 out.append(StreamPartition(Range(r.stream, lo, r.hi, left), self.o, self.typed))
         return out
-
-    def _lost(self, r: Range, found: int) -> None:
-        message = StreamServer(self.o.client).why_changed(r, found)
-        if self.o.fail_on_data_loss:
-            raise SourceError(message)
-        log.warning("twopc-redis-stream (failOnDataLoss=false): %s", message)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The rows of one piece, in id order, as Arrow batches of at most :data:`BATCH_ROWS`.
@@ -319,10 +300,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if rows:
             yield to_batch(rows, self.arrow_schema)
         if n != r.count:
-            message = server.why_changed(r, n)
-            if partition.options.fail_on_data_loss:
-                raise SourceError(message)
-            log.warning("twopc-redis-stream (failOnDataLoss=false): %s", message)
+            _lost(server, r, n, partition.options.fail_on_data_loss)
 
     # -- acknowledgement --------------------------------------------------------------------------
     def commit(self, end: dict[str, Any]) -> None:
@@ -374,6 +352,14 @@ class _Step:
     last: EntryId | None = None
     planned: int = 0
     complete: bool = False  # planning walked every entry up to the stream's last id
+
+
+def _lost(server: StreamServer, r: Range, found: int, fail: bool) -> None:
+    """A range that holds *found* entries instead of its recorded count: fail (*fail*) or warn."""
+    message = server.why_changed(r, found)
+    if fail:
+        raise SourceError(message)
+    log.warning("twopc-redis-stream (failOnDataLoss=false): %s", message)
 
 
 def _entries(n: int) -> str:

@@ -53,6 +53,7 @@ _BY_TYPE: dict[str, Converter] = {
     "string": str, "long": int, "integer": int, "short": int, "byte": int,
     "double": float, "float": float, "boolean": _bool, "date": dt.date.fromisoformat,
     "timestamp": _timestamp, "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"),
+    "decimal": _decimal,
 }
 
 
@@ -71,7 +72,7 @@ def converters(schema: Any) -> tuple[tuple[str, str], ...]:
     out = []
     for f in list(schema.fields)[len(BASE_COLUMNS):]:
         name = f.dataType.typeName()
-        if name not in _BY_TYPE and name != "decimal":
+        if name not in _BY_TYPE:
             raise ConfigurationError(f"fieldsSchema column {f.name} has type {f.dataType.simpleString()}, which "
                                      f"cannot be parsed from a stream field; use one of STRING, BIGINT, INT, "
                                      f"DOUBLE, BOOLEAN, DECIMAL, DATE, TIMESTAMP, BINARY")
@@ -99,7 +100,7 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
             row.append(None)
             continue
         try:
-            row.append(_decimal(raw) if kind == "decimal" else _BY_TYPE[kind](raw))
+            row.append(_BY_TYPE[kind](raw))
         except (ValueError, OverflowError):
             raise SourceError(f"entry {eid} of stream {stream!r}: field {name!r} = {raw!r:.60} is not a {kind} "
                               f"(fieldsSchema); fix the producer, or declare the column STRING and parse it "
