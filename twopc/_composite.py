@@ -43,13 +43,12 @@ from typing import TYPE_CHECKING, Any
 from twopc import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
-from ._composite_targets import refuse_shared_targets
 from ._context import TransactionContext
 from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
-from ._participant import AnySink, Participant
+from ._participant import Participant
 from ._sink import (
     BatchCommit,
     CommitOutcome,
@@ -60,6 +59,7 @@ from ._sink import (
     TwoPhaseCommitSink,
     WriteSetup,
     capability,
+    commit_handles,
     refuse_overwrite,
 )
 from ._sink_id_record import OwnerRecord
@@ -201,11 +201,11 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             ConfigurationError: a participant refuses, or its commit may be refused after
                 the decision (:meth:`twopc.spi.WriteSetup.commit_may_be_refused`: the staging
                 mode of ``twopc-jdbc``), or two participants write the same target
-                (:func:`~twopc._composite_targets.refuse_shared_targets`); the message names
+                (:func:`_refuse_shared_targets`); the message names
                 them and the fix.
         """
         refuse_overwrite(self, overwrite=overwrite, streaming=streaming)
-        refuse_shared_targets(self.participants)
+        _refuse_shared_targets(self.participants)
         for p in self.participants:
             try:
                 capability(p.sink, WriteSetup).configure_write(p.project_schema(schema), overwrite=overwrite,
@@ -289,14 +289,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def rollback(self, txn: _CompositeTxn) -> None:
         """Roll back every participant's open transaction (each must not raise for one
         already gone; the first error is raised after all were tried)."""
-        errors: list[BaseException] = []
-        for p, t in txn.txns:
-            try:
-                p.sink.rollback(t)
-            except Exception as exc:  # noqa: BLE001 - every part is tried; the first error is raised after
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _every(txn.txns, lambda pt: pt[0].sink.rollback(pt[1]))
 
     # -- driver, commit --------------------------------------------------------------
     def commit(self, handle: CompositeHandle) -> CommitOutcome:
@@ -344,15 +337,10 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             first = False
             parts = [h for _, h in mine]
             try:
-                got = capability(p.sink, BatchCommit).commit_all(parts, recovering=recovering)
-                if got is None:
-                    got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
+                got = commit_handles(p.sink, parts, recovering=recovering)
             except TwoPCError as exc:  # the operator must know which target stopped the commit
                 note = f", after {', '.join(done)} committed batch {handles[0].batch_id}" if done else ""
                 raise _named(p, exc, note) from exc
-            if len(got) != len(parts):
-                raise ProtocolError(f"{p.sink.describe()}: commit_all returned {len(got)} outcomes for "
-                                    f"{len(parts)} handles")
             done.append(p.name)
             for (i, _), outcome in zip(mine, got, strict=True):
                 outcomes[i].append(outcome)
@@ -374,17 +362,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             ProtocolError: a part had been committed.
             SinkError: a target failed.
         """
-        self._each_part(handle, lambda s, h: s.abort(h))
-
-    def _each_part(self, handle: CompositeHandle, fn: Callable[[AnySink, TransactionHandle], None]) -> None:
-        errors: list[BaseException] = []
-        for name, h in handle.parts:
-            try:
-                fn(self._participant(name).sink, h)
-            except Exception as exc:  # noqa: BLE001 - every part is tried; the first error is raised after
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _every(handle.parts, lambda part: self._participant(part[0]).sink.abort(part[1]))
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
         """Each participant's claim of its own sink id (``<sink id>.<name>``), in order;
@@ -440,15 +418,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Every participant's markers, under its own sink id; each participant is tried
         before the first error is raised (named)."""
-        removed, errors = 0, []
-        for p in self.participants:
-            try:
-                removed += _asking(p, "purge_markers", sink_id, below_batch)
-            except TwoPCError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return removed
+        return sum(_every(self.participants, lambda p: _asking(p, "purge_markers", sink_id, below_batch)))
 
     def commit_mode(self) -> str:
         inner = "; ".join(f"{p.name}: {capability(p.sink, WriteSetup).commit_mode()}" for p in self.participants)
@@ -482,6 +452,39 @@ def _admit(p: Participant) -> None:
             f"of its own")
 
 
+def _refuse_shared_targets(participants: Sequence[Participant]) -> None:
+    """Raise when two of *participants* write the same target: each task would hold two
+    transactions in it, and the second waits for the locks the first holds (a prepared
+    transaction keeps them) until a lock timeout. "The same target" is what the server says
+    it is where the sink can ask (:meth:`~twopc.spi.NamedTarget.target_instance`, so
+    ``localhost`` and ``127.0.0.1`` are one server), else what the options name
+    (:meth:`~twopc.spi.NamedTarget.target_identity`).
+
+    Raises:
+        ConfigurationError: naming both participants, the target and the fix.
+    """
+    if len(participants) < 2:
+        return
+    targets = [capability(p.sink, NamedTarget) for p in participants]
+    identities = [t.target_identity() for t in targets]
+    if sum(i is not None for i in identities) < 2:
+        return
+    instances = [t.target_instance() if i is not None else None for t, i in zip(targets, identities, strict=True)]
+    for j, b in enumerate(participants):
+        for i, a in enumerate(participants[:j]):
+            same_instance = instances[i] is not None and instances[i] == instances[j]
+            same_identity = identities[i] is not None and identities[i] == identities[j]
+            if same_instance or same_identity:
+                target = (identities[i] if same_identity else
+                          f"{identities[i]} and {identities[j]}, which the server says are one table: {instances[i]}")
+                raise ConfigurationError(
+                    f"composite participants {a.name!r} and {b.name!r} write the same target ({target}): each task "
+                    f"would hold a transaction of both in it, and the second waits for the locks the first holds "
+                    f"until the batch commits, so the write would end in a lock timeout. Write the table through "
+                    f"one participant (one participant per table: give it all the columns, or union the rows "
+                    f"before the write), or write the other rows to another table; nothing was written")
+
+
 def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:
     """``p.sink.<method>(<p's sink id>, *args)``, a twopc error re-raised with the
     participant's name (an operator whose ``twopc status`` fails must know which target
@@ -504,6 +507,19 @@ def _group(sink_id: str, found: Sequence[tuple[str, TransactionHandle]]) -> list
         groups.setdefault(key, []).append((name, h))
     return [CompositeHandle(key, sink_id, parts[0][1].batch_id, parts[0][1].partition_id, parts[0][1].attempt_id,
                             tuple(parts)) for key, parts in groups.items()]
+
+
+def _every(items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
+    """*fn* of every item, each tried even when one before failed; then the first error raised."""
+    out, errors = [], []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except Exception as exc:  # noqa: BLE001 - every item is tried; the first error is raised after
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return out
 
 
 def _quietly(what: str, fn: Callable[[Any], Any], arg: Any) -> None:

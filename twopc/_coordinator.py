@@ -51,6 +51,7 @@ from ._sink import (
     DecisionHook,
     NamedTarget,
     capability,
+    commit_handles,
     purge_markers_best_effort,
 )
 from ._sink_id_claim import claim_writer
@@ -199,23 +200,12 @@ def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> 
     handles = decision.handles
     match capability(sink, BatchCommit).commit_shape(handles):
         case CommitShape.PER_HANDLE:
-            yield from _commit_group(sink, handles[:1], recovering=recovering)
+            yield from commit_handles(sink, handles[:1], recovering=recovering)
             if len(handles) > 1:
                 faultinject.fault_point("between_commits", batch_id=decision.batch_id)
-                yield from _commit_group(sink, handles[1:], recovering=recovering)
+                yield from commit_handles(sink, handles[1:], recovering=recovering)
         case CommitShape.ONE_CALL | CommitShape.WHOLE_BATCH | CommitShape.LOCAL_TRANSACTION:
-            yield from _commit_group(sink, handles, recovering=recovering)
-
-
-def _commit_group(sink: AnySink, handles: Sequence[TransactionHandle], *,
-                  recovering: bool) -> list[CommitOutcome]:
-    outcomes = capability(sink, BatchCommit).commit_all(handles, recovering=recovering) if handles else []
-    if outcomes is None:
-        return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
-    if len(outcomes) != len(handles):
-        raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
-                            f"for {len(handles)} handles")
-    return outcomes
+            yield from commit_handles(sink, handles, recovering=recovering)
 
 
 def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle], *,

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from ._context import TransactionContext
-from ._errors import ConfigurationError, SinkError
+from ._errors import ConfigurationError, ProtocolError, SinkError
 from ._handle import TransactionHandle
 from ._inspect import Headroom, PreparedDetail
 from ._sink_id_record import OwnerRecord
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["AnySink", "BatchCommit", "CommitOutcome", "CommitShape", "DecisionHook", "Inspectable", "LedgerHost",
-           "MarkerPurge", "NamedTarget", "TwoPhaseCommitSink", "WriteSetup", "capability", "purge_markers_best_effort",
-           "refuse_overwrite"]
+           "MarkerPurge", "NamedTarget", "TwoPhaseCommitSink", "WriteSetup", "capability", "commit_handles",
+           "purge_markers_best_effort", "refuse_overwrite"]
 
 log = logging.getLogger("twopc.sink")
 
@@ -448,6 +448,22 @@ def capability(sink: object, kind: type[C]) -> C:
     if isinstance(sink, kind):
         return sink
     return cast(C, _Defaults(cast(AnySink, sink)))
+
+
+def commit_handles(sink: AnySink, handles: Sequence[TransactionHandle], *, recovering: bool) -> list[CommitOutcome]:
+    """Commit one decided batch's *handles* through :meth:`BatchCommit.commit_all`, else one
+    by one (:meth:`~TwoPhaseCommitSink.recover_and_commit` when *recovering*).
+
+    Raises:
+        ProtocolError: ``commit_all`` answered another number of outcomes than handles.
+    """
+    outcomes = capability(sink, BatchCommit).commit_all(handles, recovering=recovering) if handles else []
+    if outcomes is None:
+        return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
+    if len(outcomes) != len(handles):
+        raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
+                            f"for {len(handles)} handles")
+    return outcomes
 
 
 def purge_markers_best_effort(sink: AnySink, sink_id: str, below_batch: int) -> None:

@@ -34,7 +34,6 @@ never guessed at:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -138,26 +137,45 @@ class LocalStore:
             raise LedgerError(f"cannot read ledger record {p}: {exc}") from exc
 
     def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
-        final = self.path(rel)
-        folder, _, name = final.rpartition("/")
-        tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
-        try:
-            return _create_local(final, tmp, text.encode("utf-8"), exclusive)
-        except OSError as exc:
-            raise LedgerError(f"cannot write ledger record {final}: {exc}") from exc
+        return self._write(rel, text, exclusive=exclusive, durable=True)
 
     def replace(self, rel: str, text: str) -> None:
+        self._write(rel, text, exclusive=False, durable=False)
+
+    def _write(self, rel: str, text: str, *, exclusive: bool, durable: bool) -> bool:
+        """Through a temporary file: an exclusive hard link to the final name (False: it
+        exists) or a rename; *durable*: fsync of the file and of the folder."""
         final = self.path(rel)
         folder, _, name = final.rpartition("/")
         tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, final)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                try:
+                    os.write(fd, text.encode("utf-8"))
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if exclusive:
+                    try:
+                        os.link(tmp, final)
+                    except FileExistsError:
+                        return False
+                else:
+                    os.replace(tmp, final)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            if durable:
+                dfd = os.open(folder, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            return True
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise LedgerError(f"cannot write {final}: {exc}") from exc
+            raise LedgerError(f"cannot write ledger record {final}: {exc}") from exc
 
     def list(self, rel: str) -> list[str]:
         try:
@@ -175,32 +193,6 @@ class LocalStore:
             pass
         except OSError as exc:
             raise LedgerError(f"cannot delete ledger record {self.path(rel)}: {exc}") from exc
-
-
-def _create_local(final: str, tmp: str, data: bytes, exclusive: bool) -> bool:
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        if exclusive:
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    dfd = os.open(os.path.dirname(final), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return True
 
 
 #: (endpoint, bucket) pairs whose server was seen to honour If-None-Match in this process.

@@ -280,13 +280,9 @@ def check_sink_pickles_after_use(harness: SinkHarness) -> None:
 
 
 def _picklers() -> list[tuple[str, Callable[[object], bytes]]]:
-    out: list[tuple[str, Callable[[object], bytes]]] = [("pickle", pickle.dumps)]
-    try:
-        from pyspark import cloudpickle
-    except ImportError:  # pragma: no cover - pyspark is a dependency of twopc
-        return out
-    out.append(("cloudpickle", cloudpickle.dumps))
-    return out
+    from pyspark import cloudpickle
+
+    return [("pickle", pickle.dumps), ("cloudpickle", cloudpickle.dumps)]
 
 
 def check_rollback_leaves_nothing(harness: SinkHarness) -> None:

@@ -218,17 +218,10 @@ class CheckRun:
             if exc_type is None:
                 self.finish()
         finally:
-            if exc_type is not None or self._leftovers():
-                self._roll_back_leftovers()
+            self._roll_back_leftovers()
             for sink in self.sinks:
                 with contextlib.suppress(Exception):
                     sink.close()
-
-    def _leftovers(self) -> bool:
-        try:
-            return any(self.sink.list_prepared(sid) for sid in self.sink_ids)
-        except Exception:  # noqa: BLE001 - cleanup is best effort
-            return True
 
     def _roll_back_leftovers(self) -> None:
         """Best effort: a failed check must not leave prepared transactions (they hold locks
