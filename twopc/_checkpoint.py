@@ -1,24 +1,15 @@
 """Where a streaming query's checkpoint is when the writer's options do not say.
 
-Spark passes a Python data source the options the user gave plus the ones it adds itself:
-``path`` (``save(path)`` / ``start(path)``), ``queryName`` (``.queryName(...)``) and
-``checkpointLocation`` when the query was given one. It does not pass the checkpoint it
-resolved from the session's ``spark.sql.streaming.checkpointLocation``: Spark puts a named
-query's checkpoint at ``<that folder>/<queryName>`` and an unnamed one's at
-``<that folder>/<random UUID>`` (a new one at every start), and the Python processes that
-plan and commit a write cannot read the session's configuration.
-
-So the session's default is read when the query starts, as Spark reads it: twopc's query
-listener (:mod:`twopc._stops`, in the driver's Python process, told of a start before the
-query plans a batch) writes the folder the session names then into a note of that query
-name (:func:`note_session_root`), in a folder of notes that :func:`twopc.register` gives the
-registered classes (:func:`bind_session_checkpoint`); the writer reads it
-(:func:`session_root_at_start`). Where no listener runs (Spark Connect), the writer uses the
-folder the session named when :func:`twopc.register` ran. At plan time the writer resolves
-``<folder>/<queryName>`` exactly as Spark does, and checks that Spark's own checkpoint (its
-``metadata`` file, written when the query starts) is there, so the ledger never lands beside
-a checkpoint Spark does not use. An unnamed query is refused: its checkpoint's name is a
-random id the writer cannot see (and Spark itself never resumes it).
+Spark does not pass a Python data source the checkpoint it resolved from the session's
+``spark.sql.streaming.checkpointLocation`` (``<that folder>/<queryName>``), and the Python
+processes that plan and commit a write cannot read the session's configuration. So twopc's
+query listener (:mod:`twopc._stops`, told of a start before the query plans a batch) notes the
+folder the session names then (:func:`note_session_root`) in a folder of notes that
+:func:`twopc.register` gives the registered classes (:func:`bind_session_checkpoint`), and
+the writer reads it (:func:`session_root_at_start`); without a listener (Spark Connect) the
+folder named at registration is used. The writer checks that Spark's own checkpoint is there,
+so the ledger never lands beside one Spark does not use, and refuses an unnamed query (its
+checkpoint is a random id the writer cannot see).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""Session-wide defaults of writer options, for a whole Spark session (or a test suite) at
-once: a sink names the options it takes a default for (:attr:`TwoPhaseCommitSink.session_options`),
-and :func:`twopc.register` reads each from the session's Spark conf ``spark.twopc.<option>``
-(``spark.twopc.twopcSchema``). As with the session's default checkpoint folder
-(:mod:`twopc._checkpoint`), the Python processes that plan a write cannot read the session's
-configuration: the values travel as a class attribute of the registered data source, and
-apply at plan time to every write that does not give the option itself. The options a
-write ran with, defaults included, are what its checkpoint records, so recovery reads the
-same values.
+"""Session-wide defaults of writer options: a sink names the options it takes a default for
+(:attr:`TwoPhaseCommitSink.__session_options__`), and :func:`twopc.register` reads each from
+the Spark conf ``spark.twopc.<option>``. The processes that plan a write cannot read the
+session's configuration, so the values travel as a class attribute of the registered data
+source and apply to every write that does not give the option itself. The checkpoint records
+the options a write ran with, so recovery reads the same values.
 """
 
 from __future__ import annotations
