@@ -54,8 +54,7 @@ from ._sink import (
     commit_handles,
     purge_markers_best_effort,
 )
-from ._sink_id_claim import claim_writer
-from ._target_check import check_target
+from ._sink_id_claim import check_target, claim_writer
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
@@ -278,7 +277,7 @@ class CommitCoordinator:
         claimed: the caller already checked the checkpoint's target and holds the sink id's
             claim (the Spark runtime does both at plan time). Otherwise the coordinator does
             both here, before any transaction of the sink id is prepared or rolled back
-            (:func:`~twopc._target_check.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
+            (:func:`~twopc._sink_id_claim.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
             and records the target with its first decision; a SQL sink's lease is then held
             until :meth:`close` (or until the coordinator is garbage collected). It also takes
             the checkpoint's ledger over (:meth:`CommitLedger.claim`) unless *ledger* has an

@@ -26,7 +26,8 @@ from ._runtime_options import default_sink_id
 from ._sink import AnySink, NamedTarget, capability
 from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
-__all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
+__all__ = ["SinkIdClaim", "check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare",
+           "runtime_task"]
 
 
 def checkpoint_label(location: str) -> str:
@@ -141,6 +142,26 @@ def _holding() -> Iterator[None]:
             yield
     finally:
         _release_deferred()
+
+
+def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: bool) -> None:
+    """Refuse *sink*'s target if *ledger*'s checkpoint belongs to another one; with *record*,
+    record it the first time (see :meth:`CommitLedger.bind_target`). Every writer passes here
+    before it touches the target (the runtime at plan time, coordinators built by hand,
+    ``twopc recover``): recovery against the wrong target would find the decided transactions
+    missing there and call them lost. Nothing to check for a ledger kept in the target
+    itself, or a sink that cannot name its target.
+
+    Raises:
+        TargetMismatchError: the checkpoint belongs to another target.
+        LedgerError: the checkpoint cannot be read or written.
+    """
+    if ledger.in_target:
+        return
+    identity = capability(sink, NamedTarget).target_identity()
+    if identity is None:
+        return
+    ledger.bind_target(identity, sink_id, record=record, instance=capability(sink, NamedTarget).target_instance())
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
