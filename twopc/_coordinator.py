@@ -30,7 +30,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from twopc import faultinject
 
@@ -73,6 +73,13 @@ class CommitMetrics:
     swept: int = 0
     retried: int = 0  # commit attempts repeated because the target did not answer
 
+    def count(self, outcomes: Sequence[CommitOutcome]) -> None:
+        """Add the outcomes of one batch's commits."""
+        self.commits_total += len(outcomes)
+        self.committed += outcomes.count(CommitOutcome.COMMITTED)
+        self.already_committed += outcomes.count(CommitOutcome.ALREADY_COMMITTED)
+        self.lost += outcomes.count(CommitOutcome.LOST)
+
 
 @dataclass(frozen=True)
 class BatchResult:
@@ -95,11 +102,10 @@ class BatchResult:
     seconds: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tally:
     committed: int = 0
     already: int = 0
-    lost: list[str] = field(default_factory=list)
 
 
 def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
@@ -115,7 +121,6 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         CommitPendingError: the target did not answer, retries included; the batch is left
             DECIDED for the next start (or ``twopc recover``) to finish.
     """
-    tally = _Tally()
     m = metrics or CommitMetrics()
     def attempt(again: bool) -> list[CommitOutcome]:
         m.retried += again
@@ -125,26 +130,18 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         attempt,
         what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
         pending=lambda n, exc: _pending(sink, ledger, decision, n, exc, format_name))
+    m.count(outcomes)
     for handle, outcome in zip(decision.handles, outcomes, strict=True):
-        m.commits_total += 1
         log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
                   "twopc: sink=%s batch=%s txn=%s outcome=%s", decision.sink_id, decision.batch_id, handle.txn_id,
                   outcome.value, sink_id=decision.sink_id, batch=decision.batch_id, txn_id=handle.txn_id,
                   outcome=outcome.value, recovering=recovering)
-        if outcome is CommitOutcome.COMMITTED:
-            tally.committed += 1
-            m.committed += 1
-        elif outcome is CommitOutcome.ALREADY_COMMITTED:
-            tally.already += 1
-            m.already_committed += 1
-        else:
-            tally.lost.append(handle.txn_id)
-            m.lost += 1
-    if tally.lost:
-        raise _lost(sink, ledger, decision, tally.lost)
+    lost = [h.txn_id for h, o in zip(decision.handles, outcomes, strict=True) if o is CommitOutcome.LOST]
+    if lost:
+        raise _lost(sink, ledger, decision, lost)
     faultinject.fault_point("after_commit", batch_id=decision.batch_id)
     ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
-    return tally
+    return _Tally(outcomes.count(CommitOutcome.COMMITTED), outcomes.count(CommitOutcome.ALREADY_COMMITTED))
 
 
 def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[str]) -> TransactionLostError:
@@ -406,10 +403,8 @@ class CommitCoordinator:
             self.metrics.lost += len(lost)
             raise _lost(self.sink, self.ledger, decision, lost)
         self.ledger.mark_committed(batch_id, summary={"transactions": len(fresh), "atomic": True})
-        committed = sum(o is CommitOutcome.COMMITTED for o in outcomes)
-        self.metrics.commits_total += len(fresh)
-        self.metrics.committed += committed
-        self.metrics.already_committed += len(fresh) - committed
+        committed = outcomes.count(CommitOutcome.COMMITTED)
+        self.metrics.count(outcomes)
         faultinject.fault_point("after_mark", batch_id=batch_id)
         swept = self._sweep(batch_id)
         self._purge()

@@ -173,12 +173,12 @@ class CommitLedger(Ownership):
 
     # -- ownership (see twopc._fencing_epochs) ------------------------------------------------
     def _pending_epochs(self) -> list[tuple[int, int | None]]:
-        committed = set(self.committed_batches())
-        out = []
-        for b in self.decided_batches():
-            if b not in committed and (text := self._store.record("decisions", record_name(b))) is not None:
-                out.append((b, epoch_of(parse(text, self._store.where("decisions", record_name(b))))))
-        return out
+        return [(b, epoch_of(data)) for b in self._unmarked() if (data := self._read("decisions", record_name(b)))]
+
+    def _read(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The record parsed, or None when absent."""
+        text = self._store.record(kind, name)
+        return None if text is None else parse(text, self._store.where(kind, name))
 
     def fenced(self) -> bool:
         """Whether another driver took the ledger over since :meth:`claim`."""
@@ -187,8 +187,8 @@ class CommitLedger(Ownership):
     # -- sink id ---------------------------------------------------------------------
     def recorded_sink_id(self) -> str | None:
         """The sink id recorded in this checkpoint, or None before the first write."""
-        text = self._store.record("", "sink.json")
-        return None if text is None else str(parse(text, self._store.where("", "sink.json"))["sink_id"])
+        data = self._read("", "sink.json")
+        return None if data is None else str(data["sink_id"])
 
     def bind_sink_id(self, requested: str | None, default: str) -> str:
         """Return the sink id this checkpoint belongs to, recording it on first use.
@@ -223,11 +223,8 @@ class CommitLedger(Ownership):
 
     def target_record(self) -> TargetRecord | None:
         """All that this checkpoint records about its target (:meth:`bind_target`), or None."""
-        text = self._store.record("", "target.json")
-        if text is None:
-            return None
-        data = parse(text, self._store.where("", "target.json"))
-        return TargetRecord.from_record(data)
+        data = self._read("", "target.json")
+        return None if data is None else TargetRecord.from_record(data)
 
     def _write_target(self, record: TargetRecord, *, exclusive: bool) -> None:
         body: dict[str, Any] = {"format": FORMAT, "target": record.target}
@@ -316,9 +313,8 @@ class CommitLedger(Ownership):
     def state(self, batch_id: int) -> BatchState:
         if self._store.record("committed", record_name(batch_id)) is not None:
             return BatchState.COMMITTED
-        text = self._store.record("decisions", record_name(batch_id))
-        if text is not None and self.valid(batch_id, epoch_of(parse(text, self._store.where("decisions",
-                                                                                             record_name(batch_id))))):
+        data = self._read("decisions", record_name(batch_id))
+        if data is not None and self.valid(batch_id, epoch_of(data)):
             return BatchState.DECIDED
         return BatchState.UNDECIDED
 
@@ -439,14 +435,17 @@ class CommitLedger(Ownership):
 
     def pending(self) -> list[Decision]:
         """Decisions whose batch is not marked committed, oldest first."""
-        committed = set(self.committed_batches())
         out = []
-        for b in self.decided_batches():
-            if b not in committed:
-                d, done = self._standing(b)  # void decisions of fenced drivers are not pending
-                if d is not None and not done:
-                    out.append(d)
+        for b in self._unmarked():
+            d, done = self._standing(b)  # void decisions of fenced drivers are not pending
+            if d is not None and not done:
+                out.append(d)
         return out
+
+    def _unmarked(self) -> list[int]:
+        """The decided batches not marked committed, oldest first."""
+        committed = set(self.committed_batches())
+        return [b for b in self.decided_batches() if b not in committed]
 
     def latest_committed(self) -> int | None:
         batches = self.committed_batches()
