@@ -112,13 +112,6 @@ def _observe(state: dict[str, Any], name: str, value: float) -> None:
     h["sum"] += value
 
 
-def _failed_attempt(state: dict[str, Any], batch_id: int) -> None:
-    """One more run of *batch_id* ended without committing it."""
-    stuck = state.get("stuck")
-    attempts = stuck["attempts"] + 1 if stuck and stuck.get("batch") == batch_id else 1
-    state["stuck"] = {"batch": batch_id, "attempts": attempts, "at": time.time()}
-
-
 def failing_batch(state: dict[str, Any]) -> tuple[int, int] | None:
     """The batch whose runs ended without a commit since the last committed batch, and how
     many times (None: the last run of every batch committed)."""
@@ -136,7 +129,9 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "batches", action)
         if action in ("aborted", "left-for-recovery") and batch_id is not None:  # Spark's abort ends every failed run
-            _failed_attempt(state, batch_id)
+            stuck = state.get("stuck")
+            attempts = stuck["attempts"] + 1 if stuck and stuck.get("batch") == batch_id else 1
+            state["stuck"] = {"batch": batch_id, "attempts": attempts, "at": time.time()}
         elif action in ("committed", "finished", "replay-ignored"):
             state.pop("stuck", None)
         _count(state, "commits", "committed", committed)

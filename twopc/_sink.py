@@ -390,17 +390,13 @@ def _commit_mode(sink: object) -> str:
     return f"{type(sink).__name__}: {how}"
 
 
-def _methods(kind: type) -> set[str]:
-    return {n for n, v in vars(kind).items() if callable(v) and not n.startswith("_")}
-
-
 def half_capabilities(cls: type) -> list[str]:
     """The capabilities *cls* defines some methods of without having them all (it neither
     subclasses the capability, which supplies the defaults of the others, nor defines the
     rest): the runtime would not see the methods it defines. One line per capability."""
     found = []
     for kind in CAPABILITIES:
-        names = _methods(kind)
+        names = {n for n, v in vars(kind).items() if callable(v) and not n.startswith("_")}
         have = {n for n in names if any(n in vars(c) for c in cls.__mro__ if c not in (object, kind))}
         if have and have != names and not issubclass(cls, kind):
             found.append(f"{cls.__qualname__} defines {', '.join(sorted(have))} of {kind.__name__} but not "

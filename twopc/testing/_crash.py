@@ -266,17 +266,11 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
                             "master": master},
                      max_restarts=crashes + 1, timeout_s=run_timeout_s * (crashes + 2),
                      on_run_end=lambda _run, lines: fired.append(list(lines)))
-    result = CrashMatrixResult(report, "", ids, files, str(ck), _partitions(runs_file), fired,
-                               time.monotonic() - started)
+    partitions_run = ([int(line.split()[1]) for line in runs_file.read_text().splitlines() if line.strip()]
+                      if runs_file.exists() else [])
+    result = CrashMatrixResult(report, "", ids, files, str(ck), partitions_run, fired, time.monotonic() - started)
     _verify(harness, result, chosen, ck, files, varied=len(set(partitions)) > 1, crashes=crashes)
     return result
-
-
-def _partitions(runs_file: Path) -> list[int]:
-    try:
-        return [int(line.split()[1]) for line in runs_file.read_text().splitlines() if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Fault], ck: Path, files: int, *,

@@ -9,12 +9,7 @@ from typing import ClassVar
 import pytest
 
 from ._checks import PROTOCOL_CHECKS
-from ._coordination import (
-    DRIVER_CRASH_POINTS,
-    check_coordinator_commits_sweeps_and_ignores_replays,
-    check_driver_crash_then_recovery_is_exactly_once,
-    check_lost_transaction_is_loud,
-)
+from ._coordination import COORDINATOR_CHECKS, DRIVER_CRASH_POINTS, check_driver_crash_then_recovery_is_exactly_once
 from ._crash import CrashMatrixResult, Fault, run_crash_matrix
 from ._harness import SinkHarness
 
@@ -28,15 +23,9 @@ class SinkContractTests:
     wherever pytest looks). Each check's docstring says what it guarantees. No Spark is
     started; each test takes milliseconds to a second."""
 
-    def test_coordinator_commits_sweeps_and_ignores_replays(self, harness: SinkHarness) -> None:
-        check_coordinator_commits_sweeps_and_ignores_replays(harness)
-
     @pytest.mark.parametrize("point", DRIVER_CRASH_POINTS)
     def test_driver_crash_then_recovery_is_exactly_once(self, harness: SinkHarness, point: str) -> None:
         check_driver_crash_then_recovery_is_exactly_once(harness, point)
-
-    def test_lost_transaction_is_loud(self, harness: SinkHarness) -> None:
-        check_lost_transaction_is_loud(harness)
 
 
 def _as_test(check: Callable[[SinkHarness], None]) -> Callable[[SinkContractTests, SinkHarness], None]:
@@ -47,8 +36,9 @@ def _as_test(check: Callable[[SinkHarness], None]) -> Callable[[SinkContractTest
     return test
 
 
-for _name, _check in PROTOCOL_CHECKS.items():
-    setattr(SinkContractTests, f"test_{_name}", _as_test(_check))
+for _name, _check in {**PROTOCOL_CHECKS, **COORDINATOR_CHECKS}.items():
+    if "[" not in _name:  # the driver-crash check, once per point, is the parametrized test above
+        setattr(SinkContractTests, f"test_{_name}", _as_test(_check))
 
 
 class CrashMatrixTests:

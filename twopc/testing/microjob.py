@@ -52,13 +52,6 @@ def _write(core: Any, path: str, partitions: int, partition: int, batch_id: int,
     return core.write_partition(iter(rows.to_batches()), batch_id, partition, attempt, number)
 
 
-def _committed(log: Path) -> set[int]:
-    try:
-        return {int(x) for x in log.read_text().split()}
-    except FileNotFoundError:
-        return set()
-
-
 def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: list[int]) -> list[Any]:
     """Every partition's task, retried up to :data:`MAX_ATTEMPTS` times; ``None`` for a task
     that failed for good (what Spark hands ``abort``)."""
@@ -108,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = {**spec["options"], "checkpointLocation": spec["checkpoint"]}
     writer = source(options).streamWriter(StructType.fromJson(spec["schema"]), False)
     log = Path(spec["checkpoint"], "microjob-commits")
-    done = _committed(log)
+    done = {int(x) for x in log.read_text().split()} if log.exists() else set()
     files = sorted(Path(spec["input"]).glob("part-*.parquet"))
     progress(f"run {run}, {partitions} partitions, {len(done)} of {len(files)} batches done")
     attempts = [run * 100_000]
