@@ -26,6 +26,7 @@ driver (found with :meth:`TwoPhaseCommitSink.list_prepared` and rolled back).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import weakref
@@ -241,10 +242,8 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
     if orphans:
         ledger.check_owner()
-    by_batch: dict[int, list[TransactionHandle]] = {}
-    for h in decided:
-        by_batch.setdefault(h.batch_id, []).append(h)
-    for group in by_batch.values():
+    for _, batch in itertools.groupby(decided, key=lambda h: h.batch_id):  # decided is in batch order
+        group = list(batch)
         if capability(sink, BatchCommit).commit_all(group, recovering=True) is None:
             for h in group:
                 sink.recover_and_commit(h)
@@ -509,16 +508,11 @@ class CommitCoordinator:
 
     # ------------------------------------------------------------------------------
     def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:
-        fresh = []
-        for h in handles:
-            if h is None:
-                continue
+        fresh = [h for h in handles if h is not None]
+        for h in fresh:
             if h.sink_id != self.sink_id or h.batch_id != batch_id:
-                raise ProtocolError(
-                    f"handle {h.txn_id} belongs to sink {h.sink_id!r} batch {h.batch_id}, "
-                    f"not to sink {self.sink_id!r} batch {batch_id}"
-                )
-            fresh.append(h)
+                raise ProtocolError(f"handle {h.txn_id} belongs to sink {h.sink_id!r} batch {h.batch_id}, "
+                                    f"not to sink {self.sink_id!r} batch {batch_id}")
         return fresh
 
     def _sweep(self, batch_id: int) -> list[str]:
