@@ -326,15 +326,13 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
         done: list[str] = []
-        first = True
         started = time.monotonic()
         for p in self.participants:
             mine = [(i, h) for i, ch in enumerate(handles) for name, h in ch.parts if name == p.name]
             if not mine:
                 continue
-            if not first:
+            if done:
                 faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
-            first = False
             parts = [h for _, h in mine]
             try:
                 got = commit_handles(p.sink, parts, recovering=recovering)
@@ -394,26 +392,21 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         out = []
         for h in _group(sink_id, [(name, d.handle) for name, d in found]):
             mine = [(name, d) for name, d in found if (name, d.handle) in h.parts]
-            ages = [d.prepared_at for _, d in mine if d.prepared_at is not None]
+            oldest = min((d.prepared_at for _, d in mine if d.prepared_at is not None), default=None)
             units = {d.size_unit for _, d in mine}
             sizes = [d.size for _, d in mine]
             size = sum(x for x in sizes if x is not None) if len(units) == 1 and None not in sizes else None
             out.append(PreparedDetail(h, "; ".join(f"{name}: {d.holds}" for name, d in mine),
-                                      min(ages) if ages else None, size, units.pop() if len(units) == 1 else "rows"))
+                                      oldest, size, units.pop() if len(units) == 1 else "rows"))
         return out
 
     def headroom(self, sink_id: str) -> Headroom | None:
         """The participant with the least room left (``what`` prefixed with its name);
         ``None`` when no participant can tell."""
-        rooms = []
-        for p in self.participants:
-            h = _asking(p, "headroom", sink_id)
-            if h is not None:
-                rooms.append(Headroom(f"{p.name}: {h.what}", h.in_use, h.limit))
+        rooms = [Headroom(f"{p.name}: {room.what}", room.in_use, room.limit) for p in self.participants
+                 if (room := _asking(p, "headroom", sink_id)) is not None]
         limited = [h for h in rooms if h.limit is not None]
-        if limited:
-            return min(limited, key=lambda h: (h.limit or 0) - h.in_use)
-        return rooms[0] if rooms else None
+        return min(limited, key=lambda h: (h.limit or 0) - h.in_use) if limited else next(iter(rooms), None)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Every participant's markers, under its own sink id; each participant is tried

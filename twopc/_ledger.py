@@ -212,14 +212,12 @@ class CommitLedger(Ownership):
     # -- target ----------------------------------------------------------------------
     def recorded_target(self) -> str | None:
         """The target identity recorded in this checkpoint (:meth:`bind_target`), or None."""
-        record = self.target_record()
-        return None if record is None else record.target
+        return record.target if (record := self.target_record()) is not None else None
 
     def recorded_target_instance(self) -> str | None:
         """What the recorded target's server said it is (:meth:`twopc.spi.NamedTarget.target_instance`),
         or None (not recorded, or the sink could not tell)."""
-        record = self.target_record()
-        return None if record is None else record.instance
+        return record.instance if (record := self.target_record()) is not None else None
 
     def target_record(self) -> TargetRecord | None:
         """All that this checkpoint records about its target (:meth:`bind_target`), or None."""

@@ -136,13 +136,7 @@ class LocalStore:
         except OSError as exc:
             raise LedgerError(f"cannot read ledger record {p}: {exc}") from exc
 
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
-        return self._write(rel, text, exclusive=exclusive, durable=True)
-
-    def replace(self, rel: str, text: str) -> None:
-        self._write(rel, text, exclusive=False, durable=False)
-
-    def _write(self, rel: str, text: str, *, exclusive: bool, durable: bool) -> bool:
+    def create(self, rel: str, text: str, *, exclusive: bool, durable: bool = True) -> bool:
         """Through a temporary file: an exclusive hard link to the final name (False: it
         exists) or a rename; *durable*: fsync of the file and of the folder."""
         final = self.path(rel)
@@ -239,7 +233,8 @@ class S3Store:
         except Exception as exc:  # botocore's errors have no common base worth naming
             raise LedgerError(f"cannot read ledger record {self.path(rel)}: {_what(exc)}") from exc
 
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
+    def create(self, rel: str, text: str, *, exclusive: bool, durable: bool = True) -> bool:
+        """A PutObject (conditional when *exclusive*: False, the object exists); every one is durable."""
         extra = {"IfNoneMatch": "*"} if exclusive else {}
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(rel), Body=text.encode("utf-8"), **extra)
@@ -250,9 +245,6 @@ class S3Store:
                 # in flight; whichever finishes holds the name, so this one lost either way.
                 return False
             raise LedgerError(f"cannot write ledger record {self.path(rel)}: {_what(exc)}") from exc
-
-    def replace(self, rel: str, text: str) -> None:
-        self.create(rel, text, exclusive=False)  # a PutObject replaces an object atomically
 
     def list(self, rel: str) -> list[str]:
         prefix = self._key(rel).rstrip("/") + "/"
@@ -358,10 +350,7 @@ class FolderRecords:
         return self.store.create(_rel(kind, name), text, exclusive=True)
 
     def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
-        if durable:
-            self.store.create(_rel(kind, name), text, exclusive=False)
-        else:
-            self.store.replace(_rel(kind, name), text)
+        self.store.create(_rel(kind, name), text, exclusive=False, durable=durable)
 
     def remove(self, kind: str, name: str) -> None:
         self.store.delete(_rel(kind, name))
