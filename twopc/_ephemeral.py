@@ -12,6 +12,7 @@ an owner record is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -46,13 +47,11 @@ def _folders(parent: str | None) -> list[Path]:
     """This user's temporary ledger folders (another user's, in a shared temp dir, are theirs
     to clean, even for root)."""
     out = []
-    try:
+    with contextlib.suppress(OSError):
         for p in Path(parent or tempfile.gettempdir()).glob(PREFIX + "*"):
             st = p.lstat()
             if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
                 out.append(p)
-    except OSError:
-        pass
     return out
 
 
