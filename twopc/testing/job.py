@@ -53,16 +53,6 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
         os.fsync(f.fileno())
 
 
-def _data_source(path: str, format_name: str | None) -> Any:
-    from twopc import TwoPhaseCommitDataSource, data_source_for
-    from twopc.testing._harness import _load
-
-    obj = _load(path)
-    if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
-        return obj
-    return data_source_for(obj, format_name or f"twopc-kit-{obj.__name__.lower()}")
-
-
 def read_spec(argv: Sequence[str] | None, module: str) -> dict[str, Any] | None:
     """The job's spec from its one argument (None after printing the usage), and this
     process's group made the job's crash group."""
@@ -103,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    source = _data_source(spec["sink"], spec.get("format"))
+    from ._harness import _load, kit_data_source
+
+    source = kit_data_source(_load(spec["sink"]), spec.get("format"))
     spark.dataSource.register(source)
     ledger = CommitLedger(spec["checkpoint"])
     progress(f"run {run}, {partitions} partitions, last committed batch {ledger.latest_committed()}")

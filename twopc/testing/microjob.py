@@ -34,7 +34,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from .job import _data_source, _record_run, append_line, progress, read_spec
+from .job import _record_run, append_line, progress, read_spec
 
 __all__ = ["main"]
 
@@ -92,12 +92,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from twopc import _write_commit
 
-    from ._harness import _load
+    from ._harness import _load, kit_data_source
 
     if spec.get("coordinator"):
         _write_commit.CommitCoordinator = _load(spec["coordinator"])  # type: ignore[attr-defined]  # the documented test seam
     run, partitions = _record_run(spec["runs_file"], spec["partitions"])
-    source = _data_source(spec["sink"], spec.get("format"))
+    source = kit_data_source(_load(spec["sink"]), spec.get("format"))
     options = {**spec["options"], "checkpointLocation": spec["checkpoint"]}
     writer = source(options).streamWriter(StructType.fromJson(spec["schema"]), False)
     log = Path(spec["checkpoint"], "microjob-commits")
