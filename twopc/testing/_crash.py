@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from twopc import faultinject
 
 from .._context import TransactionContext
+from .._errors import redact
 from .._ledger import CommitLedger
 from .._sink import BatchCommit, CommitShape, capability
 from ._harness import ContractViolation, SinkHarness
@@ -276,14 +277,12 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
 def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Fault], ck: Path, files: int, *,
             varied: bool, crashes: int) -> None:
     __tracebackhide__ = True
-    secrets = harness.secret_strings()
+    secrets = sorted(harness.secret_strings(), key=len, reverse=True)  # a secret before its parts
 
     def fail(message: str) -> None:
         __tracebackhide__ = True
         text = f"{harness.label}: {message}\n{result.summary()}"
-        for s in sorted(secrets, key=len, reverse=True):
-            text = text.replace(s, "***")
-        raise ContractViolation(CHECK, text)
+        raise ContractViolation(CHECK, redact(text, secrets))
 
     report = result.report
     for run in report.runs:
