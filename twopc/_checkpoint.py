@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["SESSION_CHECKPOINT_CONF", "bind_session_checkpoint", "new_notes_folder", "note_session_root",
-           "session_checkpoint_root", "session_root_at_start", "with_checkpoint"]
+           "session_checkpoint_root", "session_root_at_start", "subclass_with", "with_checkpoint"]
 
 #: The session configuration holding a streaming query's default checkpoint folder.
 SESSION_CHECKPOINT_CONF = "spark.sql.streaming.checkpointLocation"
@@ -51,10 +51,13 @@ def bind_session_checkpoint(data_source: T, root: str | None, notes: str | None 
     pickles to the processes that plan and commit the write)."""
     if root is None and notes is None:
         return data_source
-    attrs: dict[str, Any] = {"session_checkpoint_root": root, "start_notes": notes,
-                             "__module__": data_source.__module__, "__qualname__": data_source.__qualname__,
-                             "__doc__": data_source.__doc__}
-    return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+    return subclass_with(data_source, session_checkpoint_root=root, start_notes=notes)
+
+
+def subclass_with(cls: T, **attrs: Any) -> T:
+    """A subclass of *cls* named as it, with the class attributes *attrs*."""
+    attrs.update(__module__=cls.__module__, __qualname__=cls.__qualname__, __doc__=cls.__doc__)
+    return type(cls.__name__, (cls,), attrs)  # type: ignore[return-value]  # a subclass of T
 
 
 def new_notes_folder() -> str:

@@ -189,11 +189,8 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
-    """Commit *decision*'s handles as the sink's :class:`CommitShape` says: separately
-    prepared ones the first, then (``between_commits``) the others together, each group
-    through :meth:`~twopc.spi.BatchCommit.commit_all` when the sink batches commits (a number
-    of round trips that does not grow with the batch), else one by one; any other shape
-    gets them all in one :meth:`~twopc.spi.BatchCommit.commit_all`."""
+    """Commit *decision*'s handles as the sink's :class:`CommitShape` says (``PER_HANDLE``:
+    the first, ``between_commits``, then the others)."""
     handles = decision.handles
     match capability(sink, BatchCommit).commit_shape(handles):
         case CommitShape.PER_HANDLE:
@@ -469,12 +466,7 @@ class CommitCoordinator:
         return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
 
     def _fence_zombie_prepares(self, batch_id: int) -> None:
-        """Close the *zombie-prepare window* before the sweep: a task still running when its
-        job aborts (a sibling failed first) can prepare after the sweep below has listed the
-        batch's prepared transactions. The abort record written here first is what such a
-        task checks after it prepared (:meth:`CommitLedger.record_abort`; the task side is
-        in :mod:`twopc._spark`): record-then-sweep here, prepare-then-check there, so every
-        prepared transaction of the aborted run is rolled back by one side or the other.
+        """Record the abort before the sweep: the *zombie-prepare window* of :mod:`twopc._fence`.
         A store that fails here only loses the fence (logged): the sweep still runs."""
         try:
             self.ledger.record_abort(batch_id)
@@ -484,14 +476,9 @@ class CommitCoordinator:
                         self.sink_id, batch_id, self.ledger.location, exc)
 
     def _wait_for_tasks(self, batch_id: int) -> None:
-        """Close the *late-rollback window* (see :mod:`twopc._fence`) before the sweep: wait,
-        bounded, for the tasks of the aborted batch still running. One that prepares after
-        the abort record rolls itself back before it ends; one killed after its PREPARE is
-        found by the sweep once its process is gone. So when this abort returns (``save()``
-        raises, ``query.stop()`` returns) nothing of the batch is left prepared. What is still
-        running when the wait gives up is named in a warning: a transaction it prepares is
-        rolled back by the task itself when it sees the abort record, else by the next start
-        (or ``twopc recover``)."""
+        """Wait, bounded, for the aborted batch's tasks still running before the sweep: the
+        *late-rollback window* of :mod:`twopc._fence`. What still runs when the wait gives up
+        is named in a warning (it rolls itself back on seeing the abort, else the next start does)."""
         try:
             wait = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:

@@ -374,14 +374,10 @@ class CommitLedger(Ownership):
 
     # -- the zombie-prepare fence -----------------------------------------------------------
     def record_abort(self, batch_id: int) -> str:
-        """Durably record that the driver aborts (this run of) *batch_id*; return the record's
-        name. The driver calls it BEFORE it sweeps the batch's prepared transactions, and a
-        task checks :meth:`abort_marks` AFTER it prepared: a task that prepared before the
-        record is swept, one that prepares after it sees the record and rolls itself back
-        (the *zombie-prepare window*: a task still running when a sibling's failure aborted
-        its job). Each abort adds a new record, so a later run of the same batch id (a rerun
-        with the same ``txnVersion``, a replayed micro-batch) is told apart by the set of
-        records its tasks saw when they began.
+        """Durably record that the driver aborts (this run of) *batch_id*, BEFORE it sweeps;
+        return the record's name (the *zombie-prepare window* of :mod:`twopc._fence`). Each abort
+        adds a new record, so a later run of the same batch id is told apart by the records its
+        tasks saw when they began.
 
         Raises:
             LedgerError: the store fails.

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from ._checkpoint import subclass_with
 from ._errors import ConfigurationError
 from ._runtime_options import option
 
@@ -42,11 +43,7 @@ def bind_session_options(data_source: T, defaults: Mapping[str, str]) -> T:
     """*data_source* itself when *defaults* is empty, else a subclass of it carrying them
     (a class attribute, so they travel with the class Spark pickles to the processes that
     plan the write)."""
-    if not defaults:
-        return data_source
-    attrs: dict[str, Any] = {"session_defaults": dict(defaults), "__module__": data_source.__module__,
-                             "__qualname__": data_source.__qualname__, "__doc__": data_source.__doc__}
-    return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+    return subclass_with(data_source, session_defaults=dict(defaults)) if defaults else data_source
 
 
 def with_session_defaults(options: Mapping[str, str], defaults: Mapping[str, str], names: Iterable[str],
