@@ -17,11 +17,6 @@ coordinator turns those calls into the two-phase-commit decision:
    the batch with the same id. Its tasks write nothing (the plan knows the batch is committed:
    ``twopc._spark``), and the coordinator rolls back whatever transaction a replay still brings
    (a writer of the core API).
-
-Cases it handles: a first commit; a replayed batch whose decision is recorded but not
-finished; a replayed batch that is already committed; ``abort`` with ``None`` slots; and
-prepared transactions of failed, retried or speculative attempts that never reached the
-driver (found with :meth:`TwoPhaseCommitSink.list_prepared` and rolled back).
 """
 
 from __future__ import annotations
