@@ -163,13 +163,10 @@ class ChaosTable:
                  f"{time.monotonic() - self.started:.0f}s")
         lines = [title, *([self.note] if self.note else []), head, "-" * len(head)]
         lines += [n.ljust(width) + "".join(str(v).rjust(11) for v in vals) for n, vals in rows]
-        fired: collections.Counter[str] = collections.Counter()
-        for r in self.results:
-            fired.update(r.fired)
+        fired = sum((r.fired for r in self.results), collections.Counter[str]())
         scheduled: collections.Counter[str] = collections.Counter(
             rule.kind for r in self.results for rule in r.schedule.rules)
         lines.append("faults fired by kind (scheduled): " + ", ".join(
             f"{k} {fired[k]} ({scheduled[k]})" for k in sorted(scheduled | fired)))
-        for r in self.failures:
-            lines.append(f"FAILED {r.summary()}")
+        lines += [f"FAILED {r.summary()}" for r in self.failures]
         return "\n".join(lines)
