@@ -137,17 +137,6 @@ def _named(participant: Participant, exc: TwoPCError, note: str = "") -> TwoPCEr
     return named
 
 
-def _combine(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
-    """A composite handle's outcome from its parts': LOST if any part is lost, COMMITTED if
-    this call committed any, else ALREADY_COMMITTED."""
-    seen = set(outcomes)
-    if CommitOutcome.LOST in seen:
-        return CommitOutcome.LOST
-    if CommitOutcome.COMMITTED in seen:
-        return CommitOutcome.COMMITTED
-    return CommitOutcome.ALREADY_COMMITTED
-
-
 class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeHandle], WriteSetup, BatchCommit,
                     Inspectable, MarkerPurge, NamedTarget):
     """Several participant sinks that commit each batch together (see the module docstring).
@@ -351,7 +340,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         for ch in handles:
             for name, _ in ch.parts:
                 self._participant(name)  # a part of an unknown participant is refused, not skipped
-        return [_combine(o) if o else CommitOutcome.ALREADY_COMMITTED for o in outcomes]
+        # a composite handle's outcome: LOST if a part is, COMMITTED if this call committed one, else ALREADY_COMMITTED
+        rank = (CommitOutcome.LOST, CommitOutcome.COMMITTED, CommitOutcome.ALREADY_COMMITTED)
+        return [min(o, key=rank.index, default=CommitOutcome.ALREADY_COMMITTED) for o in outcomes]
 
     def abort(self, handle: CompositeHandle) -> None:
         """Roll back every part. Every part is tried; then the first error is raised.
