@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
 
     import twopc
-    from twopc.testing.job import _data_source
+    from twopc.testing._harness import _load, kit_data_source
 
     builder = (SparkSession.builder.master("local[2]").appName("twopc-keyed-replay")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    sources = {w["name"]: _data_source(w["sink"], w["format"]) for w in spec["writes"]}
+    sources = {w["name"]: kit_data_source(_load(w["sink"]), w["format"]) for w in spec["writes"]}
     twopc.register(spark, *dict.fromkeys(sources.values()))  # hands the fault plan's run to Spark
     checkpoints = Path(spec["checkpoints"])
     results: dict[str, str | None] = {}

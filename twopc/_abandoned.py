@@ -5,10 +5,8 @@ that the worker that commits a write loads no recovery."""
 from __future__ import annotations
 
 import logging
-import os
-import socket
 
-from ._driver_identity import DriverIdentity, _start_ticks
+from ._driver_identity import process_identity
 from ._recovery import RecoveryCoordinator
 from ._runtime_options import EPHEMERAL_PREFIX
 from ._sink import AnySink
@@ -18,13 +16,6 @@ from ._target_protocol import TargetLedger
 __all__ = ["resolve_abandoned"]
 
 log = logging.getLogger("twopc.target")
-
-
-def _this_process() -> DriverIdentity:
-    """A resolver owns a foreign writer's ledger as this process (never as the driver JVM,
-    which may be the dead writer's own when only its lease holder died)."""
-    pid = os.getpid()
-    return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
 
 
 def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None = None) -> list[str]:
@@ -48,7 +39,9 @@ def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None 
                 continue
             ledger = open_target_ledger(backend, writer)
             if ledger.pending() or sink.list_prepared(writer):
-                ledger.claim(_this_process())  # fences it, should it come back
+                # fences it, should it come back; as this process, never as the driver JVM, which may be the
+                # dead writer's own when only its lease holder died
+                ledger.claim(process_identity())
                 report = RecoveryCoordinator(sink, ledger, sink_id=writer, claimed=True).run()  # holds its lease
                 if report.changed_anything:
                     log.warning("twopc: resolved the abandoned write %s on %s: %s", writer, backend.location,

@@ -274,11 +274,9 @@ def _take_lock(path: Path, attempts: int = 200) -> int | None:
                 return None  # an agent of this driver runs (it writes its pid file once it listens)
             time.sleep(0.005)  # a sweep's moment, or an agent about to listen
             continue
-        try:
+        with contextlib.suppress(FileNotFoundError):
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
                 return fd
-        except FileNotFoundError:
-            pass
         os.close(fd)  # a sweep removed the file this lock is on: lock the new one
     return None
 

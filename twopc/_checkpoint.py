@@ -1,24 +1,15 @@
 """Where a streaming query's checkpoint is when the writer's options do not say.
 
-Spark passes a Python data source the options the user gave plus the ones it adds itself:
-``path`` (``save(path)`` / ``start(path)``), ``queryName`` (``.queryName(...)``) and
-``checkpointLocation`` when the query was given one. It does not pass the checkpoint it
-resolved from the session's ``spark.sql.streaming.checkpointLocation``: Spark puts a named
-query's checkpoint at ``<that folder>/<queryName>`` and an unnamed one's at
-``<that folder>/<random UUID>`` (a new one at every start), and the Python processes that
-plan and commit a write cannot read the session's configuration.
-
-So the session's default is read when the query starts, as Spark reads it: twopc's query
-listener (:mod:`twopc._stops`, in the driver's Python process, told of a start before the
-query plans a batch) writes the folder the session names then into a note of that query
-name (:func:`note_session_root`), in a folder of notes that :func:`twopc.register` gives the
-registered classes (:func:`bind_session_checkpoint`); the writer reads it
-(:func:`session_root_at_start`). Where no listener runs (Spark Connect), the writer uses the
-folder the session named when :func:`twopc.register` ran. At plan time the writer resolves
-``<folder>/<queryName>`` exactly as Spark does, and checks that Spark's own checkpoint (its
-``metadata`` file, written when the query starts) is there, so the ledger never lands beside
-a checkpoint Spark does not use. An unnamed query is refused: its checkpoint's name is a
-random id the writer cannot see (and Spark itself never resumes it).
+Spark does not pass a Python data source the checkpoint it resolved from the session's
+``spark.sql.streaming.checkpointLocation`` (``<that folder>/<queryName>``), and the Python
+processes that plan and commit a write cannot read the session's configuration. So twopc's
+query listener (:mod:`twopc._stops`, told of a start before the query plans a batch) notes the
+folder the session names then (:func:`note_session_root`) in a folder of notes that
+:func:`twopc.register` gives the registered classes (:func:`bind_session_checkpoint`), and
+the writer reads it (:func:`session_root_at_start`); without a listener (Spark Connect) the
+folder named at registration is used. The writer checks that Spark's own checkpoint is there,
+so the ledger never lands beside one Spark does not use, and refuses an unnamed query (its
+checkpoint is a random id the writer cannot see).
 """
 
 from __future__ import annotations
@@ -38,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["SESSION_CHECKPOINT_CONF", "bind_session_checkpoint", "new_notes_folder", "note_session_root",
-           "session_checkpoint_root", "session_root_at_start", "with_checkpoint"]
+           "session_checkpoint_root", "session_root_at_start", "subclass_with", "with_checkpoint"]
 
 #: The session configuration holding a streaming query's default checkpoint folder.
 SESSION_CHECKPOINT_CONF = "spark.sql.streaming.checkpointLocation"
@@ -60,10 +51,13 @@ def bind_session_checkpoint(data_source: T, root: str | None, notes: str | None 
     pickles to the processes that plan and commit the write)."""
     if root is None and notes is None:
         return data_source
-    attrs: dict[str, Any] = {"session_checkpoint_root": root, "start_notes": notes,
-                             "__module__": data_source.__module__, "__qualname__": data_source.__qualname__,
-                             "__doc__": data_source.__doc__}
-    return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+    return subclass_with(data_source, session_checkpoint_root=root, start_notes=notes)
+
+
+def subclass_with(cls: T, **attrs: Any) -> T:
+    """A subclass of *cls* named as it, with the class attributes *attrs*."""
+    attrs.update(__module__=cls.__module__, __qualname__=cls.__qualname__, __doc__=cls.__doc__)
+    return type(cls.__name__, (cls,), attrs)  # type: ignore[return-value]  # a subclass of T
 
 
 def new_notes_folder() -> str:

@@ -43,13 +43,12 @@ from typing import TYPE_CHECKING, Any
 from twopc import faultinject
 
 from . import _faults  # noqa: F401 - declares the fault points
-from ._composite_targets import refuse_shared_targets
 from ._context import TransactionContext
 from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered
 from ._inspect import Headroom, PreparedDetail
 from ._logs import log_event
-from ._participant import AnySink, Participant
+from ._participant import Participant
 from ._sink import (
     BatchCommit,
     CommitOutcome,
@@ -60,6 +59,7 @@ from ._sink import (
     TwoPhaseCommitSink,
     WriteSetup,
     capability,
+    commit_handles,
     refuse_overwrite,
 )
 from ._sink_id_record import OwnerRecord
@@ -137,17 +137,6 @@ def _named(participant: Participant, exc: TwoPCError, note: str = "") -> TwoPCEr
     return named
 
 
-def _combine(outcomes: Iterable[CommitOutcome]) -> CommitOutcome:
-    """A composite handle's outcome from its parts': LOST if any part is lost, COMMITTED if
-    this call committed any, else ALREADY_COMMITTED."""
-    seen = set(outcomes)
-    if CommitOutcome.LOST in seen:
-        return CommitOutcome.LOST
-    if CommitOutcome.COMMITTED in seen:
-        return CommitOutcome.COMMITTED
-    return CommitOutcome.ALREADY_COMMITTED
-
-
 class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeHandle], WriteSetup, BatchCommit,
                     Inspectable, MarkerPurge, NamedTarget):
     """Several participant sinks that commit each batch together (see the module docstring).
@@ -201,11 +190,11 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             ConfigurationError: a participant refuses, or its commit may be refused after
                 the decision (:meth:`twopc.spi.WriteSetup.commit_may_be_refused`: the staging
                 mode of ``twopc-jdbc``), or two participants write the same target
-                (:func:`~twopc._composite_targets.refuse_shared_targets`); the message names
+                (:func:`_refuse_shared_targets`); the message names
                 them and the fix.
         """
         refuse_overwrite(self, overwrite=overwrite, streaming=streaming)
-        refuse_shared_targets(self.participants)
+        _refuse_shared_targets(self.participants)
         for p in self.participants:
             try:
                 capability(p.sink, WriteSetup).configure_write(p.project_schema(schema), overwrite=overwrite,
@@ -289,14 +278,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def rollback(self, txn: _CompositeTxn) -> None:
         """Roll back every participant's open transaction (each must not raise for one
         already gone; the first error is raised after all were tried)."""
-        errors: list[BaseException] = []
-        for p, t in txn.txns:
-            try:
-                p.sink.rollback(t)
-            except Exception as exc:  # noqa: BLE001 - every part is tried; the first error is raised after
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _every(txn.txns, lambda pt: pt[0].sink.rollback(pt[1]))
 
     # -- driver, commit --------------------------------------------------------------
     def commit(self, handle: CompositeHandle) -> CommitOutcome:
@@ -333,26 +315,19 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
         done: list[str] = []
-        first = True
         started = time.monotonic()
         for p in self.participants:
             mine = [(i, h) for i, ch in enumerate(handles) for name, h in ch.parts if name == p.name]
             if not mine:
                 continue
-            if not first:
+            if done:
                 faultinject.fault_point("between_commits", batch_id=handles[0].batch_id)
-            first = False
             parts = [h for _, h in mine]
             try:
-                got = capability(p.sink, BatchCommit).commit_all(parts, recovering=recovering)
-                if got is None:
-                    got = [p.sink.recover_and_commit(h) if recovering else p.sink.commit(h) for h in parts]
+                got = commit_handles(p.sink, parts, recovering=recovering)
             except TwoPCError as exc:  # the operator must know which target stopped the commit
                 note = f", after {', '.join(done)} committed batch {handles[0].batch_id}" if done else ""
                 raise _named(p, exc, note) from exc
-            if len(got) != len(parts):
-                raise ProtocolError(f"{p.sink.describe()}: commit_all returned {len(got)} outcomes for "
-                                    f"{len(parts)} handles")
             done.append(p.name)
             for (i, _), outcome in zip(mine, got, strict=True):
                 outcomes[i].append(outcome)
@@ -365,7 +340,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         for ch in handles:
             for name, _ in ch.parts:
                 self._participant(name)  # a part of an unknown participant is refused, not skipped
-        return [_combine(o) if o else CommitOutcome.ALREADY_COMMITTED for o in outcomes]
+        # a composite handle's outcome: LOST if a part is, COMMITTED if this call committed one, else ALREADY_COMMITTED
+        rank = (CommitOutcome.LOST, CommitOutcome.COMMITTED, CommitOutcome.ALREADY_COMMITTED)
+        return [min(o, key=rank.index, default=CommitOutcome.ALREADY_COMMITTED) for o in outcomes]
 
     def abort(self, handle: CompositeHandle) -> None:
         """Roll back every part. Every part is tried; then the first error is raised.
@@ -374,17 +351,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             ProtocolError: a part had been committed.
             SinkError: a target failed.
         """
-        self._each_part(handle, lambda s, h: s.abort(h))
-
-    def _each_part(self, handle: CompositeHandle, fn: Callable[[AnySink, TransactionHandle], None]) -> None:
-        errors: list[BaseException] = []
-        for name, h in handle.parts:
-            try:
-                fn(self._participant(name).sink, h)
-            except Exception as exc:  # noqa: BLE001 - every part is tried; the first error is raised after
-                errors.append(exc)
-        if errors:
-            raise errors[0]
+        _every(handle.parts, lambda part: self._participant(part[0]).sink.abort(part[1]))
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
         """Each participant's claim of its own sink id (``<sink id>.<name>``), in order;
@@ -416,39 +383,26 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         out = []
         for h in _group(sink_id, [(name, d.handle) for name, d in found]):
             mine = [(name, d) for name, d in found if (name, d.handle) in h.parts]
-            ages = [d.prepared_at for _, d in mine if d.prepared_at is not None]
+            oldest = min((d.prepared_at for _, d in mine if d.prepared_at is not None), default=None)
             units = {d.size_unit for _, d in mine}
             sizes = [d.size for _, d in mine]
             size = sum(x for x in sizes if x is not None) if len(units) == 1 and None not in sizes else None
             out.append(PreparedDetail(h, "; ".join(f"{name}: {d.holds}" for name, d in mine),
-                                      min(ages) if ages else None, size, units.pop() if len(units) == 1 else "rows"))
+                                      oldest, size, units.pop() if len(units) == 1 else "rows"))
         return out
 
     def headroom(self, sink_id: str) -> Headroom | None:
         """The participant with the least room left (``what`` prefixed with its name);
         ``None`` when no participant can tell."""
-        rooms = []
-        for p in self.participants:
-            h = _asking(p, "headroom", sink_id)
-            if h is not None:
-                rooms.append(Headroom(f"{p.name}: {h.what}", h.in_use, h.limit))
+        rooms = [Headroom(f"{p.name}: {room.what}", room.in_use, room.limit) for p in self.participants
+                 if (room := _asking(p, "headroom", sink_id)) is not None]
         limited = [h for h in rooms if h.limit is not None]
-        if limited:
-            return min(limited, key=lambda h: (h.limit or 0) - h.in_use)
-        return rooms[0] if rooms else None
+        return min(limited, key=lambda h: (h.limit or 0) - h.in_use) if limited else next(iter(rooms), None)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Every participant's markers, under its own sink id; each participant is tried
         before the first error is raised (named)."""
-        removed, errors = 0, []
-        for p in self.participants:
-            try:
-                removed += _asking(p, "purge_markers", sink_id, below_batch)
-            except TwoPCError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return removed
+        return sum(_every(self.participants, lambda p: _asking(p, "purge_markers", sink_id, below_batch)))
 
     def commit_mode(self) -> str:
         inner = "; ".join(f"{p.name}: {capability(p.sink, WriteSetup).commit_mode()}" for p in self.participants)
@@ -482,6 +436,39 @@ def _admit(p: Participant) -> None:
             f"of its own")
 
 
+def _refuse_shared_targets(participants: Sequence[Participant]) -> None:
+    """Raise when two of *participants* write the same target: each task would hold two
+    transactions in it, and the second waits for the locks the first holds (a prepared
+    transaction keeps them) until a lock timeout. "The same target" is what the server says
+    it is where the sink can ask (:meth:`~twopc.spi.NamedTarget.target_instance`, so
+    ``localhost`` and ``127.0.0.1`` are one server), else what the options name
+    (:meth:`~twopc.spi.NamedTarget.target_identity`).
+
+    Raises:
+        ConfigurationError: naming both participants, the target and the fix.
+    """
+    if len(participants) < 2:
+        return
+    targets = [capability(p.sink, NamedTarget) for p in participants]
+    identities = [t.target_identity() for t in targets]
+    if sum(i is not None for i in identities) < 2:
+        return
+    instances = [t.target_instance() if i is not None else None for t, i in zip(targets, identities, strict=True)]
+    for j, b in enumerate(participants):
+        for i, a in enumerate(participants[:j]):
+            same_instance = instances[i] is not None and instances[i] == instances[j]
+            same_identity = identities[i] is not None and identities[i] == identities[j]
+            if same_instance or same_identity:
+                target = (identities[i] if same_identity else
+                          f"{identities[i]} and {identities[j]}, which the server says are one table: {instances[i]}")
+                raise ConfigurationError(
+                    f"composite participants {a.name!r} and {b.name!r} write the same target ({target}): each task "
+                    f"would hold a transaction of both in it, and the second waits for the locks the first holds "
+                    f"until the batch commits, so the write would end in a lock timeout. Write the table through "
+                    f"one participant (one participant per table: give it all the columns, or union the rows "
+                    f"before the write), or write the other rows to another table; nothing was written")
+
+
 def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:
     """``p.sink.<method>(<p's sink id>, *args)``, a twopc error re-raised with the
     participant's name (an operator whose ``twopc status`` fails must know which target
@@ -504,6 +491,19 @@ def _group(sink_id: str, found: Sequence[tuple[str, TransactionHandle]]) -> list
         groups.setdefault(key, []).append((name, h))
     return [CompositeHandle(key, sink_id, parts[0][1].batch_id, parts[0][1].partition_id, parts[0][1].attempt_id,
                             tuple(parts)) for key, parts in groups.items()]
+
+
+def _every(items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
+    """*fn* of every item, each tried even when one before failed; then the first error raised."""
+    out, errors = [], []
+    for item in items:
+        try:
+            out.append(fn(item))
+        except Exception as exc:  # noqa: BLE001 - every item is tried; the first error is raised after
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return out
 
 
 def _quietly(what: str, fn: Callable[[Any], Any], arg: Any) -> None:

@@ -17,20 +17,16 @@ coordinator turns those calls into the two-phase-commit decision:
    the batch with the same id. Its tasks write nothing (the plan knows the batch is committed:
    ``twopc._spark``), and the coordinator rolls back whatever transaction a replay still brings
    (a writer of the core API).
-
-Cases it handles: a first commit; a replayed batch whose decision is recorded but not
-finished; a replayed batch that is already committed; ``abort`` with ``None`` slots; and
-prepared transactions of failed, retried or speculative attempts that never reached the
-driver (found with :meth:`TwoPhaseCommitSink.list_prepared` and rolled back).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from twopc import faultinject
 
@@ -50,9 +46,10 @@ from ._sink import (
     DecisionHook,
     NamedTarget,
     capability,
+    commit_handles,
     purge_markers_best_effort,
 )
-from ._sink_id_claim import claim_writer
+from ._sink_id_claim import check_target, claim_writer
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
@@ -70,6 +67,13 @@ class CommitMetrics:
     aborted: int = 0
     swept: int = 0
     retried: int = 0  # commit attempts repeated because the target did not answer
+
+    def count(self, outcomes: Sequence[CommitOutcome]) -> None:
+        """Add the outcomes of one batch's commits."""
+        self.commits_total += len(outcomes)
+        self.committed += outcomes.count(CommitOutcome.COMMITTED)
+        self.already_committed += outcomes.count(CommitOutcome.ALREADY_COMMITTED)
+        self.lost += outcomes.count(CommitOutcome.LOST)
 
 
 @dataclass(frozen=True)
@@ -93,11 +97,10 @@ class BatchResult:
     seconds: float = 0.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tally:
     committed: int = 0
     already: int = 0
-    lost: list[str] = field(default_factory=list)
 
 
 def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
@@ -113,7 +116,6 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         CommitPendingError: the target did not answer, retries included; the batch is left
             DECIDED for the next start (or ``twopc recover``) to finish.
     """
-    tally = _Tally()
     m = metrics or CommitMetrics()
     def attempt(again: bool) -> list[CommitOutcome]:
         m.retried += again
@@ -123,26 +125,18 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         attempt,
         what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
         pending=lambda n, exc: _pending(sink, ledger, decision, n, exc, format_name))
+    m.count(outcomes)
     for handle, outcome in zip(decision.handles, outcomes, strict=True):
-        m.commits_total += 1
         log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
                   "twopc: sink=%s batch=%s txn=%s outcome=%s", decision.sink_id, decision.batch_id, handle.txn_id,
                   outcome.value, sink_id=decision.sink_id, batch=decision.batch_id, txn_id=handle.txn_id,
                   outcome=outcome.value, recovering=recovering)
-        if outcome is CommitOutcome.COMMITTED:
-            tally.committed += 1
-            m.committed += 1
-        elif outcome is CommitOutcome.ALREADY_COMMITTED:
-            tally.already += 1
-            m.already_committed += 1
-        else:
-            tally.lost.append(handle.txn_id)
-            m.lost += 1
-    if tally.lost:
-        raise _lost(sink, ledger, decision, tally.lost)
+    lost = [h.txn_id for h, o in zip(decision.handles, outcomes, strict=True) if o is CommitOutcome.LOST]
+    if lost:
+        raise _lost(sink, ledger, decision, lost)
     faultinject.fault_point("after_commit", batch_id=decision.batch_id)
     ledger.mark_committed(decision.batch_id, summary={"transactions": len(decision.handles)})
-    return tally
+    return _Tally(outcomes.count(CommitOutcome.COMMITTED), outcomes.count(CommitOutcome.ALREADY_COMMITTED))
 
 
 def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[str]) -> TransactionLostError:
@@ -189,31 +183,17 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
-    """Commit *decision*'s handles as the sink's :class:`CommitShape` says: separately
-    prepared ones the first, then (``between_commits``) the others together, each group
-    through :meth:`~twopc.spi.BatchCommit.commit_all` when the sink batches commits (a number
-    of round trips that does not grow with the batch), else one by one; any other shape
-    gets them all in one :meth:`~twopc.spi.BatchCommit.commit_all`."""
+    """Commit *decision*'s handles as the sink's :class:`CommitShape` says (``PER_HANDLE``:
+    the first, ``between_commits``, then the others)."""
     handles = decision.handles
     match capability(sink, BatchCommit).commit_shape(handles):
         case CommitShape.PER_HANDLE:
-            yield from _commit_group(sink, handles[:1], recovering=recovering)
+            yield from commit_handles(sink, handles[:1], recovering=recovering)
             if len(handles) > 1:
                 faultinject.fault_point("between_commits", batch_id=decision.batch_id)
-                yield from _commit_group(sink, handles[1:], recovering=recovering)
+                yield from commit_handles(sink, handles[1:], recovering=recovering)
         case CommitShape.ONE_CALL | CommitShape.WHOLE_BATCH | CommitShape.LOCAL_TRANSACTION:
-            yield from _commit_group(sink, handles, recovering=recovering)
-
-
-def _commit_group(sink: AnySink, handles: Sequence[TransactionHandle], *,
-                  recovering: bool) -> list[CommitOutcome]:
-    outcomes = capability(sink, BatchCommit).commit_all(handles, recovering=recovering) if handles else []
-    if outcomes is None:
-        return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
-    if len(outcomes) != len(handles):
-        raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
-                            f"for {len(handles)} handles")
-    return outcomes
+            yield from commit_handles(sink, handles, recovering=recovering)
 
 
 def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle], *,
@@ -253,10 +233,8 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
     if orphans:
         ledger.check_owner()
-    by_batch: dict[int, list[TransactionHandle]] = {}
-    for h in decided:
-        by_batch.setdefault(h.batch_id, []).append(h)
-    for group in by_batch.values():
+    for _, batch in itertools.groupby(decided, key=lambda h: h.batch_id):  # decided is in batch order
+        group = list(batch)
         if capability(sink, BatchCommit).commit_all(group, recovering=True) is None:
             for h in group:
                 sink.recover_and_commit(h)
@@ -286,7 +264,7 @@ class CommitCoordinator:
         claimed: the caller already checked the checkpoint's target and holds the sink id's
             claim (the Spark runtime does both at plan time). Otherwise the coordinator does
             both here, before any transaction of the sink id is prepared or rolled back
-            (:func:`~twopc._target_check.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
+            (:func:`~twopc._sink_id_claim.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
             and records the target with its first decision; a SQL sink's lease is then held
             until :meth:`close` (or until the coordinator is garbage collected). It also takes
             the checkpoint's ledger over (:meth:`CommitLedger.claim`) unless *ledger* has an
@@ -309,8 +287,6 @@ class CommitCoordinator:
         self._target_recorded = claimed
         self._release: Callable[[], None] = lambda: None
         if not claimed:
-            from ._target_check import check_target  # a planned write's target was checked when planned
-
             check_target(sink, ledger, sink_id, record=False)
             claim = claim_writer(sink, ledger, sink_id)
             if claim is not None:
@@ -353,8 +329,6 @@ class CommitCoordinator:
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         if not self._target_recorded:  # a coordinator built by hand: the target is recorded before a decision
-            from ._target_check import check_target  # as in __init__
-
             check_target(self.sink, self.ledger, self.sink_id, record=True)
             self._target_recorded = True
         self.ledger.check_owner()
@@ -419,10 +393,8 @@ class CommitCoordinator:
             self.metrics.lost += len(lost)
             raise _lost(self.sink, self.ledger, decision, lost)
         self.ledger.mark_committed(batch_id, summary={"transactions": len(fresh), "atomic": True})
-        committed = sum(o is CommitOutcome.COMMITTED for o in outcomes)
-        self.metrics.commits_total += len(fresh)
-        self.metrics.committed += committed
-        self.metrics.already_committed += len(fresh) - committed
+        committed = outcomes.count(CommitOutcome.COMMITTED)
+        self.metrics.count(outcomes)
         faultinject.fault_point("after_mark", batch_id=batch_id)
         swept = self._sweep(batch_id)
         self._purge()
@@ -488,12 +460,7 @@ class CommitCoordinator:
         return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
 
     def _fence_zombie_prepares(self, batch_id: int) -> None:
-        """Close the *zombie-prepare window* before the sweep: a task still running when its
-        job aborts (a sibling failed first) can prepare after the sweep below has listed the
-        batch's prepared transactions. The abort record written here first is what such a
-        task checks after it prepared (:meth:`CommitLedger.record_abort`; the task side is
-        in :mod:`twopc._spark`): record-then-sweep here, prepare-then-check there, so every
-        prepared transaction of the aborted run is rolled back by one side or the other.
+        """Record the abort before the sweep: the *zombie-prepare window* of :mod:`twopc._fence`.
         A store that fails here only loses the fence (logged): the sweep still runs."""
         try:
             self.ledger.record_abort(batch_id)
@@ -503,14 +470,9 @@ class CommitCoordinator:
                         self.sink_id, batch_id, self.ledger.location, exc)
 
     def _wait_for_tasks(self, batch_id: int) -> None:
-        """Close the *late-rollback window* (see :mod:`twopc._fence`) before the sweep: wait,
-        bounded, for the tasks of the aborted batch still running. One that prepares after
-        the abort record rolls itself back before it ends; one killed after its PREPARE is
-        found by the sweep once its process is gone. So when this abort returns (``save()``
-        raises, ``query.stop()`` returns) nothing of the batch is left prepared. What is still
-        running when the wait gives up is named in a warning: a transaction it prepares is
-        rolled back by the task itself when it sees the abort record, else by the next start
-        (or ``twopc recover``)."""
+        """Wait, bounded, for the aborted batch's tasks still running before the sweep: the
+        *late-rollback window* of :mod:`twopc._fence`. What still runs when the wait gives up
+        is named in a warning (it rolls itself back on seeing the abort, else the next start does)."""
         from ._fence import TASK_WAIT_SECONDS, wait_for_tasks  # an abort's: a commit waits for no task
 
         try:
@@ -529,16 +491,11 @@ class CommitCoordinator:
 
     # ------------------------------------------------------------------------------
     def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:
-        fresh = []
-        for h in handles:
-            if h is None:
-                continue
+        fresh = [h for h in handles if h is not None]
+        for h in fresh:
             if h.sink_id != self.sink_id or h.batch_id != batch_id:
-                raise ProtocolError(
-                    f"handle {h.txn_id} belongs to sink {h.sink_id!r} batch {h.batch_id}, "
-                    f"not to sink {self.sink_id!r} batch {batch_id}"
-                )
-            fresh.append(h)
+                raise ProtocolError(f"handle {h.txn_id} belongs to sink {h.sink_id!r} batch {h.batch_id}, "
+                                    f"not to sink {self.sink_id!r} batch {batch_id}")
         return fresh
 
     def _sweep(self, batch_id: int) -> list[str]:

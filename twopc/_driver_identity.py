@@ -28,21 +28,27 @@ class DriverIdentity(TypedDict):
     started: int
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if there is no such process
-    (or only its zombie, which no longer runs: a killed process waits there until reaped)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` from field 3 on (the command name, field 2, may hold
+    spaces and parentheses: they follow the last ``)``); None when there is no such process,
+    ``[]`` when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
     except FileNotFoundError:
         return None
     except OSError:
-        return 0
-    # the command name (field 2) may hold spaces and parentheses: fields after the last ')'
-    fields = stat[stat.rindex(")") + 2:].split()
-    if fields[0] in ("Z", "X"):
+        return []
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot, or None if there is no such process
+    (or only its zombie, which no longer runs: a killed process waits there until reaped)."""
+    fields = _stat(pid)
+    if fields is None or fields[:1] in (["Z"], ["X"]):
         return None
-    return int(fields[19])  # field 22 of stat(5), counted from field 3
+    return int(fields[19]) if fields else 0  # field 22 of stat(5), counted from field 3
 
 
 def _is_jvm(pid: int) -> bool:
@@ -53,12 +59,8 @@ def _is_jvm(pid: int) -> bool:
 
 
 def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-        return int(stat[stat.rindex(")") + 2:].split()[1])
-    except (OSError, ValueError):
-        return 0
+    fields = _stat(pid)
+    return int(fields[1]) if fields else 0
 
 
 def driver_identity() -> DriverIdentity:

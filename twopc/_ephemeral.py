@@ -1,20 +1,18 @@
-"""The temporary ledgers of writes without ``checkpointLocation`` (drop-in writes), and what
-a later write can prove is left over from a dead one.
+"""The temporary ledgers of writes without ``checkpointLocation`` (drop-in writes), and what a
+later write can prove is left over from a dead one.
 
-A drop-in write to a sink that commits a batch in one local transaction keeps its ledger in
-``<temp dir>/twopc-ledger-XXXX/`` and deletes it when its commit or abort ends. A write
-whose driver is killed half-way leaves the folder behind (and, in the staging mode, its
-staged rows). So each folder records its driver (``owner.json``: host, process id and start
-time, see :mod:`twopc._driver_identity`), and every later drop-in write on the machine cleans the
-folders whose driver is provably gone (on this host, and its process no longer runs) down to
-that owner record, which it deletes a week after the write started: until then a write to
-the dead write's table, whichever comes first, can still prove it dead and delete its staged
-rows at once. A folder of a live driver, of another host (a shared temp dir), of another
-user, or without an owner record (written by an older twopc) is left alone.
+Such a write keeps its ledger in ``<temp dir>/twopc-ledger-XXXX/`` and deletes it when its
+commit or abort ends. Each folder records its driver (``owner.json``, see
+:mod:`twopc._driver_identity`), and every later drop-in write on the machine cleans the
+folders whose driver is provably gone down to that owner record, deleted a week after the
+write started (until then a write to the dead write's table can still prove it dead and
+delete its staged rows). A folder of a live driver, another host, another user, or without
+an owner record is left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -49,13 +47,11 @@ def _folders(parent: str | None) -> list[Path]:
     """This user's temporary ledger folders (another user's, in a shared temp dir, are theirs
     to clean, even for root)."""
     out = []
-    try:
+    with contextlib.suppress(OSError):
         for p in Path(parent or tempfile.gettempdir()).glob(PREFIX + "*"):
             st = p.lstat()
             if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
                 out.append(p)
-    except OSError:
-        pass
     return out
 
 

@@ -1,49 +1,25 @@
-"""The fence between a driver's abort of a batch and the batch's tasks still running (the
-driver side is :meth:`CommitCoordinator.abort_batch`, through :meth:`CommitLedger.record_abort`
-and :func:`wait_for_tasks`).
+"""The fence between a driver's abort of a batch (:meth:`CommitCoordinator.abort_batch`) and the
+batch's tasks still running, which Spark only asks to stop (or even starts after the abort).
+Three windows would leave a transaction prepared until the next start of the write (the
+table of docs/concepts/how-it-works.md):
 
-When a task of a batch fails for good, or ``query.stop()`` cancels a micro-batch, Spark
-aborts the write while other tasks of the batch may still run (Spark asks them to stop; a
-Python worker is killed only ``spark.python.task.killTimeout`` later; an executor cut off
-from the driver runs on longer), and may even start one after the abort (a task launched as
-the job failed, a Python worker slow to start). The driver's abort rolls back every prepared
-transaction of the batch it can list. Three windows would leave one prepared (holding its
-locks, holding back VACUUM, taking a ``max_prepared_transactions`` slot) until the next
-start of the write:
+1. *zombie-prepare*: a task prepares after the abort listed the batch's transactions. The
+   driver records the abort BEFORE it sweeps; a task looks for a new record AFTER it
+   prepared, and one that finds it rolls back and raises :class:`BatchAbortedError`.
+2. *late-start*: a task that begins after the abort takes the abort's record for an earlier
+   run's (a rerun with the same ``txnVersion``, a replayed micro-batch). The records are
+   noted when the write is PLANNED (:meth:`CommitLedger.abort_records`): a record the plan
+   did not see is this run's abort, and a task that finds one before it writes writes nothing.
+3. *late-rollback*: the task of window 1 rolls back only after the abort returned, or is
+   killed between its PREPARE and its check. A task records itself in ``running/`` BEFORE it
+   reads the abort records and removes the record when it ends; the abort waits (bounded,
+   :data:`TASK_WAIT_SECONDS`) until no live task of the batch is recorded, then sweeps.
 
-1. The *zombie-prepare window*: a task prepares after the abort listed the batch's
-   transactions. Closed by the abort record: the driver records the abort BEFORE it sweeps
-   and a task looks for a new record AFTER it prepared; one that finds it rolls its own
-   transaction back and raises :class:`BatchAbortedError`.
-2. The *late-start window*: a task that begins after the abort took the abort's record for
-   an earlier run's (records of the same batch id come from earlier runs too: a rerun with
-   the same ``txnVersion``, a replayed micro-batch). Closed by noting the records when the
-   write is PLANNED (:meth:`CommitLedger.abort_records`, carried to the tasks in the
-   writer): every run is planned before its own abort and after every earlier run's, so a
-   record the plan did not see is this run's abort, whenever the task began. A task that
-   finds one before it writes writes nothing.
-3. The *late-rollback window*: the task of window 1 rolls back only after the driver's
-   abort returned (``save()`` has raised, ``query.stop()`` has returned, and a transaction
-   is still prepared), or is killed between its PREPARE and its check (then it stays
-   prepared). Closed by the ``running/`` records: a task records itself BEFORE it reads
-   the abort records and removes the record when it ends; the driver's abort, after its
-   own record, waits (bounded, :data:`TASK_WAIT_SECONDS`) until no task of the batch is
-   recorded (a task whose process is provably gone no longer counts), then sweeps. A task
-   recorded before the driver's last look is waited for; one recorded after it reads the
-   abort record before writing anything.
-
-The records live wherever the write's ledger does: under the checkpoint's ``twopc/``, or,
-for a write whose ledger is in the target (:mod:`twopc._target`), as rows of the target's
-ledger table on the server of the prepared transactions; one rule for both, read through
-the ledger's store.
-
-A write without a checkpoint (a temporary ledger on the driver's machine, or its records in
-the target) deletes its ledger when it ends (an ``eph-`` write: its driver, or the next
-write that resolves it once its driver is gone): a task that finds the ledger gone after
-preparing knows its job ended without it (aborted, or it is a losing speculative copy) and
-rolls back too. A temporary ledger on another machine cannot be read: there such writes
-have no fence; their sinks commit a batch in one local transaction, so what a zombie leaves
-is only staged, and later writes delete it.
+The records live wherever the write's ledger does (the checkpoint's ``twopc/``, or the
+target's ledger table: :mod:`twopc._target`). A write without a checkpoint deletes its ledger
+when it ends: a task that finds it gone after preparing rolls back too. A temporary ledger on
+another machine cannot be read: such writes have no fence, but their sinks commit a batch in
+one local transaction, so a zombie leaves only staged rows that later writes delete.
 """
 
 from __future__ import annotations

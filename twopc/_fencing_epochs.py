@@ -1,44 +1,28 @@
 """Who owns a checkpoint's ledger: owner epochs that fence zombie drivers.
 
-A driver that stalls (a long GC pause, a frozen VM, a network partition) may wake up after
-its query was restarted elsewhere, or after an operator ran ``twopc recover``, and record a
-decision for transactions the new owner has already rolled back. The ledger fences it with
-records that are only ever created, never changed (so the store's create-at-most-once makes
-them safe)::
+A driver that stalls (a GC pause, a frozen VM, a partition) may wake up after its query was
+restarted elsewhere, or after ``twopc recover``, and record a decision for transactions the
+new owner rolled back. The ledger fences it with records that are only ever created::
 
     owners/<epoch>.json     {host, pid, started, actor}: an actor took over (epochs 1, 2, ...)
     verdicts/<epoch>.json   the decisions of older epochs that stood when it took over
-    owners/<epoch>.ended    the run that held <epoch> is over: it was told it is fenced, or its
-                            driver started a new run of the query (twopc's query listener)
+    owners/<epoch>.ended    the run that held <epoch> is over (fenced, or its driver started a new run)
 
-- **Taking over** (:meth:`Ownership.claim`: a query's plan, a batch write, ``twopc recover``,
-  a coordinator built by hand): an actor whose identity is the newest owner, with that epoch
-  not ended, keeps it; any other creates ``owners/<newest + 1>`` (retrying past a rival), then
-  lists every undecided-looking decision of an older epoch into ``verdicts/<epoch>`` *before*
-  it rolls anything back (a reader that needs a verdict not recorded yet records it: see
-  :meth:`Ownership.valid`).
-- **Never taking it back**: a streaming query's plan *resumes* its run (``resume=True``). If
-  its driver owned an older epoch that is not ended, another actor displaced this very run:
-  it records ``owners/<its epoch>.ended`` and raises :class:`FencedError` naming who took over. The
-  next run of the query (a restart) finds its old epoch ended and takes over. Twopc's query
-  listener ends the driver's epoch when a run starts (:meth:`Ownership.end_runs_of`), so a
-  query restarted after ``twopc recover`` (the documented way) takes over at once.
-- **Deciding** (:meth:`Ownership.check_owner`): after creating ``decisions/<batch>``, and after
-  listing prepared transactions and before rolling any back, an actor lists ``owners/``; a
-  newer epoch than its own means it was fenced (:class:`FencedError`): it commits and rolls
-  back nothing more, and records ``owners/<its epoch>.ended``.
+- **Taking over** (:meth:`Ownership.claim`): the newest owner, not ended, keeps its epoch; any
+  other actor creates ``owners/<newest + 1>``, then lists the older epochs' decisions into
+  ``verdicts/<epoch>`` *before* it rolls anything back.
+- **Never taking it back**: a streaming query's plan resumes its run; displaced, it records
+  its epoch ended and raises :class:`FencedError`; its restart takes over
+  (:meth:`Ownership.end_runs_of` ends a driver's epoch when it starts a new run).
+- **Deciding** (:meth:`Ownership.check_owner`): after writing a decision, and before rolling
+  back what it listed, an actor lists ``owners/``; a newer epoch fences it.
 - **Reading** (:meth:`Ownership.valid`): a decision of an older epoch stands only if the
-  verdict of the first owner after it lists it. A zombie's decision written after the
-  takeover is not listed (its driver saw the newer owner and stopped), so it is void: the
-  new owner rolls its transactions back and records its own decision for the batch.
+  first newer owner's verdict lists it; a zombie's later decision is void.
 
-Correctness rests on the store's create-if-absent (local hard links, S3's If-None-Match)
-and on list-after-create visibility (local folders; S3 lists are strongly consistent). Every
-interleaving of two drivers and ``twopc recover`` over these records is checked by
-``tests/protocol/test_fence_interleavings.py``. Cost: one listing of ``owners/`` per decision, per
-sweep and per plan, one read of the newest owner per plan, and at a takeover one record plus
-a read of each pending decision. Owner, verdict and end records are a few hundred bytes per
-driver start and are not purged.
+Correctness rests on the store's create-if-absent and list-after-create visibility; every
+interleaving of two drivers and ``twopc recover`` is checked by
+``tests/protocol/test_fence_interleavings.py``. Owner, verdict and end records are a few
+hundred bytes per driver start and are not purged.
 """
 
 from __future__ import annotations

@@ -176,13 +176,10 @@ def _register(cls: type[TransactionHandle]) -> None:
 
 
 def ensure_registered(cls: type[TransactionHandle]) -> None:
-    """Register *cls* under the kind it declared, if that has not happened in this process.
-
-    A handle class declared with ``kind=...`` registers itself when its class statement
-    runs. A class defined in ``__main__`` or a notebook cell reaches Spark's Python workers
-    by value (cloudpickle rebuilds it there without running ``__init_subclass__``), still
-    carrying its ``KIND`` and ``VERSION``: this registers such a copy on first use.
-    A class without a kind of its own (a subclass that declared none) is left alone.
+    """Register *cls* under the kind it declared, if that has not happened in this process: a
+    class defined in ``__main__`` or a notebook reaches Spark's workers by value (cloudpickle
+    rebuilds it without running ``__init_subclass__``). A class without a kind of its own is
+    left alone.
 
     Raises:
         ValueError: another class already registered the kind.

@@ -134,12 +134,12 @@ class CommitLedger(Ownership):
 
     # -- ownership (see twopc._fencing_epochs) ------------------------------------------------
     def _pending_epochs(self) -> list[tuple[int, int | None]]:
-        committed = set(self.committed_batches())
-        out = []
-        for b in self.decided_batches():
-            if b not in committed and (text := self._store.record("decisions", record_name(b))) is not None:
-                out.append((b, epoch_of(parse(text, self._store.where("decisions", record_name(b))))))
-        return out
+        return [(b, epoch_of(data)) for b in self._unmarked() if (data := self._read("decisions", record_name(b)))]
+
+    def _read(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The record parsed, or None when absent."""
+        text = self._store.record(kind, name)
+        return None if text is None else parse(text, self._store.where(kind, name))
 
     def fenced(self) -> bool:
         """Whether another driver took the ledger over since :meth:`claim`."""
@@ -148,8 +148,8 @@ class CommitLedger(Ownership):
     # -- sink id ---------------------------------------------------------------------
     def recorded_sink_id(self) -> str | None:
         """The sink id recorded in this checkpoint, or None before the first write."""
-        text = self._store.record("", "sink.json")
-        return None if text is None else str(parse(text, self._store.where("", "sink.json"))["sink_id"])
+        data = self._read("", "sink.json")
+        return None if data is None else str(data["sink_id"])
 
     def bind_sink_id(self, requested: str | None, default: str) -> str:
         """Return the sink id this checkpoint belongs to, recording it on first use.
@@ -173,22 +173,17 @@ class CommitLedger(Ownership):
     # -- target ----------------------------------------------------------------------
     def recorded_target(self) -> str | None:
         """The target identity recorded in this checkpoint (:meth:`bind_target`), or None."""
-        record = self.target_record()
-        return None if record is None else record.target
+        return record.target if (record := self.target_record()) is not None else None
 
     def recorded_target_instance(self) -> str | None:
         """What the recorded target's server said it is (:meth:`twopc.spi.NamedTarget.target_instance`),
         or None (not recorded, or the sink could not tell)."""
-        record = self.target_record()
-        return None if record is None else record.instance
+        return record.instance if (record := self.target_record()) is not None else None
 
     def target_record(self) -> TargetRecord | None:
         """All that this checkpoint records about its target (:meth:`bind_target`), or None."""
-        text = self._store.record("", "target.json")
-        if text is None:
-            return None
-        data = parse(text, self._store.where("", "target.json"))
-        return TargetRecord.from_record(data)
+        data = self._read("", "target.json")
+        return None if data is None else TargetRecord.from_record(data)
 
     def _write_target(self, record: TargetRecord, *, exclusive: bool) -> None:
         body: dict[str, Any] = {"format": FORMAT, "target": record.target}
@@ -277,9 +272,8 @@ class CommitLedger(Ownership):
     def state(self, batch_id: int) -> BatchState:
         if self._store.record("committed", record_name(batch_id)) is not None:
             return BatchState.COMMITTED
-        text = self._store.record("decisions", record_name(batch_id))
-        if text is not None and self.valid(batch_id, epoch_of(parse(text, self._store.where("decisions",
-                                                                                             record_name(batch_id))))):
+        data = self._read("decisions", record_name(batch_id))
+        if data is not None and self.valid(batch_id, epoch_of(data)):
             return BatchState.DECIDED
         return BatchState.UNDECIDED
 
@@ -341,14 +335,10 @@ class CommitLedger(Ownership):
 
     # -- the zombie-prepare fence -----------------------------------------------------------
     def record_abort(self, batch_id: int) -> str:
-        """Durably record that the driver aborts (this run of) *batch_id*; return the record's
-        name. The driver calls it BEFORE it sweeps the batch's prepared transactions, and a
-        task checks :meth:`abort_marks` AFTER it prepared: a task that prepared before the
-        record is swept, one that prepares after it sees the record and rolls itself back
-        (the *zombie-prepare window*: a task still running when a sibling's failure aborted
-        its job). Each abort adds a new record, so a later run of the same batch id (a rerun
-        with the same ``txnVersion``, a replayed micro-batch) is told apart by the set of
-        records its tasks saw when they began.
+        """Durably record that the driver aborts (this run of) *batch_id*, BEFORE it sweeps;
+        return the record's name (the *zombie-prepare window* of :mod:`twopc._fence`). Each abort
+        adds a new record, so a later run of the same batch id is told apart by the records its
+        tasks saw when they began.
 
         Raises:
             LedgerError: the store fails.
@@ -400,14 +390,17 @@ class CommitLedger(Ownership):
 
     def pending(self) -> list[Decision]:
         """Decisions whose batch is not marked committed, oldest first."""
-        committed = set(self.committed_batches())
         out = []
-        for b in self.decided_batches():
-            if b not in committed:
-                d, done = self._standing(b)  # void decisions of fenced drivers are not pending
-                if d is not None and not done:
-                    out.append(d)
+        for b in self._unmarked():
+            d, done = self._standing(b)  # void decisions of fenced drivers are not pending
+            if d is not None and not done:
+                out.append(d)
         return out
+
+    def _unmarked(self) -> list[int]:
+        """The decided batches not marked committed, oldest first."""
+        committed = set(self.committed_batches())
+        return [b for b in self.decided_batches() if b not in committed]
 
     def latest_committed(self) -> int | None:
         batches = self.committed_batches()

@@ -109,12 +109,7 @@ def record_name(batch_id: int) -> str:
 
 
 def batch_ids(names: Iterable[str]) -> list[int]:
-    out = []
-    for n in names:
-        stem = n.removesuffix(".json")
-        if n.endswith(".json") and stem.isdigit():
-            out.append(int(stem))
-    return sorted(out)
+    return sorted(int(stem) for n in names if (stem := n.removesuffix(".json")) != n and stem.isdigit())
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,13 @@
 """twopc's log records: one per protocol event, with its facts as fields, and handlers that
 get them out of Spark's Python worker processes.
 
-Every protocol event (a decision recorded, a commit outcome, a batch's summary, a recovery
-action, an orphan rolled back, a lost transaction) is one record on a ``twopc.*`` logger
-whose message reads well on its own and whose ``extra`` carries the facts as fields:
-``record.twopc_event`` (the event's name) and ``record.twopc`` (a dict: sink id, batch,
-transaction ids, counts, seconds). Nothing in a record is a credential: the fields are
-ids, counts and durations, and targets are named by ``describe()``.
-
-Where the records go. Spark runs twopc's plan-time work, its tasks and its driver-side
-commit in Python worker processes it starts itself, not in the application's process, so
-a handler the application configures never sees them. Those workers' stderr is copied to
-the JVM's stderr: the driver's console (or the driver's log file under a cluster manager)
-for planning and commit, each executor's stderr log for tasks. :func:`configure_worker_logging`
-therefore gives the ``twopc`` logger, in those processes only, a stderr handler with time
-and level, unless the process already has handlers. Environment variables (set them for
-the driver, and with ``spark.executorEnv.*`` for executors):
-
-- ``TWOPC_LOG_LEVEL``: ``INFO`` (default: one summary line per batch, plus every recovery
-  action), ``DEBUG`` (every transaction's outcome too), ``WARNING``, ``OFF``.
-- ``TWOPC_LOG_FORMAT``: ``text`` (default) or ``json`` (one JSON object per line with the
-  record's fields, for log shippers).
+Every protocol event is one record on a ``twopc.*`` logger whose message reads well on its
+own and whose ``extra`` carries ``record.twopc_event`` (the event's name) and ``record.twopc``
+(a dict of ids, counts and durations: never a credential). Spark runs twopc's planning, tasks
+and commit in Python workers it starts itself, whose stderr reaches the driver's or the
+executor's log but which no handler of the application sees: :func:`configure_worker_logging`
+gives the ``twopc`` logger a stderr handler there, set by ``TWOPC_LOG_LEVEL`` (``INFO``,
+``DEBUG``, ``WARNING``, ``OFF``) and ``TWOPC_LOG_FORMAT`` (``text`` or ``json``).
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Prometheus metrics of a twopc sink, kept in the checkpoint so they outlive Spark's workers.
 
-Why in the checkpoint: Spark runs a Python data source's plan-time work and its driver-side
-commit in Python worker processes of its own (reused across micro-batches while Spark
-keeps them, restarted whenever it does not; never the application's process), so counters
-held in memory there would reset at Spark's whim, and the application's process never
-sees them. The process that commits a batch therefore adds the batch's figures to
-``<checkpointLocation>/twopc/metrics.json`` (written atomically; one writer at a time, the
-driver's commit, like the ledger), and a scrape reads that file plus the ledger: the
-in-doubt gauges are computed from the ledger's pending decisions at scrape time, so they
-are right even after a crash nobody recorded. The executors' figures (rows, when each
-task prepared) reach the driver in the commit messages, with the handles. The target's
-prepared-transaction room is read by the driver's commit after each batch (one query on
-the connection it has open) and kept with the counters.
-
-Serving them (:mod:`twopc._metrics_export`, which alone imports the Prometheus client, so a
-write's processes never load it): :func:`register_metrics` adds a collector for a checkpoint to a registry the
-application already has (its own ``/metrics``); :func:`serve_metrics` serves a registry
-on a port from the calling process; the writer option ``metricsPort`` has the driver's
-agent (:mod:`twopc._metrics_server`, :mod:`twopc._agent`), which lives as long as the Spark driver, serve them;
-``twopc metrics`` (:mod:`twopc.recovery._metrics_cli`) serves the :data:`CHECKPOINT_GAUGES` of
-checkpoints from a process of its own, whether a query runs or not.
+Spark runs a data source's plan and commit in Python workers it restarts at will, so counters
+held in memory there would reset at Spark's whim. The process that commits a batch adds the
+batch's figures to ``<checkpointLocation>/twopc/metrics.json`` (one writer at a time, like the
+ledger), with the executors' figures that came in the commit messages and the target's
+prepared-transaction room; a scrape reads that file plus the ledger, so the in-doubt gauges
+are right even after a crash nobody recorded. Serving them is :mod:`twopc._metrics_export`'s
+(the only module that imports the Prometheus client).
 """
 
 from __future__ import annotations
@@ -125,13 +112,6 @@ def _observe(state: dict[str, Any], name: str, value: float) -> None:
     h["sum"] += value
 
 
-def _failed_attempt(state: dict[str, Any], batch_id: int) -> None:
-    """One more run of *batch_id* ended without committing it."""
-    stuck = state.get("stuck")
-    attempts = stuck["attempts"] + 1 if stuck and stuck.get("batch") == batch_id else 1
-    state["stuck"] = {"batch": batch_id, "attempts": attempts, "at": time.time()}
-
-
 def failing_batch(state: dict[str, Any]) -> tuple[int, int] | None:
     """The batch whose runs ended without a commit since the last committed batch, and how
     many times (None: the last run of every batch committed)."""
@@ -149,7 +129,9 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "batches", action)
         if action in ("aborted", "left-for-recovery") and batch_id is not None:  # Spark's abort ends every failed run
-            _failed_attempt(state, batch_id)
+            stuck = state.get("stuck")
+            attempts = stuck["attempts"] + 1 if stuck and stuck.get("batch") == batch_id else 1
+            state["stuck"] = {"batch": batch_id, "attempts": attempts, "at": time.time()}
         elif action in ("committed", "finished", "replay-ignored"):
             state.pop("stuck", None)
         _count(state, "commits", "committed", committed)

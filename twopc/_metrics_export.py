@@ -6,6 +6,7 @@ records its figures without loading it."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -98,12 +99,7 @@ def _recorded_format(ledger: CommitLedger) -> str:
 
 
 def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:
-    out: list[tuple[str, float]] = []
-    total = 0
-    for le, n in zip([*[str(b) for b in bounds], "+Inf"], counts, strict=True):
-        total += n
-        out.append((le, float(total)))
-    return out
+    return list(zip([*map(str, bounds), "+Inf"], map(float, itertools.accumulate(counts)), strict=True))
 
 
 def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) -> MetricsCollector:

@@ -1,13 +1,10 @@
-"""The metrics server the writer option ``metricsPort`` asks for: the driver agent
-(:mod:`twopc._agent`, the one twopc process of a Spark driver, which outlives Spark's Python
-workers and ends with the driver's JVM) serves the port.
+"""The metrics server the writer option ``metricsPort`` asks for, served by the driver agent
+(:mod:`twopc._agent`, which outlives Spark's Python workers and ends with the driver's JVM).
 
-A query's plan-time process calls :func:`ensure_server`: it registers the query's
-checkpoint in ``<tempdir>/twopc-metrics-<uid>/<port>/`` (this user's alone, see
-:mod:`twopc._host_dirs`) and, unless a live agent serves the port already (its pid is in
-``server.pid`` there), asks its driver's agent to serve it. The agent serves every
-checkpoint registered for its port, re-reading the folder at each scrape, and deletes the
-port's folder when it ends (the next plan of a query on that port makes it again).
+:func:`ensure_server` registers the query's checkpoint in
+``<tempdir>/twopc-metrics-<uid>/<port>/`` (this user's alone) and, unless a live agent
+serves the port already (``server.pid`` there), asks its driver's agent to serve it. The
+agent serves every checkpoint registered for its port and deletes the folder when it ends.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 from typing import Any
@@ -36,11 +37,9 @@ def _current_module(module: str) -> str:
     top, dot, _ = module.partition(".")
     if dot and top in _MOVED_UNDER_TWOPC:  # twopc's classes were defined in submodules, never in the three packages
         moved = f"twopc.{module}"
-        try:
+        with contextlib.suppress(ModuleNotFoundError):
             if importlib.util.find_spec(moved) is not None:
                 return moved
-        except ModuleNotFoundError:
-            pass
     return module
 
 

@@ -101,11 +101,6 @@ def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
         return None
 
 
-def _first_prepared(messages: Sequence[TwoPCCommitMessage | None]) -> float | None:
-    times = [m.prepared_at for m in messages if m is not None and m.prepared_at]
-    return min(times) if times else None
-
-
 def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result: BatchResult,
                    messages: Sequence[TwoPCCommitMessage | None], *, retried: int = 0,
                    headroom: Headroom | None = None) -> None:
@@ -114,8 +109,8 @@ def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result:
     _metrics.record_batch(ledger, sink_id=sink_id, format_name=format_name, action=result.action,
                           committed=result.committed, already_committed=result.already_committed,
                           aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
-                          rows=sum(m.rows for m in messages if m is not None),
-                          first_prepared_at=_first_prepared(messages), retried=retried, headroom=headroom,
+                          rows=sum(m.rows for m in messages if m is not None), retried=retried, headroom=headroom,
+                          first_prepared_at=min((m.prepared_at for m in messages if m and m.prepared_at), default=None),
                           batch_id=result.batch_id)
 
 

@@ -7,17 +7,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from ._errors import ConfigurationError
-from ._sink import TwoPhaseCommitSink
+from ._sink import AnySink, TwoPhaseCommitSink
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["AnySink", "Participant", "Transform"]
 
-AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
 Transform: TypeAlias = "Callable[[pa.RecordBatch], pa.RecordBatch]"
 
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")

@@ -19,8 +19,7 @@ from ._coordinator import CommitMetrics, classify_prepared, finish_decision, res
 from ._ledger import CommitLedger
 from ._logs import log_event
 from ._sink import AnySink
-from ._sink_id_claim import claim_writer
-from ._target_check import check_target
+from ._sink_id_claim import check_target, claim_writer
 
 __all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from twopc import faultinject
 
 from ._checkpoint import bind_session_checkpoint, session_checkpoint_root
 from ._connect import check_server, is_connect
-from ._fault_run import export_fault_run
 from ._session_options import bind_session_options, session_option_defaults
 from ._source_env import is_stream_source, source_environment
 from ._spark import TwoPhaseCommitDataSource
@@ -47,7 +48,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     per session, and the formats run on the server, not in the client.
 
     With a fault plan armed in the driver's environment (a crash drill), its run is handed
-    to the session's Spark processes first (see :mod:`twopc._fault_run`).
+    to the session's Spark processes first (:func:`export_fault_run`).
 
     The first call also adds a streaming query listener to the session: when
     ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
@@ -93,3 +94,21 @@ def foreach_batch_writer(format_name: str, checkpoint_location: str,
            .save())
 
     return write
+
+
+def export_fault_run(spark: Any) -> None:
+    """A crash drill (``TWOPC_FAULTS=... python job.py``): when a fault plan is armed in this
+    driver, make its run the session's, so that a ``crash`` in a Spark Python worker kills the
+    whole job and ``times`` count once for the run. Spark's JVM becomes one of the run's roots,
+    and ``SparkContext.environment`` carries the run to the Python workers of the data sources
+    registered afterwards (the JVM may have started before the plan was armed). Does nothing
+    unarmed."""
+    if not faultinject.export_run():  # unarmed: the common case, one environment look-up
+        return
+    try:
+        sc = spark.sparkContext
+        jvm_pid = int(sc._jvm.java.lang.ProcessHandle.current().pid())
+    except Exception as exc:  # noqa: BLE001 - Spark Connect (no local JVM): only this process knows the run
+        log.debug("twopc: the fault plan's run stays in the driver process: %s", exc)
+        return
+    faultinject.export_run(sc.environment, pids=[jvm_pid])

@@ -1,20 +1,18 @@
-"""Session-wide defaults of writer options, for a whole Spark session (or a test suite) at
-once: a sink names the options it takes a default for (:attr:`TwoPhaseCommitSink.session_options`),
-and :func:`twopc.register` reads each from the session's Spark conf ``spark.twopc.<option>``
-(``spark.twopc.twopcSchema``). As with the session's default checkpoint folder
-(:mod:`twopc._checkpoint`), the Python processes that plan a write cannot read the session's
-configuration: the values travel as a class attribute of the registered data source, and
-apply at plan time to every write that does not give the option itself. The options a
-write ran with, defaults included, are what its checkpoint records, so recovery reads the
-same values.
+"""Session-wide defaults of writer options: a sink names the options it takes a default for
+(:attr:`TwoPhaseCommitSink.__session_options__`), and :func:`twopc.register` reads each from
+the Spark conf ``spark.twopc.<option>``. The processes that plan a write cannot read the
+session's configuration, so the values travel as a class attribute of the registered data
+source and apply to every write that does not give the option itself. The checkpoint records
+the options a write ran with, so recovery reads the same values.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
+from ._checkpoint import subclass_with
 from ._errors import ConfigurationError
 from ._runtime_options import option
 
@@ -45,11 +43,7 @@ def bind_session_options(data_source: T, defaults: Mapping[str, str]) -> T:
     """*data_source* itself when *defaults* is empty, else a subclass of it carrying them
     (a class attribute, so they travel with the class Spark pickles to the processes that
     plan the write)."""
-    if not defaults:
-        return data_source
-    attrs: dict[str, Any] = {"session_defaults": dict(defaults), "__module__": data_source.__module__,
-                             "__qualname__": data_source.__qualname__, "__doc__": data_source.__doc__}
-    return type(data_source.__name__, (data_source,), attrs)  # type: ignore[return-value]  # a subclass of T
+    return subclass_with(data_source, session_defaults=dict(defaults)) if defaults else data_source
 
 
 def with_session_defaults(options: Mapping[str, str], defaults: Mapping[str, str], names: Iterable[str],

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar, cast, runtime_checkable
 
 from ._context import TransactionContext
-from ._errors import ConfigurationError, SinkError
+from ._errors import ConfigurationError, ProtocolError, SinkError
 from ._handle import TransactionHandle
 from ._inspect import Headroom, PreparedDetail
 from ._target_protocol import TargetLedger
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     from ._sink_id_record import OwnerRecord
 
 __all__ = ["AnySink", "BatchCommit", "CommitOutcome", "CommitShape", "DecisionHook", "Inspectable", "LedgerHost",
-           "MarkerPurge", "NamedTarget", "TwoPhaseCommitSink", "WriteSetup", "capability", "purge_markers_best_effort",
-           "refuse_overwrite"]
+           "MarkerPurge", "NamedTarget", "TwoPhaseCommitSink", "WriteSetup", "capability", "commit_handles",
+           "purge_markers_best_effort", "refuse_overwrite"]
 
 log = logging.getLogger("twopc.sink")
 
@@ -391,17 +391,13 @@ def _commit_mode(sink: object) -> str:
     return f"{type(sink).__name__}: {how}"
 
 
-def _methods(kind: type) -> set[str]:
-    return {n for n, v in vars(kind).items() if callable(v) and not n.startswith("_")}
-
-
 def half_capabilities(cls: type) -> list[str]:
     """The capabilities *cls* defines some methods of without having them all (it neither
     subclasses the capability, which supplies the defaults of the others, nor defines the
     rest): the runtime would not see the methods it defines. One line per capability."""
     found = []
     for kind in CAPABILITIES:
-        names = _methods(kind)
+        names = {n for n, v in vars(kind).items() if callable(v) and not n.startswith("_")}
         have = {n for n in names if any(n in vars(c) for c in cls.__mro__ if c not in (object, kind))}
         if have and have != names and not issubclass(cls, kind):
             found.append(f"{cls.__qualname__} defines {', '.join(sorted(have))} of {kind.__name__} but not "
@@ -449,6 +445,22 @@ def capability(sink: object, kind: type[C]) -> C:
     if isinstance(sink, kind):
         return sink
     return cast(C, _Defaults(cast(AnySink, sink)))
+
+
+def commit_handles(sink: AnySink, handles: Sequence[TransactionHandle], *, recovering: bool) -> list[CommitOutcome]:
+    """Commit one decided batch's *handles* through :meth:`BatchCommit.commit_all`, else one
+    by one (:meth:`~TwoPhaseCommitSink.recover_and_commit` when *recovering*).
+
+    Raises:
+        ProtocolError: ``commit_all`` answered another number of outcomes than handles.
+    """
+    outcomes = capability(sink, BatchCommit).commit_all(handles, recovering=recovering) if handles else []
+    if outcomes is None:
+        return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
+    if len(outcomes) != len(handles):
+        raise ProtocolError(f"{sink.describe()}: commit_all returned {len(outcomes)} outcomes "
+                            f"for {len(handles)} handles")
+    return outcomes
 
 
 def purge_markers_best_effort(sink: AnySink, sink_id: str, below_batch: int) -> None:

@@ -1,21 +1,13 @@
 """One query per sink id, recorded in the target: the owner record of sinks without a lease.
 
-The sink id names a writer's transactions in the target, and recovery rolls back every
-prepared transaction of its sink id that its own ledger does not decide. Two queries (two
-checkpoints) given the same ``sinkId`` would therefore roll back each other's work. The SQL
-sinks lease the sink id on their server while a writer runs (:mod:`twopc._target`); sinks
-without such a lease (Redis, files, a composite of them) keep an *owner record* instead:
-the first query to use a sink id records its checkpoint in the target
-(:meth:`~twopc.spi.NamedTarget.claim_sink_id`), and a query with another checkpoint is
-refused before it touches anything. The record outlives the query on purpose: a retired
-query may still have decided batches that only its checkpoint can finish.
-
-Every writer takes the claim, not only the Spark runtime: :func:`claim_writer` is what a
-:class:`~twopc.CommitCoordinator` and a :class:`~twopc.RecoveryCoordinator` built by hand
-take (the core API, ``twopc recover``), before they roll anything back. A SQL sink's
-lease is then held by this process for as long as a coordinator holding it lives; two
-coordinators of this process with one sink id share it when they serve one checkpoint,
-and another checkpoint's is refused.
+Recovery rolls back every prepared transaction of its sink id that its own ledger does not
+decide, so two checkpoints given the same ``sinkId`` would roll back each other's work. The
+SQL sinks lease the sink id on their server (:mod:`twopc._target`); sinks without a lease
+(Redis, files, a composite of them) keep an *owner record*: the first query to use a sink id
+records its checkpoint in the target (:meth:`~twopc.spi.NamedTarget.claim_sink_id`), and a
+query with another checkpoint is refused before it touches anything. The record outlives the
+query on purpose: a retired query may still have decided batches only its checkpoint can
+finish. Coordinators built by hand take the claim too (:func:`claim_writer`).
 """
 
 from __future__ import annotations
@@ -36,7 +28,8 @@ from ._target_protocol import Lease, TargetLedger, target_ledger_of
 if TYPE_CHECKING:
     from ._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
 
-__all__ = ["SinkIdClaim", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
+__all__ = ["SinkIdClaim", "check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare",
+           "runtime_task"]
 
 
 def checkpoint_label(location: str) -> str:
@@ -153,6 +146,26 @@ def _holding() -> Iterator[None]:
             yield
     finally:
         _release_deferred()
+
+
+def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: bool) -> None:
+    """Refuse *sink*'s target if *ledger*'s checkpoint belongs to another one; with *record*,
+    record it the first time (see :meth:`CommitLedger.bind_target`). Every writer passes here
+    before it touches the target (the runtime at plan time, coordinators built by hand,
+    ``twopc recover``): recovery against the wrong target would find the decided transactions
+    missing there and call them lost. Nothing to check for a ledger kept in the target
+    itself, or a sink that cannot name its target.
+
+    Raises:
+        TargetMismatchError: the checkpoint belongs to another target.
+        LedgerError: the checkpoint cannot be read or written.
+    """
+    if ledger.in_target:
+        return
+    identity = capability(sink, NamedTarget).target_identity()
+    if identity is None:
+        return
+    ledger.bind_target(identity, sink_id, record=record, instance=capability(sink, NamedTarget).target_instance())
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:

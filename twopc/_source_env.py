@@ -1,24 +1,14 @@
 """A workaround for a race in PySpark's streaming Python data sources (PySpark 4.x).
 
-Spark keeps one ``java.util.HashMap`` of environment variables per registered Python data
-source (``UserDefinedPythonDataSource.dataSourceCls.envVars``), and every Python function
-made from that registration shares it by reference (``createPythonFunction``): the reader's
-and writer's functions serialized into each task carry this very map. The driver-side
-``PythonStreamingSourceRunner.init()`` — run when a streaming query over the source starts
-its reader — adds four keys to that shared map (``SPARK_LOCAL_DIRS``,
-``SPARK_AUTH_SOCKET_TIMEOUT``, ``SPARK_BUFFER_SIZE``, ``SPARK_PYTHON_RUNTIME``). With two
-streaming queries over one source in one session, that first insertion runs on one query's
-thread while the other query's thread serializes a task holding the map (or inserts the
-same keys): ``HashMap.writeObject`` writes the size, then the entries, and an insertion in
-between (or a lost concurrent insertion) leaves a task binary whose map holds another number
-of entries than it says. The executor then fails in ``ResultTask.runTask`` with
-``java.io.OptionalDataException`` (before any code of the data source runs), and because
-the damaged map stays in the driver, every later task of both queries fails too.
-
-The keys are new only once per registration; later ``put`` calls replace values, which
-changes no structure and serializes safely. So :func:`source_environment` registers
-streaming sources with the four keys already present: the runner's insertions become
-replacements and the race is gone.
+Every Python function made from one data source registration shares one Java ``HashMap`` of
+environment variables, serialized into each task. The driver-side
+``PythonStreamingSourceRunner.init()`` adds four keys to it (``SPARK_LOCAL_DIRS``,
+``SPARK_AUTH_SOCKET_TIMEOUT``, ``SPARK_BUFFER_SIZE``, ``SPARK_PYTHON_RUNTIME``) when a streaming
+query over the source starts. With two such queries in one session, that insertion can race
+another query's serialization of the map, leaving a task binary whose map holds another number
+of entries than it says: every later task of both queries fails with
+``java.io.OptionalDataException``. Replacing a value changes no structure, so
+:func:`source_environment` registers streaming sources with the four keys already present.
 """
 
 from __future__ import annotations

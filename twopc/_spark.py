@@ -1,31 +1,21 @@
 """Spark integration: Python data sources that drive any :class:`TwoPhaseCommitSink`.
 
-How Spark calls them (PySpark 4.1+), and where the protocol runs (each part in a module of its
-own, so that each Spark Python worker loads the part it runs: the plan in :mod:`twopc._plans`, the
-writers and a task's write in :mod:`twopc._writer`, the commit in :mod:`twopc._write_commit`):
+Where the protocol runs (each part in a module of its own, so each Spark Python worker loads
+only the part it runs):
 
-- Plan time, on the driver, once per micro-batch (or per batch write), before any task:
-  ``DataSource(options)`` then ``streamWriter()`` / ``writer()``. twopc validates the
-  options and the target here, binds the sink id, and runs recovery (finish decided
-  batches, roll back orphans), so that no task meets a stale prepared transaction.
-- Tasks, on executors: ``write(iterator of pyarrow.RecordBatch)`` opens one transaction
-  per task attempt, loads the batches, prepares, and returns the handle. The batch id
-  comes from the ``streaming.sql.batchId`` local property Spark sets on every task.
-- Commit, on the driver, in a separate Python process that receives an *unpickled* copy
-  of the data source: ``commit(messages, batchId)`` / ``abort(...)`` run the
-  :class:`CommitCoordinator`. The copy knows it is not the plan-time instance, so it
-  does not run recovery (which would roll back the batch being committed).
+- Plan time, on the driver, before any task (:mod:`twopc._plans`): the options and the target
+  are validated, the sink id bound, and recovery run, so no task meets a stale prepared
+  transaction.
+- Tasks, on executors (:mod:`twopc._writer`): one transaction per task attempt, prepared, its
+  handle returned; the batch id is Spark's ``streaming.sql.batchId`` local property.
+- Commit, on the driver, in another Python process with an *unpickled* copy of the data source
+  (:mod:`twopc._write_commit`): the copy runs no recovery (it would roll back the batch it commits).
 
-A retried task attempt that meets its predecessor's prepared transaction: the dead
-attempt's transaction still holds its row locks, and the driver cannot roll it back while
-the batch runs, because with speculation that attempt might still be the one Spark
-chooses (rolling back a transaction the driver may commit is data loss). The retry rolls
-back what an attempt of its partition that provably died before reporting left prepared
-(its ``running/`` record is there, its process gone: :meth:`AbortFence.roll_back_dead_attempts`).
-Otherwise sinks bound the wait (the PostgreSQL sink's ``lockTimeout``): the retry fails
-with a clear error, the write fails, and the restart's plan-time recovery rolls the
-orphan back before any task runs. Writes that touch no common key (plain appends) never
-wait.
+A retried task may meet its dead predecessor's prepared transaction and its row locks; the
+driver cannot roll it back while the batch runs (with speculation it may be the attempt Spark
+chooses). The retry rolls back what a provably dead attempt of its partition left
+(:meth:`AbortFence.roll_back_dead_attempts`); otherwise the sink bounds the wait (PostgreSQL's
+``lockTimeout``), the write fails, and the restart's recovery rolls the orphan back.
 """
 
 from __future__ import annotations

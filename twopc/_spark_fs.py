@@ -1,14 +1,11 @@
 """Whether Spark itself can keep a streaming query's checkpoint on S3.
 
-twopc's ledger reaches ``s3://``, ``s3a://`` and ``s3n://`` through boto3 (``pyspark-twopc[s3]``), but a
-streaming query's own checkpoint (offsets, commits, state) is written by Spark through Hadoop's
-file systems, and PySpark ships none for S3: ``start()`` fails with
-``UnsupportedFileSystemException: No FileSystem for scheme "s3"`` (``s3a://``:
-``CANNOT_LOAD_CHECKPOINT_FILE_MANAGER``, the class ``S3AFileSystem`` not found). Spark raises
-that in ``start()`` while it resolves the checkpoint, before it asks a data source for its
-writer, so no twopc code runs on that path. :func:`check_checkpoint_location` asks Spark's
-Hadoop configuration the same question beforehand and says what to add; :func:`twopc.register`
-asks it of the session's ``spark.sql.streaming.checkpointLocation``.
+twopc's ledger reaches ``s3://`` through boto3, but Spark writes a query's own checkpoint
+through Hadoop's file systems, and PySpark ships none for S3: ``start()`` fails before any
+twopc code runs (``No FileSystem for scheme "s3"``; ``s3a://``:
+``CANNOT_LOAD_CHECKPOINT_FILE_MANAGER``). :func:`check_checkpoint_location` asks Spark's Hadoop
+configuration beforehand and says what to add; :func:`twopc.register` asks it of the
+session's ``spark.sql.streaming.checkpointLocation``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,16 @@
 """The operator's view of one sink: what the ledger decided, what the target still holds.
 
-:func:`sink_status` reads the checkpoint's ledger and the target (through the sink's
-read-only :meth:`~twopc.spi.Inspectable.prepared_details` and
-:meth:`~twopc.spi.Inspectable.headroom`) and changes nothing. ``twopc status`` prints
-it; :attr:`SinkStatus.needs_operator` is its exit code.
+:func:`sink_status` reads the checkpoint's ledger and the target (read-only
+:meth:`~twopc.spi.Inspectable.prepared_details` and :meth:`~twopc.spi.Inspectable.headroom`)
+and changes nothing; ``twopc status`` prints it, :attr:`SinkStatus.needs_operator` is its exit
+code. Each unsettled transaction has one state:
 
-Each unsettled transaction has one state:
-
-- ``in-doubt``: a recorded decision names it and it is still prepared; its batch is
-  decided but not committed (a driver died after the decision). Holds locks until
-  ``twopc recover`` (or the query's restart) commits it.
-- ``decided-gone``: a decided, unfinished batch names it but the target no longer holds it
-  prepared: it was committed before the committed mark was written (recover marks the
-  batch), or it was lost (recover says so, and ``--accept-lost`` is the way out).
-- ``orphan``: prepared, or staged, but named by no decision (a failed, retried or
-  speculative attempt, or a batch that died before its decision). Recovery rolls it back.
-  While a query runs, the attempts of the batch being written show here too, for as long
-  as the batch takes.
+- ``in-doubt``: a recorded decision names it and it is still prepared (a driver died after
+  the decision); ``twopc recover`` or the query's restart commits it.
+- ``decided-gone``: a decided, unfinished batch names it but the target no longer holds it:
+  committed before the mark was written (recover marks the batch), or lost (``--accept-lost``).
+- ``orphan``: prepared or staged, named by no decision (a failed, retried or speculative
+  attempt; while a query runs, the batch being written too). Recovery rolls it back.
 """
 
 from __future__ import annotations

@@ -1,36 +1,16 @@
 """After ``query.stop()``: abort the micro-batch that Spark stopped without aborting it.
 
-When ``query.stop()`` interrupts a micro-batch, Spark calls the writer's ``abort`` (which
-rolls the batch back, waiting for its tasks still running: see :mod:`twopc._fence`) -
-except when the interrupt lands while Spark talks to the Python process that commits the
-batch: the commit is cut short, and the abort cannot start either ("failed to abort" in
-Spark's log). The batch's prepared transactions would then wait, holding their locks, for
-the next start of the query (the *unaborted-stop window*).
-
-:func:`install` (run by :func:`twopc.register`) adds a streaming query listener to the
-session that closes it: when a query writing to a twopc data source ends with a micro-batch
-that Spark's checkpoint does not record as committed, the listener runs the abort Spark
-could not, for that batch (:meth:`CommitCoordinator.abort_batch`): its abort record, the
-wait for its tasks, then an undecided batch's transactions rolled back, a decided one's
-committed (a decision is final). It runs in the driver's Python process, moments after the
-query ended (Spark tells listeners that a query ended asynchronously); a new start of the
-same query waits for it before it plans a batch (Spark tells listeners of a start
-synchronously). It acts for the driver's JVM (its owner epoch): if another driver took the
-checkpoint over, it touches nothing.
-
-It reads the query's writer options from Spark's plan through the session's JVM (a classic
-session; Spark Connect has none: there, and wherever this fails, the next start of the
-query or ``twopc recover`` settles the batch, as before).
-
-When the driver's Python process exits, the listener leaves its session (:func:`_remove_listeners`):
-Spark's JVM may outlive it (``spark-submit`` runs the script as its child) and would otherwise
-call it back for a run's last events after it is gone. A stop right before the exit is then
-settled by the next start of the query, as without the listener.
-
-The same listener notes, at each start of a query writing to a twopc data source, the
-session's ``spark.sql.streaming.checkpointLocation`` then (see :mod:`twopc._checkpoint`):
-the writer's processes cannot read the session's configuration, and Spark reads it when
-the query starts.
+When the interrupt of ``query.stop()`` lands while Spark talks to the Python process that
+commits the batch, the commit is cut short and Spark's abort cannot start either ("failed to
+abort" in Spark's log): the batch's prepared transactions would wait, holding their locks, for
+the next start of the query (the *unaborted-stop window*). :func:`install` (run by
+:func:`twopc.register`) adds a streaming query listener that closes it: when a query writing
+to a twopc data source ends with a micro-batch that Spark's checkpoint does not record as
+committed, it runs the abort Spark could not (:meth:`CommitCoordinator.abort_batch`), acting
+for the driver's JVM (its owner epoch). It needs a classic session (its JVM); elsewhere, and
+wherever this fails, the next start of the query or ``twopc recover`` settles the batch.
+The same listener notes the session's ``spark.sql.streaming.checkpointLocation`` at each
+start of such a query (see :mod:`twopc._checkpoint`).
 """
 
 from __future__ import annotations
@@ -228,9 +208,6 @@ class _StopListener(StreamingQueryListener):
                         "goes on", run.query_id, run.run_id, exc_info=True)
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
-        pass
-
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         pass
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name

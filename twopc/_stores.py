@@ -34,7 +34,6 @@ never guessed at:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -137,27 +136,40 @@ class LocalStore:
         except OSError as exc:
             raise LedgerError(f"cannot read ledger record {p}: {exc}") from exc
 
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
+    def create(self, rel: str, text: str, *, exclusive: bool, durable: bool = True) -> bool:
+        """Through a temporary file: an exclusive hard link to the final name (False: it
+        exists) or a rename; *durable*: fsync of the file and of the folder."""
         final = self.path(rel)
         folder, _, name = final.rpartition("/")
         tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
         try:
-            return _create_local(final, tmp, text.encode("utf-8"), exclusive)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                try:
+                    os.write(fd, text.encode("utf-8"))
+                    if durable:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if exclusive:
+                    try:
+                        os.link(tmp, final)
+                    except FileExistsError:
+                        return False
+                else:
+                    os.replace(tmp, final)
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            if durable:
+                dfd = os.open(folder, os.O_RDONLY)
+                try:
+                    os.fsync(dfd)
+                finally:
+                    os.close(dfd)
+            return True
         except OSError as exc:
             raise LedgerError(f"cannot write ledger record {final}: {exc}") from exc
-
-    def replace(self, rel: str, text: str) -> None:
-        final = self.path(rel)
-        folder, _, name = final.rpartition("/")
-        tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, final)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise LedgerError(f"cannot write {final}: {exc}") from exc
 
     def list(self, rel: str) -> list[str]:
         try:
@@ -175,32 +187,6 @@ class LocalStore:
             pass
         except OSError as exc:
             raise LedgerError(f"cannot delete ledger record {self.path(rel)}: {exc}") from exc
-
-
-def _create_local(final: str, tmp: str, data: bytes, exclusive: bool) -> bool:
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        if exclusive:
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    dfd = os.open(os.path.dirname(final), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-    return True
 
 
 #: (endpoint, bucket) pairs whose server was seen to honour If-None-Match in this process.
@@ -247,7 +233,8 @@ class S3Store:
         except Exception as exc:  # botocore's errors have no common base worth naming
             raise LedgerError(f"cannot read ledger record {self.path(rel)}: {_what(exc)}") from exc
 
-    def create(self, rel: str, text: str, *, exclusive: bool) -> bool:
+    def create(self, rel: str, text: str, *, exclusive: bool, durable: bool = True) -> bool:
+        """A PutObject (conditional when *exclusive*: False, the object exists); every one is durable."""
         extra = {"IfNoneMatch": "*"} if exclusive else {}
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(rel), Body=text.encode("utf-8"), **extra)
@@ -258,9 +245,6 @@ class S3Store:
                 # in flight; whichever finishes holds the name, so this one lost either way.
                 return False
             raise LedgerError(f"cannot write ledger record {self.path(rel)}: {_what(exc)}") from exc
-
-    def replace(self, rel: str, text: str) -> None:
-        self.create(rel, text, exclusive=False)  # a PutObject replaces an object atomically
 
     def list(self, rel: str) -> list[str]:
         prefix = self._key(rel).rstrip("/") + "/"
@@ -366,10 +350,7 @@ class FolderRecords:
         return self.store.create(_rel(kind, name), text, exclusive=True)
 
     def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
-        if durable:
-            self.store.create(_rel(kind, name), text, exclusive=False)
-        else:
-            self.store.replace(_rel(kind, name), text)
+        self.store.create(_rel(kind, name), text, exclusive=False, durable=durable)
 
     def remove(self, kind: str, name: str) -> None:
         self.store.delete(_rel(kind, name))

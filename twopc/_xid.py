@@ -141,12 +141,11 @@ class Xid:
                 how long the sink id may be.
         """
         text = str(self)
-        limit = max_bytes
         size = len(text.encode())
-        if limit is not None and size > limit:
-            room = limit - (size - len(self.sink_id.encode()))
+        if max_bytes is not None and size > max_bytes:
+            room = max_bytes - (size - len(self.sink_id.encode()))
             raise ConfigurationError(
-                f"transaction id {text!r} is {size} bytes, over the {limit}-byte limit of {target} "
+                f"transaction id {text!r} is {size} bytes, over the {max_bytes}-byte limit of {target} "
                 f"transaction ids: use a sink id of at most {max(room, 1)} characters (option sinkId; "
                 f"{len(self.sink_id)} characters now)"
             )

@@ -25,9 +25,8 @@ if TYPE_CHECKING:
     from .._host_dirs import private_dir
     from .._ledger_records import TargetRecord
     from .._runtime_options import EPHEMERAL_PREFIX, default_sink_id, ephemeral_sink_id, ephemeral_started
-    from .._sink_id_claim import checkpoint_label, hold_for_prepare
+    from .._sink_id_claim import check_target, checkpoint_label, hold_for_prepare
     from .._target import open_target_ledger
-    from .._target_check import check_target
     from .._target_protocol import Lease, TargetLedger, target_ledger_of
 __all__ = [
     "EPHEMERAL_PREFIX",
@@ -58,12 +57,11 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("DriverIdentity", "driver_identity"), ".._driver_identity"),
     **dict.fromkeys(("EPHEMERAL_PREFIX", "default_sink_id", "ephemeral_sink_id", "ephemeral_started"),
                     ".._runtime_options"),
-    **dict.fromkeys(("checkpoint_label", "hold_for_prepare"), ".._sink_id_claim"),
+    **dict.fromkeys(("check_target", "checkpoint_label", "hold_for_prepare"), ".._sink_id_claim"),
     "open_target_ledger": ".._target",
     "resolve_abandoned": ".._abandoned",
     **dict.fromkeys(("Lease", "TargetLedger", "target_ledger_of"), ".._target_protocol"),
     "TargetRecord": ".._ledger_records",
-    "check_target": ".._target_check",
     "ephemeral_writer_dead": ".._ephemeral",
     "private_dir": ".._host_dirs",
     "start_ticks": ".._driver_identity:_start_ticks",

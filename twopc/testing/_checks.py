@@ -280,13 +280,9 @@ def check_sink_pickles_after_use(harness: SinkHarness) -> None:
 
 
 def _picklers() -> list[tuple[str, Callable[[object], bytes]]]:
-    out: list[tuple[str, Callable[[object], bytes]]] = [("pickle", pickle.dumps)]
-    try:
-        from pyspark import cloudpickle
-    except ImportError:  # pragma: no cover - pyspark is a dependency of twopc
-        return out
-    out.append(("cloudpickle", cloudpickle.dumps))
-    return out
+    from pyspark import cloudpickle
+
+    return [("pickle", pickle.dumps), ("cloudpickle", cloudpickle.dumps)]
 
 
 def check_rollback_leaves_nothing(harness: SinkHarness) -> None:
@@ -320,7 +316,7 @@ def check_a_wrong_credential_never_shows_in_errors(harness: SinkHarness) -> None
         wrong = f"Wr0ng{uuid.uuid4().hex[:12]}"
         options = {}
         for key, value in harness.options.items():
-            for secret in sorted(run.secrets, key=len, reverse=True):
+            for secret in run.secrets:
                 value = value.replace(secret, wrong)
             options[key] = value
         bad = dataclasses.replace(harness, options=options, secrets=[*run.secrets, wrong])

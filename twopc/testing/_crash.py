@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +22,7 @@ import pyarrow.parquet as pq
 from twopc import faultinject
 
 from .._context import TransactionContext
+from .._errors import redact
 from .._ledger import CommitLedger
 from .._sink import BatchCommit, CommitShape, capability
 from ._harness import ContractViolation, SinkHarness
@@ -173,6 +175,47 @@ def _python_path() -> str:
     return os.pathsep.join(dict.fromkeys([*extra, *([old] if old else [])]))
 
 
+def run_job(harness: SinkHarness, work: Path, module: str, plan: str | faultinject.FaultPlan, *, env: Mapping[str, str],
+            partitions: Sequence[int], tail_lines: int, extra: Mapping[str, Any],
+            **run: Any) -> faultinject.ChaosReport:
+    """Run ``python -m <module> <spec>`` under a :class:`twopc.faultinject.ChaosRunner` until done.
+    The job's spec (the sink's options included) is a 0600 file deleted afterwards, never a
+    command line."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    spec_path = work / "job.json"
+    spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
+            "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
+            "checkpoint": str(work / "ck"), "partitions": list(partitions), "runs_file": str(work / "runs.txt"),
+            **extra}
+    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(spec, f)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            runner = faultinject.ChaosRunner(env=env, cwd=work, state_dir=work / "faults", stdout=devnull,
+                                             tail_lines=tail_lines)
+            return runner.run_until_done([sys.executable, "-m", module, str(spec_path)], plan, **run)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            spec_path.unlink()
+
+
+def not_exactly_once(harness: SinkHarness, want: set[int], lo: int, hi: int) -> tuple[set[int], set[int], set[int]]:
+    """The ids in ``[lo, hi)`` that *harness* reads back lost, duplicated and never written."""
+    seen = Counter(i for i in (int(x) for x in harness.read_ids()) if lo <= i < hi)
+    return want - set(seen), {i for i, n in seen.items() if n > 1}, set(seen) - want
+
+
+def left_prepared(harness: SinkHarness, sink_id: str) -> list[Any]:
+    """What a fresh sink of *harness* lists as prepared under *sink_id*."""
+    sink = harness.new_sink()
+    try:
+        return list(sink.list_prepared(sink_id))
+    finally:
+        sink.close()
+
+
 #: Spark settings of the job unless the caller gives its own: the C1 JIT only and the serial
 #: GC start a short-lived driver JVM faster (about 2 s of each run's ~18 s on two cores).
 DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
@@ -212,56 +255,34 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     chosen = list(plan)
     files = max(f.batch for f in chosen if f.batch is not None) + 1
     ids = _write_input(work / "in", harness, files, rows_per_batch, base)
-    ck, runs_file, spec_path = work / "ck", work / "runs.txt", work / "job.json"
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
-            "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
-            "checkpoint": str(ck), "partitions": list(partitions), "runs_file": str(runs_file),
-            "spark_conf": dict(DEFAULT_SPARK_CONF if spark_conf is None else spark_conf), "master": master}
-    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(spec, f)
+    ck, runs_file = work / "ck", work / "runs.txt"
     crashes = _job_crashes(chosen, cluster=master is not None)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PYTHONPATH": _python_path()}
     fired: list[list[str]] = []
     started = time.monotonic()
-    try:
-        with open(os.devnull, "wb") as devnull:
-            runner = faultinject.ChaosRunner(env=env, cwd=work, state_dir=work / "faults", stdout=devnull,
-                                             tail_lines=300)
-            report = runner.run_until_done(
-                [sys.executable, "-m", "twopc.testing.job", str(spec_path)], ",".join(f.spec() for f in chosen),
-                max_restarts=crashes + 1, timeout_s=run_timeout_s * (crashes + 2),
-                on_run_end=lambda _run, lines: fired.append(list(lines)))
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            spec_path.unlink()
-    result = CrashMatrixResult(report, "", ids, files, str(ck), _partitions(runs_file), fired,
-                               time.monotonic() - started)
+    report = run_job(harness, work, "twopc.testing.job", ",".join(f.spec() for f in chosen), env=env,
+                     partitions=partitions, tail_lines=300,
+                     extra={"spark_conf": dict(DEFAULT_SPARK_CONF if spark_conf is None else spark_conf),
+                            "master": master},
+                     max_restarts=crashes + 1, timeout_s=run_timeout_s * (crashes + 2),
+                     on_run_end=lambda _run, lines: fired.append(list(lines)))
+    partitions_run = ([int(line.split()[1]) for line in runs_file.read_text().splitlines() if line.strip()]
+                      if runs_file.exists() else [])
+    result = CrashMatrixResult(report, "", ids, files, str(ck), partitions_run, fired, time.monotonic() - started)
     _verify(harness, result, chosen, ck, files, varied=len(set(partitions)) > 1, crashes=crashes)
     return result
-
-
-def _partitions(runs_file: Path) -> list[int]:
-    try:
-        return [int(line.split()[1]) for line in runs_file.read_text().splitlines() if line.strip()]
-    except FileNotFoundError:
-        return []
 
 
 def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Fault], ck: Path, files: int, *,
             varied: bool, crashes: int) -> None:
     __tracebackhide__ = True
-    secrets = harness.secret_strings()
+    secrets = sorted(harness.secret_strings(), key=len, reverse=True)  # a secret before its parts
 
     def fail(message: str) -> None:
         __tracebackhide__ = True
         text = f"{harness.label}: {message}\n{result.summary()}"
-        for s in sorted(secrets, key=len, reverse=True):
-            text = text.replace(s, "***")
-        raise ContractViolation(CHECK, text)
+        raise ContractViolation(CHECK, redact(text, secrets))
 
     report = result.report
     for run in report.runs:
@@ -286,18 +307,10 @@ def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Faul
     if ledger.pending() or ledger.committed_batches() != list(range(files)):
         fail(f"the ledger has pending batches {[d.batch_id for d in ledger.pending()]} and committed "
              f"{ledger.committed_batches()}, expected 0..{files - 1} committed")
-    want = set(result.ids)
-    lo, hi = min(want), max(want)
-    seen = Counter(i for i in (int(x) for x in harness.read_ids()) if lo <= i <= hi)
-    lost, dup = want - set(seen), {i for i, n in seen.items() if n > 1}
-    extra = set(seen) - want
+    lost, dup, extra = not_exactly_once(harness, set(result.ids), min(result.ids), max(result.ids) + 1)
     if lost or dup or extra:
         fail(f"not exactly once: lost {few(lost)}, duplicated {few(dup)}, unexpected {few(extra)}")
-    sink = harness.new_sink()
-    try:
-        left = sink.list_prepared(sid)
-    finally:
-        sink.close()
+    left = left_prepared(harness, sid)
     if left:
         fail(f"transactions left prepared: {few(h.txn_id for h in left)}")
     if harness.verify is not None:

@@ -7,7 +7,7 @@ import secrets
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar
 
 import pyarrow as pa
 
@@ -155,6 +155,14 @@ def sink_path(sink: str | type[Any]) -> str:
     return path
 
 
+def kit_data_source(obj: type[Any], format_name: str | None) -> type[TwoPhaseCommitDataSource]:
+    """*obj* when it is a data source, else one made for the sink class *obj* (format
+    ``twopc-kit-<class name>`` unless *format_name* says)."""
+    if issubclass(obj, TwoPhaseCommitDataSource):
+        return obj
+    return data_source_for(obj, format_name or f"twopc-kit-{obj.__name__.lower()}")
+
+
 @dataclass
 class SinkHarness:
     """What the kit needs to know about your sink.
@@ -221,10 +229,7 @@ class SinkHarness:
 
     def data_source(self) -> type[TwoPhaseCommitDataSource]:
         """The Spark data source: the harness's own, or one made with :func:`twopc.data_source_for`."""
-        obj = self._target()
-        if issubclass(obj, TwoPhaseCommitDataSource):
-            return cast(type[TwoPhaseCommitDataSource], obj)
-        return data_source_for(obj, self.format_name or f"twopc-kit-{obj.__name__.lower()}")
+        return kit_data_source(self._target(), self.format_name)
 
     def sink_path(self) -> str:
         """``module:Class`` of the sink (or data source), checked to be importable."""

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import collections
-import contextlib
-import json
 import os
 import re
 import secrets
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from twopc import faultinject
-
 from .._ledger import CommitLedger
-from ._crash import _python_path, _write_input
+from ._crash import _python_path, _write_input, left_prepared, not_exactly_once, run_job
 from ._harness import SinkHarness
 from ._run import ID_RANGE, few
 from ._schedules import Schedule
@@ -80,29 +75,13 @@ def run_schedule(harness: SinkHarness, schedule: Schedule, workdir: str | os.Pat
     work = Path(workdir)
     base = (secrets.randbelow(2**30) + 1) * ID_RANGE  # as CheckRun: no two schedules share a target's ids
     ids = _write_input(work / "in", harness, schedule.batches, rows_per_batch, base)
-    ck, spec_path = work / "ck", work / "job.json"
-    from pyspark.sql.pandas.types import from_arrow_schema
-
-    spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
-            "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
-            "checkpoint": str(ck), "partitions": list(partitions), "runs_file": str(work / "runs.txt"),
-            "coordinator": coordinator}
-    fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(spec, f)
+    ck = work / "ck"
     job_env = {**os.environ, "PYTHONPATH": _python_path(), **(env or {})}
     result = ScheduleResult(schedule, rows=len(ids))
     started = time.monotonic()
-    try:
-        with open(os.devnull, "wb") as devnull:
-            runner = faultinject.ChaosRunner(env=job_env, cwd=work, state_dir=work / "faults", stdout=devnull,
-                                             tail_lines=60)
-            report = runner.run_until_done([sys.executable, "-m", "twopc.testing.microjob", str(spec_path)],
-                                           schedule.plan, max_restarts=2 * len(schedule.rules) + 4,
-                                           timeout_s=hang_after_s)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            spec_path.unlink()
+    report = run_job(harness, work, "twopc.testing.microjob", schedule.plan, env=job_env, partitions=partitions,
+                     tail_lines=60, extra={"coordinator": coordinator},
+                     max_restarts=2 * len(schedule.rules) + 4, timeout_s=hang_after_s)
     result.seconds = time.monotonic() - started
     result.restarts = len(report.runs) - 1
     result.fired.update(m.group(1) for line in report.fired if (m := _KIND.search(line)))
@@ -122,11 +101,7 @@ def run_schedule(harness: SinkHarness, schedule: Schedule, workdir: str | os.Pat
 
 def _check_model(harness: SinkHarness, result: ScheduleResult, ids: list[int], base: int, ck: Path,
                  batches: int) -> None:
-    seen = collections.Counter(i for i in (int(x) for x in harness.read_ids()) if base <= i < base + ID_RANGE)
-    want = set(ids)
-    lost = want - set(seen)
-    dup = {i for i, n in seen.items() if n > 1}
-    extra = set(seen) - want
+    lost, dup, extra = not_exactly_once(harness, set(ids), base, base + ID_RANGE)
     result.lost, result.duplicated, result.unexpected = len(lost), len(dup), len(extra)
     if lost or dup or extra:
         result.problems.append(f"not exactly once: lost {few(lost)}, duplicated {few(dup)}, never written "
@@ -136,11 +111,7 @@ def _check_model(harness: SinkHarness, result: ScheduleResult, ids: list[int], b
     if sink_id is None:
         result.problems.append("the ledger names no sink id: the job never got to plan time")
         return
-    sink = harness.new_sink()
-    try:
-        left = list(sink.list_prepared(sink_id))
-    finally:
-        sink.close()
+    left = left_prepared(harness, sink_id)
     result.dangling = len(left)
     if left:
         result.problems.append(f"{len(left)} transaction(s) left prepared: {few(h.txn_id for h in left)}")
@@ -192,13 +163,10 @@ class ChaosTable:
                  f"{time.monotonic() - self.started:.0f}s")
         lines = [title, *([self.note] if self.note else []), head, "-" * len(head)]
         lines += [n.ljust(width) + "".join(str(v).rjust(11) for v in vals) for n, vals in rows]
-        fired: collections.Counter[str] = collections.Counter()
-        for r in self.results:
-            fired.update(r.fired)
+        fired = sum((r.fired for r in self.results), collections.Counter[str]())
         scheduled: collections.Counter[str] = collections.Counter(
             rule.kind for r in self.results for rule in r.schedule.rules)
         lines.append("faults fired by kind (scheduled): " + ", ".join(
             f"{k} {fired[k]} ({scheduled[k]})" for k in sorted(scheduled | fired)))
-        for r in self.failures:
-            lines.append(f"FAILED {r.summary()}")
+        lines += [f"FAILED {r.summary()}" for r in self.failures]
         return "\n".join(lines)

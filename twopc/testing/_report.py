@@ -44,9 +44,8 @@ def run_contract(harness: SinkHarness, checks: Iterable[str] | None = None) -> C
     Raises:
         KeyError: a name in *checks* is not a check.
     """
-    names = list(CONTRACT_CHECKS) if checks is None else list(checks)
     report = ContractReport(harness.label)
-    for name in names:
+    for name in list(CONTRACT_CHECKS if checks is None else checks):
         check = CONTRACT_CHECKS[name]
         try:
             check(harness)

@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import Any, NoReturn
 
 from .._context import TransactionContext
-from .._errors import TransactionLostError
+from .._errors import TransactionLostError, redact
 from .._handle import TransactionHandle
 from .._sink import BatchCommit, CommitOutcome, CommitShape, capability
 from ._harness import AnySink, ContractViolation, SinkHarness
@@ -44,7 +44,7 @@ class CheckRun:
     def __init__(self, harness: SinkHarness, check: str) -> None:
         self.harness = harness
         self.check = check
-        self.secrets = harness.secret_strings()
+        self.secrets = sorted(harness.secret_strings(), key=len, reverse=True)  # a secret before its parts
         self.base = (secrets.randbelow(2**30) + 1) * ID_RANGE
         self._used = 0
         self._attempts = itertools.count(1)
@@ -182,12 +182,7 @@ class CheckRun:
     # -- verdicts --------------------------------------------------------------------
     def fail(self, message: str) -> NoReturn:
         __tracebackhide__ = True
-        raise ContractViolation(self.check, f"{self.harness.label}: {self._redact(message)}")
-
-    def _redact(self, text: str) -> str:
-        for s in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(s, "***")
-        return text
+        raise ContractViolation(self.check, f"{self.harness.label}: {redact(message, self.secrets)}")
 
     def clean(self, text: str, where: str) -> None:
         """Fail when *text* contains one of the harness's secrets."""
@@ -218,17 +213,10 @@ class CheckRun:
             if exc_type is None:
                 self.finish()
         finally:
-            if exc_type is not None or self._leftovers():
-                self._roll_back_leftovers()
+            self._roll_back_leftovers()
             for sink in self.sinks:
                 with contextlib.suppress(Exception):
                     sink.close()
-
-    def _leftovers(self) -> bool:
-        try:
-            return any(self.sink.list_prepared(sid) for sid in self.sink_ids)
-        except Exception:  # noqa: BLE001 - cleanup is best effort
-            return True
 
     def _roll_back_leftovers(self) -> None:
         """Best effort: a failed check must not leave prepared transactions (they hold locks

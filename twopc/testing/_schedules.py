@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from twopc.faultinject import FaultPlan, FaultRule
 
 from .._faults import POINTS
+from ._crash import EXECUTOR_POINTS
 
 __all__ = ["FAULT_KINDS", "Schedule", "ScheduleTarget", "generate_schedule", "shrink_schedule"]
 
@@ -24,8 +25,6 @@ FAULT_KINDS: Mapping[str, int] = {
     "server.crash": 1, "server.restart": 1, "server.down": 1,
     "proxy.reset": 1, "proxy.blackhole": 1, "proxy.latency": 1, "proxy.swallow_reply": 1,
 }
-
-_EXECUTOR = ("during_invoke", "before_pre_commit", "after_pre_commit")
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ class Schedule:
 def _rule(rng: random.Random, kind: str, target: ScheduleTarget, batches: int) -> FaultRule:
     point = rng.choice([*sorted(POINTS), *target.points])
     batch = rng.choice([None, *range(batches)])
-    partition = rng.choice([None, None, 0, 1]) if point in _EXECUTOR else None
+    partition = rng.choice([None, None, 0, 1]) if point in EXECUTOR_POINTS else None
     if kind in ("crash", "kill"):
         return FaultRule(point, batch, partition, kind, times=rng.choice([1, 1, 2]) if kind == "kill" else 1)  # type: ignore[arg-type]  # kind is an Action
     action, fault = kind.split(".")

@@ -36,21 +36,21 @@ def _record_run(runs_file: str, partitions: Sequence[int]) -> tuple[int, int]:
     except FileNotFoundError:
         run = 0
     chosen = int(partitions[run % len(partitions)])
-    with open(runs_file, "a", encoding="utf-8") as f:
-        f.write(f"{run + 1} {chosen}\n")
-        f.flush()
-        os.fsync(f.fileno())
+    append_line(runs_file, f"{run + 1} {chosen}")
     return run + 1, chosen
 
 
-def _data_source(path: str, format_name: str | None) -> Any:
-    from twopc import TwoPhaseCommitDataSource, data_source_for
-    from twopc.testing._harness import _load
+def progress(text: str) -> None:
+    """A ``progress:`` line on stderr, for the runner's report of the run."""
+    print(f"progress: {text}", file=sys.stderr, flush=True)
 
-    obj = _load(path)
-    if isinstance(obj, type) and issubclass(obj, TwoPhaseCommitDataSource):
-        return obj
-    return data_source_for(obj, format_name or f"twopc-kit-{obj.__name__.lower()}")
+
+def append_line(path: str | os.PathLike[str], line: str) -> None:
+    """Append *line* to *path*, durably (a crash right after must not lose it)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(f"{line}\n")
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_spec(argv: Sequence[str] | None, module: str) -> dict[str, Any] | None:
@@ -93,11 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    source = _data_source(spec["sink"], spec.get("format"))
+    from ._harness import _load, kit_data_source
+
+    source = kit_data_source(_load(spec["sink"]), spec.get("format"))
     spark.dataSource.register(source)
     ledger = CommitLedger(spec["checkpoint"])
-    print(f"progress: run {run}, {partitions} partitions, last committed batch {ledger.latest_committed()}",
-          file=sys.stderr, flush=True)
+    progress(f"run {run}, {partitions} partitions, last committed batch {ledger.latest_committed()}")
     stream = (spark.readStream.schema(StructType.fromJson(spec["schema"]))
               .option("maxFilesPerTrigger", 1).parquet(spec["input"]))
     writer = stream.repartition(partitions).writeStream.format(source.name())
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for p in query.recentProgress:
             if p["batchId"] > seen:
                 seen = p["batchId"]
-                print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
+                progress(f"batch {seen} committed ({p['numInputRows']} rows)")
         query.awaitTermination(1)  # returns as soon as the query ends
     query.awaitTermination()
     spark.stop()

@@ -26,7 +26,6 @@ suite catches a broken coordinator).
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -35,7 +34,7 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from .job import _data_source, _record_run, read_spec
+from .job import _record_run, append_line, progress, read_spec
 
 __all__ = ["main"]
 
@@ -51,20 +50,6 @@ def _write(core: Any, path: str, partitions: int, partition: int, batch_id: int,
     table = pq.read_table(path)
     rows = table.take([i for i in range(table.num_rows) if i % partitions == partition])
     return core.write_partition(iter(rows.to_batches()), batch_id, partition, attempt, number)
-
-
-def _committed(log: Path) -> set[int]:
-    try:
-        return {int(x) for x in log.read_text().split()}
-    except FileNotFoundError:
-        return set()
-
-
-def _record(log: Path, batch_id: int) -> None:
-    with open(log, "a", encoding="utf-8") as f:
-        f.write(f"{batch_id}\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: list[int]) -> list[Any]:
@@ -87,11 +72,10 @@ def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: l
                     messages[p] = fut.result()
                 except BrokenProcessPool:
                     failed.append(p)
-                    print(f"progress: batch {batch_id} partition {p}: worker died", file=sys.stderr, flush=True)
+                    progress(f"batch {batch_id} partition {p}: worker died")
                 except Exception as exc:  # noqa: BLE001 - a failed task is retried, as Spark does
                     failed.append(p)
-                    print(f"progress: batch {batch_id} partition {p} failed: {type(exc).__name__}: {exc}"[:400],
-                          file=sys.stderr, flush=True)
+                    progress(f"batch {batch_id} partition {p} failed: {type(exc).__name__}: {exc}"[:390])
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         if any(tries[p] >= MAX_ATTEMPTS for p in failed):
@@ -108,19 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from twopc import _write_commit
 
-    from ._harness import _load
+    from ._harness import _load, kit_data_source
 
     if spec.get("coordinator"):
         _write_commit.CommitCoordinator = _load(spec["coordinator"])  # type: ignore[attr-defined]  # the documented test seam
     run, partitions = _record_run(spec["runs_file"], spec["partitions"])
-    source = _data_source(spec["sink"], spec.get("format"))
+    source = kit_data_source(_load(spec["sink"]), spec.get("format"))
     options = {**spec["options"], "checkpointLocation": spec["checkpoint"]}
     writer = source(options).streamWriter(StructType.fromJson(spec["schema"]), False)
     log = Path(spec["checkpoint"], "microjob-commits")
-    done = _committed(log)
+    done = {int(x) for x in log.read_text().split()} if log.exists() else set()
     files = sorted(Path(spec["input"]).glob("part-*.parquet"))
-    print(f"progress: run {run}, {partitions} partitions, {len(done)} of {len(files)} batches done",
-          file=sys.stderr, flush=True)
+    progress(f"run {run}, {partitions} partitions, {len(done)} of {len(files)} batches done")
     attempts = [run * 100_000]
     for batch_id, path in enumerate(files):
         if batch_id in done:
@@ -128,18 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         messages = _run_tasks(writer, str(path), partitions, batch_id, attempts)
         if any(m is None for m in messages):
             writer.abort(messages, batch_id)
-            print(f"progress: batch {batch_id} failed: a task failed {MAX_ATTEMPTS} times", file=sys.stderr,
-                  flush=True)
+            progress(f"batch {batch_id} failed: a task failed {MAX_ATTEMPTS} times")
             return 1
         try:
             writer.commit(messages, batch_id)
         except Exception as exc:  # noqa: BLE001 - any failed commit ends the run as it ends Spark's query
-            print(f"progress: batch {batch_id} commit failed: {type(exc).__name__}: {exc}"[:600], file=sys.stderr,
-                  flush=True)
+            progress(f"batch {batch_id} commit failed: {type(exc).__name__}: {exc}"[:590])
             writer.abort(messages, batch_id)
             return 1
-        _record(log, batch_id)
-        print(f"progress: batch {batch_id} committed", file=sys.stderr, flush=True)
+        append_line(log, str(batch_id))
+        progress(f"batch {batch_id} committed")
     return 0
 
 
