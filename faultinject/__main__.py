@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import sys
 
 from . import declared_points
@@ -15,8 +13,6 @@ def main(argv: list[str] | None = None) -> int:
     if args != ["points"]:
         print("usage: python -m twopc.faultinject points", file=sys.stderr)
         return 2
-    with contextlib.suppress(ImportError):
-        importlib.import_module("twopc")  # declares the protocol's points, if installed
     for name, description in sorted(declared_points().items()):
         print(f"{name}\t{description}")
     return 0

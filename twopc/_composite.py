@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 from twopc import faultinject
 
-from . import _faults  # noqa: F401 - declares the fault points
 from ._context import TransactionContext
 from ._errors import ConfigurationError, HandleError, ProtocolError, TwoPCError
 from ._handle import TransactionHandle, decode_handle, encode_handle, ensure_registered

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from twopc import faultinject
 
-from . import _faults  # noqa: F401 - declares the fault points
 from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._handle import TransactionHandle
