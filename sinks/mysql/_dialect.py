@@ -28,18 +28,13 @@ from ..sql.options._jdbc_url import JdbcParts, host_port
 from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.types import TypeEngine
 
     from ..sql.options._jdbc_options import JdbcOptions
     from ..sql.prepared._sink import PreparedSqlSink
-    from ._my_column import MyColumn
 
 __all__ = ["MySqlDialect", "lease_name", "lock_seconds"]
-
-#: the error rules (PyMySQL's), loaded when a rule is first used
-
 
 def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
@@ -62,24 +57,6 @@ NAME_CHARS = 64
 def lock_seconds(timeout: Duration) -> int:
     """``innodb_lock_wait_timeout`` for *timeout*: whole seconds, rounded up, at least 1."""
     return max(1, timeout.whole_seconds)
-
-
-def _staging_values(arr: pa.Array, column: str, table: str) -> list[Any]:
-    """A column's values as the XA sink writes them, checked by its rules."""
-    from ._values import check_array, normalize_array  # here: a worker that only commits loads no pyarrow
-
-    arr = normalize_array(arr)
-    check_array(arr, column, table)
-    return list(arr.to_pylist())
-
-
-def _compatible(t: pa.DataType, col: MyColumn) -> bool:
-    """Whether a DataFrame column of type *t* can be written to *col*
-    (:func:`twopc.sinks.mysql._values.compatible`, imported here: it needs pyarrow, which a
-    worker that only commits never loads)."""
-    from ._values import compatible as arrow_compatible
-
-    return arrow_compatible(t, col)
 
 
 class MySqlDialect(SqlDatabase):
@@ -211,14 +188,16 @@ class MySqlDialect(SqlDatabase):
     default_port = 3306
     schema_is_database = True
     errors_module = "twopc.sinks.mysql._errors"
-    staging_values = _staging_values
+    staging_values = DriverBound[Any]("twopc.sinks.mysql._values:staging_values")
 
     @staticmethod
     def quote(name: str) -> str:
         """*name* as a MySQL identifier (backticks), ``%`` doubled for pymysql's formatting."""
         return ("`" + name.replace("`", "``") + "`").replace("%", "%%")
 
-    compatible = _compatible
+    #: needs pyarrow, which a worker that only commits never loads
+    compatible = DriverBound[Any]("twopc.sinks.mysql._values:compatible")
+
     @staticmethod
     def server_lock_wait(lock: Duration) -> Duration:
         """``innodb_lock_wait_timeout`` counts whole seconds, at least one."""

@@ -200,13 +200,10 @@ class MySqlPrepared(MySqlDialect):
         return self._insert_sql(cols)
 
     def load_batch(self, txn: SqlTxn[MyColumn], batch: pa.RecordBatch, plan: str) -> None:
-        from ._values import check_array, normalize_array
+        from ._values import checked_array
 
-        arrays = []
-        for name, arr in zip(batch.schema.names, batch.columns, strict=True):
-            arr = normalize_array(arr)
-            check_array(arr, name, self.target.table)
-            arrays.append(arr)
+        arrays = [checked_array(arr, name, self.target.table)
+                  for name, arr in zip(batch.schema.names, batch.columns, strict=True)]
         size = self.target.options.batch_size
         for start in range(0, batch.num_rows, size):
             chunk = [a.slice(start, size).to_pylist() for a in arrays]

@@ -1,18 +1,11 @@
-"""One ``COPY ... FROM STDIN`` stream from Arrow, used by both PostgreSQL commit modes (the
-prepared transaction of ``twopc-postgres`` and the staging table of ``twopc-jdbc``).
+"""One ``COPY ... FROM STDIN`` stream from Arrow, used by both PostgreSQL commit modes.
 
-:func:`plan_copy` is the one rule for binary vs CSV: ``copyFormat=auto`` sends binary when
-every column allows it (:func:`~twopc.sinks.postgres._binary.binary_supported`), because binary is
-the faster of the two end to end (``make bench``, 2M rows of (bigint, text, double,
-timestamptz), prepared mode, ``local[2]``: binary ~785k rows/s against CSV ~620k rows/s,
-medians of 5; the client encodes binary ~2.5x faster and the server parses it ~2x
-cheaper); ``binary`` refuses a column it cannot encode; ``csv`` always sends text.
-
-:class:`CopyStream` keeps one COPY open across Arrow batches with the same plan: the client
-encodes batch k+1 while the server parses batch k (one COPY per batch makes them take
-turns, measured ~2x slower on 2 cores). The server's verdict on the rows (constraint
-violations, lock timeouts, bad values) arrives when the COPY ends (:meth:`CopyStream.end`),
-or at a later write.
+:func:`plan_copy` is the one rule for binary vs CSV: ``copyFormat=auto`` sends binary (the
+faster to encode and to parse) when every column allows it; ``binary`` refuses a column it
+cannot encode; ``csv`` always sends text. :class:`CopyStream` keeps one COPY open across
+Arrow batches with the same plan, so the client encodes batch k+1 while the server parses
+batch k. The server's verdict on the rows arrives when the COPY ends
+(:meth:`CopyStream.end`), or at a later write.
 """
 
 from __future__ import annotations
@@ -35,8 +28,9 @@ from ._server import identifier, table_columns, table_oid
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
-__all__ = ["CopyPlan", "CopyStream", "identifier", "plan_copy"]
+__all__ = ["CopyPlan", "CopyStream", "identifier", "plan_copy", "staging_copy"]
 
 log = logging.getLogger("twopc.sinks.postgres")
 
@@ -190,3 +184,10 @@ class CopyStream:
         was_open = self._copy is not None
         self._copy = self._cursor = self._context = self._key = None
         return was_open
+
+
+def staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
+    """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
+    table's trigger marks with *txn_id* (``twopc.txn_id``)."""
+    conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
+    return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy

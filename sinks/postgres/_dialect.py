@@ -30,19 +30,13 @@ from ..sql.options._jdbc_url import JdbcParts, host_port
 from ..sql.options._net_timeouts import NetTimeouts
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from sqlalchemy.engine import Connection
     from sqlalchemy.types import TypeEngine
 
     from ..sql.options._jdbc_options import JdbcOptions
     from ..sql.prepared._sink import PreparedSqlSink
-    from ._copy import CopyStream
-    from ._pg_column import PgColumn
 
 __all__ = ["PostgresDialect", "lease_key"]
-
-#: the error rules (psycopg's), loaded when a rule is first used
-
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -72,24 +66,6 @@ def lease_key(sink_id: str) -> int:
 _NAME_BYTES = 63
 
 
-def _staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
-    """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
-    table's trigger marks with *txn_id* (``twopc.txn_id``)."""
-    from ._copy import CopyStream  # here: the encoders load pyarrow, which committing never needs
-
-    conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
-    return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
-
-
-def _compatible(t: pa.DataType, col: PgColumn) -> bool:
-    """Whether a DataFrame column of type *t* can be written to *col*
-    (:func:`twopc.sinks.postgres._columns.compatible`, imported here: it needs pyarrow, which a
-    worker that only commits never loads)."""
-    from ._columns import compatible as arrow_compatible
-
-    return arrow_compatible(t, col)
-
-
 class PostgresDialect(SqlDatabase):
     """PostgreSQL: its facts and driver rules (class level), and its part of a
     prepared-transaction sink on a target's connections (an instance)."""
@@ -115,7 +91,9 @@ class PostgresDialect(SqlDatabase):
     dead_letters = True
     errors_module = "twopc.sinks.postgres._errors"
 
-    compatible = _compatible
+    #: needs pyarrow, which a worker that only commits never loads
+    compatible = DriverBound[Any]("twopc.sinks.postgres._columns:compatible")
+
     @staticmethod
     def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
         """psycopg's connect arguments: connect timeout, TCP keepalive, ``tcp_user_timeout``
@@ -157,7 +135,7 @@ class PostgresDialect(SqlDatabase):
         oid = server.table_oid(raw, table)
         return None if oid is None else server.rollback_problem(raw, oid, table.display(), role=role)
 
-    staging_copy = _staging_copy
+    staging_copy = DriverBound[Any]("twopc.sinks.postgres._copy:staging_copy")
 
     @classmethod
     def prepared_sink(cls, options: JdbcOptions) -> PreparedSqlSink[Any, Any]:

@@ -1,33 +1,14 @@
-"""PostgreSQL two-phase-commit sink.
-
-Each Spark task attempt opens one PostgreSQL transaction, bulk-loads its rows with
-``COPY ... FROM STDIN`` (binary when every column allows it, else CSV; see
-:mod:`twopc.sinks.postgres._copy`), writes a marker row, and ``PREPARE TRANSACTION``\\ s it under
-a GID that names the sink, batch, partition and attempt (a :class:`twopc.Xid`)::
-
-    twopc:{sink_id}:{batch_id}:{partition_id}:{attempt_id}:{8 random hex}
-
-The driver then runs ``COMMIT PREPARED`` (or ``ROLLBACK PREPARED``) from any session.
-Because a repeated ``COMMIT PREPARED`` answers "does not exist" exactly like a rolled-back
-GID does, the marker row (committed atomically with the data) tells "already committed"
-from "lost". The protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink` and its parts;
-PostgreSQL's SQL is :class:`~twopc.sinks.postgres._dialect.PostgresDialect`; this module adds the
-prepared-transaction slots and the drop-in's move of staged rows.
+"""PostgreSQL two-phase-commit sink (``twopc-postgres``): each task attempt COPYs its rows
+(:mod:`twopc.sinks.postgres._copy`), writes a marker row and ``PREPARE TRANSACTION``\\ s it under a
+:class:`twopc.Xid`; the driver runs ``COMMIT PREPARED``. The protocol is
+:class:`~twopc.sinks.sql.PreparedSqlSink`'s; this module adds the prepared-transaction slots
+(:mod:`twopc.sinks.postgres._slots`) and the drop-in's move of staged rows.
 
 Requirements on the server: ``max_prepared_transactions`` > 0 (at least the partitions of a
-batch plus retried attempts: each task claims a slot before its first row, and fails with
-nothing written when none is free, :mod:`twopc.sinks.postgres._slots`), ``INSERT`` on the target
-table, and ``CREATE`` on the marker
-table's schema the first time (or create the marker table yourself; see
-``sink.dialect.marker_table_ddl()``, :meth:`PostgresPrepared.marker_table_ddl`).
-
-Options (``df.write.format("twopc-postgres").option(...)``): the options of ``twopc-jdbc``
-with the same meanings (see :mod:`twopc.sinks.sql.options._jdbc_options`), for PostgreSQL URLs, appending to
-an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``,
-``postgresql://...``), ``dbtable``, ``user``, ``password``, ``markerTable`` (default
-``twopc_markers``), ``lockTimeout`` (default ``30s``), ``connectTimeout`` (default ``10s``),
-``copyFormat`` (``auto``, ``binary``, ``csv``), ``isolationLevel``, ``queryTimeout``,
-``sessionInitStatement``.
+batch plus retried attempts: a task that finds no free slot fails with nothing written),
+``INSERT`` on the target table, and ``CREATE`` on the marker table's schema the first time
+(or create it yourself: :meth:`PostgresPrepared.marker_table_ddl`). Options: ``twopc-jdbc``'s
+(:mod:`twopc.sinks.sql.options._jdbc_options`), appending to an existing table.
 """
 
 from __future__ import annotations

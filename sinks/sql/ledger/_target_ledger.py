@@ -1,25 +1,17 @@
 """The decision ledger in the target (:mod:`twopc._target`) for the prepared SQL sinks: the
-ledger's records as rows of one table on the server of the prepared transactions, and the
-writers' leases as session locks on that server.
+records as rows of one table on the server of the prepared transactions, and the writers'
+leases as session locks on that server.
 
-The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in the marker table's::
-
-    sink_id   the writer's sink id          name   the record (sink.json, decisions/<batch>.json...)
-    body      the record's JSON             written_at
-
-A record is created by one ``INSERT`` in its own local transaction (the primary key makes a
-second create of a name fail: the ledger's create-at-most-once). The lease of sink id ``S``
-is a session lock: ``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL,
-``GET_LOCK('twopc:<hash of S>', 0)`` on MySQL/MariaDB, held by the driver's agent
-(:mod:`twopc._agent`, one process per driver) for as long as the write runs: Spark plans and
-commits a Python data source's write in Python worker processes that no write owns. Spark
-reuses them between calls, but kills one that is idle for a minute (PySpark 4.3: the
-planning worker of a write whose tasks ran 75 s was gone when its commit ran, in another
-worker) and does not reuse them at all with ``spark.python.worker.reuse=false``, so none
-of them can hold a session for the whole write. The agent closes the lease's session when
-the write's commit or abort ends (it is asked to), or ends with all its sessions when the
-driver's JVM is gone (it checks every 0.2 s) or when it is killed: the server releases a
-session's locks when the session ends.
+The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in the marker
+table's: ``(sink_id, name, body, written_at)``, one row per record. A record is created by one
+``INSERT`` in its own transaction (the primary key makes a second create of a name fail: the
+ledger's create-at-most-once). The lease of sink id ``S`` is a session lock
+(``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL, ``GET_LOCK('twopc:<hash>', 0)``
+on MySQL/MariaDB) held by the driver's agent (:mod:`twopc._agent`) for as long as the write
+runs: Spark's Python workers that plan and commit a write may be killed or not reused, so
+none of them can hold a session for the whole write. The agent closes the lease's session
+when the write's commit or abort ends, or ends with all its sessions when the driver's JVM
+is gone or it is killed: the server releases a session's locks when the session ends.
 """
 
 from __future__ import annotations

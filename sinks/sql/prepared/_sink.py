@@ -1,33 +1,12 @@
-"""The prepared-transaction SQL sink, assembled from its parts (PostgreSQL ``PREPARE
-TRANSACTION``, MySQL/MariaDB XA): the protocol is written once here and in the parts, a
-database supplies a dialect.
+"""The prepared-transaction SQL sink (PostgreSQL ``PREPARE TRANSACTION``, MySQL/MariaDB XA),
+written once: a database supplies a dialect
+(:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`).
 
-A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
-
-- a :class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`: configuration (one
-  :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
-  ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
-  connection for the driver's statements, and the mapping of driver errors;
-- a dialect (:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
-  ``dialect_type`` from the target): the SQL that differs between databases (opening a
-  write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
-  listing prepared ids, the target's catalog, the marker table's DDL);
-- the methods of a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side):
-  the open transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
-  rollback) and how every failure leaves nothing behind;
-- the methods of a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver
-  side): commit / abort / list_prepared / purge_markers, told apart from "lost" by the marker
-  table (:mod:`twopc.sinks.sql.prepared._markers`).
-
-The sink *is* its writer and its committer (it subclasses both: each method of the contract
-is defined once, where it lives); this class makes the parts they share and validates the
-target itself (plan time).
-
-Failure windows, in one place: a task that dies before ``PREPARE`` leaves an open
-transaction the server rolls back with the session; one that dies after it leaves a
-prepared transaction that recovery finds by :meth:`PreparedSqlSink.list_prepared` and rolls
-back unless a decision names it; a commit that dies after ``COMMIT`` is answered
-``ALREADY_COMMITTED`` by the marker on retry.
+Failure windows: a task that dies before ``PREPARE`` leaves an open transaction the server
+rolls back with the session; one that dies after it leaves a prepared transaction that
+recovery finds by :meth:`PreparedSqlSink.list_prepared` and rolls back unless a decision
+names it; a commit that dies after ``COMMIT`` is answered ``ALREADY_COMMITTED`` by the
+marker on retry.
 """
 
 from __future__ import annotations
@@ -70,24 +49,23 @@ _PARTS = ("target", "dialect", "markers", "_open")
 
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
-    """Exactly-once appends to one SQL table through prepared transactions.
+    """Exactly-once appends to one SQL table through prepared transactions: its target
+(:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`), the dialect, the executor side
+(:class:`~twopc.sinks.sql.prepared._writer.PreparedWriter`) and the driver side
+(:class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter`); it validates the target.
 
     Args:
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
             (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
-        **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
-            ``user``, ``password``, ``marker_table``, ``lock_timeout`` (a duration such as
-            ``"30s"``, or seconds), ``connect_timeout``, ``isolation_level``,
-            ``query_timeout``, ``session_init_statement``, ``batch_size``, ``copy_format``,
-            ``driver``.
+        **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`).
 
     Raises:
         ConfigurationError: an argument is invalid (nothing is contacted).
 
     A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The
     instance holds only configuration and pickles to executors; connections come from a
-    per-process pool, opened lazily and reused across tasks.
+    per-process pool.
     """
 
     #: what the parts need to know about the database

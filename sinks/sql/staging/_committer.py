@@ -172,21 +172,14 @@ class StagingCommitter(StagingDdl):
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
         """On PostgreSQL, empty the staging table with ``TRUNCATE`` (inside the commit
-        transaction, so it commits or rolls back with the move) when it provably holds
-        nothing but *ids*' rows; return whether it did.
+        transaction) when it provably holds nothing but *ids*' rows; return whether it did.
 
-        ``DELETE`` of a batch's staged rows costs about as much as staging them, writes
-        WAL, and leaves every row dead in the table until a vacuum (each later scan of
-        staging reads them). ``TRUNCATE`` swaps in an empty file. It is only safe when no
-        other session is staging or reading: ``LOCK ... ACCESS EXCLUSIVE NOWAIT`` succeeds
-        only when no other transaction holds any lock on the table (a task staging rows
-        holds one until it commits), and under that lock no other attempt's committed rows
-        remain (checked, by a statement of a READ COMMITTED transaction: its snapshot is
-        taken after the lock). Otherwise (another isolation level, the lock busy, other rows
-        staged, no TRUNCATE privilege) the savepoint is rolled back, releasing the lock, and
-        the caller deletes. The lock is held only for the rest of the commit transaction
-        (milliseconds): a task that starts staging meanwhile waits for it, then stages into
-        the emptied table."""
+        ``TRUNCATE`` swaps in an empty file where ``DELETE`` writes WAL and leaves dead rows
+        until a vacuum. It is safe only when no other session is staging or reading:
+        ``LOCK ... ACCESS EXCLUSIVE NOWAIT`` succeeds only when no other transaction holds a
+        lock on the table (a staging task holds one until it commits), and under that lock a
+        READ COMMITTED statement sees every other attempt's committed rows. Otherwise the
+        savepoint is rolled back, releasing the lock, and the caller deletes."""
         if not self.dialect.truncates_in_transaction:
             return False
         # Only a statement snapshot taken after the lock sees every row committed before it

@@ -1,10 +1,5 @@
 """The staging mode's plan-time side: checking the target against the DataFrame, and
-creating (or re-creating) the staging and batch marker tables before any task runs.
-
-:class:`StagingDdl` is :class:`~twopc.sinks.sql.staging._tables.StagingTables` (the configuration
-and connections) with these checks; :class:`~twopc.sinks.sql.StagingSink` is one (through
-:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`).
-"""
+creating (or re-creating) the staging and batch marker tables before any task runs."""
 
 from __future__ import annotations
 
@@ -68,14 +63,11 @@ class StagingDdl(StagingTables):
                 conn.rollback()
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the target against the DataFrame and prepare staging.
-
-        Creates the staging table (re-creating it when it is empty and its columns no
-        longer fit) and the batch marker table; on MySQL/MariaDB also a missing target
-        (DDL there cannot join the commit transaction). Deletes staged rows of dead
-        ``eph-`` writes older than the retention. An overwrite that will drop and re-create
-        an existing target (:meth:`StagingTables.replaced_by`) logs a WARNING naming what the table will
-        lose (:func:`~twopc.sinks.sql.staging._recreate_losses.recreate_losses`).
+        """Check the target against the DataFrame and prepare staging: create the staging table
+(re-created when empty and its columns no longer fit), the batch marker table and, on
+MySQL/MariaDB, a missing target (DDL there cannot join the commit transaction); delete
+staged rows of dead ``eph-`` writes; warn what an overwrite that re-creates the target
+will lose.
 
         Raises:
             SinkUnavailableError: no connection.
@@ -118,7 +110,8 @@ class StagingDdl(StagingTables):
             if not exists and not self.dialect.transactional_ddl and self.mode != "ignore":
                 self._create_target_now(conn, ddl)
             if (name := self.options.twopc_schema) is not None:
-                ensure_schema(self._committing(conn), self.dialect_name, name, self.options.url.database or "")
+                ensure_schema(self._each_alone(conn, keep=True), self.dialect_name, name,
+                              self.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
             require_transactional(conn, self.stage, role="the staging table")
             self._ensure_batches(conn)
@@ -127,8 +120,8 @@ class StagingDdl(StagingTables):
             for t, cols, role in ((self.stage, (TXN_COLUMN,), "the staging table"),
                                   (self.batches, ("sink_id", "batch_id", "rows", "committed_at"),
                                    "the batch marker table")):
-                require_privileges(self._probe(conn), self.dialect_name, table=t.quoted(conn.dialect),
-                                   display=t.display(), columns=[self.q(c) for c in cols],
+                require_privileges(self._each_alone(conn, keep=False), self.dialect_name,
+                                   table=t.quoted(conn.dialect), display=t.display(), columns=[self.q(c) for c in cols],
                                    privileges=("SELECT", "INSERT", "DELETE"), role=role)
             self._expire_ephemeral(conn)
         except SQLAlchemyError as exc:
@@ -200,23 +193,9 @@ class StagingDdl(StagingTables):
         return ddl
 
     @staticmethod
-    def _probe(conn: Connection) -> Run:
+    def _each_alone(conn: Connection, *, keep: bool) -> Run:
         """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
-        its own, rolled back."""
-        def run(query: str) -> list[tuple[Any, ...]]:
-            if conn.in_transaction():
-                conn.commit()
-            try:
-                r = conn.exec_driver_sql(query)
-                return [tuple(row) for row in r.fetchall()] if r.returns_rows else []
-            finally:
-                conn.rollback()
-        return run
-
-    @staticmethod
-    def _committing(conn: Connection) -> Run:
-        """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
-        its own, committed (rolled back when it fails)."""
+        its own, committed when *keep* (rolled back when it fails), else rolled back."""
         def run(query: str) -> list[tuple[Any, ...]]:
             if conn.in_transaction():
                 conn.commit()
@@ -226,7 +205,7 @@ class StagingDdl(StagingTables):
             except BaseException:
                 conn.rollback()
                 raise
-            conn.commit()
+            (conn.commit if keep else conn.rollback)()
             return rows
         return run
 
@@ -260,27 +239,21 @@ class StagingDdl(StagingTables):
                         f"columns (or their types) differ from this DataFrame's; finish it first (python -m "
                         f"recovery with that query's checkpoint) or delete them")
                 conn.exec_driver_sql(f"DROP TABLE {self.stage.quoted(conn.dialect)}")
-        try:
-            with fresh(conn):
-                stage_table(self.stage, schema, self.dialect_name,
-                            {n: VerbatimType(t) for n, t in types.items()}).create(conn, checkfirst=True)
-        except SQLAlchemyError:
-            if not self.has_table(conn, self.stage):  # else: created concurrently
-                raise
+        self._create(conn, self.stage, stage_table(self.stage, schema, self.dialect_name,
+                                                   {n: VerbatimType(t) for n, t in types.items()}))
 
     def _ensure_batches(self, conn: Connection) -> None:
-        if self.has_table(conn, self.batches):
-            return
+        if not self.has_table(conn, self.batches):
+            self._create(conn, self.batches, batches_table(self.batches))
+
+    def _create(self, conn: Connection, t: TableName, table: sa.Table) -> None:
+        """Create *table* (named *t*), unless another writer just did."""
         try:
             with fresh(conn):
-                batches_table(self.batches).create(conn, checkfirst=True)
+                table.create(conn, checkfirst=True)
         except SQLAlchemyError:
-            if not self.has_table(conn, self.batches):
+            if not self.has_table(conn, t):
                 raise
-
-    def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
-        """Distinct transaction ids in the staging table starting with *prefix*."""
-        return list(self.staged_counts(conn, prefix))
 
     def staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
         """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
@@ -305,7 +278,7 @@ class StagingDdl(StagingTables):
         now = dt.datetime.now(dt.UTC).timestamp()
         stale = []
         dead: dict[str, bool] = {}
-        for txn_id in self._staged_txns(conn, f"twopc:{EPHEMERAL_PREFIX}"):
+        for txn_id in self.staged_counts(conn, f"twopc:{EPHEMERAL_PREFIX}"):
             sink_id = txn_id.split(":")[1]
             started = ephemeral_started(sink_id)
             if started is None:

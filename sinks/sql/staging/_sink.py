@@ -1,36 +1,29 @@
 """Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
 transactions (PostgreSQL, MySQL/MariaDB, SQLite, ...), no two-phase commit needed.
 
-Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`,
-``twopc:{sink}:{batch}:{partition}:{attempt}:{8 hex}``), into a durable staging table and
-commits that local transaction: this is its *prepare* (durable, invisible in the target).
-On PostgreSQL the rows go through the same COPY stream as the prepared mode
-(:mod:`twopc.sinks.postgres._copy`). The driver's commit then runs ONE local transaction that
+Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`), into
+a durable staging table (on PostgreSQL through the prepared mode's COPY stream) and commits
+that local transaction: its *prepare* (durable, invisible in the target). The driver's
+commit then runs ONE local transaction that
 
-1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists
-   (a replay), deleting the replay's staged rows;
-2. checks that every chosen attempt's staged row count equals its handle's count (a
-   staged attempt that vanished makes the commit raise, with nothing written);
-3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
-   overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
-   or ``DROP`` + ``CREATE`` (:meth:`~twopc.sinks.sql.staging._tables.StagingTables.replaced_by`);
-4. moves the chosen attempts' rows (:func:`~twopc.sinks.sql.staging._statements.move_sql`);
-5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
-   :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
+1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists (a
+   replay), deleting the replay's staged rows;
+2. checks that every chosen attempt's staged row count equals its handle's (a staged
+   attempt that vanished makes the commit raise, with nothing written);
+3. runs the write's DDL, if any (``CREATE TABLE``; for overwrite ``TRUNCATE``/``DELETE``
+   or ``DROP`` + ``CREATE``: :meth:`~twopc.sinks.sql.staging._tables.StagingTables.replaced_by`);
+4. moves the chosen attempts' rows, deletes them from staging and inserts the batch marker.
 
-Readers therefore see the old table or the new one, never a part (overwrite included,
-where the database's DDL is transactional: PostgreSQL and SQLite; on MySQL/MariaDB DDL
-commits implicitly, so there overwrite deletes and inserts, keeping the table, and a
-missing table is created at validation, before any task runs).
+Readers see the old table or the new one, never a part (overwrite included where DDL is
+transactional: PostgreSQL and SQLite; on MySQL/MariaDB overwrite deletes and inserts,
+keeping the table, and a missing table is created at validation, before any task runs).
 
-Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort` (the
-coordinator's sweep, or recovery). Staged rows of writes without a checkpoint whose
-driver died (sink ids ``eph-...``) are deleted by the next write to the table: at once when
-that write runs on the machine of the dead driver and can prove it gone (its temporary
-ledger is there, its process is not: :func:`twopc.spi.lease.ephemeral_writer_dead`), else once the
-write started longer ago than the ``stagingRetention`` option (a duration, default 24 h).
-Deleting them is always safe, because a commit that finds fewer staged rows than its
-handles promise writes nothing.
+Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort`.
+Those of writes without a checkpoint whose driver died (sink ids ``eph-...``) are deleted
+by the next write to the table: at once when it can prove the driver gone
+(:func:`twopc.spi.lease.ephemeral_writer_dead`), else once that write started longer ago
+than ``stagingRetention`` (default 24 h). Deleting them is always safe: a commit that finds
+fewer staged rows than its handles promise writes nothing.
 """
 
 from __future__ import annotations
@@ -83,7 +76,9 @@ class _StageTxn:
 
 class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup,
                   BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget):
-    """Exactly-once writes through a staging table and one local commit transaction.
+    """Exactly-once writes through a staging table and one local commit transaction (the
+executor side here; the driver's side is
+:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`).
 
     Args:
         url: a JDBC URL or a SQLAlchemy URL with credentials (``postgresql+psycopg://``,
@@ -91,22 +86,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
-            ``truncate``, ``upsert_keys``, ``create_table_options``,
-            ``create_table_column_types``, ``table_comment``, ``batch_size``,
-            ``isolation_level``, ``session_init_statement``, ``query_timeout``,
-            ``staging_table``, ``staging_retention`` (age after which staged rows of
-            dead writes without checkpoint are deleted), ``lock_timeout``,
-            ``connect_timeout``, ``copy_format``,
-            ``user``, ``password``.
+        **options: ``twopc-jdbc``'s options as keywords (see
+            :mod:`twopc.sinks.sql.options._jdbc_options`), e.g. ``staging_table``,
+            ``staging_retention`` (age after which staged rows of dead writes without
+            checkpoint are deleted), ``upsert_keys``, ``user``, ``password``.
 
     Raises:
         ConfigurationError: an argument is invalid.
-
-    The sink is its parts, each a base of the next: the tables, configuration and connections
-    (:class:`~twopc.sinks.sql.staging._tables.StagingTables`), the plan-time checks and DDL
-    (:class:`~twopc.sinks.sql.staging._ddl.StagingDdl`), the driver's move, abort and listing
-    (:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
     """
 
     __handle_type__ = StagingHandle
