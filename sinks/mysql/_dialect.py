@@ -19,7 +19,6 @@ from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._options import Duration
-from ..sql._names import TableName
 from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
@@ -31,8 +30,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.types import TypeEngine
 
-    from ..sql.options._jdbc_options import JdbcOptions
-    from ..sql.prepared._sink import PreparedSqlSink
 
 __all__ = ["MySqlDialect", "lease_name", "lock_seconds"]
 
@@ -190,11 +187,6 @@ class MySqlDialect(SqlDatabase):
     errors_module = "twopc.sinks.mysql._errors"
     staging_values = DriverBound[Any]("twopc.sinks.mysql._values:staging_values")
 
-    @staticmethod
-    def quote(name: str) -> str:
-        """*name* as a MySQL identifier (backticks), ``%`` doubled for pymysql's formatting."""
-        return ("`" + name.replace("`", "``") + "`").replace("%", "%%")
-
     #: needs pyarrow, which a worker that only commits never loads
     compatible = DriverBound[Any]("twopc.sinks.mysql._values:compatible")
 
@@ -231,37 +223,11 @@ class MySqlDialect(SqlDatabase):
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             timeouts.tune_socket(getattr(dbapi_conn, "_sock", None))
 
-    @staticmethod
-    def session_statements(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, Any]]:
-        """The statements that start a write session (:func:`server.session_settings`)."""
-        from . import _server as server
+    session_statements = DriverBound[Any]("twopc.sinks.mysql._server:session_settings")
+    catalog_columns = DriverBound[Any]("twopc.sinks.mysql._server:catalog_columns")
+    rollback_problem = DriverBound[Any]("twopc.sinks.mysql._server:table_rollback_problem")
 
-        return list(server.session_settings(lock_seconds(lock_timeout), query_timeout.seconds))
-
-    @staticmethod
-    def catalog_columns(raw: Any, table: TableName) -> list[Any] | None:
-        """The columns of *table* from ``information_schema``, ``None`` when it does not exist."""
-        from . import _server as server
-
-        with raw.cursor() as cur:
-            info = server.table_info(cur, table)
-            return None if info is None else list(server.table_columns(cur, info))
-
-    @staticmethod
-    def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
-        """Why writes to *table* would not roll back (a MyISAM table...), ``None`` when they do."""
-        from . import _server as server
-
-        with raw.cursor() as cur:
-            info = server.table_info(cur, table)
-            return None if info is None else server.engine_problem(cur, info, table.display(), role=role, xa=False)
-
-    @classmethod
-    def prepared_sink(cls, options: JdbcOptions) -> PreparedSqlSink[Any, Any]:
-        """:class:`MySqlXaSink` for ``twopc-jdbc``'s options (the package's, loaded with it)."""
-        from . import MySqlXaSink
-
-        return MySqlXaSink.from_jdbc_options(options)
+    sink_class = DriverBound[Any]("twopc.sinks.mysql:MySqlXaSink")
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:

@@ -28,7 +28,7 @@ from ..sql.connect._sql_target import SqlTarget, give_back
 from ..sql.options._jdbc_options import isolation_sql
 from ..sql.prepared._markers import MarkerTable
 from . import _server as server
-from ._dialect import MySqlDialect, lock_seconds
+from ._dialect import MySqlDialect
 from ._errors import (
     ACCESS_DENIED,
     ER_BAD_DB,
@@ -167,7 +167,7 @@ class MySqlPrepared(MySqlDialect):
                     while cur.nextset():
                         pass
                     done.add(o.session_init_statement)
-            for stmt, params in server.session_settings(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
+            for stmt, params in server.session_settings(o.lock_timeout, o.query_timeout):
                 exec_sql(cur, stmt, params)
             exec_sql(cur, "SELECT CONNECTION_ID()")
             row = cur.fetchone()

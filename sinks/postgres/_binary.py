@@ -31,7 +31,7 @@ from twopc import ConfigurationError, SinkError
 
 from .._arrow_const import const
 from ..sql.types._json_values import is_nested
-from ._columns import PgColumn, check_no_nul, is_binary, is_large, is_string, value_bytes
+from ._columns import PgColumn, check_no_nul, is_binary, is_string, value_bytes
 
 __all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]
 
@@ -306,9 +306,7 @@ def _value_bytes(arr: pa.Array) -> int:
     """Total bytes of the values of a binary-like array (its slice of the data buffer)."""
     if pa.types.is_fixed_size_binary(arr.type):
         return len(arr) * arr.type.byte_width
-    bufs = arr.buffers()
-    offsets = memoryview(bufs[1]).cast("q" if is_large(arr.type) else "i")
-    return int(offsets[arr.offset + len(arr)] - offsets[arr.offset])
+    return len(value_bytes(arr))
 
 
 def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:

@@ -10,6 +10,7 @@ batch k. The server's verdict on the rows arrives when the COPY ends
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -67,10 +68,8 @@ class CopyStream:
     def __init__(self, pg: psycopg.Connection[Any], table: TableName) -> None:
         self._pg = pg
         self._table = table
-        self._key: tuple[tuple[str, ...], bool] | None = None
-        self._cursor: psycopg.Cursor[Any] | None = None
-        self._context: Any = None  # the cursor.copy() context manager
-        self._copy: psycopg.Copy | None = None
+        #: the open COPY: (columns, binary), its cursor, the cursor.copy() context manager, the Copy
+        self._open_copy: tuple[tuple[tuple[str, ...], bool], psycopg.Cursor[Any], Any, psycopg.Copy] | None = None
 
     def plan_for(self, schema: pa.Schema, copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
         """The plan for batches of *schema* into this stream's table, its columns read from
@@ -126,19 +125,19 @@ class CopyStream:
 
     def _open(self, columns: Sequence[PgColumn], binary: bool) -> psycopg.Copy:
         key = (tuple(c.name for c in columns), binary)
-        if self._copy is not None and self._key == key:
-            return self._copy
+        if self._open_copy is not None and self._open_copy[0] == key:
+            return self._open_copy[3]
         self.end()
         stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
             identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
             sql.SQL("binary" if binary else "csv"))
-        self._cursor = self._pg.cursor()
-        self._context = self._cursor.copy(stmt)
-        self._copy = self._context.__enter__()
-        self._key = key
+        cursor = self._pg.cursor()
+        context = cursor.copy(stmt)
+        copy = context.__enter__()
+        self._open_copy = (key, cursor, context, copy)
         if binary:
-            self._copy.write(BINARY_HEADER)
-        return self._copy
+            copy.write(BINARY_HEADER)
+        return copy
 
     def end(self) -> None:
         """Finish the open COPY, if any; the server's verdict on its rows arrives here.
@@ -147,43 +146,37 @@ class CopyStream:
             psycopg.Error: the server refused the rows (constraint violation, lock
                 timeout, bad value): the transaction is aborted.
         """
-        copy, cursor, context, key = self._copy, self._cursor, self._context, self._key
-        self._copy = self._cursor = self._context = self._key = None
-        if copy is None:
+        state, self._open_copy = self._open_copy, None
+        if state is None:
             return
+        key, cursor, context, copy = state
         try:
-            if key is not None and key[1]:
+            if key[1]:
                 copy.write(BINARY_TRAILER)
             context.__exit__(None, None, None)
         finally:
-            if cursor is not None:
-                cursor.close()
+            cursor.close()
 
     def cancel(self, reason: BaseException | None = None) -> None:
         """Abandon the open COPY (psycopg sends CopyFail). Never raises: the transaction is
         rolled back next anyway."""
-        cursor, context = self._cursor, self._context
-        was_open = self._copy is not None
-        self._copy = self._cursor = self._context = self._key = None
-        if not was_open:
+        state, self._open_copy = self._open_copy, None
+        if state is None:
             return
+        _key, cursor, context, _copy = state
         exc = reason if reason is not None else SinkError("transaction rolled back")
         try:
             context.__exit__(type(exc), exc, None)
         except Exception:
             log.debug("twopc postgres: cancelling a COPY into %s failed", self._table.display(), exc_info=True)
-        try:
-            if cursor is not None:
-                cursor.close()
-        except Exception:  # noqa: BLE001 - closing the cursor of an abandoned COPY is best effort
-            pass
+        with contextlib.suppress(Exception):  # closing the cursor of an abandoned COPY is best effort
+            cursor.close()
 
     def drop(self) -> bool:
         """Forget the open COPY without talking to the server (its connection is broken);
         return whether one was open."""
-        was_open = self._copy is not None
-        self._copy = self._cursor = self._context = self._key = None
-        return was_open
+        state, self._open_copy = self._open_copy, None
+        return state is not None
 
 
 def staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:

@@ -151,7 +151,8 @@ class CheckedCopy:
         if not self._kept and self._dead_letter is not None:
             self._pg.execute("SAVEPOINT twopc_copy")
         self._plan = plan
-        self._kept.append(batch if self._dead_letter is not None else _entry_columns(batch))
+        self._kept.append(batch if self._dead_letter is not None  # else only the columns that name its rows
+                          else batch.select([n for n in ENTRY_COLUMNS if n in batch.schema.names]))
         self._kept_bytes += batch.nbytes
         try:
             self._stream.write_batch(batch, plan)
@@ -266,9 +267,3 @@ def _storable(v: Any) -> Any:
     if isinstance(v, list):
         return [_storable(x) for x in v]
     return v
-
-
-def _entry_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The columns of *batch* that name its rows (no copy)."""
-    names = [n for n in ENTRY_COLUMNS if n in batch.schema.names]
-    return batch.select(names)

@@ -19,8 +19,6 @@ from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
-from .._options import Duration
-from ..sql._names import TableName
 from ..sql._privileges import Run, denied
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
@@ -33,8 +31,6 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
     from sqlalchemy.types import TypeEngine
 
-    from ..sql.options._jdbc_options import JdbcOptions
-    from ..sql.prepared._sink import PreparedSqlSink
 
 __all__ = ["PostgresDialect", "lease_key"]
 
@@ -112,37 +108,12 @@ class PostgresDialect(SqlDatabase):
             args["tcp_user_timeout"] = int(timeouts.reply * 1000)
         return args
 
-    @staticmethod
-    def session_statements(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, Any]]:
-        """The statement that starts a write transaction (:func:`server.session_settings`)."""
-        from . import _server as server
-
-        return [server.session_settings(lock_timeout, query_timeout)]
-
-    @staticmethod
-    def catalog_columns(raw: Any, table: TableName) -> list[Any] | None:
-        """The columns of *table* from ``pg_attribute``, ``None`` when it does not exist."""
-        from . import _server as server
-
-        oid = server.table_oid(raw, table)
-        return None if oid is None else list(server.table_columns(raw, oid))
-
-    @staticmethod
-    def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
-        """Why writes to *table* would not roll back (a foreign table...), ``None`` when they do."""
-        from . import _server as server
-
-        oid = server.table_oid(raw, table)
-        return None if oid is None else server.rollback_problem(raw, oid, table.display(), role=role)
-
+    session_statements = DriverBound[Any]("twopc.sinks.postgres._server:session_settings")
+    catalog_columns = DriverBound[Any]("twopc.sinks.postgres._server:catalog_columns")
+    rollback_problem = DriverBound[Any]("twopc.sinks.postgres._server:table_rollback_problem")
     staging_copy = DriverBound[Any]("twopc.sinks.postgres._copy:staging_copy")
 
-    @classmethod
-    def prepared_sink(cls, options: JdbcOptions) -> PreparedSqlSink[Any, Any]:
-        """:class:`PostgresSink` for ``twopc-jdbc``'s options (the package's, loaded with it)."""
-        from . import PostgresSink
-
-        return PostgresSink.from_jdbc_options(options)
+    sink_class = DriverBound[Any]("twopc.sinks.postgres:PostgresSink")
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
@@ -155,11 +126,6 @@ class PostgresDialect(SqlDatabase):
                            "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
                            "faster prepared mode")
         return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} free now"
-
-    @staticmethod
-    def quote(name: str) -> str:
-        """*name* as a PostgreSQL identifier, ``%`` doubled for a statement with parameters."""
-        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
 
     @staticmethod
     def name_too_long(part: str) -> str | None:

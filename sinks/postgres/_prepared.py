@@ -42,6 +42,20 @@ __all__ = ["PostgresPrepared"]
 log = logging.getLogger("twopc.sinks.postgres")
 
 
+def _create(pg: psycopg.Connection[Any], statements: Sequence[sql.Composed]) -> type[psycopg.Error] | None:
+    """Run the DDL *statements* in one transaction (a concurrent create is fine); the error class
+    when the schema is missing or the user may not create there."""
+    try:
+        with pg.transaction():
+            for q in statements:
+                pg.execute(q)
+    except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
+        pass  # created concurrently
+    except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+        return type(exc)
+    return None
+
+
 class PostgresPrepared(PostgresDialect):
     """PostgreSQL's part of a prepared-transaction sink, on *target*'s connections."""
 
@@ -100,21 +114,16 @@ class PostgresPrepared(PostgresDialect):
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
         marker_table = self.target.marker_table
-        try:
-            with pg.transaction():
-                for q in self._marker_ddl():
-                    pg.execute(q)
-        except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
-            pass  # created concurrently
-        except pgerr.InvalidSchemaName:
+        refused = _create(pg, self._marker_ddl())
+        if refused is pgerr.InvalidSchemaName:
             raise TargetConfigurationError(
                 f"cannot create the marker table {marker_table}: its schema does not exist. "
-                f"Create the schema or set option markerTable to a table in an existing schema") from None
-        except pgerr.InsufficientPrivilege:
+                f"Create the schema or set option markerTable to a table in an existing schema")
+        if refused is not None:
             raise TargetConfigurationError(
                 f"cannot create the marker table {marker_table}: permission denied. Create it "
                 f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
-                f"{marker_table} TO <user>") from None
+                f"{marker_table} TO <user>")
 
     def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
         """Check the dead-letter table (``deadLetterTable``), or create it."""
@@ -125,16 +134,11 @@ class PostgresPrepared(PostgresDialect):
 
         oid = server.table_oid(pg, table)
         if oid is None:
-            try:
-                with pg.transaction():
-                    pg.execute(dead_letter_ddl(table))
-            except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
-                pass  # created concurrently
-            except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+            if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
-                    f"cannot create the dead-letter table {table.display()} ({type(exc).__name__}): create it "
+                    f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it "
                     f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
-                    f"{table.display()} TO <user>") from None
+                    f"{table.display()} TO <user>")
             log.info("twopc: created dead-letter table %s", table.display())
             return
         columns = server.table_columns(pg, oid)
@@ -159,7 +163,7 @@ class PostgresPrepared(PostgresDialect):
         t = self.target
         o = t.options
         pg.execute("BEGIN ISOLATION LEVEL " + isolation_sql(o.isolation_level))
-        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
+        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout)[0])
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given
         txn.columns = self.target_columns(pg, validating=False)
@@ -264,18 +268,15 @@ class PostgresPrepared(PostgresDialect):
         """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
         *recovering*: ask first which ids are still prepared (one query), so a batch that is
         mostly finished stays flat too."""
-        still = self._still_prepared(gids) if recovering else None
+        still = None
+        if recovering:
+            with self.target.mapped("list prepared transactions"):
+                _n, rows = self.target.control_execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
+                    (list(gids),), fetch=True)
+            still = {str(r[0]) for r in rows}
         done = pipeline.finish_many(self.target, verb, gids, still)
         return [done[g] for g in gids]
-
-    def _still_prepared(self, gids: Sequence[str]) -> set[str]:
-        try:
-            _n, rows = self.target.control_execute(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
-                (list(gids),), fetch=True)
-        except psycopg.Error as exc:
-            raise self.target.map_error(exc, "list prepared transactions") from None
-        return {str(r[0]) for r in rows}
 
     def prepared_elsewhere(self, gid: str) -> str | None:
         _n, rows = self.target.control_execute(

@@ -104,13 +104,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         return txn
 
     def _claim(self, txn: SqlTxn[PgColumn], claim: Callable[[psycopg.Connection[Any]], Claim]) -> Claim:
-        try:
+        with self.rolling_back(txn, "claim a prepared-transaction slot"):
             return claim(self.usable(txn))
-        except psycopg.Error as exc:
-            self.fail(txn, exc, "claim a prepared-transaction slot")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
 
     def load_staged(self, txn: SqlTxn[PgColumn], stage: TableName, names: Sequence[str],
                     txn_ids: Sequence[str], rows: int) -> None:
@@ -130,13 +125,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         stmt = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE twopc_txn = ANY(%s)").format(
             identifier(self.target.target), sql.SQL(", ").join(sql.Identifier(c.name) for c in cols),
             sql.SQL(", ").join(sql.Identifier(n) for n in names), identifier(stage))
-        try:
+        with self.rolling_back(txn, f"move staged rows from {stage.display()} into {self.target.table}"):
             copied = pg.execute(stmt, (list(txn_ids),)).rowcount
-        except psycopg.Error as exc:
-            self.fail(txn, exc, f"move staged rows from {stage.display()} into {self.target.table}")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
         if copied != rows:
             self.abandon(txn, TransactionLostError("staged rows missing"))
             raise TransactionLostError(

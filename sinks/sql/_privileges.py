@@ -49,15 +49,6 @@ def denied(exc: BaseException) -> bool:
     return _code(exc) in _DENIED
 
 
-def _refusal(role: str, table: str, privileges: Sequence[str], user: str) -> TargetConfigurationError:
-    """The refusal of a write whose user lacks *privileges* on *table* (the *role* it plays)."""
-    grant = ", ".join(privileges)
-    return TargetConfigurationError(
-        f"the user {user} has no {grant} privilege on {role} {table}, which every task of this write "
-        f"needs: run as the table's owner: GRANT {grant} ON {table} TO {user}; then write again. Validation "
-        f"stopped before any task: nothing was written")
-
-
 def dbapi_runner(dbapi: Any) -> Run:
     """A :data:`Run` on a DB-API connection in autocommit mode (no parameters: nothing is
     %-unescaped)."""
@@ -98,4 +89,8 @@ def require_privileges(run: Run, dialect: str, *, table: str, display: str, colu
                 raise
             missing.append(privilege)
     if missing:
-        raise _refusal(role, display, missing, database.current_user(run))
+        grant, user = ", ".join(missing), database.current_user(run)
+        raise TargetConfigurationError(
+            f"the user {user} has no {grant} privilege on {role} {display}, which every task of this write "
+            f"needs: run as the table's owner: GRANT {grant} ON {display} TO {user}; then write again. Validation "
+            f"stopped before any task: nothing was written")

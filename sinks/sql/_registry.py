@@ -261,10 +261,12 @@ class SqlDatabase:
     dead_letters: ClassVar[bool] = False
     #: whether a table's schema is a database (MySQL: a table without one is in the URL's)
     schema_is_database: ClassVar[bool] = False
-    @staticmethod
-    def quote(name: str) -> str:
-        """*name* as an identifier, ``%`` doubled for a statement sent with ``%s`` parameters."""
-        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
+    @classmethod
+    def quote(cls, name: str) -> str:
+        """*name* as an identifier (in the first of :attr:`name_quotes`), ``%`` doubled for a
+        statement sent with ``%s`` parameters."""
+        q = cls.name_quotes[0]
+        return (q + name.replace(q, q * 2) + q).replace("%", "%%")
 
     # the driver's error rules (:data:`ERROR_RULES`): SQLAlchemy's generic words here; a
     # database's folder gives its own as the functions of one module, :attr:`errors_module`
@@ -351,11 +353,14 @@ class SqlDatabase:
         filled in."""
         return f"{url.host or 'localhost'}:{url.port or cls.default_port or ''}/{url.database or ''}"
 
+    #: the database's prepared-transaction sink class (``None``: it has none)
+    sink_class: ClassVar[Any] = None
+
     @classmethod
     def prepared_sink(cls, options: Any) -> Any:
         """The prepared-transaction sink for ``twopc-jdbc``'s options, ``None`` when the
         database has none."""
-        return None
+        return None if cls.sink_class is None else cls.sink_class.from_jdbc_options(options)
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:

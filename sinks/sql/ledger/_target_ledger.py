@@ -34,7 +34,6 @@ from twopc.spi.lease import start_ticks as _start_ticks
 
 from .._names import TableName, parse_table_name
 from .._privileges import dbapi_runner, require_privileges
-from .._twopc_schema import ensure_schema
 from ..connect._engines import dbapi_connect_params
 from ..connect._sql_target import SqlTarget, give_back, log
 
@@ -83,10 +82,8 @@ class SqlTargetLedger:
 
     def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
         """One statement on the sink's control connection; driver errors as a SinkError."""
-        try:
+        with self.sink.mapped(action):
             return self.sink.control_execute(query, params, fetch=fetch)[1]
-        except self.sink.database.driver_error as exc:
-            raise self.sink.map_error(exc, action) from None
 
     # -- the records -------------------------------------------------------------------
     def ensure_table(self) -> None:
@@ -99,8 +96,8 @@ class SqlTargetLedger:
         """
         ddl = self.sink.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.sink.options.twopc_schema) is not None:
-            self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self.dialect, schema,
-                                                               self.sink.options.url.database or ""))
+            self.sink.control_run(lambda dbapi: self.sink.database.ensure_schema(
+                dbapi_runner(dbapi), schema, self.sink.options.url.database or ""))
         try:
             # a table an owner created (as the message below says) needs no CREATE privilege
             self.sink.control_execute(f"SELECT 1 FROM {self.quoted} WHERE 1=0")
@@ -118,12 +115,10 @@ class SqlTargetLedger:
                             f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
                             f"Or give the write a checkpointLocation") from None
         cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
-        try:  # the records are inserted, replaced (upsert), read and deleted by this driver
-            self.sink.control_run(lambda dbapi: require_privileges(
+        with self.sink.mapped(f"check the privileges on {self.table.display()}"):  # the records are inserted,
+            self.sink.control_run(lambda dbapi: require_privileges(  # replaced, read and deleted by this driver
                 dbapi_runner(dbapi), self.dialect, table=self.quoted, display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
-        except self.sink.database.driver_error as exc:
-            raise self.sink.map_error(exc, f"check the privileges on {self.table.display()}") from None
 
     def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
         return SqlLedgerStore(self, sink_id, lease)

@@ -158,10 +158,8 @@ class PreparedCommitter(Generic[C, H]):
             SinkUnavailableError / SinkError: the server failed.
         """
         prefix = Xid.prefix(sink_id)
-        try:
+        with self.target.mapped("list prepared transactions"):
             gids = self.dialect.prepared_ids(prefix)
-        except self.target.database.driver_error as exc:
-            raise self.target.map_error(exc, "list prepared transactions") from None
         out = []
         for gid in sorted(g for g in gids if g.startswith(prefix)):
             h = self.parse_gid(gid)
@@ -180,10 +178,8 @@ class PreparedCommitter(Generic[C, H]):
             SinkUnavailableError / SinkError: the server failed.
         """
         handles = self.list_prepared(sink_id)
-        try:
+        with self.target.mapped("read when transactions were prepared"):
             since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}
-        except self.target.database.driver_error as exc:
-            raise self.target.map_error(exc, "read when transactions were prepared") from None
         return [PreparedDetail(h, "prepared transaction", since.get(h.txn_id)) for h in handles]
 
     def headroom(self, sink_id: str) -> Headroom | None:
@@ -193,10 +189,8 @@ class PreparedCommitter(Generic[C, H]):
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        try:
+        with self.target.mapped("count prepared transactions"):
             return self.dialect.headroom()
-        except self.target.database.driver_error as exc:
-            raise self.target.map_error(exc, "count prepared transactions") from None
 
     def parse_gid(self, gid: str) -> H | None:
         """Rebuild a handle from a transaction id (``None`` if it is not a canonical twopc id)."""
@@ -217,10 +211,8 @@ class PreparedCommitter(Generic[C, H]):
             SinkError / SinkUnavailableError: the server failed.
         """
         t = self.target
-        try:
+        with t.mapped(f"purge markers from {t.marker_table}"):
             count, _rows = t.control_execute(
                 f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
                 f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))
-        except t.database.driver_error as exc:
-            raise t.map_error(exc, f"purge markers from {t.marker_table}") from None
         return count

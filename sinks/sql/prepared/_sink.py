@@ -23,7 +23,6 @@ from ..._secrets import credential_free
 from .._errors import session_init_failed
 from .._privileges import dbapi_runner, require_privileges
 from .._registry import SqlDatabase
-from .._twopc_schema import ensure_schema
 from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
@@ -188,6 +187,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
         """
         t = self.target
         conn = t.checkout()
+        broken = False
         try:
             dbapi = conn.driver_connection
             self.dialect.check_server(dbapi)
@@ -195,7 +195,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             columns = self.dialect.target_columns(dbapi, validating=True)
             t.match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             if (own := self.options.twopc_schema) is not None:
-                ensure_schema(dbapi_runner(dbapi), t.database.name, own, self.options.url.database or "")
+                t.database.ensure_schema(dbapi_runner(dbapi), own, self.options.url.database or "")
             MarkerTable(t).ensure(dbapi, self.dialect)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
             require_privileges(dbapi_runner(dbapi), t.database.name, table=t.qualified(t.marker),
@@ -203,14 +203,11 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
         except t.database.driver_error as exc:
             broken = t.is_connection_error(exc)
-            give_back(conn, broken=broken)
             raise (SinkUnavailableError if broken else SinkError)(
                 f"validating {t.table} on {t.where()} failed: {t.redact(t.error_text(exc))}"
             ) from None
-        except BaseException:
-            give_back(conn, broken=False)
-            raise
-        give_back(conn, broken=False)
+        finally:
+            give_back(conn, broken=broken)
 
     def _try_session_init(self, dbapi: Any) -> None:
         """Run ``sessionInitStatement`` once in a transaction that is rolled back, so a

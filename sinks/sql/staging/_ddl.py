@@ -18,7 +18,6 @@ from .._errors import session_init_failed
 from .._names import TableName
 from .._privileges import Run, require_privileges
 from .._transactional import require_transactional
-from .._twopc_schema import ensure_schema
 from ._statements import (
     TXN_COLUMN,
     batches_table,
@@ -27,7 +26,7 @@ from ._statements import (
     sql_string,
     stage_table,
 )
-from ._table_columns import VerbatimType, catalog_columns, check_columns, same_type
+from ._table_columns import VerbatimType, check_columns, same_type
 from ._tables import StagingTables
 
 if TYPE_CHECKING:
@@ -110,11 +109,11 @@ will lose.
             if not exists and not self.dialect.transactional_ddl and self.mode != "ignore":
                 self._create_target_now(conn, ddl)
             if (name := self.options.twopc_schema) is not None:
-                ensure_schema(self._each_alone(conn, keep=True), self.dialect_name, name,
-                              self.options.url.database or "")
+                self.dialect.ensure_schema(self._each_alone(conn, keep=True), name, self.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
             require_transactional(conn, self.stage, role="the staging table")
-            self._ensure_batches(conn)
+            if not self.has_table(conn, self.batches):
+                self._create(conn, self.batches, batches_table(self.batches))
             require_transactional(conn, self.batches, role="the batch marker table")
             # tasks insert staged rows; the commit reads and deletes them, and keeps a batch marker
             for t, cols, role in ((self.stage, (TXN_COLUMN,), "the staging table"),
@@ -224,7 +223,8 @@ will lose.
         if self.has_table(conn, self.stage):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
             # a staged column of another type would convert the values before the target sees them
-            have_types = {c.name: c.display_type for c in catalog_columns(conn, self.stage) or []}
+            staged = self.dialect.catalog_columns(conn.connection.driver_connection, self.stage) or []
+            have_types = {c.name: c.display_type for c in staged}
             want_types = {f.name: types.get(f.name)
                           or arrow_to_sqlalchemy(f, conn.dialect.name).compile(dialect=conn.dialect)
                           for f in schema} if have_types else {}
@@ -241,10 +241,6 @@ will lose.
                 conn.exec_driver_sql(f"DROP TABLE {self.stage.quoted(conn.dialect)}")
         self._create(conn, self.stage, stage_table(self.stage, schema, self.dialect_name,
                                                    {n: VerbatimType(t) for n, t in types.items()}))
-
-    def _ensure_batches(self, conn: Connection) -> None:
-        if not self.has_table(conn, self.batches):
-            self._create(conn, self.batches, batches_table(self.batches))
 
     def _create(self, conn: Connection, t: TableName, table: sa.Table) -> None:
         """Create *table* (named *t*), unless another writer just did."""

@@ -188,7 +188,10 @@ executor side here; the driver's side is
             return
         try:
             if txn.copy is not None:
-                self._copy_batch(txn, batch)
+                plan = txn.plans.get(batch.schema)
+                if plan is None:
+                    plan = txn.plans[batch.schema] = txn.copy.plan_for(batch.schema, self.options.copy_format)
+                txn.copy.write_batch(batch, plan)
             else:
                 self._insert_batch(txn, batch)
             txn.rows += batch.num_rows
@@ -233,12 +236,6 @@ executor side here; the driver's side is
         size = self.options.batch_size
         for i in range(0, len(rows), size):
             txn.conn.exec_driver_sql(stmt, rows[i:i + size])
-
-    def _copy_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
-        plan = txn.plans.get(batch.schema)
-        if plan is None:
-            plan = txn.plans[batch.schema] = txn.copy.plan_for(batch.schema, self.options.copy_format)
-        txn.copy.write_batch(batch, plan)
 
     def pre_commit(self, txn: _StageTxn) -> StagingHandle:
         """Commit the staged rows locally (durable, invisible in the target).
