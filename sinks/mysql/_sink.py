@@ -29,17 +29,13 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     """Exactly-once appends to one MariaDB/MySQL InnoDB table through XA transactions.
 
     Args:
-        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL
-            (``mysql://``, ``mysql+pymysql://``, ``mariadb://``...; the driver is replaced
-            by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
-        table: ``[database.]table`` in MySQL syntax; quote names with backticks. Without a
-            database, the URL's database is used.
-        **options: ``user``, ``password``, ``marker_table``, ``batch_size`` (rows per
-            multi-row ``INSERT``), ``lock_timeout`` (``innodb_lock_wait_timeout`` of write
-            transactions, whole seconds, at least 1), ``connect_timeout``,
-            ``isolation_level``, ``query_timeout`` (MariaDB ``max_statement_time``),
-            ``session_init_statement`` (run once on every new write connection, before its
-            first ``XA START``).
+        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL (the driver
+            is replaced by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
+        table: ``[database.]table`` in MySQL syntax (backticks); without a database, the
+            URL's.
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (whole
+            seconds, at least 1), ``session_init_statement`` (run once on every new write
+            connection).
 
     Raises:
         ConfigurationError: an argument is invalid (nothing is contacted).

@@ -1,17 +1,11 @@
 """Arrow record batches to PostgreSQL binary ``COPY ... FROM STDIN`` streams, without
 Python objects per row (and without numpy: only pyarrow compute kernels and :mod:`array`).
 
-Each field is ``int32 length || big-endian value``. Values are cast to the table's type
-first (binary input must match it exactly; ``bigint`` -> ``integer`` is range-checked)
-and byte-swapped with :meth:`array.array.byteswap`. A row is then assembled from *parts*:
-constant bytes (the field count, the lengths of fixed-width fields), fixed-width values,
-and variable-width data (text, bytea, and values of columns with nulls, whose rows differ
-in width). Runs of constant and fixed-width parts are interleaved row by row with one
-``take`` over 1-8 byte units; with variable data between them, the runs and the data are
-interleaved with one more ``take`` over binary values, whose data buffer is the COPY
-stream. Gather indices depend only on the layout and the number of rows and are cached.
-Only the pairs in :data:`BINARY_TYPES` are encoded this way; :mod:`twopc.sinks.postgres._copy`
-falls back to CSV for the others.
+Each field is ``int32 length || big-endian value``; values are cast to the table's type first
+(binary input must match it exactly; narrowing is range-checked). A row is assembled from
+constant bytes, fixed-width values and variable-width data, interleaved row by row with
+``take`` over cached gather indices. Only the pairs in :data:`BINARY_TYPES` are encoded this
+way; :mod:`twopc.sinks.postgres._copy` falls back to CSV for the others.
 """
 
 from __future__ import annotations

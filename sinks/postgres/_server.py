@@ -11,6 +11,7 @@ from psycopg import sql
 
 from .._options import Duration
 from ..sql._names import TableName
+from ._dialect import _quoted
 from ._pg_column import PgColumn
 
 __all__ = ["catalog_columns", "identifier", "regclass_text", "rollback_problem", "session_settings", "similar_tables",
@@ -24,9 +25,7 @@ def identifier(table: TableName) -> sql.Identifier:
 
 def regclass_text(table: TableName) -> str:
     """*table* as ``to_regclass`` reads it: every part quoted, so it is taken verbatim."""
-    def q(p: str) -> str:
-        return '"' + p.replace('"', '""') + '"'
-    return f"{q(table.schema)}.{q(table.name)}" if table.schema else q(table.name)
+    return f"{_quoted(table.schema)}.{_quoted(table.name)}" if table.schema else _quoted(table.name)
 
 
 def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:

@@ -42,13 +42,9 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         url: a ``jdbc:postgresql://`` URL or a SQLAlchemy URL (``postgresql://``,
             ``postgresql+psycopg://``; other PostgreSQL drivers are replaced by psycopg 3).
         table: ``[schema.]table`` in PostgreSQL syntax (quote mixed-case names).
-        **options: ``user``, ``password``, ``marker_table``, ``lock_timeout`` (PostgreSQL
-            ``lock_timeout`` of write transactions: ``"30s"``, ``"500ms"``, ``0`` waits
-            forever; a task that meets rows locked by a prepared transaction of an earlier
-            attempt fails after this time), ``connect_timeout``, ``copy_format``
-            (``"auto"``, ``"binary"``, ``"csv"``), ``isolation_level`` (Spark's names),
-            ``query_timeout`` (``statement_timeout`` of write transactions),
-            ``session_init_statement`` (SQL run at the start of every write transaction).
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (a task that
+            meets rows locked by a prepared transaction of an earlier attempt fails after
+            this time), ``copy_format`` (``"auto"``, ``"binary"``, ``"csv"``).
 
     Raises:
         ConfigurationError: an argument is invalid.

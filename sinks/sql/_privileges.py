@@ -1,14 +1,8 @@
-"""The one rule every SQL commit mode applies to the tables twopc keeps beside the target (the
-marker table, the staging and batch marker tables, the ledger table): the writer's user must
-be allowed every statement the tasks and the commit will send to them, checked on the driver
-before any task runs.
-
-A user allowed to write the target but not the marker table would otherwise pass
-validation and fail in every task. The check runs each statement the write needs in a form
-that touches no row (``WHERE 1=0``), so the server itself decides, with its roles, column
-grants and wildcard grants, exactly as it will for the tasks; it works the same on
-PostgreSQL and MariaDB/MySQL. The refusal names the table, the missing privileges and the
-``GRANT`` statement that fixes them.
+"""The one rule every SQL commit mode applies to twopc's own tables (marker, staging, batch
+marker and ledger tables): the writer's user must be allowed every statement the tasks and
+the commit will send to them, checked on the driver before any task runs. Each statement is
+run in a form that touches no row (``WHERE 1=0``), so the server decides with its own roles
+and grants; a refusal names the table, the missing privileges and the ``GRANT``.
 """
 
 from __future__ import annotations

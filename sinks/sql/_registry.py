@@ -377,13 +377,8 @@ GROUP = "twopc.sql_dialects"
 def dialect_for(name: str) -> type[SqlDatabase]:
     """The dialect claiming *name* (a JDBC subprotocol, SQLAlchemy backend name, JDBC driver
     class or dialect name, any case), importing its folder the first time; the generic
-    :class:`SqlDatabase` when none claims it.
-
-    A database is one folder (:mod:`twopc.sinks.postgres`, :mod:`twopc.sinks.mysql`,
-    :mod:`twopc.sinks.sqlite`) with one :class:`SqlDatabase` subclass, which claims the names it
-    answers to as entry points of the group :data:`GROUP` (in ``pyproject.toml``), lower-case:
-    e.g. ``postgresql``, ``postgres`` and ``org.postgresql.driver``. Only the entry point named
-    is loaded, so a worker that writes to PostgreSQL imports no other database's folder.
+    :class:`SqlDatabase` when none claims it. A database's folder claims its names as entry
+    points of the group :data:`GROUP`; only the one named is loaded.
 
     Raises:
         ConfigurationError: the folder's driver is not installed (its import says which

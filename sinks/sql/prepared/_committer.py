@@ -61,8 +61,9 @@ class PreparedCommitter(Generic[C, H]):
         gid = self._checked_gid(handle)
         if self._finish_truthfully("COMMIT", gid):
             return CommitOutcome.COMMITTED
-        if self.markers.exists(gid):
-            return CommitOutcome.ALREADY_COMMITTED
+        return CommitOutcome.ALREADY_COMMITTED if self.markers.exists(gid) else self._lost(gid)
+
+    def _lost(self, gid: str) -> CommitOutcome:
         log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
         return CommitOutcome.LOST
 
@@ -87,16 +88,9 @@ class PreparedCommitter(Generic[C, H]):
         finished = self.dialect.finish_many("COMMIT", gids, recovering=recovering)
         unknown = [g for g, done in zip(gids, finished, strict=True) if not done]
         committed_before = self.markers.among(unknown) if unknown else set()
-        outcomes = []
-        for gid, done in zip(gids, finished, strict=True):
-            if done:
-                outcomes.append(CommitOutcome.COMMITTED)
-            elif gid in committed_before:
-                outcomes.append(CommitOutcome.ALREADY_COMMITTED)
-            else:
-                log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
-                outcomes.append(CommitOutcome.LOST)
-        return outcomes
+        return [CommitOutcome.COMMITTED if done else
+                CommitOutcome.ALREADY_COMMITTED if gid in committed_before else self._lost(gid)
+                for gid, done in zip(gids, finished, strict=True)]
 
     def abort(self, handle: H) -> None:
         """Roll back the handle's prepared transaction; an id that is already gone is fine.

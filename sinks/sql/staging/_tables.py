@@ -107,11 +107,8 @@ class StagingTables:
         text = self.redact(" ".join(str(orig).split()))[:600]
         if isinstance(exc, IntegrityError):
             diag = getattr(orig, "diag", None)
-            what = []
-            if diag is not None and getattr(diag, "column_name", None):
-                what.append(f"column {diag.column_name!r}")
-            if diag is not None and getattr(diag, "constraint_name", None):
-                what.append(f"constraint {diag.constraint_name!r}")
+            what = [f"{kind} {name!r}" for kind in ("column", "constraint")
+                    if (name := getattr(diag, f"{kind}_name", None))]
             named = f" ({', '.join(what)})" if what else ""
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
