@@ -49,17 +49,6 @@ def server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
     return kind, nums
 
 
-def _version_problem(version: str) -> str | None:
-    kind, v = server_kind(version)
-    if kind == "MariaDB" and v < (10, 5, 0):
-        return (f"MariaDB {version} rolls back a prepared XA transaction when its client disconnects "
-                f"(fixed in MariaDB 10.5): upgrade to MariaDB >= 10.5")
-    if kind == "MySQL" and v < (5, 7, 7):
-        return (f"MySQL {version} rolls back a prepared XA transaction when its client disconnects "
-                f"(fixed in MySQL 5.7.7): upgrade MySQL")
-    return None
-
-
 def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
     """Whether the server can run the XA protocol: its version keeps prepared XA
     transactions across a client disconnect, InnoDB is there with XA support, and the user
@@ -71,9 +60,12 @@ def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
     exec_sql(cur, "SELECT VERSION()")
     row = cur.fetchone()
     version = str(row[0]) if row else "?"
-    problem = _version_problem(version)
-    if problem:
-        return False, problem
+    kind, numbers = server_kind(version)
+    fixed_in, fixed, upgrade = (((10, 5, 0), "MariaDB 10.5", "upgrade to MariaDB >= 10.5") if kind == "MariaDB"
+                                else ((5, 7, 7), "MySQL 5.7.7", "upgrade MySQL"))
+    if numbers < fixed_in:
+        return False, (f"{kind} {version} rolls back a prepared XA transaction when its client disconnects "
+                       f"(fixed in {fixed}): {upgrade}")
     exec_sql(cur, "SELECT SUPPORT, TRANSACTIONS, XA FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'")
     eng = cur.fetchone()
     if eng is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
@@ -88,7 +80,6 @@ def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
             return False, (f"the user may not run XA RECOVER on {version} at {where}: "
                            f"GRANT XA_RECOVER_ADMIN ON *.* TO <user> ({redact(errmsg(exc))})")
         raise
-    kind, _ = server_kind(version)
     return True, (f"{kind} {version} at {where}: InnoDB with XA; prepared transactions survive "
                   f"client disconnects; XA RECOVER allowed")
 

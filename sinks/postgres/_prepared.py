@@ -178,13 +178,11 @@ class PostgresPrepared(PostgresDialect):
         from ..sql.types._type_rules import Family
         from ._columns import family
 
-        for k in keys:
-            for i, r in enumerate(rows):
-                v = r[k]
-                if isinstance(v, str) and "\x00" in v:
-                    raise ConfigurationError(
-                        f"column {k!r}: the value of row {i} contains a NUL byte (\\x00), which "
-                        f"PostgreSQL text cannot store; remove it before writing")
+        if nul := next(((k, i) for k in keys for i, r in enumerate(rows) if isinstance(r[k], str) and "\x00" in r[k]),
+                       None):
+            raise ConfigurationError(
+                f"column {nul[0]!r}: the value of row {nul[1]} contains a NUL byte (\\x00), which "
+                f"PostgreSQL text cannot store; remove it before writing")
         json_cols = {k for k, c in zip(keys, cols, strict=True) if family(c) is Family.JSON}
         txn.loader.write_rows(cols, [[json_text(r[k]) if k in json_cols and isinstance(r[k], dict | list | tuple)
                                       else r[k] for k in keys] for r in rows])

@@ -4,6 +4,7 @@ of databases, and a name no folder claims gets SQLAlchemy's generic behaviour (t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import re
@@ -30,12 +31,12 @@ ERROR_RULES = ("connect_failure", "is_connection_error", "is_missing_table", "er
                "value_error")
 
 
+@dataclasses.dataclass(frozen=True)
 class DriverBound(Generic[T]):
     """A class attribute of a dialect that lives in its driver's modules (``module:name``),
     imported when it is first read: a dialect's folder loads without its driver."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    path: str
 
     def __get__(self, obj: object, owner: type | None = None) -> T:
         module, _, name = self.path.partition(":")

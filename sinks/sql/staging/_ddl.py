@@ -76,6 +76,8 @@ will lose.
             SchemaMismatchError: the DataFrame does not fit the existing table, or
                 ``upsertKeys`` has no matching unique constraint.
         """
+        from ._recreate_losses import recreate_losses  # here: it loads pyarrow, which a commit never needs
+
         self.schema = schema
         keys = self.options.upsert_keys
         self._try_session_init()
@@ -93,8 +95,13 @@ will lose.
                     f".mode(\"append\"))")
             recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self.create_ddl(conn)  # maps every column type now: errors before any task runs
-            if exists and recreate:
-                self._warn_recreate(conn, schema)
+            if exists and recreate and (lost := recreate_losses(
+                    conn, self.target, schema, overrides=self.options.create_table_column_types, keys=keys,
+                    comment=self.options.table_comment)):
+                log.warning(
+                    "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
+                    "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
+                    "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
             stage_types: dict[str, str] = {}
             if exists and not recreate:
                 matched = check_columns(conn, self.target, schema)
@@ -127,19 +134,6 @@ will lose.
             raise self.error(exc, f"validate {self.target.display()}") from None
         finally:
             conn.close()
-
-    def _warn_recreate(self, conn: Connection, schema: pa.Schema) -> None:
-        """Say, before any task runs, what dropping and re-creating the target will lose."""
-        from ._recreate_losses import recreate_losses
-
-        o = self.options
-        lost = recreate_losses(conn, self.target, schema, overrides=o.create_table_column_types, keys=o.upsert_keys,
-                               comment=o.table_comment)
-        if lost:
-            log.warning(
-                "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
-                "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
-                "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
 
     def expire_abandoned(self) -> None:
         """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing

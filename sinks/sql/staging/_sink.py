@@ -48,7 +48,6 @@ from twopc.spi import (
 )
 
 from ..._handles import StagingHandle
-from .._registry import dialect_for
 from ..connect._server_instance import SqlNamedTarget
 from ..options._jdbc_options import JDBC_FORMAT, JdbcOptions
 from ..options._jdbc_url import safe_url
@@ -203,12 +202,13 @@ executor side here; the driver's side is
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.dialect_name):
+        if isinstance(exc, SQLAlchemyError) or (txn.copy is not None and isinstance(exc, self.dialect.driver_error)):
             raise self.error(exc, f"stage rows for {self.target.display()}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         from ..types._json_values import is_nested, json_texts
 
@@ -222,8 +222,11 @@ executor side here; the driver's side is
                 continue
             if is_nested(f.type):
                 arr = json_texts(arr)  # fits only JSON columns (or SQLite's untyped ones)
-            elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
-                _check_nul(name, arr)
+            elif (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)) and pc.any(
+                    pc.match_substring(arr, "\x00")).as_py():
+                raise ConfigurationError(
+                    f"column {name!r}: a value contains a NUL byte (\\x00), which the database cannot store "
+                    f"in text; remove it before writing. Nothing was written")
             values = arr.to_pylist()
             if pa.types.is_timestamp(f.type) and f.type.tz is not None:
                 values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
@@ -280,18 +283,3 @@ executor side here; the driver's side is
         if conn is not None:
             with contextlib.suppress(Exception):  # releasing must not mask the error being handled
                 conn.close()
-
-
-def _is_copy_error(txn: _StageTxn, exc: BaseException, dialect: str) -> bool:
-    """Whether *exc* is the database refusing a COPY (psycopg's own error: the COPY stream
-    talks to psycopg directly, not through SQLAlchemy)."""
-    return txn.copy is not None and isinstance(exc, dialect_for(dialect).driver_error)
-
-
-def _check_nul(name: str, arr: pa.Array) -> None:
-    import pyarrow.compute as pc
-
-    if pc.any(pc.match_substring(arr, "\x00")).as_py():
-        raise ConfigurationError(
-            f"column {name!r}: a value contains a NUL byte (\\x00), which the database cannot store "
-            f"in text; remove it before writing. Nothing was written")
