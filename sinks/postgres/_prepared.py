@@ -214,13 +214,11 @@ class PostgresPrepared(PostgresDialect):
                 prepared = status == "PREPARE TRANSACTION" and cur.execute(
                     "SELECT 1 FROM pg_prepared_xacts WHERE gid = %s AND database = current_database()",
                     (txn.gid,)).fetchone() is not None
-        except psycopg.Error as exc:
-            if prepare_sent:
-                self._rollback_prepared_quietly(txn.gid)
-            control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
         except BaseException as exc:
             if prepare_sent:
                 self._rollback_prepared_quietly(txn.gid)
+            if isinstance(exc, psycopg.Error):
+                control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
             control.abandon(txn, exc)
             raise
         if not prepared:

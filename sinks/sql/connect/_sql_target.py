@@ -213,17 +213,15 @@ class SqlTarget:
             Exception: other driver errors, as the driver's exceptions.
         """
         conn = self.checkout()
+        broken = True
         try:
             result = action(conn.driver_connection)
+            broken = False
+            return result
         except self.database.driver_error as exc:
-            broken = self.is_connection_error(exc)
+            if not (broken := self.is_connection_error(exc)):
+                raise
+            raise SinkUnavailableError(f"lost a connection to {self.database.product} at {self.where()}: "
+                                       f"{self.redact(self.error_text(exc))}") from None
+        finally:
             give_back(conn, broken=broken)
-            if broken:
-                raise SinkUnavailableError(f"lost a connection to {self.database.product} at {self.where()}: "
-                                           f"{self.redact(self.error_text(exc))}") from None
-            raise
-        except BaseException:
-            give_back(conn, broken=True)
-            raise
-        give_back(conn, broken=False)
-        return result

@@ -8,14 +8,13 @@ with the executor's methods."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError
 
 from twopc import CommitOutcome, TransactionHandle, TransactionLostError, Xid
 from twopc.spi import PreparedDetail, ProtocolError, SchemaMismatchError, TargetConfigurationError
@@ -74,8 +73,7 @@ class StagingCommitter(StagingDdl):
         if len(batch_ids) != 1:
             raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
         sink_id, batch_id = batch_ids.pop()
-        conn = self.connect()
-        try:
+        with self.session(f"commit batch {batch_id} into {self.target.display()}") as conn:
             self.begin(conn)
             d = conn.dialect
             marker = conn.execute(sa.text(
@@ -104,14 +102,6 @@ class StagingCommitter(StagingDdl):
                          {"s": sink_id, "b": batch_id, "r": total,
                           "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
             conn.commit()
-        except SQLAlchemyError as exc:
-            _quiet_rollback(conn)
-            raise self.error(exc, f"commit batch {batch_id} into {self.target.display()}") from None
-        except BaseException:
-            _quiet_rollback(conn)
-            raise
-        finally:
-            conn.close()
         log.info("twopc staging: committed batch %s of %s: %s rows into %s", batch_id, sink_id, total,
                  self.target.display())
         return [CommitOutcome.COMMITTED] * len(handles)
@@ -218,18 +208,12 @@ class StagingCommitter(StagingDdl):
         Raises:
             SinkError / SinkUnavailableError: the database failed; retry.
         """
-        conn = self.connect()
-        try:
+        what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
+        with self.session(f"delete staged rows of {what}") as conn:
             self.begin(conn)
             if self.has_table(conn, self.stage):
                 self.delete_staged_rows(conn, txn_ids)
             conn.commit()
-        except SQLAlchemyError as exc:
-            _quiet_rollback(conn)
-            what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
-            raise self.error(exc, f"delete staged rows of {what}") from None
-        finally:
-            conn.close()
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[StagingHandle]:
         """Attempts of *sink_id* (and *batch_id*) with rows in the staging table."""
@@ -245,14 +229,8 @@ class StagingCommitter(StagingDdl):
         return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
 
     def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
-        conn = self.connect()
-        try:
-            with fresh(conn):
-                counts = self.staged_counts(conn, Xid.prefix(sink_id))
-        except SQLAlchemyError as exc:
-            raise self.error(exc, "list staged transactions") from None
-        finally:
-            conn.close()
+        with self.session("list staged transactions") as conn, fresh(conn):
+            counts = self.staged_counts(conn, Xid.prefix(sink_id))
         out = []
         for txn_id, rows in counts.items():
             h = self.parse_txn_id(txn_id)
@@ -275,19 +253,9 @@ class StagingCommitter(StagingDdl):
         Raises:
             SinkError / SinkUnavailableError: the database failed.
         """
-        conn = self.connect()
-        try:
+        with self.session(f"purge batch markers from {self.batches.display()}") as conn:
             with fresh(conn):
                 stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
                                f"WHERE sink_id = :s AND batch_id < :b")
                 result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
             return int(result.rowcount)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"purge batch markers from {self.batches.display()}") from None
-        finally:
-            conn.close()
-
-
-def _quiet_rollback(conn: Connection) -> None:
-    with contextlib.suppress(Exception):  # the connection is closed next, which rolls back too
-        conn.rollback()

@@ -81,8 +81,7 @@ will lose.
         self.schema = schema
         keys = self.options.upsert_keys
         self._try_session_init()
-        conn = self.connect()
-        try:
+        with self.session(f"validate {self.target.display()}") as conn:
             exists = self.has_table(conn, self.target)
             if exists:
                 require_transactional(conn, self.target)
@@ -130,10 +129,6 @@ will lose.
                                    table=t.quoted(conn.dialect), display=t.display(), columns=[self.q(c) for c in cols],
                                    privileges=("SELECT", "INSERT", "DELETE"), role=role)
             self._expire_ephemeral(conn)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"validate {self.target.display()}") from None
-        finally:
-            conn.close()
 
     def expire_abandoned(self) -> None:
         """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing
@@ -143,14 +138,9 @@ will lose.
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        conn = self.connect()
-        try:
+        with self.session(f"clean up staged rows in {self.stage.display()}") as conn:
             if self.has_table(conn, self.stage):
                 self._expire_ephemeral(conn)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"clean up staged rows in {self.stage.display()}") from None
-        finally:
-            conn.close()
 
     def _create_target_now(self, conn: Connection, ddl: str) -> None:
         """Create the missing target at validation (MySQL DDL cannot join the commit
@@ -173,8 +163,7 @@ will lose.
 
         assert self.schema is not None
         o = self.options
-        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types,
-                               options="", extra_columns=())
+        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types)
         if o.upsert_keys:
             names = {n.lower(): n for n in self.schema.names}
             keys = ", ".join(self.q(names.get(k.lower(), k)) for k in o.upsert_keys)

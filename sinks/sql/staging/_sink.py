@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc import CommitShape, ConfigurationError, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import (
     BatchCommit,
     Inspectable,
@@ -254,8 +254,6 @@ executor side here; the driver's side is
             txn.conn.commit()
         except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
             self._stage_failed(txn, exc)
-            raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self.redact(' '.join(str(exc).split()))[:400]}") from None
         txn.prepared = True
         self._close(txn)
         ctx = txn.context

@@ -4,10 +4,12 @@ and batch marker tables, the save mode, and the connections with a write's sessi
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from twopc import ConfigurationError, SinkError
 from twopc.spi import SinkUnavailableError, redact
@@ -77,6 +79,22 @@ class StagingTables:
         if not self.dialect.file_based:
             conn = conn.execution_options(isolation_level=isolation_sql(self.options.isolation_level))
         return conn
+
+    @contextlib.contextmanager
+    def session(self, action: str) -> Iterator[Connection]:
+        """A connection for the block, rolled back when the block fails and closed after it;
+        a database error becomes :meth:`error`'s for *action*."""
+        conn = self.connect()
+        try:
+            yield conn
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # closing the connection rolls back too
+                conn.rollback()
+            if isinstance(exc, SQLAlchemyError):
+                raise self.error(exc, action) from None
+            raise
+        finally:
+            conn.close()
 
     def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
