@@ -25,15 +25,6 @@ __all__ = ["encode_csv"]
 _LB = pa.large_binary()
 
 
-def _bytea_hex(arr: pa.Array) -> pa.Array:
-    """``\\x<hex>`` texts (bytea input syntax) for a binary array.
-
-    Arrow has no hex kernel, so this one loops in Python; it runs only when a bytea
-    column shares a batch with a column that forces CSV (numeric, uuid, ...)."""
-    return pa.array([None if v is None else "\\x" + v.hex() for v in arr.cast(_LB).to_pylist()],
-                    pa.large_string())
-
-
 def _utc_text(arr: pa.Array) -> pa.Array:
     """Zoned timestamps as text of the instant in UTC, ``2026-01-01 00:00:00.000000Z``: printed
 as naive timestamps (the UTC wall time) and marked ``Z``, which PostgreSQL reads as UTC
@@ -53,8 +44,10 @@ def encode_csv(arrays: Sequence[pa.Array], names: Sequence[str],
     prepared = []
     for name, arr in zip(names, arrays, strict=True):
         check_no_nul(name, arr)
-        if is_binary(arr.type):
-            arr = _bytea_hex(arr)
+        if is_binary(arr.type):  # bytea input syntax \\x<hex>, in Python: Arrow has no hex kernel (only a bytea
+            # column in a batch that another column forces to CSV gets here)
+            arr = pa.array([None if v is None else "\\x" + v.hex() for v in arr.cast(_LB).to_pylist()],
+                           pa.large_string())
         elif pa.types.is_timestamp(arr.type) and arr.type.tz is not None:
             arr = _utc_text(arr)
         prepared.append(arr)

@@ -109,8 +109,8 @@ class PostgresPrepared(PostgresDialect):
         ]
 
     def marker_columns(self, pg: psycopg.Connection[Any]) -> list[str] | None:
-        oid = server.table_oid(pg, self.target.marker)
-        return None if oid is None else [c.name for c in server.table_columns(pg, oid)]
+        columns = server.catalog_columns(pg, self.target.marker)
+        return None if columns is None else [c.name for c in columns]
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
         marker_table = self.target.marker_table

@@ -1,8 +1,15 @@
-"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect`
-protocol (the SQL that differs between PostgreSQL and MySQL/MariaDB), called by the sink's
-writer and committer; the dialect calls back into the writer only through
-:class:`TxnControl`, for the failure rules around ``PREPARE``. :class:`SqlTxn` is one task
-attempt's open transaction.
+"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol.
+
+A prepared-transaction sink (:class:`twopc.sinks.sql.PreparedSqlSink`) is made of parts, like
+Flink Sink V2's separate ``SinkWriter`` and ``Committer``: a
+:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget` (configuration, connections, error mapping),
+a dialect (this protocol: the SQL that differs between PostgreSQL and MySQL/MariaDB), a
+writer (:mod:`twopc.sinks.sql.prepared._writer`, executor side) and a committer
+(:mod:`twopc.sinks.sql.prepared._committer`, driver side). The writer and the committer call the
+dialect; the dialect calls back into the writer only through :class:`TxnControl`, for the
+failure rules around ``PREPARE``.
+
+:class:`SqlTxn` is the open transaction of one task attempt that they pass around.
 """
 
 from __future__ import annotations

@@ -54,10 +54,24 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
 
 
 class SqlTarget:
-    """Configuration, names, connections and error mapping of one prepared SQL sink
-    (*options* for *database*). ``target``/``marker`` are the tables, ``table``/``marker_table``
-    their display names; ``quote`` and the error readers are *database*'s own. Pickles without
-    its control connection.
+    """Configuration, names, connections and error mapping of one prepared SQL sink.
+
+    Args:
+        options: the parsed options (their dialect is *database*'s).
+        database: what twopc needs to know about the database.
+
+    Attributes:
+        options: as given.
+        database: as given.
+        target: the table rows are appended to.
+        marker: the marker table (in ``twopcSchema`` when it is set).
+        table: the target table, as a display name (quoted where needed).
+        marker_table: the marker table, as a display name.
+        quote, is_connection_error, is_missing_table, error_code, error_text: *database*'s own
+            functions (quoting an identifier for a statement sent with ``%s`` parameters;
+            reading a driver error), handed out as they are.
+
+    Pickles without its control connection.
     """
 
     def __init__(self, options: JdbcOptions, database: type[SqlDatabase]) -> None:

@@ -98,22 +98,19 @@ class SqlTargetLedger:
         if (schema := self.sink.options.twopc_schema) is not None:
             self.sink.control_run(lambda dbapi: self.sink.database.ensure_schema(
                 dbapi_runner(dbapi), schema, self.sink.options.url.database or ""))
-        try:
-            # a table an owner created (as the message below says) needs no CREATE privilege
+        db = self.sink.database
+        try:  # a table an owner created (as the message below says) needs no CREATE privilege
             self.sink.control_execute(f"SELECT 1 FROM {self.quoted} WHERE 1=0")
-            exists = True
-        except self.sink.database.driver_error:
-            exists = False  # missing, or not readable: the CREATE or the privilege check says which
-        try:
-            if not exists:
+        except db.driver_error:  # missing, or not readable: the CREATE or the privilege check says which
+            try:
                 self.sink.control_execute(ddl)
-        except self.sink.database.driver_error as exc:
-            if self.sink.database.error_code(exc) in self.sink.database.unique_violations:
-                return  # created concurrently (PostgreSQL's catalog race)
-            raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
-                            f"({self.sink.redact(self.sink.database.error_text(exc))}): create it once as an owner "
-                            f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
-                            f"Or give the write a checkpointLocation") from None
+            except db.driver_error as exc:
+                if db.error_code(exc) in db.unique_violations:
+                    return  # created concurrently (PostgreSQL's catalog race)
+                raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
+                                f"({self.sink.redact(db.error_text(exc))}): create it once as an owner with: "
+                                f"{ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. Or give "
+                                f"the write a checkpointLocation") from None
         cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
         with self.sink.mapped(f"check the privileges on {self.table.display()}"):  # the records are inserted,
             self.sink.control_run(lambda dbapi: require_privileges(  # replaced, read and deleted by this driver

@@ -1,12 +1,33 @@
-"""The prepared-transaction SQL sink (PostgreSQL ``PREPARE TRANSACTION``, MySQL/MariaDB XA),
-written once: a database supplies a dialect
-(:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`).
+"""The prepared-transaction SQL sink, assembled from its parts (PostgreSQL ``PREPARE
+TRANSACTION``, MySQL/MariaDB XA): the protocol is written once here and in the parts, a
+database supplies a dialect.
 
-Failure windows: a task that dies before ``PREPARE`` leaves an open transaction the server
-rolls back with the session; one that dies after it leaves a prepared transaction that
-recovery finds by :meth:`PreparedSqlSink.list_prepared` and rolls back unless a decision
-names it; a commit that dies after ``COMMIT`` is answered ``ALREADY_COMMITTED`` by the
-marker on retry.
+A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
+
+- a :class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`: configuration (one
+  :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
+  ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
+  connection for the driver's statements, and the mapping of driver errors;
+- a dialect (:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
+  ``dialect_type`` from the target): the SQL that differs between databases (opening a
+  write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
+  listing prepared ids, the target's catalog, the marker table's DDL);
+- the methods of a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side):
+  the open transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
+  rollback) and how every failure leaves nothing behind;
+- the methods of a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver
+  side): commit / abort / list_prepared / purge_markers, told apart from "lost" by the marker
+  table (:mod:`twopc.sinks.sql.prepared._markers`).
+
+The sink *is* its writer and its committer (it subclasses both: each method of the contract
+is defined once, where it lives); this class makes the parts they share and validates the
+target itself (plan time).
+
+Failure windows, in one place: a task that dies before ``PREPARE`` leaves an open
+transaction the server rolls back with the session; one that dies after it leaves a
+prepared transaction that recovery finds by :meth:`PreparedSqlSink.list_prepared` and rolls
+back unless a decision names it; a commit that dies after ``COMMIT`` is answered
+``ALREADY_COMMITTED`` by the marker on retry.
 """
 
 from __future__ import annotations
