@@ -117,9 +117,7 @@ class CopyStream:
             psycopg.Error: the server refused the rows.
         """
         self.end()
-        stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns))
-        with self._pg.cursor() as cur, cur.copy(stmt) as copy:
+        with self._pg.cursor() as cur, cur.copy(self._copy_sql(columns, "text")) as copy:
             for row in rows:
                 copy.write_row(row)
 
@@ -128,16 +126,17 @@ class CopyStream:
         if self._open_copy is not None and self._open_copy[0] == key:
             return self._open_copy[3]
         self.end()
-        stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
-            identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
-            sql.SQL("binary" if binary else "csv"))
         cursor = self._pg.cursor()
-        context = cursor.copy(stmt)
+        context = cursor.copy(self._copy_sql(columns, "binary" if binary else "csv"))
         copy = context.__enter__()
         self._open_copy = (key, cursor, context, copy)
         if binary:
             copy.write(BINARY_HEADER)
         return copy
+
+    def _copy_sql(self, columns: Sequence[PgColumn], fmt: str) -> sql.Composed:
+        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+            identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns), sql.SQL(fmt))
 
     def end(self) -> None:
         """Finish the open COPY, if any; the server's verdict on its rows arrives here.

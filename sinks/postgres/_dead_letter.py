@@ -236,13 +236,11 @@ class CheckedCopy:
     def _bury(self, row: dict[str, Any], reason: str) -> None:
         assert self._dead_letter is not None
         c = self._context
-        stream = row.get("stream")
-        entry = row.get("id")
+        stream, entry = (None if row.get(k) is None else str(row[k]) for k in ("stream", "id"))
         self._pg.execute(
             sql.SQL("INSERT INTO {} ({}) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(
                 identifier(self._dead_letter), sql.SQL(", ").join(sql.Identifier(n) for n in DEAD_LETTER_COLUMNS)),
-            (c.sink_id, c.batch_id, c.partition_id, None if stream is None else str(stream),
-             None if entry is None else str(entry), reason, json.dumps(_storable(row), default=str)))
+            (c.sink_id, c.batch_id, c.partition_id, stream, entry, reason, json.dumps(_storable(row), default=str)))
         self.dead += 1
         log.warning("twopc postgres: %s of batch %s refused by %s, routed to dead-letter table %s "
                     "(%s so far in this task): %s", entry_name(row), c.batch_id, self._table.display(),

@@ -46,11 +46,7 @@ def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
     parsed = [host_port(h) for h in hosts]
     if len(parsed) == 1:
         return parsed[0][0], parsed[0][1], []
-    multi = []
-    for host, port in parsed:
-        h = f"[{host}]" if ":" in host else host
-        multi.append(f"{h}:{port}" if port else h)
-    return None, None, multi
+    return None, None, [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "") for h, p in parsed]
 
 
 def lease_key(sink_id: str) -> int:

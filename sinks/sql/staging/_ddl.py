@@ -4,6 +4,7 @@ creating (or re-creating) the staging and batch marker tables before any task ru
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -256,15 +257,11 @@ will lose.
         its commit will find rows missing and write nothing — never half."""
         now = dt.datetime.now(dt.UTC).timestamp()
         stale = []
-        dead: dict[str, bool] = {}
+        dead = functools.cache(ephemeral_writer_dead)  # asked once per write
         for txn_id in self.staged_counts(conn, f"twopc:{EPHEMERAL_PREFIX}"):
             sink_id = txn_id.split(":")[1]
             started = ephemeral_started(sink_id)
-            if started is None:
-                continue
-            if sink_id not in dead:
-                dead[sink_id] = ephemeral_writer_dead(sink_id)
-            if dead[sink_id] or now - started > self.options.staging_retention.seconds:
+            if started is not None and (dead(sink_id) or now - started > self.options.staging_retention.seconds):
                 stale.append(txn_id)
         if stale:
             with fresh(conn):
