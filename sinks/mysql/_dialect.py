@@ -19,26 +19,19 @@ from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._options import Duration
-from ..sql._names import TableName
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from sqlalchemy.engine import Connection, Engine
     from sqlalchemy.types import TypeEngine
 
     from ..sql._privileges import Run
-    from ..sql.options import JdbcOptions, NetTimeouts
+    from ..sql.options import NetTimeouts
     from ..sql.options._driver_params import DriverParam, Translated
     from ..sql.options._jdbc_url import JdbcParts
-    from ..sql.prepared._sink import PreparedSqlSink
-    from ._my_column import MyColumn
 
 __all__ = ["MySqlDialect", "lease_name", "lock_seconds"]
-
-#: the error rules (PyMySQL's), loaded when a rule is first used
-
 
 def _quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
@@ -61,24 +54,6 @@ NAME_CHARS = 64
 def lock_seconds(timeout: Duration) -> int:
     """``innodb_lock_wait_timeout`` for *timeout*: whole seconds, rounded up, at least 1."""
     return max(1, timeout.whole_seconds)
-
-
-def _staging_values(arr: pa.Array, column: str, table: str) -> list[Any]:
-    """A column's values as the XA sink writes them, checked by its rules."""
-    from ._values import check_array, normalize_array  # here: a worker that only commits loads no pyarrow
-
-    arr = normalize_array(arr)
-    check_array(arr, column, table)
-    return list(arr.to_pylist())
-
-
-def _compatible(t: pa.DataType, col: MyColumn) -> bool:
-    """Whether a DataFrame column of type *t* can be written to *col*
-    (:func:`twopc.sinks.mysql._values.compatible`, imported here: it needs pyarrow, which a
-    worker that only commits never loads)."""
-    from ._values import compatible as arrow_compatible
-
-    return arrow_compatible(t, col)
 
 
 class MySqlDialect(SqlDatabase):
@@ -216,14 +191,11 @@ class MySqlDialect(SqlDatabase):
     default_port = 3306
     schema_is_database = True
     errors_module = "twopc.sinks.mysql._errors"
-    staging_values = _staging_values
+    staging_values = DriverBound[Any]("twopc.sinks.mysql._values:staging_values")
 
-    @staticmethod
-    def quote(name: str) -> str:
-        """*name* as a MySQL identifier (backticks), ``%`` doubled for pymysql's formatting."""
-        return ("`" + name.replace("`", "``") + "`").replace("%", "%%")
+    #: needs pyarrow, which a worker that only commits never loads
+    compatible = DriverBound[Any]("twopc.sinks.mysql._values:compatible")
 
-    compatible = _compatible
     @staticmethod
     def server_lock_wait(lock: Duration) -> Duration:
         """``innodb_lock_wait_timeout`` counts whole seconds, at least one."""
@@ -257,37 +229,11 @@ class MySqlDialect(SqlDatabase):
         def _connect(dbapi_conn: Any, _record: Any) -> None:
             timeouts.tune_socket(getattr(dbapi_conn, "_sock", None))
 
-    @staticmethod
-    def session_statements(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, Any]]:
-        """The statements that start a write session (:func:`server.session_settings`)."""
-        from . import _server as server
+    session_statements = DriverBound[Any]("twopc.sinks.mysql._server:session_settings")
+    catalog_columns = DriverBound[Any]("twopc.sinks.mysql._server:catalog_columns")
+    rollback_problem = DriverBound[Any]("twopc.sinks.mysql._server:table_rollback_problem")
 
-        return list(server.session_settings(lock_seconds(lock_timeout), query_timeout.seconds))
-
-    @staticmethod
-    def catalog_columns(raw: Any, table: TableName) -> list[Any] | None:
-        """The columns of *table* from ``information_schema``, ``None`` when it does not exist."""
-        from . import _server as server
-
-        with raw.cursor() as cur:
-            info = server.table_info(cur, table)
-            return None if info is None else list(server.table_columns(cur, info))
-
-    @staticmethod
-    def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
-        """Why writes to *table* would not roll back (a MyISAM table...), ``None`` when they do."""
-        from . import _server as server
-
-        with raw.cursor() as cur:
-            info = server.table_info(cur, table)
-            return None if info is None else server.engine_problem(cur, info, table.display(), role=role, xa=False)
-
-    @classmethod
-    def prepared_sink(cls, options: JdbcOptions) -> PreparedSqlSink[Any, Any]:
-        """:class:`MySqlXaSink` for ``twopc-jdbc``'s options (the package's, loaded with it)."""
-        from . import MySqlXaSink
-
-        return MySqlXaSink.from_jdbc_options(options)
+    sink_class = DriverBound[Any]("twopc.sinks.mysql:MySqlXaSink")
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:

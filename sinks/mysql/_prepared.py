@@ -28,7 +28,7 @@ from ..sql.connect._sql_target import SqlTarget, give_back
 from ..sql.options import isolation_sql
 from ..sql.prepared._markers import MarkerTable
 from . import _server as server
-from ._dialect import MySqlDialect, lock_seconds
+from ._dialect import MySqlDialect
 from ._errors import (
     ACCESS_DENIED,
     ER_BAD_DB,
@@ -167,7 +167,7 @@ class MySqlPrepared(MySqlDialect):
                     while cur.nextset():
                         pass
                     done.add(o.session_init_statement)
-            for stmt, params in server.session_settings(lock_seconds(o.lock_timeout), o.query_timeout.seconds):
+            for stmt, params in server.session_settings(o.lock_timeout, o.query_timeout):
                 exec_sql(cur, stmt, params)
             exec_sql(cur, "SELECT CONNECTION_ID()")
             row = cur.fetchone()
@@ -200,13 +200,10 @@ class MySqlPrepared(MySqlDialect):
         return self._insert_sql(cols)
 
     def load_batch(self, txn: SqlTxn[MyColumn], batch: pa.RecordBatch, plan: str) -> None:
-        from ._values import check_array, normalize_array
+        from ._values import checked_array
 
-        arrays = []
-        for name, arr in zip(batch.schema.names, batch.columns, strict=True):
-            arr = normalize_array(arr)
-            check_array(arr, name, self.target.table)
-            arrays.append(arr)
+        arrays = [checked_array(arr, name, self.target.table)
+                  for name, arr in zip(batch.schema.names, batch.columns, strict=True)]
         size = self.target.options.batch_size
         for start in range(0, batch.num_rows, size):
             chunk = [a.slice(start, size).to_pylist() for a in arrays]

@@ -17,15 +17,17 @@ from typing import TYPE_CHECKING, Any
 
 import pymysql
 
+from .._options import Duration
 from ..sql._names import TableName
+from ._dialect import lock_seconds
 from ._errors import ACCESS_DENIED, errmsg, errno
 from ._my_column import MyColumn
 
 if TYPE_CHECKING:
     from pymysql.cursors import Cursor
 
-__all__ = ["FORMAT_ID", "TableInfo", "engine_problem", "exec_sql", "parse_recover", "probe_xa", "server_kind",
-           "session_settings", "similar_tables", "table_columns", "table_info"]
+__all__ = ["FORMAT_ID", "TableInfo", "catalog_columns", "engine_problem", "exec_sql", "parse_recover", "probe_xa",
+           "server_kind", "session_settings", "similar_tables", "table_columns", "table_info", "table_rollback_problem"]
 
 #: formatID of the xids the sink makes (``XA START 'gtrid'`` uses 1)
 FORMAT_ID = 1
@@ -47,17 +49,6 @@ def server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
     return kind, nums
 
 
-def _version_problem(version: str) -> str | None:
-    kind, v = server_kind(version)
-    if kind == "MariaDB" and v < (10, 5, 0):
-        return (f"MariaDB {version} rolls back a prepared XA transaction when its client disconnects "
-                f"(fixed in MariaDB 10.5): upgrade to MariaDB >= 10.5")
-    if kind == "MySQL" and v < (5, 7, 7):
-        return (f"MySQL {version} rolls back a prepared XA transaction when its client disconnects "
-                f"(fixed in MySQL 5.7.7): upgrade MySQL")
-    return None
-
-
 def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
     """Whether the server can run the XA protocol: its version keeps prepared XA
     transactions across a client disconnect, InnoDB is there with XA support, and the user
@@ -69,9 +60,12 @@ def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
     exec_sql(cur, "SELECT VERSION()")
     row = cur.fetchone()
     version = str(row[0]) if row else "?"
-    problem = _version_problem(version)
-    if problem:
-        return False, problem
+    kind, numbers = server_kind(version)
+    fixed_in, fixed, upgrade = (((10, 5, 0), "MariaDB 10.5", "upgrade to MariaDB >= 10.5") if kind == "MariaDB"
+                                else ((5, 7, 7), "MySQL 5.7.7", "upgrade MySQL"))
+    if numbers < fixed_in:
+        return False, (f"{kind} {version} rolls back a prepared XA transaction when its client disconnects "
+                       f"(fixed in {fixed}): {upgrade}")
     exec_sql(cur, "SELECT SUPPORT, TRANSACTIONS, XA FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'")
     eng = cur.fetchone()
     if eng is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
@@ -86,7 +80,6 @@ def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
             return False, (f"the user may not run XA RECOVER on {version} at {where}: "
                            f"GRANT XA_RECOVER_ADMIN ON *.* TO <user> ({redact(errmsg(exc))})")
         raise
-    kind, _ = server_kind(version)
     return True, (f"{kind} {version} at {where}: InnoDB with XA; prepared transactions survive "
                   f"client disconnects; XA RECOVER allowed")
 
@@ -147,6 +140,21 @@ def engine_problem(cur: Cursor, info: TableInfo, display: str, *, role: str = ""
         return (f"{what} uses the {info.engine} engine, which cannot take part in XA transactions: XA needs "
                 f"InnoDB. {fix}")
     return None
+
+
+def table_rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
+    """:func:`engine_problem` of *table* (outside XA) on DB-API connection *raw*, ``None`` when it
+    does not exist."""
+    with raw.cursor() as cur:
+        info = table_info(cur, table)
+        return None if info is None else engine_problem(cur, info, table.display(), role=role, xa=False)
+
+
+def catalog_columns(raw: Any, table: TableName) -> list[MyColumn] | None:
+    """The columns of *table* on DB-API connection *raw*, ``None`` when it does not exist."""
+    with raw.cursor() as cur:
+        info = table_info(cur, table)
+        return None if info is None else table_columns(cur, info)
 
 
 def similar_tables(cur: Cursor, table: TableName) -> list[TableName]:
@@ -211,19 +219,19 @@ def parse_recover(rows: Iterable[Sequence[Any]]) -> list[str]:
     return out
 
 
-def session_settings(lock_timeout_s: int, query_timeout_s: float) -> list[tuple[str, tuple[Any, ...]]]:
+def session_settings(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, tuple[Any, ...]]]:
     """The statements (with parameters) that make a session write like twopc needs, for
-    every MySQL/MariaDB commit mode: lock waits bounded by *lock_timeout_s* (at least 1 s;
+    every MySQL/MariaDB commit mode: lock waits bounded by *lock_timeout* (at least 1 s;
     the server counts whole seconds), ``time_zone = '+00:00'`` (timestamps are sent as UTC),
     ``STRICT_TRANS_TABLES`` added to ``sql_mode`` when no strict mode is set (a NULL in a
     NOT NULL column or a too-long value fails the write instead of being silently
-    changed), and MariaDB's ``max_statement_time`` when *query_timeout_s* > 0."""
-    lock = max(1, min(lock_timeout_s, 1_073_741_824))
+    changed), and MariaDB's ``max_statement_time`` when *query_timeout* > 0."""
+    lock = min(lock_seconds(lock_timeout), 1_073_741_824)
     out: list[tuple[str, tuple[Any, ...]]] = [(
         ("SET SESSION innodb_lock_wait_timeout = %s, lock_wait_timeout = %s, time_zone = '+00:00', "
         "sql_mode = IF(FIND_IN_SET('STRICT_TRANS_TABLES', @@SESSION.sql_mode) "
         "OR FIND_IN_SET('STRICT_ALL_TABLES', @@SESSION.sql_mode), @@SESSION.sql_mode, "
         "CONCAT_WS(',', NULLIF(@@SESSION.sql_mode, ''), 'STRICT_TRANS_TABLES'))"), (lock, lock))]
-    if query_timeout_s > 0:
-        out.append(("SET SESSION max_statement_time = %s", (query_timeout_s,)))
+    if query_timeout.seconds > 0:
+        out.append(("SET SESSION max_statement_time = %s", (query_timeout.seconds,)))
     return out

@@ -1,29 +1,14 @@
-"""MariaDB / MySQL two-phase-commit sink built on XA transactions.
+"""MariaDB / MySQL two-phase-commit sink (``MySqlXaSink``) on XA transactions: each task
+attempt inserts its rows, writes a marker row and ``XA PREPARE``\\ s it under a gtrid that is a
+:class:`twopc.Xid` (bqual empty, formatID 1; at most 64 bytes); the driver runs ``XA COMMIT``
+from another connection. The protocol is :class:`~twopc.sinks.sql.PreparedSqlSink`'s; XA's SQL
+and its session rules are :class:`~twopc.sinks.mysql._prepared.MySqlPrepared`'s. ``XA RECOVER``
+is server-wide: the sink id must be unique per server (the default, derived from the
+checkpoint location, is).
 
-Each Spark task attempt opens one XA transaction on its own connection, inserts its rows
-with multi-row ``INSERT ... VALUES (...), (...)`` statements, writes a marker row, and
-``XA PREPARE``\\ s it under an xid whose gtrid is a :class:`twopc.Xid` naming the sink,
-batch, partition and attempt (bqual empty, formatID 1; MariaDB and MySQL limit a gtrid to
-64 bytes). The driver then runs ``XA COMMIT`` (or ``XA ROLLBACK``) from another connection.
-A repeated ``XA COMMIT`` answers ``XAER_NOTA`` exactly like a rolled-back xid does, so the
-marker row (committed atomically with the data) tells "already committed" from "lost". The
-protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink` and its parts; XA's SQL is
-:class:`~twopc.sinks.mysql._dialect.MySqlPrepared`.
-
-While the session that prepared an xid is still connected, the transaction stays attached
-to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
-session itself can start nothing new (``XAER_RMFAIL``). So ``pre_commit`` closes the writing
-connection and waits until the server has ended the session; it is never put back into a
-pool. ``XA RECOVER`` lists the xid in both states, which is how ``commit`` tells "attached
-to a live session" (retry) from "gone". ``XA RECOVER`` is server-wide (not per database):
-the sink id must be unique per server, which the default id derived from the checkpoint
-location is.
-
-Requirements on the server: InnoDB target table (other engines cannot take part in XA),
-``INSERT`` on it, ``CREATE`` on its database the first time (for the marker table; or
-create it yourself: ``sink.dialect.marker_table_ddl()``, :meth:`MySqlPrepared.marker_table_ddl`), and, on MySQL 8,
-``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions. Session settings:
-:func:`twopc.sinks.mysql._server.session_settings`.
+Requirements on the server: an InnoDB target table, ``INSERT`` on it, ``CREATE`` on its
+database the first time (for the marker table; or :meth:`MySqlPrepared.marker_table_ddl`), and,
+on MySQL 8, ``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions.
 """
 
 from __future__ import annotations
@@ -44,17 +29,13 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     """Exactly-once appends to one MariaDB/MySQL InnoDB table through XA transactions.
 
     Args:
-        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL
-            (``mysql://``, ``mysql+pymysql://``, ``mariadb://``...; the driver is replaced
-            by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
-        table: ``[database.]table`` in MySQL syntax; quote names with backticks. Without a
-            database, the URL's database is used.
-        **options: ``user``, ``password``, ``marker_table``, ``batch_size`` (rows per
-            multi-row ``INSERT``), ``lock_timeout`` (``innodb_lock_wait_timeout`` of write
-            transactions, whole seconds, at least 1), ``connect_timeout``,
-            ``isolation_level``, ``query_timeout`` (MariaDB ``max_statement_time``),
-            ``session_init_statement`` (run once on every new write connection, before its
-            first ``XA START``).
+        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL (the driver
+            is replaced by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
+        table: ``[database.]table`` in MySQL syntax (backticks); without a database, the
+            URL's.
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (whole
+            seconds, at least 1), ``session_init_statement`` (run once on every new write
+            connection).
 
     Raises:
         ConfigurationError: an argument is invalid (nothing is contacted).

@@ -19,7 +19,7 @@ from ..sql.types._json_values import is_nested, json_text, json_texts
 from ..sql.types._type_rules import Family, fits
 from ._my_column import MyColumn
 
-__all__ = ["check_array", "check_value", "compatible", "family", "normalize_array"]
+__all__ = ["check_value", "checked_array", "compatible", "family", "normalize_array", "staging_values"]
 
 
 _FAMILIES: dict[str, Family] = {
@@ -67,15 +67,17 @@ def normalize_array(arr: pa.Array) -> pa.Array:
     return arr
 
 
-def check_array(arr: pa.Array, column: str, table: str) -> None:
-    """Refuse values MariaDB would mangle or reject, naming the column.
+def checked_array(arr: pa.Array, column: str, table: str) -> pa.Array:
+    """*arr* normalized (:func:`normalize_array`), refusing values MariaDB would mangle or
+    reject, naming the column.
 
     Raises:
         ConfigurationError: a string has a NUL byte, or a float is NaN or infinite.
     """
+    arr = normalize_array(arr)
     t = arr.type
     if arr.null_count == len(arr):
-        return
+        return arr
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         if pc.any(pc.match_substring(arr, "\x00")).as_py():
             raise ConfigurationError(
@@ -85,10 +87,16 @@ def check_array(arr: pa.Array, column: str, table: str) -> None:
         raise ConfigurationError(
             f"column {column!r}: a value is NaN or infinite, which MariaDB/MySQL cannot store; "
             f"replace it (e.g. with NULL) before writing to {table}")
+    return arr
+
+
+def staging_values(arr: pa.Array, column: str, table: str) -> list[Any]:
+    """A column's values as the XA sink writes them, checked by its rules."""
+    return list(checked_array(arr, column, table).to_pylist())
 
 
 def check_value(value: Any, column: str, row: int, table: str) -> Any:
-    """Check and convert one Python value of a dict row (see :func:`_check_array`)."""
+    """Check and convert one Python value of a dict row (see :func:`checked_array`)."""
     if isinstance(value, str):
         if "\x00" in value:
             raise ConfigurationError(

@@ -1,17 +1,11 @@
-"""``XA COMMIT`` of a batch's prepared transactions in one round trip: the statements go as
-one multi-statement query (``XA COMMIT 'a'; XA COMMIT 'b'; ...``) on the control
-connection, then one marker lookup checks the ids the server said it committed.
+"""``XA COMMIT`` of a batch's prepared transactions in one round trip: one multi-statement
+query (``XA COMMIT 'a'; XA COMMIT 'b'; ...``) on the control connection, then one marker
+lookup of the ids the server said it committed.
 
-The server runs the statements in order and stops at the first that fails, so the ids
-before it were committed, the failing one is classified exactly as
-:meth:`~twopc.sinks.mysql._dialect.MySqlDialect.finish` classifies an error (``XAER_NOTA``: asked of ``XA RECOVER``,
-unknown -> ``False``, still listed -> retried one by one while its session ends; another
-error raises), and the query starts again after it. A round trip commits at least one id
-or costs what the one-by-one statement would have.
-
-PyMySQL turns multi-statements on only at connect time; here they are switched on for the
-one query with ``COM_SET_OPTION`` and off again before the connection goes back to its
-pool (twopc's other statements never run with them).
+The server stops at the first statement that fails: the ids before it were committed, the
+failing one is classified as :meth:`MySqlPrepared.finish` classifies an error, and the query
+starts again after it. Multi-statements are switched on for that one query only
+(``COM_SET_OPTION``) and off again before the connection goes back to its pool.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Arrow record batches to PostgreSQL binary ``COPY ... FROM STDIN`` streams, without
 Python objects per row (and without numpy: only pyarrow compute kernels and :mod:`array`).
 
-Each field is ``int32 length || big-endian value``. Values are cast to the table's type
-first (binary input must match it exactly; ``bigint`` -> ``integer`` is range-checked)
-and byte-swapped with :meth:`array.array.byteswap`. A row is then assembled from *parts*:
-constant bytes (the field count, the lengths of fixed-width fields), fixed-width values,
-and variable-width data (text, bytea, and values of columns with nulls, whose rows differ
-in width). Runs of constant and fixed-width parts are interleaved row by row with one
-``take`` over 1-8 byte units; with variable data between them, the runs and the data are
-interleaved with one more ``take`` over binary values, whose data buffer is the COPY
-stream. Gather indices depend only on the layout and the number of rows and are cached.
-Only the pairs in :data:`BINARY_TYPES` are encoded this way; :mod:`twopc.sinks.postgres._copy`
-falls back to CSV for the others.
+Each field is ``int32 length || big-endian value``; values are cast to the table's type first
+(binary input must match it exactly; narrowing is range-checked). A row is assembled from
+constant bytes, fixed-width values and variable-width data, interleaved row by row with
+``take`` over cached gather indices. Only the pairs in :data:`BINARY_TYPES` are encoded this
+way; :mod:`twopc.sinks.postgres._copy` falls back to CSV for the others.
 """
 
 from __future__ import annotations
@@ -31,7 +25,7 @@ from twopc import ConfigurationError, SinkError
 
 from .._arrow_const import const
 from ..sql.types._json_values import is_nested
-from ._columns import PgColumn, check_no_nul, is_binary, is_large, is_string, value_bytes
+from ._columns import PgColumn, check_no_nul, is_binary, is_string, value_bytes
 
 __all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]
 
@@ -91,33 +85,24 @@ for _code in "hilqfd":
     _SWAP_CODES.setdefault((_kind, array.array(_code).itemsize), _code)
 
 
-def _big_endian(arr: pa.Array, kind: str) -> pa.Array:
-    """The values of a primitive array (no Python objects) as big-endian
-    ``large_binary`` of fixed width; null slots hold garbage (callers mask them)."""
-    width = arr.type.bit_width // 8
-    raw = memoryview(arr.buffers()[1])[arr.offset * width:(arr.offset + len(arr)) * width]
-    if width > 1 and sys.byteorder == "little":
-        swapped = array.array(_SWAP_CODES[(kind, width)])
-        swapped.frombytes(raw)
-        swapped.byteswap()
-        buf = pa.py_buffer(swapped)
-    else:
-        buf = pa.py_buffer(bytes(raw))
-    return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), len(arr), [None, buf]).cast(_LB)
-
-
-def _var_field(arr: pa.Array, jsonb: bool) -> pa.Array:
-    values = arr.cast(_LB)
-    lengths = pc.binary_length(values)
+def _lengths(arr: pa.Array, jsonb: bool) -> pa.Array:
+    """The int32 field lengths of a binary-like array's values (one more for jsonb's version byte)."""
+    lengths = pc.binary_length(arr)
     if jsonb:
         lengths = pc.add(lengths, const(1, lengths.type))
     try:
-        lengths = lengths.cast(pa.int32())
+        return lengths.cast(pa.int32())
     except pa.ArrowInvalid:
         raise SinkError("a value is larger than 2 GiB, PostgreSQL's limit is 1 GiB per field") from None
-    parts = [_big_endian(lengths, "i")] + ([_JSONB_VERSION] if jsonb else []) + [values]
-    field = pc.binary_join_element_wise(*parts, _SEP)
-    return field.fill_null(_NULL_FIELD) if arr.null_count else field
+
+
+def _jsonb_fields(arr: pa.Array) -> pa.Array:
+    """The fields of a jsonb column with nulls: ``length || version || text``, or ``-1``."""
+    values = arr.cast(_LB)
+    lengths = _lengths(values, jsonb=True)
+    big = pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), len(lengths),
+                                               [None, pa.py_buffer(_big_endian_bytes(lengths, "i"))]).cast(_LB)
+    return pc.binary_join_element_wise(big, _JSONB_VERSION, values, _SEP).fill_null(_NULL_FIELD)
 
 
 def _out_of_range(name: str, what: str) -> SinkError:
@@ -208,15 +193,8 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
     if is_string(t) or is_binary(t):
         jsonb = col.base_type == "jsonb"
         if jsonb and arr.null_count:
-            return [_var_field(arr, jsonb=True)]  # the version byte only for non-null values
-        lengths = pc.binary_length(arr)
-        if jsonb:
-            lengths = pc.add(lengths, const(1, lengths.type))
-        if lengths.type != pa.int32():
-            try:
-                lengths = lengths.cast(pa.int32())
-            except pa.ArrowInvalid:
-                raise SinkError("a value is larger than 2 GiB, PostgreSQL's limit is 1 GiB per field") from None
+            return [_jsonb_fields(arr)]  # the version byte only for non-null values
+        lengths = _lengths(arr, jsonb)
         if arr.null_count:
             lengths = lengths.fill_null(const(-1, lengths.type))
         return [_Fixed(4, _big_endian_bytes(lengths, "i")), *([b"\x01"] if jsonb else []), arr]
@@ -322,9 +300,7 @@ def _value_bytes(arr: pa.Array) -> int:
     """Total bytes of the values of a binary-like array (its slice of the data buffer)."""
     if pa.types.is_fixed_size_binary(arr.type):
         return len(arr) * arr.type.byte_width
-    bufs = arr.buffers()
-    offsets = memoryview(bufs[1]).cast("q" if is_large(arr.type) else "i")
-    return int(offsets[arr.offset + len(arr)] - offsets[arr.offset])
+    return len(value_bytes(arr))
 
 
 def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:

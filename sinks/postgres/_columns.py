@@ -95,19 +95,14 @@ def assign(name: str, arr: pa.Array, col: PgColumn) -> pa.Array:
 _NUL_SCAN = 1 << 20
 
 
-def _has_nul_byte(arr: pa.Array) -> bool:
-    """Whether any value of a string array (string or large_string) holds a NUL byte:
-    one ``memchr``-speed scan of the values' bytes, window by window. A hit may lie in
-    the bytes of a null slot (Arrow allows them): the caller then checks value by value."""
-    data = value_bytes(arr)
-    return any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN))
-
-
 def check_no_nul(name: str, arr: pa.Array) -> None:
     """Raise :class:`ConfigurationError` when a string of *arr* contains a NUL byte."""
     if not is_string(arr.type) or len(arr) == 0 or arr.null_count == len(arr):
         return
-    if not _has_nul_byte(arr):
+    # one memchr-speed scan of the values' bytes, window by window; a hit may lie in the bytes of a
+    # null slot (Arrow allows them), so it is then checked value by value
+    data = value_bytes(arr)
+    if not any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN)):
         return
     hits = pc.match_substring(arr, "\x00")
     if not pc.any(hits).as_py():

@@ -8,7 +8,6 @@ import concurrent.futures
 import functools
 import os
 import re
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -57,14 +56,10 @@ def finish_many(target: SqlTarget, verb: str, gids: Sequence[str], still_prepare
     pool = _commit_threads()
     futures = [pool.submit(_finish_in_pipeline, target, verb, c, r) for c, r in zip(chunks, runners, strict=True)]
     concurrent.futures.wait(futures)
-    errors = []
+    if failed := [exc for f in futures if (exc := f.exception()) is not None]:
+        raise failed[0]  # every pipeline ran
     for f in futures:
-        try:
-            done.update(f.result())
-        except Exception as exc:  # noqa: BLE001 - every pipeline ran; the first failure is raised below
-            errors.append(exc)
-    if errors:
-        raise errors[0]
+        done.update(f.result())
     return done
 
 
@@ -86,26 +81,15 @@ def _finish_in_pipeline(target: SqlTarget, verb: str, gids: Sequence[str],
     return done
 
 
-_THREADS: concurrent.futures.ThreadPoolExecutor | None = None
-_THREADS_LOCK = threading.Lock()
-
-
+@functools.cache
 def _commit_threads() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's threads for a batch's pipelines, started once (starting them for every
-    batch cost more than the commits at 200 partitions); a forked child starts its own."""
-    global _THREADS
-    with _THREADS_LOCK:
-        if _THREADS is None:
-            _THREADS = concurrent.futures.ThreadPoolExecutor(MAX_PIPELINES, thread_name_prefix="twopc-commit")
-        return _THREADS
+    """This process's threads for a batch's pipelines, made once (starting them for every
+    batch cost more than the commits at 200 partitions); a forked child makes its own. Two
+    callers racing make two executors, one never used: an executor starts its threads on use."""
+    return concurrent.futures.ThreadPoolExecutor(MAX_PIPELINES, thread_name_prefix="twopc-commit")
 
 
-def _forget_threads_in_child() -> None:
-    global _THREADS, _THREADS_LOCK
-    _THREADS, _THREADS_LOCK = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_threads_in_child)
+os.register_at_fork(after_in_child=_commit_threads.cache_clear)
 
 
 #: the characters of a twopc transaction id (:meth:`twopc._xid.Xid.checked`): such an id

@@ -1,22 +1,16 @@
-"""One ``COPY ... FROM STDIN`` stream from Arrow, used by both PostgreSQL commit modes (the
-prepared transaction of ``twopc-postgres`` and the staging table of ``twopc-jdbc``).
+"""One ``COPY ... FROM STDIN`` stream from Arrow, used by both PostgreSQL commit modes.
 
-:func:`plan_copy` is the one rule for binary vs CSV: ``copyFormat=auto`` sends binary when
-every column allows it (:func:`~twopc.sinks.postgres._binary.binary_supported`), because binary is
-the faster of the two end to end (``make bench``, 2M rows of (bigint, text, double,
-timestamptz), prepared mode, ``local[2]``: binary ~785k rows/s against CSV ~620k rows/s,
-medians of 5; the client encodes binary ~2.5x faster and the server parses it ~2x
-cheaper); ``binary`` refuses a column it cannot encode; ``csv`` always sends text.
-
-:class:`CopyStream` keeps one COPY open across Arrow batches with the same plan: the client
-encodes batch k+1 while the server parses batch k (one COPY per batch makes them take
-turns, measured ~2x slower on 2 cores). The server's verdict on the rows (constraint
-violations, lock timeouts, bad values) arrives when the COPY ends (:meth:`CopyStream.end`),
-or at a later write.
+:func:`plan_copy` is the one rule for binary vs CSV: ``copyFormat=auto`` sends binary (the
+faster to encode and to parse) when every column allows it; ``binary`` refuses a column it
+cannot encode; ``csv`` always sends text. :class:`CopyStream` keeps one COPY open across
+Arrow batches with the same plan, so the client encodes batch k+1 while the server parses
+batch k. The server's verdict on the rows arrives when the COPY ends
+(:meth:`CopyStream.end`), or at a later write.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,8 +29,9 @@ from ._server import identifier, table_columns, table_oid
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from sqlalchemy.engine import Connection
 
-__all__ = ["CopyPlan", "CopyStream", "identifier", "plan_copy"]
+__all__ = ["CopyPlan", "CopyStream", "identifier", "plan_copy", "staging_copy"]
 
 log = logging.getLogger("twopc.sinks.postgres")
 
@@ -73,10 +68,8 @@ class CopyStream:
     def __init__(self, pg: psycopg.Connection[Any], table: TableName) -> None:
         self._pg = pg
         self._table = table
-        self._key: tuple[tuple[str, ...], bool] | None = None
-        self._cursor: psycopg.Cursor[Any] | None = None
-        self._context: Any = None  # the cursor.copy() context manager
-        self._copy: psycopg.Copy | None = None
+        #: the open COPY: (columns, binary), its cursor, the cursor.copy() context manager, the Copy
+        self._open_copy: tuple[tuple[tuple[str, ...], bool], psycopg.Cursor[Any], Any, psycopg.Copy] | None = None
 
     def plan_for(self, schema: pa.Schema, copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
         """The plan for batches of *schema* into this stream's table, its columns read from
@@ -124,27 +117,26 @@ class CopyStream:
             psycopg.Error: the server refused the rows.
         """
         self.end()
-        stmt = sql.SQL("COPY {} ({}) FROM STDIN").format(
-            identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns))
-        with self._pg.cursor() as cur, cur.copy(stmt) as copy:
+        with self._pg.cursor() as cur, cur.copy(self._copy_sql(columns, "text")) as copy:
             for row in rows:
                 copy.write_row(row)
 
     def _open(self, columns: Sequence[PgColumn], binary: bool) -> psycopg.Copy:
         key = (tuple(c.name for c in columns), binary)
-        if self._copy is not None and self._key == key:
-            return self._copy
+        if self._open_copy is not None and self._open_copy[0] == key:
+            return self._open_copy[3]
         self.end()
-        stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
-            identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns),
-            sql.SQL("binary" if binary else "csv"))
-        self._cursor = self._pg.cursor()
-        self._context = self._cursor.copy(stmt)
-        self._copy = self._context.__enter__()
-        self._key = key
+        cursor = self._pg.cursor()
+        context = cursor.copy(self._copy_sql(columns, "binary" if binary else "csv"))
+        copy = context.__enter__()
+        self._open_copy = (key, cursor, context, copy)
         if binary:
-            self._copy.write(BINARY_HEADER)
-        return self._copy
+            copy.write(BINARY_HEADER)
+        return copy
+
+    def _copy_sql(self, columns: Sequence[PgColumn], fmt: str) -> sql.Composed:
+        return sql.SQL("COPY {} ({}) FROM STDIN (FORMAT {})").format(
+            identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns), sql.SQL(fmt))
 
     def end(self) -> None:
         """Finish the open COPY, if any; the server's verdict on its rows arrives here.
@@ -153,40 +145,41 @@ class CopyStream:
             psycopg.Error: the server refused the rows (constraint violation, lock
                 timeout, bad value): the transaction is aborted.
         """
-        copy, cursor, context, key = self._copy, self._cursor, self._context, self._key
-        self._copy = self._cursor = self._context = self._key = None
-        if copy is None:
+        state, self._open_copy = self._open_copy, None
+        if state is None:
             return
+        key, cursor, context, copy = state
         try:
-            if key is not None and key[1]:
+            if key[1]:
                 copy.write(BINARY_TRAILER)
             context.__exit__(None, None, None)
         finally:
-            if cursor is not None:
-                cursor.close()
+            cursor.close()
 
     def cancel(self, reason: BaseException | None = None) -> None:
         """Abandon the open COPY (psycopg sends CopyFail). Never raises: the transaction is
         rolled back next anyway."""
-        cursor, context = self._cursor, self._context
-        was_open = self._copy is not None
-        self._copy = self._cursor = self._context = self._key = None
-        if not was_open:
+        state, self._open_copy = self._open_copy, None
+        if state is None:
             return
+        _key, cursor, context, _copy = state
         exc = reason if reason is not None else SinkError("transaction rolled back")
         try:
             context.__exit__(type(exc), exc, None)
         except Exception:
             log.debug("twopc postgres: cancelling a COPY into %s failed", self._table.display(), exc_info=True)
-        try:
-            if cursor is not None:
-                cursor.close()
-        except Exception:  # noqa: BLE001 - closing the cursor of an abandoned COPY is best effort
-            pass
+        with contextlib.suppress(Exception):  # closing the cursor of an abandoned COPY is best effort
+            cursor.close()
 
     def drop(self) -> bool:
         """Forget the open COPY without talking to the server (its connection is broken);
         return whether one was open."""
-        was_open = self._copy is not None
-        self._copy = self._cursor = self._context = self._key = None
-        return was_open
+        state, self._open_copy = self._open_copy, None
+        return state is not None
+
+
+def staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
+    """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
+    table's trigger marks with *txn_id* (``twopc.txn_id``)."""
+    conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
+    return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy

@@ -25,24 +25,11 @@ __all__ = ["encode_csv"]
 _LB = pa.large_binary()
 
 
-def _bytea_hex(arr: pa.Array) -> pa.Array:
-    """``\\x<hex>`` texts (bytea input syntax) for a binary array.
-
-    Arrow has no hex kernel, so this one loops in Python; it runs only when a bytea
-    column shares a batch with a column that forces CSV (numeric, uuid, ...)."""
-    return pa.array([None if v is None else "\\x" + v.hex() for v in arr.cast(_LB).to_pylist()],
-                    pa.large_string())
-
-
 def _utc_text(arr: pa.Array) -> pa.Array:
-    """Zoned timestamps as text of the instant in UTC, ``2026-01-01 00:00:00.000000Z``.
-
-    Arrow stores zoned timestamps as UTC instants; printed through their zone it would
-    look up the zone for every value (~35x slower than printing naive timestamps,
-    measured: ~2 s per million values) and truncate historic offsets to minutes (Paris'
-    +00:09:21 would lose seconds). So the values are printed as naive timestamps (the
-    same numbers: the UTC wall time) and marked ``Z``, which PostgreSQL reads as UTC
-    whatever the session's time zone. Nulls stay null."""
+    """Zoned timestamps as text of the instant in UTC, ``2026-01-01 00:00:00.000000Z``: printed
+as naive timestamps (the UTC wall time) and marked ``Z``, which PostgreSQL reads as UTC
+whatever the session's time zone. Printing through the zone would look each value's zone
+up (far slower) and truncate historic offsets to minutes. Nulls stay null."""
     text = arr.cast(pa.timestamp(arr.type.unit)).cast(pa.string())
     return pc.binary_join_element_wise(text, pa.scalar("Z"), pa.scalar(""))
 
@@ -57,8 +44,10 @@ def encode_csv(arrays: Sequence[pa.Array], names: Sequence[str],
     prepared = []
     for name, arr in zip(names, arrays, strict=True):
         check_no_nul(name, arr)
-        if is_binary(arr.type):
-            arr = _bytea_hex(arr)
+        if is_binary(arr.type):  # bytea input syntax \\x<hex>, in Python: Arrow has no hex kernel (only a bytea
+            # column in a batch that another column forces to CSV gets here)
+            arr = pa.array([None if v is None else "\\x" + v.hex() for v in arr.cast(_LB).to_pylist()],
+                           pa.large_string())
         elif pa.types.is_timestamp(arr.type) and arr.type.tz is not None:
             arr = _utc_text(arr)
         prepared.append(arr)

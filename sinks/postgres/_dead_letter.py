@@ -1,26 +1,18 @@
 """Rows PostgreSQL refuses one by one: name them, or route them to a dead-letter table.
 
-A COPY fails as a whole when one row breaks a type or a constraint (SQLSTATE classes 22,
-data exception, and 23, integrity constraint violation). :class:`CheckedCopy` wraps the
-transaction's :class:`~twopc.sinks.postgres._copy.CopyStream`:
+A COPY fails as a whole when one row breaks a type or a constraint (SQLSTATE classes 22 and
+23). :class:`CheckedCopy` wraps the transaction's COPY stream:
 
-- without a dead-letter table it keeps a reference to the ``stream`` and ``id`` columns of
-  the batches of the open COPY (zero-copy Arrow slices), so the error names the refused
-  row's entry (PostgreSQL reports its line);
-- with one (option ``deadLetterTable``) it keeps the open COPY's batches and starts each
-  COPY under a savepoint. When the server refuses a row, it rolls back to the savepoint and
-  loads the kept batches again in halves, each under a savepoint of its own, down to the
-  single rows that fail; each of those becomes a row of the dead-letter table (sink, batch,
-  partition, stream, entry id, reason, the row as JSON) in the same transaction, so it is
-  prepared and committed, or rolled back, with the batch. Other errors (a lock timeout, a
-  lost connection) fail the task as before.
+- without a dead-letter table it keeps the ``stream`` and ``id`` columns of the open COPY's
+  batches (zero-copy slices), so the error names the refused row's entry;
+- with one (``deadLetterTable``) it keeps the batches and starts each COPY under a savepoint;
+  when a row is refused it rolls back and loads the batches again in halves, each under a
+  savepoint, down to the single rows that fail, each of which becomes a dead-letter row in
+  the same transaction (prepared and committed, or rolled back, with the batch). Other
+  errors fail the task.
 
-Memory: what is kept (the batches, or their ``stream`` and ``id`` columns, which as slices of
-the batches Spark sent hold those batches whole) is kept until the COPY ends, and a COPY ends
-once the batches it was given reach :data:`SETTLE_BYTES`: the server's verdict on its rows
-is read, what was kept is dropped and the next batch starts a new COPY. So a task holds a
-bounded amount of its partition, whatever its size. Cost when nothing is refused: one round
-trip per COPY (and with a dead-letter table one ``SAVEPOINT`` and one ``RELEASE``).
+Memory: what is kept is dropped when the COPY ends, and a COPY ends once its batches reach
+:data:`SETTLE_BYTES`, so a task holds a bounded part of its partition.
 """
 
 from __future__ import annotations
@@ -151,7 +143,8 @@ class CheckedCopy:
         if not self._kept and self._dead_letter is not None:
             self._pg.execute("SAVEPOINT twopc_copy")
         self._plan = plan
-        self._kept.append(batch if self._dead_letter is not None else _entry_columns(batch))
+        self._kept.append(batch if self._dead_letter is not None  # else only the columns that name its rows
+                          else batch.select([n for n in ENTRY_COLUMNS if n in batch.schema.names]))
         self._kept_bytes += batch.nbytes
         try:
             self._stream.write_batch(batch, plan)
@@ -243,13 +236,11 @@ class CheckedCopy:
     def _bury(self, row: dict[str, Any], reason: str) -> None:
         assert self._dead_letter is not None
         c = self._context
-        stream = row.get("stream")
-        entry = row.get("id")
+        stream, entry = (None if row.get(k) is None else str(row[k]) for k in ("stream", "id"))
         self._pg.execute(
             sql.SQL("INSERT INTO {} ({}) VALUES (%s, %s, %s, %s, %s, %s, %s)").format(
                 identifier(self._dead_letter), sql.SQL(", ").join(sql.Identifier(n) for n in DEAD_LETTER_COLUMNS)),
-            (c.sink_id, c.batch_id, c.partition_id, None if stream is None else str(stream),
-             None if entry is None else str(entry), reason, json.dumps(_storable(row), default=str)))
+            (c.sink_id, c.batch_id, c.partition_id, stream, entry, reason, json.dumps(_storable(row), default=str)))
         self.dead += 1
         log.warning("twopc postgres: %s of batch %s refused by %s, routed to dead-letter table %s "
                     "(%s so far in this task): %s", entry_name(row), c.batch_id, self._table.display(),
@@ -266,9 +257,3 @@ def _storable(v: Any) -> Any:
     if isinstance(v, list):
         return [_storable(x) for x in v]
     return v
-
-
-def _entry_columns(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """The columns of *batch* that name its rows (no copy)."""
-    names = [n for n in ENTRY_COLUMNS if n in batch.schema.names]
-    return batch.select(names)

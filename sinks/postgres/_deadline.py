@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -15,30 +15,34 @@ from ..sql.connect._timeouts import reply_deadline
 __all__ = ["deadline_cursor", "deadline_pipeline"]
 
 
+@contextlib.contextmanager
+def _bounded(fileno: Callable[[], int], seconds: float) -> Iterator[None]:
+    """The block's replies wait at most *seconds*: past it the connection is closed and
+    :class:`psycopg.OperationalError` ("no reply ...") raised."""
+    with reply_deadline(fileno, seconds) as deadline:
+        try:
+            yield
+        except psycopg.Error:
+            if deadline.fired:
+                raise psycopg.OperationalError(f"no reply from the server within {seconds:g} s (socketTimeout); "
+                                               f"the connection was closed") from None
+            raise
+
+
 @functools.cache
 def deadline_cursor(seconds: float) -> type[psycopg.Cursor[Any]]:
     """A ``psycopg.Cursor`` class (one per timeout) whose ``execute`` / ``executemany``
-    raise :class:`psycopg.OperationalError` ("no reply ... within N s") when the server
-    does not answer within *seconds*; the connection is then closed (broken)."""
+    raise :class:`psycopg.OperationalError` when the server does not answer within
+    *seconds*; the connection is then closed (broken)."""
 
     class DeadlineCursor(psycopg.Cursor[Any]):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> DeadlineCursor:
-            with reply_deadline(self.connection.fileno, seconds) as deadline:
-                try:
-                    return super().execute(query, params, **kwargs)
-                except psycopg.Error:
-                    if deadline.fired:
-                        raise _no_reply(seconds) from None
-                    raise
+            with _bounded(self.connection.fileno, seconds):
+                return super().execute(query, params, **kwargs)
 
         def executemany(self, query: Any, params_seq: Iterable[Any], **kwargs: Any) -> None:
-            with reply_deadline(self.connection.fileno, seconds) as deadline:
-                try:
-                    super().executemany(query, params_seq, **kwargs)
-                except psycopg.Error:
-                    if deadline.fired:
-                        raise _no_reply(seconds) from None
-                    raise
+            with _bounded(self.connection.fileno, seconds):
+                super().executemany(query, params_seq, **kwargs)
 
     return DeadlineCursor
 
@@ -46,18 +50,6 @@ def deadline_cursor(seconds: float) -> type[psycopg.Cursor[Any]]:
 @contextlib.contextmanager
 def deadline_pipeline(conn: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
     """``conn.pipeline()`` whose replies (all of them, fetched when the block ends) wait at
-    most *seconds*: past it the connection is closed and :class:`psycopg.OperationalError`
-    ("no reply ...") raised, as :func:`deadline_cursor` does for one statement."""
-    with reply_deadline(conn.fileno, seconds) as deadline:
-        try:
-            with conn.pipeline():
-                yield
-        except psycopg.Error:
-            if deadline.fired:
-                raise _no_reply(seconds) from None
-            raise
-
-
-def _no_reply(seconds: float) -> psycopg.OperationalError:
-    return psycopg.OperationalError(
-        f"no reply from the server within {seconds:g} s (socketTimeout); the connection was closed")
+    most *seconds*, as :func:`deadline_cursor`'s statements do."""
+    with _bounded(conn.fileno, seconds), conn.pipeline():
+        yield

@@ -19,29 +19,20 @@ from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
-from .._options import Duration
-from ..sql._names import TableName
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
 from ..sql.connect._engines import APPLICATION_NAME
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from sqlalchemy.engine import Connection
     from sqlalchemy.types import TypeEngine
 
     from ..sql._privileges import Run
-    from ..sql.options import JdbcOptions, NetTimeouts
+    from ..sql.options import NetTimeouts
     from ..sql.options._driver_params import DriverParam, Translated
     from ..sql.options._jdbc_url import JdbcParts
-    from ..sql.prepared._sink import PreparedSqlSink
-    from ._copy import CopyStream
-    from ._pg_column import PgColumn
 
 __all__ = ["PostgresDialect", "lease_key"]
-
-#: the error rules (psycopg's), loaded when a rule is first used
-
 
 def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -57,11 +48,7 @@ def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
     parsed = [host_port(h) for h in hosts]
     if len(parsed) == 1:
         return parsed[0][0], parsed[0][1], []
-    multi = []
-    for host, port in parsed:
-        h = f"[{host}]" if ":" in host else host
-        multi.append(f"{h}:{port}" if port else h)
-    return None, None, multi
+    return None, None, [(f"[{h}]" if ":" in h else h) + (f":{p}" if p else "") for h, p in parsed]
 
 
 def lease_key(sink_id: str) -> int:
@@ -71,24 +58,6 @@ def lease_key(sink_id: str) -> int:
 
 #: PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1 of a stock build)
 _NAME_BYTES = 63
-
-
-def _staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
-    """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
-    table's trigger marks with *txn_id* (``twopc.txn_id``)."""
-    from ._copy import CopyStream  # here: the encoders load pyarrow, which committing never needs
-
-    conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
-    return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy
-
-
-def _compatible(t: pa.DataType, col: PgColumn) -> bool:
-    """Whether a DataFrame column of type *t* can be written to *col*
-    (:func:`twopc.sinks.postgres._columns.compatible`, imported here: it needs pyarrow, which a
-    worker that only commits never loads)."""
-    from ._columns import compatible as arrow_compatible
-
-    return arrow_compatible(t, col)
 
 
 class PostgresDialect(SqlDatabase):
@@ -116,7 +85,9 @@ class PostgresDialect(SqlDatabase):
     dead_letters = True
     errors_module = "twopc.sinks.postgres._errors"
 
-    compatible = _compatible
+    #: needs pyarrow, which a worker that only commits never loads
+    compatible = DriverBound[Any]("twopc.sinks.postgres._columns:compatible")
+
     @staticmethod
     def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
         """psycopg's connect arguments: connect timeout, TCP keepalive, ``tcp_user_timeout``
@@ -135,37 +106,12 @@ class PostgresDialect(SqlDatabase):
             args["tcp_user_timeout"] = int(timeouts.reply * 1000)
         return args
 
-    @staticmethod
-    def session_statements(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, Any]]:
-        """The statement that starts a write transaction (:func:`server.session_settings`)."""
-        from . import _server as server
+    session_statements = DriverBound[Any]("twopc.sinks.postgres._server:session_settings")
+    catalog_columns = DriverBound[Any]("twopc.sinks.postgres._server:catalog_columns")
+    rollback_problem = DriverBound[Any]("twopc.sinks.postgres._server:table_rollback_problem")
+    staging_copy = DriverBound[Any]("twopc.sinks.postgres._copy:staging_copy")
 
-        return [server.session_settings(lock_timeout, query_timeout)]
-
-    @staticmethod
-    def catalog_columns(raw: Any, table: TableName) -> list[Any] | None:
-        """The columns of *table* from ``pg_attribute``, ``None`` when it does not exist."""
-        from . import _server as server
-
-        oid = server.table_oid(raw, table)
-        return None if oid is None else list(server.table_columns(raw, oid))
-
-    @staticmethod
-    def rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
-        """Why writes to *table* would not roll back (a foreign table...), ``None`` when they do."""
-        from . import _server as server
-
-        oid = server.table_oid(raw, table)
-        return None if oid is None else server.rollback_problem(raw, oid, table.display(), role=role)
-
-    staging_copy = _staging_copy
-
-    @classmethod
-    def prepared_sink(cls, options: JdbcOptions) -> PreparedSqlSink[Any, Any]:
-        """:class:`PostgresSink` for ``twopc-jdbc``'s options (the package's, loaded with it)."""
-        from . import PostgresSink
-
-        return PostgresSink.from_jdbc_options(options)
+    sink_class = DriverBound[Any]("twopc.sinks.postgres:PostgresSink")
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
@@ -178,11 +124,6 @@ class PostgresDialect(SqlDatabase):
                            "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
                            "faster prepared mode")
         return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} free now"
-
-    @staticmethod
-    def quote(name: str) -> str:
-        """*name* as a PostgreSQL identifier, ``%`` doubled for a statement with parameters."""
-        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
 
     @staticmethod
     def name_too_long(part: str) -> str | None:

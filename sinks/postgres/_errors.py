@@ -117,11 +117,8 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
     if isinstance(exc, pgerr.LockNotAvailable):
         return lock_timed_out(action, lock_timeout, table, f"PostgreSQL: {primary}")
     if isinstance(exc, pgerr.IntegrityError):
-        what = []
-        if d.column_name:
-            what.append(f"column {d.column_name!r}")
-        if d.constraint_name:
-            what.append(f"constraint {d.constraint_name!r}")
+        what = [f"{kind} {name!r}" for kind, name in (("column", d.column_name), ("constraint", d.constraint_name))
+                if name]
         detail = f" {redact(d.message_detail)}" if d.message_detail and state in ("23505", "23503") else ""
         return constraint_violated(action, _CONSTRAINT_KINDS.get(state, "integrity"), ", ".join(what),
                                    d.table_name or table, primary + detail)

@@ -41,6 +41,20 @@ __all__ = ["PostgresPrepared"]
 log = logging.getLogger("twopc.sinks.postgres")
 
 
+def _create(pg: psycopg.Connection[Any], statements: Sequence[sql.Composed]) -> type[psycopg.Error] | None:
+    """Run the DDL *statements* in one transaction (a concurrent create is fine); the error class
+    when the schema is missing or the user may not create there."""
+    try:
+        with pg.transaction():
+            for q in statements:
+                pg.execute(q)
+    except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
+        pass  # created concurrently
+    except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+        return type(exc)
+    return None
+
+
 class PostgresPrepared(PostgresDialect):
     """PostgreSQL's part of a prepared-transaction sink, on *target*'s connections."""
 
@@ -94,26 +108,21 @@ class PostgresPrepared(PostgresDialect):
         ]
 
     def marker_columns(self, pg: psycopg.Connection[Any]) -> list[str] | None:
-        oid = server.table_oid(pg, self.target.marker)
-        return None if oid is None else [c.name for c in server.table_columns(pg, oid)]
+        columns = server.catalog_columns(pg, self.target.marker)
+        return None if columns is None else [c.name for c in columns]
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
         marker_table = self.target.marker_table
-        try:
-            with pg.transaction():
-                for q in self._marker_ddl():
-                    pg.execute(q)
-        except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
-            pass  # created concurrently
-        except pgerr.InvalidSchemaName:
+        refused = _create(pg, self._marker_ddl())
+        if refused is pgerr.InvalidSchemaName:
             raise TargetConfigurationError(
                 f"cannot create the marker table {marker_table}: its schema does not exist. "
-                f"Create the schema or set option markerTable to a table in an existing schema") from None
-        except pgerr.InsufficientPrivilege:
+                f"Create the schema or set option markerTable to a table in an existing schema")
+        if refused is not None:
             raise TargetConfigurationError(
                 f"cannot create the marker table {marker_table}: permission denied. Create it "
                 f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
-                f"{marker_table} TO <user>") from None
+                f"{marker_table} TO <user>")
 
     def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
         """Check the dead-letter table (``deadLetterTable``), or create it."""
@@ -124,16 +133,11 @@ class PostgresPrepared(PostgresDialect):
 
         oid = server.table_oid(pg, table)
         if oid is None:
-            try:
-                with pg.transaction():
-                    pg.execute(dead_letter_ddl(table))
-            except (pgerr.UniqueViolation, pgerr.DuplicateTable, pgerr.DuplicateObject):
-                pass  # created concurrently
-            except (pgerr.InvalidSchemaName, pgerr.InsufficientPrivilege) as exc:
+            if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
-                    f"cannot create the dead-letter table {table.display()} ({type(exc).__name__}): create it "
+                    f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it "
                     f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
-                    f"{table.display()} TO <user>") from None
+                    f"{table.display()} TO <user>")
             log.info("twopc: created dead-letter table %s", table.display())
             return
         columns = server.table_columns(pg, oid)
@@ -158,7 +162,7 @@ class PostgresPrepared(PostgresDialect):
         t = self.target
         o = t.options
         pg.execute("BEGIN ISOLATION LEVEL " + isolation_sql(o.isolation_level))
-        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout))
+        pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout)[0])
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given
         txn.columns = self.target_columns(pg, validating=False)
@@ -173,13 +177,11 @@ class PostgresPrepared(PostgresDialect):
         from ..sql.types._type_rules import Family
         from ._columns import family
 
-        for k in keys:
-            for i, r in enumerate(rows):
-                v = r[k]
-                if isinstance(v, str) and "\x00" in v:
-                    raise ConfigurationError(
-                        f"column {k!r}: the value of row {i} contains a NUL byte (\\x00), which "
-                        f"PostgreSQL text cannot store; remove it before writing")
+        if nul := next(((k, i) for k in keys for i, r in enumerate(rows) if isinstance(r[k], str) and "\x00" in r[k]),
+                       None):
+            raise ConfigurationError(
+                f"column {nul[0]!r}: the value of row {nul[1]} contains a NUL byte (\\x00), which "
+                f"PostgreSQL text cannot store; remove it before writing")
         json_cols = {k for k, c in zip(keys, cols, strict=True) if family(c) is Family.JSON}
         txn.loader.write_rows(cols, [[json_text(r[k]) if k in json_cols and isinstance(r[k], dict | list | tuple)
                                       else r[k] for k in keys] for r in rows])
@@ -211,13 +213,11 @@ class PostgresPrepared(PostgresDialect):
                 prepared = status == "PREPARE TRANSACTION" and cur.execute(
                     "SELECT 1 FROM pg_prepared_xacts WHERE gid = %s AND database = current_database()",
                     (txn.gid,)).fetchone() is not None
-        except psycopg.Error as exc:
-            if prepare_sent:
-                self._rollback_prepared_quietly(txn.gid)
-            control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
         except BaseException as exc:
             if prepare_sent:
                 self._rollback_prepared_quietly(txn.gid)
+            if isinstance(exc, psycopg.Error):
+                control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
             control.abandon(txn, exc)
             raise
         if not prepared:
@@ -265,18 +265,15 @@ class PostgresPrepared(PostgresDialect):
         mostly finished stays flat too."""
         from . import _commit_pipeline as pipeline  # the driver's commit: a task prepares and stops
 
-        still = self._still_prepared(gids) if recovering else None
+        still = None
+        if recovering:
+            with self.target.mapped("list prepared transactions"):
+                _n, rows = self.target.control_execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
+                    (list(gids),), fetch=True)
+            still = {str(r[0]) for r in rows}
         done = pipeline.finish_many(self.target, verb, gids, still)
         return [done[g] for g in gids]
-
-    def _still_prepared(self, gids: Sequence[str]) -> set[str]:
-        try:
-            _n, rows = self.target.control_execute(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid = ANY(%s)",
-                (list(gids),), fetch=True)
-        except psycopg.Error as exc:
-            raise self.target.map_error(exc, "list prepared transactions") from None
-        return {str(r[0]) for r in rows}
 
     def prepared_elsewhere(self, gid: str) -> str | None:
         _n, rows = self.target.control_execute(

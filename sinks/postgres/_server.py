@@ -11,10 +11,11 @@ from psycopg import sql
 
 from .._options import Duration
 from ..sql._names import TableName
+from ._dialect import _quoted
 from ._pg_column import PgColumn
 
-__all__ = ["identifier", "regclass_text", "rollback_problem", "session_settings", "similar_tables", "table_columns",
-           "table_oid"]
+__all__ = ["catalog_columns", "identifier", "regclass_text", "rollback_problem", "session_settings", "similar_tables",
+           "table_columns", "table_oid", "table_rollback_problem"]
 
 
 def identifier(table: TableName) -> sql.Identifier:
@@ -24,9 +25,7 @@ def identifier(table: TableName) -> sql.Identifier:
 
 def regclass_text(table: TableName) -> str:
     """*table* as ``to_regclass`` reads it: every part quoted, so it is taken verbatim."""
-    def q(p: str) -> str:
-        return '"' + p.replace('"', '""') + '"'
-    return f"{q(table.schema)}.{q(table.name)}" if table.schema else q(table.name)
+    return f"{_quoted(table.schema)}.{_quoted(table.name)}" if table.schema else _quoted(table.name)
 
 
 def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
@@ -57,6 +56,18 @@ def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, rol
                 f"server, outside the transaction twopc commits or rolls back. Detach them "
                 f"(ALTER TABLE {display} DETACH PARTITION ...) or write to a local table")
     return None
+
+
+def table_rollback_problem(pg: psycopg.Connection[Any], table: TableName, role: str) -> str | None:
+    """:func:`rollback_problem` of *table*, ``None`` when it does not exist."""
+    oid = table_oid(pg, table)
+    return None if oid is None else rollback_problem(pg, oid, table.display(), role=role)
+
+
+def catalog_columns(pg: psycopg.Connection[Any], table: TableName) -> list[PgColumn] | None:
+    """The columns of *table*, ``None`` when it does not exist."""
+    oid = table_oid(pg, table)
+    return None if oid is None else table_columns(pg, oid)
 
 
 def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:
@@ -95,9 +106,9 @@ def similar_tables(pg: psycopg.Connection[Any], table: TableName) -> list[TableN
     return [TableName(s, n, "postgresql") for s, n in rows]
 
 
-def session_settings(lock_timeout: Duration, query_timeout: Duration) -> tuple[str, tuple[str, str]]:
-    """The statement (and its parameters) that makes a write transaction wait at most
+def session_settings(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, tuple[str, str]]]:
+    """The statement (and its parameters), alone in a list, that makes a write transaction wait at most
     *lock_timeout* for row locks (0: no limit), run statements of at most *query_timeout*
     (0: no limit), and read and write timestamps in UTC. Local to the transaction."""
-    return (("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
-            "set_config('statement_timeout', %s, true)"), (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))
+    return [(("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
+             "set_config('statement_timeout', %s, true)"), (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))]

@@ -1,33 +1,14 @@
-"""PostgreSQL two-phase-commit sink.
-
-Each Spark task attempt opens one PostgreSQL transaction, bulk-loads its rows with
-``COPY ... FROM STDIN`` (binary when every column allows it, else CSV; see
-:mod:`twopc.sinks.postgres._copy`), writes a marker row, and ``PREPARE TRANSACTION``\\ s it under
-a GID that names the sink, batch, partition and attempt (a :class:`twopc.Xid`)::
-
-    twopc:{sink_id}:{batch_id}:{partition_id}:{attempt_id}:{8 random hex}
-
-The driver then runs ``COMMIT PREPARED`` (or ``ROLLBACK PREPARED``) from any session.
-Because a repeated ``COMMIT PREPARED`` answers "does not exist" exactly like a rolled-back
-GID does, the marker row (committed atomically with the data) tells "already committed"
-from "lost". The protocol itself lives in :class:`~twopc.sinks.sql.PreparedSqlSink` and its parts;
-PostgreSQL's SQL is :class:`~twopc.sinks.postgres._dialect.PostgresDialect`; this module adds the
-prepared-transaction slots and the drop-in's move of staged rows.
+"""PostgreSQL two-phase-commit sink (``twopc-postgres``): each task attempt COPYs its rows
+(:mod:`twopc.sinks.postgres._copy`), writes a marker row and ``PREPARE TRANSACTION``\\ s it under a
+:class:`twopc.Xid`; the driver runs ``COMMIT PREPARED``. The protocol is
+:class:`~twopc.sinks.sql.PreparedSqlSink`'s; this module adds the prepared-transaction slots
+(:mod:`twopc.sinks.postgres._slots`) and the drop-in's move of staged rows.
 
 Requirements on the server: ``max_prepared_transactions`` > 0 (at least the partitions of a
-batch plus retried attempts: each task claims a slot before its first row, and fails with
-nothing written when none is free, :mod:`twopc.sinks.postgres._slots`), ``INSERT`` on the target
-table, and ``CREATE`` on the marker
-table's schema the first time (or create the marker table yourself; see
-``sink.dialect.marker_table_ddl()``, :meth:`PostgresPrepared.marker_table_ddl`).
-
-Options (``df.write.format("twopc-postgres").option(...)``): the options of ``twopc-jdbc``
-with the same meanings (see :mod:`twopc.sinks.sql.options._jdbc_options`), for PostgreSQL URLs, appending to
-an existing table. The ones that matter most: ``url`` (``jdbc:postgresql://...``,
-``postgresql://...``), ``dbtable``, ``user``, ``password``, ``markerTable`` (default
-``twopc_markers``), ``lockTimeout`` (default ``30s``), ``connectTimeout`` (default ``10s``),
-``copyFormat`` (``auto``, ``binary``, ``csv``), ``isolationLevel``, ``queryTimeout``,
-``sessionInitStatement``.
+batch plus retried attempts: a task that finds no free slot fails with nothing written),
+``INSERT`` on the target table, and ``CREATE`` on the marker table's schema the first time
+(or create it yourself: :meth:`PostgresPrepared.marker_table_ddl`). Options: ``twopc-jdbc``'s
+(:mod:`twopc.sinks.sql.options._jdbc_options`), appending to an existing table.
 """
 
 from __future__ import annotations
@@ -63,13 +44,9 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         url: a ``jdbc:postgresql://`` URL or a SQLAlchemy URL (``postgresql://``,
             ``postgresql+psycopg://``; other PostgreSQL drivers are replaced by psycopg 3).
         table: ``[schema.]table`` in PostgreSQL syntax (quote mixed-case names).
-        **options: ``user``, ``password``, ``marker_table``, ``lock_timeout`` (PostgreSQL
-            ``lock_timeout`` of write transactions: ``"30s"``, ``"500ms"``, ``0`` waits
-            forever; a task that meets rows locked by a prepared transaction of an earlier
-            attempt fails after this time), ``connect_timeout``, ``copy_format``
-            (``"auto"``, ``"binary"``, ``"csv"``), ``isolation_level`` (Spark's names),
-            ``query_timeout`` (``statement_timeout`` of write transactions),
-            ``session_init_statement`` (SQL run at the start of every write transaction).
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (a task that
+            meets rows locked by a prepared transaction of an earlier attempt fails after
+            this time), ``copy_format`` (``"auto"``, ``"binary"``, ``"csv"``).
 
     Raises:
         ConfigurationError: an argument is invalid.
@@ -129,13 +106,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         return txn
 
     def _claim(self, txn: SqlTxn[PgColumn], claim: Callable[[psycopg.Connection[Any]], Claim]) -> Claim:
-        try:
+        with self.rolling_back(txn, "claim a prepared-transaction slot"):
             return claim(self.usable(txn))
-        except psycopg.Error as exc:
-            self.fail(txn, exc, "claim a prepared-transaction slot")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
 
     def load_staged(self, txn: SqlTxn[PgColumn], stage: TableName, names: Sequence[str],
                     txn_ids: Sequence[str], rows: int) -> None:
@@ -155,13 +127,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         stmt = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE twopc_txn = ANY(%s)").format(
             identifier(self.target.target), sql.SQL(", ").join(sql.Identifier(c.name) for c in cols),
             sql.SQL(", ").join(sql.Identifier(n) for n in names), identifier(stage))
-        try:
+        with self.rolling_back(txn, f"move staged rows from {stage.display()} into {self.target.table}"):
             copied = pg.execute(stmt, (list(txn_ids),)).rowcount
-        except psycopg.Error as exc:
-            self.fail(txn, exc, f"move staged rows from {stage.display()} into {self.target.table}")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
         if copied != rows:
             self.abandon(txn, TransactionLostError("staged rows missing"))
             raise TransactionLostError(

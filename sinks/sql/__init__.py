@@ -2,26 +2,15 @@
 
 - :class:`JdbcSink` (``format("twopc-jdbc")``), :func:`write_jdbc`: the drop-in for Spark's
   JDBC writer, choosing the prepared or the staging commit mode.
-- :class:`JdbcOptions`: the one reader of every SQL format's options (Spark's JDBC
-  writer options plus twopc's), with :func:`translate_url`, the one URL translator.
-- :class:`PreparedSqlSink`: the sink that prepares transactions, made of a target, a
-  dialect, a writer and a committer; :class:`twopc.sinks.postgres.PostgresSink` and
-  :class:`twopc.sinks.mysql.MySqlXaSink` give it their dialect.
+- :class:`JdbcOptions`: the one reader of every SQL format's options, with
+  :func:`translate_url`, the one URL translator.
+- :class:`PreparedSqlSink`: the sink that prepares transactions;
+  :class:`twopc.sinks.postgres.PostgresSink` and :class:`twopc.sinks.mysql.MySqlXaSink` give it
+  their dialect.
 - :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
 
-Layout: ``options/`` (the parsed options; their reader: Spark's options, the URL and its
-driver parameters), ``types/`` (the type rules every mode shares), ``connect/`` (engines and
-their timeouts, a prepared sink's target and the dialect protocol), ``prepared/`` (the
-prepared-transaction sink and its writer, committer and marker table), ``staging/`` (the
-staging mode), ``_target_ledger`` (the decision ledger in the target), ``_registry`` (what a
-database's folder registers),
-``_jdbc`` (the drop-in: its options and commit mode), ``_jdbc_modes`` (which of its two
-sinks a transaction or handle goes to).
-
-This package needs no database driver and never imports a database's folder: it asks the
-dialect registry (:mod:`twopc.sinks.sql._registry`), which imports :mod:`twopc.sinks.postgres` or
-:mod:`twopc.sinks.mysql` (each needs its driver: ``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``) the first
-time that database is used.
+This package needs no database driver and never imports a database's folder: the dialect
+registry (:mod:`twopc.sinks.sql._registry`) imports one the first time it is used.
 """
 
 from typing import TYPE_CHECKING

@@ -1,14 +1,8 @@
-"""The one rule every SQL commit mode applies to the tables twopc keeps beside the target (the
-marker table, the staging and batch marker tables, the ledger table): the writer's user must
-be allowed every statement the tasks and the commit will send to them, checked on the driver
-before any task runs.
-
-A user allowed to write the target but not the marker table would otherwise pass
-validation and fail in every task. The check runs each statement the write needs in a form
-that touches no row (``WHERE 1=0``), so the server itself decides, with its roles, column
-grants and wildcard grants, exactly as it will for the tasks; it works the same on
-PostgreSQL and MariaDB/MySQL. The refusal names the table, the missing privileges and the
-``GRANT`` statement that fixes them.
+"""The one rule every SQL commit mode applies to twopc's own tables (marker, staging, batch
+marker and ledger tables): the writer's user must be allowed every statement the tasks and
+the commit will send to them, checked on the driver before any task runs. Each statement is
+run in a form that touches no row (``WHERE 1=0``), so the server decides with its own roles
+and grants; a refusal names the table, the missing privileges and the ``GRANT``.
 """
 
 from __future__ import annotations
@@ -47,15 +41,6 @@ def _code(exc: BaseException) -> str:
 def denied(exc: BaseException) -> bool:
     """Whether *exc* is the server refusing a statement for want of a privilege."""
     return _code(exc) in _DENIED
-
-
-def _refusal(role: str, table: str, privileges: Sequence[str], user: str) -> TargetConfigurationError:
-    """The refusal of a write whose user lacks *privileges* on *table* (the *role* it plays)."""
-    grant = ", ".join(privileges)
-    return TargetConfigurationError(
-        f"the user {user} has no {grant} privilege on {role} {table}, which every task of this write "
-        f"needs: run as the table's owner: GRANT {grant} ON {table} TO {user}; then write again. Validation "
-        f"stopped before any task: nothing was written")
 
 
 def dbapi_runner(dbapi: Any) -> Run:
@@ -98,4 +83,8 @@ def require_privileges(run: Run, dialect: str, *, table: str, display: str, colu
                 raise
             missing.append(privilege)
     if missing:
-        raise _refusal(role, display, missing, database.current_user(run))
+        grant, user = ", ".join(missing), database.current_user(run)
+        raise TargetConfigurationError(
+            f"the user {user} has no {grant} privilege on {role} {display}, which every task of this write "
+            f"needs: run as the table's owner: GRANT {grant} ON {display} TO {user}; then write again. Validation "
+            f"stopped before any task: nothing was written")

@@ -4,6 +4,7 @@ of databases, and a name no folder claims gets SQLAlchemy's generic behaviour (t
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import re
@@ -30,12 +31,12 @@ ERROR_RULES = ("connect_failure", "is_connection_error", "is_missing_table", "er
                "value_error")
 
 
+@dataclasses.dataclass(frozen=True)
 class DriverBound(Generic[T]):
     """A class attribute of a dialect that lives in its driver's modules (``module:name``),
     imported when it is first read: a dialect's folder loads without its driver."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
+    path: str
 
     def __get__(self, obj: object, owner: type | None = None) -> T:
         module, _, name = self.path.partition(":")
@@ -261,10 +262,12 @@ class SqlDatabase:
     dead_letters: ClassVar[bool] = False
     #: whether a table's schema is a database (MySQL: a table without one is in the URL's)
     schema_is_database: ClassVar[bool] = False
-    @staticmethod
-    def quote(name: str) -> str:
-        """*name* as an identifier, ``%`` doubled for a statement sent with ``%s`` parameters."""
-        return ('"' + name.replace('"', '""') + '"').replace("%", "%%")
+    @classmethod
+    def quote(cls, name: str) -> str:
+        """*name* as an identifier (in the first of :attr:`name_quotes`), ``%`` doubled for a
+        statement sent with ``%s`` parameters."""
+        q = cls.name_quotes[0]
+        return (q + name.replace(q, q * 2) + q).replace("%", "%%")
 
     # the driver's error rules (:data:`ERROR_RULES`): SQLAlchemy's generic words here; a
     # database's folder gives its own as the functions of one module, :attr:`errors_module`
@@ -351,11 +354,14 @@ class SqlDatabase:
         filled in."""
         return f"{url.host or 'localhost'}:{url.port or cls.default_port or ''}/{url.database or ''}"
 
+    #: the database's prepared-transaction sink class (``None``: it has none)
+    sink_class: ClassVar[Any] = None
+
     @classmethod
     def prepared_sink(cls, options: Any) -> Any:
         """The prepared-transaction sink for ``twopc-jdbc``'s options, ``None`` when the
         database has none."""
-        return None
+        return None if cls.sink_class is None else cls.sink_class.from_jdbc_options(options)
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
@@ -372,13 +378,8 @@ GROUP = "twopc.sql_dialects"
 def dialect_for(name: str) -> type[SqlDatabase]:
     """The dialect claiming *name* (a JDBC subprotocol, SQLAlchemy backend name, JDBC driver
     class or dialect name, any case), importing its folder the first time; the generic
-    :class:`SqlDatabase` when none claims it.
-
-    A database is one folder (:mod:`twopc.sinks.postgres`, :mod:`twopc.sinks.mysql`,
-    :mod:`twopc.sinks.sqlite`) with one :class:`SqlDatabase` subclass, which claims the names it
-    answers to as entry points of the group :data:`GROUP` (in ``pyproject.toml``), lower-case:
-    e.g. ``postgresql``, ``postgres`` and ``org.postgresql.driver``. Only the entry point named
-    is loaded, so a worker that writes to PostgreSQL imports no other database's folder.
+    :class:`SqlDatabase` when none claims it. A database's folder claims its names as entry
+    points of the group :data:`GROUP`; only the one named is loaded.
 
     Raises:
         ConfigurationError: the folder's driver is not installed (its import says which

@@ -1,25 +1,17 @@
 """The decision ledger in the target (:mod:`twopc._target`) for the prepared SQL sinks: the
-ledger's records as rows of one table on the server of the prepared transactions, and the
-writers' leases as session locks on that server.
+records as rows of one table on the server of the prepared transactions, and the writers'
+leases as session locks on that server.
 
-The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in the marker table's::
-
-    sink_id   the writer's sink id          name   the record (sink.json, decisions/<batch>.json...)
-    body      the record's JSON             written_at
-
-A record is created by one ``INSERT`` in its own local transaction (the primary key makes a
-second create of a name fail: the ledger's create-at-most-once). The lease of sink id ``S``
-is a session lock: ``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL,
-``GET_LOCK('twopc:<hash of S>', 0)`` on MySQL/MariaDB, held by the driver's agent
-(:mod:`twopc._agent`, one process per driver) for as long as the write runs: Spark plans and
-commits a Python data source's write in Python worker processes that no write owns. Spark
-reuses them between calls, but kills one that is idle for a minute (PySpark 4.3: the
-planning worker of a write whose tasks ran 75 s was gone when its commit ran, in another
-worker) and does not reuse them at all with ``spark.python.worker.reuse=false``, so none
-of them can hold a session for the whole write. The agent closes the lease's session when
-the write's commit or abort ends (it is asked to), or ends with all its sessions when the
-driver's JVM is gone (it checks every 0.2 s) or when it is killed: the server releases a
-session's locks when the session ends.
+The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in the marker
+table's: ``(sink_id, name, body, written_at)``, one row per record. A record is created by one
+``INSERT`` in its own transaction (the primary key makes a second create of a name fail: the
+ledger's create-at-most-once). The lease of sink id ``S`` is a session lock
+(``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL, ``GET_LOCK('twopc:<hash>', 0)``
+on MySQL/MariaDB) held by the driver's agent (:mod:`twopc._agent`) for as long as the write
+runs: Spark's Python workers that plan and commit a write may be killed or not reused, so
+none of them can hold a session for the whole write. The agent closes the lease's session
+when the write's commit or abort ends, or ends with all its sessions when the driver's JVM
+is gone or it is killed: the server releases a session's locks when the session ends.
 """
 
 from __future__ import annotations
@@ -41,7 +33,6 @@ from twopc.spi.lease import EPHEMERAL_PREFIX, DriverIdentity, Lease, driver_iden
 from twopc.spi.lease import start_ticks as _start_ticks
 
 from ._names import TableName, parse_table_name
-from ._twopc_schema import ensure_schema
 from .connect._engines import dbapi_connect_params
 from .connect._sql_target import SqlTarget, give_back, log
 
@@ -90,10 +81,8 @@ class SqlTargetLedger:
 
     def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
         """One statement on the sink's control connection; driver errors as a SinkError."""
-        try:
+        with self.sink.mapped(action):
             return self.sink.control_execute(query, params, fetch=fetch)[1]
-        except self.sink.database.driver_error as exc:
-            raise self.sink.map_error(exc, action) from None
 
     # -- the records -------------------------------------------------------------------
     def ensure_table(self) -> None:
@@ -108,31 +97,26 @@ class SqlTargetLedger:
 
         ddl = self.sink.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.sink.options.twopc_schema) is not None:
-            self.sink.control_run(lambda dbapi: ensure_schema(dbapi_runner(dbapi), self.dialect, schema,
-                                                               self.sink.options.url.database or ""))
-        try:
-            # a table an owner created (as the message below says) needs no CREATE privilege
+            self.sink.control_run(lambda dbapi: self.sink.database.ensure_schema(
+                dbapi_runner(dbapi), schema, self.sink.options.url.database or ""))
+        db = self.sink.database
+        try:  # a table an owner created (as the message below says) needs no CREATE privilege
             self.sink.control_execute(f"SELECT 1 FROM {self.quoted} WHERE 1=0")
-            exists = True
-        except self.sink.database.driver_error:
-            exists = False  # missing, or not readable: the CREATE or the privilege check says which
-        try:
-            if not exists:
+        except db.driver_error:  # missing, or not readable: the CREATE or the privilege check says which
+            try:
                 self.sink.control_execute(ddl)
-        except self.sink.database.driver_error as exc:
-            if self.sink.database.error_code(exc) in self.sink.database.unique_violations:
-                return  # created concurrently (PostgreSQL's catalog race)
-            raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
-                            f"({self.sink.redact(self.sink.database.error_text(exc))}): create it once as an owner "
-                            f"with: {ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. "
-                            f"Or give the write a checkpointLocation") from None
+            except db.driver_error as exc:
+                if db.error_code(exc) in db.unique_violations:
+                    return  # created concurrently (PostgreSQL's catalog race)
+                raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
+                                f"({self.sink.redact(db.error_text(exc))}): create it once as an owner with: "
+                                f"{ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. Or give "
+                                f"the write a checkpointLocation") from None
         cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
-        try:  # the records are inserted, replaced (upsert), read and deleted by this driver
-            self.sink.control_run(lambda dbapi: require_privileges(
+        with self.sink.mapped(f"check the privileges on {self.table.display()}"):  # the records are inserted,
+            self.sink.control_run(lambda dbapi: require_privileges(  # replaced, read and deleted by this driver
                 dbapi_runner(dbapi), self.dialect, table=self.quoted, display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
-        except self.sink.database.driver_error as exc:
-            raise self.sink.map_error(exc, f"check the privileges on {self.table.display()}") from None
 
     def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
         return SqlLedgerStore(self, sink_id, lease)

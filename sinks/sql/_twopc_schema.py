@@ -7,17 +7,13 @@ runs to fix it.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from twopc import ConfigurationError
 
 from ._names import TableName, parse_table_name
 from ._registry import dialect_for
 
-if TYPE_CHECKING:
-    from ._privileges import Run
-
-__all__ = ["bookkeeping_table", "ensure_schema", "parse_twopc_schema", "sql_literal"]
+__all__ = ["bookkeeping_table", "parse_twopc_schema", "sql_literal"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
@@ -61,17 +57,3 @@ def bookkeeping_table(table: TableName, schema: str | None, dialect: str, databa
 def sql_literal(text: str) -> str:
     """*text* as a SQL string literal (for statements sent without parameters)."""
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def ensure_schema(run: Run, dialect: str, schema: str, database: str) -> None:
-    """Create *schema* when it does not exist and check the user may use it: the dialect's
-    :meth:`~twopc.sinks.sql._registry.SqlDatabase.ensure_schema` (other dialects pass).
-    *run* sends one statement, in autocommit, and returns its rows; *database* is the URL's
-    database.
-
-    Raises:
-        TargetConfigurationError: the schema is missing and the user may not create it, or
-            the user may not use it (the message has the statements an owner runs).
-        Exception: any other error of *run*, as it raised it.
-    """
-    dialect_for(dialect).ensure_schema(run, schema, database)

@@ -23,6 +23,9 @@ __all__ = ["SqliteDialect"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
+_IN_MEMORY = ("an in-memory SQLite database cannot be used: twopc stages data and records commit markers that must "
+              "survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db")
+
 
 def _split_sqlite(rest: str) -> JdbcParts:
     path, _, query_text = rest.partition("?")
@@ -37,9 +40,7 @@ def _split_sqlite(rest: str) -> JdbcParts:
         if path.startswith(":resource:"):
             raise ConfigurationError("a SQLite database in a Java resource is read-only: give a file path, "
                                      "e.g. jdbc:sqlite:/data/app.db")
-        raise ConfigurationError(
-            "an in-memory SQLite database cannot be used: twopc stages data and records commit markers "
-            "that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db")
+        raise ConfigurationError(_IN_MEMORY)
     return JdbcParts("sqlite", None, None, [], path, query_params(query_text))
 
 
@@ -80,10 +81,7 @@ class SqliteDialect(SqlDatabase):
         mode = url.query.get("mode")
         if (not db or db == ":memory:" or db.startswith("file::memory:") or mode == "memory"
                 or (isinstance(mode, tuple) and "memory" in mode)):
-            raise ConfigurationError(
-                "an in-memory SQLite database cannot be used: twopc stages data and records commit "
-                "markers that must survive the connection; give a file, e.g. jdbc:sqlite:/data/app.db "
-                "or sqlite:////data/app.db")
+            raise ConfigurationError(_IN_MEMORY + " or sqlite:////data/app.db")
         return url
 
     @staticmethod

@@ -64,18 +64,13 @@ _ENGINES = EngineCache()
 
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
-    """The process's pooled engine for *url* (credentials included) and this use.
-
-    Its connections wait as *timeouts* says (connect, reply, TCP keepalive: see
-    :mod:`twopc.sinks.sql.connect._timeouts`). With *autocommit* the engine hands out connections in
-    ``AUTOCOMMIT`` mode, for sinks that manage transactions in SQL.
-
-    The database's dialect (:mod:`twopc.sinks.sql._registry`) gives the connect arguments
-    and sets the engine up.
+    """The process's pooled engine for *url* (credentials included) and this use, its
+    connections bounded by *timeouts* (:mod:`twopc.sinks.sql.connect._timeouts`) and set up
+    by the dialect; with *autocommit* in ``AUTOCOMMIT`` mode, for sinks that manage
+    transactions in SQL.
 
     Raises:
-        ConfigurationError: the dialect refuses the URL (a SQLite path whose folder does not
-            exist...), or its driver is not installed.
+        ConfigurationError: the dialect refuses the URL, or its driver is not installed.
     """
 
     def make() -> Engine:

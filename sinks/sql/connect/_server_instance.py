@@ -1,20 +1,11 @@
 """What a SQL server says it is: the SQL sinks' :meth:`~twopc.spi.NamedTarget.target_instance`.
 
-A checkpoint records the target its batches were prepared in (``twopc/target.json``), and a
-later write must go to the same one. The URL does not say which server it is: ``localhost``,
-``127.0.0.1`` and a DNS alias reach one server, and one host name may reach another server
-after a migration. So the server is asked:
-
-- PostgreSQL: the cluster's ``system_identifier`` (``pg_control_system()``: set by
-  ``initdb``, kept by physical replicas and base backups, which also keep prepared
-  transactions) and the database's oid (a dropped and re-created database is another one);
-- MySQL/MariaDB: the server's host name, port and data folder (MariaDB has no server UUID).
-
-The table is added as :meth:`SqlNamedTarget.target_identity` names it. A server that cannot
-answer (unreachable, a privilege missing, another dialect) gives ``None``: the ledger then
-compares the URL-based identities.
-
-:class:`SqlNamedTarget` is that capability of every SQL sink, written once.
+A checkpoint records the target its batches were prepared in, and a later write must go to
+the same one; a URL does not say which server it reaches (``localhost``, an alias, a host
+name after a migration). So the server is asked: PostgreSQL's cluster ``system_identifier``
+(kept by physical replicas and base backups, which also keep prepared transactions) and the
+database's oid; MySQL/MariaDB's host name, port and data folder. A server that cannot answer
+gives ``None``: the ledger then compares the URL-based identities.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.Sql
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -116,6 +117,14 @@ class SqlTarget:
                                        lock_timeout=self.database.lock_timeout_text(self.options.lock_timeout),
                                        where=self.where(), redact=self.redact)
 
+    @contextlib.contextmanager
+    def mapped(self, action: str) -> Iterator[None]:
+        """Driver errors of the block as :meth:`map_error`'s for *action*."""
+        try:
+            yield
+        except self.database.driver_error as exc:
+            raise self.map_error(exc, action) from None
+
     def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         """The credential-free error for a failed connection attempt (no driver exception chained)."""
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
@@ -162,12 +171,6 @@ class SqlTarget:
             err = self.unavailable(exc)
         raise err
 
-    def control_connection(self) -> PoolProxiedConnection:
-        """The control connection, checked out when first needed."""
-        if self._control is None:
-            self._control = self.checkout()
-        return self._control
-
     def drop_control(self, *, broken: bool) -> None:
         """Give the control connection back to the pool (or discard it when *broken*)."""
         conn, self._control = self._control, None
@@ -201,7 +204,9 @@ class SqlTarget:
         err: SinkUnavailableError | None = None
         for attempt in (1, 2):
             reused = self._control is not None
-            conn = self.control_connection()
+            if self._control is None:
+                self._control = self.checkout()
+            conn = self._control
             try:
                 return action(conn.driver_connection)
             except self.database.driver_error as exc:
@@ -225,17 +230,15 @@ class SqlTarget:
             Exception: other driver errors, as the driver's exceptions.
         """
         conn = self.checkout()
+        broken = True
         try:
             result = action(conn.driver_connection)
+            broken = False
+            return result
         except self.database.driver_error as exc:
-            broken = self.is_connection_error(exc)
+            if not (broken := self.is_connection_error(exc)):
+                raise
+            raise SinkUnavailableError(f"lost a connection to {self.database.product} at {self.where()}: "
+                                       f"{self.redact(self.error_text(exc))}") from None
+        finally:
             give_back(conn, broken=broken)
-            if broken:
-                raise SinkUnavailableError(f"lost a connection to {self.database.product} at {self.where()}: "
-                                           f"{self.redact(self.error_text(exc))}") from None
-            raise
-        except BaseException:
-            give_back(conn, broken=True)
-            raise
-        give_back(conn, broken=False)
-        return result

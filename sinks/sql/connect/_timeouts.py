@@ -25,25 +25,21 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 __all__ = ["reply_deadline"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
 
+@dataclass(slots=True, order=True)
 class Deadline:
     """One armed :func:`reply_deadline`: whether it passed (and shut its socket down)."""
 
-    __slots__ = ("done", "fd", "fired", "when")
-
-    def __init__(self, fd: int, when: float) -> None:
-        self.fd = fd
-        self.when = when
-        self.fired = False
-        self.done = False
-
-    def __lt__(self, other: Deadline) -> bool:
-        return self.when < other.when
+    when: float
+    fd: int = field(compare=False)
+    fired: bool = field(default=False, compare=False)
+    done: bool = field(default=False, compare=False)
 
 
 class _Watchdog:
@@ -56,7 +52,7 @@ class _Watchdog:
         self._pid = -1
 
     def arm(self, fd: int, seconds: float) -> Deadline:
-        d = Deadline(fd, time.monotonic() + seconds)
+        d = Deadline(time.monotonic() + seconds, fd)
         with self._cond:
             if self._pid != os.getpid():  # first use, or a forked child: the thread is not ours
                 self._heap = []

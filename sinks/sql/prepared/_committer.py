@@ -63,8 +63,9 @@ class PreparedCommitter(Generic[C, H]):
         gid = self._checked_gid(handle)
         if self._finish_truthfully("COMMIT", gid):
             return CommitOutcome.COMMITTED
-        if self.markers.exists(gid):
-            return CommitOutcome.ALREADY_COMMITTED
+        return CommitOutcome.ALREADY_COMMITTED if self.markers.exists(gid) else self._lost(gid)
+
+    def _lost(self, gid: str) -> CommitOutcome:
         log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
         return CommitOutcome.LOST
 
@@ -89,16 +90,9 @@ class PreparedCommitter(Generic[C, H]):
         finished = self.dialect.finish_many("COMMIT", gids, recovering=recovering)
         unknown = [g for g, done in zip(gids, finished, strict=True) if not done]
         committed_before = self.markers.among(unknown) if unknown else set()
-        outcomes = []
-        for gid, done in zip(gids, finished, strict=True):
-            if done:
-                outcomes.append(CommitOutcome.COMMITTED)
-            elif gid in committed_before:
-                outcomes.append(CommitOutcome.ALREADY_COMMITTED)
-            else:
-                log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
-                outcomes.append(CommitOutcome.LOST)
-        return outcomes
+        return [CommitOutcome.COMMITTED if done else
+                CommitOutcome.ALREADY_COMMITTED if gid in committed_before else self._lost(gid)
+                for gid, done in zip(gids, finished, strict=True)]
 
     def abort(self, handle: H) -> None:
         """Roll back the handle's prepared transaction; an id that is already gone is fine.
@@ -160,10 +154,8 @@ class PreparedCommitter(Generic[C, H]):
             SinkUnavailableError / SinkError: the server failed.
         """
         prefix = Xid.prefix(sink_id)
-        try:
+        with self.target.mapped("list prepared transactions"):
             gids = self.dialect.prepared_ids(prefix)
-        except self.target.database.driver_error as exc:
-            raise self.target.map_error(exc, "list prepared transactions") from None
         out = []
         for gid in sorted(g for g in gids if g.startswith(prefix)):
             h = self.parse_gid(gid)
@@ -182,10 +174,8 @@ class PreparedCommitter(Generic[C, H]):
             SinkUnavailableError / SinkError: the server failed.
         """
         handles = self.list_prepared(sink_id)
-        try:
+        with self.target.mapped("read when transactions were prepared"):
             since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}
-        except self.target.database.driver_error as exc:
-            raise self.target.map_error(exc, "read when transactions were prepared") from None
         return [PreparedDetail(h, "prepared transaction", since.get(h.txn_id)) for h in handles]
 
     def headroom(self, sink_id: str) -> Headroom | None:
@@ -195,10 +185,8 @@ class PreparedCommitter(Generic[C, H]):
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        try:
+        with self.target.mapped("count prepared transactions"):
             return self.dialect.headroom()
-        except self.target.database.driver_error as exc:
-            raise self.target.map_error(exc, "count prepared transactions") from None
 
     def parse_gid(self, gid: str) -> H | None:
         """Rebuild a handle from a transaction id (``None`` if it is not a canonical twopc id)."""
@@ -219,10 +207,8 @@ class PreparedCommitter(Generic[C, H]):
             SinkError / SinkUnavailableError: the server failed.
         """
         t = self.target
-        try:
+        with t.mapped(f"purge markers from {t.marker_table}"):
             count, _rows = t.control_execute(
                 f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
                 f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))
-        except t.database.driver_error as exc:
-            raise t.map_error(exc, f"purge markers from {t.marker_table}") from None
         return count

@@ -1,12 +1,8 @@
-"""The marker table of a prepared-transaction SQL sink.
+"""The marker table of a prepared-transaction SQL sink: checked at validation, and read.
 
 Each prepared transaction writes one marker row (committed atomically with its data), so
 that a commit that finds its transaction gone can tell "already committed" (marker present)
-from "lost" (absent): the database answers both the same way. Reading those rows and
-checking the table at validation is this module's job; the row's ``INSERT`` is the writer's
-(:meth:`~twopc.sinks.sql.prepared._writer.PreparedWriter.marker_row`), their purge the
-committer's (:meth:`~twopc.sinks.sql.prepared._committer.PreparedCommitter.purge_markers`), the
-DDL the dialect's (:meth:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect.create_markers`).
+from "lost" (absent): the database answers both the same way.
 """
 
 from __future__ import annotations
@@ -61,15 +57,7 @@ class MarkerTable:
         Raises:
             SinkError / SinkUnavailableError: the server failed.
         """
-        t = self.target
-        try:
-            _n, rows = t.control_execute(
-                f"SELECT 1 FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} = %s", (gid,), fetch=True)
-        except t.database.driver_error as exc:
-            if t.is_missing_table(exc):
-                return False
-            raise t.map_error(exc, "read the marker table") from None
-        return bool(rows)
+        return bool(self.among([gid]))
 
     def among(self, gids: Sequence[str]) -> set[str]:
         """Which of *gids* have a marker row (were committed), in one query per 1,000 ids."""

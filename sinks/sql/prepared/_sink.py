@@ -44,7 +44,6 @@ from ..._secrets import credential_free
 from .._errors import session_init_failed
 from .._registry import SqlDatabase
 from .._target_ledger import SqlTargetLedger
-from .._twopc_schema import ensure_schema
 from ..connect._server_instance import SqlNamedTarget
 from ..connect._sql_dialect import SqlDialect, SqlTxn
 from ..connect._sql_target import SqlTarget, give_back
@@ -69,24 +68,23 @@ _PARTS = ("target", "dialect", "markers", "_open")
 
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
-    """Exactly-once appends to one SQL table through prepared transactions.
+    """Exactly-once appends to one SQL table through prepared transactions: its target
+(:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`), the dialect, the executor side
+(:class:`~twopc.sinks.sql.prepared._writer.PreparedWriter`) and the driver side
+(:class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter`); it validates the target.
 
     Args:
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
             (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
-        **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
-            ``user``, ``password``, ``marker_table``, ``lock_timeout`` (a duration such as
-            ``"30s"``, or seconds), ``connect_timeout``, ``isolation_level``,
-            ``query_timeout``, ``session_init_statement``, ``batch_size``, ``copy_format``,
-            ``driver``.
+        **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`).
 
     Raises:
         ConfigurationError: an argument is invalid (nothing is contacted).
 
     A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The
     instance holds only configuration and pickles to executors; connections come from a
-    per-process pool, opened lazily and reused across tasks.
+    per-process pool.
     """
 
     #: what the parts need to know about the database
@@ -211,6 +209,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
         t = self.target
         conn = t.checkout()
+        broken = False
         try:
             dbapi = conn.driver_connection
             self.dialect.check_server(dbapi)
@@ -218,7 +217,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             columns = self.dialect.target_columns(dbapi, validating=True)
             t.match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             if (own := self.options.twopc_schema) is not None:
-                ensure_schema(dbapi_runner(dbapi), t.database.name, own, self.options.url.database or "")
+                t.database.ensure_schema(dbapi_runner(dbapi), own, self.options.url.database or "")
             MarkerTable(t).ensure(dbapi, self.dialect)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
             require_privileges(dbapi_runner(dbapi), t.database.name, table=t.qualified(t.marker),
@@ -226,14 +225,11 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
         except t.database.driver_error as exc:
             broken = t.is_connection_error(exc)
-            give_back(conn, broken=broken)
             raise (SinkUnavailableError if broken else SinkError)(
                 f"validating {t.table} on {t.where()} failed: {t.redact(t.error_text(exc))}"
             ) from None
-        except BaseException:
-            give_back(conn, broken=False)
-            raise
-        give_back(conn, broken=False)
+        finally:
+            give_back(conn, broken=broken)
 
     def _try_session_init(self, dbapi: Any) -> None:
         """Run ``sessionInitStatement`` once in a transaction that is rolled back, so a

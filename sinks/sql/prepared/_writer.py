@@ -6,9 +6,10 @@ back; anything else rolls back before it propagates)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NoReturn, TypeVar
 
 from twopc import ConfigurationError, SinkError, TransactionContext
@@ -122,18 +123,13 @@ class PreparedWriter(Generic[C, H]):
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in pending:
             groups.setdefault(tuple(row), []).append(row)
-        try:
+        with self.rolling_back(txn, f"write rows to {self.target.table}"):
             for keys, rows in groups.items():
                 if not keys:
                     raise ConfigurationError(f"{type(self).__name__}.invoke got an empty row (no columns)")
                 cols = self.target.match(list(keys), None, txn.columns, check_types=False, check_required=False)
                 self.dialect.load_rows(txn, cols, keys, rows)
                 txn.rows += len(rows)
-        except self.target.database.driver_error as exc:
-            self.fail(txn, exc, f"write rows to {self.target.table}")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
 
     def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
         """Load a whole Arrow batch into the transaction, without Python objects per row
@@ -153,7 +149,7 @@ class PreparedWriter(Generic[C, H]):
             return
         if txn.pending:
             self._flush_rows(txn)
-        try:
+        with self.rolling_back(txn, f"write rows to {self.target.table}"):
             plan = txn.plans.get(batch.schema)
             if plan is None:
                 cols = self.target.match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
@@ -163,11 +159,6 @@ class PreparedWriter(Generic[C, H]):
                 plan = txn.plans[batch.schema] = self.dialect.plan(batch.schema, cols)
             self.dialect.load_batch(txn, batch, plan)
             txn.rows += batch.num_rows
-        except self.target.database.driver_error as exc:
-            self.fail(txn, exc, f"write rows to {self.target.table}")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
 
     def pre_commit(self, txn: SqlTxn[C]) -> H:
         """Finish loading, write the marker row, prepare the transaction, check that the
@@ -185,13 +176,8 @@ class PreparedWriter(Generic[C, H]):
         self.usable(txn)
         if txn.pending:
             self._flush_rows(txn)
-        try:
+        with self.rolling_back(txn, f"write rows to {self.target.table}"):
             self.dialect.end_load(txn)
-        except self.target.database.driver_error as exc:
-            self.fail(txn, exc, f"write rows to {self.target.table}")
-        except BaseException as exc:
-            self.abandon(txn, exc)
-            raise
         self.dialect.prepare(txn, self)
         log.debug("twopc: prepared %s (%s rows)", txn.gid, txn.rows)
         c = txn.context
@@ -229,6 +215,18 @@ class PreparedWriter(Generic[C, H]):
         conn, txn.conn = txn.conn, None
         self._open.discard(txn)
         give_back(conn, broken=broken)
+
+    @contextlib.contextmanager
+    def rolling_back(self, txn: SqlTxn[C], action: str) -> Iterator[None]:
+        """Roll *txn* back when the block fails: :meth:`fail` for a driver error (during
+        *action*), :meth:`abandon` for anything else, which propagates."""
+        try:
+            yield
+        except self.target.database.driver_error as exc:
+            self.fail(txn, exc, action)
+        except BaseException as exc:
+            self.abandon(txn, exc)
+            raise
 
     def abandon(self, txn: SqlTxn[C], exc: BaseException) -> None:
         """Roll back after a non-driver error (our own check, an interrupt)."""

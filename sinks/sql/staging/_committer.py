@@ -8,14 +8,13 @@ with the executor's methods."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import logging
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError
 
 from twopc import CommitOutcome, TransactionHandle, TransactionLostError, Xid
 from twopc.spi import ProtocolError, SchemaMismatchError, TargetConfigurationError
@@ -74,8 +73,7 @@ class StagingCommitter(StagingDdl):
         if len(batch_ids) != 1:
             raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
         sink_id, batch_id = batch_ids.pop()
-        conn = self.connect()
-        try:
+        with self.session(f"commit batch {batch_id} into {self.target.display()}") as conn:
             self.begin(conn)
             d = conn.dialect
             marker = conn.execute(sa.text(
@@ -104,14 +102,6 @@ class StagingCommitter(StagingDdl):
                          {"s": sink_id, "b": batch_id, "r": total,
                           "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
             conn.commit()
-        except SQLAlchemyError as exc:
-            _quiet_rollback(conn)
-            raise self.error(exc, f"commit batch {batch_id} into {self.target.display()}") from None
-        except BaseException:
-            _quiet_rollback(conn)
-            raise
-        finally:
-            conn.close()
         log.info("twopc staging: committed batch %s of %s: %s rows into %s", batch_id, sink_id, total,
                  self.target.display())
         return [CommitOutcome.COMMITTED] * len(handles)
@@ -172,21 +162,14 @@ class StagingCommitter(StagingDdl):
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
         """On PostgreSQL, empty the staging table with ``TRUNCATE`` (inside the commit
-        transaction, so it commits or rolls back with the move) when it provably holds
-        nothing but *ids*' rows; return whether it did.
+        transaction) when it provably holds nothing but *ids*' rows; return whether it did.
 
-        ``DELETE`` of a batch's staged rows costs about as much as staging them, writes
-        WAL, and leaves every row dead in the table until a vacuum (each later scan of
-        staging reads them). ``TRUNCATE`` swaps in an empty file. It is only safe when no
-        other session is staging or reading: ``LOCK ... ACCESS EXCLUSIVE NOWAIT`` succeeds
-        only when no other transaction holds any lock on the table (a task staging rows
-        holds one until it commits), and under that lock no other attempt's committed rows
-        remain (checked, by a statement of a READ COMMITTED transaction: its snapshot is
-        taken after the lock). Otherwise (another isolation level, the lock busy, other rows
-        staged, no TRUNCATE privilege) the savepoint is rolled back, releasing the lock, and
-        the caller deletes. The lock is held only for the rest of the commit transaction
-        (milliseconds): a task that starts staging meanwhile waits for it, then stages into
-        the emptied table."""
+        ``TRUNCATE`` swaps in an empty file where ``DELETE`` writes WAL and leaves dead rows
+        until a vacuum. It is safe only when no other session is staging or reading:
+        ``LOCK ... ACCESS EXCLUSIVE NOWAIT`` succeeds only when no other transaction holds a
+        lock on the table (a staging task holds one until it commits), and under that lock a
+        READ COMMITTED statement sees every other attempt's committed rows. Otherwise the
+        savepoint is rolled back, releasing the lock, and the caller deletes."""
         if not self.dialect.truncates_in_transaction:
             return False
         # Only a statement snapshot taken after the lock sees every row committed before it
@@ -225,20 +208,9 @@ class StagingCommitter(StagingDdl):
         Raises:
             SinkError / SinkUnavailableError: the database failed; retry.
         """
-        conn = self.connect()
-        try:
+        what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
+        with self.session(f"delete staged rows of {what}") as conn:
             self.begin(conn)
             if self.has_table(conn, self.stage):
                 self.delete_staged_rows(conn, txn_ids)
             conn.commit()
-        except SQLAlchemyError as exc:
-            _quiet_rollback(conn)
-            what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
-            raise self.error(exc, f"delete staged rows of {what}") from None
-        finally:
-            conn.close()
-
-
-def _quiet_rollback(conn: Connection) -> None:
-    with contextlib.suppress(Exception):  # the connection is closed next, which rolls back too
-        conn.rollback()

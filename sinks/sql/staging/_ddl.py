@@ -1,14 +1,10 @@
 """The staging mode's plan-time side: checking the target against the DataFrame, and
-creating (or re-creating) the staging and batch marker tables before any task runs.
-
-:class:`StagingDdl` is :class:`~twopc.sinks.sql.staging._tables.StagingTables` (the configuration
-and connections) with these checks; :class:`~twopc.sinks.sql.StagingSink` is one (through
-:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`).
-"""
+creating (or re-creating) the staging and batch marker tables before any task runs."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -22,7 +18,6 @@ from twopc.spi.lease import EPHEMERAL_PREFIX, ephemeral_started, ephemeral_write
 from .._errors import session_init_failed
 from .._privileges import Run, require_privileges
 from .._transactional import require_transactional
-from .._twopc_schema import ensure_schema
 from ._statements import (
     TXN_COLUMN,
     batches_table,
@@ -31,12 +26,14 @@ from ._statements import (
     sql_string,
     stage_table,
 )
-from ._table_columns import VerbatimType, catalog_columns, check_columns, same_type
+from ._table_columns import VerbatimType, check_columns, same_type
 from ._tables import StagingTables
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
+
+    from .._names import TableName
 
 __all__ = ["StagingDdl"]
 
@@ -67,14 +64,11 @@ class StagingDdl(StagingTables):
                 conn.rollback()
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the target against the DataFrame and prepare staging.
-
-        Creates the staging table (re-creating it when it is empty and its columns no
-        longer fit) and the batch marker table; on MySQL/MariaDB also a missing target
-        (DDL there cannot join the commit transaction). Deletes staged rows of dead
-        ``eph-`` writes older than the retention. An overwrite that will drop and re-create
-        an existing target (:meth:`StagingTables.replaced_by`) logs a WARNING naming what the table will
-        lose (:func:`~twopc.sinks.sql.staging._recreate_losses.recreate_losses`).
+        """Check the target against the DataFrame and prepare staging: create the staging table
+(re-created when empty and its columns no longer fit), the batch marker table and, on
+MySQL/MariaDB, a missing target (DDL there cannot join the commit transaction); delete
+staged rows of dead ``eph-`` writes; warn what an overwrite that re-creates the target
+will lose.
 
         Raises:
             SinkUnavailableError: no connection.
@@ -84,11 +78,12 @@ class StagingDdl(StagingTables):
             SchemaMismatchError: the DataFrame does not fit the existing table, or
                 ``upsertKeys`` has no matching unique constraint.
         """
+        from ._recreate_losses import recreate_losses  # here: it loads pyarrow, which a commit never needs
+
         self.schema = schema
         keys = self.options.upsert_keys
         self._try_session_init()
-        conn = self.connect()
-        try:
+        with self.session(f"validate {self.target.display()}") as conn:
             exists = self.has_table(conn, self.target)
             if exists:
                 require_transactional(conn, self.target)
@@ -101,8 +96,13 @@ class StagingDdl(StagingTables):
                     f".mode(\"append\"))")
             recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self.create_ddl(conn)  # maps every column type now: errors before any task runs
-            if exists and recreate:
-                self._warn_recreate(conn, schema)
+            if exists and recreate and (lost := recreate_losses(
+                    conn, self.target, schema, overrides=self.options.create_table_column_types, keys=keys,
+                    comment=self.options.table_comment)):
+                log.warning(
+                    "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
+                    "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
+                    "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
             stage_types: dict[str, str] = {}
             if exists and not recreate:
                 matched = check_columns(conn, self.target, schema)
@@ -117,36 +117,20 @@ class StagingDdl(StagingTables):
             if not exists and not self.dialect.transactional_ddl and self.mode != "ignore":
                 self._create_target_now(conn, ddl)
             if (name := self.options.twopc_schema) is not None:
-                ensure_schema(self._committing(conn), self.dialect_name, name, self.options.url.database or "")
+                self.dialect.ensure_schema(self._each_alone(conn, keep=True), name, self.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
             require_transactional(conn, self.stage, role="the staging table")
-            self._ensure_batches(conn)
+            if not self.has_table(conn, self.batches):
+                self._create(conn, self.batches, batches_table(self.batches))
             require_transactional(conn, self.batches, role="the batch marker table")
             # tasks insert staged rows; the commit reads and deletes them, and keeps a batch marker
             for t, cols, role in ((self.stage, (TXN_COLUMN,), "the staging table"),
                                   (self.batches, ("sink_id", "batch_id", "rows", "committed_at"),
                                    "the batch marker table")):
-                require_privileges(self._probe(conn), self.dialect_name, table=t.quoted(conn.dialect),
-                                   display=t.display(), columns=[self.q(c) for c in cols],
+                require_privileges(self._each_alone(conn, keep=False), self.dialect_name,
+                                   table=t.quoted(conn.dialect), display=t.display(), columns=[self.q(c) for c in cols],
                                    privileges=("SELECT", "INSERT", "DELETE"), role=role)
             self._expire_ephemeral(conn)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"validate {self.target.display()}") from None
-        finally:
-            conn.close()
-
-    def _warn_recreate(self, conn: Connection, schema: pa.Schema) -> None:
-        """Say, before any task runs, what dropping and re-creating the target will lose."""
-        from ._recreate_losses import recreate_losses
-
-        o = self.options
-        lost = recreate_losses(conn, self.target, schema, overrides=o.create_table_column_types, keys=o.upsert_keys,
-                               comment=o.table_comment)
-        if lost:
-            log.warning(
-                "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
-                "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
-                "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
 
     def expire_abandoned(self) -> None:
         """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing
@@ -156,14 +140,9 @@ class StagingDdl(StagingTables):
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
-        conn = self.connect()
-        try:
+        with self.session(f"clean up staged rows in {self.stage.display()}") as conn:
             if self.has_table(conn, self.stage):
                 self._expire_ephemeral(conn)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"clean up staged rows in {self.stage.display()}") from None
-        finally:
-            conn.close()
 
     def _create_target_now(self, conn: Connection, ddl: str) -> None:
         """Create the missing target at validation (MySQL DDL cannot join the commit
@@ -186,8 +165,7 @@ class StagingDdl(StagingTables):
 
         assert self.schema is not None
         o = self.options
-        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types,
-                               options="", extra_columns=())
+        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types)
         if o.upsert_keys:
             names = {n.lower(): n for n in self.schema.names}
             keys = ", ".join(self.q(names.get(k.lower(), k)) for k in o.upsert_keys)
@@ -199,23 +177,9 @@ class StagingDdl(StagingTables):
         return ddl
 
     @staticmethod
-    def _probe(conn: Connection) -> Run:
+    def _each_alone(conn: Connection, *, keep: bool) -> Run:
         """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
-        its own, rolled back."""
-        def run(query: str) -> list[tuple[Any, ...]]:
-            if conn.in_transaction():
-                conn.commit()
-            try:
-                r = conn.exec_driver_sql(query)
-                return [tuple(row) for row in r.fetchall()] if r.returns_rows else []
-            finally:
-                conn.rollback()
-        return run
-
-    @staticmethod
-    def _committing(conn: Connection) -> Run:
-        """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
-        its own, committed (rolled back when it fails)."""
+        its own, committed when *keep* (rolled back when it fails), else rolled back."""
         def run(query: str) -> list[tuple[Any, ...]]:
             if conn.in_transaction():
                 conn.commit()
@@ -225,7 +189,7 @@ class StagingDdl(StagingTables):
             except BaseException:
                 conn.rollback()
                 raise
-            conn.commit()
+            (conn.commit if keep else conn.rollback)()
             return rows
         return run
 
@@ -240,7 +204,8 @@ class StagingDdl(StagingTables):
         if self.has_table(conn, self.stage):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
             # a staged column of another type would convert the values before the target sees them
-            have_types = {c.name: c.display_type for c in catalog_columns(conn, self.stage) or []}
+            staged = self.dialect.catalog_columns(conn.connection.driver_connection, self.stage) or []
+            have_types = {c.name: c.display_type for c in staged}
             want_types = {f.name: types.get(f.name)
                           or arrow_to_sqlalchemy(f, conn.dialect.name).compile(dialect=conn.dialect)
                           for f in schema} if have_types else {}
@@ -255,27 +220,17 @@ class StagingDdl(StagingTables):
                         f"columns (or their types) differ from this DataFrame's; finish it first (python -m "
                         f"recovery with that query's checkpoint) or delete them")
                 conn.exec_driver_sql(f"DROP TABLE {self.stage.quoted(conn.dialect)}")
+        self._create(conn, self.stage, stage_table(self.stage, schema, self.dialect_name,
+                                                   {n: VerbatimType(t) for n, t in types.items()}))
+
+    def _create(self, conn: Connection, t: TableName, table: sa.Table) -> None:
+        """Create *table* (named *t*), unless another writer just did."""
         try:
             with fresh(conn):
-                stage_table(self.stage, schema, self.dialect_name,
-                            {n: VerbatimType(t) for n, t in types.items()}).create(conn, checkfirst=True)
+                table.create(conn, checkfirst=True)
         except SQLAlchemyError:
-            if not self.has_table(conn, self.stage):  # else: created concurrently
+            if not self.has_table(conn, t):
                 raise
-
-    def _ensure_batches(self, conn: Connection) -> None:
-        if self.has_table(conn, self.batches):
-            return
-        try:
-            with fresh(conn):
-                batches_table(self.batches).create(conn, checkfirst=True)
-        except SQLAlchemyError:
-            if not self.has_table(conn, self.batches):
-                raise
-
-    def _staged_txns(self, conn: Connection, prefix: str) -> list[str]:
-        """Distinct transaction ids in the staging table starting with *prefix*."""
-        return list(self.staged_counts(conn, prefix))
 
     def delete_staged_rows(self, conn: Connection, ids: Sequence[str]) -> None:
         if not ids:
@@ -289,15 +244,11 @@ class StagingDdl(StagingTables):
         its commit will find rows missing and write nothing — never half."""
         now = dt.datetime.now(dt.UTC).timestamp()
         stale = []
-        dead: dict[str, bool] = {}
-        for txn_id in self._staged_txns(conn, f"twopc:{EPHEMERAL_PREFIX}"):
+        dead = functools.cache(ephemeral_writer_dead)  # asked once per write
+        for txn_id in self.staged_counts(conn, f"twopc:{EPHEMERAL_PREFIX}"):
             sink_id = txn_id.split(":")[1]
             started = ephemeral_started(sink_id)
-            if started is None:
-                continue
-            if sink_id not in dead:
-                dead[sink_id] = ephemeral_writer_dead(sink_id)
-            if dead[sink_id] or now - started > self.options.staging_retention.seconds:
+            if started is not None and (dead(sink_id) or now - started > self.options.staging_retention.seconds):
                 stale.append(txn_id)
         if stale:
             with fresh(conn):

@@ -1,36 +1,29 @@
 """Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
 transactions (PostgreSQL, MySQL/MariaDB, SQLite, ...), no two-phase commit needed.
 
-Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`,
-``twopc:{sink}:{batch}:{partition}:{attempt}:{8 hex}``), into a durable staging table and
-commits that local transaction: this is its *prepare* (durable, invisible in the target).
-On PostgreSQL the rows go through the same COPY stream as the prepared mode
-(:mod:`twopc.sinks.postgres._copy`). The driver's commit then runs ONE local transaction that
+Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`), into
+a durable staging table (on PostgreSQL through the prepared mode's COPY stream) and commits
+that local transaction: its *prepare* (durable, invisible in the target). The driver's
+commit then runs ONE local transaction that
 
-1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists
-   (a replay), deleting the replay's staged rows;
-2. checks that every chosen attempt's staged row count equals its handle's count (a
-   staged attempt that vanished makes the commit raise, with nothing written);
-3. runs the write's DDL, if any: ``CREATE TABLE`` when the target is missing; for
-   overwrite ``TRUNCATE``/``DELETE`` (``truncate=true``, a streaming complete mode, MySQL)
-   or ``DROP`` + ``CREATE`` (:meth:`~twopc.sinks.sql.staging._tables.StagingTables.replaced_by`);
-4. moves the chosen attempts' rows (:func:`~twopc.sinks.sql.staging._statements.move_sql`);
-5. deletes them from staging (on PostgreSQL by ``TRUNCATE`` when nothing else is staged:
-   :meth:`StagingCommitter._truncate_staged`) and inserts the batch marker.
+1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists (a
+   replay), deleting the replay's staged rows;
+2. checks that every chosen attempt's staged row count equals its handle's (a staged
+   attempt that vanished makes the commit raise, with nothing written);
+3. runs the write's DDL, if any (``CREATE TABLE``; for overwrite ``TRUNCATE``/``DELETE``
+   or ``DROP`` + ``CREATE``: :meth:`~twopc.sinks.sql.staging._tables.StagingTables.replaced_by`);
+4. moves the chosen attempts' rows, deletes them from staging and inserts the batch marker.
 
-Readers therefore see the old table or the new one, never a part (overwrite included,
-where the database's DDL is transactional: PostgreSQL and SQLite; on MySQL/MariaDB DDL
-commits implicitly, so there overwrite deletes and inserts, keeping the table, and a
-missing table is created at validation, before any task runs).
+Readers see the old table or the new one, never a part (overwrite included where DDL is
+transactional: PostgreSQL and SQLite; on MySQL/MariaDB overwrite deletes and inserts,
+keeping the table, and a missing table is created at validation, before any task runs).
 
-Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort` (the
-coordinator's sweep, or recovery). Staged rows of writes without a checkpoint whose
-driver died (sink ids ``eph-...``) are deleted by the next write to the table: at once when
-that write runs on the machine of the dead driver and can prove it gone (its temporary
-ledger is there, its process is not: :func:`twopc.spi.lease.ephemeral_writer_dead`), else once the
-write started longer ago than the ``stagingRetention`` option (a duration, default 24 h).
-Deleting them is always safe, because a commit that finds fewer staged rows than its
-handles promise writes nothing.
+Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort`.
+Those of writes without a checkpoint whose driver died (sink ids ``eph-...``) are deleted
+by the next write to the table: at once when it can prove the driver gone
+(:func:`twopc.spi.lease.ephemeral_writer_dead`), else once that write started longer ago
+than ``stagingRetention`` (default 24 h). Deleting them is always safe: a commit that finds
+fewer staged rows than its handles promise writes nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +38,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Self
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TwoPhaseCommitSink
+from twopc import CommitShape, ConfigurationError, TransactionContext, TwoPhaseCommitSink
 from twopc.spi import (
     BatchCommit,
     Inspectable,
@@ -55,7 +48,6 @@ from twopc.spi import (
 )
 
 from ..._handles import StagingHandle
-from .._registry import dialect_for
 from ..connect._server_instance import SqlNamedTarget
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import StagingCommitter
@@ -82,7 +74,9 @@ class _StageTxn:
 
 class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup,
                   BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget):
-    """Exactly-once writes through a staging table and one local commit transaction.
+    """Exactly-once writes through a staging table and one local commit transaction (the
+executor side here; the driver's side is
+:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`).
 
     Args:
         url: a JDBC URL or a SQLAlchemy URL with credentials (``postgresql+psycopg://``,
@@ -90,22 +84,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`):
-            ``truncate``, ``upsert_keys``, ``create_table_options``,
-            ``create_table_column_types``, ``table_comment``, ``batch_size``,
-            ``isolation_level``, ``session_init_statement``, ``query_timeout``,
-            ``staging_table``, ``staging_retention`` (age after which staged rows of
-            dead writes without checkpoint are deleted), ``lock_timeout``,
-            ``connect_timeout``, ``copy_format``,
-            ``user``, ``password``.
+        **options: ``twopc-jdbc``'s options as keywords (see
+            :mod:`twopc.sinks.sql.options._jdbc_options`), e.g. ``staging_table``,
+            ``staging_retention`` (age after which staged rows of dead writes without
+            checkpoint are deleted), ``upsert_keys``, ``user``, ``password``.
 
     Raises:
         ConfigurationError: an argument is invalid.
-
-    The sink is its parts, each a base of the next: the tables, configuration and connections
-    (:class:`~twopc.sinks.sql.staging._tables.StagingTables`), the plan-time checks and DDL
-    (:class:`~twopc.sinks.sql.staging._ddl.StagingDdl`), the driver's move, abort and listing
-    (:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`); the executor side is here.
     """
 
     __handle_type__ = StagingHandle
@@ -201,7 +186,10 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             return
         try:
             if txn.copy is not None:
-                self._copy_batch(txn, batch)
+                plan = txn.plans.get(batch.schema)
+                if plan is None:
+                    plan = txn.plans[batch.schema] = txn.copy.plan_for(batch.schema, self.options.copy_format)
+                txn.copy.write_batch(batch, plan)
             else:
                 self._insert_batch(txn, batch)
             txn.rows += batch.num_rows
@@ -213,12 +201,13 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
-        if isinstance(exc, SQLAlchemyError) or _is_copy_error(txn, exc, self.dialect_name):
+        if isinstance(exc, SQLAlchemyError) or (txn.copy is not None and isinstance(exc, self.dialect.driver_error)):
             raise self.error(exc, f"stage rows for {self.target.display()}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         from ..types._json_values import is_nested, json_texts
 
@@ -232,8 +221,11 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                 continue
             if is_nested(f.type):
                 arr = json_texts(arr)  # fits only JSON columns (or SQLite's untyped ones)
-            elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
-                _check_nul(name, arr)
+            elif (pa.types.is_string(f.type) or pa.types.is_large_string(f.type)) and pc.any(
+                    pc.match_substring(arr, "\x00")).as_py():
+                raise ConfigurationError(
+                    f"column {name!r}: a value contains a NUL byte (\\x00), which the database cannot store "
+                    f"in text; remove it before writing. Nothing was written")
             values = arr.to_pylist()
             if pa.types.is_timestamp(f.type) and f.type.tz is not None:
                 values = [v.astimezone(dt.UTC).replace(tzinfo=None) if v is not None else None for v in values]
@@ -246,12 +238,6 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         size = self.options.batch_size
         for i in range(0, len(rows), size):
             txn.conn.exec_driver_sql(stmt, rows[i:i + size])
-
-    def _copy_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
-        plan = txn.plans.get(batch.schema)
-        if plan is None:
-            plan = txn.plans[batch.schema] = txn.copy.plan_for(batch.schema, self.options.copy_format)
-        txn.copy.write_batch(batch, plan)
 
     def pre_commit(self, txn: _StageTxn) -> StagingHandle:
         """Commit the staged rows locally (durable, invisible in the target).
@@ -267,8 +253,6 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             txn.conn.commit()
         except Exception as exc:  # noqa: BLE001 - rolled back, then re-raised (a database error as a SinkError)
             self._stage_failed(txn, exc)
-            raise SinkError(f"could not stage rows for {self.target.display()}: "
-                            f"{self.redact(' '.join(str(exc).split()))[:400]}") from None
         txn.prepared = True
         self._close(txn)
         ctx = txn.context
@@ -296,18 +280,3 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         if conn is not None:
             with contextlib.suppress(Exception):  # releasing must not mask the error being handled
                 conn.close()
-
-
-def _is_copy_error(txn: _StageTxn, exc: BaseException, dialect: str) -> bool:
-    """Whether *exc* is the database refusing a COPY (psycopg's own error: the COPY stream
-    talks to psycopg directly, not through SQLAlchemy)."""
-    return txn.copy is not None and isinstance(exc, dialect_for(dialect).driver_error)
-
-
-def _check_nul(name: str, arr: pa.Array) -> None:
-    import pyarrow.compute as pc
-
-    if pc.any(pc.match_substring(arr, "\x00")).as_py():
-        raise ConfigurationError(
-            f"column {name!r}: a value contains a NUL byte (\\x00), which the database cannot store "
-            f"in text; remove it before writing. Nothing was written")

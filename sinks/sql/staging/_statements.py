@@ -60,14 +60,13 @@ def sql_string(text: str, *, backslash: bool) -> str:
 
 
 def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
-                types: Mapping[str, sa.types.TypeEngine[Any]] | None = None) -> sa.Table:
+                types: Mapping[str, sa.types.TypeEngine[Any]]) -> sa.Table:
     """The staging table for DataFrames of *schema*: the transaction id, then every
     column, nullable, of the type in *types* (the target's) or else the type twopc would
     create (:func:`~twopc.sinks.sql.types._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
     to the transaction's ``twopc.txn_id`` setting, so COPY need not send it with every row."""
     from ..types._arrow_ddl import arrow_to_sqlalchemy  # here: a commit never loads pyarrow
 
-    types = types or {}
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
     if (default := dialect_for(dialect_name).stage_txn_default) is not None:
         txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False, server_default=sa.text(default))

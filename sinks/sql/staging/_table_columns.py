@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
 
-__all__ = ["VerbatimType", "catalog_columns", "check_columns", "same_type"]
+__all__ = ["VerbatimType", "check_columns", "same_type"]
 
 
 
@@ -36,14 +36,6 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
         return self.ddl
 
 
-def catalog_columns(conn: Connection, table: TableName) -> list[Any] | None:
-    """The columns of *table* as the dialect's own catalog reader sees them
-    (:class:`~twopc.sinks.postgres._columns.PgColumn`, :class:`~twopc.sinks.mysql._my_column.MyColumn`;
-    ``display_type`` is DDL for the type), ``None`` when the table does not exist or the
-    dialect has no reader (then use SQLAlchemy's reflection)."""
-    return dialect_for(conn.dialect.name).catalog_columns(conn.connection.driver_connection, table)
-
-
 def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
     """The target's columns matched to the DataFrame's (in its order), after checking that
     the DataFrame fits them with the rule every mode shares (names, types, required
@@ -52,11 +44,12 @@ def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Seq
     Raises:
         SchemaMismatchError: listing every problem.
     """
-    cols: Sequence[Any] | None = catalog_columns(conn, target)
+    dialect = dialect_for(conn.dialect.name)
+    cols: Sequence[Any] | None = dialect.catalog_columns(conn.connection.driver_connection, target)
     if cols is None:
         cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
     return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
-                         compatible=dialect_for(conn.dialect.name).compatible or _reflected_fits, type_name=str,
+                         compatible=dialect.compatible or _reflected_fits, type_name=str,
                          check_required=True)
 
 

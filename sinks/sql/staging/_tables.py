@@ -6,7 +6,9 @@ of the staging table: the attempts staged in it, the batch markers purged. A pre
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
 
 import sqlalchemy as sa
@@ -84,6 +86,22 @@ class StagingTables:
             conn = conn.execution_options(isolation_level=isolation_sql(self.options.isolation_level))
         return conn
 
+    @contextlib.contextmanager
+    def session(self, action: str) -> Iterator[Connection]:
+        """A connection for the block, rolled back when the block fails and closed after it;
+        a database error becomes :meth:`error`'s for *action*."""
+        conn = self.connect()
+        try:
+            yield conn
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # closing the connection rolls back too
+                conn.rollback()
+            if isinstance(exc, SQLAlchemyError):
+                raise self.error(exc, action) from None
+            raise
+        finally:
+            conn.close()
+
     def unavailable(self, exc: BaseException) -> SinkUnavailableError:
         orig = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         reason = self.redact(" ".join(str(orig).split()) or type(orig).__name__)
@@ -113,11 +131,8 @@ class StagingTables:
         text = self.redact(" ".join(str(orig).split()))[:600]
         if isinstance(exc, IntegrityError):
             diag = getattr(orig, "diag", None)
-            what = []
-            if diag is not None and getattr(diag, "column_name", None):
-                what.append(f"column {diag.column_name!r}")
-            if diag is not None and getattr(diag, "constraint_name", None):
-                what.append(f"constraint {diag.constraint_name!r}")
+            what = [f"{kind} {name!r}" for kind in ("column", "constraint")
+                    if (name := getattr(diag, f"{kind}_name", None))]
             named = f" ({', '.join(what)})" if what else ""
             return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
@@ -179,14 +194,8 @@ class StagingTables:
         return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
 
     def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
-        conn = self.connect()
-        try:
-            with fresh(conn):
-                counts = self.staged_counts(conn, Xid.prefix(sink_id))
-        except SQLAlchemyError as exc:
-            raise self.error(exc, "list staged transactions") from None
-        finally:
-            conn.close()
+        with self.session("list staged transactions") as conn, fresh(conn):
+            counts = self.staged_counts(conn, Xid.prefix(sink_id))
         out = []
         for txn_id, rows in counts.items():
             h = self.parse_txn_id(txn_id)
@@ -209,14 +218,9 @@ class StagingTables:
         Raises:
             SinkError / SinkUnavailableError: the database failed.
         """
-        conn = self.connect()
-        try:
+        with self.session(f"purge batch markers from {self.batches.display()}") as conn:
             with fresh(conn):
                 stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "
                                f"WHERE sink_id = :s AND batch_id < :b")
                 result = conn.execute(stmt, {"s": sink_id, "b": below_batch})
             return int(result.rowcount)
-        except SQLAlchemyError as exc:
-            raise self.error(exc, f"purge batch markers from {self.batches.display()}") from None
-        finally:
-            conn.close()

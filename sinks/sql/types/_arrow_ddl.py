@@ -105,10 +105,8 @@ def column_ddl(field: pa.Field, dialect: Dialect, overrides: Mapping[str, str]) 
 
 
 def create_table_sql(table: TableName, schema: pa.Schema, dialect: Dialect, *,
-                     overrides: Mapping[str, str] | None = None, options: str = "",
-                     extra_columns: tuple[str, ...] = ()) -> str:
-    """``CREATE TABLE`` for *schema* (Spark's JDBC writer semantics: ``options`` is
-    appended verbatim, like ``createTableOptions``).
+                     overrides: Mapping[str, str] | None = None) -> str:
+    """``CREATE TABLE`` for *schema*, column types as *overrides* (``createTableColumnTypes``) say.
 
     Raises:
         SchemaMismatchError: a column type cannot be mapped.
@@ -121,6 +119,5 @@ def create_table_sql(table: TableName, schema: pa.Schema, dialect: Dialect, *,
         raise ConfigurationError(
             f"createTableColumnTypes names columns the DataFrame does not have: {', '.join(unknown)}; "
             f"DataFrame columns: {', '.join(schema.names)}")
-    cols = list(extra_columns) + [column_ddl(f, dialect, ov) for f in schema]
-    tail = f" {options.strip()}" if options.strip() else ""
-    return f"CREATE TABLE {table.quoted(dialect)} ({', '.join(cols)}){tail}"
+    cols = [column_ddl(f, dialect, ov) for f in schema]
+    return f"CREATE TABLE {table.quoted(dialect)} ({', '.join(cols)})"

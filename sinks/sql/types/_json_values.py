@@ -44,14 +44,6 @@ def is_nested(t: pa.DataType) -> bool:
             or pa.types.is_map(t) or pa.types.is_struct(t))
 
 
-def _number(v: float) -> str:
-    if math.isnan(v):
-        return '"NaN"'
-    if math.isinf(v):
-        return '"Infinity"' if v > 0 else '"-Infinity"'
-    return repr(v)
-
-
 def _decimal(v: Decimal) -> str:
     if not v.is_finite():
         return _str(str(v))
@@ -67,7 +59,9 @@ def _scalar(v: Any) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, float):
-        return _number(v)
+        if math.isnan(v):
+            return '"NaN"'
+        return ('"Infinity"' if v > 0 else '"-Infinity"') if math.isinf(v) else repr(v)
     if isinstance(v, str):
         return _str(v)
     if isinstance(v, Decimal):

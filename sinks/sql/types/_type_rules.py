@@ -1,16 +1,11 @@
 """Which DataFrame (Arrow) types may be written to which table columns: one rule for every
-commit mode (prepared, XA, staging) of every SQL sink.
+commit mode of every SQL sink.
 
-Each backend sorts its columns into a :class:`Family` (PostgreSQL by ``pg_type``, MariaDB/MySQL
-by ``DATA_TYPE``, MariaDB's JSON by its ``JSON_VALID`` check, other databases by the type
-SQLAlchemy reflects); :func:`fits` then answers
-from :data:`RULES`, the one table. It follows what Spark's JDBC writer gets through (Spark
-binds each value with ``setInt``/``setDouble``/``setBigDecimal``/``setString``/... and the
-server converts it to the column's type as in an assignment), with the exceptions the
-README's type table lists; arrays, maps and structs fit JSON columns only, as JSON text
-(:mod:`twopc.sinks.sql.types._json_values`). The modes also store the same values: the staging mode stages
-into columns of the target's own types (:mod:`twopc.sinks.sql.staging._ddl`), through the same
-encoders as the prepared modes.
+Each backend sorts its columns into a :class:`Family` (by its catalog, or the type SQLAlchemy
+reflects); :func:`fits` answers from :data:`RULES`, the one table. It follows what Spark's
+JDBC writer gets through (the server converting each bound value as in an assignment), with
+the exceptions the README's type table lists; arrays, maps and structs fit JSON columns only,
+as JSON text (:mod:`twopc.sinks.sql.types._json_values`).
 """
 
 from __future__ import annotations
