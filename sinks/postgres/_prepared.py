@@ -1,5 +1,5 @@
 """PostgreSQL's SQL for the prepared-transaction protocol (the
-:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
+:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
 ``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
 rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
 ``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
@@ -19,8 +19,8 @@ from twopc import ConfigurationError, SinkError
 from twopc.spi import Headroom, TargetConfigurationError
 
 from ..sql._names import TableName, parse_table_name
-from ..sql.connect._sql_dialect import SqlTxn, TxnControl
-from ..sql.connect._sql_target import SqlTarget
+from ..sql.database._sql_dialect import SqlTxn, TxnControl
+from ..sql.database._sql_target import SqlTarget
 from ..sql.options import isolation_sql
 from . import _server as server
 from ._dialect import PostgresDialect

@@ -24,7 +24,7 @@ from twopc import TransactionContext, TransactionLostError
 
 from .._handles import PostgresHandle
 from ..sql._names import TableName
-from ..sql.connect._sql_dialect import SqlTxn
+from ..sql.database._sql_dialect import SqlTxn
 from ..sql.prepared._sink import PreparedSqlSink
 from ._errors import no_free_slot
 from ._pg_column import PgColumn

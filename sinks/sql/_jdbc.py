@@ -60,8 +60,8 @@ from .._secrets import credential_free
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import dialect_for
-from .connect._engines import engine_for
-from .connect._server_instance import SqlNamedTarget
+from .database._engines import engine_for
+from .database._server_instance import SqlNamedTarget
 from .options import JdbcOptions
 
 if TYPE_CHECKING:

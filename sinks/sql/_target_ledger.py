@@ -33,8 +33,8 @@ from twopc.spi.lease import EPHEMERAL_PREFIX, DriverIdentity, Lease, driver_iden
 from twopc.spi.lease import start_ticks as _start_ticks
 
 from ._names import TableName, parse_table_name
-from .connect._engines import dbapi_connect_params
-from .connect._sql_target import SqlTarget, give_back, log
+from .database._engines import dbapi_connect_params
+from .database._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 

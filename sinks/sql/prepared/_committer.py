@@ -13,8 +13,8 @@ from twopc.spi import Headroom, PreparedDetail, ProtocolError, SinkUnavailableEr
 
 from ..._handles import PreparedSqlHandle
 from .._errors import ROLLED_BACK
-from ..connect._sql_dialect import SqlDialect
-from ..connect._sql_target import SqlTarget
+from ..database._sql_dialect import SqlDialect
+from ..database._sql_target import SqlTarget
 from ._markers import MarkerTable
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from typing import Any
 
 from twopc.spi import TargetConfigurationError
 
-from ..connect._sql_dialect import SqlDialect
-from ..connect._sql_target import SqlTarget
+from ..database._sql_dialect import SqlDialect
+from ..database._sql_target import SqlTarget
 
 __all__ = ["MARKER_COLUMNS", "MarkerTable"]
 

@@ -4,11 +4,11 @@ database supplies a dialect.
 
 A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
 
-- a :class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`: configuration (one
+- a :class:`~twopc.sinks.sql.database._sql_target.SqlTarget`: configuration (one
   :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
   ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
   connection for the driver's statements, and the mapping of driver errors;
-- a dialect (:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
+- a dialect (:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect`, made by the subclass's
   ``dialect_type`` from the target): the SQL that differs between databases (opening a
   write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
   listing prepared ids, the target's catalog, the marker table's DDL);
@@ -44,9 +44,9 @@ from ..._secrets import credential_free
 from .._errors import session_init_failed
 from .._registry import SqlDatabase
 from .._target_ledger import SqlTargetLedger
-from ..connect._server_instance import SqlNamedTarget
-from ..connect._sql_dialect import SqlDialect, SqlTxn
-from ..connect._sql_target import SqlTarget, give_back
+from ..database._server_instance import SqlNamedTarget
+from ..database._sql_dialect import SqlDialect, SqlTxn
+from ..database._sql_target import SqlTarget, give_back
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
@@ -69,7 +69,7 @@ _PARTS = ("target", "dialect", "markers", "_open")
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
     """Exactly-once appends to one SQL table through prepared transactions: its target
-(:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`), the dialect, the executor side
+(:class:`~twopc.sinks.sql.database._sql_target.SqlTarget`), the dialect, the executor side
 (:class:`~twopc.sinks.sql.prepared._writer.PreparedWriter`) and the driver side
 (:class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter`); it validates the target.
 
@@ -91,7 +91,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     database: ClassVar[type[SqlDatabase]]
     #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     __handle_type__: ClassVar[type[Any]]
-    #: the database's :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made from the target
+    #: the database's :class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect`, made from the target
     dialect_type: ClassVar[type[SqlDialect[Any]]]
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)

@@ -18,8 +18,8 @@ from twopc.spi.lease import hold_for_prepare
 
 from ..._handles import PreparedSqlHandle
 from .._target_ledger import SqlTargetLedger
-from ..connect._sql_dialect import SqlDialect, SqlTxn
-from ..connect._sql_target import SqlTarget, give_back
+from ..database._sql_dialect import SqlDialect, SqlTxn
+from ..database._sql_target import SqlTarget, give_back
 from ._markers import MARKER_COLUMNS
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class PreparedWriter(Generic[C, H]):
     :class:`~twopc.sinks.sql.prepared._sink.PreparedSqlSink`, which *is* its writer (it sets
     the attributes below when it is made or unpickled).
 
-    Also the :class:`~twopc.sinks.sql.connect._sql_dialect.TxnControl` the dialect's
+    Also the :class:`~twopc.sinks.sql.database._sql_dialect.TxnControl` the dialect's
     ``prepare`` is given.
     """
 

@@ -48,7 +48,7 @@ from twopc.spi import (
 )
 
 from ..._handles import StagingHandle
-from ..connect._server_instance import SqlNamedTarget
+from ..database._server_instance import SqlNamedTarget
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import StagingCommitter
 from ._statements import TXN_COLUMN

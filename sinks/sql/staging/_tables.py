@@ -20,7 +20,7 @@ from twopc.spi import PreparedDetail, SinkUnavailableError, redact
 from ..._handles import StagingHandle
 from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase, dialect_for
-from ..connect._engines import engine_for
+from ..database._engines import engine_for
 from ..options import JdbcOptions, SaveMode, isolation_sql
 from ._statements import TXN_COLUMN, default_stage_name, fresh
 

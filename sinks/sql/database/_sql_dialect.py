@@ -2,7 +2,7 @@
 
 A prepared-transaction sink (:class:`twopc.sinks.sql.PreparedSqlSink`) is made of parts, like
 Flink Sink V2's separate ``SinkWriter`` and ``Committer``: a
-:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget` (configuration, connections, error mapping),
+:class:`~twopc.sinks.sql.database._sql_target.SqlTarget` (configuration, connections, error mapping),
 a dialect (this protocol: the SQL that differs between PostgreSQL and MySQL/MariaDB), a
 writer (:mod:`twopc.sinks.sql.prepared._writer`, executor side) and a committer
 (:mod:`twopc.sinks.sql.prepared._committer`, driver side). The writer and the committer call the
