@@ -73,9 +73,9 @@ class PostgresPrepared(PostgresDialect):
 
     def target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
-        oid = server.table_oid(pg, t.target)
+        oid = server.table_oid(pg, t.table)
         if oid is None:
-            similar = server.similar_tables(pg, t.target) if validating else []
+            similar = server.similar_tables(pg, t.table) if validating else []
             raise t.no_such_table(similar, validating=validating, database=t.options.url.database,
                                   case_hint="Quote mixed-case names in dbtable.")
         if validating:
@@ -84,13 +84,13 @@ class PostgresPrepared(PostgresDialect):
                 (oid,)).fetchone() or ("?", False)
             if kind not in ("r", "p"):
                 raise TargetConfigurationError(
-                    f"{t.table} is not a table (relkind {kind!r}): twopc writes to ordinary or "
+                    f"{t.table_label} is not a table (relkind {kind!r}): twopc writes to ordinary or "
                     f"partitioned tables only")
-            if problem := server.rollback_problem(pg, oid, t.table):
+            if problem := server.rollback_problem(pg, oid, t.table_label):
                 raise TargetConfigurationError(problem)
             if not can_insert:
                 raise TargetConfigurationError(
-                    f"the user has no INSERT privilege on {t.table}: GRANT INSERT ON {t.table} TO <user>")
+                    f"the user has no INSERT privilege on {t.table_label}: GRANT INSERT ON {t.table_label} TO <user>")
         return server.table_columns(pg, oid)
 
     def marker_table_ddl(self) -> list[str]:
@@ -112,7 +112,7 @@ class PostgresPrepared(PostgresDialect):
         return None if columns is None else [c.name for c in columns]
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
-        marker_table = self.target.marker_table
+        marker_table = self.target.marker_label
         refused = _create(pg, self._marker_ddl())
         if refused is pgerr.InvalidSchemaName:
             raise TargetConfigurationError(
@@ -168,7 +168,7 @@ class PostgresPrepared(PostgresDialect):
         txn.columns = self.target_columns(pg, validating=False)
         from ._dead_letter import CheckedCopy
 
-        txn.loader = CheckedCopy(pg, t.target, txn.context, dead_letter=self._dead_letter(),
+        txn.loader = CheckedCopy(pg, t.table, txn.context, dead_letter=self._dead_letter(),
                                  fail=t.map_error, redact=t.redact)
 
     def load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
@@ -217,14 +217,14 @@ class PostgresPrepared(PostgresDialect):
             if prepare_sent:
                 self._rollback_prepared_quietly(txn.gid)
             if isinstance(exc, psycopg.Error):
-                control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
+                control.fail(txn, exc, f"prepare the transaction on {self.target.table_label}")
             control.abandon(txn, exc)
             raise
         if not prepared:
             control.release(txn, broken=False)
             txn.failed = f"PREPARE TRANSACTION answered {status!r}"
             raise SinkError(
-                f"PostgreSQL did not prepare transaction {txn.gid} on {self.target.table} (it answered "
+                f"PostgreSQL did not prepare transaction {txn.gid} on {self.target.table_label} (it answered "
                 f"{status!r}): the transaction had already been aborted by an earlier error, so "
                 f"nothing was written; the task must be retried")
         txn.prepared = True

@@ -158,7 +158,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
-        return f"{self.database.product} {safe_url(self.options.url)} table {self.target.table}"
+        return f"{self.database.product} {safe_url(self.options.url)} table {self.target.table_label}"
 
     def close(self) -> None:
         """Roll back transactions of this object that are still open (never prepared
@@ -221,12 +221,12 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             MarkerTable(t).ensure(dbapi, self.dialect)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
             require_privileges(dbapi_runner(dbapi), t.database.name, table=t.qualified(t.marker),
-                               display=t.marker_table, columns=[t.quote(c) for c in MARKER_COLUMNS],
+                               display=t.marker_label, columns=[t.quote(c) for c in MARKER_COLUMNS],
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
         except t.database.driver_error as exc:
             broken = t.is_connection_error(exc)
             raise (SinkUnavailableError if broken else SinkError)(
-                f"validating {t.table} on {t.where()} failed: {t.redact(t.error_text(exc))}"
+                f"validating {t.table_label} on {t.where()} failed: {t.redact(t.error_text(exc))}"
             ) from None
         finally:
             give_back(conn, broken=broken)

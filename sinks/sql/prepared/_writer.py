@@ -123,7 +123,7 @@ class PreparedWriter(Generic[C, H]):
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in pending:
             groups.setdefault(tuple(row), []).append(row)
-        with self.rolling_back(txn, f"write rows to {self.target.table}"):
+        with self.rolling_back(txn, f"write rows to {self.target.table_label}"):
             for keys, rows in groups.items():
                 if not keys:
                     raise ConfigurationError(f"{type(self).__name__}.invoke got an empty row (no columns)")
@@ -149,7 +149,7 @@ class PreparedWriter(Generic[C, H]):
             return
         if txn.pending:
             self._flush_rows(txn)
-        with self.rolling_back(txn, f"write rows to {self.target.table}"):
+        with self.rolling_back(txn, f"write rows to {self.target.table_label}"):
             plan = txn.plans.get(batch.schema)
             if plan is None:
                 cols = self.target.match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
@@ -176,13 +176,13 @@ class PreparedWriter(Generic[C, H]):
         self.usable(txn)
         if txn.pending:
             self._flush_rows(txn)
-        with self.rolling_back(txn, f"write rows to {self.target.table}"):
+        with self.rolling_back(txn, f"write rows to {self.target.table_label}"):
             self.dialect.end_load(txn)
         self.dialect.prepare(txn, self)
         log.debug("twopc: prepared %s (%s rows)", txn.gid, txn.rows)
         c = txn.context
         return self.__handle_type__(txn.gid, c.sink_id, c.batch_id, c.partition_id, c.attempt_id,
-                                table=self.target.table, rows=txn.rows)
+                                table=self.target.table_label, rows=txn.rows)
 
     def rollback(self, txn: SqlTxn[C]) -> None:
         """Roll back an open, unprepared transaction. Idempotent; never raises."""
