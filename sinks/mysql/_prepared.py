@@ -96,7 +96,7 @@ class MySqlPrepared(MySqlDialect):
         if not ok:
             raise TargetConfigurationError(f"twopc cannot write exactly once through XA: {reason}")
 
-    def target_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
+    def table_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
         with my.cursor() as cur:
             info = server.table_info(cur, self.target.table)
             if info is None:
@@ -172,7 +172,7 @@ class MySqlPrepared(MySqlDialect):
             exec_sql(cur, "SELECT CONNECTION_ID()")
             row = cur.fetchone()
             txn.session_id = int(row[0]) if row else 0
-        txn.columns = self.target_columns(my, validating=False)
+        txn.columns = self.table_columns(my, validating=False)
         with my.cursor() as cur:
             exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {isolation_sql(o.isolation_level)}")
             exec_sql(cur, "XA START %s", (txn.gid,))

@@ -166,7 +166,7 @@ class PostgresDialect(SqlDatabase):
     truncates_in_transaction = True
     stages_without_slot = True
     table_comments = "comment on"
-    stages_in_target_types = True
+    stages_in_table_types = True
     stage_txn_default = "current_setting('twopc.txn_id')"
     arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
         "float64": postgresql.DOUBLE_PRECISION(), "binary": postgresql.BYTEA(), "nested": postgresql.JSONB()}

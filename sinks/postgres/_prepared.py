@@ -71,7 +71,7 @@ class PostgresPrepared(PostgresDialect):
                 f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
                 f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
 
-    def target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
+    def table_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
         oid = server.table_oid(pg, t.table)
         if oid is None:
@@ -165,7 +165,7 @@ class PostgresPrepared(PostgresDialect):
         pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout)[0])
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given
-        txn.columns = self.target_columns(pg, validating=False)
+        txn.columns = self.table_columns(pg, validating=False)
         from ._dead_letter import CheckedCopy
 
         txn.loader = CheckedCopy(pg, t.table, txn.context, dead_letter=self._dead_letter(),

@@ -190,7 +190,7 @@ class SqlDatabase:
     #: TABLE``), ``"comment on"`` (a ``COMMENT ON TABLE`` after it), ``None`` (not supported)
     table_comments: ClassVar[str | None] = None
     #: whether staging tables copy the target's column types (from :meth:`catalog_columns`)
-    stages_in_target_types: ClassVar[bool] = False
+    stages_in_table_types: ClassVar[bool] = False
     #: the staging table's default of the transaction id column (SQL), for :attr:`staging_copy`
     stage_txn_default: ClassVar[str | None] = None
 

@@ -109,7 +109,7 @@ class SqlDialect(Protocol[C]):
         """Raise :class:`TargetConfigurationError` unless the server can prepare."""
         ...
 
-    def target_columns(self, dbapi: Any, *, validating: bool) -> list[C]:
+    def table_columns(self, dbapi: Any, *, validating: bool) -> list[C]:
         """The target's columns; raises :class:`SchemaMismatchError` when it is missing and
         (when *validating*) :class:`TargetConfigurationError` when it cannot be written."""
         ...

@@ -214,7 +214,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             dbapi = conn.driver_connection
             self.dialect.check_server(dbapi)
             self._try_session_init(dbapi)
-            columns = self.dialect.target_columns(dbapi, validating=True)
+            columns = self.dialect.table_columns(dbapi, validating=True)
             t.match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             if (own := self.options.twopc_schema) is not None:
                 t.database.ensure_schema(dbapi_runner(dbapi), own, self.options.url.database or "")

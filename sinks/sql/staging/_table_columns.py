@@ -36,7 +36,7 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
         return self.ddl
 
 
-def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
+def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
     """The target's columns matched to the DataFrame's (in its order), after checking that
     the DataFrame fits them with the rule every mode shares (names, types, required
     columns).
@@ -45,10 +45,10 @@ def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Seq
         SchemaMismatchError: listing every problem.
     """
     dialect = dialect_for(conn.dialect.name)
-    cols: Sequence[Any] | None = dialect.catalog_columns(conn.connection.driver_connection, target)
+    cols: Sequence[Any] | None = dialect.catalog_columns(conn.connection.driver_connection, table)
     if cols is None:
-        cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
-    return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
+        cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(table.name, schema=table.schema)]
+    return match_columns(schema.names, [f.type for f in schema], cols, table.display(),
                          compatible=dialect.compatible or _reflected_fits, type_name=str,
                          check_required=True)
 
