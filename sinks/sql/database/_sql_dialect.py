@@ -41,7 +41,7 @@ class SqlTxn(Generic[C]):
         context: the attempt.
         gid: its transaction id (canonical :class:`twopc.Xid`).
         conn: the pooled connection it writes on, ``None`` once released.
-        columns: the target's columns, read when the transaction began.
+        columns: the table's columns, read when the transaction began.
         rows: rows written so far.
         pending: dict rows buffered by :meth:`PreparedWriter.invoke`.
         failed: why it was rolled back, once it was.
@@ -110,7 +110,7 @@ class SqlDialect(Protocol[C]):
         ...
 
     def table_columns(self, dbapi: Any, *, validating: bool) -> list[C]:
-        """The target's columns; raises :class:`SchemaMismatchError` when it is missing and
+        """The table's columns; raises :class:`SchemaMismatchError` when it is missing and
         (when *validating*) :class:`TargetConfigurationError` when it cannot be written."""
         ...
 
@@ -130,7 +130,7 @@ class SqlDialect(Protocol[C]):
     # -- executor side -------------------------------------------------------------------------
     def begin(self, txn: SqlTxn[C]) -> None:
         """Start the write transaction on ``txn.conn`` (session settings, isolation level,
-        ``sessionInitStatement``) and read the target's columns into ``txn.columns``."""
+        ``sessionInitStatement``) and read the table's columns into ``txn.columns``."""
         ...
 
     def load_rows(self, txn: SqlTxn[C], cols: list[C], keys: tuple[str, ...], rows: list[dict[str, Any]]) -> None:

@@ -1,6 +1,6 @@
 """The tables and statements of the staging commit mode, for any SQLAlchemy dialect: the
-staging table and the batch marker table, how the DataFrame is checked against the table,
-and the one statement that moves a batch's staged rows into the target (plain, or an
+staging table and the batch marker table, how the DataFrame is checked against the written table,
+and the one statement that moves a batch's staged rows into the written table (plain, or an
 upsert in each dialect's syntax)."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ TXN_COLUMN = "twopc_txn"
 
 
 def default_stage_name(table: TableName) -> str:
-    """``twopc_stage_<12 hex of the target's name>``."""
+    """``twopc_stage_<12 hex of *table*'s name>``."""
     digest = hashlib.sha256(f"{table.schema}.{table.name}".encode()).hexdigest()[:12]
     return f"twopc_stage_{digest}"
 
@@ -111,7 +111,7 @@ class ReflectedColumn:
 
 def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> None:
     """Raise :class:`SchemaMismatchError` unless a primary key, unique constraint or unique
-    index of the target covers exactly *keys* (compared case-insensitively)."""
+    index of *table* covers exactly *keys* (compared case-insensitively)."""
     insp = sa.inspect(conn)
     want = {k.lower() for k in keys}
     sets: list[set[str]] = []
@@ -132,7 +132,7 @@ def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> Non
 def move_sql(dialect_name: str, quote: Any, table: str, stage: str, mapping: Sequence[tuple[str, str]],
              upsert_keys: Sequence[str]) -> str:
     """The statement that moves the staged rows of the transactions bound as ``:ids`` from
-    *stage* into *table* (both quoted), *mapping* pairing staging and target columns.
+    *stage* into *table* (both quoted), *mapping* pairing staging and table columns.
 
     With *upsert_keys*: ``ON CONFLICT ... DO UPDATE`` (PostgreSQL, SQLite; of two staged
     rows with one key the later wins) or ``ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB).

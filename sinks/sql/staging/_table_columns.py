@@ -1,8 +1,8 @@
-"""The staging mode's view of the target's column types: the DataFrame is checked with the
+"""The staging mode's view of the written table's column types: the DataFrame is checked with the
 same rule as the prepared modes (:mod:`twopc.sinks.sql.types._type_rules`, through the catalog reader
-of PostgreSQL and MariaDB/MySQL), and the staging table takes the target's own column types,
+of PostgreSQL and MariaDB/MySQL), and the staging table takes the written table's own column types,
 so that staged rows are converted exactly as the prepared modes convert them and the move
-into the target converts nothing."""
+into the written table converts nothing."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
 
 
 def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
-    """The target's columns matched to the DataFrame's (in its order), after checking that
+    """*table*'s columns matched to the DataFrame's (in its order), after checking that
     the DataFrame fits them with the rule every mode shares (names, types, required
     columns).
 

@@ -1,4 +1,4 @@
-"""The configuration and connections the staging sink's parts share: the target, staging
+"""The configuration and connections the staging sink's parts share: the written table, staging
 and batch marker tables, the save mode, and the connections with a write's session settings
 (from the registered dialect: :mod:`twopc.sinks.sql._registry`); and the driver's bookkeeping
 of the staging table: the attempts staged in it, the batch markers purged. A prepared-mode
