@@ -96,7 +96,7 @@ class MySqlDialect(SqlDatabase):
 
     transactional_ddl = False
     table_comments = "create"
-    stages_in_target_types = True
+    stages_in_table_types = True
     arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
         "float32": mysql.FLOAT(), "float64": mysql.DOUBLE(), "string": mysql.LONGTEXT(), "binary": mysql.LONGBLOB(),
         "timestamp": mysql.DATETIME(fsp=6)}

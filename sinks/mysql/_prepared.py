@@ -1,5 +1,5 @@
 """MariaDB/MySQL's SQL for the prepared-transaction protocol, on XA transactions (the
-:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
+:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
 
 While the session that prepared an xid is still connected, the transaction stays attached
 to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
@@ -23,8 +23,8 @@ from sqlalchemy.exc import DBAPIError
 from twopc import ConfigurationError, SinkError
 from twopc.spi import Headroom, TargetConfigurationError
 
-from ..sql.connect._sql_dialect import SqlTxn, TxnControl
-from ..sql.connect._sql_target import SqlTarget, give_back
+from ..sql.database._sql_dialect import SqlTxn, TxnControl
+from ..sql.database._sql_target import SqlTarget, give_back
 from ..sql.options import isolation_sql
 from ..sql.prepared._markers import MarkerTable
 from . import _server as server
@@ -64,7 +64,7 @@ class MySqlPrepared(MySqlDialect):
     """
 
     def __init__(self, target: SqlTarget) -> None:
-        if target.target.schema is None and not target.options.url.database:
+        if target.table.schema is None and not target.options.url.database:
             raise ConfigurationError(
                 f"table {target.options.table!r} names no database and the url has none: write database.table or "
                 f"add the database to the url (mysql+pymysql://host:port/database)")
@@ -96,16 +96,16 @@ class MySqlPrepared(MySqlDialect):
         if not ok:
             raise TargetConfigurationError(f"twopc cannot write exactly once through XA: {reason}")
 
-    def target_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
+    def table_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
         with my.cursor() as cur:
-            info = server.table_info(cur, self.target.target)
+            info = server.table_info(cur, self.target.table)
             if info is None:
-                similar = server.similar_tables(cur, self.target.target) if validating else []
+                similar = server.similar_tables(cur, self.target.table) if validating else []
                 raise self.target.no_such_table(similar, validating=validating,
-                                          database=self.target.target.schema or self.target.options.url.database,
+                                          database=self.target.table.schema or self.target.options.url.database,
                                           case_hint="Table names are case-sensitive here.",
                                           table_options=" ENGINE=InnoDB")
-            if validating and (problem := server.engine_problem(cur, info, self.target.table, xa=True)):
+            if validating and (problem := server.engine_problem(cur, info, self.target.table_label, xa=True)):
                 raise TargetConfigurationError(problem)
             return server.table_columns(cur, info)
 
@@ -128,7 +128,7 @@ class MySqlPrepared(MySqlDialect):
             info = server.table_info(cur, self.target.marker)
             if info is None:
                 return None
-            if problem := server.engine_problem(cur, info, self.target.marker_table, role="the marker table", xa=True):
+            if problem := server.engine_problem(cur, info, self.target.marker_label, role="the marker table", xa=True):
                 raise TargetConfigurationError(problem)
             return [c.name for c in server.table_columns(cur, info)]
 
@@ -140,12 +140,12 @@ class MySqlPrepared(MySqlDialect):
             code = errno(exc)
             if code in ACCESS_DENIED:
                 raise TargetConfigurationError(
-                    f"cannot create the marker table {self.target.marker_table}: permission denied. Create it once "
+                    f"cannot create the marker table {self.target.marker_label}: permission denied. Create it once "
                     f"as an owner: {self.marker_table_ddl()}; GRANT SELECT, INSERT, DELETE ON "
-                    f"{self.target.marker_table} TO <user>") from None
+                    f"{self.target.marker_label} TO <user>") from None
             if code == ER_BAD_DB:
                 raise TargetConfigurationError(
-                    f"cannot create the marker table {self.target.marker_table}: its database does not exist. "
+                    f"cannot create the marker table {self.target.marker_label}: its database does not exist. "
                     f"Set option markerTable to a table in an existing database") from None
             raise
 
@@ -172,7 +172,7 @@ class MySqlPrepared(MySqlDialect):
             exec_sql(cur, "SELECT CONNECTION_ID()")
             row = cur.fetchone()
             txn.session_id = int(row[0]) if row else 0
-        txn.columns = self.target_columns(my, validating=False)
+        txn.columns = self.table_columns(my, validating=False)
         with my.cursor() as cur:
             exec_sql(cur, f"SET TRANSACTION ISOLATION LEVEL {isolation_sql(o.isolation_level)}")
             exec_sql(cur, "XA START %s", (txn.gid,))
@@ -181,7 +181,7 @@ class MySqlPrepared(MySqlDialect):
     def _insert_sql(self, cols: list[MyColumn]) -> str:
         t = self.target
         names = ", ".join(t.quote(c.name) for c in cols)
-        return f"INSERT INTO {t.qualified(t.target)} ({names}) VALUES ({', '.join(['%s'] * len(cols))})"
+        return f"INSERT INTO {t.qualified(t.table)} ({names}) VALUES ({', '.join(['%s'] * len(cols))})"
 
     def _insert(self, txn: SqlTxn[MyColumn], query: str, rows: list[tuple[Any, ...]]) -> None:
         assert txn.conn is not None
@@ -193,7 +193,7 @@ class MySqlPrepared(MySqlDialect):
                    rows: list[dict[str, Any]]) -> None:
         from ._values import check_value  # here: a worker that only commits loads no pyarrow
 
-        values = [tuple(check_value(r[k], k, i, self.target.table) for k in keys) for i, r in enumerate(rows)]
+        values = [tuple(check_value(r[k], k, i, self.target.table_label) for k in keys) for i, r in enumerate(rows)]
         self._insert(txn, self._insert_sql(cols), values)
 
     def plan(self, schema: pa.Schema, cols: list[MyColumn]) -> str:
@@ -202,7 +202,7 @@ class MySqlPrepared(MySqlDialect):
     def load_batch(self, txn: SqlTxn[MyColumn], batch: pa.RecordBatch, plan: str) -> None:
         from ._values import checked_array
 
-        arrays = [checked_array(arr, name, self.target.table)
+        arrays = [checked_array(arr, name, self.target.table_label)
                   for name, arr in zip(batch.schema.names, batch.columns, strict=True)]
         size = self.target.options.batch_size
         for start in range(0, batch.num_rows, size):
@@ -233,7 +233,7 @@ class MySqlPrepared(MySqlDialect):
             if prepare_sent and is_connection_error(exc):
                 control.release(txn, broken=True)
                 self._rollback_prepared_quietly(txn)
-            control.fail(txn, exc, f"prepare the XA transaction on {self.target.table}")
+            control.fail(txn, exc, f"prepare the XA transaction on {self.target.table_label}")
         except BaseException as exc:
             if txn.state == "prepared":
                 txn.prepared = True  # nothing else may touch the session: close it, sweep the orphan
@@ -245,8 +245,8 @@ class MySqlPrepared(MySqlDialect):
         if not prepared:
             control.abandon(txn, SinkError("XA RECOVER does not list the transaction"))
             raise SinkError(
-                f"MariaDB/MySQL acknowledged XA PREPARE of {txn.gid} on {self.target.table} but XA RECOVER does not "
-                f"list it: nothing was written; the task must be retried")
+                f"MariaDB/MySQL acknowledged XA PREPARE of {txn.gid} on {self.target.table_label} but XA RECOVER "
+                f"does not list it: nothing was written; the task must be retried")
         txn.prepared = True
         control.release(txn, broken=True)  # close: a prepared xid is committable only once its session ended
         self._wait_detached(txn)
@@ -343,7 +343,7 @@ class MySqlPrepared(MySqlDialect):
         """The error for an ``XA COMMIT`` that answered OK while its marker row (committed
         atomically with the data) is not there: the commit raced the end of the session
         that prepared the xid (see :meth:`_wait_detached`)."""
-        table = self.target.table
+        table = self.target.table_label
         log.error("twopc: MariaDB acknowledged XA COMMIT of %s on %s but did not commit it", gid, table)
         return SinkError(
             f"MariaDB/MySQL acknowledged XA COMMIT of {gid} on {table} but did not commit it (its marker row "

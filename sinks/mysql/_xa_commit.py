@@ -20,7 +20,7 @@ from pymysql.constants import COMMAND
 
 from twopc import SinkError
 
-from ..sql.connect._sql_target import SqlTarget
+from ..sql.database._sql_target import SqlTarget
 from ..sql.prepared._markers import MarkerTable
 from ._errors import ER_XAER_NOTA, errno
 

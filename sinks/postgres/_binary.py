@@ -71,8 +71,8 @@ def binary_supported(arrow_type: pa.DataType, col: PgColumn) -> bool:
     return False
 
 
-_INT_TARGET = {"int2": (pa.int16(), "smallint"), "int4": (pa.int32(), "integer"), "int8": (pa.int64(), "bigint")}
-_FLOAT_TARGET = {"float4": pa.float32(), "float8": pa.float64()}
+_INT_CAST = {"int2": (pa.int16(), "smallint"), "int4": (pa.int32(), "integer"), "int8": (pa.int64(), "bigint")}
+_FLOAT_CAST = {"float4": pa.float32(), "float8": pa.float64()}
 _LB = pa.large_binary()
 # scalars from their bytes, never from Python values: see twopc.sinks._arrow_const
 _NULL_FIELD = const(b"\xff\xff\xff\xff", _LB)
@@ -126,17 +126,17 @@ def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, s
     """
     t = arr.type
     pg = col.base_type
-    if pa.types.is_integer(t) and pg in _INT_TARGET:
-        target, pgname = _INT_TARGET[pg]
-        if t == target:
+    if pa.types.is_integer(t) and pg in _INT_CAST:
+        cast_to, pgname = _INT_CAST[pg]
+        if t == cast_to:
             return arr, "i"
         try:
-            return arr.cast(target, safe=True), "i"
+            return arr.cast(cast_to, safe=True), "i"
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             raise _out_of_range(name, pgname) from None
-    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and pg in _FLOAT_TARGET:
-        target = _FLOAT_TARGET[pg]
-        return (arr if t == target else arr.cast(target, safe=False)), "f"
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and pg in _FLOAT_CAST:
+        cast_to = _FLOAT_CAST[pg]
+        return (arr if t == cast_to else arr.cast(cast_to, safe=False)), "f"
     if pa.types.is_boolean(t):
         return arr.cast(pa.uint8()), "i"
     if pa.types.is_date32(t):

@@ -21,7 +21,7 @@ from twopc.spi import TargetConfigurationError
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
-from ..sql.connect._engines import APPLICATION_NAME
+from ..sql.database._engines import APPLICATION_NAME
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -166,7 +166,7 @@ class PostgresDialect(SqlDatabase):
     truncates_in_transaction = True
     stages_without_slot = True
     table_comments = "comment on"
-    stages_in_target_types = True
+    stages_in_table_types = True
     stage_txn_default = "current_setting('twopc.txn_id')"
     arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
         "float64": postgresql.DOUBLE_PRECISION(), "binary": postgresql.BYTEA(), "nested": postgresql.JSONB()}

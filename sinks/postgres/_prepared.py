@@ -1,5 +1,5 @@
 """PostgreSQL's SQL for the prepared-transaction protocol (the
-:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
+:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
 ``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
 rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
 ``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
@@ -19,8 +19,8 @@ from twopc import ConfigurationError, SinkError
 from twopc.spi import Headroom, TargetConfigurationError
 
 from ..sql._names import TableName, parse_table_name
-from ..sql.connect._sql_dialect import SqlTxn, TxnControl
-from ..sql.connect._sql_target import SqlTarget
+from ..sql.database._sql_dialect import SqlTxn, TxnControl
+from ..sql.database._sql_target import SqlTarget
 from ..sql.options import isolation_sql
 from . import _server as server
 from ._dialect import PostgresDialect
@@ -71,11 +71,11 @@ class PostgresPrepared(PostgresDialect):
                 f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
                 f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
 
-    def target_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
+    def table_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
-        oid = server.table_oid(pg, t.target)
+        oid = server.table_oid(pg, t.table)
         if oid is None:
-            similar = server.similar_tables(pg, t.target) if validating else []
+            similar = server.similar_tables(pg, t.table) if validating else []
             raise t.no_such_table(similar, validating=validating, database=t.options.url.database,
                                   case_hint="Quote mixed-case names in dbtable.")
         if validating:
@@ -84,13 +84,13 @@ class PostgresPrepared(PostgresDialect):
                 (oid,)).fetchone() or ("?", False)
             if kind not in ("r", "p"):
                 raise TargetConfigurationError(
-                    f"{t.table} is not a table (relkind {kind!r}): twopc writes to ordinary or "
+                    f"{t.table_label} is not a table (relkind {kind!r}): twopc writes to ordinary or "
                     f"partitioned tables only")
-            if problem := server.rollback_problem(pg, oid, t.table):
+            if problem := server.rollback_problem(pg, oid, t.table_label):
                 raise TargetConfigurationError(problem)
             if not can_insert:
                 raise TargetConfigurationError(
-                    f"the user has no INSERT privilege on {t.table}: GRANT INSERT ON {t.table} TO <user>")
+                    f"the user has no INSERT privilege on {t.table_label}: GRANT INSERT ON {t.table_label} TO <user>")
         return server.table_columns(pg, oid)
 
     def marker_table_ddl(self) -> list[str]:
@@ -112,7 +112,7 @@ class PostgresPrepared(PostgresDialect):
         return None if columns is None else [c.name for c in columns]
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
-        marker_table = self.target.marker_table
+        marker_table = self.target.marker_label
         refused = _create(pg, self._marker_ddl())
         if refused is pgerr.InvalidSchemaName:
             raise TargetConfigurationError(
@@ -165,10 +165,10 @@ class PostgresPrepared(PostgresDialect):
         pg.execute(*server.session_settings(o.lock_timeout, o.query_timeout)[0])
         if o.session_init_statement:
             pg.execute(o.session_init_statement)  # user SQL, run as given
-        txn.columns = self.target_columns(pg, validating=False)
+        txn.columns = self.table_columns(pg, validating=False)
         from ._dead_letter import CheckedCopy
 
-        txn.loader = CheckedCopy(pg, t.target, txn.context, dead_letter=self._dead_letter(),
+        txn.loader = CheckedCopy(pg, t.table, txn.context, dead_letter=self._dead_letter(),
                                  fail=t.map_error, redact=t.redact)
 
     def load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
@@ -217,14 +217,14 @@ class PostgresPrepared(PostgresDialect):
             if prepare_sent:
                 self._rollback_prepared_quietly(txn.gid)
             if isinstance(exc, psycopg.Error):
-                control.fail(txn, exc, f"prepare the transaction on {self.target.table}")
+                control.fail(txn, exc, f"prepare the transaction on {self.target.table_label}")
             control.abandon(txn, exc)
             raise
         if not prepared:
             control.release(txn, broken=False)
             txn.failed = f"PREPARE TRANSACTION answered {status!r}"
             raise SinkError(
-                f"PostgreSQL did not prepare transaction {txn.gid} on {self.target.table} (it answered "
+                f"PostgreSQL did not prepare transaction {txn.gid} on {self.target.table_label} (it answered "
                 f"{status!r}): the transaction had already been aborted by an earlier error, so "
                 f"nothing was written; the task must be retried")
         txn.prepared = True

@@ -24,7 +24,7 @@ from twopc import TransactionContext, TransactionLostError
 
 from .._handles import PostgresHandle
 from ..sql._names import TableName
-from ..sql.connect._sql_dialect import SqlTxn
+from ..sql.database._sql_dialect import SqlTxn
 from ..sql.prepared._sink import PreparedSqlSink
 from ._errors import no_free_slot
 from ._pg_column import PgColumn
@@ -69,7 +69,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         """
         txn, claim = self.begin_with_slot(context, keep_driver_slot=False)
         if txn is None:
-            raise no_free_slot(self.target.where(), self.target.table, context.partition_id, claim.limit, claim.keys)
+            raise no_free_slot(self.target.where(), self.target.table_label, context.partition_id, claim.limit,
+                               claim.keys)
         return txn
 
     def begin_with_slot(self, context: TransactionContext, *,
@@ -125,14 +126,14 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         pg: psycopg.Connection[Any] = self.usable(txn)
         cols = self.target.match(list(names), None, txn.columns, check_types=False, check_required=False)
         stmt = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE twopc_txn = ANY(%s)").format(
-            identifier(self.target.target), sql.SQL(", ").join(sql.Identifier(c.name) for c in cols),
+            identifier(self.target.table), sql.SQL(", ").join(sql.Identifier(c.name) for c in cols),
             sql.SQL(", ").join(sql.Identifier(n) for n in names), identifier(stage))
-        with self.rolling_back(txn, f"move staged rows from {stage.display()} into {self.target.table}"):
+        with self.rolling_back(txn, f"move staged rows from {stage.display()} into {self.target.table_label}"):
             copied = pg.execute(stmt, (list(txn_ids),)).rowcount
         if copied != rows:
             self.abandon(txn, TransactionLostError("staged rows missing"))
             raise TransactionLostError(
                 f"{stage.display()} holds {copied} staged rows of the attempts {list(txn_ids)[:5]}"
                 f"{'...' if len(txn_ids) > 5 else ''}, not the {rows} their tasks reported (were they deleted?): "
-                f"nothing was written to {self.target.table}; the batch fails")
+                f"nothing was written to {self.target.table_label}; the batch fails")
         txn.rows += copied

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._names import TableName, parse_table_name
     from ._transactional import require_transactional
     from ._write_jdbc import write_jdbc
-    from .connect._engines import dispose_engines
+    from .database._engines import dispose_engines
     from .options import JdbcOptions
     from .options._jdbc_url import SqlUrl, translate_url
     from .prepared._sink import PreparedSqlSink
@@ -59,7 +59,7 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     "JdbcSink": "._jdbc",
     "PreparedSqlSink": ".prepared._sink",
     "StagingSink": ".staging._sink",
-    "dispose_engines": ".connect._engines",
+    "dispose_engines": ".database._engines",
     "require_transactional": "._transactional",
     "write_jdbc": "._write_jdbc",
 })

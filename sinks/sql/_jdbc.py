@@ -60,8 +60,8 @@ from .._secrets import credential_free
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import dialect_for
-from .connect._engines import engine_for
-from .connect._server_instance import SqlNamedTarget
+from .database._engines import engine_for
+from .database._server_instance import SqlNamedTarget
 from .options import JdbcOptions
 
 if TYPE_CHECKING:
@@ -253,11 +253,11 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     def _server_can_prepare(self) -> tuple[bool, str]:
         o = self.options
         engine = engine_for(o.url, o.net_timeouts(), autocommit=False)
-        target = parse_table_name(o.table, o.dialect)
+        table = parse_table_name(o.table, o.dialect)
         try:
             with engine.connect() as conn:
-                if not sa.inspect(conn).has_table(target.name, schema=target.schema):
-                    return False, f"table {target.display()} does not exist: staging creates it in the commit"
+                if not sa.inspect(conn).has_table(table.name, schema=table.schema):
+                    return False, f"table {table.display()} does not exist: staging creates it in the commit"
                 if (dialect := dialect_for(o.dialect)).prepares:
                     ok, why = dialect.prepare_capacity(conn, self._prepared_sink())
                     return ok, (why + self._ledger_note() if ok else why)

@@ -15,7 +15,7 @@ transactions and handles are not all of that mode, so no single concrete sink ca
   in either mode: the server's setting may have changed since.
 
 So every call that takes an open transaction or a handle goes, here and nowhere else, to the
-sink of its kind: a :class:`~twopc.sinks.sql.connect._sql_dialect.SqlTxn` or a
+sink of its kind: a :class:`~twopc.sinks.sql.database._sql_dialect.SqlTxn` or a
 :class:`~twopc.sinks._handles.PreparedSqlHandle` to the prepared sink (:class:`~twopc.sinks.PostgresSink`,
 :class:`~twopc.sinks.MySqlXaSink`), the rest to the :class:`~twopc.sinks.StagingSink`.
 """
@@ -38,7 +38,7 @@ from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, Prepa
 
 from .._handles import PreparedSqlHandle, StagingHandle
 from ._registry import dialect_for
-from .connect._sql_dialect import SqlTxn
+from .database._sql_dialect import SqlTxn
 from .options import JdbcOptions
 from .prepared._sink import PreparedSqlSink
 

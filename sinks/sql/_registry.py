@@ -76,7 +76,7 @@ class SqlDatabase:
     prepared transactions. A database's folder subclasses it once, importing no driver
     (:class:`DriverBound` attributes load it on first use); a database with prepared
     transactions subclasses that again with its
-    :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect` (an instance runs the
+    :class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` (an instance runs the
     prepared-transaction protocol on one target's connections).
     """
 
@@ -95,7 +95,7 @@ class SqlDatabase:
     #: the driver's base exception class
     driver_error: ClassVar[type[Exception]] = _NoDriverError
     #: the DB-API module twopc connects with (for a process that opens one connection
-    #: without SQLAlchemy: :func:`~twopc.sinks.sql.connect._engines.dbapi_connect_params`)
+    #: without SQLAlchemy: :func:`~twopc.sinks.sql.database._engines.dbapi_connect_params`)
     dbapi: ClassVar[str | None] = None
     #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
     extra: ClassVar[str] = ""
@@ -190,7 +190,7 @@ class SqlDatabase:
     #: TABLE``), ``"comment on"`` (a ``COMMENT ON TABLE`` after it), ``None`` (not supported)
     table_comments: ClassVar[str | None] = None
     #: whether staging tables copy the target's column types (from :meth:`catalog_columns`)
-    stages_in_target_types: ClassVar[bool] = False
+    stages_in_table_types: ClassVar[bool] = False
     #: the staging table's default of the transaction id column (SQL), for :attr:`staging_copy`
     stage_txn_default: ClassVar[str | None] = None
 

@@ -33,8 +33,8 @@ from twopc.spi.lease import EPHEMERAL_PREFIX, DriverIdentity, Lease, driver_iden
 from twopc.spi.lease import start_ticks as _start_ticks
 
 from ._names import TableName, parse_table_name
-from .connect._engines import dbapi_connect_params
-from .connect._sql_target import SqlTarget, give_back, log
+from .database._engines import dbapi_connect_params
+from .database._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 
@@ -60,29 +60,29 @@ class SqlTargetLedger:
     """The target ledger of a prepared SQL sink (see the module docstring). Picklable: it
     holds the sink's configuration only."""
 
-    def __init__(self, sink: SqlTarget) -> None:
-        self.sink = sink
-        self.table = sink.options.bookkeeping(TableName(None if sink.options.twopc_schema else sink.marker.schema,
-                                                        LEDGER_TABLE, sink.database.name))
+    def __init__(self, target: SqlTarget) -> None:
+        self.target = target
+        self.table = target.options.bookkeeping(TableName(None if target.options.twopc_schema else target.marker.schema,
+                                                          LEDGER_TABLE, target.database.name))
         #: the ledger table's name, quoted and qualified for the target
-        self.quoted = sink.qualified(self.table)
+        self.quoted = target.qualified(self.table)
 
     @property
     def location(self) -> str:
-        return f"{self.sink.database.product} {self.sink.where()} table {self.table.display()}"
+        return f"{self.target.database.product} {self.target.where()} table {self.table.display()}"
 
     @property
     def dialect(self) -> str:
         """The target's dialect name (``postgresql``, ``mysql``)."""
-        return self.sink.database.name
+        return self.target.database.name
 
     def _lock(self, sink_id: str) -> tuple[str, str, Any]:
-        return self.sink.database.lease_sql(sink_id, self.sink.options.url.database or "")
+        return self.target.database.lease_sql(sink_id, self.target.options.url.database or "")
 
     def run(self, query: str, params: Sequence[Any] = (), *, fetch: bool = False, action: str) -> list[tuple[Any, ...]]:
         """One statement on the sink's control connection; driver errors as a SinkError."""
-        with self.sink.mapped(action):
-            return self.sink.control_execute(query, params, fetch=fetch)[1]
+        with self.target.mapped(action):
+            return self.target.control_execute(query, params, fetch=fetch)[1]
 
     # -- the records -------------------------------------------------------------------
     def ensure_table(self) -> None:
@@ -95,26 +95,26 @@ class SqlTargetLedger:
         """
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
 
-        ddl = self.sink.database.ledger_ddl.format(table=self.quoted)
-        if (schema := self.sink.options.twopc_schema) is not None:
-            self.sink.control_run(lambda dbapi: self.sink.database.ensure_schema(
-                dbapi_runner(dbapi), schema, self.sink.options.url.database or ""))
-        db = self.sink.database
+        ddl = self.target.database.ledger_ddl.format(table=self.quoted)
+        if (schema := self.target.options.twopc_schema) is not None:
+            self.target.control_run(lambda dbapi: self.target.database.ensure_schema(
+                dbapi_runner(dbapi), schema, self.target.options.url.database or ""))
+        db = self.target.database
         try:  # a table an owner created (as the message below says) needs no CREATE privilege
-            self.sink.control_execute(f"SELECT 1 FROM {self.quoted} WHERE 1=0")
+            self.target.control_execute(f"SELECT 1 FROM {self.quoted} WHERE 1=0")
         except db.driver_error:  # missing, or not readable: the CREATE or the privilege check says which
             try:
-                self.sink.control_execute(ddl)
+                self.target.control_execute(ddl)
             except db.driver_error as exc:
                 if db.error_code(exc) in db.unique_violations:
                     return  # created concurrently (PostgreSQL's catalog race)
-                raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.sink.where()} "
-                                f"({self.sink.redact(db.error_text(exc))}): create it once as an owner with: "
+                raise SinkError(f"cannot create the ledger table {self.table.display()} on {self.target.where()} "
+                                f"({self.target.redact(db.error_text(exc))}): create it once as an owner with: "
                                 f"{ddl}; and grant SELECT, INSERT, UPDATE, DELETE on it to the writer's user. Or give "
                                 f"the write a checkpointLocation") from None
-        cols = [self.sink.quote(c) for c in ("sink_id", "name", "body")]
-        with self.sink.mapped(f"check the privileges on {self.table.display()}"):  # the records are inserted,
-            self.sink.control_run(lambda dbapi: require_privileges(  # replaced, read and deleted by this driver
+        cols = [self.target.quote(c) for c in ("sink_id", "name", "body")]
+        with self.target.mapped(f"check the privileges on {self.table.display()}"):  # the records are inserted,
+            self.target.control_run(lambda dbapi: require_privileges(  # replaced, read and deleted by this driver
                 dbapi_runner(dbapi), self.dialect, table=self.quoted, display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
 
@@ -123,11 +123,11 @@ class SqlTargetLedger:
 
     def writers(self) -> list[str]:
         try:
-            rows = self.sink.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted}", fetch=True)[1]
-        except self.sink.database.driver_error as exc:
-            if self.sink.database.is_missing_table(exc):
+            rows = self.target.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted}", fetch=True)[1]
+        except self.target.database.driver_error as exc:
+            if self.target.database.is_missing_table(exc):
                 return []
-            raise self.sink.map_error(exc, f"list the writers in {self.table.display()}") from None
+            raise self.target.map_error(exc, f"list the writers in {self.table.display()}") from None
         return sorted(str(r[0]) for r in rows)
 
     def forget(self, sink_id: str) -> None:
@@ -172,14 +172,14 @@ class SqlTargetLedger:
         """The driver agent's request (:mod:`twopc._agent`) that takes *sink_id*'s lease (and
         deletes the lease's *record*, if any, when it ends): what to connect with (credentials
         included: never log it) and the lock's statements, plain values."""
-        options = self.sink.options
+        options = self.target.options
         timeouts = options.net_timeouts()
         module, connect = dbapi_connect_params(options.url, timeouts)
         try_lock, _unlock, key = self._lock(sink_id)
         return {"op": "take", "sink_id": sink_id, "module": module, "connect": connect, "try_lock": try_lock,
                 "key": key, "bound_seconds": timeouts.connect + timeouts.reply,
                 "record": str(record) if record else None,
-                "session_sql": self.sink.database.session_id_sql}
+                "session_sql": self.target.database.session_id_sql}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
         """Ask the driver's agent (started by the driver's first write) to take *sink_id*'s
@@ -220,14 +220,14 @@ class SqlTargetLedger:
                 with contextlib.suppress(OSError):
                     self._record(sink_id).write_text(json.dumps({"lease": dataclasses.asdict(lease),
                                                                  "driver": dict(driver)}), encoding="utf-8")
-            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.sink.where(), lease.session)
+            log.info("twopc: sink %s holds its lease on %s (session %s)", sink_id, self.target.where(), lease.session)
             return lease
         if line[:1] == ["busy"]:
             raise ConcurrentWriterError(
-                f"another writer with sink id {sink_id!r} is running against {self.sink.where()} (it holds the "
+                f"another writer with sink id {sink_id!r} is running against {self.target.where()} (it holds the "
                 f"sink id's lease there): two writers with one sink id would roll back each other's transactions. "
                 f"Give each writer its own sinkId (or txnAppId), or wait until the other one ends")
-        raise SinkError(f"the driver agent could not take the lease of sink id {sink_id!r} on {self.sink.where()} "
+        raise SinkError(f"the driver agent could not take the lease of sink id {sink_id!r} on {self.target.where()} "
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
 
     def _refuse_records_elsewhere(self, sink_id: str) -> None:
@@ -239,28 +239,28 @@ class SqlTargetLedger:
             TargetConfigurationError: records of *sink_id* are there (the message has the
                 statements that move them).
         """
-        if self.sink.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
+        if self.target.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
             return
-        marker = parse_table_name(self.sink.options.marker_table, self.dialect, "markerTable")
+        marker = parse_table_name(self.target.options.marker_table, self.dialect, "markerTable")
         old = TableName(marker.schema, LEDGER_TABLE, self.dialect)
         try:
-            rows = self.sink.control_execute(f"SELECT count(*) FROM {self.sink.qualified(old)} WHERE sink_id = %s",
+            rows = self.target.control_execute(f"SELECT count(*) FROM {self.target.qualified(old)} WHERE sink_id = %s",
                                               (sink_id,), fetch=True)[1]
-        except self.sink.database.driver_error as exc:
-            if self.sink.database.is_missing_table(exc):
+        except self.target.database.driver_error as exc:
+            if self.target.database.is_missing_table(exc):
                 return
-            raise self.sink.map_error(exc, f"read {old.display()}") from None
+            raise self.target.map_error(exc, f"read {old.display()}") from None
         if rows and int(rows[0][0]):
             raise TargetConfigurationError(
                 f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "
-                f"decisions) in {old.display()}, and with twopcSchema={self.sink.options.twopc_schema} it would read "
+                f"decisions) in {old.display()}, and with twopcSchema={self.target.options.twopc_schema} it would read "
                 f"{self.table.display()}, where they are not: it would write its committed batches again. Nothing was "
                 f"written. Move them once, as an owner: INSERT INTO {self.quoted} SELECT * FROM "
-                f"{self.sink.qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.sink.qualified(old)} "
+                f"{self.target.qualified(old)} WHERE sink_id = '{sink_id}'; DELETE FROM {self.target.qualified(old)} "
                 f"WHERE sink_id = '{sink_id}'; or write without twopcSchema")
 
     def holds(self, lease: Lease) -> bool:
-        query, params = self.sink.database.lease_holder_sql(self._lock(lease.sink_id)[2], lease.session)
+        query, params = self.target.database.lease_holder_sql(self._lock(lease.sink_id)[2], lease.session)
         rows = self.run(query, params, fetch=True, action="check the lease")
         return bool(rows) and rows[0][0] is not None and int(rows[0][0]) > 0
 
@@ -278,7 +278,7 @@ class SqlTargetLedger:
     @contextlib.contextmanager
     def take(self, sink_id: str) -> Iterator[bool]:
         try_lock, unlock, key = self._lock(sink_id)
-        conn = self.sink.checkout()
+        conn = self.target.checkout()
         broken = False
         try:
             with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
@@ -290,9 +290,9 @@ class SqlTargetLedger:
                 if got:
                     with conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # as above
                         cur.execute(unlock, (key,))
-        except self.sink.database.driver_error as exc:
+        except self.target.database.driver_error as exc:
             broken = True
-            raise self.sink.map_error(exc, f"take the lease of {sink_id}") from None
+            raise self.target.map_error(exc, f"take the lease of {sink_id}") from None
         finally:
             give_back(conn, broken=broken)
 
@@ -331,22 +331,22 @@ class SqlLedgerStore:
         return sorted(n for n in names if n and "/" not in n and not n.startswith("."))
 
     def add(self, kind: str, name: str, text: str) -> bool:
-        sink = self.backend.sink
+        target = self.backend.target
         try:
-            sink.control_execute(f"INSERT INTO {self.backend.quoted} (sink_id, name, body) VALUES (%s, %s, %s)",
-                                  (self.sink_id, _row(kind, name), text))
-        except sink.database.driver_error as exc:
-            if sink.database.error_code(exc) in sink.database.unique_violations:
+            target.control_execute(f"INSERT INTO {self.backend.quoted} (sink_id, name, body) VALUES (%s, %s, %s)",
+                                    (self.sink_id, _row(kind, name), text))
+        except target.database.driver_error as exc:
+            if target.database.error_code(exc) in target.database.unique_violations:
                 return False
             raise LedgerError(f"cannot write ledger record {_row(kind, name)} in {self.root}: "
-                              f"{sink.map_error(exc, 'write a ledger record')}") from None
+                              f"{target.map_error(exc, 'write a ledger record')}") from None
         except SinkError as exc:
             raise LedgerError(f"cannot write ledger record {_row(kind, name)} in {self.root}: {exc}") from None
         return True
 
     def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
         """Every row is committed when written: *durable* or not."""
-        sql = self.backend.sink.database.ledger_upsert.format(table=self.backend.quoted)
+        sql = self.backend.target.database.ledger_upsert.format(table=self.backend.quoted)
         self._run(sql, (self.sink_id, _row(kind, name), text), what=f"write ledger record {_row(kind, name)}")
 
     def remove(self, kind: str, name: str) -> None:
@@ -356,7 +356,7 @@ class SqlLedgerStore:
     def write_decision(self, name: str, text: str) -> bool:
         if self.lease is not None and not self.backend.holds(self.lease):
             raise FencedError(
-                f"this write (sink id {self.sink_id}) lost its lease on {self.backend.sink.where()}: the connection "
+                f"this write (sink id {self.sink_id}) lost its lease on {self.backend.target.where()}: the connection "
                 f"that held it is gone, so another writer may be resolving its transactions. It records and commits "
                 f"nothing; the next write to the server rolls its transactions back")
         return self.add("decisions", name, text)

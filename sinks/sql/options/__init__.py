@@ -47,7 +47,7 @@ STAGING_RETENTION = Duration(86_400_000)
 @dataclass(frozen=True)
 class NetTimeouts:
     """The waits of one engine's connections, as the options set them (``connectTimeout``,
-    ``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql.connect._timeouts` enforces the
+    ``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql.database._timeouts` enforces the
     reply wait, and each registered dialect turns them into its driver's connect arguments.
 
     Attributes:
@@ -209,7 +209,7 @@ class JdbcOptions:
 
     def identity_table(self) -> str:
         """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
-        in :mod:`twopc.sinks.sql.connect._server_instance`): as the database reads
+        in :mod:`twopc.sinks.sql.database._server_instance`): as the database reads
         ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
         dialect = self.identity_dialect
         table = parse_table_name(self.table, dialect)

@@ -13,8 +13,8 @@ from twopc.spi import Headroom, PreparedDetail, ProtocolError, SinkUnavailableEr
 
 from ..._handles import PreparedSqlHandle
 from .._errors import ROLLED_BACK
-from ..connect._sql_dialect import SqlDialect
-from ..connect._sql_target import SqlTarget
+from ..database._sql_dialect import SqlDialect
+from ..database._sql_target import SqlTarget
 from ._markers import MarkerTable
 
 if TYPE_CHECKING:
@@ -66,7 +66,7 @@ class PreparedCommitter(Generic[C, H]):
         return CommitOutcome.ALREADY_COMMITTED if self.markers.exists(gid) else self._lost(gid)
 
     def _lost(self, gid: str) -> CommitOutcome:
-        log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table)
+        log.error("twopc: %s is neither prepared nor committed on %s", gid, self.target.table_label)
         return CommitOutcome.LOST
 
     def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
@@ -106,7 +106,7 @@ class PreparedCommitter(Generic[C, H]):
         if self._finish_truthfully("ROLLBACK", gid):
             return
         if self.markers.exists(gid):
-            raise ProtocolError(f"asked to roll back {gid}, but it was already committed to {self.target.table} "
+            raise ProtocolError(f"asked to roll back {gid}, but it was already committed to {self.target.table_label} "
                                 f"(its marker row exists)")
 
     def _finish_truthfully(self, verb: str, gid: str) -> bool:
@@ -194,7 +194,7 @@ class PreparedCommitter(Generic[C, H]):
         if xid is None or xid.text != gid:
             return None
         return self.__handle_type__(gid, xid.sink_id, xid.batch_id, xid.partition_id,
-                                xid.attempt_id, table=self.target.table, rows=-1)
+                                xid.attempt_id, table=self.target.table_label, rows=-1)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
@@ -207,7 +207,7 @@ class PreparedCommitter(Generic[C, H]):
             SinkError / SinkUnavailableError: the server failed.
         """
         t = self.target
-        with t.mapped(f"purge markers from {t.marker_table}"):
+        with t.mapped(f"purge markers from {t.marker_label}"):
             count, _rows = t.control_execute(
                 f"DELETE FROM {t.qualified(t.marker)} WHERE {t.quote('sink_id')} = %s "
                 f"AND {t.quote('batch_id')} < %s", (sink_id, below_batch))

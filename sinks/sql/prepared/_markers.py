@@ -13,8 +13,8 @@ from typing import Any
 
 from twopc.spi import TargetConfigurationError
 
-from ..connect._sql_dialect import SqlDialect
-from ..connect._sql_target import SqlTarget
+from ..database._sql_dialect import SqlDialect
+from ..database._sql_target import SqlTarget
 
 __all__ = ["MARKER_COLUMNS", "MarkerTable"]
 
@@ -42,12 +42,12 @@ class MarkerTable:
         have = dialect.marker_columns(dbapi)
         if have is None:
             dialect.create_markers(dbapi)
-            log.info("twopc: created marker table %s", self.target.marker_table)
+            log.info("twopc: created marker table %s", self.target.marker_label)
         else:
             missing = [c for c in MARKER_COLUMNS if c not in {h.lower() for h in have}]
             if missing:
                 raise TargetConfigurationError(
-                    f"{self.target.marker_table} exists but is not a twopc marker table (it lacks columns "
+                    f"{self.target.marker_label} exists but is not a twopc marker table (it lacks columns "
                     f"{', '.join(missing)}): set option markerTable to another name")
         dialect.ensure_own_tables(dbapi)
 

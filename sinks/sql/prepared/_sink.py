@@ -4,11 +4,11 @@ database supplies a dialect.
 
 A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
 
-- a :class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`: configuration (one
+- a :class:`~twopc.sinks.sql.database._sql_target.SqlTarget`: configuration (one
   :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
   ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
   connection for the driver's statements, and the mapping of driver errors;
-- a dialect (:class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made by the subclass's
+- a dialect (:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect`, made by the subclass's
   ``dialect_type`` from the target): the SQL that differs between databases (opening a
   write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
   listing prepared ids, the target's catalog, the marker table's DDL);
@@ -44,9 +44,9 @@ from ..._secrets import credential_free
 from .._errors import session_init_failed
 from .._registry import SqlDatabase
 from .._target_ledger import SqlTargetLedger
-from ..connect._server_instance import SqlNamedTarget
-from ..connect._sql_dialect import SqlDialect, SqlTxn
-from ..connect._sql_target import SqlTarget, give_back
+from ..database._server_instance import SqlNamedTarget
+from ..database._sql_dialect import SqlDialect, SqlTxn
+from ..database._sql_target import SqlTarget, give_back
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import PreparedCommitter
 from ._markers import MARKER_COLUMNS, MarkerTable
@@ -69,7 +69,7 @@ _PARTS = ("target", "dialect", "markers", "_open")
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
     """Exactly-once appends to one SQL table through prepared transactions: its target
-(:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget`), the dialect, the executor side
+(:class:`~twopc.sinks.sql.database._sql_target.SqlTarget`), the dialect, the executor side
 (:class:`~twopc.sinks.sql.prepared._writer.PreparedWriter`) and the driver side
 (:class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter`); it validates the target.
 
@@ -91,7 +91,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     database: ClassVar[type[SqlDatabase]]
     #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     __handle_type__: ClassVar[type[Any]]
-    #: the database's :class:`~twopc.sinks.sql.connect._sql_dialect.SqlDialect`, made from the target
+    #: the database's :class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect`, made from the target
     dialect_type: ClassVar[type[SqlDialect[Any]]]
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
@@ -158,7 +158,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     def describe(self) -> str:
         """``<product> <url without password> table <table>``."""
-        return f"{self.database.product} {safe_url(self.options.url)} table {self.target.table}"
+        return f"{self.database.product} {safe_url(self.options.url)} table {self.target.table_label}"
 
     def close(self) -> None:
         """Roll back transactions of this object that are still open (never prepared
@@ -214,19 +214,19 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             dbapi = conn.driver_connection
             self.dialect.check_server(dbapi)
             self._try_session_init(dbapi)
-            columns = self.dialect.target_columns(dbapi, validating=True)
+            columns = self.dialect.table_columns(dbapi, validating=True)
             t.match(schema.names, [f.type for f in schema], columns, check_types=True, check_required=True)
             if (own := self.options.twopc_schema) is not None:
                 t.database.ensure_schema(dbapi_runner(dbapi), own, self.options.url.database or "")
             MarkerTable(t).ensure(dbapi, self.dialect)
             # the tasks insert marker rows, recovery reads them, the commit of a later batch purges them
             require_privileges(dbapi_runner(dbapi), t.database.name, table=t.qualified(t.marker),
-                               display=t.marker_table, columns=[t.quote(c) for c in MARKER_COLUMNS],
+                               display=t.marker_label, columns=[t.quote(c) for c in MARKER_COLUMNS],
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
         except t.database.driver_error as exc:
             broken = t.is_connection_error(exc)
             raise (SinkUnavailableError if broken else SinkError)(
-                f"validating {t.table} on {t.where()} failed: {t.redact(t.error_text(exc))}"
+                f"validating {t.table_label} on {t.where()} failed: {t.redact(t.error_text(exc))}"
             ) from None
         finally:
             give_back(conn, broken=broken)

@@ -18,8 +18,8 @@ from twopc.spi.lease import hold_for_prepare
 
 from ..._handles import PreparedSqlHandle
 from .._target_ledger import SqlTargetLedger
-from ..connect._sql_dialect import SqlDialect, SqlTxn
-from ..connect._sql_target import SqlTarget, give_back
+from ..database._sql_dialect import SqlDialect, SqlTxn
+from ..database._sql_target import SqlTarget, give_back
 from ._markers import MARKER_COLUMNS
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class PreparedWriter(Generic[C, H]):
     :class:`~twopc.sinks.sql.prepared._sink.PreparedSqlSink`, which *is* its writer (it sets
     the attributes below when it is made or unpickled).
 
-    Also the :class:`~twopc.sinks.sql.connect._sql_dialect.TxnControl` the dialect's
+    Also the :class:`~twopc.sinks.sql.database._sql_dialect.TxnControl` the dialect's
     ``prepare`` is given.
     """
 
@@ -123,7 +123,7 @@ class PreparedWriter(Generic[C, H]):
         groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for row in pending:
             groups.setdefault(tuple(row), []).append(row)
-        with self.rolling_back(txn, f"write rows to {self.target.table}"):
+        with self.rolling_back(txn, f"write rows to {self.target.table_label}"):
             for keys, rows in groups.items():
                 if not keys:
                     raise ConfigurationError(f"{type(self).__name__}.invoke got an empty row (no columns)")
@@ -149,7 +149,7 @@ class PreparedWriter(Generic[C, H]):
             return
         if txn.pending:
             self._flush_rows(txn)
-        with self.rolling_back(txn, f"write rows to {self.target.table}"):
+        with self.rolling_back(txn, f"write rows to {self.target.table_label}"):
             plan = txn.plans.get(batch.schema)
             if plan is None:
                 cols = self.target.match(batch.schema.names, [f.type for f in batch.schema], txn.columns,
@@ -176,13 +176,13 @@ class PreparedWriter(Generic[C, H]):
         self.usable(txn)
         if txn.pending:
             self._flush_rows(txn)
-        with self.rolling_back(txn, f"write rows to {self.target.table}"):
+        with self.rolling_back(txn, f"write rows to {self.target.table_label}"):
             self.dialect.end_load(txn)
         self.dialect.prepare(txn, self)
         log.debug("twopc: prepared %s (%s rows)", txn.gid, txn.rows)
         c = txn.context
         return self.__handle_type__(txn.gid, c.sink_id, c.batch_id, c.partition_id, c.attempt_id,
-                                table=self.target.table, rows=txn.rows)
+                                table=self.target.table_label, rows=txn.rows)
 
     def rollback(self, txn: SqlTxn[C]) -> None:
         """Roll back an open, unprepared transaction. Idempotent; never raises."""

@@ -73,7 +73,7 @@ class StagingCommitter(StagingDdl):
         if len(batch_ids) != 1:
             raise ProtocolError(f"commit_all takes handles of one batch, got {sorted(batch_ids)}")
         sink_id, batch_id = batch_ids.pop()
-        with self.session(f"commit batch {batch_id} into {self.target.display()}") as conn:
+        with self.session(f"commit batch {batch_id} into {self.table.display()}") as conn:
             self.begin(conn)
             d = conn.dialect
             marker = conn.execute(sa.text(
@@ -93,7 +93,7 @@ class StagingCommitter(StagingDdl):
                 conn.rollback()
                 raise TransactionLostError(
                     f"batch {batch_id} of sink {sink_id!r}: staged rows of {bad} are missing from "
-                    f"{self.stage.display()} (were they deleted?); nothing was written to {self.target.display()}")
+                    f"{self.stage.display()} (were they deleted?); nothing was written to {self.table.display()}")
             total = sum(counts.values())
             self._move(conn, ids, total, self._write_of(handles))
             conn.execute(sa.text(f"INSERT INTO {self.batches.quoted(d)} "
@@ -103,7 +103,7 @@ class StagingCommitter(StagingDdl):
                           "t": dt.datetime.now(dt.UTC).replace(tzinfo=None)})
             conn.commit()
         log.info("twopc staging: committed batch %s of %s: %s rows into %s", batch_id, sink_id, total,
-                 self.target.display())
+                 self.table.display())
         return [CommitOutcome.COMMITTED] * len(handles)
 
     def _write_of(self, handles: Sequence[StagingHandle]) -> str:
@@ -119,19 +119,19 @@ class StagingCommitter(StagingDdl):
         """DDL of the *write* (:meth:`commit_write`), then the one statement that moves the
         chosen attempts' *rows* rows, then their deletion from staging."""
         d = conn.dialect
-        t = self.target.quoted(d)
-        exists = self.has_table(conn, self.target)
+        t = self.table.quoted(d)
+        exists = self.has_table(conn, self.table)
         if write == "errorifexists" and exists:
             raise TargetConfigurationError(
-                f"table {self.target.display()} was created by someone else while this write ran, and the "
+                f"table {self.table.display()} was created by someone else while this write ran, and the "
                 f"save mode is errorifexists: nothing was written")
         if write == "ignore" and exists:
             self.delete_staged_rows(conn, ids)
-            log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.target.display())
+            log.info("twopc staging: %s exists and the save mode is ignore: wrote nothing", self.table.display())
             return
         if write == "drop" and exists and self.schema is None:
             raise SchemaMismatchError(
-                f"this batch overwrites {self.target.display()} by re-creating it from the DataFrame (overwrite "
+                f"this batch overwrites {self.table.display()} by re-creating it from the DataFrame (overwrite "
                 f"without truncate), and this process does not know the DataFrame's schema (recovery without the "
                 f"write): rerun the write or restart the query (its recovery finishes the batch); nothing was written")
         if write in _EMPTY_BY and exists:
@@ -140,7 +140,7 @@ class StagingCommitter(StagingDdl):
         if not exists:
             if self.schema is None:
                 raise SchemaMismatchError(
-                    f"{self.target.display()} does not exist and this process does not know the DataFrame "
+                    f"{self.table.display()} does not exist and this process does not know the DataFrame "
                     f"schema to create it (recovery without a query): create the table, then recover")
             conn.exec_driver_sql(self.create_ddl(conn))
             if self.options.table_comment and self.dialect.table_comments == "comment on":
@@ -148,12 +148,12 @@ class StagingCommitter(StagingDdl):
                 conn.exec_driver_sql(f"COMMENT ON TABLE {t} IS {comment}")
         stage_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)
                       if c["name"] != TXN_COLUMN]
-        target_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.target.name, schema=self.target.schema)]
+        table_cols = [c["name"] for c in sa.inspect(conn).get_columns(self.table.name, schema=self.table.schema)]
         mapping = []
         for s in stage_cols:
-            exact = [c for c in target_cols if c == s] or [c for c in target_cols if c.lower() == s.lower()]
+            exact = [c for c in table_cols if c == s] or [c for c in table_cols if c.lower() == s.lower()]
             if len(exact) != 1:
-                raise SchemaMismatchError(f"staged column {s} matches no single column of {self.target.display()}")
+                raise SchemaMismatchError(f"staged column {s} matches no single column of {self.table.display()}")
             mapping.append((s, exact[0]))
         stmt = move_sql(self.dialect_name, self.q, t, self.stage.quoted(d), mapping, self.options.upsert_keys)
         conn.execute(sa.text(stmt).bindparams(sa.bindparam("ids", expanding=True)), {"ids": ids})

@@ -83,13 +83,13 @@ will lose.
         self.schema = schema
         keys = self.options.upsert_keys
         self._try_session_init()
-        with self.session(f"validate {self.target.display()}") as conn:
-            exists = self.has_table(conn, self.target)
+        with self.session(f"validate {self.table.display()}") as conn:
+            exists = self.has_table(conn, self.table)
             if exists:
-                require_transactional(conn, self.target)
+                require_transactional(conn, self.table)
             if exists and self.mode == "errorifexists":
                 raise TargetConfigurationError(
-                    f"table {self.target.display()} already exists and the save mode is errorifexists (Spark's "
+                    f"table {self.table.display()} already exists and the save mode is errorifexists (Spark's "
                     f"default, and twopc.write_jdbc's when no mode is given): nothing was written. Give mode "
                     f"\"append\" to add the rows, \"overwrite\" to replace them, or \"ignore\" to write nothing "
                     f"when the table exists (twopc.write_jdbc(..., mode=\"append\"); on format twopc-jdbc: "
@@ -97,25 +97,25 @@ will lose.
             recreate = self.mode == "overwrite" and self.replaced_by() == "drop"
             ddl = self.create_ddl(conn)  # maps every column type now: errors before any task runs
             if exists and recreate and (lost := recreate_losses(
-                    conn, self.target, schema, overrides=self.options.create_table_column_types, keys=keys,
+                    conn, self.table, schema, overrides=self.options.create_table_column_types, keys=keys,
                     comment=self.options.table_comment)):
                 log.warning(
                     "twopc staging: overwrite without truncate drops %s and re-creates it from the DataFrame, as "
                     "Spark's JDBC writer does; the table will lose: %s. To keep the table and replace only its "
-                    "rows, set .option(\"truncate\", \"true\")", self.target.display(), "; ".join(lost))
+                    "rows, set .option(\"truncate\", \"true\")", self.table.display(), "; ".join(lost))
             stage_types: dict[str, str] = {}
             if exists and not recreate:
-                matched = check_columns(conn, self.target, schema)
-                if self.dialect.stages_in_target_types:
+                matched = check_columns(conn, self.table, schema)
+                if self.dialect.stages_in_table_types:
                     stage_types = {f.name: c.display_type for f, c in zip(schema, matched, strict=True)}
             if keys:
                 missing = [k for k in keys if k.lower() not in {n.lower() for n in schema.names}]
                 if missing:
                     raise SchemaMismatchError(f"upsertKeys {missing} are not DataFrame columns ({schema.names})")
                 if exists and not recreate:
-                    check_unique(conn, self.target, keys)
+                    check_unique(conn, self.table, keys)
             if not exists and not self.dialect.transactional_ddl and self.mode != "ignore":
-                self._create_target_now(conn, ddl)
+                self._create_table_now(conn, ddl)
             if (name := self.options.twopc_schema) is not None:
                 self.dialect.ensure_schema(self._each_alone(conn, keep=True), name, self.options.url.database or "")
             self._ensure_stage(conn, schema, stage_types)
@@ -144,19 +144,19 @@ will lose.
             if self.has_table(conn, self.stage):
                 self._expire_ephemeral(conn)
 
-    def _create_target_now(self, conn: Connection, ddl: str) -> None:
+    def _create_table_now(self, conn: Connection, ddl: str) -> None:
         """Create the missing target at validation (MySQL DDL cannot join the commit
         transaction), and drop it again when it cannot roll back (``createTableOptions``
         naming a non-transactional engine, or such a server default): nothing is left."""
         with fresh(conn):
             conn.exec_driver_sql(ddl)
         try:
-            require_transactional(conn, self.target)
+            require_transactional(conn, self.table)
         except TargetConfigurationError:
             with fresh(conn):
-                conn.exec_driver_sql(f"DROP TABLE {self.target.quoted(conn.dialect)}")
+                conn.exec_driver_sql(f"DROP TABLE {self.table.quoted(conn.dialect)}")
             raise
-        log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.target.display())
+        log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.table.display())
 
     def create_ddl(self, conn: Connection) -> str:
         """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
@@ -165,7 +165,7 @@ will lose.
 
         assert self.schema is not None
         o = self.options
-        ddl = create_table_sql(self.target, self.schema, conn.dialect, overrides=o.create_table_column_types)
+        ddl = create_table_sql(self.table, self.schema, conn.dialect, overrides=o.create_table_column_types)
         if o.upsert_keys:
             names = {n.lower(): n for n in self.schema.names}
             keys = ", ".join(self.q(names.get(k.lower(), k)) for k in o.upsert_keys)

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 __all__ = ["recreate_losses"]
 
 
-def recreate_losses(conn: Connection, target: TableName, schema: pa.Schema, *, overrides: Mapping[str, str],
+def recreate_losses(conn: Connection, table: TableName, schema: pa.Schema, *, overrides: Mapping[str, str],
                     keys: Sequence[str], comment: str) -> list[str]:
-    """What *target* has that a ``CREATE TABLE`` from *schema* will not give back, each as a
+    """What *table* has that a ``CREATE TABLE`` from *schema* will not give back, each as a
     short phrase (``"primary key (id)"``, ``"index ix_amount"``, ``"comment"``...). The
     re-created table has the DataFrame's columns and types (*overrides*: the
     ``createTableColumnTypes`` columns, not compared), a primary key on *keys* when given,
@@ -35,7 +35,7 @@ def recreate_losses(conn: Connection, target: TableName, schema: pa.Schema, *, o
         SQLAlchemyError: the catalog could not be read.
     """
     insp = sa.inspect(conn)
-    name, sch = target.name, target.schema
+    name, sch = table.name, table.schema
     fields = {f.name.lower(): f for f in schema}
     cols = insp.get_columns(name, schema=sch)
     kept = [c for c in cols if c["name"].lower() in fields]
@@ -65,7 +65,7 @@ def recreate_losses(conn: Connection, target: TableName, schema: pa.Schema, *, o
     if table_comment and table_comment != comment:
         out.append("comment")
     add("comment of", [c["name"] for c in kept if c.get("comment")])
-    out += dialect_for(conn.dialect.name).recreate_losses(conn, target.quoted(conn.dialect))
+    out += dialect_for(conn.dialect.name).recreate_losses(conn, table.quoted(conn.dialect))
     return out
 
 

@@ -48,7 +48,7 @@ from twopc.spi import (
 )
 
 from ..._handles import StagingHandle
-from ..connect._server_instance import SqlNamedTarget
+from ..database._server_instance import SqlNamedTarget
 from ..options import JDBC_FORMAT, JdbcOptions, safe_url
 from ._committer import StagingCommitter
 from ._statements import TXN_COLUMN
@@ -111,7 +111,7 @@ executor side here; the driver's side is
     # -- description ----------------------------------------------------------------------
 
     def describe(self) -> str:
-        return (f"{self.dialect_name} {safe_url(self.options.url)} table {self.target.display()} "
+        return (f"{self.dialect_name} {safe_url(self.options.url)} table {self.table.display()} "
                 f"(staging via {self.stage.display()})")
 
     def commit_shape(self, handles: Sequence[StagingHandle] = ()) -> CommitShape:
@@ -121,14 +121,14 @@ executor side here; the driver's side is
     def commit_may_be_refused(self) -> str:
         """Always a reason: the target's constraints (keys, NOT NULL, checks, foreign keys,
         triggers) see the rows only when the driver moves them, after the decision."""
-        return (f"the staging mode checks {self.target.display()}'s constraints (keys, NOT NULL, checks, "
+        return (f"the staging mode checks {self.table.display()}'s constraints (keys, NOT NULL, checks, "
                 f"foreign keys, triggers) only when the driver moves the staged rows into it, after the batch "
                 f"is decided")
 
     def commit_mode(self) -> str:
         """Staging: each task stages its rows; the driver moves a batch in one local transaction."""
         return (f"staging mode: tasks stage rows in {self.stage.display()}, the driver moves each batch into "
-                f"{self.target.display()} in one local transaction with its batch marker (save mode {self.mode})")
+                f"{self.table.display()} in one local transaction with its batch marker (save mode {self.mode})")
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
         """Remember the DataFrame schema; Spark's overwrite flag turns ``append`` into
@@ -202,7 +202,7 @@ executor side here; the driver's side is
         anything else (a NUL byte, an interrupt) as it is."""
         self.rollback(txn)
         if isinstance(exc, SQLAlchemyError) or (txn.copy is not None and isinstance(exc, self.dialect.driver_error)):
-            raise self.error(exc, f"stage rows for {self.target.display()}") from None
+            raise self.error(exc, f"stage rows for {self.table.display()}") from None
         raise exc
 
     def _insert_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
@@ -217,7 +217,7 @@ executor side here; the driver's side is
         dialect_values = self.dialect.staging_values
         for name, arr, f in zip(names, batch.columns, batch.schema, strict=True):
             if dialect_values is not None:  # the prepared sink's values, checked by its rules
-                columns.append(dialect_values(arr, name, self.target.display()))
+                columns.append(dialect_values(arr, name, self.table.display()))
                 continue
             if is_nested(f.type):
                 arr = json_texts(arr)  # fits only JSON columns (or SQLite's untyped ones)
@@ -257,7 +257,7 @@ executor side here; the driver's side is
         self._close(txn)
         ctx = txn.context
         return StagingHandle(txn.txn_id, ctx.sink_id, ctx.batch_id, ctx.partition_id, ctx.attempt_id,
-                             table=self.target.display(), stage_table=self.stage.display(), rows=txn.rows,
+                             table=self.table.display(), stage_table=self.stage.display(), rows=txn.rows,
                              write=self.commit_write())
 
     def rollback(self, txn: _StageTxn) -> None:

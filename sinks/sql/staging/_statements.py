@@ -1,6 +1,6 @@
 """The tables and statements of the staging commit mode, for any SQLAlchemy dialect: the
-staging table and the batch marker table, how the DataFrame is checked against the target,
-and the one statement that moves a batch's staged rows into the target (plain, or an
+staging table and the batch marker table, how the DataFrame is checked against the written table,
+and the one statement that moves a batch's staged rows into the written table (plain, or an
 upsert in each dialect's syntax)."""
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ __all__ = [
 TXN_COLUMN = "twopc_txn"
 
 
-def default_stage_name(target: TableName) -> str:
-    """``twopc_stage_<12 hex of the target's name>``."""
-    digest = hashlib.sha256(f"{target.schema}.{target.name}".encode()).hexdigest()[:12]
+def default_stage_name(table: TableName) -> str:
+    """``twopc_stage_<12 hex of *table*'s name>``."""
+    digest = hashlib.sha256(f"{table.schema}.{table.name}".encode()).hexdigest()[:12]
     return f"twopc_stage_{digest}"
 
 
@@ -109,30 +109,30 @@ class ReflectedColumn:
         return cls(c["name"], c["type"], not c.get("nullable", True), has_default, generated)
 
 
-def check_unique(conn: Connection, target: TableName, keys: Sequence[str]) -> None:
+def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> None:
     """Raise :class:`SchemaMismatchError` unless a primary key, unique constraint or unique
-    index of the target covers exactly *keys* (compared case-insensitively)."""
+    index of *table* covers exactly *keys* (compared case-insensitively)."""
     insp = sa.inspect(conn)
     want = {k.lower() for k in keys}
     sets: list[set[str]] = []
-    pk = insp.get_pk_constraint(target.name, schema=target.schema)
+    pk = insp.get_pk_constraint(table.name, schema=table.schema)
     if pk and pk.get("constrained_columns"):
         sets.append({c.lower() for c in pk["constrained_columns"]})
-    for u in insp.get_unique_constraints(target.name, schema=target.schema):
+    for u in insp.get_unique_constraints(table.name, schema=table.schema):
         sets.append({c.lower() for c in u["column_names"]})
-    for ix in insp.get_indexes(target.name, schema=target.schema):
+    for ix in insp.get_indexes(table.name, schema=table.schema):
         if ix.get("unique"):
             sets.append({c.lower() for c in ix["column_names"] if c})
     if want not in sets:
         raise SchemaMismatchError(
             f"upsertKeys ({', '.join(keys)}) need a primary key or unique constraint on exactly those columns of "
-            f"{target.display()}: e.g. ALTER TABLE {target.display()} ADD UNIQUE ({', '.join(keys)})")
+            f"{table.display()}: e.g. ALTER TABLE {table.display()} ADD UNIQUE ({', '.join(keys)})")
 
 
-def move_sql(dialect_name: str, quote: Any, target: str, stage: str, mapping: Sequence[tuple[str, str]],
+def move_sql(dialect_name: str, quote: Any, table: str, stage: str, mapping: Sequence[tuple[str, str]],
              upsert_keys: Sequence[str]) -> str:
     """The statement that moves the staged rows of the transactions bound as ``:ids`` from
-    *stage* into *target* (both quoted), *mapping* pairing staging and target columns.
+    *stage* into *table* (both quoted), *mapping* pairing staging and table columns.
 
     With *upsert_keys*: ``ON CONFLICT ... DO UPDATE`` (PostgreSQL, SQLite; of two staged
     rows with one key the later wins) or ``ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB).
@@ -141,7 +141,7 @@ def move_sql(dialect_name: str, quote: Any, target: str, stage: str, mapping: Se
         ConfigurationError: upsert on a dialect without a known upsert syntax.
     """
     q = quote
-    into = f"INSERT INTO {target} ({', '.join(q(tc) for _, tc in mapping)})"
+    into = f"INSERT INTO {table} ({', '.join(q(tc) for _, tc in mapping)})"
     sel = ", ".join(q(sc) for sc, _ in mapping)
     source = f"FROM {stage} WHERE {q(TXN_COLUMN)} IN :ids"
     if not upsert_keys:

@@ -1,8 +1,8 @@
-"""The staging mode's view of the target's column types: the DataFrame is checked with the
+"""The staging mode's view of the written table's column types: the DataFrame is checked with the
 same rule as the prepared modes (:mod:`twopc.sinks.sql.types._type_rules`, through the catalog reader
-of PostgreSQL and MariaDB/MySQL), and the staging table takes the target's own column types,
+of PostgreSQL and MariaDB/MySQL), and the staging table takes the written table's own column types,
 so that staged rows are converted exactly as the prepared modes convert them and the move
-into the target converts nothing."""
+into the written table converts nothing."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
         return self.ddl
 
 
-def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
-    """The target's columns matched to the DataFrame's (in its order), after checking that
+def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
+    """*table*'s columns matched to the DataFrame's (in its order), after checking that
     the DataFrame fits them with the rule every mode shares (names, types, required
     columns).
 
@@ -45,10 +45,10 @@ def check_columns(conn: Connection, target: TableName, schema: pa.Schema) -> Seq
         SchemaMismatchError: listing every problem.
     """
     dialect = dialect_for(conn.dialect.name)
-    cols: Sequence[Any] | None = dialect.catalog_columns(conn.connection.driver_connection, target)
+    cols: Sequence[Any] | None = dialect.catalog_columns(conn.connection.driver_connection, table)
     if cols is None:
-        cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(target.name, schema=target.schema)]
-    return match_columns(schema.names, [f.type for f in schema], cols, target.display(),
+        cols = [ReflectedColumn.of(dict(c)) for c in sa.inspect(conn).get_columns(table.name, schema=table.schema)]
+    return match_columns(schema.names, [f.type for f in schema], cols, table.display(),
                          compatible=dialect.compatible or _reflected_fits, type_name=str,
                          check_required=True)
 

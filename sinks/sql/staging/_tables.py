@@ -1,4 +1,4 @@
-"""The configuration and connections the staging sink's parts share: the target, staging
+"""The configuration and connections the staging sink's parts share: the written table, staging
 and batch marker tables, the save mode, and the connections with a write's session settings
 (from the registered dialect: :mod:`twopc.sinks.sql._registry`); and the driver's bookkeeping
 of the staging table: the attempts staged in it, the batch markers purged. A prepared-mode
@@ -20,7 +20,7 @@ from twopc.spi import PreparedDetail, SinkUnavailableError, redact
 from ..._handles import StagingHandle
 from .._names import TableName, parse_table_name
 from .._registry import SqlDatabase, dialect_for
-from ..connect._engines import engine_for
+from ..database._engines import engine_for
 from ..options import JdbcOptions, SaveMode, isolation_sql
 from ._statements import TXN_COLUMN, default_stage_name, fresh
 
@@ -56,16 +56,16 @@ class StagingTables:
             raise ConfigurationError(f"tableComment is not supported on {self.dialect_name}: remove the option")
         self.options = o
         self.mode: SaveMode = mode  # type: ignore[assignment]  # checked against MODES above
-        self.target = parse_table_name(o.table, self.dialect_name)
+        self.table = parse_table_name(o.table, self.dialect_name)
         if o.staging_table:
             self.stage = o.bookkeeping(parse_table_name(o.staging_table, self.dialect_name, "stagingTable"))
         elif o.twopc_schema is not None:
-            self.stage = o.bookkeeping(TableName(None, default_stage_name(self.target), self.dialect_name))
+            self.stage = o.bookkeeping(TableName(None, default_stage_name(self.table), self.dialect_name))
         else:
-            self.stage = self.target.sibling(default_stage_name(self.target))
+            self.stage = self.table.sibling(default_stage_name(self.table))
         self.batches = o.bookkeeping(parse_table_name(batch_table, self.dialect_name, "batch marker table"))
-        if self.batches.schema is None and self.target.schema is not None and not self.dialect.file_based:
-            self.batches = self.target.sibling(self.batches.name)
+        if self.batches.schema is None and self.table.schema is not None and not self.dialect.file_based:
+            self.batches = self.table.sibling(self.batches.name)
         self.schema: pa.Schema | None = None
         self.streaming = False
         if o.upsert_keys and mode == "overwrite":
@@ -134,10 +134,10 @@ class StagingTables:
             what = [f"{kind} {name!r}" for kind in ("column", "constraint")
                     if (name := getattr(diag, f"{kind}_name", None))]
             named = f" ({', '.join(what)})" if what else ""
-            return SinkError(f"could not {action}: a constraint of {self.target.display()} was violated{named}: "
+            return SinkError(f"could not {action}: a constraint of {self.table.display()} was violated{named}: "
                              f"{text}. The whole batch was rolled back: nothing was written")
         # the prepared sinks' words for a value that does not fit its column
-        if bad := self.dialect.value_error(orig, action, self.target.display(), self.redact):
+        if bad := self.dialect.value_error(orig, action, self.table.display(), self.redact):
             return bad
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 
@@ -209,7 +209,7 @@ class StagingTables:
         if xid is None or xid.text != txn_id:
             return None
         return StagingHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
-                             table=self.target.display(), stage_table=self.stage.display(), rows=-1)
+                             table=self.table.display(), stage_table=self.stage.display(), rows=-1)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the batch markers of *sink_id* below *below_batch*; return how many (the

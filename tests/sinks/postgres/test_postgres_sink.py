@@ -208,7 +208,7 @@ def test_from_options_is_case_insensitive_and_translates_urls(postgres_url):
     s = PostgresSink.from_options({"URL": f"postgresql://{u.host}:{u.port}/{u.database}", "DbTable": "Public.T1",
                                    "user": u.username, "PASSWORD": pw, "markertable": "ops.Markers",
                                    "locktimeout": "500ms"})
-    assert s.target.table == "public.t1" and s.target.marker_table == "ops.markers"
+    assert s.target.table_label == "public.t1" and s.target.marker_label == "ops.markers"
     assert pw not in s.describe() and pw not in repr(s)
     assert f"{u.host}:{u.port}/{u.database}" in s.describe() and "public.t1" in s.describe()
     j = PostgresSink.from_options({"url": f"jdbc:postgresql://{u.host}:{u.port}/{u.database}?user={u.username}"

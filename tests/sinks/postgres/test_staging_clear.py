@@ -49,7 +49,7 @@ def target(postgres_url: str, request: pytest.FixtureRequest,
 
 def _sink_id(sink: StagingSink) -> str:
     """One sink id per test (the batch marker table is shared)."""
-    return sink.target.name.replace("_", "")
+    return sink.table.name.replace("_", "")
 
 
 def _stage(sink: StagingSink, batch_id: int, start: int, n: int = 100) -> StagingHandle:

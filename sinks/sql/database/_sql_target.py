@@ -55,7 +55,8 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
 
 
 class SqlTarget:
-    """Configuration, names, connections and error mapping of one prepared SQL sink.
+    """A prepared SQL sink's handle on its target database: configuration, table names,
+    connections and error mapping.
 
     Args:
         options: the parsed options (their dialect is *database*'s).
@@ -64,10 +65,10 @@ class SqlTarget:
     Attributes:
         options: as given.
         database: as given.
-        target: the table rows are appended to.
+        table: the table rows are appended to.
         marker: the marker table (in ``twopcSchema`` when it is set).
-        table: the target table, as a display name (quoted where needed).
-        marker_table: the marker table, as a display name.
+        table_label: *table* as a display name for messages (quoted where needed).
+        marker_label: *marker* as a display name for messages.
         quote, is_connection_error, is_missing_table, error_code, error_text: *database*'s own
             functions (quoting an identifier for a statement sent with ``%s`` parameters;
             reading a driver error), handed out as they are.
@@ -78,10 +79,10 @@ class SqlTarget:
     def __init__(self, options: JdbcOptions, database: type[SqlDatabase]) -> None:
         self.options = options
         self.database = database
-        self.target = parse_table_name(options.table, database.name)
+        self.table = parse_table_name(options.table, database.name)
         self.marker = options.bookkeeping(parse_table_name(options.marker_table, database.name, "markerTable"))
-        self.table = self.target.display()
-        self.marker_table = self.marker.display()
+        self.table_label = self.table.display()
+        self.marker_label = self.marker.display()
         self.quote = database.quote
         self.is_connection_error = database.is_connection_error
         self.is_missing_table = database.is_missing_table
@@ -113,7 +114,7 @@ class SqlTarget:
     # -- errors ------------------------------------------------------------------------------
     def map_error(self, exc: BaseException, action: str) -> SinkError:
         """The credential-free :class:`SinkError` for a failed *action*."""
-        return self.database.map_error(exc, action, table=self.table, marker_table=self.marker_table,
+        return self.database.map_error(exc, action, table=self.table_label, marker_table=self.marker_label,
                                        lock_timeout=self.database.lock_timeout_text(self.options.lock_timeout),
                                        where=self.where(), redact=self.redact)
 
@@ -134,21 +135,21 @@ class SqlTarget:
 
     def no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
                       case_hint: str, table_options: str = "") -> SchemaMismatchError:
-        """The error for a target that does not exist: at validation, with the tables whose
+        """The error for a :attr:`table` that does not exist: at validation, with the tables whose
         names differ only in case and the DDL to start from; while writing, short."""
         if not validating:
-            return SchemaMismatchError(f"table {self.table} does not exist (any more): create it first")
+            return SchemaMismatchError(f"table {self.table_label} does not exist (any more): create it first")
         hint = f" Did you mean {', '.join(t.display() for t in similar)}? {case_hint}" if similar else ""
         return SchemaMismatchError(
-            f"table {self.table} does not exist in database {database!r}: create it first (e.g. CREATE TABLE "
-            f"{self.table} (...){table_options} with a column per DataFrame column).{hint}")
+            f"table {self.table_label} does not exist in database {database!r}: create it first (e.g. CREATE TABLE "
+            f"{self.table_label} (...){table_options} with a column per DataFrame column).{hint}")
 
     def match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
               check_types: bool, check_required: bool) -> list[C]:
         """:func:`twopc.sinks.sql.types._column_match.match_columns` with this database's type rules."""
         from ..types._column_match import match_columns  # a task's and the plan's: a commit matches no columns
 
-        return match_columns(names, types, columns, self.table,
+        return match_columns(names, types, columns, self.table_label,
                              compatible=self.database.compatible if check_types else None,
                              type_name=str, check_required=check_required)
 

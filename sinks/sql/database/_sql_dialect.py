@@ -2,7 +2,7 @@
 
 A prepared-transaction sink (:class:`twopc.sinks.sql.PreparedSqlSink`) is made of parts, like
 Flink Sink V2's separate ``SinkWriter`` and ``Committer``: a
-:class:`~twopc.sinks.sql.connect._sql_target.SqlTarget` (configuration, connections, error mapping),
+:class:`~twopc.sinks.sql.database._sql_target.SqlTarget` (configuration, connections, error mapping),
 a dialect (this protocol: the SQL that differs between PostgreSQL and MySQL/MariaDB), a
 writer (:mod:`twopc.sinks.sql.prepared._writer`, executor side) and a committer
 (:mod:`twopc.sinks.sql.prepared._committer`, driver side). The writer and the committer call the
@@ -41,7 +41,7 @@ class SqlTxn(Generic[C]):
         context: the attempt.
         gid: its transaction id (canonical :class:`twopc.Xid`).
         conn: the pooled connection it writes on, ``None`` once released.
-        columns: the target's columns, read when the transaction began.
+        columns: the table's columns, read when the transaction began.
         rows: rows written so far.
         pending: dict rows buffered by :meth:`PreparedWriter.invoke`.
         failed: why it was rolled back, once it was.
@@ -109,8 +109,8 @@ class SqlDialect(Protocol[C]):
         """Raise :class:`TargetConfigurationError` unless the server can prepare."""
         ...
 
-    def target_columns(self, dbapi: Any, *, validating: bool) -> list[C]:
-        """The target's columns; raises :class:`SchemaMismatchError` when it is missing and
+    def table_columns(self, dbapi: Any, *, validating: bool) -> list[C]:
+        """The table's columns; raises :class:`SchemaMismatchError` when it is missing and
         (when *validating*) :class:`TargetConfigurationError` when it cannot be written."""
         ...
 
@@ -130,7 +130,7 @@ class SqlDialect(Protocol[C]):
     # -- executor side -------------------------------------------------------------------------
     def begin(self, txn: SqlTxn[C]) -> None:
         """Start the write transaction on ``txn.conn`` (session settings, isolation level,
-        ``sessionInitStatement``) and read the target's columns into ``txn.columns``."""
+        ``sessionInitStatement``) and read the table's columns into ``txn.columns``."""
         ...
 
     def load_rows(self, txn: SqlTxn[C], cols: list[C], keys: tuple[str, ...], rows: list[dict[str, Any]]) -> None:

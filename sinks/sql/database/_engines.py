@@ -65,7 +65,7 @@ _ENGINES = EngineCache()
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     """The process's pooled engine for *url* (credentials included) and this use, its
-    connections bounded by *timeouts* (:mod:`twopc.sinks.sql.connect._timeouts`) and set up
+    connections bounded by *timeouts* (:mod:`twopc.sinks.sql.database._timeouts`) and set up
     by the dialect; with *autocommit* in ``AUTOCOMMIT`` mode, for sinks that manage
     transactions in SQL.
 

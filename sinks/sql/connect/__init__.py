@@ -1,1 +1,0 @@
-"""Connections: the per-process engines, their timeouts, the server's identity, SQLite files."""
