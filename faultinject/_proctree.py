@@ -12,7 +12,7 @@ import os
 import signal
 from collections.abc import Iterable
 
-__all__ = ["Stat", "boot_id", "descendants", "kill_job", "start_time", "stat"]
+__all__ = ["Stat", "boot_id", "descendants", "kill_job", "process_table", "start_time", "stat"]
 
 
 class Stat:
@@ -56,7 +56,8 @@ def boot_id() -> str:
         return "host:" + os.uname().nodename
 
 
-def _table() -> dict[int, Stat]:
+def process_table() -> dict[int, Stat]:
+    """Every live process's :class:`Stat`, by pid."""
     out: dict[int, Stat] = {}
     try:
         names = os.listdir("/proc")
@@ -73,7 +74,7 @@ def _table() -> dict[int, Stat]:
 def descendants(roots: Iterable[int]) -> tuple[set[int], dict[int, Stat]]:
     """The live *roots* and every live process descending from one of them, with the
     process table they were found in."""
-    table = _table()
+    table = process_table()
     children: dict[int, list[int]] = {}
     for pid, found in table.items():
         children.setdefault(found.ppid, []).append(pid)
