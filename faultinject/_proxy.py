@@ -234,11 +234,6 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    @property
-    def address(self) -> str:
-        """``host:port`` clients connect to."""
-        return f"{self.listen_host}:{self.port}"
-
     # -- faults --------------------------------------------------------------------------
     def connections(self) -> list[ProxyConnection]:
         """The open connections, oldest first."""

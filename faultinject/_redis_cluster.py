@@ -11,12 +11,12 @@ tiny RESP client of the standard library (this package imports nothing else).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -250,18 +250,22 @@ class LocalRedisCluster(Startable):
         Raises:
             ServerUnavailable: not so within the startup timeout.
         """
+        self._wait(self._unstable_reason, "the Redis Cluster did not settle")
+
+    def _wait(self, problem: Callable[[], str], what: str, poll_s: float = 0.1) -> None:
+        """Wait until *problem* says none (``""``; a node's error is one); raise
+        :class:`ServerUnavailable` (*what* and the last problem) after the startup timeout."""
         deadline = time.monotonic() + self._timeout
-        last = ""
         while True:
             try:
-                last = self._unstable_reason()
+                last = problem()
             except (OSError, RedisReplyError) as exc:
                 last = str(exc)
             if not last:
                 return
             if time.monotonic() > deadline:
-                raise ServerUnavailable(f"the Redis Cluster did not settle: {last}")
-            time.sleep(0.1)
+                raise ServerUnavailable(f"{what}: {last}")
+            time.sleep(poll_s)
 
     def _unstable_reason(self) -> str:
         live = [n for n in self.nodes if n.running]
@@ -336,15 +340,11 @@ class LocalRedisCluster(Startable):
         Raises:
             ServerUnavailable: not so within the startup timeout.
         """
-        deadline = time.monotonic() + self._timeout
-        while True:
-            with contextlib.suppress(OSError, RedisReplyError):
-                me = next(v for v in self.view(node) if v.port == node.port)
-                if me.is_master and me.slots and not self._unstable_reason():
-                    return
-            if time.monotonic() > deadline:
-                raise ServerUnavailable(f"node {node.port} did not become a master the cluster agrees on")
-            time.sleep(0.1)
+        def problem() -> str:
+            me = next(v for v in self.view(node) if v.port == node.port)
+            return self._unstable_reason() if me.is_master and me.slots else "not a master with slots yet"
+
+        self._wait(problem, f"node {node.port} did not become a master the cluster agrees on")
 
     def restart_node(self, node: LocalRedis) -> None:
         """Start a killed node again (same ports, same ``nodes.conf``); it rejoins the
@@ -362,11 +362,10 @@ class LocalRedisCluster(Startable):
         self.command(replica, "CONFIG", "SET", "masteruser", _CUT_USER)
         self.command(replica, "CONFIG", "SET", "masterauth", "cut")
         self.command(self.by_port(owner.port), "CLIENT", "KILL", "TYPE", "replica")
-        deadline = time.monotonic() + self._timeout
-        while "master_link_status:up" in str(self.command(replica, "INFO", "replication")):
-            if time.monotonic() > deadline:
-                raise ServerUnavailable(f"replica {replica.port} stayed connected to its master")
-            time.sleep(0.05)
+        def linked() -> str:
+            return "link up" if "master_link_status:up" in str(self.command(replica, "INFO", "replication")) else ""
+
+        self._wait(linked, f"replica {replica.port} stayed connected to its master", poll_s=0.05)
 
     def reattach_replica(self, replica: LocalRedis) -> None:
         """Undo :meth:`detach_replica` (the replica reconnects as the default user)."""

@@ -31,6 +31,7 @@ class Startable:
     and usable as ``with X() as x:``. Its files live in ``_tmp`` while it is started."""
 
     _tmp: str | None = None
+    _base_dir: str | None = None
 
     def start(self) -> Self:
         raise NotImplementedError
@@ -42,6 +43,20 @@ class Startable:
         if self._tmp is None:
             raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
         return self._tmp
+
+    def _make_tmp(self, prefix: str) -> str:
+        """A new temporary folder in ``_base_dir`` for the files, deleted by :meth:`stop` (at
+        the latest at exit)."""
+        self._tmp = tempfile.mkdtemp(prefix=prefix, dir=self._base_dir)
+        atexit.register(self.stop)
+        return self._tmp
+
+    def _remove_tmp(self) -> None:
+        """Delete the folder; :meth:`stop` no longer runs at exit."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -64,7 +79,6 @@ class LocalServer(Startable):
     """
 
     _port: int | None
-    _base_dir: str | None
     _timeout: float
     _fix: str = ""
     _proc: subprocess.Popen[bytes] | None = None
@@ -119,12 +133,6 @@ class LocalServer(Startable):
         """The server process's pid while it runs."""
         return self._proc.pid if self._proc is not None and self.running else None
 
-    def _make_tmp(self, prefix: str) -> str:
-        """The server's new temporary folder (deleted by :meth:`stop`, at the latest at exit)."""
-        self._tmp = tempfile.mkdtemp(prefix=prefix, dir=self._base_dir)
-        atexit.register(self.stop)
-        return self._tmp
-
     def _spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
         """Start the server process *argv* in a session of its own, its output appended to
         :attr:`log_path`, on a lifeline to this process; kept in ``_proc``."""
@@ -169,10 +177,7 @@ class LocalServer(Startable):
         """Shut the server down and delete its files.  Idempotent."""
         self._shutdown()
         self._unwatch()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
+        self._remove_tmp()
 
     def kill(self) -> None:
         """Simulate a crash: SIGKILL the server and every process of its group and session

@@ -10,15 +10,12 @@ Spark survives by running the task elsewhere), never the worker daemon or the dr
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -134,9 +131,8 @@ class LocalSparkCluster(Startable):
         if self._procs:
             return self
         home = find_spark_home()
-        self._tmp = tempfile.mkdtemp(prefix="twopc-spark-", dir=self._base_dir)
-        atexit.register(self.stop)
-        java_home = Path(self._tmp, "java")
+        tmp = self._make_tmp("twopc-spark-")
+        java_home = Path(tmp, "java")
         (java_home / "bin").mkdir(parents=True)
         wrapper = java_home / "bin" / "java"
         wrapper.write_text(_JAVA_WRAPPER.format(cls=_EXECUTOR_CLASS, java=_real_java()))
@@ -150,7 +146,7 @@ class LocalSparkCluster(Startable):
         for i in range(self.workers):
             port = free_port()
             self._worker_ports.append(port)
-            work = Path(self._tmp, f"work{i}")
+            work = Path(tmp, f"work{i}")
             work.mkdir()
             log = self._spawn(f"worker{i}", [
                 spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(port),
@@ -204,8 +200,5 @@ class LocalSparkCluster(Startable):
         for lifeline in self._lifelines:
             lifeline.release()
         self._procs, self._lifelines = [], []
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
+        self._remove_tmp()
 
