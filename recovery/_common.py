@@ -52,8 +52,7 @@ def sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
 
 
 def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink[Any, Any, Any]:
-    """Build the sink behind a data source name (``twopc-postgres``, ``twopc-file``) or a
-    ``module:SinkClass`` path, from writer options.
+    """The sink of :func:`sink_class`, built from writer options.
 
     Raises:
         ConfigurationError: unknown format, or the sink refuses the options.
