@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port
+from ._procutil import first_executable, free_port
 from ._server import LocalServer
 
 _FIX = (
@@ -22,13 +22,6 @@ _FIX = (
 )
 
 
-def _first_executable(candidates: list[str | None]) -> str | None:
-    for cand in candidates:
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
 def find_mariadbd(explicit: str | None = None) -> str:
     """Path of the MariaDB server binary: ``explicit``, ``$TWOPC_MARIADBD``, ``mariadbd``
     on ``PATH``, then ``/usr/sbin``, ``/usr/local/sbin``, ``/usr/local/bin``.
@@ -36,7 +29,7 @@ def find_mariadbd(explicit: str | None = None) -> str:
     Raises:
         ServerUnavailable: not found (the message says how to install it).
     """
-    found = _first_executable([
+    found = first_executable([
         explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
         "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
         "/usr/local/mysql/bin/mariadbd",
@@ -59,7 +52,7 @@ def find_mariadb_install_db(explicit: str | None = None, *, server: str | None =
         d = os.path.dirname(os.path.realpath(server))
         dirs += [d, os.path.join(os.path.dirname(d), "bin"), os.path.join(os.path.dirname(d), "scripts")]
     dirs += ["/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts"]
-    found = _first_executable(
+    found = first_executable(
         [explicit, os.environ.get("TWOPC_MARIADB_INSTALL_DB"), shutil.which("mariadb-install-db"),
          shutil.which("mysql_install_db")]
         + [os.path.join(d, n) for d in dirs for n in ("mariadb-install-db", "mysql_install_db")]

@@ -11,17 +11,18 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterable
+from typing import NamedTuple
 
 __all__ = ["Stat", "boot_id", "descendants", "kill_job", "process_table", "start_time", "stat"]
 
 
-class Stat:
+class Stat(NamedTuple):
     """The fields of ``/proc/<pid>/stat`` a job needs: parent, group, session, start time."""
 
-    __slots__ = ("pgrp", "ppid", "session", "start")
-
-    def __init__(self, ppid: int, pgrp: int, session: int, start: int) -> None:
-        self.ppid, self.pgrp, self.session, self.start = ppid, pgrp, session, start
+    ppid: int
+    pgrp: int
+    session: int
+    start: int
 
 
 def stat(pid: int) -> Stat | None:

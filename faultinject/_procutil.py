@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterable
 
 from ._proctree import process_table
 
@@ -33,6 +34,11 @@ def kill_tree(leader: int, *, timeout_s: float = 10.0) -> None:
         if not left or time.monotonic() > deadline:
             return
         time.sleep(0.05)
+
+
+def first_executable(candidates: Iterable[str | None]) -> str | None:
+    """The first of *candidates* that is an executable file (None and empty ones skipped)."""
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

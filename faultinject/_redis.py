@@ -8,7 +8,7 @@ import socket
 from collections.abc import Sequence
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port
+from ._procutil import first_executable, free_port
 from ._server import LocalServer
 
 _FIX = (
@@ -23,11 +23,11 @@ def find_redis_server(explicit: str | None = None) -> str:
     Raises:
         ServerUnavailable: not found (message says how to install it).
     """
-    for cand in (explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
-                 "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    raise ServerUnavailable(f"redis-server not found; {_FIX}")
+    found = first_executable((explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
+                              "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"))
+    if found is None:
+        raise ServerUnavailable(f"redis-server not found; {_FIX}")
+    return found
 
 
 def _ping(port: int) -> bool:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port
+from ._procutil import first_executable, free_port
 from ._redis import LocalRedis, find_redis_server
 from ._server import Startable
 
@@ -45,9 +45,9 @@ def find_redis_cli(explicit: str | None = None) -> str:
         ServerUnavailable: not found (the message says how to install it).
     """
     near = os.path.join(os.path.dirname(find_redis_server()), "redis-cli")
-    for cand in (explicit, os.environ.get("TWOPC_REDIS_CLI"), near, shutil.which("redis-cli")):
-        if cand and os.access(cand, os.X_OK):
-            return cand
+    found = first_executable((explicit, os.environ.get("TWOPC_REDIS_CLI"), near, shutil.which("redis-cli")))
+    if found is not None:
+        return found
     raise ServerUnavailable("redis-cli not found; run `apt-get install -y redis-tools` (it comes with redis-server)")
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ._errors import ServerUnavailable
 from ._lifeline import Lifeline
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import first_executable, free_port, kill_tree, log_tail
 from ._server import Startable
 
 if TYPE_CHECKING:
@@ -58,11 +58,11 @@ def find_spark_home() -> str:
 
 def _real_java() -> str:
     java_home = os.environ.get("JAVA_HOME")
-    cand = os.path.join(java_home, "bin", "java") if java_home else None
-    for c in (cand, *(os.path.join(p, "java") for p in os.environ.get("PATH", "").split(os.pathsep))):
-        if c and os.access(c, os.X_OK):
-            return os.path.realpath(c)
-    raise ServerUnavailable("no java found: install a JDK 17+ or set JAVA_HOME")
+    found = first_executable([os.path.join(java_home, "bin", "java") if java_home else None,
+                              *(os.path.join(p, "java") for p in os.environ.get("PATH", "").split(os.pathsep))])
+    if found is None:
+        raise ServerUnavailable("no java found: install a JDK 17+ or set JAVA_HOME")
+    return os.path.realpath(found)
 
 
 class LocalSparkCluster(Startable):
