@@ -212,16 +212,9 @@ def _hold(release: str) -> None:
 
 
 def _crash(run: Run) -> NoReturn:
-    """SIGKILL the job, then this process.
-
-    With ``TWOPC_CRASH_PGID`` set (:func:`export_crash_group`, ``ChaosRunner``, an executor
-    of a ``LocalSparkCluster``) the job is that process group and this process's own group.
-    Otherwise it is the run's roots on this machine (the driver, and Spark's JVM once
-    :func:`export_run` named it), every process descending from them or from this one, and
-    the process groups one of those leads (Spark's Python worker daemons); a group the job
-    merely runs in (``make``'s, a shell script's) is left alone.  The run's own state folder
-    is deleted before this process dies: the run is over.
-    """
+    """SIGKILL the job as :mod:`twopc.faultinject` says (the ``TWOPC_CRASH_PGID`` group and this
+    process's own, else the run's roots, their descendants and the groups those lead), then
+    this process; the run's own state folder is deleted before: the run is over."""
     target = _crash_pgid()
     own = os.getpgrp()
     if target is not None:
@@ -243,16 +236,11 @@ def _crash(run: Run) -> NoReturn:
 
 
 def export_crash_group() -> int:
-    """Record this process's group as the job's crash group and return its id.
-
-    Sets ``os.environ["TWOPC_CRASH_PGID"] = str(os.getpgrp())`` so that everything
-    started afterwards (the Spark JVM, its Python workers) inherits it and a ``crash``
-    fired anywhere kills this whole group (besides the firing process's own group).
-    Not needed for a crash to kill a Spark job (see :func:`export_run`); it is for a job
-    that runs as its own group leader (``ChaosRunner`` and ``setsid`` do that) and wants
-    every process of that group gone, whoever its parent is.  Called in a process that
-    does not lead its group, a crash also kills whatever shares the group (e.g. ``make``).
-    """
+    """Record this process's group as the job's crash group (``TWOPC_CRASH_PGID``, inherited by
+    everything started afterwards) and return its id: a ``crash`` fired anywhere then kills
+    this whole group. For a job that leads its own group (``ChaosRunner`` and ``setsid`` make
+    one); called in a process that does not, a crash also kills whatever shares the group
+    (e.g. ``make``)."""
     pgid = os.getpgrp()
     os.environ[ENV_CRASH_PGID] = str(pgid)
     return pgid
