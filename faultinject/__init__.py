@@ -38,15 +38,12 @@ one a run killed some other way left behind is deleted by the user's next run.
 ``TWOPC_FAULTS`` wins over ``TWOPC_FAULT_PLAN`` when both are set.  This package uses
 only the standard library.
 
-Importing it loads only the fault points (twopc imports it on every executor); the spec
-parser and the rules' machinery load in a process whose environment arms a plan, and
-:func:`armed`, :class:`FaultPlan` and the other names load on first use.  The chaos
-runner (:class:`ChaosRunner` and its reports), the throwaway servers
-(:class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`,
-:class:`LocalRedisCluster`), a Spark standalone cluster (:class:`LocalSparkCluster`), a Spark
-Connect server (:class:`LocalSparkConnect`) and the network fault proxy (:class:`FaultProxy`: resets,
-latency, blackholes, swallowed replies) load on first use:
-``from twopc.faultinject import LocalPostgres`` and ``twopc.faultinject.ChaosRunner`` work as ever.
+Importing it loads only the fault points (twopc imports it on every executor); every other
+name loads on first use: the rules' machinery (:func:`armed`, :class:`FaultPlan`), the chaos
+runner (:class:`ChaosRunner`), the throwaway servers (:class:`LocalPostgres`,
+:class:`LocalMariaDB`, :class:`LocalRedis`, :class:`LocalRedisCluster`), a Spark standalone
+cluster (:class:`LocalSparkCluster`), a Spark Connect server (:class:`LocalSparkConnect`) and
+the network fault proxy (:class:`FaultProxy`: resets, latency, blackholes, swallowed replies).
 """
 
 
@@ -81,9 +78,7 @@ if TYPE_CHECKING:
     from .chaos import ChaosJobFailed, ChaosReport, ChaosRun, ChaosRunner
     from .servers import LocalMariaDB, LocalPostgres, LocalRedis, LocalRedisCluster
 
-# Public name -> the submodule that defines it, imported on first access (PEP 562). All but
-# fault_point and the environment's names load on first use: a process whose environment arms
-# no plan passes its fault points without the runs, the spec parser and the rules' machinery.
+# Public name -> the submodule that defines it, imported on first access (PEP 562).
 _LAZY: dict[str, str] = {
     **dict.fromkeys(("FaultControlError", "FaultSpecError", "InjectedFault", "ServerUnavailable",
                      "UnknownFaultPoint"), "._errors"),

@@ -21,11 +21,14 @@ import socketserver
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._env import ENV_CONTROL
 from ._errors import FaultControlError
 from ._spec import FaultRule
+
+if TYPE_CHECKING:
+    from ._proxy import FaultProxy
 
 __all__ = ["FaultControl", "request_remote_fault"]
 
@@ -44,20 +47,6 @@ class _Server(Protocol):
 
     @property
     def running(self) -> bool: ...
-
-
-class _Proxy(Protocol):
-    def reset(self) -> int: ...
-
-    def blackhole(self, direction: Any = "both", seconds: float | None = None) -> None: ...
-
-    def add_latency(self, seconds: float, direction: Any = "both") -> None: ...
-
-    def swallow_reply(self, pattern: bytes | str, times: int | None = 1) -> None: ...
-
-    def heal(self) -> None: ...
-
-    def connections(self) -> list[Any]: ...
 
 
 def request_remote_fault(rule: FaultRule, line: str) -> None:
@@ -113,7 +102,7 @@ class FaultControl:
         self.fired: collections.Counter[str] = collections.Counter()
         self.errors: list[str] = []
         self._servers: dict[str, _Server] = {}
-        self._proxies: dict[str, _Proxy] = {}
+        self._proxies: dict[str, FaultProxy] = {}
         self._locks: dict[str, threading.Lock] = collections.defaultdict(threading.Lock)
         self._timers: list[threading.Timer] = []
         self._guard = threading.Lock()
@@ -127,7 +116,7 @@ class FaultControl:
         self._servers[name] = server
         return self
 
-    def add_proxy(self, name: str, proxy: _Proxy) -> FaultControl:
+    def add_proxy(self, name: str, proxy: FaultProxy) -> FaultControl:
         """Own *proxy* (a started :class:`FaultProxy`) as *name*."""
         self._proxies[name] = proxy
         return self
@@ -227,7 +216,7 @@ class FaultControl:
             if not server.running:
                 server.restart()
 
-    def _proxy_fault(self, proxy: _Proxy, fault: str, params: Mapping[str, Any]) -> None:
+    def _proxy_fault(self, proxy: FaultProxy, fault: str, params: Mapping[str, Any]) -> None:
         seconds = float(params.get("for", 2.0))
         direction = params.get("direction", "both")
         if fault == "reset":
@@ -240,7 +229,13 @@ class FaultControl:
             self._later(seconds, lambda: proxy.add_latency(0.0, direction))
         elif fault == "swallow_reply":
             proxy.swallow_reply(str(params["pattern"]), times=1)
-            self._later(seconds, lambda: [c.reset() for c in proxy.connections() if c.swallowing])
+
+            def reset_swallowing() -> None:
+                for conn in proxy.connections():
+                    if conn.swallowing:
+                        conn.reset()
+
+            self._later(seconds, reset_swallowing)
         elif fault == "heal":
             proxy.heal()
         else:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import os
 import secrets
@@ -10,12 +9,10 @@ import shutil
 import socket
 import struct
 import subprocess
-import tempfile
-import time
 from collections.abc import Mapping
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, log_tail
+from ._procutil import first_executable, free_port
 from ._server import LocalServer
 
 _FIX = (
@@ -25,13 +22,6 @@ _FIX = (
 )
 
 
-def _first_executable(candidates: list[str | None]) -> str | None:
-    for cand in candidates:
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
 def find_mariadbd(explicit: str | None = None) -> str:
     """Path of the MariaDB server binary: ``explicit``, ``$TWOPC_MARIADBD``, ``mariadbd``
     on ``PATH``, then ``/usr/sbin``, ``/usr/local/sbin``, ``/usr/local/bin``.
@@ -39,7 +29,7 @@ def find_mariadbd(explicit: str | None = None) -> str:
     Raises:
         ServerUnavailable: not found (the message says how to install it).
     """
-    found = _first_executable([
+    found = first_executable([
         explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
         "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
         "/usr/local/mysql/bin/mariadbd",
@@ -62,7 +52,7 @@ def find_mariadb_install_db(explicit: str | None = None, *, server: str | None =
         d = os.path.dirname(os.path.realpath(server))
         dirs += [d, os.path.join(os.path.dirname(d), "bin"), os.path.join(os.path.dirname(d), "scripts")]
     dirs += ["/usr/bin", "/usr/local/bin", "/usr/local/mysql/scripts"]
-    found = _first_executable(
+    found = first_executable(
         [explicit, os.environ.get("TWOPC_MARIADB_INSTALL_DB"), shutil.which("mariadb-install-db"),
          shutil.which("mysql_install_db")]
         + [os.path.join(d, n) for d in dirs for n in ("mariadb-install-db", "mysql_install_db")]
@@ -132,6 +122,8 @@ class LocalMariaDB(LocalServer):
     :meth:`stop` removes everything; servers still running at interpreter exit are
     stopped by an ``atexit`` hook.
     """
+
+    _fix = _FIX
 
     def __init__(
         self,
@@ -231,9 +223,7 @@ class LocalMariaDB(LocalServer):
 
     def _install(self, binary: str) -> None:
         install_db = self._install_db = find_mariadb_install_db(self._install_db, server=binary)
-        tmp = tempfile.mkdtemp(prefix="twopc-mariadb-", dir=self._base_dir)
-        self._tmp = tmp
-        atexit.register(self.stop)
+        tmp = self._make_tmp("twopc-mariadb-")
         if len(os.path.join(tmp, "mysqld.sock")) > 100:
             raise ServerUnavailable(f"temporary folder {tmp} is too long for a unix socket path; "
                                     f"pass base_dir= or set TMPDIR to a short path")
@@ -280,36 +270,11 @@ class LocalMariaDB(LocalServer):
         options.update(self._settings)
         argv = [binary, "--no-defaults", *self._common_args(),
                 *(f"--{k}={v}" for k, v in options.items())]
-        with open(self.log_path, "ab") as log:
-            self._proc = self._watch(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                                      stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp))
-        self._wait_ready(pid_file)
+        proc = self._spawn(argv, cwd=tmp)
 
-    def _wait_ready(self, pid_file: str) -> None:
-        proc = self._proc
-        assert proc is not None
-        deadline = time.monotonic() + self._timeout
-        while True:
-            if proc.poll() is not None:
-                raise ServerUnavailable(
-                    f"mariadbd exited with {proc.returncode} during startup; log tail:\n"
-                    f"{log_tail(self.log_path)}\n{_FIX}")
-            if self._serving_pid(pid_file) == proc.pid:
-                version = _greeting(self.port)
-                if version is not None:
-                    self.version = version
-                    return
-            if time.monotonic() > deadline:
-                self.kill()
-                raise ServerUnavailable(
-                    f"mariadbd not ready on port {self.port} after {self._timeout:.0f}s; log tail:\n"
-                    f"{log_tail(self.log_path)}\n{_FIX}")
-            time.sleep(0.1)
+        def ready() -> bool:
+            version = _greeting(self.port) if self._pid_in(pid_file) == proc.pid else None
+            self.version = version or self.version
+            return version is not None
 
-    @staticmethod
-    def _serving_pid(pid_file: str) -> int | None:
-        try:
-            with open(pid_file, encoding="ascii") as fh:
-                return int(fh.readline().strip())
-        except (OSError, ValueError):
-            return None
+        self._wait_until(ready, "mariadbd")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import glob
 import os
@@ -12,13 +11,11 @@ import secrets
 import shutil
 import signal
 import subprocess
-import tempfile
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, log_tail
+from ._procutil import free_port
 from ._server import LocalServer
 
 _FIX = (
@@ -97,6 +94,7 @@ class LocalPostgres(LocalServer):
     """
 
     _stop_signal = signal.SIGINT  # fast shutdown
+    _fix = _FIX
 
     def __init__(
         self,
@@ -170,9 +168,7 @@ class LocalPostgres(LocalServer):
             )
 
     def _create_cluster(self, bindir: str) -> None:
-        tmp = tempfile.mkdtemp(prefix="twopc-pg-", dir=self._base_dir)
-        self._tmp = tmp
-        atexit.register(self.stop)
+        tmp = self._make_tmp("twopc-pg-")
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env.update(HOME=tmp, LC_ALL="C", LANG="C")
         self._ids = {"env": env, "cwd": tmp}
@@ -224,49 +220,15 @@ class LocalPostgres(LocalServer):
 
     def _launch(self, bindir: str) -> None:
         tmp = self._require_tmp()
-        with open(os.path.join(tmp, "server.log"), "ab") as log:
-            self._proc = self._watch(subprocess.Popen(
-                [os.path.join(bindir, "postgres"), "-D", os.path.join(tmp, "data")],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                **self._ids,
-            ))
-        self._wait_ready(bindir)
-
-    def _wait_ready(self, bindir: str) -> None:
-        tmp, proc = self._require_tmp(), self._proc
-        assert proc is not None
-        deadline = time.monotonic() + self._timeout
+        proc = self._spawn([os.path.join(bindir, "postgres"), "-D", os.path.join(tmp, "data")], **self._ids)
         isready = [os.path.join(bindir, "pg_isready"), "-q", "-h", tmp, "-p", str(self._port),
                    "-U", "postgres", "-d", "postgres", "-t", "2"]
-        while True:
-            if proc.poll() is not None:
-                raise ServerUnavailable(
-                    f"postgres exited with {proc.returncode} during startup; log tail:\n"
-                    f"{log_tail(self.log_path)}\n{_FIX}"
-                )
-            if (
-                subprocess.run(isready, capture_output=True, env=self._ids.get("env")).returncode == 0
-                and self._serving_pid() == proc.pid
-            ):
-                return
-            if time.monotonic() > deadline:
-                self.kill()
-                raise ServerUnavailable(
-                    f"postgres not ready after {self._timeout:.0f}s; log tail:\n"
-                    f"{log_tail(self.log_path)}\n{_FIX}"
-                )
-            time.sleep(0.1)
 
-    def _serving_pid(self) -> int | None:
-        """Pid recorded in ``postmaster.pid`` (None if absent/unreadable)."""
-        try:
-            with open(os.path.join(self.data_dir, "postmaster.pid"), encoding="ascii") as fh:
-                return int(fh.readline().strip())
-        except (OSError, ValueError):
-            return None
+        def ready() -> bool:
+            return (subprocess.run(isready, capture_output=True, env=self._ids.get("env")).returncode == 0
+                    and self._pid_in(os.path.join(self.data_dir, "postmaster.pid")) == proc.pid)
+
+        self._wait_until(ready, "postgres")
 
     def crash(self) -> None:
         """PostgreSQL's immediate shutdown (``pg_ctl stop -m immediate``: SIGQUIT to the

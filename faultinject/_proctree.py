@@ -11,17 +11,18 @@ import contextlib
 import os
 import signal
 from collections.abc import Iterable
+from typing import NamedTuple
 
-__all__ = ["Stat", "boot_id", "descendants", "kill_job", "start_time", "stat"]
+__all__ = ["Stat", "boot_id", "descendants", "kill_job", "process_table", "start_time", "stat"]
 
 
-class Stat:
+class Stat(NamedTuple):
     """The fields of ``/proc/<pid>/stat`` a job needs: parent, group, session, start time."""
 
-    __slots__ = ("pgrp", "ppid", "session", "start")
-
-    def __init__(self, ppid: int, pgrp: int, session: int, start: int) -> None:
-        self.ppid, self.pgrp, self.session, self.start = ppid, pgrp, session, start
+    ppid: int
+    pgrp: int
+    session: int
+    start: int
 
 
 def stat(pid: int) -> Stat | None:
@@ -56,7 +57,8 @@ def boot_id() -> str:
         return "host:" + os.uname().nodename
 
 
-def _table() -> dict[int, Stat]:
+def process_table() -> dict[int, Stat]:
+    """Every live process's :class:`Stat`, by pid."""
     out: dict[int, Stat] = {}
     try:
         names = os.listdir("/proc")
@@ -73,7 +75,7 @@ def _table() -> dict[int, Stat]:
 def descendants(roots: Iterable[int]) -> tuple[set[int], dict[int, Stat]]:
     """The live *roots* and every live process descending from one of them, with the
     process table they were found in."""
-    table = _table()
+    table = process_table()
     children: dict[int, list[int]] = {}
     for pid, found in table.items():
         children.setdefault(found.ppid, []).append(pid)

@@ -7,32 +7,14 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Iterable
 
-from ._proctree import stat
-
-
-def _proc_ids(pid: int) -> tuple[int, int] | None:
-    """(pgrp, session) of ``pid`` from ``/proc``, or None if gone/unreadable."""
-    found = stat(pid)
-    return None if found is None else (found.pgrp, found.session)
+from ._proctree import process_table
 
 
 def members(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
     """Live (non-zombie) pids in process group ``pgid`` and/or session ``sid``."""
-    out: list[int] = []
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return out
-    for name in names:
-        if not name.isdigit():
-            continue
-        ids = _proc_ids(int(name))
-        if ids is None:
-            continue
-        if (pgid is not None and ids[0] == pgid) or (sid is not None and ids[1] == sid):
-            out.append(int(name))
-    return out
+    return [pid for pid, found in process_table().items() if found.pgrp == pgid or found.session == sid]
 
 
 def kill_tree(leader: int, *, timeout_s: float = 10.0) -> None:
@@ -52,6 +34,11 @@ def kill_tree(leader: int, *, timeout_s: float = 10.0) -> None:
         if not left or time.monotonic() > deadline:
             return
         time.sleep(0.05)
+
+
+def first_executable(candidates: Iterable[str | None]) -> str | None:
+    """The first of *candidates* that is an executable file (None and empty ones skipped)."""
+    return next((c for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

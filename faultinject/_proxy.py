@@ -2,15 +2,8 @@
 
 In the spirit of Toxiproxy and psycopg's ``tests/fix_proxy.py``: tests put a
 :class:`FaultProxy` between Spark (or a sink) and a real server, point the client at
-:attr:`FaultProxy.port`, and arm faults while traffic flows:
-
-- :meth:`~FaultProxy.reset`: close connections with a TCP RST (both sides see a reset);
-- :meth:`~FaultProxy.add_latency`: delay every chunk in a direction;
-- :meth:`~FaultProxy.blackhole`: drop every byte in a direction, for a while or until
-  :meth:`~FaultProxy.heal`; the connections stay open (a stalled peer, a dead NAT entry);
-- :meth:`~FaultProxy.swallow_reply`: forward a request that contains a byte pattern, then
-  drop everything the server sends back on that connection (the reply is lost and the
-  connection is half-open: the client waits for an answer that never comes).
+:attr:`FaultProxy.port`, and arm faults while traffic flows (resets, latency, blackholes, a
+swallowed reply: a stalled peer, a dead NAT entry, a lost answer on a half-open connection).
 
 Faults armed on the proxy apply to every connection, present and future; faults armed on
 one :class:`ProxyConnection` (from :meth:`FaultProxy.connections`) apply to it alone.
@@ -233,11 +226,6 @@ class FaultProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-    @property
-    def address(self) -> str:
-        """``host:port`` clients connect to."""
-        return f"{self.listen_host}:{self.port}"
 
     # -- faults --------------------------------------------------------------------------
     def connections(self) -> list[ProxyConnection]:

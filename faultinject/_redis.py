@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import os
 import shutil
-import signal
 import socket
-import subprocess
-import tempfile
-import time
 from collections.abc import Sequence
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import first_executable, free_port
 from ._server import LocalServer
 
 _FIX = (
@@ -29,11 +23,11 @@ def find_redis_server(explicit: str | None = None) -> str:
     Raises:
         ServerUnavailable: not found (message says how to install it).
     """
-    for cand in (explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
-                 "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    raise ServerUnavailable(f"redis-server not found; {_FIX}")
+    found = first_executable((explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
+                              "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"))
+    if found is None:
+        raise ServerUnavailable(f"redis-server not found; {_FIX}")
+    return found
 
 
 def _ping(port: int) -> bool:
@@ -56,6 +50,7 @@ class LocalRedis(LocalServer):
     """
 
     _stop_timeout_s = 15.0
+    _fix = _FIX
 
     def __init__(
         self,
@@ -98,38 +93,12 @@ class LocalRedis(LocalServer):
         if self.running:
             return self
         binary = self._binary = find_redis_server(self._binary)
-        if self._tmp is None:
-            self._tmp = tempfile.mkdtemp(prefix="twopc-redis-", dir=self._base_dir)
-            atexit.register(self.stop)
+        tmp = self._tmp or self._make_tmp("twopc-redis-")
         if self._port is None:
             self._port = free_port()
-        argv = [binary, "--port", str(self._port), "--bind", "127.0.0.1", "--dir", self._tmp,
-                "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
-                "--daemonize", "no", "--logfile", "", *self._extra]
-        with open(self.log_path, "ab") as log:
-            self._proc = self._watch(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                                      cwd=self._tmp))
-        deadline = time.monotonic() + self._timeout
-        while not _ping(self._port):
-            if self._proc.poll() is not None or time.monotonic() > deadline:
-                self.kill()
-                raise ServerUnavailable(
-                    f"redis-server did not come up on port {self._port}; log tail:\n"
-                    f"{log_tail(self.log_path)}\n{_FIX}"
-                )
-            time.sleep(0.05)
+        port = self._port
+        self._spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
+                     "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
+                     "--daemonize", "no", "--logfile", "", *self._extra], cwd=tmp)
+        self._wait_until(lambda: _ping(port), "redis-server", poll_s=0.05)
         return self
-
-    def kill(self) -> None:
-        """Simulate a crash: SIGKILL the server (and any AOF-rewrite child)."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, signal.SIGKILL)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._unwatch()
-

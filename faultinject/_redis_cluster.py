@@ -11,17 +11,17 @@ tiny RESP client of the standard library (this package imports nothing else).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ServerUnavailable
-from ._procutil import free_port
+from ._procutil import first_executable, free_port
 from ._redis import LocalRedis, find_redis_server
 from ._server import Startable
 
@@ -45,9 +45,9 @@ def find_redis_cli(explicit: str | None = None) -> str:
         ServerUnavailable: not found (the message says how to install it).
     """
     near = os.path.join(os.path.dirname(find_redis_server()), "redis-cli")
-    for cand in (explicit, os.environ.get("TWOPC_REDIS_CLI"), near, shutil.which("redis-cli")):
-        if cand and os.access(cand, os.X_OK):
-            return cand
+    found = first_executable((explicit, os.environ.get("TWOPC_REDIS_CLI"), near, shutil.which("redis-cli")))
+    if found is not None:
+        return found
     raise ServerUnavailable("redis-cli not found; run `apt-get install -y redis-tools` (it comes with redis-server)")
 
 
@@ -250,18 +250,22 @@ class LocalRedisCluster(Startable):
         Raises:
             ServerUnavailable: not so within the startup timeout.
         """
+        self._wait(self._unstable_reason, "the Redis Cluster did not settle")
+
+    def _wait(self, problem: Callable[[], str], what: str, poll_s: float = 0.1) -> None:
+        """Wait until *problem* says none (``""``; a node's error is one); raise
+        :class:`ServerUnavailable` (*what* and the last problem) after the startup timeout."""
         deadline = time.monotonic() + self._timeout
-        last = ""
         while True:
             try:
-                last = self._unstable_reason()
+                last = problem()
             except (OSError, RedisReplyError) as exc:
                 last = str(exc)
             if not last:
                 return
             if time.monotonic() > deadline:
-                raise ServerUnavailable(f"the Redis Cluster did not settle: {last}")
-            time.sleep(0.1)
+                raise ServerUnavailable(f"{what}: {last}")
+            time.sleep(poll_s)
 
     def _unstable_reason(self) -> str:
         live = [n for n in self.nodes if n.running]
@@ -336,15 +340,11 @@ class LocalRedisCluster(Startable):
         Raises:
             ServerUnavailable: not so within the startup timeout.
         """
-        deadline = time.monotonic() + self._timeout
-        while True:
-            with contextlib.suppress(OSError, RedisReplyError):
-                me = next(v for v in self.view(node) if v.port == node.port)
-                if me.is_master and me.slots and not self._unstable_reason():
-                    return
-            if time.monotonic() > deadline:
-                raise ServerUnavailable(f"node {node.port} did not become a master the cluster agrees on")
-            time.sleep(0.1)
+        def problem() -> str:
+            me = next(v for v in self.view(node) if v.port == node.port)
+            return self._unstable_reason() if me.is_master and me.slots else "not a master with slots yet"
+
+        self._wait(problem, f"node {node.port} did not become a master the cluster agrees on")
 
     def restart_node(self, node: LocalRedis) -> None:
         """Start a killed node again (same ports, same ``nodes.conf``); it rejoins the
@@ -362,11 +362,10 @@ class LocalRedisCluster(Startable):
         self.command(replica, "CONFIG", "SET", "masteruser", _CUT_USER)
         self.command(replica, "CONFIG", "SET", "masterauth", "cut")
         self.command(self.by_port(owner.port), "CLIENT", "KILL", "TYPE", "replica")
-        deadline = time.monotonic() + self._timeout
-        while "master_link_status:up" in str(self.command(replica, "INFO", "replication")):
-            if time.monotonic() > deadline:
-                raise ServerUnavailable(f"replica {replica.port} stayed connected to its master")
-            time.sleep(0.05)
+        def linked() -> str:
+            return "link up" if "master_link_status:up" in str(self.command(replica, "INFO", "replication")) else ""
+
+        self._wait(linked, f"replica {replica.port} stayed connected to its master", poll_s=0.05)
 
     def reattach_replica(self, replica: LocalRedis) -> None:
         """Undo :meth:`detach_replica` (the replica reconnects as the default user)."""

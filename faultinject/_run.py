@@ -1,24 +1,15 @@
-"""The run of a job a fault plan is armed in: the processes a ``crash`` kills, and where an
-inline spec without ``TWOPC_FAULT_STATE`` counts its ``times``.
+"""The run of a job a fault plan is armed in (see :mod:`twopc.faultinject`): the processes a
+``crash`` kills, and the folder where an inline spec without ``TWOPC_FAULT_STATE`` counts its
+``times``.
 
 A run starts in the first process that arms a plan and finds no run of that plan in its
-environment (the driver of ``python job.py`` or ``spark-submit job.py``, ``twopc recover``):
-that process is the run's root. :func:`twopc.faultinject.export_run` (which ``twopc.register`` calls)
-hands the run on through ``TWOPC_FAULT_RUN``, in ``os.environ`` for the processes the root
-starts later and in ``SparkContext.environment`` for the Python workers Spark starts for the
-functions made afterwards (twopc's data sources), and adds Spark's JVM as a second root. The
-variable holds JSON: the plan it belongs to (a digest of the ``TWOPC_FAULT*`` variables: a
-record of another plan is ignored), the machine's boot, the roots (pid and start time, so a
-reused pid is never taken for a root) and the run's state folder.
-
-An inline spec without ``TWOPC_FAULT_STATE`` counts ``times`` in a folder of the run's own,
-``<tempdir>/twopc-faults-run-XXXXXXXX`` (mode 0700, made by the run's user): a new run of
-the same spec fires again. The folder is deleted when the run ends: at the root's normal
-exit, or by the ``crash`` (or a root's ``kill`` or ``exit``) that ends it. A run killed from
-outside (SIGKILL, the OOM killer) leaves it behind until the next run of any plan by the
-same user, which deletes the folders of runs whose roots are all gone. A plan with a state
-folder of its own (``TWOPC_FAULT_STATE``, a plan file's) counts there across runs, and that
-folder is never deleted.
+environment: that process is the run's root. :func:`twopc.faultinject.export_run` hands the
+run on through ``TWOPC_FAULT_RUN``, JSON: the plan it belongs to (a digest of the
+``TWOPC_FAULT*`` variables: a record of another plan is ignored), the machine's boot, the
+roots (pid and start time, so a reused pid is never taken for a root) and the run's state
+folder. A run killed from outside (SIGKILL, the OOM killer) leaves its folder behind until
+the next run of any plan by the same user, which deletes the folders of runs whose roots are
+all gone; a state folder of the plan's own is never deleted.
 """
 
 from __future__ import annotations

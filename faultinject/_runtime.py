@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import hashlib
 import os
 import shutil
@@ -15,7 +16,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, NoReturn
 
-from ._env import ENV_CONTROL, ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE
+from ._env import ENV_CONTROL, ENV_CRASH_PGID, ENV_PLAN, ENV_RUN, ENV_SPEC, ENV_STATE, unarmed
 from ._errors import FaultSpecError, InjectedFault
 from ._proctree import kill_job
 from ._run import Run, run_of
@@ -91,25 +92,8 @@ _cache_key: _EnvKey | Any = _UNSET
 _armed_now: _Armed | None = None
 
 
-# ``os.environ`` is a ``MutableMapping`` whose ``get`` costs ~1 µs (it re-encodes the
-# key and decodes the value).  On POSIX its backing dict ``_data`` (encoded key →
-# encoded value) is kept in sync by every ``os.environ`` update, so the unarmed check
-# reads that dict directly; elsewhere it falls back to ``os.environ.get``.
-_raw_env: dict[Any, Any] | None = getattr(os.environ, "_data", None)
-_raw_spec: Any = None
-_raw_plan: Any = None
-if isinstance(_raw_env, dict):
-    try:
-        _raw_spec, _raw_plan = os.environ.encodekey(ENV_SPEC), os.environ.encodekey(ENV_PLAN)
-    except Exception:  # noqa: BLE001 - any failure only means: use os.environ.get  # pragma: no cover
-        _raw_env = None
-else:  # pragma: no cover
-    _raw_env = None
-
-
 def _env_key() -> _EnvKey:
-    raw = getattr(os.environ, "_data", None) if _raw_env is not None else None
-    if isinstance(raw, dict) and raw.get(_raw_spec) is None and raw.get(_raw_plan) is None:
+    if unarmed():
         return (None, None, None, None)
     env = os.environ
     return (env.get(ENV_SPEC), env.get(ENV_PLAN), env.get(ENV_STATE), env.get(ENV_RUN))
@@ -228,16 +212,9 @@ def _hold(release: str) -> None:
 
 
 def _crash(run: Run) -> NoReturn:
-    """SIGKILL the job, then this process.
-
-    With ``TWOPC_CRASH_PGID`` set (:func:`export_crash_group`, ``ChaosRunner``, an executor
-    of a ``LocalSparkCluster``) the job is that process group and this process's own group.
-    Otherwise it is the run's roots on this machine (the driver, and Spark's JVM once
-    :func:`export_run` named it), every process descending from them or from this one, and
-    the process groups one of those leads (Spark's Python worker daemons); a group the job
-    merely runs in (``make``'s, a shell script's) is left alone.  The run's own state folder
-    is deleted before this process dies: the run is over.
-    """
+    """SIGKILL the job as :mod:`twopc.faultinject` says (the ``TWOPC_CRASH_PGID`` group and this
+    process's own, else the run's roots, their descendants and the groups those lead), then
+    this process; the run's own state folder is deleted before: the run is over."""
     target = _crash_pgid()
     own = os.getpgrp()
     if target is not None:
@@ -259,16 +236,11 @@ def _crash(run: Run) -> NoReturn:
 
 
 def export_crash_group() -> int:
-    """Record this process's group as the job's crash group and return its id.
-
-    Sets ``os.environ["TWOPC_CRASH_PGID"] = str(os.getpgrp())`` so that everything
-    started afterwards (the Spark JVM, its Python workers) inherits it and a ``crash``
-    fired anywhere kills this whole group (besides the firing process's own group).
-    Not needed for a crash to kill a Spark job (see :func:`export_run`); it is for a job
-    that runs as its own group leader (``ChaosRunner`` and ``setsid`` do that) and wants
-    every process of that group gone, whoever its parent is.  Called in a process that
-    does not lead its group, a crash also kills whatever shares the group (e.g. ``make``).
-    """
+    """Record this process's group as the job's crash group (``TWOPC_CRASH_PGID``, inherited by
+    everything started afterwards) and return its id: a ``crash`` fired anywhere then kills
+    this whole group. For a job that leads its own group (``ChaosRunner`` and ``setsid`` make
+    one); called in a process that does not, a crash also kills whatever shares the group
+    (e.g. ``make``)."""
     pgid = os.getpgrp()
     os.environ[ENV_CRASH_PGID] = str(pgid)
     return pgid
@@ -376,20 +348,8 @@ def read_firings(state_dir: str | os.PathLike[str]) -> list[str]:
 
     Returns ``[]`` if the directory does not exist.
     """
-    root = os.fspath(state_dir)
     found: list[tuple[float, str]] = []
-    if not os.path.isdir(root):
-        return []
-    for rule_dir in os.listdir(root):
-        path = os.path.join(root, rule_dir)
-        if not os.path.isdir(path):
-            continue
-        for slot in os.listdir(path):
-            slot_path = os.path.join(path, slot)
-            try:
-                with open(slot_path, encoding="utf-8", errors="replace") as fh:
-                    text = fh.read().strip()
-                found.append((os.stat(slot_path).st_mtime, text))
-            except OSError:
-                continue
+    for slot in glob.glob(os.path.join(glob.escape(os.fspath(state_dir)), "*", "*")):  # rule folder / slot file
+        with contextlib.suppress(OSError), open(slot, encoding="utf-8", errors="replace") as fh:
+            found.append((os.stat(slot).st_mtime, fh.read().strip()))
     return [text for _, text in sorted(found)]

@@ -10,12 +10,15 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._errors import ServerUnavailable
 from ._lifeline import Lifeline
-from ._procutil import kill_tree
+from ._procutil import kill_tree, log_tail
 
 if TYPE_CHECKING:
     from typing import Self
@@ -28,6 +31,7 @@ class Startable:
     and usable as ``with X() as x:``. Its files live in ``_tmp`` while it is started."""
 
     _tmp: str | None = None
+    _base_dir: str | None = None
 
     def start(self) -> Self:
         raise NotImplementedError
@@ -40,6 +44,20 @@ class Startable:
             raise ServerUnavailable(f"{type(self).__name__} has not been started (or was stopped)")
         return self._tmp
 
+    def _make_tmp(self, prefix: str) -> str:
+        """A new temporary folder in ``_base_dir`` for the files, deleted by :meth:`stop` (at
+        the latest at exit)."""
+        self._tmp = tempfile.mkdtemp(prefix=prefix, dir=self._base_dir)
+        atexit.register(self.stop)
+        return self._tmp
+
+    def _remove_tmp(self) -> None:
+        """Delete the folder; :meth:`stop` no longer runs at exit."""
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        atexit.unregister(self.stop)
+
     def __enter__(self) -> Self:
         return self.start()
 
@@ -49,16 +67,20 @@ class Startable:
 
 
 class LocalServer(Startable):
-    """Base of :class:`LocalPostgres`, :class:`LocalMariaDB` and :class:`LocalRedis`.
+    """Base of the throwaway servers (:class:`LocalPostgres`, :class:`LocalMariaDB`,
+    :class:`LocalRedis`, :class:`LocalSparkConnect`).
 
-    Subclasses set ``_port`` (or leave it None until :meth:`start` picks one), create
-    ``_tmp`` and register :meth:`stop` with ``atexit`` on first start, keep the server's
-    ``Popen`` in ``_proc`` through :meth:`_watch` (which puts it on a :class:`Lifeline`: the
-    server dies with the process that started it, even one SIGKILLed), and implement
-    :meth:`start`; they set ``_stop_signal`` and ``_stop_timeout_s`` for :meth:`_shutdown`.
+    Subclasses set ``_port`` (or leave it None until :meth:`start` picks one), ``_base_dir``,
+    ``_timeout`` and ``_fix`` (the hint a failure ends with), make their folder with
+    :meth:`_make_tmp`, start the server with :meth:`_spawn` (which puts it on a
+    :class:`Lifeline`: the server dies with the process that started it, even one SIGKILLed)
+    and wait for it with :meth:`_wait_until`; ``_stop_signal`` and ``_stop_timeout_s`` shape
+    :meth:`_shutdown`.
     """
 
     _port: int | None
+    _timeout: float
+    _fix: str = ""
     _proc: subprocess.Popen[bytes] | None = None
     _lifeline: Lifeline | None = None
     #: the signal that asks the server for a graceful shutdown (one that keeps the data)
@@ -111,11 +133,40 @@ class LocalServer(Startable):
         """The server process's pid while it runs."""
         return self._proc.pid if self._proc is not None and self.running else None
 
-    def _watch(self, proc: subprocess.Popen[bytes]) -> subprocess.Popen[bytes]:
-        """*proc*, the server process just started, on a lifeline to this process."""
+    def _spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
+        """Start the server process *argv* in a session of its own, its output appended to
+        :attr:`log_path`, on a lifeline to this process; kept in ``_proc``."""
         self._unwatch()
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True, **popen)
+        self._proc = proc
         self._lifeline = Lifeline(proc.pid)
         return proc
+
+    def _wait_until(self, ready: Callable[[], bool], what: str, poll_s: float = 0.1) -> None:
+        """Wait until *ready*; kill the server and raise :class:`ServerUnavailable` (with the
+        log's tail and ``_fix``) once it exited or the startup timeout passed."""
+        proc = self._proc
+        assert proc is not None
+        deadline = time.monotonic() + self._timeout
+        while not ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                why = (f"exited with {proc.returncode}" if proc.poll() is not None
+                       else f"was not ready after {self._timeout:.0f}s")
+                tail = log_tail(self.log_path)
+                self.kill()
+                raise ServerUnavailable(f"{what} on port {self._port} {why}; log tail:\n{tail}\n{self._fix}")
+            time.sleep(poll_s)
+
+    @staticmethod
+    def _pid_in(pid_file: str) -> int | None:
+        """The pid on the first line of *pid_file* (None if absent or unreadable)."""
+        try:
+            with open(pid_file, encoding="ascii") as fh:
+                return int(fh.readline().strip())
+        except (OSError, ValueError):
+            return None
 
     def _unwatch(self) -> None:
         if self._lifeline is not None:
@@ -126,18 +177,17 @@ class LocalServer(Startable):
         """Shut the server down and delete its files.  Idempotent."""
         self._shutdown()
         self._unwatch()
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
+        self._remove_tmp()
 
     def kill(self) -> None:
-        """Simulate a crash: SIGKILL the server and every process of its group."""
+        """Simulate a crash: SIGKILL the server and every process of its group and session
+        (what it forked, such as Redis's AOF-rewrite child, even after the server ended)."""
         proc = self._proc
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        with contextlib.suppress(OSError):
-            os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGKILL)
         kill_tree(proc.pid)
         proc.wait()
         self._unwatch()

@@ -10,22 +10,19 @@ Spark survives by running the task elsewhere), never the worker daemon or the dr
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import importlib.util
 import os
-import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import ServerUnavailable
 from ._lifeline import Lifeline
-from ._procutil import free_port, kill_tree, log_tail
+from ._procutil import first_executable, free_port, kill_tree, log_tail
 from ._server import Startable
 
 if TYPE_CHECKING:
@@ -61,11 +58,11 @@ def find_spark_home() -> str:
 
 def _real_java() -> str:
     java_home = os.environ.get("JAVA_HOME")
-    cand = os.path.join(java_home, "bin", "java") if java_home else None
-    for c in (cand, *(os.path.join(p, "java") for p in os.environ.get("PATH", "").split(os.pathsep))):
-        if c and os.access(c, os.X_OK):
-            return os.path.realpath(c)
-    raise ServerUnavailable("no java found: install a JDK 17+ or set JAVA_HOME")
+    found = first_executable([os.path.join(java_home, "bin", "java") if java_home else None,
+                              *(os.path.join(p, "java") for p in os.environ.get("PATH", "").split(os.pathsep))])
+    if found is None:
+        raise ServerUnavailable("no java found: install a JDK 17+ or set JAVA_HOME")
+    return os.path.realpath(found)
 
 
 class LocalSparkCluster(Startable):
@@ -134,9 +131,8 @@ class LocalSparkCluster(Startable):
         if self._procs:
             return self
         home = find_spark_home()
-        self._tmp = tempfile.mkdtemp(prefix="twopc-spark-", dir=self._base_dir)
-        atexit.register(self.stop)
-        java_home = Path(self._tmp, "java")
+        tmp = self._make_tmp("twopc-spark-")
+        java_home = Path(tmp, "java")
         (java_home / "bin").mkdir(parents=True)
         wrapper = java_home / "bin" / "java"
         wrapper.write_text(_JAVA_WRAPPER.format(cls=_EXECUTOR_CLASS, java=_real_java()))
@@ -150,7 +146,7 @@ class LocalSparkCluster(Startable):
         for i in range(self.workers):
             port = free_port()
             self._worker_ports.append(port)
-            work = Path(self._tmp, f"work{i}")
+            work = Path(tmp, f"work{i}")
             work.mkdir()
             log = self._spawn(f"worker{i}", [
                 spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port", str(port),
@@ -204,8 +200,5 @@ class LocalSparkCluster(Startable):
         for lifeline in self._lifelines:
             lifeline.release()
         self._procs, self._lifelines = [], []
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-        atexit.unregister(self.stop)
+        self._remove_tmp()
 

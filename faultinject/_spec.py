@@ -27,6 +27,8 @@ SERVER_FAULTS: Final[tuple[str, ...]] = ("crash", "restart", "down")
 _INT_RE: Final = re.compile(r"[0-9]+\Z")
 _RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times", "target", "fault", "for",
                                 "delay", "pattern", "direction"})
+#: A remote rule's parameters (inline ``key=value``, plan-file keys) -> their FaultRule fields.
+_PARAMS: Final = {"for": "for_s", "delay": "delay_s", "pattern": "pattern", "direction": "direction"}
 _PATTERN_RE: Final = re.compile(r"[A-Za-z0-9_ .\-]+\Z")
 _DURATION_RE: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s)?\Z")
 
@@ -190,19 +192,8 @@ class FaultRule:
             )
         if "point" not in data:
             raise FaultSpecError(f"plan rule {dict(data)!r}: missing 'point'")
-        return cls(
-            point=data["point"],
-            batch=data.get("batch"),
-            partition=data.get("partition"),
-            action=data.get("action") or "crash",
-            times=1 if data.get("times") is None else data["times"],
-            target=data.get("target"),
-            fault=data.get("fault"),
-            for_s=data.get("for"),
-            delay_s=data.get("delay"),
-            pattern=data.get("pattern"),
-            direction=data.get("direction"),
-        )
+        fields = {_PARAMS.get(k, k): v for k, v in data.items() if v is not None}
+        return cls(**{**fields, "action": fields.get("action") or "crash"})
 
 
 def _parse_rule(text: str, index: int) -> FaultRule:
@@ -268,13 +259,12 @@ def _remote_parts(where: str, action: str, parts: list[str]) -> dict[str, Any]:
         raise FaultSpecError(f"{where}: {action} needs '/TARGET/FAULT' (e.g. {action}/postgres/"
                              f"{'blackhole' if action == 'proxy' else 'crash'}); {GRAMMAR}")
     out: dict[str, Any] = {"target": parts[0].strip(), "fault": parts[1].strip()}
-    names = {"for": "for_s", "delay": "delay_s", "pattern": "pattern", "direction": "direction"}
     for part in parts[2:]:
         key, sep, value = part.partition("=")
-        if not sep or key.strip() not in names:
+        if not sep or key.strip() not in _PARAMS:
             raise FaultSpecError(f"{where}: bad parameter {part!r} (expected for=, delay=, pattern= or "
                                  f"direction=); {GRAMMAR}")
-        out[names[key.strip()]] = value.strip()
+        out[_PARAMS[key.strip()]] = value.strip()
     return out
 
 

@@ -36,15 +36,7 @@ from twopc.spi.lease import TargetLedger, open_target_ledger, resolve_abandoned,
 from twopc.spi.operations import BatchState, configure_cli_logging, log_event
 
 from . import _metrics_cli
-from ._common import (
-    CannotTell,
-    build_sink,
-    check_recorded_target,
-    cli_options,
-    merged_options,
-    recorded_sink_id,
-    sink_format,
-)
+from ._common import CannotTell, build_sink, check_recorded_target, cli_options, open_checkpoint, recorded_sink
 from ._verify_cli import add_verify_parser, run_verify
 
 __all__ = ["CANNOT_TELL", "ERROR", "NEEDS_OPERATOR", "OK", "build_sink", "main", "parse_command"]
@@ -186,18 +178,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
     """``status`` / ``recover`` of a checkpoint's sink, reached with what the checkpoint
     records and the options given (which must agree with the record)."""
-    reader = CommitLedger(checkpoint, read_only=True)
-    sink_id = recorded_sink_id(reader, checkpoint)
-    if args.sink_id and args.sink_id != sink_id:
-        raise CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id {args.sink_id!r} "
-                          f"was given: drop --sink-id (the checkpoint records it), or give the checkpoint of sink "
-                          f"id {args.sink_id!r}")
+    reader, sink_id = open_checkpoint(checkpoint, args.sink_id)
     if args.command == "recover" and args.accept_lost is not None:
         return _accept_lost(CommitLedger(checkpoint), args.accept_lost)
     record = reader.target_record()
-    format_name = sink_format(args.format, checkpoint, record)
-    options = merged_options(record, cli_options(args.option, args.option_env))
-    sink = build_sink(format_name, options)
+    sink, options = recorded_sink(args, checkpoint, record)
     with sink:
         if args.command == "recover" and args.retarget:
             return _retarget(sink, CommitLedger(checkpoint), sink_id, options)

@@ -8,6 +8,7 @@ is written.
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -51,8 +52,7 @@ def sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
 
 
 def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink[Any, Any, Any]:
-    """Build the sink behind a data source name (``twopc-postgres``, ``twopc-file``) or a
-    ``module:SinkClass`` path, from writer options.
+    """The sink of :func:`sink_class`, built from writer options.
 
     Raises:
         ConfigurationError: unknown format, or the sink refuses the options.
@@ -100,6 +100,35 @@ def recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
     raise CannotTell(f"there is no twopc checkpoint at {checkpoint} (no {ledger.location}/sink.json"
                       + ("" if not _local_missing(checkpoint) else f"; {checkpoint} does not exist")
                       + "): check the path, and give the checkpointLocation of the query that writes with twopc")
+
+
+def open_checkpoint(checkpoint: str, given_sink_id: str | None) -> tuple[CommitLedger, str]:
+    """The ledger at *checkpoint*, read only, and the sink id it records.
+
+    Raises:
+        CannotTell: there is no twopc ledger at *checkpoint*, or *given_sink_id*
+            (``--sink-id``) is another sink's.
+    """
+    reader = CommitLedger(checkpoint, read_only=True)
+    sink_id = recorded_sink_id(reader, checkpoint)
+    if given_sink_id and given_sink_id != sink_id:
+        raise CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id {given_sink_id!r} "
+                         f"was given: drop --sink-id (the checkpoint records it), or give the checkpoint of sink "
+                         f"id {given_sink_id!r}")
+    return reader, sink_id
+
+
+def recorded_sink(args: argparse.Namespace, checkpoint: str,
+                  record: TargetRecord | None) -> tuple[TwoPhaseCommitSink[Any, Any, Any], dict[str, str]]:
+    """The sink *checkpoint*'s query writes with and its options: the recorded format and writer
+    options, with ``--format`` and the ``--option``/``--option-env`` given in their place.
+
+    Raises:
+        CannotTell: ``--format`` names another sink than the recorded one.
+        ConfigurationError: the format is unknown or missing, or the sink refuses the options.
+    """
+    options = merged_options(record, cli_options(args.option, args.option_env))
+    return build_sink(sink_format(args.format, checkpoint, record), options), options
 
 
 def _local_missing(location: str) -> bool:

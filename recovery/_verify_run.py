@@ -23,15 +23,7 @@ from twopc.sinks.sql.options import JdbcOptions
 from twopc.spi import SinkUnavailableError, redact
 from twopc.spi.lease import target_ledger_of
 
-from ._common import (
-    CannotTell,
-    build_sink,
-    check_recorded_target,
-    cli_options,
-    merged_options,
-    recorded_sink_id,
-    sink_format,
-)
+from ._common import build_sink, check_recorded_target, cli_options, open_checkpoint, recorded_sink
 from ._verify import SetCheck
 from ._verify_batch import verify_batches
 from ._verify_stream import read_only_session, verify_stream
@@ -50,15 +42,9 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
     ledger: CommitLedger | None = None
     sink_id = args.sink_id
     if checkpoint:
-        reader = CommitLedger(checkpoint, read_only=True)
-        sink_id = recorded_sink_id(reader, checkpoint)
-        if args.sink_id and args.sink_id != sink_id:
-            raise CannotTell(f"checkpoint {checkpoint} belongs to sink id {sink_id!r}, but --sink-id "
-                                   f"{args.sink_id!r} was given: drop --sink-id, or give the checkpoint of sink id "
-                                   f"{args.sink_id!r}")
+        reader, sink_id = open_checkpoint(checkpoint, args.sink_id)
         record = reader.target_record()
-        options = merged_options(record, cli_options(args.option, args.option_env))
-        sink = build_sink(sink_format(args.format, checkpoint, record), options)
+        sink, options = recorded_sink(args, checkpoint, record)
         with sink:
             check_recorded_target(sink, reader, sink_id, checkpoint, record)
             return _verify(args, sink, options, reader, sink_id)

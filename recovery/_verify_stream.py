@@ -32,8 +32,6 @@ from ._verify import EXAMPLES, PAGE_SIZE, SetCheck
 
 __all__ = ["read_only_session", "verify_stream"]
 
-#: Stream ids per page (one statement each): about 20 MB at the peak (measured; the ids and their encoding).
-
 # A row's id of the form <ms>-<seq> (digits and one dash: no cast can fail on other ids, and a
 # regular expression costs ten times as much per row)
 _WELL_FORMED = "translate({id}, '0123456789', '') = '-'"

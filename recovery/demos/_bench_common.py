@@ -9,9 +9,12 @@ from __future__ import annotations
 import compileall
 import contextlib
 import os
-from collections.abc import Iterator
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -24,17 +27,23 @@ TABLE_COLUMNS = "id bigint NOT NULL, payload text, amount double precision, ts t
 COLUMN_NAMES = "id, payload, amount, ts"
 
 
-def create_table(url: str, table: str) -> None:
-    """(Re)create a bench table: no primary key, like Spark's JDBC writer would create."""
+def run_sql(url: str, *statements: str) -> None:
+    """Run *statements* in one transaction on the database of SQLAlchemy URL *url*."""
     import sqlalchemy as sa
 
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-            conn.execute(sa.text(f'CREATE TABLE "{table}" ({TABLE_COLUMNS})'))
+            for statement in statements:
+                conn.exec_driver_sql(statement)
     finally:
         engine.dispose()
+
+
+def create_table(url: str, table: str, columns: str = TABLE_COLUMNS) -> None:
+    """(Re)create *table* with *columns*; a bench table's have no primary key, like the table
+    Spark's JDBC writer would create."""
+    run_sql(url, f'DROP TABLE IF EXISTS "{table}"', f'CREATE TABLE "{table}" ({columns})')
 
 
 def count_rows(url: str, table: str) -> int:
@@ -46,6 +55,33 @@ def count_rows(url: str, table: str) -> int:
             return int(c.execute(sa.text(f'SELECT count(*) FROM "{table}"')).scalar_one())
     finally:
         engine.dispose()
+
+
+def libpq_dsn(url: str) -> str:
+    """The psycopg connection string of SQLAlchemy URL *url* (password included)."""
+    import sqlalchemy as sa
+
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def copy_rows(conn: Any, table: str, rows: int) -> None:
+    """COPY *rows* small rows into bench *table* in psycopg connection *conn*'s open transaction."""
+    with conn.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
+        for i in range(rows):
+            cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
+
+
+def commit_each(conns: Iterable[Any]) -> None:
+    """Commit each of the DB-API connections *conns*, one after the other."""
+    for conn in conns:
+        conn.commit()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds *fn* took."""
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
 
 
 def jdbc_target(url: str) -> tuple[str, dict[str, str]]:
@@ -71,23 +107,36 @@ def compile_package() -> None:
         compileall.compile_dir(str(folder), quiet=1)
 
 
+def bench_main_setup() -> None:
+    """What a bench's ``main`` does first: SIGTERM runs the cleanup (stops the throwaway
+    servers) as Ctrl-C does, and Spark's Python workers run this interpreter."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
 @contextlib.contextmanager
-def postgres_url(url: str | None) -> Iterator[str]:
-    """*url*, or the URL of a throwaway :class:`~twopc.faultinject.LocalPostgres` that runs
-    while the block does."""
-    if url is not None:
+def server_url(url: str | None, server: Callable[[], Any]) -> Iterator[str]:
+    """*url*, or the URL of the throwaway server (a :mod:`twopc.faultinject` ``Local*``)
+    *server* makes, which runs while the block does."""
+    if url:
         yield url
         return
+    with server() as started:
+        yield started.url
+
+
+def postgres_url(url: str | None) -> contextlib.AbstractContextManager[str]:
+    """*url*, or the URL of a throwaway :class:`~twopc.faultinject.LocalPostgres` that runs
+    while the block does."""
     from twopc import faultinject
 
-    with faultinject.LocalPostgres() as server:
-        yield server.url
+    return server_url(url, faultinject.LocalPostgres)
 
 
-def bench_session(app_name: str, **conf: str) -> SparkSession:
+def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: str) -> SparkSession:
     """A ``local[2]`` SparkSession without UI or progress bar, in UTC, with the settings *conf*
-    (``spark.`` keys with dots as underscores: ``python_worker_reuse="false"``), logging errors
-    only, twopc's sinks registered."""
+    (``spark.`` keys with dots as underscores: ``python_worker_reuse="false"``) and *extra*
+    (whole keys), logging errors only, twopc's sinks registered."""
     from pyspark.sql import SparkSession
 
     from twopc import sinks
@@ -97,6 +146,8 @@ def bench_session(app_name: str, **conf: str) -> SparkSession:
                .config("spark.sql.session.timeZone", "UTC"))
     for key, value in conf.items():
         builder = builder.config("spark." + key.replace("_", "."), value)
+    for key, value in extra:
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register_all(spark)

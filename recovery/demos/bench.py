@@ -26,11 +26,10 @@ cached DataFrame for every writer; each writer warmed up on a small write first)
 Every twopc-jdbc and Spark writer gets the same JDBC options (``jdbc:postgresql://`` URL,
 ``user``, ``password``, ``dbtable``, ``batchsize``), against the same server.
 
-Targets, printed as MET/MISSED (the bench never fails on a miss): prepared mode at
->= 1.5x the best Spark configuration and >= 0.7x the raw COPY; the drop-in at >= 1.5x
-Spark's writer with ``reWriteBatchedInserts`` and >= 0.8x the raw COPY; both at >= 0.9x
-the parallel binary COPY. The report says where the time between that floor and prepared
-mode goes: the marker rows and PREPAREs, the encoding's CPU, Spark's side of a Python sink.
+The targets (:data:`twopc.recovery.demos.bench_summary.TARGETS`) are printed as MET/MISSED;
+the bench never fails on a miss. The report says where the time between the parallel COPY
+floor and prepared mode goes: the marker rows and PREPAREs, the encoding's CPU, Spark's side
+of a Python sink.
 
 Protocol cost per micro-batch: the median time of the driver's commit (ledger decision,
 ``COMMIT PREPARED`` per task, committed mark, orphan sweep) plus plan-time recovery,
@@ -38,9 +37,7 @@ against committing the same transactions without the protocol; the same for the 
 mode (one local transaction moving the staged rows, plus the ledger records).
 
 Throughput runs at 2 and 16 partitions (``--partitions``). The rows of
-:mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``): the protocol cost at 2, 16, 64
-and 200 partitions, a 20k-row write, and a streaming micro-batch's latency, each beside
-Spark's JDBC writer or plain commits.
+:mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``).
 """
 
 from __future__ import annotations
@@ -49,7 +46,6 @@ import argparse
 import functools
 import os
 import re
-import signal
 import statistics
 import sys
 import tempfile
@@ -58,7 +54,23 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import COLUMN_NAMES, JDBC_JAR, ROW_EXPRS, count_rows, create_table, jdbc_target, verdict
+from ._bench_common import (
+    COLUMN_NAMES,
+    JDBC_JAR,
+    ROW_EXPRS,
+    TABLE_COLUMNS,
+    bench_main_setup,
+    bench_session,
+    commit_each,
+    copy_rows,
+    count_rows,
+    create_table,
+    jdbc_target,
+    libpq_dsn,
+    server_url,
+    timed,
+    verdict,
+)
 from ._bench_results import record
 from .bench_summary import TARGETS
 
@@ -74,15 +86,6 @@ def _goal(key: str) -> float:
     return goal
 
 
-#: targets of prepared mode: against the best Spark JDBC configuration, and against raw COPY
-TARGET_VS_SPARK = _goal("throughput.prepared_vs_spark")
-TARGET_VS_COPY = _goal("throughput.prepared_vs_copy")
-#: targets of the plain drop-in: against Spark's writer with reWriteBatchedInserts, and raw COPY
-TARGET_DROPIN_VS_SPARK_RW = _goal("throughput.dropin_vs_spark_rw")
-TARGET_DROPIN_VS_COPY = _goal("throughput.dropin_vs_copy")
-#: targets of both against the parallel binary COPY floor, a stream per task
-TARGET_VS_PAR_COPY = _goal("throughput.prepared_vs_parallel_copy")
-TARGET_DROPIN_VS_PAR_COPY = _goal("throughput.dropin_vs_parallel_copy")
 TARGET_PROTOCOL_MS = _goal("protocol.prepared_ms")
 
 PREPARED = "twopc-jdbc prepared (exactly-once)"
@@ -96,12 +99,6 @@ PAR_COPY_PREPARED = "  the same + marker row + PREPARE, COMMIT PREPARED"
 NOOP = "no-op Python data source (Spark's floor for a Python sink)"
 WRITERS = {"prepared": PREPARED, "dropin": DROPIN, "staging": STAGING, "jdbc": SPARK, "jdbc-rw": SPARK_RW, "copy": COPY,
            "copy-par": PAR_COPY, "copy-par-prepared": PAR_COPY_PREPARED, "noop": NOOP}
-
-
-def _timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
 
 
 def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
@@ -119,22 +116,9 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     rows took to encode to COPY binary (made before its runs, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
-    import sqlalchemy as sa
-    from pyspark.sql import SparkSession
 
-    from twopc import sinks
-
-    builder = (SparkSession.builder.master("local[2]").appName("twopc-bench")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
     have_jdbc = os.path.exists(JDBC_JAR)
-    if have_jdbc:
-        builder = builder.config("spark.jars", JDBC_JAR)
-    for key, value in spark_conf:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    sinks.register_all(spark)
+    spark = bench_session("twopc-bench", [*([("spark.jars", JDBC_JAR)] if have_jdbc else []), *spark_conf])
     frames = {n: spark.range(rows, numPartitions=n).selectExpr(*ROW_EXPRS).cache() for n in partitions}
     for frame in frames.values():
         frame.count()
@@ -145,14 +129,13 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     versions: dict[str, int] = {}
 
     def measure(name: str, table: str, write: Callable[[DataFrame, str, int], object], warm: bool,
-                frame: DataFrame) -> None:
-        """Warm up (JVM JIT, Python workers, connections) on a small write, then measure."""
+                frame: DataFrame) -> None:  # the warm-up: JVM JIT, Python workers, connections
         if warm:
             create_table(url, table + "_warm")
             write(small, table + "_warm", 1)
         create_table(url, table)
         versions[table] = versions.get(table, 1) + 1
-        seconds = _timed(lambda: write(frame, table, versions[table]))
+        seconds = timed(lambda: write(frame, table, versions[table]))
         found = rows if name.startswith(NOOP) else count_rows(url, table)
         if found != rows:
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
@@ -184,7 +167,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     csv = work / "rows.csv"
     if "copy" in writers:
         pacsv.write_csv(df.toArrow(), csv, pacsv.WriteOptions(include_header=False))
-    dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = libpq_dsn(url)
 
     def raw_copy(_df: DataFrame, table: str, _v: int) -> None:
         with (psycopg.connect(dsn) as conn, conn.cursor() as cur,
@@ -272,7 +255,7 @@ class _ParallelCopy:
         probe = "bench_copy_par_probe"
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP TABLE IF EXISTS "{probe}"')
-            conn.execute(f'CREATE TABLE "{probe}" ({_table_columns()})')
+            conn.execute(f'CREATE TABLE "{probe}" ({TABLE_COLUMNS})')
             copy_plan = CopyStream(conn, TableName(None, probe)).plan_for(table.schema, "binary")
             conn.execute(f'DROP TABLE "{probe}"')
         started = time.process_time()
@@ -335,18 +318,11 @@ class _ParallelCopy:
         self.pool.shutdown()
 
 
-def _table_columns() -> str:
-    from ._bench_common import TABLE_COLUMNS
-
-    return TABLE_COLUMNS
-
-
 def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     """Median ms per micro-batch: with the protocol (prepared and staging modes) vs plain
     commits of the same writes."""
     import psycopg
     import pyarrow as pa
-    import sqlalchemy as sa
 
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
     from twopc.sinks import PostgresSink, StagingSink
@@ -364,13 +340,13 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
         timings = []
         for b in range(batches):
             # Plan time (before the tasks): recovery; then the tasks; then the driver's commit.
-            plan = _timed(lambda: RecoveryCoordinator(sink, ledger, sink_id="bench").run())
+            plan = timed(lambda: RecoveryCoordinator(sink, ledger, sink_id="bench").run())
             handles = []
             for p in range(2):
                 txn = sink.begin_transaction(TransactionContext("bench", b, p, b * 2 + p))
                 sink.invoke_batch(txn, data)
                 handles.append(sink.pre_commit(txn))
-            timings.append(plan + _timed(functools.partial(coord.commit_batch, b, handles)))
+            timings.append(plan + timed(functools.partial(coord.commit_batch, b, handles)))
         sink.close()
         return statistics.median(timings) * 1000
 
@@ -379,20 +355,12 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     create_table(url, "bench_proto_staging")
     out["staging"] = protocol(StagingSink(url, "bench_proto_staging"), "staging")
 
-    dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-    conns = [psycopg.connect(dsn) for _ in range(2)]
+    conns = [psycopg.connect(libpq_dsn(url)) for _ in range(2)]
     without = []
     for _b in range(batches):
         for c in conns:
-            with c.cursor() as cur, cur.copy(f'COPY "bench_proto" ({COLUMN_NAMES}) FROM STDIN') as cp:
-                for i in range(100):
-                    cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
-
-        def commit_all() -> None:
-            for c in conns:
-                c.commit()
-
-        without.append(_timed(commit_all))
+            copy_rows(c, "bench_proto", 100)
+        without.append(timed(functools.partial(commit_each, conns)))
     for c in conns:
         c.close()
     out["plain"] = statistics.median(without) * 1000
@@ -418,7 +386,8 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         print(f"  {name:<50} {med[name]:>12,.0f} rows/s   {ratio}{spread}")
     print("\ntargets (exactly-once writers against their peers):")
 
-    def target(key: str, label: str, goal: float, mine: list[float] | None, others: list[list[float]]) -> None:
+    def target(key: str, label: str, mine: list[float] | None, others: list[list[float]]) -> None:
+        goal = _goal(key)
         if not others or not mine:
             print(f"  {label}: not measured")
             return
@@ -433,21 +402,15 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
                        f"median of {len(mine)} rounds")
 
     copy = [results[COPY]] if COPY in results else []
-    target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ",
-           TARGET_VS_SPARK, results.get(PREPARED),
-           [results[n] for n in (SPARK, SPARK_RW) if n in results])
-    target("throughput.prepared_vs_copy", "prepared vs raw COPY             ",
-           TARGET_VS_COPY, results.get(PREPARED), copy)
-    target("throughput.dropin_vs_spark_rw", "drop-in vs Spark JDBC, rewritten ",
-           TARGET_DROPIN_VS_SPARK_RW, results.get(DROPIN),
-           [results[SPARK_RW]] if SPARK_RW in results else [])
-    target("throughput.dropin_vs_copy", "drop-in vs raw COPY              ",
-           TARGET_DROPIN_VS_COPY, results.get(DROPIN), copy)
     par = [results[PAR_COPY]] if PAR_COPY in results else []
-    target("throughput.prepared_vs_parallel_copy", "prepared vs parallel binary COPY ",
-           TARGET_VS_PAR_COPY, results.get(PREPARED), par)
-    target("throughput.dropin_vs_parallel_copy", "drop-in vs parallel binary COPY  ",
-           TARGET_DROPIN_VS_PAR_COPY, results.get(DROPIN), par)
+    target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ", results.get(PREPARED),
+           [results[n] for n in (SPARK, SPARK_RW) if n in results])
+    target("throughput.prepared_vs_copy", "prepared vs raw COPY             ", results.get(PREPARED), copy)
+    target("throughput.dropin_vs_spark_rw", "drop-in vs Spark JDBC, rewritten ", results.get(DROPIN),
+           [results[SPARK_RW]] if SPARK_RW in results else [])
+    target("throughput.dropin_vs_copy", "drop-in vs raw COPY              ", results.get(DROPIN), copy)
+    target("throughput.prepared_vs_parallel_copy", "prepared vs parallel binary COPY ", results.get(PREPARED), par)
+    target("throughput.dropin_vs_parallel_copy", "drop-in vs parallel binary COPY  ", results.get(DROPIN), par)
     if par and PAR_COPY_PREPARED in results:
         floor, floor_prepared = statistics.median(results[PAR_COPY]), statistics.median(results[PAR_COPY_PREPARED])
         print("\nwhere the time between the parallel binary COPY floor and prepared mode goes (seconds for "
@@ -497,43 +460,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [w for w in writers if w not in WRITERS]
     if unknown:
         parser.error(f"unknown writers {unknown}: choose from {', '.join(WRITERS)}")
-    # SIGTERM runs the cleanup (stop the throwaway server) like Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    bench_main_setup()
     from twopc import faultinject
 
     from .bench_scaling import PARTITIONS, bench_micro_batches, bench_partitions, bench_small_write, report_scaling
 
-    server = None
-    url = args.url
     proto: dict[str, float] = {}
     scaling = {s.strip() for s in args.scaling.split(",") if s.strip()}
     parts: dict[int, dict[str, float]] = {}
     small: dict[str, list[float]] = {}
     micro: dict[str, list[float]] = {}
     notes: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="twopc-bench-") as work:
-        if url is None:  # room for the 200-partition batches of the protocol-cost rows
-            server = faultinject.LocalPostgres(max_prepared_transactions=2 * max(PARTITIONS)).start()
-            url = server.url
-        try:
-            def then(spark: SparkSession) -> None:
-                if "small" in scaling:
-                    small.update(bench_small_write(spark, url, Path(work), max(3, args.repeat)))
-                if "micro" in scaling:
-                    micro.update(bench_micro_batches(spark, url, Path(work), 12, rounds=4))
+    # room for the 200-partition batches of the protocol-cost rows
+    throwaway = functools.partial(faultinject.LocalPostgres, max_prepared_transactions=2 * max(PARTITIONS))
+    with tempfile.TemporaryDirectory(prefix="twopc-bench-") as work, server_url(args.url, throwaway) as url:
+        def then(spark: SparkSession) -> None:
+            if "small" in scaling:
+                small.update(bench_small_write(spark, url, Path(work), max(3, args.repeat)))
+            if "micro" in scaling:
+                micro.update(bench_micro_batches(spark, url, Path(work), 12, rounds=4))
 
-            results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
-                                       spark_conf=spark_conf, twopc_options=twopc_options,
-                                       partitions=[int(p) for p in args.partitions.split(",") if p.strip()],
-                                       then=then, notes=notes)
-            if args.batches > 0:
-                proto = bench_protocol(url, Path(work), args.batches)
-                if "partitions" in scaling:
-                    parts = bench_partitions(url, Path(work), args.batches)
-        finally:
-            if server is not None:
-                server.stop()
+        results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
+                                   spark_conf=spark_conf, twopc_options=twopc_options,
+                                   partitions=[int(p) for p in args.partitions.split(",") if p.strip()],
+                                   then=then, notes=notes)
+        if args.batches > 0:
+            proto = bench_protocol(url, Path(work), args.batches)
+            if "partitions" in scaling:
+                parts = bench_partitions(url, Path(work), args.batches)
     report(results, args.rows, [f"--conf {k}={v}" for k, v in spark_conf]
            + [f"--option {k}={v}" for k, v in twopc_options], notes)
     if proto:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -34,6 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._bench_common import bench_main_setup, bench_session, run_sql, server_url
+
 __all__ = ["main"]
 
 COMPOSITE = "twopc-composite (PostgreSQL + Redis, one write)"
@@ -42,13 +45,8 @@ SEPARATE = "twopc-postgres, then twopc-redis (two writes)"
 
 def _targets(pg_url: str, redis_url: str, tag: str) -> tuple[dict[str, str], dict[str, str], str]:
     """Options of the PostgreSQL sink, of the Redis sink, and the table name."""
-    import sqlalchemy as sa
-
     table = f"bench_{uuid.uuid4().hex[:10]}"
-    engine = sa.create_engine(pg_url)
-    with engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text, amount double precision)")
-    engine.dispose()
+    run_sql(pg_url, f"CREATE TABLE {table} (id bigint NOT NULL, payload text, amount double precision)")
     t = "{{" + tag + "}}"
     mapping = json.dumps([{"op": "INCRBY", "key": f"{t}:total", "by": 1},
                           {"op": "HINCRBY", "key": f"{t}:per_category", "field": "{category}", "by": 1}])
@@ -179,12 +177,9 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
 def _servers() -> Iterator[tuple[str, str, str]]:
     from twopc.faultinject import LocalPostgres, LocalRedis
 
-    pg_url, redis_url = os.environ.get("TWOPC_BENCH_POSTGRES_URL"), os.environ.get("TWOPC_BENCH_REDIS_URL")
-    with contextlib.ExitStack() as stack:
-        if not pg_url:
-            pg_url = stack.enter_context(LocalPostgres()).url
-        if not redis_url:
-            redis_url = stack.enter_context(LocalRedis(appendfsync="always")).url
+    with (server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), LocalPostgres) as pg_url,
+          server_url(os.environ.get("TWOPC_BENCH_REDIS_URL"), functools.partial(LocalRedis, appendfsync="always"))
+          as redis_url):
         where = ("servers from TWOPC_BENCH_*_URL" if os.environ.get("TWOPC_BENCH_POSTGRES_URL")
                  else "throwaway LocalPostgres (fsync on) and LocalRedis (appendfsync always)")
         yield pg_url, redis_url, where
@@ -198,20 +193,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gap-batches", type=int, default=20)
     args = parser.parse_args(argv)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    bench_main_setup()
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from twopc import sinks
-
     with _servers() as (pg_url, redis_url, where), tempfile.TemporaryDirectory(prefix="twopc-bench-") as tmp:
-        spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-composite")
-                 .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-                 .config("spark.driver.host", "127.0.0.1")
-                 .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = bench_session("twopc-bench-composite", driver_host="127.0.0.1", driver_bindAddress="127.0.0.1")
         try:
-            sinks.register_all(spark)
             df = spark.range(0, args.rows, numPartitions=args.partitions).selectExpr(
                 "id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
                 "concat('c', cast(id % 10 AS string)) AS category").cache()

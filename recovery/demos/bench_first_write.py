@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,16 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_target, postgres_url
+from ._bench_common import (
+    JDBC_JAR,
+    ROW_EXPRS,
+    bench_main_setup,
+    compile_package,
+    count_rows,
+    create_table,
+    jdbc_target,
+    postgres_url,
+)
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
 
@@ -53,10 +61,9 @@ def run_once(variant: str, url: str) -> dict[str, float]:
     jdbc_url, props = jdbc_target(url)
     params = {"jdbc_url": jdbc_url, "table": TABLES.get(variant, ""), "props": props, "rows": ROWS,
               "exprs": list(ROW_EXPRS), "jar": JDBC_JAR if os.path.exists(JDBC_JAR) else ""}
-    env = dict(os.environ, PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(CHILD), variant], input=json.dumps(params), env=env,
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, str(CHILD), variant], input=json.dumps(params), capture_output=True,
+                          text=True, check=False)
     total = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"bench: the {variant} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -119,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
     parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    bench_main_setup()
     variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
     if SPARK not in variants:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")

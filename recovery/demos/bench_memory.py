@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import signal
 import sys
 import tempfile
 import threading
@@ -26,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._bench_common import jvm_pid, postgres_url, proc_status, processes, rss_kib
+from ._bench_common import bench_main_setup, jvm_pid, postgres_url, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -163,8 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     if not formats or set(formats) - set(FORMATS):
         parser.error(f"--formats: choose from {', '.join(FORMATS)}")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    bench_main_setup()
     with tempfile.TemporaryDirectory(prefix="twopc-bench-memory-") as work, postgres_url(args.url) as url:
         results = bench_memory(url, Path(work), [sizes[0], sizes[-1]], max(1, args.repeat), formats)
     report(results)

@@ -17,7 +17,7 @@ Uses its own throwaway :class:`twopc.faultinject.LocalRedis` (AOF, ``appendfsync
 from __future__ import annotations
 
 import argparse
-import contextlib
+import functools
 import os
 import statistics
 import sys
@@ -25,6 +25,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
+
+from ._bench_common import server_url
 
 __all__ = ["main"]
 
@@ -159,8 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc.faultinject import LocalRedis
 
     given = os.environ.get("TWOPC_BENCH_REDIS_URL")
-    with contextlib.ExitStack() as stack:
-        url = given or stack.enter_context(LocalRedis(appendfsync="always")).url
+    with server_url(given, functools.partial(LocalRedis, appendfsync="always")) as url:
         table = _table(args.rows)
         print(f"bench: {args.rows} rows, {args.partitions} transactions; {MAPPING_DOC}")
         print(f"bench: redis {'from TWOPC_BENCH_REDIS_URL' if given else 'throwaway, appendfsync always'}")

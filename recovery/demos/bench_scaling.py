@@ -3,19 +3,12 @@ per-batch cost as the partition count grows, a small write, and a streaming micr
 latency, each beside what the same work costs without twopc, in the same run.
 
 - Protocol cost at 2, 16, 64 and 200 partitions (prepared mode, PostgreSQL, 10 rows per
-  partition): the driver's commit (ledger decision, first ``COMMIT PREPARED``, the others
-  pipelined, committed mark, orphan sweep) and that plus plan-time recovery, against
-  committing the same transactions one by one without the protocol, and against the floor:
-  the same prepared transactions committed without the protocol in the same pipelines,
-  the kinds of batch alternated round by round. Target: the driver's commit at 200
-  partitions <= 1.3x that floor (PostgreSQL flushes its WAL once per ``COMMIT PREPARED``,
-  so the floor itself grows with the partition count).
-- Small write: 20,000 rows through ``format("twopc-jdbc")`` with no other option changed
-  (the drop-in; no checkpoint), against Spark's JDBC writer. Target: <= 1.3x its time.
-- Micro-batch latency: a streaming query of small micro-batches (1,000 rows each) into
-  ``twopc-jdbc``, against ``foreachBatch`` with Spark's JDBC writer and against a no-op
-  Python stream sink (:mod:`twopc.recovery.demos._noop`, Spark's floor for any Python sink);
-  the median of Spark's ``triggerExecution`` per micro-batch. Target: <= 1.1x the floor.
+  partition; :func:`bench_partitions`), against plain commits and against the same prepared
+  transactions committed without the protocol (PostgreSQL flushes its WAL once per ``COMMIT
+  PREPARED``, so that floor itself grows with the partition count).
+- Small write: 20,000 rows through the drop-in ``twopc-jdbc`` against Spark's JDBC writer.
+- Micro-batch latency (1,000 rows each) into ``twopc-jdbc``, against ``foreachBatch`` with
+  Spark's JDBC writer and against a no-op Python stream sink (:mod:`twopc.recovery.demos._noop`).
 
 The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
 """
@@ -23,11 +16,23 @@ The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ._bench_common import (
+    JDBC_JAR,
+    ROW_EXPRS,
+    commit_each,
+    copy_rows,
+    create_table,
+    jdbc_target,
+    libpq_dsn,
+    timed,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -43,12 +48,6 @@ MICRO_FOREACH = "spark jdbc in foreachBatch (at-least-once)"
 MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
-
-
 def bench_partitions(url: str, work: Path, batches: int,
                      partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
     """Per partition count: median ms per batch of the driver's commit (``commit``), of
@@ -60,9 +59,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     own commit / floor ratios. The driver commit's phases (``decision``: the decision
     recorded in the checkpoint; ``commits``: the ``COMMIT PREPARED`` pipelines; ``mark``:
     the committed mark; ``sweep``: listing what is left prepared) are medians too."""
-    import sqlalchemy as sa
-
-    dsn = sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    dsn = libpq_dsn(url)
     out: dict[int, dict[str, float]] = {}
     for n in partitions:
         rounds = max(15, batches * 2 // n)
@@ -81,8 +78,6 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
 
     from twopc import CommitCoordinator, RecoveryCoordinator, TransactionContext
 
-    from ._bench_common import create_table
-
     data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
                                        "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
     table = f"bench_parts_{n}"
@@ -97,14 +92,14 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
     floor = _PreparedFloor(dsn, table, n)
 
     def protocol_batch(b: int) -> None:
-        plan = _timed(lambda: RecoveryCoordinator(sink, ledger, sink_id=f"parts{n}").run())
+        plan = timed(lambda: RecoveryCoordinator(sink, ledger, sink_id=f"parts{n}").run())
         handles = []
         for p in range(n):
             txn = sink.begin_transaction(TransactionContext(f"parts{n}", b, p, b * n + p))
             sink.invoke_batch(txn, data)
             handles.append(sink.pre_commit(txn))
         phases.clear()
-        commit = _timed(lambda: coord.commit_batch(b, handles))
+        commit = timed(lambda: coord.commit_batch(b, handles))
         series.setdefault("commit", []).append(commit)
         series.setdefault("protocol", []).append(plan + commit)
         for k, v in phases.items():
@@ -115,8 +110,8 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
         for start in range(0, n, len(conns)):
             group = conns[:min(len(conns), n - start)]
             for c in group:
-                _copy_ten_rows(c, table)
-            total += _timed(functools.partial(_commit_each, group))
+                copy_rows(c, table, 10)
+            total += timed(functools.partial(commit_each, group))
         series.setdefault("plain", []).append(total)
 
     def floor_batch(b: int) -> None:
@@ -141,8 +136,6 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     """Seconds of a 20k-row write: the plain drop-in (``twopc-jdbc``, no other option), the
     same with a checkpoint (prepared mode), and Spark's JDBC writer (when its driver jar is
     there); *repeat* rounds, interleaved, after one warm-up write each."""
-    from ._bench_common import ROW_EXPRS, create_table, jdbc_target
-
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
     jdbc_url, props = jdbc_target(url)
@@ -164,7 +157,7 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
         "twopc-jdbc drop-in (no checkpoint)": twopc(False),
         "twopc-jdbc with checkpointLocation": twopc(True),
     }
-    if _has_jdbc_driver():
+    if os.path.exists(JDBC_JAR):
         writers["spark jdbc"] = spark_jdbc
     out: dict[str, list[float]] = {}
     for i, write in enumerate(writers.values()):
@@ -172,7 +165,7 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
         write(df, f"bench_small_{i}", 1)  # warm-up
     for r in range(repeat):
         for i, (name, write) in enumerate(writers.items()):
-            seconds = _timed(lambda: write(df, f"bench_small_{i}", r + 2))  # noqa: B023 - called at once
+            seconds = timed(lambda: write(df, f"bench_small_{i}", r + 2))  # noqa: B023 - called at once
             out.setdefault(name, []).append(seconds)
             print(f"bench: small write, {name:<40} {seconds:6.2f} s", flush=True)
     df.unpersist()
@@ -185,7 +178,6 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
     read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer
     and vs the no-op Python stream sink, the same input; *rounds* queries of each, the order
     reversed every other round (each query's micro-batches after its first are kept)."""
-    from ._bench_common import ROW_EXPRS, create_table, jdbc_target
     from ._noop import NOOP_FORMAT, NoopDataSource
 
     spark.dataSource.register(NoopDataSource)
@@ -220,21 +212,12 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
         (MICRO_TWOPC, "bench_micro_twopc",
          lambda w, t: w.format("twopc-jdbc").option("url", jdbc_url).option("dbtable", t).options(**props).start()),
     ]
-    if _has_jdbc_driver():
+    if os.path.exists(JDBC_JAR):
         plan.append((MICRO_FOREACH, "bench_micro_spark", lambda w, t: w.foreachBatch(each(t)).start()))
     for r in range(max(1, rounds)):
         for name, table, start in (plan if r % 2 == 0 else plan[::-1]):
             run(name, f"{table}_{r}", start)
     return out
-
-
-def _copy_ten_rows(conn: Any, table: str) -> None:
-    """COPY 10 rows into *table* in *conn*'s open transaction (a partition's share)."""
-    from ._bench_common import COLUMN_NAMES
-
-    with conn.cursor() as cur, cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN') as cp:
-        for i in range(10):
-            cp.write_row((i, "x", 0.5, "2026-01-01 00:00:00+00"))
 
 
 class _PreparedFloor:
@@ -266,11 +249,11 @@ class _PreparedFloor:
         gids = []
         for p in range(self.n):
             c = self.workers[p % len(self.workers)]
-            _copy_ten_rows(c, self.table)
+            copy_rows(c, self.table, 10)
             gids.append(f"floor-{self.n}-{r}-{p}")
             c.execute(f"PREPARE TRANSACTION '{gids[-1]}'")
         chunks = [gids[i::self.count] for i in range(self.count)]
-        return _timed(lambda: list(self.pool.map(self._finish, self.committers, chunks)))
+        return timed(lambda: list(self.pool.map(self._finish, self.committers, chunks)))
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -319,19 +302,6 @@ def _TimedLedger(location: str, *, phases: dict[str, float]) -> Any:  # noqa: N8
     ledger.record_decision = _timing(phases, "decision", ledger.record_decision)  # type: ignore[method-assign]  # timing wrapper
     ledger.mark_committed = _timing(phases, "mark", ledger.mark_committed)  # type: ignore[method-assign]  # timing wrapper
     return ledger
-
-
-def _commit_each(conns: list[Any]) -> None:
-    for c in conns:
-        c.commit()
-
-
-def _has_jdbc_driver() -> bool:
-    import os
-
-    from ._bench_common import JDBC_JAR
-
-    return os.path.exists(JDBC_JAR)
 
 
 def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[float]],

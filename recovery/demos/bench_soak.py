@@ -33,9 +33,9 @@ A figure that grows is a bug, whatever the verdict.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import TABLE_COLUMNS, proc_status, processes, rss_kib
+from ._bench_common import ROW_EXPRS, TABLE_COLUMNS, bench_main_setup, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -167,9 +167,6 @@ class _Progress:
                         progress.durations[p.batchId] = float(p.durationMs.get("addBatch", 0))
                         progress.latest = max(progress.latest, p.batchId)
 
-            def onQueryIdle(self, event: Any) -> None:  # noqa: N802 - Spark's method name
-                pass
-
             def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
 
@@ -248,9 +245,7 @@ def soak_jdbc_writes(spark: SparkSession, jdbc_url: str, props: dict[str, str], 
     only (no checkpoint: the ledger in the database), recording every *every*."""
     name = "twopc-jdbc, batch writes, no checkpoint"
     leg = Leg(name)
-    df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(
-        "id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
-        "timestamp_seconds(1767225600 + id) AS ts").cache()
+    df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(*ROW_EXPRS).cache()
     df.count()
     times: list[float] = []
     started = time.monotonic()
@@ -339,69 +334,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.every <= 0 or args.batches < args.every:
         parser.error("--batches must be at least --every, and --every positive")
     writes = args.batches if args.jdbc_writes is None else args.jdbc_writes
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import sqlalchemy as sa
-
+    bench_main_setup()
     from twopc import faultinject
 
-    from ._bench_common import bench_session, jdbc_target, jvm_pid
+    from ._bench_common import bench_session, jdbc_target, jvm_pid, libpq_dsn, run_sql
 
     legs: list[Leg] = []
-    with tempfile.TemporaryDirectory(prefix="twopc-soak-") as work:
-        pg = faultinject.LocalPostgres().start()
-        redis_server = faultinject.LocalRedis(appendfsync="always").start() if "redis" in args.sinks else None
-        try:
-            dsn = sa.make_url(pg.url).set(drivername="postgresql").render_as_string(hide_password=False)
-            _create_tables(dsn)
-            spark = bench_session("twopc-soak", sql_shuffle_partitions="1")
-            jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
-            jdbc_url, props = jdbc_target(pg.url)
-            progress = _Progress(spark)
+    with (tempfile.TemporaryDirectory(prefix="twopc-soak-") as work, faultinject.LocalPostgres() as pg,
+          contextlib.ExitStack() as stack):
+        redis_server = (stack.enter_context(faultinject.LocalRedis(appendfsync="always"))
+                        if "redis" in args.sinks else None)
+        dsn = libpq_dsn(pg.url)
+        run_sql(pg.url, *(f'CREATE TABLE "{t}" ({TABLE_COLUMNS})' for t in ("soak_postgres", "soak_jdbc",
+                                                                           "soak_jdbc_batch")))
+        spark = bench_session("twopc-soak", sql_shuffle_partitions="1")
+        jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
+        jdbc_url, props = jdbc_target(pg.url)
+        progress = _Progress(spark)
 
-            def pg_rows() -> dict[str, int]:
-                return _table_rows(dsn)
+        def pg_rows() -> dict[str, int]:
+            return _table_rows(dsn)
 
-            plan: list[tuple[str, str, Callable[[Any], Any], Callable[[], dict[str, int]]]] = []
-            for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
-                if key == "postgres":
-                    plan.append(("twopc-postgres", key, lambda w: w.format("twopc-postgres").option(
-                        "url", jdbc_url).option("dbtable", "soak_postgres").options(**props).start(), pg_rows))
-                elif key == "jdbc":
-                    plan.append(("twopc-jdbc", key, lambda w: w.format("twopc-jdbc").option(
-                        "url", jdbc_url).option("dbtable", "soak_jdbc").options(**props).start(), pg_rows))
-                elif key == "redis" and redis_server is not None:
-                    plan.append(("twopc-redis", key, functools.partial(_redis_writer, redis_server.url),
-                                 functools.partial(_redis_markers, redis_server.url)))
-                else:
-                    parser.error(f"unknown sink {key!r}: choose from postgres, redis, jdbc")
-            for name, key, writer, rows in plan:
-                print(f"soak: {name}, {args.batches} micro-batches ...", flush=True)
-                legs.append(soak_stream(spark, progress, name, writer, Path(work) / f"ck-{key}", args.batches,
-                                        args.every, rows, jvm))
-            if writes >= args.every:
-                print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
-                legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows,
-                                             jvm))
-            spark.stop()
-        finally:
-            if redis_server is not None:
-                redis_server.stop()
-            pg.stop()
+        plan: list[tuple[str, str, Callable[[Any], Any], Callable[[], dict[str, int]]]] = []
+        for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
+            if key == "postgres":
+                plan.append(("twopc-postgres", key, lambda w: w.format("twopc-postgres").option(
+                    "url", jdbc_url).option("dbtable", "soak_postgres").options(**props).start(), pg_rows))
+            elif key == "jdbc":
+                plan.append(("twopc-jdbc", key, lambda w: w.format("twopc-jdbc").option(
+                    "url", jdbc_url).option("dbtable", "soak_jdbc").options(**props).start(), pg_rows))
+            elif key == "redis" and redis_server is not None:
+                plan.append(("twopc-redis", key, functools.partial(_redis_writer, redis_server.url),
+                             functools.partial(_redis_markers, redis_server.url)))
+            else:
+                parser.error(f"unknown sink {key!r}: choose from postgres, redis, jdbc")
+        for name, key, writer, rows in plan:
+            print(f"soak: {name}, {args.batches} micro-batches ...", flush=True)
+            legs.append(soak_stream(spark, progress, name, writer, Path(work) / f"ck-{key}", args.batches,
+                                    args.every, rows, jvm))
+        if writes >= args.every:
+            print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
+            legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows,
+                                         jvm))
+        spark.stop()
     report(legs, args.batches, args.every)
     return 0
 
 
 def _redis_writer(url: str, w: Any) -> Any:
     return w.format("twopc-redis").option("url", url).option("mapping", REDIS_MAPPING).option("hashTag", "soak").start()
-
-
-def _create_tables(dsn: str) -> None:
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for t in ("soak_postgres", "soak_jdbc", "soak_jdbc_batch"):
-            conn.execute(f'CREATE TABLE "{t}" ({TABLE_COLUMNS})')
 
 
 if __name__ == "__main__":

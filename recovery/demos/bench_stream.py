@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -215,22 +215,13 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
     """The :class:`Timing` of each pipeline and of the no-op floor, *rounds* times (interleaved)."""
     import runpy
 
-    from pyspark.sql import SparkSession
-
-    from twopc import sinks
-
-    from ._bench_common import JDBC_JAR
+    from ._bench_common import JDBC_JAR, bench_session
     from .pipeline import create_table
 
     if not os.path.exists(JDBC_JAR):
         raise SystemExit(f"bench: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-    spark = (SparkSession.builder.master("local[2]").appName("twopc-bench-stream")
-             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.streaming.numRecentProgressUpdates", "10000")
-             .config("spark.jars", JDBC_JAR).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    sinks.register_all(spark)
+    spark = bench_session("twopc-bench-stream", sql_shuffle_partitions="2", jars=JDBC_JAR,
+                          sql_streaming_numRecentProgressUpdates="10000")
     # by value, as a notebook's own class: the floor's source process imports nothing of the project
     noop = runpy.run_path(str(Path(__file__).with_name("_noop.py")))
     spark.dataSource.register(noop["NoopDataSource"])
@@ -308,25 +299,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=20_000, help="entries per micro-batch (default 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both pipelines, interleaved (default 3)")
     args = parser.parse_args(argv)
-    # SIGTERM runs the cleanup (stop the throwaway servers) like Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from twopc import faultinject
 
-    servers: list[Any] = []
-    pg_url, redis_url = os.environ.get("TWOPC_BENCH_POSTGRES_URL"), os.environ.get("TWOPC_BENCH_REDIS_URL")
-    with tempfile.TemporaryDirectory(prefix="twopc-bench-stream-") as work:
-        try:
-            if pg_url is None:
-                servers.append(faultinject.LocalPostgres().start())
-                pg_url = servers[-1].url
-            if redis_url is None:
-                servers.append(faultinject.LocalRedis(appendfsync="always").start())
-                redis_url = servers[-1].url
-            results = bench(redis_url, pg_url, args.entries, args.batch, max(1, args.rounds), Path(work))
-        finally:
-            for s in reversed(servers):
-                s.stop()
+    from ._bench_common import bench_main_setup, server_url
+
+    bench_main_setup()
+    redis = functools.partial(faultinject.LocalRedis, appendfsync="always")
+    with (tempfile.TemporaryDirectory(prefix="twopc-bench-stream-") as work,
+          server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), faultinject.LocalPostgres) as pg_url,
+          server_url(os.environ.get("TWOPC_BENCH_REDIS_URL"), redis) as redis_url):
+        results = bench(redis_url, pg_url, args.entries, args.batch, max(1, args.rounds), Path(work))
     report(results, args.entries, args.batch)
     return 0
 

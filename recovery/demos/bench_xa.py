@@ -11,7 +11,6 @@ is set (a database the sink may create tables in). Machines are noisy: compare t
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import statistics
 import sys
@@ -19,6 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
+from ._bench_common import run_sql, server_url
 from ._bench_results import record
 
 __all__ = ["main"]
@@ -52,17 +52,6 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
     return elapsed
 
 
-def _create_table(url: str) -> str:
-    import sqlalchemy as sa
-
-    table = "bench_xa_" + uuid.uuid4().hex[:8]
-    engine = sa.create_engine(url)
-    with engine.begin() as c:
-        c.exec_driver_sql(f"CREATE TABLE {table} (id BIGINT PRIMARY KEY) ENGINE=InnoDB")
-    engine.dispose()
-    return table
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_xa",
                                      description=__doc__.split("\n\n")[0])
@@ -72,9 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc.faultinject import LocalMariaDB
 
     given = os.environ.get("TWOPC_BENCH_MARIADB_URL")
-    with contextlib.ExitStack() as stack:
-        url = given or stack.enter_context(LocalMariaDB()).url
-        table = _create_table(url)
+    with server_url(given, LocalMariaDB) as url:
+        table = "bench_xa_" + uuid.uuid4().hex[:8]
+        run_sql(url, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY) ENGINE=InnoDB")
         print(f"bench: MariaDB XA commit of {args.transactions} prepared transactions (one row each), "
               f"{args.repeats} repeats; {'from TWOPC_BENCH_MARIADB_URL' if given else 'throwaway server'}")
         one, batched = [], []

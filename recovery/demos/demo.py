@@ -64,16 +64,9 @@ def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_fil
 def create_table(url: str, table: str) -> None:
     """(Re)create the demo table, with a primary key on the source id as a user's table has:
     a restart must never write a committed row again (the key would refuse it)."""
-    import sqlalchemy as sa
+    from ._bench_common import create_table as recreate
 
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-            conn.execute(sa.text(f'CREATE TABLE "{table}" (id bigint PRIMARY KEY, payload text, '
-                                 f'amount double precision)'))
-    finally:
-        engine.dispose()
+    recreate(url, table, "id bigint PRIMARY KEY, payload text, amount double precision")
 
 
 def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:

@@ -27,7 +27,6 @@ import json
 import os
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,16 +65,10 @@ def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
 def create_table(pg_url: str, table: str) -> None:
     """(Re)create the target table, with the key the README recommends, ``UNIQUE (stream,
     entry_id)``: a restart must never write a committed entry again (the key would refuse it)."""
-    import sqlalchemy as sa
+    from ._bench_common import create_table as recreate
 
-    engine = sa.create_engine(pg_url)
-    try:
-        with engine.begin() as c:
-            c.execute(sa.text(f'DROP TABLE IF EXISTS "{table}"'))
-            c.execute(sa.text(f'CREATE TABLE "{table}" (stream text NOT NULL, entry_id text NOT NULL, '
-                              f'n bigint NOT NULL, payload text, UNIQUE (stream, entry_id))'))
-    finally:
-        engine.dispose()
+    recreate(pg_url, table, "stream text NOT NULL, entry_id text NOT NULL, n bigint NOT NULL, payload text, "
+                            "UNIQUE (stream, entry_id)")
 
 
 def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
@@ -207,16 +200,12 @@ def verify(spec: PipelineSpec) -> Verdict:
     import sqlalchemy as sa
 
     from twopc import CommitLedger
+    from twopc.recovery import verify_postgres_ids
     from twopc.sinks.redis import RedisSink
 
     client: Any = redis.Redis.from_url(spec.redis_url)  # redis-py's command methods are loosely typed
     try:
-        expected: set[int] = set()
-        last: dict[str, bytes] = {}
-        for s in spec.streams:
-            for eid, fields in client.xrange(s, "-", "+"):
-                expected.add(int(fields[b"n"]))
-                last[s] = eid
+        expected = {int(fields[b"n"]) for s in spec.streams for _eid, fields in client.xrange(s, "-", "+")}
         pending, lag = {}, {}
         for s in spec.streams:
             for g in client.xinfo_groups(s) if client.exists(s) else []:
@@ -230,12 +219,8 @@ def verify(spec: PipelineSpec) -> Verdict:
         client.close()
     engine = sa.create_engine(spec.pg_url)
     try:
-        with engine.connect() as c:
-            counts = Counter(int(n) for (n,) in c.execute(sa.text(f'SELECT n FROM "{spec.table}"')))
-            sid = CommitLedger(str(Path(spec.checkpoint) / "pg")).recorded_sink_id() or "?"
-            dangling_pg = [g for (g,) in c.execute(sa.text(
-                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, :p)"),
-                {"p": f"twopc:{sid}:"})]
+        sid = CommitLedger(str(Path(spec.checkpoint) / "pg")).recorded_sink_id() or "?"
+        rows = verify_postgres_ids(engine, spec.table, expected, sink_id=sid, id_column="n")
     finally:
         engine.dispose()
     rsid = CommitLedger(str(Path(spec.checkpoint) / "counters")).recorded_sink_id()
@@ -247,11 +232,10 @@ def verify(spec: PipelineSpec) -> Verdict:
         finally:
             sink.close()
     return Verdict(
-        produced=len(expected), rows=sum(counts.values()),
-        duplicates=sorted(n for n, c in counts.items() if c > 1), lost=sorted(expected - set(counts)),
-        unexpected=sorted(set(counts) - expected), counter_total=total,
+        produced=len(expected), rows=rows.found, duplicates=list(rows.duplicates), lost=list(rows.lost),
+        unexpected=list(rows.unexpected), counter_total=total,
         counters_off=sorted(n for n in expected | set(per_n) if per_n.get(n, 0) != 1),
-        pending=pending, lag=lag, dangling_pg=dangling_pg, dangling_redis=dangling_redis)
+        pending=pending, lag=lag, dangling_pg=list(rows.dangling), dangling_redis=dangling_redis)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=4, help="job crashes at sink protocol points")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cleanup runs, as on Ctrl-C
     from twopc import faultinject
 
     from .pipeline import PipelineSpec, create_table, produce, verify, write_spec
@@ -57,9 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="twopc-stream-demo-") as work:
         print("demo: starting a throwaway PostgreSQL and Redis (appendonly yes, appendfsync always) ...", flush=True)
-        pg = faultinject.LocalPostgres().start()
-        rs = faultinject.LocalRedis().start()
-        try:
+        with faultinject.LocalPostgres() as pg, faultinject.LocalRedis() as rs:
             spec = PipelineSpec(rs.url, pg.url, ["demo:orders:0", "demo:orders:1"], "twopc_demo_orders",
                                 str(Path(work) / "checkpoints"), max_per_trigger=400)
             create_table(pg.url, spec.table)
@@ -112,9 +110,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("verification:")
             print(verdict.render())
             return 0 if verdict.ok else 1
-        finally:
-            rs.stop()
-            pg.stop()
 
 
 if __name__ == "__main__":
