@@ -118,6 +118,9 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
               f"(per run: {', '.join(f'{x:.2f}x' for x in per_run)})")
         record(key, ratio, f"whole process {med(TWOPC, 'total'):.2f} s / {med(peer, 'total'):.2f} s, "
                            f"write alone {write_ratio:.2f}x; median of {runs} runs each")
+        if peer == NOOP:
+            record("first_write.write_vs_noop", write_ratio,
+                   f"{med(TWOPC, 'write'):.2f} s / {med(peer, 'write'):.2f} s; median of {runs} runs each")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
