@@ -4,8 +4,8 @@ A query's ``metricsPort`` server ends with its driver, so the moment a batch is 
 (a driver killed between its decision and its commit) is the moment its gauges go away. This
 exporter outlives any query: it reads each checkpoint's ledger read only, as ``twopc status``
 does (a checkpoint without a twopc ledger is refused the same way, exit 3), and serves the
-:data:`~twopc._metrics.CHECKPOINT_GAUGES` with the names and labels of the driver's collector
-(:class:`~twopc._metrics.MetricsCollector`, the same code), so the same alerts fire while the
+:data:`~twopc.operations._metrics.CHECKPOINT_GAUGES` with the names and labels of the driver's collector
+(:class:`~twopc.operations._metrics.MetricsCollector`, the same code), so the same alerts fire while the
 query is down. Over HTTP (``--port``, loopback unless ``--host`` names an interface) and/or as
 a file for node exporter's textfile collector (``--textfile``, replaced atomically).
 """

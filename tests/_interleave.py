@@ -112,7 +112,7 @@ class World:
 
 
 class SteppedStore:
-    """An in-memory place of ledger records (:class:`twopc._stores.Records`) whose every
+    """An in-memory place of ledger records (:class:`twopc.ledger._stores.Records`) whose every
     operation is a step (see the module docstring)."""
 
     root = LOCATION

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 from ._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
-    from ._composite_source import composite
     from ._context import TransactionContext
     from ._coordinator import CommitCoordinator
     from ._errors import (
@@ -48,17 +47,18 @@ if TYPE_CHECKING:
         TwoPCError,
     )
     from ._handle import TransactionHandle
-    from ._ledger import CommitLedger
-    from ._metrics_export import register_metrics, serve_metrics
     from ._participant import Participant
-    from ._recovery import RecoveryCoordinator
-    from ._register import foreach_batch_writer, register
     from ._sink import CommitOutcome, CommitShape, TwoPhaseCommitSink
-    from ._spark import TwoPhaseCommitDataSource, data_source_for
-    from ._spark_fs import check_checkpoint_location
-    from ._status import SinkStatus, UnsettledTransaction, sink_status
     from ._xid import Xid
+    from .ledger._ledger import CommitLedger
+    from .operations._metrics_export import register_metrics, serve_metrics
+    from .operations._recovery import RecoveryCoordinator
+    from .operations._status import SinkStatus, UnsettledTransaction, sink_status
     from .sinks import register_all, write_jdbc
+    from .spark._composite_source import composite
+    from .spark._register import foreach_batch_writer, register
+    from .spark._spark import TwoPhaseCommitDataSource, data_source_for
+    from .spark._spark_fs import check_checkpoint_location
 
 __all__ = [
     "CommitCoordinator",
@@ -103,20 +103,20 @@ __version__ = "0.2.0"
 __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("ConfigurationError", "FencedError", "LedgerError", "MissingExtraError", "SinkError",
                      "TransactionLostError", "TwoPCError"), "._errors"),
-    **dict.fromkeys(("register_metrics", "serve_metrics"), "._metrics_export"),
-    **dict.fromkeys(("foreach_batch_writer", "register"), "._register"),
+    **dict.fromkeys(("register_metrics", "serve_metrics"), ".operations._metrics_export"),
+    **dict.fromkeys(("foreach_batch_writer", "register"), ".spark._register"),
     **dict.fromkeys(("CommitOutcome", "CommitShape", "TwoPhaseCommitSink"), "._sink"),
-    **dict.fromkeys(("TwoPhaseCommitDataSource", "data_source_for"), "._spark"),
-    **dict.fromkeys(("SinkStatus", "UnsettledTransaction", "sink_status"), "._status"),
+    **dict.fromkeys(("TwoPhaseCommitDataSource", "data_source_for"), ".spark._spark"),
+    **dict.fromkeys(("SinkStatus", "UnsettledTransaction", "sink_status"), ".operations._status"),
     **dict.fromkeys(("register_all", "write_jdbc"), ".sinks"),
     **{package: f".{package}:" for package in ("faultinject", "recovery", "sinks")},
     "CommitCoordinator": "._coordinator",
-    "CommitLedger": "._ledger",
+    "CommitLedger": ".ledger._ledger",
     "Participant": "._participant",
-    "RecoveryCoordinator": "._recovery",
+    "RecoveryCoordinator": ".operations._recovery",
     "TransactionContext": "._context",
     "TransactionHandle": "._handle",
     "Xid": "._xid",
-    "check_checkpoint_location": "._spark_fs",
-    "composite": "._composite_source",
+    "check_checkpoint_location": ".spark._spark_fs",
+    "composite": ".spark._composite_source",
 })

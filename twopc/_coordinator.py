@@ -15,7 +15,7 @@ coordinator turns those calls into the two-phase-commit decision:
    re-commits (``ALREADY_COMMITTED``) and marks.
 5. ``after_mark``: twopc is done, Spark has not written ``commits/<batch>``; Spark replays
    the batch with the same id. Its tasks write nothing (the plan knows the batch is committed:
-   ``twopc._spark``), and the coordinator rolls back whatever transaction a replay still brings
+   ``twopc.spark._spark``), and the coordinator rolls back whatever transaction a replay still brings
    (a writer of the core API).
 """
 
@@ -33,8 +33,6 @@ from twopc import faultinject
 from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._handle import TransactionHandle
-from ._ledger import CommitLedger
-from ._ledger_records import BatchState, Decision
 from ._logs import log_event
 from ._retry import CommitRetry
 from ._sink import (
@@ -49,6 +47,8 @@ from ._sink import (
     purge_markers_best_effort,
 )
 from ._sink_id_claim import check_target, claim_writer
+from .ledger._ledger import CommitLedger
+from .ledger._ledger_records import BatchState, Decision
 
 __all__ = ["BatchResult", "CommitCoordinator", "CommitMetrics"]
 
@@ -223,7 +223,7 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     start, before any task runs, and at the driver's commit of ``up_to_batch``. *handles*
     must have been listed before this is called: the ownership check between the listing
     and the first rollback is what keeps a displaced actor from rolling back a transaction
-    that a newer owner prepared or decided (see :mod:`twopc._fencing_epochs`).
+    that a newer owner prepared or decided (see :mod:`twopc.ledger._fencing_epochs`).
 
     Raises:
         FencedError: another actor took the ledger over: nothing was rolled back.

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 from ._driver_identity import DriverIdentity, process_identity, provably_dead
 from ._errors import ConfigurationError, LedgerError
-from ._ledger_records import abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
 from ._sink import AnySink
+from .ledger._ledger_records import abort_marks_in, forget_task, ledger_exists, record_task, tasks_in
 
 if TYPE_CHECKING:
-    from ._ledger import CommitLedger
-    from ._stores import Records
+    from .ledger._ledger import CommitLedger
+    from .ledger._stores import Records
 
 __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
 
@@ -54,7 +54,7 @@ class AbortFence:
     """What one task attempt saw of its batch's abort records when it began."""
 
     store: Records | None
-    """The ledger's store (:func:`twopc._ledger_records.ledger_store`, or a target ledger's), ``None``:
+    """The ledger's store (:func:`twopc.ledger._ledger_records.ledger_store`, or a target ledger's), ``None``:
     no fence (the ledger is not readable here)."""
     batch_id: int
     seen: frozenset[str]
@@ -154,7 +154,7 @@ class AbortFence:
         none). Never raises: a record left behind is waited for by an abort until its process
         is gone, or for :data:`TASK_WAIT_SECONDS`, and makes a retry of the partition roll back
         this attempt's transaction once its process is gone (:meth:`dead_attempts`), so a task
-        whose record stays must not report its transaction (:mod:`twopc._spark` rolls it back)."""
+        whose record stays must not report its transaction (:mod:`twopc.spark._spark` rolls it back)."""
         if self.store is None or self.record is None:
             return True
         try:

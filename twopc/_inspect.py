@@ -1,7 +1,7 @@
 """What a sink can tell an operator about its unsettled transactions and its target's room.
 
 :meth:`twopc.spi.Inspectable.prepared_details` and :meth:`twopc.spi.Inspectable.headroom` return
-these; ``twopc status`` (:mod:`twopc._status`) shows them. Every field a target cannot tell
+these; ``twopc status`` (:mod:`twopc.operations._status`) shows them. Every field a target cannot tell
 is ``None``: the status view says "unknown" rather than guessing.
 """
 

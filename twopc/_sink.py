@@ -13,7 +13,7 @@ from ._context import TransactionContext
 from ._errors import ConfigurationError, ProtocolError, SinkError
 from ._handle import TransactionHandle
 from ._inspect import Headroom, PreparedDetail
-from ._target_protocol import TargetLedger
+from .ledger._target_protocol import TargetLedger
 
 if TYPE_CHECKING:
     from typing import Self
@@ -104,7 +104,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     #: named as a dunder so that the sink's public names are the contract's methods alone.
     __handle_type__: ClassVar[type[TransactionHandle]] = TransactionHandle
     #: Writer options this sink takes a session-wide default for: :func:`twopc.register`
-    #: reads each from the Spark conf ``spark.twopc.<option>`` (:mod:`twopc._session_options`).
+    #: reads each from the Spark conf ``spark.twopc.<option>`` (:mod:`twopc.spark._session_options`).
     __session_options__: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 from ._errors import ConcurrentWriterError
 from ._runtime_options import default_sink_id
 from ._sink import AnySink, NamedTarget, capability
-from ._target_protocol import Lease, TargetLedger, target_ledger_of
+from .ledger._target_protocol import Lease, TargetLedger, target_ledger_of
 
 if TYPE_CHECKING:
-    from ._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
+    from .ledger._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
 
 __all__ = ["SinkIdClaim", "check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare",
            "runtime_task"]

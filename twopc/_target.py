@@ -3,7 +3,7 @@ writers' leases that tell a live writer's prepared transactions from a dead one'
 
 A sink that prepares transactions on a server can also keep the commit ledger there
 (:meth:`twopc.spi.LedgerHost.target_ledger`): the same records as a checkpoint's ledger
-(:mod:`twopc._ledger`), rows of one table keyed by sink id, each written and committed in a
+(:mod:`twopc.ledger._ledger`), rows of one table keyed by sink id, each written and committed in a
 local transaction on the same server as the prepared transactions. A write without a
 checkpoint then runs in prepared mode under a fresh sink id (``eph-...``, or its
 ``txnAppId``), and its decision survives its driver.
@@ -17,7 +17,7 @@ session lock keyed by its sink id, which every transaction id carries: see
   live writer has this sink id: :class:`ConcurrentWriterError`, before anything is touched;
 - the next write to the server (any twopc writer with a target ledger) and ``twopc
   recover`` resolve only the writers whose lease they can take themselves
-  (:func:`twopc._abandoned.resolve_abandoned`): free lease = writer gone. They take over its ledger
+  (:func:`twopc.operations._abandoned.resolve_abandoned`): free lease = writer gone. They take over its ledger
   (:meth:`CommitLedger.claim`, which fences it) and finish its decided batch or roll its
   orphans back, holding the lease while they do; a held lease is left alone, and so is a
   gone writer with nothing to finish (a ``txnAppId`` writer's records stay after its write);
@@ -32,10 +32,10 @@ from __future__ import annotations
 import logging
 
 from ._errors import TwoPCError
-from ._ledger import CommitLedger
 from ._runtime_options import EPHEMERAL_PREFIX
 from ._sink import AnySink, purge_markers_best_effort
-from ._target_protocol import Lease, TargetLedger
+from .ledger._ledger import CommitLedger
+from .ledger._target_protocol import Lease, TargetLedger
 
 __all__ = ["ALL_BATCHES", "forget_writer", "open_target_ledger", "settle_own"]
 

@@ -7,7 +7,7 @@ table's: ``(sink_id, name, body, written_at)``, one row per record. A record is 
 ``INSERT`` in its own transaction (the primary key makes a second create of a name fail: the
 ledger's create-at-most-once). The lease of sink id ``S`` is a session lock
 (``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL, ``GET_LOCK('twopc:<hash>', 0)``
-on MySQL/MariaDB) held by the driver's agent (:mod:`twopc._agent`) for as long as the write
+on MySQL/MariaDB) held by the driver's agent (:mod:`twopc.ledger._agent`) for as long as the write
 runs: Spark's Python workers that plan and commit a write may be killed or not reused, so
 none of them can hold a session for the whole write. The agent closes the lease's session
 when the write's commit or abort ends, or ends with all its sessions when the driver's JVM
@@ -169,7 +169,7 @@ class SqlTargetLedger:
         return lease if mine and alive and lease.sink_id == sink_id and self.holds(lease) else None
 
     def lease_request(self, sink_id: str, *, record: Path | None = None) -> dict[str, Any]:
-        """The driver agent's request (:mod:`twopc._agent`) that takes *sink_id*'s lease (and
+        """The driver agent's request (:mod:`twopc.ledger._agent`) that takes *sink_id*'s lease (and
         deletes the lease's *record*, if any, when it ends): what to connect with (credentials
         included: never log it) and the lock's statements, plain values."""
         options = self.target.options
@@ -298,7 +298,7 @@ class SqlTargetLedger:
 
 
 class SqlLedgerStore:
-    """One writer's ledger records in the ledger table (the :class:`twopc._stores.Records`
+    """One writer's ledger records in the ledger table (the :class:`twopc.ledger._stores.Records`
     protocol): one row per record, named ``<kind>/<name>`` as the file of a checkpoint's
     ``twopc/`` folder would be. With a lease, writing a decision first checks the lease is
     still held."""

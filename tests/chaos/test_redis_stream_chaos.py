@@ -70,7 +70,7 @@ def test_pipeline_is_exactly_once_under_crashes_of_the_job_and_of_redis(postgres
         # Every planned point fired (above) and Redis was killed once. No run may end with
         # java.io.OptionalDataException in ResultTask.runTask: PySpark races on the environment
         # map that every function of one registered Python data source shares, and
-        # twopc.register pre-sets the keys the source runner inserts (twopc/_source_env.py), so
+        # twopc.register pre-sets the keys the source runner inserts (twopc/spark/_source_env.py), so
         # two queries on one source never damage each other's task binaries. A run may still
         # end on its own for another reason (on a machine loaded far beyond its cores, Spark's
         # source runner worker can miss its 10 s connect-back window); the runner starts the job

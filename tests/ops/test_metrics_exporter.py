@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from twopc import CommitLedger, register_metrics
-from twopc._metrics import CHECKPOINT_GAUGES
+from twopc.operations._metrics import CHECKPOINT_GAUGES
 from twopc.testing import SinkHarness
 
 from tests._kit_harnesses import harness_for

@@ -2,7 +2,7 @@
 exports and run by Prometheus's own ``promtool`` (``make promtool`` installs it; a missing
 promtool fails these tests).
 
-The metric names come from the collector itself (:class:`twopc._metrics.MetricsCollector` on
+The metric names come from the collector itself (:class:`twopc.operations._metrics.MetricsCollector` on
 a checkpoint where every family has a sample), never from a list kept here. The alerts are
 tested twice: ``monitoring/twopc-alerts.test.yml`` (scenarios written by hand, whose series
 are checked against the collector's), and a promtool test built here from the scrapes of a
@@ -37,12 +37,12 @@ from twopc import (
     register_metrics,
 )
 from twopc._inspect import Headroom
-from twopc._metrics import record_batch
-from twopc._metrics_export import MetricsCollector
-from twopc._writer import WriterCore
 from twopc.faultinject import LocalPostgres
+from twopc.operations._metrics import record_batch
+from twopc.operations._metrics_export import MetricsCollector
 from twopc.sinks import PostgresSink
 from twopc.sinks.sql import dispose_engines
+from twopc.spark._writer import WriterCore
 from twopc.spi.runtime import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
 from tests._filesink_helpers import crash_commit

@@ -31,10 +31,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from twopc import CommitCoordinator, CommitLedger, TransactionContext, register_metrics
-from twopc._agent_client import DriverAgent
 from twopc._driver_identity import identity_of
 from twopc._logs import JsonFormatter, log_event
-from twopc._metrics import record_batch
+from twopc.ledger._agent_client import DriverAgent
+from twopc.operations._metrics import record_batch
 from twopc.sinks import FileSink, PostgresSink
 
 from tests._filesink_helpers import crash_commit, run_task
@@ -156,7 +156,7 @@ def test_a_commit_that_finds_a_transaction_lost_counts_a_failure_and_the_loss(tm
     """The driver's commit path (what Spark calls) counts what raised: a decided transaction
     someone rolled back by hand is lost; the commit raises and the metrics say so."""
     from twopc import TransactionLostError
-    from twopc._writer import WriterCore
+    from twopc.spark._writer import WriterCore
     from twopc.spi.runtime import RuntimeOptions, TwoPCCommitMessage, dumps_handle
 
     sink = FileSink(str(tmp_path / "out"))
@@ -271,7 +271,7 @@ def test_the_metrics_server_listens_on_loopback_unless_a_host_is_named(tmp_path:
     """``metricsPort`` alone serves on 127.0.0.1 only: 127.0.0.2, another address of this
     machine, is refused (a server on all interfaces would answer it); ``metricsHost`` names
     the interface."""
-    from twopc._metrics_server import ensure_server, metrics_port, registry_dir
+    from twopc.operations._metrics_server import ensure_server, metrics_port, registry_dir
 
     ck = tmp_path / "ck"
     CommitLedger(str(ck)).bind_sink_id(None, default="job1")

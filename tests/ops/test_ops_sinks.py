@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 from twopc import TransactionContext
-from twopc._observe import DEFAULT_TASK_MAX_FAILURES, check_headroom
 from twopc.sinks import PostgresSink
+from twopc.spark._observe import DEFAULT_TASK_MAX_FAILURES, check_headroom
 from twopc.spi import Inspectable, TargetConfigurationError, WriteSetup, capability
 from twopc.testing import SinkHarness
 

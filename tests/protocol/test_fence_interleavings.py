@@ -1,5 +1,5 @@
 """Every interleaving of a running query, a second driver and ``twopc recover`` on one
-checkpoint keeps the fence (see :mod:`twopc._fencing_epochs`), checked exhaustively on the real
+checkpoint keeps the fence (see :mod:`twopc.ledger._fencing_epochs`), checked exhaustively on the real
 ledger, coordinator and recovery code (the checker: ``tests/_interleave.py``).
 
 The actors, each a script of real calls, interleaved at every ledger read, create, list and
@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from twopc import CommitCoordinator, CommitLedger, FencedError, RecoveryCoordinator, _driver_identity
-from twopc._fencing_epochs import Ownership
+from twopc.ledger._fencing_epochs import Ownership
 from twopc.spi import SinkUnavailableError
 from twopc.spi.lease import DriverIdentity
 
@@ -139,7 +139,7 @@ def _steady_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     of a search (a third of its time)."""
     monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0)
     me = _driver_identity.driver_identity()
-    monkeypatch.setattr("twopc._fencing_epochs.driver_identity", lambda: me)
+    monkeypatch.setattr("twopc.ledger._fencing_epochs.driver_identity", lambda: me)
     logging.disable(logging.CRITICAL)  # the actors' logs, millions of them, are not what is checked
     try:
         yield

@@ -1,4 +1,4 @@
-"""The driver agent (twopc._agent): twopc's one long-lived process per Spark driver. After a
+"""The driver agent (twopc.ledger._agent): twopc's one long-lived process per Spark driver. After a
 plain drop-in write (its lease) and a streaming query with ``metricsPort`` (its metrics) in
 one Spark session, one twopc process runs for the driver, found through its pid file."""
 
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from twopc import sinks
 from twopc._driver_identity import identity_of
-from twopc._metrics_server import registry_dir
+from twopc.operations._metrics_server import registry_dir
 
 from tests._paths import REPO_ROOT
 
@@ -36,7 +36,7 @@ def _twopc_processes(jvm: int) -> list[str]:
         args = line.strip()
         agent = str(REPO / "twopc" / "_agent.py") in args and f'"pid": {jvm},' in args
         holder = str(REPO / "sinks" / "sql" / "_lease_holder.py") in args
-        metrics = "twopc._metrics_server" in args and f"--watch-pid {jvm}" in args
+        metrics = "twopc.operations._metrics_server" in args and f"--watch-pid {jvm}" in args
         if agent or holder or metrics:
             mine.append(args)  # '<pid> <command line>'
     return mine
@@ -72,7 +72,7 @@ def test_a_drivers_writes_and_metrics_leave_one_twopc_process(spark: Any, postgr
     running = [p for p in _twopc_processes(jvm) if p not in before or "_agent.py" in p]
     assert len(running) <= 1, "more than one twopc process for the driver:\n" + "\n".join(running)
 
-    from twopc._agent_client import DriverAgent  # the agent's client, where it exists
+    from twopc.ledger._agent_client import DriverAgent  # the agent's client, where it exists
 
     pid = DriverAgent(identity_of(jvm)).running()
     assert pid is not None, "no agent noted for the driver"
@@ -84,8 +84,8 @@ def test_one_agent_serves_every_port_its_driver_asks_for(tmp_path: Path) -> None
     """Two queries of one driver with two ``metricsPort`` values: one agent serves both, and
     both ports' folders go when its driver does."""
     from twopc import CommitLedger
-    from twopc._agent_client import DriverAgent
-    from twopc._metrics_server import ensure_server
+    from twopc.ledger._agent_client import DriverAgent
+    from twopc.operations._metrics_server import ensure_server
 
     ck = tmp_path / "ck"
     CommitLedger(str(ck)).bind_sink_id(None, default="job1")

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 
 from twopc import ConfigurationError, sinks
 from twopc._driver_identity import driver_identity, provably_dead
-from twopc._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers
+from twopc.ledger._ephemeral import PREFIX, TOMBSTONE_SECONDS, sweep_dead_ledgers
 from twopc.sinks._options import Duration
 from twopc.sinks.sql import JdbcOptions
 from twopc.spi.lease import ephemeral_writer_dead

@@ -21,9 +21,9 @@ import redis
 import sqlalchemy as sa
 
 from twopc import CommitLedger, sinks
-from twopc._checkpoint import SESSION_CHECKPOINT_CONF
 from twopc.recovery.demos.demo import INPUT_SCHEMA, create_table, write_input
 from twopc.sinks.redis import IncrByOp, mapping_json
+from twopc.spark._checkpoint import SESSION_CHECKPOINT_CONF
 
 FORMATS = ("twopc-file", "twopc-jdbc", "twopc-postgres", "twopc-redis")
 

@@ -13,7 +13,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from twopc import faultinject, sinks
-from twopc._source_env import RUNNER_KEYS
+from twopc.spark._source_env import RUNNER_KEYS
 
 
 def source(spark: Any, redis_url: str, streams: str, **options: str) -> Any:
@@ -149,7 +149,7 @@ def _source_env_keys(spark: Any) -> set[str]:
 def test_starting_a_query_changes_no_structure_of_the_sources_shared_environment(
         spark: Any, redis_url: str, r: Any, prefix: str, tmp_checkpoint: str) -> None:
     # Two queries over one source in one session raced on this map (OptionalDataException in
-    # ResultTask.runTask, see twopc/_source_env.py): the runner's insertions must be replacements.
+    # ResultTask.runTask, see twopc/spark/_source_env.py): the runner's insertions must be replacements.
     a = f"{prefix}:a"
     r.xadd(a, {"n": "1"})
     df = source(spark, redis_url, a, startingPosition="earliest")

@@ -5,7 +5,7 @@ A streaming query (rate source, two partitions, back-to-back micro-batches) writ
 then started again from its checkpoint, many times. A stop lands before a batch, during its
 tasks, between its tasks and its commit, or during the commit. After each stop, once twopc
 has settled it (Spark's abort of the batch, or, where Spark could not call it, the query
-listener :func:`twopc.register` installs: see twopc._stops), none of the query's
+listener :func:`twopc.register` installs: see twopc.spark._stops), none of the query's
 transactions is prepared: no stop leaves one for the next start or an operator. At the end
 (after a last run that commits a micro-batch before its stop) ``twopc status`` exits 0, and
 every id the query committed is in the table exactly once."""
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from twopc import sinks
-from twopc._stops import wait_settled
+from twopc.spark._stops import wait_settled
 from twopc.spi.lease import default_sink_id
 
 from tests._ops_helpers import twopc_cli

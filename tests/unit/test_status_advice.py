@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from twopc import CommitCoordinator, CommitLedger
-from twopc._metrics import record_batch  # what Spark's abort of each failed run records
+from twopc.operations._metrics import record_batch  # what Spark's abort of each failed run records
 from twopc.recovery._cli import main
 from twopc.sinks import FileSink
 

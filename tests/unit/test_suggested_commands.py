@@ -27,7 +27,7 @@ from twopc import (
 )
 from twopc._coordinator import _pending
 from twopc._sink_id_claim import claim_sink_id
-from twopc._stores import FolderRecords
+from twopc.ledger._stores import FolderRecords
 from twopc.recovery._cli import parse_command
 from twopc.sinks import FileSink
 from twopc.spi import SinkUnavailableError

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
-    from .._abandoned import resolve_abandoned
-    from .._agent_client import DriverAgent, ask_agent
     from .._driver_identity import DriverIdentity, driver_identity
     from .._driver_identity import _start_ticks as start_ticks
-    from .._ephemeral import ephemeral_writer_dead
     from .._host_dirs import private_dir
-    from .._ledger_records import TargetRecord
     from .._runtime_options import EPHEMERAL_PREFIX, default_sink_id, ephemeral_sink_id, ephemeral_started
     from .._sink_id_claim import check_target, checkpoint_label, hold_for_prepare
     from .._target import open_target_ledger
-    from .._target_protocol import Lease, TargetLedger, target_ledger_of
+    from ..ledger._agent_client import DriverAgent, ask_agent
+    from ..ledger._ephemeral import ephemeral_writer_dead
+    from ..ledger._ledger_records import TargetRecord
+    from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
+    from ..operations._abandoned import resolve_abandoned
 __all__ = [
     "EPHEMERAL_PREFIX",
     "DriverAgent",
@@ -53,16 +53,16 @@ __all__ = [
 
 #: Every name loads on first use (see :mod:`twopc._lazy`): a worker reads the few its sink uses.
 __getattr__, __dir__ = _lazy_exports(__name__, {
-    **dict.fromkeys(("DriverAgent", "ask_agent"), ".._agent_client"),
+    **dict.fromkeys(("DriverAgent", "ask_agent"), "..ledger._agent_client"),
     **dict.fromkeys(("DriverIdentity", "driver_identity"), ".._driver_identity"),
     **dict.fromkeys(("EPHEMERAL_PREFIX", "default_sink_id", "ephemeral_sink_id", "ephemeral_started"),
                     ".._runtime_options"),
     **dict.fromkeys(("check_target", "checkpoint_label", "hold_for_prepare"), ".._sink_id_claim"),
     "open_target_ledger": ".._target",
-    "resolve_abandoned": ".._abandoned",
-    **dict.fromkeys(("Lease", "TargetLedger", "target_ledger_of"), ".._target_protocol"),
-    "TargetRecord": ".._ledger_records",
-    "ephemeral_writer_dead": ".._ephemeral",
+    "resolve_abandoned": "..operations._abandoned",
+    **dict.fromkeys(("Lease", "TargetLedger", "target_ledger_of"), "..ledger._target_protocol"),
+    "TargetRecord": "..ledger._ledger_records",
+    "ephemeral_writer_dead": "..ledger._ephemeral",
     "private_dir": ".._host_dirs",
     "start_ticks": ".._driver_identity:_start_ticks",
 })

@@ -14,13 +14,13 @@ from .._lazy import lazy_exports as _lazy_exports
 
 if TYPE_CHECKING:
     from .._advice import recover_command
-    from .._ledger_records import BatchState, Decision
     from .._logs import configure_cli_logging, log_event
-    from .._metrics_export import MetricsCollector
-    from .._metrics_server import LOOPBACK
     from .._objpath import load_object
-    from .._recovery import RecoveryPlan, RecoveryReport
-    from .._stores import open_store
+    from ..ledger._ledger_records import BatchState, Decision
+    from ..ledger._stores import open_store
+    from ..operations._metrics_export import MetricsCollector
+    from ..operations._metrics_server import LOOPBACK
+    from ..operations._recovery import RecoveryPlan, RecoveryReport
 
 __all__ = [
     "LOOPBACK",
@@ -39,12 +39,12 @@ __all__ = [
 #: Every name loads on first use (see :mod:`twopc._lazy`); :class:`MetricsCollector` needs the
 #: Prometheus client, no part of a write, whose every Spark Python worker may import this module.
 __getattr__, __dir__ = _lazy_exports(__name__, {
-    **dict.fromkeys(("BatchState", "Decision"), ".._ledger_records"),
+    **dict.fromkeys(("BatchState", "Decision"), "..ledger._ledger_records"),
     **dict.fromkeys(("configure_cli_logging", "log_event"), ".._logs"),
-    **dict.fromkeys(("RecoveryPlan", "RecoveryReport"), ".._recovery"),
-    "LOOPBACK": ".._metrics_server",
-    "MetricsCollector": ".._metrics_export",
+    **dict.fromkeys(("RecoveryPlan", "RecoveryReport"), "..operations._recovery"),
+    "LOOPBACK": "..operations._metrics_server",
+    "MetricsCollector": "..operations._metrics_export",
     "load_object": ".._objpath",
-    "open_store": ".._stores",
+    "open_store": "..ledger._stores",
     "recover_command": ".._advice",
 })

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .._commit_message import TwoPCCommitMessage
     from .._composite import CompositeHandle, CompositeSink, participant_sink_id
-    from .._composite_source import CompositeDataSourceBase
     from .._coordinator import BatchResult, CommitMetrics
     from .._handle import decode_handle, dumps_handle, encode_handle, loads_handle, registered_handle_kinds
     from .._retry import CommitRetry
     from .._runtime_options import RUNTIME_KEYS, RUNTIME_OPTION_NAMES, RuntimeOptions
-    from .._writer import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
+    from ..spark._commit_message import TwoPCCommitMessage
+    from ..spark._composite_source import CompositeDataSourceBase
+    from ..spark._writer import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
 __all__ = [
     "RUNTIME_KEYS",
     "RUNTIME_OPTION_NAMES",
@@ -54,8 +54,8 @@ __getattr__, __dir__ = lazy_exports(__name__, {
     **dict.fromkeys(("decode_handle", "dumps_handle", "encode_handle", "loads_handle", "registered_handle_kinds"),
                     ".._handle"),
     **dict.fromkeys(("RUNTIME_KEYS", "RUNTIME_OPTION_NAMES", "RuntimeOptions"), ".._runtime_options"),
-    **dict.fromkeys(("TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter"), ".._writer"),
+    **dict.fromkeys(("TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter"), "..spark._writer"),
     "CommitRetry": ".._retry",
-    "CompositeDataSourceBase": ".._composite_source",
-    "TwoPCCommitMessage": ".._commit_message",
+    "CompositeDataSourceBase": "..spark._composite_source",
+    "TwoPCCommitMessage": "..spark._commit_message",
 })

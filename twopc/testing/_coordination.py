@@ -14,9 +14,9 @@ from twopc import faultinject
 
 from .._coordinator import CommitCoordinator
 from .._errors import TransactionLostError
-from .._ledger import CommitLedger
-from .._ledger_records import BatchState
-from .._recovery import RecoveryCoordinator
+from ..ledger._ledger import CommitLedger
+from ..ledger._ledger_records import BatchState
+from ..operations._recovery import RecoveryCoordinator
 from ._harness import SinkHarness
 from ._run import CheckRun, few
 

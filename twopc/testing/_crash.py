@@ -23,8 +23,8 @@ from twopc import faultinject
 
 from .._context import TransactionContext
 from .._errors import redact
-from .._ledger import CommitLedger
 from .._sink import BatchCommit, CommitShape, capability
+from ..ledger._ledger import CommitLedger
 from ._harness import ContractViolation, SinkHarness
 from ._run import few
 

@@ -15,8 +15,8 @@ from .._handle import TransactionHandle
 from .._objpath import load_object
 from .._runtime_options import RUNTIME_KEYS
 from .._sink import TwoPhaseCommitSink, WriteSetup, capability
-from .._spark import TwoPhaseCommitDataSource, data_source_for
 from .._xid import Xid
+from ..spark._spark import TwoPhaseCommitDataSource, data_source_for
 
 __all__ = [
     "DEFAULT_SCHEMA",

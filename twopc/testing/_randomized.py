@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .._ledger import CommitLedger
+from ..ledger._ledger import CommitLedger
 from ._crash import _python_path, _write_input, left_prepared, not_exactly_once, run_job
 from ._harness import SinkHarness
 from ._run import ID_RANGE, few

@@ -6,7 +6,7 @@ Spark builds it (``streamWriter``: plan-time claim of the checkpoint, validation
 each micro-batch's input (one Parquet file each, as the crash matrix writes them) is split
 into *n* partitions (*n* cycling from run to run, so every replay is partitioned
 differently), each partition is written by a task in a forked worker process (the writer
-pickled to it, as Spark ships it) through :meth:`twopc._writer.WriterCore.write_partition` — the code
+pickled to it, as Spark ships it) through :meth:`twopc.spark._writer.WriterCore.write_partition` — the code
 Spark's ``write`` runs, with the executor's fault points — a failed or killed task is
 retried (up to three attempts, each with a new attempt id), and the driver calls the
 writer's ``commit(messages, batch)`` (``abort`` when a task fails for good or the commit
@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from pyspark.sql.types import StructType
 
-    from twopc import _write_commit
+    from twopc.spark import _write_commit
 
     from ._harness import _load, kit_data_source
 

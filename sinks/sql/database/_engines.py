@@ -96,7 +96,7 @@ def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str
     """The DB-API module and the keyword arguments :func:`engine_for`'s connections are
     opened with, plain values only (no cursor factory, no adapter map): for a process that
     opens one connection without importing SQLAlchemy (the driver agent,
-    :mod:`twopc._agent`). Credentials included: never log them.
+    :mod:`twopc.ledger._agent`). Credentials included: never log them.
 
     Raises:
         ValueError: *url* is not a PostgreSQL or MySQL/MariaDB URL.

@@ -23,7 +23,7 @@ from pyspark.sql.types import DoubleType, LongType, StringType, StructField, Str
 
 from twopc import CommitLedger, LedgerError, SinkError, faultinject
 from twopc._driver_identity import process_identity
-from twopc._ledger_records import ledger_store, record_task
+from twopc.ledger._ledger_records import ledger_store, record_task
 from twopc.sinks import PostgresDataSource
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType()),

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from twopc import CommitLedger
-from twopc._agent_client import DriverAgent
 from twopc._driver_identity import _start_ticks, identity_of
-from twopc._metrics_server import ensure_server, registry_dir
+from twopc.ledger._agent_client import DriverAgent
+from twopc.operations._metrics_server import ensure_server, registry_dir
 from twopc.sinks import PostgresSink
 from twopc.spi.lease import Lease
 

@@ -1,5 +1,5 @@
 """What twopc's query listener does for a micro-batch that ``query.stop()`` left unaborted
-(:func:`twopc._stops.settle_stopped`; the unaborted-stop window, see twopc._stops).
+(:func:`twopc.spark._stops.settle_stopped`; the unaborted-stop window, see twopc.spark._stops).
 
 JVM-less, against the real PostgreSQL: a ``twopc-postgres`` query's writer planned as Spark
 plans it, batch 0's two tasks run as Spark runs them (the writer pickled to a forked
@@ -23,8 +23,8 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from twopc import CommitLedger, faultinject, recovery
 from twopc._driver_identity import driver_identity
-from twopc._stops import settle_stopped
 from twopc.sinks import PostgresDataSource
+from twopc.spark._stops import settle_stopped
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
 

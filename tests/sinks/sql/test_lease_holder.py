@@ -1,4 +1,4 @@
-"""The driver agent (twopc._agent) holds a driver's writers' leases. Every write without a
+"""The driver agent (twopc.ledger._agent) holds a driver's writers' leases. Every write without a
 checkpoint asks it, and the first write of a driver starts it, so it must start fast: it
 takes the lease on the real server importing neither pyspark, pyarrow, SQLAlchemy nor
 twopc's packages (their import took seconds per write on a busy machine); a released lease
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from twopc import ConfigurationError, FencedError
-from twopc._agent_client import DriverAgent, agent_folder, ask_agent
 from twopc._driver_identity import _start_ticks, identity_of
 from twopc._target import open_target_ledger
+from twopc.ledger._agent_client import DriverAgent, agent_folder, ask_agent
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.sql import PreparedSqlSink
 from twopc.spi import ConcurrentWriterError

@@ -18,10 +18,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from twopc import CommitCoordinator, ConfigurationError, RecoveryCoordinator, faultinject
-from twopc._ledger import CommitLedger
-from twopc._ledger_records import BatchState
 from twopc._runtime_options import ephemeral_sink_id
 from twopc._target import open_target_ledger, settle_own
+from twopc.ledger._ledger import CommitLedger
+from twopc.ledger._ledger_records import BatchState
 from twopc.sinks import MySqlXaSink, PostgresSink, StagingSink
 from twopc.spi import TargetConfigurationError
 
@@ -269,7 +269,7 @@ def test_a_missing_twopc_database_the_user_may_not_create_is_refused_with_the_fi
 
 
 def test_session_defaults_keep_a_checkpoint_where_it_records_its_tables() -> None:
-    from twopc._session_options import with_session_defaults
+    from twopc.spark._session_options import with_session_defaults
 
     names = ("twopcSchema",)
     fresh = with_session_defaults({"url": "u"}, {"twopcSchema": "twopc"}, names, None, "/ck")

@@ -1,4 +1,4 @@
-"""Finding, starting and asking the driver agent (:mod:`twopc._agent`), the one long-lived
+"""Finding, starting and asking the driver agent (:mod:`twopc.ledger._agent`), the one long-lived
 twopc process of a Spark driver, which holds its writers' leases and serves its metrics.
 
 The agents of this user live in ``<temp dir>/twopc-agent-<uid>/`` (``0700``, see
@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from . import _driver_identity
-from ._driver_identity import DriverIdentity, _start_ticks, driver_identity
-from ._errors import ConfigurationError
-from ._host_dirs import private_dir
+from .. import _driver_identity
+from .._driver_identity import DriverIdentity, _start_ticks, driver_identity
+from .._errors import ConfigurationError
+from .._host_dirs import private_dir
 
 __all__ = ["AGENTS", "DriverAgent", "Pending", "agent_folder", "ask_agent"]
 

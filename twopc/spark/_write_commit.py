@@ -11,23 +11,23 @@ from typing import Protocol
 
 from pyspark.sql.datasource import WriterCommitMessage
 
+from .._coordinator import BatchResult, CommitCoordinator
+from .._driver_identity import driver_identity
+from .._errors import ProtocolError
+from .._handle import TransactionHandle, loads_handle
+from .._runtime_options import RuntimeOptions
+from .._sink import AnySink, purge_markers_best_effort
+from .._target import ALL_BATCHES, open_target_ledger, settle_own
+from ..ledger._ledger import CommitLedger
+from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
 from ._commit_message import TwoPCCommitMessage
-from ._coordinator import BatchResult, CommitCoordinator
-from ._driver_identity import driver_identity
-from ._errors import ProtocolError
-from ._handle import TransactionHandle, loads_handle
-from ._ledger import CommitLedger
-from ._runtime_options import RuntimeOptions
-from ._sink import AnySink, purge_markers_best_effort
-from ._target import ALL_BATCHES, open_target_ledger, settle_own
-from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 __all__ = ["PlannedWrite", "coordinator_of", "finish", "settle"]
 
 
 class PlannedWrite(Protocol):
     """A planned write, as its writer carries it to the worker that commits
-    (:class:`twopc._writer.WriterCore`, which imports this module when it commits)."""
+    (:class:`twopc.spark._writer.WriterCore`, which imports this module when it commits)."""
 
     @property
     def sink(self) -> AnySink: ...

@@ -1,4 +1,4 @@
-"""Serving the figures :mod:`twopc._metrics` keeps in a checkpoint to Prometheus: the collector
+"""Serving the figures :mod:`twopc.operations._metrics` keeps in a checkpoint to Prometheus: the collector
 read at every scrape, :func:`register_metrics` (into an application's registry) and
 :func:`serve_metrics` (on a port of this process). The only module of twopc that imports
 ``prometheus_client``: a write (its plan, tasks and commit, each in a Python worker of Spark's)
@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ._errors import LedgerError
-from ._ledger import CommitLedger
+from .._errors import LedgerError
+from ..ledger._ledger import CommitLedger
 from ._metrics import CHECKPOINT_GAUGES, COUNTERS, GAUGES, HISTOGRAMS, KNOWN_LABELS, failing_batch, load_state
 
 __all__ = ["MetricsCollector", "register_metrics", "serve_metrics"]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import logging
 
-from ._driver_identity import process_identity
+from .._driver_identity import process_identity
+from .._runtime_options import EPHEMERAL_PREFIX
+from .._sink import AnySink
+from .._target import forget_writer, open_target_ledger
+from ..ledger._target_protocol import TargetLedger
 from ._recovery import RecoveryCoordinator
-from ._runtime_options import EPHEMERAL_PREFIX
-from ._sink import AnySink
-from ._target import forget_writer, open_target_ledger
-from ._target_protocol import TargetLedger
 
 __all__ = ["resolve_abandoned"]
 

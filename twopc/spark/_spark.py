@@ -3,13 +3,13 @@
 Where the protocol runs (each part in a module of its own, so each Spark Python worker loads
 only the part it runs):
 
-- Plan time, on the driver, before any task (:mod:`twopc._plans`): the options and the target
+- Plan time, on the driver, before any task (:mod:`twopc.spark._plans`): the options and the target
   are validated, the sink id bound, and recovery run, so no task meets a stale prepared
   transaction.
-- Tasks, on executors (:mod:`twopc._writer`): one transaction per task attempt, prepared, its
+- Tasks, on executors (:mod:`twopc.spark._writer`): one transaction per task attempt, prepared, its
   handle returned; the batch id is Spark's ``streaming.sql.batchId`` local property.
 - Commit, on the driver, in another Python process with an *unpickled* copy of the data source
-  (:mod:`twopc._write_commit`): the copy runs no recovery (it would roll back the batch it commits).
+  (:mod:`twopc.spark._write_commit`): the copy runs no recovery (it would roll back the batch it commits).
 
 A retried task may meet its dead predecessor's prepared transaction and its row locks; the
 driver cannot roll it back while the batch runs (with speculation it may be the attempt Spark
@@ -26,9 +26,9 @@ from typing import Any, ClassVar
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import StructType
 
+from .._runtime_options import option, sink_options
+from .._sink import AnySink
 from ._checkpoint import session_root_at_start
-from ._runtime_options import option, sink_options
-from ._sink import AnySink
 from ._writer import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
 
 __all__ = [
@@ -47,12 +47,12 @@ class TwoPhaseCommitDataSource(DataSource):
     sink_class: ClassVar[type[AnySink]]
     format_name: ClassVar[str] = ""
     #: The session's ``spark.sql.streaming.checkpointLocation`` when :func:`register` ran
-    #: (see :mod:`twopc._checkpoint`): a named streaming query without a
+    #: (see :mod:`twopc.spark._checkpoint`): a named streaming query without a
     #: ``checkpointLocation`` option keeps its ledger in ``<this>/<queryName>``, as Spark does,
     #: unless its start noted the session's folder then in :attr:`start_notes`.
     session_checkpoint_root: ClassVar[str | None] = None
     #: The session's defaults of the options the sink names in ``__session_options__``, read by
-    #: :func:`register` from ``spark.twopc.<option>`` (see :mod:`twopc._session_options`).
+    #: :func:`register` from ``spark.twopc.<option>`` (see :mod:`twopc.spark._session_options`).
     session_defaults: ClassVar[Mapping[str, str]] = {}
     #: The folder where the session's query listener notes, at each start of a query, the
     #: session's default checkpoint folder (None: no listener, e.g. Spark Connect).
@@ -80,7 +80,7 @@ class TwoPhaseCommitDataSource(DataSource):
 
     def session_root(self) -> str | None:
         """The session's default checkpoint folder as this query's start found it
-        (:func:`~twopc._checkpoint.session_root_at_start`)."""
+        (:func:`~twopc.spark._checkpoint.session_root_at_start`)."""
         return session_root_at_start(self.start_notes, option(self.options, "queryName"),
                                      self.session_checkpoint_root)
 

@@ -9,11 +9,11 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ._composite import CompositeSink
-from ._errors import ConfigurationError
-from ._participant import Participant
+from .._composite import CompositeSink
+from .._errors import ConfigurationError
+from .._participant import Participant
+from .._runtime_options import sink_options
 from ._register import register
-from ._runtime_options import sink_options
 from ._spark import TwoPhaseCommitDataSource
 
 if TYPE_CHECKING:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 
 from twopc import faultinject
 
+from .._coordinator import CommitMetrics, classify_prepared, finish_decision, resolve_prepared
+from .._logs import log_event
+from .._sink import AnySink
+from .._sink_id_claim import check_target, claim_writer
+from ..ledger._ledger import CommitLedger
 from . import _metrics
-from ._coordinator import CommitMetrics, classify_prepared, finish_decision, resolve_prepared
-from ._ledger import CommitLedger
-from ._logs import log_event
-from ._sink import AnySink
-from ._sink_id_claim import check_target, claim_writer
 
 __all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport"]
 

@@ -41,10 +41,10 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
 
     Streaming sources are registered with the environment keys PySpark's source runner
     adds, so two streaming queries over one source in one session cannot corrupt each
-    other's task binaries (see :mod:`twopc._source_env`).
+    other's task binaries (see :mod:`twopc.spark._source_env`).
 
     On a Spark Connect session it first checks, with one small task, that the server's Python
-    imports twopc and the packages of *data_sources* (see :mod:`twopc._connect`): registration is
+    imports twopc and the packages of *data_sources* (see :mod:`twopc.spark._connect`): registration is
     per session, and the formats run on the server, not in the client.
 
     With a fault plan armed in the driver's environment (a crash drill), its run is handed
@@ -52,7 +52,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
 
     The first call also adds a streaming query listener to the session: when
     ``query.stop()`` ended a query writing to one of these sinks in a micro-batch that Spark
-    could not abort, it aborts that batch (see :mod:`twopc._stops`).
+    could not abort, it aborts that batch (see :mod:`twopc.spark._stops`).
 
     A session default on S3 that Spark itself cannot write (no ``hadoop-aws``: see
     :func:`twopc.check_checkpoint_location`) is a WARNING naming what to add.
@@ -73,7 +73,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
             spark.dataSource.register(bound)
         if issubclass(bound, TwoPhaseCommitDataSource):
             sinks[bound.name()] = bound
-    install(spark, sinks)  # settles a micro-batch that query.stop() left unaborted: see twopc._stops
+    install(spark, sinks)  # settles a micro-batch that query.stop() left unaborted: see twopc.spark._stops
 
 
 def foreach_batch_writer(format_name: str, checkpoint_location: str,

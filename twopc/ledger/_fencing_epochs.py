@@ -32,8 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._driver_identity import DriverIdentity, driver_identity
-from ._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
+from .._driver_identity import DriverIdentity, driver_identity
+from .._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
 from ._stores import ReadOnlyRecords, Records
 
 __all__ = ["Ownership"]

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._errors import ConfigurationError
-from ._stores import _S3_SCHEMES
+from .._errors import ConfigurationError
+from ..ledger._stores import _S3_SCHEMES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ._errors import ConfigurationError
+from .._errors import ConfigurationError
 
 __all__ = ["check_server", "is_connect"]
 

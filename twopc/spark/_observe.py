@@ -1,7 +1,7 @@
 """What the Spark runtime tells operators around each batch: the start-up lines (commit mode,
 guards), the metrics of every commit, abort and recovery, and the metrics server.
 
-Kept out of :mod:`twopc._spark` so the runtime reads as the protocol; every function here
+Kept out of :mod:`twopc.spark._spark` so the runtime reads as the protocol; every function here
 is best effort where it must be (metrics never fail a commit) and loud where it must be
 (a guard that refuses raises :class:`~twopc.spi.TargetConfigurationError`).
 """
@@ -11,15 +11,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from . import _metrics
+from .._coordinator import BatchResult
+from .._errors import ConfigurationError, SinkError, TargetConfigurationError
+from .._inspect import Headroom
+from .._logs import log_event
+from .._runtime_options import option
+from .._sink import AnySink, Inspectable, WriteSetup, capability
+from ..ledger._ledger import CommitLedger
+from ..operations import _metrics
 from ._commit_message import TwoPCCommitMessage
-from ._coordinator import BatchResult
-from ._errors import ConfigurationError, SinkError, TargetConfigurationError
-from ._inspect import Headroom
-from ._ledger import CommitLedger
-from ._logs import log_event
-from ._runtime_options import option
-from ._sink import AnySink, Inspectable, WriteSetup, capability
 
 __all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure", "read_headroom"]
 
@@ -47,7 +47,7 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
                   sink_id, key[1], sink_id=sink_id, commit_mode=key[1])
         check_headroom(sink, sink_id, options)
     # serving metrics (the metricsPort option) starts at a plan: the worker that commits records them only
-    from ._metrics_server import ensure_server, metrics_port
+    from ..operations._metrics_server import ensure_server, metrics_port
 
     served = metrics_port(options)
     if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):

@@ -12,9 +12,9 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, TypeVar
 
+from .._errors import ConfigurationError
+from .._runtime_options import option
 from ._checkpoint import subclass_with
-from ._errors import ConfigurationError
-from ._runtime_options import option
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,15 +12,15 @@ Layout under ``<checkpointLocation>/twopc/``::
                                     (the zombie-prepare fence: :meth:`CommitLedger.record_abort`)
     running/<batch>.<p>.<a>.<id>.json  a task attempt of the batch that is writing (removed when it
                                     ends): what an abort waits for before its sweep (see twopc._fence)
-    owners/, verdicts/              who owns the ledger (:mod:`twopc._fencing_epochs`)
+    owners/, verdicts/              who owns the ledger (:mod:`twopc.ledger._fencing_epochs`)
 
 A batch is UNDECIDED (no decision), DECIDED (decision, no committed mark) or COMMITTED.
 Records are written atomically and a decision at most once, by the store of the
-location (:mod:`twopc._stores`): on a local filesystem through a temporary file, fsync,
+location (:mod:`twopc.ledger._stores`): on a local filesystem through a temporary file, fsync,
 an exclusive link to the final name and an fsync of the folder; on S3 by a conditional
 PutObject (``If-None-Match: *``). Locations without such a create are refused.
 A ledger opened ``read_only`` (``twopc status``, metrics) never writes, not even a folder.
-The records themselves are :mod:`twopc._ledger_records`; the functions here read and write
+The records themselves are :mod:`twopc.ledger._ledger_records`; the functions here read and write
 the store without a :class:`CommitLedger` (a task's records, the fence's).
 """
 
@@ -33,8 +33,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._advice import command
-from ._errors import ConfigurationError, ProtocolError, TargetMismatchError
+from .._advice import command
+from .._errors import ConfigurationError, ProtocolError, TargetMismatchError
 from ._fencing_epochs import Ownership
 from ._ledger_records import (
     FORMAT,
@@ -62,7 +62,7 @@ def spark_checkpoint_started(location: str) -> bool:
     streaming query writes when it starts).
 
     Raises:
-        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
+        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc.ledger._stores`).
         LedgerError: it cannot be read.
     """
     return open_store(location).read("metadata") is not None
@@ -101,7 +101,7 @@ def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | N
 
 class CommitLedger(Ownership):
     """The per-checkpoint record of decided and committed batches, and who owns it: the ledger
-    is its :class:`~twopc._fencing_epochs.Ownership` (:meth:`claim`, :meth:`act_for`,
+    is its :class:`~twopc.ledger._fencing_epochs.Ownership` (:meth:`claim`, :meth:`act_for`,
     :meth:`end_runs_of`, :meth:`join`, :meth:`check_owner`, :attr:`epoch`), whose records
     are in the same store.
 
@@ -110,7 +110,7 @@ class CommitLedger(Ownership):
             URI pyarrow understands). The ledger lives in its ``twopc/`` folder.
         filesystem: a pyarrow filesystem to use instead of resolving the location's URI
             (then *checkpoint_location* is a path within it).
-        store: the place of the records (:class:`~twopc._stores.Records`) itself (a ledger
+        store: the place of the records (:class:`~twopc.ledger._stores.Records`) itself (a ledger
             kept in the target, see :mod:`twopc._target`); *checkpoint_location* then only
             names it in messages.
         read_only: read the ledger, never write it (every write raises :class:`LedgerError`):
@@ -132,7 +132,7 @@ class CommitLedger(Ownership):
         self.location = store.root
         """Where the records are (the store's root)."""
 
-    # -- ownership (see twopc._fencing_epochs) ------------------------------------------------
+    # -- ownership (see twopc.ledger._fencing_epochs) ------------------------------------------------
     def _pending_epochs(self) -> list[tuple[int, int | None]]:
         return [(b, epoch_of(data)) for b in self._unmarked() if (data := self._read("decisions", record_name(b)))]
 

@@ -1,5 +1,5 @@
 """The metrics server the writer option ``metricsPort`` asks for, served by the driver agent
-(:mod:`twopc._agent`, which outlives Spark's Python workers and ends with the driver's JVM).
+(:mod:`twopc.ledger._agent`, which outlives Spark's Python workers and ends with the driver's JVM).
 
 :func:`ensure_server` registers the query's checkpoint in
 ``<tempdir>/twopc-metrics-<uid>/<port>/`` (this user's alone) and, unless a live agent
@@ -17,11 +17,11 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from ._agent_client import DriverAgent
-from ._driver_identity import DriverIdentity
-from ._errors import ConfigurationError
-from ._host_dirs import private_dir
-from ._runtime_options import option
+from .._driver_identity import DriverIdentity
+from .._errors import ConfigurationError
+from .._host_dirs import private_dir
+from .._runtime_options import option
+from ..ledger._agent_client import DriverAgent
 
 __all__ = ["LOOPBACK", "ensure_server", "metrics_port", "registry_dir"]
 

@@ -1,5 +1,5 @@
-"""The message a Spark task returns to the driver (what :mod:`twopc._spark` sends and
-:mod:`twopc._observe` reads)."""
+"""The message a Spark task returns to the driver (what :mod:`twopc.spark._spark` sends and
+:mod:`twopc.spark._observe` reads)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The records of the commit ledger (:mod:`twopc._ledger`): a batch's state, the driver's
+"""The records of the commit ledger (:mod:`twopc.ledger._ledger`): a batch's state, the driver's
 decision, what a checkpoint records about its target (``twopc/target.json``; the ledger
 compares two, :meth:`twopc.CommitLedger.bind_target`), and how records are named and read
 back (every record is a JSON object with a ``format``); and the records a task attempt reads
@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._errors import DAMAGED_NEXT_STEP, LedgerError
-from ._handle import TransactionHandle, decode_handle, encode_handle
+from .._errors import DAMAGED_NEXT_STEP, LedgerError
+from .._handle import TransactionHandle, decode_handle, encode_handle
 
 if TYPE_CHECKING:
     from ._stores import Records
@@ -148,7 +148,7 @@ def ledger_store(checkpoint_location: str) -> Records:
     (a task must not re-create a temporary ledger its driver deleted).
 
     Raises:
-        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc._stores`).
+        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc.ledger._stores`).
     """
     from ._stores import FolderRecords, open_store  # a ledger in a checkpoint: a target's is no folder
 

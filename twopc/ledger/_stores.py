@@ -1,6 +1,6 @@
 """Where the ledger's records are kept.
 
-The ledger (:mod:`twopc._ledger`, :mod:`twopc._fencing_epochs`, the tasks' fence
+The ledger (:mod:`twopc.ledger._ledger`, :mod:`twopc.ledger._fencing_epochs`, the tasks' fence
 :mod:`twopc._fence`) keeps small JSON records of a few kinds (:data:`KINDS`; kind ``""``
 holds ``sink.json``, ``target.json`` and twopc's metrics) in a place that implements
 :class:`Records`: read a record, list the names of a kind, create a record *at most once*
@@ -40,9 +40,9 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ._errors import ConfigurationError, LedgerError
-from ._extras import require
-from ._folders import file_in_the_way, make_folder
+from .._errors import ConfigurationError, LedgerError
+from .._extras import require
+from .._folders import file_in_the_way, make_folder
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs

@@ -3,7 +3,7 @@
 Spark does not pass a Python data source the checkpoint it resolved from the session's
 ``spark.sql.streaming.checkpointLocation`` (``<that folder>/<queryName>``), and the Python
 processes that plan and commit a write cannot read the session's configuration. So twopc's
-query listener (:mod:`twopc._stops`, told of a start before the query plans a batch) notes the
+query listener (:mod:`twopc.spark._stops`, told of a start before the query plans a batch) notes the
 folder the session names then (:func:`note_session_root`) in a folder of notes that
 :func:`twopc.register` gives the registered classes (:func:`bind_session_checkpoint`), and
 the writer reads it (:func:`session_root_at_start`); without a listener (Spark Connect) the
@@ -22,8 +22,8 @@ import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._errors import ConfigurationError
-from ._runtime_options import option
+from .._errors import ConfigurationError
+from .._runtime_options import option
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

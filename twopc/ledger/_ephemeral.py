@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._driver_identity import DriverIdentity, driver_identity, provably_dead
+from .._driver_identity import DriverIdentity, driver_identity, provably_dead
 
 __all__ = ["PREFIX", "ephemeral_writer_dead", "make_ephemeral_ledger", "sweep_dead_ledgers"]
 

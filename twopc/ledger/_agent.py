@@ -27,7 +27,7 @@ deletes it when it ends, unless the record names another holder by now; a served
 registry folder is deleted when the agent ends. Every write without a checkpoint asks it,
 so it starts fast: run as a file, it imports the standard library, the DB-API driver, and
 :mod:`twopc._driver_identity` from its file (*owner file*); ``prometheus_client`` when a port is to be served and
-``twopc._metrics`` at the first scrape.
+``twopc.operations._metrics`` at the first scrape.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _unlink(path: Path) -> None:
 
 class _Checkpoints:
     """A Prometheus collector of the checkpoints registered in a folder: it imports
-    :mod:`twopc._metrics` (and with it twopc) at the first scrape, not at the agent's start."""
+    :mod:`twopc.operations._metrics` (and with it twopc) at the first scrape, not at the agent's start."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -88,10 +88,10 @@ class _Checkpoints:
 
     def collect(self) -> Iterator[Any]:
         if self._inner is None:
-            root = str(Path(__file__).resolve().parents[1])
+            root = str(Path(__file__).resolve().parents[2])
             if root not in sys.path:
                 sys.path.insert(0, root)  # the twopc next to this file, whatever is installed
-            metrics = importlib.import_module("twopc._metrics_export")
+            metrics = importlib.import_module("twopc.operations._metrics_export")
             self._inner = metrics.MetricsCollector(self._checkpoints)
         yield from self._inner.collect()
 

@@ -1,7 +1,7 @@
 """The Spark writers of a planned write (what every Spark Python worker of the write unpickles):
 a task's write, through the abort fence, on an executor; the commit or abort of the write, in
-the worker that commits (:mod:`twopc._write_commit`, loaded there only). The plan is
-:mod:`twopc._plans`'s, on the driver."""
+the worker that commits (:mod:`twopc.spark._write_commit`, loaded there only). The plan is
+:mod:`twopc.spark._plans`'s, on the driver."""
 
 from __future__ import annotations
 
@@ -15,22 +15,22 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 
 from twopc import faultinject
 
+from .._context import TransactionContext
+from .._errors import BatchAbortedError, LedgerError, ProtocolError
+from .._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
+from .._logs import configure_worker_logging
+from .._runtime_options import RuntimeOptions
+from .._sink import AnySink
+from .._sink_id_claim import runtime_task
+from ..ledger._ledger_records import ledger_store
+from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
 from ._commit_message import TwoPCCommitMessage
-from ._context import TransactionContext
-from ._errors import BatchAbortedError, LedgerError, ProtocolError
-from ._handle import TransactionHandle, dumps_handle, ensure_registered, loads_handle
-from ._ledger_records import ledger_store
-from ._logs import configure_worker_logging
-from ._runtime_options import RuntimeOptions
-from ._sink import AnySink
-from ._sink_id_claim import runtime_task
-from ._target_protocol import Lease, TargetLedger, target_ledger_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ._fence import AbortFence
-    from ._stores import Records
+    from .._fence import AbortFence
+    from ..ledger._stores import Records
 
 __all__ = ["BATCH_ID_PROPERTY", "TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter", "WriterCore"]
 
@@ -41,7 +41,7 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 class WriterCore:
     """What the batch and the streaming writer are: the protocol's task side (:meth:`write`)
-    and driver side (:meth:`commit`, :meth:`abort`; the work in :mod:`twopc._write_commit`),
+    and driver side (:meth:`commit`, :meth:`abort`; the work in :mod:`twopc.spark._write_commit`),
     pickled to the executors and to the streaming commit process as the writer itself."""
 
     version: int | None = None
@@ -117,7 +117,7 @@ class WriterCore:
                                                                    attempt_number))
 
     def _write_attempt(self, batches: Iterator[pa.RecordBatch], ctx: TransactionContext) -> TwoPCCommitMessage:
-        from ._fence import AbortFence  # the task's: the worker that commits never writes through a fence
+        from .._fence import AbortFence  # the task's: the worker that commits never writes through a fence
 
         batch_id, partition, attempt = ctx.batch_id, ctx.partition_id, ctx.attempt_id
         fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
@@ -202,7 +202,7 @@ class WriterCore:
     def commit(self, messages: Sequence[WriterCommitMessage | None],
                batchId: int | None = None) -> None:  # noqa: N803 - Spark's parameter name
         """Decide and commit the batch (*batchId*: the micro-batch; a batch write's is :attr:`version`)."""
-        # the coordinator loads in the worker that commits (twopc._write_commit): a task's worker never does
+        # the coordinator loads in the worker that commits (twopc.spark._write_commit): a task's worker never does
         from ._write_commit import finish, settle
 
         configure_worker_logging()

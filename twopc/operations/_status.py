@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._advice import command, recover_command
-from ._coordinator import classify_prepared
-from ._inspect import Headroom, PreparedDetail
-from ._ledger import CommitLedger
+from .._advice import command, recover_command
+from .._coordinator import classify_prepared
+from .._inspect import Headroom, PreparedDetail
+from .._sink import AnySink, Inspectable, capability
+from ..ledger._ledger import CommitLedger
 from ._metrics import failing_batch, load_state
-from ._sink import AnySink, Inspectable, capability
 
 __all__ = ["SinkStatus", "UnsettledTransaction", "sink_status"]
 

@@ -10,7 +10,7 @@ committed, it runs the abort Spark could not (:meth:`CommitCoordinator.abort_bat
 for the driver's JVM (its owner epoch). It needs a classic session (its JVM); elsewhere, and
 wherever this fails, the next start of the query or ``twopc recover`` settles the batch.
 The same listener notes the session's ``spark.sql.streaming.checkpointLocation`` at each
-start of such a query (see :mod:`twopc._checkpoint`).
+start of such a query (see :mod:`twopc.spark._checkpoint`).
 """
 
 from __future__ import annotations
@@ -25,6 +25,12 @@ from typing import TYPE_CHECKING, Any
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no types
 from pyspark.sql.streaming import StreamingQueryListener
 
+from .._coordinator import BatchResult, CommitCoordinator
+from .._driver_identity import DriverIdentity, identity_of
+from .._runtime_options import RuntimeOptions, option
+from ..ledger._ledger import CommitLedger
+from ..ledger._ledger_records import ledger_exists, ledger_store
+from ..ledger._stores import open_store
 from ._checkpoint import (
     SESSION_CHECKPOINT_CONF,
     new_notes_folder,
@@ -32,13 +38,7 @@ from ._checkpoint import (
     session_checkpoint_root,
     with_checkpoint,
 )
-from ._coordinator import BatchResult, CommitCoordinator
-from ._driver_identity import DriverIdentity, identity_of
-from ._ledger import CommitLedger
-from ._ledger_records import ledger_exists, ledger_store
-from ._runtime_options import RuntimeOptions, option
 from ._spark import TwoPhaseCommitDataSource
-from ._stores import open_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -159,7 +159,7 @@ class _StopListener(StreamingQueryListener):
         """Called synchronously, before the run plans a batch: settle an earlier run of the same
         query that ended but is not settled yet (a restart right after a stop), then note this
         run if it writes to a twopc data source, with the session's default checkpoint folder
-        now (for its writer, :func:`~twopc._checkpoint.note_session_root`)."""
+        now (for its writer, :func:`~twopc.spark._checkpoint.note_session_root`)."""
         query_id, run_id = str(event.id), str(event.runId)
         with self._lock(query_id):
             for earlier in [r for r in list(self._runs.values()) if r.query_id == query_id]:
@@ -194,7 +194,7 @@ class _StopListener(StreamingQueryListener):
     def _end_earlier_runs(self, run: _Run) -> None:
         """Record in the query's ledger that this driver's earlier runs of it are over, so that
         this run takes the checkpoint over even if ``twopc recover`` ran while the query was
-        down (see :mod:`twopc._fencing_epochs`). Never raises: without the record, a run that
+        down (see :mod:`twopc.ledger._fencing_epochs`). Never raises: without the record, a run that
         finds its driver displaced stops once with :class:`~twopc.FencedError`, and its restart
         takes over."""
         try:

@@ -8,7 +8,7 @@ one plan per place, picked by :func:`plan_write`.
   committing a batch in one local transaction; :mod:`twopc._target`);
 - :func:`in_temp_folder`: a temporary folder on the driver, deleted when the write ends (a
   batch write without a checkpoint whose sink commits a batch in one local transaction;
-  :mod:`twopc._ephemeral`).
+  :mod:`twopc.ledger._ephemeral`).
 
 Each binds the write's sink id (and its lease, where there is one), then runs the steps all
 places share (:func:`_recover`). A plan that fails leaves nothing of its own behind.
@@ -30,21 +30,21 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ._abandoned import resolve_abandoned
-from ._agent_client import DriverAgent
+from .._logs import configure_worker_logging
+from .._objpath import class_path
+from .._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
+from .._sink import AnySink, BatchCommit, CommitShape, LedgerHost, NamedTarget, WriteSetup, capability
+from .._sink_id_claim import claim_sink_id
+from .._target import open_target_ledger, settle_own
+from ..ledger._agent_client import DriverAgent
+from ..ledger._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
+from ..ledger._ledger import CommitLedger, spark_checkpoint_started
+from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
+from ..operations._abandoned import resolve_abandoned
+from ..operations._recovery import RecoveryCoordinator
 from ._checkpoint import missing_spark_checkpoint, with_checkpoint
-from ._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
-from ._ledger import CommitLedger, spark_checkpoint_started
-from ._logs import configure_worker_logging
-from ._objpath import class_path
 from ._observe import at_plan_time
-from ._recovery import RecoveryCoordinator
-from ._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_id, option, sink_options
 from ._session_options import with_session_defaults
-from ._sink import AnySink, BatchCommit, CommitShape, LedgerHost, NamedTarget, WriteSetup, capability
-from ._sink_id_claim import claim_sink_id
-from ._target import open_target_ledger, settle_own
-from ._target_protocol import Lease, TargetLedger, target_ledger_of
 from ._writer import WriterCore
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ W = TypeVar("W", bound=WriterCore)
 
 class SourceToPlan(Protocol):
     """What the planner reads of the data source whose write it plans
-    (:class:`twopc._spark.TwoPhaseCommitDataSource`, which imports this module when it plans)."""
+    (:class:`twopc.spark._spark.TwoPhaseCommitDataSource`, which imports this module when it plans)."""
 
     @property
     def options(self) -> MutableMapping[str, str]: ...
@@ -105,7 +105,7 @@ def plan(source: SourceToPlan, kind: type[W], schema: StructType, overwrite: boo
 
 def _with_session_options(source: SourceToPlan, options: dict[str, str]) -> dict[str, str]:
     """*options* with the session's defaults, the sink's ``__session_options__`` pinned to
-    what the write's checkpoint recorded (:func:`~twopc._session_options.with_session_defaults`)."""
+    what the write's checkpoint recorded (:func:`~twopc.spark._session_options.with_session_defaults`)."""
     names = source.sink_class.__session_options__
     if not names:
         return options
@@ -133,7 +133,7 @@ class Write:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a write's writer is built from (see :class:`twopc._writer.WriterCore`)."""
+    """What a write's writer is built from (see :class:`twopc.spark._writer.WriterCore`)."""
 
     sink_id: str
     runtime: RuntimeOptions

@@ -5,7 +5,7 @@ held in memory there would reset at Spark's whim. The process that commits a bat
 batch's figures to ``<checkpointLocation>/twopc/metrics.json`` (one writer at a time, like the
 ledger), with the executors' figures that came in the commit messages and the target's
 prepared-transaction room; a scrape reads that file plus the ledger, so the in-doubt gauges
-are right even after a crash nobody recorded. Serving them is :mod:`twopc._metrics_export`'s
+are right even after a crash nobody recorded. Serving them is :mod:`twopc.operations._metrics_export`'s
 (the only module that imports the Prometheus client).
 """
 
@@ -17,8 +17,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from ._inspect import Headroom
-from ._ledger import CommitLedger
+from .._inspect import Headroom
+from ..ledger._ledger import CommitLedger
 
 __all__ = ["CHECKPOINT_GAUGES", "COUNTERS", "GAUGES", "HISTOGRAMS", "KNOWN_LABELS", "failing_batch", "load_state",
            "record_batch", "record_failure", "record_recovery"]
