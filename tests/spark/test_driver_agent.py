@@ -34,7 +34,7 @@ def _twopc_processes(jvm: int) -> list[str]:
     mine = []
     for line in out.splitlines():
         args = line.strip()
-        agent = str(REPO / "twopc" / "_agent.py") in args and f'"pid": {jvm},' in args
+        agent = str(REPO / "twopc" / "ledger" / "_agent.py") in args and f'"pid": {jvm},' in args
         holder = str(REPO / "sinks" / "sql" / "_lease_holder.py") in args
         metrics = "twopc.operations._metrics_server" in args and f"--watch-pid {jvm}" in args
         if agent or holder or metrics:
