@@ -172,13 +172,13 @@ class LocalStore:
             raise LedgerError(f"cannot write ledger record {final}: {exc}") from exc
 
     def list(self, rel: str) -> list[str]:
-        try:
-            names = os.listdir(self.path(rel))
+        try:  # the entries' types come with the listing: no stat per record on a commit's path
+            with os.scandir(self.path(rel)) as entries:
+                return [e.name for e in entries if not e.name.startswith(".") and e.is_file()]
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise LedgerError(f"cannot list ledger folder {self.path(rel)}: {exc}") from exc
-        return [n for n in names if not n.startswith(".") and os.path.isfile(self.path(rel, n))]
 
     def delete(self, rel: str) -> None:
         try:
