@@ -91,6 +91,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, Any] | None = None
         self._acked: dict[str, EntryId] = {}
         self._known: dict[str, tuple[EntryId, int]] = {}  # stream -> (position, entry count there)
+        # (stream, lo, hi) -> (entries, partition bounds), as the last latestOffset planned them
+        self._planned: dict[tuple[str, EntryId, EntryId], tuple[int, tuple[EntryId, ...]]] = {}
         self._warned: set[str] = set()
 
     # -- offsets ---------------------------------------------------------------------------------
@@ -169,6 +171,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """
         begin = Offset.from_json(start)
         self._acknowledge(begin)
+        self._planned = {}
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         steps = [self._step(k, begin.streams.get(k, START)) for k in self._streams(begin)]
         live = [s for s in steps if s.info is not None]
@@ -185,8 +188,9 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     s.complete = cap == s.info.last
                     continue
                 want = 0 if budget is None else min(share or budget, budget)
-                p = self.server.plan(s.stream, at, cap, limit=want)
+                p = self.server.plan(s.stream, at, cap, limit=want, split=self.o.max_per_partition)
                 s.complete = cap == s.info.last and (want == 0 or p.count < want or p.last == cap)
+                s.bounds = p.bounds if s.last is None else None  # a second walk's bounds count from its own start
                 if p.last is not None:
                     s.last, s.planned = p.last, s.planned + p.count
                     budget = None if budget is None else budget - p.count
@@ -195,6 +199,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             moved = self._settle(s)
             if moved is not None:
                 streams_out[s.stream] = moved
+                if s.bounds is not None and s.last is not None:
+                    self._planned[(s.stream, s.lo, s.last)] = (s.planned, s.bounds)
         return Offset(streams_out).to_json()
 
     def _step(self, stream: str, at: Position) -> _Step:
@@ -261,7 +267,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading -------------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamPartition]:
-        """The recorded ranges, split into pieces of at most ``maxEntriesPerPartition``.
+        """The recorded ranges, split into pieces of at most ``maxEntriesPerPartition``: as
+        ``latestOffset`` found them when it planned this range (once), else walked again (a batch
+        replayed after a restart). A piece that no longer holds its entries fails its task
+        (:meth:`read`).
 
         Raises:
             SourceError: a range no longer holds its recorded entries (``failOnDataLoss``).
@@ -269,11 +278,16 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         out = []
         size = self.o.max_per_partition
         for r in Offset.from_json(start).ranges(Offset.from_json(end)):
-            plan = self.server.plan(r.stream, r.lo, r.hi, split=size)
-            if plan.count != r.count:
-                _lost(self.server, r, plan.count, self.o.fail_on_data_loss)
-            lo, left = r.lo, plan.count
-            for b in plan.bounds:
+            planned = self._planned.pop((r.stream, r.lo, r.hi), None)
+            if planned is not None and planned[0] == r.count:
+                count, bounds = planned
+            else:
+                plan = self.server.plan(r.stream, r.lo, r.hi, split=size)
+                count, bounds = plan.count, plan.bounds
+                if count != r.count:
+                    _lost(self.server, r, count, self.o.fail_on_data_loss)
+            lo, left = r.lo, count
+            for b in bounds:
                 out.append(StreamPartition(Range(r.stream, lo, b, size), self.o, self.typed))
                 lo, left = b, left - size
             if left > 0:
@@ -352,6 +366,7 @@ class _Step:
     last: EntryId | None = None
     planned: int = 0
     complete: bool = False  # planning walked every entry up to the stream's last id
+    bounds: tuple[EntryId, ...] | None = None  # partition bounds, when one walk from *lo* planned it
 
 
 def _lost(server: StreamServer, r: Range, found: int, fail: bool) -> None:

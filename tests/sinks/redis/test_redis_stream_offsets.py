@@ -289,6 +289,28 @@ def test_a_pattern_finds_streams_that_appear_later(redis_url: str, r: Any, prefi
     assert {row[0] for row in read_all(rd, start, end)} == {f"{prefix}:p1", f"{prefix}:p2"}
 
 
+def test_the_batch_latest_offset_planned_is_split_without_walking_the_stream_again(
+        redis_url: str, r: Any, prefix: str) -> None:
+    """``partitions`` of the range ``latestOffset`` just planned takes its pieces from that
+    walk (the plan's server-side walk is the driver's largest Redis cost per micro-batch); the
+    same range asked again, as after a restart, is walked again and gets the same pieces."""
+    a = f"{prefix}:a"
+    fill(r, a, 25)
+    rd = reader(redis_url, a, startingPosition="earliest", maxEntriesPerPartition="10")
+    start = rd.initialOffset()
+    end = rd.latestOffset(start, ReadAllAvailable())
+
+    def walks() -> int:
+        return int(r.info("commandstats").get("cmdstat_fcall", {}).get("calls", 0))
+
+    before = walks()
+    parts = rd.partitions(start, end)
+    assert walks() == before
+    assert [p.range.count for p in parts] == [10, 10, 5]
+    assert rd.partitions(start, end) == parts and walks() == before + 1
+    assert [row[1] for row in read_all(rd, start, end)] == [f"1000-{i}" for i in range(1, 26)]
+
+
 def test_deleted_entries_of_a_recorded_range_fail_clearly_or_are_skipped_when_allowed(
         redis_url: str, r: Any, prefix: str) -> None:
     a = f"{prefix}:a"
