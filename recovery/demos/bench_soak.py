@@ -22,7 +22,8 @@ Every *--every* micro-batches (default 500) it records:
   driver agent (the fourth run; the streaming queries keep their ledger in the checkpoint and
   start none), and the JVM's heap in use; the JVM's two after a full collection
   (``System.gc()``): between collections G1 grows the heap it uses towards ``-Xmx`` and the
-  RSS follows, whatever the JVM keeps.
+  RSS follows, whatever the JVM keeps. Spark's status store keeps 100 SQL executions, jobs and
+  stages (1,000 by default: a heap that grows for the first 1,000 micro-batches, then stays).
 
 It prints the table and judges the targets: the cost per micro-batch at the last record
 within 10% of the first record's; the ledger's files, bytes and rows no more than at the
@@ -347,7 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dsn = libpq_dsn(pg.url)
         run_sql(pg.url, *(f'CREATE TABLE "{t}" ({TABLE_COLUMNS})' for t in ("soak_postgres", "soak_jdbc",
                                                                            "soak_jdbc_batch")))
-        spark = bench_session("twopc-soak", sql_shuffle_partitions="1")
+        # Spark's status store keeps the last 1,000 SQL executions (one per micro-batch) and
+        # jobs: a JVM heap that grows for the first 1,000 batches, then stays. Keeping 100
+        # leaves what grows after the first record to the pipeline.
+        spark = bench_session("twopc-soak", sql_shuffle_partitions="1", sql_ui_retainedExecutions="100",
+                              ui_retainedJobs="100", ui_retainedStages="100")
         jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
         jdbc_url, props = jdbc_target(pg.url)
         progress = _Progress(spark)
