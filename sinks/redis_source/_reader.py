@@ -48,7 +48,7 @@ from .._redis.ids import ZERO, EntryId, Range
 from .._redis.stream_server import StreamInfo, StreamServer
 from ._ids import START, Offset, Position
 from ._read_options import StreamOptions
-from ._rows import converters, to_batch, to_row
+from ._rows import converters, entries_batch
 
 __all__ = ["FAULT_POINTS", "RedisStreamReader", "StreamPartition"]
 
@@ -304,15 +304,15 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, StreamPartition)
         r, server = partition.range, StreamServer(partition.options.client)
         n = 0
-        rows: list[tuple[Any, ...]] = []
-        for eid, fields in server.read(r):
+        entries: list[tuple[bytes, dict[bytes, bytes]]] = []
+        for entry in server.read(r):
             n += 1
-            rows.append(to_row(r.stream, eid, fields, partition.typed))
-            if len(rows) == BATCH_ROWS:
-                yield to_batch(rows, self.arrow_schema)
-                rows = []
-        if rows:
-            yield to_batch(rows, self.arrow_schema)
+            entries.append(entry)
+            if len(entries) == BATCH_ROWS:
+                yield entries_batch(r.stream, entries, partition.typed, self.arrow_schema)
+                entries = []
+        if entries:
+            yield entries_batch(r.stream, entries, partition.typed, self.arrow_schema)
         if n != r.count:
             _lost(server, r, n, partition.options.fail_on_data_loss)
 

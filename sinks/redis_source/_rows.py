@@ -14,16 +14,20 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from twopc import ConfigurationError
 from twopc.spi import SourceError
 
-__all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "schema_ddl", "to_batch", "to_row"]
+__all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "entries_batch", "schema_ddl", "to_batch", "to_row"]
 
 BASE_DDL = "stream STRING, id STRING, timestamp TIMESTAMP, fields MAP<STRING, STRING>"
 BASE_COLUMNS = ("stream", "id", "timestamp", "fields")
 
 Converter = Callable[[str], Any]
+
+#: The last millisecond a Spark TIMESTAMP (microseconds in 64 bits) holds.
+_MAX_MS = (2**63 - 1) // 1000
 
 _TRUE, _FALSE = ("true", "1", "t", "yes"), ("false", "0", "f", "no")
 
@@ -82,7 +86,7 @@ def converters(schema: Any) -> tuple[tuple[str, str], ...]:
 
 def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
            typed: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
-    """The row of one entry.
+    """The row of one entry (the timestamp as the id's milliseconds, for :func:`to_batch`).
 
     Raises:
         SourceError: a field is not UTF-8, or a typed field does not parse.
@@ -93,7 +97,11 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
     except UnicodeDecodeError:
         raise SourceError(f"entry {eid} of stream {stream!r} has a field that is not UTF-8 text") from None
     ms = int(eid.split("-", 1)[0])
-    row: list[Any] = [stream, eid, dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC), text]
+    if ms > _MAX_MS:
+        raise SourceError(f"entry {eid} of stream {stream!r}: its id's milliseconds are past the last instant a "
+                          f"Spark TIMESTAMP holds (year 294247); give the producer ids of milliseconds since 1970 "
+                          f"(XADD with *)")
+    row: list[Any] = [stream, eid, ms, text]
     for name, kind in typed:
         raw = text.get(name)
         if raw is None:
@@ -113,5 +121,63 @@ def to_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBat
     Spark's ``to_arrow_schema`` of the reader's schema has them, so the Python worker sends
     the batch as it is instead of converting value by value."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
-    return pa.RecordBatch.from_arrays([pa.array(col, type=f.type) for col, f in zip(columns, schema, strict=True)],
-                                      schema=schema)
+    arrays = [pa.array(col, type=f.type) if i != 2 else _timestamps(col, f.type)
+              for i, (col, f) in enumerate(zip(columns, schema, strict=True))]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _timestamps(ms: Sequence[int], type_: pa.DataType) -> pa.Array:
+    return pa.array(ms, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(type_)
+
+
+#: The texts Arrow parses in C as Python's ``int`` and ``float`` do (Arrow takes some Python
+#: refuses, such as ``0x10``, and refuses some Python takes, such as `` 5`` and ``1_000``): a
+#: column with any other text is parsed value by value in Python.
+_DIGITS = {"long": r"^-?[0-9]+$", "integer": r"^-?[0-9]+$", "short": r"^-?[0-9]+$", "byte": r"^-?[0-9]+$",
+           "double": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$", "float": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"}
+
+
+def _typed_column(raw: pa.StringArray, kind: str, type_: pa.DataType) -> pa.Array:
+    """The typed column of the fields' texts *raw*; raises on a text that does not parse."""
+    if kind == "string":
+        return raw
+    digits = _DIGITS.get(kind)
+    if digits is not None and pc.all(pc.match_substring_regex(raw, digits)).as_py() is not False:
+        return pc.cast(pc.cast(raw, pa.float64()), type_) if kind == "float" else pc.cast(raw, type_)
+    convert = _BY_TYPE[kind]
+    return pa.array([None if v is None else convert(v) for v in raw.to_pylist()], type=type_)
+
+
+def entries_batch(stream: str, entries: Sequence[tuple[bytes, dict[bytes, bytes]]],
+                  typed: Sequence[tuple[str, str]], schema: pa.Schema) -> pa.RecordBatch:
+    """The rows of *entries* (``XRANGE`` replies of *stream*) as one Arrow batch of *schema*,
+    built column by column: the same batch as :func:`to_batch` of :func:`to_row` of each
+    entry, which it falls back to when a column does not convert in one piece (text that is
+    not UTF-8, a typed field that does not parse), so that the error names the entry.
+
+    Raises:
+        SourceError: a field is not UTF-8, or a typed field does not parse.
+    """
+    ids = [e for e, _ in entries]
+    dicts = [f for _, f in entries]
+    try:
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        offsets = [0]
+        for f in dicts:
+            keys.extend(f)
+            values.extend(f.values())
+            offsets.append(len(keys))
+        columns: list[pa.Array] = [
+            pa.array([stream] * len(ids), pa.string()), pa.array(ids, pa.binary()).cast(pa.string()),
+            _timestamps([int(e.partition(b"-")[0]) for e in ids], schema.field(2).type),
+            pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(keys, pa.binary()).cast(pa.string()),
+                                    pa.array(values, pa.binary()).cast(pa.string())),
+        ]
+        for (name, kind), f in zip(typed, list(schema)[len(BASE_COLUMNS):], strict=True):
+            key = name.encode("utf-8")
+            raw = pa.array([d.get(key) for d in dicts], pa.binary()).cast(pa.string())
+            columns.append(_typed_column(raw, kind, f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+    except (pa.ArrowInvalid, ValueError, OverflowError, ArithmeticError):
+        return to_batch([to_row(stream, e, f, typed) for e, f in entries], schema)
