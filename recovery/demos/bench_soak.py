@@ -91,10 +91,17 @@ def _rss_mb(pid: int | None) -> float | None:
 
 
 def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
-    if checkpoint is None or not (checkpoint / "twopc").exists():
+    """Files and bytes under the checkpoint's ``twopc/`` folder, read while the query runs (a
+    file the ledger's retention removes between the listing and its ``stat`` is not counted)."""
+    if checkpoint is None:
         return 0, 0
-    files = [p for p in (checkpoint / "twopc").rglob("*") if p.is_file()]
-    return len(files), sum(p.stat().st_size for p in files)
+    count = nbytes = 0
+    for folder, _dirs, names in os.walk(checkpoint / "twopc"):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                nbytes += os.stat(os.path.join(folder, name)).st_size
+                count += 1
+    return count, nbytes
 
 
 def _table_rows(dsn: str) -> dict[str, int]:
