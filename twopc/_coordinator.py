@@ -125,11 +125,12 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
         pending=lambda n, exc: _pending(sink, ledger, decision, n, exc, format_name))
     m.count(outcomes)
-    for handle, outcome in zip(decision.handles, outcomes, strict=True):
-        log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
-                  "twopc: sink=%s batch=%s txn=%s outcome=%s", decision.sink_id, decision.batch_id, handle.txn_id,
-                  outcome.value, sink_id=decision.sink_id, batch=decision.batch_id, txn_id=handle.txn_id,
-                  outcome=outcome.value, recovering=recovering)
+    if log.isEnabledFor(logging.DEBUG) or outcomes.count(CommitOutcome.COMMITTED) != len(outcomes):
+        for handle, outcome in zip(decision.handles, outcomes, strict=True):  # the loop alone: 0.15 ms at 200
+            log_event(log, logging.DEBUG if outcome is CommitOutcome.COMMITTED else logging.INFO, "commit_outcome",
+                      "twopc: sink=%s batch=%s txn=%s outcome=%s", decision.sink_id, decision.batch_id,
+                      handle.txn_id, outcome.value, sink_id=decision.sink_id, batch=decision.batch_id,
+                      txn_id=handle.txn_id, outcome=outcome.value, recovering=recovering)
     lost = [h.txn_id for h, o in zip(decision.handles, outcomes, strict=True) if o is CommitOutcome.LOST]
     if lost:
         raise _lost(sink, ledger, decision, lost)
@@ -517,6 +518,8 @@ class CommitCoordinator:
 
 
 def _decided(decision: Decision) -> None:
+    if not log.isEnabledFor(logging.DEBUG):  # its fields sort every id of the batch
+        return
     log_event(log, logging.DEBUG, "decision_recorded", "twopc: sink=%s batch=%s decided %s transaction(s)",
               decision.sink_id, decision.batch_id, len(decision.handles), sink_id=decision.sink_id,
               batch=decision.batch_id, txn_ids=sorted(decision.txn_ids))

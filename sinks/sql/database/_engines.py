@@ -4,14 +4,20 @@ login each).
 
 Engines for the prepared modes run in ``AUTOCOMMIT`` (the sinks send ``BEGIN`` /
 ``PREPARE TRANSACTION`` and ``XA ...`` themselves); the staging mode's engine uses
-SQLAlchemy's transactions. Both ping a pooled connection before use (a worker may sit
-idle between tasks and its connection die meanwhile).
+SQLAlchemy's transactions. Both ping a pooled connection before use when it sat in the
+pool for :data:`PING_AFTER_IDLE_S` or longer (a worker may sit idle between tasks and its
+connection die meanwhile); one given back a moment ago goes out without the round trip, as
+HikariCP's ``aliveBypassWindowMs`` does (the driver's commit takes up to 8 pooled connections
+at once, and a task follows another: a ping each was a round trip each on their paths).
+A connection that dies within that moment fails its first statement instead, as it would had
+it died just after a ping: the commit is retried (:mod:`twopc._retry`), the task fails.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
@@ -27,6 +33,11 @@ __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for
 
 #: application_name / client program name the servers show for twopc's sessions
 APPLICATION_NAME = "twopc"
+#: a pooled connection given back to the pool this many seconds ago or longer is pinged before use
+PING_AFTER_IDLE_S = 0.5
+#: the key of ``ConnectionPoolEntry.info`` that holds when the connection was given back
+#: (the entry's ``info`` is emptied when its connection closes: a new one has none)
+_GIVEN_BACK = "twopc_given_back"
 
 
 class EngineCache:
@@ -78,15 +89,41 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
         dialect = dialect_for(backend)
         if dialect.dbapi is not None:  # a missing driver names twopc's extra, not just the module
             require(dialect.dbapi, dialect.extra, f"writing to {backend} (twopc-jdbc)")
-        kwargs: dict[str, Any] = {"pool_pre_ping": True, "connect_args": dialect.connect_args(url, timeouts)}
+        kwargs: dict[str, Any] = {"connect_args": dialect.connect_args(url, timeouts)}
         if autocommit:  # pool_size: the driver's commit uses up to 8 connections at once (a
             # PostgreSQL batch's pipelines); fewer kept idle would reconnect them every batch
             kwargs.update(isolation_level="AUTOCOMMIT", pool_size=8, max_overflow=16)
         engine = sa.create_engine(url, **kwargs)
+        _ping_when_idle(engine)
         dialect.prepare_engine(engine, timeouts)
         return engine
 
     return _ENGINES.get((url.render_as_string(hide_password=False), timeouts, autocommit), make)
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """SQLAlchemy's pre-ping (a ping at checkout; a connection that fails it with a
+    disconnect error is replaced, with every pooled connection older than it), for the
+    connections that sat in the pool :data:`PING_AFTER_IDLE_S` or longer only. A new
+    connection is not pinged (nor is it by SQLAlchemy)."""
+    dialect = engine.dialect
+
+    @sa.event.listens_for(engine, "checkin")
+    def given_back(dbapi: Any, entry: Any) -> None:
+        if dbapi is not None:  # None: the connection was discarded
+            entry.info[_GIVEN_BACK] = time.monotonic()
+
+    @sa.event.listens_for(engine, "checkout")
+    def ping(dbapi: Any, entry: Any, _proxy: Any) -> None:
+        given_back = entry.info.get(_GIVEN_BACK)
+        if given_back is None or time.monotonic() - given_back < PING_AFTER_IDLE_S:
+            return
+        try:
+            dialect.do_ping(dbapi)
+        except dialect.loaded_dbapi.Error as exc:
+            if dialect.is_disconnect(exc, dbapi, None):
+                raise sa.exc.InvalidatePoolError("a pooled connection failed its ping") from exc
+            raise
 
 
 _PLAIN = (str, bytes, int, float, bool, dict, type(None))
