@@ -17,8 +17,8 @@ from twopc.sinks._redis.clients import ClientConfig, split_url
 from twopc.sinks._redis.ids import EntryId
 from twopc.sinks._redis.stream_server import StreamServer
 from twopc.sinks._secrets import secret_guesses
+from twopc.sinks.sql._engines import dbapi_connect_params
 from twopc.sinks.sql._names import parse_table_name
-from twopc.sinks.sql.database._engines import dbapi_connect_params
 from twopc.sinks.sql.options import JdbcOptions
 from twopc.spi import SinkUnavailableError, redact
 from twopc.spi.lease import target_ledger_of

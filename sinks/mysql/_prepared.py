@@ -1,5 +1,5 @@
 """MariaDB/MySQL's SQL for the prepared-transaction protocol, on XA transactions (the
-:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
+:class:`~twopc.sinks.sql._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
 
 While the session that prepared an xid is still connected, the transaction stays attached
 to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
@@ -23,10 +23,10 @@ from sqlalchemy.exc import DBAPIError
 from twopc import ConfigurationError, SinkError
 from twopc.spi import Headroom, TargetConfigurationError
 
-from ..sql.database._sql_dialect import SqlTxn, TxnControl
-from ..sql.database._sql_target import SqlTarget, give_back
+from ..sql._prepared_committer import MarkerTable
+from ..sql._sql_dialect import SqlTxn, TxnControl
+from ..sql._sql_target import SqlTarget, give_back
 from ..sql.options import isolation_sql
-from ..sql.prepared._markers import MarkerTable
 from . import _server as server
 from ._dialect import MySqlDialect
 from ._errors import (

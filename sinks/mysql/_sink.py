@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from twopc import ConfigurationError
 
 from .._handles import MySqlXaHandle
-from ..sql.prepared._sink import PreparedSqlSink
+from ..sql._prepared_sink import PreparedSqlSink
 from ._my_column import MyColumn
 from ._prepared import MySqlPrepared
 

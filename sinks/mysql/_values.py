@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError
 
-from ..sql.types._json_values import is_nested, json_text, json_texts
-from ..sql.types._type_rules import Family, fits
+from ..sql._json_values import is_nested, json_text, json_texts
+from ..sql._type_rules import Family, fits
 from ._my_column import MyColumn
 
 __all__ = ["check_value", "checked_array", "compatible", "family", "normalize_array", "staging_values"]
@@ -40,7 +40,7 @@ def family(col: MyColumn) -> Family:
 
 def compatible(t: pa.DataType, col: MyColumn) -> bool:
     """Whether Arrow values of type *t* can be written to *col*: the shared rule
-    (:func:`twopc.sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
+    (:func:`twopc.sinks.sql._type_rules.fits`) for the column's :func:`family`."""
     return fits(t, family(col), implicit_casts=True)
 
 

@@ -20,8 +20,8 @@ from pymysql.constants import COMMAND
 
 from twopc import SinkError
 
-from ..sql.database._sql_target import SqlTarget
-from ..sql.prepared._markers import MarkerTable
+from ..sql._prepared_committer import MarkerTable
+from ..sql._sql_target import SqlTarget
 from ._errors import ER_XAER_NOTA, errno
 
 __all__ = ["MAX_STATEMENTS", "XaCommitter", "commit_many"]

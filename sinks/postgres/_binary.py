@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from twopc import ConfigurationError, SinkError
 
 from .._arrow_const import const
-from ..sql.types._json_values import is_nested
+from ..sql._json_values import is_nested
 from ._columns import PgColumn, check_no_nul, is_binary, is_string, value_bytes
 
 __all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]

@@ -9,8 +9,8 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError, SinkError
 
-from ..sql.types._json_values import is_nested, json_texts
-from ..sql.types._type_rules import Family, fits
+from ..sql._json_values import is_nested, json_texts
+from ..sql._type_rules import Family, fits
 from ._pg_column import PgColumn
 
 __all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
@@ -48,7 +48,7 @@ def family(col: PgColumn) -> Family:
 
 def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     """Whether values of *arrow_type* can be written to *col*: the shared rule
-    (:func:`twopc.sinks.sql.types._type_rules.fits`) for the column's :func:`family`."""
+    (:func:`twopc.sinks.sql._type_rules.fits`) for the column's :func:`family`."""
     return fits(arrow_type, family(col))
 
 

@@ -17,7 +17,7 @@ from psycopg import sql
 
 from twopc import SinkError
 
-from ..sql.database._sql_target import SqlTarget
+from ..sql._sql_target import SqlTarget
 from ._deadline import deadline_pipeline
 
 __all__ = ["MAX_PIPELINES", "PER_PIPELINE", "finish_many"]

@@ -21,8 +21,8 @@ from psycopg import sql
 
 from twopc import ConfigurationError, SinkError
 
+from ..sql._column_match import match_columns
 from ..sql._names import TableName
-from ..sql.types._column_match import match_columns
 from ._binary import BINARY_HEADER, BINARY_TRAILER, binary_supported, encode_binary
 from ._columns import PgColumn, assign, compatible, normalize_array
 from ._server import identifier, table_columns, table_oid

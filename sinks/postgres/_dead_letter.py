@@ -29,8 +29,8 @@ from psycopg import sql
 from twopc import SinkError, TransactionContext
 
 from .._entry import ENTRY_COLUMNS, entry_name
+from ..sql._json_values import jsonable
 from ..sql._names import TableName
-from ..sql.types._json_values import jsonable
 from ._columns import PgColumn
 from ._copy import CopyPlan, CopyStream, identifier
 from ._errors import diag

@@ -1,5 +1,5 @@
 """psycopg cursors whose statements wait at most ``socketTimeout`` for the server's reply
-(psycopg has no client-side statement timeout: see :mod:`twopc.sinks.sql.database._timeouts`)."""
+(psycopg has no client-side statement timeout: see :mod:`twopc.sinks.sql._timeouts`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from ..sql.database._timeouts import reply_deadline
+from ..sql._timeouts import reply_deadline
 
 __all__ = ["deadline_cursor", "deadline_pipeline"]
 

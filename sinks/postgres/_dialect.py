@@ -19,9 +19,9 @@ from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
+from ..sql._engines import APPLICATION_NAME
 from ..sql._registry import DriverBound, SqlDatabase
 from ..sql._twopc_schema import sql_literal
-from ..sql.database._engines import APPLICATION_NAME
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

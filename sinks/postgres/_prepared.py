@@ -1,5 +1,5 @@
 """PostgreSQL's SQL for the prepared-transaction protocol (the
-:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
+:class:`~twopc.sinks.sql._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
 ``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
 rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
 ``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
@@ -19,8 +19,8 @@ from twopc import ConfigurationError, SinkError
 from twopc.spi import Headroom, TargetConfigurationError
 
 from ..sql._names import TableName, parse_table_name
-from ..sql.database._sql_dialect import SqlTxn, TxnControl
-from ..sql.database._sql_target import SqlTarget
+from ..sql._sql_dialect import SqlTxn, TxnControl
+from ..sql._sql_target import SqlTarget
 from ..sql.options import isolation_sql
 from . import _server as server
 from ._dialect import PostgresDialect
@@ -173,8 +173,8 @@ class PostgresPrepared(PostgresDialect):
 
     def load_rows(self, txn: SqlTxn[PgColumn], cols: list[PgColumn], keys: tuple[str, ...],
                   rows: list[dict[str, Any]]) -> None:
-        from ..sql.types._json_values import json_text
-        from ..sql.types._type_rules import Family
+        from ..sql._json_values import json_text
+        from ..sql._type_rules import Family
         from ._columns import family
 
         if nul := next(((k, i) for k in keys for i, r in enumerate(rows) if isinstance(r[k], str) and "\x00" in r[k]),

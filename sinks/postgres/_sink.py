@@ -24,8 +24,8 @@ from twopc import TransactionContext, TransactionLostError
 
 from .._handles import PostgresHandle
 from ..sql._names import TableName
-from ..sql.database._sql_dialect import SqlTxn
-from ..sql.prepared._sink import PreparedSqlSink
+from ..sql._prepared_sink import PreparedSqlSink
+from ..sql._sql_dialect import SqlTxn
 from ._errors import no_free_slot
 from ._pg_column import PgColumn
 from ._prepared import PostgresPrepared

@@ -20,15 +20,15 @@ from twopc.spi.runtime import lazy_exports as _lazy_exports
 if TYPE_CHECKING:
     from .._handles import PreparedSqlHandle, StagingHandle
     from .._sources import JdbcDataSource
+    from ._engines import dispose_engines
     from ._jdbc import JdbcSink
     from ._names import TableName, parse_table_name
+    from ._prepared_sink import PreparedSqlSink
+    from ._staging_sink import StagingSink
     from ._transactional import require_transactional
     from ._write_jdbc import write_jdbc
-    from .database._engines import dispose_engines
     from .options import JdbcOptions
     from .options._jdbc_url import SqlUrl, translate_url
-    from .prepared._sink import PreparedSqlSink
-    from .staging._sink import StagingSink
 
 __all__ = [
     "JdbcDataSource",
@@ -57,9 +57,9 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     "JdbcDataSource": "twopc.sinks._sources",
     "JdbcOptions": ".options",
     "JdbcSink": "._jdbc",
-    "PreparedSqlSink": ".prepared._sink",
-    "StagingSink": ".staging._sink",
-    "dispose_engines": ".database._engines",
+    "PreparedSqlSink": "._prepared_sink",
+    "StagingSink": "._staging_sink",
+    "dispose_engines": "._engines",
     "require_transactional": "._transactional",
     "write_jdbc": "._write_jdbc",
 })

@@ -57,11 +57,11 @@ from twopc.spi.lease import TargetLedger, hold_for_prepare
 
 from .._handles import StagingHandle
 from .._secrets import credential_free
+from ._engines import engine_for
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import dialect_for
-from .database._engines import engine_for
-from .database._server_instance import SqlNamedTarget
+from ._server_instance import SqlNamedTarget
 from .options import JdbcOptions
 
 if TYPE_CHECKING:

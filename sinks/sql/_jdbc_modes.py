@@ -15,7 +15,7 @@ transactions and handles are not all of that mode, so no single concrete sink ca
   in either mode: the server's setting may have changed since.
 
 So every call that takes an open transaction or a handle goes, here and nowhere else, to the
-sink of its kind: a :class:`~twopc.sinks.sql.database._sql_dialect.SqlTxn` or a
+sink of its kind: a :class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a
 :class:`~twopc.sinks._handles.PreparedSqlHandle` to the prepared sink (:class:`~twopc.sinks.PostgresSink`,
 :class:`~twopc.sinks.MySqlXaSink`), the rest to the :class:`~twopc.sinks.StagingSink`.
 """
@@ -37,16 +37,16 @@ from twopc import (
 from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, PreparedDetail, ProtocolError, capability
 
 from .._handles import PreparedSqlHandle, StagingHandle
+from ._prepared_sink import PreparedSqlSink
 from ._registry import dialect_for
-from .database._sql_dialect import SqlTxn
+from ._sql_dialect import SqlTxn
 from .options import JdbcOptions
-from .prepared._sink import PreparedSqlSink
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from .staging._sink import StagingSink
-    from .staging._tables import StagingTables
+    from ._staging_sink import StagingSink
+    from ._staging_tables import StagingTables
 
 __all__ = ["PREPARED", "STAGING", "SlotClaimingSink", "TwoModeSink"]
 
@@ -127,7 +127,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     def _staging_sink(self) -> StagingSink:
         """The staging sink, given the DataFrame's schema when it is known."""
         if self._staging is None:
-            from .staging._sink import StagingSink
+            from ._staging_sink import StagingSink
 
             self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
         if self._staging.schema is None and self.schema is not None:
@@ -143,7 +143,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         if self._staging is not None:
             return self._staging
         if self._tables is None:
-            from .staging._tables import BATCH_TABLE, StagingTables
+            from ._staging_tables import BATCH_TABLE, StagingTables
 
             self._tables = StagingTables(self.options, mode=self.write_mode, batch_table=BATCH_TABLE)
         return self._tables

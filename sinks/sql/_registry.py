@@ -76,7 +76,7 @@ class SqlDatabase:
     prepared transactions. A database's folder subclasses it once, importing no driver
     (:class:`DriverBound` attributes load it on first use); a database with prepared
     transactions subclasses that again with its
-    :class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect` (an instance runs the
+    :class:`~twopc.sinks.sql._sql_dialect.SqlDialect` (an instance runs the
     prepared-transaction protocol on one target's connections).
     """
 
@@ -95,7 +95,7 @@ class SqlDatabase:
     #: the driver's base exception class
     driver_error: ClassVar[type[Exception]] = _NoDriverError
     #: the DB-API module twopc connects with (for a process that opens one connection
-    #: without SQLAlchemy: :func:`~twopc.sinks.sql.database._engines.dbapi_connect_params`)
+    #: without SQLAlchemy: :func:`~twopc.sinks.sql._engines.dbapi_connect_params`)
     dbapi: ClassVar[str | None] = None
     #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
     extra: ClassVar[str] = ""
@@ -178,7 +178,7 @@ class SqlDatabase:
         username when rendering)."""
         return url.set(username=user if user else ("" if password else None), password=password)
 
-    # -- the staging commit mode (:mod:`twopc.sinks.sql.staging`)
+    # -- the staging commit mode (:mod:`twopc.sinks.sql._staging_sink`)
     #: whether the database is a file (SQLite): no schemas for twopc's tables, no isolation
     #: levels, no host
     file_based: ClassVar[bool] = False

@@ -32,9 +32,9 @@ from twopc.spi import ConcurrentWriterError, TargetConfigurationError
 from twopc.spi.lease import EPHEMERAL_PREFIX, DriverIdentity, Lease, driver_identity
 from twopc.spi.lease import start_ticks as _start_ticks
 
+from ._engines import dbapi_connect_params
 from ._names import TableName, parse_table_name
-from .database._engines import dbapi_connect_params
-from .database._sql_target import SqlTarget, give_back, log
+from ._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 

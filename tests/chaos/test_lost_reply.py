@@ -27,7 +27,7 @@ from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, Transact
 from twopc.faultinject import FaultProxy
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.redis import HSetOp, RedisSink
-from twopc.sinks.sql.database._timeouts import reply_deadline
+from twopc.sinks.sql._timeouts import reply_deadline
 from twopc.spi import CommitPendingError
 from twopc.spi.operations import BatchState
 from twopc.spi.runtime import CommitRetry

@@ -32,7 +32,7 @@ from twopc import sinks
 from twopc.faultinject import LocalPostgres
 from twopc.recovery.demos.demo import write_input
 from twopc.sinks import StagingSink
-from twopc.sinks.sql.database._engines import dispose_engines
+from twopc.sinks.sql._engines import dispose_engines
 
 from tests._paths import REPO_ROOT
 

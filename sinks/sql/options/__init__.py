@@ -47,7 +47,7 @@ STAGING_RETENTION = Duration(86_400_000)
 @dataclass(frozen=True)
 class NetTimeouts:
     """The waits of one engine's connections, as the options set them (``connectTimeout``,
-    ``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql.database._timeouts` enforces the
+    ``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql._timeouts` enforces the
     reply wait, and each registered dialect turns them into its driver's connect arguments.
 
     Attributes:
@@ -107,7 +107,7 @@ class JdbcOptions:
             :meth:`bookkeeping` puts twopc's tables.
         staging_table: ``stagingTable`` or None.
         staging_retention: ``stagingRetention``: how long staged rows of a dead write
-            without checkpoint are kept (see :mod:`twopc.sinks.sql.staging._sink`).
+            without checkpoint are kept (see :mod:`twopc.sinks.sql._staging_sink`).
         lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
             that is 30 s or less.
         connect_timeout: the ``connectTimeout`` option; else the URL's
@@ -209,7 +209,7 @@ class JdbcOptions:
 
     def identity_table(self) -> str:
         """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
-        in :mod:`twopc.sinks.sql.database._server_instance`): as the database reads
+        in :mod:`twopc.sinks.sql._server_instance`): as the database reads
         ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
         dialect = self.identity_dialect
         table = parse_table_name(self.table, dialect)

@@ -20,7 +20,7 @@ Differences from the Java drivers, on purpose:
   one (the ``connectTimeout`` option, default 10 s). The same holds for ``socketTimeout``
   (pgjdbc: seconds; Connector/J: milliseconds), which becomes twopc's ``socketTimeout``
   (how long a statement waits for its reply), and ``tcpKeepAlive``, which becomes twopc's
-  ``tcpKeepAlive`` (see :mod:`twopc.sinks.sql.database._timeouts`).
+  ``tcpKeepAlive`` (see :mod:`twopc.sinks.sql._timeouts`).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from twopc.faultinject import LocalPostgres
 from twopc.sinks import JdbcDataSource, JdbcSink, StagingSink
-from twopc.sinks.sql.database._engines import dispose_engines
+from twopc.sinks.sql._engines import dispose_engines
 
 SCHEMA = StructType([StructField("id", LongType(), False), StructField("payload", StringType())])
 

@@ -14,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-import twopc.sinks.sql.staging._committer as staging_commit
+import twopc.sinks.sql._staging_committer as staging_commit
 from twopc import TransactionContext
 from twopc.sinks import StagingHandle, StagingSink
 

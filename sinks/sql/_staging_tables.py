@@ -17,12 +17,12 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 from twopc import ConfigurationError, SinkError, Xid
 from twopc.spi import PreparedDetail, SinkUnavailableError, redact
 
-from ..._handles import StagingHandle
-from .._names import TableName, parse_table_name
-from .._registry import SqlDatabase, dialect_for
-from ..database._engines import engine_for
-from ..options import JdbcOptions, SaveMode, isolation_sql
-from ._statements import TXN_COLUMN, default_stage_name, fresh
+from .._handles import StagingHandle
+from ._engines import engine_for
+from ._names import TableName, parse_table_name
+from ._registry import SqlDatabase, dialect_for
+from ._staging_statements import TXN_COLUMN, default_stage_name, fresh
+from .options import JdbcOptions, SaveMode, isolation_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -11,7 +11,7 @@ commit then runs ONE local transaction that
 2. checks that every chosen attempt's staged row count equals its handle's (a staged
    attempt that vanished makes the commit raise, with nothing written);
 3. runs the write's DDL, if any (``CREATE TABLE``; for overwrite ``TRUNCATE``/``DELETE``
-   or ``DROP`` + ``CREATE``: :meth:`~twopc.sinks.sql.staging._tables.StagingTables.replaced_by`);
+   or ``DROP`` + ``CREATE``: :meth:`~twopc.sinks.sql._staging_tables.StagingTables.replaced_by`);
 4. moves the chosen attempts' rows, deletes them from staging and inserts the batch marker.
 
 Readers see the old table or the new one, never a part (overwrite included where DDL is
@@ -47,12 +47,12 @@ from twopc.spi import (
     WriteSetup,
 )
 
-from ..._handles import StagingHandle
-from ..database._server_instance import SqlNamedTarget
-from ..options import JDBC_FORMAT, JdbcOptions, safe_url
-from ._committer import StagingCommitter
-from ._statements import TXN_COLUMN
-from ._tables import StagingTables
+from .._handles import StagingHandle
+from ._server_instance import SqlNamedTarget
+from ._staging_committer import StagingCommitter
+from ._staging_statements import TXN_COLUMN
+from ._staging_tables import StagingTables
+from .options import JDBC_FORMAT, JdbcOptions, safe_url
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,7 +76,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                   BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget):
     """Exactly-once writes through a staging table and one local commit transaction (the
 executor side here; the driver's side is
-:class:`~twopc.sinks.sql.staging._committer.StagingCommitter`).
+:class:`~twopc.sinks.sql._staging_committer.StagingCommitter`).
 
     Args:
         url: a JDBC URL or a SQLAlchemy URL with credentials (``postgresql+psycopg://``,
@@ -209,7 +209,7 @@ executor side here; the driver's side is
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from ..types._json_values import is_nested, json_texts
+        from ._json_values import is_nested, json_texts
 
         assert txn.conn is not None
         names = batch.schema.names

@@ -14,9 +14,9 @@ import logging
 
 from twopc.spi import NamedTarget, redact
 
-from .._registry import dialect_for
-from ..options import JdbcOptions
 from ._engines import engine_for
+from ._registry import dialect_for
+from .options import JdbcOptions
 
 __all__ = ["SqlNamedTarget", "server_instance"]
 

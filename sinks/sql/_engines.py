@@ -26,8 +26,8 @@ from sqlalchemy.engine import URL, Engine
 
 from twopc.spi import require
 
-from .._registry import dialect_for
-from ..options import NetTimeouts
+from ._registry import dialect_for
+from .options import NetTimeouts
 
 __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
 
@@ -76,7 +76,7 @@ _ENGINES = EngineCache()
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
     """The process's pooled engine for *url* (credentials included) and this use, its
-    connections bounded by *timeouts* (:mod:`twopc.sinks.sql.database._timeouts`) and set up
+    connections bounded by *timeouts* (:mod:`twopc.sinks.sql._timeouts`) and set up
     by the dialect; with *autocommit* in ``AUTOCOMMIT`` mode, for sinks that manage
     transactions in SQL.
 

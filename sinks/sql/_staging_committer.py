@@ -1,8 +1,8 @@
 """The driver side of the staging mode: one local transaction moves a batch's staged rows
 into the target and writes the batch marker (its own decision); abort deletes an attempt's
-staged rows (the staged attempts are listed by :class:`~twopc.sinks.sql.staging._tables.StagingTables`).
+staged rows (the staged attempts are listed by :class:`~twopc.sinks.sql._staging_tables.StagingTables`).
 
-:class:`StagingCommitter` is :class:`~twopc.sinks.sql.staging._ddl.StagingDdl` (tables,
+:class:`StagingCommitter` is :class:`~twopc.sinks.sql._staging_ddl.StagingDdl` (tables,
 connections, DDL) with the driver's methods; :class:`~twopc.sinks.sql.StagingSink` is one,
 with the executor's methods."""
 
@@ -19,9 +19,9 @@ from sqlalchemy.exc import DBAPIError
 from twopc import CommitOutcome, TransactionHandle, TransactionLostError, Xid
 from twopc.spi import ProtocolError, SchemaMismatchError, TargetConfigurationError
 
-from ..._handles import StagingHandle
-from ._ddl import StagingDdl
-from ._statements import TXN_COLUMN, move_sql, sql_string
+from .._handles import StagingHandle
+from ._staging_ddl import StagingDdl
+from ._staging_statements import TXN_COLUMN, move_sql, sql_string
 
 __all__ = ["StagingCommitter"]
 

@@ -5,7 +5,7 @@ Each backend sorts its columns into a :class:`Family` (by its catalog, or the ty
 reflects); :func:`fits` answers from :data:`RULES`, the one table. It follows what Spark's
 JDBC writer gets through (the server converting each bound value as in an assignment), with
 the exceptions the README's type table lists; arrays, maps and structs fit JSON columns only,
-as JSON text (:mod:`twopc.sinks.sql.types._json_values`).
+as JSON text (:mod:`twopc.sinks.sql._json_values`).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ RULES: Mapping[str, Mapping[Family, bool]] = {
     "timestamp": {Family.TIMESTAMP: _ALL, Family.DATE: _MY},
     "time": {Family.TIME: _ALL},
     "duration": {Family.TIME: _MY},
-    # arrays, maps and structs: written as JSON text (twopc.sinks.sql.types._json_values); into a text
+    # arrays, maps and structs: written as JSON text (twopc.sinks.sql._json_values); into a text
     # column they are refused (to_json() says which text the user wants)
     "nested": {Family.JSON: _ALL},
 }

@@ -1,5 +1,5 @@
 """The staging mode's view of the written table's column types: the DataFrame is checked with the
-same rule as the prepared modes (:mod:`twopc.sinks.sql.types._type_rules`, through the catalog reader
+same rule as the prepared modes (:mod:`twopc.sinks.sql._type_rules`, through the catalog reader
 of PostgreSQL and MariaDB/MySQL), and the staging table takes the written table's own column types,
 so that staged rows are converted exactly as the prepared modes convert them and the move
 into the written table converts nothing."""
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from .._names import TableName
-from .._registry import dialect_for
-from ..types._column_match import TableColumn, match_columns
-from ._statements import ReflectedColumn
+from ._column_match import TableColumn, match_columns
+from ._names import TableName
+from ._registry import dialect_for
+from ._staging_statements import ReflectedColumn
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,7 +54,7 @@ def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequ
 
 
 def _reflected_fits(t: pa.DataType, col: Any) -> bool:
-    from ..types._type_rules import fits, reflected_family  # here: a commit never loads pyarrow
+    from ._type_rules import fits, reflected_family  # here: a commit never loads pyarrow
 
     return fits(t, reflected_family(col.type), untyped=True)
 

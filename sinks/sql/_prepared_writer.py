@@ -16,16 +16,16 @@ from twopc import ConfigurationError, SinkError, TransactionContext
 from twopc.spi import ProtocolError
 from twopc.spi.lease import hold_for_prepare
 
-from ..._handles import PreparedSqlHandle
-from .._target_ledger import SqlTargetLedger
-from ..database._sql_dialect import SqlDialect, SqlTxn
-from ..database._sql_target import SqlTarget, give_back
-from ._markers import MARKER_COLUMNS
+from .._handles import PreparedSqlHandle
+from ._prepared_committer import MARKER_COLUMNS
+from ._sql_dialect import SqlDialect, SqlTxn
+from ._sql_target import SqlTarget, give_back
+from ._target_ledger import SqlTargetLedger
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..types._column_match import TableColumn
+    from ._column_match import TableColumn
 
 __all__ = ["PreparedWriter"]
 
@@ -37,10 +37,10 @@ H = TypeVar("H", bound=PreparedSqlHandle)
 
 class PreparedWriter(Generic[C, H]):
     """Begin, load, prepare or roll back one task attempt's transaction: the executor side of
-    :class:`~twopc.sinks.sql.prepared._sink.PreparedSqlSink`, which *is* its writer (it sets
+    :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which *is* its writer (it sets
     the attributes below when it is made or unpickled).
 
-    Also the :class:`~twopc.sinks.sql.database._sql_dialect.TxnControl` the dialect's
+    Also the :class:`~twopc.sinks.sql._sql_dialect.TxnControl` the dialect's
     ``prepare`` is given.
     """
 

@@ -2,10 +2,10 @@
 
 A prepared-transaction sink (:class:`twopc.sinks.sql.PreparedSqlSink`) is made of parts, like
 Flink Sink V2's separate ``SinkWriter`` and ``Committer``: a
-:class:`~twopc.sinks.sql.database._sql_target.SqlTarget` (configuration, connections, error mapping),
+:class:`~twopc.sinks.sql._sql_target.SqlTarget` (configuration, connections, error mapping),
 a dialect (this protocol: the SQL that differs between PostgreSQL and MySQL/MariaDB), a
-writer (:mod:`twopc.sinks.sql.prepared._writer`, executor side) and a committer
-(:mod:`twopc.sinks.sql.prepared._committer`, driver side). The writer and the committer call the
+writer (:mod:`twopc.sinks.sql._prepared_writer`, executor side) and a committer
+(:mod:`twopc.sinks.sql._prepared_committer`, driver side). The writer and the committer call the
 dialect; the dialect calls back into the writer only through :class:`TxnControl`, for the
 failure rules around ``PREPARE``.
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.pool import PoolProxiedConnection
 
-    from ..types._column_match import TableColumn
+    from ._column_match import TableColumn
     from ._sql_target import SqlTarget
 
 __all__ = ["SqlDialect", "SqlTxn", "TxnControl"]
@@ -69,7 +69,7 @@ class SqlTxn(Generic[C]):
 
 class TxnControl(Protocol[C]):
     """What a dialect's :meth:`SqlDialect.prepare` may do to the transaction besides SQL:
-    the writer's failure rules (:class:`twopc.sinks.sql.prepared._writer.PreparedWriter`)."""
+    the writer's failure rules (:class:`twopc.sinks.sql._prepared_writer.PreparedWriter`)."""
 
     def usable(self, txn: SqlTxn[C]) -> Any:
         """The DB-API connection of an open, unprepared transaction."""

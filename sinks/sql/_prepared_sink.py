@@ -4,20 +4,20 @@ database supplies a dialect.
 
 A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
 
-- a :class:`~twopc.sinks.sql.database._sql_target.SqlTarget`: configuration (one
+- a :class:`~twopc.sinks.sql._sql_target.SqlTarget`: configuration (one
   :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
   ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
   connection for the driver's statements, and the mapping of driver errors;
-- a dialect (:class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect`, made by the subclass's
+- a dialect (:class:`~twopc.sinks.sql._sql_dialect.SqlDialect`, made by the subclass's
   ``dialect_type`` from the target): the SQL that differs between databases (opening a
   write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
   listing prepared ids, the target's catalog, the marker table's DDL);
-- the methods of a :class:`~twopc.sinks.sql.prepared._writer.PreparedWriter` (executor side):
+- the methods of a :class:`~twopc.sinks.sql._prepared_writer.PreparedWriter` (executor side):
   the open transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
   rollback) and how every failure leaves nothing behind;
-- the methods of a :class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter` (driver
+- the methods of a :class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter` (driver
   side): commit / abort / list_prepared / purge_markers, told apart from "lost" by the marker
-  table (:mod:`twopc.sinks.sql.prepared._markers`).
+  table (:mod:`twopc.sinks.sql._prepared_committer`).
 
 The sink *is* its writer and its committer (it subclasses both: each method of the contract
 is defined once, where it lives); this class makes the parts they share and validates the
@@ -39,23 +39,22 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 from twopc import ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.spi import BatchCommit, Inspectable, LedgerHost, MarkerPurge, SinkUnavailableError, WriteSetup
 
-from ..._handles import PreparedSqlHandle
-from ..._secrets import credential_free
-from .._errors import session_init_failed
-from .._registry import SqlDatabase
-from .._target_ledger import SqlTargetLedger
-from ..database._server_instance import SqlNamedTarget
-from ..database._sql_dialect import SqlDialect, SqlTxn
-from ..database._sql_target import SqlTarget, give_back
-from ..options import JDBC_FORMAT, JdbcOptions, safe_url
-from ._committer import PreparedCommitter
-from ._markers import MARKER_COLUMNS, MarkerTable
-from ._writer import PreparedWriter
+from .._handles import PreparedSqlHandle
+from .._secrets import credential_free
+from ._errors import session_init_failed
+from ._prepared_committer import MARKER_COLUMNS, MarkerTable, PreparedCommitter
+from ._prepared_writer import PreparedWriter
+from ._registry import SqlDatabase
+from ._server_instance import SqlNamedTarget
+from ._sql_dialect import SqlDialect, SqlTxn
+from ._sql_target import SqlTarget, give_back
+from ._target_ledger import SqlTargetLedger
+from .options import JDBC_FORMAT, JdbcOptions, safe_url
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..types._column_match import TableColumn
+    from ._column_match import TableColumn
 
 __all__ = ["PreparedSqlSink"]
 
@@ -69,9 +68,9 @@ _PARTS = ("target", "dialect", "markers", "_open")
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
     """Exactly-once appends to one SQL table through prepared transactions: its target
-(:class:`~twopc.sinks.sql.database._sql_target.SqlTarget`), the dialect, the executor side
-(:class:`~twopc.sinks.sql.prepared._writer.PreparedWriter`) and the driver side
-(:class:`~twopc.sinks.sql.prepared._committer.PreparedCommitter`); it validates the target.
+(:class:`~twopc.sinks.sql._sql_target.SqlTarget`), the dialect, the executor side
+(:class:`~twopc.sinks.sql._prepared_writer.PreparedWriter`) and the driver side
+(:class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter`); it validates the target.
 
     Args:
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
@@ -91,7 +90,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     database: ClassVar[type[SqlDatabase]]
     #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     __handle_type__: ClassVar[type[Any]]
-    #: the database's :class:`~twopc.sinks.sql.database._sql_dialect.SqlDialect`, made from the target
+    #: the database's :class:`~twopc.sinks.sql._sql_dialect.SqlDialect`, made from the target
     dialect_type: ClassVar[type[SqlDialect[Any]]]
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
@@ -205,7 +204,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                 from it or has an incompatible type, or a NOT NULL column without default
                 is absent from the DataFrame (every problem is listed).
         """
-        from .._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
+        from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
 
         t = self.target
         conn = t.checkout()

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from .._names import TableName
-from .._registry import dialect_for
-from ..types._arrow_ddl import arrow_to_sqlalchemy
+from ._arrow_ddl import arrow_to_sqlalchemy
+from ._names import TableName
+from ._registry import dialect_for
 from ._table_columns import same_type
 
 if TYPE_CHECKING:

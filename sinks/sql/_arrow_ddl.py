@@ -22,7 +22,7 @@ ArrayType, MapType,         JSONB                 JSON                JSON
 StructType
 ==========================  ====================  ==================  ==========
 
-Arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql.types._json_values`); MariaDB's
+Arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql._json_values`); MariaDB's
 ``JSON`` is ``LONGTEXT`` with a ``JSON_VALID`` check.
 """
 
@@ -38,9 +38,9 @@ from sqlalchemy.engine import Dialect
 from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
-from .._names import TableName
-from .._registry import dialect_for
 from ._json_values import is_nested
+from ._names import TableName
+from ._registry import dialect_for
 
 __all__ = ["arrow_to_sqlalchemy", "column_ddl", "create_table_sql"]
 

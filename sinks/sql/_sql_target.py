@@ -19,17 +19,17 @@ from sqlalchemy.exc import DBAPIError
 from twopc import SinkError
 from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
 
-from .._names import TableName, parse_table_name
-from .._registry import SqlDatabase
-from ..options import JdbcOptions
 from ._engines import engine_for
+from ._names import TableName, parse_table_name
+from ._registry import SqlDatabase
+from .options import JdbcOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Engine
     from sqlalchemy.pool import PoolProxiedConnection
 
-    from ..types._column_match import TableColumn
+    from ._column_match import TableColumn
 
 __all__ = ["SqlTarget", "give_back"]
 
@@ -146,8 +146,8 @@ class SqlTarget:
 
     def match(self, names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], *,
               check_types: bool, check_required: bool) -> list[C]:
-        """:func:`twopc.sinks.sql.types._column_match.match_columns` with this database's type rules."""
-        from ..types._column_match import match_columns  # a task's and the plan's: a commit matches no columns
+        """:func:`twopc.sinks.sql._column_match.match_columns` with this database's type rules."""
+        from ._column_match import match_columns  # a task's and the plan's: a commit matches no columns
 
         return match_columns(names, types, columns, self.table_label,
                              compatible=self.database.compatible if check_types else None,

@@ -15,10 +15,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from twopc.spi import SchemaMismatchError, TargetConfigurationError, redact
 from twopc.spi.lease import EPHEMERAL_PREFIX, ephemeral_started, ephemeral_writer_dead
 
-from .._errors import session_init_failed
-from .._privileges import Run, require_privileges
-from .._transactional import require_transactional
-from ._statements import (
+from ._errors import session_init_failed
+from ._privileges import Run, require_privileges
+from ._staging_statements import (
     TXN_COLUMN,
     batches_table,
     check_unique,
@@ -26,14 +25,15 @@ from ._statements import (
     sql_string,
     stage_table,
 )
+from ._staging_tables import StagingTables
 from ._table_columns import VerbatimType, check_columns, same_type
-from ._tables import StagingTables
+from ._transactional import require_transactional
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
 
-    from .._names import TableName
+    from ._names import TableName
 
 __all__ = ["StagingDdl"]
 
@@ -161,7 +161,7 @@ will lose.
     def create_ddl(self, conn: Connection) -> str:
         """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
         primary key on ``upsertKeys``, MySQL's table comment)."""
-        from ..types._arrow_ddl import create_table_sql  # here, as below: a commit never loads pyarrow
+        from ._arrow_ddl import create_table_sql  # here, as below: a commit never loads pyarrow
 
         assert self.schema is not None
         o = self.options
@@ -198,7 +198,7 @@ will lose.
         the DataFrame's, of the target's types where *types* gives them (PostgreSQL,
         MariaDB/MySQL: rows are then converted on staging exactly as the prepared modes
         convert them)."""
-        from ..types._arrow_ddl import arrow_to_sqlalchemy
+        from ._arrow_ddl import arrow_to_sqlalchemy
 
         want = [TXN_COLUMN, *schema.names]
         if self.has_table(conn, self.stage):

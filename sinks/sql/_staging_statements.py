@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
-from .._names import TableName
-from .._registry import dialect_for
+from ._names import TableName
+from ._registry import dialect_for
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,9 +63,9 @@ def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
                 types: Mapping[str, sa.types.TypeEngine[Any]]) -> sa.Table:
     """The staging table for DataFrames of *schema*: the transaction id, then every
     column, nullable, of the type in *types* (the target's) or else the type twopc would
-    create (:func:`~twopc.sinks.sql.types._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
+    create (:func:`~twopc.sinks.sql._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
     to the transaction's ``twopc.txn_id`` setting, so COPY need not send it with every row."""
-    from ..types._arrow_ddl import arrow_to_sqlalchemy  # here: a commit never loads pyarrow
+    from ._arrow_ddl import arrow_to_sqlalchemy  # here: a commit never loads pyarrow
 
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
     if (default := dialect_for(dialect_name).stage_txn_default) is not None:
@@ -88,8 +88,8 @@ def batches_table(batches: TableName) -> sa.Table:
 
 @dataclass(frozen=True)
 class ReflectedColumn:
-    """A column as SQLAlchemy's inspector reflects it (the :class:`~twopc.sinks.sql.types._column_match.TableColumn`
-    that :func:`~twopc.sinks.sql.types._column_match.match_columns` needs)."""
+    """A column as SQLAlchemy's inspector reflects it (the :class:`~twopc.sinks.sql._column_match.TableColumn`
+    that :func:`~twopc.sinks.sql._column_match.match_columns` needs)."""
 
     name: str
     type: Any

@@ -1,1 +1,0 @@
-"""The staging commit mode: rows staged per task attempt, moved by the driver in one transaction."""
