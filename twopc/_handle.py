@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from ._errors import HandleError, HandleVersionError, UnknownHandleKindError
-from ._objpath import load_object
 
 __all__ = [
     "BUILT_IN_KINDS",
@@ -235,6 +234,8 @@ def _import_kind(kind: str) -> type[TransactionHandle]:
     Raises:
         UnknownHandleKindError: nothing names the kind, or its module fails to import.
     """
+    from ._objpath import load_object  # a kind no import registered: a sink's worker has its own registered
+
     with _LOOKUP_LOCK:
         if (cls := _REGISTRY.get(kind)) is not None:
             return cls

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 from ._context import TransactionContext
 from ._errors import ConfigurationError, ProtocolError, SinkError
 from ._handle import TransactionHandle
-from ._inspect import Headroom, PreparedDetail
 from .ledger._target_protocol import TargetLedger
 
 if TYPE_CHECKING:
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
 
     import pyarrow as pa
 
+    from ._inspect import Headroom, PreparedDetail
     from ._sink_id_record import OwnerRecord
 
 __all__ = ["AnySink", "BatchCommit", "CommitOutcome", "CommitShape", "DecisionHook", "Inspectable", "LedgerHost",
@@ -309,6 +309,8 @@ class Inspectable(Protocol):
         Raises:
             SinkError: the target failed.
         """
+        from ._inspect import PreparedDetail  # twopc status's: a write's workers never build one
+
         return [PreparedDetail(h) for h in cast(AnySink, self).list_prepared(sink_id)]
 
     def headroom(self, sink_id: str) -> Headroom | None:
@@ -420,6 +422,8 @@ class _Defaults(WriteSetup, BatchCommit, DecisionHook, Inspectable, MarkerPurge,
         return _commit_mode(self._sink)
 
     def prepared_details(self, sink_id: str) -> Sequence[PreparedDetail]:
+        from ._inspect import PreparedDetail  # as in Inspectable.prepared_details
+
         return [PreparedDetail(h) for h in self._sink.list_prepared(sink_id)]
 
 

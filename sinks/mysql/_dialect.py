@@ -19,8 +19,8 @@ from twopc import ConfigurationError
 from twopc.spi import TargetConfigurationError
 
 from .._options import Duration
+from ..sql._names import sql_literal
 from ..sql._registry import DriverBound, SqlDatabase
-from ..sql._twopc_schema import sql_literal
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine

@@ -21,7 +21,7 @@ import pymysql
 from sqlalchemy.exc import DBAPIError
 
 from twopc import ConfigurationError, SinkError
-from twopc.spi import Headroom, TargetConfigurationError
+from twopc.spi import TargetConfigurationError
 
 from ..sql._prepared_committer import MarkerTable
 from ..sql._sql_dialect import SqlTxn, TxnControl
@@ -44,6 +44,8 @@ from ._xa_commit import commit_many
 if TYPE_CHECKING:
     import pyarrow as pa
     from pymysql.connections import Connection as PyMySQLConnection
+
+    from twopc.spi import Headroom
 
 __all__ = ["MySqlPrepared"]
 
@@ -85,7 +87,7 @@ class MySqlPrepared(MySqlDialect):
                 return server.probe_xa(cur, t.where(), t.redact)
         except pymysql.Error as exc:
             broken = is_connection_error(exc)
-            return False, f"probing XA at {t.where()} failed: {t.redact(t.error_text(exc))}"
+            return False, f"probing XA at {t.where()} failed: {t.redact(t.database.error_text(exc))}"
         finally:
             give_back(conn, broken=broken)
 
@@ -336,6 +338,8 @@ class MySqlPrepared(MySqlDialect):
 
     # -- driver side -----------------------------------------------------------------------
     def headroom(self) -> Headroom:
+        from twopc.spi import Headroom  # twopc status's: a write's workers never build one
+
         _n, rows = self.target.control_execute("XA RECOVER", fetch=True)
         return Headroom("XA RECOVER", len(rows), None)
 

@@ -95,7 +95,7 @@ def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int
             while ok < len(chunk) and cur.nextset():
                 ok += 1
         except pymysql.err.MySQLError as exc:
-            if sink.target.is_connection_error(exc):
+            if sink.target.database.is_connection_error(exc):
                 raise  # the control connection is dropped as broken: nothing to switch back
             failed = exc
     _set_multi_statements(dbapi, False)

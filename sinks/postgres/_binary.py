@@ -23,7 +23,6 @@ import pyarrow.compute as pc
 
 from twopc import ConfigurationError, SinkError
 
-from .._arrow_const import const
 from ..sql._json_values import is_nested
 from ._columns import PgColumn, check_no_nul, is_binary, is_string, value_bytes
 
@@ -74,7 +73,31 @@ def binary_supported(arrow_type: pa.DataType, col: PgColumn) -> bool:
 _INT_CAST = {"int2": (pa.int16(), "smallint"), "int4": (pa.int32(), "integer"), "int8": (pa.int64(), "bigint")}
 _FLOAT_CAST = {"float4": pa.float32(), "float8": pa.float64()}
 _LB = pa.large_binary()
-# scalars from their bytes, never from Python values: see twopc.sinks._arrow_const
+_INT_FORMATS = {8: "b", 16: "h", 32: "i", 64: "q"}
+
+
+def const(value: int | bytes, type_: pa.DataType) -> pa.Scalar:
+    """The scalar *value* of *type_* (a signed integer, ``binary`` or ``large_binary``), built
+    from its bytes. Every conversion from Python values in pyarrow (``pa.scalar(1)``,
+    ``pa.array([...])``, a plain ``1`` passed to a compute function) asks pyarrow's pandas
+    shim whether the value is a pandas object, and that first question imports pandas: about
+    0.4 s of CPU in a fresh Spark Python worker. A scalar built from a buffer asks nothing, so
+    the encoder, which makes its scalars with this and computes over arrays, never imports
+    pandas.
+
+    Raises:
+        TypeError: another type, or a value that is not of it.
+    """
+    if isinstance(value, bytes) and (pa.types.is_binary(type_) or pa.types.is_large_binary(type_)):
+        offsets = struct.pack("=2q" if pa.types.is_large_binary(type_) else "=2i", 0, len(value))
+        return pa.Array.from_buffers(type_, 1, [None, pa.py_buffer(offsets), pa.py_buffer(value)])[0]
+    if isinstance(value, int) and pa.types.is_signed_integer(type_):
+        data = struct.pack("=" + _INT_FORMATS[type_.bit_width], value)
+        return pa.Array.from_buffers(type_, 1, [None, pa.py_buffer(data)])[0]
+    raise TypeError(f"const: no {type_} scalar of {value!r}")
+
+
+# scalars from their bytes, never from Python values (see const)
 _NULL_FIELD = const(b"\xff\xff\xff\xff", _LB)
 _SEP = const(b"", _LB)
 _JSONB_VERSION = const(b"\x01", _LB)

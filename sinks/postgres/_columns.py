@@ -11,7 +11,7 @@ from twopc import ConfigurationError, SinkError
 
 from ..sql._json_values import is_nested, json_texts
 from ..sql._type_rules import Family, fits
-from ._pg_column import PgColumn
+from ._server import PgColumn
 
 __all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
            "normalize_array", "value_bytes"]

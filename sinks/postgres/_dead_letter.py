@@ -33,7 +33,6 @@ from ..sql._json_values import jsonable
 from ..sql._names import TableName
 from ._columns import PgColumn
 from ._copy import CopyPlan, CopyStream, identifier
-from ._errors import diag
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -90,6 +89,8 @@ def wrong_dead_letter_types(table: TableName, columns: Sequence[PgColumn]) -> st
 
 def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:
     if isinstance(exc, psycopg.Error):
+        from ._errors import diag  # a refused row's: a load that succeeds maps no error
+
         state, primary = diag(exc)
         where = exc.diag.context.splitlines()[0] if exc.diag.context else ""
         detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""

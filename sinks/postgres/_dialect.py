@@ -20,8 +20,8 @@ from twopc.spi import TargetConfigurationError
 
 from .._net import KEEPALIVE_COUNT, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S
 from ..sql._engines import APPLICATION_NAME
+from ..sql._names import sql_literal
 from ..sql._registry import DriverBound, SqlDatabase
-from ..sql._twopc_schema import sql_literal
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection

@@ -16,7 +16,7 @@ from psycopg import errors as pgerr
 from psycopg import sql
 
 from twopc import ConfigurationError, SinkError
-from twopc.spi import Headroom, TargetConfigurationError
+from twopc.spi import TargetConfigurationError
 
 from ..sql._names import TableName, parse_table_name
 from ..sql._sql_dialect import SqlTxn, TxnControl
@@ -24,11 +24,12 @@ from ..sql._sql_target import SqlTarget
 from ..sql.options import isolation_sql
 from . import _server as server
 from ._dialect import PostgresDialect
-from ._pg_column import PgColumn
-from ._server import identifier
+from ._server import PgColumn, identifier
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from twopc.spi import Headroom
 
     from ._copy import CopyPlan
 
@@ -288,6 +289,8 @@ class PostgresPrepared(PostgresDialect):
         return {str(r[0]): float(r[1]) for r in rows}
 
     def headroom(self) -> Headroom:
+        from twopc.spi import Headroom  # twopc status's: a write's workers never build one
+
         _n, rows = self.target.control_execute(
             "SELECT (SELECT count(*) FROM pg_prepared_xacts), current_setting('max_prepared_transactions')::int",
             fetch=True)

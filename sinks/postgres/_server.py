@@ -1,9 +1,11 @@
 """What a PostgreSQL server says about a table (its oid, its columns with domains resolved
 to their base types, the tables a mistyped name probably meant), and how a write session
-is set up, for both commit modes."""
+is set up, for both commit modes. No Arrow: the worker that only commits a write loads this
+(for :class:`PgColumn`), never the COPY encoders."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -12,10 +14,35 @@ from psycopg import sql
 from .._options import Duration
 from ..sql._names import TableName
 from ._dialect import _quoted
-from ._pg_column import PgColumn
 
-__all__ = ["catalog_columns", "identifier", "regclass_text", "rollback_problem", "session_settings", "similar_tables",
-           "table_columns", "table_oid", "table_rollback_problem"]
+__all__ = ["PgColumn", "catalog_columns", "identifier", "regclass_text", "rollback_problem", "session_settings",
+           "similar_tables", "table_columns", "table_oid", "table_rollback_problem"]
+
+
+@dataclass(frozen=True)
+class PgColumn:
+    """A column of the target table, as the catalog describes it.
+
+    Attributes:
+        name: exact column name.
+        base_type: ``pg_type.typname`` of the column's type, domains resolved to their
+            base type (``int4``, ``text``, ``timestamptz``...).
+        display_type: the type as ``format_type`` prints it (``character varying(20)``).
+        kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
+        category: ``pg_type.typcategory`` (``A`` for arrays).
+        not_null: the column is ``NOT NULL``.
+        has_default: the column has a default, is an identity or generated column.
+        generated: the column is ``GENERATED ALWAYS AS (...) STORED`` (cannot be written).
+    """
+
+    name: str
+    base_type: str
+    display_type: str
+    kind: str = "b"
+    category: str = ""
+    not_null: bool = False
+    has_default: bool = False
+    generated: bool = False
 
 
 def identifier(table: TableName) -> sql.Identifier:

@@ -26,10 +26,8 @@ from .._handles import PostgresHandle
 from ..sql._names import TableName
 from ..sql._prepared_sink import PreparedSqlSink
 from ..sql._sql_dialect import SqlTxn
-from ._errors import no_free_slot
-from ._pg_column import PgColumn
 from ._prepared import PostgresPrepared
-from ._server import identifier
+from ._server import PgColumn, identifier
 
 if TYPE_CHECKING:
     from ._slots import Claim
@@ -69,6 +67,8 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         """
         txn, claim = self.begin_with_slot(context, keep_driver_slot=False)
         if txn is None:
+            from ._errors import no_free_slot  # a refusal's: a task that has a slot maps no error
+
             raise no_free_slot(self.target.where(), self.target.table_label, context.partition_id, claim.limit,
                                claim.keys)
         return txn

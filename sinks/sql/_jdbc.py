@@ -52,20 +52,21 @@ from twopc import (
     TransactionHandle,
     TwoPhaseCommitSink,
 )
-from twopc.spi import Headroom, LedgerHost, ProtocolError, WriteSetup, capability
+from twopc.spi import LedgerHost, ProtocolError, WriteSetup, capability
 from twopc.spi.lease import TargetLedger, hold_for_prepare
 
 from .._handles import StagingHandle
-from .._secrets import credential_free
 from ._engines import engine_for
 from ._jdbc_modes import PREPARED, STAGING, SlotClaimingSink, TwoModeSink
 from ._names import parse_table_name
 from ._registry import dialect_for
-from ._server_instance import SqlNamedTarget
+from ._sql_target import SqlNamedTarget
 from .options import JdbcOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from twopc.spi import Headroom
 
 __all__ = ["JdbcSink"]
 
@@ -112,6 +113,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
+        from .._secrets import credential_free  # the plan's: workers record no options
+
         return credential_free(options)
 
     # -- description -------------------------------------------------------------------

@@ -34,7 +34,7 @@ from twopc import (
     TransactionHandle,
     TwoPhaseCommitSink,
 )
-from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, PreparedDetail, ProtocolError, capability
+from twopc.spi import BatchCommit, DecisionHook, Inspectable, MarkerPurge, ProtocolError, capability
 
 from .._handles import PreparedSqlHandle, StagingHandle
 from ._prepared_sink import PreparedSqlSink
@@ -44,6 +44,8 @@ from .options import JdbcOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from twopc.spi import PreparedDetail
 
     from ._staging_sink import StagingSink
     from ._staging_tables import StagingTables

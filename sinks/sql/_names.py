@@ -1,5 +1,8 @@
 """Table names as each database reads them: parsing ``[schema.]table`` options, quoting for
-SQL, and display names for messages.
+SQL, and display names for messages; and where twopc's own tables go: the schema of option
+``twopcSchema`` (a database on MySQL/MariaDB; :func:`parse_twopc_schema`,
+:func:`bookkeeping_table`), which each dialect creates when missing and checks usable by the
+writer's user before any of twopc's tables is created or any task runs.
 
 Identifiers always reach SQL quoted (by the dialect's own preparer, or the backends'
 quoting helpers), so a table or column name can never inject SQL.
@@ -7,6 +10,7 @@ quoting helpers), so a table or column name can never inject SQL.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass, replace
 
@@ -16,7 +20,9 @@ from twopc import ConfigurationError
 
 from ._registry import dialect_for
 
-__all__ = ["TableName", "parse_table_name", "read_quoted"]
+__all__ = ["TableName", "bookkeeping_table", "parse_table_name", "parse_twopc_schema", "read_quoted", "sql_literal"]
+
+log = logging.getLogger("twopc.sinks.sql")
 
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 _QUOTES = {'"': '"', "`": "`", "[": "]"}
@@ -133,3 +139,44 @@ def read_quoted(s: str, i: int, where: str) -> tuple[str, int]:
         if "\x00" in part:
             raise ConfigurationError(f"{where}: a name cannot contain a NUL character")
         return part, k + 1
+
+
+def parse_twopc_schema(text: str | None, dialect: str) -> str | None:
+    """The ``twopcSchema`` option as the database stores the name (PostgreSQL folds
+    unquoted names to lower case), or None (also on databases other than PostgreSQL and
+    MySQL/MariaDB: SQLite keeps twopc's tables in the target's database file).
+
+    Raises:
+        ConfigurationError: not one name.
+    """
+    if text is None:
+        return None
+    if not dialect_for(dialect).twopc_schemas:
+        log.info("twopc: twopcSchema applies to PostgreSQL and MariaDB/MySQL; on %s twopc's tables stay in the "
+                 "target's database", dialect)
+        return None
+    name = parse_table_name(text, dialect, "twopcSchema")
+    if name.schema is not None:
+        raise ConfigurationError(f"twopcSchema {text!r} has two parts; give one schema name such as twopc "
+                                 f"(quote a name with a dot in it)")
+    return name.name
+
+
+def bookkeeping_table(table: TableName, schema: str | None, dialect: str, database: str) -> TableName:
+    """*table*, one of twopc's own tables, in *schema* (``twopcSchema``) when it names no
+    schema and *schema* is set; else as it is. On MySQL/MariaDB, where that database serves
+    every database of the server, the name there ends with ``_<8 hex of the URL's
+    *database*>``: each database keeps its own tables, as without the option (the ledger's
+    writers and leases and the batch markers are per database).
+
+    Raises:
+        ConfigurationError: the name would be longer than MySQL/MariaDB allows.
+    """
+    if table.schema is not None or schema is None:
+        return table
+    return TableName(schema, dialect_for(dialect).bookkeeping_name(table.name, schema, database), table.dialect)
+
+
+def sql_literal(text: str) -> str:
+    """*text* as a SQL string literal (for statements sent without parameters)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"

@@ -14,14 +14,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from twopc import CommitOutcome, SinkError, TransactionHandle, Xid
-from twopc.spi import Headroom, PreparedDetail, ProtocolError, SinkUnavailableError, TargetConfigurationError
+from twopc.spi import ProtocolError, SinkUnavailableError, TargetConfigurationError
 
 from .._handles import PreparedSqlHandle
-from ._errors import ROLLED_BACK
 from ._sql_dialect import SqlDialect
 from ._sql_target import SqlTarget
 
 if TYPE_CHECKING:
+    from twopc.spi import Headroom, PreparedDetail
+
     from ._column_match import TableColumn
 
 __all__ = ["MARKER_COLUMNS", "MarkerTable", "PreparedCommitter"]
@@ -78,7 +79,7 @@ class MarkerTable:
                     f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
                     f"IN ({', '.join(['%s'] * len(chunk))})", chunk, fetch=True)
             except t.database.driver_error as exc:
-                if t.is_missing_table(exc):
+                if t.database.is_missing_table(exc):
                     return found
                 raise t.map_error(exc, "read the marker table") from None
             found.update(str(r[0]) for r in rows)
@@ -184,6 +185,8 @@ class PreparedCommitter(Generic[C, H]):
         except SinkUnavailableError:
             raise
         except SinkError as exc:
+            from ._errors import ROLLED_BACK  # a failed commit's: one that succeeds maps no error
+
             reason = str(exc).replace(ROLLED_BACK, "").rstrip(". ")
             raise SinkError(f"{reason}. {self._state_after_failed_finish(verb, gid)}") from None
 
@@ -234,6 +237,8 @@ class PreparedCommitter(Generic[C, H]):
         Raises:
             SinkUnavailableError / SinkError: the server failed.
         """
+        from twopc.spi import PreparedDetail  # twopc status's: a write's workers never build one
+
         handles = self.list_prepared(sink_id)
         with self.target.mapped("read when transactions were prepared"):
             since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}

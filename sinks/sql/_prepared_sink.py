@@ -40,14 +40,11 @@ from twopc import ConfigurationError, SinkError, TwoPhaseCommitSink
 from twopc.spi import BatchCommit, Inspectable, LedgerHost, MarkerPurge, SinkUnavailableError, WriteSetup
 
 from .._handles import PreparedSqlHandle
-from .._secrets import credential_free
-from ._errors import session_init_failed
 from ._prepared_committer import MARKER_COLUMNS, MarkerTable, PreparedCommitter
 from ._prepared_writer import PreparedWriter
 from ._registry import SqlDatabase
-from ._server_instance import SqlNamedTarget
 from ._sql_dialect import SqlDialect, SqlTxn
-from ._sql_target import SqlTarget, give_back
+from ._sql_target import SqlNamedTarget, SqlTarget, give_back
 from ._target_ledger import SqlTargetLedger
 from .options import JDBC_FORMAT, JdbcOptions, safe_url
 
@@ -119,6 +116,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
+        from .._secrets import credential_free  # the plan's: workers record no options
+
         return credential_free(options)
 
     @classmethod
@@ -223,9 +222,9 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                                display=t.marker_label, columns=[t.quote(c) for c in MARKER_COLUMNS],
                                privileges=("SELECT", "INSERT", "DELETE"), role="the marker table")
         except t.database.driver_error as exc:
-            broken = t.is_connection_error(exc)
+            broken = t.database.is_connection_error(exc)
             raise (SinkUnavailableError if broken else SinkError)(
-                f"validating {t.table_label} on {t.where()} failed: {t.redact(t.error_text(exc))}"
+                f"validating {t.table_label} on {t.where()} failed: {t.redact(t.database.error_text(exc))}"
             ) from None
         finally:
             give_back(conn, broken=broken)
@@ -248,7 +247,9 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             cur.execute("BEGIN")
             cur.execute(stmt)
         except t.database.driver_error as exc:
-            raise session_init_failed(t.where(), t.redact(t.error_text(exc))) from None
+            from ._errors import session_init_failed  # the plan's: workers never try the statement
+
+            raise session_init_failed(t.where(), t.redact(t.database.error_text(exc))) from None
         finally:
             try:
                 cur.execute("ROLLBACK")

@@ -235,8 +235,8 @@ class PreparedWriter(Generic[C, H]):
 
     def fail(self, txn: SqlTxn[C], exc: BaseException, action: str) -> NoReturn:
         """Roll the transaction back and raise a credential-free :class:`SinkError`."""
-        broken = self.target.is_connection_error(exc)
-        txn.failed = f"{self.target.error_code(exc) or 'connection'} during {action}"
+        broken = self.target.database.is_connection_error(exc)
+        txn.failed = f"{self.target.database.error_code(exc) or 'connection'} during {action}"
         if broken:
             self.release(txn, broken=True)
         else:

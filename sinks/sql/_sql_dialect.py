@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, Protocol, TypeVar
 
 from twopc import TransactionContext
-from twopc.spi import Headroom
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.pool import PoolProxiedConnection
+
+    from twopc.spi import Headroom
 
     from ._column_match import TableColumn
     from ._sql_target import SqlTarget

@@ -1,10 +1,19 @@
-"""The database and tables a prepared-transaction SQL sink writes to, and its connections.
+"""The database and tables a SQL sink writes to: what the server says it is, and a prepared
+sink's connections to it.
 
-:class:`SqlTarget` is the part of such a sink that its writer, committer and dialect all
-hold: the configuration, the display names, the connections (a per-process pool, and a
-*control* connection for the driver's statements, retried once on a new connection when it
-turns out dead: every control statement is idempotent), and the mapping of driver errors to
+:class:`SqlTarget` is the part of a prepared-transaction sink that its writer, committer and
+dialect all hold: the configuration, the display names, the connections (a per-process pool,
+and a *control* connection for the driver's statements, retried once on a new connection when
+it turns out dead: every control statement is idempotent), and the mapping of driver errors to
 twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.SqlDatabase`).
+
+:class:`SqlNamedTarget` is every SQL sink's :meth:`~twopc.spi.NamedTarget.target_instance`.
+A checkpoint records the target its batches were prepared in, and a later write must go to
+the same one; a URL does not say which server it reaches (``localhost``, an alias, a host
+name after a migration). So the server is asked: PostgreSQL's cluster ``system_identifier``
+(kept by physical replicas and base backups, which also keep prepared transactions) and the
+database's oid; MySQL/MariaDB's host name, port and data folder. A server that cannot answer
+gives ``None``: the ledger then compares the URL-based identities.
 """
 
 from __future__ import annotations
@@ -17,11 +26,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from twopc import SinkError
-from twopc.spi import SchemaMismatchError, SinkUnavailableError, redact
+from twopc.spi import NamedTarget, SchemaMismatchError, SinkUnavailableError, redact
 
 from ._engines import engine_for
 from ._names import TableName, parse_table_name
-from ._registry import SqlDatabase
+from ._registry import SqlDatabase, dialect_for
 from .options import JdbcOptions
 
 if TYPE_CHECKING:
@@ -31,7 +40,7 @@ if TYPE_CHECKING:
 
     from ._column_match import TableColumn
 
-__all__ = ["SqlTarget", "give_back"]
+__all__ = ["SqlNamedTarget", "SqlTarget", "give_back", "server_instance"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
@@ -69,9 +78,10 @@ class SqlTarget:
         marker: the marker table (in ``twopcSchema`` when it is set).
         table_label: *table* as a display name for messages (quoted where needed).
         marker_label: *marker* as a display name for messages.
-        quote, is_connection_error, is_missing_table, error_code, error_text: *database*'s own
-            functions (quoting an identifier for a statement sent with ``%s`` parameters;
-            reading a driver error), handed out as they are.
+        quote: *database*'s own quoting of an identifier for a statement sent with ``%s``
+            parameters. Its error rules (``database.is_connection_error``, ``error_code``...)
+            are read where an error is mapped: they live in the database's driver-side
+            errors module, which a write that meets no error never loads.
 
     Pickles without its control connection.
     """
@@ -84,10 +94,6 @@ class SqlTarget:
         self.table_label = self.table.display()
         self.marker_label = self.marker.display()
         self.quote = database.quote
-        self.is_connection_error = database.is_connection_error
-        self.is_missing_table = database.is_missing_table
-        self.error_code = database.error_code
-        self.error_text = database.error_text
         self._control: PoolProxiedConnection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -211,11 +217,11 @@ class SqlTarget:
             try:
                 return action(conn.driver_connection)
             except self.database.driver_error as exc:
-                if not self.is_connection_error(exc):
+                if not self.database.is_connection_error(exc):
                     raise
                 self.drop_control(broken=True)
                 err = SinkUnavailableError(f"lost the connection to {self.database.product} at {self.where()}: "
-                                           f"{self.redact(self.error_text(exc))}")
+                                           f"{self.redact(self.database.error_text(exc))}")
             if not reused or attempt == 2:
                 break
             log.info("twopc: the control connection to %s was dead; retrying on a new one", self.database.product)
@@ -237,9 +243,47 @@ class SqlTarget:
             broken = False
             return result
         except self.database.driver_error as exc:
-            if not (broken := self.is_connection_error(exc)):
+            if not (broken := self.database.is_connection_error(exc)):
                 raise
             raise SinkUnavailableError(f"lost a connection to {self.database.product} at {self.where()}: "
-                                       f"{self.redact(self.error_text(exc))}") from None
+                                       f"{self.redact(self.database.error_text(exc))}") from None
         finally:
             give_back(conn, broken=broken)
+
+
+def server_instance(options: JdbcOptions) -> str | None:
+    """``postgresql system <id> database oid <oid> table <table>`` or ``mysql server
+    <host>:<port> datadir <folder> table <db.table>``; ``None`` when the server does not
+    answer or the dialect has no such query. Never raises."""
+    dialect = dialect_for(options.identity_dialect)
+    query = dialect.server_identity_sql
+    if query is None:
+        return None
+    try:
+        with engine_for(options.url, options.net_timeouts(), autocommit=True).connect() as conn:
+            row = conn.exec_driver_sql(query).one()
+    except Exception as exc:  # noqa: BLE001 - any failure means "cannot tell": the URLs are compared instead
+        log.info("twopc: could not ask %s which server it is (%s): the checkpoint's target is compared by URL",
+                 options.safe_url(), redact(str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                                            options.secrets()))
+        return None
+    return dialect.server_identity(row, options.identity_table())
+
+
+class SqlNamedTarget(NamedTarget):
+    """:class:`~twopc.spi.NamedTarget` of a SQL sink, from its :attr:`options`."""
+
+    options: JdbcOptions
+
+    def target_identity(self) -> str:
+        """What a write with these options writes to, credential-free, the same for every
+        spelling of the same table: ``<dialect> <host>:<port>/<database> table <schema.table>``
+        (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
+        a table without a database is in the URL's."""
+        dialect = self.options.identity_dialect
+        where = dialect_for(dialect).identity_where(self.options.url)
+        return f"{dialect} {where} table {self.options.identity_table()}"
+
+    def target_instance(self) -> str | None:
+        """The server's own identity and the table (:func:`server_instance`)."""
+        return server_instance(self.options)

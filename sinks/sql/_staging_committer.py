@@ -21,7 +21,8 @@ from twopc.spi import ProtocolError, SchemaMismatchError, TargetConfigurationErr
 
 from .._handles import StagingHandle
 from ._staging_ddl import StagingDdl
-from ._staging_statements import TXN_COLUMN, move_sql, sql_string
+from ._staging_statements import move_sql, sql_string
+from ._staging_tables import TXN_COLUMN
 
 __all__ = ["StagingCommitter"]
 

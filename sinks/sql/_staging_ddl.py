@@ -17,15 +17,8 @@ from twopc.spi.lease import EPHEMERAL_PREFIX, ephemeral_started, ephemeral_write
 
 from ._errors import session_init_failed
 from ._privileges import Run, require_privileges
-from ._staging_statements import (
-    TXN_COLUMN,
-    batches_table,
-    check_unique,
-    fresh,
-    sql_string,
-    stage_table,
-)
-from ._staging_tables import StagingTables
+from ._staging_statements import batches_table, check_unique, sql_string, stage_table
+from ._staging_tables import TXN_COLUMN, StagingTables, fresh
 from ._table_columns import VerbatimType, check_columns, same_type
 from ._transactional import require_transactional
 

@@ -48,10 +48,9 @@ from twopc.spi import (
 )
 
 from .._handles import StagingHandle
-from ._server_instance import SqlNamedTarget
+from ._sql_target import SqlNamedTarget
 from ._staging_committer import StagingCommitter
-from ._staging_statements import TXN_COLUMN
-from ._staging_tables import StagingTables
+from ._staging_tables import TXN_COLUMN, StagingTables
 from .options import JDBC_FORMAT, JdbcOptions, safe_url
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ upsert in each dialect's syntax)."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,39 +16,20 @@ from twopc.spi import SchemaMismatchError
 
 from ._names import TableName
 from ._registry import dialect_for
+from ._staging_tables import TXN_COLUMN
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
 
 __all__ = [
-    "TXN_COLUMN",
     "ReflectedColumn",
     "batches_table",
     "check_unique",
-    "default_stage_name",
-    "fresh",
     "move_sql",
     "sql_string",
     "stage_table",
 ]
-
-#: the staging table's column holding each row's transaction id
-TXN_COLUMN = "twopc_txn"
-
-
-def default_stage_name(table: TableName) -> str:
-    """``twopc_stage_<12 hex of *table*'s name>``."""
-    digest = hashlib.sha256(f"{table.schema}.{table.name}".encode()).hexdigest()[:12]
-    return f"twopc_stage_{digest}"
-
-
-def fresh(conn: Connection) -> Any:
-    """``conn.begin()`` after ending a transaction that reflection queries auto-began."""
-    if conn.in_transaction():
-        conn.commit()
-    return conn.begin()
-
 
 def sql_string(text: str, *, backslash: bool) -> str:
     """A SQL string literal (for DDL that takes no bind parameters)."""

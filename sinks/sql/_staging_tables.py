@@ -1,34 +1,37 @@
 """The configuration and connections the staging sink's parts share: the written table, staging
-and batch marker tables, the save mode, and the connections with a write's session settings
-(from the registered dialect: :mod:`twopc.sinks.sql._registry`); and the driver's bookkeeping
+(its default name, its transaction column) and batch marker tables, the save mode, and the
+connections with a write's session settings (from the registered dialect:
+:mod:`twopc.sinks.sql._registry`); and the driver's bookkeeping
 of the staging table: the attempts staged in it, the batch markers purged. A prepared-mode
 ``twopc-jdbc`` write whose tasks may stage sweeps staged attempts with these tables alone."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from twopc import ConfigurationError, SinkError, Xid
-from twopc.spi import PreparedDetail, SinkUnavailableError, redact
+from twopc.spi import SinkUnavailableError, redact
 
 from .._handles import StagingHandle
 from ._engines import engine_for
 from ._names import TableName, parse_table_name
 from ._registry import SqlDatabase, dialect_for
-from ._staging_statements import TXN_COLUMN, default_stage_name, fresh
 from .options import JdbcOptions, SaveMode, isolation_sql
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["BATCH_TABLE", "MODES", "StagingTables"]
+    from twopc.spi import PreparedDetail
+
+__all__ = ["BATCH_TABLE", "MODES", "TXN_COLUMN", "StagingTables", "default_stage_name", "fresh"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
@@ -36,6 +39,21 @@ log = logging.getLogger("twopc.sinks.staging")
 MODES = ("append", "overwrite", "errorifexists", "ignore")
 #: the default table of committed batch markers
 BATCH_TABLE = "twopc_batches"
+#: the staging table's column holding each row's transaction id
+TXN_COLUMN = "twopc_txn"
+
+
+def default_stage_name(table: TableName) -> str:
+    """``twopc_stage_<12 hex of *table*'s name>``."""
+    digest = hashlib.sha256(f"{table.schema}.{table.name}".encode()).hexdigest()[:12]
+    return f"twopc_stage_{digest}"
+
+
+def fresh(conn: Connection) -> Any:
+    """``conn.begin()`` after ending a transaction that reflection queries auto-began."""
+    if conn.in_transaction():
+        conn.commit()
+    return conn.begin()
 
 
 class StagingTables:
@@ -191,6 +209,8 @@ class StagingTables:
         Raises:
             SinkError / SinkUnavailableError: the database failed.
         """
+        from twopc.spi import PreparedDetail  # twopc status's: a write's workers never build one
+
         return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
 
     def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:

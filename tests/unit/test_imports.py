@@ -74,7 +74,7 @@ def test_lazy_names_are_public() -> None:
 #: modules a write never needs, which every Spark Python worker of a write would otherwise
 #: import again (the planner, each task, the commit): the Prometheus client (serving metrics),
 #: Parquet (the file sink's writer) and pandas (which pyarrow imports on the first scalar made
-#: from a Python value: see twopc.sinks._arrow_const)
+#: from a Python value: see twopc.sinks.postgres._binary.const)
 NOT_ON_THE_WRITE_PATH = ("prometheus_client", "pyarrow.parquet", "pandas")
 
 
@@ -122,7 +122,7 @@ def test_metrics_and_parquet_still_load_on_first_use() -> None:
 #: what importing each package loads of twopc besides itself: the packages serve their names
 #: on first use (twopc._lazy), so a Spark Python worker loads the modules of what it runs only
 #: (twopc.sinks registers the built-in handle kinds: twopc.sinks._handles and what it needs)
-_HANDLES = ["twopc._errors", "twopc._handle", "twopc._objpath", "twopc.sinks._handles", "twopc.spi.runtime"]
+_HANDLES = ["twopc._errors", "twopc._handle", "twopc.sinks._handles", "twopc.spi.runtime"]
 LOADED_BY_IMPORT = {
     "twopc": ["twopc._lazy"],
     "twopc.spi": ["twopc", "twopc._lazy"],

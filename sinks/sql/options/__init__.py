@@ -16,10 +16,8 @@ from sqlalchemy.engine import URL
 
 from ..._net import keepalive_socket_options
 from ..._options import Duration
-from ..._secrets import SECRET_KEYS, secret_forms
-from .._names import TableName, parse_table_name
+from .._names import TableName, bookkeeping_table, parse_table_name
 from .._registry import SqlDatabase, dialect_for
-from .._twopc_schema import bookkeeping_table
 
 __all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "POSTGRES_FORMAT", "SOCKET_TIMEOUT", "STAGING_RETENTION",
            "CommitMode", "CopyFormat", "Dialect", "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode",
@@ -183,7 +181,7 @@ class JdbcOptions:
 
     def bookkeeping(self, table: TableName) -> TableName:
         """*table*, one of twopc's own tables, in :attr:`twopc_schema` when it names no
-        schema and the option is set (:func:`~twopc.sinks.sql._twopc_schema.bookkeeping_table`)."""
+        schema and the option is set (:func:`~twopc.sinks.sql._names.bookkeeping_table`)."""
         return bookkeeping_table(table, self.twopc_schema, self.dialect, self.url.database or "")
 
     def net_timeouts(self) -> NetTimeouts:
@@ -209,7 +207,7 @@ class JdbcOptions:
 
     def identity_table(self) -> str:
         """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
-        in :mod:`twopc.sinks.sql._server_instance`): as the database reads
+        in :mod:`twopc.sinks.sql._sql_target`): as the database reads
         ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
         dialect = self.identity_dialect
         table = parse_table_name(self.table, dialect)
@@ -235,6 +233,8 @@ class JdbcOptions:
 
 def safe_url(url: URL) -> str:
     """*url* as text with the password (and ``sslpassword``) replaced by ``***``."""
+    from ..._secrets import SECRET_KEYS  # messages' and descriptions': a task that succeeds shows no URL
+
     hidden = {k: "***" for k in url.query if k.lower() in SECRET_KEYS}
     if hidden:
         url = url.update_query_dict(hidden)
@@ -244,6 +244,8 @@ def safe_url(url: URL) -> str:
 def url_secrets(url: URL) -> list[str]:
     """Every form (raw, URL-quoted) of *url*'s password and other secret parameters,
     longest first, for :func:`twopc.spi.redact`."""
+    from ..._secrets import SECRET_KEYS, secret_forms  # as in safe_url
+
     values: list[str | None] = [url.password]
     for k, v in url.query.items():
         if k.lower() in SECRET_KEYS:

@@ -95,8 +95,8 @@ from twopc import ConfigurationError
 
 from ..._options import Duration, OptionReader
 from ..._secrets import redacted_errors
+from .._names import parse_twopc_schema
 from .._registry import SqlDatabase, dialect_for
-from .._twopc_schema import parse_twopc_schema
 from . import (
     CONNECT_TIMEOUT,
     JDBC_FORMAT,
