@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from twopc import faultinject
 
-from ._advice import recover_command
 from ._errors import LedgerError, ProtocolError, SinkUnavailableError, TransactionLostError, TwoPCError
 from ._handle import TransactionHandle
 from ._logs import log_event
@@ -145,6 +144,8 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
               txn_ids=lost)
     head = (f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
             f"transactions {lost} are neither prepared nor committed in {sink.describe()}")
+    from ._advice import recover_command  # a lost transaction's advice: a batch that commits needs none
+
     run = recover_command(None if ledger.in_target else ledger.checkpoint_location, "--accept-lost",
                           str(decision.batch_id), sink_id=decision.sink_id)
     accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run {run} to "
@@ -174,6 +175,8 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
              exc: SinkUnavailableError, format_name: str) -> str:
     log.error("twopc: batch %s is decided; its commit to %s got no answer in %s attempts",
               decision.batch_id, sink.describe(), attempts)
+    from ._advice import recover_command  # as in _lost
+
     run = recover_command(None if ledger.in_target else ledger.checkpoint_location, format_name=format_name)
     return (f"batch {decision.batch_id} of sink {decision.sink_id!r} is decided, but its commit to "
             f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "

@@ -30,11 +30,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._driver_identity import DriverIdentity, driver_identity
 from .._errors import DAMAGED_NEXT_STEP, FencedError, LedgerError
-from ._stores import ReadOnlyRecords, Records
+
+if TYPE_CHECKING:
+    from ._stores import Records
 
 __all__ = ["Ownership"]
 
@@ -236,6 +238,8 @@ class Ownership:
             return True
         verdict = self._verdict(first)
         if verdict is None:
+            from ._stores import ReadOnlyRecords  # the store's kind: loaded with it when it is one
+
             if isinstance(self._store, ReadOnlyRecords):  # twopc status, a metrics scrape: it may stand
                 return True
             verdict = self._judge(first)

@@ -33,7 +33,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._advice import command
 from .._errors import ConfigurationError, ProtocolError, TargetMismatchError
 from ._fencing_epochs import Ownership
 from ._ledger_records import (
@@ -49,10 +48,11 @@ from ._ledger_records import (
     record_name,
     tasks_in,
 )
-from ._stores import FolderRecords, ReadOnlyRecords, Records, open_store
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
+
+    from ._stores import Records
 
 __all__ = ["CommitLedger", "spark_checkpoint_started"]
 
@@ -65,6 +65,8 @@ def spark_checkpoint_started(location: str) -> bool:
         ConfigurationError: the location is one the ledger refuses (see :mod:`twopc.ledger._stores`).
         LedgerError: it cannot be read.
     """
+    from ._stores import open_store  # a checkpoint's: a ledger in the target reads no folder
+
     return open_store(location).read("metadata") is not None
 
 
@@ -86,6 +88,8 @@ def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | N
     """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
     to do: finish the decided batches (*pending*) there, else give the write its own
     checkpoint or move this one."""
+    from .._advice import command  # a refusal's: a write to its own target is given no advice
+
     head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
             f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
     if pending:
@@ -123,10 +127,14 @@ class CommitLedger(Ownership):
         self.checkpoint_location = checkpoint_location
         self.in_target = store is not None
         """Whether the records are kept in the target (:mod:`twopc._target`), not in a checkpoint."""
-        if store is None:
+        if store is None:  # a checkpoint's: a ledger in the target is given its store
+            from ._stores import FolderRecords, open_store
+
             folder = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
             store = FolderRecords(folder, make=not read_only)
-        if read_only:
+        if read_only:  # twopc status, a metrics scrape
+            from ._stores import ReadOnlyRecords
+
             store = ReadOnlyRecords(store)
         super().__init__(store, epoch, self._pending_epochs)
         self.location = store.root
@@ -254,6 +262,8 @@ class CommitLedger(Ownership):
         recorded = self.target_record()
         pending = [d.batch_id for d in self.pending()]
         if pending and (recorded is None or not same_target(recorded.target, recorded.instance, identity, instance)):
+            from .._advice import command  # as in mismatch_message
+
             where = (shown(recorded.target, recorded.instance) if recorded is not None
                      else "the target the checkpoint was written to")
             raise TargetMismatchError(
