@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from twopc.sinks.sql.database._engines import PING_AFTER_IDLE_S, engine_for
+from twopc.sinks.sql._engines import PING_AFTER_IDLE_S, engine_for
 from twopc.sinks.sql.options import NetTimeouts
 
 from tests._sql_helpers import uid
