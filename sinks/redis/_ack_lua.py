@@ -1,21 +1,12 @@
-"""Acknowledging in the sink's commit (``ackGroup``), server side: commit a batch and
-acknowledge its source entries in one call.
+"""Option ``ackGroup``, server side: ``twopc_redis_ack_v1_commit_batch_ack`` runs
+``commit_batch``'s checks and writes, then, in the same atomic call, ``twopc_stream_v2_ack``'s
+step (without trimming) up to the highest entry id per stream. This closes the first danger
+window (sink committed, entries not acknowledged) instead of recovering it.
 
-When the rows a ``twopc-redis`` write commits were read from Redis Streams on the same
-server (and, on a cluster, in the sink's slot), option ``ackGroup`` makes the batch's commit
-also move that consumer group: ``twopc_redis_ack_v1_commit_batch_ack`` runs exactly the
-checks and writes of ``twopc_redis_batch_v1_commit_batch``, then, in the same atomic call,
-the source's "acknowledge up to" step (``twopc_stream_v2_ack``'s code, without trimming) for
-each stream up to the highest entry id the batch wrote. No reader and no other consumer of
-the group ever sees the batch committed but its entries pending: the design's first danger
-window (sink committed, not acknowledged) is closed, not just recovered.
-
-The code is assembled from the two libraries' own text (one copy of each rule); like them,
-it never changes under its name (``tests/sinks/redis/test_redis_ack.py`` pins its digest).
-
-Keys: ``txns, prepared, markers, staging_1..staging_n, stream_1..stream_m``. Arguments:
-``batch_id, txn_1..txn_n, group, id_1..id_m, m``. Reply: as ``commit_batch``; nothing is
-acknowledged when it answers ``FAILED`` (nothing was applied either).
+Assembled from the two libraries' own text; it never changes under its name
+(``tests/sinks/redis/test_redis_ack.py`` pins its digest). Keys: ``txns, prepared, markers,
+staging_1..n, stream_1..m``; arguments: ``batch_id, txn_1..n, group, id_1..m, m``; reply as
+``commit_batch`` (``FAILED``: nothing applied nor acknowledged).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The values of ``twopc-redis`` options that are more than a string: a choice, the
-``requireSameSlot`` tri-state, a positive timeout. (Split from :mod:`twopc.sinks.redis._sink`,
-which builds the sink from them.)"""
+"""``twopc-redis`` option values that are more than a string: a choice, the ``requireSameSlot``
+tri-state, a positive timeout."""
 
 from __future__ import annotations
 
@@ -15,11 +14,7 @@ FORMAT_NAME = "twopc-redis"
 
 
 def one_of(name: str, value: str, allowed: tuple[str, ...]) -> str:
-    """*value* (case-insensitive) when it is one of *allowed*.
-
-    Raises:
-        ConfigurationError: it is not (the message names option *name*).
-    """
+    """*value* (case-insensitive) when it is one of *allowed*, else ConfigurationError naming option *name*."""
     v = value.strip().lower()
     if v not in allowed:
         raise ConfigurationError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")

@@ -1,11 +1,5 @@
-"""The Redis server as the sink sees it: its configuration checks, the server-side library,
-running its steps and reading their replies.
-
-:class:`RedisServer` loads the library of :mod:`twopc.sinks.redis._lua` once per process and
-server (``FUNCTION LOAD REPLACE``; ``SCRIPT LOAD`` on servers without FUNCTION), runs a
-step with ``FCALL`` or ``EVALSHA``, and loads the library again when the server lost it
-(``FUNCTION FLUSH``, ``NOSCRIPT`` after a restart).
-"""
+"""The Redis server as the sink sees it: configuration checks, the server-side library
+(loaded once per process and server, again when the server lost it), running its steps."""
 
 from __future__ import annotations
 
@@ -37,25 +31,16 @@ _FIX_AOF = "CONFIG SET appendonly yes; CONFIG SET appendfsync always; CONFIG REW
 
 @dataclass
 class RedisServer:
-    """One Redis server (or cluster) of a sink: plain configuration, pickled with the sink.
-
-    Attributes:
-        config: how to connect.
-        mode: ``"function"`` or ``"eval"``; ``None`` until asked (Redis >= 7: function).
-    """
+    """One Redis server (or cluster) of a sink, pickled with it; *mode* is ``function`` or ``eval``
+    (None until asked)."""
 
     config: ClientConfig
     mode: str | None = None
 
     # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
-        """Check that the server persists every write (or every second, with
-        *durability* ``everysec``) and never evicts keys.
-
-        Raises:
-            TargetConfigurationError: persistence is weaker than *durability* allows, the
-                eviction policy may evict markers, or CONFIG is unavailable without *skip*.
-        """
+        """TargetConfigurationError unless the server persists every write (every second with
+        *durability* ``everysec``) and never evicts keys, or CONFIG is unavailable without *skip*."""
         if skip:
             log.warning("twopc redis: skipConfigCheck=true: not checking persistence and eviction of %s",
                         self.config.where())
@@ -101,11 +86,7 @@ class RedisServer:
 
     # -- the server-side library ---------------------------------------------------------------
     def script_mode(self) -> str:
-        """``function`` or ``eval``: asks the server's version the first time.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """``function`` (Redis 7+) or ``eval``: asks the server's version the first time."""
         if self.mode is None:
             version = str(self.config.call("read INFO server", lambda c: c.info("server")).get("redis_version", "0"))
             major = version.split(".")[0]
@@ -113,13 +94,8 @@ class RedisServer:
         return self.mode
 
     def load(self, *, force: bool = False) -> None:
-        """``FUNCTION LOAD REPLACE`` the libraries (``twopc_redis_v1``,
-        ``twopc_redis_batch_v1`` and ``twopc_redis_ack_v1``; once per process and server; on
-        every primary of a cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """``FUNCTION LOAD REPLACE`` the three libraries on every primary, or ``SCRIPT LOAD`` the
+        scripts in eval mode (once per process and server, unless *force*)."""
         mode = self.script_mode()
 
         def load(pooled: Pooled) -> None:
@@ -142,29 +118,20 @@ class RedisServer:
         return ("EVALSHA", lua.script_sha(name), len(keys), *keys, *args)
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> list[str]:
-        """Run one server-side step, loading the library again when the server lost it.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """Run one server-side step, loading the library again when the server lost it."""
         client = self.config.pooled().client
         return decode_reply(self.config.with_library(
             self.load, lambda: client.execute_command(*self.command(name, keys, args)), action, "server-side library"))
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
-        """Register *txn_id* (``ZADD P:txns``), push its staging *elements* in ``stage``
-        calls of at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` elements, and ``prepare`` it:
-        one pipeline. When the server lost the library, *start_over* removes what got
-        staged and the pipeline runs once more with the library loaded again.
-
-        Returns:
-            The ``prepare`` reply (see :func:`check_reply`).
+        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls
+        of at most :data:`~._lua.MAX_ARGS`, and ``prepare`` it; returns the ``prepare`` reply. When
+        the server lost the library, *start_over* removes what got staged and it runs once more.
 
         Raises:
-            SinkError: the transaction was rolled back meanwhile (recovery took the
-                attempt for an orphan), or the server failed (SinkUnavailableError when
-                it could not be reached).
+            SinkError: the transaction was rolled back meanwhile (recovery took it for an
+                orphan), or the server failed.
         """
         staging = keys.staging(txn_id)
         client = self.config.pooled().client
@@ -194,18 +161,16 @@ class RedisServer:
 
 
 def decode_reply(reply: Any) -> list[str]:
-    """A step's reply as a list of strings (anything else as its repr, in a list)."""
+    """A step's reply as a list of strings (anything else as ``[repr]``)."""
     if not isinstance(reply, list | tuple) or not reply:
         return [repr(reply)]
     return [as_text(x) for x in reply]
 
 
 class RedisTargetError(SinkError):
-    """A target key cannot take the op (wrong Redis type, or a counter that is not an
-    integer within +-10^18). Nothing of the transaction was applied; its staging is kept.
-
-    Attributes: ``key``, ``redis_type`` (as TYPE reports it), ``op``, ``field`` (HINCRBY).
-    """
+    """A target key cannot take the op (wrong Redis type, or a counter not an integer within
+    +-10^18); nothing was applied, the staging is kept. Attributes: ``key``, ``redis_type``
+    (as TYPE reports it), ``op``, ``field`` (HINCRBY)."""
 
     def __init__(self, message: str, *, key: str, redis_type: str, op: str, field: str = "") -> None:
         super().__init__(message)
@@ -216,13 +181,8 @@ class RedisTargetError(SinkError):
 
 
 def check_reply(reply: list[str], txn_id: str, step: str) -> None:
-    """Raise for a ``prepare``/``commit`` reply other than PREPARED or COMMITTED.
-
-    Raises:
-        RedisTargetError: a target key has the wrong type, or a counter a non-integer.
-        ProtocolError: the transaction was never prepared.
-        SinkError: it was rolled back, its staging is damaged, or the reply is unknown.
-    """
+    """Raise for a ``prepare``/``commit`` reply other than PREPARED or COMMITTED: RedisTargetError
+    (WRONGTYPE, NOTINT), ProtocolError (never prepared), else SinkError."""
     status = reply[0]
     if status in ("PREPARED", "COMMITTED"):
         return

@@ -15,14 +15,11 @@ the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
                             ZADD P:committed <batch> <txn>; delete the staging
               abort:      FCALL abort: delete staging, prepared entry and registration
 
-``P:txns`` is a sorted set of the live transactions scored by batch id:
-:meth:`RedisSink.list_prepared` reads it, never SCAN. ``P:committed`` is the marker sorted
-set (scored by batch id), trimmed by :meth:`RedisSink.purge_markers`; markers never carry
-a TTL. Ids are made by :meth:`twopc.TransactionContext.xid` and read only through
-:meth:`twopc.Xid.parse`, which also reads the ``{sink}~{batch}~{partition}~{attempt}~{nonce}``
-ids that versions before 0.2 wrote: their transactions and markers stay committable,
-abortable and answer ``ALREADY_COMMITTED``. The server-side steps treat an id as an opaque
-string, and a handle's id is checked (:meth:`twopc.Xid.checked`) before it reaches Redis.
+``P:txns`` (live transactions) and ``P:committed`` (markers, never a TTL) are sorted sets scored
+by batch id, so listing needs no SCAN. :meth:`twopc.Xid.parse` also reads the ids
+``{sink}~{batch}~{partition}~{attempt}~{nonce}`` of versions before 0.2 (still committable
+and abortable); the server-side steps treat an id as an opaque string, checked
+(:meth:`twopc.Xid.checked`) before it reaches Redis.
 """
 
 from __future__ import annotations
@@ -104,12 +101,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         skip_config_check: trust the server's persistence/eviction settings without CONFIG.
         script_mode: ``"auto"``, ``"function"`` or ``"eval"``.
         socket_timeout, connect_timeout: seconds, or a :class:`~twopc.sinks._options.Duration`.
+        dead_letter_stream: stream key of the refused rows (:mod:`._dead_letter`).
+        ack: option ``ackGroup`` and its columns (:mod:`._acks`).
 
     Raises:
         ConfigurationError: an argument is invalid.
 
-    The instance holds configuration only and pickles to executors; connections come from
-    a per-process pool, opened lazily.
+    It holds configuration only and pickles to executors; connections are pooled per process.
+    A method that reaches the server raises SinkError (SinkUnavailableError: unreachable) when it fails.
     """
 
     __handle_type__ = RedisHandle
@@ -143,9 +142,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
         Raises:
             MissingOptionError: ``url`` or ``mapping`` is missing.
-            ConfigurationError: an option is invalid, or is not an option of
-                ``twopc-redis`` (the message lists the supported ones). No message shows
-                the password.
+            ConfigurationError: an option is invalid or unknown (the message lists the
+                supported ones); no message shows the password.
         """
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
@@ -180,11 +178,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return list(self._ops)
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
-        """``SET P:owner <owner> NX`` (no expiry), then the recorded owner when it is another.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """``SET P:owner <owner> NX`` (no expiry), then the recorded owner when it is another."""
         key = self.keys_for(sink_id).owner
         recorded = self._server.config.call(f"record the owner of sink id {sink_id!r}",
                                             lambda c: None if c.set(key, owner, nx=True) else c.get(key))
@@ -193,8 +187,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.config.where()} DEL '{key}'")
 
     def target_identity(self) -> str:
-        """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set): the
-        server, database and key namespace the mapping writes, never the password."""
+        """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set), no password."""
         keys = ", ".join(sorted({op.key for op in self._ops}))
         tag = f" hashTag {self._hash_tag}" if self._hash_tag else ""
         return f"redis {self._server.config.where()} keys {keys}{tag}"
@@ -204,8 +197,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return f"Redis {self._server.config.url}"
 
     def close(self) -> None:
-        """Nothing to release per sink: connections are pooled per process
-        (:func:`~twopc.sinks.redis.dispose_clients` closes them)."""
+        """Nothing to release: :func:`~twopc.sinks.redis.dispose_clients` closes the pooled connections."""
 
     # -- keys --------------------------------------------------------------------------
     def hash_tag(self, sink_id: str) -> str:
@@ -217,12 +209,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return RedisKeys.of(sink_id, tag or self.hash_tag(sink_id))
 
     def check_same_slot(self, key: str, sink_id: str, op: str = "") -> None:
-        """Refuse *key* when it does not hash to the slot of *sink_id*'s hash tag.
-
-        Raises:
-            ConfigurationError: the key is in another slot (the message says to put the
-                hash tag into the key template).
-        """
+        """Raise :class:`~twopc.ConfigurationError` when *key* is outside the slot of *sink_id*'s hash tag."""
         tag = self.hash_tag(sink_id)
         if key_slot(key) != key_slot(tag):
             raise ConfigurationError(slot_message(f"target key {key!r}", key_slot(key), tag, op,
@@ -248,17 +235,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     # -- validation ---------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
-        """Check the mapping against *schema* and the server's configuration, and load the
-        server-side library.
+        """Check the mapping against *schema* and the server's configuration; load the library.
 
         Raises:
-            SchemaMismatchError: a referenced column is missing, or has a type the op cannot
-                take (INCRBY/HINCRBY/ttl need integer columns, ZADD a numeric score).
-            TargetConfigurationError: persistence is weaker than ``durability`` allows, the
-                eviction policy may evict markers, or CONFIG is unavailable without
-                ``skipConfigCheck=true``.
-            ConfigurationError: a key template with a fixed slot is outside the sink's slot
-                (when the slot check is on and ``hashTag`` is set; cluster without hashTag).
+            SchemaMismatchError: a referenced column is missing, or of a type its op cannot take.
+            TargetConfigurationError: persistence or eviction policy unsafe (:meth:`RedisServer.check_config`),
+                or ``ackGroup`` on a server without FUNCTION.
+            ConfigurationError: a fixed-slot key template outside the sink's slot, or a cluster without hashTag.
             SinkUnavailableError: the server cannot be reached or refused the login.
         """
         check_schema(self._compiled, schema)
@@ -281,11 +264,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     # -- executor side ---------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> RedisTxn:
-        """Open a transaction (in memory: nothing reaches Redis before :meth:`pre_commit`).
+        """Open a transaction in memory (nothing reaches Redis before :meth:`pre_commit`).
 
         Raises:
-            ConfigurationError: the slot check is on and a key template with a fixed slot
-                is outside the sink's slot.
+            ConfigurationError: a fixed-slot key template is outside the sink's slot.
             SinkUnavailableError: the slot check needed the server and could not reach it.
         """
         tag = self.hash_tag(context.sink_id)
@@ -294,11 +276,11 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return RedisTxn(context, str(context.xid()), tag, [{} for _ in self._all_compiled])
 
     def invoke(self, txn: RedisTxn, value: dict[str, Any]) -> None:
-        """Add one row (a dict of column -> value).
+        """Add one row (column -> value).
 
         Raises:
-            ConfigurationError: a referenced column is missing or null, a value has the
-                wrong type for its op, a key is outside the slot, or two ops write one key.
+            ConfigurationError: a referenced column is missing or null, a value has the wrong
+                type for its op, a key is outside the slot, or two ops write one key.
         """
         if self._ack is not None:
             self._ack.track(txn.acks, [value.get(self._ack.stream_column)], [value.get(self._ack.id_column)])
@@ -324,20 +306,15 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
              tag_option_set=self._hash_tag is not None)
 
     def pre_commit(self, txn: RedisTxn) -> RedisHandle:
-        """Stage the transaction's writes durably and mark it prepared.
-
-        Registers the transaction (``ZADD P:txns``), pushes its staging list in calls of
-        at most 1000 elements (each refused once the transaction was rolled back, so a
-        zombie attempt cannot re-create staging), then ``prepare`` checks the staging's
-        length and the target keys' types and records it prepared. With appendfsync
-        always, every step is on disk when its reply arrives.
+        """Stage the writes durably and mark the transaction prepared (:meth:`RedisServer.stage`);
+        a staging call is refused once the transaction was rolled back, so a zombie attempt
+        cannot re-create staging.
 
         Raises:
             RedisTargetError: a target key has the wrong type or a counter a non-integer
                 value (nothing was applied; :meth:`rollback` removes the staging).
-            ConfigurationError: a counter delta is beyond +-10^18 in this transaction, or
-                a stream the rows came from has no consumer group ``ackGroup`` (checked
-                before anything reaches Redis).
+            ConfigurationError: a counter's deltas exceed +-10^18, or a source stream has no
+                group ``ackGroup`` (both before anything reaches Redis).
             SinkError / SinkUnavailableError: the server failed or the transaction was
                 rolled back meanwhile.
         """
@@ -359,9 +336,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                            acks=tuple(sorted((s, str(e)) for s, e in txn.acks.items())))
 
     def rollback(self, txn: RedisTxn) -> None:
-        """Discard an open transaction; if :meth:`pre_commit` got as far as Redis, delete
-        what it staged. Never raises for a transaction that is already gone (errors are
-        logged: recovery removes the staging later through :meth:`list_prepared`)."""
+        """Discard an open transaction and what it staged; never raises (a failure is logged,
+        recovery removes the staging later through :meth:`list_prepared`)."""
         txn.clear()
         if not txn.registered:
             return
@@ -372,7 +348,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     # -- driver side ------------------------------------------------------------------------
     def _handle_keys(self, handle: TransactionHandle) -> RedisKeys:
-        """The keys of *handle*'s transaction, once its id, fields and tag are checked."""
         if not isinstance(handle, RedisHandle):
             raise ProtocolError(f"RedisSink got a {type(handle).__name__}, not a RedisHandle")
         xid = Xid.parse(Xid.checked(handle.txn_id, what="twopc Redis transaction id"))
@@ -385,20 +360,15 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return self.keys_for(handle.sink_id, handle.hash_tag or None)
 
     def commit(self, handle: RedisHandle) -> CommitOutcome:
-        """Run the commit function: one atomic server-side call.
-
-        Returns:
-            ``COMMITTED`` (checks passed, writes applied, marker recorded, staging
-            deleted); ``ALREADY_COMMITTED`` when the marker exists (nothing changes);
-            ``LOST`` when there is neither a prepared staging nor a marker.
+        """Commit in one atomic server-side call: ``COMMITTED``, ``ALREADY_COMMITTED`` (the marker
+        exists) or ``LOST`` (neither prepared staging nor marker).
 
         Raises:
-            RedisTargetError: a target key has the wrong type (or a counter a
-                non-integer); nothing was applied and the staging is kept, so the commit
-                can be retried once the key is fixed.
+            RedisTargetError: a target key has the wrong type (or a counter a non-integer);
+                nothing was applied and the staging is kept for a retry once the key is fixed.
             ProtocolError: the handle is malformed or the transaction was never prepared.
-            SinkUnavailableError / SinkError: the server failed; the transaction is
-                unchanged, or was committed (a retry answers ``ALREADY_COMMITTED``).
+            SinkUnavailableError / SinkError: the server failed (a retry answers
+                ``ALREADY_COMMITTED`` for what got committed).
         """
         keys = self._handle_keys(handle)
         reply = self._server.run("commit", [keys.txns, keys.prepared, keys.staging(handle.txn_id), keys.committed],
@@ -408,23 +378,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return self._outcome(handle.txn_id, reply[0])
 
     def commit_all(self, handles: Sequence[RedisHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Commit every transaction of one decided batch in one atomic server-side call
-        (``twopc_redis_batch_v1_commit_batch``), so a reader sees all of the batch's writes
-        or none. Chunked only when it must be: transactions whose keys live under
-        different hash tags (another slot of a cluster) go in separate calls, and so do
-        more than :data:`~twopc.sinks.redis._lua.MAX_BATCH_TXNS` transactions; each call is
-        atomic, and the fault point ``between_commits`` lies between two calls.
-
-        Returns:
-            One outcome per handle, in order (as :meth:`commit`).
-
-        Raises:
-            RedisTargetError: a target key of some transaction has the wrong type (or a
-                counter a non-integer); nothing of that call was applied.
-            ProtocolError: a handle is malformed or a transaction was never prepared.
-            SinkUnavailableError / SinkError: the server failed; a retry answers
-                ``ALREADY_COMMITTED`` for what got committed.
-        """
+        """Commit a decided batch in one atomic call (``commit_batch``), so a reader sees all of
+        it or none; one call per hash tag and per :data:`~._lua.MAX_BATCH_TXNS` transactions,
+        fault point ``between_commits`` between two calls. Returns one outcome per handle, in
+        order; raises as :meth:`commit` (nothing of a failing call is applied)."""
         groups: dict[RedisKeys, list[int]] = {}
         for i, h in enumerate(handles):
             groups.setdefault(self._handle_keys(h), []).append(i)
@@ -454,22 +411,18 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return [o for o in outcomes if o is not None]
 
     def _outcome(self, txn_id: str, status: str) -> CommitOutcome:
-        """The outcome of a commit step's *status* (``COMMITTED`` once checked), a LOST one logged."""
         if status == "LOST":
             log.error("twopc redis: %s is neither prepared nor committed on %s", txn_id, self._server.config.where())
         return _BATCH_OUTCOMES[status]
 
     def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
-        """:meth:`commit_all` takes a whole batch and groups it into as few atomic calls as
-        the keys allow: ``ONE_CALL`` when *handles* share one hash tag and are at most
-        :data:`~twopc.sinks.redis._lua.MAX_BATCH_TXNS`, else ``WHOLE_BATCH`` (it fires
-        ``between_commits`` between two calls itself)."""
+        """``ONE_CALL`` when *handles* share one hash tag and fit one call, else ``WHOLE_BATCH``
+        (:meth:`commit_all` fires ``between_commits`` itself)."""
         one = len({self._handle_keys(h) for h in handles}) <= 1 and len(handles) <= lua.MAX_BATCH_TXNS
         return CommitShape.ONE_CALL if one else CommitShape.WHOLE_BATCH
 
     def _abort_keys(self, keys: RedisKeys, txn_id: str) -> bool:
-        """Delete *txn_id*'s staging; True when it existed. Raises ProtocolError when the
-        transaction was committed."""
+        """Delete *txn_id*'s staging (True when it existed); ProtocolError when it was committed."""
         reply = self._server.run("abort", [keys.txns, keys.prepared, keys.staging(txn_id), keys.committed],
                                  [txn_id], f"roll back {txn_id}")
         if reply[0] == "COMMITTED":
@@ -478,25 +431,17 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return reply[0] == "ABORTED" and int(reply[1]) > 0
 
     def abort(self, handle: RedisHandle) -> None:
-        """Delete the staging, the prepared entry and the registration of the handle's
-        transaction. Idempotent: one that is already gone is fine.
+        """Delete the transaction's staging, prepared entry and registration (idempotent).
 
         Raises:
-            ProtocolError: it had been committed (its marker exists), or the handle is malformed.
+            ProtocolError: it had been committed, or the handle is malformed.
             SinkError / SinkUnavailableError: the server failed; retry.
         """
         self._abort_keys(self._handle_keys(handle), handle.txn_id)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[RedisHandle]:
-        """Transactions of *sink_id* (and *batch_id*) that are registered and neither
-        committed nor rolled back, from the ``P:txns`` sorted set (no SCAN). Includes
-        attempts that died while staging (not yet prepared): rolling them back removes
-        their partial staging. Each handle's ``txn_id`` is the id as registered (either
-        form); ``staged`` is ``-1``.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Registered transactions of *sink_id* (and *batch_id*) neither committed nor rolled back,
+        those that died while staging included; ``txn_id`` as registered, ``staged`` -1."""
         keys = self.keys_for(sink_id)
         lo, hi = ("-inf", "+inf") if batch_id is None else (batch_id, batch_id)
         members = self._server.config.call("list prepared transactions", lambda c: c.zrangebyscore(keys.txns, lo, hi))
@@ -513,13 +458,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """:meth:`list_prepared` with each transaction's staged element count (from
-        ``P:prepared``; unknown for one that died while staging) and when its staging list
-        was last written (``OBJECT IDLETIME``; unknown under an LFU eviction policy).
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """:meth:`list_prepared` with each staged element count (unknown while staging) and the
+        staging list's idle time (``OBJECT IDLETIME``; unknown under an LFU eviction policy)."""
         handles = self.list_prepared(sink_id)
         keys = self.keys_for(sink_id)
         client = self._server.config.pooled().client
@@ -539,13 +479,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return out
 
     def headroom(self, sink_id: str) -> Headroom:
-        """*sink_id*'s registered transactions, each with a staging key (``ZCARD`` of
-        ``P:txns``: counting every sink's would take a ``SCAN`` of the keyspace). Redis has
-        no limit but memory.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """*sink_id*'s staging keys (``ZCARD P:txns``; every sink's would need a SCAN); no limit but memory."""
         n = self._server.config.call("count staging keys", lambda c: c.zcard(self.keys_for(sink_id).txns))
         return Headroom("staging keys of this sink", int(n), None)
 
@@ -556,12 +490,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 f"markers (one per hash tag and per {lua.MAX_BATCH_TXNS} transactions)")
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many.
-        The runtime calls it best effort.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many."""
         keys = self.keys_for(sink_id)
         return int(self._server.config.call("purge commit markers", lambda c: c.zremrangebyscore(
             keys.committed, "-inf", f"({int(below_batch)}")))

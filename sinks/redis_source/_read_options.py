@@ -1,6 +1,4 @@
-"""The options of ``format("twopc-redis-stream")``, read once on the driver into
-:class:`StreamOptions` (the table is in the manual's Redis Streams page and the options
-reference)."""
+"""The options of ``format("twopc-redis-stream")`` (the manual's options reference)."""
 
 from __future__ import annotations
 
@@ -57,9 +55,7 @@ class StreamOptions:
 
         Raises:
             MissingOptionError: ``url``, ``streams`` or ``group`` is missing.
-            ConfigurationError: an option is invalid or unknown (the message lists the
-                supported ones), ``fieldsSchema`` does not parse (the message names the text,
-                what is wrong and an example); no message shows the password.
+            ConfigurationError: an option is invalid or unknown; no message shows the password.
         """
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
