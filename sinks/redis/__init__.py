@@ -1,11 +1,6 @@
-"""Redis two-phase-commit sink (``format("twopc-redis")``): rows become Redis writes,
-applied exactly once.
-
-Each task attempt's writes are folded in memory, staged under the sink's hash tag at
-``pre_commit``, and applied on the driver, the whole batch in one atomic, idempotent
-server-side call (:mod:`twopc.sinks.redis._sink`). A Lua error does not roll back earlier
-writes, so the commit first checks every target key's type (and that counters hold integers
-within +-10^18): a violation is a :class:`RedisTargetError`, with nothing applied.
+"""Redis two-phase-commit sink (``format("twopc-redis")``): rows become Redis writes, applied
+exactly once, a whole batch in one atomic server-side call (:mod:`twopc.sinks.redis._sink`)
+that checks every target key before its first write (:class:`RedisTargetError`).
 
 Mapping: what a row becomes
 ---------------------------
@@ -30,9 +25,8 @@ JSON number (a constant) or ``"{column}"`` (exactly one column)::
 name = column name); with neither, every column. ``ttl`` is in seconds (1 .. 10^9).
 Values are written as: str as is (UTF-8), bytes raw, int in decimal, float as Python's
 shortest repr, bool ``true``/``false``, date/time ISO 8601, lists/dicts as JSON. A null in
-a referenced column is an error. Python API::
-
-    RedisSink("redis://cache:6379/0", [IncrByOp("{{shop}}:orders", by=1)], hash_tag="shop")
+a referenced column is an error. In Python:
+``RedisSink("redis://cache:6379/0", [IncrByOp("{{shop}}:orders", by=1)], hash_tag="shop")``.
 
 Within one transaction (one task attempt, held in the executor's memory until
 ``pre_commit``: use more partitions for very large batches) SETs, HSET fields and ZADD

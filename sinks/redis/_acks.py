@@ -2,7 +2,7 @@
 
 Every row carries its stream key and entry id (``ackStreamColumn``/``ackIdColumn``); the
 handle carries the highest id per stream, and the batch's last commit call acknowledges up
-to it (:mod:`._ack_lua`). That is safe: every entry at or below it was written by this
+to it (:mod:`._lua`). That is safe: every entry at or below it was written by this
 batch or an earlier committed one, or filtered out by the query.
 """
 

@@ -20,6 +20,7 @@ from twopc import ConfigurationError
 from .._entry import entry_name
 from ._fold import RedisTxn
 from ._mapping import Compiled, XAddOp, _compile
+from ._templates import escape
 
 __all__ = ["DEAD_LETTER_FIELDS", "RowFolder", "dead_letter_op"]
 
@@ -35,8 +36,7 @@ def dead_letter_op(key: str, index: int) -> Compiled:
     """The compiled ``XADD`` of dead letters to literal *key*, as op *index*; ConfigurationError when empty."""
     if not key:
         raise ConfigurationError("deadLetterStream is empty: give a stream key or leave the option out")
-    literal = key.replace("{", "{{").replace("}", "}}")
-    return _compile(index, XAddOp(literal, columns=DEAD_LETTER_FIELDS))
+    return _compile(index, XAddOp(escape(key), columns=DEAD_LETTER_FIELDS))
 
 
 def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:

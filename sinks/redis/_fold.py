@@ -182,75 +182,70 @@ def _scores(c: Compiled, cols: Mapping[str, list[Any]], n: int) -> list[str]:
     return out
 
 
-class _Staging:
-    """The staging list being built."""
+def _group(out: list[Any], cmd: str, args: Sequence[Any]) -> None:
+    out.append(f"{cmd} {len(args)}")
+    out.extend(args)
 
-    def __init__(self) -> None:
-        self.out: list[Any] = []
 
-    def group(self, cmd: str, args: Sequence[Any]) -> None:
-        self.out.append(f"{cmd} {len(args)}")
-        self.out.extend(args)
-
-    def chunked(self, cmd: str, head: Sequence[Any], items: Sequence[Any], width: int) -> None:
-        """Groups of *head* plus as many *items* as fit, *width* items at a time."""
-        step = max(width, ((MAX_ARGS - len(head)) // width) * width)
-        for i in range(0, len(items), step):
-            self.group(cmd, [*head, *items[i: i + step]])
+def _chunked(out: list[Any], cmd: str, head: Sequence[Any], items: Sequence[Any], width: int) -> None:
+    """Groups of *head* plus as many *items* as fit, *width* items at a time."""
+    step = max(width, ((MAX_ARGS - len(head)) // width) * width)
+    for i in range(0, len(items), step):
+        _group(out, cmd, [*head, *items[i: i + step]])
 
 
 def staging_elements(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[Any]:
     """The staging list of *state*; ConfigurationError for a counter's deltas beyond +-10^18, or an
     XADD entry with more fields than one call takes."""
-    s = _Staging()
+    out: list[Any] = []
     for c, st in zip(compiled, state, strict=True):
         if st:
-            s.chunked("?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
+            _chunked(out, "?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
     for c, st in zip(compiled, state, strict=True):
         if st and isinstance(c.op, IncrByOp):
-            s.chunked("?I", [c.op.OP], list(st), 1)
+            _chunked(out, "?I", [c.op.OP], list(st), 1)
         elif st and isinstance(c.op, HIncrByOp):
-            s.chunked("?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
+            _chunked(out, "?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
     for c, st in zip(compiled, state, strict=True):
-        _stage_op(s, c, st)
-    return s.out
+        _stage_op(out, c, st)
+    return out
 
 
-def _stage_op(s: _Staging, c: Compiled, st: dict[str, Any]) -> None:
+def _stage_op(out: list[Any], c: Compiled, st: dict[str, Any]) -> None:
     op = c.op
     if isinstance(op, SetOp):
         for k, (v, t) in st.items():
-            s.group("SET", [k, v] if t is None else [k, v, "EX", str(t)])
+            _group(out, "SET", [k, v] if t is None else [k, v, "EX", str(t)])
     elif isinstance(op, HSetOp):
         for k, h in st.items():
             if 0 < 2 * len(h) < MAX_ARGS:  # one group: written directly
-                s.out += [f"HSET {2 * len(h) + 1}", k]
-                s.out.extend(x for f, v in h.items() for x in (f, v))
+                out += [f"HSET {2 * len(h) + 1}", k]
+                out.extend(x for f, v in h.items() for x in (f, v))
             else:
-                s.chunked("HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
+                _chunked(out, "HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
     elif isinstance(op, IncrByOp):
         for k, d in st.items():
             _check_delta(c, k, d)
-            s.group("INCRBY", [k, str(d)])
+            _group(out, "INCRBY", [k, str(d)])
     elif isinstance(op, HIncrByOp):
         for k, h in st.items():
             for f, d in h.items():
                 _check_delta(c, k, d)
-                s.group("HINCRBY", [k, f, str(d)])
+                _group(out, "HINCRBY", [k, f, str(d)])
     elif isinstance(op, XAddOp):
         for k, entries in st.items():
             for e in entries:
                 if len(e) + 2 > MAX_ARGS:
                     raise ConfigurationError(f"{c.what}: an entry has {len(e) // 2} fields; at most "
                                              f"{(MAX_ARGS - 2) // 2} are supported")
-                s.out += [f"XADD {len(e) + 2}", k, "*"]
-                s.out.extend(e)
+                out += [f"XADD {len(e) + 2}", k, "*"]
+                out.extend(e)
     elif isinstance(op, RPushOp):
         for k, vals in st.items():
-            s.chunked("RPUSH", [k], vals, 1)
+            _chunked(out, "RPUSH", [k], vals, 1)
     elif isinstance(op, ZAddOp):
         for k, zs in st.items():
-            s.chunked("ZADD", [k], [x for mem, sc in zs.items() for x in (sc, mem)], 2)
+            _chunked(out, "ZADD", [k], [x for mem, sc in zs.items() for x in (sc, mem)], 2)
 
 
 def _check_delta(c: Compiled, key: str, d: int) -> None:

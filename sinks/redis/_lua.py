@@ -14,17 +14,26 @@ writes already done. Transaction ids are opaque strings to every step.
 
 Code loaded under a name never changes: servers keep a library across restarts, and
 processes of two versions would swap each other's code; a change gets a new name
-(``tests/sinks/redis/test_redis_sink.py`` pins the digests). ``commit_batch`` lives in
-:data:`BATCH_LIBRARY_NAME` beside ``twopc_redis_v1``, which older processes keep using.
+(``tests/sinks/redis`` pins the digests). ``commit_batch`` lives in :data:`BATCH_LIBRARY_NAME`
+beside ``twopc_redis_v1``, which older processes keep using.
+
+Option ``ackGroup``: :data:`ACK_LIBRARY_NAME`'s ``commit_batch_ack`` runs ``commit_batch``'s checks
+and writes, then, in the same atomic call, ``twopc_stream_v2_ack``'s step (without trimming) up
+to the highest entry id per stream: the first danger window (sink committed, entries not
+acknowledged) is closed instead of recovered. Keys: ``txns, prepared, markers, staging_1..n,
+stream_1..m``; arguments: ``batch_id, txn_1..n, group, id_1..m, m``; reply as ``commit_batch``
+(``FAILED``: nothing applied nor acknowledged).
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from .._redis import stream_lua
 from .._redis.library import build_library
 
 __all__ = [
+    "ACK_LIBRARY_NAME",
     "BATCH_FUNCTIONS",
     "BATCH_LIBRARY_NAME",
     "FUNCTIONS",
@@ -32,6 +41,7 @@ __all__ = [
     "MAX_ARGS",
     "MAX_BATCH_TXNS",
     "PRELUDE",
+    "ack_library_code",
     "batch_library_code",
     "function_name",
     "library_code",
@@ -45,6 +55,8 @@ MAX_ARGS = 1000
 LIBRARY_NAME = "twopc_redis_v1"
 
 BATCH_LIBRARY_NAME = "twopc_redis_batch_v1"
+
+ACK_LIBRARY_NAME = "twopc_redis_ack_v1"
 
 #: Most transactions one ``commit_batch`` call commits (a larger batch takes several calls).
 MAX_BATCH_TXNS = 512
@@ -234,9 +246,29 @@ BATCH_FUNCTIONS: dict[str, str] = {
 }
 
 
+_DONE = "  table.insert(status, 1, 'DONE')\n  return status\n"
+
+_POP_ACKS = r"""
+  local m = tonumber(table.remove(args))
+  local ack_ids, ack_streams = {}, {}
+  for j = m, 1, -1 do
+    ack_ids[j] = table.remove(args)
+    ack_streams[j] = table.remove(keys)
+  end
+  local group = table.remove(args)
+"""
+
+_ACK = r"""
+  for j = 1, m do
+    ack_upto({ack_streams[j]}, {group, ack_ids[j], ''})
+  end
+"""
+
+
 def function_name(name: str) -> str:
     """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``)."""
-    return f"{BATCH_LIBRARY_NAME if name in BATCH_FUNCTIONS else LIBRARY_NAME}_{name}"
+    library = BATCH_LIBRARY_NAME if name in BATCH_FUNCTIONS else LIBRARY_NAME
+    return f"{ACK_LIBRARY_NAME if name == 'commit_batch_ack' else library}_{name}"
 
 
 def library_code() -> str:
@@ -247,6 +279,16 @@ def library_code() -> str:
 def batch_library_code() -> str:
     """The batch-commit FUNCTION library source."""
     return build_library(BATCH_LIBRARY_NAME, PRELUDE, BATCH_FUNCTIONS)
+
+
+def ack_library_code() -> str:
+    """The ``ackGroup`` library source, assembled from the two libraries' own text."""
+    batch = BATCH_FUNCTIONS["commit_batch"]
+    assert batch.endswith(_DONE), "commit_batch's reply changed: rebuild this library under a new name"
+    prelude = (PRELUDE + "\nlocal ack_upto\ndo\n" + stream_lua.PRELUDE
+               + "ack_upto = function(keys, args)\n" + stream_lua.FUNCTIONS["ack"] + "end\nend\n")
+    return build_library(ACK_LIBRARY_NAME, prelude,
+                         {"commit_batch_ack": _POP_ACKS + batch[: -len(_DONE)] + _ACK + _DONE})
 
 
 def script_code(name: str) -> str:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
-from ._templates import Number, Template
+from ._templates import Number, Template, escape
 
 __all__ = [
     "COUNTER_LIMIT",
@@ -279,7 +279,8 @@ def _compile_pairs(op: _FieldsOp, what: str) -> tuple[tuple[Template, Template],
 
 def column_pairs(columns: Iterable[str], what: str) -> tuple[tuple[Template, Template], ...]:
     """(field, value) templates writing each of *columns* under its own name."""
-    return tuple((Template.literal(c, f"{what} field"), Template.column(c, f"{what} column")) for c in columns)
+    return tuple((Template.compile(escape(c), f"{what} field"), Template.compile("{" + c + "}", f"{what} column"))
+                 for c in columns)
 
 
 def check_schema(compiled: Sequence[Compiled], schema: pa.Schema) -> None:

@@ -16,7 +16,6 @@ from twopc.spi import ProtocolError, TargetConfigurationError
 from .._redis.clients import ClientConfig, Pooled
 from .._redis.library import missing_library
 from . import _lua as lua
-from ._ack_lua import ack_function_name, ack_library_code
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
@@ -102,7 +101,7 @@ class RedisServer:
             if mode == "function":
                 pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
                                                       node.function_load(lua.batch_library_code(), replace=True),
-                                                      node.function_load(ack_library_code(), replace=True)))
+                                                      node.function_load(lua.ack_library_code(), replace=True)))
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
@@ -111,9 +110,7 @@ class RedisServer:
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The command that runs server-side step *name*: ``FCALL``, or ``EVALSHA`` in eval mode."""
-        if name == "commit_batch_ack":  # function mode only (validate refuses ackGroup otherwise)
-            return ("FCALL", ack_function_name(), len(keys), *keys, *args)
-        if self.script_mode() == "function":
+        if name == "commit_batch_ack" or self.script_mode() == "function":  # validate refuses ackGroup in eval mode
             return ("FCALL", lua.function_name(name), len(keys), *keys, *args)
         return ("EVALSHA", lua.script_sha(name), len(keys), *keys, *args)
 

@@ -69,7 +69,6 @@ from ._dead_letter import RowFolder, dead_letter_op
 from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
 from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message
 from ._mapping import RedisOp, check_schema, compile_mapping
-from ._option_values import FORMAT_NAME, one_of, same_slot, timeout_seconds
 from ._server import RedisServer, RedisTargetError, check_reply
 from ._templates import as_text
 
@@ -77,6 +76,8 @@ __all__ = ["FORMAT_NAME", "OPTIONS", "RedisHandle", "RedisSink", "RedisTargetErr
 
 log = logging.getLogger("twopc.sinks.redis")
 
+
+FORMAT_NAME = "twopc-redis"
 
 #: The options of ``format("twopc-redis")``, as spelled in the docs (keys are case-insensitive).
 OPTIONS = ("url", "password", "mapping", "hashTag", "requireSameSlot", "durability", "skipConfigCheck",
@@ -126,13 +127,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         self._dead = None if dead_letter_stream is None else dead_letter_op(dead_letter_stream, len(self._compiled))
         self._all_compiled = self._compiled + ([self._dead] if self._dead is not None else [])
         self._hash_tag = normalize_tag(hash_tag) if hash_tag else None
-        self._same_slot = same_slot(require_same_slot)
-        self._durability = one_of("durability", durability, ("always", "everysec"))
+        self._same_slot = _same_slot(require_same_slot)
+        self._durability = _one_of("durability", durability, ("always", "everysec"))
         self._skip_config_check = bool(skip_config_check)
-        mode = one_of("scriptMode", script_mode, ("auto", "function", "eval"))
+        mode = _one_of("scriptMode", script_mode, ("auto", "function", "eval"))
         config = ClientConfig(clean_url, password if password is not None else url_password,
-                              timeout_seconds("socketTimeout", socket_timeout),
-                              timeout_seconds("connectTimeout", connect_timeout))
+                              _timeout_seconds("socketTimeout", socket_timeout),
+                              _timeout_seconds("connectTimeout", connect_timeout))
         self._server = RedisServer(config, None if mode == "auto" else mode)
         self._ack = ack
 
@@ -504,3 +505,31 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
 _BATCH_OUTCOMES = {"COMMITTED": CommitOutcome.COMMITTED, "ALREADY": CommitOutcome.ALREADY_COMMITTED,
                    "LOST": CommitOutcome.LOST}
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    """*value* (case-insensitive) when it is one of *allowed*, else ConfigurationError naming option *name*."""
+    v = value.strip().lower()
+    if v not in allowed:
+        raise ConfigurationError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
+    return v
+
+
+def _same_slot(value: bool | str) -> bool | None:
+    """``requireSameSlot``: None for auto, else a boolean (the words OptionReader takes)."""
+    if not isinstance(value, str):
+        return bool(value)
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        return OptionReader({"requireSameSlot": value}, FORMAT_NAME).boolean("requireSameSlot", False)
+    except ConfigurationError:
+        raise ConfigurationError(f"requireSameSlot must be auto, true or false, got {value!r}") from None
+
+
+def _timeout_seconds(name: str, value: float | Duration) -> float:
+    """A timeout in seconds, > 0."""
+    d = Duration.parse(value, name)
+    if d.ms <= 0:
+        raise ConfigurationError(f"{name} must be > 0, got {value!r}")
+    return d.seconds

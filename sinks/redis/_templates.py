@@ -52,16 +52,6 @@ class Template:
             parts.append((acc, None))
         return cls(text, tuple(parts))
 
-    @classmethod
-    def column(cls, name: str, what: str) -> Template:
-        """The template that is exactly column *name*."""
-        return cls.compile("{" + name + "}", what)
-
-    @classmethod
-    def literal(cls, text: str, what: str) -> Template:
-        """The template that is *text*, braces and all."""
-        return cls.compile(escape(text), what)
-
     @property
     def columns(self) -> tuple[str, ...]:
         """The columns the template reads."""

@@ -14,12 +14,10 @@ import pyarrow.compute as pc
 from twopc import ConfigurationError
 from twopc.spi import SourceError
 
-__all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "entries_batch", "schema_ddl", "to_batch", "to_row"]
+__all__ = ["BASE_COLUMNS", "BASE_DDL", "converters", "entries_batch", "schema_ddl", "to_batch", "to_row"]
 
 BASE_DDL = "stream STRING, id STRING, timestamp TIMESTAMP, fields MAP<STRING, STRING>"
 BASE_COLUMNS = ("stream", "id", "timestamp", "fields")
-
-Converter = Callable[[str], Any]
 
 #: The last millisecond a Spark TIMESTAMP (microseconds in 64 bits) holds.
 _MAX_MS = (2**63 - 1) // 1000
@@ -48,7 +46,7 @@ def _decimal(v: str) -> Decimal:
         raise ValueError(v) from None
 
 
-_BY_TYPE: dict[str, Converter] = {
+_BY_TYPE: dict[str, Callable[[str], Any]] = {
     "string": str, "long": int, "integer": int, "short": int, "byte": int,
     "double": float, "float": float, "boolean": _bool, "date": dt.date.fromisoformat,
     "timestamp": _timestamp, "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"),
@@ -117,8 +115,8 @@ def _timestamps(ms: Sequence[int], type_: pa.DataType) -> pa.Array:
 #: The texts Arrow parses in C as Python's ``int`` and ``float`` do (Arrow takes some Python
 #: refuses, such as ``0x10``, and refuses some Python takes, such as `` 5`` and ``1_000``): a
 #: column with any other text is parsed value by value in Python.
-_DIGITS = {"long": r"^-?[0-9]+$", "integer": r"^-?[0-9]+$", "short": r"^-?[0-9]+$", "byte": r"^-?[0-9]+$",
-           "double": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$", "float": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"}
+_DIGITS = {**dict.fromkeys(("long", "integer", "short", "byte"), r"^-?[0-9]+$"),
+           **dict.fromkeys(("double", "float"), r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")}
 
 
 def _typed_column(raw: pa.StringArray, kind: str, type_: pa.DataType) -> pa.Array:
