@@ -31,9 +31,8 @@ T = TypeVar("T")
 def _version_given() -> dict[str, Any]:
     """redis-py's version for each client, so a new connection does not scan sys.path for it."""
     driver_info = getattr(redis, "DriverInfo", None)
-    if driver_info is not None:
-        return {"driver_info": driver_info(lib_version=redis.__version__)}
-    return {"lib_version": redis.__version__}
+    return {"lib_version": redis.__version__} if driver_info is None else {
+        "driver_info": driver_info(lib_version=redis.__version__)}
 
 
 @dataclass(frozen=True)
@@ -211,13 +210,9 @@ def split_url(url: str) -> tuple[str, str | None]:
     if u.scheme not in ("redis", "rediss"):
         raise ConfigurationError(f"url must start with redis:// or rediss://, got a {u.scheme or 'schemeless'!r} URL")
     password = urllib.parse.unquote(u.password) if u.password is not None else None
-    netloc = u.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if u.port is not None:
-        netloc += f":{u.port}"
-    if u.username:
-        netloc = f"{u.username}@{netloc}"
+    host = u.hostname or ""
+    netloc = ((f"{u.username}@" if u.username else "") + (f"[{host}]" if ":" in host else host)
+              + ("" if u.port is None else f":{u.port}"))
     query = urllib.parse.parse_qsl(u.query, keep_blank_values=True)
     keys = [k.lower() for k, _ in query]
     if "password" in keys:

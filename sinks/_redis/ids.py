@@ -65,5 +65,4 @@ class Range:
 
     @property
     def empty(self) -> bool:
-        """True when the range holds no entry."""
         return self.count <= 0 or self.hi <= self.lo

@@ -61,10 +61,8 @@ class StreamServer:
         self.config = config
 
     def client(self) -> Any:
-        """The pooled client."""
         return self.config.pooled().client
 
-    # -- the library ---------------------------------------------------------------------------
     def _load(self, *, force: bool = False) -> None:
         def load(pooled: Pooled) -> None:
             try:
@@ -110,7 +108,6 @@ class StreamServer:
             return None
         return int(reply[1]), int(reply[2]), _text(reply[3]) == "1"
 
-    # -- plain commands ------------------------------------------------------------------------
     def discover(self, pattern: str) -> list[str]:
         """The stream keys matching *pattern* (``SCAN ... TYPE stream``), sorted."""
         return self.config.call(f"list the streams matching {pattern!r}", lambda c: sorted(

@@ -63,11 +63,8 @@ class RowFolder:
 
     def fold(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int,
              rows: Callable[[], list[dict[str, Any]]]) -> None:
-        """Fold rows 0..n-1 of *cols* into *txn*; *rows* gives them as dicts once one is refused.
-
-        Raises:
-            ConfigurationError: a row is refused without a dead-letter stream, or the route failed.
-        """
+        """Fold rows 0..n-1 of *cols* into *txn* (*rows*: them as dicts, once one is refused);
+        ConfigurationError for a refused row without a dead-letter stream, or a failed route."""
         if self._dead_letter is None:
             try:
                 self._fold(txn, cols, all_columns, n)

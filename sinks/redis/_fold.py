@@ -49,7 +49,6 @@ class RedisTxn:
     acks: dict[str, Any] = field(default_factory=dict)  # stream -> highest EntryId (option ackGroup)
 
     def clear(self) -> None:
-        """Forget the folded effects."""
         self.state = [{} for _ in self.state]
         self.owner.clear()
 

@@ -23,11 +23,7 @@ def key_slot(key: str | bytes) -> int:
 
 
 def normalize_tag(tag: str) -> str:
-    """``shop`` or ``{shop}`` as ``{shop}``.
-
-    Raises:
-        ConfigurationError: the tag is empty or has braces inside.
-    """
+    """``shop`` or ``{shop}`` as ``{shop}``; ConfigurationError when empty or with braces inside."""
     t = tag.strip()
     inner = t[1:-1] if t.startswith("{") and t.endswith("}") else t
     if not inner or "{" in inner or "}" in inner:
@@ -58,7 +54,6 @@ class RedisKeys:
         return cls(p + "txns", p + "prepared", p + "committed", p + "staging:", p + "owner")
 
     def staging(self, txn_id: str) -> str:
-        """The staging list of *txn_id*."""
         return self.staging_prefix + txn_id
 
 

@@ -36,7 +36,6 @@ class RedisServer:
     config: ClientConfig
     mode: str | None = None
 
-    # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
         """TargetConfigurationError unless the server persists every write (every second with
         *durability* ``everysec``) and never evicts keys, or CONFIG is unavailable without *skip*."""
@@ -83,7 +82,6 @@ class RedisServer:
         raw = got.get(name) if name in got else got.get(name.encode(), b"")
         return as_text(raw or "").lower()
 
-    # -- the server-side library ---------------------------------------------------------------
     def script_mode(self) -> str:
         """``function`` (Redis 7+) or ``eval``: asks the server's version the first time."""
         if self.mode is None:
@@ -123,13 +121,9 @@ class RedisServer:
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
         """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls
-        of at most :data:`~._lua.MAX_ARGS`, and ``prepare`` it; returns the ``prepare`` reply. When
-        the server lost the library, *start_over* removes what got staged and it runs once more.
-
-        Raises:
-            SinkError: the transaction was rolled back meanwhile (recovery took it for an
-                orphan), or the server failed.
-        """
+        of at most :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError
+        when it was rolled back meanwhile. When the server lost the library, *start_over* removes
+        what got staged and it runs once more."""
         staging = keys.staging(txn_id)
         client = self.config.pooled().client
         self.load()

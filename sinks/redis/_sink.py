@@ -105,11 +105,9 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         dead_letter_stream: stream key of the refused rows (:mod:`._dead_letter`).
         ack: option ``ackGroup`` and its columns (:mod:`._acks`).
 
-    Raises:
-        ConfigurationError: an argument is invalid.
-
-    It holds configuration only and pickles to executors; connections are pooled per process.
-    A method that reaches the server raises SinkError (SinkUnavailableError: unreachable) when it fails.
+    It raises ConfigurationError for an invalid argument, holds configuration only (pickled to
+    executors; connections are pooled per process), and a method that reaches the server raises
+    SinkError (SinkUnavailableError: unreachable) when it fails.
     """
 
     __handle_type__ = RedisHandle
@@ -139,13 +137,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RedisSink:
-        """Build the sink from Spark options (see :mod:`twopc.sinks.redis` for the keys).
-
-        Raises:
-            MissingOptionError: ``url`` or ``mapping`` is missing.
-            ConfigurationError: an option is invalid or unknown (the message lists the
-                supported ones); no message shows the password.
-        """
+        """The sink of Spark's options; MissingOptionError (``url``, ``mapping``) or ConfigurationError
+        for an invalid or unknown one (listing the supported), never showing the password."""
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
             for name in OPTIONS:  # claim them all first, so a typo is named before anything else
@@ -172,7 +165,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
-    # -- description -------------------------------------------------------------------
     @property
     def ops(self) -> list[RedisOp]:
         """The mapping."""
@@ -200,7 +192,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
     def close(self) -> None:
         """Nothing to release: :func:`~twopc.sinks.redis.dispose_clients` closes the pooled connections."""
 
-    # -- keys --------------------------------------------------------------------------
     def hash_tag(self, sink_id: str) -> str:
         """The hash tag of *sink_id*'s keys (``{...}``)."""
         return self._hash_tag or default_hash_tag(sink_id)
@@ -230,20 +221,15 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                                                       tag_option_set=self._hash_tag is not None))
 
     def _slot_check_on(self) -> bool:
-        if self._same_slot is not None:
-            return self._same_slot
-        return self._server.config.pooled().cluster
+        return self._same_slot if self._same_slot is not None else self._server.config.pooled().cluster
 
-    # -- validation ---------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         """Check the mapping against *schema* and the server's configuration; load the library.
 
         Raises:
             SchemaMismatchError: a referenced column is missing, or of a type its op cannot take.
-            TargetConfigurationError: persistence or eviction policy unsafe (:meth:`RedisServer.check_config`),
-                or ``ackGroup`` on a server without FUNCTION.
+            TargetConfigurationError: persistence or eviction unsafe, or ``ackGroup`` without FUNCTION.
             ConfigurationError: a fixed-slot key template outside the sink's slot, or a cluster without hashTag.
-            SinkUnavailableError: the server cannot be reached or refused the login.
         """
         check_schema(self._compiled, schema)
         if self._ack is not None:
@@ -265,34 +251,22 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     # -- executor side ---------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> RedisTxn:
-        """Open a transaction in memory (nothing reaches Redis before :meth:`pre_commit`).
-
-        Raises:
-            ConfigurationError: a fixed-slot key template is outside the sink's slot.
-            SinkUnavailableError: the slot check needed the server and could not reach it.
-        """
+        """Open a transaction in memory (nothing reaches Redis before :meth:`pre_commit`);
+        ConfigurationError for a fixed-slot key template outside the sink's slot."""
         tag = self.hash_tag(context.sink_id)
         if self._slot_check_on():
             self._check_fixed_slots(tag)
         return RedisTxn(context, str(context.xid()), tag, [{} for _ in self._all_compiled])
 
     def invoke(self, txn: RedisTxn, value: dict[str, Any]) -> None:
-        """Add one row (column -> value).
-
-        Raises:
-            ConfigurationError: a referenced column is missing or null, a value has the wrong
-                type for its op, a key is outside the slot, or two ops write one key.
-        """
+        """Add one row (column -> value); ConfigurationError for a missing or null column, a value of
+        the wrong type for its op, a key outside the slot, or two ops writing one key."""
         if self._ack is not None:
             self._ack.track(txn.acks, [value.get(self._ack.stream_column)], [value.get(self._ack.id_column)])
         self._folder().fold(txn, row_columns(self._compiled, value), list(value), 1, lambda: [dict(value)])
 
     def invoke_batch(self, txn: RedisTxn, batch: pa.RecordBatch) -> None:
-        """Add an Arrow record batch (columns converted once per batch).
-
-        Raises:
-            ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
-        """
+        """Add an Arrow record batch; raises as :meth:`invoke` (SchemaMismatchError: a missing column)."""
         if self._ack is not None:
             self._ack.track(txn.acks, batch.column(self._ack.stream_column).to_pylist(),
                             batch.column(self._ack.id_column).to_pylist())
@@ -312,12 +286,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         cannot re-create staging.
 
         Raises:
-            RedisTargetError: a target key has the wrong type or a counter a non-integer
-                value (nothing was applied; :meth:`rollback` removes the staging).
+            RedisTargetError: a target key has the wrong type or a counter a non-integer value.
             ConfigurationError: a counter's deltas exceed +-10^18, or a source stream has no
-                group ``ackGroup`` (both before anything reaches Redis).
-            SinkError / SinkUnavailableError: the server failed or the transaction was
-                rolled back meanwhile.
+                group ``ackGroup`` (before anything reaches Redis).
+            SinkError: the transaction was rolled back meanwhile.
         """
         ctx = txn.context
         if self._slot_check_on():
@@ -368,8 +340,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
             RedisTargetError: a target key has the wrong type (or a counter a non-integer);
                 nothing was applied and the staging is kept for a retry once the key is fixed.
             ProtocolError: the handle is malformed or the transaction was never prepared.
-            SinkUnavailableError / SinkError: the server failed (a retry answers
-                ``ALREADY_COMMITTED`` for what got committed).
         """
         keys = self._handle_keys(handle)
         reply = self._server.run("commit", [keys.txns, keys.prepared, keys.staging(handle.txn_id), keys.committed],
@@ -432,12 +402,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return reply[0] == "ABORTED" and int(reply[1]) > 0
 
     def abort(self, handle: RedisHandle) -> None:
-        """Delete the transaction's staging, prepared entry and registration (idempotent).
-
-        Raises:
-            ProtocolError: it had been committed, or the handle is malformed.
-            SinkError / SinkUnavailableError: the server failed; retry.
-        """
+        """Delete the transaction's staging, prepared entry and registration (idempotent);
+        ProtocolError when it had been committed, or the handle is malformed."""
         self._abort_keys(self._handle_keys(handle), handle.txn_id)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[RedisHandle]:

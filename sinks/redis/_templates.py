@@ -54,7 +54,6 @@ class Template:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The columns the template reads."""
         return tuple(n for _, n in self.parts if n is not None)
 
     @property

@@ -35,10 +35,8 @@ _TOKEN = re.compile(r"""\s*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>`(?:[^
 
 class _Tokens:
     def __init__(self, text: str) -> None:
-        self.items: list[tuple[str, str, int]] = []
-        for m in _TOKEN.finditer(text):
-            kind = m.lastgroup or "other"
-            self.items.append((kind, m.group(kind), m.start(kind)))
+        self.items = [(m.lastgroup, m.group(m.lastgroup), m.start(m.lastgroup)) for m in _TOKEN.finditer(text)
+                      if m.lastgroup]  # every alternative of _TOKEN is a named group
         self.pos = 0
 
     def peek(self) -> tuple[str, str, int] | None:

@@ -51,12 +51,8 @@ class StreamOptions:
 
     @classmethod
     def read(cls, options: Mapping[str, str]) -> StreamOptions:
-        """Parse Spark's options.
-
-        Raises:
-            MissingOptionError: ``url``, ``streams`` or ``group`` is missing.
-            ConfigurationError: an option is invalid or unknown; no message shows the password.
-        """
+        """Parse Spark's options; MissingOptionError (``url``, ``streams``, ``group``) or
+        ConfigurationError for an invalid or unknown one, never showing the password."""
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
             for name in OPTIONS:
