@@ -1,7 +1,5 @@
-"""Redis plumbing shared by the Redis sink (:mod:`twopc.sinks.redis`) and the Redis Stream source
-(:mod:`twopc.sinks.redis_source`), which import it and never each other. Importing it without
-redis-py is a :class:`~twopc.MissingExtraError` naming the extra.
-"""
+"""Redis plumbing shared by the Redis sink and the Redis Stream source, which never import each
+other. Without redis-py, importing it is a :class:`~twopc.MissingExtraError` naming the extra."""
 
 from twopc.spi import require as _require
 

@@ -1,11 +1,6 @@
-"""Redis connections of the Redis sink and the Redis Stream source: one client per
-process, URL, password and timeouts.
-
-The sink and the source pickle to executors with configuration only; each process opens
-its clients lazily here, learns once per client whether the server is a cluster
-(``INFO cluster``) and then uses ``redis.cluster.RedisCluster``. A forked process starts with no clients.
-:func:`dispose_clients` closes them all. The password never reaches a message: every
-server error goes through :meth:`ClientConfig.error`.
+"""Redis connections: one client per process and configuration, opened lazily (a cluster,
+told by ``INFO cluster``, gets ``RedisCluster``; a forked process starts with none). Every
+server error goes through :meth:`ClientConfig.error`, which never shows the password.
 """
 
 from __future__ import annotations
@@ -34,13 +29,10 @@ T = TypeVar("T")
 
 
 def _version_given() -> dict[str, Any]:
-    """redis-py's version, given to each client so that a new connection does not look it up in
-    the installed distributions (a scan of every sys.path entry, the zip files on a Spark
-    worker's included): as ``driver_info`` where redis-py has ``DriverInfo``, else as ``lib_version``."""
+    """redis-py's version for each client, so a new connection does not scan sys.path for it."""
     driver_info = getattr(redis, "DriverInfo", None)
-    if driver_info is not None:
-        return {"driver_info": driver_info(lib_version=redis.__version__)}
-    return {"lib_version": redis.__version__}
+    return {"lib_version": redis.__version__} if driver_info is None else {
+        "driver_info": driver_info(lib_version=redis.__version__)}
 
 
 @dataclass(frozen=True)
@@ -62,8 +54,7 @@ class ClientConfig:
         return redact(text, secret_forms([self.password])) if self.password else text
 
     def error(self, exc: BaseException, action: str) -> SinkError:
-        """The :class:`~twopc.SinkError` for *exc*, raised while trying to *action*:
-        :class:`~twopc.spi.SinkUnavailableError` for a refused login or an unreachable server."""
+        """The SinkError for *exc* while trying to *action* (SinkUnavailableError: login refused, unreachable)."""
         text = self.redact(" ".join(str(exc).split()))
         if isinstance(exc, rex.AuthenticationError | rex.AuthorizationError):
             return SinkUnavailableError(f"Redis at {self.where()} refused the login while trying to {action}: "
@@ -80,8 +71,7 @@ class ClientConfig:
             raise self.error(exc, action) from None
 
     def call_unless(self, action: str, fn: Callable[[Any], T], refusal: str) -> T | None:
-        """:meth:`call`, but None when the server refuses with a reply that says *refusal*
-        (lower case: ``no such key``)."""
+        """:meth:`call`, but None when the server's refusal says *refusal* (lower case)."""
         try:
             return fn(self.pooled().client)
         except rex.RedisError as exc:
@@ -90,12 +80,7 @@ class ClientConfig:
             raise self.error(exc, action) from None
 
     def with_library(self, load: Callable[..., None], fn: Callable[[], T], action: str, library: str) -> T:
-        """``fn()`` once *load* made sure the server has the library, and once more after
-        ``load(force=True)`` when the server lost it (:func:`.library.missing_library`).
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed, or lost *library* twice.
-        """
+        """``fn()`` after *load*, and once more after ``load(force=True)`` when the server lost the library."""
         load()
         for _ in (0, 1):
             try:
@@ -107,12 +92,7 @@ class ClientConfig:
         raise SinkError(f"Redis at {self.where()}: the {library} vanished twice while trying to {action}")
 
     def pooled(self) -> Pooled:
-        """This process's client for this configuration (opened on first use).
-
-        Raises:
-            ConfigurationError: the URL is not usable.
-            SinkUnavailableError / SinkError: the server could not say whether it is a cluster.
-        """
+        """This process's client for this configuration; ConfigurationError for an unusable URL."""
         global _PID
         with _LOCK:
             if os.getpid() != _PID:
@@ -150,24 +130,16 @@ class ClientConfig:
         return Pooled(client, cluster)
 
     def load_once(self, key: str, load: Callable[[Pooled], object], action: str, *, force: bool = False) -> None:
-        """``load(pooled)`` (a server-side library, known as *key*) once per process and server
-        until :func:`dispose_clients`, again with *force*; a Redis error raised as :meth:`error`'s."""
+        """``load(pooled)`` (library *key*) once per process and server, again with *force*."""
         if (self.url, key) not in _LOADED or force:
             self.call(action, lambda _: load(self.pooled()))
             _LOADED.add((self.url, key))
 
 
 class _LocalFcallKeys:
-    """redis-py's cluster command parser, except that the keys of ``FCALL``/``FCALL_RO``
-    are read from the command itself (``FCALL name numkeys key...``), as redis-py already
-    does for ``EVAL``/``EVALSHA``.
-
-    redis-py (8.x) asks the cluster's default node (the URL's) ``COMMAND GETKEYS`` for every
-    ``FCALL``, before its retry loop. Once that node is down, every ``FCALL`` fails with
-    "connection refused" although the slot has a new master, and the client never moves
-    off the dead node; it also costs a round trip per call. Shared with the client's
-    pipelines, which take the parser from the client.
-    """
+    """redis-py's cluster command parser, but ``FCALL``'s keys are read from the command as for EVAL:
+    redis-py 8 asks the default node ``COMMAND GETKEYS`` for each ``FCALL``, so once that node
+    is down every ``FCALL`` fails although its slot has a new master."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -187,19 +159,12 @@ class _LocalFcallKeys:
 class Pooled:
     """A pooled client and whether its server is a cluster."""
 
-    client: Any  # redis.Redis or redis.cluster.RedisCluster (their command methods are untyped)
+    client: Any  # redis.Redis or RedisCluster (untyped command methods)
     cluster: bool
 
     def on_every_primary(self, call: Callable[[Any], object]) -> None:
-        """Run ``call(client)`` on the server, or on every primary of a cluster (where a
-        server-side library must be loaded). ``call`` must be safe to repeat: when a node
-        the client took for a primary answers that it is a replica (the client's map is
-        older than a failover), the client reads the topology again and every primary is
-        called once more.
-
-        Raises:
-            redis.exceptions.RedisError: a server failed, or refused twice as a replica.
-        """
+        """``call(client)`` on the server or every primary of a cluster; repeated on every primary
+        once after a node answers that it is a replica (a failover), so it must be safe to repeat."""
         for attempt in (0, 1):
             nodes = ([self.client.get_redis_connection(n) for n in self.client.get_primaries()]
                      if self.cluster else [self.client])
@@ -231,13 +196,8 @@ def dispose_clients() -> None:
 
 
 def split_url(url: str) -> tuple[str, str | None]:
-    """The URL without its password, and the password (percent-decoded; a ``password``
-    query parameter wins over the user info).
-
-    Raises:
-        ConfigurationError: not a ``redis://`` or ``rediss://`` URL (the message never
-            shows the URL).
-    """
+    """The URL without its password, and the password (a ``password`` query parameter wins);
+    ConfigurationError, never showing the URL, unless ``redis://`` or ``rediss://``."""
     raw = url.strip()
     try:
         u = urllib.parse.urlsplit(raw)
@@ -250,13 +210,9 @@ def split_url(url: str) -> tuple[str, str | None]:
     if u.scheme not in ("redis", "rediss"):
         raise ConfigurationError(f"url must start with redis:// or rediss://, got a {u.scheme or 'schemeless'!r} URL")
     password = urllib.parse.unquote(u.password) if u.password is not None else None
-    netloc = u.hostname or ""
-    if ":" in netloc:
-        netloc = f"[{netloc}]"
-    if u.port is not None:
-        netloc += f":{u.port}"
-    if u.username:
-        netloc = f"{u.username}@{netloc}"
+    host = u.hostname or ""
+    netloc = ((f"{u.username}@" if u.username else "") + (f"[{host}]" if ":" in host else host)
+              + ("" if u.port is None else f":{u.port}"))
     query = urllib.parse.parse_qsl(u.query, keep_blank_values=True)
     keys = [k.lower() for k, _ in query]
     if "password" in keys:

@@ -1,9 +1,5 @@
-"""Redis Stream entry ids and ranges of them: pure values, no server.
-
-An entry id is ``<ms>-<seq>``, two unsigned 64-bit integers, ordered by ``(ms, seq)``.
-``0-0`` is never an entry's id, so it means "before every entry". A :class:`Range` is
-what one read covers: the entries of one stream with ``lo < id <= hi``.
-"""
+"""Redis Stream entry ids (``<ms>-<seq>``, unsigned 64-bit each; ``0-0`` means "before every
+entry") and ranges of them."""
 
 from __future__ import annotations
 
@@ -27,11 +23,7 @@ class EntryId:
 
     @classmethod
     def parse(cls, text: str | bytes, what: str = "entry id") -> EntryId:
-        """Read ``<ms>-<seq>`` (or ``<ms>``, seq 0).
-
-        Raises:
-            ConfigurationError: not an entry id; the message names *what*.
-        """
+        """Read ``<ms>-<seq>`` (or ``<ms>``); ConfigurationError naming *what* otherwise."""
         raw = text.decode() if isinstance(text, bytes) else str(text)
         m = _ID.match(raw.strip())
         if m is None or int(m.group(1)) > MAX_U64 or int(m.group(2) or 0) > MAX_U64:
@@ -73,5 +65,4 @@ class Range:
 
     @property
     def empty(self) -> bool:
-        """True when the range holds no entry."""
         return self.count <= 0 or self.hi <= self.lo

@@ -9,8 +9,7 @@ __all__ = ["build_library", "missing_library"]
 
 
 def build_library(library: str, prelude: str, functions: dict[str, str]) -> str:
-    """A FUNCTION library named *library*: *prelude*, then each body of *functions*
-    registered as ``<library>_<name>(keys, args)`` (every twopc library is built so)."""
+    """FUNCTION library *library*: *prelude*, then each of *functions* as ``<library>_<name>(keys, args)``."""
     parts = [f"#!lua name={library}\n", prelude]
     for name, body in functions.items():
         parts.append(f"\nredis.register_function('{library}_{name}', function(keys, args)\n{body}end)\n")

@@ -1,19 +1,13 @@
-"""Server-side code of the Redis Stream source: the FUNCTION library ``twopc_stream_v2``
-(the Redis sink's ``ackGroup`` commit embeds its prelude and ``ack`` step, :mod:`twopc.sinks.redis._ack_lua`).
+"""The Redis Stream source's FUNCTION library ``twopc_stream_v2`` (``ackGroup`` embeds its ``ack``).
 
-- ``plan``: walk a stream's entries ``lo < id <= hi`` (at most *max*; 0 = all) and return
-  only ids: the last one, how many, and every *split*-th id (partition boundaries). The
-  entries' fields never leave the server.
-- ``ack``: the group's acknowledgement of everything up to an id, atomically: create the
-  group there when it is missing, move its ``last-delivered-id`` forward (never back),
-  set the group's ``entries-read`` so ``XINFO GROUPS`` shows the exact lag (when at most
-  1000 entries follow; else the lag shows as unknown), ``XACK`` every pending entry ``<= id`` of
-  any consumer, and optionally ``XTRIM MINID`` (exact) the entries before a given id.
+- ``plan``: walk the entries ``lo < id <= hi`` (at most *max*; 0 = all) and return only the
+  last id, how many, and every *split*-th id (partition bounds).
+- ``ack``, atomically: create the group when missing, move its ``last-delivered-id`` forward
+  (never back), set ``entries-read`` (exact lag when at most 1000 entries follow), ``XACK``
+  every pending entry ``<= id``, optionally ``XTRIM MINID``.
 
-Like ``twopc_redis_v1``, the code loaded under :data:`LIBRARY_NAME` never changes: a change
-gets a new name; ``tests/sinks/redis/test_redis_stream_offsets.py`` pins its digest. ``twopc_stream_v1``
-(the earlier code) counted up to 100000 entries after the acknowledged id; a server may still
-hold it, unused.
+The code never changes under its name (``tests/sinks/redis/test_redis_stream_offsets.py``
+pins its digest); a server may still hold the unused ``twopc_stream_v1``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""The Redis Stream source's conversations with Redis (the Redis sink's ``ackGroup`` reads
-consumer groups through them too): stream discovery, the ``plan`` and ``ack`` steps
-of the ``twopc_stream_v2`` library, reading a range, and telling why a range changed.
-
-Every Redis error becomes a :class:`~twopc.SinkError` (``SinkUnavailableError`` when the
-server cannot be reached) through :meth:`ClientConfig.error`, which never shows the password.
-"""
+"""The Redis Stream source's conversations with Redis (``ackGroup`` reads groups through them
+too). Every Redis error becomes a SinkError (SinkUnavailableError: unreachable)."""
 
 from __future__ import annotations
 
@@ -25,15 +20,13 @@ __all__ = ["Plan", "StreamInfo", "StreamServer"]
 #: Entries per XRANGE call when an executor reads a range.
 READ_CHUNK = 1000
 
-#: Most entries one ``plan`` call walks when :meth:`StreamServer.count` counts a backlog
-#: (each call blocks Redis while it walks).
+#: Most entries one ``plan`` call of :meth:`StreamServer.count` walks (it blocks Redis meanwhile).
 COUNT_CHUNK = 100_000
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What ``plan`` found in ``lo < id <= hi``: the last id (None when empty), how many
-    entries, and every *split*-th id."""
+    """What ``plan`` found: the last id (None when empty), how many, every *split*-th id."""
 
     last: EntryId | None
     count: int
@@ -68,10 +61,8 @@ class StreamServer:
         self.config = config
 
     def client(self) -> Any:
-        """The pooled client."""
         return self.config.pooled().client
 
-    # -- the library ---------------------------------------------------------------------------
     def _load(self, *, force: bool = False) -> None:
         def load(pooled: Pooled) -> None:
             try:
@@ -85,21 +76,13 @@ class StreamServer:
         self.config.load_once(lua.LIBRARY_NAME, load, f"load the {lua.LIBRARY_NAME} library", force=force)
 
     def fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> Any:
-        """Run step *name* of the library (loading it when the server lost it).
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Run step *name* of the library (loading it when the server lost it)."""
         return self.config.with_library(
             self._load, lambda: self.client().fcall(lua.function_name(name), len(keys), *keys, *args), action,
             f"{lua.LIBRARY_NAME} library")
 
     def plan(self, stream: str, lo: EntryId, hi: EntryId | None, *, limit: int = 0, split: int = 0) -> Plan:
-        """The entries ``lo < id <= hi`` (``hi`` None: to the end), at most *limit* (0: all).
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """The entries ``lo < id <= hi`` (``hi`` None: to the end), at most *limit* (0: all)."""
         reply = self.fcall("plan", [stream], [str(lo), "+" if hi is None else str(hi), limit, split],
                            f"plan a read of stream {stream!r}")
         last = _text(reply[0])
@@ -107,12 +90,7 @@ class StreamServer:
                     tuple(EntryId.parse(b) for b in reply[2]))
 
     def count(self, stream: str, lo: EntryId, hi: EntryId) -> int:
-        """How many entries ``lo < id <= hi`` the stream holds, walked server-side in calls
-        of at most :data:`COUNT_CHUNK` entries.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """How many entries ``lo < id <= hi`` the stream holds (calls of :data:`COUNT_CHUNK`)."""
         n = 0
         while True:
             p = self.plan(stream, lo, hi, limit=COUNT_CHUNK)
@@ -122,20 +100,14 @@ class StreamServer:
             lo = p.last
 
     def ack(self, stream: str, group: str, upto: EntryId, *, trim: bool) -> tuple[int, int, bool] | None:
-        """Acknowledge everything ``<= upto`` for *group* (see :mod:`.stream_lua`); with *trim*,
-        ``XTRIM MINID`` the entries ``<= upto``. Returns (entries XACKed, entries trimmed,
-        group created), or None when the stream does not exist.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Acknowledge everything ``<= upto`` for *group* (and trim it with *trim*): (XACKed, trimmed,
+        group created), or None when the stream does not exist."""
         reply = self.fcall("ack", [stream], [group, str(upto), str(upto.next()) if trim else ""],
                            f"acknowledge stream {stream!r} up to {upto} for group {group!r}")
         if _text(reply[0]) == "NOSTREAM":
             return None
         return int(reply[1]), int(reply[2]), _text(reply[3]) == "1"
 
-    # -- plain commands ------------------------------------------------------------------------
     def discover(self, pattern: str) -> list[str]:
         """The stream keys matching *pattern* (``SCAN ... TYPE stream``), sorted."""
         return self.config.call(f"list the streams matching {pattern!r}", lambda c: sorted(
@@ -148,11 +120,7 @@ class StreamServer:
         return None if reply is None else StreamInfo.of(reply)
 
     def groups(self, stream: str) -> list[dict[str, Any]] | None:
-        """``XINFO GROUPS`` (one dict per group), or None when the stream does not exist.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """``XINFO GROUPS`` (one dict per group), or None when the stream does not exist."""
         return self.config.call_unless(f"read the groups of {stream!r}", lambda c: list(c.xinfo_groups(stream)),
                                        "no such key")
 
@@ -176,13 +144,7 @@ class StreamServer:
         return None
 
     def ensure_group(self, stream: str, group: str, at: EntryId, *, create_stream: bool = False) -> None:
-        """Create *group* at *at* (with *create_stream*, and the stream, empty, when missing);
-        an existing group is kept.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed, or the stream does not exist
-                (without *create_stream*).
-        """
+        """Create *group* at *at* unless it exists (and with *create_stream* the missing stream)."""
         self.config.call_unless(f"create group {group!r} on {stream!r}",
                                 lambda c: c.xgroup_create(stream, group, id=str(at), mkstream=create_stream),
                                 "busygroup")

@@ -1,13 +1,6 @@
-"""Redis two-phase-commit sink (``format("twopc-redis")``): rows become Redis writes,
-applied exactly once.
-
-Each task attempt's writes are folded in memory, staged under the sink's hash tag at
-``pre_commit``, and applied on the driver, the whole batch in one atomic, idempotent
-server-side call (:mod:`twopc.sinks.redis._sink` describes the protocol step by step).
-A Lua error does not roll back earlier writes, so the commit checks the type of every
-target key (and that counters hold integers within +-10^18; deltas are bounded by +-10^18
-per transaction) before its first write: a violation is a :class:`RedisTargetError`
-naming the key, its type and the op, with nothing applied and the staging kept.
+"""Redis two-phase-commit sink (``format("twopc-redis")``): rows become Redis writes, applied
+exactly once, a whole batch in one atomic server-side call (:mod:`twopc.sinks.redis._sink`)
+that checks every target key before its first write (:class:`RedisTargetError`).
 
 Mapping: what a row becomes
 ---------------------------
@@ -32,24 +25,16 @@ JSON number (a constant) or ``"{column}"`` (exactly one column)::
 name = column name); with neither, every column. ``ttl`` is in seconds (1 .. 10^9).
 Values are written as: str as is (UTF-8), bytes raw, int in decimal, float as Python's
 shortest repr, bool ``true``/``false``, date/time ISO 8601, lists/dicts as JSON. A null in
-a referenced column is an error. Python API::
+a referenced column is an error. In Python:
+``RedisSink("redis://cache:6379/0", [IncrByOp("{{shop}}:orders", by=1)], hash_tag="shop")``.
 
-    RedisSink("redis://cache:6379/0", [IncrByOp("{{shop}}:orders", by=1),
-                                        HSetOp("{{shop}}:row:{id}", columns=("payload",))],
-              hash_tag="shop")
-
-A transaction's effects are held (folded) in the executor's memory until ``pre_commit``
-stages them, so a task needs memory in proportion to the distinct keys/fields it writes
-plus its XADD/RPUSH values; use more partitions for very large batches.
-Within one transaction (one Spark task attempt), effects are folded before staging: SETs,
-HSET fields and ZADD members keep the last value per key/field/member, INCRBY/HINCRBY
-deltas are summed, XADD entries and RPUSH values keep row order. Each target key may be
-written by only one op of the mapping within a transaction (two ops on one key is a
-:class:`~twopc.ConfigurationError`): effects of different ops could otherwise depend on
-their order. Across transactions every op keeps Redis semantics (XADD uses ``*`` ids).
-
-The options, the server's requirements (checked by :meth:`RedisSink.validate`) and cluster
-use are in the manual's Redis page and options reference.
+Within one transaction (one task attempt, held in the executor's memory until
+``pre_commit``: use more partitions for very large batches) SETs, HSET fields and ZADD
+members keep the last value, INCRBY/HINCRBY deltas are summed, XADD entries and RPUSH
+values keep row order; a key written by two ops of the mapping is a
+:class:`~twopc.ConfigurationError` (the effects would depend on their order). Across
+transactions every op keeps Redis semantics (XADD uses ``*`` ids). The options, the
+server's requirements and cluster use are in the manual's Redis page.
 """
 
 from twopc.spi import require as _require

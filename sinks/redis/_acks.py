@@ -1,15 +1,9 @@
-"""Acknowledging in the sink's commit (``ackGroup``): which source entries a transaction's rows came from.
+"""Option ``ackGroup``: which source entries a transaction's rows came from.
 
-With option ``ackGroup``, every row carries the Redis Stream key and entry id it was read
-from (``twopc-redis-stream``'s ``stream`` and ``id`` columns, or the columns named by
-``ackStreamColumn``/``ackIdColumn``). Each task attempt keeps the highest id per stream;
-its handle carries them, and the batch's last commit call acknowledges every stream up to
-the batch's highest id in the same atomic call that applies the writes
-(:mod:`twopc.sinks.redis._ack_lua`). Acknowledging up to the highest id is safe there: every
-entry at or below it was either written by this batch (committed by this call or an earlier
-call of the same decided batch) or by an earlier, committed batch, or filtered out by the
-query. Before a transaction stages anything, :meth:`AckSpec.check_groups` makes sure the
-group exists on every stream: the commit's acknowledgement would create a misspelled one.
+Every row carries its stream key and entry id (``ackStreamColumn``/``ackIdColumn``); the
+handle carries the highest id per stream, and the batch's last commit call acknowledges up
+to it (:mod:`._lua`). That is safe: every entry at or below it was written by this
+batch or an earlier committed one, or filtered out by the query.
 """
 
 from __future__ import annotations
@@ -40,11 +34,7 @@ class AckSpec:
 
     @classmethod
     def from_options(cls, group: str | None, stream_column: str | None, id_column: str | None) -> AckSpec | None:
-        """Options ``ackGroup``, ``ackStreamColumn``, ``ackIdColumn``; None without ``ackGroup``.
-
-        Raises:
-            ConfigurationError: a column option without ``ackGroup``.
-        """
+        """None without ``ackGroup``; ConfigurationError for a column option without it."""
         if not group:
             if stream_column or id_column:
                 raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option "
@@ -54,11 +44,7 @@ class AckSpec:
         return cls(group, stream_column or "stream", id_column or "id")
 
     def check_schema(self, schema: pa.Schema) -> None:
-        """Both columns exist and are strings.
-
-        Raises:
-            SchemaMismatchError: one is missing or not a string (the message names the option).
-        """
+        """SchemaMismatchError unless both columns exist and are strings."""
         for option, col in (("ackStreamColumn", self.stream_column), ("ackIdColumn", self.id_column)):
             i = schema.get_field_index(col)
             if i < 0 or (not pa.types.is_string(schema.field(i).type) and not pa.types.is_large_string(
@@ -69,14 +55,8 @@ class AckSpec:
                     f"and id columns in the rows, or name them with {option}")
 
     def check_groups(self, server: StreamServer, streams: Iterable[str]) -> None:
-        """The group exists on every stream the rows came from (a stream that no longer
-        exists is left to the source, which reports it).
-
-        Raises:
-            ConfigurationError: a stream has no group of that name (the message names the
-                stream, the group and the stream's groups).
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """ConfigurationError unless every existing source stream has the group: the commit's
+        acknowledgement would create a misspelled one (a deleted stream is the source's to report)."""
         for stream in sorted(streams):
             names = server.group_names(stream)
             if names is not None and self.group not in names:
@@ -87,11 +67,7 @@ class AckSpec:
                     f"ackGroup to the source's group (option group of twopc-redis-stream), or drop ackGroup")
 
     def track(self, acks: dict[str, EntryId], streams: Iterable[Any], ids: Iterable[Any]) -> None:
-        """Raise *acks* (stream -> highest id) to the rows' ids.
-
-        Raises:
-            ConfigurationError: a row has no stream or an id that is not an entry id.
-        """
+        """Raise *acks* (stream -> highest id) to the rows' ids; ConfigurationError for a null or bad id."""
         for stream, raw in zip(streams, ids, strict=True):
             if stream is None or raw is None:
                 raise ConfigurationError(f"ackGroup {self.group!r}: a row has a null {self.stream_column!r} or "

@@ -1,18 +1,10 @@
-"""Rows the Redis sink refuses one by one: name them, or route them to a dead-letter stream.
+"""Rows the Redis sink refuses (folding raises :class:`~twopc.ConfigurationError`): name them,
+or route them to a dead-letter stream.
 
-A row is refused when folding it raises :class:`~twopc.ConfigurationError`: a null or
-non-integer counter delta, a delta beyond +-10^18, a NaN score, a key rendered from the row
-that falls outside the sink's slot or is written by two ops of the mapping.
-
-- Without ``deadLetterStream`` the task fails with that error, prefixed with the row's entry
-  (``entry orders 1700000000000-3: ...``; found by folding the batch's rows one at a time
-  into a scratch copy, only on this failing path).
-- With it, each batch is folded into a scratch transaction first and merged into the real
-  one when it folds whole (the cost of a merge; nothing else changes when no row is
-  refused). A batch that does not fold whole is folded row by row; a refused row becomes an
-  ``XADD`` to the dead-letter stream (fields ``stream``, ``id``, ``reason``, ``sink``,
-  ``batch``, ``partition``, ``row``) staged in the same transaction, so the FCALL that
-  commits the batch adds it, and a rollback drops it.
+Without ``deadLetterStream`` the task fails with the error prefixed with the row's entry
+(``entry orders 1700000000000-3: ...``). With it, a batch is folded into a scratch copy and
+merged when it folds whole, else row by row; a refused row becomes an ``XADD`` of
+:data:`DEAD_LETTER_FIELDS` staged in the same transaction, committed or rolled back with it.
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from twopc import ConfigurationError
 from .._entry import entry_name
 from ._fold import RedisTxn
 from ._mapping import Compiled, XAddOp, _compile
+from ._templates import escape
 
 __all__ = ["DEAD_LETTER_FIELDS", "RowFolder", "dead_letter_op"]
 
@@ -40,21 +33,14 @@ Fold = Callable[[RedisTxn, Mapping[str, list[Any]], list[str], int], None]
 
 
 def dead_letter_op(key: str, index: int) -> Compiled:
-    """The compiled ``XADD`` of dead-letter entries to *key* (a literal key), as op *index*.
-
-    Raises:
-        ConfigurationError: *key* is empty.
-    """
+    """The compiled ``XADD`` of dead letters to literal *key*, as op *index*; ConfigurationError when empty."""
     if not key:
         raise ConfigurationError("deadLetterStream is empty: give a stream key or leave the option out")
-    literal = key.replace("{", "{{").replace("}", "}}")
-    return _compile(index, XAddOp(literal, columns=DEAD_LETTER_FIELDS))
+    return _compile(index, XAddOp(escape(key), columns=DEAD_LETTER_FIELDS))
 
 
 def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
-    """Fold *src* (effects of later rows) into *dst*, as folding those rows into *dst* would:
-    counters add up, XADD entries and RPUSH values append, hash fields and sorted-set members
-    merge one by one, a SET value is replaced."""
+    """Fold *src* (effects of later rows) into *dst* as folding those rows would have."""
     for k, v in src.items():
         have = dst.get(k)
         if isinstance(v, dict) and have is not None:
@@ -68,13 +54,7 @@ def _merge(dst: dict[str, Any], src: dict[str, Any]) -> None:
 
 
 class RowFolder:
-    """Folds rows into a transaction, naming or dead-lettering the rows it refuses.
-
-    Args:
-        compiled: the mapping's ops.
-        fold: folds columns into a transaction (the sink's slot rules applied).
-        dead_letter: the compiled dead-letter op (:func:`dead_letter_op`), or ``None``.
-    """
+    """Folds rows into a transaction with *fold*, naming or dead-lettering (*dead_letter*) the refused."""
 
     def __init__(self, compiled: Sequence[Compiled], fold: Fold, dead_letter: Compiled | None) -> None:
         self._compiled = list(compiled)
@@ -83,13 +63,8 @@ class RowFolder:
 
     def fold(self, txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str], n: int,
              rows: Callable[[], list[dict[str, Any]]]) -> None:
-        """Fold rows 0..n-1 of *cols* into *txn*; *rows* gives the same rows as dicts (only
-        called when a row is refused).
-
-        Raises:
-            ConfigurationError: a row is refused and there is no dead-letter stream (the
-                message starts with the row's entry); or the dead-letter route itself failed.
-        """
+        """Fold rows 0..n-1 of *cols* into *txn* (*rows*: them as dicts, once one is refused);
+        ConfigurationError for a refused row without a dead-letter stream, or a failed route."""
         if self._dead_letter is None:
             try:
                 self._fold(txn, cols, all_columns, n)
@@ -116,7 +91,6 @@ class RowFolder:
 
     def _refusal(self, scratch: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str],
                  n: int) -> ConfigurationError | None:
-        """Fold *n* rows into *scratch*; the error that refused one, if any."""
         try:
             self._fold(scratch, cols, all_columns, n)
         except ConfigurationError as exc:

@@ -1,10 +1,5 @@
-"""The open transaction of the Redis sink: rows folded into effects (the rules are in
-:mod:`twopc.sinks.redis`), then laid out as the staging list that ``pre_commit`` pushes.
-
-The staging list is check groups then apply groups, each ``"<CMD> <n>"`` followed by ``n``
-arguments, at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` arguments a group (the format
-:mod:`twopc.sinks.redis._lua` reads).
-"""
+"""The Redis sink's open transaction: rows folded into effects (rules in :mod:`twopc.sinks.redis`),
+laid out as the staging list :mod:`._lua` reads."""
 
 from __future__ import annotations
 
@@ -41,8 +36,7 @@ __all__ = ["RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements
 
 @dataclass(eq=False)
 class RedisTxn:
-    """The open transaction of one task attempt (process-local): folded effects, one dict
-    per op of the mapping."""
+    """One task attempt's open transaction: folded effects, one dict per op of the mapping."""
 
     context: TransactionContext
     txn_id: str
@@ -55,17 +49,12 @@ class RedisTxn:
     acks: dict[str, Any] = field(default_factory=dict)  # stream -> highest EntryId (option ackGroup)
 
     def clear(self) -> None:
-        """Forget the folded effects."""
         self.state = [{} for _ in self.state]
         self.owner.clear()
 
 
 def row_columns(compiled: Sequence[Compiled], row: Mapping[str, Any]) -> dict[str, list[Any]]:
-    """*row* as one-row columns, once it has every column the mapping reads.
-
-    Raises:
-        ConfigurationError: a referenced column is missing.
-    """
+    """*row* as one-row columns; ConfigurationError when it lacks a column the mapping reads."""
     for c in compiled:
         for name in c.columns():
             if name not in row:
@@ -74,11 +63,7 @@ def row_columns(compiled: Sequence[Compiled], row: Mapping[str, Any]) -> dict[st
 
 
 def batch_columns(compiled: Sequence[Compiled], batch: pa.RecordBatch) -> dict[str, list[Any]]:
-    """The columns of *batch* the mapping reads, converted once per batch.
-
-    Raises:
-        SchemaMismatchError: a referenced column is missing.
-    """
+    """The columns of *batch* the mapping reads; SchemaMismatchError when one is missing."""
     names = batch.schema.names
     needed: set[str] = set(names) if any(c.reads_all_columns for c in compiled) else set()
     for c in compiled:
@@ -94,12 +79,8 @@ def batch_columns(compiled: Sequence[Compiled], batch: pa.RecordBatch) -> dict[s
 
 def fold(compiled: Sequence[Compiled], txn: RedisTxn, cols: Mapping[str, list[Any]], all_columns: list[str],
          n: int, *, slot_check: bool, tag_option_set: bool) -> None:
-    """Fold rows 0..n-1 of *cols* into *txn*.
-
-    Raises:
-        ConfigurationError: a referenced cell is null or of the wrong type, a key is
-            outside the tag's slot (with *slot_check*), or two ops write one key.
-    """
+    """Fold rows 0..n-1 of *cols* into *txn*; ConfigurationError for a null or mistyped cell, a key
+    outside the tag's slot (with *slot_check*), or two ops writing one key."""
     want = key_slot(txn.tag)
     for c in compiled:
         keys = c.key.render(cols, n, f"{c.what} key")
@@ -143,11 +124,7 @@ def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str
                     h[as_text(fs[i])] = vs[i]
         else:
             for i, k in enumerate(keys):
-                entry: list[Any] = []
-                for fs, vs in rendered:
-                    entry.append(fs[i])
-                    entry.append(vs[i])
-                st.setdefault(k, []).append(entry)
+                st.setdefault(k, []).append([x for fs, vs in rendered for x in (fs[i], vs[i])])
     elif isinstance(op, IncrByOp):
         for k, d in zip(keys, _ints(c, cols, n, "by", -COUNTER_LIMIT, COUNTER_LIMIT), strict=True):
             st[k] = st.get(k, 0) + d
@@ -204,82 +181,70 @@ def _scores(c: Compiled, cols: Mapping[str, list[Any]], n: int) -> list[str]:
     return out
 
 
-class _Staging:
-    """The staging list being built: groups of at most MAX_ARGS arguments."""
+def _group(out: list[Any], cmd: str, args: Sequence[Any]) -> None:
+    out.append(f"{cmd} {len(args)}")
+    out.extend(args)
 
-    def __init__(self) -> None:
-        self.out: list[Any] = []
 
-    def group(self, cmd: str, args: Sequence[Any]) -> None:
-        self.out.append(f"{cmd} {len(args)}")
-        self.out.extend(args)
-
-    def chunked(self, cmd: str, head: Sequence[Any], items: Sequence[Any], width: int) -> None:
-        """Groups of *head* plus as many *items* as fit, *width* items at a time."""
-        step = max(width, ((MAX_ARGS - len(head)) // width) * width)
-        for i in range(0, len(items), step):
-            self.group(cmd, [*head, *items[i: i + step]])
+def _chunked(out: list[Any], cmd: str, head: Sequence[Any], items: Sequence[Any], width: int) -> None:
+    """Groups of *head* plus as many *items* as fit, *width* items at a time."""
+    step = max(width, ((MAX_ARGS - len(head)) // width) * width)
+    for i in range(0, len(items), step):
+        _group(out, cmd, [*head, *items[i: i + step]])
 
 
 def staging_elements(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[Any]:
-    """The staging list of the folded *state*: check groups, then apply groups.
-
-    Raises:
-        ConfigurationError: a counter's deltas add up beyond +-10^18, or an XADD entry has
-            more fields than one call takes.
-    """
-    s = _Staging()
+    """The staging list of *state*; ConfigurationError for a counter's deltas beyond +-10^18, or an
+    XADD entry with more fields than one call takes."""
+    out: list[Any] = []
     for c, st in zip(compiled, state, strict=True):
         if st:
-            s.chunked("?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
+            _chunked(out, "?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
     for c, st in zip(compiled, state, strict=True):
         if st and isinstance(c.op, IncrByOp):
-            s.chunked("?I", [c.op.OP], list(st), 1)
+            _chunked(out, "?I", [c.op.OP], list(st), 1)
         elif st and isinstance(c.op, HIncrByOp):
-            s.chunked("?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
+            _chunked(out, "?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
     for c, st in zip(compiled, state, strict=True):
-        _stage_op(s, c, st)
-    return s.out
+        _stage_op(out, c, st)
+    return out
 
 
-def _stage_op(s: _Staging, c: Compiled, st: dict[str, Any]) -> None:
+def _stage_op(out: list[Any], c: Compiled, st: dict[str, Any]) -> None:
     op = c.op
     if isinstance(op, SetOp):
         for k, (v, t) in st.items():
-            s.group("SET", [k, v] if t is None else [k, v, "EX", str(t)])
+            _group(out, "SET", [k, v] if t is None else [k, v, "EX", str(t)])
     elif isinstance(op, HSetOp):
         for k, h in st.items():
             if 0 < 2 * len(h) < MAX_ARGS:  # one group: written directly
-                s.out.append(f"HSET {2 * len(h) + 1}")
-                s.out.append(k)
-                s.out.extend(x for f, v in h.items() for x in (f, v))
+                out += [f"HSET {2 * len(h) + 1}", k]
+                out.extend(x for f, v in h.items() for x in (f, v))
             else:
-                s.chunked("HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
+                _chunked(out, "HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
     elif isinstance(op, IncrByOp):
         for k, d in st.items():
             _check_delta(c, k, d)
-            s.group("INCRBY", [k, str(d)])
+            _group(out, "INCRBY", [k, str(d)])
     elif isinstance(op, HIncrByOp):
         for k, h in st.items():
             for f, d in h.items():
                 _check_delta(c, k, d)
-                s.group("HINCRBY", [k, f, str(d)])
+                _group(out, "HINCRBY", [k, f, str(d)])
     elif isinstance(op, XAddOp):
         for k, entries in st.items():
             for e in entries:
                 if len(e) + 2 > MAX_ARGS:
                     raise ConfigurationError(f"{c.what}: an entry has {len(e) // 2} fields; at most "
                                              f"{(MAX_ARGS - 2) // 2} are supported")
-                s.out.append(f"XADD {len(e) + 2}")
-                s.out.append(k)
-                s.out.append("*")
-                s.out.extend(e)
+                out += [f"XADD {len(e) + 2}", k, "*"]
+                out.extend(e)
     elif isinstance(op, RPushOp):
         for k, vals in st.items():
-            s.chunked("RPUSH", [k], vals, 1)
+            _chunked(out, "RPUSH", [k], vals, 1)
     elif isinstance(op, ZAddOp):
         for k, zs in st.items():
-            s.chunked("ZADD", [k], [x for mem, sc in zs.items() for x in (sc, mem)], 2)
+            _chunked(out, "ZADD", [k], [x for mem, sc in zs.items() for x in (sc, mem)], 2)
 
 
 def _check_delta(c: Compiled, key: str, d: int) -> None:

@@ -1,10 +1,8 @@
-"""Where the Redis sink keeps its state: key names, hash tags and cluster slots.
+"""The Redis sink's key names, hash tags and cluster slots.
 
-Every key of one sink id lives under one hash tag ``T`` (``P`` = ``T:<sink_id>``):
-``P:txns``, ``P:prepared``, ``P:committed`` and ``P:staging:<txn>``, so one commit touches
-one cluster slot; ``P:owner`` names the checkpoint of the query that writes the sink id
-(:meth:`~twopc.sinks.redis.RedisSink.claim_sink_id`). ``<txn>`` is the transaction id exactly as the transaction was
-registered (the canonical ``twopc:...`` form, or the ``~`` form older versions wrote).
+A sink id's keys share one hash tag ``T`` (``P`` = ``T:<sink_id>``), so one commit touches one
+slot: ``P:txns``, ``P:prepared``, ``P:committed``, ``P:staging:<txn id as registered>`` and
+``P:owner`` (the checkpoint that writes the sink id).
 """
 
 from __future__ import annotations
@@ -25,11 +23,7 @@ def key_slot(key: str | bytes) -> int:
 
 
 def normalize_tag(tag: str) -> str:
-    """``shop`` or ``{shop}`` as ``{shop}``.
-
-    Raises:
-        ConfigurationError: the tag is empty or has braces inside.
-    """
+    """``shop`` or ``{shop}`` as ``{shop}``; ConfigurationError when empty or with braces inside."""
     t = tag.strip()
     inner = t[1:-1] if t.startswith("{") and t.endswith("}") else t
     if not inner or "{" in inner or "}" in inner:
@@ -55,22 +49,16 @@ class RedisKeys:
 
     @classmethod
     def of(cls, sink_id: str, tag: str) -> RedisKeys:
-        """The keys of *sink_id* under hash tag *tag* (``{...}``).
-
-        Raises:
-            ConfigurationError: *sink_id* is not a valid sink id.
-        """
+        """The keys of *sink_id* under hash tag *tag* (``{...}``); ConfigurationError for an invalid sink id."""
         p = f"{tag}:{validate_sink_id(sink_id)}:"
         return cls(p + "txns", p + "prepared", p + "committed", p + "staging:", p + "owner")
 
     def staging(self, txn_id: str) -> str:
-        """The staging list of *txn_id*."""
         return self.staging_prefix + txn_id
 
 
 def slot_message(subject: str, got: int, tag: str, op: str, *, tag_option_set: bool) -> str:
-    """Why *subject* (a key or key template in slot *got*) is refused: the sink's keys
-    use hash tag *tag*; *op* names the mapping entry."""
+    """Why *subject* (a key or key template in slot *got*) is outside hash tag *tag*'s slot."""
     want = key_slot(tag)
     lit = tag.replace("{", "{{").replace("}", "}}")
     return (f"{op + ': ' if op else ''}{subject} hashes to cluster slot {got}, but the sink's "

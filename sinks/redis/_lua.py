@@ -1,46 +1,39 @@
-"""Server-side code of the Redis sink: one Lua library, loaded as a FUNCTION library
-(Redis 7+, survives restarts through the AOF/RDB) or, on older servers, as EVALSHA scripts
-(re-sent on ``NOSCRIPT``).
+"""Server-side code of the Redis sink: Lua loaded as FUNCTION libraries (Redis 7+, kept
+across restarts) or, on older servers, as EVALSHA scripts (re-sent on ``NOSCRIPT``).
 
-The staging of a transaction is one Redis LIST of *groups*. A group is a header element
-``"<CMD> <n>"`` followed by ``n`` argument elements. Check groups (``?T``, ``?I``, ``?H``)
-come first; apply groups (``SET``, ``HSET``, ``INCRBY``, ``HINCRBY``, ``XADD``, ``RPUSH``,
-``ZADD``) follow, each one ``redis.call`` with at most :data:`MAX_ARGS` arguments (Lua's
+A staging is one LIST of groups, a header ``"<CMD> <n>"`` then ``n`` arguments: check groups
+first, then apply groups (one ``redis.call`` each, at most :data:`MAX_ARGS` arguments: Lua's
 ``unpack`` fails above ~8000 values).
 
-- ``?T <type> <op> key...``: every key must be of Redis type ``<type>`` or not exist.
-- ``?I <op> key...``: every key must be missing or hold an integer within +-10^18.
-- ``?H <op> key field key field...``: every hash field must be missing or such an integer.
+- ``?T <type> <op> key...``: every key is of Redis type ``<type>`` or missing.
+- ``?I <op> key...`` / ``?H <op> key field...``: every key / hash field is missing or holds
+  an integer within +-10^18 (plus a delta within +-10^18 cannot overflow 64 bits).
 
-Commit runs every check before its first write, so a wrong key type (or a counter that
-is not an integer) is reported with nothing applied: a Lua error would not roll back the
-writes already done. Integers within +-10^18 plus a delta within +-10^18 cannot overflow
-a signed 64-bit integer, so INCRBY/HINCRBY cannot fail midway either.
+A commit runs every check before its first write, because a Lua error does not roll back
+writes already done. Transaction ids are opaque strings to every step.
 
-Every step takes the transaction id as an opaque string (``args[1]``, and the staging
-key the client names): nothing here depends on the id's shape, so ids of either form of
-:class:`twopc.Xid` commit alike.
+Code loaded under a name never changes: servers keep a library across restarts, and
+processes of two versions would swap each other's code; a change gets a new name
+(``tests/sinks/redis`` pins the digests). ``commit_batch`` lives in :data:`BATCH_LIBRARY_NAME`
+beside ``twopc_redis_v1``, which older processes keep using.
 
-The code loaded under :data:`LIBRARY_NAME` never changes: servers keep a loaded library
-across restarts, and ``FUNCTION LOAD REPLACE`` from processes of two versions during an
-upgrade would otherwise swap each other's code. A change of any step gets a new name
-(``twopc_redis_v2``); ``tests/sinks/redis/test_redis_sink.py`` pins the code's digest.
-
-The batch commit lives in a second library, :data:`BATCH_LIBRARY_NAME`
-(``twopc_redis_batch_v1``: the same prelude, one function): ``commit_batch`` commits every
-transaction of a decided batch in one call, so a reader sees the whole batch or none of it.
-It runs every check of every transaction before its first write; one failing check (or a
-transaction that was never prepared) answers with nothing applied. A process of an older
-version keeps committing with ``twopc_redis_v1_commit``, which stays loaded beside it.
+Option ``ackGroup``: :data:`ACK_LIBRARY_NAME`'s ``commit_batch_ack`` runs ``commit_batch``'s checks
+and writes, then, in the same atomic call, ``twopc_stream_v2_ack``'s step (without trimming) up
+to the highest entry id per stream: the first danger window (sink committed, entries not
+acknowledged) is closed instead of recovered. Keys: ``txns, prepared, markers, staging_1..n,
+stream_1..m``; arguments: ``batch_id, txn_1..n, group, id_1..m, m``; reply as ``commit_batch``
+(``FAILED``: nothing applied nor acknowledged).
 """
 
 from __future__ import annotations
 
 import hashlib
 
+from .._redis import stream_lua
 from .._redis.library import build_library
 
 __all__ = [
+    "ACK_LIBRARY_NAME",
     "BATCH_FUNCTIONS",
     "BATCH_LIBRARY_NAME",
     "FUNCTIONS",
@@ -48,6 +41,7 @@ __all__ = [
     "MAX_ARGS",
     "MAX_BATCH_TXNS",
     "PRELUDE",
+    "ack_library_code",
     "batch_library_code",
     "function_name",
     "library_code",
@@ -58,14 +52,13 @@ __all__ = [
 #: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
 MAX_ARGS = 1000
 
-#: Versioned library name: any change of the code below gets a new name (see the module docstring).
 LIBRARY_NAME = "twopc_redis_v1"
 
-#: Versioned name of the batch-commit library (same rule as :data:`LIBRARY_NAME`).
 BATCH_LIBRARY_NAME = "twopc_redis_batch_v1"
 
-#: Most transactions one ``commit_batch`` call commits (its keys and arguments grow with
-#: them); a larger batch is committed in several calls, each atomic.
+ACK_LIBRARY_NAME = "twopc_redis_ack_v1"
+
+#: Most transactions one ``commit_batch`` call commits (a larger batch takes several calls).
 MAX_BATCH_TXNS = 512
 
 PRELUDE = r"""
@@ -253,10 +246,29 @@ BATCH_FUNCTIONS: dict[str, str] = {
 }
 
 
+_DONE = "  table.insert(status, 1, 'DONE')\n  return status\n"
+
+_POP_ACKS = r"""
+  local m = tonumber(table.remove(args))
+  local ack_ids, ack_streams = {}, {}
+  for j = m, 1, -1 do
+    ack_ids[j] = table.remove(args)
+    ack_streams[j] = table.remove(keys)
+  end
+  local group = table.remove(args)
+"""
+
+_ACK = r"""
+  for j = 1, m do
+    ack_upto({ack_streams[j]}, {group, ack_ids[j], ''})
+  end
+"""
+
+
 def function_name(name: str) -> str:
-    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``,
-    ``commit_batch`` -> ``twopc_redis_batch_v1_commit_batch``)."""
-    return f"{BATCH_LIBRARY_NAME if name in BATCH_FUNCTIONS else LIBRARY_NAME}_{name}"
+    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``)."""
+    library = BATCH_LIBRARY_NAME if name in BATCH_FUNCTIONS else LIBRARY_NAME
+    return f"{ACK_LIBRARY_NAME if name == 'commit_batch_ack' else library}_{name}"
 
 
 def library_code() -> str:
@@ -265,8 +277,18 @@ def library_code() -> str:
 
 
 def batch_library_code() -> str:
-    """The batch-commit FUNCTION library source (loaded beside :func:`library_code`)."""
+    """The batch-commit FUNCTION library source."""
     return build_library(BATCH_LIBRARY_NAME, PRELUDE, BATCH_FUNCTIONS)
+
+
+def ack_library_code() -> str:
+    """The ``ackGroup`` library source, assembled from the two libraries' own text."""
+    batch = BATCH_FUNCTIONS["commit_batch"]
+    assert batch.endswith(_DONE), "commit_batch's reply changed: rebuild this library under a new name"
+    prelude = (PRELUDE + "\nlocal ack_upto\ndo\n" + stream_lua.PRELUDE
+               + "ack_upto = function(keys, args)\n" + stream_lua.FUNCTIONS["ack"] + "end\nend\n")
+    return build_library(ACK_LIBRARY_NAME, prelude,
+                         {"commit_batch_ack": _POP_ACKS + batch[: -len(_DONE)] + _ACK + _DONE})
 
 
 def script_code(name: str) -> str:

@@ -1,10 +1,5 @@
-"""The Redis mapping: what a row becomes, as op dataclasses or their JSON list.
-
-Each op is a frozen dataclass whose ``key`` is a key template; :func:`parse_mapping` reads
-the ``mapping`` option (a JSON list of ops), :func:`mapping_json` writes it, and
-:func:`compile_mapping` turns ops into :class:`Compiled` templates, refusing what could
-fail on the server. See :mod:`twopc.sinks.redis` for the mapping's reference.
-"""
+"""The Redis mapping (reference in :mod:`twopc.sinks.redis`): op dataclasses, their JSON list,
+and their compiled templates, refusing what could fail on the server."""
 
 from __future__ import annotations
 
@@ -20,7 +15,7 @@ import pyarrow as pa
 from twopc import ConfigurationError
 from twopc.spi import SchemaMismatchError
 
-from ._templates import Number, Template
+from ._templates import Number, Template, escape
 
 __all__ = [
     "COUNTER_LIMIT",
@@ -52,12 +47,8 @@ _OPS: dict[str, type[RedisOp]] = {}
 
 @dataclass(frozen=True)
 class RedisOp:
-    """Base of the mapping's op dataclasses. ``key`` is a key template.
-
-    A subclass names its Redis command and the Redis type its keys must have (or be
-    missing) in its class statement: ``class SetOp(RedisOp, op="SET", redis_type="string")``;
-    that also makes it known to :func:`parse_mapping`.
-    """
+    """Base of the mapping's op dataclasses; ``key`` is a key template. A subclass names its command
+    and its keys' Redis type: ``class SetOp(RedisOp, op="SET", redis_type="string")``."""
 
     key: str
 
@@ -90,8 +81,7 @@ class SetOp(RedisOp, op="SET", redis_type="string"):
 
 @dataclass(frozen=True)
 class _FieldsOp(RedisOp):
-    """An op writing field/value pairs: ``fields`` maps field templates to value templates;
-    or ``columns`` (field = column name); with neither, every column."""
+    """An op writing field/value pairs (see :class:`XAddOp`)."""
 
     fields: FieldPairs | None = None
     columns: tuple[str, ...] | None = None
@@ -152,12 +142,7 @@ class ZAddOp(RedisOp, op="ZADD", redis_type="zset"):
 
 
 def parse_mapping(text: str | Sequence[Mapping[str, Any]]) -> list[RedisOp]:
-    """Parse the ``mapping`` option (a JSON list of ops, see :mod:`twopc.sinks.redis`).
-
-    Raises:
-        ConfigurationError: not JSON, not a list of objects, an unknown op, a missing or
-            unknown parameter, or an invalid template.
-    """
+    """Parse the ``mapping`` option (a JSON list of ops); ConfigurationError naming what is wrong."""
     if isinstance(text, str):
         try:
             data = json.loads(text)
@@ -233,12 +218,8 @@ class Compiled:
 
 
 def compile_mapping(mapping: Sequence[RedisOp] | str) -> tuple[list[RedisOp], list[Compiled]]:
-    """The ops of *mapping* (dataclasses or the JSON text), and each compiled.
-
-    Raises:
-        ConfigurationError: the mapping is empty, holds something that is not a
-            :class:`RedisOp`, or an op is invalid.
-    """
+    """The ops of *mapping* (dataclasses or JSON text) and each compiled; ConfigurationError when
+    it is empty, holds a non-:class:`RedisOp` or an invalid op."""
     ops = parse_mapping(mapping) if isinstance(mapping, str) else list(mapping)
     if not ops:
         raise ConfigurationError("mapping must contain at least one op")
@@ -253,9 +234,7 @@ def _compile(index: int, op: RedisOp) -> Compiled:
     key = Template.compile(op.key, f"{what} key")
     if key.constant == "":
         raise ConfigurationError(f"{what}: key template is empty")
-    pairs = None
-    field = value = None
-    number = None
+    pairs = field = value = number = None
     if isinstance(op, _FieldsOp):
         pairs = _compile_pairs(op, what)
     elif isinstance(op, SetOp):
@@ -300,17 +279,13 @@ def _compile_pairs(op: _FieldsOp, what: str) -> tuple[tuple[Template, Template],
 
 def column_pairs(columns: Iterable[str], what: str) -> tuple[tuple[Template, Template], ...]:
     """(field, value) templates writing each of *columns* under its own name."""
-    return tuple((Template.literal(c, f"{what} field"), Template.column(c, f"{what} column")) for c in columns)
+    return tuple((Template.compile(escape(c), f"{what} field"), Template.compile("{" + c + "}", f"{what} column"))
+                 for c in columns)
 
 
 def check_schema(compiled: Sequence[Compiled], schema: pa.Schema) -> None:
-    """Check that rows of *schema* have every column the mapping reads, of a type its op
-    can take.
-
-    Raises:
-        SchemaMismatchError: a referenced column is missing, or INCRBY/HINCRBY/ttl read a
-            column that is not an integer, or ZADD a score that is not numeric.
-    """
+    """SchemaMismatchError unless *schema* has every column the mapping reads, of a type its op
+    takes (integers for INCRBY/HINCRBY/ttl, a numeric ZADD score)."""
     names = {f.name: f.type for f in schema}
     for c in compiled:
         for col in sorted(c.columns()):

@@ -1,11 +1,5 @@
-"""The Redis server as the sink sees it: its configuration checks, the server-side library,
-running its steps and reading their replies.
-
-:class:`RedisServer` loads the library of :mod:`twopc.sinks.redis._lua` once per process and
-server (``FUNCTION LOAD REPLACE``; ``SCRIPT LOAD`` on servers without FUNCTION), runs a
-step with ``FCALL`` or ``EVALSHA``, and loads the library again when the server lost it
-(``FUNCTION FLUSH``, ``NOSCRIPT`` after a restart).
-"""
+"""The Redis server as the sink sees it: configuration checks, the server-side library
+(loaded once per process and server, again when the server lost it), running its steps."""
 
 from __future__ import annotations
 
@@ -22,7 +16,6 @@ from twopc.spi import ProtocolError, TargetConfigurationError
 from .._redis.clients import ClientConfig, Pooled
 from .._redis.library import missing_library
 from . import _lua as lua
-from ._ack_lua import ack_function_name, ack_library_code
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
@@ -37,25 +30,15 @@ _FIX_AOF = "CONFIG SET appendonly yes; CONFIG SET appendfsync always; CONFIG REW
 
 @dataclass
 class RedisServer:
-    """One Redis server (or cluster) of a sink: plain configuration, pickled with the sink.
-
-    Attributes:
-        config: how to connect.
-        mode: ``"function"`` or ``"eval"``; ``None`` until asked (Redis >= 7: function).
-    """
+    """One Redis server (or cluster) of a sink, pickled with it; *mode* is ``function`` or ``eval``
+    (None until asked)."""
 
     config: ClientConfig
     mode: str | None = None
 
-    # -- configuration -----------------------------------------------------------------------
     def check_config(self, *, durability: str, skip: bool) -> None:
-        """Check that the server persists every write (or every second, with
-        *durability* ``everysec``) and never evicts keys.
-
-        Raises:
-            TargetConfigurationError: persistence is weaker than *durability* allows, the
-                eviction policy may evict markers, or CONFIG is unavailable without *skip*.
-        """
+        """TargetConfigurationError unless the server persists every write (every second with
+        *durability* ``everysec``) and never evicts keys, or CONFIG is unavailable without *skip*."""
         if skip:
             log.warning("twopc redis: skipConfigCheck=true: not checking persistence and eviction of %s",
                         self.config.where())
@@ -99,13 +82,8 @@ class RedisServer:
         raw = got.get(name) if name in got else got.get(name.encode(), b"")
         return as_text(raw or "").lower()
 
-    # -- the server-side library ---------------------------------------------------------------
     def script_mode(self) -> str:
-        """``function`` or ``eval``: asks the server's version the first time.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """``function`` (Redis 7+) or ``eval``: asks the server's version the first time."""
         if self.mode is None:
             version = str(self.config.call("read INFO server", lambda c: c.info("server")).get("redis_version", "0"))
             major = version.split(".")[0]
@@ -113,20 +91,15 @@ class RedisServer:
         return self.mode
 
     def load(self, *, force: bool = False) -> None:
-        """``FUNCTION LOAD REPLACE`` the libraries (``twopc_redis_v1``,
-        ``twopc_redis_batch_v1`` and ``twopc_redis_ack_v1``; once per process and server; on
-        every primary of a cluster), or ``SCRIPT LOAD`` the scripts in eval mode.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """``FUNCTION LOAD REPLACE`` the three libraries on every primary, or ``SCRIPT LOAD`` the
+        scripts in eval mode (once per process and server, unless *force*)."""
         mode = self.script_mode()
 
         def load(pooled: Pooled) -> None:
             if mode == "function":
                 pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
                                                       node.function_load(lua.batch_library_code(), replace=True),
-                                                      node.function_load(ack_library_code(), replace=True)))
+                                                      node.function_load(lua.ack_library_code(), replace=True)))
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))
@@ -135,37 +108,22 @@ class RedisServer:
 
     def command(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> tuple[Any, ...]:
         """The command that runs server-side step *name*: ``FCALL``, or ``EVALSHA`` in eval mode."""
-        if name == "commit_batch_ack":  # function mode only (validate refuses ackGroup otherwise)
-            return ("FCALL", ack_function_name(), len(keys), *keys, *args)
-        if self.script_mode() == "function":
+        if name == "commit_batch_ack" or self.script_mode() == "function":  # validate refuses ackGroup in eval mode
             return ("FCALL", lua.function_name(name), len(keys), *keys, *args)
         return ("EVALSHA", lua.script_sha(name), len(keys), *keys, *args)
 
     def run(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> list[str]:
-        """Run one server-side step, loading the library again when the server lost it.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """Run one server-side step, loading the library again when the server lost it."""
         client = self.config.pooled().client
         return decode_reply(self.config.with_library(
             self.load, lambda: client.execute_command(*self.command(name, keys, args)), action, "server-side library"))
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
-        """Register *txn_id* (``ZADD P:txns``), push its staging *elements* in ``stage``
-        calls of at most :data:`~twopc.sinks.redis._lua.MAX_ARGS` elements, and ``prepare`` it:
-        one pipeline. When the server lost the library, *start_over* removes what got
-        staged and the pipeline runs once more with the library loaded again.
-
-        Returns:
-            The ``prepare`` reply (see :func:`check_reply`).
-
-        Raises:
-            SinkError: the transaction was rolled back meanwhile (recovery took the
-                attempt for an orphan), or the server failed (SinkUnavailableError when
-                it could not be reached).
-        """
+        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls
+        of at most :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError
+        when it was rolled back meanwhile. When the server lost the library, *start_over* removes
+        what got staged and it runs once more."""
         staging = keys.staging(txn_id)
         client = self.config.pooled().client
         self.load()
@@ -194,18 +152,16 @@ class RedisServer:
 
 
 def decode_reply(reply: Any) -> list[str]:
-    """A step's reply as a list of strings (anything else as its repr, in a list)."""
+    """A step's reply as a list of strings (anything else as ``[repr]``)."""
     if not isinstance(reply, list | tuple) or not reply:
         return [repr(reply)]
     return [as_text(x) for x in reply]
 
 
 class RedisTargetError(SinkError):
-    """A target key cannot take the op (wrong Redis type, or a counter that is not an
-    integer within +-10^18). Nothing of the transaction was applied; its staging is kept.
-
-    Attributes: ``key``, ``redis_type`` (as TYPE reports it), ``op``, ``field`` (HINCRBY).
-    """
+    """A target key cannot take the op (wrong Redis type, or a counter not an integer within
+    +-10^18); nothing was applied, the staging is kept. Attributes: ``key``, ``redis_type``
+    (as TYPE reports it), ``op``, ``field`` (HINCRBY)."""
 
     def __init__(self, message: str, *, key: str, redis_type: str, op: str, field: str = "") -> None:
         super().__init__(message)
@@ -216,13 +172,8 @@ class RedisTargetError(SinkError):
 
 
 def check_reply(reply: list[str], txn_id: str, step: str) -> None:
-    """Raise for a ``prepare``/``commit`` reply other than PREPARED or COMMITTED.
-
-    Raises:
-        RedisTargetError: a target key has the wrong type, or a counter a non-integer.
-        ProtocolError: the transaction was never prepared.
-        SinkError: it was rolled back, its staging is damaged, or the reply is unknown.
-    """
+    """Raise for a ``prepare``/``commit`` reply other than PREPARED or COMMITTED: RedisTargetError
+    (WRONGTYPE, NOTINT), ProtocolError (never prepared), else SinkError."""
     status = reply[0]
     if status in ("PREPARED", "COMMITTED"):
         return

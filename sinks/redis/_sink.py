@@ -15,14 +15,11 @@ the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
                             ZADD P:committed <batch> <txn>; delete the staging
               abort:      FCALL abort: delete staging, prepared entry and registration
 
-``P:txns`` is a sorted set of the live transactions scored by batch id:
-:meth:`RedisSink.list_prepared` reads it, never SCAN. ``P:committed`` is the marker sorted
-set (scored by batch id), trimmed by :meth:`RedisSink.purge_markers`; markers never carry
-a TTL. Ids are made by :meth:`twopc.TransactionContext.xid` and read only through
-:meth:`twopc.Xid.parse`, which also reads the ``{sink}~{batch}~{partition}~{attempt}~{nonce}``
-ids that versions before 0.2 wrote: their transactions and markers stay committable,
-abortable and answer ``ALREADY_COMMITTED``. The server-side steps treat an id as an opaque
-string, and a handle's id is checked (:meth:`twopc.Xid.checked`) before it reaches Redis.
+``P:txns`` (live transactions) and ``P:committed`` (markers, never a TTL) are sorted sets scored
+by batch id, so listing needs no SCAN. :meth:`twopc.Xid.parse` also reads the ids
+``{sink}~{batch}~{partition}~{attempt}~{nonce}`` of versions before 0.2 (still committable
+and abortable); the server-side steps treat an id as an opaque string, checked
+(:meth:`twopc.Xid.checked`) before it reaches Redis.
 """
 
 from __future__ import annotations
@@ -72,7 +69,6 @@ from ._dead_letter import RowFolder, dead_letter_op
 from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
 from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message
 from ._mapping import RedisOp, check_schema, compile_mapping
-from ._option_values import FORMAT_NAME, one_of, same_slot, timeout_seconds
 from ._server import RedisServer, RedisTargetError, check_reply
 from ._templates import as_text
 
@@ -80,6 +76,8 @@ __all__ = ["FORMAT_NAME", "OPTIONS", "RedisHandle", "RedisSink", "RedisTargetErr
 
 log = logging.getLogger("twopc.sinks.redis")
 
+
+FORMAT_NAME = "twopc-redis"
 
 #: The options of ``format("twopc-redis")``, as spelled in the docs (keys are case-insensitive).
 OPTIONS = ("url", "password", "mapping", "hashTag", "requireSameSlot", "durability", "skipConfigCheck",
@@ -104,12 +102,12 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         skip_config_check: trust the server's persistence/eviction settings without CONFIG.
         script_mode: ``"auto"``, ``"function"`` or ``"eval"``.
         socket_timeout, connect_timeout: seconds, or a :class:`~twopc.sinks._options.Duration`.
+        dead_letter_stream: stream key of the refused rows (:mod:`._dead_letter`).
+        ack: option ``ackGroup`` and its columns (:mod:`._acks`).
 
-    Raises:
-        ConfigurationError: an argument is invalid.
-
-    The instance holds configuration only and pickles to executors; connections come from
-    a per-process pool, opened lazily.
+    It raises ConfigurationError for an invalid argument, holds configuration only (pickled to
+    executors; connections are pooled per process), and a method that reaches the server raises
+    SinkError (SinkUnavailableError: unreachable) when it fails.
     """
 
     __handle_type__ = RedisHandle
@@ -127,26 +125,20 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         self._dead = None if dead_letter_stream is None else dead_letter_op(dead_letter_stream, len(self._compiled))
         self._all_compiled = self._compiled + ([self._dead] if self._dead is not None else [])
         self._hash_tag = normalize_tag(hash_tag) if hash_tag else None
-        self._same_slot = same_slot(require_same_slot)
-        self._durability = one_of("durability", durability, ("always", "everysec"))
+        self._same_slot = _same_slot(require_same_slot)
+        self._durability = _one_of("durability", durability, ("always", "everysec"))
         self._skip_config_check = bool(skip_config_check)
-        mode = one_of("scriptMode", script_mode, ("auto", "function", "eval"))
+        mode = _one_of("scriptMode", script_mode, ("auto", "function", "eval"))
         config = ClientConfig(clean_url, password if password is not None else url_password,
-                              timeout_seconds("socketTimeout", socket_timeout),
-                              timeout_seconds("connectTimeout", connect_timeout))
+                              _timeout_seconds("socketTimeout", socket_timeout),
+                              _timeout_seconds("connectTimeout", connect_timeout))
         self._server = RedisServer(config, None if mode == "auto" else mode)
         self._ack = ack
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> RedisSink:
-        """Build the sink from Spark options (see :mod:`twopc.sinks.redis` for the keys).
-
-        Raises:
-            MissingOptionError: ``url`` or ``mapping`` is missing.
-            ConfigurationError: an option is invalid, or is not an option of
-                ``twopc-redis`` (the message lists the supported ones). No message shows
-                the password.
-        """
+        """The sink of Spark's options; MissingOptionError (``url``, ``mapping``) or ConfigurationError
+        for an invalid or unknown one (listing the supported), never showing the password."""
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
             for name in OPTIONS:  # claim them all first, so a typo is named before anything else
@@ -173,18 +165,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         return credential_free(options)
 
-    # -- description -------------------------------------------------------------------
     @property
     def ops(self) -> list[RedisOp]:
         """The mapping."""
         return list(self._ops)
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
-        """``SET P:owner <owner> NX`` (no expiry), then the recorded owner when it is another.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """``SET P:owner <owner> NX`` (no expiry), then the recorded owner when it is another."""
         key = self.keys_for(sink_id).owner
         recorded = self._server.config.call(f"record the owner of sink id {sink_id!r}",
                                             lambda c: None if c.set(key, owner, nx=True) else c.get(key))
@@ -193,8 +180,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return OwnerRecord(as_text(recorded), f"redis-cli -u redis://{self._server.config.where()} DEL '{key}'")
 
     def target_identity(self) -> str:
-        """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set): the
-        server, database and key namespace the mapping writes, never the password."""
+        """``redis <host>:<port>/<db> keys <key templates>`` (and the hash tag when set), no password."""
         keys = ", ".join(sorted({op.key for op in self._ops}))
         tag = f" hashTag {self._hash_tag}" if self._hash_tag else ""
         return f"redis {self._server.config.where()} keys {keys}{tag}"
@@ -204,10 +190,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return f"Redis {self._server.config.url}"
 
     def close(self) -> None:
-        """Nothing to release per sink: connections are pooled per process
-        (:func:`~twopc.sinks.redis.dispose_clients` closes them)."""
+        """Nothing to release: :func:`~twopc.sinks.redis.dispose_clients` closes the pooled connections."""
 
-    # -- keys --------------------------------------------------------------------------
     def hash_tag(self, sink_id: str) -> str:
         """The hash tag of *sink_id*'s keys (``{...}``)."""
         return self._hash_tag or default_hash_tag(sink_id)
@@ -217,12 +201,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return RedisKeys.of(sink_id, tag or self.hash_tag(sink_id))
 
     def check_same_slot(self, key: str, sink_id: str, op: str = "") -> None:
-        """Refuse *key* when it does not hash to the slot of *sink_id*'s hash tag.
-
-        Raises:
-            ConfigurationError: the key is in another slot (the message says to put the
-                hash tag into the key template).
-        """
+        """Raise :class:`~twopc.ConfigurationError` when *key* is outside the slot of *sink_id*'s hash tag."""
         tag = self.hash_tag(sink_id)
         if key_slot(key) != key_slot(tag):
             raise ConfigurationError(slot_message(f"target key {key!r}", key_slot(key), tag, op,
@@ -242,24 +221,15 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                                                       tag_option_set=self._hash_tag is not None))
 
     def _slot_check_on(self) -> bool:
-        if self._same_slot is not None:
-            return self._same_slot
-        return self._server.config.pooled().cluster
+        return self._same_slot if self._same_slot is not None else self._server.config.pooled().cluster
 
-    # -- validation ---------------------------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
-        """Check the mapping against *schema* and the server's configuration, and load the
-        server-side library.
+        """Check the mapping against *schema* and the server's configuration; load the library.
 
         Raises:
-            SchemaMismatchError: a referenced column is missing, or has a type the op cannot
-                take (INCRBY/HINCRBY/ttl need integer columns, ZADD a numeric score).
-            TargetConfigurationError: persistence is weaker than ``durability`` allows, the
-                eviction policy may evict markers, or CONFIG is unavailable without
-                ``skipConfigCheck=true``.
-            ConfigurationError: a key template with a fixed slot is outside the sink's slot
-                (when the slot check is on and ``hashTag`` is set; cluster without hashTag).
-            SinkUnavailableError: the server cannot be reached or refused the login.
+            SchemaMismatchError: a referenced column is missing, or of a type its op cannot take.
+            TargetConfigurationError: persistence or eviction unsafe, or ``ackGroup`` without FUNCTION.
+            ConfigurationError: a fixed-slot key template outside the sink's slot, or a cluster without hashTag.
         """
         check_schema(self._compiled, schema)
         if self._ack is not None:
@@ -281,35 +251,22 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     # -- executor side ---------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> RedisTxn:
-        """Open a transaction (in memory: nothing reaches Redis before :meth:`pre_commit`).
-
-        Raises:
-            ConfigurationError: the slot check is on and a key template with a fixed slot
-                is outside the sink's slot.
-            SinkUnavailableError: the slot check needed the server and could not reach it.
-        """
+        """Open a transaction in memory (nothing reaches Redis before :meth:`pre_commit`);
+        ConfigurationError for a fixed-slot key template outside the sink's slot."""
         tag = self.hash_tag(context.sink_id)
         if self._slot_check_on():
             self._check_fixed_slots(tag)
         return RedisTxn(context, str(context.xid()), tag, [{} for _ in self._all_compiled])
 
     def invoke(self, txn: RedisTxn, value: dict[str, Any]) -> None:
-        """Add one row (a dict of column -> value).
-
-        Raises:
-            ConfigurationError: a referenced column is missing or null, a value has the
-                wrong type for its op, a key is outside the slot, or two ops write one key.
-        """
+        """Add one row (column -> value); ConfigurationError for a missing or null column, a value of
+        the wrong type for its op, a key outside the slot, or two ops writing one key."""
         if self._ack is not None:
             self._ack.track(txn.acks, [value.get(self._ack.stream_column)], [value.get(self._ack.id_column)])
         self._folder().fold(txn, row_columns(self._compiled, value), list(value), 1, lambda: [dict(value)])
 
     def invoke_batch(self, txn: RedisTxn, batch: pa.RecordBatch) -> None:
-        """Add an Arrow record batch (columns converted once per batch).
-
-        Raises:
-            ConfigurationError / SchemaMismatchError: as :meth:`invoke`.
-        """
+        """Add an Arrow record batch; raises as :meth:`invoke` (SchemaMismatchError: a missing column)."""
         if self._ack is not None:
             self._ack.track(txn.acks, batch.column(self._ack.stream_column).to_pylist(),
                             batch.column(self._ack.id_column).to_pylist())
@@ -324,22 +281,15 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
              tag_option_set=self._hash_tag is not None)
 
     def pre_commit(self, txn: RedisTxn) -> RedisHandle:
-        """Stage the transaction's writes durably and mark it prepared.
-
-        Registers the transaction (``ZADD P:txns``), pushes its staging list in calls of
-        at most 1000 elements (each refused once the transaction was rolled back, so a
-        zombie attempt cannot re-create staging), then ``prepare`` checks the staging's
-        length and the target keys' types and records it prepared. With appendfsync
-        always, every step is on disk when its reply arrives.
+        """Stage the writes durably and mark the transaction prepared (:meth:`RedisServer.stage`);
+        a staging call is refused once the transaction was rolled back, so a zombie attempt
+        cannot re-create staging.
 
         Raises:
-            RedisTargetError: a target key has the wrong type or a counter a non-integer
-                value (nothing was applied; :meth:`rollback` removes the staging).
-            ConfigurationError: a counter delta is beyond +-10^18 in this transaction, or
-                a stream the rows came from has no consumer group ``ackGroup`` (checked
-                before anything reaches Redis).
-            SinkError / SinkUnavailableError: the server failed or the transaction was
-                rolled back meanwhile.
+            RedisTargetError: a target key has the wrong type or a counter a non-integer value.
+            ConfigurationError: a counter's deltas exceed +-10^18, or a source stream has no
+                group ``ackGroup`` (before anything reaches Redis).
+            SinkError: the transaction was rolled back meanwhile.
         """
         ctx = txn.context
         if self._slot_check_on():
@@ -359,9 +309,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                            acks=tuple(sorted((s, str(e)) for s, e in txn.acks.items())))
 
     def rollback(self, txn: RedisTxn) -> None:
-        """Discard an open transaction; if :meth:`pre_commit` got as far as Redis, delete
-        what it staged. Never raises for a transaction that is already gone (errors are
-        logged: recovery removes the staging later through :meth:`list_prepared`)."""
+        """Discard an open transaction and what it staged; never raises (a failure is logged,
+        recovery removes the staging later through :meth:`list_prepared`)."""
         txn.clear()
         if not txn.registered:
             return
@@ -372,7 +321,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
     # -- driver side ------------------------------------------------------------------------
     def _handle_keys(self, handle: TransactionHandle) -> RedisKeys:
-        """The keys of *handle*'s transaction, once its id, fields and tag are checked."""
         if not isinstance(handle, RedisHandle):
             raise ProtocolError(f"RedisSink got a {type(handle).__name__}, not a RedisHandle")
         xid = Xid.parse(Xid.checked(handle.txn_id, what="twopc Redis transaction id"))
@@ -385,20 +333,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return self.keys_for(handle.sink_id, handle.hash_tag or None)
 
     def commit(self, handle: RedisHandle) -> CommitOutcome:
-        """Run the commit function: one atomic server-side call.
-
-        Returns:
-            ``COMMITTED`` (checks passed, writes applied, marker recorded, staging
-            deleted); ``ALREADY_COMMITTED`` when the marker exists (nothing changes);
-            ``LOST`` when there is neither a prepared staging nor a marker.
+        """Commit in one atomic server-side call: ``COMMITTED``, ``ALREADY_COMMITTED`` (the marker
+        exists) or ``LOST`` (neither prepared staging nor marker).
 
         Raises:
-            RedisTargetError: a target key has the wrong type (or a counter a
-                non-integer); nothing was applied and the staging is kept, so the commit
-                can be retried once the key is fixed.
+            RedisTargetError: a target key has the wrong type (or a counter a non-integer);
+                nothing was applied and the staging is kept for a retry once the key is fixed.
             ProtocolError: the handle is malformed or the transaction was never prepared.
-            SinkUnavailableError / SinkError: the server failed; the transaction is
-                unchanged, or was committed (a retry answers ``ALREADY_COMMITTED``).
         """
         keys = self._handle_keys(handle)
         reply = self._server.run("commit", [keys.txns, keys.prepared, keys.staging(handle.txn_id), keys.committed],
@@ -408,23 +349,10 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return self._outcome(handle.txn_id, reply[0])
 
     def commit_all(self, handles: Sequence[RedisHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Commit every transaction of one decided batch in one atomic server-side call
-        (``twopc_redis_batch_v1_commit_batch``), so a reader sees all of the batch's writes
-        or none. Chunked only when it must be: transactions whose keys live under
-        different hash tags (another slot of a cluster) go in separate calls, and so do
-        more than :data:`~twopc.sinks.redis._lua.MAX_BATCH_TXNS` transactions; each call is
-        atomic, and the fault point ``between_commits`` lies between two calls.
-
-        Returns:
-            One outcome per handle, in order (as :meth:`commit`).
-
-        Raises:
-            RedisTargetError: a target key of some transaction has the wrong type (or a
-                counter a non-integer); nothing of that call was applied.
-            ProtocolError: a handle is malformed or a transaction was never prepared.
-            SinkUnavailableError / SinkError: the server failed; a retry answers
-                ``ALREADY_COMMITTED`` for what got committed.
-        """
+        """Commit a decided batch in one atomic call (``commit_batch``), so a reader sees all of
+        it or none; one call per hash tag and per :data:`~._lua.MAX_BATCH_TXNS` transactions,
+        fault point ``between_commits`` between two calls. Returns one outcome per handle, in
+        order; raises as :meth:`commit` (nothing of a failing call is applied)."""
         groups: dict[RedisKeys, list[int]] = {}
         for i, h in enumerate(handles):
             groups.setdefault(self._handle_keys(h), []).append(i)
@@ -454,22 +382,18 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return [o for o in outcomes if o is not None]
 
     def _outcome(self, txn_id: str, status: str) -> CommitOutcome:
-        """The outcome of a commit step's *status* (``COMMITTED`` once checked), a LOST one logged."""
         if status == "LOST":
             log.error("twopc redis: %s is neither prepared nor committed on %s", txn_id, self._server.config.where())
         return _BATCH_OUTCOMES[status]
 
     def commit_shape(self, handles: Sequence[RedisHandle] = ()) -> CommitShape:
-        """:meth:`commit_all` takes a whole batch and groups it into as few atomic calls as
-        the keys allow: ``ONE_CALL`` when *handles* share one hash tag and are at most
-        :data:`~twopc.sinks.redis._lua.MAX_BATCH_TXNS`, else ``WHOLE_BATCH`` (it fires
-        ``between_commits`` between two calls itself)."""
+        """``ONE_CALL`` when *handles* share one hash tag and fit one call, else ``WHOLE_BATCH``
+        (:meth:`commit_all` fires ``between_commits`` itself)."""
         one = len({self._handle_keys(h) for h in handles}) <= 1 and len(handles) <= lua.MAX_BATCH_TXNS
         return CommitShape.ONE_CALL if one else CommitShape.WHOLE_BATCH
 
     def _abort_keys(self, keys: RedisKeys, txn_id: str) -> bool:
-        """Delete *txn_id*'s staging; True when it existed. Raises ProtocolError when the
-        transaction was committed."""
+        """Delete *txn_id*'s staging (True when it existed); ProtocolError when it was committed."""
         reply = self._server.run("abort", [keys.txns, keys.prepared, keys.staging(txn_id), keys.committed],
                                  [txn_id], f"roll back {txn_id}")
         if reply[0] == "COMMITTED":
@@ -478,25 +402,13 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return reply[0] == "ABORTED" and int(reply[1]) > 0
 
     def abort(self, handle: RedisHandle) -> None:
-        """Delete the staging, the prepared entry and the registration of the handle's
-        transaction. Idempotent: one that is already gone is fine.
-
-        Raises:
-            ProtocolError: it had been committed (its marker exists), or the handle is malformed.
-            SinkError / SinkUnavailableError: the server failed; retry.
-        """
+        """Delete the transaction's staging, prepared entry and registration (idempotent);
+        ProtocolError when it had been committed, or the handle is malformed."""
         self._abort_keys(self._handle_keys(handle), handle.txn_id)
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[RedisHandle]:
-        """Transactions of *sink_id* (and *batch_id*) that are registered and neither
-        committed nor rolled back, from the ``P:txns`` sorted set (no SCAN). Includes
-        attempts that died while staging (not yet prepared): rolling them back removes
-        their partial staging. Each handle's ``txn_id`` is the id as registered (either
-        form); ``staged`` is ``-1``.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Registered transactions of *sink_id* (and *batch_id*) neither committed nor rolled back,
+        those that died while staging included; ``txn_id`` as registered, ``staged`` -1."""
         keys = self.keys_for(sink_id)
         lo, hi = ("-inf", "+inf") if batch_id is None else (batch_id, batch_id)
         members = self._server.config.call("list prepared transactions", lambda c: c.zrangebyscore(keys.txns, lo, hi))
@@ -513,13 +425,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """:meth:`list_prepared` with each transaction's staged element count (from
-        ``P:prepared``; unknown for one that died while staging) and when its staging list
-        was last written (``OBJECT IDLETIME``; unknown under an LFU eviction policy).
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """:meth:`list_prepared` with each staged element count (unknown while staging) and the
+        staging list's idle time (``OBJECT IDLETIME``; unknown under an LFU eviction policy)."""
         handles = self.list_prepared(sink_id)
         keys = self.keys_for(sink_id)
         client = self._server.config.pooled().client
@@ -539,13 +446,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         return out
 
     def headroom(self, sink_id: str) -> Headroom:
-        """*sink_id*'s registered transactions, each with a staging key (``ZCARD`` of
-        ``P:txns``: counting every sink's would take a ``SCAN`` of the keyspace). Redis has
-        no limit but memory.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """*sink_id*'s staging keys (``ZCARD P:txns``; every sink's would need a SCAN); no limit but memory."""
         n = self._server.config.call("count staging keys", lambda c: c.zcard(self.keys_for(sink_id).txns))
         return Headroom("staging keys of this sink", int(n), None)
 
@@ -556,12 +457,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 f"markers (one per hash tag and per {lua.MAX_BATCH_TXNS} transactions)")
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many.
-        The runtime calls it best effort.
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Delete the markers of *sink_id*'s batches ``< below_batch``; returns how many."""
         keys = self.keys_for(sink_id)
         return int(self._server.config.call("purge commit markers", lambda c: c.zremrangebyscore(
             keys.committed, "-inf", f"({int(below_batch)}")))
@@ -575,3 +471,31 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
 
 _BATCH_OUTCOMES = {"COMMITTED": CommitOutcome.COMMITTED, "ALREADY": CommitOutcome.ALREADY_COMMITTED,
                    "LOST": CommitOutcome.LOST}
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    """*value* (case-insensitive) when it is one of *allowed*, else ConfigurationError naming option *name*."""
+    v = value.strip().lower()
+    if v not in allowed:
+        raise ConfigurationError(f"{name} must be {', '.join(allowed[:-1])} or {allowed[-1]}, got {value!r}")
+    return v
+
+
+def _same_slot(value: bool | str) -> bool | None:
+    """``requireSameSlot``: None for auto, else a boolean (the words OptionReader takes)."""
+    if not isinstance(value, str):
+        return bool(value)
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        return OptionReader({"requireSameSlot": value}, FORMAT_NAME).boolean("requireSameSlot", False)
+    except ConfigurationError:
+        raise ConfigurationError(f"requireSameSlot must be auto, true or false, got {value!r}") from None
+
+
+def _timeout_seconds(name: str, value: float | Duration) -> float:
+    """A timeout in seconds, > 0."""
+    d = Duration.parse(value, name)
+    if d.ms <= 0:
+        raise ConfigurationError(f"{name} must be > 0, got {value!r}")
+    return d.seconds

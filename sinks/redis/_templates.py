@@ -1,5 +1,4 @@
-"""Templates of the Redis mapping, and how a cell becomes a Redis string (the rules are in
-:mod:`twopc.sinks.redis`'s mapping reference)."""
+"""Templates of the Redis mapping, and how a cell becomes a Redis string."""
 
 from __future__ import annotations
 
@@ -29,12 +28,7 @@ class Template:
 
     @classmethod
     def compile(cls, text: str, what: str) -> Template:
-        """Compile *text*; *what* names it in messages.
-
-        Raises:
-            ConfigurationError: not a string, unbalanced braces, or a ``{...}`` that is not
-                a plain column name.
-        """
+        """Compile *text* (named *what* in messages); ConfigurationError unless it is a valid template."""
         if not isinstance(text, str):
             raise ConfigurationError(f"{what} must be a string template, got {text!r}")
         parts: list[tuple[str, str | None]] = []
@@ -58,19 +52,8 @@ class Template:
             parts.append((acc, None))
         return cls(text, tuple(parts))
 
-    @classmethod
-    def column(cls, name: str, what: str) -> Template:
-        """The template that is exactly column *name*."""
-        return cls.compile("{" + name + "}", what)
-
-    @classmethod
-    def literal(cls, text: str, what: str) -> Template:
-        """The template that is *text*, braces and all."""
-        return cls.compile(escape(text), what)
-
     @property
     def columns(self) -> tuple[str, ...]:
-        """The columns the template reads."""
         return tuple(n for _, n in self.parts if n is not None)
 
     @property
@@ -88,8 +71,7 @@ class Template:
         return "".join(lit for lit, _ in self.parts)
 
     def fixed_slot(self) -> int | None:
-        """The slot every rendering of this key template hashes to, when the hash tag is
-        complete in the literal text before the first column; else None."""
+        """The slot of every rendering, when the hash tag is complete before the first column."""
         const = self.constant
         if const is not None:
             return key_slot(const)
@@ -97,12 +79,8 @@ class Template:
         return key_slot(tag.group(0)) if tag and tag.group(1) else None
 
     def render(self, cols: Mapping[str, list[Any]], n: int, what: str) -> list[Any]:
-        """Render for rows 0..n-1. An exact template keeps bytes values as bytes.
-
-        Raises:
-            ConfigurationError: a referenced cell is null, or bytes that are not UTF-8 sit
-                inside a longer template.
-        """
+        """Render for rows 0..n-1 (bytes kept by an exact template); ConfigurationError for a null
+        cell, or non-UTF-8 bytes inside a longer template."""
         const = self.constant
         if const is not None:
             return [const] * n
@@ -131,12 +109,7 @@ class Number:
 
     @classmethod
     def parse(cls, value: Any, what: str, *, integer: bool) -> Number:
-        """Read a JSON number or ``"{column}"``.
-
-        Raises:
-            ConfigurationError: anything else (a bool, a float where an integer is needed,
-                a template that is not exactly one column).
-        """
+        """Read a JSON number or ``"{column}"``; ConfigurationError for anything else."""
         if isinstance(value, bool):
             raise ConfigurationError(f"{what} must be a number or \"{{column}}\", got {value!r}")
         if isinstance(value, int) or (isinstance(value, float) and not integer):
@@ -160,11 +133,7 @@ def null_error(column: str, what: str) -> ConfigurationError:
 
 
 def encode(v: Any, column: str, what: str) -> str | bytes:
-    """Encode a cell as a Redis string (as the mapping reference of :mod:`twopc.sinks.redis` says).
-
-    Raises:
-        ConfigurationError: the cell is null.
-    """
+    """A cell as a Redis string (rules in :mod:`twopc.sinks.redis`); ConfigurationError when null."""
     if isinstance(v, str | bytes):
         return v
     if v is None:
@@ -183,12 +152,7 @@ def encode(v: Any, column: str, what: str) -> str | bytes:
 
 
 def encode_column(values: list[Any], column: str, what: str) -> list[Any]:
-    """``[encode(v, column, what) for v in values]``, a whole column at once when its cells
-    are all str/bytes, all int or all float (the same strings, without a call per cell).
-
-    Raises:
-        ConfigurationError: a cell is null.
-    """
+    """``[encode(v, column, what) for v in values]``, without a call per cell for a plain column."""
     kinds = set(map(type, values))
     if kinds <= {str, bytes}:
         return list(values)
@@ -216,6 +180,5 @@ def escape(literal: str) -> str:
 
 
 def as_text(v: Any) -> str:
-    """A reply element or key as ``str`` (bytes decoded as UTF-8, undecodable bytes kept as
-    surrogate escapes)."""
+    """A reply element or key as ``str`` (undecodable bytes as surrogate escapes)."""
     return v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)

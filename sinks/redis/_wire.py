@@ -1,12 +1,6 @@
-"""One pipeline of commands, encoded in bulk: the staging of a transaction sends hundreds of
-thousands of small arguments, and redis-py's per-argument encoder costs about five times
-what one ``bytes`` join over the whole pipeline costs.
-
-:func:`run_pipeline` sends the commands over one pooled connection of a plain
-:class:`redis.Redis` client exactly as redis-py's non-transactional pipeline would (the
-whole pipeline encoded before anything is sent; re-sent after a reconnect as the client's
-retry policy says; every reply read, an error reply kept in its slot); a cluster client
-gets redis-py's own pipeline (it routes each command by slot).
+"""One pipeline of commands, encoded in bulk: a staging sends hundreds of thousands of small
+arguments, and redis-py's per-argument encoder costs about five times one ``bytes`` join.
+Otherwise it behaves as redis-py's non-transactional pipeline (which a cluster client gets).
 """
 
 from __future__ import annotations
@@ -22,14 +16,8 @@ __all__ = ["encode_commands", "run_pipeline"]
 
 def encode_commands(commands: Sequence[Sequence[Any]], encoding: str = "utf-8",
                     errors: str = "strict") -> list[bytes]:
-    """*commands* in the Redis protocol (RESP arrays of bulk strings), one ``bytes`` per
-    command, as redis-py encodes them: ``str`` in *encoding*, ``bytes`` as they are,
-    ``int``/``float`` as their ``repr``.
-
-    Raises:
-        redis.exceptions.DataError: an argument of another type (a bool included).
-        UnicodeEncodeError: a string *encoding* cannot encode.
-    """
+    """*commands* as RESP arrays, one ``bytes`` per command, encoded as redis-py does (its
+    DataError for a bool or another type)."""
     out: list[bytes] = []
     for cmd in commands:
         enc: list[bytes] = []
@@ -49,12 +37,8 @@ def encode_commands(commands: Sequence[Sequence[Any]], encoding: str = "utf-8",
 
 
 def run_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
-    """Send *commands* in one round trip and return one reply per command (an error reply
-    as its :class:`redis.exceptions.ResponseError`, in its slot).
-
-    Raises:
-        redis.exceptions.RedisError: the connection failed (after the client's retries).
-    """
+    """Send *commands* in one round trip (re-sent per the client's retry policy); one reply per
+    command, an error reply as its ResponseError in its slot."""
     if type(client) is not redis.Redis:  # a cluster (redis-py routes every command by slot), or another client
         pipe = client.pipeline(transaction=False)
         for cmd in commands:

@@ -1,15 +1,10 @@
 """Redis Streams into Spark, exactly once: ``spark.readStream.format("twopc-redis-stream")``.
 
-A micro-batch's range (the last entry id per stream, and how many entries) is fixed in
-Spark's offset log before it runs; every read of it, first or replay, is ``XRANGE`` over
-that range, so a replay after a crash sees exactly the same entries. The consumer group
-named by ``group`` mirrors the query's committed progress: it moves (``last-delivered-id``
-forward, ``XACK`` of pending entries up to the batch's end) only in the source's
-``commit(end)``, which Spark calls after the sink committed and its commit log was
-written. With a two-phase-commit sink (``twopc-postgres``, ``twopc-jdbc``,
-``twopc-redis``) every entry's effect is applied exactly once; the rows carry the stream
-key and the entry id, a deterministic idempotency key for the sink. Needs Redis 7.0+ and
-PySpark 4.2+.
+A micro-batch's range (last entry id and count per stream) is fixed in Spark's offset log
+before it runs, and every read of it is ``XRANGE`` over that range, so a replay sees the
+same entries. The consumer ``group`` moves only in ``commit(end)``, after the sink and
+Spark's commit log committed. With a two-phase-commit sink every entry's effect is applied
+exactly once. Needs Redis 7.0+ and PySpark 4.2+.
 """
 
 from twopc.spi import require as _require

@@ -1,12 +1,5 @@
-"""Option ``fieldsSchema`` checked when the source is created: a comma-separated list of
-``name TYPE`` pairs, the types those a stream field's text can be parsed into.
-
-Spark parses the source's schema itself, as one DDL string of the fixed columns and
-``fieldsSchema``; a mistake there surfaced as Spark's ``ParseException`` on that whole
-string. This module reads ``fieldsSchema`` first and refuses it naming the option, the
-user's text, what is wrong, and an example of the right form.
-
-Grammar (a subset of Spark's column DDL)::
+"""Option ``fieldsSchema`` checked before Spark parses it (Spark's ParseException would quote the
+whole schema DDL instead of naming the option). Grammar, a subset of Spark's column DDL::
 
     columns  := column ("," column)*
     column   := name type ["NOT" "NULL"] ["COMMENT" 'text' | "text"]
@@ -42,10 +35,8 @@ _TOKEN = re.compile(r"""\s*(?:(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<quoted>`(?:[^
 
 class _Tokens:
     def __init__(self, text: str) -> None:
-        self.items: list[tuple[str, str, int]] = []
-        for m in _TOKEN.finditer(text):
-            kind = m.lastgroup or "other"
-            self.items.append((kind, m.group(kind), m.start(kind)))
+        self.items = [(m.lastgroup, m.group(m.lastgroup), m.start(m.lastgroup)) for m in _TOKEN.finditer(text)
+                      if m.lastgroup]  # every alternative of _TOKEN is a named group
         self.pos = 0
 
     def peek(self) -> tuple[str, str, int] | None:
@@ -65,12 +56,7 @@ class _Tokens:
 
 
 def check_fields_schema(text: str) -> None:
-    """Raise unless *text* (option ``fieldsSchema``) is a list of typed columns Spark and
-    the source both take.
-
-    Raises:
-        ConfigurationError: naming ``fieldsSchema``, *text*, what is wrong, and an example.
-    """
+    """ConfigurationError (naming the option, *text*, the problem and an example) unless *text* parses."""
     if not text.strip():
         return
     reason = _problem(text)
@@ -81,7 +67,6 @@ def check_fields_schema(text: str) -> None:
 
 
 def _problem(text: str) -> str | None:
-    """What is wrong with *text*, or ``None``."""
     toks = _Tokens(text)
     seen = {c: "a column every row of the source has: read that field from the map column fields"
             for c in _FIXED}
@@ -116,7 +101,6 @@ def _problem(text: str) -> str | None:
 
 
 def _type(toks: _Tokens, name: str) -> str | None:
-    """Read *name*'s type; what is wrong with it, or ``None``."""
     tok = toks.take()
     if tok is None or (tok[0] == "punct" and tok[1] == ","):
         return f"column {name!r} has no type"

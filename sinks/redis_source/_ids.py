@@ -1,24 +1,14 @@
-"""The source's offsets: pure functions, no server.
-
-Entry ids (``<ms>-<seq>``) and ranges of them live in :mod:`twopc.sinks._redis.ids`.
-The source's offset (what Spark writes to ``<checkpoint>/offsets/<batch>``) is::
+"""The source's offset, as Spark writes it to ``<checkpoint>/offsets/<batch>``::
 
     {"v": 1, "streams": {"<key>": {"id": "<last id included>", "n": <entries read so far>,
                                    "a": <the stream's entry count at id>}, ...}}
 
-A micro-batch reads, for every stream, the entries with ``start[key] < id <= end[key]``
-(``XRANGE key (start end``), ``end.n - start.n`` of them: a replay that finds another
-number knows entries were deleted (or the stream recreated) and says so. A stream
-missing from *start* starts at ``0-0`` (a pattern found it after the query began). ``0-0`` is never an entry's id, so it
-means "before every entry". An end whose id is *before* its start's (and whose count is
-higher) follows a stream that was deleted and recreated with smaller ids while
-``failOnDataLoss=false``: its range starts over at ``0-0``.
-
-``a`` (optional; offsets written before it existed have none) is how many entries the
-stream had received up to ``id``, counting as received there also every entry that was
-removed before the query began to follow the stream: compared with the stream's
-``entries-added`` and ``length`` it tells how many entries after ``id`` were removed
-before the query read them (see :mod:`._reader`).
+A micro-batch reads ``start[key] < id <= end[key]``, ``end.n - start.n`` entries: a replay
+that finds another number reports deleted entries. A stream missing from *start* starts at
+``0-0``; an end id before its start's (with a higher count) follows a stream recreated with
+smaller ids (``failOnDataLoss=false``) and starts over at ``0-0``. The optional ``a`` counts
+as received at ``id`` every entry removed before the query followed the stream, so that
+``entries-added`` tells the entries removed unread (:mod:`._reader`).
 """
 
 from __future__ import annotations
@@ -37,10 +27,8 @@ __all__ = ["START", "Offset", "Position"]
 
 @dataclass(frozen=True, order=True)
 class Position:
-    """Where a stream stands in an offset: the last entry id included, how many entries the
-    query has read from the stream up to it (so a replay can tell that entries of a
-    recorded range were deleted), and, when known, the stream's entry count at the id
-    (``a`` in the module docstring; bookkeeping, not part of the position's identity)."""
+    """A stream's place in an offset: ``id``, ``n`` and ``a`` of the module docstring (``a`` is
+    not part of the position's identity)."""
 
     id: EntryId
     count: int = 0
@@ -67,12 +55,7 @@ class Offset:
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any] | str | None) -> Offset:
-        """Read an offset Spark handed back (a dict, or its JSON text).
-
-        Raises:
-            ConfigurationError: not an offset of this source (the checkpoint belongs to
-                another source, or a newer twopc wrote it).
-        """
+        """Read an offset Spark handed back (a dict or its JSON); ConfigurationError for another's."""
         data = json.loads(value) if isinstance(value, str) else (value or {})
         try:
             if data.get("v") != cls.VERSION:
@@ -88,14 +71,8 @@ class Offset:
         return cls(streams)
 
     def ranges(self, end: Offset) -> list[Range]:
-        """The non-empty ranges from this offset (exclusive) to *end* (inclusive), by stream.
-
-        An end whose id is before the start's but whose count is higher starts over at
-        ``0-0`` (the stream was recreated with smaller ids, see the module docstring).
-
-        Raises:
-            ConfigurationError: *end* is behind this offset for a stream (not this query's offsets).
-        """
+        """The non-empty ranges from this offset (exclusive) to *end* (inclusive), by stream;
+        ConfigurationError when *end* is behind it (not this query's offsets)."""
         out = []
         for k, hi in sorted(end.streams.items()):
             lo = self.streams.get(k, START)

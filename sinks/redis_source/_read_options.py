@@ -1,6 +1,4 @@
-"""The options of ``format("twopc-redis-stream")``, read once on the driver into
-:class:`StreamOptions` (the table is in the manual's Redis Streams page and the options
-reference)."""
+"""The options of ``format("twopc-redis-stream")`` (the manual's options reference)."""
 
 from __future__ import annotations
 
@@ -53,14 +51,8 @@ class StreamOptions:
 
     @classmethod
     def read(cls, options: Mapping[str, str]) -> StreamOptions:
-        """Parse Spark's options.
-
-        Raises:
-            MissingOptionError: ``url``, ``streams`` or ``group`` is missing.
-            ConfigurationError: an option is invalid or unknown (the message lists the
-                supported ones), ``fieldsSchema`` does not parse (the message names the text,
-                what is wrong and an example); no message shows the password.
-        """
+        """Parse Spark's options; MissingOptionError (``url``, ``streams``, ``group``) or
+        ConfigurationError for an invalid or unknown one, never showing the password."""
         with redacted_errors(options):
             o = OptionReader(options, FORMAT_NAME)
             for name in OPTIONS:

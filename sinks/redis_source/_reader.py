@@ -1,32 +1,18 @@
-"""The streaming reader: offsets, partitions, reads, and the acknowledgement after commit.
+"""The streaming reader, in Spark's order of calls:
 
-The guarantees, in Spark's order of calls:
+- ``initialOffset()`` refuses a listed stream that does not exist (unless
+  ``createStreams=true``) before it creates any group.
+- ``latestOffset(start, limit)`` fixes the next range (last id and running count per stream,
+  at most ``limit`` entries); called once the batch ending at *start* committed, it first
+  finishes that batch's acknowledgement if a crash interrupted it.
+- ``partitions``/``read`` read pieces of at most ``maxEntriesPerPartition`` with ``XRANGE``;
+  a range that no longer holds its recorded count fails with :class:`~twopc.spi.SourceError`.
+- ``commit(end)``, after the sink and Spark's commit log, moves the group
+  (``twopc_stream_v2_ack``); fault points ``stream_before_ack``/``stream_after_ack`` around it.
 
-- ``initialOffset()`` (a new checkpoint) refuses a listed stream key that does not exist
-  (unless ``createStreams=true``) before it creates any group.
-- ``latestOffset(start, limit)`` (driver) fixes the next micro-batch's range: for every
-  stream the last entry id and the running count of entries, at most ``limit`` entries
-  in all. Spark writes it to ``<checkpoint>/offsets/<batch>`` before the batch runs. It is
-  called only once the batch ending at *start* is committed (sink, then Spark's commit
-  log), so it first finishes that batch's acknowledgement if a crash interrupted it.
-- ``partitions(start, end)`` splits each stream's recorded range into pieces of at most
-  ``maxEntriesPerPartition`` entries, and ``read`` (executors) reads a piece with
-  ``XRANGE``: the same entries whatever Redis delivered to whom in between. A range that
-  no longer holds the recorded number of entries fails with :class:`~twopc.spi.SourceError`.
-- ``commit(end)`` runs after the sink committed the batch and Spark wrote its commit log:
-  only then does the consumer group move (``twopc_stream_v2_ack``: ``last-delivered-id``
-  forward, ``XACK`` of pending entries up to *end*, optionally ``XTRIM MINID``).
-
-Entries removed before the query read them (``failOnDataLoss``): each position carries
-the stream's entry count there (``a``, :mod:`._ids`), counting every entry removed before
-the query began to follow the stream as received there. ``latestOffset`` reads ``XINFO
-STREAM`` and plans up to its last id; whenever it knows how many entries the stream holds
-after the position (planning walked to the end, or a trim passed the position),
-``entries-added - count - held after`` is the number removed unread (``XTRIM``, ``MAXLEN``,
-``MINID`` and ``XDEL`` alike). A count above ``entries-added`` means the stream was deleted
-and recreated. What was removed before the query began to follow a stream is not reported.
-
-Fault points ``stream_before_ack`` and ``stream_after_ack`` mark the edges of ``commit``.
+Entries removed unread (``failOnDataLoss``): whenever planning knows how many entries follow
+the position, ``entries-added - a - held after`` were removed (XTRIM, MAXLEN, MINID, XDEL);
+a count above ``entries-added`` means the stream was recreated.
 """
 
 from __future__ import annotations
@@ -80,7 +66,7 @@ class StreamPartition(InputPartition):
 
 
 class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """The reader of ``format("twopc-redis-stream")`` (see the module docstring)."""
+    """The reader of ``format("twopc-redis-stream")``."""
 
     def __init__(self, options: StreamOptions, schema: Any) -> None:
         self.o = options
@@ -113,16 +99,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.server.group_position(stream, self.o.group) or ZERO
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        """Where a new query starts (``startingPosition``); creates the group where missing,
-        at that position.
-
-        Spark asks twice when a query starts (planning batch 0, then running it): the
-        second call gets the first answer, so both see the same start.
-
-        Raises:
-            ConfigurationError: a key of ``streams`` does not exist (without
-                ``createStreams=true``); nothing was created.
-        """
+        """Where a new query starts (``startingPosition``), creating missing groups there; Spark's
+        second call gets the first answer. ConfigurationError for a missing stream (nothing created)."""
         if self._initial is None:
             self._initial = self._first_offset()
         return self._initial
@@ -162,13 +140,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._caps = {k: info.last if (info := self.server.info(k)) else ZERO for k in self._streams()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802 - PySpark's name
-        """The end of the next micro-batch (see the module docstring).
-
-        Raises:
-            SourceError: a stream read so far was deleted or recreated, or entries were
-                removed before the query read them (``failOnDataLoss``).
-            SinkError / SinkUnavailableError: Redis failed.
-        """
+        """The end of the next micro-batch; SourceError (``failOnDataLoss``) for a stream deleted or
+        recreated, or entries removed unread."""
         begin = Offset.from_json(start)
         self._acknowledge(begin)
         self._planned = {}
@@ -204,9 +177,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Offset(streams_out).to_json()
 
     def _step(self, stream: str, at: Position) -> _Step:
-        """XINFO STREAM *stream*, before planning: a deleted stream, or one recreated with ids
-        before the query's position, fails (``failOnDataLoss``) or is warned about; the
-        latter then starts over at ``0-0``."""
+        """XINFO STREAM before planning; a stream deleted, or recreated (then read from ``0-0``), is a loss."""
         info = self.server.info(stream)
         known = self._known.get(stream)
         step = _Step(stream, at, info, at.id, known[1] if known is not None and known[0] == at.id else at.added)
@@ -221,9 +192,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return step
 
     def _settle(self, s: _Step) -> Position | None:
-        """After planning: how many entries after the query's position were removed before
-        it read them (fails or warns, ``failOnDataLoss``), and the stream's new position
-        (None when it did not move). See the module docstring."""
+        """After planning: report entries removed unread, and the new position (None: not moved)."""
         info = s.info
         assert info is not None
         present = (s.planned if s.complete else
@@ -256,8 +225,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return Position(s.last, s.at.count + s.planned, added + s.planned)
 
     def _changed(self, message: str, *, then: str, hint: str = "") -> None:
-        """A loss: :class:`SourceError` with ``failOnDataLoss=true``, else one WARNING per
-        reader and message."""
+        """A loss: SourceError with ``failOnDataLoss=true``, else one WARNING per reader and message."""
         if self.o.fail_on_data_loss:
             raise SourceError(f"{message}. To go on with what is there now set failOnDataLoss=false; to start "
                               f"over use a new checkpointLocation" + (f". {hint}" if hint else ""))
@@ -267,14 +235,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- planning and reading -------------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamPartition]:
-        """The recorded ranges, split into pieces of at most ``maxEntriesPerPartition``: as
-        ``latestOffset`` found them when it planned this range (once), else walked again (a batch
-        replayed after a restart). A piece that no longer holds its entries fails its task
-        (:meth:`read`).
-
-        Raises:
-            SourceError: a range no longer holds its recorded entries (``failOnDataLoss``).
-        """
+        """The recorded ranges in pieces of at most ``maxEntriesPerPartition`` (as ``latestOffset``
+        planned them, else walked again); SourceError for a range short of entries."""
         out = []
         size = self.o.max_per_partition
         for r in Offset.from_json(start).ranges(Offset.from_json(end)):
@@ -295,12 +257,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The rows of one piece, in id order, as Arrow batches of at most :data:`BATCH_ROWS`.
-
-        Raises:
-            SourceError: the piece holds another number of entries than planned
-                (``failOnDataLoss``), or a field does not parse (``fieldsSchema``).
-        """
+        """The rows of one piece, in id order, as Arrow batches; SourceError for another number of
+        entries than planned, or a field that does not parse."""
         assert isinstance(partition, StreamPartition)
         r, server = partition.range, StreamServer(partition.options.client)
         n = 0
@@ -318,13 +276,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- acknowledgement --------------------------------------------------------------------------
     def commit(self, end: dict[str, Any]) -> None:
-        """Spark committed every batch up to *end*: acknowledge it to the group.
-
-        Raises:
-            SourceError: a stream was deleted meanwhile.
-            SinkError / SinkUnavailableError: Redis failed (the next commit, or the next
-                ``latestOffset`` after a restart, acknowledges again).
-        """
+        """Acknowledge every batch up to *end* to the group; SourceError for a stream deleted meanwhile
+        (a Redis failure is retried by the next commit or ``latestOffset``)."""
         faultinject.fault_point("stream_before_ack")
         self._acknowledge(Offset.from_json(end))
         faultinject.fault_point("stream_after_ack")
@@ -353,10 +306,8 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 @dataclass
 class _Step:
-    """One stream while :meth:`RedisStreamReader.latestOffset` plans it: where the query
-    stands (*at*), the stream as ``XINFO STREAM`` showed it before planning (None: gone),
-    where planning starts (*lo*: ``at.id``, or ``0-0`` for a stream recreated with smaller
-    ids), the entry count at *lo* when known (*added*), and what planning found."""
+    """One stream while ``latestOffset`` plans it: position *at*, ``XINFO STREAM`` (None: gone),
+    where planning starts (*lo*), the entry count at *lo* when known, and what planning found."""
 
     stream: str
     at: Position
@@ -370,7 +321,6 @@ class _Step:
 
 
 def _lost(server: StreamServer, r: Range, found: int, fail: bool) -> None:
-    """A range that holds *found* entries instead of its recorded count: fail (*fail*) or warn."""
     message = server.why_changed(r, found)
     if fail:
         raise SourceError(message)
@@ -382,9 +332,7 @@ def _entries(n: int) -> str:
 
 
 def _added_at(at: EntryId, info: StreamInfo | None) -> int | None:
-    """The entry count at starting position *at* (module docstring), when ``XINFO STREAM``
-    alone tells it: every removed entry counts as before the start. None: the stream still
-    holds entries at or before *at*, so the entries after it must be counted."""
+    """The entry count at start *at* when ``XINFO STREAM`` alone tells it (else None: count)."""
     if info is None:
         return 0
     if at >= info.last:

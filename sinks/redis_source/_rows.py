@@ -1,10 +1,5 @@
-"""What an entry becomes: the row schema and the typed-field parsing.
-
-Every row has ``stream STRING, id STRING, timestamp TIMESTAMP`` (the id's milliseconds),
-``fields MAP<STRING, STRING>``, then one column per ``fieldsSchema`` column, parsed from
-the same-named field (missing: null). A value that does not parse fails the task with
-the stream, the entry id and the field named.
-"""
+"""What an entry becomes: :data:`BASE_DDL` (timestamp: the id's milliseconds), then one column
+per ``fieldsSchema`` column parsed from its field (missing: null; unparsable: the task fails)."""
 
 from __future__ import annotations
 
@@ -19,12 +14,10 @@ import pyarrow.compute as pc
 from twopc import ConfigurationError
 from twopc.spi import SourceError
 
-__all__ = ["BASE_COLUMNS", "BASE_DDL", "Converter", "converters", "entries_batch", "schema_ddl", "to_batch", "to_row"]
+__all__ = ["BASE_COLUMNS", "BASE_DDL", "converters", "entries_batch", "schema_ddl", "to_batch", "to_row"]
 
 BASE_DDL = "stream STRING, id STRING, timestamp TIMESTAMP, fields MAP<STRING, STRING>"
 BASE_COLUMNS = ("stream", "id", "timestamp", "fields")
-
-Converter = Callable[[str], Any]
 
 #: The last millisecond a Spark TIMESTAMP (microseconds in 64 bits) holds.
 _MAX_MS = (2**63 - 1) // 1000
@@ -53,7 +46,7 @@ def _decimal(v: str) -> Decimal:
         raise ValueError(v) from None
 
 
-_BY_TYPE: dict[str, Converter] = {
+_BY_TYPE: dict[str, Callable[[str], Any]] = {
     "string": str, "long": int, "integer": int, "short": int, "byte": int,
     "double": float, "float": float, "boolean": _bool, "date": dt.date.fromisoformat,
     "timestamp": _timestamp, "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"),
@@ -67,12 +60,7 @@ def schema_ddl(fields_schema: str) -> str:
 
 
 def converters(schema: Any) -> tuple[tuple[str, str], ...]:
-    """(field name, type name) of the typed columns of *schema* (a ``StructType``),
-    checked once on the driver (the pairs pickle to executors).
-
-    Raises:
-        ConfigurationError: a typed column's type cannot be parsed from a string.
-    """
+    """(field, type name) of *schema*'s typed columns; ConfigurationError for an unparsable type."""
     out = []
     for f in list(schema.fields)[len(BASE_COLUMNS):]:
         name = f.dataType.typeName()
@@ -86,11 +74,7 @@ def converters(schema: Any) -> tuple[tuple[str, str], ...]:
 
 def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
            typed: Sequence[tuple[str, str]]) -> tuple[Any, ...]:
-    """The row of one entry (the timestamp as the id's milliseconds, for :func:`to_batch`).
-
-    Raises:
-        SourceError: a field is not UTF-8, or a typed field does not parse.
-    """
+    """The row of one entry; SourceError for a field not UTF-8 or a typed field that does not parse."""
     eid = entry_id.decode("ascii")
     try:
         text = {k.decode("utf-8"): v.decode("utf-8") for k, v in fields.items()}
@@ -117,9 +101,7 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
 
 
 def to_batch(rows: Sequence[tuple[Any, ...]], schema: pa.Schema) -> pa.RecordBatch:
-    """*rows* (from :func:`to_row`) as one Arrow batch of *schema*: the source's rows as
-    Spark's ``to_arrow_schema`` of the reader's schema has them, so the Python worker sends
-    the batch as it is instead of converting value by value."""
+    """*rows* (from :func:`to_row`) as one Arrow batch of *schema* (Spark's Arrow schema of the rows)."""
     columns = list(zip(*rows, strict=True)) if rows else [() for _ in schema]
     arrays = [pa.array(col, type=f.type) if i != 2 else _timestamps(col, f.type)
               for i, (col, f) in enumerate(zip(columns, schema, strict=True))]
@@ -133,12 +115,11 @@ def _timestamps(ms: Sequence[int], type_: pa.DataType) -> pa.Array:
 #: The texts Arrow parses in C as Python's ``int`` and ``float`` do (Arrow takes some Python
 #: refuses, such as ``0x10``, and refuses some Python takes, such as `` 5`` and ``1_000``): a
 #: column with any other text is parsed value by value in Python.
-_DIGITS = {"long": r"^-?[0-9]+$", "integer": r"^-?[0-9]+$", "short": r"^-?[0-9]+$", "byte": r"^-?[0-9]+$",
-           "double": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$", "float": r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$"}
+_DIGITS = {**dict.fromkeys(("long", "integer", "short", "byte"), r"^-?[0-9]+$"),
+           **dict.fromkeys(("double", "float"), r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$")}
 
 
 def _typed_column(raw: pa.StringArray, kind: str, type_: pa.DataType) -> pa.Array:
-    """The typed column of the fields' texts *raw*; raises on a text that does not parse."""
     if kind == "string":
         return raw
     digits = _DIGITS.get(kind)
@@ -150,14 +131,8 @@ def _typed_column(raw: pa.StringArray, kind: str, type_: pa.DataType) -> pa.Arra
 
 def entries_batch(stream: str, entries: Sequence[tuple[bytes, dict[bytes, bytes]]],
                   typed: Sequence[tuple[str, str]], schema: pa.Schema) -> pa.RecordBatch:
-    """The rows of *entries* (``XRANGE`` replies of *stream*) as one Arrow batch of *schema*,
-    built column by column: the same batch as :func:`to_batch` of :func:`to_row` of each
-    entry, which it falls back to when a column does not convert in one piece (text that is
-    not UTF-8, a typed field that does not parse), so that the error names the entry.
-
-    Raises:
-        SourceError: a field is not UTF-8, or a typed field does not parse.
-    """
+    """:func:`to_batch` of :func:`to_row` of each of *entries*, built column by column; raises
+    through that fallback, which names the entry."""
     ids = [e for e, _ in entries]
     dicts = [f for _, f in entries]
     try:

@@ -15,8 +15,8 @@ import pytest
 from twopc import CommitCoordinator, CommitLedger, ConfigurationError, TransactionContext, faultinject
 from twopc.sinks.redis import IncrByOp, RedisSink, RPushOp
 from twopc.sinks.redis import _lua as lua
-from twopc.sinks.redis._ack_lua import ACK_LIBRARY_NAME, ack_library_code
 from twopc.sinks.redis._acks import AckSpec
+from twopc.sinks.redis._lua import ACK_LIBRARY_NAME, ack_library_code
 from twopc.spi import SchemaMismatchError
 
 SCHEMA = pa.schema([("stream", pa.string()), ("id", pa.string()), ("n", pa.int64())])
