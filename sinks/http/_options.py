@@ -1,10 +1,7 @@
 """The options of ``twopc-http``, read once into :class:`HttpOptions` (plain, picklable data).
-
-Secrets (``token``, ``password``, ``apiKey``, or the environment variables named by
-``tokenEnv``, ``passwordEnv``, ``apiKeyEnv``) are kept apart, in :class:`Credentials`: they
-are added to a request on the driver when it is sent, and never reach an outbox, a handle,
-the checkpoint, a log line or an error message (:meth:`Credentials.redact`).
-"""
+Secrets (``token``, ``password``, ``apiKey`` or the environment variables their ``...Env`` options
+name) live in :class:`Credentials`: added on the driver when a request is sent, they never reach
+an outbox, a handle, the checkpoint, a log line or an error message."""
 
 from __future__ import annotations
 
@@ -43,8 +40,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def checkpoint_outbox(checkpoint: str) -> str:
-    """The default outbox folder of a write whose checkpoint is *checkpoint*: ``<checkpoint>/twopc-http``
-    (a local path made absolute on the driver, so every executor names the same folder)."""
+    """``<checkpoint>/twopc-http``, a local path made absolute (every executor names the same folder)."""
     loc = checkpoint.rstrip("/")
     if "://" not in loc and not loc.startswith("file:"):
         loc = os.path.abspath(loc)
@@ -53,9 +49,8 @@ def checkpoint_outbox(checkpoint: str) -> str:
 
 @dataclass(frozen=True)
 class Credentials:
-    """How requests authenticate: at most one of a bearer token, a user and password, an API
-    key header. Each secret is given as an option or by the name of an environment variable
-    read on the driver when requests are sent."""
+    """How requests authenticate: at most one of a bearer token, user and password, an API key
+    header; each secret as an option or an environment variable read on the driver."""
 
     token: str | None = None
     token_env: str | None = None
@@ -90,12 +85,10 @@ class Credentials:
         return value
 
     def secret(self) -> str | None:
-        """The secret of the scheme (from its option or its environment variable).
+        """The scheme's secret.
 
         Raises:
-            ConfigurationError: the environment variable is not set (the message names it,
-                never a value).
-        """
+            ConfigurationError: its environment variable is not set (named, never a value)."""
         if self.scheme == "bearer":
             return self.token if self.token is not None else self._env(self.token_env, "tokenEnv")
         if self.scheme == "basic":
@@ -159,9 +152,7 @@ class HttpOptions:
 
         Raises:
             MissingOptionError: no ``url``.
-            ConfigurationError: an option is unknown or invalid (the message names it and
-                the fix, never a secret's value).
-        """
+            ConfigurationError: an option is unknown or invalid (named with the fix, never a secret)."""
         reader = OptionReader(options, FORMAT)
         url = reader.required("url", '.option("url", "https://api.example.com/orders/{order_id}")')
         method = reader.choice("method", METHODS, "POST")
@@ -251,11 +242,7 @@ def _check_credentials(c: Credentials) -> None:
 
 
 def _check_url(url: str) -> str:
-    """The URL template, checked: ``http(s)://host/...``, ``{column}`` fields, no credentials.
-
-    Raises:
-        ConfigurationError: naming the problem and the fix (never the credential).
-    """
+    """The URL template, checked: ``http(s)://host/...``, ``{column}`` fields, no credentials."""
     try:
         parsed = list(string.Formatter().parse(url))
     except ValueError as exc:

@@ -1,22 +1,12 @@
-"""Rows into requests (executor side; no HTTP client is imported here).
+"""Rows into requests (executor side; no HTTP client here). A request is one outbox line,
+``[key, method, url, body]`` in JSON: the URL template with each ``{column}`` URL-encoded as one
+path segment, the JSON body (the row, or one column), and the idempotency key.
 
-One request per row: the method, the URL template with each ``{column}`` filled by the row's
-value URL-encoded as one path segment, the JSON body (the whole row, or one column), and the
-idempotency key. A request is one line of its task attempt's outbox, ``[key, method, url,
-body]`` in JSON: what the driver sends after the decision, unchanged by any retry or recovery.
-
-The key (:func:`idempotency_key`) is a hash of the sink id and either the row's value in
-``keyColumn`` (the same for that row in any batch, any replay, any partitioning) or the
-row's place: batch, partition and position. A key is made once, when the row is prepared,
-and stored in the outbox: every retry of the request and every re-delivery after a crash sends
-that stored key, so a server that honours keys applies the request once. A replay of a batch
-that was never decided is partitioned anew and gets new positional keys, which is harmless:
-twopc never delivers a batch twice (one decision per batch id). Only ``keyColumn`` survives a
-batch recomputed outside twopc's knowledge (a new checkpoint, a rerun under a new txnVersion).
-A hash of the row's content was the other candidate for keys without a column; it is not used
-because two equal rows of one batch (two identical "+1" events) would get one key, and a server
-that honours keys would apply only one of them.
-"""
+The key (:func:`idempotency_key`) hashes the sink id and the row's ``keyColumn`` value, or else its
+place (batch, partition, position); it is made once at prepare and stored, so every retry and
+re-delivery sends it. A never-decided batch replayed gets new positional keys, which is harmless
+(one decision per batch id); only ``keyColumn`` survives a batch recomputed outside twopc (a new
+checkpoint). A content hash is not used: two equal rows of a batch would share a key."""
 
 from __future__ import annotations
 
@@ -40,8 +30,7 @@ __all__ = ["RequestMaker", "idempotency_key"]
 
 
 def idempotency_key(sink_id: str, *, value: Any = None, place: tuple[int, int, int] | None = None) -> str:
-    """The idempotency key of a row of *sink_id*: from its key column's *value*, or from its
-    *place* ``(batch, partition, position)``; 32 hex digits of SHA-256."""
+    """A row's key: SHA-256 (32 hex digits) of *sink_id* and its key column's *value* or its *place*."""
     if place is not None:
         text = "\0".join(("twopc-http", sink_id, "p", *map(str, place)))
     else:
@@ -50,9 +39,8 @@ def idempotency_key(sink_id: str, *, value: Any = None, place: tuple[int, int, i
 
 
 def _default(v: Any) -> Any:
-    """JSON for what ``json`` does not know: instants and dates as ISO 8601 (a zoned timestamp
-    as its UTC instant), decimals as strings with every digit, durations as seconds, bytes as
-    base64 (as Spark's ``to_json``)."""
+    """JSON for what ``json`` does not know, as Spark's ``to_json`` writes it (a zoned timestamp as
+    its UTC instant, decimals as full strings, durations as seconds, bytes as base64)."""
     if isinstance(v, dt.datetime):
         return (v.astimezone(dt.UTC) if v.tzinfo is not None else v).isoformat()
     if isinstance(v, dt.date | dt.time):
@@ -67,7 +55,7 @@ def _default(v: Any) -> Any:
 
 
 def _finite(v: Any) -> Any:
-    """*v* with NaN and infinities as the strings Spark's ``to_json`` writes (JSON has no such numbers)."""
+    """*v* with NaN and infinities as the strings Spark's ``to_json`` writes."""
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, dict):
@@ -99,8 +87,7 @@ class RequestMaker:
         """Refuse rows that lack a column the options name.
 
         Raises:
-            ConfigurationError: naming the missing columns, the option and the row's columns.
-        """
+            ConfigurationError: naming the missing columns, the option and the row's columns."""
         missing = [c for c in self.o.columns() if c not in names]
         if missing:
             raise ConfigurationError(
@@ -112,8 +99,7 @@ class RequestMaker:
         """One outbox line per row.
 
         Raises:
-            ConfigurationError: a row has a null key or URL value (the message names the row).
-        """
+            ConfigurationError: a row has a null key or URL value."""
         for row in rows:
             yield json.dumps([self._key(row), self.o.method, self._url(row), self._body(row)],
                              separators=(",", ":"), ensure_ascii=False)

@@ -84,8 +84,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (``token``, ``password``, ``apiKey`` and their ``...Env``
-        names are left out: an operator gives them again)."""
+        """*options* without a secret (an operator gives them again)."""
         return credential_free(options)
 
     # -- where things are ----------------------------------------------------------------
@@ -116,13 +115,12 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return f"HTTP {o.method} {o.url} (outbox {o.outbox or '<checkpoint>/twopc-http'}{tls})"
 
     def validate(self, schema: pa.Schema) -> None:
-        """On the driver, before any task: httpx is installed, the named columns exist, a
-        secret from the environment is set, the outbox folder can be created. Sends nothing.
+        """On the driver, before any task (sends nothing): httpx, the named columns, an environment
+        secret and the outbox folder are there.
 
         Raises:
             MissingExtraError: httpx is not installed (``pyspark-twopc[http]``).
-            ConfigurationError: a column, a secret or the outbox folder is missing.
-        """
+            ConfigurationError: a column, a secret or the outbox folder is missing."""
         load_httpx()
         RequestMaker(self.options, "check", 0, 0).check_columns(list(schema.names))
         self.options.credentials.secret()
@@ -173,15 +171,12 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return self.commit_all([handle])[0]
 
     def commit_all(self, handles: Sequence[HttpHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Deliver every outbox of *handles* together (one pool of ``maxConcurrency``):
-        ``ALREADY_COMMITTED`` for one marked delivered, ``LOST`` for one that is gone,
-        ``COMMITTED`` once every request is answered (delivered or dead-lettered).
+        """Deliver every outbox of *handles* in one pool: ``ALREADY_COMMITTED`` if marked delivered,
+        ``LOST`` if gone, ``COMMITTED`` once every request is answered (delivered or dead-lettered).
 
         Raises:
-            SinkUnavailableError: some requests are still unanswered after the retries (the
-                batch stays decided; the next commit sends only those).
-            ConfigurationError: a handle names another outbox folder, or a secret is missing.
-        """
+            SinkUnavailableError: requests still unanswered after the retries (the next commit sends them).
+            ConfigurationError: a handle names another outbox folder, or a secret is missing."""
         outcomes: list[CommitOutcome | None] = []
         pending = []
         for h in handles:
@@ -225,9 +220,8 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
                            outbox=self.outboxes.location) for x in self.outboxes.pending(sink_id, batch_id)]
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """Each outbox not yet delivered, with its requests; for one whose delivery started
-        (a decided batch), the keys not yet acknowledged: what a server that ignores keys
-        may apply twice when they are sent again."""
+        """Each undelivered outbox with its requests; once its delivery started, the keys not yet
+        acknowledged (what a server ignoring keys may apply twice)."""
         out = []
         for h in self.list_prepared(sink_id):
             box = self.outboxes.read(h.txn_id)

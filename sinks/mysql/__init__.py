@@ -1,10 +1,5 @@
-"""The MariaDB/MySQL sink: one XA transaction per task attempt (the prepared mode of
-``twopc-jdbc`` on MySQL/MariaDB).
-
-Needs PyMySQL: ``pip install 'pyspark-twopc[mysql]'``. The package loads without it (the shared
-SQL layer reads MariaDB/MySQL's dialect, :mod:`twopc.sinks.mysql._dialect`, to parse options);
-its sink names the extra when it is first read.
-"""
+"""The MariaDB/MySQL sink: one XA transaction per task attempt (``twopc-jdbc``'s prepared mode on
+MySQL/MariaDB). Needs PyMySQL (``pip install 'pyspark-twopc[mysql]'``), which the sink names when first read."""
 
 from typing import TYPE_CHECKING
 

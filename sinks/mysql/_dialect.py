@@ -1,8 +1,6 @@
-"""MariaDB/MySQL as the shared SQL layer sees it (:class:`MySqlDialect`, found by URL through
-the ``twopc.sql_dialects`` entry points): its names, quoting, SQL texts and flags, importable
-without PyMySQL (what needs the driver is imported on first use); its XA transactions on a
-target's connections are :class:`twopc.sinks.mysql._prepared.MySqlPrepared`.
-"""
+"""MariaDB/MySQL as the shared SQL layer sees it (:class:`MySqlDialect`, found through the
+``twopc.sql_dialects`` entry points), importable without PyMySQL; its XA transactions are
+:class:`twopc.sinks.mysql._prepared.MySqlPrepared`."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def _quoted(name: str) -> str:
 
 
 def lease_name(sink_id: str, database: str) -> str:
-    """The ``GET_LOCK`` name of *sink_id*'s lease in *database* (46 characters: ``GET_LOCK``
-    names are server-wide, PostgreSQL's advisory locks are per database)."""
+    """The ``GET_LOCK`` name of *sink_id*'s lease in *database* (``GET_LOCK`` names are server-wide)."""
     return "twopc:" + hashlib.sha256(f"twopc-lease:{database}/{sink_id}".encode()).hexdigest()[:40]
 
 
@@ -174,8 +171,7 @@ class MySqlDialect(SqlDatabase):
 
     @staticmethod
     def bookkeeping_name(name: str, schema: str, database: str) -> str:
-        """*name* ending with ``_<8 hex of the URL's *database*>``: the database of *schema*
-        serves every database of the server, and each keeps its own tables."""
+        """*name* + ``_<8 hex of *database*>``: *schema*'s database serves every database of the server."""
         named = f"{name}_{hashlib.sha256(database.encode()).hexdigest()[:8]}"
         if len(named) > NAME_CHARS:
             raise ConfigurationError(
@@ -208,22 +204,19 @@ class MySqlDialect(SqlDatabase):
 
     @staticmethod
     def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
-        """PyMySQL's connect arguments: connect timeout, ``socketTimeout`` as its read and
-        write timeouts (TCP keepalive is set on the socket: :meth:`prepare_engine`), utf8mb4
-        unless the URL names a charset, and the password as UTF-8 bytes."""
+        """PyMySQL's connect arguments: timeouts (``socketTimeout`` for reads and writes), utf8mb4
+        unless the URL names a charset, the password as UTF-8 bytes (PyMySQL would send Latin-1)."""
         args: dict[str, Any] = {"connect_timeout": timeouts.connect, "read_timeout": timeouts.reply,
                                 "write_timeout": timeouts.reply}
         if "charset" not in url.query:
             args["charset"] = "utf8mb4"
-        if url.password:  # PyMySQL would send a str password as Latin-1 (and fail on other characters);
-            # the JDBC drivers send UTF-8
+        if url.password:
             args["password"] = url.password.encode("utf-8")
         return args
 
     @staticmethod
     def prepare_engine(engine: Engine, timeouts: NetTimeouts) -> None:
-        """PyMySQL turns keepalive on with the OS's timing (2 h): set twopc's on each new
-        connection's socket."""
+        """Set twopc's TCP keepalive on each new connection's socket (PyMySQL's waits 2 h)."""
 
         @sa.event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:

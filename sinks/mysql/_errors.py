@@ -1,5 +1,5 @@
-"""PyMySQL errors in twopc's terms: the server's error codes, which ones mean the session is
-gone, and the credential-free :class:`~twopc.SinkError` every other one becomes."""
+"""PyMySQL errors in twopc's terms: error codes, which mean the session is gone, and the
+credential-free :class:`~twopc.SinkError` every other one becomes."""
 
 from __future__ import annotations
 
@@ -102,9 +102,8 @@ def _named(pattern: str, msg: str) -> str:
 
 
 def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
-    """The :func:`~twopc.sinks.sql._errors.bad_value` error of *exc* when it says a value does not
-    fit its column, else None. A 4-byte UTF-8 sequence (``\\xF0``-``\\xF4``: emoji...) refused
-    as an incorrect string value means a utf8mb3 (or narrower) column."""
+    """The :func:`~twopc.sinks.sql._errors.bad_value` error when *exc* says a value does not fit its
+    column, else None; an incorrect 4-byte UTF-8 value means a utf8mb3 (or narrower) column."""
     code = errno(exc)
     if code not in _DATA_ERRORS:
         return None
@@ -120,8 +119,7 @@ def value_error(exc: BaseException, action: str, table: str, redact: Callable[[s
 
 def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
               where: str, redact: Callable[[str], str]) -> SinkError:
-    """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
-    naming the violated constraint or the fix; never containing a secret."""
+    """The credential-free :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*."""
     code, msg = errno(exc), redact(errmsg(exc))
     if is_connection_error(exc):
         return SinkUnavailableError(f"lost the connection to MariaDB/MySQL at {where} while trying "

@@ -1,8 +1,6 @@
-"""PostgreSQL as the shared SQL layer sees it (:class:`PostgresDialect`, found by URL through
-the ``twopc.sql_dialects`` entry points): its names, quoting, SQL texts and flags, importable
-without psycopg (what needs the driver is imported on first use); its prepared-transaction
-SQL on a target's connections is :class:`twopc.sinks.postgres._prepared.PostgresPrepared`.
-"""
+"""PostgreSQL as the shared SQL layer sees it (:class:`PostgresDialect`, found through the
+``twopc.sql_dialects`` entry points), importable without psycopg; its prepared-transaction SQL is
+:class:`twopc.sinks.postgres._prepared.PostgresPrepared`."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def _quoted(name: str) -> str:
 
 
 def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
-    """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
-    SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
+    """(host, port, []) of one host; (None, None, ["h:p", ...]) of several; localhost of none."""
     from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
 
     if not hosts:
@@ -61,8 +58,7 @@ _NAME_BYTES = 63
 
 
 class PostgresDialect(SqlDatabase):
-    """PostgreSQL: its facts and driver rules (class level), and its part of a
-    prepared-transaction sink on a target's connections (an instance)."""
+    """PostgreSQL: its facts and driver rules."""
 
     name = "postgresql"
     format_name = "twopc-postgres"
@@ -90,9 +86,8 @@ class PostgresDialect(SqlDatabase):
 
     @staticmethod
     def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
-        """psycopg's connect arguments: connect timeout, TCP keepalive, ``tcp_user_timeout``
-        (Linux), cursors whose statements wait at most ``socketTimeout`` for a reply, and
-        twopc's ``application_name`` unless the URL sets one."""
+        """psycopg's connect arguments: timeouts, TCP keepalive, cursors bounded by ``socketTimeout``,
+        and twopc's ``application_name`` unless the URL sets one."""
         from ._deadline import deadline_cursor
 
         args: dict[str, Any] = {"connect_timeout": timeouts.connect, "keepalives": int(timeouts.keepalive),

@@ -1,9 +1,6 @@
 """PostgreSQL's SQL for the prepared-transaction protocol (the
 :class:`~twopc.sinks.sql._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
-``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
-rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
-``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
-:mod:`twopc.sinks.postgres._commit_pipeline`), ``pg_prepared_xacts``, and the catalog checks."""
+session setup, COPY loading, ``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` and the catalog checks."""
 
 from __future__ import annotations
 
@@ -33,9 +30,7 @@ if TYPE_CHECKING:
 
     from ._copy import CopyPlan
 
-# The COPY encoders, the type rules and the dead-letter table work on Arrow: they are imported
-# in the methods that load rows or check those tables, so that Spark's worker that only commits
-# a write (COMMIT PREPARED) never imports pyarrow.
+# What works on Arrow is imported in the methods that use it: a worker that only commits loads no pyarrow.
 
 __all__ = ["PostgresPrepared"]
 
@@ -43,8 +38,8 @@ log = logging.getLogger("twopc.sinks.postgres")
 
 
 def _create(pg: psycopg.Connection[Any], statements: Sequence[sql.Composed]) -> type[psycopg.Error] | None:
-    """Run the DDL *statements* in one transaction (a concurrent create is fine); the error class
-    when the schema is missing or the user may not create there."""
+    """Run the DDL *statements* in one transaction; the error class when the schema is missing or
+    the user may not create there."""
     try:
         with pg.transaction():
             for q in statements:
@@ -200,8 +195,8 @@ class PostgresPrepared(PostgresDialect):
         txn.rows -= txn.loader.dead  # the marker counts the rows that reached the table
 
     def prepare(self, txn: SqlTxn[PgColumn], control: TxnControl[PgColumn]) -> None:
-        """Marker row, ``PREPARE TRANSACTION``, check ``pg_prepared_xacts``, release the
-        (idle) session; a prepare that may have reached the server is rolled back on failure."""
+        """Marker row, ``PREPARE TRANSACTION``, check ``pg_prepared_xacts``, release the session; a
+        prepare that may have reached the server is rolled back on failure."""
         pg: psycopg.Connection[Any] = control.usable(txn)
         marker_sql, marker_values = control.marker_row(txn)
         prepare_sent = False
@@ -261,9 +256,7 @@ class PostgresPrepared(PostgresDialect):
         return True
 
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
-        *recovering*: ask first which ids are still prepared (one query), so a batch that is
-        mostly finished stays flat too."""
+        """``<verb> PREPARED`` for every id in pipelines; *recovering*: first ask which are still prepared."""
         from . import _commit_pipeline as pipeline  # the driver's commit: a task prepares and stops
 
         still = None

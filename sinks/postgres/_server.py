@@ -1,7 +1,5 @@
-"""What a PostgreSQL server says about a table (its oid, its columns with domains resolved
-to their base types, the tables a mistyped name probably meant), and how a write session
-is set up, for both commit modes. No Arrow: the worker that only commits a write loads this
-(for :class:`PgColumn`), never the COPY encoders."""
+"""What a PostgreSQL server says about a table (oid, columns with domains resolved, the tables a
+mistyped name meant), and a write session's settings. No Arrow: a worker that only commits loads this."""
 
 from __future__ import annotations
 
@@ -25,15 +23,13 @@ class PgColumn:
 
     Attributes:
         name: exact column name.
-        base_type: ``pg_type.typname`` of the column's type, domains resolved to their
-            base type (``int4``, ``text``, ``timestamptz``...).
+        base_type: ``pg_type.typname``, domains resolved (``int4``, ``text``...).
         display_type: the type as ``format_type`` prints it (``character varying(20)``).
         kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
         category: ``pg_type.typcategory`` (``A`` for arrays).
         not_null: the column is ``NOT NULL``.
-        has_default: the column has a default, is an identity or generated column.
-        generated: the column is ``GENERATED ALWAYS AS (...) STORED`` (cannot be written).
-    """
+        has_default: a default, an identity or a generated column.
+        generated: ``GENERATED ALWAYS AS (...) STORED`` (cannot be written)."""
 
     name: str
     base_type: str
@@ -62,11 +58,8 @@ def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
 
 
 def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, role: str = "") -> str | None:
-    """Why writes to relation *oid* (*display*, named as *role* in the message) cannot roll
-    back with their transaction, or ``None``: the PostgreSQL part of the rule every commit
-    mode applies (:func:`twopc.sinks.sql.require_transactional`). A foreign table, or a partitioned
-    table with a foreign partition, writes to another server outside this transaction.
-    UNLOGGED tables are transactional (only not crash-safe) and pass."""
+    """Why writes to relation *oid* (*display*, called *role*) cannot roll back with their transaction
+    (a foreign table, or a foreign partition), or ``None``; see :func:`twopc.sinks.sql.require_transactional`."""
     row = pg.execute(
         "SELECT c.relkind, (SELECT string_agg(p.oid::regclass::text, ', ') FROM pg_partition_tree(c.oid) t "
         "JOIN pg_class p ON p.oid = t.relid WHERE p.relkind = 'f' AND c.relkind = 'p') "
@@ -98,9 +91,7 @@ def catalog_columns(pg: psycopg.Connection[Any], table: TableName) -> list[PgCol
 
 
 def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:
-    """The columns of relation *oid*, in order, each with its base type (domains resolved,
-    up to 16 levels), whether it is NOT NULL, has a default (or is identity/generated),
-    and whether it is generated (cannot be written)."""
+    """The columns of relation *oid*, in order, domains resolved (up to 16 levels)."""
     rows = pg.execute(
         """
         SELECT a.attname, bt.typname, format_type(a.atttypid, a.atttypmod), bt.typtype,
@@ -123,8 +114,7 @@ def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:
 
 
 def similar_tables(pg: psycopg.Connection[Any], table: TableName) -> list[TableName]:
-    """Up to three tables whose name differs from *table*'s only in case (a mixed-case
-    name given without quotes is folded to lower case)."""
+    """Up to three tables whose name differs from *table*'s only in case."""
     rows = pg.execute(
         "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r','p') "
@@ -134,8 +124,7 @@ def similar_tables(pg: psycopg.Connection[Any], table: TableName) -> list[TableN
 
 
 def session_settings(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, tuple[str, str]]]:
-    """The statement (and its parameters), alone in a list, that makes a write transaction wait at most
-    *lock_timeout* for row locks (0: no limit), run statements of at most *query_timeout*
-    (0: no limit), and read and write timestamps in UTC. Local to the transaction."""
+    """The one statement (with parameters) that bounds a write transaction's lock waits and
+    statements (0: no limit) and sets its time zone to UTC, local to the transaction."""
     return [(("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
              "set_config('statement_timeout', %s, true)"), (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))]
