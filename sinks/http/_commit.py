@@ -122,7 +122,6 @@ class _Delivery:
             box.acked.update(items)
 
     async def tick(self, finished: asyncio.Event) -> None:
-        """Write what was answered every ``ackInterval``, until the workers end."""
         while not finished.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(finished.wait(), self.o.ack_interval.seconds)

@@ -107,7 +107,6 @@ class Credentials:
         return {}
 
     def basic(self) -> tuple[str, str] | None:
-        """``(user, password)`` for HTTP Basic, else ``None``."""
         return (self.user or "", self.secret() or "") if self.scheme == "basic" else None
 
     def redact(self, text: str) -> str:

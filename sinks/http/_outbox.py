@@ -68,7 +68,6 @@ class Outboxes:
             self._made = True
 
     def where(self, txn_id: str) -> str:
-        """The outbox object of *txn_id*, as the store names it."""
         return str(self.store.path("outbox", txn_id + _SUFFIX))
 
     # -- prepare ---------------------------------------------------------------------
@@ -85,7 +84,6 @@ class Outboxes:
 
     # -- commit ----------------------------------------------------------------------
     def read(self, txn_id: str) -> Outbox | None:
-        """The outbox of *txn_id*, or ``None`` when there is none."""
         text = _guarded(lambda: self.store.read(f"outbox/{txn_id}{_SUFFIX}"), f"read the outbox of {txn_id}")
         if text is None:
             return None
@@ -100,7 +98,6 @@ class Outboxes:
         return Outbox(txn_id, header, requests)
 
     def delivered(self, txn_id: str) -> dict[str, Any] | None:
-        """The delivered marker of *txn_id*, or ``None``."""
         text = _guarded(lambda: self.store.read(f"delivered/{txn_id}.json"), f"read the marker of {txn_id}")
         return None if text is None else dict(json.loads(text))
 

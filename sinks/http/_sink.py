@@ -106,7 +106,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return self._dead
 
     def target_identity(self) -> str:
-        """``http <METHOD> <url template>``."""
         return f"http {self.options.method} {self.options.url}"
 
     def describe(self) -> str:
@@ -215,7 +214,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
             raise ProtocolError(f"cannot abort {txn_id}: its delivery has started (it was committed)")
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[HttpHandle]:
-        """The outboxes of *sink_id* (and *batch_id*) not yet delivered."""
         return [HttpHandle(x.path_name, x.sink_id, x.batch_id, x.partition_id, x.attempt_id,
                            outbox=self.outboxes.location) for x in self.outboxes.pending(sink_id, batch_id)]
 
@@ -242,6 +240,5 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return out
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the delivered markers of *sink_id*'s batches below *below_batch*."""
         return self.outboxes.purge(lambda xid: xid.sink_id == sink_id and xid.batch_id < below_batch)
 

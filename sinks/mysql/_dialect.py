@@ -73,7 +73,6 @@ class MySqlDialect(SqlDatabase):
 
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
-        """``CREATE DATABASE IF NOT EXISTS`` when it is missing."""
         from ..sql._privileges import denied  # the plan's: workers create no database
 
         if run(f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {sql_literal(schema)}"):
@@ -136,7 +135,6 @@ class MySqlDialect(SqlDatabase):
     @staticmethod
     def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],
                    others: Sequence[str], stage_keys: Sequence[str]) -> str | None:
-        """``ON DUPLICATE KEY UPDATE``."""
         sets = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in (others or keys[:1]))
         return f"{into} SELECT {select} {source} ON DUPLICATE KEY UPDATE {sets}"
 
@@ -151,7 +149,6 @@ class MySqlDialect(SqlDatabase):
 
     @staticmethod
     def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
-        """A ``GET_LOCK`` named by :func:`lease_name`."""
         return "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)", lease_name(sink_id, database)
 
     @staticmethod
@@ -194,12 +191,10 @@ class MySqlDialect(SqlDatabase):
 
     @staticmethod
     def server_lock_wait(lock: Duration) -> Duration:
-        """``innodb_lock_wait_timeout`` counts whole seconds, at least one."""
         return Duration(lock_seconds(lock) * 1000)
 
     @staticmethod
     def lock_timeout_text(timeout: Duration) -> str:
-        """The lock wait in force: the server counts whole seconds."""
         return f"{lock_seconds(timeout)}s"
 
     @staticmethod
@@ -230,6 +225,5 @@ class MySqlDialect(SqlDatabase):
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
-        """Whether the server can run XA transactions for *sink* (:meth:`MySqlPrepared.xa_available`)."""
         ok, why = sink.dialect.xa_available()
         return ok, (f"MySQL/MariaDB XA: {why}" if ok else why)

@@ -50,7 +50,6 @@ def errno(exc: BaseException) -> int:
 
 
 def errmsg(exc: BaseException) -> str:
-    """The error's message on one line."""
     args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
     if len(args) >= 2 and isinstance(args[1], str):
         return " ".join(args[1].split())
@@ -58,22 +57,18 @@ def errmsg(exc: BaseException) -> str:
 
 
 def error_code(exc: BaseException) -> str:
-    """The error number of *exc* as text, ``""`` when it has none."""
     return str(errno(exc) or "")
 
 
 def error_text(exc: BaseException) -> str:
-    """``number message`` on one line."""
     return f"{errno(exc)} {errmsg(exc)}"
 
 
 def is_missing_table(exc: BaseException) -> bool:
-    """Whether *exc* says a table does not exist."""
     return errno(exc) == ER_NO_SUCH_TABLE
 
 
 def connect_failure(exc: BaseException) -> tuple[str, str]:
-    """(reason, hint) of a failed connection attempt."""
     code = errno(exc)
     reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
     hint = ""

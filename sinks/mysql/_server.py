@@ -131,14 +131,12 @@ def engine_problem(cur: Cursor, info: TableInfo, display: str, *, role: str = ""
 
 
 def table_rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
-    """:func:`engine_problem` of *table* (outside XA) on DB-API connection *raw*; ``None`` if absent."""
     with raw.cursor() as cur:
         info = table_info(cur, table)
         return None if info is None else engine_problem(cur, info, table.display(), role=role, xa=False)
 
 
 def catalog_columns(raw: Any, table: TableName) -> list[MyColumn] | None:
-    """The columns of *table* on DB-API connection *raw*; ``None`` if absent."""
     with raw.cursor() as cur:
         info = table_info(cur, table)
         return None if info is None else table_columns(cur, info)
@@ -153,7 +151,6 @@ def similar_tables(cur: Cursor, table: TableName) -> list[TableName]:
 
 
 def table_columns(cur: Cursor, info: TableInfo) -> list[MyColumn]:
-    """The columns of the table *info* describes, in order."""
     exec_sql(cur, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, "
                   "COLUMN_DEFAULT, EXTRA FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
                   "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (info.schema, info.name))

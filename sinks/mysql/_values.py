@@ -31,12 +31,10 @@ _FAMILIES: dict[str, Family] = {
 
 
 def family(col: MyColumn) -> Family:
-    """The type-rule family of a MariaDB/MySQL column."""
     return _FAMILIES.get(col.data_type, Family.OTHER)
 
 
 def compatible(t: pa.DataType, col: MyColumn) -> bool:
-    """Whether *t* can be written to *col* (:func:`twopc.sinks.sql._type_rules.fits`)."""
     return fits(t, family(col), implicit_casts=True)
 
 

@@ -56,7 +56,6 @@ BINARY_TYPES: tuple[tuple[Callable[[pa.DataType], bool], frozenset[str]], ...] =
 
 
 def binary_supported(arrow_type: pa.DataType, col: PgColumn) -> bool:
-    """Whether :func:`encode_binary` can encode *arrow_type* for *col*."""
     t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
     for pred, pgs in BINARY_TYPES:
         if pred(t):
@@ -243,7 +242,6 @@ def _cached_index(key: tuple[Any, ...], build: Callable[[], array.array[Any]]) -
 
 
 def _index_array(size: int, top: int) -> array.array[Any]:
-    """A zeroed index array of *size* entries able to hold *top*."""
     code = "i" if top < 2**31 and array.array("i").itemsize == 4 else "q"
     return array.array(code, bytes(array.array(code).itemsize * size))
 
@@ -300,7 +298,6 @@ def _interleave_index(n: int, k: int) -> pa.Array:
 
 
 def _value_bytes(arr: pa.Array) -> int:
-    """Total bytes of the values of a binary-like array."""
     if pa.types.is_fixed_size_binary(arr.type):
         return len(arr) * arr.type.byte_width
     return len(value_bytes(arr))

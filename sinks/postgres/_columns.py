@@ -46,7 +46,6 @@ def family(col: PgColumn) -> Family:
 
 
 def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
-    """Whether *arrow_type* can be written to *col* (:func:`twopc.sinks.sql._type_rules.fits`)."""
     return fits(arrow_type, family(col))
 
 
@@ -91,7 +90,6 @@ _NUL_SCAN = 1 << 20
 
 
 def check_no_nul(name: str, arr: pa.Array) -> None:
-    """Raise :class:`ConfigurationError` when a string of *arr* contains a NUL byte."""
     if not is_string(arr.type) or len(arr) == 0 or arr.null_count == len(arr):
         return
     # a memchr-speed scan of the bytes first; a hit may lie in a null slot, so it is checked value by value

@@ -48,7 +48,6 @@ def is_refused_row(exc: BaseException) -> bool:
 
 
 def dead_letter_ddl(table: TableName) -> sql.Composed:
-    """``CREATE TABLE IF NOT EXISTS`` of a dead-letter table."""
     return sql.SQL(
         "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
         "stream text, entry_id text, reason text NOT NULL, row jsonb NOT NULL, "

@@ -110,7 +110,6 @@ class PostgresDialect(SqlDatabase):
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
-        """Whether the server allows prepared transactions (``max_prepared_transactions``)."""
         n, used = conn.exec_driver_sql("SELECT current_setting('max_prepared_transactions')::int, "
                                        "(SELECT count(*) FROM pg_prepared_xacts)").one()
         if n <= 0:
@@ -130,7 +129,6 @@ class PostgresDialect(SqlDatabase):
 
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
-        """``CREATE SCHEMA IF NOT EXISTS`` when it is missing, and the user's ``USAGE`` on it."""
         from ..sql._privileges import denied  # the plan's: workers create no schema
 
         q = _quoted(schema)
@@ -229,7 +227,6 @@ class PostgresDialect(SqlDatabase):
 
     @staticmethod
     def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
-        """An advisory lock (per database) keyed by :func:`lease_key`."""
         return "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)", lease_key(sink_id)
 
     @staticmethod

@@ -35,7 +35,6 @@ def diag(exc: psycopg.Error) -> tuple[str, str]:
 
 
 def error_text(exc: BaseException) -> str:
-    """``SQLSTATE primary message`` on one line."""
     if isinstance(exc, psycopg.Error):
         state, primary = diag(exc)
         return f"{state} {primary}".strip()
@@ -43,17 +42,14 @@ def error_text(exc: BaseException) -> str:
 
 
 def error_code(exc: BaseException) -> str:
-    """The SQLSTATE of *exc*, ``""`` when it has none."""
     return getattr(exc, "sqlstate", None) or ""
 
 
 def is_missing_table(exc: BaseException) -> bool:
-    """Whether *exc* says a table does not exist."""
     return isinstance(exc, pgerr.UndefinedTable)
 
 
 def connect_failure(exc: BaseException) -> tuple[str, str]:
-    """(reason, hint) of a failed connection attempt."""
     reason = " ".join(str(exc).split()) or type(exc).__name__
     low = reason.lower()
     hint = ""
@@ -135,7 +131,6 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
 
 
 def no_free_slot(where: str, table: str, partition: int, limit: int, keys: int) -> TargetConfigurationError:
-    """The error of a task that found every prepared-transaction slot taken, with the limit and fixes."""
     return TargetConfigurationError(
         f"no free prepared-transaction slot on PostgreSQL at {where} for partition {partition} of the write to "
         f"{table}: max_prepared_transactions is {limit}, and the {max(keys, 0)} slot(s) that other users' prepared "

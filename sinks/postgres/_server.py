@@ -42,7 +42,6 @@ class PgColumn:
 
 
 def identifier(table: TableName) -> sql.Identifier:
-    """*table* as a psycopg identifier (each part quoted)."""
     return sql.Identifier(table.schema, table.name) if table.schema else sql.Identifier(table.name)
 
 
@@ -52,7 +51,6 @@ def regclass_text(table: TableName) -> str:
 
 
 def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
-    """The oid of *table*, ``None`` when there is no such relation."""
     row = pg.execute("SELECT to_regclass(%s)::oid", (regclass_text(table),)).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
@@ -79,13 +77,11 @@ def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, rol
 
 
 def table_rollback_problem(pg: psycopg.Connection[Any], table: TableName, role: str) -> str | None:
-    """:func:`rollback_problem` of *table*, ``None`` when it does not exist."""
     oid = table_oid(pg, table)
     return None if oid is None else rollback_problem(pg, oid, table.display(), role=role)
 
 
 def catalog_columns(pg: psycopg.Connection[Any], table: TableName) -> list[PgColumn] | None:
-    """The columns of *table*, ``None`` when it does not exist."""
     oid = table_oid(pg, table)
     return None if oid is None else table_columns(pg, oid)
 
