@@ -132,12 +132,8 @@ class _Delivery:
 def deliver(options: HttpOptions, outboxes: Outboxes, dead: DeadLetters,
             pending: Sequence[tuple[Outbox, dict[int, str] | None]], sender: type[Sender] = Sender) -> list[BoxResult]:
     """Deliver every unacknowledged request of *pending* (each outbox with its acknowledged requests,
-    ``None`` when never started) and mark each fully answered outbox delivered; one :class:`BoxResult`
-    per outbox, in order.
-
-    Raises:
-        ConfigurationError: the client cannot be made (a CA bundle, a missing secret).
-        SinkUnavailableError: the outbox folder or the dead letters could not be written."""
+    ``None`` when never started), marking each fully answered outbox delivered; one :class:`BoxResult` per
+    outbox. Raises ConfigurationError (no client: a CA bundle, a secret) or SinkUnavailableError (a store)."""
     options.credentials.secret()  # a missing environment variable fails before anything is sent
     boxes = []
     for outbox, acked in pending:

@@ -58,10 +58,8 @@ class DeadLetters:
         return self._store
 
     def write(self, letter: DeadLetter) -> bool:
-        """Keep *letter* once (``False`` when its key has one already).
-
-        Raises:
-            SinkUnavailableError: the folder cannot be written (the request stays unacknowledged)."""
+        """Keep *letter* once (``False`` when its key has one already); SinkUnavailableError when the
+        folder cannot be written (the request stays unacknowledged)."""
         try:
             store = self._open()
             if letter.sink_id not in self._made:

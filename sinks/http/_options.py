@@ -85,10 +85,7 @@ class Credentials:
         return value
 
     def secret(self) -> str | None:
-        """The scheme's secret.
-
-        Raises:
-            ConfigurationError: its environment variable is not set (named, never a value)."""
+        """The scheme's secret; ConfigurationError names an unset environment variable, never a value."""
         if self.scheme == "bearer":
             return self.token if self.token is not None else self._env(self.token_env, "tokenEnv")
         if self.scheme == "basic":

@@ -58,10 +58,7 @@ class Outboxes:
         return self._store
 
     def make_folders(self) -> None:
-        """Create the folders (once; a no-op on S3).
-
-        Raises:
-            SinkError: the folder cannot be created."""
+        """Create the folders (once; a no-op on S3), or raise SinkError."""
         if not self._made:
             for rel in ("outbox", "acks", "delivered"):
                 _guarded(lambda rel=rel: self.store.makedirs(rel), f"create the outbox folder {self.location}")
@@ -72,10 +69,7 @@ class Outboxes:
 
     # -- prepare ---------------------------------------------------------------------
     def write(self, txn_id: str, header: dict[str, Any], lines: Sequence[str]) -> None:
-        """Write the outbox of *txn_id* whole, once.
-
-        Raises:
-            SinkError: the store failed; ProtocolError: the outbox exists already."""
+        """Write the outbox of *txn_id* whole, once (ProtocolError when it exists already)."""
         self.make_folders()
         text = "\n".join([json.dumps(header, sort_keys=True), *lines]) + "\n"
         if not _guarded(lambda: self.store.create(f"outbox/{txn_id}{_SUFFIX}", text, exclusive=True),

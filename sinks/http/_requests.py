@@ -84,10 +84,7 @@ class RequestMaker:
         self._parts = [(text, name) for text, name, _, _ in string.Formatter().parse(options.url)]
 
     def check_columns(self, names: list[str]) -> None:
-        """Refuse rows that lack a column the options name.
-
-        Raises:
-            ConfigurationError: naming the missing columns, the option and the row's columns."""
+        """Refuse (ConfigurationError) rows that lack a column the options name."""
         missing = [c for c in self.o.columns() if c not in names]
         if missing:
             raise ConfigurationError(
@@ -96,10 +93,7 @@ class RequestMaker:
                 f"column; nothing was written")
 
     def lines(self, rows: list[dict[str, Any]]) -> Iterator[str]:
-        """One outbox line per row.
-
-        Raises:
-            ConfigurationError: a row has a null key or URL value."""
+        """One outbox line per row (ConfigurationError: a row has a null key or URL value)."""
         for row in rows:
             yield json.dumps([self._key(row), self.o.method, self._url(row), self._body(row)],
                              separators=(",", ":"), ensure_ascii=False)

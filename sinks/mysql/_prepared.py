@@ -55,11 +55,8 @@ _INNODB_TRX_UNREADABLE: set[str] = set()
 
 
 class MySqlPrepared(MySqlDialect):
-    """XA's part of a prepared-transaction sink, on *target*'s connections.
-
-    Raises:
-        ConfigurationError: the table names no database and the URL has none.
-    """
+    """XA's part of a prepared-transaction sink, on *target*'s connections (ConfigurationError:
+    the table names no database and the URL has none)."""
 
     def __init__(self, target: SqlTarget) -> None:
         if target.table.schema is None and not target.options.url.database:

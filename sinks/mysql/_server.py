@@ -47,11 +47,8 @@ def server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
 
 
 def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
-    """Whether the server can run the XA protocol (its version keeps prepared transactions across a
-    disconnect, InnoDB with XA, ``XA RECOVER`` allowed): ``(ok, description or reason)``, no secret.
-
-    Raises:
-        pymysql.Error: the server failed to answer."""
+    """Whether the server can run the XA protocol (prepared transactions survive a disconnect, InnoDB
+    with XA, ``XA RECOVER`` allowed): ``(ok, description or reason)``, no secret in either."""
     exec_sql(cur, "SELECT VERSION()")
     row = cur.fetchone()
     version = str(row[0]) if row else "?"

@@ -61,10 +61,8 @@ def normalize_array(arr: pa.Array) -> pa.Array:
 
 
 def checked_array(arr: pa.Array, column: str, table: str) -> pa.Array:
-    """*arr* normalized, refusing values MariaDB would mangle or reject, naming the column.
-
-    Raises:
-        ConfigurationError: a string has a NUL byte, or a float is NaN or infinite."""
+    """*arr* normalized, refusing (ConfigurationError, naming the column) a string with a NUL byte
+    or a NaN or infinite float, which MariaDB would mangle or reject."""
     arr = normalize_array(arr)
     t = arr.type
     if arr.null_count == len(arr):

@@ -45,10 +45,7 @@ _MULTI_ON, _MULTI_OFF = 0, 1  # MYSQL_OPTION_MULTI_STATEMENTS_ON / _OFF
 def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
     """``XA COMMIT`` each of *gids* in as few round trips as the answers allow: per id ``True``
     (committed, marker checked) or ``False`` (unknown to the server), as ``finish`` answers for one.
-
-    Raises:
-        SinkError: the server refused one (those before it are committed), or a marker row is absent.
-        SinkUnavailableError: the connection failed twice."""
+    SinkError: the server refused one (those before it are committed), or a marker row is absent."""
     done: list[bool] = []
     pos = 0
     while pos < len(gids):

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from twopc import ConfigurationError, SinkError
 
 from ..sql._json_values import is_nested
-from ._columns import PgColumn, check_no_nul, is_binary, is_string, value_bytes
+from ._columns import FLOAT_PG, INT_PG, PgColumn, check_no_nul, is_binary, is_string, value_bytes
 
 __all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]
 
@@ -37,15 +37,13 @@ _END_TS = 9_223_371_331_200_000_000
 # date range: julian day 0 .. about 2^31 days after 2000-01-01 (the server checks the exact bound)
 _MIN_DATE = -2_451_545
 _END_DATE = 2_147_483_494 - 2_451_545
-_INT_PG = frozenset({"int2", "int4", "int8"})
-_FLOAT_PG = frozenset({"float4", "float8"})
 
 
 #: (predicate on the Arrow type, PostgreSQL base types) pairs the binary encoder handles.
 BINARY_TYPES: tuple[tuple[Callable[[pa.DataType], bool], frozenset[str]], ...] = (
     (pa.types.is_null, frozenset({"*"})),
-    (pa.types.is_integer, _INT_PG | _FLOAT_PG),
-    (pa.types.is_floating, _FLOAT_PG),
+    (pa.types.is_integer, INT_PG | FLOAT_PG),
+    (pa.types.is_floating, FLOAT_PG),
     (pa.types.is_boolean, frozenset({"bool"})),
     (is_string, frozenset({"text", "varchar", "bpchar", "json", "jsonb"})),
     (is_nested, frozenset({"json", "jsonb"})),  # sent as their JSON text (normalize_array)
@@ -72,10 +70,7 @@ _INT_FORMATS = {8: "b", 16: "h", 32: "i", 64: "q"}
 def const(value: int | bytes, type_: pa.DataType) -> pa.Scalar:
     """The scalar *value* of *type_* (a signed integer, ``binary`` or ``large_binary``), built from
     its bytes: a scalar from a Python value makes pyarrow import pandas (0.4 s of CPU in a fresh
-    Spark worker), one from a buffer does not.
-
-    Raises:
-        TypeError: another type, or a value that is not of it."""
+    Spark worker), one from a buffer does not."""
     if isinstance(value, bytes) and (pa.types.is_binary(type_) or pa.types.is_large_binary(type_)):
         offsets = struct.pack("=2q" if pa.types.is_large_binary(type_) else "=2i", 0, len(value))
         return pa.Array.from_buffers(type_, 1, [None, pa.py_buffer(offsets), pa.py_buffer(value)])[0]
@@ -128,11 +123,7 @@ def _check_range(name: str, values: pa.Array, lo: int, hi: int, what: str) -> No
 
 
 def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, str]:
-    """A fixed-width column as a primitive array of the wire type, and its byte-swap kind (``i``/``f``).
-
-    Raises:
-        SinkError: a value does not fit the column's type.
-        ConfigurationError: no binary encoding of this pair."""
+    """A fixed-width column as a primitive array of the wire type, and its byte-swap kind (``i``/``f``)."""
     t = arr.type
     pg = col.base_type
     if pa.types.is_integer(t) and pg in _INT_CAST:
@@ -335,11 +326,8 @@ def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:
 
 def encode_binary(arrays: Sequence[pa.Array], names: Sequence[str],
                   columns: Sequence[PgColumn]) -> Iterator[memoryview]:
-    """Yield the binary COPY tuples of *arrays* (no header/trailer), chunk by chunk.
-
-    Raises:
-        ConfigurationError: a string contains a NUL byte.
-        SinkError: a value does not fit the column's type."""
+    """Yield the binary COPY tuples of *arrays* (no header/trailer), chunk by chunk; ConfigurationError
+    on a NUL byte, SinkError on a value the column's type cannot hold."""
     if not arrays:
         return
     n_total = len(arrays[0])

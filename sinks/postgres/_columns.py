@@ -12,11 +12,11 @@ from ..sql._json_values import is_nested, json_texts
 from ..sql._type_rules import Family, fits
 from ._server import PgColumn
 
-__all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
-           "normalize_array", "value_bytes"]
+__all__ = ["FLOAT_PG", "INT_PG", "PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large",
+           "is_string", "normalize_array", "value_bytes"]
 
-_INT_PG = frozenset({"int2", "int4", "int8"})
-_FLOAT_PG = frozenset({"float4", "float8"})
+INT_PG = frozenset({"int2", "int4", "int8"})
+FLOAT_PG = frozenset({"float4", "float8"})
 
 
 def is_string(t: pa.DataType) -> bool:
@@ -30,7 +30,7 @@ def is_binary(t: pa.DataType) -> bool:
 
 
 _FAMILIES: dict[str, Family] = {
-    **dict.fromkeys(_INT_PG, Family.INT), **dict.fromkeys(_FLOAT_PG, Family.FLOAT), "numeric": Family.DECIMAL,
+    **dict.fromkeys(INT_PG, Family.INT), **dict.fromkeys(FLOAT_PG, Family.FLOAT), "numeric": Family.DECIMAL,
     "bool": Family.BOOL, **dict.fromkeys(("text", "varchar", "bpchar", "name", "citext"), Family.TEXT),
     **dict.fromkeys(("json", "jsonb"), Family.JSON), **dict.fromkeys(("uuid", "xml"), Family.PARSED_TEXT),
     "bytea": Family.BINARY,
@@ -72,10 +72,8 @@ def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 def assign(name: str, arr: pa.Array, col: PgColumn) -> pa.Array:
     """*arr* as PostgreSQL's assignment cast would make it for *col* where COPY would not: floats
-    (half to even) and decimals (half away from zero) rounded into an integer column.
-
-    Raises:
-        SinkError: a value is NaN, infinite or out of the integer range."""
+    (half to even) and decimals (half away from zero) rounded into an integer column; SinkError on
+    NaN, infinite or out of range."""
     if family(col) is not Family.INT or not (pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)):
         return arr
     mode = "half_to_even" if pa.types.is_floating(arr.type) else "half_towards_infinity"

@@ -32,9 +32,7 @@ def finish_many(target: SqlTarget, verb: str, gids: Sequence[str], still_prepare
     server). Up to :data:`PER_PIPELINE` ids go in the control connection's pipeline, more over up to
     :data:`MAX_PIPELINES` pooled connections at once. The first unknown id aborts the rest of its
     pipeline, which is sent again after it. Ids not in *still_prepared* (when given) are ``False``.
-
-    Raises:
-        SinkUnavailableError / SinkError: the server failed (a retry answers finished ids from the marker)."""
+    Raises the sink's errors (a retry answers the finished ids from the marker)."""
     done: dict[str, bool] = {}
     pending = list(gids)
     if still_prepared is not None:
@@ -96,10 +94,7 @@ def _statement(verb: str, gid: str) -> bytes | sql.Composed:
 
 def _pipelined(verb: str, gids: Sequence[str], reply_seconds: float, pg: psycopg.Connection[Any]) -> int:
     """Send ``<verb> PREPARED`` for *gids* in one pipeline, replies within *reply_seconds*; how many the
-    server finished before the first unknown id.
-
-    Raises:
-        psycopg.Error: any other error, or no reply in time."""
+    server finished before the first unknown id (any other error, or no reply, raises)."""
     cursors: list[psycopg.Cursor[Any]] = []
     expected = verb + " PREPARED"
     unknown = False

@@ -45,10 +45,8 @@ class CopyPlan:
 
 def plan_copy(schema: pa.Schema, columns: Sequence[PgColumn],
               copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
-    """The plan for batches of *schema* whose fields map to *columns* (in order).
-
-    Raises:
-        ConfigurationError: ``copyFormat=binary`` and a column it cannot encode."""
+    """The plan for batches of *schema* whose fields map to *columns* (``copyFormat=binary``
+    refuses a column it cannot encode)."""
     bad = [c.name for f, c in zip(schema, columns, strict=True) if not binary_supported(f.type, c)]
     if copy_format == "binary" and bad:
         raise ConfigurationError(f"copyFormat=binary cannot encode columns {bad}: use auto or csv")
@@ -65,12 +63,8 @@ class CopyStream:
         self._open_copy: tuple[tuple[tuple[str, ...], bool], psycopg.Cursor[Any], Any, psycopg.Copy] | None = None
 
     def plan_for(self, schema: pa.Schema, copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
-        """The plan for *schema* into this table, its columns matched by name from the catalog.
-
-        Raises:
-            SinkError: the table does not exist.
-            SchemaMismatchError: a column is not in the table or has an incompatible type.
-            ConfigurationError: see :func:`plan_copy`."""
+        """The plan for *schema* into this table, its columns matched by name from the catalog (SinkError:
+        no table; SchemaMismatchError: a column is missing or of another type)."""
         oid = table_oid(self._pg, self._table)
         if oid is None:
             raise SinkError(f"table {self._table.display()} does not exist")
@@ -79,12 +73,8 @@ class CopyStream:
         return plan_copy(schema, cols, copy_format)
 
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """Encode *batch* (columns in ``plan.columns``) into the COPY.
-
-        Raises:
-            ConfigurationError: a NUL byte in text.
-            SinkError: a value is out of the column type's range.
-            psycopg.Error: the server refused the stream (most errors come at :meth:`end`)."""
+        """Encode *batch* (columns in ``plan.columns``) into the COPY; the server reports most errors at
+        :meth:`end`."""
         copy = self._open(plan.columns, plan.binary)
         arrays = [assign(n, normalize_array(a), c)
                   for n, a, c in zip(batch.schema.names, batch.columns, plan.columns, strict=True)]
@@ -123,10 +113,7 @@ class CopyStream:
             identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns), sql.SQL(fmt))
 
     def end(self) -> None:
-        """Finish the open COPY, if any.
-
-        Raises:
-            psycopg.Error: the server refused the rows: the transaction is aborted."""
+        """Finish the open COPY, if any; psycopg.Error when the server refused the rows."""
         state, self._open_copy = self._open_copy, None
         if state is None:
             return

@@ -29,10 +29,7 @@ def _utc_text(arr: pa.Array) -> pa.Array:
 
 def encode_csv(arrays: Sequence[pa.Array], names: Sequence[str],
                columns: Sequence[PgColumn]) -> Iterator[memoryview]:
-    """Yield CSV text for ``COPY ... (FORMAT csv)`` (no header), chunk by chunk.
-
-    Raises:
-        ConfigurationError: a string contains a NUL byte."""
+    """Yield CSV text for ``COPY ... (FORMAT csv)`` (no header), chunk by chunk."""
     prepared = []
     for name, arr in zip(names, arrays, strict=True):
         check_no_nul(name, arr)

@@ -91,15 +91,9 @@ SETTLE_BYTES = 16 << 20
 
 
 class CheckedCopy:
-    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module).
-
-    Args:
-        pg: the transaction's connection.
-        table: the target.
-        context: the task attempt (recorded with each dead letter).
-        dead_letter: the dead-letter table, or ``None``.
-        fail: turns a driver error and an action into the sink's :class:`SinkError`.
-        redact: removes secrets from a text."""
+    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module) in
+    *dead_letter*; *fail* maps a driver error and an action to the sink's :class:`SinkError`, *redact*
+    removes secrets from a text."""
 
     def __init__(self, pg: psycopg.Connection[Any], table: TableName, context: TransactionContext, *,
                  dead_letter: TableName | None, fail: Callable[[BaseException, str], SinkError],
@@ -118,11 +112,7 @@ class CheckedCopy:
         self.dead = 0
 
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """:meth:`CopyStream.write_batch`, keeping what naming or dead-lettering needs.
-
-        Raises:
-            SinkError: a refused row without a dead-letter table (naming its entry), or the route failed.
-            psycopg.Error: any other error of the server."""
+        """:meth:`CopyStream.write_batch`, keeping what naming or dead-lettering needs."""
         if self._kept and plan is not self._plan:
             self.end()  # the stream would start another COPY: settle this one first
         if not self._kept and self._dead_letter is not None:

@@ -19,17 +19,10 @@ __all__ = ["PgColumn", "catalog_columns", "identifier", "regclass_text", "rollba
 
 @dataclass(frozen=True)
 class PgColumn:
-    """A column of the target table, as the catalog describes it.
-
-    Attributes:
-        name: exact column name.
-        base_type: ``pg_type.typname``, domains resolved (``int4``, ``text``...).
-        display_type: the type as ``format_type`` prints it (``character varying(20)``).
-        kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
-        category: ``pg_type.typcategory`` (``A`` for arrays).
-        not_null: the column is ``NOT NULL``.
-        has_default: a default, an identity or a generated column.
-        generated: ``GENERATED ALWAYS AS (...) STORED`` (cannot be written)."""
+    """A column of the target table, as the catalog describes it: ``base_type`` is ``pg_type.typname``
+    with domains resolved (``int4``...), ``display_type`` as ``format_type`` prints it, ``kind`` the base
+    type's ``typtype`` (``e`` enum), ``category`` its ``typcategory`` (``A`` array); ``has_default`` holds
+    for identity and generated columns, and ``generated`` ones cannot be written."""
 
     name: str
     base_type: str

@@ -46,12 +46,8 @@ FROM room
 
 @dataclass(frozen=True)
 class Claim:
-    """What a claim found.
-
-    Attributes:
-        limit: the server's ``max_prepared_transactions``.
-        keys: the slots twopc's transactions of this database may hold now.
-        slot: the slot claimed, or ``None`` when every one was taken."""
+    """What a claim found: the server's ``max_prepared_transactions``, the slots (keys) twopc's
+    transactions of this database may hold now, and the slot claimed (``None``: all taken)."""
 
     limit: int
     keys: int
@@ -60,20 +56,15 @@ class Claim:
 
 def claim_slot(pg: psycopg.Connection[Any], *, keep_driver_slot: bool) -> Claim:
     """Claim a free slot for the open transaction on *pg* without waiting: the lowest from 1, and 0
-    last unless *keep_driver_slot* (``LIMIT`` over a filter without ``ORDER BY``: tries one by one).
-
-    Raises:
-        psycopg.Error: the statement failed."""
+    last unless *keep_driver_slot* (``LIMIT`` over a filter without ``ORDER BY``: tries one by one)."""
     row = pg.execute(_CLAIM, {"cls": SLOT_CLASS, "kept": 1 if keep_driver_slot else 0}).fetchone()
     assert row is not None  # a SELECT without FROM filter: one row
     return Claim(int(row[0]), int(row[1]), None if row[2] is None else int(row[2]))
 
 
 def wait_for_driver_slot(pg: psycopg.Connection[Any]) -> Claim:
-    """For the driver's transaction: any free slot, else wait for slot 0 up to ``lock_timeout``.
-
-    Raises:
-        psycopg.Error: the statement failed, or the wait timed out (``55P03``)."""
+    """For the driver's transaction: any free slot, else wait for slot 0 up to ``lock_timeout``
+    (``55P03`` when that runs out)."""
     claim = claim_slot(pg, keep_driver_slot=False)
     if claim.slot is not None:
         return claim
