@@ -1,11 +1,8 @@
 """Delivering the decided outboxes of one commit (driver side): every unacknowledged request goes
-into one pool of ``maxConcurrency`` workers; each answer is recorded (a refused request's dead letter
-first), buffered per outbox and written every ``ackEvery`` answers or ``ackInterval``. A crash
-re-sends only what no record acknowledges, with the stored keys.
-
-Fault points: ``http_before_ack`` before each acknowledgement record (the window in which a crash
-sends a request twice, which a server honouring keys applies once), and ``http_before_delivered``
-once an outbox is fully acknowledged, before its delivered marker."""
+into one pool of ``maxConcurrency`` workers; the answers (a refused request's dead letter first) are
+recorded per outbox every ``ackEvery`` answers or ``ackInterval``, so a crash re-sends only what no
+record acknowledges. Fault points: ``http_before_ack`` before each record (a crash there sends a
+request twice) and ``http_before_delivered`` before an outbox's delivered marker."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""Requests the server refused for good (a 3xx, or a 4xx other than 408, 409, 425 and 429), kept as
-dead letters: one JSON object per request, ``<deadLetterPath>/<sink id>/<key>.json`` (default
-``<outbox folder>/dead-letters``), created at most once and before the request's acknowledgement,
-so a crash between the two finds it there on recovery: each refused request has exactly one. Each
-is also a WARNING log line (without the body)."""
+"""Requests refused for good (a 3xx, or a 4xx other than 408, 409, 425 and 429), kept as dead
+letters: one JSON object each, ``<deadLetterPath>/<sink id>/<key>.json`` (default ``<outbox
+folder>/dead-letters``), created once and before the request's acknowledgement (a crash between the
+two finds it on recovery), and logged as a WARNING without the body."""
 
 from __future__ import annotations
 

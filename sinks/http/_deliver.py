@@ -1,11 +1,9 @@
 """Sending one request until it is answered for good (driver side, httpx's async client).
-
 A 2xx delivers it; a 3xx or a 4xx other than 408, 409, 425 and 429 refuses it for good (a dead
-letter). Anything else, or no answer, is retried with the same key after an exponential backoff
-with jitter (``retryBackoff`` doubled per retry up to ``retryBackoffMax``, half of it random); a 429
-or 503 ``Retry-After`` is honoured up to ``maxRetryAfter``. A longer wait, or ``maxRetries`` failed
-retries, ends this delivery: the request stays unacknowledged and the next commit sends it again.
-The first request that fails for good stops the other workers from taking new ones."""
+letter); anything else, or no answer, is retried with the same key after a jittered exponential
+backoff (``retryBackoff`` .. ``retryBackoffMax``), or after a 429/503's ``Retry-After`` up to
+``maxRetryAfter``. A longer wait or ``maxRetries`` failures leave it unacknowledged for the next
+commit, and stop the other workers from taking new requests."""
 
 from __future__ import annotations
 

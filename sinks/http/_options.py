@@ -24,11 +24,10 @@ FORMAT = "twopc-http"
 #: A writer option ``header.<Name>`` adds the header ``<Name>`` to every request.
 HEADER_PREFIX = "header."
 #: Every option of ``twopc-http``, as the options reference lists them.
-OPTIONS = ("url", "method", "header.<Name>", "bodyColumn", "keyColumn", "keyHeader", "transactionHeader",
-           "token", "tokenEnv", "user",
-           "password", "passwordEnv", "apiKeyHeader", "apiKey", "apiKeyEnv", "tlsVerify", "tlsCaBundle",
-           "connectTimeout", "timeout", "maxConcurrency", "maxRetries", "retryBackoff", "retryBackoffMax",
-           "maxRetryAfter", "ackEvery", "ackInterval", "outbox", "deadLetterPath")
+OPTIONS = ("url", "method", "header.<Name>", "bodyColumn", "keyColumn", "keyHeader", "transactionHeader", "token",
+           "tokenEnv", "user", "password", "passwordEnv", "apiKeyHeader", "apiKey", "apiKeyEnv", "tlsVerify",
+           "tlsCaBundle", "connectTimeout", "timeout", "maxConcurrency", "maxRetries", "retryBackoff",
+           "retryBackoffMax", "maxRetryAfter", "ackEvery", "ackInterval", "outbox", "deadLetterPath")
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
 #: Headers that carry credentials: refused as plain ``header.<Name>`` options (they would be

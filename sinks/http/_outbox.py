@@ -4,12 +4,11 @@
     acks/<txn>/<seq>-<id>         acknowledgement records of a delivery (each written whole)
     delivered/<txn>.json          the outbox was delivered (commit's "already committed")
 
-``<txn>`` is :attr:`twopc.Xid.path_name`. The store writes every object whole (a crash leaves it
-complete or absent). An outbox is prepared while it has no ``delivered`` marker; its delivery has
-started (no rollback any more) once a record exists; the marker is written before the outbox and
-records are deleted. An outbox's first line is its JSON header, then one ``[key, method, url,
-body]`` per request; a record holds ``<position> <status or dead>`` lines, one store write per
-``ackEvery`` answers or ``ackInterval`` (a write per request would cost more than the request)."""
+``<txn>`` is :attr:`twopc.Xid.path_name`; every object is written whole. An outbox is prepared while
+it has no ``delivered`` marker; once a record exists its delivery has started (no rollback); the
+marker is written before the outbox and records are deleted. An outbox is a JSON header line, then
+``[key, method, url, body]`` lines; a record holds ``<position> <status or dead>`` lines, one write
+per ``ackEvery`` answers or ``ackInterval`` (a write per request would cost more than the request)."""
 
 from __future__ import annotations
 

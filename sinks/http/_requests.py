@@ -1,12 +1,10 @@
-"""Rows into requests (executor side; no HTTP client here). A request is one outbox line,
-``[key, method, url, body]`` in JSON: the URL template with each ``{column}`` URL-encoded as one
-path segment, the JSON body (the row, or one column), and the idempotency key.
-
-The key (:func:`idempotency_key`) hashes the sink id and the row's ``keyColumn`` value, or else its
-place (batch, partition, position); it is made once at prepare and stored, so every retry and
-re-delivery sends it. A never-decided batch replayed gets new positional keys, which is harmless
-(one decision per batch id); only ``keyColumn`` survives a batch recomputed outside twopc (a new
-checkpoint). A content hash is not used: two equal rows of a batch would share a key."""
+"""Rows into requests (executor side): one outbox line ``[key, method, url, body]`` per row, the
+URL template's ``{column}`` fields URL-encoded as path segments, the body the JSON row (or a column).
+The key hashes the sink id and the row's ``keyColumn`` value, or else its place (batch, partition,
+position); made once at prepare and stored, it is sent in every retry and re-delivery. A replayed
+undecided batch gets new positional keys, which is harmless (one decision per batch id); only
+``keyColumn`` survives a batch recomputed outside twopc. A content hash is not used: two equal rows
+of a batch would share a key."""
 
 from __future__ import annotations
 

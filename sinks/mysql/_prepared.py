@@ -1,10 +1,7 @@
-"""MariaDB/MySQL's SQL for the prepared-transaction protocol on XA transactions (the
-:class:`~twopc.sinks.sql._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
-
-A prepared xid stays attached to its session while that is connected: no other session can commit
-it (``XAER_NOTA``). So :meth:`MySqlPrepared.prepare` closes the writing connection (never pooled)
-and waits until the server ended the session; ``XA RECOVER`` lists the xid in both states, which is
-how :meth:`MySqlPrepared.finish` tells "attached to a live session" (retry) from "gone"."""
+"""MariaDB/MySQL's SQL for the prepared-transaction protocol on XA transactions. A prepared xid
+stays attached to its session while that is connected (others get ``XAER_NOTA``), so ``prepare``
+closes the writing connection (never pooled) and waits until the server ended the session; ``XA
+RECOVER`` lists the xid in both states, which is how ``finish`` tells "attached" (retry) from "gone"."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""What a MariaDB/MySQL server says about itself and a table: whether it can run the XA protocol,
-a table's type, engine and columns, and the xids ``XA RECOVER`` lists.
-
-The XA sink relies on (and the tests check, on MariaDB 10.11): a prepared XA transaction survives
-its session's disconnect (MariaDB >= 10.5, MySQL >= 5.7.7; older servers are refused); InnoDB
-replays prepared XA transactions after a crash; ``XA RECOVER`` is server-wide."""
+"""What a MariaDB/MySQL server says about itself and a table: XA support, a table's type, engine
+and columns, and the xids ``XA RECOVER`` lists. The XA sink relies on (and the tests check): a
+prepared XA transaction survives its session's disconnect (MariaDB >= 10.5, MySQL >= 5.7.7), InnoDB
+replays prepared ones after a crash, and ``XA RECOVER`` is server-wide."""
 
 from __future__ import annotations
 
@@ -189,10 +187,7 @@ def parse_recover(rows: Iterable[Sequence[Any]]) -> list[str]:
         if fmt != FORMAT_ID or blen != 0:
             continue
         raw = data if isinstance(data, bytes | bytearray) else str(data).encode("utf-8", "surrogateescape")
-        try:
-            gid = bytes(raw[:glen]).decode("ascii")
-        except UnicodeDecodeError:
-            continue
+        gid = bytes(raw[:glen]).decode("ascii", "replace")  # a replaced byte fails the match
         if _GTRID_CHARS.match(gid):
             out.append(gid)
     return out

@@ -84,11 +84,8 @@ def const(value: int | bytes, type_: pa.DataType) -> pa.Scalar:
 _NULL_FIELD = const(b"\xff\xff\xff\xff", _LB)
 _SEP = const(b"", _LB)
 _JSONB_VERSION = const(b"\x01", _LB)
-#: array typecode of each fixed width we byte-swap
-_SWAP_CODES: dict[tuple[str, int], str] = {}
-for _code in "hilqfd":
-    _kind = "f" if _code in "fd" else "i"
-    _SWAP_CODES.setdefault((_kind, array.array(_code).itemsize), _code)
+#: array typecode of each fixed width we byte-swap (the first of a width wins)
+_SWAP_CODES = {("f" if c in "fd" else "i", array.array(c).itemsize): c for c in reversed("hilqfd")}
 
 
 def _lengths(arr: pa.Array, jsonb: bool) -> pa.Array:

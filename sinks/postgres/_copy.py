@@ -1,8 +1,7 @@
-"""One ``COPY ... FROM STDIN`` stream from Arrow, for both PostgreSQL commit modes.
-
-:func:`plan_copy` picks binary or CSV (``copyFormat``: ``auto`` sends binary when every column
-allows it). :class:`CopyStream` keeps one COPY open across batches of one plan, so the client
-encodes batch k+1 while the server parses batch k; the server's verdict arrives at :meth:`CopyStream.end`."""
+"""One ``COPY ... FROM STDIN`` stream from Arrow, for both PostgreSQL commit modes. :func:`plan_copy`
+picks binary or CSV (``copyFormat=auto``: binary when every column allows it); :class:`CopyStream`
+keeps one COPY open across batches of one plan, so the client encodes a batch while the server parses
+the one before; the server's verdict arrives at :meth:`CopyStream.end`."""
 
 from __future__ import annotations
 

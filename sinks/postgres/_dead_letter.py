@@ -1,11 +1,9 @@
 """Rows PostgreSQL refuses (SQLSTATE classes 22 and 23): name them, or route them to a dead-letter table.
-
-:class:`CheckedCopy` wraps the transaction's COPY. Without ``deadLetterTable`` it keeps the ``stream``
-and ``id`` columns of the open COPY's batches, so the error names the refused row's entry. With one
-it keeps the batches and starts each COPY under a savepoint; on a refused row it rolls back and
-loads the batches again in halves, down to the single rows that fail, each of which becomes a
-dead-letter row in the same transaction. A COPY ends once its batches reach :data:`SETTLE_BYTES`,
-which bounds what a task keeps."""
+:class:`CheckedCopy` wraps the transaction's COPY: without ``deadLetterTable`` it keeps the ``stream``
+and ``id`` columns of the open COPY's batches to name the refused row's entry; with one it keeps the
+batches, and on a refused row rolls back to a savepoint and loads them again in halves, down to the
+single failing rows, which become dead-letter rows in the same transaction. A COPY ends once its
+batches reach :data:`SETTLE_BYTES`, which bounds what a task keeps."""
 
 from __future__ import annotations
 
