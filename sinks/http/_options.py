@@ -77,8 +77,7 @@ class Credentials:
     def _env(self, name: str | None, option: str) -> str | None:
         if not name:
             return None
-        value = os.environ.get(name)
-        if value is None:
+        if (value := os.environ.get(name)) is None:
             raise ConfigurationError(f"{FORMAT}: option {option} names the environment variable {name}, which is "
                                      f"not set on the driver (requests are sent from the driver): set it there")
         return value

@@ -153,8 +153,7 @@ class Outboxes:
         """Delete the delivered markers *done* says are no longer needed; how many."""
         removed = 0
         for name in _guarded(lambda: self.store.list("delivered"), f"list the markers in {self.location}"):
-            xid = Xid.parse(name.removesuffix(".json"))
-            if xid is not None and done(xid):
+            if (xid := Xid.parse(name.removesuffix(".json"))) is not None and done(xid):
                 _guarded(lambda name=name: self.store.delete(f"delivered/{name}"), f"delete the marker {name}")
                 removed += 1
         return removed

@@ -83,8 +83,7 @@ class RequestMaker:
 
     def check_columns(self, names: list[str]) -> None:
         """Refuse (ConfigurationError) rows that lack a column the options name."""
-        missing = [c for c in self.o.columns() if c not in names]
-        if missing:
+        if missing := [c for c in self.o.columns() if c not in names]:
             raise ConfigurationError(
                 f"twopc-http: the written rows have no column(s) {', '.join(missing)}, which option url, "
                 f"bodyColumn or keyColumn names (the rows have {', '.join(names)}): fix the option or select the "
@@ -101,8 +100,7 @@ class RequestMaker:
         column = self.o.key_column
         if column is None:
             return idempotency_key(self.sink_id, place=(self.batch_id, self.partition_id, self.position))
-        value = row.get(column)
-        if value is None:
+        if (value := row.get(column)) is None:
             raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {column} (option keyColumn): every "
                                      f"row needs its key; filter or fill the nulls before writing")
         return idempotency_key(self.sink_id, value=value)
@@ -112,8 +110,7 @@ class RequestMaker:
         for text, name in self._parts:
             out.append(text)
             if name:
-                value = row.get(name)
-                if value is None:
+                if (value := row.get(name)) is None:
                     raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {name}, which the url "
                                              f"template needs: filter or fill the nulls before writing")
                 out.append(urllib.parse.quote(value if isinstance(value, str) else _json(value).strip('"'), safe=""))
@@ -123,7 +120,6 @@ class RequestMaker:
         column = self.o.body_column
         if column is None:
             return None if self.o.method == "DELETE" else _json(dict(row))
-        value = row.get(column)
-        if value is None or isinstance(value, str):
+        if (value := row.get(column)) is None or isinstance(value, str):
             return value
         return _json(value)

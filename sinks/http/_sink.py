@@ -183,8 +183,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
             if self.outboxes.delivered(txn_id) is not None:
                 outcomes.append(CommitOutcome.ALREADY_COMMITTED)
                 continue
-            outbox = self.outboxes.read(txn_id)
-            if outbox is None:
+            if (outbox := self.outboxes.read(txn_id)) is None:
                 outcomes.append(CommitOutcome.LOST)
                 continue
             outcomes.append(None)
@@ -222,8 +221,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         acknowledged (what a server ignoring keys may apply twice)."""
         out = []
         for h in self.list_prepared(sink_id):
-            box = self.outboxes.read(h.txn_id)
-            if box is None:
+            if (box := self.outboxes.read(h.txn_id)) is None:
                 continue
             acked = self.outboxes.acknowledged(h.txn_id)
             total = len(box.requests)

@@ -89,8 +89,7 @@ class MySqlPrepared(MySqlDialect):
 
     def table_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
         with my.cursor() as cur:
-            info = server.table_info(cur, self.target.table)
-            if info is None:
+            if (info := server.table_info(cur, self.target.table)) is None:
                 similar = server.similar_tables(cur, self.target.table) if validating else []
                 raise self.target.no_such_table(similar, validating=validating,
                                           database=self.target.table.schema or self.target.options.url.database,
@@ -116,8 +115,7 @@ class MySqlPrepared(MySqlDialect):
 
     def marker_columns(self, my: PyMySQLConnection) -> list[str] | None:
         with my.cursor() as cur:
-            info = server.table_info(cur, self.target.marker)
-            if info is None:
+            if (info := server.table_info(cur, self.target.marker)) is None:
                 return None
             if problem := server.engine_problem(cur, info, self.target.marker_label, role="the marker table", xa=True):
                 raise TargetConfigurationError(problem)

@@ -57,8 +57,7 @@ def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
         return False, (f"{kind} {version} rolls back a prepared XA transaction when its client disconnects "
                        f"(fixed in {fixed}): {upgrade}")
     exec_sql(cur, "SELECT SUPPORT, TRANSACTIONS, XA FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'")
-    eng = cur.fetchone()
-    if eng is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
+    if (eng := cur.fetchone()) is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
         return False, f"{version} at {where} has no InnoDB engine, which XA needs"
     if str(eng[2]).upper() != "YES":
         return False, f"{version} at {where}: InnoDB reports no XA support"
@@ -167,8 +166,7 @@ _JSON_VALID = re.compile(r"^\s*json_valid\(`((?:[^`]|``)+)`\)\s*$", re.IGNORECAS
 def _mariadb_json_columns(cur: Cursor, info: TableInfo) -> set[str]:
     """The columns MariaDB declared ``JSON`` (stored as ``LONGTEXT`` checked by ``json_valid``)."""
     exec_sql(cur, "SELECT VERSION()")
-    row = cur.fetchone()
-    if row is None or server_kind(str(row[0]))[0] != "MariaDB":
+    if (row := cur.fetchone()) is None or server_kind(str(row[0]))[0] != "MariaDB":
         return set()
     exec_sql(cur, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = %s "
                   "AND TABLE_NAME = %s", (info.schema, info.name))

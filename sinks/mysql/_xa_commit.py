@@ -51,8 +51,7 @@ def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
     while pos < len(gids):
         chunk = list(gids[pos: pos + MAX_STATEMENTS])
         ok, failed = sink.target.control_run(functools.partial(_commit_run, sink, chunk=chunk))
-        committed = chunk[:ok]
-        if committed:
+        if committed := chunk[:ok]:
             markers = sink.markers.among(committed)
             for gid in committed:
                 if gid not in markers:

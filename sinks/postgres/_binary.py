@@ -242,8 +242,7 @@ def _fixed_rows(group: Sequence[bytes | _Fixed], n: int) -> tuple[pa.Buffer, int
     unit = next(u for u in (8, 4, 2, 1) if all(w % u == 0 for w in widths))
     width = sum(widths)
     consts = b"".join(p for p in group if isinstance(p, bytes))
-    values = [p for p in group if not isinstance(p, bytes)]
-    if not values:
+    if not (values := [p for p in group if not isinstance(p, bytes)]):
         return pa.py_buffer(consts * n), width
     src = bytearray(consts)
     for p in values:

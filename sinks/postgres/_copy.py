@@ -64,8 +64,7 @@ class CopyStream:
     def plan_for(self, schema: pa.Schema, copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
         """The plan for *schema* into this table, its columns matched by name from the catalog (SinkError:
         no table; SchemaMismatchError: a column is missing or of another type)."""
-        oid = table_oid(self._pg, self._table)
-        if oid is None:
+        if (oid := table_oid(self._pg, self._table)) is None:
             raise SinkError(f"table {self._table.display()} does not exist")
         cols = match_columns(schema.names, [f.type for f in schema], table_columns(self._pg, oid),
                              self._table.display(), compatible=compatible, type_name=str, check_required=False)

@@ -167,8 +167,7 @@ class CheckedCopy:
         self._pg.execute("RELEASE SAVEPOINT twopc_copy")
 
     def _refused(self, exc: psycopg.Error, kept: list[pa.RecordBatch]) -> str:
-        m = _LINE.search(exc.diag.context or "")
-        if m is None:
+        if (m := _LINE.search(exc.diag.context or "")) is None:
             return "rows"
         line = int(m.group(1)) - 1
         for b in kept:

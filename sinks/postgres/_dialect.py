@@ -202,7 +202,6 @@ class PostgresDialect(SqlDatabase):
     @staticmethod
     def recreate_losses(conn: Connection, quoted: str) -> list[str]:
         """Grants to other roles, triggers and row security policies."""
-        out = []
         queries = (
             ("grants to", ("SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) "
                            "END FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = to_regclass(%s) "
@@ -211,11 +210,8 @@ class PostgresDialect(SqlDatabase):
              "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND NOT tgisinternal ORDER BY 1"),
             ("row security policy", "SELECT polname FROM pg_policy WHERE polrelid = to_regclass(%s) ORDER BY 1"),
         )
-        for what, query in queries:
-            names = [str(r[0]) for r in conn.exec_driver_sql(query, (quoted,)).all()]
-            if names:
-                out.append(f"{what} {', '.join(names)}")
-        return out
+        found = ((what, [str(r[0]) for r in conn.exec_driver_sql(query, (quoted,)).all()]) for what, query in queries)
+        return [f"{what} {', '.join(names)}" for what, names in found if names]
 
     ledger_ddl = ("CREATE TABLE IF NOT EXISTS {table} (sink_id text NOT NULL, name text NOT NULL, body text NOT NULL, "
                   "written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, name))")

@@ -69,8 +69,7 @@ class PostgresPrepared(PostgresDialect):
 
     def table_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
-        oid = server.table_oid(pg, t.table)
-        if oid is None:
+        if (oid := server.table_oid(pg, t.table)) is None:
             similar = server.similar_tables(pg, t.table) if validating else []
             raise t.no_such_table(similar, validating=validating, database=t.options.url.database,
                                   case_hint="Quote mixed-case names in dbtable.")
@@ -109,8 +108,7 @@ class PostgresPrepared(PostgresDialect):
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
         marker_table = self.target.marker_label
-        refused = _create(pg, self._marker_ddl())
-        if refused is pgerr.InvalidSchemaName:
+        if (refused := _create(pg, self._marker_ddl())) is pgerr.InvalidSchemaName:
             raise TargetConfigurationError(
                 f"cannot create the marker table {marker_table}: its schema does not exist. "
                 f"Create the schema or set option markerTable to a table in an existing schema")
@@ -127,8 +125,7 @@ class PostgresPrepared(PostgresDialect):
             return
         from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
 
-        oid = server.table_oid(pg, table)
-        if oid is None:
+        if (oid := server.table_oid(pg, table)) is None:
             if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
                     f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it "
@@ -138,13 +135,11 @@ class PostgresPrepared(PostgresDialect):
             return
         columns = server.table_columns(pg, oid)
         have = {c.name.lower() for c in columns}
-        missing = [c for c in DEAD_LETTER_COLUMNS if c not in have]
-        if missing:
+        if missing := [c for c in DEAD_LETTER_COLUMNS if c not in have]:
             raise TargetConfigurationError(
                 f"{table.display()} exists but is not a twopc dead-letter table (it lacks columns "
                 f"{', '.join(missing)}): set option deadLetterTable to another name")
-        wrong = wrong_dead_letter_types(table, columns)
-        if wrong is not None:
+        if (wrong := wrong_dead_letter_types(table, columns)) is not None:
             raise TargetConfigurationError(wrong)
 
     def _dead_letter(self) -> TableName | None:
