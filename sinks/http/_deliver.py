@@ -51,8 +51,7 @@ def retry_after(value: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header, ``None`` when absent or unreadable."""
     if value is None:
         return None
-    text = value.strip()
-    if text.isdigit():
+    if (text := value.strip()).isdigit():
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)

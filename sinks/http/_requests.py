@@ -97,8 +97,7 @@ class RequestMaker:
             self.position += 1
 
     def _key(self, row: Mapping[str, Any]) -> str:
-        column = self.o.key_column
-        if column is None:
+        if (column := self.o.key_column) is None:
             return idempotency_key(self.sink_id, place=(self.batch_id, self.partition_id, self.position))
         if (value := row.get(column)) is None:
             raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {column} (option keyColumn): every "
@@ -117,8 +116,7 @@ class RequestMaker:
         return "".join(out)
 
     def _body(self, row: Mapping[str, Any]) -> str | None:
-        column = self.o.body_column
-        if column is None:
+        if (column := self.o.body_column) is None:
             return None if self.o.method == "DELETE" else _json(dict(row))
         if (value := row.get(column)) is None or isinstance(value, str):
             return value

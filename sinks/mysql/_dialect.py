@@ -185,7 +185,6 @@ class MySqlDialect(SqlDatabase):
     schema_is_database = True
     errors_module = "twopc.sinks.mysql._errors"
     staging_values = DriverBound[Any]("twopc.sinks.mysql._values:staging_values")
-
     #: needs pyarrow, which a worker that only commits never loads
     compatible = DriverBound[Any]("twopc.sinks.mysql._values:compatible")
 
@@ -220,7 +219,6 @@ class MySqlDialect(SqlDatabase):
     session_statements = DriverBound[Any]("twopc.sinks.mysql._server:session_settings")
     catalog_columns = DriverBound[Any]("twopc.sinks.mysql._server:catalog_columns")
     rollback_problem = DriverBound[Any]("twopc.sinks.mysql._server:table_rollback_problem")
-
     sink_class = DriverBound[Any]("twopc.sinks.mysql:MySqlXaSink")
 
     @classmethod

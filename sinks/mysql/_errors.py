@@ -107,8 +107,7 @@ def _named(msg: str, *patterns: str) -> str:
 def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
     """The :func:`~twopc.sinks.sql._errors.bad_value` error when *exc* says a value does not fit its
     column, else None; an incorrect 4-byte UTF-8 value means a utf8mb3 (or narrower) column."""
-    code = errno(exc)
-    if code not in _DATA_ERRORS:
+    if (code := errno(exc)) not in _DATA_ERRORS:
         return None
     msg = redact(errmsg(exc))
     col = _named(msg, r"column (?:`(?:[^`]|``)*`\.)*`((?:[^`]|``)*)` at row", r"column '([^']*)'")

@@ -126,8 +126,7 @@ class MySqlPrepared(MySqlDialect):
             with my.cursor() as cur:
                 exec_sql(cur, self._marker_ddl())
         except pymysql.err.MySQLError as exc:
-            code = errno(exc)
-            if code in ACCESS_DENIED:
+            if (code := errno(exc)) in ACCESS_DENIED:
                 raise TargetConfigurationError(
                     f"cannot create the marker table {self.target.marker_label}: permission denied. Create it once "
                     f"as an owner: {self.marker_table_ddl()}; GRANT SELECT, INSERT, DELETE ON "

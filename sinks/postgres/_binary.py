@@ -186,8 +186,7 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
     if pa.types.is_null(t) or arr.null_count == n:
         return [_NULL_BYTES]
     if is_string(t) or is_binary(t):
-        jsonb = col.base_type == "jsonb"
-        if jsonb and arr.null_count:
+        if (jsonb := col.base_type == "jsonb") and arr.null_count:
             return [_jsonb_fields(arr)]  # the version byte only for non-null values
         lengths = _lengths(arr, jsonb)
         if arr.null_count:
@@ -215,8 +214,7 @@ _INDEX_LOCK = threading.Lock()
 
 
 def _cached_index(key: tuple[Any, ...], build: Callable[[], array.array[Any]]) -> pa.Array:
-    idx = _INDEX_CACHE.get(key)
-    if idx is not None:
+    if (idx := _INDEX_CACHE.get(key)) is not None:
         return idx
     a = build()
     idx = pa.Array.from_buffers(pa.int32() if a.typecode == "i" else pa.int64(), len(a), [None, pa.py_buffer(a)])

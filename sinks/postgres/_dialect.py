@@ -80,7 +80,6 @@ class PostgresDialect(SqlDatabase):
     copy_formats = True
     dead_letters = True
     errors_module = "twopc.sinks.postgres._errors"
-
     #: needs pyarrow, which a worker that only commits never loads
     compatible = DriverBound[Any]("twopc.sinks.postgres._columns:compatible")
 
@@ -105,7 +104,6 @@ class PostgresDialect(SqlDatabase):
     catalog_columns = DriverBound[Any]("twopc.sinks.postgres._server:catalog_columns")
     rollback_problem = DriverBound[Any]("twopc.sinks.postgres._server:table_rollback_problem")
     staging_copy = DriverBound[Any]("twopc.sinks.postgres._copy:staging_copy")
-
     sink_class = DriverBound[Any]("twopc.sinks.postgres:PostgresSink")
 
     @classmethod
@@ -163,7 +161,6 @@ class PostgresDialect(SqlDatabase):
     stage_txn_default = "current_setting('twopc.txn_id')"
     arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
         "float64": postgresql.DOUBLE_PRECISION(), "binary": postgresql.BYTEA(), "nested": postgresql.JSONB()}
-
     jdbc_subprotocols = frozenset({"postgresql"})
     jdbc_bare_database = True
 

@@ -120,8 +120,7 @@ class PostgresPrepared(PostgresDialect):
 
     def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
         """Check the dead-letter table (``deadLetterTable``), or create it."""
-        table = self._dead_letter()
-        if table is None:
+        if (table := self._dead_letter()) is None:
             return
         from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
 

@@ -61,8 +61,7 @@ def claim_slot(pg: psycopg.Connection[Any], *, keep_driver_slot: bool) -> Claim:
 def wait_for_driver_slot(pg: psycopg.Connection[Any]) -> Claim:
     """For the driver's transaction: any free slot, else wait for slot 0 up to ``lock_timeout``
     (``55P03`` when that runs out)."""
-    claim = claim_slot(pg, keep_driver_slot=False)
-    if claim.slot is not None:
+    if (claim := claim_slot(pg, keep_driver_slot=False)).slot is not None:
         return claim
     pg.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SLOT_CLASS,))
     return Claim(claim.limit, claim.keys, 0)
