@@ -25,17 +25,14 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     """Exactly-once appends to one MariaDB/MySQL InnoDB table through XA transactions.
 
     Args:
-        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL (the driver
-            is replaced by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
-        table: ``[database.]table`` in MySQL syntax (backticks); without a database, the
-            URL's.
-        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (whole
-            seconds, at least 1), ``session_init_statement`` (run once on every new write
-            connection).
+        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` or SQLAlchemy URL, text or :class:`sqlalchemy.engine.URL`
+            (the driver becomes PyMySQL).
+        table: ``[database.]table`` in MySQL syntax (backticks); without a database, the URL's.
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (whole seconds, at least 1),
+            ``session_init_statement`` (run once on every new write connection).
 
     Raises:
-        ConfigurationError: an argument is invalid (nothing is contacted).
-    """
+        ConfigurationError: an argument is invalid (nothing is contacted)."""
 
     __handle_type__ = MySqlXaHandle
     database = MySqlPrepared

@@ -35,16 +35,14 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     """Exactly-once appends to one PostgreSQL table through ``PREPARE TRANSACTION``.
 
     Args:
-        url: a ``jdbc:postgresql://`` URL or a SQLAlchemy URL (``postgresql://``,
-            ``postgresql+psycopg://``; other PostgreSQL drivers are replaced by psycopg 3).
+        url: a ``jdbc:postgresql://`` or SQLAlchemy URL (other PostgreSQL drivers become psycopg 3).
         table: ``[schema.]table`` in PostgreSQL syntax (quote mixed-case names).
-        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (a task that
-            meets rows locked by a prepared transaction of an earlier attempt fails after
-            this time), ``copy_format`` (``"auto"``, ``"binary"``, ``"csv"``).
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (how long a task waits for
+            rows a prepared transaction of an earlier attempt locked), ``copy_format`` (``"auto"``,
+            ``"binary"``, ``"csv"``).
 
     Raises:
-        ConfigurationError: an argument is invalid.
-    """
+        ConfigurationError: an argument is invalid."""
 
     __handle_type__ = PostgresHandle
     database = PostgresPrepared
