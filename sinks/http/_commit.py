@@ -1,18 +1,8 @@
-"""Delivering the decided outboxes of one commit (driver side).
-
-Every unacknowledged request of the given outboxes goes into one pool of ``maxConcurrency``
-workers (:class:`~twopc.sinks.http._deliver.Sender`). Each answer is recorded: a refused
-request's dead letter first, then its acknowledgement, buffered per outbox and written as one
-record every ``ackEvery`` answers or ``ackInterval`` (``twopc.sinks.http._outbox``). A crash
-re-sends only what no record acknowledges: the requests in flight and those answered since the
-last record, with their stored keys.
-
-Fault points (declared here, for the crash tests): ``http_before_ack`` fires before each
-acknowledgement record is written (answers received, not yet recorded: the window in which a
-crash makes a request go out twice, which a server that honours keys applies once), and
-``http_before_delivered`` once every request of an outbox is acknowledged, before its
-delivered marker.
-"""
+"""Delivering the decided outboxes of one commit (driver side): every unacknowledged request goes
+into one pool of ``maxConcurrency`` workers; the answers (a refused request's dead letter first) are
+recorded per outbox every ``ackEvery`` answers or ``ackInterval``, so a crash re-sends only what no
+record acknowledges. Fault points: ``http_before_ack`` before each record (a crash there sends a
+request twice) and ``http_before_delivered`` before an outbox's delivered marker."""
 
 from __future__ import annotations
 
@@ -47,8 +37,7 @@ T = TypeVar("T")
 
 @dataclass
 class BoxResult:
-    """One outbox's delivery: how many requests were delivered, dead-lettered, and left
-    unanswered (0: the outbox is delivered), and the last failure."""
+    """One outbox's delivery: requests delivered, dead-lettered and left unanswered (0: delivered)."""
 
     outbox: Outbox
     acked: dict[int, str]
@@ -130,7 +119,6 @@ class _Delivery:
             box.acked.update(items)
 
     async def tick(self, finished: asyncio.Event) -> None:
-        """Write what was answered every ``ackInterval``, until the workers end."""
         while not finished.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(finished.wait(), self.o.ack_interval.seconds)
@@ -140,14 +128,9 @@ class _Delivery:
 
 def deliver(options: HttpOptions, outboxes: Outboxes, dead: DeadLetters,
             pending: Sequence[tuple[Outbox, dict[int, str] | None]], sender: type[Sender] = Sender) -> list[BoxResult]:
-    """Deliver every unacknowledged request of *pending* (each outbox with its acknowledged
-    requests, ``None`` when its delivery never started); mark each outbox whose every request
-    is answered delivered. Returns one :class:`BoxResult` per outbox, in order.
-
-    Raises:
-        ConfigurationError: the client cannot be made (a CA bundle, a missing secret).
-        SinkUnavailableError: the outbox folder or the dead letters could not be written.
-    """
+    """Deliver every unacknowledged request of *pending* (each outbox with its acknowledged requests,
+    ``None`` when never started), marking each fully answered outbox delivered; one :class:`BoxResult` per
+    outbox. Raises ConfigurationError (no client: a CA bundle, a secret) or SinkUnavailableError (a store)."""
     options.credentials.secret()  # a missing environment variable fails before anything is sent
     boxes = []
     for outbox, acked in pending:
@@ -169,8 +152,7 @@ def deliver(options: HttpOptions, outboxes: Outboxes, dead: DeadLetters,
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run *coro* to the end: in this thread, or, where an event loop already runs here (a
-    notebook), in a thread of its own."""
+    """Run *coro*: here, or in a thread of its own where an event loop already runs (a notebook)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:

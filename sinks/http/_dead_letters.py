@@ -1,18 +1,7 @@
-"""Requests the server refused for good: kept as dead letters, never dropped.
-
-A permanent refusal (a 4xx answer other than 408, 409, 425 and 429, or a 3xx: twopc-http
-follows no redirect) will not change by sending the request again, so its delivery ends there:
-the request, the answer and where it came from are written to the dead-letter folder
-(``deadLetterPath``, local or ``s3://``; default ``<outbox folder>/dead-letters``), one JSON
-object per request named by its idempotency key::
-
-    <deadLetterPath>/<sink id>/<key>.json
-
-The object is created at most once (the store's exclusive create), and before the request's
-acknowledgement is recorded: a crash between the two sends the request again on recovery,
-which meets the same refusal and finds its dead letter already there, so each refused
-request has exactly one. Each dead letter is also a WARNING log line (without the body).
-"""
+"""Requests refused for good (a 3xx, or a 4xx other than 408, 409, 425 and 429), kept as dead
+letters: one JSON object each, ``<deadLetterPath>/<sink id>/<key>.json`` (default ``<outbox
+folder>/dead-letters``), created once and before the request's acknowledgement (a crash between the
+two finds it on recovery), and logged as a WARNING without the body."""
 
 from __future__ import annotations
 
@@ -52,7 +41,7 @@ class DeadLetter:
 
 
 class DeadLetters:
-    """The dead-letter folder at *location* (the store opens lazily, and is not pickled)."""
+    """The dead-letter folder at *location* (its store opens lazily and is not pickled)."""
 
     def __init__(self, location: str) -> None:
         self.location = location
@@ -68,12 +57,8 @@ class DeadLetters:
         return self._store
 
     def write(self, letter: DeadLetter) -> bool:
-        """Keep *letter* (once: ``False`` when its key has one already).
-
-        Raises:
-            SinkUnavailableError: the folder cannot be written (the request stays
-                unacknowledged, and is sent again by the next commit).
-        """
+        """Keep *letter* once (``False`` when its key has one already); SinkUnavailableError when the
+        folder cannot be written (the request stays unacknowledged)."""
         try:
             store = self._open()
             if letter.sink_id not in self._made:

@@ -1,19 +1,9 @@
 """Sending one request until it is answered for good (driver side, httpx's async client).
-
-- A 2xx answer delivers it. A 3xx or a 4xx other than 408, 409 (the key's first request is
-  still in flight), 425 and 429 refuses it for good: it becomes a dead letter.
-- A 5xx, 408, 409, 425, 429, or no answer (connect or read timeout, reset, a closed connection)
-  is retried with the same idempotency key after an exponential backoff with jitter (half the
-  step fixed, half random: ``retryBackoff`` doubled per retry, at most ``retryBackoffMax``). A
-  429 or 503 with ``Retry-After`` (seconds or an HTTP date) waits as long as the server asks,
-  up to ``maxRetryAfter``; a longer wait ends this delivery instead, as do ``maxRetries``
-  failed retries: the request stays unacknowledged and its batch in doubt, and the next commit
-  (a retry of the runtime, a restart, ``twopc recover``) sends it again.
-
-Bounded concurrency is httpx's connection pool (``maxConcurrency`` connections) with as many
-workers; the first request that fails for good stops the others from taking new requests,
-so a server that is down costs one request's retries, not every request's.
-"""
+A 2xx delivers it; a 3xx or a 4xx other than 408, 409, 425 and 429 refuses it for good (a dead
+letter); anything else, or no answer, is retried with the same key after a jittered exponential
+backoff (``retryBackoff`` .. ``retryBackoffMax``), or after a 429/503's ``Retry-After`` up to
+``maxRetryAfter``. A longer wait or ``maxRetries`` failures leave it unacknowledged for the next
+commit, and stop the other workers from taking new requests."""
 
 from __future__ import annotations
 
@@ -50,8 +40,7 @@ def load_httpx() -> Any:
 
 @dataclass(frozen=True)
 class Answer:
-    """How one request ended: ``ok`` (delivered), ``dead`` (refused for good) or ``failed``
-    (not answered for good in this delivery: sent again by the next one)."""
+    """How one request ended: ``ok``, ``dead`` (refused for good) or ``failed`` (sent again next time)."""
 
     outcome: str
     status: int | None = None
@@ -59,12 +48,10 @@ class Answer:
 
 
 def retry_after(value: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delay-seconds or an HTTP date), or
-    ``None`` when it is absent or unreadable."""
+    """Seconds to wait from a ``Retry-After`` header, ``None`` when absent or unreadable."""
     if value is None:
         return None
-    text = value.strip()
-    if text.isdigit():
+    if (text := value.strip()).isdigit():
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
@@ -84,8 +71,7 @@ class Sender:
         self.sent = 0
 
     def client(self) -> httpx.AsyncClient:
-        """The async client: the pool bounds concurrency, TLS verified unless turned off,
-        the configured and authenticating headers set once, no redirects followed."""
+        """The async client: the pool bounds concurrency; TLS verified unless off; headers set once; no redirects."""
         httpx = self._httpx
         o = self.o
         verify: ssl.SSLContext | bool = True
@@ -106,8 +92,7 @@ class Sender:
             follow_redirects=False)
 
     def headers(self, key: str, txn_id: str, *, json: bool) -> dict[str, str]:
-        """The headers of one try of a request: its key (the same in every try), its
-        transaction id when ``transactionHeader`` asks for it, the body's type."""
+        """The headers of one try: the key, the transaction id (``transactionHeader``), the body's type."""
         out = {self.o.key_header: key}
         if self.o.transaction_header:
             out[self.o.transaction_header] = txn_id
@@ -121,8 +106,7 @@ class Sender:
 
     async def send(self, client: httpx.AsyncClient, key: str, method: str, url: str, body: str | None,
                    txn_id: str) -> Answer:
-        """Send one request of transaction *txn_id* until it is answered for good, or this
-        delivery gives it up."""
+        """Send one request of *txn_id* until it is answered for good, or this delivery gives it up."""
         httpx = self._httpx
         content = body.encode("utf-8") if body is not None else None
         retry = 0

@@ -1,10 +1,7 @@
 """The options of ``twopc-http``, read once into :class:`HttpOptions` (plain, picklable data).
-
-Secrets (``token``, ``password``, ``apiKey``, or the environment variables named by
-``tokenEnv``, ``passwordEnv``, ``apiKeyEnv``) are kept apart, in :class:`Credentials`: they
-are added to a request on the driver when it is sent, and never reach an outbox, a handle,
-the checkpoint, a log line or an error message (:meth:`Credentials.redact`).
-"""
+Secrets (``token``, ``password``, ``apiKey`` or the environment variables their ``...Env`` options
+name) live in :class:`Credentials`: added on the driver when a request is sent, they never reach
+an outbox, a handle, the checkpoint, a log line or an error message."""
 
 from __future__ import annotations
 
@@ -27,11 +24,10 @@ FORMAT = "twopc-http"
 #: A writer option ``header.<Name>`` adds the header ``<Name>`` to every request.
 HEADER_PREFIX = "header."
 #: Every option of ``twopc-http``, as the options reference lists them.
-OPTIONS = ("url", "method", "header.<Name>", "bodyColumn", "keyColumn", "keyHeader", "transactionHeader",
-           "token", "tokenEnv", "user",
-           "password", "passwordEnv", "apiKeyHeader", "apiKey", "apiKeyEnv", "tlsVerify", "tlsCaBundle",
-           "connectTimeout", "timeout", "maxConcurrency", "maxRetries", "retryBackoff", "retryBackoffMax",
-           "maxRetryAfter", "ackEvery", "ackInterval", "outbox", "deadLetterPath")
+OPTIONS = ("url", "method", "header.<Name>", "bodyColumn", "keyColumn", "keyHeader", "transactionHeader", "token",
+           "tokenEnv", "user", "password", "passwordEnv", "apiKeyHeader", "apiKey", "apiKeyEnv", "tlsVerify",
+           "tlsCaBundle", "connectTimeout", "timeout", "maxConcurrency", "maxRetries", "retryBackoff",
+           "retryBackoffMax", "maxRetryAfter", "ackEvery", "ackInterval", "outbox", "deadLetterPath")
 
 METHODS = ("POST", "PUT", "PATCH", "DELETE")
 #: Headers that carry credentials: refused as plain ``header.<Name>`` options (they would be
@@ -43,8 +39,7 @@ _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 
 
 def checkpoint_outbox(checkpoint: str) -> str:
-    """The default outbox folder of a write whose checkpoint is *checkpoint*: ``<checkpoint>/twopc-http``
-    (a local path made absolute on the driver, so every executor names the same folder)."""
+    """``<checkpoint>/twopc-http``, a local path made absolute (every executor names the same folder)."""
     loc = checkpoint.rstrip("/")
     if "://" not in loc and not loc.startswith("file:"):
         loc = os.path.abspath(loc)
@@ -53,9 +48,8 @@ def checkpoint_outbox(checkpoint: str) -> str:
 
 @dataclass(frozen=True)
 class Credentials:
-    """How requests authenticate: at most one of a bearer token, a user and password, an API
-    key header. Each secret is given as an option or by the name of an environment variable
-    read on the driver when requests are sent."""
+    """How requests authenticate: at most one of a bearer token, user and password, an API key
+    header; each secret as an option or an environment variable read on the driver."""
 
     token: str | None = None
     token_env: str | None = None
@@ -83,19 +77,13 @@ class Credentials:
     def _env(self, name: str | None, option: str) -> str | None:
         if not name:
             return None
-        value = os.environ.get(name)
-        if value is None:
+        if (value := os.environ.get(name)) is None:
             raise ConfigurationError(f"{FORMAT}: option {option} names the environment variable {name}, which is "
                                      f"not set on the driver (requests are sent from the driver): set it there")
         return value
 
     def secret(self) -> str | None:
-        """The secret of the scheme (from its option or its environment variable).
-
-        Raises:
-            ConfigurationError: the environment variable is not set (the message names it,
-                never a value).
-        """
+        """The scheme's secret; ConfigurationError names an unset environment variable, never a value."""
         if self.scheme == "bearer":
             return self.token if self.token is not None else self._env(self.token_env, "tokenEnv")
         if self.scheme == "basic":
@@ -114,7 +102,6 @@ class Credentials:
         return {}
 
     def basic(self) -> tuple[str, str] | None:
-        """``(user, password)`` for HTTP Basic, else ``None``."""
         return (self.user or "", self.secret() or "") if self.scheme == "basic" else None
 
     def redact(self, text: str) -> str:
@@ -159,9 +146,7 @@ class HttpOptions:
 
         Raises:
             MissingOptionError: no ``url``.
-            ConfigurationError: an option is unknown or invalid (the message names it and
-                the fix, never a secret's value).
-        """
+            ConfigurationError: an option is unknown or invalid (named with the fix, never a secret)."""
         reader = OptionReader(options, FORMAT)
         url = reader.required("url", '.option("url", "https://api.example.com/orders/{order_id}")')
         method = reader.choice("method", METHODS, "POST")
@@ -251,11 +236,7 @@ def _check_credentials(c: Credentials) -> None:
 
 
 def _check_url(url: str) -> str:
-    """The URL template, checked: ``http(s)://host/...``, ``{column}`` fields, no credentials.
-
-    Raises:
-        ConfigurationError: naming the problem and the fix (never the credential).
-    """
+    """The URL template, checked: ``http(s)://host/...``, ``{column}`` fields, no credentials."""
     try:
         parsed = list(string.Formatter().parse(url))
     except ValueError as exc:

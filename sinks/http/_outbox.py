@@ -1,26 +1,14 @@
-"""The outboxes of ``twopc-http`` in one folder (local, or ``s3://`` through twopc's checkpoint store).
-
-Layout under the outbox folder (``<checkpointLocation>/twopc-http`` by default)::
+"""The outboxes of ``twopc-http`` in one folder (local, or ``s3://`` through the checkpoint store)::
 
     outbox/<txn>.jsonl            a task attempt's requests, written whole at prepare
-    acks/<txn>/<seq>-<id>         acknowledgement records of a delivery (each written whole, never changed)
-    delivered/<txn>.json          the outbox was delivered (commit's marker: "already committed")
+    acks/<txn>/<seq>-<id>         acknowledgement records of a delivery (each written whole)
+    delivered/<txn>.json          the outbox was delivered (commit's "already committed")
 
-``<txn>`` is the transaction id's path form (:attr:`twopc.Xid.path_name`). Every object is
-written whole by the store (a local temporary file, fsync and an exclusive hard link; on S3 a
-conditional PutObject), so a crash leaves an object complete or absent. An outbox is prepared
-while it exists without a ``delivered`` marker; its delivery has started once an
-acknowledgement record exists (then it may no longer be rolled back); the marker is written
-before the outbox and its records are deleted, so a crash between the two leaves an outbox that
-:meth:`Outboxes.state` already reports delivered.
-
-An outbox's first line is its header (JSON: sink, batch, partition, attempt, request count,
-creation time); each further line is one request (``[key, method, url, body]``). An
-acknowledgement record holds one line per answered request: its position in the outbox and
-its status code, or ``dead`` when it went to the dead letters. A delivery appends a record every
-``ackEvery`` answers or ``ackInterval``, whichever comes first: one store write per chunk, not per
-request (a write per request would cost a fsync or a PutObject each, more than the request).
-"""
+``<txn>`` is :attr:`twopc.Xid.path_name`; every object is written whole. An outbox is prepared while
+it has no ``delivered`` marker; once a record exists its delivery has started (no rollback); the
+marker is written before the outbox and records are deleted. An outbox is a JSON header line, then
+``[key, method, url, body]`` lines; a record holds ``<position> <status or dead>`` lines, one write
+per ``ackEvery`` answers or ``ackInterval`` (a write per request would cost more than the request)."""
 
 from __future__ import annotations
 
@@ -52,7 +40,7 @@ class Outbox:
 
 
 class Outboxes:
-    """The outbox folder at *location* (the store opens lazily, and is not pickled)."""
+    """The outbox folder at *location* (its store opens lazily and is not pickled)."""
 
     def __init__(self, location: str) -> None:
         self.location = location
@@ -69,27 +57,18 @@ class Outboxes:
         return self._store
 
     def make_folders(self) -> None:
-        """Create the folders (a no-op on S3, and after the first call).
-
-        Raises:
-            SinkError: the folder cannot be created (names it and the option).
-        """
+        """Create the folders (once; a no-op on S3), or raise SinkError."""
         if not self._made:
             for rel in ("outbox", "acks", "delivered"):
                 _guarded(lambda rel=rel: self.store.makedirs(rel), f"create the outbox folder {self.location}")
             self._made = True
 
     def where(self, txn_id: str) -> str:
-        """The outbox object of *txn_id*, as the store names it."""
         return str(self.store.path("outbox", txn_id + _SUFFIX))
 
     # -- prepare ---------------------------------------------------------------------
     def write(self, txn_id: str, header: dict[str, Any], lines: Sequence[str]) -> None:
-        """Write the outbox of *txn_id* whole (created once: the id is fresh).
-
-        Raises:
-            SinkError: the store failed; ProtocolError: the outbox exists already.
-        """
+        """Write the outbox of *txn_id* whole, once (ProtocolError when it exists already)."""
         self.make_folders()
         text = "\n".join([json.dumps(header, sort_keys=True), *lines]) + "\n"
         if not _guarded(lambda: self.store.create(f"outbox/{txn_id}{_SUFFIX}", text, exclusive=True),
@@ -98,7 +77,6 @@ class Outboxes:
 
     # -- commit ----------------------------------------------------------------------
     def read(self, txn_id: str) -> Outbox | None:
-        """The outbox of *txn_id*, or ``None`` when there is none."""
         text = _guarded(lambda: self.store.read(f"outbox/{txn_id}{_SUFFIX}"), f"read the outbox of {txn_id}")
         if text is None:
             return None
@@ -113,13 +91,11 @@ class Outboxes:
         return Outbox(txn_id, header, requests)
 
     def delivered(self, txn_id: str) -> dict[str, Any] | None:
-        """The delivered marker of *txn_id*, or ``None``."""
         text = _guarded(lambda: self.store.read(f"delivered/{txn_id}.json"), f"read the marker of {txn_id}")
         return None if text is None else dict(json.loads(text))
 
     def acknowledged(self, txn_id: str) -> dict[int, str] | None:
-        """Position -> status of every acknowledged request of *txn_id*; ``None`` when its
-        delivery never started (no record)."""
+        """Position -> status of *txn_id*'s acknowledged requests; ``None`` when its delivery never started."""
         names = _guarded(lambda: self.store.list(f"acks/{txn_id}"), f"list the acknowledgements of {txn_id}")
         if not names:
             return None
@@ -134,8 +110,7 @@ class Outboxes:
         return out
 
     def acknowledge(self, txn_id: str, answered: Iterable[tuple[int, str]]) -> None:
-        """Record *answered* ``(position, status)`` pairs of *txn_id* (an empty record says the
-        delivery started)."""
+        """Record *answered* ``(position, status)`` pairs (an empty record: the delivery started)."""
         text = "".join(f"{p} {s}\n" for p, s in answered) or "start\n"
         name = f"acks/{txn_id}/{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
         _guarded(lambda: self.store.makedirs(f"acks/{txn_id}"), f"record acknowledgements of {txn_id}")
@@ -155,8 +130,7 @@ class Outboxes:
 
     # -- abort, recovery ---------------------------------------------------------------
     def discard(self, txn_id: str) -> bool:
-        """Delete the outbox of *txn_id* if its delivery never started; ``False`` when it had
-        been delivered or its delivery had started (it must not be rolled back)."""
+        """Delete the outbox of *txn_id* unless its delivery started or ended (then ``False``)."""
         if self.delivered(txn_id) is not None or self.acknowledged(txn_id) is not None:
             return False
         _guarded(lambda: self.store.delete(f"outbox/{txn_id}{_SUFFIX}"), f"delete the outbox of {txn_id}")
@@ -176,12 +150,10 @@ class Outboxes:
         return sorted(out, key=lambda x: (x.batch_id, x.partition_id, x.attempt_id, x.nonce))
 
     def purge(self, done: Callable[[Xid], bool]) -> int:
-        """Delete the delivered markers of the transactions *done* says are no longer needed;
-        return how many."""
+        """Delete the delivered markers *done* says are no longer needed; how many."""
         removed = 0
         for name in _guarded(lambda: self.store.list("delivered"), f"list the markers in {self.location}"):
-            xid = Xid.parse(name.removesuffix(".json"))
-            if xid is not None and done(xid):
+            if (xid := Xid.parse(name.removesuffix(".json"))) is not None and done(xid):
                 _guarded(lambda name=name: self.store.delete(f"delivered/{name}"), f"delete the marker {name}")
                 removed += 1
         return removed

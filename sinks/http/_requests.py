@@ -1,22 +1,10 @@
-"""Rows into requests (executor side; no HTTP client is imported here).
-
-One request per row: the method, the URL template with each ``{column}`` filled by the row's
-value URL-encoded as one path segment, the JSON body (the whole row, or one column), and the
-idempotency key. A request is one line of its task attempt's outbox, ``[key, method, url,
-body]`` in JSON: what the driver sends after the decision, unchanged by any retry or recovery.
-
-The key (:func:`idempotency_key`) is a hash of the sink id and either the row's value in
-``keyColumn`` (the same for that row in any batch, any replay, any partitioning) or the
-row's place: batch, partition and position. A key is made once, when the row is prepared,
-and stored in the outbox: every retry of the request and every re-delivery after a crash sends
-that stored key, so a server that honours keys applies the request once. A replay of a batch
-that was never decided is partitioned anew and gets new positional keys, which is harmless:
-twopc never delivers a batch twice (one decision per batch id). Only ``keyColumn`` survives a
-batch recomputed outside twopc's knowledge (a new checkpoint, a rerun under a new txnVersion).
-A hash of the row's content was the other candidate for keys without a column; it is not used
-because two equal rows of one batch (two identical "+1" events) would get one key, and a server
-that honours keys would apply only one of them.
-"""
+"""Rows into requests (executor side): one outbox line ``[key, method, url, body]`` per row, the
+URL template's ``{column}`` fields URL-encoded as path segments, the body the JSON row (or a column).
+The key hashes the sink id and the row's ``keyColumn`` value, or else its place (batch, partition,
+position); made once at prepare and stored, it is sent in every retry and re-delivery. A replayed
+undecided batch gets new positional keys, which is harmless (one decision per batch id); only
+``keyColumn`` survives a batch recomputed outside twopc. A content hash is not used: two equal rows
+of a batch would share a key."""
 
 from __future__ import annotations
 
@@ -40,8 +28,7 @@ __all__ = ["RequestMaker", "idempotency_key"]
 
 
 def idempotency_key(sink_id: str, *, value: Any = None, place: tuple[int, int, int] | None = None) -> str:
-    """The idempotency key of a row of *sink_id*: from its key column's *value*, or from its
-    *place* ``(batch, partition, position)``; 32 hex digits of SHA-256."""
+    """A row's key: SHA-256 (32 hex digits) of *sink_id* and its key column's *value* or its *place*."""
     if place is not None:
         text = "\0".join(("twopc-http", sink_id, "p", *map(str, place)))
     else:
@@ -50,9 +37,8 @@ def idempotency_key(sink_id: str, *, value: Any = None, place: tuple[int, int, i
 
 
 def _default(v: Any) -> Any:
-    """JSON for what ``json`` does not know: instants and dates as ISO 8601 (a zoned timestamp
-    as its UTC instant), decimals as strings with every digit, durations as seconds, bytes as
-    base64 (as Spark's ``to_json``)."""
+    """JSON for what ``json`` does not know, as Spark's ``to_json`` writes it (a zoned timestamp as
+    its UTC instant, decimals as full strings, durations as seconds, bytes as base64)."""
     if isinstance(v, dt.datetime):
         return (v.astimezone(dt.UTC) if v.tzinfo is not None else v).isoformat()
     if isinstance(v, dt.date | dt.time):
@@ -67,7 +53,7 @@ def _default(v: Any) -> Any:
 
 
 def _finite(v: Any) -> Any:
-    """*v* with NaN and infinities as the strings Spark's ``to_json`` writes (JSON has no such numbers)."""
+    """*v* with NaN and infinities as the strings Spark's ``to_json`` writes."""
     if isinstance(v, float) and not math.isfinite(v):
         return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
     if isinstance(v, dict):
@@ -96,35 +82,24 @@ class RequestMaker:
         self._parts = [(text, name) for text, name, _, _ in string.Formatter().parse(options.url)]
 
     def check_columns(self, names: list[str]) -> None:
-        """Refuse rows that lack a column the options name.
-
-        Raises:
-            ConfigurationError: naming the missing columns, the option and the row's columns.
-        """
-        missing = [c for c in self.o.columns() if c not in names]
-        if missing:
+        """Refuse (ConfigurationError) rows that lack a column the options name."""
+        if missing := [c for c in self.o.columns() if c not in names]:
             raise ConfigurationError(
                 f"twopc-http: the written rows have no column(s) {', '.join(missing)}, which option url, "
                 f"bodyColumn or keyColumn names (the rows have {', '.join(names)}): fix the option or select the "
                 f"column; nothing was written")
 
     def lines(self, rows: list[dict[str, Any]]) -> Iterator[str]:
-        """One outbox line per row.
-
-        Raises:
-            ConfigurationError: a row has a null key or URL value (the message names the row).
-        """
+        """One outbox line per row (ConfigurationError: a row has a null key or URL value)."""
         for row in rows:
             yield json.dumps([self._key(row), self.o.method, self._url(row), self._body(row)],
                              separators=(",", ":"), ensure_ascii=False)
             self.position += 1
 
     def _key(self, row: Mapping[str, Any]) -> str:
-        column = self.o.key_column
-        if column is None:
+        if (column := self.o.key_column) is None:
             return idempotency_key(self.sink_id, place=(self.batch_id, self.partition_id, self.position))
-        value = row.get(column)
-        if value is None:
+        if (value := row.get(column)) is None:
             raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {column} (option keyColumn): every "
                                      f"row needs its key; filter or fill the nulls before writing")
         return idempotency_key(self.sink_id, value=value)
@@ -134,18 +109,15 @@ class RequestMaker:
         for text, name in self._parts:
             out.append(text)
             if name:
-                value = row.get(name)
-                if value is None:
+                if (value := row.get(name)) is None:
                     raise ConfigurationError(f"twopc-http: {entry_name(row)} has a null {name}, which the url "
                                              f"template needs: filter or fill the nulls before writing")
                 out.append(urllib.parse.quote(value if isinstance(value, str) else _json(value).strip('"'), safe=""))
         return "".join(out)
 
     def _body(self, row: Mapping[str, Any]) -> str | None:
-        column = self.o.body_column
-        if column is None:
+        if (column := self.o.body_column) is None:
             return None if self.o.method == "DELETE" else _json(dict(row))
-        value = row.get(column)
-        if value is None or isinstance(value, str):
+        if (value := row.get(column)) is None or isinstance(value, str):
             return value
         return _json(value)

@@ -84,8 +84,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (``token``, ``password``, ``apiKey`` and their ``...Env``
-        names are left out: an operator gives them again)."""
+        """*options* without a secret (an operator gives them again)."""
         return credential_free(options)
 
     # -- where things are ----------------------------------------------------------------
@@ -107,7 +106,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return self._dead
 
     def target_identity(self) -> str:
-        """``http <METHOD> <url template>``."""
         return f"http {self.options.method} {self.options.url}"
 
     def describe(self) -> str:
@@ -116,13 +114,12 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return f"HTTP {o.method} {o.url} (outbox {o.outbox or '<checkpoint>/twopc-http'}{tls})"
 
     def validate(self, schema: pa.Schema) -> None:
-        """On the driver, before any task: httpx is installed, the named columns exist, a
-        secret from the environment is set, the outbox folder can be created. Sends nothing.
+        """On the driver, before any task (sends nothing): httpx, the named columns, an environment
+        secret and the outbox folder are there.
 
         Raises:
             MissingExtraError: httpx is not installed (``pyspark-twopc[http]``).
-            ConfigurationError: a column, a secret or the outbox folder is missing.
-        """
+            ConfigurationError: a column, a secret or the outbox folder is missing."""
         load_httpx()
         RequestMaker(self.options, "check", 0, 0).check_columns(list(schema.names))
         self.options.credentials.secret()
@@ -173,15 +170,12 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return self.commit_all([handle])[0]
 
     def commit_all(self, handles: Sequence[HttpHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Deliver every outbox of *handles* together (one pool of ``maxConcurrency``):
-        ``ALREADY_COMMITTED`` for one marked delivered, ``LOST`` for one that is gone,
-        ``COMMITTED`` once every request is answered (delivered or dead-lettered).
+        """Deliver every outbox of *handles* in one pool: ``ALREADY_COMMITTED`` if marked delivered,
+        ``LOST`` if gone, ``COMMITTED`` once every request is answered (delivered or dead-lettered).
 
         Raises:
-            SinkUnavailableError: some requests are still unanswered after the retries (the
-                batch stays decided; the next commit sends only those).
-            ConfigurationError: a handle names another outbox folder, or a secret is missing.
-        """
+            SinkUnavailableError: requests still unanswered after the retries (the next commit sends them).
+            ConfigurationError: a handle names another outbox folder, or a secret is missing."""
         outcomes: list[CommitOutcome | None] = []
         pending = []
         for h in handles:
@@ -189,8 +183,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
             if self.outboxes.delivered(txn_id) is not None:
                 outcomes.append(CommitOutcome.ALREADY_COMMITTED)
                 continue
-            outbox = self.outboxes.read(txn_id)
-            if outbox is None:
+            if (outbox := self.outboxes.read(txn_id)) is None:
                 outcomes.append(CommitOutcome.LOST)
                 continue
             outcomes.append(None)
@@ -220,18 +213,15 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
             raise ProtocolError(f"cannot abort {txn_id}: its delivery has started (it was committed)")
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[HttpHandle]:
-        """The outboxes of *sink_id* (and *batch_id*) not yet delivered."""
         return [HttpHandle(x.path_name, x.sink_id, x.batch_id, x.partition_id, x.attempt_id,
                            outbox=self.outboxes.location) for x in self.outboxes.pending(sink_id, batch_id)]
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """Each outbox not yet delivered, with its requests; for one whose delivery started
-        (a decided batch), the keys not yet acknowledged: what a server that ignores keys
-        may apply twice when they are sent again."""
+        """Each undelivered outbox with its requests; once its delivery started, the keys not yet
+        acknowledged (what a server ignoring keys may apply twice)."""
         out = []
         for h in self.list_prepared(sink_id):
-            box = self.outboxes.read(h.txn_id)
-            if box is None:
+            if (box := self.outboxes.read(h.txn_id)) is None:
                 continue
             acked = self.outboxes.acknowledged(h.txn_id)
             total = len(box.requests)
@@ -248,6 +238,5 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         return out
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the delivered markers of *sink_id*'s batches below *below_batch*."""
         return self.outboxes.purge(lambda xid: xid.sink_id == sink_id and xid.batch_id < below_batch)
 

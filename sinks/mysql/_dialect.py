@@ -1,8 +1,6 @@
-"""MariaDB/MySQL as the shared SQL layer sees it (:class:`MySqlDialect`, found by URL through
-the ``twopc.sql_dialects`` entry points): its names, quoting, SQL texts and flags, importable
-without PyMySQL (what needs the driver is imported on first use); its XA transactions on a
-target's connections are :class:`twopc.sinks.mysql._prepared.MySqlPrepared`.
-"""
+"""MariaDB/MySQL as the shared SQL layer sees it (:class:`MySqlDialect`, found through the
+``twopc.sql_dialects`` entry points), importable without PyMySQL; its XA transactions are
+:class:`twopc.sinks.mysql._prepared.MySqlPrepared`."""
 
 from __future__ import annotations
 
@@ -38,8 +36,7 @@ def _quoted(name: str) -> str:
 
 
 def lease_name(sink_id: str, database: str) -> str:
-    """The ``GET_LOCK`` name of *sink_id*'s lease in *database* (46 characters: ``GET_LOCK``
-    names are server-wide, PostgreSQL's advisory locks are per database)."""
+    """The ``GET_LOCK`` name of *sink_id*'s lease in *database* (``GET_LOCK`` names are server-wide)."""
     return "twopc:" + hashlib.sha256(f"twopc-lease:{database}/{sink_id}".encode()).hexdigest()[:40]
 
 
@@ -76,7 +73,6 @@ class MySqlDialect(SqlDatabase):
 
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
-        """``CREATE DATABASE IF NOT EXISTS`` when it is missing."""
         from ..sql._privileges import denied  # the plan's: workers create no database
 
         if run(f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {sql_literal(schema)}"):
@@ -139,7 +135,6 @@ class MySqlDialect(SqlDatabase):
     @staticmethod
     def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],
                    others: Sequence[str], stage_keys: Sequence[str]) -> str | None:
-        """``ON DUPLICATE KEY UPDATE``."""
         sets = ", ".join(f"{q(c)} = VALUES({q(c)})" for c in (others or keys[:1]))
         return f"{into} SELECT {select} {source} ON DUPLICATE KEY UPDATE {sets}"
 
@@ -154,7 +149,6 @@ class MySqlDialect(SqlDatabase):
 
     @staticmethod
     def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
-        """A ``GET_LOCK`` named by :func:`lease_name`."""
         return "SELECT GET_LOCK(%s, 0)", "SELECT RELEASE_LOCK(%s)", lease_name(sink_id, database)
 
     @staticmethod
@@ -174,8 +168,7 @@ class MySqlDialect(SqlDatabase):
 
     @staticmethod
     def bookkeeping_name(name: str, schema: str, database: str) -> str:
-        """*name* ending with ``_<8 hex of the URL's *database*>``: the database of *schema*
-        serves every database of the server, and each keeps its own tables."""
+        """*name* + ``_<8 hex of *database*>``: *schema*'s database serves every database of the server."""
         named = f"{name}_{hashlib.sha256(database.encode()).hexdigest()[:8]}"
         if len(named) > NAME_CHARS:
             raise ConfigurationError(
@@ -192,38 +185,32 @@ class MySqlDialect(SqlDatabase):
     schema_is_database = True
     errors_module = "twopc.sinks.mysql._errors"
     staging_values = DriverBound[Any]("twopc.sinks.mysql._values:staging_values")
-
     #: needs pyarrow, which a worker that only commits never loads
     compatible = DriverBound[Any]("twopc.sinks.mysql._values:compatible")
 
     @staticmethod
     def server_lock_wait(lock: Duration) -> Duration:
-        """``innodb_lock_wait_timeout`` counts whole seconds, at least one."""
         return Duration(lock_seconds(lock) * 1000)
 
     @staticmethod
     def lock_timeout_text(timeout: Duration) -> str:
-        """The lock wait in force: the server counts whole seconds."""
         return f"{lock_seconds(timeout)}s"
 
     @staticmethod
     def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
-        """PyMySQL's connect arguments: connect timeout, ``socketTimeout`` as its read and
-        write timeouts (TCP keepalive is set on the socket: :meth:`prepare_engine`), utf8mb4
-        unless the URL names a charset, and the password as UTF-8 bytes."""
+        """PyMySQL's connect arguments: timeouts (``socketTimeout`` for reads and writes), utf8mb4
+        unless the URL names a charset, the password as UTF-8 bytes (PyMySQL would send Latin-1)."""
         args: dict[str, Any] = {"connect_timeout": timeouts.connect, "read_timeout": timeouts.reply,
                                 "write_timeout": timeouts.reply}
         if "charset" not in url.query:
             args["charset"] = "utf8mb4"
-        if url.password:  # PyMySQL would send a str password as Latin-1 (and fail on other characters);
-            # the JDBC drivers send UTF-8
+        if url.password:
             args["password"] = url.password.encode("utf-8")
         return args
 
     @staticmethod
     def prepare_engine(engine: Engine, timeouts: NetTimeouts) -> None:
-        """PyMySQL turns keepalive on with the OS's timing (2 h): set twopc's on each new
-        connection's socket."""
+        """Set twopc's TCP keepalive on each new connection's socket (PyMySQL's waits 2 h)."""
 
         @sa.event.listens_for(engine, "connect")
         def _connect(dbapi_conn: Any, _record: Any) -> None:
@@ -232,11 +219,9 @@ class MySqlDialect(SqlDatabase):
     session_statements = DriverBound[Any]("twopc.sinks.mysql._server:session_settings")
     catalog_columns = DriverBound[Any]("twopc.sinks.mysql._server:catalog_columns")
     rollback_problem = DriverBound[Any]("twopc.sinks.mysql._server:table_rollback_problem")
-
     sink_class = DriverBound[Any]("twopc.sinks.mysql:MySqlXaSink")
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
-        """Whether the server can run XA transactions for *sink* (:meth:`MySqlPrepared.xa_available`)."""
         ok, why = sink.dialect.xa_available()
         return ok, (f"MySQL/MariaDB XA: {why}" if ok else why)

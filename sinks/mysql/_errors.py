@@ -1,5 +1,5 @@
-"""PyMySQL errors in twopc's terms: the server's error codes, which ones mean the session is
-gone, and the credential-free :class:`~twopc.SinkError` every other one becomes."""
+"""PyMySQL errors in twopc's terms: error codes, which mean the session is gone, and the
+credential-free :class:`~twopc.SinkError` every other one becomes."""
 
 from __future__ import annotations
 
@@ -35,8 +35,14 @@ ER_XA_RBTIMEOUT = 1613
 ER_XA_RBDEADLOCK = 1614
 ACCESS_DENIED = frozenset({ER_DBACCESS_DENIED, ER_TABLEACCESS_DENIED, ER_SPECIFIC_ACCESS_DENIED})
 XA_ROLLED_BACK = frozenset({ER_XA_RBROLLBACK, ER_XA_RBTIMEOUT, ER_XA_RBDEADLOCK})
-_FK_ERRORS = {1216, 1217, 1451, 1452}
-_CHECK_ERRORS = {4025, 3819}  # MariaDB ER_CONSTRAINT_FAILED, MySQL ER_CHECK_CONSTRAINT_VIOLATED
+_CONSTRAINT_NAME = r"CONSTRAINT `((?:[^`]|``)*)`"
+#: error code: (the constraint's kind, what names it, the patterns that find the name in the message)
+_CONSTRAINTS: dict[int, tuple[str, str, tuple[str, ...]]] = {
+    ER_DUP_ENTRY: ("unique", "key", (r"for key '([^']*)'",)),
+    ER_BAD_NULL: ("NOT NULL", "column", (r"Column '([^']*)'",)),
+    **dict.fromkeys((1216, 1217, 1451, 1452), ("foreign key", "constraint", (_CONSTRAINT_NAME,))),
+    # MariaDB ER_CONSTRAINT_FAILED, MySQL ER_CHECK_CONSTRAINT_VIOLATED
+    **dict.fromkeys((4025, 3819), ("check", "constraint", (_CONSTRAINT_NAME, r"constraint '([^']*)'")))}
 _DATA_ERRORS = {1264: "out of range", 1406: "too long", 1366: "incorrect value", 1292: "incorrect value",
                 1265: "truncated", 1367: "illegal value"}
 #: errors that mean the session is gone (client CR_* codes are 2000-2999)
@@ -50,7 +56,6 @@ def errno(exc: BaseException) -> int:
 
 
 def errmsg(exc: BaseException) -> str:
-    """The error's message on one line."""
     args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
     if len(args) >= 2 and isinstance(args[1], str):
         return " ".join(args[1].split())
@@ -58,22 +63,18 @@ def errmsg(exc: BaseException) -> str:
 
 
 def error_code(exc: BaseException) -> str:
-    """The error number of *exc* as text, ``""`` when it has none."""
     return str(errno(exc) or "")
 
 
 def error_text(exc: BaseException) -> str:
-    """``number message`` on one line."""
     return f"{errno(exc)} {errmsg(exc)}"
 
 
 def is_missing_table(exc: BaseException) -> bool:
-    """Whether *exc* says a table does not exist."""
     return errno(exc) == ER_NO_SUCH_TABLE
 
 
 def connect_failure(exc: BaseException) -> tuple[str, str]:
-    """(reason, hint) of a failed connection attempt."""
     code = errno(exc)
     reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
     hint = ""
@@ -96,22 +97,20 @@ def is_connection_error(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-def _named(pattern: str, msg: str) -> str:
-    m = re.search(pattern, msg)
-    return m.group(1).replace("``", "`") if m else "?"
+def _named(msg: str, *patterns: str) -> str:
+    for pattern in patterns:
+        if m := re.search(pattern, msg):
+            return m.group(1).replace("``", "`")
+    return "?"
 
 
 def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
-    """The :func:`~twopc.sinks.sql._errors.bad_value` error of *exc* when it says a value does not
-    fit its column, else None. A 4-byte UTF-8 sequence (``\\xF0``-``\\xF4``: emoji...) refused
-    as an incorrect string value means a utf8mb3 (or narrower) column."""
-    code = errno(exc)
-    if code not in _DATA_ERRORS:
+    """The :func:`~twopc.sinks.sql._errors.bad_value` error when *exc* says a value does not fit its
+    column, else None; an incorrect 4-byte UTF-8 value means a utf8mb3 (or narrower) column."""
+    if (code := errno(exc)) not in _DATA_ERRORS:
         return None
     msg = redact(errmsg(exc))
-    col = _named(r"column (?:`(?:[^`]|``)*`\.)*`((?:[^`]|``)*)` at row", msg)
-    if col == "?":
-        col = _named(r"column '([^']*)'", msg)
+    col = _named(msg, r"column (?:`(?:[^`]|``)*`\.)*`((?:[^`]|``)*)` at row", r"column '([^']*)'")
     kind = _DATA_ERRORS[code]
     if code == 1366 and re.search(r"string value: '\\x[Ff][0-4]", msg):
         kind = "4-byte character"
@@ -120,8 +119,7 @@ def value_error(exc: BaseException, action: str, table: str, redact: Callable[[s
 
 def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
               where: str, redact: Callable[[str], str]) -> SinkError:
-    """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
-    naming the violated constraint or the fix; never containing a secret."""
+    """The credential-free :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*."""
     code, msg = errno(exc), redact(errmsg(exc))
     if is_connection_error(exc):
         return SinkUnavailableError(f"lost the connection to MariaDB/MySQL at {where} while trying "
@@ -130,24 +128,13 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
         return lock_timed_out(action, lock_timeout, table, f"{code} {msg}")
     if code in (ER_LOCK_DEADLOCK, ER_XA_RBDEADLOCK):
         return SinkError(f"could not {action}: deadlock on {table} ({code} {msg}). {ROLLED_BACK}")
-    if code == ER_DUP_ENTRY:
-        key = _named(r"for key '([^']*)'", msg)
-        return constraint_violated(action, "unique", f"key {key!r}", table, msg)
-    if code == ER_BAD_NULL:
-        col = _named(r"Column '([^']*)'", msg)
-        return constraint_violated(action, "NOT NULL", f"column {col!r}", table, msg)
+    if code in _CONSTRAINTS:
+        kind, what, patterns = _CONSTRAINTS[code]
+        return constraint_violated(action, kind, f"{what} {_named(msg, *patterns)!r}", table, msg)
     if code == ER_NO_DEFAULT_FOR_FIELD:
-        col = _named(r"Field '([^']*)'", msg)
+        col = _named(msg, r"Field '([^']*)'")
         return SinkError(f"could not {action}: column {col!r} of {table} is NOT NULL "
                          f"without a default and was not written: {msg}. {ROLLED_BACK}")
-    if code in _FK_ERRORS:
-        name = _named(r"CONSTRAINT `((?:[^`]|``)*)`", msg)
-        return constraint_violated(action, "foreign key", f"constraint {name!r}", table, msg)
-    if code in _CHECK_ERRORS:
-        name = _named(r"CONSTRAINT `((?:[^`]|``)*)`", msg)
-        if name == "?":
-            name = _named(r"constraint '([^']*)'", msg)
-        return constraint_violated(action, "check", f"constraint {name!r}", table, msg)
     if (bad := value_error(exc, action, table, redact)) is not None:
         return bad
     if code == ER_NO_SUCH_TABLE:

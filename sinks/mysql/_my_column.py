@@ -1,5 +1,4 @@
-"""A column of a MariaDB/MySQL table as ``information_schema.COLUMNS`` describes it (no Arrow:
-the worker that only commits a write loads this, never the value checks)."""
+"""A column of a MariaDB/MySQL table (no Arrow: a worker that only commits loads this)."""
 
 from __future__ import annotations
 
@@ -10,13 +9,12 @@ __all__ = ["MyColumn"]
 
 @dataclass(frozen=True)
 class MyColumn:
-    """One column of the target table (from ``information_schema.COLUMNS``)."""
+    """A column from ``information_schema.COLUMNS``: ``data_type`` lower-case (``bigint``...),
+    ``column_type`` in full for messages (``bigint(20) unsigned``)."""
 
     name: str
     data_type: str
-    """lower-case ``DATA_TYPE`` (``bigint``, ``varchar``, ``datetime``...)"""
     column_type: str
-    """full ``COLUMN_TYPE`` for messages (``bigint(20) unsigned``)"""
     not_null: bool
     has_default: bool
     generated: bool

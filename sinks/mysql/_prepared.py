@@ -1,13 +1,7 @@
-"""MariaDB/MySQL's SQL for the prepared-transaction protocol, on XA transactions (the
-:class:`~twopc.sinks.sql._sql_dialect.SqlDialect` of :class:`twopc.sinks.mysql.MySqlXaSink`).
-
-While the session that prepared an xid is still connected, the transaction stays attached
-to it: no other session can commit it (``XA COMMIT`` answers ``XAER_NOTA``) and the
-session itself can start nothing new (``XAER_RMFAIL``). So :meth:`MySqlPrepared.prepare`
-closes the writing connection and waits until the server has ended the session; it is
-never put back into a pool. ``XA RECOVER`` lists the xid in both states, which is how
-:meth:`MySqlPrepared.finish` tells "attached to a live session" (retry) from "gone".
-"""
+"""MariaDB/MySQL's SQL for the prepared-transaction protocol on XA transactions. A prepared xid
+stays attached to its session while that is connected (others get ``XAER_NOTA``), so ``prepare``
+closes the writing connection (never pooled) and waits until the server ended the session; ``XA
+RECOVER`` lists the xid in both states, which is how ``finish`` tells "attached" (retry) from "gone"."""
 
 from __future__ import annotations
 
@@ -51,19 +45,15 @@ __all__ = ["MySqlPrepared"]
 
 log = logging.getLogger("twopc.sinks.mysql")
 
-#: how long prepare waits for the server to end the writing session after closing it,
-#: and commit/abort retry an xid still attached to a live session
+#: how long prepare waits for the closed session to end, and commit/abort retry an attached xid
 _DETACH_WAIT_S = 10.0
 #: servers (``host:port/db as user``) whose account cannot read INNODB_TRX, in this process
 _INNODB_TRX_UNREADABLE: set[str] = set()
 
 
 class MySqlPrepared(MySqlDialect):
-    """XA's part of a prepared-transaction sink, on *target*'s connections.
-
-    Raises:
-        ConfigurationError: the table names no database and the URL has none.
-    """
+    """XA's part of a prepared-transaction sink, on *target*'s connections (ConfigurationError:
+    the table names no database and the URL has none)."""
 
     def __init__(self, target: SqlTarget) -> None:
         if target.table.schema is None and not target.options.url.database:
@@ -74,8 +64,7 @@ class MySqlPrepared(MySqlDialect):
         self.markers = MarkerTable(target)
 
     def xa_available(self) -> tuple[bool, str]:
-        """Whether the server can run the XA protocol (version, InnoDB with XA, ``XA
-        RECOVER`` allowed); never raises (see :meth:`twopc.sinks.mysql.MySqlXaSink.probe_xa`)."""
+        """Whether the server can run the XA protocol; never raises (see ``MySqlXaSink.probe_xa``)."""
         t = self.target
         try:
             conn = t.engine().raw_connection()
@@ -100,8 +89,7 @@ class MySqlPrepared(MySqlDialect):
 
     def table_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
         with my.cursor() as cur:
-            info = server.table_info(cur, self.target.table)
-            if info is None:
+            if (info := server.table_info(cur, self.target.table)) is None:
                 similar = server.similar_tables(cur, self.target.table) if validating else []
                 raise self.target.no_such_table(similar, validating=validating,
                                           database=self.target.table.schema or self.target.options.url.database,
@@ -127,8 +115,7 @@ class MySqlPrepared(MySqlDialect):
 
     def marker_columns(self, my: PyMySQLConnection) -> list[str] | None:
         with my.cursor() as cur:
-            info = server.table_info(cur, self.target.marker)
-            if info is None:
+            if (info := server.table_info(cur, self.target.marker)) is None:
                 return None
             if problem := server.engine_problem(cur, info, self.target.marker_label, role="the marker table", xa=True):
                 raise TargetConfigurationError(problem)
@@ -139,8 +126,7 @@ class MySqlPrepared(MySqlDialect):
             with my.cursor() as cur:
                 exec_sql(cur, self._marker_ddl())
         except pymysql.err.MySQLError as exc:
-            code = errno(exc)
-            if code in ACCESS_DENIED:
+            if (code := errno(exc)) in ACCESS_DENIED:
                 raise TargetConfigurationError(
                     f"cannot create the marker table {self.target.marker_label}: permission denied. Create it once "
                     f"as an owner: {self.marker_table_ddl()}; GRANT SELECT, INSERT, DELETE ON "
@@ -156,8 +142,8 @@ class MySqlPrepared(MySqlDialect):
 
     # -- executor side -------------------------------------------------------------------
     def begin(self, txn: SqlTxn[MyColumn]) -> None:
-        """Run ``sessionInitStatement`` once per connection, the session settings and the
-        isolation level, read the table's columns, then ``XA START``."""
+        """``sessionInitStatement`` once per connection, the session settings and isolation level,
+        the table's columns, then ``XA START``."""
         assert txn.conn is not None
         my: PyMySQLConnection = txn.conn.driver_connection  # type: ignore[assignment]  # PyMySQL: the engine's driver
         o = self.target.options
@@ -215,9 +201,8 @@ class MySqlPrepared(MySqlDialect):
         """Nothing: every row is inserted when it is loaded."""
 
     def prepare(self, txn: SqlTxn[MyColumn], control: TxnControl[MyColumn]) -> None:
-        """Marker row, ``XA END``, ``XA PREPARE``, check with ``XA RECOVER`` that the
-        server really prepared it, then close the connection and wait until the server has
-        ended that session (only then can another session commit the xid)."""
+        """Marker row, ``XA END``, ``XA PREPARE``, check ``XA RECOVER`` lists it, then close the connection
+        and wait until the server ended that session (only then can another session commit the xid)."""
         my: PyMySQLConnection = control.usable(txn)
         marker_sql, marker_values = control.marker_row(txn)
         prepare_sent = False
@@ -254,17 +239,13 @@ class MySqlPrepared(MySqlDialect):
         self._wait_detached(txn)
 
     def _wait_detached(self, txn: SqlTxn[MyColumn]) -> None:
-        """Wait (bounded) until the server has ended the closed write session and InnoDB
-        has detached its prepared transaction, so that the returned handle is safely
-        committable at once. Best effort: commit retries an attached xid, and checks that a
-        commit it was told succeeded did happen (see :meth:`finish`).
+        """Wait (bounded, best effort) until the server ended the closed write session and InnoDB
+        detached its prepared transaction, so the handle is committable at once.
 
-        MariaDB ends a session in two steps: the xid becomes committable by other sessions
-        (and the session leaves ``PROCESSLIST``) before InnoDB detaches the transaction
-        from it. An ``XA COMMIT`` in between answers OK, commits nothing and forgets the
-        xid, leaving the transaction prepared inside InnoDB until the server restarts. Only
-        ``information_schema.INNODB_TRX`` shows the second step (it needs the ``PROCESS``
-        privilege); without it this waits for the first step only."""
+        MariaDB makes the xid committable by others (and drops the session from ``PROCESSLIST``) before
+        InnoDB detaches it; an ``XA COMMIT`` in between answers OK, commits nothing and forgets the xid
+        until a restart. Only ``INNODB_TRX`` (``PROCESS`` privilege) shows the second step; without it
+        this waits for the first only, and commit checks the marker (:meth:`finish`)."""
         if not txn.session_id:
             return
         deadline = time.monotonic() + _DETACH_WAIT_S
@@ -297,8 +278,8 @@ class MySqlPrepared(MySqlDialect):
             log.debug("twopc mysql xa: could not watch session %s end", txn.session_id, exc_info=True)
 
     def rollback(self, txn: SqlTxn[MyColumn]) -> bool:
-        """``XA END`` + ``XA ROLLBACK``; ``True`` (close the connection, which makes the
-        server roll it back) when that failed or left the xid behind."""
+        """``XA END`` + ``XA ROLLBACK``; ``True`` (close the connection: the server rolls back) when
+        that failed or left the xid behind."""
         broken = False
         try:
             with txn.conn.driver_connection.cursor() as cur:  # type: ignore[union-attr]  # a checked-out connection has its DB-API connection
@@ -323,10 +304,8 @@ class MySqlPrepared(MySqlDialect):
                 raise
 
     def _rollback_prepared_quietly(self, txn: SqlTxn[MyColumn]) -> None:
-        """After the write connection broke around ``XA PREPARE``: end its server session
-        (``KILL``; the server may not have noticed the disconnect yet, and a prepared xid is
-        attached to its session until then) and roll the xid back if it was prepared. Best
-        effort, never raises: recovery's sweep rolls back whatever remains."""
+        """After the connection broke around ``XA PREPARE``: ``KILL`` its session (the xid is attached
+        until it ends) and roll the xid back. Best effort: recovery's sweep rolls back what remains."""
         try:
             if txn.session_id:
                 with contextlib.suppress(pymysql.err.MySQLError):  # unknown thread: already gone
@@ -344,9 +323,8 @@ class MySqlPrepared(MySqlDialect):
         return Headroom("XA RECOVER", len(rows), None)
 
     def swallowed_commit(self, gid: str) -> SinkError:
-        """The error for an ``XA COMMIT`` that answered OK while its marker row (committed
-        atomically with the data) is not there: the commit raced the end of the session
-        that prepared the xid (see :meth:`_wait_detached`)."""
+        """The error for an ``XA COMMIT`` that answered OK without its marker row: it raced the end of
+        the preparing session (see :meth:`_wait_detached`)."""
         table = self.target.table_label
         log.error("twopc: MariaDB acknowledged XA COMMIT of %s on %s but did not commit it", gid, table)
         return SinkError(
@@ -362,13 +340,9 @@ class MySqlPrepared(MySqlDialect):
         return [g for g in server.parse_recover(rows) if g.startswith(prefix)]
 
     def finish(self, verb: str, gid: str) -> bool:
-        """``XA COMMIT``/``XA ROLLBACK`` *gid*; ``False`` if the server does not know the xid
-        (``XAER_NOTA`` and not listed by ``XA RECOVER``).
-
-        An xid that ``XA RECOVER`` lists but ``XA COMMIT`` calls unknown is still attached
-        to a live session (the one that prepared it has not ended yet): retried for a
-        while, then a :class:`SinkError`.
-        """
+        """``XA COMMIT``/``XA ROLLBACK`` *gid*; ``False`` if the server does not know it (``XAER_NOTA``
+        and not in ``XA RECOVER``). One listed but unknown to ``XA COMMIT`` is attached to a live
+        session: retried for a while, then a :class:`SinkError`."""
         deadline = time.monotonic() + _DETACH_WAIT_S
         delay = 0.01
         while True:
@@ -392,13 +366,13 @@ class MySqlPrepared(MySqlDialect):
 
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
         """A batch's ``XA COMMIT``\\ s in one round trip (:func:`~twopc.sinks.mysql._xa_commit.commit_many`);
-        otherwise :meth:`finish` for each id, one after the other."""
+        otherwise :meth:`finish` per id."""
         if verb == "COMMIT" and len(gids) > 1:
             return commit_many(self, gids)
         return [self.finish(verb, gid) for gid in gids]
 
     def prepared_elsewhere(self, gid: str) -> str | None:
-        """``None``: ``XA RECOVER`` is server-wide, so :meth:`prepared_ids` already sees every database."""
+        """``None``: ``XA RECOVER`` is server-wide."""
         return None
 
     def prepared_since(self, prefix: str) -> dict[str, float]:

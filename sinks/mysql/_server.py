@@ -1,11 +1,7 @@
-"""What a MariaDB/MySQL server says about itself and a table: whether it can run the XA
-protocol, a table's type, engine and columns, and the prepared xids ``XA RECOVER`` lists.
-
-Server semantics the XA sink relies on (checked here and by the tests against MariaDB
-10.11): a prepared XA transaction survives the disconnect of the session that prepared it
-(MariaDB >= 10.5, MySQL >= 5.7.7; older servers roll it back, and are refused); InnoDB
-replays prepared XA transactions after a crash; ``XA RECOVER`` is server-wide.
-"""
+"""What a MariaDB/MySQL server says about itself and a table: XA support, a table's type, engine
+and columns, and the xids ``XA RECOVER`` lists. The XA sink relies on (and the tests check): a
+prepared XA transaction survives its session's disconnect (MariaDB >= 10.5, MySQL >= 5.7.7), InnoDB
+replays prepared ones after a crash, and ``XA RECOVER`` is server-wide."""
 
 from __future__ import annotations
 
@@ -35,8 +31,7 @@ _GTRID_CHARS = re.compile(r"^[A-Za-z0-9_.:~-]{1,64}$")
 
 
 def exec_sql(cur: Cursor, query: str, params: Sequence[Any] = ()) -> int:
-    """Execute with a parameter tuple, always: every statement of the sink is written for
-    pymysql's ``%`` formatting (identifiers quoted with ``%`` doubled)."""
+    """Execute with a parameter tuple, always: every statement is written for ``%`` formatting."""
     return cur.execute(query, tuple(params))
 
 
@@ -50,13 +45,8 @@ def server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
 
 
 def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
-    """Whether the server can run the XA protocol: its version keeps prepared XA
-    transactions across a client disconnect, InnoDB is there with XA support, and the user
-    may run ``XA RECOVER``. ``(ok, description or reason)``; no secret in either.
-
-    Raises:
-        pymysql.Error: the server failed to answer.
-    """
+    """Whether the server can run the XA protocol (prepared transactions survive a disconnect, InnoDB
+    with XA, ``XA RECOVER`` allowed): ``(ok, description or reason)``, no secret in either."""
     exec_sql(cur, "SELECT VERSION()")
     row = cur.fetchone()
     version = str(row[0]) if row else "?"
@@ -67,8 +57,7 @@ def probe_xa(cur: Cursor, where: str, redact: Any) -> tuple[bool, str]:
         return False, (f"{kind} {version} rolls back a prepared XA transaction when its client disconnects "
                        f"(fixed in {fixed}): {upgrade}")
     exec_sql(cur, "SELECT SUPPORT, TRANSACTIONS, XA FROM information_schema.ENGINES WHERE ENGINE = 'InnoDB'")
-    eng = cur.fetchone()
-    if eng is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
+    if (eng := cur.fetchone()) is None or str(eng[0]).upper() not in ("YES", "DEFAULT"):
         return False, f"{version} at {where} has no InnoDB engine, which XA needs"
     if str(eng[2]).upper() != "YES":
         return False, f"{version} at {where}: InnoDB reports no XA support"
@@ -95,11 +84,8 @@ class TableInfo:
 
 
 def table_info(cur: Cursor, table: TableName) -> TableInfo | None:
-    """Type, engine and stored names of *table* (``None``: no such table).
-
-    ``information_schema`` compares names case-insensitively, MariaDB on Linux does not
-    (``lower_case_table_names = 0``): an exact match is required there.
-    """
+    """Type, engine and stored names of *table* (``None``: no such table); the name must match
+    exactly where the server compares names case-sensitively (``lower_case_table_names = 0``)."""
     exec_sql(cur, "SELECT TABLE_SCHEMA, TABLE_NAME, TABLE_TYPE, ENGINE, DATABASE(), @@lower_case_table_names "
                   "FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(%s, DATABASE()) "
                   "AND TABLE_NAME = %s", (table.schema, table.name))
@@ -117,13 +103,9 @@ def table_info(cur: Cursor, table: TableName) -> TableInfo | None:
 
 
 def engine_problem(cur: Cursor, info: TableInfo, display: str, *, role: str = "", xa: bool) -> str | None:
-    """Why writes to the table *info* describes (*display*, named as *role* in the message:
-    ``"the staging table"``) cannot roll back
-    with their transaction, or ``None`` when they can: the rule every MySQL/MariaDB commit mode
-    applies (:func:`twopc.sinks.sql.require_transactional`). A view is refused (the engines of the
-    tables under it are not checked cheaply); so is an engine whose ``information_schema.ENGINES``
-    row says ``TRANSACTIONS = NO`` (MyISAM, Aria, MEMORY, CSV, ARCHIVE, ...) and, for the XA
-    mode (*xa*), one without XA support."""
+    """Why writes to the table *info* describes (*display*, called *role*) cannot roll back with their
+    transaction, or ``None`` (:func:`twopc.sinks.sql.require_transactional`): a view, an engine that is
+    not transactional (MyISAM, Aria, MEMORY, ...), or for XA (*xa*) one without XA support."""
     what = f"{role} {display}".strip()
     if info.table_type not in ("BASE TABLE", "SYSTEM VERSIONED"):
         return (f"{what} is a {info.table_type.lower()}, not a table: twopc writes to base tables only "
@@ -143,15 +125,12 @@ def engine_problem(cur: Cursor, info: TableInfo, display: str, *, role: str = ""
 
 
 def table_rollback_problem(raw: Any, table: TableName, role: str) -> str | None:
-    """:func:`engine_problem` of *table* (outside XA) on DB-API connection *raw*, ``None`` when it
-    does not exist."""
     with raw.cursor() as cur:
         info = table_info(cur, table)
         return None if info is None else engine_problem(cur, info, table.display(), role=role, xa=False)
 
 
 def catalog_columns(raw: Any, table: TableName) -> list[MyColumn] | None:
-    """The columns of *table* on DB-API connection *raw*, ``None`` when it does not exist."""
     with raw.cursor() as cur:
         info = table_info(cur, table)
         return None if info is None else table_columns(cur, info)
@@ -166,7 +145,6 @@ def similar_tables(cur: Cursor, table: TableName) -> list[TableName]:
 
 
 def table_columns(cur: Cursor, info: TableInfo) -> list[MyColumn]:
-    """The columns of the table *info* describes, in order."""
     exec_sql(cur, "SELECT TABLE_SCHEMA, TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, "
                   "COLUMN_DEFAULT, EXTRA FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s "
                   "AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION", (info.schema, info.name))
@@ -186,11 +164,9 @@ _JSON_VALID = re.compile(r"^\s*json_valid\(`((?:[^`]|``)+)`\)\s*$", re.IGNORECAS
 
 
 def _mariadb_json_columns(cur: Cursor, info: TableInfo) -> set[str]:
-    """The columns of *info*'s table that MariaDB declared ``JSON``: MariaDB stores them as
-    ``LONGTEXT`` with the check ``json_valid(`col`)`` (MySQL's JSON is a type of its own)."""
+    """The columns MariaDB declared ``JSON`` (stored as ``LONGTEXT`` checked by ``json_valid``)."""
     exec_sql(cur, "SELECT VERSION()")
-    row = cur.fetchone()
-    if row is None or server_kind(str(row[0]))[0] != "MariaDB":
+    if (row := cur.fetchone()) is None or server_kind(str(row[0]))[0] != "MariaDB":
         return set()
     exec_sql(cur, "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = %s "
                   "AND TABLE_NAME = %s", (info.schema, info.name))
@@ -199,8 +175,7 @@ def _mariadb_json_columns(cur: Cursor, info: TableInfo) -> set[str]:
 
 
 def parse_recover(rows: Iterable[Sequence[Any]]) -> list[str]:
-    """Gtrids from ``XA RECOVER`` rows ``(formatID, gtrid_length, bqual_length, data)``,
-    keeping only xids of the sink's shape (formatID 1, empty bqual, ASCII gtrid)."""
+    """Gtrids of ``XA RECOVER`` rows of the sink's shape (formatID 1, empty bqual, ASCII gtrid)."""
     out = []
     for row in rows:
         try:
@@ -210,22 +185,17 @@ def parse_recover(rows: Iterable[Sequence[Any]]) -> list[str]:
         if fmt != FORMAT_ID or blen != 0:
             continue
         raw = data if isinstance(data, bytes | bytearray) else str(data).encode("utf-8", "surrogateescape")
-        try:
-            gid = bytes(raw[:glen]).decode("ascii")
-        except UnicodeDecodeError:
-            continue
+        gid = bytes(raw[:glen]).decode("ascii", "replace")  # a replaced byte fails the match
         if _GTRID_CHARS.match(gid):
             out.append(gid)
     return out
 
 
 def session_settings(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, tuple[Any, ...]]]:
-    """The statements (with parameters) that make a session write like twopc needs, for
-    every MySQL/MariaDB commit mode: lock waits bounded by *lock_timeout* (at least 1 s;
-    the server counts whole seconds), ``time_zone = '+00:00'`` (timestamps are sent as UTC),
-    ``STRICT_TRANS_TABLES`` added to ``sql_mode`` when no strict mode is set (a NULL in a
-    NOT NULL column or a too-long value fails the write instead of being silently
-    changed), and MariaDB's ``max_statement_time`` when *query_timeout* > 0."""
+    """The statements (with parameters) that make a session write as twopc needs, in every
+    MySQL/MariaDB commit mode: lock waits bounded by *lock_timeout* (whole seconds, at least 1),
+    ``time_zone = '+00:00'``, ``STRICT_TRANS_TABLES`` when no strict mode is set (a bad value fails
+    instead of being changed), and MariaDB's ``max_statement_time`` when *query_timeout* > 0."""
     lock = min(lock_seconds(lock_timeout), 1_073_741_824)
     out: list[tuple[str, tuple[Any, ...]]] = [(
         ("SET SESSION innodb_lock_wait_timeout = %s, lock_wait_timeout = %s, time_zone = '+00:00', "

@@ -1,15 +1,11 @@
-"""MariaDB / MySQL two-phase-commit sink (``MySqlXaSink``) on XA transactions: each task
-attempt inserts its rows, writes a marker row and ``XA PREPARE``\\ s it under a gtrid that is a
-:class:`twopc.Xid` (bqual empty, formatID 1; at most 64 bytes); the driver runs ``XA COMMIT``
-from another connection. The protocol is :class:`~twopc.sinks.sql.PreparedSqlSink`'s; XA's SQL
-and its session rules are :class:`~twopc.sinks.mysql._prepared.MySqlPrepared`'s. ``XA RECOVER``
-is server-wide: the sink id must be unique per server (the default, derived from the
-checkpoint location, is).
+"""MariaDB / MySQL two-phase-commit sink on XA transactions: each task attempt inserts its rows,
+writes a marker row and ``XA PREPARE``\\ s it under a gtrid that is a :class:`twopc.Xid` (bqual
+empty, formatID 1, at most 64 bytes); the driver runs ``XA COMMIT`` from another connection. XA's
+SQL is :class:`~twopc.sinks.mysql._prepared.MySqlPrepared`'s. ``XA RECOVER`` is server-wide: the
+sink id must be unique per server (the default, from the checkpoint location, is).
 
-Requirements on the server: an InnoDB target table, ``INSERT`` on it, ``CREATE`` on its
-database the first time (for the marker table; or :meth:`MySqlPrepared.marker_table_ddl`), and,
-on MySQL 8, ``XA_RECOVER_ADMIN`` to see other sessions' prepared transactions.
-"""
+The server needs an InnoDB table, ``INSERT`` on it, ``CREATE`` on its database the first time (or
+:meth:`MySqlPrepared.marker_table_ddl`), and on MySQL 8 ``XA_RECOVER_ADMIN``."""
 
 from __future__ import annotations
 
@@ -29,17 +25,14 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     """Exactly-once appends to one MariaDB/MySQL InnoDB table through XA transactions.
 
     Args:
-        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` URL, or a SQLAlchemy URL (the driver
-            is replaced by PyMySQL), as text or :class:`sqlalchemy.engine.URL`.
-        table: ``[database.]table`` in MySQL syntax (backticks); without a database, the
-            URL's.
-        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (whole
-            seconds, at least 1), ``session_init_statement`` (run once on every new write
-            connection).
+        url: a ``jdbc:mysql://`` / ``jdbc:mariadb://`` or SQLAlchemy URL, text or :class:`sqlalchemy.engine.URL`
+            (the driver becomes PyMySQL).
+        table: ``[database.]table`` in MySQL syntax (backticks); without a database, the URL's.
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (whole seconds, at least 1),
+            ``session_init_statement`` (run once on every new write connection).
 
     Raises:
-        ConfigurationError: an argument is invalid (nothing is contacted).
-    """
+        ConfigurationError: an argument is invalid (nothing is contacted)."""
 
     __handle_type__ = MySqlXaHandle
     database = MySqlPrepared
@@ -49,13 +42,11 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     # -- XA availability -------------------------------------------------------------------
     @classmethod
     def probe_xa(cls, url: str | URL, *, connect_timeout: int = 10) -> tuple[bool, str]:
-        """Tell whether the server at *url* can run this sink's XA protocol (version,
-        InnoDB with XA, ``XA RECOVER`` allowed). Never raises: ``twopc-jdbc`` uses the
-        answer to pick the prepared (XA) or the staging mode.
+        """Whether the server at *url* can run the XA protocol (version, InnoDB with XA, ``XA
+        RECOVER`` allowed); ``twopc-jdbc`` picks its mode by it. Never raises.
 
         Returns:
-            ``(True, description)`` or ``(False, reason)``; neither contains the password.
-        """
+            ``(True, description)`` or ``(False, reason)``; neither contains the password."""
         try:
             probe = cls(url, "information_schema.twopc_probe", connect_timeout=connect_timeout)
         except ConfigurationError as exc:

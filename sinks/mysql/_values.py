@@ -1,8 +1,5 @@
-"""Values for MariaDB/MySQL: which Arrow types fit which column types, and the values the
-server would mangle or reject, refused before they are sent (naming the column).
-
-Writes run with ``time_zone = '+00:00'``: Arrow timestamps are written as naive UTC with
-microseconds."""
+"""Values for MariaDB/MySQL: which Arrow types fit which columns, and the values the server would
+mangle or reject, refused first. Writes run in UTC: timestamps go as naive UTC with microseconds."""
 
 from __future__ import annotations
 
@@ -34,20 +31,16 @@ _FAMILIES: dict[str, Family] = {
 
 
 def family(col: MyColumn) -> Family:
-    """The type-rule family of a MariaDB/MySQL column."""
     return _FAMILIES.get(col.data_type, Family.OTHER)
 
 
 def compatible(t: pa.DataType, col: MyColumn) -> bool:
-    """Whether Arrow values of type *t* can be written to *col*: the shared rule
-    (:func:`twopc.sinks.sql._type_rules.fits`) for the column's :func:`family`."""
     return fits(t, family(col), implicit_casts=True)
 
 
 def normalize_array(arr: pa.Array) -> pa.Array:
-    """Cast an Arrow array to one whose ``to_pylist()`` gives values pymysql can escape:
-    dictionaries decoded, timestamps as naive UTC with microseconds, halves as floats,
-    arrays, maps and structs (which fit only JSON columns) as their JSON text."""
+    """*arr* cast so that ``to_pylist()`` gives values pymysql can escape (naive UTC timestamps in
+    microseconds, floats for halves, nested values as JSON text)."""
     if is_nested(arr.type):
         return json_texts(arr)
     t = arr.type
@@ -68,12 +61,8 @@ def normalize_array(arr: pa.Array) -> pa.Array:
 
 
 def checked_array(arr: pa.Array, column: str, table: str) -> pa.Array:
-    """*arr* normalized (:func:`normalize_array`), refusing values MariaDB would mangle or
-    reject, naming the column.
-
-    Raises:
-        ConfigurationError: a string has a NUL byte, or a float is NaN or infinite.
-    """
+    """*arr* normalized, refusing (ConfigurationError, naming the column) a string with a NUL byte
+    or a NaN or infinite float, which MariaDB would mangle or reject."""
     arr = normalize_array(arr)
     t = arr.type
     if arr.null_count == len(arr):
@@ -112,6 +101,3 @@ def check_value(value: Any, column: str, row: int, table: str) -> Any:
     elif isinstance(value, dict | list | tuple):
         return json_text(value)
     return value
-
-
-# -- open transaction -----------------------------------------------------------------

@@ -1,12 +1,7 @@
-"""``XA COMMIT`` of a batch's prepared transactions in one round trip: one multi-statement
-query (``XA COMMIT 'a'; XA COMMIT 'b'; ...``) on the control connection, then one marker
-lookup of the ids the server said it committed.
-
-The server stops at the first statement that fails: the ids before it were committed, the
-failing one is classified as :meth:`MySqlPrepared.finish` classifies an error, and the query
-starts again after it. Multi-statements are switched on for that one query only
-(``COM_SET_OPTION``) and off again before the connection goes back to its pool.
-"""
+"""``XA COMMIT`` of a batch's prepared transactions in one round trip: one multi-statement query on
+the control connection, then one marker lookup of the ids committed. The server stops at the first
+failing statement, which is classified as :meth:`MySqlPrepared.finish` does, and the query starts
+again after it. Multi-statements are on for that one query only (``COM_SET_OPTION``)."""
 
 from __future__ import annotations
 
@@ -41,30 +36,22 @@ class XaCommitter(Protocol):
     def finish(self, verb: str, gid: str) -> bool: ...
 
 
-#: Most ``XA COMMIT`` statements one query carries (an xid is at most 128 bytes quoted, so
-#: a query stays far below the default ``max_allowed_packet``).
+#: ``XA COMMIT`` statements per query (far below the default ``max_allowed_packet``)
 MAX_STATEMENTS = 500
 
 _MULTI_ON, _MULTI_OFF = 0, 1  # MYSQL_OPTION_MULTI_STATEMENTS_ON / _OFF
 
 
 def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
-    """``XA COMMIT`` each of *gids*, in order, in as few round trips as the answers allow:
-    per id ``True`` (committed, its marker row checked) or ``False`` (the server does not
-    know it), as :meth:`~twopc.sinks.mysql._dialect.MySqlDialect.finish` answers for one.
-
-    Raises:
-        SinkError: the server refused an ``XA COMMIT`` (the ids before it are committed,
-            the ids after it untouched), or acknowledged one whose marker row is absent.
-        SinkUnavailableError: the connection failed twice.
-    """
+    """``XA COMMIT`` each of *gids* in as few round trips as the answers allow: per id ``True``
+    (committed, marker checked) or ``False`` (unknown to the server), as ``finish`` answers for one.
+    SinkError: the server refused one (those before it are committed), or a marker row is absent."""
     done: list[bool] = []
     pos = 0
     while pos < len(gids):
         chunk = list(gids[pos: pos + MAX_STATEMENTS])
         ok, failed = sink.target.control_run(functools.partial(_commit_run, sink, chunk=chunk))
-        committed = chunk[:ok]
-        if committed:
+        if committed := chunk[:ok]:
             markers = sink.markers.among(committed)
             for gid in committed:
                 if gid not in markers:
@@ -83,8 +70,7 @@ def commit_many(sink: XaCommitter, gids: Sequence[str]) -> list[bool]:
 
 
 def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int, BaseException | None]:
-    """Send ``XA COMMIT`` for the ids of *chunk* as one query; how many succeeded (a prefix) and the
-    error of the one after them (``None`` when all did). A connection failure raises."""
+    """Send ``XA COMMIT`` for *chunk* as one query; how many succeeded and the next one's error."""
     _set_multi_statements(dbapi, True)
     ok = 0
     failed: BaseException | None = None
@@ -103,7 +89,6 @@ def _commit_run(sink: XaCommitter, dbapi: Any, *, chunk: list[str]) -> tuple[int
 
 
 def _set_multi_statements(dbapi: Any, on: bool) -> None:
-    """Turn multi-statements on or off for the connection *dbapi*: ``COM_SET_OPTION``, through PyMySQL's
-    ``_execute_command``; the server answers with one EOF or error packet."""
+    """Turn multi-statements on or off (``COM_SET_OPTION``, one EOF or error packet back)."""
     dbapi._execute_command(COMMAND.COM_SET_OPTION, struct.pack("<H", _MULTI_ON if on else _MULTI_OFF))
     dbapi._read_packet()

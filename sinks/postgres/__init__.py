@@ -1,10 +1,6 @@
-"""The PostgreSQL sink: ``PREPARE TRANSACTION`` per task attempt, loaded with binary COPY
-from Arrow (``format("twopc-postgres")``, and the prepared mode of ``twopc-jdbc``).
-
-Needs psycopg 3: ``pip install 'pyspark-twopc[postgres]'``. The package loads without it (the
-shared SQL layer reads PostgreSQL's dialect, :mod:`twopc.sinks.postgres._dialect`, to parse
-options); its sink names the extra when it is first read.
-"""
+"""The PostgreSQL sink: ``PREPARE TRANSACTION`` per task attempt, loaded with binary COPY from Arrow
+(``format("twopc-postgres")``, and ``twopc-jdbc``'s prepared mode). Needs psycopg 3 (``pip install
+'pyspark-twopc[postgres]'``), which the sink names when first read."""
 
 from typing import TYPE_CHECKING
 

@@ -1,12 +1,7 @@
-"""Arrow record batches to PostgreSQL binary ``COPY ... FROM STDIN`` streams, without
-Python objects per row (and without numpy: only pyarrow compute kernels and :mod:`array`).
-
-Each field is ``int32 length || big-endian value``; values are cast to the table's type first
-(binary input must match it exactly; narrowing is range-checked). A row is assembled from
-constant bytes, fixed-width values and variable-width data, interleaved row by row with
-``take`` over cached gather indices. Only the pairs in :data:`BINARY_TYPES` are encoded this
-way; :mod:`twopc.sinks.postgres._copy` falls back to CSV for the others.
-"""
+"""Arrow record batches to PostgreSQL binary ``COPY ... FROM STDIN`` streams, with pyarrow compute
+kernels and :mod:`array` only (no Python object per row, no numpy). Values are cast to the table's
+type first (narrowing is range-checked); rows are interleaved with ``take`` over cached gather
+indices. Types outside :data:`BINARY_TYPES` go as CSV (:mod:`twopc.sinks.postgres._copy`)."""
 
 from __future__ import annotations
 
@@ -24,7 +19,7 @@ import pyarrow.compute as pc
 from twopc import ConfigurationError, SinkError
 
 from ..sql._json_values import is_nested
-from ._columns import PgColumn, check_no_nul, is_binary, is_string, value_bytes
+from ._columns import FLOAT_PG, INT_PG, PgColumn, check_no_nul, is_binary, is_string, value_bytes
 
 __all__ = ["BINARY_HEADER", "BINARY_TRAILER", "BINARY_TYPES", "CHUNK_ROWS", "binary_supported", "encode_binary"]
 
@@ -39,19 +34,16 @@ _PG_EPOCH_DAYS = 10_957
 # PostgreSQL's timestamp range relative to 2000-01-01 (4714-11-24 BC .. 294276 AD), in us.
 _MIN_TS = -211_813_488_000_000_000
 _END_TS = 9_223_371_331_200_000_000
-# date range: julian day 0 .. (2^31 - 1 - 68) days after 2000-01-01 (approximately; the
-# server checks the exact bound).
+# date range: julian day 0 .. about 2^31 days after 2000-01-01 (the server checks the exact bound)
 _MIN_DATE = -2_451_545
 _END_DATE = 2_147_483_494 - 2_451_545
-_INT_PG = frozenset({"int2", "int4", "int8"})
-_FLOAT_PG = frozenset({"float4", "float8"})
 
 
 #: (predicate on the Arrow type, PostgreSQL base types) pairs the binary encoder handles.
 BINARY_TYPES: tuple[tuple[Callable[[pa.DataType], bool], frozenset[str]], ...] = (
     (pa.types.is_null, frozenset({"*"})),
-    (pa.types.is_integer, _INT_PG | _FLOAT_PG),
-    (pa.types.is_floating, _FLOAT_PG),
+    (pa.types.is_integer, INT_PG | FLOAT_PG),
+    (pa.types.is_floating, FLOAT_PG),
     (pa.types.is_boolean, frozenset({"bool"})),
     (is_string, frozenset({"text", "varchar", "bpchar", "json", "jsonb"})),
     (is_nested, frozenset({"json", "jsonb"})),  # sent as their JSON text (normalize_array)
@@ -62,7 +54,6 @@ BINARY_TYPES: tuple[tuple[Callable[[pa.DataType], bool], frozenset[str]], ...] =
 
 
 def binary_supported(arrow_type: pa.DataType, col: PgColumn) -> bool:
-    """Whether :func:`encode_binary` can encode *arrow_type* for *col*."""
     t = arrow_type.value_type if pa.types.is_dictionary(arrow_type) else arrow_type
     for pred, pgs in BINARY_TYPES:
         if pred(t):
@@ -77,17 +68,9 @@ _INT_FORMATS = {8: "b", 16: "h", 32: "i", 64: "q"}
 
 
 def const(value: int | bytes, type_: pa.DataType) -> pa.Scalar:
-    """The scalar *value* of *type_* (a signed integer, ``binary`` or ``large_binary``), built
-    from its bytes. Every conversion from Python values in pyarrow (``pa.scalar(1)``,
-    ``pa.array([...])``, a plain ``1`` passed to a compute function) asks pyarrow's pandas
-    shim whether the value is a pandas object, and that first question imports pandas: about
-    0.4 s of CPU in a fresh Spark Python worker. A scalar built from a buffer asks nothing, so
-    the encoder, which makes its scalars with this and computes over arrays, never imports
-    pandas.
-
-    Raises:
-        TypeError: another type, or a value that is not of it.
-    """
+    """The scalar *value* of *type_* (a signed integer, ``binary`` or ``large_binary``), built from
+    its bytes: a scalar from a Python value makes pyarrow import pandas (0.4 s of CPU in a fresh
+    Spark worker), one from a buffer does not."""
     if isinstance(value, bytes) and (pa.types.is_binary(type_) or pa.types.is_large_binary(type_)):
         offsets = struct.pack("=2q" if pa.types.is_large_binary(type_) else "=2i", 0, len(value))
         return pa.Array.from_buffers(type_, 1, [None, pa.py_buffer(offsets), pa.py_buffer(value)])[0]
@@ -101,11 +84,8 @@ def const(value: int | bytes, type_: pa.DataType) -> pa.Scalar:
 _NULL_FIELD = const(b"\xff\xff\xff\xff", _LB)
 _SEP = const(b"", _LB)
 _JSONB_VERSION = const(b"\x01", _LB)
-#: array typecode of each fixed width we byte-swap
-_SWAP_CODES: dict[tuple[str, int], str] = {}
-for _code in "hilqfd":
-    _kind = "f" if _code in "fd" else "i"
-    _SWAP_CODES.setdefault((_kind, array.array(_code).itemsize), _code)
+#: array typecode of each fixed width we byte-swap (the first of a width wins)
+_SWAP_CODES = {("f" if c in "fd" else "i", array.array(c).itemsize): c for c in reversed("hilqfd")}
 
 
 def _lengths(arr: pa.Array, jsonb: bool) -> pa.Array:
@@ -140,13 +120,7 @@ def _check_range(name: str, values: pa.Array, lo: int, hi: int, what: str) -> No
 
 
 def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, str]:
-    """The values of a fixed-width column as a primitive array of the wire type (same
-    slots and validity as *arr*), and its byte-swap kind (``i``/``f``).
-
-    Raises:
-        SinkError: a value does not fit the column's type.
-        ConfigurationError: no binary encoding of this pair.
-    """
+    """A fixed-width column as a primitive array of the wire type, and its byte-swap kind (``i``/``f``)."""
     t = arr.type
     pg = col.base_type
     if pa.types.is_integer(t) and pg in _INT_CAST:
@@ -181,8 +155,7 @@ def _binary_values(name: str, arr: pa.Array, col: PgColumn) -> tuple[pa.Array, s
 
 @dataclass(frozen=True)
 class _Fixed:
-    """A fixed-width part of every row: ``width`` big-endian bytes per row (the values
-    of a primitive array without nulls)."""
+    """A fixed-width part of every row: ``width`` big-endian bytes per row."""
 
     width: int
     data: bytes | array.array[Any]
@@ -190,8 +163,7 @@ class _Fixed:
 
 _NULL_BYTES = b"\xff\xff\xff\xff"
 
-#: A part of a binary COPY row: constant bytes (the same in every row), a fixed-width
-#: value (:class:`_Fixed`), or a variable-width binary-like array (a null adds nothing).
+#: A part of a binary COPY row: constant bytes, a fixed-width value, or a binary-like array (null: nothing).
 _Piece: TypeAlias = bytes | _Fixed | pa.Array
 
 
@@ -214,8 +186,7 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
     if pa.types.is_null(t) or arr.null_count == n:
         return [_NULL_BYTES]
     if is_string(t) or is_binary(t):
-        jsonb = col.base_type == "jsonb"
-        if jsonb and arr.null_count:
+        if (jsonb := col.base_type == "jsonb") and arr.null_count:
             return [_jsonb_fields(arr)]  # the version byte only for non-null values
         lengths = _lengths(arr, jsonb)
         if arr.null_count:
@@ -226,8 +197,7 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
     data = _big_endian_bytes(values, kind)
     if not arr.null_count:
         return [struct.pack(">i", width), _Fixed(width, data)]
-    # with nulls, rows differ in width: the length (or -1) is a fixed part, the value a
-    # variable one that is empty for null rows (null slots of the data are skipped)
+    # with nulls the length (or -1) is a fixed part, the value a variable one, empty for null rows
     valid = arr.is_valid()
     lengths = pc.if_else(valid, const(width, pa.int32()), const(-1, pa.int32()))
     value = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [valid.buffers()[1], pa.py_buffer(data)])
@@ -237,16 +207,14 @@ def _binary_pieces(name: str, arr: pa.Array, col: PgColumn) -> list[_Piece]:
 #: Arrow type of each gather unit size
 _UNITS = {1: pa.uint8(), 2: pa.uint16(), 4: pa.uint32(), 8: pa.uint64()}
 
-# Gather indices, by (kind, rows, layout): every batch of a write has the same layout and,
-# but for the last, the same number of rows. Bounded by the bytes of the cached arrays.
+# Gather indices by (kind, rows, layout): a write's batches share them; bounded by the cached arrays' bytes.
 _INDEX_CACHE: dict[tuple[Any, ...], pa.Array] = {}
 _INDEX_CACHE_LIMIT = 64 << 20
 _INDEX_LOCK = threading.Lock()
 
 
 def _cached_index(key: tuple[Any, ...], build: Callable[[], array.array[Any]]) -> pa.Array:
-    idx = _INDEX_CACHE.get(key)
-    if idx is not None:
+    if (idx := _INDEX_CACHE.get(key)) is not None:
         return idx
     a = build()
     idx = pa.Array.from_buffers(pa.int32() if a.typecode == "i" else pa.int64(), len(a), [None, pa.py_buffer(a)])
@@ -260,24 +228,19 @@ def _cached_index(key: tuple[Any, ...], build: Callable[[], array.array[Any]]) -
 
 
 def _index_array(size: int, top: int) -> array.array[Any]:
-    """A zeroed index array of *size* entries able to hold *top*."""
     code = "i" if top < 2**31 and array.array("i").itemsize == 4 else "q"
     return array.array(code, bytes(array.array(code).itemsize * size))
 
 
 def _fixed_rows(group: Sequence[bytes | _Fixed], n: int) -> tuple[pa.Buffer, int]:
-    """The fixed-width parts of *n* rows, interleaved row by row, and the row width.
-
-    The constant parts, then each value's big-endian bytes, are laid end to end and read
-    as units of the largest size (1, 2, 4 or 8 bytes) that divides every part; one
-    ``take`` with an index that depends only on the layout and *n* (cached) gathers the
-    units row by row."""
+    """The fixed-width parts of *n* rows, interleaved row by row, and the row width: the parts are
+    laid end to end as units of the largest size dividing every part, and one cached ``take`` gathers
+    them row by row."""
     widths = [len(p) if isinstance(p, bytes) else p.width for p in group]
     unit = next(u for u in (8, 4, 2, 1) if all(w % u == 0 for w in widths))
     width = sum(widths)
     consts = b"".join(p for p in group if isinstance(p, bytes))
-    values = [p for p in group if not isinstance(p, bytes)]
-    if not values:
+    if not (values := [p for p in group if not isinstance(p, bytes)]):
         return pa.py_buffer(consts * n), width
     src = bytearray(consts)
     for p in values:
@@ -320,20 +283,14 @@ def _interleave_index(n: int, k: int) -> pa.Array:
 
 
 def _value_bytes(arr: pa.Array) -> int:
-    """Total bytes of the values of a binary-like array (its slice of the data buffer)."""
     if pa.types.is_fixed_size_binary(arr.type):
         return len(arr) * arr.type.byte_width
     return len(value_bytes(arr))
 
 
 def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:
-    """The COPY tuples of *n* rows made of *pieces*, as one buffer.
-
-    Runs of constant and fixed-width parts become fixed-width row segments
-    (:func:`_fixed_rows`); with variable parts (text, bytea, nullable fixed columns)
-    between them, the segments are stacked into one binary array and ``take`` with an
-    interleaving index writes them out row by row, in one pass in C++.
-    """
+    """The COPY tuples of *n* rows made of *pieces*, as one buffer: fixed-width runs become row
+    segments (:func:`_fixed_rows`), stacked with the variable parts and interleaved by one ``take``."""
     segments: list[tuple[pa.Buffer, int] | pa.Array] = []
     group: list[bytes | _Fixed] = []
     for p in pieces:
@@ -363,12 +320,8 @@ def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:
 
 def encode_binary(arrays: Sequence[pa.Array], names: Sequence[str],
                   columns: Sequence[PgColumn]) -> Iterator[memoryview]:
-    """Yield the binary COPY tuples of *arrays* (no header/trailer), chunk by chunk.
-
-    Raises:
-        ConfigurationError: a string contains a NUL byte.
-        SinkError: a value does not fit the column's type (e.g. > 2^31 into ``integer``).
-    """
+    """Yield the binary COPY tuples of *arrays* (no header/trailer), chunk by chunk; ConfigurationError
+    on a NUL byte, SinkError on a value the column's type cannot hold."""
     if not arrays:
         return
     n_total = len(arrays[0])

@@ -1,6 +1,5 @@
-"""Columns of a PostgreSQL table as the COPY encoders see them, and the rules shared by
-both COPY formats: which Arrow types fit which column types, how arrays are normalised
-before encoding, and the refusal of text with NUL bytes (PostgreSQL cannot store them)."""
+"""Columns of a PostgreSQL table as the COPY encoders see them, and the rules both COPY formats
+share: which Arrow types fit, how arrays are normalised, and the refusal of text with NUL bytes."""
 
 from __future__ import annotations
 
@@ -13,11 +12,11 @@ from ..sql._json_values import is_nested, json_texts
 from ..sql._type_rules import Family, fits
 from ._server import PgColumn
 
-__all__ = ["PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large", "is_string",
-           "normalize_array", "value_bytes"]
+__all__ = ["FLOAT_PG", "INT_PG", "PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large",
+           "is_string", "normalize_array", "value_bytes"]
 
-_INT_PG = frozenset({"int2", "int4", "int8"})
-_FLOAT_PG = frozenset({"float4", "float8"})
+INT_PG = frozenset({"int2", "int4", "int8"})
+FLOAT_PG = frozenset({"float4", "float8"})
 
 
 def is_string(t: pa.DataType) -> bool:
@@ -31,7 +30,7 @@ def is_binary(t: pa.DataType) -> bool:
 
 
 _FAMILIES: dict[str, Family] = {
-    **dict.fromkeys(_INT_PG, Family.INT), **dict.fromkeys(_FLOAT_PG, Family.FLOAT), "numeric": Family.DECIMAL,
+    **dict.fromkeys(INT_PG, Family.INT), **dict.fromkeys(FLOAT_PG, Family.FLOAT), "numeric": Family.DECIMAL,
     "bool": Family.BOOL, **dict.fromkeys(("text", "varchar", "bpchar", "name", "citext"), Family.TEXT),
     **dict.fromkeys(("json", "jsonb"), Family.JSON), **dict.fromkeys(("uuid", "xml"), Family.PARSED_TEXT),
     "bytea": Family.BINARY,
@@ -47,16 +46,13 @@ def family(col: PgColumn) -> Family:
 
 
 def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
-    """Whether values of *arrow_type* can be written to *col*: the shared rule
-    (:func:`twopc.sinks.sql._type_rules.fits`) for the column's :func:`family`."""
     return fits(arrow_type, family(col))
 
 
 # -- normalisation -------------------------------------------------------------------
 
 def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """Flatten chunks, decode dictionaries and views into plain Arrow arrays; arrays, maps
-    and structs (which fit only json and jsonb columns) become their JSON text."""
+    """Plain Arrow arrays from chunks, dictionaries and views; nested values as their JSON text."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     if is_nested(arr.type):
@@ -75,13 +71,9 @@ def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def assign(name: str, arr: pa.Array, col: PgColumn) -> pa.Array:
-    """*arr* converted as PostgreSQL's assignment cast would for *col*, where COPY's input
-    function would not: floats and decimals into an integer column are rounded (floats
-    half to even, like ``rint``; decimals half away from zero, like ``numeric``).
-
-    Raises:
-        SinkError: a value is NaN, infinite or out of the integer range.
-    """
+    """*arr* as PostgreSQL's assignment cast would make it for *col* where COPY would not: floats
+    (half to even) and decimals (half away from zero) rounded into an integer column; SinkError on
+    NaN, infinite or out of range."""
     if family(col) is not Family.INT or not (pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)):
         return arr
     mode = "half_to_even" if pa.types.is_floating(arr.type) else "half_towards_infinity"
@@ -96,11 +88,9 @@ _NUL_SCAN = 1 << 20
 
 
 def check_no_nul(name: str, arr: pa.Array) -> None:
-    """Raise :class:`ConfigurationError` when a string of *arr* contains a NUL byte."""
     if not is_string(arr.type) or len(arr) == 0 or arr.null_count == len(arr):
         return
-    # one memchr-speed scan of the values' bytes, window by window; a hit may lie in the bytes of a
-    # null slot (Arrow allows them), so it is then checked value by value
+    # a memchr-speed scan of the bytes first; a hit may lie in a null slot, so it is checked value by value
     data = value_bytes(arr)
     if not any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN)):
         return
@@ -113,7 +103,6 @@ def check_no_nul(name: str, arr: pa.Array) -> None:
         f"PostgreSQL text cannot store. Remove it before writing, e.g. "
         f"F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
     )
-
 
 
 def is_large(t: pa.DataType) -> bool:

@@ -1,6 +1,5 @@
-"""``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` of many ids in pipelines: one round trip per
-pipeline, a large batch spread over several connections at once (PostgreSQL flushes its WAL
-once per ``COMMIT PREPARED``, and only flushes that overlap are merged: group commit)."""
+"""``COMMIT PREPARED`` / ``ROLLBACK PREPARED`` of many ids in pipelines, a large batch over several
+connections at once (PostgreSQL merges only overlapping WAL flushes: group commit)."""
 
 from __future__ import annotations
 
@@ -29,19 +28,11 @@ MAX_PIPELINES = 8
 
 
 def finish_many(target: SqlTarget, verb: str, gids: Sequence[str], still_prepared: set[str] | None) -> dict[str, bool]:
-    """``<verb> PREPARED`` for every id, in pipelines: ``{gid: done}`` (``False``: the server
-    does not know it). Up to :data:`PER_PIPELINE` ids share the control connection's one
-    pipeline; a larger batch is spread over up to :data:`MAX_PIPELINES` pipelines on pooled
-    connections that run at once. In each pipeline the server commits every id at once
-    (the statement cannot run in a transaction block, so its implicit transaction ends
-    after it); the first id it does not know aborts the rest of that pipeline, which is
-    sent again after it. *still_prepared*, when given: the ids the server still holds
-    (asked first when recovering); the others are answered ``False`` without a statement.
-
-    Raises:
-        SinkUnavailableError / SinkError: the server failed (other ids may be finished;
-            a retry answers them from the marker).
-    """
+    """``<verb> PREPARED`` for every id, in pipelines: ``{gid: done}`` (``False``: unknown to the
+    server). Up to :data:`PER_PIPELINE` ids go in the control connection's pipeline, more over up to
+    :data:`MAX_PIPELINES` pooled connections at once. The first unknown id aborts the rest of its
+    pipeline, which is sent again after it. Ids not in *still_prepared* (when given) are ``False``.
+    Raises the sink's errors (a retry answers the finished ids from the marker)."""
     done: dict[str, bool] = {}
     pending = list(gids)
     if still_prepared is not None:
@@ -65,8 +56,7 @@ def finish_many(target: SqlTarget, verb: str, gids: Sequence[str], still_prepare
 
 def _finish_in_pipeline(target: SqlTarget, verb: str, gids: Sequence[str],
                         run: Callable[[Callable[[Any], int]], int]) -> dict[str, bool]:
-    """``<verb> PREPARED`` of *gids* in one pipeline on the connection *run* lends
-    (again after each id the server does not know); ``{gid: done}``."""
+    """``<verb> PREPARED`` of *gids* in one pipeline on *run*'s connection; ``{gid: done}``."""
     done: dict[str, bool] = {}
     pending = list(gids)
     while pending:
@@ -83,44 +73,35 @@ def _finish_in_pipeline(target: SqlTarget, verb: str, gids: Sequence[str],
 
 @functools.cache
 def _commit_threads() -> concurrent.futures.ThreadPoolExecutor:
-    """This process's threads for a batch's pipelines, made once (starting them for every
-    batch cost more than the commits at 200 partitions); a forked child makes its own. Two
-    callers racing make two executors, one never used: an executor starts its threads on use."""
+    """This process's pipeline threads, made once (per batch they cost more than the commits);
+    a forked child makes its own."""
     return concurrent.futures.ThreadPoolExecutor(MAX_PIPELINES, thread_name_prefix="twopc-commit")
 
 
 os.register_at_fork(after_in_child=_commit_threads.cache_clear)
 
 
-#: the characters of a twopc transaction id (:meth:`twopc._xid.Xid.checked`): such an id
-#: needs no escaping inside a string literal
+#: the characters of a twopc transaction id: no escaping needed inside a string literal
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_.:~-]+").fullmatch
 
 
 def _statement(verb: str, gid: str) -> bytes | sql.Composed:
-    """``<verb> '<gid>'``: composed by hand for a twopc id (psycopg's composition of a
-    literal costs about as much as sending the statement), by psycopg for any other."""
+    """``<verb> '<gid>'``, composed by hand for a twopc id (psycopg's literal costs as much as the send)."""
     if _PLAIN_ID(gid):
         return f"{verb} '{gid}'".encode()
     return sql.SQL(verb + " {}").format(sql.Literal(gid))
 
 
 def _pipelined(verb: str, gids: Sequence[str], reply_seconds: float, pg: psycopg.Connection[Any]) -> int:
-    """Send ``<verb> PREPARED`` for each of *gids* in one pipeline (autocommit), waiting at
-    most *reply_seconds* for the replies; return how many the server finished before the
-    first id it does not know (``len(gids)``: all).
-
-    Raises:
-        psycopg.Error: any other error, or no reply in time (the ids before it are finished).
-    """
+    """Send ``<verb> PREPARED`` for *gids* in one pipeline, replies within *reply_seconds*; how many the
+    server finished before the first unknown id (any other error, or no reply, raises)."""
     cursors: list[psycopg.Cursor[Any]] = []
     expected = verb + " PREPARED"
     unknown = False
     try:
         with deadline_pipeline(pg, reply_seconds):
             for gid in gids:
-                # a plain cursor: the pipeline's deadline covers every reply, and a watchdog
-                # armed per statement cost more CPU than the statement at 200 partitions
+                # a plain cursor: the pipeline's deadline covers every reply (one per statement costs more)
                 cur = psycopg.Cursor(pg)
                 cursors.append(cur)
                 cur.execute(_statement(expected, gid))

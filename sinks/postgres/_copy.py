@@ -1,12 +1,7 @@
-"""One ``COPY ... FROM STDIN`` stream from Arrow, used by both PostgreSQL commit modes.
-
-:func:`plan_copy` is the one rule for binary vs CSV: ``copyFormat=auto`` sends binary (the
-faster to encode and to parse) when every column allows it; ``binary`` refuses a column it
-cannot encode; ``csv`` always sends text. :class:`CopyStream` keeps one COPY open across
-Arrow batches with the same plan, so the client encodes batch k+1 while the server parses
-batch k. The server's verdict on the rows arrives when the COPY ends
-(:meth:`CopyStream.end`), or at a later write.
-"""
+"""One ``COPY ... FROM STDIN`` stream from Arrow, for both PostgreSQL commit modes. :func:`plan_copy`
+picks binary or CSV (``copyFormat=auto``: binary when every column allows it); :class:`CopyStream`
+keeps one COPY open across batches of one plan, so the client encodes a batch while the server parses
+the one before; the server's verdict arrives at :meth:`CopyStream.end`."""
 
 from __future__ import annotations
 
@@ -49,12 +44,8 @@ class CopyPlan:
 
 def plan_copy(schema: pa.Schema, columns: Sequence[PgColumn],
               copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
-    """The plan for batches of *schema* whose fields map to *columns* (in order).
-
-    Raises:
-        ConfigurationError: ``copyFormat=binary`` and a column the binary encoder cannot
-            encode (the message lists them).
-    """
+    """The plan for batches of *schema* whose fields map to *columns* (``copyFormat=binary``
+    refuses a column it cannot encode)."""
     bad = [c.name for f, c in zip(schema, columns, strict=True) if not binary_supported(f.type, c)]
     if copy_format == "binary" and bad:
         raise ConfigurationError(f"copyFormat=binary cannot encode columns {bad}: use auto or csv")
@@ -62,40 +53,26 @@ def plan_copy(schema: pa.Schema, columns: Sequence[PgColumn],
 
 
 class CopyStream:
-    """A COPY into *table* on connection *pg*, opened on the first write and kept open
-    while the plan stays the same. Not thread-safe; one per open transaction."""
+    """A COPY into *table* on *pg*, opened on the first write, kept open while the plan stays the same."""
 
     def __init__(self, pg: psycopg.Connection[Any], table: TableName) -> None:
         self._pg = pg
         self._table = table
-        #: the open COPY: (columns, binary), its cursor, the cursor.copy() context manager, the Copy
+        #: the open COPY: (columns, binary), its cursor, the copy() context manager, the Copy
         self._open_copy: tuple[tuple[tuple[str, ...], bool], psycopg.Cursor[Any], Any, psycopg.Copy] | None = None
 
     def plan_for(self, schema: pa.Schema, copy_format: Literal["auto", "binary", "csv"]) -> CopyPlan:
-        """The plan for batches of *schema* into this stream's table, its columns read from
-        the catalog and matched by name (types checked).
-
-        Raises:
-            SinkError: the table does not exist.
-            SchemaMismatchError: a column is not in the table or has an incompatible type.
-            ConfigurationError: see :func:`plan_copy`.
-        """
-        oid = table_oid(self._pg, self._table)
-        if oid is None:
+        """The plan for *schema* into this table, its columns matched by name from the catalog (SinkError:
+        no table; SchemaMismatchError: a column is missing or of another type)."""
+        if (oid := table_oid(self._pg, self._table)) is None:
             raise SinkError(f"table {self._table.display()} does not exist")
         cols = match_columns(schema.names, [f.type for f in schema], table_columns(self._pg, oid),
                              self._table.display(), compatible=compatible, type_name=str, check_required=False)
         return plan_copy(schema, cols, copy_format)
 
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """Encode *batch* (whose columns map to ``plan.columns``) into the COPY.
-
-        Raises:
-            ConfigurationError: a value cannot be stored (a NUL byte in text).
-            SinkError: a value is out of the column type's range.
-            psycopg.Error: the server refused the stream (it reports most errors at
-                :meth:`end`).
-        """
+        """Encode *batch* (columns in ``plan.columns``) into the COPY; the server reports most errors at
+        :meth:`end`."""
         copy = self._open(plan.columns, plan.binary)
         arrays = [assign(n, normalize_array(a), c)
                   for n, a, c in zip(batch.schema.names, batch.columns, plan.columns, strict=True)]
@@ -110,12 +87,7 @@ class CopyStream:
                 copy.write(chunk[i:i + _WRITE_BYTES])
 
     def write_rows(self, columns: Sequence[PgColumn], rows: Sequence[Sequence[Any]]) -> None:
-        """Copy Python rows (values in *columns*' order) in one text-format COPY of their
-        own, ending the open one first.
-
-        Raises:
-            psycopg.Error: the server refused the rows.
-        """
+        """Copy Python rows (in *columns*' order) in a text COPY of their own, ending the open one."""
         self.end()
         with self._pg.cursor() as cur, cur.copy(self._copy_sql(columns, "text")) as copy:
             for row in rows:
@@ -139,12 +111,7 @@ class CopyStream:
             identifier(self._table), sql.SQL(", ").join(sql.Identifier(c.name) for c in columns), sql.SQL(fmt))
 
     def end(self) -> None:
-        """Finish the open COPY, if any; the server's verdict on its rows arrives here.
-
-        Raises:
-            psycopg.Error: the server refused the rows (constraint violation, lock
-                timeout, bad value): the transaction is aborted.
-        """
+        """Finish the open COPY, if any; psycopg.Error when the server refused the rows."""
         state, self._open_copy = self._open_copy, None
         if state is None:
             return
@@ -157,8 +124,7 @@ class CopyStream:
             cursor.close()
 
     def cancel(self, reason: BaseException | None = None) -> None:
-        """Abandon the open COPY (psycopg sends CopyFail). Never raises: the transaction is
-        rolled back next anyway."""
+        """Abandon the open COPY (psycopg sends CopyFail); never raises."""
         state, self._open_copy = self._open_copy, None
         if state is None:
             return
@@ -172,14 +138,12 @@ class CopyStream:
             cursor.close()
 
     def drop(self) -> bool:
-        """Forget the open COPY without talking to the server (its connection is broken);
-        return whether one was open."""
+        """Forget the open COPY without talking to the (broken) server; whether one was open."""
         state, self._open_copy = self._open_copy, None
         return state is not None
 
 
 def staging_copy(conn: Connection, table: TableName, txn_id: str) -> CopyStream:
-    """A COPY stream into the staging *table* on *conn*'s transaction, which the staging
-    table's trigger marks with *txn_id* (``twopc.txn_id``)."""
+    """A COPY stream into the staging *table*, whose trigger marks the rows with *txn_id*."""
     conn.exec_driver_sql("SELECT set_config('twopc.txn_id', %s, true)", (txn_id,))
     return CopyStream(conn.connection.driver_connection, table)  # type: ignore[arg-type]  # psycopg under SQLAlchemy

@@ -1,12 +1,6 @@
-"""Arrow record batches to PostgreSQL ``COPY ... (FORMAT csv)`` text, written by
-``pyarrow.csv``, for the columns the binary encoder does not cover (numeric, uuid, enums,
-time, ...).
-
-Strings are always quoted (``quoting_style="needed"`` quotes every string value), so an
-empty string is ``""`` and stays an empty string, while a null is an unquoted empty
-field, which PostgreSQL reads as NULL. ``bytea`` values are sent as ``\\x`` hex; zoned
-timestamps as their UTC wall time marked ``Z`` (see :func:`_utc_text`).
-"""
+"""Arrow record batches to ``COPY ... (FORMAT csv)`` text via ``pyarrow.csv``, for the columns the
+binary encoder does not cover. Strings are always quoted (an empty string is ``""``, a null an
+empty field); ``bytea`` goes as ``\\x`` hex, zoned timestamps as UTC marked ``Z``."""
 
 from __future__ import annotations
 
@@ -26,21 +20,16 @@ _LB = pa.large_binary()
 
 
 def _utc_text(arr: pa.Array) -> pa.Array:
-    """Zoned timestamps as text of the instant in UTC, ``2026-01-01 00:00:00.000000Z``: printed
-as naive timestamps (the UTC wall time) and marked ``Z``, which PostgreSQL reads as UTC
-whatever the session's time zone. Printing through the zone would look each value's zone
-up (far slower) and truncate historic offsets to minutes. Nulls stay null."""
+    """Zoned timestamps as their UTC wall time marked ``Z`` (``2026-01-01 00:00:00.000000Z``), which
+    PostgreSQL reads as UTC in any session zone; faster than printing through the zone, which also
+    truncates historic offsets to minutes. Nulls stay null."""
     text = arr.cast(pa.timestamp(arr.type.unit)).cast(pa.string())
     return pc.binary_join_element_wise(text, pa.scalar("Z"), pa.scalar(""))
 
 
 def encode_csv(arrays: Sequence[pa.Array], names: Sequence[str],
                columns: Sequence[PgColumn]) -> Iterator[memoryview]:
-    """Yield CSV text for ``COPY ... (FORMAT csv)`` (no header), chunk by chunk.
-
-    Raises:
-        ConfigurationError: a string contains a NUL byte.
-    """
+    """Yield CSV text for ``COPY ... (FORMAT csv)`` (no header), chunk by chunk."""
     prepared = []
     for name, arr in zip(names, arrays, strict=True):
         check_no_nul(name, arr)

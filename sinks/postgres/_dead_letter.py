@@ -1,19 +1,9 @@
-"""Rows PostgreSQL refuses one by one: name them, or route them to a dead-letter table.
-
-A COPY fails as a whole when one row breaks a type or a constraint (SQLSTATE classes 22 and
-23). :class:`CheckedCopy` wraps the transaction's COPY stream:
-
-- without a dead-letter table it keeps the ``stream`` and ``id`` columns of the open COPY's
-  batches (zero-copy slices), so the error names the refused row's entry;
-- with one (``deadLetterTable``) it keeps the batches and starts each COPY under a savepoint;
-  when a row is refused it rolls back and loads the batches again in halves, each under a
-  savepoint, down to the single rows that fail, each of which becomes a dead-letter row in
-  the same transaction (prepared and committed, or rolled back, with the batch). Other
-  errors fail the task.
-
-Memory: what is kept is dropped when the COPY ends, and a COPY ends once its batches reach
-:data:`SETTLE_BYTES`, so a task holds a bounded part of its partition.
-"""
+"""Rows PostgreSQL refuses (SQLSTATE classes 22 and 23): name them, or route them to a dead-letter table.
+:class:`CheckedCopy` wraps the transaction's COPY: without ``deadLetterTable`` it keeps the ``stream``
+and ``id`` columns of the open COPY's batches to name the refused row's entry; with one it keeps the
+batches, and on a refused row rolls back to a savepoint and loads them again in halves, down to the
+single failing rows, which become dead-letter rows in the same transaction. A COPY ends once its
+batches reach :data:`SETTLE_BYTES`, which bounds what a task keeps."""
 
 from __future__ import annotations
 
@@ -44,21 +34,18 @@ log = logging.getLogger("twopc.sinks.postgres")
 #: the columns of a dead-letter table
 DEAD_LETTER_COLUMNS = ("sink_id", "batch_id", "partition_id", "stream", "entry_id", "reason", "row")
 _LINE = re.compile(r"COPY .*?, line (\d+)")
-#: (the type twopc creates, the base types that take its values; a category ``S`` type, any
-#: text type, takes every text value) by dead-letter column
+#: by column: (the type twopc creates, the base types that take its values; any text type takes text)
 _TYPES = {"sink_id": ("text", ()), "batch_id": ("bigint", ("int8", "numeric")),
           "partition_id": ("integer", ("int4", "int8", "numeric")), "stream": ("text", ()), "entry_id": ("text", ()),
           "reason": ("text", ()), "row": ("jsonb", ("jsonb", "json"))}
 
 
 def is_refused_row(exc: BaseException) -> bool:
-    """Whether *exc* is the server refusing a row's value: a data exception (class 22) or
-    an integrity constraint violation (class 23)."""
+    """Whether *exc* is a data exception (class 22) or an integrity violation (class 23)."""
     return isinstance(exc, psycopg.Error) and (exc.sqlstate or "")[:2] in ("22", "23")
 
 
 def dead_letter_ddl(table: TableName) -> sql.Composed:
-    """``CREATE TABLE IF NOT EXISTS`` of a dead-letter table."""
     return sql.SQL(
         "CREATE TABLE IF NOT EXISTS {} (sink_id text NOT NULL, batch_id bigint NOT NULL, partition_id int NOT NULL, "
         "stream text, entry_id text, reason text NOT NULL, row jsonb NOT NULL, "
@@ -66,9 +53,8 @@ def dead_letter_ddl(table: TableName) -> sql.Composed:
 
 
 def wrong_dead_letter_types(table: TableName, columns: Sequence[PgColumn]) -> str | None:
-    """Why the existing dead-letter *table* (its *columns*) cannot take dead letters because
-    of a column's type, naming each wrong column, its type and the expected one, and the fix;
-    ``None`` when every column twopc writes has a type that takes its values."""
+    """Why the existing dead-letter *table* cannot take dead letters (each wrong column, its type,
+    the expected one, and the fix); ``None`` when every column fits."""
     wrong = []
     for c in columns:
         expected, takes = _TYPES.get(c.name.lower(), ("", ()))
@@ -98,22 +84,14 @@ def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:
     return redact(str(exc))[:2000]
 
 
-#: the Arrow bytes of the batches one COPY is given before it ends (what is kept for it is
-#: dropped then): a bound on a task's memory, large enough that its round trip is noise
+#: Arrow bytes one COPY takes before it ends: bounds a task's memory, large enough that its round trip is noise
 SETTLE_BYTES = 16 << 20
 
 
 class CheckedCopy:
-    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module).
-
-    Args:
-        pg: the transaction's connection.
-        table: the target.
-        context: the task attempt (recorded with each dead letter).
-        dead_letter: the dead-letter table, or ``None``.
-        fail: turns a driver error and an action into the sink's :class:`SinkError`.
-        redact: removes secrets from a text.
-    """
+    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module) in
+    *dead_letter*; *fail* maps a driver error and an action to the sink's :class:`SinkError`, *redact*
+    removes secrets from a text."""
 
     def __init__(self, pg: psycopg.Connection[Any], table: TableName, context: TransactionContext, *,
                  dead_letter: TableName | None, fail: Callable[[BaseException, str], SinkError],
@@ -132,13 +110,7 @@ class CheckedCopy:
         self.dead = 0
 
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """:meth:`CopyStream.write_batch`, keeping what naming or dead-lettering needs.
-
-        Raises:
-            SinkError: the server refused a row and there is no dead-letter table (it names
-                the row's entry); or the dead-letter route failed.
-            psycopg.Error: any other error of the server.
-        """
+        """:meth:`CopyStream.write_batch`, keeping what naming or dead-lettering needs."""
         if self._kept and plan is not self._plan:
             self.end()  # the stream would start another COPY: settle this one first
         if not self._kept and self._dead_letter is not None:
@@ -156,16 +128,12 @@ class CheckedCopy:
             self.end()
 
     def write_rows(self, columns: Sequence[PgColumn], rows: Sequence[Sequence[Any]]) -> None:
-        """:meth:`CopyStream.write_rows` (dict rows; neither named nor dead-lettered)."""
+        """:meth:`CopyStream.write_rows` (neither named nor dead-lettered)."""
         self.end()
         self._stream.write_rows(columns, rows)
 
     def end(self) -> None:
-        """Finish the open COPY; a refused row is named or dead-lettered here.
-
-        Raises:
-            SinkError / psycopg.Error: as :meth:`write_batch`.
-        """
+        """Finish the open COPY; a refused row is named or dead-lettered here (raises as :meth:`write_batch`)."""
         try:
             self._stream.end()
         except psycopg.Error as exc:
@@ -176,12 +144,10 @@ class CheckedCopy:
         self._kept, self._kept_bytes = [], 0
 
     def cancel(self, reason: BaseException | None = None) -> None:
-        """:meth:`CopyStream.cancel`."""
         self._kept, self._kept_bytes = [], 0
         self._stream.cancel(reason)
 
     def drop(self) -> bool:
-        """:meth:`CopyStream.drop`."""
         self._kept, self._kept_bytes = [], 0
         return self._stream.drop()
 
@@ -201,8 +167,7 @@ class CheckedCopy:
         self._pg.execute("RELEASE SAVEPOINT twopc_copy")
 
     def _refused(self, exc: psycopg.Error, kept: list[pa.RecordBatch]) -> str:
-        m = _LINE.search(exc.diag.context or "")
-        if m is None:
+        if (m := _LINE.search(exc.diag.context or "")) is None:
             return "rows"
         line = int(m.group(1)) - 1
         for b in kept:
@@ -212,8 +177,8 @@ class CheckedCopy:
         return "rows"
 
     def _split(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """Load *batch* under a savepoint; if a row is refused, load its halves the same
-        way, down to single rows, which go to the dead-letter table."""
+        """Load *batch* under a savepoint; on a refused row load its halves, down to single rows,
+        which go to the dead-letter table."""
         self._pg.execute("SAVEPOINT twopc_part")
         try:
             self._stream.write_batch(batch, plan)
@@ -249,8 +214,7 @@ class CheckedCopy:
 
 
 def _storable(v: Any) -> Any:
-    """*v* with each NUL character of its strings written as the six characters ``\\u0000``:
-    ``jsonb`` cannot hold a NUL, and a row refused for holding one must still be kept."""
+    """*v* with each NUL of its strings written as ``\\u0000`` (``jsonb`` cannot hold a NUL)."""
     if isinstance(v, str):
         return v.replace("\x00", "\\u0000")
     if isinstance(v, dict):

@@ -1,5 +1,5 @@
-"""psycopg cursors whose statements wait at most ``socketTimeout`` for the server's reply
-(psycopg has no client-side statement timeout: see :mod:`twopc.sinks.sql._timeouts`)."""
+"""psycopg cursors whose statements wait at most ``socketTimeout`` for the reply
+(see :mod:`twopc.sinks.sql._timeouts`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,7 @@ __all__ = ["deadline_cursor", "deadline_pipeline"]
 
 @contextlib.contextmanager
 def _bounded(fileno: Callable[[], int], seconds: float) -> Iterator[None]:
-    """The block's replies wait at most *seconds*: past it the connection is closed and
-    :class:`psycopg.OperationalError` ("no reply ...") raised."""
+    """The block's replies wait at most *seconds*, then the connection is closed (OperationalError)."""
     with reply_deadline(fileno, seconds) as deadline:
         try:
             yield
@@ -31,9 +30,8 @@ def _bounded(fileno: Callable[[], int], seconds: float) -> Iterator[None]:
 
 @functools.cache
 def deadline_cursor(seconds: float) -> type[psycopg.Cursor[Any]]:
-    """A ``psycopg.Cursor`` class (one per timeout) whose ``execute`` / ``executemany``
-    raise :class:`psycopg.OperationalError` when the server does not answer within
-    *seconds*; the connection is then closed (broken)."""
+    """A cursor class (one per timeout) whose statements raise :class:`psycopg.OperationalError` and
+    close the connection when the server does not answer within *seconds*."""
 
     class DeadlineCursor(psycopg.Cursor[Any]):
         def execute(self, query: Any, params: Any = None, **kwargs: Any) -> DeadlineCursor:
@@ -49,7 +47,6 @@ def deadline_cursor(seconds: float) -> type[psycopg.Cursor[Any]]:
 
 @contextlib.contextmanager
 def deadline_pipeline(conn: psycopg.Connection[Any], seconds: float) -> Iterator[None]:
-    """``conn.pipeline()`` whose replies (all of them, fetched when the block ends) wait at
-    most *seconds*, as :func:`deadline_cursor`'s statements do."""
+    """``conn.pipeline()`` whose replies wait at most *seconds*."""
     with _bounded(conn.fileno, seconds), conn.pipeline():
         yield

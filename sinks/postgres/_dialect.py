@@ -1,8 +1,6 @@
-"""PostgreSQL as the shared SQL layer sees it (:class:`PostgresDialect`, found by URL through
-the ``twopc.sql_dialects`` entry points): its names, quoting, SQL texts and flags, importable
-without psycopg (what needs the driver is imported on first use); its prepared-transaction
-SQL on a target's connections is :class:`twopc.sinks.postgres._prepared.PostgresPrepared`.
-"""
+"""PostgreSQL as the shared SQL layer sees it (:class:`PostgresDialect`, found through the
+``twopc.sql_dialects`` entry points), importable without psycopg; its prepared-transaction SQL is
+:class:`twopc.sinks.postgres._prepared.PostgresPrepared`."""
 
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def _quoted(name: str) -> str:
 
 
 def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
-    """Single host -> (host, port, []); several -> (None, None, ["h:p", ...]) for
-    SQLAlchemy's multi-host ``?host=`` syntax; none -> localhost like pgjdbc."""
+    """(host, port, []) of one host; (None, None, ["h:p", ...]) of several; localhost of none."""
     from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
 
     if not hosts:
@@ -61,8 +58,7 @@ _NAME_BYTES = 63
 
 
 class PostgresDialect(SqlDatabase):
-    """PostgreSQL: its facts and driver rules (class level), and its part of a
-    prepared-transaction sink on a target's connections (an instance)."""
+    """PostgreSQL: its facts and driver rules."""
 
     name = "postgresql"
     format_name = "twopc-postgres"
@@ -84,15 +80,13 @@ class PostgresDialect(SqlDatabase):
     copy_formats = True
     dead_letters = True
     errors_module = "twopc.sinks.postgres._errors"
-
     #: needs pyarrow, which a worker that only commits never loads
     compatible = DriverBound[Any]("twopc.sinks.postgres._columns:compatible")
 
     @staticmethod
     def connect_args(url: URL, timeouts: NetTimeouts) -> dict[str, Any]:
-        """psycopg's connect arguments: connect timeout, TCP keepalive, ``tcp_user_timeout``
-        (Linux), cursors whose statements wait at most ``socketTimeout`` for a reply, and
-        twopc's ``application_name`` unless the URL sets one."""
+        """psycopg's connect arguments: timeouts, TCP keepalive, cursors bounded by ``socketTimeout``,
+        and twopc's ``application_name`` unless the URL sets one."""
         from ._deadline import deadline_cursor
 
         args: dict[str, Any] = {"connect_timeout": timeouts.connect, "keepalives": int(timeouts.keepalive),
@@ -110,12 +104,10 @@ class PostgresDialect(SqlDatabase):
     catalog_columns = DriverBound[Any]("twopc.sinks.postgres._server:catalog_columns")
     rollback_problem = DriverBound[Any]("twopc.sinks.postgres._server:table_rollback_problem")
     staging_copy = DriverBound[Any]("twopc.sinks.postgres._copy:staging_copy")
-
     sink_class = DriverBound[Any]("twopc.sinks.postgres:PostgresSink")
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
-        """Whether the server allows prepared transactions (``max_prepared_transactions``)."""
         n, used = conn.exec_driver_sql("SELECT current_setting('max_prepared_transactions')::int, "
                                        "(SELECT count(*) FROM pg_prepared_xacts)").one()
         if n <= 0:
@@ -135,7 +127,6 @@ class PostgresDialect(SqlDatabase):
 
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
-        """``CREATE SCHEMA IF NOT EXISTS`` when it is missing, and the user's ``USAGE`` on it."""
         from ..sql._privileges import denied  # the plan's: workers create no schema
 
         q = _quoted(schema)
@@ -170,7 +161,6 @@ class PostgresDialect(SqlDatabase):
     stage_txn_default = "current_setting('twopc.txn_id')"
     arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {
         "float64": postgresql.DOUBLE_PRECISION(), "binary": postgresql.BYTEA(), "nested": postgresql.JSONB()}
-
     jdbc_subprotocols = frozenset({"postgresql"})
     jdbc_bare_database = True
 
@@ -209,7 +199,6 @@ class PostgresDialect(SqlDatabase):
     @staticmethod
     def recreate_losses(conn: Connection, quoted: str) -> list[str]:
         """Grants to other roles, triggers and row security policies."""
-        out = []
         queries = (
             ("grants to", ("SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) "
                            "END FROM pg_class c, aclexplode(c.relacl) a WHERE c.oid = to_regclass(%s) "
@@ -218,11 +207,8 @@ class PostgresDialect(SqlDatabase):
              "SELECT tgname FROM pg_trigger WHERE tgrelid = to_regclass(%s) AND NOT tgisinternal ORDER BY 1"),
             ("row security policy", "SELECT polname FROM pg_policy WHERE polrelid = to_regclass(%s) ORDER BY 1"),
         )
-        for what, query in queries:
-            names = [str(r[0]) for r in conn.exec_driver_sql(query, (quoted,)).all()]
-            if names:
-                out.append(f"{what} {', '.join(names)}")
-        return out
+        found = ((what, [str(r[0]) for r in conn.exec_driver_sql(query, (quoted,)).all()]) for what, query in queries)
+        return [f"{what} {', '.join(names)}" for what, names in found if names]
 
     ledger_ddl = ("CREATE TABLE IF NOT EXISTS {table} (sink_id text NOT NULL, name text NOT NULL, body text NOT NULL, "
                   "written_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (sink_id, name))")
@@ -234,7 +220,6 @@ class PostgresDialect(SqlDatabase):
 
     @staticmethod
     def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
-        """An advisory lock (per database) keyed by :func:`lease_key`."""
         return "SELECT pg_try_advisory_lock(%s)", "SELECT pg_advisory_unlock(%s)", lease_key(sink_id)
 
     @staticmethod

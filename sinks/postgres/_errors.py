@@ -35,7 +35,6 @@ def diag(exc: psycopg.Error) -> tuple[str, str]:
 
 
 def error_text(exc: BaseException) -> str:
-    """``SQLSTATE primary message`` on one line."""
     if isinstance(exc, psycopg.Error):
         state, primary = diag(exc)
         return f"{state} {primary}".strip()
@@ -43,17 +42,14 @@ def error_text(exc: BaseException) -> str:
 
 
 def error_code(exc: BaseException) -> str:
-    """The SQLSTATE of *exc*, ``""`` when it has none."""
     return getattr(exc, "sqlstate", None) or ""
 
 
 def is_missing_table(exc: BaseException) -> bool:
-    """Whether *exc* says a table does not exist."""
     return isinstance(exc, pgerr.UndefinedTable)
 
 
 def connect_failure(exc: BaseException) -> tuple[str, str]:
-    """(reason, hint) of a failed connection attempt."""
     reason = " ".join(str(exc).split()) or type(exc).__name__
     low = reason.lower()
     hint = ""
@@ -70,8 +66,7 @@ def connect_failure(exc: BaseException) -> tuple[str, str]:
 
 
 def _conn_param(exc: BaseException, keyword: str) -> str | None:
-    """A connection parameter of a failed connection attempt (psycopg keeps the attempt's
-    parameters on the error); never ask it for a secret."""
+    """A parameter psycopg kept on a failed connection attempt; never ask it for a secret."""
     pgconn = getattr(exc, "pgconn", None)
     for option in getattr(pgconn, "info", None) or ():
         if option.keyword == keyword.encode() and option.val:
@@ -80,8 +75,7 @@ def _conn_param(exc: BaseException, keyword: str) -> str | None:
 
 
 def is_connection_error(exc: BaseException) -> bool:
-    """Whether *exc* means the session is gone (class 08, admin shutdown, a closed
-    connection), so its transaction is gone with it."""
+    """Whether *exc* means the session is gone (class 08, admin shutdown, a closed connection)."""
     if isinstance(exc, psycopg.OperationalError):
         state = getattr(exc, "sqlstate", None)
         return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
@@ -93,8 +87,8 @@ _VALUE_KINDS = {"22003": "out of range", "22001": "too long", "22021": "invalid 
 
 
 def value_error(exc: BaseException, action: str, table: str, redact: Callable[[str], str]) -> SinkError | None:
-    """The :func:`~twopc.sinks.sql._errors.bad_value` error of *exc* when it says a value does not
-    fit its column (the column as COPY's context names it), else None."""
+    """The :func:`~twopc.sinks.sql._errors.bad_value` error when *exc* says a value does not fit its
+    column (named from COPY's context), else None."""
     state = getattr(exc, "sqlstate", None) or ""
     if state not in _VALUE_KINDS or not isinstance(exc, psycopg.Error):
         return None
@@ -107,8 +101,7 @@ def value_error(exc: BaseException, action: str, table: str, redact: Callable[[s
 
 def map_error(exc: BaseException, action: str, *, table: str, marker_table: str, lock_timeout: str,
               where: str, redact: Callable[[str], str]) -> SinkError:
-    """The :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*,
-    naming the violated constraint or the fix; never containing a secret."""
+    """The credential-free :class:`SinkError` (or :class:`SinkUnavailableError`) for a failed *action*."""
     if not isinstance(exc, psycopg.Error):
         return SinkError(f"could not {action}: {redact(error_text(exc))}. {ROLLED_BACK}")
     state, primary = diag(exc)
@@ -138,8 +131,6 @@ def map_error(exc: BaseException, action: str, *, table: str, marker_table: str,
 
 
 def no_free_slot(where: str, table: str, partition: int, limit: int, keys: int) -> TargetConfigurationError:
-    """A task that found every prepared-transaction slot taken before it wrote a row: the
-    server's limit, what is left of it to twopc, and the fixes."""
     return TargetConfigurationError(
         f"no free prepared-transaction slot on PostgreSQL at {where} for partition {partition} of the write to "
         f"{table}: max_prepared_transactions is {limit}, and the {max(keys, 0)} slot(s) that other users' prepared "

@@ -1,9 +1,6 @@
 """PostgreSQL's SQL for the prepared-transaction protocol (the
 :class:`~twopc.sinks.sql._sql_dialect.SqlDialect` of :class:`twopc.sinks.postgres.PostgresSink`):
-``BEGIN`` with the session settings, ``COPY`` loading (:mod:`twopc.sinks.postgres._copy`, checked
-rows and the dead-letter table: :mod:`twopc.sinks.postgres._dead_letter`), the marker row and
-``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` (pipelined:
-:mod:`twopc.sinks.postgres._commit_pipeline`), ``pg_prepared_xacts``, and the catalog checks."""
+session setup, COPY loading, ``PREPARE TRANSACTION``, ``COMMIT``/``ROLLBACK PREPARED`` and the catalog checks."""
 
 from __future__ import annotations
 
@@ -33,9 +30,7 @@ if TYPE_CHECKING:
 
     from ._copy import CopyPlan
 
-# The COPY encoders, the type rules and the dead-letter table work on Arrow: they are imported
-# in the methods that load rows or check those tables, so that Spark's worker that only commits
-# a write (COMMIT PREPARED) never imports pyarrow.
+# What works on Arrow is imported in the methods that use it: a worker that only commits loads no pyarrow.
 
 __all__ = ["PostgresPrepared"]
 
@@ -43,8 +38,8 @@ log = logging.getLogger("twopc.sinks.postgres")
 
 
 def _create(pg: psycopg.Connection[Any], statements: Sequence[sql.Composed]) -> type[psycopg.Error] | None:
-    """Run the DDL *statements* in one transaction (a concurrent create is fine); the error class
-    when the schema is missing or the user may not create there."""
+    """Run the DDL *statements* in one transaction; the error class when the schema is missing or
+    the user may not create there."""
     try:
         with pg.transaction():
             for q in statements:
@@ -74,8 +69,7 @@ class PostgresPrepared(PostgresDialect):
 
     def table_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
-        oid = server.table_oid(pg, t.table)
-        if oid is None:
+        if (oid := server.table_oid(pg, t.table)) is None:
             similar = server.similar_tables(pg, t.table) if validating else []
             raise t.no_such_table(similar, validating=validating, database=t.options.url.database,
                                   case_hint="Quote mixed-case names in dbtable.")
@@ -114,8 +108,7 @@ class PostgresPrepared(PostgresDialect):
 
     def create_markers(self, pg: psycopg.Connection[Any]) -> None:
         marker_table = self.target.marker_label
-        refused = _create(pg, self._marker_ddl())
-        if refused is pgerr.InvalidSchemaName:
+        if (refused := _create(pg, self._marker_ddl())) is pgerr.InvalidSchemaName:
             raise TargetConfigurationError(
                 f"cannot create the marker table {marker_table}: its schema does not exist. "
                 f"Create the schema or set option markerTable to a table in an existing schema")
@@ -127,13 +120,11 @@ class PostgresPrepared(PostgresDialect):
 
     def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
         """Check the dead-letter table (``deadLetterTable``), or create it."""
-        table = self._dead_letter()
-        if table is None:
+        if (table := self._dead_letter()) is None:
             return
         from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
 
-        oid = server.table_oid(pg, table)
-        if oid is None:
+        if (oid := server.table_oid(pg, table)) is None:
             if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
                     f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it "
@@ -143,13 +134,11 @@ class PostgresPrepared(PostgresDialect):
             return
         columns = server.table_columns(pg, oid)
         have = {c.name.lower() for c in columns}
-        missing = [c for c in DEAD_LETTER_COLUMNS if c not in have]
-        if missing:
+        if missing := [c for c in DEAD_LETTER_COLUMNS if c not in have]:
             raise TargetConfigurationError(
                 f"{table.display()} exists but is not a twopc dead-letter table (it lacks columns "
                 f"{', '.join(missing)}): set option deadLetterTable to another name")
-        wrong = wrong_dead_letter_types(table, columns)
-        if wrong is not None:
+        if (wrong := wrong_dead_letter_types(table, columns)) is not None:
             raise TargetConfigurationError(wrong)
 
     def _dead_letter(self) -> TableName | None:
@@ -200,8 +189,8 @@ class PostgresPrepared(PostgresDialect):
         txn.rows -= txn.loader.dead  # the marker counts the rows that reached the table
 
     def prepare(self, txn: SqlTxn[PgColumn], control: TxnControl[PgColumn]) -> None:
-        """Marker row, ``PREPARE TRANSACTION``, check ``pg_prepared_xacts``, release the
-        (idle) session; a prepare that may have reached the server is rolled back on failure."""
+        """Marker row, ``PREPARE TRANSACTION``, check ``pg_prepared_xacts``, release the session; a
+        prepare that may have reached the server is rolled back on failure."""
         pg: psycopg.Connection[Any] = control.usable(txn)
         marker_sql, marker_values = control.marker_row(txn)
         prepare_sent = False
@@ -261,9 +250,7 @@ class PostgresPrepared(PostgresDialect):
         return True
 
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """``<verb> PREPARED`` for every id in pipelines (:func:`twopc.sinks.postgres._commit_pipeline.finish_many`);
-        *recovering*: ask first which ids are still prepared (one query), so a batch that is
-        mostly finished stays flat too."""
+        """``<verb> PREPARED`` for every id in pipelines; *recovering*: first ask which are still prepared."""
         from . import _commit_pipeline as pipeline  # the driver's commit: a task prepares and stops
 
         still = None

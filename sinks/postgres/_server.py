@@ -1,7 +1,5 @@
-"""What a PostgreSQL server says about a table (its oid, its columns with domains resolved
-to their base types, the tables a mistyped name probably meant), and how a write session
-is set up, for both commit modes. No Arrow: the worker that only commits a write loads this
-(for :class:`PgColumn`), never the COPY encoders."""
+"""What a PostgreSQL server says about a table (oid, columns with domains resolved, the tables a
+mistyped name meant), and a write session's settings. No Arrow: a worker that only commits loads this."""
 
 from __future__ import annotations
 
@@ -21,19 +19,10 @@ __all__ = ["PgColumn", "catalog_columns", "identifier", "regclass_text", "rollba
 
 @dataclass(frozen=True)
 class PgColumn:
-    """A column of the target table, as the catalog describes it.
-
-    Attributes:
-        name: exact column name.
-        base_type: ``pg_type.typname`` of the column's type, domains resolved to their
-            base type (``int4``, ``text``, ``timestamptz``...).
-        display_type: the type as ``format_type`` prints it (``character varying(20)``).
-        kind: ``pg_type.typtype`` of the base type (``b`` base, ``e`` enum, ...).
-        category: ``pg_type.typcategory`` (``A`` for arrays).
-        not_null: the column is ``NOT NULL``.
-        has_default: the column has a default, is an identity or generated column.
-        generated: the column is ``GENERATED ALWAYS AS (...) STORED`` (cannot be written).
-    """
+    """A column of the target table, as the catalog describes it: ``base_type`` is ``pg_type.typname``
+    with domains resolved (``int4``...), ``display_type`` as ``format_type`` prints it, ``kind`` the base
+    type's ``typtype`` (``e`` enum), ``category`` its ``typcategory`` (``A`` array); ``has_default`` holds
+    for identity and generated columns, and ``generated`` ones cannot be written."""
 
     name: str
     base_type: str
@@ -46,7 +35,6 @@ class PgColumn:
 
 
 def identifier(table: TableName) -> sql.Identifier:
-    """*table* as a psycopg identifier (each part quoted)."""
     return sql.Identifier(table.schema, table.name) if table.schema else sql.Identifier(table.name)
 
 
@@ -56,17 +44,13 @@ def regclass_text(table: TableName) -> str:
 
 
 def table_oid(pg: psycopg.Connection[Any], table: TableName) -> int | None:
-    """The oid of *table*, ``None`` when there is no such relation."""
     row = pg.execute("SELECT to_regclass(%s)::oid", (regclass_text(table),)).fetchone()
     return None if row is None or row[0] is None else int(row[0])
 
 
 def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, role: str = "") -> str | None:
-    """Why writes to relation *oid* (*display*, named as *role* in the message) cannot roll
-    back with their transaction, or ``None``: the PostgreSQL part of the rule every commit
-    mode applies (:func:`twopc.sinks.sql.require_transactional`). A foreign table, or a partitioned
-    table with a foreign partition, writes to another server outside this transaction.
-    UNLOGGED tables are transactional (only not crash-safe) and pass."""
+    """Why writes to relation *oid* (*display*, called *role*) cannot roll back with their transaction
+    (a foreign table, or a foreign partition), or ``None``; see :func:`twopc.sinks.sql.require_transactional`."""
     row = pg.execute(
         "SELECT c.relkind, (SELECT string_agg(p.oid::regclass::text, ', ') FROM pg_partition_tree(c.oid) t "
         "JOIN pg_class p ON p.oid = t.relid WHERE p.relkind = 'f' AND c.relkind = 'p') "
@@ -86,21 +70,17 @@ def rollback_problem(pg: psycopg.Connection[Any], oid: int, display: str, *, rol
 
 
 def table_rollback_problem(pg: psycopg.Connection[Any], table: TableName, role: str) -> str | None:
-    """:func:`rollback_problem` of *table*, ``None`` when it does not exist."""
     oid = table_oid(pg, table)
     return None if oid is None else rollback_problem(pg, oid, table.display(), role=role)
 
 
 def catalog_columns(pg: psycopg.Connection[Any], table: TableName) -> list[PgColumn] | None:
-    """The columns of *table*, ``None`` when it does not exist."""
     oid = table_oid(pg, table)
     return None if oid is None else table_columns(pg, oid)
 
 
 def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:
-    """The columns of relation *oid*, in order, each with its base type (domains resolved,
-    up to 16 levels), whether it is NOT NULL, has a default (or is identity/generated),
-    and whether it is generated (cannot be written)."""
+    """The columns of relation *oid*, in order, domains resolved (up to 16 levels)."""
     rows = pg.execute(
         """
         SELECT a.attname, bt.typname, format_type(a.atttypid, a.atttypmod), bt.typtype,
@@ -123,8 +103,7 @@ def table_columns(pg: psycopg.Connection[Any], oid: int) -> list[PgColumn]:
 
 
 def similar_tables(pg: psycopg.Connection[Any], table: TableName) -> list[TableName]:
-    """Up to three tables whose name differs from *table*'s only in case (a mixed-case
-    name given without quotes is folded to lower case)."""
+    """Up to three tables whose name differs from *table*'s only in case."""
     rows = pg.execute(
         "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE lower(c.relname) = lower(%s) AND c.relkind IN ('r','p') "
@@ -134,8 +113,7 @@ def similar_tables(pg: psycopg.Connection[Any], table: TableName) -> list[TableN
 
 
 def session_settings(lock_timeout: Duration, query_timeout: Duration) -> list[tuple[str, tuple[str, str]]]:
-    """The statement (and its parameters), alone in a list, that makes a write transaction wait at most
-    *lock_timeout* for row locks (0: no limit), run statements of at most *query_timeout*
-    (0: no limit), and read and write timestamps in UTC. Local to the transaction."""
+    """The one statement (with parameters) that bounds a write transaction's lock waits and
+    statements (0: no limit) and sets its time zone to UTC, local to the transaction."""
     return [(("SELECT set_config('lock_timeout', %s, true), set_config('TimeZone', 'UTC', true), "
              "set_config('statement_timeout', %s, true)"), (f"{lock_timeout.ms}ms", f"{query_timeout.ms}ms"))]

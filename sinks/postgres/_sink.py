@@ -1,15 +1,11 @@
-"""PostgreSQL two-phase-commit sink (``twopc-postgres``): each task attempt COPYs its rows
-(:mod:`twopc.sinks.postgres._copy`), writes a marker row and ``PREPARE TRANSACTION``\\ s it under a
-:class:`twopc.Xid`; the driver runs ``COMMIT PREPARED``. The protocol is
-:class:`~twopc.sinks.sql.PreparedSqlSink`'s; this module adds the prepared-transaction slots
-(:mod:`twopc.sinks.postgres._slots`) and the drop-in's move of staged rows.
+"""PostgreSQL two-phase-commit sink (``twopc-postgres``): each task attempt COPYs its rows, writes a
+marker row and ``PREPARE TRANSACTION``\\ s it under a :class:`twopc.Xid`; the driver runs ``COMMIT
+PREPARED``. The protocol is :class:`~twopc.sinks.sql.PreparedSqlSink`'s; this module adds the
+prepared-transaction slots (:mod:`twopc.sinks.postgres._slots`) and the drop-in's move of staged rows.
 
-Requirements on the server: ``max_prepared_transactions`` > 0 (at least the partitions of a
-batch plus retried attempts: a task that finds no free slot fails with nothing written),
-``INSERT`` on the target table, and ``CREATE`` on the marker table's schema the first time
-(or create it yourself: :meth:`PostgresPrepared.marker_table_ddl`). Options: ``twopc-jdbc``'s
-(:mod:`twopc.sinks.sql.options._jdbc_options`), appending to an existing table.
-"""
+The server needs ``max_prepared_transactions`` > 0 (at least a batch's partitions plus retried
+attempts), ``INSERT`` on the table, and ``CREATE`` on the marker table's schema the first time
+(or :meth:`PostgresPrepared.marker_table_ddl`). Options: ``twopc-jdbc``'s."""
 
 from __future__ import annotations
 
@@ -39,16 +35,14 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     """Exactly-once appends to one PostgreSQL table through ``PREPARE TRANSACTION``.
 
     Args:
-        url: a ``jdbc:postgresql://`` URL or a SQLAlchemy URL (``postgresql://``,
-            ``postgresql+psycopg://``; other PostgreSQL drivers are replaced by psycopg 3).
+        url: a ``jdbc:postgresql://`` or SQLAlchemy URL (other PostgreSQL drivers become psycopg 3).
         table: ``[schema.]table`` in PostgreSQL syntax (quote mixed-case names).
-        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (a task that
-            meets rows locked by a prepared transaction of an earlier attempt fails after
-            this time), ``copy_format`` (``"auto"``, ``"binary"``, ``"csv"``).
+        **options: ``twopc-jdbc``'s options as keywords, e.g. ``lock_timeout`` (how long a task waits for
+            rows a prepared transaction of an earlier attempt locked), ``copy_format`` (``"auto"``,
+            ``"binary"``, ``"csv"``).
 
     Raises:
-        ConfigurationError: an argument is invalid.
-    """
+        ConfigurationError: an argument is invalid."""
 
     __handle_type__ = PostgresHandle
     database = PostgresPrepared
@@ -57,14 +51,11 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
 
     # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[PgColumn]:
-        """Open the attempt's transaction and claim a prepared-transaction slot for it
-        (:mod:`twopc.sinks.postgres._slots`) before any row is loaded.
+        """Open the attempt's transaction with a prepared-transaction slot claimed before any row.
 
         Raises:
-            TargetConfigurationError: every slot is taken; nothing was written (the
-                message gives the server's limit and the fixes).
-            SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`.
-        """
+            TargetConfigurationError: every slot is taken; nothing was written (names the limit and fixes).
+            SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`."""
         txn, claim = self.begin_with_slot(context, keep_driver_slot=False)
         if txn is None:
             from ._errors import no_free_slot  # a refusal's: a task that has a slot maps no error
@@ -75,14 +66,11 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
 
     def begin_with_slot(self, context: TransactionContext, *,
                         keep_driver_slot: bool) -> tuple[SqlTxn[PgColumn] | None, Claim]:
-        """Open the attempt's transaction with a prepared-transaction slot claimed, or, when
-        every slot is taken, nothing (``None``, the connection given back) and what the
-        claim found. A task of a write whose driver may prepare one more transaction
-        after its tasks (*keep_driver_slot*) leaves slot 0 to it.
+        """Open the attempt's transaction with a slot claimed, or, when every slot is taken, ``None``
+        and what the claim found; *keep_driver_slot* leaves slot 0 to the write's driver.
 
         Raises:
-            SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`.
-        """
+            SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`."""
         from ._slots import claim_slot  # a task's and a moving driver's: a commit claims no slot
 
         txn = super().begin_transaction(context)
@@ -93,13 +81,11 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         return txn, claim
 
     def begin_move(self, context: TransactionContext) -> SqlTxn[PgColumn]:
-        """The driver's transaction that takes over rows tasks staged (see
-        :meth:`load_staged`), with a slot: a free one, else slot 0, which tasks leave to
-        drivers, waited for up to ``lockTimeout``.
+        """The driver's transaction that takes over staged rows (:meth:`load_staged`), with a free slot,
+        else slot 0 waited for up to ``lockTimeout``.
 
         Raises:
-            SinkUnavailableError / SinkError: no connection, or no slot in time.
-        """
+            SinkUnavailableError / SinkError: no connection, or no slot in time."""
         from ._slots import wait_for_driver_slot  # as in begin_with_slot
 
         txn = super().begin_transaction(context)
@@ -112,17 +98,13 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
 
     def load_staged(self, txn: SqlTxn[PgColumn], stage: TableName, names: Sequence[str],
                     txn_ids: Sequence[str], rows: int) -> None:
-        """Copy the rows that the attempts *txn_ids* staged in *stage* (columns *names*, the
-        DataFrame's) into the table, inside *txn*; they must be *rows* rows. The staged rows
-        stay (a plain read takes no row locks): the caller deletes them once the
-        transaction committed, and until then they are what a rollback leaves.
+        """Copy the *rows* rows the attempts *txn_ids* staged in *stage* (columns *names*) into the
+        table inside *txn*; the staged rows stay until the caller deletes them after the commit.
 
         Raises:
-            TransactionLostError: fewer or more rows than *rows* are staged (the
-                transaction is rolled back: nothing was written).
+            TransactionLostError: not *rows* rows are staged (rolled back: nothing written).
             SchemaMismatchError: a staged column matches no column of the table.
-            SinkError: the server refused (a constraint...): rolled back, nothing written.
-        """
+            SinkError: the server refused (a constraint...): rolled back, nothing written."""
         pg: psycopg.Connection[Any] = self.usable(txn)
         cols = self.target.match(list(names), None, txn.columns, check_types=False, check_required=False)
         stmt = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} WHERE twopc_txn = ANY(%s)").format(

@@ -1,22 +1,13 @@
 """Prepared-transaction slots: a write transaction claims one of the server's
-``max_prepared_transactions`` before it loads a row, so that a task which would find the
-server full at ``PREPARE`` learns it first, while it can still do something else (stage
-its rows, in ``twopc-jdbc``'s automatic mode) or fail with nothing written.
-
-A claim is a transaction-level advisory lock ``(SLOT_CLASS, k)`` taken inside the
-transaction that will be prepared: PostgreSQL keeps it through ``PREPARE TRANSACTION``
-(and a server restart) and releases it at ``COMMIT``/``ROLLBACK PREPARED``, or when an
-unprepared transaction ends. Keys are per database; the number of keys a transaction may
-claim from is the limit minus the prepared transactions that hold no key of this database
-(other users', other databases') and minus the keys live transactions hold in other
-databases. So twopc's own writers never over-claim between them, whichever sink or process
-they run in; a prepared transaction of another user that arrives between a claim and its
-``PREPARE`` can still fill the server (then ``PREPARE`` fails, with nothing left prepared).
-
-Key 0 is kept for the driver of a ``twopc-jdbc`` batch whose tasks staged rows: it moves
-them into one prepared transaction before its decision, after every task prepared. Its
-tasks never claim it, and other writes' tasks claim it last.
-"""
+``max_prepared_transactions`` before it loads a row, so a task that would find the server full at
+``PREPARE`` learns it while it can still stage its rows (``twopc-jdbc``'s auto mode) or fail with
+nothing written. A claim is an advisory lock ``(SLOT_CLASS, k)`` taken in the transaction to be
+prepared, which keeps it through ``PREPARE TRANSACTION`` and restarts until it ends. The keys free
+to claim are the limit less the prepared transactions holding no key of this database and the keys
+live transactions hold in other databases, so twopc's writers never over-claim between them (another
+user's ``PREPARE`` in between can still fill the server: then ``PREPARE`` fails). Key 0 is kept for
+the driver of a ``twopc-jdbc`` batch that moves staged rows into one prepared transaction: its tasks
+never claim it, other writes' tasks claim it last."""
 
 from __future__ import annotations
 
@@ -51,14 +42,8 @@ FROM room
 
 @dataclass(frozen=True)
 class Claim:
-    """What a claim found.
-
-    Attributes:
-        limit: the server's ``max_prepared_transactions``.
-        keys: how many slots twopc's transactions of this database may hold now (the
-            limit less what others hold).
-        slot: the slot claimed, or ``None`` when every one of them was taken.
-    """
+    """What a claim found: the server's ``max_prepared_transactions``, the slots (keys) twopc's
+    transactions of this database may hold now, and the slot claimed (``None``: all taken)."""
 
     limit: int
     keys: int
@@ -66,28 +51,17 @@ class Claim:
 
 
 def claim_slot(pg: psycopg.Connection[Any], *, keep_driver_slot: bool) -> Claim:
-    """Claim a free slot for the open transaction on *pg* (never waits): the lowest from
-    slot 1 on, and slot 0 last, unless the write's driver may need it (*keep_driver_slot*).
-    (The slots are tried one by one, stopping at the first: a ``LIMIT`` over a filter,
-    no ``ORDER BY``, which would try, and take, every one.)
-
-    Raises:
-        psycopg.Error: the statement failed.
-    """
+    """Claim a free slot for the open transaction on *pg* without waiting: the lowest from 1, and 0
+    last unless *keep_driver_slot* (``LIMIT`` over a filter without ``ORDER BY``: tries one by one)."""
     row = pg.execute(_CLAIM, {"cls": SLOT_CLASS, "kept": 1 if keep_driver_slot else 0}).fetchone()
     assert row is not None  # a SELECT without FROM filter: one row
     return Claim(int(row[0]), int(row[1]), None if row[2] is None else int(row[2]))
 
 
 def wait_for_driver_slot(pg: psycopg.Connection[Any]) -> Claim:
-    """For the driver's transaction: any free slot, else wait for slot 0 (as long as the
-    session's ``lock_timeout`` allows), the one tasks leave to drivers.
-
-    Raises:
-        psycopg.Error: the statement failed, or the wait timed out (``55P03``).
-    """
-    claim = claim_slot(pg, keep_driver_slot=False)
-    if claim.slot is not None:
+    """For the driver's transaction: any free slot, else wait for slot 0 up to ``lock_timeout``
+    (``55P03`` when that runs out)."""
+    if (claim := claim_slot(pg, keep_driver_slot=False)).slot is not None:
         return claim
     pg.execute("SELECT pg_advisory_xact_lock(%s, 0)", (SLOT_CLASS,))
     return Claim(claim.limit, claim.keys, 0)

@@ -535,6 +535,32 @@ def test_duplicate_key_is_a_sink_error_naming_the_key_and_leaves_nothing(mariadb
         sink.pre_commit(txn)
 
 
+@pytest.mark.parametrize(("row", "named"), [
+    ({"id": 1, "qty": None, "ref": None}, "NOT NULL constraint violated (column 'qty')"),
+    ({"id": 1, "qty": -1, "ref": None}, "check constraint violated (constraint 'qty_positive')"),
+    ({"id": 1, "qty": 1, "ref": 99}, "foreign key constraint violated (constraint 'ref_exists')"),
+])
+def test_a_violated_constraint_is_named_by_its_kind_and_name(mariadb_url, table, sink_id, row, named):
+    parent = f"{table}_parent"
+    _sql(mariadb_url, f"DROP TABLE {table}")
+    _sql(mariadb_url, f"CREATE TABLE {parent} (id BIGINT PRIMARY KEY) ENGINE=InnoDB")
+    try:
+        _sql(mariadb_url, f"CREATE TABLE {table} (id BIGINT PRIMARY KEY, qty BIGINT NOT NULL, ref BIGINT, "
+                          f"CONSTRAINT qty_positive CHECK (qty > 0), CONSTRAINT ref_exists FOREIGN KEY (ref) "
+                          f"REFERENCES {parent} (id)) ENGINE=InnoDB")
+        sink = _validated(mariadb_url, table, pa.schema([("id", pa.int64()), ("qty", pa.int64()),
+                                                         ("ref", pa.int64())]))
+        txn = sink.begin_transaction(_ctx(sink_id))
+        with pytest.raises(SinkError) as info:
+            sink.invoke(txn, row)
+            sink.pre_commit(txn)
+        assert named in str(info.value) and "rolled back" in str(info.value), str(info.value)
+        sink.rollback(txn)
+    finally:
+        _sql(mariadb_url, f"DROP TABLE IF EXISTS {table}")
+        _sql(mariadb_url, f"DROP TABLE IF EXISTS {parent}")
+
+
 @pytest.mark.parametrize("via", ["arrow", "dict"])
 def test_not_null_violation_names_the_column_and_leaves_nothing(mariadb_url, sink_id, via):
     name = f"nn_{_uid()}"
