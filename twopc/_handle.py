@@ -235,7 +235,6 @@ def _import_kind(kind: str) -> type[TransactionHandle]:
         UnknownHandleKindError: nothing names the kind, or its module fails to import.
     """
     from ._objpath import load_object  # a kind no import registered: a sink's worker has its own registered
-
     with _LOOKUP_LOCK:
         if (cls := _REGISTRY.get(kind)) is not None:
             return cls

@@ -35,7 +35,6 @@ def lazy_exports(module: str, names: Mapping[str, str]) -> tuple[Callable[[str],
     """
     where = dict(names)
     anchor = sys.modules[module].__package__  # what the package's own relative imports start from
-
     def __getattr__(name: str) -> Any:  # noqa: N807 - the module attribute hook of PEP 562
         spec = where.get(name)
         if spec is None:
@@ -45,8 +44,6 @@ def lazy_exports(module: str, names: Mapping[str, str]) -> tuple[Callable[[str],
         value = source if spec.endswith(":") else getattr(source, attribute or name)
         setattr(sys.modules[module], name, value)
         return value
-
     def __dir__() -> list[str]:  # noqa: N807 - the module attribute hook of PEP 562
         return sorted(set(vars(sys.modules[module])) | set(where))
-
     return __getattr__, __dir__

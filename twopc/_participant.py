@@ -27,7 +27,6 @@ def _no_rows(schema: pa.Schema) -> pa.RecordBatch:
     """A batch of *schema* with no rows, built without pandas (``from_pylist`` and
     ``Schema.empty_table`` import it: about 0.4 s in a fresh Spark worker)."""
     import pyarrow as pa
-
     return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
@@ -85,7 +84,6 @@ class Participant:
                 does not return a record batch.
         """
         import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
-
         if self._renames:
             missing = [src for src, _ in self._renames if src not in batch.schema.names]
             if missing:

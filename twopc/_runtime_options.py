@@ -158,7 +158,6 @@ class RuntimeOptions:
     def retry(self) -> CommitRetry:
         """How often an unanswered commit is asked again (``commitRetries``/``commitRetryBackoff``)."""
         from ._retry import CommitRetry  # the committing worker's: a task never retries a commit
-
         return CommitRetry(*self.commit_retry) if self.commit_retry is not None else CommitRetry()
 
 
@@ -169,7 +168,6 @@ def _retry(options: Mapping[str, str]) -> tuple[int, float] | None:
         ConfigurationError: see :meth:`~twopc.spi.runtime.CommitRetry.parse`.
     """
     from ._retry import CommitRetry  # as in RuntimeOptions.retry: planning checks them
-
     retries, backoff = option(options, "commitRetries"), option(options, "commitRetryBackoff")
     if retries is None and backoff is None:
         return None

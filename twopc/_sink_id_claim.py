@@ -57,7 +57,6 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
     if other is None:
         return
     from ._advice import command  # a refusal's advice: a claim that succeeds needs none
-
     raise ConcurrentWriterError(
         f"sink id {sink_id!r} on {target.target_identity() or sink.describe()} belongs to the query whose "
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "

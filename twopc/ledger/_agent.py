@@ -166,7 +166,6 @@ class Agent:
             if port in self.ports:
                 return "serving"
             from prometheus_client import CollectorRegistry, start_http_server
-
             collectors = CollectorRegistry()
             collectors.register(_Checkpoints(registry))
             try:
@@ -288,11 +287,9 @@ def main(argv: list[str]) -> int:
     owner = _owner_module(owner_file)
     agent = Agent(folder, key, driver)
     _sweep(folder)
-
     def stop(_signum: int, _frame: Any) -> None:
         agent.end()
         os._exit(0)
-
     signal.signal(signal.SIGTERM, stop)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     new = folder / f"{agent.pid}.sock.new"

@@ -173,7 +173,6 @@ class DriverAgent:
             self.start()
             if self._proc is not None and self._proc.poll() is not None:
                 from . import _agent  # its exit code's meaning: this process runs it as a script, never imports it
-
                 if self._proc.returncode >= 0 and self._proc.returncode != _agent.ALREADY_RUNNING:
                     return None  # it failed to start (its log says why): starting it again fails too
                 # another process of the driver started it (it will note its pid), or it was

@@ -239,7 +239,6 @@ class Ownership:
         verdict = self._verdict(first)
         if verdict is None:
             from ._stores import ReadOnlyRecords  # the store's kind: loaded with it when it is one
-
             if isinstance(self._store, ReadOnlyRecords):  # twopc status, a metrics scrape: it may stand
                 return True
             verdict = self._judge(first)

@@ -151,7 +151,6 @@ def ledger_store(checkpoint_location: str) -> Records:
         ConfigurationError: the location is one the ledger refuses (see :mod:`twopc.ledger._stores`).
     """
     from ._stores import FolderRecords, open_store  # a ledger in a checkpoint: a target's is no folder
-
     return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
 
 

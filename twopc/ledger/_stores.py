@@ -79,7 +79,6 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
     """
     if filesystem is not None:
         import pyarrow.fs as pafs  # here, as below: a checkpoint in a local folder never loads pyarrow
-
         if not isinstance(filesystem, pafs.LocalFileSystem):
             raise ConfigurationError(
                 f"the ledger cannot use a {type(filesystem).__name__}: pyarrow filesystems other than the local "
@@ -91,7 +90,6 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
     scheme = m.group(1).lower()
     if scheme == "file":
         import pyarrow.fs as pafs
-
         try:
             _fs, path = pafs.FileSystem.from_uri(location)
         except (ValueError, TypeError, OSError) as exc:
@@ -201,7 +199,6 @@ class S3Store:
         what = f"an {location.split(':', 1)[0]}:// checkpoint location"
         boto3 = require("boto3", "s3", what)
         import botocore.config  # boto3's own dependency: there when boto3 imports
-
         config = botocore.config.Config(connect_timeout=10, read_timeout=60,
                                         retries={"max_attempts": 5, "mode": "standard"})
         scheme, _, rest = location.partition("://")

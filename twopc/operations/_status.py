@@ -94,7 +94,6 @@ class SinkStatus:
                 return command("recover", *self.how, *sink, *extra) if self.how else recover_command(
                     None, *extra, sink_id=self.sink_id if extra else None)
             return command("recover", "--checkpoint", self.checkpoint, *self.how, *extra)
-
         again = "rerun the write" if self.in_target else "restart the query"
         states = {t.state for t in self.transactions}
         out = []

@@ -32,14 +32,12 @@ def is_connect(spark: Any) -> bool:
 def _probe(packages: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """A ``mapInArrow`` function pickled by value (it is local), so the server needs nothing
     of twopc to run it."""
-
     def probe(batches: Iterator[Any]) -> Iterator[Any]:
         import importlib
         import json as server_json
         import sys as server_sys
 
         import pyarrow as server_pa
-
         for _ in batches:
             pass
         missing = []
@@ -51,7 +49,6 @@ def _probe(packages: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
         version = "{}.{}".format(*server_sys.version_info[:2])
         found = server_json.dumps({"python": version, "executable": server_sys.executable, "missing": missing})
         yield server_pa.RecordBatch.from_pydict({"probe": [found]})
-
     return probe
 
 

@@ -48,7 +48,6 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
         check_headroom(sink, sink_id, options)
     # serving metrics (the metricsPort option) starts at a plan: the worker that commits records them only
     from ..operations._metrics_server import ensure_server, metrics_port
-
     served = metrics_port(options)
     if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):
         log_event(log, logging.INFO, "metrics_server", "twopc: serving metrics on %s:%s/metrics",

@@ -85,14 +85,12 @@ def foreach_batch_writer(format_name: str, checkpoint_location: str,
     writes: a folder of this query's alone (the examples use a sub-folder of its checkpoint).
     The data source named *format_name* must be registered.
     """
-
     def write(df: DataFrame, batch_id: int) -> None:
         (df.write.format(format_name).mode("append")
            .options(**options)
            .option("checkpointLocation", checkpoint_location)
            .option("txnVersion", str(batch_id))
            .save())
-
     return write
 
 

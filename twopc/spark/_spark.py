@@ -98,12 +98,10 @@ class TwoPhaseCommitDataSource(DataSource):
         # the planner (the ledger's claim, recovery, the driver's agent) loads in the worker that plans a
         # write: every worker of the write imports this class (its data source's), and only one plans
         from ._plans import plan
-
         return plan(self, TwoPhaseCommitBatchWriter, schema, overwrite, plan_time=self._plan_time)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitStreamWriter:  # noqa: N802 - Spark's method name
         from ._plans import plan  # as in writer
-
         return plan(self, TwoPhaseCommitStreamWriter, schema, overwrite, plan_time=self._plan_time)
 
 

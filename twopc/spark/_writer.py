@@ -118,7 +118,6 @@ class WriterCore:
 
     def _write_attempt(self, batches: Iterator[pa.RecordBatch], ctx: TransactionContext) -> TwoPCCommitMessage:
         from .._fence import AbortFence  # the task's: the worker that commits never writes through a fence
-
         batch_id, partition, attempt = ctx.batch_id, ctx.partition_id, ctx.attempt_id
         fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
                                  ephemeral=self.runtime.ephemeral, baseline=self.abort_baseline,
@@ -204,7 +203,6 @@ class WriterCore:
         """Decide and commit the batch (*batchId*: the micro-batch; a batch write's is :attr:`version`)."""
         # the coordinator loads in the worker that commits (twopc.spark._write_commit): a task's worker never does
         from ._write_commit import finish, settle
-
         configure_worker_logging()
         batch_id = self._batch(batchId)
         if self.skip:
@@ -220,7 +218,6 @@ class WriterCore:
         ``abort`` raises, so what cannot be cleaned up now is left for the next start (or
         ``twopc recover``) with a warning."""
         from ._write_commit import finish, settle  # as in commit
-
         configure_worker_logging()
         batch_id = self._batch(batchId)
         if self.skip:

@@ -188,13 +188,11 @@ def check_list_prepared_finds_exactly_the_prepared(harness: SinkHarness) -> None
         a11 = run.prepare(a, 1, 1, run.ids(2))
         a20 = run.prepare(a, 2, 0, keep)
         other = [run.prepare(look_alike, 1, 0, run.ids(2)), run.prepare(longer, 1, 0, run.ids(2))]
-
         def expect(sid: str, batch: int | None, want: set[str]) -> None:
             got = set(run.listed(sid, batch))
             if got != want:
                 run.fail(f"list_prepared({sid!r}{'' if batch is None else f', {batch}'}) returned {few(got)}, "
                          f"expected {few(want)}")
-
         expect(a, None, {a10.txn_id, a11.txn_id, a20.txn_id})
         expect(a, 1, {a10.txn_id, a11.txn_id})
         expect(a, 2, {a20.txn_id})
@@ -281,7 +279,6 @@ def check_sink_pickles_after_use(harness: SinkHarness) -> None:
 
 def _picklers() -> list[tuple[str, Callable[[object], bytes]]]:
     from pyspark import cloudpickle
-
     return [("pickle", pickle.dumps), ("cloudpickle", cloudpickle.dumps)]
 
 

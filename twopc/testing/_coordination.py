@@ -94,7 +94,6 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
         handles = [run.prepare(sid, 0, p, ids) for p, ids in enumerate(parts)]
         run.prepare(sid, 0, 1, run.ids(2))  # an attempt that never reached the driver
         crash_at = "after_decision" if point == "during_recovery" else point
-
         def driver(what: str, step: Callable[[], object], fault: str | None = None) -> None:
             try:
                 with faultinject.armed(fault, os.path.join(tmp, f"faults-{what}")) if fault else nullcontext():
@@ -104,7 +103,6 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
             except TransactionLostError as exc:
                 run.fail(f"{what} raised TransactionLostError (crash at {point}): transactions the sink had "
                          f"prepared or committed were reported lost: {exc}")
-
         driver("the first commit", lambda: CommitCoordinator(run.sink, CommitLedger(ck), sid).commit_batch(
             0, handles), f"{crash_at}@batch=0:raise")
         restarted = run.new_sink()

@@ -182,7 +182,6 @@ def run_job(harness: SinkHarness, work: Path, module: str, plan: str | faultinje
     The job's spec (the sink's options included) is a 0600 file deleted afterwards, never a
     command line."""
     from pyspark.sql.pandas.types import from_arrow_schema
-
     spec_path = work / "job.json"
     spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
             "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
@@ -278,12 +277,10 @@ def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Faul
             varied: bool, crashes: int) -> None:
     __tracebackhide__ = True
     secrets = sorted(harness.secret_strings(), key=len, reverse=True)  # a secret before its parts
-
     def fail(message: str) -> None:
         __tracebackhide__ = True
         text = f"{harness.label}: {message}\n{result.summary()}"
         raise ContractViolation(CHECK, redact(text, secrets))
-
     report = result.report
     for run in report.runs:
         if any(s in run.stderr_tail for s in secrets):

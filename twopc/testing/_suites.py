@@ -31,7 +31,6 @@ class SinkContractTests:
 def _as_test(check: Callable[[SinkHarness], None]) -> Callable[[SinkContractTests, SinkHarness], None]:
     def test(self: SinkContractTests, harness: SinkHarness) -> None:
         check(harness)
-
     test.__doc__ = check.__doc__
     return test
 

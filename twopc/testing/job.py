@@ -77,7 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql.types import StructType
 
     from twopc import CommitLedger
-
     master = spec.get("master") or "local[2,3]"
     builder = (SparkSession.builder.master(master).appName("twopc-kit-crash-matrix")
                .config("spark.ui.enabled", "false")
@@ -94,7 +93,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from ._harness import _load, kit_data_source
-
     source = kit_data_source(_load(spec["sink"]), spec.get("format"))
     spark.dataSource.register(source)
     ledger = CommitLedger(spec["checkpoint"])

@@ -46,7 +46,6 @@ def _write(core: Any, path: str, partitions: int, partition: int, batch_id: int,
            number: int) -> Any:
     """One task attempt in a worker: its share of the batch's rows (round robin), written."""
     import pyarrow.parquet as pq
-
     table = pq.read_table(path)
     rows = table.take([i for i in range(table.num_rows) if i % partitions == partition])
     return core.write_partition(iter(rows.to_batches()), batch_id, partition, attempt, number)
@@ -93,7 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc.spark import _write_commit
 
     from ._harness import _load, kit_data_source
-
     if spec.get("coordinator"):
         _write_commit.CommitCoordinator = _load(spec["coordinator"])  # type: ignore[attr-defined]  # the documented test seam
     run, partitions = _record_run(spec["runs_file"], spec["partitions"])
