@@ -71,19 +71,14 @@ class MissingOptionError(ConfigurationError):
 
 
 class MissingExtraError(ConfigurationError, ImportError):
-    """A backend's Python driver is not installed (or fails to import).
-
-    twopc's core needs only pyspark, pyarrow and SQLAlchemy; each backend's driver comes with
-    an extra (``pip install 'pyspark-twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
-    message names the one to install. It is a :class:`ConfigurationError` (raised before
-    anything is written, caught with the rest of the family) and an :class:`ImportError` (what
-    Python code expects of a missing module). Raised by ``twopc._extras.require``.
+    """A backend's Python driver is not installed (or fails to import); the message names the extra
+    (``pip install 'pyspark-twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``). Also an
+    :class:`ImportError`.
 
     Attributes:
-        name: the module that could not be imported (as on any ``ImportError``).
+        name: the module that could not be imported.
         extra: the extra that installs it.
-        what: what needed it, e.g. ``"twopc-postgres"``.
-    """
+        what: what needed it, e.g. ``"twopc-postgres"``."""
 
     def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
         super().__init__(
@@ -109,19 +104,15 @@ class TargetConfigurationError(ConfigurationError):
 
 
 class ConcurrentWriterError(ConfigurationError):
-    """Another writer has this sink id: a running one holds its lease on the target (SQL,
-    see :mod:`twopc._target`), or the target's owner record names another checkpoint
-    (Redis, files: see :mod:`twopc._sink_id_claim`). Two writers with one sink id would roll
-    back each other's transactions. Refused before anything is written."""
+    """Another writer has this sink id: its lease on the target (SQL) or the target's owner record
+    (Redis, files) names another. Two writers of one sink id would roll back each other's
+    transactions. Raised before anything is written."""
 
 
 class TargetMismatchError(ConfigurationError):
-    """The write's target is not the one its checkpoint belongs to (``twopc/target.json``):
-    another server, database or table, told apart by what the server says it is where the
-    sink can ask (an alias of the same server is the same target). Its decided batches wait
-    prepared in the recorded target, and its committed batch ids (``txnVersion``) describe
-    that target only. Refused before anything is recorded; the message names both targets,
-    the batches that wait, and the fix."""
+    """The write's target (told apart by what the server says it is) is not the one its checkpoint
+    records, where its decided batches wait and to which its batch ids belong. Raised before
+    anything is recorded; the message names both targets, the waiting batches and the fix."""
 
 
 class HandleError(TwoPCError):
@@ -141,9 +132,8 @@ class LedgerError(TwoPCError):
 
 
 class FencedError(LedgerError):
-    """Another driver took over the checkpoint (a newer owner epoch is recorded): this driver
-    is a zombie and may not record or act on a decision. Nothing of its batch is committed;
-    the new owner finishes or rolls back what it left."""
+    """A newer owner epoch took the checkpoint over: this driver may not record or act on a decision.
+    Nothing of its batch is committed; the new owner finishes what it left."""
 
 
 class SinkError(TwoPCError):
@@ -155,35 +145,23 @@ class SinkUnavailableError(SinkError):
 
 
 class CommitPendingError(SinkUnavailableError):
-    """A commit got no answer (a timeout, a lost connection) on every retry.
-
-    Nothing is lost and nothing is doubled: a decided batch stays decided in the ledger
-    and its prepared transactions wait on the server; the next start of the query finishes
-    it before anything else runs, or ``twopc recover`` does. The message names the
-    server (without credentials), the batch, and those two ways.
-    """
+    """A decided commit got no answer on every retry. Nothing is lost or doubled: the batch stays
+    decided, its transactions wait prepared, and the next start (or ``twopc recover``) finishes it."""
 
 
 class SourceError(TwoPCError):
-    """A source cannot read what Spark's offset log recorded for a micro-batch: entries of
-    the range were deleted, or the stream was deleted or recreated. Reading on would lose
-    or invent data, so the query stops; the message names the stream, the range and the fix."""
+    """A source cannot read what Spark's offset log recorded (entries deleted, stream recreated):
+    reading on would lose or invent data, so the query stops."""
 
 
 class TransactionLostError(TwoPCError):
-    """A transaction that was decided for commit is neither prepared nor committed.
-
-    Its effects are gone (e.g. an operator ran ``ROLLBACK PREPARED`` or the target lost
-    data). twopc never papers over this: the batch stays decided-but-unfinished in the
-    ledger and every retry raises again until an operator intervenes.
-    """
+    """A transaction decided for commit is neither prepared nor committed (rolled back by hand, data
+    lost). The batch stays decided-but-unfinished and every retry raises until an operator acts."""
 
 
 class BatchAbortedError(TwoPCError):
-    """A task prepared its transaction after the driver had aborted the task's batch (a
-    sibling task failed first and Spark aborted the job while this one still ran: the
-    *zombie-prepare window*). The task rolled its own prepared transaction back, so the
-    failed job leaves nothing; the error only ends the task, whose job has already failed."""
+    """A task prepared after the driver aborted its batch (the *zombie-prepare window*) and rolled
+    its transaction back; the error only ends the task of a failed job."""
 
 
 class ProtocolError(TwoPCError):
