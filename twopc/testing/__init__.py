@@ -1,52 +1,27 @@
 """twopc.testing: a conformance kit for your own :class:`twopc.TwoPhaseCommitSink`.
 
-Give the kit a :class:`SinkHarness`: your sink (or data source) class, the Spark options
-that configure it, and a function that reads back the ids of the rows visible in the
-target. It then checks
+Give the kit a :class:`SinkHarness` (your sink or data source class, its Spark options, and a
+function reading back the ids of the visible rows). It checks
 
-- **the protocol contract** (:data:`CONTRACT_CHECKS`, no Spark): prepared rows are
-  invisible and one commit shows each exactly once; commit is idempotent
-  (``ALREADY_COMMITTED``); rolled-back and never-prepared transactions are ``LOST``;
-  abort is idempotent and refuses a committed transaction (``ProtocolError``);
-  ``list_prepared`` finds exactly the prepared ones of a sink id and batch; handles
-  survive their envelope and carry no credentials, nor does an error raised with a wrong
-  password; the sink pickles after use and its copy works; ``rollback`` leaves nothing;
-  and the real :class:`~twopc.CommitCoordinator` and :class:`~twopc.RecoveryCoordinator`
-  drive it through orphans, replays, a driver dying at each protocol edge, and a lost
-  transaction (loud);
-- **the crash matrix through Spark** (:func:`run_crash_matrix`): a streaming query into
-  the sink, in a subprocess (``python -m twopc.testing.job``), SIGKILLed at every point
-  of :data:`FAULT_POINTS` (the protocol's fault points), plus task kills Spark retries, with every replay
-  repartitioned; afterwards every input id is visible exactly once, nothing is prepared
-  and the ledger has nothing pending.
-
-How you run it — base classes, not a plugin. Subclass :class:`SinkContractTests` and
-:class:`CrashMatrixTests` as ``Test...`` classes with a ``harness`` fixture, and pytest
-collects the inherited tests (the pattern of zarr's ``StoreTests``). Compared with a
-pytest plugin (entry point or ``pytest_plugins``), this needs no registration and
-changes nothing for tests that do not ask for it; several sinks (or configurations of
-one) live side by side as classes in one module, each with its own fixture built from
-the project's existing server fixtures; marks (``slow``, ``chaos``) and ``-k`` work per
-class as usual; and the checks stay plain functions (``check_*``, :func:`run_contract`)
-that a script or notebook can call without pytest. The base class names do not start
-with ``Test``, so importing them into a test module collects nothing by itself.
-
-Your sink must be importable by path (``package.module:Class``): the crash matrix's job
-and Spark's Python workers are other processes, and cloudpickle ships classes defined in
-``__main__`` or a notebook by value (hooks such as ``__init_subclass__`` do not run
-there). Options reach the job in a 0600 file, never on a command line; the kit checks
-that no secret of them reaches a handle, a description, an error message, the job's
-stderr or the checkpoint.
-
+- **the protocol contract** (:data:`CONTRACT_CHECKS`, no Spark): invisible until one commit
+  shows each row exactly once; idempotent commit and abort; ``LOST`` for rolled-back and
+  never-prepared transactions; abort of a committed one refused; ``list_prepared`` exact;
+  handles survive their envelope without credentials; pickling; ``rollback``; and the real
+  :class:`~twopc.CommitCoordinator` and :class:`~twopc.RecoveryCoordinator` through orphans,
+  replays, a driver dying at each protocol edge, and a lost transaction;
+- **the crash matrix through Spark** (:func:`run_crash_matrix`): a streaming query SIGKILLed at
+  every point of :data:`FAULT_POINTS`, plus task kills, replays repartitioned; afterwards every
+  id is visible exactly once and nothing is prepared or pending;
 - **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded
-  schedules of process crashes, worker kills, server crashes and restarts and network faults
-  (through a :class:`twopc.faultinject.FaultControl`) at every fault point, each run through
-  ``python -m twopc.testing.microjob`` (twopc's Spark writer driven without a JVM) and
-  followed by a model check; :func:`shrink_schedule` drops rules while a schedule still
-  fails, :class:`ChaosTable` reports a run.
+  crashes, kills, server restarts and network faults (:class:`twopc.faultinject.FaultControl`)
+  through ``python -m twopc.testing.microjob``, each followed by a model check;
+  :func:`shrink_schedule` minimises a failing one, :class:`ChaosTable` reports a run.
 
-``import twopc`` does not import this package (it imports pytest).
-"""
+Subclass :class:`SinkContractTests` and :class:`CrashMatrixTests` as ``Test...`` classes with a
+``harness`` fixture and pytest collects the inherited tests; the checks (``check_*``,
+:func:`run_contract`) are plain functions too (docs/extending/conformance-kit.md). The sink must
+be importable by path; options reach the job in a 0600 file, and no secret may reach a handle,
+message, stderr or the checkpoint. ``import twopc`` does not import this package."""
 
 from .._faults import POINTS as FAULT_POINTS
 from ._checks import (
