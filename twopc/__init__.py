@@ -60,38 +60,12 @@ if TYPE_CHECKING:
     from .spark._spark import TwoPhaseCommitDataSource, data_source_for
     from .spark._spark_fs import check_checkpoint_location
 
-__all__ = [
-    "CommitCoordinator",
-    "CommitLedger",
-    "CommitOutcome",
-    "CommitShape",
-    "ConfigurationError",
-    "FencedError",
-    "LedgerError",
-    "MissingExtraError",
-    "Participant",
-    "RecoveryCoordinator",
-    "SinkError",
-    "SinkStatus",
-    "TransactionContext",
-    "TransactionHandle",
-    "TransactionLostError",
-    "TwoPCError",
-    "TwoPhaseCommitDataSource",
-    "TwoPhaseCommitSink",
-    "UnsettledTransaction",
-    "Xid",
-    "check_checkpoint_location",
-    "composite",
-    "data_source_for",
-    "foreach_batch_writer",
-    "register",
-    "register_all",
-    "register_metrics",
-    "serve_metrics",
-    "sink_status",
-    "write_jdbc",
-]
+__all__ = ["CommitCoordinator", "CommitLedger", "CommitOutcome", "CommitShape", "ConfigurationError", "FencedError",
+           "LedgerError", "MissingExtraError", "Participant", "RecoveryCoordinator", "SinkError", "SinkStatus",
+           "TransactionContext", "TransactionHandle", "TransactionLostError", "TwoPCError", "TwoPhaseCommitDataSource",
+           "TwoPhaseCommitSink", "UnsettledTransaction", "Xid", "check_checkpoint_location", "composite",
+           "data_source_for", "foreach_batch_writer", "register", "register_all", "register_metrics", "serve_metrics",
+           "sink_status", "write_jdbc"]
 
 __version__ = "0.2.0"
 

@@ -80,9 +80,7 @@ class CompositeHandle(TransactionHandle, kind="twopc.composite", version=1):
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any], version: int) -> CompositeHandle:
         """Decode :meth:`to_payload`'s payload and every part's envelope.
-
-        Raises:
-            HandleVersionError, UnknownHandleKindError, HandleError: as :func:`decode_handle`."""
+        Raises HandleVersionError, UnknownHandleKindError, HandleError: as :func:`decode_handle`."""
         base = super().from_payload({k: v for k, v in payload.items() if k != "parts"}, version)
         raw = payload.get("parts")
         if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
@@ -118,9 +116,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     A batch's rows become visible in every participant or in none, exactly once, whatever
     crashes; not at the same instant (a reader needing a consistent cut reads up to the last batch
     every target marked committed).
-
-    Raises:
-        ConfigurationError: no participant, or two with the same name."""
+    Raises ConfigurationError: no participant, or two with the same name."""
 
     __handle_type__ = CompositeHandle
 
@@ -155,10 +151,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
                         checkpointed: bool) -> None:
         """Configure every participant with its projected schema; refuse overwrite.
-
-        Raises:
-            ConfigurationError: a participant refuses, its commit may be refused after the decision,
-                or two participants write the same target; naming them and the fix."""
+        Raises ConfigurationError: a participant refuses, its commit may be refused after the decision,
+        or two participants write the same target; naming them and the fix."""
         refuse_overwrite(self, overwrite=overwrite, streaming=streaming)
         _refuse_shared_targets(self.participants)
         for p in self.participants:
@@ -171,10 +165,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
     def validate(self, schema: pa.Schema) -> None:
         """Validate every participant against its projected schema before any task runs.
-
-        Raises:
-            ConfigurationError, SinkUnavailableError: the participant's, prefixed with its name
-                (also for a commit that may be refused, e.g. ``twopc-jdbc``'s automatic staging)."""
+        Raises ConfigurationError, SinkUnavailableError: the participant's, prefixed with its name
+        (also for a commit that may be refused, e.g. ``twopc-jdbc``'s automatic staging)."""
         for p in self.participants:
             _admit(p)
             try:
@@ -256,10 +248,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         """Commit one decided batch participant by participant, idempotent as a whole. The fault point
         ``between_commits`` lies between two participants; each one's end is logged (DEBUG
         ``participant_committed``, ``ms_since_first``: the batch's visibility gap).
-
-        Raises:
-            SinkError: a participant failed (its class, the message naming it and the ones committed
-                before it); a retry or recovery commits the rest."""
+        Raises SinkError: a participant failed (its class, the message naming it and the ones committed
+        before it); a retry or recovery commits the rest."""
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
         done: list[str] = []
         started = time.monotonic()
@@ -293,10 +283,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
     def abort(self, handle: CompositeHandle) -> None:
         """Roll back every part, then raise the first error.
-
-        Raises:
-            ProtocolError: a part had been committed.
-            SinkError: a target failed."""
+        Raises ProtocolError: a part had been committed.
+        Raises SinkError: a target failed."""
         _every(handle.parts, lambda part: self._participant(part[0]).sink.abort(part[1]))
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
@@ -356,9 +344,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
 def _admit(p: Participant) -> None:
     """Refuse *p* when its target may refuse a commit after the decision.
-
-    Raises:
-        ConfigurationError: naming the participant, the reason and the fix."""
+    Raises ConfigurationError: naming the participant, the reason and the fix."""
     try:
         why = capability(p.sink, WriteSetup).commit_may_be_refused()
     except TwoPCError as exc:
@@ -376,9 +362,7 @@ def _admit(p: Participant) -> None:
 def _refuse_shared_targets(participants: Sequence[Participant]) -> None:
     """Refuse two participants writing the same target (same instance, else identity): the second
     transaction would wait for the first's locks until a lock timeout.
-
-    Raises:
-        ConfigurationError: naming both participants, the target and the fix."""
+    Raises ConfigurationError: naming both participants, the target and the fix."""
     if len(participants) < 2:
         return
     targets = [capability(p.sink, NamedTarget) for p in participants]

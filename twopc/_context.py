@@ -31,10 +31,8 @@ class TransactionContext:
 
     def xid(self) -> Xid:
         """A new transaction id for this attempt (fresh nonce, or :attr:`nonce` when set).
-
-        Raises:
-            ConfigurationError: the sink id cannot be part of a transaction id.
-            ProtocolError: :attr:`nonce` is not 8 lower-case hex digits."""
+        Raises ConfigurationError: the sink id cannot be part of a transaction id.
+        Raises ProtocolError: :attr:`nonce` is not 8 lower-case hex digits."""
         if self.nonce is not None:
             return Xid(self.sink_id, self.batch_id, self.partition_id, self.attempt_id, self.nonce)
         return Xid.new(self.sink_id, self.batch_id, self.partition_id, self.attempt_id)

@@ -92,11 +92,9 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
                     format_name: str = "") -> _Tally:
     """Commit every handle of *decision* (an unanswered commit retried per *retry*), then mark the
     batch committed. *format_name* goes into the recovery command an error shows.
-
-    Raises:
-        TransactionLostError: a handle is neither prepared nor committed; the batch stays DECIDED,
-            so every retry raises again.
-        CommitPendingError: the target did not answer, retries included; the batch stays DECIDED."""
+    Raises TransactionLostError: a handle is neither prepared nor committed; the batch stays DECIDED,
+    so every retry raises again.
+    Raises CommitPendingError: the target did not answer, retries included; the batch stays DECIDED."""
     m = metrics or CommitMetrics()
     def attempt(again: bool) -> list[CommitOutcome]:
         m.retried += again
@@ -201,9 +199,7 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     batches can still be chosen (query start; the commit of ``up_to_batch``). *handles* must be
     listed first: the ownership check between listing and rollback keeps a displaced actor from
     rolling back what a newer owner prepared (:mod:`twopc.ledger._fencing_epochs`).
-
-    Raises:
-        FencedError: another actor took the ledger over: nothing was rolled back."""
+    Raises FencedError: another actor took the ledger over: nothing was rolled back."""
     m = metrics or CommitMetrics()
     decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
     if orphans:
@@ -277,14 +273,12 @@ class CommitCoordinator:
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
         """Commit the batch of *handles* (``None`` for partitions that wrote nothing) exactly once. On
         return every effect is committed once and no transaction ``<= batch_id`` stays prepared.
-
-        Raises:
-            FencedError: another driver took the ledger over; nothing was committed.
-            TargetMismatchError: the checkpoint belongs to another target; nothing was done.
-            TransactionLostError: a decided transaction is gone.
-            ProtocolError: a handle belongs to another sink or batch.
-            CommitPendingError: the target did not answer (the batch stays decided).
-            SinkError: the target failed; rerunning (or recovery) finishes the batch."""
+        Raises FencedError: another driver took the ledger over; nothing was committed.
+        Raises TargetMismatchError: the checkpoint belongs to another target; nothing was done.
+        Raises TransactionLostError: a decided transaction is gone.
+        Raises ProtocolError: a handle belongs to another sink or batch.
+        Raises CommitPendingError: the target did not answer (the batch stays decided).
+        Raises SinkError: the target failed; rerunning (or recovery) finishes the batch."""
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         if not self._target_recorded:  # a coordinator built by hand: the target is recorded before a decision

@@ -1,7 +1,5 @@
-"""The twopc exception tree.
-
-Every error twopc raises on purpose derives from :class:`TwoPCError`, so a caller can
-catch the whole family with one clause, or a branch of it::
+"""The twopc exception tree; messages name the problem and the fix, never a credential
+(:func:`redact`)::
 
     TwoPCError
     ├── ConfigurationError          bad options or input; nothing was written
@@ -22,40 +20,17 @@ catch the whole family with one clause, or a branch of it::
     ├── SourceError                 a source cannot read what the offset log recorded
     ├── TransactionLostError        a decided transaction is neither prepared nor committed
     ├── BatchAbortedError           a task prepared after its job was aborted and rolled itself back
-    └── ProtocolError               an invariant of the protocol was violated
-
-Messages name the problem and the fix. They never contain credentials: sinks build
-them from redacted URLs, and :func:`redact` strips any secret that a driver error
-might echo back.
-"""
+    └── ProtocolError               an invariant of the protocol was violated"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = [
-    "BatchAbortedError",
-    "CommitPendingError",
-    "ConcurrentWriterError",
-    "ConfigurationError",
-    "FencedError",
-    "HandleError",
-    "HandleVersionError",
-    "LedgerError",
-    "MissingExtraError",
-    "MissingOptionError",
-    "ProtocolError",
-    "SchemaMismatchError",
-    "SinkError",
-    "SinkUnavailableError",
-    "SourceError",
-    "TargetConfigurationError",
-    "TargetMismatchError",
-    "TransactionLostError",
-    "TwoPCError",
-    "UnknownHandleKindError",
-    "redact",
-]
+__all__ = ["BatchAbortedError", "CommitPendingError", "ConcurrentWriterError", "ConfigurationError", "FencedError",
+           "HandleError", "HandleVersionError", "LedgerError", "MissingExtraError", "MissingOptionError",
+           "ProtocolError", "SchemaMismatchError", "SinkError", "SinkUnavailableError", "SourceError",
+           "TargetConfigurationError", "TargetMismatchError", "TransactionLostError", "TwoPCError",
+           "UnknownHandleKindError", "redact"]
 
 
 class TwoPCError(Exception):
@@ -71,14 +46,8 @@ class MissingOptionError(ConfigurationError):
 
 
 class MissingExtraError(ConfigurationError, ImportError):
-    """A backend's Python driver is not installed (or fails to import); the message names the extra
-    (``pip install 'pyspark-twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``). Also an
-    :class:`ImportError`.
-
-    Attributes:
-        name: the module that could not be imported.
-        extra: the extra that installs it.
-        what: what needed it, e.g. ``"twopc-postgres"``."""
+    """A backend's Python driver is not installed (or fails to import); the message names the pip
+    extra. Attributes: ``name`` (the module), ``extra``, ``what`` (e.g. ``"twopc-postgres"``)."""
 
     def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
         super().__init__(
@@ -104,15 +73,12 @@ class TargetConfigurationError(ConfigurationError):
 
 
 class ConcurrentWriterError(ConfigurationError):
-    """Another writer has this sink id: its lease on the target (SQL) or the target's owner record
-    (Redis, files) names another. Two writers of one sink id would roll back each other's
-    transactions. Raised before anything is written."""
+    """Another writer has this sink id (its lease, or the target's owner record): they would roll
+    back each other's transactions."""
 
 
 class TargetMismatchError(ConfigurationError):
-    """The write's target (told apart by what the server says it is) is not the one its checkpoint
-    records, where its decided batches wait and to which its batch ids belong. Raised before
-    anything is recorded; the message names both targets, the waiting batches and the fix."""
+    """The write's target is not the one its checkpoint records (where its decided batches wait)."""
 
 
 class HandleError(TwoPCError):
@@ -132,8 +98,8 @@ class LedgerError(TwoPCError):
 
 
 class FencedError(LedgerError):
-    """A newer owner epoch took the checkpoint over: this driver may not record or act on a decision.
-    Nothing of its batch is committed; the new owner finishes what it left."""
+    """A newer owner epoch took the checkpoint over: this driver decides nothing more; the new owner
+    finishes what it left."""
 
 
 class SinkError(TwoPCError):
@@ -145,23 +111,21 @@ class SinkUnavailableError(SinkError):
 
 
 class CommitPendingError(SinkUnavailableError):
-    """A decided commit got no answer on every retry. Nothing is lost or doubled: the batch stays
-    decided, its transactions wait prepared, and the next start (or ``twopc recover``) finishes it."""
+    """A decided commit got no answer on every retry: nothing is lost; the next start (or ``twopc
+    recover``) finishes it."""
 
 
 class SourceError(TwoPCError):
-    """A source cannot read what Spark's offset log recorded (entries deleted, stream recreated):
-    reading on would lose or invent data, so the query stops."""
+    """A source cannot read what Spark's offset log recorded (deleted entries, recreated stream)."""
 
 
 class TransactionLostError(TwoPCError):
-    """A transaction decided for commit is neither prepared nor committed (rolled back by hand, data
-    lost). The batch stays decided-but-unfinished and every retry raises until an operator acts."""
+    """A decided transaction is neither prepared nor committed: the batch stays decided and every
+    retry raises until an operator acts."""
 
 
 class BatchAbortedError(TwoPCError):
-    """A task prepared after the driver aborted its batch (the *zombie-prepare window*) and rolled
-    its transaction back; the error only ends the task of a failed job."""
+    """A task prepared after its batch was aborted (*zombie-prepare window*) and rolled it back."""
 
 
 class ProtocolError(TwoPCError):

@@ -82,9 +82,7 @@ class AbortFence:
     def aborted(self) -> bool:
         """Whether the job was aborted (or, without a checkpoint, ended) since planning; call it after
         preparing.
-
-        Raises:
-            LedgerError: the ledger cannot be read (the caller rolls back: unsure)."""
+        Raises LedgerError: the ledger cannot be read (the caller rolls back: unsure)."""
         if self.store is None:
             return False
         if self.ephemeral and not ledger_exists(self.store):
@@ -94,9 +92,7 @@ class AbortFence:
     def roll_back_dead_attempts(self, sink: AnySink, sink_id: str, partition: int) -> None:
         """Before a retry writes, roll back what *partition*'s dead earlier attempts left prepared (no
         decision can name them): their row locks would stall the retry until ``lockTimeout``.
-
-        Raises:
-            SinkError: the target failed; LedgerError: the store fails."""
+        Raises SinkError: the target failed; LedgerError: the store fails."""
         dead = self.dead_attempts(partition)
         if not dead:
             return
@@ -150,9 +146,7 @@ class TaskWait:
 def wait_for_tasks(ledger: CommitLedger, batch_id: int, *, timeout: float = TASK_WAIT_SECONDS) -> TaskWait:
     """Wait at most *timeout* seconds until no task of *batch_id* is recorded running (records of
     provably dead processes are deleted).
-
-    Raises:
-        LedgerError: the ledger cannot be read."""
+    Raises LedgerError: the ledger cannot be read."""
     deadline = time.monotonic() + timeout
     waited = False
     while True:

@@ -21,16 +21,8 @@ from typing import Any, ClassVar, TypeVar
 
 from ._errors import HandleError, HandleVersionError, UnknownHandleKindError
 
-__all__ = [
-    "BUILT_IN_KINDS",
-    "HANDLE_KINDS_GROUP",
-    "TransactionHandle",
-    "decode_handle",
-    "dumps_handle",
-    "encode_handle",
-    "loads_handle",
-    "registered_handle_kinds",
-]
+__all__ = ["BUILT_IN_KINDS", "HANDLE_KINDS_GROUP", "TransactionHandle", "decode_handle", "dumps_handle",
+           "encode_handle", "loads_handle", "registered_handle_kinds"]
 
 _REGISTRY: dict[str, type[TransactionHandle]] = {}
 #: The entry point group naming the module and class of a handle kind (see the module docstring).
@@ -88,10 +80,8 @@ class TransactionHandle:
     @classmethod
     def from_payload(cls: type[H], payload: Mapping[str, Any], version: int) -> H:
         """Build a handle from a payload of *version* (older ones through :meth:`upgrade`).
-
-        Raises:
-            HandleVersionError: *version* is newer than :attr:`VERSION` or cannot be upgraded.
-            HandleError: the payload does not have this handle's fields."""
+        Raises HandleVersionError: *version* is newer than :attr:`VERSION` or cannot be upgraded.
+        Raises HandleError: the payload does not have this handle's fields."""
         if version > cls.VERSION:
             raise HandleVersionError(
                 f"handle of kind {cls.KIND!r} has version {version}, but this twopc reads up to "
@@ -134,9 +124,7 @@ def _field_names(cls: type[TransactionHandle]) -> tuple[str, ...]:
 def _register(cls: type[TransactionHandle]) -> None:
     """Enter *cls* under its ``KIND``; a class of the same module and name (a cloudpickled copy)
     may replace the registered one.
-
-    Raises:
-        ValueError: another class already registered the kind."""
+    Raises ValueError: another class already registered the kind."""
     existing = _REGISTRY.get(cls.KIND)
     if existing is not None and existing is not cls and (
             existing.__qualname__ != cls.__qualname__ or existing.__module__ != cls.__module__):
@@ -148,9 +136,7 @@ def _register(cls: type[TransactionHandle]) -> None:
 def ensure_registered(cls: type[TransactionHandle]) -> None:
     """Register *cls* if this process has not (cloudpickle rebuilds ``__main__`` classes without
     ``__init_subclass__``).
-
-    Raises:
-        ValueError: another class already registered the kind."""
+    Raises ValueError: another class already registered the kind."""
     kind = cls.__dict__.get("KIND", "")
     if kind and _REGISTRY.get(kind) is not cls:
         _register(cls)
@@ -163,9 +149,7 @@ def registered_handle_kinds() -> dict[str, type[TransactionHandle]]:
 
 def encode_handle(handle: TransactionHandle) -> dict[str, Any]:
     """Wrap *handle* in its versioned envelope.
-
-    Raises:
-        HandleError: the handle's class was not declared with a ``kind``."""
+    Raises HandleError: the handle's class was not declared with a ``kind``."""
     cls = type(handle)
     ensure_registered(cls)
     if not cls.KIND or _REGISTRY.get(cls.KIND) is not cls:
@@ -176,11 +160,9 @@ def encode_handle(handle: TransactionHandle) -> dict[str, Any]:
 
 def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
     """Read a handle from its envelope.
-
-    Raises:
-        UnknownHandleKindError: no module registers the envelope's kind.
-        HandleVersionError: the envelope was written by a newer handle version.
-        HandleError: the envelope is malformed."""
+    Raises UnknownHandleKindError: no module registers the envelope's kind.
+    Raises HandleVersionError: the envelope was written by a newer handle version.
+    Raises HandleError: the envelope is malformed."""
     try:
         kind = envelope["kind"]
         version = envelope["version"]
@@ -195,9 +177,7 @@ def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
 
 def _import_kind(kind: str) -> type[TransactionHandle]:
     """The class of *kind*, imported from its entry point or :data:`BUILT_IN_KINDS`.
-
-    Raises:
-        UnknownHandleKindError: nothing names the kind, or its module fails to import."""
+    Raises UnknownHandleKindError: nothing names the kind, or its module fails to import."""
     from ._objpath import load_object  # a kind no import registered: a sink's worker has its own registered
     with _LOOKUP_LOCK:
         if (cls := _REGISTRY.get(kind)) is not None:

@@ -73,9 +73,7 @@ class Participant:
 
     def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
         """The rows this participant gets from *batch* of micro-batch *batch_id*.
-
-        Raises:
-            ConfigurationError: a kept column is missing, or the transform returns no record batch."""
+        Raises ConfigurationError: a kept column is missing, or the transform returns no record batch."""
         import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
         if self._renames:
             missing = [src for src, _ in self._renames if src not in batch.schema.names]

@@ -42,9 +42,7 @@ class CommitRetry:
     @classmethod
     def parse(cls, retries: str | None, backoff: str | None) -> CommitRetry:
         """From the ``commitRetries`` and ``commitRetryBackoff`` (seconds) option texts.
-
-        Raises:
-            ConfigurationError: not a whole number >= 0 / a number of seconds >= 0."""
+        Raises ConfigurationError: not a whole number >= 0 / a number of seconds >= 0."""
         n = DEFAULT_COMMIT_RETRIES
         if retries is not None:
             if not retries.strip().isdigit():
@@ -61,11 +59,9 @@ class CommitRetry:
 
     def run(self, attempt: Callable[[bool], T], *, what: str, pending: Callable[[int, SinkUnavailableError], str]) -> T:
         """Call ``attempt(retrying)`` until it returns.
-
-        Raises:
-            CommitPendingError: every attempt raised :class:`SinkUnavailableError`; the message is
-                ``pending(attempts, last error)``.
-            Exception: whatever else an attempt raised, at once."""
+        Raises CommitPendingError: every attempt raised :class:`SinkUnavailableError`; the message is
+        ``pending(attempts, last error)``.
+        Raises Exception: whatever else an attempt raised, at once."""
         delay = self.backoff
         for n in range(self.retries + 1):
             try:

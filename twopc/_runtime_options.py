@@ -94,10 +94,8 @@ class RuntimeOptions:
               ephemeral_location: str | None = None) -> RuntimeOptions:
         """Parse the runtime options. *ephemeral_location*: a temporary ledger folder for a batch write
         without ``checkpointLocation`` (atomic sinks); ``txnVersion`` then defaults to 0.
-
-        Raises:
-            MissingOptionError: ``checkpointLocation`` (or a batch write's ``txnVersion``) is missing.
-            ConfigurationError: an option is invalid."""
+        Raises MissingOptionError: ``checkpointLocation`` (or a batch write's ``txnVersion``) is missing.
+        Raises ConfigurationError: an option is invalid."""
         loc = option(options, "checkpointLocation")
         if not loc and ephemeral_location is not None and not streaming:
             sink_id = option(options, "sinkId") or option(options, "txnAppId")
@@ -148,9 +146,7 @@ class RuntimeOptions:
 
 def _retry(options: Mapping[str, str]) -> tuple[int, float] | None:
     """``commitRetries`` and ``commitRetryBackoff``, checked (None: neither given).
-
-    Raises:
-        ConfigurationError: see :meth:`~twopc.spi.runtime.CommitRetry.parse`."""
+    Raises ConfigurationError: see :meth:`~twopc.spi.runtime.CommitRetry.parse`."""
     from ._retry import CommitRetry  # as in RuntimeOptions.retry: planning checks them
     retries, backoff = option(options, "commitRetries"), option(options, "commitRetryBackoff")
     if retries is None and backoff is None:
@@ -169,9 +165,7 @@ _ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:?\d{2}.*")
 
 def _parse_version(text: str) -> int:
     """``txnVersion``: a non-negative integer, or an ISO date ``YYYY-MM-DD`` as ``YYYYMMDD``.
-
-    Raises:
-        ConfigurationError: anything else; a timestamp's message names the number to give."""
+    Raises ConfigurationError: anything else; a timestamp's message names the number to give."""
     t = text.strip()
     if _ISO_DATE.fullmatch(t):
         try:

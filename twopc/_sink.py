@@ -92,9 +92,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse a class that defines part of a capability without having it (``isinstance`` would not
         see it), or sets ``handle_type``/``session_options`` (renamed in 0.2.0: silently ignored).
-
-        Raises:
-            TypeError: naming the capability to subclass, or the attribute to rename."""
+        Raises TypeError: naming the capability to subclass, or the attribute to rename."""
         super().__init_subclass__(**kwargs)
         renamed = [f"{cls.__qualname__} sets {old}: twopc reads it as {new} since 0.2.0 (rename the class "
                    f"attribute to {new})" for old, new in RENAMED_ATTRIBUTES.items() if old in vars(cls)]
@@ -140,17 +138,13 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         Returns:
             ``COMMITTED`` (this call), ``ALREADY_COMMITTED`` (before), ``LOST`` (neither prepared
             nor committed).
-
-        Raises:
-            SinkError: the target failed; the transaction is unchanged and the call can be retried."""
+        Raises SinkError: the target failed; the transaction is unchanged and the call can be retried."""
 
     @abstractmethod
     def abort(self, handle: H) -> None:
         """Roll back a prepared transaction from any process. Idempotent.
-
-        Raises:
-            ProtocolError: the transaction had been committed.
-            SinkError: the target failed."""
+        Raises ProtocolError: the transaction had been committed.
+        Raises SinkError: the target failed."""
 
     def recover_and_commit(self, handle: H) -> CommitOutcome:
         """:meth:`commit` for a handle read back after a restart (usually ``ALREADY_COMMITTED``)."""
@@ -365,9 +359,7 @@ class _Defaults(WriteSetup, BatchCommit, DecisionHook, Inspectable, MarkerPurge,
 
 def refuse_overwrite(sink: object, *, overwrite: bool, streaming: bool) -> None:
     """Refuse an overwrite for *sink*, which only appends.
-
-    Raises:
-        ConfigurationError: *overwrite*, naming the mode to use."""
+    Raises ConfigurationError: *overwrite*, naming the mode to use."""
     if overwrite:
         how = 'outputMode("append")' if streaming else 'mode("append")'
         raise ConfigurationError(f"{type(sink).__name__} does not support overwrite/complete mode: use {how}")
@@ -385,9 +377,7 @@ def capability(sink: object, kind: type[C]) -> C:
 
 def commit_handles(sink: AnySink, handles: Sequence[TransactionHandle], *, recovering: bool) -> list[CommitOutcome]:
     """Commit a decided batch's *handles* through :meth:`BatchCommit.commit_all`, else one by one.
-
-    Raises:
-        ProtocolError: ``commit_all`` answered another number of outcomes than handles."""
+    Raises ProtocolError: ``commit_all`` answered another number of outcomes than handles."""
     outcomes = capability(sink, BatchCommit).commit_all(handles, recovering=recovering) if handles else []
     if outcomes is None:
         return [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]

@@ -37,11 +37,9 @@ def checkpoint_label(location: str) -> str:
 
 def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None:
     """Record *checkpoint_location*'s query as owner of *sink_id* in the target, or refuse the write.
-
-    Raises:
-        ConcurrentWriterError: another checkpoint is recorded (naming both, the fix, and how to
-            retire the other record).
-        SinkError / SinkUnavailableError: the target failed."""
+    Raises ConcurrentWriterError: another checkpoint is recorded (naming both, the fix, and how to
+    retire the other record).
+    Raises SinkError / SinkUnavailableError: the target failed."""
     mine = checkpoint_label(checkpoint_location)
     target = capability(sink, NamedTarget)
     other = target.claim_sink_id(sink_id, mine)
@@ -133,10 +131,8 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: b
     """Refuse *sink*'s target if the checkpoint belongs to another; with *record*, record it the first
     time (:meth:`CommitLedger.bind_target`). Every writer passes here before touching the target:
     recovery against the wrong one would call the decided transactions lost.
-
-    Raises:
-        TargetMismatchError: the checkpoint belongs to another target.
-        LedgerError: the checkpoint cannot be read or written."""
+    Raises TargetMismatchError: the checkpoint belongs to another target.
+    Raises LedgerError: the checkpoint cannot be read or written."""
     if ledger.in_target:
         return
     identity = capability(sink, NamedTarget).target_identity()
@@ -149,11 +145,9 @@ def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdCla
     """Claim *sink_id* for a writer before it rolls anything back: a SQL sink's lease (returned:
     release it when done) or an owner record. Nothing for a sink id derived from the checkpoint or
     a ledger kept in the target.
-
-    Raises:
-        ConcurrentWriterError: another writer (or a coordinator of this process for another
-            checkpoint) has the sink id.
-        SinkError / SinkUnavailableError: the target failed."""
+    Raises ConcurrentWriterError: another writer (or a coordinator of this process for another
+    checkpoint) has the sink id.
+    Raises SinkError / SinkUnavailableError: the target failed."""
     if ledger.in_target or sink_id == default_sink_id(ledger.checkpoint_location):
         return None
     backend = target_ledger_of(sink)
@@ -195,9 +189,7 @@ def hold_for_prepare(backend: TargetLedger, sink_id: str) -> None:
     """Before a core-API writer outside the runtime prepares, hold the free lease of *sink_id* for
     this process (adopted by its first :func:`claim_writer`), so another writer is refused instead
     of rolling this transaction back as an orphan. A lease held elsewhere is left alone.
-
-    Raises:
-        SinkError / SinkUnavailableError: the target failed."""
+    Raises SinkError / SinkUnavailableError: the target failed."""
     if _IN_RUNTIME_TASK.get():
         return
     key = (backend.location, sink_id)

@@ -41,9 +41,7 @@ ALL_BATCHES = 2**63 - 1
 def forget_writer(sink: AnySink, backend: TargetLedger, sink_id: str) -> None:
     """Delete ``eph-`` writer *sink_id*'s markers, then its records (nothing pending or prepared: its
     id is never reused). Markers first, so a failure leaves records that find it again.
-
-    Raises:
-        TwoPCError: the target failed (a failed marker purge is only logged)."""
+    Raises TwoPCError: the target failed (a failed marker purge is only logged)."""
     purge_markers_best_effort(sink, sink_id, ALL_BATCHES)
     backend.forget(sink_id)
 

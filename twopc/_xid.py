@@ -31,9 +31,7 @@ _ID_CHARS = re.compile(r"^[A-Za-z0-9_.:~-]+$")
 
 def validate_sink_id(sink_id: str) -> str:
     """*sink_id* if it can be part of a transaction id.
-
-    Raises:
-        ConfigurationError: not 1-64 characters of ``A-Z a-z 0-9 _ . -`` starting alphanumeric."""
+    Raises ConfigurationError: not 1-64 characters of ``A-Z a-z 0-9 _ . -`` starting alphanumeric."""
     if not isinstance(sink_id, str) or not SINK_ID_PATTERN.match(sink_id):
         raise ConfigurationError(
             f"sinkId {sink_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ . - "
@@ -65,9 +63,7 @@ class Xid:
     @classmethod
     def new(cls, sink_id: str, batch_id: int, partition_id: int, attempt_id: int) -> Xid:
         """A new id with a fresh random nonce.
-
-        Raises:
-            ConfigurationError: *sink_id* is not a valid sink id."""
+        Raises ConfigurationError: *sink_id* is not a valid sink id."""
         return cls(sink_id, int(batch_id), int(partition_id), int(attempt_id), secrets.token_hex(4))
 
     def __str__(self) -> str:
@@ -105,9 +101,7 @@ class Xid:
     def checked(cls, text: object, *, max_bytes: int | None = None, what: str = "twopc transaction id") -> str:
         """*text* if a well-formed id (either form) within *max_bytes*: a handle read back is checked
         before it reaches a database.
-
-        Raises:
-            ProtocolError: it is not a twopc id, or too long for the target."""
+        Raises ProtocolError: it is not a twopc id, or too long for the target."""
         # the two forms' patterns check all that parse() builds an Xid to check, without building it
         if (not isinstance(text, str) or not _ID_CHARS.match(text)
                 or not (_CANONICAL.match(text) or _PATH.match(text))
@@ -117,9 +111,7 @@ class Xid:
 
     def fitting(self, max_bytes: int | None, target: str) -> str:
         """The canonical form, checked against *target*'s *max_bytes* (``None``: no limit).
-
-        Raises:
-            ConfigurationError: too long; the message says how long the sink id may be."""
+        Raises ConfigurationError: too long; the message says how long the sink id may be."""
         text = str(self)
         size = len(text.encode())
         if max_bytes is not None and size > max_bytes:

@@ -40,9 +40,7 @@ _AGENT_SCRIPT = Path(__file__).with_name("_agent.py")
 
 def agent_folder() -> Path:
     """``<temp dir>/twopc-agent-<uid>/``, made when missing.
-
-    Raises:
-        ConfigurationError: it is not this user's alone, or too long for a unix socket."""
+    Raises ConfigurationError: it is not this user's alone, or too long for a unix socket."""
     folder = private_dir(AGENTS)
     where = Path(tempfile.gettempdir(), f"{AGENTS}-{os.getuid()}")
     if folder is None:

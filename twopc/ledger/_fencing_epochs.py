@@ -88,10 +88,8 @@ class Ownership:
         """Become (or stay) the owner; return the epoch once its verdict is recorded. *resume*: continue a
         run that may own an older epoch (a streaming plan), raising if it was displaced. *actor* names
         the owner's kind in messages (``driver``, ``recover`` ...).
-
-        Raises:
-            FencedError: *resume* and another actor displaced this driver's run.
-            LedgerError: the store fails."""
+        Raises FencedError: *resume* and another actor displaced this driver's run.
+        Raises LedgerError: the store fails."""
         me = identity or driver_identity()
         while True:
             epochs, ended = self._listing()
@@ -120,9 +118,7 @@ class Ownership:
         """Record *epoch*'s verdict if none is (the older epochs' unmarked decisions); any actor may. A
         decision created before the listing is in it; one created after is not, and its driver finds
         *epoch* when it checks the owners. Returns the standing verdict.
-
-        Raises:
-            LedgerError: the store fails, or is read-only."""
+        Raises LedgerError: the store fails, or is read-only."""
         listed = [[b, e] for b, e in self._pending() if e is not None and e < epoch]
         self._store.add("verdicts", _epoch_name(epoch), json.dumps({"format": _FORMAT, "epoch": epoch,
                                                                    "decisions": listed}))
@@ -142,9 +138,7 @@ class Ownership:
 
     def act_for(self, identity: DriverIdentity) -> int | None:
         """Take the epoch of driver *identity*, which must own the ledger; None for a ledger without owners.
-
-        Raises:
-            FencedError: another actor owns it."""
+        Raises FencedError: another actor owns it."""
         epochs, ended = self._listing()
         if not epochs:
             return None

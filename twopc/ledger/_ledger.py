@@ -46,10 +46,8 @@ __all__ = ["CommitLedger", "spark_checkpoint_started"]
 
 def spark_checkpoint_started(location: str) -> bool:
     """Whether Spark's own checkpoint (its ``metadata`` file) is at *location*.
-
-    Raises:
-        ConfigurationError: the ledger refuses the location.
-        LedgerError: it cannot be read."""
+    Raises ConfigurationError: the ledger refuses the location.
+    Raises LedgerError: it cannot be read."""
     from ._stores import open_store  # a checkpoint's: a ledger in the target reads no folder
     return open_store(location).read("metadata") is not None
 
@@ -133,9 +131,7 @@ class CommitLedger(Ownership):
 
     def bind_sink_id(self, requested: str | None, default: str) -> str:
         """The sink id this checkpoint belongs to, recorded on first use.
-
-        Raises:
-            ConfigurationError: *requested* differs from the id already recorded."""
+        Raises ConfigurationError: *requested* differs from the id already recorded."""
         text = self._store.record("", "sink.json")
         if text is None:
             chosen = requested or default
@@ -183,10 +179,8 @@ class CommitLedger(Ownership):
         the same by instance when both are known (``localhost`` = ``127.0.0.1``), else by identity. A
         checkpoint with a decided batch waiting records nothing until recovery finishes it (where it
         was prepared is unknown).
-
-        Raises:
-            TargetMismatchError: another target is recorded: this checkpoint's decided batches, batch
-                ids and sink id belong to it."""
+        Raises TargetMismatchError: another target is recorded: this checkpoint's decided batches, batch
+        ids and sink id belong to it."""
         if identity is None:
             return
         recorded = self.target_record()
@@ -211,9 +205,7 @@ class CommitLedger(Ownership):
                  options: Mapping[str, str] | None = None) -> str | None:
         """Record *identity* (``twopc recover --retarget``) with the new target's secret-free *options*
         in place of the recorded one; return the identity recorded before (or None).
-
-        Raises:
-            TargetMismatchError: a decided batch still waits in the recorded target."""
+        Raises TargetMismatchError: a decided batch still waits in the recorded target."""
         recorded = self.target_record()
         pending = [d.batch_id for d in self.pending()]
         if pending and (recorded is None or not same_target(recorded.target, recorded.instance, identity, instance)):
@@ -262,10 +254,8 @@ class CommitLedger(Ownership):
     def record_decision(self, decision: Decision) -> Decision:
         """Durably record *decision* unless the batch has one (a fenced driver's void one is replaced);
         return the one that stands. Must complete before any handle is committed.
-
-        Raises:
-            FencedError: another driver took the ledger over: nothing may be committed.
-            ProtocolError: a different decision is already recorded for the batch."""
+        Raises FencedError: another driver took the ledger over: nothing may be committed.
+        Raises ProtocolError: a different decision is already recorded for the batch."""
         if self.epoch is not None:
             decision = dataclasses.replace(decision, epoch=self.epoch)
         name = record_name(decision.batch_id)
@@ -295,9 +285,7 @@ class CommitLedger(Ownership):
     def record_abort(self, batch_id: int) -> str:
         """Durably record, BEFORE the sweep, that this run of *batch_id* aborts (the *zombie-prepare
         window* of :mod:`twopc._fence`); a new record each time. Returns its name.
-
-        Raises:
-            LedgerError: the store fails."""
+        Raises LedgerError: the store fails."""
         name = f"{record_name(batch_id).removesuffix('.json')}.{time.time_ns():x}{uuid.uuid4().hex[:8]}.json"
         body = {"format": FORMAT, "batch_id": batch_id, "aborted_at": time.time()}
         self._store.add("aborted", name, json.dumps(body))
@@ -373,9 +361,7 @@ class CommitLedger(Ownership):
     def write_aux(self, name: str, text: str) -> None:
         """Replace the auxiliary record *name* atomically, without fsync (a crash may lose the last
         update, never tear it).
-
-        Raises:
-            LedgerError: it cannot be written."""
+        Raises LedgerError: it cannot be written."""
         self._store.put("", _aux_name(name), text, durable=False)
 
 

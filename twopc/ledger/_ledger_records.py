@@ -132,9 +132,7 @@ def _text_or_none(value: Any) -> str | None:
 def ledger_store(checkpoint_location: str) -> Records:
     """The ledger store in *checkpoint_location*, opened without creating folders (a task must not
     re-create a temporary ledger its driver deleted).
-
-    Raises:
-        ConfigurationError: the ledger refuses the location."""
+    Raises ConfigurationError: the ledger refuses the location."""
     from ._stores import FolderRecords, open_store  # a ledger in a checkpoint: a target's is no folder
     return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
 

@@ -55,10 +55,8 @@ for _alias, _target in (("viewfs", "hdfs"), ("gcs", "gs"), ("abfss", "abfs"), ("
 
 def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read_only: bool = False) -> Store:
     """The store for *location*; *read_only* writes nothing (skips S3's first-use check).
-
-    Raises:
-        ConfigurationError: the ledger cannot write the location at most once.
-        MissingExtraError: an ``s3://`` location without boto3 (``pyspark-twopc[s3]``)."""
+    Raises ConfigurationError: the ledger cannot write the location at most once.
+    Raises MissingExtraError: an ``s3://`` location without boto3 (``pyspark-twopc[s3]``)."""
     if filesystem is not None:
         import pyarrow.fs as pafs  # here, as below: a checkpoint in a local folder never loads pyarrow
         if not isinstance(filesystem, pafs.LocalFileSystem):

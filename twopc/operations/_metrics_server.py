@@ -28,9 +28,7 @@ _REPLY_SECONDS = 30.0  # for the agent to bind the port (a bound, not an expecte
 
 def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
     """``(metricsPort, metricsHost)`` (the interface; default loopback, ``0.0.0.0`` for all), or None.
-
-    Raises:
-        ConfigurationError: the port is not a number in 1..65535."""
+    Raises ConfigurationError: the port is not a number in 1..65535."""
     text = option(options, "metricsPort")
     if text is None or not text.strip():
         return None
@@ -41,9 +39,7 @@ def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
 
 def registry_dir(port: int) -> Path:
     """``<temp dir>/twopc-metrics-<uid>/<port>/`` (``0700``), made when missing.
-
-    Raises:
-        ConfigurationError: a folder of that name is not this user's alone."""
+    Raises ConfigurationError: a folder of that name is not this user's alone."""
     folder = private_dir(_REGISTRY, str(port))
     if folder is None:
         raise ConfigurationError(
@@ -72,9 +68,7 @@ def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK,
                   driver: DriverIdentity | None = None) -> bool:
     """Register *checkpoint_location* for *port* and have *driver*'s agent serve it unless an agent
     does; True when this call had it served.
-
-    Raises:
-        ConfigurationError: the port is taken by another program."""
+    Raises ConfigurationError: the port is taken by another program."""
     key = hashlib.sha256(checkpoint_location.encode("utf-8")).hexdigest()[:16]
     for attempt in range(3):  # a server that ends removes the folder: make it again
         folder = registry_dir(port)

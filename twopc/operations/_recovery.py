@@ -89,9 +89,7 @@ class RecoveryCoordinator:
 
     def plan(self) -> RecoveryPlan:
         """What :meth:`run` would do, changing nothing.
-
-        Raises:
-            TargetMismatchError: the checkpoint belongs to another target."""
+        Raises TargetMismatchError: the checkpoint belongs to another target."""
         if not self.claimed:
             check_target(self.sink, self.ledger, self.sink_id, record=False)
         pending = self.ledger.pending()
@@ -103,13 +101,11 @@ class RecoveryCoordinator:
         """Finish every decided batch, then roll back every orphan. Once the target answers, takes the
         ledger over (unless claimed): a running query's driver is fenced (:class:`~twopc.FencedError`)
         and its undecided batch rolled back here.
-
-        Raises:
-            FencedError: another actor took the ledger over meanwhile; what was done stays done.
-            TargetMismatchError: the checkpoint belongs to another target; nothing was done.
-            ConcurrentWriterError: another writer has the sink id; nothing was done.
-            TransactionLostError: a decided transaction is gone (the batch stays decided).
-            SinkError: the target failed; run again."""
+        Raises FencedError: another actor took the ledger over meanwhile; what was done stays done.
+        Raises TargetMismatchError: the checkpoint belongs to another target; nothing was done.
+        Raises ConcurrentWriterError: another writer has the sink id; nothing was done.
+        Raises TransactionLostError: a decided transaction is gone (the batch stays decided).
+        Raises SinkError: the target failed; run again."""
         if self.claimed:
             return self._run()
         # reach the target first: a recover that cannot changes nothing and fences no query

@@ -84,10 +84,8 @@ def session_root_at_start(notes: str | None, query_name: str | None, registered:
 def with_checkpoint(options: Mapping[str, str], *, streaming: bool, session_root: str | None) -> dict[str, str]:
     """*options* with ``checkpointLocation`` where Spark puts a named streaming query's checkpoint
     (``<session_root>/<queryName>``) when not given.
-
-    Raises:
-        ConfigurationError: an unnamed streaming query without ``checkpointLocation`` while the
-            session has a default folder."""
+    Raises ConfigurationError: an unnamed streaming query without ``checkpointLocation`` while the
+    session has a default folder."""
     out = dict(options)
     if not streaming or option(options, "checkpointLocation") or not session_root:
         return out

@@ -30,9 +30,7 @@ class CompositeDataSourceBase(TwoPhaseCommitDataSource):
 
     def build_sink(self, options: Mapping[str, str]) -> CompositeSink:
         """A copy of the composite (each write configures its own).
-
-        Raises:
-            ConfigurationError: a writer option other than the runtime's was given."""
+        Raises ConfigurationError: a writer option other than the runtime's was given."""
         if others := sink_options(options):
             raise ConfigurationError(
                 f"format {self.name()!r} takes only the runtime options (checkpointLocation, sinkId, txnVersion, "

@@ -47,10 +47,8 @@ def _probe(packages: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 def check_server(spark: Any, packages: Iterable[str]) -> None:
     """Check that *spark*'s Connect server imports *packages* with this Python's minor version.
-
-    Raises:
-        ConfigurationError: it cannot import one, or runs another minor version; the message
-            names what to install where."""
+    Raises ConfigurationError: it cannot import one, or runs another minor version; the message
+    names what to install where."""
     wanted = sorted(set(packages))
     here = "{}.{}".format(*sys.version_info[:2])
     install = (f"install pyspark-twopc with the extras of the formats you use "

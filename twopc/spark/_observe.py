@@ -29,10 +29,8 @@ DEFAULT_TASK_MAX_FAILURES = 4
 def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Mapping[str, str]) -> None:
     """After plan-time recovery: log the commit mode once per process, check the target's
     prepared-transaction room, start the metrics server when ``metricsPort`` is set.
-
-    Raises:
-        TargetConfigurationError: the target has no room for the query's prepared transactions.
-        ConfigurationError: ``metricsPort`` is invalid or taken by another program."""
+    Raises TargetConfigurationError: the target has no room for the query's prepared transactions.
+    Raises ConfigurationError: ``metricsPort`` is invalid or taken by another program."""
     key = (sink_id, capability(sink, WriteSetup).commit_mode())
     if key not in _ANNOUNCED:  # streaming plans every micro-batch: once per process is enough
         _ANNOUNCED.add(key)
@@ -51,9 +49,7 @@ def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> N
     """Refuse to start when the target's prepared-transaction limit (``max_prepared_transactions``) is
     below one batch's need: one per partition plus retries (``spark.task.maxFailures``, default 4;
     ``maxConcurrentTransactions`` overrides). Warn when other users leave less than that.
-
-    Raises:
-        TargetConfigurationError: the limit is too low (the message says the fix)."""
+    Raises TargetConfigurationError: the limit is too low (the message says the fix)."""
     try:
         room = capability(sink, Inspectable).headroom(sink_id)
     except SinkError as exc:

@@ -46,9 +46,7 @@ def with_session_defaults(options: Mapping[str, str], defaults: Mapping[str, str
     """*options* with each session default the write does not set, and *names* pinned to what the
     checkpoint recorded (*recorded*; None: nothing): they say where recovery reads. A default the
     checkpoint did not record gives way; a value the write sets must be the recorded one.
-
-    Raises:
-        ConfigurationError: the write sets one of *names* otherwise than its checkpoint recorded."""
+    Raises ConfigurationError: the write sets one of *names* otherwise than its checkpoint recorded."""
     out = dict(options)
     for name in names:
         given = option(options, name)

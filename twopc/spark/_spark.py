@@ -24,10 +24,7 @@ from .._sink import AnySink
 from ._checkpoint import session_root_at_start
 from ._writer import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
 
-__all__ = [
-    "TwoPhaseCommitDataSource",
-    "data_source_for",
-]
+__all__ = ["TwoPhaseCommitDataSource", "data_source_for"]
 
 
 class TwoPhaseCommitDataSource(DataSource):
@@ -70,9 +67,7 @@ class TwoPhaseCommitDataSource(DataSource):
 
     def build_sink(self, options: Mapping[str, str]) -> AnySink:
         """The sink of one write: ``sink_class.from_options`` of the options less the runtime's.
-
-        Raises:
-            ConfigurationError: the options are wrong."""
+        Raises ConfigurationError: the options are wrong."""
         return self.sink_class.from_options(sink_options(options))
 
     def writer(self, schema: StructType, overwrite: bool) -> TwoPhaseCommitBatchWriter:

@@ -263,9 +263,7 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
     """Abort the micro-batch of *data_source*'s query that Spark's checkpoint holds planned but not
     committed, acting for *driver*; None when there is none, no ledger, or another driver owns it.
     *session_root*: the session's checkpoint folder at the query's start.
-
-    Raises:
-        TwoPCError: the ledger or the target failed."""
+    Raises TwoPCError: the ledger or the target failed."""
     options = with_checkpoint(data_source.options, streaming=True,
                               session_root=session_root or data_source.session_checkpoint_root)
     location = option(options, "checkpointLocation")

@@ -52,9 +52,7 @@ def coordinator_of(core: PlannedWrite, messages: Sequence[WriterCommitMessage | 
     """The coordinator of this commit or abort under the plan's owner epoch: the writer's, else the
     one its tasks carry (a streaming commit builds its writer anew), else, when no task reported,
     the driver's if it still owns the ledger.
-
-    Raises:
-        FencedError: another actor owns the ledger now (nothing is touched)."""
+    Raises FencedError: another actor owns the ledger now (nothing is touched)."""
     epoch = core.epoch
     if epoch is None:
         epoch = next((m.epoch for m in messages if isinstance(m, TwoPCCommitMessage) and m.epoch is not None),

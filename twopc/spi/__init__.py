@@ -66,37 +66,12 @@ if TYPE_CHECKING:
     from .._sink_id_record import OwnerRecord
     from .._xid import validate_sink_id
 
-__all__ = [
-    "BatchAbortedError",
-    "BatchCommit",
-    "CommitPendingError",
-    "ConcurrentWriterError",
-    "DecisionHook",
-    "HandleError",
-    "HandleVersionError",
-    "Headroom",
-    "Inspectable",
-    "LedgerHost",
-    "MarkerPurge",
-    "MissingOptionError",
-    "NamedTarget",
-    "OwnerRecord",
-    "PreparedDetail",
-    "ProtocolError",
-    "SchemaMismatchError",
-    "SinkUnavailableError",
-    "SourceError",
-    "TargetConfigurationError",
-    "TargetMismatchError",
-    "UnknownHandleKindError",
-    "WriteSetup",
-    "capability",
-    "make_folder",
-    "option",
-    "redact",
-    "require",
-    "validate_sink_id",
-]
+__all__ = ["BatchAbortedError", "BatchCommit", "CommitPendingError", "ConcurrentWriterError", "DecisionHook",
+           "HandleError", "HandleVersionError", "Headroom", "Inspectable", "LedgerHost", "MarkerPurge",
+           "MissingOptionError", "NamedTarget", "OwnerRecord", "PreparedDetail", "ProtocolError", "SchemaMismatchError",
+           "SinkUnavailableError", "SourceError", "TargetConfigurationError", "TargetMismatchError",
+           "UnknownHandleKindError", "WriteSetup", "capability", "make_folder", "option", "redact", "require",
+           "validate_sink_id"]
 
 #: Every name loads on first use (see :mod:`twopc._lazy`): a sink imports this package in every
 #: Spark Python worker of a write, which then loads only the modules of the names it reads.

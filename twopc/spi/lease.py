@@ -28,28 +28,10 @@ if TYPE_CHECKING:
     from ..ledger._ledger_records import TargetRecord
     from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
     from ..operations._abandoned import resolve_abandoned
-__all__ = [
-    "EPHEMERAL_PREFIX",
-    "DriverAgent",
-    "DriverIdentity",
-    "Lease",
-    "TargetLedger",
-    "TargetRecord",
-    "ask_agent",
-    "check_target",
-    "checkpoint_label",
-    "default_sink_id",
-    "driver_identity",
-    "ephemeral_sink_id",
-    "ephemeral_started",
-    "ephemeral_writer_dead",
-    "hold_for_prepare",
-    "open_target_ledger",
-    "private_dir",
-    "resolve_abandoned",
-    "start_ticks",
-    "target_ledger_of",
-]
+__all__ = ["EPHEMERAL_PREFIX", "DriverAgent", "DriverIdentity", "Lease", "TargetLedger", "TargetRecord", "ask_agent",
+           "check_target", "checkpoint_label", "default_sink_id", "driver_identity", "ephemeral_sink_id",
+           "ephemeral_started", "ephemeral_writer_dead", "hold_for_prepare", "open_target_ledger", "private_dir",
+           "resolve_abandoned", "start_ticks", "target_ledger_of"]
 
 #: Every name loads on first use (see :mod:`twopc._lazy`): a worker reads the few its sink uses.
 __getattr__, __dir__ = _lazy_exports(__name__, {

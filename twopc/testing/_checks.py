@@ -21,21 +21,11 @@ from .._sink import CommitOutcome
 from ._harness import HarnessError, SinkHarness
 from ._run import CheckRun, few
 
-__all__ = [
-    "PROTOCOL_CHECKS",
-    "check_a_wrong_credential_never_shows_in_errors",
-    "check_abort_after_commit_is_refused",
-    "check_abort_is_idempotent",
-    "check_commit_is_idempotent",
-    "check_committable_from_a_restarted_driver",
-    "check_handle_round_trips_without_credentials",
-    "check_invisible_until_commit_then_exactly_once",
-    "check_list_prepared_finds_exactly_the_prepared",
-    "check_never_prepared_is_lost",
-    "check_rollback_leaves_nothing",
-    "check_rolled_back_is_lost",
-    "check_sink_pickles_after_use",
-]
+__all__ = ["PROTOCOL_CHECKS", "check_a_wrong_credential_never_shows_in_errors", "check_abort_after_commit_is_refused",
+           "check_abort_is_idempotent", "check_commit_is_idempotent", "check_committable_from_a_restarted_driver",
+           "check_handle_round_trips_without_credentials", "check_invisible_until_commit_then_exactly_once",
+           "check_list_prepared_finds_exactly_the_prepared", "check_never_prepared_is_lost",
+           "check_rollback_leaves_nothing", "check_rolled_back_is_lost", "check_sink_pickles_after_use"]
 
 COMMITTED, ALREADY, LOST = CommitOutcome.COMMITTED, CommitOutcome.ALREADY_COMMITTED, CommitOutcome.LOST
 

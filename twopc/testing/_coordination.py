@@ -20,13 +20,8 @@ from ..operations._recovery import RecoveryCoordinator
 from ._harness import SinkHarness
 from ._run import CheckRun, few
 
-__all__ = [
-    "COORDINATOR_CHECKS",
-    "DRIVER_CRASH_POINTS",
-    "check_coordinator_commits_sweeps_and_ignores_replays",
-    "check_driver_crash_then_recovery_is_exactly_once",
-    "check_lost_transaction_is_loud",
-]
+__all__ = ["COORDINATOR_CHECKS", "DRIVER_CRASH_POINTS", "check_coordinator_commits_sweeps_and_ignores_replays",
+           "check_driver_crash_then_recovery_is_exactly_once", "check_lost_transaction_is_loud"]
 
 #: Where :func:`check_driver_crash_then_recovery_is_exactly_once` kills the driver.
 DRIVER_CRASH_POINTS = ("before_decision", "after_decision", "between_commits", "after_commit", "after_mark",

@@ -222,9 +222,7 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     crashed it once; every input id is visible exactly once; ``list_prepared(sink_id)`` is empty;
     the ledger has every batch committed; ``verify`` passed; no secret is in the checkpoint or the
     job's stderr.
-
-    Raises:
-        ContractViolation: any of that is not so (the message has the runs' summary)."""
+    Raises ContractViolation: any of that is not so (the message has the runs' summary)."""
     work = Path(workdir)
     base = int(time.time() * 1000) % 10**9 * 1000
     if plan is None:

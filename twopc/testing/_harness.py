@@ -18,15 +18,8 @@ from .._sink import TwoPhaseCommitSink, WriteSetup, capability
 from .._xid import Xid
 from ..spark._spark import TwoPhaseCommitDataSource, data_source_for
 
-__all__ = [
-    "DEFAULT_SCHEMA",
-    "ContractViolation",
-    "HarnessError",
-    "SinkHarness",
-    "default_rows",
-    "derive_secrets",
-    "fresh_nonce",
-]
+__all__ = ["DEFAULT_SCHEMA", "ContractViolation", "HarnessError", "SinkHarness", "default_rows", "derive_secrets",
+           "fresh_nonce"]
 
 H = TypeVar("H", bound=TransactionHandle)
 AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
@@ -70,9 +63,7 @@ def default_rows(ids: Sequence[int]) -> pa.RecordBatch:
 def fresh_nonce(handle: H) -> H:
     """*handle* with its :class:`~twopc.Xid` ``txn_id`` re-made with a fresh nonce, in the same form
     (the default ``never_prepared``).
-
-    Raises:
-        HarnessError: the txn id is not an Xid; give the harness ``never_prepared=``."""
+    Raises HarnessError: the txn id is not an Xid; give the harness ``never_prepared=``."""
     xid = Xid.parse(handle.txn_id)
     if xid is None:
         raise HarnessError(
@@ -130,9 +121,7 @@ def _load(path: str) -> Any:
 
 def sink_path(sink: str | type[Any]) -> str:
     """``module:Class`` of *sink*, checked to import back to it (other processes import it by path).
-
-    Raises:
-        HarnessError: the class lives in ``__main__``, a notebook or a function body."""
+    Raises HarnessError: the class lives in ``__main__``, a notebook or a function body."""
     if isinstance(sink, str):
         _load(sink)
         return sink
