@@ -1,6 +1,5 @@
-"""The ``twopc`` commands that messages suggest, runnable as pasted: between backticks, each
-argument shell-quoted, each ``<placeholder>`` left for the operator (checked by
-``tests/unit/test_suggested_commands.py``)."""
+"""The ``twopc`` commands that messages suggest, runnable as pasted: between backticks, each argument shell-quoted,
+each ``<placeholder>`` left for the operator (checked by ``tests/unit/test_suggested_commands.py``)."""
 
 from __future__ import annotations
 

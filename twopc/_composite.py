@@ -1,11 +1,10 @@
 """The composite sink: one micro-batch, several targets, one decision.
 
-Each task attempt opens a transaction in every named :class:`~twopc.Participant`, gives each
-its projection of the rows and prepares them all; its :class:`CompositeHandle` names every
-part, and the ledger's one decision names those, so recovery commits a batch in every target
-or rolls it back in all. A participant keeps its transactions under ``<sink id>.<name>``, and
-the attempt's shared nonce lets :meth:`CompositeSink.list_prepared` group what the targets hold
-back into composite handles (a non-Xid id comes back as ``<participant>:<txn id>``,
+Each task attempt opens a transaction in every named :class:`~twopc.Participant`, gives each its projection of the
+rows and prepares them all; its :class:`CompositeHandle` names every part, and the ledger's one decision names those,
+so recovery commits a batch in every target or rolls it back in all. A participant keeps its transactions under
+``<sink id>.<name>``, and the attempt's shared nonce lets :meth:`CompositeSink.list_prepared` group what the targets
+hold back into composite handles (a non-Xid id comes back as ``<participant>:<txn id>``,
 :meth:`CompositeHandle.covered_txn_ids`).
 
 The decision precedes every commit, so a participant whose target may refuse a commit
@@ -113,9 +112,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                     Inspectable, MarkerPurge, NamedTarget):
     """Several participant sinks that commit each batch together (see the module docstring).
 
-    A batch's rows become visible in every participant or in none, exactly once, whatever
-    crashes; not at the same instant (a reader needing a consistent cut reads up to the last batch
-    every target marked committed).
+    A batch's rows become visible in every participant or in none, exactly once, whatever crashes; not at the same
+    instant (a reader needing a consistent cut reads up to the last batch every target marked committed).
     Raises ConfigurationError: no participant, or two with the same name."""
 
     __handle_type__ = CompositeHandle

@@ -66,11 +66,10 @@ class CommitMetrics:
 
 @dataclass(frozen=True)
 class BatchResult:
-    """What the coordinator did with one batch. ``action``: ``committed``; ``finished`` (a recorded
-    decision finished by a replay or an abort: ``committed`` counts this call's commits,
-    ``already_committed`` the rest); ``replay-ignored`` (already committed: the replay's
-    transactions aborted); ``aborted`` (no decision: rolled back); ``left-for-recovery`` (an abort
-    could not finish a decided batch)."""
+    """What the coordinator did with one batch. ``action``: ``committed``; ``finished`` (a recorded decision finished
+    by a replay or an abort: ``committed`` counts this call's commits, ``already_committed`` the rest);
+    ``replay-ignored`` (already committed: the replay's transactions aborted); ``aborted`` (no decision: rolled
+    back); ``left-for-recovery`` (an abort could not finish a decided batch)."""
 
     batch_id: int
     action: str

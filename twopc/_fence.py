@@ -2,9 +2,8 @@
 batch's tasks still running (or starting after it). Three windows would leave a transaction
 prepared until the next start (docs/concepts/how-it-works.md):
 
-1. *zombie-prepare*: a task prepares after the abort's sweep listed. The driver records the
-   abort BEFORE it sweeps; a task that finds a new record AFTER it prepared rolls back and
-   raises :class:`BatchAbortedError`.
+1. *zombie-prepare*: a task prepares after the abort's sweep listed. The driver records the abort BEFORE it sweeps; a
+   task that finds a new record AFTER it prepared rolls back and raises :class:`BatchAbortedError`.
 2. *late-start*: a task begins after the abort and takes its record for an earlier run's. The
    records are noted when the write is PLANNED (:meth:`CommitLedger.abort_records`); a task
    that finds one the plan did not see writes nothing.
@@ -80,8 +79,7 @@ class AbortFence:
         return cls(store, batch_id, seen, ephemeral, record, began_aborted=bool(marks - seen))
 
     def aborted(self) -> bool:
-        """Whether the job was aborted (or, without a checkpoint, ended) since planning; call it after
-        preparing.
+        """Whether the job was aborted (or, without a checkpoint, ended) since planning; call it after preparing.
         Raises LedgerError: the ledger cannot be read (the caller rolls back: unsure)."""
         if self.store is None:
             return False

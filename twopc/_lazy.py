@@ -17,10 +17,9 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(module: str, names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` serving *names* for the package *module* (its ``__name__``).
-    Each name maps to ``"module"`` (absolute or relative, defining the same name),
-    ``"module:other"``, or ``"module:"`` (the module itself). A name read once is stored in the
-    package; ``dir()`` lists the unread ones too."""
+    """The ``__getattr__`` and ``__dir__`` serving *names* for the package *module* (its ``__name__``). Each name
+    maps to ``"module"`` (absolute or relative, defining the same name), ``"module:other"``, or ``"module:"`` (the
+    module itself). A name read once is stored in the package; ``dir()`` lists the unread ones too."""
     where = dict(names)
     anchor = sys.modules[module].__package__  # what the package's own relative imports start from
     def __getattr__(name: str) -> Any:  # noqa: N807 - the module attribute hook of PEP 562

@@ -1,8 +1,7 @@
 """twopc's log records: one per protocol event on a ``twopc.*`` logger, its message readable alone,
-``record.twopc_event`` its name and ``record.twopc`` its ids, counts and durations (never a
-credential). :func:`configure_worker_logging` gives Spark's Python workers a stderr handler, set
-by ``TWOPC_LOG_LEVEL`` (``INFO``, ``DEBUG``, ``WARNING``, ``OFF``) and ``TWOPC_LOG_FORMAT``
-(``text`` or ``json``)."""
+``record.twopc_event`` its name and ``record.twopc`` its ids, counts and durations (never a credential).
+:func:`configure_worker_logging` gives Spark's Python workers a stderr handler, set by ``TWOPC_LOG_LEVEL`` (``INFO``,
+``DEBUG``, ``WARNING``, ``OFF``) and ``TWOPC_LOG_FORMAT`` (``text`` or ``json``)."""
 
 from __future__ import annotations
 

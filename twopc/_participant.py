@@ -1,6 +1,5 @@
-"""A participant of a composite sink (:mod:`twopc._composite`): a named sink and the rows it
-gets, projected from the written rows (kept and renamed columns, an optional transform, an
-optional micro-batch id column)."""
+"""A participant of a composite sink (:mod:`twopc._composite`): a named sink and the rows it gets, projected from the
+written rows (kept and renamed columns, an optional transform, an optional micro-batch id column)."""
 
 from __future__ import annotations
 

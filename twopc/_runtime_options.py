@@ -77,9 +77,8 @@ class RuntimeOptions:
       one writes nothing (Delta's model). An ISO date ``2026-11-22`` is ``20261122`` (greater than
       every run counter below 10000101: keep one form per job); an ISO timestamp is refused.
     - ``minBatchesToRetain``: ledger records kept, default 100.
-    - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled per
-      retry): how often an unanswered commit is asked again before
-      :class:`~twopc.spi.CommitPendingError`."""
+    - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled per retry): how often an
+      unanswered commit is asked again before :class:`~twopc.spi.CommitPendingError`."""
 
     checkpoint_location: str
     sink_id: str | None

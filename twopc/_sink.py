@@ -74,14 +74,12 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         handle = sink.pre_commit(txn)     # durable, invisible, committable from anywhere
         # or, on any failure before pre_commit returns: sink.rollback(txn)
 
-    On the driver, once the ledger records the handles: :meth:`commit` (:meth:`recover_and_commit`
-    after a restart) or :meth:`abort` (attempts Spark did not choose, orphans found by
-    :meth:`list_prepared`). Optional capabilities (:class:`WriteSetup`, :class:`BatchCommit`,
-    :class:`DecisionHook`, :class:`Inspectable`, :class:`MarkerPurge`, :class:`NamedTarget`,
-    :class:`LedgerHost`) are found with ``isinstance`` (:func:`capability`).
+    On the driver, once the ledger records the handles: :meth:`commit` (:meth:`recover_and_commit` after a restart)
+    or :meth:`abort` (attempts Spark did not choose, orphans found by :meth:`list_prepared`). Optional capabilities
+    (:class:`WriteSetup`, :class:`BatchCommit`, :class:`DecisionHook`, :class:`Inspectable`, :class:`MarkerPurge`,
+    :class:`NamedTarget`, :class:`LedgerHost`) are found with ``isinstance`` (:func:`capability`).
 
-    Instances are pickled to the executors: keep plain configuration in attributes and open
-    connections lazily."""
+    Instances are pickled to the executors: keep plain configuration in attributes and open connections lazily."""
 
     #: The :class:`TransactionHandle` subclass :meth:`pre_commit` returns (registered wherever
     #: handles are decoded); a dunder so the sink's public names are the contract's alone.
@@ -283,9 +281,8 @@ class NamedTarget(Protocol):
     """A sink that names its target, reopens it from the checkpoint and records there who owns a sink id."""
 
     def target_identity(self) -> str | None:
-        """The target in one stable credential-free line (SQL: dialect, host, port, database, table),
-        recorded with a checkpoint's first write; another target is refused later
-        (:meth:`~twopc.CommitLedger.bind_target`)."""
+        """The target in one stable credential-free line (SQL: dialect, host, port, database, table), recorded with a
+        checkpoint's first write; another target is refused later (:meth:`~twopc.CommitLedger.bind_target`)."""
         return None
 
     def target_instance(self) -> str | None:
@@ -293,8 +290,7 @@ class NamedTarget(Protocol):
         return None
 
     def reopen_options(self, options: Mapping[str, str]) -> dict[str, str] | None:
-        """The writer *options* that reach the target again, without secrets (for ``twopc
-        status``/``recover``)."""
+        """The writer *options* that reach the target again, without secrets (for ``twopc status``/``recover``)."""
         return None
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:

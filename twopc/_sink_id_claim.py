@@ -142,11 +142,10 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: b
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
-    """Claim *sink_id* for a writer before it rolls anything back: a SQL sink's lease (returned:
-    release it when done) or an owner record. Nothing for a sink id derived from the checkpoint or
-    a ledger kept in the target.
-    Raises ConcurrentWriterError: another writer (or a coordinator of this process for another
-    checkpoint) has the sink id.
+    """Claim *sink_id* for a writer before it rolls anything back: a SQL sink's lease (returned: release it when
+    done) or an owner record. Nothing for a sink id derived from the checkpoint or a ledger kept in the target.
+    Raises ConcurrentWriterError: another writer (or a coordinator of this process for another checkpoint) has the
+    sink id.
     Raises SinkError / SinkUnavailableError: the target failed."""
     if ledger.in_target or sink_id == default_sink_id(ledger.checkpoint_location):
         return None

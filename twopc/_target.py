@@ -1,18 +1,16 @@
-"""The decision ledger in the target, for batch writes without ``checkpointLocation``, and the
-writers' leases. A sink preparing on a server can keep the ledger there
-(:meth:`twopc.spi.LedgerHost.target_ledger`: rows keyed by sink id, committed locally beside the
-prepared transactions); such a write runs under a fresh sink id (``eph-...``, or its
-``txnAppId``) and its decision survives its driver. With no single owner, every writer's
-driver holds a **lease** (a session lock keyed by its sink id) while it writes:
+"""The decision ledger in the target, for batch writes without ``checkpointLocation``, and the writers' leases. A
+sink preparing on a server can keep the ledger there (:meth:`twopc.spi.LedgerHost.target_ledger`: rows keyed by sink
+id, committed locally beside the prepared transactions); such a write runs under a fresh sink id (``eph-...``, or its
+``txnAppId``) and its decision survives its driver. With no single owner, every writer's driver holds a **lease** (a
+session lock keyed by its sink id) while it writes:
 
 - it takes the lease before recording anything; a held lease is another live writer:
   :class:`ConcurrentWriterError` before anything is touched;
 - the next write to the server and ``twopc recover`` resolve only writers whose lease they can
   take (free lease = writer gone, :func:`twopc.operations._abandoned.resolve_abandoned`): they
   take the ledger over and finish or roll back what it left;
-- a writer that lost its lease (a zombie) is refused at its decision (:class:`FencedError`):
-  the store checks the lease right before the decision row, and the takeover's epoch fences
-  one written after the check."""
+- a writer that lost its lease (a zombie) is refused at its decision (:class:`FencedError`): the store checks the
+  lease right before the decision row, and the takeover's epoch fences one written after the check."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one
-long-lived process per Spark driver. Spark's Python workers are killed and restarted at will,
-so the agent holds the driver's writers' leases (server sessions, see
-:mod:`twopc.sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics. It runs in a
-session of its own and ends when its driver is gone (checked every 0.2 s), on SIGTERM, or when
-killed; the server then ends its sessions and locks.
+"""``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one long-lived process
+per Spark driver. Spark's Python workers are killed and restarted at will, so the agent holds the driver's writers'
+leases (server sessions, see :mod:`twopc.sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics. It runs
+in a session of its own and ends when its driver is gone (checked every 0.2 s), on SIGTERM, or when killed; the
+server then ends its sessions and locks.
 
 It listens at ``<folder>/<pid>.sock`` (``<folder>`` is ``0700``: requests carry credentials),
 notes ``<pid> <start time>`` in ``<key>.pid`` once listening, and holds ``<key>.lock`` for life
@@ -13,13 +12,11 @@ notes ``<pid> <start time>`` in ``<key>.pid`` once listening, and holds ``<key>.
   and ``session_sql``, keep the connection: ``held <session>``, ``busy`` or ``error <kind>``
   (a kind only: a driver's message may name the login);
 - ``release``: close lease (``sink_id``, ``session``): ``released`` or ``unknown``;
-- ``serve``: serve ``<registry>/*.ckpt``'s metrics on ``port`` and ``host``: ``serving`` or
-  ``error <kind>``.
+- ``serve``: serve ``<registry>/*.ckpt``'s metrics on ``port`` and ``host``: ``serving`` or ``error <kind>``.
 
-A lease's ``record`` file is deleted when it ends (unless it names another holder), a served
-registry folder when the agent ends. To start fast it imports only the standard library, the
-DB-API driver and *owner file* (:mod:`twopc._driver_identity`); ``prometheus_client`` and
-``twopc.operations._metrics`` when first needed."""
+A lease's ``record`` file is deleted when it ends (unless it names another holder), a served registry folder when the
+agent ends. To start fast it imports only the standard library, the DB-API driver and *owner file*
+(:mod:`twopc._driver_identity`); ``prometheus_client`` and ``twopc.operations._metrics`` when first needed."""
 
 from __future__ import annotations
 

@@ -69,8 +69,7 @@ def _bytes_as_json(value: object) -> dict[str, str]:
 
 
 def ask_agent(pid: int, message: dict[str, Any], timeout: float) -> list[str]:
-    """Send *message* (credentials included, never logged) to agent *pid*; its answer's words, ``[]``
-    when none."""
+    """Send *message* (credentials included, never logged) to agent *pid*; its answer's words, ``[]`` when none."""
     return Pending.send(pid, message, timeout).answer()
 
 

@@ -1,9 +1,8 @@
-"""The temporary ledgers of writes without ``checkpointLocation`` (drop-in writes), in
-``<temp dir>/twopc-ledger-XXXX/``, deleted when the write ends. Each records its driver
-(``owner.json``); later drop-in writes on the machine reduce the folders of provably dead
-drivers to that record, deleted a week after the write started (until then a write to the dead
-write's table can prove it dead and delete its staged rows). Folders of live drivers, other
-hosts or users, or without an owner record are left alone."""
+"""The temporary ledgers of writes without ``checkpointLocation`` (drop-in writes), in ``<temp
+dir>/twopc-ledger-XXXX/``, deleted when the write ends. Each records its driver (``owner.json``); later drop-in
+writes on the machine reduce the folders of provably dead drivers to that record, deleted a week after the write
+started (until then a write to the dead write's table can prove it dead and delete its staged rows). Folders of live
+drivers, other hosts or users, or without an owner record are left alone."""
 
 from __future__ import annotations
 

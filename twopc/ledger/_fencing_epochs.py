@@ -14,9 +14,8 @@ after a restart or ``twopc recover``). Records are only ever created::
 - **Reading** (:meth:`Ownership.valid`): an older epoch's decision stands only if the first
   newer owner's verdict lists it.
 
-Correctness rests on create-if-absent and list-after-create visibility; every interleaving is
-checked by ``tests/protocol/test_fence_interleavings.py``. The records are never purged (a few
-hundred bytes per driver start)."""
+Correctness rests on create-if-absent and list-after-create visibility; every interleaving is checked by
+``tests/protocol/test_fence_interleavings.py``. The records are never purged (a few hundred bytes per driver start)."""
 
 from __future__ import annotations
 

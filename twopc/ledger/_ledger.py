@@ -53,8 +53,7 @@ def spark_checkpoint_started(location: str) -> bool:
 
 
 def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
-    """Whether two recorded targets are one: by their servers' instances when both are known, else
-    by identity."""
+    """Whether two recorded targets are one: by their servers' instances when both are known, else by identity."""
     if instance is not None and other_instance is not None:
         return instance == other_instance
     return label == other_label

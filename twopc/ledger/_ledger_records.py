@@ -149,9 +149,8 @@ def abort_marks_in(store: Records, batch_id: int) -> frozenset[str]:
 
 
 def record_task(store: Records, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
-    """Record that *batch_id*'s task attempt is writing from *process* (host, pid, start time); return
-    the record's name. Not forced to disk: after a crash its process is gone anyway. Raises
-    :class:`LedgerError`."""
+    """Record that *batch_id*'s task attempt is writing from *process* (host, pid, start time); return the record's
+    name. Not forced to disk: after a crash its process is gone anyway. Raises :class:`LedgerError`."""
     name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
     body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
     store.put("running", name, json.dumps(body, sort_keys=True), durable=False)

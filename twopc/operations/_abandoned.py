@@ -18,9 +18,8 @@ log = logging.getLogger("twopc.target")
 
 
 def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None = None) -> list[str]:
-    """Finish and roll back what every writer with a free lease left (except *skip*), forgetting a
-    resolved ``eph-`` writer; one with nothing to finish is not claimed. Returns the sink ids whose
-    lease was free.
+    """Finish and roll back what every writer with a free lease left (except *skip*), forgetting a resolved ``eph-``
+    writer; one with nothing to finish is not claimed. Returns the sink ids whose lease was free.
     Raises SinkError / LedgerError: the target failed (what was resolved stays resolved)."""
     done = []
     for writer in backend.writers():

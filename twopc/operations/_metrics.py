@@ -146,8 +146,7 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
 
 def record_failure(ledger: CommitLedger, *, sink_id: str, format_name: str, stage: str, lost: int = 0,
                    retried: int = 0) -> None:
-    """Count a commit or abort that raised (and the transactions it found lost, and the
-    commit attempts it repeated)."""
+    """Count a commit or abort that raised (and the transactions it found lost, and the commit attempts it repeated)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "failures", stage)

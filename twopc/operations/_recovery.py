@@ -1,6 +1,5 @@
-"""Recovery: bring a sink's target to the state its ledger decided, on the driver before any task
-of a planned write runs (a prepared transaction's row locks would stall a replay), and by
-``twopc recover``."""
+"""Recovery: bring a sink's target to the state its ledger decided, on the driver before any task of a planned write
+runs (a prepared transaction's row locks would stall a replay), and by ``twopc recover``."""
 
 from __future__ import annotations
 

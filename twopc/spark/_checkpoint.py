@@ -1,9 +1,8 @@
-"""Where a streaming query's checkpoint is when the options do not say. Spark does not pass a
-Python data source the ``<spark.sql.streaming.checkpointLocation>/<queryName>`` it resolved, so
-twopc's query listener (:mod:`twopc.spark._stops`) notes the session's folder at each start
-(:func:`note_session_root`) for the writer (:func:`session_root_at_start`); on Spark Connect the
-folder at registration is used. The writer checks Spark's checkpoint is there and refuses an
-unnamed query (its checkpoint is a random id)."""
+"""Where a streaming query's checkpoint is when the options do not say. Spark does not pass a Python data source the
+``<spark.sql.streaming.checkpointLocation>/<queryName>`` it resolved, so twopc's query listener
+(:mod:`twopc.spark._stops`) notes the session's folder at each start (:func:`note_session_root`) for the writer
+(:func:`session_root_at_start`); on Spark Connect the folder at registration is used. The writer checks Spark's
+checkpoint is there and refuses an unnamed query (its checkpoint is a random id)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-""":func:`composite`: a data source, made from Python objects, whose writes go to participants
-under one decision per batch (``format("twopc-composite")``, built from options, is in
-:mod:`twopc.sinks`)."""
+""":func:`composite`: a data source, made from Python objects, whose writes go to participants under one decision per
+batch (``format("twopc-composite")``, built from options, is in :mod:`twopc.sinks`)."""
 
 from __future__ import annotations
 

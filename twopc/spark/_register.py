@@ -40,8 +40,7 @@ def register(spark: SparkSession, *data_sources: type[DataSource]) -> None:
     - On Spark Connect, one small task first checks that the server's Python imports twopc and
       the packages of *data_sources* (:mod:`twopc.spark._connect`).
     - An armed fault plan is handed to the session's Spark processes (:func:`export_fault_run`).
-    - A streaming query listener aborts a micro-batch ``query.stop()`` left unaborted
-      (:mod:`twopc.spark._stops`).
+    - A streaming query listener aborts a micro-batch ``query.stop()`` left unaborted (:mod:`twopc.spark._stops`).
     - A session default on S3 that Spark cannot write (no ``hadoop-aws``,
       :func:`twopc.check_checkpoint_location`) is a WARNING naming what to add."""
     if is_connect(spark):  # the data sources run on the server: it must import them
@@ -78,10 +77,9 @@ def foreach_batch_writer(format_name: str, checkpoint_location: str,
 
 
 def export_fault_run(spark: Any) -> None:
-    """With a fault plan armed in this driver (``TWOPC_FAULTS=... python job.py``), make its run the
-    session's: Spark's JVM becomes a root and ``SparkContext.environment`` carries the run to the
-    workers of sources registered afterwards, so a worker's ``crash`` kills the whole job and
-    ``times`` count once. Does nothing unarmed."""
+    """With a fault plan armed in this driver (``TWOPC_FAULTS=... python job.py``), make its run the session's:
+    Spark's JVM becomes a root and ``SparkContext.environment`` carries the run to the workers of sources registered
+    afterwards, so a worker's ``crash`` kills the whole job and ``times`` count once. Does nothing unarmed."""
     if not faultinject.export_run():  # unarmed: the common case, one environment look-up
         return
     try:

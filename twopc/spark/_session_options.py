@@ -1,7 +1,6 @@
-"""Session-wide defaults of writer options: a sink names them
-(:attr:`TwoPhaseCommitSink.__session_options__`) and :func:`twopc.register` reads each from
-``spark.twopc.<option>``; they travel as a class attribute of the registered data source and
-apply to writes that do not set the option. Recovery reads the values the checkpoint recorded."""
+"""Session-wide defaults of writer options: a sink names them (:attr:`TwoPhaseCommitSink.__session_options__`) and
+:func:`twopc.register` reads each from ``spark.twopc.<option>``; they travel as a class attribute of the registered
+data source and apply to writes that do not set the option. Recovery reads the values the checkpoint recorded."""
 
 from __future__ import annotations
 

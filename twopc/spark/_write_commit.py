@@ -1,6 +1,5 @@
-"""The commit or abort of a planned write in Spark's committing worker: the coordinator under the
-plan's owner epoch, what the operator sees, and the lease and temporary ledger let go. A task's
-worker never loads it."""
+"""The commit or abort of a planned write in Spark's committing worker: the coordinator under the plan's owner epoch,
+what the operator sees, and the lease and temporary ledger let go. A task's worker never loads it."""
 
 from __future__ import annotations
 
@@ -103,8 +102,7 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
 
 
 def settle(core: PlannedWrite) -> None:
-    """Forget a target-ledger write's records when nothing is left; release a batch write's lease
-    (never raises)."""
+    """Forget a target-ledger write's records when nothing is left; release a batch write's lease (never raises)."""
     if core.runtime.in_target:
         settle_own(core.sink, core.target(), core.sink_id, core.lease)
     elif core.lease is not None and (target := target_ledger_of(core.sink)) is not None:

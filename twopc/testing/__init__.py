@@ -3,25 +3,22 @@
 Give the kit a :class:`SinkHarness` (your sink or data source class, its Spark options, and a
 function reading back the ids of the visible rows). It checks
 
-- **the protocol contract** (:data:`CONTRACT_CHECKS`, no Spark): invisible until one commit
-  shows each row exactly once; idempotent commit and abort; ``LOST`` for rolled-back and
-  never-prepared transactions; abort of a committed one refused; ``list_prepared`` exact;
-  handles survive their envelope without credentials; pickling; ``rollback``; and the real
-  :class:`~twopc.CommitCoordinator` and :class:`~twopc.RecoveryCoordinator` through orphans,
-  replays, a driver dying at each protocol edge, and a lost transaction;
+- **the protocol contract** (:data:`CONTRACT_CHECKS`, no Spark): invisible until one commit shows each row exactly
+  once; idempotent commit and abort; ``LOST`` for rolled-back and never-prepared transactions; abort of a committed
+  one refused; ``list_prepared`` exact; handles survive their envelope without credentials; pickling; ``rollback``;
+  and the real :class:`~twopc.CommitCoordinator` and :class:`~twopc.RecoveryCoordinator` through orphans, replays, a
+  driver dying at each protocol edge, and a lost transaction;
 - **the crash matrix through Spark** (:func:`run_crash_matrix`): a streaming query SIGKILLed at
   every point of :data:`FAULT_POINTS`, plus task kills, replays repartitioned; afterwards every
   id is visible exactly once and nothing is prepared or pending;
-- **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded
-  crashes, kills, server restarts and network faults (:class:`twopc.faultinject.FaultControl`)
-  through ``python -m twopc.testing.microjob``, each followed by a model check;
-  :func:`shrink_schedule` minimises a failing one, :class:`ChaosTable` reports a run.
+- **randomized fault schedules** (:func:`generate_schedule`, :func:`run_schedule`): seeded crashes, kills, server
+  restarts and network faults (:class:`twopc.faultinject.FaultControl`) through ``python -m twopc.testing.microjob``,
+  each followed by a model check; :func:`shrink_schedule` minimises a failing one, :class:`ChaosTable` reports a run.
 
-Subclass :class:`SinkContractTests` and :class:`CrashMatrixTests` as ``Test...`` classes with a
-``harness`` fixture and pytest collects the inherited tests; the checks (``check_*``,
-:func:`run_contract`) are plain functions too (docs/extending/conformance-kit.md). The sink must
-be importable by path; options reach the job in a 0600 file, and no secret may reach a handle,
-message, stderr or the checkpoint. ``import twopc`` does not import this package."""
+Subclass :class:`SinkContractTests` and :class:`CrashMatrixTests` as ``Test...`` classes with a ``harness`` fixture
+and pytest collects the inherited tests; the checks (``check_*``, :func:`run_contract`) are plain functions too
+(docs/extending/conformance-kit.md). The sink must be importable by path; options reach the job in a 0600 file, and
+no secret may reach a handle, message, stderr or the checkpoint. ``import twopc`` does not import this package."""
 
 from .._faults import POINTS as FAULT_POINTS
 from ._checks import (

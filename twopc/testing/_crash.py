@@ -1,6 +1,5 @@
-"""The crash matrix: a streaming query into the sink in a subprocess (``python -m
-twopc.testing.job``), SIGKILLed at every fault point and restarted until its input is done,
-then checked for exactly-once."""
+"""The crash matrix: a streaming query into the sink in a subprocess (``python -m twopc.testing.job``), SIGKILLed at
+every fault point and restarted until its input is done, then checked for exactly-once."""
 
 from __future__ import annotations
 
@@ -58,12 +57,11 @@ class Fault:
 
 
 def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
-    """One crash per micro-batch at every fault point the sink's commit path reaches, then two task
-    kills sharing the last batch (nothing may follow them: a later plan-time recovery, not the
-    driver's sweep, would remove the killed attempt's orphan). *atomic* sinks never reach
-    ``between_commits`` and ``after_commit``, and their ``during_recovery`` fires in the first
-    restart that rolls back staged attempts; others crash inside the recovery of the batch decided
-    before the ``after_decision`` crash. *one_call* sinks (Redis) skip ``between_commits`` only."""
+    """One crash per micro-batch at every fault point the sink's commit path reaches, then two task kills sharing the
+    last batch (nothing may follow them: a later plan-time recovery, not the driver's sweep, would remove the killed
+    attempt's orphan). *atomic* sinks never reach ``between_commits`` and ``after_commit``, and their
+    ``during_recovery`` fires in the first restart that rolls back staged attempts; others crash inside the recovery
+    of the batch decided before the ``after_decision`` crash. *one_call* sinks (Redis) skip ``between_commits`` only."""
     commits = [] if atomic else ([] if one_call else ["between_commits"]) + ["after_commit"]
     driver = ["before_decision", "after_decision", *commits]
     points = ["during_invoke", "before_pre_commit", "after_pre_commit", *driver, "after_mark"]
@@ -75,10 +73,9 @@ def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
 
 
 def cluster_crash_plan() -> list[Fault]:
-    """The plan on a real cluster (``run_crash_matrix(master=...)``): an executor JVM killed while
-    writing (batch 0) and after preparing (batch 1: its orphan is swept), the driver after its
-    decision (batch 2: the new application finishes it), a Python worker after preparing (batch 3).
-    One job restart: every JVM costs seconds."""
+    """The plan on a real cluster (``run_crash_matrix(master=...)``): an executor JVM killed while writing (batch 0)
+    and after preparing (batch 1: its orphan is swept), the driver after its decision (batch 2: the new application
+    finishes it), a Python worker after preparing (batch 3). One job restart: every JVM costs seconds."""
     return [Fault("during_invoke", 0), Fault("after_pre_commit", 1), Fault("after_decision", 2),
             Fault("after_pre_commit", 3, "kill", 0)]
 
@@ -218,10 +215,9 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     (``spark://host:port``, e.g. :class:`twopc.faultinject.LocalSparkCluster`), where a ``crash`` at
     one of :data:`EXECUTOR_POINTS` kills the executor only (:func:`cluster_crash_plan`).
 
-    Guarantees on return: the job completed; every fault fired and each job-killing ``crash``
-    crashed it once; every input id is visible exactly once; ``list_prepared(sink_id)`` is empty;
-    the ledger has every batch committed; ``verify`` passed; no secret is in the checkpoint or the
-    job's stderr.
+    Guarantees on return: the job completed; every fault fired and each job-killing ``crash`` crashed it once; every
+    input id is visible exactly once; ``list_prepared(sink_id)`` is empty; the ledger has every batch committed;
+    ``verify`` passed; no secret is in the checkpoint or the job's stderr.
     Raises ContractViolation: any of that is not so (the message has the runs' summary)."""
     work = Path(workdir)
     base = int(time.time() * 1000) % 10**9 * 1000

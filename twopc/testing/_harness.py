@@ -94,9 +94,8 @@ def _url_secrets(value: str) -> set[str]:
 
 
 def derive_secrets(options: Mapping[str, str]) -> list[str]:
-    """The credentials in *options*: values of options named like a password, secret or token, and
-    passwords inside URLs (``scheme://user:pw@``, ``?password=``), each also URL-quoted; strings
-    under 4 characters are left out."""
+    """The credentials in *options*: values of options named like a password, secret or token, and passwords inside
+    URLs (``scheme://user:pw@``, ``?password=``), each also URL-quoted; strings under 4 characters are left out."""
     found: set[str] = set()
     for key, value in options.items():
         if not isinstance(value, str) or not value:

@@ -64,9 +64,8 @@ def run_schedule(harness: SinkHarness, schedule: Schedule, workdir: str | os.Pat
     (``FaultControl.settle``). A job running past *hang_after_s* is killed and reported as a hang.
     *coordinator* (``module:Class``) replaces twopc's, to prove the check catches a broken one.
 
-    The model: every input id visible exactly once; nothing prepared and ``verify`` passes; every
-    batch committed, nothing pending; the job completed without hanging. Never raises for a broken
-    model: the result lists what broke."""
+    The model: every input id visible exactly once; nothing prepared and ``verify`` passes; every batch committed,
+    nothing pending; the job completed without hanging. Never raises for a broken model: the result lists what broke."""
     work = Path(workdir)
     base = (secrets.randbelow(2**30) + 1) * ID_RANGE  # as CheckRun: no two schedules share a target's ids
     ids = _write_input(work / "in", harness, schedule.batches, rows_per_batch, base)

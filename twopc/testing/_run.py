@@ -33,9 +33,8 @@ def few(values: Iterable[Any], n: int = 6) -> str:
 
 
 class CheckRun:
-    """One check's state (``with CheckRun(harness, "name") as run:``). A clean exit verifies nothing
-    of its sink ids is left prepared and runs the harness's ``verify``; any exit rolls back what is
-    left and closes its sinks."""
+    """One check's state (``with CheckRun(harness, "name") as run:``). A clean exit verifies nothing of its sink ids
+    is left prepared and runs the harness's ``verify``; any exit rolls back what is left and closes its sinks."""
 
     def __init__(self, harness: SinkHarness, check: str) -> None:
         self.harness = harness

@@ -8,12 +8,11 @@ spec's runs file, so each restart repartitions the replay differently, then stre
 Parquet file per micro-batch (``availableNow``) into the sink's data source and stops.
 
 A ``crash`` fault fired in the driver or in any Python worker kills the whole job
-(:func:`twopc.faultinject.export_crash_group`); :class:`twopc.faultinject.ChaosRunner` restarts it.
-With a ``master`` in the spec (``spark://...``, e.g. :class:`twopc.faultinject.LocalSparkCluster`)
-the executors run in JVMs of their own and get the fault plan through
-``spark.executorEnv.*`` but not the job's crash group: a ``crash`` fired in an executor's
-Python worker kills that executor (the cluster's executors are their own crash group), and
-Spark runs its task again elsewhere.
+(:func:`twopc.faultinject.export_crash_group`); :class:`twopc.faultinject.ChaosRunner` restarts it. With a ``master``
+in the spec (``spark://...``, e.g. :class:`twopc.faultinject.LocalSparkCluster`) the executors run in JVMs of their
+own and get the fault plan through ``spark.executorEnv.*`` but not the job's crash group: a ``crash`` fired in an
+executor's Python worker kills that executor (the cluster's executors are their own crash group), and Spark runs its
+task again elsewhere.
 """
 
 from __future__ import annotations

@@ -40,8 +40,7 @@ def _write(core: Any, path: str, partitions: int, partition: int, batch_id: int,
 
 
 def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: list[int]) -> list[Any]:
-    """Every partition's task, retried up to :data:`MAX_ATTEMPTS` times; ``None`` for one that failed
-    for good."""
+    """Every partition's task, retried up to :data:`MAX_ATTEMPTS` times; ``None`` for one that failed for good."""
     messages: dict[int, Any] = {}
     tries = dict.fromkeys(range(partitions), 0)
     todo = list(range(partitions))
