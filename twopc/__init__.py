@@ -21,11 +21,10 @@ Public API, what a pipeline calls:
   owns the checkpoint), :class:`SinkError`, and :class:`TransactionLostError`.
 
 The formats' classes are in :mod:`twopc.sinks`, the operator's side (``twopc status|recover``) in
-:mod:`twopc.recovery`, the fault points and crashable servers in :mod:`twopc.faultinject`; each
-loads on first use (``twopc.sinks.PostgresSink`` works after ``import twopc``). What a sink author
-or those packages need beyond this (the finer exceptions, handle codecs, options, the target
-ledger and its lease, ...) is in :mod:`twopc.spi`; nothing outside the protocol core imports its
-private modules.
+:mod:`twopc.recovery`, the fault points and crashable servers in :mod:`twopc.faultinject`; each loads on first use
+(``twopc.sinks.PostgresSink`` works after ``import twopc``). What a sink author or those packages need beyond this
+(the finer exceptions, handle codecs, options, the target ledger and its lease, ...) is in :mod:`twopc.spi`; nothing
+outside the protocol core imports its private modules.
 """
 
 from __future__ import annotations
@@ -60,38 +59,12 @@ if TYPE_CHECKING:
     from .spark._spark import TwoPhaseCommitDataSource, data_source_for
     from .spark._spark_fs import check_checkpoint_location
 
-__all__ = [
-    "CommitCoordinator",
-    "CommitLedger",
-    "CommitOutcome",
-    "CommitShape",
-    "ConfigurationError",
-    "FencedError",
-    "LedgerError",
-    "MissingExtraError",
-    "Participant",
-    "RecoveryCoordinator",
-    "SinkError",
-    "SinkStatus",
-    "TransactionContext",
-    "TransactionHandle",
-    "TransactionLostError",
-    "TwoPCError",
-    "TwoPhaseCommitDataSource",
-    "TwoPhaseCommitSink",
-    "UnsettledTransaction",
-    "Xid",
-    "check_checkpoint_location",
-    "composite",
-    "data_source_for",
-    "foreach_batch_writer",
-    "register",
-    "register_all",
-    "register_metrics",
-    "serve_metrics",
-    "sink_status",
-    "write_jdbc",
-]
+__all__ = ["CommitCoordinator", "CommitLedger", "CommitOutcome", "CommitShape", "ConfigurationError", "FencedError",
+           "LedgerError", "MissingExtraError", "Participant", "RecoveryCoordinator", "SinkError", "SinkStatus",
+           "TransactionContext", "TransactionHandle", "TransactionLostError", "TwoPCError", "TwoPhaseCommitDataSource",
+           "TwoPhaseCommitSink", "UnsettledTransaction", "Xid", "check_checkpoint_location", "composite",
+           "data_source_for", "foreach_batch_writer", "register", "register_all", "register_metrics", "serve_metrics",
+           "sink_status", "write_jdbc"]
 
 __version__ = "0.2.0"
 

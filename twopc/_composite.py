@@ -1,34 +1,16 @@
 """The composite sink: one micro-batch, several targets, one decision.
 
-A :class:`CompositeSink` is a :class:`TwoPhaseCommitSink` made of named
-:class:`~twopc.Participant` sinks (:mod:`twopc._participant`). Each task attempt opens one
-transaction in every participant, gives each its own projection of the rows, and prepares
-them all; its handle is a
-:class:`CompositeHandle` naming every participant's handle. The driver's one decision in
-the ledger names those composite handles, so a batch is committed in every target or in
-none: recovery finishes every participant of a decided batch and rolls back every
-participant of an undecided one.
+Each task attempt opens a transaction in every named :class:`~twopc.Participant`, gives each its projection of the
+rows and prepares them all; its :class:`CompositeHandle` names every part, and the ledger's one decision names those,
+so recovery commits a batch in every target or rolls it back in all. A participant keeps its transactions under
+``<sink id>.<name>``, and the attempt's shared nonce lets :meth:`CompositeSink.list_prepared` group what the targets
+hold back into composite handles (a non-Xid id comes back as ``<participant>:<txn id>``,
+:meth:`CompositeHandle.covered_txn_ids`).
 
-Each participant keeps its transactions under its own sink id, ``<sink id>.<participant
-name>``, so :meth:`CompositeSink.list_prepared` can ask each target for what it still holds.
-Every participant of one attempt gets the attempt's nonce (:attr:`TransactionContext.nonce`),
-so a participant's transaction id (an :class:`Xid`) names the composite transaction it
-belongs to: ``list_prepared`` groups what the targets still hold back into composite
-handles with the composite's own ``txn_id``, which a decision names. (A user's sink whose
-ids are not Xids comes back as a composite of one part named ``<participant>:<txn id>``,
-which the decision's handles cover too: :meth:`CompositeHandle.covered_txn_ids`.)
-
-Because the decision is recorded before any participant commits, a participant must not be
-able to refuse a commit once it prepared: one whose target may (its
-:meth:`twopc.spi.WriteSetup.commit_may_be_refused` gives a reason, e.g. ``twopc-jdbc``'s staging
-mode, whose table checks constraints only when the rows move) is refused on the driver by
-:meth:`CompositeSink.configure_write` / :meth:`CompositeSink.validate`, before any task runs.
-
-What a reader sees while a batch commits: the participants commit one after another
-(each target all at once), so for the few milliseconds between the first and the last
-participant's commit one target shows the batch and another not yet. A crash in that
-window (fault point ``between_commits``) is finished by recovery; it never rolls back.
-"""
+The decision precedes every commit, so a participant whose target may refuse a commit
+(:meth:`twopc.spi.WriteSetup.commit_may_be_refused`, e.g. ``twopc-jdbc`` staging) is refused
+at plan time. Participants commit one after another: for a few milliseconds one target shows
+the batch and another not yet; a crash there (``between_commits``) is finished by recovery."""
 
 from __future__ import annotations
 
@@ -73,39 +55,31 @@ log = logging.getLogger("twopc.composite")
 
 
 def participant_sink_id(sink_id: str, name: str) -> str:
-    """The sink id under which participant *name* of composite *sink_id* keeps its
-    transactions: ``<sink id>.<name>``."""
+    """The sink id of participant *name* of composite *sink_id*: ``<sink id>.<name>``."""
     return f"{sink_id}.{name}"
 
 
 @dataclass(frozen=True)
 class CompositeHandle(TransactionHandle, kind="twopc.composite", version=1):
-    """One task attempt's transactions in every participant, as ``(name, handle)`` pairs in
-    the composite's participant order. The base fields are the composite's (its sink id);
-    each part's handle carries its participant's sink id."""
+    """One attempt's ``(name, handle)`` pairs in participant order; the base fields are the
+    composite's, each part carries its participant's sink id."""
 
     parts: tuple[tuple[str, TransactionHandle], ...] = ()
 
     def covered_txn_ids(self) -> frozenset[str]:
-        """Its own id and ``<name>:<txn id>`` of every part (how ``list_prepared`` names a
-        participant transaction it finds)."""
+        """Its own id and every part's ``<name>:<txn id>`` (how ``list_prepared`` names a lone part)."""
         return frozenset({self.txn_id, *(f"{name}:{h.txn_id}" for name, h in self.parts)})
 
     def to_payload(self) -> dict[str, Any]:
-        """The base fields and ``parts`` as ``[[name, envelope], ...]`` (each part in its own
-        versioned envelope)."""
+        """The base fields and ``parts`` as ``[[name, envelope], ...]``."""
         return {"txn_id": self.txn_id, "sink_id": self.sink_id, "batch_id": self.batch_id,
                 "partition_id": self.partition_id, "attempt_id": self.attempt_id,
                 "parts": [[name, encode_handle(h)] for name, h in self.parts]}
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any], version: int) -> CompositeHandle:
-        """Read a payload of :meth:`to_payload`, decoding every part's envelope.
-
-        Raises:
-            HandleVersionError: newer version; UnknownHandleKindError: a part's kind is not
-                registered; HandleError: the payload is malformed.
-        """
+        """Decode :meth:`to_payload`'s payload and every part's envelope.
+        Raises HandleVersionError, UnknownHandleKindError, HandleError: as :func:`decode_handle`."""
         base = super().from_payload({k: v for k, v in payload.items() if k != "parts"}, version)
         raw = payload.get("parts")
         if not isinstance(raw, list) or not all(isinstance(p, list) and len(p) == 2 for p in raw):
@@ -122,9 +96,7 @@ class _CompositeTxn:
 
 
 def _named(participant: Participant, exc: TwoPCError, note: str = "") -> TwoPCError:
-    """*exc* again, its message prefixed with the participant (and *note*): the same class
-    and attributes (a class whose constructor takes more than a message is built without
-    calling it), so callers that tell errors apart by class still can."""
+    """*exc* of the same class and attributes, its message prefixed with the participant and *note*."""
     text = f"composite participant {participant.name!r} ({participant.sink.describe()}){note}: {exc}"
     cls = type(exc)
     try:
@@ -140,15 +112,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                     Inspectable, MarkerPurge, NamedTarget):
     """Several participant sinks that commit each batch together (see the module docstring).
 
-    Guarantees: a batch's rows become visible in every participant or in none, exactly
-    once each, whatever crashes (each participant's own guarantees carry over). Not
-    guaranteed: that they become visible at the same instant (the participants commit one
-    after another; a reader that needs a consistent cut reads up to the last batch every
-    target has marked committed).
-
-    Raises (construction):
-        ConfigurationError: no participant, or two with the same name.
-    """
+    A batch's rows become visible in every participant or in none, exactly once, whatever crashes; not at the same
+    instant (a reader needing a consistent cut reads up to the last batch every target marked committed).
+    Raises ConfigurationError: no participant, or two with the same name."""
 
     __handle_type__ = CompositeHandle
 
@@ -167,8 +133,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         self._register_kinds()
 
     def _register_kinds(self) -> None:
-        """Register every participant's handle kind in this process (a class shipped by
-        value by cloudpickle did not run the hook that registers it)."""
+        """Register every participant's handle kind here (cloudpickled classes skip the hook)."""
         for p in self.participants:
             ensure_registered(getattr(type(p.sink), "__handle_type__", TransactionHandle))
 
@@ -183,15 +148,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
     # -- driver, plan time ----------------------------------------------------------
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
                         checkpointed: bool) -> None:
-        """Configure every participant with its projected schema (and refuse overwrite).
-
-        Raises:
-            ConfigurationError: a participant refuses, or its commit may be refused after
-                the decision (:meth:`twopc.spi.WriteSetup.commit_may_be_refused`: the staging
-                mode of ``twopc-jdbc``), or two participants write the same target
-                (:func:`_refuse_shared_targets`); the message names
-                them and the fix.
-        """
+        """Configure every participant with its projected schema; refuse overwrite.
+        Raises ConfigurationError: a participant refuses, its commit may be refused after the decision,
+        or two participants write the same target; naming them and the fix."""
         refuse_overwrite(self, overwrite=overwrite, streaming=streaming)
         _refuse_shared_targets(self.participants)
         for p in self.participants:
@@ -203,15 +162,9 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
             _admit(p)
 
     def validate(self, schema: pa.Schema) -> None:
-        """Validate every participant against its projected schema, on the driver, before any
-        task runs: one wrong participant fails the write, and the error names it.
-
-        Raises:
-            ConfigurationError, SinkUnavailableError: as the participant's ``validate``,
-                the message prefixed with the participant's name; ConfigurationError also
-                for a participant whose commit may be refused (``twopc-jdbc``'s automatic
-                choice of staging, settled by asking its server), before its validation.
-        """
+        """Validate every participant against its projected schema before any task runs.
+        Raises ConfigurationError, SinkUnavailableError: the participant's, prefixed with its name
+        (also for a commit that may be refused, e.g. ``twopc-jdbc``'s automatic staging)."""
         for p in self.participants:
             _admit(p)
             try:
@@ -221,8 +174,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
     # -- executor ------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _CompositeTxn:
-        """Open one transaction in every participant, each under its own sink id. When one
-        cannot be opened, those already open are rolled back."""
+        """Open a transaction in every participant under its own sink id (all rolled back if one fails)."""
         context = dataclasses.replace(context, nonce=context.nonce or secrets.token_hex(4))
         txn = _CompositeTxn(context, [], {})
         try:
@@ -236,13 +188,10 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         return txn
 
     def invoke(self, txn: _CompositeTxn, value: dict[str, Any]) -> None:
-        """Add one row (a dict) to every participant, projected."""
         import pyarrow as pa
-
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _CompositeTxn, batch: pa.RecordBatch) -> None:
-        """Give every participant its projection of *batch*."""
         for p, t in txn.txns:
             rows = p.project(batch, txn.context.batch_id)
             if rows.num_rows:
@@ -250,10 +199,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                 txn.rows[p.name] += rows.num_rows
 
     def pre_commit(self, txn: _CompositeTxn) -> CompositeHandle:
-        """Prepare every participant that got rows (roll back those that got none), in
-        participant order. When one fails to prepare, the ones already prepared are
-        aborted and the rest rolled back before the error is raised: nothing of the attempt
-        stays prepared anywhere (what a failed abort leaves, recovery rolls back)."""
+        """Prepare every participant that got rows, in order (roll back the others). On failure the
+        prepared ones are aborted and the rest rolled back before raising (recovery cleans up the rest)."""
         parts: list[tuple[str, TransactionHandle]] = []
         pending = list(txn.txns)
         try:
@@ -275,43 +222,32 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
                                tuple(parts))
 
     def rollback(self, txn: _CompositeTxn) -> None:
-        """Roll back every participant's open transaction (each must not raise for one
-        already gone; the first error is raised after all were tried)."""
+        """Roll back every participant's transaction, then raise the first error."""
         _every(txn.txns, lambda pt: pt[0].sink.rollback(pt[1]))
 
     # -- driver, commit --------------------------------------------------------------
     def commit(self, handle: CompositeHandle) -> CommitOutcome:
-        """Commit every part (participant order); see :meth:`commit_all`."""
         return self.commit_all([handle])[0]
 
     def recover_and_commit(self, handle: CompositeHandle) -> CommitOutcome:
         return self.commit_all([handle], recovering=True)[0]
 
     def commit_may_be_refused(self) -> str | None:
-        """The first participant's reason (none is admitted with one: :func:`_admit`)."""
+        """The first participant's reason (none is admitted with one)."""
         refusals = (capability(p.sink, WriteSetup).commit_may_be_refused() for p in self.participants)
         return next((why for why in refusals if why), None)
 
     def commit_shape(self, handles: Sequence[CompositeHandle] = ()) -> CommitShape:
-        """Always ``WHOLE_BATCH``: each participant gets all its handles of the batch in one
-        :meth:`commit_all` (a sink that commits a batch's handles together needs them
-        together), and ``between_commits`` fires here, between participants."""
+        """``WHOLE_BATCH``: each participant commits its handles together; ``between_commits`` fires
+        between participants."""
         return CommitShape.WHOLE_BATCH
 
     def commit_all(self, handles: Sequence[CompositeHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Commit the handles of one decided batch: participant by participant, each
-        participant's parts together through its own :meth:`commit_all` or one by one.
-
-        Between two participants is the fault point ``between_commits``: the first target
-        shows the batch, the next not yet. Each participant's end is logged (DEBUG event
-        ``participant_committed``, ``ms_since_first``): the visibility gap of the batch.
-        Idempotent as a whole (every participant's commit is), so a retry or recovery finishes a partly committed batch.
-
-        Raises:
-            SinkError: a participant failed (its error's class, the message prefixed with
-                the participant and the ones committed before it); the ones before it are
-                committed, and a retry (or recovery) commits the rest.
-        """
+        """Commit one decided batch participant by participant, idempotent as a whole. The fault point
+        ``between_commits`` lies between two participants; each one's end is logged (DEBUG
+        ``participant_committed``, ``ms_since_first``: the batch's visibility gap).
+        Raises SinkError: a participant failed (its class, the message naming it and the ones committed
+        before it); a retry or recovery commits the rest."""
         outcomes: list[list[CommitOutcome]] = [[] for _ in handles]
         done: list[str] = []
         started = time.monotonic()
@@ -344,20 +280,14 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         return [min(o, key=rank.index, default=CommitOutcome.ALREADY_COMMITTED) for o in outcomes]
 
     def abort(self, handle: CompositeHandle) -> None:
-        """Roll back every part. Every part is tried; then the first error is raised.
-
-        Raises:
-            ProtocolError: a part had been committed.
-            SinkError: a target failed.
-        """
+        """Roll back every part, then raise the first error.
+        Raises ProtocolError: a part had been committed.
+        Raises SinkError: a target failed."""
         _every(handle.parts, lambda part: self._participant(part[0]).sink.abort(part[1]))
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
-        """Each participant's claim of its own sink id (``<sink id>.<name>``), in order;
-        the first other owner found (its participant named in the removal hint). The
-        participants before it keep their record naming this query: claims are not atomic
-        across targets (a record only refuses other checkpoints; delete it as the error of
-        a later write says, if this checkpoint is never used again)."""
+        """Each participant's claim of ``<sink id>.<name>`` in order; the first other owner found, its
+        participant named. Not atomic across targets: earlier participants keep their record."""
         for p in self.participants:
             other: OwnerRecord | None = _asking(p, "claim_sink_id", sink_id, owner)
             if other is not None:
@@ -366,17 +296,14 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
     # -- recovery and the operator's view -----------------------------------------
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[CompositeHandle]:
-        """Every participant transaction of *sink_id* (and *batch_id*) still prepared,
-        grouped into the composite transactions they belong to (see the module docstring).
-        The parts of a composite handle are those still prepared: a batch whose commit
-        stopped half way lists only the participants not yet committed."""
+        """Participant transactions still prepared, grouped by composite transaction (a half-committed
+        batch lists only the participants not yet committed)."""
         return _group(sink_id, [(p.name, h) for p in self.participants
                                 for h in _asking(p, "list_prepared", sink_id, batch_id)])
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """One detail per composite transaction (as :meth:`list_prepared` groups them):
-        ``holds`` names what every participant holds, the age is the oldest part's and the
-        size the parts' sum when they count in the same unit."""
+        """One detail per composite transaction: every part's ``holds``, the oldest age, the summed size
+        when the units agree."""
         found = [(p.name, d) for p in self.participants
                  for d in _asking(p, "prepared_details", sink_id)]
         out = []
@@ -391,16 +318,14 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         return out
 
     def headroom(self, sink_id: str) -> Headroom | None:
-        """The participant with the least room left (``what`` prefixed with its name);
-        ``None`` when no participant can tell."""
+        """The participant with the least room left (``what`` prefixed with its name), or ``None``."""
         rooms = [Headroom(f"{p.name}: {room.what}", room.in_use, room.limit) for p in self.participants
                  if (room := _asking(p, "headroom", sink_id)) is not None]
         limited = [h for h in rooms if h.limit is not None]
         return min(limited, key=lambda h: (h.limit or 0) - h.in_use) if limited else next(iter(rooms), None)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Every participant's markers, under its own sink id; each participant is tried
-        before the first error is raised (named)."""
+        """Every participant's markers under its own sink id; all tried, then the first error raised."""
         return sum(_every(self.participants, lambda p: _asking(p, "purge_markers", sink_id, below_batch)))
 
     def commit_mode(self) -> str:
@@ -416,11 +341,8 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
 
 
 def _admit(p: Participant) -> None:
-    """Refuse *p* when its target may refuse a commit after the batch is decided.
-
-    Raises:
-        ConfigurationError: naming the participant, the reason and the fix.
-    """
+    """Refuse *p* when its target may refuse a commit after the decision.
+    Raises ConfigurationError: naming the participant, the reason and the fix."""
     try:
         why = capability(p.sink, WriteSetup).commit_may_be_refused()
     except TwoPCError as exc:
@@ -436,16 +358,9 @@ def _admit(p: Participant) -> None:
 
 
 def _refuse_shared_targets(participants: Sequence[Participant]) -> None:
-    """Raise when two of *participants* write the same target: each task would hold two
-    transactions in it, and the second waits for the locks the first holds (a prepared
-    transaction keeps them) until a lock timeout. "The same target" is what the server says
-    it is where the sink can ask (:meth:`~twopc.spi.NamedTarget.target_instance`, so
-    ``localhost`` and ``127.0.0.1`` are one server), else what the options name
-    (:meth:`~twopc.spi.NamedTarget.target_identity`).
-
-    Raises:
-        ConfigurationError: naming both participants, the target and the fix.
-    """
+    """Refuse two participants writing the same target (same instance, else identity): the second
+    transaction would wait for the first's locks until a lock timeout.
+    Raises ConfigurationError: naming both participants, the target and the fix."""
     if len(participants) < 2:
         return
     targets = [capability(p.sink, NamedTarget) for p in participants]
@@ -469,9 +384,7 @@ def _refuse_shared_targets(participants: Sequence[Participant]) -> None:
 
 
 def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:
-    """``p.sink.<method>(<p's sink id>, *args)``, a twopc error re-raised with the
-    participant's name (an operator whose ``twopc status`` fails must know which target
-    did not answer)."""
+    """``p.sink.<method>(<p's sink id>, *args)``, a twopc error re-raised naming the participant."""
     try:
         return getattr(p.sink, method)(participant_sink_id(sink_id, p.name), *args)
     except TwoPCError as exc:
@@ -479,8 +392,7 @@ def _asking(p: Participant, method: str, sink_id: str, *args: Any) -> Any:
 
 
 def _group(sink_id: str, found: Sequence[tuple[str, TransactionHandle]]) -> list[CompositeHandle]:
-    """Participant handles grouped by the composite transaction their Xid names (same
-    batch, partition, attempt and nonce); a handle whose id is not an Xid stands alone as
+    """Participant handles grouped by the composite Xid they name; a non-Xid stands alone as
     ``<participant>:<txn id>``."""
     groups: dict[str, list[tuple[str, TransactionHandle]]] = {}
     for name, h in found:
@@ -493,7 +405,7 @@ def _group(sink_id: str, found: Sequence[tuple[str, TransactionHandle]]) -> list
 
 
 def _every(items: Iterable[Any], fn: Callable[[Any], Any]) -> list[Any]:
-    """*fn* of every item, each tried even when one before failed; then the first error raised."""
+    """*fn* of every item, all tried; then the first error raised."""
     out, errors = [], []
     for item in items:
         try:

@@ -18,12 +18,9 @@ class TransactionContext:
         batch_id: Spark's micro-batch id, or the user's ``txnVersion`` for batch writes.
         partition_id: the Spark partition the task writes.
         attempt_id: Spark's task attempt id, unique within one application run.
-        attempt_number: 0 for the first attempt of the task, 1 for the first retry, ...
-        nonce: the nonce :meth:`xid` uses (8 lower-case hex digits); ``None`` (the
-            default) draws a fresh one per call. A composite sink gives all its
-            participants the attempt's nonce, so each participant's transaction id tells
-            which composite transaction it belongs to.
-    """
+        attempt_number: 0 for the task's first attempt, 1 for the first retry, ...
+        nonce: the nonce :meth:`xid` uses (8 lower-case hex digits); ``None`` draws a fresh one per
+            call. A composite gives its participants the attempt's nonce, tying their ids together."""
 
     sink_id: str
     batch_id: int
@@ -33,13 +30,9 @@ class TransactionContext:
     nonce: str | None = None
 
     def xid(self) -> Xid:
-        """A new transaction id for this attempt (fresh nonce, or :attr:`nonce` when set:
-        a retry is another attempt, so it never reuses one).
-
-        Raises:
-            ConfigurationError: the sink id cannot be part of a transaction id.
-            ProtocolError: :attr:`nonce` is not 8 lower-case hex digits.
-        """
+        """A new transaction id for this attempt (fresh nonce, or :attr:`nonce` when set).
+        Raises ConfigurationError: the sink id cannot be part of a transaction id.
+        Raises ProtocolError: :attr:`nonce` is not 8 lower-case hex digits."""
         if self.nonce is not None:
             return Xid(self.sink_id, self.batch_id, self.partition_id, self.attempt_id, self.nonce)
         return Xid.new(self.sink_id, self.batch_id, self.partition_id, self.attempt_id)

@@ -1,23 +1,13 @@
-"""The driver-side commit coordinator.
+"""The driver-side commit coordinator: Spark's ``commit``/``abort`` of a batch become the
+two-phase-commit decision. The fault points and what recovery does after a crash there:
 
-Spark calls the writer's ``commit(messages, batchId)`` on the driver once every task of a
-batch has finished, or ``abort(messages, batchId)`` when the write job failed. The
-coordinator turns those calls into the two-phase-commit decision:
-
-1. ``before_decision``: nothing is decided; a crash here leaves only prepared
-   transactions, which recovery rolls back (the batch replays). The sink's
-   :meth:`~twopc.spi.DecisionHook.before_decision` may then prepare one more transaction that
-   takes over some attempts (the same holds for it: undecided, it is rolled back).
-2. The decision (every handle the sink names for the batch) is written to the ledger, durably.
-3. ``after_decision`` / ``between_commits``: the batch is decided; a crash here is finished
-   by recovery with ``recover_and_commit`` before anything else runs.
-4. ``after_commit``: every handle committed, the committed mark is missing; recovery
-   re-commits (``ALREADY_COMMITTED``) and marks.
-5. ``after_mark``: twopc is done, Spark has not written ``commits/<batch>``; Spark replays
-   the batch with the same id. Its tasks write nothing (the plan knows the batch is committed:
-   ``twopc.spark._spark``), and the coordinator rolls back whatever transaction a replay still brings
-   (a writer of the core API).
-"""
+1. ``before_decision``: only prepared transactions (including one the sink's
+   :meth:`~twopc.spi.DecisionHook.before_decision` adds): rolled back, the batch replays.
+2. The decision (every handle the sink names) is written to the ledger, durably.
+3. ``after_decision`` / ``between_commits``: decided; recovery finishes it (``recover_and_commit``) first.
+4. ``after_commit``: all committed, no mark; recovery re-commits (``ALREADY_COMMITTED``) and marks.
+5. ``after_mark``: Spark has no ``commits/<batch>`` and replays the batch: its tasks write nothing
+   (``twopc.spark._spark``) and the coordinator rolls back what a replay still brings."""
 
 from __future__ import annotations
 
@@ -76,15 +66,10 @@ class CommitMetrics:
 
 @dataclass(frozen=True)
 class BatchResult:
-    """What the coordinator did with one batch.
-
-    ``action`` is ``committed`` (first commit), ``finished`` (a recorded decision was
-    finished, by a replay or by Spark's abort of the batch: ``committed`` counts what this
-    call committed, ``already_committed`` the rest), ``replay-ignored`` (the batch was
-    already committed: the replay's transactions were aborted), ``aborted`` (no decision:
-    rolled back) or ``left-for-recovery`` (an abort found the batch decided and could not
-    finish it: the next start or ``twopc recover`` will).
-    """
+    """What the coordinator did with one batch. ``action``: ``committed``; ``finished`` (a recorded decision finished
+    by a replay or an abort: ``committed`` counts this call's commits, ``already_committed`` the rest);
+    ``replay-ignored`` (already committed: the replay's transactions aborted); ``aborted`` (no decision: rolled
+    back); ``left-for-recovery`` (an abort could not finish a decided batch)."""
 
     batch_id: int
     action: str
@@ -104,21 +89,15 @@ class _Tally:
 def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, recovering: bool,
                     metrics: CommitMetrics | None = None, retry: CommitRetry | None = None,
                     format_name: str = "") -> _Tally:
-    """Commit every handle of *decision*, then mark the batch committed. A commit the
-    target does not answer is asked again as *retry* says (every commit is idempotent);
-    *format_name* (the write's Spark format) goes into the recovery command the error shows.
-
-    Raises:
-        TransactionLostError: a handle is neither prepared nor committed. The others are
-            committed, the batch is left DECIDED so that every retry raises again.
-        CommitPendingError: the target did not answer, retries included; the batch is left
-            DECIDED for the next start (or ``twopc recover``) to finish.
-    """
+    """Commit every handle of *decision* (an unanswered commit retried per *retry*), then mark the
+    batch committed. *format_name* goes into the recovery command an error shows.
+    Raises TransactionLostError: a handle is neither prepared nor committed; the batch stays DECIDED,
+    so every retry raises again.
+    Raises CommitPendingError: the target did not answer, retries included; the batch stays DECIDED."""
     m = metrics or CommitMetrics()
     def attempt(again: bool) -> list[CommitOutcome]:
         m.retried += again
         return list(_commit_outcomes(sink, decision, recovering=recovering or again))
-
     outcomes = (retry or CommitRetry()).run(
         attempt,
         what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
@@ -145,7 +124,6 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
     head = (f"batch {decision.batch_id} of sink {decision.sink_id!r} was decided for commit, but "
             f"transactions {lost} are neither prepared nor committed in {sink.describe()}")
     from ._advice import recover_command  # a lost transaction's advice: a batch that commits needs none
-
     run = recover_command(None if ledger.in_target else ledger.checkpoint_location, "--accept-lost",
                           str(decision.batch_id), sink_id=decision.sink_id)
     accept = (f"The batch stays decided but unfinished in {ledger.location}; restore the rows, then run {run} to "
@@ -161,8 +139,7 @@ def _lost(sink: AnySink, ledger: CommitLedger, decision: Decision, lost: list[st
 
 
 def _target_unknown(sink: AnySink, ledger: CommitLedger) -> bool:
-    """Whether the checkpoint cannot tell that *sink*'s target is the one its batches were
-    prepared in (no target recorded, though the sink names one)."""
+    """Whether the checkpoint records no target though *sink* names one."""
     if ledger.in_target or capability(sink, NamedTarget).target_identity() is None:
         return False
     try:
@@ -176,7 +153,6 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
     log.error("twopc: batch %s is decided; its commit to %s got no answer in %s attempts",
               decision.batch_id, sink.describe(), attempts)
     from ._advice import recover_command  # as in _lost
-
     run = recover_command(None if ledger.in_target else ledger.checkpoint_location, format_name=format_name)
     return (f"batch {decision.batch_id} of sink {decision.sink_id!r} is decided, but its commit to "
             f"{sink.describe()} got no answer in {attempts} attempt(s) (last: {exc}). Nothing is lost: "
@@ -186,8 +162,7 @@ def _pending(sink: AnySink, ledger: CommitLedger, decision: Decision, attempts: 
 
 
 def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> Iterator[CommitOutcome]:
-    """Commit *decision*'s handles as the sink's :class:`CommitShape` says (``PER_HANDLE``:
-    the first, ``between_commits``, then the others)."""
+    """Commit *decision*'s handles as the sink's :class:`CommitShape` says."""
     handles = decision.handles
     match capability(sink, BatchCommit).commit_shape(handles):
         case CommitShape.PER_HANDLE:
@@ -201,9 +176,8 @@ def _commit_outcomes(sink: AnySink, decision: Decision, *, recovering: bool) -> 
 
 def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle], *,
                       up_to_batch: int | None) -> tuple[list[TransactionHandle], list[TransactionHandle]]:
-    """Split prepared transactions with ``batch_id <= up_to_batch`` (all, when it is None)
-    into those a recorded decision names (to commit) and orphans (to roll back), in batch
-    order. Reads the ledger only."""
+    """Split handles with ``batch_id <= up_to_batch`` (all when None) into those a recorded decision
+    names and orphans, in batch order. Reads the ledger only."""
     decisions: dict[int, frozenset[str]] = {}
     decided: list[TransactionHandle] = []
     orphans: list[TransactionHandle] = []
@@ -219,19 +193,12 @@ def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle]
 
 def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[TransactionHandle],
                      *, up_to_batch: int | None, metrics: CommitMetrics | None = None) -> list[str]:
-    """Resolve prepared transactions whose batch is settled: commit those a recorded decision
-    names, roll back the others (orphans). Only handles with ``batch_id <= up_to_batch``
-    are touched (all, when it is None). Returns the rolled-back txn ids.
-
-    Safe only when no task of those batches can still be chosen by the driver: at query
-    start, before any task runs, and at the driver's commit of ``up_to_batch``. *handles*
-    must have been listed before this is called: the ownership check between the listing
-    and the first rollback is what keeps a displaced actor from rolling back a transaction
-    that a newer owner prepared or decided (see :mod:`twopc.ledger._fencing_epochs`).
-
-    Raises:
-        FencedError: another actor took the ledger over: nothing was rolled back.
-    """
+    """Commit the prepared transactions a decision names and roll back the orphans, for batches
+    ``<= up_to_batch`` (all when None); return the rolled-back ids. Safe only when no task of those
+    batches can still be chosen (query start; the commit of ``up_to_batch``). *handles* must be
+    listed first: the ownership check between listing and rollback keeps a displaced actor from
+    rolling back what a newer owner prepared (:mod:`twopc.ledger._fencing_epochs`).
+    Raises FencedError: another actor took the ledger over: nothing was rolled back."""
     m = metrics or CommitMetrics()
     decided, orphans = classify_prepared(ledger, handles, up_to_batch=up_to_batch)
     if orphans:
@@ -255,28 +222,19 @@ class CommitCoordinator:
     """Decides and commits batches for one sink id, on the driver.
 
     Args:
-        sink: the sink.
-        ledger: the checkpoint's commit ledger.
-        sink_id: the sink id whose transactions this coordinator owns.
-        keep_last: how many committed batches' ledger records to keep (like Spark's
-            ``minBatchesToRetain``).
-        retry: how an unanswered commit is retried (``commitRetries``,
-            ``commitRetryBackoff``).
-        format_name: the write's Spark format, named in the recovery command of a
-            :class:`CommitPendingError`.
-        claimed: the caller already checked the checkpoint's target and holds the sink id's
-            claim (the Spark runtime does both at plan time). Otherwise the coordinator does
-            both here, before any transaction of the sink id is prepared or rolled back
+        sink, ledger, sink_id: the sink, the checkpoint's ledger, the sink id it owns.
+        keep_last: committed batches' records to keep (like ``minBatchesToRetain``).
+        retry: how an unanswered commit is retried (``commitRetries``, ``commitRetryBackoff``).
+        format_name: the Spark format named in a :class:`CommitPendingError`'s command.
+        claimed: the caller already checked the target and holds the sink id's claim (the Spark
+            runtime does at plan time). Otherwise both happen here
             (:func:`~twopc._sink_id_claim.check_target`, :func:`~twopc._sink_id_claim.claim_writer`),
-            and records the target with its first decision; a SQL sink's lease is then held
-            until :meth:`close` (or until the coordinator is garbage collected). It also takes
-            the checkpoint's ledger over (:meth:`CommitLedger.claim`) unless *ledger* has an
-            owner epoch already: another actor taking it over later fences this coordinator.
+            the target is recorded with the first decision, a SQL lease is held until
+            :meth:`close` (or garbage collection), and the ledger is claimed unless it has an epoch.
 
     Raises:
         TargetMismatchError: the checkpoint belongs to another target.
-        ConcurrentWriterError: another writer has the sink id.
-    """
+        ConcurrentWriterError: another writer has the sink id."""
 
     def __init__(self, sink: AnySink, ledger: CommitLedger, sink_id: str, *, keep_last: int = 100,
                  retry: CommitRetry | None = None, format_name: str = "", claimed: bool = False) -> None:
@@ -294,7 +252,6 @@ class CommitCoordinator:
             claim = claim_writer(sink, ledger, sink_id)
             if claim is not None:
                 finalizer = weakref.finalize(self, claim.release_collected)
-
                 def release() -> None:  # close(): now, on this thread; a collection: release_collected
                     if finalizer.detach() is not None:
                         claim.release()
@@ -303,7 +260,7 @@ class CommitCoordinator:
                 ledger.claim()
 
     def close(self) -> None:
-        """Give the sink id's claim up (a SQL sink's lease), if this coordinator took one."""
+        """Give up the sink id's claim (a SQL lease), if this coordinator took one."""
         self._release()
 
     def __enter__(self) -> CommitCoordinator:
@@ -313,22 +270,14 @@ class CommitCoordinator:
         self.close()
 
     def commit_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
-        """Commit the batch made of *handles* (one per partition, ``None`` for partitions
-        that wrote nothing), exactly once.
-
-        Guarantees: when this returns, every effect of the batch is committed exactly once
-        (by this call or an earlier one), and no transaction of this sink with a batch id
-        ``<= batch_id`` is left prepared.
-
-        Raises:
-            FencedError: another driver took the ledger over; nothing was committed.
-            TargetMismatchError: the checkpoint belongs to another target; nothing was done.
-            TransactionLostError: a decided transaction is gone.
-            ProtocolError: a handle belongs to another sink or batch.
-            CommitPendingError: the target did not answer the commit, retries included
-                (the batch stays decided: the next start or recovery finishes it).
-            SinkError: the target failed; rerunning (or recovery) finishes the batch.
-        """
+        """Commit the batch of *handles* (``None`` for partitions that wrote nothing) exactly once. On
+        return every effect is committed once and no transaction ``<= batch_id`` stays prepared.
+        Raises FencedError: another driver took the ledger over; nothing was committed.
+        Raises TargetMismatchError: the checkpoint belongs to another target; nothing was done.
+        Raises TransactionLostError: a decided transaction is gone.
+        Raises ProtocolError: a handle belongs to another sink or batch.
+        Raises CommitPendingError: the target did not answer (the batch stays decided).
+        Raises SinkError: the target failed; rerunning (or recovery) finishes the batch."""
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         if not self._target_recorded:  # a coordinator built by hand: the target is recorded before a decision
@@ -369,15 +318,12 @@ class CommitCoordinator:
                           txn_ids=decision.txn_ids)
 
     def _commit_atomically(self, batch_id: int, fresh: list[TransactionHandle], started: float) -> BatchResult:
-        """The batch's one local commit transaction is its own decision: commit first, then
-        record it. A failed commit (a constraint, say) leaves no decision, so Spark's abort
-        rolls the attempts back; a crash after it is answered by the target's batch marker
-        (``ALREADY_COMMITTED``) when Spark replays the batch."""
+        """A local commit transaction is its own decision: commit, then record it. A failed commit leaves
+        no decision (Spark's abort rolls back); after a crash the target's marker answers the replay."""
         faultinject.fault_point("before_decision", batch_id=batch_id)
         def attempt(again: bool) -> list[CommitOutcome] | None:
             self.metrics.retried += again
             return capability(self.sink, BatchCommit).commit_all(fresh, recovering=again)
-
         outcomes = self.retry.run(
             attempt,
             what=f"the commit of batch {batch_id} to {self.sink.describe()}",
@@ -405,11 +351,8 @@ class CommitCoordinator:
                           swept=swept, txn_ids=decision.txn_ids)
 
     def _purge(self) -> None:
-        """Forget the ledger records of committed batches but the :attr:`keep_last` newest,
-        and the sink's markers below the oldest batch recovery may still ask about: the
-        oldest committed batch kept, or an older decided batch not yet finished (a marker is
-        how recovery tells its committed transactions from lost ones). Costs a bounded
-        amount per batch: the markers of the batches purged now."""
+        """Forget committed records but the :attr:`keep_last` newest, and the sink's markers below the
+        oldest batch recovery may still ask about (the oldest kept, or an older unfinished decision)."""
         if not self.ledger.purge(keep_last=self.keep_last):
             return
         retained = self.ledger.committed_batches()
@@ -418,18 +361,10 @@ class CommitCoordinator:
             purge_markers_best_effort(self.sink, self.sink_id, below)
 
     def abort_batch(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> BatchResult:
-        """Roll back the failed write of *batch_id*. ``None`` slots (failed tasks) are fine:
-        their prepared transactions, if any, are found by sink id and batch.
-
-        A batch that a previous run already decided is finished rather than rolled back:
-        a decision is final. When it cannot be finished now (the target or the checkpoint
-        storage still fails), it is left for recovery with a warning and this returns
-        ``aborted``: the error that made Spark abort is the one the user must see.
-        A fenced driver (another owns the ledger) touches nothing. Before it rolls anything
-        back it records the abort and waits, up to :data:`~twopc._fence.TASK_WAIT_SECONDS`,
-        for the batch's tasks still running (see :mod:`twopc._fence`): when it returns, none
-        of them can still prepare a transaction of the batch that stays prepared.
-        """
+        """Roll back the failed write of *batch_id* (``None`` slots' transactions are found by listing).
+        A decided batch is finished instead, or left for recovery with a warning (the error that made
+        Spark abort is the one to see). A fenced driver touches nothing. The abort is recorded and the
+        batch's running tasks awaited (:mod:`twopc._fence`) before anything is rolled back."""
         started = time.monotonic()
         fresh = self._check(batch_id, handles)
         if self.ledger.fenced():  # a zombie: the new owner finishes or rolls back what it left
@@ -463,8 +398,7 @@ class CommitCoordinator:
         return self._done(batch_id, "aborted", started, aborted=len(extra), swept=swept)
 
     def _fence_zombie_prepares(self, batch_id: int) -> None:
-        """Record the abort before the sweep: the *zombie-prepare window* of :mod:`twopc._fence`.
-        A store that fails here only loses the fence (logged): the sweep still runs."""
+        """Record the abort before the sweep (*zombie-prepare window*); a store failure only loses the fence."""
         try:
             self.ledger.record_abort(batch_id)
         except LedgerError as exc:
@@ -473,11 +407,8 @@ class CommitCoordinator:
                         self.sink_id, batch_id, self.ledger.location, exc)
 
     def _wait_for_tasks(self, batch_id: int) -> None:
-        """Wait, bounded, for the aborted batch's tasks still running before the sweep: the
-        *late-rollback window* of :mod:`twopc._fence`. What still runs when the wait gives up
-        is named in a warning (it rolls itself back on seeing the abort, else the next start does)."""
+        """Wait, bounded, for the batch's running tasks (*late-rollback window*); name those left."""
         from ._fence import TASK_WAIT_SECONDS, wait_for_tasks  # an abort's: a commit waits for no task
-
         try:
             wait = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:

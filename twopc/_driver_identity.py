@@ -1,14 +1,6 @@
-"""Which driver a process works for, and whether a recorded driver is provably gone.
-
-Spark plans and commits a Python data source's writes in Python worker processes that the
-driver's JVM starts (and restarts); the driver is that JVM. :func:`driver_identity` names
-it by host, process id and start time (the start time tells a reused process id apart);
-outside Spark (the recovery CLI, tests) the process itself is the driver.
-
-:func:`provably_dead` answers True only for a driver on this host whose process is gone
-(or whose id now belongs to a process started at another time). A driver on another host
-is never declared dead: nothing here can prove it.
-"""
+"""Which driver a process works for (the JVM that starts Spark's Python workers, else the process
+itself), named by host, pid and start time (which tells a reused pid apart), and whether a
+recorded one is provably gone: only on this host (another host's cannot be proved dead)."""
 
 from __future__ import annotations
 
@@ -20,8 +12,7 @@ __all__ = ["DriverIdentity", "driver_identity", "identity_of", "process_identity
 
 
 class DriverIdentity(TypedDict):
-    """A driver process: its host name, process id and start time (clock ticks since boot,
-    from ``/proc``; 0 where ``/proc`` is not available)."""
+    """A process: host name, pid and start time (clock ticks since boot; 0 without ``/proc``)."""
 
     host: str
     pid: int
@@ -29,9 +20,8 @@ class DriverIdentity(TypedDict):
 
 
 def _stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` from field 3 on (the command name, field 2, may hold
-    spaces and parentheses: they follow the last ``)``); None when there is no such process,
-    ``[]`` when it cannot be read."""
+    """``/proc/<pid>/stat``'s fields from field 3 on (after the last ``)``); None: no such process,
+    ``[]``: unreadable."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
@@ -43,8 +33,7 @@ def _stat(pid: int) -> list[str] | None:
 
 
 def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot, or None if there is no such process
-    (or only its zombie, which no longer runs: a killed process waits there until reaped)."""
+    """The process's start time in ticks, or None if it is gone (or only its zombie remains)."""
     fields = _stat(pid)
     if fields is None or fields[:1] in (["Z"], ["X"]):
         return None
@@ -64,8 +53,7 @@ def _parent(pid: int) -> int:
 
 
 def driver_identity() -> DriverIdentity:
-    """The driver this process works for: the nearest ancestor that is a JVM (Spark's driver,
-    for the Python workers that plan and commit writes), else this process."""
+    """The nearest ancestor JVM (Spark's driver), else this process."""
     pid = os.getpid()
     candidate = _parent(pid)
     while candidate > 1:
@@ -77,20 +65,17 @@ def driver_identity() -> DriverIdentity:
 
 
 def identity_of(pid: int) -> DriverIdentity:
-    """Process *pid* of this host (the driver's JVM, for twopc's query listener, which runs in
-    the Python process that started it)."""
+    """Process *pid* of this host."""
     return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
 
 
 def process_identity() -> DriverIdentity:
-    """This process itself (not the driver it works for): what a task's Python worker records
-    so that a driver on the same host can tell when it is gone."""
+    """This process itself (what a task's worker records)."""
     return identity_of(os.getpid())
 
 
 def provably_dead(identity: DriverIdentity) -> bool:
-    """True when *identity* is a process (a driver, a task's worker) on this host that no
-    longer runs."""
+    """True when *identity* is a process on this host that no longer runs."""
     if identity.get("host") != socket.gethostname() or not os.path.isdir("/proc/self"):
         return False
     started = _start_ticks(int(identity["pid"]))

@@ -1,7 +1,5 @@
-"""The twopc exception tree.
-
-Every error twopc raises on purpose derives from :class:`TwoPCError`, so a caller can
-catch the whole family with one clause, or a branch of it::
+"""The twopc exception tree; messages name the problem and the fix, never a credential
+(:func:`redact`)::
 
     TwoPCError
     ├── ConfigurationError          bad options or input; nothing was written
@@ -22,40 +20,17 @@ catch the whole family with one clause, or a branch of it::
     ├── SourceError                 a source cannot read what the offset log recorded
     ├── TransactionLostError        a decided transaction is neither prepared nor committed
     ├── BatchAbortedError           a task prepared after its job was aborted and rolled itself back
-    └── ProtocolError               an invariant of the protocol was violated
-
-Messages name the problem and the fix. They never contain credentials: sinks build
-them from redacted URLs, and :func:`redact` strips any secret that a driver error
-might echo back.
-"""
+    └── ProtocolError               an invariant of the protocol was violated"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = [
-    "BatchAbortedError",
-    "CommitPendingError",
-    "ConcurrentWriterError",
-    "ConfigurationError",
-    "FencedError",
-    "HandleError",
-    "HandleVersionError",
-    "LedgerError",
-    "MissingExtraError",
-    "MissingOptionError",
-    "ProtocolError",
-    "SchemaMismatchError",
-    "SinkError",
-    "SinkUnavailableError",
-    "SourceError",
-    "TargetConfigurationError",
-    "TargetMismatchError",
-    "TransactionLostError",
-    "TwoPCError",
-    "UnknownHandleKindError",
-    "redact",
-]
+__all__ = ["BatchAbortedError", "CommitPendingError", "ConcurrentWriterError", "ConfigurationError", "FencedError",
+           "HandleError", "HandleVersionError", "LedgerError", "MissingExtraError", "MissingOptionError",
+           "ProtocolError", "SchemaMismatchError", "SinkError", "SinkUnavailableError", "SourceError",
+           "TargetConfigurationError", "TargetMismatchError", "TransactionLostError", "TwoPCError",
+           "UnknownHandleKindError", "redact"]
 
 
 class TwoPCError(Exception):
@@ -71,19 +46,8 @@ class MissingOptionError(ConfigurationError):
 
 
 class MissingExtraError(ConfigurationError, ImportError):
-    """A backend's Python driver is not installed (or fails to import).
-
-    twopc's core needs only pyspark, pyarrow and SQLAlchemy; each backend's driver comes with
-    an extra (``pip install 'pyspark-twopc[postgres]'``, ``[mysql]``, ``[redis]``, ``[all]``), and the
-    message names the one to install. It is a :class:`ConfigurationError` (raised before
-    anything is written, caught with the rest of the family) and an :class:`ImportError` (what
-    Python code expects of a missing module). Raised by ``twopc._extras.require``.
-
-    Attributes:
-        name: the module that could not be imported (as on any ``ImportError``).
-        extra: the extra that installs it.
-        what: what needed it, e.g. ``"twopc-postgres"``.
-    """
+    """A backend's Python driver is not installed (or fails to import); the message names the pip
+    extra. Attributes: ``name`` (the module), ``extra``, ``what`` (e.g. ``"twopc-postgres"``)."""
 
     def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
         super().__init__(
@@ -109,19 +73,12 @@ class TargetConfigurationError(ConfigurationError):
 
 
 class ConcurrentWriterError(ConfigurationError):
-    """Another writer has this sink id: a running one holds its lease on the target (SQL,
-    see :mod:`twopc._target`), or the target's owner record names another checkpoint
-    (Redis, files: see :mod:`twopc._sink_id_claim`). Two writers with one sink id would roll
-    back each other's transactions. Refused before anything is written."""
+    """Another writer has this sink id (its lease, or the target's owner record): they would roll
+    back each other's transactions."""
 
 
 class TargetMismatchError(ConfigurationError):
-    """The write's target is not the one its checkpoint belongs to (``twopc/target.json``):
-    another server, database or table, told apart by what the server says it is where the
-    sink can ask (an alias of the same server is the same target). Its decided batches wait
-    prepared in the recorded target, and its committed batch ids (``txnVersion``) describe
-    that target only. Refused before anything is recorded; the message names both targets,
-    the batches that wait, and the fix."""
+    """The write's target is not the one its checkpoint records (where its decided batches wait)."""
 
 
 class HandleError(TwoPCError):
@@ -141,9 +98,8 @@ class LedgerError(TwoPCError):
 
 
 class FencedError(LedgerError):
-    """Another driver took over the checkpoint (a newer owner epoch is recorded): this driver
-    is a zombie and may not record or act on a decision. Nothing of its batch is committed;
-    the new owner finishes or rolls back what it left."""
+    """A newer owner epoch took the checkpoint over: this driver decides nothing more; the new owner
+    finishes what it left."""
 
 
 class SinkError(TwoPCError):
@@ -155,35 +111,21 @@ class SinkUnavailableError(SinkError):
 
 
 class CommitPendingError(SinkUnavailableError):
-    """A commit got no answer (a timeout, a lost connection) on every retry.
-
-    Nothing is lost and nothing is doubled: a decided batch stays decided in the ledger
-    and its prepared transactions wait on the server; the next start of the query finishes
-    it before anything else runs, or ``twopc recover`` does. The message names the
-    server (without credentials), the batch, and those two ways.
-    """
+    """A decided commit got no answer on every retry: nothing is lost; the next start (or ``twopc
+    recover``) finishes it."""
 
 
 class SourceError(TwoPCError):
-    """A source cannot read what Spark's offset log recorded for a micro-batch: entries of
-    the range were deleted, or the stream was deleted or recreated. Reading on would lose
-    or invent data, so the query stops; the message names the stream, the range and the fix."""
+    """A source cannot read what Spark's offset log recorded (deleted entries, recreated stream)."""
 
 
 class TransactionLostError(TwoPCError):
-    """A transaction that was decided for commit is neither prepared nor committed.
-
-    Its effects are gone (e.g. an operator ran ``ROLLBACK PREPARED`` or the target lost
-    data). twopc never papers over this: the batch stays decided-but-unfinished in the
-    ledger and every retry raises again until an operator intervenes.
-    """
+    """A decided transaction is neither prepared nor committed: the batch stays decided and every
+    retry raises until an operator acts."""
 
 
 class BatchAbortedError(TwoPCError):
-    """A task prepared its transaction after the driver had aborted the task's batch (a
-    sibling task failed first and Spark aborted the job while this one still ran: the
-    *zombie-prepare window*). The task rolled its own prepared transaction back, so the
-    failed job leaves nothing; the error only ends the task, whose job has already failed."""
+    """A task prepared after its batch was aborted (*zombie-prepare window*) and rolled it back."""
 
 
 class ProtocolError(TwoPCError):

@@ -1,13 +1,7 @@
-"""Backend drivers are optional: each comes with a pip extra of twopc.
+"""Backend drivers are optional pip extras. A sink imports its driver through :func:`require`,
+which turns a missing one into a :class:`~twopc.MissingExtraError` naming the extra::
 
-twopc's core (the protocol, the ledger, the Spark integration) needs pyspark, pyarrow and
-SQLAlchemy. A sink imports its driver through :func:`require`, which turns a missing driver
-into a :class:`~twopc.MissingExtraError` whose message names the extra to install::
-
-    psycopg = require("psycopg", "postgres", "twopc-postgres")
-
-The ledger's S3 store (``s3://`` checkpoint locations) needs boto3: the ``s3`` extra.
-"""
+    psycopg = require("psycopg", "postgres", "twopc-postgres")"""
 
 from __future__ import annotations
 
@@ -24,21 +18,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "redis": ("redis", "hiredis"),
     "s3": ("boto3",),
     "http": ("httpx", "sniffio"),
-}
-"""Each backend extra of ``pyproject.toml`` and the top-level modules it installs (the extra
-``all`` installs every one of them)."""
+}  # each backend extra of pyproject.toml and its top-level modules (``all`` installs every one)
 
 
 def require(module_name: str, extra: str, what: str) -> ModuleType:
-    """Import and return *module_name* (e.g. ``"psycopg"`` or ``"redis.exceptions"``), a driver
-    installed by twopc's extra *extra*, on behalf of *what* (e.g. ``"twopc-postgres"``).
-
-    Raises:
-        MissingExtraError: the module is not installed, or fails to import (then the message
-            includes why); ``pip install 'pyspark-twopc[<extra>]'`` is the fix it names.
-        ValueError: *extra* is not a backend extra of twopc, or does not install *module_name*
-            (a bug in the caller: the message would name the wrong fix).
-    """
+    """Import *module_name*, a driver of twopc's extra *extra*, on behalf of *what*.
+    Raises MissingExtraError: it is not installed or fails to import (with why); the fix is
+    ``pip install 'pyspark-twopc[<extra>]'``.
+    Raises ValueError: *extra* is unknown or does not install *module_name* (a caller's bug)."""
     provided = EXTRAS.get(extra)
     if provided is None:
         raise ValueError(f"unknown twopc extra {extra!r}: one of {', '.join(sorted(EXTRAS))}")

@@ -1,9 +1,8 @@
 """The protocol's named fault points (see :mod:`twopc.faultinject`).
 
-Each name marks an edge of the protocol where a crash leaves a distinct state behind.
-The chaos suite kills a process at every one of them and checks exactly-once. The points are
-declared as data (the entry point ``twopc.fault_points``): a process that passes them unarmed
-loads nothing of the registry.
+Each name marks an edge of the protocol where a crash leaves a distinct state behind. The chaos suite kills a process
+at every one of them and checks exactly-once. The points are declared as data (the entry point
+``twopc.fault_points``): a process that passes them unarmed loads nothing of the registry.
 """
 
 from __future__ import annotations

@@ -1,26 +1,19 @@
 """The fence between a driver's abort of a batch (:meth:`CommitCoordinator.abort_batch`) and the
-batch's tasks still running, which Spark only asks to stop (or even starts after the abort).
-Three windows would leave a transaction prepared until the next start of the write (the
-table of docs/concepts/how-it-works.md):
+batch's tasks still running (or starting after it). Three windows would leave a transaction
+prepared until the next start (docs/concepts/how-it-works.md):
 
-1. *zombie-prepare*: a task prepares after the abort listed the batch's transactions. The
-   driver records the abort BEFORE it sweeps; a task looks for a new record AFTER it
-   prepared, and one that finds it rolls back and raises :class:`BatchAbortedError`.
-2. *late-start*: a task that begins after the abort takes the abort's record for an earlier
-   run's (a rerun with the same ``txnVersion``, a replayed micro-batch). The records are
-   noted when the write is PLANNED (:meth:`CommitLedger.abort_records`): a record the plan
-   did not see is this run's abort, and a task that finds one before it writes writes nothing.
-3. *late-rollback*: the task of window 1 rolls back only after the abort returned, or is
-   killed between its PREPARE and its check. A task records itself in ``running/`` BEFORE it
-   reads the abort records and removes the record when it ends; the abort waits (bounded,
-   :data:`TASK_WAIT_SECONDS`) until no live task of the batch is recorded, then sweeps.
+1. *zombie-prepare*: a task prepares after the abort's sweep listed. The driver records the abort BEFORE it sweeps; a
+   task that finds a new record AFTER it prepared rolls back and raises :class:`BatchAbortedError`.
+2. *late-start*: a task begins after the abort and takes its record for an earlier run's. The
+   records are noted when the write is PLANNED (:meth:`CommitLedger.abort_records`); a task
+   that finds one the plan did not see writes nothing.
+3. *late-rollback*: the task of window 1 rolls back after the abort returned, or is killed
+   first. Tasks record themselves in ``running/`` BEFORE reading the abort records; the abort
+   waits (bounded, :data:`TASK_WAIT_SECONDS`) until none of the batch's live tasks is recorded.
 
-The records live wherever the write's ledger does (the checkpoint's ``twopc/``, or the
-target's ledger table: :mod:`twopc._target`). A write without a checkpoint deletes its ledger
-when it ends: a task that finds it gone after preparing rolls back too. A temporary ledger on
-another machine cannot be read: such writes have no fence, but their sinks commit a batch in
-one local transaction, so a zombie leaves only staged rows that later writes delete.
-"""
+The records live with the write's ledger. A write without a checkpoint deletes its ledger when
+it ends, which a task also reads as an abort; a temporary ledger on another machine gives no
+fence, but those sinks commit in one local transaction, so a zombie leaves only staged rows."""
 
 from __future__ import annotations
 
@@ -43,9 +36,8 @@ __all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
 
 log = logging.getLogger("twopc.spark")
 
-#: How long a driver's abort waits for the batch's tasks still running before it sweeps.
-#: A task of an aborted job ends within ``spark.python.task.killTimeout`` (2 s) of Spark's
-#: cancel; one that runs on longer is on an executor the driver lost.
+#: How long an abort waits for the batch's running tasks; a cancelled task ends within
+#: ``spark.python.task.killTimeout`` (2 s) unless its executor is lost.
 TASK_WAIT_SECONDS = 30.0
 
 
@@ -53,30 +45,21 @@ TASK_WAIT_SECONDS = 30.0
 class AbortFence:
     """What one task attempt saw of its batch's abort records when it began."""
 
-    store: Records | None
-    """The ledger's store (:func:`twopc.ledger._ledger_records.ledger_store`, or a target ledger's), ``None``:
-    no fence (the ledger is not readable here)."""
+    store: Records | None  # None: no fence (the ledger is not readable here)
     batch_id: int
-    seen: frozenset[str]
-    """The batch's abort records of earlier runs."""
-    ephemeral: bool
-    """The write deletes its ledger when it ends (no checkpoint): a ledger gone = job ended."""
-    record: str | None = None
-    """This task's ``running/`` record (None: none was written)."""
-    began_aborted: bool = False
-    """The batch was already aborted when the task began (window 2): it must write nothing."""
+    seen: frozenset[str]  # the batch's abort records of earlier runs
+    ephemeral: bool  # the write deletes its ledger when it ends: a ledger gone = job ended
+    record: str | None = None  # this task's running/ record
+    began_aborted: bool = False  # already aborted when the task began (window 2): write nothing
 
     @classmethod
     def begin(cls, open_store: Callable[[], Records], where: str, batch_id: int, *, ephemeral: bool,
               baseline: frozenset[str] | None = None, partition: int = 0, attempt: int = 0,
               shared: bool = False) -> AbortFence:
-        """Record the task as running, then note the abort records of *batch_id* in the
-        ledger's store (*open_store*'s; *where* names it), before the task writes.
-        *baseline*: every abort record when the write was planned (None: take the batch's
-        records now as the earlier runs' ones). *shared*: the store is the driver's own
-        wherever the task runs (a ledger in the target), so an ephemeral ledger missing there
-        means the write ended. Never raises: a ledger this process cannot read gives a fence
-        that never fires (logged)."""
+        """Record the task as running, then note *batch_id*'s abort records, before the task writes.
+        *baseline*: every abort record at planning (None: the batch's records now). *shared*: the store
+        is the driver's own (a ledger in the target), so a missing ephemeral ledger means the write
+        ended. Never raises: an unreadable ledger gives a fence that never fires (logged)."""
         none = cls(None, batch_id, frozenset(), ephemeral)
         record = None
         store = None
@@ -96,12 +79,8 @@ class AbortFence:
         return cls(store, batch_id, seen, ephemeral, record, began_aborted=bool(marks - seen))
 
     def aborted(self) -> bool:
-        """Whether the task's job was aborted (or, without a checkpoint, ended) since it was
-        planned. Call it after the transaction is prepared.
-
-        Raises:
-            LedgerError: the ledger cannot be read now (the caller rolls back: unsure).
-        """
+        """Whether the job was aborted (or, without a checkpoint, ended) since planning; call it after preparing.
+        Raises LedgerError: the ledger cannot be read (the caller rolls back: unsure)."""
         if self.store is None:
             return False
         if self.ephemeral and not ledger_exists(self.store):
@@ -109,14 +88,9 @@ class AbortFence:
         return bool(abort_marks_in(self.store, self.batch_id) - self.seen)
 
     def roll_back_dead_attempts(self, sink: AnySink, sink_id: str, partition: int) -> None:
-        """Roll back what the earlier attempts of *partition* that died after preparing left
-        prepared (:meth:`dead_attempts`: no decision can name them), before a retry writes:
-        their row locks would make it wait on every key it shares with them, on a table with a
-        unique key, until ``lockTimeout`` failed the write.
-
-        Raises:
-            SinkError: the target failed; LedgerError: the store fails.
-        """
+        """Before a retry writes, roll back what *partition*'s dead earlier attempts left prepared (no
+        decision can name them): their row locks would stall the retry until ``lockTimeout``.
+        Raises SinkError: the target failed; LedgerError: the store fails."""
         dead = self.dead_attempts(partition)
         if not dead:
             return
@@ -131,13 +105,9 @@ class AbortFence:
                 forget_task(self.store, name)
 
     def dead_attempts(self, partition: int) -> dict[str, int]:
-        """The earlier attempts of *partition* in this batch that died while writing: their
-        ``running/`` record is still there and their process is provably gone (on this host),
-        as ``{record name: attempt id}``. Such an attempt never handed its transaction to Spark
-        (a task removes its record before it returns; one that could not rolls its transaction back
-        and fails instead of returning it),
-        so no decision can name it. Never raises: a ledger that cannot be read gives none
-        (logged)."""
+        """``{record name: attempt id}`` of *partition*'s earlier attempts whose ``running/`` record
+        remains and whose process is provably gone: they never handed a transaction to Spark, so no
+        decision names it. Never raises (logged)."""
         if self.store is None:
             return {}
         try:
@@ -149,12 +119,9 @@ class AbortFence:
                 if name != self.record and rec.get("partition") == partition and provably_dead(_identity(rec))}
 
     def end(self) -> bool:
-        """Remove the task's ``running/`` record: call it once the task's transaction is
-        prepared and checked, or rolled back. Returns whether the record is gone (or there was
-        none). Never raises: a record left behind is waited for by an abort until its process
-        is gone, or for :data:`TASK_WAIT_SECONDS`, and makes a retry of the partition roll back
-        this attempt's transaction once its process is gone (:meth:`dead_attempts`), so a task
-        whose record stays must not report its transaction (:mod:`twopc.spark._spark` rolls it back)."""
+        """Remove the task's ``running/`` record once its transaction is prepared and checked, or rolled
+        back; return whether it is gone. Never raises: a task whose record stays must not report its
+        transaction (an abort waits for it, a retry rolls it back: :meth:`dead_attempts`)."""
         if self.store is None or self.record is None:
             return True
         try:
@@ -170,19 +137,14 @@ class AbortFence:
 class TaskWait:
     """What :func:`wait_for_tasks` found."""
 
-    waited: bool
-    """Some task of the batch was still running when the wait began."""
-    left: dict[str, dict[str, Any]]
-    """The tasks still recorded as running when the wait gave up (by record name)."""
+    waited: bool  # some task was still running when the wait began
+    left: dict[str, dict[str, Any]]  # by record name: still running when the wait gave up
 
 
 def wait_for_tasks(ledger: CommitLedger, batch_id: int, *, timeout: float = TASK_WAIT_SECONDS) -> TaskWait:
-    """Wait until no task attempt of *batch_id* is recorded as running, for at most *timeout*
-    seconds. A record whose process is provably gone (on this host) is deleted, not waited for.
-
-    Raises:
-        LedgerError: the ledger cannot be read.
-    """
+    """Wait at most *timeout* seconds until no task of *batch_id* is recorded running (records of
+    provably dead processes are deleted).
+    Raises LedgerError: the ledger cannot be read."""
     deadline = time.monotonic() + timeout
     waited = False
     while True:

@@ -1,6 +1,4 @@
-"""The one rule for a folder twopc must create where a file stands (a checkpoint folder, the
-file sink's output folder): name the file in the way, the option that chose the place, and
-the fix; nothing was written."""
+"""A folder twopc must create where a file stands: name the file, what needs the folder, and the fix."""
 
 from __future__ import annotations
 
@@ -11,14 +9,10 @@ __all__ = ["file_in_the_way", "make_folder"]
 
 
 def make_folder(path: str, error: Callable[[str], Exception], *, needs: str, fix: str) -> None:
-    """Create the folder *path* and its parents (an existing folder is fine).
-
-    Raises:
-        Exception: ``error(message)`` when a file stands at *path* or at one of its
-            parents: the message names that file, *needs* (what needs the folder), *fix*,
-            and says nothing was written.
-        OSError: any other failure, as raised.
-    """
+    """Create the folder *path* and its parents.
+    Raises Exception: ``error(message)`` when a file stands at *path* or a parent (naming it,
+    *needs* and *fix*; nothing was written).
+    Raises OSError: any other failure."""
     try:
         os.makedirs(path, exist_ok=True)
     except (NotADirectoryError, FileExistsError) as exc:
@@ -26,8 +20,7 @@ def make_folder(path: str, error: Callable[[str], Exception], *, needs: str, fix
 
 
 def file_in_the_way(path: str, *, needs: str, fix: str) -> str:
-    """The message for a file standing at *path* or at one of its parents, where *needs*
-    needs a folder (also for a read-only look that found it: nothing is written either way)."""
+    """The message for a file at *path* or a parent where *needs* needs a folder."""
     blocker = path
     while blocker not in ("/", "") and not os.path.isfile(blocker):
         blocker = os.path.dirname(blocker)

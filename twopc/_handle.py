@@ -1,25 +1,13 @@
-"""Transaction handles and their versioned envelope.
-
-A handle is the small, immutable, credential-free value that ``pre_commit`` returns and
-that the driver stores in the commit ledger before it commits. It must be enough, together
-with the sink's own options, to commit or roll back the prepared transaction from any
-process, at any later time.
-
-Handles travel in an envelope ``{"kind": ..., "version": ..., "payload": {...}}``. Decoding
-an unknown kind or a newer version raises, it never guesses.
-
-Reading a ledger does not depend on what the reading process imported first (a metrics
-scrape, ``twopc status``): a kind no imported module registered yet is looked up in
-the entry points of group ``twopc.handle_kinds`` (``kind = "package.module:HandleClass"``,
-how a sink of another package declares its kinds) and in the table of the kinds the built-in
-sinks define (:data:`BUILT_IN_KINDS`), and the module that defines it is imported.
-
-Subclass :class:`TransactionHandle` as a frozen dataclass and give it a kind and a version::
+"""Transaction handles: the small, immutable, credential-free value ``pre_commit`` returns and the
+ledger stores, enough (with the sink's options) to commit or roll back the transaction from any
+process later. They travel in an envelope ``{"kind", "version", "payload"}``; an unknown kind or
+a newer version raises, never guesses. A kind not registered yet is looked up in the entry
+points of group ``twopc.handle_kinds`` (``kind = "package.module:HandleClass"``) and in
+:data:`BUILT_IN_KINDS`, and its module imported. Subclass :class:`TransactionHandle`::
 
     @dataclass(frozen=True)
     class FileHandle(TransactionHandle, kind="twopc.file", version=1):
-        path: str
-"""
+        path: str"""
 
 from __future__ import annotations
 
@@ -33,23 +21,13 @@ from typing import Any, ClassVar, TypeVar
 
 from ._errors import HandleError, HandleVersionError, UnknownHandleKindError
 
-__all__ = [
-    "BUILT_IN_KINDS",
-    "HANDLE_KINDS_GROUP",
-    "TransactionHandle",
-    "decode_handle",
-    "dumps_handle",
-    "encode_handle",
-    "loads_handle",
-    "registered_handle_kinds",
-]
+__all__ = ["BUILT_IN_KINDS", "HANDLE_KINDS_GROUP", "TransactionHandle", "decode_handle", "dumps_handle",
+           "encode_handle", "loads_handle", "registered_handle_kinds"]
 
 _REGISTRY: dict[str, type[TransactionHandle]] = {}
 #: The entry point group naming the module and class of a handle kind (see the module docstring).
 HANDLE_KINDS_GROUP = "twopc.handle_kinds"
-#: The kinds of the sinks shipped with twopc, where their handle classes live (``module:Class``).
-#: twopc never imports ``twopc.sinks`` itself: a process that reads a ledger holding these kinds
-#: imports the module when it first meets one (the ``twopc.sinks`` package then registers every kind).
+#: The built-in sinks' kinds and their ``module:Class``, imported when a ledger first holds one.
 BUILT_IN_KINDS: Mapping[str, str] = {
     "twopc.postgres": "twopc.sinks._handles:PostgresHandle",
     "twopc.mysql_xa": "twopc.sinks._handles:MySqlXaHandle",
@@ -66,15 +44,8 @@ H = TypeVar("H", bound="TransactionHandle")
 
 @dataclass(frozen=True)
 class TransactionHandle:
-    """Base of every sink's handle.
-
-    Attributes:
-        txn_id: the sink-unique id of the prepared transaction (a GID, a file name...).
-        sink_id: the sink the transaction belongs to.
-        batch_id: the batch (micro-batch id or ``txnVersion``) it was written for.
-        partition_id: the Spark partition it holds.
-        attempt_id: the Spark task attempt that wrote it.
-    """
+    """Base of every sink's handle: ``txn_id`` (sink-unique: a GID, a file name...), ``sink_id``,
+    ``batch_id`` (micro-batch id or ``txnVersion``), ``partition_id`` and ``attempt_id``."""
 
     txn_id: str
     sink_id: str
@@ -96,12 +67,11 @@ class TransactionHandle:
         _register(cls)
 
     def covered_txn_ids(self) -> frozenset[str]:
-        """The transaction ids a decision naming this handle decides: its own ``txn_id``
-        (a composite handle adds those its parts are listed under by ``list_prepared``)."""
+        """The transaction ids a decision naming this handle decides (a composite adds its parts')."""
         return frozenset((self.txn_id,))
 
     def to_payload(self) -> dict[str, Any]:
-        """Return the JSON-compatible payload of this handle (its dataclass fields)."""
+        """The JSON-compatible payload (the dataclass fields)."""
         flat = {name: getattr(self, name) for name in _field_names(type(self))}
         if all(v is None or isinstance(v, _SCALARS) for v in flat.values()):
             return flat  # what asdict returns for scalar fields, without its deep copy
@@ -109,15 +79,9 @@ class TransactionHandle:
 
     @classmethod
     def from_payload(cls: type[H], payload: Mapping[str, Any], version: int) -> H:
-        """Build a handle from a payload written by handle *version*.
-
-        The default accepts only the current version; override :meth:`upgrade` to read
-        older ones.
-
-        Raises:
-            HandleVersionError: *version* is newer than :attr:`VERSION` or cannot be upgraded.
-            HandleError: the payload does not have this handle's fields.
-        """
+        """Build a handle from a payload of *version* (older ones through :meth:`upgrade`).
+        Raises HandleVersionError: *version* is newer than :attr:`VERSION` or cannot be upgraded.
+        Raises HandleError: the payload does not have this handle's fields."""
         if version > cls.VERSION:
             raise HandleVersionError(
                 f"handle of kind {cls.KIND!r} has version {version}, but this twopc reads up to "
@@ -150,8 +114,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def _field_names(cls: type[TransactionHandle]) -> tuple[str, ...]:
-    """The names of *cls*'s dataclass fields, looked up once per class
-    (:func:`dataclasses.fields` costs more than a handle's payload, once per handle of a decision)."""
+    """*cls*'s field names, cached (:func:`dataclasses.fields` costs more than a payload)."""
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
@@ -159,13 +122,9 @@ def _field_names(cls: type[TransactionHandle]) -> tuple[str, ...]:
 
 
 def _register(cls: type[TransactionHandle]) -> None:
-    """Enter *cls* under its ``KIND``. A class of the same module and name may replace the
-    one registered (a copy of the same class: cloudpickle ships classes defined in
-    ``__main__`` or a notebook by value, and re-imports replace them); another class may not.
-
-    Raises:
-        ValueError: another class already registered the kind.
-    """
+    """Enter *cls* under its ``KIND``; a class of the same module and name (a cloudpickled copy)
+    may replace the registered one.
+    Raises ValueError: another class already registered the kind."""
     existing = _REGISTRY.get(cls.KIND)
     if existing is not None and existing is not cls and (
             existing.__qualname__ != cls.__qualname__ or existing.__module__ != cls.__module__):
@@ -175,14 +134,9 @@ def _register(cls: type[TransactionHandle]) -> None:
 
 
 def ensure_registered(cls: type[TransactionHandle]) -> None:
-    """Register *cls* under the kind it declared, if that has not happened in this process: a
-    class defined in ``__main__`` or a notebook reaches Spark's workers by value (cloudpickle
-    rebuilds it without running ``__init_subclass__``). A class without a kind of its own is
-    left alone.
-
-    Raises:
-        ValueError: another class already registered the kind.
-    """
+    """Register *cls* if this process has not (cloudpickle rebuilds ``__main__`` classes without
+    ``__init_subclass__``).
+    Raises ValueError: another class already registered the kind."""
     kind = cls.__dict__.get("KIND", "")
     if kind and _REGISTRY.get(kind) is not cls:
         _register(cls)
@@ -195,10 +149,7 @@ def registered_handle_kinds() -> dict[str, type[TransactionHandle]]:
 
 def encode_handle(handle: TransactionHandle) -> dict[str, Any]:
     """Wrap *handle* in its versioned envelope.
-
-    Raises:
-        HandleError: the handle's class was not declared with a ``kind``.
-    """
+    Raises HandleError: the handle's class was not declared with a ``kind``."""
     cls = type(handle)
     ensure_registered(cls)
     if not cls.KIND or _REGISTRY.get(cls.KIND) is not cls:
@@ -209,12 +160,9 @@ def encode_handle(handle: TransactionHandle) -> dict[str, Any]:
 
 def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
     """Read a handle from its envelope.
-
-    Raises:
-        UnknownHandleKindError: no imported module registered the envelope's kind.
-        HandleVersionError: the envelope was written by a newer handle version.
-        HandleError: the envelope is malformed.
-    """
+    Raises UnknownHandleKindError: no module registers the envelope's kind.
+    Raises HandleVersionError: the envelope was written by a newer handle version.
+    Raises HandleError: the envelope is malformed."""
     try:
         kind = envelope["kind"]
         version = envelope["version"]
@@ -228,14 +176,9 @@ def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
 
 
 def _import_kind(kind: str) -> type[TransactionHandle]:
-    """The handle class of *kind*, imported from where its entry point or
-    :data:`BUILT_IN_KINDS` says it lives.
-
-    Raises:
-        UnknownHandleKindError: nothing names the kind, or its module fails to import.
-    """
+    """The class of *kind*, imported from its entry point or :data:`BUILT_IN_KINDS`.
+    Raises UnknownHandleKindError: nothing names the kind, or its module fails to import."""
     from ._objpath import load_object  # a kind no import registered: a sink's worker has its own registered
-
     with _LOOKUP_LOCK:
         if (cls := _REGISTRY.get(kind)) is not None:
             return cls

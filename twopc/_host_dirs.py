@@ -1,12 +1,5 @@
-"""This user's private folders in the temporary directory, for what twopc keeps on a host
-while a driver runs (the metrics server's registry, the lease records of streaming queries,
-the driver agents' sockets).
-
-:func:`private_dir` makes ``<temp dir>/<name>-<uid>``: the uid in the name keeps two users
-of one machine apart, mode ``0700`` keeps other users out, and a folder that is not this
-user's alone (made by someone else in a shared temp dir, or opened up later) is refused
-rather than used.
-"""
+"""This user's private folders in the temp dir (metrics registry, lease records, agent sockets):
+``<temp dir>/<name>-<uid>``, mode ``0700``; one that is not this user's alone is refused."""
 
 from __future__ import annotations
 
@@ -29,8 +22,8 @@ def is_private(path: Path) -> bool:
 
 
 def private_dir(name: str, *parts: str) -> Path | None:
-    """``<temp dir>/<name>-<uid>[/<part>...]``, each level made ``0700`` when missing; None
-    when one of them is not this user's alone (see :func:`is_private`) or cannot be made."""
+    """``<temp dir>/<name>-<uid>[/<part>...]``, each level made ``0700``; None when one is not this
+    user's alone or cannot be made."""
     folder = Path(tempfile.gettempdir()) / f"{name}-{os.getuid()}"
     for level in (folder, *(folder.joinpath(*parts[:i + 1]) for i in range(len(parts)))):
         with contextlib.suppress(OSError):

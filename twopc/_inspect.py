@@ -1,9 +1,5 @@
-"""What a sink can tell an operator about its unsettled transactions and its target's room.
-
-:meth:`twopc.spi.Inspectable.prepared_details` and :meth:`twopc.spi.Inspectable.headroom` return
-these; ``twopc status`` (:mod:`twopc.operations._status`) shows them. Every field a target cannot tell
-is ``None``: the status view says "unknown" rather than guessing.
-"""
+"""What a sink tells ``twopc status`` about its unsettled transactions and its target's room
+(:class:`twopc.spi.Inspectable`); a field the target cannot tell is ``None`` ("unknown")."""
 
 from __future__ import annotations
 
@@ -17,19 +13,14 @@ __all__ = ["Headroom", "PreparedDetail"]
 
 @dataclass(frozen=True)
 class PreparedDetail:
-    """One transaction the target holds for a sink id, not committed and not rolled back.
+    """One transaction the target holds for a sink id, neither committed nor rolled back.
 
     Attributes:
-        handle: its handle (batch, partition and attempt are the handle's).
-        holds: what the target keeps for it, in words the operator knows: ``prepared
-            transaction`` (PostgreSQL, MySQL/MariaDB XA), ``staged rows`` (the staging
-            mode), ``staging list`` (Redis), ``prepared file`` (the file sink).
-        prepared_at: unix seconds when the target prepared (or last staged) it, when the
-            target can tell (``pg_prepared_xacts.prepared``, a file's mtime, a Redis key's
-            idle time); ``None`` otherwise.
-        size: how much it holds, in *size_unit*, when the target can tell; else ``None``.
-        size_unit: ``rows``, ``bytes`` or ``elements``.
-    """
+        handle: its handle (batch, partition, attempt).
+        holds: in the operator's words: ``prepared transaction``, ``staged rows``, ``staging
+            list`` (Redis), ``prepared file``.
+        prepared_at: unix seconds when prepared (or last staged), if the target can tell.
+        size: how much it holds in *size_unit* (``rows``, ``bytes``, ``elements``), if known."""
 
     handle: TransactionHandle
     holds: str = "prepared transaction"
@@ -43,11 +34,9 @@ class Headroom:
     """How close the target is to refusing more prepared transactions.
 
     Attributes:
-        what: what is counted (``max_prepared_transactions``, ``XA RECOVER``,
-            ``staging keys``...).
-        in_use: how many are held now, by every user of the target (not only this sink).
-        limit: the most the target allows, or ``None`` when it has no such limit.
-    """
+        what: what is counted (``max_prepared_transactions``, ``XA RECOVER``, ``staging keys``...).
+        in_use: held now by every user of the target.
+        limit: the most it allows, or ``None``."""
 
     what: str
     in_use: int

@@ -1,15 +1,10 @@
-"""A package's names imported on first use (PEP 562), for a package that re-exports many.
-
-Every Spark Python worker of a write imports the packages on its path (``twopc``,
-``twopc.sinks``, ``twopc.spi``, ...); each name such a package re-exports is loaded only when
-first read, so a worker loads the modules of what it runs and no others. The package keeps
-the names under ``if TYPE_CHECKING:`` for type checkers and the import contracts::
+"""A package's re-exported names imported on first use (PEP 562), so a Spark worker loads only the
+modules of what it runs. The package keeps the names under ``if TYPE_CHECKING:`` too::
 
     if TYPE_CHECKING:
         from ._errors import SinkError
 
-    __getattr__, __dir__ = lazy_exports(__name__, {"SinkError": "._errors"})
-"""
+    __getattr__, __dir__ = lazy_exports(__name__, {"SinkError": "._errors"})"""
 
 from __future__ import annotations
 
@@ -22,20 +17,11 @@ __all__ = ["lazy_exports"]
 
 
 def lazy_exports(module: str, names: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of the package (or module) *module* that serve *names*.
-
-    Args:
-        module: the package's ``__name__``, which is being imported.
-        names: each lazily loaded name -> where it is: ``"module"`` (absolute, or relative as
-            in the package's own imports: ``"._errors"``) defining the same name,
-            ``"module:other"`` defining it as ``other``, or ``"module:"`` for that module itself.
-
-    A name read once is stored in the package's namespace: later reads do not call
-    ``__getattr__``. ``dir()`` of the package lists the names not yet read too.
-    """
+    """The ``__getattr__`` and ``__dir__`` serving *names* for the package *module* (its ``__name__``). Each name
+    maps to ``"module"`` (absolute or relative, defining the same name), ``"module:other"``, or ``"module:"`` (the
+    module itself). A name read once is stored in the package; ``dir()`` lists the unread ones too."""
     where = dict(names)
     anchor = sys.modules[module].__package__  # what the package's own relative imports start from
-
     def __getattr__(name: str) -> Any:  # noqa: N807 - the module attribute hook of PEP 562
         spec = where.get(name)
         if spec is None:
@@ -45,8 +31,6 @@ def lazy_exports(module: str, names: Mapping[str, str]) -> tuple[Callable[[str],
         value = source if spec.endswith(":") else getattr(source, attribute or name)
         setattr(sys.modules[module], name, value)
         return value
-
     def __dir__() -> list[str]:  # noqa: N807 - the module attribute hook of PEP 562
         return sorted(set(vars(sys.modules[module])) | set(where))
-
     return __getattr__, __dir__

@@ -1,14 +1,7 @@
-"""twopc's log records: one per protocol event, with its facts as fields, and handlers that
-get them out of Spark's Python worker processes.
-
-Every protocol event is one record on a ``twopc.*`` logger whose message reads well on its
-own and whose ``extra`` carries ``record.twopc_event`` (the event's name) and ``record.twopc``
-(a dict of ids, counts and durations: never a credential). Spark runs twopc's planning, tasks
-and commit in Python workers it starts itself, whose stderr reaches the driver's or the
-executor's log but which no handler of the application sees: :func:`configure_worker_logging`
-gives the ``twopc`` logger a stderr handler there, set by ``TWOPC_LOG_LEVEL`` (``INFO``,
-``DEBUG``, ``WARNING``, ``OFF``) and ``TWOPC_LOG_FORMAT`` (``text`` or ``json``).
-"""
+"""twopc's log records: one per protocol event on a ``twopc.*`` logger, its message readable alone,
+``record.twopc_event`` its name and ``record.twopc`` its ids, counts and durations (never a credential).
+:func:`configure_worker_logging` gives Spark's Python workers a stderr handler, set by ``TWOPC_LOG_LEVEL`` (``INFO``,
+``DEBUG``, ``WARNING``, ``OFF``) and ``TWOPC_LOG_FORMAT`` (``text`` or ``json``)."""
 
 from __future__ import annotations
 
@@ -29,15 +22,14 @@ _HANDLER_NAME = "twopc-stderr"
 
 
 def log_event(logger: logging.Logger, level: int, event: str, msg: str, *args: object, **fields: Any) -> None:
-    """Log one protocol *event*: *msg* % *args* as the message, *fields* as
-    ``record.twopc`` (and the event's name as ``record.twopc_event``)."""
+    """Log *event*: *msg* % *args*, with *fields* as ``record.twopc``."""
     if logger.isEnabledFor(level):
         logger.log(level, msg, *args, extra={"twopc_event": event, "twopc": fields}, stacklevel=2)
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
-    ``message``, ``event`` and the record's twopc fields."""
+    """One JSON object per record: ``time`` (UTC ISO 8601), ``level``, ``logger``, ``message``,
+    ``event`` and the twopc fields."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -70,9 +62,8 @@ def _level() -> int | None:
 
 
 def configure_worker_logging() -> None:
-    """In a Spark Python worker: send the ``twopc`` logger's records to stderr with time and
-    level (see the module). Idempotent; does nothing when the process already has handlers
-    on ``twopc`` or the root logger (an application that configured logging keeps its own)."""
+    """In a Spark Python worker: the ``twopc`` logger to stderr. Idempotent; an application's own
+    handlers (on ``twopc`` or the root) are kept."""
     twopc = logging.getLogger("twopc")
     if any(h.get_name() == _HANDLER_NAME for h in twopc.handlers):
         return
@@ -88,8 +79,7 @@ def configure_worker_logging() -> None:
 
 
 def configure_cli_logging() -> None:
-    """For ``twopc status`` / ``twopc recover``: every logger to stderr with time and level
-    (``TWOPC_LOG_FORMAT=json`` for JSON)."""
+    """For ``twopc status`` / ``recover``: every logger to stderr (``TWOPC_LOG_FORMAT=json`` for JSON)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_formatter())
     logging.basicConfig(level=_level() or logging.WARNING, handlers=[handler], force=True)

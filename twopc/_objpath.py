@@ -12,11 +12,8 @@ __all__ = ["class_path", "load_object"]
 
 def load_object(path: str) -> Any:
     """Import ``module`` and follow ``qualname``'s dotted attributes.
-
-    Raises:
-        ValueError: *path* is not ``module:qualname``.
-        ImportError / AttributeError: the module or the name does not exist.
-    """
+    Raises ValueError: *path* is not ``module:qualname``.
+    Raises ImportError / AttributeError: the module or the name does not exist."""
     module, sep, qualname = path.partition(":")
     if not sep or not module or not qualname:
         raise ValueError(path)
@@ -26,14 +23,13 @@ def load_object(path: str) -> Any:
     return obj
 
 
-#: twopc's packages that were top-level ``sinks``, ``recovery`` and ``faultinject`` before 0.2: a
-#: checkpoint written by an older twopc records its sink class as ``sinks.postgres._sink:...``.
+#: twopc's packages, top-level before 0.2: an old checkpoint records ``sinks.postgres._sink:...``
 _MOVED_UNDER_TWOPC = ("sinks", "recovery", "faultinject")
 
 
 def _current_module(module: str) -> str:
-    """*module*, or ``twopc.<module>`` when it names a submodule of a package that moved under
-    ``twopc`` and that submodule exists there: a job's own ``sinks`` never stands in for it."""
+    """*module*, or ``twopc.<module>`` when that moved submodule exists (a job's own ``sinks`` never
+    stands in for it)."""
     top, dot, _ = module.partition(".")
     if dot and top in _MOVED_UNDER_TWOPC:  # twopc's classes were defined in submodules, never in the three packages
         moved = f"twopc.{module}"
@@ -44,5 +40,5 @@ def _current_module(module: str) -> str:
 
 
 def class_path(cls: type) -> str:
-    """``module:qualname`` of *cls*: the path :func:`load_object` loads it back from."""
+    """``module:qualname`` of *cls*, as :func:`load_object` loads it."""
     return f"{cls.__module__}:{cls.__qualname__}"

@@ -1,6 +1,5 @@
-"""A participant of a composite sink (:mod:`twopc._composite`): a named sink and the rows it
-gets, projected from the written rows (kept and renamed columns, an optional transform, an
-optional micro-batch id column)."""
+"""A participant of a composite sink (:mod:`twopc._composite`): a named sink and the rows it gets, projected from the
+written rows (kept and renamed columns, an optional transform, an optional micro-batch id column)."""
 
 from __future__ import annotations
 
@@ -24,10 +23,8 @@ _MAX_NAME = 16
 
 
 def _no_rows(schema: pa.Schema) -> pa.RecordBatch:
-    """A batch of *schema* with no rows, built without pandas (``from_pylist`` and
-    ``Schema.empty_table`` import it: about 0.4 s in a fresh Spark worker)."""
+    """A batch of *schema* with no rows, without pandas (~0.4 s to import in a fresh worker)."""
     import pyarrow as pa
-
     return pa.RecordBatch.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)
 
 
@@ -36,20 +33,16 @@ class Participant:
     """One target of a composite: a named sink and the rows it gets.
 
     Attributes:
-        name: 1-16 characters ``A-Z a-z 0-9 _``, unique in the composite; part of the
-            participant's sink id (``<sink id>.<name>``), so keep it stable.
+        name: 1-16 characters ``A-Z a-z 0-9 _``, unique; part of its sink id
+            (``<sink id>.<name>``), so keep it stable.
         sink: the participant's sink, configured with its own options.
-        columns: the columns it keeps, in order; a mapping renames (``{"amount": "total"}``
-            keeps ``amount`` as ``total``). ``None`` keeps every column.
-        transform: a function from an Arrow record batch to an Arrow record batch (after
-            *columns*), for derived rows such as counters; it may return fewer or more
-            rows. It must depend only on its input (a replayed batch must give the same
-            rows), accept a batch of no rows (the driver runs it on one to learn the
-            participant's schema) and be picklable (Spark ships it to the executors).
-        batch_column: when set, a column of this name (``int64``) holding the micro-batch
-            id (or ``txnVersion``) is added to every row it gets, last: what a reader
-            filters on for a consistent cut across targets (``<= latest committed batch``).
-    """
+        columns: the columns it keeps, in order; a mapping renames (``{"amount": "total"}``).
+            ``None`` keeps every column.
+        transform: a record batch to record batch function applied after *columns* (derived rows,
+            any count). Deterministic (replays), fine with no rows (the driver learns the schema
+            so), picklable.
+        batch_column: adds this ``int64`` column, last, holding the micro-batch id (or
+            ``txnVersion``): what a reader filters on for a consistent cut across targets."""
 
     name: str
     sink: AnySink
@@ -79,13 +72,8 @@ class Participant:
 
     def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
         """The rows this participant gets from *batch* of micro-batch *batch_id*.
-
-        Raises:
-            ConfigurationError: a column it keeps is not in *batch*, or the transform
-                does not return a record batch.
-        """
+        Raises ConfigurationError: a kept column is missing, or the transform returns no record batch."""
         import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
-
         if self._renames:
             missing = [src for src, _ in self._renames if src not in batch.schema.names]
             if missing:
@@ -113,9 +101,5 @@ class Participant:
         return batch
 
     def project_schema(self, schema: pa.Schema) -> pa.Schema:
-        """The schema :meth:`project` makes of *schema* (the transform is run on no rows).
-
-        Raises:
-            ConfigurationError: see :meth:`project`.
-        """
+        """The schema :meth:`project` makes of *schema*; raises as :meth:`project`."""
         return self.project(_no_rows(schema)).schema

@@ -1,13 +1,7 @@
-"""Retrying a commit that the target did not answer: the "retry later" outcome of Flink's
-committer, bounded.
-
-A commit whose reply is lost (a timeout, a reset connection) may or may not have happened.
-Every sink's commit is idempotent by contract (a repeated commit answers
-``ALREADY_COMMITTED``), so the coordinator asks again, with backoff, a bounded number of
-times; then it gives up with :class:`~twopc.spi.CommitPendingError`, which says what is left
-and how it will be finished. Only :class:`~twopc.spi.SinkUnavailableError` is retried: any
-other error is an answer.
-"""
+"""Retrying an unanswered commit (Flink's "retry later", bounded). A commit whose reply is lost may
+or may not have happened; commits are idempotent, so it is asked again with backoff, then
+given up with :class:`~twopc.spi.CommitPendingError`. Only
+:class:`~twopc.spi.SinkUnavailableError` is retried: any other error is an answer."""
 
 from __future__ import annotations
 
@@ -34,12 +28,8 @@ _MAX_BACKOFF = 30.0
 
 @dataclass(frozen=True)
 class CommitRetry:
-    """How often, and how patiently, an unanswered commit is asked again.
-
-    Attributes:
-        retries: retries after the first attempt (0: none).
-        backoff: seconds before the first retry; doubled for each next one, at most 30 s.
-    """
+    """How often an unanswered commit is asked again: *retries* after the first attempt, waiting
+    *backoff* seconds, doubled each time up to 30 s."""
 
     retries: int = DEFAULT_COMMIT_RETRIES
     backoff: float = DEFAULT_RETRY_BACKOFF
@@ -52,10 +42,7 @@ class CommitRetry:
     @classmethod
     def parse(cls, retries: str | None, backoff: str | None) -> CommitRetry:
         """From the ``commitRetries`` and ``commitRetryBackoff`` (seconds) option texts.
-
-        Raises:
-            ConfigurationError: not a whole number >= 0 / a number of seconds >= 0.
-        """
+        Raises ConfigurationError: not a whole number >= 0 / a number of seconds >= 0."""
         n = DEFAULT_COMMIT_RETRIES
         if retries is not None:
             if not retries.strip().isdigit():
@@ -71,13 +58,10 @@ class CommitRetry:
         return cls(n, b)
 
     def run(self, attempt: Callable[[bool], T], *, what: str, pending: Callable[[int, SinkUnavailableError], str]) -> T:
-        """Call ``attempt(retrying)`` until it returns; ``retrying`` is False the first time.
-
-        Raises:
-            CommitPendingError: every attempt raised :class:`SinkUnavailableError`; its
-                message is ``pending(attempts, last error)``.
-            Exception: whatever else an attempt raised, at once.
-        """
+        """Call ``attempt(retrying)`` until it returns.
+        Raises CommitPendingError: every attempt raised :class:`SinkUnavailableError`; the message is
+        ``pending(attempts, last error)``.
+        Raises Exception: whatever else an attempt raised, at once."""
         delay = self.backoff
         for n in range(self.retries + 1):
             try:

@@ -39,7 +39,7 @@ def option(options: Mapping[str, str], name: str, default: str | None = None) ->
 
 
 def sink_options(options: Mapping[str, str]) -> dict[str, str]:
-    """*options* without the runtime's (:data:`RUNTIME_KEYS`): what the sink is built from."""
+    """*options* without the runtime's: what the sink is built from."""
     return {k: v for k, v in options.items() if k.lower() not in RUNTIME_KEYS}
 
 
@@ -56,13 +56,13 @@ EPHEMERAL_PREFIX = "eph-"
 
 
 def ephemeral_sink_id() -> str:
-    """A fresh sink id for a write without checkpointLocation: ``eph-`` + its start time
-    (unix seconds, 8 hex) + 8 random hex, so a later write can tell an abandoned one by age."""
+    """A fresh sink id for a write without checkpointLocation: ``eph-`` + start time (8 hex unix
+    seconds) + 8 random hex, so an abandoned one is told by age."""
     return f"{EPHEMERAL_PREFIX}{int(time.time()):08x}{secrets.token_hex(4)}"
 
 
 def ephemeral_started(sink_id: str) -> float | None:
-    """The start time (unix seconds) encoded in an :func:`ephemeral_sink_id`, else None."""
+    """The start time in an :func:`ephemeral_sink_id`, else None."""
     m = re.fullmatch(r"eph-([0-9a-f]{8})[0-9a-f]{8}", sink_id)
     return float(int(m.group(1), 16)) if m else None
 
@@ -71,48 +71,30 @@ def ephemeral_started(sink_id: str) -> float | None:
 class RuntimeOptions:
     """The options every twopc data source understands.
 
-    - ``checkpointLocation`` (required): where the commit ledger lives. Streaming queries
-      pass theirs automatically; batch writes must set it.
+    - ``checkpointLocation`` (required): where the ledger lives; streaming queries pass theirs.
     - ``sinkId`` (alias ``txnAppId``): defaults to an id derived from the checkpoint.
-    - ``txnVersion``: batch writes only, required. A number that identifies this write;
-      a write whose version is <= the last committed one writes nothing (Delta's model).
-      An ISO date ``2026-11-22`` is the number ``20261122``: dates order as days do, and a
-      date is greater than every run counter below 10000101 (keep one form per job). An
-      ISO timestamp is refused, naming the number to give instead.
+    - ``txnVersion``: batch writes only, required; a write whose version is <= the last committed
+      one writes nothing (Delta's model). An ISO date ``2026-11-22`` is ``20261122`` (greater than
+      every run counter below 10000101: keep one form per job); an ISO timestamp is refused.
     - ``minBatchesToRetain``: ledger records kept, default 100.
-    - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled
-      for each retry): how often a commit the target does not answer is asked again
-      before the write fails with :class:`~twopc.spi.CommitPendingError`.
-    """
+    - ``commitRetries`` (default 3) and ``commitRetryBackoff`` (seconds, default 1, doubled per retry): how often an
+      unanswered commit is asked again before :class:`~twopc.spi.CommitPendingError`."""
 
     checkpoint_location: str
     sink_id: str | None
     txn_version: int | None
     keep_last: int
-    ephemeral: bool = False
-    """True when the write has no ``checkpointLocation`` and its ledger lives in a
-    temporary directory (allowed only for sinks that commit a batch atomically)."""
-    commit_retry: tuple[int, float] | None = None
-    """``commitRetries`` / ``commitRetryBackoff`` as given (None: the defaults); the policy is
-    :attr:`retry`."""
-    in_target: bool = False
-    """True when the write has no ``checkpointLocation`` and its ledger lives in the target
-    (:mod:`twopc._target`); then ``checkpoint_location`` only names that ledger."""
+    ephemeral: bool = False  # no checkpointLocation: a temporary ledger (atomic sinks only)
+    commit_retry: tuple[int, float] | None = None  # as given (None: the defaults); see retry
+    in_target: bool = False  # no checkpointLocation: the ledger lives in the target (twopc._target)
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool,
               ephemeral_location: str | None = None) -> RuntimeOptions:
-        """Parse the runtime options.
-
-        *ephemeral_location*: a temporary ledger directory to use when the options have no
-        ``checkpointLocation`` (batch writes to sinks that commit atomically); then
-        ``txnVersion`` defaults to 0, and needs ``txnAppId`` to mean anything.
-
-        Raises:
-            MissingOptionError: ``checkpointLocation`` (or, for batch writes with one,
-                ``txnVersion``) is missing.
-            ConfigurationError: an option is invalid.
-        """
+        """Parse the runtime options. *ephemeral_location*: a temporary ledger folder for a batch write
+        without ``checkpointLocation`` (atomic sinks); ``txnVersion`` then defaults to 0.
+        Raises MissingOptionError: ``checkpointLocation`` (or a batch write's ``txnVersion``) is missing.
+        Raises ConfigurationError: an option is invalid."""
         loc = option(options, "checkpointLocation")
         if not loc and ephemeral_location is not None and not streaming:
             sink_id = option(options, "sinkId") or option(options, "txnAppId")
@@ -156,20 +138,15 @@ class RuntimeOptions:
 
     @property
     def retry(self) -> CommitRetry:
-        """How often an unanswered commit is asked again (``commitRetries``/``commitRetryBackoff``)."""
+        """The unanswered-commit retry policy."""
         from ._retry import CommitRetry  # the committing worker's: a task never retries a commit
-
         return CommitRetry(*self.commit_retry) if self.commit_retry is not None else CommitRetry()
 
 
 def _retry(options: Mapping[str, str]) -> tuple[int, float] | None:
-    """The ``commitRetries`` and ``commitRetryBackoff`` options, checked (None: neither given).
-
-    Raises:
-        ConfigurationError: see :meth:`~twopc.spi.runtime.CommitRetry.parse`.
-    """
+    """``commitRetries`` and ``commitRetryBackoff``, checked (None: neither given).
+    Raises ConfigurationError: see :meth:`~twopc.spi.runtime.CommitRetry.parse`."""
     from ._retry import CommitRetry  # as in RuntimeOptions.retry: planning checks them
-
     retries, backoff = option(options, "commitRetries"), option(options, "commitRetryBackoff")
     if retries is None and backoff is None:
         return None
@@ -177,8 +154,7 @@ def _retry(options: Mapping[str, str]) -> tuple[int, float] | None:
     return policy.retries, policy.backoff
 
 
-#: The largest txnVersion: it is the batch id, a signed 64-bit integer in every marker
-#: table and ledger (Spark's own batch ids are Java longs).
+#: The largest txnVersion: the batch id is a signed 64-bit integer everywhere.
 MAX_TXN_VERSION = 2**63 - 1
 
 
@@ -187,13 +163,8 @@ _ISO_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:?\d{2}.*")
 
 
 def _parse_version(text: str) -> int:
-    """``txnVersion``: a non-negative integer, or an ISO date ``YYYY-MM-DD``, which is the
-    number ``YYYYMMDD`` (dates order as days do, and the version is the same number either way).
-
-    Raises:
-        ConfigurationError: anything else; an ISO timestamp is refused with the number to
-            give instead.
-    """
+    """``txnVersion``: a non-negative integer, or an ISO date ``YYYY-MM-DD`` as ``YYYYMMDD``.
+    Raises ConfigurationError: anything else; a timestamp's message names the number to give."""
     t = text.strip()
     if _ISO_DATE.fullmatch(t):
         try:

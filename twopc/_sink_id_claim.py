@@ -1,14 +1,8 @@
-"""One query per sink id, recorded in the target: the owner record of sinks without a lease.
-
-Recovery rolls back every prepared transaction of its sink id that its own ledger does not
-decide, so two checkpoints given the same ``sinkId`` would roll back each other's work. The
-SQL sinks lease the sink id on their server (:mod:`twopc._target`); sinks without a lease
-(Redis, files, a composite of them) keep an *owner record*: the first query to use a sink id
-records its checkpoint in the target (:meth:`~twopc.spi.NamedTarget.claim_sink_id`), and a
-query with another checkpoint is refused before it touches anything. The record outlives the
-query on purpose: a retired query may still have decided batches only its checkpoint can
-finish. Coordinators built by hand take the claim too (:func:`claim_writer`).
-"""
+"""One query per sink id, recorded in the target. Recovery rolls back every prepared transaction
+of its sink id its own ledger does not decide, so two checkpoints with one ``sinkId`` would undo
+each other's work. SQL sinks lease the sink id (:mod:`twopc._target`); the others keep an
+*owner record* (:meth:`~twopc.spi.NamedTarget.claim_sink_id`) that refuses another checkpoint
+and outlives the query on purpose (only its checkpoint can finish its decided batches)."""
 
 from __future__ import annotations
 
@@ -33,8 +27,7 @@ __all__ = ["SinkIdClaim", "check_target", "checkpoint_label", "claim_sink_id", "
 
 
 def checkpoint_label(location: str) -> str:
-    """*location* without user info (``s3a://key:secret@bucket/x`` as ``s3a://***@bucket/x``)
-    and without a trailing ``/``: what an owner record holds."""
+    """*location* without user info or trailing ``/``: what an owner record holds."""
     parts = urllib.parse.urlsplit(location)
     if parts.scheme and "@" in parts.netloc:
         parts = parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1])
@@ -43,21 +36,16 @@ def checkpoint_label(location: str) -> str:
 
 
 def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None:
-    """Record the query of *checkpoint_location* as the owner of *sink_id* in *sink*'s
-    target, or refuse the write.
-
-    Raises:
-        ConcurrentWriterError: another checkpoint is recorded (the message names both, the
-            fix, and how to retire the other query's record).
-        SinkError / SinkUnavailableError: the target failed.
-    """
+    """Record *checkpoint_location*'s query as owner of *sink_id* in the target, or refuse the write.
+    Raises ConcurrentWriterError: another checkpoint is recorded (naming both, the fix, and how to
+    retire the other record).
+    Raises SinkError / SinkUnavailableError: the target failed."""
     mine = checkpoint_label(checkpoint_location)
     target = capability(sink, NamedTarget)
     other = target.claim_sink_id(sink_id, mine)
     if other is None:
         return
     from ._advice import command  # a refusal's advice: a claim that succeeds needs none
-
     raise ConcurrentWriterError(
         f"sink id {sink_id!r} on {target.target_identity() or sink.describe()} belongs to the query whose "
         f"checkpoint is {other.owner}, and this write's checkpoint is {mine}: two queries with one sink id "
@@ -68,20 +56,16 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
 
 @dataclass
 class _Held:
-    """A sink id's lease held by this process, for the coordinators of one checkpoint."""
+    """A sink id's lease held by this process for the coordinators of one checkpoint."""
 
     lease: Lease
-    owner: str | None
-    """The checkpoint of the coordinators holding it (None: taken by a prepare, before any
-    coordinator of this process: the first one adopts it)."""
+    owner: str | None  # None: taken by a prepare; the process's first coordinator adopts it
     users: int
 
 
 _HELD: dict[tuple[str, str], _Held] = {}
 _HELD_LOCK = threading.Lock()
-#: claims a garbage collection let go of while _HELD_LOCK was taken (see
-#: :meth:`SinkIdClaim.release_collected`), released by whoever holds the lock next, when it
-#: lets the lock go
+#: claims a garbage collection let go of while _HELD_LOCK was taken, released by its holder
 _DEFERRED: list[SinkIdClaim] = []
 
 
@@ -94,8 +78,7 @@ class SinkIdClaim:
         self._released = False
 
     def release(self) -> None:
-        """Give this writer's hold up (idempotent, never raises); the lease goes when the
-        last coordinator of this process holding it lets go."""
+        """Give this hold up (idempotent, never raises); the lease goes with the process's last holder."""
         with _HELD_LOCK:
             lease = self._let_go()
         if lease is not None:
@@ -103,18 +86,15 @@ class SinkIdClaim:
         _release_deferred()
 
     def release_collected(self) -> None:
-        """:meth:`release` as a garbage collection runs it (the finalizer of the coordinator
-        holding the claim). A collection may run it on a thread inside :func:`claim_writer`,
-        which holds ``_HELD_LOCK`` while it takes a lease (a log line's allocation can start
-        a collection): waiting for the lock there would wait forever. So it never waits:
-        with the lock taken, the release is left to whoever holds it."""
+        """:meth:`release` from a garbage collection, which may run inside :func:`claim_writer` while it
+        holds ``_HELD_LOCK``: it never waits for the lock, leaving the release to its holder."""
         _DEFERRED.append(self)
         if _HELD_LOCK.acquire(blocking=False):  # free: nobody would take the release up
             _HELD_LOCK.release()
             _release_deferred()
 
     def _let_go(self) -> Lease | None:
-        """This hold given up, under ``_HELD_LOCK``: the lease to release when it was the last."""
+        """Under ``_HELD_LOCK``: the lease to release when this was the last hold."""
         if self._released:
             return None
         self._released = True
@@ -129,7 +109,6 @@ class SinkIdClaim:
 
 
 def _release_deferred() -> None:
-    """Release the claims :meth:`SinkIdClaim.release_collected` left while the lock was taken."""
     while _DEFERRED:
         try:
             claim = _DEFERRED.pop()
@@ -140,7 +119,7 @@ def _release_deferred() -> None:
 
 @contextlib.contextmanager
 def _holding() -> Iterator[None]:
-    """``_HELD_LOCK`` for the block, then the releases a garbage collection deferred meanwhile."""
+    """``_HELD_LOCK`` for the block, then the releases deferred meanwhile."""
     try:
         with _HELD_LOCK:
             yield
@@ -149,17 +128,11 @@ def _holding() -> Iterator[None]:
 
 
 def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: bool) -> None:
-    """Refuse *sink*'s target if *ledger*'s checkpoint belongs to another one; with *record*,
-    record it the first time (see :meth:`CommitLedger.bind_target`). Every writer passes here
-    before it touches the target (the runtime at plan time, coordinators built by hand,
-    ``twopc recover``): recovery against the wrong target would find the decided transactions
-    missing there and call them lost. Nothing to check for a ledger kept in the target
-    itself, or a sink that cannot name its target.
-
-    Raises:
-        TargetMismatchError: the checkpoint belongs to another target.
-        LedgerError: the checkpoint cannot be read or written.
-    """
+    """Refuse *sink*'s target if the checkpoint belongs to another; with *record*, record it the first
+    time (:meth:`CommitLedger.bind_target`). Every writer passes here before touching the target:
+    recovery against the wrong one would call the decided transactions lost.
+    Raises TargetMismatchError: the checkpoint belongs to another target.
+    Raises LedgerError: the checkpoint cannot be read or written."""
     if ledger.in_target:
         return
     identity = capability(sink, NamedTarget).target_identity()
@@ -169,18 +142,11 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: b
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:
-    """Claim *sink_id* for a writer of *ledger*'s checkpoint before it rolls anything back, as
-    the Spark runtime does at plan time: a SQL sink's lease on its server (returned: release
-    it when the writer is done), or the owner record of a sink without a lease. Nothing is
-    claimed for a sink id derived from the checkpoint (no other checkpoint has it) or for a
-    ledger kept in the target (its writers hold their leases: :mod:`twopc._target`).
-
-    Raises:
-        ConcurrentWriterError: another writer has the sink id (its lease is held, its owner
-            record names another checkpoint, or a coordinator of this process holds it for
-            another checkpoint).
-        SinkError / SinkUnavailableError: the target failed.
-    """
+    """Claim *sink_id* for a writer before it rolls anything back: a SQL sink's lease (returned: release it when
+    done) or an owner record. Nothing for a sink id derived from the checkpoint or a ledger kept in the target.
+    Raises ConcurrentWriterError: another writer (or a coordinator of this process for another checkpoint) has the
+    sink id.
+    Raises SinkError / SinkUnavailableError: the target failed."""
     if ledger.in_target or sink_id == default_sink_id(ledger.checkpoint_location):
         return None
     backend = target_ledger_of(sink)
@@ -210,8 +176,7 @@ _IN_RUNTIME_TASK: contextvars.ContextVar[bool] = contextvars.ContextVar("twopc_r
 
 @contextlib.contextmanager
 def runtime_task() -> Iterator[None]:
-    """Mark the block as a task of the twopc runtime (a Spark task, or ``twopc.testing``'s),
-    whose writer's driver holds the sink id's claim: :func:`hold_for_prepare` leaves it alone."""
+    """Mark the block as a twopc runtime task, whose driver holds the claim (:func:`hold_for_prepare`)."""
     token = _IN_RUNTIME_TASK.set(True)
     try:
         yield
@@ -220,17 +185,10 @@ def runtime_task() -> Iterator[None]:
 
 
 def hold_for_prepare(backend: TargetLedger, sink_id: str) -> None:
-    """Before a transaction of *sink_id* is prepared outside the twopc runtime (a writer driven
-    through the core API, whose coordinator may be built after its first prepare): hold the
-    sink id's lease for this process if it is free, so that another writer with the same sink
-    id is refused (:class:`ConcurrentWriterError`) instead of rolling back this prepared
-    transaction as an orphan. The process's first :func:`claim_writer` adopts it. A lease
-    held elsewhere is left as it is (the writer's own driver may hold it); inside a runtime
-    task (:func:`runtime_task`) nothing is done: the task's driver holds the claim.
-
-    Raises:
-        SinkError / SinkUnavailableError: the target failed.
-    """
+    """Before a core-API writer outside the runtime prepares, hold the free lease of *sink_id* for
+    this process (adopted by its first :func:`claim_writer`), so another writer is refused instead
+    of rolling this transaction back as an orphan. A lease held elsewhere is left alone.
+    Raises SinkError / SinkUnavailableError: the target failed."""
     if _IN_RUNTIME_TASK.get():
         return
     key = (backend.location, sink_id)

@@ -1,31 +1,16 @@
-"""The decision ledger in the target, for batch writes without ``checkpointLocation``, and the
-writers' leases that tell a live writer's prepared transactions from a dead one's.
+"""The decision ledger in the target, for batch writes without ``checkpointLocation``, and the writers' leases. A
+sink preparing on a server can keep the ledger there (:meth:`twopc.spi.LedgerHost.target_ledger`: rows keyed by sink
+id, committed locally beside the prepared transactions); such a write runs under a fresh sink id (``eph-...``, or its
+``txnAppId``) and its decision survives its driver. With no single owner, every writer's driver holds a **lease** (a
+session lock keyed by its sink id) while it writes:
 
-A sink that prepares transactions on a server can also keep the commit ledger there
-(:meth:`twopc.spi.LedgerHost.target_ledger`): the same records as a checkpoint's ledger
-(:mod:`twopc.ledger._ledger`), rows of one table keyed by sink id, each written and committed in a
-local transaction on the same server as the prepared transactions. A write without a
-checkpoint then runs in prepared mode under a fresh sink id (``eph-...``, or its
-``txnAppId``), and its decision survives its driver.
-
-Without a checkpoint there is no single owner: two jobs may write to one server at once.
-So every writer's driver holds a **lease** on the server for as long as its write runs (a
-session lock keyed by its sink id, which every transaction id carries: see
-:mod:`twopc._xid`), and:
-
-- a writer takes its lease before it records anything; a lease already held means another
-  live writer has this sink id: :class:`ConcurrentWriterError`, before anything is touched;
-- the next write to the server (any twopc writer with a target ledger) and ``twopc
-  recover`` resolve only the writers whose lease they can take themselves
-  (:func:`twopc.operations._abandoned.resolve_abandoned`): free lease = writer gone. They take over its ledger
-  (:meth:`CommitLedger.claim`, which fences it) and finish its decided batch or roll its
-  orphans back, holding the lease while they do; a held lease is left alone, and so is a
-  gone writer with nothing to finish (a ``txnAppId`` writer's records stay after its write);
-- a writer that lost its lease (its lease connection died: a zombie) is refused when it
-  records its decision (:class:`FencedError`): the target ledger's store checks the lease
-  right before the decision row is written, and the takeover's owner epoch fences a
-  decision written after the check.
-"""
+- it takes the lease before recording anything; a held lease is another live writer:
+  :class:`ConcurrentWriterError` before anything is touched;
+- the next write to the server and ``twopc recover`` resolve only writers whose lease they can
+  take (free lease = writer gone, :func:`twopc.operations._abandoned.resolve_abandoned`): they
+  take the ledger over and finish or roll back what it left;
+- a writer that lost its lease (a zombie) is refused at its decision (:class:`FencedError`): the store checks the
+  lease right before the decision row, and the takeover's epoch fences one written after the check."""
 
 from __future__ import annotations
 
@@ -52,24 +37,16 @@ ALL_BATCHES = 2**63 - 1
 
 
 def forget_writer(sink: AnySink, backend: TargetLedger, sink_id: str) -> None:
-    """Delete the sink's markers of the ``eph-`` writer *sink_id*, then its records. Only for
-    a writer with nothing decided-and-unfinished and nothing prepared: no recovery will ask
-    about its transactions again (its id is never reused), so its markers would only grow
-    the marker table. The markers go first: should forgetting fail, the records still name
-    the writer, and the next write finds it again.
-
-    Raises:
-        TwoPCError: the target failed (a failed purge of the markers is only logged,
-            :func:`~twopc._sink.purge_markers_best_effort`: its markers are then left).
-    """
+    """Delete ``eph-`` writer *sink_id*'s markers, then its records (nothing pending or prepared: its
+    id is never reused). Markers first, so a failure leaves records that find it again.
+    Raises TwoPCError: the target failed (a failed marker purge is only logged)."""
     purge_markers_best_effort(sink, sink_id, ALL_BATCHES)
     backend.forget(sink_id)
 
 
 def settle_own(sink: AnySink, backend: TargetLedger, sink_id: str, lease: Lease | None) -> None:
-    """After a write's commit or abort: forget an ``eph-`` writer's records when nothing of
-    it is pending or prepared, and release its lease. Never raises: what is left is the
-    next write's (or ``twopc recover``'s) to resolve."""
+    """After a write's commit or abort: forget an ``eph-`` writer with nothing pending or prepared and
+    release its lease. Never raises: what is left is the next write's to resolve."""
     try:
         if sink_id.startswith(EPHEMERAL_PREFIX):
             ledger = open_target_ledger(backend, sink_id)

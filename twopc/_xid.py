@@ -1,20 +1,12 @@
-"""The transaction id every twopc sink gives its prepared transactions.
-
-One value type owns the format, so every sink (PostgreSQL GIDs, MySQL/MariaDB XA gtrids,
-staging rows, Redis keys, file names) builds and parses ids the same way::
+"""The transaction id every twopc sink gives its prepared transactions::
 
     twopc:{sink_id}:{batch_id}:{partition_id}:{attempt_id}:{nonce}     canonical
     {sink_id}~{batch_id}~{partition_id}~{attempt_id}~{nonce}           path form
 
-The canonical form is what a sink shows a database. The path form has no ``:`` (Hadoop
-refuses ``:`` in a file name) and is what the file sink names its files with; the Redis
-sink wrote it before version 0.2, so both forms parse. ``nonce`` is 8 lower-case hex
-digits, fresh per transaction, so a retried attempt never reuses an id.
-
-The id carries no credentials and everything recovery needs to find a transaction whose
-handle never reached the driver: list the target's prepared ids, keep those that
-:meth:`Xid.parse` accepts with the sink's id, and classify them by batch.
-"""
+Databases see the canonical form; file names use the path form (Hadoop refuses ``:``; Redis
+used it before 0.2), and both parse. ``nonce`` is 8 fresh lower-case hex digits, so a retry
+never reuses an id. The id holds no credentials and what recovery needs to find a transaction
+whose handle never reached the driver (:meth:`Xid.parse` with the sink's id, then by batch)."""
 
 from __future__ import annotations
 
@@ -38,12 +30,8 @@ _ID_CHARS = re.compile(r"^[A-Za-z0-9_.:~-]+$")
 
 
 def validate_sink_id(sink_id: str) -> str:
-    """Return *sink_id* if it can be part of a transaction id.
-
-    Raises:
-        ConfigurationError: it has characters outside ``A-Z a-z 0-9 _ . -``, does not start
-            with a letter or digit, or is longer than 64 characters.
-    """
+    """*sink_id* if it can be part of a transaction id.
+    Raises ConfigurationError: not 1-64 characters of ``A-Z a-z 0-9 _ . -`` starting alphanumeric."""
     if not isinstance(sink_id, str) or not SINK_ID_PATTERN.match(sink_id):
         raise ConfigurationError(
             f"sinkId {sink_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ . - "
@@ -54,11 +42,8 @@ def validate_sink_id(sink_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Xid:
-    """The id of one task attempt's transaction (see the module docstring).
-
-    Build one with :meth:`TransactionContext.xid() <twopc.TransactionContext.xid>` (a fresh
-    nonce) or :meth:`parse`; ``str(xid)`` is the canonical form.
-    """
+    """One task attempt's transaction id: :meth:`TransactionContext.xid()
+    <twopc.TransactionContext.xid>` (fresh nonce) or :meth:`parse`; ``str(xid)`` is canonical."""
 
     sink_id: str
     batch_id: int
@@ -78,10 +63,7 @@ class Xid:
     @classmethod
     def new(cls, sink_id: str, batch_id: int, partition_id: int, attempt_id: int) -> Xid:
         """A new id with a fresh random nonce.
-
-        Raises:
-            ConfigurationError: *sink_id* is not a valid sink id.
-        """
+        Raises ConfigurationError: *sink_id* is not a valid sink id."""
         return cls(sink_id, int(batch_id), int(partition_id), int(attempt_id), secrets.token_hex(4))
 
     def __str__(self) -> str:
@@ -89,23 +71,22 @@ class Xid:
 
     @property
     def text(self) -> str:
-        """The canonical form, ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``."""
+        """The canonical form."""
         return str(self)
 
     @property
     def path_name(self) -> str:
-        """The path form, ``{sink}~{batch}~{partition}~{attempt}~{nonce}`` (no ``:``)."""
+        """The path form (no ``:``)."""
         return f"{self.sink_id}~{self.batch_id}~{self.partition_id}~{self.attempt_id}~{self.nonce}"
 
     @staticmethod
     def prefix(sink_id: str) -> str:
-        """The canonical prefix every id of *sink_id* starts with (for listing by prefix;
-        match the result with :meth:`parse`, a prefix alone is not a check)."""
+        """The canonical prefix of *sink_id*'s ids, for listing (then check with :meth:`parse`)."""
         return f"{PREFIX}:{validate_sink_id(sink_id)}:"
 
     @classmethod
     def parse(cls, text: str) -> Xid | None:
-        """The id *text* spells, in either form; ``None`` when it is not a twopc id."""
+        """The id *text* spells in either form; ``None`` when it is not a twopc id."""
         if not isinstance(text, str):
             return None
         m = _CANONICAL.match(text) or _PATH.match(text)
@@ -118,13 +99,9 @@ class Xid:
 
     @classmethod
     def checked(cls, text: object, *, max_bytes: int | None = None, what: str = "twopc transaction id") -> str:
-        """Return *text* when it is a well-formed id (either form) within *max_bytes*, for
-        use in a statement; a handle read back from a ledger is checked before it reaches
-        a database.
-
-        Raises:
-            ProtocolError: it is not a twopc id, or it is too long for the target.
-        """
+        """*text* if a well-formed id (either form) within *max_bytes*: a handle read back is checked
+        before it reaches a database.
+        Raises ProtocolError: it is not a twopc id, or too long for the target."""
         # the two forms' patterns check all that parse() builds an Xid to check, without building it
         if (not isinstance(text, str) or not _ID_CHARS.match(text)
                 or not (_CANONICAL.match(text) or _PATH.match(text))
@@ -133,13 +110,8 @@ class Xid:
         return text
 
     def fitting(self, max_bytes: int | None, target: str) -> str:
-        """The canonical form, checked against *max_bytes*, the longest id *target* (its name,
-        for the message) accepts (``None``: no limit).
-
-        Raises:
-            ConfigurationError: the id is longer than the target allows; the message says
-                how long the sink id may be.
-        """
+        """The canonical form, checked against *target*'s *max_bytes* (``None``: no limit).
+        Raises ConfigurationError: too long; the message says how long the sink id may be."""
         text = str(self)
         size = len(text.encode())
         if max_bytes is not None and size > max_bytes:

@@ -1,34 +1,22 @@
-"""``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one
-long-lived process per Spark driver (JVM). It holds the driver's writers' leases (session
-locks, see :mod:`twopc.sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics.
+"""``python -P <this file> <folder> <key> <driver> <owner file>``: the driver agent, twopc's one long-lived process
+per Spark driver. Spark's Python workers are killed and restarted at will, so the agent holds the driver's writers'
+leases (server sessions, see :mod:`twopc.sinks.sql._target_ledger`) and serves the ``metricsPort`` metrics. It runs
+in a session of its own and ends when its driver is gone (checked every 0.2 s), on SIGTERM, or when killed; the
+server then ends its sessions and locks.
 
-Spark plans and commits a Python data source's writes in Python worker processes that it
-kills and restarts at will, so none of them can keep a server session open for a whole
-write. The agent can: it runs in a session of its own (Spark's process-group kills and
-worker recycling do not touch it), and ends when its driver is gone (checked every
-0.2 s; outside Spark the driver is the process that started it), on SIGTERM, or when
-killed. The server ends the sessions of a process that is gone, and with them its locks.
+It listens at ``<folder>/<pid>.sock`` (``<folder>`` is ``0700``: requests carry credentials),
+notes ``<pid> <start time>`` in ``<key>.pid`` once listening, and holds ``<key>.lock`` for life
+(one agent per driver). A request is one JSON line, its answer one line of words:
 
-It listens at ``<folder>/<pid>.sock`` (``<folder>`` is this user's alone, ``0700``: the
-requests carry credentials) and notes ``<pid> <start time>`` in ``<folder>/<key>.pid``
-once it listens; the lifelong lock on ``<folder>/<key>.lock`` keeps it the only agent of
-its driver. A request is one line (a JSON object), its answer one line of words:
+- ``take``: connect (DB-API ``module``, ``connect`` arguments), run ``try_lock`` with ``key``
+  and ``session_sql``, keep the connection: ``held <session>``, ``busy`` or ``error <kind>``
+  (a kind only: a driver's message may name the login);
+- ``release``: close lease (``sink_id``, ``session``): ``released`` or ``unknown``;
+- ``serve``: serve ``<registry>/*.ckpt``'s metrics on ``port`` and ``host``: ``serving`` or ``error <kind>``.
 
-- ``take``: open a connection (DB-API ``module``, ``connect`` arguments), run ``try_lock``
-  with ``key`` and ``session_sql``, keep the connection: ``held <session>``, ``busy`` or
-  ``error <kind>`` (a kind only: a driver's message may name the login);
-- ``release``: close the connection of lease (``sink_id``, ``session``): ``released`` or
-  ``unknown``;
-- ``serve``: serve ``<registry>/*.ckpt``'s checkpoints' metrics on ``port`` and ``host``:
-  ``serving`` or ``error <kind>``.
-
-A lease taken with a ``record`` (the file a streaming query's driver keeps of its lease)
-deletes it when it ends, unless the record names another holder by now; a served port's
-registry folder is deleted when the agent ends. Every write without a checkpoint asks it,
-so it starts fast: run as a file, it imports the standard library, the DB-API driver, and
-:mod:`twopc._driver_identity` from its file (*owner file*); ``prometheus_client`` when a port is to be served and
-``twopc.operations._metrics`` at the first scrape.
-"""
+A lease's ``record`` file is deleted when it ends (unless it names another holder), a served registry folder when the
+agent ends. To start fast it imports only the standard library, the DB-API driver and *owner file*
+(:mod:`twopc._driver_identity`); ``prometheus_client`` and ``twopc.operations._metrics`` when first needed."""
 
 from __future__ import annotations
 
@@ -57,8 +45,7 @@ _REQUEST_SECONDS = 60.0  # to read a request's line (a bound for a client that c
 
 
 def _owner_module(path: str) -> ModuleType:
-    """twopc's driver-identity module (:mod:`twopc._driver_identity`: driver liveness), from its file
-    *path* (the client passes it): importing ``twopc`` would load pyspark and pyarrow."""
+    """:mod:`twopc._driver_identity` from its file *path* (importing ``twopc`` would load pyspark)."""
     spec = importlib.util.spec_from_file_location("_twopc_owner_for_agent", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -72,8 +59,7 @@ def _unlink(path: Path) -> None:
 
 
 class _Checkpoints:
-    """A Prometheus collector of the checkpoints registered in a folder: it imports
-    :mod:`twopc.operations._metrics` (and with it twopc) at the first scrape, not at the agent's start."""
+    """A Prometheus collector of a folder's registered checkpoints, importing twopc at the first scrape."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -97,7 +83,7 @@ class _Checkpoints:
 
 
 class Agent:
-    """The leases and served ports of one driver (see the module docstring)."""
+    """The leases and served ports of one driver."""
 
     def __init__(self, folder: Path, key: str, driver: dict[str, Any]) -> None:
         self.folder = folder
@@ -124,8 +110,7 @@ class Agent:
         return "error UnknownRequest"
 
     def take(self, cfg: dict[str, Any]) -> str:
-        """Take a lease (see the module docstring). A connection that took longer than its
-        bound (its requester stopped waiting) is closed rather than kept."""
+        """Take a lease; a connection that outlasted its bound (the requester stopped waiting) is closed."""
         deadline = time.monotonic() + float(cfg["bound_seconds"])
         conn = None
         try:
@@ -161,12 +146,11 @@ class Agent:
         return "released"
 
     def serve(self, port: int, host: str, registry: Path) -> str:
-        """Serve the metrics of *registry*'s checkpoints on *port* (once per port)."""
+        """Serve *registry*'s checkpoints' metrics on *port* (once per port)."""
         with self._guard:
             if port in self.ports:
                 return "serving"
             from prometheus_client import CollectorRegistry, start_http_server
-
             collectors = CollectorRegistry()
             collectors.register(_Checkpoints(registry))
             try:
@@ -184,7 +168,7 @@ class Agent:
                 conn.close()
 
     def _forget_record(self, record: str | None, session: int) -> None:
-        """Delete a streaming query's record of a lease, unless it names another holder by now."""
+        """Delete a lease's record unless it names another holder by now."""
         if not record:
             return
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
@@ -195,8 +179,7 @@ class Agent:
 
     # -- the lifecycle ----------------------------------------------------------------------
     def end(self) -> None:
-        """Delete what this agent made (its socket and pid file, its leases' records, the
-        registry folders of its ports); the kernel closes its sessions as it exits."""
+        """Delete this agent's socket, pid file, lease records and served registries."""
         with contextlib.suppress(OSError):
             if self.pidfile.read_text(encoding="ascii").split()[0] == str(self.pid):
                 self.pidfile.unlink()
@@ -227,15 +210,14 @@ class Agent:
 
 
 def _plain(obj: dict[str, Any]) -> Any:
-    """A request's object, with ``{"bytes": <base64>}`` back as bytes (see the client)."""
+    """A request's object, ``{"bytes": <base64>}`` back as bytes."""
     if len(obj) == 1 and isinstance(obj.get("bytes"), str):
         return base64.b64decode(obj["bytes"])
     return obj
 
 
 def _sweep(folder: Path) -> None:
-    """Remove what killed agents left: sockets whose process is gone, and the files of a
-    driver whose agent is gone (nobody holds its lock)."""
+    """Remove what killed agents left: sockets of gone processes, files of a driver nobody locks."""
     for sock in folder.glob("*.sock"):
         if not sock.stem.isdigit():
             continue
@@ -257,13 +239,9 @@ def _sweep(folder: Path) -> None:
 
 
 def _take_lock(path: Path, attempts: int = 200) -> int | None:
-    """The driver's lock file *path*, locked for this agent's life (one agent per driver), or
-    None when another agent holds it.
-
-    Another agent's :func:`_sweep` locks a lock file for a moment to learn whether its agent is
-    gone, and then removes it: a lock refused while no agent holds it, or taken on a file the
-    sweep has just removed, is tried again (a new file), so a starting agent never gives up
-    to a sweep, and two agents never hold two files of one driver."""
+    """The driver's lock file, locked for this agent's life, or None when another agent holds it. A
+    refusal by another agent's momentary :func:`_sweep`, or a lock on a file it just removed, is
+    retried, so a starting agent never gives up to a sweep and no driver has two lock files."""
     for _ in range(attempts):
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -288,11 +266,9 @@ def main(argv: list[str]) -> int:
     owner = _owner_module(owner_file)
     agent = Agent(folder, key, driver)
     _sweep(folder)
-
     def stop(_signum: int, _frame: Any) -> None:
         agent.end()
         os._exit(0)
-
     signal.signal(signal.SIGTERM, stop)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     new = folder / f"{agent.pid}.sock.new"

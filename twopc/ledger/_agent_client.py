@@ -1,13 +1,7 @@
-"""Finding, starting and asking the driver agent (:mod:`twopc.ledger._agent`), the one long-lived
-twopc process of a Spark driver, which holds its writers' leases and serves its metrics.
-
-The agents of this user live in ``<temp dir>/twopc-agent-<uid>/`` (``0700``, see
-:mod:`twopc._host_dirs`; the requests carry credentials): a driver's agent is found
-through ``<key>.pid`` (``<pid> <start time>``, *key* a hash of the driver's identity,
-:mod:`twopc._driver_identity`) and asked at ``<pid>.sock``. When none runs, the first request
-starts it (in a session of its own) and waits until it listens; two processes of one
-driver starting it at once end with one agent (the other one exits at once).
-"""
+"""Finding, starting and asking the driver agent (:mod:`twopc.ledger._agent`). This user's agents
+live in ``<temp dir>/twopc-agent-<uid>/`` (``0700``): a driver's is found through ``<key>.pid``
+(*key* hashes the driver's identity) and asked at ``<pid>.sock``. The first request starts a
+missing agent and waits until it listens; of two started at once, one exits."""
 
 from __future__ import annotations
 
@@ -36,12 +30,9 @@ AGENTS = "twopc-agent"
 #: How long a request waits for a starting agent to listen (a bound: it starts in well under a second).
 START_SECONDS = 60.0
 _MAX_SOCKET_PATH = 100  # AF_UNIX paths hold 108 bytes
-#: How long a request waits for an agent that ended without answering to be gone before it asks
-#: a new one (a bound: a killed process is gone within milliseconds on an idle machine).
+#: How long a request waits for an agent that ended unanswering to be gone (a bound: milliseconds).
 _GONE_SECONDS = 5.0
-#: The agents this process started, by driver key: a later request of the same driver in this
-#: process (its plan started the agent early, the lease asks it) waits for that one rather than
-#: starting a second agent that would find the first and exit.
+#: The agents this process started, by driver key: later requests wait for that one.
 _STARTED: dict[str, subprocess.Popen[bytes]] = {}
 #: the agent's program, run as a script (not imported: a worker that asks the agent loads none of it)
 _AGENT_SCRIPT = Path(__file__).with_name("_agent.py")
@@ -49,11 +40,7 @@ _AGENT_SCRIPT = Path(__file__).with_name("_agent.py")
 
 def agent_folder() -> Path:
     """``<temp dir>/twopc-agent-<uid>/``, made when missing.
-
-    Raises:
-        ConfigurationError: it is not a folder of this user's alone, or its path is too
-            long for a unix socket.
-    """
+    Raises ConfigurationError: it is not this user's alone, or too long for a unix socket."""
     folder = private_dir(AGENTS)
     where = Path(tempfile.gettempdir(), f"{AGENTS}-{os.getuid()}")
     if folder is None:
@@ -75,33 +62,29 @@ def _encode(message: dict[str, Any]) -> str:
 
 
 def _bytes_as_json(value: object) -> dict[str, str]:
-    """Bytes (SQLAlchemy hands PyMySQL its password as UTF-8 bytes, which PyMySQL sends as
-    they are: as text it would encode them as Latin-1) travel as ``{"bytes": <base64>}``."""
+    """Bytes as ``{"bytes": <base64>}`` (SQLAlchemy hands PyMySQL its password as bytes)."""
     if isinstance(value, bytes):
         return {"bytes": base64.b64encode(value).decode("ascii")}
     raise TypeError(f"the driver agent's requests carry plain values, not {type(value).__name__}")
 
 
 def ask_agent(pid: int, message: dict[str, Any], timeout: float) -> list[str]:
-    """Send *message* (credentials included: it never reaches a log) to the agent of
-    process id *pid* and return its answer's words; ``[]`` when it did not answer."""
+    """Send *message* (credentials included, never logged) to agent *pid*; its answer's words, ``[]`` when none."""
     return Pending.send(pid, message, timeout).answer()
 
 
 class Pending:
-    """A request sent to an agent, its answer not read yet (the caller works meanwhile)."""
+    """A request sent to an agent, its answer not read yet."""
 
     def __init__(self, pid: int, channel: TextIO | None) -> None:
         self.pid = pid
         self.channel = channel
-        #: the agent ended rather than answer: it refused the connection, reset it, or closed it
-        #: without a word (a running agent answers every request, if only with an error)
+        #: the agent ended rather than answer (a running agent answers every request)
         self.ended = channel is None
 
     @classmethod
     def send(cls, pid: int, message: dict[str, Any], timeout: float) -> Pending:
-        """Send *message* to the agent of process id *pid*; its channel is None when the
-        agent did not take it (it is gone)."""
+        """Send *message* to agent *pid*; the channel is None when it did not take it."""
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         conn.settimeout(timeout)
         try:
@@ -132,7 +115,7 @@ class Pending:
 
 
 class DriverAgent:
-    """The agent of *driver* (default: the driver this process works for)."""
+    """The agent of *driver* (default: this process's driver)."""
 
     def __init__(self, driver: DriverIdentity | None = None) -> None:
         self.driver = driver if driver is not None else driver_identity()
@@ -141,13 +124,12 @@ class DriverAgent:
         self._proc: subprocess.Popen[bytes] | None = None
 
     def argv(self) -> list[str]:
-        """The agent's command line (``-P``: without its folder on ``sys.path``; no
-        credentials: they come in requests)."""
+        """The agent's command line (``-P``; no credentials: they come in requests)."""
         return [sys.executable, "-P", str(_AGENT_SCRIPT), str(self.folder), self.key,
                 json.dumps(dict(self.driver), sort_keys=True), _driver_identity.__file__]
 
     def running(self) -> int | None:
-        """The process id of the driver's agent once it listens, else None."""
+        """The agent's process id once it listens, else None."""
         with contextlib.suppress(OSError, ValueError, IndexError):
             pid, started = (int(w) for w in (self.folder / f"{self.key}.pid").read_text(encoding="ascii").split())
             if _start_ticks(pid) == started:
@@ -155,8 +137,7 @@ class DriverAgent:
         return None
 
     def start(self) -> None:
-        """Start the driver's agent unless it runs (or this process started it, and it has not
-        ended): not waited for."""
+        """Start the agent unless it runs (or this process started it); not waited for."""
         if self._proc is None and (earlier := _STARTED.get(self.key)) is not None and earlier.poll() is None:
             self._proc = earlier  # started by this process, maybe still starting: wait for that one
         if self._proc is None and self.running() is None:
@@ -166,18 +147,15 @@ class DriverAgent:
             _STARTED[self.key] = self._proc
 
     def _wait(self) -> int | None:
-        """The agent's process id, starting it and waiting until it listens; None when it
-        did not start."""
+        """The agent's process id, started and awaited; None when it did not start."""
         deadline = time.monotonic() + START_SECONDS
         while (pid := self.running()) is None:
             self.start()
             if self._proc is not None and self._proc.poll() is not None:
                 from . import _agent  # its exit code's meaning: this process runs it as a script, never imports it
-
                 if self._proc.returncode >= 0 and self._proc.returncode != _agent.ALREADY_RUNNING:
                     return None  # it failed to start (its log says why): starting it again fails too
-                # another process of the driver started it (it will note its pid), or it was
-                # killed, even as this process picked it up as the agent it had started
+                # another process of the driver started it, or it was killed
                 self._proc = None
             if time.monotonic() > deadline:
                 return None
@@ -185,8 +163,8 @@ class DriverAgent:
         return pid
 
     def send(self, message: dict[str, Any], timeout: float) -> Pending:
-        """Send *message* to the agent (started when none runs, and waited for); the
-        answer's words are then ``[]`` (no answer) or ``["error", "AgentDidNotStart"]``."""
+        """Send *message* to the agent (started if needed); no answer gives ``[]`` or
+        ``["error", "AgentDidNotStart"]``."""
         for attempt in range(2):  # an agent that ended just before it was asked: ask a new one
             pid = self._wait()
             if pid is None:
@@ -197,12 +175,8 @@ class DriverAgent:
         return _NotStarted(0, None)
 
     def request(self, message: dict[str, Any], timeout: float) -> tuple[int, list[str]]:
-        """:meth:`send` *message* and return the agent's process id and its answer's words.
-
-        An agent that ended while it was asked (killed between the connection and its answer)
-        held nothing the question needs any more: a new agent is asked once more, once the
-        ended one is gone (a killed process still looks alive for a moment after its
-        connections close)."""
+        """:meth:`send` and return the agent's pid and answer. An agent killed while asked held nothing
+        needed: a new one is asked once, after the old one is gone."""
         for attempt in range(2):
             pending = self.send(message, timeout)
             words = pending.answer()

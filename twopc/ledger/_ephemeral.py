@@ -1,14 +1,8 @@
-"""The temporary ledgers of writes without ``checkpointLocation`` (drop-in writes), and what a
-later write can prove is left over from a dead one.
-
-Such a write keeps its ledger in ``<temp dir>/twopc-ledger-XXXX/`` and deletes it when its
-commit or abort ends. Each folder records its driver (``owner.json``, see
-:mod:`twopc._driver_identity`), and every later drop-in write on the machine cleans the
-folders whose driver is provably gone down to that owner record, deleted a week after the
-write started (until then a write to the dead write's table can still prove it dead and
-delete its staged rows). A folder of a live driver, another host, another user, or without
-an owner record is left alone.
-"""
+"""The temporary ledgers of writes without ``checkpointLocation`` (drop-in writes), in ``<temp
+dir>/twopc-ledger-XXXX/``, deleted when the write ends. Each records its driver (``owner.json``); later drop-in
+writes on the machine reduce the folders of provably dead drivers to that record, deleted a week after the write
+started (until then a write to the dead write's table can prove it dead and delete its staged rows). Folders of live
+drivers, other hosts or users, or without an owner record are left alone."""
 
 from __future__ import annotations
 
@@ -44,8 +38,7 @@ def make_ephemeral_ledger() -> str:
 
 
 def _folders(parent: str | None) -> list[Path]:
-    """This user's temporary ledger folders (another user's, in a shared temp dir, are theirs
-    to clean, even for root)."""
+    """This user's temporary ledger folders (another user's are theirs to clean, even for root)."""
     out = []
     with contextlib.suppress(OSError):
         for p in Path(parent or tempfile.gettempdir()).glob(PREFIX + "*"):
@@ -76,19 +69,16 @@ def _dead(folder: Path) -> bool:
 
 
 def ephemeral_writer_dead(sink_id: str, parent: str | None = None) -> bool:
-    """Whether the drop-in write *sink_id* (an ``eph-`` id) provably died on this machine: its
-    temporary ledger is still here and its driver is gone. False when nothing proves it."""
+    """Whether drop-in write *sink_id* provably died here: its ledger remains and its driver is gone."""
     return any(_sink_id(f) == sink_id and _dead(f) for f in _folders(parent))
 
 
-#: How long the owner record of a dead drop-in write is kept after its write started: far
-#: above ``stagingRetention``'s default (24 h), after which its staged rows go by age anyway.
+#: How long a dead drop-in write's owner record is kept (far above stagingRetention's 24 h).
 TOMBSTONE_SECONDS = 7 * 24 * 3600
 
 
 def _tombstone(folder: Path) -> bool:
-    """Delete everything in a dead write's folder but ``owner.json`` and ``twopc/sink.json``:
-    what :func:`ephemeral_writer_dead` needs to prove the write dead later. Returns whether
+    """Delete all of a dead write's folder but ``owner.json`` and ``twopc/sink.json``; return whether
     there was anything else."""
     keep = {folder / _OWNER, folder / "twopc", folder / "twopc" / "sink.json"}
     extra = [p for p in [*folder.iterdir(), *(folder / "twopc").glob("*")] if p not in keep]
@@ -101,13 +91,9 @@ def _tombstone(folder: Path) -> bool:
 
 
 def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -> list[str]:
-    """Reduce this user's temporary ledger folders of drop-in writes whose driver provably
-    died to their owner record (``owner.json`` and ``twopc/sink.json``, a few hundred bytes),
-    and delete those records :data:`TOMBSTONE_SECONDS` after their write started; return the
-    paths changed. The record stays so that a later write to *that* write's table, whenever
-    it comes, still proves the driver dead and deletes its staged rows at once (a write to
-    another table sweeps the folder too). Each change is logged at INFO: nothing is left for
-    the user to do. Never raises: what cannot be deleted is left."""
+    """Reduce the folders of provably dead drop-in writes to their owner record (so a later write to
+    that table still proves the driver dead), deleting it :data:`TOMBSTONE_SECONDS` after the write
+    started; return the paths changed, each logged at INFO. Never raises."""
     now = time.time() if now is None else now
     changed = []
     for folder in _folders(parent):

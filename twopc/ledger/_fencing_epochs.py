@@ -1,29 +1,21 @@
-"""Who owns a checkpoint's ledger: owner epochs that fence zombie drivers.
-
-A driver that stalls (a GC pause, a frozen VM, a partition) may wake up after its query was
-restarted elsewhere, or after ``twopc recover``, and record a decision for transactions the
-new owner rolled back. The ledger fences it with records that are only ever created::
+"""Who owns a checkpoint's ledger: owner epochs that fence zombie drivers (a stalled driver waking
+after a restart or ``twopc recover``). Records are only ever created::
 
     owners/<epoch>.json     {host, pid, started, actor}: an actor took over (epochs 1, 2, ...)
-    verdicts/<epoch>.json   the decisions of older epochs that stood when it took over
-    owners/<epoch>.ended    the run that held <epoch> is over (fenced, or its driver started a new run)
+    verdicts/<epoch>.json   the older epochs' decisions that stood when it took over
+    owners/<epoch>.ended    the run that held <epoch> is over (fenced, or a new run started)
 
-- **Taking over** (:meth:`Ownership.claim`): the newest owner, not ended, keeps its epoch; any
-  other actor creates ``owners/<newest + 1>``, then lists the older epochs' decisions into
-  ``verdicts/<epoch>`` *before* it rolls anything back.
-- **Never taking it back**: a streaming query's plan resumes its run; displaced, it records
-  its epoch ended and raises :class:`FencedError`; its restart takes over
-  (:meth:`Ownership.end_runs_of` ends a driver's epoch when it starts a new run).
+- **Taking over** (:meth:`Ownership.claim`): the newest unended owner keeps its epoch; another
+  actor creates ``owners/<newest + 1>`` and records its verdict *before* it rolls anything back.
+- **Never taking it back**: a displaced run records its epoch ended and raises
+  :class:`FencedError`; its restart takes over (:meth:`Ownership.end_runs_of`).
 - **Deciding** (:meth:`Ownership.check_owner`): after writing a decision, and before rolling
   back what it listed, an actor lists ``owners/``; a newer epoch fences it.
-- **Reading** (:meth:`Ownership.valid`): a decision of an older epoch stands only if the
-  first newer owner's verdict lists it; a zombie's later decision is void.
+- **Reading** (:meth:`Ownership.valid`): an older epoch's decision stands only if the first
+  newer owner's verdict lists it.
 
-Correctness rests on the store's create-if-absent and list-after-create visibility; every
-interleaving of two drivers and ``twopc recover`` is checked by
-``tests/protocol/test_fence_interleavings.py``. Owner, verdict and end records are a few
-hundred bytes per driver start and are not purged.
-"""
+Correctness rests on create-if-absent and list-after-create visibility; every interleaving is checked by
+``tests/protocol/test_fence_interleavings.py``. The records are never purged (a few hundred bytes per driver start)."""
 
 from __future__ import annotations
 
@@ -58,12 +50,11 @@ class Ownership:
                  pending: Callable[[], list[tuple[int, int | None]]] = list) -> None:
         self._store = store
         self.epoch = epoch
-        self._pending = pending
-        """The decisions not marked committed, ``[(batch_id, epoch)]``, as recorded (void ones too)."""
+        self._pending = pending  # [(batch_id, epoch)] of the unmarked decisions, void ones too
         self._verdicts: dict[int, dict[int, int] | None] = {}
 
     def _listing(self) -> tuple[list[int], set[int]]:
-        """Every recorded owner epoch, oldest first, and the ended ones (one listing)."""
+        """Every owner epoch, oldest first, and the ended ones."""
         epochs, ended = [], set()
         for n in self._store.names("owners"):
             stem, _, kind = n.partition(".")
@@ -93,16 +84,11 @@ class Ownership:
         self._store.add("owners", f"{epoch:020d}.ended", json.dumps(body, sort_keys=True))
 
     def claim(self, identity: DriverIdentity | None = None, *, resume: bool = False, actor: str = "driver") -> int:
-        """Become (or stay) the owner; return the epoch, once its verdict is recorded
-        (:meth:`_judge`). *resume*: the caller continues a run that may have owned an older epoch (a streaming
-        query's plan): if that epoch was displaced and not ended, raise instead of taking over.
-        *actor* names the kind of owner in its record (``driver``, ``recover`` ...), for the
-        messages of those it fences.
-
-        Raises:
-            FencedError: *resume* and another actor displaced this driver's run.
-            LedgerError: the store fails.
-        """
+        """Become (or stay) the owner; return the epoch once its verdict is recorded. *resume*: continue a
+        run that may own an older epoch (a streaming plan), raising if it was displaced. *actor* names
+        the owner's kind in messages (``driver``, ``recover`` ...).
+        Raises FencedError: *resume* and another actor displaced this driver's run.
+        Raises LedgerError: the store fails."""
         me = identity or driver_identity()
         while True:
             epochs, ended = self._listing()
@@ -128,16 +114,10 @@ class Ownership:
         return self.epoch
 
     def _judge(self, epoch: int) -> dict[int, int]:
-        """Record the verdict of *epoch* (an owner recorded already) if none is: the decisions of
-        older epochs that are not marked committed now. Any actor that needs it may record it,
-        its owner or a later one: a decision created before the verdict's listing is in it, and
-        its driver may still commit it; one created after it is not, and its driver, checking the
-        owners after creating it, finds *epoch* and commits nothing. Returns the verdict that
-        stands (created at most once).
-
-        Raises:
-            LedgerError: the store fails, or is read-only.
-        """
+        """Record *epoch*'s verdict if none is (the older epochs' unmarked decisions); any actor may. A
+        decision created before the listing is in it; one created after is not, and its driver finds
+        *epoch* when it checks the owners. Returns the standing verdict.
+        Raises LedgerError: the store fails, or is read-only."""
         listed = [[b, e] for b, e in self._pending() if e is not None and e < epoch]
         self._store.add("verdicts", _epoch_name(epoch), json.dumps({"format": _FORMAT, "epoch": epoch,
                                                                    "decisions": listed}))
@@ -147,8 +127,7 @@ class Ownership:
         return verdict
 
     def join(self, identity: DriverIdentity) -> int | None:
-        """Work for the driver *identity*: take its epoch if it is the newest owner and return
-        it; None (and no epoch) when another driver owns the ledger, or none does."""
+        """Take driver *identity*'s epoch if it is the newest owner; else None."""
         epochs = self.epochs()
         rec = self._record("owners", epochs[-1]) if epochs else None
         if not _same(rec, identity):
@@ -157,12 +136,8 @@ class Ownership:
         return self.epoch
 
     def act_for(self, identity: DriverIdentity) -> int | None:
-        """Take the epoch of the driver *identity*, which must own the ledger (the newest owner,
-        its run not ended); None when no actor ever owned it (a ledger without owners).
-
-        Raises:
-            FencedError: another actor owns it (the driver's run was displaced).
-        """
+        """Take the epoch of driver *identity*, which must own the ledger; None for a ledger without owners.
+        Raises FencedError: another actor owns it."""
         epochs, ended = self._listing()
         if not epochs:
             return None
@@ -178,9 +153,8 @@ class Ownership:
         raise self._fenced_error(newest, rec or {})
 
     def end_runs_of(self, identity: DriverIdentity) -> int | None:
-        """Record that every earlier run of the driver *identity* is over (a new run of its
-        query starts): its newest epoch is ended, so the new run takes over instead of being
-        told it is fenced. Returns the epoch ended (None: the driver owns none)."""
+        """Record the driver *identity*'s earlier runs over (a new run starts, and takes over instead of
+        being fenced); return the epoch ended, or None."""
         epochs, ended = self._listing()
         for e in reversed(epochs):
             if _same(self._record("owners", e), identity):
@@ -196,15 +170,14 @@ class Ownership:
         return self._verdicts[epoch]
 
     def newer_owner(self) -> int | None:
-        """The newest owner epoch if it is newer than ours, else None."""
+        """The newest owner epoch if newer than ours, else None."""
         if self.epoch is None:
             return None
         epochs = self.epochs()
         return epochs[-1] if epochs and epochs[-1] > self.epoch else None
 
     def check_owner(self) -> None:
-        """Raise :class:`FencedError` if a newer actor owns the ledger (and record that this
-        epoch's run is over: it does nothing more)."""
+        """Raise :class:`FencedError` (recording this run over) if a newer actor owns the ledger."""
         newer = self.newer_owner()
         if newer is None:
             return
@@ -225,12 +198,9 @@ class Ownership:
             f"takes the checkpoint over")
 
     def valid(self, batch_id: int, epoch: int | None) -> bool:
-        """Whether a decision of *epoch* for *batch_id* stands: it does while no later owner
-        exists (its driver may still be finishing it), else only if the verdict of the FIRST
-        owner after *epoch* lists it. A verdict not recorded yet is recorded here first
-        (:meth:`_judge`): judged by a later verdict instead, a decision that the first one will
-        list could be rolled back as void. A read-only reader that finds no verdict counts the
-        decision as standing (it may)."""
+        """Whether *epoch*'s decision for *batch_id* stands: while no later owner exists, else if the FIRST
+        later owner's verdict lists it. A missing verdict is recorded first (a later one could void a
+        decision the first will list); a read-only reader counts it as standing."""
         if epoch is None or epoch == self.epoch:
             return True
         first = next((e for e in self.epochs() if e > epoch), None)
@@ -239,7 +209,6 @@ class Ownership:
         verdict = self._verdict(first)
         if verdict is None:
             from ._stores import ReadOnlyRecords  # the store's kind: loaded with it when it is one
-
             if isinstance(self._store, ReadOnlyRecords):  # twopc status, a metrics scrape: it may stand
                 return True
             verdict = self._judge(first)

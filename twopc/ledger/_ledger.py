@@ -1,28 +1,15 @@
-"""The commit ledger: the protocol's durable state in the checkpoint location.
+"""The commit ledger: the protocol's durable state in ``<checkpointLocation>/twopc/``::
 
-Layout under ``<checkpointLocation>/twopc/``::
-
-    sink.json                       the sink id this checkpoint belongs to
-    target.json                     what it writes to (twopc.spi.NamedTarget.target_identity), what
-                                    its server says it is (target_instance) and, when the writer
-                                    tells, its format and credential-free options
+    sink.json, target.json          the sink id; the target (identity, instance, reopen options)
     decisions/<batch>.json          every handle of the batch, written BEFORE any commit
     committed/<batch>.json          written AFTER every handle of the batch is committed
-    aborted/<batch>.<id>.json       one per abort of the batch, written BEFORE the abort's sweep
-                                    (the zombie-prepare fence: :meth:`CommitLedger.record_abort`)
-    running/<batch>.<p>.<a>.<id>.json  a task attempt of the batch that is writing (removed when it
-                                    ends): what an abort waits for before its sweep (see twopc._fence)
+    aborted/<batch>.<id>.json       one per abort, BEFORE its sweep (the zombie-prepare fence)
+    running/<batch>.<p>.<a>.<id>.json  a task attempt that is writing (see twopc._fence)
     owners/, verdicts/              who owns the ledger (:mod:`twopc.ledger._fencing_epochs`)
 
-A batch is UNDECIDED (no decision), DECIDED (decision, no committed mark) or COMMITTED.
-Records are written atomically and a decision at most once, by the store of the
-location (:mod:`twopc.ledger._stores`): on a local filesystem through a temporary file, fsync,
-an exclusive link to the final name and an fsync of the folder; on S3 by a conditional
-PutObject (``If-None-Match: *``). Locations without such a create are refused.
-A ledger opened ``read_only`` (``twopc status``, metrics) never writes, not even a folder.
-The records themselves are :mod:`twopc.ledger._ledger_records`; the functions here read and write
-the store without a :class:`CommitLedger` (a task's records, the fence's).
-"""
+A batch is UNDECIDED, DECIDED (decision, no committed mark) or COMMITTED. Records are created
+atomically and a decision at most once by the location's store (:mod:`twopc.ledger._stores`);
+a ``read_only`` ledger never writes, not even a folder."""
 
 from __future__ import annotations
 
@@ -58,38 +45,28 @@ __all__ = ["CommitLedger", "spark_checkpoint_started"]
 
 
 def spark_checkpoint_started(location: str) -> bool:
-    """Whether Spark's own checkpoint is at *location* (its ``metadata`` file, which a
-    streaming query writes when it starts).
-
-    Raises:
-        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc.ledger._stores`).
-        LedgerError: it cannot be read.
-    """
+    """Whether Spark's own checkpoint (its ``metadata`` file) is at *location*.
+    Raises ConfigurationError: the ledger refuses the location.
+    Raises LedgerError: it cannot be read."""
     from ._stores import open_store  # a checkpoint's: a ledger in the target reads no folder
-
     return open_store(location).read("metadata") is not None
 
 
 def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
-    """Whether two recorded targets are one: by what their servers say they are when both
-    are known, else by their identities (see :meth:`CommitLedger.bind_target`)."""
+    """Whether two recorded targets are one: by their servers' instances when both are known, else by identity."""
     if instance is not None and other_instance is not None:
         return instance == other_instance
     return label == other_label
 
 
 def shown(label: str, instance: str | None) -> str:
-    """A target for messages: ``[<identity>]``, and what its server said it is when known."""
     return f"[{label}]" + (f" (the server: {instance})" if instance is not None else "")
 
 
 def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | None], asked: tuple[str, str | None],
                      pending: list[int]) -> str:
-    """Why a write to *asked* is refused on *checkpoint*, whose target is *recorded*, and what
-    to do: finish the decided batches (*pending*) there, else give the write its own
-    checkpoint or move this one."""
+    """Why a write to *asked* is refused on a checkpoint of *recorded*, and what to do."""
     from .._advice import command  # a refusal's: a write to its own target is given no advice
-
     head = (f"checkpoint {checkpoint} (sink id {sink_id!r}) belongs to a write to {shown(*recorded)}, but "
             f"this write goes to {shown(*asked)}; nothing was written or recorded. ")
     if pending:
@@ -104,23 +81,18 @@ def mismatch_message(checkpoint: str, sink_id: str, recorded: tuple[str, str | N
 
 
 class CommitLedger(Ownership):
-    """The per-checkpoint record of decided and committed batches, and who owns it: the ledger
-    is its :class:`~twopc.ledger._fencing_epochs.Ownership` (:meth:`claim`, :meth:`act_for`,
-    :meth:`end_runs_of`, :meth:`join`, :meth:`check_owner`, :attr:`epoch`), whose records
-    are in the same store.
+    """The per-checkpoint record of decided and committed batches, and its
+    :class:`~twopc.ledger._fencing_epochs.Ownership` (:meth:`claim`, :meth:`act_for`, :meth:`join`,
+    :meth:`check_owner`, :attr:`epoch`).
 
     Args:
-        checkpoint_location: the Spark query's ``checkpointLocation`` (a local path or a
-            URI pyarrow understands). The ledger lives in its ``twopc/`` folder.
-        filesystem: a pyarrow filesystem to use instead of resolving the location's URI
-            (then *checkpoint_location* is a path within it).
-        store: the place of the records (:class:`~twopc.ledger._stores.Records`) itself (a ledger
-            kept in the target, see :mod:`twopc._target`); *checkpoint_location* then only
-            names it in messages.
-        read_only: read the ledger, never write it (every write raises :class:`LedgerError`):
-            nothing is created, not even its folders. A ledger that does not exist reads as
-            empty (:func:`ledger_exists` tells).
-    """
+        checkpoint_location: the query's ``checkpointLocation`` (a path or a pyarrow URI); the
+            ledger lives in its ``twopc/`` folder.
+        filesystem: a pyarrow filesystem in which *checkpoint_location* is a path.
+        store: the records' store itself (a ledger kept in the target, :mod:`twopc._target`);
+            *checkpoint_location* then only names it in messages.
+        read_only: never write (each write raises :class:`LedgerError`); a missing ledger reads
+            as empty."""
 
     def __init__(self, checkpoint_location: str, *, filesystem: pafs.FileSystem | None = None,
                  epoch: int | None = None, store: Records | None = None, read_only: bool = False) -> None:
@@ -129,12 +101,10 @@ class CommitLedger(Ownership):
         """Whether the records are kept in the target (:mod:`twopc._target`), not in a checkpoint."""
         if store is None:  # a checkpoint's: a ledger in the target is given its store
             from ._stores import FolderRecords, open_store
-
             folder = open_store(checkpoint_location.rstrip("/") + "/twopc", filesystem, read_only=read_only)
             store = FolderRecords(folder, make=not read_only)
         if read_only:  # twopc status, a metrics scrape
             from ._stores import ReadOnlyRecords
-
             store = ReadOnlyRecords(store)
         super().__init__(store, epoch, self._pending_epochs)
         self.location = store.root
@@ -145,7 +115,6 @@ class CommitLedger(Ownership):
         return [(b, epoch_of(data)) for b in self._unmarked() if (data := self._read("decisions", record_name(b)))]
 
     def _read(self, kind: str, name: str) -> dict[str, Any] | None:
-        """The record parsed, or None when absent."""
         text = self._store.record(kind, name)
         return None if text is None else parse(text, self._store.where(kind, name))
 
@@ -160,11 +129,8 @@ class CommitLedger(Ownership):
         return None if data is None else str(data["sink_id"])
 
     def bind_sink_id(self, requested: str | None, default: str) -> str:
-        """Return the sink id this checkpoint belongs to, recording it on first use.
-
-        Raises:
-            ConfigurationError: *requested* differs from the id already recorded.
-        """
+        """The sink id this checkpoint belongs to, recorded on first use.
+        Raises ConfigurationError: *requested* differs from the id already recorded."""
         text = self._store.record("", "sink.json")
         if text is None:
             chosen = requested or default
@@ -180,16 +146,15 @@ class CommitLedger(Ownership):
 
     # -- target ----------------------------------------------------------------------
     def recorded_target(self) -> str | None:
-        """The target identity recorded in this checkpoint (:meth:`bind_target`), or None."""
+        """The recorded target identity (:meth:`bind_target`), or None."""
         return record.target if (record := self.target_record()) is not None else None
 
     def recorded_target_instance(self) -> str | None:
-        """What the recorded target's server said it is (:meth:`twopc.spi.NamedTarget.target_instance`),
-        or None (not recorded, or the sink could not tell)."""
+        """What the recorded target's server said it is, or None."""
         return record.instance if (record := self.target_record()) is not None else None
 
     def target_record(self) -> TargetRecord | None:
-        """All that this checkpoint records about its target (:meth:`bind_target`), or None."""
+        """All this checkpoint records about its target, or None."""
         data = self._read("", "target.json")
         return None if data is None else TargetRecord.from_record(data)
 
@@ -206,28 +171,15 @@ class CommitLedger(Ownership):
     def bind_target(self, identity: str | None, sink_id: str, *, record: bool = True,
                     instance: str | None = None, data_source: str | None = None,
                     sink_class: str | None = None, options: Mapping[str, str] | None = None) -> None:
-        """Record *identity* (what sink *sink_id* writes to, credential-free) and *instance*
-        (what its server says it is, :meth:`twopc.spi.NamedTarget.target_instance`) the first
-        time this checkpoint is used, and refuse another target later; with ``record=False``
-        only refuse (the runtime checks before validating the target and records once it
-        validated, so that a mistyped table name is not recorded). ``None`` (a sink that
-        cannot tell) records and checks nothing. The first record also keeps what reaches
-        the target again, so that ``twopc status`` needs only the secrets: *data_source*
-        (the format name), *sink_class* (``module:Class``) and *options* (the writer
-        options without any secret: the caller's duty).
-
-        Two targets are the same when their servers' instances are both known and equal
-        (``localhost`` and ``127.0.0.1`` reach one server), else when their identities are.
-        The record is never replaced by a write (:meth:`retarget` is the operator's way). A
-        checkpoint written before targets were recorded gets *identity* on its next use,
-        unless a decided batch still waits: where its transactions were prepared is not
-        known, so nothing is recorded until recovery has finished it.
-
-        Raises:
-            TargetMismatchError: another target is recorded: the write must not run, since
-                this checkpoint's decided batches wait there, and its committed batch ids
-                (``txnVersion``) and sink id belong to it.
-        """
+        """Record *identity* and *instance* on the checkpoint's first use, and refuse another target
+        later; ``record=False`` only refuses (the runtime records after validation, so a mistyped table
+        is not recorded); ``None`` does nothing. The first record also keeps *data_source*,
+        *sink_class* and secret-free *options*, so ``twopc status`` needs only the secrets. Targets are
+        the same by instance when both are known (``localhost`` = ``127.0.0.1``), else by identity. A
+        checkpoint with a decided batch waiting records nothing until recovery finishes it (where it
+        was prepared is unknown).
+        Raises TargetMismatchError: another target is recorded: this checkpoint's decided batches, batch
+        ids and sink id belong to it."""
         if identity is None:
             return
         recorded = self.target_record()
@@ -250,20 +202,13 @@ class CommitLedger(Ownership):
 
     def retarget(self, identity: str, sink_id: str, *, instance: str | None = None,
                  options: Mapping[str, str] | None = None) -> str | None:
-        """Record *identity* (and *instance*) as this checkpoint's target in place of the
-        recorded one: the operator's move of a checkpoint to another target (``twopc recover
-        --retarget``), with the new target's writer *options* without
-        secrets (the format recorded is kept). Returns the identity recorded before (None: none).
-
-        Raises:
-            TargetMismatchError: a decided batch waits unfinished: its transactions are in
-                the recorded target (finish it there, or accept it as lost, first).
-        """
+        """Record *identity* (``twopc recover --retarget``) with the new target's secret-free *options*
+        in place of the recorded one; return the identity recorded before (or None).
+        Raises TargetMismatchError: a decided batch still waits in the recorded target."""
         recorded = self.target_record()
         pending = [d.batch_id for d in self.pending()]
         if pending and (recorded is None or not same_target(recorded.target, recorded.instance, identity, instance)):
             from .._advice import command  # as in mismatch_message
-
             where = (shown(recorded.target, recorded.instance) if recorded is not None
                      else "the target the checkpoint was written to")
             raise TargetMismatchError(
@@ -292,17 +237,13 @@ class CommitLedger(Ownership):
         return None if text is None else Decision.from_json(text, self._store.where("decisions", record_name(batch_id)))
 
     def decision(self, batch_id: int) -> Decision | None:
-        """The decision that stands for *batch_id*, or None (a fenced driver's void decision
-        counts as none)."""
+        """The decision that stands for *batch_id* (a fenced driver's void one counts as none), or None."""
         return self._standing(batch_id)[0]
 
     def _standing(self, batch_id: int) -> tuple[Decision | None, bool]:
-        """The decision that stands for *batch_id* and whether the batch is marked committed.
-        The mark is read first: a committed batch's decision is never replaced (only a void
-        one is, by the owner that took over), so the decision read after a mark is the one
-        that was committed, even one the verdicts do not list (committed before a takeover);
-        read the other way round, a void decision read just before its replacement was
-        committed would pass for the committed one."""
+        """The standing decision and whether the batch is marked committed. The mark is read first: a
+        committed decision is never replaced, while a void one read just before its replacement was
+        committed would otherwise pass for the committed one."""
         committed = self._store.record("committed", record_name(batch_id)) is not None
         d = self._raw_decision(batch_id)
         if d is None or committed or self.valid(batch_id, d.epoch):
@@ -310,14 +251,10 @@ class CommitLedger(Ownership):
         return None, False
 
     def record_decision(self, decision: Decision) -> Decision:
-        """Durably record *decision* unless the batch already has one; return the one that
-        stands. Must complete before any handle of the batch is committed. A void decision
-        of a fenced driver is replaced.
-
-        Raises:
-            FencedError: another driver took the ledger over: nothing may be committed.
-            ProtocolError: a different decision is already recorded for the batch.
-        """
+        """Durably record *decision* unless the batch has one (a fenced driver's void one is replaced);
+        return the one that stands. Must complete before any handle is committed.
+        Raises FencedError: another driver took the ledger over: nothing may be committed.
+        Raises ProtocolError: a different decision is already recorded for the batch."""
         if self.epoch is not None:
             decision = dataclasses.replace(decision, epoch=self.epoch)
         name = record_name(decision.batch_id)
@@ -345,51 +282,29 @@ class CommitLedger(Ownership):
 
     # -- the zombie-prepare fence -----------------------------------------------------------
     def record_abort(self, batch_id: int) -> str:
-        """Durably record that the driver aborts (this run of) *batch_id*, BEFORE it sweeps;
-        return the record's name (the *zombie-prepare window* of :mod:`twopc._fence`). Each abort
-        adds a new record, so a later run of the same batch id is told apart by the records its
-        tasks saw when they began.
-
-        Raises:
-            LedgerError: the store fails.
-        """
+        """Durably record, BEFORE the sweep, that this run of *batch_id* aborts (the *zombie-prepare
+        window* of :mod:`twopc._fence`); a new record each time. Returns its name.
+        Raises LedgerError: the store fails."""
         name = f"{record_name(batch_id).removesuffix('.json')}.{time.time_ns():x}{uuid.uuid4().hex[:8]}.json"
         body = {"format": FORMAT, "batch_id": batch_id, "aborted_at": time.time()}
         self._store.add("aborted", name, json.dumps(body))
         return name
 
     def abort_marks(self, batch_id: int) -> frozenset[str]:
-        """The names of the abort records of *batch_id* (:meth:`record_abort`).
-
-        Raises:
-            LedgerError: the store fails.
-        """
+        """The names of *batch_id*'s abort records. Raises :class:`LedgerError` when the store fails."""
         return abort_marks_in(self._store, batch_id)
 
     def abort_records(self) -> frozenset[str]:
-        """The names of every abort record of every batch: what a writer notes when it is
-        planned, so that its tasks tell the aborts of their own run from earlier runs' ones
-        (see :mod:`twopc._fence`).
-
-        Raises:
-            LedgerError: the store fails.
-        """
+        """Every abort record's name (noted when a writer is planned; see :mod:`twopc._fence`).
+        Raises :class:`LedgerError` when the store fails."""
         return frozenset(self._store.names("aborted"))
 
     def running_tasks(self, batch_id: int) -> dict[str, dict[str, Any]]:
-        """The task attempts of *batch_id* recorded as writing (:func:`tasks_in`).
-
-        Raises:
-            LedgerError: the store fails.
-        """
+        """*batch_id*'s task attempts recorded as writing. Raises :class:`LedgerError`."""
         return tasks_in(self._store, batch_id)
 
     def forget_task(self, name: str) -> None:
-        """Delete the task record *name* (a task whose process is gone).
-
-        Raises:
-            LedgerError: the store fails.
-        """
+        """Delete the task record *name* (its process is gone). Raises :class:`LedgerError`."""
         forget_task(self._store, name)
 
     def decided_batches(self) -> list[int]:
@@ -408,7 +323,6 @@ class CommitLedger(Ownership):
         return out
 
     def _unmarked(self) -> list[int]:
-        """The decided batches not marked committed, oldest first."""
         committed = set(self.committed_batches())
         return [b for b in self.decided_batches() if b not in committed]
 
@@ -421,8 +335,8 @@ class CommitLedger(Ownership):
         return [d for b in ids if (d := self.decision(b)) is not None]
 
     def purge(self, *, keep_last: int) -> list[int]:
-        """Delete committed batches' records except the *keep_last* newest; return the purged
-        batch ids. Decided-but-uncommitted batches are never purged."""
+        """Delete committed batches' records but the *keep_last* newest; return their ids. Decided but
+        uncommitted batches are kept."""
         committed = self.committed_batches()
         if keep_last < 1 or len(committed) <= keep_last:
             return []
@@ -440,22 +354,18 @@ class CommitLedger(Ownership):
 
     # -- auxiliary state (twopc's metrics) ----------------------------------------------
     def read_aux(self, name: str) -> str | None:
-        """The auxiliary record *name* (a plain file name in the ledger folder), or None."""
+        """The auxiliary record *name* (a plain file name), or None."""
         return self._store.record("", _aux_name(name))
 
     def write_aux(self, name: str, text: str) -> None:
-        """Replace the auxiliary record *name* atomically (never a decision or a mark). On a
-        local disk without fsync: a crash may lose the last update, never tear it.
-
-        Raises:
-            LedgerError: it cannot be written.
-        """
+        """Replace the auxiliary record *name* atomically, without fsync (a crash may lose the last
+        update, never tear it).
+        Raises LedgerError: it cannot be written."""
         self._store.put("", _aux_name(name), text, durable=False)
 
 
 def _aux_name(name: str) -> str:
-    """*name*, checked to be an auxiliary record's: a plain file name, not a record of the
-    protocol's."""
+    """*name*, checked to be an auxiliary record's, not the protocol's."""
     if "/" in name or name in ("sink.json", "target.json"):
         raise ValueError(f"{name!r} is not an auxiliary record name")
     return name

@@ -1,9 +1,6 @@
-"""The records of the commit ledger (:mod:`twopc.ledger._ledger`): a batch's state, the driver's
-decision, what a checkpoint records about its target (``twopc/target.json``; the ledger
-compares two, :meth:`twopc.CommitLedger.bind_target`), and how records are named and read
-back (every record is a JSON object with a ``format``); and the records a task attempt reads
-and writes in the ledger's store through its abort fence (:mod:`twopc._fence`), which a
-task's worker loads without the ledger itself."""
+"""The ledger's records (:mod:`twopc.ledger._ledger`): batch state, decision, target record, naming
+and parsing (every record is a JSON object with a ``format``), and the task records of the abort
+fence (:mod:`twopc._fence`), which a task's worker loads without the ledger."""
 
 from __future__ import annotations
 
@@ -45,13 +42,11 @@ class Decision:
     batch_id: int
     handles: tuple[TransactionHandle, ...]
     decided_at: float = field(default_factory=time.time)
-    epoch: int | None = None
-    """The owner epoch of the driver that recorded it (None: a ledger without owners)."""
+    epoch: int | None = None  # the recording driver's owner epoch (None: a ledger without owners)
 
     @functools.cached_property
     def txn_ids(self) -> frozenset[str]:
-        """Every transaction id the decision decides (each handle's ``covered_txn_ids``);
-        computed once (callers test every handle of a batch against it)."""
+        """Every transaction id the decision decides (each handle's ``covered_txn_ids``), computed once."""
         return frozenset().union(*(h.covered_txn_ids() for h in self.handles))
 
     def to_json(self) -> str:
@@ -96,8 +91,7 @@ def parse(text: str, where: str) -> dict[str, Any]:
 
 
 def epoch_of(record: dict[str, Any]) -> int | None:
-    """A decision record's owner epoch, read without decoding its handles (so that any sink's
-    ledger can be judged without importing the sink)."""
+    """A decision record's owner epoch, read without decoding its handles (no sink import)."""
     epoch = record.get("epoch")
     return int(epoch) if epoch is not None else None
 
@@ -116,22 +110,14 @@ def batch_ids(names: Iterable[str]) -> list[int]:
 class TargetRecord:
     """What a checkpoint's ``target.json`` records (:meth:`CommitLedger.bind_target`)."""
 
-    target: str
-    """What the sink writes to (:meth:`~twopc.spi.NamedTarget.target_identity`)."""
-    data_source: str | None = None
-    """The format name the write used (``twopc-postgres``); None when not recorded."""
-    sink_class: str | None = None
-    """``module:Class`` of its sink; None when not recorded."""
-    options: Mapping[str, str] | None = None
-    """Its writer options without any secret (:meth:`~twopc.spi.NamedTarget.reopen_options`);
-    None when the sink does not tell them."""
-    instance: str | None = None
-    """What its server said it is (:meth:`~twopc.spi.NamedTarget.target_instance`); None when
-    the sink cannot tell."""
+    target: str  # NamedTarget.target_identity
+    data_source: str | None = None  # the format name (twopc-postgres)
+    sink_class: str | None = None  # module:Class
+    options: Mapping[str, str] | None = None  # NamedTarget.reopen_options (no secret)
+    instance: str | None = None  # NamedTarget.target_instance
 
     @classmethod
     def from_record(cls, data: Mapping[str, Any]) -> TargetRecord:
-        """The record parsed from ``target.json``'s JSON object *data*."""
         options = data.get("options")
         return cls(str(data["target"]), _text_or_none(data.get("data_source")),
                    _text_or_none(data.get("sink_class")),
@@ -144,46 +130,27 @@ def _text_or_none(value: Any) -> str | None:
 
 
 def ledger_store(checkpoint_location: str) -> Records:
-    """The store of the ledger in *checkpoint_location*, opened without creating its folders
-    (a task must not re-create a temporary ledger its driver deleted).
-
-    Raises:
-        ConfigurationError: the location is one the ledger refuses (see :mod:`twopc.ledger._stores`).
-    """
+    """The ledger store in *checkpoint_location*, opened without creating folders (a task must not
+    re-create a temporary ledger its driver deleted).
+    Raises ConfigurationError: the ledger refuses the location."""
     from ._stores import FolderRecords, open_store  # a ledger in a checkpoint: a target's is no folder
-
     return FolderRecords(open_store(checkpoint_location.rstrip("/") + "/twopc"))
 
 
 def ledger_exists(store: Records) -> bool:
-    """Whether the ledger in *store* exists (its ``sink.json``, written when a write binds its
-    sink id and deleted only with the whole ledger).
-
-    Raises:
-        LedgerError: the store fails.
-    """
+    """Whether the ledger in *store* exists (its ``sink.json``). Raises :class:`LedgerError`."""
     return store.record("", "sink.json") is not None
 
 
 def abort_marks_in(store: Records, batch_id: int) -> frozenset[str]:
-    """:meth:`~twopc.CommitLedger.abort_marks` read from the ledger's *store* directly.
-
-    Raises:
-        LedgerError: the store fails.
-    """
+    """:meth:`~twopc.CommitLedger.abort_marks` read from *store*. Raises :class:`LedgerError`."""
     prefix = record_name(batch_id).removesuffix(".json") + "."
     return frozenset(n for n in store.names("aborted") if n.startswith(prefix))
 
 
 def record_task(store: Records, batch_id: int, partition: int, attempt: int, process: dict[str, Any]) -> str:
-    """Record that task attempt *attempt* (partition *partition*) of *batch_id* is writing, from
-    *process* (its host, pid and start time); return the record's name for :func:`forget_task`.
-    Not forced to disk: after a crash no task runs, and a record left behind only names a
-    process that is gone.
-
-    Raises:
-        LedgerError: the store fails.
-    """
+    """Record that *batch_id*'s task attempt is writing from *process* (host, pid, start time); return the record's
+    name. Not forced to disk: after a crash its process is gone anyway. Raises :class:`LedgerError`."""
     name = f"{record_name(batch_id).removesuffix('.json')}.{partition}.{attempt}.{uuid.uuid4().hex[:8]}.json"
     body = {"format": FORMAT, "batch_id": batch_id, "partition": partition, "attempt": attempt, **process}
     store.put("running", name, json.dumps(body, sort_keys=True), durable=False)
@@ -191,12 +158,7 @@ def record_task(store: Records, batch_id: int, partition: int, attempt: int, pro
 
 
 def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
-    """The task attempts of *batch_id* recorded as writing (:func:`record_task`), by record name
-    (a record deleted while this reads is left out).
-
-    Raises:
-        LedgerError: the store fails.
-    """
+    """*batch_id*'s task attempts recorded as writing, by record name. Raises :class:`LedgerError`."""
     prefix = record_name(batch_id).removesuffix(".json") + "."
     out = {}
     for n in store.names("running"):
@@ -206,9 +168,5 @@ def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
 
 
 def forget_task(store: Records, name: str) -> None:
-    """Delete the task record *name* (:func:`record_task`).
-
-    Raises:
-        LedgerError: the store fails.
-    """
+    """Delete the task record *name*. Raises :class:`LedgerError`."""
     store.remove("running", name)

@@ -1,36 +1,20 @@
-"""Where the ledger's records are kept.
+"""Where the ledger's records are kept: a place implementing :class:`Records` (read, list, create
+*at most once*, replace, delete, and write a decision, which the target's ledger table refuses
+once the writer lost its lease). :class:`FolderRecords` keeps record ``<kind>/<name>`` as a file
+of a checkpoint's ``twopc/`` folder; ``twopc.sinks.sql._target_ledger`` keeps rows;
+:class:`ReadOnlyRecords` refuses every write (``twopc status``, metrics).
 
-The ledger (:mod:`twopc.ledger._ledger`, :mod:`twopc.ledger._fencing_epochs`, the tasks' fence
-:mod:`twopc._fence`) keeps small JSON records of a few kinds (:data:`KINDS`; kind ``""``
-holds ``sink.json``, ``target.json`` and twopc's metrics) in a place that implements
-:class:`Records`: read a record, list the names of a kind, create a record *at most once*
-(the second writer of a name is told it lost), replace or delete one, and write a batch's
-decision (which a place may refuse: the target's ledger table does once the writer lost its
-lease). Two places implement it: a checkpoint's ``twopc/`` folder (:class:`FolderRecords`:
-the record ``<name>`` of kind ``<kind>`` is the file ``<kind>/<name>``) and the target's
-ledger table (``twopc.sinks.sql._target_ledger``: one row per record, named as the file would be).
-:class:`ReadOnlyRecords` is a place's records for a reader (``twopc status``, a metrics
-scrape): every write raises, so a reader never creates a folder, a record or a ledger.
+A folder (:data:`Store`) is accepted only where a file can be created at most once; others are
+refused, never guessed at:
 
-A folder (:data:`Store`) is one per kind of checkpoint location. Only those that really can
-create a file at most once are accepted; a location twopc cannot write safely is refused,
-never guessed at:
-
-- a local path, or ``file:`` URI (:class:`LocalStore`): a temporary file, fsync, an
-  exclusive hard link to the final name, an fsync of the folder. A network or FUSE
-  filesystem mounted there must support hard links (NFS does; a mount that does not makes
-  every write fail with a clear error). A replace is a rename, without fsync.
-- ``s3://``, ``s3a://``, ``s3n://`` (:class:`S3Store`, the ``pyspark-twopc[s3]`` extra): PutObject
-  with ``If-None-Match: *``, which S3 evaluates atomically. The first use of a bucket in a
-  process checks that the server honours it (some S3-compatible servers ignore the header):
-  one that does not is refused (a store opened ``read_only`` skips that check, which writes
-  a probe). The endpoint, region and credentials come from boto3's usual
-  sources (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``, the credentials
-  chain); Hadoop's ``fs.s3a.*`` settings are not visible to Python.
-- everything else with a scheme (``dbfs:/x``, ``hdfs:/x``, ``hdfs://``, ``gs://``,
-  ``abfs(s)://``, ``wasb(s)://``...) is refused with the reason and the alternative: a
-  ``scheme:`` path is never a local folder.
-"""
+- a local path or ``file:`` URI (:class:`LocalStore`): temporary file, fsync, exclusive hard
+  link, fsync of the folder (a mounted filesystem must support hard links; NFS does).
+- ``s3://``, ``s3a://``, ``s3n://`` (:class:`S3Store`, extra ``pyspark-twopc[s3]``): PutObject
+  with ``If-None-Match: *``; a bucket's first use in a process checks that the server honours it
+  (skipped ``read_only``). Endpoint, region and credentials come from boto3's usual sources
+  (``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL``, ``AWS_REGION``), not Hadoop's ``fs.s3a.*``.
+- any other scheme (``dbfs:``, ``hdfs:``, ``gs://``, ``abfs(s)://``, ``wasb(s)://``...) is
+  refused with the reason and the alternative."""
 
 from __future__ import annotations
 
@@ -70,16 +54,11 @@ for _alias, _target in (("viewfs", "hdfs"), ("gcs", "gs"), ("abfss", "abfs"), ("
 
 
 def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read_only: bool = False) -> Store:
-    """The store for *location* (see the module docstring); *read_only*: for a reader, which
-    writes nothing (on S3, the first use's check is skipped).
-
-    Raises:
-        ConfigurationError: the location is one the ledger cannot write at most once.
-        MissingExtraError: an ``s3://`` location without boto3 (``pyspark-twopc[s3]``).
-    """
+    """The store for *location*; *read_only* writes nothing (skips S3's first-use check).
+    Raises ConfigurationError: the ledger cannot write the location at most once.
+    Raises MissingExtraError: an ``s3://`` location without boto3 (``pyspark-twopc[s3]``)."""
     if filesystem is not None:
         import pyarrow.fs as pafs  # here, as below: a checkpoint in a local folder never loads pyarrow
-
         if not isinstance(filesystem, pafs.LocalFileSystem):
             raise ConfigurationError(
                 f"the ledger cannot use a {type(filesystem).__name__}: pyarrow filesystems other than the local "
@@ -91,7 +70,6 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
     scheme = m.group(1).lower()
     if scheme == "file":
         import pyarrow.fs as pafs
-
         try:
             _fs, path = pafs.FileSystem.from_uri(location)
         except (ValueError, TypeError, OSError) as exc:
@@ -106,7 +84,7 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
 
 
 class LocalStore:
-    """Records in a local (or mounted) folder; see the module docstring."""
+    """Records in a local (or mounted) folder."""
 
     def __init__(self, root: str) -> None:
         self.root = os.path.abspath(root).rstrip("/") or "/"
@@ -137,8 +115,8 @@ class LocalStore:
             raise LedgerError(f"cannot read ledger record {p}: {exc}") from exc
 
     def create(self, rel: str, text: str, *, exclusive: bool, durable: bool = True) -> bool:
-        """Through a temporary file: an exclusive hard link to the final name (False: it
-        exists) or a rename; *durable*: fsync of the file and of the folder."""
+        """Through a temporary file: an exclusive hard link (False: it exists) or a rename; *durable*
+        fsyncs the file and the folder."""
         final = self.path(rel)
         folder, _, name = final.rpartition("/")
         tmp = f"{folder}/.{name}.{uuid.uuid4().hex}.tmp"
@@ -201,7 +179,6 @@ class S3Store:
         what = f"an {location.split(':', 1)[0]}:// checkpoint location"
         boto3 = require("boto3", "s3", what)
         import botocore.config  # boto3's own dependency: there when boto3 imports
-
         config = botocore.config.Config(connect_timeout=10, read_timeout=60,
                                         retries={"max_attempts": 5, "mode": "standard"})
         scheme, _, rest = location.partition("://")
@@ -222,7 +199,7 @@ class S3Store:
         return "/".join(p for p in (self.root, rel) if p)
 
     def makedirs(self, rel: str) -> None:
-        """Folders are key prefixes on S3: nothing to make."""
+        ...
 
     def read(self, rel: str) -> str | None:
         try:
@@ -234,7 +211,7 @@ class S3Store:
             raise LedgerError(f"cannot read ledger record {self.path(rel)}: {_what(exc)}") from exc
 
     def create(self, rel: str, text: str, *, exclusive: bool, durable: bool = True) -> bool:
-        """A PutObject (conditional when *exclusive*: False, the object exists); every one is durable."""
+        """A PutObject, conditional when *exclusive* (False: the object exists); always durable."""
         extra = {"IfNoneMatch": "*"} if exclusive else {}
         try:
             self.client.put_object(Bucket=self.bucket, Key=self._key(rel), Body=text.encode("utf-8"), **extra)
@@ -264,7 +241,7 @@ class S3Store:
             raise LedgerError(f"cannot delete ledger record {self.path(rel)}: {_what(exc)}") from exc
 
     def _check_conditional_create(self) -> None:
-        """Refuse a server that ignores ``If-None-Match: *`` (checked once per bucket and process)."""
+        """Refuse a server that ignores ``If-None-Match: *`` (once per bucket and process)."""
         ident = (str(self.client.meta.endpoint_url), self.bucket)
         with _CHECK_LOCK:
             if ident in _CHECKED:
@@ -292,8 +269,7 @@ KINDS = ("decisions", "committed", "owners", "verdicts", "aborted", "running")
 
 
 class Records(Protocol):
-    """The records of one ledger (see the module docstring). Every method raises
-    :class:`LedgerError` when the place fails."""
+    """The records of one ledger; every method raises :class:`LedgerError` when the place fails."""
 
     root: str
     """Where the records are, for messages (credential-free)."""
@@ -302,25 +278,24 @@ class Records(Protocol):
         """The record's name in messages."""
 
     def record(self, kind: str, name: str) -> str | None:
-        """The record's text, or None if absent."""
+        """The record's text, or None."""
 
     def names(self, kind: str) -> list[str]:
-        """The names of the records of *kind*, sorted."""
+        """The sorted names of *kind*'s records."""
 
     def add(self, kind: str, name: str, text: str) -> bool:
         """Create the record durably, only if absent (False: it exists)."""
 
     def put(self, kind: str, name: str, text: str, *, durable: bool) -> None:
-        """Create or replace the record atomically (a reader sees the old or the new text);
-        without *durable*, a crash may lose the last update (records outside the protocol:
-        running tasks, metrics)."""
+        """Create or replace the record atomically; without *durable* a crash may lose the last update
+        (running tasks, metrics)."""
 
     def remove(self, kind: str, name: str) -> None:
         """Delete the record if present."""
 
     def write_decision(self, name: str, text: str) -> bool:
-        """Create the decision *name* (``<batch>.json``) durably, only if absent (False: one
-        exists). Raises :class:`FencedError` when this writer may not decide any more."""
+        """Create decision *name* durably if absent (False: one exists); :class:`FencedError` when this
+        writer may not decide any more."""
 
 
 def _rel(kind: str, name: str) -> str:
@@ -328,8 +303,7 @@ def _rel(kind: str, name: str) -> str:
 
 
 class FolderRecords:
-    """A ledger's records as the files of a folder *store*; with *make*, its folders are
-    made first (a writer's ledger: a reader, or a task, never creates one)."""
+    """A ledger's records as the files of *store*; *make* creates its folders (a writer's ledger)."""
 
     def __init__(self, store: Store, *, make: bool = False) -> None:
         self.store = store
@@ -360,8 +334,7 @@ class FolderRecords:
 
 
 class ReadOnlyRecords:
-    """Another place's *records*, read only: every write raises, so that a reader can never
-    create a ledger or change one."""
+    """Another place's *records*, read only: every write raises."""
 
     def __init__(self, records: Records) -> None:
         self.root = records.root
@@ -396,5 +369,5 @@ def _status(exc: BaseException) -> int | None:
 
 
 def _what(exc: BaseException) -> str:
-    """The error's class and message (botocore never puts credentials in them)."""
+    """The error's class and message (botocore puts no credentials in them)."""
     return f"{type(exc).__name__}: {exc}"

@@ -1,2 +1,1 @@
-"""The operator's side of the core: a sink's status, recovery, the writes whose writer died,
-and metrics."""
+"""The operator's side of the core: a sink's status, recovery, the writes whose writer died, and metrics."""

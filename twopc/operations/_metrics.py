@@ -1,13 +1,7 @@
-"""Prometheus metrics of a twopc sink, kept in the checkpoint so they outlive Spark's workers.
-
-Spark runs a data source's plan and commit in Python workers it restarts at will, so counters
-held in memory there would reset at Spark's whim. The process that commits a batch adds the
-batch's figures to ``<checkpointLocation>/twopc/metrics.json`` (one writer at a time, like the
-ledger), with the executors' figures that came in the commit messages and the target's
-prepared-transaction room; a scrape reads that file plus the ledger, so the in-doubt gauges
-are right even after a crash nobody recorded. Serving them is :mod:`twopc.operations._metrics_export`'s
-(the only module that imports the Prometheus client).
-"""
+"""Prometheus metrics of a twopc sink, kept in ``<checkpointLocation>/twopc/metrics.json`` so they
+outlive Spark's restarted workers: the committing process adds each batch's figures (with the
+executors' and the target's room); a scrape reads it and the ledger, so the in-doubt gauges are
+right even after an unrecorded crash. :mod:`twopc.operations._metrics_export` serves them."""
 
 from __future__ import annotations
 
@@ -152,8 +146,7 @@ def record_batch(ledger: CommitLedger, *, sink_id: str, format_name: str, action
 
 def record_failure(ledger: CommitLedger, *, sink_id: str, format_name: str, stage: str, lost: int = 0,
                    retried: int = 0) -> None:
-    """Count a commit or abort that raised (and the transactions it found lost, and the
-    commit attempts it repeated)."""
+    """Count a commit or abort that raised (and the transactions it found lost, and the commit attempts it repeated)."""
     def change(state: dict[str, Any]) -> None:
         state["labels"] = {"sink_id": sink_id, "format": format_name}
         _count(state, "failures", stage)

@@ -1,8 +1,6 @@
-"""Serving the figures :mod:`twopc.operations._metrics` keeps in a checkpoint to Prometheus: the collector
-read at every scrape, :func:`register_metrics` (into an application's registry) and
-:func:`serve_metrics` (on a port of this process). The only module of twopc that imports
-``prometheus_client``: a write (its plan, tasks and commit, each in a Python worker of Spark's)
-records its figures without loading it."""
+"""Serving :mod:`twopc.operations._metrics`' figures to Prometheus: the scrape-time collector,
+:func:`register_metrics` and :func:`serve_metrics`. The only module importing
+``prometheus_client`` (a write records figures without it)."""
 
 from __future__ import annotations
 
@@ -29,12 +27,9 @@ class MetricsCollector(Collector):
     """Prometheus collector of the sinks of some checkpoints, read at every scrape.
 
     Args:
-        checkpoints: checkpoint locations, or a callable returning them (re-read per scrape).
-        checkpoint_gauges_only: serve only the :data:`CHECKPOINT_GAUGES` (the in-doubt
-            gauges and the last commit's time), not the driver's counters, histograms and
-            headroom: for a process that serves checkpoints beside the query's own server
-            (``twopc metrics``), so no counter is served twice.
-    """
+        checkpoints: checkpoint locations, or a callable returning them (per scrape).
+        checkpoint_gauges_only: serve only :data:`CHECKPOINT_GAUGES` (in-doubt gauges, last commit
+            time), so ``twopc metrics`` beside a query's own server serves no counter twice."""
 
     def __init__(self, checkpoints: Sequence[str] | Any, *, checkpoint_gauges_only: bool = False) -> None:
         self._checkpoints = checkpoints
@@ -92,8 +87,7 @@ class MetricsCollector(Collector):
 
 
 def _recorded_format(ledger: CommitLedger) -> str:
-    """The data source name the checkpoint's target record names (written at plan time),
-    so a batch left in doubt before the first commit has the labels of later ones."""
+    """The format name in the target record, so a batch in doubt before the first commit is labelled."""
     record = ledger.target_record()
     return (record.data_source or "") if record is not None else ""
 
@@ -103,22 +97,19 @@ def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[st
 
 
 def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) -> MetricsCollector:
-    """Register a collector of the sinks of *checkpoint_locations* into *registry* (the
-    application's own, e.g. ``prometheus_client.REGISTRY``). Returns it (to unregister)."""
+    """Register a collector of *checkpoint_locations* into *registry* (e.g.
+    ``prometheus_client.REGISTRY``); return it."""
     collector = MetricsCollector(list(checkpoint_locations))
     registry.register(collector)
     return collector
 
 
 def serve_metrics(port: int, *checkpoint_locations: str, addr: str = "127.0.0.1") -> CollectorRegistry:
-    """Serve the sinks of *checkpoint_locations* on ``http://addr:port/metrics`` from a
-    daemon thread of this (long-lived) process, e.g. the application's driver process.
-    *addr* is the interface: loopback only by default, ``0.0.0.0`` for every one.
-    Returns the registry.
+    """Serve *checkpoint_locations* on ``http://addr:port/metrics`` from a daemon thread of this
+    long-lived process (*addr*: loopback by default, ``0.0.0.0`` for all); return the registry.
 
     Raises:
-        OSError: the port cannot be bound.
-    """
+        OSError: the port cannot be bound."""
     registry = CollectorRegistry()
     register_metrics(registry, *checkpoint_locations)
     start_http_server(port, addr=addr, registry=registry)

@@ -1,11 +1,6 @@
-"""The metrics server the writer option ``metricsPort`` asks for, served by the driver agent
-(:mod:`twopc.ledger._agent`, which outlives Spark's Python workers and ends with the driver's JVM).
-
-:func:`ensure_server` registers the query's checkpoint in
-``<tempdir>/twopc-metrics-<uid>/<port>/`` (this user's alone) and, unless a live agent
-serves the port already (``server.pid`` there), asks its driver's agent to serve it. The
-agent serves every checkpoint registered for its port and deletes the folder when it ends.
-"""
+"""The ``metricsPort`` metrics server, served by the driver agent (:mod:`twopc.ledger._agent`).
+:func:`ensure_server` registers the checkpoint in ``<tempdir>/twopc-metrics-<uid>/<port>/`` and,
+unless a live agent serves the port (``server.pid``), asks its driver's agent to serve it."""
 
 from __future__ import annotations
 
@@ -32,12 +27,8 @@ _REPLY_SECONDS = 30.0  # for the agent to bind the port (a bound, not an expecte
 
 
 def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
-    """The ``metricsPort`` (and ``metricsHost``: the interface to listen on, default
-    loopback only, ``0.0.0.0`` for every interface) writer options.
-
-    Raises:
-        ConfigurationError: the port is not a number in 1..65535.
-    """
+    """``(metricsPort, metricsHost)`` (the interface; default loopback, ``0.0.0.0`` for all), or None.
+    Raises ConfigurationError: the port is not a number in 1..65535."""
     text = option(options, "metricsPort")
     if text is None or not text.strip():
         return None
@@ -47,11 +38,8 @@ def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
 
 
 def registry_dir(port: int) -> Path:
-    """``<temp dir>/twopc-metrics-<uid>/<port>/``, this user's alone (``0700``), made when missing.
-
-    Raises:
-        ConfigurationError: a folder of that name is not this user's alone.
-    """
+    """``<temp dir>/twopc-metrics-<uid>/<port>/`` (``0700``), made when missing.
+    Raises ConfigurationError: a folder of that name is not this user's alone."""
     folder = private_dir(_REGISTRY, str(port))
     if folder is None:
         raise ConfigurationError(
@@ -78,14 +66,9 @@ def _port_open(host: str, port: int) -> bool:
 
 def ensure_server(port: int, checkpoint_location: str, *, host: str = LOOPBACK,
                   driver: DriverIdentity | None = None) -> bool:
-    """Register *checkpoint_location* for *port* and have the agent of *driver* (default:
-    the driver this process works for) serve the port unless an agent serves it. Returns
-    True when this call had it served.
-
-    Raises:
-        ConfigurationError: the port is taken by a program that is not a twopc metrics
-            server.
-    """
+    """Register *checkpoint_location* for *port* and have *driver*'s agent serve it unless an agent
+    does; True when this call had it served.
+    Raises ConfigurationError: the port is taken by another program."""
     key = hashlib.sha256(checkpoint_location.encode("utf-8")).hexdigest()[:16]
     for attempt in range(3):  # a server that ends removes the folder: make it again
         folder = registry_dir(port)

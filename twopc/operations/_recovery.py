@@ -1,10 +1,5 @@
-"""Recovery: bring a sink's target to the state its ledger decided.
-
-Runs automatically on the driver when a query (or a batch write) is planned, before any
-task writes, and by hand through ``twopc recover``. Why before the tasks: a
-prepared transaction keeps its row locks, so a replayed attempt that writes the same
-key would otherwise wait on it.
-"""
+"""Recovery: bring a sink's target to the state its ledger decided, on the driver before any task of a planned write
+runs (a prepared transaction's row locks would stall a replay), and by ``twopc recover``."""
 
 from __future__ import annotations
 
@@ -67,21 +62,15 @@ class RecoveryCoordinator:
     """Finishes decided batches and rolls back orphans of one sink id.
 
     Args:
-        sink: the sink whose target is recovered (built from its own options: handles
-            carry no credentials).
-        ledger: the commit ledger of the checkpoint (or pass ``checkpoint_location``).
-        sink_id: the sink id; defaults to the one recorded in the ledger.
-        claimed: the caller already checked the checkpoint's target and holds the sink id's
-            claim (the Spark runtime, at plan time). Otherwise :meth:`plan` and :meth:`run`
-            check the target first, and :meth:`run` claims the sink id for as long as it runs
-            (see :class:`~twopc.CommitCoordinator`).
+        sink: the sink whose target is recovered (from its own options: handles hold no credentials).
+        ledger: the checkpoint's ledger (or pass ``checkpoint_location``).
+        sink_id: default: the one recorded in the ledger.
+        claimed: the caller already checked the target and holds the sink id's claim (the Spark
+            runtime); otherwise :meth:`plan` and :meth:`run` check it and :meth:`run` claims it.
 
-    Guarantees, when :meth:`run` returns: every batch the ledger holds a decision for is
-    committed and marked; no transaction of the sink id is left prepared. It is safe to run
-    any number of times, and beside a running query of the same checkpoint (which it fences)
-    or a second driver (whose takeover fences it in turn): no transaction a standing decision
-    names is rolled back.
-    """
+    When :meth:`run` returns, every decided batch is committed and marked and nothing of the sink id
+    is prepared. Safe to repeat, and beside a running query (which it fences) or a second driver
+    (whose takeover fences it): no transaction a standing decision names is rolled back."""
 
     def __init__(self, sink: AnySink, ledger: CommitLedger | None = None, *,
                  checkpoint_location: str | None = None, sink_id: str | None = None, claimed: bool = False) -> None:
@@ -98,11 +87,8 @@ class RecoveryCoordinator:
         self.claimed = claimed
 
     def plan(self) -> RecoveryPlan:
-        """Return what :meth:`run` would do, changing nothing.
-
-        Raises:
-            TargetMismatchError: the checkpoint belongs to another target.
-        """
+        """What :meth:`run` would do, changing nothing.
+        Raises TargetMismatchError: the checkpoint belongs to another target."""
         if not self.claimed:
             check_target(self.sink, self.ledger, self.sink_id, record=False)
         pending = self.ledger.pending()
@@ -111,25 +97,17 @@ class RecoveryCoordinator:
                             tuple(h.txn_id for h in to_commit), tuple(h.txn_id for h in orphans))
 
     def run(self) -> RecoveryReport:
-        """Finish every decided batch, then roll back every orphan.
-
-        Takes the ledger over first (:meth:`CommitLedger.claim`) unless it was claimed, once
-        it has reached the target (it lists the sink's prepared transactions first). A
-        running query's driver is then fenced: it commits nothing more and stops with
-        :class:`~twopc.FencedError`, and its undecided batch is rolled back here.
-
-        Raises:
-            FencedError: another actor took the ledger over while this ran: what was done
-                stays done, nothing more is rolled back.
-            TargetMismatchError: the checkpoint belongs to another target; nothing was done.
-            ConcurrentWriterError: another writer has the sink id; nothing was done.
-            TransactionLostError: a decided transaction is gone (the batch stays decided).
-            SinkError: the target failed; run again.
-        """
+        """Finish every decided batch, then roll back every orphan. Once the target answers, takes the
+        ledger over (unless claimed): a running query's driver is fenced (:class:`~twopc.FencedError`)
+        and its undecided batch rolled back here.
+        Raises FencedError: another actor took the ledger over meanwhile; what was done stays done.
+        Raises TargetMismatchError: the checkpoint belongs to another target; nothing was done.
+        Raises ConcurrentWriterError: another writer has the sink id; nothing was done.
+        Raises TransactionLostError: a decided transaction is gone (the batch stays decided).
+        Raises SinkError: the target failed; run again."""
         if self.claimed:
             return self._run()
-        # Reach the target before anything is recorded: a recover that cannot (a wrong password, a
-        # server down) changes nothing, and fences no running query for nothing.
+        # reach the target first: a recover that cannot changes nothing and fences no query
         self.sink.list_prepared(self.sink_id)
         check_target(self.sink, self.ledger, self.sink_id, record=False)
         claim = claim_writer(self.sink, self.ledger, self.sink_id)

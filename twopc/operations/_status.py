@@ -1,17 +1,11 @@
-"""The operator's view of one sink: what the ledger decided, what the target still holds.
+"""The operator's view of one sink (read-only): :func:`sink_status` reads the ledger and the target;
+``twopc status`` prints it, :attr:`SinkStatus.needs_operator` is its exit code. States:
 
-:func:`sink_status` reads the checkpoint's ledger and the target (read-only
-:meth:`~twopc.spi.Inspectable.prepared_details` and :meth:`~twopc.spi.Inspectable.headroom`)
-and changes nothing; ``twopc status`` prints it, :attr:`SinkStatus.needs_operator` is its exit
-code. Each unsettled transaction has one state:
-
-- ``in-doubt``: a recorded decision names it and it is still prepared (a driver died after
-  the decision); ``twopc recover`` or the query's restart commits it.
-- ``decided-gone``: a decided, unfinished batch names it but the target no longer holds it:
-  committed before the mark was written (recover marks the batch), or lost (``--accept-lost``).
-- ``orphan``: prepared or staged, named by no decision (a failed, retried or speculative
-  attempt; while a query runs, the batch being written too). Recovery rolls it back.
-"""
+- ``in-doubt``: named by a decision and still prepared; ``twopc recover`` or a restart commits it.
+- ``decided-gone``: named by an unfinished decision, no longer held: committed before the mark
+  (recover marks it) or lost (``--accept-lost``).
+- ``orphan``: named by no decision (a failed, retried or speculative attempt, or the batch in
+  flight). Recovery rolls it back."""
 
 from __future__ import annotations
 
@@ -37,7 +31,7 @@ ORPHAN = "orphan"
 
 @dataclass(frozen=True)
 class UnsettledTransaction:
-    """One transaction that is not settled (see the module's states)."""
+    """One unsettled transaction."""
 
     state: str
     txn_id: str
@@ -45,9 +39,7 @@ class UnsettledTransaction:
     partition_id: int
     attempt_id: int
     holds: str
-    age_seconds: float | None
-    """Seconds since the target prepared it, or, when the target cannot tell, since its
-    batch's decision (``age_from`` says which); ``None`` when neither is known."""
+    age_seconds: float | None  # since prepared, else since the decision (age_from says which)
     age_from: str | None
     size: int | None
     size_unit: str
@@ -69,32 +61,25 @@ class SinkStatus:
     transactions: tuple[UnsettledTransaction, ...]
     headroom: Headroom | None
     checked_at: float = field(default_factory=time.time)
-    failing: tuple[int, int] | None = None
-    """The batch whose runs ended without a commit since the last committed batch, and how many
-    times (twopc's metrics): a query that fails on it at every restart cannot make progress."""
-    in_target: bool = False
-    """The ledger is kept in the target (a write without a checkpoint)."""
-    how: tuple[str, ...] = ()
-    """The command-line arguments that reached the target for this status (``--format``,
-    ``--option`` without secrets, ``--option-env``): the advice's commands repeat them."""
+    failing: tuple[int, int] | None = None  # (batch, runs) that ended without a commit since the last one
+    in_target: bool = False  # the ledger is kept in the target
+    how: tuple[str, ...] = ()  # the secret-free arguments that reached the target, for the advice
 
     @property
     def needs_operator(self) -> bool:
-        """True when something is unsettled (a decided batch not committed, or a prepared
-        transaction left), the target cannot take another prepared transaction, or a batch
-        failed at every run since the last commit (three times or more)."""
+        """True when something is unsettled, the target is out of room, or a batch failed at every run
+        since the last commit (:data:`STUCK_AFTER` times or more)."""
         return (bool(self.in_doubt_batches or self.transactions) or bool(self.headroom and self.headroom.exhausted)
                 or bool(self.failing and self.failing[1] >= STUCK_AFTER))
 
     def advice(self) -> list[str]:
-        """What to do, one line per state found, each with a command that works in that state."""
+        """What to do: one line per state found, with a command that works in it."""
         def recover(*extra: str) -> str:
             if self.in_target:
                 sink = ("--sink-id", self.sink_id) if extra else ()
                 return command("recover", *self.how, *sink, *extra) if self.how else recover_command(
                     None, *extra, sink_id=self.sink_id if extra else None)
             return command("recover", "--checkpoint", self.checkpoint, *self.how, *extra)
-
         again = "rerun the write" if self.in_target else "restart the query"
         states = {t.state for t in self.transactions}
         out = []

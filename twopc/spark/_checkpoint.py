@@ -1,16 +1,8 @@
-"""Where a streaming query's checkpoint is when the writer's options do not say.
-
-Spark does not pass a Python data source the checkpoint it resolved from the session's
-``spark.sql.streaming.checkpointLocation`` (``<that folder>/<queryName>``), and the Python
-processes that plan and commit a write cannot read the session's configuration. So twopc's
-query listener (:mod:`twopc.spark._stops`, told of a start before the query plans a batch) notes the
-folder the session names then (:func:`note_session_root`) in a folder of notes that
-:func:`twopc.register` gives the registered classes (:func:`bind_session_checkpoint`), and
-the writer reads it (:func:`session_root_at_start`); without a listener (Spark Connect) the
-folder named at registration is used. The writer checks that Spark's own checkpoint is there,
-so the ledger never lands beside one Spark does not use, and refuses an unnamed query (its
-checkpoint is a random id the writer cannot see).
-"""
+"""Where a streaming query's checkpoint is when the options do not say. Spark does not pass a Python data source the
+``<spark.sql.streaming.checkpointLocation>/<queryName>`` it resolved, so twopc's query listener
+(:mod:`twopc.spark._stops`) notes the session's folder at each start (:func:`note_session_root`) for the writer
+(:func:`session_root_at_start`); on Spark Connect the folder at registration is used. The writer checks Spark's
+checkpoint is there and refuses an unnamed query (its checkpoint is a random id)."""
 
 from __future__ import annotations
 
@@ -38,17 +30,14 @@ T = TypeVar("T", bound=type)
 
 
 def session_checkpoint_root(spark: SparkSession) -> str | None:
-    """The session's default checkpoint folder (``spark.sql.streaming.checkpointLocation``),
-    or None when it is not set."""
+    """The session's ``spark.sql.streaming.checkpointLocation``, or None."""
     value = spark.conf.get(SESSION_CHECKPOINT_CONF, None)
     return value.strip() or None if isinstance(value, str) else None
 
 
 def bind_session_checkpoint(data_source: T, root: str | None, notes: str | None = None) -> T:
-    """*data_source* itself when *root* and *notes* are None, else a subclass of it that knows
-    the session's default checkpoint folder now and the folder of the notes its query
-    listener writes at each start (class attributes, so they travel with the class Spark
-    pickles to the processes that plan and commit the write)."""
+    """*data_source*, or a subclass carrying *root* and the listener's *notes* folder as class
+    attributes (they travel with the pickled class)."""
     if root is None and notes is None:
         return data_source
     return subclass_with(data_source, session_checkpoint_root=root, start_notes=notes)
@@ -61,8 +50,7 @@ def subclass_with(cls: T, **attrs: Any) -> T:
 
 
 def new_notes_folder() -> str:
-    """A new private folder for one session's start notes (on the driver's machine, where
-    Spark runs the Python processes that plan and commit a write), removed at exit."""
+    """A new private folder for one session's start notes, removed at exit."""
     folder = tempfile.mkdtemp(prefix="twopc-starts-")
     atexit.register(shutil.rmtree, folder, True)
     return folder
@@ -73,8 +61,7 @@ def _note_path(notes: str, query_name: str | None) -> str:
 
 
 def note_session_root(notes: str, query_name: str | None, root: str | None) -> None:
-    """Note the session's default checkpoint folder *root* as the query *query_name* (None:
-    unnamed) starts with it (written whole, then renamed into place)."""
+    """Note *root* as the query *query_name* (None: unnamed) starts (written, then renamed in place)."""
     path = _note_path(notes, query_name)
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
@@ -83,8 +70,7 @@ def note_session_root(notes: str, query_name: str | None, root: str | None) -> N
 
 
 def session_root_at_start(notes: str | None, query_name: str | None, registered: str | None) -> str | None:
-    """The session's default checkpoint folder as the start of the query *query_name* found
-    it (:func:`note_session_root`), else *registered* (what :func:`twopc.register` found)."""
+    """The folder the query's start noted, else *registered*."""
     if notes is None:
         return registered
     try:
@@ -95,14 +81,10 @@ def session_root_at_start(notes: str | None, query_name: str | None, registered:
 
 
 def with_checkpoint(options: Mapping[str, str], *, streaming: bool, session_root: str | None) -> dict[str, str]:
-    """*options* with ``checkpointLocation`` set where Spark puts the query's checkpoint
-    when it was not given: ``<session_root>/<queryName>`` for a named streaming query.
-
-    Raises:
-        ConfigurationError: a streaming query without ``checkpointLocation`` and without a
-            name while the session has a default checkpoint folder (the checkpoint's name
-            is a random id Spark does not pass to the writer).
-    """
+    """*options* with ``checkpointLocation`` where Spark puts a named streaming query's checkpoint
+    (``<session_root>/<queryName>``) when not given.
+    Raises ConfigurationError: an unnamed streaming query without ``checkpointLocation`` while the
+    session has a default folder."""
     out = dict(options)
     if not streaming or option(options, "checkpointLocation") or not session_root:
         return out

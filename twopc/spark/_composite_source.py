@@ -1,7 +1,5 @@
-"""The Spark side of the composite sink built from Python objects: :func:`composite`
-makes (and registers) a data source whose writes go to the given participants under one
-decision per batch. (``format("twopc-composite")``, configured by options instead, is in
-:mod:`twopc.sinks`.)"""
+""":func:`composite`: a data source, made from Python objects, whose writes go to participants under one decision per
+batch (``format("twopc-composite")``, built from options, is in :mod:`twopc.sinks`)."""
 
 from __future__ import annotations
 
@@ -23,19 +21,15 @@ __all__ = ["CompositeDataSourceBase", "composite"]
 
 
 class CompositeDataSourceBase(TwoPhaseCommitDataSource):
-    """A data source writing to the participants of :attr:`composite_sink` (made by
-    :func:`composite`). Writer options are the runtime's (``checkpointLocation``,
-    ``sinkId``, ``txnVersion``...); the participants bring their own."""
+    """A data source writing to the participants of :attr:`composite_sink`; its writer options are
+    the runtime's only."""
 
     sink_class = CompositeSink
     composite_sink: ClassVar[CompositeSink]
 
     def build_sink(self, options: Mapping[str, str]) -> CompositeSink:
         """A copy of the composite (each write configures its own).
-
-        Raises:
-            ConfigurationError: a writer option other than the runtime's was given.
-        """
+        Raises ConfigurationError: a writer option other than the runtime's was given."""
         if others := sink_options(options):
             raise ConfigurationError(
                 f"format {self.name()!r} takes only the runtime options (checkpointLocation, sinkId, txnVersion, "

@@ -1,13 +1,7 @@
-"""Spark Connect: the data sources run on the server, so the server's Python must import
-twopc (and the package of every format registered), with the client's Python minor version.
-
-A Connect session registers a data source by reference (its module and class name), and the
-server only imports it when a write plans: without this check a client-only install
-registers fine and fails at the first write with ``PYTHON_DATA_SOURCE_ERROR …
-ModuleNotFoundError``. :func:`check_server` runs one small task on the server that imports
-those packages and reports its Python, and turns what it finds into an error that names the
-fix.
-"""
+"""Spark Connect: the data sources run on the server, whose Python must import twopc (and each
+registered format's package) with the client's minor version. Registration is by reference, so
+without :func:`check_server` (one small task importing them) a client-only install fails only at
+the first write (``PYTHON_DATA_SOURCE_ERROR … ModuleNotFoundError``)."""
 
 from __future__ import annotations
 
@@ -30,16 +24,13 @@ def is_connect(spark: Any) -> bool:
 
 
 def _probe(packages: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """A ``mapInArrow`` function pickled by value (it is local), so the server needs nothing
-    of twopc to run it."""
-
+    """A ``mapInArrow`` function pickled by value: the server needs nothing of twopc to run it."""
     def probe(batches: Iterator[Any]) -> Iterator[Any]:
         import importlib
         import json as server_json
         import sys as server_sys
 
         import pyarrow as server_pa
-
         for _ in batches:
             pass
         missing = []
@@ -51,17 +42,13 @@ def _probe(packages: list[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
         version = "{}.{}".format(*server_sys.version_info[:2])
         found = server_json.dumps({"python": version, "executable": server_sys.executable, "missing": missing})
         yield server_pa.RecordBatch.from_pydict({"probe": [found]})
-
     return probe
 
 
 def check_server(spark: Any, packages: Iterable[str]) -> None:
-    """Check that the Connect server of *spark* imports *packages* with this Python's minor version.
-
-    Raises:
-        ConfigurationError: the server cannot import one of them, or runs another Python
-            minor version; the message names what to install where.
-    """
+    """Check that *spark*'s Connect server imports *packages* with this Python's minor version.
+    Raises ConfigurationError: it cannot import one, or runs another minor version; the message
+    names what to install where."""
     wanted = sorted(set(packages))
     here = "{}.{}".format(*sys.version_info[:2])
     install = (f"install pyspark-twopc with the extras of the formats you use "

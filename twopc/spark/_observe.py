@@ -1,10 +1,6 @@
-"""What the Spark runtime tells operators around each batch: the start-up lines (commit mode,
-guards), the metrics of every commit, abort and recovery, and the metrics server.
-
-Kept out of :mod:`twopc.spark._spark` so the runtime reads as the protocol; every function here
-is best effort where it must be (metrics never fail a commit) and loud where it must be
-(a guard that refuses raises :class:`~twopc.spi.TargetConfigurationError`).
-"""
+"""What the Spark runtime tells operators around each batch: start-up lines, the metrics of every
+commit, abort and recovery, the metrics server. Metrics are best effort; a guard that refuses
+raises :class:`~twopc.spi.TargetConfigurationError`."""
 
 from __future__ import annotations
 
@@ -26,20 +22,15 @@ __all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure"
 log = logging.getLogger("twopc.spark")
 
 _ANNOUNCED: set[tuple[str, str]] = set()
-#: Task attempts Spark may run for one partition at a time, beyond the first: a failed
-#: attempt's prepared transaction stays until the batch's commit sweeps it.
+#: spark.task.maxFailures: retried attempts whose prepared transactions a batch may hold
 DEFAULT_TASK_MAX_FAILURES = 4
 
 
 def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Mapping[str, str]) -> None:
-    """After plan-time recovery: say once per process which commit mode the sink uses,
-    check the target's prepared-transaction room, and start the metrics server when ``metricsPort`` is set.
-
-    Raises:
-        TargetConfigurationError: the target has no room for the query's prepared
-            transactions (see :func:`check_headroom`).
-        ConfigurationError: ``metricsPort`` is invalid or taken by another program.
-    """
+    """After plan-time recovery: log the commit mode once per process, check the target's
+    prepared-transaction room, start the metrics server when ``metricsPort`` is set.
+    Raises TargetConfigurationError: the target has no room for the query's prepared transactions.
+    Raises ConfigurationError: ``metricsPort`` is invalid or taken by another program."""
     key = (sink_id, capability(sink, WriteSetup).commit_mode())
     if key not in _ANNOUNCED:  # streaming plans every micro-batch: once per process is enough
         _ANNOUNCED.add(key)
@@ -48,7 +39,6 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
         check_headroom(sink, sink_id, options)
     # serving metrics (the metricsPort option) starts at a plan: the worker that commits records them only
     from ..operations._metrics_server import ensure_server, metrics_port
-
     served = metrics_port(options)
     if served is not None and ensure_server(served[0], ledger.checkpoint_location, host=served[1]):
         log_event(log, logging.INFO, "metrics_server", "twopc: serving metrics on %s:%s/metrics",
@@ -56,15 +46,10 @@ def at_plan_time(sink: AnySink, sink_id: str, ledger: CommitLedger, options: Map
 
 
 def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> None:
-    """Refuse to start when the target's limit on prepared transactions (PostgreSQL's
-    ``max_prepared_transactions``) is below what one batch may hold at once: one per
-    partition plus a retried attempt's (``spark.task.maxFailures``, default 4) (option
-    ``maxConcurrentTransactions`` overrides the estimate). Warn when what other users
-    already hold leaves less than that.
-
-    Raises:
-        TargetConfigurationError: the limit is too low (the message says the fix).
-    """
+    """Refuse to start when the target's prepared-transaction limit (``max_prepared_transactions``) is
+    below one batch's need: one per partition plus retries (``spark.task.maxFailures``, default 4;
+    ``maxConcurrentTransactions`` overrides). Warn when other users leave less than that.
+    Raises TargetConfigurationError: the limit is too low (the message says the fix)."""
     try:
         room = capability(sink, Inspectable).headroom(sink_id)
     except SinkError as exc:
@@ -92,8 +77,7 @@ def check_headroom(sink: AnySink, sink_id: str, options: Mapping[str, str]) -> N
 
 
 def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
-    """The target's prepared-transaction room (:meth:`~twopc.spi.Inspectable.headroom`)
-    for the metrics after a commit, or None when the sink cannot tell or reading it failed."""
+    """The target's room for the metrics after a commit, or None (never raises)."""
     try:
         return capability(sink, Inspectable).headroom(sink_id)
     except Exception as exc:  # noqa: BLE001 - metrics never fail (or mask the error of) a commit
@@ -104,8 +88,7 @@ def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
 def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result: BatchResult,
                    messages: Sequence[TwoPCCommitMessage | None], *, retried: int = 0,
                    headroom: Headroom | None = None) -> None:
-    """Add a batch's figures, and the target's *headroom* read after its commit, to the
-    checkpoint's metrics (best effort)."""
+    """Add a batch's figures and the target's *headroom* to the checkpoint's metrics (best effort)."""
     _metrics.record_batch(ledger, sink_id=sink_id, format_name=format_name, action=result.action,
                           committed=result.committed, already_committed=result.already_committed,
                           aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
@@ -116,7 +99,6 @@ def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result:
 
 def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int, *,
                     retried: int = 0) -> None:
-    """Count a commit or abort that raised, the transactions it found *lost* and the commit
-    attempts it *retried* (best effort)."""
+    """Count a failed commit or abort, its *lost* transactions and *retried* attempts (best effort)."""
     _metrics.record_failure(ledger, sink_id=sink_id, format_name=format_name, stage=stage, lost=lost,
                             retried=retried)

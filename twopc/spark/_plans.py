@@ -1,20 +1,14 @@
-"""Where a write keeps its decisions, chosen once when the write is planned (on the driver):
-one plan per place, picked by :func:`plan_write`.
+"""Where a write keeps its decisions, chosen once at plan time on the driver (:func:`plan_write`):
 
-- :func:`in_checkpoint`: the query's checkpoint folder, local or S3 (a streaming query, a
-  batch write with ``checkpointLocation``);
-- :func:`in_target`: the target's ledger table, under the writer's lease (a batch write
-  without a checkpoint to a :class:`~twopc.spi.LedgerHost`, named by ``txnAppId`` or not
-  committing a batch in one local transaction; :mod:`twopc._target`);
-- :func:`in_temp_folder`: a temporary folder on the driver, deleted when the write ends (a
-  batch write without a checkpoint whose sink commits a batch in one local transaction;
-  :mod:`twopc.ledger._ephemeral`).
+- :func:`in_checkpoint`: the query's checkpoint folder (streaming, or ``checkpointLocation``);
+- :func:`in_target`: the target's ledger table under the writer's lease (no checkpoint, a
+  :class:`~twopc.spi.LedgerHost`, named by ``txnAppId`` or not committing in one local
+  transaction; :mod:`twopc._target`);
+- :func:`in_temp_folder`: a temporary driver folder deleted when the write ends (no checkpoint,
+  one local transaction per batch; :mod:`twopc.ledger._ephemeral`).
 
-Each binds the write's sink id (and its lease, where there is one), then runs the steps all
-places share (:func:`_recover`). A plan that fails leaves nothing of its own behind.
-:func:`plan` builds a write's writer from its data source: only the worker that plans a
-write loads this module; the workers that run its tasks and commit it do not.
-"""
+Each binds the sink id (and lease), then runs the shared steps (:func:`_recover`); a failed
+plan leaves nothing behind. Only the worker that plans a write loads this module."""
 
 from __future__ import annotations
 
@@ -59,8 +53,7 @@ W = TypeVar("W", bound=WriterCore)
 
 
 class SourceToPlan(Protocol):
-    """What the planner reads of the data source whose write it plans
-    (:class:`twopc.spark._spark.TwoPhaseCommitDataSource`, which imports this module when it plans)."""
+    """What the planner reads of the data source whose write it plans."""
 
     @property
     def options(self) -> MutableMapping[str, str]: ...
@@ -79,10 +72,8 @@ class SourceToPlan(Protocol):
 
 
 def plan(source: SourceToPlan, kind: type[W], schema: StructType, overwrite: bool, *, plan_time: bool) -> W:
-    """The writer of *kind* for the write *source* plans for *schema*: its sink built from the
-    options, configured, and the write planned where its decisions are kept (*plan_time*: the
-    plan-time instance; an unpickled copy, as a streaming query's committing process builds,
-    recovers nothing)."""
+    """The writer of *kind* for *source*'s write of *schema*: the sink built, configured and planned
+    (*plan_time*: the plan-time instance; an unpickled copy recovers nothing)."""
     streaming = issubclass(kind, DataSourceStreamArrowWriter)
     options = with_checkpoint(source.options, streaming=streaming,
                               session_root=source.session_root() if streaming else None)
@@ -104,8 +95,7 @@ def plan(source: SourceToPlan, kind: type[W], schema: StructType, overwrite: boo
 
 
 def _with_session_options(source: SourceToPlan, options: dict[str, str]) -> dict[str, str]:
-    """*options* with the session's defaults, the sink's ``__session_options__`` pinned to
-    what the write's checkpoint recorded (:func:`~twopc.spark._session_options.with_session_defaults`)."""
+    """*options* with the session's defaults, pinned to what the checkpoint recorded."""
     names = source.sink_class.__session_options__
     if not names:
         return options
@@ -117,9 +107,8 @@ def _with_session_options(source: SourceToPlan, options: dict[str, str]) -> dict
 
 @dataclass(frozen=True)
 class Write:
-    """One write to plan: its *options* with the checkpoint resolved and the session's
-    defaults, the ones Spark *given*; not *plan_time* in the process that commits a
-    micro-batch, which recovers nothing (that would roll back the batch it commits)."""
+    """One write to plan: *options* resolved, *given* as Spark gave them; not *plan_time* in the
+    process committing a micro-batch, which recovers nothing (it would roll back its batch)."""
 
     sink: AnySink
     options: Mapping[str, str]
@@ -133,7 +122,7 @@ class Write:
 
 @dataclass(frozen=True)
 class Plan:
-    """What a write's writer is built from (see :class:`twopc.spark._writer.WriterCore`)."""
+    """What a write's writer is built from."""
 
     sink_id: str
     runtime: RuntimeOptions
@@ -145,28 +134,25 @@ class Plan:
 
 
 def _decides_itself(sink: AnySink) -> bool:
-    """Whether *sink* commits this write's batches in one local transaction that decides by
-    itself (:attr:`CommitShape.LOCAL_TRANSACTION`): then a batch write needs no durable ledger."""
+    """Whether *sink* commits a batch in one local transaction (no durable ledger needed)."""
     return capability(sink, BatchCommit).commit_shape() is CommitShape.LOCAL_TRANSACTION
 
 
 def _named(options: Mapping[str, str]) -> bool:
-    """A named write (txnAppId) keeps its decisions in the target's ledger whatever its commit
-    mode: a rerun may commit another way (the first run created the table, the rerun finds
-    it) and must find what the first run committed in the same place."""
+    """Whether the write is named (``txnAppId``): its decisions stay in the target's ledger whatever
+    its commit mode, where a rerun that commits another way finds them."""
     return bool(option(options, "sinkId") or option(options, "txnAppId"))
 
 
 def start_agent_early(sink: AnySink, options: Mapping[str, str], *, overwrite: bool) -> None:
-    """Start the driver's agent (which holds the leases) when a batch write without a
-    checkpoint will likely keep its ledger in the target: it starts while the sink validates.
-    (An overwrite commits in one local transaction in the sinks that take it.)"""
+    """Start the driver's agent while the sink validates, when a checkpoint-less batch write will
+    likely keep its ledger in the target."""
     if isinstance(sink, LedgerHost) and (_named(options) or (not overwrite and not _decides_itself(sink))):
         DriverAgent().start()
 
 
 def plan_write(write: Write) -> Plan:
-    """Plan *write* where its decisions are kept (see the module docstring)."""
+    """Plan *write* where its decisions are kept."""
     sink = write.sink
     if write.streaming or option(write.options, "checkpointLocation") or not write.plan_time:
         return in_checkpoint(write)
@@ -203,7 +189,7 @@ def in_checkpoint(write: Write) -> Plan:
 
 
 def in_target(write: Write, target: TargetLedger) -> Plan:
-    """A ledger in the target's ledger table (the switch validated the target already)."""
+    """A ledger in the target's table (already validated)."""
     runtime = dataclasses.replace(RuntimeOptions.parse(write.options, streaming=False,
                                                        ephemeral_location=target.location), in_target=True)
     sink_id = runtime.sink_id or ephemeral_sink_id()
@@ -220,8 +206,7 @@ def in_target(write: Write, target: TargetLedger) -> Plan:
 
 
 def in_temp_folder(write: Write, *, validated: bool) -> Plan:
-    """A ledger in a temporary folder on the driver (*validated*: the switch validated the
-    target already)."""
+    """A ledger in a temporary driver folder (*validated*: the target already was)."""
     folder = make_ephemeral_ledger()
     undo = functools.partial(shutil.rmtree, folder, ignore_errors=True)
     try:
@@ -237,8 +222,7 @@ def in_temp_folder(write: Write, *, validated: bool) -> Plan:
 def _recover(write: Write, runtime: RuntimeOptions, ledger: CommitLedger, sink_id: str, *, validated: bool = False,
              identity: str | None = None, instance: str | None = None, claim_id: bool = False,
              lease: Lease | None = None, undo: Callable[[], object] | None = None) -> Plan:
-    """The plan-time steps of every place, in order; on failure *undo* runs (before the sink
-    closes) and the error is raised."""
+    """The plan-time steps of every place in order; on failure *undo* runs before the sink closes."""
     sink = write.sink
     try:
         # another target's checkpoint: touch nothing

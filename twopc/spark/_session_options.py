@@ -1,10 +1,6 @@
-"""Session-wide defaults of writer options: a sink names the options it takes a default for
-(:attr:`TwoPhaseCommitSink.__session_options__`), and :func:`twopc.register` reads each from
-the Spark conf ``spark.twopc.<option>``. The processes that plan a write cannot read the
-session's configuration, so the values travel as a class attribute of the registered data
-source and apply to every write that does not give the option itself. The checkpoint records
-the options a write ran with, so recovery reads the same values.
-"""
+"""Session-wide defaults of writer options: a sink names them (:attr:`TwoPhaseCommitSink.__session_options__`) and
+:func:`twopc.register` reads each from ``spark.twopc.<option>``; they travel as a class attribute of the registered
+data source and apply to writes that do not set the option. Recovery reads the values the checkpoint recorded."""
 
 from __future__ import annotations
 
@@ -30,7 +26,7 @@ T = TypeVar("T", bound=type)
 
 
 def session_option_defaults(spark: SparkSession, names: Iterable[str]) -> dict[str, str]:
-    """The session's defaults of the options *names* (``spark.twopc.<name>`` set, not blank)."""
+    """The session's non-blank ``spark.twopc.<name>`` of each of *names*."""
     out = {}
     for name in names:
         value = spark.conf.get(SESSION_OPTION_PREFIX + name, None)
@@ -40,25 +36,16 @@ def session_option_defaults(spark: SparkSession, names: Iterable[str]) -> dict[s
 
 
 def bind_session_options(data_source: T, defaults: Mapping[str, str]) -> T:
-    """*data_source* itself when *defaults* is empty, else a subclass of it carrying them
-    (a class attribute, so they travel with the class Spark pickles to the processes that
-    plan the write)."""
+    """*data_source*, or a subclass carrying *defaults* as a class attribute (pickled with it)."""
     return subclass_with(data_source, session_defaults=dict(defaults)) if defaults else data_source
 
 
 def with_session_defaults(options: Mapping[str, str], defaults: Mapping[str, str], names: Iterable[str],
                           recorded: Mapping[str, str] | None, checkpoint: str | None) -> dict[str, str]:
-    """*options* with each session default the write does not set itself (keys compared
-    case-insensitively), the options *names* pinned to what the write's checkpoint recorded
-    (*recorded*: its writer options; None when it records none): they say where the sink
-    keeps what recovery reads, so a checkpoint keeps its place. A session default the
-    checkpoint did not record gives way to the recorded value (absent: the sink's default);
-    a value the write sets itself must be the recorded one.
-
-    Raises:
-        ConfigurationError: the write sets one of *names* otherwise than its checkpoint
-            recorded it.
-    """
+    """*options* with each session default the write does not set, and *names* pinned to what the
+    checkpoint recorded (*recorded*; None: nothing): they say where recovery reads. A default the
+    checkpoint did not record gives way; a value the write sets must be the recorded one.
+    Raises ConfigurationError: the write sets one of *names* otherwise than its checkpoint recorded."""
     out = dict(options)
     for name in names:
         given = option(options, name)

@@ -1,12 +1,6 @@
-"""Whether Spark itself can keep a streaming query's checkpoint on S3.
-
-twopc's ledger reaches ``s3://`` through boto3, but Spark writes a query's own checkpoint
-through Hadoop's file systems, and PySpark ships none for S3: ``start()`` fails before any
-twopc code runs (``No FileSystem for scheme "s3"``; ``s3a://``:
-``CANNOT_LOAD_CHECKPOINT_FILE_MANAGER``). :func:`check_checkpoint_location` asks Spark's Hadoop
-configuration beforehand and says what to add; :func:`twopc.register` asks it of the
-session's ``spark.sql.streaming.checkpointLocation``.
-"""
+"""Whether Spark itself can keep a streaming checkpoint on S3: twopc's ledger uses boto3, but Spark
+writes its own checkpoint through Hadoop, and PySpark ships no S3 file system (``start()`` fails:
+``No FileSystem for scheme "s3"``, or ``CANNOT_LOAD_CHECKPOINT_FILE_MANAGER`` for ``s3a://``)."""
 
 from __future__ import annotations
 
@@ -22,9 +16,8 @@ __all__ = ["check_checkpoint_location", "spark_checkpoint_problem"]
 
 
 def spark_checkpoint_problem(spark: SparkSession, location: str) -> str | None:
-    """Why Spark cannot keep a streaming checkpoint at *location* (an S3 URI whose scheme
-    Spark's Hadoop has no file system for), with the fix; ``None`` when it can, when
-    *location* is not on S3, or when the session cannot be asked (Spark Connect)."""
+    """Why Spark's Hadoop has no file system for S3 *location*, with the fix; ``None`` when it has,
+    when *location* is not on S3, or on Spark Connect."""
     scheme, sep, _ = location.partition("://")
     scheme = scheme.lower()
     if not sep or scheme not in _S3_SCHEMES:
@@ -55,14 +48,12 @@ def spark_checkpoint_problem(spark: SparkSession, location: str) -> str | None:
 
 
 def check_checkpoint_location(spark: SparkSession, location: str) -> None:
-    """Check, before ``start()``, that Spark can keep a streaming query's checkpoint at
-    *location* (see the module docstring). A local path, or a session that cannot be asked
-    (Spark Connect), passes.
+    """Check before ``start()`` that Spark can keep a streaming checkpoint at *location* (a local path,
+    or Spark Connect, passes).
 
     Raises:
-        ConfigurationError: *location* is on S3 and Spark has no file system for its
-            scheme; the message names the location and what to add.
-    """
+        ConfigurationError: *location* is on S3 and Spark has no file system for its scheme; the
+            message names what to add."""
     problem = spark_checkpoint_problem(spark, location)
     if problem is not None:
         raise ConfigurationError(problem)

@@ -1,17 +1,12 @@
-"""After ``query.stop()``: abort the micro-batch that Spark stopped without aborting it.
-
-When the interrupt of ``query.stop()`` lands while Spark talks to the Python process that
-commits the batch, the commit is cut short and Spark's abort cannot start either ("failed to
-abort" in Spark's log): the batch's prepared transactions would wait, holding their locks, for
-the next start of the query (the *unaborted-stop window*). :func:`install` (run by
-:func:`twopc.register`) adds a streaming query listener that closes it: when a query writing
-to a twopc data source ends with a micro-batch that Spark's checkpoint does not record as
-committed, it runs the abort Spark could not (:meth:`CommitCoordinator.abort_batch`), acting
-for the driver's JVM (its owner epoch). It needs a classic session (its JVM); elsewhere, and
-wherever this fails, the next start of the query or ``twopc recover`` settles the batch.
-The same listener notes the session's ``spark.sql.streaming.checkpointLocation`` at each
-start of such a query (see :mod:`twopc.spark._checkpoint`).
-"""
+"""After ``query.stop()``: abort the micro-batch Spark stopped without aborting (the
+*unaborted-stop window*: an interrupt that cuts the commit short also keeps Spark's abort from
+starting, so the prepared transactions would hold their locks until the next start).
+:func:`install` (run by :func:`twopc.register`) adds a streaming query listener that, when a
+query writing to a twopc data source ends with a batch its checkpoint does not record
+committed, runs the abort (:meth:`CommitCoordinator.abort_batch`) for the driver's JVM. It
+needs a classic session; elsewhere, and on failure, the next start or ``twopc recover`` settles
+the batch. It also notes the session's ``spark.sql.streaming.checkpointLocation`` at each
+start of such a query (:mod:`twopc.spark._checkpoint`)."""
 
 from __future__ import annotations
 
@@ -54,7 +49,7 @@ _guard = threading.Lock()
 
 
 def _listener(spark: SparkSession) -> _StopListener | None:
-    """The session's listener, added on first use; None for a session without a JVM."""
+    """The session's listener, added on first use; None without a JVM."""
     with _guard:
         listener = _listeners.get(id(spark))
         if listener is None:
@@ -72,14 +67,9 @@ def _listener(spark: SparkSession) -> _StopListener | None:
 
 
 def _remove_listeners() -> None:
-    """At this Python process's exit: take twopc's listeners off their sessions. Spark tells
-    listeners of a run's last progress and of its end asynchronously, and its JVM outlives a
-    driver script that returns right after ``awaitTermination()`` (under ``spark-submit`` it is
-    the parent process, and shuts down after the script); a listener still registered then gets
-    those events through a py4j callback to a Python process that is gone, and Spark logs each
-    as an ERROR with py4j's stack trace. A call already under way when the listener leaves is
-    waited for (up to :data:`_EXIT_WAIT_MS`), so that this process is still there to answer it.
-    Never raises (a session already stopped has nothing left to tell)."""
+    """At exit, take twopc's listeners off their sessions: Spark's JVM outlives the script and would
+    call a gone Python process (an ERROR with a py4j stack trace per event). A call under way is
+    awaited (up to :data:`_EXIT_WAIT_MS`). Never raises."""
     with _guard:
         listeners = list(_listeners.values())
         _listeners.clear()
@@ -92,8 +82,7 @@ def _remove_listeners() -> None:
 
 
 def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitDataSource]]) -> None:
-    """Add the listener to *spark* (once per session), or tell the one there about
-    *data_sources* (by format name). A session without a JVM (Spark Connect) gets none."""
+    """Add the listener to *spark* once, or tell it about *data_sources*; none without a JVM."""
     if not data_sources:
         return
     listener = _listener(spark)
@@ -103,15 +92,15 @@ def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitD
 
 
 def start_notes(spark: SparkSession) -> str | None:
-    """The folder where the session's listener notes the session's default checkpoint folder
-    at each start of a query (adding the listener if needed); None without a JVM."""
+    """The folder where the listener notes the session's default checkpoint folder at each query
+    start; None without a JVM."""
     listener = _listener(spark)
     return None if listener is None else listener.notes
 
 
 def wait_settled(spark: SparkSession, run_id: str, timeout: float | None = None) -> bool:
-    """Wait until the listener has settled the ended run *run_id* of a query (``query.runId``)
-    on *spark*; True once it has (or has nothing to settle), False on timeout."""
+    """Wait until the listener settled the ended run *run_id*; True once it has (or has nothing to
+    settle), False on timeout."""
     listener = _listeners.get(id(spark))
     event = None if listener is None else listener.known(run_id)
     return True if event is None else event.wait(timeout)  # a run it never saw start is none of its business
@@ -123,11 +112,9 @@ class _Run:
 
     query_id: str
     run_id: str
-    execution: Any
-    """Spark's ``StreamExecution`` of the run (a py4j object)."""
+    execution: Any  # Spark's StreamExecution (py4j)
     source: type[TwoPhaseCommitDataSource]
-    root: str | None = None
-    """The session's default checkpoint folder when the run started."""
+    root: str | None = None  # the session's default checkpoint folder when the run started
     options: dict[str, str] | None = None
 
 
@@ -156,10 +143,8 @@ class _StopListener(StreamingQueryListener):
             return self._locks.setdefault(query_id, threading.Lock())
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
-        """Called synchronously, before the run plans a batch: settle an earlier run of the same
-        query that ended but is not settled yet (a restart right after a stop), then note this
-        run if it writes to a twopc data source, with the session's default checkpoint folder
-        now (for its writer, :func:`~twopc.spark._checkpoint.note_session_root`)."""
+        """Before the run plans a batch: settle an unsettled earlier run of the query, then note this run
+        (and the session's checkpoint folder now) if it writes to a twopc data source."""
         query_id, run_id = str(event.id), str(event.runId)
         with self._lock(query_id):
             for earlier in [r for r in list(self._runs.values()) if r.query_id == query_id]:
@@ -181,8 +166,7 @@ class _StopListener(StreamingQueryListener):
                     self._runs[run_id] = run
 
     def _note_root(self, run: _Run, name: str | None) -> None:
-        """Note the session's default checkpoint folder for the writer of *run* (never raises:
-        without the note the writer uses the folder the session named at registration)."""
+        """Note the session's checkpoint folder for *run*'s writer (never raises)."""
         try:
             run.root = session_checkpoint_root(self._spark)
             note_session_root(self.notes, name, run.root)
@@ -192,11 +176,8 @@ class _StopListener(StreamingQueryListener):
                         SESSION_CHECKPOINT_CONF, run.query_id, run.run_id, exc_info=True)
 
     def _end_earlier_runs(self, run: _Run) -> None:
-        """Record in the query's ledger that this driver's earlier runs of it are over, so that
-        this run takes the checkpoint over even if ``twopc recover`` ran while the query was
-        down (see :mod:`twopc.ledger._fencing_epochs`). Never raises: without the record, a run that
-        finds its driver displaced stops once with :class:`~twopc.FencedError`, and its restart
-        takes over."""
+        """Record this driver's earlier runs over in the ledger, so this run takes over even after a
+        ``twopc recover``. Never raises (without it the run stops once with :class:`~twopc.FencedError`)."""
         try:
             location = str(run.execution.resolvedCheckpointRoot())
             if ledger_exists(ledger_store(location)):
@@ -211,8 +192,7 @@ class _StopListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
-        """Read the run's writer options now (Spark's objects are still at hand), settle in a
-        thread of its own (the wait for tasks must not hold up Spark's listener bus)."""
+        """Read the writer options while Spark's objects are there; settle in a thread (not on the bus)."""
         run = self._runs.get(str(event.runId))
         if run is None:
             return
@@ -242,8 +222,7 @@ class _StopListener(StreamingQueryListener):
         return None if source is None else _Run(query_id, run_id, execution, source)
 
     def _options(self, run: _Run) -> dict[str, str] | None:
-        """The run's writer options as Spark gives them to the writer, or None when the run
-        planned no batch (it wrote nothing)."""
+        """The run's writer options as the writer gets them, or None when it planned no batch."""
         execution = run.execution
         if execution.lastExecution() is None:
             return None
@@ -281,15 +260,10 @@ class _StopListener(StreamingQueryListener):
 
 def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity, *,
                    session_root: str | None = None) -> BatchResult | None:
-    """Abort the micro-batch of *data_source*'s query that Spark's checkpoint holds as planned
-    but not committed (its latest ``offsets/<n>`` without ``commits/<n>``), acting for the
-    driver *driver* (its owner epoch); None when there is no such batch, the ledger is not
-    there, or another driver owns it. *session_root*: the session's default checkpoint
-    folder when the query started (default: the one the data source was registered with).
-
-    Raises:
-        TwoPCError: the ledger or the target failed.
-    """
+    """Abort the micro-batch of *data_source*'s query that Spark's checkpoint holds planned but not
+    committed, acting for *driver*; None when there is none, no ledger, or another driver owns it.
+    *session_root*: the session's checkpoint folder at the query's start.
+    Raises TwoPCError: the ledger or the target failed."""
     options = with_checkpoint(data_source.options, streaming=True,
                               session_root=session_root or data_source.session_checkpoint_root)
     location = option(options, "checkpointLocation")
@@ -313,7 +287,7 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
 
 
 def _unfinished_batch(location: str) -> int | None:
-    """The latest batch in Spark's offset log at *location* if its commit log lacks it."""
+    """The latest batch of the offset log at *location* if the commit log lacks it."""
     spark_log = open_store(location)
     planned = [int(n) for n in spark_log.list("offsets") if n.isdigit()]
     if not planned:

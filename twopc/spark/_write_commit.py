@@ -1,7 +1,5 @@
-"""The commit or abort of a planned write, in the worker that commits it (Spark's commit
-process): the coordinator under the owner epoch the write was planned under, what the
-operator sees of the batch, and the write's lease and temporary ledger let go. A task's worker
-never loads this module (the writer imports it when it commits)."""
+"""The commit or abort of a planned write in Spark's committing worker: the coordinator under the plan's owner epoch,
+what the operator sees, and the lease and temporary ledger let go. A task's worker never loads it."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ __all__ = ["PlannedWrite", "coordinator_of", "finish", "settle"]
 
 
 class PlannedWrite(Protocol):
-    """A planned write, as its writer carries it to the worker that commits
-    (:class:`twopc.spark._writer.WriterCore`, which imports this module when it commits)."""
+    """A planned write as its writer carries it to the committing worker."""
 
     @property
     def sink(self) -> AnySink: ...
@@ -51,14 +48,10 @@ class PlannedWrite(Protocol):
 
 
 def coordinator_of(core: PlannedWrite, messages: Sequence[WriterCommitMessage | None] = ()) -> CommitCoordinator:
-    """The coordinator of this write's commit or abort, under the owner epoch the write was
-    planned under: the writer's own (a batch write's writer is the plan's), else the one
-    its tasks carry (a streaming query's committing process builds its writer anew), else,
-    for a micro-batch no task reported, the driver's if it still owns the ledger.
-
-    Raises:
-        FencedError: another actor owns the ledger now (nothing is touched).
-    """
+    """The coordinator of this commit or abort under the plan's owner epoch: the writer's, else the
+    one its tasks carry (a streaming commit builds its writer anew), else, when no task reported,
+    the driver's if it still owns the ledger.
+    Raises FencedError: another actor owns the ledger now (nothing is touched)."""
     epoch = core.epoch
     if epoch is None:
         epoch = next((m.epoch for m in messages if isinstance(m, TwoPCCommitMessage) and m.epoch is not None),
@@ -76,9 +69,8 @@ def coordinator_of(core: PlannedWrite, messages: Sequence[WriterCommitMessage | 
 
 def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessage | None],
            batch_id: int) -> BatchResult:
-    """Commit (*stage* ``"commit"``) or abort batch *batch_id* of the write *core*, from its
-    tasks' *messages*; then let its lease and temporary ledger go, and tell the operator (a
-    write with a checkpoint: a temporary one shows nothing, and loads nothing to show it)."""
+    """Commit (*stage* ``"commit"``) or abort *batch_id* from its tasks' *messages*; then let the lease
+    and temporary ledger go and tell the operator (a temporary-ledger write shows nothing)."""
     coord = coordinator_of(core, messages)
     shown = not core.runtime.ephemeral
     if shown:
@@ -110,8 +102,7 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
 
 
 def settle(core: PlannedWrite) -> None:
-    """A write whose ledger is in the target: forget its records when nothing of it is
-    left; release the batch write's lease (never raises)."""
+    """Forget a target-ledger write's records when nothing is left; release a batch write's lease (never raises)."""
     if core.runtime.in_target:
         settle_own(core.sink, core.target(), core.sink_id, core.lease)
     elif core.lease is not None and (target := target_ledger_of(core.sink)) is not None:
@@ -119,10 +110,8 @@ def settle(core: PlannedWrite) -> None:
 
 
 def _forget_ephemeral(core: PlannedWrite, *, committed: bool) -> None:
-    """Delete the temporary ledger of a write without checkpointLocation: its sink
-    commits a batch in one local transaction, so nothing in it is needed afterwards;
-    once the batch *committed*, neither is its marker in the target (the write's sink
-    id is never used again; best effort: see :func:`~twopc._sink.purge_markers_best_effort`)."""
+    """Delete a checkpoint-less write's temporary ledger (one local transaction per batch: nothing in
+    it is needed), and once *committed* its marker too (its sink id is never reused)."""
     if core.runtime.ephemeral and not core.runtime.in_target:
         if committed:
             purge_markers_best_effort(core.sink, core.sink_id, ALL_BATCHES)

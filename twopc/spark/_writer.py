@@ -1,7 +1,6 @@
-"""The Spark writers of a planned write (what every Spark Python worker of the write unpickles):
-a task's write, through the abort fence, on an executor; the commit or abort of the write, in
-the worker that commits (:mod:`twopc.spark._write_commit`, loaded there only). The plan is
-:mod:`twopc.spark._plans`'s, on the driver."""
+"""The Spark writers of a planned write (what every Python worker of the write unpickles): a task's
+write through the abort fence, and the commit or abort (:mod:`twopc.spark._write_commit`, loaded
+only in the committing worker). The plan is :mod:`twopc.spark._plans`'s."""
 
 from __future__ import annotations
 
@@ -40,23 +39,16 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 class WriterCore:
-    """What the batch and the streaming writer are: the protocol's task side (:meth:`write`)
-    and driver side (:meth:`commit`, :meth:`abort`; the work in :mod:`twopc.spark._write_commit`),
-    pickled to the executors and to the streaming commit process as the writer itself."""
+    """The protocol's task side (:meth:`write`) and driver side (:meth:`commit`, :meth:`abort`),
+    pickled to the executors and the streaming commit process."""
 
+    #: a batch write's txnVersion, its one batch's id (None: streaming, from Spark's task property)
     version: int | None = None
-    """The batch write's ``txnVersion``, the id of its one batch (None: a streaming write, whose
-    tasks take the micro-batch id from Spark's task property and whose commits are given it)."""
-
+    #: every abort record when the write was planned (twopc._fence, window 2; None: unknown)
     abort_baseline: frozenset[str] | None = None
-    """Every abort record of the ledger when the write was planned (None: unknown, a task then
-    takes its batch's records when it begins): see :mod:`twopc._fence`, window 2."""
-
+    #: the newest committed batch at planning: a task of a batch at or below it is a replay that
+    #: writes nothing (a table with a unique key would refuse the rows it committed)
     committed_through: int | None = None
-    """The newest batch the ledger held as committed when the write was planned (after the
-    plan's recovery finished any decided one): a task of a batch at or below it is a replay
-    of a committed batch and writes nothing, so a replay never meets the rows it committed
-    (a table with a unique key would refuse them)."""
 
     def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
                  format_name: str = "", epoch: int | None = None, lease: Lease | None = None,
@@ -79,9 +71,7 @@ class WriterCore:
         self._register_handle_kind()
 
     def _register_handle_kind(self) -> None:
-        """Register the sink's handle kind in this process (planning, task or commit
-        worker): a handle class defined in ``__main__`` or a notebook comes by value, and
-        cloudpickle does not run the hook that registers it."""
+        """Register the sink's handle kind here (cloudpickle skips the hook for ``__main__`` classes)."""
         ensure_registered(getattr(type(self.sink), "__handle_type__", TransactionHandle))
 
     # -- executor side ------------------------------------------------------------
@@ -104,9 +94,8 @@ class WriterCore:
 
     def write_partition(self, batches: Iterator[pa.RecordBatch], batch_id: int, partition: int, attempt: int,
                         attempt_number: int = 0) -> TwoPCCommitMessage:
-        """One task attempt's write once its identity is known (what :meth:`write`
-        does after reading Spark's ``TaskContext``): begin, invoke, prepare, with the
-        executor's fault points. ``twopc.testing``'s micro-batch job calls it directly."""
+        """One task attempt once its identity is known: begin, invoke, prepare, with the executor's fault
+        points (``twopc.testing``'s micro-batch job calls it directly)."""
         if self.committed_through is not None and batch_id <= self.committed_through:
             # Spark replays a batch whose commit its own log lacks; twopc committed it (the plan says so)
             log.info("twopc: sink %s batch %s was committed before this replay (partition %s writes nothing)",
@@ -118,7 +107,6 @@ class WriterCore:
 
     def _write_attempt(self, batches: Iterator[pa.RecordBatch], ctx: TransactionContext) -> TwoPCCommitMessage:
         from .._fence import AbortFence  # the task's: the worker that commits never writes through a fence
-
         batch_id, partition, attempt = ctx.batch_id, ctx.partition_id, ctx.attempt_id
         fence = AbortFence.begin(self._ledger_store, self.runtime.checkpoint_location, batch_id,
                                  ephemeral=self.runtime.ephemeral, baseline=self.abort_baseline,
@@ -138,8 +126,7 @@ class WriterCore:
             raise
         try:
             if not fence.end() and message.handle is not None:
-                # a record left behind would make a retry of this partition take this reported transaction for a
-                # dead attempt's and roll it back: this attempt does not report it
+                # a retry would take this transaction for a dead attempt's and roll it back: do not report it
                 _quietly(self.sink.abort, loads_handle(message.handle))
                 raise LedgerError(f"batch {batch_id} of sink {self.sink_id!r}: this task (partition {partition}, "
                                   f"attempt {attempt}) could not remove its running record from the ledger, so it "
@@ -185,15 +172,14 @@ class WriterCore:
         return TwoPCCommitMessage(dumps_handle(handle), rows, partition, attempt, time.time(), self.epoch)
 
     def _ledger_store(self) -> Records:
-        """The store of this write's ledger (in the checkpoint, or in the target), for the
-        task's fence; opened without creating anything."""
+        """The write's ledger store for the task's fence, opened without creating anything."""
         if self.runtime.in_target:
             return self.target().store(self.sink_id)
         return ledger_store(self.runtime.checkpoint_location)
 
     # -- driver side: the worker that commits -------------------------------------------
     def target(self) -> TargetLedger:
-        """The ledger this write keeps in its target (``runtime.in_target``)."""
+        """The ledger this write keeps in its target."""
         target = target_ledger_of(self.sink)
         if target is None:
             raise ProtocolError(f"{self.sink.describe()} kept this write's ledger in the target, and now has none")
@@ -202,9 +188,8 @@ class WriterCore:
     def commit(self, messages: Sequence[WriterCommitMessage | None],
                batchId: int | None = None) -> None:  # noqa: N803 - Spark's parameter name
         """Decide and commit the batch (*batchId*: the micro-batch; a batch write's is :attr:`version`)."""
-        # the coordinator loads in the worker that commits (twopc.spark._write_commit): a task's worker never does
+        # only the committing worker loads the coordinator
         from ._write_commit import finish, settle
-
         configure_worker_logging()
         batch_id = self._batch(batchId)
         if self.skip:
@@ -215,12 +200,9 @@ class WriterCore:
 
     def abort(self, messages: Sequence[WriterCommitMessage | None],
               batchId: int | None = None) -> None:  # noqa: N803 - Spark's parameter name
-        """Roll the failed write back (*batchId* as in :meth:`commit`). Never raises: Spark
-        replaces the error that made it abort with a generic "Writing job failed" when
-        ``abort`` raises, so what cannot be cleaned up now is left for the next start (or
-        ``twopc recover``) with a warning."""
+        """Roll the failed write back. Never raises (Spark would replace the error that made it abort with
+        "Writing job failed"): what is left goes to the next start with a warning."""
         from ._write_commit import finish, settle  # as in commit
-
         configure_worker_logging()
         batch_id = self._batch(batchId)
         if self.skip:

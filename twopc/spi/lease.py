@@ -1,11 +1,9 @@
-"""What a sink that keeps its ledger in its own server needs (the built-in SQL sinks): the
-target ledger and its lease, the sink ids of writes without a checkpoint, and the driver agent
-that holds a driver's leases.
+"""What a sink that keeps its ledger in its own server needs (the built-in SQL sinks): the target ledger and its
+lease, the sink ids of writes without a checkpoint, and the driver agent that holds a driver's leases.
 
-- The target ledger: :class:`TargetLedger`, :class:`Lease`, :class:`TargetRecord`,
-  :func:`open_target_ledger`, :func:`target_ledger_of`, :func:`resolve_abandoned` (settle the
-  writes whose writer died), :func:`check_target`, and :func:`hold_for_prepare` (a sink that
-  prepares outside the runtime holds its sink id's lease).
+- The target ledger: :class:`TargetLedger`, :class:`Lease`, :class:`TargetRecord`, :func:`open_target_ledger`,
+  :func:`target_ledger_of`, :func:`resolve_abandoned` (settle the writes whose writer died), :func:`check_target`,
+  and :func:`hold_for_prepare` (a sink that prepares outside the runtime holds its sink id's lease).
 - Sink ids: :func:`default_sink_id`, :func:`ephemeral_sink_id`, :func:`ephemeral_started`,
   :func:`ephemeral_writer_dead`, :data:`EPHEMERAL_PREFIX`, :func:`checkpoint_label`.
 - The driver process and its agent: :class:`DriverIdentity`, :func:`driver_identity`,
@@ -28,28 +26,10 @@ if TYPE_CHECKING:
     from ..ledger._ledger_records import TargetRecord
     from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
     from ..operations._abandoned import resolve_abandoned
-__all__ = [
-    "EPHEMERAL_PREFIX",
-    "DriverAgent",
-    "DriverIdentity",
-    "Lease",
-    "TargetLedger",
-    "TargetRecord",
-    "ask_agent",
-    "check_target",
-    "checkpoint_label",
-    "default_sink_id",
-    "driver_identity",
-    "ephemeral_sink_id",
-    "ephemeral_started",
-    "ephemeral_writer_dead",
-    "hold_for_prepare",
-    "open_target_ledger",
-    "private_dir",
-    "resolve_abandoned",
-    "start_ticks",
-    "target_ledger_of",
-]
+__all__ = ["EPHEMERAL_PREFIX", "DriverAgent", "DriverIdentity", "Lease", "TargetLedger", "TargetRecord", "ask_agent",
+           "check_target", "checkpoint_label", "default_sink_id", "driver_identity", "ephemeral_sink_id",
+           "ephemeral_started", "ephemeral_writer_dead", "hold_for_prepare", "open_target_ledger", "private_dir",
+           "resolve_abandoned", "start_ticks", "target_ledger_of"]
 
 #: Every name loads on first use (see :mod:`twopc._lazy`): a worker reads the few its sink uses.
 __getattr__, __dir__ = _lazy_exports(__name__, {

@@ -22,19 +22,8 @@ if TYPE_CHECKING:
     from ..operations._metrics_server import LOOPBACK
     from ..operations._recovery import RecoveryPlan, RecoveryReport
 
-__all__ = [
-    "LOOPBACK",
-    "BatchState",
-    "Decision",
-    "MetricsCollector",
-    "RecoveryPlan",
-    "RecoveryReport",
-    "configure_cli_logging",
-    "load_object",
-    "log_event",
-    "open_store",
-    "recover_command",
-]
+__all__ = ["LOOPBACK", "BatchState", "Decision", "MetricsCollector", "RecoveryPlan", "RecoveryReport",
+           "configure_cli_logging", "load_object", "log_event", "open_store", "recover_command"]
 
 #: Every name loads on first use (see :mod:`twopc._lazy`); :class:`MetricsCollector` needs the
 #: Prometheus client, no part of a write, whose every Spark Python worker may import this module.

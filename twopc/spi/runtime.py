@@ -25,27 +25,10 @@ if TYPE_CHECKING:
     from ..spark._commit_message import TwoPCCommitMessage
     from ..spark._composite_source import CompositeDataSourceBase
     from ..spark._writer import TwoPhaseCommitBatchWriter, TwoPhaseCommitStreamWriter
-__all__ = [
-    "RUNTIME_KEYS",
-    "RUNTIME_OPTION_NAMES",
-    "BatchResult",
-    "CommitMetrics",
-    "CommitRetry",
-    "CompositeDataSourceBase",
-    "CompositeHandle",
-    "CompositeSink",
-    "RuntimeOptions",
-    "TwoPCCommitMessage",
-    "TwoPhaseCommitBatchWriter",
-    "TwoPhaseCommitStreamWriter",
-    "decode_handle",
-    "dumps_handle",
-    "encode_handle",
-    "lazy_exports",
-    "loads_handle",
-    "participant_sink_id",
-    "registered_handle_kinds",
-]
+__all__ = ["RUNTIME_KEYS", "RUNTIME_OPTION_NAMES", "BatchResult", "CommitMetrics", "CommitRetry",
+           "CompositeDataSourceBase", "CompositeHandle", "CompositeSink", "RuntimeOptions", "TwoPCCommitMessage",
+           "TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter", "decode_handle", "dumps_handle", "encode_handle",
+           "lazy_exports", "loads_handle", "participant_sink_id", "registered_handle_kinds"]
 
 #: Every name loads on first use (see :mod:`twopc._lazy`): a worker reads the few it runs.
 __getattr__, __dir__ = lazy_exports(__name__, {

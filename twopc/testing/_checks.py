@@ -1,9 +1,8 @@
 """The protocol checks: what :class:`twopc.TwoPhaseCommitSink` promises, one check each.
 
-Every check builds its sink with :meth:`SinkHarness.new_sink`, writes rows of ids no
-other check uses, drives the sink the way the coordinator does (``commit_all`` first,
-else ``commit`` per handle), reads the target back with ``read_ids``, and ends by
-verifying that nothing of its sink ids is left prepared. A check passes or raises
+Every check builds its sink with :meth:`SinkHarness.new_sink`, writes rows of ids no other check uses, drives the
+sink the way the coordinator does (``commit_all`` first, else ``commit`` per handle), reads the target back with
+``read_ids``, and ends by verifying that nothing of its sink ids is left prepared. A check passes or raises
 :class:`ContractViolation` naming what broke.
 """
 
@@ -21,29 +20,18 @@ from .._sink import CommitOutcome
 from ._harness import HarnessError, SinkHarness
 from ._run import CheckRun, few
 
-__all__ = [
-    "PROTOCOL_CHECKS",
-    "check_a_wrong_credential_never_shows_in_errors",
-    "check_abort_after_commit_is_refused",
-    "check_abort_is_idempotent",
-    "check_commit_is_idempotent",
-    "check_committable_from_a_restarted_driver",
-    "check_handle_round_trips_without_credentials",
-    "check_invisible_until_commit_then_exactly_once",
-    "check_list_prepared_finds_exactly_the_prepared",
-    "check_never_prepared_is_lost",
-    "check_rollback_leaves_nothing",
-    "check_rolled_back_is_lost",
-    "check_sink_pickles_after_use",
-]
+__all__ = ["PROTOCOL_CHECKS", "check_a_wrong_credential_never_shows_in_errors", "check_abort_after_commit_is_refused",
+           "check_abort_is_idempotent", "check_commit_is_idempotent", "check_committable_from_a_restarted_driver",
+           "check_handle_round_trips_without_credentials", "check_invisible_until_commit_then_exactly_once",
+           "check_list_prepared_finds_exactly_the_prepared", "check_never_prepared_is_lost",
+           "check_rollback_leaves_nothing", "check_rolled_back_is_lost", "check_sink_pickles_after_use"]
 
 COMMITTED, ALREADY, LOST = CommitOutcome.COMMITTED, CommitOutcome.ALREADY_COMMITTED, CommitOutcome.LOST
 
 
 def check_invisible_until_commit_then_exactly_once(harness: SinkHarness) -> None:
-    """Guarantees: rows of prepared transactions are invisible; one commit of the batch
-    makes every row visible exactly once, whether it came through ``invoke_batch`` or
-    ``invoke`` (the per-row path)."""
+    """Guarantees: rows of prepared transactions are invisible; one commit of the batch makes every row visible
+    exactly once, whether it came through ``invoke_batch`` or ``invoke`` (the per-row path)."""
     with CheckRun(harness, "invisible_until_commit_then_exactly_once") as run:
         sid = run.sink_id()
         a, b = run.ids(5), run.ids(5)
@@ -55,9 +43,8 @@ def check_invisible_until_commit_then_exactly_once(harness: SinkHarness) -> None
 
 
 def check_commit_is_idempotent(harness: SinkHarness) -> None:
-    """Guarantees: committing a committed transaction again (``commit``,
-    ``recover_and_commit``, a handle read back from its envelope, a restarted driver)
-    answers ``ALREADY_COMMITTED`` and changes nothing."""
+    """Guarantees: committing a committed transaction again (``commit``, ``recover_and_commit``, a handle read back
+    from its envelope, a restarted driver) answers ``ALREADY_COMMITTED`` and changes nothing."""
     with CheckRun(harness, "commit_is_idempotent") as run:
         sid = run.sink_id()
         ids = run.ids(5)
@@ -73,9 +60,8 @@ def check_commit_is_idempotent(harness: SinkHarness) -> None:
 
 
 def check_committable_from_a_restarted_driver(harness: SinkHarness) -> None:
-    """Guarantees: a prepared transaction survives closing the sink that prepared it and
-    is committed by a sink built from the options alone, with the handle read back from
-    its envelope (what a restarted driver has)."""
+    """Guarantees: a prepared transaction survives closing the sink that prepared it and is committed by a sink built
+    from the options alone, with the handle read back from its envelope (what a restarted driver has)."""
     with CheckRun(harness, "committable_from_a_restarted_driver") as run:
         sid = run.sink_id()
         ids = run.ids(5)
@@ -89,9 +75,8 @@ def check_committable_from_a_restarted_driver(harness: SinkHarness) -> None:
 
 
 def check_rolled_back_is_lost(harness: SinkHarness) -> None:
-    """Guarantees: committing a transaction that was rolled back answers ``LOST`` (or
-    raises ``TransactionLostError``) and makes nothing visible: lost data is never
-    reported as committed."""
+    """Guarantees: committing a transaction that was rolled back answers ``LOST`` (or raises
+    ``TransactionLostError``) and makes nothing visible: lost data is never reported as committed."""
     with CheckRun(harness, "rolled_back_is_lost") as run:
         sid = run.sink_id()
         h = run.prepare(sid, 0, 0, run.ids(5))
@@ -146,12 +131,10 @@ def check_abort_is_idempotent(harness: SinkHarness) -> None:
 
 
 def check_abort_after_commit_is_refused(harness: SinkHarness) -> None:
-    """Guarantees: ``abort`` of a committed transaction (by the sink that committed it or a
-    restarted driver's) raises
-    ``ProtocolError`` and undoes nothing. A sink that commits whole batches in one local
-    transaction (``CommitShape.LOCAL_TRANSACTION``) cannot tell a committed attempt from an
-    uncommitted replay of its batch, so it may return quietly instead, but must still
-    undo nothing."""
+    """Guarantees: ``abort`` of a committed transaction (by the sink that committed it or a restarted driver's)
+    raises ``ProtocolError`` and undoes nothing. A sink that commits whole batches in one local transaction
+    (``CommitShape.LOCAL_TRANSACTION``) cannot tell a committed attempt from an uncommitted replay of its batch, so
+    it may return quietly instead, but must still undo nothing."""
     with CheckRun(harness, "abort_after_commit_is_refused") as run:
         sid = run.sink_id()
         ids = run.ids(5)
@@ -175,10 +158,9 @@ def check_abort_after_commit_is_refused(harness: SinkHarness) -> None:
 
 
 def check_list_prepared_finds_exactly_the_prepared(harness: SinkHarness) -> None:
-    """Guarantees: ``list_prepared(sink_id[, batch_id])`` returns exactly the prepared
-    transactions of that sink id (and batch), with their batch, partition and attempt;
-    sink ids that look alike (``k_x`` vs ``kXx``: ``_`` is a LIKE wildcard; ``k_x`` vs
-    ``k_xx``) are kept apart; a listed handle can be committed and aborted (recovery only
+    """Guarantees: ``list_prepared(sink_id[, batch_id])`` returns exactly the prepared transactions of that sink id
+    (and batch), with their batch, partition and attempt; sink ids that look alike (``k_x`` vs ``kXx``: ``_`` is a
+    LIKE wildcard; ``k_x`` vs ``k_xx``) are kept apart; a listed handle can be committed and aborted (recovery only
     has those); other sinks' transactions are untouched."""
     with CheckRun(harness, "list_prepared_finds_exactly_the_prepared") as run:
         u = uuid.uuid4().hex[:10]
@@ -188,13 +170,11 @@ def check_list_prepared_finds_exactly_the_prepared(harness: SinkHarness) -> None
         a11 = run.prepare(a, 1, 1, run.ids(2))
         a20 = run.prepare(a, 2, 0, keep)
         other = [run.prepare(look_alike, 1, 0, run.ids(2)), run.prepare(longer, 1, 0, run.ids(2))]
-
         def expect(sid: str, batch: int | None, want: set[str]) -> None:
             got = set(run.listed(sid, batch))
             if got != want:
                 run.fail(f"list_prepared({sid!r}{'' if batch is None else f', {batch}'}) returned {few(got)}, "
                          f"expected {few(want)}")
-
         expect(a, None, {a10.txn_id, a11.txn_id, a20.txn_id})
         expect(a, 1, {a10.txn_id, a11.txn_id})
         expect(a, 2, {a20.txn_id})
@@ -281,7 +261,6 @@ def check_sink_pickles_after_use(harness: SinkHarness) -> None:
 
 def _picklers() -> list[tuple[str, Callable[[object], bytes]]]:
     from pyspark import cloudpickle
-
     return [("pickle", pickle.dumps), ("cloudpickle", cloudpickle.dumps)]
 
 
@@ -305,10 +284,9 @@ def check_rollback_leaves_nothing(harness: SinkHarness) -> None:
 
 
 def check_a_wrong_credential_never_shows_in_errors(harness: SinkHarness) -> None:
-    """Guarantees: with every credential of the options replaced by a wrong one, whatever
-    error building, validating or using the sink raises (and every exception it chains)
-    shows neither the wrong credential nor the right one. A target that accepts the wrong
-    credential (no authentication) raises nothing, and there is nothing to show."""
+    """Guarantees: with every credential of the options replaced by a wrong one, whatever error building, validating
+    or using the sink raises (and every exception it chains) shows neither the wrong credential nor the right one. A
+    target that accepts the wrong credential (no authentication) raises nothing, and there is nothing to show."""
     with CheckRun(harness, "a_wrong_credential_never_shows_in_errors") as run:
         sid = run.sink_id()
         if not run.secrets:

@@ -1,6 +1,5 @@
-"""The coordinator checks: :class:`twopc.CommitCoordinator` and
-:class:`twopc.RecoveryCoordinator` driving the sink, with the driver dying (an in-process
-``raise`` fault) at each of its protocol edges."""
+"""The coordinator checks: :class:`twopc.CommitCoordinator` and :class:`twopc.RecoveryCoordinator` driving the sink,
+with the driver dying (an in-process ``raise`` fault) at each of its protocol edges."""
 
 from __future__ import annotations
 
@@ -20,13 +19,8 @@ from ..operations._recovery import RecoveryCoordinator
 from ._harness import SinkHarness
 from ._run import CheckRun, few
 
-__all__ = [
-    "COORDINATOR_CHECKS",
-    "DRIVER_CRASH_POINTS",
-    "check_coordinator_commits_sweeps_and_ignores_replays",
-    "check_driver_crash_then_recovery_is_exactly_once",
-    "check_lost_transaction_is_loud",
-]
+__all__ = ["COORDINATOR_CHECKS", "DRIVER_CRASH_POINTS", "check_coordinator_commits_sweeps_and_ignores_replays",
+           "check_driver_crash_then_recovery_is_exactly_once", "check_lost_transaction_is_loud"]
 
 #: Where :func:`check_driver_crash_then_recovery_is_exactly_once` kills the driver.
 DRIVER_CRASH_POINTS = ("before_decision", "after_decision", "between_commits", "after_commit", "after_mark",
@@ -34,10 +28,9 @@ DRIVER_CRASH_POINTS = ("before_decision", "after_decision", "between_commits", "
 
 
 def check_coordinator_commits_sweeps_and_ignores_replays(harness: SinkHarness) -> None:
-    """Guarantees, with the real coordinator: a batch commits exactly once and an attempt
-    whose handle never reached the driver (a failed or speculative task) is rolled back;
-    Spark's replay of a committed batch is ignored; an aborted batch (``None`` for the
-    failed task) leaves nothing, its failed attempt included; another sink id's
+    """Guarantees, with the real coordinator: a batch commits exactly once and an attempt whose handle never reached
+    the driver (a failed or speculative task) is rolled back; Spark's replay of a committed batch is ignored; an
+    aborted batch (``None`` for the failed task) leaves nothing, its failed attempt included; another sink id's
     transactions are untouched."""
     with tempfile.TemporaryDirectory(prefix="twopc-kit-") as tmp, \
             CheckRun(harness, "coordinator_commits_sweeps_and_ignores_replays") as run:
@@ -74,14 +67,12 @@ def check_coordinator_commits_sweeps_and_ignores_replays(harness: SinkHarness) -
 
 
 def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point: str) -> None:
-    """Guarantees: the driver dying at *point* while committing a batch (with an orphaned
-    attempt beside it), then a restart (recovery from the ledger, with a sink built from
-    the options alone), then Spark's replay of the batch partitioned differently, leaves
-    every row visible exactly once, nothing prepared and nothing pending. Recovery shows
-    nothing before the decision and the whole batch after it, never a part.
-    ``during_recovery`` crashes at ``after_decision`` and again inside the restart's
-    recovery. A point the sink's commit path never reaches (``between_commits`` and
-    ``after_commit`` for sinks that commit a batch atomically, ``between_commits`` for sinks
+    """Guarantees: the driver dying at *point* while committing a batch (with an orphaned attempt beside it), then a
+    restart (recovery from the ledger, with a sink built from the options alone), then Spark's replay of the batch
+    partitioned differently, leaves every row visible exactly once, nothing prepared and nothing pending. Recovery
+    shows nothing before the decision and the whole batch after it, never a part. ``during_recovery`` crashes at
+    ``after_decision`` and again inside the restart's recovery. A point the sink's commit path never reaches
+    (``between_commits`` and ``after_commit`` for sinks that commit a batch atomically, ``between_commits`` for sinks
     that commit a decided batch in one call) is a crash after the batch committed."""
     if point not in DRIVER_CRASH_POINTS:
         raise ValueError(f"point must be one of {DRIVER_CRASH_POINTS}, got {point!r}")
@@ -94,7 +85,6 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
         handles = [run.prepare(sid, 0, p, ids) for p, ids in enumerate(parts)]
         run.prepare(sid, 0, 1, run.ids(2))  # an attempt that never reached the driver
         crash_at = "after_decision" if point == "during_recovery" else point
-
         def driver(what: str, step: Callable[[], object], fault: str | None = None) -> None:
             try:
                 with faultinject.armed(fault, os.path.join(tmp, f"faults-{what}")) if fault else nullcontext():
@@ -104,7 +94,6 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
             except TransactionLostError as exc:
                 run.fail(f"{what} raised TransactionLostError (crash at {point}): transactions the sink had "
                          f"prepared or committed were reported lost: {exc}")
-
         driver("the first commit", lambda: CommitCoordinator(run.sink, CommitLedger(ck), sid).commit_batch(
             0, handles), f"{crash_at}@batch=0:raise")
         restarted = run.new_sink()
@@ -129,10 +118,9 @@ def check_driver_crash_then_recovery_is_exactly_once(harness: SinkHarness, point
 
 
 def check_lost_transaction_is_loud(harness: SinkHarness) -> None:
-    """Guarantees: when a transaction of a batch is rolled back behind the coordinator's
-    back (an operator, a server that lost it), committing the batch raises
-    ``TransactionLostError``, the batch is never marked committed, and if the decision was
-    recorded, every later recovery raises again."""
+    """Guarantees: when a transaction of a batch is rolled back behind the coordinator's back (an operator, a server
+    that lost it), committing the batch raises ``TransactionLostError``, the batch is never marked committed, and if
+    the decision was recorded, every later recovery raises again."""
     with tempfile.TemporaryDirectory(prefix="twopc-kit-") as tmp, \
             CheckRun(harness, "lost_transaction_is_loud") as run:
         sid = run.sink_id()

@@ -1,6 +1,5 @@
-"""The crash matrix: a streaming query into the sink, in a subprocess
-(``python -m twopc.testing.job``), SIGKILLed at every fault point and restarted from its
-checkpoint until its input is done; then exactly-once is verified."""
+"""The crash matrix: a streaming query into the sink in a subprocess (``python -m twopc.testing.job``), SIGKILLed at
+every fault point and restarted until its input is done, then checked for exactly-once."""
 
 from __future__ import annotations
 
@@ -33,15 +32,14 @@ __all__ = ["DEFAULT_SPARK_CONF", "EXECUTOR_POINTS", "CrashMatrixResult", "Fault"
 
 CHECK = "crash_matrix"
 
-#: The fault points of the commit path that fire in an executor's Python worker (the rest
-#: fire in the driver).
+#: The fault points that fire in an executor's Python worker (the rest fire in the driver).
 EXECUTOR_POINTS = frozenset({"during_invoke", "before_pre_commit", "after_pre_commit"})
 
 
 @dataclass(frozen=True)
 class Fault:
-    """One rule of the plan: ``crash`` kills the whole job (driver, JVM, Python workers);
-    ``kill`` only the Python worker of one task attempt, which Spark retries."""
+    """One rule of the plan: ``crash`` kills the whole job, ``kill`` one task attempt's Python worker
+    (Spark retries it)."""
 
     point: str
     batch: int | None
@@ -59,17 +57,11 @@ class Fault:
 
 
 def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
-    """Every point of ``twopc.testing.FAULT_POINTS`` the sink's commit path reaches, one crash per
-    micro-batch (so each starts from a clean state), then two task kills sharing the last
-    batch. Nothing may follow the kills: a later micro-batch's (or a restart's) plan-time
-    recovery, not the driver's sweep after the commit, would then remove the killed
-    attempt's orphan. Sinks that commit a batch atomically never reach ``between_commits``
-    and ``after_commit``; their ``during_recovery`` fires in the first restart whose
-    recovery rolls back staged attempts (an executor crash kills the job while another task
-    of the batch may have staged already), while per-transaction sinks crash inside the
-    recovery that finishes the batch decided before the ``after_decision`` crash. Sinks
-    that commit a decided batch in one call (*one_call*, e.g. Redis) never reach
-    ``between_commits`` either, but do reach ``after_commit``."""
+    """One crash per micro-batch at every fault point the sink's commit path reaches, then two task kills sharing the
+    last batch (nothing may follow them: a later plan-time recovery, not the driver's sweep, would remove the killed
+    attempt's orphan). *atomic* sinks never reach ``between_commits`` and ``after_commit``, and their
+    ``during_recovery`` fires in the first restart that rolls back staged attempts; others crash inside the recovery
+    of the batch decided before the ``after_decision`` crash. *one_call* sinks (Redis) skip ``between_commits`` only."""
     commits = [] if atomic else ([] if one_call else ["between_commits"]) + ["after_commit"]
     driver = ["before_decision", "after_decision", *commits]
     points = ["during_invoke", "before_pre_commit", "after_pre_commit", *driver, "after_mark"]
@@ -81,28 +73,22 @@ def crash_plan(*, atomic: bool, one_call: bool = False) -> list[Fault]:
 
 
 def cluster_crash_plan() -> list[Fault]:
-    """The plan for a job on a real cluster (``run_crash_matrix(master=...)``): an executor
-    JVM killed while its task writes (batch 0) and right after its transaction is prepared
-    (batch 1: the prepared attempt becomes an orphan; Spark runs the task again on another
-    executor, and the driver's sweep rolls the orphan back), the driver killed after its
-    decision (batch 2: a new application's recovery finishes the batch before its tasks
-    run), and a Python worker killed after its prepare (batch 3). Four faults, one job
-    restart: every JVM a cluster starts costs seconds."""
+    """The plan on a real cluster (``run_crash_matrix(master=...)``): an executor JVM killed while writing (batch 0)
+    and after preparing (batch 1: its orphan is swept), the driver after its decision (batch 2: the new application
+    finishes it), a Python worker after preparing (batch 3). One job restart: every JVM costs seconds."""
     return [Fault("during_invoke", 0), Fault("after_pre_commit", 1), Fault("after_decision", 2),
             Fault("after_pre_commit", 3, "kill", 0)]
 
 
 def _job_crashes(plan: Sequence[Fault], *, cluster: bool) -> int:
-    """How many of *plan*'s faults kill the whole job: every ``crash``, except, on a
-    cluster, one in an executor (that kills the executor only)."""
+    """How many faults kill the whole job (every ``crash`` but, on a cluster, an executor's)."""
     return sum(f.action == "crash" and not (cluster and f.point in EXECUTOR_POINTS) for f in plan)
 
 
 @dataclass
 class CrashMatrixResult:
-    """What a crash-matrix run did: the chaos report, the sink id, the input ids, the number
-    of micro-batches, the checkpoint (for a caller's own checks), the partitions each run
-    used and the faults each run fired."""
+    """What a run did: the chaos report, sink id, input ids, micro-batches, checkpoint, and each
+    run's partitions and fired faults."""
 
     report: faultinject.ChaosReport
     sink_id: str
@@ -128,7 +114,7 @@ class CrashMatrixResult:
 
 
 def _commit_shape(harness: SinkHarness, probe_id: int) -> tuple[bool, bool]:
-    """Ask the sink how it commits (atomically; in one call): prepare one row, ask, roll it back."""
+    """Whether the sink commits atomically, and in one call: prepare a row, ask, roll back."""
     sink = harness.new_sink()
     try:
         sid = f"kitprobe{os.getpid()}{int(time.time() * 1000) % 10**8}"
@@ -146,8 +132,7 @@ def _commit_shape(harness: SinkHarness, probe_id: int) -> tuple[bool, bool]:
 
 
 def _write_input(folder: Path, harness: SinkHarness, files: int, rows: int, base: int) -> list[int]:
-    """One Parquet file per micro-batch, modification times one second apart (Spark's
-    file source takes the oldest first)."""
+    """One Parquet file per micro-batch, modification times a second apart (oldest read first)."""
     folder.mkdir(parents=True)
     ids: list[int] = []
     start = time.time() - files
@@ -162,8 +147,7 @@ def _write_input(folder: Path, harness: SinkHarness, files: int, rows: int, base
 
 
 def _python_path() -> str:
-    """``sys.path`` entries outside the interpreter's own folders, so the job and Spark's
-    Python workers import what the test process imports (a sink in a test module too)."""
+    """``sys.path`` outside the interpreter's own folders, for the job and Spark's workers."""
     own = {os.path.realpath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
            if (p := sysconfig.get_paths().get(k))}
     extra: list[str] = []
@@ -178,11 +162,9 @@ def _python_path() -> str:
 def run_job(harness: SinkHarness, work: Path, module: str, plan: str | faultinject.FaultPlan, *, env: Mapping[str, str],
             partitions: Sequence[int], tail_lines: int, extra: Mapping[str, Any],
             **run: Any) -> faultinject.ChaosReport:
-    """Run ``python -m <module> <spec>`` under a :class:`twopc.faultinject.ChaosRunner` until done.
-    The job's spec (the sink's options included) is a 0600 file deleted afterwards, never a
-    command line."""
+    """Run ``python -m <module> <spec>`` under a :class:`twopc.faultinject.ChaosRunner` until done; the
+    spec (with the options) is a 0600 file deleted afterwards, never a command line."""
     from pyspark.sql.pandas.types import from_arrow_schema
-
     spec_path = work / "job.json"
     spec = {"sink": harness.sink_path(), "format": harness.format_name, "options": harness.sink_options(),
             "schema": from_arrow_schema(harness.schema).jsonValue(), "input": str(work / "in"),
@@ -202,7 +184,7 @@ def run_job(harness: SinkHarness, work: Path, module: str, plan: str | faultinje
 
 
 def not_exactly_once(harness: SinkHarness, want: set[int], lo: int, hi: int) -> tuple[set[int], set[int], set[int]]:
-    """The ids in ``[lo, hi)`` that *harness* reads back lost, duplicated and never written."""
+    """The ids in ``[lo, hi)`` read back lost, duplicated and never written."""
     seen = Counter(i for i in (int(x) for x in harness.read_ids()) if lo <= i < hi)
     return want - set(seen), {i for i, n in seen.items() if n > 1}, set(seen) - want
 
@@ -216,8 +198,7 @@ def left_prepared(harness: SinkHarness, sink_id: str) -> list[Any]:
         sink.close()
 
 
-#: Spark settings of the job unless the caller gives its own: the C1 JIT only and the serial
-#: GC start a short-lived driver JVM faster (about 2 s of each run's ~18 s on two cores).
+#: The job's default Spark settings: C1 JIT and serial GC start a short-lived JVM ~2 s faster.
 DEFAULT_SPARK_CONF: Mapping[str, str] = {"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
@@ -227,26 +208,17 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
                      spark_conf: Mapping[str, str] | None = None, master: str | None = None) -> CrashMatrixResult:
     """Run the crash matrix for *harness* in *workdir* (an empty folder) and verify it.
 
-    The job streams one input file per micro-batch into the sink's data source, with
-    ``repartition(n)``, *n* cycling through *partitions* from run to run, so every replay
-    after a crash is partitioned differently. Its options reach it in a 0600 file that is
-    deleted afterwards, never on a command line. A job costs about one Spark start per
-    crash plus one. *spark_conf* is added to the job's ``SparkSession`` (default
-    :data:`DEFAULT_SPARK_CONF`), e.g. ``spark.jars`` for a sink that needs a JAR.
-    *master* runs the job on a cluster (``spark://host:port``, e.g.
-    :class:`twopc.faultinject.LocalSparkCluster`) instead of ``local[2,3]``: the sink is pickled
-    to executors in JVMs of their own, and a ``crash`` at one of :data:`EXECUTOR_POINTS`
-    kills the executor, not the job (see :func:`cluster_crash_plan`).
+    The job streams one input file per micro-batch with ``repartition(n)``, *n* cycling through
+    *partitions* per run, so replays are partitioned differently; options reach it in a 0600 file.
+    It costs one Spark start per crash plus one. *spark_conf* adds to the session (default
+    :data:`DEFAULT_SPARK_CONF`), e.g. ``spark.jars``. *master* runs on a cluster
+    (``spark://host:port``, e.g. :class:`twopc.faultinject.LocalSparkCluster`), where a ``crash`` at
+    one of :data:`EXECUTOR_POINTS` kills the executor only (:func:`cluster_crash_plan`).
 
-    Guarantees when it returns: the job completed; every fault of the plan fired, and the
-    job crashed once per ``crash`` fault that kills the job; every input id is visible exactly once;
-    ``list_prepared(sink_id)`` is empty; the ledger has every batch committed and none
-    pending; the harness's ``verify`` passed; no secret of the options is in the
-    checkpoint or the job's stderr.
-
-    Raises:
-        ContractViolation: any of that is not so (the message has the runs' summary).
-    """
+    Guarantees on return: the job completed; every fault fired and each job-killing ``crash`` crashed it once; every
+    input id is visible exactly once; ``list_prepared(sink_id)`` is empty; the ledger has every batch committed;
+    ``verify`` passed; no secret is in the checkpoint or the job's stderr.
+    Raises ContractViolation: any of that is not so (the message has the runs' summary)."""
     work = Path(workdir)
     base = int(time.time() * 1000) % 10**9 * 1000
     if plan is None:
@@ -278,12 +250,10 @@ def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Faul
             varied: bool, crashes: int) -> None:
     __tracebackhide__ = True
     secrets = sorted(harness.secret_strings(), key=len, reverse=True)  # a secret before its parts
-
     def fail(message: str) -> None:
         __tracebackhide__ = True
         text = f"{harness.label}: {message}\n{result.summary()}"
         raise ContractViolation(CHECK, redact(text, secrets))
-
     report = result.report
     for run in report.runs:
         if any(s in run.stderr_tail for s in secrets):

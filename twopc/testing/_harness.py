@@ -18,15 +18,8 @@ from .._sink import TwoPhaseCommitSink, WriteSetup, capability
 from .._xid import Xid
 from ..spark._spark import TwoPhaseCommitDataSource, data_source_for
 
-__all__ = [
-    "DEFAULT_SCHEMA",
-    "ContractViolation",
-    "HarnessError",
-    "SinkHarness",
-    "default_rows",
-    "derive_secrets",
-    "fresh_nonce",
-]
+__all__ = ["DEFAULT_SCHEMA", "ContractViolation", "HarnessError", "SinkHarness", "default_rows", "derive_secrets",
+           "fresh_nonce"]
 
 H = TypeVar("H", bound=TransactionHandle)
 AnySink: TypeAlias = TwoPhaseCommitSink[Any, Any, Any]
@@ -39,10 +32,8 @@ _SECRET_WORDS = ("password", "passwd", "pwd", "secret", "token", "apikey", "api_
 
 
 class ContractViolation(AssertionError):
-    """A sink broke the two-phase-commit contract. ``check`` names the check that found it.
-
-    An ``AssertionError``, so pytest reports it as a failed test, with the message only.
-    """
+    """A sink broke the two-phase-commit contract; ``check`` names the check that found it (an
+    ``AssertionError``: pytest shows the message only)."""
 
     def __init__(self, check: str, message: str) -> None:
         super().__init__(f"[{check}] {message}")
@@ -53,8 +44,8 @@ ContractViolation.__module__ = "twopc.testing"
 
 
 class HarnessError(Exception):
-    """The harness itself is unusable (a class that cannot be imported by path, a txn id
-    the default ``never_prepared`` cannot remake...): fix the harness, not the sink."""
+    """The harness itself is unusable (a class not importable by path, a txn id ``never_prepared``
+    cannot remake...): fix the harness, not the sink."""
 
 
 HarnessError.__module__ = "twopc.testing"
@@ -70,12 +61,9 @@ def default_rows(ids: Sequence[int]) -> pa.RecordBatch:
 
 
 def fresh_nonce(handle: H) -> H:
-    """The default way to make a never-prepared handle: *handle* with its ``txn_id`` re-made
-    with a fresh nonce, in the same :class:`~twopc.Xid` form (canonical or path).
-
-    Raises:
-        HarnessError: the txn id is not an Xid; give the harness ``never_prepared=``.
-    """
+    """*handle* with its :class:`~twopc.Xid` ``txn_id`` re-made with a fresh nonce, in the same form
+    (the default ``never_prepared``).
+    Raises HarnessError: the txn id is not an Xid; give the harness ``never_prepared=``."""
     xid = Xid.parse(handle.txn_id)
     if xid is None:
         raise HarnessError(
@@ -106,10 +94,8 @@ def _url_secrets(value: str) -> set[str]:
 
 
 def derive_secrets(options: Mapping[str, str]) -> list[str]:
-    """The strings of *options* that are credentials: values of options named like a
-    password, secret or token, and passwords inside URLs (``scheme://user:pw@``,
-    ``?password=``), each also URL-quoted. Strings shorter than 4 characters are left out
-    (they would match by accident)."""
+    """The credentials in *options*: values of options named like a password, secret or token, and passwords inside
+    URLs (``scheme://user:pw@``, ``?password=``), each also URL-quoted; strings under 4 characters are left out."""
     found: set[str] = set()
     for key, value in options.items():
         if not isinstance(value, str) or not value:
@@ -133,12 +119,8 @@ def _load(path: str) -> Any:
 
 
 def sink_path(sink: str | type[Any]) -> str:
-    """``module:Class`` of *sink*, checked to import back to the same class: the crash
-    matrix's job and Spark's Python workers are other processes that import it by path.
-
-    Raises:
-        HarnessError: the class lives in ``__main__``, a notebook or a function body.
-    """
+    """``module:Class`` of *sink*, checked to import back to it (other processes import it by path).
+    Raises HarnessError: the class lives in ``__main__``, a notebook or a function body."""
     if isinstance(sink, str):
         _load(sink)
         return sink
@@ -156,8 +138,7 @@ def sink_path(sink: str | type[Any]) -> str:
 
 
 def kit_data_source(obj: type[Any], format_name: str | None) -> type[TwoPhaseCommitDataSource]:
-    """*obj* when it is a data source, else one made for the sink class *obj* (format
-    ``twopc-kit-<class name>`` unless *format_name* says)."""
+    """*obj* if a data source, else one for the sink class (format ``twopc-kit-<class name>`` by default)."""
     if issubclass(obj, TwoPhaseCommitDataSource):
         return obj
     return data_source_for(obj, format_name or f"twopc-kit-{obj.__name__.lower()}")
@@ -168,31 +149,20 @@ class SinkHarness:
     """What the kit needs to know about your sink.
 
     Attributes:
-        sink: your ``TwoPhaseCommitSink`` or ``TwoPhaseCommitDataSource`` subclass, as the
-            class or as ``"package.module:Class"``. It must be importable by that path
-            (the crash matrix runs it in other processes).
-        options: the Spark writer options that configure it, secrets included (the kit keeps
-            them off command lines, logs and messages). ``checkpointLocation``,
-            ``sinkId``, ``txnAppId``, ``txnVersion`` and ``minBatchesToRetain`` are the
-            runtime's and are ignored here.
-        read_ids: reads the target back: the id of every row visible in it, once per time
-            it is visible (a duplicate shows twice). The kit compares it with what it wrote.
+        sink: your ``TwoPhaseCommitSink`` or ``TwoPhaseCommitDataSource`` subclass, or
+            ``"package.module:Class"``; importable by that path (the crash matrix runs it elsewhere).
+        options: the Spark writer options, secrets included (kept off command lines, logs and
+            messages); the runtime's own (``checkpointLocation``, ``sinkId``, ``txnAppId``,
+            ``txnVersion``, ``minBatchesToRetain``) are ignored.
+        read_ids: the id of every row visible in the target, once per time it is visible.
         schema: the DataFrame schema your sink receives.
-        rows: makes a record batch of *schema* for a list of ids (``read_ids`` must find
-            each id once the batch is committed). Keep to types Parquet can hold: the
-            crash matrix writes them as its input files.
-        verify: extra, sink-specific verification, called with every sink id a kit run
-            used once the run is over (e.g. "nothing of it left in pg_prepared_xacts").
-            Raise (``AssertionError`` is fine) to fail the run.
-        never_prepared: returns the handle of a transaction that was never prepared, made
-            from a prepared one (default :func:`fresh_nonce`).
-        secrets: strings that must never appear in a handle, a description, an error
-            message, a log line or the checkpoint (default :func:`derive_secrets` of
-            *options*).
-        format_name: the Spark format name when *sink* is a sink class (default
-            ``twopc-kit-<class name>``); a data source brings its own.
-        name: how reports name this harness.
-    """
+        rows: a record batch of *schema* for a list of ids (types Parquet can hold).
+        verify: sink-specific checks, called with every sink id a run used; raise to fail it.
+        never_prepared: makes a never-prepared handle from a prepared one (default :func:`fresh_nonce`).
+        secrets: strings never to appear in a handle, description, error, log line or checkpoint
+            (default :func:`derive_secrets` of *options*).
+        format_name: the Spark format for a sink class (default ``twopc-kit-<class name>``).
+        name: how reports name this harness."""
 
     sink: str | type[Any]
     options: Mapping[str, str]
@@ -228,7 +198,7 @@ class SinkHarness:
         return obj.sink_class if issubclass(obj, TwoPhaseCommitDataSource) else obj  # type: ignore[no-any-return]  # imported by path: Any
 
     def data_source(self) -> type[TwoPhaseCommitDataSource]:
-        """The Spark data source: the harness's own, or one made with :func:`twopc.data_source_for`."""
+        """The harness's data source, or one made with :func:`twopc.data_source_for`."""
         return kit_data_source(self._target(), self.format_name)
 
     def sink_path(self) -> str:
@@ -240,9 +210,8 @@ class SinkHarness:
         return {k: v for k, v in self.options.items() if k.lower() not in RUNTIME_KEYS}
 
     def new_sink(self) -> AnySink:
-        """A sink built the way the Spark runtime builds one in a fresh process:
-        ``from_options``, ``configure_write`` (streaming append with a checkpoint),
-        ``validate``."""
+        """A sink built as the runtime builds one: ``from_options``, ``configure_write`` (streaming
+        append with a checkpoint), ``validate``."""
         sink = self.sink_class().from_options(self.sink_options())
         capability(sink, WriteSetup).configure_write(self.schema, overwrite=False, streaming=True, checkpointed=True)
         capability(sink, WriteSetup).validate(self.schema)

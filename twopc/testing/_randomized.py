@@ -24,8 +24,7 @@ _KIND = re.compile(r"faultinject: firing \S+ \(([a-z_.]+)\)")
 
 @dataclass
 class ScheduleResult:
-    """What one schedule did and what the model check found (every count 0 and ``hang``
-    false when exactly-once held)."""
+    """What one schedule did and what the model check found (all 0 and no ``hang`` when it held)."""
 
     schedule: Schedule
     seconds: float = 0.0
@@ -57,21 +56,16 @@ def run_schedule(harness: SinkHarness, schedule: Schedule, workdir: str | os.Pat
                  env: Mapping[str, str] | None = None, settle: Callable[[], None] | None = None,
                  rows_per_batch: int = 8, partitions: Sequence[int] = (2, 3),
                  hang_after_s: float = 240.0, coordinator: str | None = None) -> ScheduleResult:
-    """Run *schedule* against *harness*'s sink in *workdir* (an empty folder) and check the
-    model. The job is ``python -m twopc.testing.microjob`` under
-    :class:`twopc.faultinject.ChaosRunner`, restarted after every abnormal end; *env* is added to
-    its environment (a :class:`twopc.faultinject.FaultControl`'s ``env()`` for proxy and server
-    rules); *settle* is called before the check (``FaultControl.settle``: every fault over,
-    every server up). A job still running after *hang_after_s* is killed and reported as a
-    hang (a bound, not a measurement). *coordinator* (``module:Class``) replaces twopc's
-    coordinator in the job: for proving the check catches a broken one.
+    """Run *schedule* against *harness*'s sink in *workdir* (an empty folder) and check the model.
 
-    The model: every input id visible exactly once; nothing of the sink id prepared
-    (``list_prepared``) and the harness's ``verify`` passes (no prepared transaction, no
-    staged rows or keys left); the ledger has every batch committed and nothing pending;
-    the job completed (within its restarts) and did not hang. Never raises for a broken
-    model: the result lists what broke.
-    """
+    The job is ``python -m twopc.testing.microjob`` under :class:`twopc.faultinject.ChaosRunner`,
+    restarted after every abnormal end; *env* adds to its environment (a
+    :class:`twopc.faultinject.FaultControl`'s ``env()``); *settle* runs before the check
+    (``FaultControl.settle``). A job running past *hang_after_s* is killed and reported as a hang.
+    *coordinator* (``module:Class``) replaces twopc's, to prove the check catches a broken one.
+
+    The model: every input id visible exactly once; nothing prepared and ``verify`` passes; every batch committed,
+    nothing pending; the job completed without hanging. Never raises for a broken model: the result lists what broke."""
     work = Path(workdir)
     base = (secrets.randbelow(2**30) + 1) * ID_RANGE  # as CheckRun: no two schedules share a target's ids
     ids = _write_input(work / "in", harness, schedule.batches, rows_per_batch, base)
@@ -129,8 +123,8 @@ def _check_model(harness: SinkHarness, result: ScheduleResult, ids: list[int], b
 
 
 class ChaosTable:
-    """The report of a chaos run: one line of totals per sink and in all (schedules, faults
-    fired by kind, restarts, rows, lost, duplicated, dangling, stale staging, hangs, failed)."""
+    """A chaos run's report: totals per sink and in all (schedules, faults by kind, restarts, rows,
+    lost, duplicated, dangling, stale, hangs, failed)."""
 
     COLUMNS = ("schedules", "restarts", "rows", "lost", "duplicated", "dangling", "stale", "unsettled", "hangs",
                "failed")
@@ -139,8 +133,7 @@ class ChaosTable:
         self.seed = seed
         self.results: list[ScheduleResult] = []
         self.started = time.monotonic()
-        self.note = ""
-        """A line under the title (e.g. that the run stopped at its time budget)."""
+        self.note = ""  # a line under the title
 
     @property
     def failures(self) -> list[ScheduleResult]:

@@ -1,5 +1,4 @@
-"""Run every contract check and report which failed (for scripts, notebooks and the kit's
-own tests of broken sinks)."""
+"""Run every contract check and report which failed (for scripts, notebooks and the kit's own tests of broken sinks)."""
 
 from __future__ import annotations
 

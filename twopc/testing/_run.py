@@ -22,8 +22,7 @@ __all__ = ["CheckRun", "few"]
 
 log = logging.getLogger("twopc.testing")
 
-#: Ids of one check come from a range of this size, chosen at random: checks that share a
-#: target (and repeated runs) never see each other's rows.
+#: Each check takes ids from a random range of this size: checks never see each other's rows.
 ID_RANGE = 10_000
 
 
@@ -34,12 +33,8 @@ def few(values: Iterable[Any], n: int = 6) -> str:
 
 
 class CheckRun:
-    """The state of one check: use as ``with CheckRun(harness, "name") as run:``.
-
-    On a clean exit it verifies that nothing of any sink id the check used is left
-    prepared, then calls the harness's ``verify`` for each; on any exit it rolls back
-    what a failed check left prepared and closes its sinks.
-    """
+    """One check's state (``with CheckRun(harness, "name") as run:``). A clean exit verifies nothing of its sink ids
+    is left prepared and runs the harness's ``verify``; any exit rolls back what is left and closes its sinks."""
 
     def __init__(self, harness: SinkHarness, check: str) -> None:
         self.harness = harness
@@ -54,18 +49,18 @@ class CheckRun:
 
     # -- set-up ----------------------------------------------------------------------
     def new_sink(self) -> AnySink:
-        """A sink built from the harness's options only, as on a restarted driver."""
+        """A sink from the harness's options only, as on a restarted driver."""
         sink = self.harness.new_sink()
         self.sinks.append(sink)
         return sink
 
     def adopt(self, sink: AnySink) -> AnySink:
-        """Close *sink* (e.g. an unpickled copy) with the check's own."""
+        """Close *sink* with the check's own."""
         self.sinks.append(sink)
         return sink
 
     def sink_id(self, sink_id: str | None = None) -> str:
-        """A fresh sink id (or *sink_id*), cleaned up and verified when the check ends."""
+        """A fresh sink id (or *sink_id*), verified when the check ends."""
         sid = sink_id or f"kit{uuid.uuid4().hex[:12]}"
         self.sink_ids.append(sid)
         return sid
@@ -83,8 +78,8 @@ class CheckRun:
 
     def prepare(self, sink_id: str, batch: int, partition: int, ids: Sequence[int], *,
                 sink: AnySink | None = None, by_row: bool = False) -> TransactionHandle:
-        """One task attempt: ``begin_transaction``, the rows of *ids* (``invoke_batch``, or
-        ``invoke`` per row), ``pre_commit``. Checks the handle names its context."""
+        """One task attempt (``invoke_batch``, or ``invoke`` per row *by_row*) prepared; the handle is
+        checked to name its context."""
         __tracebackhide__ = True
         sink = sink or self.sink
         ctx = self.context(sink_id, batch, partition)
@@ -114,9 +109,7 @@ class CheckRun:
     # -- driving the sink like the coordinator does ------------------------------------
     def commit(self, handles: Sequence[TransactionHandle], *, sink: AnySink | None = None,
                recovering: bool = False) -> list[CommitOutcome]:
-        """Commit *handles* (one batch) as the coordinator does: ``commit_all``, else
-        ``commit`` (``recover_and_commit`` when *recovering*) per handle. A
-        ``TransactionLostError`` counts as ``LOST`` for every handle."""
+        """Commit one batch's *handles* as the coordinator does; a ``TransactionLostError`` is ``LOST``."""
         __tracebackhide__ = True
         sink = sink or self.sink
         try:
@@ -141,8 +134,7 @@ class CheckRun:
                       f"expected {want.name}")
 
     def atomic(self, handles: Sequence[TransactionHandle]) -> bool:
-        """Whether the sink commits these handles in one local transaction (then its
-        answers are per batch, not per transaction)."""
+        """Whether the sink commits these handles in one local transaction (answers per batch)."""
         return capability(self.sink, BatchCommit).commit_shape(list(handles)) is CommitShape.LOCAL_TRANSACTION
 
     def listed(self, sink_id: str, batch_id: int | None = None, *, sink: AnySink | None = None
@@ -162,12 +154,12 @@ class CheckRun:
 
     # -- what the target shows -------------------------------------------------------
     def visible(self) -> Counter[int]:
-        """The ids of this check visible in the target, with their counts."""
+        """This check's visible ids, with their counts."""
         lo, hi = self.base, self.base + ID_RANGE
         return Counter(i for i in (int(x) for x in self.harness.read_ids()) if lo <= i < hi)
 
     def expect_visible(self, ids: Iterable[int], when: str) -> None:
-        """Fail unless exactly *ids*, each once, of this check's ids are visible."""
+        """Fail unless exactly *ids*, once each, are visible."""
         __tracebackhide__ = True
         want = Counter(ids)
         got = self.visible()
@@ -185,13 +177,13 @@ class CheckRun:
         raise ContractViolation(self.check, f"{self.harness.label}: {redact(message, self.secrets)}")
 
     def clean(self, text: str, where: str) -> None:
-        """Fail when *text* contains one of the harness's secrets."""
+        """Fail when *text* contains a secret."""
         __tracebackhide__ = True
         if any(s in text for s in self.secrets):
             self.fail(f"{where} contains a credential from the sink's options")
 
     def finish(self) -> None:
-        """Nothing of the check's sink ids left prepared, then the harness's ``verify``."""
+        """Nothing left prepared, then the harness's ``verify``."""
         __tracebackhide__ = True
         for sid in self.sink_ids:
             left = self.listed(sid)
@@ -219,8 +211,7 @@ class CheckRun:
                     sink.close()
 
     def _roll_back_leftovers(self) -> None:
-        """Best effort: a failed check must not leave prepared transactions (they hold locks
-        and slots of max_prepared_transactions) for the next test."""
+        """Best effort: leave no prepared transaction (locks, slots) to the next test."""
         for sid in self.sink_ids:
             try:
                 handles = list(self.sink.list_prepared(sid))

@@ -15,11 +15,7 @@ from ._crash import EXECUTOR_POINTS
 
 __all__ = ["FAULT_KINDS", "Schedule", "ScheduleTarget", "generate_schedule", "shrink_schedule"]
 
-#: Every fault kind a schedule draws from, with its weight: a process crash (the job:
-#: driver, workers) and a worker kill (one process; a task Spark retries, or the driver
-#: alone) are the foundation and drawn most; the server's crash (immediate shutdown or
-#: SIGKILL, then restart), graceful restart and a spell down; the proxy's connection reset,
-#: stall (blackhole, then reset), latency and swallowed reply.
+#: Every fault kind a schedule draws from, with its weight (process crashes and kills most).
 FAULT_KINDS: Mapping[str, int] = {
     "crash": 3, "kill": 2,
     "server.crash": 1, "server.restart": 1, "server.down": 1,
@@ -29,10 +25,9 @@ FAULT_KINDS: Mapping[str, int] = {
 
 @dataclass(frozen=True)
 class ScheduleTarget:
-    """A sink the schedules run against: its name, the name of its server and proxy in the
-    :class:`twopc.faultinject.FaultControl` (``None``: no server, only process faults), the
-    request whose reply ``swallow_reply`` loses (its commit), and the sink's own fault points
-    (declared by its module) that its rules may pick besides the protocol's."""
+    """A sink the schedules run against: its name, its server and proxy in the
+    :class:`twopc.faultinject.FaultControl` (``None``: process faults only), the request whose reply
+    ``swallow_reply`` loses (its commit), and its own fault points."""
 
     name: str
     server: str | None = None
@@ -81,11 +76,9 @@ def _rule(rng: random.Random, kind: str, target: ScheduleTarget, batches: int) -
 
 
 def generate_schedule(seed: int, targets: Sequence[ScheduleTarget]) -> Schedule:
-    """The schedule of *seed*: the sink is ``targets[seed % len(targets)]`` (consecutive seeds
-    cycle through the sinks), 2-3 micro-batches, 1-3 rules, each at a point of
-    ``twopc.testing.FAULT_POINTS`` with a kind of :data:`FAULT_KINDS` (process kinds only for a sink
-    without a server), optionally limited to one batch and partition. Deterministic: the
-    same seed and targets give the same schedule."""
+    """The schedule of *seed*, deterministic: sink ``targets[seed % len(targets)]``, 2-3 micro-batches,
+    1-3 rules at points of ``twopc.testing.FAULT_POINTS`` with kinds of :data:`FAULT_KINDS` (process
+    kinds only without a server), optionally limited to a batch and partition."""
     target = targets[seed % len(targets)]
     rng = random.Random(seed)
     batches = rng.randint(2, 3)
@@ -96,8 +89,7 @@ def generate_schedule(seed: int, targets: Sequence[ScheduleTarget]) -> Schedule:
 
 
 def shrink_schedule(schedule: Schedule, fails: Callable[[Schedule], bool]) -> Schedule:
-    """A minimal schedule that still fails: drop rules one at a time while *fails* says the
-    smaller schedule fails too (each call runs it again), until no rule can go."""
+    """A minimal failing schedule: drop rules one at a time while *fails* (a rerun) says it still fails."""
     current = schedule
     changed = True
     while changed and current.rules:

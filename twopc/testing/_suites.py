@@ -17,11 +17,9 @@ __all__ = ["CrashMatrixTests", "SinkContractTests"]
 
 
 class SinkContractTests:
-    """The protocol and coordinator checks as tests. Subclass it as ``Test...`` and provide
-    a ``harness`` fixture returning a :class:`SinkHarness` on a fresh target (in the class,
-    the module or a ``conftest.py``: the base class defines none, so yours is found
-    wherever pytest looks). Each check's docstring says what it guarantees. No Spark is
-    started; each test takes milliseconds to a second."""
+    """The protocol and coordinator checks as tests: subclass as ``Test...`` and provide a ``harness``
+    fixture returning a :class:`SinkHarness` on a fresh target (anywhere pytest finds it). Each
+    check's docstring says what it guarantees. No Spark; milliseconds to a second each."""
 
     @pytest.mark.parametrize("point", DRIVER_CRASH_POINTS)
     def test_driver_crash_then_recovery_is_exactly_once(self, harness: SinkHarness, point: str) -> None:
@@ -31,7 +29,6 @@ class SinkContractTests:
 def _as_test(check: Callable[[SinkHarness], None]) -> Callable[[SinkContractTests, SinkHarness], None]:
     def test(self: SinkContractTests, harness: SinkHarness) -> None:
         check(harness)
-
     test.__doc__ = check.__doc__
     return test
 
@@ -42,14 +39,9 @@ for _name, _check in {**PROTOCOL_CHECKS, **COORDINATOR_CHECKS}.items():
 
 
 class CrashMatrixTests:
-    """The crash matrix through Spark as one test (see :func:`run_crash_matrix`), with the
-    same ``harness`` fixture: about one Spark start per crash plus one, i.e. 8-10 starts,
-    a few minutes on two cores. Mark your subclass as slow if your suite separates those.
-
-    Class attributes tune it: ``crash_plan`` (default :func:`crash_plan` for the sink),
-    ``rows_per_batch``, ``partitions`` (cycled from run to run), ``run_timeout_s``,
-    ``spark_conf`` (added to the job's ``SparkSession``).
-    """
+    """The crash matrix through Spark as one test (:func:`run_crash_matrix`), with the same ``harness``
+    fixture: 8-10 Spark starts, a few minutes on two cores (mark it slow). Class attributes tune it:
+    ``crash_plan``, ``rows_per_batch``, ``partitions``, ``run_timeout_s``, ``spark_conf``."""
 
     crash_plan: ClassVar[Sequence[Fault] | None] = None
     rows_per_batch: ClassVar[int] = 20

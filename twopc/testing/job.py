@@ -1,20 +1,14 @@
-"""``python -m twopc.testing.job SPEC``: one run of the crash matrix's streaming query.
+"""``python -m twopc.testing.job SPEC``: one run of the crash matrix's streaming query. *SPEC* is the
+0600 JSON file :func:`twopc.testing.run_crash_matrix` writes and deletes (the sink as
+``module:Class``, its options with secrets, schema, folders, partition counts). Each run appends
+``<run> <partitions>`` to the runs file, so each restart repartitions the replay, then streams one
+Parquet file per micro-batch (``availableNow``) into the sink and stops.
 
-*SPEC* is the path of a JSON file that :func:`twopc.testing.run_crash_matrix` writes
-(mode 0600) and deletes afterwards: the sink as ``module:Class``, its options (secrets
-included, which is why they never travel on a command line), the input schema, folders,
-and the partition counts to cycle through. The run appends ``<run> <partitions>`` to the
-spec's runs file, so each restart repartitions the replay differently, then streams one
-Parquet file per micro-batch (``availableNow``) into the sink's data source and stops.
-
-A ``crash`` fault fired in the driver or in any Python worker kills the whole job
+A ``crash`` in the driver or any Python worker kills the whole job
 (:func:`twopc.faultinject.export_crash_group`); :class:`twopc.faultinject.ChaosRunner` restarts it.
-With a ``master`` in the spec (``spark://...``, e.g. :class:`twopc.faultinject.LocalSparkCluster`)
-the executors run in JVMs of their own and get the fault plan through
-``spark.executorEnv.*`` but not the job's crash group: a ``crash`` fired in an executor's
-Python worker kills that executor (the cluster's executors are their own crash group), and
-Spark runs its task again elsewhere.
-"""
+With a ``master`` (``spark://...``, e.g. :class:`twopc.faultinject.LocalSparkCluster`) executors get
+the plan through ``spark.executorEnv.*`` but form their own crash group: a ``crash`` there kills
+that executor and Spark reruns its task elsewhere."""
 
 from __future__ import annotations
 
@@ -54,8 +48,8 @@ def append_line(path: str | os.PathLike[str], line: str) -> None:
 
 
 def read_spec(argv: Sequence[str] | None, module: str) -> dict[str, Any] | None:
-    """The job's spec from its one argument (None after printing the usage), and this
-    process's group made the job's crash group."""
+    """The job's spec from its one argument (None after printing the usage); this process's group
+    becomes the job's crash group."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print(f"usage: python -m {module} SPEC.json", file=sys.stderr)
@@ -77,7 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql.types import StructType
 
     from twopc import CommitLedger
-
     master = spec.get("master") or "local[2,3]"
     builder = (SparkSession.builder.master(master).appName("twopc-kit-crash-matrix")
                .config("spark.ui.enabled", "false")
@@ -94,7 +87,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     from ._harness import _load, kit_data_source
-
     source = kit_data_source(_load(spec["sink"]), spec.get("format"))
     spark.dataSource.register(source)
     ledger = CommitLedger(spec["checkpoint"])

@@ -1,28 +1,16 @@
-"""``python -m twopc.testing.microjob SPEC``: the randomized schedules' job, a streaming
-query's micro-batches through twopc's Spark writer without a JVM.
+"""``python -m twopc.testing.microjob SPEC``: the randomized schedules' job, playing Spark's part
+without a JVM (a restart costs one interpreter start). The data source is built as Spark builds
+it (``streamWriter``: claim, validation, recovery); each micro-batch's Parquet file is split into
+*n* partitions (*n* cycling per run), each written by a forked worker through
+:meth:`twopc.spark._writer.WriterCore.write_partition` (with the executor's fault points),
+retried up to three attempts; the driver calls ``commit`` (``abort`` on failure) and records the
+batch in its own commit log; a restart replays the rest. No scheduler, speculation or JVM: the
+crash matrix (:func:`twopc.testing.run_crash_matrix`) runs the real thing.
 
-It plays Spark's part without a JVM (a restart costs one interpreter start): the sink's data source is built as
-Spark builds it (``streamWriter``: plan-time claim of the checkpoint, validation, recovery),
-each micro-batch's input (one Parquet file each, as the crash matrix writes them) is split
-into *n* partitions (*n* cycling from run to run, so every replay is partitioned
-differently), each partition is written by a task in a forked worker process (the writer
-pickled to it, as Spark ships it) through :meth:`twopc.spark._writer.WriterCore.write_partition` — the code
-Spark's ``write`` runs, with the executor's fault points — a failed or killed task is
-retried (up to three attempts, each with a new attempt id), and the driver calls the
-writer's ``commit(messages, batch)`` (``abort`` when a task fails for good or the commit
-raises), then records the batch in its own commit log, as Spark writes ``commits/<batch>``.
-A restart replays every batch not in that log, with the same input.
-
-What it does not have of Spark: the scheduler, speculation, the JVM; the crash matrix
-(:func:`twopc.testing.run_crash_matrix`) runs the real thing.
-
-*SPEC* (JSON, mode 0600, written by :func:`twopc.testing.run_schedule`): ``sink``
-(``module:Class``), ``format``, ``options`` (secrets included), ``schema`` (Spark JSON),
-``input`` (folder of ``part-NNNNN.parquet``), ``checkpoint``, ``partitions``,
-``runs_file``, optionally ``coordinator`` (``module:Class`` replacing
-:class:`twopc.CommitCoordinator` in this job: how the kit's tests prove the randomized
-suite catches a broken coordinator).
-"""
+*SPEC* (JSON, mode 0600, from :func:`twopc.testing.run_schedule`): ``sink`` (``module:Class``),
+``format``, ``options`` (secrets included), ``schema`` (Spark JSON), ``input``, ``checkpoint``,
+``partitions``, ``runs_file``, optionally ``coordinator`` (``module:Class`` replacing
+:class:`twopc.CommitCoordinator`: how the kit's tests prove the suite catches a broken one)."""
 
 from __future__ import annotations
 
@@ -44,17 +32,15 @@ MAX_ATTEMPTS = 3
 
 def _write(core: Any, path: str, partitions: int, partition: int, batch_id: int, attempt: int,
            number: int) -> Any:
-    """One task attempt in a worker: its share of the batch's rows (round robin), written."""
+    """One task attempt in a worker: its round-robin share of the rows, written."""
     import pyarrow.parquet as pq
-
     table = pq.read_table(path)
     rows = table.take([i for i in range(table.num_rows) if i % partitions == partition])
     return core.write_partition(iter(rows.to_batches()), batch_id, partition, attempt, number)
 
 
 def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: list[int]) -> list[Any]:
-    """Every partition's task, retried up to :data:`MAX_ATTEMPTS` times; ``None`` for a task
-    that failed for good (what Spark hands ``abort``)."""
+    """Every partition's task, retried up to :data:`MAX_ATTEMPTS` times; ``None`` for one that failed for good."""
     messages: dict[int, Any] = {}
     tries = dict.fromkeys(range(partitions), 0)
     todo = list(range(partitions))
@@ -93,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc.spark import _write_commit
 
     from ._harness import _load, kit_data_source
-
     if spec.get("coordinator"):
         _write_commit.CommitCoordinator = _load(spec["coordinator"])  # type: ignore[attr-defined]  # the documented test seam
     run, partitions = _record_run(spec["runs_file"], spec["partitions"])
