@@ -1,29 +1,24 @@
 """Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
 transactions (PostgreSQL, MySQL/MariaDB, SQLite, ...), no two-phase commit needed.
 
-Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`), into
-a durable staging table (on PostgreSQL through the prepared mode's COPY stream) and commits
-that local transaction: its *prepare* (durable, invisible in the target). The driver's
-commit then runs ONE local transaction that
+Each task attempt loads its rows, tagged with its transaction id, into a durable staging table
+and commits that local transaction: its *prepare*. The driver's commit runs ONE local
+transaction that
 
 1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists (a
    replay), deleting the replay's staged rows;
-2. checks that every chosen attempt's staged row count equals its handle's (a staged
-   attempt that vanished makes the commit raise, with nothing written);
-3. runs the write's DDL, if any (``CREATE TABLE``; for overwrite ``TRUNCATE``/``DELETE``
-   or ``DROP`` + ``CREATE``: :meth:`~twopc.sinks.sql._staging_tables.StagingTables.replaced_by`);
+2. checks every chosen attempt's staged row count against its handle's (a vanished attempt
+   makes the commit raise, with nothing written);
+3. runs the write's DDL, if any (:meth:`~twopc.sinks.sql._staging_tables.StagingTables.replaced_by`);
 4. moves the chosen attempts' rows, deletes them from staging and inserts the batch marker.
 
 Readers see the old table or the new one, never a part (overwrite included where DDL is
-transactional: PostgreSQL and SQLite; on MySQL/MariaDB overwrite deletes and inserts,
-keeping the table, and a missing table is created at validation, before any task runs).
-
-Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort`.
-Those of writes without a checkpoint whose driver died (sink ids ``eph-...``) are deleted
-by the next write to the table: at once when it can prove the driver gone
-(:func:`twopc.spi.lease.ephemeral_writer_dead`), else once that write started longer ago
-than ``stagingRetention`` (default 24 h). Deleting them is always safe: a commit that finds
-fewer staged rows than its handles promise writes nothing.
+transactional; on MySQL/MariaDB overwrite deletes and inserts, and a missing table is created
+at validation). Staged rows of attempts not chosen are deleted by :meth:`StagingSink.abort`;
+those of dead writes without a checkpoint (sink ids ``eph-...``) by the next write, at once
+when it proves the driver gone (:func:`twopc.spi.lease.ephemeral_writer_dead`), else after
+``stagingRetention`` (default 24 h). Deleting them is always safe: a commit that finds fewer
+staged rows than its handles promise writes nothing.
 """
 
 from __future__ import annotations
@@ -73,9 +68,8 @@ class _StageTxn:
 
 class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup,
                   BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget):
-    """Exactly-once writes through a staging table and one local commit transaction (the
-executor side here; the driver's side is
-:class:`~twopc.sinks.sql._staging_committer.StagingCommitter`).
+    """Exactly-once writes through a staging table and one local commit transaction (the driver's
+    side is :class:`~twopc.sinks.sql._staging_committer.StagingCommitter`).
 
     Args:
         url: a JDBC URL or a SQLAlchemy URL with credentials (``postgresql+psycopg://``,
@@ -83,10 +77,8 @@ executor side here; the driver's side is
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see
-            :mod:`twopc.sinks.sql.options._jdbc_options`), e.g. ``staging_table``,
-            ``staging_retention`` (age after which staged rows of dead writes without
-            checkpoint are deleted), ``upsert_keys``, ``user``, ``password``.
+        **options: ``twopc-jdbc``'s options as keywords (:mod:`twopc.sinks.sql.options._jdbc_options`),
+            e.g. ``staging_table``, ``staging_retention``, ``upsert_keys``, ``user``, ``password``.
 
     Raises:
         ConfigurationError: an argument is invalid.
@@ -107,8 +99,6 @@ executor side here; the driver's side is
         StagingTables.__init__(sink, options, mode=mode or options.save_mode or "append", batch_table=batch_table)
         return sink
 
-    # -- description ----------------------------------------------------------------------
-
     def describe(self) -> str:
         return (f"{self.dialect_name} {safe_url(self.options.url)} table {self.table.display()} "
                 f"(staging via {self.stage.display()})")
@@ -118,8 +108,7 @@ executor side here; the driver's side is
         return CommitShape.LOCAL_TRANSACTION
 
     def commit_may_be_refused(self) -> str:
-        """Always a reason: the target's constraints (keys, NOT NULL, checks, foreign keys,
-        triggers) see the rows only when the driver moves them, after the decision."""
+        """Always a reason: the target's constraints see the rows only after the decision."""
         return (f"the staging mode checks {self.table.display()}'s constraints (keys, NOT NULL, checks, "
                 f"foreign keys, triggers) only when the driver moves the staged rows into it, after the batch "
                 f"is decided")
@@ -130,9 +119,8 @@ executor side here; the driver's side is
                 f"{self.table.display()} in one local transaction with its batch marker (save mode {self.mode})")
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
-        """Remember the DataFrame schema; Spark's overwrite flag turns ``append`` into
-        ``overwrite``. ``outputMode("complete")`` (overwrite while *streaming*) replaces the
-        table's rows in each micro-batch's commit and keeps the table (:meth:`replaced_by`).
+        """Remember the schema; Spark's overwrite flag turns ``append`` into ``overwrite``
+        (``outputMode("complete")``: each micro-batch's commit replaces the rows).
 
         Raises:
             ConfigurationError: overwrite together with ``saveMode`` errorifexists/ignore.
@@ -145,7 +133,6 @@ executor side here; the driver's side is
         self.schema = schema
         self.streaming = streaming
 
-    # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _StageTxn:
         """Open a local transaction for this attempt's staged rows.
 
@@ -172,8 +159,7 @@ executor side here; the driver's side is
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
-        """Stage an Arrow batch: PostgreSQL COPY (binary when possible) straight from
-        Arrow; elsewhere multi-row ``INSERT`` in chunks of ``batchsize``.
+        """Stage an Arrow batch: the dialect's bulk loader (PostgreSQL COPY), else multi-row ``INSERT``.
 
         Raises:
             ConfigurationError: a string holds a NUL byte.
@@ -196,9 +182,7 @@ executor side here; the driver's side is
             self._stage_failed(txn, exc)
 
     def _stage_failed(self, txn: _StageTxn, exc: Exception) -> NoReturn:
-        """Roll the attempt back and raise: a database error (through SQLAlchemy, or
-        psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
-        anything else (a NUL byte, an interrupt) as it is."""
+        """Roll back and raise: a database error as a credential-free :class:`SinkError`, else as it is."""
         self.rollback(txn)
         if isinstance(exc, SQLAlchemyError) or (txn.copy is not None and isinstance(exc, self.dialect.driver_error)):
             raise self.error(exc, f"stage rows for {self.table.display()}") from None

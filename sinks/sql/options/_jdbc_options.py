@@ -2,9 +2,7 @@
 and ``twopc-postgres``, read once, by :meth:`JdbcOptions.parse`.
 
 Spark's JDBC writer options keep their names and meanings
-(https://spark.apache.org/docs/latest/sql-data-sources-jdbc.html); the URL and driver
-parameters are translated by :func:`twopc.sinks.sql.options._jdbc_url.translate_url`. No server is contacted.
-Keys are case-insensitive (Spark lower-cases them).
+(https://spark.apache.org/docs/latest/sql-data-sources-jdbc.html); keys are case-insensitive.
 
 Spark's options
 ===============
@@ -72,15 +70,10 @@ twopc's options
                       go to this table in the same transaction (created when missing)
 ====================  ======================================================================
 
-``twopc-postgres`` takes the same options with the same meanings, for PostgreSQL URLs
-only, and appends to an existing table through prepared transactions: the options that
-need the staging mode (table creation, overwrite, upsert, ``saveMode``, ``stagingTable``,
-``commitMode=staging``) are refused there with a pointer to ``twopc-jdbc``.
-
-The runtime's options (``checkpointLocation``, ``sinkId``, ``txnAppId``, ``txnVersion``,
-``minBatchesToRetain``) and the ones Spark adds (``path``, ``queryName``) are not this
-reader's business. Any other option is a driver parameter (Spark hands unknown options to
-the JDBC driver): translated, logged, or refused (:mod:`twopc.sinks.sql.options._driver_params`).
+``twopc-postgres`` takes the same options for PostgreSQL URLs only and appends to an existing
+table through prepared transactions: the options that need the staging mode are refused there
+with a pointer to ``twopc-jdbc``. Any option neither here nor the runtime's is a driver
+parameter: translated, logged, or refused (:mod:`twopc.sinks.sql.options._driver_params`).
 """
 
 from __future__ import annotations
@@ -189,17 +182,12 @@ _KWARG_OPTIONS = {
 
 
 def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect | None) -> JdbcOptions:
-    """:meth:`JdbcOptions.parse`: the writer options of *format_name* read into their value."""
     with redacted_errors(options):
         return _parse(OptionReader(options, format_name), dialect)
 
 
 def kwargs_options(url: str | URL, table: str, kwargs: Mapping[str, Any]) -> dict[str, str]:
-    """The options a sink's constructor arguments spell (:meth:`JdbcOptions.from_kwargs`).
-
-    Raises:
-        TypeError: an unknown keyword.
-    """
+    """:meth:`JdbcOptions.from_kwargs`'s options."""
     options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url,
                "dbtable": table}
     for key, value in kwargs.items():
@@ -267,7 +255,7 @@ def _parse(r: OptionReader, only: Dialect | None) -> JdbcOptions:
 
 
 def _staging_options(r: OptionReader) -> tuple[dict[str, Any], list[str]]:
-    """The options only the staging mode serves, and which of them were given."""
+    """The options only the staging mode serves, and which were given."""
     if r.boolean("cascadeTruncate", False, strict=True):
         raise ConfigurationError(
             "cascadeTruncate=true is not supported: TRUNCATE ... CASCADE would also empty "
@@ -319,7 +307,6 @@ def _check_combinations(o: JdbcOptions, staging_given: list[str]) -> None:
 
 
 def _option_text(value: Any) -> str:
-    """A constructor argument as the text of its option."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Mapping):
@@ -358,9 +345,8 @@ def _isolation(text: str | None) -> IsolationLevel:
         raise ConfigurationError(
             "isolationLevel=NONE is not supported: twopc needs transactions to write exactly once; "
             "use READ_COMMITTED (the default) or a stricter level")
-    for level in _ISOLATION_LEVELS:
-        if t == level:
-            return level
+    if t in _ISOLATION_LEVELS:
+        return t
     raise ConfigurationError(f"isolationLevel must be one of {', '.join(_ISOLATION_LEVELS)}, got {text!r}")
 
 
