@@ -24,8 +24,6 @@ SOURCES = (RedisStreamDataSource,)
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file``, ``twopc-http``,
-    ``twopc-composite`` and ``twopc-redis-stream`` with
-    *spark* (a backend whose driver is missing fails when first written to, naming the
-    extra to install)."""
+    """Register every built-in format with *spark* (a backend whose driver is missing fails when
+    first written to, naming the extra to install)."""
     twopc.register(spark, *DATA_SOURCES, *SOURCES)

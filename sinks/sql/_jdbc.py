@@ -1,30 +1,18 @@
-"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
-
-Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options
-(:mod:`twopc.sinks.sql.options._jdbc_options`). The sink picks one of two commit modes and logs which:
+"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer, with two commit
+modes, logged with the reason (the manual's twopc-jdbc page describes both):
 
 ``prepared``
-    Each task attempt loads its rows in a transaction it prepares (PostgreSQL
-    ``PREPARE TRANSACTION`` or MySQL/MariaDB XA, on :class:`~twopc.sinks.sql.PreparedSqlSink`);
-    the driver commits them after recording its decision in the checkpoint or, for a batch
-    write without ``checkpointLocation``, in the server's ``twopc_ledger`` table
-    (:mod:`twopc.sinks.sql._target_ledger`). The fastest; it needs prepared transactions on the
-    server and an existing table, and serves appends.
+    each task attempt loads its rows in a transaction it prepares
+    (:class:`~twopc.sinks.sql.PreparedSqlSink`), committed by the driver after its decision;
+    appends to an existing table on a server that can prepare.
 ``staging``
-    Each task attempt commits its rows into a staging table; the driver moves the chosen
-    attempts' rows into the table in ONE local transaction (:class:`~twopc.sinks.StagingSink`).
-    Any database with transactions; what overwrite, table creation, ``upsertKeys``,
-    ``saveMode`` errorifexists/ignore and SQLite use.
+    each task attempt commits its rows into a staging table, which the driver moves into the
+    table in ONE local transaction (:class:`~twopc.sinks.StagingSink`); any database.
 
-``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server allow
-it, else ``staging``; ``commitMode=prepared`` makes "not allowed" an error.
-
-Prepared transactions are few (``max_prepared_transactions``) and the partition count reaches
-no sink before its tasks run, so on PostgreSQL each prepared-mode task claims a slot first
-(:mod:`twopc.sinks.postgres._slots`). In ``auto`` mode a task that finds none stages its rows,
-and the driver moves the chosen staged rows into one more prepared transaction before its
-decision (:meth:`JdbcSink.before_decision`), so the decision names only prepared transactions.
-With ``commitMode=prepared`` such a task fails before it writes.
+``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server allow it.
+On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in ``auto`` mode
+one that finds none stages its rows, which the driver moves into one more prepared transaction
+before its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails.
 """
 
 from __future__ import annotations
@@ -104,7 +92,6 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         from .._secrets import credential_free  # the plan's: workers record no options
-
         return credential_free(options)
 
     def describe(self) -> str:

@@ -86,7 +86,6 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         """The written DataFrame's Arrow schema, once given."""
         if self._schema is None and self._schema_ipc is not None:
             import pyarrow as pa
-
             self._schema = pa.ipc.read_schema(pa.py_buffer(self._schema_ipc))
         return self._schema
 
@@ -109,7 +108,6 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     def _staging_sink(self) -> StagingSink:
         if self._staging is None:
             from ._staging_sink import StagingSink
-
             self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
         if self._staging.schema is None and self.schema is not None:
             self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
@@ -123,7 +121,6 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
             return self._staging
         if self._tables is None:
             from ._staging_tables import BATCH_TABLE, StagingTables
-
             self._tables = StagingTables(self.options, mode=self.write_mode, batch_table=BATCH_TABLE)
         return self._tables
 

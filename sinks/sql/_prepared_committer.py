@@ -162,7 +162,6 @@ class PreparedCommitter(Generic[C, H]):
             raise
         except SinkError as exc:
             from ._errors import ROLLED_BACK  # a failed commit's: one that succeeds maps no error
-
             reason = str(exc).replace(ROLLED_BACK, "").rstrip(". ")
             raise SinkError(f"{reason}. {self._state_after_failed_finish(verb, gid)}") from None
 
@@ -204,7 +203,6 @@ class PreparedCommitter(Generic[C, H]):
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """:meth:`list_prepared` with when each was prepared, where the server records it (not XA)."""
         from twopc.spi import PreparedDetail  # twopc status's: a write's workers never build one
-
         handles = self.list_prepared(sink_id)
         with self.target.mapped("read when transactions were prepared"):
             since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}

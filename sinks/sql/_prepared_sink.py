@@ -94,7 +94,6 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         from .._secrets import credential_free  # the plan's: workers record no options
-
         return credential_free(options)
 
     @classmethod
@@ -175,7 +174,6 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                 a NOT NULL column without default is absent (every problem is listed).
         """
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
-
         t = self.target
         conn = t.checkout()
         broken = False
@@ -217,7 +215,6 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             cur.execute(stmt)
         except t.database.driver_error as exc:
             from ._errors import session_init_failed  # the plan's: workers never try the statement
-
             raise session_init_failed(t.where(), t.redact(t.database.error_text(exc))) from None
         finally:
             try:

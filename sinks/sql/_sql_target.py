@@ -129,7 +129,6 @@ class SqlTarget:
               check_types: bool, check_required: bool) -> list[C]:
         """:func:`twopc.sinks.sql._column_match.match_columns` with this database's type rules."""
         from ._column_match import match_columns  # a task's and the plan's: a commit matches no columns
-
         return match_columns(names, types, columns, self.table_label,
                              compatible=self.database.compatible if check_types else None,
                              type_name=str, check_required=check_required)

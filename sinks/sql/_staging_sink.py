@@ -1,24 +1,11 @@
 """Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
-transactions (PostgreSQL, MySQL/MariaDB, SQLite, ...), no two-phase commit needed.
-
-Each task attempt loads its rows, tagged with its transaction id, into a durable staging table
-and commits that local transaction: its *prepare*. The driver's commit runs ONE local
-transaction that
-
-1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists (a
-   replay), deleting the replay's staged rows;
-2. checks every chosen attempt's staged row count against its handle's (a vanished attempt
-   makes the commit raise, with nothing written);
-3. runs the write's DDL, if any (:meth:`~twopc.sinks.sql._staging_tables.StagingTables.replaced_by`);
-4. moves the chosen attempts' rows, deletes them from staging and inserts the batch marker.
-
-Readers see the old table or the new one, never a part (overwrite included where DDL is
-transactional; on MySQL/MariaDB overwrite deletes and inserts, and a missing table is created
-at validation). Staged rows of attempts not chosen are deleted by :meth:`StagingSink.abort`;
-those of dead writes without a checkpoint (sink ids ``eph-...``) by the next write, at once
-when it proves the driver gone (:func:`twopc.spi.lease.ephemeral_writer_dead`), else after
-``stagingRetention`` (default 24 h). Deleting them is always safe: a commit that finds fewer
-staged rows than its handles promise writes nothing.
+transactions. Each task attempt commits its rows, tagged with its transaction id, into a
+staging table: its *prepare*. The driver's commit runs ONE local transaction that checks the
+batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attempt's staged row
+count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows
+and inserts the batch marker. Staged rows of attempts not chosen are deleted by
+:meth:`StagingSink.abort`; those of dead writes without a checkpoint by a later write
+(``stagingRetention``), which is always safe: a commit missing rows writes nothing.
 """
 
 from __future__ import annotations
@@ -155,7 +142,6 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
         """Stage one row (dict of column -> value)."""
         import pyarrow as pa  # here, as in the other methods that stage rows: a commit never loads pyarrow
-
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
@@ -193,7 +179,6 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         import pyarrow.compute as pc
 
         from ._json_values import is_nested, json_texts
-
         assert txn.conn is not None
         names = batch.schema.names
         columns = []

@@ -133,7 +133,6 @@ class JdbcOptions:
                 or unknown (named, never with the password).
         """
         from ._jdbc_options import parse_options  # the reader: the driver's, at planning
-
         return parse_options(options, format_name, dialect)
 
     @classmethod
@@ -146,7 +145,6 @@ class JdbcOptions:
             ConfigurationError: as :meth:`parse`.
         """
         from ._jdbc_options import kwargs_options  # as in parse
-
         return cls.parse(kwargs_options(url, table, kwargs), format_name=format_name, dialect=dialect)
 
     def bookkeeping(self, table: TableName) -> TableName:
@@ -196,7 +194,6 @@ class JdbcOptions:
 def safe_url(url: URL) -> str:
     """*url* as text with the password (and ``sslpassword``) replaced by ``***``."""
     from ..._secrets import SECRET_KEYS  # messages' and descriptions': a task that succeeds shows no URL
-
     hidden = {k: "***" for k in url.query if k.lower() in SECRET_KEYS}
     if hidden:
         url = url.update_query_dict(hidden)
@@ -206,7 +203,6 @@ def safe_url(url: URL) -> str:
 def url_secrets(url: URL) -> list[str]:
     """Every form (raw, URL-quoted) of *url*'s secrets, longest first, for :func:`twopc.spi.redact`."""
     from ..._secrets import SECRET_KEYS, secret_forms  # as in safe_url
-
     values: list[str | None] = [url.password]
     for k, v in url.query.items():
         if k.lower() in SECRET_KEYS:
