@@ -57,45 +57,12 @@ if TYPE_CHECKING:
     )
     from .sql import JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
-__all__ = [
-    "DATA_SOURCES",
-    "SOURCES",
-    "CompositeDataSource",
-    "FileDataSource",
-    "FileHandle",
-    "FileSink",
-    "HIncrByOp",
-    "HSetOp",
-    "HttpDataSource",
-    "HttpHandle",
-    "HttpSink",
-    "IncrByOp",
-    "JdbcDataSource",
-    "JdbcOptions",
-    "JdbcSink",
-    "MySqlXaHandle",
-    "MySqlXaSink",
-    "OptionsCompositeSink",
-    "PostgresDataSource",
-    "PostgresHandle",
-    "PostgresSink",
-    "RPushOp",
-    "RedisDataSource",
-    "RedisHandle",
-    "RedisSink",
-    "RedisStreamDataSource",
-    "RedisTargetError",
-    "SetOp",
-    "StagingHandle",
-    "StagingSink",
-    "XAddOp",
-    "ZAddOp",
-    "parse_mapping",
-    "participant",
-    "register_all",
-    "sink_for_format",
-    "write_jdbc",
-]
+__all__ = ["DATA_SOURCES", "SOURCES", "CompositeDataSource", "FileDataSource", "FileHandle", "FileSink", "HIncrByOp",
+           "HSetOp", "HttpDataSource", "HttpHandle", "HttpSink", "IncrByOp", "JdbcDataSource", "JdbcOptions",
+           "JdbcSink", "MySqlXaHandle", "MySqlXaSink", "OptionsCompositeSink", "PostgresDataSource", "PostgresHandle",
+           "PostgresSink", "RPushOp", "RedisDataSource", "RedisHandle", "RedisSink", "RedisStreamDataSource",
+           "RedisTargetError", "SetOp", "StagingHandle", "StagingSink", "XAddOp", "ZAddOp", "parse_mapping",
+           "participant", "register_all", "sink_for_format", "write_jdbc"]
 
 #: Every other name loads on first use: a Spark Python worker that runs one sink imports this
 #: package and loads only that sink's modules; the backends that need a driver or SQLAlchemy

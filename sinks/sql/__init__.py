@@ -30,22 +30,9 @@ if TYPE_CHECKING:
     from .options import JdbcOptions
     from .options._jdbc_url import SqlUrl, translate_url
 
-__all__ = [
-    "JdbcDataSource",
-    "JdbcOptions",
-    "JdbcSink",
-    "PreparedSqlHandle",
-    "PreparedSqlSink",
-    "SqlUrl",
-    "StagingHandle",
-    "StagingSink",
-    "TableName",
-    "dispose_engines",
-    "parse_table_name",
-    "require_transactional",
-    "translate_url",
-    "write_jdbc",
-]
+__all__ = ["JdbcDataSource", "JdbcOptions", "JdbcSink", "PreparedSqlHandle", "PreparedSqlSink", "SqlUrl",
+           "StagingHandle", "StagingSink", "TableName", "dispose_engines", "parse_table_name", "require_transactional",
+           "translate_url", "write_jdbc"]
 
 #: Every name loads on first use: a worker that commits a prepared write (Spark's commit worker)
 #: never imports the staging mode, nor pyarrow through it; one that runs a task loads the

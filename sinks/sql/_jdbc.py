@@ -24,14 +24,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import (
-    CommitShape,
-    ConfigurationError,
-    SinkError,
-    TransactionContext,
-    TransactionHandle,
-    TwoPhaseCommitSink,
-)
+from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TransactionHandle, TwoPhaseCommitSink
 from twopc.spi import LedgerHost, ProtocolError, WriteSetup, capability
 from twopc.spi.lease import TargetLedger, hold_for_prepare
 

@@ -37,7 +37,6 @@ def _decimal(v: Decimal) -> str:
 
 
 def _scalar(v: Any) -> str:
-    """The JSON text of one non-nested Python value from ``to_pylist``."""
     if v is None:
         return "null"
     if isinstance(v, bool):

@@ -63,14 +63,8 @@ class MarkerTable:
         found: set[str] = set()
         for i in range(0, len(gids), 1000):
             chunk = gids[i:i + 1000]
-            try:
-                _n, rows = t.control_execute(
-                    f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
-                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk, fetch=True)
-            except t.database.driver_error as exc:
-                if t.database.is_missing_table(exc):
-                    return found
-                raise t.map_error(exc, "read the marker table") from None
+            rows = t.read_if_exists(f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
+                                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk, "read the marker table")
             found.update(str(r[0]) for r in rows)
         return found
 

@@ -70,7 +70,6 @@ def _described(constraint: Mapping[str, Any]) -> str:
 
 
 def _optional(read: Callable[[], list[Any]]) -> list[Any]:
-    """*read*'s answer, or nothing when the dialect cannot tell."""
     try:
         return read()
     except NotImplementedError:

@@ -167,6 +167,15 @@ class SqlTarget:
 
         return self.control_run(run)
 
+    def read_if_exists(self, query: str, params: Sequence[Any], action: str) -> list[tuple[Any, ...]]:
+        """The rows of a query on the control connection, none when its table does not exist."""
+        try:
+            return self.control_execute(query, params, fetch=True)[1]
+        except self.database.driver_error as exc:
+            if self.database.is_missing_table(exc):
+                return []
+            raise self.map_error(exc, action) from None
+
     def control_run(self, action: Callable[[Any], R]) -> R:
         """Call the idempotent *action* with the control DB-API connection (autocommit), once more
         on a new connection when it was dead. Connection failures become

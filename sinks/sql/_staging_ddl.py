@@ -201,7 +201,6 @@ class StagingDdl(StagingTables):
                                                    {n: VerbatimType(t) for n, t in types.items()}))
 
     def _create(self, conn: Connection, t: TableName, table: sa.Table) -> None:
-        """Create *table* (named *t*), unless another writer just did."""
         try:
             with fresh(conn):
                 table.create(conn, checkfirst=True)

@@ -21,13 +21,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import CommitShape, ConfigurationError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import (
-    BatchCommit,
-    Inspectable,
-    MarkerPurge,
-    ProtocolError,
-    WriteSetup,
-)
+from twopc.spi import BatchCommit, Inspectable, MarkerPurge, ProtocolError, WriteSetup
 
 from .._handles import StagingHandle
 from ._sql_target import SqlNamedTarget

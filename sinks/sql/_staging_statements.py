@@ -20,14 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
 
-__all__ = [
-    "ReflectedColumn",
-    "batches_table",
-    "check_unique",
-    "move_sql",
-    "sql_string",
-    "stage_table",
-]
+__all__ = ["ReflectedColumn", "batches_table", "check_unique", "move_sql", "sql_string", "stage_table"]
 
 def sql_string(text: str, *, backslash: bool) -> str:
     """A SQL string literal (for DDL that takes no bind parameters)."""

@@ -110,12 +110,8 @@ class SqlTargetLedger:
         return SqlLedgerStore(self, sink_id, lease)
 
     def writers(self) -> list[str]:
-        try:
-            rows = self.target.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted}", fetch=True)[1]
-        except self.target.database.driver_error as exc:
-            if self.target.database.is_missing_table(exc):
-                return []
-            raise self.target.map_error(exc, f"list the writers in {self.table.display()}") from None
+        rows = self.target.read_if_exists(f"SELECT DISTINCT sink_id FROM {self.quoted}", (),
+                                          f"list the writers in {self.table.display()}")
         return sorted(str(r[0]) for r in rows)
 
     def forget(self, sink_id: str) -> None:
@@ -141,7 +137,6 @@ class SqlTargetLedger:
         return folder / f"{where}.json"
 
     def _kept(self, sink_id: str, driver: DriverIdentity) -> Lease | None:
-        """The lease this driver already holds for *sink_id* (noted by an earlier plan), if any."""
         sweep_lease_records(self._record(sink_id).parent)
         try:
             data = json.loads(self._record(sink_id).read_text(encoding="utf-8"))
@@ -221,13 +216,8 @@ class SqlTargetLedger:
             return
         marker = parse_table_name(self.target.options.marker_table, self.dialect, "markerTable")
         old = TableName(marker.schema, LEDGER_TABLE, self.dialect)
-        try:
-            rows = self.target.control_execute(f"SELECT count(*) FROM {self.target.qualified(old)} WHERE sink_id = %s",
-                                              (sink_id,), fetch=True)[1]
-        except self.target.database.driver_error as exc:
-            if self.target.database.is_missing_table(exc):
-                return
-            raise self.target.map_error(exc, f"read {old.display()}") from None
+        rows = self.target.read_if_exists(f"SELECT count(*) FROM {self.target.qualified(old)} WHERE sink_id = %s",
+                                          (sink_id,), f"read {old.display()}")
         if rows and int(rows[0][0]):
             raise TargetConfigurationError(
                 f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "

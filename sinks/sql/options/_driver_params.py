@@ -27,18 +27,8 @@ from twopc import ConfigurationError
 from ..._options import MISSPELLED, closest_option, unknown_option_hint
 from ..._secrets import SECRET_KEYS, after_password
 
-__all__ = [
-    "MYSQL_JAVA_ONLY",
-    "MYSQL_PARAMETERS",
-    "PG_JAVA_ONLY",
-    "PG_PARAMETERS",
-    "SQLITE_PARAMETERS",
-    "DriverParam",
-    "Translated",
-    "translate_mysql",
-    "translate_pg",
-    "translate_sqlite",
-]
+__all__ = ["MYSQL_JAVA_ONLY", "MYSQL_PARAMETERS", "PG_JAVA_ONLY", "PG_PARAMETERS", "SQLITE_PARAMETERS", "DriverParam",
+           "Translated", "translate_mysql", "translate_pg", "translate_sqlite"]
 
 log = logging.getLogger("twopc.sinks.sql")
 

@@ -186,7 +186,6 @@ def _parse(r: OptionReader, only: Dialect | None) -> JdbcOptions:
 
 
 def _staging_options(r: OptionReader) -> tuple[dict[str, Any], list[str]]:
-    """The options only the staging mode serves, and which were given."""
     if r.boolean("cascadeTruncate", False, strict=True):
         raise ConfigurationError(
             "cascadeTruncate=true is not supported: TRUNCATE ... CASCADE would also empty "

@@ -48,5 +48,4 @@ def socket_and_lock_timeouts(option_text: str | None, url_ms: int | None, lock: 
 
 
 def _server_wait(lock: Duration, dialect: Dialect | None) -> Duration:
-    """How long the server lets a statement wait for a lock under *lock*."""
     return dialect_for(dialect or "").server_lock_wait(lock)
