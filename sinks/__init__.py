@@ -18,8 +18,7 @@
 
 ``register_all(spark)`` registers every built-in data source. The SQL and Redis sinks load when
 first used: ``import twopc.sinks`` imports no database driver and no SQLAlchemy, works with any
-subset of the extras installed, and reads every built-in handle kind, so any ledger can be read.
-"""
+subset of the extras installed, and reads every built-in handle kind, so any ledger can be read."""
 
 from __future__ import annotations
 
@@ -64,10 +63,7 @@ __all__ = ["DATA_SOURCES", "SOURCES", "CompositeDataSource", "FileDataSource", "
            "RedisTargetError", "SetOp", "StagingHandle", "StagingSink", "XAddOp", "ZAddOp", "parse_mapping",
            "participant", "register_all", "sink_for_format", "write_jdbc"]
 
-#: Every other name loads on first use: a Spark Python worker that runs one sink imports this
-#: package and loads only that sink's modules; the backends that need a driver or SQLAlchemy
-#: load in the workers of a write to them (a job's driver that registers the data sources loads
-#: none of them).
+#: Every other name loads on first use: a worker loads only the modules of the sink it runs.
 __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"), "._composite"),
     **dict.fromkeys(("FileDataSource", "FileHandle", "FileSink"), "._file"),

@@ -1,8 +1,7 @@
 """``format("twopc-composite")``: the composite sink configured from Spark options, as the
 manual's composite page describes: ``targets`` lists the participants (names, or a JSON array),
 ``<name>.<option>`` sets one's format, columns, transform, batch column or sink option; any
-other option is refused. Every participant is built and checked at plan time; an error names it.
-"""
+other option is refused. Every participant is built and checked at plan time; an error names it."""
 
 from __future__ import annotations
 
@@ -25,11 +24,8 @@ _OWN_KEYS = ("format", "columns", "transform", "batchcolumn")
 
 
 def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
-    """Build the sink of a built-in format name or a ``module:SinkClass`` path from its options.
-
-    Raises:
-        ConfigurationError: unknown format, or the sink refuses the options.
-    """
+    """Build the sink of a built-in format name or a ``module:SinkClass`` path from its options. Raises
+    ``ConfigurationError``: unknown format, or the sink refuses the options."""
     from . import DATA_SOURCES
 
     for ds in DATA_SOURCES:
@@ -84,11 +80,8 @@ def _import(path: str, what: str) -> Any:
 
 
 def parse_columns(text: str) -> dict[str, str]:
-    """``"id, amount AS total"`` -> ``{"id": "id", "amount": "total"}``.
-
-    Raises:
-        ConfigurationError: an entry is empty or not ``name`` / ``name AS new``.
-    """
+    """``"id, amount AS total"`` -> ``{"id": "id", "amount": "total"}``. Raises ``ConfigurationError``: an
+    entry is empty or not ``name`` / ``name AS new``."""
     out: dict[str, str] = {}
     for entry in text.split(","):
         words = entry.split()
@@ -183,12 +176,8 @@ class OptionsCompositeSink(CompositeSink):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> OptionsCompositeSink:
-        """Build every participant from *options*.
-
-        Raises:
-            ConfigurationError: ``targets`` is missing or malformed, or a participant's format
-                or options are wrong (naming it).
-        """
+        """Build every participant from *options*. Raises ``ConfigurationError``: ``targets`` is missing or
+        malformed, or a participant's format or options are wrong (naming it)."""
         return cls([_build(spec) for spec in _targets(options)])
 
 

@@ -116,10 +116,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
         """Create ``_twopc/owners/<sink id>`` holding *owner* whole or not at all (a hard link), then compare.
-
-        Raises:
-            TargetConfigurationError: the folder cannot be written.
-        """
+        Raises ``TargetConfigurationError``: the folder cannot be written."""
         folder = self._dir("owners")
         record = os.path.join(folder, validate_sink_id(sink_id))
         try:
@@ -154,11 +151,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         return f"Parquet files in {self.path}"
 
     def validate(self, schema: pa.Schema) -> None:
-        """Create the output folder and its ``_twopc`` folders on the driver, before any task.
-
-        Raises:
-            TargetConfigurationError: a file stands where a folder must be, or it cannot be created.
-        """
+        """Create the output folder and its ``_twopc`` folders on the driver, before any task. Raises
+        ``TargetConfigurationError``: a file stands where a folder must be, or it cannot be created."""
         for state in ("staging", "prepared"):
             try:
                 make_folder(self._dir(state), TargetConfigurationError, needs='the file sink (option "path")',
@@ -227,11 +221,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
             os.unlink(txn.staging)
 
     def commit(self, handle: FileHandle) -> CommitOutcome:
-        """Rename the prepared file into the output folder (atomic, idempotent).
-
-        Raises:
-            ProtocolError: the handle's id is not a twopc id (it must not name a path outside the folder).
-        """
+        """Rename the prepared file into the output folder (atomic, idempotent). Raises ``ProtocolError``: the
+        handle's id is not a twopc id (it must not name a path outside the folder)."""
         txn_id = Xid.checked(handle.txn_id, what="twopc file transaction")
         final = self._file("", txn_id)
         try:

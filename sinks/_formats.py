@@ -18,8 +18,7 @@ __all__ = ["DATA_SOURCES", "SOURCES", "register_all"]
 
 DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, HttpDataSource,
                 CompositeDataSource)
-#: the sources (readers): registered by :func:`register_all` too, but they are not sinks
-#: (``twopc status|recover`` look sinks up in :data:`DATA_SOURCES`)
+#: the sources (readers), registered by :func:`register_all` but not sinks (not in :data:`DATA_SOURCES`)
 SOURCES = (RedisStreamDataSource,)
 
 

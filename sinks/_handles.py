@@ -1,6 +1,5 @@
 """The handles of the built-in sinks (the ledger's on-disk formats), defined without their
-drivers so that every process importing :mod:`twopc.sinks` reads any built-in kind back.
-"""
+drivers so that every process importing :mod:`twopc.sinks` reads any built-in kind back."""
 
 from __future__ import annotations
 

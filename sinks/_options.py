@@ -1,7 +1,6 @@
 """One way every sink reads its Spark options (:class:`OptionReader`: case-insensitive, typed,
 an unclaimed option refused with the known one closest to it), and one duration type
-(:class:`Duration`). Error messages never show a value that may be a secret.
-"""
+(:class:`Duration`). Error messages never show a value that may be a secret."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ SPARK_PASSED_NAMES: tuple[str, ...] = ("path", "queryName")
 SPARK_PASSED_OPTIONS: frozenset[str] = frozenset(n.lower() for n in SPARK_PASSED_NAMES)
 
 _ALWAYS_ACCEPTED = frozenset(RUNTIME_KEYS) | SPARK_PASSED_OPTIONS
-#: how close (difflib ratio, lower-cased) an unknown option must be to a known one to be
-#: called its misspelling (:func:`misspelling`), not just the nearest (:func:`closest_option`)
+#: the difflib ratio at which an unknown option counts as a known one misspelled (:func:`misspelling`)
 MISSPELLED = 0.75
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
@@ -73,11 +71,8 @@ class Duration:
 
     @classmethod
     def parse(cls, value: str | float | Duration, name: str) -> Duration:
-        """Read ``30s``, ``500ms``, ``2min``, ``1h``, ``1d``, ``250us`` or a number of seconds.
-
-        Raises:
-            ConfigurationError: the text is not a duration; the message names *name*.
-        """
+        """Read ``30s``, ``500ms``, ``2min``, ``1h``, ``1d``, ``250us`` or a number of seconds. Raises
+        ``ConfigurationError``: the text is not a duration; the message names *name*."""
         if isinstance(value, Duration):
             return value
         if isinstance(value, bool):
@@ -213,11 +208,8 @@ class OptionReader:
         return {self._spelled[k]: v for k, v in self._values.items() if k not in claimed | _ALWAYS_ACCEPTED}
 
     def refuse_unknown(self, *, hint: str = "") -> None:
-        """Raise when an option was given that no lookup claimed.
-
-        Raises:
-            ConfigurationError: naming each with its closest known option, listing the supported ones.
-        """
+        """Raise when an option was given that no lookup claimed. Raises ``ConfigurationError``: naming each with
+        its closest known option, listing the supported ones."""
         unknown = sorted(self.unclaimed(), key=str.lower)
         if unknown:
             each = "; ".join(f"{name}: {unknown_option_hint(name, self._names)}" for name in unknown)

@@ -115,11 +115,8 @@ class RedisStreamDataSource(DataSource):
         return schema_ddl(StreamOptions.read(self.options).fields_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
-        """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`).
-
-        Raises:
-            ConfigurationError: an option is invalid, or PySpark is older than 4.2.
-        """
+        """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`). Raises ``ConfigurationError``: an
+        option is invalid, or PySpark is older than 4.2."""
         from .redis_source import RedisStreamReader, StreamOptions, check_pyspark
 
         check_pyspark()

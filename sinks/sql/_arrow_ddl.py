@@ -1,8 +1,7 @@
 """The DataFrame-to-SQL type mapping for tables twopc creates (``createTableColumnTypes`` overrides
 it per column, verbatim), as the manual's twopc-jdbc page tabulates it (``docs/formats/jdbc.md``):
 SQLAlchemy's generic types, or a dialect's own :attr:`~twopc.sinks.sql._registry.SqlDatabase.arrow_types`;
-arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql._json_values`).
-"""
+arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql._json_values`)."""
 
 from __future__ import annotations
 
@@ -41,11 +40,8 @@ _GENERIC: tuple[tuple[Callable[[pa.DataType], bool], Callable[[Any], sa.types.Ty
 
 
 def arrow_to_sqlalchemy(field: pa.Field, dialect: str) -> sa.types.TypeEngine[Any]:
-    """The column type twopc creates for an Arrow field on backend *dialect* (the module table).
-
-    Raises:
-        SchemaMismatchError: the type has no SQL column type (unions, intervals...).
-    """
+    """The column type twopc creates for an Arrow field on backend *dialect* (the module table). Raises
+    ``SchemaMismatchError``: the type has no SQL column type (unions, intervals...)."""
     t = field.type
     kind = _kind(t)
     if kind is not None and (own := dialect_for(dialect).arrow_types.get(kind)) is not None:

@@ -34,13 +34,9 @@ C = TypeVar("C", bound=TableColumn)
 def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], table: str, *,
                   compatible: Callable[[pa.DataType, C], bool] | None, type_name: Callable[[pa.DataType], str],
                   check_required: bool) -> list[C]:
-    """Map DataFrame column names to table columns (exact, else unique case-insensitive match),
-    checking types with *compatible* when it and *types* are given.
-
-    Raises:
-        SchemaMismatchError: listing every unknown column, type mismatch and (*check_required*)
-            NOT NULL column without default the DataFrame lacks.
-    """
+    """Map DataFrame column names to table columns (exact, else unique case-insensitive match), checking types
+    with *compatible* when it and *types* are given. Raises ``SchemaMismatchError``: listing every unknown
+    column, type mismatch and (*check_required*) NOT NULL column without default the DataFrame lacks."""
     by_name = {c.name: c for c in columns}
     by_lower: dict[str, list[C]] = {}
     for c in columns:

@@ -3,8 +3,7 @@ runs (a connection per task would cost a login each). The prepared modes' engine
 ``AUTOCOMMIT``; the staging mode's uses SQLAlchemy's transactions. A pooled connection is pinged
 only after :data:`PING_AFTER_IDLE_S` in the pool, as HikariCP's ``aliveBypassWindowMs`` does (a
 ping each was a round trip each on the commit's path); one that died within that moment fails
-its first statement, as after a ping: the commit is retried, the task fails.
-"""
+its first statement, as after a ping: the commit is retried, the task fails."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for
 APPLICATION_NAME = "twopc"
 #: a pooled connection given back to the pool this many seconds ago or longer is pinged before use
 PING_AFTER_IDLE_S = 0.5
-#: the key of ``ConnectionPoolEntry.info`` that holds when the connection was given back
-#: (the entry's ``info`` is emptied when its connection closes: a new one has none)
+#: the key of ``ConnectionPoolEntry.info`` holding when the connection was given back (a new one has none)
 _GIVEN_BACK = "twopc_given_back"
 
 
@@ -65,12 +63,9 @@ _ENGINES = EngineCache()
 
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
-    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*;
-    with *autocommit* in ``AUTOCOMMIT`` mode.
-
-    Raises:
-        ConfigurationError: the dialect refuses the URL, or its driver is not installed.
-    """
+    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*; with *autocommit*
+    in ``AUTOCOMMIT`` mode. Raises ``ConfigurationError``: the dialect refuses the URL, or its driver is not
+    installed."""
 
     def make() -> Engine:
         backend = url.get_backend_name()
@@ -115,12 +110,9 @@ _PLAIN = (str, bytes, int, float, bool, dict, type(None))
 
 
 def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str, Any]]:
-    """The DB-API module and plain keyword arguments :func:`engine_for`'s connections are opened
-    with, for a process without SQLAlchemy (the driver agent). Credentials included: never log them.
-
-    Raises:
-        ValueError: *url* is not a PostgreSQL or MySQL/MariaDB URL.
-    """
+    """The DB-API module and plain keyword arguments :func:`engine_for`'s connections are opened with, for a
+    process without SQLAlchemy (the driver agent). Credentials included: never log them. Raises
+    ``ValueError``: *url* is not a PostgreSQL or MySQL/MariaDB URL."""
     backend = url.get_backend_name()
     dbapi = dialect_for(backend).dbapi
     if dbapi is None:

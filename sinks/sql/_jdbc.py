@@ -12,8 +12,7 @@ modes, logged with the reason (the manual's twopc-jdbc page describes both):
 ``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server allow it.
 On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in ``auto`` mode
 one that finds none stages its rows, which the driver moves into one more prepared transaction
-before its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails.
-"""
+before its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails."""
 
 from __future__ import annotations
 
@@ -46,8 +45,7 @@ __all__ = ["JdbcSink"]
 log = logging.getLogger("twopc.sinks.jdbc")
 
 _ANNOUNCED: set[tuple[str, str, str, bool]] = set()
-#: (URL, table, stage, schema) whose staging this process validated for prepared-mode tasks
-#: that find no slot (streaming validates every micro-batch; staging's checks cost ~30 ms)
+#: (URL, table, stage, schema) whose staging this process validated (staging's checks cost ~30 ms)
 _STAGING_READY: set[tuple[str, str, str, str]] = set()
 
 
@@ -99,12 +97,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         raise ProtocolError("JdbcSink: the commit mode is not settled (validate() settles it on the driver)")
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
-        """Settle the save mode and whether this write needs the staging commit.
-
-        Raises:
-            ConfigurationError: ``saveMode`` contradicts Spark's mode, or
-                ``commitMode=prepared`` with a write that needs staging.
-        """
+        """Settle the save mode and whether this write needs the staging commit. Raises ``ConfigurationError``:
+        ``saveMode`` contradicts Spark's mode, or ``commitMode=prepared`` with a write that needs staging."""
         o = self.options
         if overwrite and o.save_mode in ("errorifexists", "ignore"):
             raise ConfigurationError(f"saveMode {o.save_mode} contradicts Spark's mode overwrite: drop one of them")

@@ -4,8 +4,7 @@ settled at plan time: a PostgreSQL task without a free prepared-transaction slot
 streaming query's micro-batches may settle different modes; recovery reads handles of earlier
 writes. So each call that takes a transaction or handle goes to the sink of its kind: a
 :class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a :class:`~twopc.sinks._handles.PreparedSqlHandle`
-to the prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`.
-"""
+to the prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`."""
 
 from __future__ import annotations
 
@@ -154,12 +153,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         self._txn_backend(txn).rollback(txn)
 
     def commit(self, handle: TransactionHandle) -> CommitOutcome:
-        """Commit through the mode that made *handle*.
-
-        Raises:
-            ProtocolError: the handle belongs to another database or sink kind.
-            SinkError: see :meth:`PreparedSqlSink.commit`, :meth:`StagingSink.commit_all`.
-        """
+        """Commit through the mode that made *handle* (a foreign handle: ``ProtocolError``)."""
         return self._for(handle).commit(handle)
 
     def before_decision(self, batch_id: int, handles: Sequence[TransactionHandle]) -> Sequence[TransactionHandle]:
@@ -195,11 +189,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     def commit_all(self, handles: Sequence[TransactionHandle], *,
                    recovering: bool = False) -> list[CommitOutcome] | None:
         """Staging handles in one local transaction; prepared ones by :meth:`PreparedSqlSink.commit_all`,
-        then the staged rows a moving transaction took over are deleted.
-
-        Raises:
-            ProtocolError: staged and prepared handles together.
-        """
+        then the staged rows a moving transaction took over are deleted (a mix: ``ProtocolError``)."""
         if handles and all(isinstance(h, StagingHandle) for h in handles):
             return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]  # all StagingHandle: checked above
         if any(isinstance(h, StagingHandle) for h in handles):
@@ -226,12 +216,8 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         self._cleared.update(s.txn_id for s in done)
 
     def abort(self, handle: TransactionHandle) -> None:
-        """Roll back through the mode that made *handle*. Idempotent.
-
-        Raises:
-            ProtocolError: the transaction was committed, or the handle is foreign.
-            SinkError: the database failed; retry.
-        """
+        """Roll back through the mode that made *handle*. Idempotent; ``ProtocolError`` when it was
+        committed or the handle is foreign."""
         if handle.txn_id in self._cleared:  # moved by a committed transaction, staged rows deleted since
             self._cleared.discard(handle.txn_id)
             return
@@ -255,11 +241,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return out
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """The markers of both modes this write may have used; both are tried before an error is raised.
-
-        Raises:
-            SinkError / SinkUnavailableError: a database failed.
-        """
+        """The markers of both modes this write may have used; both are tried before an error is raised."""
         purges: list[Callable[[str, int], int]] = []
         if self._has_prepared_mode() and self.mode != STAGING:
             purges.append(capability(self._prepared_sink(), MarkerPurge).purge_markers)

@@ -1,7 +1,6 @@
 """Spark arrays, maps and structs as JSON text for JSON columns, one encoding for every SQL sink
 (the manual's twopc-jdbc page lists it): maps and structs are objects, arrays arrays, NaN and
-infinities strings, dates and timestamps ISO 8601 strings, binary values base64.
-"""
+infinities strings, dates and timestamps ISO 8601 strings, binary values base64."""
 
 from __future__ import annotations
 

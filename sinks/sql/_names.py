@@ -56,12 +56,9 @@ class TableName:
 
 
 def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> TableName:
-    """Parse ``[schema.]table`` as the database would read it: quoted parts verbatim, unquoted
-    ones plain identifiers, folded where the database folds them.
-
-    Raises:
-        ConfigurationError: the name is empty, malformed, or has more than two parts.
-    """
+    """Parse ``[schema.]table`` as the database would read it: quoted parts verbatim, unquoted ones plain
+    identifiers, folded where the database folds them. Raises ``ConfigurationError``: the name is empty,
+    malformed, or has more than two parts."""
     s = text.strip()
     if not s:
         raise ConfigurationError(f"{what} is empty: give a table name such as public.events")
@@ -99,12 +96,9 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
 
 
 def read_quoted(s: str, i: int, where: str) -> tuple[str, int]:
-    """The quoted name starting at ``s[i]`` (a doubled closing quote escapes it, but in ``[...]``)
-    and the index after it; *where* begins the error messages.
-
-    Raises:
-        ConfigurationError: the quote is not closed, or the name is empty or holds NUL.
-    """
+    """The quoted name starting at ``s[i]`` (a doubled closing quote escapes it, but in ``[...]``) and the
+    index after it; *where* begins the error messages. Raises ``ConfigurationError``: the quote is not
+    closed, or the name is empty or holds NUL."""
     close = _QUOTES[s[i]]
     j, buf = i + 1, []
     while True:
@@ -125,12 +119,8 @@ def read_quoted(s: str, i: int, where: str) -> tuple[str, int]:
 
 
 def parse_twopc_schema(text: str | None, dialect: str) -> str | None:
-    """The ``twopcSchema`` option as the database stores the name, or None (also where the
-    dialect has no twopc schemas).
-
-    Raises:
-        ConfigurationError: not one name.
-    """
+    """The ``twopcSchema`` option as the database stores the name, or None (also where the dialect has no twopc
+    schemas). Raises ``ConfigurationError``: not one name."""
     if text is None:
         return None
     if not dialect_for(dialect).twopc_schemas:

@@ -36,11 +36,8 @@ class MarkerTable:
         self.target = target
 
     def ensure(self, dbapi: Any, dialect: SqlDialect[Any]) -> None:
-        """Check the marker table's columns or create it, then the dialect's own tables.
-
-        Raises:
-            TargetConfigurationError: the table is not a marker table, or cannot be created.
-        """
+        """Check the marker table's columns or create it, then the dialect's own tables. Raises
+        ``TargetConfigurationError``: the table is not a marker table, or cannot be created."""
         have = dialect.marker_columns(dbapi)
         if have is None:
             dialect.create_markers(dbapi)
@@ -219,8 +216,7 @@ class PreparedCommitter(Generic[C, H]):
         """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
 
         Purge only batches older than every batch the ledger holds: a purged batch's replayed
-        commit would be reported ``LOST``.
-        """
+        commit would be reported ``LOST``."""
         t = self.target
         with t.mapped(f"purge markers from {t.marker_label}"):
             count, _rows = t.control_execute(

@@ -1,16 +1,12 @@
-"""The prepared-transaction SQL sink (PostgreSQL ``PREPARE TRANSACTION``, MySQL/MariaDB XA):
-the protocol is written once, a database supplies a dialect
+"""The prepared-transaction SQL sink: the protocol written once, a database supplies a dialect
 (:class:`~twopc.sinks.sql._sql_dialect.SqlDialect`). The sink *is* its executor-side
-:class:`~twopc.sinks.sql._prepared_writer.PreparedWriter` and its driver-side
-:class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter`; this module makes the parts they
-share (a :class:`~twopc.sinks.sql._sql_target.SqlTarget`, the dialect, the marker table) and
-validates the target at plan time.
+:class:`~twopc.sinks.sql._prepared_writer.PreparedWriter` and driver-side
+:class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter`; it validates the target at plan time.
 
 Failure windows: a task that dies before ``PREPARE`` leaves an open transaction the server
 rolls back with the session; one that dies after it leaves a prepared transaction recovery
 finds (:meth:`PreparedSqlSink.list_prepared`) and rolls back unless a decision names it; a
-commit that dies after ``COMMIT`` is answered ``ALREADY_COMMITTED`` by the marker on retry.
-"""
+commit that dies after ``COMMIT`` is answered ``ALREADY_COMMITTED`` by the marker on retry."""
 
 from __future__ import annotations
 
@@ -98,11 +94,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions) -> Self:
-        """Build the sink from parsed options (how ``twopc-jdbc`` makes its prepared mode).
-
-        Raises:
-            ConfigurationError: the options are for another database.
-        """
+        """Build the sink from parsed options (``ConfigurationError`` when for another database)."""
         sink = cls.__new__(cls)
         sink._configure(options)
         return sink
@@ -144,11 +136,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
                         checkpointed: bool) -> None:
-        """Appends only; Spark's overwrite flag is refused, naming the format that serves it.
-
-        Raises:
-            ConfigurationError: ``outputMode("complete")`` or ``mode("overwrite")``.
-        """
+        """Appends only; Spark's overwrite flag is refused, naming the format that serves it. Raises
+        ``ConfigurationError``: ``outputMode("complete")`` or ``mode("overwrite")``."""
         if not overwrite:
             return
         if streaming:
@@ -199,11 +188,8 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             give_back(conn, broken=broken)
 
     def _try_session_init(self, dbapi: Any) -> None:
-        """Run ``sessionInitStatement`` once, rolled back, so a bad one fails here rather than in every task.
-
-        Raises:
-            TargetConfigurationError: the statement failed.
-        """
+        """Run ``sessionInitStatement`` once, rolled back, so a bad one fails here
+        (``TargetConfigurationError``) rather than in every task."""
         t = self.target
         stmt = t.options.session_init_statement
         if not stmt:

@@ -48,11 +48,8 @@ class PreparedWriter(Generic[C, H]):
     _open: weakref.WeakSet[SqlTxn[C]]
 
     def make_gid(self, context: TransactionContext) -> str:
-        """A new transaction id for *context*, within the database's limit.
-
-        Raises:
-            ConfigurationError: the sink id is invalid or too long for the database's ids.
-        """
+        """A new transaction id for *context*, within the database's limit. Raises ``ConfigurationError``: the sink
+        id is invalid or too long for the database's ids."""
         return context.xid().fitting(self.target.database.max_id_bytes, self.target.database.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:

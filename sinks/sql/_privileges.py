@@ -1,7 +1,6 @@
 """The writer's user must be allowed every statement a write sends to twopc's own tables, checked
 on the driver before any task runs by running each in a form that touches no row (the server
-decides by its own grants); a refusal names the table, the missing privileges and the ``GRANT``.
-"""
+decides by its own grants); a refusal names the table, the missing privileges and the ``GRANT``."""
 
 from __future__ import annotations
 

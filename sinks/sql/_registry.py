@@ -88,8 +88,7 @@ class SqlDatabase:
     unique_violations: ClassVar[frozenset[str]] = frozenset()
     #: the driver's base exception class
     driver_error: ClassVar[type[Exception]] = _NoDriverError
-    #: the DB-API module twopc connects with (for a process that opens one connection
-    #: without SQLAlchemy: :func:`~twopc.sinks.sql._engines.dbapi_connect_params`)
+    #: the DB-API module twopc connects with without SQLAlchemy (:func:`~twopc.sinks.sql._engines.dbapi_connect_params`)
     dbapi: ClassVar[str | None] = None
     #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
     extra: ClassVar[str] = ""
@@ -338,13 +337,10 @@ GROUP = "twopc.sql_dialects"
 
 @functools.cache
 def dialect_for(name: str) -> type[SqlDatabase]:
-    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or
-    dialect name, any case) as an entry point of :data:`GROUP`, loading only that folder; the
-    generic :class:`SqlDatabase` when none claims it.
-
-    Raises:
-        ConfigurationError: the folder's driver is not installed (says which extra to install).
-    """
+    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or dialect name,
+    any case) as an entry point of :data:`GROUP`, loading only that folder; the generic :class:`SqlDatabase`
+    when none claims it. Raises ``ConfigurationError``: the folder's driver is not installed (says which
+    extra to install)."""
     claim = _claims().get(name.lower())
     return SqlDatabase if claim is None else cast(type[SqlDatabase], claim.load())
 

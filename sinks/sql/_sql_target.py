@@ -1,11 +1,7 @@
-"""The database and tables a SQL sink writes to. :class:`SqlTarget` is what a prepared sink's
-writer, committer and dialect share: configuration, display names, connections (a pool and a
-*control* connection, retried once on a new connection when dead: every control statement is
-idempotent) and the mapping of driver errors. :class:`SqlNamedTarget` names the target; since a
-URL does not say which server it reaches, the server is asked (PostgreSQL's
-``system_identifier``, kept by replicas and base backups, and the database oid; MySQL's host,
-port and data folder), and one that cannot answer gives ``None``: URLs are compared instead.
-"""
+"""The database and tables a SQL sink writes to. :class:`SqlTarget` is what a prepared sink's parts
+share: configuration, display names, connections (a pool, and a *control* connection retried once
+when dead: every control statement is idempotent) and error mapping. :class:`SqlNamedTarget` asks
+the server which it is (a URL does not say), falling back to the URL when it cannot answer."""
 
 from __future__ import annotations
 
@@ -138,12 +134,8 @@ class SqlTarget:
         return engine_for(self.options.url, self.options.net_timeouts(), autocommit=True)
 
     def checkout(self) -> PoolProxiedConnection:
-        """A pooled connection in autocommit mode.
-
-        Raises:
-            SinkUnavailableError: the server cannot be reached or refused the login (no password,
-                no driver exception chained).
-        """
+        """A pooled connection in autocommit mode. Raises ``SinkUnavailableError``: the server cannot be reached or
+        refused the login (no password, no driver exception chained)."""
         err: SinkUnavailableError | None = None
         try:
             return self.engine().raw_connection()

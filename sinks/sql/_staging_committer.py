@@ -23,8 +23,7 @@ __all__ = ["StagingCommitter"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
-#: SQLSTATEs on which the commit deletes its staged rows instead of truncating
-#: (lock_not_available, insufficient_privilege)
+#: SQLSTATEs on which the commit deletes its staged rows instead (lock_not_available, insufficient_privilege)
 _FALL_BACK_TO_DELETE = frozenset({"55P03", "42501"})
 #: below this many rows staged rows are deleted: TRUNCATE's fixed cost made small commits ~5 ms slower
 TRUNCATE_FROM_ROWS = 10_000
@@ -181,11 +180,8 @@ class StagingCommitter(StagingDdl):
         self.delete_staged([self._checked(handle)])
 
     def delete_staged(self, txn_ids: Sequence[str]) -> None:
-        """Delete the staged rows of the attempts *txn_ids* (checked ids) in one statement. Idempotent.
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed; retry.
-        """
+        """Delete the staged rows of the attempts *txn_ids* (checked ids) in one statement. Idempotent. Raises
+        ``SinkError``/``SinkUnavailableError``: the database failed; retry."""
         what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
         with self.session(f"delete staged rows of {what}") as conn:
             self.begin(conn)

@@ -117,12 +117,8 @@ class StagingDdl(StagingTables):
             self._expire_ephemeral(conn)
 
     def expire_abandoned(self) -> None:
-        """Delete staged rows of dead ``eph-`` writes without preparing staging (a prepared-mode
-        write cleans up after a dead staging write).
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """Delete staged rows of dead ``eph-`` writes without preparing staging (a prepared-mode write cleans up
+        after a dead staging write). Raises ``SinkUnavailableError``/``SinkError``: the server failed."""
         with self.session(f"clean up staged rows in {self.stage.display()}") as conn:
             if self.has_table(conn, self.stage):
                 self._expire_ephemeral(conn)

@@ -5,8 +5,7 @@ batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attem
 count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows
 and inserts the batch marker. Staged rows of attempts not chosen are deleted by
 :meth:`StagingSink.abort`; those of dead writes without a checkpoint by a later write
-(``stagingRetention``), which is always safe: a commit missing rows writes nothing.
-"""
+(``stagingRetention``), which is always safe: a commit missing rows writes nothing."""
 
 from __future__ import annotations
 
@@ -101,11 +100,8 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
         """Remember the schema; Spark's overwrite flag turns ``append`` into ``overwrite``
-        (``outputMode("complete")``: each micro-batch's commit replaces the rows).
-
-        Raises:
-            ConfigurationError: overwrite together with ``saveMode`` errorifexists/ignore.
-        """
+        (``outputMode("complete")``: each micro-batch's commit replaces the rows). Raises
+        ``ConfigurationError``: overwrite together with ``saveMode`` errorifexists/ignore."""
         if overwrite:
             if self.mode in ("errorifexists", "ignore"):
                 raise ConfigurationError(
@@ -115,12 +111,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self.streaming = streaming
 
     def begin_transaction(self, context: TransactionContext) -> _StageTxn:
-        """Open a local transaction for this attempt's staged rows.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            ConfigurationError: the sink id cannot make a transaction id.
-        """
+        """Open a local transaction for this attempt's staged rows (``SinkUnavailableError``: no connection)."""
         txn_id = context.xid().text
         conn = self.connect()
         txn = _StageTxn(context, txn_id, conn)
@@ -202,11 +193,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
             txn.conn.exec_driver_sql(stmt, rows[i:i + size])
 
     def pre_commit(self, txn: _StageTxn) -> StagingHandle:
-        """Commit the staged rows locally (durable, invisible in the target).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed; nothing is staged.
-        """
+        """Commit the staged rows locally (durable, invisible in the target); on failure nothing is staged."""
         if txn.conn is None or txn.prepared:
             raise ProtocolError(f"staging transaction {txn.txn_id} is not open")
         try:

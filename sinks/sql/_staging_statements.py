@@ -98,12 +98,9 @@ def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> Non
 
 def move_sql(dialect_name: str, quote: Any, table: str, stage: str, mapping: Sequence[tuple[str, str]],
              upsert_keys: Sequence[str]) -> str:
-    """The statement that moves the staged rows of the transactions bound as ``:ids`` from *stage*
-    into *table*, *mapping* pairing their columns; with *upsert_keys* the dialect's upsert.
-
-    Raises:
-        ConfigurationError: upsert on a dialect without a known upsert syntax.
-    """
+    """The statement that moves the staged rows of the transactions bound as ``:ids`` from *stage* into
+    *table*, *mapping* pairing their columns; with *upsert_keys* the dialect's upsert. Raises
+    ``ConfigurationError``: upsert on a dialect without a known upsert syntax."""
     q = quote
     into = f"INSERT INTO {table} ({', '.join(q(tc) for _, tc in mapping)})"
     sel = ", ".join(q(sc) for sc, _ in mapping)

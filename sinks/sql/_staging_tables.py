@@ -54,11 +54,8 @@ def fresh(conn: Connection) -> Any:
 
 
 class StagingTables:
-    """The tables, save mode and connections of one staging sink (picklable: configuration only).
-
-    Raises:
-        ConfigurationError: the save mode or an option is invalid.
-    """
+    """The tables, save mode and connections of one staging sink (picklable: configuration only). Raises
+    ``ConfigurationError``: the save mode or an option is invalid."""
 
     def __init__(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
         backend = o.url.get_backend_name()

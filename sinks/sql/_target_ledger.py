@@ -3,8 +3,7 @@ as rows of ``twopc_ledger`` (in ``twopcSchema``, else the marker table's schema)
 ``INSERT`` each (the primary key makes a second create fail), and the writers' leases as session
 locks on the same server (``pg_try_advisory_lock``, ``GET_LOCK``). A lease is held by the
 driver's agent (:mod:`twopc.ledger._agent`) for the whole write, since Spark's Python workers
-may be killed or not reused; the server frees it when the agent's session ends.
-"""
+may be killed or not reused; the server frees it when the agent's session ends."""
 
 from __future__ import annotations
 
@@ -119,12 +118,9 @@ class SqlTargetLedger:
                  action=f"delete the records of {sink_id} from {self.table.display()}")
 
     def _record(self, sink_id: str) -> Path:
-        """Where this machine notes the lease a streaming query keeps across its plans
-        (``<temp dir>/twopc-leases-<uid>/<hash>.json``).
-
-        Raises:
-            ConfigurationError: the folder is not this user's alone.
-        """
+        """Where this machine notes the lease a streaming query keeps across its plans (``<temp
+        dir>/twopc-leases-<uid>/<hash>.json``). Raises ``ConfigurationError``: the folder is not this user's
+        alone."""
         # loaded where leases are taken and let go: a task's worker never loads the agent
         from twopc.spi.lease import private_dir
         folder = private_dir(LEASE_RECORDS)
@@ -206,12 +202,9 @@ class SqlTargetLedger:
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
 
     def _refuse_records_elsewhere(self, sink_id: str) -> None:
-        """Refuse a writer whose records are in the ledger table it used without ``twopcSchema``:
-        reading an empty one here, it would write its batches again.
-
-        Raises:
-            TargetConfigurationError: records are there (the message has the statements that move them).
-        """
+        """Refuse a writer whose records are in the ledger table it used without ``twopcSchema``: reading an empty
+        one here, it would write its batches again. Raises ``TargetConfigurationError``: records are there (the
+        message has the statements that move them)."""
         if self.target.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
             return
         marker = parse_table_name(self.target.options.marker_table, self.dialect, "markerTable")

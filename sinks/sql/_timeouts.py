@@ -2,8 +2,7 @@
 the driver for ever: ``connectTimeout`` for the connect; ``socketTimeout`` for each reply
 (drivers without it run each statement under a deadline that shuts the socket down, see
 :func:`reply_deadline`; a ``COPY`` stream is bounded by TCP only); TCP keepalive (30 s idle,
-every 10 s, 3 probes) and ``tcp_user_timeout`` on Linux.
-"""
+every 10 s, 3 probes) and ``tcp_user_timeout`` on Linux."""
 
 from __future__ import annotations
 

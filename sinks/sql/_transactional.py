@@ -1,7 +1,6 @@
 """twopc writes only to tables whose writes roll back with their transaction (else a failed batch
 would leave rows), checked before any task runs by the dialect's
-:meth:`~twopc.sinks.sql._registry.SqlDatabase.rollback_problem`.
-"""
+:meth:`~twopc.sinks.sql._registry.SqlDatabase.rollback_problem`."""
 
 from __future__ import annotations
 
@@ -16,10 +15,7 @@ __all__ = ["require_transactional"]
 
 
 def require_transactional(conn: Connection, table: TableName, *, role: str = "table") -> None:
-    """Raise unless writes to *table* roll back with their transaction (a missing table passes).
-
-    Raises:
-        TargetConfigurationError: naming the table (as *role*), why, and the fix.
-    """
+    """Raise unless writes to *table* roll back with their transaction (a missing table passes). Raises
+    ``TargetConfigurationError``: naming the table (as *role*), why, and the fix."""
     if problem := dialect_for(conn.dialect.name).rollback_problem(conn.connection.driver_connection, table, role):
         raise TargetConfigurationError(problem + ". Nothing was written")

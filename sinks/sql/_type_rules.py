@@ -1,8 +1,7 @@
 """Which DataFrame (Arrow) types may be written to which table columns, for every SQL sink:
 each backend sorts its columns into a :class:`Family`, and :func:`fits` answers from
 :data:`RULES`, which follows what Spark's JDBC writer gets through (the README's type table
-lists the exceptions); arrays, maps and structs fit JSON columns only.
-"""
+lists the exceptions); arrays, maps and structs fit JSON columns only."""
 
 from __future__ import annotations
 
@@ -56,8 +55,7 @@ RULES: Mapping[str, Mapping[Family, bool]] = {
     "timestamp": {Family.TIMESTAMP: _ALL, Family.DATE: _MY},
     "time": {Family.TIME: _ALL},
     "duration": {Family.TIME: _MY},
-    # arrays, maps and structs: written as JSON text (twopc.sinks.sql._json_values); into a text
-    # column they are refused (to_json() says which text the user wants)
+    # arrays, maps and structs: JSON text, refused into text columns (to_json() says which text is meant)
     "nested": {Family.JSON: _ALL},
 }
 

@@ -14,12 +14,9 @@ _HEADER = b"SQLite format 3\x00"
 
 
 def check_sqlite_file(database: str | None) -> None:
-    """Refuse a path whose folder is missing, that is a folder, or a file but not a SQLite
-    database; nothing is created. URI filenames and in-memory databases are left to sqlite3.
-
-    Raises:
-        ConfigurationError: naming the path and the fix.
-    """
+    """Refuse a path whose folder is missing, that is a folder, or a file but not a SQLite database; nothing is
+    created. URI filenames and in-memory databases are left to sqlite3. Raises ``ConfigurationError``:
+    naming the path and the fix."""
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     path = os.path.abspath(database)

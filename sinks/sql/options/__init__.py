@@ -42,14 +42,8 @@ STAGING_RETENTION = Duration(86_400_000)
 
 @dataclass(frozen=True)
 class NetTimeouts:
-    """The waits of one engine's connections (``connectTimeout``, ``socketTimeout``,
-    ``tcpKeepAlive``), turned into connect arguments by each dialect.
-
-    Attributes:
-        connect: connect timeout, whole seconds.
-        reply: how long a statement waits for its reply (``socketTimeout``), seconds (> 0).
-        keepalive: whether TCP keepalive probes are sent.
-    """
+    """The waits of one engine's connections, turned into connect arguments by each dialect:
+    *connect* (whole seconds), *reply* (``socketTimeout``, seconds > 0), *keepalive*."""
 
     connect: int
     reply: float
@@ -85,11 +79,7 @@ class JdbcOptions:
         upsert_keys: column names, () = append.
         save_mode: normalized (``error``/``default`` -> ``errorifexists``), None when absent.
         twopc_schema: as the database stores the name: where :meth:`bookkeeping` puts twopc's tables.
-        lock_timeout: default 30 s, or half the socket timeout when that is 30 s or less.
-        connect_timeout: else the URL's ``connectTimeout``/``loginTimeout``; else 10 s.
-        socket_timeout: else the URL's; else 60 s, or ``lockTimeout`` + ``queryTimeout`` + 30 s if longer.
-        tcp_keepalive: else the URL's; else true.
-        dead_letter_table: PostgreSQL prepared mode only: where refused rows go, in the same transaction.
+        connect_timeout, socket_timeout, tcp_keepalive: the option, else the URL's, else the default.
         format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
     """
 
@@ -138,12 +128,8 @@ class JdbcOptions:
     @classmethod
     def from_kwargs(cls, url: str | URL, table: str, *, format_name: str, dialect: Dialect | None,
                     **kwargs: Any) -> JdbcOptions:
-        """The options a sink's constructor keywords spell (``lock_timeout`` is ``lockTimeout``...).
-
-        Raises:
-            TypeError: an unknown keyword.
-            ConfigurationError: as :meth:`parse`.
-        """
+        """The options a sink's constructor keywords spell (``lock_timeout`` is ``lockTimeout``...);
+        raises ``TypeError`` for an unknown keyword, else as :meth:`parse`."""
         from ._jdbc_options import kwargs_options  # as in parse
         return cls.parse(kwargs_options(url, table, kwargs), format_name=format_name, dialect=dialect)
 

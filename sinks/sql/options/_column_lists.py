@@ -35,11 +35,8 @@ def _skip_ws(text: str, i: int) -> int:
 
 
 def parse_column_list(text: str, what: str = "upsertKeys") -> list[str]:
-    """Parse ``a, "B c", `d``` into column names.
-
-    Raises:
-        ConfigurationError: syntax error or duplicate name (compared case-insensitively).
-    """
+    """Parse ``a, "B c", `d``` into column names. Raises ``ConfigurationError``: syntax error or duplicate name
+    (compared case-insensitively)."""
     names: list[str] = []
     i = _skip_ws(text, 0)
     if i >= len(text):
@@ -60,13 +57,10 @@ def parse_column_list(text: str, what: str = "upsertKeys") -> list[str]:
 
 
 def parse_column_types(text: str, what: str = "createTableColumnTypes") -> dict[str, str]:
-    """Parse Spark's ``createTableColumnTypes`` (``"name VARCHAR(64), price DECIMAL(10,2)"``). Each
-    type is kept verbatim, so it may hold only letters, digits, ``_``, spaces, ``.``, ``[]``,
-    balanced parentheses and balanced single-quoted literals (``ENUM('a','b')``).
-
-    Raises:
-        ConfigurationError: syntax error, duplicate column, or a type that could inject SQL.
-    """
+    """Parse Spark's ``createTableColumnTypes`` (``"name VARCHAR(64), price DECIMAL(10,2)"``). Each type is
+    kept verbatim, so it may hold only letters, digits, ``_``, spaces, ``.``, ``[]``, balanced parentheses
+    and balanced single-quoted literals (``ENUM('a','b')``). Raises ``ConfigurationError``: syntax error,
+    duplicate column, or a type that could inject SQL."""
     result: dict[str, str] = {}
     seen: set[str] = set()
     n = len(text)

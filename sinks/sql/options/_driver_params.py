@@ -12,8 +12,7 @@ Differences from the Java drivers, on purpose:
   *requires* TLS (without certificate check); ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA
   as a PEM file (``serverSslCert``).
 - A connect or socket timeout of 0 ("wait forever") is not supported: twopc's options
-  (``connectTimeout``, ``socketTimeout``, ``tcpKeepAlive``) take over.
-"""
+  (``connectTimeout``, ``socketTimeout``, ``tcpKeepAlive``) take over."""
 
 from __future__ import annotations
 

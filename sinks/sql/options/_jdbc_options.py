@@ -4,8 +4,7 @@ writer options keep their names and meanings; :data:`SPARK_OPTIONS`, :data:`TWOP
 :data:`REJECTED_OPTIONS` are listed, with their meanings, on the manual's Options page
 (``docs/reference/options.md``). ``twopc-postgres`` refuses the options that need the staging
 mode (:data:`STAGING_ONLY_OPTIONS`). Any other option is a driver parameter: translated, logged,
-or refused (:mod:`twopc.sinks.sql.options._driver_params`).
-"""
+or refused (:mod:`twopc.sinks.sql.options._driver_params`)."""
 
 from __future__ import annotations
 

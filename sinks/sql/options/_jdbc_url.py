@@ -2,8 +2,7 @@
 SQLAlchemy URL (any backend) and gives the SQLAlchemy URL of the Python driver twopc connects
 with, credentials set and driver parameters translated
 (:mod:`twopc.sinks.sql.options._driver_params`). Credentials in a URL's query string move into
-its user info, so that :func:`~twopc.sinks.sql.options.safe_url` hides them.
-"""
+its user info, so that :func:`~twopc.sinks.sql.options.safe_url` hides them."""
 
 from __future__ import annotations
 
