@@ -6,30 +6,19 @@
 - :class:`PostgresSink` (``format("twopc-postgres")``): one ``PREPARE TRANSACTION`` per task
   attempt, bulk-loaded with COPY, committed by the driver.
 - :class:`RedisSink` (``format("twopc-redis")``): writes staged under the sink's hash tag,
-  applied by one atomic, idempotent server-side FUNCTION call per batch (split only across
-  hash tags, or above 512 transactions per call).
-- :class:`RedisStreamDataSource` (``readStream.format("twopc-redis-stream")``): the
-  source side, Redis Streams read exactly once, acknowledged after the sink committed.
-- :class:`CompositeDataSource` (``format("twopc-composite")``): one batch to several of
-  these targets under one decision (``targets`` option; :func:`participant` builds a
-  :class:`twopc.Participant` from a format name and its options).
-- :class:`HttpSink` (``format("twopc-http")``): one HTTP request per row, stored in an outbox
-  under the checkpoint at prepare, sent with an idempotency key once the batch is decided.
-- :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic
-  rename; the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
+  applied by one atomic, idempotent server-side FUNCTION call per batch.
+- :class:`RedisStreamDataSource` (``readStream.format("twopc-redis-stream")``): Redis Streams
+  read exactly once, acknowledged after the sink committed.
+- :class:`CompositeDataSource` (``format("twopc-composite")``): one batch to several targets
+  under one decision (:func:`participant` builds a :class:`twopc.Participant` from a format).
+- :class:`HttpSink` (``format("twopc-http")``): one HTTP request per row, kept in an outbox at
+  prepare, sent with an idempotency key once the batch is decided.
+- :class:`FileSink` (``format("twopc-file")``): Parquet files made visible by an atomic rename;
+  the worked example of subclassing :class:`twopc.TwoPhaseCommitSink`.
 
-``register_all(spark)`` registers every built-in data source.
-
-Layout: a folder per backend (:mod:`twopc.sinks.sql` — what every SQL sink shares, the options
-reader, the URL translator, the prepared-transaction base, the staging mode and the
-``twopc-jdbc`` drop-in; :mod:`twopc.sinks.postgres`; :mod:`twopc.sinks.mysql`; :mod:`twopc.sinks.redis` and
-:mod:`twopc.sinks.redis_source`, which share ``twopc.sinks._redis``),
-and the file sink in ``sinks/_file.py``. The SQL and Redis sinks load when first used:
-``import twopc.sinks`` and :func:`register_all` import no database driver and no SQLAlchemy
-(a job's driver pays for none of them), and work with any subset of the extras installed
-(``pyspark-twopc[postgres]``, ``pyspark-twopc[mysql]``, ``pyspark-twopc[redis]``); every
-built-in handle kind is found either way, so any ledger can be read.
-"""
+``register_all(spark)`` registers every built-in data source. The SQL and Redis sinks load when
+first used: ``import twopc.sinks`` imports no database driver and no SQLAlchemy, works with any
+subset of the extras installed, and reads every built-in handle kind, so any ledger can be read."""
 
 from __future__ import annotations
 
@@ -67,50 +56,14 @@ if TYPE_CHECKING:
     )
     from .sql import JdbcOptions, JdbcSink, StagingHandle, StagingSink, write_jdbc
 
-__all__ = [
-    "DATA_SOURCES",
-    "SOURCES",
-    "CompositeDataSource",
-    "FileDataSource",
-    "FileHandle",
-    "FileSink",
-    "HIncrByOp",
-    "HSetOp",
-    "HttpDataSource",
-    "HttpHandle",
-    "HttpSink",
-    "IncrByOp",
-    "JdbcDataSource",
-    "JdbcOptions",
-    "JdbcSink",
-    "MySqlXaHandle",
-    "MySqlXaSink",
-    "OptionsCompositeSink",
-    "PostgresDataSource",
-    "PostgresHandle",
-    "PostgresSink",
-    "RPushOp",
-    "RedisDataSource",
-    "RedisHandle",
-    "RedisSink",
-    "RedisStreamDataSource",
-    "RedisTargetError",
-    "SetOp",
-    "StagingHandle",
-    "StagingSink",
-    "XAddOp",
-    "ZAddOp",
-    "parse_mapping",
-    "participant",
-    "register_all",
-    "sink_for_format",
-    "write_jdbc",
-]
+__all__ = ["DATA_SOURCES", "SOURCES", "CompositeDataSource", "FileDataSource", "FileHandle", "FileSink", "HIncrByOp",
+           "HSetOp", "HttpDataSource", "HttpHandle", "HttpSink", "IncrByOp", "JdbcDataSource", "JdbcOptions",
+           "JdbcSink", "MySqlXaHandle", "MySqlXaSink", "OptionsCompositeSink", "PostgresDataSource", "PostgresHandle",
+           "PostgresSink", "RPushOp", "RedisDataSource", "RedisHandle", "RedisSink", "RedisStreamDataSource",
+           "RedisTargetError", "SetOp", "StagingHandle", "StagingSink", "XAddOp", "ZAddOp", "parse_mapping",
+           "participant", "register_all", "sink_for_format", "write_jdbc"]
 
-#: Every other name loads on first use: a Spark Python worker that runs one sink imports this
-#: package and loads only that sink's modules; the backends that need a driver or SQLAlchemy
-#: load in the workers of a write to them (a job's driver that registers the data sources loads
-#: none of them).
+#: Every other name loads on first use: a worker loads only the modules of the sink it runs.
 __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("CompositeDataSource", "OptionsCompositeSink", "participant", "sink_for_format"), "._composite"),
     **dict.fromkeys(("FileDataSource", "FileHandle", "FileSink"), "._file"),

@@ -1,11 +1,7 @@
-"""``format("twopc-composite")``: the composite sink configured from Spark options, its
-participants named by their format (``twopc-postgres``, ``twopc-redis``, ``twopc-file``,
-``twopc-jdbc``, or ``package.module:SinkClass``), as the manual's composite page describes:
-``targets`` lists them (names, or a JSON array of objects), and ``<name>.<option>`` gives one
-its format, columns, transform, batch column or sink option (overriding the JSON). Any other
-option is refused, naming the option it most likely means. Every participant is built and
-checked when the writer is planned, before any task runs; an error names the participant.
-"""
+"""``format("twopc-composite")``: the composite sink configured from Spark options, as the
+manual's composite page describes: ``targets`` lists the participants (names, or a JSON array),
+``<name>.<option>`` sets one's format, columns, transform, batch column or sink option; any
+other option is refused. Every participant is built and checked at plan time; an error names it."""
 
 from __future__ import annotations
 
@@ -28,12 +24,8 @@ _OWN_KEYS = ("format", "columns", "transform", "batchcolumn")
 
 
 def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
-    """Build the sink behind a built-in format name or a ``module:SinkClass`` (or
-    ``module:DataSourceClass``) path from its options.
-
-    Raises:
-        ConfigurationError: unknown format, or the sink refuses the options.
-    """
+    """Build the sink of a built-in format name or a ``module:SinkClass`` path from its options. Raises
+    ``ConfigurationError``: unknown format, or the sink refuses the options."""
     from . import DATA_SOURCES
 
     for ds in DATA_SOURCES:
@@ -55,12 +47,11 @@ def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
 def participant(name: str, format: str, options: Mapping[str, str] | None = None, *,
                 columns: Any = None, transform: Callable[[Any], Any] | None = None,
                 batch_column: str | None = None) -> Participant:
-    """A :class:`twopc.Participant` whose sink is built from a format name and its options,
-    as ``spark.write.format(format).options(**options)`` would build it.
+    """A :class:`twopc.Participant` whose sink is built as ``spark.write.format(format).options(**options)``
+    would build it.
 
     Raises:
-        ConfigurationError: the format is unknown or refuses the options; the message
-            names the participant.
+        ConfigurationError: the format is unknown or refuses the options (naming the participant).
     """
     try:
         return Participant(name, sink_for_format(format, dict(options or {})), columns=columns, transform=transform,
@@ -89,11 +80,8 @@ def _import(path: str, what: str) -> Any:
 
 
 def parse_columns(text: str) -> dict[str, str]:
-    """``"id, amount AS total"`` -> ``{"id": "id", "amount": "total"}``.
-
-    Raises:
-        ConfigurationError: an entry is empty or not ``name`` / ``name AS new``.
-    """
+    """``"id, amount AS total"`` -> ``{"id": "id", "amount": "total"}``. Raises ``ConfigurationError``: an
+    entry is empty or not ``name`` / ``name AS new``."""
     out: dict[str, str] = {}
     for entry in text.split(","):
         words = entry.split()
@@ -142,12 +130,7 @@ def _targets(options: Mapping[str, str]) -> list[dict[str, Any]]:
 
 
 def _refuse_strays(options: Mapping[str, str], names: list[str]) -> None:
-    """Refuse an option that is neither ``targets``, nor a participant's (``<name>.<option>``),
-    nor one Spark or the runtime passes by itself: nothing would read it.
-
-    Raises:
-        ConfigurationError: naming each such option and the one it most likely means.
-    """
+    """Refuse an option nothing would read, naming the one it most likely means."""
     prefixes = tuple(n.lower() + "." for n in names)
     strays = sorted((k for k in options if k.lower() != "targets" and not k.lower().startswith(prefixes)
                      and k.lower() not in RUNTIME_KEYS | SPARK_PASSED_OPTIONS), key=str.lower)
@@ -158,8 +141,7 @@ def _refuse_strays(options: Mapping[str, str], names: list[str]) -> None:
 
 
 def _stray_hint(key: str, names: list[str]) -> str:
-    """``did you mean 'orders.url'?`` for *key* ``order.url`` (a participant's name
-    misspelled), else the hint of :func:`unknown_option_hint` among ``targets``."""
+    """``did you mean 'orders.url'?`` for *key* ``order.url``, else :func:`unknown_option_hint`'s."""
     head, dot, rest = key.partition(".")
     near = closest_option(head, names) if dot else None
     if near is not None and near in names:
@@ -190,17 +172,12 @@ def _build(spec: Mapping[str, Any]) -> Participant:
 
 
 class OptionsCompositeSink(CompositeSink):
-    """The :class:`twopc.spi.runtime.CompositeSink` of ``format("twopc-composite")``, built from options
-    (see the module docstring)."""
+    """The :class:`twopc.spi.runtime.CompositeSink` of ``format("twopc-composite")``, built from options."""
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> OptionsCompositeSink:
-        """Build every participant from *options*.
-
-        Raises:
-            ConfigurationError: ``targets`` is missing or malformed, or a participant's
-                format or options are wrong (the message names the participant).
-        """
+        """Build every participant from *options*. Raises ``ConfigurationError``: ``targets`` is missing or
+        malformed, or a participant's format or options are wrong (naming it)."""
         return cls([_build(spec) for spec in _targets(options)])
 
 
@@ -212,9 +189,7 @@ class CompositeDataSource(TwoPhaseCommitDataSource):
     format_name = "twopc-composite"
 
     def __init__(self, options: dict[str, str]) -> None:
-        """Give a ``twopc-http`` participant that names no outbox folder one under the
-        composite's checkpoint (``<checkpoint>/twopc-http``, shared: each participant's
-        outboxes are named by its own sink id)."""
+        """Give a ``twopc-http`` participant without an outbox folder ``<checkpoint>/twopc-http``."""
         super().__init__(options)
         root = default_outbox(self.options, self.session_root())
         if root is None:

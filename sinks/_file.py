@@ -1,25 +1,16 @@
 """A file sink: the worked example of writing a two-phase-commit sink.
 
-Each task attempt writes one Parquet file; readers see it only once it is committed.
-The three places a file can be are the three states of its transaction::
+Each task attempt writes one Parquet file, whose place is its transaction's state::
 
     <path>/_twopc/staging/<txn>.parquet    open: being written (invisible)
     <path>/_twopc/prepared/<txn>.parquet   prepared: complete and fsynced (invisible)
     <path>/<txn>.parquet                   committed: visible to readers
 
-``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id
-(created once, never changed: :meth:`FileSink.claim_sink_id`).
-
-Every step is a ``rename`` within one filesystem, which is atomic, followed by an fsync of
-the folder, so a crash leaves each file whole in exactly one of those places. Spark and
-most readers ignore names starting with ``_``, so ``spark.read.parquet(path)`` sees only
-committed files. ``<txn>`` is the transaction's :class:`twopc.Xid` in its path form
-(``{sink}~{batch}~{partition}~{attempt}~{nonce}``: a file name may not hold ``:``), which
-encodes sink id, batch, partition and attempt, so prepared files of attempts that never
-reached the driver can be found and removed.
-
-The path must be one filesystem that the driver and every executor see at the same
-path (a local disk in ``local[*]`` mode, or a shared POSIX mount).
+``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id.
+Every step is an atomic ``rename`` followed by an fsync of the folder, so a crash leaves each
+file whole in exactly one place; readers ignore names starting with ``_``. ``<txn>`` is the
+:class:`twopc.Xid`'s path form, so prepared files of attempts that never reached the driver
+can be found. The path must be one filesystem every executor sees at the same path.
 """
 
 from __future__ import annotations
@@ -124,12 +115,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         return credential_free(options)
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
-        """Create ``_twopc/owners/<sink id>`` holding *owner* if it does not exist (a hard
-        link of a complete, fsynced file: created whole or not at all), then compare.
-
-        Raises:
-            TargetConfigurationError: the folder cannot be written.
-        """
+        """Create ``_twopc/owners/<sink id>`` holding *owner* whole or not at all (a hard link), then compare.
+        Raises ``TargetConfigurationError``: the folder cannot be written."""
         folder = self._dir("owners")
         record = os.path.join(folder, validate_sink_id(sink_id))
         try:
@@ -164,12 +151,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         return f"Parquet files in {self.path}"
 
     def validate(self, schema: pa.Schema) -> None:
-        """Create the output folder and its ``_twopc`` folders on the driver, before any task.
-
-        Raises:
-            TargetConfigurationError: a file stands where a folder must be, or the folder
-                cannot be created (the message names the path, option ``path`` and the fix).
-        """
+        """Create the output folder and its ``_twopc`` folders on the driver, before any task. Raises
+        ``TargetConfigurationError``: a file stands where a folder must be, or it cannot be created."""
         for state in ("staging", "prepared"):
             try:
                 make_folder(self._dir(state), TargetConfigurationError, needs='the file sink (option "path")',
@@ -179,7 +162,6 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
                     f'cannot create the folder {self._dir(state)} of option "path": {exc.strerror or exc}: give '
                     f"a folder this user may write to; nothing was written") from None
 
-    # -- layout ------------------------------------------------------------------------
     def _dir(self, state: str) -> str:
         return os.path.join(self.path, "_twopc", state) if state else self.path
 
@@ -193,7 +175,6 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
             return None
         return FileHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id, rows=-1)
 
-    # -- executor side -----------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _OpenFile:
         for state in ("staging", "prepared"):
             os.makedirs(self._dir(state), exist_ok=True)
@@ -239,14 +220,9 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         with contextlib.suppress(FileNotFoundError):
             os.unlink(txn.staging)
 
-    # -- driver side -------------------------------------------------------------------
     def commit(self, handle: FileHandle) -> CommitOutcome:
-        """Rename the prepared file into the output folder (atomic, idempotent).
-
-        Raises:
-            ProtocolError: the handle's id is not a twopc id (a damaged ledger must not
-                name a path outside the folder).
-        """
+        """Rename the prepared file into the output folder (atomic, idempotent). Raises ``ProtocolError``: the
+        handle's id is not a twopc id (it must not name a path outside the folder)."""
         txn_id = Xid.checked(handle.txn_id, what="twopc file transaction")
         final = self._file("", txn_id)
         try:
@@ -257,8 +233,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         return CommitOutcome.COMMITTED
 
     def abort(self, handle: FileHandle) -> None:
-        """Delete the prepared (or orphaned staging) file. Raises ProtocolError if it had
-        been committed."""
+        """Delete the prepared (or orphaned staging) file. Raises ProtocolError if it was committed."""
         txn_id = Xid.checked(handle.txn_id, what="twopc file transaction")
         gone = 0
         for state in ("prepared", "staging"):
@@ -270,20 +245,14 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
             raise ProtocolError(f"cannot abort {handle.txn_id}: it was committed")
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> Sequence[FileHandle]:
-        """Prepared files of *sink_id*, plus staging files that a killed attempt left behind
-        (the runtime only calls this when no attempt of those batches can still run)."""
+        """Prepared files of *sink_id*, plus staging files killed attempts left behind."""
         names: list[str] = []
         for state in ("prepared", "staging"):
             with contextlib.suppress(FileNotFoundError):
                 names += os.listdir(self._dir(state))
-        out = []
-        for name in sorted(set(names)):
-            if not name.endswith(_SUFFIX):
-                continue
-            h = self._parse(name[: -len(_SUFFIX)])
-            if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id):
-                out.append(h)
-        return out
+        handles = (self._parse(n[: -len(_SUFFIX)]) for n in sorted(set(names)) if n.endswith(_SUFFIX))
+        return [h for h in handles
+                if h is not None and h.sink_id == sink_id and (batch_id is None or h.batch_id == batch_id)]
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """:meth:`list_prepared` with each file's modification time and size in bytes."""
@@ -315,9 +284,7 @@ class FileDataSource(TwoPhaseCommitDataSource):
 
 
 def _parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
-    """A Parquet writer, Parquet imported here: ``import twopc.sinks`` (a job's driver, every Spark
-    Python worker of any twopc write) loads neither pyarrow nor Parquet; the writing tasks of this
-    sink load both when they first need them."""
+    """A Parquet writer, imported here so that ``import twopc.sinks`` loads neither pyarrow nor Parquet."""
     import pyarrow.parquet as pq
 
     return pq.ParquetWriter(path, schema)

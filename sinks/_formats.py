@@ -18,14 +18,11 @@ __all__ = ["DATA_SOURCES", "SOURCES", "register_all"]
 
 DATA_SOURCES = (JdbcDataSource, PostgresDataSource, RedisDataSource, FileDataSource, HttpDataSource,
                 CompositeDataSource)
-#: the sources (readers): registered by :func:`register_all` too, but they are not sinks
-#: (``twopc status|recover`` look sinks up in :data:`DATA_SOURCES`)
+#: the sources (readers), registered by :func:`register_all` but not sinks (not in :data:`DATA_SOURCES`)
 SOURCES = (RedisStreamDataSource,)
 
 
 def register_all(spark: SparkSession) -> None:
-    """Register ``twopc-jdbc``, ``twopc-postgres``, ``twopc-redis``, ``twopc-file``, ``twopc-http``,
-    ``twopc-composite`` and ``twopc-redis-stream`` with
-    *spark* (a backend whose driver is missing fails when first written to, naming the
-    extra to install)."""
+    """Register every built-in format with *spark* (a backend whose driver is missing fails when
+    first written to, naming the extra to install)."""
     twopc.register(spark, *DATA_SOURCES, *SOURCES)

@@ -1,12 +1,5 @@
 """The handles of the built-in sinks (the ledger's on-disk formats), defined without their
-drivers. (The file sink, the worked example of writing a sink, keeps its handle next to it.)
-
-A handle is what the commit ledger stores (in its versioned envelope): every process that
-imports :mod:`twopc.sinks` must be able to read any built-in kind back — the commit process
-of a streaming query, or an operator's recovery — whether or not it has imported the
-backend yet. So these handle classes live here, driver-free, and register their kinds when
-:mod:`twopc.sinks` is imported; their sinks import them from here.
-"""
+drivers so that every process importing :mod:`twopc.sinks` reads any built-in kind back."""
 
 from __future__ import annotations
 
@@ -20,11 +13,10 @@ __all__ = ["HttpHandle", "MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle",
 
 @dataclass(frozen=True)
 class PreparedSqlHandle(TransactionHandle):
-    """What the handles of prepared SQL transactions carry besides the base fields.
-    ``txn_id`` is the transaction's id (GID or XA gtrid), an :class:`twopc.Xid`.
+    """A prepared SQL transaction; ``txn_id`` is its GID or XA gtrid.
 
     Attributes:
-        table: the target table (for reports; commit does not need it).
+        table: the target table (for reports).
         rows: rows written, ``-1`` when unknown (handles rebuilt by ``list_prepared``).
     """
 
@@ -47,12 +39,10 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
     """A prepared Redis transaction: ``txn_id`` names its staging list.
 
     Attributes:
-        hash_tag: the hash tag its keys were written under (``{...}``); empty means "the
-            sink's configured tag".
-        staged: staging elements, ``-1`` when unknown (handles rebuilt by list_prepared).
-        acks: ``(stream, highest entry id)`` of the source entries its rows came from, when
-            the sink acknowledges them in its commit (option ``ackGroup``); sorted.
-            Version 1 handles have none.
+        hash_tag: the hash tag its keys were written under; empty: the sink's configured tag.
+        staged: staging elements, ``-1`` when unknown.
+        acks: sorted ``(stream, highest entry id)`` of the source entries its commit
+            acknowledges (option ``ackGroup``).
     """
 
     hash_tag: str = ""
@@ -75,13 +65,10 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
     Attributes:
         table: the target table (display name).
         stage_table: the staging table (display name).
-        rows: rows staged; ``-1`` when unknown (handles rebuilt by ``list_prepared``).
-        write: what the commit does to the target, as the write that staged the rows was
-            configured (so any process, ``twopc recover`` included, commits it alike):
-            ``append``, ``errorifexists``, ``ignore``, or how an overwrite empties an existing
-            table, ``drop`` (then re-creates it), ``truncate`` or ``delete``. Empty (version
-            1 handles, handles rebuilt by ``list_prepared``): as the committing sink is
-            configured.
+        rows: rows staged; ``-1`` when unknown.
+        write: what the commit does to the target as the staging write was configured, so any
+            process commits it alike: ``append``, ``errorifexists``, ``ignore``, or an overwrite's
+            ``drop``, ``truncate`` or ``delete``; empty: as the committing sink is configured.
     """
 
     table: str = ""
@@ -100,8 +87,8 @@ class HttpHandle(TransactionHandle, kind="twopc.http", version=1):
     """A task attempt's outbox of ``twopc-http``: ``txn_id`` names it (its path form).
 
     Attributes:
-        outbox: the outbox folder (local or ``s3://``) that holds it: ``outbox/<txn_id>.jsonl``.
-        requests: its requests, ``-1`` when unknown (handles rebuilt by ``list_prepared``).
+        outbox: the outbox folder (local or ``s3://``) holding ``<txn_id>.jsonl``.
+        requests: its requests, ``-1`` when unknown.
     """
 
     outbox: str = ""

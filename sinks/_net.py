@@ -1,5 +1,4 @@
-"""TCP keepalive timing shared by every connection the sinks open (SQL and Redis): a
-dead peer is noticed after about a minute of silence instead of the OS's two hours."""
+"""TCP keepalive timing of every connection the sinks open: a dead peer is noticed after about a minute."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ KEEPALIVE_COUNT = 3
 
 
 def keepalive_socket_options() -> dict[int, int]:
-    """``{TCP_KEEPIDLE: 30, TCP_KEEPINTVL: 10, TCP_KEEPCNT: 3}`` for ``setsockopt(IPPROTO_TCP, ...)``,
-    with the options this platform has."""
+    """``{TCP_KEEPIDLE: 30, TCP_KEEPINTVL: 10, TCP_KEEPCNT: 3}`` (those this platform has)."""
     names = (("TCP_KEEPIDLE", KEEPALIVE_IDLE_S), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_S),
              ("TCP_KEEPCNT", KEEPALIVE_COUNT))
     return {getattr(socket, n): v for n, v in names if hasattr(socket, n)}

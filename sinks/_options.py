@@ -1,7 +1,6 @@
 """One way every sink reads its Spark options (:class:`OptionReader`: case-insensitive, typed,
 an unclaimed option refused with the known one closest to it), and one duration type
-(:class:`Duration`). Error messages never show a value that may be a secret.
-"""
+(:class:`Duration`). Error messages never show a value that may be a secret."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ SPARK_PASSED_NAMES: tuple[str, ...] = ("path", "queryName")
 SPARK_PASSED_OPTIONS: frozenset[str] = frozenset(n.lower() for n in SPARK_PASSED_NAMES)
 
 _ALWAYS_ACCEPTED = frozenset(RUNTIME_KEYS) | SPARK_PASSED_OPTIONS
-#: how close (difflib ratio, lower-cased) an unknown option must be to a known one to be
-#: called its misspelling (:func:`misspelling`), not just the nearest (:func:`closest_option`)
+#: the difflib ratio at which an unknown option counts as a known one misspelled (:func:`misspelling`)
 MISSPELLED = 0.75
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$", re.IGNORECASE)
 _UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
@@ -38,25 +36,20 @@ S = TypeVar("S", bound=str)
 
 
 def closest_option(name: str, known: Iterable[str], *, cutoff: float = 0.6) -> str | None:
-    """The option of *known* (or of the twopc runtime) nearest to *name*, compared
-    case-insensitively (Spark lower-cases option keys), as *known* spells it; ``None``
-    when none is close (difflib ratio below *cutoff*; :data:`MISSPELLED` is the one
-    that takes it for a misspelling)."""
+    """The option of *known* (or the runtime's) nearest to *name*, case-insensitively, as *known*
+    spells it; ``None`` below difflib ratio *cutoff*."""
     return _nearest(name, (*known, *RUNTIME_OPTION_NAMES), cutoff)
 
 
 def unknown_option_hint(name: str, known: Iterable[str]) -> str:
-    """``did you mean 'lockTimeout'?`` for an unknown option *name* (see
-    :func:`closest_option`), else ``remove it``: the fix part of every refusal."""
+    """``did you mean 'lockTimeout'?`` for an unknown option *name*, else ``remove it``."""
     near = closest_option(name, known)
     return f"did you mean {near!r}?" if near else "remove it"
 
 
 def misspelling(wanted: str, given: Iterable[str]) -> str | None:
-    """The option of *given* that is most likely *wanted* misspelled (compared
-    case-insensitively, difflib ratio at least 0.75), as given; None when none is. Options
-    Spark or the twopc runtime pass by themselves (``path``, ``checkpointLocation``...)
-    are never taken for one."""
+    """The option of *given* most likely *wanted* misspelled (difflib ratio at least 0.75), as given;
+    options Spark or the runtime pass are never taken for one."""
     return _nearest(wanted, (k for k in given if k.lower() not in _ALWAYS_ACCEPTED), MISSPELLED)
 
 
@@ -72,19 +65,14 @@ def _nearest(name: str, candidates: Iterable[str], cutoff: float) -> str | None:
 
 @dataclass(frozen=True, order=True)
 class Duration:
-    """A non-negative length of time, in whole milliseconds (sub-millisecond values round
-    up, so a limit never becomes 0 = "no limit" by rounding)."""
+    """A non-negative length of time in whole milliseconds (rounded up: a limit never becomes 0 = none)."""
 
     ms: int
 
     @classmethod
     def parse(cls, value: str | float | Duration, name: str) -> Duration:
-        """Read ``30s``, ``500ms``, ``2min``, ``1h``, ``1d``, ``250us`` or a plain number of
-        seconds (a number given as ``int``/``float`` is seconds too).
-
-        Raises:
-            ConfigurationError: the text is not a duration; the message names *name*.
-        """
+        """Read ``30s``, ``500ms``, ``2min``, ``1h``, ``1d``, ``250us`` or a number of seconds. Raises
+        ``ConfigurationError``: the text is not a duration; the message names *name*."""
         if isinstance(value, Duration):
             return value
         if isinstance(value, bool):
@@ -121,9 +109,8 @@ class Duration:
 
 
 class OptionReader:
-    """The options of one write, read by one format. The twopc runtime's options
-    (``checkpointLocation``...) and the ones Spark adds itself (``path``, ``queryName``) are
-    always accepted; :meth:`refuse_unknown` refuses any other option no lookup claimed.
+    """The options of one write, read by one format; :meth:`refuse_unknown` refuses any option no
+    lookup claimed but the runtime's and Spark's own.
 
     Args:
         options: Spark's writer options (any key spelling).
@@ -146,7 +133,6 @@ class OptionReader:
             self._spelled.setdefault(low, key)
         self._names: dict[str, None] = {}  # every name looked up, in order
 
-    # -- lookups -------------------------------------------------------------------------
     def get(self, name: str) -> str | None:
         """The raw value of option *name*, or ``None``; marks it as known."""
         self._names.setdefault(name)
@@ -155,9 +141,7 @@ class OptionReader:
     def text(self, name: str, default: str | None = None) -> str | None:
         """The value stripped; blank counts as absent."""
         raw = self.get(name)
-        if raw is None or not raw.strip():
-            return default
-        return raw.strip()
+        return default if raw is None or not raw.strip() else raw.strip()
 
     def required(self, name: str, example: str) -> str:
         """The value, or :meth:`missing`'s error."""
@@ -167,9 +151,8 @@ class OptionReader:
         return value
 
     def missing(self, name: str, example: str, *, aliases: Iterable[str] = ()) -> MissingOptionError:
-        """The error for required option *name* (or one of its *aliases*) not given, showing
-        *example*; it first names an unknown option given that is one of them misspelled
-        (:func:`misspelling`): ``unknown option 'dbtabel': did you mean 'dbtable'?``."""
+        """The error for required option *name* (or an *alias*) not given, showing *example*, first
+        naming a given option that misspells it (``unknown option 'dbtabel': did you mean 'dbtable'?``)."""
         unknown = list(self.unclaimed())
         for wanted in (name, *aliases):
             typo = misspelling(wanted, unknown)
@@ -209,9 +192,8 @@ class OptionReader:
         if raw is None:
             return default
         options = tuple(allowed)
-        for a in options:
-            if raw.lower() == a.lower():
-                return a
+        if (match := next((a for a in options if raw.lower() == a.lower()), None)) is not None:
+            return match
         listed = ", ".join(options[:-1]) + f" or {options[-1]}" if len(options) > 1 else options[0]
         raise ConfigurationError(f"{name} must be {listed}, got {raw!r}")
 
@@ -220,20 +202,14 @@ class OptionReader:
         raw = self.text(name)
         return Duration.parse(default if raw is None else raw, name)
 
-    # -- what is left ------------------------------------------------------------------------
     def unclaimed(self) -> dict[str, str]:
-        """Options nobody has looked up (spelled as given), but for the runtime's and
-        Spark's own."""
+        """Options nobody has looked up (spelled as given), but the runtime's and Spark's own."""
         claimed = {n.lower() for n in self._names}
         return {self._spelled[k]: v for k, v in self._values.items() if k not in claimed | _ALWAYS_ACCEPTED}
 
     def refuse_unknown(self, *, hint: str = "") -> None:
-        """Raise when an option was given that no lookup claimed.
-
-        Raises:
-            ConfigurationError: naming each unknown option with the known one closest to
-                it (:func:`unknown_option_hint`), and listing the supported ones.
-        """
+        """Raise when an option was given that no lookup claimed. Raises ``ConfigurationError``: naming each with
+        its closest known option, listing the supported ones."""
         unknown = sorted(self.unclaimed(), key=str.lower)
         if unknown:
             each = "; ".join(f"{name}: {unknown_option_hint(name, self._names)}" for name in unknown)

@@ -1,11 +1,4 @@
-"""Keeping secrets out of every message a sink builds.
-
-:func:`secret_forms` lists every spelling of a secret that can reach a message (as typed,
-URL-quoted, as SQLAlchemy renders it); :func:`redacted_errors` scrubs whatever might be a
-password in the options from a :class:`~twopc.ConfigurationError` raised while they are
-parsed (a URL that fails to parse may still hold its password); :func:`credential_free`
-keeps the options that may be recorded in a checkpoint.
-"""
+"""Keeping secrets out of every message a sink builds, and out of checkpoints (:func:`credential_free`)."""
 
 from __future__ import annotations
 
@@ -34,9 +27,8 @@ _SECRET_WORDS = ("passw", "pwd", "secret", "token", "apikey", "api_key", "access
 
 
 def after_password(kind: str) -> str:
-    """The message refusing a parameter that follows ``password=`` in a *kind* (``JDBC``,
-    ``Redis``) URL's query string: it may be the rest of a password holding a raw ``&``,
-    so the message shows neither its name nor its value."""
+    """The message refusing a parameter after ``password=`` in a *kind* URL's query string: maybe
+    the rest of a password with a raw ``&``, so neither its name nor value is shown."""
     return (
         f"the {kind} URL has a parameter after password= that twopc cannot accept; if the password holds "
         "&, =, #, ?, /, %, + or a space, URL-encode it in the URL (& as %26, = as %3D, # as %23, ? as "
@@ -45,11 +37,8 @@ def after_password(kind: str) -> str:
 
 
 def secret_forms(values: Iterable[str | None]) -> list[str]:
-    """Every spelling of these secrets that may reach a message (raw, URL-quoted, as
-    SQLAlchemy's ``URL.render_as_string`` writes it: ``quote(v, safe=" +")``), longest
-    first, for :func:`twopc.spi.redact`. SQLAlchemy's spelling is computed, not asked of
-    SQLAlchemy: the Redis sink and the Redis Stream source, whose options pass through here,
-    never import it (``tests/unit/test_secret_redaction.py`` holds the two spellings equal)."""
+    """Every spelling of these secrets that may reach a message (raw, URL-quoted, as SQLAlchemy
+    renders it, computed without importing it), longest first, for :func:`twopc.spi.redact`."""
     forms: set[str] = set()
     for v in values:
         if not v:
@@ -59,11 +48,9 @@ def secret_forms(values: Iterable[str | None]) -> list[str]:
 
 
 def secret_guesses(options: Mapping[str, str]) -> list[str]:
-    """Every value of *options* that may be a password (secret options, and passwords in
-    a ``url`` option's user info or query string), in all its spellings. Everything after
-    ``password=`` in a URL counts: the value up to the next ``&``, the whole rest of the
-    URL, and each name and value in it of 3 characters or more (a password with a raw ``&``
-    runs on; shorter pieces would blank out every message they occur in)."""
+    """Every value of *options* that may be a password, in all its spellings: secret options, a
+    URL's user info, and after ``password=`` the value, the rest of the URL and each piece of
+    3 characters or more (a password with a raw ``&`` runs on)."""
     values: list[str | None] = []
     for k, v in options.items():
         if not isinstance(v, str):
@@ -96,12 +83,9 @@ def redacted_errors(options: Mapping[str, str]) -> Iterator[None]:
 
 
 def credential_free(options: Mapping[str, str]) -> dict[str, str]:
-    """*options* as they may be recorded in a checkpoint (the sinks'
-    :meth:`~twopc.spi.NamedTarget.reopen_options`): an option named like a secret is
-    left out, a URL loses its password (in its user info; ``password=`` and everything
-    after it; an empty user info goes too), and an option whose value still holds
-    anything :func:`secret_guesses` suspects, or still has a ``:`` before an ``@`` after
-    ``//`` (a password with a raw ``/`` or ``@``), is left out whole."""
+    """*options* as they may be recorded in a checkpoint: secret options left out, a URL without
+    its password (user info, ``password=`` and all after it), and an option still holding
+    anything :func:`secret_guesses` suspects (or ``//...:...@``) left out whole."""
     guesses = secret_guesses(options)
     out: dict[str, str] = {}
     for key, value in options.items():

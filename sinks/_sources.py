@@ -1,9 +1,6 @@
-"""The Spark data sources of the backends that need a database driver or SQLAlchemy, defined
-without importing their sinks: :func:`twopc.sinks.register_all` works whatever extras are
-installed, writing to a format whose driver is missing fails at plan time with the extra to
-install, and the driver of a job (and Spark's worker that looks data sources up) loads none of
-the sinks' code until a write needs it. Each sink class is imported when first read, in the
-Spark worker that plans or runs the write."""
+"""The Spark data sources of the backends that need a driver or SQLAlchemy, defined without
+importing their sinks (each imported when first read), so :func:`twopc.sinks.register_all`
+works whatever extras are installed and a missing driver fails at plan time naming the extra."""
 
 from __future__ import annotations
 
@@ -32,9 +29,7 @@ class _SinkClass:
     Attributes:
         module: the module that defines the sink class.
         name: the class's name there.
-        session_options: the class's ``session_options``, stated here so that
-            :func:`twopc.register` reads them without importing the class (a test checks
-            that both say the same).
+        session_options: the class's ``session_options``, so :func:`twopc.register` need not import it.
     """
 
     module: str
@@ -91,9 +86,8 @@ class HttpDataSource(_LazySinkDataSource):
 
 
 def default_outbox(options: Mapping[str, str], session_root: str | None) -> str | None:
-    """The outbox folder of a ``twopc-http`` write that names none: ``<checkpoint>/twopc-http``,
-    the checkpoint given, or the one Spark picks for a named streaming query from
-    *session_root*; ``None`` when the options name one or no checkpoint is known."""
+    """``<checkpoint>/twopc-http`` for a ``twopc-http`` write naming no outbox (the checkpoint
+    given, or Spark's under *session_root*); ``None`` when one is named or none is known."""
     if option(options, "outbox") is not None:
         return None
     checkpoint = option(options, "checkpointLocation")
@@ -108,9 +102,7 @@ def default_outbox(options: Mapping[str, str], session_root: str | None) -> str 
 
 
 class RedisStreamDataSource(DataSource):
-    """Spark data source ``twopc-redis-stream``: reads Redis Streams exactly once into a
-    streaming query, acknowledging to a consumer group only after the sink committed
-    (:mod:`twopc.sinks.redis_source`)."""
+    """Spark data source ``twopc-redis-stream`` (:mod:`twopc.sinks.redis_source`)."""
 
     @classmethod
     def name(cls) -> str:
@@ -123,12 +115,8 @@ class RedisStreamDataSource(DataSource):
         return schema_ddl(StreamOptions.read(self.options).fields_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
-        """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`).
-
-        Raises:
-            ConfigurationError: an option is invalid, or PySpark is older than 4.2 (the
-                reader needs ``latestOffset(start, limit)``).
-        """
+        """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`). Raises ``ConfigurationError``: an
+        option is invalid, or PySpark is older than 4.2."""
         from .redis_source import RedisStreamReader, StreamOptions, check_pyspark
 
         check_pyspark()

@@ -1,17 +1,7 @@
-"""SQL sinks: what every database sink shares, and the ``twopc-jdbc`` drop-in.
-
-- :class:`JdbcSink` (``format("twopc-jdbc")``), :func:`write_jdbc`: the drop-in for Spark's
-  JDBC writer, choosing the prepared or the staging commit mode.
-- :class:`JdbcOptions`: the one reader of every SQL format's options, with
-  :func:`translate_url`, the one URL translator.
-- :class:`PreparedSqlSink`: the sink that prepares transactions;
-  :class:`twopc.sinks.postgres.PostgresSink` and :class:`twopc.sinks.mysql.MySqlXaSink` give it
-  their dialect.
-- :class:`StagingSink`: the portable staging mode, for any SQLAlchemy database.
-
-This package needs no database driver and never imports a database's folder: the dialect
-registry (:mod:`twopc.sinks.sql._registry`) imports one the first time it is used.
-"""
+"""SQL sinks: :class:`JdbcSink` and :func:`write_jdbc` (the ``twopc-jdbc`` drop-in), :class:`JdbcOptions`
+and :func:`translate_url` (every SQL format's options and URLs), :class:`PreparedSqlSink` (prepared
+transactions; the PostgreSQL and MySQL sinks give it their dialect) and :class:`StagingSink` (any
+SQLAlchemy database). It imports no driver nor database folder: the dialect registry loads one on first use."""
 
 from typing import TYPE_CHECKING
 
@@ -30,26 +20,11 @@ if TYPE_CHECKING:
     from .options import JdbcOptions
     from .options._jdbc_url import SqlUrl, translate_url
 
-__all__ = [
-    "JdbcDataSource",
-    "JdbcOptions",
-    "JdbcSink",
-    "PreparedSqlHandle",
-    "PreparedSqlSink",
-    "SqlUrl",
-    "StagingHandle",
-    "StagingSink",
-    "TableName",
-    "dispose_engines",
-    "parse_table_name",
-    "require_transactional",
-    "translate_url",
-    "write_jdbc",
-]
+__all__ = ["JdbcDataSource", "JdbcOptions", "JdbcSink", "PreparedSqlHandle", "PreparedSqlSink", "SqlUrl",
+           "StagingHandle", "StagingSink", "TableName", "dispose_engines", "parse_table_name", "require_transactional",
+           "translate_url", "write_jdbc"]
 
-#: Every name loads on first use: a worker that commits a prepared write (Spark's commit worker)
-#: never imports the staging mode, nor pyarrow through it; one that runs a task loads the
-#: modules of its sink's mode only.
+#: Every name loads on first use: a worker loads only the modules of its sink's mode (a commit, no pyarrow).
 __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("PreparedSqlHandle", "StagingHandle"), "twopc.sinks._handles"),
     **dict.fromkeys(("TableName", "parse_table_name"), "._names"),

@@ -1,34 +1,11 @@
-"""The DataFrame-to-SQL type mapping for tables twopc creates, for any dialect.
-
-Type mapping for tables twopc creates (``createTableColumnTypes`` overrides it per
-column, verbatim):
-
-==========================  ====================  ==================  ==========
-Spark (Arrow)               PostgreSQL            MySQL / MariaDB     SQLite
-==========================  ====================  ==================  ==========
-ByteType, ShortType         SMALLINT              SMALLINT            INTEGER
-IntegerType                 INTEGER               INTEGER             INTEGER
-LongType                    BIGINT                BIGINT              INTEGER
-FloatType                   REAL                  FLOAT               REAL
-DoubleType                  DOUBLE PRECISION      DOUBLE              REAL
-DecimalType(p, s)           NUMERIC(p, s)         DECIMAL(p, s)       NUMERIC
-BooleanType                 BOOLEAN               BOOL                BOOLEAN
-StringType                  TEXT                  LONGTEXT            TEXT
-BinaryType                  BYTEA                 LONGBLOB            BLOB
-DateType                    DATE                  DATE                DATE
-TimestampType               TIMESTAMPTZ           DATETIME(6) (UTC)   DATETIME (UTC)
-TimestampNTZType            TIMESTAMP             DATETIME(6)         DATETIME
-ArrayType, MapType,         JSONB                 JSON                JSON
-StructType
-==========================  ====================  ==================  ==========
-
-Arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql._json_values`); MariaDB's
-``JSON`` is ``LONGTEXT`` with a ``JSON_VALID`` check.
-"""
+"""The DataFrame-to-SQL type mapping for tables twopc creates (``createTableColumnTypes`` overrides
+it per column, verbatim), as the manual's twopc-jdbc page tabulates it (``docs/formats/jdbc.md``):
+SQLAlchemy's generic types, or a dialect's own :attr:`~twopc.sinks.sql._registry.SqlDatabase.arrow_types`;
+arrays, maps and structs are stored as JSON (:mod:`twopc.sinks.sql._json_values`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -45,42 +22,33 @@ from ._registry import dialect_for
 __all__ = ["arrow_to_sqlalchemy", "column_ddl", "create_table_sql"]
 
 
-def arrow_to_sqlalchemy(field: pa.Field, dialect: str) -> sa.types.TypeEngine[Any]:
-    """The column type twopc creates for an Arrow field on *dialect* (a SQLAlchemy backend
-    name: the dialect's :attr:`~twopc.sinks.sql._registry.SqlDatabase.arrow_types` first; see
-    the module table).
+#: SQLAlchemy's generic column type per Arrow type, first match wins
+_GENERIC: tuple[tuple[Callable[[pa.DataType], bool], Callable[[Any], sa.types.TypeEngine[Any]]], ...] = (
+    (lambda t: pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t), lambda t: sa.SmallInteger()),
+    (lambda t: pa.types.is_int32(t) or pa.types.is_uint16(t), lambda t: sa.Integer()),
+    (lambda t: pa.types.is_int64(t) or pa.types.is_uint32(t), lambda t: sa.BigInteger()),
+    (pa.types.is_float32, lambda t: sa.REAL()),
+    (pa.types.is_float64, lambda t: sa.Double()),
+    (pa.types.is_decimal, lambda t: sa.Numeric(t.precision, t.scale)),
+    (pa.types.is_boolean, lambda t: sa.Boolean(create_constraint=False)),
+    (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t), lambda t: sa.Text()),
+    (lambda t: pa.types.is_binary(t) or pa.types.is_large_binary(t), lambda t: sa.LargeBinary()),
+    (pa.types.is_date, lambda t: sa.Date()),
+    (pa.types.is_timestamp, lambda t: sa.DateTime(timezone=t.tz is not None)),
+    (is_nested, lambda t: sa.JSON()),
+)
 
-    Raises:
-        SchemaMismatchError: the type has no SQL column type (unions, intervals...).
-    """
+
+def arrow_to_sqlalchemy(field: pa.Field, dialect: str) -> sa.types.TypeEngine[Any]:
+    """The column type twopc creates for an Arrow field on backend *dialect* (the module table). Raises
+    ``SchemaMismatchError``: the type has no SQL column type (unions, intervals...)."""
     t = field.type
     kind = _kind(t)
     if kind is not None and (own := dialect_for(dialect).arrow_types.get(kind)) is not None:
         return own
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_uint8(t):
-        return sa.SmallInteger()
-    if pa.types.is_int32(t) or pa.types.is_uint16(t):
-        return sa.Integer()
-    if pa.types.is_int64(t) or pa.types.is_uint32(t):
-        return sa.BigInteger()
-    if pa.types.is_float32(t):
-        return sa.REAL()
-    if pa.types.is_float64(t):
-        return sa.Double()
-    if pa.types.is_decimal(t):
-        return sa.Numeric(t.precision, t.scale)
-    if pa.types.is_boolean(t):
-        return sa.Boolean(create_constraint=False)
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return sa.Text()
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return sa.LargeBinary()
-    if pa.types.is_date(t):
-        return sa.Date()
-    if pa.types.is_timestamp(t):
-        return sa.DateTime(timezone=t.tz is not None)
-    if is_nested(t):
-        return sa.JSON()
+    made = next((make(t) for is_type, make in _GENERIC if is_type(t)), None)
+    if made is not None:
+        return made
     raise SchemaMismatchError(
         f"column {field.name}: Spark type {t} has no SQL column type twopc can create; convert it "
         f"or set createTableColumnTypes")
@@ -96,8 +64,7 @@ def _kind(t: pa.DataType) -> str | None:
 
 
 def column_ddl(field: pa.Field, dialect: Dialect, overrides: Mapping[str, str]) -> str:
-    """``"name" TYPE`` for CREATE TABLE (``createTableColumnTypes`` wins, matched
-    case-insensitively; a DataFrame column that is non-nullable gets NOT NULL)."""
+    """``"name" TYPE`` for CREATE TABLE (``createTableColumnTypes`` wins; non-nullable: NOT NULL)."""
     q = dialect.identifier_preparer.quote_identifier
     override = next((v for k, v in overrides.items() if k.lower() == field.name.lower()), None)
     type_sql = override if override is not None else arrow_to_sqlalchemy(field, dialect.name).compile(dialect=dialect)

@@ -34,14 +34,9 @@ C = TypeVar("C", bound=TableColumn)
 def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, columns: Sequence[C], table: str, *,
                   compatible: Callable[[pa.DataType, C], bool] | None, type_name: Callable[[pa.DataType], str],
                   check_required: bool) -> list[C]:
-    """Map DataFrame column names to table columns: an exact match first, then a unique
-    case-insensitive one (Spark is case-insensitive by default). Types are checked with
-    *compatible* when it and *types* are given.
-
-    Raises:
-        SchemaMismatchError: listing every unknown column, type mismatch and required
-            column (NOT NULL without default, with *check_required*) the DataFrame lacks.
-    """
+    """Map DataFrame column names to table columns (exact, else unique case-insensitive match), checking types
+    with *compatible* when it and *types* are given. Raises ``SchemaMismatchError``: listing every unknown
+    column, type mismatch and (*check_required*) NOT NULL column without default the DataFrame lacks."""
     by_name = {c.name: c for c in columns}
     by_lower: dict[str, list[C]] = {}
     for c in columns:
@@ -81,7 +76,6 @@ def _mismatch(name: str, t: pa.DataType, col: TableColumn, type_name: Callable[[
     """One type mismatch; for an array, map or struct, with the fix."""
     from ._json_values import is_nested  # here: a worker that only commits never loads pyarrow
     from ._type_rules import spark_type_name
-
     if not is_nested(t):
         return f"column {name}: DataFrame type {type_name(t)}, table type {col.display_type}"
     return (f"column {name}: DataFrame type {spark_type_name(t)}, table type {col.display_type}; arrays, maps and "

@@ -1,17 +1,9 @@
-"""One pooled SQLAlchemy engine per process, URL and use, shared by every task a Python
-worker runs (a worker process serves many tasks; a connection per task would cost a
-login each).
-
-Engines for the prepared modes run in ``AUTOCOMMIT`` (the sinks send ``BEGIN`` /
-``PREPARE TRANSACTION`` and ``XA ...`` themselves); the staging mode's engine uses
-SQLAlchemy's transactions. Both ping a pooled connection before use when it sat in the
-pool for :data:`PING_AFTER_IDLE_S` or longer (a worker may sit idle between tasks and its
-connection die meanwhile); one given back a moment ago goes out without the round trip, as
-HikariCP's ``aliveBypassWindowMs`` does (the driver's commit takes up to 8 pooled connections
-at once, and a task follows another: a ping each was a round trip each on their paths).
-A connection that dies within that moment fails its first statement instead, as it would had
-it died just after a ping: the commit is retried (:mod:`twopc._retry`), the task fails.
-"""
+"""One pooled SQLAlchemy engine per process, URL and use, shared by every task a Python worker
+runs (a connection per task would cost a login each). The prepared modes' engines run in
+``AUTOCOMMIT``; the staging mode's uses SQLAlchemy's transactions. A pooled connection is pinged
+only after :data:`PING_AFTER_IDLE_S` in the pool, as HikariCP's ``aliveBypassWindowMs`` does (a
+ping each was a round trip each on the commit's path); one that died within that moment fails
+its first statement, as after a ping: the commit is retried, the task fails."""
 
 from __future__ import annotations
 
@@ -35,15 +27,12 @@ __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for
 APPLICATION_NAME = "twopc"
 #: a pooled connection given back to the pool this many seconds ago or longer is pinged before use
 PING_AFTER_IDLE_S = 0.5
-#: the key of ``ConnectionPoolEntry.info`` that holds when the connection was given back
-#: (the entry's ``info`` is emptied when its connection closes: a new one has none)
+#: the key of ``ConnectionPoolEntry.info`` holding when the connection was given back (a new one has none)
 _GIVEN_BACK = "twopc_given_back"
 
 
 class EngineCache:
-    """Engines by key, forgotten in forked children (the parent's connections are not
-    theirs: psycopg and PyMySQL do not close them on garbage collection in another
-    process, so they are dropped without closing)."""
+    """Engines by key, forgotten (not closed) in forked children: the parent's connections are not theirs."""
 
     def __init__(self) -> None:
         self._engines: dict[Hashable, Engine] = {}
@@ -62,8 +51,7 @@ class EngineCache:
             return engine
 
     def dispose(self) -> None:
-        """Close every pooled connection of this process (prepared transactions are not
-        affected: they no longer belong to a session)."""
+        """Close every pooled connection (prepared transactions stay)."""
         with self._lock:
             engines = list(self._engines.values())
             self._engines.clear()
@@ -75,14 +63,9 @@ _ENGINES = EngineCache()
 
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
-    """The process's pooled engine for *url* (credentials included) and this use, its
-    connections bounded by *timeouts* (:mod:`twopc.sinks.sql._timeouts`) and set up
-    by the dialect; with *autocommit* in ``AUTOCOMMIT`` mode, for sinks that manage
-    transactions in SQL.
-
-    Raises:
-        ConfigurationError: the dialect refuses the URL, or its driver is not installed.
-    """
+    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*; with *autocommit*
+    in ``AUTOCOMMIT`` mode. Raises ``ConfigurationError``: the dialect refuses the URL, or its driver is not
+    installed."""
 
     def make() -> Engine:
         backend = url.get_backend_name()
@@ -102,10 +85,7 @@ def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
 
 
 def _ping_when_idle(engine: Engine) -> None:
-    """SQLAlchemy's pre-ping (a ping at checkout; a connection that fails it with a
-    disconnect error is replaced, with every pooled connection older than it), for the
-    connections that sat in the pool :data:`PING_AFTER_IDLE_S` or longer only. A new
-    connection is not pinged (nor is it by SQLAlchemy)."""
+    """SQLAlchemy's pre-ping, for connections that sat in the pool :data:`PING_AFTER_IDLE_S` or longer only."""
     dialect = engine.dialect
 
     @sa.event.listens_for(engine, "checkin")
@@ -130,14 +110,9 @@ _PLAIN = (str, bytes, int, float, bool, dict, type(None))
 
 
 def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str, Any]]:
-    """The DB-API module and the keyword arguments :func:`engine_for`'s connections are
-    opened with, plain values only (no cursor factory, no adapter map): for a process that
-    opens one connection without importing SQLAlchemy (the driver agent,
-    :mod:`twopc.ledger._agent`). Credentials included: never log them.
-
-    Raises:
-        ValueError: *url* is not a PostgreSQL or MySQL/MariaDB URL.
-    """
+    """The DB-API module and plain keyword arguments :func:`engine_for`'s connections are opened with, for a
+    process without SQLAlchemy (the driver agent). Credentials included: never log them. Raises
+    ``ValueError``: *url* is not a PostgreSQL or MySQL/MariaDB URL."""
     backend = url.get_backend_name()
     dbapi = dialect_for(backend).dbapi
     if dbapi is None:
@@ -151,6 +126,5 @@ def dbapi_connect_params(url: URL, timeouts: NetTimeouts) -> tuple[str, dict[str
 
 
 def dispose_engines() -> None:
-    """Close every pooled connection of this process (prepared transactions are not
-    affected: they no longer belong to a session)."""
+    """Close every pooled connection of this process (prepared transactions stay)."""
     _ENGINES.dispose()

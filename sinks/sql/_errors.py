@@ -1,6 +1,4 @@
-"""The messages every SQL sink gives for the same failure, so that PostgreSQL, MySQL/MariaDB
-and the staging mode say the same thing the same way (each dialect maps its own error
-codes onto these)."""
+"""The messages every SQL sink gives for the same failure (each dialect maps its error codes onto these)."""
 
 from __future__ import annotations
 
@@ -14,8 +12,7 @@ ROLLED_BACK = "The transaction was rolled back; nothing of this attempt was writ
 
 
 def constraint_violated(action: str, kind: str, what: str, table: str, detail: str) -> SinkError:
-    """A ``NOT NULL``/unique/foreign key/check... violation, naming the column or
-    constraint (*what*; empty when the database did not say)."""
+    """A constraint violation, naming the column or constraint (*what*) when the database did."""
     return SinkError(f"could not {action}: {kind} constraint violated ({what or 'unnamed'}) on table "
                      f"{table}: {detail}. {ROLLED_BACK}")
 
@@ -34,17 +31,14 @@ _VALUE_FIXES = {
 
 
 def bad_value(action: str, kind: str, column: str, table: str, detail: str) -> SinkError:
-    """A value its column cannot hold (numeric overflow, too long, a character or bytes
-    the column's character set cannot store): the column, the server's words (with the row
-    it named), the fix for *kind*, and that nothing was written."""
+    """A value its column cannot hold: the column, the server's words, the fix for *kind*, nothing written."""
     fix = _VALUE_FIXES.get(kind, "fix the values, or change the column's type to one that holds them")
     return SinkError(f"could not {action}: a value does not fit column {column!r} of {table} ({kind}): {detail}. "
                      f"Fix: {fix.format(table=table, column=column)}. {ROLLED_BACK}")
 
 
 def lock_timed_out(action: str, timeout: str, table: str, detail: str) -> SinkError:
-    """A prepared-mode write that waited *timeout* for row locks (the ``lockTimeout``
-    option): why that happens with prepared transactions, and what to do."""
+    """A prepared-mode write that waited *timeout* (``lockTimeout``) for row locks: why, and what to do."""
     return SinkError(
         f"could not {action}: lock timeout ({timeout}) while waiting for rows of {table} held by "
         f"another prepared transaction: either another task of this write wrote the same unique key "
@@ -54,8 +48,7 @@ def lock_timed_out(action: str, timeout: str, table: str, detail: str) -> SinkEr
 
 
 def session_init_failed(where: str, detail: str) -> TargetConfigurationError:
-    """Option ``sessionInitStatement`` failed when tried at validation (on the driver,
-    before any task): which option, the server's reason, and the fix."""
+    """``sessionInitStatement`` failed at validation: the option, the server's reason, the fix."""
     return TargetConfigurationError(
         f"option sessionInitStatement failed on {where}: {detail}. It runs at the start of every write "
         f"connection: fix the statement (try it in a SQL client as the same user) or remove the option; "

@@ -1,39 +1,18 @@
-"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer.
-
-Change ``format("jdbc")`` to ``format("twopc-jdbc")`` and keep the options (see
-:mod:`twopc.sinks.sql.options._jdbc_options` for every option and how Spark's are handled). The sink picks
-one of two commit modes and logs which:
+"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer, with two commit
+modes, logged with the reason (the manual's twopc-jdbc page describes both):
 
 ``prepared``
-    Each task attempt loads its rows inside a transaction that it prepares —
-    PostgreSQL ``PREPARE TRANSACTION`` (:class:`~twopc.sinks.PostgresSink`, binary COPY from
-    Arrow) or MySQL/MariaDB XA (:class:`~twopc.sinks.MySqlXaSink`), both built on
-    :class:`~twopc.sinks.sql.PreparedSqlSink` — and the driver commits
-    them after recording its decision in the checkpoint, or, for a batch write without
-    ``checkpointLocation``, in the server's ``twopc_ledger`` table while the driver holds
-    the write's lease there (:mod:`twopc.sinks.sql._target_ledger`). The fastest mode; it needs
-    a server that allows prepared transactions and an existing table, and it serves appends.
+    each task attempt loads its rows in a transaction it prepares
+    (:class:`~twopc.sinks.sql.PreparedSqlSink`), committed by the driver after its decision;
+    appends to an existing table on a server that can prepare.
 ``staging``
-    Each task attempt commits its rows into a staging table; the driver moves the chosen
-    attempts' rows into the table in ONE local transaction (:class:`~twopc.sinks.StagingSink`).
-    Works on any database with transactions (SQLite included), and is what overwrite,
-    table creation, ``upsertKeys``, ``saveMode`` errorifexists/ignore and SQLite use: the
-    commit transaction is its own decision.
+    each task attempt commits its rows into a staging table, which the driver moves into the
+    table in ONE local transaction (:class:`~twopc.sinks.StagingSink`); any database.
 
-``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server
-allow it, else ``staging``; ``commitMode=prepared`` makes "not allowed" an error.
-
-A server's prepared transactions are few (``max_prepared_transactions``), and a batch may
-have more partitions than there are free ones; the number of partitions reaches no sink
-before its tasks run. So on PostgreSQL each prepared-mode task claims a slot before it
-loads a row (:mod:`twopc.sinks.postgres._slots`). In ``auto`` mode a task that finds none stages
-its rows instead, and the driver, before its decision, moves the staged rows of the chosen
-attempts into one more prepared transaction (:meth:`JdbcSink.before_decision`): the
-decision names only prepared transactions, so every constraint was checked before it, and
-the batch commits through the same ``COMMIT PREPARED`` as any other. A batch whose every
-task staged commits as a staging batch. With ``commitMode=prepared`` a task that finds no
-slot fails before it writes, and the batch leaves nothing behind.
-"""
+``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server allow it.
+On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in ``auto`` mode
+one that finds none stages its rows, which the driver moves into one more prepared transaction
+before its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails."""
 
 from __future__ import annotations
 
@@ -44,14 +23,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
-from twopc import (
-    CommitShape,
-    ConfigurationError,
-    SinkError,
-    TransactionContext,
-    TransactionHandle,
-    TwoPhaseCommitSink,
-)
+from twopc import CommitShape, ConfigurationError, SinkError, TransactionContext, TransactionHandle, TwoPhaseCommitSink
 from twopc.spi import LedgerHost, ProtocolError, WriteSetup, capability
 from twopc.spi.lease import TargetLedger, hold_for_prepare
 
@@ -73,8 +45,7 @@ __all__ = ["JdbcSink"]
 log = logging.getLogger("twopc.sinks.jdbc")
 
 _ANNOUNCED: set[tuple[str, str, str, bool]] = set()
-#: (URL, table, stage, schema) whose staging this process validated for prepared-mode tasks
-#: that find no slot (streaming validates every micro-batch; staging's checks cost ~30 ms)
+#: (URL, table, stage, schema) whose staging this process validated (staging's checks cost ~30 ms)
 _STAGING_READY: set[tuple[str, str, str, str]] = set()
 
 
@@ -84,11 +55,9 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     Args:
         options: parsed options (:meth:`from_options` parses Spark's).
 
-    The commit mode is settled by :meth:`configure_write` (when the write itself needs
-    staging) or :meth:`validate` (asking the server); it travels to the executors with
-    the pickled sink. Handles say which mode made them, so commit and recovery work in
-    any process: what takes a transaction or a handle goes to the sink of its kind
-    (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`, which says why one write needs both).
+    :meth:`configure_write` or :meth:`validate` settles the commit mode, which travels to the
+    executors with the pickled sink; handles say which mode made them
+    (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`).
     """
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
@@ -114,15 +83,12 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         from .._secrets import credential_free  # the plan's: workers record no options
-
         return credential_free(options)
 
-    # -- description -------------------------------------------------------------------
     def describe(self) -> str:
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))
 
-    # -- the settled mode -------------------------------------------------------------------
     def _backend(self) -> TwoPhaseCommitSink[Any, Any, Any]:
         if self.mode == PREPARED:
             return self._prepared_sink()
@@ -130,14 +96,9 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
             return self._staging_sink()
         raise ProtocolError("JdbcSink: the commit mode is not settled (validate() settles it on the driver)")
 
-    # -- mode --------------------------------------------------------------------------
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
-        """Settle the save mode and whether this write needs the staging commit.
-
-        Raises:
-            ConfigurationError: ``saveMode`` contradicts Spark's mode, or
-                ``commitMode=prepared`` with a write that needs staging.
-        """
+        """Settle the save mode and whether this write needs the staging commit. Raises ``ConfigurationError``:
+        ``saveMode`` contradicts Spark's mode, or ``commitMode=prepared`` with a write that needs staging."""
         o = self.options
         if overwrite and o.save_mode in ("errorifexists", "ignore"):
             raise ConfigurationError(f"saveMode {o.save_mode} contradicts Spark's mode overwrite: drop one of them")
@@ -165,19 +126,15 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
                                           checkpointed=checkpointed)
 
     def commit_shape(self, handles: Sequence[TransactionHandle] = ()) -> CommitShape:
-        """Staging handles commit in one local transaction; prepared ones (and a batch that
-        mixes both) one by one. Without handles: the mode settled so far."""
+        """Staging handles commit in one local transaction, others one by one; without handles: the mode."""
         staged = all(isinstance(h, StagingHandle) for h in handles) if handles else self.mode == STAGING
         return CommitShape.LOCAL_TRANSACTION if staged else CommitShape.PER_HANDLE
 
     def commit_may_be_refused(self) -> str | None:
-        """The staging mode's reason (see :meth:`StagingSink.commit_may_be_refused`) when
-        this write uses it, ``None`` in the prepared mode (the database checks every
-        constraint at ``PREPARE``). Settles the mode first when it is still open (asking
-        the server, as :meth:`validate` would), so a composite can refuse a staging
-        participant before its validation creates anything. A composite asks this of its
-        participants, and decides their handles without :meth:`before_decision`: so a sink
-        asked never lets its prepared-mode tasks stage (one that finds no slot fails).
+        """The staging mode's reason (:meth:`StagingSink.commit_may_be_refused`), ``None`` in the
+        prepared mode. Settles the mode first, so a composite can refuse a staging participant
+        before validation creates anything; a sink asked never lets its prepared-mode tasks
+        stage (a composite decides without :meth:`before_decision`).
 
         Raises:
             SinkUnavailableError: the mode is open and the server does not answer.
@@ -189,7 +146,6 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return self._staging_sink().commit_may_be_refused() if self.mode == STAGING else None
 
     def _settle_mode(self) -> str:
-        """The commit mode, settled by asking the server when still open."""
         if self.mode is None:
             ok, why = self._server_can_prepare()
             if ok:
@@ -202,8 +158,7 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return self.mode
 
     def validate(self, schema: pa.Schema) -> None:
-        """Settle the commit mode (asking the server when it is still open), log it, and
-        validate the target through the chosen mode.
+        """Settle the commit mode, log it, and validate the target through it.
 
         Raises:
             SinkUnavailableError: no connection.
@@ -229,10 +184,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
             log.info("twopc-jdbc: %s commit mode for %s (%s%s)", self.mode, self.options.table, self.reason, how)
 
     def _prepare_staging(self, schema: pa.Schema) -> str:
-        """Settle :attr:`may_stage` for the prepared mode on PostgreSQL: with
-        ``commitMode=auto``, outside a composite, tasks that find no free slot stage their
-        rows, so staging is prepared (validated, its tables created) here, before any task.
-        Returns what the tasks that find no slot do, for the mode's log line."""
+        """Settle :attr:`may_stage` (``auto``, outside a composite: staging is validated here, before
+        any task); returns what a task without a slot does, for the mode's log line."""
         if self.options.commit_mode != "auto" or self._participant:
             why = "commitMode=prepared" if self.options.commit_mode == PREPARED else "a composite's participant"
             return f"; a task that finds no free prepared-transaction slot fails before it writes ({why})"
@@ -275,16 +228,12 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
                 "(no checkpointLocation)")
 
     def target_ledger(self) -> TargetLedger | None:
-        """The prepared mode's ledger table and leases on PostgreSQL and MySQL/MariaDB (see
-        :mod:`twopc.sinks.sql._target_ledger`); ``None`` on other databases."""
+        """The prepared mode's ledger table and leases; ``None`` on databases that cannot prepare."""
         return self._prepared_sink().target_ledger() if self._has_prepared_mode() else None
 
-    # -- executor side: the settled mode ----------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> Any:
-        """Open the attempt's transaction in the settled mode (see the mode's sink). In
-        the prepared mode on PostgreSQL it claims a prepared-transaction slot first; when
-        none is free, it stages the attempt's rows instead if the write may
-        (:attr:`may_stage`), else fails.
+        """Open the attempt's transaction in the settled mode; when no prepared-transaction slot is
+        free, stage the rows instead if :attr:`may_stage`, else fail.
 
         Raises:
             ProtocolError: the mode was not settled (``validate`` did not run).
@@ -306,9 +255,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return self._staging_sink().begin_transaction(context)
 
     def headroom(self, sink_id: str) -> Headroom | None:
-        """The server's prepared-transaction room (PostgreSQL/MySQL) when this write may
-        need it; ``None`` elsewhere, in the staging mode (it prepares nothing), and when
-        tasks that find no slot stage (:attr:`may_stage`: the room only sets how many do)."""
+        """The server's prepared-transaction room; ``None`` when no task needs it (staging mode,
+        no prepared mode, or :attr:`may_stage`)."""
         if not self._has_prepared_mode() or self.mode == STAGING or self.may_stage:
             return None
         return self._prepared_sink().headroom(sink_id)

@@ -1,24 +1,10 @@
-"""The two commit modes of one ``twopc-jdbc`` write side by side: which concrete sink an open
-transaction or a handle belongs to (:class:`TwoModeSink`, the base of :class:`~twopc.sinks.JdbcSink`).
-
-The driver settles a write's mode at plan time (:meth:`JdbcSink.validate`), yet one write's
-transactions and handles are not all of that mode, so no single concrete sink can serve it:
-
-- on PostgreSQL, a prepared-mode task that finds no free prepared-transaction slot stages its
-  rows (``commitMode=auto``): the task decides, from the server's load when it begins, so one
-  batch holds prepared and staged attempts, and :meth:`TwoModeSink.before_decision` moves the
-  staged ones into one more prepared transaction;
-- a streaming query's commit process builds its sink without asking the server (Spark calls
-  ``streamWriter()`` again there), and micro-batches of one query may settle different modes
-  (the first one creates the table in the staging mode, the next ones find it and prepare);
-- ``twopc status``/``recover`` and a write's recovery read handles that earlier writes recorded
-  in either mode: the server's setting may have changed since.
-
-So every call that takes an open transaction or a handle goes, here and nowhere else, to the
-sink of its kind: a :class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a
-:class:`~twopc.sinks._handles.PreparedSqlHandle` to the prepared sink (:class:`~twopc.sinks.PostgresSink`,
-:class:`~twopc.sinks.MySqlXaSink`), the rest to the :class:`~twopc.sinks.StagingSink`.
-"""
+"""The two commit modes of one ``twopc-jdbc`` write side by side (:class:`TwoModeSink`, the base
+of :class:`~twopc.sinks.JdbcSink`). One write's transactions and handles are not all of the mode
+settled at plan time: a PostgreSQL task without a free prepared-transaction slot stages; a
+streaming query's micro-batches may settle different modes; recovery reads handles of earlier
+writes. So each call that takes a transaction or handle goes to the sink of its kind: a
+:class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a :class:`~twopc.sinks._handles.PreparedSqlHandle`
+to the prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`."""
 
 from __future__ import annotations
 
@@ -60,9 +46,7 @@ STAGING = "staging"
 
 @runtime_checkable
 class SlotClaimingSink(Protocol):
-    """A prepared sink whose tasks claim a prepared-transaction slot before they begin (the
-    PostgreSQL sink): in ``auto`` mode a task that finds none stages, and the driver moves
-    the staged rows into one more prepared transaction before its decision."""
+    """A prepared sink whose tasks claim a prepared-transaction slot before they begin (PostgreSQL)."""
 
     def begin_with_slot(self, context: TransactionContext, *, keep_driver_slot: bool) -> tuple[Any, Any]: ...
     def begin_move(self, context: TransactionContext) -> Any: ...
@@ -73,9 +57,8 @@ class SlotClaimingSink(Protocol):
 
 class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], BatchCommit, DecisionHook, Inspectable,
                   MarkerPurge):
-    """Both concrete sinks of one ``twopc-jdbc`` write, built lazily, and the calls that go
-    to one of them by the kind of their transaction or handle. The subclass settles
-    :attr:`mode` and :attr:`may_stage` and opens transactions (:meth:`begin_transaction`)."""
+    """Both concrete sinks of one ``twopc-jdbc`` write, built lazily; the subclass settles
+    :attr:`mode` and :attr:`may_stage` and opens transactions."""
 
     __handle_type__ = TransactionHandle
 
@@ -93,18 +76,15 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         self._prepared: PreparedSqlSink[Any, Any] | None = None
         self._staging: StagingSink | None = None
         self._tables: StagingTables | None = None
-        #: driver, this process: the staged attempts each moving transaction took over, and
-        #: the staged attempts whose rows are deleted since it committed
+        #: driver: the staged attempts each moving transaction took over, and those deleted since
         self._moves: dict[str, tuple[StagingHandle, ...]] = {}
         self._cleared: set[str] = set()
 
     @property
     def schema(self) -> pa.Schema | None:
-        """The written DataFrame's Arrow schema, once :meth:`configure_write` or
-        :meth:`validate` gave it."""
+        """The written DataFrame's Arrow schema, once given."""
         if self._schema is None and self._schema_ipc is not None:
             import pyarrow as pa
-
             self._schema = pa.ipc.read_schema(pa.py_buffer(self._schema_ipc))
         return self._schema
 
@@ -112,7 +92,6 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     def schema(self, value: pa.Schema | None) -> None:
         self._schema, self._schema_ipc = value, None
 
-    # -- the two sinks -----------------------------------------------------------------------
     def _prepared_sink(self) -> PreparedSqlSink[Any, Any]:
         if self._prepared is None:
             o = self.options
@@ -123,14 +102,11 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return self._prepared
 
     def _has_prepared_mode(self) -> bool:
-        """Whether the database has a prepared-transaction sink (its dialect's :attr:`prepares`)."""
         return dialect_for(self.options.dialect).prepares
 
     def _staging_sink(self) -> StagingSink:
-        """The staging sink, given the DataFrame's schema when it is known."""
         if self._staging is None:
             from ._staging_sink import StagingSink
-
             self._staging = StagingSink.from_jdbc_options(self.options, mode=self.write_mode)
         if self._staging.schema is None and self.schema is not None:
             self._staging.configure_write(self.schema, overwrite=self._overwrite, streaming=self._streaming,
@@ -138,20 +114,16 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return self._staging
 
     def _stage_tables(self) -> StagingTables:
-        """The staging mode's tables, for its bookkeeping only (listing staged attempts,
-        purging batch markers): the staging sink when this process has one, else the tables
-        alone, so a prepared write's commit sweeps staged attempts without loading the
-        staging mode (nor pyarrow)."""
+        """The staging mode's bookkeeping: the staging sink when made, else the tables alone
+        (a prepared write's commit then loads neither the staging mode nor pyarrow)."""
         if self._staging is not None:
             return self._staging
         if self._tables is None:
             from ._staging_tables import BATCH_TABLE, StagingTables
-
             self._tables = StagingTables(self.options, mode=self.write_mode, batch_table=BATCH_TABLE)
         return self._tables
 
     def _for(self, handle: TransactionHandle) -> TwoPhaseCommitSink[Any, Any, Any]:
-        """The sink that made *handle*, by its kind."""
         if isinstance(handle, StagingHandle):
             return self._staging_sink()
         if isinstance(handle, PreparedSqlHandle) and self._has_prepared_mode():
@@ -162,16 +134,11 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
             f"handle {type(handle).__name__} {handle.txn_id!r:.80} does not belong to {self.describe()}")
 
     def _txn_backend(self, txn: Any) -> TwoPhaseCommitSink[Any, Any, Any]:
-        """The sink that opened *txn*: the prepared sink's are :class:`SqlTxn`; a
-        prepared-mode task that found no slot, and every staging-mode task, staged."""
         return self._prepared_sink() if isinstance(txn, SqlTxn) else self._staging_sink()
 
     def _may_have_staged(self) -> bool:
-        """Whether this write's attempts may have staged rows: not settled (recovery), the
-        staging mode, or the prepared mode whose tasks stage when they find no slot."""
         return self.mode != PREPARED or self.may_stage
 
-    # -- executor side: by transaction kind ---------------------------------------------------
     def invoke(self, txn: Any, value: dict[str, Any]) -> None:
         self._txn_backend(txn).invoke(txn, value)
 
@@ -185,27 +152,18 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
     def rollback(self, txn: Any) -> None:
         self._txn_backend(txn).rollback(txn)
 
-    # -- driver side: by handle kind ----------------------------------------------------------
     def commit(self, handle: TransactionHandle) -> CommitOutcome:
-        """Commit through the mode that made *handle* (its kind says which).
-
-        Raises:
-            ProtocolError: the handle belongs to another database or sink kind.
-            SinkError: see :meth:`PreparedSqlSink.commit`,
-                :meth:`StagingSink.commit_all`.
-        """
+        """Commit through the mode that made *handle* (a foreign handle: ``ProtocolError``)."""
         return self._for(handle).commit(handle)
 
     def before_decision(self, batch_id: int, handles: Sequence[TransactionHandle]) -> Sequence[TransactionHandle]:
-        """A batch of prepared transactions and staged attempts (tasks that found no
-        prepared-transaction slot): move the staged attempts' rows into the table in one
-        more prepared transaction, and name it instead of them. Constraints are thus
-        checked before the decision, like every prepared task's. Any other batch: as it is.
+        """A batch mixing prepared and staged attempts: move the staged rows into one more
+        prepared transaction named instead of them, so constraints are checked before the
+        decision. Any other batch: as it is.
 
         Raises:
             TransactionLostError: staged rows are missing; nothing is decided.
-            SinkError: the server refused the rows (a constraint...) or had no slot in
-                time (``lockTimeout``); nothing is decided, the batch fails.
+            SinkError: the server refused the rows or had no slot within ``lockTimeout``; the batch fails.
         """
         staged = [h for h in handles if isinstance(h, StagingHandle)]
         if not staged or len(staged) == len(handles):
@@ -230,15 +188,8 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
 
     def commit_all(self, handles: Sequence[TransactionHandle], *,
                    recovering: bool = False) -> list[CommitOutcome] | None:
-        """Staging handles: one local transaction (:meth:`StagingSink.commit_all`);
-        prepared ones: :meth:`PreparedSqlSink.commit_all` (pipelined where the database
-        can), then, for a transaction that took over staged attempts in this process
-        (:meth:`before_decision`), their staged rows are deleted. A mix of both is never
-        decided (:meth:`before_decision` replaces the staged ones).
-
-        Raises:
-            ProtocolError: staged and prepared handles together.
-        """
+        """Staging handles in one local transaction; prepared ones by :meth:`PreparedSqlSink.commit_all`,
+        then the staged rows a moving transaction took over are deleted (a mix: ``ProtocolError``)."""
         if handles and all(isinstance(h, StagingHandle) for h in handles):
             return self._staging_sink().commit_all(handles, recovering=recovering)  # type: ignore[arg-type]  # all StagingHandle: checked above
         if any(isinstance(h, StagingHandle) for h in handles):
@@ -253,8 +204,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return None
 
     def _clear_moved(self, handles: Sequence[TransactionHandle]) -> None:
-        """Delete the staged rows that committed moving transactions among *handles* took
-        over (best effort: the batch's sweep deletes what is left)."""
+        """Delete the staged rows committed moving transactions took over (best effort: the sweep follows)."""
         done = [s for h in handles for s in self._moves.pop(h.txn_id, ())]
         if not done:
             return
@@ -266,22 +216,15 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         self._cleared.update(s.txn_id for s in done)
 
     def abort(self, handle: TransactionHandle) -> None:
-        """Roll back through the mode that made *handle*. Idempotent.
-
-        Raises:
-            ProtocolError: the transaction was committed, or the handle is foreign.
-            SinkError: the database failed; retry.
-        """
+        """Roll back through the mode that made *handle*. Idempotent; ``ProtocolError`` when it was
+        committed or the handle is foreign."""
         if handle.txn_id in self._cleared:  # moved by a committed transaction, staged rows deleted since
             self._cleared.discard(handle.txn_id)
             return
         self._for(handle).abort(handle)
 
-    # -- driver side: both modes --------------------------------------------------------------
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
-        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*; a write
-        settled in the prepared mode whose tasks never stage lists its prepared transactions
-        only (it does not read the staging table)."""
+        """Prepared transactions and staged attempts of *sink_id* (no staging read when none can stage)."""
         out: list[TransactionHandle] = []
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
@@ -290,8 +233,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return out
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """Prepared transactions (PostgreSQL/MySQL) and staged attempts of *sink_id*, with
-        what each mode's target tells about them."""
+        """:meth:`list_prepared` with what each mode's target tells about them."""
         out: list[PreparedDetail] = []
         if self._has_prepared_mode():
             out.extend(self._prepared_sink().prepared_details(sink_id))
@@ -299,12 +241,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return out
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """The markers of both modes this write may have used (a batch whose every task
-        staged has a staging marker); both are tried before an error is raised.
-
-        Raises:
-            SinkError / SinkUnavailableError: a database failed.
-        """
+        """The markers of both modes this write may have used; both are tried before an error is raised."""
         purges: list[Callable[[str, int], int]] = []
         if self._has_prepared_mode() and self.mode != STAGING:
             purges.append(capability(self._prepared_sink(), MarkerPurge).purge_markers)
@@ -326,14 +263,9 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
                 s.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_prepared"] = None
-        state["_staging"] = None
-        state["_tables"] = None
-        state["_moves"] = {}
-        state["_cleared"] = set()
+        state = {**self.__dict__, "_prepared": None, "_staging": None, "_tables": None, "_moves": {},
+                 "_cleared": set()}
         if self._schema is not None:
-            # as Arrow IPC bytes, read on first use: Spark's worker that only commits unpickles
-            # the sink without loading pyarrow (about 0.15 s of that worker)
+            # IPC bytes, read on first use: a worker that only commits never loads pyarrow (~0.15 s)
             state["_schema"], state["_schema_ipc"] = None, self._schema.serialize().to_pybytes()
         return state

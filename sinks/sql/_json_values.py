@@ -1,21 +1,6 @@
-"""Spark arrays, maps and structs as JSON text, for JSON columns (PostgreSQL ``jsonb`` and
-``json``, MySQL ``JSON``, MariaDB's ``JSON`` = ``LONGTEXT`` checked by ``JSON_VALID``, SQLite).
-
-One encoding for every SQL sink and commit mode, driven by the Arrow type:
-
-- a map is an object; its keys are strings: a string key as it is, any other key as its
-  JSON text (``1``, ``true``, ``"2020-01-02"`` without the quotes); a repeated key keeps its
-  last value;
-- a struct is an object keyed by field name, in field order;
-- an array is an array;
-- a null inside a value is JSON ``null`` (a null cell stays SQL ``NULL``);
-- decimals are JSON numbers with every digit (``1.50``), integers numbers, NaN and
-  infinities the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (JSON has no such
-  numbers; Spark's ``to_json`` writes the same);
-- dates, times and timestamps are ISO 8601 strings (a zoned timestamp as its UTC instant,
-  ``2020-01-02T03:04:05.123456+00:00``, the form PostgreSQL's own ``to_json`` uses),
-  durations ``PT<seconds>S``, binary values base64 strings (as Spark's ``to_json``).
-"""
+"""Spark arrays, maps and structs as JSON text for JSON columns, one encoding for every SQL sink
+(the manual's twopc-jdbc page lists it): maps and structs are objects, arrays arrays, NaN and
+infinities strings, dates and timestamps ISO 8601 strings, binary values base64."""
 
 from __future__ import annotations
 
@@ -51,7 +36,6 @@ def _decimal(v: Decimal) -> str:
 
 
 def _scalar(v: Any) -> str:
-    """The JSON text of one non-nested Python value from ``to_pylist``."""
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -90,8 +74,7 @@ Encoder = Callable[[Any], str]
 
 
 def _encoder(t: pa.DataType) -> Encoder:
-    """A function from one Python value of Arrow type *t* (as ``to_pylist`` gives it) to its
-    JSON text."""
+    """A function from one ``to_pylist`` value of Arrow type *t* to its JSON text."""
     if pa.types.is_dictionary(t):
         return _encoder(t.value_type)
     if pa.types.is_map(t):
@@ -127,8 +110,7 @@ def json_texts(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def json_text(value: Any, t: pa.DataType | None = None) -> str:
-    """The JSON text of one Python value: of Arrow type *t* when given, else as its Python
-    type says (dicts objects, lists and tuples arrays)."""
+    """The JSON text of one Python value, of Arrow type *t* when given, else by its Python type."""
     if t is not None:
         return _encoder(t)(value)
     if isinstance(value, dict):
@@ -139,6 +121,5 @@ def json_text(value: Any, t: pa.DataType | None = None) -> str:
 
 
 def jsonable(value: Any, t: pa.DataType) -> Any:
-    """One value of Arrow type *t* as plain Python that :func:`json.dumps` writes as
-    :func:`json_text` does (for a row that is written whole as JSON)."""
+    """One value of Arrow type *t* as plain Python that :func:`json.dumps` writes as :func:`json_text` does."""
     return json.loads(json_text(value, t), parse_float=Decimal) if is_nested(t) else value

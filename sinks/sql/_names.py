@@ -1,12 +1,6 @@
-"""Table names as each database reads them: parsing ``[schema.]table`` options, quoting for
-SQL, and display names for messages; and where twopc's own tables go: the schema of option
-``twopcSchema`` (a database on MySQL/MariaDB; :func:`parse_twopc_schema`,
-:func:`bookkeeping_table`), which each dialect creates when missing and checks usable by the
-writer's user before any of twopc's tables is created or any task runs.
-
-Identifiers always reach SQL quoted (by the dialect's own preparer, or the backends'
-quoting helpers), so a table or column name can never inject SQL.
-"""
+"""Table names as each database reads them (parsing ``[schema.]table``, quoting, display), and
+where twopc's own tables go (``twopcSchema``). Identifiers always reach SQL quoted, so a table
+or column name can never inject SQL."""
 
 from __future__ import annotations
 
@@ -31,14 +25,8 @@ _QUOTE_NAMES = {'"': "double quotes", "`": "backticks", "[": "brackets"}
 
 @dataclass(frozen=True)
 class TableName:
-    """A parsed ``[schema.]name`` (the schema is a database on MySQL/MariaDB).
-
-    Attributes:
-        schema: the schema (or database), ``None`` for the connection's default.
-        name: the table name, exactly as the database stores it.
-        dialect: the dialect it was parsed for (``postgresql``, ``mysql``, ``sqlite``,
-            another SQLAlchemy backend name); decides how :meth:`display` quotes.
-    """
+    """A parsed ``[schema.]name`` as the database stores it (``schema`` ``None``: the connection's
+    default; a database on MySQL); ``dialect`` decides how :meth:`display` quotes."""
 
     schema: str | None
     name: str
@@ -68,16 +56,9 @@ class TableName:
 
 
 def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> TableName:
-    """Parse ``[schema.]table`` as the database would read it.
-
-    Quoted parts are taken verbatim (``"x"`` on PostgreSQL, ```x``` on MySQL, any of
-    ``"x"``, ```x```, ``[x]`` elsewhere); unquoted parts must be plain identifiers and are
-    folded to lower case on PostgreSQL (as PostgreSQL does). No name may hold NUL; on
-    MySQL/MariaDB a name is at most 64 characters.
-
-    Raises:
-        ConfigurationError: the name is empty, malformed, or has more than two parts.
-    """
+    """Parse ``[schema.]table`` as the database would read it: quoted parts verbatim, unquoted ones plain
+    identifiers, folded where the database folds them. Raises ``ConfigurationError``: the name is empty,
+    malformed, or has more than two parts."""
     s = text.strip()
     if not s:
         raise ConfigurationError(f"{what} is empty: give a table name such as public.events")
@@ -115,13 +96,9 @@ def parse_table_name(text: str, dialect_name: str, what: str = "dbtable") -> Tab
 
 
 def read_quoted(s: str, i: int, where: str) -> tuple[str, int]:
-    """The quoted name starting at ``s[i]`` (``"..."``, ```...```, or ``[...]``; a doubled
-    closing quote escapes it, but for ``[...]``) and the index after it. *where* begins the
-    error messages.
-
-    Raises:
-        ConfigurationError: the quote is not closed, or the name is empty or holds NUL.
-    """
+    """The quoted name starting at ``s[i]`` (a doubled closing quote escapes it, but in ``[...]``) and the
+    index after it; *where* begins the error messages. Raises ``ConfigurationError``: the quote is not
+    closed, or the name is empty or holds NUL."""
     close = _QUOTES[s[i]]
     j, buf = i + 1, []
     while True:
@@ -142,13 +119,8 @@ def read_quoted(s: str, i: int, where: str) -> tuple[str, int]:
 
 
 def parse_twopc_schema(text: str | None, dialect: str) -> str | None:
-    """The ``twopcSchema`` option as the database stores the name (PostgreSQL folds
-    unquoted names to lower case), or None (also on databases other than PostgreSQL and
-    MySQL/MariaDB: SQLite keeps twopc's tables in the target's database file).
-
-    Raises:
-        ConfigurationError: not one name.
-    """
+    """The ``twopcSchema`` option as the database stores the name, or None (also where the dialect has no twopc
+    schemas). Raises ``ConfigurationError``: not one name."""
     if text is None:
         return None
     if not dialect_for(dialect).twopc_schemas:
@@ -163,11 +135,8 @@ def parse_twopc_schema(text: str | None, dialect: str) -> str | None:
 
 
 def bookkeeping_table(table: TableName, schema: str | None, dialect: str, database: str) -> TableName:
-    """*table*, one of twopc's own tables, in *schema* (``twopcSchema``) when it names no
-    schema and *schema* is set; else as it is. On MySQL/MariaDB, where that database serves
-    every database of the server, the name there ends with ``_<8 hex of the URL's
-    *database*>``: each database keeps its own tables, as without the option (the ledger's
-    writers and leases and the batch markers are per database).
+    """*table* (one of twopc's) in *schema* when set and it names none, named by the dialect
+    (MySQL: suffixed per URL *database*, which keeps its own tables as without the option).
 
     Raises:
         ConfigurationError: the name would be longer than MySQL/MariaDB allows.

@@ -1,11 +1,7 @@
-"""The driver side of a prepared-transaction SQL sink: commit and abort by transaction id
-(told apart from "lost" by the marker row), listing the prepared transactions of a sink,
-and purging markers the ledger no longer needs.
-
-Each prepared transaction writes one marker row (committed atomically with its data), so
-that a commit that finds its transaction gone can tell "already committed" (marker present)
-from "lost" (absent): the database answers both the same way. :class:`MarkerTable` checks
-the marker table at validation and reads it."""
+"""The driver side of a prepared-transaction SQL sink: commit and abort by transaction id,
+listing a sink's prepared transactions, purging markers. Each prepared transaction writes one
+marker row with its data, so a commit that finds its transaction gone tells "already committed"
+(marker present) from "lost" (absent), which the database answers the same way."""
 
 from __future__ import annotations
 
@@ -34,20 +30,14 @@ MARKER_COLUMNS = ("gid", "sink_id", "batch_id", "partition_id", "rows")
 
 
 class MarkerTable:
-    """The marker rows of one sink's target (``target.marker``), read and purged on the
-    target's control connection."""
+    """The marker rows of one sink's target, read on the control connection."""
 
     def __init__(self, target: SqlTarget) -> None:
         self.target = target
 
     def ensure(self, dbapi: Any, dialect: SqlDialect[Any]) -> None:
-        """Check the marker table has the marker columns, or create it (then the dialect's
-        own tables: :meth:`SqlDialect.ensure_own_tables`).
-
-        Raises:
-            TargetConfigurationError: a table of that name is not a marker table, or it
-                cannot be created.
-        """
+        """Check the marker table's columns or create it, then the dialect's own tables. Raises
+        ``TargetConfigurationError``: the table is not a marker table, or cannot be created."""
         have = dialect.marker_columns(dbapi)
         if have is None:
             dialect.create_markers(dbapi)
@@ -61,11 +51,7 @@ class MarkerTable:
         dialect.ensure_own_tables(dbapi)
 
     def exists(self, gid: str) -> bool:
-        """Whether *gid*'s marker row exists (``False`` when the table does not).
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        """Whether *gid*'s marker row exists (``False`` without the table)."""
         return bool(self.among([gid]))
 
     def among(self, gids: Sequence[str]) -> set[str]:
@@ -74,14 +60,8 @@ class MarkerTable:
         found: set[str] = set()
         for i in range(0, len(gids), 1000):
             chunk = gids[i:i + 1000]
-            try:
-                _n, rows = t.control_execute(
-                    f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
-                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk, fetch=True)
-            except t.database.driver_error as exc:
-                if t.database.is_missing_table(exc):
-                    return found
-                raise t.map_error(exc, "read the marker table") from None
+            rows = t.read_if_exists(f"SELECT {t.quote('gid')} FROM {t.qualified(t.marker)} WHERE {t.quote('gid')} "
+                                    f"IN ({', '.join(['%s'] * len(chunk))})", chunk, "read the marker table")
             found.update(str(r[0]) for r in rows)
         return found
 
@@ -91,9 +71,8 @@ H = TypeVar("H", bound=PreparedSqlHandle)
 
 
 class PreparedCommitter(Generic[C, H]):
-    """Finish prepared transactions from any process that has the handles: the driver side of
-    :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which *is* its committer (it
-    sets the attributes below when it is made or unpickled)."""
+    """Finish prepared transactions from any process that has the handles (the driver side of
+    :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which sets the attributes below)."""
 
     #: the database, its control connection and error mapping
     target: SqlTarget
@@ -113,14 +92,12 @@ class PreparedCommitter(Generic[C, H]):
         """Commit the handle's prepared transaction from the control connection.
 
         Returns:
-            ``COMMITTED``; ``ALREADY_COMMITTED`` when the database does not know the id
-            and its marker row exists; ``LOST`` when it knows neither (rolled back).
+            ``COMMITTED``; ``ALREADY_COMMITTED`` when the id is unknown and its marker row
+            exists; ``LOST`` when neither (rolled back).
 
         Raises:
             ProtocolError: the handle's id is malformed.
-            SinkUnavailableError: the connection failed (nothing changed, or the commit
-                happened and a retry answers ``ALREADY_COMMITTED``).
-            SinkError: another server error; retry.
+            SinkUnavailableError / SinkError: the server failed; a retry answers truthfully.
         """
         gid = self._checked_gid(handle)
         if self._finish_truthfully("COMMIT", gid):
@@ -132,19 +109,16 @@ class PreparedCommitter(Generic[C, H]):
         return CommitOutcome.LOST
 
     def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Commit the prepared transactions of *handles* (one decided batch) with a number of
-        round trips that does not grow with their count, where the dialect can
-        (:meth:`SqlDialect.finish_many`: one pipeline on PostgreSQL), then tell the ids the database
-        did not know apart with one marker lookup.
+        """Commit one decided batch's *handles* in round trips that do not grow with their count
+        where the dialect can (:meth:`SqlDialect.finish_many`), then one marker lookup.
 
         Returns:
-            Per handle, in order: the outcomes of :meth:`commit` (``COMMITTED``,
-            ``ALREADY_COMMITTED`` when its marker row exists, ``LOST`` otherwise).
+            Per handle, in order: :meth:`commit`'s outcome.
 
         Raises:
             ProtocolError: a handle's id is malformed (nothing was sent).
-            SinkUnavailableError / SinkError: the server failed; some handles may be
-                committed already, which a retry answers ``ALREADY_COMMITTED``.
+            SinkUnavailableError / SinkError: the server failed; a retry answers ``ALREADY_COMMITTED``
+                for those committed.
         """
         gids = [self._checked_gid(h) for h in handles]
         if not gids:
@@ -160,8 +134,7 @@ class PreparedCommitter(Generic[C, H]):
         """Roll back the handle's prepared transaction; an id that is already gone is fine.
 
         Raises:
-            ProtocolError: the id is gone and its marker row exists: it was committed; or
-                the handle's id is malformed.
+            ProtocolError: the id is malformed, or gone with its marker row (it was committed).
             SinkError / SinkUnavailableError: the server failed; retry.
         """
         gid = self._checked_gid(handle)
@@ -172,21 +145,14 @@ class PreparedCommitter(Generic[C, H]):
                                 f"(its marker row exists)")
 
     def _finish_truthfully(self, verb: str, gid: str) -> bool:
-        """:meth:`SqlDialect.finish`, whose failure says what state the transaction is in (asked of
-        the server after the error), never "rolled back" by default.
-
-        Raises:
-            SinkUnavailableError: as :meth:`SqlDialect.finish`.
-            SinkError: the server refused; the message says whether *gid* is still
-                prepared (and can be committed) or gone, and what to do.
-        """
+        """:meth:`SqlDialect.finish`, whose failure message says the transaction's state as the
+        server reports it afterwards (never "rolled back" by default) and what to do."""
         try:
             return self.dialect.finish(verb, gid)
         except SinkUnavailableError:
             raise
         except SinkError as exc:
             from ._errors import ROLLED_BACK  # a failed commit's: one that succeeds maps no error
-
             reason = str(exc).replace(ROLLED_BACK, "").rstrip(". ")
             raise SinkError(f"{reason}. {self._state_after_failed_finish(verb, gid)}") from None
 
@@ -211,12 +177,7 @@ class PreparedCommitter(Generic[C, H]):
         return f"The transaction {gid} is no longer prepared and was not committed: it was rolled back"
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[H]:
-        """Prepared transactions of *sink_id* (and *batch_id*) the database lists;
-        ``rows`` is ``-1`` (unknown) in the returned handles.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """Prepared transactions of *sink_id* (and *batch_id*), their ``rows`` ``-1`` (unknown)."""
         prefix = Xid.prefix(sink_id)
         with self.target.mapped("list prepared transactions"):
             gids = self.dialect.prepared_ids(prefix)
@@ -231,26 +192,15 @@ class PreparedCommitter(Generic[C, H]):
         return out
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """:meth:`list_prepared` with when each was prepared, where the server records it
-        (PostgreSQL does; XA RECOVER does not).
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """:meth:`list_prepared` with when each was prepared, where the server records it (not XA)."""
         from twopc.spi import PreparedDetail  # twopc status's: a write's workers never build one
-
         handles = self.list_prepared(sink_id)
         with self.target.mapped("read when transactions were prepared"):
             since = self.dialect.prepared_since(Xid.prefix(sink_id)) if handles else {}
         return [PreparedDetail(h, "prepared transaction", since.get(h.txn_id)) for h in handles]
 
     def headroom(self, sink_id: str) -> Headroom | None:
-        """Prepared transactions the server holds for every user (not only *sink_id*),
-        against its limit.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """Prepared transactions the server holds for every user, against its limit."""
         with self.target.mapped("count prepared transactions"):
             return self.dialect.headroom()
 
@@ -265,13 +215,8 @@ class PreparedCommitter(Generic[C, H]):
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """Delete the marker rows of *sink_id*'s batches ``< below_batch``; returns how many.
 
-        Markers let :meth:`commit` tell ``ALREADY_COMMITTED`` from ``LOST``; purge only
-        batches older than every batch the commit ledger still holds (a purged batch's
-        replayed commit would be reported ``LOST``).
-
-        Raises:
-            SinkError / SinkUnavailableError: the server failed.
-        """
+        Purge only batches older than every batch the ledger holds: a purged batch's replayed
+        commit would be reported ``LOST``."""
         t = self.target
         with t.mapped(f"purge markers from {t.marker_label}"):
             count, _rows = t.control_execute(

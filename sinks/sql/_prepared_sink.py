@@ -1,34 +1,12 @@
-"""The prepared-transaction SQL sink, assembled from its parts (PostgreSQL ``PREPARE
-TRANSACTION``, MySQL/MariaDB XA): the protocol is written once here and in the parts, a
-database supplies a dialect.
+"""The prepared-transaction SQL sink: the protocol written once, a database supplies a dialect
+(:class:`~twopc.sinks.sql._sql_dialect.SqlDialect`). The sink *is* its executor-side
+:class:`~twopc.sinks.sql._prepared_writer.PreparedWriter` and driver-side
+:class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter`; it validates the target at plan time.
 
-A :class:`PreparedSqlSink` holds, like Flink Sink V2's separate writer and committer:
-
-- a :class:`~twopc.sinks.sql._sql_target.SqlTarget`: configuration (one
-  :class:`~twopc.sinks.sql.options._jdbc_options.JdbcOptions`, read by the same parser as
-  ``twopc-jdbc``), display names without secrets, a per-process pool and a *control*
-  connection for the driver's statements, and the mapping of driver errors;
-- a dialect (:class:`~twopc.sinks.sql._sql_dialect.SqlDialect`, made by the subclass's
-  ``dialect_type`` from the target): the SQL that differs between databases (opening a
-  write transaction, loading rows, preparing, ``COMMIT``/``ROLLBACK`` of a prepared id,
-  listing prepared ids, the target's catalog, the marker table's DDL);
-- the methods of a :class:`~twopc.sinks.sql._prepared_writer.PreparedWriter` (executor side):
-  the open transaction's life (buffering dict rows, loading Arrow batches, marker + prepare,
-  rollback) and how every failure leaves nothing behind;
-- the methods of a :class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter` (driver
-  side): commit / abort / list_prepared / purge_markers, told apart from "lost" by the marker
-  table (:mod:`twopc.sinks.sql._prepared_committer`).
-
-The sink *is* its writer and its committer (it subclasses both: each method of the contract
-is defined once, where it lives); this class makes the parts they share and validates the
-target itself (plan time).
-
-Failure windows, in one place: a task that dies before ``PREPARE`` leaves an open
-transaction the server rolls back with the session; one that dies after it leaves a
-prepared transaction that recovery finds by :meth:`PreparedSqlSink.list_prepared` and rolls
-back unless a decision names it; a commit that dies after ``COMMIT`` is answered
-``ALREADY_COMMITTED`` by the marker on retry.
-"""
+Failure windows: a task that dies before ``PREPARE`` leaves an open transaction the server
+rolls back with the session; one that dies after it leaves a prepared transaction recovery
+finds (:meth:`PreparedSqlSink.list_prepared`) and rolls back unless a decision names it; a
+commit that dies after ``COMMIT`` is answered ``ALREADY_COMMITTED`` by the marker on retry."""
 
 from __future__ import annotations
 
@@ -64,10 +42,7 @@ _PARTS = ("target", "dialect", "markers", "_open")
 
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
-    """Exactly-once appends to one SQL table through prepared transactions: its target
-(:class:`~twopc.sinks.sql._sql_target.SqlTarget`), the dialect, the executor side
-(:class:`~twopc.sinks.sql._prepared_writer.PreparedWriter`) and the driver side
-(:class:`~twopc.sinks.sql._prepared_committer.PreparedCommitter`); it validates the target.
+    """Exactly-once appends to one SQL table through prepared transactions.
 
     Args:
         url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
@@ -79,8 +54,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
         ConfigurationError: an argument is invalid (nothing is contacted).
 
     A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The
-    instance holds only configuration and pickles to executors; connections come from a
-    per-process pool.
+    instance holds only configuration; connections come from a per-process pool.
     """
 
     #: what the parts need to know about the database
@@ -102,8 +76,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Self:
-        """Build the sink from Spark writer options, read by the same parser as
-        ``twopc-jdbc`` (:meth:`JdbcOptions.parse`).
+        """Build the sink from Spark writer options (the parser of ``twopc-jdbc``).
 
         Raises:
             MissingOptionError: ``url`` or ``dbtable`` is missing.
@@ -117,22 +90,16 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         from .._secrets import credential_free  # the plan's: workers record no options
-
         return credential_free(options)
 
     @classmethod
     def from_jdbc_options(cls, options: JdbcOptions) -> Self:
-        """Build the sink from parsed options (how ``twopc-jdbc`` makes its prepared mode).
-
-        Raises:
-            ConfigurationError: the options are for another database.
-        """
+        """Build the sink from parsed options (``ConfigurationError`` when for another database)."""
         sink = cls.__new__(cls)
         sink._configure(options)
         return sink
 
     def _configure(self, options: JdbcOptions) -> None:
-        """Make the parts from *options*: target, dialect, marker table, no open transaction."""
         if options.dialect != self.database.name:
             raise ConfigurationError(f"{type(self).__name__} writes to {self.database.product}, not {options.dialect}")
         self.options = options
@@ -141,7 +108,6 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
         self.markers = MarkerTable(self.target)
         self._open = weakref.WeakSet()
 
-    # -- pickling / description ---------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in _PARTS}
 
@@ -159,23 +125,19 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
         return f"{self.database.product} {safe_url(self.options.url)} table {self.target.table_label}"
 
     def close(self) -> None:
-        """Roll back transactions of this object that are still open (never prepared
-        ones) and return the connections to the process pool. The sink stays usable."""
+        """Roll back this object's open (never prepared) transactions and return the connections;
+        the sink stays usable."""
         super().close()
         self.target.drop_control(broken=False)
 
     def target_ledger(self) -> SqlTargetLedger:
-        """The ledger table and writers' leases on this server (:mod:`twopc.sinks.sql._target_ledger`):
-        batch writes without ``checkpointLocation`` keep their decisions there."""
+        """The ledger table and leases on this server, for batch writes without ``checkpointLocation``."""
         return SqlTargetLedger(self.target)
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool,
                         checkpointed: bool) -> None:
-        """Appends only. Spark's overwrite flag is refused, naming the format that serves it.
-
-        Raises:
-            ConfigurationError: ``outputMode("complete")`` or ``mode("overwrite")``.
-        """
+        """Appends only; Spark's overwrite flag is refused, naming the format that serves it. Raises
+        ``ConfigurationError``: ``outputMode("complete")`` or ``mode("overwrite")``."""
         if not overwrite:
             return
         if streaming:
@@ -189,22 +151,18 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             f'use format {JDBC_FORMAT} (same options) with .option("truncate", "true") to replace the rows and keep '
             f"the table (without it the table is dropped and re-created, as Spark's JDBC writer does)")
 
-    # -- validation (driver, plan time) ----------------------------------------------------
     def validate(self, schema: pa.Schema) -> None:
         """Check the server and the table before any task writes; create the marker table.
 
         Raises:
             SinkUnavailableError: the server cannot be reached or refused the login.
-            TargetConfigurationError: the server cannot prepare transactions, the target
-                is not a table that can take part in them, privileges are missing (the user's
-                SELECT, INSERT, DELETE on the marker table: the message has the GRANT), or the
-                marker table cannot be created or is not a twopc marker table.
-            SchemaMismatchError: the table does not exist, or a DataFrame column is missing
-                from it or has an incompatible type, or a NOT NULL column without default
-                is absent from the DataFrame (every problem is listed).
+            TargetConfigurationError: the server cannot prepare, the target cannot take part,
+                privileges on the marker table are missing (the message has the GRANT), or the
+                marker table cannot be created or is not twopc's.
+            SchemaMismatchError: the table is missing, a column is missing or incompatible, or
+                a NOT NULL column without default is absent (every problem is listed).
         """
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
-
         t = self.target
         conn = t.checkout()
         broken = False
@@ -230,25 +188,19 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             give_back(conn, broken=broken)
 
     def _try_session_init(self, dbapi: Any) -> None:
-        """Run ``sessionInitStatement`` once in a transaction that is rolled back, so a
-        bad one fails here, naming the option, rather than in every task.
-
-        Raises:
-            TargetConfigurationError: the statement failed.
-        """
+        """Run ``sessionInitStatement`` once, rolled back, so a bad one fails here
+        (``TargetConfigurationError``) rather than in every task."""
         t = self.target
         stmt = t.options.session_init_statement
         if not stmt:
             return
         cur = dbapi.cursor()
         try:
-            # The connection is in autocommit mode: without an explicit BEGIN the trial
-            # would commit whatever the statement writes.
+            # autocommit connection: without BEGIN the trial would commit what it writes
             cur.execute("BEGIN")
             cur.execute(stmt)
         except t.database.driver_error as exc:
             from ._errors import session_init_failed  # the plan's: workers never try the statement
-
             raise session_init_failed(t.where(), t.redact(t.database.error_text(exc))) from None
         finally:
             try:

@@ -1,8 +1,6 @@
-"""The executor side of a prepared-transaction SQL sink: one transaction per task attempt,
-from ``begin_transaction`` to ``pre_commit``, and how every failure on the way leaves
-nothing behind (a driver error rolls the transaction back and becomes a credential-free
-:class:`~twopc.SinkError`; a broken connection is discarded, which makes the server roll
-back; anything else rolls back before it propagates)."""
+"""The executor side of a prepared-transaction SQL sink: one transaction per task attempt, and
+every failure leaves nothing behind (a driver error rolls back and becomes a credential-free
+:class:`~twopc.SinkError`; a broken connection is discarded, so the server rolls back)."""
 
 from __future__ import annotations
 
@@ -36,13 +34,9 @@ H = TypeVar("H", bound=PreparedSqlHandle)
 
 
 class PreparedWriter(Generic[C, H]):
-    """Begin, load, prepare or roll back one task attempt's transaction: the executor side of
-    :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which *is* its writer (it sets
-    the attributes below when it is made or unpickled).
-
-    Also the :class:`~twopc.sinks.sql._sql_dialect.TxnControl` the dialect's
-    ``prepare`` is given.
-    """
+    """Begin, load, prepare or roll back one task attempt's transaction (the executor side of
+    :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which sets the attributes below);
+    also the :class:`~twopc.sinks.sql._sql_dialect.TxnControl` the dialect's ``prepare`` gets."""
 
     #: the database, its connections and error mapping
     target: SqlTarget
@@ -54,18 +48,13 @@ class PreparedWriter(Generic[C, H]):
     _open: weakref.WeakSet[SqlTxn[C]]
 
     def make_gid(self, context: TransactionContext) -> str:
-        """A new transaction id for *context* (:meth:`TransactionContext.xid`), within the
-        database's limit.
-
-        Raises:
-            ConfigurationError: the sink id is invalid or too long for the database's ids.
-        """
+        """A new transaction id for *context*, within the database's limit. Raises ``ConfigurationError``: the sink
+        id is invalid or too long for the database's ids."""
         return context.xid().fitting(self.target.database.max_id_bytes, self.target.database.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
-        """Check out a connection, start the write transaction with the session settings
-        (lock and statement timeouts, UTC, isolation level, ``sessionInitStatement``),
-        and read the table's columns.
+        """Check out a connection, start the write transaction with the session settings and read
+        the table's columns.
 
         Raises:
             SinkUnavailableError: no connection.
@@ -101,8 +90,7 @@ class PreparedWriter(Generic[C, H]):
         return txn.conn.driver_connection
 
     def invoke(self, txn: SqlTxn[C], value: dict[str, Any]) -> None:
-        """Buffer one row (a dict of column -> value); rows are sent ``batch_size`` at a
-        time and at :meth:`pre_commit`.
+        """Buffer one row (a dict of column -> value), sent ``batch_size`` at a time.
 
         Raises:
             SchemaMismatchError: a key is not a column of the table.
@@ -132,17 +120,13 @@ class PreparedWriter(Generic[C, H]):
                 txn.rows += len(rows)
 
     def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
-        """Load a whole Arrow batch into the transaction, without Python objects per row
-        where the dialect can (PostgreSQL COPY).
+        """Load an Arrow batch, without Python objects per row where the dialect can.
 
         Raises:
-            SchemaMismatchError: a batch column is not in the table or has an incompatible
-                type.
-            ConfigurationError: a value cannot be stored (NUL bytes, NaN on MySQL...);
-                nothing of the transaction remains.
-            SinkError: the server rejected the data, e.g. a constraint violation or a lock
-                timeout (the transaction is rolled back: nothing of it remains). A dialect
-                that streams may report it at a later call or at :meth:`pre_commit`.
+            SchemaMismatchError: a batch column is not in the table or has an incompatible type.
+            ConfigurationError: a value cannot be stored (NUL bytes, NaN on MySQL...).
+            SinkError: the server rejected the data (a streaming dialect may report it at a
+                later call or at :meth:`pre_commit`). Each error rolls the transaction back.
         """
         self.usable(txn)
         if batch.num_rows == 0:
@@ -161,17 +145,13 @@ class PreparedWriter(Generic[C, H]):
             txn.rows += batch.num_rows
 
     def pre_commit(self, txn: SqlTxn[C]) -> H:
-        """Finish loading, write the marker row, prepare the transaction, check that the
-        database really prepared it, and release the connection (which does not roll a
-        prepared transaction back).
+        """Finish loading, write the marker row, prepare, check the database prepared it, and
+        release the connection.
 
         Raises:
-            SinkError: the server rejected the rows, the marker or the prepare (e.g. a
-                constraint violation, a lock timeout, no room for more prepared
-                transactions). Nothing is left prepared.
-            SinkUnavailableError: the connection broke (if the prepare had reached the
-                server, the orphan is rolled back here when possible, else by the next
-                sweep or recovery).
+            SinkError: the server rejected the rows, the marker or the prepare; nothing is left prepared.
+            SinkUnavailableError: the connection broke (an orphan prepare is rolled back here
+                when possible, else by the next sweep or recovery).
         """
         self.usable(txn)
         if txn.pending:
@@ -193,11 +173,10 @@ class PreparedWriter(Generic[C, H]):
         self.release(txn, broken=broken)
 
     def close(self) -> None:
-        """Roll back the transactions of this writer that are still open (never prepared ones)."""
+        """Roll back this writer's open (never prepared) transactions."""
         for txn in list(self._open):
             self.rollback(txn)
 
-    # -- failure rules (also the dialect's TxnControl) ---------------------------------------
     def marker_row(self, txn: SqlTxn[C]) -> tuple[str, tuple[Any, ...]]:
         """The marker row's ``INSERT`` for *txn* and its parameters."""
         t = self.target
@@ -207,9 +186,7 @@ class PreparedWriter(Generic[C, H]):
                 (txn.gid, c.sink_id, c.batch_id, c.partition_id, txn.rows))
 
     def release(self, txn: SqlTxn[C], *, broken: bool) -> None:
-        """Give the transaction's connection back to the pool, or discard it when *broken*
-        or when its loader was still open (only after a broken connection: PostgreSQL's COPY,
-        whose ``drop()`` says whether it was)."""
+        """Give the connection back, or discard it when *broken* or its loader was still open."""
         if txn.loader is not None and txn.loader.drop():
             broken = True
         conn, txn.conn = txn.conn, None
@@ -218,8 +195,7 @@ class PreparedWriter(Generic[C, H]):
 
     @contextlib.contextmanager
     def rolling_back(self, txn: SqlTxn[C], action: str) -> Iterator[None]:
-        """Roll *txn* back when the block fails: :meth:`fail` for a driver error (during
-        *action*), :meth:`abandon` for anything else, which propagates."""
+        """Roll *txn* back when the block fails: :meth:`fail` for a driver error, else :meth:`abandon`."""
         try:
             yield
         except self.target.database.driver_error as exc:

@@ -1,9 +1,6 @@
-"""The one rule every SQL commit mode applies to twopc's own tables (marker, staging, batch
-marker and ledger tables): the writer's user must be allowed every statement the tasks and
-the commit will send to them, checked on the driver before any task runs. Each statement is
-run in a form that touches no row (``WHERE 1=0``), so the server decides with its own roles
-and grants; a refusal names the table, the missing privileges and the ``GRANT``.
-"""
+"""The writer's user must be allowed every statement a write sends to twopc's own tables, checked
+on the driver before any task runs by running each in a form that touches no row (the server
+decides by its own grants); a refusal names the table, the missing privileges and the ``GRANT``."""
 
 from __future__ import annotations
 
@@ -44,8 +41,7 @@ def denied(exc: BaseException) -> bool:
 
 
 def dbapi_runner(dbapi: Any) -> Run:
-    """A :data:`Run` on a DB-API connection in autocommit mode (no parameters: nothing is
-    %-unescaped)."""
+    """A :data:`Run` on an autocommit DB-API connection (no parameters: nothing is %-unescaped)."""
     def run(query: str) -> list[tuple[Any, ...]]:
         cur = dbapi.cursor()
         try:
@@ -58,13 +54,9 @@ def dbapi_runner(dbapi: Any) -> Run:
 
 def require_privileges(run: Run, dialect: str, *, table: str, display: str, columns: Sequence[str],
                        privileges: Sequence[str], role: str) -> None:
-    """Raise unless the connection's user may run each of *privileges*' statements on
-    *table* (quoted; *display* is its name in messages, *columns* the quoted columns the
-    write inserts: MariaDB's strict mode refuses even an empty INSERT missing one without
-    a default).
-    *run* sends one statement and returns its rows; it must leave the connection usable
-    after an error (the statements change nothing, so they need not be rolled back).
-    Other dialects pass.
+    """Raise unless the user may run each of *privileges*' statements on *table* (quoted;
+    *columns*: the quoted columns the write inserts, which MariaDB's strict mode needs). *run*
+    must leave the connection usable after an error. Other dialects pass.
 
     Raises:
         TargetConfigurationError: naming the table, every missing privilege and the GRANT.

@@ -1,7 +1,5 @@
-"""What dropping a table and re-creating it from the DataFrame loses: Spark's overwrite
-without ``truncate``, which the staging mode follows on PostgreSQL and SQLite. Read at
-validation, before anything is written, so the user is told in time and can keep the table
-with ``truncate=true``."""
+"""What dropping a table and re-creating it from the DataFrame (Spark's overwrite without
+``truncate``) loses, read at validation so the user can keep the table with ``truncate=true``."""
 
 from __future__ import annotations
 
@@ -25,11 +23,8 @@ __all__ = ["recreate_losses"]
 
 def recreate_losses(conn: Connection, table: TableName, schema: pa.Schema, *, overrides: Mapping[str, str],
                     keys: Sequence[str], comment: str) -> list[str]:
-    """What *table* has that a ``CREATE TABLE`` from *schema* will not give back, each as a
-    short phrase (``"primary key (id)"``, ``"index ix_amount"``, ``"comment"``...). The
-    re-created table has the DataFrame's columns and types (*overrides*: the
-    ``createTableColumnTypes`` columns, not compared), a primary key on *keys* when given,
-    and *comment* when not empty.
+    """What *table* has that a ``CREATE TABLE`` from *schema* (with *overrides*, a key on *keys*,
+    *comment*) will not give back, as short phrases (``"primary key (id)"``, ``"comment"``...).
 
     Raises:
         SQLAlchemyError: the catalog could not be read.
@@ -75,7 +70,6 @@ def _described(constraint: Mapping[str, Any]) -> str:
 
 
 def _optional(read: Callable[[], list[Any]]) -> list[Any]:
-    """*read*'s answer, or nothing when the dialect cannot tell."""
     try:
         return read()
     except NotImplementedError:
@@ -84,8 +78,7 @@ def _optional(read: Callable[[], list[Any]]) -> list[Any]:
 
 def _changed_types(conn: Connection, kept: Sequence[Mapping[str, Any]], fields: Mapping[str, pa.Field],
                    overrides: Mapping[str, str]) -> list[str]:
-    """``name (old -> new)`` for each column whose re-created type differs (both compiled by
-    the connection's dialect; a type SQLAlchemy cannot reflect is shown as the catalog has it)."""
+    """``name (old -> new)`` for each column whose re-created type differs."""
     given = {k.lower() for k in overrides}
     out = []
     for c in kept:

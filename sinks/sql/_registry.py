@@ -68,17 +68,11 @@ class _NoDriverError(Exception):
 
 
 class SqlDatabase:
-    """One database as the shared SQL layer sees it: its names, quoting, driver errors,
-    connect arguments and catalog reads, as class attributes and static methods (the class is
-    the dialect object; nothing is instantiated for them).
-
-    This base is a database twopc has no folder for: SQLAlchemy's generic behaviour and no
-    prepared transactions. A database's folder subclasses it once, importing no driver
-    (:class:`DriverBound` attributes load it on first use); a database with prepared
-    transactions subclasses that again with its
-    :class:`~twopc.sinks.sql._sql_dialect.SqlDialect` (an instance runs the
-    prepared-transaction protocol on one target's connections).
-    """
+    """One database as the shared SQL layer sees it, as class attributes and static methods
+    (the class is the dialect object). This base is SQLAlchemy's generic behaviour without
+    prepared transactions; a database's folder subclasses it without importing its driver
+    (:class:`DriverBound`), and a database that prepares subclasses that again with its
+    :class:`~twopc.sinks.sql._sql_dialect.SqlDialect`."""
 
     #: the dialect's name (in target identities)
     name: ClassVar[str] = "other"
@@ -94,8 +88,7 @@ class SqlDatabase:
     unique_violations: ClassVar[frozenset[str]] = frozenset()
     #: the driver's base exception class
     driver_error: ClassVar[type[Exception]] = _NoDriverError
-    #: the DB-API module twopc connects with (for a process that opens one connection
-    #: without SQLAlchemy: :func:`~twopc.sinks.sql._engines.dbapi_connect_params`)
+    #: the DB-API module twopc connects with without SQLAlchemy (:func:`~twopc.sinks.sql._engines.dbapi_connect_params`)
     dbapi: ClassVar[str | None] = None
     #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
     extra: ClassVar[str] = ""
@@ -108,8 +101,7 @@ class SqlDatabase:
 
     @staticmethod
     def name_too_long(part: str) -> str | None:
-        """How long *part* (one part of a table name) is and the database's limit, when it is
-        longer than the database allows; ``None`` when it fits."""
+        """*part*'s length and the database's limit when it is too long; ``None`` when it fits."""
         return None
 
     #: whether twopc's tables can live in a schema of their own (option ``twopcSchema``)
@@ -119,14 +111,12 @@ class SqlDatabase:
 
     @staticmethod
     def bookkeeping_name(name: str, schema: str, database: str) -> str:
-        """The name of twopc's table *name* in *schema* (``twopcSchema``), for the URL's
-        *database*."""
+        """The name of twopc's table *name* in *schema* (``twopcSchema``) of *database*."""
         return name
 
     @classmethod
     def ensure_schema(cls, run: Callable[[str], list[tuple[Any, ...]]], schema: str, database: str) -> None:
-        """Create *schema* (``twopcSchema``) when it does not exist and check the user may use
-        it; *run* sends one statement, in autocommit, and returns its rows."""
+        """Create *schema* when missing and check the user may use it (*run*: one autocommit statement)."""
 
     @staticmethod
     def current_user(run: Callable[[str], list[tuple[Any, ...]]]) -> str:
@@ -137,27 +127,23 @@ class SqlDatabase:
     # -- URLs (:mod:`twopc.sinks.sql.options._jdbc_url`)
     #: the JDBC subprotocols the dialect translates (``jdbc:<subprotocol>:...``)
     jdbc_subprotocols: ClassVar[frozenset[str]] = frozenset()
-    #: whether a JDBC URL may name the database without a host (``jdbc:postgresql:db``) and
-    #: its hosts in the driver's own syntax
+    #: whether a JDBC URL may omit the host (``jdbc:postgresql:db``) and use the driver's host syntax
     jdbc_bare_database: ClassVar[bool] = False
 
     @staticmethod
     def split_jdbc(rest: str) -> Any:
-        """A JDBC URL of a form of the dialect's own (the text after ``jdbc:<subprotocol>:``),
-        taken apart (a :class:`~twopc.sinks.sql.options._jdbc_url.JdbcParts`); ``None``: the
+        """The text after ``jdbc:<subprotocol>:`` as a ``JdbcParts``; ``None``: the common
         ``//user:password@host:port/database?params`` form."""
         return None
 
     @staticmethod
     def jdbc_url(parts: Any) -> tuple[URL, dict[str, str | tuple[str, ...]]]:
-        """The SQLAlchemy URL (without credentials) of a JDBC URL taken apart, and the query
-        parameters it adds."""
+        """The credential-free SQLAlchemy URL of a JDBC URL taken apart, and its added query parameters."""
         raise NotImplementedError
 
     @staticmethod
     def sqlalchemy_url(url: URL, driver: str) -> URL:
-        """*url* (a SQLAlchemy URL claimed by the dialect, its driver *driver*) with the driver
-        twopc connects with.
+        """*url* (its driver *driver*) with the driver twopc connects with.
 
         Raises:
             ConfigurationError: twopc connects with another driver.
@@ -167,56 +153,47 @@ class SqlDatabase:
     @staticmethod
     def translate_params(props: Sequence[Any], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Any:
-        """The driver parameters for the JDBC ones (:class:`DriverParam` *props*; *flavor*: the
-        JDBC subprotocol or the dialect), a :class:`Translated`; ``None``: none translated."""
+        """The driver parameters (a ``Translated``) for the JDBC *props*; ``None``: none translated."""
         return None
 
     @staticmethod
     def login(url: URL, user: str | None, password: str | None) -> URL:
-        """*url* with *user* and *password* (a password without a user keeps username ``""``, so
-        that the rendered URL keeps it too: SQLAlchemy drops the password of a URL without
-        username when rendering)."""
+        """*url* with *user* and *password* (username ``""`` with a password alone: SQLAlchemy
+        renders no password without a username)."""
         return url.set(username=user if user else ("" if password else None), password=password)
 
     # -- the staging commit mode (:mod:`twopc.sinks.sql._staging_sink`)
-    #: whether the database is a file (SQLite): no schemas for twopc's tables, no isolation
-    #: levels, no host
+    #: whether the database is a file (SQLite): no twopc schemas, isolation levels or host
     file_based: ClassVar[bool] = False
     #: whether DDL runs inside a transaction (MySQL/MariaDB commit it by themselves)
     transactional_ddl: ClassVar[bool] = True
     #: whether ``TRUNCATE`` runs inside the commit transaction
     truncates_in_transaction: ClassVar[bool] = False
-    #: how a table twopc creates gets ``tableComment``: ``"create"`` (a clause of ``CREATE
-    #: TABLE``), ``"comment on"`` (a ``COMMENT ON TABLE`` after it), ``None`` (not supported)
+    #: how ``tableComment`` is set: ``"create"`` (in ``CREATE TABLE``), ``"comment on"``, ``None`` (unsupported)
     table_comments: ClassVar[str | None] = None
     #: whether staging tables copy the target's column types (from :meth:`catalog_columns`)
     stages_in_table_types: ClassVar[bool] = False
     #: the staging table's default of the transaction id column (SQL), for :attr:`staging_copy`
     stage_txn_default: ClassVar[str | None] = None
 
-    #: the column types twopc creates that differ from SQLAlchemy's generic ones, by Arrow kind
-    #: (``float32``, ``float64``, ``string``, ``binary``, ``timestamp``, ``nested``)
+    #: the column types twopc creates unlike SQLAlchemy's, by Arrow kind (``float32``, ``string``, ``nested``...)
     arrow_types: ClassVar[Mapping[str, TypeEngine[Any]]] = {}
 
     @staticmethod
     def normalize_type(ddl: str) -> str:
-        """A column type as written in DDL or printed by the catalog, lower-case and without
-        spaces, in one spelling per type."""
+        """A column type (DDL or catalog) in one lower-case spelling without spaces."""
         return ddl.lower().replace(" ", "")
 
     @staticmethod
     def upsert_sql(into: str, select: str, source: str, q: Callable[[str], str], keys: Sequence[str],
                    others: Sequence[str], stage_keys: Sequence[str]) -> str | None:
-        """The move of staged rows (``{into} SELECT {select} {source}``: ``INSERT INTO target
-        (...)``, the staging columns, ``FROM stage WHERE ...``) as an upsert on *keys* (target
-        columns; *stage_keys* are their staging columns) updating *others*; ``None`` when the
-        database has no upsert twopc knows."""
+        """The move of staged rows (``{into} SELECT {select} {source}``) as an upsert on *keys*
+        (*stage_keys* in the stage) updating *others*; ``None``: no upsert twopc knows."""
         return None
 
     @staticmethod
     def recreate_losses(conn: Connection, quoted: str) -> list[str]:
-        """What dropping the table (*quoted*) and creating it again would lose beyond what
-        SQLAlchemy reflects (grants, triggers...)."""
+        """What recreating table *quoted* would lose beyond SQLAlchemy's reflection (grants, triggers...)."""
         return []
 
     # -- the target ledger (:mod:`twopc.sinks.sql._target_ledger`), on databases that prepare
@@ -234,8 +211,7 @@ class SqlDatabase:
 
     @staticmethod
     def lease_holder_sql(key: Any, session: int) -> tuple[str, tuple[Any, ...]]:
-        """The query (and parameters) whose value is positive when *session* holds the lease
-        of lock *key* (:meth:`lease_sql`'s parameter)."""
+        """The query (and parameters) positive when *session* holds lock *key* (:meth:`lease_sql`)."""
         raise NotImplementedError
 
     #: ``SELECT`` of the server's identity: a row of strings :meth:`server_identity` reads
@@ -269,11 +245,8 @@ class SqlDatabase:
         q = cls.name_quotes[0]
         return (q + name.replace(q, q * 2) + q).replace("%", "%%")
 
-    # the driver's error rules (:data:`ERROR_RULES`): SQLAlchemy's generic words here; a
-    # database's folder gives its own as the functions of one module, :attr:`errors_module`
-    #: the module (of the database's folder, importing its driver) whose functions named as
-    #: :data:`ERROR_RULES` are the database's error rules, each loaded on first use
-    #: (:class:`DriverBound`): a dialect's folder loads without its driver. ``None``: the generic ones
+    #: the module (importing the driver) whose functions named as :data:`ERROR_RULES` are the
+    #: database's error rules, loaded on first use (:class:`DriverBound`); ``None``: the generic ones
     errors_module: ClassVar[str | None] = None
     #: (reason, hint) of a failed connection attempt
     connect_failure: ClassVar[Callable[[BaseException], tuple[str, str]]] = _connect_failure
@@ -285,19 +258,15 @@ class SqlDatabase:
     error_code: ClassVar[Callable[[BaseException], str]] = _no_code
     #: the error as one line: its code and primary message
     error_text: ClassVar[Callable[[BaseException], str]] = _one_line
-    #: a driver error as a credential-free :class:`SinkError` (action; table, marker_table,
-    #: lock_timeout, where, redact)
+    #: a driver error as a credential-free :class:`SinkError` (action; table, marker_table, lock_timeout, where, redact)
     map_error: ClassVar[Callable[..., SinkError]]
-    #: a driver error about a value that does not fit its column as a :class:`SinkError`
-    #: (action, table, redact), ``None`` for other errors
+    #: a driver error about a value that does not fit its column as a :class:`SinkError`, else ``None``
     value_error: ClassVar[Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]] = \
         _no_value_error
-    #: whether an Arrow type can be written to one of the dialect's catalog columns
-    #: (:meth:`catalog_columns`); ``None``: the shared type rules, on SQLAlchemy's reflection
+    #: whether an Arrow type fits a :meth:`catalog_columns` column; ``None``: the shared type rules
     compatible: ClassVar[Callable[[pa.DataType, Any], bool] | None] = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """Bind the error rules of a database that names its :attr:`errors_module`."""
         super().__init_subclass__(**kwargs)
         module = vars(cls).get("errors_module")
         if module is not None:
@@ -316,8 +285,7 @@ class SqlDatabase:
 
     @staticmethod
     def connect_args(url: URL, timeouts: Any) -> dict[str, Any]:
-        """The DB-API connect arguments twopc adds to what *url* says, for the connection
-        timeouts (the generic: none, the driver's own defaults)."""
+        """The DB-API connect arguments for the connection *timeouts* (generic: the driver's defaults)."""
         return {}
 
     @staticmethod
@@ -331,27 +299,22 @@ class SqlDatabase:
 
     @staticmethod
     def catalog_columns(raw: Any, table: Any) -> list[Any] | None:
-        """The columns of *table* read from the catalog on a DB-API connection (the dialect's
-        column objects), ``None`` when it does not exist or the dialect cannot tell."""
+        """*table*'s catalog columns on a DB-API connection; ``None``: missing, or the dialect cannot tell."""
         return None
 
     @staticmethod
     def rollback_problem(raw: Any, table: Any, role: str) -> str | None:
-        """Why writes to *table* (in the role named) would not roll back with their
-        transaction, ``None`` when they do or the dialect cannot tell."""
+        """Why writes to *table* (in *role*) would not roll back; ``None``: they do, or cannot tell."""
         return None
 
-    #: opens the bulk loader into a staging table on a SQLAlchemy connection, for the
-    #: attempt's transaction id; ``None``: multi-row ``INSERT``
+    #: opens the bulk loader into a staging table for a transaction id; ``None``: multi-row ``INSERT``
     staging_copy: ClassVar[Callable[[Connection, Any, str], Any] | None] = None
-    #: a column's values as the driver takes them, checked by the dialect's rules (array,
-    #: column name, table); ``None``: the shared conversion
+    #: a column's values as the driver takes them (array, column, table); ``None``: the shared conversion
     staging_values: ClassVar[Callable[[pa.Array, str, str], list[Any]] | None] = None
 
     @classmethod
     def identity_where(cls, url: URL) -> str:
-        """Where *url* points, in target identities: ``host:port/database``, the default port
-        filled in."""
+        """``host:port/database`` of *url* (default port filled in), for target identities."""
         return f"{url.host or 'localhost'}:{url.port or cls.default_port or ''}/{url.database or ''}"
 
     #: the database's prepared-transaction sink class (``None``: it has none)
@@ -359,14 +322,12 @@ class SqlDatabase:
 
     @classmethod
     def prepared_sink(cls, options: Any) -> Any:
-        """The prepared-transaction sink for ``twopc-jdbc``'s options, ``None`` when the
-        database has none."""
+        """The prepared-transaction sink for ``twopc-jdbc``'s options, ``None`` when there is none."""
         return None if cls.sink_class is None else cls.sink_class.from_jdbc_options(options)
 
     @classmethod
     def prepare_capacity(cls, conn: Connection, sink: Any) -> tuple[bool, str]:
-        """On an open connection, whether the server can prepare transactions for *sink*, and
-        the reason as logged."""
+        """Whether the server can prepare transactions for *sink*, and the reason as logged."""
         return False, f"{cls.name} has no prepared transactions twopc can use"
 
 
@@ -376,22 +337,15 @@ GROUP = "twopc.sql_dialects"
 
 @functools.cache
 def dialect_for(name: str) -> type[SqlDatabase]:
-    """The dialect claiming *name* (a JDBC subprotocol, SQLAlchemy backend name, JDBC driver
-    class or dialect name, any case), importing its folder the first time; the generic
-    :class:`SqlDatabase` when none claims it. A database's folder claims its names as entry
-    points of the group :data:`GROUP`; only the one named is loaded.
-
-    Raises:
-        ConfigurationError: the folder's driver is not installed (its import says which
-            extra to install).
-    """
+    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or dialect name,
+    any case) as an entry point of :data:`GROUP`, loading only that folder; the generic :class:`SqlDatabase`
+    when none claims it. Raises ``ConfigurationError``: the folder's driver is not installed (says which
+    extra to install)."""
     claim = _claims().get(name.lower())
-    dialect: type[SqlDatabase] = SqlDatabase if claim is None else claim.load()
-    return dialect
+    return SqlDatabase if claim is None else cast(type[SqlDatabase], claim.load())
 
 
 @functools.cache
 def _claims() -> dict[str, EntryPoint]:
-    """The names claimed in :data:`GROUP` (read once: the installed distributions' metadata)."""
     return {ep.name: ep for ep in entry_points(group=GROUP)}
 

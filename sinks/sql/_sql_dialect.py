@@ -1,16 +1,7 @@
-"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol.
-
-A prepared-transaction sink (:class:`twopc.sinks.sql.PreparedSqlSink`) is made of parts, like
-Flink Sink V2's separate ``SinkWriter`` and ``Committer``: a
-:class:`~twopc.sinks.sql._sql_target.SqlTarget` (configuration, connections, error mapping),
-a dialect (this protocol: the SQL that differs between PostgreSQL and MySQL/MariaDB), a
-writer (:mod:`twopc.sinks.sql._prepared_writer`, executor side) and a committer
-(:mod:`twopc.sinks.sql._prepared_committer`, driver side). The writer and the committer call the
-dialect; the dialect calls back into the writer only through :class:`TxnControl`, for the
-failure rules around ``PREPARE``.
-
-:class:`SqlTxn` is the open transaction of one task attempt that they pass around.
-"""
+"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol,
+called by the writer and the committer; it calls back into the writer only through
+:class:`TxnControl`, for the failure rules around ``PREPARE``. :class:`SqlTxn` is the open
+transaction of one task attempt that they pass around."""
 
 from __future__ import annotations
 
@@ -40,18 +31,12 @@ class SqlTxn(Generic[C]):
 
     Attributes:
         context: the attempt.
-        gid: its transaction id (canonical :class:`twopc.Xid`).
         conn: the pooled connection it writes on, ``None`` once released.
-        columns: the table's columns, read when the transaction began.
-        rows: rows written so far.
         pending: dict rows buffered by :meth:`PreparedWriter.invoke`.
         failed: why it was rolled back, once it was.
-        prepared: set when the database has prepared it.
         plans: per Arrow schema, what the dialect planned for loading it.
         state: the dialect's own progress marker (e.g. XA's ``active``/``idle``).
-        session_id: the server's id of the write session, when the dialect needs it.
-        loader: the dialect's loading state (PostgreSQL: its COPY stream); one still open
-            when the connection is released is dropped with the connection.
+        loader: the dialect's loading state (PostgreSQL: its COPY stream), dropped with the connection.
     """
 
     context: TransactionContext
@@ -69,122 +54,82 @@ class SqlTxn(Generic[C]):
 
 
 class TxnControl(Protocol[C]):
-    """What a dialect's :meth:`SqlDialect.prepare` may do to the transaction besides SQL:
-    the writer's failure rules (:class:`twopc.sinks.sql._prepared_writer.PreparedWriter`)."""
+    """The writer's failure rules, which a dialect's :meth:`SqlDialect.prepare` may call."""
 
     def usable(self, txn: SqlTxn[C]) -> Any:
         """The DB-API connection of an open, unprepared transaction."""
-        ...
 
     def marker_row(self, txn: SqlTxn[C]) -> tuple[str, tuple[Any, ...]]:
         """The marker row's ``INSERT`` and its parameters."""
-        ...
 
     def release(self, txn: SqlTxn[C], *, broken: bool) -> None:
         """Give the connection back (or discard it when *broken*)."""
-        ...
 
     def abandon(self, txn: SqlTxn[C], exc: BaseException) -> None:
         """Roll back after a non-driver error."""
-        ...
 
     def fail(self, txn: SqlTxn[C], exc: BaseException, action: str) -> NoReturn:
         """Roll back and raise the credential-free :class:`twopc.SinkError`."""
-        ...
 
 
 class SqlDialect(Protocol[C]):
-    """The SQL of one database for the prepared-transaction protocol.
-
-    Driver errors propagate as the driver's exceptions unless a method says otherwise; the
-    writer and committer map them (:meth:`SqlTarget.map_error`).
-    """
+    """The SQL of one database for the prepared-transaction protocol. Driver errors propagate as
+    the driver's exceptions unless a method says otherwise."""
 
     def __init__(self, target: SqlTarget) -> None:
-        """A dialect works on *target*'s connections; raises :class:`twopc.ConfigurationError`
-        for options the database cannot serve."""
-        ...
+        """Raises :class:`twopc.ConfigurationError` for options the database cannot serve."""
 
-    # -- validation (driver, plan time) ----------------------------------------------------
     def check_server(self, dbapi: Any) -> None:
         """Raise :class:`TargetConfigurationError` unless the server can prepare."""
-        ...
 
     def table_columns(self, dbapi: Any, *, validating: bool) -> list[C]:
-        """The table's columns; raises :class:`SchemaMismatchError` when it is missing and
-        (when *validating*) :class:`TargetConfigurationError` when it cannot be written."""
-        ...
+        """The table's columns; raises :class:`SchemaMismatchError` when missing, and when
+        *validating* :class:`TargetConfigurationError` when it cannot be written."""
 
     def marker_columns(self, dbapi: Any) -> list[str] | None:
         """The marker table's column names, ``None`` when it does not exist."""
-        ...
 
     def create_markers(self, dbapi: Any) -> None:
         """Create the marker table (concurrent creation is fine)."""
-        ...
 
     def ensure_own_tables(self, dbapi: Any) -> None:
-        """Check or create the dialect's own bookkeeping tables, after the marker table
-        (PostgreSQL: the dead-letter table when one is configured)."""
-        ...
+        """Check or create the dialect's own tables (PostgreSQL: the dead-letter table)."""
 
-    # -- executor side -------------------------------------------------------------------------
     def begin(self, txn: SqlTxn[C]) -> None:
-        """Start the write transaction on ``txn.conn`` (session settings, isolation level,
-        ``sessionInitStatement``) and read the table's columns into ``txn.columns``."""
-        ...
+        """Start the write transaction on ``txn.conn`` and read the columns into ``txn.columns``."""
 
     def load_rows(self, txn: SqlTxn[C], cols: list[C], keys: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         """Write dict *rows* (their keys *keys*, matched to *cols*)."""
-        ...
 
     def plan(self, schema: pa.Schema, cols: list[C]) -> Any:
         """How to load batches of *schema* into *cols* (kept per schema in ``txn.plans``)."""
-        ...
 
     def load_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch, plan: Any) -> None:
         """Write an Arrow batch by its *plan*."""
-        ...
 
     def end_load(self, txn: SqlTxn[C]) -> None:
         """Finish loading before the marker (PostgreSQL ends its COPY here)."""
-        ...
 
     def prepare(self, txn: SqlTxn[C], control: TxnControl[C]) -> None:
-        """Write the marker, prepare, verify, release; on failure leave nothing prepared
-        and raise (through *control*'s failure rules)."""
-        ...
+        """Write the marker, prepare, verify, release; on failure leave nothing prepared and raise."""
 
     def rollback(self, txn: SqlTxn[C]) -> bool:
-        """Roll back the open, unprepared transaction on ``txn.conn``; whether the
-        connection must be discarded rather than pooled. Never raises."""
-        ...
+        """Roll back ``txn``; whether the connection must be discarded. Never raises."""
 
-    # -- driver side -----------------------------------------------------------------------------
     def finish(self, verb: str, gid: str) -> bool:
-        """``COMMIT``/``ROLLBACK`` prepared *gid*: ``True`` if done, ``False`` if the
-        database does not know it. Raises :class:`twopc.SinkError` (mapped)."""
-        ...
+        """``COMMIT``/``ROLLBACK`` prepared *gid*: ``False`` if unknown. Raises :class:`twopc.SinkError`."""
 
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
-        """:meth:`finish` for each of *gids*, in order (*recovering*: most ids are probably
-        finished already)."""
-        ...
+        """:meth:`finish` for each of *gids* (*recovering*: most are probably finished already)."""
 
     def prepared_ids(self, prefix: str) -> list[str]:
-        """Ids of prepared transactions (of this database, where the server can tell)
-        starting with *prefix*."""
-        ...
+        """Ids of prepared transactions (of this database, where it can tell) starting with *prefix*."""
 
     def prepared_elsewhere(self, gid: str) -> str | None:
         """Where else on the server *gid* is prepared (another database), if the server can tell."""
-        ...
 
     def prepared_since(self, prefix: str) -> dict[str, float]:
-        """Unix seconds each prepared id with *prefix* was prepared at; empty when the
-        server does not record it."""
-        ...
+        """Unix seconds each prepared id with *prefix* was prepared at, where the server records it."""
 
     def headroom(self) -> Headroom | None:
         """Prepared transactions the server holds for every user, against its limit."""
-        ...

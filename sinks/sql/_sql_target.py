@@ -1,20 +1,7 @@
-"""The database and tables a SQL sink writes to: what the server says it is, and a prepared
-sink's connections to it.
-
-:class:`SqlTarget` is the part of a prepared-transaction sink that its writer, committer and
-dialect all hold: the configuration, the display names, the connections (a per-process pool,
-and a *control* connection for the driver's statements, retried once on a new connection when
-it turns out dead: every control statement is idempotent), and the mapping of driver errors to
-twopc's exception tree (by the database's :class:`~twopc.sinks.sql._registry.SqlDatabase`).
-
-:class:`SqlNamedTarget` is every SQL sink's :meth:`~twopc.spi.NamedTarget.target_instance`.
-A checkpoint records the target its batches were prepared in, and a later write must go to
-the same one; a URL does not say which server it reaches (``localhost``, an alias, a host
-name after a migration). So the server is asked: PostgreSQL's cluster ``system_identifier``
-(kept by physical replicas and base backups, which also keep prepared transactions) and the
-database's oid; MySQL/MariaDB's host name, port and data folder. A server that cannot answer
-gives ``None``: the ledger then compares the URL-based identities.
-"""
+"""The database and tables a SQL sink writes to. :class:`SqlTarget` is what a prepared sink's parts
+share: configuration, display names, connections (a pool, and a *control* connection retried once
+when dead: every control statement is idempotent) and error mapping. :class:`SqlNamedTarget` asks
+the server which it is (a URL does not say), falling back to the URL when it cannot answer."""
 
 from __future__ import annotations
 
@@ -49,9 +36,8 @@ R = TypeVar("R")
 
 
 def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
-    """Return *conn* to the pool (whose reset rolls back an open, unprepared transaction; a
-    prepared one no longer belongs to the session), or invalidate it when *broken*. Never
-    raises."""
+    """Return *conn* to the pool (its reset rolls back an unprepared transaction), or invalidate
+    it when *broken*. Never raises."""
     if conn is None:
         return
     try:
@@ -64,26 +50,14 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
 
 
 class SqlTarget:
-    """A prepared SQL sink's handle on its target database: configuration, table names,
-    connections and error mapping.
-
-    Args:
-        options: the parsed options (their dialect is *database*'s).
-        database: what twopc needs to know about the database.
+    """A prepared SQL sink's handle on its target database (pickles without its control connection).
 
     Attributes:
-        options: as given.
-        database: as given.
         table: the table rows are appended to.
         marker: the marker table (in ``twopcSchema`` when it is set).
         table_label: *table* as a display name for messages (quoted where needed).
         marker_label: *marker* as a display name for messages.
-        quote: *database*'s own quoting of an identifier for a statement sent with ``%s``
-            parameters. Its error rules (``database.is_connection_error``, ``error_code``...)
-            are read where an error is mapped: they live in the database's driver-side
-            errors module, which a write that meets no error never loads.
-
-    Pickles without its control connection.
+        quote: *database*'s quoting of an identifier for a statement sent with ``%s`` parameters.
     """
 
     def __init__(self, options: JdbcOptions, database: type[SqlDatabase]) -> None:
@@ -97,9 +71,7 @@ class SqlTarget:
         self._control: PoolProxiedConnection | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state["_control"] = None
-        return state
+        return {**self.__dict__, "_control": None}
 
     def where(self) -> str:
         """``host:port/database as user`` for messages (no password)."""
@@ -117,7 +89,6 @@ class SqlTarget:
         """*table* as ``schema.name``, each part quoted."""
         return f"{self.quote(table.schema)}.{self.quote(table.name)}" if table.schema else self.quote(table.name)
 
-    # -- errors ------------------------------------------------------------------------------
     def map_error(self, exc: BaseException, action: str) -> SinkError:
         """The credential-free :class:`SinkError` for a failed *action*."""
         return self.database.map_error(exc, action, table=self.table_label, marker_table=self.marker_label,
@@ -141,8 +112,8 @@ class SqlTarget:
 
     def no_such_table(self, similar: Sequence[TableName], *, validating: bool, database: str | None,
                       case_hint: str, table_options: str = "") -> SchemaMismatchError:
-        """The error for a :attr:`table` that does not exist: at validation, with the tables whose
-        names differ only in case and the DDL to start from; while writing, short."""
+        """The error for a missing :attr:`table`: at validation with names differing in case and
+        the DDL to start from; while writing, short."""
         if not validating:
             return SchemaMismatchError(f"table {self.table_label} does not exist (any more): create it first")
         hint = f" Did you mean {', '.join(t.display() for t in similar)}? {case_hint}" if similar else ""
@@ -154,23 +125,17 @@ class SqlTarget:
               check_types: bool, check_required: bool) -> list[C]:
         """:func:`twopc.sinks.sql._column_match.match_columns` with this database's type rules."""
         from ._column_match import match_columns  # a task's and the plan's: a commit matches no columns
-
         return match_columns(names, types, columns, self.table_label,
                              compatible=self.database.compatible if check_types else None,
                              type_name=str, check_required=check_required)
 
-    # -- connections -------------------------------------------------------------------------
     def engine(self) -> Engine:
         """This process's engine (pool) for the URL, in autocommit mode."""
         return engine_for(self.options.url, self.options.net_timeouts(), autocommit=True)
 
     def checkout(self) -> PoolProxiedConnection:
-        """A pooled connection in autocommit mode.
-
-        Raises:
-            SinkUnavailableError: the server cannot be reached or refused the login; the
-                message never contains the password and chains no driver exception.
-        """
+        """A pooled connection in autocommit mode. Raises ``SinkUnavailableError``: the server cannot be reached or
+        refused the login (no password, no driver exception chained)."""
         err: SinkUnavailableError | None = None
         try:
             return self.engine().raw_connection()
@@ -185,14 +150,8 @@ class SqlTarget:
 
     def control_execute(self, query: Any, params: Sequence[Any] = (), *,
                         fetch: bool = False) -> tuple[int, list[tuple[Any, ...]]]:
-        """Run one autocommit statement on the control connection; ``(rowcount, rows)``.
-
-        Every statement sent here is idempotent (``COMMIT``/``ROLLBACK`` of a prepared id
-        are disambiguated by the marker row, the rest are reads and a bounded ``DELETE``),
-        so a connection that turns out to be dead is replaced and the statement sent once
-        more (:meth:`control_run`). A statement without *params* is sent as it is (no
-        ``%%`` unescaping): quote identifiers into it only with parameters.
-        """
+        """Run one idempotent autocommit statement by :meth:`control_run`; ``(rowcount, rows)``.
+        A statement without *params* is sent as it is (no ``%%`` unescaping)."""
         def run(dbapi: Any) -> tuple[int, list[tuple[Any, ...]]]:
             with dbapi.cursor() as cur:
                 cur.execute(query, tuple(params) if params else None)
@@ -200,14 +159,19 @@ class SqlTarget:
 
         return self.control_run(run)
 
-    def control_run(self, action: Callable[[Any], R]) -> R:
-        """Call *action* with the control connection's DB-API connection (autocommit).
+    def read_if_exists(self, query: str, params: Sequence[Any], action: str) -> list[tuple[Any, ...]]:
+        """The rows of a query on the control connection, none when its table does not exist."""
+        try:
+            return self.control_execute(query, params, fetch=True)[1]
+        except self.database.driver_error as exc:
+            if self.database.is_missing_table(exc):
+                return []
+            raise self.map_error(exc, action) from None
 
-        *action* must be idempotent as a whole: a connection that turns out to be dead is
-        replaced and *action* called once more. Connection-level failures become
-        :class:`SinkUnavailableError`; other driver errors propagate as the driver's
-        exceptions.
-        """
+    def control_run(self, action: Callable[[Any], R]) -> R:
+        """Call the idempotent *action* with the control DB-API connection (autocommit), once more
+        on a new connection when it was dead. Connection failures become
+        :class:`SinkUnavailableError`; other driver errors propagate."""
         err: SinkUnavailableError | None = None
         for attempt in (1, 2):
             reused = self._control is not None
@@ -229,8 +193,8 @@ class SqlTarget:
         raise err
 
     def run_pooled(self, action: Callable[[Any], R]) -> R:
-        """Call *action* with the DB-API connection of a pooled autocommit connection of its
-        own (not the control connection: for work running beside it, on another thread).
+        """Call *action* with a pooled autocommit DB-API connection of its own (for work beside
+        the control connection, on another thread).
 
         Raises:
             SinkUnavailableError: no connection, or it failed (it is discarded).
@@ -252,9 +216,8 @@ class SqlTarget:
 
 
 def server_instance(options: JdbcOptions) -> str | None:
-    """``postgresql system <id> database oid <oid> table <table>`` or ``mysql server
-    <host>:<port> datadir <folder> table <db.table>``; ``None`` when the server does not
-    answer or the dialect has no such query. Never raises."""
+    """The server's own identity and the table (``postgresql system <id> database oid <oid> table
+    <table>``...); ``None`` when the server does not answer or cannot tell. Never raises."""
     dialect = dialect_for(options.identity_dialect)
     query = dialect.server_identity_sql
     if query is None:
@@ -276,10 +239,8 @@ class SqlNamedTarget(NamedTarget):
     options: JdbcOptions
 
     def target_identity(self) -> str:
-        """What a write with these options writes to, credential-free, the same for every
-        spelling of the same table: ``<dialect> <host>:<port>/<database> table <schema.table>``
-        (SQLite: the file's absolute path). The default port is filled in; on MySQL/MariaDB
-        a table without a database is in the URL's."""
+        """What this write writes to, credential-free and the same for every spelling:
+        ``<dialect> <host>:<port>/<database> table <schema.table>`` (SQLite: the file's path)."""
         dialect = self.options.identity_dialect
         where = dialect_for(dialect).identity_where(self.options.url)
         return f"{dialect} {where} table {self.options.identity_table()}"

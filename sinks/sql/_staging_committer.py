@@ -1,10 +1,5 @@
-"""The driver side of the staging mode: one local transaction moves a batch's staged rows
-into the target and writes the batch marker (its own decision); abort deletes an attempt's
-staged rows (the staged attempts are listed by :class:`~twopc.sinks.sql._staging_tables.StagingTables`).
-
-:class:`StagingCommitter` is :class:`~twopc.sinks.sql._staging_ddl.StagingDdl` (tables,
-connections, DDL) with the driver's methods; :class:`~twopc.sinks.sql.StagingSink` is one,
-with the executor's methods."""
+"""The driver side of the staging mode: one local transaction moves a batch's staged rows into
+the target and writes the batch marker (its own decision); abort deletes an attempt's staged rows."""
 
 from __future__ import annotations
 
@@ -28,12 +23,9 @@ __all__ = ["StagingCommitter"]
 
 log = logging.getLogger("twopc.sinks.staging")
 
-#: PostgreSQL errors on which the commit deletes its staged rows instead of truncating:
-#: the staging table is locked by another session (lock_not_available), or the user may
-#: not truncate it (insufficient_privilege)
+#: SQLSTATEs on which the commit deletes its staged rows instead (lock_not_available, insufficient_privilege)
 _FALL_BACK_TO_DELETE = frozenset({"55P03", "42501"})
-#: below this many rows a batch's staged rows are deleted: TRUNCATE's fixed cost (a new file,
-#: catalog updates, four more statements) made a small micro-batch's commit ~5 ms slower
+#: below this many rows staged rows are deleted: TRUNCATE's fixed cost made small commits ~5 ms slower
 TRUNCATE_FROM_ROWS = 10_000
 #: how an overwrite empties an existing target (:meth:`StagingTables.replaced_by`)
 _EMPTY_BY = {"drop": "DROP TABLE", "truncate": "TRUNCATE TABLE", "delete": "DELETE FROM"}
@@ -52,20 +44,13 @@ class StagingCommitter(StagingDdl):
         return self.commit_all([handle])[0]
 
     def commit_all(self, handles: Sequence[StagingHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Move the rows of *handles* (one batch's chosen attempts) into the target and
-        write the batch marker, in one local transaction. Idempotent.
-
-        Returns:
-            ``COMMITTED`` for each, or ``ALREADY_COMMITTED`` for each when the batch
-            marker exists (the replay's staged rows are deleted).
+        """Move one batch's chosen attempts' rows into the target and write the batch marker, in
+        one local transaction. Idempotent: ``ALREADY_COMMITTED`` for each when the marker exists.
 
         Raises:
-            TransactionLostError: an attempt's staged rows are missing or incomplete;
-                nothing was written.
-            SinkError: the database refused (a constraint, a type), nothing was written;
-                the message names the constraint.
-            SinkUnavailableError: the connection failed; nothing or everything was
-                committed, and a retry answers accordingly.
+            TransactionLostError: an attempt's staged rows are missing or incomplete; nothing was written.
+            SinkError: the database refused (the message names the constraint); nothing was written.
+            SinkUnavailableError: the connection failed; a retry answers truthfully.
         """
         if not handles:
             return []
@@ -108,8 +93,7 @@ class StagingCommitter(StagingDdl):
         return [CommitOutcome.COMMITTED] * len(handles)
 
     def _write_of(self, handles: Sequence[StagingHandle]) -> str:
-        """What the commit of *handles* does to the target: what their write recorded in
-        them (:meth:`commit_write`), else (older handles) this sink's configuration."""
+        """What the commit does to the target, as the handles recorded it, else this sink's configuration."""
         recorded = {h.write for h in handles if h.write}
         if len(recorded) > 1:
             raise ProtocolError(f"the handles of one batch disagree on the write ({sorted(recorded)}): "
@@ -117,8 +101,7 @@ class StagingCommitter(StagingDdl):
         return recorded.pop() if recorded else self.commit_write()
 
     def _move(self, conn: Connection, ids: list[str], rows: int, write: str) -> None:
-        """DDL of the *write* (:meth:`commit_write`), then the one statement that moves the
-        chosen attempts' *rows* rows, then their deletion from staging."""
+        """The *write*'s DDL, the statement that moves the chosen rows, their deletion from staging."""
         d = conn.dialect
         t = self.table.quoted(d)
         exists = self.has_table(conn, self.table)
@@ -162,19 +145,13 @@ class StagingCommitter(StagingDdl):
             self.delete_staged_rows(conn, ids)
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
-        """On PostgreSQL, empty the staging table with ``TRUNCATE`` (inside the commit
-        transaction) when it provably holds nothing but *ids*' rows; return whether it did.
-
-        ``TRUNCATE`` swaps in an empty file where ``DELETE`` writes WAL and leaves dead rows
-        until a vacuum. It is safe only when no other session is staging or reading:
-        ``LOCK ... ACCESS EXCLUSIVE NOWAIT`` succeeds only when no other transaction holds a
-        lock on the table (a staging task holds one until it commits), and under that lock a
-        READ COMMITTED statement sees every other attempt's committed rows. Otherwise the
-        savepoint is rolled back, releasing the lock, and the caller deletes."""
+        """Empty the staging table with ``TRUNCATE`` in the commit transaction when it provably
+        holds only *ids*' rows; whether it did. ``TRUNCATE`` avoids ``DELETE``'s WAL and dead
+        rows; ``LOCK ... NOWAIT`` succeeds only when no other transaction (a staging task) holds
+        the table, else the savepoint is rolled back and the caller deletes."""
         if not self.dialect.truncates_in_transaction:
             return False
-        # Only a statement snapshot taken after the lock sees every row committed before it
-        # (REPEATABLE READ / SERIALIZABLE would miss rows staged since the transaction began).
+        # only a statement snapshot taken after the lock sees every row committed before it
         if conn.exec_driver_sql("SHOW transaction_isolation").scalar() not in ("read committed", "read uncommitted"):
             return False
         stage, col = self.stage.quoted(conn.dialect), self.q(TXN_COLUMN)
@@ -203,12 +180,8 @@ class StagingCommitter(StagingDdl):
         self.delete_staged([self._checked(handle)])
 
     def delete_staged(self, txn_ids: Sequence[str]) -> None:
-        """Delete the staged rows of the attempts *txn_ids* (checked ids), in one
-        statement. Idempotent.
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed; retry.
-        """
+        """Delete the staged rows of the attempts *txn_ids* (checked ids) in one statement. Idempotent. Raises
+        ``SinkError``/``SinkUnavailableError``: the database failed; retry."""
         what = txn_ids[0] if len(txn_ids) == 1 else f"{len(txn_ids)} attempts"
         with self.session(f"delete staged rows of {what}") as conn:
             self.begin(conn)

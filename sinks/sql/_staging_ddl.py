@@ -37,12 +37,7 @@ class StagingDdl(StagingTables):
     """Validation and DDL of the staging mode, on its tables."""
 
     def _try_session_init(self) -> None:
-        """Run ``sessionInitStatement`` once on a connection of its own, rolled back, so a
-        bad one fails at validation naming the option.
-
-        Raises:
-            TargetConfigurationError: the statement failed.
-        """
+        """Run ``sessionInitStatement`` once, rolled back, so a bad one fails at validation."""
         stmt = self.options.session_init_statement
         if not stmt:
             return
@@ -57,22 +52,18 @@ class StagingDdl(StagingTables):
                 conn.rollback()
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the target against the DataFrame and prepare staging: create the staging table
-(re-created when empty and its columns no longer fit), the batch marker table and, on
-MySQL/MariaDB, a missing target (DDL there cannot join the commit transaction); delete
-staged rows of dead ``eph-`` writes; warn what an overwrite that re-creates the target
-will lose.
+        """Check the target against the DataFrame and prepare staging: the staging and batch
+        marker tables, a missing target where DDL cannot join the commit; delete staged rows of
+        dead ``eph-`` writes; warn what an overwrite that re-creates the target will lose.
 
         Raises:
             SinkUnavailableError: no connection.
-            TargetConfigurationError: ``errorifexists`` and the table exists; the staging
-                table holds rows of an unfinished write with other columns; DDL refused; the
-                user lacks SELECT, INSERT or DELETE on the staging or batch marker table.
-            SchemaMismatchError: the DataFrame does not fit the existing table, or
-                ``upsertKeys`` has no matching unique constraint.
+            TargetConfigurationError: ``errorifexists`` and the table exists; the staging table
+                holds an unfinished write's rows with other columns; DDL refused; privileges missing.
+            SchemaMismatchError: the DataFrame does not fit the table, or ``upsertKeys`` has no
+                matching unique constraint.
         """
         from ._recreate_losses import recreate_losses  # here: it loads pyarrow, which a commit never needs
-
         self.schema = schema
         keys = self.options.upsert_keys
         self._try_session_init()
@@ -126,21 +117,15 @@ will lose.
             self._expire_ephemeral(conn)
 
     def expire_abandoned(self) -> None:
-        """Delete staged rows of dead ``eph-`` writes (see :meth:`validate`) without preparing
-        staging: a prepared-mode write to the same target cleans up after a staging write
-        whose driver died. Does nothing when there is no staging table.
-
-        Raises:
-            SinkUnavailableError / SinkError: the server failed.
-        """
+        """Delete staged rows of dead ``eph-`` writes without preparing staging (a prepared-mode write cleans up
+        after a dead staging write). Raises ``SinkUnavailableError``/``SinkError``: the server failed."""
         with self.session(f"clean up staged rows in {self.stage.display()}") as conn:
             if self.has_table(conn, self.stage):
                 self._expire_ephemeral(conn)
 
     def _create_table_now(self, conn: Connection, ddl: str) -> None:
-        """Create the missing target at validation (MySQL DDL cannot join the commit
-        transaction), and drop it again when it cannot roll back (``createTableOptions``
-        naming a non-transactional engine, or such a server default): nothing is left."""
+        """Create the missing target at validation, dropped again when it cannot roll back
+        (a non-transactional engine): nothing is left."""
         with fresh(conn):
             conn.exec_driver_sql(ddl)
         try:
@@ -152,10 +137,8 @@ will lose.
         log.info("twopc staging: created %s (MySQL DDL cannot join the commit transaction)", self.table.display())
 
     def create_ddl(self, conn: Connection) -> str:
-        """``CREATE TABLE`` of the target for the DataFrame (Spark's table options, a
-        primary key on ``upsertKeys``, MySQL's table comment)."""
+        """``CREATE TABLE`` of the target for the DataFrame (table options, key on ``upsertKeys``, comment)."""
         from ._arrow_ddl import create_table_sql  # here, as below: a commit never loads pyarrow
-
         assert self.schema is not None
         o = self.options
         ddl = create_table_sql(self.table, self.schema, conn.dialect, overrides=o.create_table_column_types)
@@ -171,8 +154,8 @@ will lose.
 
     @staticmethod
     def _each_alone(conn: Connection, *, keep: bool) -> Run:
-        """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in a transaction of
-        its own, committed when *keep* (rolled back when it fails), else rolled back."""
+        """A :data:`~twopc.sinks.sql._privileges.Run` on *conn*: each statement in its own
+        transaction, committed when *keep*, else rolled back."""
         def run(query: str) -> list[tuple[Any, ...]]:
             if conn.in_transaction():
                 conn.commit()
@@ -187,12 +170,9 @@ will lose.
         return run
 
     def _ensure_stage(self, conn: Connection, schema: pa.Schema, types: dict[str, str]) -> None:
-        """Create the staging table, or re-create it (when empty) if its columns are not
-        the DataFrame's, of the target's types where *types* gives them (PostgreSQL,
-        MariaDB/MySQL: rows are then converted on staging exactly as the prepared modes
-        convert them)."""
+        """Create the staging table, or re-create it (when empty) if its columns are not the
+        DataFrame's; of the target's *types* where given (rows then convert as in the prepared modes)."""
         from ._arrow_ddl import arrow_to_sqlalchemy
-
         want = [TXN_COLUMN, *schema.names]
         if self.has_table(conn, self.stage):
             have = [c["name"] for c in sa.inspect(conn).get_columns(self.stage.name, schema=self.stage.schema)]
@@ -217,7 +197,6 @@ will lose.
                                                    {n: VerbatimType(t) for n, t in types.items()}))
 
     def _create(self, conn: Connection, t: TableName, table: sa.Table) -> None:
-        """Create *table* (named *t*), unless another writer just did."""
         try:
             with fresh(conn):
                 table.create(conn, checkfirst=True)
@@ -232,9 +211,8 @@ will lose.
                      .bindparams(sa.bindparam("ids", expanding=True)), {"ids": list(ids)})
 
     def _expire_ephemeral(self, conn: Connection) -> None:
-        """Delete staged rows of ``eph-`` writes (no checkpoint) whose driver provably died on
-        this machine, or started more than ``stagingRetention`` ago: it is gone, or, if alive,
-        its commit will find rows missing and write nothing — never half."""
+        """Delete staged rows of ``eph-`` writes whose driver provably died here, or started more
+        than ``stagingRetention`` ago (if alive, its commit finds rows missing and writes nothing)."""
         now = dt.datetime.now(dt.UTC).timestamp()
         stale = []
         dead = functools.cache(ephemeral_writer_dead)  # asked once per write

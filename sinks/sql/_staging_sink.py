@@ -1,30 +1,11 @@
 """Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
-transactions (PostgreSQL, MySQL/MariaDB, SQLite, ...), no two-phase commit needed.
-
-Each task attempt loads its rows, tagged with its transaction id (a :class:`twopc.Xid`), into
-a durable staging table (on PostgreSQL through the prepared mode's COPY stream) and commits
-that local transaction: its *prepare* (durable, invisible in the target). The driver's
-commit then runs ONE local transaction that
-
-1. returns ``ALREADY_COMMITTED`` if the batch marker ``(sink_id, batch_id)`` exists (a
-   replay), deleting the replay's staged rows;
-2. checks that every chosen attempt's staged row count equals its handle's (a staged
-   attempt that vanished makes the commit raise, with nothing written);
-3. runs the write's DDL, if any (``CREATE TABLE``; for overwrite ``TRUNCATE``/``DELETE``
-   or ``DROP`` + ``CREATE``: :meth:`~twopc.sinks.sql._staging_tables.StagingTables.replaced_by`);
-4. moves the chosen attempts' rows, deletes them from staging and inserts the batch marker.
-
-Readers see the old table or the new one, never a part (overwrite included where DDL is
-transactional: PostgreSQL and SQLite; on MySQL/MariaDB overwrite deletes and inserts,
-keeping the table, and a missing table is created at validation, before any task runs).
-
-Staged rows of attempts that were not chosen are deleted by :meth:`StagingSink.abort`.
-Those of writes without a checkpoint whose driver died (sink ids ``eph-...``) are deleted
-by the next write to the table: at once when it can prove the driver gone
-(:func:`twopc.spi.lease.ephemeral_writer_dead`), else once that write started longer ago
-than ``stagingRetention`` (default 24 h). Deleting them is always safe: a commit that finds
-fewer staged rows than its handles promise writes nothing.
-"""
+transactions. Each task attempt commits its rows, tagged with its transaction id, into a
+staging table: its *prepare*. The driver's commit runs ONE local transaction that checks the
+batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attempt's staged row
+count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows
+and inserts the batch marker. Staged rows of attempts not chosen are deleted by
+:meth:`StagingSink.abort`; those of dead writes without a checkpoint by a later write
+(``stagingRetention``), which is always safe: a commit missing rows writes nothing."""
 
 from __future__ import annotations
 
@@ -39,13 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import CommitShape, ConfigurationError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import (
-    BatchCommit,
-    Inspectable,
-    MarkerPurge,
-    ProtocolError,
-    WriteSetup,
-)
+from twopc.spi import BatchCommit, Inspectable, MarkerPurge, ProtocolError, WriteSetup
 
 from .._handles import StagingHandle
 from ._sql_target import SqlNamedTarget
@@ -73,9 +48,8 @@ class _StageTxn:
 
 class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn, StagingHandle], WriteSetup,
                   BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget):
-    """Exactly-once writes through a staging table and one local commit transaction (the
-executor side here; the driver's side is
-:class:`~twopc.sinks.sql._staging_committer.StagingCommitter`).
+    """Exactly-once writes through a staging table and one local commit transaction (the driver's
+    side is :class:`~twopc.sinks.sql._staging_committer.StagingCommitter`).
 
     Args:
         url: a JDBC URL or a SQLAlchemy URL with credentials (``postgresql+psycopg://``,
@@ -83,10 +57,8 @@ executor side here; the driver's side is
         table: ``[schema.]table`` in the database's syntax (quote special names).
         mode: Spark's save mode: ``append``, ``overwrite``, ``errorifexists``, ``ignore``.
         batch_table: the table of committed batch markers.
-        **options: ``twopc-jdbc``'s options as keywords (see
-            :mod:`twopc.sinks.sql.options._jdbc_options`), e.g. ``staging_table``,
-            ``staging_retention`` (age after which staged rows of dead writes without
-            checkpoint are deleted), ``upsert_keys``, ``user``, ``password``.
+        **options: ``twopc-jdbc``'s options as keywords (:mod:`twopc.sinks.sql.options._jdbc_options`),
+            e.g. ``staging_table``, ``staging_retention``, ``upsert_keys``, ``user``, ``password``.
 
     Raises:
         ConfigurationError: an argument is invalid.
@@ -107,8 +79,6 @@ executor side here; the driver's side is
         StagingTables.__init__(sink, options, mode=mode or options.save_mode or "append", batch_table=batch_table)
         return sink
 
-    # -- description ----------------------------------------------------------------------
-
     def describe(self) -> str:
         return (f"{self.dialect_name} {safe_url(self.options.url)} table {self.table.display()} "
                 f"(staging via {self.stage.display()})")
@@ -118,8 +88,7 @@ executor side here; the driver's side is
         return CommitShape.LOCAL_TRANSACTION
 
     def commit_may_be_refused(self) -> str:
-        """Always a reason: the target's constraints (keys, NOT NULL, checks, foreign keys,
-        triggers) see the rows only when the driver moves them, after the decision."""
+        """Always a reason: the target's constraints see the rows only after the decision."""
         return (f"the staging mode checks {self.table.display()}'s constraints (keys, NOT NULL, checks, "
                 f"foreign keys, triggers) only when the driver moves the staged rows into it, after the batch "
                 f"is decided")
@@ -130,13 +99,9 @@ executor side here; the driver's side is
                 f"{self.table.display()} in one local transaction with its batch marker (save mode {self.mode})")
 
     def configure_write(self, schema: pa.Schema, *, overwrite: bool, streaming: bool, checkpointed: bool) -> None:
-        """Remember the DataFrame schema; Spark's overwrite flag turns ``append`` into
-        ``overwrite``. ``outputMode("complete")`` (overwrite while *streaming*) replaces the
-        table's rows in each micro-batch's commit and keeps the table (:meth:`replaced_by`).
-
-        Raises:
-            ConfigurationError: overwrite together with ``saveMode`` errorifexists/ignore.
-        """
+        """Remember the schema; Spark's overwrite flag turns ``append`` into ``overwrite``
+        (``outputMode("complete")``: each micro-batch's commit replaces the rows). Raises
+        ``ConfigurationError``: overwrite together with ``saveMode`` errorifexists/ignore."""
         if overwrite:
             if self.mode in ("errorifexists", "ignore"):
                 raise ConfigurationError(
@@ -145,14 +110,8 @@ executor side here; the driver's side is
         self.schema = schema
         self.streaming = streaming
 
-    # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _StageTxn:
-        """Open a local transaction for this attempt's staged rows.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            ConfigurationError: the sink id cannot make a transaction id.
-        """
+        """Open a local transaction for this attempt's staged rows (``SinkUnavailableError``: no connection)."""
         txn_id = context.xid().text
         conn = self.connect()
         txn = _StageTxn(context, txn_id, conn)
@@ -168,12 +127,10 @@ executor side here; the driver's side is
     def invoke(self, txn: _StageTxn, value: dict[str, Any]) -> None:
         """Stage one row (dict of column -> value)."""
         import pyarrow as pa  # here, as in the other methods that stage rows: a commit never loads pyarrow
-
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
-        """Stage an Arrow batch: PostgreSQL COPY (binary when possible) straight from
-        Arrow; elsewhere multi-row ``INSERT`` in chunks of ``batchsize``.
+        """Stage an Arrow batch: the dialect's bulk loader (PostgreSQL COPY), else multi-row ``INSERT``.
 
         Raises:
             ConfigurationError: a string holds a NUL byte.
@@ -196,9 +153,7 @@ executor side here; the driver's side is
             self._stage_failed(txn, exc)
 
     def _stage_failed(self, txn: _StageTxn, exc: Exception) -> NoReturn:
-        """Roll the attempt back and raise: a database error (through SQLAlchemy, or
-        psycopg's own from the COPY stream) as a credential-free :class:`SinkError`,
-        anything else (a NUL byte, an interrupt) as it is."""
+        """Roll back and raise: a database error as a credential-free :class:`SinkError`, else as it is."""
         self.rollback(txn)
         if isinstance(exc, SQLAlchemyError) or (txn.copy is not None and isinstance(exc, self.dialect.driver_error)):
             raise self.error(exc, f"stage rows for {self.table.display()}") from None
@@ -209,7 +164,6 @@ executor side here; the driver's side is
         import pyarrow.compute as pc
 
         from ._json_values import is_nested, json_texts
-
         assert txn.conn is not None
         names = batch.schema.names
         columns = []
@@ -239,11 +193,7 @@ executor side here; the driver's side is
             txn.conn.exec_driver_sql(stmt, rows[i:i + size])
 
     def pre_commit(self, txn: _StageTxn) -> StagingHandle:
-        """Commit the staged rows locally (durable, invisible in the target).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed; nothing is staged.
-        """
+        """Commit the staged rows locally (durable, invisible in the target); on failure nothing is staged."""
         if txn.conn is None or txn.prepared:
             raise ProtocolError(f"staging transaction {txn.txn_id} is not open")
         try:

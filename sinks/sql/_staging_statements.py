@@ -1,7 +1,5 @@
-"""The tables and statements of the staging commit mode, for any SQLAlchemy dialect: the
-staging table and the batch marker table, how the DataFrame is checked against the written table,
-and the one statement that moves a batch's staged rows into the written table (plain, or an
-upsert in each dialect's syntax)."""
+"""The staging mode's tables and statements for any SQLAlchemy dialect, and the statement that
+moves a batch's staged rows into the target (plain, or an upsert)."""
 
 from __future__ import annotations
 
@@ -22,14 +20,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from sqlalchemy.engine import Connection
 
-__all__ = [
-    "ReflectedColumn",
-    "batches_table",
-    "check_unique",
-    "move_sql",
-    "sql_string",
-    "stage_table",
-]
+__all__ = ["ReflectedColumn", "batches_table", "check_unique", "move_sql", "sql_string", "stage_table"]
 
 def sql_string(text: str, *, backslash: bool) -> str:
     """A SQL string literal (for DDL that takes no bind parameters)."""
@@ -41,12 +32,10 @@ def sql_string(text: str, *, backslash: bool) -> str:
 
 def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
                 types: Mapping[str, sa.types.TypeEngine[Any]]) -> sa.Table:
-    """The staging table for DataFrames of *schema*: the transaction id, then every
-    column, nullable, of the type in *types* (the target's) or else the type twopc would
-    create (:func:`~twopc.sinks.sql._arrow_ddl.arrow_to_sqlalchemy`). On PostgreSQL the id defaults
-    to the transaction's ``twopc.txn_id`` setting, so COPY need not send it with every row."""
+    """The staging table for *schema*: the transaction id (defaulting to the dialect's
+    :attr:`stage_txn_default`), then every column, nullable, of the target's *types* or the type
+    twopc would create."""
     from ._arrow_ddl import arrow_to_sqlalchemy  # here: a commit never loads pyarrow
-
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
     if (default := dialect_for(dialect_name).stage_txn_default) is not None:
         txn_col = sa.Column(TXN_COLUMN, sa.Text(), nullable=False, server_default=sa.text(default))
@@ -68,8 +57,7 @@ def batches_table(batches: TableName) -> sa.Table:
 
 @dataclass(frozen=True)
 class ReflectedColumn:
-    """A column as SQLAlchemy's inspector reflects it (the :class:`~twopc.sinks.sql._column_match.TableColumn`
-    that :func:`~twopc.sinks.sql._column_match.match_columns` needs)."""
+    """A column as SQLAlchemy's inspector reflects it (a :class:`~twopc.sinks.sql._column_match.TableColumn`)."""
 
     name: str
     type: Any
@@ -90,8 +78,7 @@ class ReflectedColumn:
 
 
 def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> None:
-    """Raise :class:`SchemaMismatchError` unless a primary key, unique constraint or unique
-    index of *table* covers exactly *keys* (compared case-insensitively)."""
+    """Raise :class:`SchemaMismatchError` unless a key or unique index of *table* covers exactly *keys*."""
     insp = sa.inspect(conn)
     want = {k.lower() for k in keys}
     sets: list[set[str]] = []
@@ -111,15 +98,9 @@ def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> Non
 
 def move_sql(dialect_name: str, quote: Any, table: str, stage: str, mapping: Sequence[tuple[str, str]],
              upsert_keys: Sequence[str]) -> str:
-    """The statement that moves the staged rows of the transactions bound as ``:ids`` from
-    *stage* into *table* (both quoted), *mapping* pairing staging and table columns.
-
-    With *upsert_keys*: ``ON CONFLICT ... DO UPDATE`` (PostgreSQL, SQLite; of two staged
-    rows with one key the later wins) or ``ON DUPLICATE KEY UPDATE`` (MySQL/MariaDB).
-
-    Raises:
-        ConfigurationError: upsert on a dialect without a known upsert syntax.
-    """
+    """The statement that moves the staged rows of the transactions bound as ``:ids`` from *stage* into
+    *table*, *mapping* pairing their columns; with *upsert_keys* the dialect's upsert. Raises
+    ``ConfigurationError``: upsert on a dialect without a known upsert syntax."""
     q = quote
     into = f"INSERT INTO {table} ({', '.join(q(tc) for _, tc in mapping)})"
     sel = ", ".join(q(sc) for sc, _ in mapping)

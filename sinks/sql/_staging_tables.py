@@ -1,9 +1,6 @@
-"""The configuration and connections the staging sink's parts share: the written table, staging
-(its default name, its transaction column) and batch marker tables, the save mode, and the
-connections with a write's session settings (from the registered dialect:
-:mod:`twopc.sinks.sql._registry`); and the driver's bookkeeping
-of the staging table: the attempts staged in it, the batch markers purged. A prepared-mode
-``twopc-jdbc`` write whose tasks may stage sweeps staged attempts with these tables alone."""
+"""What the staging sink's parts share: the target, staging and batch marker tables, the save
+mode, connections with a write's session settings, and the driver's bookkeeping (staged
+attempts, batch markers), which a prepared-mode write that may stage uses alone."""
 
 from __future__ import annotations
 
@@ -57,12 +54,8 @@ def fresh(conn: Connection) -> Any:
 
 
 class StagingTables:
-    """The tables, save mode and connections of one staging sink (picklable: configuration
-    only; the engines are per process).
-
-    Raises:
-        ConfigurationError: the save mode or an option is invalid.
-    """
+    """The tables, save mode and connections of one staging sink (picklable: configuration only). Raises
+    ``ConfigurationError``: the save mode or an option is invalid."""
 
     def __init__(self, o: JdbcOptions, *, mode: str, batch_table: str) -> None:
         backend = o.url.get_backend_name()
@@ -106,8 +99,7 @@ class StagingTables:
 
     @contextlib.contextmanager
     def session(self, action: str) -> Iterator[Connection]:
-        """A connection for the block, rolled back when the block fails and closed after it;
-        a database error becomes :meth:`error`'s for *action*."""
+        """A connection for the block, rolled back on failure (a database error as :meth:`error`'s)."""
         conn = self.connect()
         try:
             yield conn
@@ -129,8 +121,7 @@ class StagingTables:
         return SinkUnavailableError(f"cannot connect to {self.dialect_name} at {where}: {reason}{hint}")
 
     def begin(self, conn: Connection) -> None:
-        """Start a transaction with the session settings of a write (the same as the
-        prepared modes', from the registered dialect: :mod:`twopc.sinks.sql._registry`)."""
+        """Start a transaction with a write's session settings (the prepared modes')."""
         fresh(conn)
         o = self.options
         for stmt, params in self.dialect.session_statements(o.lock_timeout, o.query_timeout):
@@ -160,17 +151,11 @@ class StagingTables:
         return SinkError(f"could not {action}: {text}; the transaction was rolled back")
 
     def replaced_by(self) -> Literal["drop", "truncate", "delete"]:
-        """How an overwrite empties an existing target inside the commit transaction.
-
-        ``drop``: ``DROP TABLE`` then ``CREATE TABLE`` from the DataFrame, Spark's overwrite
-        without ``truncate``, for a batch write where DDL is transactional (PostgreSQL,
-        SQLite). ``truncate``: ``TRUNCATE`` (PostgreSQL with ``truncate=true``). ``delete``:
-        ``DELETE FROM`` everywhere else: MySQL/MariaDB (whose DDL would commit by itself),
-        and a streaming ``outputMode("complete")`` without ``truncate=true``, which replaces
-        the rows of each micro-batch and never the table (a micro-batch is no moment to lose
-        its keys, indexes, grants and comment; and ``DELETE`` lets readers see the old rows
-        until the commit, where ``TRUNCATE`` would make them wait).
-        """
+        """How an overwrite empties an existing target inside the commit transaction: ``drop``
+        (then ``CREATE``, Spark's overwrite, where DDL is transactional), ``truncate`` (with
+        ``truncate=true`` where it is transactional), else ``delete``: also for streaming
+        ``outputMode("complete")``, which keeps the table's keys, indexes, grants and comment and
+        lets readers see the old rows until the commit."""
         if not self.dialect.transactional_ddl:
             return "delete"
         if self.options.truncate:
@@ -178,19 +163,15 @@ class StagingTables:
         return "delete" if self.streaming else "drop"
 
     def commit_write(self) -> str:
-        """What this sink's commit does to the target (recorded in each handle,
-        :attr:`StagingHandle.write <twopc.sinks.StagingHandle.write>`): the save mode, or for an
-        overwrite how it empties an existing table (:meth:`replaced_by`)."""
+        """What the commit does to the target (recorded in each handle): the save mode, or :meth:`replaced_by`."""
         return self.replaced_by() if self.mode == "overwrite" else self.mode
 
-    # -- the driver's bookkeeping: staged attempts and batch markers --------------------------
     @staticmethod
     def has_table(conn: Connection, t: TableName) -> bool:
         return sa.inspect(conn).has_table(t.name, schema=t.schema)
 
     def staged_counts(self, conn: Connection, prefix: str) -> dict[str, int]:
-        """Staged rows per transaction id starting with *prefix* (the LIKE is a superset
-        where the prefix holds ``_``, a wildcard: the prefix is checked again here)."""
+        """Staged rows per transaction id starting with *prefix* (rechecked: ``_`` is a LIKE wildcard)."""
         if not self.has_table(conn, self.stage):
             return {}
         col = self.q(TXN_COLUMN)
@@ -203,24 +184,15 @@ class StagingTables:
         return [h for h, _rows in self._staged(sink_id) if batch_id is None or h.batch_id == batch_id]
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
-        """Staged attempts of *sink_id* with their row counts (the staging table records
-        no time: their age is unknown).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed.
-        """
+        """Staged attempts of *sink_id* with their row counts (their age is unknown)."""
         from twopc.spi import PreparedDetail  # twopc status's: a write's workers never build one
-
         return [PreparedDetail(h, "staged rows", None, rows) for h, rows in self._staged(sink_id)]
 
     def _staged(self, sink_id: str) -> list[tuple[StagingHandle, int]]:
         with self.session("list staged transactions") as conn, fresh(conn):
             counts = self.staged_counts(conn, Xid.prefix(sink_id))
-        out = []
-        for txn_id, rows in counts.items():
-            h = self.parse_txn_id(txn_id)
-            if h is not None and h.sink_id == sink_id:
-                out.append((h, rows))
+        out = [(h, rows) for txn_id, rows in counts.items()
+               if (h := self.parse_txn_id(txn_id)) is not None and h.sink_id == sink_id]
         return sorted(out, key=lambda p: (p[0].batch_id, p[0].txn_id))
 
     def parse_txn_id(self, txn_id: str) -> StagingHandle | None:
@@ -232,12 +204,7 @@ class StagingTables:
                              table=self.table.display(), stage_table=self.stage.display(), rows=-1)
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
-        """Delete the batch markers of *sink_id* below *below_batch*; return how many (the
-        runtime calls it best effort).
-
-        Raises:
-            SinkError / SinkUnavailableError: the database failed.
-        """
+        """Delete the batch markers of *sink_id* below *below_batch*; return how many."""
         with self.session(f"purge batch markers from {self.batches.display()}") as conn:
             with fresh(conn):
                 stmt = sa.text(f"DELETE FROM {self.batches.quoted(conn.dialect)} "

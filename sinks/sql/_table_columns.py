@@ -1,8 +1,5 @@
-"""The staging mode's view of the written table's column types: the DataFrame is checked with the
-same rule as the prepared modes (:mod:`twopc.sinks.sql._type_rules`, through the catalog reader
-of PostgreSQL and MariaDB/MySQL), and the staging table takes the written table's own column types,
-so that staged rows are converted exactly as the prepared modes convert them and the move
-into the written table converts nothing."""
+"""The staging mode's view of the target's column types: the DataFrame is checked with the prepared
+modes' rule, and the staging table takes the target's types, so the move converts nothing."""
 
 from __future__ import annotations
 
@@ -37,9 +34,7 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
 
 
 def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
-    """*table*'s columns matched to the DataFrame's (in its order), after checking that
-    the DataFrame fits them with the rule every mode shares (names, types, required
-    columns).
+    """*table*'s columns matched to the DataFrame's (in its order), checked by every mode's rule.
 
     Raises:
         SchemaMismatchError: listing every problem.
@@ -55,13 +50,10 @@ def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequ
 
 def _reflected_fits(t: pa.DataType, col: Any) -> bool:
     from ._type_rules import fits, reflected_family  # here: a commit never loads pyarrow
-
     return fits(t, reflected_family(col.type), untyped=True)
 
 
 def same_type(a: str, b: str, dialect: str) -> bool:
-    """Whether two spellings of a column type are the same type: DDL as SQLAlchemy compiles
-    it (``NUMERIC(22, 1)``, ``BIGINT``, ``BOOL``) and as the catalog prints it
-    (``numeric(22,1)``, MariaDB's ``bigint(20)``, ``tinyint(1)``)."""
+    """Whether a compiled type (``NUMERIC(22, 1)``) and a catalog one (``numeric(22,1)``) are the same."""
     normalize = dialect_for(dialect).normalize_type
     return normalize(a) == normalize(b)

@@ -1,18 +1,9 @@
-"""The decision ledger in the target (:mod:`twopc._target`) for the prepared SQL sinks: the
-records as rows of one table on the server of the prepared transactions, and the writers'
-leases as session locks on that server.
-
-The table is ``twopc_ledger`` in the ``twopcSchema`` option's schema, else in the marker
-table's: ``(sink_id, name, body, written_at)``, one row per record. A record is created by one
-``INSERT`` in its own transaction (the primary key makes a second create of a name fail: the
-ledger's create-at-most-once). The lease of sink id ``S`` is a session lock
-(``pg_try_advisory_lock(<63-bit hash of S>)`` on PostgreSQL, ``GET_LOCK('twopc:<hash>', 0)``
-on MySQL/MariaDB) held by the driver's agent (:mod:`twopc.ledger._agent`) for as long as the write
-runs: Spark's Python workers that plan and commit a write may be killed or not reused, so
-none of them can hold a session for the whole write. The agent closes the lease's session
-when the write's commit or abort ends, or ends with all its sessions when the driver's JVM
-is gone or it is killed: the server releases a session's locks when the session ends.
-"""
+"""The decision ledger in the target (:mod:`twopc._target`) for the prepared SQL sinks: records
+as rows of ``twopc_ledger`` (in ``twopcSchema``, else the marker table's schema), created by one
+``INSERT`` each (the primary key makes a second create fail), and the writers' leases as session
+locks on the same server (``pg_try_advisory_lock``, ``GET_LOCK``). A lease is held by the
+driver's agent (:mod:`twopc.ledger._agent`) for the whole write, since Spark's Python workers
+may be killed or not reused; the server frees it when the agent's session ends."""
 
 from __future__ import annotations
 
@@ -57,8 +48,7 @@ def sweep_lease_records(folder: Path) -> None:
 
 
 class SqlTargetLedger:
-    """The target ledger of a prepared SQL sink (see the module docstring). Picklable: it
-    holds the sink's configuration only."""
+    """The target ledger of a prepared SQL sink (picklable: configuration only)."""
 
     def __init__(self, target: SqlTarget) -> None:
         self.target = target
@@ -84,17 +74,14 @@ class SqlTargetLedger:
         with self.target.mapped(action):
             return self.target.control_execute(query, params, fetch=fetch)[1]
 
-    # -- the records -------------------------------------------------------------------
     def ensure_table(self) -> None:
-        """Create the ledger table if it does not exist, and check that the user may read,
-        insert, update and delete its records.
+        """Create the ledger table when missing and check the user's privileges on it.
 
         Raises:
             SinkError: it cannot be created (the message has the DDL to run as an owner).
             TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
         """
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
-
         ddl = self.target.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.target.options.twopc_schema) is not None:
             self.target.control_run(lambda dbapi: self.target.database.ensure_schema(
@@ -122,31 +109,20 @@ class SqlTargetLedger:
         return SqlLedgerStore(self, sink_id, lease)
 
     def writers(self) -> list[str]:
-        try:
-            rows = self.target.control_execute(f"SELECT DISTINCT sink_id FROM {self.quoted}", fetch=True)[1]
-        except self.target.database.driver_error as exc:
-            if self.target.database.is_missing_table(exc):
-                return []
-            raise self.target.map_error(exc, f"list the writers in {self.table.display()}") from None
+        rows = self.target.read_if_exists(f"SELECT DISTINCT sink_id FROM {self.quoted}", (),
+                                          f"list the writers in {self.table.display()}")
         return sorted(str(r[0]) for r in rows)
 
     def forget(self, sink_id: str) -> None:
         self.run(f"DELETE FROM {self.quoted} WHERE sink_id = %s", (sink_id,),
                  action=f"delete the records of {sink_id} from {self.table.display()}")
 
-    # -- the leases ----------------------------------------------------------------------
     def _record(self, sink_id: str) -> Path:
-        """Where this machine notes the lease a driver keeps across its plans (a streaming
-        query): ``<temp dir>/twopc-leases-<uid>/<hash>.json``. Its holder deletes it when it
-        ends with its driver; :func:`sweep_lease_records` the ones of holders that were killed.
-
-        Raises:
-            ConfigurationError: the folder is not this user's alone.
-        """
-        # the driver's agent and its folders load where leases are taken and let go (the workers that
-        # plan and commit a write): a task's worker, which writes ledger records only, never loads them
+        """Where this machine notes the lease a streaming query keeps across its plans (``<temp
+        dir>/twopc-leases-<uid>/<hash>.json``). Raises ``ConfigurationError``: the folder is not this user's
+        alone."""
+        # loaded where leases are taken and let go: a task's worker never loads the agent
         from twopc.spi.lease import private_dir
-
         folder = private_dir(LEASE_RECORDS)
         if folder is None:
             raise ConfigurationError(
@@ -157,7 +133,6 @@ class SqlTargetLedger:
         return folder / f"{where}.json"
 
     def _kept(self, sink_id: str, driver: DriverIdentity) -> Lease | None:
-        """The lease this driver already holds for *sink_id* (noted by an earlier plan), if any."""
         sweep_lease_records(self._record(sink_id).parent)
         try:
             data = json.loads(self._record(sink_id).read_text(encoding="utf-8"))
@@ -169,9 +144,8 @@ class SqlTargetLedger:
         return lease if mine and alive and lease.sink_id == sink_id and self.holds(lease) else None
 
     def lease_request(self, sink_id: str, *, record: Path | None = None) -> dict[str, Any]:
-        """The driver agent's request (:mod:`twopc.ledger._agent`) that takes *sink_id*'s lease (and
-        deletes the lease's *record*, if any, when it ends): what to connect with (credentials
-        included: never log it) and the lock's statements, plain values."""
+        """The driver agent's request that takes *sink_id*'s lease (and deletes *record* when it
+        ends), as plain values; it holds credentials: never log it."""
         options = self.target.options
         timeouts = options.net_timeouts()
         module, connect = dbapi_connect_params(options.url, timeouts)
@@ -182,17 +156,14 @@ class SqlTargetLedger:
                 "session_sql": self.target.database.session_id_sql}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
-        """Ask the driver's agent (started by the driver's first write) to take *sink_id*'s
-        lease, checking the ledger table meanwhile. With *keep* (a streaming query plans
-        every micro-batch), a lease this driver already holds for *sink_id* is returned as
-        it is.
+        """Ask the driver's agent to take *sink_id*'s lease, checking the ledger table meanwhile;
+        with *keep* (streaming), a lease this driver already holds is returned as it is.
 
         Raises:
             ConcurrentWriterError: another writer holds the lease of *sink_id*.
             SinkError / SinkUnavailableError: the server failed, or the agent did not start.
         """
         from twopc.spi.lease import DriverAgent, ask_agent  # see _record
-
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:
             return kept
@@ -231,25 +202,15 @@ class SqlTargetLedger:
                         f"({' '.join(line[1:]) or 'no answer'}): check the server is reachable from the driver")
 
     def _refuse_records_elsewhere(self, sink_id: str) -> None:
-        """Refuse a writer whose records (the txnVersions it committed, decisions) are in the
-        ledger table of the place without ``twopcSchema``: reading an empty one here, it would
-        write its batches again.
-
-        Raises:
-            TargetConfigurationError: records of *sink_id* are there (the message has the
-                statements that move them).
-        """
+        """Refuse a writer whose records are in the ledger table it used without ``twopcSchema``: reading an empty
+        one here, it would write its batches again. Raises ``TargetConfigurationError``: records are there (the
+        message has the statements that move them)."""
         if self.target.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
             return
         marker = parse_table_name(self.target.options.marker_table, self.dialect, "markerTable")
         old = TableName(marker.schema, LEDGER_TABLE, self.dialect)
-        try:
-            rows = self.target.control_execute(f"SELECT count(*) FROM {self.target.qualified(old)} WHERE sink_id = %s",
-                                              (sink_id,), fetch=True)[1]
-        except self.target.database.driver_error as exc:
-            if self.target.database.is_missing_table(exc):
-                return
-            raise self.target.map_error(exc, f"read {old.display()}") from None
+        rows = self.target.read_if_exists(f"SELECT count(*) FROM {self.target.qualified(old)} WHERE sink_id = %s",
+                                          (sink_id,), f"read {old.display()}")
         if rows and int(rows[0][0]):
             raise TargetConfigurationError(
                 f"the writer {sink_id!r} keeps {int(rows[0][0])} ledger records (its committed txnVersions and "
@@ -265,10 +226,8 @@ class SqlTargetLedger:
         return bool(rows) and rows[0][0] is not None and int(rows[0][0]) > 0
 
     def release(self, lease: Lease) -> None:
-        """Ask the lease's agent to close the session holding it (which frees the lock).
-        Never raises."""
+        """Ask the lease's agent to close the session holding it. Never raises."""
         from twopc.spi.lease import ask_agent  # see _record
-
         if lease.host != socket.gethostname() or _start_ticks(lease.holder_pid) != lease.holder_started:
             return  # gone already (or another process has its id now)
         with contextlib.suppress(Exception):  # the agent frees it at the latest when the driver ends
@@ -298,10 +257,8 @@ class SqlTargetLedger:
 
 
 class SqlLedgerStore:
-    """One writer's ledger records in the ledger table (the :class:`twopc.ledger._stores.Records`
-    protocol): one row per record, named ``<kind>/<name>`` as the file of a checkpoint's
-    ``twopc/`` folder would be. With a lease, writing a decision first checks the lease is
-    still held."""
+    """One writer's ledger records (:class:`twopc.ledger._stores.Records`), one row named
+    ``<kind>/<name>`` each; with a lease, writing a decision first checks it is still held."""
 
     def __init__(self, backend: SqlTargetLedger, sink_id: str, lease: Lease | None) -> None:
         self.backend = backend
@@ -363,5 +320,4 @@ class SqlLedgerStore:
 
 
 def _row(kind: str, name: str) -> str:
-    """The row name of the record *name* of *kind* (the file's path in a checkpoint's ledger)."""
     return f"{kind}/{name}" if kind else name

@@ -1,19 +1,8 @@
-"""Bounded waits on every SQL connection twopc opens: connect, reply and TCP level.
-
-A reply that never comes (a half-open connection: a NAT or load balancer dropped its
-state, the server host froze) would otherwise block the driver for ever, and the OS
-notices a dead peer only after two hours of keepalive silence. So every connection gets:
-
-- ``connectTimeout``: the connect (and login) attempt;
-- ``socketTimeout``: how long one statement waits for the server's reply. PyMySQL has it
-  (``read_timeout`` / ``write_timeout``); psycopg does not, so twopc's PostgreSQL cursors
-  run each statement under a deadline that shuts the socket down when it passes (the
-  driver then fails with a connection error, and the statement is retried elsewhere as
-  the caller's contract says). A ``COPY`` stream is bounded by the TCP settings only;
-- TCP: keepalive probes after 30 s of silence, every 10 s, 3 of them (``tcpKeepAlive``,
-  default on), and ``tcp_user_timeout`` (unacknowledged data gives up after
-  ``socketTimeout``) on Linux.
-"""
+"""Bounded waits on every SQL connection twopc opens, since a half-open connection would block
+the driver for ever: ``connectTimeout`` for the connect; ``socketTimeout`` for each reply
+(drivers without it run each statement under a deadline that shuts the socket down, see
+:func:`reply_deadline`; a ``COPY`` stream is bounded by TCP only); TCP keepalive (30 s idle,
+every 10 s, 3 probes) and ``tcp_user_timeout`` on Linux."""
 
 from __future__ import annotations
 
@@ -43,8 +32,7 @@ class Deadline:
 
 
 class _Watchdog:
-    """One daemon thread per process that fires the deadlines of every connection (a
-    thread per statement would cost more than the statement)."""
+    """One daemon thread per process firing every connection's deadlines (cheaper than one per statement)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -96,10 +84,8 @@ _WATCHDOG = _Watchdog()
 
 @contextlib.contextmanager
 def reply_deadline(fileno: Callable[[], int], seconds: float) -> Iterator[Deadline]:
-    """Shut down the socket ``fileno()`` names if the block runs longer than *seconds*: a
-    driver blocked on a reply then sees the connection end and raises. The socket is shut
-    down, not closed (its descriptor stays the driver's); a block that ends first disarms
-    the deadline, so a fast statement is never cut."""
+    """Shut down (not close) the socket ``fileno()`` names if the block runs longer than *seconds*,
+    so a driver blocked on a reply raises; a block that ends first disarms the deadline."""
     d = _WATCHDOG.arm(fileno(), seconds)
     try:
         yield d

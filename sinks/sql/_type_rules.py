@@ -1,12 +1,7 @@
-"""Which DataFrame (Arrow) types may be written to which table columns: one rule for every
-commit mode of every SQL sink.
-
-Each backend sorts its columns into a :class:`Family` (by its catalog, or the type SQLAlchemy
-reflects); :func:`fits` answers from :data:`RULES`, the one table. It follows what Spark's
-JDBC writer gets through (the server converting each bound value as in an assignment), with
-the exceptions the README's type table lists; arrays, maps and structs fit JSON columns only,
-as JSON text (:mod:`twopc.sinks.sql._json_values`).
-"""
+"""Which DataFrame (Arrow) types may be written to which table columns, for every SQL sink:
+each backend sorts its columns into a :class:`Family`, and :func:`fits` answers from
+:data:`RULES`, which follows what Spark's JDBC writer gets through (the README's type table
+lists the exceptions); arrays, maps and structs fit JSON columns only."""
 
 from __future__ import annotations
 
@@ -60,15 +55,13 @@ RULES: Mapping[str, Mapping[Family, bool]] = {
     "timestamp": {Family.TIMESTAMP: _ALL, Family.DATE: _MY},
     "time": {Family.TIME: _ALL},
     "duration": {Family.TIME: _MY},
-    # arrays, maps and structs: written as JSON text (twopc.sinks.sql._json_values); into a text
-    # column they are refused (to_json() says which text the user wants)
+    # arrays, maps and structs: JSON text, refused into text columns (to_json() says which text is meant)
     "nested": {Family.JSON: _ALL},
 }
 
 
 def arrow_kind(t: pa.DataType) -> str | None:
-    """The rule key of an Arrow type (dictionaries by their values); ``None`` for types no
-    column takes (unions, intervals...)."""
+    """The rule key of an Arrow type; ``None`` for types no column takes (unions, intervals...)."""
     if pa.types.is_dictionary(t):
         t = t.value_type
     checks = (("null", pa.types.is_null), ("bool", pa.types.is_boolean), ("int", pa.types.is_integer),
@@ -83,10 +76,8 @@ def arrow_kind(t: pa.DataType) -> str | None:
 
 
 def fits(t: pa.DataType, family: Family, *, implicit_casts: bool = False, untyped: bool = False) -> bool:
-    """Whether values of Arrow type *t* may be written to a column of *family*, on a database
-    that casts values implicitly (*implicit_casts*: MySQL/MariaDB) or not, and that takes any
-    value into a column whose type twopc does not know (*untyped*: the databases without a
-    catalog reader of their own, e.g. SQLite). An all-null column fits anything."""
+    """Whether values of Arrow type *t* may be written to a column of *family* (*implicit_casts*:
+    MySQL-like; *untyped*: unknown column types take anything). An all-null column fits anything."""
     kind = arrow_kind(t)
     if kind == "null" or (family is Family.OTHER and untyped):
         return True
@@ -97,10 +88,8 @@ def fits(t: pa.DataType, family: Family, *, implicit_casts: bool = False, untype
 
 
 def reflected_family(sqltype: Any) -> Family:
-    """The family of a column type SQLAlchemy reflected (databases without a catalog
-    reader of their own, e.g. SQLite)."""
+    """The family of a column type SQLAlchemy reflected."""
     import sqlalchemy as sa
-
     order: tuple[tuple[type[Any], Family], ...] = (
         (sa.Boolean, Family.BOOL), (sa.Integer, Family.INT), (sa.Float, Family.FLOAT),
         (sa.Numeric, Family.DECIMAL), (sa.Enum, Family.PARSED_TEXT), (sa.JSON, Family.JSON),
@@ -118,8 +107,7 @@ _SPARK_NAMES: tuple[tuple[Any, str], ...] = (
 
 
 def spark_type_name(t: pa.DataType) -> str:
-    """Spark's SQL name of the type Arrow type *t* came from (``MAP<STRING, STRING>``,
-    ``ARRAY<STRUCT<a: BIGINT>>``); Arrow's own name for a type Spark does not make."""
+    """Spark's SQL name of the type *t* came from (``MAP<STRING, STRING>``), else Arrow's."""
     if pa.types.is_dictionary(t):
         t = t.value_type
     if pa.types.is_map(t):

@@ -20,13 +20,10 @@ def write_jdbc(df: DataFrame, url: str, table: str, mode: str | None = None,
                properties: Mapping[str, str] | None = None, **options: str) -> None:
     """``df.write.jdbc(url, table, mode, properties)`` made exactly-once.
 
-    The same arguments as :meth:`pyspark.sql.DataFrameWriter.jdbc`; *mode* is Spark's
-    save mode, default ``errorifexists`` as there: a missing table is created and written,
-    an existing one is refused before anything is written, naming the table and the fix;
-    ``ignore`` writes nothing to an existing table. Spark does not let Python data sources
-    take ``errorifexists`` or ``ignore`` through ``.mode()`` (``df.write.format(...)``
-    without ``.mode()`` fails with ``UNSUPPORTED_DATA_SOURCE_SAVE_MODE``), so they are passed
-    as the ``saveMode`` option here. Extra keyword *options* are twopc's
+    The same arguments as :meth:`pyspark.sql.DataFrameWriter.jdbc`; *mode* defaults to
+    ``errorifexists`` as there (an existing table is refused before anything is written;
+    ``ignore`` writes nothing to it). Spark's Python data sources cannot take those two through
+    ``.mode()``, so they travel as the ``saveMode`` option. Extra keyword *options* are twopc's
     (``checkpointLocation``, ``upsertKeys``, ``commitMode``...).
 
     Raises:

@@ -105,11 +105,8 @@ class SqliteDialect(SqlDatabase):
 
     @staticmethod
     def prepare_engine(engine: Engine, timeouts: NetTimeouts) -> None:
-        """Check the file (before sqlite3's own words for a missing folder or another kind of
-        file: :func:`check_sqlite_file`), then take over pysqlite's transaction handling, which
-        skips BEGIN before DDL (SQLAlchemy's documented recipe), and start every transaction
-        with BEGIN IMMEDIATE (writers queue on the busy timeout instead of failing on a lock
-        upgrade)."""
+        """Check the file, then start every transaction with BEGIN IMMEDIATE (SQLAlchemy's recipe:
+        pysqlite skips BEGIN before DDL; writers queue on the busy timeout, not fail on a lock upgrade)."""
         check_sqlite_file(engine.url.database)
 
         @sa.event.listens_for(engine, "connect")

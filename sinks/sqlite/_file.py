@@ -1,6 +1,5 @@
-"""The SQLite file a URL names, checked before the first connection: sqlite3 reports a
-missing folder as "unable to open database file" and a file of another kind as "file is
-not a database" (at the first statement), neither naming the path nor the fix."""
+"""The SQLite file a URL names, checked before the first connection (sqlite3's own errors name
+neither the path nor the fix)."""
 
 from __future__ import annotations
 
@@ -15,13 +14,9 @@ _HEADER = b"SQLite format 3\x00"
 
 
 def check_sqlite_file(database: str | None) -> None:
-    """Refuse a SQLite database path whose folder does not exist, that is a folder, or
-    that is a file but not a SQLite database. Nothing is created or written. URI
-    filenames (``file:...``) and in-memory databases are left to sqlite3.
-
-    Raises:
-        ConfigurationError: naming the path and the fix.
-    """
+    """Refuse a path whose folder is missing, that is a folder, or a file but not a SQLite database; nothing is
+    created. URI filenames and in-memory databases are left to sqlite3. Raises ``ConfigurationError``:
+    naming the path and the fix."""
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     path = os.path.abspath(database)

@@ -1,8 +1,6 @@
-"""Spark's JDBC writer options as twopc reads them. This package holds their parsed value
-(:class:`JdbcOptions`), pickled with the sink to every Spark worker of the write, which reads
-it and never parses options, and the waits of its connections (:class:`NetTimeouts`); its
-modules read them, once, on the driver: the options (:mod:`._jdbc_options`), the URL and its
-driver parameters, the timeout rule, column lists."""
+"""Spark's JDBC writer options as twopc reads them: their parsed value (:class:`JdbcOptions`,
+pickled to the workers, which never parse options) and the connections' waits
+(:class:`NetTimeouts`); the parser (:mod:`._jdbc_options`) runs once, on the driver."""
 
 from __future__ import annotations
 
@@ -44,23 +42,16 @@ STAGING_RETENTION = Duration(86_400_000)
 
 @dataclass(frozen=True)
 class NetTimeouts:
-    """The waits of one engine's connections, as the options set them (``connectTimeout``,
-    ``socketTimeout``, ``tcpKeepAlive``); :mod:`twopc.sinks.sql._timeouts` enforces the
-    reply wait, and each registered dialect turns them into its driver's connect arguments.
-
-    Attributes:
-        connect: connect timeout, whole seconds.
-        reply: how long a statement waits for its reply (``socketTimeout``), seconds (> 0).
-        keepalive: whether TCP keepalive probes are sent.
-    """
+    """The waits of one engine's connections, turned into connect arguments by each dialect:
+    *connect* (whole seconds), *reply* (``socketTimeout``, seconds > 0), *keepalive*."""
 
     connect: int
     reply: float
     keepalive: bool = True
 
     def tune_socket(self, sock: socket.socket | None) -> None:
-        """Set keepalive timing and ``TCP_USER_TIMEOUT`` on a connected TCP socket (for
-        drivers without parameters for them: PyMySQL). Unix sockets are left alone."""
+        """Set keepalive timing and ``TCP_USER_TIMEOUT`` on a TCP socket (drivers without such
+        parameters: PyMySQL); Unix sockets are left alone."""
         if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
             return
         with contextlib.suppress(OSError):  # an option the platform lacks: the other waits still hold
@@ -74,48 +65,21 @@ class NetTimeouts:
 
 @dataclass(frozen=True, repr=False)
 class JdbcOptions:
-    """The parsed options of one SQL write. Build it with :meth:`parse` (Spark options) or
-    :meth:`from_kwargs` (a sink's constructor arguments); both read through one parser
-    (:mod:`twopc.sinks.sql.options._jdbc_options`, which runs on the driver).
+    """The parsed options of one SQL write, built by :meth:`parse` (Spark options) or
+    :meth:`from_kwargs` (a sink's constructor arguments), both through one parser. Each field is
+    the option of the same name in camelCase (``batch_size`` is ``batchsize``); besides:
 
     Attributes:
-        url: SQLAlchemy URL *with* credentials, driver parameters translated. Never print
-            it: use :meth:`safe_url`. Its query never holds a connect timeout; that is
-            :attr:`connect_timeout`, for the sink to pass as a connect argument.
-        dialect: ``"postgresql"``, ``"mysql"`` (MySQL and MariaDB, driver PyMySQL),
-            ``"sqlite"`` or ``"other"`` (any other SQLAlchemy backend).
+        url: SQLAlchemy URL *with* credentials, driver parameters translated; never print it
+            (:meth:`safe_url`). Its query holds no connect timeout (:attr:`connect_timeout`).
+        dialect: ``"postgresql"``, ``"mysql"`` (MySQL and MariaDB), ``"sqlite"`` or ``"other"``.
         table: ``dbtable`` as given (stripped); the sink parses it for its dialect.
         driver: the ``driver`` option (a Java class name), for :meth:`describe` only.
-        batch_size: ``batchsize``.
-        truncate: ``truncate``: overwrite by TRUNCATE instead of DROP + CREATE.
-        create_table_options: ``createTableOptions``, appended to CREATE TABLE verbatim.
-        create_table_column_types: ``createTableColumnTypes`` as column -> type, in the
-            order given; names as written (Spark matches them case-insensitively).
-        table_comment: ``tableComment`` for tables twopc creates.
-        isolation_level: one of READ_UNCOMMITTED, READ_COMMITTED, REPEATABLE_READ,
-            SERIALIZABLE.
-        query_timeout: ``queryTimeout``, 0 = none.
-        session_init_statement: ``sessionInitStatement`` or None.
-        commit_mode: ``commitMode``.
-        upsert_keys: ``upsertKeys`` column names, () = append.
-        save_mode: ``saveMode`` normalized (``error``/``default`` -> ``errorifexists``),
-            None when absent.
-        marker_table: ``markerTable``.
-        twopc_schema: ``twopcSchema`` as the database stores the name, or None: where
-            :meth:`bookkeeping` puts twopc's tables.
-        staging_table: ``stagingTable`` or None.
-        staging_retention: ``stagingRetention``: how long staged rows of a dead write
-            without checkpoint are kept (see :mod:`twopc.sinks.sql._staging_sink`).
-        lock_timeout: ``lockTimeout``; without it, 30 s, or half the socket timeout when
-            that is 30 s or less.
-        connect_timeout: the ``connectTimeout`` option; else the URL's
-            ``connectTimeout``/``loginTimeout``; else 10 s.
-        socket_timeout: the ``socketTimeout`` option; else the URL's ``socketTimeout``;
-            else 60 s, or ``lockTimeout`` + ``queryTimeout`` + 30 s when that is longer.
-        tcp_keepalive: the ``tcpKeepAlive`` option; else the URL's; else true.
-        copy_format: ``copyFormat`` (PostgreSQL only).
-        dead_letter_table: ``deadLetterTable`` (PostgreSQL prepared mode only): where rows the
-            server refuses go, in the same transaction (:mod:`twopc.sinks.postgres._dead_letter`).
+        create_table_column_types: column -> type in the order given, names as written.
+        upsert_keys: column names, () = append.
+        save_mode: normalized (``error``/``default`` -> ``errorifexists``), None when absent.
+        twopc_schema: as the database stores the name: where :meth:`bookkeeping` puts twopc's tables.
+        connect_timeout, socket_timeout, tcp_keepalive: the option, else the URL's, else the default.
         format_name: the format that read the options (``twopc-jdbc``, ``twopc-postgres``).
     """
 
@@ -149,53 +113,40 @@ class JdbcOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, format_name: str = JDBC_FORMAT,
               dialect: Dialect | None = None) -> JdbcOptions:
-        """Parse the writer options of *format_name* (keys case-insensitive).
-
-        *dialect*, when given, is the only database the format writes to (``twopc-postgres``:
-        ``postgresql``). No server is contacted. Parameters that only tune a Java JDBC
-        driver are logged at INFO on the ``twopc.sinks.sql`` logger.
+        """Parse the writer options of *format_name* (keys case-insensitive; *dialect*: the only
+        database the format writes to). No server is contacted; parameters that only tune a
+        Java JDBC driver are logged at INFO on ``twopc.sinks.sql``.
 
         Raises:
             MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option or URL parameter is invalid, read-only,
-                unsupported or unknown (the message names it, and never contains the
-                password).
+            ConfigurationError: an option or URL parameter is invalid, read-only, unsupported
+                or unknown (named, never with the password).
         """
         from ._jdbc_options import parse_options  # the reader: the driver's, at planning
-
         return parse_options(options, format_name, dialect)
 
     @classmethod
     def from_kwargs(cls, url: str | URL, table: str, *, format_name: str, dialect: Dialect | None,
                     **kwargs: Any) -> JdbcOptions:
-        """The options a sink's constructor arguments spell: each keyword is an option
-        (``lock_timeout`` is ``lockTimeout``...), read by the same parser as Spark's.
-
-        Raises:
-            TypeError: an unknown keyword.
-            ConfigurationError: as :meth:`parse`.
-        """
+        """The options a sink's constructor keywords spell (``lock_timeout`` is ``lockTimeout``...);
+        raises ``TypeError`` for an unknown keyword, else as :meth:`parse`."""
         from ._jdbc_options import kwargs_options  # as in parse
-
         return cls.parse(kwargs_options(url, table, kwargs), format_name=format_name, dialect=dialect)
 
     def bookkeeping(self, table: TableName) -> TableName:
-        """*table*, one of twopc's own tables, in :attr:`twopc_schema` when it names no
-        schema and the option is set (:func:`~twopc.sinks.sql._names.bookkeeping_table`)."""
+        """*table* (one of twopc's) in :attr:`twopc_schema` when set and it names no schema."""
         return bookkeeping_table(table, self.twopc_schema, self.dialect, self.url.database or "")
 
     def net_timeouts(self) -> NetTimeouts:
         """The connect, reply and TCP waits of this write's connections."""
         return NetTimeouts(self.connect_timeout.whole_seconds, self.socket_timeout.seconds, self.tcp_keepalive)
 
-    # -- presentation ----------------------------------------------------------------------
     def safe_url(self) -> str:
         """The URL as a string with the password (and ``sslpassword``) replaced by ``***``."""
         return safe_url(self.url)
 
     def secrets(self) -> list[str]:
-        """Every form (raw, URL-quoted) of the password and of other secret URL parameters,
-        longest first, for :func:`twopc.spi.redact`."""
+        """:func:`url_secrets` of the URL."""
         return url_secrets(self.url)
 
     @property
@@ -206,9 +157,7 @@ class JdbcOptions:
         return backend if claimed is SqlDatabase else claimed.name
 
     def identity_table(self) -> str:
-        """The target table as a target identity names it (:meth:`SqlNamedTarget.target_identity`
-        in :mod:`twopc.sinks.sql._sql_target`): as the database reads
-        ``dbtable``; on MySQL/MariaDB a table without a database is in the URL's."""
+        """The target table as target identities name it (MySQL: in the URL's database when it names none)."""
         dialect = self.identity_dialect
         table = parse_table_name(self.table, dialect)
         db = self.url.database or ""
@@ -222,10 +171,7 @@ class JdbcOptions:
         return f"JDBC {self.dialect} {self.safe_url()} table {self.table}{tail}"
 
     def __repr__(self) -> str:
-        parts = []
-        for f in fields(self):
-            value = self.safe_url() if f.name == "url" else getattr(self, f.name)
-            parts.append(f"{f.name}={value!r}")
+        parts = [f"{f.name}={self.safe_url() if f.name == 'url' else getattr(self, f.name)!r}" for f in fields(self)]
         return f"JdbcOptions({', '.join(parts)})"
 
     __str__ = __repr__
@@ -234,7 +180,6 @@ class JdbcOptions:
 def safe_url(url: URL) -> str:
     """*url* as text with the password (and ``sslpassword``) replaced by ``***``."""
     from ..._secrets import SECRET_KEYS  # messages' and descriptions': a task that succeeds shows no URL
-
     hidden = {k: "***" for k in url.query if k.lower() in SECRET_KEYS}
     if hidden:
         url = url.update_query_dict(hidden)
@@ -242,10 +187,8 @@ def safe_url(url: URL) -> str:
 
 
 def url_secrets(url: URL) -> list[str]:
-    """Every form (raw, URL-quoted) of *url*'s password and other secret parameters,
-    longest first, for :func:`twopc.spi.redact`."""
+    """Every form (raw, URL-quoted) of *url*'s secrets, longest first, for :func:`twopc.spi.redact`."""
     from ..._secrets import SECRET_KEYS, secret_forms  # as in safe_url
-
     values: list[str | None] = [url.password]
     for k, v in url.query.items():
         if k.lower() in SECRET_KEYS:

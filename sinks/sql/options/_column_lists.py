@@ -16,8 +16,7 @@ _TYPE_OUTSIDE_QUOTES = re.compile(r"[A-Za-z0-9_ \t\r\n(),.\[\]]")
 
 
 def _read_name(text: str, i: int, what: str) -> tuple[str, int]:
-    """Read a column name at *i*: ``name``, ```quoted` `` (doubled backtick escapes it)
-    or ``"quoted"`` (doubled quote escapes it). Returns the name and the next index."""
+    """The column name at *i* (plain, or quoted in backticks or double quotes, doubled to escape) and the next index."""
     if i < len(text) and text[i] in "`\"":
         return read_quoted(text, i, f"{what}: column name")
     m = _UNQUOTED_NAME.match(text, i)
@@ -36,11 +35,8 @@ def _skip_ws(text: str, i: int) -> int:
 
 
 def parse_column_list(text: str, what: str = "upsertKeys") -> list[str]:
-    """Parse ``a, "B c", `d``` into column names. Empty text gives ``[]``.
-
-    Raises:
-        ConfigurationError: syntax error or duplicate name (compared case-insensitively).
-    """
+    """Parse ``a, "B c", `d``` into column names. Raises ``ConfigurationError``: syntax error or duplicate name
+    (compared case-insensitively)."""
     names: list[str] = []
     i = _skip_ws(text, 0)
     if i >= len(text):
@@ -61,19 +57,10 @@ def parse_column_list(text: str, what: str = "upsertKeys") -> list[str]:
 
 
 def parse_column_types(text: str, what: str = "createTableColumnTypes") -> dict[str, str]:
-    """Parse Spark's ``createTableColumnTypes``: ``"name VARCHAR(64), price DECIMAL(10,2)"``.
-
-    Entries are ``column type`` separated by commas outside parentheses; a column name may
-    be quoted with backticks or double quotes. The type is kept verbatim (stripped), so it
-    must be safe to paste into DDL: letters, digits, ``_``, spaces, ``.``, ``[]``,
-    balanced parentheses (commas only inside them) and balanced single-quoted literals
-    (e.g. ``ENUM('a','b')``). Empty text gives ``{}``.
-
-    Raises:
-        ConfigurationError: syntax error, duplicate column (case-insensitive), or a type
-            with ``;``, ``--``, ``/*``, ``*/``, unbalanced parentheses or quotes, or other
-            characters that could end the type and inject SQL.
-    """
+    """Parse Spark's ``createTableColumnTypes`` (``"name VARCHAR(64), price DECIMAL(10,2)"``). Each type is
+    kept verbatim, so it may hold only letters, digits, ``_``, spaces, ``.``, ``[]``, balanced parentheses
+    and balanced single-quoted literals (``ENUM('a','b')``). Raises ``ConfigurationError``: syntax error,
+    duplicate column, or a type that could inject SQL."""
     result: dict[str, str] = {}
     seen: set[str] = set()
     n = len(text)

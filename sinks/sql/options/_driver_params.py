@@ -1,27 +1,18 @@
 """JDBC driver parameters, translated to the Python drivers' own.
 
-A parameter in a JDBC URL's query string, or a writer option that is not an option of the
-format (Spark hands unknown options to the JDBC driver as connection properties), is
-translated to the Python driver's equivalent (:data:`PG_PARAMETERS` for psycopg,
-:data:`MYSQL_PARAMETERS` for PyMySQL, :data:`SQLITE_PARAMETERS` for sqlite3), accepted
-with an INFO log when it only tunes the Java driver (the ``*_JAVA_ONLY`` lists), and
-refused otherwise: a parameter is never dropped silently.
+A parameter in a JDBC URL's query string, or a writer option the format does not know (Spark
+hands those to the JDBC driver), is translated to the Python driver's equivalent
+(:data:`PG_PARAMETERS`, :data:`MYSQL_PARAMETERS`, :data:`SQLITE_PARAMETERS`), logged at INFO
+when it only tunes the Java driver (``*_JAVA_ONLY``), and refused otherwise: never dropped silently.
 
 Differences from the Java drivers, on purpose:
 
-- PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's
-  meaning; libpq's default would not verify the server).
-- MySQL: PyMySQL has no opportunistic TLS. An explicit ``useSSL=true`` or
-  ``sslMode=PREFERRED`` therefore *requires* TLS (without certificate check, like
-  ``REQUIRED``); with no TLS parameter at all the connection is not encrypted.
-  ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA as a PEM file (``serverSslCert``):
-  PyMySQL cannot read Java trust stores.
-- A connect timeout of 0 ("wait forever") is not supported: twopc always uses a finite
-  one (the ``connectTimeout`` option, default 10 s). The same holds for ``socketTimeout``
-  (pgjdbc: seconds; Connector/J: milliseconds), which becomes twopc's ``socketTimeout``
-  (how long a statement waits for its reply), and ``tcpKeepAlive``, which becomes twopc's
-  ``tcpKeepAlive`` (see :mod:`twopc.sinks.sql._timeouts`).
-"""
+- PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's meaning).
+- MySQL: PyMySQL has no opportunistic TLS, so ``useSSL=true`` or ``sslMode=PREFERRED``
+  *requires* TLS (without certificate check); ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA
+  as a PEM file (``serverSslCert``).
+- A connect or socket timeout of 0 ("wait forever") is not supported: twopc's options
+  (``connectTimeout``, ``socketTimeout``, ``tcpKeepAlive``) take over."""
 
 from __future__ import annotations
 
@@ -35,18 +26,8 @@ from twopc import ConfigurationError
 from ..._options import MISSPELLED, closest_option, unknown_option_hint
 from ..._secrets import SECRET_KEYS, after_password
 
-__all__ = [
-    "MYSQL_JAVA_ONLY",
-    "MYSQL_PARAMETERS",
-    "PG_JAVA_ONLY",
-    "PG_PARAMETERS",
-    "SQLITE_PARAMETERS",
-    "DriverParam",
-    "Translated",
-    "translate_mysql",
-    "translate_pg",
-    "translate_sqlite",
-]
+__all__ = ["MYSQL_JAVA_ONLY", "MYSQL_PARAMETERS", "PG_JAVA_ONLY", "PG_PARAMETERS", "SQLITE_PARAMETERS", "DriverParam",
+           "Translated", "translate_mysql", "translate_pg", "translate_sqlite"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
@@ -58,15 +39,12 @@ class DriverParam(NamedTuple):
     name: str  # as written
     value: str
     source: str  # "the JDBC URL" or "option"
-    hidden: bool = False
-    """It follows ``password=`` in the JDBC URL's query string, so it may be a piece of a
-    password that holds a raw ``&``: no message or log line shows its name or value."""
+    hidden: bool = False  # after password= in the URL: maybe part of a password, never shown
 
 
 class Translated(NamedTuple):
-    """The Python driver's URL query parameters, and the waits found among the JDBC
-    parameters (``None``: not given): the connect timeout in seconds, the socket (reply)
-    timeout in milliseconds, and whether TCP keepalive is on."""
+    """The Python driver's URL query parameters, and the waits among the JDBC parameters
+    (``None``: not given)."""
 
     query: dict[str, str | tuple[str, ...]]
     connect_timeout: int | None
@@ -140,8 +118,7 @@ _MYSQL_REFUSED: dict[str, str] = {
 _MYSQL_TLS_KEYS = frozenset({"sslmode", "usessl", "requiressl", "verifyservercertificate",
                              "trustservercertificate", "disablesslhostnameverification", "serversslcert"})
 _PG_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-#: pgjdbc parameters that take one of a few words, which libpq takes as they are:
-#: key -> (libpq's name, the parameter's name in messages, the words)
+#: pgjdbc parameters libpq takes as they are: key -> (libpq's name, name in messages, the words)
 _PG_WORDS = {"sslmode": ("sslmode", "sslmode", _PG_SSLMODES),
              "gssencmode": ("gssencmode", "gssEncMode", ("disable", "allow", "prefer", "require")),
              "channelbinding": ("channel_binding", "channelBinding", ("disable", "prefer", "require"))}
@@ -184,12 +161,7 @@ def _unknown(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...],
 
 def _untranslated(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...], java_only: tuple[str, ...],
                   refused: dict[str, str], supported: Sequence[str]) -> None:
-    """A parameter with no Python equivalent: logged when it only tunes the Java driver,
-    else refused (with specific advice when there is some).
-
-    Raises:
-        ConfigurationError: it is refused or unknown.
-    """
+    """A parameter with no Python equivalent: logged when it only tunes the Java driver, else refused."""
     if prop.key in {k.lower() for k in java_only}:
         _java_only(prop, dialect_label)
     elif prop.key in refused and not prop.hidden:
@@ -204,13 +176,17 @@ def _java_only(prop: DriverParam, dialect_label: str) -> None:
              prop.value if prop.key not in SECRET_KEYS and not prop.hidden else "***", dialect_label)
 
 
-def _seconds(prop: DriverParam, unit_ms: bool) -> int | None:
-    """A JDBC timeout in seconds (rounded up); None for 0 (= no limit in JDBC)."""
+def _whole(prop: DriverParam, unit_ms: bool) -> int:
     t = prop.value.strip()
     if not t.isdigit():
         unit = "milliseconds" if unit_ms else "seconds"
         raise ConfigurationError(f"{prop.name} must be a whole number of {unit}, got {prop.value!r}")
-    n = int(t)
+    return int(t)
+
+
+def _seconds(prop: DriverParam, unit_ms: bool) -> int | None:
+    """A JDBC timeout in seconds (rounded up); None for 0 (= no limit in JDBC)."""
+    n = _whole(prop, unit_ms)
     if n == 0:
         return None
     return max(1, math.ceil(n / 1000)) if unit_ms else n
@@ -224,14 +200,9 @@ class _Waits:
         self.keepalive: bool | None = None
 
     def take(self, prop: DriverParam, *, unit_ms: bool) -> bool:
-        """Read *prop* if it is one of them (*unit_ms*: the driver counts socketTimeout in
-        milliseconds, as Connector/J does; pgjdbc counts seconds)."""
+        """Read *prop* if it is one of them (*unit_ms*: Connector/J's milliseconds, not pgjdbc's seconds)."""
         if prop.key == "sockettimeout":
-            t = prop.value.strip()
-            if not t.isdigit():
-                unit = "milliseconds" if unit_ms else "seconds"
-                raise ConfigurationError(f"{prop.name} must be a whole number of {unit}, got {prop.value!r}")
-            n = int(t) if unit_ms else int(t) * 1000
+            n = _whole(prop, unit_ms) * (1 if unit_ms else 1000)
             if n == 0:
                 log.info("twopc: socketTimeout=0 (no limit) is not supported; using the socketTimeout "
                          "option (default 60 s)")
@@ -341,8 +312,7 @@ def _param_label(p: DriverParam) -> str:
 
 
 def translate_mysql(props: list[DriverParam], mariadb: bool, supported: Sequence[str] = ()) -> Translated:
-    """PyMySQL parameters for MySQL/MariaDB Connector/J parameters (*flavor* ``mysql`` or
-    ``mariadb``: their TLS parameters differ; see :data:`MYSQL_PARAMETERS`)."""
+    """PyMySQL parameters for MySQL/MariaDB Connector/J parameters (their TLS parameters differ)."""
     q: dict[str, str | tuple[str, ...]] = {}
     timeout: int | None = None
     by_key = {p.key: p for p in props}
@@ -376,9 +346,8 @@ def translate_mysql(props: list[DriverParam], mariadb: bool, supported: Sequence
 
 
 def _mysql_tls(by_key: Mapping[str, DriverParam], mariadb: bool) -> dict[str, str | tuple[str, ...]]:
-    """Map Connector/J / MariaDB Connector/J TLS parameters to PyMySQL's ``ssl_*`` URL
-    parameters (read by SQLAlchemy's mysql dialect). Never weakens what was asked for;
-    every TLS parameter that ends up without effect is logged at INFO."""
+    """Connector/J TLS parameters as PyMySQL's ``ssl_*`` URL parameters; never weaker than asked,
+    and each TLS parameter without effect is logged at INFO."""
     used: set[str] = set()
 
     def flag(key: str) -> bool | None:
@@ -465,10 +434,7 @@ def translate_sqlite(props: list[DriverParam], supported: Sequence[str] = ()) ->
     q: dict[str, str | tuple[str, ...]] = {}
     for p in props:
         if p.key == "busy_timeout":
-            t = p.value.strip()
-            if not t.isdigit():
-                raise ConfigurationError(f"busy_timeout must be a whole number of milliseconds, got {p.value!r}")
-            q["timeout"] = f"{int(t) / 1000:g}"
+            q["timeout"] = f"{_whole(p, unit_ms=True) / 1000:g}"
         else:
             raise _unknown(p, "SQLite", SQLITE_PARAMETERS, (), supported)
     return Translated(q, None)

@@ -1,87 +1,10 @@
-"""The options of every SQL format: ``twopc-jdbc`` (a drop-in for ``df.write.format("jdbc")``)
-and ``twopc-postgres``, read once, by :meth:`JdbcOptions.parse`.
-
-Spark's JDBC writer options keep their names and meanings
-(https://spark.apache.org/docs/latest/sql-data-sources-jdbc.html); the URL and driver
-parameters are translated by :func:`twopc.sinks.sql.options._jdbc_url.translate_url`. No server is contacted.
-Keys are case-insensitive (Spark lower-cases them).
-
-Spark's options
-===============
-
-==========================  ================================================================
-``url``                     a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``,
-                            ``jdbc:mariadb://``, ``jdbc:sqlite:``) or a SQLAlchemy URL
-``dbtable`` (``table``)     target table (required)
-``user``, ``password``      credentials; override those in the URL
-``driver``                  Java class name; recorded, must match the URL's database
-``batchsize``               rows per ``INSERT`` round trip, >= 1, default 1000
-``truncate``                overwrite by truncating instead of dropping (complete mode:
-                            instead of deleting), default false
-``cascadeTruncate``         only ``false`` (``true`` would empty other tables too)
-``createTableOptions``      appended to ``CREATE TABLE``, default ""
-``createTableColumnTypes``  ``"name VARCHAR(64), comments TEXT"``: column types for
-                            tables twopc creates
-``tableComment``            comment of tables twopc creates, default ""
-``isolationLevel``          READ_UNCOMMITTED, READ_COMMITTED (default; Spark's is
-                            READ_UNCOMMITTED), REPEATABLE_READ, SERIALIZABLE. NONE is
-                            refused: twopc needs transactions
-``queryTimeout``            statement timeout of the write transactions, a duration
-                            (plain number: seconds, as in Spark), 0 (default) = none
-``sessionInitStatement``    SQL run at the start of every write session
-==========================  ================================================================
-
-Refused with an explanation: ``numPartitions`` (call ``df.coalesce(n)`` instead), the
-read-only options (``query``, ``prepareQuery``, ``partitionColumn``, ``lowerBound``,
-``upperBound``, ``fetchsize``, ``customSchema``, ``pushDown*``, ``preferTimestampNTZ``,
-``preferTimestampNanos``, ``inferTimestampNTZType``, ``hint``) and the Java-only
-authentication options (``keytab``, ``principal``, ``refreshKrb5Config``,
-``connectionProvider``).
-
-twopc's options
-===============
-
-====================  ======================================================================
-``commitMode``        ``auto`` (default), ``prepared`` (2PC) or ``staging``
-``upsertKeys``        comma-separated key columns (may be quoted); empty = append
-``saveMode``          append, overwrite, errorifexists (``error``, ``default``), ignore
-``markerTable``       default ``twopc_markers``
-``twopcSchema``       the schema (MariaDB/MySQL: database) of twopc's own tables: the
-                      marker, ledger, batch marker and staging tables (``markerTable`` and
-                      ``stagingTable`` when given without a schema), created when missing.
-                      Default: none, the target's schema (the connection's default for the
-                      marker and ledger tables). A session default: the Spark conf
-                      ``spark.twopc.twopcSchema`` (:func:`twopc.register` reads it).
-                      PostgreSQL and MariaDB/MySQL only (elsewhere ignored)
-``stagingTable``      explicit staging table name
-``stagingRetention``  how long staged rows of a write without checkpoint whose driver died
-                      are kept before a later write deletes them, a duration: ``24h``
-                      (default), ``30min``... (rows of a driver provably gone on the
-                      same machine go at once)
-``lockTimeout``       how long a write waits for another transaction's row locks, a
-                      duration: ``30s`` (default), ``500ms``, ``2min``, plain seconds
-``connectTimeout``    a duration, 1 s .. 1 h, default 10 s
-``socketTimeout``     how long a statement waits for the server's reply, a duration, default
-                      60 s (at least ``lockTimeout`` + ``queryTimeout`` + 30 s); must be
-                      longer than ``lockTimeout`` and ``queryTimeout``. Without the
-                      ``lockTimeout`` option, a socket timeout of 30 s or less (the URL's,
-                      e.g. pgjdbc's ``?socketTimeout=10``) sets ``lockTimeout`` to half of it
-``tcpKeepAlive``      TCP keepalive probes (30 s idle, every 10 s, 3), default true
-``copyFormat``        PostgreSQL COPY format: ``auto`` (default), ``binary``, ``csv``
-``deadLetterTable``   PostgreSQL prepared mode: rows the server refuses (SQLSTATE class 22/23)
-                      go to this table in the same transaction (created when missing)
-====================  ======================================================================
-
-``twopc-postgres`` takes the same options with the same meanings, for PostgreSQL URLs
-only, and appends to an existing table through prepared transactions: the options that
-need the staging mode (table creation, overwrite, upsert, ``saveMode``, ``stagingTable``,
-``commitMode=staging``) are refused there with a pointer to ``twopc-jdbc``.
-
-The runtime's options (``checkpointLocation``, ``sinkId``, ``txnAppId``, ``txnVersion``,
-``minBatchesToRetain``) and the ones Spark adds (``path``, ``queryName``) are not this
-reader's business. Any other option is a driver parameter (Spark hands unknown options to
-the JDBC driver): translated, logged, or refused (:mod:`twopc.sinks.sql.options._driver_params`).
-"""
+"""The options of every SQL format, ``twopc-jdbc`` (a drop-in for ``df.write.format("jdbc")``) and
+``twopc-postgres``, read once by :meth:`JdbcOptions.parse`; no server is contacted. Spark's JDBC
+writer options keep their names and meanings; :data:`SPARK_OPTIONS`, :data:`TWOPC_OPTIONS` and
+:data:`REJECTED_OPTIONS` are listed, with their meanings, on the manual's Options page
+(``docs/reference/options.md``). ``twopc-postgres`` refuses the options that need the staging
+mode (:data:`STAGING_ONLY_OPTIONS`). Any other option is a driver parameter: translated, logged,
+or refused (:mod:`twopc.sinks.sql.options._driver_params`)."""
 
 from __future__ import annotations
 
@@ -189,17 +112,12 @@ _KWARG_OPTIONS = {
 
 
 def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect | None) -> JdbcOptions:
-    """:meth:`JdbcOptions.parse`: the writer options of *format_name* read into their value."""
     with redacted_errors(options):
         return _parse(OptionReader(options, format_name), dialect)
 
 
 def kwargs_options(url: str | URL, table: str, kwargs: Mapping[str, Any]) -> dict[str, str]:
-    """The options a sink's constructor arguments spell (:meth:`JdbcOptions.from_kwargs`).
-
-    Raises:
-        TypeError: an unknown keyword.
-    """
+    """:meth:`JdbcOptions.from_kwargs`'s options."""
     options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url,
                "dbtable": table}
     for key, value in kwargs.items():
@@ -267,7 +185,6 @@ def _parse(r: OptionReader, only: Dialect | None) -> JdbcOptions:
 
 
 def _staging_options(r: OptionReader) -> tuple[dict[str, Any], list[str]]:
-    """The options only the staging mode serves, and which of them were given."""
     if r.boolean("cascadeTruncate", False, strict=True):
         raise ConfigurationError(
             "cascadeTruncate=true is not supported: TRUNCATE ... CASCADE would also empty "
@@ -319,7 +236,6 @@ def _check_combinations(o: JdbcOptions, staging_given: list[str]) -> None:
 
 
 def _option_text(value: Any) -> str:
-    """A constructor argument as the text of its option."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, Mapping):
@@ -358,9 +274,8 @@ def _isolation(text: str | None) -> IsolationLevel:
         raise ConfigurationError(
             "isolationLevel=NONE is not supported: twopc needs transactions to write exactly once; "
             "use READ_COMMITTED (the default) or a stricter level")
-    for level in _ISOLATION_LEVELS:
-        if t == level:
-            return level
+    if t in _ISOLATION_LEVELS:
+        return t
     raise ConfigurationError(f"isolationLevel must be one of {', '.join(_ISOLATION_LEVELS)}, got {text!r}")
 
 

@@ -1,17 +1,8 @@
-"""One URL translator for every SQL sink.
-
-:func:`translate_url` reads a JDBC URL (``jdbc:postgresql://host[:port][,host2[:port]]/db``,
-``jdbc:mysql://host[:port]/db``, ``jdbc:mariadb://...``, ``jdbc:sqlite:/path/file.db``) or a
-SQLAlchemy URL (``postgresql://``, ``mysql://``, ``mariadb://``, ``sqlite:///``, or any other
-backend, e.g. ``mssql+pyodbc://``), and gives the SQLAlchemy URL of the Python driver twopc
-connects with (psycopg 3, PyMySQL, sqlite3), credentials set and driver parameters
-translated (:mod:`twopc.sinks.sql.options._driver_params`). ``twopc-jdbc`` and ``twopc-postgres`` both use it,
-so a URL means the same through either format.
-
-Credentials found in a URL's query string move into the URL's user info, so that
-:func:`~twopc.sinks.sql.options.safe_url` hides them; :func:`~twopc.sinks.sql.options.url_secrets`
-lists every spelling of them for :func:`twopc.spi.redact`.
-"""
+"""One URL translator for every SQL format: :func:`translate_url` reads a JDBC URL or a
+SQLAlchemy URL (any backend) and gives the SQLAlchemy URL of the Python driver twopc connects
+with, credentials set and driver parameters translated
+(:mod:`twopc.sinks.sql.options._driver_params`). Credentials in a URL's query string move into
+its user info, so that :func:`~twopc.sinks.sql.options.safe_url` hides them."""
 
 from __future__ import annotations
 
@@ -41,13 +32,9 @@ class SqlUrl:
     """A translated URL.
 
     Attributes:
-        url: the SQLAlchemy URL *with* credentials: never print it (:func:`~twopc.sinks.sql.options.safe_url`).
-            Its query never holds a connect timeout; that is :attr:`connect_timeout`.
+        url: the SQLAlchemy URL *with* credentials: never print it. Its query holds no connect timeout.
         dialect: ``postgresql``, ``mysql`` (MySQL and MariaDB), ``sqlite`` or ``other``.
-        connect_timeout: the connect timeout in seconds found among the JDBC parameters
-            (``connectTimeout``, ``loginTimeout``), or ``None``.
-        socket_timeout_ms: the JDBC ``socketTimeout`` in milliseconds, or ``None``.
-        tcp_keepalive: the JDBC ``tcpKeepAlive``, or ``None``.
+        connect_timeout, socket_timeout_ms, tcp_keepalive: found among the JDBC parameters, or ``None``.
     """
 
     url: URL
@@ -73,23 +60,13 @@ class JdbcParts(NamedTuple):
 
 def translate_url(raw: str, *, user: str | None = None, password: str | None = None,
                   properties: Sequence[tuple[str, str]] = (), supported: Sequence[str] = ()) -> SqlUrl:
-    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options) into a
-    SQLAlchemy URL for the Python driver, with the credentials set.
-
-    Args:
-        raw: ``jdbc:postgresql://``, ``jdbc:mysql://``, ``jdbc:mariadb://``,
-            ``jdbc:sqlite:``, or a SQLAlchemy URL.
-        user, password: override the URL's credentials.
-        properties: ``(name, value)`` driver parameters given as options.
-        supported: the format's supported options, for the message about an unknown one
-            (which names the closest of them).
-
-    No server is contacted.
+    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options, *properties*)
+    into a SQLAlchemy URL for the Python driver, *user* and *password* overriding the URL's;
+    *supported* (the format's options) feeds the message about an unknown one. No server is contacted.
 
     Raises:
-        ConfigurationError: the URL is malformed, names an unsupported driver or database
-            form, or a parameter is unknown, refused, or given twice differently. The
-            message never contains the password.
+        ConfigurationError: the URL is malformed or unsupported, or a parameter is unknown,
+            refused, or given twice differently (never with the password).
     """
     props: dict[str, DriverParam] = {}
     base_query: dict[str, str | tuple[str, ...]] = {}
@@ -138,48 +115,29 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
                 else:
                     url_password = text
         url = url.set(query={})
-
     for k, v in properties:
         add(k, v, "option")
-    for cred in ("user", "password"):
-        prop = props.pop(cred, None)
-        if prop is not None:
-            if cred == "user":
-                url_user = prop.value
-            else:
-                url_password = prop.value
-
-    translated = database.translate_params(list(props.values()), base_query, flavor, supported)
-    if translated is None:
-        translated = untranslated(list(props.values()), supported)
-
+    if (prop := props.pop("user", None)) is not None:
+        url_user = prop.value
+    if (prop := props.pop("password", None)) is not None:
+        url_password = prop.value
+    translated = (database.translate_params(list(props.values()), base_query, flavor, supported)
+                  or untranslated(list(props.values()), supported))
     query = dict(base_query)
     for k, value in translated.query.items():
-        if k == "options" and k in query:  # merged by _translate_pg
-            query[k] = value
-            continue
-        if k in query and query[k] != value:
+        if k in query and query[k] != value and k != "options":  # options: merged by the translation
             raise ConfigurationError(
                 f"driver parameter {k} is set in the url and, differently, by a JDBC "
                 f"parameter or option: give it once")
         query[k] = value
-    url = url.set(query=query)
-
-    if user is not None:
-        url_user = user
-    if password is not None:
-        url_password = password
-    url = database.login(url, url_user, url_password)
+    url = database.login(url.set(query=query), url_user if user is None else user,
+                         url_password if password is None else password)
     return SqlUrl(url, database.name, translated.connect_timeout, translated.socket_timeout_ms,
                   translated.tcp_keepalive)
 
 
 def untranslated(props: Sequence[DriverParam], supported: Sequence[str]) -> Translated:
-    """No driver parameters translated (a database twopc has no rules for): given ones are refused.
-
-    Raises:
-        ConfigurationError: naming them, and where to put them instead.
-    """
+    """No driver parameters translated (a database twopc has no rules for): given ones are refused."""
     if props:
         names = ", ".join(f"{p.name} ({unknown_option_hint(p.name, supported)})" for p in props)
         raise ConfigurationError(
@@ -188,7 +146,6 @@ def untranslated(props: Sequence[DriverParam], supported: Sequence[str]) -> Tran
             f"them in the SQLAlchemy URL's query string in your driver's own spelling. "
             f"Supported options: {', '.join(supported)}")
     return Translated({}, None)
-
 
 
 def _split_jdbc(raw: str) -> JdbcParts:

@@ -1,6 +1,4 @@
-"""``socketTimeout`` against the waits a statement may spend on the server: the socket
-timeout in force (the option, else the URL's, else the default) and the ``lockTimeout`` that
-fits under it."""
+"""``socketTimeout`` against the waits a statement may spend on the server."""
 
 from __future__ import annotations
 
@@ -22,11 +20,9 @@ SOCKET_MARGIN = Duration(30_000)
 
 def socket_and_lock_timeouts(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration, *,
                     lock_given: bool, dialect: Dialect) -> tuple[Duration, Duration]:
-    """``socketTimeout`` and the ``lockTimeout`` in force: the socket timeout is the option,
-    else the URL's, else the default. A given one must be longer than every wait a statement
-    may legitimately spend on the server; when the user gave no ``lockTimeout`` and the
-    default one would outlast it, the lock timeout becomes half the socket timeout (the other
-    half is the reply's round trip), logged at INFO."""
+    """``socketTimeout`` (the option, else the URL's, else the default) and ``lockTimeout`` in force.
+    A given socket timeout must outlast every server-side wait; without a ``lockTimeout`` option
+    the lock timeout becomes half of a shorter one, logged at INFO."""
     longest = Duration(lock.ms + query.ms)
     if option_text is None and url_ms is None:
         return max(SOCKET_TIMEOUT, Duration(longest.ms + SOCKET_MARGIN.ms)), lock
@@ -52,6 +48,4 @@ def socket_and_lock_timeouts(option_text: str | None, url_ms: int | None, lock: 
 
 
 def _server_wait(lock: Duration, dialect: Dialect | None) -> Duration:
-    """How long the server lets a statement wait for a lock under *lock*: MySQL/MariaDB
-    count whole seconds, at least one (``innodb_lock_wait_timeout``)."""
     return dialect_for(dialect or "").server_lock_wait(lock)
