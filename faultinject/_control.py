@@ -139,7 +139,6 @@ class FaultControl:
         self._dir = tempfile.mkdtemp(prefix="twopc-ctl-")
         os.chmod(self._dir, 0o700)
         owner = self
-
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
                 try:
@@ -151,7 +150,6 @@ class FaultControl:
                     owner.errors.append(reply["error"])
                 with contextlib.suppress(OSError):
                     self.wfile.write(json.dumps(reply).encode() + b"\n")
-
         server = socketserver.ThreadingUnixStreamServer(self.path, Handler)
         server.daemon_threads = True
         self._server = server
@@ -229,12 +227,10 @@ class FaultControl:
             self._later(seconds, lambda: proxy.add_latency(0.0, direction))
         elif fault == "swallow_reply":
             proxy.swallow_reply(str(params["pattern"]), times=1)
-
             def reset_swallowing() -> None:
                 for conn in proxy.connections():
                     if conn.swallowing:
                         conn.reset()
-
             self._later(seconds, reset_swallowing)
         elif fault == "heal":
             proxy.heal()
@@ -248,7 +244,6 @@ class FaultControl:
                 fn()
             except Exception as exc:  # noqa: BLE001 - a timer thread has no one to raise to: recorded
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-
         timer = threading.Timer(seconds, run)
         timer.daemon = True
         with self._guard:

@@ -42,7 +42,6 @@ class Lifeline:
 
     def __init__(self, pid: int) -> None:
         from ._proctree import start_time
-
         self.pid = pid
         self._watchdog: subprocess.Popen[bytes] | None = None
         runner, target = start_time(os.getpid()), start_time(pid)

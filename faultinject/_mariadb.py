@@ -271,10 +271,8 @@ class LocalMariaDB(LocalServer):
         argv = [binary, "--no-defaults", *self._common_args(),
                 *(f"--{k}={v}" for k, v in options.items())]
         proc = self._spawn(argv, cwd=tmp)
-
         def ready() -> bool:
             version = _greeting(self.port) if self._pid_in(pid_file) == proc.pid else None
             self.version = version or self.version
             return version is not None
-
         self._wait_until(ready, "mariadbd")

@@ -28,5 +28,4 @@ def fault_point(name: str, *, batch_id: int | None = None, **context: object) ->
     if unarmed():
         return
     from ._runtime import hit  # an armed process only: see the module docstring
-
     hit(name, batch_id, context)

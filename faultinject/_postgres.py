@@ -42,11 +42,9 @@ def find_pg_bindir(explicit: str | None = None) -> str:
                 [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
             ).stdout.strip()
             candidates.append(out)
-
     def version(path: str) -> tuple[int, ...]:
         match = re.search(r"/postgresql/([0-9.]+)/bin$", path)
         return tuple(int(p) for p in match.group(1).split(".") if p) if match else ()
-
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True)
     initdb = shutil.which("initdb")
     if initdb:
@@ -223,11 +221,9 @@ class LocalPostgres(LocalServer):
         proc = self._spawn([os.path.join(bindir, "postgres"), "-D", os.path.join(tmp, "data")], **self._ids)
         isready = [os.path.join(bindir, "pg_isready"), "-q", "-h", tmp, "-p", str(self._port),
                    "-U", "postgres", "-d", "postgres", "-t", "2"]
-
         def ready() -> bool:
             return (subprocess.run(isready, capture_output=True, env=self._ids.get("env")).returncode == 0
                     and self._pid_in(os.path.join(self.data_dir, "postmaster.pid")) == proc.pid)
-
         self._wait_until(ready, "postgres")
 
     def crash(self) -> None:

@@ -177,7 +177,6 @@ class FaultProxy:
         loop = asyncio.new_event_loop()
         ready = threading.Event()
         failed: list[OSError] = []
-
         async def serve() -> None:
             try:
                 self._server = await asyncio.start_server(self._accept, self.listen_host, self.port)
@@ -186,7 +185,6 @@ class FaultProxy:
                 failed.append(exc)
             finally:
                 ready.set()
-
         def run() -> None:
             asyncio.set_event_loop(loop)
             loop.run_until_complete(serve())
@@ -194,7 +192,6 @@ class FaultProxy:
                 loop.run_forever()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
-
         self._thread = threading.Thread(target=run, name=f"faultproxy->{self.upstream[1]}", daemon=True)
         self._thread.start()
         ready.wait()
@@ -209,13 +206,11 @@ class FaultProxy:
         loop, self._loop = self._loop, None
         if loop is None:
             return
-
         async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
             for conn in list(self._conns.values()):
                 await conn._reset()
-
         asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:

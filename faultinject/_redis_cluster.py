@@ -343,7 +343,6 @@ class LocalRedisCluster(Startable):
         def problem() -> str:
             me = next(v for v in self.view(node) if v.port == node.port)
             return self._unstable_reason() if me.is_master and me.slots else "not a master with slots yet"
-
         self._wait(problem, f"node {node.port} did not become a master the cluster agrees on")
 
     def restart_node(self, node: LocalRedis) -> None:
@@ -364,7 +363,6 @@ class LocalRedisCluster(Startable):
         self.command(self.by_port(owner.port), "CLIENT", "KILL", "TYPE", "replica")
         def linked() -> str:
             return "link up" if "master_link_status:up" in str(self.command(replica, "INFO", "replication")) else ""
-
         self._wait(linked, f"replica {replica.port} stayed connected to its master", poll_s=0.05)
 
     def reattach_replica(self, replica: LocalRedis) -> None:

@@ -185,7 +185,6 @@ def _fire(
     _announce(line, armed.run if rule.action == "crash" else None)
     if rule.action in REMOTE_ACTIONS:
         from ._control import request_remote_fault
-
         request_remote_fault(rule, line)
         return
     if rule.action == "hold":

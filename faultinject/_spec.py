@@ -367,7 +367,6 @@ class FaultPlan:
         """
         if known is None:
             from ._registry import declared_points
-
             known = declared_points()
         unknown = [r.point for r in self.rules if r.point not in known]
         if unknown:

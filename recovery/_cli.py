@@ -234,7 +234,6 @@ def _repeat_flags(args: argparse.Namespace) -> tuple[str, ...]:
     """The arguments of this command line that reached the target, for the commands status
     advises (an ``--option`` holding a secret is left out: give it with ``--option-env``)."""
     from twopc.sinks._secrets import secret_guesses  # here: `twopc recover` on a file sink loads no driver code
-
     flags = ["--format", args.format] if args.format else []
     for pair in args.option:
         if not secret_guesses(dict([pair.partition("=")[::2]])):

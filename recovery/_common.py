@@ -33,7 +33,6 @@ def sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
         ConfigurationError: unknown format.
     """
     from twopc import sinks
-
     for ds in sinks.DATA_SOURCES:
         if ds.name() == format_name:
             return ds.sink_class
@@ -169,7 +168,6 @@ def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None)
 
 def _known_name(name: str) -> bool:
     from twopc import sinks
-
     return any(ds.name() == name for ds in sinks.DATA_SOURCES)
 
 

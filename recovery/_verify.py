@@ -83,7 +83,6 @@ class SetCheck:
         def few(n: int, kind: str) -> str:
             ex = self.examples.get(kind) or []
             return f"{n}" + (f"  e.g. {', '.join(ex)}" if ex else "")
-
         rows = [("expected", str(self.expected)), ("found", str(self.found)), ("lost", few(self.lost, "lost")),
                 ("duplicated", few(self.duplicated, "duplicated")
                  + (f"  ({self.extra_rows} extra row(s))" if self.extra_rows else "")),
@@ -123,7 +122,6 @@ class Verification:
     def render(self) -> str:
         def few(xs: tuple[object, ...]) -> str:
             return f"{len(xs)}" + (f"  e.g. {list(xs[:5])}" if xs else "")
-
         rows = [
             ("rows expected", str(self.expected)),
             ("rows found", str(self.found)),

@@ -86,5 +86,4 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
     if args.stream:
         require("redis", "redis", "twopc verify --stream")
     from ._verify_run import run_verify as run  # the drivers load here, not with the CLI
-
     return run(args, checkpoint)

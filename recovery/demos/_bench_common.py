@@ -30,7 +30,6 @@ COLUMN_NAMES = "id, payload, amount, ts"
 def run_sql(url: str, *statements: str) -> None:
     """Run *statements* in one transaction on the database of SQLAlchemy URL *url*."""
     import sqlalchemy as sa
-
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
@@ -48,7 +47,6 @@ def create_table(url: str, table: str, columns: str = TABLE_COLUMNS) -> None:
 
 def count_rows(url: str, table: str) -> int:
     import sqlalchemy as sa
-
     engine = sa.create_engine(url)
     try:
         with engine.connect() as c:
@@ -60,7 +58,6 @@ def count_rows(url: str, table: str) -> int:
 def libpq_dsn(url: str) -> str:
     """The psycopg connection string of SQLAlchemy URL *url* (password included)."""
     import sqlalchemy as sa
-
     return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
@@ -86,7 +83,6 @@ def timed(fn: Callable[[], object]) -> float:
 
 def jdbc_target(url: str) -> tuple[str, dict[str, str]]:
     import sqlalchemy as sa
-
     u = sa.make_url(url)
     return f"jdbc:postgresql://{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
 
@@ -101,7 +97,6 @@ def compile_package() -> None:
     ``PYTHONDONTWRITEBYTECODE`` set would compile every module again in every process).
     The sub-packages are compiled at their real paths: compileall does not follow links."""
     import twopc
-
     root = Path(twopc.__file__).parent
     for folder in [root, *(p.resolve() for p in root.iterdir() if p.is_dir() and p.is_symlink())]:
         compileall.compile_dir(str(folder), quiet=1)
@@ -129,7 +124,6 @@ def postgres_url(url: str | None) -> contextlib.AbstractContextManager[str]:
     """*url*, or the URL of a throwaway :class:`~twopc.faultinject.LocalPostgres` that runs
     while the block does."""
     from twopc import faultinject
-
     return server_url(url, faultinject.LocalPostgres)
 
 
@@ -140,7 +134,6 @@ def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: 
     from pyspark.sql import SparkSession
 
     from twopc import sinks
-
     builder = (SparkSession.builder.master("local[2]").appName(app_name)
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))

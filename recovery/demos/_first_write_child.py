@@ -23,7 +23,6 @@ STARTED = time.perf_counter()
 
 def main(variant: str, params: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
-
     builder = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))
@@ -44,7 +43,6 @@ def main(variant: str, params: dict[str, Any]) -> None:
         df.write.format("jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
     elif variant == "twopc":
         from twopc import sinks
-
         sinks.register_all(spark)
         df.write.format("twopc-jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
     else:

@@ -116,7 +116,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     rows took to encode to COPY binary (made before its runs, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
-
     have_jdbc = os.path.exists(JDBC_JAR)
     spark = bench_session("twopc-bench", [*([("spark.jars", JDBC_JAR)] if have_jdbc else []), *spark_conf])
     frames = {n: spark.range(rows, numPartitions=n).selectExpr(*ROW_EXPRS).cache() for n in partitions}
@@ -127,7 +126,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     jdbc_url, props = jdbc_target(url)
     results: dict[str, list[float]] = {}
     versions: dict[str, int] = {}
-
     def measure(name: str, table: str, write: Callable[[DataFrame, str, int], object], warm: bool,
                 frame: DataFrame) -> None:  # the warm-up: JVM JIT, Python workers, connections
         if warm:
@@ -141,7 +139,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
         results.setdefault(name, []).append(rows / seconds)
         print(f"bench: {name:<50} {rows / seconds:>12,.0f} rows/s  ({seconds:.2f}s)", flush=True)
-
     def twopc_jdbc(mode: str | None) -> Callable[[DataFrame, str, int], object]:
         """*mode* None: the drop-in, Spark JDBC writer's options and nothing else."""
         def write(d: DataFrame, t: str, v: int) -> None:
@@ -154,27 +151,21 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             if mode == "prepared":
                 w = w.option("checkpointLocation", str(work / "ck" / t)).option("txnVersion", str(v))
             w.save()
-
         return write
-
     def spark_jdbc(extra: str) -> Callable[[DataFrame, str, int], object]:
         def write(d: DataFrame, t: str, _v: int) -> None:
             (d.write.format("jdbc").mode("append").option("url", jdbc_url + extra).option("dbtable", t)
              .option("batchsize", "10000").option("driver", "org.postgresql.Driver").options(**props).save())
-
         return write
-
     csv = work / "rows.csv"
     if "copy" in writers:
         pacsv.write_csv(df.toArrow(), csv, pacsv.WriteOptions(include_header=False))
     dsn = libpq_dsn(url)
-
     def raw_copy(_df: DataFrame, table: str, _v: int) -> None:
         with (psycopg.connect(dsn) as conn, conn.cursor() as cur,
               cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, open(csv, "rb") as f):
             while chunk := f.read(1 << 20):
                 cp.write(chunk)
-
     wants_floor = bool({"copy-par", "copy-par-prepared"} & set(writers))
     floor = _ParallelCopy(dsn, df.toArrow(), max(partitions)) if wants_floor else None
     if floor is not None:
@@ -183,7 +174,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
               f"{floor.nbytes / 1e6:,.0f} MB", flush=True)
         if notes is not None:
             notes["encode_seconds"] = floor.encode_seconds
-
     plan: list[tuple[str, str, Callable[[DataFrame, str, int], object]]] = []
     for key in writers:
         if key == "prepared":
@@ -204,7 +194,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             plan.append((COPY, "bench_copy", raw_copy))
         elif key == "noop":
             from ._noop import NOOP_FORMAT, NoopDataSource
-
             spark.dataSource.register(NoopDataSource)
             plan.append((NOOP, "bench_noop", lambda d, _t, _v: d.write.format(NOOP_FORMAT).mode("append").save()))
         elif key in ("copy-par", "copy-par-prepared") and floor is not None:
@@ -250,7 +239,6 @@ class _ParallelCopy:
         from twopc.sinks.postgres._columns import assign, normalize_array
         from twopc.sinks.postgres._copy import CopyStream
         from twopc.sinks.sql._names import TableName
-
         self.dsn, self.slices = dsn, slices
         probe = "bench_copy_par_probe"
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -279,7 +267,6 @@ class _ParallelCopy:
         from psycopg import sql
 
         from twopc.sinks.postgres._binary import BINARY_HEADER, BINARY_TRAILER
-
         n = (streams or {}).get(id(frame), 2)
         groups = [[c for body in self.bodies[i * self.slices // n:(i + 1) * self.slices // n] for c in body]
                   for i in range(n)]
@@ -288,7 +275,6 @@ class _ParallelCopy:
             conns[0].execute('CREATE TABLE IF NOT EXISTS "bench_copy_par_markers" (gid text PRIMARY KEY)')
             conns[0].commit()
         stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(sql.Identifier(table), self.columns)
-
         def stream(i: int) -> str:
             conn = conns[i]
             with conn.cursor() as cur, cur.copy(stmt) as copy:
@@ -303,7 +289,6 @@ class _ParallelCopy:
             conn.execute('INSERT INTO "bench_copy_par_markers" (gid) VALUES (%s)', (gid,))
             conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
             return gid
-
         try:
             gids = list(self.pool.map(stream, range(n)))
             if prepared:
@@ -326,13 +311,11 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
 
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
     from twopc.sinks import PostgresSink, StagingSink
-
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
                         ("ts", pa.timestamp("us", "UTC"))])
     data = pa.RecordBatch.from_pydict({"id": list(range(100)), "payload": ["x"] * 100, "amount": [0.5] * 100,
                                        "ts": [1_767_225_600_000_000] * 100}, schema=schema)
     out: dict[str, float] = {}
-
     def protocol(sink: Any, name: str) -> float:
         sink.validate(schema)
         ledger = CommitLedger(str(work / f"proto-ck-{name}"))
@@ -349,12 +332,10 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
             timings.append(plan + timed(functools.partial(coord.commit_batch, b, handles)))
         sink.close()
         return statistics.median(timings) * 1000
-
     create_table(url, "bench_proto")
     out["prepared"] = protocol(PostgresSink(url, "bench_proto"), "prepared")
     create_table(url, "bench_proto_staging")
     out["staging"] = protocol(StagingSink(url, "bench_proto_staging"), "staging")
-
     conns = [psycopg.connect(libpq_dsn(url)) for _ in range(2)]
     without = []
     for _b in range(batches):
@@ -385,7 +366,6 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         ratio = f"prepared is {same / med[name]:5.2f}x" if same else ""
         print(f"  {name:<50} {med[name]:>12,.0f} rows/s   {ratio}{spread}")
     print("\ntargets (exactly-once writers against their peers):")
-
     def target(key: str, label: str, mine: list[float] | None, others: list[list[float]]) -> None:
         goal = _goal(key)
         if not others or not mine:
@@ -400,7 +380,6 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
               f"{verdict(r >= goal)}{rounds_text}")
         record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, {rows:,} rows, "
                        f"median of {len(mine)} rounds")
-
     copy = [results[COPY]] if COPY in results else []
     par = [results[PAR_COPY]] if PAR_COPY in results else []
     target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ", results.get(PREPARED),
@@ -464,7 +443,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from .bench_scaling import PARTITIONS, bench_micro_batches, bench_partitions, bench_small_write, report_scaling
-
     proto: dict[str, float] = {}
     scaling = {s.strip() for s in args.scaling.split(",") if s.strip()}
     parts: dict[int, dict[str, float]] = {}
@@ -479,7 +457,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 small.update(bench_small_write(spark, url, Path(work), max(3, args.repeat)))
             if "micro" in scaling:
                 micro.update(bench_micro_batches(spark, url, Path(work), 12, rounds=4))
-
         results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
                                    spark_conf=spark_conf, twopc_options=twopc_options,
                                    partitions=[int(p) for p in args.partitions.split(",") if p.strip()],

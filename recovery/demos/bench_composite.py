@@ -62,7 +62,6 @@ def _composite_options(pg: dict[str, str], rd: dict[str, str]) -> dict[str, str]
 def _check(pg_url: str, table: str, redis_url: str, tag: str, rows: int) -> None:
     import redis
     import sqlalchemy as sa
-
     engine = sa.create_engine(pg_url)
     with engine.connect() as c:
         n = c.exec_driver_sql(f"SELECT count(*), count(DISTINCT id) FROM {table}").one()
@@ -77,22 +76,18 @@ def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str
                      repeats: int) -> dict[str, list[float]]:
     """Seconds per write of *df* (warm-up excluded), the two ways interleaved."""
     results: dict[str, list[float]] = {COMPOSITE: [], SEPARATE: []}
-
     def composite(d: Any, n: int) -> Callable[[], None]:
         tag = "bc" + uuid.uuid4().hex[:8]
         pg, rd, table = _targets(pg_url, redis_url, tag)
         ck = str(work / f"ck-{tag}")
-
         def write() -> None:
             (d.write.format("twopc-composite").mode("append").options(**_composite_options(pg, rd))
              .option("checkpointLocation", ck).option("txnVersion", "1").save())
             _check(pg_url, table, redis_url, tag, n)
         return write
-
     def separate(d: Any, n: int) -> Callable[[], None]:
         tag = "bs" + uuid.uuid4().hex[:8]
         pg, rd, table = _targets(pg_url, redis_url, tag)
-
         def write() -> None:
             (d.select("id", "payload", "amount").write.format("twopc-postgres").mode("append").options(**pg)
              .option("checkpointLocation", str(work / f"ck-{tag}-pg")).option("txnVersion", "1").save())
@@ -100,7 +95,6 @@ def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str
              .option("checkpointLocation", str(work / f"ck-{tag}-redis")).option("txnVersion", "1").save())
             _check(pg_url, table, redis_url, tag, n)
         return write
-
     small = df.limit(1000)
     composite(small, 1000)()
     separate(small, 1000)()
@@ -132,7 +126,6 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
     import pyarrow as pa
 
     from twopc import CommitCoordinator, CommitLedger, TransactionContext, sinks
-
     tag = "bg" + uuid.uuid4().hex[:8]
     pg, rd, _table = _targets(pg_url, redis_url, tag)
     sink = sinks.OptionsCompositeSink.from_options(_composite_options(pg, rd))
@@ -176,7 +169,6 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
 @contextlib.contextmanager
 def _servers() -> Iterator[tuple[str, str, str]]:
     from twopc.faultinject import LocalPostgres, LocalRedis
-
     with (server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), LocalPostgres) as pg_url,
           server_url(os.environ.get("TWOPC_BENCH_REDIS_URL"), functools.partial(LocalRedis, appendfsync="always"))
           as redis_url):
@@ -213,7 +205,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ratio composite / two writes                       {ratio:>10.2f}x   target >= 1.00: "
               f"{'MET' if ratio >= 1.0 else 'MISSED'}")
         from ._bench_results import record
-
         record("composite.vs_two_writes", ratio, f"{rate[COMPOSITE]:,.0f} / {rate[SEPARATE]:,.0f} rows/s, "
                                                  f"median of {args.repeats}")
         gaps, windows = bench_gap(pg_url, redis_url, Path(tmp), batches=args.gap_batches,

@@ -97,7 +97,6 @@ def bench(url: str, runs: int, warm: int, variants: Sequence[str]) -> dict[str, 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
     def med(v: str, part: str) -> float:
         return statistics.median(t[part] for t in results[v])
-
     runs = min(len(r) for r in results.values())
     print(f"\nfirst write of a process, {ROWS} rows, local[2], median of {runs} runs each (seconds):")
     print(f"  {'writer':<42} {'whole process':>13} {'session start':>13} {'write':>7} {'stop':>6}")

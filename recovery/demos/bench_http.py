@@ -65,13 +65,11 @@ def _serve(ports: Any) -> None:
         ports.put(server.sockets[0].getsockname()[1])
         async with server:
             await server.serve_forever()
-
     asyncio.run(run())
 
 
 def _rows(first: int, n: int) -> Any:
     import pyarrow as pa
-
     ids = list(range(first, first + n))
     return pa.record_batch({"id": pa.array(ids, pa.int64()), "payload": [f"event {i}" for i in ids],
                             "amount": pa.array([i * 0.5 for i in ids], pa.float64())})
@@ -81,7 +79,6 @@ def bench_sink(url: str, first: int, n: int, partitions: int) -> float:
     """Seconds for twopc-http to prepare *n* rows in *partitions* outboxes and deliver them."""
     from twopc import TransactionContext
     from twopc.sinks import HttpSink
-
     with tempfile.TemporaryDirectory(prefix="twopc-bench-http-") as folder:
         sink = HttpSink.from_options({"url": f"{url}/orders/{{id}}", "outbox": folder,
                                       "maxConcurrency": str(CONCURRENCY)})
@@ -100,9 +97,7 @@ def bench_sink(url: str, first: int, n: int, partitions: int) -> float:
 def bench_plain(url: str, first: int, n: int) -> float:
     """Seconds to send the same requests at least once: httpx's async client, the same pool and workers."""
     import httpx
-
     rows = _rows(first, n).to_pylist()
-
     async def run() -> float:
         todo = list(reversed(rows))
         limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
@@ -115,11 +110,9 @@ def bench_plain(url: str, first: int, n: int) -> float:
                                           headers={"Idempotency-Key": uuid.uuid4().hex,
                                                    "Content-Type": "application/json"})
                     r.raise_for_status()
-
             started = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
             return time.perf_counter() - started
-
     return asyncio.run(run())
 
 
@@ -150,7 +143,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  plain async sends, at least once                   {plain_rate:>10,.0f} requests/s")
         print(f"  ratio twopc-http / plain                           {sink_rate / plain_rate:>10.2f}x")
         from ._bench_results import record
-
         record("http.vs_plain_async", sink_rate / plain_rate,
                f"{sink_rate:,.0f} / {plain_rate:,.0f} requests/s, median of {args.repeats}")
         return 0

@@ -61,13 +61,11 @@ def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.
     ran, MiB; seconds)."""
     peak = 0
     done = threading.Event()
-
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
             peak = max([peak, *_task_workers(jvm_pid).values()])
             done.wait(every)
-
     sampler = threading.Thread(target=sample, name="rss-sampler", daemon=True)
     sampler.start()
     started = time.perf_counter()
@@ -86,26 +84,21 @@ def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int
     worker, *repeat* writes each."""
     from ._bench_common import ROW_EXPRS, bench_session, create_table, jdbc_target
     from ._noop import NOOP_FORMAT, NoopDataSource
-
     spark = bench_session("twopc-bench-memory", python_worker_reuse="false")
     spark.dataSource.register(NoopDataSource)
     driver_jvm = jvm_pid(spark)
     jdbc_url, props = jdbc_target(url)
     out: dict[str, dict[int, list[float]]] = {}
     writes: dict[str, Callable[[DataFrame, str, int], None]] = {}
-
     def prepared(df: DataFrame, table: str, n: int) -> None:
         (df.write.format("twopc-postgres").mode("append").option("url", jdbc_url).option("dbtable", table)
          .options(**props).option("checkpointLocation", str(work / f"ck-{table}")).option("txnVersion", str(n))
          .save())
-
     def drop_in(df: DataFrame, table: str, _n: int) -> None:
         df.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", table).options(
             **props).save()
-
     def noop(df: DataFrame, _table: str, _n: int) -> None:
         df.write.format(NOOP_FORMAT).mode("append").save()
-
     chosen = {"postgres": prepared, "jdbc": drop_in, "noop": noop}
     for key in formats:
         writes[FORMATS[key][0]] = chosen[key]
@@ -131,7 +124,6 @@ def report(results: dict[str, dict[int, list[float]]]) -> None:
     """Print the table and record each format's ratio for the summary."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
-
     print("\npeak RSS of one task's Python worker (MiB, the highest of the runs):")
     keys = dict(FORMATS.values())
     for name, by_size in results.items():

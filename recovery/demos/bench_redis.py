@@ -36,7 +36,6 @@ MAPPING_DOC = ("per row: HSET row:<id> payload amount; INCRBY total 1; HINCRBY p
 
 def _table(n: int, start: int = 0) -> Any:
     import pyarrow as pa
-
     ids = list(range(start, start + n))
     return pa.table({"id": ids, "category": [f"c{i % 10}" for i in ids],
                      "payload": [f"payload-{i}" for i in ids], "amount": [i * 0.5 for i in ids]})
@@ -44,7 +43,6 @@ def _table(n: int, start: int = 0) -> Any:
 
 def _ops(tag: str) -> list[Any]:
     from twopc.sinks.redis import HIncrByOp, HSetOp, IncrByOp, XAddOp
-
     t = "{{" + tag + "}}"
     return [HSetOp(f"{t}:row:{{id}}", columns=("payload", "amount")), IncrByOp(f"{t}:total", 1),
             HIncrByOp(f"{t}:per_category", "{category}", 1), XAddOp(f"{t}:events", columns=("id", "payload"))]
@@ -54,7 +52,6 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
     """Seconds to write *table* through the sink API in *partitions* transactions."""
     from twopc import CommitOutcome, TransactionContext
     from twopc.sinks.redis import RedisSink
-
     tag = "bs" + uuid.uuid4().hex[:8]
     sink = RedisSink(url, _ops(tag), hash_tag=tag)
     sink.validate(table.schema)
@@ -76,7 +73,6 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
 def bench_plain(url: str, table: Any, *, presum: bool) -> float:
     """Seconds to write the same effects with pipelined commands (1000 rows per round trip)."""
     import redis
-
     tag = "bp" + uuid.uuid4().hex[:8]
     t = "{" + tag + "}"
     r = redis.Redis.from_url(url)
@@ -108,7 +104,6 @@ def bench_plain(url: str, table: Any, *, presum: bool) -> float:
 
 def _check(url: str, tag: str, rows: int) -> None:
     import redis
-
     r = redis.Redis.from_url(url)
     t = "{" + tag + "}"
     assert int(r.get(f"{t}:total") or 0) == rows and r.xlen(f"{t}:events") == rows
@@ -127,7 +122,6 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
 
     from twopc import TransactionContext
     from twopc.sinks.redis import HSetOp, RedisSink
-
     r = redis.Redis.from_url(url)
     out: dict[str, list[float]] = {"hset": [], "mixed": [], "replay": []}
     table = _table(fields)
@@ -159,7 +153,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     from twopc.faultinject import LocalRedis
-
     given = os.environ.get("TWOPC_BENCH_REDIS_URL")
     with server_url(given, functools.partial(LocalRedis, appendfsync="always")) as url:
         table = _table(args.rows)
@@ -178,7 +171,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ratio sink / plain per row                        {rate['sink'] / rate['plain']:>10.2f}x")
         print(f"  ratio sink / plain pre-summed                     {rate['sink'] / rate['presum']:>10.2f}x")
         from ._bench_results import record
-
         for key, base in (("redis.sink_vs_plain_per_row", "plain"), ("redis.sink_vs_plain_presummed", "presum")):
             record(key, rate["sink"] / rate[base], f"{rate['sink']:,.0f} / {rate[base]:,.0f} rows/s, "
                                                    f"median of {args.repeats}")

@@ -77,7 +77,6 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
     import pyarrow as pa
 
     from twopc import CommitCoordinator, RecoveryCoordinator, TransactionContext
-
     data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
                                        "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
     table = f"bench_parts_{n}"
@@ -90,7 +89,6 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
     series: dict[str, list[float]] = {}
     conns = [psycopg.connect(dsn) for _ in range(min(n, 16))]
     floor = _PreparedFloor(dsn, table, n)
-
     def protocol_batch(b: int) -> None:
         plan = timed(lambda: RecoveryCoordinator(sink, ledger, sink_id=f"parts{n}").run())
         handles = []
@@ -104,7 +102,6 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
         series.setdefault("protocol", []).append(plan + commit)
         for k, v in phases.items():
             series.setdefault(k, []).append(v)
-
     def plain_batch(_b: int) -> None:
         total = 0.0
         for start in range(0, n, len(conns)):
@@ -113,10 +110,8 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
                 copy_rows(c, table, 10)
             total += timed(functools.partial(commit_each, group))
         series.setdefault("plain", []).append(total)
-
     def floor_batch(b: int) -> None:
         series.setdefault("floor", []).append(floor.round(b))
-
     try:
         kinds = [protocol_batch, floor_batch, plain_batch]
         for b in range(rounds):
@@ -139,7 +134,6 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
     jdbc_url, props = jdbc_target(url)
-
     def twopc(checkpoint: bool) -> Callable[[DataFrame, str, int], None]:
         def write(d: DataFrame, t: str, v: int) -> None:
             w = (d.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
@@ -148,11 +142,9 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
                 w = w.option("checkpointLocation", str(work / "small-ck" / t)).option("txnVersion", str(v))
             w.save()
         return write
-
     def spark_jdbc(d: DataFrame, t: str, _v: int) -> None:
         (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
          .option("driver", "org.postgresql.Driver").options(**props).save())
-
     writers: dict[str, Callable[[DataFrame, str, int], None]] = {
         "twopc-jdbc drop-in (no checkpoint)": twopc(False),
         "twopc-jdbc with checkpointLocation": twopc(True),
@@ -179,14 +171,12 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
     and vs the no-op Python stream sink, the same input; *rounds* queries of each, the order
     reversed every other round (each query's micro-batches after its first are kept)."""
     from ._noop import NOOP_FORMAT, NoopDataSource
-
     spark.dataSource.register(NoopDataSource)
     source = work / "micro-src"
     spark.range(batches * 1000, numPartitions=batches).selectExpr(*ROW_EXPRS).write.mode("overwrite").json(str(source))
     schema = spark.read.json(str(source)).schema
     jdbc_url, props = jdbc_target(url)
     out: dict[str, list[float]] = {}
-
     def run(name: str, table: str, start: Callable[[Any, str], Any]) -> None:
         create_table(url, table)
         stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
@@ -200,13 +190,11 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
         out.setdefault(name, []).extend(kept)
         print(f"bench: micro-batch latency, {name:<42} median {statistics.median(kept):7.1f} ms "
               f"over {len(kept)} micro-batches", flush=True)
-
     def each(table: str) -> Callable[[DataFrame, int], None]:
         def write(d: DataFrame, _batch_id: int) -> None:
             (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", table)
              .option("driver", "org.postgresql.Driver").options(**props).save())
         return write
-
     plan: list[tuple[str, str, Callable[[Any, str], Any]]] = [
         (MICRO_NOOP, "bench_micro_noop", lambda w, _t: w.format(NOOP_FORMAT).start()),
         (MICRO_TWOPC, "bench_micro_twopc",
@@ -232,7 +220,6 @@ class _PreparedFloor:
         import psycopg
 
         from twopc.sinks.postgres._commit_pipeline import MAX_PIPELINES, PER_PIPELINE
-
         self.table, self.n = table, n
         self.count = max(1, min(MAX_PIPELINES, -(-n // PER_PIPELINE)))
         self.workers = [psycopg.connect(dsn) for _ in range(min(n, 16))]
@@ -281,13 +268,10 @@ def _TimedPostgresSink(url: str, table: str, *, phases: dict[str, float]) -> Any
     (``first``), the others' pipelines (``commits``) and listing of prepared transactions
     (``sweep``) add their time to *phases*."""
     from twopc.sinks import PostgresSink
-
     sink = PostgresSink(url, table)
     commit_all = sink.commit_all
-
     def first_then_others(handles: Any, **kwargs: Any) -> Any:
         return _timing(phases, "commits" if "first" in phases else "first", commit_all)(handles, **kwargs)
-
     sink.commit_all = first_then_others  # type: ignore[method-assign]  # timing wrapper
     sink.list_prepared = _timing(phases, "sweep", sink.list_prepared)  # type: ignore[method-assign]  # timing wrapper
     return sink
@@ -297,7 +281,6 @@ def _TimedLedger(location: str, *, phases: dict[str, float]) -> Any:  # noqa: N8
     """A :class:`~twopc.CommitLedger` whose decision record (``decision``) and committed mark
     (``mark``) add their time to *phases*."""
     from twopc import CommitLedger
-
     ledger = CommitLedger(location)
     ledger.record_decision = _timing(phases, "decision", ledger.record_decision)  # type: ignore[method-assign]  # timing wrapper
     ledger.mark_committed = _timing(phases, "mark", ledger.mark_committed)  # type: ignore[method-assign]  # timing wrapper
@@ -309,7 +292,6 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
     """Print the rows of this module with their ratios and MET/MISSED verdicts."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
-
     floor_goal, small_goal = TARGETS["partitions.commit_200_vs_floor"], TARGETS["small_write.dropin_vs_spark_jdbc"]
     if parts:
         print("\nprotocol cost per batch as the partition count grows (prepared mode, 10 rows per partition, "

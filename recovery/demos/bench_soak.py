@@ -106,7 +106,6 @@ def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
 
 def _table_rows(dsn: str) -> dict[str, int]:
     import psycopg
-
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for t in LEDGER_TABLES:
@@ -121,7 +120,6 @@ def _table_rows(dsn: str) -> dict[str, int]:
 
 def _redis_markers(url: str) -> dict[str, int]:
     import redis
-
     client: Any = redis.Redis.from_url(url)
     sizes = {b"zset": client.zcard, b"hash": client.hlen, b"set": client.scard, b"list": client.llen}
     try:
@@ -157,27 +155,22 @@ class _Progress:
 
     def __init__(self, spark: SparkSession) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
-
         self.durations: dict[int, float] = {}
         self.latest = -1
         self.run_id: str | None = None  # the query whose events count (a stopped one's may come late)
         self.lock = threading.Lock()
         progress = self
-
         class Listener(StreamingQueryListener):
             def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
-
             def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 p = event.progress
                 if p.numInputRows > 0 and str(p.runId) == progress.run_id:
                     with progress.lock:
                         progress.durations[p.batchId] = float(p.durationMs.get("addBatch", 0))
                         progress.latest = max(progress.latest, p.batchId)
-
             def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
-
         self.listener = Listener()
         spark.streams.addListener(self.listener)
 
@@ -289,7 +282,6 @@ def _flat(values: Sequence[float], slack: float = 0.10, plus: float = 0.0) -> tu
 def report(legs: Sequence[Leg], batches: int, every: int) -> bool:
     """Print the table and the targets; whether every target is met."""
     from ._bench_common import verdict
-
     print(f"\nsoak: {ROWS_PER_BATCH} rows a micro-batch, trigger processingTime 0, minBatchesToRetain {RETAIN}, "
           f"recorded every {every}; load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     all_ok = True
@@ -346,7 +338,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from ._bench_common import bench_session, jdbc_target, jvm_pid, libpq_dsn, run_sql
-
     legs: list[Leg] = []
     with (tempfile.TemporaryDirectory(prefix="twopc-soak-") as work, faultinject.LocalPostgres() as pg,
           contextlib.ExitStack() as stack):
@@ -363,10 +354,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
         jdbc_url, props = jdbc_target(pg.url)
         progress = _Progress(spark)
-
         def pg_rows() -> dict[str, int]:
             return _table_rows(dsn)
-
         plan: list[tuple[str, str, Callable[[Any], Any], Callable[[], dict[str, int]]]] = []
         for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
             if key == "postgres":

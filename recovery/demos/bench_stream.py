@@ -95,7 +95,6 @@ def _epoch(timestamp: str) -> float:
 def produce(redis_url: str, streams: Sequence[str], count: int) -> None:
     """(Re)create *streams* with entries ``n = 0 .. count-1`` round-robin, pipelined."""
     import redis
-
     client = redis.Redis.from_url(redis_url)
     try:
         client.delete(*streams)
@@ -114,7 +113,6 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
     import redis
 
     from ._bench_common import count_rows
-
     found = count_rows(pg_url, table)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     try:
@@ -150,7 +148,6 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     import redis
 
     from ._bench_common import jdbc_target
-
     jdbc_url, props = jdbc_target(pg_url)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     for s in streams:
@@ -158,7 +155,6 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     drained = threading.Event()
     carried: set[int] = set()
     per_stream = max(1, batch // len(streams))
-
     def step(_tick: DataFrame, batch_id: int) -> None:
         if drained.is_set():
             return
@@ -182,7 +178,6 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
         for s, ids in acks.items():
             client.xack(s, group, *ids)
         carried.add(batch_id)
-
     started = time.time()
     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).option("numPartitions", 1).load()
          .writeStream.foreachBatch(step).option("checkpointLocation", checkpoint).start())
@@ -217,7 +212,6 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
 
     from ._bench_common import JDBC_JAR, bench_session
     from .pipeline import create_table
-
     if not os.path.exists(JDBC_JAR):
         raise SystemExit(f"bench: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
     spark = bench_session("twopc-bench-stream", sql_shuffle_partitions="2", jars=JDBC_JAR,
@@ -256,7 +250,6 @@ def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
     start and its micro-batches."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
-
     rounds = len(results[EXACTLY])
     print(f"\nRedis Stream -> PostgreSQL, {entries:,} entries in {len(STREAMS)} streams, micro-batches of {batch:,}, "
           f"local[2], {'median of ' + str(rounds) + ' rounds' if rounds > 1 else 'one round'}:")
@@ -273,7 +266,6 @@ def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
           f"{ratio:.2f}x   {judge(target, ratio)}{rounds_text}")
     record("stream.exactly_vs_at_least", ratio, f"{med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} entries/s, "
                                                 f"median of {rounds} rounds")
-
     start = {name: statistics.median(t.start for t in v) for name, v in results.items()}
     steady = {name: statistics.median(entries / t.batches for t in results[name]) for name in (EXACTLY, AT_LEAST)}
     print("\nthe same runs split (medians): the query's start, to its first micro-batch; then the micro-batches, "
@@ -302,7 +294,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from ._bench_common import bench_main_setup, server_url
-
     bench_main_setup()
     redis = functools.partial(faultinject.LocalRedis, appendfsync="always")
     with (tempfile.TemporaryDirectory(prefix="twopc-bench-stream-") as work,

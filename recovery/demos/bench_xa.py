@@ -30,7 +30,6 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
 
     from twopc import CommitOutcome, TransactionContext
     from twopc.sinks import MySqlXaSink
-
     sink = MySqlXaSink(url, table)
     sink.validate(pa.schema([("id", pa.int64())]))
     if not batched:  # the bench's "before": one XA COMMIT (and one marker lookup) per transaction
@@ -59,7 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     from twopc.faultinject import LocalMariaDB
-
     given = os.environ.get("TWOPC_BENCH_MARIADB_URL")
     with server_url(given, LocalMariaDB) as url:
         table = "bench_xa_" + uuid.uuid4().hex[:8]

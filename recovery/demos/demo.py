@@ -65,7 +65,6 @@ def create_table(url: str, table: str) -> None:
     """(Re)create the demo table, with a primary key on the source id as a user's table has:
     a restart must never write a committed row again (the key would refuse it)."""
     from ._bench_common import create_table as recreate
-
     recreate(url, table, "id bigint PRIMARY KEY, payload text, amount double precision")
 
 
@@ -87,13 +86,11 @@ def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
         raise SystemExit("twopc.recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")
     extra = dict(options or {})
     spark = crashable_spark("twopc-demo", partitions)
-
     def write(df: DataFrame) -> DataStreamWriter:
         w = df.writeStream.format(format_name).option("url", url).option("dbtable", table)
         for k, v in extra.items():
             w = w.option(k, v)
         return w
-
     run_stream_to_end(spark, input_dir, checkpoint, partitions, write)
 
 
@@ -142,7 +139,6 @@ def _demo(args: argparse.Namespace) -> int:
 
     from twopc import CommitLedger, faultinject
     from twopc.recovery import verify_postgres_ids
-
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     rng = random.Random(seed)
     points = rng.sample(CRASH_POINTS, min(args.crashes, len(CRASH_POINTS)))
@@ -167,7 +163,6 @@ def _demo(args: argparse.Namespace) -> int:
         def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
             what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
             print(f"    run ended: {run.describe()} ({what})", flush=True)
-
         report = runner.run_until_done(cmd, plan, max_restarts=len(points) + 3, timeout_s=1200,
                                        on_progress=lambda line: print("   ", line, flush=True),
                                        on_run_end=run_ended)

@@ -66,7 +66,6 @@ def create_table(pg_url: str, table: str) -> None:
     """(Re)create the target table, with the key the README recommends, ``UNIQUE (stream,
     entry_id)``: a restart must never write a committed entry again (the key would refuse it)."""
     from ._bench_common import create_table as recreate
-
     recreate(pg_url, table, "stream text NOT NULL, entry_id text NOT NULL, n bigint NOT NULL, payload text, "
                             "UNIQUE (stream, entry_id)")
 
@@ -85,7 +84,6 @@ def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
 def run_job(spec: PipelineSpec) -> None:
     """One run: both queries to the end of what the streams hold now, then stop."""
     from twopc.recovery.demos._job import crashable_spark
-
     spark = crashable_spark("twopc-pipeline", spec.partitions)
     ck = Path(spec.checkpoint)
     pg = (_source(spark, spec, GROUPS["pg"]).selectExpr("stream", "id AS entry_id", "n", "payload")
@@ -98,7 +96,6 @@ def run_job(spec: PipelineSpec) -> None:
                 .trigger(availableNow=True).start())
     seen = {"pg": -1, "counters": -1}
     queries = {"pg": pg, "counters": counters}
-
     def report() -> None:
         for name, q in queries.items():
             for p in q.recentProgress:
@@ -106,7 +103,6 @@ def run_job(spec: PipelineSpec) -> None:
                     seen[name] = p["batchId"]
                     print(f"progress: {name} batch {seen[name]} committed ({p['numInputRows']} entries)",
                           file=sys.stderr, flush=True)
-
     while active := [q for q in queries.values() if q.isActive]:
         report()
         active[0].awaitTermination(1)  # returns as soon as that query ends
@@ -123,7 +119,6 @@ def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 
     waits out a Redis restart. Returns how many were appended (stops early when *stop*)."""
     import redis
     import redis.exceptions as rex
-
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     ms = int(time.time() * 1000)
     done = 0
@@ -202,7 +197,6 @@ def verify(spec: PipelineSpec) -> Verdict:
     from twopc import CommitLedger
     from twopc.recovery import verify_postgres_ids
     from twopc.sinks.redis import RedisSink
-
     client: Any = redis.Redis.from_url(spec.redis_url)  # redis-py's command methods are loosely typed
     try:
         expected = {int(fields[b"n"]) for s in spec.streams for _eid, fields in client.xrange(s, "-", "+")}

@@ -51,7 +51,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from .pipeline import PipelineSpec, create_table, produce, verify, write_spec
-
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     rng = random.Random(seed)
     started = time.monotonic()
@@ -69,14 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"stream_before_ack crash", flush=True)
             done = threading.Event()
             produced = [0]
-
             def producer() -> None:
                 produced[0] = produce(rs.url, spec.streams, args.entries, rate=args.rate)
                 done.set()
-
             threading.Thread(target=producer, name="producer", daemon=True).start()
             killed_redis: list[bool] = []
-
             def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
                 what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
                 print(f"    run ended: {run.describe()} ({what})", flush=True)
@@ -85,7 +81,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rs.kill()
                     rs.start()
                     killed_redis.append(True)
-
             runner = faultinject.ChaosRunner(env=dict(os.environ), state_dir=Path(work) / "faults",
                                              stdout=subprocess.DEVNULL, tail_lines=60)
             cmd = [sys.executable, "-m", "twopc.recovery.demos.pipeline", "job", str(spec_path)]
