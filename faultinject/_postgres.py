@@ -25,14 +25,9 @@ _FIX = (
 
 
 def find_pg_bindir(explicit: str | None = None) -> str:
-    """Directory holding ``initdb``/``postgres``/``pg_isready``/``psql``.
-
-    Order: ``explicit``, ``$TWOPC_PG_BINDIR``, ``pg_config --bindir``, the highest
-    ``/usr/lib/postgresql/*/bin``, the directory of ``initdb`` on ``PATH``.
-
-    Raises:
-        ServerUnavailable: no directory with an ``initdb`` was found.
-    """
+    """Directory of ``initdb``/``postgres``/``pg_isready``/``psql``: *explicit*, ``$TWOPC_PG_BINDIR``,
+    ``pg_config --bindir``, the highest ``/usr/lib/postgresql/*/bin``, ``initdb`` on ``PATH``;
+    else ServerUnavailable."""
     candidates: list[str] = []
     candidates += [c for c in (explicit, os.environ.get("TWOPC_PG_BINDIR")) if c]
     pg_config = shutil.which("pg_config")
@@ -56,7 +51,7 @@ def find_pg_bindir(explicit: str | None = None) -> str:
 
 
 def _ensure_user(name: str) -> pwd.struct_passwd:
-    """Return the passwd entry of ``name``, creating a system user if needed (root only)."""
+    """The passwd entry of *name*, creating a system user if needed (root only)."""
     try:
         return pwd.getpwnam(name)
     except KeyError:
@@ -80,16 +75,11 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
 class LocalPostgres(LocalServer):
     """A private PostgreSQL cluster in a temporary directory, for tests and demos.
 
-    Listens on ``127.0.0.1:<port>`` (a free port chosen at first start and kept across
-    restarts) and on a unix socket in the temporary directory.  Has a role and database
-    ``twopc`` (random password) and superuser ``postgres`` (trust over the unix socket
-    only).  As root, every server binary runs as the system user ``run_as`` (created
-    if missing), because ``initdb``/``postgres`` refuse to run as root.
-
-    Guarantees: ``fsync=on``; prepared transactions survive :meth:`kill` +
-    :meth:`restart` (crash recovery replays them).  :meth:`stop` removes everything.
-    Servers still running at interpreter exit are stopped by an ``atexit`` hook.
-    """
+    Listens on ``127.0.0.1:<port>`` (chosen at first start, kept across restarts) and a unix
+    socket; role and database ``twopc`` (random password), superuser ``postgres`` (trust over the
+    socket only). As root the binaries run as system user *run_as* (they refuse root). ``fsync=on``:
+    prepared transactions survive :meth:`kill` + :meth:`restart`. :meth:`stop` removes everything;
+    an ``atexit`` hook stops servers still running."""
 
     _stop_signal = signal.SIGINT  # fast shutdown
     _fix = _FIX
@@ -140,12 +130,8 @@ class LocalPostgres(LocalServer):
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalPostgres:
-        """Create the cluster on first call, then start the server and wait until ready.
-
-        Raises:
-            ServerUnavailable: binaries missing, initdb/startup failed or timed out
-                (the message includes the server log tail).
-        """
+        """Create the cluster on first call, start the server, wait until ready; ServerUnavailable (with
+        the log tail) when that fails or times out."""
         if self.running:
             return self
         bindir = self._bindir = find_pg_bindir(self._bindir)
@@ -227,9 +213,8 @@ class LocalPostgres(LocalServer):
         self._wait_until(ready, "postgres")
 
     def crash(self) -> None:
-        """PostgreSQL's immediate shutdown (``pg_ctl stop -m immediate``: SIGQUIT to the
-        postmaster): every backend exits at once, nothing is checkpointed, the next start
-        runs crash recovery. Falls back to SIGKILL if it does not go within 10 s."""
+        """Immediate shutdown (``pg_ctl stop -m immediate``): nothing checkpointed, the next start runs
+        crash recovery; SIGKILL if it does not go within 10 s."""
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return

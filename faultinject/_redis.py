@@ -18,11 +18,8 @@ _FIX = (
 
 
 def find_redis_server(explicit: str | None = None) -> str:
-    """Path of ``redis-server``: ``explicit``, ``$TWOPC_REDIS_SERVER``, ``PATH``, /usr/bin.
-
-    Raises:
-        ServerUnavailable: not found (message says how to install it).
-    """
+    """Path of ``redis-server``: *explicit*, ``$TWOPC_REDIS_SERVER``, ``PATH``, /usr/bin; else
+    ServerUnavailable saying how to install it."""
     found = first_executable((explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
                               "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"))
     if found is None:
@@ -40,14 +37,11 @@ def _ping(port: int) -> bool:
 
 
 class LocalRedis(LocalServer):
-    """A private redis-server on ``127.0.0.1:<port>`` with data in a temporary directory.
+    """A private redis-server on ``127.0.0.1:<port>`` (kept across restarts), data in a temporary folder.
 
-    Runs with ``appendonly yes``, ``appendfsync always`` (configurable) and no RDB
-    snapshots, so every acknowledged write survives :meth:`kill` + :meth:`restart`
-    (the AOF is replayed).  The port is kept across restarts.  *extra_args* are appended
-    to the command line (e.g. a cluster node's ``--cluster-enabled yes``).  :meth:`stop` removes
-    the data; servers still running at interpreter exit are stopped by ``atexit``.
-    """
+    ``appendonly yes``, ``appendfsync always`` (configurable), no RDB snapshots: every acknowledged
+    write survives :meth:`kill` + :meth:`restart`. *extra_args* go on the command line.
+    :meth:`stop` removes the data; ``atexit`` stops servers still running."""
 
     _stop_timeout_s = 15.0
     _fix = _FIX
@@ -85,11 +79,7 @@ class LocalRedis(LocalServer):
         return os.path.join(self.data_dir, "redis.log")
 
     def start(self) -> LocalRedis:
-        """Start the server (first call creates the data dir) and wait until PING answers.
-
-        Raises:
-            ServerUnavailable: redis-server missing, exited, or not ready in time.
-        """
+        """Start the server (creating the data dir once), wait for PING; ServerUnavailable otherwise."""
         if self.running:
             return self
         binary = self._binary = find_redis_server(self._binary)

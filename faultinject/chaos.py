@@ -1,13 +1,9 @@
 """Run a job command under a fault plan, restarting it after each crash until it succeeds.
 
-The harness is dependency-free: the job is any command.  Each run starts in a new
-session (so the job is its own process-group leader) with the plan armed through the
-environment and ``TWOPC_CRASH_PGID`` set to the job's group, so a ``crash`` fired in any
-descendant (a Spark JVM's Python worker included) takes the whole job down; the job dies
-with the runner too, however the runner ends.  Rule ``times`` live in one state directory
-shared by all runs, so a restarted job does not crash again at a point whose ``times`` are
-used up.
-"""
+Each run starts in a new session with the plan armed and ``TWOPC_CRASH_PGID`` set to the job's
+group, so a ``crash`` in any descendant (a Spark Python worker included) takes the whole job
+down; the job dies with the runner too. Rule ``times`` live in one state directory shared by
+all runs, so a restarted job does not crash again where they are used up."""
 
 from __future__ import annotations
 
@@ -38,11 +34,8 @@ _WRAPPER = 'TWOPC_CRASH_PGID=$$; export TWOPC_CRASH_PGID; exec "$@"'
 
 @dataclasses.dataclass(frozen=True)
 class ChaosRun:
-    """Outcome of one run of the job.
-
-    ``returncode`` is the raw ``Popen`` code (negative = killed by that signal);
-    ``signal`` is the signal number if it died by one; ``stderr_tail`` the last lines.
-    """
+    """Outcome of one run: ``returncode`` (raw ``Popen`` code, negative = that signal), ``signal``
+    (the number it died by, if any), ``stderr_tail`` (the last lines)."""
 
     returncode: int
     signal: int | None
@@ -68,11 +61,8 @@ class ChaosRun:
 
 @dataclasses.dataclass(frozen=True)
 class ChaosReport:
-    """All runs of one :meth:`ChaosRunner.run_until_done` call.
-
-    ``fired`` holds the firing lines recorded in the state directory (complete even when
-    a crash swallowed the stderr line).
-    """
+    """All runs of one :meth:`ChaosRunner.run_until_done`; ``fired`` holds the firing lines of the
+    state directory (complete even when a crash swallowed the stderr line)."""
 
     runs: tuple[ChaosRun, ...]
     fired: tuple[str, ...]
@@ -118,16 +108,10 @@ class ChaosJobFailed(RuntimeError):
 class ChaosRunner:
     """Runs a job command repeatedly under a fault plan.
 
-    Args:
-        env: base environment for the job (default: ``os.environ``); inherited
-            ``TWOPC_FAULT*``/``TWOPC_CRASH_PGID`` variables are replaced.
-        cwd: working directory of the job.
-        state_dir: directory for rule slots; default: the plan's, else a temporary
-            directory removed when ``run_until_done`` returns.
-        stdout: where the job's stdout goes (``None`` = inherit).
-        echo_stderr: also copy every child stderr line to this process's stderr.
-        tail_lines: how many stderr lines each :class:`ChaosRun` keeps.
-    """
+    *env* is the job's base environment (default ``os.environ``; inherited ``TWOPC_FAULT*`` and
+    ``TWOPC_CRASH_PGID`` replaced), *cwd* its folder, *state_dir* where rule slots are counted
+    (default: the plan's, else a temporary folder removed afterwards), *stdout* where its stdout
+    goes (None: inherit); *echo_stderr* copies its stderr here, *tail_lines* are kept per run."""
 
     def __init__(
         self,
@@ -156,22 +140,13 @@ class ChaosRunner:
         on_progress: Callable[[str], None] | None = None,
         on_run_end: Callable[[ChaosRun, list[str]], None] | None = None,
     ) -> ChaosReport:
-        """Run ``cmd`` until it exits 0, restarting it after every abnormal end.
+        """Run *cmd* until it exits 0, restarting it after every abnormal end; after each run the
+        job's leftover processes are SIGKILLed and *on_run_end* gets the run and its new firing lines.
 
-        ``on_run_end`` is called after each run with the run and the firing lines that
-        run added (so a caller can report each crash as it happens).
-
-        ``timeout_s`` is the budget for all runs together; when it runs out the job's
-        session is SIGKILLed and the report says ``timed_out``.  ``on_progress`` is
-        called (from a reader thread) with each child stderr line starting with
-        ``faultinject:`` or ``progress:``.  After every run, leftover processes of the
-        job's group/session are SIGKILLed.  Never raises for job failures: inspect
-        ``report.completed`` or call ``report.raise_for_status()``.
-
-        Raises:
-            FaultSpecError: ``plan`` is malformed.
-            OSError: ``cmd`` cannot be started.
-        """
+        *timeout_s* budgets all runs together (then the job is SIGKILLed, the report ``timed_out``).
+        *on_progress* gets (from a reader thread) each stderr line starting ``faultinject:`` or
+        ``progress:``. Job failures never raise (see ``report.raise_for_status()``); FaultSpecError
+        for a malformed plan, OSError when *cmd* cannot start."""
         parsed = FaultPlan.coerce(plan)
         created: str | None = None
         state_dir = self.state_dir or parsed.state_dir
