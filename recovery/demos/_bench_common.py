@@ -1,8 +1,5 @@
-"""What the benchmarks share: the bench table, its generated rows, how a result is judged
-(:mod:`twopc.recovery.demos.bench`, :mod:`twopc.recovery.demos.bench_scaling`,
-:mod:`twopc.recovery.demos.bench_stream`), the PostgreSQL and the SparkSession a bench runs
-on, and what it reads of a process in ``/proc`` (:mod:`twopc.recovery.demos.bench_memory`,
-:mod:`twopc.recovery.demos.bench_soak`, :mod:`twopc.recovery.demos.bench_first_write`)."""
+"""What the benchmarks share: the bench table and its rows, how a result is judged, the PostgreSQL
+and SparkSession a bench runs on, and what it reads of a process in ``/proc``."""
 
 from __future__ import annotations
 
@@ -92,10 +89,8 @@ def verdict(ok: bool) -> str:
 
 
 def compile_package() -> None:
-    """Compile twopc's modules to bytecode, as installing the package does, so that a
-    benchmark's fresh processes load them as a user's do (a checkout run with
-    ``PYTHONDONTWRITEBYTECODE`` set would compile every module again in every process).
-    The sub-packages are compiled at their real paths: compileall does not follow links."""
+    """Compile twopc to bytecode as installing does, so a bench's fresh processes load it as a user's
+    do; sub-packages at their real paths (compileall does not follow links)."""
     import twopc
     root = Path(twopc.__file__).parent
     for folder in [root, *(p.resolve() for p in root.iterdir() if p.is_dir() and p.is_symlink())]:
@@ -103,16 +98,15 @@ def compile_package() -> None:
 
 
 def bench_main_setup() -> None:
-    """What a bench's ``main`` does first: SIGTERM runs the cleanup (stops the throwaway
-    servers) as Ctrl-C does, and Spark's Python workers run this interpreter."""
+    """What a bench's ``main`` does first: SIGTERM cleans up as Ctrl-C does; Spark's workers run this
+    interpreter."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @contextlib.contextmanager
 def server_url(url: str | None, server: Callable[[], Any]) -> Iterator[str]:
-    """*url*, or the URL of the throwaway server (a :mod:`twopc.faultinject` ``Local*``)
-    *server* makes, which runs while the block does."""
+    """*url*, or the URL of the throwaway server *server* makes, running while the block does."""
     if url:
         yield url
         return
@@ -121,16 +115,14 @@ def server_url(url: str | None, server: Callable[[], Any]) -> Iterator[str]:
 
 
 def postgres_url(url: str | None) -> contextlib.AbstractContextManager[str]:
-    """*url*, or the URL of a throwaway :class:`~twopc.faultinject.LocalPostgres` that runs
-    while the block does."""
+    """*url*, or the URL of a throwaway LocalPostgres running while the block does."""
     from twopc import faultinject
     return server_url(url, faultinject.LocalPostgres)
 
 
 def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: str) -> SparkSession:
-    """A ``local[2]`` SparkSession without UI or progress bar, in UTC, with the settings *conf*
-    (``spark.`` keys with dots as underscores: ``python_worker_reuse="false"``) and *extra*
-    (whole keys), logging errors only, twopc's sinks registered."""
+    """A ``local[2]`` session in UTC without UI, logging errors only, twopc's sinks registered, with
+    *conf* (``spark.`` keys, dots as underscores) and *extra* (whole keys)."""
     from pyspark.sql import SparkSession
 
     from twopc import sinks

@@ -1,13 +1,11 @@
-"""One run of :mod:`twopc.recovery.demos.bench_first_write`, as a script (``python <this file>``) so
-that it imports nothing of the project a writer does not need: start a local SparkSession,
-write 100 rows with one writer, stop. Prints one JSON line of the in-process times (seconds
-since the script began: the session ready, the write done, the session stopped).
+"""One run of :mod:`twopc.recovery.demos.bench_first_write`, as a script (importing nothing of the
+project a writer does not need): start a session, write 100 rows, stop; print one JSON line of
+the times (session ready, write done, stopped).
 
     python _first_write_child.py {noop|spark-jdbc|twopc} < params.json
 
-The parameters (``jdbc_url``, ``table``, ``props`` with the credentials, ``jar``, ``rows``,
-``exprs``) come on standard input, so the password is not on a command line.
-"""
+The parameters (``jdbc_url``, ``table``, ``props``, ``jar``, ``rows``, ``exprs``) come on stdin,
+keeping the password off the command line."""
 
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ INPUT_SCHEMA = "id BIGINT, payload STRING, amount DOUBLE"
 
 
 def crashable_spark(app_name: str, partitions: int) -> SparkSession:
-    """A ``local[2,3]`` session (failed tasks retried) whose driver, JVM and Python workers
-    all die together when a ``crash`` fault fires; every twopc data source is registered."""
+    """A ``local[2,3]`` session whose driver, JVM and Python workers die together on a ``crash``;
+    every twopc data source registered."""
     from twopc import faultinject
     faultinject.export_crash_group()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -39,8 +39,8 @@ def crashable_spark(app_name: str, partitions: int) -> SparkSession:
 
 def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, partitions: int,
                       write: Callable[[DataFrame], DataStreamWriter]) -> None:
-    """Read the JSON files of *input_dir* one per micro-batch, configure the sink with
-    *write*, run until the input is done (``availableNow``), printing progress, then stop."""
+    """Run *input_dir*'s JSON files one per micro-batch into the sink *write* configures, to the end
+    (``availableNow``), printing progress."""
     from twopc import CommitLedger
     ledger = CommitLedger(checkpoint)
     pending = [d.batch_id for d in ledger.pending()]

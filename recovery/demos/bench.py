@@ -1,44 +1,24 @@
 """``make bench``: twopc against its peers, in one run, on the same rows, as ratios.
 
-Batch throughput (rows of bigint, text, double, timestamp; ``local[2]``; the same
-cached DataFrame for every writer; each writer warmed up on a small write first):
+Batch throughput (bigint, text, double, timestamp rows; ``local[2]``; one cached DataFrame; each
+writer warmed up first; the same JDBC options and server for every JDBC writer):
 
-- ``twopc-jdbc`` with ``commitMode=prepared``: COPY from Arrow inside one prepared
-  transaction per task, committed by the driver after recording its decision in the
-  checkpoint (exactly-once);
-- ``twopc-jdbc`` with Spark's JDBC options and nothing else (the drop-in: no checkpoint,
-  no ``commitMode``; an append to an existing table on a server that can prepare runs in
-  prepared mode with its decision kept in the database);
-- ``twopc-jdbc`` with ``commitMode=staging`` and no ``checkpointLocation``: each task
-  commits its rows into a staging table, the driver moves them into the table in one
-  transaction (exactly-once);
-- Spark's built-in JDBC writer, ``batchsize=10000``, with and without
-  ``reWriteBatchedInserts=true`` (at-least-once; needs Debian's ``libpostgresql-jdbc-java``,
-  which ``make bench`` installs when it can);
-- one raw ``COPY ... FROM STDIN`` of the same rows from a CSV file (single stream, no Spark);
-- the machine's limit: as many raw ``COPY ... FROM STDIN (FORMAT binary)`` streams as the
-  write has tasks, at once, each in a plain transaction of its own, on the same rows encoded
-  beforehand by twopc's encoder (no Spark, no encoding in its time); the same with a marker
-  row and ``PREPARE TRANSACTION`` per stream and ``COMMIT PREPARED`` after (what prepared mode
-  adds on the database);
-- a no-op Python data source on the same cached rows (Spark's floor for any Python sink).
+- ``twopc-jdbc`` with ``commitMode=prepared``: COPY from Arrow in a prepared transaction per
+  task, committed by the driver after its decision is in the checkpoint (exactly-once);
+- the ``twopc-jdbc`` drop-in: Spark's JDBC options only (prepared mode, decision in the database);
+- ``twopc-jdbc`` with ``commitMode=staging``, no checkpoint (exactly-once);
+- Spark's JDBC writer, ``batchsize=10000``, with and without ``reWriteBatchedInserts=true``
+  (at-least-once; needs ``libpostgresql-jdbc-java``, which ``make bench`` installs when it can);
+- one raw ``COPY ... FROM STDIN`` of a CSV file (one stream, no Spark);
+- the machine's limit: a raw binary ``COPY`` stream per task, at once, on rows encoded beforehand
+  by twopc's encoder; the same with a marker row, ``PREPARE TRANSACTION`` and ``COMMIT PREPARED``;
+- a no-op Python data source (Spark's floor for any Python sink).
 
-Every twopc-jdbc and Spark writer gets the same JDBC options (``jdbc:postgresql://`` URL,
-``user``, ``password``, ``dbtable``, ``batchsize``), against the same server.
-
-The targets (:data:`twopc.recovery.demos.bench_summary.TARGETS`) are printed as MET/MISSED;
-the bench never fails on a miss. The report says where the time between the parallel COPY
-floor and prepared mode goes: the marker rows and PREPAREs, the encoding's CPU, Spark's side
-of a Python sink.
-
-Protocol cost per micro-batch: the median time of the driver's commit (ledger decision,
-``COMMIT PREPARED`` per task, committed mark, orphan sweep) plus plan-time recovery,
-against committing the same transactions without the protocol; the same for the staging
-mode (one local transaction moving the staged rows, plus the ledger records).
-
-Throughput runs at 2 and 16 partitions (``--partitions``). The rows of
-:mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``).
-"""
+Targets (:data:`twopc.recovery.demos.bench_summary.TARGETS`) are printed MET/MISSED, never failing;
+the report says where the time between the parallel COPY floor and prepared mode goes. Then the
+protocol cost per micro-batch (the driver's commit plus plan-time recovery, prepared and staging)
+against the same commits without the protocol. Throughput runs at ``--partitions`` (2 and 16);
+the rows of :mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``)."""
 
 from __future__ import annotations
 
@@ -106,14 +86,10 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                      twopc_options: Sequence[tuple[str, str]] = (), partitions: Sequence[int] = (2,),
                      then: Callable[[SparkSession], None] | None = None,
                      notes: dict[str, float] | None = None) -> dict[str, list[float]]:
-    """rows/s of each writer, *repeat* times (rounds interleave the writers), at each
-    partition count of *partitions* (the raw COPY, which has none, runs at the first only;
-    a writer's name says the count when there are several).
-
-    *spark_conf* is added to the session's configuration (every writer sees it);
-    *twopc_options* to the options of the twopc-jdbc writers only. *then* runs with the
-    session before it stops. *notes* gets ``encode_seconds``: the CPU the parallel COPY floor's
-    rows took to encode to COPY binary (made before its runs, out of its time)."""
+    """rows/s of each writer, *repeat* interleaved rounds, at each count of *partitions* (the raw COPY
+    at the first only). *spark_conf* goes to the session, *twopc_options* to the twopc-jdbc writers;
+    *then* runs with the session before it stops; *notes* gets ``encode_seconds``, the CPU the COPY
+    floor's rows took to encode (beforehand, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
     have_jdbc = os.path.exists(JDBC_JAR)
@@ -221,13 +197,10 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
 
 
 class _ParallelCopy:
-    """The machine's limit for a write of *table*'s rows by *n* tasks: as many raw ``COPY
-    ... FROM STDIN (FORMAT binary)`` streams as the write has tasks, at once, each in a plain
-    transaction of its own, on the same rows (one contiguous slice per stream). The bytes are
-    those twopc's encoder sends, made beforehand (:attr:`encode_seconds` of CPU), so the floor
-    has no encoding in it; with ``prepared`` each stream also inserts a marker row and
-    ``PREPARE TRANSACTION``\\ s, and the streams' transactions are committed with ``COMMIT
-    PREPARED`` after they all prepared (what twopc's prepared mode adds on the database)."""
+    """The machine's limit for a write by *slices* tasks: a raw binary ``COPY`` stream per task, at
+    once, each in a transaction of its own, on bytes twopc's encoder made beforehand
+    (:attr:`encode_seconds`); with ``prepared`` each stream adds a marker row and ``PREPARE
+    TRANSACTION``, committed with ``COMMIT PREPARED`` once all prepared."""
 
     def __init__(self, dsn: str, table: Any, slices: int) -> None:
         import concurrent.futures
@@ -261,8 +234,7 @@ class _ParallelCopy:
 
     def write(self, frame: Any, table: str, _version: int, *, prepared: bool,
               streams: dict[int, int] | None = None) -> None:
-        """The floor's write into *table*, as many streams as *frame* has partitions
-        (*streams*: partitions by frame; the warm-up's small frame gets 2)."""
+        """The floor's write into *table*, a stream per partition of *frame* (warm-up: 2)."""
         import psycopg
         from psycopg import sql
 
@@ -350,9 +322,8 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
 
 def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] = (),
            notes: dict[str, float] | None = None) -> None:
-    """The ratio table and the targets: medians over the rounds, and with several rounds
-    the range of each writer and of each round's own ratio (the writers of one round ran
-    back to back, so its ratio is the least disturbed by the machine's other load)."""
+    """The ratio table and the targets: medians over the rounds and, with several, each writer's
+    range and each round's own ratio (its writers ran back to back: the least disturbed ratio)."""
     med = {name: statistics.median(rates) for name, rates in results.items()}
     rounds = max((len(r) for r in results.values()), default=0)
     print(f"\nthroughput, {rows:,} rows (bigint, text, double, timestamptz), local[2], "

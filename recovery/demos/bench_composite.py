@@ -1,22 +1,14 @@
 """``python -m twopc.recovery.demos.bench_composite``: a two-target composite against the same two
 sinks written as two separate writes, in one run, on the same rows.
 
-1. Throughput through Spark (``local[2]``, the same cached DataFrame, each writer warmed
-   up first): ``twopc-composite`` with a PostgreSQL table (``id, payload, amount``) and Redis
-   counters (``INCRBY total 1``, ``HINCRBY per_category <category> 1``) as one write and
-   one decision per batch, against ``twopc-postgres`` and ``twopc-redis`` written one after
-   the other from the same DataFrame, each with its own checkpoint and decision (what a
-   user without the composite runs as two queries). Reported as rows/s and as a ratio;
-   target: the composite is not slower (ratio >= 1.0, printed MET/MISSED; the bench never
-   fails on a miss).
-2. The visibility gap: how long after the first participant's commit the last one is
-   done, i.e. how long a reader can see a batch in PostgreSQL but not yet in Redis (from
-   the composite's ``participant_committed`` events, through the real coordinator).
+1. Throughput (``local[2]``, one cached DataFrame, warmed up): ``twopc-composite`` of a PostgreSQL
+   table and Redis counters (``INCRBY total 1``, ``HINCRBY per_category <category> 1``), one
+   decision per batch, against ``twopc-postgres`` then ``twopc-redis``, each with its own
+   checkpoint. Target: the composite is not slower (ratio >= 1.0, printed MET/MISSED).
+2. The visibility gap: how long after the first participant's commit the last is done (a batch
+   seen in PostgreSQL, not yet in Redis), from ``participant_committed`` events.
 
-Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
-unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set. Machines are
-noisy: compare the ratio of one run.
-"""
+Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
 
 from __future__ import annotations
 
@@ -119,10 +111,8 @@ class _Gaps(logging.Handler):
 
 def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitions: int,
               rows_per_partition: int) -> tuple[list[float], list[float]]:
-    """Per batch, through the real coordinator (ledger decision, then every participant):
-    ms from the end of the first participant's commit to the end of the last's (the batch
-    is in PostgreSQL, not yet in Redis), and ms from the start of the first commit to the
-    end of the last (the whole window in which a reader may see part of the batch)."""
+    """Per batch, through the real coordinator: ms from the end of the first participant's commit to
+    the end of the last's, and from the start of the first to the end of the last."""
     import pyarrow as pa
 
     from twopc import CommitCoordinator, CommitLedger, TransactionContext, sinks

@@ -1,25 +1,13 @@
 """``python -m twopc.recovery.demos.bench_first_write``: what a short job's first write costs, whole
 processes, in one run, as ratios.
 
-Each run is a fresh ``python`` process (:mod:`twopc.recovery.demos._first_write_child`) that starts a
-local SparkSession (``local[2]``, the PostgreSQL JDBC jar on its class path), writes 100 rows
-and exits; it is timed from the process's start to its exit. The writers, alternated run by run:
-
-- the no-op Python data source (:mod:`twopc.recovery.demos._noop`: Arrow writers that consume
-  their rows and do nothing): Spark's floor for any Python sink;
-- Spark's own JDBC writer (Debian's ``libpostgresql-jdbc-java``, ``make jdbc-driver``);
-- the ``twopc-jdbc`` drop-in: ``twopc.register_all(spark)`` and
-  ``.format("twopc-jdbc")`` with the same options (an append to an existing table on a server
-  that can prepare: prepared mode, its decision kept in the database).
-
-Each writer first runs once unmeasured (the page cache, the marker tables of the database), and
-twopc's modules are compiled to bytecode first, as an installation does.
-Reported: the medians of the whole process and of the write alone (from the session ready to
-the write done), the ratios twopc / no-op and twopc / Spark JDBC, and each round's own ratio.
-Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`): twopc within 1.15x the no-op source.
-
-Uses a throwaway :class:`twopc.faultinject.LocalPostgres` unless ``TWOPC_BENCH_POSTGRES_URL`` is set.
-"""
+Each run is a fresh process (:mod:`twopc.recovery.demos._first_write_child`) that starts a
+``local[2]`` session, writes 100 rows and exits, timed from start to exit. Writers, alternated:
+the no-op Python data source (Spark's floor), Spark's JDBC writer, and the ``twopc-jdbc``
+drop-in with the same options. Each runs once unmeasured first; twopc is compiled to bytecode
+first, as an install does. Reported: medians of the process and of the write alone, the ratios
+twopc / no-op and twopc / Spark JDBC, each round's ratio. Target: twopc within 1.15x the no-op.
+A throwaway PostgreSQL unless ``TWOPC_BENCH_POSTGRES_URL`` is set."""
 
 from __future__ import annotations
 

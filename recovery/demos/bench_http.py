@@ -1,19 +1,13 @@
 """``python -m twopc.recovery.demos.bench_http``: twopc-http delivering 20,000 requests, against plain
-at-least-once async sends with the same client (httpx's ``AsyncClient``), the same concurrency and
-the same requests, to the same service.
+at-least-once async sends with the same client, concurrency, requests and service.
 
-- twopc-http, through the sink's API as Spark's tasks and driver call it: 4 task attempts write
-  their outboxes (prepare: one object each in a local outbox folder), then the driver's
-  ``commit_all`` delivers them with ``maxConcurrency`` 16, records the answers every 256, marks
-  the outboxes delivered. Timed from the first row to the last marker.
-- plain: the same 20,000 requests (URL, JSON body, an ``Idempotency-Key``) sent by 16 workers
-  through one ``httpx.AsyncClient`` with a pool of 16 connections; nothing recorded.
+- twopc-http through the sink's API: 4 task attempts write their outboxes, then ``commit_all``
+  delivers them (``maxConcurrency`` 16, answers recorded every 256), timed to the last marker;
+- plain: the same requests (with ``Idempotency-Key``) sent by 16 workers through one
+  ``httpx.AsyncClient`` (16 connections), nothing recorded.
 
-The service runs in a process of its own (an asyncio HTTP/1.1 server that follows the
-``Idempotency-Key`` draft: the first request of a key is applied and its answer stored, a repeat
-gets the stored answer), so client and server do not share one interpreter. Reported as
-requests/s and as the ratio twopc-http / plain (median of the interleaved repeats); target >= 0.8.
-"""
+The service (an asyncio server following the ``Idempotency-Key`` draft) runs in its own process.
+Reported as requests/s and the ratio twopc-http / plain (median); target >= 0.8."""
 
 from __future__ import annotations
 
@@ -95,7 +89,7 @@ def bench_sink(url: str, first: int, n: int, partitions: int) -> float:
 
 
 def bench_plain(url: str, first: int, n: int) -> float:
-    """Seconds to send the same requests at least once: httpx's async client, the same pool and workers."""
+    """Seconds to send the same requests at least once (httpx's async client, same pool and workers)."""
     import httpx
     rows = _rows(first, n).to_pylist()
     async def run() -> float:

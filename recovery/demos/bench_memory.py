@@ -1,16 +1,10 @@
-"""``make bench``, memory per task: the peak RSS of the Python worker of one task that writes
-a partition of 0.5M rows and one that writes 5M rows, through ``twopc-postgres`` (prepared
-mode, with a checkpoint) and the ``twopc-jdbc`` drop-in (Spark's JDBC options only).
+"""``make bench``, memory per task: the peak RSS of the Python worker of one task writing 0.5M rows
+and one writing 5M, through ``twopc-postgres`` (prepared, checkpoint) and the ``twopc-jdbc``
+drop-in. A task streams its partition (Arrow in, ``COPY`` out), so the peaks should match.
+Target: the 5M peak at most 1.2x the 0.5M peak, per format.
 
-A task streams its partition (Arrow batches in, ``COPY`` out) and holds none of it past the
-batch it encodes, so its worker's peak is the same for 0.5M and for 5M rows. Target: the 5M
-peak at most 1.2x the 0.5M peak, per format.
-
-The peak is sampled: every 20 ms while the write runs, the RSS of each Python worker of
-the bench's own SparkSession's ``pyspark.daemon`` for ``pyspark.worker`` (the processes that run the tasks),
-the highest kept. Each write starts fresh workers (``spark.python.worker.reuse`` false), so a peak
-belongs to the one task of its write.
-"""
+Sampled every 20 ms: the RSS of the session's ``pyspark.worker`` processes; each write starts
+fresh workers (``spark.python.worker.reuse`` false), so a peak belongs to its one task."""
 
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ FORMATS = {"postgres": ("twopc-postgres (prepared, checkpoint)", "memory.postgre
 
 
 def _task_workers(jvm_pid: int) -> dict[str, int]:
-    """The Python task workers Spark's JVM *jvm_pid* runs (the children of its
-    ``pyspark.daemon pyspark.worker``, the daemon included), with their RSS in KiB."""
+    """The Python task workers of JVM *jvm_pid* (its ``pyspark.daemon`` included), RSS in KiB."""
     out = {}
     for name, argv in processes():
         if TASK_WORKER not in argv or b"pyspark.daemon" not in argv:
@@ -57,8 +50,7 @@ def _task_workers(jvm_pid: int) -> dict[str, int]:
 
 
 def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.02) -> tuple[float, float]:
-    """Run *write*; return (the highest RSS of a task worker of the JVM *jvm_pid* while it
-    ran, MiB; seconds)."""
+    """Run *write*; return the highest RSS of a task worker while it ran (MiB) and its seconds."""
     peak = 0
     done = threading.Event()
     def sample() -> None:
@@ -80,8 +72,7 @@ def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.
 
 def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int = 1,
                  formats: Sequence[str] = tuple(FORMATS)) -> dict[str, dict[int, list[float]]]:
-    """Per format (keys of :data:`FORMATS`) and size: the peak RSS (MiB) of the task's
-    worker, *repeat* writes each."""
+    """Per format and size: the peak RSS (MiB) of the task's worker, *repeat* writes each."""
     from ._bench_common import ROW_EXPRS, bench_session, create_table, jdbc_target
     from ._noop import NOOP_FORMAT, NoopDataSource
     spark = bench_session("twopc-bench-memory", python_worker_reuse="false")

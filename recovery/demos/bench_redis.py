@@ -1,18 +1,13 @@
 """``python -m twopc.recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
 
-1. Throughput end to end through the sink API (``begin_transaction``, ``invoke_batch``,
-   ``pre_commit`` per partition, then ``commit_all`` of the handles, as the driver does) against
-   plain pipelined writes of the same effects without the protocol (at-least-once): once
-   per row as a naive writer sends them, and once with the counters pre-summed client-side
-   (the sink folds counters per transaction, so this is the fairer baseline). Reported as
-   rows/s and as ratios.
-2. How long one commit blocks the server: the server-side time of the commit FCALL
-   (``INFO commandstats``, after ``CONFIG RESETSTAT``) per 10k HSET fields, and per 10k rows of
-   the mixed mapping; plus the cost of an already-committed replay.
+1. Throughput through the sink API (per partition ``begin_transaction``, ``invoke_batch``,
+   ``pre_commit``, then ``commit_all``, as the driver does) against plain pipelined writes of the
+   same effects: once per row, and with counters pre-summed client-side (the fairer baseline:
+   the sink folds counters per transaction). Rows/s and ratios.
+2. How long a commit blocks the server: the commit FCALL's server-side time (``INFO
+   commandstats``) per 10k HSET fields and per 10k rows of the mixed mapping, and a replay's.
 
-Uses its own throwaway :class:`twopc.faultinject.LocalRedis` (AOF, ``appendfsync always``) unless
-``TWOPC_BENCH_REDIS_URL`` is set. Machines are noisy: compare the ratios of one run.
-"""
+A throwaway LocalRedis (``appendfsync always``) unless ``TWOPC_BENCH_REDIS_URL`` is set."""
 
 from __future__ import annotations
 
@@ -116,8 +111,7 @@ def _fcall_usec(r: Any) -> float:
 
 
 def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, float]:
-    """Server-side milliseconds of one commit FCALL: *fields* HSET fields in one hash, and
-    *fields* rows of the mixed mapping; and of an already-committed replay."""
+    """Server-side ms of one commit FCALL: *fields* HSET fields, *fields* mixed rows, and a replay."""
     import redis
 
     from twopc import TransactionContext

@@ -1,17 +1,12 @@
-"""``make bench``, the parts about fixed and per-batch costs: the protocol's
-per-batch cost as the partition count grows, a small write, and a streaming micro-batch's
-latency, each beside what the same work costs without twopc, in the same run.
+"""``make bench``, the fixed and per-batch costs, each beside the same work without twopc:
 
-- Protocol cost at 2, 16, 64 and 200 partitions (prepared mode, PostgreSQL, 10 rows per
-  partition; :func:`bench_partitions`), against plain commits and against the same prepared
-  transactions committed without the protocol (PostgreSQL flushes its WAL once per ``COMMIT
-  PREPARED``, so that floor itself grows with the partition count).
-- Small write: 20,000 rows through the drop-in ``twopc-jdbc`` against Spark's JDBC writer.
-- Micro-batch latency (1,000 rows each) into ``twopc-jdbc``, against ``foreachBatch`` with
-  Spark's JDBC writer and against a no-op Python stream sink (:mod:`twopc.recovery.demos._noop`).
+- protocol cost at 2, 16, 64 and 200 partitions (prepared mode, 10 rows a partition) against
+  plain commits and the same prepared transactions committed without the protocol;
+- a 20,000-row write through the drop-in ``twopc-jdbc`` against Spark's JDBC writer;
+- micro-batch latency (1,000 rows) into ``twopc-jdbc`` against ``foreachBatch`` with Spark's
+  JDBC writer and a no-op Python stream sink.
 
-The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
-"""
+Targets: :data:`twopc.recovery.demos.bench_summary.TARGETS`."""
 
 from __future__ import annotations
 
@@ -50,15 +45,12 @@ MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 def bench_partitions(url: str, work: Path, batches: int,
                      partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
-    """Per partition count: median ms per batch of the driver's commit (``commit``), of
-    the commit plus plan-time recovery (``protocol``), of plain commits of the same
-    transactions one after the other (``plain``) and of the same prepared transactions
-    committed in the sink's pipelines without the protocol (``floor``); the three kinds of
-    batch alternate round by round (the order reversed every other round), so that the
-    machine's other load falls on all of them alike. ``ratio`` is the median of the rounds'
-    own commit / floor ratios. The driver commit's phases (``decision``: the decision
-    recorded in the checkpoint; ``commits``: the ``COMMIT PREPARED`` pipelines; ``mark``:
-    the committed mark; ``sweep``: listing what is left prepared) are medians too."""
+    """Per partition count, median ms per batch of the driver's commit (``commit``), plus plan-time
+    recovery (``protocol``), of plain commits (``plain``) and of the prepared transactions committed
+    without the protocol (``floor``: PostgreSQL flushes its WAL per ``COMMIT PREPARED``); the kinds
+    alternate round by round, order reversed every other round, so load falls on all alike.
+    ``ratio`` is the median of the rounds' commit / floor; the commit's phases (``decision``,
+    ``commits``, ``mark``, ``sweep``) are medians too."""
     dsn = libpq_dsn(url)
     out: dict[int, dict[str, float]] = {}
     for n in partitions:
@@ -128,9 +120,8 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
 
 
 def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) -> dict[str, list[float]]:
-    """Seconds of a 20k-row write: the plain drop-in (``twopc-jdbc``, no other option), the
-    same with a checkpoint (prepared mode), and Spark's JDBC writer (when its driver jar is
-    there); *repeat* rounds, interleaved, after one warm-up write each."""
+    """Seconds of a 20k-row write: the drop-in, the same with a checkpoint, and Spark's JDBC writer
+    (when its jar is there); *repeat* interleaved rounds after a warm-up each."""
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
     jdbc_url, props = jdbc_target(url)
@@ -166,10 +157,9 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
 
 def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
                         rounds: int = 2) -> dict[str, list[float]]:
-    """ms of Spark's ``triggerExecution`` per micro-batch (1,000 rows each, from JSON files
-    read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer
-    and vs the no-op Python stream sink, the same input; *rounds* queries of each, the order
-    reversed every other round (each query's micro-batches after its first are kept)."""
+    """ms of ``triggerExecution`` per micro-batch (1,000 rows from JSON files): ``twopc-jdbc`` vs
+    ``foreachBatch`` + Spark's JDBC writer vs the no-op sink; *rounds* queries of each, order
+    reversed every other round, each query's first micro-batch dropped."""
     from ._noop import NOOP_FORMAT, NoopDataSource
     spark.dataSource.register(NoopDataSource)
     source = work / "micro-src"
@@ -209,10 +199,8 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
 
 
 class _PreparedFloor:
-    """Commits *n* prepared transactions of 10 rows without the protocol, as fast as the
-    sink's commit may: the same pipelines on as many connections at once (what PostgreSQL's
-    one WAL flush per ``COMMIT PREPARED`` leaves); :meth:`round` prepares them, then times
-    their commit."""
+    """Commits *n* prepared transactions of 10 rows without the protocol, on as many connections at
+    once; :meth:`round` prepares them, then times their commit."""
 
     def __init__(self, dsn: str, table: str, n: int) -> None:
         import concurrent.futures
@@ -264,9 +252,8 @@ def _timing(phases: dict[str, float], name: str, fn: Callable[..., Any]) -> Call
 
 
 def _TimedPostgresSink(url: str, table: str, *, phases: dict[str, float]) -> Any:  # noqa: N802 - reads as a class
-    """A :class:`~twopc.sinks.PostgresSink` whose first ``COMMIT PREPARED`` of a batch
-    (``first``), the others' pipelines (``commits``) and listing of prepared transactions
-    (``sweep``) add their time to *phases*."""
+    """A PostgresSink adding to *phases* the time of a batch's first ``COMMIT PREPARED`` (``first``),
+    the others' pipelines (``commits``) and the listing of prepared transactions (``sweep``)."""
     from twopc.sinks import PostgresSink
     sink = PostgresSink(url, table)
     commit_all = sink.commit_all
@@ -278,8 +265,7 @@ def _TimedPostgresSink(url: str, table: str, *, phases: dict[str, float]) -> Any
 
 
 def _TimedLedger(location: str, *, phases: dict[str, float]) -> Any:  # noqa: N802 - reads as a class
-    """A :class:`~twopc.CommitLedger` whose decision record (``decision``) and committed mark
-    (``mark``) add their time to *phases*."""
+    """A CommitLedger adding to *phases* the time of its decision (``decision``) and mark (``mark``)."""
     from twopc import CommitLedger
     ledger = CommitLedger(location)
     ledger.record_decision = _timing(phases, "decision", ledger.record_decision)  # type: ignore[method-assign]  # timing wrapper

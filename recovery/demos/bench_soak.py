@@ -1,35 +1,19 @@
 """``make soak``: whether twopc's cost stays flat as a streaming query runs on (not a test).
 
-A query that runs for months makes millions of micro-batches; this runs *--batches*
-micro-batches (default 5,000) of 10 rows each (Spark's ``rate-micro-batch`` source,
-``rowsPerBatch`` 10, processing-time trigger 0: the next micro-batch starts as soon as one ends)
-into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``, one query after the other, each
-with the default retention (``minBatchesToRetain`` 100), against a throwaway PostgreSQL and
-Redis. A fourth run writes the same micro-batches as separate batch writes of ``twopc-jdbc``
-with Spark's JDBC options only (no ``checkpointLocation``: their decisions live in the
-database's ``twopc_ledger`` and the driver agent holds their lease); ``--jdbc-writes`` sets
-how many (default the same count).
+Runs *--batches* micro-batches (default 5,000) of 10 rows (``rate-micro-batch``, trigger 0) into
+``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc`` in turn, default retention, on throwaway
+PostgreSQL and Redis; then *--jdbc-writes* batch writes of ``twopc-jdbc`` with Spark's JDBC
+options only (ledger in the database, lease held by the driver agent).
 
-Every *--every* micro-batches (default 500) it records:
+Every *--every* micro-batches (default 500) it records the median ``addBatch`` since the last
+record, the files and bytes under ``twopc/``, the rows of ``twopc_markers``, ``twopc_ledger``
+and ``twopc_batches`` (Redis: its marker sets), the RSS of the driver, the JVM and the agent,
+and the JVM's heap after ``System.gc()`` (G1 grows its heap towards ``-Xmx`` between
+collections; Spark's status store keeps 100 executions, jobs and stages).
 
-- the cost per micro-batch: the median of Spark's ``addBatch`` (the write's tasks and
-  twopc's commit) over the micro-batches since the last record (a batch write's own time for
-  the fourth run);
-- the files and bytes under the checkpoint's ``twopc/`` folder;
-- the rows in ``twopc_markers``, ``twopc_ledger`` and ``twopc_batches`` (the Redis run: the
-  members of its marker sets);
-- the RSS of the driver (the Python process that runs this, and Spark's JVM) and of the
-  driver agent (the fourth run; the streaming queries keep their ledger in the checkpoint and
-  start none), and the JVM's heap in use; the JVM's two after a full collection
-  (``System.gc()``): between collections G1 grows the heap it uses towards ``-Xmx`` and the
-  RSS follows, whatever the JVM keeps. Spark's status store keeps 100 SQL executions, jobs and
-  stages (1,000 by default: a heap that grows for the first 1,000 micro-batches, then stays).
-
-It prints the table and judges the targets: the cost per micro-batch at the last record
-within 10% of the first record's; the ledger's files, bytes and rows no more than at the
-first record after the retention filled (plus 10%); each RSS within 10% of the first record's.
-A figure that grows is a bug, whatever the verdict.
-"""
+Targets: the last cost within 10% of the first; the ledger's files, bytes and rows no more than
+at the first record after retention filled (+10%); each RSS within 10% of the first. A figure
+that grows is a bug, whatever the verdict."""
 
 from __future__ import annotations
 
@@ -91,8 +75,7 @@ def _rss_mb(pid: int | None) -> float | None:
 
 
 def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
-    """Files and bytes under the checkpoint's ``twopc/`` folder, read while the query runs (a
-    file the ledger's retention removes between the listing and its ``stat`` is not counted)."""
+    """Files and bytes under the checkpoint's ``twopc/`` (a file removed while listing is not counted)."""
     if checkpoint is None:
         return 0, 0
     count = nbytes = 0
@@ -139,9 +122,8 @@ def _redis_markers(url: str) -> dict[str, int]:
 
 
 def _agent_pid(jvm_pid: int | None) -> int | None:
-    """The driver agent of the driver whose JVM is *jvm_pid* (the plan's Python worker, a child
-    of the JVM, starts it for a write without a checkpoint), if one runs: the process running
-    twopc's agent module whose driver argument names that pid."""
+    """The driver agent of the driver whose JVM is *jvm_pid*, if one runs (a process of twopc's agent
+    module naming that pid)."""
     if jvm_pid is None:
         return None
     for pid, argv in processes():
@@ -194,9 +176,7 @@ class Jvm:
     gateway: Any  # py4j's view of the JVM (``SparkContext._jvm``)
 
     def collect(self) -> float:
-        """A full collection (``System.gc()``), then the heap in use, MiB: the JVM's live
-        objects. Between two collections its RSS follows the heap G1 has grown into (up to
-        ``-Xmx``), which says nothing of what it keeps; after one it is comparable."""
+        """The heap in use after ``System.gc()``, MiB: comparable, unlike RSS between collections."""
         self.gateway.java.lang.System.gc()
         usage = self.gateway.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
         return float(usage.getUsed()) / 2**20
@@ -242,8 +222,8 @@ def soak_stream(spark: SparkSession, progress: _Progress, name: str, writer: Cal
 
 def soak_jdbc_writes(spark: SparkSession, jdbc_url: str, props: dict[str, str], table: str, writes: int,
                      every: int, rows: Callable[[], dict[str, int]], jvm: Jvm) -> Leg:
-    """*writes* batch writes of 10 rows each through ``twopc-jdbc`` with Spark's JDBC options
-    only (no checkpoint: the ledger in the database), recording every *every*."""
+    """*writes* batch writes of 10 rows through ``twopc-jdbc`` with Spark's JDBC options only,
+    recording every *every*."""
     name = "twopc-jdbc, batch writes, no checkpoint"
     leg = Leg(name)
     df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(*ROW_EXPRS).cache()

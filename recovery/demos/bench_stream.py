@@ -1,37 +1,22 @@
 """``python -m twopc.recovery.demos.bench_stream``: the Redis Stream source end to end, against the
 same pipeline at-least-once, in one run, on the same entries, as a ratio.
 
-Redis Stream -> Spark -> PostgreSQL, ``local[2]``, the same servers and the same entries (two
-streams, fields ``n`` and ``payload``), each pipeline with its own consumer group and table
-(``stream, entry_id, n, payload``), micro-batches of ``--batch`` entries:
+Redis Stream -> Spark -> PostgreSQL, ``local[2]``, two streams (fields ``n``, ``payload``),
+micro-batches of ``--batch`` entries, each pipeline with its own group and table:
 
-- exactly-once: ``twopc-redis-stream`` (``maxEntriesPerTrigger``, ``fieldsSchema``) into
-  ``twopc-postgres``, ``trigger(availableNow=True)``: ranges fixed in the offset log, read
-  with ``XRANGE`` on the executors, one prepared transaction per task, the group acknowledged
-  in the source's ``commit``;
-- at-least-once: what a user writes without twopc. A ``foreachBatch`` query (ticked by the
-  ``rate-micro-batch`` source) whose function does ``XREADGROUP ... >`` on the driver (a fair
-  share of the batch per stream), ``createDataFrame`` of the entries (Arrow), Spark's JDBC
-  writer (``batchsize=10000``; Debian's ``libpostgresql-jdbc-java``), then ``XACK``.
+- exactly-once: ``twopc-redis-stream`` into ``twopc-postgres``, ``availableNow`` (ranges in the
+  offset log, ``XRANGE`` on the executors, a prepared transaction per task, the group
+  acknowledged in the source's ``commit``);
+- at-least-once, as a user writes it without twopc: ``foreachBatch`` (ticked by
+  ``rate-micro-batch``) doing ``XREADGROUP ... >`` on the driver, ``createDataFrame``, Spark's
+  JDBC writer (``batchsize=10000``), then ``XACK``.
 
-Each pipeline is warmed up first on a small stream of its own (JVM, Python workers,
-connections). The rounds interleave the two pipelines; each round reads the same entries with
-new groups into new tables. Every run is checked: one row per entry, nothing pending, no lag.
-The time of a run is from the query's start to its end, so both pay Spark's per-batch
-bookkeeping (offset and commit logs). Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`),
-printed as MET/MISSED (the bench never fails on a miss): exactly-once at least as fast as
-at-least-once, in entries/s. Each run is also split, from Spark's progress reports, into the
-query's start (to its first micro-batch) and its micro-batches (from the first one's start to
-the end of the last one that carried entries): a Python source starts a Python process of its
-own on the driver (PySpark's streaming source runner) before its first micro-batch, which a
-JVM source does not, and a query that runs for hours pays that once. Each round also starts a
-query of the no-op Python source into the no-op Python sink (:mod:`twopc.recovery.demos._noop`,
-one row, ``availableNow``): Spark's floor for a Python streaming source's start.
-
-Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
-(``appendfsync always``, as the pipeline's demo) unless ``TWOPC_BENCH_POSTGRES_URL`` /
-``TWOPC_BENCH_REDIS_URL`` are set. Machines are noisy: compare the ratios of one run.
-"""
+Both warm up first; rounds interleave them, with new groups and tables; every run is checked
+(one row per entry, nothing pending, no lag). A run's time is from the query's start to its end;
+it is also split into the start (a Python source starts a runner process on the driver first)
+and the micro-batches, beside a no-op Python source's start (:mod:`twopc.recovery.demos._noop`).
+The target (:data:`twopc.recovery.demos.bench_summary.TARGETS`) is printed MET/MISSED. Throwaway
+servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
 
 from __future__ import annotations
 
@@ -65,9 +50,8 @@ FIELDS = "n BIGINT, payload STRING"
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds of one run: *total* from the query's start to its end, *start* from the
-    query's start to its first micro-batch, *batches* from the first micro-batch's start to
-    the end of the last one that carried entries."""
+    """Seconds of one run: *total* (query start to end), *start* (to the first micro-batch),
+    *batches* (first micro-batch's start to the end of the last that carried entries)."""
 
     total: float
     start: float
@@ -75,8 +59,7 @@ class Timing:
 
 
 def _timing(query: StreamingQuery, started: float, ended: float, carried: Callable[[dict[str, Any]], bool]) -> Timing:
-    """The :class:`Timing` of *query* from its progress reports (epoch seconds *started* and
-    *ended* around it); *carried* tells the micro-batches that carried entries."""
+    """The :class:`Timing` of *query* from its progress reports; *carried* tells batches with entries."""
     progress = query.recentProgress
     if not progress or progress[0]["batchId"] != 0:
         raise SystemExit("bench: the query's first progress report is missing (raise "
@@ -88,7 +71,7 @@ def _timing(query: StreamingQuery, started: float, ended: float, carried: Callab
 
 
 def _epoch(timestamp: str) -> float:
-    """Epoch seconds of a progress report's ``timestamp`` (``2026-11-27T10:35:01.123Z``)."""
+    """Epoch seconds of a progress report's ``timestamp``."""
     return datetime.datetime.fromisoformat(timestamp).timestamp()
 
 
@@ -194,8 +177,7 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
 
 
 def run_floor(spark: SparkSession, fmt: str, checkpoint: str) -> Timing:
-    """The no-op Python source (:mod:`twopc.recovery.demos._noop`) into the no-op Python sink:
-    Spark's floor for a Python streaming source's start."""
+    """The no-op Python source into the no-op Python sink: Spark's floor for a Python source's start."""
     started = time.time()
     q = (spark.readStream.format(fmt).load().writeStream.format(fmt).option("checkpointLocation", checkpoint)
          .trigger(availableNow=True).start())
@@ -246,8 +228,7 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
 
 
 def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
-    """Medians, each round's own ratio, and the target; then the same split into the query's
-    start and its micro-batches."""
+    """Medians, each round's ratio and the target, then the split into start and micro-batches."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
     rounds = len(results[EXACTLY])

@@ -1,12 +1,10 @@
 """``python -m twopc.recovery.demos.bench_xa``: the commit of one batch's prepared XA transactions on
-MariaDB/MySQL, one ``XA COMMIT`` round trip per transaction against the whole batch in one
-query (what :meth:`twopc.sinks.MySqlXaSink.commit_all` does), on the same server in one run.
+MariaDB/MySQL, one ``XA COMMIT`` round trip each against the whole batch in one query (what
+:meth:`twopc.sinks.MySqlXaSink.commit_all` does), on the same server in one run.
 
-Each repeat prepares ``--transactions`` XA transactions (one row each, through the sink, as
-``--transactions`` Spark tasks would), then times only ``commit_all``; the two ways alternate.
-Uses its own throwaway :class:`twopc.faultinject.LocalMariaDB` unless ``TWOPC_BENCH_MARIADB_URL``
-is set (a database the sink may create tables in). Machines are noisy: compare the ratio.
-"""
+Each repeat prepares ``--transactions`` XA transactions through the sink, then times only
+``commit_all``, the two ways alternating. A throwaway LocalMariaDB unless
+``TWOPC_BENCH_MARIADB_URL`` is set."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
 """``make demo``: crash a streaming query into PostgreSQL again and again, then verify.
 
 ``python -m twopc.recovery.demos.demo`` starts a throwaway PostgreSQL (or uses ``--url`` /
-``TWOPC_DEMO_POSTGRES_URL``), writes input files, and runs a Spark streaming query into the
-``twopc-postgres`` sink under a fault plan that hard-kills the whole job (driver, JVM and
-Python workers, SIGKILL, no cleanup) at random protocol points. After each crash the job
-is restarted from the same checkpoint, until the input is done. Then it prints the
-verification: rows expected, rows found, duplicates, lost, dangling prepared transactions.
+``TWOPC_DEMO_POSTGRES_URL``), writes input files and runs a streaming query into
+``twopc-postgres`` under a plan that SIGKILLs the whole job at random protocol points,
+restarting it from its checkpoint until the input is done; then prints the verification.
 
-``python -m twopc.recovery.demos.demo job ...`` is one run of the query (what the chaos runner starts);
-it reads the database URL from ``TWOPC_DEMO_URL`` so the password is not on a command line
-(``--url`` overrides it, e.g. for a SQLite file). ``--format`` picks the sink (default
-``twopc-postgres``; ``twopc-jdbc`` takes a ``jdbc:postgresql://`` or ``jdbc:sqlite:`` URL)
-and each ``--option key=value`` is passed to the writer, e.g. ``--option commitMode=staging``.
-"""
+``... demo job`` is one run of the query; it reads the URL from ``TWOPC_DEMO_URL`` (``--url``
+overrides it); ``--format`` picks the sink (``twopc-jdbc`` takes a ``jdbc:postgresql://`` or
+``jdbc:sqlite:`` URL) and each ``--option key=value`` goes to the writer."""
 
 from __future__ import annotations
 
@@ -45,8 +40,7 @@ CRASH_POINTS = (
 
 
 def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_file: int = 0) -> list[int]:
-    """Write *files* JSON-lines files of consecutive ids (file k holds ids
-    ``k*rows_per_file ...``), starting at file number *first_file*; return the ids."""
+    """Write *files* JSON-lines files of consecutive ids from file *first_file*; return the ids."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     ids = []
@@ -62,8 +56,7 @@ def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_fil
 
 
 def create_table(url: str, table: str) -> None:
-    """(Re)create the demo table, with a primary key on the source id as a user's table has:
-    a restart must never write a committed row again (the key would refuse it)."""
+    """(Re)create the demo table with a primary key on the source id, as a user's table has."""
     from ._bench_common import create_table as recreate
     recreate(url, table, "id bigint PRIMARY KEY, payload text, amount double precision")
 
@@ -78,9 +71,8 @@ def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
 def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
             format_name: str = "twopc-postgres", url: str | None = None,
             options: Mapping[str, str] | None = None) -> None:
-    """One run of the streaming query into *format_name* (default ``twopc-postgres``): all
-    available input, then stop. *url* defaults to ``TWOPC_DEMO_URL``; *options* are extra
-    writer options."""
+    """One run of the query into *format_name*: all available input, then stop (*url* defaults to
+    ``TWOPC_DEMO_URL``; *options* are extra writer options)."""
     url = url or os.environ.get("TWOPC_DEMO_URL")
     if not url:
         raise SystemExit("twopc.recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")

@@ -1,25 +1,15 @@
 """The Redis Stream pipeline: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters.
 
 ``python -m twopc.recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
-:class:`twopc.faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
-streams with ``twopc-redis-stream``, each with its own consumer group and checkpoint,
+``ChaosRunner`` starts and kills): two ``availableNow`` queries read the streams with
+``twopc-redis-stream``, each with its group and checkpoint: ``pg`` writes a row per entry
+(``twopc-postgres``); ``counters`` does ``INCRBY {pipe}:entries 1`` and ``HINCRBY {pipe}:per_n
+<n> 1`` per entry (``twopc-redis`` with ``ackGroup``: the entries acknowledged in the same atomic
+call). *SPEC* is a JSON file (mode 0600: it holds the URLs) from :func:`write_spec`.
 
-- ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,
-  entry id, ``n`` (the producer's sequence number), payload;
-- ``counters``: ``twopc-redis`` on the same Redis: ``INCRBY {pipe}:entries 1`` and
-  ``HINCRBY {pipe}:per_n <n> 1`` per entry; with ``ackGroup`` (acknowledge in the sink's commit) the commit that
-  applies a batch's counters acknowledges its entries to this query's group in the same
-  atomic call,
-
-with ``availableNow``: it reads what the streams hold when it starts, then stops. *SPEC*
-is a JSON file (mode 0600: it holds the URLs) written by :func:`write_spec`.
-
-Producers (:func:`produce`) give every entry an explicit id ``<epoch ms>-<n>``: a retry
-after a lost reply is refused by Redis as "equal or smaller" instead of adding a
-duplicate, so the streams hold each ``n`` once and are the truth :func:`verify` checks:
-every entry a row exactly once, every counter exactly the number of entries, nothing
-pending in either group, no prepared transaction left.
-"""
+Producers give each entry the id ``<epoch ms>-<n>``, so a retry after a lost reply is refused,
+not duplicated: the streams are the truth :func:`verify` checks (every entry a row once, every
+counter exact, nothing pending, nothing left prepared)."""
 
 from __future__ import annotations
 
@@ -63,8 +53,7 @@ def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
 
 
 def create_table(pg_url: str, table: str) -> None:
-    """(Re)create the target table, with the key the README recommends, ``UNIQUE (stream,
-    entry_id)``: a restart must never write a committed entry again (the key would refuse it)."""
+    """(Re)create the target table with ``UNIQUE (stream, entry_id)``, the key the README recommends."""
     from ._bench_common import create_table as recreate
     recreate(pg_url, table, "stream text NOT NULL, entry_id text NOT NULL, n bigint NOT NULL, payload text, "
                             "UNIQUE (stream, entry_id)")
@@ -114,9 +103,8 @@ def run_job(spec: PipelineSpec) -> None:
 
 def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 0, rate: float | None = None,
             stop: Callable[[], bool] | None = None) -> int:
-    """Append entries ``n = first .. first+count-1`` round-robin to *streams*, each with the
-    explicit id ``<ms>-<n>`` (``ms`` fixed per producer run), at most *rate* per second;
-    waits out a Redis restart. Returns how many were appended (stops early when *stop*)."""
+    """Append entries ``n = first .. first+count-1`` round-robin to *streams* with ids ``<ms>-<n>``, at
+    most *rate* a second, waiting out a Redis restart; returns how many (fewer when *stop* is set)."""
     import redis
     import redis.exceptions as rex
     client = redis.Redis.from_url(redis_url, socket_timeout=5)

@@ -1,17 +1,11 @@
 """``make demo``: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters, under crashes.
 
-``python -m twopc.recovery.demos.stream_demo`` starts a throwaway PostgreSQL and Redis (``appendonly
-yes``, ``appendfsync always``), then producers append entries to two streams while the Spark
-job of :mod:`twopc.recovery.demos.pipeline` consumes them (``twopc-redis-stream`` into
-``twopc-postgres`` and into ``twopc-redis`` counters). A fault plan SIGKILLs the whole job
-(driver, JVM, Python workers) at protocol points in randomly chosen micro-batches, including
-both edges of the source's acknowledgement, and once SIGKILLs Redis too, between a sink commit
-and the acknowledgement, restarting it from its AOF. The job is restarted after every crash,
-and again while the producers run, until every entry is consumed. Then it prints the
-verification table: entries produced, rows found, duplicates, lost, counters against the
-entries, entries pending or not yet acknowledged in the groups, dangling prepared
-transactions, and the verdict. About three minutes on two cores.
-"""
+Starts a throwaway PostgreSQL and Redis (``appendfsync always``); producers append to two streams
+while the job of :mod:`twopc.recovery.demos.pipeline` consumes them. A fault plan SIGKILLs the
+whole job at protocol points in random micro-batches (both edges of the source's acknowledgement
+included), and once Redis between a sink commit and the acknowledgement. The job restarts after
+every crash until every entry is consumed; then the verification table and the verdict.
+About three minutes on two cores."""
 
 from __future__ import annotations
 
