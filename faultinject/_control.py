@@ -214,8 +214,7 @@ class FaultControl:
         elif fault == "heal":
             proxy.heal()
         else:
-            raise FaultControlError(f"unknown proxy fault {fault!r}: reset, blackhole, latency, swallow_reply "
-                                    f"or heal")
+            raise FaultControlError(f"unknown proxy fault {fault!r}: reset, blackhole, latency, swallow_reply or heal")
 
     def _later(self, seconds: float, fn: Callable[[], object]) -> None:
         def run() -> None:

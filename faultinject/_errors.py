@@ -26,9 +26,7 @@ class UnknownFaultPoint(FaultSpecError):
         self.unknown = list(unknown)
         self.known = sorted(known)
         listing = ", ".join(self.known) if self.known else "(none declared)"
-        super().__init__(
-            f"unknown fault point(s): {', '.join(self.unknown)}; known points: {listing}"
-        )
+        super().__init__(f"unknown fault point(s): {', '.join(self.unknown)}; known points: {listing}")
 
 
 class InjectedFault(Exception):

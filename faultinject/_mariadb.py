@@ -139,8 +139,7 @@ class LocalMariaDB(LocalServer):
     @property
     def admin_url(self) -> str:
         """SQLAlchemy URL of the all-privileges account ``twopc_admin``."""
-        return (f"mysql+pymysql://{self.admin_user}:{self.admin_password}@127.0.0.1:{self.port}/"
-                f"{self.database}")
+        return f"mysql+pymysql://{self.admin_user}:{self.admin_password}@127.0.0.1:{self.port}/{self.database}"
 
     @property
     def socket_path(self) -> str:
@@ -216,8 +215,7 @@ class LocalMariaDB(LocalServer):
                 os.unlink(extra)  # it holds the passwords
         if proc.returncode != 0:
             out = (proc.stdout + proc.stderr).replace(self.password, "***").replace(self.admin_password, "***")
-            raise ServerUnavailable(
-                f"mariadb-install-db failed (exit {proc.returncode}): {out[-3000:]}\n{_FIX}")
+            raise ServerUnavailable(f"mariadb-install-db failed (exit {proc.returncode}): {out[-3000:]}\n{_FIX}")
         if self._port is None:
             self._port = free_port()
 
@@ -240,8 +238,7 @@ class LocalMariaDB(LocalServer):
             "max-connect-errors": "1000000",  # readiness probes close without logging in
         }
         options.update(self._settings)
-        argv = [binary, "--no-defaults", *self._common_args(),
-                *(f"--{k}={v}" for k, v in options.items())]
+        argv = [binary, "--no-defaults", *self._common_args(), *(f"--{k}={v}" for k, v in options.items())]
         proc = self._spawn(argv, cwd=tmp)
         def ready() -> bool:
             version = _greeting(self.port) if self._pid_in(pid_file) == proc.pid else None

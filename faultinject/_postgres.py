@@ -118,10 +118,7 @@ class LocalPostgres(LocalServer):
     @property
     def dsn(self) -> str:
         """libpq/psycopg connection string for role ``twopc`` over TCP."""
-        return (
-            f"host=127.0.0.1 port={self.port} user={self.user} "
-            f"password={self.password} dbname={self.database}"
-        )
+        return f"host=127.0.0.1 port={self.port} user={self.user} password={self.password} dbname={self.database}"
 
     @property
     def admin_dsn(self) -> str:
@@ -143,8 +140,7 @@ class LocalPostgres(LocalServer):
 
     # -- internals ------------------------------------------------------------------
     def _run(self, argv: list[str], what: str, *, stdin: str | None = None) -> None:
-        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout,
-                              **self._ids)
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout, **self._ids)
         if proc.returncode != 0:
             raise ServerUnavailable(
                 f"{what} failed (exit {proc.returncode}): {proc.stdout[-2000:]}"

@@ -309,8 +309,7 @@ class FaultProxy:
                 if direction == "upstream" and self._swallow and self._matches(conn, data):
                     conn.swallowing = True
                     self.swallowed += 1
-                    log.info("faultinject proxy: connection %s: forwarding a request, swallowing its reply",
-                             conn.id)
+                    log.info("faultinject proxy: connection %s: forwarding a request, swallowing its reply", conn.id)
                 if direction == "upstream":
                     conn.bytes_up += len(data)
                     conn.round_trips += conn._last_direction == "downstream"

@@ -11,10 +11,7 @@ from ._errors import ServerUnavailable
 from ._procutil import first_executable, free_port
 from ._server import LocalServer
 
-_FIX = (
-    "run `make redis` (or `apt-get install -y redis-server`), or point "
-    "TWOPC_TEST_REDIS_URL at a redis server"
-)
+_FIX = "run `make redis` (or `apt-get install -y redis-server`), or point TWOPC_TEST_REDIS_URL at a redis server"
 
 
 def find_redis_server(explicit: str | None = None) -> str:

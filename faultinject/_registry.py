@@ -22,9 +22,7 @@ def declare(name: str, description: str) -> str:
     with _lock:
         old = _points.get(name)
         if old is not None and old != description:
-            raise ValueError(
-                f"fault point {name!r} already declared as {old!r}, not {description!r}"
-            )
+            raise ValueError(f"fault point {name!r} already declared as {old!r}, not {description!r}")
         _points[name] = description
     return name
 

@@ -120,8 +120,7 @@ def run_of(env: Mapping[str, str], spec: str | None, plan_path: str | None, stat
         if own is None:
             me = os.getpid()
             roots = [(me, start)] if (start := start_time(me)) is not None else []
-            own = _own[key] = Run(key, roots, boot_id(), None, scoped=state is None and spec is not None,
-                                  owned=True)
+            own = _own[key] = Run(key, roots, boot_id(), None, scoped=state is None and spec is not None, owned=True)
         return own
 
 

@@ -51,9 +51,7 @@ class _Armed:
         for index, rule in candidates:
             if index in self.exhausted or not rule.matches(point, batch_id, context):
                 continue
-            line = (
-                f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
-            )
+            line = f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
             if self._claim(index, rule, line):
                 _fire(rule, point, batch_id, context, line, self)
                 return
@@ -240,8 +238,7 @@ def export_crash_group() -> int:
 _EXPORTED = (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_CONTROL)
 
 
-def export_run(environment: MutableMapping[str, str] | None = None, *,
-               pids: Iterable[int] = ()) -> dict[str, str]:
+def export_run(environment: MutableMapping[str, str] | None = None, *, pids: Iterable[int] = ()) -> dict[str, str]:
     """Hand the run of the plan armed in this process to the processes started from now on.
 
     Makes this process a run's root unless it belongs to one, counts *pids* (Spark's JVM) among the

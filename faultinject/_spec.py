@@ -74,21 +74,15 @@ class FaultRule:
         check_point_name(self.point)
         for field in ("batch", "partition"):
             value = getattr(self, field)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise FaultSpecError(
-                    f"rule {self.point!r}: {field} must be a non-negative integer, got {value!r}"
-                )
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise FaultSpecError(f"rule {self.point!r}: {field} must be a non-negative integer, got {value!r}")
         if self.action not in ACTIONS:
             raise FaultSpecError(
                 f"rule {self.point!r}: unknown action {self.action!r}; "
                 f"expected one of {'|'.join(ACTIONS)}"
             )
         if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
-            raise FaultSpecError(
-                f"rule {self.point!r}: times must be a positive integer, got {self.times!r}"
-            )
+            raise FaultSpecError(f"rule {self.point!r}: times must be a positive integer, got {self.times!r}")
         self._check_remote()
 
     def _check_remote(self) -> None:
@@ -199,9 +193,7 @@ def _parse_rule(text: str, index: int) -> FaultRule:
     if "*" in body:
         body, times_text = body.rsplit("*", 1)
         if not _INT_RE.match(times_text.strip()) or int(times_text) < 1:
-            raise FaultSpecError(
-                f"{where}: times {times_text!r} is not a positive integer; {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: times {times_text!r} is not a positive integer; {GRAMMAR}")
         times = int(times_text)
     action = "crash"
     remote: dict[str, Any] = {}
@@ -210,9 +202,7 @@ def _parse_rule(text: str, index: int) -> FaultRule:
         action, *parts = action.strip().split("/")
         action = action.lower()
         if action not in ACTIONS:
-            raise FaultSpecError(
-                f"{where}: unknown action {action!r} (expected {'|'.join(ACTIONS)}); {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: unknown action {action!r} (expected {'|'.join(ACTIONS)}); {GRAMMAR}")
         remote = _remote_parts(where, action, parts)
     name, *filters = body.split("@")
     name = name.strip()
@@ -223,15 +213,11 @@ def _parse_rule(text: str, index: int) -> FaultRule:
         key, sep, value = flt.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or key not in ("batch", "partition"):
-            raise FaultSpecError(
-                f"{where}: bad filter '@{flt}' (expected @batch=N or @partition=P); {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: bad filter '@{flt}' (expected @batch=N or @partition=P); {GRAMMAR}")
         if key in values:
             raise FaultSpecError(f"{where}: filter '@{key}' given twice; {GRAMMAR}")
         if not _INT_RE.match(value):
-            raise FaultSpecError(
-                f"{where}: filter '@{flt}' needs a non-negative integer; {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: filter '@{flt}' needs a non-negative integer; {GRAMMAR}")
         values[key] = int(value)
     return FaultRule(
         point=name,

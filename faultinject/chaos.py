@@ -153,11 +153,7 @@ class ChaosRunner:
         if state_dir is None:
             state_dir = created = tempfile.mkdtemp(prefix="twopc-chaos-")
         os.makedirs(state_dir, exist_ok=True)
-        env = {
-            k: v
-            for k, v in self.env.items()
-            if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN, ENV_CRASH_PGID)
-        }
+        env = {k: v for k, v in self.env.items() if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN, ENV_CRASH_PGID)}
         env.update(parsed.env(state_dir))
         deadline = time.monotonic() + timeout_s
         runs: list[ChaosRun] = []
@@ -195,9 +191,7 @@ class ChaosRunner:
         )
         lifeline = Lifeline(proc.pid)  # a runner that dies takes its job along
         tail: collections.deque[str] = collections.deque(maxlen=self.tail_lines)
-        reader = threading.Thread(
-            target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True
-        )
+        reader = threading.Thread(target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True)
         reader.start()
         timed_out = False
         try:

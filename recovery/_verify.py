@@ -142,8 +142,7 @@ def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[in
                                dangling=tuple(sorted(dangling)))
 
 
-def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,
-               id_column: str = "id") -> Verification:
+def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *, id_column: str = "id") -> Verification:
     """:func:`verify_postgres_ids` on any SQLAlchemy engine, without ``dangling`` (always empty).
     *table* may be ``schema.table``."""
     expected = sorted(set(expected_ids))

@@ -29,10 +29,8 @@ _WELL_FORMED = "translate({id}, '0123456789', '') = '-'"
 # ... ordered as entry ids are (numbers without leading zeros: by length, then by their digits)
 _KEY = ("ROW(length(split_part({id}, '-', 1)), split_part({id}, '-', 1) COLLATE \"C\", "
         "length(split_part({id}, '-', 2)), split_part({id}, '-', 2) COLLATE \"C\")")
-_LO = ("ROW(%(lo_ms_len)s::int, %(lo_ms)s::text COLLATE \"C\", %(lo_seq_len)s::int, "
-       "%(lo_seq)s::text COLLATE \"C\")")
-_HI = ("ROW(%(hi_ms_len)s::int, %(hi_ms)s::text COLLATE \"C\", %(hi_seq_len)s::int, "
-       "%(hi_seq)s::text COLLATE \"C\")")
+_LO = "ROW(%(lo_ms_len)s::int, %(lo_ms)s::text COLLATE \"C\", %(lo_seq_len)s::int, %(lo_seq)s::text COLLATE \"C\")"
+_HI = "ROW(%(hi_ms_len)s::int, %(hi_ms)s::text COLLATE \"C\", %(hi_seq_len)s::int, %(hi_seq)s::text COLLATE \"C\")"
 
 _PAGE = """
 WITH page(id) AS MATERIALIZED (SELECT unnest(%(ids)s::text[])),
@@ -86,8 +84,7 @@ def verify_stream(pg: psycopg.Connection[Any], table: TableName, server: StreamS
     default: *group*'s ``last-delivered-id``, else the last entry; *first*: the first id ever, or the
     first entry when the start was trimmed). *pg* must be a :func:`read_only_session`. Raises
     SinkError/SinkUnavailableError when Redis fails, psycopg.Error when PostgreSQL does."""
-    subject = (f"stream {stream!r} on {server.config.where()} against {table.display()} "
-               f"({stream_column}, {id_column})")
+    subject = f"stream {stream!r} on {server.config.where()} against {table.display()} ({stream_column}, {id_column})"
     check = SetCheck(subject)
     try:
         raw = server.client().xinfo_stream(stream)

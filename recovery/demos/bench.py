@@ -160,8 +160,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             plan.append((STAGING, "bench_staging", twopc_jdbc("staging")))
         elif key in ("jdbc", "jdbc-rw"):
             if not have_jdbc:
-                print(f"bench: {WRITERS[key]} skipped: {JDBC_JAR} missing "
-                      f"(apt-get install libpostgresql-jdbc-java)")
+                print(f"bench: {WRITERS[key]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
                 continue
             rw = key == "jdbc-rw"
             plan.append((WRITERS[key], "bench_jdbc" + ("_rw" if rw else ""),
@@ -345,8 +344,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         best = max(statistics.median(o) for o in others)
         r = statistics.median(mine) / best
         per_round = [p / max(o[i] for o in others) for i, p in enumerate(mine) if all(i < len(o) for o in others)]
-        rounds_text = (f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})"
-                       if len(per_round) > 1 else "")
+        rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if len(per_round) > 1 else ""
         print(f"  {label} >= {goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
               f"{verdict(r >= goal)}{rounds_text}")
         record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, {rows:,} rows, "
@@ -387,8 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of every writer, interleaved (the table shows medians; default 3)")
-    parser.add_argument("--writers", default=",".join(WRITERS),
-                        help=f"comma-separated subset of {', '.join(WRITERS)}")
+    parser.add_argument("--writers", default=",".join(WRITERS), help=f"comma-separated subset of {', '.join(WRITERS)}")
     parser.add_argument("--batches", type=int, default=50, help="micro-batches for the protocol cost (0: skip)")
     parser.add_argument("--partitions", default="2,16",
                         help="partition counts of the throughput rows (comma-separated; default 2,16)")

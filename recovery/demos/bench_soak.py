@@ -355,8 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     args.every, rows, jvm))
         if writes >= args.every:
             print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
-            legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows,
-                                         jvm))
+            legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows, jvm))
         spark.stop()
     report(legs, args.batches, args.every)
     return 0

@@ -148,8 +148,7 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"demo: {len(ids)} rows in {args.files} micro-batches into table {table}")
         print(f"demo: fault plan (seed {seed}): {plan}")
         print("demo: each crash SIGKILLs driver, JVM and Python workers; the job is then restarted", flush=True)
-        runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url},
-                                         stdout=subprocess.DEVNULL)
+        runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url}, stdout=subprocess.DEVNULL)
         cmd = [sys.executable, "-m", "twopc.recovery.demos.demo", "job", "--input", str(Path(work) / "input"),
                "--checkpoint", checkpoint, "--table", table]
         def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
@@ -158,8 +157,7 @@ def _demo(args: argparse.Namespace) -> int:
         report = runner.run_until_done(cmd, plan, max_restarts=len(points) + 3, timeout_s=1200,
                                        on_progress=lambda line: print("   ", line, flush=True),
                                        on_run_end=run_ended)
-        print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, "
-              f"{time.monotonic() - started:.0f}s")
+        print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, {time.monotonic() - started:.0f}s")
         engine = sa.create_engine(url)
         try:
             result = verify_postgres_ids(engine, table, ids, sink_id=CommitLedger(checkpoint).recorded_sink_id())
