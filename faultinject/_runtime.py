@@ -68,11 +68,7 @@ class _Armed:
         os.makedirs(rule_dir, exist_ok=True)
         for slot in range(1, rule.times + 1):
             try:
-                fd = os.open(
-                    os.path.join(rule_dir, f"slot-{slot}"),
-                    os.O_CREAT | os.O_EXCL | os.O_WRONLY,
-                    0o644,
-                )
+                fd = os.open(os.path.join(rule_dir, f"slot-{slot}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 continue
             try:

@@ -310,10 +310,7 @@ class FaultPlan:
 
     def to_json(self) -> str:
         """The JSON plan-file form (includes ``state_dir``)."""
-        return json.dumps(
-            {"rules": [r.to_dict() for r in self.rules], "state_dir": self.state_dir},
-            indent=2,
-        )
+        return json.dumps({"rules": [r.to_dict() for r in self.rules], "state_dir": self.state_dir}, indent=2)
 
     def env(self, state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
         """Environment variables that arm this plan in a child process. ``TWOPC_FAULT_STATE`` is

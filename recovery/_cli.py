@@ -16,14 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from twopc import (
-    CommitLedger,
-    ConfigurationError,
-    RecoveryCoordinator,
-    TwoPCError,
-    TwoPhaseCommitSink,
-    sink_status,
-)
+from twopc import CommitLedger, ConfigurationError, RecoveryCoordinator, TwoPCError, TwoPhaseCommitSink, sink_status
 from twopc.spi import NamedTarget, capability
 from twopc.spi.lease import TargetLedger, open_target_ledger, resolve_abandoned, target_ledger_of
 from twopc.spi.operations import BatchState, configure_cli_logging, log_event

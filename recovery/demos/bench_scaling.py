@@ -18,16 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import (
-    JDBC_JAR,
-    ROW_EXPRS,
-    commit_each,
-    copy_rows,
-    create_table,
-    jdbc_target,
-    libpq_dsn,
-    timed,
-)
+from ._bench_common import JDBC_JAR, ROW_EXPRS, commit_each, copy_rows, create_table, jdbc_target, libpq_dsn, timed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
