@@ -93,7 +93,6 @@ class FaultControl:
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._thread: threading.Thread | None = None
 
-    # -- set-up ------------------------------------------------------------------------
     def add_server(self, name: str, server: _Server) -> FaultControl:
         """Own *server* (a ``Local*`` server) as *name*."""
         self._servers[name] = server
@@ -157,7 +156,6 @@ class FaultControl:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- actions -----------------------------------------------------------------------
     def perform(self, action: str, target: str, fault: str, params: Mapping[str, Any]) -> None:
         """Perform one fault now (as a fired rule asks; tests may call it); FaultControlError for an
         unknown target or fault, ServerUnavailable when a server did not come back."""

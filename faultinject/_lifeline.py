@@ -53,8 +53,6 @@ class Lifeline:
             watchdog.wait()
 
 
-# -- the watchdog process ---------------------------------------------------------------------
-
 def _pidfd(pid: int, start: int, start_time: Callable[[int], int | None]) -> int | None:
     """A pidfd of *pid* if it is still the process started at *start*, else None; OSError without pidfds."""
     fd = os.pidfd_open(pid)

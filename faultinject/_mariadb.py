@@ -54,7 +54,6 @@ def find_mariadb_install_db(explicit: str | None = None, *, server: str | None =
 
 
 def _sql_string(value: str) -> str:
-    """A MariaDB string literal, for the bootstrap SQL."""
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
@@ -130,7 +129,6 @@ class LocalMariaDB(LocalServer):
         self.version: str | None = None
         """Server version from the handshake (e.g. ``10.11.6-MariaDB-0+deb12u1``), once started."""
 
-    # -- public properties -------------------------------------------------------
     @property
     def url(self) -> str:
         """SQLAlchemy URL ``mysql+pymysql://twopc:<pw>@127.0.0.1:<port>/twopc``."""
@@ -143,10 +141,8 @@ class LocalMariaDB(LocalServer):
 
     @property
     def socket_path(self) -> str:
-        """The server's unix socket."""
         return os.path.join(self._require_tmp(), "mysqld.sock")
 
-    # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalMariaDB:
         """Create the data directory and accounts on first call, start the server and wait until it
         answers; ServerUnavailable (with the log tail and the fix) when that fails or times out."""
@@ -158,7 +154,6 @@ class LocalMariaDB(LocalServer):
         self._launch(binary)
         return self
 
-    # -- internals ------------------------------------------------------------------
     def _common_args(self) -> list[str]:
         args = [f"--datadir={self.data_dir}", f"--innodb-buffer-pool-size={self.buffer_pool_size}",
                 "--innodb-log-file-size=16M", "--character-set-server=utf8mb4",

@@ -109,7 +109,6 @@ class LocalPostgres(LocalServer):
         self.database = "twopc"
         self._ids: dict[str, Any] = {}
 
-    # -- public properties -------------------------------------------------------
     @property
     def url(self) -> str:
         """SQLAlchemy URL ``postgresql+psycopg://twopc:<pw>@127.0.0.1:<port>/twopc``."""
@@ -125,7 +124,6 @@ class LocalPostgres(LocalServer):
         """psycopg connection string for superuser ``postgres`` over the unix socket."""
         return f"host={self._require_tmp()} port={self.port} user=postgres dbname={self.database}"
 
-    # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalPostgres:
         """Create the cluster on first call, start the server, wait until ready; ServerUnavailable (with
         the log tail) when that fails or times out."""
@@ -138,7 +136,6 @@ class LocalPostgres(LocalServer):
             self._launch(bindir)
         return self
 
-    # -- internals ------------------------------------------------------------------
     def _run(self, argv: list[str], what: str, *, stdin: str | None = None) -> None:
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout, **self._ids)
         if proc.returncode != 0:

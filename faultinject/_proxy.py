@@ -144,7 +144,6 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._lock = threading.Lock()
 
-    # -- life cycle ------------------------------------------------------------------------
     def start(self) -> FaultProxy:
         """Listen and forward in a daemon thread; returns *self*. OSError when the port cannot be bound."""
         if self._loop is not None:
@@ -197,7 +196,6 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- faults --------------------------------------------------------------------------
     def connections(self) -> list[ProxyConnection]:
         """The open connections, oldest first."""
         with self._lock:
@@ -250,7 +248,6 @@ class FaultProxy:
             raise ValueError(f"unknown proxy fault {fault!r}: use one of {', '.join(sorted(actions))}")
         action(**params)
 
-    # -- the loop side ---------------------------------------------------------------------
     def _call(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         loop = self._loop
         if loop is None:

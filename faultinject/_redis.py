@@ -67,12 +67,10 @@ class LocalRedis(LocalServer):
 
     @property
     def data_dir(self) -> str:
-        """Directory holding the AOF."""
         return self._require_tmp()
 
     @property
     def log_path(self) -> str:
-        """The server log file."""
         return os.path.join(self.data_dir, "redis.log")
 
     def start(self) -> LocalRedis:

@@ -141,7 +141,6 @@ class LocalRedisCluster(Startable):
         self._base_dir = base_dir
         self.nodes: list[LocalRedis] = []
 
-    # -- lifecycle -------------------------------------------------------------------------
     @property
     def url(self) -> str:
         """``redis://127.0.0.1:<port of a live node>/0``."""
@@ -181,7 +180,6 @@ class LocalRedisCluster(Startable):
         atexit.unregister(self.stop)
 
 
-    # -- reading the topology ----------------------------------------------------------------
     def command(self, node: LocalRedis, *args: Any) -> Any:
         """Run one command on *node* (see :func:`resp_command`)."""
         return resp_command(node.port, *args)
@@ -191,7 +189,6 @@ class LocalRedisCluster(Startable):
         return str(self.command(node, "CLUSTER", "MYID"))
 
     def by_port(self, port: int) -> LocalRedis:
-        """The node listening on *port*."""
         return next(n for n in self.nodes if n.port == port)
 
     def view(self, node: LocalRedis | None = None) -> list[ClusterNode]:
@@ -255,7 +252,6 @@ class LocalRedisCluster(Startable):
             return "the nodes disagree about slot owners"
         return ""
 
-    # -- slot migration (MOVED / ASK) ------------------------------------------------------------
     def begin_migration(self, slot: int, target: LocalRedis) -> LocalRedis:
         """Mark *slot* IMPORTING on *target* and MIGRATING on its owner (clients now get ASK); returns the owner."""
         source = self.master_of(slot)
@@ -285,7 +281,6 @@ class LocalRedisCluster(Startable):
         self.move_keys(slot, source, target)
         self.finish_migration(slot, target)
 
-    # -- failover ------------------------------------------------------------------------------
     def wait_replicated(self, master: LocalRedis, timeout_ms: int = 10_000) -> int:
         """``WAIT 1`` on *master*: how many replicas acknowledged its writes so far."""
         return int(self.command(master, "WAIT", 1, timeout_ms))

@@ -68,7 +68,6 @@ class Run:
             return None
 
     def to_env(self) -> str:
-        """The ``TWOPC_FAULT_RUN`` value of this run."""
         return json.dumps({"key": self.key, "boot": self.boot, "roots": self.roots,
                            "state": self.state if self.scoped else None})
 

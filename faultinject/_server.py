@@ -114,12 +114,10 @@ class LocalServer(Startable):
 
     @property
     def running(self) -> bool:
-        """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:
-        """The server process's pid while it runs."""
         return self._proc.pid if self._proc is not None and self.running else None
 
     def _spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
@@ -148,7 +146,6 @@ class LocalServer(Startable):
 
     @staticmethod
     def _pid_in(pid_file: str) -> int | None:
-        """The pid on the first line of *pid_file* (None if absent or unreadable)."""
         try:
             with open(pid_file, encoding="ascii") as fh:
                 return int(fh.readline().strip())

@@ -129,7 +129,6 @@ class FaultRule:
         return f"{self.action}.{self.fault}" if self.action in REMOTE_ACTIONS else self.action
 
     def matches(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> bool:
-        """True if this rule applies to a hit of ``point`` with the given batch/context."""
         if point != self.point:
             return False
         if self.batch is not None and batch_id != self.batch:
@@ -301,7 +300,6 @@ class FaultPlan:
 
     @classmethod
     def coerce(cls, plan: FaultPlan | str) -> FaultPlan:
-        """Return ``plan`` itself, or parse it if it is an inline spec string."""
         return plan if isinstance(plan, FaultPlan) else cls.parse(plan)
 
     def to_spec(self) -> str:

@@ -84,7 +84,6 @@ class ChaosReport:
         return any(r.timed_out for r in self.runs)
 
     def summary(self) -> str:
-        """Multi-line description of every run."""
         lines = [f"{len(self.runs)} run(s), {self.crashes} crash(es), completed={self.completed}"]
         lines += [f"  run {i + 1}: {r.describe()}" for i, r in enumerate(self.runs)]
         return "\n".join(lines)

@@ -116,7 +116,6 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _wrong_combination(args: argparse.Namespace) -> str | None:
-    """What is wrong with *args* as a whole, or None."""
     if args.command == "metrics":
         return None
     if args.location and args.checkpoint and args.location != args.checkpoint:

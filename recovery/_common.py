@@ -107,7 +107,6 @@ def recorded_sink(args: argparse.Namespace, checkpoint: str,
 
 
 def _local_missing(location: str) -> bool:
-    """Whether *location* is a local path (no scheme) that does not exist."""
     return ":" not in location.split("/", 1)[0] and not os.path.exists(location)
 
 

@@ -24,7 +24,6 @@ DEFAULT_INTERVAL = 15.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``metrics`` command to the ``twopc`` command line's subparsers *sub*."""
     parser = sub.add_parser(
         "metrics", help="serve the in-doubt gauges of checkpoints to Prometheus, whether their query runs or not",
         description="Serve twopc_in_doubt_transactions, twopc_oldest_in_doubt_seconds and "

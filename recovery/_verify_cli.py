@@ -28,7 +28,6 @@ VERIFY_EXIT_CODES = (
 
 
 def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``verify`` to the subcommands *sub* (``twopc``'s), with *common*'s options."""
     p = sub.add_parser(
         "verify", parents=[common], epilog=VERIFY_EXIT_CODES,
         help="check that the target holds exactly what the source or the ledger says (read only)",

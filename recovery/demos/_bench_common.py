@@ -66,13 +66,11 @@ def copy_rows(conn: Any, table: str, rows: int) -> None:
 
 
 def commit_each(conns: Iterable[Any]) -> None:
-    """Commit each of the DB-API connections *conns*, one after the other."""
     for conn in conns:
         conn.commit()
 
 
 def timed(fn: Callable[[], object]) -> float:
-    """Seconds *fn* took."""
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
@@ -140,7 +138,6 @@ def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: 
 
 
 def jvm_pid(spark: SparkSession) -> int:
-    """The pid of *spark*'s JVM (this driver's)."""
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]  # py4j
 
 

@@ -1,24 +1,13 @@
 """``make bench``: twopc against its peers, in one run, on the same rows, as ratios.
 
-Batch throughput (bigint, text, double, timestamp rows; ``local[2]``; one cached DataFrame; each
-writer warmed up first; the same JDBC options and server for every JDBC writer):
-
-- ``twopc-jdbc`` with ``commitMode=prepared``: COPY from Arrow in a prepared transaction per
-  task, committed by the driver after its decision is in the checkpoint (exactly-once);
-- the ``twopc-jdbc`` drop-in: Spark's JDBC options only (prepared mode, decision in the database);
-- ``twopc-jdbc`` with ``commitMode=staging``, no checkpoint (exactly-once);
-- Spark's JDBC writer, ``batchsize=10000``, with and without ``reWriteBatchedInserts=true``
-  (at-least-once; needs ``libpostgresql-jdbc-java``, which ``make bench`` installs when it can);
-- one raw ``COPY ... FROM STDIN`` of a CSV file (one stream, no Spark);
-- the machine's limit: a raw binary ``COPY`` stream per task, at once, on rows encoded beforehand
-  by twopc's encoder; the same with a marker row, ``PREPARE TRANSACTION`` and ``COMMIT PREPARED``;
-- a no-op Python data source (Spark's floor for any Python sink).
-
-Targets (:data:`twopc.recovery.demos.bench_summary.TARGETS`) are printed MET/MISSED, never failing;
-the report says where the time between the parallel COPY floor and prepared mode goes. Then the
-protocol cost per micro-batch (the driver's commit plus plan-time recovery, prepared and staging)
-against the same commits without the protocol. Throughput runs at ``--partitions`` (2 and 16);
-the rows of :mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``)."""
+Batch throughput (one cached DataFrame, ``local[2]``, every writer warmed up, the same JDBC
+options and server): ``twopc-jdbc`` prepared, drop-in and staging; Spark's JDBC writer with and
+without ``reWriteBatchedInserts`` (needs ``libpostgresql-jdbc-java``); a raw CSV ``COPY``; the
+machine's limit (a raw binary ``COPY`` stream per task on rows encoded beforehand, also with a
+marker row and ``PREPARE TRANSACTION``); a no-op Python data source. Then the protocol cost per
+micro-batch against the same commits without it, and the rows of
+:mod:`twopc.recovery.demos.bench_scaling`. Targets print MET/MISSED, never failing; the report
+says where the time between the COPY floor and prepared mode goes."""
 
 from __future__ import annotations
 

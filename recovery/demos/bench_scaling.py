@@ -55,7 +55,6 @@ def bench_partitions(url: str, work: Path, batches: int,
 
 
 def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict[str, float]:
-    """One partition count of :func:`bench_partitions`."""
     import psycopg
     import pyarrow as pa
 

@@ -1,19 +1,11 @@
 """``make soak``: whether twopc's cost stays flat as a streaming query runs on (not a test).
 
-Runs *--batches* micro-batches (default 5,000) of 10 rows (``rate-micro-batch``, trigger 0) into
-``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc`` in turn, default retention, on throwaway
-PostgreSQL and Redis; then *--jdbc-writes* batch writes of ``twopc-jdbc`` with Spark's JDBC
-options only (ledger in the database, lease held by the driver agent).
-
-Every *--every* micro-batches (default 500) it records the median ``addBatch`` since the last
-record, the files and bytes under ``twopc/``, the rows of ``twopc_markers``, ``twopc_ledger``
-and ``twopc_batches`` (Redis: its marker sets), the RSS of the driver, the JVM and the agent,
-and the JVM's heap after ``System.gc()`` (G1 grows its heap towards ``-Xmx`` between
-collections; Spark's status store keeps 100 executions, jobs and stages).
-
-Targets: the last cost within 10% of the first; the ledger's files, bytes and rows no more than
-at the first record after retention filled (+10%); each RSS within 10% of the first. A figure
-that grows is a bug, whatever the verdict."""
+*--batches* micro-batches of 10 rows into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``
+in turn, then *--jdbc-writes* batch writes of the ``twopc-jdbc`` drop-in; every *--every* it
+records the median ``addBatch``, the files, bytes and rows of the ledger, the RSS of the driver,
+the JVM (after ``System.gc()``) and the agent (see docs/development/benchmarks.md). Targets: the
+last cost and each RSS within 10% of the first, the ledger no bigger than at the first record
+after retention filled (+10%). A figure that grows is a bug, whatever the verdict."""
 
 from __future__ import annotations
 

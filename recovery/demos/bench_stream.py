@@ -1,22 +1,12 @@
 """``python -m twopc.recovery.demos.bench_stream``: the Redis Stream source end to end, against the
 same pipeline at-least-once, in one run, on the same entries, as a ratio.
 
-Redis Stream -> Spark -> PostgreSQL, ``local[2]``, two streams (fields ``n``, ``payload``),
-micro-batches of ``--batch`` entries, each pipeline with its own group and table:
-
-- exactly-once: ``twopc-redis-stream`` into ``twopc-postgres``, ``availableNow`` (ranges in the
-  offset log, ``XRANGE`` on the executors, a prepared transaction per task, the group
-  acknowledged in the source's ``commit``);
-- at-least-once, as a user writes it without twopc: ``foreachBatch`` (ticked by
-  ``rate-micro-batch``) doing ``XREADGROUP ... >`` on the driver, ``createDataFrame``, Spark's
-  JDBC writer (``batchsize=10000``), then ``XACK``.
-
-Both warm up first; rounds interleave them, with new groups and tables; every run is checked
-(one row per entry, nothing pending, no lag). A run's time is from the query's start to its end;
-it is also split into the start (a Python source starts a runner process on the driver first)
-and the micro-batches, beside a no-op Python source's start (:mod:`twopc.recovery.demos._noop`).
-The target (:data:`twopc.recovery.demos.bench_summary.TARGETS`) is printed MET/MISSED. Throwaway
-servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
+Exactly-once: ``twopc-redis-stream`` into ``twopc-postgres`` (``availableNow``). At-least-once,
+as a user writes it without twopc: ``foreachBatch`` (ticked by ``rate-micro-batch``) doing
+``XREADGROUP`` on the driver, Spark's JDBC writer, then ``XACK``. Both warm up; rounds interleave
+them with new groups and tables; every run is checked (one row per entry, nothing pending). Each
+run is also split into the query's start and its micro-batches, beside a no-op Python source's
+start. Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
 
 from __future__ import annotations
 
@@ -71,7 +61,6 @@ def _timing(query: StreamingQuery, started: float, ended: float, carried: Callab
 
 
 def _epoch(timestamp: str) -> float:
-    """Epoch seconds of a progress report's ``timestamp``."""
     return datetime.datetime.fromisoformat(timestamp).timestamp()
 
 

@@ -102,7 +102,6 @@ def _goal_text(target: Target | None) -> str:
 
 
 def machine() -> str:
-    """Cores and CPU model of this machine."""
     model = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():

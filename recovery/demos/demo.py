@@ -87,7 +87,6 @@ def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
 
 
 def _key_value(text: str) -> tuple[str, str]:
-    """``key=value`` of ``--option`` (the value may contain ``=``)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")

@@ -1,15 +1,11 @@
 """The Redis Stream pipeline: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters.
 
-``python -m twopc.recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
-``ChaosRunner`` starts and kills): two ``availableNow`` queries read the streams with
-``twopc-redis-stream``, each with its group and checkpoint: ``pg`` writes a row per entry
-(``twopc-postgres``); ``counters`` does ``INCRBY {pipe}:entries 1`` and ``HINCRBY {pipe}:per_n
-<n> 1`` per entry (``twopc-redis`` with ``ackGroup``: the entries acknowledged in the same atomic
-call). *SPEC* is a JSON file (mode 0600: it holds the URLs) from :func:`write_spec`.
-
-Producers give each entry the id ``<epoch ms>-<n>``, so a retry after a lost reply is refused,
-not duplicated: the streams are the truth :func:`verify` checks (every entry a row once, every
-counter exact, nothing pending, nothing left prepared)."""
+``... pipeline job SPEC`` is one run of the job (``ChaosRunner`` starts and kills it): two
+``availableNow`` queries read the streams with ``twopc-redis-stream``: ``pg`` writes a row per
+entry, ``counters`` increments Redis counters with ``ackGroup`` (acknowledged in the same atomic
+call). *SPEC* is a JSON file (mode 0600: it holds the URLs). Producers give entries the ids
+``<epoch ms>-<n>``, so a retried append is refused, not duplicated: the streams are the truth
+:func:`verify` checks."""
 
 from __future__ import annotations
 
@@ -33,8 +29,6 @@ MAPPING = json.dumps([{"op": "INCRBY", "key": "{{pipe}}:entries", "by": 1},
 
 @dataclass
 class PipelineSpec:
-    """What one run of the job needs (see the module docstring)."""
-
     redis_url: str
     pg_url: str
     streams: list[str]
@@ -138,8 +132,6 @@ def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 
 
 @dataclass
 class Verdict:
-    """What :func:`verify` found."""
-
     produced: int
     rows: int
     duplicates: list[int]
@@ -160,7 +152,6 @@ class Verdict:
                     or any(self.lag.values()) or self.dangling_pg or self.dangling_redis)
 
     def render(self) -> str:
-        """The verification table."""
         def few(xs: Sequence[Any]) -> str:
             return f"{len(xs)}" + (f" {list(xs)[:5]}" if xs else "")
         rows = [("entries produced (in the streams)", str(self.produced)),
