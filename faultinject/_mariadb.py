@@ -25,11 +25,9 @@ _FIX = (
 def find_mariadbd(explicit: str | None = None) -> str:
     """Path of ``mariadbd``: *explicit*, ``$TWOPC_MARIADBD``, ``PATH``, then ``/usr/sbin``,
     ``/usr/local/sbin``, ``/usr/local/bin``; ServerUnavailable (saying how to install it) if none."""
-    found = first_executable([
-        explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
-        "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
-        "/usr/local/mysql/bin/mariadbd",
-    ])
+    found = first_executable([explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
+                              "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
+                              "/usr/local/mysql/bin/mariadbd"])
     if found is None:
         raise ServerUnavailable(f"mariadbd (the MariaDB server) not found; {_FIX}")
     return found
@@ -101,18 +99,9 @@ class LocalMariaDB(LocalServer):
 
     _fix = _FIX
 
-    def __init__(
-        self,
-        *,
-        port: int | None = None,
-        binary: str | None = None,
-        install_db: str | None = None,
-        base_dir: str | None = None,
-        buffer_pool_size: str = "32M",
-        max_connections: int = 200,
-        settings: Mapping[str, str] | None = None,
-        startup_timeout_s: float = 60.0,
-    ) -> None:
+    def __init__(self, *, port: int | None = None, binary: str | None = None, install_db: str | None = None,
+                 base_dir: str | None = None, buffer_pool_size: str = "32M", max_connections: int = 200,
+                 settings: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0) -> None:
         self._port = port
         self._binary = binary
         self._install_db = install_db

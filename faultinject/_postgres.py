@@ -57,12 +57,8 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
     except KeyError:
         pass
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-    proc = subprocess.run(
-        [useradd, "--system", "--no-create-home", "--user-group",
-         "--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run([useradd, "--system", "--no-create-home", "--user-group",
+                          "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
     try:
         return pwd.getpwnam(name)
     except KeyError:
@@ -84,18 +80,9 @@ class LocalPostgres(LocalServer):
     _stop_signal = signal.SIGINT  # fast shutdown
     _fix = _FIX
 
-    def __init__(
-        self,
-        *,
-        max_prepared_transactions: int = 64,
-        max_connections: int = 100,
-        port: int | None = None,
-        bindir: str | None = None,
-        base_dir: str | None = None,
-        run_as: str = "twopc-pg",
-        settings: Mapping[str, str] | None = None,
-        startup_timeout_s: float = 60.0,
-    ) -> None:
+    def __init__(self, *, max_prepared_transactions: int = 64, max_connections: int = 100, port: int | None = None,
+                 bindir: str | None = None, base_dir: str | None = None, run_as: str = "twopc-pg",
+                 settings: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0) -> None:
         self.max_prepared_transactions = max_prepared_transactions
         self.max_connections = max_connections
         self._port = port
@@ -159,26 +146,15 @@ class LocalPostgres(LocalServer):
                     f"{parent} is not traversable by user {self._run_as!r}; "
                     "pass base_dir= or set TMPDIR to a world-traversable directory"
                 )
-        self._run(
-            [os.path.join(bindir, "initdb"), "-D", os.path.join(tmp, "data"),
-             "--username=postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
-             "--encoding=UTF8", "--no-locale", "--no-sync"],
-            "initdb",
-        )
+        self._run([os.path.join(bindir, "initdb"), "-D", os.path.join(tmp, "data"),
+                  "--username=postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
+                  "--encoding=UTF8", "--no-locale", "--no-sync"], "initdb")
         if self._port is None:
             self._port = free_port()
-        settings = {
-            "listen_addresses": "'127.0.0.1'",
-            "port": str(self._port),
-            "unix_socket_directories": f"'{tmp}'",
-            "max_prepared_transactions": str(self.max_prepared_transactions),
-            "max_connections": str(self.max_connections),
-            "fsync": "on",
-            "synchronous_commit": "on",
-            "full_page_writes": "on",
-            "logging_collector": "off",
-            "shared_buffers": "32MB",
-        }
+        settings = {"listen_addresses": "'127.0.0.1'", "port": str(self._port), "unix_socket_directories": f"'{tmp}'",
+                    "max_prepared_transactions": str(self.max_prepared_transactions),
+                    "max_connections": str(self.max_connections), "fsync": "on", "synchronous_commit": "on",
+                    "full_page_writes": "on", "logging_collector": "off", "shared_buffers": "32MB"}
         settings.update(self._settings)
         with open(os.path.join(tmp, "data", "postgresql.conf"), "a", encoding="utf-8") as fh:
             fh.write("\n# twopc LocalPostgres\n")

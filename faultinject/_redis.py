@@ -43,16 +43,8 @@ class LocalRedis(LocalServer):
     _stop_timeout_s = 15.0
     _fix = _FIX
 
-    def __init__(
-        self,
-        *,
-        port: int | None = None,
-        appendfsync: str = "always",
-        binary: str | None = None,
-        base_dir: str | None = None,
-        startup_timeout_s: float = 30.0,
-        extra_args: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, *, port: int | None = None, appendfsync: str = "always", binary: str | None = None,
+                 base_dir: str | None = None, startup_timeout_s: float = 30.0, extra_args: Sequence[str] = ()) -> None:
         self._port = port
         self._extra = tuple(extra_args)
         self.appendfsync = appendfsync

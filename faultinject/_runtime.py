@@ -167,10 +167,8 @@ def _crash_pgid() -> int | None:
     return pgid if pgid > 1 else None
 
 
-def _fire(
-    rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
-    armed: _Armed,
-) -> None:
+def _fire(rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
+          armed: _Armed) -> None:
     _announce(line, armed.run if rule.action == "crash" else None)
     if rule.action in REMOTE_ACTIONS:
         from ._control import request_remote_fault
@@ -266,12 +264,8 @@ def current_state_dir() -> str | None:
 
 
 @contextlib.contextmanager
-def armed(
-    plan: FaultPlan | str,
-    state_dir: str | os.PathLike[str] | None = None,
-    *,
-    spark_context: Any = None,
-) -> Iterator[FaultPlan]:
+def armed(plan: FaultPlan | str, state_dir: str | os.PathLike[str] | None = None, *,
+          spark_context: Any = None) -> Iterator[FaultPlan]:
     """Arm *plan* in this process for the block; yields the plan with ``state_dir`` filled in.
 
     Sets ``TWOPC_FAULTS``/``TWOPC_FAULT_STATE`` (removing ``TWOPC_FAULT_PLAN``) and restores them

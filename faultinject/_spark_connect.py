@@ -50,16 +50,9 @@ class LocalSparkConnect(LocalServer):
         return f"sc://127.0.0.1:{self.port}"
 
     def _argv(self) -> list[str]:
-        conf = {
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(self._port),
-            "spark.ui.enabled": "false",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.sql.session.timeZone": "UTC",
-            **self.conf,
-        }
+        conf = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(self._port),
+                "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC", **self.conf}
         argv = [os.path.join(find_spark_home(), "bin", "spark-submit"), "--class", _SERVER_CLASS,
                 "--master", f"local[{self.cores},{self.max_failures}]", "--name", "twopc-connect"]
         for key, value in conf.items():

@@ -218,14 +218,8 @@ def _parse_rule(text: str, index: int) -> FaultRule:
         if not _INT_RE.match(value):
             raise FaultSpecError(f"{where}: filter '@{flt}' needs a non-negative integer; {GRAMMAR}")
         values[key] = int(value)
-    return FaultRule(
-        point=name,
-        batch=values.get("batch"),
-        partition=values.get("partition"),
-        action=cast(Action, action),
-        times=times,
-        **remote,
-    )
+    return FaultRule(point=name, batch=values.get("batch"), partition=values.get("partition"),
+                     action=cast(Action, action), times=times, **remote)
 
 
 def _remote_parts(where: str, action: str, parts: list[str]) -> dict[str, Any]:

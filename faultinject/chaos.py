@@ -112,16 +112,9 @@ class ChaosRunner:
     (default: the plan's, else a temporary folder removed afterwards), *stdout* where its stdout
     goes (None: inherit); *echo_stderr* copies its stderr here, *tail_lines* are kept per run."""
 
-    def __init__(
-        self,
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        state_dir: str | os.PathLike[str] | None = None,
-        stdout: int | IO[bytes] | None = None,
-        echo_stderr: bool = False,
-        tail_lines: int = 40,
-    ) -> None:
+    def __init__(self, *, env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                 state_dir: str | os.PathLike[str] | None = None, stdout: int | IO[bytes] | None = None,
+                 echo_stderr: bool = False, tail_lines: int = 40) -> None:
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
         self.state_dir = os.fspath(state_dir) if state_dir is not None else None
@@ -129,16 +122,9 @@ class ChaosRunner:
         self.echo_stderr = echo_stderr
         self.tail_lines = tail_lines
 
-    def run_until_done(
-        self,
-        cmd: Sequence[str],
-        plan: FaultPlan | str,
-        *,
-        max_restarts: int = 10,
-        timeout_s: float = 600.0,
-        on_progress: Callable[[str], None] | None = None,
-        on_run_end: Callable[[ChaosRun, list[str]], None] | None = None,
-    ) -> ChaosReport:
+    def run_until_done(self, cmd: Sequence[str], plan: FaultPlan | str, *, max_restarts: int = 10,
+                       timeout_s: float = 600.0, on_progress: Callable[[str], None] | None = None,
+                       on_run_end: Callable[[ChaosRun, list[str]], None] | None = None) -> ChaosReport:
         """Run *cmd* until it exits 0, restarting it after every abnormal end; after each run the
         job's leftover processes are SIGKILLed and *on_run_end* gets the run and its new firing lines.
 
@@ -171,23 +157,12 @@ class ChaosRunner:
                 shutil.rmtree(created, ignore_errors=True)
         return ChaosReport(tuple(runs), fired, state_dir)
 
-    def _run_once(
-        self,
-        cmd: list[str],
-        env: dict[str, str],
-        deadline: float,
-        on_progress: Callable[[str], None] | None,
-    ) -> ChaosRun:
+    def _run_once(self, cmd: list[str], env: dict[str, str], deadline: float,
+                  on_progress: Callable[[str], None] | None) -> ChaosRun:
         started = time.monotonic()
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", _WRAPPER, "faultinject-job", *cmd],
-            env=env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=self.stdout,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, "faultinject-job", *cmd], env=env, cwd=self.cwd,
+                                stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=subprocess.PIPE,
+                                start_new_session=True)
         lifeline = Lifeline(proc.pid)  # a runner that dies takes its job along
         tail: collections.deque[str] = collections.deque(maxlen=self.tail_lines)
         reader = threading.Thread(target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True)
@@ -203,20 +178,11 @@ class ChaosRunner:
             lifeline.release()
         reader.join(timeout=5.0)
         rc = proc.returncode
-        return ChaosRun(
-            returncode=rc,
-            signal=-rc if rc < 0 else None,
-            duration_s=time.monotonic() - started,
-            stderr_tail="\n".join(tail),
-            timed_out=timed_out,
-        )
+        return ChaosRun(returncode=rc, signal=-rc if rc < 0 else None, duration_s=time.monotonic() - started,
+                        stderr_tail="\n".join(tail), timed_out=timed_out)
 
-    def _pump(
-        self,
-        proc: subprocess.Popen[bytes],
-        tail: collections.deque[str],
-        on_progress: Callable[[str], None] | None,
-    ) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes], tail: collections.deque[str],
+              on_progress: Callable[[str], None] | None) -> None:
         assert proc.stderr is not None
         with proc.stderr:
             for raw in proc.stderr:

@@ -10,15 +10,5 @@ from ._postgres import LocalPostgres, find_pg_bindir
 from ._redis import LocalRedis, find_redis_server
 from ._redis_cluster import LocalRedisCluster, find_redis_cli
 
-__all__ = [
-    "LocalMariaDB",
-    "LocalPostgres",
-    "LocalRedis",
-    "LocalRedisCluster",
-    "ServerUnavailable",
-    "find_mariadb_install_db",
-    "find_mariadbd",
-    "find_pg_bindir",
-    "find_redis_cli",
-    "find_redis_server",
-]
+__all__ = ["LocalMariaDB", "LocalPostgres", "LocalRedis", "LocalRedisCluster", "ServerUnavailable",
+           "find_mariadb_install_db", "find_mariadbd", "find_pg_bindir", "find_redis_cli", "find_redis_server"]

@@ -18,14 +18,5 @@ from ._cli import main
 from ._common import build_sink
 from ._verify import Verification, staged_rows_left, verify_ids, verify_postgres_ids
 
-__all__ = [
-    "RecoveryCoordinator",
-    "RecoveryPlan",
-    "RecoveryReport",
-    "Verification",
-    "build_sink",
-    "main",
-    "staged_rows_left",
-    "verify_ids",
-    "verify_postgres_ids",
-]
+__all__ = ["RecoveryCoordinator", "RecoveryPlan", "RecoveryReport", "Verification", "build_sink", "main",
+           "staged_rows_left", "verify_ids", "verify_postgres_ids"]

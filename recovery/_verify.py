@@ -115,14 +115,9 @@ class Verification:
     def render(self) -> str:
         def few(xs: tuple[object, ...]) -> str:
             return f"{len(xs)}" + (f"  e.g. {list(xs[:5])}" if xs else "")
-        rows = [
-            ("rows expected", str(self.expected)),
-            ("rows found", str(self.found)),
-            ("duplicates", few(self.duplicates)),
-            ("lost", few(self.lost)),
-            ("unexpected", few(self.unexpected)),
-            ("dangling prepared transactions", few(self.dangling)),
-        ]
+        rows = [("rows expected", str(self.expected)), ("rows found", str(self.found)),
+                ("duplicates", few(self.duplicates)), ("lost", few(self.lost)), ("unexpected", few(self.unexpected)),
+                ("dangling prepared transactions", few(self.dangling))]
         width = max(len(k) for k, _ in rows)
         lines = [f"  {k:<{width}}  {v}" for k, v in rows]
         lines.append("  verdict: " + ("EXACTLY ONCE" if self.ok else "VIOLATED"))
@@ -153,15 +148,10 @@ def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *, id
         counts: dict[int, int] = {int(k): int(n) for k, n in conn.execute(
             sa.text(f"SELECT {col}, count(*) FROM {tbl} GROUP BY {col}")).all()}
     found_ids = set(counts)
-    return Verification(
-        expected=len(expected),
-        found=sum(counts.values()),
-        distinct=len(found_ids),
-        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
-        lost=tuple(i for i in expected if i not in found_ids),
-        unexpected=tuple(sorted(found_ids - set(expected))),
-        dangling=(),
-    )
+    return Verification(expected=len(expected), found=sum(counts.values()), distinct=len(found_ids),
+                        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
+                        lost=tuple(i for i in expected if i not in found_ids),
+                        unexpected=tuple(sorted(found_ids - set(expected))), dangling=())
 
 
 def staged_rows_left(engine: sa.Engine, *, sink_id: str | None = None,

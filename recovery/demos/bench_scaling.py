@@ -126,10 +126,8 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     def spark_jdbc(d: DataFrame, t: str, _v: int) -> None:
         (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
          .option("driver", "org.postgresql.Driver").options(**props).save())
-    writers: dict[str, Callable[[DataFrame, str, int], None]] = {
-        "twopc-jdbc drop-in (no checkpoint)": twopc(False),
-        "twopc-jdbc with checkpointLocation": twopc(True),
-    }
+    writers: dict[str, Callable[[DataFrame, str, int], None]] = {"twopc-jdbc drop-in (no checkpoint)": twopc(False),
+                                                                 "twopc-jdbc with checkpointLocation": twopc(True)}
     if os.path.exists(JDBC_JAR):
         writers["spark jdbc"] = spark_jdbc
     out: dict[str, list[float]] = {}

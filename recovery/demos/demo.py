@@ -33,10 +33,8 @@ if TYPE_CHECKING:
 
 __all__ = ["INPUT_SCHEMA", "create_table", "fault_plan", "main", "run_job", "write_input"]
 
-CRASH_POINTS = (
-    "during_invoke", "before_pre_commit", "after_pre_commit", "before_decision", "after_decision",
-    "between_commits", "after_commit", "after_mark",
-)
+CRASH_POINTS = ("during_invoke", "before_pre_commit", "after_pre_commit", "before_decision", "after_decision",
+                "between_commits", "after_commit", "after_mark")
 
 
 def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_file: int = 0) -> list[int]:
