@@ -1,13 +1,9 @@
 """``make bench``: twopc against its peers, in one run, on the same rows, as ratios.
 
-Batch throughput (one cached DataFrame, ``local[2]``, every writer warmed up, the same JDBC
-options and server): ``twopc-jdbc`` prepared, drop-in and staging; Spark's JDBC writer with and
-without ``reWriteBatchedInserts`` (needs ``libpostgresql-jdbc-java``); a raw CSV ``COPY``; the
-machine's limit (a raw binary ``COPY`` stream per task on rows encoded beforehand, also with a
-marker row and ``PREPARE TRANSACTION``); a no-op Python data source. Then the protocol cost per
-micro-batch against the same commits without it, and the rows of
-:mod:`twopc.recovery.demos.bench_scaling`. Targets print MET/MISSED, never failing; the report
-says where the time between the COPY floor and prepared mode goes."""
+Batch throughput of ``twopc-jdbc`` (prepared, drop-in, staging) against Spark's JDBC writer, a raw
+CSV ``COPY``, the machine's limit (a raw binary ``COPY`` stream per task, also with ``PREPARE
+TRANSACTION``) and a no-op Python data source; the protocol cost per micro-batch; the rows of
+:mod:`twopc.recovery.demos.bench_scaling`. Method and targets: docs/development/benchmarks.md."""
 
 from __future__ import annotations
 

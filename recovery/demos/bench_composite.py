@@ -1,14 +1,10 @@
 """``python -m twopc.recovery.demos.bench_composite``: a two-target composite against the same two
 sinks written as two separate writes, in one run, on the same rows.
 
-1. Throughput (``local[2]``, one cached DataFrame, warmed up): ``twopc-composite`` of a PostgreSQL
-   table and Redis counters (``INCRBY total 1``, ``HINCRBY per_category <category> 1``), one
-   decision per batch, against ``twopc-postgres`` then ``twopc-redis``, each with its own
-   checkpoint. Target: the composite is not slower (ratio >= 1.0, printed MET/MISSED).
-2. The visibility gap: how long after the first participant's commit the last is done (a batch
-   seen in PostgreSQL, not yet in Redis), from ``participant_committed`` events.
-
-Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
+Throughput of ``twopc-composite`` (a PostgreSQL table and Redis counters, one decision a batch)
+against ``twopc-postgres`` then ``twopc-redis`` (target: not slower), and the visibility gap: how
+long after the first participant's commit the last is done. Throwaway servers unless
+``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
 
 from __future__ import annotations
 

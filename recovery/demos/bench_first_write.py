@@ -1,13 +1,10 @@
 """``python -m twopc.recovery.demos.bench_first_write``: what a short job's first write costs, whole
 processes, in one run, as ratios.
 
-Each run is a fresh process (:mod:`twopc.recovery.demos._first_write_child`) that starts a
-``local[2]`` session, writes 100 rows and exits, timed from start to exit. Writers, alternated:
-the no-op Python data source (Spark's floor), Spark's JDBC writer, and the ``twopc-jdbc``
-drop-in with the same options. Each runs once unmeasured first; twopc is compiled to bytecode
-first, as an install does. Reported: medians of the process and of the write alone, the ratios
-twopc / no-op and twopc / Spark JDBC, each round's ratio. Target: twopc within 1.15x the no-op.
-A throwaway PostgreSQL unless ``TWOPC_BENCH_POSTGRES_URL`` is set."""
+Each run is a fresh process (:mod:`twopc.recovery.demos._first_write_child`) that starts a session,
+writes 100 rows and exits: the no-op Python data source, Spark's JDBC writer and the ``twopc-jdbc``
+drop-in, alternated, each warmed up once, twopc compiled first as an install does. A throwaway
+PostgreSQL unless ``TWOPC_BENCH_POSTGRES_URL`` is set."""
 
 from __future__ import annotations
 

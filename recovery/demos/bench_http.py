@@ -1,13 +1,9 @@
 """``python -m twopc.recovery.demos.bench_http``: twopc-http delivering 20,000 requests, against plain
 at-least-once async sends with the same client, concurrency, requests and service.
 
-- twopc-http through the sink's API: 4 task attempts write their outboxes, then ``commit_all``
-  delivers them (``maxConcurrency`` 16, answers recorded every 256), timed to the last marker;
-- plain: the same requests (with ``Idempotency-Key``) sent by 16 workers through one
-  ``httpx.AsyncClient`` (16 connections), nothing recorded.
-
-The service (an asyncio server following the ``Idempotency-Key`` draft) runs in its own process.
-Reported as requests/s and the ratio twopc-http / plain (median); target >= 0.8."""
+twopc-http runs through the sink's API (4 outboxes, then ``commit_all`` with ``maxConcurrency``
+16); plain sends the same requests from 16 workers through one ``httpx.AsyncClient``. The
+``Idempotency-Key`` service runs in a process of its own. Target: twopc-http / plain >= 0.8."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""``make bench``, memory per task: the peak RSS of the Python worker of one task writing 0.5M rows
-and one writing 5M, through ``twopc-postgres`` (prepared, checkpoint) and the ``twopc-jdbc``
-drop-in. A task streams its partition (Arrow in, ``COPY`` out), so the peaks should match.
-Target: the 5M peak at most 1.2x the 0.5M peak, per format.
-
-Sampled every 20 ms: the RSS of the session's ``pyspark.worker`` processes; each write starts
-fresh workers (``spark.python.worker.reuse`` false), so a peak belongs to its one task."""
+"""``make bench``, memory per task: the peak RSS (sampled every 20 ms) of the Python worker of one task
+writing 0.5M rows and one writing 5M, through ``twopc-postgres`` (prepared) and the ``twopc-jdbc``
+drop-in; fresh workers per write. A task streams its rows: target 5M / 0.5M at most 1.2x."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
 """``python -m twopc.recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
 
-1. Throughput through the sink API (per partition ``begin_transaction``, ``invoke_batch``,
-   ``pre_commit``, then ``commit_all``, as the driver does) against plain pipelined writes of the
-   same effects: once per row, and with counters pre-summed client-side (the fairer baseline:
-   the sink folds counters per transaction). Rows/s and ratios.
-2. How long a commit blocks the server: the commit FCALL's server-side time (``INFO
-   commandstats``) per 10k HSET fields and per 10k rows of the mixed mapping, and a replay's.
-
-A throwaway LocalRedis (``appendfsync always``) unless ``TWOPC_BENCH_REDIS_URL`` is set."""
+Throughput through the sink API (as the driver calls it) against plain pipelined writes of the same
+effects, per row and with counters pre-summed (the fairer baseline); then how long a commit FCALL
+blocks the server (``INFO commandstats``). A throwaway LocalRedis unless ``TWOPC_BENCH_REDIS_URL``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""``make bench``, the fixed and per-batch costs, each beside the same work without twopc:
-
-- protocol cost at 2, 16, 64 and 200 partitions (prepared mode, 10 rows a partition) against
-  plain commits and the same prepared transactions committed without the protocol;
-- a 20,000-row write through the drop-in ``twopc-jdbc`` against Spark's JDBC writer;
-- micro-batch latency (1,000 rows) into ``twopc-jdbc`` against ``foreachBatch`` with Spark's
-  JDBC writer and a no-op Python stream sink.
-
-Targets: :data:`twopc.recovery.demos.bench_summary.TARGETS`."""
+"""``make bench``, the fixed and per-batch costs beside the same work without twopc: the protocol
+cost at 2 to 200 partitions, a 20,000-row drop-in write against Spark's JDBC writer, and
+micro-batch latency against ``foreachBatch`` and a no-op Python stream sink."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
 """``python -m twopc.recovery.demos.bench_stream``: the Redis Stream source end to end, against the
 same pipeline at-least-once, in one run, on the same entries, as a ratio.
 
-Exactly-once: ``twopc-redis-stream`` into ``twopc-postgres`` (``availableNow``). At-least-once,
-as a user writes it without twopc: ``foreachBatch`` (ticked by ``rate-micro-batch``) doing
-``XREADGROUP`` on the driver, Spark's JDBC writer, then ``XACK``. Both warm up; rounds interleave
-them with new groups and tables; every run is checked (one row per entry, nothing pending). Each
-run is also split into the query's start and its micro-batches, beside a no-op Python source's
-start. Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
+Exactly-once: ``twopc-redis-stream`` into ``twopc-postgres``. At-least-once, as a user writes it
+without twopc: ``foreachBatch`` doing ``XREADGROUP`` on the driver, Spark's JDBC writer, ``XACK``.
+Every run is checked (one row per entry, nothing pending) and split into the query's start and its
+micro-batches. Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL``."""
 
 from __future__ import annotations
 

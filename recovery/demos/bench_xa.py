@@ -1,10 +1,7 @@
-"""``python -m twopc.recovery.demos.bench_xa``: the commit of one batch's prepared XA transactions on
-MariaDB/MySQL, one ``XA COMMIT`` round trip each against the whole batch in one query (what
-:meth:`twopc.sinks.MySqlXaSink.commit_all` does), on the same server in one run.
-
-Each repeat prepares ``--transactions`` XA transactions through the sink, then times only
-``commit_all``, the two ways alternating. A throwaway LocalMariaDB unless
-``TWOPC_BENCH_MARIADB_URL`` is set."""
+"""``python -m twopc.recovery.demos.bench_xa``: one batch's prepared XA transactions on MariaDB/MySQL
+committed one ``XA COMMIT`` round trip each against in one query (what
+:meth:`twopc.sinks.MySqlXaSink.commit_all` does), alternated, on the same server (a throwaway
+LocalMariaDB unless ``TWOPC_BENCH_MARIADB_URL`` is set)."""
 
 from __future__ import annotations
 

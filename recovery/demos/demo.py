@@ -1,13 +1,9 @@
 """``make demo``: crash a streaming query into PostgreSQL again and again, then verify.
 
-``python -m twopc.recovery.demos.demo`` starts a throwaway PostgreSQL (or uses ``--url`` /
-``TWOPC_DEMO_POSTGRES_URL``), writes input files and runs a streaming query into
-``twopc-postgres`` under a plan that SIGKILLs the whole job at random protocol points,
-restarting it from its checkpoint until the input is done; then prints the verification.
-
-``... demo job`` is one run of the query; it reads the URL from ``TWOPC_DEMO_URL`` (``--url``
-overrides it); ``--format`` picks the sink (``twopc-jdbc`` takes a ``jdbc:postgresql://`` or
-``jdbc:sqlite:`` URL) and each ``--option key=value`` goes to the writer."""
+``python -m twopc.recovery.demos.demo`` runs a query of input files into ``twopc-postgres`` on a
+throwaway server (or ``--url``) under a plan that SIGKILLs the whole job at random protocol points,
+restarting it until the input is done, then prints the verification. ``... demo job`` is one run
+(URL from ``TWOPC_DEMO_URL``; ``--format`` and ``--option key=value`` pick the writer)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """``make demo``: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters, under crashes.
 
-Starts a throwaway PostgreSQL and Redis (``appendfsync always``); producers append to two streams
-while the job of :mod:`twopc.recovery.demos.pipeline` consumes them. A fault plan SIGKILLs the
-whole job at protocol points in random micro-batches (both edges of the source's acknowledgement
-included), and once Redis between a sink commit and the acknowledgement. The job restarts after
-every crash until every entry is consumed; then the verification table and the verdict.
+While producers append, the job of :mod:`twopc.recovery.demos.pipeline` is SIGKILLed at protocol
+points in random micro-batches (both edges of the source's acknowledgement included, and Redis
+once too) and restarted until every entry is consumed; then the verification table and verdict.
 About three minutes on two cores."""
 
 from __future__ import annotations
