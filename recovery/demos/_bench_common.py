@@ -3,6 +3,7 @@ and SparkSession a bench runs on, and what it reads of a process in ``/proc``.""
 
 from __future__ import annotations
 
+import argparse
 import compileall
 import contextlib
 import os
@@ -93,6 +94,12 @@ def compile_package() -> None:
     root = Path(twopc.__file__).parent
     for folder in [root, *(p.resolve() for p in root.iterdir() if p.is_dir() and p.is_symlink())]:
         compileall.compile_dir(str(folder), quiet=1)
+
+
+def module_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The command line of ``python -m twopc.recovery.demos.<module>``, described by *doc*'s first paragraph."""
+    return argparse.ArgumentParser(prog=f"python -m twopc.recovery.demos.{module}",
+                                   description=(doc or "").split("\n\n")[0])
 
 
 def bench_main_setup() -> None:

@@ -7,7 +7,6 @@ TRANSACTION``) and a no-op Python data source; the protocol cost per micro-batch
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import re
@@ -32,6 +31,7 @@ from ._bench_common import (
     create_table,
     jdbc_target,
     libpq_dsn,
+    module_parser,
     server_url,
     timed,
     verdict,
@@ -365,7 +365,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench", description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench", __doc__)
     parser.add_argument("--url", default=os.environ.get("TWOPC_BENCH_POSTGRES_URL"))
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3,

@@ -8,7 +8,6 @@ long after the first participant's commit the last is done. Throwaway servers un
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
@@ -23,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._bench_common import bench_main_setup, bench_session, run_sql, server_url
+from ._bench_common import bench_main_setup, bench_session, module_parser, run_sql, server_url
 
 __all__ = ["main"]
 
@@ -164,8 +163,7 @@ def _servers() -> Iterator[tuple[str, str, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_composite",
-                                     description=(__doc__ or "").split("\n\n")[0])
+    parser = module_parser("bench_composite", __doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)

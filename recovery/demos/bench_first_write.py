@@ -8,7 +8,6 @@ PostgreSQL unless ``TWOPC_BENCH_POSTGRES_URL`` is set."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -26,6 +25,7 @@ from ._bench_common import (
     count_rows,
     create_table,
     jdbc_target,
+    module_parser,
     postgres_url,
 )
 from ._bench_results import record
@@ -108,8 +108,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_first_write",
-                                     description=(__doc__ or "").split("\n\n")[0])
+    parser = module_parser("bench_first_write", __doc__)
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
     parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")
     args = parser.parse_args(argv)

@@ -7,7 +7,6 @@ twopc-http runs through the sink's API (4 outboxes, then ``commit_all`` with ``m
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing
@@ -17,6 +16,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
+
+from ._bench_common import module_parser
 
 __all__ = ["main"]
 
@@ -107,8 +108,7 @@ def bench_plain(url: str, first: int, n: int) -> float:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_http",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_http", __doc__)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4, help="task attempts (outboxes) the rows are split into")
     parser.add_argument("--repeats", type=int, default=3)

@@ -4,7 +4,6 @@ drop-in; fresh workers per write. A task streams its rows: target 5M / 0.5M at m
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import tempfile
@@ -14,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._bench_common import bench_main_setup, jvm_pid, postgres_url, proc_status, processes, rss_kib
+from ._bench_common import bench_main_setup, jvm_pid, module_parser, postgres_url, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -125,8 +124,7 @@ def report(results: dict[str, dict[int, list[float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_memory",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_memory", __doc__)
     parser.add_argument("--url", default=None, help="SQLAlchemy URL of a PostgreSQL (default: a throwaway server)")
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
                         help="rows of the writes compared (comma-separated; the first and the last are judged)")

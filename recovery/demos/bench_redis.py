@@ -6,7 +6,6 @@ blocks the server (``INFO commandstats``). A throwaway LocalRedis unless ``TWOPC
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import statistics
@@ -16,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ._bench_common import server_url
+from ._bench_common import module_parser, server_url
 
 __all__ = ["main"]
 
@@ -135,8 +134,7 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_redis",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_redis", __doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4, help="transactions the rows are split into")
     parser.add_argument("--repeats", type=int, default=3)

@@ -6,7 +6,6 @@ A figure that grows is a bug, whatever the verdict."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import os
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import ROW_EXPRS, TABLE_COLUMNS, bench_main_setup, proc_status, processes, rss_kib
+from ._bench_common import ROW_EXPRS, TABLE_COLUMNS, bench_main_setup, module_parser, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -291,8 +290,7 @@ def report(legs: Sequence[Leg], batches: int, every: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_soak",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_soak", __doc__)
     parser.add_argument("--batches", type=int, default=5000, help="micro-batches per streaming query")
     parser.add_argument("--every", type=int, default=500, help="micro-batches between two records")
     parser.add_argument("--jdbc-writes", type=int, default=None,

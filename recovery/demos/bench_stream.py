@@ -8,7 +8,6 @@ micro-batches. Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_B
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import functools
 import os
@@ -21,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ._bench_common import module_parser
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -253,8 +254,7 @@ def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_stream",
-                                     description=(__doc__ or "").split("\n\n")[0])
+    parser = module_parser("bench_stream", __doc__)
     parser.add_argument("--entries", type=int, default=200_000, help="entries in the streams (default 200000)")
     parser.add_argument("--batch", type=int, default=20_000, help="entries per micro-batch (default 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both pipelines, interleaved (default 3)")

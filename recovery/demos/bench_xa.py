@@ -5,7 +5,6 @@ LocalMariaDB unless ``TWOPC_BENCH_MARIADB_URL`` is set)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -13,7 +12,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from ._bench_common import run_sql, server_url
+from ._bench_common import module_parser, run_sql, server_url
 from ._bench_results import record
 
 __all__ = ["main"]
@@ -47,8 +46,7 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_xa",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_xa", __doc__)
     parser.add_argument("--transactions", type=int, default=50, help="prepared XA transactions per batch")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._bench_common import module_parser
 from ._job import INPUT_SCHEMA, crashable_spark, run_stream_to_end
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.demo", description=__doc__.split("\n\n")[0])
+    parser = module_parser("demo", __doc__)
     sub = parser.add_subparsers(dest="command")
     job = sub.add_parser("job", help="one run of the streaming query (used by the chaos runner)")
     job.add_argument("--input", required=True)

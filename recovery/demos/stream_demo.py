@@ -7,7 +7,6 @@ About three minutes on two cores."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
@@ -18,6 +17,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from ._bench_common import module_parser
 
 __all__ = ["main"]
 
@@ -32,8 +33,7 @@ def _plan(rng: random.Random, crashes: int, batches: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.stream_demo",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("stream_demo", __doc__)
     parser.add_argument("--entries", type=int, default=6000, help="entries the producers append")
     parser.add_argument("--rate", type=float, default=80.0, help="entries per second")
     parser.add_argument("--crashes", type=int, default=4, help="job crashes at sink protocol points")
