@@ -25,9 +25,8 @@ _FIX = (
 
 
 def find_pg_bindir(explicit: str | None = None) -> str:
-    """Directory of ``initdb``/``postgres``/``pg_isready``/``psql``: *explicit*, ``$TWOPC_PG_BINDIR``,
-    ``pg_config --bindir``, the highest ``/usr/lib/postgresql/*/bin``, ``initdb`` on ``PATH``;
-    else ServerUnavailable."""
+    """Directory of ``initdb``/``postgres``/``pg_isready``/``psql``: *explicit*, ``$TWOPC_PG_BINDIR``, ``pg_config
+    --bindir``, the highest ``/usr/lib/postgresql/*/bin``, ``initdb`` on ``PATH``; else ServerUnavailable."""
     candidates: list[str] = []
     candidates += [c for c in (explicit, os.environ.get("TWOPC_PG_BINDIR")) if c]
     pg_config = shutil.which("pg_config")

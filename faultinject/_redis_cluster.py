@@ -1,7 +1,6 @@
-"""A throwaway Redis Cluster on loopback (three masters, one replica each; every node a
-:class:`LocalRedis` with ``--cluster-enabled yes``) and a cluster's faults: slot migration
-(MOVED/ASK), coordinated and forced failover, a master replaced by its replica, a replica cut
-off from its master. Commands go through a tiny standard-library RESP client."""
+"""A throwaway Redis Cluster on loopback (three masters, one replica each; every node a :class:`LocalRedis` with
+``--cluster-enabled yes``) and a cluster's faults: slot migration (MOVED/ASK), coordinated and forced failover, a master
+replaced by its replica, a replica cut off from its master. Commands go through a tiny standard-library RESP client."""
 
 from __future__ import annotations
 

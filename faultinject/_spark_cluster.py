@@ -1,7 +1,6 @@
-"""A Spark standalone cluster on loopback from the pyspark package: a master and *workers*
-workers, so executors run in JVMs of their own. Each executor JVM leads its own process group
-(``TWOPC_CRASH_PGID``): a ``crash`` in one of its Python workers kills that executor only (a
-task Spark runs again elsewhere), never the worker daemon or the driver."""
+"""A Spark standalone cluster on loopback from the pyspark package: a master and *workers* workers, so executors run in
+JVMs of their own. Each executor JVM leads its own process group (``TWOPC_CRASH_PGID``): a ``crash`` in one of its
+Python workers kills that executor only (a task Spark runs again elsewhere), never the worker daemon or the driver."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
-"""A Spark Connect server on loopback from the pyspark package, for tests of what runs under
-Spark Connect (the client holds no JVM; the data sources run in the server's Python workers).
-The server leads its own process group, named as ``TWOPC_CRASH_PGID``: a ``crash`` fired in
-one of its workers kills the whole server, never the client; :meth:`start` again brings up a
-fresh one on the same port. It dies with the process that started it."""
+"""A Spark Connect server on loopback from the pyspark package, for tests of what runs under Spark Connect (the client
+holds no JVM; the data sources run in the server's Python workers). The server leads its own process group, named as
+``TWOPC_CRASH_PGID``: a ``crash`` fired in one of its workers kills the whole server, never the client; :meth:`start`
+again brings up a fresh one on the same port. It dies with the process that started it."""
 
 from __future__ import annotations
 

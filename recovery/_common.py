@@ -1,7 +1,6 @@
-"""What the operator's commands (status, recover, verify, metrics) share: the sink a checkpoint's
-query writes with, built from the recorded writer options and the secrets given, and the checks
-that it is the recorded one; a failed check raises :class:`CannotTell` (exit 3) before the
-target is read or anything is written."""
+"""What the operator's commands (status, recover, verify, metrics) share: the sink a checkpoint's query writes with,
+built from the recorded writer options and the secrets given, and the checks that it is the recorded one; a failed check
+raises :class:`CannotTell` (exit 3) before the target is read or anything is written."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""Exactly-once verification of a table, Jepsen set-checker style: :func:`verify_ids` on any
-SQLAlchemy engine, :func:`verify_postgres_ids` adding PostgreSQL's dangling prepared transactions,
-:func:`staged_rows_left` for the staging mode's leftovers, and :class:`SetCheck`, the bounded
-form ``twopc verify`` reports."""
+"""Exactly-once verification of a table, Jepsen set-checker style: :func:`verify_ids` on any SQLAlchemy engine,
+:func:`verify_postgres_ids` adding PostgreSQL's dangling prepared transactions, :func:`staged_rows_left` for the staging
+mode's leftovers, and :class:`SetCheck`, the bounded form ``twopc verify`` reports."""
 
 from __future__ import annotations
 
@@ -95,9 +94,8 @@ class SetCheck:
 
 @dataclass(frozen=True)
 class Verification:
-    """Expected ids against the ids found: ``lost`` (expected, missing), ``unexpected`` (never written),
-    ``duplicates`` (found more than once), ``dangling`` (the sink's prepared transactions still in
-    ``pg_prepared_xacts``)."""
+    """Expected ids against the ids found: ``lost`` (expected, missing), ``unexpected`` (never written), ``duplicates``
+    (found more than once), ``dangling`` (the sink's prepared transactions still in ``pg_prepared_xacts``)."""
 
     expected: int
     found: int

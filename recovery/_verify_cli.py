@@ -1,8 +1,7 @@
-"""``twopc verify``: a read-only check that a sink's target holds what its source or ledger says,
-Jepsen set-checker style, with exit codes for automation (:data:`VERIFY_EXIT_CODES`). On
-PostgreSQL tables: ``--stream`` checks a Redis Stream's entries against the table (one row per
-``(stream, id)``); without it the rows the ledger records per committed batch (of a checkpoint,
-or with ``--sink-id`` of a ``txnAppId`` write) against the table's. The target is reached as
+"""``twopc verify``: a read-only check that a sink's target holds what its source or ledger says, Jepsen set-checker
+style, with exit codes for automation (:data:`VERIFY_EXIT_CODES`). On PostgreSQL tables: ``--stream`` checks a Redis
+Stream's entries against the table (one row per ``(stream, id)``); without it the rows the ledger records per committed
+batch (of a checkpoint, or with ``--sink-id`` of a ``txnAppId`` write) against the table's. The target is reached as
 ``twopc status`` reaches it. Nothing is written anywhere."""
 
 from __future__ import annotations

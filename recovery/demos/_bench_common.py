@@ -103,8 +103,7 @@ def module_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
 
 
 def bench_main_setup() -> None:
-    """What a bench's ``main`` does first: SIGTERM cleans up as Ctrl-C does; Spark's workers run this
-    interpreter."""
+    """What a bench's ``main`` does first: SIGTERM cleans up as Ctrl-C does; Spark's workers run this interpreter."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 

@@ -1,7 +1,6 @@
-"""One run of :mod:`twopc.recovery.demos.bench_first_write` as a script importing nothing a writer
-does not need: ``python _first_write_child.py {noop|spark-jdbc|twopc} < params.json`` starts a
-session, writes 100 rows, stops, and prints one JSON line of its times. The parameters come on
-stdin, keeping the password off the command line."""
+"""One run of :mod:`twopc.recovery.demos.bench_first_write` as a script importing nothing a writer does not need:
+``python _first_write_child.py {noop|spark-jdbc|twopc} < params.json`` starts a session, writes 100 rows, stops, and
+prints one JSON line of its times. The parameters come on stdin, keeping the password off the command line."""
 
 from __future__ import annotations
 

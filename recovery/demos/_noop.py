@@ -1,7 +1,6 @@
-"""A Python data source (``twopc-bench-noop``) that does only what Spark asks of every Python source
-and sink: its Arrow writers consume their rows (Spark's floor for a Python sink); its stream
-reader offers one row once (the floor for a Python streaming source's start). The benchmarks load
-it by value (``runpy``), so it imports nothing of the project."""
+"""A Python data source (``twopc-bench-noop``) that does only what Spark asks of every Python source and sink: its Arrow
+writers consume their rows (Spark's floor for a Python sink); its stream reader offers one row once (the floor for a
+Python streaming source's start). The benchmarks load it by value (``runpy``), so it imports nothing of the project."""
 
 from __future__ import annotations
 

@@ -181,10 +181,9 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
 
 
 class _ParallelCopy:
-    """The machine's limit for a write by *slices* tasks: a raw binary ``COPY`` stream per task, at
-    once, each in a transaction of its own, on bytes twopc's encoder made beforehand
-    (:attr:`encode_seconds`); with ``prepared`` each stream adds a marker row and ``PREPARE
-    TRANSACTION``, committed with ``COMMIT PREPARED`` once all prepared."""
+    """The machine's limit for a write by *slices* tasks: a raw binary ``COPY`` stream per task, at once, each in a
+    transaction of its own, on bytes twopc's encoder made beforehand (:attr:`encode_seconds`); with ``prepared`` each
+    stream adds a marker row and ``PREPARE TRANSACTION``, committed with ``COMMIT PREPARED`` once all prepared."""
 
     def __init__(self, dsn: str, table: Any, slices: int) -> None:
         import concurrent.futures
@@ -260,8 +259,7 @@ class _ParallelCopy:
 
 
 def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
-    """Median ms per micro-batch: with the protocol (prepared and staging modes) vs plain
-    commits of the same writes."""
+    """Median ms per micro-batch: with the protocol (prepared and staging modes) vs plain commits of the same writes."""
     import psycopg
     import pyarrow as pa
 

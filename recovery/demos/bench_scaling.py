@@ -30,12 +30,11 @@ MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 def bench_partitions(url: str, work: Path, batches: int,
                      partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
-    """Per partition count, median ms per batch of the driver's commit (``commit``), plus plan-time
-    recovery (``protocol``), of plain commits (``plain``) and of the prepared transactions committed
-    without the protocol (``floor``: PostgreSQL flushes its WAL per ``COMMIT PREPARED``); the kinds
-    alternate round by round, order reversed every other round, so load falls on all alike.
-    ``ratio`` is the median of the rounds' commit / floor; the commit's phases (``decision``,
-    ``commits``, ``mark``, ``sweep``) are medians too."""
+    """Per partition count, median ms per batch of the driver's commit (``commit``), plus plan-time recovery
+    (``protocol``), of plain commits (``plain``) and of the prepared transactions committed without the protocol
+    (``floor``: PostgreSQL flushes its WAL per ``COMMIT PREPARED``); the kinds alternate round by round, order reversed
+    every other round, so load falls on all alike. ``ratio`` is the median of the rounds' commit / floor; the commit's
+    phases (``decision``, ``commits``, ``mark``, ``sweep``) are medians too."""
     dsn = libpq_dsn(url)
     out: dict[int, dict[str, float]] = {}
     for n in partitions:

@@ -1,7 +1,6 @@
-"""``python -m twopc.recovery.demos.bench_xa``: one batch's prepared XA transactions on MariaDB/MySQL
-committed one ``XA COMMIT`` round trip each against in one query (what
-:meth:`twopc.sinks.MySqlXaSink.commit_all` does), alternated, on the same server (a throwaway
-LocalMariaDB unless ``TWOPC_BENCH_MARIADB_URL`` is set)."""
+"""``python -m twopc.recovery.demos.bench_xa``: one batch's prepared XA transactions on MariaDB/MySQL committed one ``XA
+COMMIT`` round trip each against in one query (what :meth:`twopc.sinks.MySqlXaSink.commit_all` does), alternated, on the
+same server (a throwaway LocalMariaDB unless ``TWOPC_BENCH_MARIADB_URL`` is set)."""
 
 from __future__ import annotations
 
