@@ -8,7 +8,6 @@ from . import declared_points
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit status."""
     args = sys.argv[1:] if argv is None else argv
     if args != ["points"]:
         print("usage: python -m twopc.faultinject points", file=sys.stderr)

@@ -1,13 +1,7 @@
-"""The control channel of remote fault actions: a rule fires in a job's process (a Spark
-Python worker, the driver), the process that owns the proxies and servers performs it.
-
-:class:`FaultControl` listens on a unix socket in a private (0700) temporary folder and
-exports its path as ``TWOPC_FAULT_CONTROL``; a job started with that variable (through
-:class:`ChaosRunner`'s ``env``, or inherited) reaches it from any of its processes. A fired
-``proxy`` or ``server`` rule sends one JSON line (the rule's :meth:`FaultRule.remote_request`)
-and waits for the one-line answer: the fault is in force (a server crashed and restarted,
-a proxy stalling) before the process that fired the rule goes on. Stdlib only.
-"""
+"""The control channel of remote fault actions: a rule fires in a job's process, the process that
+owns the proxies and servers performs it. :class:`FaultControl` listens on a unix socket in a
+private (0700) folder exported as ``TWOPC_FAULT_CONTROL``; a fired ``proxy`` or ``server`` rule
+sends one JSON line and waits for the answer, so the fault is in force before it goes on."""
 
 from __future__ import annotations
 
@@ -50,12 +44,8 @@ class _Server(Protocol):
 
 
 def request_remote_fault(rule: FaultRule, line: str) -> None:
-    """Ask the :class:`FaultControl` named by ``TWOPC_FAULT_CONTROL`` to perform *rule* and
-    wait until it has.
-
-    Raises:
-        FaultControlError: no channel in the environment, no answer, or the owner failed.
-    """
+    """Ask the :class:`FaultControl` of ``TWOPC_FAULT_CONTROL`` to perform *rule*, wait until it has;
+    FaultControlError when there is no channel, no answer, or the owner failed."""
     path = os.environ.get(ENV_CONTROL, "")
     what = f"fault rule {rule.to_spec()!r}"
     if not path:
@@ -81,22 +71,15 @@ def request_remote_fault(rule: FaultRule, line: str) -> None:
 
 
 class FaultControl:
-    """Owns named proxies and servers and performs the ``proxy`` / ``server`` rules that
-    fire in other processes (see the module docstring).
+    """Owns named proxies and servers and performs the ``proxy``/``server`` rules fired elsewhere.
 
-    Server faults: ``crash`` (the server's :meth:`crash`: PostgreSQL's immediate shutdown,
-    SIGKILL for MariaDB and Redis; then a restart, which runs crash recovery / replays the
-    AOF; answered once the server is back), ``restart`` (graceful), ``down`` (a crash, the
-    restart ``for`` seconds later; answered at once). Proxy faults: ``reset``; ``blackhole``
-    for ``for`` seconds (default 2), then every connection is reset, as keepalive or a
-    firewall would end a stalled connection; ``latency`` of ``delay`` (default 0.2 s) for
-    ``for`` seconds (default 2); ``swallow_reply`` of the next request containing
-    ``pattern``, whose connection is reset ``for`` seconds (default 2) later; ``heal``.
-
-    Attributes:
-        fired: how many faults of each kind (``server.crash``, ``proxy.blackhole``...) it performed.
-        errors: what it could not perform (also answered to the process that asked).
-    """
+    Server faults: ``crash`` (the server's :meth:`crash`, then a restart with crash recovery;
+    answered once it is back), ``restart`` (graceful), ``down`` (a crash, the restart ``for``
+    seconds later; answered at once). Proxy faults: ``reset``; ``blackhole`` for ``for`` seconds
+    (default 2), then every connection reset, as keepalive or a firewall would; ``latency`` of
+    ``delay`` (0.2 s) for ``for`` seconds (2); ``swallow_reply`` of the next request with
+    ``pattern``, its connection reset ``for`` seconds (2) later; ``heal``. *fired* counts the
+    faults performed by kind, *errors* lists what failed (also answered to the asker)."""
 
     def __init__(self) -> None:
         self.fired: collections.Counter[str] = collections.Counter()
@@ -110,9 +93,8 @@ class FaultControl:
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._thread: threading.Thread | None = None
 
-    # -- set-up ------------------------------------------------------------------------
     def add_server(self, name: str, server: _Server) -> FaultControl:
-        """Own *server* (a :class:`LocalPostgres`, :class:`LocalMariaDB`, :class:`LocalRedis`) as *name*."""
+        """Own *server* (a ``Local*`` server) as *name*."""
         self._servers[name] = server
         return self
 
@@ -139,7 +121,6 @@ class FaultControl:
         self._dir = tempfile.mkdtemp(prefix="twopc-ctl-")
         os.chmod(self._dir, 0o700)
         owner = self
-
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
                 try:
@@ -151,7 +132,6 @@ class FaultControl:
                     owner.errors.append(reply["error"])
                 with contextlib.suppress(OSError):
                     self.wfile.write(json.dumps(reply).encode() + b"\n")
-
         server = socketserver.ThreadingUnixStreamServer(self.path, Handler)
         server.daemon_threads = True
         self._server = server
@@ -176,14 +156,9 @@ class FaultControl:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- actions -----------------------------------------------------------------------
     def perform(self, action: str, target: str, fault: str, params: Mapping[str, Any]) -> None:
-        """Perform one fault now (what a fired rule asks for; tests may call it directly).
-
-        Raises:
-            FaultControlError: no such target or fault.
-            ServerUnavailable: a server did not come back.
-        """
+        """Perform one fault now (as a fired rule asks; tests may call it); FaultControlError for an
+        unknown target or fault, ServerUnavailable when a server did not come back."""
         if action == "server":
             server = self._servers.get(target)
             if server is None:
@@ -229,18 +204,15 @@ class FaultControl:
             self._later(seconds, lambda: proxy.add_latency(0.0, direction))
         elif fault == "swallow_reply":
             proxy.swallow_reply(str(params["pattern"]), times=1)
-
             def reset_swallowing() -> None:
                 for conn in proxy.connections():
                     if conn.swallowing:
                         conn.reset()
-
             self._later(seconds, reset_swallowing)
         elif fault == "heal":
             proxy.heal()
         else:
-            raise FaultControlError(f"unknown proxy fault {fault!r}: reset, blackhole, latency, swallow_reply "
-                                    f"or heal")
+            raise FaultControlError(f"unknown proxy fault {fault!r}: reset, blackhole, latency, swallow_reply or heal")
 
     def _later(self, seconds: float, fn: Callable[[], object]) -> None:
         def run() -> None:
@@ -248,7 +220,6 @@ class FaultControl:
                 fn()
             except Exception as exc:  # noqa: BLE001 - a timer thread has no one to raise to: recorded
                 self.errors.append(f"{type(exc).__name__}: {exc}")
-
         timer = threading.Timer(seconds, run)
         timer.daemon = True
         with self._guard:
@@ -256,9 +227,8 @@ class FaultControl:
         timer.start()
 
     def settle(self) -> None:
-        """End every fault in force: pending delayed actions are cancelled, every proxy is
-        healed and its connections reset, every server is brought back up (the state a model
-        check after a schedule needs)."""
+        """End every fault in force (the state a model check after a schedule needs): cancel delayed
+        actions, heal every proxy and reset its connections, bring every server back up."""
         with self._guard:
             timers, self._timers = self._timers, []
         for timer in timers:

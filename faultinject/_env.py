@@ -1,6 +1,5 @@
-"""The environment variables that arm fault points and carry a run across processes (see
-:mod:`twopc.faultinject`), named apart from the spec parser: an unarmed process reads two of
-them (:func:`unarmed`) and loads nothing more."""
+"""The environment variables that arm fault points and carry a run across processes (see :mod:`twopc.faultinject`),
+named apart from the spec parser: an unarmed process reads two of them (:func:`unarmed`) and loads nothing more."""
 
 from __future__ import annotations
 

@@ -16,36 +16,21 @@ GRAMMAR = (
 
 
 class FaultSpecError(ValueError):
-    """A fault specification (inline spec, JSON plan or rule) is malformed.
-
-    The message names the offending part and, for inline specs, repeats the grammar.
-    """
+    """A fault spec, plan or rule is malformed; the message names the part (and repeats the grammar)."""
 
 
 class UnknownFaultPoint(FaultSpecError):
-    """A plan names fault points that were never declared.
-
-    Attributes:
-        unknown: the undeclared point names, in plan order.
-        known: the declared point names, sorted.
-    """
+    """A plan names undeclared fault points: *unknown* (in plan order) and *known* (sorted)."""
 
     def __init__(self, unknown: list[str], known: Mapping[str, str]) -> None:
         self.unknown = list(unknown)
         self.known = sorted(known)
         listing = ", ".join(self.known) if self.known else "(none declared)"
-        super().__init__(
-            f"unknown fault point(s): {', '.join(self.unknown)}; known points: {listing}"
-        )
+        super().__init__(f"unknown fault point(s): {', '.join(self.unknown)}; known points: {listing}")
 
 
 class InjectedFault(Exception):
-    """Raised by :func:`twopc.faultinject.fault_point` for rules whose action is ``raise``.
-
-    Attributes:
-        point: the fault-point name that fired.
-        context: ``batch_id`` plus the keyword context passed to ``fault_point``.
-    """
+    """Raised by a ``raise`` rule's fault point; *point* fired, *context* holds ``batch_id`` and the rest."""
 
     def __init__(self, point: str, context: Mapping[str, object]) -> None:
         self.point = point
@@ -58,10 +43,8 @@ class InjectedFault(Exception):
 
 
 class FaultControlError(RuntimeError):
-    """A ``proxy`` or ``server`` rule fired but its :class:`FaultControl` could not perform it:
-    no control channel in the environment (``TWOPC_FAULT_CONTROL``), the channel does not
-    answer, no target of that name, or the target failed (a server that does not come back).
-    The message names the rule and the fix."""
+    """A ``proxy`` or ``server`` rule fired but could not be performed (no ``TWOPC_FAULT_CONTROL``, no
+    answer, no such target, or the target failed); the message names the rule and the fix."""
 
 
 class ServerUnavailable(RuntimeError):

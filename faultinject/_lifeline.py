@@ -1,23 +1,15 @@
 """A throwaway process dies with the process that started it, however that one ends.
 
-``Lifeline(pid)`` starts a watchdog beside process *pid* (a server, a crash drill's job): a
-Python interpreter without site packages, in a session of its own, that waits until either
-*pid* or the process that made the lifeline (its *runner*) ends. When the runner ends first
-(a normal exit that skipped its ``atexit`` hooks, an exception, SIGTERM, SIGKILL, the OOM
-killer), the watchdog SIGKILLs *pid*, everything descending from it and the process groups
-they lead (``kill_job``). When *pid* ends first, the watchdog exits. Its own session keeps it
-out of the runner's process group, which a Ctrl-C or a ``kill -- -PGID`` ends all at once.
+``Lifeline(pid)`` starts a watchdog (a site-less Python in a session of its own, out of the
+runner's group that a Ctrl-C ends) that waits until *pid* or the lifeline's maker (its runner)
+ends. When the runner ends first (skipped ``atexit``, SIGTERM, SIGKILL, the OOM killer), it
+SIGKILLs *pid*, its descendants and the groups they lead (``kill_job``).
 
-Why not a parent-death signal (``prctl(PR_SET_PDEATHSIG)``) on the server: Linux sends it when
-the *thread* that forked the server ends, and fault plans restart servers from threads of
-their own; and it reaches the server only, not the backends, workers and executors that a
-server forks into groups and sessions of their own.
-
-Linux only: the watchdog waits on pidfds (Linux 5.3+; else it looks every 0.2 s) and tells a
-process from a later one with the same pid by its start time in ``/proc``. Elsewhere
-``Lifeline`` does nothing. The watchdog runs this file by its path, without the package: it
-imports nothing but the standard library and ``_proctree`` beside it.
-"""
+Not ``PR_SET_PDEATHSIG``: Linux sends it when the forking *thread* ends (fault plans restart
+servers from threads), and only to the server, not what it forks into other sessions.
+Linux only (pidfds, else polling every 0.2 s; a reused pid told apart by its start time);
+elsewhere it does nothing. The watchdog runs this file by path: standard library and
+``_proctree`` only."""
 
 from __future__ import annotations
 
@@ -42,7 +34,6 @@ class Lifeline:
 
     def __init__(self, pid: int) -> None:
         from ._proctree import start_time
-
         self.pid = pid
         self._watchdog: subprocess.Popen[bytes] | None = None
         runner, target = start_time(os.getpid()), start_time(pid)
@@ -54,8 +45,7 @@ class Lifeline:
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
     def release(self) -> None:
-        """Stop watching *pid* (it ended, or someone else answers for it now): end the
-        watchdog. Idempotent."""
+        """Stop watching *pid* (it ended, or someone else answers for it): end the watchdog. Idempotent."""
         watchdog, self._watchdog = self._watchdog, None
         if watchdog is not None:
             with contextlib.suppress(OSError):
@@ -63,11 +53,8 @@ class Lifeline:
             watchdog.wait()
 
 
-# -- the watchdog process ---------------------------------------------------------------------
-
 def _pidfd(pid: int, start: int, start_time: Callable[[int], int | None]) -> int | None:
-    """A pidfd of *pid* if it is still the process that started at *start*, else None.
-    Raises OSError where pidfds are not supported."""
+    """A pidfd of *pid* if it is still the process started at *start*, else None; OSError without pidfds."""
     fd = os.pidfd_open(pid)
     if start_time(pid) != start:  # checked after opening: the fd is of the process checked
         os.close(fd)

@@ -23,30 +23,19 @@ _FIX = (
 
 
 def find_mariadbd(explicit: str | None = None) -> str:
-    """Path of the MariaDB server binary: ``explicit``, ``$TWOPC_MARIADBD``, ``mariadbd``
-    on ``PATH``, then ``/usr/sbin``, ``/usr/local/sbin``, ``/usr/local/bin``.
-
-    Raises:
-        ServerUnavailable: not found (the message says how to install it).
-    """
-    found = first_executable([
-        explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
-        "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
-        "/usr/local/mysql/bin/mariadbd",
-    ])
+    """Path of ``mariadbd``: *explicit*, ``$TWOPC_MARIADBD``, ``PATH``, then ``/usr/sbin``,
+    ``/usr/local/sbin``, ``/usr/local/bin``; ServerUnavailable (saying how to install it) if none."""
+    found = first_executable([explicit, os.environ.get("TWOPC_MARIADBD"), shutil.which("mariadbd"),
+                              "/usr/sbin/mariadbd", "/usr/local/sbin/mariadbd", "/usr/local/bin/mariadbd",
+                              "/usr/local/mysql/bin/mariadbd"])
     if found is None:
         raise ServerUnavailable(f"mariadbd (the MariaDB server) not found; {_FIX}")
     return found
 
 
 def find_mariadb_install_db(explicit: str | None = None, *, server: str | None = None) -> str:
-    """Path of ``mariadb-install-db``: ``explicit``, ``$TWOPC_MARIADB_INSTALL_DB``, ``PATH``
-    (also under its old name ``mysql_install_db``), the server binary's folder and its
-    sibling ``bin``, then ``/usr/bin``.
-
-    Raises:
-        ServerUnavailable: not found.
-    """
+    """Path of ``mariadb-install-db``: *explicit*, ``$TWOPC_MARIADB_INSTALL_DB``, ``PATH`` (also as
+    ``mysql_install_db``), the server's folder and sibling ``bin``, ``/usr/bin``; else ServerUnavailable."""
     dirs: list[str] = []
     if server:
         d = os.path.dirname(os.path.realpath(server))
@@ -63,14 +52,11 @@ def find_mariadb_install_db(explicit: str | None = None, *, server: str | None =
 
 
 def _sql_string(value: str) -> str:
-    """A MariaDB string literal (for the bootstrap SQL; values here are generated, but quote
-    them properly anyway)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _greeting(port: int) -> str | None:
-    """Server version from the MySQL protocol handshake on ``127.0.0.1:port``, or None when
-    nothing (or an error packet, or something else) answers."""
+    """Server version from the MySQL handshake on ``127.0.0.1:port``, or None when nothing valid answers."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
             sock.settimeout(1.0)
@@ -101,42 +87,21 @@ def _greeting(port: int) -> str | None:
 class LocalMariaDB(LocalServer):
     """A private MariaDB server in a temporary directory, for tests and demos.
 
-    Built with ``mariadb-install-db`` and run as ``mariadbd --no-defaults`` (no system
-    option file is read), listening on ``127.0.0.1:<port>`` (a free port chosen at first
-    start and kept across restarts) and on a unix socket in the temporary directory.
+    Run as ``mariadbd --no-defaults`` (``--user=root`` as root) on ``127.0.0.1:<port>`` (chosen at
+    first start, kept across restarts) and a unix socket. Logins are checked: ``twopc``
+    (:attr:`password`) has all privileges on ``twopc`` and ``twopc_*`` databases, ``PROCESS`` (the
+    XA sink reads ``INNODB_TRX``) and ``XA_RECOVER_ADMIN`` where it exists; ``twopc_admin``
+    (:attr:`admin_url`) has every privilege.
 
-    Accounts (no ``--skip-grant-tables``: logins are checked):
-
-    * ``twopc`` with a random password (:attr:`password`), from any host: all privileges
-      on database ``twopc`` (utf8mb4) and on databases named ``twopc_*`` (tests create
-      those for ``db.table`` names), ``PROCESS`` (the XA sink reads ``INNODB_TRX``), plus
-      ``XA_RECOVER_ADMIN`` on servers that have it.
-    * ``twopc_admin`` with another random password (:attr:`admin_password`): every
-      privilege, for tests that need one (:attr:`admin_url`).
-
-    As root, ``mariadbd`` runs with ``--user=root`` (it refuses root otherwise).
-
-    Guarantees: ``innodb_flush_log_at_trx_commit=1`` (every commit and every ``XA PREPARE``
-    is on disk when acknowledged), so prepared XA transactions survive :meth:`kill` +
-    :meth:`restart` (InnoDB crash recovery brings them back, ``XA RECOVER`` lists them).
-    :meth:`stop` removes everything; servers still running at interpreter exit are
-    stopped by an ``atexit`` hook.
-    """
+    ``innodb_flush_log_at_trx_commit=1``: prepared XA transactions survive :meth:`kill` +
+    :meth:`restart` (``XA RECOVER`` lists them). :meth:`stop` removes everything; an ``atexit``
+    hook stops servers still running."""
 
     _fix = _FIX
 
-    def __init__(
-        self,
-        *,
-        port: int | None = None,
-        binary: str | None = None,
-        install_db: str | None = None,
-        base_dir: str | None = None,
-        buffer_pool_size: str = "32M",
-        max_connections: int = 200,
-        settings: Mapping[str, str] | None = None,
-        startup_timeout_s: float = 60.0,
-    ) -> None:
+    def __init__(self, *, port: int | None = None, binary: str | None = None, install_db: str | None = None,
+                 base_dir: str | None = None, buffer_pool_size: str = "32M", max_connections: int = 200,
+                 settings: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0) -> None:
         self._port = port
         self._binary = binary
         self._install_db = install_db
@@ -153,7 +118,6 @@ class LocalMariaDB(LocalServer):
         self.version: str | None = None
         """Server version from the handshake (e.g. ``10.11.6-MariaDB-0+deb12u1``), once started."""
 
-    # -- public properties -------------------------------------------------------
     @property
     def url(self) -> str:
         """SQLAlchemy URL ``mysql+pymysql://twopc:<pw>@127.0.0.1:<port>/twopc``."""
@@ -162,23 +126,15 @@ class LocalMariaDB(LocalServer):
     @property
     def admin_url(self) -> str:
         """SQLAlchemy URL of the all-privileges account ``twopc_admin``."""
-        return (f"mysql+pymysql://{self.admin_user}:{self.admin_password}@127.0.0.1:{self.port}/"
-                f"{self.database}")
+        return f"mysql+pymysql://{self.admin_user}:{self.admin_password}@127.0.0.1:{self.port}/{self.database}"
 
     @property
     def socket_path(self) -> str:
-        """The server's unix socket."""
         return os.path.join(self._require_tmp(), "mysqld.sock")
 
-    # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalMariaDB:
-        """Create the data directory and accounts on first call, then start the server
-        and wait until it answers on its TCP port.
-
-        Raises:
-            ServerUnavailable: binaries missing, ``mariadb-install-db`` or the server
-                failed or timed out (the message includes the log tail and the fix).
-        """
+        """Create the data directory and accounts on first call, start the server and wait until it
+        answers; ServerUnavailable (with the log tail and the fix) when that fails or times out."""
         if self.running:
             return self
         binary = self._binary = find_mariadbd(self._binary)
@@ -187,7 +143,6 @@ class LocalMariaDB(LocalServer):
         self._launch(binary)
         return self
 
-    # -- internals ------------------------------------------------------------------
     def _common_args(self) -> list[str]:
         args = [f"--datadir={self.data_dir}", f"--innodb-buffer-pool-size={self.buffer_pool_size}",
                 "--innodb-log-file-size=16M", "--character-set-server=utf8mb4",
@@ -244,8 +199,7 @@ class LocalMariaDB(LocalServer):
                 os.unlink(extra)  # it holds the passwords
         if proc.returncode != 0:
             out = (proc.stdout + proc.stderr).replace(self.password, "***").replace(self.admin_password, "***")
-            raise ServerUnavailable(
-                f"mariadb-install-db failed (exit {proc.returncode}): {out[-3000:]}\n{_FIX}")
+            raise ServerUnavailable(f"mariadb-install-db failed (exit {proc.returncode}): {out[-3000:]}\n{_FIX}")
         if self._port is None:
             self._port = free_port()
 
@@ -268,13 +222,10 @@ class LocalMariaDB(LocalServer):
             "max-connect-errors": "1000000",  # readiness probes close without logging in
         }
         options.update(self._settings)
-        argv = [binary, "--no-defaults", *self._common_args(),
-                *(f"--{k}={v}" for k, v in options.items())]
+        argv = [binary, "--no-defaults", *self._common_args(), *(f"--{k}={v}" for k, v in options.items())]
         proc = self._spawn(argv, cwd=tmp)
-
         def ready() -> bool:
             version = _greeting(self.port) if self._pid_in(pid_file) == proc.pid else None
             self.version = version or self.version
             return version is not None
-
         self._wait_until(ready, "mariadbd")

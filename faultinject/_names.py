@@ -13,7 +13,5 @@ NAME_RE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*\Z")
 def check_point_name(name: str) -> str:
     """Return ``name`` if it is a valid fault-point name, else raise :class:`FaultSpecError`."""
     if not isinstance(name, str) or not NAME_RE.match(name):
-        raise FaultSpecError(
-            f"bad fault point name {name!r}: must match [A-Za-z_][A-Za-z0-9_.-]*; {GRAMMAR}"
-        )
+        raise FaultSpecError(f"bad fault point name {name!r}: must match [A-Za-z_][A-Za-z0-9_.-]*; {GRAMMAR}")
     return name

@@ -25,14 +25,8 @@ _FIX = (
 
 
 def find_pg_bindir(explicit: str | None = None) -> str:
-    """Directory holding ``initdb``/``postgres``/``pg_isready``/``psql``.
-
-    Order: ``explicit``, ``$TWOPC_PG_BINDIR``, ``pg_config --bindir``, the highest
-    ``/usr/lib/postgresql/*/bin``, the directory of ``initdb`` on ``PATH``.
-
-    Raises:
-        ServerUnavailable: no directory with an ``initdb`` was found.
-    """
+    """Directory of ``initdb``/``postgres``/``pg_isready``/``psql``: *explicit*, ``$TWOPC_PG_BINDIR``, ``pg_config
+    --bindir``, the highest ``/usr/lib/postgresql/*/bin``, ``initdb`` on ``PATH``; else ServerUnavailable."""
     candidates: list[str] = []
     candidates += [c for c in (explicit, os.environ.get("TWOPC_PG_BINDIR")) if c]
     pg_config = shutil.which("pg_config")
@@ -42,11 +36,9 @@ def find_pg_bindir(explicit: str | None = None) -> str:
                 [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
             ).stdout.strip()
             candidates.append(out)
-
     def version(path: str) -> tuple[int, ...]:
         match = re.search(r"/postgresql/([0-9.]+)/bin$", path)
         return tuple(int(p) for p in match.group(1).split(".") if p) if match else ()
-
     candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=version, reverse=True)
     initdb = shutil.which("initdb")
     if initdb:
@@ -58,18 +50,14 @@ def find_pg_bindir(explicit: str | None = None) -> str:
 
 
 def _ensure_user(name: str) -> pwd.struct_passwd:
-    """Return the passwd entry of ``name``, creating a system user if needed (root only)."""
+    """The passwd entry of *name*, creating a system user if needed (root only)."""
     try:
         return pwd.getpwnam(name)
     except KeyError:
         pass
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
-    proc = subprocess.run(
-        [useradd, "--system", "--no-create-home", "--user-group",
-         "--shell", "/usr/sbin/nologin", name],
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run([useradd, "--system", "--no-create-home", "--user-group",
+                          "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)
     try:
         return pwd.getpwnam(name)
     except KeyError:
@@ -82,32 +70,18 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
 class LocalPostgres(LocalServer):
     """A private PostgreSQL cluster in a temporary directory, for tests and demos.
 
-    Listens on ``127.0.0.1:<port>`` (a free port chosen at first start and kept across
-    restarts) and on a unix socket in the temporary directory.  Has a role and database
-    ``twopc`` (random password) and superuser ``postgres`` (trust over the unix socket
-    only).  As root, every server binary runs as the system user ``run_as`` (created
-    if missing), because ``initdb``/``postgres`` refuse to run as root.
-
-    Guarantees: ``fsync=on``; prepared transactions survive :meth:`kill` +
-    :meth:`restart` (crash recovery replays them).  :meth:`stop` removes everything.
-    Servers still running at interpreter exit are stopped by an ``atexit`` hook.
-    """
+    Listens on ``127.0.0.1:<port>`` (chosen at first start, kept across restarts) and a unix
+    socket; role and database ``twopc`` (random password), superuser ``postgres`` (trust over the
+    socket only). As root the binaries run as system user *run_as* (they refuse root). ``fsync=on``:
+    prepared transactions survive :meth:`kill` + :meth:`restart`. :meth:`stop` removes everything;
+    an ``atexit`` hook stops servers still running."""
 
     _stop_signal = signal.SIGINT  # fast shutdown
     _fix = _FIX
 
-    def __init__(
-        self,
-        *,
-        max_prepared_transactions: int = 64,
-        max_connections: int = 100,
-        port: int | None = None,
-        bindir: str | None = None,
-        base_dir: str | None = None,
-        run_as: str = "twopc-pg",
-        settings: Mapping[str, str] | None = None,
-        startup_timeout_s: float = 60.0,
-    ) -> None:
+    def __init__(self, *, max_prepared_transactions: int = 64, max_connections: int = 100, port: int | None = None,
+                 bindir: str | None = None, base_dir: str | None = None, run_as: str = "twopc-pg",
+                 settings: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0) -> None:
         self.max_prepared_transactions = max_prepared_transactions
         self.max_connections = max_connections
         self._port = port
@@ -121,7 +95,6 @@ class LocalPostgres(LocalServer):
         self.database = "twopc"
         self._ids: dict[str, Any] = {}
 
-    # -- public properties -------------------------------------------------------
     @property
     def url(self) -> str:
         """SQLAlchemy URL ``postgresql+psycopg://twopc:<pw>@127.0.0.1:<port>/twopc``."""
@@ -130,24 +103,16 @@ class LocalPostgres(LocalServer):
     @property
     def dsn(self) -> str:
         """libpq/psycopg connection string for role ``twopc`` over TCP."""
-        return (
-            f"host=127.0.0.1 port={self.port} user={self.user} "
-            f"password={self.password} dbname={self.database}"
-        )
+        return f"host=127.0.0.1 port={self.port} user={self.user} password={self.password} dbname={self.database}"
 
     @property
     def admin_dsn(self) -> str:
         """psycopg connection string for superuser ``postgres`` over the unix socket."""
         return f"host={self._require_tmp()} port={self.port} user=postgres dbname={self.database}"
 
-    # -- lifecycle ------------------------------------------------------------------
     def start(self) -> LocalPostgres:
-        """Create the cluster on first call, then start the server and wait until ready.
-
-        Raises:
-            ServerUnavailable: binaries missing, initdb/startup failed or timed out
-                (the message includes the server log tail).
-        """
+        """Create the cluster on first call, start the server, wait until ready; ServerUnavailable (with
+        the log tail) when that fails or times out."""
         if self.running:
             return self
         bindir = self._bindir = find_pg_bindir(self._bindir)
@@ -157,10 +122,8 @@ class LocalPostgres(LocalServer):
             self._launch(bindir)
         return self
 
-    # -- internals ------------------------------------------------------------------
     def _run(self, argv: list[str], what: str, *, stdin: str | None = None) -> None:
-        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout,
-                              **self._ids)
+        proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout, **self._ids)
         if proc.returncode != 0:
             raise ServerUnavailable(
                 f"{what} failed (exit {proc.returncode}): {proc.stdout[-2000:]}"
@@ -182,26 +145,15 @@ class LocalPostgres(LocalServer):
                     f"{parent} is not traversable by user {self._run_as!r}; "
                     "pass base_dir= or set TMPDIR to a world-traversable directory"
                 )
-        self._run(
-            [os.path.join(bindir, "initdb"), "-D", os.path.join(tmp, "data"),
-             "--username=postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
-             "--encoding=UTF8", "--no-locale", "--no-sync"],
-            "initdb",
-        )
+        self._run([os.path.join(bindir, "initdb"), "-D", os.path.join(tmp, "data"),
+                  "--username=postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
+                  "--encoding=UTF8", "--no-locale", "--no-sync"], "initdb")
         if self._port is None:
             self._port = free_port()
-        settings = {
-            "listen_addresses": "'127.0.0.1'",
-            "port": str(self._port),
-            "unix_socket_directories": f"'{tmp}'",
-            "max_prepared_transactions": str(self.max_prepared_transactions),
-            "max_connections": str(self.max_connections),
-            "fsync": "on",
-            "synchronous_commit": "on",
-            "full_page_writes": "on",
-            "logging_collector": "off",
-            "shared_buffers": "32MB",
-        }
+        settings = {"listen_addresses": "'127.0.0.1'", "port": str(self._port), "unix_socket_directories": f"'{tmp}'",
+                    "max_prepared_transactions": str(self.max_prepared_transactions),
+                    "max_connections": str(self.max_connections), "fsync": "on", "synchronous_commit": "on",
+                    "full_page_writes": "on", "logging_collector": "off", "shared_buffers": "32MB"}
         settings.update(self._settings)
         with open(os.path.join(tmp, "data", "postgresql.conf"), "a", encoding="utf-8") as fh:
             fh.write("\n# twopc LocalPostgres\n")
@@ -223,17 +175,14 @@ class LocalPostgres(LocalServer):
         proc = self._spawn([os.path.join(bindir, "postgres"), "-D", os.path.join(tmp, "data")], **self._ids)
         isready = [os.path.join(bindir, "pg_isready"), "-q", "-h", tmp, "-p", str(self._port),
                    "-U", "postgres", "-d", "postgres", "-t", "2"]
-
         def ready() -> bool:
             return (subprocess.run(isready, capture_output=True, env=self._ids.get("env")).returncode == 0
                     and self._pid_in(os.path.join(self.data_dir, "postmaster.pid")) == proc.pid)
-
         self._wait_until(ready, "postgres")
 
     def crash(self) -> None:
-        """PostgreSQL's immediate shutdown (``pg_ctl stop -m immediate``: SIGQUIT to the
-        postmaster): every backend exits at once, nothing is checkpointed, the next start
-        runs crash recovery. Falls back to SIGKILL if it does not go within 10 s."""
+        """Immediate shutdown (``pg_ctl stop -m immediate``): nothing checkpointed, the next start runs
+        crash recovery; SIGKILL if it does not go within 10 s."""
         proc = self._proc
         if proc is None or proc.poll() is not None:
             return

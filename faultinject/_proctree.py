@@ -1,9 +1,6 @@
-"""A job's processes as Linux's ``/proc`` shows them: who a process is (its start time, so a
-reused pid is never taken for it), what descends from it, and SIGKILLing all of that.
-
-Standard library only, and light to import: the fault points load it in every process.
-Where ``/proc`` cannot be read (not Linux) a process has no start time and no descendants.
-"""
+"""A job's processes as ``/proc`` shows them: who a process is (its start time, so a reused pid is
+never taken for it), what descends from it, and SIGKILLing all of that. Standard library only
+(every process loads it); without ``/proc`` nothing has a start time or descendants."""
 
 from __future__ import annotations
 
@@ -48,8 +45,7 @@ def start_time(pid: int) -> int | None:
 
 
 def boot_id() -> str:
-    """This boot of this machine (``/proc/sys/kernel/random/boot_id``; the host name where
-    that cannot be read): pids and start times mean something only within it."""
+    """This boot (``/proc/sys/kernel/random/boot_id``, else the host name): pids mean something only within it."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
             return fh.read().strip()
@@ -73,8 +69,7 @@ def process_table() -> dict[int, Stat]:
 
 
 def descendants(roots: Iterable[int]) -> tuple[set[int], dict[int, Stat]]:
-    """The live *roots* and every live process descending from one of them, with the
-    process table they were found in."""
+    """The live *roots* and their live descendants, with the process table they were found in."""
     table = process_table()
     children: dict[int, list[int]] = {}
     for pid, found in table.items():
@@ -90,13 +85,9 @@ def descendants(roots: Iterable[int]) -> tuple[set[int], dict[int, Stat]]:
 
 
 def kill_job(roots: Iterable[int]) -> set[int]:
-    """SIGKILL *roots*, their descendants and the process groups one of them leads, except
-    this process and its own group (the caller ends those itself). Returns the pids found.
-
-    The roots go first (a dead JVM starts no new worker), then the rest; a second look
-    catches what was forked in between. Groups are killed only when their leader is one of
-    the job's processes, so a group the job merely runs in (``make``'s, a shell script's)
-    is never touched."""
+    """SIGKILL *roots*, their descendants and the groups one of them leads (never this process and
+    its group, nor a group the job merely runs in); returns the pids found. Roots go first (a dead
+    JVM starts no new worker); a second look catches what was forked in between."""
     me, own = os.getpid(), os.getpgrp()
     roots = [pid for pid in roots if pid != me]
     found: set[int] = set()

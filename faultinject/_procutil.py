@@ -18,10 +18,7 @@ def members(*, pgid: int | None = None, sid: int | None = None) -> list[int]:
 
 
 def kill_tree(leader: int, *, timeout_s: float = 10.0) -> None:
-    """SIGKILL the process group and session led by ``leader`` and wait until gone.
-
-    Processes that moved to another session are not touched.  Never raises.
-    """
+    """SIGKILL the group and session led by *leader* and wait until gone (not what left the session). Never raises."""
     me = os.getpid()
     deadline = time.monotonic() + timeout_s
     while True:

@@ -1,17 +1,10 @@
 """A TCP proxy that injects network faults between a client and a server (stdlib asyncio).
 
-In the spirit of Toxiproxy and psycopg's ``tests/fix_proxy.py``: tests put a
-:class:`FaultProxy` between Spark (or a sink) and a real server, point the client at
-:attr:`FaultProxy.port`, and arm faults while traffic flows (resets, latency, blackholes, a
-swallowed reply: a stalled peer, a dead NAT entry, a lost answer on a half-open connection).
-
-Faults armed on the proxy apply to every connection, present and future; faults armed on
-one :class:`ProxyConnection` (from :meth:`FaultProxy.connections`) apply to it alone.
-Directions are ``"upstream"`` (client to server), ``"downstream"`` (server to client) and
-``"both"``. The proxy runs its event loop in a daemon thread; every method is called from
-the test's thread. Fault plans arm it through :meth:`FaultProxy.arm` (``reset``,
-``blackhole``, ``swallow_reply``), which takes the same words as the methods.
-"""
+Tests put a :class:`FaultProxy` between Spark (or a sink) and a real server and arm resets,
+latency, blackholes or a swallowed reply while traffic flows, on the proxy (every connection,
+present and future) or on one :class:`ProxyConnection`. Directions are ``"upstream"`` (client to
+server), ``"downstream"`` and ``"both"``. The event loop runs in a daemon thread; methods are
+called from the test's thread."""
 
 from __future__ import annotations
 
@@ -72,15 +65,9 @@ class _Swallow:
 class ProxyConnection:
     """One client connection through the proxy, with its own faults.
 
-    Attributes:
-        id: 1, 2, ... in the order clients connected.
-        bytes_up, bytes_down: bytes forwarded to the server / to the client.
-        round_trips: how many times the client sent after the server had answered (the
-            first request counts): the request/response round trips on this connection,
-            whatever the statements are split into.
-        swallowing: whether the server's replies on it are being dropped (after
-            :meth:`FaultProxy.swallow_reply` matched a request on it).
-    """
+    *id* counts clients from 1 in connection order; *bytes_up*/*bytes_down* are the bytes forwarded
+    to the server/client; *round_trips* counts the client's sends after an answer (the first
+    request counts), *swallowing* says the server's replies on it are being dropped."""
 
     def __init__(self, proxy: FaultProxy, conn_id: int, client: asyncio.StreamWriter,
                  server: asyncio.StreamWriter) -> None:
@@ -133,19 +120,11 @@ def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
 
 
 class FaultProxy:
-    """A TCP proxy from ``listen_host:port`` to ``upstream``, with faults armed from tests.
+    """A TCP proxy from ``listen_host:listen_port`` (loopback; port 0 picks a free one, see
+    :attr:`port`) to ``upstream_host:upstream_port``, with faults armed from tests.
 
-    Args:
-        upstream_host, upstream_port: the real server.
-        listen_host: where to listen (loopback by default).
-        listen_port: 0 (default) picks a free port; see :attr:`port`.
-
-    Use it as a context manager, or call :meth:`start` and :meth:`stop`.
-
-    Attributes:
-        swallowed: how many requests had their reply swallowed so far.
-        resets: how many connections were reset so far.
-    """
+    A context manager, or :meth:`start` and :meth:`stop`. *swallowed* and *resets* count the
+    replies swallowed and the connections reset so far."""
 
     def __init__(self, upstream_host: str, upstream_port: int, *, listen_host: str = "127.0.0.1",
                  listen_port: int = 0) -> None:
@@ -165,19 +144,13 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._lock = threading.Lock()
 
-    # -- life cycle ------------------------------------------------------------------------
     def start(self) -> FaultProxy:
-        """Listen and forward, in a daemon thread. Returns *self*.
-
-        Raises:
-            OSError: the listening port cannot be bound.
-        """
+        """Listen and forward in a daemon thread; returns *self*. OSError when the port cannot be bound."""
         if self._loop is not None:
             return self
         loop = asyncio.new_event_loop()
         ready = threading.Event()
         failed: list[OSError] = []
-
         async def serve() -> None:
             try:
                 self._server = await asyncio.start_server(self._accept, self.listen_host, self.port)
@@ -186,7 +159,6 @@ class FaultProxy:
                 failed.append(exc)
             finally:
                 ready.set()
-
         def run() -> None:
             asyncio.set_event_loop(loop)
             loop.run_until_complete(serve())
@@ -194,7 +166,6 @@ class FaultProxy:
                 loop.run_forever()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
-
         self._thread = threading.Thread(target=run, name=f"faultproxy->{self.upstream[1]}", daemon=True)
         self._thread.start()
         ready.wait()
@@ -209,13 +180,11 @@ class FaultProxy:
         loop, self._loop = self._loop, None
         if loop is None:
             return
-
         async def shutdown() -> None:
             if self._server is not None:
                 self._server.close()
             for conn in list(self._conns.values()):
                 await conn._reset()
-
         asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
@@ -227,7 +196,6 @@ class FaultProxy:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- faults --------------------------------------------------------------------------
     def connections(self) -> list[ProxyConnection]:
         """The open connections, oldest first."""
         with self._lock:
@@ -239,16 +207,15 @@ class FaultProxy:
             self._faults.latency[d] = seconds
 
     def blackhole(self, direction: Direction = "both", seconds: float | None = None) -> None:
-        """Drop every byte in *direction* on every connection, for *seconds* (``None``:
-        until :meth:`heal`). Connections stay open: clients see a stalled peer."""
+        """Drop every byte in *direction* on every connection for *seconds* (``None``: until
+        :meth:`heal`); connections stay open, clients see a stalled peer."""
         until = math.inf if seconds is None else time.monotonic() + seconds
         for d in _directions(direction):
             self._faults.blackhole_until[d] = until
 
     def swallow_reply(self, pattern: bytes | str, times: int | None = 1) -> None:
-        """Forward the next request containing *pattern* (``times`` of them; ``None``:
-        every one until :meth:`heal`), then drop everything the server sends back on that
-        connection: the reply is lost, the connection half-open."""
+        """Forward the next request containing *pattern* (*times* of them; ``None``: until :meth:`heal`),
+        then drop all the server sends back on that connection: the reply lost, the connection half-open."""
         raw = pattern.encode() if isinstance(pattern, str) else pattern
         if not raw:
             raise ValueError("swallow_reply needs a non-empty pattern")
@@ -262,21 +229,16 @@ class FaultProxy:
         return len(conns)
 
     def heal(self) -> None:
-        """Remove every armed fault, of the proxy and of each connection. Replies already
-        swallowed stay lost: those connections keep dropping what the server sends."""
+        """Remove every armed fault, the proxy's and each connection's (swallowed replies stay lost)."""
         self._faults.clear()
         self._swallow.clear()
         for conn in self.connections():
             conn.heal()
 
     def arm(self, fault: str, **params: Any) -> None:
-        """Arm a fault by name, for fault plans: ``reset``, ``blackhole``
-        (``direction``, ``seconds``), ``latency`` (``seconds``, ``direction``),
-        ``swallow_reply`` (``pattern``, ``times``), ``heal``.
-
-        Raises:
-            ValueError: an unknown fault name.
-        """
+        """Arm a fault by name, for fault plans: ``reset``, ``blackhole`` (``direction``, ``seconds``),
+        ``latency`` (``seconds``, ``direction``), ``swallow_reply`` (``pattern``, ``times``), ``heal``;
+        ValueError for another name."""
         actions: dict[str, Callable[..., Any]] = {
             "reset": self.reset, "blackhole": self.blackhole, "latency": self.add_latency,
             "swallow_reply": self.swallow_reply, "heal": self.heal,
@@ -286,7 +248,6 @@ class FaultProxy:
             raise ValueError(f"unknown proxy fault {fault!r}: use one of {', '.join(sorted(actions))}")
         action(**params)
 
-    # -- the loop side ---------------------------------------------------------------------
     def _call(self, fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
         loop = self._loop
         if loop is None:
@@ -345,8 +306,7 @@ class FaultProxy:
                 if direction == "upstream" and self._swallow and self._matches(conn, data):
                     conn.swallowing = True
                     self.swallowed += 1
-                    log.info("faultinject proxy: connection %s: forwarding a request, swallowing its reply",
-                             conn.id)
+                    log.info("faultinject proxy: connection %s: forwarding a request, swallowing its reply", conn.id)
                 if direction == "upstream":
                     conn.bytes_up += len(data)
                     conn.round_trips += conn._last_direction == "downstream"

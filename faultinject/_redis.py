@@ -11,18 +11,12 @@ from ._errors import ServerUnavailable
 from ._procutil import first_executable, free_port
 from ._server import LocalServer
 
-_FIX = (
-    "run `make redis` (or `apt-get install -y redis-server`), or point "
-    "TWOPC_TEST_REDIS_URL at a redis server"
-)
+_FIX = "run `make redis` (or `apt-get install -y redis-server`), or point TWOPC_TEST_REDIS_URL at a redis server"
 
 
 def find_redis_server(explicit: str | None = None) -> str:
-    """Path of ``redis-server``: ``explicit``, ``$TWOPC_REDIS_SERVER``, ``PATH``, /usr/bin.
-
-    Raises:
-        ServerUnavailable: not found (message says how to install it).
-    """
+    """Path of ``redis-server``: *explicit*, ``$TWOPC_REDIS_SERVER``, ``PATH``, /usr/bin; else
+    ServerUnavailable saying how to install it."""
     found = first_executable((explicit, os.environ.get("TWOPC_REDIS_SERVER"), shutil.which("redis-server"),
                               "/usr/bin/redis-server", "/usr/sbin/redis-server", "/usr/local/bin/redis-server"))
     if found is None:
@@ -40,28 +34,17 @@ def _ping(port: int) -> bool:
 
 
 class LocalRedis(LocalServer):
-    """A private redis-server on ``127.0.0.1:<port>`` with data in a temporary directory.
+    """A private redis-server on ``127.0.0.1:<port>`` (kept across restarts), data in a temporary folder.
 
-    Runs with ``appendonly yes``, ``appendfsync always`` (configurable) and no RDB
-    snapshots, so every acknowledged write survives :meth:`kill` + :meth:`restart`
-    (the AOF is replayed).  The port is kept across restarts.  *extra_args* are appended
-    to the command line (e.g. a cluster node's ``--cluster-enabled yes``).  :meth:`stop` removes
-    the data; servers still running at interpreter exit are stopped by ``atexit``.
-    """
+    ``appendonly yes``, ``appendfsync always`` (configurable), no RDB snapshots: every acknowledged
+    write survives :meth:`kill` + :meth:`restart`. *extra_args* go on the command line.
+    :meth:`stop` removes the data; ``atexit`` stops servers still running."""
 
     _stop_timeout_s = 15.0
     _fix = _FIX
 
-    def __init__(
-        self,
-        *,
-        port: int | None = None,
-        appendfsync: str = "always",
-        binary: str | None = None,
-        base_dir: str | None = None,
-        startup_timeout_s: float = 30.0,
-        extra_args: Sequence[str] = (),
-    ) -> None:
+    def __init__(self, *, port: int | None = None, appendfsync: str = "always", binary: str | None = None,
+                 base_dir: str | None = None, startup_timeout_s: float = 30.0, extra_args: Sequence[str] = ()) -> None:
         self._port = port
         self._extra = tuple(extra_args)
         self.appendfsync = appendfsync
@@ -76,20 +59,14 @@ class LocalRedis(LocalServer):
 
     @property
     def data_dir(self) -> str:
-        """Directory holding the AOF."""
         return self._require_tmp()
 
     @property
     def log_path(self) -> str:
-        """The server log file."""
         return os.path.join(self.data_dir, "redis.log")
 
     def start(self) -> LocalRedis:
-        """Start the server (first call creates the data dir) and wait until PING answers.
-
-        Raises:
-            ServerUnavailable: redis-server missing, exited, or not ready in time.
-        """
+        """Start the server (creating the data dir once), wait for PING; ServerUnavailable otherwise."""
         if self.running:
             return self
         binary = self._binary = find_redis_server(self._binary)

@@ -1,12 +1,6 @@
-"""A throwaway Redis Cluster on loopback: three masters, one replica each, and the faults
-of a cluster: slot migration (MOVED/ASK), coordinated and forced failover, a master
-killed and replaced by its replica, a replica cut off from its master (asynchronous
-replication losing acknowledged writes).
-
-Every node is a :class:`LocalRedis` (AOF with fsync always) started with
-``--cluster-enabled yes``; ``redis-cli --cluster create`` joins them. Commands go through a
-tiny RESP client of the standard library (this package imports nothing else).
-"""
+"""A throwaway Redis Cluster on loopback (three masters, one replica each; every node a :class:`LocalRedis` with
+``--cluster-enabled yes``) and a cluster's faults: slot migration (MOVED/ASK), coordinated and forced failover, a master
+replaced by its replica, a replica cut off from its master. Commands go through a tiny standard-library RESP client."""
 
 from __future__ import annotations
 
@@ -39,11 +33,8 @@ class RedisReplyError(ServerUnavailable):
 
 
 def find_redis_cli(explicit: str | None = None) -> str:
-    """Path of ``redis-cli``: *explicit*, ``$TWOPC_REDIS_CLI``, next to ``redis-server``, ``PATH``.
-
-    Raises:
-        ServerUnavailable: not found (the message says how to install it).
-    """
+    """Path of ``redis-cli``: *explicit*, ``$TWOPC_REDIS_CLI``, next to ``redis-server``, ``PATH``;
+    raises :class:`ServerUnavailable` (saying how to install it) when none is found."""
     near = os.path.join(os.path.dirname(find_redis_server()), "redis-cli")
     found = first_executable((explicit, os.environ.get("TWOPC_REDIS_CLI"), near, shutil.which("redis-cli")))
     if found is not None:
@@ -80,12 +71,8 @@ def _parse(f: Any) -> Any:
 
 
 def resp_command(port: int, *args: Any, timeout_s: float = 30.0) -> Any:
-    """Send one command to ``127.0.0.1:<port>`` and return its reply (str, int, list, None).
-
-    Raises:
-        RedisReplyError: the server answered with an error.
-        OSError: the node cannot be reached.
-    """
+    """Send one command to ``127.0.0.1:<port>``, return its reply; raises :class:`RedisReplyError`
+    on an error reply, OSError when the node cannot be reached."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
         sock.sendall(_encode(args))
         with sock.makefile("rb") as f:
@@ -138,12 +125,10 @@ def _parse_nodes(text: str) -> list[ClusterNode]:
 class LocalRedisCluster(Startable):
     """*masters* masters with *replicas* replicas each, on ``127.0.0.1``, in temporary folders.
 
-    :attr:`url` names one node; a cluster client (``redis.cluster.RedisCluster``) learns the
-    rest from it. ``cluster-node-timeout`` is *node_timeout_ms* (a killed master is replaced
-    by its replica after about twice that). Each node keeps its ports across :meth:`kill` +
-    :meth:`restart_node` and rejoins the cluster (a killed master comes back as a replica).
-    Methods that change the topology wait until every live node agrees.
-    """
+    :attr:`url` names one node (a cluster client learns the rest). A killed master is replaced by
+    its replica after about twice *node_timeout_ms*; a node keeps its ports across :meth:`kill` +
+    :meth:`restart_node`. Methods that change the topology wait until every live node agrees and
+    raise :class:`ServerUnavailable` when they do not within the startup timeout."""
 
     def __init__(self, *, masters: int = 3, replicas: int = 1, node_timeout_ms: int = 2000,
                  base_dir: str | None = None, startup_timeout_s: float = 60.0) -> None:
@@ -155,7 +140,6 @@ class LocalRedisCluster(Startable):
         self._base_dir = base_dir
         self.nodes: list[LocalRedis] = []
 
-    # -- lifecycle -------------------------------------------------------------------------
     @property
     def url(self) -> str:
         """``redis://127.0.0.1:<port of a live node>/0``."""
@@ -165,13 +149,7 @@ class LocalRedisCluster(Startable):
         return node.url
 
     def start(self) -> Self:
-        """Start the nodes, create the cluster and wait until every node reports it ``ok``
-        and every replica is in sync.
-
-        Raises:
-            ServerUnavailable: a binary is missing, a node did not start, or the cluster
-                did not form in time.
-        """
+        """Start the nodes, create the cluster, wait until it is ``ok`` and every replica in sync."""
         if self.nodes:
             return self
         cli = find_redis_cli()
@@ -201,7 +179,6 @@ class LocalRedisCluster(Startable):
         atexit.unregister(self.stop)
 
 
-    # -- reading the topology ----------------------------------------------------------------
     def command(self, node: LocalRedis, *args: Any) -> Any:
         """Run one command on *node* (see :func:`resp_command`)."""
         return resp_command(node.port, *args)
@@ -211,7 +188,6 @@ class LocalRedisCluster(Startable):
         return str(self.command(node, "CLUSTER", "MYID"))
 
     def by_port(self, port: int) -> LocalRedis:
-        """The node listening on *port*."""
         return next(n for n in self.nodes if n.port == port)
 
     def view(self, node: LocalRedis | None = None) -> list[ClusterNode]:
@@ -220,21 +196,13 @@ class LocalRedisCluster(Startable):
         return _parse_nodes(str(self.command(node, "CLUSTER", "NODES")))
 
     def master_of(self, slot: int) -> LocalRedis:
-        """The live master serving *slot*, as the live nodes agree (waits for agreement).
-
-        Raises:
-            ServerUnavailable: the nodes do not agree within the startup timeout.
-        """
+        """The live master serving *slot*, as the live nodes agree."""
         self.wait_stable()
         owner = next(n for n in self.view() if n.is_master and n.serves(slot))
         return self.by_port(owner.port)
 
     def replica_of(self, master: LocalRedis) -> LocalRedis:
-        """A live replica of *master*.
-
-        Raises:
-            ServerUnavailable: *master* has none (the message shows its view of the cluster).
-        """
+        """A live replica of *master*; ServerUnavailable (with its view) when it has none."""
         mid = self.node_id(master)
         view = self.view(master)
         rep = next((n for n in view if n.master_id == mid and not n.failed), None)
@@ -243,18 +211,12 @@ class LocalRedisCluster(Startable):
         return self.by_port(rep.port)
 
     def wait_stable(self) -> None:
-        """Wait until every live node says ``cluster_state:ok``, they all see the same
-        slot owners, no live node is flagged failed or is a master without slots, and every
-        replica's link is up.
-
-        Raises:
-            ServerUnavailable: not so within the startup timeout.
-        """
+        """Wait until every live node says ``cluster_state:ok`` and sees the same slot owners, none
+        is failed or a master without slots, and every replica's link is up."""
         self._wait(self._unstable_reason, "the Redis Cluster did not settle")
 
     def _wait(self, problem: Callable[[], str], what: str, poll_s: float = 0.1) -> None:
-        """Wait until *problem* says none (``""``; a node's error is one); raise
-        :class:`ServerUnavailable` (*what* and the last problem) after the startup timeout."""
+        """Wait until *problem* returns ``""``; ServerUnavailable (*what*, last problem) after the timeout."""
         deadline = time.monotonic() + self._timeout
         while True:
             try:
@@ -289,10 +251,8 @@ class LocalRedisCluster(Startable):
             return "the nodes disagree about slot owners"
         return ""
 
-    # -- slot migration (MOVED / ASK) ------------------------------------------------------------
     def begin_migration(self, slot: int, target: LocalRedis) -> LocalRedis:
-        """Mark *slot* IMPORTING on *target* and MIGRATING on its owner; returns the owner.
-        Clients now get ASK for keys of the slot the owner no longer has."""
+        """Mark *slot* IMPORTING on *target* and MIGRATING on its owner (clients now get ASK); returns the owner."""
         source = self.master_of(slot)
         self.command(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(source))
         self.command(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(target))
@@ -307,8 +267,7 @@ class LocalRedisCluster(Startable):
         return len(keys)
 
     def finish_migration(self, slot: int, target: LocalRedis) -> None:
-        """``CLUSTER SETSLOT <slot> NODE <target>`` on the target, then on every other
-        master; clients of the old owner now get MOVED. Waits until the nodes agree."""
+        """Give *slot* to *target* on every master (clients of the old owner now get MOVED)."""
         tid = self.node_id(target)
         masters = [self.by_port(v.port) for v in self.view() if v.is_master and not v.failed]
         for node in [target, *(m for m in masters if m is not target)]:
@@ -321,42 +280,32 @@ class LocalRedisCluster(Startable):
         self.move_keys(slot, source, target)
         self.finish_migration(slot, target)
 
-    # -- failover ------------------------------------------------------------------------------
     def wait_replicated(self, master: LocalRedis, timeout_ms: int = 10_000) -> int:
         """``WAIT 1`` on *master*: how many replicas acknowledged its writes so far."""
         return int(self.command(master, "WAIT", 1, timeout_ms))
 
     def failover(self, replica: LocalRedis, mode: str = "") -> None:
-        """``CLUSTER FAILOVER [FORCE|TAKEOVER]`` on *replica*, then wait until it is a master
-        every live node agrees on. Without *mode* the failover is coordinated: the master
-        stops writes until the replica caught up, so nothing acknowledged is lost."""
+        """``CLUSTER FAILOVER [FORCE|TAKEOVER]`` on *replica*, wait until it is an agreed master. Without
+        *mode* it is coordinated: the master stops writes until the replica caught up, nothing is lost."""
         self.command(replica, "CLUSTER", "FAILOVER", *([mode] if mode else []))
         self.wait_master(replica)
 
     def wait_master(self, node: LocalRedis) -> None:
-        """Wait until *node* is a master with slots and the live nodes agree (after a
-        failover, or a killed master's automatic replacement).
-
-        Raises:
-            ServerUnavailable: not so within the startup timeout.
-        """
+        """Wait until *node* is an agreed master with slots (after a failover or automatic replacement)."""
         def problem() -> str:
             me = next(v for v in self.view(node) if v.port == node.port)
             return self._unstable_reason() if me.is_master and me.slots else "not a master with slots yet"
-
         self._wait(problem, f"node {node.port} did not become a master the cluster agrees on")
 
     def restart_node(self, node: LocalRedis) -> None:
-        """Start a killed node again (same ports, same ``nodes.conf``); it rejoins the
-        cluster, a replaced master as a replica. Waits until the cluster is stable."""
+        """Start a killed node again (same ports and ``nodes.conf``); it rejoins, a replaced master as a
+        replica. Waits until the cluster is stable."""
         node.start()
         self.wait_stable()
 
     def detach_replica(self, replica: LocalRedis) -> None:
-        """Cut *replica* off its master: it authenticates as a user that does not exist
-        (so every reconnect is refused) and the master drops its link. Writes the master
-        acknowledges from now on never reach the replica: asynchronous replication's loss
-        window, held open. :meth:`reattach_replica` undoes it."""
+        """Cut *replica* off its master (it authenticates as a user that does not exist; the master drops
+        its link): acknowledged writes never reach it, asynchronous replication's loss window held open."""
         master = next(v for v in self.view(replica) if v.port == replica.port).master_id
         owner = next(v for v in self.view(replica) if v.node_id == master)
         self.command(replica, "CONFIG", "SET", "masteruser", _CUT_USER)
@@ -364,7 +313,6 @@ class LocalRedisCluster(Startable):
         self.command(self.by_port(owner.port), "CLIENT", "KILL", "TYPE", "replica")
         def linked() -> str:
             return "link up" if "master_link_status:up" in str(self.command(replica, "INFO", "replication")) else ""
-
         self._wait(linked, f"replica {replica.port} stayed connected to its master", poll_s=0.05)
 
     def reattach_replica(self, replica: LocalRedis) -> None:

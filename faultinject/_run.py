@@ -1,16 +1,10 @@
-"""The run of a job a fault plan is armed in (see :mod:`twopc.faultinject`): the processes a
-``crash`` kills, and the folder where an inline spec without ``TWOPC_FAULT_STATE`` counts its
-``times``.
+"""The run of a job a fault plan is armed in: the processes a ``crash`` kills, and the folder
+where an inline spec without ``TWOPC_FAULT_STATE`` counts its ``times``.
 
-A run starts in the first process that arms a plan and finds no run of that plan in its
-environment: that process is the run's root. :func:`twopc.faultinject.export_run` hands the
-run on through ``TWOPC_FAULT_RUN``, JSON: the plan it belongs to (a digest of the
-``TWOPC_FAULT*`` variables: a record of another plan is ignored), the machine's boot, the
-roots (pid and start time, so a reused pid is never taken for a root) and the run's state
-folder. A run killed from outside (SIGKILL, the OOM killer) leaves its folder behind until
-the next run of any plan by the same user, which deletes the folders of runs whose roots are
-all gone; a state folder of the plan's own is never deleted.
-"""
+A run's root is the first process that arms a plan and finds no run of it in its environment.
+``TWOPC_FAULT_RUN`` (JSON) hands it on: the plan's digest, the boot, the roots (pid and start
+time) and the state folder. A folder left by a run killed from outside is deleted by the user's
+next run of any plan once all its roots are gone; a plan's own state folder never is."""
 
 from __future__ import annotations
 
@@ -74,7 +68,6 @@ class Run:
             return None
 
     def to_env(self) -> str:
-        """The ``TWOPC_FAULT_RUN`` value of this run."""
         return json.dumps({"key": self.key, "boot": self.boot, "roots": self.roots,
                            "state": self.state if self.scoped else None})
 
@@ -112,9 +105,8 @@ class Run:
 
 
 def run_of(env: Mapping[str, str], spec: str | None, plan_path: str | None, state: str | None) -> Run:
-    """The run this process belongs to for the plan armed by *spec*/*plan_path*/*state*: the
-    one recorded in *env* (``TWOPC_FAULT_RUN``) if it is of this plan, else the one this
-    process is the root of (made now, with this process as its root)."""
+    """The run of the plan (*spec*/*plan_path*/*state*) this process belongs to: the one in *env* if
+    it is of this plan, else a new one rooted here."""
     key = plan_key(spec, plan_path, state)
     found = Run.parse(env.get(ENV_RUN), key)
     with _lock:
@@ -127,8 +119,7 @@ def run_of(env: Mapping[str, str], spec: str | None, plan_path: str | None, stat
         if own is None:
             me = os.getpid()
             roots = [(me, start)] if (start := start_time(me)) is not None else []
-            own = _own[key] = Run(key, roots, boot_id(), None, scoped=state is None and spec is not None,
-                                  owned=True)
+            own = _own[key] = Run(key, roots, boot_id(), None, scoped=state is None and spec is not None, owned=True)
         return own
 
 
@@ -139,8 +130,7 @@ def _alive(record: Mapping[str, Any], boot: str) -> bool:
 
 
 def sweep_ended_runs() -> None:
-    """Delete the state folders this user's ended runs left in the temporary directory (a
-    run whose roots are all gone; never a folder without a run record, or another user's)."""
+    """Delete the state folders of this user's ended runs (never a folder without a run record)."""
     root, uid, boot = tempfile.gettempdir(), os.getuid(), boot_id()
     try:
         names = [n for n in os.listdir(root) if n.startswith(RUN_PREFIX)]

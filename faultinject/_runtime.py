@@ -51,9 +51,7 @@ class _Armed:
         for index, rule in candidates:
             if index in self.exhausted or not rule.matches(point, batch_id, context):
                 continue
-            line = (
-                f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
-            )
+            line = f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
             if self._claim(index, rule, line):
                 _fire(rule, point, batch_id, context, line, self)
                 return
@@ -70,11 +68,7 @@ class _Armed:
         os.makedirs(rule_dir, exist_ok=True)
         for slot in range(1, rule.times + 1):
             try:
-                fd = os.open(
-                    os.path.join(rule_dir, f"slot-{slot}"),
-                    os.O_CREAT | os.O_EXCL | os.O_WRONLY,
-                    0o644,
-                )
+                fd = os.open(os.path.join(rule_dir, f"slot-{slot}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 continue
             try:
@@ -132,22 +126,17 @@ def _current() -> _Armed | None:
 
 
 def hit(name: str, batch_id: int | None, context: Mapping[str, object]) -> None:
-    """Fault point *name* reached in a process whose environment may arm a plan (see
-    :func:`twopc.faultinject.fault_point`): the first matching rule that can claim an unused
-    slot in the state directory fires its action."""
+    """Fault point *name* reached: the first matching rule that can claim an unused slot in the
+    state directory fires its action."""
     armed = _current()
     if armed is not None:
         armed.hit(name, batch_id, context)
 
 
 def _announce(line: str, crashing: Run | None = None) -> None:
-    """Write *line* to this process's stderr, after what it has buffered.
-
-    *crashing*: the run a ``crash`` is about to kill. A Python worker's stderr is a pipe that
-    Spark's JVM copies to its own, and the crash kills the JVM too, maybe before it copied the
-    line. So the line also goes straight to the stderr of the run's first root (the job's
-    driver) where that is another file; where the JVM was quick, the job prints it twice.
-    """
+    """Write *line* to this process's stderr, after what it has buffered. When *crashing* kills the
+    run, the line also goes to the stderr of the run's first root (the driver): a Python worker's
+    stderr is a pipe the dying JVM may not have copied yet."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -178,14 +167,11 @@ def _crash_pgid() -> int | None:
     return pgid if pgid > 1 else None
 
 
-def _fire(
-    rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
-    armed: _Armed,
-) -> None:
+def _fire(rule: FaultRule, point: str, batch_id: int | None, context: Mapping[str, object], line: str,
+          armed: _Armed) -> None:
     _announce(line, armed.run if rule.action == "crash" else None)
     if rule.action in REMOTE_ACTIONS:
         from ._control import request_remote_fault
-
         request_remote_fault(rule, line)
         return
     if rule.action == "hold":
@@ -212,9 +198,8 @@ def _hold(release: str) -> None:
 
 
 def _crash(run: Run) -> NoReturn:
-    """SIGKILL the job as :mod:`twopc.faultinject` says (the ``TWOPC_CRASH_PGID`` group and this
-    process's own, else the run's roots, their descendants and the groups those lead), then
-    this process; the run's own state folder is deleted before: the run is over."""
+    """SIGKILL the job (the ``TWOPC_CRASH_PGID`` group and this process's own, else the run's roots,
+    their descendants and the groups those lead), then this process, after deleting the run's folder."""
     target = _crash_pgid()
     own = os.getpgrp()
     if target is not None:
@@ -236,11 +221,9 @@ def _crash(run: Run) -> NoReturn:
 
 
 def export_crash_group() -> int:
-    """Record this process's group as the job's crash group (``TWOPC_CRASH_PGID``, inherited by
-    everything started afterwards) and return its id: a ``crash`` fired anywhere then kills
-    this whole group. For a job that leads its own group (``ChaosRunner`` and ``setsid`` make
-    one); called in a process that does not, a crash also kills whatever shares the group
-    (e.g. ``make``)."""
+    """Record this process's group as the job's crash group (``TWOPC_CRASH_PGID``, inherited) and
+    return its id: a ``crash`` fired anywhere then kills this whole group. For a job that leads its
+    own group (``ChaosRunner``, ``setsid``); otherwise the crash also kills e.g. ``make``."""
     pgid = os.getpgrp()
     os.environ[ENV_CRASH_PGID] = str(pgid)
     return pgid
@@ -249,24 +232,15 @@ def export_crash_group() -> int:
 _EXPORTED = (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_CONTROL)
 
 
-def export_run(environment: MutableMapping[str, str] | None = None, *,
-               pids: Iterable[int] = ()) -> dict[str, str]:
+def export_run(environment: MutableMapping[str, str] | None = None, *, pids: Iterable[int] = ()) -> dict[str, str]:
     """Hand the run of the plan armed in this process to the processes started from now on.
 
-    Makes this process the root of a new run unless it already belongs to one, counts
-    *pids* (alive, on this machine: Spark's JVM) among the run's roots, makes the run's own
-    state folder (an inline spec without ``TWOPC_FAULT_STATE``), and sets
-    ``TWOPC_FAULT_RUN`` in ``os.environ`` and, with the plan's own variables, in
-    *environment* (``SparkContext.environment``: the Python workers of functions made
-    afterwards get it, even when the JVM started before).  A ``crash`` fired in any process
-    of the run then kills the roots and everything descending from them; ``times`` are
-    counted in one folder by all of them.  ``twopc.register`` calls it for its session.
-
-    Returns the variables set; ``{}`` (nothing done) when no plan is armed.
-
-    Raises:
-        FaultSpecError: the environment holds a malformed spec or unreadable plan.
-    """
+    Makes this process a run's root unless it belongs to one, counts *pids* (Spark's JVM) among the
+    roots, makes the run's own state folder, and sets ``TWOPC_FAULT_RUN`` in ``os.environ`` and,
+    with the plan's variables, in *environment* (``SparkContext.environment``: later Python workers
+    get it even when the JVM started before). A ``crash`` in any process of the run then kills all
+    of it. ``twopc.register`` calls it. Returns the variables set (``{}`` when no plan is armed);
+    raises FaultSpecError for a malformed spec or unreadable plan."""
     armed = _current()
     if armed is None:
         return {}
@@ -283,40 +257,22 @@ def export_run(environment: MutableMapping[str, str] | None = None, *,
 
 
 def current_state_dir() -> str | None:
-    """The state directory of the plan armed in this process (the run's own folder for an
-    inline spec without ``TWOPC_FAULT_STATE``, made now if need be), or None when unarmed.
-
-    Raises:
-        FaultSpecError: the environment holds a malformed spec or unreadable plan.
-    """
+    """The state directory of the plan armed here (the run's own folder, made now if need be, for an
+    inline spec without ``TWOPC_FAULT_STATE``), or None; FaultSpecError for a malformed plan."""
     armed = _current()
     return None if armed is None else armed.state_dir
 
 
 @contextlib.contextmanager
-def armed(
-    plan: FaultPlan | str,
-    state_dir: str | os.PathLike[str] | None = None,
-    *,
-    spark_context: Any = None,
-) -> Iterator[FaultPlan]:
-    """Arm ``plan`` in this process for the duration of the block.
+def armed(plan: FaultPlan | str, state_dir: str | os.PathLike[str] | None = None, *,
+          spark_context: Any = None) -> Iterator[FaultPlan]:
+    """Arm *plan* in this process for the block; yields the plan with ``state_dir`` filled in.
 
-    Sets ``TWOPC_FAULTS``/``TWOPC_FAULT_STATE`` (and removes ``TWOPC_FAULT_PLAN``),
-    restoring the previous values (``TWOPC_FAULT_RUN``'s too) on exit.  The state
-    directory is ``state_dir``, else the plan's, else a fresh temporary directory that is
-    deleted on exit.  Yields the plan with ``state_dir`` filled in.
-
-    ``spark_context``: an active ``SparkContext``; its ``environment`` dict gets the same
-    variables, so Python functions shipped to executors *after* this point (UDFs,
-    ``foreachPartition``) see the plan (Spark starts a separate worker daemon per
-    environment).  Without it only code in this process is armed.
-
-    Never use a ``crash`` rule in-process: it kills this process and its children.
-
-    Raises:
-        FaultSpecError: ``plan`` is a malformed spec.
-    """
+    Sets ``TWOPC_FAULTS``/``TWOPC_FAULT_STATE`` (removing ``TWOPC_FAULT_PLAN``) and restores them
+    and ``TWOPC_FAULT_RUN`` on exit. The state directory is *state_dir*, else the plan's, else a
+    temporary one deleted on exit. With *spark_context* its ``environment`` gets the same
+    variables, so Python functions shipped afterwards (UDFs, ``foreachPartition``) see the plan.
+    Never use a ``crash`` rule in-process: it kills this process. FaultSpecError for a malformed plan."""
     parsed = FaultPlan.coerce(plan)
     created: str | None = None
     chosen = os.fspath(state_dir) if state_dir is not None else parsed.state_dir
@@ -344,10 +300,7 @@ def armed(
 
 
 def read_firings(state_dir: str | os.PathLike[str]) -> list[str]:
-    """The ``faultinject: firing ...`` lines recorded in ``state_dir``, oldest first.
-
-    Returns ``[]`` if the directory does not exist.
-    """
+    """The ``faultinject: firing ...`` lines recorded in *state_dir*, oldest first (``[]`` if absent)."""
     found: list[tuple[float, str]] = []
     for slot in glob.glob(os.path.join(glob.escape(os.fspath(state_dir)), "*", "*")):  # rule folder / slot file
         with contextlib.suppress(OSError), open(slot, encoding="utf-8", errors="replace") as fh:

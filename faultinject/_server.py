@@ -1,6 +1,5 @@
-"""What every throwaway server of the test session shares: a process in a temporary
-folder that dies with the process that started it, a port kept across restarts, and stop /
-kill / restart / ``with``."""
+"""What every throwaway server shares: a process in a temporary folder that dies with its
+starter, a port kept across restarts, and stop / kill / restart / ``with``."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ __all__ = ["LocalServer", "Startable"]
 
 
 class Startable:
-    """Something started by :meth:`start` and stopped (its files deleted) by :meth:`stop`,
-    and usable as ``with X() as x:``. Its files live in ``_tmp`` while it is started."""
+    """Started by :meth:`start`, stopped (files in ``_tmp`` deleted) by :meth:`stop`; a context manager."""
 
     _tmp: str | None = None
     _base_dir: str | None = None
@@ -45,8 +43,7 @@ class Startable:
         return self._tmp
 
     def _make_tmp(self, prefix: str) -> str:
-        """A new temporary folder in ``_base_dir`` for the files, deleted by :meth:`stop` (at
-        the latest at exit)."""
+        """A new temporary folder in ``_base_dir``, deleted by :meth:`stop` (at the latest at exit)."""
         self._tmp = tempfile.mkdtemp(prefix=prefix, dir=self._base_dir)
         atexit.register(self.stop)
         return self._tmp
@@ -67,16 +64,9 @@ class Startable:
 
 
 class LocalServer(Startable):
-    """Base of the throwaway servers (:class:`LocalPostgres`, :class:`LocalMariaDB`,
-    :class:`LocalRedis`, :class:`LocalSparkConnect`).
-
-    Subclasses set ``_port`` (or leave it None until :meth:`start` picks one), ``_base_dir``,
-    ``_timeout`` and ``_fix`` (the hint a failure ends with), make their folder with
-    :meth:`_make_tmp`, start the server with :meth:`_spawn` (which puts it on a
-    :class:`Lifeline`: the server dies with the process that started it, even one SIGKILLed)
-    and wait for it with :meth:`_wait_until`; ``_stop_signal`` and ``_stop_timeout_s`` shape
-    :meth:`_shutdown`.
-    """
+    """Base of the throwaway servers. Subclasses set ``_port`` (or None: :meth:`start` picks one),
+    ``_base_dir``, ``_timeout`` and ``_fix`` (the hint a failure ends with), and start the server
+    with :meth:`_spawn` (on a :class:`Lifeline`: it dies with its starter, even a SIGKILLed one)."""
 
     _port: int | None
     _timeout: float
@@ -92,8 +82,7 @@ class LocalServer(Startable):
         raise NotImplementedError
 
     def _shutdown(self) -> None:
-        """A graceful stop that keeps the data: :attr:`_stop_signal`, then SIGKILL to the
-        server's process group once it exited or :attr:`_stop_timeout_s` passed."""
+        """Graceful stop keeping the data: ``_stop_signal``, then SIGKILL to the group after ``_stop_timeout_s``."""
         proc = self._proc
         if proc is None:
             return
@@ -125,17 +114,14 @@ class LocalServer(Startable):
 
     @property
     def running(self) -> bool:
-        """True while the server process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
     @property
     def pid(self) -> int | None:
-        """The server process's pid while it runs."""
         return self._proc.pid if self._proc is not None and self.running else None
 
     def _spawn(self, argv: Sequence[str], **popen: Any) -> subprocess.Popen[bytes]:
-        """Start the server process *argv* in a session of its own, its output appended to
-        :attr:`log_path`, on a lifeline to this process; kept in ``_proc``."""
+        """Start *argv* in a session of its own, output appended to :attr:`log_path`, on a lifeline."""
         self._unwatch()
         with open(self.log_path, "ab") as log:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -145,8 +131,7 @@ class LocalServer(Startable):
         return proc
 
     def _wait_until(self, ready: Callable[[], bool], what: str, poll_s: float = 0.1) -> None:
-        """Wait until *ready*; kill the server and raise :class:`ServerUnavailable` (with the
-        log's tail and ``_fix``) once it exited or the startup timeout passed."""
+        """Wait until *ready*; else kill the server and raise :class:`ServerUnavailable` (log tail, ``_fix``)."""
         proc = self._proc
         assert proc is not None
         deadline = time.monotonic() + self._timeout
@@ -161,7 +146,6 @@ class LocalServer(Startable):
 
     @staticmethod
     def _pid_in(pid_file: str) -> int | None:
-        """The pid on the first line of *pid_file* (None if absent or unreadable)."""
         try:
             with open(pid_file, encoding="ascii") as fh:
                 return int(fh.readline().strip())
@@ -180,8 +164,8 @@ class LocalServer(Startable):
         self._remove_tmp()
 
     def kill(self) -> None:
-        """Simulate a crash: SIGKILL the server and every process of its group and session
-        (what it forked, such as Redis's AOF-rewrite child, even after the server ended)."""
+        """Simulate a crash: SIGKILL the server's group and session (with what it forked, e.g. Redis's
+        AOF-rewrite child)."""
         proc = self._proc
         if proc is None:
             return
@@ -193,13 +177,11 @@ class LocalServer(Startable):
         self._unwatch()
 
     def crash(self) -> None:
-        """Crash the server the way it crashes for real, without a clean shutdown: SIGKILL
-        here (MariaDB, Redis); :class:`LocalPostgres` does an immediate shutdown. The data
-        folder is kept; :meth:`restart` runs crash recovery."""
+        """Crash without a clean shutdown (SIGKILL; PostgreSQL: an immediate shutdown), data kept:
+        :meth:`restart` runs crash recovery."""
         self.kill()
 
     def restart(self) -> None:
-        """Shut down gracefully if running (data kept) and start again; after :meth:`kill`
-        the server runs its crash recovery.  Raises :class:`ServerUnavailable` on failure."""
+        """Shut down gracefully if running (data kept) and start again; ServerUnavailable on failure."""
         self._shutdown()
         self.start()

@@ -1,12 +1,6 @@
-"""A Spark standalone cluster on loopback, from the pyspark package: one master and
-*workers* workers (``spark-class org.apache.spark.deploy.master.Master`` / ``...Worker``),
-so executors run in JVMs of their own and a job's sink is pickled to them.
-
-Each executor JVM is started as the leader of its own process group, with
-``TWOPC_CRASH_PGID`` set to that group: a ``crash`` fault fired in one of its Python
-workers SIGKILLs the executor JVM and its Python workers (an executor lost mid-task, which
-Spark survives by running the task elsewhere), never the worker daemon or the driver.
-"""
+"""A Spark standalone cluster on loopback from the pyspark package: a master and *workers* workers, so executors run in
+JVMs of their own. Each executor JVM leads its own process group (``TWOPC_CRASH_PGID``): a ``crash`` in one of its
+Python workers kills that executor only (a task Spark runs again elsewhere), never the worker daemon or the driver."""
 
 from __future__ import annotations
 
@@ -42,11 +36,7 @@ exec "{java}" "$@"
 
 
 def find_spark_home() -> str:
-    """The Spark distribution inside the installed pyspark package (``bin/``, ``jars/``).
-
-    Raises:
-        ServerUnavailable: pyspark is not installed or has no ``bin/spark-class``.
-    """
+    """The Spark distribution inside pyspark; ServerUnavailable without pyspark or ``bin/spark-class``."""
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
         raise ServerUnavailable("pyspark is not installed: pip install pyspark")
@@ -66,13 +56,9 @@ def _real_java() -> str:
 
 
 class LocalSparkCluster(Startable):
-    """A standalone master and *workers* workers on ``127.0.0.1``, each worker with *cores*
-    cores and *memory* for executors; folders (logs, work dirs) in a temporary directory.
-
-    :attr:`master_url` is what a job passes to ``SparkSession.builder.master``; a job's
-    ``spark.executor.memory`` must fit in *memory*. :meth:`executor_pids` lists this
-    cluster's executor JVMs, :meth:`kill_executor` SIGKILLs one.
-    """
+    """A standalone master and *workers* workers on ``127.0.0.1`` (*cores*, *memory* each; a job's
+    ``spark.executor.memory`` must fit), folders in a temporary directory. :attr:`master_url` goes to
+    ``SparkSession.builder.master``."""
 
     def __init__(self, *, workers: int = 2, cores: int = 1, memory: str = "1g", daemon_memory: str = "256m",
                  base_dir: str | None = None, startup_timeout_s: float = 120.0) -> None:
@@ -123,11 +109,7 @@ class LocalSparkCluster(Startable):
             time.sleep(0.1)
 
     def start(self) -> Self:
-        """Start the master and the workers; wait until every worker registered.
-
-        Raises:
-            ServerUnavailable: pyspark or java missing, or a daemon did not come up in time.
-        """
+        """Start the master and workers, wait until every worker registered; ServerUnavailable otherwise."""
         if self._procs:
             return self
         home = find_spark_home()
@@ -175,8 +157,7 @@ class LocalSparkCluster(Startable):
         return sum(1 for p in Path(self._require_tmp()).glob("work*/app-*/*") if p.is_dir())
 
     def wait_no_executors(self, timeout_s: float = 60.0) -> list[int]:
-        """Wait until no executor of this cluster runs (workers stop an application's
-        executors once its driver is gone); returns the pids still running at the deadline."""
+        """Wait until no executor of this cluster runs; returns the pids still running at the deadline."""
         deadline = time.monotonic() + timeout_s
         while (left := self.executor_pids()) and time.monotonic() < deadline:
             time.sleep(0.2)

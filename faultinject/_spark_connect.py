@@ -1,15 +1,7 @@
-"""A Spark Connect server on loopback, from the pyspark package
-(``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``), for
-tests of what runs under Spark Connect: the client holds no JVM, and the data sources'
-Python code runs in Python workers the server starts.
-
-The server is the leader of its own process group and its environment names that group
-as the crash target (``TWOPC_CRASH_PGID``): a ``crash`` fault armed in *env* and fired in
-one of its Python workers SIGKILLs the whole server (the Connect driver lost between two
-protocol steps), never the client. :meth:`kill` does the same from outside;
-:meth:`start` again brings up a fresh server on the same port. The server dies with the
-process that started it, however that process ends.
-"""
+"""A Spark Connect server on loopback from the pyspark package, for tests of what runs under Spark Connect (the client
+holds no JVM; the data sources run in the server's Python workers). The server leads its own process group, named as
+``TWOPC_CRASH_PGID``: a ``crash`` fired in one of its workers kills the whole server, never the client; :meth:`start`
+again brings up a fresh one on the same port. It dies with the process that started it."""
 
 from __future__ import annotations
 
@@ -35,13 +27,9 @@ _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
 class LocalSparkConnect(LocalServer):
-    """A Spark Connect server (``local[cores,maxFailures]`` master) on ``127.0.0.1``.
-
-    *env*: extra environment of the server and so of its Python workers (``PYTHONPATH``
-    where twopc lives, ``TWOPC_FAULTS``, credentials the data sources read). *conf*: extra
-    ``--conf`` settings. :attr:`url` is what a client passes to
-    ``SparkSession.builder.remote``. :meth:`stop` kills the server (no graceful shutdown).
-    """
+    """A Spark Connect server (``local[cores,maxFailures]``) on ``127.0.0.1``; *env* is its extra
+    environment (and its Python workers'), *conf* extra ``--conf`` settings. :attr:`url` goes to
+    ``SparkSession.builder.remote``; :meth:`stop` kills it."""
 
     _stop_signal = signal.SIGKILL
 
@@ -61,16 +49,9 @@ class LocalSparkConnect(LocalServer):
         return f"sc://127.0.0.1:{self.port}"
 
     def _argv(self) -> list[str]:
-        conf = {
-            "spark.connect.grpc.binding.address": "127.0.0.1",
-            "spark.connect.grpc.binding.port": str(self._port),
-            "spark.ui.enabled": "false",
-            "spark.driver.host": "127.0.0.1",
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.sql.session.timeZone": "UTC",
-            **self.conf,
-        }
+        conf = {"spark.connect.grpc.binding.address": "127.0.0.1", "spark.connect.grpc.binding.port": str(self._port),
+                "spark.ui.enabled": "false", "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
+                "spark.sql.shuffle.partitions": "2", "spark.sql.session.timeZone": "UTC", **self.conf}
         argv = [os.path.join(find_spark_home(), "bin", "spark-submit"), "--class", _SERVER_CLASS,
                 "--master", f"local[{self.cores},{self.max_failures}]", "--name", "twopc-connect"]
         for key, value in conf.items():
@@ -78,11 +59,7 @@ class LocalSparkConnect(LocalServer):
         return argv
 
     def start(self) -> Self:
-        """Start the server and wait until it accepts connections.
-
-        Raises:
-            ServerUnavailable: pyspark or java missing, or the server did not come up in time.
-        """
+        """Start the server, wait until it accepts connections; ServerUnavailable otherwise."""
         if self.running:
             return self
         tmp = self._tmp or self._make_tmp("twopc-connect-")

@@ -34,11 +34,8 @@ _DURATION_RE: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s)?\Z")
 
 
 def parse_duration(value: object, where: str) -> float:
-    """Seconds of a plan duration: a number of seconds, or text ``"5s"``, ``"500ms"``, ``"2"``.
-
-    Raises:
-        FaultSpecError: anything else, naming *where*.
-    """
+    """Seconds of a plan duration: a number, or text ``"5s"``, ``"500ms"``, ``"2"``; else
+    FaultSpecError naming *where*."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
         return float(value)
     match = _DURATION_RE.match(value.strip()) if isinstance(value, str) else None
@@ -54,15 +51,12 @@ _PLAN_KEYS: Final = frozenset({"rules", "state_dir"})
 
 @dataclasses.dataclass(frozen=True)
 class FaultRule:
-    """One rule: fire ``action`` at ``point`` (optionally only for one batch/partition).
+    """One rule: fire ``action`` at ``point`` (optionally for one batch/partition only), at most
+    ``times`` in total across the processes and restarts sharing a state directory.
 
-    ``times`` bounds how often the rule fires in total, across processes and restarts
-    that share a state directory.  ``proxy`` and ``server`` rules also name their
-    ``target`` (the name a :class:`FaultControl` gave it) and ``fault``, and may take
-    ``for_s`` / ``delay_s`` (seconds; ``"5s"``, ``"500ms"`` are accepted), ``pattern``
-    and ``direction``.  Construction validates every field and raises
-    :class:`FaultSpecError` on bad values.
-    """
+    ``proxy`` and ``server`` rules also name their ``target`` (as a :class:`FaultControl` named
+    it) and ``fault``, and may take ``for_s``/``delay_s`` (``"5s"``, ``"500ms"``), ``pattern`` and
+    ``direction``. Construction raises :class:`FaultSpecError` on a bad field."""
 
     point: str
     batch: int | None = None
@@ -80,21 +74,15 @@ class FaultRule:
         check_point_name(self.point)
         for field in ("batch", "partition"):
             value = getattr(self, field)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise FaultSpecError(
-                    f"rule {self.point!r}: {field} must be a non-negative integer, got {value!r}"
-                )
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise FaultSpecError(f"rule {self.point!r}: {field} must be a non-negative integer, got {value!r}")
         if self.action not in ACTIONS:
             raise FaultSpecError(
                 f"rule {self.point!r}: unknown action {self.action!r}; "
                 f"expected one of {'|'.join(ACTIONS)}"
             )
         if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
-            raise FaultSpecError(
-                f"rule {self.point!r}: times must be a positive integer, got {self.times!r}"
-            )
+            raise FaultSpecError(f"rule {self.point!r}: times must be a positive integer, got {self.times!r}")
         self._check_remote()
 
     def _check_remote(self) -> None:
@@ -141,7 +129,6 @@ class FaultRule:
         return f"{self.action}.{self.fault}" if self.action in REMOTE_ACTIONS else self.action
 
     def matches(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> bool:
-        """True if this rule applies to a hit of ``point`` with the given batch/context."""
         if point != self.point:
             return False
         if self.batch is not None and batch_id != self.batch:
@@ -205,9 +192,7 @@ def _parse_rule(text: str, index: int) -> FaultRule:
     if "*" in body:
         body, times_text = body.rsplit("*", 1)
         if not _INT_RE.match(times_text.strip()) or int(times_text) < 1:
-            raise FaultSpecError(
-                f"{where}: times {times_text!r} is not a positive integer; {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: times {times_text!r} is not a positive integer; {GRAMMAR}")
         times = int(times_text)
     action = "crash"
     remote: dict[str, Any] = {}
@@ -216,9 +201,7 @@ def _parse_rule(text: str, index: int) -> FaultRule:
         action, *parts = action.strip().split("/")
         action = action.lower()
         if action not in ACTIONS:
-            raise FaultSpecError(
-                f"{where}: unknown action {action!r} (expected {'|'.join(ACTIONS)}); {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: unknown action {action!r} (expected {'|'.join(ACTIONS)}); {GRAMMAR}")
         remote = _remote_parts(where, action, parts)
     name, *filters = body.split("@")
     name = name.strip()
@@ -229,24 +212,14 @@ def _parse_rule(text: str, index: int) -> FaultRule:
         key, sep, value = flt.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or key not in ("batch", "partition"):
-            raise FaultSpecError(
-                f"{where}: bad filter '@{flt}' (expected @batch=N or @partition=P); {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: bad filter '@{flt}' (expected @batch=N or @partition=P); {GRAMMAR}")
         if key in values:
             raise FaultSpecError(f"{where}: filter '@{key}' given twice; {GRAMMAR}")
         if not _INT_RE.match(value):
-            raise FaultSpecError(
-                f"{where}: filter '@{flt}' needs a non-negative integer; {GRAMMAR}"
-            )
+            raise FaultSpecError(f"{where}: filter '@{flt}' needs a non-negative integer; {GRAMMAR}")
         values[key] = int(value)
-    return FaultRule(
-        point=name,
-        batch=values.get("batch"),
-        partition=values.get("partition"),
-        action=cast(Action, action),
-        times=times,
-        **remote,
-    )
+    return FaultRule(point=name, batch=values.get("batch"), partition=values.get("partition"),
+                     action=cast(Action, action), times=times, **remote)
 
 
 def _remote_parts(where: str, action: str, parts: list[str]) -> dict[str, Any]:
@@ -270,11 +243,8 @@ def _remote_parts(where: str, action: str, parts: list[str]) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True)
 class FaultPlan:
-    """An ordered set of :class:`FaultRule` plus an optional state directory.
-
-    When several rules match a hit, the first one (in order) that still has an unused
-    slot fires.
-    """
+    """An ordered set of :class:`FaultRule` plus an optional state directory; of the rules matching
+    a hit, the first with an unused slot fires."""
 
     rules: tuple[FaultRule, ...] = ()
     state_dir: str | None = None
@@ -289,11 +259,7 @@ class FaultPlan:
 
     @classmethod
     def parse(cls, spec: str) -> FaultPlan:
-        """Parse an inline spec (see module grammar); blank spec → empty plan.
-
-        Raises:
-            FaultSpecError: naming the bad rule/part and showing the grammar.
-        """
+        """Parse an inline spec (blank: an empty plan); FaultSpecError names the bad part, shows the grammar."""
         if not isinstance(spec, str):
             raise FaultSpecError(f"fault spec must be a string, got {spec!r}")
         if not spec.strip():
@@ -302,11 +268,7 @@ class FaultPlan:
 
     @classmethod
     def from_json(cls, text: str) -> FaultPlan:
-        """Parse the JSON plan format ``{"rules": [...], "state_dir": "..."}``.
-
-        Raises:
-            FaultSpecError: on invalid JSON, unknown keys or bad rule fields.
-        """
+        """Parse the JSON plan ``{"rules": [...], "state_dir": "..."}``; FaultSpecError on bad input."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -332,7 +294,6 @@ class FaultPlan:
 
     @classmethod
     def coerce(cls, plan: FaultPlan | str) -> FaultPlan:
-        """Return ``plan`` itself, or parse it if it is an inline spec string."""
         return plan if isinstance(plan, FaultPlan) else cls.parse(plan)
 
     def to_spec(self) -> str:
@@ -341,19 +302,12 @@ class FaultPlan:
 
     def to_json(self) -> str:
         """The JSON plan-file form (includes ``state_dir``)."""
-        return json.dumps(
-            {"rules": [r.to_dict() for r in self.rules], "state_dir": self.state_dir},
-            indent=2,
-        )
+        return json.dumps({"rules": [r.to_dict() for r in self.rules], "state_dir": self.state_dir}, indent=2)
 
     def env(self, state_dir: str | os.PathLike[str] | None = None) -> dict[str, str]:
-        """Environment variables that arm this plan in a child process.
-
-        ``TWOPC_FAULT_STATE`` is ``state_dir``, else the plan's ``state_dir``; with neither
-        it is left out, and each run of the child counts ``times`` in a folder of its own
-        (see :mod:`twopc.faultinject`). Callers should also drop any inherited
-        ``TWOPC_FAULT_PLAN`` (``TWOPC_FAULTS`` takes precedence over it anyway).
-        """
+        """Environment variables that arm this plan in a child process. ``TWOPC_FAULT_STATE`` is
+        *state_dir*, else the plan's; with neither each run of the child counts in a folder of its
+        own. Callers should also drop an inherited ``TWOPC_FAULT_PLAN``."""
         chosen = state_dir if state_dir is not None else self.state_dir
         env = {ENV_SPEC: self.to_spec()}
         if chosen is not None:
@@ -361,13 +315,10 @@ class FaultPlan:
         return env
 
     def validate(self, known: Mapping[str, str] | None = None) -> FaultPlan:
-        """Check every rule's point is in ``known`` (default: the declared points).
-
-        Returns ``self``; raises :class:`UnknownFaultPoint` listing the known names.
-        """
+        """Check every rule's point is in *known* (default: the declared points); returns ``self``,
+        raises :class:`UnknownFaultPoint` listing the known names."""
         if known is None:
             from ._registry import declared_points
-
             known = declared_points()
         unknown = [r.point for r in self.rules if r.point not in known]
         if unknown:

@@ -1,13 +1,9 @@
 """Run a job command under a fault plan, restarting it after each crash until it succeeds.
 
-The harness is dependency-free: the job is any command.  Each run starts in a new
-session (so the job is its own process-group leader) with the plan armed through the
-environment and ``TWOPC_CRASH_PGID`` set to the job's group, so a ``crash`` fired in any
-descendant (a Spark JVM's Python worker included) takes the whole job down; the job dies
-with the runner too, however the runner ends.  Rule ``times`` live in one state directory
-shared by all runs, so a restarted job does not crash again at a point whose ``times`` are
-used up.
-"""
+Each run starts in a new session with the plan armed and ``TWOPC_CRASH_PGID`` set to the job's
+group, so a ``crash`` in any descendant (a Spark Python worker included) takes the whole job
+down; the job dies with the runner too. Rule ``times`` live in one state directory shared by
+all runs, so a restarted job does not crash again where they are used up."""
 
 from __future__ import annotations
 
@@ -38,11 +34,8 @@ _WRAPPER = 'TWOPC_CRASH_PGID=$$; export TWOPC_CRASH_PGID; exec "$@"'
 
 @dataclasses.dataclass(frozen=True)
 class ChaosRun:
-    """Outcome of one run of the job.
-
-    ``returncode`` is the raw ``Popen`` code (negative = killed by that signal);
-    ``signal`` is the signal number if it died by one; ``stderr_tail`` the last lines.
-    """
+    """Outcome of one run: ``returncode`` (raw ``Popen`` code, negative = that signal), ``signal``
+    (the number it died by, if any), ``stderr_tail`` (the last lines)."""
 
     returncode: int
     signal: int | None
@@ -68,11 +61,8 @@ class ChaosRun:
 
 @dataclasses.dataclass(frozen=True)
 class ChaosReport:
-    """All runs of one :meth:`ChaosRunner.run_until_done` call.
-
-    ``fired`` holds the firing lines recorded in the state directory (complete even when
-    a crash swallowed the stderr line).
-    """
+    """All runs of one :meth:`ChaosRunner.run_until_done`; ``fired`` holds the firing lines of the
+    state directory (complete even when a crash swallowed the stderr line)."""
 
     runs: tuple[ChaosRun, ...]
     fired: tuple[str, ...]
@@ -94,7 +84,6 @@ class ChaosReport:
         return any(r.timed_out for r in self.runs)
 
     def summary(self) -> str:
-        """Multi-line description of every run."""
         lines = [f"{len(self.runs)} run(s), {self.crashes} crash(es), completed={self.completed}"]
         lines += [f"  run {i + 1}: {r.describe()}" for i, r in enumerate(self.runs)]
         return "\n".join(lines)
@@ -118,27 +107,14 @@ class ChaosJobFailed(RuntimeError):
 class ChaosRunner:
     """Runs a job command repeatedly under a fault plan.
 
-    Args:
-        env: base environment for the job (default: ``os.environ``); inherited
-            ``TWOPC_FAULT*``/``TWOPC_CRASH_PGID`` variables are replaced.
-        cwd: working directory of the job.
-        state_dir: directory for rule slots; default: the plan's, else a temporary
-            directory removed when ``run_until_done`` returns.
-        stdout: where the job's stdout goes (``None`` = inherit).
-        echo_stderr: also copy every child stderr line to this process's stderr.
-        tail_lines: how many stderr lines each :class:`ChaosRun` keeps.
-    """
+    *env* is the job's base environment (default ``os.environ``; inherited ``TWOPC_FAULT*`` and
+    ``TWOPC_CRASH_PGID`` replaced), *cwd* its folder, *state_dir* where rule slots are counted
+    (default: the plan's, else a temporary folder removed afterwards), *stdout* where its stdout
+    goes (None: inherit); *echo_stderr* copies its stderr here, *tail_lines* are kept per run."""
 
-    def __init__(
-        self,
-        *,
-        env: Mapping[str, str] | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        state_dir: str | os.PathLike[str] | None = None,
-        stdout: int | IO[bytes] | None = None,
-        echo_stderr: bool = False,
-        tail_lines: int = 40,
-    ) -> None:
+    def __init__(self, *, env: Mapping[str, str] | None = None, cwd: str | os.PathLike[str] | None = None,
+                 state_dir: str | os.PathLike[str] | None = None, stdout: int | IO[bytes] | None = None,
+                 echo_stderr: bool = False, tail_lines: int = 40) -> None:
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
         self.state_dir = os.fspath(state_dir) if state_dir is not None else None
@@ -146,43 +122,23 @@ class ChaosRunner:
         self.echo_stderr = echo_stderr
         self.tail_lines = tail_lines
 
-    def run_until_done(
-        self,
-        cmd: Sequence[str],
-        plan: FaultPlan | str,
-        *,
-        max_restarts: int = 10,
-        timeout_s: float = 600.0,
-        on_progress: Callable[[str], None] | None = None,
-        on_run_end: Callable[[ChaosRun, list[str]], None] | None = None,
-    ) -> ChaosReport:
-        """Run ``cmd`` until it exits 0, restarting it after every abnormal end.
+    def run_until_done(self, cmd: Sequence[str], plan: FaultPlan | str, *, max_restarts: int = 10,
+                       timeout_s: float = 600.0, on_progress: Callable[[str], None] | None = None,
+                       on_run_end: Callable[[ChaosRun, list[str]], None] | None = None) -> ChaosReport:
+        """Run *cmd* until it exits 0, restarting it after every abnormal end; after each run the
+        job's leftover processes are SIGKILLed and *on_run_end* gets the run and its new firing lines.
 
-        ``on_run_end`` is called after each run with the run and the firing lines that
-        run added (so a caller can report each crash as it happens).
-
-        ``timeout_s`` is the budget for all runs together; when it runs out the job's
-        session is SIGKILLed and the report says ``timed_out``.  ``on_progress`` is
-        called (from a reader thread) with each child stderr line starting with
-        ``faultinject:`` or ``progress:``.  After every run, leftover processes of the
-        job's group/session are SIGKILLed.  Never raises for job failures: inspect
-        ``report.completed`` or call ``report.raise_for_status()``.
-
-        Raises:
-            FaultSpecError: ``plan`` is malformed.
-            OSError: ``cmd`` cannot be started.
-        """
+        *timeout_s* budgets all runs together (then the job is SIGKILLed, the report ``timed_out``).
+        *on_progress* gets (from a reader thread) each stderr line starting ``faultinject:`` or
+        ``progress:``. Job failures never raise (see ``report.raise_for_status()``); FaultSpecError
+        for a malformed plan, OSError when *cmd* cannot start."""
         parsed = FaultPlan.coerce(plan)
         created: str | None = None
         state_dir = self.state_dir or parsed.state_dir
         if state_dir is None:
             state_dir = created = tempfile.mkdtemp(prefix="twopc-chaos-")
         os.makedirs(state_dir, exist_ok=True)
-        env = {
-            k: v
-            for k, v in self.env.items()
-            if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN, ENV_CRASH_PGID)
-        }
+        env = {k: v for k, v in self.env.items() if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN, ENV_CRASH_PGID)}
         env.update(parsed.env(state_dir))
         deadline = time.monotonic() + timeout_s
         runs: list[ChaosRun] = []
@@ -201,28 +157,15 @@ class ChaosRunner:
                 shutil.rmtree(created, ignore_errors=True)
         return ChaosReport(tuple(runs), fired, state_dir)
 
-    def _run_once(
-        self,
-        cmd: list[str],
-        env: dict[str, str],
-        deadline: float,
-        on_progress: Callable[[str], None] | None,
-    ) -> ChaosRun:
+    def _run_once(self, cmd: list[str], env: dict[str, str], deadline: float,
+                  on_progress: Callable[[str], None] | None) -> ChaosRun:
         started = time.monotonic()
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", _WRAPPER, "faultinject-job", *cmd],
-            env=env,
-            cwd=self.cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=self.stdout,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, "faultinject-job", *cmd], env=env, cwd=self.cwd,
+                                stdin=subprocess.DEVNULL, stdout=self.stdout, stderr=subprocess.PIPE,
+                                start_new_session=True)
         lifeline = Lifeline(proc.pid)  # a runner that dies takes its job along
         tail: collections.deque[str] = collections.deque(maxlen=self.tail_lines)
-        reader = threading.Thread(
-            target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True
-        )
+        reader = threading.Thread(target=self._pump, args=(proc, tail, on_progress), name="chaos-stderr", daemon=True)
         reader.start()
         timed_out = False
         try:
@@ -235,20 +178,11 @@ class ChaosRunner:
             lifeline.release()
         reader.join(timeout=5.0)
         rc = proc.returncode
-        return ChaosRun(
-            returncode=rc,
-            signal=-rc if rc < 0 else None,
-            duration_s=time.monotonic() - started,
-            stderr_tail="\n".join(tail),
-            timed_out=timed_out,
-        )
+        return ChaosRun(returncode=rc, signal=-rc if rc < 0 else None, duration_s=time.monotonic() - started,
+                        stderr_tail="\n".join(tail), timed_out=timed_out)
 
-    def _pump(
-        self,
-        proc: subprocess.Popen[bytes],
-        tail: collections.deque[str],
-        on_progress: Callable[[str], None] | None,
-    ) -> None:
+    def _pump(self, proc: subprocess.Popen[bytes], tail: collections.deque[str],
+              on_progress: Callable[[str], None] | None) -> None:
         assert proc.stderr is not None
         with proc.stderr:
             for raw in proc.stderr:

@@ -1,17 +1,10 @@
 """``twopc status`` / ``twopc recover`` (also ``python -m twopc.recovery``): inspect a checkpoint's
-sink and run recovery by hand. ``twopc verify`` (:mod:`twopc.recovery._verify_cli`) and
-``twopc metrics`` (:mod:`twopc.recovery._metrics_cli`) are registered here and live in their modules.
+sink and run recovery by hand; ``verify`` and ``metrics`` are registered here too.
 
-Both read what the checkpoint records: its sink id, and (``twopc/target.json``, written by
-the Spark runtime) its target, format and credential-free writer options, so that the
-operator gives only the secrets. What the operator gives must agree with the record: a
-missing checkpoint, one without a twopc ledger, or one of another sink id, format or target
-is refused with exit code 3 (:data:`CANNOT_TELL`) before the target is read, and a status
-never writes anything (its ledger is opened read only).
-
-:func:`parse_command` reads a command line as ``twopc`` does, with every check that needs no
-checkpoint and no target; the commands twopc's messages suggest are tested against it.
-"""
+Both read the checkpoint's sink id and ``twopc/target.json`` (target, format, credential-free
+writer options), so the operator gives only the secrets. A missing checkpoint, one without a
+ledger, or one of another sink id, format or target is refused with exit 3 (:data:`CANNOT_TELL`)
+before the target is read; a status never writes (its ledger is opened read only)."""
 
 from __future__ import annotations
 
@@ -23,14 +16,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from twopc import (
-    CommitLedger,
-    ConfigurationError,
-    RecoveryCoordinator,
-    TwoPCError,
-    TwoPhaseCommitSink,
-    sink_status,
-)
+from twopc import CommitLedger, ConfigurationError, RecoveryCoordinator, TwoPCError, TwoPhaseCommitSink, sink_status
 from twopc.spi import NamedTarget, capability
 from twopc.spi.lease import TargetLedger, open_target_ledger, resolve_abandoned, target_ledger_of
 from twopc.spi.operations import BatchState, configure_cli_logging, log_event
@@ -61,8 +47,8 @@ _COMMANDS = ("status", "recover", "verify", "metrics")
 
 
 def _pair(form: str) -> Callable[[str], str]:
-    """An argparse type: the text, if it is *form* (``key=value``: a key, then ``=``). The
-    refusal never shows the text, which may be a password."""
+    """An argparse type: the text if it is *form* (``key=value``); the refusal never shows the text,
+    which may be a password."""
     def check(text: str) -> str:
         key, sep, _ = text.partition("=")
         if not sep or not key.strip():
@@ -115,15 +101,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_command(argv: Sequence[str]) -> argparse.Namespace:
-    """*argv* (the arguments after ``twopc``) as ``twopc`` reads them: without a command,
-    ``recover`` (``twopc --checkpoint ...`` predates the commands); then every check that needs
-    no checkpoint and no target (one checkpoint, and for ``status``/``recover`` without one, the
-    target named by ``--format``).
-
-    Raises:
-        SystemExit: argparse's: the command line is wrong (exit code 2, :data:`ERROR`), its
-            message and the usage printed on stderr; or ``--help`` (exit code 0).
-    """
+    """*argv* (after ``twopc``) as ``twopc`` reads it, ``recover`` when no command is given, with every
+    check that needs no checkpoint and no target (twopc's suggested commands are tested against it).
+    SystemExit as argparse's: exit 2 (:data:`ERROR`) with the message and usage, or 0 for ``--help``."""
     args_in = list(argv)
     if not args_in or (args_in[0] not in _COMMANDS and args_in[0] not in ("-h", "--help")):
         args_in = ["recover", *args_in]
@@ -136,7 +116,6 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def _wrong_combination(args: argparse.Namespace) -> str | None:
-    """What is wrong with *args* as a whole, or None."""
     if args.command == "metrics":
         return None
     if args.location and args.checkpoint and args.location != args.checkpoint:
@@ -154,8 +133,8 @@ def _wrong_combination(args: argparse.Namespace) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``twopc status`` / ``twopc recover``. Returns the exit code: :data:`OK`,
-    :data:`NEEDS_OPERATOR`, :data:`ERROR` or :data:`CANNOT_TELL`."""
+    """Run ``twopc status`` / ``twopc recover``; the exit code: :data:`OK`, :data:`NEEDS_OPERATOR`,
+    :data:`ERROR` or :data:`CANNOT_TELL`."""
     args = parse_command(sys.argv[1:] if argv is None else argv)
     configure_cli_logging()
     try:
@@ -176,8 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
-    """``status`` / ``recover`` of a checkpoint's sink, reached with what the checkpoint
-    records and the options given (which must agree with the record)."""
+    """``status`` / ``recover`` of a checkpoint's sink, from its record and the options given."""
     reader, sink_id = open_checkpoint(checkpoint, args.sink_id)
     if args.command == "recover" and args.accept_lost is not None:
         return _accept_lost(CommitLedger(checkpoint), args.accept_lost)
@@ -193,9 +171,8 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
 
 
 def _target_form(args: argparse.Namespace) -> int:
-    """``status`` / ``recover`` of the writes without a checkpoint that keep their ledger in
-    the target (see :mod:`twopc._target`): every writer recorded there, live or gone
-    (:func:`parse_command` checked that ``--format`` names the target)."""
+    """``status`` / ``recover`` of the writes that keep their ledger in the target (no checkpoint):
+    every writer recorded there, live or gone."""
     sink = build_sink(args.format, cli_options(args.option, args.option_env))
     with sink:
         backend = target_ledger_of(sink)
@@ -231,10 +208,9 @@ def _target_form(args: argparse.Namespace) -> int:
 
 
 def _repeat_flags(args: argparse.Namespace) -> tuple[str, ...]:
-    """The arguments of this command line that reached the target, for the commands status
-    advises (an ``--option`` holding a secret is left out: give it with ``--option-env``)."""
+    """The arguments that reached the target, for the commands status advises (an ``--option`` holding
+    a secret is left out: give it with ``--option-env``)."""
     from twopc.sinks._secrets import secret_guesses  # here: `twopc recover` on a file sink loads no driver code
-
     flags = ["--format", args.format] if args.format else []
     for pair in args.option:
         if not secret_guesses(dict([pair.partition("=")[::2]])):
@@ -252,8 +228,8 @@ def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_
 
 
 def _accept_lost_in_target(backend: TargetLedger, sink_id: str, batch: int) -> int:
-    """``--accept-lost`` for the write *sink_id* without a checkpoint, whose ledger is in the
-    target: only while its driver is gone (its lease is free), holding the lease meanwhile."""
+    """``--accept-lost`` for a write whose ledger is in the target: only while its driver is gone (its
+    lease is free), holding the lease meanwhile."""
     if sink_id not in backend.writers():
         raise ConfigurationError(f"{backend.location} records no write with sink id {sink_id!r}: give the sink id "
                                  f"the error named")

@@ -1,10 +1,6 @@
-"""What the operator's commands share: the sink a checkpoint's query writes with, built from
-the recorded writer options and the secrets given, and the checks that it is the recorded one
-(`twopc status`/`recover` in :mod:`twopc.recovery._cli`, `twopc verify`, `twopc metrics`).
-
-A check that fails raises :class:`CannotTell` (exit code 3) before the target is read or anything
-is written.
-"""
+"""What the operator's commands (status, recover, verify, metrics) share: the sink a checkpoint's query writes with,
+built from the recorded writer options and the secrets given, and the checks that it is the recorded one; a failed check
+raises :class:`CannotTell` (exit 3) before the target is read or anything is written."""
 
 from __future__ import annotations
 
@@ -20,20 +16,14 @@ from twopc.spi.operations import load_object, open_store
 
 
 class CannotTell(ConfigurationError):
-    """The checkpoint is missing, holds no twopc ledger, or belongs to another sink id,
-    format or target than the options given (exit :data:`CANNOT_TELL`); raised before the
-    target is read or anything is written."""
+    """The checkpoint is missing, holds no twopc ledger, or records another sink id, format or target
+    than the options given (exit :data:`CANNOT_TELL`)."""
 
 
 def sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
-    """The sink class behind a data source name (``twopc-postgres``, ``twopc-file``) or a
-    ``module:SinkClass`` / ``module:DataSource`` path.
-
-    Raises:
-        ConfigurationError: unknown format.
-    """
+    """The sink class of a data source name (``twopc-postgres``) or a ``module:SinkClass`` /
+    ``module:DataSource`` path; ConfigurationError for an unknown format."""
     from twopc import sinks
-
     for ds in sinks.DATA_SOURCES:
         if ds.name() == format_name:
             return ds.sink_class
@@ -52,11 +42,8 @@ def sink_class(format_name: str) -> type[TwoPhaseCommitSink[Any, Any, Any]]:
 
 
 def build_sink(format_name: str, options: Mapping[str, str]) -> TwoPhaseCommitSink[Any, Any, Any]:
-    """The sink of :func:`sink_class`, built from writer options.
-
-    Raises:
-        ConfigurationError: unknown format, or the sink refuses the options.
-    """
+    """The sink of :func:`sink_class` built from writer options; ConfigurationError when the format is
+    unknown or the sink refuses the options."""
     return sink_class(format_name).from_options(options)
 
 
@@ -76,19 +63,14 @@ def cli_options(pairs: Sequence[str], env_pairs: Sequence[str]) -> dict[str, str
 
 
 def merged_options(record: TargetRecord | None, given: Mapping[str, str]) -> dict[str, str]:
-    """The recorded writer options with those *given* in their place (keys compared
-    case-insensitively, as Spark's)."""
+    """The recorded writer options with those *given* in their place (keys compared case-insensitively)."""
     replaced = {k.lower() for k in given}
     recorded = record.options if record is not None and record.options else {}
     return {**{k: v for k, v in recorded.items() if k.lower() not in replaced}, **given}
 
 
 def recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
-    """The sink id *checkpoint* records.
-
-    Raises:
-        CannotTell: there is no twopc ledger at *checkpoint*.
-    """
+    """The sink id *checkpoint* records; CannotTell without a twopc ledger there."""
     sink_id = ledger.recorded_sink_id()
     if sink_id:
         return sink_id
@@ -103,12 +85,8 @@ def recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
 
 
 def open_checkpoint(checkpoint: str, given_sink_id: str | None) -> tuple[CommitLedger, str]:
-    """The ledger at *checkpoint*, read only, and the sink id it records.
-
-    Raises:
-        CannotTell: there is no twopc ledger at *checkpoint*, or *given_sink_id*
-            (``--sink-id``) is another sink's.
-    """
+    """The ledger at *checkpoint*, read only, and its sink id; CannotTell without a ledger or when
+    *given_sink_id* (``--sink-id``) is another sink's."""
     reader = CommitLedger(checkpoint, read_only=True)
     sink_id = recorded_sink_id(reader, checkpoint)
     if given_sink_id and given_sink_id != sink_id:
@@ -120,30 +98,20 @@ def open_checkpoint(checkpoint: str, given_sink_id: str | None) -> tuple[CommitL
 
 def recorded_sink(args: argparse.Namespace, checkpoint: str,
                   record: TargetRecord | None) -> tuple[TwoPhaseCommitSink[Any, Any, Any], dict[str, str]]:
-    """The sink *checkpoint*'s query writes with and its options: the recorded format and writer
-    options, with ``--format`` and the ``--option``/``--option-env`` given in their place.
-
-    Raises:
-        CannotTell: ``--format`` names another sink than the recorded one.
-        ConfigurationError: the format is unknown or missing, or the sink refuses the options.
-    """
+    """The sink *checkpoint*'s query writes with and its options: the recorded format and options with
+    ``--format``/``--option``/``--option-env`` in their place. CannotTell when ``--format`` names
+    another sink; ConfigurationError for a missing or unknown format or refused options."""
     options = merged_options(record, cli_options(args.option, args.option_env))
     return build_sink(sink_format(args.format, checkpoint, record), options), options
 
 
 def _local_missing(location: str) -> bool:
-    """Whether *location* is a local path (no scheme) that does not exist."""
     return ":" not in location.split("/", 1)[0] and not os.path.exists(location)
 
 
 def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None) -> str:
-    """The format to build the sink with: *given* (``--format``), which must name the sink
-    the checkpoint records, or the recorded one.
-
-    Raises:
-        CannotTell: *given* names another sink than the recorded one.
-        ConfigurationError: neither is there, or *given* is unknown.
-    """
+    """The format to build the sink with: *given* (``--format``, which must be the recorded sink's), or
+    the recorded one; CannotTell or ConfigurationError as :func:`recorded_sink`."""
     recorded = record.data_source if record is not None else None
     if given is None:
         if record is None or not (record.data_source or record.sink_class):
@@ -169,7 +137,6 @@ def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None)
 
 def _known_name(name: str) -> bool:
     from twopc import sinks
-
     return any(ds.name() == name for ds in sinks.DATA_SOURCES)
 
 
@@ -185,13 +152,8 @@ def _recorded_class(record: TargetRecord) -> type[TwoPhaseCommitSink[Any, Any, A
 
 def check_recorded_target(sink: TwoPhaseCommitSink[Any, Any, Any], reader: CommitLedger, sink_id: str, checkpoint: str,
                   record: TargetRecord | None) -> None:
-    """Refuse a sink whose target is not the one *checkpoint* records (compared as a write
-    compares them: by what the servers say they are where both tell, so an alias of the
-    recorded server is the same target). Records nothing.
-
-    Raises:
-        CannotTell: the targets differ.
-    """
+    """Raise CannotTell when *sink*'s target is not the one *checkpoint* records, compared as a write
+    compares them (by what the servers say they are, so an alias is the same target). Records nothing."""
     try:
         check_target(sink, reader, sink_id, record=False)
     except TargetMismatchError as exc:

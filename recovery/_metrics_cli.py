@@ -1,14 +1,10 @@
 """``twopc metrics``: serve the in-doubt gauges of checkpoints from a process of its own.
 
-A query's ``metricsPort`` server ends with its driver, so the moment a batch is left in doubt
-(a driver killed between its decision and its commit) is the moment its gauges go away. This
-exporter outlives any query: it reads each checkpoint's ledger read only, as ``twopc status``
-does (a checkpoint without a twopc ledger is refused the same way, exit 3), and serves the
-:data:`~twopc.operations._metrics.CHECKPOINT_GAUGES` with the names and labels of the driver's collector
-(:class:`~twopc.operations._metrics.MetricsCollector`, the same code), so the same alerts fire while the
-query is down. Over HTTP (``--port``, loopback unless ``--host`` names an interface) and/or as
-a file for node exporter's textfile collector (``--textfile``, replaced atomically).
-"""
+A query's ``metricsPort`` server ends with its driver, just when a batch is left in doubt; this
+exporter outlives any query. It reads each ledger read only, as ``twopc status`` does (exit 3
+without one), and serves :data:`~twopc.operations._metrics.CHECKPOINT_GAUGES` with the driver's
+collector's names and labels, so the same alerts fire while the query is down: over HTTP
+(``--port``, loopback unless ``--host``) and/or as a textfile (``--textfile``, replaced atomically)."""
 
 from __future__ import annotations
 
@@ -28,7 +24,6 @@ DEFAULT_INTERVAL = 15.0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``metrics`` command to the ``twopc`` command line's subparsers *sub*."""
     parser = sub.add_parser(
         "metrics", help="serve the in-doubt gauges of checkpoints to Prometheus, whether their query runs or not",
         description="Serve twopc_in_doubt_transactions, twopc_oldest_in_doubt_seconds and "
@@ -49,13 +44,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until interrupted (``--once``: write the textfile and return). Returns 0.
-
-    Raises:
-        ConfigurationError: neither ``--port`` nor ``--textfile``, a textfile not named
-            ``*.prom``, ``--once`` with ``--port``, or the port cannot be bound.
-        twopc.recovery._common.CannotTell: a checkpoint holds no twopc ledger.
-    """
+    """Serve until interrupted (``--once``: write the textfile and return 0). ConfigurationError for
+    neither ``--port`` nor ``--textfile``, a textfile not ``*.prom``, ``--once`` with ``--port``, or
+    a port that cannot be bound; CannotTell for a checkpoint without a ledger."""
     if args.port is None and args.textfile is None:
         raise ConfigurationError("give --port N (serve over HTTP) and/or --textfile PATH.prom (node exporter's "
                                  "textfile collector)")
@@ -91,11 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write(path: str, registry: CollectorRegistry) -> None:
-    """Replace *path* with the metrics at once (a reader sees the old file or the new one).
-
-    Raises:
-        ConfigurationError: the file cannot be written.
-    """
+    """Replace *path* with the metrics atomically; ConfigurationError when it cannot be written."""
     try:
         write_to_textfile(path, registry)
     except OSError as exc:

@@ -1,8 +1,6 @@
-"""Exactly-once verification of a table, Jepsen set-checker style: :func:`verify_ids` on any
-SQLAlchemy engine, :func:`verify_postgres_ids` adding PostgreSQL's dangling prepared
-transactions, and :func:`staged_rows_left` for the staging commit mode's leftovers.
-:class:`SetCheck` is the bounded form ``twopc verify`` reports (counts and a few examples,
-never every id: see :mod:`twopc.recovery._verify_stream` and :mod:`twopc.recovery._verify_batch`)."""
+"""Exactly-once verification of a table, Jepsen set-checker style: :func:`verify_ids` on any SQLAlchemy engine,
+:func:`verify_postgres_ids` adding PostgreSQL's dangling prepared transactions, :func:`staged_rows_left` for the staging
+mode's leftovers, and :class:`SetCheck`, the bounded form ``twopc verify`` reports."""
 
 from __future__ import annotations
 
@@ -30,17 +28,14 @@ EXAMPLES = 5
 
 @dataclass
 class SetCheck:
-    """A source's elements against a target's, Jepsen set-checker style, in counts plus at
-    most :data:`EXAMPLES` examples of each kind (bounded whatever the range's size).
+    """A source's elements against a target's in counts plus at most :data:`EXAMPLES` examples of each kind.
 
-    ``expected``: the source's elements in the range. ``found``: the target's rows that
-    belong to the range. ``lost``: expected, not found. ``duplicated``: elements found more
-    than once (``extra_rows``: the rows beyond the first). ``unexpected``: rows found that no
-    expected element explains. ``not_checked``: counts of rows outside what can be judged
-    (``{"after the range": 3}``), reported, not discrepancies. ``cannot_tell``: why a
-    discrepancy cannot be told from something legitimate (then the verdict is
-    :data:`CANNOT_TELL` unless lost or duplicated elements make it certain).
-    """
+    ``expected``: the source's elements in the range; ``found``: the target's rows in it; ``lost``:
+    expected, not found; ``duplicated``: found more than once (``extra_rows`` beyond the first);
+    ``unexpected``: found, explained by no expected element; ``not_checked``: counts of rows outside
+    what can be judged (reported, not discrepancies); ``cannot_tell``: why a discrepancy cannot be
+    told from something legitimate (verdict :data:`CANNOT_TELL` unless lost or duplicated elements
+    make it certain)."""
 
     subject: str
     expected: int = 0
@@ -83,7 +78,6 @@ class SetCheck:
         def few(n: int, kind: str) -> str:
             ex = self.examples.get(kind) or []
             return f"{n}" + (f"  e.g. {', '.join(ex)}" if ex else "")
-
         rows = [("expected", str(self.expected)), ("found", str(self.found)), ("lost", few(self.lost, "lost")),
                 ("duplicated", few(self.duplicated, "duplicated")
                  + (f"  ({self.extra_rows} extra row(s))" if self.extra_rows else "")),
@@ -100,12 +94,8 @@ class SetCheck:
 
 @dataclass(frozen=True)
 class Verification:
-    """Expected ids against the ids found.
-
-    ``lost``: expected but missing. ``unexpected``: found but never written.
-    ``duplicates``: ids found more than once. ``dangling``: prepared transactions of the
-    sink still in ``pg_prepared_xacts``.
-    """
+    """Expected ids against the ids found: ``lost`` (expected, missing), ``unexpected`` (never written), ``duplicates``
+    (found more than once), ``dangling`` (the sink's prepared transactions still in ``pg_prepared_xacts``)."""
 
     expected: int
     found: int
@@ -123,15 +113,9 @@ class Verification:
     def render(self) -> str:
         def few(xs: tuple[object, ...]) -> str:
             return f"{len(xs)}" + (f"  e.g. {list(xs[:5])}" if xs else "")
-
-        rows = [
-            ("rows expected", str(self.expected)),
-            ("rows found", str(self.found)),
-            ("duplicates", few(self.duplicates)),
-            ("lost", few(self.lost)),
-            ("unexpected", few(self.unexpected)),
-            ("dangling prepared transactions", few(self.dangling)),
-        ]
+        rows = [("rows expected", str(self.expected)), ("rows found", str(self.found)),
+                ("duplicates", few(self.duplicates)), ("lost", few(self.lost)), ("unexpected", few(self.unexpected)),
+                ("dangling prepared transactions", few(self.dangling))]
         width = max(len(k) for k, _ in rows)
         lines = [f"  {k:<{width}}  {v}" for k, v in rows]
         lines.append("  verdict: " + ("EXACTLY ONCE" if self.ok else "VIOLATED"))
@@ -151,12 +135,9 @@ def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[in
                                dangling=tuple(sorted(dangling)))
 
 
-def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,
-               id_column: str = "id") -> Verification:
-    """Compare the ids in *table* with *expected_ids* on any SQLAlchemy engine
-    (PostgreSQL, MySQL/MariaDB, SQLite, ...): duplicates, lost, unexpected. ``dangling``
-    is always empty (see :func:`verify_postgres_ids` and :func:`staged_rows_left` for a
-    sink's leftovers). *table* may be ``schema.table``."""
+def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *, id_column: str = "id") -> Verification:
+    """:func:`verify_postgres_ids` on any SQLAlchemy engine, without ``dangling`` (always empty).
+    *table* may be ``schema.table``."""
     expected = sorted(set(expected_ids))
     prep = engine.dialect.identifier_preparer
     tbl = ".".join(prep.quote(p) for p in table.split("."))
@@ -165,29 +146,17 @@ def verify_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,
         counts: dict[int, int] = {int(k): int(n) for k, n in conn.execute(
             sa.text(f"SELECT {col}, count(*) FROM {tbl} GROUP BY {col}")).all()}
     found_ids = set(counts)
-    return Verification(
-        expected=len(expected),
-        found=sum(counts.values()),
-        distinct=len(found_ids),
-        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
-        lost=tuple(i for i in expected if i not in found_ids),
-        unexpected=tuple(sorted(found_ids - set(expected))),
-        dangling=(),
-    )
+    return Verification(expected=len(expected), found=sum(counts.values()), distinct=len(found_ids),
+                        duplicates=tuple(sorted(i for i, n in counts.items() if n > 1)),
+                        lost=tuple(i for i in expected if i not in found_ids),
+                        unexpected=tuple(sorted(found_ids - set(expected))), dangling=())
 
 
 def staged_rows_left(engine: sa.Engine, *, sink_id: str | None = None,
                      prefix: str = STAGE_TABLE_PREFIX) -> dict[str, int]:
-    """Rows left in the staging tables (names starting with *prefix*, default
-    ``twopc_stage_``) of PostgreSQL (every schema) or SQLite (the main database), as
-    ``{table: rows}`` for every staging table found (an empty dict when there is none).
-
-    With *sink_id*, only rows staged by that sink count (``twopc_txn`` starting with
-    ``twopc:<sink_id>:``), so other writers on the same database do not interfere.
-
-    Raises:
-        ValueError: the engine is neither PostgreSQL nor SQLite.
-    """
+    """``{table: rows}`` left in the staging tables (names starting with *prefix*) of PostgreSQL (every
+    schema) or SQLite; with *sink_id* only that sink's rows (``twopc_txn`` starting with
+    ``twopc:<sink_id>:``). ValueError for another database."""
     dialect = engine.dialect.name
     like = _like_prefix(prefix)
     prep = engine.dialect.identifier_preparer

@@ -1,14 +1,9 @@
-"""``twopc verify`` of a sink's committed batches: the rows its ledger records (each handle's
-``rows``, what the task wrote and its transaction committed) against the rows the table holds.
+"""``twopc verify`` of a sink's committed batches: the rows its ledger records against the table's.
 
-The table's rows carry no batch id, so the comparison is of counts, server-side: the table's
-``count(*)`` against the sum over the committed batches the ledger records, and, with key
-columns, the keys found more than once (a ``GROUP BY ... HAVING count(*) > 1``). What counts
-cannot tell: which rows are lost or unexpected (the source of a batch write is a DataFrame
-twopc does not keep), and a lost row and an unexpected one in the same table cancel out.
-The table must hold only this sink's writes, and the ledger must still record every batch
-written to it (it keeps the last ``minBatchesToRetain``, default 100).
-"""
+The rows carry no batch id, so it compares counts server-side (``count(*)`` against the sum over
+the committed batches; with key columns, the keys found more than once). It cannot tell which
+rows are lost or unexpected, and a lost and an unexpected row cancel out. The table must hold
+only this sink's writes, and the ledger must still record every batch (``minBatchesToRetain``)."""
 
 from __future__ import annotations
 
@@ -31,14 +26,8 @@ _EMPTIES = frozenset(("drop", "truncate", "delete"))
 
 def verify_batches(pg: psycopg.Connection[Any], table: TableName, ledger: CommitLedger, sink_id: str, *,
                    keys: tuple[str, ...] = ()) -> SetCheck:
-    """Compare *table* (on the :func:`~twopc.recovery._verify_stream.read_only_session` *pg*) with
-    the rows *ledger* records for sink *sink_id*'s committed batches; with *keys*, also count
-    the keys found more than once.
-
-    Raises:
-        LedgerError: the ledger cannot be read.
-        psycopg.Error: PostgreSQL failed.
-    """
+    """Compare *table* with the rows *ledger* records for *sink_id*'s committed batches; with *keys*,
+    also count keys found more than once. LedgerError or psycopg.Error when a read fails."""
     check = SetCheck(f"sink {sink_id!r}'s committed batches in {ledger.location} against {table.display()}"
                      + (f" (key {', '.join(keys)})" if keys else ""))
     committed = ledger.committed_batches()

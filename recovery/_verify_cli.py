@@ -1,18 +1,8 @@
-"""``twopc verify``: a read-only check that a sink's target holds what its source or its
-ledger says it should, Jepsen set-checker style (expected, found, lost, duplicated,
-unexpected), with exit codes for automation (:data:`VERIFY_EXIT_CODES`).
-
-Two forms, on PostgreSQL tables (``twopc-postgres``, ``twopc-jdbc`` on PostgreSQL):
-
-- ``--stream``: a Redis Stream's entries against the table a pipeline writes them to, one
-  row per entry keyed by ``(stream, id)`` (:mod:`twopc.recovery._verify_stream`);
-- without it: the rows the ledger of a checkpoint (or, with ``--sink-id``, of a batch write
-  with ``txnAppId`` whose ledger is in the target) records per committed batch against the
-  table's rows (:mod:`twopc.recovery._verify_batch`).
-
-The target is reached as ``twopc status`` reaches it: from what the checkpoint records plus
-the secrets, or from ``--format`` and ``--option``. Nothing is written anywhere.
-"""
+"""``twopc verify``: a read-only check that a sink's target holds what its source or ledger says, Jepsen set-checker
+style, with exit codes for automation (:data:`VERIFY_EXIT_CODES`). On PostgreSQL tables: ``--stream`` checks a Redis
+Stream's entries against the table (one row per ``(stream, id)``); without it the rows the ledger records per committed
+batch (of a checkpoint, or with ``--sink-id`` of a ``txnAppId`` write) against the table's. The target is reached as
+``twopc status`` reaches it. Nothing is written anywhere."""
 
 from __future__ import annotations
 
@@ -37,7 +27,6 @@ VERIFY_EXIT_CODES = (
 
 
 def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``verify`` to the subcommands *sub* (``twopc``'s), with *common*'s options."""
     p = sub.add_parser(
         "verify", parents=[common], epilog=VERIFY_EXIT_CODES,
         help="check that the target holds exactly what the source or the ledger says (read only)",
@@ -76,15 +65,10 @@ def add_verify_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 
 def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
-    """Run ``twopc verify``; returns the exit code (0, 1 or 3: see :data:`VERIFY_EXIT_CODES`).
-
-    Raises:
-        MissingExtraError: psycopg (or, with ``--stream``, redis) is not installed.
-        TwoPCError: an error (exit 2), or ``_CannotTell`` from the checkpoint's checks (exit 3).
-    """
+    """Run ``twopc verify``; the exit code (0, 1 or 3: :data:`VERIFY_EXIT_CODES`). MissingExtraError
+    without psycopg (or redis for ``--stream``); TwoPCError (exit 2) or CannotTell (exit 3)."""
     require("psycopg", "postgres", "twopc verify")
     if args.stream:
         require("redis", "redis", "twopc verify --stream")
     from ._verify_run import run_verify as run  # the drivers load here, not with the CLI
-
     return run(args, checkpoint)

@@ -1,6 +1,5 @@
-"""``twopc verify``'s run: reach the target as ``twopc status`` does, then the stream or the
-batch check (:mod:`twopc.recovery._verify_stream`, :mod:`twopc.recovery._verify_batch`). Imported when the
-command runs: it needs psycopg (and redis for ``--stream``), which ``twopc status`` does not."""
+"""``twopc verify``'s run: reach the target as ``twopc status`` does, then the stream or batch
+check. Imported when the command runs: it needs psycopg (and redis), which status does not."""
 
 from __future__ import annotations
 
@@ -32,11 +31,7 @@ __all__ = ["run_verify"]
 
 
 def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
-    """Run ``twopc verify``; returns the exit code (0, 1 or 3: see :data:`VERIFY_EXIT_CODES`).
-
-    Raises:
-        TwoPCError: an error (exit 2), or ``_CannotTell`` from the checkpoint's checks (exit 3).
-    """
+    """Run ``twopc verify``; the exit code (see :data:`VERIFY_EXIT_CODES`)."""
     if args.page_size < 1:
         raise ConfigurationError(f"--page-size must be >= 1, got {args.page_size}")
     ledger: CommitLedger | None = None

@@ -1,20 +1,11 @@
 """``twopc verify --stream``: a Redis Stream's entries against the PostgreSQL table a pipeline
-writes them to (one row per entry, keyed by its ``(stream, id)`` columns), in bounded memory.
+writes them to (one row per entry, keyed by ``(stream, id)``), in bounded memory.
 
-The stream's ids are read in id order (``XRANGE``, :meth:`StreamServer.read`) and sent to the
-server a page at a time as one array parameter; one statement per page compares the page with
-the table's rows whose id falls in the page's id interval, server-side (a hash anti-join both
-ways and a group-by): lost, duplicated and unexpected counts and a few examples come back,
-never rows. A last statement counts the stream's rows outside the range. Memory is one page of
-ids, whatever the range's size.
-
-It only reads: every statement runs in a read-only transaction of its own (the session's
-``default_transaction_read_only``), so it holds ACCESS SHARE on the table for one statement at
-a time and creates nothing (PostgreSQL refuses ``CREATE TEMP TABLE`` in a read-only
-transaction, so there is no temp table). Each page's statement scans the stream's rows of the
-table once (parsing their ids to compare them with the page's interval); page size trades
-memory for scans.
-"""
+The ids are read in order (``XRANGE``) and sent a page at a time as one array parameter; one
+statement per page compares it server-side with the table's rows in the page's id interval
+(a hash anti-join both ways): counts and a few examples come back, never rows. Every statement
+runs in a read-only transaction of its own (ACCESS SHARE for one statement at a time, no temp
+table); page size trades memory for scans of the table."""
 
 from __future__ import annotations
 
@@ -38,10 +29,8 @@ _WELL_FORMED = "translate({id}, '0123456789', '') = '-'"
 # ... ordered as entry ids are (numbers without leading zeros: by length, then by their digits)
 _KEY = ("ROW(length(split_part({id}, '-', 1)), split_part({id}, '-', 1) COLLATE \"C\", "
         "length(split_part({id}, '-', 2)), split_part({id}, '-', 2) COLLATE \"C\")")
-_LO = ("ROW(%(lo_ms_len)s::int, %(lo_ms)s::text COLLATE \"C\", %(lo_seq_len)s::int, "
-       "%(lo_seq)s::text COLLATE \"C\")")
-_HI = ("ROW(%(hi_ms_len)s::int, %(hi_ms)s::text COLLATE \"C\", %(hi_seq_len)s::int, "
-       "%(hi_seq)s::text COLLATE \"C\")")
+_LO = "ROW(%(lo_ms_len)s::int, %(lo_ms)s::text COLLATE \"C\", %(lo_seq_len)s::int, %(lo_seq)s::text COLLATE \"C\")"
+_HI = "ROW(%(hi_ms_len)s::int, %(hi_ms)s::text COLLATE \"C\", %(hi_seq_len)s::int, %(hi_seq)s::text COLLATE \"C\")"
 
 _PAGE = """
 WITH page(id) AS MATERIALIZED (SELECT unnest(%(ids)s::text[])),
@@ -91,18 +80,11 @@ def verify_stream(pg: psycopg.Connection[Any], table: TableName, server: StreamS
                   first: EntryId | None = None, last: EntryId | None = None, group: str | None = None,
                   stream_column: str = "stream", id_column: str = "id", page_size: int = PAGE_SIZE,
                   progress: Callable[[str], None] | None = None) -> SetCheck:
-    """Check that *table* holds exactly one row per entry of *stream* with id in
-    ``[first, last]`` (*last* default: where *group* stands, its ``last-delivered-id``, or the
-    stream's last entry without a group; *first* default: the stream's first id ever, or its
-    first entry when entries were removed from its start). *pg* must be a
-    :func:`read_only_session`.
-
-    Raises:
-        SinkError / SinkUnavailableError: Redis failed.
-        psycopg.Error: PostgreSQL failed.
-    """
-    subject = (f"stream {stream!r} on {server.config.where()} against {table.display()} "
-               f"({stream_column}, {id_column})")
+    """Check that *table* holds one row per entry of *stream* with id in ``[first, last]`` (*last*
+    default: *group*'s ``last-delivered-id``, else the last entry; *first*: the first id ever, or the
+    first entry when the start was trimmed). *pg* must be a :func:`read_only_session`. Raises
+    SinkError/SinkUnavailableError when Redis fails, psycopg.Error when PostgreSQL does."""
+    subject = f"stream {stream!r} on {server.config.where()} against {table.display()} ({stream_column}, {id_column})"
     check = SetCheck(subject)
     try:
         raw = server.client().xinfo_stream(stream)

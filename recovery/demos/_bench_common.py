@@ -1,11 +1,9 @@
-"""What the benchmarks share: the bench table, its generated rows, how a result is judged
-(:mod:`twopc.recovery.demos.bench`, :mod:`twopc.recovery.demos.bench_scaling`,
-:mod:`twopc.recovery.demos.bench_stream`), the PostgreSQL and the SparkSession a bench runs
-on, and what it reads of a process in ``/proc`` (:mod:`twopc.recovery.demos.bench_memory`,
-:mod:`twopc.recovery.demos.bench_soak`, :mod:`twopc.recovery.demos.bench_first_write`)."""
+"""What the benchmarks share: the bench table and its rows, how a result is judged, the PostgreSQL
+and SparkSession a bench runs on, and what it reads of a process in ``/proc``."""
 
 from __future__ import annotations
 
+import argparse
 import compileall
 import contextlib
 import os
@@ -30,7 +28,6 @@ COLUMN_NAMES = "id, payload, amount, ts"
 def run_sql(url: str, *statements: str) -> None:
     """Run *statements* in one transaction on the database of SQLAlchemy URL *url*."""
     import sqlalchemy as sa
-
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
@@ -48,7 +45,6 @@ def create_table(url: str, table: str, columns: str = TABLE_COLUMNS) -> None:
 
 def count_rows(url: str, table: str) -> int:
     import sqlalchemy as sa
-
     engine = sa.create_engine(url)
     try:
         with engine.connect() as c:
@@ -60,7 +56,6 @@ def count_rows(url: str, table: str) -> int:
 def libpq_dsn(url: str) -> str:
     """The psycopg connection string of SQLAlchemy URL *url* (password included)."""
     import sqlalchemy as sa
-
     return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
@@ -72,13 +67,11 @@ def copy_rows(conn: Any, table: str, rows: int) -> None:
 
 
 def commit_each(conns: Iterable[Any]) -> None:
-    """Commit each of the DB-API connections *conns*, one after the other."""
     for conn in conns:
         conn.commit()
 
 
 def timed(fn: Callable[[], object]) -> float:
-    """Seconds *fn* took."""
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
@@ -86,7 +79,6 @@ def timed(fn: Callable[[], object]) -> float:
 
 def jdbc_target(url: str) -> tuple[str, dict[str, str]]:
     import sqlalchemy as sa
-
     u = sa.make_url(url)
     return f"jdbc:postgresql://{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
 
@@ -96,28 +88,29 @@ def verdict(ok: bool) -> str:
 
 
 def compile_package() -> None:
-    """Compile twopc's modules to bytecode, as installing the package does, so that a
-    benchmark's fresh processes load them as a user's do (a checkout run with
-    ``PYTHONDONTWRITEBYTECODE`` set would compile every module again in every process).
-    The sub-packages are compiled at their real paths: compileall does not follow links."""
+    """Compile twopc to bytecode as installing does, so a bench's fresh processes load it as a user's
+    do; sub-packages at their real paths (compileall does not follow links)."""
     import twopc
-
     root = Path(twopc.__file__).parent
     for folder in [root, *(p.resolve() for p in root.iterdir() if p.is_dir() and p.is_symlink())]:
         compileall.compile_dir(str(folder), quiet=1)
 
 
+def module_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The command line of ``python -m twopc.recovery.demos.<module>``, described by *doc*'s first paragraph."""
+    return argparse.ArgumentParser(prog=f"python -m twopc.recovery.demos.{module}",
+                                   description=(doc or "").split("\n\n")[0])
+
+
 def bench_main_setup() -> None:
-    """What a bench's ``main`` does first: SIGTERM runs the cleanup (stops the throwaway
-    servers) as Ctrl-C does, and Spark's Python workers run this interpreter."""
+    """What a bench's ``main`` does first: SIGTERM cleans up as Ctrl-C does; Spark's workers run this interpreter."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @contextlib.contextmanager
 def server_url(url: str | None, server: Callable[[], Any]) -> Iterator[str]:
-    """*url*, or the URL of the throwaway server (a :mod:`twopc.faultinject` ``Local*``)
-    *server* makes, which runs while the block does."""
+    """*url*, or the URL of the throwaway server *server* makes, running while the block does."""
     if url:
         yield url
         return
@@ -126,21 +119,17 @@ def server_url(url: str | None, server: Callable[[], Any]) -> Iterator[str]:
 
 
 def postgres_url(url: str | None) -> contextlib.AbstractContextManager[str]:
-    """*url*, or the URL of a throwaway :class:`~twopc.faultinject.LocalPostgres` that runs
-    while the block does."""
+    """*url*, or the URL of a throwaway LocalPostgres running while the block does."""
     from twopc import faultinject
-
     return server_url(url, faultinject.LocalPostgres)
 
 
 def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: str) -> SparkSession:
-    """A ``local[2]`` SparkSession without UI or progress bar, in UTC, with the settings *conf*
-    (``spark.`` keys with dots as underscores: ``python_worker_reuse="false"``) and *extra*
-    (whole keys), logging errors only, twopc's sinks registered."""
+    """A ``local[2]`` session in UTC without UI, logging errors only, twopc's sinks registered, with
+    *conf* (``spark.`` keys, dots as underscores) and *extra* (whole keys)."""
     from pyspark.sql import SparkSession
 
     from twopc import sinks
-
     builder = (SparkSession.builder.master("local[2]").appName(app_name)
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))
@@ -155,7 +144,6 @@ def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: 
 
 
 def jvm_pid(spark: SparkSession) -> int:
-    """The pid of *spark*'s JVM (this driver's)."""
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]  # py4j
 
 

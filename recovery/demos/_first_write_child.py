@@ -1,13 +1,6 @@
-"""One run of :mod:`twopc.recovery.demos.bench_first_write`, as a script (``python <this file>``) so
-that it imports nothing of the project a writer does not need: start a local SparkSession,
-write 100 rows with one writer, stop. Prints one JSON line of the in-process times (seconds
-since the script began: the session ready, the write done, the session stopped).
-
-    python _first_write_child.py {noop|spark-jdbc|twopc} < params.json
-
-The parameters (``jdbc_url``, ``table``, ``props`` with the credentials, ``jar``, ``rows``,
-``exprs``) come on standard input, so the password is not on a command line.
-"""
+"""One run of :mod:`twopc.recovery.demos.bench_first_write` as a script importing nothing a writer does not need:
+``python _first_write_child.py {noop|spark-jdbc|twopc} < params.json`` starts a session, writes 100 rows, stops, and
+prints one JSON line of its times. The parameters come on stdin, keeping the password off the command line."""
 
 from __future__ import annotations
 
@@ -23,7 +16,6 @@ STARTED = time.perf_counter()
 
 def main(variant: str, params: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
-
     builder = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC"))
@@ -44,7 +36,6 @@ def main(variant: str, params: dict[str, Any]) -> None:
         df.write.format("jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
     elif variant == "twopc":
         from twopc import sinks
-
         sinks.register_all(spark)
         df.write.format("twopc-jdbc").mode("append").options(**jdbc).option("driver", "org.postgresql.Driver").save()
     else:

@@ -18,17 +18,15 @@ INPUT_SCHEMA = "id BIGINT, payload STRING, amount DOUBLE"
 
 
 def crashable_spark(app_name: str, partitions: int) -> SparkSession:
-    """A ``local[2,3]`` session (failed tasks retried) whose driver, JVM and Python workers
-    all die together when a ``crash`` fault fires; every twopc data source is registered."""
+    """A ``local[2,3]`` session whose driver, JVM and Python workers die together on a ``crash``;
+    every twopc data source registered."""
     from twopc import faultinject
-
     faultinject.export_crash_group()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from twopc import sinks
-
     spark = (SparkSession.builder.master("local[2,3]").appName(app_name)
              .config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", str(partitions))
@@ -41,10 +39,9 @@ def crashable_spark(app_name: str, partitions: int) -> SparkSession:
 
 def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, partitions: int,
                       write: Callable[[DataFrame], DataStreamWriter]) -> None:
-    """Read the JSON files of *input_dir* one per micro-batch, configure the sink with
-    *write*, run until the input is done (``availableNow``), printing progress, then stop."""
+    """Run *input_dir*'s JSON files one per micro-batch into the sink *write* configures, to the end
+    (``availableNow``), printing progress."""
     from twopc import CommitLedger
-
     ledger = CommitLedger(checkpoint)
     pending = [d.batch_id for d in ledger.pending()]
     print(f"progress: job started; ledger: last committed batch {ledger.latest_committed()}, "
@@ -53,14 +50,12 @@ def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, part
     query = (write(stream.repartition(partitions)).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     seen = -1
-
     def report() -> None:
         nonlocal seen
         for p in query.recentProgress:
             if p["batchId"] > seen:
                 seen = p["batchId"]
                 print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
-
     while query.isActive:
         report()
         query.awaitTermination(1)  # returns as soon as the query ends

@@ -1,13 +1,6 @@
-"""A Python data source that does nothing but what Spark asks of every Python source and sink,
-for the benchmarks to compare with (format name ``twopc-bench-noop``):
-
-- its writers consume their rows and do nothing else: Spark's floor for any Python sink, batch
-  and streaming (Arrow writers, as twopc's);
-- its stream reader offers one micro-batch of one row, then nothing (so
-  ``trigger(availableNow=True)`` ends after it): Spark's floor for a Python streaming source's
-  start, the process PySpark starts on the driver for the source before its first micro-batch.
-
-The benchmarks load this file by value (``runpy``), so the floor imports nothing of the project."""
+"""A Python data source (``twopc-bench-noop``) that does only what Spark asks of every Python source and sink: its Arrow
+writers consume their rows (Spark's floor for a Python sink); its stream reader offers one row once (the floor for a
+Python streaming source's start). The benchmarks load it by value (``runpy``), so it imports nothing of the project."""
 
 from __future__ import annotations
 

@@ -1,48 +1,12 @@
 """``make bench``: twopc against its peers, in one run, on the same rows, as ratios.
 
-Batch throughput (rows of bigint, text, double, timestamp; ``local[2]``; the same
-cached DataFrame for every writer; each writer warmed up on a small write first):
-
-- ``twopc-jdbc`` with ``commitMode=prepared``: COPY from Arrow inside one prepared
-  transaction per task, committed by the driver after recording its decision in the
-  checkpoint (exactly-once);
-- ``twopc-jdbc`` with Spark's JDBC options and nothing else (the drop-in: no checkpoint,
-  no ``commitMode``; an append to an existing table on a server that can prepare runs in
-  prepared mode with its decision kept in the database);
-- ``twopc-jdbc`` with ``commitMode=staging`` and no ``checkpointLocation``: each task
-  commits its rows into a staging table, the driver moves them into the table in one
-  transaction (exactly-once);
-- Spark's built-in JDBC writer, ``batchsize=10000``, with and without
-  ``reWriteBatchedInserts=true`` (at-least-once; needs Debian's ``libpostgresql-jdbc-java``,
-  which ``make bench`` installs when it can);
-- one raw ``COPY ... FROM STDIN`` of the same rows from a CSV file (single stream, no Spark);
-- the machine's limit: as many raw ``COPY ... FROM STDIN (FORMAT binary)`` streams as the
-  write has tasks, at once, each in a plain transaction of its own, on the same rows encoded
-  beforehand by twopc's encoder (no Spark, no encoding in its time); the same with a marker
-  row and ``PREPARE TRANSACTION`` per stream and ``COMMIT PREPARED`` after (what prepared mode
-  adds on the database);
-- a no-op Python data source on the same cached rows (Spark's floor for any Python sink).
-
-Every twopc-jdbc and Spark writer gets the same JDBC options (``jdbc:postgresql://`` URL,
-``user``, ``password``, ``dbtable``, ``batchsize``), against the same server.
-
-The targets (:data:`twopc.recovery.demos.bench_summary.TARGETS`) are printed as MET/MISSED;
-the bench never fails on a miss. The report says where the time between the parallel COPY
-floor and prepared mode goes: the marker rows and PREPAREs, the encoding's CPU, Spark's side
-of a Python sink.
-
-Protocol cost per micro-batch: the median time of the driver's commit (ledger decision,
-``COMMIT PREPARED`` per task, committed mark, orphan sweep) plus plan-time recovery,
-against committing the same transactions without the protocol; the same for the staging
-mode (one local transaction moving the staged rows, plus the ledger records).
-
-Throughput runs at 2 and 16 partitions (``--partitions``). The rows of
-:mod:`twopc.recovery.demos.bench_scaling` follow (``--scaling``).
-"""
+Batch throughput of ``twopc-jdbc`` (prepared, drop-in, staging) against Spark's JDBC writer, a raw
+CSV ``COPY``, the machine's limit (a raw binary ``COPY`` stream per task, also with ``PREPARE
+TRANSACTION``) and a no-op Python data source; the protocol cost per micro-batch; the rows of
+:mod:`twopc.recovery.demos.bench_scaling`. Method and targets: docs/development/benchmarks.md."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import re
@@ -67,6 +31,7 @@ from ._bench_common import (
     create_table,
     jdbc_target,
     libpq_dsn,
+    module_parser,
     server_url,
     timed,
     verdict,
@@ -106,17 +71,12 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                      twopc_options: Sequence[tuple[str, str]] = (), partitions: Sequence[int] = (2,),
                      then: Callable[[SparkSession], None] | None = None,
                      notes: dict[str, float] | None = None) -> dict[str, list[float]]:
-    """rows/s of each writer, *repeat* times (rounds interleave the writers), at each
-    partition count of *partitions* (the raw COPY, which has none, runs at the first only;
-    a writer's name says the count when there are several).
-
-    *spark_conf* is added to the session's configuration (every writer sees it);
-    *twopc_options* to the options of the twopc-jdbc writers only. *then* runs with the
-    session before it stops. *notes* gets ``encode_seconds``: the CPU the parallel COPY floor's
-    rows took to encode to COPY binary (made before its runs, out of its time)."""
+    """rows/s of each writer, *repeat* interleaved rounds, at each count of *partitions* (the raw COPY
+    at the first only). *spark_conf* goes to the session, *twopc_options* to the twopc-jdbc writers;
+    *then* runs with the session before it stops; *notes* gets ``encode_seconds``, the CPU the COPY
+    floor's rows took to encode (beforehand, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
-
     have_jdbc = os.path.exists(JDBC_JAR)
     spark = bench_session("twopc-bench", [*([("spark.jars", JDBC_JAR)] if have_jdbc else []), *spark_conf])
     frames = {n: spark.range(rows, numPartitions=n).selectExpr(*ROW_EXPRS).cache() for n in partitions}
@@ -127,7 +87,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     jdbc_url, props = jdbc_target(url)
     results: dict[str, list[float]] = {}
     versions: dict[str, int] = {}
-
     def measure(name: str, table: str, write: Callable[[DataFrame, str, int], object], warm: bool,
                 frame: DataFrame) -> None:  # the warm-up: JVM JIT, Python workers, connections
         if warm:
@@ -141,7 +100,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
         results.setdefault(name, []).append(rows / seconds)
         print(f"bench: {name:<50} {rows / seconds:>12,.0f} rows/s  ({seconds:.2f}s)", flush=True)
-
     def twopc_jdbc(mode: str | None) -> Callable[[DataFrame, str, int], object]:
         """*mode* None: the drop-in, Spark JDBC writer's options and nothing else."""
         def write(d: DataFrame, t: str, v: int) -> None:
@@ -154,27 +112,21 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             if mode == "prepared":
                 w = w.option("checkpointLocation", str(work / "ck" / t)).option("txnVersion", str(v))
             w.save()
-
         return write
-
     def spark_jdbc(extra: str) -> Callable[[DataFrame, str, int], object]:
         def write(d: DataFrame, t: str, _v: int) -> None:
             (d.write.format("jdbc").mode("append").option("url", jdbc_url + extra).option("dbtable", t)
              .option("batchsize", "10000").option("driver", "org.postgresql.Driver").options(**props).save())
-
         return write
-
     csv = work / "rows.csv"
     if "copy" in writers:
         pacsv.write_csv(df.toArrow(), csv, pacsv.WriteOptions(include_header=False))
     dsn = libpq_dsn(url)
-
     def raw_copy(_df: DataFrame, table: str, _v: int) -> None:
         with (psycopg.connect(dsn) as conn, conn.cursor() as cur,
               cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, open(csv, "rb") as f):
             while chunk := f.read(1 << 20):
                 cp.write(chunk)
-
     wants_floor = bool({"copy-par", "copy-par-prepared"} & set(writers))
     floor = _ParallelCopy(dsn, df.toArrow(), max(partitions)) if wants_floor else None
     if floor is not None:
@@ -183,7 +135,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
               f"{floor.nbytes / 1e6:,.0f} MB", flush=True)
         if notes is not None:
             notes["encode_seconds"] = floor.encode_seconds
-
     plan: list[tuple[str, str, Callable[[DataFrame, str, int], object]]] = []
     for key in writers:
         if key == "prepared":
@@ -194,8 +145,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             plan.append((STAGING, "bench_staging", twopc_jdbc("staging")))
         elif key in ("jdbc", "jdbc-rw"):
             if not have_jdbc:
-                print(f"bench: {WRITERS[key]} skipped: {JDBC_JAR} missing "
-                      f"(apt-get install libpostgresql-jdbc-java)")
+                print(f"bench: {WRITERS[key]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
                 continue
             rw = key == "jdbc-rw"
             plan.append((WRITERS[key], "bench_jdbc" + ("_rw" if rw else ""),
@@ -204,7 +154,6 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
             plan.append((COPY, "bench_copy", raw_copy))
         elif key == "noop":
             from ._noop import NOOP_FORMAT, NoopDataSource
-
             spark.dataSource.register(NoopDataSource)
             plan.append((NOOP, "bench_noop", lambda d, _t, _v: d.write.format(NOOP_FORMAT).mode("append").save()))
         elif key in ("copy-par", "copy-par-prepared") and floor is not None:
@@ -232,13 +181,9 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
 
 
 class _ParallelCopy:
-    """The machine's limit for a write of *table*'s rows by *n* tasks: as many raw ``COPY
-    ... FROM STDIN (FORMAT binary)`` streams as the write has tasks, at once, each in a plain
-    transaction of its own, on the same rows (one contiguous slice per stream). The bytes are
-    those twopc's encoder sends, made beforehand (:attr:`encode_seconds` of CPU), so the floor
-    has no encoding in it; with ``prepared`` each stream also inserts a marker row and
-    ``PREPARE TRANSACTION``\\ s, and the streams' transactions are committed with ``COMMIT
-    PREPARED`` after they all prepared (what twopc's prepared mode adds on the database)."""
+    """The machine's limit for a write by *slices* tasks: a raw binary ``COPY`` stream per task, at once, each in a
+    transaction of its own, on bytes twopc's encoder made beforehand (:attr:`encode_seconds`); with ``prepared`` each
+    stream adds a marker row and ``PREPARE TRANSACTION``, committed with ``COMMIT PREPARED`` once all prepared."""
 
     def __init__(self, dsn: str, table: Any, slices: int) -> None:
         import concurrent.futures
@@ -250,7 +195,6 @@ class _ParallelCopy:
         from twopc.sinks.postgres._columns import assign, normalize_array
         from twopc.sinks.postgres._copy import CopyStream
         from twopc.sinks.sql._names import TableName
-
         self.dsn, self.slices = dsn, slices
         probe = "bench_copy_par_probe"
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -273,13 +217,11 @@ class _ParallelCopy:
 
     def write(self, frame: Any, table: str, _version: int, *, prepared: bool,
               streams: dict[int, int] | None = None) -> None:
-        """The floor's write into *table*, as many streams as *frame* has partitions
-        (*streams*: partitions by frame; the warm-up's small frame gets 2)."""
+        """The floor's write into *table*, a stream per partition of *frame* (warm-up: 2)."""
         import psycopg
         from psycopg import sql
 
         from twopc.sinks.postgres._binary import BINARY_HEADER, BINARY_TRAILER
-
         n = (streams or {}).get(id(frame), 2)
         groups = [[c for body in self.bodies[i * self.slices // n:(i + 1) * self.slices // n] for c in body]
                   for i in range(n)]
@@ -288,7 +230,6 @@ class _ParallelCopy:
             conns[0].execute('CREATE TABLE IF NOT EXISTS "bench_copy_par_markers" (gid text PRIMARY KEY)')
             conns[0].commit()
         stmt = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(sql.Identifier(table), self.columns)
-
         def stream(i: int) -> str:
             conn = conns[i]
             with conn.cursor() as cur, cur.copy(stmt) as copy:
@@ -303,7 +244,6 @@ class _ParallelCopy:
             conn.execute('INSERT INTO "bench_copy_par_markers" (gid) VALUES (%s)', (gid,))
             conn.execute(sql.SQL("PREPARE TRANSACTION {}").format(sql.Literal(gid)))
             return gid
-
         try:
             gids = list(self.pool.map(stream, range(n)))
             if prepared:
@@ -319,20 +259,17 @@ class _ParallelCopy:
 
 
 def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
-    """Median ms per micro-batch: with the protocol (prepared and staging modes) vs plain
-    commits of the same writes."""
+    """Median ms per micro-batch: with the protocol (prepared and staging modes) vs plain commits of the same writes."""
     import psycopg
     import pyarrow as pa
 
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
     from twopc.sinks import PostgresSink, StagingSink
-
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
                         ("ts", pa.timestamp("us", "UTC"))])
     data = pa.RecordBatch.from_pydict({"id": list(range(100)), "payload": ["x"] * 100, "amount": [0.5] * 100,
                                        "ts": [1_767_225_600_000_000] * 100}, schema=schema)
     out: dict[str, float] = {}
-
     def protocol(sink: Any, name: str) -> float:
         sink.validate(schema)
         ledger = CommitLedger(str(work / f"proto-ck-{name}"))
@@ -349,12 +286,10 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
             timings.append(plan + timed(functools.partial(coord.commit_batch, b, handles)))
         sink.close()
         return statistics.median(timings) * 1000
-
     create_table(url, "bench_proto")
     out["prepared"] = protocol(PostgresSink(url, "bench_proto"), "prepared")
     create_table(url, "bench_proto_staging")
     out["staging"] = protocol(StagingSink(url, "bench_proto_staging"), "staging")
-
     conns = [psycopg.connect(libpq_dsn(url)) for _ in range(2)]
     without = []
     for _b in range(batches):
@@ -369,9 +304,8 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
 
 def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] = (),
            notes: dict[str, float] | None = None) -> None:
-    """The ratio table and the targets: medians over the rounds, and with several rounds
-    the range of each writer and of each round's own ratio (the writers of one round ran
-    back to back, so its ratio is the least disturbed by the machine's other load)."""
+    """The ratio table and the targets: medians over the rounds and, with several, each writer's
+    range and each round's own ratio (its writers ran back to back: the least disturbed ratio)."""
     med = {name: statistics.median(rates) for name, rates in results.items()}
     rounds = max((len(r) for r in results.values()), default=0)
     print(f"\nthroughput, {rows:,} rows (bigint, text, double, timestamptz), local[2], "
@@ -385,7 +319,6 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         ratio = f"prepared is {same / med[name]:5.2f}x" if same else ""
         print(f"  {name:<50} {med[name]:>12,.0f} rows/s   {ratio}{spread}")
     print("\ntargets (exactly-once writers against their peers):")
-
     def target(key: str, label: str, mine: list[float] | None, others: list[list[float]]) -> None:
         goal = _goal(key)
         if not others or not mine:
@@ -394,13 +327,11 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         best = max(statistics.median(o) for o in others)
         r = statistics.median(mine) / best
         per_round = [p / max(o[i] for o in others) for i, p in enumerate(mine) if all(i < len(o) for o in others)]
-        rounds_text = (f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})"
-                       if len(per_round) > 1 else "")
+        rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if len(per_round) > 1 else ""
         print(f"  {label} >= {goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
               f"{verdict(r >= goal)}{rounds_text}")
         record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, {rows:,} rows, "
                        f"median of {len(mine)} rounds")
-
     copy = [results[COPY]] if COPY in results else []
     par = [results[PAR_COPY]] if PAR_COPY in results else []
     target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ", results.get(PREPARED),
@@ -432,13 +363,12 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench", description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench", __doc__)
     parser.add_argument("--url", default=os.environ.get("TWOPC_BENCH_POSTGRES_URL"))
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3,
                         help="rounds of every writer, interleaved (the table shows medians; default 3)")
-    parser.add_argument("--writers", default=",".join(WRITERS),
-                        help=f"comma-separated subset of {', '.join(WRITERS)}")
+    parser.add_argument("--writers", default=",".join(WRITERS), help=f"comma-separated subset of {', '.join(WRITERS)}")
     parser.add_argument("--batches", type=int, default=50, help="micro-batches for the protocol cost (0: skip)")
     parser.add_argument("--partitions", default="2,16",
                         help="partition counts of the throughput rows (comma-separated; default 2,16)")
@@ -464,7 +394,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from .bench_scaling import PARTITIONS, bench_micro_batches, bench_partitions, bench_small_write, report_scaling
-
     proto: dict[str, float] = {}
     scaling = {s.strip() for s in args.scaling.split(",") if s.strip()}
     parts: dict[int, dict[str, float]] = {}
@@ -479,7 +408,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 small.update(bench_small_write(spark, url, Path(work), max(3, args.repeat)))
             if "micro" in scaling:
                 micro.update(bench_micro_batches(spark, url, Path(work), 12, rounds=4))
-
         results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
                                    spark_conf=spark_conf, twopc_options=twopc_options,
                                    partitions=[int(p) for p in args.partitions.split(",") if p.strip()],

@@ -1,26 +1,13 @@
 """``python -m twopc.recovery.demos.bench_composite``: a two-target composite against the same two
 sinks written as two separate writes, in one run, on the same rows.
 
-1. Throughput through Spark (``local[2]``, the same cached DataFrame, each writer warmed
-   up first): ``twopc-composite`` with a PostgreSQL table (``id, payload, amount``) and Redis
-   counters (``INCRBY total 1``, ``HINCRBY per_category <category> 1``) as one write and
-   one decision per batch, against ``twopc-postgres`` and ``twopc-redis`` written one after
-   the other from the same DataFrame, each with its own checkpoint and decision (what a
-   user without the composite runs as two queries). Reported as rows/s and as a ratio;
-   target: the composite is not slower (ratio >= 1.0, printed MET/MISSED; the bench never
-   fails on a miss).
-2. The visibility gap: how long after the first participant's commit the last one is
-   done, i.e. how long a reader can see a batch in PostgreSQL but not yet in Redis (from
-   the composite's ``participant_committed`` events, through the real coordinator).
-
-Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
-unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set. Machines are
-noisy: compare the ratio of one run.
-"""
+Throughput of ``twopc-composite`` (a PostgreSQL table and Redis counters, one decision a batch)
+against ``twopc-postgres`` then ``twopc-redis`` (target: not slower), and the visibility gap: how
+long after the first participant's commit the last is done. Throwaway servers unless
+``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL`` are set."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import json
@@ -35,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._bench_common import bench_main_setup, bench_session, run_sql, server_url
+from ._bench_common import bench_main_setup, bench_session, module_parser, run_sql, server_url
 
 __all__ = ["main"]
 
@@ -62,7 +49,6 @@ def _composite_options(pg: dict[str, str], rd: dict[str, str]) -> dict[str, str]
 def _check(pg_url: str, table: str, redis_url: str, tag: str, rows: int) -> None:
     import redis
     import sqlalchemy as sa
-
     engine = sa.create_engine(pg_url)
     with engine.connect() as c:
         n = c.exec_driver_sql(f"SELECT count(*), count(DISTINCT id) FROM {table}").one()
@@ -77,22 +63,18 @@ def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str
                      repeats: int) -> dict[str, list[float]]:
     """Seconds per write of *df* (warm-up excluded), the two ways interleaved."""
     results: dict[str, list[float]] = {COMPOSITE: [], SEPARATE: []}
-
     def composite(d: Any, n: int) -> Callable[[], None]:
         tag = "bc" + uuid.uuid4().hex[:8]
         pg, rd, table = _targets(pg_url, redis_url, tag)
         ck = str(work / f"ck-{tag}")
-
         def write() -> None:
             (d.write.format("twopc-composite").mode("append").options(**_composite_options(pg, rd))
              .option("checkpointLocation", ck).option("txnVersion", "1").save())
             _check(pg_url, table, redis_url, tag, n)
         return write
-
     def separate(d: Any, n: int) -> Callable[[], None]:
         tag = "bs" + uuid.uuid4().hex[:8]
         pg, rd, table = _targets(pg_url, redis_url, tag)
-
         def write() -> None:
             (d.select("id", "payload", "amount").write.format("twopc-postgres").mode("append").options(**pg)
              .option("checkpointLocation", str(work / f"ck-{tag}-pg")).option("txnVersion", "1").save())
@@ -100,7 +82,6 @@ def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str
              .option("checkpointLocation", str(work / f"ck-{tag}-redis")).option("txnVersion", "1").save())
             _check(pg_url, table, redis_url, tag, n)
         return write
-
     small = df.limit(1000)
     composite(small, 1000)()
     separate(small, 1000)()
@@ -125,14 +106,11 @@ class _Gaps(logging.Handler):
 
 def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitions: int,
               rows_per_partition: int) -> tuple[list[float], list[float]]:
-    """Per batch, through the real coordinator (ledger decision, then every participant):
-    ms from the end of the first participant's commit to the end of the last's (the batch
-    is in PostgreSQL, not yet in Redis), and ms from the start of the first commit to the
-    end of the last (the whole window in which a reader may see part of the batch)."""
+    """Per batch, through the real coordinator: ms from the end of the first participant's commit to
+    the end of the last's, and from the start of the first to the end of the last."""
     import pyarrow as pa
 
     from twopc import CommitCoordinator, CommitLedger, TransactionContext, sinks
-
     tag = "bg" + uuid.uuid4().hex[:8]
     pg, rd, _table = _targets(pg_url, redis_url, tag)
     sink = sinks.OptionsCompositeSink.from_options(_composite_options(pg, rd))
@@ -176,7 +154,6 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
 @contextlib.contextmanager
 def _servers() -> Iterator[tuple[str, str, str]]:
     from twopc.faultinject import LocalPostgres, LocalRedis
-
     with (server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), LocalPostgres) as pg_url,
           server_url(os.environ.get("TWOPC_BENCH_REDIS_URL"), functools.partial(LocalRedis, appendfsync="always"))
           as redis_url):
@@ -186,8 +163,7 @@ def _servers() -> Iterator[tuple[str, str, str]]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_composite",
-                                     description=(__doc__ or "").split("\n\n")[0])
+    parser = module_parser("bench_composite", __doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
@@ -213,7 +189,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ratio composite / two writes                       {ratio:>10.2f}x   target >= 1.00: "
               f"{'MET' if ratio >= 1.0 else 'MISSED'}")
         from ._bench_results import record
-
         record("composite.vs_two_writes", ratio, f"{rate[COMPOSITE]:,.0f} / {rate[SEPARATE]:,.0f} rows/s, "
                                                  f"median of {args.repeats}")
         gaps, windows = bench_gap(pg_url, redis_url, Path(tmp), batches=args.gap_batches,

@@ -1,29 +1,13 @@
 """``python -m twopc.recovery.demos.bench_first_write``: what a short job's first write costs, whole
 processes, in one run, as ratios.
 
-Each run is a fresh ``python`` process (:mod:`twopc.recovery.demos._first_write_child`) that starts a
-local SparkSession (``local[2]``, the PostgreSQL JDBC jar on its class path), writes 100 rows
-and exits; it is timed from the process's start to its exit. The writers, alternated run by run:
-
-- the no-op Python data source (:mod:`twopc.recovery.demos._noop`: Arrow writers that consume
-  their rows and do nothing): Spark's floor for any Python sink;
-- Spark's own JDBC writer (Debian's ``libpostgresql-jdbc-java``, ``make jdbc-driver``);
-- the ``twopc-jdbc`` drop-in: ``twopc.register_all(spark)`` and
-  ``.format("twopc-jdbc")`` with the same options (an append to an existing table on a server
-  that can prepare: prepared mode, its decision kept in the database).
-
-Each writer first runs once unmeasured (the page cache, the marker tables of the database), and
-twopc's modules are compiled to bytecode first, as an installation does.
-Reported: the medians of the whole process and of the write alone (from the session ready to
-the write done), the ratios twopc / no-op and twopc / Spark JDBC, and each round's own ratio.
-Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`): twopc within 1.15x the no-op source.
-
-Uses a throwaway :class:`twopc.faultinject.LocalPostgres` unless ``TWOPC_BENCH_POSTGRES_URL`` is set.
-"""
+Each run is a fresh process (:mod:`twopc.recovery.demos._first_write_child`) that starts a session,
+writes 100 rows and exits: the no-op Python data source, Spark's JDBC writer and the ``twopc-jdbc``
+drop-in, alternated, each warmed up once, twopc compiled first as an install does. A throwaway
+PostgreSQL unless ``TWOPC_BENCH_POSTGRES_URL`` is set."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -41,6 +25,7 @@ from ._bench_common import (
     count_rows,
     create_table,
     jdbc_target,
+    module_parser,
     postgres_url,
 )
 from ._bench_results import record
@@ -97,7 +82,6 @@ def bench(url: str, runs: int, warm: int, variants: Sequence[str]) -> dict[str, 
 def report(results: dict[str, list[dict[str, float]]]) -> None:
     def med(v: str, part: str) -> float:
         return statistics.median(t[part] for t in results[v])
-
     runs = min(len(r) for r in results.values())
     print(f"\nfirst write of a process, {ROWS} rows, local[2], median of {runs} runs each (seconds):")
     print(f"  {'writer':<42} {'whole process':>13} {'session start':>13} {'write':>7} {'stop':>6}")
@@ -124,8 +108,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_first_write",
-                                     description=(__doc__ or "").split("\n\n")[0])
+    parser = module_parser("bench_first_write", __doc__)
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
     parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")
     args = parser.parse_args(argv)

@@ -1,23 +1,12 @@
 """``python -m twopc.recovery.demos.bench_http``: twopc-http delivering 20,000 requests, against plain
-at-least-once async sends with the same client (httpx's ``AsyncClient``), the same concurrency and
-the same requests, to the same service.
+at-least-once async sends with the same client, concurrency, requests and service.
 
-- twopc-http, through the sink's API as Spark's tasks and driver call it: 4 task attempts write
-  their outboxes (prepare: one object each in a local outbox folder), then the driver's
-  ``commit_all`` delivers them with ``maxConcurrency`` 16, records the answers every 256, marks
-  the outboxes delivered. Timed from the first row to the last marker.
-- plain: the same 20,000 requests (URL, JSON body, an ``Idempotency-Key``) sent by 16 workers
-  through one ``httpx.AsyncClient`` with a pool of 16 connections; nothing recorded.
-
-The service runs in a process of its own (an asyncio HTTP/1.1 server that follows the
-``Idempotency-Key`` draft: the first request of a key is applied and its answer stored, a repeat
-gets the stored answer), so client and server do not share one interpreter. Reported as
-requests/s and as the ratio twopc-http / plain (median of the interleaved repeats); target >= 0.8.
-"""
+twopc-http runs through the sink's API (4 outboxes, then ``commit_all`` with ``maxConcurrency``
+16); plain sends the same requests from 16 workers through one ``httpx.AsyncClient``. The
+``Idempotency-Key`` service runs in a process of its own. Target: twopc-http / plain >= 0.8."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing
@@ -27,6 +16,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from typing import Any
+
+from ._bench_common import module_parser
 
 __all__ = ["main"]
 
@@ -65,13 +56,11 @@ def _serve(ports: Any) -> None:
         ports.put(server.sockets[0].getsockname()[1])
         async with server:
             await server.serve_forever()
-
     asyncio.run(run())
 
 
 def _rows(first: int, n: int) -> Any:
     import pyarrow as pa
-
     ids = list(range(first, first + n))
     return pa.record_batch({"id": pa.array(ids, pa.int64()), "payload": [f"event {i}" for i in ids],
                             "amount": pa.array([i * 0.5 for i in ids], pa.float64())})
@@ -81,7 +70,6 @@ def bench_sink(url: str, first: int, n: int, partitions: int) -> float:
     """Seconds for twopc-http to prepare *n* rows in *partitions* outboxes and deliver them."""
     from twopc import TransactionContext
     from twopc.sinks import HttpSink
-
     with tempfile.TemporaryDirectory(prefix="twopc-bench-http-") as folder:
         sink = HttpSink.from_options({"url": f"{url}/orders/{{id}}", "outbox": folder,
                                       "maxConcurrency": str(CONCURRENCY)})
@@ -98,11 +86,9 @@ def bench_sink(url: str, first: int, n: int, partitions: int) -> float:
 
 
 def bench_plain(url: str, first: int, n: int) -> float:
-    """Seconds to send the same requests at least once: httpx's async client, the same pool and workers."""
+    """Seconds to send the same requests at least once (httpx's async client, same pool and workers)."""
     import httpx
-
     rows = _rows(first, n).to_pylist()
-
     async def run() -> float:
         todo = list(reversed(rows))
         limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
@@ -115,17 +101,14 @@ def bench_plain(url: str, first: int, n: int) -> float:
                                           headers={"Idempotency-Key": uuid.uuid4().hex,
                                                    "Content-Type": "application/json"})
                     r.raise_for_status()
-
             started = time.perf_counter()
             await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
             return time.perf_counter() - started
-
     return asyncio.run(run())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_http",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_http", __doc__)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--partitions", type=int, default=4, help="task attempts (outboxes) the rows are split into")
     parser.add_argument("--repeats", type=int, default=3)
@@ -150,7 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  plain async sends, at least once                   {plain_rate:>10,.0f} requests/s")
         print(f"  ratio twopc-http / plain                           {sink_rate / plain_rate:>10.2f}x")
         from ._bench_results import record
-
         record("http.vs_plain_async", sink_rate / plain_rate,
                f"{sink_rate:,.0f} / {plain_rate:,.0f} requests/s, median of {args.repeats}")
         return 0

@@ -1,20 +1,9 @@
-"""``make bench``, memory per task: the peak RSS of the Python worker of one task that writes
-a partition of 0.5M rows and one that writes 5M rows, through ``twopc-postgres`` (prepared
-mode, with a checkpoint) and the ``twopc-jdbc`` drop-in (Spark's JDBC options only).
-
-A task streams its partition (Arrow batches in, ``COPY`` out) and holds none of it past the
-batch it encodes, so its worker's peak is the same for 0.5M and for 5M rows. Target: the 5M
-peak at most 1.2x the 0.5M peak, per format.
-
-The peak is sampled: every 20 ms while the write runs, the RSS of each Python worker of
-the bench's own SparkSession's ``pyspark.daemon`` for ``pyspark.worker`` (the processes that run the tasks),
-the highest kept. Each write starts fresh workers (``spark.python.worker.reuse`` false), so a peak
-belongs to the one task of its write.
-"""
+"""``make bench``, memory per task: the peak RSS (sampled every 20 ms) of the Python worker of one task
+writing 0.5M rows and one writing 5M, through ``twopc-postgres`` (prepared) and the ``twopc-jdbc``
+drop-in; fresh workers per write. A task streams its rows: target 5M / 0.5M at most 1.2x."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import tempfile
@@ -24,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._bench_common import bench_main_setup, jvm_pid, postgres_url, proc_status, processes, rss_kib
+from ._bench_common import bench_main_setup, jvm_pid, module_parser, postgres_url, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,8 +31,7 @@ FORMATS = {"postgres": ("twopc-postgres (prepared, checkpoint)", "memory.postgre
 
 
 def _task_workers(jvm_pid: int) -> dict[str, int]:
-    """The Python task workers Spark's JVM *jvm_pid* runs (the children of its
-    ``pyspark.daemon pyspark.worker``, the daemon included), with their RSS in KiB."""
+    """The Python task workers of JVM *jvm_pid* (its ``pyspark.daemon`` included), RSS in KiB."""
     out = {}
     for name, argv in processes():
         if TASK_WORKER not in argv or b"pyspark.daemon" not in argv:
@@ -57,17 +45,14 @@ def _task_workers(jvm_pid: int) -> dict[str, int]:
 
 
 def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.02) -> tuple[float, float]:
-    """Run *write*; return (the highest RSS of a task worker of the JVM *jvm_pid* while it
-    ran, MiB; seconds)."""
+    """Run *write*; return the highest RSS of a task worker while it ran (MiB) and its seconds."""
     peak = 0
     done = threading.Event()
-
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
             peak = max([peak, *_task_workers(jvm_pid).values()])
             done.wait(every)
-
     sampler = threading.Thread(target=sample, name="rss-sampler", daemon=True)
     sampler.start()
     started = time.perf_counter()
@@ -82,30 +67,24 @@ def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.
 
 def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int = 1,
                  formats: Sequence[str] = tuple(FORMATS)) -> dict[str, dict[int, list[float]]]:
-    """Per format (keys of :data:`FORMATS`) and size: the peak RSS (MiB) of the task's
-    worker, *repeat* writes each."""
+    """Per format and size: the peak RSS (MiB) of the task's worker, *repeat* writes each."""
     from ._bench_common import ROW_EXPRS, bench_session, create_table, jdbc_target
     from ._noop import NOOP_FORMAT, NoopDataSource
-
     spark = bench_session("twopc-bench-memory", python_worker_reuse="false")
     spark.dataSource.register(NoopDataSource)
     driver_jvm = jvm_pid(spark)
     jdbc_url, props = jdbc_target(url)
     out: dict[str, dict[int, list[float]]] = {}
     writes: dict[str, Callable[[DataFrame, str, int], None]] = {}
-
     def prepared(df: DataFrame, table: str, n: int) -> None:
         (df.write.format("twopc-postgres").mode("append").option("url", jdbc_url).option("dbtable", table)
          .options(**props).option("checkpointLocation", str(work / f"ck-{table}")).option("txnVersion", str(n))
          .save())
-
     def drop_in(df: DataFrame, table: str, _n: int) -> None:
         df.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", table).options(
             **props).save()
-
     def noop(df: DataFrame, _table: str, _n: int) -> None:
         df.write.format(NOOP_FORMAT).mode("append").save()
-
     chosen = {"postgres": prepared, "jdbc": drop_in, "noop": noop}
     for key in formats:
         writes[FORMATS[key][0]] = chosen[key]
@@ -131,7 +110,6 @@ def report(results: dict[str, dict[int, list[float]]]) -> None:
     """Print the table and record each format's ratio for the summary."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
-
     print("\npeak RSS of one task's Python worker (MiB, the highest of the runs):")
     keys = dict(FORMATS.values())
     for name, by_size in results.items():
@@ -146,8 +124,7 @@ def report(results: dict[str, dict[int, list[float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_memory",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_memory", __doc__)
     parser.add_argument("--url", default=None, help="SQLAlchemy URL of a PostgreSQL (default: a throwaway server)")
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES),
                         help="rows of the writes compared (comma-separated; the first and the last are judged)")

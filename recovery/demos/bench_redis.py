@@ -1,22 +1,11 @@
 """``python -m twopc.recovery.demos.bench_redis``: the Redis sink's cost, in one run, on the same rows.
 
-1. Throughput end to end through the sink API (``begin_transaction``, ``invoke_batch``,
-   ``pre_commit`` per partition, then ``commit_all`` of the handles, as the driver does) against
-   plain pipelined writes of the same effects without the protocol (at-least-once): once
-   per row as a naive writer sends them, and once with the counters pre-summed client-side
-   (the sink folds counters per transaction, so this is the fairer baseline). Reported as
-   rows/s and as ratios.
-2. How long one commit blocks the server: the server-side time of the commit FCALL
-   (``INFO commandstats``, after ``CONFIG RESETSTAT``) per 10k HSET fields, and per 10k rows of
-   the mixed mapping; plus the cost of an already-committed replay.
-
-Uses its own throwaway :class:`twopc.faultinject.LocalRedis` (AOF, ``appendfsync always``) unless
-``TWOPC_BENCH_REDIS_URL`` is set. Machines are noisy: compare the ratios of one run.
-"""
+Throughput through the sink API (as the driver calls it) against plain pipelined writes of the same
+effects, per row and with counters pre-summed (the fairer baseline); then how long a commit FCALL
+blocks the server (``INFO commandstats``). A throwaway LocalRedis unless ``TWOPC_BENCH_REDIS_URL``."""
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import statistics
@@ -26,7 +15,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ._bench_common import server_url
+from ._bench_common import module_parser, server_url
 
 __all__ = ["main"]
 
@@ -36,7 +25,6 @@ MAPPING_DOC = ("per row: HSET row:<id> payload amount; INCRBY total 1; HINCRBY p
 
 def _table(n: int, start: int = 0) -> Any:
     import pyarrow as pa
-
     ids = list(range(start, start + n))
     return pa.table({"id": ids, "category": [f"c{i % 10}" for i in ids],
                      "payload": [f"payload-{i}" for i in ids], "amount": [i * 0.5 for i in ids]})
@@ -44,7 +32,6 @@ def _table(n: int, start: int = 0) -> Any:
 
 def _ops(tag: str) -> list[Any]:
     from twopc.sinks.redis import HIncrByOp, HSetOp, IncrByOp, XAddOp
-
     t = "{{" + tag + "}}"
     return [HSetOp(f"{t}:row:{{id}}", columns=("payload", "amount")), IncrByOp(f"{t}:total", 1),
             HIncrByOp(f"{t}:per_category", "{category}", 1), XAddOp(f"{t}:events", columns=("id", "payload"))]
@@ -54,7 +41,6 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
     """Seconds to write *table* through the sink API in *partitions* transactions."""
     from twopc import CommitOutcome, TransactionContext
     from twopc.sinks.redis import RedisSink
-
     tag = "bs" + uuid.uuid4().hex[:8]
     sink = RedisSink(url, _ops(tag), hash_tag=tag)
     sink.validate(table.schema)
@@ -76,7 +62,6 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
 def bench_plain(url: str, table: Any, *, presum: bool) -> float:
     """Seconds to write the same effects with pipelined commands (1000 rows per round trip)."""
     import redis
-
     tag = "bp" + uuid.uuid4().hex[:8]
     t = "{" + tag + "}"
     r = redis.Redis.from_url(url)
@@ -108,7 +93,6 @@ def bench_plain(url: str, table: Any, *, presum: bool) -> float:
 
 def _check(url: str, tag: str, rows: int) -> None:
     import redis
-
     r = redis.Redis.from_url(url)
     t = "{" + tag + "}"
     assert int(r.get(f"{t}:total") or 0) == rows and r.xlen(f"{t}:events") == rows
@@ -121,13 +105,11 @@ def _fcall_usec(r: Any) -> float:
 
 
 def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, float]:
-    """Server-side milliseconds of one commit FCALL: *fields* HSET fields in one hash, and
-    *fields* rows of the mixed mapping; and of an already-committed replay."""
+    """Server-side ms of one commit FCALL: *fields* HSET fields, *fields* mixed rows, and a replay."""
     import redis
 
     from twopc import TransactionContext
     from twopc.sinks.redis import HSetOp, RedisSink
-
     r = redis.Redis.from_url(url)
     out: dict[str, list[float]] = {"hset": [], "mixed": [], "replay": []}
     table = _table(fields)
@@ -152,14 +134,12 @@ def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, floa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_redis",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_redis", __doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4, help="transactions the rows are split into")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     from twopc.faultinject import LocalRedis
-
     given = os.environ.get("TWOPC_BENCH_REDIS_URL")
     with server_url(given, functools.partial(LocalRedis, appendfsync="always")) as url:
         table = _table(args.rows)
@@ -178,7 +158,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  ratio sink / plain per row                        {rate['sink'] / rate['plain']:>10.2f}x")
         print(f"  ratio sink / plain pre-summed                     {rate['sink'] / rate['presum']:>10.2f}x")
         from ._bench_results import record
-
         for key, base in (("redis.sink_vs_plain_per_row", "plain"), ("redis.sink_vs_plain_presummed", "presum")):
             record(key, rate["sink"] / rate[base], f"{rate['sink']:,.0f} / {rate[base]:,.0f} rows/s, "
                                                    f"median of {args.repeats}")

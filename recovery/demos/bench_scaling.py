@@ -1,17 +1,6 @@
-"""``make bench``, the parts about fixed and per-batch costs: the protocol's
-per-batch cost as the partition count grows, a small write, and a streaming micro-batch's
-latency, each beside what the same work costs without twopc, in the same run.
-
-- Protocol cost at 2, 16, 64 and 200 partitions (prepared mode, PostgreSQL, 10 rows per
-  partition; :func:`bench_partitions`), against plain commits and against the same prepared
-  transactions committed without the protocol (PostgreSQL flushes its WAL once per ``COMMIT
-  PREPARED``, so that floor itself grows with the partition count).
-- Small write: 20,000 rows through the drop-in ``twopc-jdbc`` against Spark's JDBC writer.
-- Micro-batch latency (1,000 rows each) into ``twopc-jdbc``, against ``foreachBatch`` with
-  Spark's JDBC writer and against a no-op Python stream sink (:mod:`twopc.recovery.demos._noop`).
-
-The targets live in :data:`twopc.recovery.demos.bench_summary.TARGETS`.
-"""
+"""``make bench``, the fixed and per-batch costs beside the same work without twopc: the protocol
+cost at 2 to 200 partitions, a 20,000-row drop-in write against Spark's JDBC writer, and
+micro-batch latency against ``foreachBatch`` and a no-op Python stream sink."""
 
 from __future__ import annotations
 
@@ -23,16 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import (
-    JDBC_JAR,
-    ROW_EXPRS,
-    commit_each,
-    copy_rows,
-    create_table,
-    jdbc_target,
-    libpq_dsn,
-    timed,
-)
+from ._bench_common import JDBC_JAR, ROW_EXPRS, commit_each, copy_rows, create_table, jdbc_target, libpq_dsn, timed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,15 +30,11 @@ MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 def bench_partitions(url: str, work: Path, batches: int,
                      partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
-    """Per partition count: median ms per batch of the driver's commit (``commit``), of
-    the commit plus plan-time recovery (``protocol``), of plain commits of the same
-    transactions one after the other (``plain``) and of the same prepared transactions
-    committed in the sink's pipelines without the protocol (``floor``); the three kinds of
-    batch alternate round by round (the order reversed every other round), so that the
-    machine's other load falls on all of them alike. ``ratio`` is the median of the rounds'
-    own commit / floor ratios. The driver commit's phases (``decision``: the decision
-    recorded in the checkpoint; ``commits``: the ``COMMIT PREPARED`` pipelines; ``mark``:
-    the committed mark; ``sweep``: listing what is left prepared) are medians too."""
+    """Per partition count, median ms per batch of the driver's commit (``commit``), plus plan-time recovery
+    (``protocol``), of plain commits (``plain``) and of the prepared transactions committed without the protocol
+    (``floor``: PostgreSQL flushes its WAL per ``COMMIT PREPARED``); the kinds alternate round by round, order reversed
+    every other round, so load falls on all alike. ``ratio`` is the median of the rounds' commit / floor; the commit's
+    phases (``decision``, ``commits``, ``mark``, ``sweep``) are medians too."""
     dsn = libpq_dsn(url)
     out: dict[int, dict[str, float]] = {}
     for n in partitions:
@@ -72,12 +48,10 @@ def bench_partitions(url: str, work: Path, batches: int,
 
 
 def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict[str, float]:
-    """One partition count of :func:`bench_partitions`."""
     import psycopg
     import pyarrow as pa
 
     from twopc import CommitCoordinator, RecoveryCoordinator, TransactionContext
-
     data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
                                        "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
     table = f"bench_parts_{n}"
@@ -90,7 +64,6 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
     series: dict[str, list[float]] = {}
     conns = [psycopg.connect(dsn) for _ in range(min(n, 16))]
     floor = _PreparedFloor(dsn, table, n)
-
     def protocol_batch(b: int) -> None:
         plan = timed(lambda: RecoveryCoordinator(sink, ledger, sink_id=f"parts{n}").run())
         handles = []
@@ -104,7 +77,6 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
         series.setdefault("protocol", []).append(plan + commit)
         for k, v in phases.items():
             series.setdefault(k, []).append(v)
-
     def plain_batch(_b: int) -> None:
         total = 0.0
         for start in range(0, n, len(conns)):
@@ -113,10 +85,8 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
                 copy_rows(c, table, 10)
             total += timed(functools.partial(commit_each, group))
         series.setdefault("plain", []).append(total)
-
     def floor_batch(b: int) -> None:
         series.setdefault("floor", []).append(floor.round(b))
-
     try:
         kinds = [protocol_batch, floor_batch, plain_batch]
         for b in range(rounds):
@@ -133,13 +103,11 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
 
 
 def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) -> dict[str, list[float]]:
-    """Seconds of a 20k-row write: the plain drop-in (``twopc-jdbc``, no other option), the
-    same with a checkpoint (prepared mode), and Spark's JDBC writer (when its driver jar is
-    there); *repeat* rounds, interleaved, after one warm-up write each."""
+    """Seconds of a 20k-row write: the drop-in, the same with a checkpoint, and Spark's JDBC writer
+    (when its jar is there); *repeat* interleaved rounds after a warm-up each."""
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
     jdbc_url, props = jdbc_target(url)
-
     def twopc(checkpoint: bool) -> Callable[[DataFrame, str, int], None]:
         def write(d: DataFrame, t: str, v: int) -> None:
             w = (d.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
@@ -148,15 +116,11 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
                 w = w.option("checkpointLocation", str(work / "small-ck" / t)).option("txnVersion", str(v))
             w.save()
         return write
-
     def spark_jdbc(d: DataFrame, t: str, _v: int) -> None:
         (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
          .option("driver", "org.postgresql.Driver").options(**props).save())
-
-    writers: dict[str, Callable[[DataFrame, str, int], None]] = {
-        "twopc-jdbc drop-in (no checkpoint)": twopc(False),
-        "twopc-jdbc with checkpointLocation": twopc(True),
-    }
+    writers: dict[str, Callable[[DataFrame, str, int], None]] = {"twopc-jdbc drop-in (no checkpoint)": twopc(False),
+                                                                 "twopc-jdbc with checkpointLocation": twopc(True)}
     if os.path.exists(JDBC_JAR):
         writers["spark jdbc"] = spark_jdbc
     out: dict[str, list[float]] = {}
@@ -174,19 +138,16 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
 
 def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
                         rounds: int = 2) -> dict[str, list[float]]:
-    """ms of Spark's ``triggerExecution`` per micro-batch (1,000 rows each, from JSON files
-    read one per trigger): ``twopc-jdbc`` streaming vs ``foreachBatch`` + Spark's JDBC writer
-    and vs the no-op Python stream sink, the same input; *rounds* queries of each, the order
-    reversed every other round (each query's micro-batches after its first are kept)."""
+    """ms of ``triggerExecution`` per micro-batch (1,000 rows from JSON files): ``twopc-jdbc`` vs
+    ``foreachBatch`` + Spark's JDBC writer vs the no-op sink; *rounds* queries of each, order
+    reversed every other round, each query's first micro-batch dropped."""
     from ._noop import NOOP_FORMAT, NoopDataSource
-
     spark.dataSource.register(NoopDataSource)
     source = work / "micro-src"
     spark.range(batches * 1000, numPartitions=batches).selectExpr(*ROW_EXPRS).write.mode("overwrite").json(str(source))
     schema = spark.read.json(str(source)).schema
     jdbc_url, props = jdbc_target(url)
     out: dict[str, list[float]] = {}
-
     def run(name: str, table: str, start: Callable[[Any, str], Any]) -> None:
         create_table(url, table)
         stream = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(source))
@@ -200,13 +161,11 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
         out.setdefault(name, []).extend(kept)
         print(f"bench: micro-batch latency, {name:<42} median {statistics.median(kept):7.1f} ms "
               f"over {len(kept)} micro-batches", flush=True)
-
     def each(table: str) -> Callable[[DataFrame, int], None]:
         def write(d: DataFrame, _batch_id: int) -> None:
             (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", table)
              .option("driver", "org.postgresql.Driver").options(**props).save())
         return write
-
     plan: list[tuple[str, str, Callable[[Any, str], Any]]] = [
         (MICRO_NOOP, "bench_micro_noop", lambda w, _t: w.format(NOOP_FORMAT).start()),
         (MICRO_TWOPC, "bench_micro_twopc",
@@ -221,10 +180,8 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
 
 
 class _PreparedFloor:
-    """Commits *n* prepared transactions of 10 rows without the protocol, as fast as the
-    sink's commit may: the same pipelines on as many connections at once (what PostgreSQL's
-    one WAL flush per ``COMMIT PREPARED`` leaves); :meth:`round` prepares them, then times
-    their commit."""
+    """Commits *n* prepared transactions of 10 rows without the protocol, on as many connections at
+    once; :meth:`round` prepares them, then times their commit."""
 
     def __init__(self, dsn: str, table: str, n: int) -> None:
         import concurrent.futures
@@ -232,7 +189,6 @@ class _PreparedFloor:
         import psycopg
 
         from twopc.sinks.postgres._commit_pipeline import MAX_PIPELINES, PER_PIPELINE
-
         self.table, self.n = table, n
         self.count = max(1, min(MAX_PIPELINES, -(-n // PER_PIPELINE)))
         self.workers = [psycopg.connect(dsn) for _ in range(min(n, 16))]
@@ -277,27 +233,21 @@ def _timing(phases: dict[str, float], name: str, fn: Callable[..., Any]) -> Call
 
 
 def _TimedPostgresSink(url: str, table: str, *, phases: dict[str, float]) -> Any:  # noqa: N802 - reads as a class
-    """A :class:`~twopc.sinks.PostgresSink` whose first ``COMMIT PREPARED`` of a batch
-    (``first``), the others' pipelines (``commits``) and listing of prepared transactions
-    (``sweep``) add their time to *phases*."""
+    """A PostgresSink adding to *phases* the time of a batch's first ``COMMIT PREPARED`` (``first``),
+    the others' pipelines (``commits``) and the listing of prepared transactions (``sweep``)."""
     from twopc.sinks import PostgresSink
-
     sink = PostgresSink(url, table)
     commit_all = sink.commit_all
-
     def first_then_others(handles: Any, **kwargs: Any) -> Any:
         return _timing(phases, "commits" if "first" in phases else "first", commit_all)(handles, **kwargs)
-
     sink.commit_all = first_then_others  # type: ignore[method-assign]  # timing wrapper
     sink.list_prepared = _timing(phases, "sweep", sink.list_prepared)  # type: ignore[method-assign]  # timing wrapper
     return sink
 
 
 def _TimedLedger(location: str, *, phases: dict[str, float]) -> Any:  # noqa: N802 - reads as a class
-    """A :class:`~twopc.CommitLedger` whose decision record (``decision``) and committed mark
-    (``mark``) add their time to *phases*."""
+    """A CommitLedger adding to *phases* the time of its decision (``decision``) and mark (``mark``)."""
     from twopc import CommitLedger
-
     ledger = CommitLedger(location)
     ledger.record_decision = _timing(phases, "decision", ledger.record_decision)  # type: ignore[method-assign]  # timing wrapper
     ledger.mark_committed = _timing(phases, "mark", ledger.mark_committed)  # type: ignore[method-assign]  # timing wrapper
@@ -309,7 +259,6 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
     """Print the rows of this module with their ratios and MET/MISSED verdicts."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
-
     floor_goal, small_goal = TARGETS["partitions.commit_200_vs_floor"], TARGETS["small_write.dropin_vs_spark_jdbc"]
     if parts:
         print("\nprotocol cost per batch as the partition count grows (prepared mode, 10 rows per partition, "

@@ -1,39 +1,11 @@
 """``make soak``: whether twopc's cost stays flat as a streaming query runs on (not a test).
 
-A query that runs for months makes millions of micro-batches; this runs *--batches*
-micro-batches (default 5,000) of 10 rows each (Spark's ``rate-micro-batch`` source,
-``rowsPerBatch`` 10, processing-time trigger 0: the next micro-batch starts as soon as one ends)
-into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``, one query after the other, each
-with the default retention (``minBatchesToRetain`` 100), against a throwaway PostgreSQL and
-Redis. A fourth run writes the same micro-batches as separate batch writes of ``twopc-jdbc``
-with Spark's JDBC options only (no ``checkpointLocation``: their decisions live in the
-database's ``twopc_ledger`` and the driver agent holds their lease); ``--jdbc-writes`` sets
-how many (default the same count).
-
-Every *--every* micro-batches (default 500) it records:
-
-- the cost per micro-batch: the median of Spark's ``addBatch`` (the write's tasks and
-  twopc's commit) over the micro-batches since the last record (a batch write's own time for
-  the fourth run);
-- the files and bytes under the checkpoint's ``twopc/`` folder;
-- the rows in ``twopc_markers``, ``twopc_ledger`` and ``twopc_batches`` (the Redis run: the
-  members of its marker sets);
-- the RSS of the driver (the Python process that runs this, and Spark's JVM) and of the
-  driver agent (the fourth run; the streaming queries keep their ledger in the checkpoint and
-  start none), and the JVM's heap in use; the JVM's two after a full collection
-  (``System.gc()``): between collections G1 grows the heap it uses towards ``-Xmx`` and the
-  RSS follows, whatever the JVM keeps. Spark's status store keeps 100 SQL executions, jobs and
-  stages (1,000 by default: a heap that grows for the first 1,000 micro-batches, then stays).
-
-It prints the table and judges the targets: the cost per micro-batch at the last record
-within 10% of the first record's; the ledger's files, bytes and rows no more than at the
-first record after the retention filled (plus 10%); each RSS within 10% of the first record's.
-A figure that grows is a bug, whatever the verdict.
-"""
+Micro-batches of 10 rows into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``, then batch
+writes of the ``twopc-jdbc`` drop-in, recording what could grow (see docs/development/benchmarks.md).
+A figure that grows is a bug, whatever the verdict."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import os
@@ -47,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import ROW_EXPRS, TABLE_COLUMNS, bench_main_setup, proc_status, processes, rss_kib
+from ._bench_common import ROW_EXPRS, TABLE_COLUMNS, bench_main_setup, module_parser, proc_status, processes, rss_kib
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -91,8 +63,7 @@ def _rss_mb(pid: int | None) -> float | None:
 
 
 def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
-    """Files and bytes under the checkpoint's ``twopc/`` folder, read while the query runs (a
-    file the ledger's retention removes between the listing and its ``stat`` is not counted)."""
+    """Files and bytes under the checkpoint's ``twopc/`` (a file removed while listing is not counted)."""
     if checkpoint is None:
         return 0, 0
     count = nbytes = 0
@@ -106,7 +77,6 @@ def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
 
 def _table_rows(dsn: str) -> dict[str, int]:
     import psycopg
-
     out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for t in LEDGER_TABLES:
@@ -121,7 +91,6 @@ def _table_rows(dsn: str) -> dict[str, int]:
 
 def _redis_markers(url: str) -> dict[str, int]:
     import redis
-
     client: Any = redis.Redis.from_url(url)
     sizes = {b"zset": client.zcard, b"hash": client.hlen, b"set": client.scard, b"list": client.llen}
     try:
@@ -141,9 +110,8 @@ def _redis_markers(url: str) -> dict[str, int]:
 
 
 def _agent_pid(jvm_pid: int | None) -> int | None:
-    """The driver agent of the driver whose JVM is *jvm_pid* (the plan's Python worker, a child
-    of the JVM, starts it for a write without a checkpoint), if one runs: the process running
-    twopc's agent module whose driver argument names that pid."""
+    """The driver agent of the driver whose JVM is *jvm_pid*, if one runs (a process of twopc's agent
+    module naming that pid)."""
     if jvm_pid is None:
         return None
     for pid, argv in processes():
@@ -157,27 +125,22 @@ class _Progress:
 
     def __init__(self, spark: SparkSession) -> None:
         from pyspark.sql.streaming import StreamingQueryListener
-
         self.durations: dict[int, float] = {}
         self.latest = -1
         self.run_id: str | None = None  # the query whose events count (a stopped one's may come late)
         self.lock = threading.Lock()
         progress = self
-
         class Listener(StreamingQueryListener):
             def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
-
             def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 p = event.progress
                 if p.numInputRows > 0 and str(p.runId) == progress.run_id:
                     with progress.lock:
                         progress.durations[p.batchId] = float(p.durationMs.get("addBatch", 0))
                         progress.latest = max(progress.latest, p.batchId)
-
             def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
-
         self.listener = Listener()
         spark.streams.addListener(self.listener)
 
@@ -201,9 +164,7 @@ class Jvm:
     gateway: Any  # py4j's view of the JVM (``SparkContext._jvm``)
 
     def collect(self) -> float:
-        """A full collection (``System.gc()``), then the heap in use, MiB: the JVM's live
-        objects. Between two collections its RSS follows the heap G1 has grown into (up to
-        ``-Xmx``), which says nothing of what it keeps; after one it is comparable."""
+        """The heap in use after ``System.gc()``, MiB: comparable, unlike RSS between collections."""
         self.gateway.java.lang.System.gc()
         usage = self.gateway.java.lang.management.ManagementFactory.getMemoryMXBean().getHeapMemoryUsage()
         return float(usage.getUsed()) / 2**20
@@ -249,8 +210,8 @@ def soak_stream(spark: SparkSession, progress: _Progress, name: str, writer: Cal
 
 def soak_jdbc_writes(spark: SparkSession, jdbc_url: str, props: dict[str, str], table: str, writes: int,
                      every: int, rows: Callable[[], dict[str, int]], jvm: Jvm) -> Leg:
-    """*writes* batch writes of 10 rows each through ``twopc-jdbc`` with Spark's JDBC options
-    only (no checkpoint: the ledger in the database), recording every *every*."""
+    """*writes* batch writes of 10 rows through ``twopc-jdbc`` with Spark's JDBC options only,
+    recording every *every*."""
     name = "twopc-jdbc, batch writes, no checkpoint"
     leg = Leg(name)
     df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(*ROW_EXPRS).cache()
@@ -289,7 +250,6 @@ def _flat(values: Sequence[float], slack: float = 0.10, plus: float = 0.0) -> tu
 def report(legs: Sequence[Leg], batches: int, every: int) -> bool:
     """Print the table and the targets; whether every target is met."""
     from ._bench_common import verdict
-
     print(f"\nsoak: {ROWS_PER_BATCH} rows a micro-batch, trigger processingTime 0, minBatchesToRetain {RETAIN}, "
           f"recorded every {every}; load average {os.getloadavg()[0]:.2f} (1 min) at the end")
     all_ok = True
@@ -330,8 +290,7 @@ def report(legs: Sequence[Leg], batches: int, every: int) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_soak",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_soak", __doc__)
     parser.add_argument("--batches", type=int, default=5000, help="micro-batches per streaming query")
     parser.add_argument("--every", type=int, default=500, help="micro-batches between two records")
     parser.add_argument("--jdbc-writes", type=int, default=None,
@@ -346,7 +305,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from ._bench_common import bench_session, jdbc_target, jvm_pid, libpq_dsn, run_sql
-
     legs: list[Leg] = []
     with (tempfile.TemporaryDirectory(prefix="twopc-soak-") as work, faultinject.LocalPostgres() as pg,
           contextlib.ExitStack() as stack):
@@ -363,10 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
         jdbc_url, props = jdbc_target(pg.url)
         progress = _Progress(spark)
-
         def pg_rows() -> dict[str, int]:
             return _table_rows(dsn)
-
         plan: list[tuple[str, str, Callable[[Any], Any], Callable[[], dict[str, int]]]] = []
         for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
             if key == "postgres":
@@ -386,8 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     args.every, rows, jvm))
         if writes >= args.every:
             print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
-            legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows,
-                                         jvm))
+            legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows, jvm))
         spark.stop()
     report(legs, args.batches, args.every)
     return 0

@@ -1,41 +1,13 @@
 """``python -m twopc.recovery.demos.bench_stream``: the Redis Stream source end to end, against the
 same pipeline at-least-once, in one run, on the same entries, as a ratio.
 
-Redis Stream -> Spark -> PostgreSQL, ``local[2]``, the same servers and the same entries (two
-streams, fields ``n`` and ``payload``), each pipeline with its own consumer group and table
-(``stream, entry_id, n, payload``), micro-batches of ``--batch`` entries:
-
-- exactly-once: ``twopc-redis-stream`` (``maxEntriesPerTrigger``, ``fieldsSchema``) into
-  ``twopc-postgres``, ``trigger(availableNow=True)``: ranges fixed in the offset log, read
-  with ``XRANGE`` on the executors, one prepared transaction per task, the group acknowledged
-  in the source's ``commit``;
-- at-least-once: what a user writes without twopc. A ``foreachBatch`` query (ticked by the
-  ``rate-micro-batch`` source) whose function does ``XREADGROUP ... >`` on the driver (a fair
-  share of the batch per stream), ``createDataFrame`` of the entries (Arrow), Spark's JDBC
-  writer (``batchsize=10000``; Debian's ``libpostgresql-jdbc-java``), then ``XACK``.
-
-Each pipeline is warmed up first on a small stream of its own (JVM, Python workers,
-connections). The rounds interleave the two pipelines; each round reads the same entries with
-new groups into new tables. Every run is checked: one row per entry, nothing pending, no lag.
-The time of a run is from the query's start to its end, so both pay Spark's per-batch
-bookkeeping (offset and commit logs). Target (:data:`twopc.recovery.demos.bench_summary.TARGETS`),
-printed as MET/MISSED (the bench never fails on a miss): exactly-once at least as fast as
-at-least-once, in entries/s. Each run is also split, from Spark's progress reports, into the
-query's start (to its first micro-batch) and its micro-batches (from the first one's start to
-the end of the last one that carried entries): a Python source starts a Python process of its
-own on the driver (PySpark's streaming source runner) before its first micro-batch, which a
-JVM source does not, and a query that runs for hours pays that once. Each round also starts a
-query of the no-op Python source into the no-op Python sink (:mod:`twopc.recovery.demos._noop`,
-one row, ``availableNow``): Spark's floor for a Python streaming source's start.
-
-Uses a throwaway :class:`twopc.faultinject.LocalPostgres` and :class:`twopc.faultinject.LocalRedis`
-(``appendfsync always``, as the pipeline's demo) unless ``TWOPC_BENCH_POSTGRES_URL`` /
-``TWOPC_BENCH_REDIS_URL`` are set. Machines are noisy: compare the ratios of one run.
-"""
+Exactly-once: ``twopc-redis-stream`` into ``twopc-postgres``. At-least-once, as a user writes it
+without twopc: ``foreachBatch`` doing ``XREADGROUP`` on the driver, Spark's JDBC writer, ``XACK``.
+Every run is checked (one row per entry, nothing pending) and split into the query's start and its
+micro-batches. Throwaway servers unless ``TWOPC_BENCH_POSTGRES_URL`` / ``TWOPC_BENCH_REDIS_URL``."""
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import functools
 import os
@@ -48,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ._bench_common import module_parser
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -65,9 +39,8 @@ FIELDS = "n BIGINT, payload STRING"
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds of one run: *total* from the query's start to its end, *start* from the
-    query's start to its first micro-batch, *batches* from the first micro-batch's start to
-    the end of the last one that carried entries."""
+    """Seconds of one run: *total* (query start to end), *start* (to the first micro-batch),
+    *batches* (first micro-batch's start to the end of the last that carried entries)."""
 
     total: float
     start: float
@@ -75,8 +48,7 @@ class Timing:
 
 
 def _timing(query: StreamingQuery, started: float, ended: float, carried: Callable[[dict[str, Any]], bool]) -> Timing:
-    """The :class:`Timing` of *query* from its progress reports (epoch seconds *started* and
-    *ended* around it); *carried* tells the micro-batches that carried entries."""
+    """The :class:`Timing` of *query* from its progress reports; *carried* tells batches with entries."""
     progress = query.recentProgress
     if not progress or progress[0]["batchId"] != 0:
         raise SystemExit("bench: the query's first progress report is missing (raise "
@@ -88,14 +60,12 @@ def _timing(query: StreamingQuery, started: float, ended: float, carried: Callab
 
 
 def _epoch(timestamp: str) -> float:
-    """Epoch seconds of a progress report's ``timestamp`` (``2026-11-27T10:35:01.123Z``)."""
     return datetime.datetime.fromisoformat(timestamp).timestamp()
 
 
 def produce(redis_url: str, streams: Sequence[str], count: int) -> None:
     """(Re)create *streams* with entries ``n = 0 .. count-1`` round-robin, pipelined."""
     import redis
-
     client = redis.Redis.from_url(redis_url)
     try:
         client.delete(*streams)
@@ -114,7 +84,6 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
     import redis
 
     from ._bench_common import count_rows
-
     found = count_rows(pg_url, table)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     try:
@@ -150,7 +119,6 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     import redis
 
     from ._bench_common import jdbc_target
-
     jdbc_url, props = jdbc_target(pg_url)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     for s in streams:
@@ -158,7 +126,6 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     drained = threading.Event()
     carried: set[int] = set()
     per_stream = max(1, batch // len(streams))
-
     def step(_tick: DataFrame, batch_id: int) -> None:
         if drained.is_set():
             return
@@ -182,7 +149,6 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
         for s, ids in acks.items():
             client.xack(s, group, *ids)
         carried.add(batch_id)
-
     started = time.time()
     q = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1).option("numPartitions", 1).load()
          .writeStream.foreachBatch(step).option("checkpointLocation", checkpoint).start())
@@ -199,8 +165,7 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
 
 
 def run_floor(spark: SparkSession, fmt: str, checkpoint: str) -> Timing:
-    """The no-op Python source (:mod:`twopc.recovery.demos._noop`) into the no-op Python sink:
-    Spark's floor for a Python streaming source's start."""
+    """The no-op Python source into the no-op Python sink: Spark's floor for a Python source's start."""
     started = time.time()
     q = (spark.readStream.format(fmt).load().writeStream.format(fmt).option("checkpointLocation", checkpoint)
          .trigger(availableNow=True).start())
@@ -217,7 +182,6 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
 
     from ._bench_common import JDBC_JAR, bench_session
     from .pipeline import create_table
-
     if not os.path.exists(JDBC_JAR):
         raise SystemExit(f"bench: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
     spark = bench_session("twopc-bench-stream", sql_shuffle_partitions="2", jars=JDBC_JAR,
@@ -252,11 +216,9 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
 
 
 def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
-    """Medians, each round's own ratio, and the target; then the same split into the query's
-    start and its micro-batches."""
+    """Medians, each round's ratio and the target, then the split into start and micro-batches."""
     from ._bench_results import record
     from .bench_summary import TARGETS, judge
-
     rounds = len(results[EXACTLY])
     print(f"\nRedis Stream -> PostgreSQL, {entries:,} entries in {len(STREAMS)} streams, micro-batches of {batch:,}, "
           f"local[2], {'median of ' + str(rounds) + ' rounds' if rounds > 1 else 'one round'}:")
@@ -273,7 +235,6 @@ def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
           f"{ratio:.2f}x   {judge(target, ratio)}{rounds_text}")
     record("stream.exactly_vs_at_least", ratio, f"{med[EXACTLY]:,.0f} / {med[AT_LEAST]:,.0f} entries/s, "
                                                 f"median of {rounds} rounds")
-
     start = {name: statistics.median(t.start for t in v) for name, v in results.items()}
     steady = {name: statistics.median(entries / t.batches for t in results[name]) for name in (EXACTLY, AT_LEAST)}
     print("\nthe same runs split (medians): the query's start, to its first micro-batch; then the micro-batches, "
@@ -293,8 +254,7 @@ def report(results: dict[str, list[Timing]], entries: int, batch: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_stream",
-                                     description=(__doc__ or "").split("\n\n")[0])
+    parser = module_parser("bench_stream", __doc__)
     parser.add_argument("--entries", type=int, default=200_000, help="entries in the streams (default 200000)")
     parser.add_argument("--batch", type=int, default=20_000, help="entries per micro-batch (default 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both pipelines, interleaved (default 3)")
@@ -302,7 +262,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from ._bench_common import bench_main_setup, server_url
-
     bench_main_setup()
     redis = functools.partial(faultinject.LocalRedis, appendfsync="always")
     with (tempfile.TemporaryDirectory(prefix="twopc-bench-stream-") as work,

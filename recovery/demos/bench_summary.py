@@ -1,10 +1,7 @@
 """``python -m twopc.recovery.demos.bench_summary``: the one table ``make bench`` ends with.
 
-Every benchmark module records its ratios (:func:`twopc.recovery.demos._bench_results.record`) into
-the results file of the run (``TWOPC_BENCH_RESULTS``); this prints each with its target and
-MET/MISSED, and the machine (cores, CPU model), the date and the load average while the figures
-were taken. The targets of every benchmark live here, in :data:`TARGETS`.
-"""
+Every bench records its ratios into the run's results file (``TWOPC_BENCH_RESULTS``); this
+prints each with its target (:data:`TARGETS`) and MET/MISSED, the machine, the date and the load."""
 
 from __future__ import annotations
 
@@ -24,8 +21,7 @@ __all__ = ["TARGETS", "Target", "judge", "machine", "main", "summary_table"]
 
 @dataclass(frozen=True)
 class Target:
-    """What a recorded figure is and what it should be: *better* says which way is good; a
-    *goal* of None is a figure reported without a target."""
+    """A recorded figure and its target: *better* says which way is good; *goal* None: no target."""
 
     label: str
     better: Literal["higher", "lower"]
@@ -106,7 +102,6 @@ def _goal_text(target: Target | None) -> str:
 
 
 def machine() -> str:
-    """Cores and CPU model of this machine."""
     model = "unknown CPU"
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
@@ -119,8 +114,8 @@ def machine() -> str:
 
 
 def summary_table(records: Iterable[Mapping[str, Any]], host: str, date: str) -> str:
-    """The table: one line per target of :data:`TARGETS` (``not measured`` when no record
-    has its key), then any recorded key without a target. The last record of a key wins."""
+    """One line per target of :data:`TARGETS` (``not measured`` without a record), then recorded keys
+    without a target. The last record of a key wins."""
     latest: dict[str, Mapping[str, Any]] = {}
     for r in records:
         latest[str(r["key"])] = r

@@ -1,16 +1,9 @@
-"""``python -m twopc.recovery.demos.bench_xa``: the commit of one batch's prepared XA transactions on
-MariaDB/MySQL, one ``XA COMMIT`` round trip per transaction against the whole batch in one
-query (what :meth:`twopc.sinks.MySqlXaSink.commit_all` does), on the same server in one run.
-
-Each repeat prepares ``--transactions`` XA transactions (one row each, through the sink, as
-``--transactions`` Spark tasks would), then times only ``commit_all``; the two ways alternate.
-Uses its own throwaway :class:`twopc.faultinject.LocalMariaDB` unless ``TWOPC_BENCH_MARIADB_URL``
-is set (a database the sink may create tables in). Machines are noisy: compare the ratio.
-"""
+"""``python -m twopc.recovery.demos.bench_xa``: one batch's prepared XA transactions on MariaDB/MySQL committed one ``XA
+COMMIT`` round trip each against in one query (what :meth:`twopc.sinks.MySqlXaSink.commit_all` does), alternated, on the
+same server (a throwaway LocalMariaDB unless ``TWOPC_BENCH_MARIADB_URL`` is set)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -18,7 +11,7 @@ import time
 import uuid
 from collections.abc import Sequence
 
-from ._bench_common import run_sql, server_url
+from ._bench_common import module_parser, run_sql, server_url
 from ._bench_results import record
 
 __all__ = ["main"]
@@ -30,7 +23,6 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
 
     from twopc import CommitOutcome, TransactionContext
     from twopc.sinks import MySqlXaSink
-
     sink = MySqlXaSink(url, table)
     sink.validate(pa.schema([("id", pa.int64())]))
     if not batched:  # the bench's "before": one XA COMMIT (and one marker lookup) per transaction
@@ -53,13 +45,11 @@ def bench_commit(url: str, table: str, transactions: int, *, batched: bool, batc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.bench_xa",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("bench_xa", __doc__)
     parser.add_argument("--transactions", type=int, default=50, help="prepared XA transactions per batch")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
     from twopc.faultinject import LocalMariaDB
-
     given = os.environ.get("TWOPC_BENCH_MARIADB_URL")
     with server_url(given, LocalMariaDB) as url:
         table = "bench_xa_" + uuid.uuid4().hex[:8]

@@ -1,18 +1,9 @@
 """``make demo``: crash a streaming query into PostgreSQL again and again, then verify.
 
-``python -m twopc.recovery.demos.demo`` starts a throwaway PostgreSQL (or uses ``--url`` /
-``TWOPC_DEMO_POSTGRES_URL``), writes input files, and runs a Spark streaming query into the
-``twopc-postgres`` sink under a fault plan that hard-kills the whole job (driver, JVM and
-Python workers, SIGKILL, no cleanup) at random protocol points. After each crash the job
-is restarted from the same checkpoint, until the input is done. Then it prints the
-verification: rows expected, rows found, duplicates, lost, dangling prepared transactions.
-
-``python -m twopc.recovery.demos.demo job ...`` is one run of the query (what the chaos runner starts);
-it reads the database URL from ``TWOPC_DEMO_URL`` so the password is not on a command line
-(``--url`` overrides it, e.g. for a SQLite file). ``--format`` picks the sink (default
-``twopc-postgres``; ``twopc-jdbc`` takes a ``jdbc:postgresql://`` or ``jdbc:sqlite:`` URL)
-and each ``--option key=value`` is passed to the writer, e.g. ``--option commitMode=staging``.
-"""
+``python -m twopc.recovery.demos.demo`` runs a query of input files into ``twopc-postgres`` on a
+throwaway server (or ``--url``) under a plan that SIGKILLs the whole job at random protocol points,
+restarting it until the input is done, then prints the verification. ``... demo job`` is one run
+(URL from ``TWOPC_DEMO_URL``; ``--format`` and ``--option key=value`` pick the writer)."""
 
 from __future__ import annotations
 
@@ -30,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._bench_common import module_parser
 from ._job import INPUT_SCHEMA, crashable_spark, run_stream_to_end
 
 if TYPE_CHECKING:
@@ -38,15 +30,12 @@ if TYPE_CHECKING:
 
 __all__ = ["INPUT_SCHEMA", "create_table", "fault_plan", "main", "run_job", "write_input"]
 
-CRASH_POINTS = (
-    "during_invoke", "before_pre_commit", "after_pre_commit", "before_decision", "after_decision",
-    "between_commits", "after_commit", "after_mark",
-)
+CRASH_POINTS = ("during_invoke", "before_pre_commit", "after_pre_commit", "before_decision", "after_decision",
+                "between_commits", "after_commit", "after_mark")
 
 
 def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_file: int = 0) -> list[int]:
-    """Write *files* JSON-lines files of consecutive ids (file k holds ids
-    ``k*rows_per_file ...``), starting at file number *first_file*; return the ids."""
+    """Write *files* JSON-lines files of consecutive ids from file *first_file*; return the ids."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     ids = []
@@ -62,10 +51,8 @@ def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_fil
 
 
 def create_table(url: str, table: str) -> None:
-    """(Re)create the demo table, with a primary key on the source id as a user's table has:
-    a restart must never write a committed row again (the key would refuse it)."""
+    """(Re)create the demo table with a primary key on the source id, as a user's table has."""
     from ._bench_common import create_table as recreate
-
     recreate(url, table, "id bigint PRIMARY KEY, payload text, amount double precision")
 
 
@@ -79,26 +66,22 @@ def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
 def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
             format_name: str = "twopc-postgres", url: str | None = None,
             options: Mapping[str, str] | None = None) -> None:
-    """One run of the streaming query into *format_name* (default ``twopc-postgres``): all
-    available input, then stop. *url* defaults to ``TWOPC_DEMO_URL``; *options* are extra
-    writer options."""
+    """One run of the query into *format_name*: all available input, then stop (*url* defaults to
+    ``TWOPC_DEMO_URL``; *options* are extra writer options)."""
     url = url or os.environ.get("TWOPC_DEMO_URL")
     if not url:
         raise SystemExit("twopc.recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")
     extra = dict(options or {})
     spark = crashable_spark("twopc-demo", partitions)
-
     def write(df: DataFrame) -> DataStreamWriter:
         w = df.writeStream.format(format_name).option("url", url).option("dbtable", table)
         for k, v in extra.items():
             w = w.option(k, v)
         return w
-
     run_stream_to_end(spark, input_dir, checkpoint, partitions, write)
 
 
 def _key_value(text: str) -> tuple[str, str]:
-    """``key=value`` of ``--option`` (the value may contain ``=``)."""
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
@@ -106,7 +89,7 @@ def _key_value(text: str) -> tuple[str, str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.demo", description=__doc__.split("\n\n")[0])
+    parser = module_parser("demo", __doc__)
     sub = parser.add_subparsers(dest="command")
     job = sub.add_parser("job", help="one run of the streaming query (used by the chaos runner)")
     job.add_argument("--input", required=True)
@@ -142,7 +125,6 @@ def _demo(args: argparse.Namespace) -> int:
 
     from twopc import CommitLedger, faultinject
     from twopc.recovery import verify_postgres_ids
-
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     rng = random.Random(seed)
     points = rng.sample(CRASH_POINTS, min(args.crashes, len(CRASH_POINTS)))
@@ -160,19 +142,16 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"demo: {len(ids)} rows in {args.files} micro-batches into table {table}")
         print(f"demo: fault plan (seed {seed}): {plan}")
         print("demo: each crash SIGKILLs driver, JVM and Python workers; the job is then restarted", flush=True)
-        runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url},
-                                         stdout=subprocess.DEVNULL)
+        runner = faultinject.ChaosRunner(env={**os.environ, "TWOPC_DEMO_URL": url}, stdout=subprocess.DEVNULL)
         cmd = [sys.executable, "-m", "twopc.recovery.demos.demo", "job", "--input", str(Path(work) / "input"),
                "--checkpoint", checkpoint, "--table", table]
         def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
             what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
             print(f"    run ended: {run.describe()} ({what})", flush=True)
-
         report = runner.run_until_done(cmd, plan, max_restarts=len(points) + 3, timeout_s=1200,
                                        on_progress=lambda line: print("   ", line, flush=True),
                                        on_run_end=run_ended)
-        print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, "
-              f"{time.monotonic() - started:.0f}s")
+        print(f"demo: {len(report.runs)} runs, {report.crashes} crashes, {time.monotonic() - started:.0f}s")
         engine = sa.create_engine(url)
         try:
             result = verify_postgres_ids(engine, table, ids, sink_id=CommitLedger(checkpoint).recorded_sink_id())

@@ -1,25 +1,11 @@
 """The Redis Stream pipeline: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters.
 
-``python -m twopc.recovery.demos.pipeline job SPEC`` is one run of the Spark job (what
-:class:`twopc.faultinject.ChaosRunner` starts and SIGKILLs): two streaming queries read the same
-streams with ``twopc-redis-stream``, each with its own consumer group and checkpoint,
-
-- ``pg``: every entry becomes a row of a PostgreSQL table (``twopc-postgres``): stream,
-  entry id, ``n`` (the producer's sequence number), payload;
-- ``counters``: ``twopc-redis`` on the same Redis: ``INCRBY {pipe}:entries 1`` and
-  ``HINCRBY {pipe}:per_n <n> 1`` per entry; with ``ackGroup`` (acknowledge in the sink's commit) the commit that
-  applies a batch's counters acknowledges its entries to this query's group in the same
-  atomic call,
-
-with ``availableNow``: it reads what the streams hold when it starts, then stops. *SPEC*
-is a JSON file (mode 0600: it holds the URLs) written by :func:`write_spec`.
-
-Producers (:func:`produce`) give every entry an explicit id ``<epoch ms>-<n>``: a retry
-after a lost reply is refused by Redis as "equal or smaller" instead of adding a
-duplicate, so the streams hold each ``n`` once and are the truth :func:`verify` checks:
-every entry a row exactly once, every counter exactly the number of entries, nothing
-pending in either group, no prepared transaction left.
-"""
+``... pipeline job SPEC`` is one run of the job (``ChaosRunner`` starts and kills it): two
+``availableNow`` queries read the streams with ``twopc-redis-stream``: ``pg`` writes a row per
+entry, ``counters`` increments Redis counters with ``ackGroup`` (acknowledged in the same atomic
+call). *SPEC* is a JSON file (mode 0600: it holds the URLs). Producers give entries the ids
+``<epoch ms>-<n>``, so a retried append is refused, not duplicated: the streams are the truth
+:func:`verify` checks."""
 
 from __future__ import annotations
 
@@ -43,8 +29,6 @@ MAPPING = json.dumps([{"op": "INCRBY", "key": "{{pipe}}:entries", "by": 1},
 
 @dataclass
 class PipelineSpec:
-    """What one run of the job needs (see the module docstring)."""
-
     redis_url: str
     pg_url: str
     streams: list[str]
@@ -63,10 +47,8 @@ def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
 
 
 def create_table(pg_url: str, table: str) -> None:
-    """(Re)create the target table, with the key the README recommends, ``UNIQUE (stream,
-    entry_id)``: a restart must never write a committed entry again (the key would refuse it)."""
+    """(Re)create the target table with ``UNIQUE (stream, entry_id)``, the key the README recommends."""
     from ._bench_common import create_table as recreate
-
     recreate(pg_url, table, "stream text NOT NULL, entry_id text NOT NULL, n bigint NOT NULL, payload text, "
                             "UNIQUE (stream, entry_id)")
 
@@ -85,7 +67,6 @@ def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
 def run_job(spec: PipelineSpec) -> None:
     """One run: both queries to the end of what the streams hold now, then stop."""
     from twopc.recovery.demos._job import crashable_spark
-
     spark = crashable_spark("twopc-pipeline", spec.partitions)
     ck = Path(spec.checkpoint)
     pg = (_source(spark, spec, GROUPS["pg"]).selectExpr("stream", "id AS entry_id", "n", "payload")
@@ -98,7 +79,6 @@ def run_job(spec: PipelineSpec) -> None:
                 .trigger(availableNow=True).start())
     seen = {"pg": -1, "counters": -1}
     queries = {"pg": pg, "counters": counters}
-
     def report() -> None:
         for name, q in queries.items():
             for p in q.recentProgress:
@@ -106,7 +86,6 @@ def run_job(spec: PipelineSpec) -> None:
                     seen[name] = p["batchId"]
                     print(f"progress: {name} batch {seen[name]} committed ({p['numInputRows']} entries)",
                           file=sys.stderr, flush=True)
-
     while active := [q for q in queries.values() if q.isActive]:
         report()
         active[0].awaitTermination(1)  # returns as soon as that query ends
@@ -118,12 +97,10 @@ def run_job(spec: PipelineSpec) -> None:
 
 def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 0, rate: float | None = None,
             stop: Callable[[], bool] | None = None) -> int:
-    """Append entries ``n = first .. first+count-1`` round-robin to *streams*, each with the
-    explicit id ``<ms>-<n>`` (``ms`` fixed per producer run), at most *rate* per second;
-    waits out a Redis restart. Returns how many were appended (stops early when *stop*)."""
+    """Append entries ``n = first .. first+count-1`` round-robin to *streams* with ids ``<ms>-<n>``, at
+    most *rate* a second, waiting out a Redis restart; returns how many (fewer when *stop* is set)."""
     import redis
     import redis.exceptions as rex
-
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     ms = int(time.time() * 1000)
     done = 0
@@ -155,8 +132,6 @@ def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 
 
 @dataclass
 class Verdict:
-    """What :func:`verify` found."""
-
     produced: int
     rows: int
     duplicates: list[int]
@@ -177,7 +152,6 @@ class Verdict:
                     or any(self.lag.values()) or self.dangling_pg or self.dangling_redis)
 
     def render(self) -> str:
-        """The verification table."""
         def few(xs: Sequence[Any]) -> str:
             return f"{len(xs)}" + (f" {list(xs)[:5]}" if xs else "")
         rows = [("entries produced (in the streams)", str(self.produced)),
@@ -202,7 +176,6 @@ def verify(spec: PipelineSpec) -> Verdict:
     from twopc import CommitLedger
     from twopc.recovery import verify_postgres_ids
     from twopc.sinks.redis import RedisSink
-
     client: Any = redis.Redis.from_url(spec.redis_url)  # redis-py's command methods are loosely typed
     try:
         expected = {int(fields[b"n"]) for s in spec.streams for _eid, fields in client.xrange(s, "-", "+")}

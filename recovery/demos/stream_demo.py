@@ -1,21 +1,12 @@
 """``make demo``: producers -> Redis Streams -> Spark -> PostgreSQL + Redis counters, under crashes.
 
-``python -m twopc.recovery.demos.stream_demo`` starts a throwaway PostgreSQL and Redis (``appendonly
-yes``, ``appendfsync always``), then producers append entries to two streams while the Spark
-job of :mod:`twopc.recovery.demos.pipeline` consumes them (``twopc-redis-stream`` into
-``twopc-postgres`` and into ``twopc-redis`` counters). A fault plan SIGKILLs the whole job
-(driver, JVM, Python workers) at protocol points in randomly chosen micro-batches, including
-both edges of the source's acknowledgement, and once SIGKILLs Redis too, between a sink commit
-and the acknowledgement, restarting it from its AOF. The job is restarted after every crash,
-and again while the producers run, until every entry is consumed. Then it prints the
-verification table: entries produced, rows found, duplicates, lost, counters against the
-entries, entries pending or not yet acknowledged in the groups, dangling prepared
-transactions, and the verdict. About three minutes on two cores.
-"""
+While producers append, the job of :mod:`twopc.recovery.demos.pipeline` is SIGKILLed at protocol
+points in random micro-batches (both edges of the source's acknowledgement included, and Redis
+once too) and restarted until every entry is consumed; then the verification table and verdict.
+About three minutes on two cores."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import signal
@@ -26,6 +17,8 @@ import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+from ._bench_common import module_parser
 
 __all__ = ["main"]
 
@@ -40,8 +33,7 @@ def _plan(rng: random.Random, crashes: int, batches: int) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m twopc.recovery.demos.stream_demo",
-                                     description=__doc__.split("\n\n")[0])
+    parser = module_parser("stream_demo", __doc__)
     parser.add_argument("--entries", type=int, default=6000, help="entries the producers append")
     parser.add_argument("--rate", type=float, default=80.0, help="entries per second")
     parser.add_argument("--crashes", type=int, default=4, help="job crashes at sink protocol points")
@@ -51,7 +43,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     from twopc import faultinject
 
     from .pipeline import PipelineSpec, create_table, produce, verify, write_spec
-
     seed = args.seed if args.seed is not None else random.randrange(10_000)
     rng = random.Random(seed)
     started = time.monotonic()
@@ -69,14 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"stream_before_ack crash", flush=True)
             done = threading.Event()
             produced = [0]
-
             def producer() -> None:
                 produced[0] = produce(rs.url, spec.streams, args.entries, rate=args.rate)
                 done.set()
-
             threading.Thread(target=producer, name="producer", daemon=True).start()
             killed_redis: list[bool] = []
-
             def run_ended(run: faultinject.ChaosRun, fired: list[str]) -> None:
                 what = "; ".join(line.split("firing ", 1)[-1] for line in fired) or "no fault fired"
                 print(f"    run ended: {run.describe()} ({what})", flush=True)
@@ -85,7 +73,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rs.kill()
                     rs.start()
                     killed_redis.append(True)
-
             runner = faultinject.ChaosRunner(env=dict(os.environ), state_dir=Path(work) / "faults",
                                              stdout=subprocess.DEVNULL, tail_lines=60)
             cmd = [sys.executable, "-m", "twopc.recovery.demos.pipeline", "job", str(spec_path)]
