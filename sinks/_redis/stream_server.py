@@ -72,7 +72,6 @@ class StreamServer:
                     raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream "
                                     f"needs Redis 7.0 or newer") from None
                 raise
-
         self.config.load_once(lua.LIBRARY_NAME, load, f"load the {lua.LIBRARY_NAME} library", force=force)
 
     def fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> Any:

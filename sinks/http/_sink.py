@@ -87,7 +87,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         """*options* without a secret (an operator gives them again)."""
         return credential_free(options)
 
-    # -- where things are ----------------------------------------------------------------
     @property
     def outboxes(self) -> Outboxes:
         if self._boxes is None:
@@ -129,7 +128,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
                         "can read and change the requests; give the server's CA with tlsCaBundle instead",
                         self.options.url.split("?")[0])
 
-    # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _OpenOutbox:
         self.outboxes.make_folders()
         maker = RequestMaker(self.options, context.sink_id, context.batch_id, context.partition_id)
@@ -156,7 +154,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
     def rollback(self, txn: _OpenOutbox) -> None:
         txn.lines = []  # nothing was written before pre_commit
 
-    # -- driver side ---------------------------------------------------------------------
     def _txn_id(self, handle: HttpHandle) -> str:
         txn_id = Xid.checked(handle.txn_id, what="twopc-http transaction id")
         if handle.outbox and handle.outbox != self.outboxes.location:

@@ -74,7 +74,6 @@ class MySqlDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         from ..sql._privileges import denied  # the plan's: workers create no database
-
         if run(f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {sql_literal(schema)}"):
             return
         q = _quoted(schema)
@@ -113,7 +112,6 @@ class MySqlDialect(SqlDatabase):
                 "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
                 "host[:port]")
         from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
-
         host, port = host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
         return URL.create("mysql+pymysql", host=host, port=port, database=parts.database), {}
 
@@ -129,7 +127,6 @@ class MySqlDialect(SqlDatabase):
     def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Translated:
         from ..sql.options._driver_params import translate_mysql  # as in jdbc_url
-
         return translate_mysql(list(props), flavor == "mariadb", supported)
 
     @staticmethod

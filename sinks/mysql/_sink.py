@@ -39,7 +39,6 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     dialect_type = MySqlPrepared
     dialect: MySqlPrepared
 
-    # -- XA availability -------------------------------------------------------------------
     @classmethod
     def probe_xa(cls, url: str | URL, *, connect_timeout: int = 10) -> tuple[bool, str]:
         """Whether the server at *url* can run the XA protocol (version, InnoDB with XA, ``XA

@@ -49,7 +49,6 @@ def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     return fits(arrow_type, family(col))
 
 
-# -- normalisation -------------------------------------------------------------------
 
 def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Plain Arrow arrays from chunks, dictionaries and views; nested values as their JSON text."""

@@ -80,7 +80,6 @@ class CopyStream:
             encode = encode_binary
         else:  # text COPY (copy_format csv, or a column without a binary form): its encoder loads then
             from ._csv import encode_csv
-
             encode = encode_csv
         for chunk in encode(arrays, batch.schema.names, plan.columns):
             for i in range(0, len(chunk), _WRITE_BYTES):

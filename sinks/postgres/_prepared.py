@@ -57,7 +57,6 @@ class PostgresPrepared(PostgresDialect):
     def __init__(self, target: SqlTarget) -> None:
         self.target = target
 
-    # -- validation (driver) -------------------------------------------------------------
     def check_server(self, pg: psycopg.Connection[Any]) -> None:
         row = pg.execute("SHOW max_prepared_transactions").fetchone()
         if row is None or int(row[0]) <= 0:
@@ -123,7 +122,6 @@ class PostgresPrepared(PostgresDialect):
         if (table := self._dead_letter()) is None:
             return
         from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
-
         if (oid := server.table_oid(pg, table)) is None:
             if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
@@ -145,7 +143,6 @@ class PostgresPrepared(PostgresDialect):
         name = self.target.options.dead_letter_table
         return None if name is None else parse_table_name(name, self.target.database.name, "deadLetterTable")
 
-    # -- executor side -------------------------------------------------------------------
     def begin(self, txn: SqlTxn[PgColumn]) -> None:
         assert txn.conn is not None
         pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]  # psycopg: the engine's driver
@@ -157,7 +154,6 @@ class PostgresPrepared(PostgresDialect):
             pg.execute(o.session_init_statement)  # user SQL, run as given
         txn.columns = self.table_columns(pg, validating=False)
         from ._dead_letter import CheckedCopy
-
         txn.loader = CheckedCopy(pg, t.table, txn.context, dead_letter=self._dead_letter(),
                                  fail=t.map_error, redact=t.redact)
 
@@ -166,7 +162,6 @@ class PostgresPrepared(PostgresDialect):
         from ..sql._json_values import json_text
         from ..sql._type_rules import Family
         from ._columns import family
-
         if nul := next(((k, i) for k in keys for i, r in enumerate(rows) if isinstance(r[k], str) and "\x00" in r[k]),
                        None):
             raise ConfigurationError(
@@ -178,7 +173,6 @@ class PostgresPrepared(PostgresDialect):
 
     def plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
         from ._copy import plan_copy
-
         return plan_copy(schema, cols, self.target.options.copy_format)
 
     def load_batch(self, txn: SqlTxn[PgColumn], batch: pa.RecordBatch, plan: CopyPlan) -> None:
@@ -239,7 +233,6 @@ class PostgresPrepared(PostgresDialect):
         except Exception:
             log.debug("twopc postgres: could not roll back %s after a failed prepare", gid, exc_info=True)
 
-    # -- driver side -----------------------------------------------------------------------
     def finish(self, verb: str, gid: str) -> bool:
         try:
             self.target.control_execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
@@ -252,7 +245,6 @@ class PostgresPrepared(PostgresDialect):
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
         """``<verb> PREPARED`` for every id in pipelines; *recovering*: first ask which are still prepared."""
         from . import _commit_pipeline as pipeline  # the driver's commit: a task prepares and stops
-
         still = None
         if recovering:
             with self.target.mapped("list prepared transactions"):
@@ -277,7 +269,6 @@ class PostgresPrepared(PostgresDialect):
 
     def headroom(self) -> Headroom:
         from twopc.spi import Headroom  # twopc status's: a write's workers never build one
-
         _n, rows = self.target.control_execute(
             "SELECT (SELECT count(*) FROM pg_prepared_xacts), current_setting('max_prepared_transactions')::int",
             fetch=True)

@@ -249,7 +249,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 f"eval mode; upgrade Redis, or drop ackGroup (twopc-redis-stream then acknowledges after the commit)")
         self._server.load()
 
-    # -- executor side ---------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> RedisTxn:
         """Open a transaction in memory (nothing reaches Redis before :meth:`pre_commit`);
         ConfigurationError for a fixed-slot key template outside the sink's slot."""
@@ -319,7 +318,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         except SinkError as exc:
             log.warning("twopc redis: could not roll back %s (recovery will): %s", txn.txn_id, exc)
 
-    # -- driver side ------------------------------------------------------------------------
     def _handle_keys(self, handle: TransactionHandle) -> RedisKeys:
         if not isinstance(handle, RedisHandle):
             raise ProtocolError(f"RedisSink got a {type(handle).__name__}, not a RedisHandle")

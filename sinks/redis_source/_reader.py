@@ -81,7 +81,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned: dict[tuple[str, EntryId, EntryId], tuple[int, tuple[EntryId, ...]]] = {}
         self._warned: set[str] = set()
 
-    # -- offsets ---------------------------------------------------------------------------------
     def _streams(self, known: Offset | None = None) -> list[str]:
         if self.o.pattern is None:
             return list(self.o.streams)
@@ -233,7 +232,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._warned.add(message)
             log.warning("twopc-redis-stream (failOnDataLoss=false): %s; %s", message, then)
 
-    # -- planning and reading -------------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamPartition]:
         """The recorded ranges in pieces of at most ``maxEntriesPerPartition`` (as ``latestOffset``
         planned them, else walked again); SourceError for a range short of entries."""
@@ -274,7 +272,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if n != r.count:
             _lost(server, r, n, partition.options.fail_on_data_loss)
 
-    # -- acknowledgement --------------------------------------------------------------------------
     def commit(self, end: dict[str, Any]) -> None:
         """Acknowledge every batch up to *end* to the group; SourceError for a stream deleted meanwhile
         (a Redis failure is retried by the next commit or ``latestOffset``)."""
