@@ -58,22 +58,6 @@ from ._mapping import (  # noqa: E402 - after the driver check
 )
 from ._sink import RedisHandle, RedisSink, RedisTargetError  # noqa: E402 - after the driver check
 
-__all__ = [
-    "HIncrByOp",
-    "HSetOp",
-    "IncrByOp",
-    "RPushOp",
-    "RedisDataSource",
-    "RedisHandle",
-    "RedisKeys",
-    "RedisOp",
-    "RedisSink",
-    "RedisTargetError",
-    "SetOp",
-    "XAddOp",
-    "ZAddOp",
-    "dispose_clients",
-    "key_slot",
-    "mapping_json",
-    "parse_mapping",
-]
+__all__ = ["HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisDataSource", "RedisHandle", "RedisKeys", "RedisOp",
+           "RedisSink", "RedisTargetError", "SetOp", "XAddOp", "ZAddOp", "dispose_clients", "key_slot", "mapping_json",
+           "parse_mapping"]

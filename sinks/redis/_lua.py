@@ -32,22 +32,9 @@ import hashlib
 from .._redis import stream_lua
 from .._redis.library import build_library
 
-__all__ = [
-    "ACK_LIBRARY_NAME",
-    "BATCH_FUNCTIONS",
-    "BATCH_LIBRARY_NAME",
-    "FUNCTIONS",
-    "LIBRARY_NAME",
-    "MAX_ARGS",
-    "MAX_BATCH_TXNS",
-    "PRELUDE",
-    "ack_library_code",
-    "batch_library_code",
-    "function_name",
-    "library_code",
-    "script_code",
-    "script_sha",
-]
+__all__ = ["ACK_LIBRARY_NAME", "BATCH_FUNCTIONS", "BATCH_LIBRARY_NAME", "FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS",
+           "MAX_BATCH_TXNS", "PRELUDE", "ack_library_code", "batch_library_code", "function_name", "library_code",
+           "script_code", "script_sha"]
 
 #: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
 MAX_ARGS = 1000

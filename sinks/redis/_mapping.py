@@ -17,23 +17,8 @@ from twopc.spi import SchemaMismatchError
 
 from ._templates import Number, Template, escape
 
-__all__ = [
-    "COUNTER_LIMIT",
-    "MAX_TTL_S",
-    "Compiled",
-    "HIncrByOp",
-    "HSetOp",
-    "IncrByOp",
-    "RPushOp",
-    "RedisOp",
-    "SetOp",
-    "XAddOp",
-    "ZAddOp",
-    "check_schema",
-    "compile_mapping",
-    "mapping_json",
-    "parse_mapping",
-]
+__all__ = ["COUNTER_LIMIT", "MAX_TTL_S", "Compiled", "HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisOp", "SetOp",
+           "XAddOp", "ZAddOp", "check_schema", "compile_mapping", "mapping_json", "parse_mapping"]
 
 #: Largest |counter value| and |delta per transaction| INCRBY/HINCRBY accept (no overflow).
 COUNTER_LIMIT = 10**18

@@ -19,21 +19,7 @@ from ._read_options import FORMAT_NAME, OPTIONS, StreamOptions, check_pyspark  #
 from ._reader import FAULT_POINTS, RedisStreamReader, StreamPartition  # noqa: E402 - after the driver check
 from ._rows import BASE_DDL, schema_ddl  # noqa: E402 - after the driver check
 
-__all__ = [
-    "BASE_DDL",
-    "FAULT_POINTS",
-    "FORMAT_NAME",
-    "LIBRARY_NAME",
-    "OPTIONS",
-    "EntryId",
-    "Offset",
-    "Position",
-    "Range",
-    "RedisStreamReader",
-    "StreamOptions",
-    "StreamPartition",
-    "StreamServer",
-    "check_pyspark",
-    "schema_ddl",
-]
+__all__ = ["BASE_DDL", "FAULT_POINTS", "FORMAT_NAME", "LIBRARY_NAME", "OPTIONS", "EntryId", "Offset", "Position",
+           "Range", "RedisStreamReader", "StreamOptions", "StreamPartition", "StreamServer", "check_pyspark",
+           "schema_ddl"]
 
