@@ -165,10 +165,7 @@ class RedisTargetError(SinkError):
 
     def __init__(self, message: str, *, key: str, redis_type: str, op: str, field: str = "") -> None:
         super().__init__(message)
-        self.key = key
-        self.redis_type = redis_type
-        self.op = op
-        self.field = field
+        self.key, self.redis_type, self.op, self.field = key, redis_type, op, field
 
 
 def check_reply(reply: list[str], txn_id: str, step: str) -> None:

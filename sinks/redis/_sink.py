@@ -90,20 +90,13 @@ DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
 
 class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], WriteSetup, BatchCommit, Inspectable,
                 MarkerPurge, NamedTarget):
-    """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping and the options).
+    """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping).
 
-    Args:
-        url: ``redis://`` or ``rediss://`` URL; a password in it is moved out of the URL.
-        mapping: the ops (dataclasses) or the JSON mapping text.
-        password: overrides the URL's password.
-        hash_tag: tag of the sink's keys (``{x}`` or ``x``); default ``{twopc:<sink id>}``.
-        require_same_slot: ``"auto"`` (cluster only), ``True`` or ``False``.
-        durability: ``"always"`` or ``"everysec"``.
-        skip_config_check: trust the server's persistence/eviction settings without CONFIG.
-        script_mode: ``"auto"``, ``"function"`` or ``"eval"``.
-        socket_timeout, connect_timeout: seconds, or a :class:`~twopc.sinks._options.Duration`.
-        dead_letter_stream: stream key of the refused rows (:mod:`._dead_letter`).
-        ack: option ``ackGroup`` and its columns (:mod:`._acks`).
+    The arguments are the options of ``format("twopc-redis")`` (the options reference describes
+    each) in snake case: *mapping* as ops or JSON text, a password in *url* moved out of it
+    (*password* overrides it), *hash_tag* ``{x}`` or ``x`` (default ``{twopc:<sink id>}``), the
+    timeouts in seconds or a :class:`~twopc.sinks._options.Duration`, and *ack* option ``ackGroup``
+    with its columns (:mod:`._acks`).
 
     It raises ConfigurationError for an invalid argument, holds configuration only (pickled to
     executors; connections are pooled per process), and a method that reaches the server raises
