@@ -85,8 +85,7 @@ class StreamServer:
         reply = self.fcall("plan", [stream], [str(lo), "+" if hi is None else str(hi), limit, split],
                            f"plan a read of stream {stream!r}")
         last = _text(reply[0])
-        return Plan(EntryId.parse(last) if last else None, int(reply[1]),
-                    tuple(EntryId.parse(b) for b in reply[2]))
+        return Plan(EntryId.parse(last) if last else None, int(reply[1]), tuple(EntryId.parse(b) for b in reply[2]))
 
     def count(self, stream: str, lo: EntryId, hi: EntryId) -> int:
         """How many entries ``lo < id <= hi`` the stream holds (calls of :data:`COUNT_CHUNK`)."""

@@ -115,8 +115,7 @@ class Credentials:
 
 @dataclass(frozen=True)
 class HttpOptions:
-    """The parsed options (see the options reference for each one's meaning; :meth:`read`
-    gives the defaults)."""
+    """The parsed options (see the options reference for each one's meaning; :meth:`read` gives the defaults)."""
 
     url: str
     method: str

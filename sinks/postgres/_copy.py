@@ -71,8 +71,7 @@ class CopyStream:
         return plan_copy(schema, cols, copy_format)
 
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """Encode *batch* (columns in ``plan.columns``) into the COPY; the server reports most errors at
-        :meth:`end`."""
+        """Encode *batch* (columns in ``plan.columns``) into the COPY; the server reports most errors at :meth:`end`."""
         copy = self._open(plan.columns, plan.binary)
         arrays = [assign(n, normalize_array(a), c)
                   for n, a, c in zip(batch.schema.names, batch.columns, plan.columns, strict=True)]

@@ -86,8 +86,7 @@ class _FieldsOp(RedisOp):
 
 @dataclass(frozen=True)
 class HSetOp(_FieldsOp, op="HSET", redis_type="hash"):
-    """``HSET key field value ...`` (last value per field within a transaction; fields as
-    in :class:`XAddOp`)."""
+    """``HSET key field value ...`` (last value per field within a transaction; fields as in :class:`XAddOp`)."""
 
 
 @dataclass(frozen=True)
@@ -253,8 +252,7 @@ def _compile_pairs(op: _FieldsOp, what: str) -> tuple[tuple[Template, Template],
     if fields is not None:
         if not fields:
             raise ConfigurationError(f"{what}: fields is empty")
-        return tuple((Template.compile(f, f"{what} field"), Template.compile(v, f"{what} value"))
-                     for f, v in fields)
+        return tuple((Template.compile(f, f"{what} field"), Template.compile(v, f"{what} value")) for f, v in fields)
     if op.columns is not None:
         if not op.columns:
             raise ConfigurationError(f"{what}: columns is empty")

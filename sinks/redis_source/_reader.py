@@ -194,8 +194,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """After planning: report entries removed unread, and the new position (None: not moved)."""
         info = s.info
         assert info is not None
-        present = (s.planned if s.complete else
-                   info.length if info.first is None or info.first > s.lo else None)
+        present = (s.planned if s.complete else info.length if info.first is None or info.first > s.lo else None)
         added = s.added
         where = f"stream {s.stream!r} on {self.server.config.where()}"
         if added is not None and (info.added < added or (present is not None and info.added - added - present < 0)):
