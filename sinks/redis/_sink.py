@@ -141,8 +141,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 o.required("url", '.option("url", "redis://host:6379/0")'),
                 o.required("mapping", 'a JSON list of ops: .option("mapping", '
                                       '\'[{"op": "INCRBY", "key": "{{app}}:rows", "by": 1}]\')'),
-                password=o.get("password"),
-                hash_tag=o.text("hashTag"),
+                password=o.get("password"), hash_tag=o.text("hashTag"),
                 require_same_slot=o.text("requireSameSlot", "auto") or "auto",
                 durability=o.text("durability", "always") or "always",
                 skip_config_check=o.boolean("skipConfigCheck", False),
@@ -150,8 +149,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 socket_timeout=o.duration("socketTimeout", DEFAULT_SOCKET_TIMEOUT),
                 connect_timeout=o.duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
                 dead_letter_stream=o.get("deadLetterStream"),
-                ack=AckSpec.from_options(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")),
-            )
+                ack=AckSpec.from_options(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")))
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
