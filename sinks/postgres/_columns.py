@@ -70,9 +70,8 @@ def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def assign(name: str, arr: pa.Array, col: PgColumn) -> pa.Array:
-    """*arr* as PostgreSQL's assignment cast would make it for *col* where COPY would not: floats
-    (half to even) and decimals (half away from zero) rounded into an integer column; SinkError on
-    NaN, infinite or out of range."""
+    """*arr* as PostgreSQL's assignment cast would make it for *col* where COPY would not: floats (half to even) and
+    decimals (half away from zero) rounded into an integer column; SinkError on NaN, infinite or out of range."""
     if family(col) is not Family.INT or not (pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)):
         return arr
     mode = "half_to_even" if pa.types.is_floating(arr.type) else "half_towards_infinity"

@@ -88,9 +88,8 @@ SETTLE_BYTES = 16 << 20
 
 
 class CheckedCopy:
-    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module) in
-    *dead_letter*; *fail* maps a driver error and an action to the sink's :class:`SinkError`, *redact*
-    removes secrets from a text."""
+    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module) in *dead_letter*; *fail*
+    maps a driver error and an action to the sink's :class:`SinkError`, *redact* removes secrets from a text."""
 
     def __init__(self, pg: psycopg.Connection[Any], table: TableName, context: TransactionContext, *,
                  dead_letter: TableName | None, fail: Callable[[BaseException, str], SinkError],

@@ -120,10 +120,9 @@ class RedisServer:
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
-        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls
-        of at most :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError
-        when it was rolled back meanwhile. When the server lost the library, *start_over* removes
-        what got staged and it runs once more."""
+        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls of at most
+        :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError when it was rolled back
+        meanwhile. When the server lost the library, *start_over* removes what got staged and it runs once more."""
         staging = keys.staging(txn_id)
         client = self.config.pooled().client
         self.load()

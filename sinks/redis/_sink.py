@@ -1,7 +1,7 @@
 """The Redis sink: the two-phase-commit protocol on top of the mapping and the library.
 
-How a transaction travels (``T`` is the sink's hash tag, ``P`` = ``T:<sink_id>``, ``<txn>``
-the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
+How a transaction travels (``T`` is the sink's hash tag, ``P`` = ``T:<sink_id>``, ``<txn>`` the transaction id
+``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
 
     executor  pre_commit: ZADD P:txns <batch> <txn>           register (open)
                           FCALL stage -> RPUSH P:staging:<txn>  the writes, in groups
@@ -15,10 +15,9 @@ the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
                             ZADD P:committed <batch> <txn>; delete the staging
               abort:      FCALL abort: delete staging, prepared entry and registration
 
-``P:txns`` (live transactions) and ``P:committed`` (markers, never a TTL) are sorted sets scored
-by batch id, so listing needs no SCAN. :meth:`twopc.Xid.parse` also reads the ids
-``{sink}~{batch}~{partition}~{attempt}~{nonce}`` of versions before 0.2 (still committable
-and abortable); the server-side steps treat an id as an opaque string, checked
+``P:txns`` (live transactions) and ``P:committed`` (markers, never a TTL) are sorted sets scored by batch id, so
+listing needs no SCAN. :meth:`twopc.Xid.parse` also reads the ids ``{sink}~{batch}~{partition}~{attempt}~{nonce}`` of
+versions before 0.2 (still committable and abortable); the server-side steps treat an id as an opaque string, checked
 (:meth:`twopc.Xid.checked`) before it reaches Redis.
 """
 
@@ -92,15 +91,14 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 MarkerPurge, NamedTarget):
     """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping).
 
-    The arguments are the options of ``format("twopc-redis")`` (the options reference describes
-    each) in snake case: *mapping* as ops or JSON text, a password in *url* moved out of it
-    (*password* overrides it), *hash_tag* ``{x}`` or ``x`` (default ``{twopc:<sink id>}``), the
-    timeouts in seconds or a :class:`~twopc.sinks._options.Duration`, and *ack* option ``ackGroup``
-    with its columns (:mod:`._acks`).
+    The arguments are the options of ``format("twopc-redis")`` (the options reference describes each) in snake case:
+    *mapping* as ops or JSON text, a password in *url* moved out of it (*password* overrides it), *hash_tag* ``{x}``
+    or ``x`` (default ``{twopc:<sink id>}``), the timeouts in seconds or a :class:`~twopc.sinks._options.Duration`,
+    and *ack* option ``ackGroup`` with its columns (:mod:`._acks`).
 
-    It raises ConfigurationError for an invalid argument, holds configuration only (pickled to
-    executors; connections are pooled per process), and a method that reaches the server raises
-    SinkError (SinkUnavailableError: unreachable) when it fails.
+    It raises ConfigurationError for an invalid argument, holds configuration only (pickled to executors; connections
+    are pooled per process), and a method that reaches the server raises SinkError (SinkUnavailableError: unreachable)
+    when it fails.
     """
 
     __handle_type__ = RedisHandle
@@ -271,9 +269,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
              tag_option_set=self._hash_tag is not None)
 
     def pre_commit(self, txn: RedisTxn) -> RedisHandle:
-        """Stage the writes durably and mark the transaction prepared (:meth:`RedisServer.stage`);
-        a staging call is refused once the transaction was rolled back, so a zombie attempt
-        cannot re-create staging.
+        """Stage the writes durably and mark the transaction prepared (:meth:`RedisServer.stage`); a staging call is
+        refused once the transaction was rolled back, so a zombie attempt cannot re-create staging.
 
         Raises:
             RedisTargetError: a target key has the wrong type or a counter a non-integer value.

@@ -1,10 +1,9 @@
 """Redis Streams into Spark, exactly once: ``spark.readStream.format("twopc-redis-stream")``.
 
-A micro-batch's range (last entry id and count per stream) is fixed in Spark's offset log
-before it runs, and every read of it is ``XRANGE`` over that range, so a replay sees the
-same entries. The consumer ``group`` moves only in ``commit(end)``, after the sink and
-Spark's commit log committed. With a two-phase-commit sink every entry's effect is applied
-exactly once. Needs Redis 7.0+ and PySpark 4.2+.
+A micro-batch's range (last entry id and count per stream) is fixed in Spark's offset log before it runs, and every
+read of it is ``XRANGE`` over that range, so a replay sees the same entries. The consumer ``group`` moves only in
+``commit(end)``, after the sink and Spark's commit log committed. With a two-phase-commit sink every entry's effect is
+applied exactly once. Needs Redis 7.0+ and PySpark 4.2+.
 """
 
 from twopc.spi import require as _require
