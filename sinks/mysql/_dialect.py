@@ -109,8 +109,7 @@ class MySqlDialect(SqlDatabase):
         """PyMySQL's URL, of one host."""
         if len(parts.hosts) > 1:
             raise ConfigurationError(
-                "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
-                "host[:port]")
+                "the JDBC URL names several hosts; PyMySQL connects to one: give a single host[:port]")
         from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
         host, port = host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
         return URL.create("mysql+pymysql", host=host, port=port, database=parts.database), {}
@@ -119,8 +118,7 @@ class MySqlDialect(SqlDatabase):
     def sqlalchemy_url(url: URL, driver: str) -> URL:
         if driver not in ("", "pymysql", "mysqldb"):
             raise ConfigurationError(
-                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// "
-                f"or mysql+pymysql:// URL")
+                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// or mysql+pymysql:// URL")
         return url.set(drivername="mysql+pymysql")
 
     @staticmethod

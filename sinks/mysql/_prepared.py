@@ -352,9 +352,8 @@ class MySqlPrepared(MySqlDialect):
                 return False
             if time.monotonic() > deadline:
                 raise SinkError(
-                    f"XA {verb} {gid}: the transaction is prepared but still attached to a live session "
-                    f"(the task's connection has not ended); nothing changed, retry later or end that "
-                    f"connection (KILL it)")
+                    f"XA {verb} {gid}: the transaction is prepared but still attached to a live session (the task's "
+                    "connection has not ended); nothing changed, retry later or end that connection (KILL it)")
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
 

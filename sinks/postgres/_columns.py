@@ -97,9 +97,8 @@ def check_no_nul(name: str, arr: pa.Array) -> None:
         return
     idx = pc.index(hits, True).as_py()
     raise ConfigurationError(
-        f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which "
-        f"PostgreSQL text cannot store. Remove it before writing, e.g. "
-        f"F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
+        f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which PostgreSQL text "
+        f"cannot store. Remove it before writing, e.g. F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
     )
 
 

@@ -109,10 +109,9 @@ class PostgresDialect(SqlDatabase):
         n, used = conn.exec_driver_sql("SELECT current_setting('max_prepared_transactions')::int, "
                                        "(SELECT count(*) FROM pg_prepared_xacts)").one()
         if n <= 0:
-            return False, ("the server has max_prepared_transactions = 0, so it cannot prepare "
-                           "transactions: set it in postgresql.conf to at least the partitions a batch "
-                           "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
-                           "faster prepared mode")
+            return False, ("the server has max_prepared_transactions = 0, so it cannot prepare transactions: set it "
+                           "in postgresql.conf to at least the partitions a batch writes plus retried attempts (e.g. "
+                           "64) and restart PostgreSQL, for the faster prepared mode")
         return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} free now"
 
     @staticmethod

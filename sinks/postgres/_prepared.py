@@ -61,10 +61,9 @@ class PostgresPrepared(PostgresDialect):
         row = pg.execute("SHOW max_prepared_transactions").fetchone()
         if row is None or int(row[0]) <= 0:
             raise TargetConfigurationError(
-                f"PostgreSQL at {self.target.where()} has max_prepared_transactions = "
-                f"{row[0] if row else '?'}, so it cannot prepare transactions and twopc cannot "
-                f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
-                f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
+                f"PostgreSQL at {self.target.where()} has max_prepared_transactions = {row[0] if row else '?'}, so it "
+                "cannot prepare transactions and twopc cannot write exactly once. Set max_prepared_transactions (e.g. "
+                "64, and at least the number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
 
     def table_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
@@ -113,9 +112,8 @@ class PostgresPrepared(PostgresDialect):
                 f"Create the schema or set option markerTable to a table in an existing schema")
         if refused is not None:
             raise TargetConfigurationError(
-                f"cannot create the marker table {marker_table}: permission denied. Create it "
-                f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
-                f"{marker_table} TO <user>")
+                f"cannot create the marker table {marker_table}: permission denied. Create it once as an owner: "
+                f"{'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON {marker_table} TO <user>")
 
     def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
         """Check the dead-letter table (``deadLetterTable``), or create it."""
@@ -125,9 +123,8 @@ class PostgresPrepared(PostgresDialect):
         if (oid := server.table_oid(pg, table)) is None:
             if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
-                    f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it "
-                    f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
-                    f"{table.display()} TO <user>")
+                    f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it once as an "
+                    f"owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON {table.display()} TO <user>")
             log.info("twopc: created dead-letter table %s", table.display())
             return
         columns = server.table_columns(pg, oid)

@@ -36,9 +36,8 @@ class AckSpec:
         """None without ``ackGroup``; ConfigurationError for a column option without it."""
         if not group:
             if stream_column or id_column:
-                raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option "
-                                         "ackGroup: set ackGroup (the consumer group twopc-redis-stream reads "
-                                         "with) or drop them")
+                raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option ackGroup: "
+                                         "set ackGroup (the consumer group twopc-redis-stream reads with) or drop them")
             return None
         return cls(group, stream_column or "stream", id_column or "id")
 

@@ -48,9 +48,8 @@ class RedisServer:
         if policy.startswith("allkeys-"):
             raise TargetConfigurationError(
                 f"Redis at {self.config.where()} has maxmemory-policy {policy}: it may evict twopc's commit markers "
-                f"and prepared staging, which would turn committed batches into 'lost' ones and lose prepared "
-                f"writes. Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
-                f"redis.conf)")
+                "and prepared staging, which would turn committed batches into 'lost' ones and lose prepared writes. "
+                "Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf)")
         aof, fsync = values["appendonly"], values["appendfsync"]
         if aof != "yes":
             raise TargetConfigurationError(
@@ -191,6 +190,5 @@ def check_reply(reply: list[str], txn_id: str, step: str) -> None:
     if status == "UNPREPARED":
         raise ProtocolError(f"cannot {step} {txn_id}: it was never prepared (its staging is incomplete)")
     if status == "DAMAGED":
-        raise SinkError(f"cannot {step} {txn_id}: its staging is damaged ({' '.join(reply[1:])}); "
-                        f"nothing was applied")
+        raise SinkError(f"cannot {step} {txn_id}: its staging is damaged ({' '.join(reply[1:])}); nothing was applied")
     raise SinkError(f"cannot {step} {txn_id}: unexpected reply {reply!r}")
