@@ -179,12 +179,11 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
             txn_id = self._txn_id(h)
             if self.outboxes.delivered(txn_id) is not None:
                 outcomes.append(CommitOutcome.ALREADY_COMMITTED)
-                continue
-            if (outbox := self.outboxes.read(txn_id)) is None:
+            elif (outbox := self.outboxes.read(txn_id)) is None:
                 outcomes.append(CommitOutcome.LOST)
-                continue
-            outcomes.append(None)
-            pending.append((outbox, self.outboxes.acknowledged(txn_id)))
+            else:
+                outcomes.append(None)
+                pending.append((outbox, self.outboxes.acknowledged(txn_id)))
         results = deliver(self.options, self.outboxes, self.dead_letters, pending, self.sender) if pending else []
         stuck = [r for r in results if r.unanswered]
         if dead := sum(r.dead for r in results):
