@@ -123,7 +123,6 @@ class ClientConfig:
             raise self.error(exc, "read INFO cluster") from None
         if cluster:
             from redis.cluster import RedisCluster
-
             client.close()
             client = RedisCluster.from_url(self.url, **kwargs)
             client.commands_parser = _LocalFcallKeys(client.commands_parser)

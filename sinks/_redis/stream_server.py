@@ -72,7 +72,6 @@ class StreamServer:
                     raise SinkError(f"Redis at {self.config.where()} has no FUNCTION command: twopc-redis-stream "
                                     f"needs Redis 7.0 or newer") from None
                 raise
-
         self.config.load_once(lua.LIBRARY_NAME, load, f"load the {lua.LIBRARY_NAME} library", force=force)
 
     def fcall(self, name: str, keys: Sequence[str], args: Sequence[Any], action: str) -> Any:
@@ -86,8 +85,7 @@ class StreamServer:
         reply = self.fcall("plan", [stream], [str(lo), "+" if hi is None else str(hi), limit, split],
                            f"plan a read of stream {stream!r}")
         last = _text(reply[0])
-        return Plan(EntryId.parse(last) if last else None, int(reply[1]),
-                    tuple(EntryId.parse(b) for b in reply[2]))
+        return Plan(EntryId.parse(last) if last else None, int(reply[1]), tuple(EntryId.parse(b) for b in reply[2]))
 
     def count(self, stream: str, lo: EntryId, hi: EntryId) -> int:
         """How many entries ``lo < id <= hi`` the stream holds (calls of :data:`COUNT_CHUNK`)."""

@@ -74,7 +74,6 @@ class _Delivery:
                     key, method, url, body = box.outbox.requests[position]
                     answer = await self.sender.send(client, key, method, url, body, box.outbox.txn_id)
                     await self.record(box, position, answer)
-
             finished = asyncio.Event()
             try:
                 async with asyncio.TaskGroup() as group:

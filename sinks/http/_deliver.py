@@ -1,8 +1,7 @@
-"""Sending one request until it is answered for good (driver side, httpx's async client).
-A 2xx delivers it; a 3xx or a 4xx other than 408, 409, 425 and 429 refuses it for good (a dead
-letter); anything else, or no answer, is retried with the same key after a jittered exponential
-backoff (``retryBackoff`` .. ``retryBackoffMax``), or after a 429/503's ``Retry-After`` up to
-``maxRetryAfter``. A longer wait or ``maxRetries`` failures leave it unacknowledged for the next
+"""Sending one request until it is answered for good (driver side, httpx's async client). A 2xx delivers it; a 3xx or
+a 4xx other than 408, 409, 425 and 429 refuses it for good (a dead letter); anything else, or no answer, is retried
+with the same key after a jittered exponential backoff (``retryBackoff`` .. ``retryBackoffMax``), or after a 429/503's
+``Retry-After`` up to ``maxRetryAfter``. A longer wait or ``maxRetries`` failures leave it unacknowledged for the next
 commit, and stop the other workers from taking new requests."""
 
 from __future__ import annotations

@@ -115,8 +115,7 @@ class Credentials:
 
 @dataclass(frozen=True)
 class HttpOptions:
-    """The parsed options (see the options reference for each one's meaning; :meth:`read`
-    gives the defaults)."""
+    """The parsed options (see the options reference for each one's meaning; :meth:`read` gives the defaults)."""
 
     url: str
     method: str
@@ -165,16 +164,14 @@ class HttpOptions:
         out = cls(
             url=_check_url(url), method=method, headers=headers, body_column=reader.text("bodyColumn"),
             key_column=reader.text("keyColumn"), key_header=key_header, transaction_header=txn_header,
-            credentials=creds,
-            tls_verify=reader.boolean("tlsVerify", True), tls_ca_bundle=reader.text("tlsCaBundle"),
+            credentials=creds, tls_verify=reader.boolean("tlsVerify", True), tls_ca_bundle=reader.text("tlsCaBundle"),
             connect_timeout=reader.duration("connectTimeout", "10s"), timeout=reader.duration("timeout", "30s"),
             max_concurrency=reader.integer("maxConcurrency", 16, minimum=1, maximum=1024),
             max_retries=reader.integer("maxRetries", 6, minimum=0, maximum=100),
             retry_backoff=reader.duration("retryBackoff", "200ms"),
             retry_backoff_max=reader.duration("retryBackoffMax", "30s"),
             max_retry_after=reader.duration("maxRetryAfter", "2min"),
-            ack_every=reader.integer("ackEvery", 256, minimum=1),
-            ack_interval=reader.duration("ackInterval", "250ms"),
+            ack_every=reader.integer("ackEvery", 256, minimum=1), ack_interval=reader.duration("ackInterval", "250ms"),
             outbox=reader.text("outbox"), dead_letter_path=reader.text("deadLetterPath"))
         reader.refuse_unknown(hint="headers are options header.<Name>")
         if out.tls_ca_bundle and not out.tls_verify:

@@ -66,7 +66,6 @@ class Outboxes:
     def where(self, txn_id: str) -> str:
         return str(self.store.path("outbox", txn_id + _SUFFIX))
 
-    # -- prepare ---------------------------------------------------------------------
     def write(self, txn_id: str, header: dict[str, Any], lines: Sequence[str]) -> None:
         """Write the outbox of *txn_id* whole, once (ProtocolError when it exists already)."""
         self.make_folders()
@@ -75,7 +74,6 @@ class Outboxes:
                         f"write the outbox of {txn_id}"):
             raise ProtocolError(f"the outbox of {txn_id} exists already: a transaction id was used twice")
 
-    # -- commit ----------------------------------------------------------------------
     def read(self, txn_id: str) -> Outbox | None:
         text = _guarded(lambda: self.store.read(f"outbox/{txn_id}{_SUFFIX}"), f"read the outbox of {txn_id}")
         if text is None:
@@ -128,7 +126,6 @@ class Outboxes:
                 os.rmdir(self.store.path("acks", txn_id))
         _guarded(lambda: self.store.delete(f"outbox/{txn_id}{_SUFFIX}"), f"delete the outbox of {txn_id}")
 
-    # -- abort, recovery ---------------------------------------------------------------
     def discard(self, txn_id: str) -> bool:
         """Delete the outbox of *txn_id* unless its delivery started or ended (then ``False``)."""
         if self.delivered(txn_id) is not None or self.acknowledged(txn_id) is not None:

@@ -1,10 +1,9 @@
-"""Rows into requests (executor side): one outbox line ``[key, method, url, body]`` per row, the
-URL template's ``{column}`` fields URL-encoded as path segments, the body the JSON row (or a column).
-The key hashes the sink id and the row's ``keyColumn`` value, or else its place (batch, partition,
-position); made once at prepare and stored, it is sent in every retry and re-delivery. A replayed
-undecided batch gets new positional keys, which is harmless (one decision per batch id); only
-``keyColumn`` survives a batch recomputed outside twopc. A content hash is not used: two equal rows
-of a batch would share a key."""
+"""Rows into requests (executor side): one outbox line ``[key, method, url, body]`` per row, the URL template's
+``{column}`` fields URL-encoded as path segments, the body the JSON row (or a column). The key hashes the sink id and
+the row's ``keyColumn`` value, or else its place (batch, partition, position); made once at prepare and stored, it is
+sent in every retry and re-delivery. A replayed undecided batch gets new positional keys, which is harmless (one
+decision per batch id); only ``keyColumn`` survives a batch recomputed outside twopc. A content hash is not used: two
+equal rows of a batch would share a key."""
 
 from __future__ import annotations
 

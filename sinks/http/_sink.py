@@ -87,7 +87,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         """*options* without a secret (an operator gives them again)."""
         return credential_free(options)
 
-    # -- where things are ----------------------------------------------------------------
     @property
     def outboxes(self) -> Outboxes:
         if self._boxes is None:
@@ -129,7 +128,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
                         "can read and change the requests; give the server's CA with tlsCaBundle instead",
                         self.options.url.split("?")[0])
 
-    # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> _OpenOutbox:
         self.outboxes.make_folders()
         maker = RequestMaker(self.options, context.sink_id, context.batch_id, context.partition_id)
@@ -156,7 +154,6 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
     def rollback(self, txn: _OpenOutbox) -> None:
         txn.lines = []  # nothing was written before pre_commit
 
-    # -- driver side ---------------------------------------------------------------------
     def _txn_id(self, handle: HttpHandle) -> str:
         txn_id = Xid.checked(handle.txn_id, what="twopc-http transaction id")
         if handle.outbox and handle.outbox != self.outboxes.location:
@@ -182,12 +179,11 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
             txn_id = self._txn_id(h)
             if self.outboxes.delivered(txn_id) is not None:
                 outcomes.append(CommitOutcome.ALREADY_COMMITTED)
-                continue
-            if (outbox := self.outboxes.read(txn_id)) is None:
+            elif (outbox := self.outboxes.read(txn_id)) is None:
                 outcomes.append(CommitOutcome.LOST)
-                continue
-            outcomes.append(None)
-            pending.append((outbox, self.outboxes.acknowledged(txn_id)))
+            else:
+                outcomes.append(None)
+                pending.append((outbox, self.outboxes.acknowledged(txn_id)))
         results = deliver(self.options, self.outboxes, self.dead_letters, pending, self.sender) if pending else []
         stuck = [r for r in results if r.unanswered]
         if dead := sum(r.dead for r in results):

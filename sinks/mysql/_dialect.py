@@ -74,7 +74,6 @@ class MySqlDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         from ..sql._privileges import denied  # the plan's: workers create no database
-
         if run(f"SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = {sql_literal(schema)}"):
             return
         q = _quoted(schema)
@@ -110,10 +109,8 @@ class MySqlDialect(SqlDatabase):
         """PyMySQL's URL, of one host."""
         if len(parts.hosts) > 1:
             raise ConfigurationError(
-                "the JDBC URL names several hosts; PyMySQL connects to one: give a single "
-                "host[:port]")
+                "the JDBC URL names several hosts; PyMySQL connects to one: give a single host[:port]")
         from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
-
         host, port = host_port(parts.hosts[0]) if parts.hosts else ("localhost", None)
         return URL.create("mysql+pymysql", host=host, port=port, database=parts.database), {}
 
@@ -121,15 +118,13 @@ class MySqlDialect(SqlDatabase):
     def sqlalchemy_url(url: URL, driver: str) -> URL:
         if driver not in ("", "pymysql", "mysqldb"):
             raise ConfigurationError(
-                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// "
-                f"or mysql+pymysql:// URL")
+                f"twopc connects to MySQL/MariaDB with PyMySQL, not {driver}: use a mysql:// or mysql+pymysql:// URL")
         return url.set(drivername="mysql+pymysql")
 
     @staticmethod
     def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Translated:
         from ..sql.options._driver_params import translate_mysql  # as in jdbc_url
-
         return translate_mysql(list(props), flavor == "mariadb", supported)
 
     @staticmethod

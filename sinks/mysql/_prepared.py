@@ -80,7 +80,6 @@ class MySqlPrepared(MySqlDialect):
         finally:
             give_back(conn, broken=broken)
 
-    # -- validation (driver) -------------------------------------------------------------
     def check_server(self, my: PyMySQLConnection) -> None:
         with my.cursor() as cur:
             ok, reason = server.probe_xa(cur, self.target.where(), self.target.redact)
@@ -140,7 +139,6 @@ class MySqlPrepared(MySqlDialect):
     def ensure_own_tables(self, my: PyMySQLConnection) -> None:
         """None: XA keeps no tables besides the marker table."""
 
-    # -- executor side -------------------------------------------------------------------
     def begin(self, txn: SqlTxn[MyColumn]) -> None:
         """``sessionInitStatement`` once per connection, the session settings and isolation level,
         the table's columns, then ``XA START``."""
@@ -180,7 +178,6 @@ class MySqlPrepared(MySqlDialect):
     def load_rows(self, txn: SqlTxn[MyColumn], cols: list[MyColumn], keys: tuple[str, ...],
                    rows: list[dict[str, Any]]) -> None:
         from ._values import check_value  # here: a worker that only commits loads no pyarrow
-
         values = [tuple(check_value(r[k], k, i, self.target.table_label) for k in keys) for i, r in enumerate(rows)]
         self._insert(txn, self._insert_sql(cols), values)
 
@@ -189,7 +186,6 @@ class MySqlPrepared(MySqlDialect):
 
     def load_batch(self, txn: SqlTxn[MyColumn], batch: pa.RecordBatch, plan: str) -> None:
         from ._values import checked_array
-
         arrays = [checked_array(arr, name, self.target.table_label)
                   for name, arr in zip(batch.schema.names, batch.columns, strict=True)]
         size = self.target.options.batch_size
@@ -315,10 +311,8 @@ class MySqlPrepared(MySqlDialect):
         except Exception:
             log.debug("twopc mysql xa: could not roll back %s after a failed prepare", txn.gid, exc_info=True)
 
-    # -- driver side -----------------------------------------------------------------------
     def headroom(self) -> Headroom:
         from twopc.spi import Headroom  # twopc status's: a write's workers never build one
-
         _n, rows = self.target.control_execute("XA RECOVER", fetch=True)
         return Headroom("XA RECOVER", len(rows), None)
 
@@ -358,9 +352,8 @@ class MySqlPrepared(MySqlDialect):
                 return False
             if time.monotonic() > deadline:
                 raise SinkError(
-                    f"XA {verb} {gid}: the transaction is prepared but still attached to a live session "
-                    f"(the task's connection has not ended); nothing changed, retry later or end that "
-                    f"connection (KILL it)")
+                    f"XA {verb} {gid}: the transaction is prepared but still attached to a live session (the task's "
+                    "connection has not ended); nothing changed, retry later or end that connection (KILL it)")
             time.sleep(delay)
             delay = min(delay * 2, 0.25)
 

@@ -1,8 +1,7 @@
-"""MariaDB / MySQL two-phase-commit sink on XA transactions: each task attempt inserts its rows,
-writes a marker row and ``XA PREPARE``\\ s it under a gtrid that is a :class:`twopc.Xid` (bqual
-empty, formatID 1, at most 64 bytes); the driver runs ``XA COMMIT`` from another connection. XA's
-SQL is :class:`~twopc.sinks.mysql._prepared.MySqlPrepared`'s. ``XA RECOVER`` is server-wide: the
-sink id must be unique per server (the default, from the checkpoint location, is).
+"""MariaDB / MySQL two-phase-commit sink on XA transactions: each task attempt inserts its rows, writes a marker row
+and ``XA PREPARE``\\ s it under a gtrid that is a :class:`twopc.Xid` (bqual empty, formatID 1, at most 64 bytes); the
+driver runs ``XA COMMIT`` from another connection. XA's SQL is :class:`~twopc.sinks.mysql._prepared.MySqlPrepared`'s.
+``XA RECOVER`` is server-wide: the sink id must be unique per server (the default, from the checkpoint location, is).
 
 The server needs an InnoDB table, ``INSERT`` on it, ``CREATE`` on its database the first time (or
 :meth:`MySqlPrepared.marker_table_ddl`), and on MySQL 8 ``XA_RECOVER_ADMIN``."""
@@ -39,7 +38,6 @@ class MySqlXaSink(PreparedSqlSink[MyColumn, MySqlXaHandle]):
     dialect_type = MySqlPrepared
     dialect: MySqlPrepared
 
-    # -- XA availability -------------------------------------------------------------------
     @classmethod
     def probe_xa(cls, url: str | URL, *, connect_timeout: int = 10) -> tuple[bool, str]:
         """Whether the server at *url* can run the XA protocol (version, InnoDB with XA, ``XA

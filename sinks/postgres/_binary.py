@@ -233,9 +233,8 @@ def _index_array(size: int, top: int) -> array.array[Any]:
 
 
 def _fixed_rows(group: Sequence[bytes | _Fixed], n: int) -> tuple[pa.Buffer, int]:
-    """The fixed-width parts of *n* rows, interleaved row by row, and the row width: the parts are
-    laid end to end as units of the largest size dividing every part, and one cached ``take`` gathers
-    them row by row."""
+    """The fixed-width parts of *n* rows, interleaved row by row, and the row width: the parts are laid end to end as
+    units of the largest size dividing every part, and one cached ``take`` gathers them row by row."""
     widths = [len(p) if isinstance(p, bytes) else p.width for p in group]
     unit = next(u for u in (8, 4, 2, 1) if all(w % u == 0 for w in widths))
     width = sum(widths)

@@ -49,7 +49,6 @@ def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     return fits(arrow_type, family(col))
 
 
-# -- normalisation -------------------------------------------------------------------
 
 def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Plain Arrow arrays from chunks, dictionaries and views; nested values as their JSON text."""
@@ -71,9 +70,8 @@ def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def assign(name: str, arr: pa.Array, col: PgColumn) -> pa.Array:
-    """*arr* as PostgreSQL's assignment cast would make it for *col* where COPY would not: floats
-    (half to even) and decimals (half away from zero) rounded into an integer column; SinkError on
-    NaN, infinite or out of range."""
+    """*arr* as PostgreSQL's assignment cast would make it for *col* where COPY would not: floats (half to even) and
+    decimals (half away from zero) rounded into an integer column; SinkError on NaN, infinite or out of range."""
     if family(col) is not Family.INT or not (pa.types.is_floating(arr.type) or pa.types.is_decimal(arr.type)):
         return arr
     mode = "half_to_even" if pa.types.is_floating(arr.type) else "half_towards_infinity"
@@ -99,9 +97,8 @@ def check_no_nul(name: str, arr: pa.Array) -> None:
         return
     idx = pc.index(hits, True).as_py()
     raise ConfigurationError(
-        f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which "
-        f"PostgreSQL text cannot store. Remove it before writing, e.g. "
-        f"F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
+        f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which PostgreSQL text "
+        f"cannot store. Remove it before writing, e.g. F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
     )
 
 

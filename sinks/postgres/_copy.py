@@ -71,8 +71,7 @@ class CopyStream:
         return plan_copy(schema, cols, copy_format)
 
     def write_batch(self, batch: pa.RecordBatch, plan: CopyPlan) -> None:
-        """Encode *batch* (columns in ``plan.columns``) into the COPY; the server reports most errors at
-        :meth:`end`."""
+        """Encode *batch* (columns in ``plan.columns``) into the COPY; the server reports most errors at :meth:`end`."""
         copy = self._open(plan.columns, plan.binary)
         arrays = [assign(n, normalize_array(a), c)
                   for n, a, c in zip(batch.schema.names, batch.columns, plan.columns, strict=True)]
@@ -80,7 +79,6 @@ class CopyStream:
             encode = encode_binary
         else:  # text COPY (copy_format csv, or a column without a binary form): its encoder loads then
             from ._csv import encode_csv
-
             encode = encode_csv
         for chunk in encode(arrays, batch.schema.names, plan.columns):
             for i in range(0, len(chunk), _WRITE_BYTES):

@@ -76,7 +76,6 @@ def wrong_dead_letter_types(table: TableName, columns: Sequence[PgColumn]) -> st
 def _reason(exc: BaseException, redact: Callable[[str], str]) -> str:
     if isinstance(exc, psycopg.Error):
         from ._errors import diag  # a refused row's: a load that succeeds maps no error
-
         state, primary = diag(exc)
         where = exc.diag.context.splitlines()[0] if exc.diag.context else ""
         detail = f" ({exc.diag.message_detail})" if exc.diag.message_detail else ""
@@ -89,9 +88,8 @@ SETTLE_BYTES = 16 << 20
 
 
 class CheckedCopy:
-    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module) in
-    *dead_letter*; *fail* maps a driver error and an action to the sink's :class:`SinkError`, *redact*
-    removes secrets from a text."""
+    """A :class:`CopyStream` whose refused rows are named, or dead-lettered (see the module) in *dead_letter*; *fail*
+    maps a driver error and an action to the sink's :class:`SinkError`, *redact* removes secrets from a text."""
 
     def __init__(self, pg: psycopg.Connection[Any], table: TableName, context: TransactionContext, *,
                  dead_letter: TableName | None, fail: Callable[[BaseException, str], SinkError],
@@ -151,7 +149,6 @@ class CheckedCopy:
         self._kept, self._kept_bytes = [], 0
         return self._stream.drop()
 
-    # -- a refused COPY --------------------------------------------------------------------
     def _settle(self, exc: psycopg.Error) -> None:
         kept, self._kept, self._kept_bytes = self._kept, [], 0
         if not is_refused_row(exc) or not kept:

@@ -39,7 +39,6 @@ def _quoted(name: str) -> str:
 def _hosts(hosts: list[str]) -> tuple[str | None, int | None, list[str]]:
     """(host, port, []) of one host; (None, None, ["h:p", ...]) of several; localhost of none."""
     from ..sql.options._jdbc_url import host_port  # reading a URL: the driver's, at planning
-
     if not hosts:
         return "localhost", None, []
     parsed = [host_port(h) for h in hosts]
@@ -88,7 +87,6 @@ class PostgresDialect(SqlDatabase):
         """psycopg's connect arguments: timeouts, TCP keepalive, cursors bounded by ``socketTimeout``,
         and twopc's ``application_name`` unless the URL sets one."""
         from ._deadline import deadline_cursor
-
         args: dict[str, Any] = {"connect_timeout": timeouts.connect, "keepalives": int(timeouts.keepalive),
                                 "cursor_factory": deadline_cursor(timeouts.reply)}
         if "application_name" not in url.query:
@@ -111,10 +109,9 @@ class PostgresDialect(SqlDatabase):
         n, used = conn.exec_driver_sql("SELECT current_setting('max_prepared_transactions')::int, "
                                        "(SELECT count(*) FROM pg_prepared_xacts)").one()
         if n <= 0:
-            return False, ("the server has max_prepared_transactions = 0, so it cannot prepare "
-                           "transactions: set it in postgresql.conf to at least the partitions a batch "
-                           "writes plus retried attempts (e.g. 64) and restart PostgreSQL, for the "
-                           "faster prepared mode")
+            return False, ("the server has max_prepared_transactions = 0, so it cannot prepare transactions: set it "
+                           "in postgresql.conf to at least the partitions a batch writes plus retried attempts (e.g. "
+                           "64) and restart PostgreSQL, for the faster prepared mode")
         return True, f"PostgreSQL PREPARE TRANSACTION, max_prepared_transactions = {n}, {n - used} free now"
 
     @staticmethod
@@ -128,7 +125,6 @@ class PostgresDialect(SqlDatabase):
     @classmethod
     def ensure_schema(cls, run: Run, schema: str, database: str) -> None:
         from ..sql._privileges import denied  # the plan's: workers create no schema
-
         q = _quoted(schema)
         found = run(f"SELECT has_schema_privilege(oid, 'USAGE') FROM pg_namespace "
                     f"WHERE nspname = {sql_literal(schema)}")
@@ -183,7 +179,6 @@ class PostgresDialect(SqlDatabase):
     def translate_params(props: Sequence[DriverParam], base_query: Mapping[str, str | tuple[str, ...]], flavor: str,
                          supported: Sequence[str]) -> Translated:
         from ..sql.options._driver_params import translate_pg  # as in _hosts
-
         return translate_pg(list(props), base_query, supported)
 
     @staticmethod

@@ -57,15 +57,13 @@ class PostgresPrepared(PostgresDialect):
     def __init__(self, target: SqlTarget) -> None:
         self.target = target
 
-    # -- validation (driver) -------------------------------------------------------------
     def check_server(self, pg: psycopg.Connection[Any]) -> None:
         row = pg.execute("SHOW max_prepared_transactions").fetchone()
         if row is None or int(row[0]) <= 0:
             raise TargetConfigurationError(
-                f"PostgreSQL at {self.target.where()} has max_prepared_transactions = "
-                f"{row[0] if row else '?'}, so it cannot prepare transactions and twopc cannot "
-                f"write exactly once. Set max_prepared_transactions (e.g. 64, and at least the "
-                f"number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
+                f"PostgreSQL at {self.target.where()} has max_prepared_transactions = {row[0] if row else '?'}, so it "
+                "cannot prepare transactions and twopc cannot write exactly once. Set max_prepared_transactions (e.g. "
+                "64, and at least the number of concurrent write tasks) in postgresql.conf and restart PostgreSQL")
 
     def table_columns(self, pg: psycopg.Connection[Any], *, validating: bool) -> list[PgColumn]:
         t = self.target
@@ -114,22 +112,19 @@ class PostgresPrepared(PostgresDialect):
                 f"Create the schema or set option markerTable to a table in an existing schema")
         if refused is not None:
             raise TargetConfigurationError(
-                f"cannot create the marker table {marker_table}: permission denied. Create it "
-                f"once as an owner: {'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON "
-                f"{marker_table} TO <user>")
+                f"cannot create the marker table {marker_table}: permission denied. Create it once as an owner: "
+                f"{'; '.join(self.marker_table_ddl())}; GRANT SELECT, INSERT, DELETE ON {marker_table} TO <user>")
 
     def ensure_own_tables(self, pg: psycopg.Connection[Any]) -> None:
         """Check the dead-letter table (``deadLetterTable``), or create it."""
         if (table := self._dead_letter()) is None:
             return
         from ._dead_letter import DEAD_LETTER_COLUMNS, dead_letter_ddl, wrong_dead_letter_types
-
         if (oid := server.table_oid(pg, table)) is None:
             if (refused := _create(pg, [dead_letter_ddl(table)])) is not None:
                 raise TargetConfigurationError(
-                    f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it "
-                    f"once as an owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON "
-                    f"{table.display()} TO <user>")
+                    f"cannot create the dead-letter table {table.display()} ({refused.__name__}): create it once as an "
+                    f"owner: {dead_letter_ddl(table).as_string(None)}; GRANT INSERT ON {table.display()} TO <user>")
             log.info("twopc: created dead-letter table %s", table.display())
             return
         columns = server.table_columns(pg, oid)
@@ -145,7 +140,6 @@ class PostgresPrepared(PostgresDialect):
         name = self.target.options.dead_letter_table
         return None if name is None else parse_table_name(name, self.target.database.name, "deadLetterTable")
 
-    # -- executor side -------------------------------------------------------------------
     def begin(self, txn: SqlTxn[PgColumn]) -> None:
         assert txn.conn is not None
         pg: psycopg.Connection[Any] = txn.conn.driver_connection  # type: ignore[assignment]  # psycopg: the engine's driver
@@ -157,7 +151,6 @@ class PostgresPrepared(PostgresDialect):
             pg.execute(o.session_init_statement)  # user SQL, run as given
         txn.columns = self.table_columns(pg, validating=False)
         from ._dead_letter import CheckedCopy
-
         txn.loader = CheckedCopy(pg, t.table, txn.context, dead_letter=self._dead_letter(),
                                  fail=t.map_error, redact=t.redact)
 
@@ -166,7 +159,6 @@ class PostgresPrepared(PostgresDialect):
         from ..sql._json_values import json_text
         from ..sql._type_rules import Family
         from ._columns import family
-
         if nul := next(((k, i) for k in keys for i, r in enumerate(rows) if isinstance(r[k], str) and "\x00" in r[k]),
                        None):
             raise ConfigurationError(
@@ -178,7 +170,6 @@ class PostgresPrepared(PostgresDialect):
 
     def plan(self, schema: pa.Schema, cols: list[PgColumn]) -> CopyPlan:
         from ._copy import plan_copy
-
         return plan_copy(schema, cols, self.target.options.copy_format)
 
     def load_batch(self, txn: SqlTxn[PgColumn], batch: pa.RecordBatch, plan: CopyPlan) -> None:
@@ -239,7 +230,6 @@ class PostgresPrepared(PostgresDialect):
         except Exception:
             log.debug("twopc postgres: could not roll back %s after a failed prepare", gid, exc_info=True)
 
-    # -- driver side -----------------------------------------------------------------------
     def finish(self, verb: str, gid: str) -> bool:
         try:
             self.target.control_execute(sql.SQL(verb + " PREPARED {}").format(sql.Literal(gid)))
@@ -252,7 +242,6 @@ class PostgresPrepared(PostgresDialect):
     def finish_many(self, verb: str, gids: Sequence[str], *, recovering: bool) -> list[bool]:
         """``<verb> PREPARED`` for every id in pipelines; *recovering*: first ask which are still prepared."""
         from . import _commit_pipeline as pipeline  # the driver's commit: a task prepares and stops
-
         still = None
         if recovering:
             with self.target.mapped("list prepared transactions"):
@@ -277,7 +266,6 @@ class PostgresPrepared(PostgresDialect):
 
     def headroom(self) -> Headroom:
         from twopc.spi import Headroom  # twopc status's: a write's workers never build one
-
         _n, rows = self.target.control_execute(
             "SELECT (SELECT count(*) FROM pg_prepared_xacts), current_setting('max_prepared_transactions')::int",
             fetch=True)

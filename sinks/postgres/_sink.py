@@ -49,7 +49,6 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
     dialect_type = PostgresPrepared
     dialect: PostgresPrepared
 
-    # -- executor side -------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[PgColumn]:
         """Open the attempt's transaction with a prepared-transaction slot claimed before any row.
 
@@ -59,7 +58,6 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         txn, claim = self.begin_with_slot(context, keep_driver_slot=False)
         if txn is None:
             from ._errors import no_free_slot  # a refusal's: a task that has a slot maps no error
-
             raise no_free_slot(self.target.where(), self.target.table_label, context.partition_id, claim.limit,
                                claim.keys)
         return txn
@@ -72,7 +70,6 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         Raises:
             SinkUnavailableError / SinkError: see :meth:`PreparedSqlSink.begin_transaction`."""
         from ._slots import claim_slot  # a task's and a moving driver's: a commit claims no slot
-
         txn = super().begin_transaction(context)
         claim = self._claim(txn, functools.partial(claim_slot, keep_driver_slot=keep_driver_slot))
         if claim.slot is None:
@@ -87,7 +84,6 @@ class PostgresSink(PreparedSqlSink[PgColumn, PostgresHandle]):
         Raises:
             SinkUnavailableError / SinkError: no connection, or no slot in time."""
         from ._slots import wait_for_driver_slot  # as in begin_with_slot
-
         txn = super().begin_transaction(context)
         self._claim(txn, wait_for_driver_slot)
         return txn

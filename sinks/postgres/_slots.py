@@ -1,13 +1,11 @@
-"""Prepared-transaction slots: a write transaction claims one of the server's
-``max_prepared_transactions`` before it loads a row, so a task that would find the server full at
-``PREPARE`` learns it while it can still stage its rows (``twopc-jdbc``'s auto mode) or fail with
-nothing written. A claim is an advisory lock ``(SLOT_CLASS, k)`` taken in the transaction to be
-prepared, which keeps it through ``PREPARE TRANSACTION`` and restarts until it ends. The keys free
-to claim are the limit less the prepared transactions holding no key of this database and the keys
-live transactions hold in other databases, so twopc's writers never over-claim between them (another
-user's ``PREPARE`` in between can still fill the server: then ``PREPARE`` fails). Key 0 is kept for
-the driver of a ``twopc-jdbc`` batch that moves staged rows into one prepared transaction: its tasks
-never claim it, other writes' tasks claim it last."""
+"""Prepared-transaction slots: a write transaction claims one of the server's ``max_prepared_transactions`` before it
+loads a row, so a task that would find the server full at ``PREPARE`` learns it while it can still stage its rows
+(``twopc-jdbc``'s auto mode) or fail with nothing written. A claim is an advisory lock ``(SLOT_CLASS, k)`` taken in
+the transaction to be prepared, which keeps it through ``PREPARE TRANSACTION`` and restarts until it ends. The keys
+free to claim are the limit less the prepared transactions holding no key of this database and the keys live
+transactions hold in other databases, so twopc's writers never over-claim between them (another user's ``PREPARE`` in
+between can still fill the server: then ``PREPARE`` fails). Key 0 is kept for the driver of a ``twopc-jdbc`` batch
+that moves staged rows into one prepared transaction: its tasks never claim it, other writes' tasks claim it last."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """Option ``ackGroup``: which source entries a transaction's rows came from.
 
-Every row carries its stream key and entry id (``ackStreamColumn``/``ackIdColumn``); the
-handle carries the highest id per stream, and the batch's last commit call acknowledges up
-to it (:mod:`._lua`). That is safe: every entry at or below it was written by this
-batch or an earlier committed one, or filtered out by the query.
+Every row carries its stream key and entry id (``ackStreamColumn``/``ackIdColumn``); the handle carries the highest id
+per stream, and the batch's last commit call acknowledges up to it (:mod:`._lua`). That is safe: every entry at or
+below it was written by this batch or an earlier committed one, or filtered out by the query.
 """
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ class AckSpec:
         """None without ``ackGroup``; ConfigurationError for a column option without it."""
         if not group:
             if stream_column or id_column:
-                raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option "
-                                         "ackGroup: set ackGroup (the consumer group twopc-redis-stream reads "
-                                         "with) or drop them")
+                raise ConfigurationError("ackStreamColumn and ackIdColumn name the source columns of option ackGroup: "
+                                         "set ackGroup (the consumer group twopc-redis-stream reads with) or drop them")
             return None
         return cls(group, stream_column or "stream", id_column or "id")
 

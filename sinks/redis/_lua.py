@@ -1,27 +1,24 @@
-"""Server-side code of the Redis sink: Lua loaded as FUNCTION libraries (Redis 7+, kept
-across restarts) or, on older servers, as EVALSHA scripts (re-sent on ``NOSCRIPT``).
+"""Server-side code of the Redis sink: Lua loaded as FUNCTION libraries (Redis 7+, kept across restarts) or, on older
+servers, as EVALSHA scripts (re-sent on ``NOSCRIPT``).
 
-A staging is one LIST of groups, a header ``"<CMD> <n>"`` then ``n`` arguments: check groups
-first, then apply groups (one ``redis.call`` each, at most :data:`MAX_ARGS` arguments: Lua's
-``unpack`` fails above ~8000 values).
+A staging is one LIST of groups, a header ``"<CMD> <n>"`` then ``n`` arguments: check groups first, then apply groups
+(one ``redis.call`` each, at most :data:`MAX_ARGS` arguments: Lua's ``unpack`` fails above ~8000 values).
 
 - ``?T <type> <op> key...``: every key is of Redis type ``<type>`` or missing.
 - ``?I <op> key...`` / ``?H <op> key field...``: every key / hash field is missing or holds
   an integer within +-10^18 (plus a delta within +-10^18 cannot overflow 64 bits).
 
-A commit runs every check before its first write, because a Lua error does not roll back
-writes already done. Transaction ids are opaque strings to every step.
+A commit runs every check before its first write, because a Lua error does not roll back writes already done.
+Transaction ids are opaque strings to every step.
 
-Code loaded under a name never changes: servers keep a library across restarts, and
-processes of two versions would swap each other's code; a change gets a new name
-(``tests/sinks/redis`` pins the digests). ``commit_batch`` lives in :data:`BATCH_LIBRARY_NAME`
-beside ``twopc_redis_v1``, which older processes keep using.
+Code loaded under a name never changes: servers keep a library across restarts, and processes of two versions would
+swap each other's code; a change gets a new name (``tests/sinks/redis`` pins the digests). ``commit_batch`` lives in
+:data:`BATCH_LIBRARY_NAME` beside ``twopc_redis_v1``, which older processes keep using.
 
-Option ``ackGroup``: :data:`ACK_LIBRARY_NAME`'s ``commit_batch_ack`` runs ``commit_batch``'s checks
-and writes, then, in the same atomic call, ``twopc_stream_v2_ack``'s step (without trimming) up
-to the highest entry id per stream: the first danger window (sink committed, entries not
-acknowledged) is closed instead of recovered. Keys: ``txns, prepared, markers, staging_1..n,
-stream_1..m``; arguments: ``batch_id, txn_1..n, group, id_1..m, m``; reply as ``commit_batch``
+Option ``ackGroup``: :data:`ACK_LIBRARY_NAME`'s ``commit_batch_ack`` runs ``commit_batch``'s checks and writes, then,
+in the same atomic call, ``twopc_stream_v2_ack``'s step (without trimming) up to the highest entry id per stream: the
+first danger window (sink committed, entries not acknowledged) is closed instead of recovered. Keys: ``txns, prepared,
+markers, staging_1..n, stream_1..m``; arguments: ``batch_id, txn_1..n, group, id_1..m, m``; reply as ``commit_batch``
 (``FAILED``: nothing applied nor acknowledged).
 """
 
@@ -32,22 +29,9 @@ import hashlib
 from .._redis import stream_lua
 from .._redis.library import build_library
 
-__all__ = [
-    "ACK_LIBRARY_NAME",
-    "BATCH_FUNCTIONS",
-    "BATCH_LIBRARY_NAME",
-    "FUNCTIONS",
-    "LIBRARY_NAME",
-    "MAX_ARGS",
-    "MAX_BATCH_TXNS",
-    "PRELUDE",
-    "ack_library_code",
-    "batch_library_code",
-    "function_name",
-    "library_code",
-    "script_code",
-    "script_sha",
-]
+__all__ = ["ACK_LIBRARY_NAME", "BATCH_FUNCTIONS", "BATCH_LIBRARY_NAME", "FUNCTIONS", "LIBRARY_NAME", "MAX_ARGS",
+           "MAX_BATCH_TXNS", "PRELUDE", "ack_library_code", "batch_library_code", "function_name", "library_code",
+           "script_code", "script_sha"]
 
 #: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
 MAX_ARGS = 1000

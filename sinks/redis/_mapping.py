@@ -17,23 +17,8 @@ from twopc.spi import SchemaMismatchError
 
 from ._templates import Number, Template, escape
 
-__all__ = [
-    "COUNTER_LIMIT",
-    "MAX_TTL_S",
-    "Compiled",
-    "HIncrByOp",
-    "HSetOp",
-    "IncrByOp",
-    "RPushOp",
-    "RedisOp",
-    "SetOp",
-    "XAddOp",
-    "ZAddOp",
-    "check_schema",
-    "compile_mapping",
-    "mapping_json",
-    "parse_mapping",
-]
+__all__ = ["COUNTER_LIMIT", "MAX_TTL_S", "Compiled", "HIncrByOp", "HSetOp", "IncrByOp", "RPushOp", "RedisOp", "SetOp",
+           "XAddOp", "ZAddOp", "check_schema", "compile_mapping", "mapping_json", "parse_mapping"]
 
 #: Largest |counter value| and |delta per transaction| INCRBY/HINCRBY accept (no overflow).
 COUNTER_LIMIT = 10**18
@@ -101,8 +86,7 @@ class _FieldsOp(RedisOp):
 
 @dataclass(frozen=True)
 class HSetOp(_FieldsOp, op="HSET", redis_type="hash"):
-    """``HSET key field value ...`` (last value per field within a transaction; fields as
-    in :class:`XAddOp`)."""
+    """``HSET key field value ...`` (last value per field within a transaction; fields as in :class:`XAddOp`)."""
 
 
 @dataclass(frozen=True)
@@ -268,8 +252,7 @@ def _compile_pairs(op: _FieldsOp, what: str) -> tuple[tuple[Template, Template],
     if fields is not None:
         if not fields:
             raise ConfigurationError(f"{what}: fields is empty")
-        return tuple((Template.compile(f, f"{what} field"), Template.compile(v, f"{what} value"))
-                     for f, v in fields)
+        return tuple((Template.compile(f, f"{what} field"), Template.compile(v, f"{what} value")) for f, v in fields)
     if op.columns is not None:
         if not op.columns:
             raise ConfigurationError(f"{what}: columns is empty")

@@ -48,9 +48,8 @@ class RedisServer:
         if policy.startswith("allkeys-"):
             raise TargetConfigurationError(
                 f"Redis at {self.config.where()} has maxmemory-policy {policy}: it may evict twopc's commit markers "
-                f"and prepared staging, which would turn committed batches into 'lost' ones and lose prepared "
-                f"writes. Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in "
-                f"redis.conf)")
+                "and prepared staging, which would turn committed batches into 'lost' ones and lose prepared writes. "
+                "Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf)")
         aof, fsync = values["appendonly"], values["appendfsync"]
         if aof != "yes":
             raise TargetConfigurationError(
@@ -120,10 +119,9 @@ class RedisServer:
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
-        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls
-        of at most :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError
-        when it was rolled back meanwhile. When the server lost the library, *start_over* removes
-        what got staged and it runs once more."""
+        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls of at most
+        :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError when it was rolled back
+        meanwhile. When the server lost the library, *start_over* removes what got staged and it runs once more."""
         staging = keys.staging(txn_id)
         client = self.config.pooled().client
         self.load()
@@ -165,10 +163,7 @@ class RedisTargetError(SinkError):
 
     def __init__(self, message: str, *, key: str, redis_type: str, op: str, field: str = "") -> None:
         super().__init__(message)
-        self.key = key
-        self.redis_type = redis_type
-        self.op = op
-        self.field = field
+        self.key, self.redis_type, self.op, self.field = key, redis_type, op, field
 
 
 def check_reply(reply: list[str], txn_id: str, step: str) -> None:
@@ -195,6 +190,5 @@ def check_reply(reply: list[str], txn_id: str, step: str) -> None:
     if status == "UNPREPARED":
         raise ProtocolError(f"cannot {step} {txn_id}: it was never prepared (its staging is incomplete)")
     if status == "DAMAGED":
-        raise SinkError(f"cannot {step} {txn_id}: its staging is damaged ({' '.join(reply[1:])}); "
-                        f"nothing was applied")
+        raise SinkError(f"cannot {step} {txn_id}: its staging is damaged ({' '.join(reply[1:])}); nothing was applied")
     raise SinkError(f"cannot {step} {txn_id}: unexpected reply {reply!r}")

@@ -1,7 +1,7 @@
 """The Redis sink: the two-phase-commit protocol on top of the mapping and the library.
 
-How a transaction travels (``T`` is the sink's hash tag, ``P`` = ``T:<sink_id>``, ``<txn>``
-the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
+How a transaction travels (``T`` is the sink's hash tag, ``P`` = ``T:<sink_id>``, ``<txn>`` the transaction id
+``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
 
     executor  pre_commit: ZADD P:txns <batch> <txn>           register (open)
                           FCALL stage -> RPUSH P:staging:<txn>  the writes, in groups
@@ -15,10 +15,9 @@ the transaction id ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``)::
                             ZADD P:committed <batch> <txn>; delete the staging
               abort:      FCALL abort: delete staging, prepared entry and registration
 
-``P:txns`` (live transactions) and ``P:committed`` (markers, never a TTL) are sorted sets scored
-by batch id, so listing needs no SCAN. :meth:`twopc.Xid.parse` also reads the ids
-``{sink}~{batch}~{partition}~{attempt}~{nonce}`` of versions before 0.2 (still committable
-and abortable); the server-side steps treat an id as an opaque string, checked
+``P:txns`` (live transactions) and ``P:committed`` (markers, never a TTL) are sorted sets scored by batch id, so
+listing needs no SCAN. :meth:`twopc.Xid.parse` also reads the ids ``{sink}~{batch}~{partition}~{attempt}~{nonce}`` of
+versions before 0.2 (still committable and abortable); the server-side steps treat an id as an opaque string, checked
 (:meth:`twopc.Xid.checked`) before it reaches Redis.
 """
 
@@ -90,24 +89,16 @@ DEFAULT_CONNECT_TIMEOUT = Duration(10_000)
 
 class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], WriteSetup, BatchCommit, Inspectable,
                 MarkerPurge, NamedTarget):
-    """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping and the options).
+    """Exactly-once Redis writes (see :mod:`twopc.sinks.redis` for the mapping).
 
-    Args:
-        url: ``redis://`` or ``rediss://`` URL; a password in it is moved out of the URL.
-        mapping: the ops (dataclasses) or the JSON mapping text.
-        password: overrides the URL's password.
-        hash_tag: tag of the sink's keys (``{x}`` or ``x``); default ``{twopc:<sink id>}``.
-        require_same_slot: ``"auto"`` (cluster only), ``True`` or ``False``.
-        durability: ``"always"`` or ``"everysec"``.
-        skip_config_check: trust the server's persistence/eviction settings without CONFIG.
-        script_mode: ``"auto"``, ``"function"`` or ``"eval"``.
-        socket_timeout, connect_timeout: seconds, or a :class:`~twopc.sinks._options.Duration`.
-        dead_letter_stream: stream key of the refused rows (:mod:`._dead_letter`).
-        ack: option ``ackGroup`` and its columns (:mod:`._acks`).
+    The arguments are the options of ``format("twopc-redis")`` (the options reference describes each) in snake case:
+    *mapping* as ops or JSON text, a password in *url* moved out of it (*password* overrides it), *hash_tag* ``{x}``
+    or ``x`` (default ``{twopc:<sink id>}``), the timeouts in seconds or a :class:`~twopc.sinks._options.Duration`,
+    and *ack* option ``ackGroup`` with its columns (:mod:`._acks`).
 
-    It raises ConfigurationError for an invalid argument, holds configuration only (pickled to
-    executors; connections are pooled per process), and a method that reaches the server raises
-    SinkError (SinkUnavailableError: unreachable) when it fails.
+    It raises ConfigurationError for an invalid argument, holds configuration only (pickled to executors; connections
+    are pooled per process), and a method that reaches the server raises SinkError (SinkUnavailableError: unreachable)
+    when it fails.
     """
 
     __handle_type__ = RedisHandle
@@ -148,8 +139,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 o.required("url", '.option("url", "redis://host:6379/0")'),
                 o.required("mapping", 'a JSON list of ops: .option("mapping", '
                                       '\'[{"op": "INCRBY", "key": "{{app}}:rows", "by": 1}]\')'),
-                password=o.get("password"),
-                hash_tag=o.text("hashTag"),
+                password=o.get("password"), hash_tag=o.text("hashTag"),
                 require_same_slot=o.text("requireSameSlot", "auto") or "auto",
                 durability=o.text("durability", "always") or "always",
                 skip_config_check=o.boolean("skipConfigCheck", False),
@@ -157,8 +147,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 socket_timeout=o.duration("socketTimeout", DEFAULT_SOCKET_TIMEOUT),
                 connect_timeout=o.duration("connectTimeout", DEFAULT_CONNECT_TIMEOUT),
                 dead_letter_stream=o.get("deadLetterStream"),
-                ack=AckSpec.from_options(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")),
-            )
+                ack=AckSpec.from_options(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")))
 
     @classmethod
     def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
@@ -249,7 +238,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 f"eval mode; upgrade Redis, or drop ackGroup (twopc-redis-stream then acknowledges after the commit)")
         self._server.load()
 
-    # -- executor side ---------------------------------------------------------------------
     def begin_transaction(self, context: TransactionContext) -> RedisTxn:
         """Open a transaction in memory (nothing reaches Redis before :meth:`pre_commit`);
         ConfigurationError for a fixed-slot key template outside the sink's slot."""
@@ -281,9 +269,8 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
              tag_option_set=self._hash_tag is not None)
 
     def pre_commit(self, txn: RedisTxn) -> RedisHandle:
-        """Stage the writes durably and mark the transaction prepared (:meth:`RedisServer.stage`);
-        a staging call is refused once the transaction was rolled back, so a zombie attempt
-        cannot re-create staging.
+        """Stage the writes durably and mark the transaction prepared (:meth:`RedisServer.stage`); a staging call is
+        refused once the transaction was rolled back, so a zombie attempt cannot re-create staging.
 
         Raises:
             RedisTargetError: a target key has the wrong type or a counter a non-integer value.
@@ -319,7 +306,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         except SinkError as exc:
             log.warning("twopc redis: could not roll back %s (recovery will): %s", txn.txn_id, exc)
 
-    # -- driver side ------------------------------------------------------------------------
     def _handle_keys(self, handle: TransactionHandle) -> RedisKeys:
         if not isinstance(handle, RedisHandle):
             raise ProtocolError(f"RedisSink got a {type(handle).__name__}, not a RedisHandle")

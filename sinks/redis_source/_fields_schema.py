@@ -68,8 +68,7 @@ def check_fields_schema(text: str) -> None:
 
 def _problem(text: str) -> str | None:
     toks = _Tokens(text)
-    seen = {c: "a column every row of the source has: read that field from the map column fields"
-            for c in _FIXED}
+    seen = {c: "a column every row of the source has: read that field from the map column fields" for c in _FIXED}
     while True:
         tok = toks.take()
         if tok is None:

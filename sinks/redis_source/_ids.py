@@ -3,12 +3,11 @@
     {"v": 1, "streams": {"<key>": {"id": "<last id included>", "n": <entries read so far>,
                                    "a": <the stream's entry count at id>}, ...}}
 
-A micro-batch reads ``start[key] < id <= end[key]``, ``end.n - start.n`` entries: a replay
-that finds another number reports deleted entries. A stream missing from *start* starts at
-``0-0``; an end id before its start's (with a higher count) follows a stream recreated with
-smaller ids (``failOnDataLoss=false``) and starts over at ``0-0``. The optional ``a`` counts
-as received at ``id`` every entry removed before the query followed the stream, so that
-``entries-added`` tells the entries removed unread (:mod:`._reader`).
+A micro-batch reads ``start[key] < id <= end[key]``, ``end.n - start.n`` entries: a replay that finds another number
+reports deleted entries. A stream missing from *start* starts at ``0-0``; an end id before its start's (with a higher
+count) follows a stream recreated with smaller ids (``failOnDataLoss=false``) and starts over at ``0-0``. The optional
+``a`` counts as received at ``id`` every entry removed before the query followed the stream, so that ``entries-added``
+tells the entries removed unread (:mod:`._reader`).
 """
 
 from __future__ import annotations

@@ -79,23 +79,17 @@ class StreamOptions:
             return cls(
                 client=ClientConfig(url, password if password is not None else url_password,
                                     timeouts[0].seconds, timeouts[1].seconds),
-                streams=tuple(names) if not patterns else (),
-                pattern=patterns[0] if patterns else None,
-                group=o.required("group", '.option("group", "spark-orders")'),
-                starting=starting,
-                max_per_trigger=max_trigger,
-                max_per_partition=o.integer("maxEntriesPerPartition", 10_000, minimum=1),
+                streams=tuple(names) if not patterns else (), pattern=patterns[0] if patterns else None,
+                group=o.required("group", '.option("group", "spark-orders")'), starting=starting,
+                max_per_trigger=max_trigger, max_per_partition=o.integer("maxEntriesPerPartition", 10_000, minimum=1),
                 fail_on_data_loss=o.boolean("failOnDataLoss", True),
-                trim_after_commit=o.boolean("trimAfterCommit", False),
-                fields_schema=fields_schema,
-                create_streams=o.boolean("createStreams", False),
-            )
+                trim_after_commit=o.boolean("trimAfterCommit", False), fields_schema=fields_schema,
+                create_streams=o.boolean("createStreams", False))
 
 
 def check_pyspark() -> None:
     """Raise :class:`~twopc.ConfigurationError` on PySpark < 4.2 (no ``latestOffset(start, limit)``)."""
     import pyspark
-
     major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
     if (major, minor) < (4, 2):
         raise ConfigurationError(f"twopc-redis-stream needs PySpark 4.2 or newer (latestOffset(start, limit) for "

@@ -81,7 +81,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._planned: dict[tuple[str, EntryId, EntryId], tuple[int, tuple[EntryId, ...]]] = {}
         self._warned: set[str] = set()
 
-    # -- offsets ---------------------------------------------------------------------------------
     def _streams(self, known: Offset | None = None) -> list[str]:
         if self.o.pattern is None:
             return list(self.o.streams)
@@ -195,8 +194,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """After planning: report entries removed unread, and the new position (None: not moved)."""
         info = s.info
         assert info is not None
-        present = (s.planned if s.complete else
-                   info.length if info.first is None or info.first > s.lo else None)
+        present = (s.planned if s.complete else info.length if info.first is None or info.first > s.lo else None)
         added = s.added
         where = f"stream {s.stream!r} on {self.server.config.where()}"
         if added is not None and (info.added < added or (present is not None and info.added - added - present < 0)):
@@ -233,7 +231,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._warned.add(message)
             log.warning("twopc-redis-stream (failOnDataLoss=false): %s; %s", message, then)
 
-    # -- planning and reading -------------------------------------------------------------------
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[StreamPartition]:
         """The recorded ranges in pieces of at most ``maxEntriesPerPartition`` (as ``latestOffset``
         planned them, else walked again); SourceError for a range short of entries."""
@@ -274,7 +271,6 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if n != r.count:
             _lost(server, r, n, partition.options.fail_on_data_loss)
 
-    # -- acknowledgement --------------------------------------------------------------------------
     def commit(self, end: dict[str, Any]) -> None:
         """Acknowledge every batch up to *end* to the group; SourceError for a stream deleted meanwhile
         (a Redis failure is retried by the next commit or ``latestOffset``)."""

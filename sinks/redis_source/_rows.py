@@ -47,10 +47,9 @@ def _decimal(v: str) -> Decimal:
 
 
 _BY_TYPE: dict[str, Callable[[str], Any]] = {
-    "string": str, "long": int, "integer": int, "short": int, "byte": int,
-    "double": float, "float": float, "boolean": _bool, "date": dt.date.fromisoformat,
-    "timestamp": _timestamp, "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"),
-    "decimal": _decimal,
+    "string": str, "long": int, "integer": int, "short": int, "byte": int, "double": float, "float": float,
+    "boolean": _bool, "date": dt.date.fromisoformat, "timestamp": _timestamp,
+    "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"), "decimal": _decimal,
 }
 
 
