@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -96,19 +97,11 @@ _ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("READ_UNCOMMITTED", "READ_COMMI
 _SAVE_MODES: dict[str, SaveMode] = {"append": "append", "overwrite": "overwrite", "errorifexists": "errorifexists",
                                     "error": "errorifexists", "default": "errorifexists", "ignore": "ignore"}
 _MAX_CONNECT = Duration(3_600_000)
-#: keyword arguments of the sinks' constructors -> option names
-_KWARG_OPTIONS = {
-    "user": "user", "password": "password", "driver": "driver", "batch_size": "batchsize",
-    "truncate": "truncate", "create_table_options": "createTableOptions",
-    "create_table_column_types": "createTableColumnTypes", "table_comment": "tableComment",
-    "isolation_level": "isolationLevel", "query_timeout": "queryTimeout",
-    "session_init_statement": "sessionInitStatement", "commit_mode": "commitMode",
-    "upsert_keys": "upsertKeys", "save_mode": "saveMode", "marker_table": "markerTable",
-    "twopc_schema": "twopcSchema",
-    "staging_table": "stagingTable", "staging_retention": "stagingRetention",
-    "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout", "dead_letter_table": "deadLetterTable",
-    "copy_format": "copyFormat", "socket_timeout": "socketTimeout", "tcp_keepalive": "tcpKeepAlive",
-}
+_OPTION_NAMES = {n.lower(): n for n in (*SPARK_OPTIONS, *TWOPC_OPTIONS) if n not in ("url", "dbtable", "table")}
+#: keyword arguments of the sinks' constructors -> option names: a keyword without ``_`` is an option (any case)
+_KWARG_OPTIONS = {key: _OPTION_NAMES[key.replace("_", "")]
+                  for key in ("user", "password", *(f.name for f in fields(JdbcOptions)))
+                  if key.replace("_", "") in _OPTION_NAMES}
 
 
 def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect | None) -> JdbcOptions:
@@ -147,7 +140,7 @@ def _parse(r: OptionReader, only: Dialect | None) -> JdbcOptions:
         "lock_timeout": r.duration("lockTimeout", LOCK_TIMEOUT),
         "copy_format": r.choice("copyFormat", ("auto", "binary", "csv"), "auto"),
         "commit_mode": r.choice("commitMode", ("auto", "prepared", "staging"), "auto"),
-        "dead_letter_table": _dead_letter_option(r),
+        "dead_letter_table": r.text("deadLetterTable"),  # stripped; blank is absent
     }
     staging, staging_given = _staging_options(r)
     connect_option = r.text("connectTimeout")
@@ -243,13 +236,6 @@ def _option_text(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(f"`{str(v).replace('`', '``')}`" for v in value)
     return str(value)
-
-
-def _dead_letter_option(r: OptionReader) -> str | None:
-    text = r.text("deadLetterTable")
-    if text is not None and not text.strip():
-        raise ConfigurationError("deadLetterTable is empty: give a table name or leave the option out")
-    return text.strip() if text is not None else None
 
 
 def _table_option(r: OptionReader) -> str:
