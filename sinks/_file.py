@@ -95,12 +95,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> FileSink:
-        """Build the sink from Spark options: ``path`` (or ``save(path)``), nothing else.
-
-        Raises:
-            MissingOptionError: no output folder.
-            ConfigurationError: an unknown option.
-        """
+        """Build the sink from Spark options: ``path`` (or ``save(path)``), nothing else. Raises ``MissingOptionError``:
+        no output folder; ``ConfigurationError``: an unknown option."""
         reader = OptionReader(options, "twopc-file")
         path = reader.text("path")
         reader.refuse_unknown()

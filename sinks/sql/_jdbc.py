@@ -71,12 +71,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> JdbcSink:
-        """Parse Spark's JDBC writer options (and twopc's).
-
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option is invalid or not supported.
-        """
+        """Parse Spark's JDBC writer options (and twopc's). Raises ``MissingOptionError``: ``url`` or ``dbtable`` is
+        missing; ``ConfigurationError``: an option is invalid or not supported."""
         return cls(JdbcOptions.parse(options))
 
     @classmethod
@@ -131,15 +127,11 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return CommitShape.LOCAL_TRANSACTION if staged else CommitShape.PER_HANDLE
 
     def commit_may_be_refused(self) -> str | None:
-        """The staging mode's reason (:meth:`StagingSink.commit_may_be_refused`), ``None`` in the
-        prepared mode. Settles the mode first, so a composite can refuse a staging participant
-        before validation creates anything; a sink asked never lets its prepared-mode tasks
-        stage (a composite decides without :meth:`before_decision`).
-
-        Raises:
-            SinkUnavailableError: the mode is open and the server does not answer.
-            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
-        """
+        """The staging mode's reason (:meth:`StagingSink.commit_may_be_refused`), ``None`` in the prepared mode. Settles
+        the mode first, so a composite can refuse a staging participant before validation creates anything; a sink asked
+        never lets its prepared-mode tasks stage (a composite decides without :meth:`before_decision`). Raises
+        ``SinkUnavailableError``: the mode is open and the server does not answer; ``ConfigurationError``:
+        ``commitMode=prepared`` and the server cannot prepare."""
         self._participant = True
         self.may_stage = False
         self._settle_mode()
@@ -158,13 +150,9 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return self.mode
 
     def validate(self, schema: pa.Schema) -> None:
-        """Settle the commit mode, log it, and validate the target through it.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            TargetConfigurationError / SchemaMismatchError: see the modes' ``validate``.
-            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
-        """
+        """Settle the commit mode, log it, and validate the target through it. Raises ``SinkUnavailableError``: no
+        connection; ``TargetConfigurationError`` / ``SchemaMismatchError``: see the modes' ``validate``;
+        ``ConfigurationError``: ``commitMode=prepared`` and the server cannot prepare."""
         self.schema = self.schema or schema
         mode = self._settle_mode()
         if mode == STAGING and self.options.dead_letter_table is not None:
@@ -232,14 +220,10 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return self._prepared_sink().target_ledger() if self._has_prepared_mode() else None
 
     def begin_transaction(self, context: TransactionContext) -> Any:
-        """Open the attempt's transaction in the settled mode; when no prepared-transaction slot is
-        free, stage the rows instead if :attr:`may_stage`, else fail.
-
-        Raises:
-            ProtocolError: the mode was not settled (``validate`` did not run).
-            SinkUnavailableError: no connection.
-            TargetConfigurationError: no free slot, and the write may not stage.
-        """
+        """Open the attempt's transaction in the settled mode; when no prepared-transaction slot is free, stage the rows
+        instead if :attr:`may_stage`, else fail. Raises ``ProtocolError``: the mode was not settled (``validate`` did
+        not run); ``SinkUnavailableError``: no connection; ``TargetConfigurationError``: no free slot, and the write may
+        not stage."""
         if self.mode == STAGING and (leases := self.target_ledger()) is not None:
             hold_for_prepare(leases, context.sink_id)  # the core API (the prepared mode's writer does it there)
         if not self.may_stage:

@@ -157,14 +157,10 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return self._for(handle).commit(handle)
 
     def before_decision(self, batch_id: int, handles: Sequence[TransactionHandle]) -> Sequence[TransactionHandle]:
-        """A batch mixing prepared and staged attempts: move the staged rows into one more
-        prepared transaction named instead of them, so constraints are checked before the
-        decision. Any other batch: as it is.
-
-        Raises:
-            TransactionLostError: staged rows are missing; nothing is decided.
-            SinkError: the server refused the rows or had no slot within ``lockTimeout``; the batch fails.
-        """
+        """A batch mixing prepared and staged attempts: move the staged rows into one more prepared transaction named
+        instead of them, so constraints are checked before the decision. Any other batch: as it is. Raises
+        ``TransactionLostError``: staged rows are missing; nothing is decided; ``SinkError``: the server refused the
+        rows or had no slot within ``lockTimeout``; the batch fails."""
         staged = [h for h in handles if isinstance(h, StagingHandle)]
         if not staged or len(staged) == len(handles):
             return handles

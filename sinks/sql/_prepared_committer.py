@@ -89,16 +89,10 @@ class PreparedCommitter(Generic[C, H]):
                            what=f"twopc {database.product} {database.id_name}")
 
     def commit(self, handle: H) -> CommitOutcome:
-        """Commit the handle's prepared transaction from the control connection.
-
-        Returns:
-            ``COMMITTED``; ``ALREADY_COMMITTED`` when the id is unknown and its marker row
-            exists; ``LOST`` when neither (rolled back).
-
-        Raises:
-            ProtocolError: the handle's id is malformed.
-            SinkUnavailableError / SinkError: the server failed; a retry answers truthfully.
-        """
+        """Commit the handle's prepared transaction from the control connection: ``COMMITTED``;
+        ``ALREADY_COMMITTED`` when the id is unknown and its marker row exists; ``LOST`` when neither
+        (rolled back). Raises ``ProtocolError``: the handle's id is malformed; ``SinkUnavailableError`` /
+        ``SinkError``: the server failed; a retry answers truthfully."""
         gid = self._checked_gid(handle)
         if self._finish_truthfully("COMMIT", gid):
             return CommitOutcome.COMMITTED
@@ -110,16 +104,10 @@ class PreparedCommitter(Generic[C, H]):
 
     def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit one decided batch's *handles* in round trips that do not grow with their count
-        where the dialect can (:meth:`SqlDialect.finish_many`), then one marker lookup.
-
-        Returns:
-            Per handle, in order: :meth:`commit`'s outcome.
-
-        Raises:
-            ProtocolError: a handle's id is malformed (nothing was sent).
-            SinkUnavailableError / SinkError: the server failed; a retry answers ``ALREADY_COMMITTED``
-                for those committed.
-        """
+        where the dialect can (:meth:`SqlDialect.finish_many`), then one marker lookup; per handle,
+        in order, :meth:`commit`'s outcome. Raises ``ProtocolError``: a handle's id is malformed (nothing
+        was sent); ``SinkUnavailableError`` / ``SinkError``: the server failed; a retry answers
+        ``ALREADY_COMMITTED`` for those committed."""
         gids = [self._checked_gid(h) for h in handles]
         if not gids:
             return []
@@ -131,12 +119,9 @@ class PreparedCommitter(Generic[C, H]):
                 for gid, done in zip(gids, finished, strict=True)]
 
     def abort(self, handle: H) -> None:
-        """Roll back the handle's prepared transaction; an id that is already gone is fine.
-
-        Raises:
-            ProtocolError: the id is malformed, or gone with its marker row (it was committed).
-            SinkError / SinkUnavailableError: the server failed; retry.
-        """
+        """Roll back the handle's prepared transaction; an id that is already gone is fine. Raises ``ProtocolError``:
+        the id is malformed, or gone with its marker row (it was committed); ``SinkError`` / ``SinkUnavailableError``:
+        the server failed; retry."""
         gid = self._checked_gid(handle)
         if self._finish_truthfully("ROLLBACK", gid):
             return

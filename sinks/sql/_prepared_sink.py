@@ -76,12 +76,9 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Self:
-        """Build the sink from Spark writer options (the parser of ``twopc-jdbc``).
-
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option is invalid, unknown, or needs ``twopc-jdbc``.
-        """
+        """Build the sink from Spark writer options (the parser of ``twopc-jdbc``). Raises ``MissingOptionError``:
+        ``url`` or ``dbtable`` is missing; ``ConfigurationError``: an option is invalid, unknown, or needs
+        ``twopc-jdbc``."""
         database = cls.database
         return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=database.format_name,
                                                        dialect=database.name))
@@ -152,16 +149,12 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             f"the table (without it the table is dropped and re-created, as Spark's JDBC writer does)")
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the server and the table before any task writes; create the marker table.
-
-        Raises:
-            SinkUnavailableError: the server cannot be reached or refused the login.
-            TargetConfigurationError: the server cannot prepare, the target cannot take part,
-                privileges on the marker table are missing (the message has the GRANT), or the
-                marker table cannot be created or is not twopc's.
-            SchemaMismatchError: the table is missing, a column is missing or incompatible, or
-                a NOT NULL column without default is absent (every problem is listed).
-        """
+        """Check the server and the table before any task writes; create the marker table. Raises
+        ``SinkUnavailableError``: the server cannot be reached or refused the login; ``TargetConfigurationError``: the
+        server cannot prepare, the target cannot take part, privileges on the marker table are missing (the message has
+        the GRANT), or the marker table cannot be created or is not twopc's; ``SchemaMismatchError``: the table is
+        missing, a column is missing or incompatible, or a NOT NULL column without default is absent (every problem is
+        listed)."""
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
         t = self.target
         conn = t.checkout()

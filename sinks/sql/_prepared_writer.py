@@ -77,12 +77,8 @@ class PreparedWriter(Generic[C, H]):
         return txn
 
     def usable(self, txn: SqlTxn[C]) -> Any:
-        """The DB-API connection of an open, unprepared transaction.
-
-        Raises:
-            ProtocolError: it is prepared already.
-            SinkError: it was rolled back.
-        """
+        """The DB-API connection of an open, unprepared transaction. Raises ``ProtocolError``: it is prepared already;
+        ``SinkError``: it was rolled back."""
         if txn.prepared:
             raise ProtocolError(f"transaction {txn.gid} is already prepared")
         if txn.failed is not None or txn.conn is None:
@@ -90,13 +86,9 @@ class PreparedWriter(Generic[C, H]):
         return txn.conn.driver_connection
 
     def invoke(self, txn: SqlTxn[C], value: dict[str, Any]) -> None:
-        """Buffer one row (a dict of column -> value), sent ``batch_size`` at a time.
-
-        Raises:
-            SchemaMismatchError: a key is not a column of the table.
-            ConfigurationError: a value cannot be stored (e.g. a NUL byte in text).
-            SinkError: the server rejected the rows (the transaction is rolled back).
-        """
+        """Buffer one row (a dict of column -> value), sent ``batch_size`` at a time. Raises ``SchemaMismatchError``: a
+        key is not a column of the table; ``ConfigurationError``: a value cannot be stored (e.g. a NUL byte in text);
+        ``SinkError``: the server rejected the rows (the transaction is rolled back)."""
         self.usable(txn)
         if not isinstance(value, Mapping):
             raise ConfigurationError(f"{type(self).__name__}.invoke takes a dict of column -> value, "
@@ -120,14 +112,10 @@ class PreparedWriter(Generic[C, H]):
                 txn.rows += len(rows)
 
     def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
-        """Load an Arrow batch, without Python objects per row where the dialect can.
-
-        Raises:
-            SchemaMismatchError: a batch column is not in the table or has an incompatible type.
-            ConfigurationError: a value cannot be stored (NUL bytes, NaN on MySQL...).
-            SinkError: the server rejected the data (a streaming dialect may report it at a
-                later call or at :meth:`pre_commit`). Each error rolls the transaction back.
-        """
+        """Load an Arrow batch, without Python objects per row where the dialect can. Raises ``SchemaMismatchError``: a
+        batch column is not in the table or has an incompatible type; ``ConfigurationError``: a value cannot be stored
+        (NUL bytes, NaN on MySQL...); ``SinkError``: the server rejected the data (a streaming dialect may report it at
+        a later call or at :meth:`pre_commit`). Each error rolls the transaction back."""
         self.usable(txn)
         if batch.num_rows == 0:
             return
@@ -145,14 +133,10 @@ class PreparedWriter(Generic[C, H]):
             txn.rows += batch.num_rows
 
     def pre_commit(self, txn: SqlTxn[C]) -> H:
-        """Finish loading, write the marker row, prepare, check the database prepared it, and
-        release the connection.
-
-        Raises:
-            SinkError: the server rejected the rows, the marker or the prepare; nothing is left prepared.
-            SinkUnavailableError: the connection broke (an orphan prepare is rolled back here
-                when possible, else by the next sweep or recovery).
-        """
+        """Finish loading, write the marker row, prepare, check the database prepared it, and release the connection.
+        Raises ``SinkError``: the server rejected the rows, the marker or the prepare; nothing is left prepared;
+        ``SinkUnavailableError``: the connection broke (an orphan prepare is rolled back here when possible, else by the
+        next sweep or recovery)."""
         self.usable(txn)
         if txn.pending:
             self._flush_rows(txn)

@@ -143,11 +143,8 @@ class SqlDatabase:
 
     @staticmethod
     def sqlalchemy_url(url: URL, driver: str) -> URL:
-        """*url* (its driver *driver*) with the driver twopc connects with.
-
-        Raises:
-            ConfigurationError: twopc connects with another driver.
-        """
+        """*url* (its driver *driver*) with the driver twopc connects with. Raises ``ConfigurationError``: twopc
+        connects with another driver."""
         return url
 
     @staticmethod

@@ -193,13 +193,9 @@ class SqlTarget:
         raise err
 
     def run_pooled(self, action: Callable[[Any], R]) -> R:
-        """Call *action* with a pooled autocommit DB-API connection of its own (for work beside
-        the control connection, on another thread).
-
-        Raises:
-            SinkUnavailableError: no connection, or it failed (it is discarded).
-            Exception: other driver errors, as the driver's exceptions.
-        """
+        """Call *action* with a pooled autocommit DB-API connection of its own (for work beside the control connection,
+        on another thread). Raises ``SinkUnavailableError``: no connection, or it failed (it is discarded). Exception:
+        other driver errors, as the driver's exceptions."""
         conn = self.checkout()
         broken = True
         try:

@@ -130,12 +130,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
-        """Stage an Arrow batch: the dialect's bulk loader (PostgreSQL COPY), else multi-row ``INSERT``.
-
-        Raises:
-            ConfigurationError: a string holds a NUL byte.
-            SinkError: the database rejected the rows (the attempt is rolled back).
-        """
+        """Stage an Arrow batch: the dialect's bulk loader (PostgreSQL COPY), else multi-row ``INSERT``. Raises
+        ``ConfigurationError``: a string holds a NUL byte; ``SinkError``: the database rejected the rows (the attempt is
+        rolled back)."""
         if txn.conn is None or txn.prepared:
             raise ProtocolError(f"staging transaction {txn.txn_id} is not open")
         if batch.num_rows == 0:

@@ -75,12 +75,9 @@ class SqlTargetLedger:
             return self.target.control_execute(query, params, fetch=fetch)[1]
 
     def ensure_table(self) -> None:
-        """Create the ledger table when missing and check the user's privileges on it.
-
-        Raises:
-            SinkError: it cannot be created (the message has the DDL to run as an owner).
-            TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
-        """
+        """Create the ledger table when missing and check the user's privileges on it. Raises ``SinkError``: it cannot
+        be created (the message has the DDL to run as an owner); ``TargetConfigurationError``: a privilege on it is
+        missing (the message has the GRANT)."""
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
         ddl = self.target.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.target.options.twopc_schema) is not None:
@@ -156,13 +153,10 @@ class SqlTargetLedger:
                 "session_sql": self.target.database.session_id_sql}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
-        """Ask the driver's agent to take *sink_id*'s lease, checking the ledger table meanwhile;
-        with *keep* (streaming), a lease this driver already holds is returned as it is.
-
-        Raises:
-            ConcurrentWriterError: another writer holds the lease of *sink_id*.
-            SinkError / SinkUnavailableError: the server failed, or the agent did not start.
-        """
+        """Ask the driver's agent to take *sink_id*'s lease, checking the ledger table meanwhile; with *keep*
+        (streaming), a lease this driver already holds is returned as it is. Raises ``ConcurrentWriterError``: another
+        writer holds the lease of *sink_id*; ``SinkError`` / ``SinkUnavailableError``: the server failed, or the agent
+        did not start."""
         from twopc.spi.lease import DriverAgent, ask_agent  # see _record
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:

@@ -113,15 +113,10 @@ class JdbcOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, format_name: str = JDBC_FORMAT,
               dialect: Dialect | None = None) -> JdbcOptions:
-        """Parse the writer options of *format_name* (keys case-insensitive; *dialect*: the only
-        database the format writes to). No server is contacted; parameters that only tune a
-        Java JDBC driver are logged at INFO on ``twopc.sinks.sql``.
-
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option or URL parameter is invalid, read-only, unsupported
-                or unknown (named, never with the password).
-        """
+        """Parse the writer options of *format_name* (keys case-insensitive; *dialect*: the only database the format
+        writes to). No server is contacted; parameters that only tune a Java JDBC driver are logged at INFO on
+        ``twopc.sinks.sql``. Raises ``MissingOptionError``: ``url`` or ``dbtable`` is missing; ``ConfigurationError``:
+        an option or URL parameter is invalid, read-only, unsupported or unknown (named, never with the password)."""
         from ._jdbc_options import parse_options  # the reader: the driver's, at planning
         return parse_options(options, format_name, dialect)
 
