@@ -259,8 +259,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
                 s.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {**self.__dict__, "_prepared": None, "_staging": None, "_tables": None, "_moves": {},
-                 "_cleared": set()}
+        state = {**self.__dict__, "_prepared": None, "_staging": None, "_tables": None, "_moves": {}, "_cleared": set()}
         if self._schema is not None:
             # IPC bytes, read on first use: a worker that only commits never loads pyarrow (~0.15 s)
             state["_schema"], state["_schema_ipc"] = None, self._schema.serialize().to_pybytes()

@@ -258,8 +258,7 @@ class SqlDatabase:
     #: a driver error as a credential-free :class:`SinkError` (action; table, marker_table, lock_timeout, where, redact)
     map_error: ClassVar[Callable[..., SinkError]]
     #: a driver error about a value that does not fit its column as a :class:`SinkError`, else ``None``
-    value_error: ClassVar[Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]] = \
-        _no_value_error
+    value_error: ClassVar[Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]] = _no_value_error
     #: whether an Arrow type fits a :meth:`catalog_columns` column; ``None``: the shared type rules
     compatible: ClassVar[Callable[[pa.DataType, Any], bool] | None] = None
 

@@ -104,8 +104,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         ``ConfigurationError``: overwrite together with ``saveMode`` errorifexists/ignore."""
         if overwrite:
             if self.mode in ("errorifexists", "ignore"):
-                raise ConfigurationError(
-                    f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
+                raise ConfigurationError(f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
             self.mode = "overwrite"
         self.schema = schema
         self.streaming = streaming

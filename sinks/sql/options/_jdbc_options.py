@@ -111,8 +111,7 @@ def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect
 
 def kwargs_options(url: str | URL, table: str, kwargs: Mapping[str, Any]) -> dict[str, str]:
     """:meth:`JdbcOptions.from_kwargs`'s options."""
-    options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url,
-               "dbtable": table}
+    options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url, "dbtable": table}
     for key, value in kwargs.items():
         name = _KWARG_OPTIONS.get(key)
         if name is None:
@@ -212,8 +211,7 @@ def _check_combinations(o: JdbcOptions, staging_given: list[str]) -> None:
         raise ConfigurationError(
             f"copyFormat={o.copy_format} applies only to PostgreSQL (COPY); this URL is {o.dialect}: "
             f"remove the option")
-    if o.dead_letter_table is not None and (not dialect.dead_letters or o.commit_mode == "staging"
-                                            or staging_given):
+    if o.dead_letter_table is not None and (not dialect.dead_letters or o.commit_mode == "staging" or staging_given):
         raise ConfigurationError(
             "deadLetterTable is supported on PostgreSQL in the prepared commit mode only (twopc-postgres, or "
             "twopc-jdbc appending to a PostgreSQL table); this write is "
@@ -247,8 +245,7 @@ def _table_option(r: OptionReader) -> str:
     if not text:
         raise r.missing("dbtable", '.option("dbtable", "public.events")', aliases=("table",))
     if text.startswith("("):
-        raise ConfigurationError(
-            f"dbtable {text!r} is a subquery, which can only be read; a write needs a table name")
+        raise ConfigurationError(f"dbtable {text!r} is a subquery, which can only be read; a write needs a table name")
     return text
 
 
