@@ -6,11 +6,10 @@ Each task attempt writes one Parquet file, whose place is its transaction's stat
     <path>/_twopc/prepared/<txn>.parquet   prepared: complete and fsynced (invisible)
     <path>/<txn>.parquet                   committed: visible to readers
 
-``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id.
-Every step is an atomic ``rename`` followed by an fsync of the folder, so a crash leaves each
-file whole in exactly one place; readers ignore names starting with ``_``. ``<txn>`` is the
-:class:`twopc.Xid`'s path form, so prepared files of attempts that never reached the driver
-can be found. The path must be one filesystem every executor sees at the same path.
+``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id. Every step is an atomic
+``rename`` followed by an fsync of the folder, so a crash leaves each file whole in exactly one place; readers ignore
+names starting with ``_``. ``<txn>`` is the :class:`twopc.Xid`'s path form, so prepared files of attempts that never
+reached the driver can be found. The path must be one filesystem every executor sees at the same path.
 """
 
 from __future__ import annotations

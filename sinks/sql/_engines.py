@@ -63,9 +63,8 @@ _ENGINES = EngineCache()
 
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
-    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*; with *autocommit*
-    in ``AUTOCOMMIT`` mode. Raises ``ConfigurationError``: the dialect refuses the URL, or its driver is not
-    installed."""
+    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*; with *autocommit* in
+    ``AUTOCOMMIT`` mode. Raises ``ConfigurationError``: the dialect refuses the URL, or its driver is not installed."""
 
     def make() -> Engine:
         backend = url.get_backend_name()

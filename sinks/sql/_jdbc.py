@@ -55,9 +55,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     Args:
         options: parsed options (:meth:`from_options` parses Spark's).
 
-    :meth:`configure_write` or :meth:`validate` settles the commit mode, which travels to the
-    executors with the pickled sink; handles say which mode made them
-    (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`).
+    :meth:`configure_write` or :meth:`validate` settles the commit mode, which travels to the executors with the pickled
+    sink; handles say which mode made them (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`).
     """
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)

@@ -1,10 +1,9 @@
-"""The two commit modes of one ``twopc-jdbc`` write side by side (:class:`TwoModeSink`, the base
-of :class:`~twopc.sinks.JdbcSink`). One write's transactions and handles are not all of the mode
-settled at plan time: a PostgreSQL task without a free prepared-transaction slot stages; a
-streaming query's micro-batches may settle different modes; recovery reads handles of earlier
-writes. So each call that takes a transaction or handle goes to the sink of its kind: a
-:class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a :class:`~twopc.sinks._handles.PreparedSqlHandle`
-to the prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`."""
+"""The two commit modes of one ``twopc-jdbc`` write side by side (:class:`TwoModeSink`, the base of
+:class:`~twopc.sinks.JdbcSink`). One write's transactions and handles are not all of the mode settled at plan time: a
+PostgreSQL task without a free prepared-transaction slot stages; a streaming query's micro-batches may settle different
+modes; recovery reads handles of earlier writes. So each call that takes a transaction or handle goes to the sink of its
+kind: a :class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a :class:`~twopc.sinks._handles.PreparedSqlHandle` to the
+prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`."""
 
 from __future__ import annotations
 

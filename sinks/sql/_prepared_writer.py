@@ -53,8 +53,7 @@ class PreparedWriter(Generic[C, H]):
         return context.xid().fitting(self.target.database.max_id_bytes, self.target.database.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
-        """Check out a connection, start the write transaction with the session settings and read
-        the table's columns.
+        """Check out a connection, start the write transaction with the session settings and read the table's columns.
 
         Raises:
             SinkUnavailableError: no connection.

@@ -23,12 +23,9 @@ __all__ = ["recreate_losses"]
 
 def recreate_losses(conn: Connection, table: TableName, schema: pa.Schema, *, overrides: Mapping[str, str],
                     keys: Sequence[str], comment: str) -> list[str]:
-    """What *table* has that a ``CREATE TABLE`` from *schema* (with *overrides*, a key on *keys*,
-    *comment*) will not give back, as short phrases (``"primary key (id)"``, ``"comment"``...).
-
-    Raises:
-        SQLAlchemyError: the catalog could not be read.
-    """
+    """What *table* has that a ``CREATE TABLE`` from *schema* (with *overrides*, a key on *keys*, *comment*) will not
+    give back, as short phrases (``"primary key (id)"``, ``"comment"``...). Raises ``SQLAlchemyError``: the catalog
+    could not be read."""
     insp = sa.inspect(conn)
     name, sch = table.name, table.schema
     fields = {f.name.lower(): f for f in schema}

@@ -68,10 +68,9 @@ class _NoDriverError(Exception):
 
 
 class SqlDatabase:
-    """One database as the shared SQL layer sees it, as class attributes and static methods
-    (the class is the dialect object). This base is SQLAlchemy's generic behaviour without
-    prepared transactions; a database's folder subclasses it without importing its driver
-    (:class:`DriverBound`), and a database that prepares subclasses that again with its
+    """One database as the shared SQL layer sees it, as class attributes and static methods (the class is the dialect
+    object). This base is SQLAlchemy's generic behaviour without prepared transactions; a database's folder subclasses
+    it without importing its driver (:class:`DriverBound`), and a database that prepares subclasses that again with its
     :class:`~twopc.sinks.sql._sql_dialect.SqlDialect`."""
 
     #: the dialect's name (in target identities)
@@ -333,10 +332,9 @@ GROUP = "twopc.sql_dialects"
 
 @functools.cache
 def dialect_for(name: str) -> type[SqlDatabase]:
-    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or dialect name,
-    any case) as an entry point of :data:`GROUP`, loading only that folder; the generic :class:`SqlDatabase`
-    when none claims it. Raises ``ConfigurationError``: the folder's driver is not installed (says which
-    extra to install)."""
+    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or dialect name, any case)
+    as an entry point of :data:`GROUP`, loading only that folder; the generic :class:`SqlDatabase` when none claims it.
+    Raises ``ConfigurationError``: the folder's driver is not installed (says which extra to install)."""
     claim = _claims().get(name.lower())
     return SqlDatabase if claim is None else cast(type[SqlDatabase], claim.load())
 

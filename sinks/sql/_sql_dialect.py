@@ -1,7 +1,6 @@
-"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol,
-called by the writer and the committer; it calls back into the writer only through
-:class:`TxnControl`, for the failure rules around ``PREPARE``. :class:`SqlTxn` is the open
-transaction of one task attempt that they pass around."""
+"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol, called by the writer
+and the committer; it calls back into the writer only through :class:`TxnControl`, for the failure rules around
+``PREPARE``. :class:`SqlTxn` is the open transaction of one task attempt that they pass around."""
 
 from __future__ import annotations
 

@@ -169,9 +169,8 @@ class SqlTarget:
             raise self.map_error(exc, action) from None
 
     def control_run(self, action: Callable[[Any], R]) -> R:
-        """Call the idempotent *action* with the control DB-API connection (autocommit), once more
-        on a new connection when it was dead. Connection failures become
-        :class:`SinkUnavailableError`; other driver errors propagate."""
+        """Call the idempotent *action* with the control DB-API connection (autocommit), once more on a new connection
+        when it was dead. Connection failures become :class:`SinkUnavailableError`; other driver errors propagate."""
         err: SinkUnavailableError | None = None
         for attempt in (1, 2):
             reused = self._control is not None

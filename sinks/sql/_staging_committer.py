@@ -142,10 +142,9 @@ class StagingCommitter(StagingDdl):
             self.delete_staged_rows(conn, ids)
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
-        """Empty the staging table with ``TRUNCATE`` in the commit transaction when it provably
-        holds only *ids*' rows; whether it did. ``TRUNCATE`` avoids ``DELETE``'s WAL and dead
-        rows; ``LOCK ... NOWAIT`` succeeds only when no other transaction (a staging task) holds
-        the table, else the savepoint is rolled back and the caller deletes."""
+        """Empty the staging table with ``TRUNCATE`` in the commit transaction when it provably holds only *ids*' rows;
+        whether it did. ``TRUNCATE`` avoids ``DELETE``'s WAL and dead rows; ``LOCK ... NOWAIT`` succeeds only when no
+        other transaction (a staging task) holds the table, else the savepoint is rolled back and the caller deletes."""
         if not self.dialect.truncates_in_transaction:
             return False
         # only a statement snapshot taken after the lock sees every row committed before it

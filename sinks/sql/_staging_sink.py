@@ -1,11 +1,10 @@
-"""Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
-transactions. Each task attempt commits its rows, tagged with its transaction id, into a
-staging table: its *prepare*. The driver's commit runs ONE local transaction that checks the
-batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attempt's staged row
-count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows
-and inserts the batch marker. Staged rows of attempts not chosen are deleted by
-:meth:`StagingSink.abort`; those of dead writes without a checkpoint by a later write
-(``stagingRetention``), which is always safe: a commit missing rows writes nothing."""
+"""Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with transactions. Each task attempt
+commits its rows, tagged with its transaction id, into a staging table: its *prepare*. The driver's commit runs ONE
+local transaction that checks the batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attempt's
+staged row count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows and inserts
+the batch marker. Staged rows of attempts not chosen are deleted by :meth:`StagingSink.abort`; those of dead writes
+without a checkpoint by a later write (``stagingRetention``), which is always safe: a commit missing rows writes
+nothing."""
 
 from __future__ import annotations
 

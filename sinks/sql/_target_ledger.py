@@ -116,8 +116,7 @@ class SqlTargetLedger:
 
     def _record(self, sink_id: str) -> Path:
         """Where this machine notes the lease a streaming query keeps across its plans (``<temp
-        dir>/twopc-leases-<uid>/<hash>.json``). Raises ``ConfigurationError``: the folder is not this user's
-        alone."""
+        dir>/twopc-leases-<uid>/<hash>.json``). Raises ``ConfigurationError``: the folder is not this user's alone."""
         # loaded where leases are taken and let go: a task's worker never loads the agent
         from twopc.spi.lease import private_dir
         folder = private_dir(LEASE_RECORDS)

@@ -43,8 +43,7 @@ class DriverParam(NamedTuple):
 
 
 class Translated(NamedTuple):
-    """The Python driver's URL query parameters, and the waits among the JDBC parameters
-    (``None``: not given)."""
+    """The Python driver's URL query parameters, and the waits among the JDBC parameters (``None``: not given)."""
 
     query: dict[str, str | tuple[str, ...]]
     connect_timeout: int | None

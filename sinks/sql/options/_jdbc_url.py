@@ -1,8 +1,7 @@
-"""One URL translator for every SQL format: :func:`translate_url` reads a JDBC URL or a
-SQLAlchemy URL (any backend) and gives the SQLAlchemy URL of the Python driver twopc connects
-with, credentials set and driver parameters translated
-(:mod:`twopc.sinks.sql.options._driver_params`). Credentials in a URL's query string move into
-its user info, so that :func:`~twopc.sinks.sql.options.safe_url` hides them."""
+"""One URL translator for every SQL format: :func:`translate_url` reads a JDBC URL or a SQLAlchemy URL (any backend) and
+gives the SQLAlchemy URL of the Python driver twopc connects with, credentials set and driver parameters translated
+(:mod:`twopc.sinks.sql.options._driver_params`). Credentials in a URL's query string move into its user info, so that
+:func:`~twopc.sinks.sql.options.safe_url` hides them."""
 
 from __future__ import annotations
 
@@ -58,14 +57,10 @@ class JdbcParts(NamedTuple):
 
 def translate_url(raw: str, *, user: str | None = None, password: str | None = None,
                   properties: Sequence[tuple[str, str]] = (), supported: Sequence[str] = ()) -> SqlUrl:
-    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options, *properties*)
-    into a SQLAlchemy URL for the Python driver, *user* and *password* overriding the URL's;
-    *supported* (the format's options) feeds the message about an unknown one. No server is contacted.
-
-    Raises:
-        ConfigurationError: the URL is malformed or unsupported, or a parameter is unknown,
-            refused, or given twice differently (never with the password).
-    """
+    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options, *properties*) into a SQLAlchemy URL
+    for the Python driver, *user* and *password* overriding the URL's; *supported* (the format's options) feeds the
+    message about an unknown one. No server is contacted. Raises ``ConfigurationError``: the URL is malformed or
+    unsupported, or a parameter is unknown, refused, or given twice differently (never with the password)."""
     props: dict[str, DriverParam] = {}
     base_query: dict[str, str | tuple[str, ...]] = {}
 
