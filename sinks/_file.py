@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["FileDataSource", "FileHandle", "FileSink"]
 
 _SUFFIX = ".parquet"
+_FOLDER_HELP = {"needs": 'the file sink (option "path")',
+                "fix": 'give option "path" the path of a folder (new, or one twopc-file wrote)'}
 
 
 @dataclass(frozen=True)
@@ -115,8 +117,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         folder = self._dir("owners")
         record = os.path.join(folder, validate_sink_id(sink_id))
         try:
-            make_folder(folder, TargetConfigurationError, needs='the file sink (option "path")',
-                        fix='give option "path" the path of a folder (new, or one twopc-file wrote)')
+            make_folder(folder, TargetConfigurationError, **_FOLDER_HELP)
             if not os.path.exists(record):
                 tmp = f"{record}.{os.getpid()}.tmp"
                 with open(tmp, "w", encoding="utf-8") as f:
@@ -150,8 +151,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         ``TargetConfigurationError``: a file stands where a folder must be, or it cannot be created."""
         for state in ("staging", "prepared"):
             try:
-                make_folder(self._dir(state), TargetConfigurationError, needs='the file sink (option "path")',
-                            fix='give option "path" the path of a folder (new, or one twopc-file wrote)')
+                make_folder(self._dir(state), TargetConfigurationError, **_FOLDER_HELP)
             except OSError as exc:
                 raise TargetConfigurationError(
                     f'cannot create the folder {self._dir(state)} of option "path": {exc.strerror or exc}: give '

@@ -13,12 +13,8 @@ __all__ = ["HttpHandle", "MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle",
 
 @dataclass(frozen=True)
 class PreparedSqlHandle(TransactionHandle):
-    """A prepared SQL transaction; ``txn_id`` is its GID or XA gtrid.
-
-    Attributes:
-        table: the target table (for reports).
-        rows: rows written, ``-1`` when unknown (handles rebuilt by ``list_prepared``).
-    """
+    """A prepared SQL transaction; ``txn_id`` is its GID or XA gtrid, *table* the target table (for reports), *rows*
+    the rows written (``-1`` when unknown: handles rebuilt by ``list_prepared``)."""
 
     table: str = ""
     rows: int = -1
@@ -84,12 +80,8 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
 
 @dataclass(frozen=True)
 class HttpHandle(TransactionHandle, kind="twopc.http", version=1):
-    """A task attempt's outbox of ``twopc-http``: ``txn_id`` names it (its path form).
-
-    Attributes:
-        outbox: the outbox folder (local or ``s3://``) holding ``<txn_id>.jsonl``.
-        requests: its requests, ``-1`` when unknown.
-    """
+    """A task attempt's outbox of ``twopc-http``: ``txn_id`` names it (its path form), *outbox* is the folder (local
+    or ``s3://``) holding ``<txn_id>.jsonl``, *requests* its requests (``-1`` when unknown)."""
 
     outbox: str = ""
     requests: int = -1

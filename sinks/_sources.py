@@ -24,13 +24,8 @@ __all__ = ["HttpDataSource", "JdbcDataSource", "PostgresDataSource", "RedisDataS
 
 @dataclass(frozen=True)
 class _SinkClass:
-    """A data source's ``sink_class``, imported from *module* when first read.
-
-    Attributes:
-        module: the module that defines the sink class.
-        name: the class's name there.
-        session_options: the class's ``session_options``, so :func:`twopc.register` need not import it.
-    """
+    """A data source's ``sink_class``: class *name* of *module*, imported when first read; its ``session_options``
+    are given here, so :func:`twopc.register` need not import it."""
 
     module: str
     name: str

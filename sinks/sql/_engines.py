@@ -23,8 +23,7 @@ from .options import NetTimeouts
 
 __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
 
-#: application_name / client program name the servers show for twopc's sessions
-APPLICATION_NAME = "twopc"
+APPLICATION_NAME = "twopc"  #: application_name / client program name the servers show for twopc's sessions
 #: a pooled connection given back to the pool this many seconds ago or longer is pinged before use
 PING_AFTER_IDLE_S = 0.5
 #: the key of ``ConnectionPoolEntry.info`` holding when the connection was given back (a new one has none)

@@ -1,18 +1,12 @@
-"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer, with two commit
-modes, logged with the reason (the manual's twopc-jdbc page describes both):
-
-``prepared``
-    each task attempt loads its rows in a transaction it prepares
-    (:class:`~twopc.sinks.sql.PreparedSqlSink`), committed by the driver after its decision;
-    appends to an existing table on a server that can prepare.
-``staging``
-    each task attempt commits its rows into a staging table, which the driver moves into the
-    table in ONE local transaction (:class:`~twopc.sinks.StagingSink`); any database.
-
-``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server allow it.
-On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in ``auto`` mode
-one that finds none stages its rows, which the driver moves into one more prepared transaction
-before its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails."""
+"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer with two commit modes (the manual's
+twopc-jdbc page describes both), logged with the reason: ``prepared``, where each task attempt loads its rows in a
+transaction it prepares (:class:`~twopc.sinks.sql.PreparedSqlSink`), committed by the driver after its decision, for
+appends to an existing table on a server that can prepare; and ``staging``, where each task attempt commits its rows
+into a staging table, which the driver moves into the table in ONE local transaction
+(:class:`~twopc.sinks.StagingSink`), on any database. ``commitMode=auto`` (the default) chooses ``prepared`` when
+the write and the server allow it. On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in
+``auto`` mode one that finds none stages its rows, which the driver moves into one more prepared transaction before
+its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails."""
 
 from __future__ import annotations
 

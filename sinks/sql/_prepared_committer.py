@@ -74,14 +74,10 @@ class PreparedCommitter(Generic[C, H]):
     """Finish prepared transactions from any process that has the handles (the driver side of
     :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which sets the attributes below)."""
 
-    #: the database, its control connection and error mapping
-    target: SqlTarget
-    #: the database's SQL
-    dialect: SqlDialect[C]
-    #: the handle class :meth:`list_prepared` makes
-    __handle_type__: ClassVar[type[Any]]
-    #: the marker rows, which tell a replayed commit from a lost transaction
-    markers: MarkerTable
+    target: SqlTarget  #: the database, its control connection and error mapping
+    dialect: SqlDialect[C]  #: the database's SQL
+    __handle_type__: ClassVar[type[Any]]  #: the handle class :meth:`list_prepared` makes
+    markers: MarkerTable  #: the marker rows, which tell a replayed commit from a lost transaction
 
     def _checked_gid(self, handle: TransactionHandle) -> str:
         database = self.target.database

@@ -57,8 +57,7 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
     instance holds only configuration; connections come from a per-process pool.
     """
 
-    #: what the parts need to know about the database
-    database: ClassVar[type[SqlDatabase]]
+    database: ClassVar[type[SqlDatabase]]  #: what the parts need to know about the database
     #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     __handle_type__: ClassVar[type[Any]]
     #: the database's :class:`~twopc.sinks.sql._sql_dialect.SqlDialect`, made from the target

@@ -38,14 +38,10 @@ class PreparedWriter(Generic[C, H]):
     :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which sets the attributes below);
     also the :class:`~twopc.sinks.sql._sql_dialect.TxnControl` the dialect's ``prepare`` gets."""
 
-    #: the database, its connections and error mapping
-    target: SqlTarget
-    #: the database's SQL
-    dialect: SqlDialect[C]
-    #: the handle class :meth:`pre_commit` makes
-    __handle_type__: ClassVar[type[Any]]
-    #: the transactions begun and not yet prepared or rolled back (never pickled)
-    _open: weakref.WeakSet[SqlTxn[C]]
+    target: SqlTarget  #: the database, its connections and error mapping
+    dialect: SqlDialect[C]  #: the database's SQL
+    __handle_type__: ClassVar[type[Any]]  #: the handle class :meth:`pre_commit` makes
+    _open: weakref.WeakSet[SqlTxn[C]]  #: the transactions begun and not yet prepared or rolled back (never pickled)
 
     def make_gid(self, context: TransactionContext) -> str:
         """A new transaction id for *context*, within the database's limit. Raises ``ConfigurationError``: the sink
@@ -54,13 +50,9 @@ class PreparedWriter(Generic[C, H]):
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
         """Check out a connection, start the write transaction with the session settings and read the table's columns.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            SchemaMismatchError: the table no longer exists.
-            ConfigurationError: the sink id cannot make a transaction id here.
-            SinkError: the server refused a statement (e.g. the session init statement).
-        """
+        Raises ``SinkUnavailableError``: no connection; ``SchemaMismatchError``: the table no longer exists;
+        ``ConfigurationError``: the sink id cannot make a transaction id here; ``SinkError``: the server refused a
+        statement (e.g. the session init statement)."""
         gid = self.make_gid(context)
         hold_for_prepare(SqlTargetLedger(self.target), context.sink_id)  # the core API: see hold_for_prepare
         txn: SqlTxn[C] = SqlTxn(context, gid, self.target.checkout())

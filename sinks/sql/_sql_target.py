@@ -50,15 +50,9 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
 
 
 class SqlTarget:
-    """A prepared SQL sink's handle on its target database (pickles without its control connection).
-
-    Attributes:
-        table: the table rows are appended to.
-        marker: the marker table (in ``twopcSchema`` when it is set).
-        table_label: *table* as a display name for messages (quoted where needed).
-        marker_label: *marker* as a display name for messages.
-        quote: *database*'s quoting of an identifier for a statement sent with ``%s`` parameters.
-    """
+    """A prepared SQL sink's handle on its target database (pickles without its control connection): the *table*
+    rows are appended to, the *marker* table (in ``twopcSchema`` when set), their display names for messages
+    (*table_label*, *marker_label*) and *quote*, the database's quoting for statements sent with ``%s`` parameters."""
 
     def __init__(self, options: JdbcOptions, database: type[SqlDatabase]) -> None:
         self.options = options

@@ -29,8 +29,7 @@ from ._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 
-#: The ledger table's name (in ``twopcSchema``, else in the marker table's schema).
-LEDGER_TABLE = "twopc_ledger"
+LEDGER_TABLE = "twopc_ledger"  #: The ledger table's name (in ``twopcSchema``, else in the marker table's schema).
 #: The name (before ``-<uid>``) of this user's folder of kept leases' records in the temp dir.
 LEASE_RECORDS = "twopc-leases"
 _REPLY_GRACE = 5.0  # beyond the agent's own bound for a lease, before its silence counts as no answer

@@ -34,8 +34,7 @@ IsolationLevel: TypeAlias = Literal["READ_UNCOMMITTED", "READ_COMMITTED", "REPEA
 _NO_LIMIT = Duration(0)
 LOCK_TIMEOUT = Duration(30_000)
 CONNECT_TIMEOUT = Duration(10_000)
-#: The default socket timeout.
-SOCKET_TIMEOUT = Duration(60_000)
+SOCKET_TIMEOUT = Duration(60_000)  #: The default socket timeout.
 #: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
 STAGING_RETENTION = Duration(86_400_000)
 

@@ -1,18 +1,12 @@
-"""JDBC driver parameters, translated to the Python drivers' own.
-
-A parameter in a JDBC URL's query string, or a writer option the format does not know (Spark
-hands those to the JDBC driver), is translated to the Python driver's equivalent
-(:data:`PG_PARAMETERS`, :data:`MYSQL_PARAMETERS`, :data:`SQLITE_PARAMETERS`), logged at INFO
-when it only tunes the Java driver (``*_JAVA_ONLY``), and refused otherwise: never dropped silently.
-
-Differences from the Java drivers, on purpose:
-
-- PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's meaning).
-- MySQL: PyMySQL has no opportunistic TLS, so ``useSSL=true`` or ``sslMode=PREFERRED``
-  *requires* TLS (without certificate check); ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA
-  as a PEM file (``serverSslCert``).
-- A connect or socket timeout of 0 ("wait forever") is not supported: twopc's options
-  (``connectTimeout``, ``socketTimeout``, ``tcpKeepAlive``) take over."""
+"""JDBC driver parameters, translated to the Python drivers' own. A parameter in a JDBC URL's query string, or a
+writer option the format does not know (Spark hands those to the JDBC driver), is translated to the Python driver's
+equivalent (:data:`PG_PARAMETERS`, :data:`MYSQL_PARAMETERS`, :data:`SQLITE_PARAMETERS`), logged at INFO when it only
+tunes the Java driver (``*_JAVA_ONLY``), and refused otherwise: never dropped silently. Differences from the Java
+drivers, on purpose: PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's meaning);
+PyMySQL has no opportunistic TLS, so ``useSSL=true`` or ``sslMode=PREFERRED`` *requires* TLS (without certificate
+check), and ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA as a PEM file (``serverSslCert``); a connect or socket
+timeout of 0 ("wait forever") is not supported: twopc's options (``connectTimeout``, ``socketTimeout``,
+``tcpKeepAlive``) take over."""
 
 from __future__ import annotations
 

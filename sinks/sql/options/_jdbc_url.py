@@ -26,13 +26,9 @@ __all__ = ["JdbcParts", "SqlUrl", "host_port", "query_params", "translate_url"]
 
 @dataclass(frozen=True, repr=False)
 class SqlUrl:
-    """A translated URL.
-
-    Attributes:
-        url: the SQLAlchemy URL *with* credentials: never print it. Its query holds no connect timeout.
-        dialect: ``postgresql``, ``mysql`` (MySQL and MariaDB), ``sqlite`` or ``other``.
-        connect_timeout, socket_timeout_ms, tcp_keepalive: found among the JDBC parameters, or ``None``.
-    """
+    """A translated URL: the SQLAlchemy *url* *with* credentials (never print it; its query holds no connect
+    timeout), the *dialect* (``postgresql``, ``mysql`` for MySQL and MariaDB, ``sqlite`` or ``other``), and the waits
+    found among the JDBC parameters (``None``: not given)."""
 
     url: URL
     dialect: Dialect
