@@ -27,7 +27,6 @@ def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
     """Build the sink of a built-in format name or a ``module:SinkClass`` path from its options. Raises
     ``ConfigurationError``: unknown format, or the sink refuses the options."""
     from . import DATA_SOURCES
-
     for ds in DATA_SOURCES:
         if ds.name() == format_name and ds is not CompositeDataSource:
             return ds.sink_class.from_options(options)

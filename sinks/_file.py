@@ -189,7 +189,6 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
     def _flush_rows(self, txn: _OpenFile) -> None:
         if txn.pending_rows:
             import pyarrow as pa
-
             rows, txn.pending_rows = txn.pending_rows, []
             self.invoke_batch(txn, pa.RecordBatch.from_pylist(rows))
 
@@ -198,7 +197,6 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         self._flush_rows(txn)
         if txn.writer is None:  # no rows: an empty file keeps the protocol uniform
             import pyarrow as pa
-
             txn.writer = _parquet_writer(txn.staging, pa.schema([]))
         txn.writer.close()
         with open(txn.staging, "rb+") as f:
@@ -281,5 +279,4 @@ class FileDataSource(TwoPhaseCommitDataSource):
 def _parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
     """A Parquet writer, imported here so that ``import twopc.sinks`` loads neither pyarrow nor Parquet."""
     import pyarrow.parquet as pq
-
     return pq.ParquetWriter(path, schema)

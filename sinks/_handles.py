@@ -37,8 +37,7 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
     Attributes:
         hash_tag: the hash tag its keys were written under; empty: the sink's configured tag.
         staged: staging elements, ``-1`` when unknown.
-        acks: sorted ``(stream, highest entry id)`` of the source entries its commit
-            acknowledges (option ``ackGroup``).
+        acks: sorted ``(stream, highest entry id)`` of the source entries its commit acknowledges (``ackGroup``).
     """
 
     hash_tag: str = ""
@@ -62,9 +61,9 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
         table: the target table (display name).
         stage_table: the staging table (display name).
         rows: rows staged; ``-1`` when unknown.
-        write: what the commit does to the target as the staging write was configured, so any
-            process commits it alike: ``append``, ``errorifexists``, ``ignore``, or an overwrite's
-            ``drop``, ``truncate`` or ``delete``; empty: as the committing sink is configured.
+        write: what the commit does to the target as the staging write was configured, so any process commits it
+            alike: ``append``, ``errorifexists``, ``ignore``, or an overwrite's ``drop``, ``truncate`` or
+            ``delete``; empty: as the committing sink is configured.
     """
 
     table: str = ""

@@ -108,15 +108,12 @@ class Duration:
 
 
 class OptionReader:
-    """The options of one write, read by one format; :meth:`refuse_unknown` refuses any option no
-    lookup claimed but the runtime's and Spark's own.
+    """The options of one write, read by one format; :meth:`refuse_unknown` refuses any option no lookup claimed but
+    the runtime's and Spark's own. Raises ``ConfigurationError``: two spellings of one key carry different values.
 
     Args:
         options: Spark's writer options (any key spelling).
         format_name: the format, for messages (``twopc-redis``).
-
-    Raises:
-        ConfigurationError: two spellings of one key carry different values.
     """
 
     def __init__(self, options: Mapping[str, str], format_name: str) -> None:

@@ -92,7 +92,6 @@ def default_outbox(options: Mapping[str, str], session_root: str | None) -> str 
     if not checkpoint:
         return None
     from .http import checkpoint_outbox
-
     return checkpoint_outbox(checkpoint)
 
 
@@ -106,13 +105,11 @@ class RedisStreamDataSource(DataSource):
     def schema(self) -> str:
         """``stream, id, timestamp, fields`` and the ``fieldsSchema`` columns (DDL)."""
         from .redis_source import StreamOptions, schema_ddl
-
         return schema_ddl(StreamOptions.read(self.options).fields_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
         """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`). Raises ``ConfigurationError``: an
         option is invalid, or PySpark is older than 4.2."""
         from .redis_source import RedisStreamReader, StreamOptions, check_pyspark
-
         check_pyspark()
         return RedisStreamReader(StreamOptions.read(self.options), schema)

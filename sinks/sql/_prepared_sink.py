@@ -42,19 +42,17 @@ _PARTS = ("target", "dialect", "markers", "_open")
 
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
-    """Exactly-once appends to one SQL table through prepared transactions.
+    """Exactly-once appends to one SQL table through prepared transactions. Raises ``ConfigurationError``: an
+    argument is invalid (nothing is contacted).
 
     Args:
-        url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
-            (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
+        url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL (a string or
+            :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
         **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`).
 
-    Raises:
-        ConfigurationError: an argument is invalid (nothing is contacted).
-
-    A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The
-    instance holds only configuration; connections come from a per-process pool.
+    A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The instance holds
+    only configuration; connections come from a per-process pool.
     """
 
     database: ClassVar[type[SqlDatabase]]  #: what the parts need to know about the database

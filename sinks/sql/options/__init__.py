@@ -64,13 +64,13 @@ class NetTimeouts:
 
 @dataclass(frozen=True, repr=False)
 class JdbcOptions:
-    """The parsed options of one SQL write, built by :meth:`parse` (Spark options) or
-    :meth:`from_kwargs` (a sink's constructor arguments), both through one parser. Each field is
-    the option of the same name in camelCase (``batch_size`` is ``batchsize``); besides:
+    """The parsed options of one SQL write, built by :meth:`parse` (Spark options) or :meth:`from_kwargs` (a sink's
+    constructor arguments), both through one parser. Each field is the option of the same name in camelCase
+    (``batch_size`` is ``batchsize``); besides:
 
     Attributes:
-        url: SQLAlchemy URL *with* credentials, driver parameters translated; never print it
-            (:meth:`safe_url`). Its query holds no connect timeout (:attr:`connect_timeout`).
+        url: SQLAlchemy URL *with* credentials, driver parameters translated; never print it (:meth:`safe_url`).
+            Its query holds no connect timeout (:attr:`connect_timeout`).
         dialect: ``"postgresql"``, ``"mysql"`` (MySQL and MariaDB), ``"sqlite"`` or ``"other"``.
         table: ``dbtable`` as given (stripped); the sink parses it for its dialect.
         driver: the ``driver`` option (a Java class name), for :meth:`describe` only.
