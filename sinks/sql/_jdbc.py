@@ -197,16 +197,12 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
                     return False, f"table {table.display()} does not exist: staging creates it in the commit"
                 if (dialect := dialect_for(o.dialect)).prepares:
                     ok, why = dialect.prepare_capacity(conn, self._prepared_sink())
-                    return ok, (why + self._ledger_note() if ok else why)
+                    ledger = ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
+                              "(no checkpointLocation)") if ok and not self._checkpointed else ""
+                    return ok, why + ledger
         except SQLAlchemyError as exc:
             raise self._staging_sink().unavailable(exc) from None
         return False, f"{o.dialect} has no prepared transactions twopc can use"
-
-    def _ledger_note(self) -> str:
-        if self._checkpointed:
-            return ""
-        return ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
-                "(no checkpointLocation)")
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases; ``None`` on databases that cannot prepare."""

@@ -220,20 +220,14 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
         """Prepared transactions and staged attempts of *sink_id* (no staging read when none can stage)."""
-        out: list[TransactionHandle] = []
-        if self._has_prepared_mode():
-            out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
-        if self._may_have_staged():
-            out.extend(self._stage_tables().list_prepared(sink_id, batch_id))
-        return out
+        prepared = self._prepared_sink().list_prepared(sink_id, batch_id) if self._has_prepared_mode() else []
+        staged = self._stage_tables().list_prepared(sink_id, batch_id) if self._may_have_staged() else []
+        return [*prepared, *staged]
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """:meth:`list_prepared` with what each mode's target tells about them."""
-        out: list[PreparedDetail] = []
-        if self._has_prepared_mode():
-            out.extend(self._prepared_sink().prepared_details(sink_id))
-        out.extend(self._stage_tables().prepared_details(sink_id))
-        return out
+        prepared = self._prepared_sink().prepared_details(sink_id) if self._has_prepared_mode() else []
+        return [*prepared, *self._stage_tables().prepared_details(sink_id)]
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """The markers of both modes this write may have used; both are tried before an error is raised."""

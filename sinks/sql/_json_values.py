@@ -84,9 +84,7 @@ def _encoder(t: pa.DataType) -> Encoder:
         fields = [(_str(t.field(i).name), t.field(i).name, _encoder(t.field(i).type)) for i in range(t.num_fields)]
 
         def encode_struct(v: Any) -> str:
-            if v is None:
-                return "null"
-            return "{" + ",".join(f"{k}:{enc(v.get(name))}" for k, name, enc in fields) + "}"
+            return "null" if v is None else "{" + ",".join(f"{k}:{enc(v.get(name))}" for k, name, enc in fields) + "}"
         return encode_struct
     if is_nested(t):
         element = _encoder(t.value_type)

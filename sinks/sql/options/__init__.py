@@ -17,12 +17,10 @@ from ..._options import Duration
 from .._names import TableName, bookkeeping_table, parse_table_name
 from .._registry import SqlDatabase, dialect_for
 
-__all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "POSTGRES_FORMAT", "SOCKET_TIMEOUT", "STAGING_RETENTION",
-           "CommitMode", "CopyFormat", "Dialect", "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode",
-           "isolation_sql", "safe_url", "url_secrets"]
+__all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "SOCKET_TIMEOUT", "STAGING_RETENTION", "Dialect",
+           "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode", "isolation_sql", "safe_url"]
 
 JDBC_FORMAT = "twopc-jdbc"
-POSTGRES_FORMAT = "twopc-postgres"
 
 #: a dialect's name (:attr:`~twopc.sinks.sql._registry.SqlDatabase.name`): ``postgresql``, ``mysql``, ``other``...
 Dialect: TypeAlias = str
