@@ -27,7 +27,6 @@ def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
     """Build the sink of a built-in format name or a ``module:SinkClass`` path from its options. Raises
     ``ConfigurationError``: unknown format, or the sink refuses the options."""
     from . import DATA_SOURCES
-
     for ds in DATA_SOURCES:
         if ds.name() == format_name and ds is not CompositeDataSource:
             return ds.sink_class.from_options(options)
@@ -47,12 +46,8 @@ def sink_for_format(format_name: str, options: Mapping[str, str]) -> AnySink:
 def participant(name: str, format: str, options: Mapping[str, str] | None = None, *,
                 columns: Any = None, transform: Callable[[Any], Any] | None = None,
                 batch_column: str | None = None) -> Participant:
-    """A :class:`twopc.Participant` whose sink is built as ``spark.write.format(format).options(**options)``
-    would build it.
-
-    Raises:
-        ConfigurationError: the format is unknown or refuses the options (naming the participant).
-    """
+    """A :class:`twopc.Participant` whose sink is built as ``spark.write.format(format).options(**options)`` would build
+    it. Raises ``ConfigurationError``: the format is unknown or refuses the options (naming the participant)."""
     try:
         return Participant(name, sink_for_format(format, dict(options or {})), columns=columns, transform=transform,
                            batch_column=batch_column)

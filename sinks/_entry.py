@@ -10,8 +10,7 @@ from typing import Any
 
 __all__ = ["ENTRY_COLUMNS", "entry_name"]
 
-#: the columns that name a row's entry
-ENTRY_COLUMNS = ("stream", "id")
+ENTRY_COLUMNS = ("stream", "id")  #: the columns that name a row's entry
 
 
 def entry_name(row: Mapping[str, Any]) -> str:

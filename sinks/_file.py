@@ -6,11 +6,10 @@ Each task attempt writes one Parquet file, whose place is its transaction's stat
     <path>/_twopc/prepared/<txn>.parquet   prepared: complete and fsynced (invisible)
     <path>/<txn>.parquet                   committed: visible to readers
 
-``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id.
-Every step is an atomic ``rename`` followed by an fsync of the folder, so a crash leaves each
-file whole in exactly one place; readers ignore names starting with ``_``. ``<txn>`` is the
-:class:`twopc.Xid`'s path form, so prepared files of attempts that never reached the driver
-can be found. The path must be one filesystem every executor sees at the same path.
+``<path>/_twopc/owners/<sink id>`` names the checkpoint of the query that writes a sink id. Every step is an atomic
+``rename`` followed by an fsync of the folder, so a crash leaves each file whole in exactly one place; readers ignore
+names starting with ``_``. ``<txn>`` is the :class:`twopc.Xid`'s path form, so prepared files of attempts that never
+reached the driver can be found. The path must be one filesystem every executor sees at the same path.
 """
 
 from __future__ import annotations
@@ -52,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = ["FileDataSource", "FileHandle", "FileSink"]
 
 _SUFFIX = ".parquet"
+_FOLDER_HELP = {"needs": 'the file sink (option "path")',
+                "fix": 'give option "path" the path of a folder (new, or one twopc-file wrote)'}
 
 
 @dataclass(frozen=True)
@@ -95,12 +96,8 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> FileSink:
-        """Build the sink from Spark options: ``path`` (or ``save(path)``), nothing else.
-
-        Raises:
-            MissingOptionError: no output folder.
-            ConfigurationError: an unknown option.
-        """
+        """Build the sink from Spark options: ``path`` (or ``save(path)``), nothing else. Raises ``MissingOptionError``:
+        no output folder; ``ConfigurationError``: an unknown option."""
         reader = OptionReader(options, "twopc-file")
         path = reader.text("path")
         reader.refuse_unknown()
@@ -120,8 +117,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         folder = self._dir("owners")
         record = os.path.join(folder, validate_sink_id(sink_id))
         try:
-            make_folder(folder, TargetConfigurationError, needs='the file sink (option "path")',
-                        fix='give option "path" the path of a folder (new, or one twopc-file wrote)')
+            make_folder(folder, TargetConfigurationError, **_FOLDER_HELP)
             if not os.path.exists(record):
                 tmp = f"{record}.{os.getpid()}.tmp"
                 with open(tmp, "w", encoding="utf-8") as f:
@@ -155,8 +151,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         ``TargetConfigurationError``: a file stands where a folder must be, or it cannot be created."""
         for state in ("staging", "prepared"):
             try:
-                make_folder(self._dir(state), TargetConfigurationError, needs='the file sink (option "path")',
-                            fix='give option "path" the path of a folder (new, or one twopc-file wrote)')
+                make_folder(self._dir(state), TargetConfigurationError, **_FOLDER_HELP)
             except OSError as exc:
                 raise TargetConfigurationError(
                     f'cannot create the folder {self._dir(state)} of option "path": {exc.strerror or exc}: give '
@@ -194,7 +189,6 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
     def _flush_rows(self, txn: _OpenFile) -> None:
         if txn.pending_rows:
             import pyarrow as pa
-
             rows, txn.pending_rows = txn.pending_rows, []
             self.invoke_batch(txn, pa.RecordBatch.from_pylist(rows))
 
@@ -203,7 +197,6 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
         self._flush_rows(txn)
         if txn.writer is None:  # no rows: an empty file keeps the protocol uniform
             import pyarrow as pa
-
             txn.writer = _parquet_writer(txn.staging, pa.schema([]))
         txn.writer.close()
         with open(txn.staging, "rb+") as f:
@@ -286,5 +279,4 @@ class FileDataSource(TwoPhaseCommitDataSource):
 def _parquet_writer(path: str, schema: pa.Schema) -> pq.ParquetWriter:
     """A Parquet writer, imported here so that ``import twopc.sinks`` loads neither pyarrow nor Parquet."""
     import pyarrow.parquet as pq
-
     return pq.ParquetWriter(path, schema)

@@ -13,12 +13,8 @@ __all__ = ["HttpHandle", "MySqlXaHandle", "PostgresHandle", "PreparedSqlHandle",
 
 @dataclass(frozen=True)
 class PreparedSqlHandle(TransactionHandle):
-    """A prepared SQL transaction; ``txn_id`` is its GID or XA gtrid.
-
-    Attributes:
-        table: the target table (for reports).
-        rows: rows written, ``-1`` when unknown (handles rebuilt by ``list_prepared``).
-    """
+    """A prepared SQL transaction; ``txn_id`` is its GID or XA gtrid, *table* the target table (for reports), *rows*
+    the rows written (``-1`` when unknown: handles rebuilt by ``list_prepared``)."""
 
     table: str = ""
     rows: int = -1
@@ -41,8 +37,7 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
     Attributes:
         hash_tag: the hash tag its keys were written under; empty: the sink's configured tag.
         staged: staging elements, ``-1`` when unknown.
-        acks: sorted ``(stream, highest entry id)`` of the source entries its commit
-            acknowledges (option ``ackGroup``).
+        acks: sorted ``(stream, highest entry id)`` of the source entries its commit acknowledges (``ackGroup``).
     """
 
     hash_tag: str = ""
@@ -66,9 +61,9 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
         table: the target table (display name).
         stage_table: the staging table (display name).
         rows: rows staged; ``-1`` when unknown.
-        write: what the commit does to the target as the staging write was configured, so any
-            process commits it alike: ``append``, ``errorifexists``, ``ignore``, or an overwrite's
-            ``drop``, ``truncate`` or ``delete``; empty: as the committing sink is configured.
+        write: what the commit does to the target as the staging write was configured, so any process commits it
+            alike: ``append``, ``errorifexists``, ``ignore``, or an overwrite's ``drop``, ``truncate`` or
+            ``delete``; empty: as the committing sink is configured.
     """
 
     table: str = ""
@@ -84,12 +79,8 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
 
 @dataclass(frozen=True)
 class HttpHandle(TransactionHandle, kind="twopc.http", version=1):
-    """A task attempt's outbox of ``twopc-http``: ``txn_id`` names it (its path form).
-
-    Attributes:
-        outbox: the outbox folder (local or ``s3://``) holding ``<txn_id>.jsonl``.
-        requests: its requests, ``-1`` when unknown.
-    """
+    """A task attempt's outbox of ``twopc-http``: ``txn_id`` names it (its path form), *outbox* is the folder (local
+    or ``s3://``) holding ``<txn_id>.jsonl``, *requests* its requests (``-1`` when unknown)."""
 
     outbox: str = ""
     requests: int = -1

@@ -6,12 +6,9 @@ import socket
 
 __all__ = ["KEEPALIVE_COUNT", "KEEPALIVE_IDLE_S", "KEEPALIVE_INTERVAL_S", "keepalive_socket_options"]
 
-#: seconds of silence before the first keepalive probe
-KEEPALIVE_IDLE_S = 30
-#: seconds between probes
-KEEPALIVE_INTERVAL_S = 10
-#: unanswered probes before the connection is declared dead
-KEEPALIVE_COUNT = 3
+KEEPALIVE_IDLE_S = 30  #: seconds of silence before the first keepalive probe
+KEEPALIVE_INTERVAL_S = 10  #: seconds between probes
+KEEPALIVE_COUNT = 3  #: unanswered probes before the connection is declared dead
 
 
 def keepalive_socket_options() -> dict[int, int]:

@@ -27,8 +27,7 @@ _ALWAYS_ACCEPTED = frozenset(RUNTIME_KEYS) | SPARK_PASSED_OPTIONS
 #: the difflib ratio at which an unknown option counts as a known one misspelled (:func:`misspelling`)
 MISSPELLED = 0.75
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(us|ms|s|sec|min|h|d)?\s*$", re.IGNORECASE)
-_UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "min": 60_000.0, "h": 3_600_000.0,
-            "d": 86_400_000.0}
+_UNIT_MS = {"us": 0.001, "ms": 1.0, "s": 1000.0, "sec": 1000.0, "min": 60_000.0, "h": 3_600_000.0, "d": 86_400_000.0}
 _TRUE = ("true", "1", "yes", "on")
 _FALSE = ("false", "0", "no", "off")
 
@@ -109,15 +108,12 @@ class Duration:
 
 
 class OptionReader:
-    """The options of one write, read by one format; :meth:`refuse_unknown` refuses any option no
-    lookup claimed but the runtime's and Spark's own.
+    """The options of one write, read by one format; :meth:`refuse_unknown` refuses any option no lookup claimed but
+    the runtime's and Spark's own. Raises ``ConfigurationError``: two spellings of one key carry different values.
 
     Args:
         options: Spark's writer options (any key spelling).
         format_name: the format, for messages (``twopc-redis``).
-
-    Raises:
-        ConfigurationError: two spellings of one key carry different values.
     """
 
     def __init__(self, options: Mapping[str, str], format_name: str) -> None:

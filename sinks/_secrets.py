@@ -39,12 +39,9 @@ def after_password(kind: str) -> str:
 def secret_forms(values: Iterable[str | None]) -> list[str]:
     """Every spelling of these secrets that may reach a message (raw, URL-quoted, as SQLAlchemy
     renders it, computed without importing it), longest first, for :func:`twopc.spi.redact`."""
-    forms: set[str] = set()
-    for v in values:
-        if not v:
-            continue
-        forms.update({v, urllib.parse.quote(v, safe=""), urllib.parse.quote_plus(v), urllib.parse.quote(v, safe=" +")})
-    return sorted((f for f in forms if f), key=len, reverse=True)
+    q = urllib.parse.quote
+    forms = {f for v in values if v for f in (v, q(v, safe=""), urllib.parse.quote_plus(v), q(v, safe=" +"))}
+    return sorted(forms, key=len, reverse=True)
 
 
 def secret_guesses(options: Mapping[str, str]) -> list[str]:

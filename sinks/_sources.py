@@ -24,13 +24,8 @@ __all__ = ["HttpDataSource", "JdbcDataSource", "PostgresDataSource", "RedisDataS
 
 @dataclass(frozen=True)
 class _SinkClass:
-    """A data source's ``sink_class``, imported from *module* when first read.
-
-    Attributes:
-        module: the module that defines the sink class.
-        name: the class's name there.
-        session_options: the class's ``session_options``, so :func:`twopc.register` need not import it.
-    """
+    """A data source's ``sink_class``: class *name* of *module*, imported when first read; its ``session_options``
+    are given here, so :func:`twopc.register` need not import it."""
 
     module: str
     name: str
@@ -97,7 +92,6 @@ def default_outbox(options: Mapping[str, str], session_root: str | None) -> str 
     if not checkpoint:
         return None
     from .http import checkpoint_outbox
-
     return checkpoint_outbox(checkpoint)
 
 
@@ -111,13 +105,11 @@ class RedisStreamDataSource(DataSource):
     def schema(self) -> str:
         """``stream, id, timestamp, fields`` and the ``fieldsSchema`` columns (DDL)."""
         from .redis_source import StreamOptions, schema_ddl
-
         return schema_ddl(StreamOptions.read(self.options).fields_schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - PySpark's name
         """The reader (:class:`twopc.sinks.redis_source.RedisStreamReader`). Raises ``ConfigurationError``: an
         option is invalid, or PySpark is older than 4.2."""
         from .redis_source import RedisStreamReader, StreamOptions, check_pyspark
-
         check_pyspark()
         return RedisStreamReader(StreamOptions.read(self.options), schema)

@@ -73,12 +73,9 @@ def column_ddl(field: pa.Field, dialect: Dialect, overrides: Mapping[str, str]) 
 
 def create_table_sql(table: TableName, schema: pa.Schema, dialect: Dialect, *,
                      overrides: Mapping[str, str] | None = None) -> str:
-    """``CREATE TABLE`` for *schema*, column types as *overrides* (``createTableColumnTypes``) say.
-
-    Raises:
-        SchemaMismatchError: a column type cannot be mapped.
-        ConfigurationError: ``createTableColumnTypes`` names a column the DataFrame lacks.
-    """
+    """``CREATE TABLE`` for *schema*, column types as *overrides* (``createTableColumnTypes``) say. Raises
+    ``SchemaMismatchError``: a column type cannot be mapped; ``ConfigurationError``: ``createTableColumnTypes`` names a
+    column the DataFrame lacks."""
     ov = dict(overrides or {})
     names = {f.name.lower() for f in schema}
     unknown = [k for k in ov if k.lower() not in names]

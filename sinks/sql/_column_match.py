@@ -45,11 +45,8 @@ def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, col
     out: list[C] = []
     used: set[str] = set()
     for i, n in enumerate(names):
-        col = by_name.get(n)
-        if col is None:
-            cands = by_lower.get(n.lower(), [])
-            col = cands[0] if len(cands) == 1 else None
-        if col is None:
+        cands = by_lower.get(n.lower(), [])
+        if (col := by_name.get(n) or (cands[0] if len(cands) == 1 else None)) is None:
             problems.append(f"column {n}: not in table {table}")
             continue
         if col.name in used:
@@ -62,9 +59,8 @@ def match_columns(names: Sequence[str], types: Sequence[pa.DataType] | None, col
             problems.append(_mismatch(n, types[i], col, type_name))
         out.append(col)
     if check_required:
-        for c in columns:
-            if c.name not in used and c.not_null and not c.has_default:
-                problems.append(f"column {c.name}: NOT NULL without default in {table} but absent from the DataFrame")
+        problems += [f"column {c.name}: NOT NULL without default in {table} but absent from the DataFrame"
+                     for c in columns if c.name not in used and c.not_null and not c.has_default]
     if problems:
         cols = ", ".join(f"{c.name} {c.display_type}" for c in columns)
         raise SchemaMismatchError(

@@ -23,8 +23,7 @@ from .options import NetTimeouts
 
 __all__ = ["EngineCache", "dbapi_connect_params", "dispose_engines", "engine_for"]
 
-#: application_name / client program name the servers show for twopc's sessions
-APPLICATION_NAME = "twopc"
+APPLICATION_NAME = "twopc"  #: application_name / client program name the servers show for twopc's sessions
 #: a pooled connection given back to the pool this many seconds ago or longer is pinged before use
 PING_AFTER_IDLE_S = 0.5
 #: the key of ``ConnectionPoolEntry.info`` holding when the connection was given back (a new one has none)
@@ -63,9 +62,8 @@ _ENGINES = EngineCache()
 
 
 def engine_for(url: URL, timeouts: NetTimeouts, *, autocommit: bool) -> Engine:
-    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*; with *autocommit*
-    in ``AUTOCOMMIT`` mode. Raises ``ConfigurationError``: the dialect refuses the URL, or its driver is not
-    installed."""
+    """The process's pooled engine for *url* and this use, connections bounded by *timeouts*; with *autocommit* in
+    ``AUTOCOMMIT`` mode. Raises ``ConfigurationError``: the dialect refuses the URL, or its driver is not installed."""
 
     def make() -> Engine:
         backend = url.get_backend_name()

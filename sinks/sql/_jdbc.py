@@ -1,18 +1,12 @@
-"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer, with two commit
-modes, logged with the reason (the manual's twopc-jdbc page describes both):
-
-``prepared``
-    each task attempt loads its rows in a transaction it prepares
-    (:class:`~twopc.sinks.sql.PreparedSqlSink`), committed by the driver after its decision;
-    appends to an existing table on a server that can prepare.
-``staging``
-    each task attempt commits its rows into a staging table, which the driver moves into the
-    table in ONE local transaction (:class:`~twopc.sinks.StagingSink`); any database.
-
-``commitMode=auto`` (the default) chooses ``prepared`` when the write and the server allow it.
-On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in ``auto`` mode
-one that finds none stages its rows, which the driver moves into one more prepared transaction
-before its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails."""
+"""``twopc-jdbc``: a drop-in, exactly-once replacement for Spark's JDBC writer with two commit modes (the manual's
+twopc-jdbc page describes both), logged with the reason: ``prepared``, where each task attempt loads its rows in a
+transaction it prepares (:class:`~twopc.sinks.sql.PreparedSqlSink`), committed by the driver after its decision, for
+appends to an existing table on a server that can prepare; and ``staging``, where each task attempt commits its rows
+into a staging table, which the driver moves into the table in ONE local transaction
+(:class:`~twopc.sinks.StagingSink`), on any database. ``commitMode=auto`` (the default) chooses ``prepared`` when
+the write and the server allow it. On PostgreSQL a prepared-mode task claims a prepared-transaction slot first; in
+``auto`` mode one that finds none stages its rows, which the driver moves into one more prepared transaction before
+its decision (:meth:`JdbcSink.before_decision`); with ``commitMode=prepared`` it fails."""
 
 from __future__ import annotations
 
@@ -55,9 +49,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
     Args:
         options: parsed options (:meth:`from_options` parses Spark's).
 
-    :meth:`configure_write` or :meth:`validate` settles the commit mode, which travels to the
-    executors with the pickled sink; handles say which mode made them
-    (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`).
+    :meth:`configure_write` or :meth:`validate` settles the commit mode, which travels to the executors with the pickled
+    sink; handles say which mode made them (:class:`~twopc.sinks.sql._jdbc_modes.TwoModeSink`).
     """
 
     #: ``spark.twopc.twopcSchema`` sets ``twopcSchema`` for a whole session (see :func:`twopc.register`)
@@ -71,12 +64,8 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> JdbcSink:
-        """Parse Spark's JDBC writer options (and twopc's).
-
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option is invalid or not supported.
-        """
+        """Parse Spark's JDBC writer options (and twopc's). Raises ``MissingOptionError``: ``url`` or ``dbtable`` is
+        missing; ``ConfigurationError``: an option is invalid or not supported."""
         return cls(JdbcOptions.parse(options))
 
     @classmethod
@@ -131,15 +120,11 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return CommitShape.LOCAL_TRANSACTION if staged else CommitShape.PER_HANDLE
 
     def commit_may_be_refused(self) -> str | None:
-        """The staging mode's reason (:meth:`StagingSink.commit_may_be_refused`), ``None`` in the
-        prepared mode. Settles the mode first, so a composite can refuse a staging participant
-        before validation creates anything; a sink asked never lets its prepared-mode tasks
-        stage (a composite decides without :meth:`before_decision`).
-
-        Raises:
-            SinkUnavailableError: the mode is open and the server does not answer.
-            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
-        """
+        """The staging mode's reason (:meth:`StagingSink.commit_may_be_refused`), ``None`` in the prepared mode. Settles
+        the mode first, so a composite can refuse a staging participant before validation creates anything; a sink asked
+        never lets its prepared-mode tasks stage (a composite decides without :meth:`before_decision`). Raises
+        ``SinkUnavailableError``: the mode is open and the server does not answer; ``ConfigurationError``:
+        ``commitMode=prepared`` and the server cannot prepare."""
         self._participant = True
         self.may_stage = False
         self._settle_mode()
@@ -158,13 +143,9 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         return self.mode
 
     def validate(self, schema: pa.Schema) -> None:
-        """Settle the commit mode, log it, and validate the target through it.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            TargetConfigurationError / SchemaMismatchError: see the modes' ``validate``.
-            ConfigurationError: ``commitMode=prepared`` and the server cannot prepare.
-        """
+        """Settle the commit mode, log it, and validate the target through it. Raises ``SinkUnavailableError``: no
+        connection; ``TargetConfigurationError`` / ``SchemaMismatchError``: see the modes' ``validate``;
+        ``ConfigurationError``: ``commitMode=prepared`` and the server cannot prepare."""
         self.schema = self.schema or schema
         mode = self._settle_mode()
         if mode == STAGING and self.options.dead_letter_table is not None:
@@ -216,30 +197,22 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
                     return False, f"table {table.display()} does not exist: staging creates it in the commit"
                 if (dialect := dialect_for(o.dialect)).prepares:
                     ok, why = dialect.prepare_capacity(conn, self._prepared_sink())
-                    return ok, (why + self._ledger_note() if ok else why)
+                    ledger = ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
+                              "(no checkpointLocation)") if ok and not self._checkpointed else ""
+                    return ok, why + ledger
         except SQLAlchemyError as exc:
             raise self._staging_sink().unavailable(exc) from None
         return False, f"{o.dialect} has no prepared transactions twopc can use"
-
-    def _ledger_note(self) -> str:
-        if self._checkpointed:
-            return ""
-        return ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
-                "(no checkpointLocation)")
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases; ``None`` on databases that cannot prepare."""
         return self._prepared_sink().target_ledger() if self._has_prepared_mode() else None
 
     def begin_transaction(self, context: TransactionContext) -> Any:
-        """Open the attempt's transaction in the settled mode; when no prepared-transaction slot is
-        free, stage the rows instead if :attr:`may_stage`, else fail.
-
-        Raises:
-            ProtocolError: the mode was not settled (``validate`` did not run).
-            SinkUnavailableError: no connection.
-            TargetConfigurationError: no free slot, and the write may not stage.
-        """
+        """Open the attempt's transaction in the settled mode; when no prepared-transaction slot is free, stage the rows
+        instead if :attr:`may_stage`, else fail. Raises ``ProtocolError``: the mode was not settled (``validate`` did
+        not run); ``SinkUnavailableError``: no connection; ``TargetConfigurationError``: no free slot, and the write may
+        not stage."""
         if self.mode == STAGING and (leases := self.target_ledger()) is not None:
             hold_for_prepare(leases, context.sink_id)  # the core API (the prepared mode's writer does it there)
         if not self.may_stage:

@@ -1,10 +1,9 @@
-"""The two commit modes of one ``twopc-jdbc`` write side by side (:class:`TwoModeSink`, the base
-of :class:`~twopc.sinks.JdbcSink`). One write's transactions and handles are not all of the mode
-settled at plan time: a PostgreSQL task without a free prepared-transaction slot stages; a
-streaming query's micro-batches may settle different modes; recovery reads handles of earlier
-writes. So each call that takes a transaction or handle goes to the sink of its kind: a
-:class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a :class:`~twopc.sinks._handles.PreparedSqlHandle`
-to the prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`."""
+"""The two commit modes of one ``twopc-jdbc`` write side by side (:class:`TwoModeSink`, the base of
+:class:`~twopc.sinks.JdbcSink`). One write's transactions and handles are not all of the mode settled at plan time: a
+PostgreSQL task without a free prepared-transaction slot stages; a streaming query's micro-batches may settle different
+modes; recovery reads handles of earlier writes. So each call that takes a transaction or handle goes to the sink of its
+kind: a :class:`~twopc.sinks.sql._sql_dialect.SqlTxn` or a :class:`~twopc.sinks._handles.PreparedSqlHandle` to the
+prepared sink, the rest to the :class:`~twopc.sinks.StagingSink`."""
 
 from __future__ import annotations
 
@@ -157,14 +156,10 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         return self._for(handle).commit(handle)
 
     def before_decision(self, batch_id: int, handles: Sequence[TransactionHandle]) -> Sequence[TransactionHandle]:
-        """A batch mixing prepared and staged attempts: move the staged rows into one more
-        prepared transaction named instead of them, so constraints are checked before the
-        decision. Any other batch: as it is.
-
-        Raises:
-            TransactionLostError: staged rows are missing; nothing is decided.
-            SinkError: the server refused the rows or had no slot within ``lockTimeout``; the batch fails.
-        """
+        """A batch mixing prepared and staged attempts: move the staged rows into one more prepared transaction named
+        instead of them, so constraints are checked before the decision. Any other batch: as it is. Raises
+        ``TransactionLostError``: staged rows are missing; nothing is decided; ``SinkError``: the server refused the
+        rows or had no slot within ``lockTimeout``; the batch fails."""
         staged = [h for h in handles if isinstance(h, StagingHandle)]
         if not staged or len(staged) == len(handles):
             return handles
@@ -225,20 +220,14 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
 
     def list_prepared(self, sink_id: str, batch_id: int | None = None) -> list[TransactionHandle]:
         """Prepared transactions and staged attempts of *sink_id* (no staging read when none can stage)."""
-        out: list[TransactionHandle] = []
-        if self._has_prepared_mode():
-            out.extend(self._prepared_sink().list_prepared(sink_id, batch_id))
-        if self._may_have_staged():
-            out.extend(self._stage_tables().list_prepared(sink_id, batch_id))
-        return out
+        prepared = self._prepared_sink().list_prepared(sink_id, batch_id) if self._has_prepared_mode() else []
+        staged = self._stage_tables().list_prepared(sink_id, batch_id) if self._may_have_staged() else []
+        return [*prepared, *staged]
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """:meth:`list_prepared` with what each mode's target tells about them."""
-        out: list[PreparedDetail] = []
-        if self._has_prepared_mode():
-            out.extend(self._prepared_sink().prepared_details(sink_id))
-        out.extend(self._stage_tables().prepared_details(sink_id))
-        return out
+        prepared = self._prepared_sink().prepared_details(sink_id) if self._has_prepared_mode() else []
+        return [*prepared, *self._stage_tables().prepared_details(sink_id)]
 
     def purge_markers(self, sink_id: str, below_batch: int) -> int:
         """The markers of both modes this write may have used; both are tried before an error is raised."""
@@ -263,8 +252,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
                 s.close()
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {**self.__dict__, "_prepared": None, "_staging": None, "_tables": None, "_moves": {},
-                 "_cleared": set()}
+        state = {**self.__dict__, "_prepared": None, "_staging": None, "_tables": None, "_moves": {}, "_cleared": set()}
         if self._schema is not None:
             # IPC bytes, read on first use: a worker that only commits never loads pyarrow (~0.15 s)
             state["_schema"], state["_schema_ipc"] = None, self._schema.serialize().to_pybytes()

@@ -29,12 +29,6 @@ def is_nested(t: pa.DataType) -> bool:
             or pa.types.is_map(t) or pa.types.is_struct(t))
 
 
-def _decimal(v: Decimal) -> str:
-    if not v.is_finite():
-        return _str(str(v))
-    return format(v, "f")
-
-
 def _scalar(v: Any) -> str:
     if v is None:
         return "null"
@@ -49,7 +43,7 @@ def _scalar(v: Any) -> str:
     if isinstance(v, str):
         return _str(v)
     if isinstance(v, Decimal):
-        return _decimal(v)
+        return format(v, "f") if v.is_finite() else _str(str(v))
     if isinstance(v, dt.datetime):
         return _str((v.astimezone(dt.UTC) if v.tzinfo is not None else v).isoformat())
     if isinstance(v, dt.date | dt.time):
@@ -90,9 +84,7 @@ def _encoder(t: pa.DataType) -> Encoder:
         fields = [(_str(t.field(i).name), t.field(i).name, _encoder(t.field(i).type)) for i in range(t.num_fields)]
 
         def encode_struct(v: Any) -> str:
-            if v is None:
-                return "null"
-            return "{" + ",".join(f"{k}:{enc(v.get(name))}" for k, name, enc in fields) + "}"
+            return "null" if v is None else "{" + ",".join(f"{k}:{enc(v.get(name))}" for k, name, enc in fields) + "}"
         return encode_struct
     if is_nested(t):
         element = _encoder(t.value_type)

@@ -1,6 +1,5 @@
-"""Table names as each database reads them (parsing ``[schema.]table``, quoting, display), and
-where twopc's own tables go (``twopcSchema``). Identifiers always reach SQL quoted, so a table
-or column name can never inject SQL."""
+"""Table names as each database reads them (parsing ``[schema.]table``, quoting, display), and where twopc's own tables
+go (``twopcSchema``). Identifiers always reach SQL quoted, so a table or column name can never inject SQL."""
 
 from __future__ import annotations
 
@@ -135,12 +134,9 @@ def parse_twopc_schema(text: str | None, dialect: str) -> str | None:
 
 
 def bookkeeping_table(table: TableName, schema: str | None, dialect: str, database: str) -> TableName:
-    """*table* (one of twopc's) in *schema* when set and it names none, named by the dialect
-    (MySQL: suffixed per URL *database*, which keeps its own tables as without the option).
-
-    Raises:
-        ConfigurationError: the name would be longer than MySQL/MariaDB allows.
-    """
+    """*table* (one of twopc's) in *schema* when set and it names none, named by the dialect (MySQL: suffixed per URL
+    *database*, which keeps its own tables as without the option). Raises ``ConfigurationError``: the name would be
+    longer than MySQL/MariaDB allows."""
     if table.schema is not None or schema is None:
         return table
     return TableName(schema, dialect_for(dialect).bookkeeping_name(table.name, schema, database), table.dialect)

@@ -74,14 +74,10 @@ class PreparedCommitter(Generic[C, H]):
     """Finish prepared transactions from any process that has the handles (the driver side of
     :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which sets the attributes below)."""
 
-    #: the database, its control connection and error mapping
-    target: SqlTarget
-    #: the database's SQL
-    dialect: SqlDialect[C]
-    #: the handle class :meth:`list_prepared` makes
-    __handle_type__: ClassVar[type[Any]]
-    #: the marker rows, which tell a replayed commit from a lost transaction
-    markers: MarkerTable
+    target: SqlTarget  #: the database, its control connection and error mapping
+    dialect: SqlDialect[C]  #: the database's SQL
+    __handle_type__: ClassVar[type[Any]]  #: the handle class :meth:`list_prepared` makes
+    markers: MarkerTable  #: the marker rows, which tell a replayed commit from a lost transaction
 
     def _checked_gid(self, handle: TransactionHandle) -> str:
         database = self.target.database
@@ -89,16 +85,10 @@ class PreparedCommitter(Generic[C, H]):
                            what=f"twopc {database.product} {database.id_name}")
 
     def commit(self, handle: H) -> CommitOutcome:
-        """Commit the handle's prepared transaction from the control connection.
-
-        Returns:
-            ``COMMITTED``; ``ALREADY_COMMITTED`` when the id is unknown and its marker row
-            exists; ``LOST`` when neither (rolled back).
-
-        Raises:
-            ProtocolError: the handle's id is malformed.
-            SinkUnavailableError / SinkError: the server failed; a retry answers truthfully.
-        """
+        """Commit the handle's prepared transaction from the control connection: ``COMMITTED``;
+        ``ALREADY_COMMITTED`` when the id is unknown and its marker row exists; ``LOST`` when neither
+        (rolled back). Raises ``ProtocolError``: the handle's id is malformed; ``SinkUnavailableError`` /
+        ``SinkError``: the server failed; a retry answers truthfully."""
         gid = self._checked_gid(handle)
         if self._finish_truthfully("COMMIT", gid):
             return CommitOutcome.COMMITTED
@@ -110,16 +100,10 @@ class PreparedCommitter(Generic[C, H]):
 
     def commit_all(self, handles: Sequence[H], *, recovering: bool = False) -> list[CommitOutcome]:
         """Commit one decided batch's *handles* in round trips that do not grow with their count
-        where the dialect can (:meth:`SqlDialect.finish_many`), then one marker lookup.
-
-        Returns:
-            Per handle, in order: :meth:`commit`'s outcome.
-
-        Raises:
-            ProtocolError: a handle's id is malformed (nothing was sent).
-            SinkUnavailableError / SinkError: the server failed; a retry answers ``ALREADY_COMMITTED``
-                for those committed.
-        """
+        where the dialect can (:meth:`SqlDialect.finish_many`), then one marker lookup; per handle,
+        in order, :meth:`commit`'s outcome. Raises ``ProtocolError``: a handle's id is malformed (nothing
+        was sent); ``SinkUnavailableError`` / ``SinkError``: the server failed; a retry answers
+        ``ALREADY_COMMITTED`` for those committed."""
         gids = [self._checked_gid(h) for h in handles]
         if not gids:
             return []
@@ -131,12 +115,9 @@ class PreparedCommitter(Generic[C, H]):
                 for gid, done in zip(gids, finished, strict=True)]
 
     def abort(self, handle: H) -> None:
-        """Roll back the handle's prepared transaction; an id that is already gone is fine.
-
-        Raises:
-            ProtocolError: the id is malformed, or gone with its marker row (it was committed).
-            SinkError / SinkUnavailableError: the server failed; retry.
-        """
+        """Roll back the handle's prepared transaction; an id that is already gone is fine. Raises ``ProtocolError``:
+        the id is malformed, or gone with its marker row (it was committed); ``SinkError`` / ``SinkUnavailableError``:
+        the server failed; retry."""
         gid = self._checked_gid(handle)
         if self._finish_truthfully("ROLLBACK", gid):
             return

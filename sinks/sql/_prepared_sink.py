@@ -42,23 +42,20 @@ _PARTS = ("target", "dialect", "markers", "_open")
 
 class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCommitSink[dict[str, Any], SqlTxn[C], H],
                       WriteSetup, BatchCommit, Inspectable, MarkerPurge, SqlNamedTarget, LedgerHost, Generic[C, H]):
-    """Exactly-once appends to one SQL table through prepared transactions.
+    """Exactly-once appends to one SQL table through prepared transactions. Raises ``ConfigurationError``: an
+    argument is invalid (nothing is contacted).
 
     Args:
-        url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL
-            (a string or :class:`sqlalchemy.engine.URL`) of the dialect's database.
+        url: a JDBC URL (``jdbc:postgresql://``, ``jdbc:mysql://``...) or a SQLAlchemy URL (a string or
+            :class:`sqlalchemy.engine.URL`) of the dialect's database.
         table: ``[schema.]table`` in the database's syntax (quote special names).
         **options: the format's options as keywords (see :mod:`twopc.sinks.sql.options._jdbc_options`).
 
-    Raises:
-        ConfigurationError: an argument is invalid (nothing is contacted).
-
-    A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The
-    instance holds only configuration; connections come from a per-process pool.
+    A database's sink sets :attr:`database`, :attr:`__handle_type__` and :attr:`dialect_type`. The instance holds
+    only configuration; connections come from a per-process pool.
     """
 
-    #: what the parts need to know about the database
-    database: ClassVar[type[SqlDatabase]]
+    database: ClassVar[type[SqlDatabase]]  #: what the parts need to know about the database
     #: the handle class the sink makes (a :class:`~twopc.sinks.PreparedSqlHandle` kind)
     __handle_type__: ClassVar[type[Any]]
     #: the database's :class:`~twopc.sinks.sql._sql_dialect.SqlDialect`, made from the target
@@ -76,12 +73,9 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> Self:
-        """Build the sink from Spark writer options (the parser of ``twopc-jdbc``).
-
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option is invalid, unknown, or needs ``twopc-jdbc``.
-        """
+        """Build the sink from Spark writer options (the parser of ``twopc-jdbc``). Raises ``MissingOptionError``:
+        ``url`` or ``dbtable`` is missing; ``ConfigurationError``: an option is invalid, unknown, or needs
+        ``twopc-jdbc``."""
         database = cls.database
         return cls.from_jdbc_options(JdbcOptions.parse(options, format_name=database.format_name,
                                                        dialect=database.name))
@@ -152,16 +146,12 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
             f"the table (without it the table is dropped and re-created, as Spark's JDBC writer does)")
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the server and the table before any task writes; create the marker table.
-
-        Raises:
-            SinkUnavailableError: the server cannot be reached or refused the login.
-            TargetConfigurationError: the server cannot prepare, the target cannot take part,
-                privileges on the marker table are missing (the message has the GRANT), or the
-                marker table cannot be created or is not twopc's.
-            SchemaMismatchError: the table is missing, a column is missing or incompatible, or
-                a NOT NULL column without default is absent (every problem is listed).
-        """
+        """Check the server and the table before any task writes; create the marker table. Raises
+        ``SinkUnavailableError``: the server cannot be reached or refused the login; ``TargetConfigurationError``: the
+        server cannot prepare, the target cannot take part, privileges on the marker table are missing (the message has
+        the GRANT), or the marker table cannot be created or is not twopc's; ``SchemaMismatchError``: the table is
+        missing, a column is missing or incompatible, or a NOT NULL column without default is absent (every problem is
+        listed)."""
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
         t = self.target
         conn = t.checkout()

@@ -38,14 +38,10 @@ class PreparedWriter(Generic[C, H]):
     :class:`~twopc.sinks.sql._prepared_sink.PreparedSqlSink`, which sets the attributes below);
     also the :class:`~twopc.sinks.sql._sql_dialect.TxnControl` the dialect's ``prepare`` gets."""
 
-    #: the database, its connections and error mapping
-    target: SqlTarget
-    #: the database's SQL
-    dialect: SqlDialect[C]
-    #: the handle class :meth:`pre_commit` makes
-    __handle_type__: ClassVar[type[Any]]
-    #: the transactions begun and not yet prepared or rolled back (never pickled)
-    _open: weakref.WeakSet[SqlTxn[C]]
+    target: SqlTarget  #: the database, its connections and error mapping
+    dialect: SqlDialect[C]  #: the database's SQL
+    __handle_type__: ClassVar[type[Any]]  #: the handle class :meth:`pre_commit` makes
+    _open: weakref.WeakSet[SqlTxn[C]]  #: the transactions begun and not yet prepared or rolled back (never pickled)
 
     def make_gid(self, context: TransactionContext) -> str:
         """A new transaction id for *context*, within the database's limit. Raises ``ConfigurationError``: the sink
@@ -53,15 +49,10 @@ class PreparedWriter(Generic[C, H]):
         return context.xid().fitting(self.target.database.max_id_bytes, self.target.database.name)
 
     def begin_transaction(self, context: TransactionContext) -> SqlTxn[C]:
-        """Check out a connection, start the write transaction with the session settings and read
-        the table's columns.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            SchemaMismatchError: the table no longer exists.
-            ConfigurationError: the sink id cannot make a transaction id here.
-            SinkError: the server refused a statement (e.g. the session init statement).
-        """
+        """Check out a connection, start the write transaction with the session settings and read the table's columns.
+        Raises ``SinkUnavailableError``: no connection; ``SchemaMismatchError``: the table no longer exists;
+        ``ConfigurationError``: the sink id cannot make a transaction id here; ``SinkError``: the server refused a
+        statement (e.g. the session init statement)."""
         gid = self.make_gid(context)
         hold_for_prepare(SqlTargetLedger(self.target), context.sink_id)  # the core API: see hold_for_prepare
         txn: SqlTxn[C] = SqlTxn(context, gid, self.target.checkout())
@@ -77,12 +68,8 @@ class PreparedWriter(Generic[C, H]):
         return txn
 
     def usable(self, txn: SqlTxn[C]) -> Any:
-        """The DB-API connection of an open, unprepared transaction.
-
-        Raises:
-            ProtocolError: it is prepared already.
-            SinkError: it was rolled back.
-        """
+        """The DB-API connection of an open, unprepared transaction. Raises ``ProtocolError``: it is prepared already;
+        ``SinkError``: it was rolled back."""
         if txn.prepared:
             raise ProtocolError(f"transaction {txn.gid} is already prepared")
         if txn.failed is not None or txn.conn is None:
@@ -90,13 +77,9 @@ class PreparedWriter(Generic[C, H]):
         return txn.conn.driver_connection
 
     def invoke(self, txn: SqlTxn[C], value: dict[str, Any]) -> None:
-        """Buffer one row (a dict of column -> value), sent ``batch_size`` at a time.
-
-        Raises:
-            SchemaMismatchError: a key is not a column of the table.
-            ConfigurationError: a value cannot be stored (e.g. a NUL byte in text).
-            SinkError: the server rejected the rows (the transaction is rolled back).
-        """
+        """Buffer one row (a dict of column -> value), sent ``batch_size`` at a time. Raises ``SchemaMismatchError``: a
+        key is not a column of the table; ``ConfigurationError``: a value cannot be stored (e.g. a NUL byte in text);
+        ``SinkError``: the server rejected the rows (the transaction is rolled back)."""
         self.usable(txn)
         if not isinstance(value, Mapping):
             raise ConfigurationError(f"{type(self).__name__}.invoke takes a dict of column -> value, "
@@ -120,14 +103,10 @@ class PreparedWriter(Generic[C, H]):
                 txn.rows += len(rows)
 
     def invoke_batch(self, txn: SqlTxn[C], batch: pa.RecordBatch) -> None:
-        """Load an Arrow batch, without Python objects per row where the dialect can.
-
-        Raises:
-            SchemaMismatchError: a batch column is not in the table or has an incompatible type.
-            ConfigurationError: a value cannot be stored (NUL bytes, NaN on MySQL...).
-            SinkError: the server rejected the data (a streaming dialect may report it at a
-                later call or at :meth:`pre_commit`). Each error rolls the transaction back.
-        """
+        """Load an Arrow batch, without Python objects per row where the dialect can. Raises ``SchemaMismatchError``: a
+        batch column is not in the table or has an incompatible type; ``ConfigurationError``: a value cannot be stored
+        (NUL bytes, NaN on MySQL...); ``SinkError``: the server rejected the data (a streaming dialect may report it at
+        a later call or at :meth:`pre_commit`). Each error rolls the transaction back."""
         self.usable(txn)
         if batch.num_rows == 0:
             return
@@ -145,14 +124,10 @@ class PreparedWriter(Generic[C, H]):
             txn.rows += batch.num_rows
 
     def pre_commit(self, txn: SqlTxn[C]) -> H:
-        """Finish loading, write the marker row, prepare, check the database prepared it, and
-        release the connection.
-
-        Raises:
-            SinkError: the server rejected the rows, the marker or the prepare; nothing is left prepared.
-            SinkUnavailableError: the connection broke (an orphan prepare is rolled back here
-                when possible, else by the next sweep or recovery).
-        """
+        """Finish loading, write the marker row, prepare, check the database prepared it, and release the connection.
+        Raises ``SinkError``: the server rejected the rows, the marker or the prepare; nothing is left prepared;
+        ``SinkUnavailableError``: the connection broke (an orphan prepare is rolled back here when possible, else by the
+        next sweep or recovery)."""
         self.usable(txn)
         if txn.pending:
             self._flush_rows(txn)

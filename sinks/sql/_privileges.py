@@ -54,14 +54,10 @@ def dbapi_runner(dbapi: Any) -> Run:
 
 def require_privileges(run: Run, dialect: str, *, table: str, display: str, columns: Sequence[str],
                        privileges: Sequence[str], role: str) -> None:
-    """Raise unless the user may run each of *privileges*' statements on *table* (quoted;
-    *columns*: the quoted columns the write inserts, which MariaDB's strict mode needs). *run*
-    must leave the connection usable after an error. Other dialects pass.
-
-    Raises:
-        TargetConfigurationError: naming the table, every missing privilege and the GRANT.
-        Exception: any other error of *run*, as it raised it.
-    """
+    """Raise ``TargetConfigurationError`` (naming the table, every missing privilege and the GRANT) unless the user
+    may run each of *privileges*' statements on *table* (quoted; *columns*: the quoted columns the write inserts, which
+    MariaDB's strict mode needs); other errors of *run*, which must leave the connection usable, propagate. Other
+    dialects pass."""
     database = dialect_for(dialect)
     if not database.checks_privileges:
         return

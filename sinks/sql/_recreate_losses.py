@@ -23,12 +23,9 @@ __all__ = ["recreate_losses"]
 
 def recreate_losses(conn: Connection, table: TableName, schema: pa.Schema, *, overrides: Mapping[str, str],
                     keys: Sequence[str], comment: str) -> list[str]:
-    """What *table* has that a ``CREATE TABLE`` from *schema* (with *overrides*, a key on *keys*,
-    *comment*) will not give back, as short phrases (``"primary key (id)"``, ``"comment"``...).
-
-    Raises:
-        SQLAlchemyError: the catalog could not be read.
-    """
+    """What *table* has that a ``CREATE TABLE`` from *schema* (with *overrides*, a key on *keys*, *comment*) will not
+    give back, as short phrases (``"primary key (id)"``, ``"comment"``...). Raises ``SQLAlchemyError``: the catalog
+    could not be read."""
     insp = sa.inspect(conn)
     name, sch = table.name, table.schema
     fields = {f.name.lower(): f for f in schema}
@@ -47,8 +44,7 @@ def recreate_losses(conn: Connection, table: TableName, schema: pa.Schema, *, ov
     if pk and [k.lower() for k in pk] != [k.lower() for k in keys]:
         out.append(f"primary key ({', '.join(pk)})")
     add("unique constraint", [_described(u) for u in insp.get_unique_constraints(name, schema=sch)])
-    add("index", [str(ix["name"]) for ix in insp.get_indexes(name, schema=sch)
-                  if not ix.get("duplicates_constraint")])
+    add("index", [str(ix["name"]) for ix in insp.get_indexes(name, schema=sch) if not ix.get("duplicates_constraint")])
     add("check constraint", [str(ck.get("name") or ck.get("sqltext")) for ck in
                              _optional(lambda: insp.get_check_constraints(name, schema=sch))])
     add("foreign key", [_described(fk) for fk in insp.get_foreign_keys(name, schema=sch)])

@@ -68,36 +68,28 @@ class _NoDriverError(Exception):
 
 
 class SqlDatabase:
-    """One database as the shared SQL layer sees it, as class attributes and static methods
-    (the class is the dialect object). This base is SQLAlchemy's generic behaviour without
-    prepared transactions; a database's folder subclasses it without importing its driver
-    (:class:`DriverBound`), and a database that prepares subclasses that again with its
+    """One database as the shared SQL layer sees it, as class attributes and static methods (the class is the dialect
+    object). This base is SQLAlchemy's generic behaviour without prepared transactions; a database's folder subclasses
+    it without importing its driver (:class:`DriverBound`), and a database that prepares subclasses that again with its
     :class:`~twopc.sinks.sql._sql_dialect.SqlDialect`."""
 
-    #: the dialect's name (in target identities)
-    name: ClassVar[str] = "other"
-    #: the name the sink's options are read under (its Spark format)
-    format_name: ClassVar[str] = "twopc-jdbc"
-    #: the database's name in messages
-    product: ClassVar[str] = "the database"
-    #: what the database calls a transaction id, in messages
-    id_name: ClassVar[str] = "transaction id"
+    name: ClassVar[str] = "other"  #: the dialect's name (in target identities)
+    format_name: ClassVar[str] = "twopc-jdbc"  #: the name the sink's options are read under (its Spark format)
+    product: ClassVar[str] = "the database"  #: the database's name in messages
+    id_name: ClassVar[str] = "transaction id"  #: what the database calls a transaction id, in messages
     #: the longest transaction id (in bytes) the database prepares (``None``: no prepared transactions)
     max_id_bytes: ClassVar[int | None] = None
     #: the error codes (:attr:`error_code`) of a unique key's violation
     unique_violations: ClassVar[frozenset[str]] = frozenset()
-    #: the driver's base exception class
-    driver_error: ClassVar[type[Exception]] = _NoDriverError
+    driver_error: ClassVar[type[Exception]] = _NoDriverError  #: the driver's base exception class
     #: the DB-API module twopc connects with without SQLAlchemy (:func:`~twopc.sinks.sql._engines.dbapi_connect_params`)
     dbapi: ClassVar[str | None] = None
-    #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
-    extra: ClassVar[str] = ""
+    extra: ClassVar[str] = ""  #: the extra of ``pyspark-twopc`` that installs :attr:`dbapi`
     #: names a message shows without quotes
     shown_plain: ClassVar[re.Pattern[str]] = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
     #: the quotes a table name may be written in (the first: how messages quote)
     name_quotes: ClassVar[str] = '"`['
-    #: whether unquoted names fold to lower case
-    folds_lower: ClassVar[bool] = False
+    folds_lower: ClassVar[bool] = False  #: whether unquoted names fold to lower case
 
     @staticmethod
     def name_too_long(part: str) -> str | None:
@@ -143,11 +135,8 @@ class SqlDatabase:
 
     @staticmethod
     def sqlalchemy_url(url: URL, driver: str) -> URL:
-        """*url* (its driver *driver*) with the driver twopc connects with.
-
-        Raises:
-            ConfigurationError: twopc connects with another driver.
-        """
+        """*url* (its driver *driver*) with the driver twopc connects with. Raises ``ConfigurationError``: twopc
+        connects with another driver."""
         return url
 
     @staticmethod
@@ -167,8 +156,7 @@ class SqlDatabase:
     file_based: ClassVar[bool] = False
     #: whether DDL runs inside a transaction (MySQL/MariaDB commit it by themselves)
     transactional_ddl: ClassVar[bool] = True
-    #: whether ``TRUNCATE`` runs inside the commit transaction
-    truncates_in_transaction: ClassVar[bool] = False
+    truncates_in_transaction: ClassVar[bool] = False  #: whether ``TRUNCATE`` runs inside the commit transaction
     #: how ``tableComment`` is set: ``"create"`` (in ``CREATE TABLE``), ``"comment on"``, ``None`` (unsupported)
     table_comments: ClassVar[str | None] = None
     #: whether staging tables copy the target's column types (from :meth:`catalog_columns`)
@@ -197,12 +185,10 @@ class SqlDatabase:
         return []
 
     # -- the target ledger (:mod:`twopc.sinks.sql._target_ledger`), on databases that prepare
-    #: ``CREATE TABLE IF NOT EXISTS {table}`` of the ledger table
-    ledger_ddl: ClassVar[str]
+    ledger_ddl: ClassVar[str]  #: ``CREATE TABLE IF NOT EXISTS {table}`` of the ledger table
     #: the statement that inserts or replaces a ledger record (``{table}``; sink_id, name, body)
     ledger_upsert: ClassVar[str]
-    #: the query of the session's id on the server
-    session_id_sql: ClassVar[str]
+    session_id_sql: ClassVar[str]  #: the query of the session's id on the server
 
     @staticmethod
     def lease_sql(sink_id: str, database: str) -> tuple[str, str, Any]:
@@ -222,20 +208,15 @@ class SqlDatabase:
         """Which server (and database) a row of :attr:`server_identity_sql` names, with *table*."""
         raise NotImplementedError
 
-    #: the database's name in messages about URLs (``None``: the dialect's name)
-    label: ClassVar[str | None] = None
-    #: the port a URL without one connects to, for target identities
-    default_port: ClassVar[int | None] = None
-    #: whether the database has a prepared-transaction sink (:meth:`prepared_sink`)
-    prepares: ClassVar[bool] = False
+    label: ClassVar[str | None] = None  #: the database's name in messages about URLs (``None``: the dialect's name)
+    default_port: ClassVar[int | None] = None  #: the port a URL without one connects to, for target identities
+    prepares: ClassVar[bool] = False  #: whether the database has a prepared-transaction sink (:meth:`prepared_sink`)
     #: whether ``twopc-jdbc``'s tasks that find no free prepared-transaction slot stage their rows
     stages_without_slot: ClassVar[bool] = False
     #: why ``commitMode=prepared`` is refused, when the database does not :attr:`prepares`
     no_prepare_reason: ClassVar[str] = "twopc can prepare transactions only on PostgreSQL and MySQL/MariaDB"
-    #: whether the ``copyFormat`` option applies (a COPY loader)
-    copy_formats: ClassVar[bool] = False
-    #: whether the ``deadLetterTable`` option applies
-    dead_letters: ClassVar[bool] = False
+    copy_formats: ClassVar[bool] = False  #: whether the ``copyFormat`` option applies (a COPY loader)
+    dead_letters: ClassVar[bool] = False  #: whether the ``deadLetterTable`` option applies
     #: whether a table's schema is a database (MySQL: a table without one is in the URL's)
     schema_is_database: ClassVar[bool] = False
     @classmethod
@@ -250,10 +231,8 @@ class SqlDatabase:
     errors_module: ClassVar[str | None] = None
     #: (reason, hint) of a failed connection attempt
     connect_failure: ClassVar[Callable[[BaseException], tuple[str, str]]] = _connect_failure
-    #: whether *exc* means the session is gone
-    is_connection_error: ClassVar[Callable[[BaseException], bool]] = _never
-    #: whether *exc* means a table does not exist
-    is_missing_table: ClassVar[Callable[[BaseException], bool]] = _never
+    is_connection_error: ClassVar[Callable[[BaseException], bool]] = _never  #: whether *exc* means the session is gone
+    is_missing_table: ClassVar[Callable[[BaseException], bool]] = _never  #: whether *exc* means a table does not exist
     #: the error's code (SQLSTATE, MySQL error number), ``""`` if none
     error_code: ClassVar[Callable[[BaseException], str]] = _no_code
     #: the error as one line: its code and primary message
@@ -261,8 +240,7 @@ class SqlDatabase:
     #: a driver error as a credential-free :class:`SinkError` (action; table, marker_table, lock_timeout, where, redact)
     map_error: ClassVar[Callable[..., SinkError]]
     #: a driver error about a value that does not fit its column as a :class:`SinkError`, else ``None``
-    value_error: ClassVar[Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]] = \
-        _no_value_error
+    value_error: ClassVar[Callable[[BaseException, str, str, Callable[[str], str]], SinkError | None]] = _no_value_error
     #: whether an Arrow type fits a :meth:`catalog_columns` column; ``None``: the shared type rules
     compatible: ClassVar[Callable[[pa.DataType, Any], bool] | None] = None
 
@@ -317,8 +295,7 @@ class SqlDatabase:
         """``host:port/database`` of *url* (default port filled in), for target identities."""
         return f"{url.host or 'localhost'}:{url.port or cls.default_port or ''}/{url.database or ''}"
 
-    #: the database's prepared-transaction sink class (``None``: it has none)
-    sink_class: ClassVar[Any] = None
+    sink_class: ClassVar[Any] = None  #: the database's prepared-transaction sink class (``None``: it has none)
 
     @classmethod
     def prepared_sink(cls, options: Any) -> Any:
@@ -331,16 +308,14 @@ class SqlDatabase:
         return False, f"{cls.name} has no prepared transactions twopc can use"
 
 
-#: the entry-point group a database's folder registers its dialect in
-GROUP = "twopc.sql_dialects"
+GROUP = "twopc.sql_dialects"  #: the entry-point group a database's folder registers its dialect in
 
 
 @functools.cache
 def dialect_for(name: str) -> type[SqlDatabase]:
-    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or dialect name,
-    any case) as an entry point of :data:`GROUP`, loading only that folder; the generic :class:`SqlDatabase`
-    when none claims it. Raises ``ConfigurationError``: the folder's driver is not installed (says which
-    extra to install)."""
+    """The dialect claiming *name* (JDBC subprotocol, SQLAlchemy backend, JDBC driver class or dialect name, any case)
+    as an entry point of :data:`GROUP`, loading only that folder; the generic :class:`SqlDatabase` when none claims it.
+    Raises ``ConfigurationError``: the folder's driver is not installed (says which extra to install)."""
     claim = _claims().get(name.lower())
     return SqlDatabase if claim is None else cast(type[SqlDatabase], claim.load())
 

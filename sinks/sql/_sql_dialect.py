@@ -1,7 +1,6 @@
-"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol,
-called by the writer and the committer; it calls back into the writer only through
-:class:`TxnControl`, for the failure rules around ``PREPARE``. :class:`SqlTxn` is the open
-transaction of one task attempt that they pass around."""
+"""What a database supplies to a prepared-transaction SQL sink: the :class:`SqlDialect` protocol, called by the writer
+and the committer; it calls back into the writer only through :class:`TxnControl`, for the failure rules around
+``PREPARE``. :class:`SqlTxn` is the open transaction of one task attempt that they pass around."""
 
 from __future__ import annotations
 
@@ -27,17 +26,10 @@ C = TypeVar("C", bound="TableColumn")
 
 @dataclass(eq=False)
 class SqlTxn(Generic[C]):
-    """The open transaction of one task attempt (process-local, never pickled).
-
-    Attributes:
-        context: the attempt.
-        conn: the pooled connection it writes on, ``None`` once released.
-        pending: dict rows buffered by :meth:`PreparedWriter.invoke`.
-        failed: why it was rolled back, once it was.
-        plans: per Arrow schema, what the dialect planned for loading it.
-        state: the dialect's own progress marker (e.g. XA's ``active``/``idle``).
-        loader: the dialect's loading state (PostgreSQL: its COPY stream), dropped with the connection.
-    """
+    """The open transaction of one task attempt (process-local, never pickled): the pooled *conn* it writes on
+    (``None`` once released), dict rows *pending* from :meth:`PreparedWriter.invoke`, why it *failed* (once rolled
+    back), the dialect's *plans* per Arrow schema, its progress *state* (e.g. XA's ``active``/``idle``) and its
+    *loader* (PostgreSQL: the COPY stream, dropped with the connection)."""
 
     context: TransactionContext
     gid: str

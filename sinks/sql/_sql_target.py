@@ -50,15 +50,9 @@ def give_back(conn: PoolProxiedConnection | None, *, broken: bool) -> None:
 
 
 class SqlTarget:
-    """A prepared SQL sink's handle on its target database (pickles without its control connection).
-
-    Attributes:
-        table: the table rows are appended to.
-        marker: the marker table (in ``twopcSchema`` when it is set).
-        table_label: *table* as a display name for messages (quoted where needed).
-        marker_label: *marker* as a display name for messages.
-        quote: *database*'s quoting of an identifier for a statement sent with ``%s`` parameters.
-    """
+    """A prepared SQL sink's handle on its target database (pickles without its control connection): the *table*
+    rows are appended to, the *marker* table (in ``twopcSchema`` when set), their display names for messages
+    (*table_label*, *marker_label*) and *quote*, the database's quoting for statements sent with ``%s`` parameters."""
 
     def __init__(self, options: JdbcOptions, database: type[SqlDatabase]) -> None:
         self.options = options
@@ -169,9 +163,8 @@ class SqlTarget:
             raise self.map_error(exc, action) from None
 
     def control_run(self, action: Callable[[Any], R]) -> R:
-        """Call the idempotent *action* with the control DB-API connection (autocommit), once more
-        on a new connection when it was dead. Connection failures become
-        :class:`SinkUnavailableError`; other driver errors propagate."""
+        """Call the idempotent *action* with the control DB-API connection (autocommit), once more on a new connection
+        when it was dead. Connection failures become :class:`SinkUnavailableError`; other driver errors propagate."""
         err: SinkUnavailableError | None = None
         for attempt in (1, 2):
             reused = self._control is not None
@@ -193,13 +186,9 @@ class SqlTarget:
         raise err
 
     def run_pooled(self, action: Callable[[Any], R]) -> R:
-        """Call *action* with a pooled autocommit DB-API connection of its own (for work beside
-        the control connection, on another thread).
-
-        Raises:
-            SinkUnavailableError: no connection, or it failed (it is discarded).
-            Exception: other driver errors, as the driver's exceptions.
-        """
+        """Call *action* with a pooled autocommit DB-API connection of its own (for work beside the control connection,
+        on another thread). Raises ``SinkUnavailableError``: no connection, or it failed (it is discarded). Exception:
+        other driver errors, as the driver's exceptions."""
         conn = self.checkout()
         broken = True
         try:

@@ -44,14 +44,11 @@ class StagingCommitter(StagingDdl):
         return self.commit_all([handle])[0]
 
     def commit_all(self, handles: Sequence[StagingHandle], *, recovering: bool = False) -> list[CommitOutcome]:
-        """Move one batch's chosen attempts' rows into the target and write the batch marker, in
-        one local transaction. Idempotent: ``ALREADY_COMMITTED`` for each when the marker exists.
-
-        Raises:
-            TransactionLostError: an attempt's staged rows are missing or incomplete; nothing was written.
-            SinkError: the database refused (the message names the constraint); nothing was written.
-            SinkUnavailableError: the connection failed; a retry answers truthfully.
-        """
+        """Move one batch's chosen attempts' rows into the target and write the batch marker, in one local transaction.
+        Idempotent: ``ALREADY_COMMITTED`` for each when the marker exists. Raises ``TransactionLostError``: an attempt's
+        staged rows are missing or incomplete; nothing was written; ``SinkError``: the database refused (the message
+        names the constraint); nothing was written; ``SinkUnavailableError``: the connection failed; a retry answers
+        truthfully."""
         if not handles:
             return []
         ids = [self._checked(h) for h in handles]
@@ -145,10 +142,9 @@ class StagingCommitter(StagingDdl):
             self.delete_staged_rows(conn, ids)
 
     def _truncate_staged(self, conn: Connection, ids: list[str]) -> bool:
-        """Empty the staging table with ``TRUNCATE`` in the commit transaction when it provably
-        holds only *ids*' rows; whether it did. ``TRUNCATE`` avoids ``DELETE``'s WAL and dead
-        rows; ``LOCK ... NOWAIT`` succeeds only when no other transaction (a staging task) holds
-        the table, else the savepoint is rolled back and the caller deletes."""
+        """Empty the staging table with ``TRUNCATE`` in the commit transaction when it provably holds only *ids*' rows;
+        whether it did. ``TRUNCATE`` avoids ``DELETE``'s WAL and dead rows; ``LOCK ... NOWAIT`` succeeds only when no
+        other transaction (a staging task) holds the table, else the savepoint is rolled back and the caller deletes."""
         if not self.dialect.truncates_in_transaction:
             return False
         # only a statement snapshot taken after the lock sees every row committed before it
@@ -171,12 +167,8 @@ class StagingCommitter(StagingDdl):
         return False
 
     def abort(self, handle: StagingHandle) -> None:
-        """Delete an attempt's staged rows. Idempotent.
-
-        Raises:
-            ProtocolError: the handle is not a staging handle.
-            SinkError / SinkUnavailableError: the database failed; retry.
-        """
+        """Delete an attempt's staged rows. Idempotent. Raises ``ProtocolError``: the handle is not a staging handle;
+        ``SinkError`` / ``SinkUnavailableError``: the database failed; retry."""
         self.delete_staged([self._checked(handle)])
 
     def delete_staged(self, txn_ids: Sequence[str]) -> None:

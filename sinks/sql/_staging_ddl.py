@@ -52,17 +52,12 @@ class StagingDdl(StagingTables):
                 conn.rollback()
 
     def validate(self, schema: pa.Schema) -> None:
-        """Check the target against the DataFrame and prepare staging: the staging and batch
-        marker tables, a missing target where DDL cannot join the commit; delete staged rows of
-        dead ``eph-`` writes; warn what an overwrite that re-creates the target will lose.
-
-        Raises:
-            SinkUnavailableError: no connection.
-            TargetConfigurationError: ``errorifexists`` and the table exists; the staging table
-                holds an unfinished write's rows with other columns; DDL refused; privileges missing.
-            SchemaMismatchError: the DataFrame does not fit the table, or ``upsertKeys`` has no
-                matching unique constraint.
-        """
+        """Check the target against the DataFrame and prepare staging: the staging and batch marker tables, a missing
+        target where DDL cannot join the commit; delete staged rows of dead ``eph-`` writes; warn what an overwrite that
+        re-creates the target will lose. Raises ``SinkUnavailableError``: no connection; ``TargetConfigurationError``:
+        ``errorifexists`` and the table exists; the staging table holds an unfinished write's rows with other columns;
+        DDL refused; privileges missing; ``SchemaMismatchError``: the DataFrame does not fit the table, or
+        ``upsertKeys`` has no matching unique constraint."""
         from ._recreate_losses import recreate_losses  # here: it loads pyarrow, which a commit never needs
         self.schema = schema
         keys = self.options.upsert_keys

@@ -1,11 +1,10 @@
-"""Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with
-transactions. Each task attempt commits its rows, tagged with its transaction id, into a
-staging table: its *prepare*. The driver's commit runs ONE local transaction that checks the
-batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attempt's staged row
-count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows
-and inserts the batch marker. Staged rows of attempts not chosen are deleted by
-:meth:`StagingSink.abort`; those of dead writes without a checkpoint by a later write
-(``stagingRetention``), which is always safe: a commit missing rows writes nothing."""
+"""Portable ``staging`` commit mode: exactly-once writes to any SQLAlchemy database with transactions. Each task attempt
+commits its rows, tagged with its transaction id, into a staging table: its *prepare*. The driver's commit runs ONE
+local transaction that checks the batch marker (a replay answers ``ALREADY_COMMITTED``), checks every chosen attempt's
+staged row count (a vanished attempt makes it raise, nothing written), runs the write's DDL, moves the rows and inserts
+the batch marker. Staged rows of attempts not chosen are deleted by :meth:`StagingSink.abort`; those of dead writes
+without a checkpoint by a later write (``stagingRetention``), which is always safe: a commit missing rows writes
+nothing."""
 
 from __future__ import annotations
 
@@ -104,8 +103,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         ``ConfigurationError``: overwrite together with ``saveMode`` errorifexists/ignore."""
         if overwrite:
             if self.mode in ("errorifexists", "ignore"):
-                raise ConfigurationError(
-                    f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
+                raise ConfigurationError(f"saveMode {self.mode} contradicts Spark's overwrite mode: drop one of them")
             self.mode = "overwrite"
         self.schema = schema
         self.streaming = streaming
@@ -130,12 +128,9 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
         self.invoke_batch(txn, pa.RecordBatch.from_pylist([value]))
 
     def invoke_batch(self, txn: _StageTxn, batch: pa.RecordBatch) -> None:
-        """Stage an Arrow batch: the dialect's bulk loader (PostgreSQL COPY), else multi-row ``INSERT``.
-
-        Raises:
-            ConfigurationError: a string holds a NUL byte.
-            SinkError: the database rejected the rows (the attempt is rolled back).
-        """
+        """Stage an Arrow batch: the dialect's bulk loader (PostgreSQL COPY), else multi-row ``INSERT``. Raises
+        ``ConfigurationError``: a string holds a NUL byte; ``SinkError``: the database rejected the rows (the attempt is
+        rolled back)."""
         if txn.conn is None or txn.prepared:
             raise ProtocolError(f"staging transaction {txn.txn_id} is not open")
         if batch.num_rows == 0:

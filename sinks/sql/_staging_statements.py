@@ -32,9 +32,8 @@ def sql_string(text: str, *, backslash: bool) -> str:
 
 def stage_table(stage: TableName, schema: pa.Schema, dialect_name: str,
                 types: Mapping[str, sa.types.TypeEngine[Any]]) -> sa.Table:
-    """The staging table for *schema*: the transaction id (defaulting to the dialect's
-    :attr:`stage_txn_default`), then every column, nullable, of the target's *types* or the type
-    twopc would create."""
+    """The staging table for *schema*: the transaction id (defaulting to the dialect's :attr:`stage_txn_default`), then
+    every column, nullable, of the target's *types* or the type twopc would create."""
     from ._arrow_ddl import arrow_to_sqlalchemy  # here: a commit never loads pyarrow
     txn_col = sa.Column(TXN_COLUMN, sa.String(200), nullable=False)
     if (default := dialect_for(dialect_name).stage_txn_default) is not None:
@@ -85,11 +84,9 @@ def check_unique(conn: Connection, table: TableName, keys: Sequence[str]) -> Non
     pk = insp.get_pk_constraint(table.name, schema=table.schema)
     if pk and pk.get("constrained_columns"):
         sets.append({c.lower() for c in pk["constrained_columns"]})
-    for u in insp.get_unique_constraints(table.name, schema=table.schema):
-        sets.append({c.lower() for c in u["column_names"]})
-    for ix in insp.get_indexes(table.name, schema=table.schema):
-        if ix.get("unique"):
-            sets.append({c.lower() for c in ix["column_names"] if c})
+    sets += [{c.lower() for c in u["column_names"]} for u in insp.get_unique_constraints(table.name, table.schema)]
+    sets += [{c.lower() for c in ix["column_names"] if c} for ix in insp.get_indexes(table.name, table.schema)
+             if ix.get("unique")]
     if want not in sets:
         raise SchemaMismatchError(
             f"upsertKeys ({', '.join(keys)}) need a primary key or unique constraint on exactly those columns of "
@@ -107,10 +104,7 @@ def move_sql(dialect_name: str, quote: Any, table: str, stage: str, mapping: Seq
     source = f"FROM {stage} WHERE {q(TXN_COLUMN)} IN :ids"
     if not upsert_keys:
         return f"{into} SELECT {sel} {source}"
-    keys = []
-    for k in upsert_keys:
-        m = [tc for sc, tc in mapping if sc.lower() == k.lower()]
-        keys.append(m[0] if m else k)
+    keys = [next((tc for sc, tc in mapping if sc.lower() == k.lower()), k) for k in upsert_keys]
     keyset = {k.lower() for k in keys}
     others = [tc for _, tc in mapping if tc.lower() not in keyset]
     stage_keys = [sc for sc, tc in mapping if tc.lower() in keyset]

@@ -32,12 +32,9 @@ __all__ = ["BATCH_TABLE", "MODES", "TXN_COLUMN", "StagingTables", "default_stage
 
 log = logging.getLogger("twopc.sinks.staging")
 
-#: Spark's save modes the staging sink serves
-MODES = ("append", "overwrite", "errorifexists", "ignore")
-#: the default table of committed batch markers
-BATCH_TABLE = "twopc_batches"
-#: the staging table's column holding each row's transaction id
-TXN_COLUMN = "twopc_txn"
+MODES = ("append", "overwrite", "errorifexists", "ignore")  #: Spark's save modes the staging sink serves
+BATCH_TABLE = "twopc_batches"  #: the default table of committed batch markers
+TXN_COLUMN = "twopc_txn"  #: the staging table's column holding each row's transaction id
 
 
 def default_stage_name(table: TableName) -> str:

@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 __all__ = ["VerbatimType", "check_columns", "same_type"]
 
 
-
 class VerbatimType(sa.types.UserDefinedType[Any]):
     """A column type given as DDL text (a type read from the catalog)."""
 
@@ -34,11 +33,8 @@ class VerbatimType(sa.types.UserDefinedType[Any]):
 
 
 def check_columns(conn: Connection, table: TableName, schema: pa.Schema) -> Sequence[TableColumn]:
-    """*table*'s columns matched to the DataFrame's (in its order), checked by every mode's rule.
-
-    Raises:
-        SchemaMismatchError: listing every problem.
-    """
+    """*table*'s columns matched to the DataFrame's (in its order), checked by every mode's rule. Raises
+    ``SchemaMismatchError``: listing every problem."""
     dialect = dialect_for(conn.dialect.name)
     cols: Sequence[Any] | None = dialect.catalog_columns(conn.connection.driver_connection, table)
     if cols is None:

@@ -29,8 +29,7 @@ from ._sql_target import SqlTarget, give_back, log
 
 __all__ = ["LEASE_RECORDS", "LEDGER_TABLE", "SqlLedgerStore", "SqlTargetLedger", "sweep_lease_records"]
 
-#: The ledger table's name (in ``twopcSchema``, else in the marker table's schema).
-LEDGER_TABLE = "twopc_ledger"
+LEDGER_TABLE = "twopc_ledger"  #: The ledger table's name (in ``twopcSchema``, else in the marker table's schema).
 #: The name (before ``-<uid>``) of this user's folder of kept leases' records in the temp dir.
 LEASE_RECORDS = "twopc-leases"
 _REPLY_GRACE = 5.0  # beyond the agent's own bound for a lease, before its silence counts as no answer
@@ -75,12 +74,9 @@ class SqlTargetLedger:
             return self.target.control_execute(query, params, fetch=fetch)[1]
 
     def ensure_table(self) -> None:
-        """Create the ledger table when missing and check the user's privileges on it.
-
-        Raises:
-            SinkError: it cannot be created (the message has the DDL to run as an owner).
-            TargetConfigurationError: a privilege on it is missing (the message has the GRANT).
-        """
+        """Create the ledger table when missing and check the user's privileges on it. Raises ``SinkError``: it cannot
+        be created (the message has the DDL to run as an owner); ``TargetConfigurationError``: a privilege on it is
+        missing (the message has the GRANT)."""
         from ._privileges import dbapi_runner, require_privileges  # the plan's checks: workers make none
         ddl = self.target.database.ledger_ddl.format(table=self.quoted)
         if (schema := self.target.options.twopc_schema) is not None:
@@ -119,8 +115,7 @@ class SqlTargetLedger:
 
     def _record(self, sink_id: str) -> Path:
         """Where this machine notes the lease a streaming query keeps across its plans (``<temp
-        dir>/twopc-leases-<uid>/<hash>.json``). Raises ``ConfigurationError``: the folder is not this user's
-        alone."""
+        dir>/twopc-leases-<uid>/<hash>.json``). Raises ``ConfigurationError``: the folder is not this user's alone."""
         # loaded where leases are taken and let go: a task's worker never loads the agent
         from twopc.spi.lease import private_dir
         folder = private_dir(LEASE_RECORDS)
@@ -156,13 +151,10 @@ class SqlTargetLedger:
                 "session_sql": self.target.database.session_id_sql}
 
     def acquire(self, sink_id: str, *, keep: bool = False) -> Lease:
-        """Ask the driver's agent to take *sink_id*'s lease, checking the ledger table meanwhile;
-        with *keep* (streaming), a lease this driver already holds is returned as it is.
-
-        Raises:
-            ConcurrentWriterError: another writer holds the lease of *sink_id*.
-            SinkError / SinkUnavailableError: the server failed, or the agent did not start.
-        """
+        """Ask the driver's agent to take *sink_id*'s lease, checking the ledger table meanwhile; with *keep*
+        (streaming), a lease this driver already holds is returned as it is. Raises ``ConcurrentWriterError``: another
+        writer holds the lease of *sink_id*; ``SinkError`` / ``SinkUnavailableError``: the server failed, or the agent
+        did not start."""
         from twopc.spi.lease import DriverAgent, ask_agent  # see _record
         driver = driver_identity()
         if keep and (kept := self._kept(sink_id, driver)) is not None:

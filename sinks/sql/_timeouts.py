@@ -1,8 +1,7 @@
-"""Bounded waits on every SQL connection twopc opens, since a half-open connection would block
-the driver for ever: ``connectTimeout`` for the connect; ``socketTimeout`` for each reply
-(drivers without it run each statement under a deadline that shuts the socket down, see
-:func:`reply_deadline`; a ``COPY`` stream is bounded by TCP only); TCP keepalive (30 s idle,
-every 10 s, 3 probes) and ``tcp_user_timeout`` on Linux."""
+"""Bounded waits on every SQL connection twopc opens, since a half-open connection would block the driver for ever:
+``connectTimeout`` for the connect; ``socketTimeout`` for each reply (drivers without it run each statement under a
+deadline that shuts the socket down, see :func:`reply_deadline`; a ``COPY`` stream is bounded by TCP only); TCP
+keepalive (30 s idle, every 10 s, 3 probes) and ``tcp_user_timeout`` on Linux."""
 
 from __future__ import annotations
 

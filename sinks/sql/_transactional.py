@@ -1,6 +1,5 @@
-"""twopc writes only to tables whose writes roll back with their transaction (else a failed batch
-would leave rows), checked before any task runs by the dialect's
-:meth:`~twopc.sinks.sql._registry.SqlDatabase.rollback_problem`."""
+"""twopc writes only to tables whose writes roll back with their transaction (else a failed batch would leave rows),
+checked before any task runs by the dialect's :meth:`~twopc.sinks.sql._registry.SqlDatabase.rollback_problem`."""
 
 from __future__ import annotations
 

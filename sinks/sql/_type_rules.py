@@ -1,7 +1,6 @@
-"""Which DataFrame (Arrow) types may be written to which table columns, for every SQL sink:
-each backend sorts its columns into a :class:`Family`, and :func:`fits` answers from
-:data:`RULES`, which follows what Spark's JDBC writer gets through (the README's type table
-lists the exceptions); arrays, maps and structs fit JSON columns only."""
+"""Which DataFrame (Arrow) types may be written to which table columns, for every SQL sink: each backend sorts its
+columns into a :class:`Family`, and :func:`fits` answers from :data:`RULES`, which follows what Spark's JDBC writer gets
+through (the README's type table lists the exceptions); arrays, maps and structs fit JSON columns only."""
 
 from __future__ import annotations
 
@@ -116,11 +115,8 @@ def spark_type_name(t: pa.DataType) -> str:
         return "STRUCT<" + ", ".join(f"{f.name}: {spark_type_name(f.type)}" for f in t) + ">"
     if is_nested(t):
         return f"ARRAY<{spark_type_name(t.value_type)}>"
-    kind = arrow_kind(t)
-    if kind == "string":
-        return "STRING"
-    if kind == "binary":
-        return "BINARY"
+    if (kind := arrow_kind(t)) in ("string", "binary"):
+        return str(kind).upper()
     if pa.types.is_decimal(t):
         return f"DECIMAL({t.precision},{t.scale})"
     if pa.types.is_timestamp(t):

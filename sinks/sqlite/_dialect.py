@@ -62,8 +62,7 @@ class SqliteDialect(SqlDatabase):
     @staticmethod
     def sqlalchemy_url(url: URL, driver: str) -> URL:
         if driver not in ("", "pysqlite"):
-            raise ConfigurationError(
-                f"twopc uses Python's sqlite3 for SQLite, not {driver}: use a sqlite:/// URL")
+            raise ConfigurationError(f"twopc uses Python's sqlite3 for SQLite, not {driver}: use a sqlite:/// URL")
         return url.set(drivername="sqlite")
 
     @staticmethod

@@ -9,8 +9,7 @@ from twopc import ConfigurationError
 
 __all__ = ["check_sqlite_file"]
 
-#: the first 16 bytes of every SQLite 3 database file
-_HEADER = b"SQLite format 3\x00"
+_HEADER = b"SQLite format 3\x00"  #: the first 16 bytes of every SQLite 3 database file
 
 
 def check_sqlite_file(database: str | None) -> None:

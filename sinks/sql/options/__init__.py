@@ -17,12 +17,10 @@ from ..._options import Duration
 from .._names import TableName, bookkeeping_table, parse_table_name
 from .._registry import SqlDatabase, dialect_for
 
-__all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "POSTGRES_FORMAT", "SOCKET_TIMEOUT", "STAGING_RETENTION",
-           "CommitMode", "CopyFormat", "Dialect", "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode",
-           "isolation_sql", "safe_url", "url_secrets"]
+__all__ = ["CONNECT_TIMEOUT", "JDBC_FORMAT", "LOCK_TIMEOUT", "SOCKET_TIMEOUT", "STAGING_RETENTION", "Dialect",
+           "IsolationLevel", "JdbcOptions", "NetTimeouts", "SaveMode", "isolation_sql", "safe_url"]
 
 JDBC_FORMAT = "twopc-jdbc"
-POSTGRES_FORMAT = "twopc-postgres"
 
 #: a dialect's name (:attr:`~twopc.sinks.sql._registry.SqlDatabase.name`): ``postgresql``, ``mysql``, ``other``...
 Dialect: TypeAlias = str
@@ -34,8 +32,7 @@ IsolationLevel: TypeAlias = Literal["READ_UNCOMMITTED", "READ_COMMITTED", "REPEA
 _NO_LIMIT = Duration(0)
 LOCK_TIMEOUT = Duration(30_000)
 CONNECT_TIMEOUT = Duration(10_000)
-#: The default socket timeout.
-SOCKET_TIMEOUT = Duration(60_000)
+SOCKET_TIMEOUT = Duration(60_000)  #: The default socket timeout.
 #: ``stagingRetention``'s default: staged rows of a dead write without checkpoint wait a day.
 STAGING_RETENTION = Duration(86_400_000)
 
@@ -65,13 +62,13 @@ class NetTimeouts:
 
 @dataclass(frozen=True, repr=False)
 class JdbcOptions:
-    """The parsed options of one SQL write, built by :meth:`parse` (Spark options) or
-    :meth:`from_kwargs` (a sink's constructor arguments), both through one parser. Each field is
-    the option of the same name in camelCase (``batch_size`` is ``batchsize``); besides:
+    """The parsed options of one SQL write, built by :meth:`parse` (Spark options) or :meth:`from_kwargs` (a sink's
+    constructor arguments), both through one parser. Each field is the option of the same name in camelCase
+    (``batch_size`` is ``batchsize``); besides:
 
     Attributes:
-        url: SQLAlchemy URL *with* credentials, driver parameters translated; never print it
-            (:meth:`safe_url`). Its query holds no connect timeout (:attr:`connect_timeout`).
+        url: SQLAlchemy URL *with* credentials, driver parameters translated; never print it (:meth:`safe_url`).
+            Its query holds no connect timeout (:attr:`connect_timeout`).
         dialect: ``"postgresql"``, ``"mysql"`` (MySQL and MariaDB), ``"sqlite"`` or ``"other"``.
         table: ``dbtable`` as given (stripped); the sink parses it for its dialect.
         driver: the ``driver`` option (a Java class name), for :meth:`describe` only.
@@ -113,15 +110,10 @@ class JdbcOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, format_name: str = JDBC_FORMAT,
               dialect: Dialect | None = None) -> JdbcOptions:
-        """Parse the writer options of *format_name* (keys case-insensitive; *dialect*: the only
-        database the format writes to). No server is contacted; parameters that only tune a
-        Java JDBC driver are logged at INFO on ``twopc.sinks.sql``.
-
-        Raises:
-            MissingOptionError: ``url`` or ``dbtable`` is missing.
-            ConfigurationError: an option or URL parameter is invalid, read-only, unsupported
-                or unknown (named, never with the password).
-        """
+        """Parse the writer options of *format_name* (keys case-insensitive; *dialect*: the only database the format
+        writes to). No server is contacted; parameters that only tune a Java JDBC driver are logged at INFO on
+        ``twopc.sinks.sql``. Raises ``MissingOptionError``: ``url`` or ``dbtable`` is missing; ``ConfigurationError``:
+        an option or URL parameter is invalid, read-only, unsupported or unknown (named, never with the password)."""
         from ._jdbc_options import parse_options  # the reader: the driver's, at planning
         return parse_options(options, format_name, dialect)
 

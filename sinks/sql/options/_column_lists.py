@@ -62,7 +62,6 @@ def parse_column_types(text: str, what: str = "createTableColumnTypes") -> dict[
     and balanced single-quoted literals (``ENUM('a','b')``). Raises ``ConfigurationError``: syntax error,
     duplicate column, or a type that could inject SQL."""
     result: dict[str, str] = {}
-    seen: set[str] = set()
     n = len(text)
     i = _skip_ws(text, 0)
     if i >= n:
@@ -99,9 +98,8 @@ def parse_column_types(text: str, what: str = "createTableColumnTypes") -> dict[
             i += 1
         type_text = text[start:i].strip()
         _check_type(name, type_text, depth, in_quote, what)
-        if name.lower() in seen:
+        if name.lower() in {k.lower() for k in result}:
             raise ConfigurationError(f"{what}: column {name!r} is listed twice")
-        seen.add(name.lower())
         result[name] = type_text
         if i >= n:
             return result

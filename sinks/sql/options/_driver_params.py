@@ -1,18 +1,12 @@
-"""JDBC driver parameters, translated to the Python drivers' own.
-
-A parameter in a JDBC URL's query string, or a writer option the format does not know (Spark
-hands those to the JDBC driver), is translated to the Python driver's equivalent
-(:data:`PG_PARAMETERS`, :data:`MYSQL_PARAMETERS`, :data:`SQLITE_PARAMETERS`), logged at INFO
-when it only tunes the Java driver (``*_JAVA_ONLY``), and refused otherwise: never dropped silently.
-
-Differences from the Java drivers, on purpose:
-
-- PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's meaning).
-- MySQL: PyMySQL has no opportunistic TLS, so ``useSSL=true`` or ``sslMode=PREFERRED``
-  *requires* TLS (without certificate check); ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA
-  as a PEM file (``serverSslCert``).
-- A connect or socket timeout of 0 ("wait forever") is not supported: twopc's options
-  (``connectTimeout``, ``socketTimeout``, ``tcpKeepAlive``) take over."""
+"""JDBC driver parameters, translated to the Python drivers' own. A parameter in a JDBC URL's query string, or a
+writer option the format does not know (Spark hands those to the JDBC driver), is translated to the Python driver's
+equivalent (:data:`PG_PARAMETERS`, :data:`MYSQL_PARAMETERS`, :data:`SQLITE_PARAMETERS`), logged at INFO when it only
+tunes the Java driver (``*_JAVA_ONLY``), and refused otherwise: never dropped silently. Differences from the Java
+drivers, on purpose: PostgreSQL ``ssl=true`` without ``sslmode`` means ``sslmode=verify-full`` (pgjdbc's meaning);
+PyMySQL has no opportunistic TLS, so ``useSSL=true`` or ``sslMode=PREFERRED`` *requires* TLS (without certificate
+check), and ``VERIFY_CA`` / ``VERIFY_IDENTITY`` need the CA as a PEM file (``serverSslCert``); a connect or socket
+timeout of 0 ("wait forever") is not supported: twopc's options (``connectTimeout``, ``socketTimeout``,
+``tcpKeepAlive``) take over."""
 
 from __future__ import annotations
 
@@ -43,8 +37,7 @@ class DriverParam(NamedTuple):
 
 
 class Translated(NamedTuple):
-    """The Python driver's URL query parameters, and the waits among the JDBC parameters
-    (``None``: not given)."""
+    """The Python driver's URL query parameters, and the waits among the JDBC parameters (``None``: not given)."""
 
     query: dict[str, str | tuple[str, ...]]
     connect_timeout: int | None
@@ -162,18 +155,16 @@ def _unknown(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...],
 def _untranslated(prop: DriverParam, dialect_label: str, mapped: tuple[str, ...], java_only: tuple[str, ...],
                   refused: dict[str, str], supported: Sequence[str]) -> None:
     """A parameter with no Python equivalent: logged when it only tunes the Java driver, else refused."""
+    in_url = prop.source == "the JDBC URL"
     if prop.key in {k.lower() for k in java_only}:
-        _java_only(prop, dialect_label)
+        log.info("twopc: %s %s=%s only tunes the Java %s JDBC driver; it has no effect here",
+                 "URL parameter" if in_url else "option", "***" if prop.hidden else prop.name,
+                 prop.value if prop.key not in SECRET_KEYS and not prop.hidden else "***", dialect_label)
     elif prop.key in refused and not prop.hidden:
-        raise ConfigurationError(f"{_param_label(prop)} is not supported: it {refused[prop.key]}")
+        label = f"parameter {prop.name} in the JDBC URL" if in_url else f"option {prop.name}"
+        raise ConfigurationError(f"{label} is not supported: it {refused[prop.key]}")
     else:
         raise _unknown(prop, dialect_label, mapped, java_only, supported)
-
-
-def _java_only(prop: DriverParam, dialect_label: str) -> None:
-    log.info("twopc: %s %s=%s only tunes the Java %s JDBC driver; it has no effect here",
-             "URL parameter" if prop.source == "the JDBC URL" else "option", "***" if prop.hidden else prop.name,
-             prop.value if prop.key not in SECRET_KEYS and not prop.hidden else "***", dialect_label)
 
 
 def _whole(prop: DriverParam, unit_ms: bool) -> int:
@@ -223,18 +214,12 @@ def _jdbc_bool(prop: DriverParam) -> bool:
     raise ConfigurationError(f"{prop.name} must be true or false, got {prop.value!r}")
 
 
-def _libpq_escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace(" ", "\\ ")
-
-
 def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[str, ...]],
                  supported: Sequence[str] = ()) -> Translated:
     """libpq (psycopg) parameters for pgjdbc parameters (see :data:`PG_PARAMETERS`)."""
     q: dict[str, str | tuple[str, ...]] = {}
-    timeout: int | None = None
-    login_timeout: int | None = None
+    timeouts: dict[str, int | None] = {}  # connecttimeout, logintimeout: None is 0 (no limit)
     ssl_flag = False
-    zero_timeout = False
     schema: str | None = None
     waits = _Waits()
     for p in props:
@@ -260,12 +245,7 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
         elif k == "applicationname":
             q["application_name"] = v
         elif k in ("connecttimeout", "logintimeout"):
-            sec = _seconds(p, unit_ms=False)
-            zero_timeout = zero_timeout or sec is None
-            if k == "connecttimeout":
-                timeout = sec
-            else:
-                login_timeout = sec
+            timeouts[k] = _seconds(p, unit_ms=False)
         elif k == "currentschema":
             if not v.strip():
                 raise ConfigurationError("currentSchema is empty")
@@ -299,16 +279,13 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
     if schema is not None:
         existing = q.get("options", base_query.get("options", ""))
         existing_text = existing[-1] if isinstance(existing, tuple) else existing
-        search = f"-csearch_path={_libpq_escape(schema)}"
-        q["options"] = f"{existing_text} {search}".strip()
-    if zero_timeout and timeout is None and login_timeout is None:
+        search = schema.replace("\\", "\\\\").replace(" ", "\\ ")  # libpq's escapes
+        q["options"] = f"{existing_text} -csearch_path={search}".strip()
+    timeout = timeouts.get("connecttimeout") or timeouts.get("logintimeout")
+    if None in timeouts.values() and timeout is None:
         log.info("twopc: a connect timeout of 0 (no limit) is not supported; using the "
                  "connectTimeout option (default 10 s)")
-    return Translated(q, timeout if timeout is not None else login_timeout, waits.socket_ms, waits.keepalive)
-
-
-def _param_label(p: DriverParam) -> str:
-    return f"parameter {p.name} in the JDBC URL" if p.source == "the JDBC URL" else f"option {p.name}"
+    return Translated(q, timeout, waits.socket_ms, waits.keepalive)
 
 
 def translate_mysql(props: list[DriverParam], mariadb: bool, supported: Sequence[str] = ()) -> Translated:
@@ -375,29 +352,15 @@ def _mysql_tls(by_key: Mapping[str, DriverParam], mariadb: bool) -> dict[str, st
                 f"sslMode must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY (MariaDB: "
                 f"disable, trust, verify-ca, verify-full), got {mode_prop.value!r}")
         mode = _MYSQL_SSLMODES[key]
-    elif mariadb:  # MariaDB Connector/J 2.x: useSsl verifies unless told not to
+    elif mariadb:  # MariaDB Connector/J 2.x: useSsl verifies unless told not to (flags read lazily: unread = unused)
         use = flag("usessl")
-        if use:
-            if flag("trustservercertificate"):
-                mode = "required"
-            elif flag("disablesslhostnameverification"):
-                mode = "verify_ca"
-            else:
-                mode = "verify_identity"
-        else:
-            mode = "disabled" if use is False else None
+        mode = (("required" if flag("trustservercertificate") else
+                 "verify_ca" if flag("disablesslhostnameverification") else "verify_identity") if use else
+                "disabled" if use is False else None)
     else:  # MySQL Connector/J: useSSL=true alone is PREFERRED
         use, require, verify = flag("usessl"), flag("requiressl"), flag("verifyservercertificate")
-        if use is False:
-            mode = "disabled"
-        elif verify:
-            mode = "verify_ca"
-        elif require:
-            mode = "required"
-        elif use:
-            mode = "preferred"
-        else:
-            mode = None
+        mode = ("disabled" if use is False else "verify_ca" if verify else "required" if require else
+                "preferred" if use else None)
     if mode in ("preferred", "required") and flag("verifyservercertificate"):
         mode = "verify_ca"  # stricter of the two
     q: dict[str, str | tuple[str, ...]] = {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from sqlalchemy.engine import URL
@@ -96,19 +97,11 @@ _ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("READ_UNCOMMITTED", "READ_COMMI
 _SAVE_MODES: dict[str, SaveMode] = {"append": "append", "overwrite": "overwrite", "errorifexists": "errorifexists",
                                     "error": "errorifexists", "default": "errorifexists", "ignore": "ignore"}
 _MAX_CONNECT = Duration(3_600_000)
-#: keyword arguments of the sinks' constructors -> option names
-_KWARG_OPTIONS = {
-    "user": "user", "password": "password", "driver": "driver", "batch_size": "batchsize",
-    "truncate": "truncate", "create_table_options": "createTableOptions",
-    "create_table_column_types": "createTableColumnTypes", "table_comment": "tableComment",
-    "isolation_level": "isolationLevel", "query_timeout": "queryTimeout",
-    "session_init_statement": "sessionInitStatement", "commit_mode": "commitMode",
-    "upsert_keys": "upsertKeys", "save_mode": "saveMode", "marker_table": "markerTable",
-    "twopc_schema": "twopcSchema",
-    "staging_table": "stagingTable", "staging_retention": "stagingRetention",
-    "lock_timeout": "lockTimeout", "connect_timeout": "connectTimeout", "dead_letter_table": "deadLetterTable",
-    "copy_format": "copyFormat", "socket_timeout": "socketTimeout", "tcp_keepalive": "tcpKeepAlive",
-}
+_OPTION_NAMES = {n.lower(): n for n in (*SPARK_OPTIONS, *TWOPC_OPTIONS) if n not in ("url", "dbtable", "table")}
+#: keyword arguments of the sinks' constructors -> option names: a keyword without ``_`` is an option (any case)
+_KWARG_OPTIONS = {key: _OPTION_NAMES[key.replace("_", "")]
+                  for key in ("user", "password", *(f.name for f in fields(JdbcOptions)))
+                  if key.replace("_", "") in _OPTION_NAMES}
 
 
 def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect | None) -> JdbcOptions:
@@ -118,8 +111,7 @@ def parse_options(options: Mapping[str, str], format_name: str, dialect: Dialect
 
 def kwargs_options(url: str | URL, table: str, kwargs: Mapping[str, Any]) -> dict[str, str]:
     """:meth:`JdbcOptions.from_kwargs`'s options."""
-    options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url,
-               "dbtable": table}
+    options = {"url": url.render_as_string(hide_password=False) if isinstance(url, URL) else url, "dbtable": table}
     for key, value in kwargs.items():
         name = _KWARG_OPTIONS.get(key)
         if name is None:
@@ -147,7 +139,7 @@ def _parse(r: OptionReader, only: Dialect | None) -> JdbcOptions:
         "lock_timeout": r.duration("lockTimeout", LOCK_TIMEOUT),
         "copy_format": r.choice("copyFormat", ("auto", "binary", "csv"), "auto"),
         "commit_mode": r.choice("commitMode", ("auto", "prepared", "staging"), "auto"),
-        "dead_letter_table": _dead_letter_option(r),
+        "dead_letter_table": r.text("deadLetterTable"),  # stripped; blank is absent
     }
     staging, staging_given = _staging_options(r)
     connect_option = r.text("connectTimeout")
@@ -219,8 +211,7 @@ def _check_combinations(o: JdbcOptions, staging_given: list[str]) -> None:
         raise ConfigurationError(
             f"copyFormat={o.copy_format} applies only to PostgreSQL (COPY); this URL is {o.dialect}: "
             f"remove the option")
-    if o.dead_letter_table is not None and (not dialect.dead_letters or o.commit_mode == "staging"
-                                            or staging_given):
+    if o.dead_letter_table is not None and (not dialect.dead_letters or o.commit_mode == "staging" or staging_given):
         raise ConfigurationError(
             "deadLetterTable is supported on PostgreSQL in the prepared commit mode only (twopc-postgres, or "
             "twopc-jdbc appending to a PostgreSQL table); this write is "
@@ -245,13 +236,6 @@ def _option_text(value: Any) -> str:
     return str(value)
 
 
-def _dead_letter_option(r: OptionReader) -> str | None:
-    text = r.text("deadLetterTable")
-    if text is not None and not text.strip():
-        raise ConfigurationError("deadLetterTable is empty: give a table name or leave the option out")
-    return text.strip() if text is not None else None
-
-
 def _table_option(r: OptionReader) -> str:
     dbtable, table = r.get("dbtable"), r.get("table")
     if dbtable is not None and table is not None and dbtable.strip() != table.strip():
@@ -261,8 +245,7 @@ def _table_option(r: OptionReader) -> str:
     if not text:
         raise r.missing("dbtable", '.option("dbtable", "public.events")', aliases=("table",))
     if text.startswith("("):
-        raise ConfigurationError(
-            f"dbtable {text!r} is a subquery, which can only be read; a write needs a table name")
+        raise ConfigurationError(f"dbtable {text!r} is a subquery, which can only be read; a write needs a table name")
     return text
 
 

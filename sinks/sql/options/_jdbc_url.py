@@ -1,12 +1,10 @@
-"""One URL translator for every SQL format: :func:`translate_url` reads a JDBC URL or a
-SQLAlchemy URL (any backend) and gives the SQLAlchemy URL of the Python driver twopc connects
-with, credentials set and driver parameters translated
-(:mod:`twopc.sinks.sql.options._driver_params`). Credentials in a URL's query string move into
-its user info, so that :func:`~twopc.sinks.sql.options.safe_url` hides them."""
+"""One URL translator for every SQL format: :func:`translate_url` reads a JDBC URL or a SQLAlchemy URL (any backend) and
+gives the SQLAlchemy URL of the Python driver twopc connects with, credentials set and driver parameters translated
+(:mod:`twopc.sinks.sql.options._driver_params`). Credentials in a URL's query string move into its user info, so that
+:func:`~twopc.sinks.sql.options.safe_url` hides them."""
 
 from __future__ import annotations
 
-import logging
 import re
 import urllib.parse
 from collections.abc import Sequence
@@ -23,19 +21,14 @@ from .._registry import dialect_for
 from . import Dialect, safe_url
 from ._driver_params import DriverParam, Translated
 
-__all__ = ["JdbcParts", "SqlUrl", "host_port", "query_params", "translate_url", "untranslated"]
+__all__ = ["JdbcParts", "SqlUrl", "host_port", "query_params", "translate_url"]
 
-log = logging.getLogger("twopc.sinks.sql")
 
 @dataclass(frozen=True, repr=False)
 class SqlUrl:
-    """A translated URL.
-
-    Attributes:
-        url: the SQLAlchemy URL *with* credentials: never print it. Its query holds no connect timeout.
-        dialect: ``postgresql``, ``mysql`` (MySQL and MariaDB), ``sqlite`` or ``other``.
-        connect_timeout, socket_timeout_ms, tcp_keepalive: found among the JDBC parameters, or ``None``.
-    """
+    """A translated URL: the SQLAlchemy *url* *with* credentials (never print it; its query holds no connect
+    timeout), the *dialect* (``postgresql``, ``mysql`` for MySQL and MariaDB, ``sqlite`` or ``other``), and the waits
+    found among the JDBC parameters (``None``: not given)."""
 
     url: URL
     dialect: Dialect
@@ -60,14 +53,10 @@ class JdbcParts(NamedTuple):
 
 def translate_url(raw: str, *, user: str | None = None, password: str | None = None,
                   properties: Sequence[tuple[str, str]] = (), supported: Sequence[str] = ()) -> SqlUrl:
-    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options, *properties*)
-    into a SQLAlchemy URL for the Python driver, *user* and *password* overriding the URL's;
-    *supported* (the format's options) feeds the message about an unknown one. No server is contacted.
-
-    Raises:
-        ConfigurationError: the URL is malformed or unsupported, or a parameter is unknown,
-            refused, or given twice differently (never with the password).
-    """
+    """Translate a JDBC or SQLAlchemy URL (and driver parameters given as options, *properties*) into a SQLAlchemy URL
+    for the Python driver, *user* and *password* overriding the URL's; *supported* (the format's options) feeds the
+    message about an unknown one. No server is contacted. Raises ``ConfigurationError``: the URL is malformed or
+    unsupported, or a parameter is unknown, refused, or given twice differently (never with the password)."""
     props: dict[str, DriverParam] = {}
     base_query: dict[str, str | tuple[str, ...]] = {}
 
@@ -106,14 +95,10 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
         url_user, url_password = url.username, url.password
         flavor = database.name
         base_query = dict(url.query)
-        for key in list(base_query):  # credentials in the query string would show in describe()
-            if key.lower() in ("user", "password"):
-                value = base_query.pop(key)
-                text = value[-1] if isinstance(value, tuple) else value
-                if key.lower() == "user":
-                    url_user = text
-                else:
-                    url_password = text
+        for key in [k for k in base_query if k.lower() in ("user", "password")]:  # they would show in describe()
+            value = base_query.pop(key)
+            text = value[-1] if isinstance(value, tuple) else value
+            url_user, url_password = (text, url_password) if key.lower() == "user" else (url_user, text)
         url = url.set(query={})
     for k, v in properties:
         add(k, v, "option")
@@ -122,7 +107,7 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
     if (prop := props.pop("password", None)) is not None:
         url_password = prop.value
     translated = (database.translate_params(list(props.values()), base_query, flavor, supported)
-                  or untranslated(list(props.values()), supported))
+                  or _untranslated(list(props.values()), supported))
     query = dict(base_query)
     for k, value in translated.query.items():
         if k in query and query[k] != value and k != "options":  # options: merged by the translation
@@ -132,11 +117,10 @@ def translate_url(raw: str, *, user: str | None = None, password: str | None = N
         query[k] = value
     url = database.login(url.set(query=query), url_user if user is None else user,
                          url_password if password is None else password)
-    return SqlUrl(url, database.name, translated.connect_timeout, translated.socket_timeout_ms,
-                  translated.tcp_keepalive)
+    return SqlUrl(url, database.name, *translated[1:])  # the waits
 
 
-def untranslated(props: Sequence[DriverParam], supported: Sequence[str]) -> Translated:
+def _untranslated(props: Sequence[DriverParam], supported: Sequence[str]) -> Translated:
     """No driver parameters translated (a database twopc has no rules for): given ones are refused."""
     if props:
         names = ", ".join(f"{p.name} ({unknown_option_hint(p.name, supported)})" for p in props)
@@ -163,18 +147,15 @@ def _split_jdbc(raw: str) -> JdbcParts:
     if (own := dialect.split_jdbc(rest)) is not None:
         return own
     path, _, query_text = rest.partition("?")
-    if dialect.jdbc_bare_database:
-        if path.startswith("//"):
-            netloc, _, dbpath = path[2:].partition("/")
-        else:  # jdbc:postgresql:database  or  jdbc:postgresql:/
-            netloc, dbpath = "", path.lstrip("/")
-    else:
-        if not path.startswith("//"):
-            raise ConfigurationError(
-                f"this jdbc:{sub}: URL form is not supported: twopc translates "
-                f"jdbc:{sub}://host[:port]/database (no load-balancing, replication or failover "
-                f"variants); give a SQLAlchemy URL mysql+pymysql://host:port/db instead")
+    if not path.startswith("//") and not dialect.jdbc_bare_database:
+        raise ConfigurationError(
+            f"this jdbc:{sub}: URL form is not supported: twopc translates "
+            f"jdbc:{sub}://host[:port]/database (no load-balancing, replication or failover "
+            f"variants); give a SQLAlchemy URL mysql+pymysql://host:port/db instead")
+    if path.startswith("//"):
         netloc, _, dbpath = path[2:].partition("/")
+    else:  # jdbc:postgresql:database  or  jdbc:postgresql:/
+        netloc, dbpath = "", path.lstrip("/")
     if "@" not in netloc and re.match(r"//[^=@]*:[^=]*@", rest):
         # user:password@ cut short by a raw '/' or '?' in the password
         raise ConfigurationError(
@@ -191,9 +172,7 @@ def _split_jdbc(raw: str) -> JdbcParts:
         raise ConfigurationError(
             "the JDBC URL uses the address=(host=...)(port=...) host syntax, which twopc does not "
             "translate: write host[:port]")
-    database = urllib.parse.unquote(dbpath) or None
-    params = query_params(query_text)
-    return JdbcParts(sub, user, password, hosts, database, params)
+    return JdbcParts(sub, user, password, hosts, urllib.parse.unquote(dbpath) or None, query_params(query_text))
 
 
 def query_params(query_text: str) -> list[tuple[str, str]]:
@@ -203,23 +182,19 @@ def query_params(query_text: str) -> list[tuple[str, str]]:
             continue
         k, _, v = piece.partition("=")
         key = urllib.parse.unquote_plus(k).strip()
-        if not key and any(name.lower() in SECRET_KEYS for name, _ in out):
-            raise ConfigurationError(after_password("JDBC"))
         if not key:
-            raise ConfigurationError("the JDBC URL has a parameter without a name")
+            raise ConfigurationError(after_password("JDBC") if any(name.lower() in SECRET_KEYS for name, _ in out)
+                                     else "the JDBC URL has a parameter without a name")
         out.append((key, urllib.parse.unquote_plus(v)))
     return out
 
 
 def host_port(h: str) -> tuple[str, int | None]:
-    port_text = ""
     if h.startswith("["):  # [ipv6]:port
-        addr, _, tail = h[1:].partition("]")
-        host, port_text = addr, tail.lstrip(":")
-    elif h.count(":") == 1:
-        host, port_text = h.split(":")
+        host, _, port_text = h[1:].partition("]")
+        port_text = port_text.lstrip(":")
     else:
-        host = h
+        host, port_text = h.split(":") if h.count(":") == 1 else (h, "")
     if not host:
         raise ConfigurationError("the JDBC URL has an empty host name")
     if port_text:

@@ -14,8 +14,7 @@ __all__ = ["SOCKET_MARGIN", "socket_and_lock_timeouts"]
 
 log = logging.getLogger("twopc.sinks.sql")
 
-#: What the default socket timeout leaves beyond the longest server-side wait.
-SOCKET_MARGIN = Duration(30_000)
+SOCKET_MARGIN = Duration(30_000)  #: What the default socket timeout leaves beyond the longest server-side wait.
 
 
 def socket_and_lock_timeouts(option_text: str | None, url_ms: int | None, lock: Duration, query: Duration, *,
