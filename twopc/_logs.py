@@ -19,6 +19,7 @@ ENV_LOG_LEVEL = "TWOPC_LOG_LEVEL"
 ENV_LOG_FORMAT = "TWOPC_LOG_FORMAT"
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _HANDLER_NAME = "twopc-stderr"
+_CLI_HANDLER_NAME = "twopc-cli-stderr"
 
 
 def log_event(logger: logging.Logger, level: int, event: str, msg: str, *args: object, **fields: Any) -> None:
@@ -78,8 +79,27 @@ def configure_worker_logging() -> None:
     twopc.propagate = False
 
 
+class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]  # StreamHandler's stream type is its own
+    """Writes to ``sys.stderr`` as it is at each record, never to one since replaced and closed."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+
 def configure_cli_logging() -> None:
-    """For ``twopc status`` / ``recover``: every logger to stderr (``TWOPC_LOG_FORMAT=json`` for JSON)."""
-    handler = logging.StreamHandler(sys.stderr)
+    """For ``twopc status`` / ``recover``: every logger to the current stderr (``TWOPC_LOG_FORMAT=json`` for JSON).
+    Idempotent; the root logger's other handlers are kept (``main`` may run inside an application)."""
+    root = logging.getLogger()
+    handler = next((h for h in root.handlers if h.get_name() == _CLI_HANDLER_NAME), None)
+    if handler is None:
+        handler = _CurrentStderr()
+        handler.set_name(_CLI_HANDLER_NAME)
+        root.addHandler(handler)
     handler.setFormatter(_formatter())
-    logging.basicConfig(level=_level() or logging.WARNING, handlers=[handler], force=True)
+    level = _level() or logging.WARNING
+    handler.setLevel(level)
+    root.setLevel(min(root.level or logging.WARNING, level))
