@@ -315,12 +315,8 @@ class CommitLedger(Ownership):
 
     def pending(self) -> list[Decision]:
         """Decisions whose batch is not marked committed, oldest first."""
-        out = []
-        for b in self._unmarked():
-            d, done = self._standing(b)  # void decisions of fenced drivers are not pending
-            if d is not None and not done:
-                out.append(d)
-        return out
+        standing = [self._standing(b) for b in self._unmarked()]
+        return [d for d, done in standing if d is not None and not done]  # a fenced driver's void one is not
 
     def _unmarked(self) -> list[int]:
         committed = set(self.committed_batches())

@@ -267,17 +267,13 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
     options = with_checkpoint(data_source.options, streaming=True,
                               session_root=session_root or data_source.session_checkpoint_root)
     location = option(options, "checkpointLocation")
-    if not location or not ledger_exists(ledger_store(location)):
-        return None
-    batch = _unfinished_batch(location)
-    if batch is None:
+    if not location or not ledger_exists(ledger_store(location)) or (batch := _unfinished_batch(location)) is None:
         return None
     ledger = CommitLedger(location)
     if ledger.join(driver) is None:
         log.info("twopc: checkpoint %s is owned by another driver now: its batch %s is left to it", location, batch)
         return None
-    sink_id = ledger.recorded_sink_id()
-    if sink_id is None:
+    if (sink_id := ledger.recorded_sink_id()) is None:
         return None
     runtime = RuntimeOptions.parse(options, streaming=True)
     with data_source.build_sink(options) as sink:
@@ -289,8 +285,5 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
 def _unfinished_batch(location: str) -> int | None:
     """The latest batch of the offset log at *location* if the commit log lacks it."""
     spark_log = open_store(location)
-    planned = [int(n) for n in spark_log.list("offsets") if n.isdigit()]
-    if not planned:
-        return None
-    latest = max(planned)
-    return None if spark_log.read(f"commits/{latest}") is not None else latest
+    latest = max((int(n) for n in spark_log.list("offsets") if n.isdigit()), default=None)
+    return None if latest is None or spark_log.read(f"commits/{latest}") is not None else latest
