@@ -87,10 +87,8 @@ def _url_secrets(value: str) -> set[str]:
     except ValueError:
         return set()
     found = {password, urllib.parse.unquote(password)} if password else set()
-    for key, val in urllib.parse.parse_qsl(parts.query):
-        if any(w in key.lower() for w in _SECRET_WORDS):
-            found.add(val)
-    return found
+    query = urllib.parse.parse_qsl(parts.query)
+    return found | {val for key, val in query if any(w in key.lower() for w in _SECRET_WORDS)}
 
 
 def derive_secrets(options: Mapping[str, str]) -> list[str]:
@@ -103,9 +101,7 @@ def derive_secrets(options: Mapping[str, str]) -> list[str]:
         if any(w in key.lower() for w in _SECRET_WORDS):
             found.add(value)
         found |= _url_secrets(value)
-    forms = set(found)
-    for s in found:
-        forms |= {urllib.parse.quote(s, safe=""), urllib.parse.quote_plus(s)}
+    forms = found | {q for s in found for q in (urllib.parse.quote(s, safe=""), urllib.parse.quote_plus(s))}
     return sorted(s for s in forms if len(s) >= 4)
 
 
