@@ -248,8 +248,7 @@ class CommitCoordinator:
         self._release: Callable[[], None] = lambda: None
         if not claimed:
             check_target(sink, ledger, sink_id, record=False)
-            claim = claim_writer(sink, ledger, sink_id)
-            if claim is not None:
+            if (claim := claim_writer(sink, ledger, sink_id)) is not None:
                 finalizer = weakref.finalize(self, claim.release_collected)
                 def release() -> None:  # close(): now, on this thread; a collection: release_collected
                     if finalizer.detach() is not None:

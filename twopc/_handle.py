@@ -114,8 +114,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 def _field_names(cls: type[TransactionHandle]) -> tuple[str, ...]:
     """*cls*'s field names, cached (:func:`dataclasses.fields` costs more than a payload)."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
+    if (names := _FIELD_NAMES.get(cls)) is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return names
 

@@ -105,8 +105,7 @@ class RuntimeOptions:
             raise MissingOptionError(
                 f"twopc needs a checkpointLocation to record its commit decisions durably: add {how}"
             )
-        sink_id = option(options, "sinkId") or option(options, "txnAppId")
-        if sink_id is not None:
+        if (sink_id := option(options, "sinkId") or option(options, "txnAppId")) is not None:
             validate_sink_id(sink_id)
         version_text = option(options, "txnVersion")
         if ephemeral is not None:

@@ -197,8 +197,7 @@ class Agent:
 
     def handle(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn, conn.makefile("rw", encoding="ascii") as channel:
-            line = channel.readline()
-            if not line:
+            if not (line := channel.readline()):
                 return
             try:
                 request = json.loads(line, object_hook=_plain)

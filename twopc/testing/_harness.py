@@ -64,8 +64,7 @@ def fresh_nonce(handle: H) -> H:
     """*handle* with its :class:`~twopc.Xid` ``txn_id`` re-made with a fresh nonce, in the same form
     (the default ``never_prepared``).
     Raises HarnessError: the txn id is not an Xid; give the harness ``never_prepared=``."""
-    xid = Xid.parse(handle.txn_id)
-    if xid is None:
+    if (xid := Xid.parse(handle.txn_id)) is None:
         raise HarnessError(
             f"{type(handle).__name__}.txn_id {handle.txn_id!r:.80} is not a twopc Xid, so the kit cannot "
             f"make a never-prepared id for it: give SinkHarness(never_prepared=...) a function that returns "
