@@ -181,9 +181,8 @@ def classify_prepared(ledger: CommitLedger, handles: Sequence[TransactionHandle]
     decisions: dict[int, frozenset[str]] = {}
     decided: list[TransactionHandle] = []
     orphans: list[TransactionHandle] = []
-    for h in sorted(handles, key=lambda h: (h.batch_id, h.txn_id)):
-        if up_to_batch is not None and h.batch_id > up_to_batch:
-            continue
+    chosen = [h for h in handles if up_to_batch is None or h.batch_id <= up_to_batch]
+    for h in sorted(chosen, key=lambda h: (h.batch_id, h.txn_id)):
         if h.batch_id not in decisions:
             d = ledger.decision(h.batch_id)
             decisions[h.batch_id] = d.txn_ids if d is not None else frozenset()
@@ -249,8 +248,7 @@ class CommitCoordinator:
         self._release: Callable[[], None] = lambda: None
         if not claimed:
             check_target(sink, ledger, sink_id, record=False)
-            claim = claim_writer(sink, ledger, sink_id)
-            if claim is not None:
+            if (claim := claim_writer(sink, ledger, sink_id)) is not None:
                 finalizer = weakref.finalize(self, claim.release_collected)
                 def release() -> None:  # close(): now, on this thread; a collection: release_collected
                     if finalizer.detach() is not None:
@@ -355,8 +353,7 @@ class CommitCoordinator:
         oldest batch recovery may still ask about (the oldest kept, or an older unfinished decision)."""
         if not self.ledger.purge(keep_last=self.keep_last):
             return
-        retained = self.ledger.committed_batches()
-        if retained:
+        if retained := self.ledger.committed_batches():
             below = min([retained[0], *(d.batch_id for d in self.ledger.pending())])
             purge_markers_best_effort(self.sink, self.sink_id, below)
 
@@ -452,8 +449,7 @@ class CommitCoordinator:
 
 
 def _decided(decision: Decision) -> None:
-    if not log.isEnabledFor(logging.DEBUG):  # its fields sort every id of the batch
-        return
-    log_event(log, logging.DEBUG, "decision_recorded", "twopc: sink=%s batch=%s decided %s transaction(s)",
-              decision.sink_id, decision.batch_id, len(decision.handles), sink_id=decision.sink_id,
-              batch=decision.batch_id, txn_ids=sorted(decision.txn_ids))
+    if log.isEnabledFor(logging.DEBUG):  # its fields sort every id of the batch
+        log_event(log, logging.DEBUG, "decision_recorded", "twopc: sink=%s batch=%s decided %s transaction(s)",
+                  decision.sink_id, decision.batch_id, len(decision.handles), sink_id=decision.sink_id,
+                  batch=decision.batch_id, txn_ids=sorted(decision.txn_ids))

@@ -78,7 +78,6 @@ def provably_dead(identity: DriverIdentity) -> bool:
     """True when *identity* is a process on this host that no longer runs."""
     if identity.get("host") != socket.gethostname() or not os.path.isdir("/proc/self"):
         return False
-    started = _start_ticks(int(identity["pid"]))
-    if started is None:
+    if (started := _start_ticks(int(identity["pid"]))) is None:
         return True
     return bool(identity.get("started")) and started not in (0, identity["started"])

@@ -26,8 +26,7 @@ def require(module_name: str, extra: str, what: str) -> ModuleType:
     Raises MissingExtraError: it is not installed or fails to import (with why); the fix is
     ``pip install 'pyspark-twopc[<extra>]'``.
     Raises ValueError: *extra* is unknown or does not install *module_name* (a caller's bug)."""
-    provided = EXTRAS.get(extra)
-    if provided is None:
+    if (provided := EXTRAS.get(extra)) is None:
         raise ValueError(f"unknown twopc extra {extra!r}: one of {', '.join(sorted(EXTRAS))}")
     if module_name.partition(".")[0] not in provided:
         raise ValueError(f"twopc's extra {extra!r} installs {', '.join(provided)}, not {module_name!r}")

@@ -91,8 +91,7 @@ class AbortFence:
         """Before a retry writes, roll back what *partition*'s dead earlier attempts left prepared (no
         decision can name them): their row locks would stall the retry until ``lockTimeout``.
         Raises SinkError: the target failed; LedgerError: the store fails."""
-        dead = self.dead_attempts(partition)
-        if not dead:
+        if not (dead := self.dead_attempts(partition)):
             return
         for h in sink.list_prepared(sink_id, self.batch_id):
             if h.partition_id == partition and h.attempt_id in dead.values():

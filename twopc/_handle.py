@@ -89,8 +89,7 @@ class TransactionHandle:
             )
         if version < cls.VERSION:
             payload = cls.upgrade(dict(payload), version)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(payload) - names
+        unknown = set(payload) - set(_field_names(cls))
         missing = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING} - set(payload)
         if unknown or missing:
@@ -115,8 +114,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 def _field_names(cls: type[TransactionHandle]) -> tuple[str, ...]:
     """*cls*'s field names, cached (:func:`dataclasses.fields` costs more than a payload)."""
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
+    if (names := _FIELD_NAMES.get(cls)) is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
     return names
 
@@ -164,9 +162,7 @@ def decode_handle(envelope: Mapping[str, Any]) -> TransactionHandle:
     Raises HandleVersionError: the envelope was written by a newer handle version.
     Raises HandleError: the envelope is malformed."""
     try:
-        kind = envelope["kind"]
-        version = envelope["version"]
-        payload = envelope["payload"]
+        kind, version, payload = envelope["kind"], envelope["version"], envelope["payload"]
     except (KeyError, TypeError) as exc:
         raise HandleError(f"not a handle envelope (needs kind, version, payload): {envelope!r:.200}") from exc
     if not isinstance(kind, str) or not isinstance(version, int) or not isinstance(payload, Mapping):

@@ -23,8 +23,7 @@ def lazy_exports(module: str, names: Mapping[str, str]) -> tuple[Callable[[str],
     where = dict(names)
     anchor = sys.modules[module].__package__  # what the package's own relative imports start from
     def __getattr__(name: str) -> Any:  # noqa: N807 - the module attribute hook of PEP 562
-        spec = where.get(name)
-        if spec is None:
+        if (spec := where.get(name)) is None:
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         source_name, _, attribute = spec.partition(":")
         source = importlib.import_module(source_name, anchor)

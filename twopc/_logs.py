@@ -37,8 +37,7 @@ class JsonFormatter(logging.Formatter):
             "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname, "logger": record.name, "message": record.getMessage(),
         }
-        event = getattr(record, "twopc_event", None)
-        if event:
+        if event := getattr(record, "twopc_event", None):
             out["event"] = event
         fields = getattr(record, "twopc", None)
         if isinstance(fields, dict):

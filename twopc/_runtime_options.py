@@ -32,10 +32,7 @@ RUNTIME_KEYS = frozenset(name.lower() for name in RUNTIME_OPTION_NAMES)
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str | None:
     """Look up *name* case-insensitively (Spark lower-cases option keys)."""
     lowered = name.lower()
-    for k, v in options.items():
-        if k.lower() == lowered:
-            return v
-    return default
+    return next((v for k, v in options.items() if k.lower() == lowered), default)
 
 
 def sink_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -96,18 +93,8 @@ class RuntimeOptions:
         Raises MissingOptionError: ``checkpointLocation`` (or a batch write's ``txnVersion``) is missing.
         Raises ConfigurationError: an option is invalid."""
         loc = option(options, "checkpointLocation")
-        if not loc and ephemeral_location is not None and not streaming:
-            sink_id = option(options, "sinkId") or option(options, "txnAppId")
-            if sink_id is not None:
-                validate_sink_id(sink_id)
-            version_text = option(options, "txnVersion")
-            if version_text is not None and sink_id is None:
-                raise ConfigurationError(
-                    "txnVersion without checkpointLocation needs txnAppId: the target remembers "
-                    "which (txnAppId, txnVersion) it committed. Add .option(\"txnAppId\", \"job-name\")")
-            return cls(ephemeral_location, sink_id, _parse_version(version_text) if version_text else 0,
-                       1, ephemeral=True, commit_retry=_retry(options))
-        if not loc:
+        ephemeral = None if loc or streaming else ephemeral_location
+        if not loc and ephemeral is None:
             how = (
                 'df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
                 "session's spark.sql.streaming.checkpointLocation before the query starts (on Spark Connect: "
@@ -118,19 +105,24 @@ class RuntimeOptions:
             raise MissingOptionError(
                 f"twopc needs a checkpointLocation to record its commit decisions durably: add {how}"
             )
-        sink_id = option(options, "sinkId") or option(options, "txnAppId")
-        if sink_id is not None:
+        if (sink_id := option(options, "sinkId") or option(options, "txnAppId")) is not None:
             validate_sink_id(sink_id)
         version_text = option(options, "txnVersion")
-        version: int | None = None
-        if version_text is not None:
-            version = _parse_version(version_text)
-        elif not streaming:
+        if ephemeral is not None:
+            if version_text is not None and sink_id is None:
+                raise ConfigurationError(
+                    "txnVersion without checkpointLocation needs txnAppId: the target remembers "
+                    "which (txnAppId, txnVersion) it committed. Add .option(\"txnAppId\", \"job-name\")")
+            return cls(ephemeral, sink_id, _parse_version(version_text) if version_text else 0,
+                       1, ephemeral=True, commit_retry=_retry(options))
+        if version_text is None and not streaming:
             raise MissingOptionError(
                 "a twopc batch write needs option txnVersion: a number that identifies this run of "
                 "the job (e.g. the date, 2026-11-22 or 20261122, or a run counter). Rerunning with the same or a "
                 'lower version writes nothing. Add .option("txnVersion", N)'
             )
+        version = _parse_version(version_text) if version_text is not None else None
+        assert loc is not None  # refused above unless ephemeral
         keep = option(options, "minBatchesToRetain", "100") or "100"
         if not keep.isdigit() or int(keep) < 1:
             raise ConfigurationError(f"minBatchesToRetain must be an integer >= 1, got {keep!r}")

@@ -94,8 +94,7 @@ class TwoPhaseCommitSink(ABC, Generic[V, T, H]):
         super().__init_subclass__(**kwargs)
         renamed = [f"{cls.__qualname__} sets {old}: twopc reads it as {new} since 0.2.0 (rename the class "
                    f"attribute to {new})" for old, new in RENAMED_ATTRIBUTES.items() if old in vars(cls)]
-        half = renamed + half_capabilities(cls)
-        if half:
+        if half := renamed + half_capabilities(cls):
             raise TypeError("; ".join(half))
 
     @classmethod

@@ -42,8 +42,7 @@ def claim_sink_id(sink: AnySink, sink_id: str, checkpoint_location: str) -> None
     Raises SinkError / SinkUnavailableError: the target failed."""
     mine = checkpoint_label(checkpoint_location)
     target = capability(sink, NamedTarget)
-    other = target.claim_sink_id(sink_id, mine)
-    if other is None:
+    if (other := target.claim_sink_id(sink_id, mine)) is None:
         return
     from ._advice import command  # a refusal's advice: a claim that succeeds needs none
     raise ConcurrentWriterError(
@@ -98,8 +97,7 @@ class SinkIdClaim:
         if self._released:
             return None
         self._released = True
-        held = _HELD.get(self._key)
-        if held is None:
+        if (held := _HELD.get(self._key)) is None:
             return None
         held.users -= 1
         if held.users > 0:
@@ -135,8 +133,7 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: b
     Raises LedgerError: the checkpoint cannot be read or written."""
     if ledger.in_target:
         return
-    identity = capability(sink, NamedTarget).target_identity()
-    if identity is None:
+    if (identity := capability(sink, NamedTarget).target_identity()) is None:
         return
     ledger.bind_target(identity, sink_id, record=record, instance=capability(sink, NamedTarget).target_instance())
 
@@ -149,8 +146,7 @@ def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdCla
     Raises SinkError / SinkUnavailableError: the target failed."""
     if ledger.in_target or sink_id == default_sink_id(ledger.checkpoint_location):
         return None
-    backend = target_ledger_of(sink)
-    if backend is None:
+    if (backend := target_ledger_of(sink)) is None:
         claim_sink_id(sink, sink_id, ledger.checkpoint_location)
         return None
     mine = checkpoint_label(ledger.checkpoint_location)

@@ -89,8 +89,7 @@ class Xid:
         """The id *text* spells in either form; ``None`` when it is not a twopc id."""
         if not isinstance(text, str):
             return None
-        m = _CANONICAL.match(text) or _PATH.match(text)
-        if m is None:
+        if (m := _CANONICAL.match(text) or _PATH.match(text)) is None:
             return None
         try:
             return cls(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5))

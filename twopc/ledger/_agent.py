@@ -197,8 +197,7 @@ class Agent:
 
     def handle(self, conn: socket.socket) -> None:
         with contextlib.suppress(OSError), conn, conn.makefile("rw", encoding="ascii") as channel:
-            line = channel.readline()
-            if not line:
+            if not (line := channel.readline()):
                 return
             try:
                 request = json.loads(line, object_hook=_plain)
@@ -218,9 +217,7 @@ def _plain(obj: dict[str, Any]) -> Any:
 
 def _sweep(folder: Path) -> None:
     """Remove what killed agents left: sockets of gone processes, files of a driver nobody locks."""
-    for sock in folder.glob("*.sock"):
-        if not sock.stem.isdigit():
-            continue
+    for sock in (s for s in folder.glob("*.sock") if s.stem.isdigit()):
         try:
             os.kill(int(sock.stem), 0)
         except ProcessLookupError:

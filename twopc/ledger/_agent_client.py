@@ -166,8 +166,7 @@ class DriverAgent:
         """Send *message* to the agent (started if needed); no answer gives ``[]`` or
         ``["error", "AgentDidNotStart"]``."""
         for attempt in range(2):  # an agent that ended just before it was asked: ask a new one
-            pid = self._wait()
-            if pid is None:
+            if (pid := self._wait()) is None:
                 break
             pending = Pending.send(pid, message, timeout)
             if pending.channel is not None or attempt or self.running() == pid:

@@ -97,8 +97,7 @@ def sweep_dead_ledgers(parent: str | None = None, *, now: float | None = None) -
     now = time.time() if now is None else now
     changed = []
     for folder in _folders(parent):
-        owner = _owner(folder)
-        if owner is None or not provably_dead(owner):
+        if (owner := _owner(folder)) is None or not provably_dead(owner):
             continue
         sink_id = _sink_id(folder)
         try:

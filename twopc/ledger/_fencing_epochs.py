@@ -69,8 +69,7 @@ class Ownership:
         return self._listing()[0]
 
     def _record(self, folder: str, epoch: int) -> dict[str, Any] | None:
-        text = self._store.record(folder, _epoch_name(epoch))
-        if text is None:
+        if (text := self._store.record(folder, _epoch_name(epoch))) is None:
             return None
         try:
             data = json.loads(text)
@@ -178,8 +177,7 @@ class Ownership:
 
     def check_owner(self) -> None:
         """Raise :class:`FencedError` (recording this run over) if a newer actor owns the ledger."""
-        newer = self.newer_owner()
-        if newer is None:
+        if (newer := self.newer_owner()) is None:
             return
         assert self.epoch is not None
         if self.epoch not in self._listing()[1]:
@@ -206,8 +204,7 @@ class Ownership:
         first = next((e for e in self.epochs() if e > epoch), None)
         if first is None:
             return True
-        verdict = self._verdict(first)
-        if verdict is None:
+        if (verdict := self._verdict(first)) is None:
             from ._stores import ReadOnlyRecords  # the store's kind: loaded with it when it is one
             if isinstance(self._store, ReadOnlyRecords):  # twopc status, a metrics scrape: it may stand
                 return True

@@ -131,8 +131,7 @@ class CommitLedger(Ownership):
     def bind_sink_id(self, requested: str | None, default: str) -> str:
         """The sink id this checkpoint belongs to, recorded on first use.
         Raises ConfigurationError: *requested* differs from the id already recorded."""
-        text = self._store.record("", "sink.json")
-        if text is None:
+        if (text := self._store.record("", "sink.json")) is None:
             chosen = requested or default
             self._store.add("", "sink.json", json.dumps({"format": FORMAT, "sink_id": chosen}))
             text = self._store.record("", "sink.json") or ""
@@ -182,8 +181,7 @@ class CommitLedger(Ownership):
         ids and sink id belong to it."""
         if identity is None:
             return
-        recorded = self.target_record()
-        if recorded is None:
+        if (recorded := self.target_record()) is None:
             if not record or self.pending():
                 return
             self._write_target(TargetRecord(identity, data_source, sink_class, options, instance), exclusive=True)
@@ -262,8 +260,7 @@ class CommitLedger(Ownership):
             if self._store.write_decision(name, decision.to_json()):
                 self.check_owner()
                 return decision
-            existing = self._raw_decision(decision.batch_id)
-            if existing is None:
+            if (existing := self._raw_decision(decision.batch_id)) is None:
                 continue
             if self.decision(decision.batch_id) is None:  # void: its driver was fenced and stopped
                 self._store.remove("decisions", name)
@@ -315,12 +312,8 @@ class CommitLedger(Ownership):
 
     def pending(self) -> list[Decision]:
         """Decisions whose batch is not marked committed, oldest first."""
-        out = []
-        for b in self._unmarked():
-            d, done = self._standing(b)  # void decisions of fenced drivers are not pending
-            if d is not None and not done:
-                out.append(d)
-        return out
+        standing = [self._standing(b) for b in self._unmarked()]
+        return [d for d, done in standing if d is not None and not done]  # a fenced driver's void one is not
 
     def _unmarked(self) -> list[int]:
         committed = set(self.committed_batches())

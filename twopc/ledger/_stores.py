@@ -64,8 +64,7 @@ def open_store(location: str, filesystem: pafs.FileSystem | None = None, *, read
                 f"the ledger cannot use a {type(filesystem).__name__}: pyarrow filesystems other than the local "
                 f"one cannot create a record at most once. Give a local path or an s3:// location instead")
         return LocalStore(location)
-    m = _SCHEME.match(location)
-    if m is None:
+    if (m := _SCHEME.match(location)) is None:
         return LocalStore(location)
     scheme = m.group(1).lower()
     if scheme == "file":

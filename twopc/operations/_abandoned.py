@@ -22,9 +22,7 @@ def resolve_abandoned(sink: AnySink, backend: TargetLedger, *, skip: str | None 
     writer; one with nothing to finish is not claimed. Returns the sink ids whose lease was free.
     Raises SinkError / LedgerError: the target failed (what was resolved stays resolved)."""
     done = []
-    for writer in backend.writers():
-        if writer == skip:
-            continue
+    for writer in (w for w in backend.writers() if w != skip):
         with backend.take(writer) as free:
             if not free:
                 log.info("twopc: the writer with sink id %s on %s is alive (it holds its lease): its "

@@ -72,8 +72,7 @@ def _empty_state() -> dict[str, Any]:
 
 
 def load_state(ledger: CommitLedger) -> dict[str, Any]:
-    text = ledger.read_aux(STATE_FILE)
-    if text is None:
+    if (text := ledger.read_aux(STATE_FILE)) is None:
         return _empty_state()
     try:
         state = json.loads(text)

@@ -64,8 +64,7 @@ class MetricsCollector(Collector):
                 for label, value in sorted(values.items()):
                     family.add_metric(base + ([label] if COUNTERS[name][1] else []), float(value))
             for name, hist in hists.items():
-                h = state["histograms"].get(name)
-                if h is not None:
+                if (h := state["histograms"].get(name)) is not None:
                     hist.add_metric(base, _cumulative(HISTOGRAMS[name][0], h["counts"]), float(h["sum"]))
             gauges["in_doubt_transactions"].add_metric(base, float(sum(len(d.handles) for d in pending)))
             gauges["oldest_in_doubt_seconds"].add_metric(

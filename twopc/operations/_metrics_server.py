@@ -40,8 +40,7 @@ def metrics_port(options: Mapping[str, str]) -> tuple[int, str] | None:
 def registry_dir(port: int) -> Path:
     """``<temp dir>/twopc-metrics-<uid>/<port>/`` (``0700``), made when missing.
     Raises ConfigurationError: a folder of that name is not this user's alone."""
-    folder = private_dir(_REGISTRY, str(port))
-    if folder is None:
+    if (folder := private_dir(_REGISTRY, str(port))) is None:
         raise ConfigurationError(
             f"metricsPort {port}: {Path(tempfile.gettempdir(), f'{_REGISTRY}-{os.getuid()}', str(port))} is not a "
             f"folder of this user's alone (mode 0700, owned by uid {os.getuid()}): remove it and start again")

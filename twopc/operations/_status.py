@@ -86,10 +86,10 @@ class SinkStatus:
         if IN_DOUBT in states:
             out.append(f"in doubt: a decided batch waits to be committed; nothing is lost. Finish it: {recover()} "
                        f"(or {again})")
-        for batch in sorted({t.batch_id for t in self.transactions if t.state == DECIDED_GONE}):
-            out.append(f"decided-gone: batch {batch}'s transactions are no longer prepared: committed (recover only "
-                       f"marks the batch) or lost. Run {recover()}; if it reports them lost, restore the batch's "
-                       f"rows, then {recover('--accept-lost', str(batch))}")
+        out += [f"decided-gone: batch {batch}'s transactions are no longer prepared: committed (recover only marks "
+                f"the batch) or lost. Run {recover()}; if it reports them lost, restore the batch's rows, then "
+                f"{recover('--accept-lost', str(batch))}"
+                for batch in sorted({t.batch_id for t in self.transactions if t.state == DECIDED_GONE})]
         if ORPHAN in states:
             out.append(f"orphan: a batch that no decision names; while the query runs, its batch in flight shows here "
                        f"(nothing to do). If no query runs: {recover()} rolls them back (so does a restart)")
@@ -105,8 +105,8 @@ class SinkStatus:
 
     @property
     def oldest_in_doubt_seconds(self) -> float | None:
-        ages = [t.age_seconds for t in self.transactions if t.state != ORPHAN and t.age_seconds is not None]
-        return max(ages) if ages else None
+        return max((t.age_seconds for t in self.transactions if t.state != ORPHAN and t.age_seconds is not None),
+                   default=None)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -88,8 +88,7 @@ def with_checkpoint(options: Mapping[str, str], *, streaming: bool, session_root
     out = dict(options)
     if not streaming or option(options, "checkpointLocation") or not session_root:
         return out
-    name = (option(options, "queryName") or "").strip()
-    if not name:
+    if not (name := (option(options, "queryName") or "").strip()):
         raise ConfigurationError(
             f"this streaming query has no checkpointLocation option and no name: Spark puts its checkpoint "
             f"in a new random folder under {SESSION_CHECKPOINT_CONF}={session_root} at every start, whose "

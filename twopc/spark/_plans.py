@@ -96,8 +96,7 @@ def plan(source: SourceToPlan, kind: type[W], schema: StructType, overwrite: boo
 
 def _with_session_options(source: SourceToPlan, options: dict[str, str]) -> dict[str, str]:
     """*options* with the session's defaults, pinned to what the checkpoint recorded."""
-    names = source.sink_class.__session_options__
-    if not names:
+    if not (names := source.sink_class.__session_options__):
         return options
     location = option(options, "checkpointLocation")
     record = CommitLedger(location, read_only=True).target_record() if location else None

@@ -54,6 +54,5 @@ def check_checkpoint_location(spark: SparkSession, location: str) -> None:
     Raises:
         ConfigurationError: *location* is on S3 and Spark has no file system for its scheme; the
             message names what to add."""
-    problem = spark_checkpoint_problem(spark, location)
-    if problem is not None:
+    if (problem := spark_checkpoint_problem(spark, location)) is not None:
         raise ConfigurationError(problem)

@@ -51,8 +51,7 @@ _guard = threading.Lock()
 def _listener(spark: SparkSession) -> _StopListener | None:
     """The session's listener, added on first use; None without a JVM."""
     with _guard:
-        listener = _listeners.get(id(spark))
-        if listener is None:
+        if (listener := _listeners.get(id(spark))) is None:
             if getattr(spark, "_jsparkSession", None) is None:
                 log.info("twopc: this Spark session has no JVM (Spark Connect): a micro-batch a stop leaves "
                          "unaborted is settled by the next start of its query, and the session's "
@@ -85,8 +84,7 @@ def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitD
     """Add the listener to *spark* once, or tell it about *data_sources*; none without a JVM."""
     if not data_sources:
         return
-    listener = _listener(spark)
-    if listener is not None:
+    if (listener := _listener(spark)) is not None:
         with _guard:
             listener.sources.update(data_sources)
 
@@ -193,8 +191,7 @@ class _StopListener(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         """Read the writer options while Spark's objects are there; settle in a thread (not on the bus)."""
-        run = self._runs.get(str(event.runId))
-        if run is None:
+        if (run := self._runs.get(str(event.runId))) is None:
             return
         try:
             run.options = self._options(run)
@@ -210,8 +207,7 @@ class _StopListener(StreamingQueryListener):
             self._settle(run)
 
     def _describe(self, query_id: str, run_id: str) -> _Run | None:
-        query = self._jsession.streams().get(query_id)
-        if query is None:
+        if (query := self._jsession.streams().get(query_id)) is None:
             return None
         execution = query.streamingQuery()
         try:
@@ -244,8 +240,7 @@ class _StopListener(StreamingQueryListener):
                 run.options = self._options(run)
             if run.options is not None:
                 driver = identity_of(int(self._jvm.java.lang.ProcessHandle.current().pid()))
-                result = settle_stopped(run.source(run.options), driver, session_root=run.root)
-                if result is not None:
+                if (result := settle_stopped(run.source(run.options), driver, session_root=run.root)) is not None:
                     log.info("twopc: streaming query %s (run %s) ended in batch %s, which Spark had not committed: "
                              "settled it (committed if it was decided, else rolled back)", run.query_id, run.run_id,
                              result.batch_id)
@@ -267,17 +262,13 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
     options = with_checkpoint(data_source.options, streaming=True,
                               session_root=session_root or data_source.session_checkpoint_root)
     location = option(options, "checkpointLocation")
-    if not location or not ledger_exists(ledger_store(location)):
-        return None
-    batch = _unfinished_batch(location)
-    if batch is None:
+    if not location or not ledger_exists(ledger_store(location)) or (batch := _unfinished_batch(location)) is None:
         return None
     ledger = CommitLedger(location)
     if ledger.join(driver) is None:
         log.info("twopc: checkpoint %s is owned by another driver now: its batch %s is left to it", location, batch)
         return None
-    sink_id = ledger.recorded_sink_id()
-    if sink_id is None:
+    if (sink_id := ledger.recorded_sink_id()) is None:
         return None
     runtime = RuntimeOptions.parse(options, streaming=True)
     with data_source.build_sink(options) as sink:
@@ -289,8 +280,5 @@ def settle_stopped(data_source: TwoPhaseCommitDataSource, driver: DriverIdentity
 def _unfinished_batch(location: str) -> int | None:
     """The latest batch of the offset log at *location* if the commit log lacks it."""
     spark_log = open_store(location)
-    planned = [int(n) for n in spark_log.list("offsets") if n.isdigit()]
-    if not planned:
-        return None
-    latest = max(planned)
-    return None if spark_log.read(f"commits/{latest}") is not None else latest
+    latest = max((int(n) for n in spark_log.list("offsets") if n.isdigit()), default=None)
+    return None if latest is None or spark_log.read(f"commits/{latest}") is not None else latest

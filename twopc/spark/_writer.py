@@ -78,16 +78,14 @@ class WriterCore:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
         """One task attempt: its batch is :attr:`version`, else the micro-batch Spark runs."""
         configure_worker_logging()
-        tc = TaskContext.get()
-        if tc is None:
+        if (tc := TaskContext.get()) is None:
             raise ProtocolError("twopc writers must run inside a Spark task")
         partition, attempt = tc.partitionId(), tc.taskAttemptId()
         if self.skip:
             return TwoPCCommitMessage(None, 0, partition, attempt, epoch=self.epoch)
         batch_id = self.version
         if batch_id is None:
-            prop = tc.getLocalProperty(BATCH_ID_PROPERTY)
-            if prop is None:
+            if (prop := tc.getLocalProperty(BATCH_ID_PROPERTY)) is None:
                 raise ProtocolError(f"Spark did not set the {BATCH_ID_PROPERTY} task property")
             batch_id = int(prop)
         return self.write_partition(iterator, batch_id, partition, attempt, tc.attemptNumber())
@@ -180,8 +178,7 @@ class WriterCore:
     # -- driver side: the worker that commits -------------------------------------------
     def target(self) -> TargetLedger:
         """The ledger this write keeps in its target."""
-        target = target_ledger_of(self.sink)
-        if target is None:
+        if (target := target_ledger_of(self.sink)) is None:
             raise ProtocolError(f"{self.sink.describe()} kept this write's ledger in the target, and now has none")
         return target
 

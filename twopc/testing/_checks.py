@@ -209,8 +209,7 @@ def check_handle_round_trips_without_credentials(harness: SinkHarness) -> None:
     with CheckRun(harness, "handle_round_trips_without_credentials") as run:
         sid = run.sink_id()
         h = run.prepare(sid, 0, 0, run.ids(3))
-        listed = run.listed(sid).get(h.txn_id)
-        if listed is None:
+        if (listed := run.listed(sid).get(h.txn_id)) is None:
             run.fail(f"list_prepared does not list the prepared {h.txn_id!r}")
         for what, handle in (("the prepared handle", h), ("the listed handle", listed)):
             try:

@@ -150,11 +150,8 @@ def _python_path() -> str:
     """``sys.path`` outside the interpreter's own folders, for the job and Spark's workers."""
     own = {os.path.realpath(p) for k in ("stdlib", "platstdlib", "purelib", "platlib")
            if (p := sysconfig.get_paths().get(k))}
-    extra: list[str] = []
-    for entry in sys.path:
-        path = os.path.realpath(entry or os.getcwd())
-        if os.path.isdir(path) and not any(path == o or path.startswith(o + os.sep) for o in own):
-            extra.append(path)
+    paths = (os.path.realpath(entry or os.getcwd()) for entry in sys.path)
+    extra = [p for p in paths if os.path.isdir(p) and not any(p == o or p.startswith(o + os.sep) for o in own)]
     old = os.environ.get("PYTHONPATH")
     return os.pathsep.join(dict.fromkeys([*extra, *([old] if old else [])]))
 
@@ -255,14 +252,12 @@ def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Faul
         text = f"{harness.label}: {message}\n{result.summary()}"
         raise ContractViolation(CHECK, redact(text, secrets))
     report = result.report
-    for run in report.runs:
-        if any(s in run.stderr_tail for s in secrets):
-            fail("a credential from the sink's options appears in the job's stderr")
+    if any(s in run.stderr_tail for run in report.runs for s in secrets):
+        fail("a credential from the sink's options appears in the job's stderr")
     if not report.completed:
         tail = "\n".join(report.runs[-1].stderr_tail.splitlines()[-40:])
         fail("the job did not complete; last stderr lines:\n" + tail)
-    missing = [f.spec() for f in plan if not f.fired_in(report.fired)]
-    if missing:
+    if missing := [f.spec() for f in plan if not f.fired_in(report.fired)]:
         fail(f"faults {missing} never fired: the plan does not test what it says")
     if report.crashes != crashes or len(report.runs) != crashes + 1:
         fail(f"expected {crashes} crashes and {crashes + 1} runs: a run failed on its own")
@@ -280,8 +275,7 @@ def _verify(harness: SinkHarness, result: CrashMatrixResult, plan: Sequence[Faul
     lost, dup, extra = not_exactly_once(harness, set(result.ids), min(result.ids), max(result.ids) + 1)
     if lost or dup or extra:
         fail(f"not exactly once: lost {few(lost)}, duplicated {few(dup)}, unexpected {few(extra)}")
-    left = left_prepared(harness, sid)
-    if left:
+    if left := left_prepared(harness, sid):
         fail(f"transactions left prepared: {few(h.txn_id for h in left)}")
     if harness.verify is not None:
         try:

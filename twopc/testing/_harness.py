@@ -64,8 +64,7 @@ def fresh_nonce(handle: H) -> H:
     """*handle* with its :class:`~twopc.Xid` ``txn_id`` re-made with a fresh nonce, in the same form
     (the default ``never_prepared``).
     Raises HarnessError: the txn id is not an Xid; give the harness ``never_prepared=``."""
-    xid = Xid.parse(handle.txn_id)
-    if xid is None:
+    if (xid := Xid.parse(handle.txn_id)) is None:
         raise HarnessError(
             f"{type(handle).__name__}.txn_id {handle.txn_id!r:.80} is not a twopc Xid, so the kit cannot "
             f"make a never-prepared id for it: give SinkHarness(never_prepared=...) a function that returns "
@@ -87,10 +86,8 @@ def _url_secrets(value: str) -> set[str]:
     except ValueError:
         return set()
     found = {password, urllib.parse.unquote(password)} if password else set()
-    for key, val in urllib.parse.parse_qsl(parts.query):
-        if any(w in key.lower() for w in _SECRET_WORDS):
-            found.add(val)
-    return found
+    query = urllib.parse.parse_qsl(parts.query)
+    return found | {val for key, val in query if any(w in key.lower() for w in _SECRET_WORDS)}
 
 
 def derive_secrets(options: Mapping[str, str]) -> list[str]:
@@ -103,9 +100,7 @@ def derive_secrets(options: Mapping[str, str]) -> list[str]:
         if any(w in key.lower() for w in _SECRET_WORDS):
             found.add(value)
         found |= _url_secrets(value)
-    forms = set(found)
-    for s in found:
-        forms |= {urllib.parse.quote(s, safe=""), urllib.parse.quote_plus(s)}
+    forms = found | {q for s in found for q in (urllib.parse.quote(s, safe=""), urllib.parse.quote_plus(s))}
     return sorted(s for s in forms if len(s) >= 4)
 
 

@@ -101,8 +101,7 @@ def _check_model(harness: SinkHarness, result: ScheduleResult, ids: list[int], b
         result.problems.append(f"not exactly once: lost {few(lost)}, duplicated {few(dup)}, never written "
                                f"{few(extra)}")
     ledger = CommitLedger(str(ck))
-    sink_id = ledger.recorded_sink_id()
-    if sink_id is None:
+    if (sink_id := ledger.recorded_sink_id()) is None:
         result.problems.append("the ledger names no sink id: the job never got to plan time")
         return
     left = left_prepared(harness, sink_id)

@@ -113,8 +113,7 @@ class CheckRun:
         __tracebackhide__ = True
         sink = sink or self.sink
         try:
-            outcomes = capability(sink, BatchCommit).commit_all(list(handles), recovering=recovering)
-            if outcomes is None:
+            if (outcomes := capability(sink, BatchCommit).commit_all(list(handles), recovering=recovering)) is None:
                 outcomes = [sink.recover_and_commit(h) if recovering else sink.commit(h) for h in handles]
         except TransactionLostError as exc:
             self.clean(str(exc), "a TransactionLostError message")
@@ -186,8 +185,7 @@ class CheckRun:
         """Nothing left prepared, then the harness's ``verify``."""
         __tracebackhide__ = True
         for sid in self.sink_ids:
-            left = self.listed(sid)
-            if left:
+            if left := self.listed(sid):
                 self.fail(f"transactions left prepared under sink id {sid!r} after the check: {few(left)}")
         if self.harness.verify is not None:
             for sid in self.sink_ids:

@@ -61,8 +61,7 @@ def read_spec(argv: Sequence[str] | None, module: str) -> dict[str, Any] | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    spec = read_spec(argv, "twopc.testing.job")
-    if spec is None:
+    if (spec := read_spec(argv, "twopc.testing.job")) is None:
         return 2
     run, partitions = _record_run(spec["runs_file"], spec["partitions"])
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -71,8 +71,7 @@ def _run_tasks(core: Any, path: str, partitions: int, batch_id: int, attempts: l
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    spec = read_spec(argv, "twopc.testing.microjob")
-    if spec is None:
+    if (spec := read_spec(argv, "twopc.testing.microjob")) is None:
         return 2
     from pyspark.sql.types import StructType
 
