@@ -78,7 +78,7 @@ def configure_worker_logging() -> None:
     twopc.propagate = False
 
 
-class _CurrentStderr(logging.StreamHandler):  # type: ignore[type-arg]  # StreamHandler's stream type is its own
+class _CurrentStderr(logging.StreamHandler[Any]):
     """Writes to ``sys.stderr`` as it is at each record, never to one since replaced and closed."""
 
     def __init__(self) -> None:
