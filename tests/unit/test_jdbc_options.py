@@ -897,3 +897,32 @@ def test_field_names_are_the_public_api() -> None:
         "staging_table", "staging_retention",
         "lock_timeout", "connect_timeout", "socket_timeout", "tcp_keepalive", "copy_format", "dead_letter_table",
         "format_name"]
+
+
+#: every keyword a SQL sink's constructor takes, with the option it spells and a value that parses
+KEYWORD_OPTIONS = [
+    ("user", "user", "bob"), ("password", "password", PW), ("driver", "driver", "org.postgresql.Driver"),
+    ("batch_size", "batchsize", "500"), ("truncate", "truncate", "true"),
+    ("create_table_options", "createTableOptions", "WITH (fillfactor=90)"),
+    ("create_table_column_types", "createTableColumnTypes", "payload VARCHAR(64)"),
+    ("table_comment", "tableComment", "events"), ("isolation_level", "isolationLevel", "SERIALIZABLE"),
+    ("query_timeout", "queryTimeout", "30"), ("session_init_statement", "sessionInitStatement", "SET x = 1"),
+    ("commit_mode", "commitMode", "staging"), ("upsert_keys", "upsertKeys", "id"), ("save_mode", "saveMode", "append"),
+    ("marker_table", "markerTable", "my_markers"), ("twopc_schema", "twopcSchema", "ops"),
+    ("staging_table", "stagingTable", "my_staging"), ("staging_retention", "stagingRetention", "2h"),
+    ("lock_timeout", "lockTimeout", "3s"), ("connect_timeout", "connectTimeout", "7s"),
+    ("socket_timeout", "socketTimeout", "9s"), ("tcp_keepalive", "tcpKeepAlive", "false"),
+    ("copy_format", "copyFormat", "csv"), ("dead_letter_table", "deadLetterTable", "refused"),
+]
+
+
+@pytest.mark.parametrize(("keyword", "option", "value"), KEYWORD_OPTIONS, ids=[k for k, _, _ in KEYWORD_OPTIONS])
+def test_a_constructor_keyword_means_the_option_it_spells(keyword: str, option: str, value: str) -> None:
+    by_keyword = JdbcOptions.from_kwargs(PG, "events", format_name="twopc-jdbc", dialect=None, **{keyword: value})
+    assert by_keyword == parse(**{option: value})
+    assert by_keyword != parse()
+
+
+def test_every_constructor_keyword_is_checked_above() -> None:
+    fields = {f.name for f in dataclasses.fields(JdbcOptions)} - {"url", "dialect", "table", "format_name"}
+    assert {k for k, _, _ in KEYWORD_OPTIONS} == {"user", "password"} | fields
