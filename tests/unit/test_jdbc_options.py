@@ -12,7 +12,7 @@ import urllib.parse
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from twopc import ConfigurationError
@@ -693,7 +693,7 @@ def column_types_text(draw: st.DrawFn) -> tuple[str, dict[str, str]]:
 
 
 @given(column_types_text())
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 def test_column_types_round_trip(case: tuple[str, dict[str, str]]) -> None:
     text, want = case
     got = parse_column_types(text)
@@ -820,7 +820,7 @@ _PASSWORDS = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc"
 @given(password=_PASSWORDS, bad=st.sampled_from(["bogus=1", "sslmode=nope", "connectTimeout=x", "ssl=maybe",
                                                  "currentSchema=", "readOnly=true"]),
        where=st.sampled_from(["query", "option", "userinfo"]))
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 def test_no_password_in_errors_property(password: str, bad: str, where: str) -> None:
     quoted = urllib.parse.quote(password, safe="")
     if where == "query":
@@ -837,7 +837,7 @@ def test_no_password_in_errors_property(password: str, bad: str, where: str) -> 
 @given(password=_PASSWORDS, user=st.from_regex(r"[a-z]{1,8}", fullmatch=True),
        url=st.sampled_from(["jdbc:postgresql://h/app", "jdbc:mysql://h/db", "postgresql://h/app", "mysql://h/db",
                             "mssql+pyodbc://h/db"]))
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300)
 def test_no_password_in_repr_property(password: str, user: str, url: str) -> None:
     o = JdbcOptions.parse({"url": url, "dbtable": "t", "user": user, "password": password})
     assert o.url.password == password

@@ -167,7 +167,7 @@ class ExactlyOnceMachine(RuleBasedStateMachine):
 
 
 ExactlyOnceMachine.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=25, deadline=None,
+    max_examples=60, stateful_step_count=25,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestExactlyOnce = ExactlyOnceMachine.TestCase

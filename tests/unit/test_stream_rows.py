@@ -88,7 +88,7 @@ def _values(batch: pa.RecordBatch) -> list[list[Any]]:
     return out
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=400)
 @given(entries())
 def test_column_by_column_is_entry_by_entry(rows: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
     want, got = _by_entry("s", rows), _by_column("s", rows)

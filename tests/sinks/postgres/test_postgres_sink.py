@@ -650,7 +650,7 @@ def test_invoke_rows_are_written_with_their_types(postgres_url, pg_engine, sink_
 _text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), max_size=40)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(values=st.lists(st.one_of(st.none(), _text, st.sampled_from(["", "\\.", "\n\\.\n", '"', ",", "\\N"])),
                        min_size=1, max_size=30))
 def test_any_text_round_trips_in_both_formats(postgres_url, pg_engine, values):
