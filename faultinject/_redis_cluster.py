@@ -280,9 +280,23 @@ class LocalRedisCluster(Startable):
         self.move_keys(slot, source, target)
         self.finish_migration(slot, target)
 
-    def wait_replicated(self, master: LocalRedis, timeout_ms: int = 10_000) -> int:
-        """``WAIT 1`` on *master*: how many replicas acknowledged its writes so far."""
-        return int(self.command(master, "WAIT", 1, timeout_ms))
+    def wait_replicated(self, master: LocalRedis, timeout_s: float = 10.0) -> int:
+        """How many replicas acknowledged every write *master* had taken when called, waiting up to
+        *timeout_s* for all of them (a replica acknowledges about once a second). ``WAIT`` cannot say:
+        it counts the calling connection's own writes, so on a fresh connection it answers at once
+        with every connected replica, whatever they applied."""
+        def replication() -> tuple[int, list[int]]:
+            fields = dict(line.split(":", 1) for line in str(self.command(master, "INFO", "replication")).splitlines()
+                          if ":" in line)
+            acked = [int(dict(kv.split("=", 1) for kv in v.split(","))["offset"])
+                     for k, v in fields.items() if k.startswith("slave") and k[5:].isdigit()]
+            return int(fields["master_repl_offset"]), acked
+        goal, acked = replication()
+        deadline = time.monotonic() + timeout_s
+        while sum(a >= goal for a in acked) < len(acked) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            acked = replication()[1]
+        return sum(a >= goal for a in acked)
 
     def failover(self, replica: LocalRedis, mode: str = "") -> None:
         """``CLUSTER FAILOVER [FORCE|TAKEOVER]`` on *replica*, wait until it is an agreed master. Without

@@ -21,6 +21,8 @@ tag and finds its slot's master when it needs it.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -249,6 +251,24 @@ def test_a_master_killed_between_prepare_and_commit_is_replaced_and_the_commit_l
         target.assert_exactly_once(want + ids)
     finally:
         target.close()
+
+
+def test_wait_replicated_counts_a_replica_only_once_it_applied_the_writes_before_the_call(
+        cluster: LocalRedisCluster, target: Target) -> None:
+    """The loss-window tests below rely on it to know what a replica holds before cutting it off.
+    A frozen replica keeps its link, so a ``WAIT`` sent on a connection of its own would count it."""
+    target.commit(0)
+    old = cluster.master_of(target.slot)
+    replica = cluster.replica_of(old)
+    assert cluster.wait_replicated(old) == 1
+    assert replica.pid is not None
+    os.kill(replica.pid, signal.SIGSTOP)
+    try:
+        target.commit(1)
+        assert cluster.wait_replicated(old, timeout_s=1.0) == 0
+    finally:
+        os.kill(replica.pid, signal.SIGCONT)
+    assert cluster.wait_replicated(old) == 1
 
 
 def test_a_prepared_staging_lost_in_a_failover_is_a_transaction_lost_error_not_silent_loss(
