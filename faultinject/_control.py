@@ -31,13 +31,9 @@ ANSWER_TIMEOUT_S = 180.0
 
 
 class _Server(Protocol):
-    def kill(self) -> None: ...
-
     def crash(self) -> None: ...
 
     def restart(self) -> None: ...
-
-    def start(self) -> Any: ...
 
     @property
     def running(self) -> bool: ...
@@ -159,19 +155,16 @@ class FaultControl:
     def perform(self, action: str, target: str, fault: str, params: Mapping[str, Any]) -> None:
         """Perform one fault now (as a fired rule asks; tests may call it); FaultControlError for an
         unknown target or fault, ServerUnavailable when a server did not come back."""
-        if action == "server":
-            server = self._servers.get(target)
-            if server is None:
-                raise FaultControlError(f"no server named {target!r} (known: {sorted(self._servers)})")
-            with self._locks[target]:
-                self._server_fault(target, server, fault, params)
-        elif action == "proxy":
-            proxy = self._proxies.get(target)
-            if proxy is None:
-                raise FaultControlError(f"no proxy named {target!r} (known: {sorted(self._proxies)})")
-            self._proxy_fault(proxy, fault, params)
-        else:
+        owned = self._servers if action == "server" else self._proxies if action == "proxy" else None
+        if owned is None:
             raise FaultControlError(f"unknown remote action {action!r}: proxy or server")
+        if target not in owned:
+            raise FaultControlError(f"no {action} named {target!r} (known: {sorted(owned)})")
+        if action == "server":
+            with self._locks[target]:
+                self._server_fault(target, self._servers[target], fault, params)
+        else:
+            self._proxy_fault(self._proxies[target], fault, params)
         self.fired[f"{action}.{fault}"] += 1
 
     def _server_fault(self, name: str, server: _Server, fault: str, params: Mapping[str, Any]) -> None:

@@ -7,7 +7,6 @@ import os
 import secrets
 import shutil
 import socket
-import struct
 import subprocess
 from collections.abc import Mapping
 
@@ -58,30 +57,16 @@ def _sql_string(value: str) -> str:
 def _greeting(port: int) -> str | None:
     """Server version from the MySQL handshake on ``127.0.0.1:port``, or None when nothing valid answers."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
-            sock.settimeout(1.0)
-            data = b""
-            while len(data) < 4:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    return None
-                data += chunk
-            length = struct.unpack("<I", data[:3] + b"\x00")[0]
-            while len(data) < 4 + min(length, 256):
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock, sock.makefile("rb") as f:
+            header = f.read(4)
+            payload = f.read(min(int.from_bytes(header[:3], "little"), 256)) if len(header) == 4 else b""
     except OSError:
         return None
-    payload = data[4:]
     if not payload or payload[0] != 10:  # protocol version 10; 0xff is an error packet
         return None
-    version = payload[1:payload.find(b"\x00", 1)] if b"\x00" in payload[1:] else b""
-    text = version.decode("ascii", "replace")
-    if text.startswith("5.5.5-"):  # MariaDB's prefix for old replication clients
-        text = text[len("5.5.5-"):]
-    return text or None
+    version, found, _ = payload[1:].partition(b"\x00")
+    # "5.5.5-": MariaDB's prefix for old replication clients
+    return (version.decode("ascii", "replace").removeprefix("5.5.5-") if found else "") or None
 
 
 class LocalMariaDB(LocalServer):
@@ -102,14 +87,12 @@ class LocalMariaDB(LocalServer):
     def __init__(self, *, port: int | None = None, binary: str | None = None, install_db: str | None = None,
                  base_dir: str | None = None, buffer_pool_size: str = "32M", max_connections: int = 200,
                  settings: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0) -> None:
-        self._port = port
+        super().__init__(port, base_dir, startup_timeout_s)
         self._binary = binary
         self._install_db = install_db
-        self._base_dir = base_dir
         self.buffer_pool_size = buffer_pool_size
         self.max_connections = max_connections
         self._settings = dict(settings or {})
-        self._timeout = startup_timeout_s
         self.user = "twopc"
         self.password = secrets.token_urlsafe(18)
         self.database = "twopc"

@@ -27,15 +27,12 @@ _FIX = (
 def find_pg_bindir(explicit: str | None = None) -> str:
     """Directory of ``initdb``/``postgres``/``pg_isready``/``psql``: *explicit*, ``$TWOPC_PG_BINDIR``, ``pg_config
     --bindir``, the highest ``/usr/lib/postgresql/*/bin``, ``initdb`` on ``PATH``; else ServerUnavailable."""
-    candidates: list[str] = []
-    candidates += [c for c in (explicit, os.environ.get("TWOPC_PG_BINDIR")) if c]
+    candidates = [c for c in (explicit, os.environ.get("TWOPC_PG_BINDIR")) if c]
     pg_config = shutil.which("pg_config")
     if pg_config:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
-            ).stdout.strip()
-            candidates.append(out)
+            candidates.append(subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, timeout=10,
+                                             check=True).stdout.strip())
     def version(path: str) -> tuple[int, ...]:
         match = re.search(r"/postgresql/([0-9.]+)/bin$", path)
         return tuple(int(p) for p in match.group(1).split(".") if p) if match else ()
@@ -61,10 +58,8 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        raise ServerUnavailable(
-            f"PostgreSQL refuses to run as root and creating user {name!r} failed: "
-            f"{proc.stderr.strip() or proc.returncode}; create it by hand or {_FIX}"
-        ) from None
+        raise ServerUnavailable(f"PostgreSQL refuses to run as root and creating user {name!r} failed: "
+                                f"{proc.stderr.strip() or proc.returncode}; create it by hand or {_FIX}") from None
 
 
 class LocalPostgres(LocalServer):
@@ -82,14 +77,12 @@ class LocalPostgres(LocalServer):
     def __init__(self, *, max_prepared_transactions: int = 64, max_connections: int = 100, port: int | None = None,
                  bindir: str | None = None, base_dir: str | None = None, run_as: str = "twopc-pg",
                  settings: Mapping[str, str] | None = None, startup_timeout_s: float = 60.0) -> None:
+        super().__init__(port, base_dir, startup_timeout_s)
         self.max_prepared_transactions = max_prepared_transactions
         self.max_connections = max_connections
-        self._port = port
         self._bindir = bindir
-        self._base_dir = base_dir
         self._run_as = run_as
         self._settings = dict(settings or {})
-        self._timeout = startup_timeout_s
         self.password = secrets.token_urlsafe(18)
         self.user = "twopc"
         self.database = "twopc"
@@ -125,10 +118,8 @@ class LocalPostgres(LocalServer):
     def _run(self, argv: list[str], what: str, *, stdin: str | None = None) -> None:
         proc = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=self._timeout, **self._ids)
         if proc.returncode != 0:
-            raise ServerUnavailable(
-                f"{what} failed (exit {proc.returncode}): {proc.stdout[-2000:]}"
-                f"{proc.stderr[-2000:]}\n{_FIX}"
-            )
+            raise ServerUnavailable(f"{what} failed (exit {proc.returncode}): {proc.stdout[-2000:]}"
+                                    f"{proc.stderr[-2000:]}\n{_FIX}")
 
     def _create_cluster(self, bindir: str) -> None:
         tmp = self._make_tmp("twopc-pg-")
@@ -141,10 +132,8 @@ class LocalPostgres(LocalServer):
             self._ids.update(user=user.pw_uid, group=user.pw_gid, extra_groups=[])
             parent = os.path.dirname(tmp)
             if not (os.stat(parent).st_mode & 0o001):
-                raise ServerUnavailable(
-                    f"{parent} is not traversable by user {self._run_as!r}; "
-                    "pass base_dir= or set TMPDIR to a world-traversable directory"
-                )
+                raise ServerUnavailable(f"{parent} is not traversable by user {self._run_as!r}; "
+                                        "pass base_dir= or set TMPDIR to a world-traversable directory")
         self._run([os.path.join(bindir, "initdb"), "-D", os.path.join(tmp, "data"),
                   "--username=postgres", "--auth-local=trust", "--auth-host=scram-sha-256",
                   "--encoding=UTF8", "--no-locale", "--no-sync"], "initdb")
@@ -163,12 +152,8 @@ class LocalPostgres(LocalServer):
                 "-h", tmp, "-p", str(self._port), "-U", "postgres", "-d", "postgres"]
         # The statements go in on stdin: a password on psql's command line would show in
         # every process listing.  psql runs each one in its own transaction, as with -c.
-        self._run(
-            psql,
-            "creating role/database",
-            stdin=(f"CREATE ROLE {self.user} LOGIN PASSWORD '{self.password}';\n"
-                   f"CREATE DATABASE {self.database} OWNER {self.user};\n"),
-        )
+        self._run(psql, "creating role/database", stdin=(f"CREATE ROLE {self.user} LOGIN PASSWORD '{self.password}';\n"
+                                                         f"CREATE DATABASE {self.database} OWNER {self.user};\n"))
 
     def _launch(self, bindir: str) -> None:
         tmp = self._require_tmp()
@@ -183,11 +168,4 @@ class LocalPostgres(LocalServer):
     def crash(self) -> None:
         """Immediate shutdown (``pg_ctl stop -m immediate``): nothing checkpointed, the next start runs
         crash recovery; SIGKILL if it does not go within 10 s."""
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(OSError):
-            proc.send_signal(signal.SIGQUIT)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        self.kill()
+        self._end(signal.SIGQUIT, 10.0)

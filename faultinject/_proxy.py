@@ -18,7 +18,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 __all__ = ["Direction", "FaultProxy", "ProxyConnection"]
@@ -38,22 +38,35 @@ def _directions(direction: str) -> tuple[str, ...]:
         raise ValueError(f"direction must be upstream, downstream or both, got {direction!r}") from None
 
 
-@dataclass
 class _Faults:
-    """Faults in force for one scope (the proxy or one connection)."""
+    """The faults armed on one scope: the proxy (every connection, present and future) or one connection."""
 
-    latency: dict[str, float] = field(default_factory=dict)
-    blackhole_until: dict[str, float] = field(default_factory=dict)
+    def __init__(self) -> None:
+        self._latency: dict[str, float] = {}
+        self._blackhole_until: dict[str, float] = {}
 
-    def delay(self, direction: str) -> float:
-        return self.latency.get(direction, 0.0)
+    def blackhole(self, direction: Direction = "both", seconds: float | None = None) -> None:
+        """Drop every byte in *direction* for *seconds* (``None``: until :meth:`heal`); connections stay
+        open, clients see a stalled peer."""
+        until = math.inf if seconds is None else time.monotonic() + seconds
+        for d in _directions(direction):
+            self._blackhole_until[d] = until
 
-    def dropping(self, direction: str, now: float) -> bool:
-        return self.blackhole_until.get(direction, 0.0) > now
+    def add_latency(self, seconds: float, direction: Direction = "both") -> None:
+        """Delay each chunk in *direction* by *seconds*."""
+        for d in _directions(direction):
+            self._latency[d] = seconds
 
-    def clear(self) -> None:
-        self.latency.clear()
-        self.blackhole_until.clear()
+    def heal(self) -> None:
+        """Remove the faults armed here (a swallowed reply stays lost)."""
+        self._latency.clear()
+        self._blackhole_until.clear()
+
+    def _delay(self, direction: str) -> float:
+        return self._latency.get(direction, 0.0)
+
+    def _dropping(self, direction: str, now: float) -> bool:
+        return self._blackhole_until.get(direction, 0.0) > now
 
 
 @dataclass
@@ -62,7 +75,7 @@ class _Swallow:
     remaining: float  # math.inf: every match
 
 
-class ProxyConnection:
+class ProxyConnection(_Faults):
     """One client connection through the proxy, with its own faults.
 
     *id* counts clients from 1 in connection order; *bytes_up*/*bytes_down* are the bytes forwarded
@@ -71,6 +84,7 @@ class ProxyConnection:
 
     def __init__(self, proxy: FaultProxy, conn_id: int, client: asyncio.StreamWriter,
                  server: asyncio.StreamWriter) -> None:
+        super().__init__()
         self.id = conn_id
         self.bytes_up = 0
         self.bytes_down = 0
@@ -80,31 +94,15 @@ class ProxyConnection:
         self._proxy = proxy
         self._client = client
         self._server = server
-        self._faults = _Faults()
         self._tail = b""  # the end of the last upstream chunk, for patterns split across chunks
 
     def __repr__(self) -> str:
         return (f"ProxyConnection({self.id}, up={self.bytes_up}, down={self.bytes_down}, "
                 f"round_trips={self.round_trips}, swallowing={self.swallowing})")
 
-    def blackhole(self, direction: Direction = "both", seconds: float | None = None) -> None:
-        """Drop this connection's bytes in *direction* for *seconds* (``None``: until healed)."""
-        until = math.inf if seconds is None else time.monotonic() + seconds
-        for d in _directions(direction):
-            self._faults.blackhole_until[d] = until
-
-    def add_latency(self, seconds: float, direction: Direction = "both") -> None:
-        """Delay each chunk of this connection in *direction* by *seconds*."""
-        for d in _directions(direction):
-            self._faults.latency[d] = seconds
-
     def reset(self) -> None:
         """Close this connection with a TCP RST on both sides."""
         self._proxy._call(self._reset)
-
-    def heal(self) -> None:
-        """Remove this connection's own faults (a swallowed reply stays lost)."""
-        self._faults.clear()
 
     async def _reset(self) -> None:
         for writer in (self._client, self._server):
@@ -119,7 +117,7 @@ def _abort_with_rst(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-class FaultProxy:
+class FaultProxy(_Faults):
     """A TCP proxy from ``listen_host:listen_port`` (loopback; port 0 picks a free one, see
     :attr:`port`) to ``upstream_host:upstream_port``, with faults armed from tests.
 
@@ -128,12 +126,12 @@ class FaultProxy:
 
     def __init__(self, upstream_host: str, upstream_port: int, *, listen_host: str = "127.0.0.1",
                  listen_port: int = 0) -> None:
+        super().__init__()
         self.upstream = (upstream_host, upstream_port)
         self.listen_host = listen_host
         self.port = listen_port
         self.swallowed = 0
         self.resets = 0
-        self._faults = _Faults()
         self._swallow: list[_Swallow] = []
         self._conns: dict[int, ProxyConnection] = {}
         self._ids = itertools.count(1)
@@ -201,18 +199,6 @@ class FaultProxy:
         with self._lock:
             return [self._conns[k] for k in sorted(self._conns)]
 
-    def add_latency(self, seconds: float, direction: Direction = "both") -> None:
-        """Delay every chunk in *direction* by *seconds*, on every connection."""
-        for d in _directions(direction):
-            self._faults.latency[d] = seconds
-
-    def blackhole(self, direction: Direction = "both", seconds: float | None = None) -> None:
-        """Drop every byte in *direction* on every connection for *seconds* (``None``: until
-        :meth:`heal`); connections stay open, clients see a stalled peer."""
-        until = math.inf if seconds is None else time.monotonic() + seconds
-        for d in _directions(direction):
-            self._faults.blackhole_until[d] = until
-
     def swallow_reply(self, pattern: bytes | str, times: int | None = 1) -> None:
         """Forward the next request containing *pattern* (*times* of them; ``None``: until :meth:`heal`),
         then drop all the server sends back on that connection: the reply lost, the connection half-open."""
@@ -230,7 +216,7 @@ class FaultProxy:
 
     def heal(self) -> None:
         """Remove every armed fault, the proxy's and each connection's (swallowed replies stay lost)."""
-        self._faults.clear()
+        super().heal()
         self._swallow.clear()
         for conn in self.connections():
             conn.heal()
@@ -295,11 +281,11 @@ class FaultProxy:
                 data = await src.read(_CHUNK)
                 if not data:
                     return
-                delay = max(self._faults.delay(direction), conn._faults.delay(direction))
+                delay = max(self._delay(direction), conn._delay(direction))
                 if delay > 0:
                     await asyncio.sleep(delay)
                 now = time.monotonic()
-                if self._faults.dropping(direction, now) or conn._faults.dropping(direction, now):
+                if self._dropping(direction, now) or conn._dropping(direction, now):
                     continue
                 if direction == "downstream" and conn.swallowing:
                     continue

@@ -45,12 +45,10 @@ class LocalRedis(LocalServer):
 
     def __init__(self, *, port: int | None = None, appendfsync: str = "always", binary: str | None = None,
                  base_dir: str | None = None, startup_timeout_s: float = 30.0, extra_args: Sequence[str] = ()) -> None:
-        self._port = port
+        super().__init__(port, base_dir, startup_timeout_s)
         self._extra = tuple(extra_args)
         self.appendfsync = appendfsync
         self._binary = binary
-        self._base_dir = base_dir
-        self._timeout = startup_timeout_s
 
     @property
     def url(self) -> str:
@@ -71,9 +69,7 @@ class LocalRedis(LocalServer):
             return self
         binary = self._binary = find_redis_server(self._binary)
         tmp = self._tmp or self._make_tmp("twopc-redis-")
-        if self._port is None:
-            self._port = free_port()
-        port = self._port
+        port = self._port = free_port() if self._port is None else self._port
         self._spawn([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", tmp,
                      "--appendonly", "yes", "--appendfsync", self.appendfsync, "--save", "",
                      "--daemonize", "no", "--logfile", "", *self._extra], cwd=tmp)

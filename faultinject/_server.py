@@ -78,21 +78,26 @@ class LocalServer(Startable):
     #: how long the graceful shutdown may take before what is left of the server is killed
     _stop_timeout_s: float = 30.0
 
-    def start(self) -> Self:
-        raise NotImplementedError
+    def __init__(self, port: int | None, base_dir: str | None, startup_timeout_s: float) -> None:
+        self._port, self._base_dir, self._timeout = port, base_dir, startup_timeout_s
 
-    def _shutdown(self) -> None:
-        """Graceful stop keeping the data: ``_stop_signal``, then SIGKILL to the group after ``_stop_timeout_s``."""
+    def _end(self, sig: signal.Signals, timeout_s: float) -> None:
+        """Send *sig* to a running server, wait up to *timeout_s*, then SIGKILL what is left of its group, session."""
         proc = self._proc
         if proc is None:
             return
         if proc.poll() is None:
             with contextlib.suppress(OSError):
-                proc.send_signal(self._stop_signal)
+                proc.send_signal(sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=self._stop_timeout_s)
+                proc.wait(timeout=timeout_s)
         kill_tree(proc.pid)
         proc.wait()
+        self._unwatch()
+
+    def _shutdown(self) -> None:
+        """Graceful stop keeping the data: ``_stop_signal``, then SIGKILL to the group after ``_stop_timeout_s``."""
+        self._end(self._stop_signal, self._stop_timeout_s)
         self._proc = None
 
     @property
@@ -160,21 +165,12 @@ class LocalServer(Startable):
     def stop(self) -> None:
         """Shut the server down and delete its files.  Idempotent."""
         self._shutdown()
-        self._unwatch()
         self._remove_tmp()
 
     def kill(self) -> None:
         """Simulate a crash: SIGKILL the server's group and session (with what it forked, e.g. Redis's
         AOF-rewrite child)."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                os.kill(proc.pid, signal.SIGKILL)
-        kill_tree(proc.pid)
-        proc.wait()
-        self._unwatch()
+        self._end(signal.SIGKILL, 0.0)
 
     def crash(self) -> None:
         """Crash without a clean shutdown (SIGKILL; PostgreSQL: an immediate shutdown), data kept:

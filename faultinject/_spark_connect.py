@@ -36,12 +36,10 @@ class LocalSparkConnect(LocalServer):
     def __init__(self, *, cores: int = 2, max_failures: int = 3, env: Mapping[str, str] | None = None,
                  conf: Mapping[str, str] | None = None, base_dir: str | None = None,
                  startup_timeout_s: float = 180.0) -> None:
+        super().__init__(None, base_dir, startup_timeout_s)
         self.cores, self.max_failures = cores, max_failures
         self.env = dict(env or {})
         self.conf = dict(conf or {})
-        self._base_dir = base_dir
-        self._timeout = startup_timeout_s
-        self._port = None
 
     @property
     def url(self) -> str:
@@ -63,8 +61,7 @@ class LocalSparkConnect(LocalServer):
         if self.running:
             return self
         tmp = self._tmp or self._make_tmp("twopc-connect-")
-        if self._port is None:
-            self._port = free_port()
+        self._port = self._port or free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("TWOPC_")}
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.update(self.env)
