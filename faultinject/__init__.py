@@ -15,8 +15,7 @@ only); every other name (:func:`armed`, :class:`ChaosRunner`, the ``Local*`` ser
 
 if __name__ != "twopc.faultinject":  # this folder imported by its own name, from a checkout
     raise ImportError(f"this folder is the package twopc.faultinject, imported here as {__name__!r}: "
-                      "import twopc.faultinject"
-                      " (under two names, each class would exist twice)")
+                      "import twopc.faultinject (under two names, each class would exist twice)")
 
 import importlib as _importlib
 from typing import TYPE_CHECKING
@@ -52,19 +51,12 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("EXIT_CODE", "RELEASE_FILE", "armed", "current_state_dir", "export_crash_group", "export_run",
                      "read_firings"), "._runtime"),
     **dict.fromkeys(("ACTIONS", "Action", "FaultPlan", "FaultRule"), "._spec"),
-    "ChaosJobFailed": ".chaos",
-    "ChaosReport": ".chaos",
-    "ChaosRun": ".chaos",
-    "ChaosRunner": ".chaos",
+    **dict.fromkeys(("ChaosJobFailed", "ChaosReport", "ChaosRun", "ChaosRunner"), ".chaos"),
+    **dict.fromkeys(("LocalMariaDB", "LocalPostgres", "LocalRedis", "LocalRedisCluster"), ".servers"),
+    **dict.fromkeys(("FaultProxy", "ProxyConnection"), "._proxy"),
     "FaultControl": "._control",
-    "FaultProxy": "._proxy",
-    "LocalMariaDB": ".servers",
-    "LocalPostgres": ".servers",
-    "LocalRedis": ".servers",
-    "LocalRedisCluster": ".servers",
     "LocalSparkCluster": "._spark_cluster",
     "LocalSparkConnect": "._spark_connect",
-    "ProxyConnection": "._proxy",
 }
 
 __all__ = ["ACTIONS", "ENV_CONTROL", "ENV_CRASH_PGID", "ENV_PLAN", "ENV_RUN", "ENV_SPEC", "ENV_STATE", "EXIT_CODE",

@@ -24,8 +24,6 @@ from ._spec import FaultRule
 if TYPE_CHECKING:
     from ._proxy import FaultProxy
 
-__all__ = ["FaultControl", "request_remote_fault"]
-
 #: How long a process that fired a rule waits for the owner (a server restart included).
 ANSWER_TIMEOUT_S = 180.0
 
@@ -87,7 +85,6 @@ class FaultControl:
         self._guard = threading.Lock()
         self._dir: str | None = None
         self._server: socketserver.ThreadingUnixStreamServer | None = None
-        self._thread: threading.Thread | None = None
 
     def add_server(self, name: str, server: _Server) -> FaultControl:
         """Own *server* (a ``Local*`` server) as *name*."""
@@ -131,8 +128,7 @@ class FaultControl:
         server = socketserver.ThreadingUnixStreamServer(self.path, Handler)
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="faultcontrol", daemon=True)
-        self._thread.start()
+        threading.Thread(target=server.serve_forever, name="faultcontrol", daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -23,8 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["Lifeline"]
-
 _POLL_S = 0.2
 
 
@@ -72,9 +70,8 @@ def _wait_either(procs: Sequence[tuple[int, int]], start_time: Callable[[int], i
                 if start_time(pid) != start:
                     return i
             time.sleep(_POLL_S)
-    for i, fd in enumerate(fds):
-        if fd is None:
-            return i
+    if None in fds:
+        return fds.index(None)
     poll = select.poll()
     for fd in fds:
         assert fd is not None

@@ -191,20 +191,12 @@ class LocalMariaDB(LocalServer):
         pid_file = os.path.join(tmp, "mysqld.pid")
         with contextlib.suppress(OSError):
             os.unlink(pid_file)
-        options = {
-            "port": str(self.port),
-            "bind-address": "127.0.0.1",
-            "socket": self.socket_path,
-            "pid-file": pid_file,
-            "log-error": self.log_path,
-            "tmpdir": tmp,
-            "max-connections": str(self.max_connections),
-            "innodb-flush-log-at-trx-commit": "1",
-            "innodb-doublewrite": "1",
-            "max-allowed-packet": "64M",
-            "max-connect-errors": "1000000",  # readiness probes close without logging in
-        }
-        options.update(self._settings)
+        options = {"port": str(self.port), "bind-address": "127.0.0.1", "socket": self.socket_path,
+                   "pid-file": pid_file, "log-error": self.log_path, "tmpdir": tmp,
+                   "max-connections": str(self.max_connections), "innodb-flush-log-at-trx-commit": "1",
+                   "innodb-doublewrite": "1", "max-allowed-packet": "64M",
+                   "max-connect-errors": "1000000",  # readiness probes close without logging in
+                   **self._settings}
         argv = [binary, "--no-defaults", *self._common_args(), *(f"--{k}={v}" for k, v in options.items())]
         proc = self._spawn(argv, cwd=tmp)
         def ready() -> bool:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from ._env import unarmed
 
-__all__ = ["fault_point"]
-
 
 def fault_point(name: str, *, batch_id: int | None = None, **context: object) -> None:
     """Mark a place where the process may be made to die.

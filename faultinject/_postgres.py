@@ -48,10 +48,8 @@ def find_pg_bindir(explicit: str | None = None) -> str:
 
 def _ensure_user(name: str) -> pwd.struct_passwd:
     """The passwd entry of *name*, creating a system user if needed (root only)."""
-    try:
+    with contextlib.suppress(KeyError):
         return pwd.getpwnam(name)
-    except KeyError:
-        pass
     useradd = shutil.which("useradd") or "/usr/sbin/useradd"
     proc = subprocess.run([useradd, "--system", "--no-create-home", "--user-group",
                           "--shell", "/usr/sbin/nologin", name], capture_output=True, text=True)

@@ -10,8 +10,6 @@ import signal
 from collections.abc import Iterable
 from typing import NamedTuple
 
-__all__ = ["Stat", "boot_id", "descendants", "kill_job", "process_table", "start_time", "stat"]
-
 
 class Stat(NamedTuple):
     """The fields of ``/proc/<pid>/stat`` a job needs: parent, group, session, start time."""
@@ -55,17 +53,11 @@ def boot_id() -> str:
 
 def process_table() -> dict[int, Stat]:
     """Every live process's :class:`Stat`, by pid."""
-    out: dict[int, Stat] = {}
     try:
-        names = os.listdir("/proc")
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
-        return out
-    for name in names:
-        if name.isdigit():
-            found = stat(int(name))
-            if found is not None:
-                out[int(name)] = found
-    return out
+        return {}
+    return {pid: found for pid in pids if (found := stat(pid)) is not None}
 
 
 def descendants(roots: Iterable[int]) -> tuple[set[int], dict[int, Stat]]:

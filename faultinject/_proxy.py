@@ -21,8 +21,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
-__all__ = ["Direction", "FaultProxy", "ProxyConnection"]
-
 log = logging.getLogger("twopc.faultinject.proxy")
 
 Direction: TypeAlias = Literal["upstream", "downstream", "both"]
@@ -147,29 +145,21 @@ class FaultProxy(_Faults):
         if self._loop is not None:
             return self
         loop = asyncio.new_event_loop()
-        ready = threading.Event()
-        failed: list[OSError] = []
-        async def serve() -> None:
-            try:
-                self._server = await asyncio.start_server(self._accept, self.listen_host, self.port)
-                self.port = self._server.sockets[0].getsockname()[1]
-            except OSError as exc:
-                failed.append(exc)
-            finally:
-                ready.set()
         def run() -> None:
             asyncio.set_event_loop(loop)
-            loop.run_until_complete(serve())
-            if not failed:
-                loop.run_forever()
+            loop.run_forever()
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
         self._thread = threading.Thread(target=run, name=f"faultproxy->{self.upstream[1]}", daemon=True)
         self._thread.start()
-        ready.wait()
-        if failed:
+        try:
+            self._server = asyncio.run_coroutine_threadsafe(
+                asyncio.start_server(self._accept, self.listen_host, self.port), loop).result()
+        except OSError:
+            loop.call_soon_threadsafe(loop.stop)
             self._thread.join()
-            raise failed[0]
+            raise
+        self.port = self._server.sockets[0].getsockname()[1]
         self._loop = loop
         return self
 

@@ -22,8 +22,6 @@ from ._server import Startable
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["ClusterNode", "LocalRedisCluster", "RedisReplyError", "find_redis_cli", "resp_command"]
-
 #: The user a cut-off replica authenticates as (it does not exist, so the master refuses it).
 _CUT_USER = "twopc-replication-cut"
 
@@ -43,11 +41,8 @@ def find_redis_cli(explicit: str | None = None) -> str:
 
 
 def _encode(args: tuple[Any, ...]) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
+    parts = [a if isinstance(a, bytes) else str(a).encode() for a in args]
+    return b"*%d\r\n" % len(parts) + b"".join(b"$%d\r\n%s\r\n" % (len(p), p) for p in parts)
 
 
 def _parse(f: Any) -> Any:
@@ -177,7 +172,6 @@ class LocalRedisCluster(Startable):
             node.stop()
         self.nodes = []
         atexit.unregister(self.stop)
-
 
     def command(self, node: LocalRedis, *args: Any) -> Any:
         """Run one command on *node* (see :func:`resp_command`)."""

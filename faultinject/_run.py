@@ -23,8 +23,6 @@ from typing import Any
 from ._env import ENV_RUN
 from ._proctree import boot_id, start_time
 
-__all__ = ["RUN_PREFIX", "Run", "plan_key", "run_of"]
-
 RUN_PREFIX = "twopc-faults-run-"
 """Name prefix of a run's own state folder in the temporary directory."""
 _RECORD = "run.json"

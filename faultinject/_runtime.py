@@ -7,7 +7,6 @@ import dataclasses
 import glob
 import hashlib
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -45,10 +44,7 @@ class _Armed:
         self.exhausted: set[int] = set()
 
     def hit(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> None:
-        candidates = self.by_point.get(point)
-        if not candidates:
-            return
-        for index, rule in candidates:
+        for index, rule in self.by_point.get(point, ()):
             if index in self.exhausted or not rule.matches(point, batch_id, context):
                 continue
             line = f"faultinject: firing {point} ({rule.kind}) batch={batch_id} pid={os.getpid()}"
@@ -128,8 +124,7 @@ def _current() -> _Armed | None:
 def hit(name: str, batch_id: int | None, context: Mapping[str, object]) -> None:
     """Fault point *name* reached: the first matching rule that can claim an unused slot in the
     state directory fires its action."""
-    armed = _current()
-    if armed is not None:
+    if (armed := _current()) is not None:
         armed.hit(name, batch_id, context)
 
 
@@ -202,20 +197,14 @@ def _crash(run: Run) -> NoReturn:
     their descendants and the groups those lead), then this process, after deleting the run's folder."""
     target = _crash_pgid()
     own = os.getpgrp()
-    if target is not None:
-        if target != own:
-            with contextlib.suppress(OSError):
-                os.killpg(target, signal.SIGKILL)
-        run.end()
-        if own > 1:
-            with contextlib.suppress(OSError):
-                os.killpg(own, signal.SIGKILL)
-    else:
-        job = kill_job(run.local_roots())
-        run.end()
-        if own > 1 and (own == os.getpid() or own in job):
-            with contextlib.suppress(OSError):
-                os.killpg(own, signal.SIGKILL)
+    if target is not None and target != own:
+        with contextlib.suppress(OSError):
+            os.killpg(target, signal.SIGKILL)
+    job = kill_job(run.local_roots()) if target is None else set()
+    run.end()
+    if own > 1 and (target is not None or own == os.getpid() or own in job):
+        with contextlib.suppress(OSError):
+            os.killpg(own, signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
     raise SystemExit(EXIT_CODE)  # unreachable; keeps type checkers honest
 
@@ -274,29 +263,25 @@ def armed(plan: FaultPlan | str, state_dir: str | os.PathLike[str] | None = None
     variables, so Python functions shipped afterwards (UDFs, ``foreachPartition``) see the plan.
     Never use a ``crash`` rule in-process: it kills this process. FaultSpecError for a malformed plan."""
     parsed = FaultPlan.coerce(plan)
-    created: str | None = None
-    chosen = os.fspath(state_dir) if state_dir is not None else parsed.state_dir
-    if chosen is None:
-        chosen = created = tempfile.mkdtemp(prefix="twopc-faults-")
-    env = parsed.env(chosen)
+    given = os.fspath(state_dir) if state_dir is not None else parsed.state_dir
     targets: list[MutableMapping[str, str]] = [os.environ]
     if spark_context is not None:
         targets.append(spark_context.environment)
     saved = [{k: t.get(k) for k in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN)} for t in targets]
-    try:
-        for target in targets:
-            target.pop(ENV_PLAN, None)
-            target.update(env)
-        yield dataclasses.replace(parsed, state_dir=chosen)
-    finally:
-        for target, old in zip(targets, saved, strict=True):
-            for key, value in old.items():
-                if value is None:
-                    target.pop(key, None)
-                else:
-                    target[key] = value
-        if created is not None:
-            shutil.rmtree(created, ignore_errors=True)
+    with (contextlib.nullcontext(given) if given is not None
+          else tempfile.TemporaryDirectory(prefix="twopc-faults-", ignore_cleanup_errors=True)) as chosen:
+        try:
+            for target in targets:
+                target.pop(ENV_PLAN, None)
+                target.update(parsed.env(chosen))
+            yield dataclasses.replace(parsed, state_dir=chosen)
+        finally:
+            for target, old in zip(targets, saved, strict=True):
+                for key, value in old.items():
+                    if value is None:
+                        target.pop(key, None)
+                    else:
+                        target[key] = value
 
 
 def read_firings(state_dir: str | os.PathLike[str]) -> list[str]:

@@ -22,8 +22,6 @@ from ._procutil import kill_tree, log_tail
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalServer", "Startable"]
-
 
 class Startable:
     """Started by :meth:`start`, stopped (files in ``_tmp`` deleted) by :meth:`stop`; a context manager."""

@@ -22,8 +22,6 @@ from ._server import Startable
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalSparkCluster", "find_spark_home"]
-
 _EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 
 # The executors' java: a group (and session) of their own, and that group as crash target.
@@ -165,10 +163,9 @@ class LocalSparkCluster(Startable):
 
     def kill_executor(self, pid: int) -> None:
         """SIGKILL executor *pid* and its Python workers (its process group)."""
-        with contextlib.suppress(OSError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(OSError):
+                kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Kill the executors, the workers and the master; delete the folder. Idempotent."""

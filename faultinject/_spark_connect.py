@@ -21,8 +21,6 @@ from ._spark_cluster import find_spark_home
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["LocalSparkConnect"]
-
 _SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 

@@ -25,10 +25,9 @@ PROXY_FAULTS: Final[tuple[str, ...]] = ("reset", "blackhole", "latency", "swallo
 SERVER_FAULTS: Final[tuple[str, ...]] = ("crash", "restart", "down")
 
 _INT_RE: Final = re.compile(r"[0-9]+\Z")
-_RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times", "target", "fault", "for",
-                                "delay", "pattern", "direction"})
 #: A remote rule's parameters (inline ``key=value``, plan-file keys) -> their FaultRule fields.
 _PARAMS: Final = {"for": "for_s", "delay": "delay_s", "pattern": "pattern", "direction": "direction"}
+_RULE_KEYS: Final = frozenset({"point", "batch", "partition", "action", "times", "target", "fault", *_PARAMS})
 _PATTERN_RE: Final = re.compile(r"[A-Za-z0-9_ .\-]+\Z")
 _DURATION_RE: Final = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s)?\Z")
 
@@ -44,8 +43,11 @@ def parse_duration(value: object, where: str) -> float:
     return float(match.group(1)) / (1000.0 if match.group(2) == "ms" else 1.0)
 
 
-def _seconds_text(seconds: float) -> str:
-    return f"{seconds:g}s"
+def _plan_text(value: Any) -> Any:
+    """A rule's parameter as a plan writes it: a duration (seconds) as ``"2s"``."""
+    return f"{value:g}s" if isinstance(value, float) else value
+
+
 _PLAN_KEYS: Final = frozenset({"rules", "state_dir"})
 
 
@@ -77,20 +79,16 @@ class FaultRule:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise FaultSpecError(f"rule {self.point!r}: {field} must be a non-negative integer, got {value!r}")
         if self.action not in ACTIONS:
-            raise FaultSpecError(
-                f"rule {self.point!r}: unknown action {self.action!r}; "
-                f"expected one of {'|'.join(ACTIONS)}"
-            )
+            raise FaultSpecError(f"rule {self.point!r}: unknown action {self.action!r}; "
+                                 f"expected one of {'|'.join(ACTIONS)}")
         if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
             raise FaultSpecError(f"rule {self.point!r}: times must be a positive integer, got {self.times!r}")
         self._check_remote()
 
     def _check_remote(self) -> None:
         where = f"rule {self.point!r} ({self.action})"
-        extras = {k: getattr(self, k) for k in ("target", "fault", "for_s", "delay_s", "pattern", "direction")}
         if self.action not in REMOTE_ACTIONS:
-            given = sorted(k.removesuffix("_s") for k, v in extras.items() if v is not None)
-            if given:
+            if given := sorted([*(k for k in ("target", "fault") if getattr(self, k) is not None), *self._params()]):
                 raise FaultSpecError(f"{where}: {', '.join(given)} only go with the proxy and server actions")
             return
         if not isinstance(self.target, str) or not _NAME_RE.match(self.target):
@@ -103,12 +101,10 @@ class FaultRule:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, parse_duration(value, f"{where}: {name.removesuffix('_s')}"))
-        allowed = {"proxy": {"blackhole": {"for_s", "direction"}, "latency": {"for_s", "delay_s", "direction"},
-                             "swallow_reply": {"for_s", "pattern"}},
-                   "server": {"down": {"for_s"}}}[self.action].get(self.fault, set())
-        wrong = sorted(k.removesuffix("_s") for k in ("for_s", "delay_s", "pattern", "direction")
-                       if extras[k] is not None and k not in allowed)
-        if wrong:
+        allowed = {"proxy": {"blackhole": {"for", "direction"}, "latency": {"for", "delay", "direction"},
+                             "swallow_reply": {"for", "pattern"}},
+                   "server": {"down": {"for"}}}[self.action].get(self.fault, set())
+        if wrong := sorted(set(self._params()) - allowed):
             raise FaultSpecError(f"{where}: {self.fault} takes no {', '.join(wrong)}")
         if self.fault == "swallow_reply" and (not isinstance(self.pattern, str) or not _PATTERN_RE.match(self.pattern)):
             raise FaultSpecError(f"{where}: swallow_reply needs a pattern of letters, digits, spaces, '_', '.' "
@@ -117,11 +113,13 @@ class FaultRule:
         if self.direction is not None and self.direction not in ("upstream", "downstream", "both"):
             raise FaultSpecError(f"{where}: direction must be upstream, downstream or both, got {self.direction!r}")
 
+    def _params(self) -> dict[str, Any]:
+        """The remote parameters given, under their plan-file keys (``for``/``delay`` in seconds once checked)."""
+        return {key: value for key, name in _PARAMS.items() if (value := getattr(self, name)) is not None}
+
     def remote_request(self) -> dict[str, Any]:
         """What a ``proxy`` or ``server`` rule asks its :class:`FaultControl` to do (JSON-ready)."""
-        params = {k: v for k, v in (("for", self.for_s), ("delay", self.delay_s), ("pattern", self.pattern),
-                                    ("direction", self.direction)) if v is not None}
-        return {"action": self.action, "target": self.target, "fault": self.fault, "params": params}
+        return {"action": self.action, "target": self.target, "fault": self.fault, "params": self._params()}
 
     @property
     def kind(self) -> str:
@@ -129,11 +127,8 @@ class FaultRule:
         return f"{self.action}.{self.fault}" if self.action in REMOTE_ACTIONS else self.action
 
     def matches(self, point: str, batch_id: int | None, context: Mapping[str, object]) -> bool:
-        if point != self.point:
-            return False
-        if self.batch is not None and batch_id != self.batch:
-            return False
-        return self.partition is None or context.get("partition") == self.partition
+        return (point == self.point and (self.batch is None or batch_id == self.batch)
+                and (self.partition is None or context.get("partition") == self.partition))
 
     def to_spec(self) -> str:
         """The inline-spec form of this rule (round-trips through :meth:`FaultPlan.parse`)."""
@@ -145,38 +140,23 @@ class FaultRule:
         action: str = self.action
         if self.action in REMOTE_ACTIONS:
             action += f"/{self.target}/{self.fault}"
-            for key, value in (("for", self.for_s), ("delay", self.delay_s)):
-                if value is not None:
-                    action += f"/{key}={_seconds_text(value)}"
-            for key, text_value in (("pattern", self.pattern), ("direction", self.direction)):
-                if text_value is not None:
-                    action += f"/{key}={text_value}"
+            action += "".join(f"/{key}={_plan_text(value)}" for key, value in self._params().items())
         return f"{text}:{action}*{self.times}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict with the keys of the plan-file format (fields left unset omitted)."""
-        out: dict[str, Any] = {"point": self.point, "batch": self.batch, "partition": self.partition,
-                               "action": self.action, "times": self.times}
-        for key, value in (("target", self.target), ("fault", self.fault), ("pattern", self.pattern),
-                           ("direction", self.direction)):
-            if value is not None:
-                out[key] = value
-        for key, seconds in (("for", self.for_s), ("delay", self.delay_s)):
-            if seconds is not None:
-                out[key] = _seconds_text(seconds)
-        return out
+        remote = {"target": self.target, "fault": self.fault, **self._params()}
+        return {"point": self.point, "batch": self.batch, "partition": self.partition, "action": self.action,
+                "times": self.times, **{k: _plan_text(v) for k, v in remote.items() if v is not None}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FaultRule:
         """Build a rule from a plan-file entry; raises :class:`FaultSpecError` on bad input."""
         if not isinstance(data, Mapping):
             raise FaultSpecError(f"plan rule must be a JSON object, got {data!r}")
-        extra = set(data) - _RULE_KEYS
-        if extra:
-            raise FaultSpecError(
-                f"plan rule {dict(data)!r}: unknown key(s) {sorted(extra)}; "
-                f"allowed: {sorted(_RULE_KEYS)}"
-            )
+        if extra := set(data) - _RULE_KEYS:
+            raise FaultSpecError(f"plan rule {dict(data)!r}: unknown key(s) {sorted(extra)}; "
+                                 f"allowed: {sorted(_RULE_KEYS)}")
         if "point" not in data:
             raise FaultSpecError(f"plan rule {dict(data)!r}: missing 'point'")
         fields = {_PARAMS.get(k, k): v for k, v in data.items() if v is not None}
@@ -275,8 +255,7 @@ class FaultPlan:
             raise FaultSpecError(f"fault plan is not valid JSON: {exc}") from None
         if not isinstance(data, dict):
             raise FaultSpecError("fault plan must be a JSON object with a 'rules' list")
-        extra = set(data) - _PLAN_KEYS
-        if extra:
+        if extra := set(data) - _PLAN_KEYS:
             raise FaultSpecError(f"fault plan: unknown key(s) {sorted(extra)}")
         rules = data.get("rules", [])
         if not isinstance(rules, list):
@@ -320,7 +299,6 @@ class FaultPlan:
         if known is None:
             from ._registry import declared_points
             known = declared_points()
-        unknown = [r.point for r in self.rules if r.point not in known]
-        if unknown:
+        if unknown := [r.point for r in self.rules if r.point not in known]:
             raise UnknownFaultPoint(list(dict.fromkeys(unknown)), known)
         return self

@@ -8,9 +8,9 @@ all runs, so a restarted job does not crash again where they are used up."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -133,16 +133,14 @@ class ChaosRunner:
         ``progress:``. Job failures never raise (see ``report.raise_for_status()``); FaultSpecError
         for a malformed plan, OSError when *cmd* cannot start."""
         parsed = FaultPlan.coerce(plan)
-        created: str | None = None
-        state_dir = self.state_dir or parsed.state_dir
-        if state_dir is None:
-            state_dir = created = tempfile.mkdtemp(prefix="twopc-chaos-")
-        os.makedirs(state_dir, exist_ok=True)
+        given = self.state_dir or parsed.state_dir
         env = {k: v for k, v in self.env.items() if k not in (ENV_SPEC, ENV_PLAN, ENV_STATE, ENV_RUN, ENV_CRASH_PGID)}
-        env.update(parsed.env(state_dir))
         deadline = time.monotonic() + timeout_s
         runs: list[ChaosRun] = []
-        try:
+        with (contextlib.nullcontext(given) if given is not None
+              else tempfile.TemporaryDirectory(prefix="twopc-chaos-", ignore_cleanup_errors=True)) as state_dir:
+            os.makedirs(state_dir, exist_ok=True)
+            env.update(parsed.env(state_dir))
             while True:
                 before = len(read_firings(state_dir))
                 run = self._run_once(list(cmd), env, deadline, on_progress)
@@ -152,9 +150,6 @@ class ChaosRunner:
                 if run.ok or run.timed_out or len(runs) > max_restarts:
                     break
             fired = tuple(read_firings(state_dir))
-        finally:
-            if created is not None:
-                shutil.rmtree(created, ignore_errors=True)
         return ChaosReport(tuple(runs), fired, state_dir)
 
     def _run_once(self, cmd: list[str], env: dict[str, str], deadline: float,
