@@ -68,12 +68,6 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         missing; ``ConfigurationError``: an option is invalid or not supported."""
         return cls(JdbcOptions.parse(options))
 
-    @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
-        from .._secrets import credential_free  # the plan's: workers record no options
-        return credential_free(options)
-
     def describe(self) -> str:
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))
