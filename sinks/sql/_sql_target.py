@@ -239,7 +239,7 @@ class SqlNamedTarget(NamedTarget):
         return server_instance(self.options)
 
     @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str] | None:
         """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
         from .._secrets import credential_free  # the plan's: workers record no options
         return credential_free(options)

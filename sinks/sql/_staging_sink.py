@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import CommitShape, ConfigurationError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import BatchCommit, Inspectable, MarkerPurge, ProtocolError, WriteSetup
+from twopc.spi import BatchCommit, Inspectable, MarkerPurge, NamedTarget, ProtocolError, WriteSetup
 
 from .._handles import StagingHandle
 from ._sql_target import SqlNamedTarget
@@ -64,6 +64,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     """
 
     __handle_type__ = StagingHandle
+    reopen_options = NamedTarget.reopen_options  # no format builds it from options: it records none
 
     def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
                  **options: Any) -> None:
