@@ -158,10 +158,8 @@ class SqlTargetLedger:
         request = self.lease_request(sink_id, record=self._record(sink_id) if keep else None)
         agent, timeout = DriverAgent(driver), float(request["bound_seconds"]) + _REPLY_GRACE
         # the ledger table is checked while the agent starts (the driver's first write) or takes the lease
-        pending = None
-        if agent.running() is not None:
-            pending = agent.send(request, timeout)
-        else:
+        pending = agent.send(request, timeout) if agent.running() is not None else None
+        if pending is None:
             agent.start()
         try:
             self.ensure_table()
