@@ -99,11 +99,8 @@ _PG_REFUSED: dict[str, str] = {
 _MYSQL_REFUSED: dict[str, str] = {
     "trustcertificatekeystoreurl": "is a Java key store, which PyMySQL cannot read: give the CA "
                                    "certificate as a PEM file with serverSslCert=/path/ca.pem",
-    "clientcertificatekeystoreurl": "is a Java key store, which PyMySQL cannot read: use a "
-                                    "SQLAlchemy URL mysql+pymysql://...?ssl_cert=/path/cert.pem"
-                                    "&ssl_key=/path/key.pem",
-    "keystore": "is a Java key store, which PyMySQL cannot read: use a SQLAlchemy URL "
-                "mysql+pymysql://...?ssl_cert=/path/cert.pem&ssl_key=/path/key.pem",
+    **dict.fromkeys(("clientcertificatekeystoreurl", "keystore"), "is a Java key store, which PyMySQL cannot read: "
+                    "use a SQLAlchemy URL mysql+pymysql://...?ssl_cert=/path/cert.pem&ssl_key=/path/key.pem"),
     "sessionvariables": "runs arbitrary SET statements on connect; use sessionInitStatement",
     "readonly": "would make every write fail",
 }
