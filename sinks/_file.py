@@ -106,10 +106,7 @@ class FileSink(TwoPhaseCommitSink[dict[str, Any], _OpenFile, FileHandle], WriteS
                                      "or .save(path)")
         return cls(path)
 
-    @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
-        return credential_free(options)
+    reopen_options = staticmethod(credential_free)  #: the options without a secret, as checkpoints record them
 
     def claim_sink_id(self, sink_id: str, owner: str) -> OwnerRecord | None:
         """Create ``_twopc/owners/<sink id>`` holding *owner* whole or not at all (a hard link), then compare.

@@ -30,8 +30,16 @@ class MySqlXaHandle(PreparedSqlHandle, kind="twopc.mysql_xa", version=1):
     """A prepared XA transaction. ``txn_id`` is its gtrid (bqual empty, formatID 1)."""
 
 
+class _FieldsAdded:
+    """A handle whose older versions lack only fields with defaults (``acks``, ``write``): they read as they are."""
+
+    @classmethod
+    def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
+        return payload
+
+
 @dataclass(frozen=True)
-class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
+class RedisHandle(_FieldsAdded, TransactionHandle, kind="twopc.redis", version=2):
     """A prepared Redis transaction: ``txn_id`` names its staging list.
 
     Attributes:
@@ -47,14 +55,9 @@ class RedisHandle(TransactionHandle, kind="twopc.redis", version=2):
     def __post_init__(self) -> None:
         object.__setattr__(self, "acks", tuple((str(s), str(i)) for s, i in self.acks))  # JSON gives lists
 
-    @classmethod
-    def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
-        """Version 1 (no ``acks``) reads as it is."""
-        return payload
-
 
 @dataclass(frozen=True)
-class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
+class StagingHandle(_FieldsAdded, TransactionHandle, kind="twopc.staging", version=2):
     """Rows of one task attempt, committed into the staging table under ``txn_id``.
 
     Attributes:
@@ -70,11 +73,6 @@ class StagingHandle(TransactionHandle, kind="twopc.staging", version=2):
     stage_table: str = ""
     rows: int = -1
     write: str = ""
-
-    @classmethod
-    def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
-        """Version 1 (no ``write``) reads as it is."""
-        return payload
 
 
 @dataclass(frozen=True)

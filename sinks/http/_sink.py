@@ -82,10 +82,7 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
         """
         return cls(HttpOptions.read(options))
 
-    @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (an operator gives them again)."""
-        return credential_free(options)
+    reopen_options = staticmethod(credential_free)  #: the options without a secret, as checkpoints record them
 
     @property
     def outboxes(self) -> Outboxes:

@@ -149,10 +149,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 dead_letter_stream=o.get("deadLetterStream"),
                 ack=AckSpec.from_options(o.text("ackGroup"), o.text("ackStreamColumn"), o.text("ackIdColumn")))
 
-    @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
-        return credential_free(options)
+    reopen_options = staticmethod(credential_free)  #: the options without a secret, as checkpoints record them
 
     @property
     def ops(self) -> list[RedisOp]:

@@ -68,12 +68,6 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
         missing; ``ConfigurationError``: an option is invalid or not supported."""
         return cls(JdbcOptions.parse(options))
 
-    @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
-        from .._secrets import credential_free  # the plan's: workers record no options
-        return credential_free(options)
-
     def describe(self) -> str:
         return (f"JDBC {self.options.safe_url()} table {self.options.table}"
                 + (f" ({self.mode} mode)" if self.mode else ""))
@@ -195,14 +189,13 @@ class JdbcSink(TwoModeSink, WriteSetup, SqlNamedTarget, LedgerHost):
             with engine.connect() as conn:
                 if not sa.inspect(conn).has_table(table.name, schema=table.schema):
                     return False, f"table {table.display()} does not exist: staging creates it in the commit"
-                if (dialect := dialect_for(o.dialect)).prepares:
-                    ok, why = dialect.prepare_capacity(conn, self._prepared_sink())
-                    ledger = ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
-                              "(no checkpointLocation)") if ok and not self._checkpointed else ""
-                    return ok, why + ledger
+                dialect = dialect_for(o.dialect)  # one that cannot prepare says so (SqlDatabase.prepare_capacity)
+                ok, why = dialect.prepare_capacity(conn, self._prepared_sink() if dialect.prepares else None)
+                ledger = ("; an append to an existing table, decisions kept in the target's twopc_ledger table "
+                          "(no checkpointLocation)") if ok and not self._checkpointed else ""
+                return ok, why + ledger
         except SQLAlchemyError as exc:
             raise self._staging_sink().unavailable(exc) from None
-        return False, f"{o.dialect} has no prepared transactions twopc can use"
 
     def target_ledger(self) -> TargetLedger | None:
         """The prepared mode's ledger table and leases; ``None`` on databases that cannot prepare."""

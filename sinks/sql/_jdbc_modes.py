@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from twopc import (
     CommitOutcome,
@@ -145,8 +145,7 @@ class TwoModeSink(TwoPhaseCommitSink[dict[str, Any], Any, TransactionHandle], Ba
         self._txn_backend(txn).invoke_batch(txn, batch)
 
     def pre_commit(self, txn: Any) -> TransactionHandle:
-        handle: TransactionHandle = self._txn_backend(txn).pre_commit(txn)
-        return handle
+        return cast(TransactionHandle, self._txn_backend(txn).pre_commit(txn))
 
     def rollback(self, txn: Any) -> None:
         self._txn_backend(txn).rollback(txn)

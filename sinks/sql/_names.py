@@ -46,8 +46,7 @@ class TableName:
 
         return f"{one(self.schema)}.{one(self.name)}" if self.schema else one(self.name)
 
-    def __str__(self) -> str:
-        return self.display()
+    __str__ = display
 
     def sibling(self, name: str) -> TableName:
         """A table with another name in the same schema."""

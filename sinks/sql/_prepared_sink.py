@@ -81,12 +81,6 @@ class PreparedSqlSink(PreparedWriter[C, H], PreparedCommitter[C, H], TwoPhaseCom
                                                        dialect=database.name))
 
     @classmethod
-    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str]:
-        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
-        from .._secrets import credential_free  # the plan's: workers record no options
-        return credential_free(options)
-
-    @classmethod
     def from_jdbc_options(cls, options: JdbcOptions) -> Self:
         """Build the sink from parsed options (``ConfigurationError`` when for another database)."""
         sink = cls.__new__(cls)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
@@ -237,3 +237,9 @@ class SqlNamedTarget(NamedTarget):
     def target_instance(self) -> str | None:
         """The server's own identity and the table (:func:`server_instance`)."""
         return server_instance(self.options)
+
+    @classmethod
+    def reopen_options(cls, options: Mapping[str, str]) -> dict[str, str] | None:
+        """*options* without a secret (:func:`twopc.sinks._secrets.credential_free`), recorded in the checkpoint."""
+        from .._secrets import credential_free  # the plan's: workers record no options
+        return credential_free(options)

@@ -19,12 +19,12 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from twopc import CommitShape, ConfigurationError, TransactionContext, TwoPhaseCommitSink
-from twopc.spi import BatchCommit, Inspectable, MarkerPurge, ProtocolError, WriteSetup
+from twopc.spi import BatchCommit, Inspectable, MarkerPurge, NamedTarget, ProtocolError, WriteSetup
 
 from .._handles import StagingHandle
 from ._sql_target import SqlNamedTarget
 from ._staging_committer import StagingCommitter
-from ._staging_tables import TXN_COLUMN, StagingTables
+from ._staging_tables import BATCH_TABLE, TXN_COLUMN, StagingTables
 from .options import JDBC_FORMAT, JdbcOptions, safe_url
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
     """
 
     __handle_type__ = StagingHandle
+    reopen_options = NamedTarget.reopen_options  # no format builds it from options: it records none
 
     def __init__(self, url: Any, table: str, *, mode: str = "append", batch_table: str = "twopc_batches",
                  **options: Any) -> None:
@@ -71,11 +72,10 @@ class StagingSink(StagingCommitter, TwoPhaseCommitSink[dict[str, Any], _StageTxn
                          mode=mode, batch_table=batch_table)
 
     @classmethod
-    def from_jdbc_options(cls, options: JdbcOptions, *, mode: str | None = None,
-                          batch_table: str = "twopc_batches") -> Self:
-        """The staging sink of a ``twopc-jdbc`` write (*mode* defaults to its ``saveMode``)."""
+    def from_jdbc_options(cls, options: JdbcOptions, *, mode: str) -> Self:
+        """The staging sink of a ``twopc-jdbc`` write in save mode *mode*."""
         sink = cls.__new__(cls)
-        StagingTables.__init__(sink, options, mode=mode or options.save_mode or "append", batch_table=batch_table)
+        StagingTables.__init__(sink, options, mode=mode, batch_table=BATCH_TABLE)
         return sink
 
     def describe(self) -> str:

@@ -60,11 +60,6 @@ class SqlTargetLedger:
     def location(self) -> str:
         return f"{self.target.database.product} {self.target.where()} table {self.table.display()}"
 
-    @property
-    def dialect(self) -> str:
-        """The target's dialect name (``postgresql``, ``mysql``)."""
-        return self.target.database.name
-
     def _lock(self, sink_id: str) -> tuple[str, str, Any]:
         return self.target.database.lease_sql(sink_id, self.target.options.url.database or "")
 
@@ -98,7 +93,7 @@ class SqlTargetLedger:
         cols = [self.target.quote(c) for c in ("sink_id", "name", "body")]
         with self.target.mapped(f"check the privileges on {self.table.display()}"):  # the records are inserted,
             self.target.control_run(lambda dbapi: require_privileges(  # replaced, read and deleted by this driver
-                dbapi_runner(dbapi), self.dialect, table=self.quoted, display=self.table.display(), columns=cols,
+                dbapi_runner(dbapi), db.name, table=self.quoted, display=self.table.display(), columns=cols,
                 privileges=("SELECT", "INSERT", "UPDATE", "DELETE"), role="the ledger table"))
 
     def store(self, sink_id: str, lease: Lease | None = None) -> SqlLedgerStore:
@@ -163,10 +158,8 @@ class SqlTargetLedger:
         request = self.lease_request(sink_id, record=self._record(sink_id) if keep else None)
         agent, timeout = DriverAgent(driver), float(request["bound_seconds"]) + _REPLY_GRACE
         # the ledger table is checked while the agent starts (the driver's first write) or takes the lease
-        pending = None
-        if agent.running() is not None:
-            pending = agent.send(request, timeout)
-        else:
+        pending = agent.send(request, timeout) if agent.running() is not None else None
+        if pending is None:
             agent.start()
         try:
             self.ensure_table()
@@ -199,8 +192,8 @@ class SqlTargetLedger:
         message has the statements that move them)."""
         if self.target.options.twopc_schema is None or sink_id.startswith(EPHEMERAL_PREFIX):
             return
-        marker = parse_table_name(self.target.options.marker_table, self.dialect, "markerTable")
-        old = TableName(marker.schema, LEDGER_TABLE, self.dialect)
+        marker = parse_table_name(self.target.options.marker_table, self.target.database.name, "markerTable")
+        old = marker.sibling(LEDGER_TABLE)
         rows = self.target.read_if_exists(f"SELECT count(*) FROM {self.target.qualified(old)} WHERE sink_id = %s",
                                           (sink_id,), f"read {old.display()}")
         if rows and int(rows[0][0]):

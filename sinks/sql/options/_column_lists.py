@@ -29,9 +29,7 @@ def _read_name(text: str, i: int, what: str) -> tuple[str, int]:
 
 
 def _skip_ws(text: str, i: int) -> int:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
+    return len(text) - len(text[i:].lstrip())
 
 
 def parse_column_list(text: str, what: str = "upsertKeys") -> list[str]:

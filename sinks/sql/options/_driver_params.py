@@ -99,11 +99,8 @@ _PG_REFUSED: dict[str, str] = {
 _MYSQL_REFUSED: dict[str, str] = {
     "trustcertificatekeystoreurl": "is a Java key store, which PyMySQL cannot read: give the CA "
                                    "certificate as a PEM file with serverSslCert=/path/ca.pem",
-    "clientcertificatekeystoreurl": "is a Java key store, which PyMySQL cannot read: use a "
-                                    "SQLAlchemy URL mysql+pymysql://...?ssl_cert=/path/cert.pem"
-                                    "&ssl_key=/path/key.pem",
-    "keystore": "is a Java key store, which PyMySQL cannot read: use a SQLAlchemy URL "
-                "mysql+pymysql://...?ssl_cert=/path/cert.pem&ssl_key=/path/key.pem",
+    **dict.fromkeys(("clientcertificatekeystoreurl", "keystore"), "is a Java key store, which PyMySQL cannot read: "
+                    "use a SQLAlchemy URL mysql+pymysql://...?ssl_cert=/path/cert.pem&ssl_key=/path/key.pem"),
     "sessionvariables": "runs arbitrary SET statements on connect; use sessionInitStatement",
     "readonly": "would make every write fail",
 }
@@ -115,6 +112,8 @@ _PG_SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-fu
 _PG_WORDS = {"sslmode": ("sslmode", "sslmode", _PG_SSLMODES),
              "gssencmode": ("gssencmode", "gssEncMode", ("disable", "allow", "prefer", "require")),
              "channelbinding": ("channel_binding", "channelBinding", ("disable", "prefer", "require"))}
+#: pgjdbc's targetServerType -> libpq's target_session_attrs (a standby is refused: it cannot be written)
+_PG_TARGETS = {"any": "any", **dict.fromkeys(("primary", "master", "preferprimary"), "read-write")}
 _MYSQL_SSLMODES = {
     "disabled": "disabled", "disable": "disabled",
     "preferred": "preferred",
@@ -258,16 +257,13 @@ def translate_pg(props: list[DriverParam], base_query: Mapping[str, str | tuple[
             q["options"] = v
         elif k == "targetservertype":
             t = v.strip().lower()
-            if t == "any":
-                q["target_session_attrs"] = "any"
-            elif t in ("primary", "master", "preferprimary"):
-                q["target_session_attrs"] = "read-write"
-            elif t in ("secondary", "slave", "prefersecondary", "preferslave", "standby", "preferstandby"):
+            if t in ("secondary", "slave", "prefersecondary", "preferslave", "standby", "preferstandby"):
                 raise ConfigurationError(
                     f"targetServerType={v} would connect to a standby, which cannot be written; use "
                     f"targetServerType=primary")
-            else:
+            if t not in _PG_TARGETS:
                 raise ConfigurationError(f"targetServerType must be any or primary, got {v!r}")
+            q["target_session_attrs"] = _PG_TARGETS[t]
         elif k == "loadbalancehosts":
             q["load_balance_hosts"] = "random" if _jdbc_bool(p) else "disable"
         else:
@@ -363,28 +359,24 @@ def _mysql_tls(by_key: Mapping[str, DriverParam], mariadb: bool) -> dict[str, st
                 "preferred" if use else None)
     if mode in ("preferred", "required") and flag("verifyservercertificate"):
         mode = "verify_ca"  # stricter of the two
-    q: dict[str, str | tuple[str, ...]] = {}
-    if mode in ("preferred", "required"):
-        if mode == "preferred":
-            log.info("twopc: PyMySQL has no opportunistic TLS: TLS is required (without "
-                     "certificate verification), as with sslMode=REQUIRED")
-        q["ssl_check_hostname"] = "false"
-        if ca is not None:
-            used.add("serversslcert")
-            q["ssl_ca"] = ca
-            log.info("twopc: serverSslCert given: the server certificate is verified")
-    elif mode in ("verify_ca", "verify_identity"):
-        if ca is None:
-            raise ConfigurationError(
-                f"TLS with certificate verification "
-                f"({'VERIFY_CA' if mode == 'verify_ca' else 'VERIFY_IDENTITY'}) needs the CA certificate "
-                f"as a PEM file, because PyMySQL cannot read Java trust stores: add "
-                f"serverSslCert=/path/ca.pem to the URL, or give a SQLAlchemy URL "
-                f"mysql+pymysql://...?ssl_ca=/path/ca.pem")
+    if mode == "preferred":
+        log.info("twopc: PyMySQL has no opportunistic TLS: TLS is required (without "
+                 "certificate verification), as with sslMode=REQUIRED")
+    if mode in ("verify_ca", "verify_identity") and ca is None:
+        raise ConfigurationError(
+            f"TLS with certificate verification "
+            f"({'VERIFY_CA' if mode == 'verify_ca' else 'VERIFY_IDENTITY'}) needs the CA certificate "
+            f"as a PEM file, because PyMySQL cannot read Java trust stores: add "
+            f"serverSslCert=/path/ca.pem to the URL, or give a SQLAlchemy URL "
+            f"mysql+pymysql://...?ssl_ca=/path/ca.pem")
+    # the certificate's host name is checked under VERIFY_IDENTITY only; the CA wherever TLS is on and one is given
+    q: dict[str, str | tuple[str, ...]] = ({"ssl_check_hostname": "false"}
+                                           if mode in ("preferred", "required", "verify_ca") else {})
+    if ca is not None and mode not in (None, "disabled"):
         used.add("serversslcert")
         q["ssl_ca"] = ca
-        if mode == "verify_ca":
-            q["ssl_check_hostname"] = "false"
+        if mode in ("preferred", "required"):
+            log.info("twopc: serverSslCert given: the server certificate is verified")
     for key, p in by_key.items():
         if key in _MYSQL_TLS_KEYS and key not in used:
             log.info("twopc: %s=%s has no effect with the other TLS parameters given (TLS: %s)",
