@@ -58,17 +58,11 @@ class Participant:
         if not isinstance(self.sink, TwoPhaseCommitSink):
             raise ConfigurationError(f"composite participant {self.name!r}: {self.sink!r} is not a "
                                      f"TwoPhaseCommitSink")
-        cols = self.columns
-        if cols is None:
-            renames: tuple[tuple[str, str], ...] = ()
-        elif isinstance(cols, Mapping):
-            renames = tuple((str(k), str(v)) for k, v in cols.items())
-        elif isinstance(cols, str):
+        if isinstance(cols := self.columns, str):
             raise ConfigurationError(f"composite participant {self.name!r}: columns must be a list or a mapping, "
                                      f"not the string {cols!r}")
-        else:
-            renames = tuple((str(c), str(c)) for c in cols)
-        object.__setattr__(self, "_renames", renames)
+        pairs = cols.items() if isinstance(cols, Mapping) else ((c, c) for c in cols or ())
+        object.__setattr__(self, "_renames", tuple((str(k), str(v)) for k, v in pairs))
 
     def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
         """The rows this participant gets from *batch* of micro-batch *batch_id*.

@@ -137,10 +137,9 @@ class CommitLedger(Ownership):
             text = self._store.record("", "sink.json") or ""
         recorded = str(parse(text, self._store.where("", "sink.json"))["sink_id"])
         if requested and requested != recorded:
-            raise ConfigurationError(
-                f"checkpoint {self.checkpoint_location} belongs to sink id {recorded!r}, but option "
-                f"sinkId={requested!r} was given: drop the sinkId option, or use a new checkpoint location"
-            )
+            raise ConfigurationError(f"checkpoint {self.checkpoint_location} belongs to sink id {recorded!r}, but "
+                                     f"option sinkId={requested!r} was given: drop the sinkId option, or use a new "
+                                     f"checkpoint location")
         return recorded
 
     # -- target ----------------------------------------------------------------------
@@ -267,9 +266,7 @@ class CommitLedger(Ownership):
                 continue
             self.check_owner()
             if existing.txn_ids != decision.txn_ids:
-                raise ProtocolError(
-                    f"batch {decision.batch_id} already has a different decision in {self.location}"
-                )
+                raise ProtocolError(f"batch {decision.batch_id} already has a different decision in {self.location}")
             return existing
 
     def mark_committed(self, batch_id: int, *, summary: dict[str, Any] | None = None) -> None:

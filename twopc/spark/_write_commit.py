@@ -26,23 +26,12 @@ __all__ = ["PlannedWrite", "coordinator_of", "finish", "settle"]
 class PlannedWrite(Protocol):
     """A planned write as its writer carries it to the committing worker."""
 
-    @property
-    def sink(self) -> AnySink: ...
-
-    @property
-    def sink_id(self) -> str: ...
-
-    @property
-    def runtime(self) -> RuntimeOptions: ...
-
-    @property
-    def format_name(self) -> str: ...
-
-    @property
-    def epoch(self) -> int | None: ...
-
-    @property
-    def lease(self) -> Lease | None: ...
+    sink: AnySink
+    sink_id: str
+    runtime: RuntimeOptions
+    format_name: str
+    epoch: int | None
+    lease: Lease | None
 
     def target(self) -> TargetLedger: ...
 
@@ -78,7 +67,7 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
     room = None
     committed = False
     try:
-        handles = _handles(messages)
+        handles = [_handle(m) for m in messages]
         if stage == "commit":
             result = coord.commit_batch(batch_id, handles)
             committed = True
@@ -118,13 +107,7 @@ def _forget_ephemeral(core: PlannedWrite, *, committed: bool) -> None:
         shutil.rmtree(core.runtime.checkpoint_location, ignore_errors=True)
 
 
-def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
-    out: list[TransactionHandle | None] = []
-    for m in messages:
-        if m is None:
-            out.append(None)
-        elif isinstance(m, TwoPCCommitMessage):
-            out.append(loads_handle(m.handle) if m.handle is not None else None)
-        else:
-            raise ProtocolError(f"unexpected commit message {type(m).__name__}")
-    return out
+def _handle(m: WriterCommitMessage | None) -> TransactionHandle | None:
+    if m is None or isinstance(m, TwoPCCommitMessage):
+        return None if m is None or m.handle is None else loads_handle(m.handle)
+    raise ProtocolError(f"unexpected commit message {type(m).__name__}")
