@@ -407,18 +407,18 @@ class CommitCoordinator:
         """Wait, bounded, for the batch's running tasks (*late-rollback window*); name those left."""
         from ._fence import TASK_WAIT_SECONDS, wait_for_tasks  # an abort's: a commit waits for no task
         try:
-            wait = wait_for_tasks(self.ledger, batch_id)
+            left = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:
             log.warning("twopc: sink=%s batch=%s: could not read the batch's running tasks in %s (%s): the abort "
                         "sweeps without waiting for them", self.sink_id, batch_id, self.ledger.location, exc)
             return
-        if wait.left:
+        if left:
             tasks = ", ".join(f"partition {r.get('partition')} attempt {r.get('attempt')} (pid {r.get('pid')} on "
-                              f"{r.get('host')})" for r in wait.left.values())
+                              f"{r.get('host')})" for r in left.values())
             log.warning("twopc: sink=%s batch=%s: %s task(s) of the aborted batch still ran after %.0f s: %s. A "
                         "transaction one of them prepares is rolled back by that task when it sees the abort; if it "
                         "is killed first, the next start of the query (or twopc recover) rolls it back",
-                        self.sink_id, batch_id, len(wait.left), TASK_WAIT_SECONDS, tasks)
+                        self.sink_id, batch_id, len(left), TASK_WAIT_SECONDS, tasks)
 
     # ------------------------------------------------------------------------------
     def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:

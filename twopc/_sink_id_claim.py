@@ -22,8 +22,7 @@ from .ledger._target_protocol import Lease, TargetLedger, target_ledger_of
 if TYPE_CHECKING:
     from .ledger._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
 
-__all__ = ["SinkIdClaim", "check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare",
-           "runtime_task"]
+__all__ = ["check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
 
 
 def checkpoint_label(location: str) -> str:
@@ -131,11 +130,9 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: b
     recovery against the wrong one would call the decided transactions lost.
     Raises TargetMismatchError: the checkpoint belongs to another target.
     Raises LedgerError: the checkpoint cannot be read or written."""
-    if ledger.in_target:
-        return
-    if (identity := capability(sink, NamedTarget).target_identity()) is None:
-        return
-    ledger.bind_target(identity, sink_id, record=record, instance=capability(sink, NamedTarget).target_instance())
+    target = capability(sink, NamedTarget)
+    if not ledger.in_target and (identity := target.target_identity()) is not None:
+        ledger.bind_target(identity, sink_id, record=record, instance=target.target_instance())
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:

@@ -35,10 +35,6 @@ class MetricsCollector(Collector):
         self._checkpoints = checkpoints
         self._only_gauges = checkpoint_gauges_only
 
-    def _locations(self) -> list[str]:
-        c = self._checkpoints
-        return list(c() if callable(c) else c)
-
     def collect(self) -> Iterator[Metric]:
         labels = ["sink_id", "format"]
         counters = {n: CounterMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
@@ -48,7 +44,7 @@ class MetricsCollector(Collector):
         gauges = {n: GaugeMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
                   for n, (doc, lab) in GAUGES.items() if n in CHECKPOINT_GAUGES or not self._only_gauges}
         now = time.time()
-        for location in self._locations():
+        for location in list(c() if callable(c := self._checkpoints) else c):
             try:
                 ledger = CommitLedger(location, read_only=True)  # a scrape creates nothing, not even a folder
                 state = load_state(ledger)

@@ -44,8 +44,7 @@ from ._writer import WriterCore
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Plan", "SourceToPlan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan", "plan_write",
-           "start_agent_early"]
+__all__ = ["Plan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan", "plan_write"]
 
 log = logging.getLogger("twopc.spark")
 

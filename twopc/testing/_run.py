@@ -50,9 +50,7 @@ class CheckRun:
     # -- set-up ----------------------------------------------------------------------
     def new_sink(self) -> AnySink:
         """A sink from the harness's options only, as on a restarted driver."""
-        sink = self.harness.new_sink()
-        self.sinks.append(sink)
-        return sink
+        return self.adopt(self.harness.new_sink())
 
     def adopt(self, sink: AnySink) -> AnySink:
         """Close *sink* with the check's own."""
