@@ -16,6 +16,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from twopc import faultinject
@@ -217,8 +218,8 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     return [h.txn_id for h in orphans]
 
 
-class CommitCoordinator:
-    """Decides and commits batches for one sink id, on the driver.
+class CommitCoordinator(AbstractContextManager["CommitCoordinator"]):
+    """Decides and commits batches for one sink id, on the driver (``with``: :meth:`close` at the end).
 
     Args:
         sink, ledger, sink_id: the sink, the checkpoint's ledger, the sink id it owns.
@@ -260,9 +261,6 @@ class CommitCoordinator:
     def close(self) -> None:
         """Give up the sink id's claim (a SQL lease), if this coordinator took one."""
         self._release()
-
-    def __enter__(self) -> CommitCoordinator:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -54,9 +54,8 @@ def spark_checkpoint_started(location: str) -> bool:
 
 def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
     """Whether two recorded targets are one: by their servers' instances when both are known, else by identity."""
-    if instance is not None and other_instance is not None:
-        return instance == other_instance
-    return label == other_label
+    both_known = instance is not None and other_instance is not None
+    return instance == other_instance if both_known else label == other_label
 
 
 def shown(label: str, instance: str | None) -> str:
@@ -225,9 +224,7 @@ class CommitLedger(Ownership):
         if self._store.record("committed", record_name(batch_id)) is not None:
             return BatchState.COMMITTED
         data = self._read("decisions", record_name(batch_id))
-        if data is not None and self.valid(batch_id, epoch_of(data)):
-            return BatchState.DECIDED
-        return BatchState.UNDECIDED
+        return BatchState.DECIDED if data is not None and self.valid(batch_id, epoch_of(data)) else BatchState.UNDECIDED
 
     def _raw_decision(self, batch_id: int) -> Decision | None:
         text = self._store.record("decisions", record_name(batch_id))

@@ -50,7 +50,8 @@ class MetricsCollector(Collector):
                 state = load_state(ledger)
                 pending = ledger.pending()
                 sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
-                format_name = state["labels"].get("format") or _recorded_format(ledger)
+                # before the first commit, the target record's format labels a batch in doubt
+                format_name = state["labels"].get("format") or ((r := ledger.target_record()) and r.data_source) or ""
             except (LedgerError, OSError) as exc:
                 log.warning("twopc: cannot read metrics of %s: %s", location, exc)
                 continue
@@ -79,12 +80,6 @@ class MetricsCollector(Collector):
         yield from counters.values()
         yield from hists.values()
         yield from gauges.values()
-
-
-def _recorded_format(ledger: CommitLedger) -> str:
-    """The format name in the target record, so a batch in doubt before the first commit is labelled."""
-    record = ledger.target_record()
-    return (record.data_source or "") if record is not None else ""
 
 
 def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:

@@ -63,6 +63,7 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
     coord = coordinator_of(core, messages)
     shown = not core.runtime.ephemeral
     if shown:
+        from ..operations import _metrics
         from . import _observe as observe
     room = None
     committed = False
@@ -75,18 +76,22 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
         else:
             result = coord.abort_batch(batch_id, handles)
     except BaseException:
-        if shown:
-            observe.observe_failure(coord.ledger, core.sink_id, core.format_name, stage, coord.metrics.lost,
-                                    retried=coord.metrics.retried)
+        if shown:  # best effort, as every metric
+            _metrics.record_failure(coord.ledger, sink_id=core.sink_id, format_name=core.format_name, stage=stage,
+                                    lost=coord.metrics.lost, retried=coord.metrics.retried)
         raise
     finally:
         settle(core)
         _forget_ephemeral(core, committed=committed)
         core.sink.close()
-    if shown:
-        observe.observe_commit(coord.ledger, core.sink_id, core.format_name, result,
-                               [m for m in messages if isinstance(m, TwoPCCommitMessage)],
-                               retried=coord.metrics.retried, headroom=room)
+    if shown:  # the batch's figures and the target's room after the commit
+        sent = [m for m in messages if isinstance(m, TwoPCCommitMessage)]
+        _metrics.record_batch(coord.ledger, sink_id=core.sink_id, format_name=core.format_name, action=result.action,
+                              committed=result.committed, already_committed=result.already_committed,
+                              aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
+                              rows=sum(m.rows for m in sent), retried=coord.metrics.retried, headroom=room,
+                              first_prepared_at=min((m.prepared_at for m in sent if m.prepared_at), default=None),
+                              batch_id=result.batch_id)
     return result
 
 
