@@ -100,8 +100,7 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         m.retried += again
         return list(_commit_outcomes(sink, decision, recovering=recovering or again))
     outcomes = (retry or CommitRetry()).run(
-        attempt,
-        what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
+        attempt, what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
         pending=lambda n, exc: _pending(sink, ledger, decision, n, exc, format_name))
     m.count(outcomes)
     if log.isEnabledFor(logging.DEBUG) or outcomes.count(CommitOutcome.COMMITTED) != len(outcomes):
@@ -321,8 +320,7 @@ class CommitCoordinator(AbstractContextManager["CommitCoordinator"]):
             self.metrics.retried += again
             return capability(self.sink, BatchCommit).commit_all(fresh, recovering=again)
         outcomes = self.retry.run(
-            attempt,
-            what=f"the commit of batch {batch_id} to {self.sink.describe()}",
+            attempt, what=f"the commit of batch {batch_id} to {self.sink.describe()}",
             pending=lambda n, exc: (
                 f"batch {batch_id} of sink {self.sink_id!r}: its one commit transaction on {self.sink.describe()} "
                 f"got no answer in {n} attempt(s) (last: {exc}); no decision is recorded. Whether it committed, "
@@ -434,15 +432,13 @@ class CommitCoordinator(AbstractContextManager["CommitCoordinator"]):
     def _done(self, batch_id: int, action: str, started: float, *, committed: int = 0, already: int = 0,
               aborted: int = 0, swept: Sequence[str] = (), txn_ids: frozenset[str] = frozenset()) -> BatchResult:
         self.metrics.aborted += aborted
-        result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept),
-                             time.monotonic() - started)
-        log_event(
-            log, logging.INFO, "batch_done",
-            "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
-            self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
-            sink_id=self.sink_id, batch=batch_id, action=action, committed=committed, already_committed=already,
-            aborted=aborted, swept=list(swept), txn_ids=sorted(txn_ids), seconds=round(result.seconds, 6),
-        )
+        result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept), time.monotonic() - started)
+        log_event(log, logging.INFO, "batch_done",
+                  "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
+                  self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
+                  sink_id=self.sink_id, batch=batch_id, action=action, committed=committed,
+                  already_committed=already, aborted=aborted, swept=list(swept), txn_ids=sorted(txn_ids),
+                  seconds=round(result.seconds, 6))
         return result
 
 

@@ -69,8 +69,7 @@ class Participant:
         Raises ConfigurationError: a kept column is missing, or the transform returns no record batch."""
         import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
         if self._renames:
-            missing = [src for src, _ in self._renames if src not in batch.schema.names]
-            if missing:
+            if missing := [src for src, _ in self._renames if src not in batch.schema.names]:
                 raise ConfigurationError(
                     f"composite participant {self.name!r} keeps columns {missing} that the written DataFrame "
                     f"does not have (it has {batch.schema.names}): fix the participant's columns")

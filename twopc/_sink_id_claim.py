@@ -93,16 +93,11 @@ class SinkIdClaim:
 
     def _let_go(self) -> Lease | None:
         """Under ``_HELD_LOCK``: the lease to release when this was the last hold."""
-        if self._released:
-            return None
-        self._released = True
-        if (held := _HELD.get(self._key)) is None:
+        released, self._released = self._released, True
+        if released or (held := _HELD.get(self._key)) is None:
             return None
         held.users -= 1
-        if held.users > 0:
-            return None
-        del _HELD[self._key]
-        return held.lease
+        return _HELD.pop(self._key).lease if held.users <= 0 else None
 
 
 def _release_deferred() -> None:

@@ -149,11 +149,8 @@ def record_task(store: Records, batch_id: int, partition: int, attempt: int, pro
 def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
     """*batch_id*'s task attempts recorded as writing, by record name. Raises :class:`LedgerError`."""
     prefix = record_name(batch_id).removesuffix(".json") + "."
-    out = {}
-    for n in store.names("running"):
-        if n.startswith(prefix) and (text := store.record("running", n)) is not None:
-            out[n] = parse(text, store.where("running", n))
-    return out
+    return {n: parse(text, store.where("running", n)) for n in store.names("running")
+            if n.startswith(prefix) and (text := store.record("running", n)) is not None}
 
 
 def forget_task(store: Records, name: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -62,7 +62,9 @@ class MetricsCollector(Collector):
                     family.add_metric(base + ([label] if COUNTERS[name][1] else []), float(value))
             for name, hist in hists.items():
                 if (h := state["histograms"].get(name)) is not None:
-                    hist.add_metric(base, _cumulative(HISTOGRAMS[name][0], h["counts"]), float(h["sum"]))
+                    bounds = [*map(str, HISTOGRAMS[name][0]), "+Inf"]
+                    counts = map(float, itertools.accumulate(h["counts"]))
+                    hist.add_metric(base, list(zip(bounds, counts, strict=True)), float(h["sum"]))
             gauges["in_doubt_transactions"].add_metric(base, float(sum(len(d.handles) for d in pending)))
             gauges["oldest_in_doubt_seconds"].add_metric(
                 base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
@@ -80,10 +82,6 @@ class MetricsCollector(Collector):
         yield from counters.values()
         yield from hists.values()
         yield from gauges.values()
-
-
-def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:
-    return list(zip([*map(str, bounds), "+Inf"], map(float, itertools.accumulate(counts)), strict=True))
 
 
 def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) -> MetricsCollector:
