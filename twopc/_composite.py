@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import secrets
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -122,9 +123,7 @@ class CompositeSink(TwoPhaseCommitSink[dict[str, Any], _CompositeTxn, CompositeH
         self.participants = tuple(participants)
         if not self.participants:
             raise ConfigurationError("a composite sink needs at least one participant")
-        names = [p.name for p in self.participants]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
+        if dupes := sorted(n for n, k in Counter(p.name for p in self.participants).items() if k > 1):
             raise ConfigurationError(f"composite participant names must be unique: {dupes} appear twice")
         self._register_kinds()
 
@@ -361,8 +360,6 @@ def _refuse_shared_targets(participants: Sequence[Participant]) -> None:
     """Refuse two participants writing the same target (same instance, else identity): the second
     transaction would wait for the first's locks until a lock timeout.
     Raises ConfigurationError: naming both participants, the target and the fix."""
-    if len(participants) < 2:
-        return
     targets = [capability(p.sink, NamedTarget) for p in participants]
     identities = [t.target_identity() for t in targets]
     if sum(i is not None for i in identities) < 2:

@@ -16,6 +16,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from twopc import faultinject
@@ -99,8 +100,7 @@ def finish_decision(sink: AnySink, ledger: CommitLedger, decision: Decision, *, 
         m.retried += again
         return list(_commit_outcomes(sink, decision, recovering=recovering or again))
     outcomes = (retry or CommitRetry()).run(
-        attempt,
-        what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
+        attempt, what=f"the commit of batch {decision.batch_id} to {sink.describe()}",
         pending=lambda n, exc: _pending(sink, ledger, decision, n, exc, format_name))
     m.count(outcomes)
     if log.isEnabledFor(logging.DEBUG) or outcomes.count(CommitOutcome.COMMITTED) != len(outcomes):
@@ -217,8 +217,8 @@ def resolve_prepared(sink: AnySink, ledger: CommitLedger, handles: Sequence[Tran
     return [h.txn_id for h in orphans]
 
 
-class CommitCoordinator:
-    """Decides and commits batches for one sink id, on the driver.
+class CommitCoordinator(AbstractContextManager["CommitCoordinator"]):
+    """Decides and commits batches for one sink id, on the driver (``with``: :meth:`close` at the end).
 
     Args:
         sink, ledger, sink_id: the sink, the checkpoint's ledger, the sink id it owns.
@@ -260,9 +260,6 @@ class CommitCoordinator:
     def close(self) -> None:
         """Give up the sink id's claim (a SQL lease), if this coordinator took one."""
         self._release()
-
-    def __enter__(self) -> CommitCoordinator:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -323,8 +320,7 @@ class CommitCoordinator:
             self.metrics.retried += again
             return capability(self.sink, BatchCommit).commit_all(fresh, recovering=again)
         outcomes = self.retry.run(
-            attempt,
-            what=f"the commit of batch {batch_id} to {self.sink.describe()}",
+            attempt, what=f"the commit of batch {batch_id} to {self.sink.describe()}",
             pending=lambda n, exc: (
                 f"batch {batch_id} of sink {self.sink_id!r}: its one commit transaction on {self.sink.describe()} "
                 f"got no answer in {n} attempt(s) (last: {exc}); no decision is recorded. Whether it committed, "
@@ -407,18 +403,18 @@ class CommitCoordinator:
         """Wait, bounded, for the batch's running tasks (*late-rollback window*); name those left."""
         from ._fence import TASK_WAIT_SECONDS, wait_for_tasks  # an abort's: a commit waits for no task
         try:
-            wait = wait_for_tasks(self.ledger, batch_id)
+            left = wait_for_tasks(self.ledger, batch_id)
         except LedgerError as exc:
             log.warning("twopc: sink=%s batch=%s: could not read the batch's running tasks in %s (%s): the abort "
                         "sweeps without waiting for them", self.sink_id, batch_id, self.ledger.location, exc)
             return
-        if wait.left:
+        if left:
             tasks = ", ".join(f"partition {r.get('partition')} attempt {r.get('attempt')} (pid {r.get('pid')} on "
-                              f"{r.get('host')})" for r in wait.left.values())
+                              f"{r.get('host')})" for r in left.values())
             log.warning("twopc: sink=%s batch=%s: %s task(s) of the aborted batch still ran after %.0f s: %s. A "
                         "transaction one of them prepares is rolled back by that task when it sees the abort; if it "
                         "is killed first, the next start of the query (or twopc recover) rolls it back",
-                        self.sink_id, batch_id, len(wait.left), TASK_WAIT_SECONDS, tasks)
+                        self.sink_id, batch_id, len(left), TASK_WAIT_SECONDS, tasks)
 
     # ------------------------------------------------------------------------------
     def _check(self, batch_id: int, handles: Sequence[TransactionHandle | None]) -> list[TransactionHandle]:
@@ -436,15 +432,13 @@ class CommitCoordinator:
     def _done(self, batch_id: int, action: str, started: float, *, committed: int = 0, already: int = 0,
               aborted: int = 0, swept: Sequence[str] = (), txn_ids: frozenset[str] = frozenset()) -> BatchResult:
         self.metrics.aborted += aborted
-        result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept),
-                             time.monotonic() - started)
-        log_event(
-            log, logging.INFO, "batch_done",
-            "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
-            self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
-            sink_id=self.sink_id, batch=batch_id, action=action, committed=committed, already_committed=already,
-            aborted=aborted, swept=list(swept), txn_ids=sorted(txn_ids), seconds=round(result.seconds, 6),
-        )
+        result = BatchResult(batch_id, action, committed, already, aborted, tuple(swept), time.monotonic() - started)
+        log_event(log, logging.INFO, "batch_done",
+                  "twopc: sink=%s batch=%s action=%s committed=%s already_committed=%s aborted=%s swept=%s %.1fms",
+                  self.sink_id, batch_id, action, committed, already, aborted, len(swept), result.seconds * 1000,
+                  sink_id=self.sink_id, batch=batch_id, action=action, committed=committed,
+                  already_committed=already, aborted=aborted, swept=list(swept), txn_ids=sorted(txn_ids),
+                  seconds=round(result.seconds, 6))
         return result
 
 

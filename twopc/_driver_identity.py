@@ -61,7 +61,7 @@ def driver_identity() -> DriverIdentity:
             pid = candidate
             break
         candidate = _parent(candidate)
-    return DriverIdentity(host=socket.gethostname(), pid=pid, started=_start_ticks(pid) or 0)
+    return identity_of(pid)
 
 
 def identity_of(pid: int) -> DriverIdentity:

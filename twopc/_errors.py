@@ -50,11 +50,8 @@ class MissingExtraError(ConfigurationError, ImportError):
     extra. Attributes: ``name`` (the module), ``extra``, ``what`` (e.g. ``"twopc-postgres"``)."""
 
     def __init__(self, module_name: str, extra: str, what: str, reason: str = "which is not installed") -> None:
-        super().__init__(
-            f"{what} needs the Python module {module_name!r}, {reason}. "
-            f"Install it with: pip install 'pyspark-twopc[{extra}]'",
-            name=module_name,
-        )
+        super().__init__(f"{what} needs the Python module {module_name!r}, {reason}. Install it with: pip install "
+                         f"'pyspark-twopc[{extra}]'", name=module_name)
         self.extra = extra
         self.what = what
         self.reason = reason

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .ledger._ledger import CommitLedger
     from .ledger._stores import Records
 
-__all__ = ["TASK_WAIT_SECONDS", "AbortFence", "TaskWait", "wait_for_tasks"]
+__all__ = ["TASK_WAIT_SECONDS", "AbortFence", "wait_for_tasks"]
 
 log = logging.getLogger("twopc.spark")
 
@@ -132,20 +132,11 @@ class AbortFence:
         return True
 
 
-@dataclass(frozen=True)
-class TaskWait:
-    """What :func:`wait_for_tasks` found."""
-
-    waited: bool  # some task was still running when the wait began
-    left: dict[str, dict[str, Any]]  # by record name: still running when the wait gave up
-
-
-def wait_for_tasks(ledger: CommitLedger, batch_id: int, *, timeout: float = TASK_WAIT_SECONDS) -> TaskWait:
-    """Wait at most *timeout* seconds until no task of *batch_id* is recorded running (records of
-    provably dead processes are deleted).
+def wait_for_tasks(ledger: CommitLedger, batch_id: int) -> dict[str, dict[str, Any]]:
+    """Wait at most :data:`TASK_WAIT_SECONDS` until no task of *batch_id* is recorded running (records of
+    provably dead processes are deleted); return those still running, by record name.
     Raises LedgerError: the ledger cannot be read."""
-    deadline = time.monotonic() + timeout
-    waited = False
+    deadline = time.monotonic() + TASK_WAIT_SECONDS
     while True:
         running = ledger.running_tasks(batch_id)
         for name, rec in list(running.items()):
@@ -153,8 +144,7 @@ def wait_for_tasks(ledger: CommitLedger, batch_id: int, *, timeout: float = TASK
                 ledger.forget_task(name)
                 del running[name]
         if not running or time.monotonic() >= deadline:
-            return TaskWait(waited, running)
-        waited = True
+            return running
         time.sleep(0.05)
 
 

@@ -83,30 +83,24 @@ class TransactionHandle:
         Raises HandleVersionError: *version* is newer than :attr:`VERSION` or cannot be upgraded.
         Raises HandleError: the payload does not have this handle's fields."""
         if version > cls.VERSION:
-            raise HandleVersionError(
-                f"handle of kind {cls.KIND!r} has version {version}, but this twopc reads up to "
-                f"version {cls.VERSION}: upgrade twopc on the driver and the executors"
-            )
+            raise HandleVersionError(f"handle of kind {cls.KIND!r} has version {version}, but this twopc reads up to "
+                                     f"version {cls.VERSION}: upgrade twopc on the driver and the executors")
         if version < cls.VERSION:
             payload = cls.upgrade(dict(payload), version)
         unknown = set(payload) - set(_field_names(cls))
         missing = {f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING} - set(payload)
         if unknown or missing:
-            raise HandleError(
-                f"handle of kind {cls.KIND!r} version {version} has unexpected fields "
-                f"{sorted(unknown)} and lacks {sorted(missing)}: the ledger record is damaged (or was written "
-                f"by another twopc version: use that one); restore it from a backup of the checkpoint, then rerun"
-            )
+            raise HandleError(f"handle of kind {cls.KIND!r} version {version} has unexpected fields {sorted(unknown)} "
+                              f"and lacks {sorted(missing)}: the ledger record is damaged (or was written by another "
+                              f"twopc version: use that one); restore it from a backup of the checkpoint, then rerun")
         return cls(**payload)
 
     @classmethod
     def upgrade(cls, payload: dict[str, Any], version: int) -> dict[str, Any]:
         """Convert a payload of an older *version* to the current one. Default: refuse."""
-        raise HandleVersionError(
-            f"handle of kind {cls.KIND!r} version {version} is older than {cls.VERSION} "
-            f"and {cls.__qualname__} defines no upgrade from it"
-        )
+        raise HandleVersionError(f"handle of kind {cls.KIND!r} version {version} is older than {cls.VERSION} and "
+                                 f"{cls.__qualname__} defines no upgrade from it")
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}

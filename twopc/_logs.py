@@ -48,9 +48,8 @@ class JsonFormatter(logging.Formatter):
 
 
 def _formatter() -> logging.Formatter:
-    if os.environ.get(ENV_LOG_FORMAT, "text").strip().lower() == "json":
-        return JsonFormatter()
-    return logging.Formatter(TEXT_FORMAT)
+    json_lines = os.environ.get(ENV_LOG_FORMAT, "text").strip().lower() == "json"
+    return JsonFormatter() if json_lines else logging.Formatter(TEXT_FORMAT)
 
 
 def _level() -> int | None:
@@ -65,9 +64,7 @@ def configure_worker_logging() -> None:
     """In a Spark Python worker: the ``twopc`` logger to stderr. Idempotent; an application's own
     handlers (on ``twopc`` or the root) are kept."""
     twopc = logging.getLogger("twopc")
-    if any(h.get_name() == _HANDLER_NAME for h in twopc.handlers):
-        return
-    if twopc.handlers or logging.getLogger().handlers:
+    if twopc.handlers or logging.getLogger().handlers:  # ours (added before) or the application's
         return
     level = _level()
     handler: logging.Handler = logging.StreamHandler(sys.stderr) if level is not None else logging.NullHandler()

@@ -58,25 +58,18 @@ class Participant:
         if not isinstance(self.sink, TwoPhaseCommitSink):
             raise ConfigurationError(f"composite participant {self.name!r}: {self.sink!r} is not a "
                                      f"TwoPhaseCommitSink")
-        cols = self.columns
-        if cols is None:
-            renames: tuple[tuple[str, str], ...] = ()
-        elif isinstance(cols, Mapping):
-            renames = tuple((str(k), str(v)) for k, v in cols.items())
-        elif isinstance(cols, str):
+        if isinstance(cols := self.columns, str):
             raise ConfigurationError(f"composite participant {self.name!r}: columns must be a list or a mapping, "
                                      f"not the string {cols!r}")
-        else:
-            renames = tuple((str(c), str(c)) for c in cols)
-        object.__setattr__(self, "_renames", renames)
+        pairs = cols.items() if isinstance(cols, Mapping) else ((c, c) for c in cols or ())
+        object.__setattr__(self, "_renames", tuple((str(k), str(v)) for k, v in pairs))
 
     def project(self, batch: pa.RecordBatch, batch_id: int = 0) -> pa.RecordBatch:
         """The rows this participant gets from *batch* of micro-batch *batch_id*.
         Raises ConfigurationError: a kept column is missing, or the transform returns no record batch."""
         import pyarrow as pa  # here: ``import twopc`` loads no pyarrow (an operator's command needs none)
         if self._renames:
-            missing = [src for src, _ in self._renames if src not in batch.schema.names]
-            if missing:
+            if missing := [src for src, _ in self._renames if src not in batch.schema.names]:
                 raise ConfigurationError(
                     f"composite participant {self.name!r} keeps columns {missing} that the written DataFrame "
                     f"does not have (it has {batch.schema.names}): fix the participant's columns")

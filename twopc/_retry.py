@@ -43,18 +43,13 @@ class CommitRetry:
     def parse(cls, retries: str | None, backoff: str | None) -> CommitRetry:
         """From the ``commitRetries`` and ``commitRetryBackoff`` (seconds) option texts.
         Raises ConfigurationError: not a whole number >= 0 / a number of seconds >= 0."""
-        n = DEFAULT_COMMIT_RETRIES
-        if retries is not None:
-            if not retries.strip().isdigit():
-                raise ConfigurationError(f"commitRetries must be a whole number >= 0, got {retries!r}")
-            n = int(retries)
-        b = DEFAULT_RETRY_BACKOFF
-        if backoff is not None:
-            try:
-                b = float(backoff.strip().removesuffix("s"))
-            except ValueError:
-                raise ConfigurationError(f"commitRetryBackoff must be a number of seconds >= 0, got {backoff!r}") \
-                    from None
+        if retries is not None and not retries.strip().isdigit():
+            raise ConfigurationError(f"commitRetries must be a whole number >= 0, got {retries!r}")
+        n = DEFAULT_COMMIT_RETRIES if retries is None else int(retries)
+        try:
+            b = DEFAULT_RETRY_BACKOFF if backoff is None else float(backoff.strip().removesuffix("s"))
+        except ValueError:
+            raise ConfigurationError(f"commitRetryBackoff must be a number of seconds >= 0, got {backoff!r}") from None
         return cls(n, b)
 
     def run(self, attempt: Callable[[bool], T], *, what: str, pending: Callable[[int, SinkUnavailableError], str]) -> T:

@@ -95,16 +95,12 @@ class RuntimeOptions:
         loc = option(options, "checkpointLocation")
         ephemeral = None if loc or streaming else ephemeral_location
         if not loc and ephemeral is None:
-            how = (
-                'df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
-                "session's spark.sql.streaming.checkpointLocation before the query starts (on Spark Connect: "
-                'before registering the twopc data sources) and name the query (.queryName("query-name"))'
-                if streaming
-                else 'df.write.option("checkpointLocation", "/durable/path/job-name")'
-            )
-            raise MissingOptionError(
-                f"twopc needs a checkpointLocation to record its commit decisions durably: add {how}"
-            )
+            how = ('df.writeStream.option("checkpointLocation", "/durable/path/query-name"), or set the '
+                   "session's spark.sql.streaming.checkpointLocation before the query starts (on Spark Connect: "
+                   'before registering the twopc data sources) and name the query (.queryName("query-name"))'
+                   if streaming else 'df.write.option("checkpointLocation", "/durable/path/job-name")')
+            raise MissingOptionError(f"twopc needs a checkpointLocation to record its commit decisions durably: add "
+                                     f"{how}")
         if (sink_id := option(options, "sinkId") or option(options, "txnAppId")) is not None:
             validate_sink_id(sink_id)
         version_text = option(options, "txnVersion")
@@ -116,11 +112,9 @@ class RuntimeOptions:
             return cls(ephemeral, sink_id, _parse_version(version_text) if version_text else 0,
                        1, ephemeral=True, commit_retry=_retry(options))
         if version_text is None and not streaming:
-            raise MissingOptionError(
-                "a twopc batch write needs option txnVersion: a number that identifies this run of "
-                "the job (e.g. the date, 2026-11-22 or 20261122, or a run counter). Rerunning with the same or a "
-                'lower version writes nothing. Add .option("txnVersion", N)'
-            )
+            raise MissingOptionError("a twopc batch write needs option txnVersion: a number that identifies this run "
+                                     "of the job (e.g. the date, 2026-11-22 or 20261122, or a run counter). Rerunning "
+                                     'with the same or a lower version writes nothing. Add .option("txnVersion", N)')
         version = _parse_version(version_text) if version_text is not None else None
         assert loc is not None  # refused above unless ephemeral
         keep = option(options, "minBatchesToRetain", "100") or "100"

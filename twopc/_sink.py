@@ -365,9 +365,7 @@ C = TypeVar("C")
 
 def capability(sink: object, kind: type[C]) -> C:
     """*sink* itself when it has the capability *kind*, else the runtime's defaults for it."""
-    if isinstance(sink, kind):
-        return sink
-    return cast(C, _Defaults(cast(AnySink, sink)))
+    return sink if isinstance(sink, kind) else cast(C, _Defaults(cast(AnySink, sink)))
 
 
 def commit_handles(sink: AnySink, handles: Sequence[TransactionHandle], *, recovering: bool) -> list[CommitOutcome]:

@@ -22,8 +22,7 @@ from .ledger._target_protocol import Lease, TargetLedger, target_ledger_of
 if TYPE_CHECKING:
     from .ledger._ledger import CommitLedger  # the driver's: a task only marks itself (runtime_task)
 
-__all__ = ["SinkIdClaim", "check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare",
-           "runtime_task"]
+__all__ = ["check_target", "checkpoint_label", "claim_sink_id", "claim_writer", "hold_for_prepare", "runtime_task"]
 
 
 def checkpoint_label(location: str) -> str:
@@ -94,16 +93,11 @@ class SinkIdClaim:
 
     def _let_go(self) -> Lease | None:
         """Under ``_HELD_LOCK``: the lease to release when this was the last hold."""
-        if self._released:
-            return None
-        self._released = True
-        if (held := _HELD.get(self._key)) is None:
+        released, self._released = self._released, True
+        if released or (held := _HELD.get(self._key)) is None:
             return None
         held.users -= 1
-        if held.users > 0:
-            return None
-        del _HELD[self._key]
-        return held.lease
+        return _HELD.pop(self._key).lease if held.users <= 0 else None
 
 
 def _release_deferred() -> None:
@@ -131,11 +125,9 @@ def check_target(sink: AnySink, ledger: CommitLedger, sink_id: str, *, record: b
     recovery against the wrong one would call the decided transactions lost.
     Raises TargetMismatchError: the checkpoint belongs to another target.
     Raises LedgerError: the checkpoint cannot be read or written."""
-    if ledger.in_target:
-        return
-    if (identity := capability(sink, NamedTarget).target_identity()) is None:
-        return
-    ledger.bind_target(identity, sink_id, record=record, instance=capability(sink, NamedTarget).target_instance())
+    target = capability(sink, NamedTarget)
+    if not ledger.in_target and (identity := target.target_identity()) is not None:
+        ledger.bind_target(identity, sink_id, record=record, instance=target.target_instance())
 
 
 def claim_writer(sink: AnySink, ledger: CommitLedger, sink_id: str) -> SinkIdClaim | None:

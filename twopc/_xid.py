@@ -33,10 +33,8 @@ def validate_sink_id(sink_id: str) -> str:
     """*sink_id* if it can be part of a transaction id.
     Raises ConfigurationError: not 1-64 characters of ``A-Z a-z 0-9 _ . -`` starting alphanumeric."""
     if not isinstance(sink_id, str) or not SINK_ID_PATTERN.match(sink_id):
-        raise ConfigurationError(
-            f"sinkId {sink_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ . - "
-            f"starting with a letter or digit"
-        )
+        raise ConfigurationError(f"sinkId {sink_id!r} is invalid: use 1-64 characters from A-Z a-z 0-9 _ . - starting "
+                                 f"with a letter or digit")
     return sink_id
 
 
@@ -87,9 +85,7 @@ class Xid:
     @classmethod
     def parse(cls, text: str) -> Xid | None:
         """The id *text* spells in either form; ``None`` when it is not a twopc id."""
-        if not isinstance(text, str):
-            return None
-        if (m := _CANONICAL.match(text) or _PATH.match(text)) is None:
+        if not isinstance(text, str) or (m := _CANONICAL.match(text) or _PATH.match(text)) is None:
             return None
         try:
             return cls(m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(5))
@@ -115,9 +111,7 @@ class Xid:
         size = len(text.encode())
         if max_bytes is not None and size > max_bytes:
             room = max_bytes - (size - len(self.sink_id.encode()))
-            raise ConfigurationError(
-                f"transaction id {text!r} is {size} bytes, over the {max_bytes}-byte limit of {target} "
-                f"transaction ids: use a sink id of at most {max(room, 1)} characters (option sinkId; "
-                f"{len(self.sink_id)} characters now)"
-            )
+            raise ConfigurationError(f"transaction id {text!r} is {size} bytes, over the {max_bytes}-byte limit of "
+                                     f"{target} transaction ids: use a sink id of at most {max(room, 1)} characters "
+                                     f"(option sinkId; {len(self.sink_id)} characters now)")
         return text

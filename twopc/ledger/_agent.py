@@ -210,9 +210,7 @@ class Agent:
 
 def _plain(obj: dict[str, Any]) -> Any:
     """A request's object, ``{"bytes": <base64>}`` back as bytes."""
-    if len(obj) == 1 and isinstance(obj.get("bytes"), str):
-        return base64.b64decode(obj["bytes"])
-    return obj
+    return base64.b64decode(obj["bytes"]) if len(obj) == 1 and isinstance(obj.get("bytes"), str) else obj
 
 
 def _sweep(folder: Path) -> None:

@@ -63,14 +63,10 @@ def _sink_id(folder: Path) -> str | None:
         return None
 
 
-def _dead(folder: Path) -> bool:
-    owner = _owner(folder)
-    return owner is not None and provably_dead(owner)
-
-
 def ephemeral_writer_dead(sink_id: str, parent: str | None = None) -> bool:
     """Whether drop-in write *sink_id* provably died here: its ledger remains and its driver is gone."""
-    return any(_sink_id(f) == sink_id and _dead(f) for f in _folders(parent))
+    return any(_sink_id(f) == sink_id and (owner := _owner(f)) is not None and provably_dead(owner)
+               for f in _folders(parent))
 
 
 #: How long a dead drop-in write's owner record is kept (far above stagingRetention's 24 h).

@@ -54,9 +54,8 @@ def spark_checkpoint_started(location: str) -> bool:
 
 def same_target(label: str, instance: str | None, other_label: str, other_instance: str | None) -> bool:
     """Whether two recorded targets are one: by their servers' instances when both are known, else by identity."""
-    if instance is not None and other_instance is not None:
-        return instance == other_instance
-    return label == other_label
+    both_known = instance is not None and other_instance is not None
+    return instance == other_instance if both_known else label == other_label
 
 
 def shown(label: str, instance: str | None) -> str:
@@ -137,10 +136,9 @@ class CommitLedger(Ownership):
             text = self._store.record("", "sink.json") or ""
         recorded = str(parse(text, self._store.where("", "sink.json"))["sink_id"])
         if requested and requested != recorded:
-            raise ConfigurationError(
-                f"checkpoint {self.checkpoint_location} belongs to sink id {recorded!r}, but option "
-                f"sinkId={requested!r} was given: drop the sinkId option, or use a new checkpoint location"
-            )
+            raise ConfigurationError(f"checkpoint {self.checkpoint_location} belongs to sink id {recorded!r}, but "
+                                     f"option sinkId={requested!r} was given: drop the sinkId option, or use a new "
+                                     f"checkpoint location")
         return recorded
 
     # -- target ----------------------------------------------------------------------
@@ -226,9 +224,7 @@ class CommitLedger(Ownership):
         if self._store.record("committed", record_name(batch_id)) is not None:
             return BatchState.COMMITTED
         data = self._read("decisions", record_name(batch_id))
-        if data is not None and self.valid(batch_id, epoch_of(data)):
-            return BatchState.DECIDED
-        return BatchState.UNDECIDED
+        return BatchState.DECIDED if data is not None and self.valid(batch_id, epoch_of(data)) else BatchState.UNDECIDED
 
     def _raw_decision(self, batch_id: int) -> Decision | None:
         text = self._store.record("decisions", record_name(batch_id))
@@ -267,9 +263,7 @@ class CommitLedger(Ownership):
                 continue
             self.check_owner()
             if existing.txn_ids != decision.txn_ids:
-                raise ProtocolError(
-                    f"batch {decision.batch_id} already has a different decision in {self.location}"
-                )
+                raise ProtocolError(f"batch {decision.batch_id} already has a different decision in {self.location}")
             return existing
 
     def mark_committed(self, batch_id: int, *, summary: dict[str, Any] | None = None) -> None:

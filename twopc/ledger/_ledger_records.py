@@ -50,13 +50,8 @@ class Decision:
         return frozenset().union(*(h.covered_txn_ids() for h in self.handles))
 
     def to_json(self) -> str:
-        body: dict[str, Any] = {
-            "format": FORMAT,
-            "sink_id": self.sink_id,
-            "batch_id": self.batch_id,
-            "decided_at": self.decided_at,
-            "handles": [encode_handle(h) for h in self.handles],
-        }
+        body: dict[str, Any] = {"format": FORMAT, "sink_id": self.sink_id, "batch_id": self.batch_id,
+                                "decided_at": self.decided_at, "handles": [encode_handle(h) for h in self.handles]}
         if self.epoch is not None:
             body["epoch"] = self.epoch
         # compact: with an indent, json encodes in Python, 10x slower (a 200-handle batch)
@@ -65,13 +60,9 @@ class Decision:
     @classmethod
     def from_json(cls, text: str, where: str) -> Decision:
         data = parse(text, where)
-        return cls(
-            sink_id=str(data["sink_id"]),
-            batch_id=int(data["batch_id"]),
-            handles=tuple(decode_handle(h) for h in data["handles"]),
-            decided_at=float(data.get("decided_at", 0.0)),
-            epoch=epoch_of(data),
-        )
+        return cls(sink_id=str(data["sink_id"]), batch_id=int(data["batch_id"]),
+                   handles=tuple(decode_handle(h) for h in data["handles"]),
+                   decided_at=float(data.get("decided_at", 0.0)), epoch=epoch_of(data))
 
 
 def parse(text: str, where: str) -> dict[str, Any]:
@@ -83,10 +74,8 @@ def parse(text: str, where: str) -> dict[str, Any]:
         raise LedgerError(f"ledger record {where} is not a JSON object: {DAMAGED_NEXT_STEP}")
     fmt = data.get("format")
     if fmt != FORMAT:
-        raise LedgerError(
-            f"ledger record {where} has format {fmt!r}; this twopc reads format {FORMAT}: "
-            f"use the twopc version that wrote this checkpoint"
-        )
+        raise LedgerError(f"ledger record {where} has format {fmt!r}; this twopc reads format {FORMAT}: use the twopc "
+                          f"version that wrote this checkpoint")
     return data
 
 
@@ -160,11 +149,8 @@ def record_task(store: Records, batch_id: int, partition: int, attempt: int, pro
 def tasks_in(store: Records, batch_id: int) -> dict[str, dict[str, Any]]:
     """*batch_id*'s task attempts recorded as writing, by record name. Raises :class:`LedgerError`."""
     prefix = record_name(batch_id).removesuffix(".json") + "."
-    out = {}
-    for n in store.names("running"):
-        if n.startswith(prefix) and (text := store.record("running", n)) is not None:
-            out[n] = parse(text, store.where("running", n))
-    return out
+    return {n: parse(text, store.where("running", n)) for n in store.names("running")
+            if n.startswith(prefix) and (text := store.record("running", n)) is not None}
 
 
 def forget_task(store: Records, name: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -35,10 +35,6 @@ class MetricsCollector(Collector):
         self._checkpoints = checkpoints
         self._only_gauges = checkpoint_gauges_only
 
-    def _locations(self) -> list[str]:
-        c = self._checkpoints
-        return list(c() if callable(c) else c)
-
     def collect(self) -> Iterator[Metric]:
         labels = ["sink_id", "format"]
         counters = {n: CounterMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
@@ -48,13 +44,14 @@ class MetricsCollector(Collector):
         gauges = {n: GaugeMetricFamily(f"twopc_{n}", doc, labels=labels + ([lab] if lab else []))
                   for n, (doc, lab) in GAUGES.items() if n in CHECKPOINT_GAUGES or not self._only_gauges}
         now = time.time()
-        for location in self._locations():
+        for location in list(c() if callable(c := self._checkpoints) else c):
             try:
                 ledger = CommitLedger(location, read_only=True)  # a scrape creates nothing, not even a folder
                 state = load_state(ledger)
                 pending = ledger.pending()
                 sink_id = state["labels"].get("sink_id") or ledger.recorded_sink_id() or ""
-                format_name = state["labels"].get("format") or _recorded_format(ledger)
+                # before the first commit, the target record's format labels a batch in doubt
+                format_name = state["labels"].get("format") or ((r := ledger.target_record()) and r.data_source) or ""
             except (LedgerError, OSError) as exc:
                 log.warning("twopc: cannot read metrics of %s: %s", location, exc)
                 continue
@@ -65,7 +62,9 @@ class MetricsCollector(Collector):
                     family.add_metric(base + ([label] if COUNTERS[name][1] else []), float(value))
             for name, hist in hists.items():
                 if (h := state["histograms"].get(name)) is not None:
-                    hist.add_metric(base, _cumulative(HISTOGRAMS[name][0], h["counts"]), float(h["sum"]))
+                    bounds = [*map(str, HISTOGRAMS[name][0]), "+Inf"]
+                    counts = map(float, itertools.accumulate(h["counts"]))
+                    hist.add_metric(base, list(zip(bounds, counts, strict=True)), float(h["sum"]))
             gauges["in_doubt_transactions"].add_metric(base, float(sum(len(d.handles) for d in pending)))
             gauges["oldest_in_doubt_seconds"].add_metric(
                 base, max((now - d.decided_at for d in pending if d.decided_at > 0), default=0.0))
@@ -83,16 +82,6 @@ class MetricsCollector(Collector):
         yield from counters.values()
         yield from hists.values()
         yield from gauges.values()
-
-
-def _recorded_format(ledger: CommitLedger) -> str:
-    """The format name in the target record, so a batch in doubt before the first commit is labelled."""
-    record = ledger.target_record()
-    return (record.data_source or "") if record is not None else ""
-
-
-def _cumulative(bounds: Iterable[float], counts: Sequence[int]) -> list[tuple[str, float]]:
-    return list(zip([*map(str, bounds), "+Inf"], map(float, itertools.accumulate(counts)), strict=True))
 
 
 def register_metrics(registry: CollectorRegistry, *checkpoint_locations: str) -> MetricsCollector:

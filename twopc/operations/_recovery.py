@@ -51,11 +51,9 @@ class RecoveryReport:
         return bool(self.finished_batches or self.committed or self.rolled_back)
 
     def summary(self) -> str:
-        return (
-            f"sink {self.sink_id}: finished batches {self.finished_batches or 'none'}, "
-            f"{self.committed} committed now, {self.already_committed} already committed, "
-            f"{len(self.rolled_back)} orphan(s) rolled back, {self.seconds * 1000:.1f} ms"
-        )
+        return (f"sink {self.sink_id}: finished batches {self.finished_batches or 'none'}, {self.committed} committed "
+                f"now, {self.already_committed} already committed, {len(self.rolled_back)} orphan(s) rolled back, "
+                f"{self.seconds * 1000:.1f} ms")
 
 
 class RecoveryCoordinator:

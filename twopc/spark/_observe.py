@@ -1,23 +1,20 @@
-"""What the Spark runtime tells operators around each batch: start-up lines, the metrics of every
-commit, abort and recovery, the metrics server. Metrics are best effort; a guard that refuses
+"""What the Spark runtime tells operators at plan time: start-up lines, the target's room for prepared transactions
+(read again after each commit for the metrics), the metrics server. Metrics are best effort; a guard that refuses
 raises :class:`~twopc.spi.TargetConfigurationError`."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
-from .._coordinator import BatchResult
 from .._errors import ConfigurationError, SinkError, TargetConfigurationError
 from .._inspect import Headroom
 from .._logs import log_event
 from .._runtime_options import option
 from .._sink import AnySink, Inspectable, WriteSetup, capability
 from ..ledger._ledger import CommitLedger
-from ..operations import _metrics
-from ._commit_message import TwoPCCommitMessage
 
-__all__ = ["at_plan_time", "check_headroom", "observe_commit", "observe_failure", "read_headroom"]
+__all__ = ["at_plan_time", "check_headroom", "read_headroom"]
 
 log = logging.getLogger("twopc.spark")
 
@@ -83,22 +80,3 @@ def read_headroom(sink: AnySink, sink_id: str) -> Headroom | None:
     except Exception as exc:  # noqa: BLE001 - metrics never fail (or mask the error of) a commit
         log.debug("twopc: could not read %s's headroom: %s", sink.describe(), exc)
         return None
-
-
-def observe_commit(ledger: CommitLedger, sink_id: str, format_name: str, result: BatchResult,
-                   messages: Sequence[TwoPCCommitMessage | None], *, retried: int = 0,
-                   headroom: Headroom | None = None) -> None:
-    """Add a batch's figures and the target's *headroom* to the checkpoint's metrics (best effort)."""
-    _metrics.record_batch(ledger, sink_id=sink_id, format_name=format_name, action=result.action,
-                          committed=result.committed, already_committed=result.already_committed,
-                          aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
-                          rows=sum(m.rows for m in messages if m is not None), retried=retried, headroom=headroom,
-                          first_prepared_at=min((m.prepared_at for m in messages if m and m.prepared_at), default=None),
-                          batch_id=result.batch_id)
-
-
-def observe_failure(ledger: CommitLedger, sink_id: str, format_name: str, stage: str, lost: int, *,
-                    retried: int = 0) -> None:
-    """Count a failed commit or abort, its *lost* transactions and *retried* attempts (best effort)."""
-    _metrics.record_failure(ledger, sink_id=sink_id, format_name=format_name, stage=stage, lost=lost,
-                            retried=retried)

@@ -18,7 +18,7 @@ import logging
 import shutil
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -44,8 +44,7 @@ from ._writer import WriterCore
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["Plan", "SourceToPlan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan", "plan_write",
-           "start_agent_early"]
+__all__ = ["Plan", "Write", "in_checkpoint", "in_target", "in_temp_folder", "plan", "plan_write"]
 
 log = logging.getLogger("twopc.spark")
 
@@ -55,14 +54,9 @@ W = TypeVar("W", bound=WriterCore)
 class SourceToPlan(Protocol):
     """What the planner reads of the data source whose write it plans."""
 
-    @property
-    def options(self) -> MutableMapping[str, str]: ...
-
-    @property
-    def sink_class(self) -> type[AnySink]: ...
-
-    @property
-    def session_defaults(self) -> Mapping[str, str]: ...
+    options: MutableMapping[str, str]
+    sink_class: ClassVar[type[AnySink]]
+    session_defaults: ClassVar[Mapping[str, str]]
 
     def name(self) -> str: ...
 

@@ -68,11 +68,8 @@ def foreach_batch_writer(format_name: str, checkpoint_location: str,
     ``txnVersion = batch_id`` (a replay writes nothing). *checkpoint_location* holds these writes'
     ledger (a folder of this query's alone); *format_name* must be registered."""
     def write(df: DataFrame, batch_id: int) -> None:
-        (df.write.format(format_name).mode("append")
-           .options(**options)
-           .option("checkpointLocation", checkpoint_location)
-           .option("txnVersion", str(batch_id))
-           .save())
+        (df.write.format(format_name).mode("append").options(**options)
+           .option("checkpointLocation", checkpoint_location).option("txnVersion", str(batch_id)).save())
     return write
 
 

@@ -27,12 +27,8 @@ T = TypeVar("T", bound=type)
 
 def session_option_defaults(spark: SparkSession, names: Iterable[str]) -> dict[str, str]:
     """The session's non-blank ``spark.twopc.<name>`` of each of *names*."""
-    out = {}
-    for name in names:
-        value = spark.conf.get(SESSION_OPTION_PREFIX + name, None)
-        if isinstance(value, str) and value.strip():
-            out[name] = value.strip()
-    return out
+    values = {name: spark.conf.get(SESSION_OPTION_PREFIX + name, None) for name in names}
+    return {name: value.strip() for name, value in values.items() if isinstance(value, str) and value.strip()}
 
 
 def bind_session_options(data_source: T, defaults: Mapping[str, str]) -> T:

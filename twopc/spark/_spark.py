@@ -82,8 +82,5 @@ class TwoPhaseCommitDataSource(DataSource):
 
 def data_source_for(sink_class: type[AnySink], name: str) -> type[TwoPhaseCommitDataSource]:
     """A data source class for *sink_class*, usable as ``format(name)``."""
-    return type(
-        f"{sink_class.__name__}DataSource",
-        (TwoPhaseCommitDataSource,),
-        {"sink_class": sink_class, "format_name": name, "__module__": sink_class.__module__},
-    )
+    return type(f"{sink_class.__name__}DataSource", (TwoPhaseCommitDataSource,),
+                {"sink_class": sink_class, "format_name": name, "__module__": sink_class.__module__})

@@ -18,8 +18,7 @@ __all__ = ["check_checkpoint_location", "spark_checkpoint_problem"]
 def spark_checkpoint_problem(spark: SparkSession, location: str) -> str | None:
     """Why Spark's Hadoop has no file system for S3 *location*, with the fix; ``None`` when it has,
     when *location* is not on S3, or on Spark Connect."""
-    scheme, sep, _ = location.partition("://")
-    scheme = scheme.lower()
+    scheme, sep, _ = location.lower().partition("://")
     if not sep or scheme not in _S3_SCHEMES:
         return None
     jvm = getattr(spark, "_jvm", None)

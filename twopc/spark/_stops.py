@@ -92,8 +92,7 @@ def install(spark: SparkSession, data_sources: Mapping[str, type[TwoPhaseCommitD
 def start_notes(spark: SparkSession) -> str | None:
     """The folder where the listener notes the session's default checkpoint folder at each query
     start; None without a JVM."""
-    listener = _listener(spark)
-    return None if listener is None else listener.notes
+    return None if (listener := _listener(spark)) is None else listener.notes
 
 
 def wait_settled(spark: SparkSession, run_id: str, timeout: float | None = None) -> bool:

@@ -26,23 +26,12 @@ __all__ = ["PlannedWrite", "coordinator_of", "finish", "settle"]
 class PlannedWrite(Protocol):
     """A planned write as its writer carries it to the committing worker."""
 
-    @property
-    def sink(self) -> AnySink: ...
-
-    @property
-    def sink_id(self) -> str: ...
-
-    @property
-    def runtime(self) -> RuntimeOptions: ...
-
-    @property
-    def format_name(self) -> str: ...
-
-    @property
-    def epoch(self) -> int | None: ...
-
-    @property
-    def lease(self) -> Lease | None: ...
+    sink: AnySink
+    sink_id: str
+    runtime: RuntimeOptions
+    format_name: str
+    epoch: int | None
+    lease: Lease | None
 
     def target(self) -> TargetLedger: ...
 
@@ -74,11 +63,12 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
     coord = coordinator_of(core, messages)
     shown = not core.runtime.ephemeral
     if shown:
+        from ..operations import _metrics
         from . import _observe as observe
     room = None
     committed = False
     try:
-        handles = _handles(messages)
+        handles = [_handle(m) for m in messages]
         if stage == "commit":
             result = coord.commit_batch(batch_id, handles)
             committed = True
@@ -86,18 +76,22 @@ def finish(core: PlannedWrite, stage: str, messages: Sequence[WriterCommitMessag
         else:
             result = coord.abort_batch(batch_id, handles)
     except BaseException:
-        if shown:
-            observe.observe_failure(coord.ledger, core.sink_id, core.format_name, stage, coord.metrics.lost,
-                                    retried=coord.metrics.retried)
+        if shown:  # best effort, as every metric
+            _metrics.record_failure(coord.ledger, sink_id=core.sink_id, format_name=core.format_name, stage=stage,
+                                    lost=coord.metrics.lost, retried=coord.metrics.retried)
         raise
     finally:
         settle(core)
         _forget_ephemeral(core, committed=committed)
         core.sink.close()
-    if shown:
-        observe.observe_commit(coord.ledger, core.sink_id, core.format_name, result,
-                               [m for m in messages if isinstance(m, TwoPCCommitMessage)],
-                               retried=coord.metrics.retried, headroom=room)
+    if shown:  # the batch's figures and the target's room after the commit
+        sent = [m for m in messages if isinstance(m, TwoPCCommitMessage)]
+        _metrics.record_batch(coord.ledger, sink_id=core.sink_id, format_name=core.format_name, action=result.action,
+                              committed=result.committed, already_committed=result.already_committed,
+                              aborted=result.aborted, swept=len(result.swept), seconds=result.seconds,
+                              rows=sum(m.rows for m in sent), retried=coord.metrics.retried, headroom=room,
+                              first_prepared_at=min((m.prepared_at for m in sent if m.prepared_at), default=None),
+                              batch_id=result.batch_id)
     return result
 
 
@@ -118,13 +112,7 @@ def _forget_ephemeral(core: PlannedWrite, *, committed: bool) -> None:
         shutil.rmtree(core.runtime.checkpoint_location, ignore_errors=True)
 
 
-def _handles(messages: Sequence[WriterCommitMessage | None]) -> list[TransactionHandle | None]:
-    out: list[TransactionHandle | None] = []
-    for m in messages:
-        if m is None:
-            out.append(None)
-        elif isinstance(m, TwoPCCommitMessage):
-            out.append(loads_handle(m.handle) if m.handle is not None else None)
-        else:
-            raise ProtocolError(f"unexpected commit message {type(m).__name__}")
-    return out
+def _handle(m: WriterCommitMessage | None) -> TransactionHandle | None:
+    if m is None or isinstance(m, TwoPCCommitMessage):
+        return None if m is None or m.handle is None else loads_handle(m.handle)
+    raise ProtocolError(f"unexpected commit message {type(m).__name__}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
@@ -38,32 +39,28 @@ log = logging.getLogger("twopc.spark")
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
+@dataclass(eq=False, repr=False)
 class WriterCore:
     """The protocol's task side (:meth:`write`) and driver side (:meth:`commit`, :meth:`abort`),
     pickled to the executors and the streaming commit process."""
 
-    #: a batch write's txnVersion, its one batch's id (None: streaming, from Spark's task property)
-    version: int | None = None
+    sink: AnySink
+    sink_id: str
+    runtime: RuntimeOptions
+    _: KW_ONLY
+    skip: bool
+    format_name: str = ""
+    epoch: int | None = None
+    lease: Lease | None = None
     #: every abort record when the write was planned (twopc._fence, window 2; None: unknown)
     abort_baseline: frozenset[str] | None = None
     #: the newest committed batch at planning: a task of a batch at or below it is a replay that
     #: writes nothing (a table with a unique key would refuse the rows it committed)
     committed_through: int | None = None
+    #: a batch write's txnVersion, its one batch's id (None: streaming, from Spark's task property)
+    version: int | None = None
 
-    def __init__(self, sink: AnySink, sink_id: str, runtime: RuntimeOptions, *, skip: bool,
-                 format_name: str = "", epoch: int | None = None, lease: Lease | None = None,
-                 abort_baseline: frozenset[str] | None = None, committed_through: int | None = None,
-                 version: int | None = None) -> None:
-        self.sink = sink
-        self.sink_id = sink_id
-        self.runtime = runtime
-        self.skip = skip
-        self.format_name = format_name
-        self.epoch = epoch
-        self.lease = lease
-        self.abort_baseline = abort_baseline
-        self.committed_through = committed_through
-        self.version = version
+    def __post_init__(self) -> None:
         self._register_handle_kind()
 
     def __setstate__(self, state: dict[str, Any]) -> None:

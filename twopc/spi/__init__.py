@@ -80,8 +80,6 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
                      "WriteSetup", "capability"), ".._sink"),
     **dict.fromkeys(("Headroom", "PreparedDetail"), ".._inspect"),
     **dict.fromkeys(("validate_sink_id",), ".._xid"),
-    "OwnerRecord": ".._sink_id_record",
-    "make_folder": ".._folders",
-    "option": ".._runtime_options",
+    "OwnerRecord": ".._sink_id_record", "make_folder": ".._folders", "option": ".._runtime_options",
     "require": ".._extras",
 })

@@ -41,8 +41,6 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     "open_target_ledger": ".._target",
     "resolve_abandoned": "..operations._abandoned",
     **dict.fromkeys(("Lease", "TargetLedger", "target_ledger_of"), "..ledger._target_protocol"),
-    "TargetRecord": "..ledger._ledger_records",
-    "ephemeral_writer_dead": "..ledger._ephemeral",
-    "private_dir": ".._host_dirs",
-    "start_ticks": ".._driver_identity:_start_ticks",
+    "TargetRecord": "..ledger._ledger_records", "ephemeral_writer_dead": "..ledger._ephemeral",
+    "private_dir": ".._host_dirs", "start_ticks": ".._driver_identity:_start_ticks",
 })

@@ -31,9 +31,6 @@ __getattr__, __dir__ = _lazy_exports(__name__, {
     **dict.fromkeys(("BatchState", "Decision"), "..ledger._ledger_records"),
     **dict.fromkeys(("configure_cli_logging", "log_event"), ".._logs"),
     **dict.fromkeys(("RecoveryPlan", "RecoveryReport"), "..operations._recovery"),
-    "LOOPBACK": "..operations._metrics_server",
-    "MetricsCollector": "..operations._metrics_export",
-    "load_object": ".._objpath",
-    "open_store": "..ledger._stores",
-    "recover_command": ".._advice",
+    "LOOPBACK": "..operations._metrics_server", "MetricsCollector": "..operations._metrics_export",
+    "load_object": ".._objpath", "open_store": "..ledger._stores", "recover_command": ".._advice",
 })

@@ -38,7 +38,6 @@ __getattr__, __dir__ = lazy_exports(__name__, {
                     ".._handle"),
     **dict.fromkeys(("RUNTIME_KEYS", "RUNTIME_OPTION_NAMES", "RuntimeOptions"), ".._runtime_options"),
     **dict.fromkeys(("TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter"), "..spark._writer"),
-    "CommitRetry": ".._retry",
-    "CompositeDataSourceBase": "..spark._composite_source",
+    "CommitRetry": ".._retry", "CompositeDataSourceBase": "..spark._composite_source",
     "TwoPCCommitMessage": "..spark._commit_message",
 })

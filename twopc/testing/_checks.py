@@ -243,7 +243,8 @@ def check_sink_pickles_after_use(harness: SinkHarness) -> None:
         h = run.prepare(sid, 1, 0, pending)
         run.listed(sid)
         copies = []
-        for name, dumps in _picklers():
+        from pyspark import cloudpickle
+        for name, dumps in (("pickle", pickle.dumps), ("cloudpickle", cloudpickle.dumps)):
             try:
                 data = dumps(run.sink)
             except Exception as exc:  # noqa: BLE001 - any failure to pickle is the finding
@@ -256,11 +257,6 @@ def check_sink_pickles_after_use(harness: SinkHarness) -> None:
                            "the unpickled copy's own transaction", sink=copies[-1])
         run.expect_outcome([run.prepare(sid, 3, 0, late)], COMMITTED, "the original after pickling")
         run.expect_visible(first + pending + own + late, "after commits by the original and its copies")
-
-
-def _picklers() -> list[tuple[str, Callable[[object], bytes]]]:
-    from pyspark import cloudpickle
-    return [("pickle", pickle.dumps), ("cloudpickle", cloudpickle.dumps)]
 
 
 def check_rollback_leaves_nothing(harness: SinkHarness) -> None:
@@ -320,18 +316,10 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-PROTOCOL_CHECKS: dict[str, Callable[[SinkHarness], None]] = {
-    "invisible_until_commit_then_exactly_once": check_invisible_until_commit_then_exactly_once,
-    "commit_is_idempotent": check_commit_is_idempotent,
-    "committable_from_a_restarted_driver": check_committable_from_a_restarted_driver,
-    "rolled_back_is_lost": check_rolled_back_is_lost,
-    "never_prepared_is_lost": check_never_prepared_is_lost,
-    "abort_is_idempotent": check_abort_is_idempotent,
-    "abort_after_commit_is_refused": check_abort_after_commit_is_refused,
-    "list_prepared_finds_exactly_the_prepared": check_list_prepared_finds_exactly_the_prepared,
-    "handle_round_trips_without_credentials": check_handle_round_trips_without_credentials,
-    "sink_pickles_after_use": check_sink_pickles_after_use,
-    "rollback_leaves_nothing": check_rollback_leaves_nothing,
-    "a_wrong_credential_never_shows_in_errors": check_a_wrong_credential_never_shows_in_errors,
-}
+PROTOCOL_CHECKS: dict[str, Callable[[SinkHarness], None]] = {check.__name__.removeprefix("check_"): check for check in (
+    check_invisible_until_commit_then_exactly_once, check_commit_is_idempotent,
+    check_committable_from_a_restarted_driver, check_rolled_back_is_lost, check_never_prepared_is_lost,
+    check_abort_is_idempotent, check_abort_after_commit_is_refused, check_list_prepared_finds_exactly_the_prepared,
+    check_handle_round_trips_without_credentials, check_sink_pickles_after_use, check_rollback_leaves_nothing,
+    check_a_wrong_credential_never_shows_in_errors)}
 """Every protocol check by name, in the order a report lists them."""

@@ -80,11 +80,6 @@ def cluster_crash_plan() -> list[Fault]:
             Fault("after_pre_commit", 3, "kill", 0)]
 
 
-def _job_crashes(plan: Sequence[Fault], *, cluster: bool) -> int:
-    """How many faults kill the whole job (every ``crash`` but, on a cluster, an executor's)."""
-    return sum(f.action == "crash" and not (cluster and f.point in EXECUTOR_POINTS) for f in plan)
-
-
 @dataclass
 class CrashMatrixResult:
     """What a run did: the chaos report, sink id, input ids, micro-batches, checkpoint, and each
@@ -225,7 +220,8 @@ def run_crash_matrix(harness: SinkHarness, workdir: str | os.PathLike[str], *,
     files = max(f.batch for f in chosen if f.batch is not None) + 1
     ids = _write_input(work / "in", harness, files, rows_per_batch, base)
     ck, runs_file = work / "ck", work / "runs.txt"
-    crashes = _job_crashes(chosen, cluster=master is not None)
+    # the faults that kill the whole job: every crash but, on a cluster, an executor's
+    crashes = sum(f.action == "crash" and not (master is not None and f.point in EXECUTOR_POINTS) for f in chosen)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
            "PYTHONPATH": _python_path()}
     fired: list[list[str]] = []

@@ -93,13 +93,9 @@ def _url_secrets(value: str) -> set[str]:
 def derive_secrets(options: Mapping[str, str]) -> list[str]:
     """The credentials in *options*: values of options named like a password, secret or token, and passwords inside
     URLs (``scheme://user:pw@``, ``?password=``), each also URL-quoted; strings under 4 characters are left out."""
-    found: set[str] = set()
-    for key, value in options.items():
-        if not isinstance(value, str) or not value:
-            continue
-        if any(w in key.lower() for w in _SECRET_WORDS):
-            found.add(value)
-        found |= _url_secrets(value)
+    texts = {key: value for key, value in options.items() if isinstance(value, str) and value}
+    found = {value for key, value in texts.items() if any(w in key.lower() for w in _SECRET_WORDS)}
+    found |= {secret for value in texts.values() for secret in _url_secrets(value)}
     forms = found | {q for s in found for q in (urllib.parse.quote(s, safe=""), urllib.parse.quote_plus(s))}
     return sorted(s for s in forms if len(s) >= 4)
 

@@ -32,7 +32,7 @@ def few(values: Iterable[Any], n: int = 6) -> str:
     return repr(items[:n])[:-1] + (f", ... ({len(items)} in all)]" if len(items) > n else "]")
 
 
-class CheckRun:
+class CheckRun(contextlib.AbstractContextManager["CheckRun"]):
     """One check's state (``with CheckRun(harness, "name") as run:``). A clean exit verifies nothing of its sink ids
     is left prepared and runs the harness's ``verify``; any exit rolls back what is left and closes its sinks."""
 
@@ -50,9 +50,7 @@ class CheckRun:
     # -- set-up ----------------------------------------------------------------------
     def new_sink(self) -> AnySink:
         """A sink from the harness's options only, as on a restarted driver."""
-        sink = self.harness.new_sink()
-        self.sinks.append(sink)
-        return sink
+        return self.adopt(self.harness.new_sink())
 
     def adopt(self, sink: AnySink) -> AnySink:
         """Close *sink* with the check's own."""
@@ -193,9 +191,6 @@ class CheckRun:
                     self.harness.verify(sid)
                 except AssertionError as exc:
                     self.fail(f"the harness's verify({sid!r}) failed: {exc}")
-
-    def __enter__(self) -> CheckRun:
-        return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -16,11 +16,8 @@ from ._crash import EXECUTOR_POINTS
 __all__ = ["FAULT_KINDS", "Schedule", "ScheduleTarget", "generate_schedule", "shrink_schedule"]
 
 #: Every fault kind a schedule draws from, with its weight (process crashes and kills most).
-FAULT_KINDS: Mapping[str, int] = {
-    "crash": 3, "kill": 2,
-    "server.crash": 1, "server.restart": 1, "server.down": 1,
-    "proxy.reset": 1, "proxy.blackhole": 1, "proxy.latency": 1, "proxy.swallow_reply": 1,
-}
+FAULT_KINDS: Mapping[str, int] = {"crash": 3, "kill": 2, "server.crash": 1, "server.restart": 1, "server.down": 1,
+                                  "proxy.reset": 1, "proxy.blackhole": 1, "proxy.latency": 1, "proxy.swallow_reply": 1}
 
 
 @dataclass(frozen=True)

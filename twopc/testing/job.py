@@ -16,6 +16,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from twopc import faultinject
@@ -24,11 +25,8 @@ __all__ = ["main"]
 
 
 def _record_run(runs_file: str, partitions: Sequence[int]) -> tuple[int, int]:
-    try:
-        with open(runs_file, encoding="utf-8") as f:
-            run = sum(1 for line in f if line.strip())
-    except FileNotFoundError:
-        run = 0
+    done = Path(runs_file).read_text(encoding="utf-8").splitlines() if os.path.exists(runs_file) else []
+    run = sum(1 for line in done if line.strip())
     chosen = int(partitions[run % len(partitions)])
     append_line(runs_file, f"{run + 1} {chosen}")
     return run + 1, chosen
