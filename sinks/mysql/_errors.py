@@ -74,17 +74,16 @@ def is_missing_table(exc: BaseException) -> bool:
     return errno(exc) == ER_NO_SUCH_TABLE
 
 
+_UNREACHABLE = " (check host and port, and that the server accepts TCP connections)"
+#: a failed connection's hint by error code (client CR_CONN_HOST_ERROR, CR_UNKNOWN_HOST: unreachable)
+_CONNECT_HINTS = {ER_ACCESS_DENIED: " (check the user and password)", 2003: _UNREACHABLE, 2005: _UNREACHABLE,
+                  ER_DBACCESS_DENIED: " (the user has no access to this database)"}
+
+
 def connect_failure(exc: BaseException) -> tuple[str, str]:
     code = errno(exc)
     reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
-    hint = ""
-    if code == ER_ACCESS_DENIED:
-        hint = " (check the user and password)"
-    elif code == ER_DBACCESS_DENIED:
-        hint = " (the user has no access to this database)"
-    elif code in (2003, 2005) or "timed out" in reason.lower():
-        hint = " (check host and port, and that the server accepts TCP connections)"
-    return reason, hint
+    return reason, _CONNECT_HINTS.get(code, _UNREACHABLE if "timed out" in reason.lower() else "")
 
 
 def is_connection_error(exc: BaseException) -> bool:
