@@ -135,10 +135,8 @@ class Outboxes:
         """The ids of *sink_id*'s outboxes (of *batch_id*) not yet delivered."""
         out = []
         for name in _guarded(lambda: self.store.list("outbox"), f"list the outboxes in {self.location}"):
-            if not name.endswith(_SUFFIX):
-                continue
-            xid = Xid.parse(name[: -len(_SUFFIX)])
-            if xid is None or xid.path_name != name[: -len(_SUFFIX)] or xid.sink_id != sink_id:
+            stem = name.removesuffix(_SUFFIX)
+            if stem == name or (xid := Xid.parse(stem)) is None or xid.path_name != stem or xid.sink_id != sink_id:
                 continue
             if (batch_id is None or xid.batch_id == batch_id) and self.delivered(xid.path_name) is None:
                 out.append(xid)
