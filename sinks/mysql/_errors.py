@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 import pymysql
 
@@ -51,14 +50,12 @@ _CONNECTION_ERRORS = {1040, 1053, 1129, 1130, 1152, 1153, 1158, 1159, 1160, 1161
 
 def errno(exc: BaseException) -> int:
     """The server's (or client's) error code of *exc*, 0 when it has none."""
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    return args[0] if args and isinstance(args[0], int) else 0
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
 
 
 def errmsg(exc: BaseException) -> str:
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    if len(args) >= 2 and isinstance(args[1], str):
-        return " ".join(args[1].split())
+    if len(exc.args) >= 2 and isinstance(exc.args[1], str):
+        return " ".join(exc.args[1].split())
     return " ".join(str(exc).split()) or type(exc).__name__
 
 

@@ -233,13 +233,11 @@ class MySqlPrepared(MySqlDialect):
         self._wait_detached(txn)
 
     def _wait_detached(self, txn: SqlTxn[MyColumn]) -> None:
-        """Wait (bounded, best effort) until the server ended the closed write session and InnoDB
-        detached its prepared transaction, so the handle is committable at once.
-
-        MariaDB makes the xid committable by others (and drops the session from ``PROCESSLIST``) before
-        InnoDB detaches it; an ``XA COMMIT`` in between answers OK, commits nothing and forgets the xid
-        until a restart. Only ``INNODB_TRX`` (``PROCESS`` privilege) shows the second step; without it
-        this waits for the first only, and commit checks the marker (:meth:`finish`)."""
+        """Wait (bounded, best effort) until the closed write session ended and InnoDB detached its prepared
+        transaction. MariaDB lets others commit the xid (and drops the session from ``PROCESSLIST``) before InnoDB
+        detaches it; an ``XA COMMIT`` in between answers OK, commits nothing and forgets the xid until a restart.
+        Only ``INNODB_TRX`` (``PROCESS`` privilege) shows the second step; without it this waits for the first
+        only, and commit checks the marker (:meth:`finish`)."""
         if not txn.session_id:
             return
         deadline = time.monotonic() + _DETACH_WAIT_S

@@ -91,10 +91,8 @@ def check_no_nul(name: str, arr: pa.Array) -> None:
     data = value_bytes(arr)
     if not any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN)):
         return
-    hits = pc.match_substring(arr, "\x00")
-    if not pc.any(hits).as_py():
-        return
-    idx = pc.index(hits, True).as_py()
+    if (idx := pc.index(pc.match_substring(arr, "\x00"), True).as_py()) < 0:
+        return  # every NUL byte lies in a null slot
     raise ConfigurationError(
         f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which PostgreSQL text "
         f"cannot store. Remove it before writing, e.g. F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
