@@ -93,10 +93,9 @@ class _Delivery:
             self.sender.stopping = True
             return
         if answer.outcome == "dead":
-            key, method, url, body = box.outbox.requests[position]
             h = box.outbox.header
-            letter = DeadLetter(h["sink_id"], h["batch_id"], h["partition_id"], box.outbox.txn_id, position, key,
-                                method, url, body, answer.status or 0, answer.detail)
+            letter = DeadLetter(h["sink_id"], h["batch_id"], h["partition_id"], box.outbox.txn_id, position,
+                                *box.outbox.requests[position], answer.status or 0, answer.detail)
             await asyncio.to_thread(self.dead.write, letter)  # before its acknowledgement: never dropped
             box.dead += 1
             box._buffer.append((position, "dead"))

@@ -5,6 +5,7 @@ two finds it on recovery), and logged as a WARNING without the body."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -45,26 +46,23 @@ class DeadLetters:
 
     def __init__(self, location: str) -> None:
         self.location = location
-        self._store: Any = None
         self._made: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location, "_store": None, "_made": set()}
+        return {"location": self.location, "_made": set()}
 
-    def _open(self) -> Any:
-        if self._store is None:
-            self._store = open_store(self.location)
-        return self._store
+    @functools.cached_property
+    def store(self) -> Any:
+        return open_store(self.location)
 
     def write(self, letter: DeadLetter) -> bool:
         """Keep *letter* once (``False`` when its key has one already); SinkUnavailableError when the
         folder cannot be written (the request stays unacknowledged)."""
         try:
-            store = self._open()
             if letter.sink_id not in self._made:
-                store.makedirs(letter.sink_id)
+                self.store.makedirs(letter.sink_id)
                 self._made.add(letter.sink_id)
-            created = bool(store.create(f"{letter.sink_id}/{letter.key}.json",
+            created = bool(self.store.create(f"{letter.sink_id}/{letter.key}.json",
                                         json.dumps(letter.to_json(), sort_keys=True), exclusive=True))
         except LedgerError as exc:
             raise SinkUnavailableError(f"twopc-http could not write a dead letter to {self.location}: {exc}") from exc
@@ -75,12 +73,12 @@ class DeadLetters:
         return created
 
     def where(self, letter: DeadLetter) -> str:
-        return str(self._open().path(letter.sink_id, f"{letter.key}.json"))
+        return str(self.store.path(letter.sink_id, f"{letter.key}.json"))
 
     def read(self, sink_id: str) -> list[dict[str, Any]]:
         """Every dead letter of *sink_id* (for tests and operators)."""
         try:
-            store = self._open()
-            return [json.loads(store.read(f"{sink_id}/{name}") or "{}") for name in sorted(store.list(sink_id))]
+            names = sorted(self.store.list(sink_id))
+            return [json.loads(self.store.read(f"{sink_id}/{name}") or "{}") for name in names]
         except LedgerError as exc:
             raise SinkUnavailableError(f"twopc-http could not read the dead letters in {self.location}: {exc}") from exc

@@ -73,15 +73,13 @@ class Sender:
         """The async client: the pool bounds concurrency; TLS verified unless off; headers set once; no redirects."""
         httpx = self._httpx
         o = self.o
-        verify: ssl.SSLContext | bool = True
+        verify: ssl.SSLContext | bool = o.tls_verify  # tlsCaBundle with tlsVerify=false is refused
         if o.tls_ca_bundle:
             try:
                 verify = ssl.create_default_context(cafile=o.tls_ca_bundle)
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigurationError(f"tlsCaBundle {o.tls_ca_bundle}: cannot load it ({exc}): give a PEM "
                                          f"file of CA certificates readable on the driver") from None
-        elif not o.tls_verify:
-            verify = False
         headers = {**dict(o.headers), **o.credentials.headers()}
         basic = o.credentials.basic()
         return httpx.AsyncClient(

@@ -106,11 +106,8 @@ class Credentials:
 
     def redact(self, text: str) -> str:
         """*text* with every spelling of every secret this write may use replaced by ``***``."""
-        values = [self.token, self.password, self.api_key]
-        for name in (self.token_env, self.password_env, self.api_key_env):
-            if name:
-                values.append(os.environ.get(name))
-        return redact(text, secret_forms(values))
+        envs = [os.environ.get(name) for name in (self.token_env, self.password_env, self.api_key_env) if name]
+        return redact(text, secret_forms([self.token, self.password, self.api_key, *envs]))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ per ``ackEvery`` answers or ``ackInterval`` (a write per request would cost more
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import time
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from twopc import LedgerError, SinkError, Xid
+from twopc import LedgerError, Xid
 from twopc.spi import ProtocolError, SinkUnavailableError
 from twopc.spi.operations import open_store, recover_command
 
@@ -44,17 +45,14 @@ class Outboxes:
 
     def __init__(self, location: str) -> None:
         self.location = location
-        self._store: Any = None
         self._made = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"location": self.location, "_store": None, "_made": False}
+        return {"location": self.location, "_made": False}
 
-    @property
+    @functools.cached_property
     def store(self) -> Any:
-        if self._store is None:
-            self._store = _guarded(lambda: open_store(self.location), f"open the outbox folder {self.location}")
-        return self._store
+        return _guarded(lambda: open_store(self.location), f"open the outbox folder {self.location}")
 
     def make_folders(self) -> None:
         """Create the folders (once; a no-op on S3), or raise SinkError."""
@@ -137,10 +135,8 @@ class Outboxes:
         """The ids of *sink_id*'s outboxes (of *batch_id*) not yet delivered."""
         out = []
         for name in _guarded(lambda: self.store.list("outbox"), f"list the outboxes in {self.location}"):
-            if not name.endswith(_SUFFIX):
-                continue
-            xid = Xid.parse(name[: -len(_SUFFIX)])
-            if xid is None or xid.path_name != name[: -len(_SUFFIX)] or xid.sink_id != sink_id:
+            stem = name.removesuffix(_SUFFIX)
+            if stem == name or (xid := Xid.parse(stem)) is None or xid.path_name != stem or xid.sink_id != sink_id:
                 continue
             if (batch_id is None or xid.batch_id == batch_id) and self.delivered(xid.path_name) is None:
                 out.append(xid)
@@ -162,5 +158,3 @@ def _guarded(fn: Any, what: str) -> Any:
         return fn()
     except LedgerError as exc:
         raise SinkUnavailableError(f"twopc-http could not {what}: {exc}") from exc
-    except SinkError:
-        raise

@@ -28,11 +28,8 @@ __all__ = ["RequestMaker", "idempotency_key"]
 
 def idempotency_key(sink_id: str, *, value: Any = None, place: tuple[int, int, int] | None = None) -> str:
     """A row's key: SHA-256 (32 hex digits) of *sink_id* and its key column's *value* or its *place*."""
-    if place is not None:
-        text = "\0".join(("twopc-http", sink_id, "p", *map(str, place)))
-    else:
-        text = "\0".join(("twopc-http", sink_id, "k", value if isinstance(value, str) else _json(value)))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    tail = ("p", *map(str, place)) if place is not None else ("k", value if isinstance(value, str) else _json(value))
+    return hashlib.sha256("\0".join(("twopc-http", sink_id, *tail)).encode("utf-8")).hexdigest()[:32]
 
 
 def _default(v: Any) -> Any:

@@ -3,6 +3,7 @@ sends once the batch is decided (commit). See :mod:`twopc.sinks.http`."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -66,11 +67,9 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
 
     def __init__(self, options: HttpOptions) -> None:
         self.options = options
-        self._boxes: Outboxes | None = None
-        self._dead: DeadLetters | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_boxes": None, "_dead": None}
+        return {"options": self.options}
 
     @classmethod
     def from_options(cls, options: Mapping[str, str]) -> HttpSink:
@@ -84,22 +83,18 @@ class HttpSink(TwoPhaseCommitSink[dict[str, Any], _OpenOutbox, HttpHandle], Writ
 
     reopen_options = staticmethod(credential_free)  #: the options without a secret, as checkpoints record them
 
-    @property
+    @functools.cached_property
     def outboxes(self) -> Outboxes:
-        if self._boxes is None:
-            if not self.options.outbox:
-                raise MissingOptionError(
-                    "twopc-http keeps its outboxes under the write's checkpointLocation; built outside a Spark "
-                    "write (a twopc.composite() participant, a test) it needs option outbox: a folder, local "
-                    "or s3://, that the driver and every executor reach")
-            self._boxes = Outboxes(self.options.outbox)
-        return self._boxes
+        if not self.options.outbox:
+            raise MissingOptionError(
+                "twopc-http keeps its outboxes under the write's checkpointLocation; built outside a Spark "
+                "write (a twopc.composite() participant, a test) it needs option outbox: a folder, local "
+                "or s3://, that the driver and every executor reach")
+        return Outboxes(self.options.outbox)
 
-    @property
+    @functools.cached_property
     def dead_letters(self) -> DeadLetters:
-        if self._dead is None:
-            self._dead = DeadLetters(self.options.dead_letter_path or f"{self.outboxes.location}/dead-letters")
-        return self._dead
+        return DeadLetters(self.options.dead_letter_path or f"{self.outboxes.location}/dead-letters")
 
     def target_identity(self) -> str:
         return f"http {self.options.method} {self.options.url}"

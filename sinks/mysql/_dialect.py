@@ -47,7 +47,6 @@ _TYPE_ALIASES = {"bool": "tinyint", "boolean": "tinyint"}  # MySQL's BOOL is TIN
 NAME_CHARS = 64
 
 
-
 def lock_seconds(timeout: Duration) -> int:
     """``innodb_lock_wait_timeout`` for *timeout*: whole seconds, rounded up, at least 1."""
     return max(1, timeout.whole_seconds)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
 
 import pymysql
 
@@ -51,14 +50,12 @@ _CONNECTION_ERRORS = {1040, 1053, 1129, 1130, 1152, 1153, 1158, 1159, 1160, 1161
 
 def errno(exc: BaseException) -> int:
     """The server's (or client's) error code of *exc*, 0 when it has none."""
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    return args[0] if args and isinstance(args[0], int) else 0
+    return exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
 
 
 def errmsg(exc: BaseException) -> str:
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    if len(args) >= 2 and isinstance(args[1], str):
-        return " ".join(args[1].split())
+    if len(exc.args) >= 2 and isinstance(exc.args[1], str):
+        return " ".join(exc.args[1].split())
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -74,17 +71,16 @@ def is_missing_table(exc: BaseException) -> bool:
     return errno(exc) == ER_NO_SUCH_TABLE
 
 
+_UNREACHABLE = " (check host and port, and that the server accepts TCP connections)"
+#: a failed connection's hint by error code (client CR_CONN_HOST_ERROR, CR_UNKNOWN_HOST: unreachable)
+_CONNECT_HINTS = {ER_ACCESS_DENIED: " (check the user and password)", 2003: _UNREACHABLE, 2005: _UNREACHABLE,
+                  ER_DBACCESS_DENIED: " (the user has no access to this database)"}
+
+
 def connect_failure(exc: BaseException) -> tuple[str, str]:
     code = errno(exc)
     reason = f"{code} {errmsg(exc)}" if code else errmsg(exc)
-    hint = ""
-    if code == ER_ACCESS_DENIED:
-        hint = " (check the user and password)"
-    elif code == ER_DBACCESS_DENIED:
-        hint = " (the user has no access to this database)"
-    elif code in (2003, 2005) or "timed out" in reason.lower():
-        hint = " (check host and port, and that the server accepts TCP connections)"
-    return reason, hint
+    return reason, _CONNECT_HINTS.get(code, _UNREACHABLE if "timed out" in reason.lower() else "")
 
 
 def is_connection_error(exc: BaseException) -> bool:

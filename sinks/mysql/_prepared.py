@@ -87,14 +87,13 @@ class MySqlPrepared(MySqlDialect):
             raise TargetConfigurationError(f"twopc cannot write exactly once through XA: {reason}")
 
     def table_columns(self, my: PyMySQLConnection, *, validating: bool) -> list[MyColumn]:
+        t = self.target
         with my.cursor() as cur:
-            if (info := server.table_info(cur, self.target.table)) is None:
-                similar = server.similar_tables(cur, self.target.table) if validating else []
-                raise self.target.no_such_table(similar, validating=validating,
-                                          database=self.target.table.schema or self.target.options.url.database,
-                                          case_hint="Table names are case-sensitive here.",
-                                          table_options=" ENGINE=InnoDB")
-            if validating and (problem := server.engine_problem(cur, info, self.target.table_label, xa=True)):
+            if (info := server.table_info(cur, t.table)) is None:
+                similar = server.similar_tables(cur, t.table) if validating else []
+                raise t.no_such_table(similar, validating=validating, database=t.table.schema or t.options.url.database,
+                                      case_hint="Table names are case-sensitive here.", table_options=" ENGINE=InnoDB")
+            if validating and (problem := server.engine_problem(cur, info, t.table_label, xa=True)):
                 raise TargetConfigurationError(problem)
             return server.table_columns(cur, info)
 
@@ -190,8 +189,7 @@ class MySqlPrepared(MySqlDialect):
                   for name, arr in zip(batch.schema.names, batch.columns, strict=True)]
         size = self.target.options.batch_size
         for start in range(0, batch.num_rows, size):
-            chunk = [a.slice(start, size).to_pylist() for a in arrays]
-            self._insert(txn, plan, list(zip(*chunk, strict=True)))
+            self._insert(txn, plan, list(zip(*(a.slice(start, size).to_pylist() for a in arrays), strict=True)))
 
     def end_load(self, txn: SqlTxn[MyColumn]) -> None:
         """Nothing: every row is inserted when it is loaded."""
@@ -235,13 +233,11 @@ class MySqlPrepared(MySqlDialect):
         self._wait_detached(txn)
 
     def _wait_detached(self, txn: SqlTxn[MyColumn]) -> None:
-        """Wait (bounded, best effort) until the server ended the closed write session and InnoDB
-        detached its prepared transaction, so the handle is committable at once.
-
-        MariaDB makes the xid committable by others (and drops the session from ``PROCESSLIST``) before
-        InnoDB detaches it; an ``XA COMMIT`` in between answers OK, commits nothing and forgets the xid
-        until a restart. Only ``INNODB_TRX`` (``PROCESS`` privilege) shows the second step; without it
-        this waits for the first only, and commit checks the marker (:meth:`finish`)."""
+        """Wait (bounded, best effort) until the closed write session ended and InnoDB detached its prepared
+        transaction. MariaDB lets others commit the xid (and drops the session from ``PROCESSLIST``) before InnoDB
+        detaches it; an ``XA COMMIT`` in between answers OK, commits nothing and forgets the xid until a restart.
+        Only ``INNODB_TRX`` (``PROCESS`` privilege) shows the second step; without it this waits for the first
+        only, and commit checks the marker (:meth:`finish`)."""
         if not txn.session_id:
             return
         deadline = time.monotonic() + _DETACH_WAIT_S

@@ -22,8 +22,8 @@ from ._my_column import MyColumn
 if TYPE_CHECKING:
     from pymysql.cursors import Cursor
 
-__all__ = ["FORMAT_ID", "TableInfo", "catalog_columns", "engine_problem", "exec_sql", "parse_recover", "probe_xa",
-           "server_kind", "session_settings", "similar_tables", "table_columns", "table_info", "table_rollback_problem"]
+__all__ = ["catalog_columns", "engine_problem", "exec_sql", "parse_recover", "probe_xa", "session_settings",
+           "similar_tables", "table_columns", "table_info", "table_rollback_problem"]
 
 #: formatID of the xids the sink makes (``XA START 'gtrid'`` uses 1)
 FORMAT_ID = 1
@@ -38,8 +38,7 @@ def exec_sql(cur: Cursor, query: str, params: Sequence[Any] = ()) -> int:
 def server_kind(version: str) -> tuple[str, tuple[int, int, int]]:
     """("MariaDB" | "MySQL", (major, minor, patch)) from ``SELECT VERSION()``."""
     kind = "MariaDB" if "mariadb" in version.lower() else "MySQL"
-    text = version[len("5.5.5-"):] if version.startswith("5.5.5-") else version
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", text)
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version.removeprefix("5.5.5-"))
     nums = (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (0, 0, 0)
     return kind, nums
 

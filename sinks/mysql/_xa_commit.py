@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import pymysql
 from pymysql.constants import COMMAND
@@ -20,8 +20,6 @@ from ..sql._sql_target import SqlTarget
 from ._errors import ER_XAER_NOTA, errno
 
 __all__ = ["MAX_STATEMENTS", "XaCommitter", "commit_many"]
-
-R = TypeVar("R")
 
 
 class XaCommitter(Protocol):

@@ -6,6 +6,7 @@ indices. Types outside :data:`BINARY_TYPES` go as CSV (:mod:`twopc.sinks.postgre
 from __future__ import annotations
 
 import array
+import itertools
 import struct
 import sys
 import threading
@@ -291,17 +292,11 @@ def _assemble(pieces: Sequence[_Piece], n: int) -> memoryview:
     """The COPY tuples of *n* rows made of *pieces*, as one buffer: fixed-width runs become row
     segments (:func:`_fixed_rows`), stacked with the variable parts and interleaved by one ``take``."""
     segments: list[tuple[pa.Buffer, int] | pa.Array] = []
-    group: list[bytes | _Fixed] = []
-    for p in pieces:
-        if isinstance(p, pa.Array):
-            if group:
-                segments.append(_fixed_rows(group, n))
-                group = []
-            segments.append(p)
+    for variable, run in itertools.groupby(pieces, lambda p: isinstance(p, pa.Array)):
+        if variable:
+            segments.extend(run)
         else:
-            group.append(p)
-    if group:
-        segments.append(_fixed_rows(group, n))
+            segments.append(_fixed_rows(list(run), n))
     if len(segments) == 1 and isinstance(segments[0], tuple):
         buf, width = segments[0]
         return memoryview(buf)[:n * width]

@@ -12,8 +12,8 @@ from ..sql._json_values import is_nested, json_texts
 from ..sql._type_rules import Family, fits
 from ._server import PgColumn
 
-__all__ = ["FLOAT_PG", "INT_PG", "PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_large",
-           "is_string", "normalize_array", "value_bytes"]
+__all__ = ["FLOAT_PG", "INT_PG", "PgColumn", "assign", "check_no_nul", "compatible", "family", "is_binary", "is_string",
+           "normalize_array", "value_bytes"]
 
 INT_PG = frozenset({"int2", "int4", "int8"})
 FLOAT_PG = frozenset({"float4", "float8"})
@@ -47,7 +47,6 @@ def family(col: PgColumn) -> Family:
 
 def compatible(arrow_type: pa.DataType, col: PgColumn) -> bool:
     return fits(arrow_type, family(col))
-
 
 
 def normalize_array(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -92,24 +91,19 @@ def check_no_nul(name: str, arr: pa.Array) -> None:
     data = value_bytes(arr)
     if not any(b"\x00" in data[i:i + _NUL_SCAN].tobytes() for i in range(0, len(data), _NUL_SCAN)):
         return
-    hits = pc.match_substring(arr, "\x00")
-    if not pc.any(hits).as_py():
-        return
-    idx = pc.index(hits, True).as_py()
+    if (idx := pc.index(pc.match_substring(arr, "\x00"), True).as_py()) < 0:
+        return  # every NUL byte lies in a null slot
     raise ConfigurationError(
         f"column {name!r}: the value in row {idx} of this batch contains a NUL byte (\\x00), which PostgreSQL text "
         f"cannot store. Remove it before writing, e.g. F.regexp_replace(F.col({name!r}), '\\\\x00', '')"
     )
 
 
-def is_large(t: pa.DataType) -> bool:
-    return pa.types.is_large_binary(t) or pa.types.is_large_string(t)
-
-
 def value_bytes(rows: pa.Array) -> memoryview:
     """The bytes of every value of a binary-like array, concatenated (zero copy)."""
     n = len(rows)
     bufs = rows.buffers()
-    offsets = memoryview(bufs[1]).cast("q" if is_large(rows.type) else "i")
+    large = pa.types.is_large_binary(rows.type) or pa.types.is_large_string(rows.type)
+    offsets = memoryview(bufs[1]).cast("q" if large else "i")
     start, end = offsets[rows.offset], offsets[rows.offset + n]
     return memoryview(bufs[2])[start:end] if bufs[2] is not None else memoryview(b"")

@@ -33,11 +33,8 @@ def finish_many(target: SqlTarget, verb: str, gids: Sequence[str], still_prepare
     :data:`MAX_PIPELINES` pooled connections at once. The first unknown id aborts the rest of its
     pipeline, which is sent again after it. Ids not in *still_prepared* (when given) are ``False``.
     Raises the sink's errors (a retry answers the finished ids from the marker)."""
-    done: dict[str, bool] = {}
-    pending = list(gids)
-    if still_prepared is not None:
-        done.update((g, False) for g in gids if g not in still_prepared)
-        pending = [g for g in gids if g in still_prepared]
+    done = {g: False for g in gids if still_prepared is not None and g not in still_prepared}
+    pending = [g for g in gids if g not in done]
     count = min(MAX_PIPELINES, -(-len(pending) // PER_PIPELINE))
     if count <= 1:
         done.update(_finish_in_pipeline(target, verb, pending, target.control_run))

@@ -272,7 +272,4 @@ class PostgresPrepared(PostgresDialect):
         return Headroom("max_prepared_transactions", int(rows[0][0]), int(rows[0][1]))
 
     def prepared_ids(self, prefix: str) -> list[str]:
-        _n, rows = self.target.control_execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s)",
-            (prefix,), fetch=True)
-        return [str(r[0]) for r in rows]
+        return list(self.prepared_since(prefix))

@@ -13,8 +13,8 @@ from .._options import Duration
 from ..sql._names import TableName
 from ._dialect import _quoted
 
-__all__ = ["PgColumn", "catalog_columns", "identifier", "regclass_text", "rollback_problem", "session_settings",
-           "similar_tables", "table_columns", "table_oid", "table_rollback_problem"]
+__all__ = ["PgColumn", "catalog_columns", "identifier", "rollback_problem", "session_settings", "similar_tables",
+           "table_columns", "table_oid", "table_rollback_problem"]
 
 
 @dataclass(frozen=True)
