@@ -25,7 +25,7 @@ def main(variant: str, params: dict[str, Any]) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     ready = time.perf_counter()
     df = spark.range(params["rows"]).selectExpr(*params["exprs"])
-    jdbc = {"url": params["jdbc_url"], "dbtable": params["table"], **params["props"]}
+    jdbc = {**params["jdbc"], "dbtable": params["table"]}
     if variant == "noop":
         # The no-op source's classes run as this script's own (shipped by value, like a
         # notebook's), so the floor imports nothing of the project.

@@ -29,17 +29,8 @@ class _NoopWriter(DataSourceArrowWriter):
         return WriterCommitMessage()
 
 
-class _NoopStreamWriter(DataSourceStreamArrowWriter):
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        for _batch in iterator:
-            pass
-        return WriterCommitMessage()
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        pass
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        pass
+class _NoopStreamWriter(DataSourceStreamArrowWriter):  # commit and abort: the base class's, doing nothing
+    write = _NoopWriter.write
 
 
 class _OneRowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -59,9 +50,6 @@ class _OneRowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
         yield (partition.value,)
-
-    def commit(self, end: dict[str, int]) -> None:
-        pass
 
 
 class NoopDataSource(DataSource):

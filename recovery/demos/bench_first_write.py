@@ -24,9 +24,9 @@ from ._bench_common import (
     compile_package,
     count_rows,
     create_table,
-    jdbc_target,
+    jdbc_options,
     module_parser,
-    postgres_url,
+    server_url,
 )
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
@@ -43,8 +43,7 @@ TABLES = {SPARK: "bench_first_write_jdbc", TWOPC: "bench_first_write_twopc"}
 
 def run_once(variant: str, url: str) -> dict[str, float]:
     """One process: its whole time (``total``) and the child's own times, in seconds."""
-    jdbc_url, props = jdbc_target(url)
-    params = {"jdbc_url": jdbc_url, "table": TABLES.get(variant, ""), "props": props, "rows": ROWS,
+    params = {"jdbc": jdbc_options(url), "table": TABLES.get(variant, ""), "rows": ROWS,
               "exprs": list(ROW_EXPRS), "jar": JDBC_JAR if os.path.exists(JDBC_JAR) else ""}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(CHILD), variant], input=json.dumps(params), capture_output=True,
@@ -73,7 +72,7 @@ def bench(url: str, runs: int, warm: int, variants: Sequence[str]) -> dict[str, 
                   f"{os.getloadavg()[0]:.2f})", flush=True)
     for v in variants:
         if v in TABLES:
-            found, expected = count_rows(url, TABLES[v]), ROWS * (runs + warm)
+            found, expected = count_rows(url, TABLES[v])[0], ROWS * (runs + warm)
             if found != expected:
                 raise SystemExit(f"bench: {LABELS[v]} left {found} rows in {TABLES[v]}, expected {expected}")
     return out
@@ -116,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
     if SPARK not in variants:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-    with postgres_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL") or None) as url:
+    from twopc.faultinject import LocalPostgres
+    with server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), LocalPostgres) as url:
         results = bench(url, max(1, args.runs), max(0, args.warm), variants)
     report(results)
     return 0
