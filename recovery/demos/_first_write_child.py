@@ -16,12 +16,10 @@ STARTED = time.perf_counter()
 
 def main(variant: str, params: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
-    builder = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
-    if params.get("jar"):
-        builder = builder.config("spark.jars", params["jar"])
-    spark = builder.getOrCreate()
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
+            **({"spark.jars": params["jar"]} if params.get("jar") else {})}
+    spark = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}").config(map=conf)
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     ready = time.perf_counter()
     df = spark.range(params["rows"]).selectExpr(*params["exprs"])

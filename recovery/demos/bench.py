@@ -18,25 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import (
-    COLUMN_NAMES,
-    JDBC_JAR,
-    ROW_EXPRS,
-    TABLE_COLUMNS,
-    append,
-    bench_main_setup,
-    bench_session,
-    commit_each,
-    copy_rows,
-    count_rows,
-    create_table,
-    jdbc_options,
-    key_value,
-    libpq_dsn,
-    module_parser,
-    server_url,
-    timed,
-)
+from ._bench_common import COLUMN_NAMES, JDBC_JAR, ROW_EXPRS, TABLE_COLUMNS, create_table, libpq_dsn, timed
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
 
@@ -69,6 +51,8 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int, writers: S
     floor's rows took to encode (beforehand, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
+
+    from ._bench_common import append, bench_session, count_rows, jdbc_options
     have_jdbc = os.path.exists(JDBC_JAR)
     spark = bench_session("twopc-bench", [*([("spark.jars", JDBC_JAR)] if have_jdbc else []), *spark_conf])
     frames = {n: spark.range(rows, numPartitions=n).selectExpr(*ROW_EXPRS).cache() for n in partitions}
@@ -234,6 +218,8 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
 
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
     from twopc.sinks import PostgresSink, StagingSink
+
+    from ._bench_common import commit_each, copy_rows
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
                         ("ts", pa.timestamp("us", "UTC"))])
     data = pa.RecordBatch.from_pydict({"id": list(range(100)), "payload": ["x"] * 100, "amount": [0.5] * 100,
@@ -327,6 +313,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str], 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ._bench_common import bench_main_setup, key_value, module_parser, server_url
     parser = module_parser("bench", __doc__)
     parser.add_argument("--url", default=os.environ.get("TWOPC_BENCH_POSTGRES_URL"))
     parser.add_argument("--rows", type=int, default=2_000_000)

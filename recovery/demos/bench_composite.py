@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._bench_common import bench_main_setup, bench_session, count_rows, module_parser, run_sql, server_url, timed
+from ._bench_common import count_rows, run_sql, timed
 
 __all__ = ["main"]
 
@@ -135,6 +135,7 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ._bench_common import ROW_EXPRS, bench_main_setup, bench_session, module_parser, server_url
     parser = module_parser("bench_composite", __doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
@@ -153,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = bench_session("twopc-bench-composite", driver_host="127.0.0.1", driver_bindAddress="127.0.0.1")
         try:
             df = spark.range(0, args.rows, numPartitions=args.partitions).selectExpr(
-                "id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
-                "concat('c', cast(id % 10 AS string)) AS category").cache()
+                *ROW_EXPRS[:3], "concat('c', cast(id % 10 AS string)) AS category").cache()
             df.count()
             print(f"bench: {args.rows} rows, {args.partitions} partitions, local[2]; {where}")
             results = bench_throughput(spark, df, args.rows, pg_url, redis_url, Path(tmp), args.repeats)

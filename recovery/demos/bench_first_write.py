@@ -17,17 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._bench_common import (
-    JDBC_JAR,
-    ROW_EXPRS,
-    bench_main_setup,
-    compile_package,
-    count_rows,
-    create_table,
-    jdbc_options,
-    module_parser,
-    server_url,
-)
+from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_options
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
 
@@ -107,6 +97,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ._bench_common import bench_main_setup, module_parser, server_url
     parser = module_parser("bench_first_write", __doc__)
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
     parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")

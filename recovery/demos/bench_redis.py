@@ -100,8 +100,7 @@ def _check(url: str, tag: str, rows: int) -> None:
 
 
 def _fcall_usec(r: Any) -> float:
-    stats = r.info("commandstats")
-    return float(stats.get("cmdstat_fcall", {}).get("usec", 0.0))
+    return float(r.info("commandstats").get("cmdstat_fcall", {}).get("usec", 0.0))
 
 
 def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, float]:

@@ -27,8 +27,7 @@ MICRO_FOREACH = "spark jdbc in foreachBatch (at-least-once)"
 MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 
-def bench_partitions(url: str, work: Path, batches: int,
-                     partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
+def bench_partitions(url: str, work: Path, batches: int) -> dict[int, dict[str, float]]:
     """Per partition count, median ms per batch of the driver's commit (``commit``), plus plan-time recovery
     (``protocol``), of plain commits (``plain``) and of the prepared transactions committed without the protocol
     (``floor``: PostgreSQL flushes its WAL per ``COMMIT PREPARED``); the kinds alternate round by round, order reversed
@@ -36,7 +35,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     phases (``decision``, ``commits``, ``mark``, ``sweep``) are medians too."""
     dsn = libpq_dsn(url)
     out: dict[int, dict[str, float]] = {}
-    for n in partitions:
+    for n in PARTITIONS:
         rounds = max(15, batches * 2 // n)
         out[n] = row = _partitions_row(url, dsn, work, n, rounds)
         print(f"bench: {n:>3} partitions: commit {row['commit']:7.2f} ms, protocol {row['protocol']:7.2f} ms, "
@@ -110,13 +109,10 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
     jdbc = jdbc_options(url)
-    def twopc(checkpoint: bool) -> Callable[[DataFrame, str, int], None]:
-        def write(d: DataFrame, t: str, v: int) -> None:
-            ck = {"checkpointLocation": str(work / "small-ck" / t), "txnVersion": str(v)} if checkpoint else {}
-            append(d, "twopc-jdbc", t, jdbc, **ck)
-        return write
-    writers: dict[str, Callable[[DataFrame, str, int], None]] = {"twopc-jdbc drop-in (no checkpoint)": twopc(False),
-                                                                 "twopc-jdbc with checkpointLocation": twopc(True)}
+    writers: dict[str, Callable[[DataFrame, str, int], None]] = {
+        "twopc-jdbc drop-in (no checkpoint)": lambda d, t, _v: append(d, "twopc-jdbc", t, jdbc),
+        "twopc-jdbc with checkpointLocation": lambda d, t, v: append(
+            d, "twopc-jdbc", t, jdbc, checkpointLocation=str(work / "small-ck" / t), txnVersion=str(v))}
     if os.path.exists(JDBC_JAR):
         writers["spark jdbc"] = lambda d, t, _v: append(d, "jdbc", t, jdbc)
     out: dict[str, list[float]] = {}
@@ -132,8 +128,7 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     return out
 
 
-def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
-                        rounds: int = 2) -> dict[str, list[float]]:
+def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int, rounds: int) -> dict[str, list[float]]:
     """ms of ``triggerExecution`` per micro-batch (1,000 rows from JSON files): ``twopc-jdbc`` vs
     ``foreachBatch`` + Spark's JDBC writer vs the no-op sink; *rounds* queries of each, order
     reversed every other round, each query's first micro-batch dropped."""
@@ -262,16 +257,14 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
                    f"{row.get('mark', 0):.2f}, sweep {row.get('sweep', 0):.2f} ms")
     if small:
         med = {k: statistics.median(v) for k, v in small.items()}
-        peer = med.get("spark jdbc")
-        print(f"\nsmall write, {SMALL_ROWS:,} rows, median of {max(len(v) for v in small.values())} "
-              f"(ratio = time / Spark JDBC's time):")
+        peer, runs = med.get("spark jdbc"), max(len(v) for v in small.values())
+        print(f"\nsmall write, {SMALL_ROWS:,} rows, median of {runs} (ratio = time / Spark JDBC's time):")
         for name, s in med.items():
             print(f"  {name:<40} {s:6.2f} s" + (f"   {s / peer:5.2f}x" if peer else ""))
         drop_in = med["twopc-jdbc drop-in (no checkpoint)"]
         if peer:
             print(f"  target: drop-in <= {small_goal.goal:g}x Spark's JDBC writer: {drop_in / peer:.2f}x   "
                   f"{judge(small_goal, drop_in / peer)}")
-            runs = max(len(v) for v in small.values())
             record("small_write.dropin_vs_spark_jdbc", drop_in / peer,
                    f"{drop_in:.2f} s / {peer:.2f} s, median of {runs}")
     if micro:

@@ -83,11 +83,8 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
     found = count_rows(pg_url, table)[0]
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     try:
-        left = []
-        for s in streams:
-            for g in client.xinfo_groups(s):
-                if g["name"].decode() == group and (int(g["pending"]) or g.get("lag") != 0):
-                    left.append(f"{s}: pending {g['pending']}, lag {g.get('lag')}")
+        left = [f"{s}: pending {g['pending']}, lag {g.get('lag')}" for s in streams for g in client.xinfo_groups(s)
+                if g["name"].decode() == group and (int(g["pending"]) or g.get("lag") != 0)]
     finally:
         client.close()
     if found != count or left:

@@ -58,9 +58,8 @@ def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
     return ",".join(f"{p}@batch={b}:crash" for p, b in zip(points, at, strict=False))  # fewer batches: fewer crashes
 
 
-def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
-            format_name: str = "twopc-postgres", url: str | None = None,
-            options: Mapping[str, str] | None = None) -> None:
+def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *, format_name: str, url: str | None,
+            options: Mapping[str, str]) -> None:
     """One run of the query into *format_name*: all available input, then stop (*url* defaults to
     ``TWOPC_DEMO_URL``; *options* are extra writer options)."""
     url = url or os.environ.get("TWOPC_DEMO_URL")
@@ -68,7 +67,7 @@ def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
         raise SystemExit("twopc.recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")
     spark = crashable_spark("twopc-demo", partitions)
     def write(df: DataFrame) -> DataStreamWriter:
-        return df.writeStream.format(format_name).option("url", url).option("dbtable", table).options(**(options or {}))
+        return df.writeStream.format(format_name).option("url", url).option("dbtable", table).options(**options)
     run_stream_to_end(spark, input_dir, checkpoint, partitions, write)
 
 

@@ -41,8 +41,7 @@ class PipelineSpec:
 
 def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
     """Write *spec* to *path* with mode 0600 (it holds the URLs)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with open(path, "w", opener=lambda name, flags: os.open(name, flags, 0o600)) as f:
         json.dump(spec.__dict__, f)
 
 

@@ -89,8 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 1
                 if finished:
                     break
-            fired = len(report.fired)
-            print(f"demo: {rounds} rounds, {fired} faults fired, {time.monotonic() - started:.0f}s")
+            print(f"demo: {rounds} rounds, {len(report.fired)} faults fired, {time.monotonic() - started:.0f}s")
             verdict = verify(spec)
             print("verification:")
             print(verdict.render())
