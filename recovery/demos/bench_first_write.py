@@ -77,10 +77,8 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
     for v in results:
         print(f"  {LABELS[v]:<42} {med(v, 'total'):13.2f} {med(v, 'ready'):13.2f} {med(v, 'write'):7.2f} "
               f"{med(v, 'stop'):6.2f}")
-    if TWOPC not in results:
-        return
     for peer, key in ((NOOP, "first_write.twopc_vs_noop"), (SPARK, "first_write.twopc_vs_spark_jdbc")):
-        if peer not in results:
+        if TWOPC not in results or peer not in results:
             continue
         ratio = med(TWOPC, "total") / med(peer, "total")
         write_ratio = med(TWOPC, "write") / med(peer, "write")

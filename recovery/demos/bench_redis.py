@@ -48,9 +48,8 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
     started = time.perf_counter()
     handles = []
     for p in range(partitions):
-        part = table.slice(p * per, per)
         txn = sink.begin_transaction(TransactionContext("bench", 0, p, p))
-        for rb in part.to_batches(max_chunksize=10_000):
+        for rb in table.slice(p * per, per).to_batches(max_chunksize=10_000):
             sink.invoke_batch(txn, rb)
         handles.append(sink.pre_commit(txn))
     assert sink.commit_all(handles) == [CommitOutcome.COMMITTED] * partitions  # one call, as the driver commits

@@ -53,10 +53,11 @@ def _timing(query: StreamingQuery, started: float, ended: float, carried: Callab
     if not progress or progress[0]["batchId"] != 0:
         raise SystemExit("bench: the query's first progress report is missing (raise "
                          "spark.sql.streaming.numRecentProgressUpdates)")
+    def epoch(p: dict[str, Any]) -> float:
+        return datetime.datetime.fromisoformat(p["timestamp"]).timestamp()
     data = [p for p in progress if carried(p)]
-    epoch = {p["batchId"]: datetime.datetime.fromisoformat(p["timestamp"]).timestamp() for p in progress}
-    last = max(epoch[p["batchId"]] + p["durationMs"]["triggerExecution"] / 1000 for p in data)
-    return Timing(ended - started, epoch[0] - started, last - epoch[0])
+    first, last = epoch(progress[0]), max(epoch(p) + p["durationMs"]["triggerExecution"] / 1000 for p in data)
+    return Timing(ended - started, first - started, last - first)
 
 
 def produce(redis_url: str, streams: Sequence[str], count: int) -> None:
