@@ -10,12 +10,12 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 JDBC_JAR = "/usr/share/java/postgresql.jar"
 #: the generated rows, as Spark SQL expressions over ``spark.range``
@@ -43,12 +43,13 @@ def create_table(url: str, table: str, columns: str = TABLE_COLUMNS) -> None:
     run_sql(url, f'DROP TABLE IF EXISTS "{table}"', f'CREATE TABLE "{table}" ({columns})')
 
 
-def count_rows(url: str, table: str) -> int:
+def count_rows(url: str, table: str, select: str = "count(*)") -> tuple[int, ...]:
+    """*select* (counts) over *table* of the database of SQLAlchemy URL *url*."""
     import sqlalchemy as sa
     engine = sa.create_engine(url)
     try:
         with engine.connect() as c:
-            return int(c.execute(sa.text(f'SELECT count(*) FROM "{table}"')).scalar_one())
+            return tuple(int(n) for n in c.exec_driver_sql(f'SELECT {select} FROM "{table}"').one())
     finally:
         engine.dispose()
 
@@ -77,10 +78,21 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def jdbc_target(url: str) -> tuple[str, dict[str, str]]:
+def jdbc_options(url: str) -> dict[str, str]:
+    """The ``url``, ``user`` and ``password`` options of a JDBC writer (Spark's, twopc's) for SQLAlchemy URL *url*."""
     import sqlalchemy as sa
     u = sa.make_url(url)
-    return f"jdbc:postgresql://{u.host}:{u.port}/{u.database}", {"user": u.username or "", "password": u.password or ""}
+    return {"url": f"jdbc:postgresql://{u.host}:{u.port}/{u.database}", "user": u.username or "",
+            "password": u.password or ""}
+
+
+def append(df: DataFrame, fmt: str, table: str, jdbc: Mapping[str, str], **options: str) -> None:
+    """Append *df* to PostgreSQL *table* through Spark format *fmt* (Spark's ``jdbc`` told the driver class),
+    connected by *jdbc* (:func:`jdbc_options`), with *options* (a ``url`` among them replaces *jdbc*'s)."""
+    w = df.write.format(fmt).mode("append").options(**jdbc).option("dbtable", table)
+    if fmt == "jdbc":
+        w = w.option("driver", "org.postgresql.Driver")
+    w.options(**options).save()
 
 
 def verdict(ok: bool) -> str:
@@ -102,6 +114,14 @@ def module_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
                                    description=(doc or "").split("\n\n")[0])
 
 
+def key_value(text: str) -> tuple[str, str]:
+    """A ``KEY=VALUE`` argument as a pair (an argparse ``type``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key.strip(), value
+
+
 def bench_main_setup() -> None:
     """What a bench's ``main`` does first: SIGTERM cleans up as Ctrl-C does; Spark's workers run this interpreter."""
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -118,26 +138,17 @@ def server_url(url: str | None, server: Callable[[], Any]) -> Iterator[str]:
         yield started.url
 
 
-def postgres_url(url: str | None) -> contextlib.AbstractContextManager[str]:
-    """*url*, or the URL of a throwaway LocalPostgres running while the block does."""
-    from twopc import faultinject
-    return server_url(url, faultinject.LocalPostgres)
-
-
-def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), **conf: str) -> SparkSession:
-    """A ``local[2]`` session in UTC without UI, logging errors only, twopc's sinks registered, with
+def bench_session(app_name: str, extra: Iterable[tuple[str, str]] = (), master: str = "local[2]",
+                  **conf: str) -> SparkSession:
+    """A *master* session in UTC without UI, logging errors only, twopc's sinks registered, with
     *conf* (``spark.`` keys, dots as underscores) and *extra* (whole keys)."""
     from pyspark.sql import SparkSession
 
     from twopc import sinks
-    builder = (SparkSession.builder.master("local[2]").appName(app_name)
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
-    for key, value in conf.items():
-        builder = builder.config("spark." + key.replace("_", "."), value)
-    for key, value in extra:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    settings: dict[str, Any] = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                                "spark.sql.session.timeZone": "UTC"}
+    settings.update({"spark." + key.replace("_", "."): value for key, value in conf.items()}, **dict(extra))
+    spark = SparkSession.builder.master(master).appName(app_name).config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     sinks.register_all(spark)
     return spark
@@ -164,11 +175,6 @@ def rss_kib(status: dict[bytes, bytes]) -> int:
 
 def processes() -> Iterator[tuple[str, list[bytes]]]:
     """Every process's pid and command line (its arguments), as ``/proc`` shows them now."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                yield name, f.read().split(b"\0")
-        except OSError:
-            continue
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{name}/cmdline", "rb") as f:
+            yield name, f.read().split(b"\0")

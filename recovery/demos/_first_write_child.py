@@ -16,16 +16,14 @@ STARTED = time.perf_counter()
 
 def main(variant: str, params: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
-    builder = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.session.timeZone", "UTC"))
-    if params.get("jar"):
-        builder = builder.config("spark.jars", params["jar"])
-    spark = builder.getOrCreate()
+    conf = {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false", "spark.sql.session.timeZone": "UTC",
+            **({"spark.jars": params["jar"]} if params.get("jar") else {})}
+    spark = (SparkSession.builder.master("local[2]").appName(f"twopc-first-write-{variant}").config(map=conf)
+             .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     ready = time.perf_counter()
     df = spark.range(params["rows"]).selectExpr(*params["exprs"])
-    jdbc = {"url": params["jdbc_url"], "dbtable": params["table"], **params["props"]}
+    jdbc = {**params["jdbc"], "dbtable": params["table"]}
     if variant == "noop":
         # The no-op source's classes run as this script's own (shipped by value, like a
         # notebook's), so the floor imports nothing of the project.

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
+
+from ._bench_common import bench_session
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-__all__ = ["crashable_spark", "run_stream_to_end"]
+__all__ = ["crashable_spark", "follow", "run_stream_to_end"]
 
 INPUT_SCHEMA = "id BIGINT, payload STRING, amount DOUBLE"
 
@@ -24,17 +27,7 @@ def crashable_spark(app_name: str, partitions: int) -> SparkSession:
     faultinject.export_crash_group()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from twopc import sinks
-    spark = (SparkSession.builder.master("local[2,3]").appName(app_name)
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", str(partitions))
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    sinks.register_all(spark)
-    return spark
+    return bench_session(app_name, master="local[2,3]", sql_shuffle_partitions=str(partitions))
 
 
 def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, partitions: int,
@@ -49,16 +42,23 @@ def run_stream_to_end(spark: SparkSession, input_dir: str, checkpoint: str, part
     stream = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(input_dir)
     query = (write(stream.repartition(partitions)).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
-    seen = -1
-    def report() -> None:
-        nonlocal seen
-        for p in query.recentProgress:
-            if p["batchId"] > seen:
-                seen = p["batchId"]
-                print(f"progress: batch {seen} committed ({p['numInputRows']} rows)", file=sys.stderr, flush=True)
-    while query.isActive:
-        report()
-        query.awaitTermination(1)  # returns as soon as the query ends
-    query.awaitTermination()
-    report()
+    follow({"": query}, "rows")
     spark.stop()
+
+
+def follow(queries: Mapping[str, StreamingQuery], unit: str) -> None:
+    """Wait for *queries* to end, printing a ``progress:`` line (with the query's name, if any) per batch committed."""
+    seen = dict.fromkeys(queries, -1)
+    def report() -> None:
+        for name, q in queries.items():
+            for p in q.recentProgress:
+                if p["batchId"] > seen[name]:
+                    seen[name] = p["batchId"]
+                    print(f"progress: {f'{name} ' if name else ''}batch {seen[name]} committed "
+                          f"({p['numInputRows']} {unit})", file=sys.stderr, flush=True)
+    while active := [q for q in queries.values() if q.isActive]:
+        report()
+        active[0].awaitTermination(1)  # returns as soon as that query ends
+    for q in queries.values():
+        q.awaitTermination()
+    report()

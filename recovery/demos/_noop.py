@@ -7,14 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceArrowWriter,
-    DataSourceStreamArrowWriter,
-    DataSourceStreamReader,
-    InputPartition,
-    WriterCommitMessage,
-)
+from pyspark.sql import datasource as ds
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 
 __all__ = ["NOOP_FORMAT", "NoopDataSource"]
@@ -22,27 +15,18 @@ __all__ = ["NOOP_FORMAT", "NoopDataSource"]
 NOOP_FORMAT = "twopc-bench-noop"
 
 
-class _NoopWriter(DataSourceArrowWriter):
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+class _NoopWriter(ds.DataSourceArrowWriter):
+    def write(self, iterator: Iterator[Any]) -> ds.WriterCommitMessage:
         for _batch in iterator:
             pass
-        return WriterCommitMessage()
+        return ds.WriterCommitMessage()
 
 
-class _NoopStreamWriter(DataSourceStreamArrowWriter):
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        for _batch in iterator:
-            pass
-        return WriterCommitMessage()
-
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        pass
-
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's parameter name
-        pass
+class _NoopStreamWriter(ds.DataSourceStreamArrowWriter):  # commit and abort: the base class's, doing nothing
+    write = _NoopWriter.write
 
 
-class _OneRowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class _OneRowStreamReader(ds.DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets ``{"n": 0}`` then ``{"n": 1}``: one micro-batch holding the row ``n = 1``."""
 
     def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's method name
@@ -54,17 +38,14 @@ class _OneRowStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 - Spark's method name
         pass
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        return [InputPartition(end["n"])] if end["n"] > start["n"] else []
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[ds.InputPartition]:
+        return [ds.InputPartition(end["n"])] if end["n"] > start["n"] else []
 
-    def read(self, partition: InputPartition) -> Iterator[tuple[int]]:
+    def read(self, partition: ds.InputPartition) -> Iterator[tuple[int]]:
         yield (partition.value,)
 
-    def commit(self, end: dict[str, int]) -> None:
-        pass
 
-
-class NoopDataSource(DataSource):
+class NoopDataSource(ds.DataSource):
     @classmethod
     def name(cls) -> str:
         return NOOP_FORMAT

@@ -18,40 +18,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import (
-    COLUMN_NAMES,
-    JDBC_JAR,
-    ROW_EXPRS,
-    TABLE_COLUMNS,
-    bench_main_setup,
-    bench_session,
-    commit_each,
-    copy_rows,
-    count_rows,
-    create_table,
-    jdbc_target,
-    libpq_dsn,
-    module_parser,
-    server_url,
-    timed,
-    verdict,
-)
+from ._bench_common import COLUMN_NAMES, JDBC_JAR, ROW_EXPRS, TABLE_COLUMNS, create_table, libpq_dsn, timed
 from ._bench_results import record
-from .bench_summary import TARGETS
+from .bench_summary import TARGETS, judge
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["main"]
 
-
-def _goal(key: str) -> float:
-    goal = TARGETS[key].goal
-    assert goal is not None, key
-    return goal
-
-
-TARGET_PROTOCOL_MS = _goal("protocol.prepared_ms")
 
 PREPARED = "twopc-jdbc prepared (exactly-once)"
 DROPIN = "twopc-jdbc drop-in: no checkpoint, no commitMode (exactly-once)"
@@ -66,17 +41,18 @@ WRITERS = {"prepared": PREPARED, "dropin": DROPIN, "staging": STAGING, "jdbc": S
            "copy-par": PAR_COPY, "copy-par-prepared": PAR_COPY_PREPARED, "noop": NOOP}
 
 
-def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
-                     writers: Sequence[str] = tuple(WRITERS), spark_conf: Sequence[tuple[str, str]] = (),
-                     twopc_options: Sequence[tuple[str, str]] = (), partitions: Sequence[int] = (2,),
-                     then: Callable[[SparkSession], None] | None = None,
-                     notes: dict[str, float] | None = None) -> dict[str, list[float]]:
+def bench_throughput(url: str, rows: int, work: Path, *, repeat: int, writers: Sequence[str],
+                     spark_conf: Sequence[tuple[str, str]], twopc_options: Sequence[tuple[str, str]],
+                     partitions: Sequence[int], then: Callable[[SparkSession], None],
+                     notes: dict[str, float]) -> dict[str, list[float]]:
     """rows/s of each writer, *repeat* interleaved rounds, at each count of *partitions* (the raw COPY
     at the first only). *spark_conf* goes to the session, *twopc_options* to the twopc-jdbc writers;
     *then* runs with the session before it stops; *notes* gets ``encode_seconds``, the CPU the COPY
     floor's rows took to encode (beforehand, out of its time)."""
     import psycopg
     import pyarrow.csv as pacsv
+
+    from ._bench_common import append, bench_session, count_rows, jdbc_options
     have_jdbc = os.path.exists(JDBC_JAR)
     spark = bench_session("twopc-bench", [*([("spark.jars", JDBC_JAR)] if have_jdbc else []), *spark_conf])
     frames = {n: spark.range(rows, numPartitions=n).selectExpr(*ROW_EXPRS).cache() for n in partitions}
@@ -84,7 +60,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
         frame.count()
     df = frames[partitions[0]]
     small = spark.range(20_000, numPartitions=2).selectExpr(*ROW_EXPRS)
-    jdbc_url, props = jdbc_target(url)
+    jdbc = jdbc_options(url)
     results: dict[str, list[float]] = {}
     versions: dict[str, int] = {}
     def measure(name: str, table: str, write: Callable[[DataFrame, str, int], object], warm: bool,
@@ -95,7 +71,7 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
         create_table(url, table)
         versions[table] = versions.get(table, 1) + 1
         seconds = timed(lambda: write(frame, table, versions[table]))
-        found = rows if name.startswith(NOOP) else count_rows(url, table)
+        found = rows if name.startswith(NOOP) else count_rows(url, table)[0]
         if found != rows:
             raise SystemExit(f"bench: {name} wrote {found} rows, expected {rows}")
         results.setdefault(name, []).append(rows / seconds)
@@ -103,21 +79,14 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
     def twopc_jdbc(mode: str | None) -> Callable[[DataFrame, str, int], object]:
         """*mode* None: the drop-in, Spark JDBC writer's options and nothing else."""
         def write(d: DataFrame, t: str, v: int) -> None:
-            w = (d.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
-                 .option("batchsize", "10000").options(**props))
-            if mode is None:
-                w.save()
-                return
-            w = w.option("commitMode", mode).options(**dict(twopc_options))
-            if mode == "prepared":
-                w = w.option("checkpointLocation", str(work / "ck" / t)).option("txnVersion", str(v))
-            w.save()
+            ck = {"checkpointLocation": str(work / "ck" / t), "txnVersion": str(v)} if mode == "prepared" else {}
+            more = {} if mode is None else {"commitMode": mode, **dict(twopc_options), **ck}
+            append(d, "twopc-jdbc", t, jdbc, **{"batchsize": "10000", **more})
         return write
     def spark_jdbc(extra: str) -> Callable[[DataFrame, str, int], object]:
-        def write(d: DataFrame, t: str, _v: int) -> None:
-            (d.write.format("jdbc").mode("append").option("url", jdbc_url + extra).option("dbtable", t)
-             .option("batchsize", "10000").option("driver", "org.postgresql.Driver").options(**props).save())
-        return write
+        return lambda d, t, _v: append(d, "jdbc", t, jdbc, url=jdbc["url"] + extra, batchsize="10000")
+    def noop(d: DataFrame, _t: str, _v: int) -> None:
+        d.write.format(NOOP_FORMAT).mode("append").save()
     csv = work / "rows.csv"
     if "copy" in writers:
         pacsv.write_csv(df.toArrow(), csv, pacsv.WriteOptions(include_header=False))
@@ -127,40 +96,31 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
               cur.copy(f'COPY "{table}" ({COLUMN_NAMES}) FROM STDIN (FORMAT csv)') as cp, open(csv, "rb") as f):
             while chunk := f.read(1 << 20):
                 cp.write(chunk)
-    wants_floor = bool({"copy-par", "copy-par-prepared"} & set(writers))
-    floor = _ParallelCopy(dsn, df.toArrow(), max(partitions)) if wants_floor else None
+    streams = {id(frame): n for n, frame in frames.items()}
+    wanted = {"copy-par", "copy-par-prepared"} & set(writers)
+    floor = _ParallelCopy(dsn, df.toArrow(), max(partitions), streams) if wanted else None
     if floor is not None:
         print(f"bench: the parallel COPY floor's rows, encoded to COPY binary once beforehand: "
               f"{floor.encode_seconds:.2f} s of CPU ({floor.encode_seconds / rows * 1e6:.2f} us a row), "
               f"{floor.nbytes / 1e6:,.0f} MB", flush=True)
-        if notes is not None:
-            notes["encode_seconds"] = floor.encode_seconds
-    plan: list[tuple[str, str, Callable[[DataFrame, str, int], object]]] = []
+        notes["encode_seconds"] = floor.encode_seconds
+    from ._noop import NOOP_FORMAT, NoopDataSource
+    if "noop" in writers:
+        spark.dataSource.register(NoopDataSource)
+    writes: dict[str, tuple[str, Callable[[DataFrame, str, int], object]]] = {
+        "prepared": ("bench_prepared", twopc_jdbc("prepared")), "dropin": ("bench_dropin", twopc_jdbc(None)),
+        "staging": ("bench_staging", twopc_jdbc("staging")), "jdbc": ("bench_jdbc", spark_jdbc("")),
+        "jdbc-rw": ("bench_jdbc_rw", spark_jdbc("?reWriteBatchedInserts=true")), "copy": ("bench_copy", raw_copy),
+        "noop": ("bench_noop", noop)}
+    if floor is not None:
+        writes["copy-par"] = ("bench_copy_par", functools.partial(floor.write, prepared=False))
+        writes["copy-par-prepared"] = ("bench_copy_par_prep", functools.partial(floor.write, prepared=True))
+    plan = []
     for key in writers:
-        if key == "prepared":
-            plan.append((PREPARED, "bench_prepared", twopc_jdbc("prepared")))
-        elif key == "dropin":
-            plan.append((DROPIN, "bench_dropin", twopc_jdbc(None)))
-        elif key == "staging":
-            plan.append((STAGING, "bench_staging", twopc_jdbc("staging")))
-        elif key in ("jdbc", "jdbc-rw"):
-            if not have_jdbc:
-                print(f"bench: {WRITERS[key]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-                continue
-            rw = key == "jdbc-rw"
-            plan.append((WRITERS[key], "bench_jdbc" + ("_rw" if rw else ""),
-                         spark_jdbc("?reWriteBatchedInserts=true" if rw else "")))
-        elif key == "copy":
-            plan.append((COPY, "bench_copy", raw_copy))
-        elif key == "noop":
-            from ._noop import NOOP_FORMAT, NoopDataSource
-            spark.dataSource.register(NoopDataSource)
-            plan.append((NOOP, "bench_noop", lambda d, _t, _v: d.write.format(NOOP_FORMAT).mode("append").save()))
-        elif key in ("copy-par", "copy-par-prepared") and floor is not None:
-            prepared = key == "copy-par-prepared"
-            plan.append((WRITERS[key], "bench_copy_par" + ("_prep" if prepared else ""),
-                         functools.partial(floor.write, prepared=prepared)))
-    streams = {id(frame): n for n, frame in frames.items()}
+        if key in ("jdbc", "jdbc-rw") and not have_jdbc:
+            print(f"bench: {WRITERS[key]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
+        elif key in writes:
+            plan.append((WRITERS[key], *writes[key]))
     for r in range(repeat):
         if repeat > 1:
             print(f"bench: round {r + 1} of {repeat}", flush=True)
@@ -169,13 +129,10 @@ def bench_throughput(url: str, rows: int, work: Path, *, repeat: int = 1,
                 if n != partitions[0] and write is raw_copy:
                     continue
                 label = name if n == partitions[0] else f"{name}, {n} partitions"
-                if isinstance(write, functools.partial) and write.func == getattr(floor, "write", None):
-                    write = functools.partial(write, streams=streams)
                 measure(label, f"{table}_{n}", write, warm=r == 0, frame=frames[n])
-    if then is not None:
-        then(spark)
+    then(spark)
     if floor is not None:
-        floor.close()
+        floor.pool.shutdown()
     spark.stop()
     return results
 
@@ -185,7 +142,7 @@ class _ParallelCopy:
     transaction of its own, on bytes twopc's encoder made beforehand (:attr:`encode_seconds`); with ``prepared`` each
     stream adds a marker row and ``PREPARE TRANSACTION``, committed with ``COMMIT PREPARED`` once all prepared."""
 
-    def __init__(self, dsn: str, table: Any, slices: int) -> None:
+    def __init__(self, dsn: str, table: Any, slices: int, streams: dict[int, int]) -> None:
         import concurrent.futures
 
         import psycopg
@@ -195,7 +152,7 @@ class _ParallelCopy:
         from twopc.sinks.postgres._columns import assign, normalize_array
         from twopc.sinks.postgres._copy import CopyStream
         from twopc.sinks.sql._names import TableName
-        self.dsn, self.slices = dsn, slices
+        self.dsn, self.slices, self.streams = dsn, slices, streams
         probe = "bench_copy_par_probe"
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP TABLE IF EXISTS "{probe}"')
@@ -215,14 +172,13 @@ class _ParallelCopy:
         self.columns = sql.SQL(", ").join(sql.Identifier(c.name) for c in copy_plan.columns)
         self.pool = concurrent.futures.ThreadPoolExecutor(slices)
 
-    def write(self, frame: Any, table: str, _version: int, *, prepared: bool,
-              streams: dict[int, int] | None = None) -> None:
-        """The floor's write into *table*, a stream per partition of *frame* (warm-up: 2)."""
+    def write(self, frame: Any, table: str, _version: int, *, prepared: bool) -> None:
+        """The floor's write into *table*, a stream per partition of *frame* (*streams* by frame id; warm-up: 2)."""
         import psycopg
         from psycopg import sql
 
         from twopc.sinks.postgres._binary import BINARY_HEADER, BINARY_TRAILER
-        n = (streams or {}).get(id(frame), 2)
+        n = self.streams.get(id(frame), 2)
         groups = [[c for body in self.bodies[i * self.slices // n:(i + 1) * self.slices // n] for c in body]
                   for i in range(n)]
         conns = [psycopg.connect(self.dsn) for _ in range(n)]
@@ -254,9 +210,6 @@ class _ParallelCopy:
             for c in conns:
                 c.close()
 
-    def close(self) -> None:
-        self.pool.shutdown()
-
 
 def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     """Median ms per micro-batch: with the protocol (prepared and staging modes) vs plain commits of the same writes."""
@@ -265,6 +218,8 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
 
     from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
     from twopc.sinks import PostgresSink, StagingSink
+
+    from ._bench_common import commit_each, copy_rows
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string()), ("amount", pa.float64()),
                         ("ts", pa.timestamp("us", "UTC"))])
     data = pa.RecordBatch.from_pydict({"id": list(range(100)), "payload": ["x"] * 100, "amount": [0.5] * 100,
@@ -302,8 +257,7 @@ def bench_protocol(url: str, work: Path, batches: int) -> dict[str, float]:
     return out
 
 
-def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] = (),
-           notes: dict[str, float] | None = None) -> None:
+def report(results: dict[str, list[float]], rows: int, settings: Sequence[str], notes: dict[str, float]) -> None:
     """The ratio table and the targets: medians over the rounds and, with several, each writer's
     range and each round's own ratio (its writers ran back to back: the least disturbed ratio)."""
     med = {name: statistics.median(rates) for name, rates in results.items()}
@@ -319,37 +273,33 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
         ratio = f"prepared is {same / med[name]:5.2f}x" if same else ""
         print(f"  {name:<50} {med[name]:>12,.0f} rows/s   {ratio}{spread}")
     print("\ntargets (exactly-once writers against their peers):")
-    def target(key: str, label: str, mine: list[float] | None, others: list[list[float]]) -> None:
-        goal = _goal(key)
+    for key, label, name, peers in (
+            ("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ", PREPARED, (SPARK, SPARK_RW)),
+            ("throughput.prepared_vs_copy", "prepared vs raw COPY             ", PREPARED, (COPY,)),
+            ("throughput.dropin_vs_spark_rw", "drop-in vs Spark JDBC, rewritten ", DROPIN, (SPARK_RW,)),
+            ("throughput.dropin_vs_copy", "drop-in vs raw COPY              ", DROPIN, (COPY,)),
+            ("throughput.prepared_vs_parallel_copy", "prepared vs parallel binary COPY ", PREPARED, (PAR_COPY,)),
+            ("throughput.dropin_vs_parallel_copy", "drop-in vs parallel binary COPY  ", DROPIN, (PAR_COPY,))):
+        mine, others = results.get(name), [results[n] for n in peers if n in results]
         if not others or not mine:
             print(f"  {label}: not measured")
-            return
+            continue
         best = max(statistics.median(o) for o in others)
         r = statistics.median(mine) / best
         per_round = [p / max(o[i] for o in others) for i, p in enumerate(mine) if all(i < len(o) for o in others)]
         rounds_text = f"   (per round: {', '.join(f'{x:.2f}x' for x in per_round)})" if len(per_round) > 1 else ""
-        print(f"  {label} >= {goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
-              f"{verdict(r >= goal)}{rounds_text}")
+        print(f"  {label} >= {TARGETS[key].goal}x: {statistics.median(mine):,.0f} / {best:,.0f} = {r:.2f}x   "
+              f"{judge(TARGETS[key], r)}{rounds_text}")
         record(key, r, f"{statistics.median(mine):,.0f} / {best:,.0f} rows/s, {rows:,} rows, "
                        f"median of {len(mine)} rounds")
-    copy = [results[COPY]] if COPY in results else []
-    par = [results[PAR_COPY]] if PAR_COPY in results else []
-    target("throughput.prepared_vs_spark", "prepared vs best Spark JDBC      ", results.get(PREPARED),
-           [results[n] for n in (SPARK, SPARK_RW) if n in results])
-    target("throughput.prepared_vs_copy", "prepared vs raw COPY             ", results.get(PREPARED), copy)
-    target("throughput.dropin_vs_spark_rw", "drop-in vs Spark JDBC, rewritten ", results.get(DROPIN),
-           [results[SPARK_RW]] if SPARK_RW in results else [])
-    target("throughput.dropin_vs_copy", "drop-in vs raw COPY              ", results.get(DROPIN), copy)
-    target("throughput.prepared_vs_parallel_copy", "prepared vs parallel binary COPY ", results.get(PREPARED), par)
-    target("throughput.dropin_vs_parallel_copy", "drop-in vs parallel binary COPY  ", results.get(DROPIN), par)
-    if par and PAR_COPY_PREPARED in results:
+    if PAR_COPY in results and PAR_COPY_PREPARED in results:
         floor, floor_prepared = statistics.median(results[PAR_COPY]), statistics.median(results[PAR_COPY_PREPARED])
         print("\nwhere the time between the parallel binary COPY floor and prepared mode goes (seconds for "
               f"{rows:,} rows, medians):")
         print(f"  the floor, plain transactions                           {rows / floor:6.2f} s")
         added = rows / floor_prepared - rows / floor
         print(f"  + marker row, PREPARE TRANSACTION, COMMIT PREPARED      {added:+6.2f} s")
-        if notes and "encode_seconds" in notes:
+        if "encode_seconds" in notes:
             print(f"  Arrow-to-binary encoding (CPU, twopc's encoder; in the tasks, beside the server's parsing on "
                   f"the same cores)  {notes['encode_seconds']:.2f} s")
         if NOOP in results:
@@ -363,6 +313,7 @@ def report(results: dict[str, list[float]], rows: int, settings: Sequence[str] =
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ._bench_common import bench_main_setup, key_value, module_parser, server_url
     parser = module_parser("bench", __doc__)
     parser.add_argument("--url", default=os.environ.get("TWOPC_BENCH_POSTGRES_URL"))
     parser.add_argument("--rows", type=int, default=2_000_000)
@@ -375,18 +326,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scaling", default="partitions,small,micro",
                         help="fixed-cost rows to run: partitions (protocol cost at 2..200 partitions), small "
                              "(a 20k-row write), micro (micro-batch latency); comma-separated, '' for none")
-    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--conf", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                         help="extra Spark configuration, for every writer (experiments; repeatable)")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--option", action="append", type=key_value, default=[], metavar="KEY=VALUE",
                         help="extra option of the twopc-jdbc writers, e.g. copyFormat=csv (repeatable)")
     args = parser.parse_args(argv)
     writers = [w.strip() for w in args.writers.split(",") if w.strip()]
-    pairs = []
-    for kv in args.conf + args.option:
-        if "=" not in kv:
-            parser.error(f"expected KEY=VALUE, got {kv!r}")
-        pairs.append(tuple(kv.split("=", 1)))
-    spark_conf, twopc_options = pairs[:len(args.conf)], pairs[len(args.conf):]
     unknown = [w for w in writers if w not in WRITERS]
     if unknown:
         parser.error(f"unknown writers {unknown}: choose from {', '.join(WRITERS)}")
@@ -409,23 +354,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             if "micro" in scaling:
                 micro.update(bench_micro_batches(spark, url, Path(work), 12, rounds=4))
         results = bench_throughput(url, args.rows, Path(work), repeat=max(1, args.repeat), writers=writers,
-                                   spark_conf=spark_conf, twopc_options=twopc_options,
+                                   spark_conf=args.conf, twopc_options=args.option,
                                    partitions=[int(p) for p in args.partitions.split(",") if p.strip()],
                                    then=then, notes=notes)
         if args.batches > 0:
             proto = bench_protocol(url, Path(work), args.batches)
             if "partitions" in scaling:
                 parts = bench_partitions(url, Path(work), args.batches)
-    report(results, args.rows, [f"--conf {k}={v}" for k, v in spark_conf]
-           + [f"--option {k}={v}" for k, v in twopc_options], notes)
+    report(results, args.rows, [f"--conf {k}={v}" for k, v in args.conf]
+           + [f"--option {k}={v}" for k, v in args.option], notes)
     if proto:
         print(f"\nprotocol cost per micro-batch (2 tasks, median of {args.batches}; target <= "
-              f"{TARGET_PROTOCOL_MS:g} ms):")
-        print(f"  prepared: recovery check + decision + 2 COMMIT PREPARED + mark + sweep  {proto['prepared']:6.2f} ms"
-              f"   {verdict(proto['prepared'] <= TARGET_PROTOCOL_MS)}")
-        print(f"  staging:  recovery check + one moving transaction + decision + mark    {proto['staging']:6.2f} ms"
-              f"   {verdict(proto['staging'] <= TARGET_PROTOCOL_MS)}")
-        for mode in ("prepared", "staging"):
+              f"{TARGETS['protocol.prepared_ms'].goal:g} ms):")
+        for mode, what in (("prepared", "prepared: recovery check + decision + 2 COMMIT PREPARED + mark + sweep"),
+                           ("staging", "staging:  recovery check + one moving transaction + decision + mark  ")):
+            print(f"  {what}  {proto[mode]:6.2f} ms   {judge(TARGETS[f'protocol.{mode}_ms'], proto[mode])}")
             record(f"protocol.{mode}_ms", proto[mode], f"median of {args.batches} micro-batches; plain commits "
                                                        f"{proto['plain']:.2f} ms")
         print(f"  plain commits of the same 2 transactions                                {proto['plain']:6.2f} ms")

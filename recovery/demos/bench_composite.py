@@ -8,21 +8,20 @@ long after the first participant's commit the last is done. Throwaway servers un
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
+import logging.handlers
 import os
 import statistics
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._bench_common import bench_main_setup, bench_session, module_parser, run_sql, server_url
+from ._bench_common import count_rows, run_sql, timed
 
 __all__ = ["main"]
 
@@ -48,15 +47,11 @@ def _composite_options(pg: dict[str, str], rd: dict[str, str]) -> dict[str, str]
 
 def _check(pg_url: str, table: str, redis_url: str, tag: str, rows: int) -> None:
     import redis
-    import sqlalchemy as sa
-    engine = sa.create_engine(pg_url)
-    with engine.connect() as c:
-        n = c.exec_driver_sql(f"SELECT count(*), count(DISTINCT id) FROM {table}").one()
-    engine.dispose()
+    n = count_rows(pg_url, table, "count(*), count(DISTINCT id)")
     r = redis.Redis.from_url(redis_url)
     total = int(r.get("{" + tag + "}:total") or 0)
     r.close()
-    assert tuple(n) == (rows, rows) and total == rows, f"wrote {tuple(n)} rows and counted {total}, expected {rows}"
+    assert n == (rows, rows) and total == rows, f"wrote {n} rows and counted {total}, expected {rows}"
 
 
 def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str, work: Path,
@@ -87,21 +82,8 @@ def bench_throughput(spark: Any, df: Any, rows: int, pg_url: str, redis_url: str
     separate(small, 1000)()
     for _ in range(repeats):  # interleaved, so drift hits both alike
         for name, make in ((COMPOSITE, composite), (SEPARATE, separate)):
-            write = make(df, rows)
-            started = time.perf_counter()
-            write()
-            results[name].append(time.perf_counter() - started)
+            results[name].append(timed(make(df, rows)))
     return results
-
-
-class _Gaps(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.events: list[dict[str, Any]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if getattr(record, "twopc_event", None) == "participant_committed":
-            self.events.append(dict(getattr(record, "twopc", {})))
 
 
 def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitions: int,
@@ -122,7 +104,7 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
     sid = ledger.bind_sink_id(None, default="benchgap")
     ledger.claim()
     coord = CommitCoordinator(sink, ledger, sid)
-    handler = _Gaps()
+    handler = logging.handlers.BufferingHandler(1 << 30)  # every record, till cleared
     logger = logging.getLogger("twopc.composite")
     logger.addHandler(handler)
     old = logger.level
@@ -139,9 +121,10 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
                     "id": pa.array(ids, pa.int64()), "payload": [f"payload-{i}" for i in ids],
                     "amount": [i * 0.5 for i in ids], "category": [f"c{i % 10}" for i in ids]}, schema=schema))
                 handles.append(sink.pre_commit(txn))
-            handler.events.clear()
+            handler.buffer.clear()
             coord.commit_batch(b, handles)
-            done = [e["ms_since_first"] for e in handler.events if e["batch"] == b]
+            events = [vars(r)["twopc"] for r in handler.buffer if vars(r).get("twopc_event") == "participant_committed"]
+            done = [e["ms_since_first"] for e in events if e["batch"] == b]
             gaps.append(max(done) - min(done))
             windows.append(max(done))
     finally:
@@ -151,18 +134,8 @@ def bench_gap(pg_url: str, redis_url: str, work: Path, *, batches: int, partitio
     return gaps, windows
 
 
-@contextlib.contextmanager
-def _servers() -> Iterator[tuple[str, str, str]]:
-    from twopc.faultinject import LocalPostgres, LocalRedis
-    with (server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), LocalPostgres) as pg_url,
-          server_url(os.environ.get("TWOPC_BENCH_REDIS_URL"), functools.partial(LocalRedis, appendfsync="always"))
-          as redis_url):
-        where = ("servers from TWOPC_BENCH_*_URL" if os.environ.get("TWOPC_BENCH_POSTGRES_URL")
-                 else "throwaway LocalPostgres (fsync on) and LocalRedis (appendfsync always)")
-        yield pg_url, redis_url, where
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    from ._bench_common import ROW_EXPRS, bench_main_setup, bench_session, module_parser, server_url
     parser = module_parser("bench_composite", __doc__)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--partitions", type=int, default=4)
@@ -171,12 +144,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bench_main_setup()
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    with _servers() as (pg_url, redis_url, where), tempfile.TemporaryDirectory(prefix="twopc-bench-") as tmp:
+    from twopc.faultinject import LocalPostgres, LocalRedis
+    given = os.environ.get("TWOPC_BENCH_POSTGRES_URL")
+    where = ("servers from TWOPC_BENCH_*_URL" if given
+             else "throwaway LocalPostgres (fsync on) and LocalRedis (appendfsync always)")
+    redis = functools.partial(LocalRedis, appendfsync="always")
+    with (server_url(given, LocalPostgres) as pg_url, server_url(os.environ.get("TWOPC_BENCH_REDIS_URL"), redis)
+          as redis_url, tempfile.TemporaryDirectory(prefix="twopc-bench-") as tmp):
         spark = bench_session("twopc-bench-composite", driver_host="127.0.0.1", driver_bindAddress="127.0.0.1")
         try:
             df = spark.range(0, args.rows, numPartitions=args.partitions).selectExpr(
-                "id", "concat('payload-', id) AS payload", "cast(id AS double) * 0.5 AS amount",
-                "concat('c', cast(id % 10 AS string)) AS category").cache()
+                *ROW_EXPRS[:3], "concat('c', cast(id % 10 AS string)) AS category").cache()
             df.count()
             print(f"bench: {args.rows} rows, {args.partitions} partitions, local[2]; {where}")
             results = bench_throughput(spark, df, args.rows, pg_url, redis_url, Path(tmp), args.repeats)

@@ -17,17 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._bench_common import (
-    JDBC_JAR,
-    ROW_EXPRS,
-    bench_main_setup,
-    compile_package,
-    count_rows,
-    create_table,
-    jdbc_target,
-    module_parser,
-    postgres_url,
-)
+from ._bench_common import JDBC_JAR, ROW_EXPRS, compile_package, count_rows, create_table, jdbc_options
 from ._bench_results import record
 from .bench_summary import TARGETS, judge
 
@@ -43,8 +33,7 @@ TABLES = {SPARK: "bench_first_write_jdbc", TWOPC: "bench_first_write_twopc"}
 
 def run_once(variant: str, url: str) -> dict[str, float]:
     """One process: its whole time (``total``) and the child's own times, in seconds."""
-    jdbc_url, props = jdbc_target(url)
-    params = {"jdbc_url": jdbc_url, "table": TABLES.get(variant, ""), "props": props, "rows": ROWS,
+    params = {"jdbc": jdbc_options(url), "table": TABLES.get(variant, ""), "rows": ROWS,
               "exprs": list(ROW_EXPRS), "jar": JDBC_JAR if os.path.exists(JDBC_JAR) else ""}
     started = time.perf_counter()
     done = subprocess.run([sys.executable, str(CHILD), variant], input=json.dumps(params), capture_output=True,
@@ -73,7 +62,7 @@ def bench(url: str, runs: int, warm: int, variants: Sequence[str]) -> dict[str, 
                   f"{os.getloadavg()[0]:.2f})", flush=True)
     for v in variants:
         if v in TABLES:
-            found, expected = count_rows(url, TABLES[v]), ROWS * (runs + warm)
+            found, expected = count_rows(url, TABLES[v])[0], ROWS * (runs + warm)
             if found != expected:
                 raise SystemExit(f"bench: {LABELS[v]} left {found} rows in {TABLES[v]}, expected {expected}")
     return out
@@ -88,10 +77,8 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
     for v in results:
         print(f"  {LABELS[v]:<42} {med(v, 'total'):13.2f} {med(v, 'ready'):13.2f} {med(v, 'write'):7.2f} "
               f"{med(v, 'stop'):6.2f}")
-    if TWOPC not in results:
-        return
     for peer, key in ((NOOP, "first_write.twopc_vs_noop"), (SPARK, "first_write.twopc_vs_spark_jdbc")):
-        if peer not in results:
+        if TWOPC not in results or peer not in results:
             continue
         ratio = med(TWOPC, "total") / med(peer, "total")
         write_ratio = med(TWOPC, "write") / med(peer, "write")
@@ -108,6 +95,7 @@ def report(results: dict[str, list[dict[str, float]]]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ._bench_common import bench_main_setup, module_parser, server_url
     parser = module_parser("bench_first_write", __doc__)
     parser.add_argument("--runs", type=int, default=5, help="measured runs of each writer, alternated (default 5)")
     parser.add_argument("--warm", type=int, default=1, help="unmeasured runs of each writer first (default 1)")
@@ -116,7 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     variants = [NOOP, TWOPC] + ([SPARK] if os.path.exists(JDBC_JAR) else [])
     if SPARK not in variants:
         print(f"bench: {LABELS[SPARK]} skipped: {JDBC_JAR} missing (apt-get install libpostgresql-jdbc-java)")
-    with postgres_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL") or None) as url:
+    from twopc.faultinject import LocalPostgres
+    with server_url(os.environ.get("TWOPC_BENCH_POSTGRES_URL"), LocalPostgres) as url:
         results = bench(url, max(1, args.runs), max(0, args.warm), variants)
     report(results)
     return 0

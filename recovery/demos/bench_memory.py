@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._bench_common import bench_main_setup, jvm_pid, module_parser, postgres_url, proc_status, processes, rss_kib
+from ._bench_common import bench_main_setup, jvm_pid, module_parser, proc_status, processes, rss_kib, server_url
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -68,26 +68,21 @@ def peak_worker_rss(write: Callable[[], object], jvm_pid: int, every: float = 0.
 def bench_memory(url: str, work: Path, sizes: Sequence[int] = SIZES, repeat: int = 1,
                  formats: Sequence[str] = tuple(FORMATS)) -> dict[str, dict[int, list[float]]]:
     """Per format and size: the peak RSS (MiB) of the task's worker, *repeat* writes each."""
-    from ._bench_common import ROW_EXPRS, bench_session, create_table, jdbc_target
+    from ._bench_common import ROW_EXPRS, append, bench_session, create_table, jdbc_options
     from ._noop import NOOP_FORMAT, NoopDataSource
     spark = bench_session("twopc-bench-memory", python_worker_reuse="false")
     spark.dataSource.register(NoopDataSource)
     driver_jvm = jvm_pid(spark)
-    jdbc_url, props = jdbc_target(url)
+    jdbc = jdbc_options(url)
     out: dict[str, dict[int, list[float]]] = {}
-    writes: dict[str, Callable[[DataFrame, str, int], None]] = {}
     def prepared(df: DataFrame, table: str, n: int) -> None:
-        (df.write.format("twopc-postgres").mode("append").option("url", jdbc_url).option("dbtable", table)
-         .options(**props).option("checkpointLocation", str(work / f"ck-{table}")).option("txnVersion", str(n))
-         .save())
+        append(df, "twopc-postgres", table, jdbc, checkpointLocation=str(work / f"ck-{table}"), txnVersion=str(n))
     def drop_in(df: DataFrame, table: str, _n: int) -> None:
-        df.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", table).options(
-            **props).save()
+        append(df, "twopc-jdbc", table, jdbc)
     def noop(df: DataFrame, _table: str, _n: int) -> None:
         df.write.format(NOOP_FORMAT).mode("append").save()
     chosen = {"postgres": prepared, "jdbc": drop_in, "noop": noop}
-    for key in formats:
-        writes[FORMATS[key][0]] = chosen[key]
+    writes: dict[str, Callable[[DataFrame, str, int], None]] = {FORMATS[key][0]: chosen[key] for key in formats}
     try:
         for i, (name, write) in enumerate(writes.items()):
             table = f"bench_memory_{i}"
@@ -139,7 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not formats or set(formats) - set(FORMATS):
         parser.error(f"--formats: choose from {', '.join(FORMATS)}")
     bench_main_setup()
-    with tempfile.TemporaryDirectory(prefix="twopc-bench-memory-") as work, postgres_url(args.url) as url:
+    from twopc.faultinject import LocalPostgres
+    with tempfile.TemporaryDirectory(prefix="twopc-bench-memory-") as work, server_url(args.url, LocalPostgres) as url:
         results = bench_memory(url, Path(work), [sizes[0], sizes[-1]], max(1, args.repeat), formats)
     report(results)
     return 0

@@ -48,9 +48,8 @@ def bench_sink(url: str, table: Any, partitions: int) -> float:
     started = time.perf_counter()
     handles = []
     for p in range(partitions):
-        part = table.slice(p * per, per)
         txn = sink.begin_transaction(TransactionContext("bench", 0, p, p))
-        for rb in part.to_batches(max_chunksize=10_000):
+        for rb in table.slice(p * per, per).to_batches(max_chunksize=10_000):
             sink.invoke_batch(txn, rb)
         handles.append(sink.pre_commit(txn))
     assert sink.commit_all(handles) == [CommitOutcome.COMMITTED] * partitions  # one call, as the driver commits
@@ -100,8 +99,7 @@ def _check(url: str, tag: str, rows: int) -> None:
 
 
 def _fcall_usec(r: Any) -> float:
-    stats = r.info("commandstats")
-    return float(stats.get("cmdstat_fcall", {}).get("usec", 0.0))
+    return float(r.info("commandstats").get("cmdstat_fcall", {}).get("usec", 0.0))
 
 
 def bench_commit_block(url: str, *, fields: int, repeats: int) -> dict[str, float]:

@@ -12,13 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import JDBC_JAR, ROW_EXPRS, commit_each, copy_rows, create_table, jdbc_target, libpq_dsn, timed
+from ._bench_common import JDBC_JAR, ROW_EXPRS, commit_each, copy_rows, create_table, libpq_dsn, timed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["MICRO_FOREACH", "MICRO_NOOP", "MICRO_TWOPC", "PARTITIONS",
-           "bench_micro_batches", "bench_partitions", "bench_small_write", "report_scaling"]
+__all__ = ["PARTITIONS", "bench_micro_batches", "bench_partitions", "bench_small_write", "report_scaling"]
 
 #: partition counts of the protocol-cost rows
 PARTITIONS = (2, 16, 64, 200)
@@ -28,8 +27,7 @@ MICRO_FOREACH = "spark jdbc in foreachBatch (at-least-once)"
 MICRO_NOOP = "no-op Python stream sink (Spark's floor)"
 
 
-def bench_partitions(url: str, work: Path, batches: int,
-                     partitions: tuple[int, ...] = PARTITIONS) -> dict[int, dict[str, float]]:
+def bench_partitions(url: str, work: Path, batches: int) -> dict[int, dict[str, float]]:
     """Per partition count, median ms per batch of the driver's commit (``commit``), plus plan-time recovery
     (``protocol``), of plain commits (``plain``) and of the prepared transactions committed without the protocol
     (``floor``: PostgreSQL flushes its WAL per ``COMMIT PREPARED``); the kinds alternate round by round, order reversed
@@ -37,7 +35,7 @@ def bench_partitions(url: str, work: Path, batches: int,
     phases (``decision``, ``commits``, ``mark``, ``sweep``) are medians too."""
     dsn = libpq_dsn(url)
     out: dict[int, dict[str, float]] = {}
-    for n in partitions:
+    for n in PARTITIONS:
         rounds = max(15, batches * 2 // n)
         out[n] = row = _partitions_row(url, dsn, work, n, rounds)
         print(f"bench: {n:>3} partitions: commit {row['commit']:7.2f} ms, protocol {row['protocol']:7.2f} ms, "
@@ -51,15 +49,17 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
     import psycopg
     import pyarrow as pa
 
-    from twopc import CommitCoordinator, RecoveryCoordinator, TransactionContext
+    from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, TransactionContext
+    from twopc.sinks import PostgresSink
     data = pa.RecordBatch.from_pydict({"id": list(range(10)), "payload": ["x"] * 10, "amount": [0.5] * 10,
                                        "ts": pa.array([1_767_225_600_000_000] * 10, pa.timestamp("us", "UTC"))})
     table = f"bench_parts_{n}"
     create_table(url, table)
     phases: dict[str, float] = {}
-    sink = _TimedPostgresSink(url, table, phases=phases)
+    sink = PostgresSink(url, table)
     sink.validate(data.schema)
-    ledger = _TimedLedger(str(work / f"parts-ck-{n}"), phases=phases)
+    ledger = CommitLedger(str(work / f"parts-ck-{n}"))
+    _time_phases(phases, sink, ledger)
     coord = CommitCoordinator(sink, ledger, f"parts{n}")
     series: dict[str, list[float]] = {}
     conns = [psycopg.connect(dsn) for _ in range(min(n, 16))]
@@ -105,24 +105,16 @@ def _partitions_row(url: str, dsn: str, work: Path, n: int, rounds: int) -> dict
 def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) -> dict[str, list[float]]:
     """Seconds of a 20k-row write: the drop-in, the same with a checkpoint, and Spark's JDBC writer
     (when its jar is there); *repeat* interleaved rounds after a warm-up each."""
+    from ._bench_common import append, jdbc_options
     df = spark.range(SMALL_ROWS, numPartitions=2).selectExpr(*ROW_EXPRS).cache()
     df.count()
-    jdbc_url, props = jdbc_target(url)
-    def twopc(checkpoint: bool) -> Callable[[DataFrame, str, int], None]:
-        def write(d: DataFrame, t: str, v: int) -> None:
-            w = (d.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
-                 .options(**props))
-            if checkpoint:
-                w = w.option("checkpointLocation", str(work / "small-ck" / t)).option("txnVersion", str(v))
-            w.save()
-        return write
-    def spark_jdbc(d: DataFrame, t: str, _v: int) -> None:
-        (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", t)
-         .option("driver", "org.postgresql.Driver").options(**props).save())
-    writers: dict[str, Callable[[DataFrame, str, int], None]] = {"twopc-jdbc drop-in (no checkpoint)": twopc(False),
-                                                                 "twopc-jdbc with checkpointLocation": twopc(True)}
+    jdbc = jdbc_options(url)
+    writers: dict[str, Callable[[DataFrame, str, int], None]] = {
+        "twopc-jdbc drop-in (no checkpoint)": lambda d, t, _v: append(d, "twopc-jdbc", t, jdbc),
+        "twopc-jdbc with checkpointLocation": lambda d, t, v: append(
+            d, "twopc-jdbc", t, jdbc, checkpointLocation=str(work / "small-ck" / t), txnVersion=str(v))}
     if os.path.exists(JDBC_JAR):
-        writers["spark jdbc"] = spark_jdbc
+        writers["spark jdbc"] = lambda d, t, _v: append(d, "jdbc", t, jdbc)
     out: dict[str, list[float]] = {}
     for i, write in enumerate(writers.values()):
         create_table(url, f"bench_small_{i}")
@@ -136,17 +128,17 @@ def bench_small_write(spark: SparkSession, url: str, work: Path, repeat: int) ->
     return out
 
 
-def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
-                        rounds: int = 2) -> dict[str, list[float]]:
+def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int, rounds: int) -> dict[str, list[float]]:
     """ms of ``triggerExecution`` per micro-batch (1,000 rows from JSON files): ``twopc-jdbc`` vs
     ``foreachBatch`` + Spark's JDBC writer vs the no-op sink; *rounds* queries of each, order
     reversed every other round, each query's first micro-batch dropped."""
+    from ._bench_common import append, jdbc_options
     from ._noop import NOOP_FORMAT, NoopDataSource
     spark.dataSource.register(NoopDataSource)
     source = work / "micro-src"
     spark.range(batches * 1000, numPartitions=batches).selectExpr(*ROW_EXPRS).write.mode("overwrite").json(str(source))
     schema = spark.read.json(str(source)).schema
-    jdbc_url, props = jdbc_target(url)
+    jdbc = jdbc_options(url)
     out: dict[str, list[float]] = {}
     def run(name: str, table: str, start: Callable[[Any, str], Any]) -> None:
         create_table(url, table)
@@ -161,18 +153,14 @@ def bench_micro_batches(spark: SparkSession, url: str, work: Path, batches: int,
         out.setdefault(name, []).extend(kept)
         print(f"bench: micro-batch latency, {name:<42} median {statistics.median(kept):7.1f} ms "
               f"over {len(kept)} micro-batches", flush=True)
-    def each(table: str) -> Callable[[DataFrame, int], None]:
-        def write(d: DataFrame, _batch_id: int) -> None:
-            (d.write.format("jdbc").mode("append").option("url", jdbc_url).option("dbtable", table)
-             .option("driver", "org.postgresql.Driver").options(**props).save())
-        return write
     plan: list[tuple[str, str, Callable[[Any, str], Any]]] = [
         (MICRO_NOOP, "bench_micro_noop", lambda w, _t: w.format(NOOP_FORMAT).start()),
         (MICRO_TWOPC, "bench_micro_twopc",
-         lambda w, t: w.format("twopc-jdbc").option("url", jdbc_url).option("dbtable", t).options(**props).start()),
+         lambda w, t: w.format("twopc-jdbc").options(**jdbc).option("dbtable", t).start()),
     ]
     if os.path.exists(JDBC_JAR):
-        plan.append((MICRO_FOREACH, "bench_micro_spark", lambda w, t: w.foreachBatch(each(t)).start()))
+        plan.append((MICRO_FOREACH, "bench_micro_spark", lambda w, t: w.foreachBatch(
+            lambda d, _batch_id: append(d, "jdbc", t, jdbc)).start()))
     for r in range(max(1, rounds)):
         for name, table, start in (plan if r % 2 == 0 else plan[::-1]):
             run(name, f"{table}_{r}", start)
@@ -222,36 +210,22 @@ class _PreparedFloor:
 _PHASES = ("decision", "first", "commits", "mark", "sweep")
 
 
-def _timing(phases: dict[str, float], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            phases[name] = phases.get(name, 0.0) + time.perf_counter() - started
-    return timed
-
-
-def _TimedPostgresSink(url: str, table: str, *, phases: dict[str, float]) -> Any:  # noqa: N802 - reads as a class
-    """A PostgresSink adding to *phases* the time of a batch's first ``COMMIT PREPARED`` (``first``),
-    the others' pipelines (``commits``) and the listing of prepared transactions (``sweep``)."""
-    from twopc.sinks import PostgresSink
-    sink = PostgresSink(url, table)
-    commit_all = sink.commit_all
-    def first_then_others(handles: Any, **kwargs: Any) -> Any:
-        return _timing(phases, "commits" if "first" in phases else "first", commit_all)(handles, **kwargs)
-    sink.commit_all = first_then_others  # type: ignore[method-assign]  # timing wrapper
-    sink.list_prepared = _timing(phases, "sweep", sink.list_prepared)  # type: ignore[method-assign]  # timing wrapper
-    return sink
-
-
-def _TimedLedger(location: str, *, phases: dict[str, float]) -> Any:  # noqa: N802 - reads as a class
-    """A CommitLedger adding to *phases* the time of its decision (``decision``) and mark (``mark``)."""
-    from twopc import CommitLedger
-    ledger = CommitLedger(location)
-    ledger.record_decision = _timing(phases, "decision", ledger.record_decision)  # type: ignore[method-assign]  # timing wrapper
-    ledger.mark_committed = _timing(phases, "mark", ledger.mark_committed)  # type: ignore[method-assign]  # timing wrapper
-    return ledger
+def _time_phases(phases: dict[str, float], sink: Any, ledger: Any) -> None:
+    """Make *sink* and *ledger* add to *phases* the time of the decision (``decision``), of a batch's first ``COMMIT
+    PREPARED`` (``first``), of the others' pipelines (``commits``), of the mark (``mark``) and of the listing of
+    prepared transactions (``sweep``)."""
+    def timing(name: str | None, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            phase = name or ("commits" if "first" in phases else "first")
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                phases[phase] = phases.get(phase, 0.0) + time.perf_counter() - started
+        return timed
+    for obj, method, name in ((ledger, "record_decision", "decision"), (sink, "commit_all", None),
+                              (ledger, "mark_committed", "mark"), (sink, "list_prepared", "sweep")):
+        setattr(obj, method, timing(name, getattr(obj, method)))
 
 
 def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[float]],
@@ -283,16 +257,14 @@ def report_scaling(parts: dict[int, dict[str, float]], small: dict[str, list[flo
                    f"{row.get('mark', 0):.2f}, sweep {row.get('sweep', 0):.2f} ms")
     if small:
         med = {k: statistics.median(v) for k, v in small.items()}
-        peer = med.get("spark jdbc")
-        print(f"\nsmall write, {SMALL_ROWS:,} rows, median of {max(len(v) for v in small.values())} "
-              f"(ratio = time / Spark JDBC's time):")
+        peer, runs = med.get("spark jdbc"), max(len(v) for v in small.values())
+        print(f"\nsmall write, {SMALL_ROWS:,} rows, median of {runs} (ratio = time / Spark JDBC's time):")
         for name, s in med.items():
             print(f"  {name:<40} {s:6.2f} s" + (f"   {s / peer:5.2f}x" if peer else ""))
         drop_in = med["twopc-jdbc drop-in (no checkpoint)"]
         if peer:
             print(f"  target: drop-in <= {small_goal.goal:g}x Spark's JDBC writer: {drop_in / peer:.2f}x   "
                   f"{judge(small_goal, drop_in / peer)}")
-            runs = max(len(v) for v in small.values())
             record("small_write.dropin_vs_spark_jdbc", drop_in / peer,
                    f"{drop_in:.2f} s / {peer:.2f} s, median of {runs}")
     if micro:

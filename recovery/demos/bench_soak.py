@@ -77,16 +77,10 @@ def _ledger_files(checkpoint: Path | None) -> tuple[int, int]:
 
 def _table_rows(dsn: str) -> dict[str, int]:
     import psycopg
-    out = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for t in LEDGER_TABLES:
-            exists = conn.execute("SELECT to_regclass(%s)", (t,)).fetchone()
-            if exists and exists[0] is not None:
-                row = conn.execute(f'SELECT count(*) FROM "{t}"').fetchone()
-                out[t] = int(row[0]) if row else 0
-            else:
-                out[t] = 0
-    return out
+        there = {t for t in LEDGER_TABLES if conn.execute("SELECT to_regclass(%s)", (t,)).fetchall() != [(None,)]}
+        return {t: int(conn.execute(f'SELECT count(*) FROM "{t}"').fetchall()[0][0]) if t in there else 0
+                for t in LEDGER_TABLES}
 
 
 def _redis_markers(url: str) -> dict[str, int]:
@@ -109,11 +103,9 @@ def _redis_markers(url: str) -> dict[str, int]:
         client.close()
 
 
-def _agent_pid(jvm_pid: int | None) -> int | None:
+def _agent_pid(jvm_pid: int) -> int | None:
     """The driver agent of the driver whose JVM is *jvm_pid*, if one runs (a process of twopc's agent
     module naming that pid)."""
-    if jvm_pid is None:
-        return None
     for pid, argv in processes():
         if any(a.endswith(b"_agent.py") for a in argv) and any(f'"pid": {jvm_pid},'.encode() in a for a in argv):
             return int(pid)
@@ -149,7 +141,7 @@ class _Progress:
             values = [v for b, v in self.durations.items() if lo <= b < hi]
         return statistics.median(values) if values else float("nan")
 
-    def reset(self, run_id: str | None = None) -> None:
+    def reset(self, run_id: str) -> None:
         with self.lock:
             self.durations.clear()
             self.latest = -1
@@ -177,17 +169,16 @@ def _snapshot(batch: int, cost_ms: float, checkpoint: Path | None, rows: dict[st
                   _rss_mb(jvm.pid) or 0.0, heap, _rss_mb(_agent_pid(jvm.pid)))
 
 
-def soak_stream(spark: SparkSession, progress: _Progress, name: str, writer: Callable[[Any], Any],
+def soak_stream(spark: SparkSession, progress: _Progress, name: str, options: dict[str, str],
                 checkpoint: Path, batches: int, every: int, rows: Callable[[], dict[str, int]],
                 jvm: Jvm) -> Leg:
-    """Run one streaming query for *batches* micro-batches, recording every *every*."""
+    """One streaming query into format *name* with *options*, *batches* micro-batches, recorded every *every*."""
     leg = Leg(name)
-    progress.reset()
     stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS_PER_BATCH)
               .option("numPartitions", 1).load().selectExpr(*SELECT))
     started = time.monotonic()
-    query = writer(stream.writeStream.trigger(processingTime="0 seconds")
-                   .option("checkpointLocation", str(checkpoint)).option("minBatchesToRetain", str(RETAIN)))
+    query = (stream.writeStream.format(name).options(**options).trigger(processingTime="0 seconds")
+             .option("checkpointLocation", str(checkpoint)).option("minBatchesToRetain", str(RETAIN)).start())
     progress.reset(str(query.runId))
     try:
         mark = every
@@ -208,10 +199,11 @@ def soak_stream(spark: SparkSession, progress: _Progress, name: str, writer: Cal
     return leg
 
 
-def soak_jdbc_writes(spark: SparkSession, jdbc_url: str, props: dict[str, str], table: str, writes: int,
+def soak_jdbc_writes(spark: SparkSession, jdbc: dict[str, str], table: str, writes: int,
                      every: int, rows: Callable[[], dict[str, int]], jvm: Jvm) -> Leg:
     """*writes* batch writes of 10 rows through ``twopc-jdbc`` with Spark's JDBC options only,
     recording every *every*."""
+    from ._bench_common import append
     name = "twopc-jdbc, batch writes, no checkpoint"
     leg = Leg(name)
     df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(*ROW_EXPRS).cache()
@@ -220,8 +212,7 @@ def soak_jdbc_writes(spark: SparkSession, jdbc_url: str, props: dict[str, str], 
     started = time.monotonic()
     for i in range(1, writes + 1):
         t = time.perf_counter()
-        (df.write.format("twopc-jdbc").mode("append").option("url", jdbc_url).option("dbtable", table)
-         .options(**props).save())
+        append(df, "twopc-jdbc", table, jdbc)
         times.append(time.perf_counter() - t)
         if i % every == 0:
             record = _snapshot(i, statistics.median(times[-every:]) * 1000, None, rows(), jvm)
@@ -304,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_main_setup()
     from twopc import faultinject
 
-    from ._bench_common import bench_session, jdbc_target, jvm_pid, libpq_dsn, run_sql
+    from ._bench_common import bench_session, jdbc_options, jvm_pid, libpq_dsn, run_sql
     legs: list[Leg] = []
     with (tempfile.TemporaryDirectory(prefix="twopc-soak-") as work, faultinject.LocalPostgres() as pg,
           contextlib.ExitStack() as stack):
@@ -319,37 +310,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         spark = bench_session("twopc-soak", sql_shuffle_partitions="1", sql_ui_retainedExecutions="100",
                               ui_retainedJobs="100", ui_retainedStages="100")
         jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
-        jdbc_url, props = jdbc_target(pg.url)
+        jdbc = jdbc_options(pg.url)
         progress = _Progress(spark)
-        def pg_rows() -> dict[str, int]:
-            return _table_rows(dsn)
-        plan: list[tuple[str, str, Callable[[Any], Any], Callable[[], dict[str, int]]]] = []
+        pg_rows = functools.partial(_table_rows, dsn)
+        plan: list[tuple[str, dict[str, str], Callable[[], dict[str, int]]]] = []
         for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
-            if key == "postgres":
-                plan.append(("twopc-postgres", key, lambda w: w.format("twopc-postgres").option(
-                    "url", jdbc_url).option("dbtable", "soak_postgres").options(**props).start(), pg_rows))
-            elif key == "jdbc":
-                plan.append(("twopc-jdbc", key, lambda w: w.format("twopc-jdbc").option(
-                    "url", jdbc_url).option("dbtable", "soak_jdbc").options(**props).start(), pg_rows))
+            if key in ("postgres", "jdbc"):
+                plan.append((key, {**jdbc, "dbtable": f"soak_{key}"}, pg_rows))
             elif key == "redis" and redis_server is not None:
-                plan.append(("twopc-redis", key, functools.partial(_redis_writer, redis_server.url),
+                plan.append((key, {"url": redis_server.url, "mapping": REDIS_MAPPING, "hashTag": "soak"},
                              functools.partial(_redis_markers, redis_server.url)))
             else:
                 parser.error(f"unknown sink {key!r}: choose from postgres, redis, jdbc")
-        for name, key, writer, rows in plan:
-            print(f"soak: {name}, {args.batches} micro-batches ...", flush=True)
-            legs.append(soak_stream(spark, progress, name, writer, Path(work) / f"ck-{key}", args.batches,
+        for key, options, rows in plan:
+            print(f"soak: twopc-{key}, {args.batches} micro-batches ...", flush=True)
+            legs.append(soak_stream(spark, progress, f"twopc-{key}", options, Path(work) / f"ck-{key}", args.batches,
                                     args.every, rows, jvm))
         if writes >= args.every:
             print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
-            legs.append(soak_jdbc_writes(spark, jdbc_url, props, "soak_jdbc_batch", writes, args.every, pg_rows, jvm))
+            legs.append(soak_jdbc_writes(spark, jdbc, "soak_jdbc_batch", writes, args.every, pg_rows, jvm))
         spark.stop()
     report(legs, args.batches, args.every)
     return 0
-
-
-def _redis_writer(url: str, w: Any) -> Any:
-    return w.format("twopc-redis").option("url", url).option("mapping", REDIS_MAPPING).option("hashTag", "soak").start()
 
 
 if __name__ == "__main__":

@@ -53,14 +53,11 @@ def _timing(query: StreamingQuery, started: float, ended: float, carried: Callab
     if not progress or progress[0]["batchId"] != 0:
         raise SystemExit("bench: the query's first progress report is missing (raise "
                          "spark.sql.streaming.numRecentProgressUpdates)")
+    def epoch(p: dict[str, Any]) -> float:
+        return datetime.datetime.fromisoformat(p["timestamp"]).timestamp()
     data = [p for p in progress if carried(p)]
-    first = _epoch(progress[0]["timestamp"])
-    last = max(_epoch(p["timestamp"]) + p["durationMs"]["triggerExecution"] / 1000 for p in data)
+    first, last = epoch(progress[0]), max(epoch(p) + p["durationMs"]["triggerExecution"] / 1000 for p in data)
     return Timing(ended - started, first - started, last - first)
-
-
-def _epoch(timestamp: str) -> float:
-    return datetime.datetime.fromisoformat(timestamp).timestamp()
 
 
 def produce(redis_url: str, streams: Sequence[str], count: int) -> None:
@@ -84,14 +81,11 @@ def check(redis_url: str, pg_url: str, streams: Sequence[str], group: str, table
     import redis
 
     from ._bench_common import count_rows
-    found = count_rows(pg_url, table)
+    found = count_rows(pg_url, table)[0]
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     try:
-        left = []
-        for s in streams:
-            for g in client.xinfo_groups(s):
-                if g["name"].decode() == group and (int(g["pending"]) or g.get("lag") != 0):
-                    left.append(f"{s}: pending {g['pending']}, lag {g.get('lag')}")
+        left = [f"{s}: pending {g['pending']}, lag {g.get('lag')}" for s in streams for g in client.xinfo_groups(s)
+                if g["name"].decode() == group and (int(g["pending"]) or g.get("lag") != 0)]
     finally:
         client.close()
     if found != count or left:
@@ -118,8 +112,8 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
     import pyarrow as pa
     import redis
 
-    from ._bench_common import jdbc_target
-    jdbc_url, props = jdbc_target(pg_url)
+    from ._bench_common import append, jdbc_options
+    jdbc = jdbc_options(pg_url)
     client: Any = redis.Redis.from_url(redis_url)  # redis-py's command methods are loosely typed
     for s in streams:
         client.xgroup_create(s, group, id="0", mkstream=True)
@@ -143,9 +137,7 @@ def run_at_least_once(spark: SparkSession, redis_url: str, pg_url: str, streams:
         if not cols["n"]:
             drained.set()
             return
-        (spark.createDataFrame(pa.table(cols)).write.format("jdbc").mode("append").option("url", jdbc_url)
-         .option("dbtable", table).option("batchsize", "10000").option("driver", "org.postgresql.Driver")
-         .options(**props).save())
+        append(spark.createDataFrame(pa.table(cols)), "jdbc", table, jdbc, batchsize="10000")
         for s, ids in acks.items():
             client.xack(s, group, *ids)
         carried.add(batch_id)
@@ -173,9 +165,6 @@ def run_floor(spark: SparkSession, fmt: str, checkpoint: str) -> Timing:
     return _timing(q, started, time.time(), lambda p: p.get("numInputRows", 0) > 0)
 
 
-Runner = Callable[["SparkSession", str, str, Sequence[str], str, str, int, str], Timing]
-
-
 def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, work: Path) -> dict[str, list[Timing]]:
     """The :class:`Timing` of each pipeline and of the no-op floor, *rounds* times (interleaved)."""
     import runpy
@@ -190,9 +179,8 @@ def bench(redis_url: str, pg_url: str, entries: int, batch: int, rounds: int, wo
     noop = runpy.run_path(str(Path(__file__).with_name("_noop.py")))
     spark.dataSource.register(noop["NoopDataSource"])
     produce(redis_url, STREAMS, entries)
-    warm = max(2, min(entries, batch) // 2)
-    produce(redis_url, WARM_STREAMS, warm)
-    plan: list[tuple[str, str, Runner]] = [(EXACTLY, "eo", run_exactly_once), (AT_LEAST, "alo", run_at_least_once)]
+    produce(redis_url, WARM_STREAMS, max(2, min(entries, batch) // 2))
+    plan = [(EXACTLY, "eo", run_exactly_once), (AT_LEAST, "alo", run_at_least_once)]
     results: dict[str, list[Timing]] = {}
     for _name, tag, run in plan:
         create_table(pg_url, f"bench_{tag}_warm")

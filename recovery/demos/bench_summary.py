@@ -102,23 +102,18 @@ def _goal_text(target: Target | None) -> str:
 
 
 def machine() -> str:
-    model = "unknown CPU"
     try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
     except OSError:
-        pass
+        lines = []
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "unknown CPU")
     return f"{os.cpu_count()} cores, {model}"
 
 
 def summary_table(records: Iterable[Mapping[str, Any]], host: str, date: str) -> str:
     """One line per target of :data:`TARGETS` (``not measured`` without a record), then recorded keys
     without a target. The last record of a key wins."""
-    latest: dict[str, Mapping[str, Any]] = {}
-    for r in records:
-        latest[str(r["key"])] = r
+    latest = {str(r["key"]): r for r in records}
     keys = list(TARGETS) + [k for k in latest if k not in TARGETS]
     loads = [float(r["load"]) for r in latest.values() if "load" in r]
     head = (f"bench summary: {host}; {date}"

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ._bench_common import module_parser
+from ._bench_common import bench_main_setup, key_value, module_parser
 from ._job import INPUT_SCHEMA, crashable_spark, run_stream_to_end
 
 if TYPE_CHECKING:
@@ -38,16 +37,12 @@ def write_input(folder: str | Path, files: int, rows_per_file: int, *, first_fil
     """Write *files* JSON-lines files of consecutive ids from file *first_file*; return the ids."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    ids = []
     for f in range(first_file, first_file + files):
-        lines = []
-        for i in range(f * rows_per_file, (f + 1) * rows_per_file):
-            ids.append(i)
-            lines.append(json.dumps({"id": i, "payload": f"event-{i}", "amount": i * 0.5}))
+        rows = range(f * rows_per_file, (f + 1) * rows_per_file)
         tmp = folder / f".part-{f:05d}.json.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
+        tmp.write_text("".join(json.dumps({"id": i, "payload": f"event-{i}", "amount": i * 0.5}) + "\n" for i in rows))
         tmp.rename(folder / f"part-{f:05d}.json")
-    return ids
+    return list(range(first_file * rows_per_file, (first_file + files) * rows_per_file))
 
 
 def create_table(url: str, table: str) -> None:
@@ -63,29 +58,17 @@ def fault_plan(points: Sequence[str], batches: int, seed: int) -> str:
     return ",".join(f"{p}@batch={b}:crash" for p, b in zip(points, at, strict=False))  # fewer batches: fewer crashes
 
 
-def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *,
-            format_name: str = "twopc-postgres", url: str | None = None,
-            options: Mapping[str, str] | None = None) -> None:
+def run_job(input_dir: str, checkpoint: str, table: str, partitions: int, *, format_name: str, url: str | None,
+            options: Mapping[str, str]) -> None:
     """One run of the query into *format_name*: all available input, then stop (*url* defaults to
     ``TWOPC_DEMO_URL``; *options* are extra writer options)."""
     url = url or os.environ.get("TWOPC_DEMO_URL")
     if not url:
         raise SystemExit("twopc.recovery.demos.demo job: give --url or set TWOPC_DEMO_URL")
-    extra = dict(options or {})
     spark = crashable_spark("twopc-demo", partitions)
     def write(df: DataFrame) -> DataStreamWriter:
-        w = df.writeStream.format(format_name).option("url", url).option("dbtable", table)
-        for k, v in extra.items():
-            w = w.option(k, v)
-        return w
+        return df.writeStream.format(format_name).option("url", url).option("dbtable", table).options(**options)
     run_stream_to_end(spark, input_dir, checkpoint, partitions, write)
-
-
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    return key.strip(), value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job.add_argument("--partitions", type=int, default=2)
     job.add_argument("--format", dest="format_name", default="twopc-postgres",
                      help="the sink's Spark format (default twopc-postgres)")
-    job.add_argument("--option", dest="options", action="append", type=_key_value, default=[],
+    job.add_argument("--option", dest="options", action="append", type=key_value, default=[],
                      metavar="KEY=VALUE", help="a writer option (repeatable), e.g. commitMode=staging")
     job.add_argument("--url", dest="job_url", default=None,
                      help="the sink's url option (default: $TWOPC_DEMO_URL, which keeps a password "
@@ -111,8 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=5, help="how many times to kill the job")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    # SIGTERM runs the cleanup (stop the throwaway server) like Ctrl-C does.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    bench_main_setup()
     if args.command == "job":
         run_job(args.input, args.checkpoint, args.table, args.partitions, format_name=args.format_name,
                 url=args.job_url, options=dict(args.options))

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,7 @@ class PipelineSpec:
 
 def write_spec(spec: PipelineSpec, path: str | os.PathLike[str]) -> None:
     """Write *spec* to *path* with mode 0600 (it holds the URLs)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
+    with open(path, "w", opener=lambda name, flags: os.open(name, flags, 0o600)) as f:
         json.dump(spec.__dict__, f)
 
 
@@ -59,14 +58,12 @@ def _source(spark: Any, spec: PipelineSpec, group: str) -> Any:
               .option("startingPosition", "earliest").option("maxEntriesPerTrigger", spec.max_per_trigger)
               .option("fieldsSchema", "n BIGINT, payload STRING")
               .option("createStreams", "true"))  # the producers start beside the job, not before it
-    for k, v in spec.extra_source_options.items():
-        reader = reader.option(k, v)
-    return reader.load()
+    return reader.options(**spec.extra_source_options).load()
 
 
 def run_job(spec: PipelineSpec) -> None:
     """One run: both queries to the end of what the streams hold now, then stop."""
-    from twopc.recovery.demos._job import crashable_spark
+    from ._job import crashable_spark, follow
     spark = crashable_spark("twopc-pipeline", spec.partitions)
     ck = Path(spec.checkpoint)
     pg = (_source(spark, spec, GROUPS["pg"]).selectExpr("stream", "id AS entry_id", "n", "payload")
@@ -77,38 +74,20 @@ def run_job(spec: PipelineSpec) -> None:
                 .option("hashTag", TAG).option("ackGroup", GROUPS["counters"])
                 .option("checkpointLocation", str(ck / "counters"))
                 .trigger(availableNow=True).start())
-    seen = {"pg": -1, "counters": -1}
-    queries = {"pg": pg, "counters": counters}
-    def report() -> None:
-        for name, q in queries.items():
-            for p in q.recentProgress:
-                if p["batchId"] > seen[name]:
-                    seen[name] = p["batchId"]
-                    print(f"progress: {name} batch {seen[name]} committed ({p['numInputRows']} entries)",
-                          file=sys.stderr, flush=True)
-    while active := [q for q in queries.values() if q.isActive]:
-        report()
-        active[0].awaitTermination(1)  # returns as soon as that query ends
-    for q in queries.values():
-        q.awaitTermination()
-    report()
+    follow({"pg": pg, "counters": counters}, "entries")
     spark.stop()
 
 
-def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 0, rate: float | None = None,
-            stop: Callable[[], bool] | None = None) -> int:
-    """Append entries ``n = first .. first+count-1`` round-robin to *streams* with ids ``<ms>-<n>``, at
-    most *rate* a second, waiting out a Redis restart; returns how many (fewer when *stop* is set)."""
+def produce(redis_url: str, streams: Sequence[str], count: int, *, rate: float | None = None) -> int:
+    """Append entries ``n = 0 .. count-1`` round-robin to *streams* with ids ``<ms>-<n>``, at most *rate* a
+    second, waiting out a Redis restart; returns how many."""
     import redis
     import redis.exceptions as rex
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     ms = int(time.time() * 1000)
-    done = 0
     started = time.monotonic()
     try:
-        for n in range(first, first + count):
-            if stop is not None and stop():
-                break
+        for n in range(count):
             stream = streams[n % len(streams)]
             while True:
                 try:
@@ -120,14 +99,11 @@ def produce(redis_url: str, streams: Sequence[str], count: int, *, first: int = 
                     raise
                 except (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError):
                     time.sleep(0.2)  # the server restarts (demo: SIGKILLed, restarted from its AOF)
-            done += 1
             if rate:
-                ahead = done / rate - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
+                time.sleep(max(0.0, (n + 1) / rate - (time.monotonic() - started)))
     finally:
         client.close()
-    return done
+    return count
 
 
 @dataclass
@@ -182,10 +158,9 @@ def verify(spec: PipelineSpec) -> Verdict:
         pending, lag = {}, {}
         for s in spec.streams:
             for g in client.xinfo_groups(s) if client.exists(s) else []:
-                name = g["name"].decode()
-                pending[f"{s}/{name}"] = int(g["pending"])
-                behind = len(client.xrange(s, f"({g['last-delivered-id'].decode()}", "+"))
-                lag[f"{s}/{name}"] = behind
+                key = f"{s}/{g['name'].decode()}"
+                pending[key] = int(g["pending"])
+                lag[key] = len(client.xrange(s, f"({g['last-delivered-id'].decode()}", "+"))
         total = int(client.get("{pipe}:entries") or 0)
         per_n = {int(k): int(v) for k, v in client.hgetall("{pipe}:per_n").items()}
     finally:
@@ -199,11 +174,8 @@ def verify(spec: PipelineSpec) -> Verdict:
     rsid = CommitLedger(str(Path(spec.checkpoint) / "counters")).recorded_sink_id()
     dangling_redis = []
     if rsid:
-        sink = RedisSink(spec.redis_url, MAPPING, hash_tag=TAG)
-        try:
+        with RedisSink(spec.redis_url, MAPPING, hash_tag=TAG) as sink:
             dangling_redis = [h.txn_id for h in sink.list_prepared(rsid)]
-        finally:
-            sink.close()
     return Verdict(
         produced=len(expected), rows=rows.found, duplicates=list(rows.duplicates), lost=list(rows.lost),
         unexpected=list(rows.unexpected), counter_total=total,

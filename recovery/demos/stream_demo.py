@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._bench_common import module_parser
+from ._bench_common import bench_main_setup, module_parser
 
 __all__ = ["main"]
 
@@ -39,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--crashes", type=int, default=4, help="job crashes at sink protocol points")
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the cleanup runs, as on Ctrl-C
+    bench_main_setup()
     from twopc import faultinject
 
     from .pipeline import PipelineSpec, create_table, produce, verify, write_spec
@@ -59,9 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"demo: fault plan (seed {seed}): {plan}; Redis is SIGKILLed once at the first "
                   f"stream_before_ack crash", flush=True)
             done = threading.Event()
-            produced = [0]
             def producer() -> None:
-                produced[0] = produce(rs.url, spec.streams, args.entries, rate=args.rate)
+                produce(rs.url, spec.streams, args.entries, rate=args.rate)
                 done.set()
             threading.Thread(target=producer, name="producer", daemon=True).start()
             killed_redis: list[bool] = []
@@ -91,8 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 1
                 if finished:
                     break
-            fired = len(report.fired)
-            print(f"demo: {rounds} rounds, {fired} faults fired, {time.monotonic() - started:.0f}s")
+            print(f"demo: {rounds} rounds, {len(report.fired)} faults fired, {time.monotonic() - started:.0f}s")
             verdict = verify(spec)
             print("verification:")
             print(verdict.render())
