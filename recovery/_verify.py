@@ -5,6 +5,7 @@ mode's leftovers, and :class:`SetCheck`, the bounded form ``twopc verify`` repor
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,10 +53,7 @@ class SetCheck:
     def add_examples(self, kind: str, values: Iterable[Any] | None) -> None:
         """Keep up to :data:`EXAMPLES` of *values* as examples of *kind*."""
         kept = self.examples.setdefault(kind, [])
-        for v in values or ():
-            if len(kept) >= EXAMPLES:
-                return
-            kept.append(str(v))
+        kept.extend(str(v) for v in itertools.islice(values or (), max(0, EXAMPLES - len(kept))))
 
     @property
     def verdict(self) -> int:
@@ -173,15 +171,13 @@ def staged_rows_left(engine: sa.Engine, *, sink_id: str | None = None,
                 "ORDER BY name"), {"p": like})]
         else:
             raise ValueError(f"staged_rows_left supports PostgreSQL and SQLite, not {dialect}")
+        where = "" if sink_id is None else f" WHERE {prep.quote('twopc_txn')} LIKE :t ESCAPE '\\'"
+        params = {} if sink_id is None else {"t": _like_prefix(f"twopc:{sink_id}:")}
         out: dict[str, int] = {}
         for schema, name in names:
             qualified = (f"{prep.quote(schema)}." if schema else "") + prep.quote(name)
-            sql = f"SELECT count(*) FROM {qualified}"
-            params: dict[str, str] = {}
-            if sink_id is not None:
-                sql += f" WHERE {prep.quote('twopc_txn')} LIKE :t ESCAPE '\\'"
-                params = {"t": _like_prefix(f"twopc:{sink_id}:")}
-            out[f"{schema}.{name}" if schema else name] = int(conn.execute(sa.text(sql), params).scalar_one())
+            count = conn.execute(sa.text(f"SELECT count(*) FROM {qualified}{where}"), params).scalar_one()
+            out[f"{schema}.{name}" if schema else name] = int(count)
     return out
 
 

@@ -34,8 +34,6 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
     """Run ``twopc verify``; the exit code (see :data:`VERIFY_EXIT_CODES`)."""
     if args.page_size < 1:
         raise ConfigurationError(f"--page-size must be >= 1, got {args.page_size}")
-    ledger: CommitLedger | None = None
-    sink_id = args.sink_id
     if checkpoint:
         reader, sink_id = open_checkpoint(checkpoint, args.sink_id)
         record = reader.target_record()
@@ -43,14 +41,12 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
         with sink:
             check_recorded_target(sink, reader, sink_id, checkpoint, record)
             return _verify(args, sink, options, reader, sink_id)
-    else:
-        if not args.format:
-            raise ConfigurationError("give the checkpoint, or --format and --option url=... --option dbtable=... "
-                                     "for the table")
-        options = cli_options(args.option, args.option_env)
-        sink = build_sink(args.format, options)
-    with sink:
-        return _verify(args, sink, options, ledger, sink_id)
+    if not args.format:
+        raise ConfigurationError("give the checkpoint, or --format and --option url=... --option dbtable=... "
+                                 "for the table")
+    options = cli_options(args.option, args.option_env)
+    with build_sink(args.format, options) as sink:
+        return _verify(args, sink, options, None, args.sink_id)
 
 
 def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], options: dict[str, str],

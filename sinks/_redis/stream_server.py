@@ -41,13 +41,15 @@ class StreamInfo:
     added: int  # entries-added: every entry the stream ever received
     last: EntryId  # last-generated-id
     first: EntryId | None  # the first entry's id; None when the stream is empty
+    deleted_upto: EntryId  # max-deleted-entry-id: the greatest id removed (0-0: none)
 
     @classmethod
     def of(cls, reply: dict[str, Any]) -> StreamInfo:
-        """Read redis-py's ``xinfo_stream`` reply (Redis 7: ``entries-added``)."""
+        """Read redis-py's ``xinfo_stream`` reply (Redis 7: ``entries-added``, ``max-deleted-entry-id``)."""
         first = reply.get("first-entry")
         return cls(int(reply["length"]), int(reply.get("entries-added") or 0),
-                   EntryId.parse(reply["last-generated-id"]), EntryId.parse(first[0]) if first else None)
+                   EntryId.parse(reply["last-generated-id"]), EntryId.parse(first[0]) if first else None,
+                   EntryId.parse(reply.get("max-deleted-entry-id") or "0-0"))
 
 
 def _text(value: Any) -> str:

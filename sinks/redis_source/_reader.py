@@ -17,6 +17,7 @@ a count above ``entries-added`` means the stream was recreated.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -258,16 +259,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         entries than planned, or a field that does not parse."""
         assert isinstance(partition, StreamPartition)
         r, server = partition.range, StreamServer(partition.options.client)
-        n = 0
-        entries: list[tuple[bytes, dict[bytes, bytes]]] = []
-        for entry in server.read(r):
-            n += 1
-            entries.append(entry)
-            if len(entries) == BATCH_ROWS:
-                yield entries_batch(r.stream, entries, partition.typed, self.arrow_schema)
-                entries = []
-        if entries:
-            yield entries_batch(r.stream, entries, partition.typed, self.arrow_schema)
+        entries, n = server.read(r), 0
+        while chunk := list(itertools.islice(entries, BATCH_ROWS)):
+            n += len(chunk)
+            yield entries_batch(r.stream, chunk, partition.typed, self.arrow_schema)
         if n != r.count:
             _lost(server, r, n, partition.options.fail_on_data_loss)
 

@@ -39,17 +39,11 @@ def _timestamp(v: str) -> dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
-def _decimal(v: str) -> Decimal:
-    try:
-        return Decimal(v.strip())
-    except InvalidOperation:
-        raise ValueError(v) from None
-
-
 _BY_TYPE: dict[str, Callable[[str], Any]] = {
     "string": str, "long": int, "integer": int, "short": int, "byte": int, "double": float, "float": float,
     "boolean": _bool, "date": dt.date.fromisoformat, "timestamp": _timestamp,
-    "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"), "decimal": _decimal,
+    "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"),
+    "decimal": lambda v: Decimal(v.strip()),
 }
 
 
@@ -92,7 +86,7 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
             continue
         try:
             row.append(_BY_TYPE[kind](raw))
-        except (ValueError, OverflowError):
+        except (ValueError, OverflowError, InvalidOperation):
             raise SourceError(f"entry {eid} of stream {stream!r}: field {name!r} = {raw!r:.60} is not a {kind} "
                               f"(fieldsSchema); fix the producer, or declare the column STRING and parse it "
                               f"in the query") from None
