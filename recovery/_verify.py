@@ -65,12 +65,8 @@ class SetCheck:
         return DISCREPANCIES if self.unexpected else CLEAN
 
     def to_json(self) -> dict[str, Any]:
-        return {"subject": self.subject, "verdict": {CLEAN: "clean", DISCREPANCIES: "discrepancies",
-                                                     CANNOT_TELL: "cannot tell"}[self.verdict],
-                "expected": self.expected, "found": self.found, "lost": self.lost, "duplicated": self.duplicated,
-                "extra_rows": self.extra_rows, "unexpected": self.unexpected,
-                "examples": {k: list(v) for k, v in self.examples.items()}, "not_checked": dict(self.not_checked),
-                "notes": list(self.notes), "cannot_tell": list(self.cannot_tell)}
+        verdict = {CLEAN: "clean", DISCREPANCIES: "discrepancies", CANNOT_TELL: "cannot tell"}[self.verdict]
+        return {**dataclasses.asdict(self), "verdict": verdict}
 
     def render(self) -> str:
         def few(n: int, kind: str) -> str:
@@ -82,12 +78,10 @@ class SetCheck:
                 ("unexpected", few(self.unexpected, "unexpected"))]
         rows += [(f"not checked: {k}", str(v)) for k, v in self.not_checked.items()]
         width = max(len(k) for k, _ in rows)
-        lines = [self.subject] + [f"  {k:<{width}}  {v}" for k, v in rows]
-        lines += [f"  note: {n}" for n in self.notes]
-        lines += [f"  cannot tell: {n}" for n in self.cannot_tell]
-        lines.append("  verdict: " + {CLEAN: "CLEAN", DISCREPANCIES: "DISCREPANCIES",
-                                      CANNOT_TELL: "CANNOT TELL"}[self.verdict])
-        return "\n".join(lines)
+        verdict = {CLEAN: "CLEAN", DISCREPANCIES: "DISCREPANCIES", CANNOT_TELL: "CANNOT TELL"}[self.verdict]
+        return "\n".join([self.subject, *(f"  {k:<{width}}  {v}" for k, v in rows),
+                          *(f"  note: {n}" for n in self.notes), *(f"  cannot tell: {n}" for n in self.cannot_tell),
+                          f"  verdict: {verdict}"])
 
 
 @dataclass(frozen=True)
@@ -115,9 +109,8 @@ class Verification:
                 ("duplicates", few(self.duplicates)), ("lost", few(self.lost)), ("unexpected", few(self.unexpected)),
                 ("dangling prepared transactions", few(self.dangling))]
         width = max(len(k) for k, _ in rows)
-        lines = [f"  {k:<{width}}  {v}" for k, v in rows]
-        lines.append("  verdict: " + ("EXACTLY ONCE" if self.ok else "VIOLATED"))
-        return "\n".join(lines)
+        verdict = "EXACTLY ONCE" if self.ok else "VIOLATED"
+        return "\n".join([*(f"  {k:<{width}}  {v}" for k, v in rows), f"  verdict: {verdict}"])
 
 
 def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,

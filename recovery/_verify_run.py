@@ -51,7 +51,10 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
 
 def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], options: dict[str, str],
             ledger: CommitLedger | None, sink_id: str | None) -> int:
-    jdbc = _jdbc_options(sink)
+    jdbc = getattr(sink, "options", None)
+    if not isinstance(jdbc, JdbcOptions) or jdbc.dialect != "postgresql":
+        raise ConfigurationError(f"twopc verify checks PostgreSQL tables (twopc-postgres, twopc-jdbc on "
+                                 f"PostgreSQL), not {sink.describe()}")
     if args.stream is None:
         found = ledger if ledger is not None else _target_ledger(sink, sink_id)
         if isinstance(found, SetCheck):
@@ -65,13 +68,12 @@ def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], o
                 assert ledger is not None and sink_id is not None  # a ledger was found for it
                 return _report(verify_batches(pg, table, ledger, sink_id, keys=tuple(args.key)), args.json)
             server = StreamServer(_redis(args))
-            check = verify_stream(
+            return _report(verify_stream(
                 pg, table, server, args.stream, group=args.group,
                 first=EntryId.parse(args.first, "--from") if args.first else None,
                 last=EntryId.parse(args.last, "--to") if args.last else None,
                 stream_column=args.stream_column, id_column=args.id_column, page_size=args.page_size,
-                progress=lambda line: print(line, file=sys.stderr, flush=True))
-            return _report(check, args.json)
+                progress=lambda line: print(line, file=sys.stderr, flush=True)), args.json)
         except psycopg.Error as exc:
             raise SinkError(f"{table.display()}: the database failed: {_clean(exc, secrets)}") from None
 
@@ -79,14 +81,6 @@ def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], o
 def _report(check: SetCheck, as_json: bool) -> int:
     print(json.dumps(check.to_json(), indent=1, sort_keys=True) if as_json else check.render())
     return check.verdict
-
-
-def _jdbc_options(sink: TwoPhaseCommitSink[Any, Any, Any]) -> JdbcOptions:
-    options = getattr(sink, "options", None)
-    if not isinstance(options, JdbcOptions) or options.dialect != "postgresql":
-        raise ConfigurationError(f"twopc verify checks PostgreSQL tables (twopc-postgres, twopc-jdbc on "
-                                 f"PostgreSQL), not {sink.describe()}")
-    return options
 
 
 def _target_ledger(sink: TwoPhaseCommitSink[Any, Any, Any], sink_id: str | None) -> CommitLedger | SetCheck:

@@ -120,10 +120,7 @@ def verify_stream(pg: psycopg.Connection[Any], table: TableName, server: StreamS
     check.unexpected += int(malformed)
     check.found += int(malformed)
     check.add_examples("unexpected", bad)
-    if before:
-        check.not_checked["before the range"] = int(before)
-    if after:
-        check.not_checked["after the range"] = int(after)
+    check.not_checked.update({k: int(n) for k, n in (("before the range", before), ("after the range", after)) if n})
     return check
 
 

@@ -16,19 +16,7 @@ from twopc.spi import SchemaMismatchError
 
 from ._keys import key_slot, slot_message
 from ._lua import MAX_ARGS
-from ._mapping import (
-    COUNTER_LIMIT,
-    MAX_TTL_S,
-    Compiled,
-    HIncrByOp,
-    HSetOp,
-    IncrByOp,
-    RPushOp,
-    SetOp,
-    XAddOp,
-    ZAddOp,
-    column_pairs,
-)
+from ._mapping import COUNTER_LIMIT, MAX_TTL_S, Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp
 from ._templates import Template, as_text, null_error
 
 __all__ = ["RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements"]
@@ -109,7 +97,7 @@ def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str
         for k, v, t in zip(keys, vals, ttls, strict=True):
             st[k] = (v, t)
     elif isinstance(op, HSetOp | XAddOp):
-        pairs = c.field_pairs or column_pairs(all_columns, c.what)
+        pairs = c.pairs(all_columns)
         rendered = [(f.render(cols, n, f"{c.what} field"), v.render(cols, n, f"{c.what} value")) for f, v in pairs]
         names = [f.constant for f, _ in pairs]
         if isinstance(op, HSetOp) and None not in names and len(set(names)) == len(names):

@@ -187,6 +187,10 @@ class Compiled:
         """True for an HSET/XADD without ``fields`` or ``columns``."""
         return self.field_pairs is None and isinstance(self.op, _FieldsOp)
 
+    def pairs(self, all_columns: Iterable[str]) -> tuple[tuple[Template, Template], ...]:
+        """An HSET/XADD's (field, value) templates: each of *all_columns* when it names none."""
+        return self.field_pairs or column_pairs(all_columns, self.what)
+
     def columns(self) -> set[str]:
         """The columns the op reads (but for :attr:`reads_all_columns`)."""
         cols = set(self.key.columns)

@@ -85,8 +85,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _streams(self, known: Offset | None = None) -> list[str]:
         if self.o.pattern is None:
             return list(self.o.streams)
-        found = set(self.server.discover(self.o.pattern))
-        return sorted(found | set(known.streams if known else ()))
+        return sorted(set(self.server.discover(self.o.pattern)) | set(known.streams if known else ()))
 
     def _starting_id(self, stream: str, info: StreamInfo | None) -> EntryId:
         s = self.o.starting
