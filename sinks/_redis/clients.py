@@ -108,9 +108,7 @@ class ClientConfig:
         kwargs: dict[str, Any] = {"socket_timeout": self.socket_timeout,
                                   "socket_connect_timeout": self.connect_timeout, "client_name": "twopc",
                                   "socket_keepalive": True, "socket_keepalive_options": keepalive_socket_options(),
-                                  **_version_given()}
-        if self.password is not None:
-            kwargs["password"] = self.password
+                                  "password": self.password, **_version_given()}
         try:
             client: Any = redis.Redis.from_url(self.url, **kwargs)
         except (ValueError, rex.RedisError) as exc:

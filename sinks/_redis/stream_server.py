@@ -152,10 +152,9 @@ class StreamServer:
     def read(self, r: Range) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
         """The entries of *r* in id order, read in chunks of :data:`READ_CHUNK`."""
         cursor = f"({r.lo}"
-        hi = str(r.hi)
         while True:
             try:
-                got = self.client().xrange(r.stream, cursor, hi, count=READ_CHUNK)
+                got = self.client().xrange(r.stream, cursor, str(r.hi), count=READ_CHUNK)
             except rex.RedisError as exc:
                 raise self.config.error(exc, f"read stream {r.stream!r} ({r.lo}, {r.hi}]") from None
             yield from got

@@ -168,8 +168,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     budget = None if budget is None else budget - p.count
         streams_out = dict(begin.streams)
         for s in live:
-            moved = self._settle(s)
-            if moved is not None:
+            if (moved := self._settle(s)) is not None:
                 streams_out[s.stream] = moved
                 if s.bounds is not None and s.last is not None:
                     self._planned[(s.stream, s.lo, s.last)] = (s.planned, s.bounds)
