@@ -4,6 +4,7 @@ per ``fieldsSchema`` column parsed from its field (missing: null; unparsable: th
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -129,13 +130,9 @@ def entries_batch(stream: str, entries: Sequence[tuple[bytes, dict[bytes, bytes]
     ids = [e for e, _ in entries]
     dicts = [f for _, f in entries]
     try:
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        offsets = [0]
-        for f in dicts:
-            keys.extend(f)
-            values.extend(f.values())
-            offsets.append(len(keys))
+        keys = [k for f in dicts for k in f]
+        values = [v for f in dicts for v in f.values()]
+        offsets = [0, *itertools.accumulate(len(f) for f in dicts)]
         columns: list[pa.Array] = [
             pa.array([stream] * len(ids), pa.string()), pa.array(ids, pa.binary()).cast(pa.string()),
             _timestamps([int(e.partition(b"-")[0]) for e in ids], schema.field(2).type),
