@@ -109,8 +109,7 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
         args_in = ["recover", *args_in]
     parser = _parser()
     args = parser.parse_args(args_in)
-    problem = _wrong_combination(args)
-    if problem is not None:
+    if (problem := _wrong_combination(args)) is not None:
         parser.error(problem)
     return args
 

@@ -117,11 +117,10 @@ def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[in
                         sink_id: str | None, id_column: str = "id") -> Verification:
     """Compare the ids in *table* with *expected_ids* and list the sink's dangling
     prepared transactions (all of ``twopc:`` when *sink_id* is None)."""
-    prefix = f"twopc:{sink_id}:" if sink_id else "twopc:"
     with engine.connect() as conn:
         dangling = [r[0] for r in conn.execute(sa.text(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-            "AND starts_with(gid, :p)"), {"p": prefix})]
+            "AND starts_with(gid, :p)"), {"p": f"twopc:{sink_id}:" if sink_id else "twopc:"})]
     return dataclasses.replace(verify_ids(engine, table, expected_ids, id_column=id_column),
                                dangling=tuple(sorted(dangling)))
 

@@ -11,7 +11,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.exceptions as rex
@@ -145,8 +145,7 @@ class _LocalFcallKeys:
         """The keys of command *args* (``None``: it has none)."""
         if len(args) >= 3 and str(args[0]).upper() in ("FCALL", "FCALL_RO"):
             return list(args[3: 3 + int(args[2])]) or None
-        keys: list[Any] | None = self._inner.get_keys(redis_conn, *args)
-        return keys
+        return cast("list[Any] | None", self._inner.get_keys(redis_conn, *args))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

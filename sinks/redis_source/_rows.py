@@ -82,11 +82,8 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
     row: list[Any] = [stream, eid, ms, text]
     for name, kind in typed:
         raw = text.get(name)
-        if raw is None:
-            row.append(None)
-            continue
         try:
-            row.append(_BY_TYPE[kind](raw))
+            row.append(None if raw is None else _BY_TYPE[kind](raw))
         except (ValueError, OverflowError, InvalidOperation):
             raise SourceError(f"entry {eid} of stream {stream!r}: field {name!r} = {raw!r:.60} is not a {kind} "
                               f"(fieldsSchema); fix the producer, or declare the column STRING and parse it "
