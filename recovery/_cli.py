@@ -109,8 +109,7 @@ def parse_command(argv: Sequence[str]) -> argparse.Namespace:
         args_in = ["recover", *args_in]
     parser = _parser()
     args = parser.parse_args(args_in)
-    problem = _wrong_combination(args)
-    if problem is not None:
+    if (problem := _wrong_combination(args)) is not None:
         parser.error(problem)
     return args
 
@@ -143,15 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint = args.checkpoint or args.location
         if args.command == "verify":
             return run_verify(args, checkpoint)
-        if not checkpoint:
-            return _target_form(args)
-        return _checkpoint_form(args, checkpoint)
-    except CannotTell as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return CANNOT_TELL
+        return _checkpoint_form(args, checkpoint) if checkpoint else _target_form(args)
     except TwoPCError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return ERROR
+        return CANNOT_TELL if isinstance(exc, CannotTell) else ERROR
 
 
 def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
@@ -166,15 +160,16 @@ def _checkpoint_form(args: argparse.Namespace, checkpoint: str) -> int:
             return _retarget(sink, CommitLedger(checkpoint), sink_id, options)
         check_recorded_target(sink, reader, sink_id, checkpoint, record)
         if args.command == "status":
-            return _status(sink, reader, sink_id, as_json=args.json, how=_repeat_flags(args))
+            status = dataclasses.replace(sink_status(sink, reader, sink_id), how=_repeat_flags(args))
+            print(json.dumps(status.to_json(), indent=1, sort_keys=True) if args.json else status.render())
+            return NEEDS_OPERATOR if status.needs_operator else OK
         return _recover(sink, reader if args.dry_run else CommitLedger(checkpoint), sink_id, dry_run=args.dry_run)
 
 
 def _target_form(args: argparse.Namespace) -> int:
     """``status`` / ``recover`` of the writes that keep their ledger in the target (no checkpoint):
     every writer recorded there, live or gone."""
-    sink = build_sink(args.format, cli_options(args.option, args.option_env))
-    with sink:
+    with build_sink(args.format, cli_options(args.option, args.option_env)) as sink:
         backend = target_ledger_of(sink)
         if backend is None:
             raise ConfigurationError(f"{sink.describe()} keeps no ledger in its target: give --checkpoint")
@@ -215,16 +210,7 @@ def _repeat_flags(args: argparse.Namespace) -> tuple[str, ...]:
     for pair in args.option:
         if not secret_guesses(dict([pair.partition("=")[::2]])):
             flags += ["--option", pair]
-    for pair in args.option_env:
-        flags += ["--option-env", pair]
-    return tuple(flags)
-
-
-def _status(sink: TwoPhaseCommitSink[Any, Any, Any], ledger: CommitLedger, sink_id: str, *, as_json: bool,
-            how: tuple[str, ...] = ()) -> int:
-    status = dataclasses.replace(sink_status(sink, ledger, sink_id), how=how)
-    print(json.dumps(status.to_json(), indent=1, sort_keys=True) if as_json else status.render())
-    return NEEDS_OPERATOR if status.needs_operator else OK
+    return (*flags, *(x for pair in args.option_env for x in ("--option-env", pair)))
 
 
 def _accept_lost_in_target(backend: TargetLedger, sink_id: str, batch: int) -> int:

@@ -79,8 +79,9 @@ def recorded_sink_id(ledger: CommitLedger, checkpoint: str) -> str:
                           f"sink.json): its query does not write with a twopc sink, or has not planned its first "
                           f"write yet. Check the path: give the checkpointLocation of the query that writes with "
                           f"twopc")
+    local_missing = ":" not in checkpoint.split("/", 1)[0] and not os.path.exists(checkpoint)
     raise CannotTell(f"there is no twopc checkpoint at {checkpoint} (no {ledger.location}/sink.json"
-                      + ("" if not _local_missing(checkpoint) else f"; {checkpoint} does not exist")
+                      + (f"; {checkpoint} does not exist" if local_missing else "")
                       + "): check the path, and give the checkpointLocation of the query that writes with twopc")
 
 
@@ -105,10 +106,6 @@ def recorded_sink(args: argparse.Namespace, checkpoint: str,
     return build_sink(sink_format(args.format, checkpoint, record), options), options
 
 
-def _local_missing(location: str) -> bool:
-    return ":" not in location.split("/", 1)[0] and not os.path.exists(location)
-
-
 def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None) -> str:
     """The format to build the sink with: *given* (``--format``, which must be the recorded sink's), or
     the recorded one; CannotTell or ConfigurationError as :func:`recorded_sink`."""
@@ -119,7 +116,8 @@ def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None)
                 f"--format is required: checkpoint {checkpoint} does not record the format of its query (written "
                 f"by an older twopc, or by a sink that does not tell its target). Give the data source name the "
                 f"query writes with (twopc-postgres, twopc-jdbc, ...) or module:SinkClass")
-        if recorded is not None and _known_name(recorded):
+        from twopc import sinks
+        if recorded is not None and any(ds.name() == recorded for ds in sinks.DATA_SOURCES):
             return recorded
         return record.sink_class or recorded or ""
     given_class = sink_class(given)
@@ -133,11 +131,6 @@ def sink_format(given: str | None, checkpoint: str, record: TargetRecord | None)
         + (f" ({record.sink_class})" if recorded and record.sink_class else "")
         + f", but --format {given!r} was given: drop --format (the checkpoint records it), or give the checkpoint "
           f"of the query that writes with {given!r}")
-
-
-def _known_name(name: str) -> bool:
-    from twopc import sinks
-    return any(ds.name() == name for ds in sinks.DATA_SOURCES)
 
 
 def _recorded_class(record: TargetRecord) -> type[TwoPhaseCommitSink[Any, Any, Any]] | None:

@@ -73,17 +73,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         while True:
             if args.textfile is not None:
-                _write(args.textfile, registry)
+                try:  # replaces the file atomically
+                    write_to_textfile(args.textfile, registry)
+                except OSError as exc:
+                    raise ConfigurationError(f"twopc metrics cannot write --textfile {args.textfile}: {exc}") from None
                 if args.once:
                     return 0
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
-
-
-def _write(path: str, registry: CollectorRegistry) -> None:
-    """Replace *path* with the metrics atomically; ConfigurationError when it cannot be written."""
-    try:
-        write_to_textfile(path, registry)
-    except OSError as exc:
-        raise ConfigurationError(f"twopc metrics cannot write --textfile {path}: {exc}") from None

@@ -5,6 +5,7 @@ mode's leftovers, and :class:`SetCheck`, the bounded form ``twopc verify`` repor
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,10 +53,7 @@ class SetCheck:
     def add_examples(self, kind: str, values: Iterable[Any] | None) -> None:
         """Keep up to :data:`EXAMPLES` of *values* as examples of *kind*."""
         kept = self.examples.setdefault(kind, [])
-        for v in values or ():
-            if len(kept) >= EXAMPLES:
-                return
-            kept.append(str(v))
+        kept.extend(str(v) for v in itertools.islice(values or (), max(0, EXAMPLES - len(kept))))
 
     @property
     def verdict(self) -> int:
@@ -67,12 +65,8 @@ class SetCheck:
         return DISCREPANCIES if self.unexpected else CLEAN
 
     def to_json(self) -> dict[str, Any]:
-        return {"subject": self.subject, "verdict": {CLEAN: "clean", DISCREPANCIES: "discrepancies",
-                                                     CANNOT_TELL: "cannot tell"}[self.verdict],
-                "expected": self.expected, "found": self.found, "lost": self.lost, "duplicated": self.duplicated,
-                "extra_rows": self.extra_rows, "unexpected": self.unexpected,
-                "examples": {k: list(v) for k, v in self.examples.items()}, "not_checked": dict(self.not_checked),
-                "notes": list(self.notes), "cannot_tell": list(self.cannot_tell)}
+        verdict = {CLEAN: "clean", DISCREPANCIES: "discrepancies", CANNOT_TELL: "cannot tell"}[self.verdict]
+        return {**dataclasses.asdict(self), "verdict": verdict}
 
     def render(self) -> str:
         def few(n: int, kind: str) -> str:
@@ -84,12 +78,10 @@ class SetCheck:
                 ("unexpected", few(self.unexpected, "unexpected"))]
         rows += [(f"not checked: {k}", str(v)) for k, v in self.not_checked.items()]
         width = max(len(k) for k, _ in rows)
-        lines = [self.subject] + [f"  {k:<{width}}  {v}" for k, v in rows]
-        lines += [f"  note: {n}" for n in self.notes]
-        lines += [f"  cannot tell: {n}" for n in self.cannot_tell]
-        lines.append("  verdict: " + {CLEAN: "CLEAN", DISCREPANCIES: "DISCREPANCIES",
-                                      CANNOT_TELL: "CANNOT TELL"}[self.verdict])
-        return "\n".join(lines)
+        verdict = {CLEAN: "CLEAN", DISCREPANCIES: "DISCREPANCIES", CANNOT_TELL: "CANNOT TELL"}[self.verdict]
+        return "\n".join([self.subject, *(f"  {k:<{width}}  {v}" for k, v in rows),
+                          *(f"  note: {n}" for n in self.notes), *(f"  cannot tell: {n}" for n in self.cannot_tell),
+                          f"  verdict: {verdict}"])
 
 
 @dataclass(frozen=True)
@@ -117,20 +109,18 @@ class Verification:
                 ("duplicates", few(self.duplicates)), ("lost", few(self.lost)), ("unexpected", few(self.unexpected)),
                 ("dangling prepared transactions", few(self.dangling))]
         width = max(len(k) for k, _ in rows)
-        lines = [f"  {k:<{width}}  {v}" for k, v in rows]
-        lines.append("  verdict: " + ("EXACTLY ONCE" if self.ok else "VIOLATED"))
-        return "\n".join(lines)
+        verdict = "EXACTLY ONCE" if self.ok else "VIOLATED"
+        return "\n".join([*(f"  {k:<{width}}  {v}" for k, v in rows), f"  verdict: {verdict}"])
 
 
 def verify_postgres_ids(engine: sa.Engine, table: str, expected_ids: Iterable[int], *,
                         sink_id: str | None, id_column: str = "id") -> Verification:
     """Compare the ids in *table* with *expected_ids* and list the sink's dangling
     prepared transactions (all of ``twopc:`` when *sink_id* is None)."""
-    prefix = f"twopc:{sink_id}:" if sink_id else "twopc:"
     with engine.connect() as conn:
         dangling = [r[0] for r in conn.execute(sa.text(
             "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() "
-            "AND starts_with(gid, :p)"), {"p": prefix})]
+            "AND starts_with(gid, :p)"), {"p": f"twopc:{sink_id}:" if sink_id else "twopc:"})]
     return dataclasses.replace(verify_ids(engine, table, expected_ids, id_column=id_column),
                                dangling=tuple(sorted(dangling)))
 
@@ -173,15 +163,13 @@ def staged_rows_left(engine: sa.Engine, *, sink_id: str | None = None,
                 "ORDER BY name"), {"p": like})]
         else:
             raise ValueError(f"staged_rows_left supports PostgreSQL and SQLite, not {dialect}")
+        where = "" if sink_id is None else f" WHERE {prep.quote('twopc_txn')} LIKE :t ESCAPE '\\'"
+        params = {} if sink_id is None else {"t": _like_prefix(f"twopc:{sink_id}:")}
         out: dict[str, int] = {}
         for schema, name in names:
             qualified = (f"{prep.quote(schema)}." if schema else "") + prep.quote(name)
-            sql = f"SELECT count(*) FROM {qualified}"
-            params: dict[str, str] = {}
-            if sink_id is not None:
-                sql += f" WHERE {prep.quote('twopc_txn')} LIKE :t ESCAPE '\\'"
-                params = {"t": _like_prefix(f"twopc:{sink_id}:")}
-            out[f"{schema}.{name}" if schema else name] = int(conn.execute(sa.text(sql), params).scalar_one())
+            count = conn.execute(sa.text(f"SELECT count(*) FROM {qualified}{where}"), params).scalar_one()
+            out[f"{schema}.{name}" if schema else name] = int(count)
     return out
 
 

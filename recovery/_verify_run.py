@@ -34,8 +34,6 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
     """Run ``twopc verify``; the exit code (see :data:`VERIFY_EXIT_CODES`)."""
     if args.page_size < 1:
         raise ConfigurationError(f"--page-size must be >= 1, got {args.page_size}")
-    ledger: CommitLedger | None = None
-    sink_id = args.sink_id
     if checkpoint:
         reader, sink_id = open_checkpoint(checkpoint, args.sink_id)
         record = reader.target_record()
@@ -43,19 +41,20 @@ def run_verify(args: argparse.Namespace, checkpoint: str | None) -> int:
         with sink:
             check_recorded_target(sink, reader, sink_id, checkpoint, record)
             return _verify(args, sink, options, reader, sink_id)
-    else:
-        if not args.format:
-            raise ConfigurationError("give the checkpoint, or --format and --option url=... --option dbtable=... "
-                                     "for the table")
-        options = cli_options(args.option, args.option_env)
-        sink = build_sink(args.format, options)
-    with sink:
-        return _verify(args, sink, options, ledger, sink_id)
+    if not args.format:
+        raise ConfigurationError("give the checkpoint, or --format and --option url=... --option dbtable=... "
+                                 "for the table")
+    options = cli_options(args.option, args.option_env)
+    with build_sink(args.format, options) as sink:
+        return _verify(args, sink, options, None, args.sink_id)
 
 
 def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], options: dict[str, str],
             ledger: CommitLedger | None, sink_id: str | None) -> int:
-    jdbc = _jdbc_options(sink)
+    jdbc = getattr(sink, "options", None)
+    if not isinstance(jdbc, JdbcOptions) or jdbc.dialect != "postgresql":
+        raise ConfigurationError(f"twopc verify checks PostgreSQL tables (twopc-postgres, twopc-jdbc on "
+                                 f"PostgreSQL), not {sink.describe()}")
     if args.stream is None:
         found = ledger if ledger is not None else _target_ledger(sink, sink_id)
         if isinstance(found, SetCheck):
@@ -69,13 +68,12 @@ def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], o
                 assert ledger is not None and sink_id is not None  # a ledger was found for it
                 return _report(verify_batches(pg, table, ledger, sink_id, keys=tuple(args.key)), args.json)
             server = StreamServer(_redis(args))
-            check = verify_stream(
+            return _report(verify_stream(
                 pg, table, server, args.stream, group=args.group,
                 first=EntryId.parse(args.first, "--from") if args.first else None,
                 last=EntryId.parse(args.last, "--to") if args.last else None,
                 stream_column=args.stream_column, id_column=args.id_column, page_size=args.page_size,
-                progress=lambda line: print(line, file=sys.stderr, flush=True))
-            return _report(check, args.json)
+                progress=lambda line: print(line, file=sys.stderr, flush=True)), args.json)
         except psycopg.Error as exc:
             raise SinkError(f"{table.display()}: the database failed: {_clean(exc, secrets)}") from None
 
@@ -83,14 +81,6 @@ def _verify(args: argparse.Namespace, sink: TwoPhaseCommitSink[Any, Any, Any], o
 def _report(check: SetCheck, as_json: bool) -> int:
     print(json.dumps(check.to_json(), indent=1, sort_keys=True) if as_json else check.render())
     return check.verdict
-
-
-def _jdbc_options(sink: TwoPhaseCommitSink[Any, Any, Any]) -> JdbcOptions:
-    options = getattr(sink, "options", None)
-    if not isinstance(options, JdbcOptions) or options.dialect != "postgresql":
-        raise ConfigurationError(f"twopc verify checks PostgreSQL tables (twopc-postgres, twopc-jdbc on "
-                                 f"PostgreSQL), not {sink.describe()}")
-    return options
 
 
 def _target_ledger(sink: TwoPhaseCommitSink[Any, Any, Any], sink_id: str | None) -> CommitLedger | SetCheck:

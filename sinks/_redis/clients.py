@@ -11,7 +11,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import redis
 import redis.exceptions as rex
@@ -108,9 +108,7 @@ class ClientConfig:
         kwargs: dict[str, Any] = {"socket_timeout": self.socket_timeout,
                                   "socket_connect_timeout": self.connect_timeout, "client_name": "twopc",
                                   "socket_keepalive": True, "socket_keepalive_options": keepalive_socket_options(),
-                                  **_version_given()}
-        if self.password is not None:
-            kwargs["password"] = self.password
+                                  "password": self.password, **_version_given()}
         try:
             client: Any = redis.Redis.from_url(self.url, **kwargs)
         except (ValueError, rex.RedisError) as exc:
@@ -147,8 +145,7 @@ class _LocalFcallKeys:
         """The keys of command *args* (``None``: it has none)."""
         if len(args) >= 3 and str(args[0]).upper() in ("FCALL", "FCALL_RO"):
             return list(args[3: 3 + int(args[2])]) or None
-        keys: list[Any] | None = self._inner.get_keys(redis_conn, *args)
-        return keys
+        return cast("list[Any] | None", self._inner.get_keys(redis_conn, *args))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

@@ -10,10 +10,9 @@ __all__ = ["build_library", "missing_library"]
 
 def build_library(library: str, prelude: str, functions: dict[str, str]) -> str:
     """FUNCTION library *library*: *prelude*, then each of *functions* as ``<library>_<name>(keys, args)``."""
-    parts = [f"#!lua name={library}\n", prelude]
-    for name, body in functions.items():
-        parts.append(f"\nredis.register_function('{library}_{name}', function(keys, args)\n{body}end)\n")
-    return "".join(parts)
+    return f"#!lua name={library}\n{prelude}" + "".join(
+        f"\nredis.register_function('{library}_{name}', function(keys, args)\n{body}end)\n"
+        for name, body in functions.items())
 
 
 def missing_library(exc: BaseException) -> bool:

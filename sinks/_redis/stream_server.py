@@ -41,13 +41,15 @@ class StreamInfo:
     added: int  # entries-added: every entry the stream ever received
     last: EntryId  # last-generated-id
     first: EntryId | None  # the first entry's id; None when the stream is empty
+    deleted_upto: EntryId  # max-deleted-entry-id: the greatest id removed (0-0: none)
 
     @classmethod
     def of(cls, reply: dict[str, Any]) -> StreamInfo:
-        """Read redis-py's ``xinfo_stream`` reply (Redis 7: ``entries-added``)."""
+        """Read redis-py's ``xinfo_stream`` reply (Redis 7: ``entries-added``, ``max-deleted-entry-id``)."""
         first = reply.get("first-entry")
         return cls(int(reply["length"]), int(reply.get("entries-added") or 0),
-                   EntryId.parse(reply["last-generated-id"]), EntryId.parse(first[0]) if first else None)
+                   EntryId.parse(reply["last-generated-id"]), EntryId.parse(first[0]) if first else None,
+                   EntryId.parse(reply.get("max-deleted-entry-id") or "0-0"))
 
 
 def _text(value: Any) -> str:
@@ -150,10 +152,9 @@ class StreamServer:
     def read(self, r: Range) -> Iterator[tuple[bytes, dict[bytes, bytes]]]:
         """The entries of *r* in id order, read in chunks of :data:`READ_CHUNK`."""
         cursor = f"({r.lo}"
-        hi = str(r.hi)
         while True:
             try:
-                got = self.client().xrange(r.stream, cursor, hi, count=READ_CHUNK)
+                got = self.client().xrange(r.stream, cursor, str(r.hi), count=READ_CHUNK)
             except rex.RedisError as exc:
                 raise self.config.error(exc, f"read stream {r.stream!r} ({r.lo}, {r.hi}]") from None
             yield from got

@@ -45,8 +45,7 @@ class AckSpec:
         """SchemaMismatchError unless both columns exist and are strings."""
         for option, col in (("ackStreamColumn", self.stream_column), ("ackIdColumn", self.id_column)):
             i = schema.get_field_index(col)
-            if i < 0 or (not pa.types.is_string(schema.field(i).type) and not pa.types.is_large_string(
-                    schema.field(i).type)):
+            if i < 0 or schema.field(i).type not in (pa.string(), pa.large_string()):
                 raise SchemaMismatchError(
                     f"ackGroup {self.group!r} acknowledges each row's source entry, read from string column "
                     f"{col!r} ({option}); the DataFrame has {schema.names}: keep twopc-redis-stream's stream "

@@ -126,7 +126,5 @@ def _row(cols: Mapping[str, list[Any]], i: int) -> dict[str, list[Any]]:
 
 
 def _text(v: Any) -> str:
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "backslashreplace")
-    return str(v)
+    return v.decode("utf-8", "backslashreplace") if isinstance(v, bytes) else str(v)
 

@@ -16,19 +16,7 @@ from twopc.spi import SchemaMismatchError
 
 from ._keys import key_slot, slot_message
 from ._lua import MAX_ARGS
-from ._mapping import (
-    COUNTER_LIMIT,
-    MAX_TTL_S,
-    Compiled,
-    HIncrByOp,
-    HSetOp,
-    IncrByOp,
-    RPushOp,
-    SetOp,
-    XAddOp,
-    ZAddOp,
-    column_pairs,
-)
+from ._mapping import COUNTER_LIMIT, MAX_TTL_S, Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp
 from ._templates import Template, as_text, null_error
 
 __all__ = ["RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements"]
@@ -65,9 +53,8 @@ def row_columns(compiled: Sequence[Compiled], row: Mapping[str, Any]) -> dict[st
 def batch_columns(compiled: Sequence[Compiled], batch: pa.RecordBatch) -> dict[str, list[Any]]:
     """The columns of *batch* the mapping reads; SchemaMismatchError when one is missing."""
     names = batch.schema.names
-    needed: set[str] = set(names) if any(c.reads_all_columns for c in compiled) else set()
-    for c in compiled:
-        needed |= c.columns()
+    every = names if any(c.reads_all_columns for c in compiled) else []
+    needed = set(every).union(*(c.columns() for c in compiled))
     cols = {}
     for name in needed:
         if name not in names:
@@ -106,10 +93,9 @@ def _fold_op(c: Compiled, st: dict[str, Any], keys: list[str], cols: Mapping[str
     if isinstance(op, SetOp):
         vals = _render(c, c.value, cols, n, "value")
         ttls = _ints(c, cols, n, "ttl", 1, MAX_TTL_S) if c.number is not None else [None] * n
-        for k, v, t in zip(keys, vals, ttls, strict=True):
-            st[k] = (v, t)
+        st.update(zip(keys, zip(vals, ttls, strict=True), strict=True))
     elif isinstance(op, HSetOp | XAddOp):
-        pairs = c.field_pairs or column_pairs(all_columns, c.what)
+        pairs = c.pairs(all_columns)
         rendered = [(f.render(cols, n, f"{c.what} field"), v.render(cols, n, f"{c.what} value")) for f, v in pairs]
         names = [f.constant for f, _ in pairs]
         if isinstance(op, HSetOp) and None not in names and len(set(names)) == len(names):

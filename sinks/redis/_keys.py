@@ -59,9 +59,8 @@ class RedisKeys:
 
 def slot_message(subject: str, got: int, tag: str, op: str, *, tag_option_set: bool) -> str:
     """Why *subject* (a key or key template in slot *got*) is outside hash tag *tag*'s slot."""
-    want = key_slot(tag)
     lit = tag.replace("{", "{{").replace("}", "}}")
     return (f"{op + ': ' if op else ''}{subject} hashes to cluster slot {got}, but the sink's "
-            f"keys use hash tag {tag} (slot {want}): one commit must touch one slot. Put the hash tag "
+            f"keys use hash tag {tag} (slot {key_slot(tag)}): one commit must touch one slot. Put the hash tag "
             f"into the key template, e.g. \"{lit}:...\" (a literal brace is written {{{{ in a template)"
             + ("" if tag_option_set else ", and set option hashTag so it does not depend on the sink id"))

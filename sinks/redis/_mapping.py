@@ -187,15 +187,14 @@ class Compiled:
         """True for an HSET/XADD without ``fields`` or ``columns``."""
         return self.field_pairs is None and isinstance(self.op, _FieldsOp)
 
+    def pairs(self, all_columns: Iterable[str]) -> tuple[tuple[Template, Template], ...]:
+        """An HSET/XADD's (field, value) templates: each of *all_columns* when it names none."""
+        return self.field_pairs or column_pairs(all_columns, self.what)
+
     def columns(self) -> set[str]:
         """The columns the op reads (but for :attr:`reads_all_columns`)."""
-        cols = set(self.key.columns)
-        for f, v in self.field_pairs or ():
-            cols.update(f.columns)
-            cols.update(v.columns)
-        for t in (self.field, self.value):
-            if t is not None:
-                cols.update(t.columns)
+        templates = (self.key, *(t for pair in self.field_pairs or () for t in pair), self.field, self.value)
+        cols = {col for t in templates if t is not None for col in t.columns}
         if self.number is not None and self.number.column is not None:
             cols.add(self.number.column)
         return cols

@@ -43,14 +43,12 @@ class RedisServer:
             log.warning("twopc redis: skipConfigCheck=true: not checking persistence and eviction of %s",
                         self.config.where())
             return
-        values = {name: self._config_get(name) for name in ("appendonly", "appendfsync", "maxmemory-policy")}
-        policy = values["maxmemory-policy"]
+        aof, fsync, policy = (self._config_get(name) for name in ("appendonly", "appendfsync", "maxmemory-policy"))
         if policy.startswith("allkeys-"):
             raise TargetConfigurationError(
                 f"Redis at {self.config.where()} has maxmemory-policy {policy}: it may evict twopc's commit markers "
                 "and prepared staging, which would turn committed batches into 'lost' ones and lose prepared writes. "
                 "Set maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction, and in redis.conf)")
-        aof, fsync = values["appendonly"], values["appendfsync"]
         if aof != "yes":
             raise TargetConfigurationError(
                 f"Redis at {self.config.where()} has appendonly {aof}: prepared transactions and commit markers would "
@@ -96,9 +94,8 @@ class RedisServer:
 
         def load(pooled: Pooled) -> None:
             if mode == "function":
-                pooled.on_every_primary(lambda node: (node.function_load(lua.library_code(), replace=True),
-                                                      node.function_load(lua.batch_library_code(), replace=True),
-                                                      node.function_load(lua.ack_library_code(), replace=True)))
+                codes = (lua.library_code(), lua.batch_library_code(), lua.ack_library_code())
+                pooled.on_every_primary(lambda node: [node.function_load(code, replace=True) for code in codes])
             else:
                 for name in (*lua.FUNCTIONS, *lua.BATCH_FUNCTIONS):
                     pooled.client.script_load(lua.script_code(name))

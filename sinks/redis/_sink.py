@@ -395,7 +395,6 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
         keys = self.keys_for(sink_id)
         lo, hi = ("-inf", "+inf") if batch_id is None else (batch_id, batch_id)
         members = self._server.config.call("list prepared transactions", lambda c: c.zrangebyscore(keys.txns, lo, hi))
-        tag = self.hash_tag(sink_id)
         out = []
         for m in members:
             txn_id = as_text(m)
@@ -404,19 +403,18 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 log.warning("twopc redis: ignoring malformed transaction id %r in %s", txn_id, keys.txns)
                 continue
             out.append(RedisHandle(txn_id, xid.sink_id, xid.batch_id, xid.partition_id, xid.attempt_id,
-                                   hash_tag=tag, staged=-1))
+                                   hash_tag=self.hash_tag(sink_id), staged=-1))
         return sorted(out, key=lambda h: (h.batch_id, h.txn_id))
 
     def prepared_details(self, sink_id: str) -> list[PreparedDetail]:
         """:meth:`list_prepared` with each staged element count (unknown while staging) and the
         staging list's idle time (``OBJECT IDLETIME``; unknown under an LFU eviction policy)."""
-        handles = self.list_prepared(sink_id)
         keys = self.keys_for(sink_id)
         client = self._server.config.pooled().client
         now = time.time()
         out = []
         try:
-            for h in handles:
+            for h in self.list_prepared(sink_id):
                 count = client.hget(keys.prepared, h.txn_id)
                 try:
                     idle = client.object("idletime", keys.staging(h.txn_id))

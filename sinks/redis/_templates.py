@@ -59,16 +59,12 @@ class Template:
     @property
     def exact(self) -> str | None:
         """The column when the template is exactly ``{column}``."""
-        if len(self.parts) == 1 and self.parts[0][0] == "" and self.parts[0][1] is not None:
-            return self.parts[0][1]
-        return None
+        return self.parts[0][1] if len(self.parts) == 1 and self.parts[0][0] == "" else None
 
     @property
     def constant(self) -> str | None:
         """The text when the template references no column."""
-        if self.columns:
-            return None
-        return "".join(lit for lit, _ in self.parts)
+        return None if self.columns else "".join(lit for lit, _ in self.parts)
 
     def fixed_slot(self) -> int | None:
         """The slot of every rendering, when the hash tag is complete before the first column."""

@@ -6,7 +6,7 @@ Otherwise it behaves as redis-py's non-transactional pipeline (which a cluster c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import redis
 import redis.exceptions as rex
@@ -43,8 +43,7 @@ def run_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
         pipe = client.pipeline(transaction=False)
         for cmd in commands:
             pipe.execute_command(*cmd)
-        replies: list[Any] = pipe.execute(raise_on_error=False)
-        return replies
+        return cast("list[Any]", pipe.execute(raise_on_error=False))
     pool = client.connection_pool
     try:
         conn = pool.get_connection()
@@ -53,9 +52,8 @@ def run_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     try:
         encoder = conn.encoder
         data = encode_commands(commands, encoder.encoding, encoder.encoding_errors)
-        out: list[Any] = conn.retry.call_with_retry(lambda: _exchange(conn, data, len(commands)),
-                                                    lambda _error: conn.disconnect())
-        return out
+        return conn.retry.call_with_retry(lambda: _exchange(conn, data, len(commands)),
+                                          lambda _error: conn.disconnect())
     except BaseException:
         conn.disconnect()  # replies may be left unread: the connection must not be reused
         raise

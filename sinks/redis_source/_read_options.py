@@ -90,7 +90,6 @@ class StreamOptions:
 def check_pyspark() -> None:
     """Raise :class:`~twopc.ConfigurationError` on PySpark < 4.2 (no ``latestOffset(start, limit)``)."""
     import pyspark
-    major, minor = (int(x) for x in pyspark.__version__.split(".")[:2])
-    if (major, minor) < (4, 2):
+    if tuple(int(x) for x in pyspark.__version__.split(".")[:2]) < (4, 2):
         raise ConfigurationError(f"twopc-redis-stream needs PySpark 4.2 or newer (latestOffset(start, limit) for "
                                  f"admission control); this is PySpark {pyspark.__version__}")

@@ -17,6 +17,7 @@ a count above ``entries-added`` means the stream was recreated.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,8 +85,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _streams(self, known: Offset | None = None) -> list[str]:
         if self.o.pattern is None:
             return list(self.o.streams)
-        found = set(self.server.discover(self.o.pattern))
-        return sorted(found | set(known.streams if known else ()))
+        return sorted(set(self.server.discover(self.o.pattern)) | set(known.streams if known else ()))
 
     def _starting_id(self, stream: str, info: StreamInfo | None) -> EntryId:
         s = self.o.starting
@@ -168,8 +168,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     budget = None if budget is None else budget - p.count
         streams_out = dict(begin.streams)
         for s in live:
-            moved = self._settle(s)
-            if moved is not None:
+            if (moved := self._settle(s)) is not None:
                 streams_out[s.stream] = moved
                 if s.bounds is not None and s.last is not None:
                     self._planned[(s.stream, s.lo, s.last)] = (s.planned, s.bounds)
@@ -258,16 +257,10 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         entries than planned, or a field that does not parse."""
         assert isinstance(partition, StreamPartition)
         r, server = partition.range, StreamServer(partition.options.client)
-        n = 0
-        entries: list[tuple[bytes, dict[bytes, bytes]]] = []
-        for entry in server.read(r):
-            n += 1
-            entries.append(entry)
-            if len(entries) == BATCH_ROWS:
-                yield entries_batch(r.stream, entries, partition.typed, self.arrow_schema)
-                entries = []
-        if entries:
-            yield entries_batch(r.stream, entries, partition.typed, self.arrow_schema)
+        entries, n = server.read(r), 0
+        while chunk := list(itertools.islice(entries, BATCH_ROWS)):
+            n += len(chunk)
+            yield entries_batch(r.stream, chunk, partition.typed, self.arrow_schema)
         if n != r.count:
             _lost(server, r, n, partition.options.fail_on_data_loss)
 

@@ -4,6 +4,7 @@ per ``fieldsSchema`` column parsed from its field (missing: null; unparsable: th
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -39,17 +40,11 @@ def _timestamp(v: str) -> dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=dt.UTC)
 
 
-def _decimal(v: str) -> Decimal:
-    try:
-        return Decimal(v.strip())
-    except InvalidOperation:
-        raise ValueError(v) from None
-
-
 _BY_TYPE: dict[str, Callable[[str], Any]] = {
     "string": str, "long": int, "integer": int, "short": int, "byte": int, "double": float, "float": float,
     "boolean": _bool, "date": dt.date.fromisoformat, "timestamp": _timestamp,
-    "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"), "decimal": _decimal,
+    "timestamp_ntz": dt.datetime.fromisoformat, "binary": lambda v: v.encode("utf-8"),
+    "decimal": lambda v: Decimal(v.strip()),
 }
 
 
@@ -87,12 +82,9 @@ def to_row(stream: str, entry_id: bytes, fields: dict[bytes, bytes],
     row: list[Any] = [stream, eid, ms, text]
     for name, kind in typed:
         raw = text.get(name)
-        if raw is None:
-            row.append(None)
-            continue
         try:
-            row.append(_BY_TYPE[kind](raw))
-        except (ValueError, OverflowError):
+            row.append(None if raw is None else _BY_TYPE[kind](raw))
+        except (ValueError, OverflowError, InvalidOperation):
             raise SourceError(f"entry {eid} of stream {stream!r}: field {name!r} = {raw!r:.60} is not a {kind} "
                               f"(fieldsSchema); fix the producer, or declare the column STRING and parse it "
                               f"in the query") from None
@@ -135,13 +127,9 @@ def entries_batch(stream: str, entries: Sequence[tuple[bytes, dict[bytes, bytes]
     ids = [e for e, _ in entries]
     dicts = [f for _, f in entries]
     try:
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        offsets = [0]
-        for f in dicts:
-            keys.extend(f)
-            values.extend(f.values())
-            offsets.append(len(keys))
+        keys = [k for f in dicts for k in f]
+        values = [v for f in dicts for v in f.values()]
+        offsets = [0, *itertools.accumulate(len(f) for f in dicts)]
         columns: list[pa.Array] = [
             pa.array([stream] * len(ids), pa.string()), pa.array(ids, pa.binary()).cast(pa.string()),
             _timestamps([int(e.partition(b"-")[0]) for e in ids], schema.field(2).type),
