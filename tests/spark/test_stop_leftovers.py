@@ -19,6 +19,7 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
+from pyspark.errors import StreamingQueryException
 from sqlalchemy.engine import make_url
 
 from twopc import sinks
@@ -95,3 +96,51 @@ def test_random_stops_leave_nothing_prepared(spark, postgres_url, pg_engine, tmp
     with pg_engine.connect() as c:
         count, distinct, top = c.exec_driver_sql(f"SELECT count(*), count(DISTINCT id), max(id) FROM {table}").one()
     assert count == distinct and (top is None or top + 1 == count), (count, distinct, top)
+
+
+def _interrupted_first_write(ck) -> list:
+    """What a stop during a query's first offset write leaves: Spark's temporary files, no batch."""
+    left = []
+    for log_name in ("offsets", "commits"):
+        (folder := ck / log_name).mkdir(parents=True)
+        temp = f".0.{uuid.uuid4()}.tmp"
+        (folder / temp).write_text("v1\n")
+        (folder / f".{temp}.crc").write_bytes(b"")
+        left += [folder / temp, folder / f".{temp}.crc"]
+    return left
+
+
+def test_a_stop_during_the_first_offset_write_does_not_keep_the_query_from_starting(
+        spark, postgres_url, pg_engine, tmp_path) -> None:
+    table = f"stop_{uuid.uuid4().hex[:10]}"
+    with pg_engine.begin() as c:
+        c.exec_driver_sql(f"CREATE TABLE {table} (id bigint NOT NULL, payload text)")
+    ck = tmp_path / "ck"
+    left = _interrupted_first_write(ck)
+    stream = (spark.readStream.format("rate").option("rowsPerSecond", 100).load()
+              .selectExpr("value AS id", "concat('e-', value) AS payload"))
+    query = (stream.writeStream.format("twopc-postgres").options(url=postgres_url, dbtable=table)
+             .option("checkpointLocation", str(ck)).trigger(processingTime="0 seconds").start())
+    try:
+        deadline = time.monotonic() + 300
+        while not any(p["numInputRows"] > 0 for p in query.recentProgress):
+            assert query.isActive and time.monotonic() < deadline, query.exception() or "no micro-batch committed"
+            query.awaitTermination(1)
+    finally:
+        query.stop()
+    assert not any(p.exists() for p in left)
+
+
+def test_a_file_of_another_kind_in_an_empty_offset_log_is_left_for_spark_to_refuse(spark, postgres_url,
+                                                                                     tmp_path) -> None:
+    ck = tmp_path / "ck"
+    (ck / "offsets").mkdir(parents=True)
+    (ck / "offsets" / "notes.txt").write_text("someone else's\n")
+    query = (spark.readStream.format("rate").load().writeStream.format("twopc-postgres")
+             .options(url=postgres_url, dbtable="never_written").option("checkpointLocation", str(ck)).start())
+    try:
+        with pytest.raises(StreamingQueryException, match="STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY"):
+            query.awaitTermination(300)
+    finally:
+        query.stop()
+    assert (ck / "offsets" / "notes.txt").exists()

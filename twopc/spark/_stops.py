@@ -6,12 +6,21 @@ query writing to a twopc data source ends with a batch its checkpoint does not r
 committed, runs the abort (:meth:`CommitCoordinator.abort_batch`) for the driver's JVM. It
 needs a classic session; elsewhere, and on failure, the next start or ``twopc recover`` settles
 the batch. It also notes the session's ``spark.sql.streaming.checkpointLocation`` at each
-start of such a query (:mod:`twopc.spark._checkpoint`)."""
+start of such a query (:mod:`twopc.spark._checkpoint`).
+
+At each start, while the query's offset log holds no batch, it deletes the temporary files a stop
+or a crash during the first offset write left in the offset and commit logs (Spark writes a log
+entry to ``.<batch>.<uuid>.tmp`` and renames it; an interrupt can leave it). Spark 4.1+ refuses
+to start a query whose empty logs hold any file (``STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY``),
+so without this a stop in the first second of a query's life would keep it from ever starting
+again from its checkpoint. The listener runs on the query's thread before Spark reads its
+checkpoint, so the run never races its own writes."""
 
 from __future__ import annotations
 
 import atexit
 import logging
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +55,8 @@ _listeners: dict[int, _StopListener] = {}
 #: how long the exit waits for Spark's listener bus to deliver what it holds (milliseconds)
 _EXIT_WAIT_MS = 5000
 _guard = threading.Lock()
+#: the temporary file Spark's checkpoint file manager writes a log entry to before renaming it
+_SPARK_TEMP = re.compile(r"\.\.?\d+\.[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}\.tmp(\.crc)?")
 
 
 def _listener(spark: SparkSession) -> _StopListener | None:
@@ -155,6 +166,7 @@ class _StopListener(StreamingQueryListener):
             if run is not None:
                 self._note_root(run, None if event.name is None else str(event.name))
                 self._end_earlier_runs(run)
+                self._clear_interrupted_start(run)
             done = self.done(run_id)  # what wait_settled waits for, from the start of the run
             if run is None:
                 done.set()
@@ -184,6 +196,25 @@ class _StopListener(StreamingQueryListener):
             log.warning("twopc: cannot record the start of streaming query %s (run %s) in its ledger: if twopc "
                         "recover ran while it was down, its first batch stops with FencedError and a restart "
                         "goes on", run.query_id, run.run_id, exc_info=True)
+
+    def _clear_interrupted_start(self, run: _Run) -> None:
+        """Delete Spark's temporary files from *run*'s offset and commit logs while its offset log holds
+        no batch (see the module's doc). Never raises."""
+        try:
+            fs_path = self._jvm.org.apache.hadoop.fs.Path
+            root = fs_path(str(run.execution.resolvedCheckpointRoot()))
+            fs = root.getFileSystem(self._jsession.sessionState().newHadoopConf())
+            files = [status.getPath() for name in ("offsets", "commits") if fs.exists(path := fs_path(root, name))
+                     for status in fs.listStatus(path)]
+            if any(str(f.getParent().getName()) == "offsets" and str(f.getName()).isdigit() for f in files):
+                return
+            for f in files:
+                if _SPARK_TEMP.fullmatch(str(f.getName())) and fs.delete(f, False):
+                    log.info("twopc: deleted %s, which a stop or crash during the first offset write of streaming "
+                             "query %s left (Spark would refuse to start the query)", f.toString(), run.query_id)
+        except Exception:  # a listener must not fail the query: logged
+            log.warning("twopc: cannot look for what an interrupted first offset write left in the checkpoint of "
+                        "streaming query %s (run %s)", run.query_id, run.run_id, exc_info=True)
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
         pass
