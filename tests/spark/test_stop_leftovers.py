@@ -44,6 +44,17 @@ def _options(fmt: str, postgres_url: str, table: str) -> dict[str, str]:
             "password": str(u.password), "commitMode": "prepared"}
 
 
+def _run_until_a_batch_commits(query) -> None:
+    """Let *query* run until a micro-batch with rows commits, then stop it."""
+    try:
+        deadline = time.monotonic() + 300
+        while not any(p["numInputRows"] > 0 for p in query.recentProgress):
+            assert query.isActive and time.monotonic() < deadline, query.exception() or "no micro-batch committed"
+            query.awaitTermination(1)
+    finally:
+        query.stop()
+
+
 @pytest.mark.chaos  # minutes: a query start and stop per round
 @pytest.mark.parametrize(("fmt", "stops"), [("twopc-postgres", 50), ("twopc-jdbc", 15)])
 def test_random_stops_leave_nothing_prepared(spark, postgres_url, pg_engine, tmp_path, fmt: str, stops: int) -> None:
@@ -81,13 +92,7 @@ def test_random_stops_leave_nothing_prepared(spark, postgres_url, pg_engine, tmp
     # query stuck (a batch whose runs keep ending without a commit), and exits 1 for that alone.
     query = (stream.writeStream.format(fmt).options(**options).option("checkpointLocation", ck)
              .trigger(processingTime="0 seconds").start())
-    try:
-        deadline = time.monotonic() + 300
-        while not any(p["numInputRows"] > 0 for p in query.recentProgress):
-            assert query.isActive and time.monotonic() < deadline, query.exception() or "no micro-batch committed"
-            query.awaitTermination(1)
-    finally:
-        query.stop()
+    _run_until_a_batch_commits(query)
     assert wait_settled(spark, str(query.runId), timeout=300)
     assert prepared() == []
 
@@ -121,13 +126,7 @@ def test_a_stop_during_the_first_offset_write_does_not_keep_the_query_from_start
               .selectExpr("value AS id", "concat('e-', value) AS payload"))
     query = (stream.writeStream.format("twopc-postgres").options(url=postgres_url, dbtable=table)
              .option("checkpointLocation", str(ck)).trigger(processingTime="0 seconds").start())
-    try:
-        deadline = time.monotonic() + 300
-        while not any(p["numInputRows"] > 0 for p in query.recentProgress):
-            assert query.isActive and time.monotonic() < deadline, query.exception() or "no micro-batch committed"
-            query.awaitTermination(1)
-    finally:
-        query.stop()
+    _run_until_a_batch_commits(query)
     assert not any(p.exists() for p in left)
 
 
