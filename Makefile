@@ -263,7 +263,7 @@ bench: venv postgres redis mariadb java
 	$(VPY) -m twopc.recovery.demos.bench_summary
 
 # The soak (not a test): micro-batches of 10 rows into twopc-postgres, twopc-redis and twopc-jdbc,
-# then as many batch writes of twopc-jdbc without a checkpoint; a record every SOAK_EVERY of the
+# and as many batch writes of twopc-jdbc without a checkpoint, all at once; a record every SOAK_EVERY of the
 # cost per batch, the ledger's files, bytes and rows, and the RSS of the driver and its agent,
 # judged at the end (recovery/demos/bench_soak.py). `make soak SOAK_BATCHES=1000 SOAK_EVERY=100`
 # for a shorter run.

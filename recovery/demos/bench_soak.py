@@ -1,7 +1,8 @@
 """``make soak``: whether twopc's cost stays flat as a streaming query runs on (not a test).
 
-Micro-batches of 10 rows into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``, then batch
-writes of the ``twopc-jdbc`` drop-in, recording what could grow (see docs/development/benchmarks.md).
+Micro-batches of 10 rows into ``twopc-postgres``, ``twopc-redis`` and ``twopc-jdbc``, and batch
+writes of the ``twopc-jdbc`` drop-in, all at once in one driver (each PostgreSQL writer in a
+database of its own), recording what could grow (see docs/development/benchmarks.md).
 A figure that grows is a bug, whatever the verdict."""
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._bench_common import ROW_EXPRS, TABLE_COLUMNS, bench_main_setup, module_parser, proc_status, processes, rss_kib
+from ._bench_common import (
+    ROW_EXPRS,
+    TABLE_COLUMNS,
+    bench_main_setup,
+    libpq_dsn,
+    module_parser,
+    proc_status,
+    processes,
+    rss_kib,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,6 +113,18 @@ def _redis_markers(url: str) -> dict[str, int]:
         client.close()
 
 
+def _database(pg: Any, name: str) -> str:
+    """Create database *name*, owned by its user, on LocalPostgres *pg*, with the soak's table; its URL."""
+    import psycopg
+    import sqlalchemy as sa
+    with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" OWNER "{sa.make_url(pg.url).username}"')
+    there = sa.make_url(pg.url).set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(libpq_dsn(there), autocommit=True) as conn:
+        conn.execute(f'CREATE TABLE "soak" ({TABLE_COLUMNS})')
+    return there
+
+
 def _agent_pid(jvm_pid: int) -> int | None:
     """The driver agent of the driver whose JVM is *jvm_pid*, if one runs (a process of twopc's agent
     module naming that pid)."""
@@ -113,39 +135,46 @@ def _agent_pid(jvm_pid: int) -> int | None:
 
 
 class _Progress:
-    """addBatch per batch id of the running query, from Spark's progress events."""
+    """addBatch per batch id of each running query, from Spark's progress events."""
 
     def __init__(self, spark: SparkSession) -> None:
-        from pyspark.sql.streaming import StreamingQueryListener
-        self.durations: dict[int, float] = {}
-        self.latest = -1
-        self.run_id: str | None = None  # the query whose events count (a stopped one's may come late)
+        from pyspark.sql.streaming.listener import JStreamingQueryListener
+        self.durations: dict[str, dict[int, float]] = {}  # by run id: a stopped run's events may come late
         self.lock = threading.Lock()
         progress = self
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+
+        class Listener(JStreamingQueryListener):
+            """Reads the four figures it needs off Spark's event: PySpark's whole conversion takes dozens of
+            Py4J calls, and with three queries Spark's listener thread falls minutes behind."""
+
+            def onQueryStarted(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
-            def onQueryProgress(self, event: Any) -> None:  # noqa: N802 - Spark's method name
-                p = event.progress
-                if p.numInputRows > 0 and str(p.runId) == progress.run_id:
+
+            def onQueryProgress(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
+                p = jevent.progress()
+                if p.numInputRows() > 0:
+                    add_batch = p.durationMs().get("addBatch")
                     with progress.lock:
-                        progress.durations[p.batchId] = float(p.durationMs.get("addBatch", 0))
-                        progress.latest = max(progress.latest, p.batchId)
-            def onQueryTerminated(self, event: Any) -> None:  # noqa: N802 - Spark's method name
+                        progress.durations.setdefault(p.runId().toString(), {})[p.batchId()] = float(add_batch or 0)
+
+            def onQueryIdle(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
-        self.listener = Listener()
-        spark.streams.addListener(self.listener)
 
-    def window(self, lo: int, hi: int) -> float:
+            def onQueryTerminated(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
+                pass
+
+        jvm: Any = spark.sparkContext._jvm  # the soak runs a classic session
+        self.listener = jvm.PythonStreamingQueryListenerWrapper(Listener(None))  # type: ignore[arg-type]
+        spark._jsparkSession.streams().addListener(self.listener)
+
+    def latest(self, run_id: str) -> int:
         with self.lock:
-            values = [v for b, v in self.durations.items() if lo <= b < hi]
+            return max(self.durations.get(run_id, {}), default=-1)
+
+    def window(self, run_id: str, lo: int, hi: int) -> float:
+        with self.lock:
+            values = [v for b, v in self.durations.get(run_id, {}).items() if lo <= b < hi]
         return statistics.median(values) if values else float("nan")
-
-    def reset(self, run_id: str) -> None:
-        with self.lock:
-            self.durations.clear()
-            self.latest = -1
-            self.run_id = run_id
 
 
 @dataclass(frozen=True)
@@ -169,58 +198,77 @@ def _snapshot(batch: int, cost_ms: float, checkpoint: Path | None, rows: dict[st
                   _rss_mb(jvm.pid) or 0.0, heap, _rss_mb(_agent_pid(jvm.pid)))
 
 
-def soak_stream(spark: SparkSession, progress: _Progress, name: str, options: dict[str, str],
-                checkpoint: Path, batches: int, every: int, rows: Callable[[], dict[str, int]],
-                jvm: Jvm) -> Leg:
-    """One streaming query into format *name* with *options*, *batches* micro-batches, recorded every *every*."""
-    leg = Leg(name)
+@dataclass
+class _Stream:
+    """A streaming query of the soak, and the record it takes next."""
+
+    leg: Leg
+    query: Any  # pyspark's StreamingQuery
+    checkpoint: Path
+    rows: Callable[[], dict[str, int]]
+    mark: int
+    started: float = field(default_factory=time.monotonic)
+
+
+def start_stream(spark: SparkSession, name: str, options: dict[str, str], checkpoint: Path,
+                 rows: Callable[[], dict[str, int]], every: int) -> _Stream:
+    """Start a streaming query of 10-row micro-batches into format *name* with *options*."""
     stream = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", ROWS_PER_BATCH)
               .option("numPartitions", 1).load().selectExpr(*SELECT))
-    started = time.monotonic()
     query = (stream.writeStream.format(name).options(**options).trigger(processingTime="0 seconds")
              .option("checkpointLocation", str(checkpoint)).option("minBatchesToRetain", str(RETAIN)).start())
-    progress.reset(str(query.runId))
-    try:
-        mark = every
-        while mark <= batches:
-            if query.exception() is not None:
-                raise SystemExit(f"soak: {name} failed: {query.exception()}")
-            if progress.latest + 1 < mark:
-                time.sleep(0.2)
-                continue
-            cost = progress.window(mark - every, mark)
-            record = _snapshot(mark, cost, checkpoint, rows(), jvm)
-            leg.records.append(record)
-            _print_record(name, record)
-            mark += every
-    finally:
-        query.stop()
-    leg.seconds = time.monotonic() - started
-    return leg
+    return _Stream(Leg(name), query, checkpoint, rows, every)
+
+
+def record_streams(streams: Sequence[_Stream], progress: _Progress, batches: int, every: int, jvm: Jvm,
+                   writes_done: threading.Event) -> None:
+    """Record each query every *every* micro-batches up to *batches*, then wait for the batch writes: every
+    query runs until the last one recorded its last, so each works under the same load throughout."""
+    while any(s.mark <= batches for s in streams) or not writes_done.is_set():
+        for s in streams:
+            if s.query.exception() is not None:
+                raise SystemExit(f"soak: {s.leg.name} failed: {s.query.exception()}")
+            run_id = str(s.query.runId)
+            if s.mark <= batches and progress.latest(run_id) + 1 >= s.mark:
+                record = _snapshot(s.mark, progress.window(run_id, s.mark - every, s.mark), s.checkpoint, s.rows(),
+                                   jvm)
+                s.leg.records.append(record)
+                _print_record(s.leg.name, record)
+                if s.mark + every > batches:
+                    s.leg.seconds = time.monotonic() - s.started
+                s.mark += every
+        time.sleep(0.2)
 
 
 def soak_jdbc_writes(spark: SparkSession, jdbc: dict[str, str], table: str, writes: int,
-                     every: int, rows: Callable[[], dict[str, int]], jvm: Jvm) -> Leg:
-    """*writes* batch writes of 10 rows through ``twopc-jdbc`` with Spark's JDBC options only,
-    recording every *every*."""
+                     every: int, rows: Callable[[], dict[str, int]], jvm: Jvm, leg: Leg,
+                     streams_done: threading.Event, done: threading.Event) -> None:
+    """*writes* batch writes of 10 rows through ``twopc-jdbc`` with Spark's JDBC options only, recording
+    every *every* into *leg*, then more (unrecorded) until *streams_done*; sets *done* once recorded."""
     from ._bench_common import append
-    name = "twopc-jdbc, batch writes, no checkpoint"
-    leg = Leg(name)
+    # Spark looks the format up in the active session, which this thread's JVM thread lacks
+    spark._get_j_spark_session_class(spark.sparkContext._jvm).setActiveSession(spark._jsparkSession)
     df = spark.range(ROWS_PER_BATCH, numPartitions=1).selectExpr(*ROW_EXPRS).cache()
     df.count()
     times: list[float] = []
     started = time.monotonic()
-    for i in range(1, writes + 1):
-        t = time.perf_counter()
-        append(df, "twopc-jdbc", table, jdbc)
-        times.append(time.perf_counter() - t)
-        if i % every == 0:
-            record = _snapshot(i, statistics.median(times[-every:]) * 1000, None, rows(), jvm)
-            leg.records.append(record)
-            _print_record(name, record)
-    leg.seconds = time.monotonic() - started
-    df.unpersist()
-    return leg
+    try:
+        i = 0
+        while i < writes or not streams_done.is_set():
+            t = time.perf_counter()
+            append(df, "twopc-jdbc", table, jdbc)
+            times.append(time.perf_counter() - t)
+            i += 1
+            if i <= writes and i % every == 0:
+                record = _snapshot(i, statistics.median(times[-every:]) * 1000, None, rows(), jvm)
+                leg.records.append(record)
+                _print_record(leg.name, record)
+                if i + every > writes:
+                    leg.seconds = time.monotonic() - started
+                    done.set()
+    finally:
+        done.set()
+        df.unpersist()
 
 
 def _print_record(name: str, r: Record) -> None:
@@ -295,40 +343,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench_main_setup()
     from twopc import faultinject
 
-    from ._bench_common import bench_session, jdbc_options, jvm_pid, libpq_dsn, run_sql
-    legs: list[Leg] = []
+    from ._bench_common import bench_session, jdbc_options, jvm_pid
+    keys = [s.strip() for s in args.sinks.split(",") if s.strip()]
+    if unknown := [k for k in keys if k not in ("postgres", "redis", "jdbc")]:
+        parser.error(f"unknown sink {unknown[0]!r}: choose from postgres, redis, jdbc")
+    databases = [*(k for k in keys if k != "redis"), *(["batch"] if writes >= args.every else [])]
     with (tempfile.TemporaryDirectory(prefix="twopc-soak-") as work, faultinject.LocalPostgres() as pg,
           contextlib.ExitStack() as stack):
-        redis_server = (stack.enter_context(faultinject.LocalRedis(appendfsync="always"))
-                        if "redis" in args.sinks else None)
-        dsn = libpq_dsn(pg.url)
-        run_sql(pg.url, *(f'CREATE TABLE "{t}" ({TABLE_COLUMNS})' for t in ("soak_postgres", "soak_jdbc",
-                                                                           "soak_jdbc_batch")))
+        redis_server = stack.enter_context(faultinject.LocalRedis(appendfsync="always")) if "redis" in keys else None
+        urls = {key: _database(pg, f"soak_{key}") for key in databases}  # each its own ledger tables
         # Spark's status store keeps the last 1,000 SQL executions (one per micro-batch) and
         # jobs: a JVM heap that grows for the first 1,000 batches, then stays. Keeping 100
         # leaves what grows after the first record to the pipeline.
         spark = bench_session("twopc-soak", sql_shuffle_partitions="1", sql_ui_retainedExecutions="100",
                               ui_retainedJobs="100", ui_retainedStages="100")
         jvm = Jvm(jvm_pid(spark), spark.sparkContext._jvm)
-        jdbc = jdbc_options(pg.url)
         progress = _Progress(spark)
-        pg_rows = functools.partial(_table_rows, dsn)
-        plan: list[tuple[str, dict[str, str], Callable[[], dict[str, int]]]] = []
-        for key in [s.strip() for s in args.sinks.split(",") if s.strip()]:
-            if key in ("postgres", "jdbc"):
-                plan.append((key, {**jdbc, "dbtable": f"soak_{key}"}, pg_rows))
-            elif key == "redis" and redis_server is not None:
-                plan.append((key, {"url": redis_server.url, "mapping": REDIS_MAPPING, "hashTag": "soak"},
-                             functools.partial(_redis_markers, redis_server.url)))
+        streams: list[_Stream] = []
+        for key in keys:
+            if key == "redis" and redis_server is not None:
+                options = {"url": redis_server.url, "mapping": REDIS_MAPPING, "hashTag": "soak"}
+                rows: Callable[[], dict[str, int]] = functools.partial(_redis_markers, redis_server.url)
             else:
-                parser.error(f"unknown sink {key!r}: choose from postgres, redis, jdbc")
-        for key, options, rows in plan:
+                options = {**jdbc_options(urls[key]), "dbtable": "soak"}
+                rows = functools.partial(_table_rows, libpq_dsn(urls[key]))
             print(f"soak: twopc-{key}, {args.batches} micro-batches ...", flush=True)
-            legs.append(soak_stream(spark, progress, f"twopc-{key}", options, Path(work) / f"ck-{key}", args.batches,
-                                    args.every, rows, jvm))
-        if writes >= args.every:
+            streams.append(start_stream(spark, f"twopc-{key}", options, Path(work) / f"ck-{key}", rows, args.every))
+        writes_leg = Leg("twopc-jdbc, batch writes, no checkpoint")
+        streams_done, writes_done = threading.Event(), threading.Event()
+        writer = None
+        if "batch" in urls:
             print(f"soak: twopc-jdbc, {writes} batch writes without a checkpoint ...", flush=True)
-            legs.append(soak_jdbc_writes(spark, jdbc, "soak_jdbc_batch", writes, args.every, pg_rows, jvm))
+            writer = threading.Thread(target=soak_jdbc_writes, name="soak-batch-writes", daemon=True, args=(
+                spark, jdbc_options(urls["batch"]), "soak", writes, args.every,
+                functools.partial(_table_rows, libpq_dsn(urls["batch"])), jvm, writes_leg, streams_done, writes_done))
+            writer.start()
+        else:
+            writes_done.set()
+        try:
+            record_streams(streams, progress, args.batches, args.every, jvm, writes_done)
+        finally:
+            streams_done.set()
+            for s in streams:
+                s.query.stop()
+            if writer is not None:
+                writer.join()
+        legs = [s.leg for s in streams] + ([writes_leg] if writer is not None else [])
         spark.stop()
     report(legs, args.batches, args.every)
     return 0

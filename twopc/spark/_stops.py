@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from py4j.protocol import Py4JError  # type: ignore[import-untyped]  # py4j ships no types
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import JStreamingQueryListener
 
 from .._coordinator import BatchResult, CommitCoordinator
 from .._driver_identity import DriverIdentity, identity_of
@@ -126,7 +127,26 @@ class _Run:
     options: dict[str, str] | None = None
 
 
+class _StartsAndEnds(JStreamingQueryListener):
+    """PySpark's bridge to a listener, without converting the progress and idle events: each takes
+    dozens of Py4J calls to convert, for every micro-batch of every query of the session, on
+    Spark's single listener thread, and the listener needs neither."""
+
+    def onQueryProgress(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
+        pass
+
+    def onQueryIdle(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
+        pass
+
+
 class _StopListener(StreamingQueryListener):
+    @property
+    def _jlistener(self) -> Any:
+        """What ``spark.streams.addListener`` hands Spark (PySpark reads this attribute)."""
+        if not hasattr(self, "_jlistenerobj"):
+            self._jlistenerobj = self._jvm.PythonStreamingQueryListenerWrapper(_StartsAndEnds(self))
+        return self._jlistenerobj
+
     def __init__(self, spark: SparkSession) -> None:
         self._spark = spark
         self._jvm: Any = spark._jvm  # a classic session's JVM (install checked there is one)
