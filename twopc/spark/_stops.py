@@ -230,8 +230,9 @@ class _StopListener(StreamingQueryListener):
                 return
             for f in files:
                 if _SPARK_TEMP.fullmatch(str(f.getName())) and fs.delete(f, False):
-                    log.info("twopc: deleted %s, which a stop or crash during the first offset write of streaming "
-                             "query %s left (Spark would refuse to start the query)", f.toString(), run.query_id)
+                    log.info("twopc: deleted %s/%s from the checkpoint of streaming query %s: a stop or crash during "
+                             "its first offset write left it, and Spark would refuse to start the query",
+                             f.getParent().getName(), f.getName(), run.query_id)
         except Exception:  # a listener must not fail the query: logged
             log.warning("twopc: cannot look for what an interrupted first offset write left in the checkpoint of "
                         "streaming query %s (run %s)", run.query_id, run.run_id, exc_info=True)
