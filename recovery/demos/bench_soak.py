@@ -147,6 +147,9 @@ class _Progress:
             """Reads the four figures it needs off Spark's event: PySpark's whole conversion takes dozens of
             Py4J calls, and with three queries Spark's listener thread falls minutes behind."""
 
+            def __init__(self) -> None:  # no Python listener behind it
+                pass
+
             def onQueryStarted(self, jevent: Any) -> None:  # noqa: N802 - Spark's method name
                 pass
 
@@ -164,7 +167,7 @@ class _Progress:
                 pass
 
         jvm: Any = spark.sparkContext._jvm  # the soak runs a classic session
-        self.listener = jvm.PythonStreamingQueryListenerWrapper(Listener(None))  # type: ignore[arg-type]
+        self.listener = jvm.PythonStreamingQueryListenerWrapper(Listener())
         spark._jsparkSession.streams().addListener(self.listener)
 
     def latest(self, run_id: str) -> int:
