@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._bench_common import (
     ROW_EXPRS,
-    TABLE_COLUMNS,
     bench_main_setup,
+    create_table,
     libpq_dsn,
     module_parser,
     proc_status,
@@ -120,8 +120,7 @@ def _database(pg: Any, name: str) -> str:
     with psycopg.connect(pg.admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}" OWNER "{sa.make_url(pg.url).username}"')
     there = sa.make_url(pg.url).set(database=name).render_as_string(hide_password=False)
-    with psycopg.connect(libpq_dsn(there), autocommit=True) as conn:
-        conn.execute(f'CREATE TABLE "soak" ({TABLE_COLUMNS})')
+    create_table(there, "soak")
     return there
 
 

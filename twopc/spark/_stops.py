@@ -224,11 +224,15 @@ class _StopListener(StreamingQueryListener):
             fs_path = self._jvm.org.apache.hadoop.fs.Path
             root = fs_path(str(run.execution.resolvedCheckpointRoot()))
             fs = root.getFileSystem(self._jsession.sessionState().newHadoopConf())
-            files = [status.getPath() for name in ("offsets", "commits") if fs.exists(path := fs_path(root, name))
-                     for status in fs.listStatus(path)]
-            if any(str(f.getParent().getName()) == "offsets" and str(f.getName()).isdigit() for f in files):
+
+            def files(name: str) -> list[Any]:
+                path = fs_path(root, name)
+                return [status.getPath() for status in fs.listStatus(path)] if fs.exists(path) else []
+
+            offsets = files("offsets")
+            if any(str(f.getName()).isdigit() for f in offsets):  # the offset log holds a batch: Spark checks nothing
                 return
-            for f in files:
+            for f in offsets + files("commits"):
                 if _SPARK_TEMP.fullmatch(str(f.getName())) and fs.delete(f, False):
                     log.info("twopc: deleted %s/%s from the checkpoint of streaming query %s: a stop or crash during "
                              "its first offset write left it, and Spark would refuse to start the query",
