@@ -13,8 +13,9 @@ from ._errors import MissingExtraError
 __all__ = ["EXTRAS", "require"]
 
 #: each backend extra of pyproject.toml and its top-level modules (``all`` installs every one)
-EXTRAS: dict[str, tuple[str, ...]] = {"postgres": ("psycopg",), "mysql": ("pymysql",), "redis": ("redis", "hiredis"),
-                                      "s3": ("boto3",), "http": ("httpx", "sniffio")}
+EXTRAS: dict[str, tuple[str, ...]] = {"postgres": ("psycopg",), "mysql": ("pymysql",),
+                                      "redis": ("redis", "hiredis", "msgpack"), "s3": ("boto3",),
+                                      "http": ("httpx", "sniffio")}
 
 
 def require(module_name: str, extra: str, what: str) -> ModuleType:

@@ -38,6 +38,7 @@ page.
 from twopc.spi import require as _require
 
 _require("redis", "redis", "the Redis sink (twopc-redis)")
+_require("msgpack", "redis", "the Redis sink (twopc-redis)")
 
 from .._redis.clients import dispose_clients  # noqa: E402 - after the driver check
 from .._sources import RedisDataSource  # noqa: E402 - after the driver check

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import pyarrow as pa
 
 from twopc import ConfigurationError, TransactionContext
@@ -19,7 +20,10 @@ from ._lua import MAX_ARGS
 from ._mapping import COUNTER_LIMIT, MAX_TTL_S, Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp
 from ._templates import Template, as_text, null_error
 
-__all__ = ["RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements"]
+__all__ = ["ELEMENT_ARGS", "RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements", "staging_groups"]
+
+#: About how many arguments one element of the staging list packs (a few hundred KiB).
+ELEMENT_ARGS = 8192
 
 
 @dataclass(eq=False)
@@ -167,9 +171,8 @@ def _scores(c: Compiled, cols: Mapping[str, list[Any]], n: int) -> list[str]:
     return out
 
 
-def _group(out: list[Any], cmd: str, args: Sequence[Any]) -> None:
-    out.append(f"{cmd} {len(args)}")
-    out.extend(args)
+def _group(out: list[Any], cmd: str, args: list[Any]) -> None:
+    out += (cmd, args)
 
 
 def _chunked(out: list[Any], cmd: str, head: Sequence[Any], items: Sequence[Any], width: int) -> None:
@@ -179,9 +182,10 @@ def _chunked(out: list[Any], cmd: str, head: Sequence[Any], items: Sequence[Any]
         _group(out, cmd, [*head, *items[i: i + step]])
 
 
-def staging_elements(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[Any]:
-    """The staging list of *state*; ConfigurationError for a counter's deltas beyond +-10^18, or an
-    XADD entry with more fields than one call takes."""
+def staging_groups(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[Any]:
+    """The groups of *state*, flat: a command, then the list of its arguments (str or bytes, at most
+    :data:`~._lua.MAX_ARGS`); check groups first. ConfigurationError for a counter's deltas beyond
+    +-10^18, or an XADD entry with more fields than one call takes."""
     out: list[Any] = []
     for c, st in zip(compiled, state, strict=True):
         if st:
@@ -196,6 +200,24 @@ def staging_elements(compiled: Sequence[Compiled], state: Sequence[dict[str, Any
     return out
 
 
+def staging_elements(groups: Sequence[Any]) -> list[bytes]:
+    """*groups* (:func:`staging_groups`) as the elements of the staging list: MessagePack arrays
+    ``[cmd, [arg...], cmd, [arg...], ...]`` of about :data:`ELEMENT_ARGS` arguments each, which the
+    server-side library decodes with its built-in ``cmsgpack``. Every argument is a str or bytes by
+    construction, so the server hands Redis the exact bytes; bytes go as MessagePack's raw string
+    type, since Redis's ``cmsgpack`` predates the binary types (and, like Lua, takes any bytes)."""
+    out: list[bytes] = []
+    start, size = 0, 0
+    for i in range(1, len(groups), 2):
+        size += len(groups[i])
+        if size >= ELEMENT_ARGS:
+            out.append(msgpack.packb(groups[start: i + 1], use_bin_type=False))
+            start, size = i + 1, 0
+    if start < len(groups):
+        out.append(msgpack.packb(groups[start:], use_bin_type=False))
+    return out
+
+
 def _stage_op(out: list[Any], c: Compiled, st: dict[str, Any]) -> None:
     op = c.op
     if isinstance(op, SetOp):
@@ -203,11 +225,7 @@ def _stage_op(out: list[Any], c: Compiled, st: dict[str, Any]) -> None:
             _group(out, "SET", [k, v] if t is None else [k, v, "EX", str(t)])
     elif isinstance(op, HSetOp):
         for k, h in st.items():
-            if 0 < 2 * len(h) < MAX_ARGS:  # one group: written directly
-                out += [f"HSET {2 * len(h) + 1}", k]
-                out.extend(x for f, v in h.items() for x in (f, v))
-            else:
-                _chunked(out, "HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
+            _chunked(out, "HSET", [k], [x for f, v in h.items() for x in (f, v)], 2)
     elif isinstance(op, IncrByOp):
         for k, d in st.items():
             _check_delta(c, k, d)
@@ -223,8 +241,7 @@ def _stage_op(out: list[Any], c: Compiled, st: dict[str, Any]) -> None:
                 if len(e) + 2 > MAX_ARGS:
                     raise ConfigurationError(f"{c.what}: an entry has {len(e) // 2} fields; at most "
                                              f"{(MAX_ARGS - 2) // 2} are supported")
-                out += [f"XADD {len(e) + 2}", k, "*"]
-                out.extend(e)
+                _group(out, "XADD", [k, "*", *e])
     elif isinstance(op, RPushOp):
         for k, vals in st.items():
             _chunked(out, "RPUSH", [k], vals, 1)

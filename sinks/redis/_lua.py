@@ -1,8 +1,13 @@
 """Server-side code of the Redis sink: Lua loaded as FUNCTION libraries (Redis 7+, kept across restarts) or, on older
 servers, as EVALSHA scripts (re-sent on ``NOSCRIPT``).
 
-A staging is one LIST of groups, a header ``"<CMD> <n>"`` then ``n`` arguments: check groups first, then apply groups
-(one ``redis.call`` each, at most :data:`MAX_ARGS` arguments: Lua's ``unpack`` fails above ~8000 values).
+A staging is one LIST of MessagePack arrays (decoded by the server's built-in ``cmsgpack``), each
+``[cmd, [arg...], cmd, [arg...], ...]``: check groups first, then apply groups (one ``redis.call`` each, at most
+:data:`MAX_ARGS` arguments: Lua's ``unpack`` fails above ~8000 values). Packing thousands of arguments into one element
+halves the server's work per row against pushing each argument as an element of its own, the format of
+``twopc_redis_v1``, which every library still reads (a header ``"<CMD> <n>"`` then ``n`` argument elements), so a
+transaction an older version prepared commits after an upgrade. An older version fails to read the new format with
+``DAMAGED`` and applies nothing.
 
 - ``?T <type> <op> key...``: every key is of Redis type ``<type>`` or missing.
 - ``?I <op> key...`` / ``?H <op> key field...``: every key / hash field is missing or holds
@@ -13,7 +18,8 @@ Transaction ids are opaque strings to every step.
 
 Code loaded under a name never changes: servers keep a library across restarts, and processes of two versions would
 swap each other's code; a change gets a new name (``tests/sinks/redis`` pins the digests). ``commit_batch`` lives in
-:data:`BATCH_LIBRARY_NAME` beside ``twopc_redis_v1``, which older processes keep using.
+:data:`BATCH_LIBRARY_NAME` beside :data:`LIBRARY_NAME`; older processes keep using theirs (``twopc_redis_v1``,
+``twopc_redis_batch_v1``, ``twopc_redis_ack_v1``).
 
 Option ``ackGroup``: :data:`ACK_LIBRARY_NAME`'s ``commit_batch_ack`` runs ``commit_batch``'s checks and writes, then,
 in the same atomic call, ``twopc_stream_v2_ack``'s step (without trimming) up to the highest entry id per stream: the
@@ -33,14 +39,14 @@ __all__ = ["ACK_LIBRARY_NAME", "BATCH_FUNCTIONS", "BATCH_LIBRARY_NAME", "FUNCTIO
            "MAX_BATCH_TXNS", "PRELUDE", "ack_library_code", "batch_library_code", "function_name", "library_code",
            "script_code", "script_sha"]
 
-#: Most arguments one ``redis.call`` of the commit script receives (and one staging call).
+#: Most arguments one ``redis.call`` of the commit script receives.
 MAX_ARGS = 1000
 
-LIBRARY_NAME = "twopc_redis_v1"
+LIBRARY_NAME = "twopc_redis_v2"
 
-BATCH_LIBRARY_NAME = "twopc_redis_batch_v1"
+BATCH_LIBRARY_NAME = "twopc_redis_batch_v2"
 
-ACK_LIBRARY_NAME = "twopc_redis_ack_v1"
+ACK_LIBRARY_NAME = "twopc_redis_ack_v2"
 
 #: Most transactions one ``commit_batch`` call commits (a larger batch takes several calls).
 MAX_BATCH_TXNS = 512
@@ -48,12 +54,16 @@ MAX_BATCH_TXNS = 512
 PRELUDE = r"""
 local APPLY = {SET=true, HSET=true, INCRBY=true, HINCRBY=true, XADD=true, RPUSH=true, ZADD=true}
 
--- Iterate the groups of a staging list, reading it in slices of 1000 elements.
+-- Iterate the groups of a staging list: (cmd, args) per group. An element is a MessagePack array
+-- {cmd, {arg...}, cmd, {arg...}, ...}, or, as versions before twopc_redis_v2 staged, a text header
+-- "<CMD> <n>" followed by n argument elements. The list is read in slices (1000 elements of the text
+-- format, 8 of the packed one).
 local function groups(key)
-  local buf, pos, base = {}, 1, 0
+  local buf, pos, base, step = {}, 1, 0, 1
+  local packed, ppos = nil, 1
   local function nxt()
     if pos > #buf then
-      buf = redis.call('LRANGE', key, base, base + 999)
+      buf = redis.call('LRANGE', key, base, base + step - 1)
       base = base + #buf
       pos = 1
       if #buf == 0 then return nil end
@@ -63,17 +73,37 @@ local function groups(key)
     return v
   end
   return function()
-    local h = nxt()
-    if h == nil then return nil end
-    local cmd, n = string.match(h, '^(%S+) (%d+)$')
-    if cmd == nil then return 'DAMAGED', nil end
-    local a = {}
-    for i = 1, tonumber(n) do
-      local v = nxt()
-      if v == nil then return 'DAMAGED', nil end
-      a[i] = v
+    while true do
+      if packed ~= nil then
+        local cmd, a = packed[ppos], packed[ppos + 1]
+        if cmd ~= nil then
+          ppos = ppos + 2
+          if type(cmd) ~= 'string' or type(a) ~= 'table' then return 'DAMAGED', nil end
+          return cmd, a
+        end
+        packed = nil
+      end
+      local h = nxt()
+      if h == nil then return nil end
+      local b = string.byte(h, 1)
+      if b ~= nil and ((b >= 0x90 and b <= 0x9f) or b == 0xdc or b == 0xdd) then
+        step = 8
+        local ok, t = pcall(cmsgpack.unpack, h)
+        if not ok or type(t) ~= 'table' then return 'DAMAGED', nil end
+        packed, ppos = t, 1
+      else
+        step = 1000
+        local cmd, n = string.match(h, '^(%S+) (%d+)$')
+        if cmd == nil then return 'DAMAGED', nil end
+        local a = {}
+        for i = 1, tonumber(n) do
+          local v = nxt()
+          if v == nil then return 'DAMAGED', nil end
+          a[i] = v
+        end
+        return cmd, a
+      end
     end
-    return cmd, a
   end
 end
 
@@ -250,7 +280,7 @@ _ACK = r"""
 
 
 def function_name(name: str) -> str:
-    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v1_commit``)."""
+    """The FUNCTION name of server-side step *name* (``commit`` -> ``twopc_redis_v2_commit``)."""
     library = BATCH_LIBRARY_NAME if name in BATCH_FUNCTIONS else LIBRARY_NAME
     return f"{ACK_LIBRARY_NAME if name == 'commit_batch_ack' else library}_{name}"
 

@@ -116,17 +116,16 @@ class RedisServer:
 
     def stage(self, keys: RedisKeys, txn_id: str, batch_id: int, elements: Sequence[Any], *,
               start_over: Callable[[], object]) -> list[str]:
-        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* in ``stage`` calls of at most
-        :data:`~._lua.MAX_ARGS`, ``prepare`` it; returns the ``prepare`` reply, or SinkError when it was rolled back
-        meanwhile. When the server lost the library, *start_over* removes what got staged and it runs once more."""
+        """In one pipeline: register *txn_id* (``ZADD P:txns``), push *elements* one ``stage`` call each (an
+        element packs thousands of arguments), ``prepare`` it; returns the ``prepare`` reply, or SinkError when it
+        was rolled back meanwhile. When the server lost the library, *start_over* removes what got staged and it
+        runs once more."""
         staging = keys.staging(txn_id)
         client = self.config.pooled().client
         self.load()
-        step = lua.MAX_ARGS
         for attempt in (0, 1):
             pipe = [("ZADD", keys.txns, "NX", batch_id, txn_id),
-                    *(self.command("stage", [keys.txns, staging], [txn_id, *elements[i: i + step]])
-                      for i in range(0, len(elements), step)),
+                    *(self.command("stage", [keys.txns, staging], [txn_id, element]) for element in elements),
                     self.command("prepare", [keys.txns, keys.prepared, staging], [txn_id, len(elements)])]
             try:
                 replies = run_pipeline(client, pipe)

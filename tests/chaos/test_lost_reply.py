@@ -27,6 +27,7 @@ from twopc import CommitCoordinator, CommitLedger, RecoveryCoordinator, Transact
 from twopc.faultinject import FaultProxy
 from twopc.sinks import MySqlXaSink, PostgresSink
 from twopc.sinks.redis import HSetOp, RedisSink
+from twopc.sinks.redis import _lua as lua
 from twopc.sinks.sql._timeouts import reply_deadline
 from twopc.spi import CommitPendingError
 from twopc.spi.operations import BatchState
@@ -176,8 +177,8 @@ def test_a_lost_redis_commit_reply_is_bounded_and_finished_once(redis_url: str, 
             s.validate(schema)
             return s
 
-        _lost_reply_scenario(make(), make, proxy, b"twopc_redis_batch_v1_commit_batch", prepare_batch, ids, tmp_path,
-                             f"s{uid()}", where=f"{proxy.listen_host}:{proxy.port}")
+        _lost_reply_scenario(make(), make, proxy, lua.function_name("commit_batch").encode(), prepare_batch, ids,
+                             tmp_path, f"s{uid()}", where=f"{proxy.listen_host}:{proxy.port}")
     direct.close()
 
 

@@ -82,7 +82,8 @@ def test_installed_driver_is_returned() -> None:
 def test_wrong_extra_is_a_caller_bug() -> None:
     with pytest.raises(ValueError, match=re.escape("unknown twopc extra 'postgresql'")):
         require("psycopg", "postgresql", "twopc-postgres")
-    with pytest.raises(ValueError, match=re.escape("twopc's extra 'redis' installs redis, hiredis, not 'psycopg'")):
+    wrong = "twopc's extra 'redis' installs redis, hiredis, msgpack, not 'psycopg'"
+    with pytest.raises(ValueError, match=re.escape(wrong)):
         require("psycopg", "redis", "twopc-postgres")
 
 

@@ -20,12 +20,12 @@ from twopc.sinks.redis._lua import ACK_LIBRARY_NAME, ack_library_code
 from twopc.spi import SchemaMismatchError
 
 SCHEMA = pa.schema([("stream", pa.string()), ("id", pa.string()), ("n", pa.int64())])
-PINNED = "a3e4c0d3aace0f10"
+PINNED = "79f26eaea639eb3a"
 
 
 def test_the_ack_library_code_is_pinned() -> None:
-    """The code under ``twopc_redis_ack_v1`` never changes; a change takes a new name."""
-    assert ACK_LIBRARY_NAME == "twopc_redis_ack_v1"
+    """The code under ``twopc_redis_ack_v2`` never changes; a change takes a new name."""
+    assert ACK_LIBRARY_NAME == "twopc_redis_ack_v2"
     assert hashlib.sha256(ack_library_code().encode()).hexdigest()[:16] == PINNED
 
 

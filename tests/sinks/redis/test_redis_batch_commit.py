@@ -135,7 +135,7 @@ def test_a_transaction_committed_by_the_v1_function_answers_already_committed(re
     sink = _sink(redis_url, tag)
     old, new = _prepare(sink, 0, 0), _prepare(sink, 0, 1)
     assert sink.commit(old) is CommitOutcome.COMMITTED  # what a process of the previous version does
-    assert r.function_list(library="twopc_redis_v1") and r.function_list(library=lua.BATCH_LIBRARY_NAME)
+    assert r.function_list(library=lua.LIBRARY_NAME) and r.function_list(library=lua.BATCH_LIBRARY_NAME)
     assert sink.commit_all([old, new]) == [CommitOutcome.ALREADY_COMMITTED, CommitOutcome.COMMITTED]
     assert r.get("{" + tag + "}:total") == str(2 * ROWS).encode()
 

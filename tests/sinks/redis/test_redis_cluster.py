@@ -46,6 +46,7 @@ from twopc import (
 )
 from twopc.faultinject import LocalRedis, LocalRedisCluster
 from twopc.sinks.redis import HSetOp, IncrByOp, RedisHandle, RedisSink, dispose_clients, key_slot
+from twopc.sinks.redis import _lua as lua
 from twopc.sinks.redis_source import Offset, RedisStreamReader, StreamOptions
 from twopc.spi.operations import BatchState
 from twopc.spi.runtime import CommitRetry
@@ -151,7 +152,7 @@ def test_the_sink_runs_on_the_cluster_and_refuses_a_key_outside_its_slot(
     # bounded. A primary never lacks it (loaded before the commit ran there).
     deadline = time.monotonic() + 60
     while True:
-        libraries = {n.port: cluster.command(n, "FUNCTION", "LIST", "LIBRARYNAME", "twopc_redis_v1")
+        libraries = {n.port: cluster.command(n, "FUNCTION", "LIST", "LIBRARYNAME", lua.LIBRARY_NAME)
                      for n in cluster.nodes if n.running}
         primaries = {v.port for v in cluster.view() if v.is_master}
         assert all(libraries[p] for p in primaries), f"the library is missing on a primary: {libraries}"

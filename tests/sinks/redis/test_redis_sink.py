@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pyarrow as pa
 import pytest
 import redis
@@ -39,7 +40,7 @@ from twopc.sinks.redis import (
 from twopc.spi import MissingOptionError, SchemaMismatchError, SinkUnavailableError, TargetConfigurationError
 from twopc.spi.runtime import dumps_handle, loads_handle
 
-LIBRARY_NAME = "twopc_redis_v1"  # the FUNCTION library, part of the on-server format
+LIBRARY_NAME = "twopc_redis_v2"  # the FUNCTION library, part of the on-server format
 MAX_ARGS = 1000  # arguments per staged group at most (the staging format the library reads)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("category", pa.string()), ("qty", pa.int64()),
@@ -161,13 +162,16 @@ def test_large_transaction_commits_in_chunks(redis_url, r, tag) -> None:
     sink.invoke_batch(txn, batch)
     h = sink.pre_commit(txn)
     staging = sink.keys_for("s1").staging(h.txn_id)
-    elements, i = r.lrange(staging, 0, -1), 0
+    raw = redis.Redis.from_url(redis_url)
+    elements = raw.lrange(staging, 0, -1)
+    raw.close()
     widths: dict[str, list[int]] = {}
-    while i < len(elements):  # walk the groups: "<CMD> <n>" then n arguments
-        cmd, n_args = elements[i].split(" ")
-        widths.setdefault(cmd, []).append(int(n_args))
-        i += 1 + int(n_args)
-    assert i == len(elements) == h.staged
+    for element in elements:  # each a MessagePack array: cmd, [args], cmd, [args], ...
+        packed = msgpack.unpackb(element)
+        for cmd, args in zip(packed[::2], packed[1::2], strict=True):
+            assert all(isinstance(a, str | bytes) for a in args), "the server gets every argument as text"
+            widths.setdefault(cmd, []).append(len(args))
+    assert len(elements) == h.staged and 1 < len(elements) < n // 10, "thousands of arguments per element"
     assert max(max(w) for w in widths.values()) <= MAX_ARGS
     assert len(widths["HSET"]) == 61 and len(widths["HINCRBY"]) == n  # 30k fields: 61 chunks of <= 999 args
     assert sink.commit(h) is CommitOutcome.COMMITTED

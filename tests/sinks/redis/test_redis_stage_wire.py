@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import msgpack
 import pyarrow as pa
 import pytest
 import redis
@@ -15,7 +16,7 @@ import redis.connection
 import redis.exceptions as rex
 
 from twopc import CommitOutcome, TransactionContext
-from twopc.sinks.redis import HSetOp, IncrByOp, RedisSink, XAddOp
+from twopc.sinks.redis import HSetOp, IncrByOp, RedisSink, RPushOp, SetOp, XAddOp, ZAddOp
 from twopc.sinks.redis._wire import encode_commands, run_pipeline
 
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.string())])
@@ -58,7 +59,10 @@ def test_a_transaction_is_staged_without_redis_pys_per_argument_encoder(redis_ur
     txn = sink.begin_transaction(TransactionContext("s1", 0, 0, 1))
     sink.invoke_batch(txn, _rows(3000))
     handle = sink.pre_commit(txn)
-    assert handle.staged > 3000 * 10
+    raw = redis.Redis.from_url(redis_url)
+    staged = [msgpack.unpackb(e) for e in raw.lrange(sink.keys_for("s1").staging(handle.txn_id), 0, -1)]
+    raw.close()
+    assert len(staged) == handle.staged and sum(len(args) for p in staged for args in p[1::2]) > 3000 * 10
     assert sum(packed) < 100, f"redis-py encoded {sum(packed)} arguments one by one"
     assert sink.commit_all([handle]) == [CommitOutcome.COMMITTED]
     assert int(r.get(f"{{{tag}}}:total")) == 3000 and r.xlen(f"{{{tag}}}:events") == 3000
@@ -109,3 +113,39 @@ def test_a_new_connection_does_not_look_up_installed_distributions(redis_url, r,
         assert shown == redis.__version__
     finally:
         pooled.client.close()
+
+
+@pytest.mark.parametrize("script_mode", ["function", "eval"])
+def test_every_op_writes_the_exact_bytes_of_its_cells(redis_url, script_mode) -> None:
+    """The staged writes reach Redis packed in MessagePack, which the server decodes with its own
+    ``cmsgpack``: raw bytes (not UTF-8, NUL, empty), non-ASCII text, and numbers Lua would round
+    must arrive as the bytes the row holds."""
+    tag = "w" + uuid.uuid4().hex[:10]
+    t = "{{" + tag + "}}"
+    schema = pa.schema([("id", pa.int64()), ("raw", pa.binary()), ("text", pa.string()), ("big", pa.int64()),
+                        ("x", pa.float64())])
+    rows = [{"id": 1, "raw": b"\xff\x00\xfe", "text": "é€😀", "big": 2**59 + 1, "x": 0.1 + 0.2},
+            {"id": 2, "raw": b"", "text": "", "big": -(2**53) - 1, "x": 1e300}]
+    ops = [SetOp(f"{t}:s:{{id}}", "{raw}"), HSetOp(f"{t}:h:{{id}}", columns=("raw", "text", "big")),
+           XAddOp(f"{t}:e", columns=("raw", "x")), RPushOp(f"{t}:l", "{raw}"), ZAddOp(f"{t}:z", "{text}", "{x}"),
+           IncrByOp(f"{t}:n", "{big}")]
+    sink = RedisSink(redis_url, ops, hash_tag=tag, script_mode=script_mode)
+    sink.validate(schema)
+    txn = sink.begin_transaction(TransactionContext("s1", 0, 0, 1))
+    sink.invoke_batch(txn, pa.RecordBatch.from_pylist(rows, schema=schema))
+    assert sink.commit_all([sink.pre_commit(txn)]) == [CommitOutcome.COMMITTED]
+    r = redis.Redis.from_url(redis_url)
+    try:
+        p = "{" + tag + "}"
+        assert [r.get(f"{p}:s:{i}") for i in (1, 2)] == [b"\xff\x00\xfe", b""]
+        assert r.hgetall(f"{p}:h:1") == {b"raw": b"\xff\x00\xfe", b"text": "é€😀".encode(),
+                                         b"big": b"576460752303423489"}
+        assert r.hgetall(f"{p}:h:2") == {b"raw": b"", b"text": b"", b"big": b"-9007199254740993"}
+        entries = r.xrange(f"{p}:e") or []
+        assert [fields for _, fields in entries] == [{b"raw": b"\xff\x00\xfe", b"x": b"0.30000000000000004"},
+                                                    {b"raw": b"", b"x": b"1e+300"}]
+        assert r.lrange(f"{p}:l", 0, -1) == [b"\xff\x00\xfe", b""]
+        assert r.zrange(f"{p}:z", 0, -1, withscores=True) == [("é€😀".encode(), 0.30000000000000004), (b"", 1e300)]
+        assert r.get(f"{p}:n") == str(2**59 + 1 - 2**53 - 1).encode()
+    finally:
+        r.close()

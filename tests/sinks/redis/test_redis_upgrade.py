@@ -4,9 +4,10 @@ Versions before 0.2 named transactions ``{sink}~{batch}~{partition}~{attempt}~{n
 this one writes twopc's canonical ``twopc:{sink}:{batch}:{partition}:{attempt}:{nonce}``.
 Transactions and markers of the old form must still list, commit, abort, answer
 ALREADY_COMMITTED and be recovered. The old state is written here by hand, key by key, as
-the old version wrote it (the staging list format and the keys did not change), never
-through the sink. The FUNCTION library loaded under ``twopc_redis_v1`` must not change
-either: its code is pinned.
+the old version wrote it (the keys did not change; its staging list is in the text format of
+``twopc_redis_v1``, one argument per element, which the library still reads), never through
+the sink. The FUNCTION library loaded under ``twopc_redis_v2`` must not change either: its code
+is pinned.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from twopc.spi import ProtocolError
 from twopc.spi.operations import Decision
 from twopc.spi.runtime import loads_handle
 
-LIBRARY_NAME = "twopc_redis_v1"
+LIBRARY_NAME = "twopc_redis_v2"
 #: SHA-256 of the library code every version loads under LIBRARY_NAME. A change of the
-#: server-side code needs a new library name (twopc_redis_v2), never a new digest here:
+#: server-side code needs a new library name (twopc_redis_v3), never a new digest here:
 #: FUNCTION LOAD REPLACE from two versions during an upgrade would swap each other's code.
-LIBRARY_SHA256 = "22b65a4078777b2f7f4b3d5bb5453f2320f75bd55b864e9566ced2b3cb8c2150"
+LIBRARY_SHA256 = "7ad0fcfd43ccbe6d95b94854ba26d657eee864c9c694856629b627883aa68c5d"
 
 SCHEMA = pa.schema([("id", pa.int64()), ("qty", pa.int64()), ("payload", pa.string())])
 
@@ -179,5 +180,5 @@ def test_the_library_loaded_under_its_name_never_changes(redis_url, r, tag) -> N
     fields = dict(zip(lib[::2], lib[1::2], strict=True)) if isinstance(lib, list) else lib
     code = fields["library_code"]
     assert hashlib.sha256(code.encode()).hexdigest() == LIBRARY_SHA256, (
-        f"the code of {LIBRARY_NAME} changed: give the changed library a new name (twopc_redis_v2), so a "
+        f"the code of {LIBRARY_NAME} changed: give the changed library a new name (twopc_redis_v3), so a "
         f"server never runs two versions' code under one name")
