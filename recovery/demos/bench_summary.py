@@ -53,6 +53,8 @@ TARGETS: dict[str, Target] = {
         "throughput: prepared / raw binary COPY, a stream per task, in parallel (rows/s)", "higher", 0.9),
     "throughput.dropin_vs_parallel_copy": Target(
         "throughput: drop-in / raw binary COPY, a stream per task, in parallel (rows/s)", "higher", 0.9),
+    "throughput.noop_vs_parallel_copy": Target(
+        "  the same, a no-op Python data source (Spark's ceiling for a Python sink)", "higher", None),
     "small_write.dropin_vs_spark_jdbc": Target(
         "20k rows: twopc-jdbc drop-in / Spark's JDBC writer (time)", "lower", 1.3),
     "protocol.prepared_ms": Target(
