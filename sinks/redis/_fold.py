@@ -20,7 +20,7 @@ from ._lua import MAX_ARGS
 from ._mapping import COUNTER_LIMIT, MAX_TTL_S, Compiled, HIncrByOp, HSetOp, IncrByOp, RPushOp, SetOp, XAddOp, ZAddOp
 from ._templates import Template, as_text, null_error
 
-__all__ = ["ELEMENT_ARGS", "RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements", "staging_groups"]
+__all__ = ["ELEMENT_ARGS", "RedisTxn", "batch_columns", "fold", "row_columns", "staging_elements"]
 
 #: About how many arguments one element of the staging list packs (a few hundred KiB).
 ELEMENT_ARGS = 8192
@@ -182,39 +182,30 @@ def _chunked(out: list[Any], cmd: str, head: Sequence[Any], items: Sequence[Any]
         _group(out, cmd, [*head, *items[i: i + step]])
 
 
-def staging_groups(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[Any]:
-    """The groups of *state*, flat: a command, then the list of its arguments (str or bytes, at most
-    :data:`~._lua.MAX_ARGS`); check groups first. ConfigurationError for a counter's deltas beyond
-    +-10^18, or an XADD entry with more fields than one call takes."""
-    out: list[Any] = []
+def staging_elements(compiled: Sequence[Compiled], state: Sequence[dict[str, Any]]) -> list[bytes]:
+    """The staging list of *state*: MessagePack arrays ``[cmd, [arg...], cmd, [arg...], ...]`` of about
+    :data:`ELEMENT_ARGS` arguments each (check groups first, at most :data:`~._lua.MAX_ARGS` a group), which the
+    server-side library decodes with Redis's ``cmsgpack``. Arguments are str or bytes by construction; bytes go as
+    MessagePack's raw string type (``cmsgpack`` predates the binary types). ConfigurationError for a counter's
+    deltas beyond +-10^18, or an XADD entry with more fields than one call takes."""
+    groups: list[Any] = []
     for c, st in zip(compiled, state, strict=True):
         if st:
-            _chunked(out, "?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
+            _chunked(groups, "?T", [c.op.REDIS_TYPE, c.op.OP], list(st), 1)
     for c, st in zip(compiled, state, strict=True):
         if st and isinstance(c.op, IncrByOp):
-            _chunked(out, "?I", [c.op.OP], list(st), 1)
+            _chunked(groups, "?I", [c.op.OP], list(st), 1)
         elif st and isinstance(c.op, HIncrByOp):
-            _chunked(out, "?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
+            _chunked(groups, "?H", [c.op.OP], [x for k, h in st.items() for f in h for x in (k, f)], 2)
     for c, st in zip(compiled, state, strict=True):
-        _stage_op(out, c, st)
-    return out
-
-
-def staging_elements(groups: Sequence[Any]) -> list[bytes]:
-    """*groups* (:func:`staging_groups`) as the elements of the staging list: MessagePack arrays
-    ``[cmd, [arg...], cmd, [arg...], ...]`` of about :data:`ELEMENT_ARGS` arguments each, which the
-    server-side library decodes with its built-in ``cmsgpack``. Every argument is a str or bytes by
-    construction, so the server hands Redis the exact bytes; bytes go as MessagePack's raw string
-    type, since Redis's ``cmsgpack`` predates the binary types (and, like Lua, takes any bytes)."""
+        _stage_op(groups, c, st)
     out: list[bytes] = []
     start, size = 0, 0
     for i in range(1, len(groups), 2):
         size += len(groups[i])
-        if size >= ELEMENT_ARGS:
+        if size >= ELEMENT_ARGS or i == len(groups) - 1:
             out.append(msgpack.packb(groups[start: i + 1], use_bin_type=False))
             start, size = i + 1, 0
-    if start < len(groups):
-        out.append(msgpack.packb(groups[start:], use_bin_type=False))
     return out
 
 

@@ -1,13 +1,10 @@
 """Server-side code of the Redis sink: Lua loaded as FUNCTION libraries (Redis 7+, kept across restarts) or, on older
 servers, as EVALSHA scripts (re-sent on ``NOSCRIPT``).
 
-A staging is one LIST of MessagePack arrays (decoded by the server's built-in ``cmsgpack``), each
-``[cmd, [arg...], cmd, [arg...], ...]``: check groups first, then apply groups (one ``redis.call`` each, at most
-:data:`MAX_ARGS` arguments: Lua's ``unpack`` fails above ~8000 values). Packing thousands of arguments into one element
-halves the server's work per row against pushing each argument as an element of its own, the format of
-``twopc_redis_v1``, which every library still reads (a header ``"<CMD> <n>"`` then ``n`` argument elements), so a
-transaction an older version prepared commits after an upgrade. An older version fails to read the new format with
-``DAMAGED`` and applies nothing.
+A staging is one LIST of MessagePack arrays ``[cmd, [arg...], cmd, [arg...], ...]`` (Redis's ``cmsgpack`` decodes
+them), or, as ``twopc_redis_v1`` staged and every library still reads, of groups ``"<CMD> <n>"`` then ``n``
+arguments: check groups first, then apply groups (one ``redis.call`` each, at most :data:`MAX_ARGS` arguments: Lua's
+``unpack`` fails above ~8000 values). An older version reads the packed format as ``DAMAGED`` and applies nothing.
 
 - ``?T <type> <op> key...``: every key is of Redis type ``<type>`` or missing.
 - ``?I <op> key...`` / ``?H <op> key field...``: every key / hash field is missing or holds

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis.exceptions as rex
 
@@ -19,9 +19,8 @@ from . import _lua as lua
 from ._keys import RedisKeys
 from ._mapping import COUNTER_LIMIT
 from ._templates import as_text
-from ._wire import run_pipeline
 
-__all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply"]
+__all__ = ["RedisServer", "RedisTargetError", "check_reply", "decode_reply", "run_pipeline"]
 
 log = logging.getLogger("twopc.sinks.redis")
 
@@ -143,6 +142,15 @@ class RedisServer:
                                 f"(recovery treated this attempt as an orphan); the task can be retried")
             return decode_reply(replies[-1])
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+
+def run_pipeline(client: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Send *commands* in one round trip, redis-py's non-transactional pipeline (re-sent per the client's
+    retry policy); one reply per command, an error reply as its ResponseError in its slot."""
+    pipe = client.pipeline(transaction=False)
+    for cmd in commands:
+        pipe.execute_command(*cmd)
+    return cast("list[Any]", pipe.execute(raise_on_error=False))
 
 
 def decode_reply(reply: Any) -> list[str]:

@@ -65,7 +65,7 @@ from .._secrets import credential_free, redacted_errors
 from . import _lua as lua
 from ._acks import AckSpec, batch_acks
 from ._dead_letter import RowFolder, dead_letter_op
-from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements, staging_groups
+from ._fold import RedisTxn, batch_columns, fold, row_columns, staging_elements
 from ._keys import RedisKeys, default_hash_tag, key_slot, normalize_tag, slot_message
 from ._mapping import RedisOp, check_schema, compile_mapping
 from ._server import RedisServer, RedisTargetError, check_reply
@@ -281,7 +281,7 @@ class RedisSink(TwoPhaseCommitSink[dict[str, Any], RedisTxn, RedisHandle], Write
                 self.check_same_slot(stream, ctx.sink_id, op=f"ackGroup stream {stream!r}")
         if self._ack is not None:
             self._ack.check_groups(StreamServer(self._server.config), txn.acks)
-        elements = staging_elements(staging_groups(self._all_compiled, txn.state))
+        elements = staging_elements(self._all_compiled, txn.state)
         keys = self.keys_for(ctx.sink_id, txn.tag)
         txn.registered = True
         reply = self._server.stage(keys, txn.txn_id, ctx.batch_id, elements,
