@@ -30,6 +30,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from twopc import ConfigurationError, faultinject
 from twopc.spi import SourceError
+from twopc.spi.runtime import note_worker_use
 
 from .._redis.ids import ZERO, EntryId, Range
 from .._redis.stream_server import StreamInfo, StreamServer
@@ -256,6 +257,7 @@ class RedisStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The rows of one piece, in id order, as Arrow batches; SourceError for another number of
         entries than planned, or a field that does not parse."""
         assert isinstance(partition, StreamPartition)
+        note_worker_use()
         r, server = partition.range, StreamServer(partition.options.client)
         entries, n = server.read(r), 0
         while chunk := list(itertools.islice(entries, BATCH_ROWS)):

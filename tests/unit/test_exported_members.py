@@ -54,7 +54,8 @@ PUBLIC_NAMES: dict[str, tuple[str, ...]] = {
         "RUNTIME_KEYS", "RUNTIME_OPTION_NAMES", "BatchResult", "CommitMetrics", "CommitRetry",
         "CompositeDataSourceBase", "CompositeHandle", "CompositeSink", "RuntimeOptions", "TwoPCCommitMessage",
         "TwoPhaseCommitBatchWriter", "TwoPhaseCommitStreamWriter", "decode_handle", "dumps_handle",
-        "encode_handle", "lazy_exports", "loads_handle", "participant_sink_id", "registered_handle_kinds",
+        "encode_handle", "lazy_exports", "loads_handle", "note_worker_use", "participant_sink_id",
+        "registered_handle_kinds",
     ),
     "twopc.testing": (
         "CONTRACT_CHECKS", "COORDINATOR_CHECKS", "DEFAULT_SCHEMA", "DEFAULT_SPARK_CONF", "DRIVER_CRASH_POINTS",

@@ -30,6 +30,7 @@ from .._runtime_options import RuntimeOptions, default_sink_id, ephemeral_sink_i
 from .._sink import AnySink, BatchCommit, CommitShape, LedgerHost, NamedTarget, WriteSetup, capability
 from .._sink_id_claim import claim_sink_id
 from .._target import open_target_ledger, settle_own
+from .._worker_heap import note_worker_use
 from ..ledger._agent_client import DriverAgent
 from ..ledger._ephemeral import make_ephemeral_ledger, sweep_dead_ledgers
 from ..ledger._ledger import CommitLedger, spark_checkpoint_started
@@ -80,6 +81,7 @@ def plan(source: SourceToPlan, kind: type[W], schema: StructType, overwrite: boo
     capability(sink, WriteSetup).configure_write(arrow_schema, overwrite=overwrite, streaming=streaming,
                                                  checkpointed=checkpointed)
     configure_worker_logging()
+    note_worker_use()
     planned = plan_write(Write(sink, options, source.options, arrow_schema, streaming, plan_time, source.name(),
                                class_path(source.sink_class)))
     return kind(sink, planned.sink_id, planned.runtime, skip=planned.skip, format_name=source.name(),

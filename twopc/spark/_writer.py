@@ -22,6 +22,7 @@ from .._logs import configure_worker_logging
 from .._runtime_options import RuntimeOptions
 from .._sink import AnySink
 from .._sink_id_claim import runtime_task
+from .._worker_heap import note_worker_use
 from ..ledger._ledger_records import ledger_store
 from ..ledger._target_protocol import Lease, TargetLedger, target_ledger_of
 from ._commit_message import TwoPCCommitMessage
@@ -75,6 +76,7 @@ class WriterCore:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TwoPCCommitMessage:
         """One task attempt: its batch is :attr:`version`, else the micro-batch Spark runs."""
         configure_worker_logging()
+        note_worker_use()
         if (tc := TaskContext.get()) is None:
             raise ProtocolError("twopc writers must run inside a Spark task")
         partition, attempt = tc.partitionId(), tc.taskAttemptId()
@@ -185,6 +187,7 @@ class WriterCore:
         # only the committing worker loads the coordinator
         from ._write_commit import finish, settle
         configure_worker_logging()
+        note_worker_use()
         batch_id = self._batch(batchId)
         if self.skip:
             log.debug("twopc: sink %s txnVersion %s was already committed: wrote nothing", self.sink_id, batch_id)
@@ -198,6 +201,7 @@ class WriterCore:
         "Writing job failed"): what is left goes to the next start with a warning."""
         from ._write_commit import finish, settle  # as in commit
         configure_worker_logging()
+        note_worker_use()
         batch_id = self._batch(batchId)
         if self.skip:
             settle(self)
