@@ -1,15 +1,7 @@
-"""Cheap garbage collections in a reused Spark Python worker.
-
-PySpark's daemon runs a full :func:`gc.collect` after every use of a reused worker: after each task,
-each plan and each commit of every micro-batch. With twopc's sinks loaded (SQLAlchemy, psycopg,
-pyarrow, twopc's own modules) that collection walks about 85,000 long-lived objects, 50 ms of CPU
-each time, against 16 ms with PySpark alone, and it runs while the JVM goes on with the micro-batch.
-:func:`note_worker_use`, called as a twopc entry point starts in a worker, freezes what the
-worker's first use left (:func:`gc.freeze`; the daemon has just collected) at the start of its
-second, so that later collections walk only what later uses allocate. Only in a worker the daemon
-forked: never in the application's own process."""
-
-from __future__ import annotations
+"""Cheap collections in a reused Spark Python worker. PySpark's daemon runs a full :func:`gc.collect` after every
+use of a reused worker (each task, plan and commit of every micro-batch), which with twopc's drivers loaded walks
+about 85,000 long-lived objects: 50 ms of CPU a use, against 16 ms with PySpark alone. :func:`note_worker_use`
+freezes them (:func:`gc.freeze`) at a worker's second use; never in the application's own process."""
 
 import gc
 import sys
@@ -21,14 +13,8 @@ _uses = 0
 
 def note_worker_use() -> None:
     """Count a use of this process by a twopc entry point; at the second, in a worker forked by
-    PySpark's daemon, move every object it holds to the permanent generation."""
+    ``python -m pyspark.daemon`` (which has just collected), move every object to the permanent generation."""
     global _uses
     _uses += 1
-    if _uses == 2 and _in_daemon_worker():
+    if _uses == 2 and getattr(getattr(sys.modules["__main__"], "__spec__", None), "name", None) == "pyspark.daemon":
         gc.freeze()
-
-
-def _in_daemon_worker() -> bool:
-    """Whether this process runs ``python -m pyspark.daemon`` (a forked worker keeps its ``__main__``)."""
-    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
-    return getattr(spec, "name", None) == "pyspark.daemon"
